@@ -1,0 +1,30 @@
+"""Reference implementation for the course *Attention, Step by Step*.
+
+Every idea a notebook derives inline is written once here, tested against PyTorch's own
+implementation, and imported by the notebooks that come after.
+
+Glossary (one name per concept; PyTorch's names win)
+----------------------------------------------------
+embed_dim       model width; also called d_model or n_embd elsewhere
+num_heads       number of attention heads
+head_dim        width of one head, embed_dim // num_heads
+context_length  the longest sequence the model sees; block_size in nanoGPT
+vocab_size      number of distinct tokens
+q, k, v         queries, keys, values
+scores          q @ k^T (scaled), before the softmax
+weights         softmax(scores), the attention weights; each row sums to 1
+out             weights @ v, the attention output
+mask            boolean, True = may attend (as F.scaled_dot_product_attention reads it)
+
+Shape alphabet (declared once, never overloaded)
+------------------------------------------------
+B batch   T query length   S key length   C embed_dim
+H num_heads   D head_dim   V vocab_size
+Einsum letters are the same in lower case, with i, j for query and key positions:
+``torch.einsum("bhid,bhjd->bhij", q, k)``.
+
+Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
+``multihead`` (04-05), ``plotting``, ``exercises`` (the checks behind every notebook's exercises).
+"""
+
+__version__ = "0.1.0"

@@ -1,0 +1,165 @@
+"""Dot-product attention, from three vectors to ``scaled_dot_product_attention``.
+
+Read top to bottom: the loop version (notebook 01), the matrix version (01), the softmax done
+safely (02), then the scaled, maskable version every later notebook builds on (02, 03).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from course_utils._validate import check_bool_mask, check_floating, check_tensor
+
+__all__ = [
+    "attention_loops",
+    "attention_matmul",
+    "simple_self_attention",
+    "softmax_naive",
+    "softmax",
+    "scaled_dot_product_attention",
+]
+
+
+def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x, min_dim=2)
+        check_floating(name, x)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dimension D, got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of positions S, got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
+        ) from None
+
+
+def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """Dot-product attention with explicit Python loops, one query at a time.
+
+    Shape:
+        q: (T, D), k: (S, D), v: (S, Dv) -> out: (T, Dv)
+
+    Taught in notebook 01. Slow on purpose: every number is visible.
+    """
+    _check_qkv(q, k, v)
+    if q.dim() != 2:
+        raise ValueError(f"attention_loops works on one sequence: q must be (T, D), got {tuple(q.shape)}")
+    T, S = q.shape[0], k.shape[0]
+    out = torch.zeros(T, v.shape[1], dtype=v.dtype)
+    for i in range(T):
+        scores = torch.stack([torch.dot(q[i], k[j]) * scale for j in range(S)])  # (S,)
+        exps = torch.exp(scores - scores.max())  # (S,)
+        weights = exps / exps.sum()  # (S,)
+        for j in range(S):
+            out[i] += weights[j] * v[j]  # (Dv,)
+    return out
+
+
+def attention_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
+    """Dot-product attention as two matrix products and a softmax.
+
+    Shape:
+        q: (..., T, D), k: (..., S, D), v: (..., S, Dv) -> out: (..., T, Dv)
+
+    Taught in notebook 01. Equal to :func:`attention_loops`.
+    """
+    _check_qkv(q, k, v)
+    scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
+    weights = torch.softmax(scores, dim=-1)  # (..., T, S)
+    return weights @ v  # (..., T, S) @ (..., S, Dv) -> (..., T, Dv)
+
+
+def simple_self_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Self-attention with no learned weights: every token is its own query, key and value.
+
+    Shape:
+        x: (..., T, C) -> out: (..., T, C), weights: (..., T, T)
+
+    Taught in notebook 01, before the learned projections W_Q, W_K, W_V.
+    """
+    check_tensor("x", x, min_dim=2)
+    check_floating("x", x)
+    scores = x @ x.transpose(-2, -1)  # (..., T, C) @ (..., C, T) -> (..., T, T)
+    weights = torch.softmax(scores, dim=-1)  # (..., T, T)
+    return weights @ x, weights  # (..., T, C), (..., T, T)
+
+
+def softmax_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Softmax straight from the formula exp(x) / sum(exp(x)); overflows for logits above about 88 in float32.
+
+    Shape:
+        x: any -> same shape
+
+    Taught in notebook 02 as the thing not to do.
+    """
+    exps = torch.exp(x)
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Numerically stable softmax: subtract the row maximum first, which changes nothing mathematically.
+
+    Shape:
+        x: any -> same shape
+
+    Taught in notebook 02. A row that is all ``-inf`` (fully masked) has no maximum to subtract and
+    gives NaN, exactly as ``torch.softmax`` does; notebook 03 shows what to do about it.
+    """
+    check_tensor("x", x)
+    check_floating("x", x)
+    shift = x.amax(dim=dim, keepdim=True).detach()
+    exps = torch.exp(x - shift)
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def scaled_dot_product_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """softmax(q k^T / sqrt(D), masked) v, returning the output and the attention weights.
+
+    Shape:
+        q: (..., T, D), k: (..., S, D), v: (..., S, Dv),
+        mask: bool, broadcastable to (..., T, S), True = may attend
+        -> out: (..., T, Dv), weights: (..., T, S)
+
+    Taught in notebook 02 (scale), 03 (mask, dropout). Equal to ``F.scaled_dot_product_attention``
+    with the same boolean mask. A query whose row is fully masked sees nothing: its weights and
+    output are 0, as in ``F.scaled_dot_product_attention`` (a bare softmax would give NaN there;
+    notebook 03 shows both). Dropout is applied to the
+    weights (after the softmax) whenever ``dropout_p > 0``; the returned weights are the ones used.
+    """
+    _check_qkv(q, k, v)
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
+    if mask is not None:
+        check_bool_mask(mask, scores.shape)
+        scores = scores.masked_fill(~mask, float("-inf"))  # blocked keys get -inf before the softmax
+        sees_nothing = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows with every key blocked
+        scores = scores.masked_fill(sees_nothing, 0.0)  # keep softmax away from 0 / 0 = NaN there ...
+    weights = torch.softmax(scores, dim=-1)  # (..., T, S), rows sum to 1
+    if mask is not None:
+        weights = weights.masked_fill(sees_nothing, 0.0)  # ... and give those rows no weight at all
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)  # (..., T, S), kept entries scaled by 1 / (1 - p)
+    out = weights @ v  # (..., T, S) @ (..., S, Dv) -> (..., T, Dv)
+    return out, weights

@@ -1,0 +1,154 @@
+"""Build the notebooks from their one source of truth in ``course_source/``.
+
+Each ``course_source/NN_topic.py`` is a notebook in the "percent" format (``# %%`` starts a code
+cell, ``# %% [markdown]`` a markdown cell, ``tags=[...]`` sets cell tags). Exercise solutions sit
+between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines. From each source this writes
+
+- ``solutions/NN_topic.ipynb``: everything, marker lines removed (for instructors and the stuck);
+- ``notebooks/NN_topic.ipynb``: the learner copy, each solution replaced by a stub that raises
+  ``NotImplementedError``, which the exercise check reports as "not attempted".
+
+Both are executed so they open with their outputs. ``--check`` rebuilds in memory and fails if the
+committed notebooks' cells differ from their source (CI runs it).
+
+Usage: ``python -m course_utils.build [--check] [--no-execute] [NAME ...]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_DIR, LEARNER_DIR, SOLUTION_DIR = ROOT / "course_source", ROOT / "notebooks", ROOT / "solutions"
+BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+_HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?: tags=(?P<tags>\[.*\]))?\s*$")
+
+
+def parse_source(text: str) -> list[dict]:
+    """Cells of a percent-format source: dicts with ``cell_type``, ``source`` and ``tags``."""
+    cells: list[dict] = []
+    current: dict | None = None
+    for lineno, line in enumerate(text.splitlines(), 1):
+        m = _HEADER.match(line)
+        if m:
+            current = {"cell_type": "markdown" if m["md"] else "code", "lines": [],
+                       "tags": json.loads(m["tags"]) if m["tags"] else []}
+            cells.append(current)
+        elif line.startswith("# %%"):
+            raise ValueError(f"line {lineno}: malformed cell header {line!r}")
+        elif current is None:
+            if line.strip():
+                raise ValueError(f"line {lineno}: text before the first '# %%' cell header")
+        elif current["cell_type"] == "markdown":
+            if line and not line.startswith("#"):
+                raise ValueError(f"line {lineno}: markdown lines must start with '#', got {line!r}")
+            current["lines"].append(line[2:] if line.startswith("# ") else line[1:])
+        else:
+            current["lines"].append(line)
+    for c in cells:
+        c["source"] = "\n".join(c.pop("lines")).strip("\n")
+    return cells
+
+
+def _solution_blocks(source: str, learner: bool) -> str:
+    out, inside, indent = [], False, ""
+    for line in source.splitlines():
+        stripped = line.strip()
+        if stripped == BEGIN:
+            if inside:
+                raise ValueError("nested '### BEGIN SOLUTION'")
+            inside, indent = True, line[: len(line) - len(line.lstrip())]
+            if learner:
+                out += [f"{indent}# YOUR CODE HERE", f"{indent}raise NotImplementedError"]
+        elif stripped == END:
+            if not inside:
+                raise ValueError("'### END SOLUTION' without a BEGIN")
+            inside = False
+        elif not (inside and learner):
+            out.append(line)
+    if inside:
+        raise ValueError("'### BEGIN SOLUTION' without an END")
+    return "\n".join(out)
+
+
+def make_notebook(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
+    """A notebook (unexecuted) of the learner or the solution version."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata = {
+        "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
+        "language_info": {"name": "python"},
+    }
+    for c in cells:
+        if c["cell_type"] == "markdown":
+            cell = nbformat.v4.new_markdown_cell(c["source"])
+        else:
+            cell = nbformat.v4.new_code_cell(_solution_blocks(c["source"], learner))
+        if c["tags"]:
+            cell.metadata["tags"] = list(c["tags"])
+        cell.pop("id", None)
+        nb.cells.append(cell)
+    return nb
+
+
+def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbformat.NotebookNode:
+    """Run every cell in a fresh kernel of the current environment, as nbval will."""
+    from nbclient import NotebookClient
+
+    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                            resources={"metadata": {"path": str(cwd)}})
+    client.execute()
+    nb.metadata.pop("widgets", None)  # widget state is large and changes every run
+    return nb
+
+
+def _cell_signature(nb: nbformat.NotebookNode) -> list[tuple]:
+    return [(c.cell_type, c.source, tuple(c.get("metadata", {}).get("tags", []))) for c in nb.cells]
+
+
+def sources(names: list[str] | None = None) -> list[Path]:
+    found = sorted(SOURCE_DIR.glob("[0-9][0-9]_*.py"))
+    if names:
+        found = [p for p in found if p.stem in names or p.stem[:2] in names]
+    return found
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("names", nargs="*", help="notebook stems or numbers (default: all)")
+    parser.add_argument("--check", action="store_true", help="fail if committed notebooks differ from source")
+    parser.add_argument("--no-execute", action="store_true", help="write notebooks without running them")
+    args = parser.parse_args(argv)
+    problems = []
+    for src in sources(args.names):
+        cells = parse_source(src.read_text(encoding="utf-8"))
+        for learner, folder in ((True, LEARNER_DIR), (False, SOLUTION_DIR)):
+            target = folder / f"{src.stem}.ipynb"
+            nb = make_notebook(cells, learner)
+            if args.check:
+                if not target.exists():
+                    problems.append(f"{target.relative_to(ROOT)} is missing")
+                elif _cell_signature(nbformat.read(target, as_version=4)) != _cell_signature(nb):
+                    problems.append(f"{target.relative_to(ROOT)} differs from {src.relative_to(ROOT)}")
+                continue
+            print(f"building {target.relative_to(ROOT)}" + ("" if args.no_execute else " (executing)"), flush=True)
+            if not args.no_execute:
+                nb = execute(nb, folder)
+            folder.mkdir(exist_ok=True)
+            nbformat.write(nb, target)
+    if args.check:
+        if problems:
+            print("Notebooks out of sync with course_source/ (run `python3 course.py build`):")
+            print("\n".join(f"  {p}" for p in problems))
+            return 1
+        print(f"notebooks in sync with course_source/ ({len(sources(args.names))} sources)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

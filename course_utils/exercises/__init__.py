@@ -1,0 +1,45 @@
+"""The exercises of every notebook, each with a check that names the likely mistake.
+
+In a notebook::
+
+    from course_utils.exercises import check
+    check("03.1", my_causal_mask)
+
+Keys are ``"NN.k"``: notebook NN, exercise k. Each topic module below defines ``EXERCISES``, a tuple
+of :class:`course_utils.checking.Exercise`; the machinery lives in :mod:`course_utils.checking`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+
+from course_utils.checking import CheckResult, Exercise, report, run_check
+
+__all__ = ["check", "all_exercises", "get_exercise", "TOPICS"]
+
+# Topic modules in course order: notebook 01 -> dot_product, ..., 05 -> parity.
+TOPICS = ("dot_product", "scaled_attention", "masking", "multihead", "parity")
+
+
+def all_exercises() -> dict[str, Exercise]:
+    """Every exercise of the course, by key, in course order."""
+    found: dict[str, Exercise] = {}
+    for topic in TOPICS:
+        for ex in import_module(f"course_utils.exercises.{topic}").EXERCISES:
+            if ex.key in found:
+                raise RuntimeError(f"exercise key {ex.key} is defined twice")
+            found[ex.key] = ex
+    return found
+
+
+def get_exercise(key: str) -> Exercise:
+    """The exercise with this key; a clear KeyError listing the known keys otherwise."""
+    exercises = all_exercises()
+    if key not in exercises:
+        raise KeyError(f"no exercise {key!r}; known exercises: {', '.join(exercises)}")
+    return exercises[key]
+
+
+def check(key: str, fn: object) -> CheckResult:
+    """Check the learner's function for exercise ``key``; print the verdict and raise ExerciseFailed if wrong."""
+    return report(run_check(get_exercise(key), fn))

@@ -1,0 +1,157 @@
+"""Masks: which keys each query may see.
+
+One convention across the course: a boolean mask where ``True`` means *may attend*, as
+``F.scaled_dot_product_attention`` reads it. ``nn.MultiheadAttention`` reads ``True`` as *blocked*,
+and some code uses additive float masks (0 = keep, -inf = blocked); :func:`convert_mask` is the one
+place that translates. Taught in notebook 03.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from course_utils._validate import check_bool_mask, check_tensor
+
+__all__ = [
+    "causal_mask",
+    "mask_scores",
+    "padding_mask",
+    "combine_masks",
+    "convert_mask",
+    "MaskConvention",
+]
+
+MaskConvention = Literal["allow", "block", "additive"]
+_CONVENTIONS = ("allow", "block", "additive")
+
+
+def causal_mask(T: int, S: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
+    """Boolean causal mask, True = may attend: query i sees keys up to its own position.
+
+    Shape:
+        -> (T, S), S defaults to T
+
+    With fewer queries than keys (decoding with a cache), the T queries are the *last* T of the S
+    positions, so the triangle is aligned bottom-right: query i may attend key j iff j <= S - T + i.
+    ``F.scaled_dot_product_attention(..., is_causal=True)`` aligns it top-left instead, which is only
+    the same when T == S. Taught in notebook 03.
+    """
+    S = T if S is None else S
+    for name, n in (("T", T), ("S", S)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+        if n < 1:
+            raise ValueError(f"{name} must be at least 1, got {n}")
+    if T > S:
+        raise ValueError(
+            f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}"
+        )
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # (T, S)
+
+
+def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | None = None) -> torch.Tensor:
+    """Put ``fill_value`` (default ``-inf``) where ``mask`` is False, before the softmax.
+
+    Shape:
+        scores: (..., T, S), mask: bool broadcastable to it -> (..., T, S)
+
+    With ``-inf`` a fully masked row becomes NaN after the softmax (0 / 0). With
+    ``torch.finfo(dtype).min`` it becomes a uniform distribution over keys it was told not to see:
+    no NaN, but silent leakage. Notebook 03 shows both.
+    """
+    check_tensor("scores", scores, min_dim=2)
+    check_bool_mask(mask, scores.shape)
+    fill = float("-inf") if fill_value is None else fill_value
+    return scores.masked_fill(~mask, fill)
+
+
+def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
+    """Key mask for a batch of sequences padded to length S: True for real tokens, False for padding.
+
+    Shape:
+        lengths: (B,) -> (B, S)
+
+    Broadcast it over queries with ``m[:, None, :]`` -> (B, 1, S), or over heads and queries with
+    ``m[:, None, None, :]`` -> (B, 1, 1, S). Taught in notebook 03.
+    """
+    lengths = torch.as_tensor(lengths)
+    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise TypeError(f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}")
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
+        raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
+    positions = torch.arange(S, device=lengths.device)  # (S,)
+    return positions[None, :] < lengths[:, None]  # (1, S) < (B, 1) -> (B, S)
+
+
+def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
+    """Logical AND of boolean masks (True = may attend), broadcasting their shapes; None entries are skipped.
+
+    Shape:
+        masks broadcastable to one another -> their broadcast shape
+
+    A key is visible only if every mask allows it: causal AND padding, say. Taught in notebook 03.
+    """
+    present = [m for m in masks if m is not None]
+    if not present:
+        return None
+    for i, m in enumerate(present):
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            got = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
+            raise TypeError(f"combine_masks takes boolean masks (True = may attend); mask {i} is {got}")
+    try:
+        torch.broadcast_shapes(*(m.shape for m in present))
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(m.shape)) for m in present)
+        raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None
+    out = present[0]
+    for m in present[1:]:
+        out = out & m
+    return out
+
+
+def convert_mask(
+    mask: torch.Tensor,
+    src: MaskConvention,
+    dst: MaskConvention,
+    dtype: torch.dtype = torch.float32,
+) -> torch.Tensor:
+    """Translate a mask between the three conventions learners meet.
+
+    - ``"allow"``: bool, True = may attend (``F.scaled_dot_product_attention``, this course)
+    - ``"block"``: bool, True = blocked (``nn.MultiheadAttention``'s ``attn_mask`` and ``key_padding_mask``)
+    - ``"additive"``: float, 0 = may attend, -inf = blocked, added to the scores
+
+    Shape:
+        any -> same shape
+
+    An additive mask with finite non-zero entries is a *bias* (ALiBi, say), not a mask, and cannot
+    become a boolean one: that raises ValueError. ``dtype`` is the float type of an additive result.
+    Taught in notebook 03; used in notebook 05.
+    """
+    for name, conv in (("src", src), ("dst", dst)):
+        if conv not in _CONVENTIONS:
+            raise ValueError(f"{name} must be one of {_CONVENTIONS}, got {conv!r}")
+    check_tensor("mask", mask, min_dim=0)
+    if src in ("allow", "block") and mask.dtype != torch.bool:
+        raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
+    if src == "additive":
+        if not mask.is_floating_point():
+            raise TypeError(f"an 'additive' mask must be floating point, got dtype {mask.dtype}")
+        finite_nonzero = torch.isfinite(mask) & (mask != 0)
+        if bool(finite_nonzero.any()) or bool((mask == float("inf")).any()) or bool(mask.isnan().any()):
+            raise ValueError(
+                "an 'additive' mask may only hold 0 (may attend) and -inf (blocked); this one holds other "
+                "values, so it is a bias, not a mask"
+            )
+        allow = mask == 0
+    elif src == "block":
+        allow = ~mask
+    else:
+        allow = mask
+    if dst == "allow":
+        return allow
+    if dst == "block":
+        return ~allow
+    return torch.zeros(allow.shape, dtype=dtype, device=allow.device).masked_fill(~allow, float("-inf"))

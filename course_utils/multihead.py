@@ -1,0 +1,247 @@
+"""Multi-head attention, built up the way notebook 04 teaches it and checked in notebook 05.
+
+One head (:class:`SingleHeadAttention`), a list of heads (:class:`MultiHeadAttentionWrapper`),
+per-head weights with einsum (:class:`MultiHeadAttentionEinsum`), and the packed module the rest
+of the course uses (:class:`MultiHeadAttention`), whose parameters copy one-to-one from
+``nn.MultiheadAttention``. All four compute the same function; ``from_packed`` copies weights
+between them so notebook 04 can show it.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from course_utils._validate import check_floating, check_tensor
+from course_utils.attention import scaled_dot_product_attention
+
+__all__ = [
+    "split_heads",
+    "merge_heads",
+    "SingleHeadAttention",
+    "MultiHeadAttentionWrapper",
+    "MultiHeadAttentionEinsum",
+    "MultiHeadAttention",
+]
+
+
+def _check_heads(embed_dim: int, num_heads: int) -> int:
+    for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
+        if isinstance(n, bool) or not isinstance(n, int):
+            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+        if n < 1:
+            raise ValueError(f"{name} must be at least 1, got {n}")
+    if embed_dim % num_heads != 0:
+        raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+    return embed_dim // num_heads
+
+
+def _check_input(x: torch.Tensor, embed_dim: int) -> None:
+    check_tensor("x", x, min_dim=3)
+    check_floating("x", x)
+    if x.dim() != 3 or x.shape[-1] != embed_dim:
+        raise ValueError(f"x must have shape (B, T, C={embed_dim}), got {tuple(x.shape)}")
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Cut the channels into heads and move the head axis before time.
+
+    Shape:
+        x: (B, T, C) -> (B, H, T, D) with D = C // H
+
+    Taught in notebook 04.
+    """
+    check_tensor("x", x, min_dim=3)
+    B, T, C = x.shape
+    D = _check_heads(C, num_heads)
+    return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """Undo :func:`split_heads`: put the heads side by side again.
+
+    Shape:
+        x: (B, H, T, D) -> (B, T, C) with C = H * D
+
+    ``transpose`` makes the tensor non-contiguous, so ``view`` would fail; ``reshape`` copies when it
+    must (notebook 04's pitfall box). Taught in notebook 04.
+    """
+    check_tensor("x", x, min_dim=4)
+    B, H, T, D = x.shape
+    return x.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
+
+
+def _returned(out: torch.Tensor, weights: torch.Tensor, need_weights: bool):
+    return (out, weights) if need_weights else out
+
+
+class SingleHeadAttention(nn.Module):
+    """One attention head with its own query, key and value projections C -> D.
+
+    Shape:
+        x: (B, T, C), mask: bool broadcastable to (B, T, T) -> out: (B, T, D)
+        (and weights: (B, T, T) when ``need_weights=True``)
+
+    Taught in notebook 04.
+    """
+
+    def __init__(self, embed_dim: int, head_dim: int, bias: bool = False) -> None:
+        super().__init__()
+        _check_heads(embed_dim, 1)
+        _check_heads(head_dim, 1)
+        self.embed_dim, self.head_dim = embed_dim, head_dim
+        self.q_proj = nn.Linear(embed_dim, head_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, head_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, head_dim, bias=bias)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+        _check_input(x, self.embed_dim)
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, C) -> (B, T, D) each
+        out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, T, D), (B, T, T)
+        return _returned(out, weights, need_weights)
+
+
+class MultiHeadAttentionWrapper(nn.Module):
+    """H independent :class:`SingleHeadAttention` heads, concatenated, then an output projection.
+
+    Shape:
+        x: (B, T, C) -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
+
+    Clear but slow: the heads run one after another. Taught in notebook 04.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
+        super().__init__()
+        head_dim = _check_heads(embed_dim, num_heads)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
+        self.heads = nn.ModuleList(SingleHeadAttention(embed_dim, head_dim, bias) for _ in range(num_heads))
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+        _check_input(x, self.embed_dim)
+        results = [head(x, mask, need_weights=True) for head in self.heads]  # H x ((B, T, D), (B, T, T))
+        out = torch.cat([o for o, _ in results], dim=-1)  # H x (B, T, D) -> (B, T, C)
+        weights = torch.stack([w for _, w in results], dim=1)  # H x (B, T, T) -> (B, H, T, T)
+        return _returned(self.out_proj(out), weights, need_weights)
+
+    @classmethod
+    def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionWrapper:
+        """The same function as ``packed``, its q, k, v rows cut into one head each."""
+        bias = packed.qkv_proj.bias is not None
+        new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
+        C, D = packed.embed_dim, packed.head_dim
+        with torch.no_grad():
+            for h, head in enumerate(new.heads):
+                for i, proj in enumerate((head.q_proj, head.k_proj, head.v_proj)):
+                    rows = slice(i * C + h * D, i * C + (h + 1) * D)
+                    proj.weight.copy_(packed.qkv_proj.weight[rows])
+                    if bias:
+                        proj.bias.copy_(packed.qkv_proj.bias[rows])
+            new.out_proj.load_state_dict(packed.out_proj.state_dict())
+        return new
+
+
+class MultiHeadAttentionEinsum(nn.Module):
+    """All heads at once, with per-head projection weights of shape (H, D, C) and ``torch.einsum``.
+
+    Shape:
+        x: (B, T, C) -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
+
+    ``torch.einsum("hdc,btc->bhtd", w_q, x)`` reads: for every head h and output channel d, sum
+    over input channels c. Taught in notebook 04.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
+        super().__init__()
+        head_dim = _check_heads(embed_dim, num_heads)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
+        H, D, C = num_heads, head_dim, embed_dim
+        bound = C**-0.5  # the same uniform init nn.Linear(C, D) uses
+        self.w_q, self.w_k, self.w_v = (nn.Parameter(torch.empty(H, D, C).uniform_(-bound, bound)) for _ in range(3))
+        if bias:
+            self.b_q, self.b_k, self.b_v = (nn.Parameter(torch.empty(H, D).uniform_(-bound, bound)) for _ in range(3))
+        else:
+            self.b_q = self.b_k = self.b_v = None
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def _project(self, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
+        y = torch.einsum("hdc,btc->bhtd", w, x)  # (H, D, C), (B, T, C) -> (B, H, T, D)
+        return y if b is None else y + b[None, :, None, :]  # (1, H, 1, D) broadcasts over B and T
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+        _check_input(x, self.embed_dim)
+        q = self._project(x, self.w_q, self.b_q)  # (B, H, T, D)
+        k = self._project(x, self.w_k, self.b_k)  # (B, H, T, D)
+        v = self._project(x, self.w_v, self.b_v)  # (B, H, T, D)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, D), (B, H, T, T)
+        return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
+
+    @classmethod
+    def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionEinsum:
+        """The same function as ``packed``: its (3C, C) weight viewed as three (H, D, C) blocks."""
+        bias = packed.qkv_proj.bias is not None
+        new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
+        H, D, C = packed.num_heads, packed.head_dim, packed.embed_dim
+        with torch.no_grad():
+            w = packed.qkv_proj.weight.view(3, H, D, C)  # (3C, C) -> (3, H, D, C)
+            for i, p in enumerate((new.w_q, new.w_k, new.w_v)):
+                p.copy_(w[i])
+            if bias:
+                b = packed.qkv_proj.bias.view(3, H, D)  # (3C,) -> (3, H, D)
+                for i, p in enumerate((new.b_q, new.b_k, new.b_v)):
+                    p.copy_(b[i])
+            new.out_proj.load_state_dict(packed.out_proj.state_dict())
+        return new
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention with one packed q, k, v projection: the module the course builds on.
+
+    Shape:
+        x: (B, T, C), mask: bool broadcastable to (B, H, T, T), True = may attend
+        -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
+
+    ``qkv_proj`` is Linear(C, 3C) with q, k, v stacked in that order, ``out_proj`` is Linear(C, C):
+    the same layout as ``nn.MultiheadAttention``'s ``in_proj_weight`` and ``out_proj``, so
+    :meth:`from_torch` copies weights straight across. Dropout acts on the attention weights in
+    training mode. Taught in notebook 04, checked against PyTorch in notebook 05.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0) -> None:
+        super().__init__()
+        head_dim = _check_heads(embed_dim, num_heads)
+        if not 0.0 <= dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        self.embed_dim, self.num_heads, self.head_dim, self.dropout = embed_dim, num_heads, head_dim, dropout
+        self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+        _check_input(x, self.embed_dim)
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
+        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
+        p = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
+        return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
+
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
+        """A module computing exactly what ``m`` computes for self-attention (query = key = value).
+
+        ``m.batch_first`` only changes how ``m`` wants its input laid out; ours is always (B, T, C).
+        """
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"from_torch takes an nn.MultiheadAttention, got {type(m).__name__}")
+        if not m._qkv_same_embed_dim:
+            raise ValueError("from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)")
+        if m.bias_k is not None or m.add_zero_attn:
+            raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
+        bias = m.in_proj_bias is not None
+        new = cls(m.embed_dim, m.num_heads, bias=bias, dropout=m.dropout).to(m.in_proj_weight)
+        with torch.no_grad():
+            new.qkv_proj.weight.copy_(m.in_proj_weight)
+            new.out_proj.weight.copy_(m.out_proj.weight)
+            if bias:
+                new.qkv_proj.bias.copy_(m.in_proj_bias)
+                new.out_proj.bias.copy_(m.out_proj.bias)
+        return new.train(m.training)
