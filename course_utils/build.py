@@ -84,14 +84,14 @@ def make_notebook(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
         "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
     }
-    for c in cells:
+    for i, c in enumerate(cells):
         if c["cell_type"] == "markdown":
             cell = nbformat.v4.new_markdown_cell(c["source"])
         else:
             cell = nbformat.v4.new_code_cell(_solution_blocks(c["source"], learner))
         if c["tags"]:
             cell.metadata["tags"] = list(c["tags"])
-        cell.pop("id", None)
+        cell["id"] = f"cell-{i:03d}"  # stable ids keep diffs small when the notebook is rebuilt
         nb.cells.append(cell)
     return nb
 

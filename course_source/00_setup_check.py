@@ -1,0 +1,73 @@
+# %% [markdown]
+# # 00 Setup check
+#
+# Run this notebook first (menu **Run → Run All Cells**). It tells you what your machine has and
+# what to do if something is missing. It takes a few seconds.
+#
+# Each line below says **OK** or **FAIL**; every FAIL comes with the command that fixes it. The same
+# table is printed by `python3 course.py env` in a terminal.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+from course_utils.environment import print_report, setup_notebook
+
+device = setup_notebook(seed=0)
+all_ok = print_report()
+
+# %% [markdown]
+# ## Your device
+#
+# Notebooks 01 to 07 run on any laptop CPU in seconds to minutes. Notebook 08 trains a tiny GPT: on a
+# CPU it trains a smaller model, on a GPU (CUDA, or Apple's MPS) the full one. The cell below runs one
+# matrix product on the device the course will use.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import torch
+
+a = torch.randn(256, 256, device=device)
+print(f"device: {device}; a 256 x 256 matrix product gives a tensor of shape {tuple((a @ a).shape)} on {(a @ a).device}")
+
+# %% [markdown]
+# ## Plots
+#
+# You should see a small plot of a softmax curve below. If you see only text like `<Figure ...>`,
+# restart the kernel (**Kernel → Restart Kernel**) and run this notebook again.
+
+# %%
+import matplotlib.pyplot as plt
+
+x = torch.linspace(-4, 4, 81)
+fig, ax = plt.subplots(figsize=(4, 2.4))
+ax.plot(x, torch.sigmoid(x))
+ax.set_title("a plot: the logistic curve")
+plt.show()
+
+# %% [markdown]
+# ## Widgets
+#
+# Several notebooks have interactive explorers. Move the slider below: the number next to it should
+# change. If you see `IntSlider(value=3, ...)` as text instead of a slider, the widgets extension is
+# missing from JupyterLab: close JupyterLab and run `python3 course.py lab` again, which installs it.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import ipywidgets as widgets
+
+widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSlider(value=3, min=0, max=10));
+
+# %% [markdown]
+# ## How the exercises work
+#
+# Every notebook ends with exercises. Each is a function with `# YOUR CODE HERE`: write it, run the
+# cell, and the check under it answers **passed**, **failed** (naming the likely mistake, such as
+# "mask polarity inverted") or **not attempted**. To check all your notebooks at once, run in a
+# terminal:
+#
+# ```
+# python3 course.py check
+# ```
+#
+# Stuck? The complete notebooks are in `solutions/`.
+#
+# **Next:** [01 The dot-product toy](01_dot_product_toy.ipynb).

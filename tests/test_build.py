@@ -1,0 +1,76 @@
+"""The notebooks come from one source: learner copies hold stubs, solutions hold answers, both in sync."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import build
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = build.sources()
+
+SOURCE = '''# %% [markdown]
+# # Title
+# Some *prose*.
+
+# %% tags=["keep"]
+def f(x):
+    y = x + 1
+    ### BEGIN SOLUTION
+    return y * 2
+    ### END SOLUTION
+
+check("01.1", f)
+'''
+
+
+def test_parse_source_cells_and_tags():
+    cells = build.parse_source(SOURCE)
+    assert [c["cell_type"] for c in cells] == ["markdown", "code"]
+    assert cells[0]["source"] == "# Title\nSome *prose*."
+    assert cells[1]["tags"] == ["keep"]
+
+
+def test_learner_copy_replaces_the_solution_with_a_stub_at_its_indent():
+    cells = build.parse_source(SOURCE)
+    learner = build.make_notebook(cells, learner=True).cells[1].source
+    solution = build.make_notebook(cells, learner=False).cells[1].source
+    assert "    # YOUR CODE HERE\n    raise NotImplementedError" in learner
+    assert "y * 2" not in learner and "y * 2" in solution
+    assert "SOLUTION" not in learner and "SOLUTION" not in solution
+    assert "    y = x + 1" in learner and 'check("01.1", f)' in learner
+
+
+@pytest.mark.parametrize("bad,match", [
+    ("x = 1\n# %%\n", "text before the first"),
+    ("# %% [markdown]\nnot a comment\n", "markdown lines must start with"),
+    ("# %%\n### BEGIN SOLUTION\n", "without an END"),
+    ("# %%\n### END SOLUTION\n", "without a BEGIN"),
+    ("# %%\n### BEGIN SOLUTION\n### BEGIN SOLUTION\n", "nested"),
+    ("# %%junk\n", "malformed cell header"),
+])
+def test_malformed_sources_are_rejected(bad, match):
+    with pytest.raises(ValueError, match=match):
+        build.make_notebook(build.parse_source(bad), learner=True)
+
+
+def test_committed_notebooks_are_in_sync_with_their_source(capsys):
+    assert SOURCES, "no notebook sources found"
+    assert build.main(["--check"]) == 0, capsys.readouterr().out
+
+
+@pytest.mark.parametrize("src", [s for s in SOURCES if not s.stem.startswith("00")], ids=lambda p: p.stem)
+def test_learner_copy_shows_not_attempted_and_solution_shows_passed(src):
+    """What a learner sees on opening each notebook: every check says 'not attempted', no tracebacks."""
+    learner = nbformat.read(ROOT / "notebooks" / f"{src.stem}.ipynb", as_version=4)
+    solution = nbformat.read(ROOT / "solutions" / f"{src.stem}.ipynb", as_version=4)
+    exercise_cells = [i for i, c in enumerate(learner.cells)
+                      if c.cell_type == "code" and "YOUR CODE HERE" in c.source and "check(" in c.source]
+    assert len(exercise_cells) >= 3, f"{src.stem} has {len(exercise_cells)} exercise cells"
+    for nb, word in ((learner, "not attempted"), (solution, "passed")):
+        outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+        assert not [o for o in outputs if o.output_type == "error"], "a committed notebook shows a traceback"
+        for i in exercise_cells:
+            text = "".join(o.get("text", "") for o in nb.cells[i].outputs if o.output_type == "stream")
+            assert f"): {word}." in text, f"{src.stem} cell {i}: {text!r}"
