@@ -54,7 +54,7 @@ plt.show()
 # NBVAL_IGNORE_OUTPUT
 import ipywidgets as widgets
 
-widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSlider(value=3, min=0, max=10));
+_ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSlider(value=3, min=0, max=10))
 
 # %% [markdown]
 # ## How the exercises work

@@ -64,6 +64,9 @@ class CheckResult:
     mistake: str | None = None
     details: dict = field(default_factory=dict)
 
+    def _ipython_display_(self) -> None:
+        """Show nothing when a check is the last line of a cell: the verdict line is already printed."""
+
     def line(self) -> str:
         mark = {PASSED: "✓", FAILED: "✗", NOT_ATTEMPTED: "·"}[self.status]
         return f"{mark} Exercise {self.key} ({self.title}): {self.status}. {self.message}".rstrip()

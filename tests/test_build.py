@@ -71,6 +71,8 @@ def test_learner_copy_shows_not_attempted_and_solution_shows_passed(src):
     for nb, word in ((learner, "not attempted"), (solution, "passed")):
         outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
         assert not [o for o in outputs if o.output_type == "error"], "a committed notebook shows a traceback"
+        reprs = [o for o in outputs if "CheckResult(" in str(o.get("data", {}).get("text/plain", ""))]
+        assert not reprs, "a check's return value is displayed under its verdict line"
         for i in exercise_cells:
             text = "".join(o.get("text", "") for o in nb.cells[i].outputs if o.output_type == "stream")
             assert f"): {word}." in text, f"{src.stem} cell {i}: {text!r}"
