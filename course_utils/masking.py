@@ -77,6 +77,8 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
     ``m[:, None, None, :]`` -> (B, 1, 1, S). Taught in notebook 03.
     """
     lengths = torch.as_tensor(lengths)
+    if lengths.numel() == 0:
+        lengths = lengths.long()  # torch.as_tensor([]) is float32; an empty batch is still a batch
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
         raise TypeError(f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}")
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):

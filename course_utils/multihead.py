@@ -12,7 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course_utils._validate import check_floating, check_tensor
+from course_utils._validate import check_bool_mask, check_floating, check_tensor
 from course_utils.attention import scaled_dot_product_attention
 
 __all__ = [
@@ -25,12 +25,16 @@ __all__ = [
 ]
 
 
+def _check_size(name: str, n: object) -> None:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if n < 1:
+        raise ValueError(f"{name} must be at least 1, got {n}")
+
+
 def _check_heads(embed_dim: int, num_heads: int) -> int:
-    for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-        if n < 1:
-            raise ValueError(f"{name} must be at least 1, got {n}")
+    _check_size("embed_dim", embed_dim)
+    _check_size("num_heads", num_heads)
     if embed_dim % num_heads != 0:
         raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
     return embed_dim // num_heads
@@ -52,6 +56,8 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     Taught in notebook 04.
     """
     check_tensor("x", x, min_dim=3)
+    if x.dim() != 3:
+        raise ValueError(f"split_heads takes x of shape (B, T, C), got {tuple(x.shape)}")
     B, T, C = x.shape
     D = _check_heads(C, num_heads)
     return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
@@ -67,6 +73,8 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     must (notebook 04's pitfall box). Taught in notebook 04.
     """
     check_tensor("x", x, min_dim=4)
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads takes x of shape (B, H, T, D), got {tuple(x.shape)}")
     B, H, T, D = x.shape
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
 
@@ -87,8 +95,8 @@ class SingleHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, head_dim: int, bias: bool = False) -> None:
         super().__init__()
-        _check_heads(embed_dim, 1)
-        _check_heads(head_dim, 1)
+        _check_size("embed_dim", embed_dim)
+        _check_size("head_dim", head_dim)
         self.embed_dim, self.head_dim = embed_dim, head_dim
         self.q_proj = nn.Linear(embed_dim, head_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, head_dim, bias=bias)
@@ -101,11 +109,20 @@ class SingleHeadAttention(nn.Module):
         return _returned(out, weights, need_weights)
 
 
+def _mask_of_head(mask: torch.Tensor | None, h: int) -> torch.Tensor | None:
+    """The part of a mask broadcastable to (B, H, T, S) that head h sees: (B or 1, T, S)."""
+    if mask is None or mask.dim() < 3:
+        return mask
+    m = mask.reshape((1,) * (4 - mask.dim()) + tuple(mask.shape))  # (..., T, S) -> (B|1, H|1, T|1, S|1)
+    return m[:, h if m.shape[1] > 1 else 0]  # (B|1, T|1, S|1)
+
+
 class MultiHeadAttentionWrapper(nn.Module):
     """H independent :class:`SingleHeadAttention` heads, concatenated, then an output projection.
 
     Shape:
-        x: (B, T, C) -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
+        x: (B, T, C), mask: bool broadcastable to (B, H, T, T) -> out: (B, T, C)
+        (weights: (B, H, T, T) when ``need_weights=True``)
 
     Clear but slow: the heads run one after another. Taught in notebook 04.
     """
@@ -119,7 +136,11 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
         _check_input(x, self.embed_dim)
-        results = [head(x, mask, need_weights=True) for head in self.heads]  # H x ((B, T, D), (B, T, T))
+        if mask is not None:
+            B, T, _ = x.shape
+            check_bool_mask(mask, (B, self.num_heads, T, T))
+        results = [head(x, _mask_of_head(mask, h), need_weights=True)  # H x ((B, T, D), (B, T, T))
+                   for h, head in enumerate(self.heads)]
         out = torch.cat([o for o, _ in results], dim=-1)  # H x (B, T, D) -> (B, T, C)
         weights = torch.stack([w for _, w in results], dim=1)  # H x (B, T, T) -> (B, H, T, T)
         return _returned(self.out_proj(out), weights, need_weights)
@@ -205,6 +226,10 @@ class MultiHeadAttention(nn.Module):
     the same layout as ``nn.MultiheadAttention``'s ``in_proj_weight`` and ``out_proj``, so
     :meth:`from_torch` copies weights straight across. Dropout acts on the attention weights in
     training mode. Taught in notebook 04, checked against PyTorch in notebook 05.
+
+    A padding mask from :func:`course_utils.masking.padding_mask` is (B, S): pass it as
+    ``m[:, None, None, :]``. As ``m[:, None, :]`` it would line up its batch axis with the heads,
+    which raises an error unless B == H, and then silently gives batch b's mask to head b.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0) -> None:

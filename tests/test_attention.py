@@ -1,0 +1,335 @@
+"""Tests for course_utils.attention: parity with PyTorch, the claims notebooks 01-03 make, every error message."""
+
+from __future__ import annotations
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course_utils.attention import (
+    attention_loops,
+    attention_matmul,
+    scaled_dot_product_attention,
+    simple_self_attention,
+    softmax,
+    softmax_naive,
+)
+
+DTYPES = (torch.float32, torch.float64)
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+dtypes = st.sampled_from(DTYPES)
+
+
+def tol(dtype: torch.dtype) -> dict:
+    """Tolerances for comparing two correct computations done in a different order."""
+    return {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 1e-10}
+
+
+def reference_weights(q, k, mask=None, scale=None):
+    """softmax(q k^T * scale) with blocked keys removed; a row with nothing visible is all 0."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.nan_to_num(torch.softmax(scores, dim=-1), nan=0.0)
+
+
+@st.composite
+def attention_inputs(draw, masked: bool = True):
+    """q, k, v with random batch dims, T != S allowed, any D and Dv, and a mask that broadcasts to (..., T, S)."""
+    batch = draw(st.lists(st.integers(1, 3), min_size=0, max_size=2))
+    T, S = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    D, Dv = draw(st.integers(1, 8)), draw(st.integers(1, 8))
+    dtype = draw(dtypes)
+    g = torch.Generator().manual_seed(draw(seeds))
+    q = torch.randn(*batch, T, D, generator=g, dtype=dtype)
+    k = torch.randn(*batch, S, D, generator=g, dtype=dtype)
+    v = torch.randn(*batch, S, Dv, generator=g, dtype=dtype)
+    mask = None
+    if masked:
+        # Broadcastable mask: drop some leading batch dims, squeeze others (and maybe the query dim) to 1.
+        kept = batch[draw(st.integers(0, len(batch))):]
+        shape = [draw(st.sampled_from([b, 1])) for b in kept] + [draw(st.sampled_from([T, 1])), S]
+        p_allow = draw(st.sampled_from([0.3, 0.7, 1.0]))
+        mask = torch.rand(*shape, generator=g) < p_allow
+        if draw(st.booleans()):
+            mask[..., 0, :] = False  # a fully masked row (or, with a query dim of 1, every row)
+    return q, k, v, mask
+
+
+# ---------------------------------------------------------------- notebook 01: loops, matmul, simple
+
+
+@settings(deadline=None, max_examples=15)
+@given(T=st.integers(1, 5), S=st.integers(1, 5), D=st.integers(1, 6), Dv=st.integers(1, 6),
+       scale=st.sampled_from([1.0, 0.5, 0.125]), dtype=dtypes, seed=seeds)
+def test_attention_matmul_equals_loops(T, S, D, Dv, scale, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q, k = torch.randn(T, D, generator=g, dtype=dtype), torch.randn(S, D, generator=g, dtype=dtype)
+    v = torch.randn(S, Dv, generator=g, dtype=dtype)
+    loops = attention_loops(q, k, v, scale=scale)
+    assert loops.shape == (T, Dv) and loops.dtype == dtype
+    torch.testing.assert_close(attention_matmul(q, k, v, scale=scale), loops, **tol(dtype))
+    torch.testing.assert_close(loops, reference_weights(q, k, scale=scale) @ v, **tol(dtype))
+
+
+def test_attention_matmul_batches_like_one_sequence_at_a_time():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4, 5), torch.randn(2, 3, 6, 5), torch.randn(2, 3, 6, 2)
+    out = attention_matmul(q, k, v)
+    assert out.shape == (2, 3, 4, 2)
+    for b in range(2):
+        for h in range(3):
+            torch.testing.assert_close(out[b, h], attention_loops(q[b, h], k[b, h], v[b, h]))
+
+
+@settings(deadline=None, max_examples=15)
+@given(batch=st.lists(st.integers(1, 3), max_size=2), T=st.integers(1, 6), C=st.integers(1, 6),
+       dtype=dtypes, seed=seeds)
+def test_simple_self_attention_is_attention_with_q_k_v_equal_to_x(batch, T, C, dtype, seed):
+    x = torch.randn(*batch, T, C, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    out, weights = simple_self_attention(x)
+    assert out.shape == x.shape and weights.shape == (*batch, T, T)
+    torch.testing.assert_close(weights, reference_weights(x, x, scale=1.0), **tol(dtype))
+    torch.testing.assert_close(out, attention_matmul(x, x, x), **tol(dtype))
+    torch.testing.assert_close(weights.sum(-1), torch.ones(*batch, T, dtype=dtype), **tol(dtype))
+
+
+# ---------------------------------------------------------------- notebook 02: softmax, scaling
+
+
+@settings(deadline=None, max_examples=20)
+@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), dim=st.integers(-1, 0),
+       spread=st.sampled_from([1.0, 30.0, 1000.0]), dtype=dtypes, seed=seeds)
+def test_softmax_matches_torch(shape, dim, spread, dtype, seed):
+    x = spread * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+    torch.testing.assert_close(softmax(x, dim=dim), torch.softmax(x, dim=dim), **tol(dtype))
+
+
+def test_softmax_naive_matches_on_small_logits():
+    torch.manual_seed(0)
+    x = torch.randn(4, 7)
+    torch.testing.assert_close(softmax_naive(x), torch.softmax(x, dim=-1))
+    torch.testing.assert_close(softmax_naive(x, dim=0), torch.softmax(x, dim=0))
+
+
+@pytest.mark.parametrize("dtype, big", [(torch.float32, 100.0), (torch.float64, 1000.0)])
+def test_softmax_naive_overflows_where_stable_softmax_does_not(dtype, big):
+    x = torch.tensor([[big, big - 1.0, 0.0]], dtype=dtype)  # exp(big) is inf in this dtype
+    naive = softmax_naive(x)
+    assert not torch.isfinite(naive).all(), naive  # inf / inf = nan
+    assert torch.isnan(naive[0, 0])
+    stable = softmax(x)
+    assert torch.isfinite(stable).all()
+    expected = torch.softmax(torch.tensor([[1.0, 0.0, -big]], dtype=dtype), dim=-1)  # shift by big changes nothing
+    torch.testing.assert_close(stable, expected)
+
+
+def test_softmax_of_a_fully_masked_row_is_nan_like_torch():
+    x = torch.tensor([[0.0, 1.0], [float("-inf"), float("-inf")]])
+    out = softmax(x)
+    assert torch.isnan(out[1]).all() and torch.isnan(torch.softmax(x, -1)[1]).all()
+    torch.testing.assert_close(out[0], torch.softmax(x[0], -1))
+
+
+def test_scaling_keeps_score_variance_near_one_unscaled_grows_like_d():
+    torch.manual_seed(0)
+    N, D = 4000, 256
+    q, k = torch.randn(N, D), torch.randn(N, D)  # unit-variance entries
+    dots = (q * k).sum(-1)  # N independent q . k scores
+    scaled_var = (dots / math.sqrt(D)).var().item()
+    unscaled_var = dots.var().item()
+    assert 0.8 < scaled_var < 1.2, scaled_var
+    assert 0.8 * D < unscaled_var < 1.2 * D, unscaled_var
+
+
+def test_unscaled_scores_saturate_the_softmax_scaled_do_not():
+    torch.manual_seed(0)
+    D, S = 256, 8
+    q, k = torch.randn(64, D), torch.randn(S, D)
+    unscaled = torch.softmax(q @ k.T, dim=-1).amax(-1).mean().item()
+    scaled = torch.softmax(q @ k.T / math.sqrt(D), dim=-1).amax(-1).mean().item()
+    assert unscaled > 0.9 and scaled < 0.7, (unscaled, scaled)
+
+
+# ---------------------------------------------------------------- scaled_dot_product_attention
+
+
+@settings(deadline=None, max_examples=40)
+@given(inputs=attention_inputs(masked=False), use_scale=st.booleans())
+def test_sdpa_matches_pytorch_without_mask(inputs, use_scale):
+    q, k, v, _ = inputs
+    scale = 0.37 if use_scale else None
+    out, weights = scaled_dot_product_attention(q, k, v, scale=scale)
+    expected = F.scaled_dot_product_attention(q, k, v, scale=scale)
+    assert out.shape == expected.shape and out.dtype == q.dtype
+    torch.testing.assert_close(out, expected, **tol(q.dtype))
+    torch.testing.assert_close(weights, reference_weights(q, k, scale=scale), **tol(q.dtype))
+
+
+@settings(deadline=None, max_examples=40)
+@given(inputs=attention_inputs(masked=True), use_scale=st.booleans())
+def test_sdpa_matches_pytorch_with_bool_mask(inputs, use_scale):
+    q, k, v, mask = inputs
+    scale = 1.7 if use_scale else None
+    out, weights = scaled_dot_product_attention(q, k, v, mask=mask, scale=scale)
+    expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
+    torch.testing.assert_close(out, expected, **tol(q.dtype))
+    torch.testing.assert_close(weights, reference_weights(q, k, mask, scale), **tol(q.dtype))
+    # Every row sums to 1, except a row that sees nothing: it is all 0 (weights and output), never NaN.
+    sees_something = mask.expand(weights.shape).any(-1)
+    ones = torch.ones_like(weights[..., 0])
+    torch.testing.assert_close(weights.sum(-1)[sees_something], ones[sees_something], **tol(q.dtype))
+    assert (weights[~sees_something] == 0).all()
+    assert (out[~sees_something] == 0).all()
+    assert not out.isnan().any()
+
+
+def test_sdpa_fully_masked_row_gives_zero_like_pytorch():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(1, 3, 4), torch.randn(1, 5, 4), torch.randn(1, 5, 2)
+    mask = torch.ones(3, 5, dtype=torch.bool)
+    mask[1] = False
+    out, weights = scaled_dot_product_attention(q, k, v, mask)
+    torch.testing.assert_close(out[0, 1], torch.zeros(2), atol=0, rtol=0)
+    torch.testing.assert_close(weights[0, 1], torch.zeros(5), atol=0, rtol=0)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+
+
+def test_sdpa_all_true_mask_changes_nothing():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 6)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    out_m, weights_m = scaled_dot_product_attention(q, k, v, mask=torch.ones(3, 5, dtype=torch.bool))
+    torch.testing.assert_close(out_m, out, atol=0, rtol=0)
+    torch.testing.assert_close(weights_m, weights, atol=0, rtol=0)
+
+
+def test_sdpa_default_scale_is_one_over_sqrt_head_dim():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 16), torch.randn(4, 16), torch.randn(4, 2)
+    out, _ = scaled_dot_product_attention(q, k, v)
+    torch.testing.assert_close(out, attention_matmul(q, k, v, scale=0.25))
+    out_no_scale, _ = scaled_dot_product_attention(q, k, v, scale=1.0)
+    torch.testing.assert_close(out_no_scale, attention_matmul(q, k, v, scale=1.0))
+    assert (out - out_no_scale).abs().max() > 1e-3  # the scale matters on this input
+
+
+def test_sdpa_gradients_match_pytorch():
+    torch.manual_seed(0)
+    q, k, v = (torch.randn(2, 4, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.ones(4, 4, dtype=torch.bool).tril()
+    ours = torch.autograd.grad(scaled_dot_product_attention(q, k, v, mask)[0].sum(), (q, k, v))
+    theirs = torch.autograd.grad(F.scaled_dot_product_attention(q, k, v, attn_mask=mask).sum(), (q, k, v))
+    for a, b in zip(ours, theirs):
+        torch.testing.assert_close(a, b)
+
+
+def test_sdpa_dropout_scales_kept_weights_and_zeroes_the_rest():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 8), torch.randn(2, 2, 16, 4)
+    p = 0.25
+    out0, w0 = scaled_dot_product_attention(q, k, v)
+    torch.manual_seed(1)
+    out, w = scaled_dot_product_attention(q, k, v, dropout_p=p)
+    kept = w != 0
+    assert 0 < kept.float().mean().item() < 1  # some dropped, some kept
+    torch.testing.assert_close(w[kept], w0[kept] / (1 - p))
+    row_sums = w.sum(-1)
+    assert (row_sums - 1).abs().max() > 0.1  # rows no longer sum to 1
+    torch.testing.assert_close(out, w @ v)  # the returned weights are the ones used
+    assert (out - out0).abs().max() > 1e-3
+
+
+def test_sdpa_dropout_is_reproducible_with_a_seed():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(3, 6, 4), torch.randn(3, 6, 4), torch.randn(3, 6, 4)
+    torch.manual_seed(7)
+    a = scaled_dot_product_attention(q, k, v, dropout_p=0.5)[0]
+    torch.manual_seed(7)
+    b = scaled_dot_product_attention(q, k, v, dropout_p=0.5)[0]
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+
+
+def test_sdpa_broadcasts_batch_dims():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(1, 3, 6, 4), torch.randn(3, 6, 2)
+    out, weights = scaled_dot_product_attention(q, k, v)
+    assert out.shape == (2, 3, 5, 2) and weights.shape == (2, 3, 5, 6)
+    out_full, _ = scaled_dot_product_attention(q, k.expand(2, 3, 6, 4), v.expand(2, 3, 6, 2))
+    torch.testing.assert_close(out, out_full)
+
+
+# ---------------------------------------------------------------- error messages
+
+
+def _qkv(*shapes, dtype=torch.float32):
+    return [torch.zeros(s, dtype=dtype) for s in shapes]
+
+
+@pytest.mark.parametrize("fn", [attention_matmul, attention_loops,
+                                lambda q, k, v: scaled_dot_product_attention(q, k, v)])
+def test_qkv_validation_messages(fn):
+    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
+    with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
+        fn(q, [[0.0] * 4] * 5, v)
+    with pytest.raises(ValueError, match=re.escape("v must have at least 2 dimensions, got shape (5,)")):
+        fn(q, k, torch.zeros(5))
+    with pytest.raises(TypeError, match="q must be a floating-point tensor, got dtype torch.int64"):
+        fn(torch.zeros(3, 4, dtype=torch.long), k, v)
+    with pytest.raises(TypeError, match="q, k and v must share a dtype, got torch.float32, torch.float64, torch.float32"):
+        fn(q, k.double(), v)
+    with pytest.raises(ValueError, match=re.escape("q and k must have the same last dimension D, got q (3, 4) and k (5, 3)")):
+        fn(q, torch.zeros(5, 3), v)
+    with pytest.raises(ValueError, match=re.escape("k and v must have the same number of positions S, got k (5, 4) and v (6, 2)")):
+        fn(q, k, torch.zeros(6, 2))
+
+
+def test_batch_dims_that_do_not_broadcast():
+    q, k, v = _qkv((2, 3, 4), (3, 5, 4), (3, 5, 2))
+    with pytest.raises(ValueError, match=re.escape("the batch dimensions of q (2, 3, 4), k (3, 5, 4) and v (3, 5, 2) do not broadcast")):
+        attention_matmul(q, k, v)
+    with pytest.raises(ValueError, match="do not broadcast"):
+        scaled_dot_product_attention(q, k, v)
+
+
+def test_attention_loops_takes_one_sequence():
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 2))
+    with pytest.raises(ValueError, match=re.escape("attention_loops works on one sequence: q must be (T, D), got (2, 3, 4)")):
+        attention_loops(q, k, v)
+
+
+def test_sdpa_mask_messages():
+    q, k, v = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 2))
+    with pytest.raises(TypeError, match=re.escape("mask must be a boolean torch.Tensor (True = may attend), got list")):
+        scaled_dot_product_attention(q, k, v, mask=[[True] * 5] * 3)
+    with pytest.raises(TypeError, match=re.escape("mask must be boolean (True = may attend), got dtype torch.float32; "
+                                                  "convert an additive float mask with course_utils.masking.convert_mask")):
+        scaled_dot_product_attention(q, k, v, mask=torch.zeros(3, 5))
+    with pytest.raises(ValueError, match=re.escape("mask of shape (3, 4) does not broadcast to the scores' shape (2, 3, 5)")):
+        scaled_dot_product_attention(q, k, v, mask=torch.ones(3, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=re.escape("mask of shape (4, 3, 5) does not broadcast to the scores' shape (2, 3, 5)")):
+        scaled_dot_product_attention(q, k, v, mask=torch.ones(4, 3, 5, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
+def test_sdpa_dropout_out_of_range(p):
+    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
+    with pytest.raises(ValueError, match=re.escape(f"dropout_p must be in [0, 1), got {p}")):
+        scaled_dot_product_attention(q, k, v, dropout_p=p)
+
+
+def test_softmax_and_simple_self_attention_messages():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        softmax([1.0, 2.0])
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        softmax(torch.tensor([1, 2]))
+    with pytest.raises(ValueError, match=re.escape("x must have at least 2 dimensions, got shape (3,)")):
+        simple_self_attention(torch.zeros(3))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int32"):
+        simple_self_attention(torch.zeros(2, 3, dtype=torch.int32))

@@ -1,0 +1,140 @@
+"""Tests for course_utils.environment: the notebook setup line and the environment report."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata as md
+import random
+import sys
+from collections import namedtuple
+
+import matplotlib
+import pytest
+import torch
+
+from course_utils import environment
+from course_utils.environment import (
+    Requirement,
+    best_device,
+    environment_report,
+    print_report,
+    setup_notebook,
+)
+
+
+@pytest.fixture
+def restore_global_settings():
+    """setup_notebook changes process-wide settings; put them back so later tests are unaffected."""
+    threads = torch.get_num_threads()
+    with matplotlib.rc_context():
+        yield
+    torch.set_num_threads(threads)
+    torch.set_printoptions(profile="default")
+
+
+def test_setup_notebook_returns_a_device_and_seeds_everything(restore_global_settings):
+    device = setup_notebook(seed=3)
+    assert device in ("cpu", "cuda", "mps") and device == best_device()
+    torch.device(device)  # a valid device string
+    a, r1 = torch.randn(5), random.random()
+    setup_notebook(seed=3)
+    b, r2 = torch.randn(5), random.random()
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    assert r1 == r2
+    setup_notebook(seed=4)
+    assert not torch.equal(torch.randn(5), a)
+
+
+def test_setup_notebook_seeds_numpy(restore_global_settings):
+    np = pytest.importorskip("numpy")
+    setup_notebook(seed=1)
+    a = np.random.rand(3)
+    setup_notebook(seed=1)
+    assert (np.random.rand(3) == a).all()
+
+
+def test_setup_notebook_threads_print_and_plot_settings(restore_global_settings):
+    setup_notebook(seed=0)
+    assert torch.get_num_threads() == 1
+    assert matplotlib.rcParams["figure.dpi"] == 72
+    assert str(torch.tensor([1 / 3])) == "tensor([0.3333])"  # precision 4, no scientific notation
+    torch.set_num_threads(2)
+    setup_notebook(seed=0, threads=None)  # None keeps the thread count
+    assert torch.get_num_threads() == 2
+
+
+def test_environment_report_structure():
+    reqs = environment_report()
+    assert reqs and all(isinstance(r, Requirement) for r in reqs)
+    by_name = {r.name: r for r in reqs}
+    for name in ("Python >= 3.10", "torch", "device", "matplotlib", "tqdm", "course_utils"):
+        assert name in by_name, name
+    assert by_name["torch"].ok and by_name["torch"].detail == torch.__version__
+    assert by_name["Python >= 3.10"].ok
+    assert by_name["matplotlib"].ok and by_name["matplotlib"].detail == md.version("matplotlib")
+    for r in reqs:
+        assert isinstance(r.ok, bool) and r.detail
+        if not r.ok:
+            assert r.fix, f"{r.name} failed without a fix"
+
+
+def test_environment_report_missing_package_has_a_fix(monkeypatch):
+    real_version = md.version
+
+    def version(dist):
+        if dist == "tqdm":
+            raise md.PackageNotFoundError(dist)
+        return real_version(dist)
+
+    monkeypatch.setattr(md, "version", version)
+    tqdm = {r.name: r for r in environment_report()}["tqdm"]
+    assert not tqdm.ok and tqdm.detail == "not installed"
+    assert "course.py lab" in tqdm.fix
+
+
+def test_environment_report_broken_torch_has_a_fix(monkeypatch):
+    monkeypatch.setitem(sys.modules, "torch", None)  # `import torch` now raises ImportError
+    by_name = {r.name: r for r in environment_report()}
+    assert not by_name["torch"].ok and by_name["torch"].detail.startswith("cannot import")
+    assert by_name["torch"].fix
+    assert "device" not in by_name
+
+
+def test_environment_report_old_python_has_a_fix():
+    VersionInfo = namedtuple("VersionInfo", "major minor micro releaselevel serial")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(sys, "version_info", VersionInfo(3, 9, 7, "final", 0))
+        python = environment_report()[0]
+    assert python.name == "Python >= 3.10" and not python.ok
+    assert python.detail == "3.9.7" and "3.10" in python.fix
+
+
+def test_environment_report_course_utils_import(monkeypatch):
+    real_import = importlib.import_module
+
+    def fake_import(name, *args):
+        if name == "course_utils.exercises":
+            return type("Fake", (), {"all_exercises": staticmethod(lambda: {})})
+        return real_import(name, *args)
+
+    monkeypatch.setattr(environment.importlib, "import_module", fake_import)
+    assert {r.name: r for r in environment_report()}["course_utils"].ok
+
+    def broken_import(name, *args):
+        if name == "course_utils.exercises":
+            raise ImportError("no module named course_utils.exercises.masking")
+        return real_import(name, *args)
+
+    monkeypatch.setattr(environment.importlib, "import_module", broken_import)
+    cu = {r.name: r for r in environment_report()}["course_utils"]
+    assert not cu.ok and "no module named" in cu.detail and cu.fix
+
+
+def test_print_report(capsys):
+    reqs = [Requirement("alpha", True, "1.0"), Requirement("beta", False, "not installed", "pip install beta")]
+    assert print_report(reqs) is False
+    out = capsys.readouterr().out
+    assert "OK    alpha  1.0" in out and "FAIL  beta" in out and "fix: pip install beta" in out
+    assert "Something is missing" in out
+    assert print_report(reqs[:1]) is True
+    assert "All set." in capsys.readouterr().out

@@ -1,0 +1,250 @@
+"""Tests for course_utils.masking: the causal triangle, padding, combining, converting, and every error message."""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.masking import causal_mask, combine_masks, convert_mask, mask_scores, padding_mask
+from course_utils.multihead import MultiHeadAttention
+
+CONVENTIONS = ("allow", "block", "additive")
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+
+
+# ---------------------------------------------------------------- causal_mask
+
+
+@settings(deadline=None, max_examples=30)
+@given(T=st.integers(1, 8), extra=st.integers(0, 5))
+def test_causal_mask_is_bottom_right_aligned(T, extra):
+    S = T + extra
+    mask = causal_mask(T, S)
+    assert mask.shape == (T, S) and mask.dtype == torch.bool
+    expected = torch.tensor([[j <= S - T + i for j in range(S)] for i in range(T)])
+    torch.testing.assert_close(mask, expected, atol=0, rtol=0)
+    # The T queries are the last T of S positions: the last T rows of the square mask.
+    torch.testing.assert_close(mask, causal_mask(S)[S - T:], atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("T", [1, 2, 5])
+def test_causal_mask_square_is_lower_triangle(T):
+    mask = causal_mask(T)
+    torch.testing.assert_close(mask, torch.ones(T, T, dtype=torch.bool).tril(), atol=0, rtol=0)
+    assert mask.diagonal().all()  # every query sees itself
+    assert mask.sum().item() == T * (T + 1) // 2
+
+
+def test_causal_mask_device():
+    assert causal_mask(3, device="cpu").device.type == "cpu"
+    assert causal_mask(2, 4, device=torch.device("cpu")).shape == (2, 4)
+
+
+def test_causal_mask_matches_pytorch_is_causal_only_when_square():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)
+    ours, _ = scaled_dot_product_attention(q, k, v, mask=causal_mask(5))
+    torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    # With T < S, PyTorch's is_causal aligns the triangle top-left; ours is bottom-right (KV cache decoding).
+    q2 = q[:, 3:]  # the last 2 queries
+    ours2, _ = scaled_dot_product_attention(q2, k, v, mask=causal_mask(2, 5))
+    torch.testing.assert_close(ours2, ours[:, 3:])  # same as the last rows of the full computation
+    top_left = F.scaled_dot_product_attention(q2, k, v, is_causal=True)
+    assert (ours2 - top_left).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------- mask_scores
+
+
+def test_mask_scores_fills_blocked_entries_only():
+    torch.manual_seed(0)
+    scores = torch.randn(2, 3, 4)
+    mask = torch.rand(3, 4) > 0.5
+    out = mask_scores(scores, mask)
+    torch.testing.assert_close(out[:, mask], scores[:, mask], atol=0, rtol=0)
+    assert torch.isneginf(out[:, ~mask]).all()
+    assert (mask_scores(scores, mask, fill_value=-5.0)[:, ~mask] == -5.0).all()
+
+
+def test_mask_scores_fully_masked_row_nan_with_inf_uniform_with_finfo_min():
+    torch.manual_seed(0)
+    for dtype in (torch.float32, torch.float64):
+        scores = torch.randn(3, 4, dtype=dtype)
+        mask = torch.ones(3, 4, dtype=torch.bool)
+        mask[1] = False
+        with_inf = torch.softmax(mask_scores(scores, mask), dim=-1)
+        assert torch.isnan(with_inf[1]).all()
+        assert not torch.isnan(with_inf[[0, 2]]).any()
+        with_min = torch.softmax(mask_scores(scores, mask, fill_value=torch.finfo(dtype).min), dim=-1)
+        torch.testing.assert_close(with_min[1], torch.full((4,), 0.25, dtype=dtype))  # silent leakage
+        torch.testing.assert_close(with_min[[0, 2]], with_inf[[0, 2]])
+
+
+# ---------------------------------------------------------------- padding_mask, combine_masks
+
+
+def test_padding_mask_values():
+    mask = padding_mask([3, 1, 0, 4], 4)
+    expected = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
+    torch.testing.assert_close(mask, expected, atol=0, rtol=0)
+    torch.testing.assert_close(padding_mask(torch.tensor([3, 1, 0, 4]), 4), expected, atol=0, rtol=0)
+
+
+@settings(deadline=None, max_examples=25)
+@given(lengths=st.lists(st.integers(0, 6), min_size=1, max_size=5), extra=st.integers(0, 3))
+def test_padding_mask_counts_real_tokens(lengths, extra):
+    S = max(lengths) + extra
+    if S == 0:
+        S = 1
+    mask = padding_mask(lengths, S)
+    assert mask.shape == (len(lengths), S) and mask.dtype == torch.bool
+    assert mask.sum(-1).tolist() == lengths
+    # True entries come first: a prefix of real tokens, then padding.
+    assert (mask[:, 1:] <= mask[:, :-1]).all()
+
+
+def test_padding_mask_empty_batch():
+    assert padding_mask([], 4).shape == (0, 4)
+
+
+def test_padding_mask_broadcasts_over_queries_in_attention():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 2)
+    lengths = [5, 2]
+    out, weights = scaled_dot_product_attention(q, k, v, mask=padding_mask(lengths, 5)[:, None, :])
+    assert (weights[1, :, 2:] == 0).all()
+    out_short, _ = scaled_dot_product_attention(q[1], k[1, :2], v[1, :2])  # as if the padding were not there
+    torch.testing.assert_close(out[1], out_short)
+
+
+def test_combine_masks_is_logical_and_with_broadcasting():
+    causal = causal_mask(4)  # (4, 4)
+    pad = padding_mask([4, 2], 4)[:, None, :]  # (2, 1, 4)
+    both = combine_masks(causal, None, pad)
+    assert both.shape == (2, 4, 4)
+    torch.testing.assert_close(both, causal[None] & pad, atol=0, rtol=0)
+    assert not both[1, :, 2:].any() and both[0].equal(causal)
+    assert combine_masks(causal) is causal
+    assert combine_masks() is None and combine_masks(None, None) is None
+
+
+# ---------------------------------------------------------------- convert_mask
+
+
+def _all_conventions(allow: torch.Tensor, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    additive = torch.zeros(allow.shape, dtype=dtype).masked_fill(~allow, float("-inf"))
+    return {"allow": allow, "block": ~allow, "additive": additive}
+
+
+@pytest.mark.parametrize("src, dst", list(itertools.product(CONVENTIONS, CONVENTIONS)))
+def test_convert_mask_all_pairs_and_round_trip(src, dst):
+    torch.manual_seed(0)
+    allow = torch.rand(2, 3, 5) > 0.4
+    reps = _all_conventions(allow)
+    converted = convert_mask(reps[src], src, dst)
+    assert converted.dtype == reps[dst].dtype and converted.shape == allow.shape
+    torch.testing.assert_close(converted, reps[dst], atol=0, rtol=0)
+    torch.testing.assert_close(convert_mask(converted, dst, src), reps[src], atol=0, rtol=0)
+
+
+def test_convert_mask_additive_dtype_and_use_in_scores():
+    torch.manual_seed(0)
+    allow = causal_mask(4)
+    additive = convert_mask(allow, "allow", "additive", dtype=torch.float64)
+    assert additive.dtype == torch.float64
+    scores = torch.randn(4, 4, dtype=torch.float64)
+    torch.testing.assert_close(torch.softmax(scores + additive, -1), torch.softmax(mask_scores(scores, allow), -1))
+
+
+def test_convert_mask_block_matches_nn_multihead_attention():
+    torch.manual_seed(0)
+    mha = torch.nn.MultiheadAttention(8, 2, batch_first=True).eval()
+    x = torch.randn(2, 4, 8)
+    allow = causal_mask(4)
+    with_block, _ = mha(x, x, x, attn_mask=convert_mask(allow, "allow", "block"))
+    with_additive, _ = mha(x, x, x, attn_mask=convert_mask(allow, "allow", "additive"))
+    torch.testing.assert_close(with_block, with_additive)
+    # Ours is the same function as nn.MultiheadAttention given the converted mask.
+    torch.testing.assert_close(MultiHeadAttention.from_torch(mha)(x, allow), with_block)
+    # Handing our "allow" mask straight to nn.MultiheadAttention inverts it: query 0 then sees keys 1..3.
+    inverted, _ = mha(x, x, x, attn_mask=allow)
+    assert (inverted[:, 0] - with_block[:, 0]).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------- error messages
+
+
+@pytest.mark.parametrize("args, exc, message", [
+    ((2.0,), TypeError, "T must be an int, got float"),
+    ((True,), TypeError, "T must be an int, got bool"),
+    ((2, 3.0), TypeError, "S must be an int, got float"),
+    ((0,), ValueError, "T must be at least 1, got 0"),
+    ((1, 0), ValueError, "S must be at least 1, got 0"),
+    ((4, 3), ValueError, "causal_mask needs T <= S (the queries are the last T of the S positions), got T=4, S=3"),
+])
+def test_causal_mask_messages(args, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        causal_mask(*args)
+
+
+def test_mask_scores_messages():
+    with pytest.raises(TypeError, match="scores must be a torch.Tensor, got list"):
+        mask_scores([[0.0]], torch.ones(1, 1, dtype=torch.bool))
+    with pytest.raises(ValueError, match=re.escape("scores must have at least 2 dimensions, got shape (3,)")):
+        mask_scores(torch.zeros(3), torch.ones(3, dtype=torch.bool))
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        mask_scores(torch.zeros(2, 3), torch.ones(2, 3))
+    with pytest.raises(ValueError, match=re.escape("mask of shape (3, 2) does not broadcast to the scores' shape (2, 3)")):
+        mask_scores(torch.zeros(2, 3), torch.ones(3, 2, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("lengths, exc, message", [
+    ([2.0, 1.0], TypeError, "lengths must be a 1-D integer tensor or list, got dtype torch.float32, shape (2,)"),
+    (torch.tensor([True, False]), TypeError, "got dtype torch.bool"),
+    ([[1, 2]], TypeError, "got dtype torch.int64, shape (1, 2)"),
+    ([1, 5], ValueError, "every length must be in [0, S=4], got [1, 5]"),
+    ([-1, 2], ValueError, "every length must be in [0, S=4], got [-1, 2]"),
+])
+def test_padding_mask_messages(lengths, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        padding_mask(lengths, 4)
+
+
+def test_combine_masks_messages():
+    ok = torch.ones(3, 3, dtype=torch.bool)
+    with pytest.raises(TypeError, match=re.escape("combine_masks takes boolean masks (True = may attend); mask 1 is torch.float32")):
+        combine_masks(ok, torch.ones(3, 3))
+    with pytest.raises(TypeError, match="mask 0 is list"):
+        combine_masks([[True]], ok)
+    with pytest.raises(ValueError, match=re.escape("masks of shapes (3, 3), (2, 4) do not broadcast together")):
+        combine_masks(ok, torch.ones(2, 4, dtype=torch.bool))
+
+
+def test_convert_mask_messages():
+    allow = torch.ones(2, 2, dtype=torch.bool)
+    with pytest.raises(ValueError, match=re.escape("src must be one of ('allow', 'block', 'additive'), got 'keep'")):
+        convert_mask(allow, "keep", "block")
+    with pytest.raises(ValueError, match=re.escape("dst must be one of ('allow', 'block', 'additive'), got 'Allow'")):
+        convert_mask(allow, "allow", "Allow")
+    with pytest.raises(TypeError, match="mask must be a torch.Tensor, got list"):
+        convert_mask([[True]], "allow", "block")
+    with pytest.raises(TypeError, match="a 'allow' mask must be boolean, got dtype torch.float32"):
+        convert_mask(torch.zeros(2, 2), "allow", "block")
+    with pytest.raises(TypeError, match="a 'block' mask must be boolean, got dtype torch.int64"):
+        convert_mask(torch.zeros(2, 2, dtype=torch.long), "block", "allow")
+    with pytest.raises(TypeError, match="an 'additive' mask must be floating point, got dtype torch.bool"):
+        convert_mask(allow, "additive", "allow")
+
+
+@pytest.mark.parametrize("bad", [0.5, -2.0, float("inf"), float("nan")])
+def test_convert_mask_refuses_a_bias(bad):
+    additive = torch.tensor([[0.0, float("-inf")], [0.0, bad]])
+    with pytest.raises(ValueError, match="so it is a bias, not a mask"):
+        convert_mask(additive, "additive", "allow")

@@ -1,0 +1,361 @@
+"""Tests for course_utils.multihead: head splitting, the four attention modules, parity with nn.MultiheadAttention."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.masking import causal_mask, combine_masks, convert_mask, padding_mask
+from course_utils.multihead import (
+    MultiHeadAttention,
+    MultiHeadAttentionEinsum,
+    MultiHeadAttentionWrapper,
+    SingleHeadAttention,
+    merge_heads,
+    split_heads,
+)
+
+DTYPES = (torch.float32, torch.float64)
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+dtypes = st.sampled_from(DTYPES)
+
+
+def tol(dtype: torch.dtype) -> dict:
+    return {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 1e-10}
+
+
+def randomize_biases(module: nn.Module) -> None:
+    """nn.MultiheadAttention starts its biases at 0, which would hide a bias that is copied wrong."""
+    with torch.no_grad():
+        for name, p in module.named_parameters():
+            if "bias" in name:
+                p.normal_()
+
+
+# ---------------------------------------------------------------- split_heads / merge_heads
+
+
+@settings(deadline=None, max_examples=25)
+@given(B=st.integers(1, 3), T=st.integers(1, 5), H=st.integers(1, 4), D=st.integers(1, 4), seed=seeds)
+def test_split_heads_matches_reshape_and_round_trips(B, T, H, D, seed):
+    x = torch.randn(B, T, H * D, generator=torch.Generator().manual_seed(seed))
+    heads = split_heads(x, H)
+    assert heads.shape == (B, H, T, D)
+    torch.testing.assert_close(heads, x.reshape(B, T, H, D).permute(0, 2, 1, 3), atol=0, rtol=0)
+    for h in range(H):  # head h holds channels h*D .. (h+1)*D - 1
+        torch.testing.assert_close(heads[:, h], x[..., h * D:(h + 1) * D], atol=0, rtol=0)
+    torch.testing.assert_close(merge_heads(heads), x, atol=0, rtol=0)
+    y = torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(seed + 1))
+    torch.testing.assert_close(split_heads(merge_heads(y), H), y, atol=0, rtol=0)
+
+
+def test_merge_heads_works_on_non_contiguous_input():
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, 3, 4).transpose(1, 2)  # (B, H, T, D), not contiguous
+    assert not x.is_contiguous()
+    torch.testing.assert_close(merge_heads(x), x.transpose(1, 2).reshape(2, 5, 12), atol=0, rtol=0)
+
+
+# ---------------------------------------------------------------- parity with nn.MultiheadAttention
+
+
+@st.composite
+def mha_setups(draw):
+    B, T, H, D = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    lengths = [draw(st.integers(1, T)) for _ in range(B)]  # >= 1 real token: no fully masked row
+    return dict(B=B, T=T, H=H, D=D, lengths=lengths, bias=draw(st.booleans()), batch_first=draw(st.booleans()),
+                masks=draw(st.sampled_from(["none", "causal", "padding", "both"])), dtype=draw(dtypes),
+                seed=draw(seeds))
+
+
+def torch_and_ours(s):
+    torch.manual_seed(s["seed"])
+    C = s["H"] * s["D"]
+    ref = nn.MultiheadAttention(C, s["H"], bias=s["bias"], batch_first=s["batch_first"], dtype=s["dtype"]).eval()
+    randomize_biases(ref)
+    ours = MultiHeadAttention.from_torch(ref)
+    x = torch.randn(s["B"], s["T"], C, dtype=s["dtype"])
+    return ref, ours, x
+
+
+def masks_for(s):
+    """The same masks in both conventions: ours (True = may attend, (B, H, T, S)) and nn.MultiheadAttention's."""
+    causal = causal_mask(s["T"]) if s["masks"] in ("causal", "both") else None
+    pad = padding_mask(s["lengths"], s["T"]) if s["masks"] in ("padding", "both") else None
+    ours = combine_masks(causal, None if pad is None else pad[:, None, None, :])
+    torch_kwargs = dict(attn_mask=None if causal is None else convert_mask(causal, "allow", "block"),
+                        key_padding_mask=None if pad is None else convert_mask(pad, "allow", "block"))
+    return ours, torch_kwargs
+
+
+def run_torch(ref, x, torch_kwargs, **kwargs):
+    xt = x if ref.batch_first else x.transpose(0, 1)  # (B, T, C) or (T, B, C)
+    out, weights = ref(xt, xt, xt, **torch_kwargs, **kwargs)
+    return (out if ref.batch_first else out.transpose(0, 1)), weights
+
+
+@settings(deadline=None, max_examples=40)
+@given(s=mha_setups())
+def test_from_torch_matches_nn_multihead_attention(s):
+    ref, ours, x = torch_and_ours(s)
+    assert not ours.training and ours.qkv_proj.weight.dtype == s["dtype"]
+    mask, torch_kwargs = masks_for(s)
+    out, weights = ours(x, mask, need_weights=True)
+    H, B, T = s["H"], s["B"], s["T"]
+    assert out.shape == x.shape and weights.shape == (B, H, T, T)
+    ref_out, ref_avg = run_torch(ref, x, torch_kwargs, need_weights=True, average_attn_weights=True)
+    torch.testing.assert_close(out, ref_out, **tol(s["dtype"]))
+    torch.testing.assert_close(weights.mean(dim=1), ref_avg, **tol(s["dtype"]))
+    _, ref_heads = run_torch(ref, x, torch_kwargs, need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(weights, ref_heads, **tol(s["dtype"]))
+    ref_out_fast, _ = run_torch(ref, x, torch_kwargs, need_weights=False)
+    torch.testing.assert_close(ours(x, mask), ref_out_fast, **tol(s["dtype"]))
+    # Rows of the weights sum to 1 (no row is fully masked here).
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T, dtype=s["dtype"]), **tol(s["dtype"]))
+
+
+def test_from_torch_gradients_match():
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
+    randomize_biases(ref)
+    ours = MultiHeadAttention.from_torch(ref)
+    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    mask = causal_mask(5)
+    g_ours = torch.autograd.grad(ours(x, mask).square().sum(), (x, ours.qkv_proj.weight, ours.out_proj.bias))
+    out_ref, _ = ref(x, x, x, attn_mask=convert_mask(mask, "allow", "block"), need_weights=False)
+    g_ref = torch.autograd.grad(out_ref.square().sum(), (x, ref.in_proj_weight, ref.out_proj.bias))
+    for a, b in zip(g_ours, g_ref):
+        torch.testing.assert_close(a, b)
+
+
+def test_from_torch_copies_mode_dropout_and_bias_flag():
+    ref = nn.MultiheadAttention(6, 3, dropout=0.25, bias=False)
+    ours = MultiHeadAttention.from_torch(ref)
+    assert ours.training and ours.dropout == 0.25 and ours.qkv_proj.bias is None and ours.out_proj.bias is None
+    assert not MultiHeadAttention.from_torch(ref.eval()).training
+    torch.testing.assert_close(ours.qkv_proj.weight, ref.in_proj_weight, atol=0, rtol=0)
+    torch.testing.assert_close(ours.out_proj.weight, ref.out_proj.weight, atol=0, rtol=0)
+
+
+# ---------------------------------------------------------------- the four modules agree
+
+
+def make_packed(C=8, H=2, bias=True, dtype=torch.float32, seed=0):
+    torch.manual_seed(seed)
+    packed = MultiHeadAttention(C, H, bias=bias).to(dtype)
+    randomize_biases(packed)
+    return packed
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttentionEinsum, MultiHeadAttentionWrapper])
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("use_mask", [False, True])
+def test_from_packed_agrees_with_multihead_attention(cls, bias, dtype, use_mask):
+    packed = make_packed(C=12, H=3, bias=bias, dtype=dtype)
+    other = cls.from_packed(packed)
+    assert all(p.dtype == dtype for p in other.parameters())
+    assert sum(p.numel() for p in other.parameters()) == sum(p.numel() for p in packed.parameters())
+    x = torch.randn(2, 5, 12, dtype=dtype)
+    mask = causal_mask(5) if use_mask else None
+    out, weights = other(x, mask, need_weights=True)
+    ref_out, ref_weights = packed(x, mask, need_weights=True)
+    assert weights.shape == (2, 3, 5, 5)
+    torch.testing.assert_close(out, ref_out, **tol(dtype))
+    torch.testing.assert_close(weights, ref_weights, **tol(dtype))
+    torch.testing.assert_close(other(x, mask), out, atol=0, rtol=0)  # need_weights only changes what is returned
+
+
+def test_padding_mask_per_module_shapes():
+    packed = make_packed()
+    x = torch.randn(3, 4, 8)
+    pad = padding_mask([4, 2, 1], 4)
+    ref = packed(x, pad[:, None, None, :])  # (B, 1, 1, S) broadcasts to (B, H, T, S)
+    torch.testing.assert_close(MultiHeadAttentionEinsum.from_packed(packed)(x, pad[:, None, None, :]), ref)
+    torch.testing.assert_close(MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, None, :]), ref)
+    with pytest.raises(ValueError, match="does not broadcast"):  # (B, 1, S) would put the batch on the heads
+        MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, :])
+
+
+def test_wrapper_takes_the_same_mask_as_multihead_attention():
+    packed = make_packed()
+    x = torch.randn(3, 4, 8)
+    mask = padding_mask([4, 2, 1], 4)[:, None, None, :]
+    torch.testing.assert_close(MultiHeadAttentionWrapper.from_packed(packed)(x, mask), packed(x, mask))
+
+
+def test_single_head_attention_is_sdpa_on_its_projections():
+    torch.manual_seed(0)
+    head = SingleHeadAttention(8, 3, bias=True)
+    x = torch.randn(2, 5, 8)
+    mask = causal_mask(5)
+    out, weights = head(x, mask, need_weights=True)
+    assert out.shape == (2, 5, 3) and weights.shape == (2, 5, 5)
+    ref_out, ref_weights = scaled_dot_product_attention(head.q_proj(x), head.k_proj(x), head.v_proj(x), mask)
+    torch.testing.assert_close(out, ref_out, atol=0, rtol=0)
+    torch.testing.assert_close(weights, ref_weights, atol=0, rtol=0)
+    assert SingleHeadAttention(8, 3).q_proj.bias is None  # bias=False by default
+
+
+def test_one_head_multihead_is_single_head_plus_out_proj():
+    packed = make_packed(C=6, H=1)
+    x = torch.randn(2, 4, 6)
+    wrapper = MultiHeadAttentionWrapper.from_packed(packed)
+    torch.testing.assert_close(wrapper.out_proj(wrapper.heads[0](x)), packed(x))
+
+
+# ---------------------------------------------------------------- claims: permutation, rows, dropout
+
+
+FACTORIES = {
+    "SingleHeadAttention": lambda: SingleHeadAttention(8, 4, bias=True),
+    "MultiHeadAttentionWrapper": lambda: MultiHeadAttentionWrapper(8, 2),
+    "MultiHeadAttentionEinsum": lambda: MultiHeadAttentionEinsum(8, 2),
+    "MultiHeadAttention": lambda: MultiHeadAttention(8, 2),
+}
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_permutation_equivariance_without_positions(name):
+    torch.manual_seed(0)
+    module = FACTORIES[name]()
+    x = torch.randn(2, 6, 8)
+    perm = torch.randperm(6)
+    out, weights = module(x, need_weights=True)
+    out_p, weights_p = module(x[:, perm], need_weights=True)
+    torch.testing.assert_close(out_p, out[:, perm])
+    torch.testing.assert_close(weights_p, weights[..., perm, :][..., :, perm])
+    # With a causal mask, order matters: the same permutation changes the result.
+    out_c = module(x, causal_mask(6))
+    out_cp = module(x[:, perm], causal_mask(6))
+    assert (out_cp - out_c[:, perm]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("name", list(FACTORIES))
+def test_weights_rows_sum_to_one(name):
+    torch.manual_seed(0)
+    _, weights = FACTORIES[name]()(torch.randn(3, 5, 8), need_weights=True)
+    assert (weights >= 0).all()
+    torch.testing.assert_close(weights.sum(-1), torch.ones(weights.shape[:-1]))
+
+
+def test_multihead_attention_dropout_eval_is_deterministic_and_train_is_not():
+    torch.manual_seed(0)
+    drop = MultiHeadAttention(8, 2, dropout=0.5)
+    plain = MultiHeadAttention(8, 2)
+    plain.load_state_dict(drop.state_dict())
+    x = torch.randn(2, 6, 8)
+    drop.eval()
+    torch.manual_seed(1)
+    a = drop(x)
+    torch.manual_seed(2)
+    b = drop(x)
+    torch.testing.assert_close(a, b, atol=0, rtol=0)
+    torch.testing.assert_close(a, plain(x), atol=0, rtol=0)
+    drop.train()
+    torch.manual_seed(1)
+    c, w_c = drop(x, need_weights=True)
+    torch.manual_seed(2)
+    d = drop(x)
+    assert (c - d).abs().max() > 1e-3
+    _, w_plain = plain(x, need_weights=True)
+    kept = w_c != 0
+    assert 0 < kept.float().mean().item() < 1
+    torch.testing.assert_close(w_c[kept], w_plain[kept] / 0.5)
+
+
+# ---------------------------------------------------------------- error messages
+
+
+MODULE_CLASSES = [MultiHeadAttention, MultiHeadAttentionEinsum, MultiHeadAttentionWrapper]
+
+
+@pytest.mark.parametrize("cls", MODULE_CLASSES)
+@pytest.mark.parametrize("args, exc, message", [
+    ((10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
+    ((8.0, 2), TypeError, "embed_dim must be an int, got float"),
+    ((8, True), TypeError, "num_heads must be an int, got bool"),
+    ((8, "2"), TypeError, "num_heads must be an int, got str"),
+    ((0, 1), ValueError, "embed_dim must be at least 1, got 0"),
+    ((8, 0), ValueError, "num_heads must be at least 1, got 0"),
+    ((8, -2), ValueError, "num_heads must be at least 1, got -2"),
+])
+def test_constructor_messages(cls, args, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        cls(*args)
+
+
+def test_single_head_attention_embed_dim_messages():
+    with pytest.raises(ValueError, match="embed_dim must be at least 1, got 0"):
+        SingleHeadAttention(0, 4)
+    with pytest.raises(TypeError, match="embed_dim must be an int, got float"):
+        SingleHeadAttention(8.0, 4)
+
+
+@pytest.mark.parametrize("head_dim, exc, message", [
+    (0, ValueError, "head_dim must be at least 1, got 0"),
+    (2.0, TypeError, "head_dim must be an int, got float"),
+])
+def test_single_head_attention_head_dim_messages(head_dim, exc, message):
+    with pytest.raises(exc, match=re.escape(message)):
+        SingleHeadAttention(8, head_dim)
+
+
+@pytest.mark.parametrize("p", [1.0, -0.5])
+def test_multihead_attention_dropout_message(p):
+    with pytest.raises(ValueError, match=re.escape(f"dropout must be in [0, 1), got {p}")):
+        MultiHeadAttention(8, 2, dropout=p)
+
+
+@pytest.mark.parametrize("factory", [lambda: SingleHeadAttention(8, 4), *[lambda c=c: c(8, 2) for c in MODULE_CLASSES]])
+def test_forward_input_messages(factory):
+    module = factory()
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        module([[[0.0] * 8]])
+    with pytest.raises(ValueError, match=re.escape("x must have at least 3 dimensions, got shape (4, 8)")):
+        module(torch.zeros(4, 8))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        module(torch.zeros(2, 4, 8, dtype=torch.long))
+    with pytest.raises(ValueError, match=re.escape("x must have shape (B, T, C=8), got (2, 4, 6)")):
+        module(torch.zeros(2, 4, 6))
+    with pytest.raises(ValueError, match=re.escape("x must have shape (B, T, C=8), got (1, 2, 4, 8)")):
+        module(torch.zeros(1, 2, 4, 8))
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        module(torch.zeros(2, 4, 8), torch.zeros(4, 4))
+    with pytest.raises(ValueError, match="does not broadcast to the scores' shape"):
+        module(torch.zeros(2, 4, 8), torch.ones(3, 4, 4, dtype=torch.bool))
+
+
+def test_split_and_merge_heads_messages():
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        split_heads([[[0.0]]], 1)
+    with pytest.raises(ValueError, match=re.escape("x must have at least 3 dimensions, got shape (4, 6)")):
+        split_heads(torch.zeros(4, 6), 2)
+    with pytest.raises(ValueError, match=re.escape("embed_dim (6) must be divisible by num_heads (4)")):
+        split_heads(torch.zeros(1, 4, 6), 4)
+    with pytest.raises(ValueError, match=re.escape("x must have at least 4 dimensions, got shape (2, 4, 6)")):
+        merge_heads(torch.zeros(2, 4, 6))
+
+
+@pytest.mark.parametrize("fn, x", [(lambda x: split_heads(x, 2), torch.zeros(1, 2, 4, 6)),
+                                   (merge_heads, torch.zeros(1, 2, 3, 4, 5))])
+def test_split_and_merge_heads_too_many_dims(fn, x):
+    with pytest.raises(ValueError, match=r"\((B, )?(H, )?T, (C|D)\)"):
+        fn(x)
+
+
+def test_from_torch_messages():
+    with pytest.raises(TypeError, match="from_torch takes an nn.MultiheadAttention, got Linear"):
+        MultiHeadAttention.from_torch(nn.Linear(4, 4))
+    with pytest.raises(ValueError, match=re.escape("from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)")):
+        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4))
+    with pytest.raises(ValueError, match="from_torch does not support add_bias_kv or add_zero_attn"):
+        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True))
+    with pytest.raises(ValueError, match="from_torch does not support add_bias_kv or add_zero_attn"):
+        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_zero_attn=True))

@@ -1,0 +1,118 @@
+"""Tests for course_utils.plotting: what the heatmaps contain, and every error message."""
+
+from __future__ import annotations
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import re
+
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from course_utils.plotting import plot_heads, plot_weights
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def _weights(*shape: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    return torch.softmax(torch.randn(*shape, generator=g), dim=-1)
+
+
+def _labels(ticks) -> list[str]:
+    return [t.get_text() for t in ticks]
+
+
+def test_plot_weights_labels_and_image():
+    w = _weights(3, 4)
+    ax = plot_weights(w, ["the", "cat", "sat"], ["a", "b", "c", "d"], title="one head")
+    assert isinstance(ax, plt.Axes)
+    assert _labels(ax.get_yticklabels()) == ["the", "cat", "sat"]
+    assert _labels(ax.get_xticklabels()) == ["a", "b", "c", "d"]
+    assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query" and ax.get_title() == "one head"
+    (image,) = ax.get_images()
+    torch.testing.assert_close(torch.as_tensor(image.get_array().data), w)  # rows are queries, columns keys
+    assert image.get_clim() == (0.0, pytest.approx(w.max().item()))
+
+
+def test_plot_weights_default_labels_are_positions():
+    ax = plot_weights(_weights(2, 5))
+    assert _labels(ax.get_xticklabels()) == ["0", "1", "2", "3", "4"]
+    assert _labels(ax.get_yticklabels()) == ["0", "1"]
+    assert ax.get_title() == ""
+
+
+def test_plot_weights_draws_on_a_given_axes():
+    fig, (left, right) = plt.subplots(1, 2)
+    assert plot_weights(_weights(3, 3), ax=right) is right
+    assert len(right.get_images()) == 1 and len(left.get_images()) == 0
+    assert len(fig.axes) == 2
+
+
+def test_plot_weights_annotates_small_matrices_only():
+    w = _weights(3, 4)
+    texts = [t.get_text() for t in plot_weights(w).texts]
+    assert len(texts) == 12 and texts[0] == f"{w[0, 0].item():.2f}"
+    assert len(plot_weights(_weights(11, 11)).texts) == 0  # 121 cells: too many to read
+    assert len(plot_weights(_weights(11, 11), annotate=True).texts) == 121
+    assert len(plot_weights(w, annotate=False).texts) == 0
+
+
+def test_plot_weights_accepts_grad_tensors_and_float64():
+    w = _weights(2, 3).double().requires_grad_(True)
+    ax = plot_weights(w * 1.0)
+    assert len(ax.get_images()) == 1
+
+
+@pytest.mark.parametrize("H, n_axes, n_visible", [(1, 1, 1), (3, 3, 3), (4, 4, 4), (6, 8, 6)])
+def test_plot_heads_one_axes_per_head(H, n_axes, n_visible):
+    w = _weights(H, 3, 3)
+    fig = plot_heads(w, labels=["x", "y", "z"], title="heads")
+    assert isinstance(fig, plt.Figure)
+    assert len(fig.axes) == n_axes
+    visible = [ax for ax in fig.axes if ax.axison]
+    assert len(visible) == n_visible
+    assert [ax.get_title() for ax in visible] == [f"head {h}" for h in range(H)]
+    for h, ax in enumerate(visible):
+        assert _labels(ax.get_xticklabels()) == ["x", "y", "z"] == _labels(ax.get_yticklabels())
+        torch.testing.assert_close(torch.as_tensor(ax.get_images()[0].get_array().data), w[h])
+    assert fig.get_suptitle() == "heads"
+
+
+def test_plot_heads_labels_only_the_matching_axis():
+    fig = plot_heads(_weights(2, 2, 4), labels=["p", "q"])  # T == 2 != S == 4
+    ax = fig.axes[0]
+    assert _labels(ax.get_yticklabels()) == ["p", "q"]
+    assert _labels(ax.get_xticklabels()) == ["0", "1", "2", "3"]
+
+
+def test_plot_heads_max_cols():
+    fig = plot_heads(_weights(5, 2, 2), max_cols=2)
+    assert len(fig.axes) == 6 and sum(ax.axison for ax in fig.axes) == 5
+
+
+def test_plot_messages():
+    with pytest.raises(TypeError, match="weights must be a torch.Tensor, got list"):
+        plot_weights([[0.5, 0.5]])
+    with pytest.raises(TypeError, match="weights must be a torch.Tensor, got ndarray"):
+        plot_heads(_weights(2, 2, 2).numpy())
+    with pytest.raises(ValueError, match=re.escape("plot_weights takes one (T, S) matrix, got shape (2, 3, 4); "
+                                                   "use plot_heads for (H, T, S)")):
+        plot_weights(_weights(2, 3, 4))
+    with pytest.raises(ValueError, match=re.escape("plot_weights takes one (T, S) matrix, got shape (4,)")):
+        plot_weights(_weights(4))
+    with pytest.raises(ValueError, match="query_labels has 2 entries, the weights have 3"):
+        plot_weights(_weights(3, 4), query_labels=["a", "b"])
+    with pytest.raises(ValueError, match="key_labels has 5 entries, the weights have 4"):
+        plot_weights(_weights(3, 4), key_labels=list("abcde"))
+    with pytest.raises(ValueError, match=re.escape("plot_heads takes (H, T, S) weights, got shape (3, 4)")):
+        plot_heads(_weights(3, 4))
+    with pytest.raises(ValueError, match=re.escape("plot_heads takes (H, T, S) weights, got shape (1, 2, 3, 4)")):
+        plot_heads(_weights(1, 2, 3, 4))
