@@ -5,31 +5,35 @@ In a notebook::
     from course_utils.exercises import check
     check("03.1", my_causal_mask)
 
-Keys are ``"NN.k"``: notebook NN, exercise k. Each topic module below defines ``EXERCISES``, a tuple
-of :class:`course_utils.checking.Exercise`; the machinery lives in :mod:`course_utils.checking`.
+Keys are ``"NN.k"``: notebook NN, exercise k. Each topic module in this package (``dot_product`` for
+notebook 01, ``masking`` for 03, ...) defines ``EXERCISES``, a tuple of
+:class:`course_utils.checking.Exercise`; the machinery lives in :mod:`course_utils.checking`.
 """
 
 from __future__ import annotations
 
+import pkgutil
 from importlib import import_module
 
 from course_utils.checking import CheckResult, Exercise, report, run_check
 
-__all__ = ["check", "all_exercises", "get_exercise", "TOPICS"]
+__all__ = ["check", "all_exercises", "get_exercise", "topics"]
 
-# Topic modules in course order: notebook 01 -> dot_product, ..., 05 -> parity.
-TOPICS = ("dot_product", "scaled_attention", "masking", "multihead", "parity")
+
+def topics() -> list[str]:
+    """The topic modules of this package (one per notebook), found on disk so a new notebook needs no registration."""
+    return sorted(m.name for m in pkgutil.iter_modules(__path__) if not m.name.startswith("_"))
 
 
 def all_exercises() -> dict[str, Exercise]:
-    """Every exercise of the course, by key, in course order."""
+    """Every exercise of the course, by key, in course order ("01.1", "01.2", ..., "02.1", ...)."""
     found: dict[str, Exercise] = {}
-    for topic in TOPICS:
+    for topic in topics():
         for ex in import_module(f"course_utils.exercises.{topic}").EXERCISES:
             if ex.key in found:
                 raise RuntimeError(f"exercise key {ex.key} is defined twice")
             found[ex.key] = ex
-    return found
+    return dict(sorted(found.items(), key=lambda kv: tuple(int(p) for p in kv[0].split("."))))
 
 
 def get_exercise(key: str) -> Exercise:
