@@ -45,6 +45,18 @@ def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         ) from None
 
 
+def _check_bias(bias: object, scores: torch.Tensor) -> None:
+    check_tensor("bias", bias, min_dim=0)
+    if not bias.is_floating_point():
+        raise TypeError(f"bias must be a floating-point tensor added to the scores, got dtype {bias.dtype}")
+    try:
+        ok = torch.broadcast_shapes(bias.shape, scores.shape) == scores.shape
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape {tuple(scores.shape)}")
+
+
 def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """Dot-product attention with explicit Python loops, one query at a time.
 
@@ -131,12 +143,14 @@ def scaled_dot_product_attention(
     mask: torch.Tensor | None = None,
     dropout_p: float = 0.0,
     scale: float | None = None,
+    bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T / sqrt(D), masked) v, returning the output and the attention weights.
 
     Shape:
         q: (..., T, D), k: (..., S, D), v: (..., S, Dv),
         mask: bool, broadcastable to (..., T, S), True = may attend
+        bias: float, broadcastable to (..., T, S), added to the scaled scores (ALiBi, notebook 06)
         -> out: (..., T, Dv), weights: (..., T, S)
 
     Taught in notebook 02 (scale), 03 (mask, dropout). Equal to ``F.scaled_dot_product_attention``
@@ -151,6 +165,9 @@ def scaled_dot_product_attention(
     D = q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
+    if bias is not None:
+        _check_bias(bias, scores)
+        scores = scores + bias  # (..., T, S): a bias changes scores, a mask removes keys
     if mask is not None:
         check_bool_mask(mask, scores.shape)
         scores = scores.masked_fill(~mask, float("-inf"))  # blocked keys get -inf before the softmax

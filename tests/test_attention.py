@@ -333,3 +333,23 @@ def test_softmax_and_simple_self_attention_messages():
         simple_self_attention(torch.zeros(3))
     with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int32"):
         simple_self_attention(torch.zeros(2, 3, dtype=torch.int32))
+
+
+def test_additive_bias_matches_float_attn_mask_of_pytorch():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 7, 4), torch.randn(2, 3, 7, 4)
+    bias = torch.randn(3, 5, 7)
+    mask = torch.rand(5, 7) > 0.3
+    out, _ = scaled_dot_product_attention(q, k, v, mask=mask, bias=bias)
+    additive = bias.masked_fill(~mask, float("-inf"))
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=additive)
+    keep = mask.any(-1)  # PyTorch's additive path gives NaN on fully masked rows; ours gives 0
+    torch.testing.assert_close(out[..., keep, :], ref[..., keep, :])
+
+
+def test_bias_errors():
+    q = torch.randn(2, 5, 4)
+    with pytest.raises(TypeError, match="bias must be a floating-point tensor"):
+        scaled_dot_product_attention(q, q, q, bias=torch.zeros(5, 5, dtype=torch.long))
+    with pytest.raises(ValueError, match=re.escape("bias of shape (4, 5) does not broadcast to the scores' shape (2, 5, 5)")):
+        scaled_dot_product_attention(q, q, q, bias=torch.zeros(4, 5))
