@@ -81,8 +81,8 @@ def cmd_test(extra: list[str]) -> int:
     steps = [
         ("lint (ruff, including B015: comparisons whose result is thrown away)",
          ["-m", "ruff", "check", "course_utils", "tests", "course_source", "notebooks", "solutions", "course.py"]),
-        ("notebooks in sync with course_source/", ["-m", "course_utils.build", "--check"]),
-        ("unit tests, then nbval on every notebook (learner copies and solutions)",
+        ("unit tests (notebooks in sync with course_source/ among them), then nbval on every notebook "
+         "(learner copies and solutions)",
          ["-m", "pytest", "tests", "notebooks", "solutions", "--nbval", "--nbval-current-env",
           "--nbval-cell-timeout=600", *extra]),
     ]
