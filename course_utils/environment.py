@@ -88,6 +88,15 @@ def environment_report() -> list[Requirement]:
         v = _version(dist)
         reqs.append(Requirement(label, v is not None, v or "not installed", reinstall))
     try:
+        from course_utils import data
+
+        data.verify()
+        reqs.append(Requirement("data for notebook 08", True, f"{data.corpus_path()} (checksum OK)"))
+    except Exception as e:  # missing or damaged: say how to get it; notebooks 01-07 do not need it
+        reqs.append(Requirement("data for notebook 08", False, str(e).split(":")[0],
+                                "run `python -m course_utils.data fetch` once with internet (notebooks 01-07 "
+                                "work without it)"))
+    try:
         importlib.import_module("course_utils.exercises").all_exercises()
         reqs.append(Requirement("course_utils", True, f"importable from {__file__.rsplit('/', 2)[0]}"))
     except Exception as e:
