@@ -18,17 +18,15 @@
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-import math
-
 import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
-from ipywidgets import FloatSlider, interact
 
 from course_utils.attention import attention_loops, attention_matmul, simple_self_attention
 from course_utils.environment import setup_notebook
 from course_utils.exercises import check
 from course_utils.plotting import plot_weights
+from course_utils.widgets import lookup_explorer, plot_lookup
 
 device = setup_notebook(seed=0)
 print(f"torch {torch.__version__}, device: {device} (this notebook only needs the CPU)")
@@ -182,49 +180,25 @@ print("hard: d out / d values =", v.grad, "(only the winner learns)")
 #
 # Below, the query is a 2-D arrow at some angle, with a length (the "sharpness" from above). The
 # left panel shows the keys (key 1, the one with value 1, in orange) and the query; the right panel
-# shows the weights and the output.
+# shows the weights and the output. `plot_lookup` from `course_utils.widgets` draws it with the same
+# three steps as `soft_lookup_toy`: scores `keys @ query`, softmax, weighted sum of the values.
 # First, two fixed pictures: the cat-like query at 0 degrees and the dog-like one at 90 degrees.
 
 # %%
-def show_lookup(angle_deg=0.0, length=1.0):
-    """Draw the keys, the query at this angle and length, its weights and the output."""
-    a = math.radians(angle_deg)
-    q = length * torch.tensor([math.cos(a), math.sin(a)])
-    out, weights = soft_lookup_toy(q, keys, values)
-    fig, (ax_vec, ax_w) = plt.subplots(1, 2, figsize=(7.0, 3.0))
-    colors = ["tab:orange" if val == 1 else "tab:grey" for val in values.tolist()]  # value 1 in orange
-    offsets = [(4, -10), (4, -2), (4, 4)]  # label positions (points), so the close keys 0 and 2 stay apart
-    for j, (kx, ky) in enumerate(keys.tolist()):
-        ax_vec.annotate("", xy=(kx, ky), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colors[j], lw=1.5))
-        ax_vec.annotate(f"key {j}", xy=(kx, ky), xytext=offsets[j], textcoords="offset points",
-                        fontsize=8, color=colors[j])
-    ax_vec.annotate("", xy=tuple(q.tolist()), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color="tab:red", lw=2))
-    lim = max(1.2, 1.2 * length)
-    ax_vec.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal",
-               title=f"query (red): {angle_deg:.0f} deg, length {length:g}")
-    ax_vec.axhline(0, color="lightgrey", lw=0.5)
-    ax_vec.axvline(0, color="lightgrey", lw=0.5)
-    ax_w.bar([f"key {j}\nvalue {values[j]:.0f}" for j in range(len(keys))], weights.tolist(), color=colors)
-    for j, w in enumerate(weights.tolist()):
-        ax_w.text(j, w + 0.02, f"{w:.2f}", ha="center", fontsize=8)
-    ax_w.set(ylim=(0, 1.1), ylabel="weight", title=f"out = {out.item():.3f}")
-    fig.tight_layout()
-    plt.show()
-
-
-show_lookup(0)
-show_lookup(90)
+plot_lookup(0, keys=keys, values=values)
+plot_lookup(90, keys=keys, values=values)
+plt.show()
 
 # %% [markdown]
-# Now drag the sliders (the widget needs a running kernel). Things to try: point the query
-# straight at key 1 (about 84 degrees); point it away from every key (225 degrees); lengthen it to
-# make the lookup harder; shorten it to 0 and every key gets weight 1/3.
+# Now drag the sliders (the widget needs a running kernel; the picture updates when you let go).
+# Things to try: point the query straight at key 1 (about 84 degrees); at 45 degrees all three scores
+# are equal (each key's two coordinates add up to 1), so every key gets weight 1/3; point it away from
+# every key (225 degrees); lengthen it to make the lookup harder; shorten it to 0 and every key gets
+# weight 1/3 again.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-_ = interact(show_lookup,
-             angle_deg=FloatSlider(value=45, min=0, max=360, step=5, description="angle"),
-             length=FloatSlider(value=1.0, min=0.0, max=8.0, step=0.5, description="length"))
+lookup_explorer(keys, values)
 
 # %% [markdown]
 # ## 7. Many queries at once: loops, then matrices

@@ -392,47 +392,8 @@ for i, D in enumerate(dims):
     print(f"{D:4d} " + "".join(f"{mean_entropy[name][i]:12.3f}" for name in SCALINGS))
 
 # %% [markdown]
-# Try it: pick a head size and a scale. The left panel shows the weights of 8 of the queries over all
-# 32 keys (colours capped at 0.5; uniform attention is a pale `1/32 = 0.03` everywhere), the right panel
-# where that choice sits on its entropy curve.
-
-# %%
-def show_entropy(D: int = 64, scaling: str = "1/sqrt(D)", ax_pair=None):
-    if ax_pair is None:
-        _, ax_pair = plt.subplots(1, 2, figsize=(9, 3.0), width_ratios=[1.3, 1])
-    ax_w, ax_h = ax_pair
-    w = random_weights(D, scaling)[0, :8]  # (8, 32): 8 queries, all keys
-    ax_w.imshow(w, cmap="Blues", vmin=0, vmax=0.5)
-    ax_w.set_title(f"D = {D}, scale {scaling}", fontsize=9)
-    ax_w.set_xlabel("key")
-    ax_w.set_ylabel("query")
-    for name in SCALINGS:
-        ax_h.semilogx(dims, mean_entropy[name], "o-", ms=3, label=name, base=2,
-                      lw=2.5 if name == scaling else 1, alpha=1 if name == scaling else 0.4)
-    ax_h.plot([D], [entropy(random_weights(D, scaling)).mean().item()], "r*", ms=12)
-    ax_h.axhline(math.log(32), color="k", ls=":", lw=1)
-    ax_h.set_xlabel("head_dim D")
-    ax_h.set_ylabel("mean entropy (nats)")
-    ax_h.legend(fontsize=8, loc="lower left")
-    return ax_pair
-
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-from ipywidgets import Dropdown, interact
-
-
-def _explore(D, scaling):
-    show_entropy(D, scaling)
-    plt.show()
-
-
-_ = interact(_explore, D=Dropdown(options=dims, value=64, description="head_dim D"),
-             scaling=Dropdown(options=list(SCALINGS), value="1/sqrt(D)", description="scale"))
-
-# %% [markdown]
-# The same picture without a widget, at `D = 256`: first 8 queries over 32 keys for each scale, then the
-# entropy curves (the dotted line is uniform attention, `log 32`).
+# The same numbers as pictures, at `D = 256`: first 8 queries over 32 keys for each scale (colours capped
+# at 0.5; uniform attention is a pale `1/32 = 0.03` everywhere).
 
 # %%
 fig, axes = plt.subplots(3, 1, figsize=(7, 4.6), sharex=True)
@@ -444,8 +405,27 @@ for ax, name in zip(axes, SCALINGS):
 axes[-1].set_xlabel("key")
 fig.tight_layout()
 plt.show()
-show_entropy(256, "1/sqrt(D)")
+
+# %% [markdown]
+# `plot_entropy` from `course_utils.widgets` puts one choice in context: its weights on the left (the same
+# random `q` and `k` as `random_weights` above), and on the right the entropy curves of all three scales
+# over the head sizes of the table, with a red star for the chosen one. The dotted line is uniform
+# attention, `log 32`.
+
+# %%
+from course_utils.widgets import entropy_explorer, plot_entropy
+
+fig = plot_entropy(256, "1/sqrt(D)")
+print(fig.axes[1].get_title(), "| the table above:", f"{mean_entropy['1/sqrt(D)'][dims.index(256)]:.2f}")
 plt.show()
+
+# %% [markdown]
+# Try it: pick a head size and a scale (the widget needs a running kernel). With `none`, the star slides
+# down the curve as `D` grows; with `1/sqrt(D)` it stays put; with `1/D` it climbs to the dotted line.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+entropy_explorer()
 
 # %% [markdown]
 # ## 6. Pitfalls found in the wild

@@ -359,6 +359,38 @@ except RuntimeError as e:
 print(torch.tensor(-1e9).to(torch.float16), "| float16 min:", torch.finfo(torch.float16).min)
 
 # %% [markdown]
+# ### Explore: every mask of this notebook in one picture
+#
+# `plot_mask` from `course_utils.widgets` draws the weights of an 8-token sentence under one kind of mask,
+# using `causal_mask`, `padding_mask`, `combine_masks`, `mask_scores` and a bare softmax (scores come from
+# fixed random vectors, one per word). Blocked cells are hatched; a blocked cell that still shows a number
+# is leakage, and a red NaN is a row that saw nothing. Here is the left-padding case of this section, with
+# both fills: 3 padding tokens, 5 real ones.
+
+# %%
+from course_utils.widgets import mask_explorer, plot_mask
+
+fig, (ax_inf, ax_min) = plt.subplots(1, 2, figsize=(10, 5))
+plot_mask("causal + left padding", length=5, fill="-inf", ax=ax_inf)
+plot_mask("causal + left padding", length=5, fill="finfo.min", ax=ax_min)
+plt.show()
+
+# %% [markdown]
+# With `-inf` the three padding queries are NaN; with `finfo.min` they spread 1/8 = 0.12 over all eight
+# keys, five of them real words they must not see. The five real rows look the same under both fills, as
+# the `torch.equal` check above found for rows 2-4 of `s5`.
+#
+# Now switch between masks yourself (the widget needs a running kernel). Things to try: `none`, then
+# `causal` (the triangle of section 2); `padding` with a shorter `length` (whole columns disappear, but
+# the padding *rows* still attend); `causal + padding` (section 7: with at least one real token no row
+# is empty, because every query sees the first token); `causal + left padding` with `length` 0 (every
+# row empty: all NaN, or all uniform with `finfo.min`).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+mask_explorer()
+
+# %% [markdown]
 # ## 9. Dropout on the attention weights
 #
 # Transformers regularise attention with dropout on the **weights**, after the softmax: each weight is

@@ -449,6 +449,30 @@ plot_heads(fresh_weights[0], sentence, title="four untrained heads, causal mask"
 plt.show()
 
 # %% [markdown]
+# ### Explore: one head at a time
+#
+# `plot_head` from `course_utils.widgets` runs a `MultiHeadAttention` layer on a sequence and draws one
+# head's weights, with the causal mask or without it (hatched cells are blocked). Here is the hand-built
+# "same word" head 1 *without* the mask: now the first "the" also sees the two later ones, and the
+# row of every "the" is the same, because the head looks at words, not positions.
+
+# %%
+from course_utils.widgets import head_explorer, plot_head
+
+plot_head(toy, emb, sentence, head=1, causal=False)
+plt.show()
+
+# %% [markdown]
+# Now pick a layer, a head and the mask yourself (the widget needs a running kernel). Things to try:
+# head 0 of the hand-built layer without the mask (the "previous token" head hardly needs the mask, since
+# it looks back anyway; only the first token, which has no previous token, now spreads its weight over the
+# whole sentence); the untrained layer's four heads, which all look alike.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+head_explorer({"hand-built (2 heads)": toy, "untrained (4 heads)": fresh}, emb, sentence)
+
+# %% [markdown]
 # ## 7. Pitfalls found in the wild
 #
 # ### Pitfall 1: scaling by the model width C instead of the head size D

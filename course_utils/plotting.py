@@ -44,7 +44,8 @@ def plot_weights(
             raise ValueError(f"{name} has {len(labels)} entries, the weights have {n}")
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * S + 1.8, 0.4 * T + 1.2))
-    ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=max(1e-9, float(w.max())))
+    top = max(1e-9, float(torch.nan_to_num(w, nan=0.0).max()))  # a NaN row (fully masked) must not set the scale
+    ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=top)
     ax.set_xticks(range(S), labels=list(key_labels) if key_labels is not None else range(S), rotation=90)
     ax.set_yticks(range(T), labels=list(query_labels) if query_labels is not None else range(T))
     ax.set_xlabel("key")
@@ -56,7 +57,7 @@ def plot_weights(
             for j in range(S):
                 v = float(w[i, j])
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if v > 0.6 * float(w.max()) else "black")
+                        color="white" if v > 0.6 * top else "black")
     return ax
 
 

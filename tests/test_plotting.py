@@ -116,3 +116,11 @@ def test_plot_messages():
         plot_heads(_weights(3, 4))
     with pytest.raises(ValueError, match=re.escape("plot_heads takes (H, T, S) weights, got shape (1, 2, 3, 4)")):
         plot_heads(_weights(1, 2, 3, 4))
+
+
+def test_plot_weights_scale_ignores_nan_rows():
+    w = torch.tensor([[0.25, 0.75], [float("nan"), float("nan")]])
+    ax = plot_weights(w)
+    image = ax.get_images()[0]
+    assert image.norm.vmax == pytest.approx(0.75)  # not collapsed to 1e-9 by max(1e-9, nan)
+    plt.close(ax.figure)

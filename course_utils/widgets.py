@@ -1,0 +1,527 @@
+"""Interactive explorers: a pure plotting function for each picture, and a widget that drives it.
+
+Every explorer comes in two halves:
+
+- a **plot function** (``plot_lookup``, ``plot_entropy``, ``plot_mask``, ``plot_head``): deterministic,
+  no widgets, returns a matplotlib ``Figure``. Notebooks call it for the static picture that nbval checks.
+- an **explorer** (``lookup_explorer``, ``entropy_explorer``, ``mask_explorer``, ``head_explorer``):
+  an :class:`Explorer`, that is an ``ipywidgets.VBox`` of labelled controls above an ``Output`` that shows
+  the plot function's picture for the controls' current values, redrawn whenever one of them changes
+  (sliders report their value when released: ``continuous_update=False``).
+
+All the maths comes from ``course_utils.attention``, ``masking`` and ``multihead``; this module only wires
+controls to pictures. Because an explorer renders its picture itself (a PNG in its ``Output``), it can be
+driven and tested from plain Python, without a browser or a kernel:
+
+>>> ex = mask_explorer()                      # doctest: +SKIP
+>>> ex.control("mask").value = "causal"       # doctest: +SKIP
+>>> ex.caption                                # doctest: +SKIP
+
+Used in notebooks 01 (lookup), 02 (entropy), 03 (mask) and 04 (head).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import math
+from collections.abc import Callable, Mapping, Sequence
+from functools import lru_cache
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import torch
+from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
+
+from course_utils.attention import scaled_dot_product_attention, softmax
+from course_utils.masking import causal_mask, combine_masks, mask_scores, padding_mask
+from course_utils.multihead import MultiHeadAttention
+from course_utils.plotting import plot_weights
+
+__all__ = [
+    "Explorer",
+    "LOOKUP_KEYS",
+    "LOOKUP_VALUES",
+    "plot_lookup",
+    "lookup_explorer",
+    "SCALINGS",
+    "ENTROPY_DIMS",
+    "plot_entropy",
+    "entropy_explorer",
+    "MASK_KINDS",
+    "FILLS",
+    "MASK_SENTENCE",
+    "plot_mask",
+    "mask_explorer",
+    "HEAD_SENTENCE",
+    "plot_head",
+    "head_explorer",
+]
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The widget container shared by all explorers
+# ---------------------------------------------------------------------------------------------------------
+
+
+class Explorer(widgets.VBox):
+    """Labelled controls above an ``Output``; every change of a control redraws the picture.
+
+    ``draw`` receives the controls' values as keyword arguments (the keys of ``controls``) and returns
+    ``(figure, caption)``. The figure is rendered to a PNG, shown in :attr:`output` and closed; the last
+    one stays in :attr:`figure` (its axes, titles and texts can be inspected), the caption in
+    :attr:`caption` and as the Output's ``text/plain``. :attr:`renders` counts the redraws.
+    """
+
+    def __init__(self, controls: Mapping[str, widgets.ValueWidget],
+                 draw: Callable[..., tuple[Figure, str]]) -> None:
+        self.controls = dict(controls)
+        self.output = widgets.Output()
+        self.figure: Figure | None = None
+        self.caption = ""
+        self.renders = 0
+        self._draw = draw
+        super().__init__([*self.controls.values(), self.output])
+        for c in self.controls.values():
+            c.observe(lambda change: self.update(), names="value")
+        self.update()
+
+    def control(self, description: str) -> widgets.ValueWidget:
+        """The control whose label (``description``) is ``description``."""
+        for c in self.controls.values():
+            if c.description == description:
+                return c
+        labels = [c.description for c in self.controls.values()]
+        raise KeyError(f"no control labelled {description!r}; the labels are {labels}")
+
+    def values(self) -> dict[str, object]:
+        """The controls' current values, by parameter name."""
+        return {name: c.value for name, c in self.controls.items()}
+
+    def update(self) -> None:
+        """Redraw the picture for the current values (called on every change)."""
+        try:
+            fig, caption = self._draw(**self.values())
+        except (ValueError, TypeError) as e:  # show the message, keep the widget alive
+            self.caption = f"{type(e).__name__}: {e}"
+            self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": self.caption + "\n"},)
+            return
+        buf = io.BytesIO()
+        fig.savefig(buf, format="png")  # the plot functions already call tight_layout
+        plt.close(fig)  # shown once, in the Output; not again by the inline backend
+        self.figure, self.caption = fig, caption
+        self.renders += 1
+        png = base64.b64encode(buf.getvalue()).decode("ascii")
+        self.output.outputs = ({"output_type": "display_data", "metadata": {},
+                                "data": {"image/png": png, "text/plain": caption}},)
+
+
+def _style() -> dict:
+    return {"description_width": "initial"}
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Notebook 01: the soft lookup
+# ---------------------------------------------------------------------------------------------------------
+
+LOOKUP_KEYS = torch.tensor([[0.95, 0.05], [0.10, 0.90], [0.80, 0.20]])  # (S, 2): cat, dog, mostly cat
+LOOKUP_VALUES = torch.tensor([0.0, 1.0, 0.0])  # (S,): the dog entry holds 1
+
+
+def _lookup(angle_deg: float, length: float, keys: torch.Tensor, values: torch.Tensor):
+    if not isinstance(keys, torch.Tensor) or keys.dim() != 2 or keys.shape[1] != 2:
+        got = tuple(keys.shape) if isinstance(keys, torch.Tensor) else type(keys).__name__
+        raise ValueError(f"keys must be a (S, 2) tensor (2-D, to be drawn as arrows), got {got}")
+    if not isinstance(values, torch.Tensor) or values.shape != keys.shape[:1]:
+        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        raise ValueError(f"values must be a ({keys.shape[0]},) tensor, one number per key, got {got}")
+    if not math.isfinite(length) or length < 0:
+        raise ValueError(f"length must be a finite number >= 0, got {length}")
+    a = math.radians(angle_deg)
+    q = length * torch.tensor([[math.cos(a), math.sin(a)]], dtype=keys.dtype)  # (T=1, 2)
+    out, weights = scaled_dot_product_attention(q, keys, values[:, None], scale=1.0)  # (1, 1), (1, S)
+    return q[0], out[0, 0], weights[0]
+
+
+def plot_lookup(
+    angle_deg: float = 0.0,
+    length: float = 1.0,
+    keys: torch.Tensor | None = None,
+    values: torch.Tensor | None = None,
+) -> Figure:
+    """The soft lookup of one 2-D query: keys and query as arrows (left), the weights and output (right).
+
+    Shape:
+        keys: (S, 2), values: (S,); defaults: notebook 01's three keys, value 1 on the dog-like key 1
+
+    The query is ``length * (cos angle, sin angle)``; weights are ``softmax(keys @ query)`` (no scale)
+    and the output is ``weights @ values``. Keys with the largest value are drawn in orange. Used in
+    notebook 01.
+    """
+    keys = LOOKUP_KEYS if keys is None else keys
+    values = LOOKUP_VALUES if values is None else values
+    q, out, weights = _lookup(angle_deg, length, keys, values)
+    S = keys.shape[0]
+    top = float(values.max())
+    colors = ["tab:orange" if float(val) == top else "tab:grey" for val in values]
+    offsets = [(4, -10), (4, -2), (4, 4)]  # label positions (points), so keys 0 and 2 of the toy stay apart
+    fig, (ax_vec, ax_w) = plt.subplots(1, 2, figsize=(7.0, 3.0))
+    for j, (kx, ky) in enumerate(keys.tolist()):
+        ax_vec.annotate("", xy=(kx, ky), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colors[j], lw=1.5))
+        ax_vec.annotate(f"key {j}", xy=(kx, ky), xytext=offsets[j % len(offsets)], textcoords="offset points",
+                        fontsize=8, color=colors[j])
+    ax_vec.annotate("", xy=tuple(q.tolist()), xytext=(0, 0),
+                    arrowprops=dict(arrowstyle="->", color="tab:red", lw=2))
+    lim = max(1.2, 1.2 * length, 1.2 * float(keys.abs().max()))
+    ax_vec.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal",
+               title=f"query (red): {angle_deg:.0f} deg, length {length:g}")
+    ax_vec.axhline(0, color="lightgrey", lw=0.5)
+    ax_vec.axvline(0, color="lightgrey", lw=0.5)
+    ax_w.bar([f"key {j}\nvalue {float(values[j]):g}" for j in range(S)], weights.tolist(), color=colors)
+    for j, w in enumerate(weights.tolist()):
+        ax_w.text(j, w + 0.02, f"{w:.2f}", ha="center", fontsize=8)
+    ax_w.set(ylim=(0, 1.1), ylabel="weight", title=f"out = {out.item():.3f}")
+    fig.tight_layout()
+    return fig
+
+
+def lookup_explorer(keys: torch.Tensor | None = None, values: torch.Tensor | None = None) -> Explorer:
+    """Turn and stretch the query of notebook 01's soft lookup; see the weights and the output.
+
+    Controls: ``angle`` (degrees, 0-360), ``length`` (0-8). Draws :func:`plot_lookup`. Used in notebook 01.
+    """
+    keys = LOOKUP_KEYS if keys is None else keys
+    values = LOOKUP_VALUES if values is None else values
+    _lookup(0.0, 1.0, keys, values)  # bad keys or values fail here, not inside the widget
+    controls = {
+        "angle_deg": widgets.FloatSlider(value=45, min=0, max=360, step=5, description="angle",
+                                         continuous_update=False, style=_style()),
+        "length": widgets.FloatSlider(value=1.0, min=0.0, max=8.0, step=0.5, description="length",
+                                      continuous_update=False, style=_style()),
+    }
+
+    def draw(angle_deg: float, length: float) -> tuple[Figure, str]:
+        _, out, weights = _lookup(angle_deg, length, keys, values)
+        caption = f"angle {angle_deg:g}, length {length:g}: weights {[round(w, 3) for w in weights.tolist()]}, " \
+                  f"out {out.item():.3f}"
+        return plot_lookup(angle_deg, length, keys, values), caption
+
+    return Explorer(controls, draw)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Notebook 02: head size, scale and the entropy of the weights
+# ---------------------------------------------------------------------------------------------------------
+
+SCALINGS: dict[str, Callable[[int], float]] = {
+    "none": lambda D: 1.0,
+    "1/sqrt(D)": lambda D: D**-0.5,
+    "1/D": lambda D: 1.0 / D,
+}
+ENTROPY_DIMS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+_ENTROPY_T = 32  # queries and keys per sample
+
+
+def _random_weights(head_dim: int, scaling: str, n: int = 8, seed: int = 0) -> torch.Tensor:
+    """Weights (n, T, T) of random unit-variance q, k of size head_dim under one scaling (as notebook 02)."""
+    if scaling not in SCALINGS:
+        raise ValueError(f"scaling must be one of {list(SCALINGS)}, got {scaling!r}")
+    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(n, _ENTROPY_T, head_dim, generator=g)  # (n, T, D)
+    k = torch.randn(n, _ENTROPY_T, head_dim, generator=g)  # (n, S, D), S = T
+    scores = q @ k.transpose(-2, -1) * SCALINGS[scaling](head_dim)  # (n, T, S)
+    return softmax(scores, dim=-1)  # (n, T, S)
+
+
+def _mean_entropy(weights: torch.Tensor) -> float:
+    return float(-torch.special.xlogy(weights, weights).sum(dim=-1).mean())  # 0 log 0 counts as 0
+
+
+@lru_cache(maxsize=None)
+def _entropy_curve(scaling: str) -> tuple[float, ...]:
+    return tuple(_mean_entropy(_random_weights(D, scaling)) for D in ENTROPY_DIMS)
+
+
+def plot_entropy(head_dim: int = 64, scaling: str = "1/sqrt(D)") -> Figure:
+    """Weights of random q, k for one head size and scale (left), and where they sit on the entropy curves (right).
+
+    Shape:
+        left panel: 8 queries x 32 keys of one sample; right: mean entropy (nats) over 8 samples of
+        (32, 32) weights, for every head size in ``ENTROPY_DIMS`` and every scale in ``SCALINGS``
+
+    ``q`` and ``k`` have unit-variance entries; the scores are ``q @ k.T * scale``. Uniform weights over
+    32 keys have entropy ``log 32 = 3.47`` (dotted line), one-hot weights 0. Used in notebook 02.
+    """
+    w = _random_weights(head_dim, scaling)  # (8, T, S)
+    here = _mean_entropy(w)
+    fig, (ax_w, ax_h) = plt.subplots(1, 2, figsize=(9, 3.0), width_ratios=[1.3, 1])
+    ax_w.imshow(w[0, :8].numpy(), cmap="Blues", vmin=0, vmax=0.5)  # (8, 32): 8 queries, all keys
+    ax_w.set_title(f"D = {head_dim}, scale {scaling}: 8 queries, colours capped at 0.5", fontsize=9)
+    ax_w.set_xlabel("key")
+    ax_w.set_ylabel("query")
+    for name in SCALINGS:
+        ax_h.semilogx(ENTROPY_DIMS, _entropy_curve(name), "o-", ms=3, label=name, base=2,
+                      lw=2.5 if name == scaling else 1, alpha=1 if name == scaling else 0.4)
+    ax_h.plot([head_dim], [here], "r*", ms=12)
+    ax_h.axhline(math.log(_ENTROPY_T), color="k", ls=":", lw=1)
+    ax_h.set_title(f"mean entropy {here:.2f} (uniform: {math.log(_ENTROPY_T):.2f})", fontsize=9)
+    ax_h.set_xlabel("head_dim D")
+    ax_h.set_ylabel("mean entropy (nats)")
+    ax_h.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    return fig
+
+
+def entropy_explorer() -> Explorer:
+    """Pick a head size and a scale; see the weights and their entropy. Draws :func:`plot_entropy`.
+
+    Controls: ``head_dim D`` (1 ... 1024), ``scale`` (none, 1/sqrt(D), 1/D). Used in notebook 02.
+    """
+    controls = {
+        "head_dim": widgets.Dropdown(options=list(ENTROPY_DIMS), value=64, description="head_dim D",
+                                     style=_style()),
+        "scaling": widgets.Dropdown(options=list(SCALINGS), value="1/sqrt(D)", description="scale",
+                                    style=_style()),
+    }
+
+    def draw(head_dim: int, scaling: str) -> tuple[Figure, str]:
+        fig = plot_entropy(head_dim, scaling)
+        return fig, f"D = {head_dim}, scale {scaling}: mean entropy {_mean_entropy(_random_weights(head_dim, scaling)):.3f}"
+
+    return Explorer(controls, draw)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Notebook 03: masks
+# ---------------------------------------------------------------------------------------------------------
+
+MASK_KINDS = ("none", "causal", "padding", "causal + padding", "causal + left padding")
+FILLS = ("-inf", "finfo.min")
+MASK_SENTENCE = ("the", "cat", "sat", "on", "the", "mat", "and", "slept")
+_PAD = "<pad>"
+
+
+def _masked_weights(kind: str, length: int, fill: str, tokens: Sequence[str], seed: int = 0):
+    """Labels, mask (T, T) and bare-softmax weights (T, T) of one mask kind on a padded sentence."""
+    if kind not in MASK_KINDS:
+        raise ValueError(f"kind must be one of {list(MASK_KINDS)}, got {kind!r}")
+    if fill not in FILLS:
+        raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
+    T = len(tokens)
+    if T < 1:
+        raise ValueError("tokens must hold at least one token")
+    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= T:
+        raise ValueError(f"length (the number of real tokens) must be an int in [0, {T}], got {length!r}")
+    real, pads = list(tokens[:length]), [_PAD] * (T - length)
+    padded = "padding" in kind
+    labels = pads + real if kind == "causal + left padding" else real + pads if padded else list(tokens)
+
+    g = torch.Generator().manual_seed(seed)  # one random vector per distinct word: same word, same q and k
+    vocab = sorted(set(labels))
+    emb = torch.randn(len(vocab), 8, generator=g)  # (V, C)
+    W_q, W_k = (torch.randn(8, 4, generator=g) / math.sqrt(8) for _ in range(2))  # (C, D) each
+    x = emb[[vocab.index(t) for t in labels]]  # (T, C)
+    scores = (x @ W_q) @ (x @ W_k).T / math.sqrt(4)  # (T, D) @ (D, T) -> (T, T)
+
+    key_mask = padding_mask([length], T)[0]  # (S,): True at the first `length` positions
+    if kind == "causal + left padding":
+        key_mask = key_mask.flip(-1)  # real tokens at the end
+    masks = {"none": [torch.ones(T, T, dtype=torch.bool)], "causal": [causal_mask(T)],
+             "padding": [key_mask[None, :]], "causal + padding": [causal_mask(T), key_mask[None, :]],
+             "causal + left padding": [causal_mask(T), key_mask[None, :]]}[kind]
+    mask = combine_masks(*masks).expand(T, T)  # (T, S)
+    fill_value = None if fill == "-inf" else torch.finfo(scores.dtype).min
+    weights = softmax(mask_scores(scores, mask, fill_value=fill_value), dim=-1)  # (T, S); NaN if a row sees nothing
+    return labels, mask, weights
+
+
+def _masked_heatmap(ax: plt.Axes, weights: torch.Tensor, mask: torch.Tensor, labels: Sequence[str]) -> None:
+    """plot_weights, plus: blocked cells hatched, NaN written in red, blocked zeros left blank."""
+    nan = weights.isnan()
+    shown = torch.nan_to_num(weights, nan=0.0)  # plot_weights' colour scale needs finite numbers
+    plot_weights(shown, labels, labels, ax=ax, annotate=False)
+    peak = float(shown.max())
+    T, S = weights.shape
+    for i in range(T):
+        for j in range(S):
+            if not mask[i, j]:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", lw=0,
+                                       edgecolor="0.7"))
+            v = float(shown[i, j])
+            if nan[i, j]:
+                ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
+            elif mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if v > 0.6 * peak else "black")
+
+
+def plot_mask(
+    kind: str = "causal",
+    length: int = 5,
+    fill: str = "-inf",
+    tokens: Sequence[str] = MASK_SENTENCE,
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """Attention weights of a sentence under one mask: blocked cells hatched, NaN written in red.
+
+    Shape:
+        tokens: T words -> a (T, T) heatmap, queries down, keys across
+
+    ``kind`` is one of ``MASK_KINDS``; with padding, the first ``length`` words are real and the rest
+    ``<pad>`` (for left padding the pads come first). ``fill`` is what blocked scores become before a
+    bare softmax: ``"-inf"`` (a query that sees nothing gets NaN) or ``"finfo.min"`` (it gets uniform
+    weights over keys it may not see). Scores come from fixed random vectors per word. Used in notebook 03.
+    """
+    labels, mask, weights = _masked_weights(kind, length, fill, tokens)
+    T = len(labels)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.5 * T + 1.8, 0.45 * T + 1.5))
+    _masked_heatmap(ax, weights, mask, labels)
+    leaks = int(((~mask) & (weights > 0)).any(dim=-1).sum())
+    nan = weights.isnan()
+    status = (f"{int(nan.any(dim=-1).sum())} rows NaN" if nan.any() else
+              f"{leaks} rows leak" if leaks else "rows sum to 1")
+    ax.set_title(f"{kind}, fill {fill}: {status}\n(hatched = blocked)", fontsize=9)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def mask_explorer(tokens: Sequence[str] = MASK_SENTENCE) -> Explorer:
+    """Switch between masks and fills on one sentence and see the weights. Draws :func:`plot_mask`.
+
+    Controls: ``mask`` (``MASK_KINDS``), ``length`` (real tokens, 0 ... T; only used with padding),
+    ``fill`` (``-inf`` or ``finfo.min``). Used in notebook 03.
+    """
+    T = len(tokens)
+    _masked_weights("none", T, "-inf", tokens)  # bad tokens fail here, not inside the widget
+    kind = widgets.Dropdown(options=list(MASK_KINDS), value="causal + left padding", description="mask",
+                            style=_style())
+    length = widgets.IntSlider(value=min(5, T), min=0, max=T, description="length",
+                               continuous_update=False, style=_style())
+    fill = widgets.ToggleButtons(options=list(FILLS), value="-inf", description="fill", style=_style())
+
+    def draw(kind: str, length: int, fill: str) -> tuple[Figure, str]:
+        labels, mask, weights = _masked_weights(kind, length, fill, tokens)
+        n_nan = int(weights.isnan().any(dim=-1).sum())
+        caption = f"mask {kind}, length {length}, fill {fill}: {n_nan} NaN rows, {int(mask.sum())} visible pairs"
+        return plot_mask(kind, length, fill, tokens), caption
+
+    def enable_length(change: dict) -> None:
+        length.disabled = "padding" not in change["new"]
+
+    kind.observe(enable_length, names="value")
+    enable_length({"new": kind.value})
+    return Explorer({"kind": kind, "length": length, "fill": fill}, draw)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Notebook 04: one head of a multi-head layer
+# ---------------------------------------------------------------------------------------------------------
+
+HEAD_SENTENCE = ("the", "dog", "saw", "the", "cat", "and", "the", "bird")
+
+
+def _head_weights(layer: MultiHeadAttention, x: torch.Tensor, head: int, causal: bool,
+                  tokens: Sequence[str]) -> torch.Tensor:
+    if not isinstance(layer, MultiHeadAttention):
+        raise TypeError(f"layer must be a course_utils.multihead.MultiHeadAttention, got {type(layer).__name__}")
+    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < layer.num_heads:
+        raise ValueError(f"head must be an int in [0, {layer.num_heads - 1}] (the layer has "
+                         f"{layer.num_heads} heads), got {head!r}")
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    if x.dim() == 2:
+        x = x[None]  # (T, C) -> (1, T, C)
+    if x.dim() != 3 or x.shape[0] != 1:
+        raise ValueError(f"x must be one sequence, (T, C) or (1, T, C), got shape {tuple(x.shape)}")
+    T = x.shape[1]
+    if len(tokens) != T:
+        raise ValueError(f"tokens has {len(tokens)} entries, x has {T} positions")
+    with torch.no_grad():
+        _, weights = layer(x, causal_mask(T) if causal else None, need_weights=True)  # (1, H, T, T)
+    return weights[0, head]  # (T, T)
+
+
+def plot_head(
+    layer: MultiHeadAttention,
+    x: torch.Tensor,
+    tokens: Sequence[str],
+    head: int = 0,
+    causal: bool = True,
+    ax: plt.Axes | None = None,
+) -> Figure:
+    """The attention weights of one head of ``layer`` on one sequence, with or without the causal mask.
+
+    Shape:
+        x: (T, C) or (1, T, C), tokens: T labels -> a (T, T) heatmap
+
+    Used in notebook 04.
+    """
+    weights = _head_weights(layer, x, head, causal, tokens)
+    if ax is None:
+        _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 1.8, 0.45 * len(tokens) + 1.2))
+    T = weights.shape[0]
+    mask = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
+    _masked_heatmap(ax, weights, mask, list(tokens))
+    ax.set_title(f"head {head} of {layer.num_heads}, {'causal (hatched = blocked)' if causal else 'no mask'}",
+                 fontsize=9)
+    ax.figure.tight_layout()
+    return ax.figure
+
+
+def _default_head_layer() -> tuple[dict[str, MultiHeadAttention], torch.Tensor, tuple[str, ...]]:
+    with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's random state
+        torch.manual_seed(0)
+        layer = MultiHeadAttention(16, 4)
+        x = torch.randn(1, len(HEAD_SENTENCE), 16)  # (1, T, C)
+    return {"untrained (4 heads)": layer}, x, HEAD_SENTENCE
+
+
+def head_explorer(
+    layers: MultiHeadAttention | Mapping[str, MultiHeadAttention] | None = None,
+    x: torch.Tensor | None = None,
+    tokens: Sequence[str] | None = None,
+) -> Explorer:
+    """Pick a layer, a head and the causal mask on or off; see that head's weights. Draws :func:`plot_head`.
+
+    Shape:
+        x: (T, C) or (1, T, C), tokens: T labels
+
+    ``layers`` is one ``MultiHeadAttention`` or a dict of them by name (a ``layer`` dropdown appears
+    when there are several). Without arguments: an untrained 4-head layer on random vectors for
+    ``HEAD_SENTENCE``. Controls: ``layer``, ``head`` (0 ... H - 1), ``causal``. Used in notebook 04.
+    """
+    if layers is None:
+        layers, x, tokens = _default_head_layer()
+    elif x is None or tokens is None:
+        raise ValueError("pass x and tokens together with layers")
+    if isinstance(layers, MultiHeadAttention):
+        layers = {"layer": layers}
+    layers = dict(layers)
+    if not layers:
+        raise ValueError("layers is empty: pass at least one MultiHeadAttention")
+    for layer in layers.values():
+        _head_weights(layer, x, 0, True, tokens)  # bad layers, x or tokens fail here, not inside the widget
+    names = list(layers)
+    pick = widgets.Dropdown(options=names, value=names[0], description="layer", style=_style(),
+                            layout=widgets.Layout(display="flex" if len(names) > 1 else "none"))
+    head = widgets.IntSlider(value=0, min=0, max=layers[names[0]].num_heads - 1, description="head",
+                             continuous_update=False, style=_style())
+    causal = widgets.Checkbox(value=True, description="causal", style=_style())
+
+    def fit_heads(change: dict) -> None:
+        head.max = layers[change["new"]].num_heads - 1  # clamps head.value when the new layer has fewer
+
+    pick.observe(fit_heads, names="value")
+
+    def draw(name: str, head: int, causal: bool) -> tuple[Figure, str]:
+        w = _head_weights(layers[name], x, head, causal, tokens)
+        top = w.argmax(dim=-1).tolist()
+        caption = f"{name}, head {head}, {'causal' if causal else 'no mask'}: each query's top key " \
+                  + " ".join(f"{tokens[i]}->{tokens[j]}" for i, j in enumerate(top))
+        return plot_head(layers[name], x, tokens, head, causal), caption
+
+    return Explorer({"name": pick, "head": head, "causal": causal}, draw)

@@ -1,0 +1,296 @@
+"""The explorers of course_utils.widgets: pure plots draw what they claim, widgets redraw on change."""
+
+import math
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import ipywidgets as widgets
+import matplotlib.pyplot as plt
+import pytest
+import torch
+
+from course_utils.masking import causal_mask
+from course_utils.multihead import MultiHeadAttention
+from course_utils.widgets import (
+    ENTROPY_DIMS,
+    FILLS,
+    HEAD_SENTENCE,
+    MASK_KINDS,
+    MASK_SENTENCE,
+    SCALINGS,
+    Explorer,
+    entropy_explorer,
+    head_explorer,
+    lookup_explorer,
+    mask_explorer,
+    plot_entropy,
+    plot_head,
+    plot_lookup,
+    plot_mask,
+)
+
+
+@pytest.fixture(autouse=True)
+def close_figures():
+    yield
+    plt.close("all")
+
+
+def png_of(ex: Explorer) -> str:
+    (item,) = ex.output.outputs
+    assert item["output_type"] == "display_data"
+    assert item["data"]["text/plain"] == ex.caption
+    return item["data"]["image/png"]
+
+
+def texts(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes for t in ax.texts]
+
+
+def labels_of(ex: Explorer) -> list[str]:
+    return [c.description for c in ex.children if isinstance(c, widgets.ValueWidget)]
+
+
+# ---- notebook 01: the soft lookup -------------------------------------------------------------------
+
+
+def test_plot_lookup_bars_are_the_softmax_of_the_scores():
+    keys = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
+    values = torch.tensor([0.0, 1.0, 2.0])
+    fig = plot_lookup(90, 2.0, keys, values)
+    ax_vec, ax_w = fig.axes
+    heights = torch.tensor([p.get_height() for p in ax_w.patches], dtype=torch.float32)
+    expected = torch.softmax(keys @ torch.tensor([0.0, 2.0]), dim=-1)
+    torch.testing.assert_close(heights, expected, atol=1e-6, rtol=0)
+    assert ax_w.get_title() == f"out = {(expected @ values).item():.3f}"
+    assert "90 deg, length 2" in ax_vec.get_title()
+
+
+def test_plot_lookup_default_table_at_45_degrees_is_uniform():
+    fig = plot_lookup(45)
+    heights = [p.get_height() for p in fig.axes[1].patches]
+    assert heights == pytest.approx([1 / 3] * 3, abs=1e-6)
+
+
+def test_lookup_explorer_redraws_when_a_slider_moves():
+    ex = lookup_explorer()
+    assert labels_of(ex) == ["angle", "length"]
+    before, caption = png_of(ex), ex.caption
+    ex.control("angle").value = 90
+    assert ex.renders == 2
+    assert png_of(ex) != before
+    assert ex.caption != caption and ex.caption.startswith("angle 90")
+    assert ex.figure.axes[0].get_title().startswith("query (red): 90 deg")
+
+
+@pytest.mark.parametrize("keys, values, match", [
+    (torch.ones(3, 3), torch.zeros(3), r"keys must be a \(S, 2\) tensor"),
+    (torch.ones(3, 2), torch.zeros(4), r"values must be a \(3,\) tensor"),
+])
+def test_lookup_bad_table(keys, values, match):
+    with pytest.raises(ValueError, match=match):
+        plot_lookup(0, 1.0, keys, values)
+    with pytest.raises(ValueError, match=match):
+        lookup_explorer(keys, values)
+
+
+def test_lookup_negative_length():
+    with pytest.raises(ValueError, match="length must be a finite number >= 0, got -1"):
+        plot_lookup(0, -1.0)
+
+
+# ---- notebook 02: entropy ---------------------------------------------------------------------------
+
+
+def test_plot_entropy_shows_every_curve_and_the_chosen_point():
+    fig = plot_entropy(256, "none")
+    ax_w, ax_h = fig.axes
+    curves = [line for line in ax_h.get_lines() if len(line.get_xdata()) == len(ENTROPY_DIMS)]
+    assert [line.get_label() for line in curves] == list(SCALINGS)
+    (star,) = [line for line in ax_h.get_lines() if line.get_marker() == "*"]
+    assert list(star.get_xdata()) == [256]
+    assert float(star.get_ydata()[0]) < 1.0  # unscaled D = 256: nearly one-hot
+    assert ax_w.get_images()[0].get_array().shape == (8, 32)
+
+
+def test_entropy_scaled_stays_near_uniform_unscaled_collapses():
+    def star(fig):
+        return float([ln for ln in fig.axes[1].get_lines() if ln.get_marker() == "*"][0].get_ydata()[0])
+
+    assert star(plot_entropy(1024, "1/sqrt(D)")) == pytest.approx(star(plot_entropy(4, "1/sqrt(D)")), abs=0.15)
+    assert star(plot_entropy(1024, "1/D")) > math.log(32) - 0.05
+
+
+def test_entropy_explorer_redraws():
+    ex = entropy_explorer()
+    assert labels_of(ex) == ["head_dim D", "scale"]
+    before = png_of(ex)
+    ex.control("scale").value = "none"
+    assert png_of(ex) != before and "scale none" in ex.caption
+    ex.control("head_dim D").value = 1024
+    assert "D = 1024" in ex.caption and ex.renders == 3
+
+
+@pytest.mark.parametrize("head_dim, scaling, match", [
+    (64, "1/C", r"scaling must be one of \['none', '1/sqrt\(D\)', '1/D'\], got '1/C'"),
+    (0, "none", "head_dim must be a positive int, got 0"),
+])
+def test_entropy_bad_input(head_dim, scaling, match):
+    with pytest.raises(ValueError, match=match):
+        plot_entropy(head_dim, scaling)
+
+
+# ---- notebook 03: masks -----------------------------------------------------------------------------
+
+
+def heatmap(fig) -> torch.Tensor:
+    return torch.as_tensor(fig.axes[0].get_images()[0].get_array().data, dtype=torch.float32)
+
+
+@pytest.mark.parametrize("kind", MASK_KINDS)
+@pytest.mark.parametrize("fill", FILLS)
+def test_plot_mask_rows_sum_to_one_or_are_flagged(kind, fill):
+    fig = plot_mask(kind, 5, fill)
+    w = heatmap(fig)
+    T = len(MASK_SENTENCE)
+    assert w.shape == (T, T)
+    empty_rows = {"causal + left padding": 3}.get(kind, 0)
+    sums = w.sum(-1)
+    if fill == "-inf":  # empty rows are NaN, drawn as 0 and written "NaN"
+        assert int((sums < 0.5).sum()) == empty_rows
+        assert texts(fig).count("NaN") == empty_rows * T
+    else:  # empty rows are uniform over keys they may not see
+        torch.testing.assert_close(sums, torch.ones(T))
+        assert "NaN" not in texts(fig)
+    labels = [t.get_text() for t in fig.axes[0].get_xticklabels()]
+    assert labels.count("<pad>") == (3 if "padding" in kind else 0)
+
+
+def test_plot_mask_causal_is_lower_triangular_and_hatched():
+    fig = plot_mask("causal")
+    w = heatmap(fig)
+    T = len(MASK_SENTENCE)
+    assert torch.equal(w > 0, causal_mask(T))
+    hatched = [p for p in fig.axes[0].patches if p.get_hatch()]
+    assert len(hatched) == T * (T - 1) // 2
+
+
+def test_plot_mask_left_padding_leaks_with_finfo_min():
+    fig = plot_mask("causal + left padding", 5, "finfo.min")
+    w = heatmap(fig)
+    torch.testing.assert_close(w[:3], torch.full((3, 8), 1 / 8))
+    assert "3 rows leak" in fig.axes[0].get_title()
+
+
+def test_mask_explorer_controls_and_redraws():
+    ex = mask_explorer()
+    assert labels_of(ex) == ["mask", "length", "fill"]
+    assert "3 NaN rows" in ex.caption
+    before = png_of(ex)
+    ex.control("fill").value = "finfo.min"
+    assert png_of(ex) != before and "0 NaN rows" in ex.caption
+    ex.control("mask").value = "causal"
+    assert ex.control("length").disabled  # length only matters with padding
+    assert f"{8 * 9 // 2} visible pairs" in ex.caption
+    ex.control("mask").value = "padding"
+    assert not ex.control("length").disabled
+    ex.control("length").value = 2
+    assert "length 2" in ex.caption and f"{8 * 2} visible pairs" in ex.caption
+    assert ex.renders == 5
+
+
+def test_explorer_control_lookup_names_the_labels():
+    with pytest.raises(KeyError, match=r"no control labelled 'colour'; the labels are \['mask', 'length', 'fill'\]"):
+        mask_explorer().control("colour")
+
+
+@pytest.mark.parametrize("kwargs, match", [
+    (dict(kind="triangle"), "kind must be one of"),
+    (dict(fill="-1e9"), r"fill must be one of \['-inf', 'finfo.min'\], got '-1e9'"),
+    (dict(length=9), r"length \(the number of real tokens\) must be an int in \[0, 8\], got 9"),
+    (dict(tokens=()), "tokens must hold at least one token"),
+])
+def test_plot_mask_bad_input(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        plot_mask(**kwargs)
+
+
+# ---- notebook 04: one head --------------------------------------------------------------------------
+
+
+def small_layer(num_heads=2, seed=0):
+    torch.manual_seed(seed)
+    return MultiHeadAttention(8, num_heads)
+
+
+def test_plot_head_draws_that_heads_weights():
+    layer, x = small_layer(), torch.randn(1, 5, 8, generator=torch.Generator().manual_seed(1))
+    tokens = list("abcde")
+    _, weights = layer(x, causal_mask(5), need_weights=True)
+    for h in range(2):
+        fig = plot_head(layer, x, tokens, head=h, causal=True)
+        torch.testing.assert_close(heatmap(fig), weights[0, h].detach())
+        assert fig.axes[0].get_title().startswith(f"head {h} of 2, causal")
+    fig = plot_head(layer, x[0], tokens, head=0, causal=False)  # (T, C) works too
+    assert bool((heatmap(fig) > 0).all()) and "no mask" in fig.axes[0].get_title()
+
+
+def test_head_explorer_default_and_redraws():
+    state = torch.random.get_rng_state()
+    ex = head_explorer()
+    assert torch.equal(torch.random.get_rng_state(), state)  # the default layer does not touch the global seed
+    assert labels_of(ex) == ["layer", "head", "causal"]
+    assert ex.control("head").max == 3
+    assert [t.get_text() for t in ex.figure.axes[0].get_yticklabels()] == list(HEAD_SENTENCE)
+    before = png_of(ex)
+    ex.control("head").value = 2
+    after_head = png_of(ex)
+    assert after_head != before and "head 2" in ex.caption
+    ex.control("causal").value = False
+    assert png_of(ex) != after_head and "no mask" in ex.caption
+
+
+def test_head_explorer_layer_dropdown_fits_the_head_slider():
+    x, tokens = torch.randn(1, 4, 8), list("wxyz")
+    ex = head_explorer({"two": small_layer(2), "four": small_layer(4)}, x, tokens)
+    assert ex.control("head").max == 1
+    ex.control("layer").value = "four"
+    assert ex.control("head").max == 3
+    ex.control("head").value = 3
+    ex.control("layer").value = "two"  # head 3 does not exist there: the slider clamps to 1
+    assert ex.control("head").value == 1 and ex.caption.startswith("two, head 1")
+
+
+@pytest.mark.parametrize("call, exc, match", [
+    (lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxyz"), head=2), ValueError,
+     r"head must be an int in \[0, 1\] \(the layer has 2 heads\), got 2"),
+    (lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxy")), ValueError,
+     "tokens has 3 entries, x has 4 positions"),
+    (lambda: plot_head(small_layer(), torch.randn(2, 4, 8), list("wxyz")), ValueError,
+     r"x must be one sequence, \(T, C\) or \(1, T, C\), got shape \(2, 4, 8\)"),
+    (lambda: plot_head(torch.nn.Linear(8, 8), torch.randn(1, 4, 8), list("wxyz")), TypeError,
+     "layer must be a course_utils.multihead.MultiHeadAttention, got Linear"),
+    (lambda: head_explorer(small_layer()), ValueError, "pass x and tokens together with layers"),
+    (lambda: head_explorer({}, torch.randn(1, 4, 8), list("wxyz")), ValueError, "layers is empty"),
+])
+def test_head_bad_input(call, exc, match):
+    with pytest.raises(exc, match=match):
+        call()
+
+
+def test_explorer_shows_errors_instead_of_raising():
+    def draw(n):
+        if n < 0:
+            raise ValueError("n must be >= 0")
+        fig, ax = plt.subplots()
+        ax.set_title(str(n))
+        return fig, f"n = {n}"
+
+    ex = Explorer({"n": widgets.IntSlider(value=1, min=-2, max=2, description="n")}, draw)
+    ex.control("n").value = -1
+    (item,) = ex.output.outputs
+    assert item == {"output_type": "stream", "name": "stdout", "text": "ValueError: n must be >= 0\n"}
+    assert ex.figure.axes[0].get_title() == "1"  # the last good picture is kept
+    assert not plt.get_fignums()  # every figure drawn was closed
