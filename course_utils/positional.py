@@ -1,0 +1,337 @@
+"""Positional encodings: how attention learns *where* a token is, not only *what* it is.
+
+Read top to bottom in the order notebook 06 teaches it: a learned table of position vectors, the fixed
+sinusoidal encoding (and the rotation that shifts it by k positions), rotary embeddings (RoPE) that rotate
+queries and keys instead of adding anything, ALiBi's per-head distance penalty on the scores, and the two
+attention modules that use RoPE and ALiBi by changing one step of :class:`MultiHeadAttention`.
+
+Shapes: ``T`` positions, ``C`` embed_dim, ``H`` num_heads, ``D`` head_dim, ``S`` key positions.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Literal
+
+import torch
+from torch import nn
+
+from course_utils._validate import check_floating, check_tensor
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.multihead import MultiHeadAttention, _check_input, _returned, merge_heads, split_heads
+
+__all__ = [
+    "LearnedPositionalEmbedding",
+    "sinusoidal_frequencies",
+    "sinusoidal_encoding",
+    "sinusoidal_shift_matrix",
+    "rotate_pair",
+    "apply_rope",
+    "rope_pairing_permutation",
+    "alibi_slopes",
+    "alibi_bias",
+    "RotaryMultiHeadAttention",
+    "ALiBiMultiHeadAttention",
+    "Pairing",
+]
+
+Pairing = Literal["interleaved", "half"]
+_PAIRINGS = ("interleaved", "half")
+
+
+def _check_count(name: str, n: object, minimum: int = 1) -> None:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if n < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {n}")
+
+
+def _check_even(name: str, n: int, why: str) -> None:
+    if n % 2 != 0:
+        raise ValueError(f"{name} must be even ({why}), got {n}")
+
+
+def _check_base(base: object) -> float:
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+        raise ValueError(f"base must be a number greater than 1, got {base!r}")
+    return float(base)
+
+
+def _check_positions(positions: object, T: int, device: torch.device) -> torch.Tensor:
+    """``positions`` as a 1-D integer tensor of length T on ``device``; arange(T) when None."""
+    if positions is None:
+        return torch.arange(T, device=device)
+    if not isinstance(positions, torch.Tensor):
+        raise TypeError(f"positions must be a 1-D integer torch.Tensor, got {type(positions).__name__}")
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise TypeError(f"positions must be an integer tensor (absolute positions), got dtype {positions.dtype}")
+    if positions.dim() != 1 or positions.shape[0] != T:
+        raise ValueError(f"positions must have shape (T,) = ({T},), one per position of x, got {tuple(positions.shape)}")
+    if positions.numel() and int(positions.min()) < 0:
+        raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
+    return positions.to(device)
+
+
+# ----------------------------------------------------------------------------------------------
+# Learned absolute positions (GPT-2 style)
+# ----------------------------------------------------------------------------------------------
+
+
+class LearnedPositionalEmbedding(nn.Module):
+    """A trainable vector per position 0 .. context_length - 1, added to the token embeddings.
+
+    Shape:
+        x: (B, T, C), positions: optional (T,) integers -> (B, T, C)
+
+    There is one row per position and nothing after the last one: a position >= ``context_length``
+    raises ValueError. Rows for positions never seen in training keep their random initial values.
+    Taught in notebook 06.
+    """
+
+    def __init__(self, context_length: int, embed_dim: int) -> None:
+        super().__init__()
+        _check_count("context_length", context_length)
+        _check_count("embed_dim", embed_dim)
+        self.context_length, self.embed_dim = context_length, embed_dim
+        self.embedding = nn.Embedding(context_length, embed_dim)  # weight: (context_length, C)
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
+        check_tensor("x", x, min_dim=2)
+        check_floating("x", x)
+        if x.shape[-1] != self.embed_dim:
+            raise ValueError(f"x must end in embed_dim = {self.embed_dim} channels, got shape {tuple(x.shape)}")
+        T = x.shape[-2]
+        positions = _check_positions(positions, T, x.device)  # (T,)
+        if positions.numel() and int(positions.max()) >= self.context_length:
+            raise ValueError(
+                f"position {int(positions.max())} is beyond context_length = {self.context_length}: a learned "
+                f"position embedding only has rows for positions 0 .. {self.context_length - 1}"
+            )
+        return x + self.embedding(positions)  # (B, T, C) + (T, C) -> (B, T, C)
+
+
+# ----------------------------------------------------------------------------------------------
+# Sinusoidal encoding (Vaswani et al. 2017)
+# ----------------------------------------------------------------------------------------------
+
+
+def sinusoidal_frequencies(C: int, base: float = 10000.0) -> torch.Tensor:
+    """The angular frequencies omega_i = base ** (-2i / C), i = 0 .. C/2 - 1, fastest first.
+
+    Shape:
+        -> (C // 2,), float64
+
+    Used by the sinusoidal encoding (C = embed_dim) and by RoPE (C = head_dim). Taught in notebook 06.
+    """
+    _check_count("C", C, minimum=2)
+    _check_even("C", C, "the channels come in (sin, cos) pairs")
+    base = _check_base(base)
+    return base ** (-torch.arange(0, C, 2, dtype=torch.float64) / C)  # (C/2,)
+
+
+def sinusoidal_encoding(T: int, C: int, base: float = 10000.0) -> torch.Tensor:
+    """PE[t, 2i] = sin(t * omega_i), PE[t, 2i+1] = cos(t * omega_i), omega_i = base ** (-2i / C).
+
+    Shape:
+        -> (T, C), float32
+
+    Positions start at 0, so row 0 is (0, 1, 0, 1, ...). Taught in notebook 06.
+    """
+    _check_count("T", T)
+    omega = sinusoidal_frequencies(C, base)  # (C/2,)
+    angles = torch.arange(T, dtype=torch.float64)[:, None] * omega[None, :]  # (T, 1) * (1, C/2) -> (T, C/2)
+    pe = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, C/2, 2): (sin, cos) side by side
+    return pe.reshape(T, C).float()  # (T, C), channels sin, cos, sin, cos, ...
+
+
+def sinusoidal_shift_matrix(k: int, C: int, base: float = 10000.0) -> torch.Tensor:
+    """The matrix M_k with PE[t + k] = M_k @ PE[t] for every t: a 2x2 rotation per frequency pair.
+
+    Shape:
+        -> (C, C), float64, block diagonal with blocks [[cos(k w), sin(k w)], [-sin(k w), cos(k w)]]
+
+    It follows from sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b.
+    M_k does not depend on t: a fixed offset is a linear map. Taught in notebook 06.
+    """
+    if isinstance(k, bool) or not isinstance(k, int):
+        raise TypeError(f"k must be an int (an offset in positions), got {type(k).__name__}")
+    omega = sinusoidal_frequencies(C, base)  # (C/2,)
+    c, s = torch.cos(k * omega), torch.sin(k * omega)  # (C/2,) each
+    blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (C/2, 2, 2)
+    return torch.block_diag(*blocks)  # (C, C)
+
+
+# ----------------------------------------------------------------------------------------------
+# Rotary position embeddings (RoPE, Su et al. 2021)
+# ----------------------------------------------------------------------------------------------
+
+
+def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rotate the 2-D points (x1, x2) counter-clockwise by ``angle`` (radians).
+
+    Shape:
+        x1, x2, angle: broadcastable -> two tensors of the broadcast shape
+
+    (x1, x2) -> (x1 cos a - x2 sin a, x1 sin a + x2 cos a). Taught in notebook 06.
+    """
+    cos, sin = torch.cos(angle), torch.sin(angle)
+    return x1 * cos - x2 * sin, x1 * sin + x2 * cos
+
+
+def apply_rope(
+    x: torch.Tensor,
+    positions: torch.Tensor | None = None,
+    base: float = 10000.0,
+    pairing: Pairing = "interleaved",
+) -> torch.Tensor:
+    """Rotary position embedding: rotate pair i of the channels of position t by the angle t * theta_i.
+
+    Shape:
+        x: (..., T, D) with D even, usually (B, H, T, D) queries or keys; positions: optional (T,) integers
+        -> (..., T, D)
+
+    theta_i = base ** (-2i / D), i = 0 .. D/2 - 1. ``positions`` are the absolute positions of the T rows
+    (default 0 .. T-1); a KV cache passes ``torch.arange(t0, t0 + T)`` for new tokens. ``pairing`` says which
+    channels form pair i: ``"interleaved"`` (2i, 2i+1), as in the RoFormer paper, or ``"half"``
+    (i, i + D/2), as in GPT-NeoX and Hugging Face Llama code. The two are the same rotation up to the
+    permutation :func:`rope_pairing_permutation`. Taught in notebook 06.
+    """
+    check_tensor("x", x, min_dim=2)
+    check_floating("x", x)
+    if pairing not in _PAIRINGS:
+        raise ValueError(f"pairing must be one of {_PAIRINGS}, got {pairing!r}")
+    T, D = x.shape[-2], x.shape[-1]
+    _check_even("the last dimension D of x", D, "RoPE rotates pairs of channels")
+    positions = _check_positions(positions, T, x.device)  # (T,)
+    theta = sinusoidal_frequencies(D, base).to(x.device)  # (D/2,), float64 for accurate angles
+    angles = positions.to(torch.float64)[:, None] * theta[None, :]  # (T, 1) * (1, D/2) -> (T, D/2)
+    if pairing == "interleaved":
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each: channels 0, 2, 4, ... and 1, 3, 5, ...
+        r1, r2 = rotate_pair(x1, x2, angles)
+        out = torch.stack([r1, r2], dim=-1).flatten(-2)  # (..., T, D/2, 2) -> (..., T, D), interleaved again
+    else:
+        x1, x2 = x[..., : D // 2], x[..., D // 2:]  # (..., T, D/2) each: first half and second half
+        r1, r2 = rotate_pair(x1, x2, angles)
+        out = torch.cat([r1, r2], dim=-1)  # (..., T, D)
+    return out.to(x.dtype)  # the angles were float64 (accurate at large positions); back to x's dtype
+
+
+def rope_pairing_permutation(D: int) -> torch.Tensor:
+    """The channel order that turns the interleaved pairing into the half pairing.
+
+    Shape:
+        -> (D,) LongTensor, perm = [0, 2, 4, ..., D-2, 1, 3, ..., D-1]
+
+    ``apply_rope(x[..., perm], pairing="half") == apply_rope(x, pairing="interleaved")[..., perm]``:
+    reorder the channels (in a model: the rows of W_q and W_k) and the two conventions agree. This is
+    what checkpoint converters do when they move weights between the two styles. Taught in notebook 06.
+    """
+    _check_count("D", D, minimum=2)
+    _check_even("D", D, "RoPE rotates pairs of channels")
+    return torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,)
+
+
+# ----------------------------------------------------------------------------------------------
+# ALiBi: attention with linear biases (Press et al. 2022)
+# ----------------------------------------------------------------------------------------------
+
+
+def _slopes_power_of_two(n: int) -> list[float]:
+    return [2.0 ** (-8.0 * (h + 1) / n) for h in range(n)]  # 2^(-8/n), 2^(-16/n), ..., 2^-8
+
+
+def alibi_slopes(H: int) -> torch.Tensor:
+    """One slope per head: the geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8), steepest first.
+
+    Shape:
+        -> (H,), float32
+
+    For H = 8: 1/2, 1/4, ..., 1/256. When H is not a power of two, the paper's reference code takes the
+    slopes of the largest power of two n < H, then every other slope of 2n (the ones that fall between
+    them) until there are H: for H = 6, the 4 slopes of n = 4 then slopes 1 and 3 (counting from 1) of 8. Taught in notebook 06.
+    """
+    _check_count("H", H)
+    n = 2 ** int(math.floor(math.log2(H)))
+    slopes = _slopes_power_of_two(n) + _slopes_power_of_two(2 * n)[0::2][: H - n]
+    return torch.tensor(slopes, dtype=torch.float32)  # (H,)
+
+
+def alibi_bias(H: int, T: int, S: int | None = None) -> torch.Tensor:
+    """ALiBi's additive bias: -slope_h * |i - j| for query position i and key position j.
+
+    Shape:
+        -> (H, T, S), float32, S defaults to T
+
+    With fewer queries than keys (decoding with a cache) the T queries are the last T of the S positions,
+    bottom-right aligned as in :func:`course_utils.masking.causal_mask`: query row r sits at position
+    S - T + r. Entries above that diagonal (future keys) get the same distance penalty; a causal model
+    removes them with its mask anyway. Add it to the scaled scores:
+    ``scaled_dot_product_attention(q, k, v, mask, bias=alibi_bias(H, T, S))``. Taught in notebook 06.
+    """
+    S = T if S is None else S
+    _check_count("H", H)
+    _check_count("T", T)
+    _check_count("S", S)
+    if T > S:
+        raise ValueError(f"alibi_bias needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
+    query_pos = torch.arange(S - T, S)  # (T,): absolute positions of the queries
+    distance = (query_pos[:, None] - torch.arange(S)[None, :]).abs()  # (T, 1) - (1, S) -> (T, S)
+    return alibi_slopes(H)[:, None, None] * (-distance)[None].float()  # (H, 1, 1) * (1, T, S) -> (H, T, S)
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention modules: one step changed, everything else from MultiHeadAttention
+# ----------------------------------------------------------------------------------------------
+
+
+class RotaryMultiHeadAttention(MultiHeadAttention):
+    """:class:`MultiHeadAttention` with RoPE: the queries and keys of every head are rotated by position.
+
+    Shape:
+        x: (B, T, C), mask: bool broadcastable to (B, H, T, T), positions: optional (T,) integers
+        -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
+
+    The only change is ``q, k = apply_rope(q), apply_rope(k)`` after :func:`split_heads`; the values are
+    not rotated. head_dim must be even. Taught in notebook 06.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
+                 base: float = 10000.0, pairing: Pairing = "interleaved") -> None:
+        super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
+        _check_even("head_dim (embed_dim / num_heads)", self.head_dim, "RoPE rotates pairs of channels")
+        if pairing not in _PAIRINGS:
+            raise ValueError(f"pairing must be one of {_PAIRINGS}, got {pairing!r}")
+        self.base, self.pairing = _check_base(base), pairing
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
+                positions: torch.Tensor | None = None):
+        _check_input(x, self.embed_dim)
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
+        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
+        q = apply_rope(q, positions, self.base, self.pairing)  # (B, H, T, D): the one new step ...
+        k = apply_rope(k, positions, self.base, self.pairing)  # ... for queries and keys, not values
+        p = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
+        return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
+
+
+class ALiBiMultiHeadAttention(MultiHeadAttention):
+    """:class:`MultiHeadAttention` with ALiBi: a per-head linear distance penalty added to the scores.
+
+    Shape:
+        x: (B, T, C), mask: bool broadcastable to (B, H, T, T) -> out: (B, T, C)
+        (weights: (B, H, T, T) when ``need_weights=True``)
+
+    The only change is ``bias=alibi_bias(H, T)`` in the call to ``scaled_dot_product_attention``. There are
+    no position parameters at all, and nothing limits T. Taught in notebook 06.
+    """
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+        _check_input(x, self.embed_dim)
+        T = x.shape[1]
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
+        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
+        bias = alibi_bias(self.num_heads, T).to(x)  # (H, T, T): the one new step
+        p = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D)
+        return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)

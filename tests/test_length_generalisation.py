@@ -1,0 +1,76 @@
+"""Tests for course_utils.length_generalisation: the "last letter" data, the tiny model, the training loop."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from course_utils.length_generalisation import (
+    SCHEMES,
+    LengthGenConfig,
+    TinyPositionalModel,
+    accuracy_by_length,
+    evaluate,
+    make_batch,
+    train_model,
+)
+
+
+def test_make_batch_answers_are_the_most_recent_letter():
+    cfg = LengthGenConfig.tiny()
+    tokens, targets = make_batch(cfg, 8, 20, torch.Generator().manual_seed(0))
+    assert tokens.shape == targets.shape == (8, 20)
+    for row, ans in zip(tokens.tolist(), targets.tolist()):
+        last = None
+        for tok, a in zip(row, ans):
+            if tok < cfg.num_letters:
+                last = tok
+            assert a == last
+    assert (tokens[:, 0] < cfg.num_letters).all()
+    assert (tokens >= cfg.num_letters).any()  # there are fillers
+
+
+def test_make_batch_is_reproducible():
+    cfg = LengthGenConfig.tiny()
+    a = make_batch(cfg, 4, 10, torch.Generator().manual_seed(3))
+    b = make_batch(cfg, 4, 10, torch.Generator().manual_seed(3))
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_every_scheme_gives_logits_and_runs_beyond_the_training_length(scheme):
+    cfg = LengthGenConfig.tiny()
+    torch.manual_seed(0)
+    model = TinyPositionalModel(cfg, scheme)
+    assert model(torch.zeros(2, cfg.train_length, dtype=torch.long)).shape == (2, cfg.train_length, cfg.num_letters)
+    assert model(torch.zeros(1, cfg.max_length, dtype=torch.long)).shape == (1, cfg.max_length, cfg.num_letters)
+
+
+def test_the_learned_table_stops_at_max_length():
+    cfg = LengthGenConfig.tiny()
+    model = TinyPositionalModel(cfg, "learned")
+    with pytest.raises(ValueError, match="beyond context_length"):
+        model(torch.zeros(1, cfg.max_length + 1, dtype=torch.long))
+
+
+def test_training_is_deterministic_and_learns():
+    cfg = LengthGenConfig.tiny().with_(steps=60, eval_lengths=(8, 24))
+    m1, losses1 = train_model(cfg, "alibi")
+    _, losses2 = train_model(cfg, "alibi")
+    assert losses1 == losses2
+    assert sum(losses1[-10:]) < sum(losses1[:10])
+    acc = accuracy_by_length(m1, cfg.eval_lengths)
+    assert set(acc) == {8, 24} and all(0.0 <= a <= 1.0 for a in acc.values())
+    loss, a = evaluate(m1, 8)
+    assert loss > 0 and a == acc[8]
+
+
+def test_config_errors():
+    with pytest.raises(ValueError, match=r"embed_dim \(12\) must be divisible by 2 \* num_heads \(8\)"):
+        LengthGenConfig(embed_dim=12, num_heads=4)
+    with pytest.raises(ValueError, match="letter_prob must be in"):
+        LengthGenConfig(letter_prob=1.5)
+    with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
+        LengthGenConfig(steps=0)
+    with pytest.raises(ValueError, match="scheme must be one of"):
+        TinyPositionalModel(LengthGenConfig.tiny(), "xpos")

@@ -1,0 +1,381 @@
+"""Tests for course_utils.positional: each claim notebook 06 makes about positions is checked here."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.masking import causal_mask
+from course_utils.multihead import MultiHeadAttention
+from course_utils.positional import (
+    ALiBiMultiHeadAttention,
+    LearnedPositionalEmbedding,
+    RotaryMultiHeadAttention,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    rope_pairing_permutation,
+    rotate_pair,
+    sinusoidal_encoding,
+    sinusoidal_frequencies,
+    sinusoidal_shift_matrix,
+)
+
+seeds = st.integers(min_value=0, max_value=2**31 - 1)
+
+
+def randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
+
+
+# ---------------------------------------------------------------- the problem: no positions at all
+
+
+@given(B=st.integers(1, 3), T=st.integers(2, 7), H=st.sampled_from([1, 2, 4]), seed=seeds)
+def test_attention_without_positions_is_permutation_equivariant(B, T, H, seed):
+    """Shuffle the tokens and the outputs shuffle the same way: attention alone cannot see order."""
+    torch.manual_seed(seed)
+    mha = MultiHeadAttention(8, H).double()
+    x = randn(seed, B, T, 8)
+    perm = torch.randperm(T, generator=torch.Generator().manual_seed(seed + 1))
+    torch.testing.assert_close(mha(x[:, perm]), mha(x)[:, perm])
+
+
+@pytest.mark.parametrize("make", [lambda: RotaryMultiHeadAttention(8, 2), lambda: ALiBiMultiHeadAttention(8, 2)])
+def test_attention_with_rope_or_alibi_is_not_permutation_equivariant(make):
+    torch.manual_seed(0)
+    m = make().double()
+    x = randn(0, 1, 6, 8)
+    perm = torch.tensor([5, 2, 0, 4, 1, 3])
+    assert (m(x[:, perm]) - m(x)[:, perm]).abs().max() > 1e-3
+
+
+# ---------------------------------------------------------------- learned positions
+
+
+def test_learned_embedding_adds_one_row_per_position():
+    torch.manual_seed(0)
+    pe = LearnedPositionalEmbedding(context_length=10, embed_dim=4)
+    x = torch.randn(2, 6, 4)
+    out = pe(x)
+    assert out.shape == (2, 6, 4)
+    torch.testing.assert_close(out, x + pe.embedding.weight[:6])
+    torch.testing.assert_close(pe(x, torch.arange(3, 9)), x + pe.embedding.weight[3:9])
+    assert pe(torch.randn(1, 10, 4)).shape == (1, 10, 4)  # the last position still has a row
+
+
+def test_learned_embedding_has_no_row_beyond_context_length():
+    pe = LearnedPositionalEmbedding(8, 4)
+    with pytest.raises(ValueError, match=r"position 8 is beyond context_length = 8: .* rows for positions 0 \.\. 7"):
+        pe(torch.randn(1, 9, 4))
+    with pytest.raises(ValueError, match="position 11 is beyond context_length = 8"):
+        pe(torch.randn(1, 2, 4), torch.tensor([10, 11]))
+
+
+def test_learned_embedding_errors():
+    with pytest.raises(ValueError, match="context_length must be at least 1, got 0"):
+        LearnedPositionalEmbedding(0, 4)
+    with pytest.raises(TypeError, match="embed_dim must be an int, got float"):
+        LearnedPositionalEmbedding(4, 4.0)
+    pe = LearnedPositionalEmbedding(8, 4)
+    with pytest.raises(ValueError, match=r"x must end in embed_dim = 4 channels, got shape \(1, 3, 5\)"):
+        pe(torch.randn(1, 3, 5))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        pe(torch.ones(1, 3, 4, dtype=torch.long))
+
+
+# ---------------------------------------------------------------- sinusoidal
+
+
+def test_sinusoidal_encoding_by_hand():
+    pe = sinusoidal_encoding(3, 4, base=100.0)  # omega = 1, 100 ** (-2/4) = 0.1
+    expected = torch.tensor([
+        [0.0, 1.0, 0.0, 1.0],
+        [math.sin(1), math.cos(1), math.sin(0.1), math.cos(0.1)],
+        [math.sin(2), math.cos(2), math.sin(0.2), math.cos(0.2)],
+    ])
+    assert pe.shape == (3, 4) and pe.dtype == torch.float32
+    torch.testing.assert_close(pe, expected)
+
+
+@given(T=st.integers(1, 50), half_C=st.integers(1, 16))
+def test_sinusoidal_encoding_matches_the_formula(T, half_C):
+    C = 2 * half_C
+    pe = sinusoidal_encoding(T, C)
+    t, i = torch.arange(T, dtype=torch.float64)[:, None], torch.arange(half_C, dtype=torch.float64)[None, :]
+    angle = t / 10000.0 ** (2 * i / C)
+    torch.testing.assert_close(pe[:, 0::2], angle.sin().float())
+    torch.testing.assert_close(pe[:, 1::2], angle.cos().float())
+    torch.testing.assert_close(sinusoidal_frequencies(C), 10000.0 ** (-2 * i[0] / C))
+
+
+def test_sinusoidal_rows_have_constant_norm_and_similarity_depends_on_distance_only():
+    pe = sinusoidal_encoding(64, 32).double()
+    torch.testing.assert_close(pe.norm(dim=-1), torch.full((64,), 4.0, dtype=torch.float64))  # sqrt(C/2)
+    sim = pe @ pe.T  # (T, T)
+    for k in (1, 5, 20):
+        diag = torch.diagonal(sim, offset=k)
+        torch.testing.assert_close(diag, diag[0].expand_as(diag), atol=1e-5, rtol=0)
+
+
+@given(k=st.integers(-20, 20), half_C=st.integers(1, 8))
+def test_a_fixed_offset_is_a_linear_map(k, half_C):
+    C = 2 * half_C
+    T = 30
+    pe = sinusoidal_encoding(T + 40, C).double()
+    M = sinusoidal_shift_matrix(k, C)  # (C, C)
+    t = torch.arange(20, T)
+    torch.testing.assert_close(pe[t] @ M.T, pe[t + k], atol=1e-5, rtol=0)  # PE[t + k] = M_k PE[t]
+    torch.testing.assert_close(M @ M.T, torch.eye(C, dtype=torch.float64))  # a rotation
+
+
+def test_sinusoidal_errors():
+    with pytest.raises(ValueError, match=r"C must be even \(the channels come in \(sin, cos\) pairs\), got 5"):
+        sinusoidal_encoding(4, 5)
+    with pytest.raises(ValueError, match="T must be at least 1, got 0"):
+        sinusoidal_encoding(0, 4)
+    with pytest.raises(ValueError, match="base must be a number greater than 1, got 0.5"):
+        sinusoidal_encoding(4, 4, base=0.5)
+    with pytest.raises(TypeError, match="k must be an int"):
+        sinusoidal_shift_matrix(1.5, 4)
+
+
+# ---------------------------------------------------------------- RoPE
+
+
+def test_rotate_pair_by_hand():
+    x1, x2 = rotate_pair(torch.tensor(1.0), torch.tensor(0.0), torch.tensor(math.pi / 2))
+    torch.testing.assert_close(torch.stack([x1, x2]), torch.tensor([0.0, 1.0]))  # counter-clockwise
+
+
+def test_apply_rope_by_hand():
+    x = torch.tensor([[[[1.0, 0.0, 1.0, 0.0]] * 3]])  # (1, 1, 3, 4)
+    out = apply_rope(x, base=100.0)  # theta = 1, 0.1
+    expected = torch.tensor([[math.cos(t), math.sin(t), math.cos(0.1 * t), math.sin(0.1 * t)] for t in range(3)])
+    torch.testing.assert_close(out[0, 0], expected)
+    e0 = torch.tensor([1.0, 0.0, 0.0, 0.0]).expand(1, 1, 3, 4)
+    half = apply_rope(e0, base=100.0, pairing="half")  # pairs (0, 2) and (1, 3): channel 0 turns towards 2
+    torch.testing.assert_close(half[0, 0, 1], torch.tensor([math.cos(1), 0.0, math.sin(1), 0.0]))
+
+
+@given(B=st.integers(1, 2), H=st.integers(1, 3), T=st.integers(1, 8), half_D=st.integers(1, 6),
+       offset=st.integers(0, 1000), pairing=st.sampled_from(["interleaved", "half"]), seed=seeds)
+def test_rope_scores_depend_only_on_relative_position(B, H, T, half_D, offset, pairing, seed):
+    """Shifting every query and key position by the same offset leaves every score unchanged."""
+    D = 2 * half_D
+    q, k = randn(seed, B, H, T, D), randn(seed + 1, B, H, T, D)
+    pos = torch.arange(T)
+    scores = apply_rope(q, pos, pairing=pairing) @ apply_rope(k, pos, pairing=pairing).transpose(-2, -1)
+    shifted = (apply_rope(q, pos + offset, pairing=pairing)
+               @ apply_rope(k, pos + offset, pairing=pairing).transpose(-2, -1))
+    torch.testing.assert_close(shifted, scores, atol=1e-9, rtol=1e-7)
+
+
+@given(i=st.integers(0, 200), j=st.integers(0, 200), shift=st.integers(-100, 100), seed=seeds)
+def test_rope_score_of_one_pair_is_a_function_of_i_minus_j(i, j, shift, seed):
+    q, k = randn(seed, 1, 1, 1, 8), randn(seed + 1, 1, 1, 1, 8)
+    i2, j2 = i + abs(shift), j + abs(shift)  # the same i - j
+    s1 = (apply_rope(q, torch.tensor([i])) * apply_rope(k, torch.tensor([j]))).sum()
+    s2 = (apply_rope(q, torch.tensor([i2])) * apply_rope(k, torch.tensor([j2]))).sum()
+    torch.testing.assert_close(s1, s2, atol=1e-9, rtol=1e-7)
+
+
+@given(T=st.integers(1, 10), half_D=st.integers(1, 8), seed=seeds,
+       pairing=st.sampled_from(["interleaved", "half"]))
+def test_rope_preserves_norms_and_position_zero(T, half_D, seed, pairing):
+    x = randn(seed, 2, 3, T, 2 * half_D)
+    out = apply_rope(x, pairing=pairing)
+    assert out.shape == x.shape and out.dtype == x.dtype
+    torch.testing.assert_close(out.norm(dim=-1), x.norm(dim=-1))
+    torch.testing.assert_close(out[..., 0, :], x[..., 0, :])  # position 0 is not rotated
+
+
+@given(T=st.integers(1, 8), half_D=st.integers(1, 8), seed=seeds)
+def test_the_two_pairings_are_the_same_rotation_up_to_a_permutation(T, half_D, seed):
+    D = 2 * half_D
+    x = randn(seed, 2, 2, T, D)
+    perm = rope_pairing_permutation(D)
+    torch.testing.assert_close(apply_rope(x[..., perm], pairing="half"),
+                               apply_rope(x, pairing="interleaved")[..., perm])
+    if D > 2:  # without the permutation they differ
+        assert (apply_rope(x, pairing="half") - apply_rope(x, pairing="interleaved")).abs().max() > 1e-6 or T == 1
+
+
+def test_rope_pairing_permutation_by_hand():
+    assert rope_pairing_permutation(6).tolist() == [0, 2, 4, 1, 3, 5]
+
+
+@given(T=st.integers(1, 8), t0=st.integers(0, 50), seed=seeds, pairing=st.sampled_from(["interleaved", "half"]))
+def test_rope_with_an_offset_is_the_slice_of_the_full_rotation(T, t0, seed, pairing):
+    """A KV cache rotates new keys at their absolute positions: the same numbers as rotating everything."""
+    full = randn(seed, 1, 2, t0 + T, 6)
+    rotated_all = apply_rope(full, pairing=pairing)
+    rotated_new = apply_rope(full[..., t0:, :], positions=torch.arange(t0, t0 + T), pairing=pairing)
+    torch.testing.assert_close(rotated_new, rotated_all[..., t0:, :])
+
+
+def test_rope_float32_is_accurate_at_large_positions():
+    x = randn(0, 1, 1, 4, 8, dtype=torch.float32)
+    pos = torch.arange(100_000, 100_004)
+    torch.testing.assert_close(apply_rope(x, pos), apply_rope(x.double(), pos).float())
+
+
+def test_rope_errors():
+    with pytest.raises(ValueError, match="the last dimension D of x must be even .*, got 5"):
+        apply_rope(torch.randn(1, 1, 3, 5))
+    with pytest.raises(ValueError, match=r"positions must have shape \(T,\) = \(3,\), .* got \(4,\)"):
+        apply_rope(torch.randn(1, 1, 3, 4), torch.arange(4))
+    with pytest.raises(TypeError, match="positions must be an integer tensor .* got dtype torch.float32"):
+        apply_rope(torch.randn(1, 1, 3, 4), torch.arange(3.0))
+    with pytest.raises(TypeError, match="positions must be a 1-D integer torch.Tensor, got list"):
+        apply_rope(torch.randn(1, 1, 3, 4), [0, 1, 2])
+    with pytest.raises(ValueError, match="positions must be >= 0, got a minimum of -1"):
+        apply_rope(torch.randn(1, 1, 3, 4), torch.tensor([-1, 0, 1]))
+    with pytest.raises(ValueError, match=r"pairing must be one of \('interleaved', 'half'\), got 'neox'"):
+        apply_rope(torch.randn(1, 1, 3, 4), pairing="neox")
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        apply_rope(torch.ones(1, 1, 3, 4, dtype=torch.long))
+    with pytest.raises(ValueError, match="D must be even .*, got 3"):
+        rope_pairing_permutation(3)
+
+
+# ---------------------------------------------------------------- ALiBi
+
+
+def test_alibi_slopes_for_8_heads_are_the_papers_geometric_sequence():
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([1 / 2 ** h for h in range(1, 9)]))
+
+
+def _reference_slopes(n: int) -> list[float]:
+    """The recipe of the ALiBi paper's reference code (Press et al., github.com/ofirpress/attention_with_linear_biases)."""
+    def power_of_2(n):
+        start = 2 ** (-(2 ** -(math.log2(n) - 3)))
+        return [start * start**i for i in range(n)]
+
+    if math.log2(n).is_integer():
+        return power_of_2(n)
+    closest = 2 ** math.floor(math.log2(n))
+    return power_of_2(closest) + _reference_slopes(2 * closest)[0::2][: n - closest]
+
+
+@pytest.mark.parametrize("H", [1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 20])
+def test_alibi_slopes_match_the_reference_recipe(H):
+    torch.testing.assert_close(alibi_slopes(H), torch.tensor(_reference_slopes(H)))
+
+
+def test_alibi_slopes_for_6_heads_by_hand():
+    torch.testing.assert_close(alibi_slopes(6), torch.tensor([2**-2, 2**-4, 2**-6, 2**-8, 2**-1, 2**-3]))
+
+
+def test_alibi_bias_by_hand():
+    bias = alibi_bias(2, 3)  # slopes 2^-4, 2^-8
+    assert bias.shape == (2, 3, 3)
+    distance = torch.tensor([[0.0, 1, 2], [1, 0, 1], [2, 1, 0]])
+    torch.testing.assert_close(bias[0], -distance / 16)
+    torch.testing.assert_close(bias[1], -distance / 256)
+
+
+@pytest.mark.parametrize("T, S", [(1, 5), (3, 5), (5, 5)])
+def test_alibi_bias_is_bottom_right_aligned_like_causal_mask(T, S):
+    bias = alibi_bias(4, T, S)
+    assert bias.shape == (4, T, S)
+    torch.testing.assert_close(bias, alibi_bias(4, S)[:, S - T:])  # the last T query rows of the square
+    zero_distance = bias[0] == 0  # where query position == key position: the last allowed key of each row
+    last_allowed = causal_mask(T, S) & ~torch.cat([causal_mask(T, S)[:, 1:], torch.zeros(T, 1, dtype=torch.bool)], 1)
+    assert torch.equal(zero_distance, last_allowed)
+
+
+def test_alibi_bias_under_a_causal_mask_is_minus_slope_times_distance():
+    """The softmax ignores a constant per row: -m (i - j) and the paper's +m j give the same weights."""
+    H, T = 4, 6
+    scores = randn(0, H, T, T)
+    mask = causal_mask(T)
+    i, j = torch.arange(T, dtype=torch.float64)[:, None], torch.arange(T, dtype=torch.float64)
+    slopes = alibi_slopes(H).double()[:, None, None]  # (H, 1, 1)
+    ours = torch.softmax((scores + alibi_bias(H, T).double()).masked_fill(~mask, float("-inf")), dim=-1)
+    causal = torch.softmax((scores - slopes * (i - j)).masked_fill(~mask, float("-inf")), dim=-1)
+    paper = torch.softmax((scores + slopes * j).masked_fill(~mask, float("-inf")), dim=-1)
+    torch.testing.assert_close(ours, causal)
+    torch.testing.assert_close(ours, paper)
+
+
+def test_alibi_errors():
+    with pytest.raises(ValueError, match="H must be at least 1, got 0"):
+        alibi_slopes(0)
+    with pytest.raises(TypeError, match="H must be an int, got float"):
+        alibi_slopes(8.0)
+    with pytest.raises(ValueError, match=r"alibi_bias needs T <= S .* got T=5, S=3"):
+        alibi_bias(2, 5, 3)
+    with pytest.raises(ValueError, match="S must be at least 1, got 0"):
+        alibi_bias(2, 1, 0)
+
+
+# ---------------------------------------------------------------- the attention modules
+
+
+def test_rotary_attention_is_multihead_attention_with_rotated_queries_and_keys():
+    torch.manual_seed(0)
+    rope = RotaryMultiHeadAttention(12, 3).double()
+    plain = MultiHeadAttention(12, 3).double()
+    plain.load_state_dict(rope.state_dict())  # the same parameters: RoPE adds none
+    x = randn(1, 2, 5, 12)
+    mask = causal_mask(5)
+    out, w = rope(x, mask, need_weights=True)
+    q, k, v = (t.view(2, 5, 3, 4).transpose(1, 2) for t in rope.qkv_proj(x).chunk(3, -1))
+    o, w_ref = scaled_dot_product_attention(apply_rope(q), apply_rope(k), v, mask)
+    torch.testing.assert_close(w, w_ref)
+    torch.testing.assert_close(out, rope.out_proj(o.transpose(1, 2).reshape(2, 5, 12)))
+    torch.testing.assert_close(out[:, :1], plain(x, mask)[:, :1])  # position 0 is not rotated, sees only itself
+
+
+def test_rotary_attention_with_positions_matches_the_tail_of_the_full_sequence():
+    """With causal masking, the last tokens' outputs need their absolute positions, not 0, 1, ..."""
+    torch.manual_seed(0)
+    rope = RotaryMultiHeadAttention(8, 2).double()
+    x = randn(2, 1, 7, 8)
+    full = rope(x, causal_mask(7))
+    q_only = rope(x, causal_mask(7), positions=torch.arange(10, 17))  # shifting all positions: same output
+    torch.testing.assert_close(q_only, full)
+
+
+def test_rotary_pairing_half_with_permuted_weights_equals_interleaved():
+    torch.manual_seed(0)
+    C, H = 12, 2
+    D = C // H
+    inter = RotaryMultiHeadAttention(C, H, pairing="interleaved").double()
+    half = RotaryMultiHeadAttention(C, H, pairing="half").double()
+    perm = rope_pairing_permutation(D)
+    rows = torch.cat([torch.cat([blk * C + h * D + perm for h in range(H)]) for blk in (0, 1)]
+                     + [torch.arange(2 * C, 3 * C)])  # permute q and k rows inside each head, keep v
+    with torch.no_grad():
+        half.qkv_proj.weight.copy_(inter.qkv_proj.weight[rows])
+        half.qkv_proj.bias.copy_(inter.qkv_proj.bias[rows])
+        half.out_proj.load_state_dict(inter.out_proj.state_dict())
+    x = randn(3, 2, 6, C)
+    torch.testing.assert_close(half(x, causal_mask(6)), inter(x, causal_mask(6)))
+
+
+def test_alibi_attention_is_multihead_attention_with_a_bias():
+    torch.manual_seed(0)
+    alibi = ALiBiMultiHeadAttention(8, 4).double()
+    x = randn(4, 2, 6, 8)
+    out, w = alibi(x, causal_mask(6), need_weights=True)
+    q, k, v = (t.view(2, 6, 4, 2).transpose(1, 2) for t in alibi.qkv_proj(x).chunk(3, -1))
+    o, w_ref = scaled_dot_product_attention(q, k, v, causal_mask(6), bias=alibi_bias(4, 6).double())
+    torch.testing.assert_close(w, w_ref)
+    torch.testing.assert_close(out, alibi.out_proj(o.transpose(1, 2).reshape(2, 6, 8)))
+    assert alibi(randn(5, 1, 300, 8)).shape == (1, 300, 8)  # no limit on the length
+
+
+def test_module_errors():
+    with pytest.raises(ValueError, match=r"head_dim \(embed_dim / num_heads\) must be even .*, got 3"):
+        RotaryMultiHeadAttention(6, 2)
+    with pytest.raises(ValueError, match="embed_dim \\(10\\) must be divisible by num_heads \\(3\\)"):
+        ALiBiMultiHeadAttention(10, 3)
+    with pytest.raises(ValueError, match="pairing must be one of"):
+        RotaryMultiHeadAttention(8, 2, pairing="neox")
