@@ -1,0 +1,250 @@
+"""Turning a language model's logits into text: sampling, the generation loop (with a KV cache), beam search.
+
+Read top to bottom, in the order notebook 07 teaches it: the filters that reshape a next-token
+distribution (:func:`top_k_filter`, :func:`top_p_keep`, :func:`top_p_filter`), one sampling step
+(:func:`sample_next_token`), the loop that feeds tokens back in (:func:`generate_stream`,
+:func:`generate`) and :func:`beam_search`.
+
+The model follows the protocol documented in :mod:`course_utils.variants`: ``forward(idx, cache=None) ->
+logits (B, T, V)``, a ``context_length`` attribute, and ``new_cache()`` returning a
+:class:`~course_utils.variants.KVCache`. With a cache, each step feeds only the new token; without one, each
+step recomputes the whole prefix (its last ``context_length`` tokens). Both give the same tokens and logits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import torch
+from torch import nn
+
+from course_utils._validate import check_floating, check_tensor
+
+__all__ = [
+    "top_k_filter",
+    "top_p_keep",
+    "top_p_filter",
+    "sample_next_token",
+    "generate_stream",
+    "generate",
+    "beam_search",
+]
+
+
+def _check_top_k(top_k: object) -> None:
+    if isinstance(top_k, bool) or not isinstance(top_k, int):
+        raise TypeError(f"top_k must be an int or None, got {type(top_k).__name__}")
+    if top_k < 1:
+        raise ValueError(f"top_k must be at least 1, got {top_k}")
+
+
+def _check_top_p(top_p: object) -> None:
+    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
+        raise TypeError(f"top_p must be a float in (0, 1] or None, got {type(top_p).__name__}")
+    if not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+
+
+def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """Keep the ``top_k`` largest logits of each row and set the others to -inf (ties at the k-th value are kept).
+
+    Shape:
+        logits: (..., V) -> (..., V)
+
+    ``top_k >= V`` keeps everything. Taught in notebook 07.
+    """
+    check_tensor("logits", logits)
+    _check_top_k(top_k)
+    k = min(top_k, logits.shape[-1])
+    kth = logits.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest logit
+    return logits.masked_fill(logits < kth, float("-inf"))
+
+
+def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Nucleus of each row: the smallest set of most likely tokens whose probabilities sum to at least ``top_p``.
+
+    Shape:
+        probs: (..., V), rows summing to 1 -> keep: bool (..., V)
+
+    Sort descending; a token is kept if the probability of the tokens strictly before it is still below
+    ``top_p``. So the token that *crosses* ``top_p`` is kept, the most likely token always is, and
+    ``top_p = 1`` keeps every token. Ties are broken by the sort. Taught in notebook 07.
+    """
+    check_tensor("probs", probs)
+    check_floating("probs", probs)
+    _check_top_p(top_p)
+    if top_p >= 1.0:
+        return torch.ones_like(probs, dtype=torch.bool)  # cumulative sums may round to just above 1
+    sorted_probs, order = probs.sort(dim=-1, descending=True)  # (..., V)
+    before = sorted_probs.cumsum(dim=-1) - sorted_probs  # (..., V): mass of the tokens strictly before
+    keep_sorted = before < top_p  # (..., V), always True for the first token
+    return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # back to vocabulary order
+
+
+def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """Set the logits outside each row's nucleus (:func:`top_p_keep` of their softmax) to -inf.
+
+    Shape:
+        logits: (..., V) -> (..., V)
+
+    Taught in notebook 07.
+    """
+    check_tensor("logits", logits)
+    keep = top_p_keep(torch.softmax(logits.float(), dim=-1), top_p)
+    return logits.masked_fill(~keep, float("-inf"))
+
+
+def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
+                      top_p: float | None = None, greedy: bool = False,
+                      generator: torch.Generator | None = None) -> torch.Tensor:
+    """Pick one next token per row: the argmax (``greedy``), or a sample after temperature, top-k and top-p.
+
+    Shape:
+        logits: (B, V) -> tokens: (B,) int64
+
+    Order: divide the logits by ``temperature`` (before the softmax: < 1 sharpens, > 1 flattens), keep
+    the ``top_k`` best, keep the nucleus of mass ``top_p``, then sample from the renormalised softmax.
+    ``greedy`` ignores the other settings (the argmax survives every filter anyway). Taught in notebook 07.
+    """
+    check_tensor("logits", logits, min_dim=2)
+    check_floating("logits", logits)
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (B, V), got {tuple(logits.shape)}")
+    if top_k is not None:
+        _check_top_k(top_k)
+    if top_p is not None:
+        _check_top_p(top_p)
+    if greedy:
+        return logits.argmax(dim=-1)  # (B,)
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (use greedy=True for the argmax), got {temperature}")
+    logits = logits / temperature  # (B, V)
+    if top_k is not None:
+        logits = top_k_filter(logits, top_k)
+    if top_p is not None:
+        logits = top_p_filter(logits, top_p)
+    probs = torch.softmax(logits.float(), dim=-1)  # (B, V), renormalised over the kept tokens
+    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
+
+
+def _check_model(model: nn.Module, use_cache: bool) -> int:
+    context_length = getattr(model, "context_length", None)
+    if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1:
+        raise TypeError(f"the model needs an int attribute context_length, got {context_length!r}")
+    if use_cache and not callable(getattr(model, "new_cache", None)):
+        raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
+    return context_length
+
+
+def _check_idx(idx: torch.Tensor) -> None:
+    check_tensor("idx", idx, min_dim=2)
+    if idx.dim() != 2 or idx.is_floating_point() or idx.dtype == torch.bool:
+        raise ValueError(f"idx must be (B, T) integer token ids, got dtype {idx.dtype}, shape {tuple(idx.shape)}")
+    if idx.shape[1] < 1:
+        raise ValueError("idx must hold at least one token (the prompt)")
+
+
+@torch.no_grad()
+def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+                    top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
+                    use_cache: bool = True, generator: torch.Generator | None = None,
+                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Generate one token at a time, yielding ``(tokens (B,), logits (B, V))`` as soon as each is chosen.
+
+    With ``use_cache`` the prompt is run once and every later step feeds only the newest token;
+    ``prompt + max_new_tokens`` must then fit in ``model.context_length`` (ValueError otherwise). Without a
+    cache every step recomputes the last ``context_length`` tokens, so it can run past the context.
+    The model is put in eval mode. Taught in notebook 07; notebook 08 streams text with it.
+    """
+    _check_idx(idx)
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    context_length = _check_model(model, use_cache)
+    if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
+        raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
+                         f"model's context_length ({context_length}): the KV cache cannot hold them (the last "
+                         "token is never fed back); shorten them or pass use_cache=False, which crops to the "
+                         "last context_length tokens")
+    model.eval()
+    cache = model.new_cache() if use_cache else None
+    seq = idx
+    step_input = idx  # with a cache: the whole prompt first, then one token at a time
+    for _ in range(max_new_tokens):
+        if cache is None:
+            logits = model(seq[:, -context_length:])[:, -1]  # (B, T, V) -> (B, V)
+        else:
+            logits = model(step_input, cache)[:, -1]  # (B, T_new, V) -> (B, V)
+        token = sample_next_token(logits, temperature, top_k, top_p, greedy, generator)  # (B,)
+        yield token, logits
+        step_input = token[:, None]  # (B, 1)
+        seq = torch.cat([seq, step_input], dim=1)  # (B, T + 1)
+
+
+def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
+             top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
+             use_cache: bool = True, generator: torch.Generator | None = None,
+             callback: Callable[[torch.Tensor], None] | None = None, return_logits: bool = False):
+    """The prompt followed by ``max_new_tokens`` generated tokens, (B, T + N) (and their logits (B, N, V)).
+
+    ``callback(tokens (B,))`` is called after every step (print text as it comes). Settings as in
+    :func:`generate_stream` and :func:`sample_next_token`. Taught in notebook 07.
+    """
+    tokens, all_logits = [], []
+    for token, logits in generate_stream(model, idx, max_new_tokens, temperature, top_k, top_p, greedy,
+                                         use_cache, generator):
+        tokens.append(token)
+        all_logits.append(logits)
+        if callback is not None:
+            callback(token)
+    new = torch.stack(tokens, dim=1) if tokens else idx[:, :0]  # (B, N)
+    out = torch.cat([idx, new], dim=1)  # (B, T + N)
+    if not return_logits:
+        return out
+    V = all_logits[0].shape[-1] if all_logits else 0
+    return out, torch.stack(all_logits, dim=1) if all_logits else idx.new_zeros(idx.shape[0], 0, V).float()
+
+
+@torch.no_grad()
+def beam_search(model: nn.Module, idx: torch.Tensor, beam_width: int, max_new_tokens: int,
+                use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    """Keep the ``beam_width`` most likely continuations at every step; return them, best first.
+
+    Shape:
+        idx: (1, T) one prompt -> sequences: (W, T + N), scores: (W,) total log-probabilities of the N new
+        tokens, sorted descending (W = beam_width, fewer if the vocabulary allows fewer distinct beams)
+
+    Every step scores all W * V one-token extensions by (beam's log-prob + token's log-prob) and keeps the
+    W best. ``beam_width = 1`` is greedy decoding. No end-of-sequence token and no length penalty: every
+    beam has N new tokens. Taught in notebook 07.
+    """
+    _check_idx(idx)
+    if idx.shape[0] != 1:
+        raise ValueError(f"beam_search takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}")
+    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or beam_width < 1:
+        raise ValueError(f"beam_width must be an int >= 1, got {beam_width!r}")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    context_length = _check_model(model, use_cache)
+    if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
+        raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
+                         f"model's context_length ({context_length}); pass use_cache=False to crop instead")
+    model.eval()
+    cache = model.new_cache() if use_cache else None
+    seqs = idx  # (n, T'): n live beams, 1 at the start
+    scores = torch.zeros(1, device=idx.device)  # (n,)
+    step_input = idx
+    for _ in range(max_new_tokens):
+        if cache is None:
+            logits = model(seqs[:, -context_length:])[:, -1]  # (n, V)
+        else:
+            logits = model(step_input, cache)[:, -1]  # (n, V)
+        logp = torch.log_softmax(logits.float(), dim=-1)  # (n, V)
+        n, V = logp.shape
+        total = (scores[:, None] + logp).flatten()  # (n * V,): every one-token extension of every beam
+        scores, flat = total.topk(min(beam_width, n * V))  # (W,), sorted descending
+        beam, token = flat // V, flat % V  # which beam each winner extends, and with which token
+        seqs = torch.cat([seqs[beam], token[:, None]], dim=1)  # (W, T' + 1)
+        if cache is not None:
+            cache.reorder(beam)  # each new beam carries the keys and values of the beam it extends
+        step_input = token[:, None]  # (W, 1)
+    return seqs, scores

@@ -1,0 +1,635 @@
+"""Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
+
+Read top to bottom, in the order notebook 07 teaches it:
+
+1. **Grouped-query attention** (:func:`repeat_kv`, :class:`GroupedQueryAttention`, :func:`kv_cache_bytes`):
+   H query heads share Hkv key/value heads; Hkv == H is multi-head attention, Hkv == 1 multi-query.
+2. **Sliding-window attention** (:func:`sliding_window_mask`, :func:`sliding_window_attention`): each
+   query sees its last ``window`` positions, as a mask or in chunks that never build the (T, S) matrix.
+3. **Low-rank and attention-free** mixing: :func:`linformer_attention` (keys and values projected along
+   the sequence) and the attention-free transformer (:func:`aft_full`, :func:`aft_local_bias`,
+   :func:`aft_simple`, :class:`AFTFull`), written with a max subtracted before every ``exp``.
+4. **Chunked top-k attention** (:func:`topk_attention`): each query keeps its k best keys; peak memory
+   O(chunk_size * S) instead of O(T * S).
+5. **The KV cache** (:class:`KVCache`) and a small decoder-only language model that uses all of the
+   above (:class:`DecoderConfig`, :class:`TinyDecoder`); sampling, generation and beam search are in
+   :mod:`course_utils.generation`.
+
+The cache / generation protocol
+-------------------------------
+Any decoder-only model (notebook 08's GPT included) works with :mod:`course_utils.generation` if it has
+
+- ``context_length: int``, the longest sequence it can see (learned positions, or the cache's capacity);
+- ``new_cache() -> KVCache``, an empty cache with ``num_layers`` slots and capacity ``context_length``;
+- ``forward(idx, cache=None) -> logits``: ``idx`` (B, T) token ids, ``logits`` (B, T, V).
+
+Without a cache, ``idx`` is the whole sequence (positions 0 .. T-1). With a cache, ``idx`` holds only the
+**new** tokens; their absolute positions are ``cache.length .. cache.length + T - 1`` (read
+``cache.length`` *before* the first layer runs: learned positions and RoPE both need it). Attention layer
+``i`` calls ``k, v = cache.update(i, k_new, v_new)``, which appends the new keys and values of shape
+(B, Hkv, T, D) and returns everything cached so far, (B, Hkv, S, D) with S = ``cache.length + T``; the
+layer then attends with the causal mask aligned bottom-right, ``causal_mask(T, S)`` (or
+``sliding_window_mask(T, window, S)``). Once every layer has appended, ``cache.length`` has grown by T.
+Appending past the capacity raises ValueError. Beam search reorders the batch of a cache with
+:meth:`KVCache.reorder`.
+
+Shapes use the course alphabet: B batch, T query length, S key length, C embed_dim, H num_heads,
+Hkv num_kv_heads, D head_dim, V vocab_size. Masks are boolean, True = may attend.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import nn
+
+from course_utils._validate import check_bool_mask, check_floating, check_tensor
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.masking import causal_mask, combine_masks
+from course_utils.multihead import MultiHeadAttention, merge_heads
+
+__all__ = [
+    "repeat_kv",
+    "GroupedQueryAttention",
+    "kv_cache_bytes",
+    "sliding_window_mask",
+    "sliding_window_attention",
+    "linformer_attention",
+    "LinformerSelfAttention",
+    "aft_full",
+    "aft_local_bias",
+    "aft_simple",
+    "AFTFull",
+    "topk_attention",
+    "KVCache",
+    "DecoderConfig",
+    "TinyDecoder",
+]
+
+
+def _check_int(name: str, n: object, minimum: int = 1) -> int:
+    if isinstance(n, bool) or not isinstance(n, int):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if n < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {n}")
+    return n
+
+
+def _check_qkv4(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, t, min_dim=2)
+        check_floating(name, t)
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. Grouped-query attention (Ainslie et al. 2023); multi-query attention (Shazeer 2019)
+# ----------------------------------------------------------------------------------------------
+
+
+def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Repeat each of the Hkv key (or value) heads H // Hkv times, so query head h reads KV head h // (H // Hkv).
+
+    Shape:
+        x: (B, Hkv, S, D) -> (B, H, S, D)
+
+    ``repeat_interleave`` gives the order 0, 0, 1, 1, ... (each KV head serves a block of neighbouring
+    query heads), which is what ``F.scaled_dot_product_attention(..., enable_gqa=True)`` does; ``repeat``
+    would give 0, 1, 0, 1, ..., a different model. Taught in notebook 07.
+    """
+    check_tensor("x", x, min_dim=4)
+    if x.dim() != 4:
+        raise ValueError(f"repeat_kv takes x of shape (B, Hkv, S, D), got {tuple(x.shape)}")
+    _check_int("num_heads", num_heads)
+    Hkv = x.shape[1]
+    if num_heads % Hkv != 0:
+        raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({Hkv})")
+    return x.repeat_interleave(num_heads // Hkv, dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
+
+
+class GroupedQueryAttention(nn.Module):
+    """Self-attention with H query heads and Hkv <= H key/value heads shared by groups of H // Hkv queries.
+
+    Shape:
+        x: (B, T, C), mask: bool broadcastable to (B, H, T, S), True = may attend -> out: (B, T, C)
+        (and weights: (B, H, T, S) when ``need_weights=True``)
+
+    ``num_kv_heads == num_heads`` is multi-head attention, ``num_kv_heads == 1`` multi-query attention.
+    ``k_proj`` and ``v_proj`` map C -> Hkv * D, so the KV cache shrinks by H / Hkv. With a
+    :class:`KVCache`, ``x`` holds only the new tokens and S = ``cache.length`` + T (see the module
+    docstring). ``rope=True`` rotates queries and keys with :func:`course_utils.positional.apply_rope` at
+    their absolute positions (offset by ``cache.length``). Taught in notebook 07.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False,
+                 rope: bool = False) -> None:
+        super().__init__()
+        _check_int("embed_dim", embed_dim)
+        _check_int("num_heads", num_heads)
+        _check_int("num_kv_heads", num_kv_heads)
+        if embed_dim % num_heads != 0:
+            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads})")
+        self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
+        self.head_dim = embed_dim // num_heads
+        self.rope = rope
+        if rope and self.head_dim % 2:
+            raise ValueError(f"rope=True needs an even head_dim, got {self.head_dim}")
+        kv_dim = num_kv_heads * self.head_dim
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None,
+                layer: int = 0, need_weights: bool = False):
+        check_tensor("x", x, min_dim=3)
+        check_floating("x", x)
+        if x.dim() != 3 or x.shape[-1] != self.embed_dim:
+            raise ValueError(f"x must have shape (B, T, C={self.embed_dim}), got {tuple(x.shape)}")
+        B, T, C = x.shape
+        H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
+        k = self.k_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
+        v = self.v_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
+        if self.rope:
+            from course_utils.positional import apply_rope
+
+            start = 0 if cache is None else cache.length
+            positions = torch.arange(start, start + T, device=x.device)  # (T,) absolute positions
+            q, k = apply_rope(q, positions), apply_rope(k, positions)
+        if cache is not None:
+            k, v = cache.update(layer, k, v)  # (B, Hkv, S, D): everything cached so far, new tokens last
+        k, v = repeat_kv(k, H), repeat_kv(v, H)  # (B, Hkv, S, D) -> (B, H, S, D)
+        out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, D), (B, H, T, S)
+        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
+        return (out, weights) if need_weights else out
+
+    @classmethod
+    def from_multihead(cls, mha: MultiHeadAttention) -> GroupedQueryAttention:
+        """The same function as a :class:`~course_utils.multihead.MultiHeadAttention`: its packed qkv_proj split in three."""
+        if not isinstance(mha, MultiHeadAttention):
+            raise TypeError(f"from_multihead takes a course_utils MultiHeadAttention, got {type(mha).__name__}")
+        bias = mha.qkv_proj.bias is not None
+        new = cls(mha.embed_dim, mha.num_heads, mha.num_heads, bias=bias).to(mha.qkv_proj.weight)
+        with torch.no_grad():
+            for proj, w in zip((new.q_proj, new.k_proj, new.v_proj), mha.qkv_proj.weight.chunk(3, dim=0)):
+                proj.weight.copy_(w)  # (3C, C) -> 3 x (C, C), q, k, v in that order
+            if bias:
+                for proj, b in zip((new.q_proj, new.k_proj, new.v_proj), mha.qkv_proj.bias.chunk(3)):
+                    proj.bias.copy_(b)
+            new.out_proj.load_state_dict(mha.out_proj.state_dict())
+        return new
+
+
+def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens: int = 1,
+                   batch_size: int = 1, bytes_per_element: int = 2) -> int:
+    """Bytes a KV cache needs: keys and values for every layer, KV head, token and sequence of the batch.
+
+    2 (k and v) * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
+    (2 for float16 / bfloat16). Taught in notebook 07.
+    """
+    for name, n in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
+                    ("num_tokens", num_tokens), ("batch_size", batch_size), ("bytes_per_element", bytes_per_element)):
+        _check_int(name, n)
+    return 2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. Sliding-window (local) attention (Longformer, Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023)
+# ----------------------------------------------------------------------------------------------
+
+
+def sliding_window_mask(T: int, window: int, S: int | None = None,
+                        device: torch.device | str | None = None) -> torch.Tensor:
+    """Causal local mask, True = may attend: query i sees its last ``window`` positions, itself included.
+
+    Shape:
+        -> (T, S), S defaults to T
+
+    Query i sits at position S - T + i (bottom-right alignment, as :func:`causal_mask`) and may attend
+    key j iff ``0 <= (S - T + i) - j < window``. ``window >= S`` is the plain causal mask. Taught in
+    notebook 07.
+    """
+    _check_int("window", window)
+    mask = causal_mask(T, S, device=device)  # (T, S), validates T and S
+    S = mask.shape[1]
+    return mask & ~torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T - window)
+
+
+def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
+                             chunk_size: int = 128, scale: float | None = None) -> torch.Tensor:
+    """Causal sliding-window self-attention, a chunk of queries at a time, never building the (T, T) matrix.
+
+    Shape:
+        q, k, v: (..., T, D) -> out: (..., T, D)
+
+    Queries ``i0 .. i1-1`` only need keys ``i0 - window + 1 .. i1 - 1``, so each chunk's scores are
+    (chunk_size, chunk_size + window - 1): peak memory O(T * (chunk_size + window)) summed, O(chunk_size *
+    (chunk_size + window)) at once. Equal to :func:`scaled_dot_product_attention` with
+    :func:`sliding_window_mask`. Taught in notebook 07.
+    """
+    _check_qkv4(q, k, v)
+    _check_int("window", window)
+    _check_int("chunk_size", chunk_size)
+    T = q.shape[-2]
+    if k.shape[-2] != T or v.shape[-2] != T:
+        raise ValueError(f"sliding_window_attention is self-attention: q, k, v need the same length T, "
+                         f"got {q.shape[-2]}, {k.shape[-2]}, {v.shape[-2]}")
+    outs = []
+    for i0 in range(0, T, chunk_size):
+        i1 = min(i0 + chunk_size, T)
+        j0 = max(0, i0 - window + 1)  # the earliest key any query of this chunk may see
+        rows = torch.arange(i0, i1, device=q.device)[:, None]  # (Tc, 1) absolute query positions
+        cols = torch.arange(j0, i1, device=q.device)[None, :]  # (1, Sc) absolute key positions
+        local = (cols <= rows) & (rows - cols < window)  # (Tc, Sc)
+        out, _ = scaled_dot_product_attention(q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :],
+                                              local, scale=scale)  # (..., Tc, D)
+        outs.append(out)
+    return torch.cat(outs, dim=-2)  # (..., T, D)
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. Low rank along the sequence (Linformer, Wang et al. 2020) and attention-free (AFT, Zhai et al. 2021)
+# ----------------------------------------------------------------------------------------------
+
+
+def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, proj_k: torch.Tensor,
+                        proj_v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+    """Linformer: project the S keys and values down to R summary rows, then attend to those R rows.
+
+    Shape:
+        q: (..., T, D), k, v: (..., S, D), proj_k, proj_v: (R, S') with S' >= S -> out: (..., T, D)
+
+    ``k' = proj_k[:, :S] @ k`` is (..., R, D): scores are (T, R), so time and memory grow as T * R, linear
+    in T for a fixed R. Not causal (each summary row mixes all positions). With R = S and identity
+    projections it is ordinary attention. Taught in notebook 07.
+    """
+    _check_qkv4(q, k, v)
+    S = k.shape[-2]
+    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
+        check_tensor(name, p, min_dim=2)
+        if p.dim() != 2 or p.shape[1] < S:
+            raise ValueError(f"{name} must have shape (R, S') with S' >= S = {S}, got {tuple(p.shape)}")
+    k_low = proj_k[:, :S] @ k  # (R, S) @ (..., S, D) -> (..., R, D)
+    v_low = proj_v[:, :S] @ v  # (R, S) @ (..., S, D) -> (..., R, D)
+    out, _ = scaled_dot_product_attention(q, k_low, v_low, scale=scale)  # (..., T, D)
+    return out
+
+
+class LinformerSelfAttention(nn.Module):
+    """Multi-head Linformer self-attention with learned (R, context_length) projections shared by the heads.
+
+    Shape:
+        x: (B, T, C) with T <= context_length -> out: (B, T, C)
+
+    Taught in notebook 07; not causal, so not a decoder layer.
+    """
+
+    def __init__(self, embed_dim: int, num_heads: int, context_length: int, proj_dim: int,
+                 bias: bool = False) -> None:
+        super().__init__()
+        _check_int("context_length", context_length)
+        _check_int("proj_dim", proj_dim)
+        self.mha = MultiHeadAttention(embed_dim, num_heads, bias=bias)
+        self.context_length, self.proj_dim = context_length, proj_dim
+        self.proj_k = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
+        self.proj_v = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, C = x.shape
+        if T > self.context_length:
+            raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
+        H = self.mha.num_heads
+        q, k, v = self.mha.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, C)
+        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
+        out = linformer_attention(q, k, v, self.proj_k, self.proj_v)  # (B, H, T, D)
+        return self.mha.out_proj(merge_heads(out))  # (B, T, C)
+
+
+def aft_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
+             mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Attention-free transformer, AFT-full: out_t = sigmoid(q_t) * sum_s softmax_s(k_s + w_ts) v_s, per channel.
+
+    Shape:
+        q: (B, T, C), k, v: (B, S, C), w: (T, S) learned pairwise position biases,
+        mask: bool broadcastable to (T, S), True = may attend -> out: (B, T, C)
+
+    The paper writes the weights as exp(k_s + w_ts) / sum_s' exp(k_s' + w_ts'): a softmax over the keys,
+    separately for every channel. Computed as a softmax (which subtracts the maximum) it cannot overflow,
+    whatever the size of k and w; the factorised form exp(w) @ (exp(k) * v) overflows for logits above
+    about 88 in float32 (notebook 07 shows both). Memory is O(B * T * S * C): fine for teaching sizes.
+    A query that may see no key gets output 0. Taught in notebook 07.
+    """
+    _check_qkv4(q, k, v)
+    T, S = q.shape[-2], k.shape[-2]
+    check_tensor("w", w, min_dim=2)
+    if tuple(w.shape) != (T, S):
+        raise ValueError(f"w must have shape (T, S) = ({T}, {S}), got {tuple(w.shape)}")
+    logits = k[..., None, :, :] + w[:, :, None]  # (B, 1, S, C) + (T, S, 1) -> (B, T, S, C)
+    if mask is not None:
+        check_bool_mask(mask, (T, S))
+        m = mask[..., None]  # (T, S, 1): the same for every channel
+        logits = logits.masked_fill(~m, float("-inf"))
+        sees_nothing = ~mask.any(dim=-1)[..., None, None]  # (T, 1, 1)
+        logits = logits.masked_fill(sees_nothing, 0.0)  # no -inf-only rows: softmax would give NaN
+    weights = torch.softmax(logits, dim=-2)  # (B, T, S, C): over the keys, per channel
+    if mask is not None:
+        weights = weights.masked_fill(sees_nothing, 0.0)
+    mixed = (weights * v[..., None, :, :]).sum(dim=-2)  # (B, T, S, C) * (B, 1, S, C) -> (B, T, C)
+    return torch.sigmoid(q) * mixed  # (B, T, C)
+
+
+def aft_local_bias(w: torch.Tensor, window: int) -> torch.Tensor:
+    """AFT-local's position biases: w inside the window |t - s| < window, and 0 (not -inf) outside it.
+
+    Shape:
+        w: (T, S) -> (T, S)
+
+    Outside the window the keys still count, with their content weight exp(k_s) alone: AFT-local is
+    global mixing with *local* position biases, not a local mask. Taught in notebook 07.
+    """
+    check_tensor("w", w, min_dim=2)
+    _check_int("window", window)
+    T, S = w.shape[-2:]
+    i = torch.arange(T, device=w.device)[:, None] + (S - T)  # (T, 1) absolute query positions
+    j = torch.arange(S, device=w.device)[None, :]  # (1, S)
+    return torch.where((i - j).abs() < window, w, torch.zeros_like(w))  # (T, S)
+
+
+def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """AFT-simple (no position biases): out_t = sigmoid(q_t) * sum_s softmax_s(k)_s v_s, the same mix for every t.
+
+    Shape:
+        q: (B, T, C), k, v: (B, S, C) -> out: (B, T, C)
+
+    The softmax over the sequence axis (dim=-2), per channel, costs O(S * C): linear in the length.
+    Not causal. Taught in notebook 07.
+    """
+    _check_qkv4(q, k, v)
+    weights = torch.softmax(k, dim=-2)  # (B, S, C): over positions, not channels
+    mixed = (weights * v).sum(dim=-2, keepdim=True)  # (B, 1, C)
+    return torch.sigmoid(q) * mixed  # (B, T, C)
+
+
+class AFTFull(nn.Module):
+    """An AFT-full (or AFT-local, with ``local_window``) layer: projections, learned w (L, L), output projection.
+
+    Shape:
+        x: (B, T, C) with T <= context_length, mask: bool broadcastable to (T, T) -> out: (B, T, C)
+
+    Pass ``causal_mask(T)`` for an autoregressive layer. Taught in notebook 07.
+    """
+
+    def __init__(self, embed_dim: int, context_length: int, local_window: int | None = None,
+                 bias: bool = False) -> None:
+        super().__init__()
+        _check_int("embed_dim", embed_dim)
+        _check_int("context_length", context_length)
+        if local_window is not None:
+            _check_int("local_window", local_window)
+        self.embed_dim, self.context_length, self.local_window = embed_dim, context_length, local_window
+        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.w = nn.Parameter(0.1 * torch.randn(context_length, context_length))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        B, T, C = x.shape
+        if T > self.context_length:
+            raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
+        w = self.w[:T, :T]  # (T, T)
+        if self.local_window is not None:
+            w = aft_local_bias(w, self.local_window)
+        out = aft_full(self.q_proj(x), self.k_proj(x), self.v_proj(x), w, mask)  # (B, T, C)
+        return self.out_proj(out)
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. Chunked top-k (sparse) attention
+# ----------------------------------------------------------------------------------------------
+
+
+def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, top_k: int,
+                   mask: torch.Tensor | None = None, chunk_size: int = 128,
+                   scale: float | None = None, causal: bool = False) -> torch.Tensor:
+    """Each query attends only to its ``top_k`` highest-scoring (visible) keys; queries go in chunks.
+
+    Shape:
+        q: (..., T, D), k, v: (..., S, D), mask: bool broadcastable to (..., T, S) -> out: (..., T, D)
+
+    For a chunk of queries the (chunk_size, S) scores are computed, masked, and all but each row's
+    ``top_k`` best are blocked; the usual masked attention then runs on that chunk. Peak memory is
+    O(chunk_size * S) instead of O(T * S); the work is still O(T * S). With ``top_k >= S`` it is ordinary
+    attention. Ties at the k-th score are broken by ``torch.topk``. ``causal=True`` adds the bottom-right
+    causal mask chunk by chunk, so no (T, S) mask is ever built. Taught in notebook 07.
+    """
+    _check_qkv4(q, k, v)
+    _check_int("top_k", top_k)
+    _check_int("chunk_size", chunk_size)
+    T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    if mask is not None:
+        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), T, S))
+    kk = min(top_k, S)
+    outs = []
+    for i0 in range(0, T, chunk_size):
+        i1 = min(i0 + chunk_size, T)
+        qc = q[..., i0:i1, :]  # (..., Tc, D)
+        scores = qc @ k.transpose(-2, -1) * scale  # (..., Tc, S)
+        m = mask
+        if mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1:
+            m = mask[..., i0:i1, :]  # (..., Tc, S): this chunk's rows of the mask
+        if causal:
+            rows = torch.arange(i0, i1, device=q.device)[:, None] + (S - T)  # (Tc, 1) absolute positions
+            m = combine_masks(m, torch.arange(S, device=q.device)[None, :] <= rows)  # (..., Tc, S)
+        if m is not None:
+            scores = scores.masked_fill(~m, float("-inf"))
+        idx = scores.topk(kk, dim=-1).indices  # (..., Tc, k)
+        keep = torch.zeros(scores.shape, dtype=torch.bool, device=q.device).scatter_(-1, idx, True)
+        keep = combine_masks(keep, m)  # a masked key never comes back, even among the "top" -inf's
+        out, _ = scaled_dot_product_attention(qc, k, v, keep, scale=scale)  # (..., Tc, D)
+        outs.append(out)
+    return torch.cat(outs, dim=-2)  # (..., T, D)
+
+
+# ----------------------------------------------------------------------------------------------
+# 5. The KV cache, and a tiny decoder-only language model that follows the protocol
+# ----------------------------------------------------------------------------------------------
+
+
+class KVCache:
+    """Keys and values of every layer for the positions seen so far, in buffers of fixed capacity.
+
+    Shape:
+        per layer: keys and values (B, Hkv, capacity, D), of which the first ``length`` positions are valid
+
+    ``update(layer, k, v)`` writes the new (B, Hkv, T, D) keys and values at positions ``length .. length
+    + T - 1`` of that layer and returns the valid part, (B, Hkv, length + T, D). ``length`` is the number
+    of positions every layer has stored (it grows once all layers have appended). The buffers are
+    allocated on the first update, with its batch size, heads, head_dim, dtype and device. Taught in
+    notebook 07; used by notebook 08's generation.
+    """
+
+    def __init__(self, num_layers: int, capacity: int) -> None:
+        self.num_layers = _check_int("num_layers", num_layers)
+        self.capacity = _check_int("capacity", capacity)
+        self.keys: list[torch.Tensor | None] = [None] * num_layers
+        self.values: list[torch.Tensor | None] = [None] * num_layers
+        self._lengths = [0] * num_layers
+
+    @property
+    def length(self) -> int:
+        """Positions stored by every layer: the absolute position of the next token."""
+        return min(self._lengths)
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append k, v (B, Hkv, T, D) to ``layer``; return all of that layer's keys and values (B, Hkv, S, D)."""
+        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
+            raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
+        for name, t in (("k", k), ("v", v)):
+            check_tensor(name, t, min_dim=4)
+            if t.dim() != 4:
+                raise ValueError(f"{name} must have shape (B, Hkv, T, D), got {tuple(t.shape)}")
+        if k.shape != v.shape:
+            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        start = self._lengths[layer]
+        if start > self.length:
+            raise RuntimeError(f"layer {layer} appended twice in one step: it holds {start} positions, "
+                               f"another layer only {self.length}")
+        B, Hkv, T, D = k.shape
+        end = start + T
+        if end > self.capacity:
+            raise ValueError(f"KV cache overflow: capacity (context_length) is {self.capacity} positions, "
+                             f"{start} are cached and {T} more were appended; start a new cache or crop "
+                             "the sequence")
+        if self.keys[layer] is None:
+            self.keys[layer] = k.new_zeros(B, Hkv, self.capacity, D)
+            self.values[layer] = v.new_zeros(B, Hkv, self.capacity, D)
+        buf_k, buf_v = self.keys[layer], self.values[layer]
+        if buf_k.shape[:2] != (B, Hkv) or buf_k.shape[3] != D:
+            raise ValueError(f"layer {layer} caches (B, Hkv, D) = {(buf_k.shape[0], buf_k.shape[1], buf_k.shape[3])}, "
+                             f"got new keys of shape {tuple(k.shape)}")
+        buf_k[:, :, start:end] = k  # write the new positions in place: no copy of the old ones
+        buf_v[:, :, start:end] = v
+        self._lengths[layer] = end
+        return buf_k[:, :, :end], buf_v[:, :, :end]  # (B, Hkv, S, D) views
+
+    def reorder(self, indices: torch.Tensor) -> None:
+        """Keep the batch rows ``indices`` (B',) of every layer, in that order (beam search)."""
+        for i in range(self.num_layers):
+            if self.keys[i] is not None:
+                self.keys[i] = self.keys[i].index_select(0, indices.to(self.keys[i].device))
+                self.values[i] = self.values[i].index_select(0, indices.to(self.values[i].device))
+
+    def reset(self) -> None:
+        """Forget every position (keeps the buffers)."""
+        self._lengths = [0] * self.num_layers
+
+    def memory_bytes(self) -> int:
+        """Bytes held by the allocated buffers (the full capacity, not just ``length``)."""
+        return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
+
+    def __repr__(self) -> str:
+        return f"KVCache(num_layers={self.num_layers}, capacity={self.capacity}, length={self.length})"
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """Sizes of a :class:`TinyDecoder`. ``window`` = None is full causal attention; ``positional`` is
+    ``"learned"`` (an embedding per position) or ``"rope"`` (rotary, no position embedding)."""
+
+    vocab_size: int = 16
+    context_length: int = 32
+    embed_dim: int = 32
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    num_layers: int = 2
+    window: int | None = None
+    positional: Literal["learned", "rope"] = "learned"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
+            _check_int(name, getattr(self, name))
+        if self.embed_dim % self.num_heads:
+            raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
+        if self.window is not None:
+            _check_int("window", self.window)
+        if self.positional not in ("learned", "rope"):
+            raise ValueError(f"positional must be 'learned' or 'rope', got {self.positional!r}")
+
+    @classmethod
+    def tiny(cls, **overrides) -> DecoderConfig:
+        """A model small enough for tests and CPU notebooks (about 20k parameters)."""
+        return cls(**overrides)
+
+
+class _Block(nn.Module):
+    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        C = cfg.embed_dim
+        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
+        self.attn = GroupedQueryAttention(C, cfg.num_heads, cfg.num_kv_heads, rope=cfg.positional == "rope")
+        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C))
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
+        x = x + self.attn(self.ln1(x), mask, cache=cache, layer=layer)  # (B, T, C)
+        return x + self.mlp(self.ln2(x))  # (B, T, C)
+
+
+class TinyDecoder(nn.Module):
+    """A small decoder-only language model that follows the cache protocol of this module's docstring.
+
+    Shape:
+        idx: (B, T) token ids -> logits: (B, T, V)
+
+    Token embedding (+ learned positions, or RoPE inside attention), ``num_layers`` pre-norm blocks of
+    grouped-query attention (optionally sliding-window) and an MLP, a final LayerNorm and a linear LM head.
+    Taught in notebook 07; notebook 08 trains a GPT with the same protocol.
+    """
+
+    def __init__(self, cfg: DecoderConfig) -> None:
+        super().__init__()
+        if not isinstance(cfg, DecoderConfig):
+            raise TypeError(f"TinyDecoder takes a DecoderConfig, got {type(cfg).__name__}")
+        self.cfg = cfg
+        self.context_length = cfg.context_length
+        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
+        self.pos_emb = nn.Embedding(cfg.context_length, cfg.embed_dim) if cfg.positional == "learned" else None
+        self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.num_layers))
+        self.ln_f = nn.LayerNorm(cfg.embed_dim)
+        self.lm_head = nn.Linear(cfg.embed_dim, cfg.vocab_size)
+
+    def new_cache(self) -> KVCache:
+        """An empty cache for this model: one slot per layer, capacity ``context_length``."""
+        return KVCache(self.cfg.num_layers, self.cfg.context_length)
+
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        check_tensor("idx", idx, min_dim=2)
+        if idx.dim() != 2 or idx.is_floating_point():
+            raise ValueError(f"idx must be (B, T) integer token ids, got dtype {idx.dtype}, shape {tuple(idx.shape)}")
+        B, T = idx.shape
+        start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
+        S = start + T
+        if S > self.cfg.context_length:
+            raise ValueError(f"positions up to {S - 1} do not fit in context_length ({self.cfg.context_length}): "
+                             f"{start} cached + {T} new tokens")
+        x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
+        if self.pos_emb is not None:
+            x = x + self.pos_emb(torch.arange(start, S, device=idx.device))  # (T, C) broadcasts over B
+        if self.cfg.window is None:
+            mask = causal_mask(T, S, device=idx.device)  # (T, S), bottom-right aligned
+        else:
+            mask = sliding_window_mask(T, self.cfg.window, S, device=idx.device)
+        for i, block in enumerate(self.blocks):
+            x = block(x, mask, cache, i)  # (B, T, C)
+        return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
+

@@ -1,0 +1,246 @@
+"""Sampling, generation and beam search (notebook 07): the top-p boundary cases, cached generation equal to
+recomputing the prefix (tokens and logits), beam search equal to greedy at width 1 and better than greedy
+where it matters, and every error message."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+
+from course_utils.generation import (
+    beam_search,
+    generate,
+    generate_stream,
+    sample_next_token,
+    top_k_filter,
+    top_p_filter,
+    top_p_keep,
+)
+from course_utils.variants import DecoderConfig, TinyDecoder
+
+# --- filters ----------------------------------------------------------------------------------------
+
+DYADIC = torch.tensor([0.125, 0.5, 0.0625, 0.25, 0.0625])  # exact in binary: cumulative sums are exact
+
+
+@pytest.mark.parametrize("top_p, kept", [
+    (0.5, [1]),  # the top token alone reaches exactly p: the set is {0.5}
+    (0.500001, [1, 3]),  # just above: the token that crosses p (0.25) is kept
+    (0.75, [1, 3]),  # exactly 0.75 = 0.5 + 0.25
+    (0.8, [0, 1, 3]),
+    (0.875, [0, 1, 3]),
+    (0.9, None),  # 0.875 < 0.9 <= 0.9375: one of the two tied 0.0625 tokens crosses p (checked below)
+    (1e-6, [1]),  # a tiny p still keeps the most likely token
+    (1.0, [0, 1, 2, 3, 4]),
+])
+def test_top_p_keeps_the_smallest_set_reaching_p(top_p, kept):
+    keep = top_p_keep(DYADIC, top_p)
+    if top_p == 0.9:  # 0.875 + 0.0625 = 0.9375 >= 0.9: only one of the two tied tokens is needed
+        assert keep[[0, 1, 3]].all() and keep[[2, 4]].sum() == 1
+        return
+    assert torch.nonzero(keep).flatten().tolist() == kept
+
+
+def test_top_p_kept_mass_reaches_p_and_the_set_is_minimal():
+    g = torch.Generator().manual_seed(0)
+    probs = torch.softmax(3 * torch.randn(50, 20, generator=g, dtype=torch.float64), dim=-1)
+    for p in (0.1, 0.5, 0.9, 0.99):
+        keep = top_p_keep(probs, p)
+        mass = (probs * keep).sum(-1)
+        assert (mass >= p - 1e-12).all()
+        smallest_kept = probs.masked_fill(~keep, float("inf")).amin(-1)
+        assert (mass - smallest_kept < p).all()  # dropping the least likely kept token falls below p
+
+
+def test_top_p_batched_and_in_vocabulary_order():
+    probs = torch.tensor([[0.1, 0.6, 0.3], [0.7, 0.2, 0.1]])
+    assert top_p_keep(probs, 0.85).tolist() == [[False, True, True], [True, True, False]]
+
+
+def test_top_p_filter_sets_the_rest_to_minus_inf():
+    logits = DYADIC.log()
+    out = top_p_filter(logits, 0.75)
+    assert torch.isinf(out[[0, 2, 4]]).all() and torch.equal(out[[1, 3]], logits[[1, 3]])
+
+
+def test_top_k_filter():
+    logits = torch.tensor([[1.0, 3.0, 2.0, 0.0], [0.0, 0.0, 5.0, 1.0]])
+    out = top_k_filter(logits, 2)
+    assert torch.isfinite(out).tolist() == [[False, True, True, False], [False, False, True, True]]
+    assert torch.equal(top_k_filter(logits, 10), logits)
+
+
+# --- sampling ---------------------------------------------------------------------------------------
+
+
+def test_greedy_is_the_argmax():
+    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, -1.0, 0.0]])
+    assert sample_next_token(logits, greedy=True).tolist() == [1, 0]
+
+
+def test_sampling_frequencies_follow_temperature_and_filters():
+    logits = torch.tensor([[2.0, 1.0, 0.0, -1.0]]).expand(20000, 4)
+    g = torch.Generator().manual_seed(0)
+    for temperature, top_k, top_p in [(1.0, None, None), (0.5, None, None), (2.0, 3, None), (1.0, None, 0.8)]:
+        tokens = sample_next_token(logits, temperature, top_k, top_p, generator=g)
+        freq = torch.bincount(tokens, minlength=4).double() / len(tokens)
+        expected = torch.softmax(logits[0].double() / temperature, dim=-1)
+        if top_k is not None:
+            expected[top_k:] = 0
+        if top_p is not None:
+            expected[~top_p_keep(expected, top_p)] = 0
+        expected /= expected.sum()
+        torch.testing.assert_close(freq, expected, atol=0.015, rtol=0)
+
+
+def test_low_temperature_approaches_greedy():
+    logits = torch.randn(8, 10, generator=torch.Generator().manual_seed(1))
+    tokens = sample_next_token(logits, temperature=1e-4, generator=torch.Generator().manual_seed(2))
+    assert torch.equal(tokens, logits.argmax(-1))
+
+
+def test_sampling_errors():
+    logits = torch.randn(2, 5)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 0"):
+        sample_next_token(logits, top_p=0.0)
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 1.5"):
+        sample_next_token(logits, top_p=1.5)
+    with pytest.raises(ValueError, match=r"temperature must be > 0 \(use greedy=True"):
+        sample_next_token(logits, temperature=0.0)
+    with pytest.raises(ValueError, match="temperature must be > 0"):
+        sample_next_token(logits, temperature=-1.0)
+    assert sample_next_token(logits, temperature=0.0, greedy=True).shape == (2,)
+    with pytest.raises(ValueError, match="top_k must be at least 1, got 0"):
+        sample_next_token(logits, top_k=0)
+    with pytest.raises(TypeError, match="top_k must be an int"):
+        sample_next_token(logits, top_k=2.0)
+    with pytest.raises(ValueError, match=r"logits must be \(B, V\)"):
+        sample_next_token(torch.randn(1, 2, 5))
+
+
+# --- generation -------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def model():
+    torch.manual_seed(0)
+    return TinyDecoder(DecoderConfig.tiny(context_length=24)).eval()
+
+
+@pytest.mark.parametrize("cfg", [DecoderConfig.tiny(context_length=24),
+                                 DecoderConfig.tiny(context_length=24, num_kv_heads=1, window=4),
+                                 DecoderConfig.tiny(context_length=24, positional="rope")])
+def test_cached_generation_equals_recomputing_the_prefix(cfg):
+    torch.manual_seed(0)
+    model = TinyDecoder(cfg)
+    idx = torch.randint(0, 16, (3, 5))
+    for kwargs in ({"greedy": True}, {"temperature": 0.9, "top_k": 6, "top_p": 0.9}):
+        a, la = generate(model, idx, 19, use_cache=True, generator=torch.Generator().manual_seed(1),
+                         return_logits=True, **kwargs)
+        b, lb = generate(model, idx, 19, use_cache=False, generator=torch.Generator().manual_seed(1),
+                         return_logits=True, **kwargs)
+        assert torch.equal(a, b)
+        torch.testing.assert_close(la, lb)
+        assert a.shape == (3, 24) and la.shape == (3, 19, 16)
+        torch.testing.assert_close(la, model(a[:, :-1])[:, 4:])  # each step's logits are the full pass's
+
+
+def test_stream_yields_the_same_tokens_one_by_one(model):
+    idx = torch.randint(0, 16, (1, 3))
+    streamed = [t for t, _ in generate_stream(model, idx, 6, greedy=True)]
+    assert len(streamed) == 6 and all(t.shape == (1,) for t in streamed)
+    seen = []
+    out = generate(model, idx, 6, greedy=True, callback=seen.append)
+    assert torch.equal(out[0, 3:], torch.cat(streamed)) and torch.equal(torch.cat(seen), torch.cat(streamed))
+
+
+def test_without_cache_generation_can_run_past_the_context(model):
+    out = generate(model, torch.zeros(1, 4, dtype=torch.long), 30, greedy=True, use_cache=False)
+    assert out.shape == (1, 34)
+
+
+def test_generation_errors(model):
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"exceeds the model's context_length \(24\)"):
+        generate(model, idx, 22, use_cache=True)
+    assert generate(model, idx, 21, greedy=True).shape == (1, 25)  # the last token is never fed back
+    with pytest.raises(ValueError, match="idx must have at least 2 dimensions"):
+        generate(model, torch.zeros(4), 2)
+    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0"):
+        generate(model, idx, -1)
+    with pytest.raises(TypeError, match="BigramTable has no new_cache"):
+        generate(_trap(), idx, 2)
+    with pytest.raises(TypeError, match="the model needs an int attribute context_length, got None"):
+        generate(nn.Identity(), idx, 2, use_cache=False)
+
+
+# --- beam search ------------------------------------------------------------------------------------
+
+
+class BigramTable(nn.Module):
+    """A language model whose next-token distribution depends only on the current token: a fixed table."""
+
+    context_length = 1000
+
+    def __init__(self, probs: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("log_probs", probs.log())
+
+    def forward(self, idx: torch.Tensor, cache: object = None) -> torch.Tensor:
+        return self.log_probs[idx]  # (B, T) -> (B, T, V)
+
+
+def _trap() -> BigramTable:
+    """From token 0, token 1 looks best (0.6), but everything after 1 is uncertain; after 2, token 3 is sure."""
+    V = 4
+    probs = torch.full((V, V), 0.25)
+    probs[0] = torch.tensor([0.0, 0.6, 0.4, 0.0]) + 1e-9
+    probs[2] = torch.tensor([0.05, 0.0, 0.05, 0.9]) + 1e-9
+    return BigramTable(probs / probs.sum(-1, keepdim=True))
+
+
+def _log_prob(model: nn.Module, seq: torch.Tensor, T: int) -> float:
+    logp = torch.log_softmax(model(seq[None, :-1])[0], dim=-1)
+    return sum(logp[t - 1, seq[t]].item() for t in range(T, len(seq)))
+
+
+def test_beam_search_beats_greedy_where_it_matters():
+    model = _trap()
+    idx = torch.zeros(1, 1, dtype=torch.long)
+    greedy = generate(model, idx, 2, greedy=True, use_cache=False)[0]
+    seqs, scores = beam_search(model, idx, beam_width=2, max_new_tokens=2, use_cache=False)
+    assert greedy.tolist()[:2] == [0, 1]
+    assert seqs[0].tolist() == [0, 2, 3]
+    assert math.isclose(scores[0].item(), math.log(0.4 * 0.9), rel_tol=1e-5)
+    assert scores[0].item() > _log_prob(model, greedy, 1) + 0.5  # log 0.36 vs log 0.15
+
+
+@pytest.mark.parametrize("use_cache", [True, False])
+def test_beam_width_one_is_greedy(model, use_cache):
+    idx = torch.randint(0, 16, (1, 4), generator=torch.Generator().manual_seed(3))
+    seqs, scores = beam_search(model, idx, beam_width=1, max_new_tokens=12, use_cache=use_cache)
+    greedy = generate(model, idx, 12, greedy=True)
+    assert torch.equal(seqs, greedy)
+    assert math.isclose(scores[0].item(), _log_prob(model, greedy[0], 4), rel_tol=1e-4)
+
+
+def test_beam_search_with_and_without_cache_agree_and_scores_are_log_probs(model):
+    idx = torch.randint(0, 16, (1, 3), generator=torch.Generator().manual_seed(4))
+    a, sa = beam_search(model, idx, 4, 8, use_cache=True)
+    b, sb = beam_search(model, idx, 4, 8, use_cache=False)
+    assert torch.equal(a, b)
+    torch.testing.assert_close(sa, sb)
+    assert (sa[:-1] >= sa[1:]).all()  # best first
+    for seq, s in zip(a, sa):
+        assert math.isclose(s.item(), _log_prob(model, seq, 3), rel_tol=1e-4)
+    assert sa[0] >= _log_prob(model, generate(model, idx, 8, greedy=True)[0], 3) - 1e-5
+
+
+def test_beam_search_errors(model):
+    with pytest.raises(ValueError, match=r"beam_search takes one prompt"):
+        beam_search(model, torch.zeros(2, 3, dtype=torch.long), 2, 3)
+    with pytest.raises(ValueError, match="beam_width must be an int >= 1, got 0"):
+        beam_search(model, torch.zeros(1, 3, dtype=torch.long), 0, 3)

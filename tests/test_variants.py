@@ -1,0 +1,400 @@
+"""Attention variants (notebook 07): each one against the plain masked reference or PyTorch, plus the
+equivalence matrix (GQA with H KV heads is MHA, with 1 it is MQA; a window >= T is causal attention;
+cached decoding equals the full forward pass) and every error message."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_leakage import assert_no_leakage
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.masking import causal_mask
+from course_utils.multihead import MultiHeadAttention
+from course_utils.variants import (
+    AFTFull,
+    DecoderConfig,
+    GroupedQueryAttention,
+    KVCache,
+    LinformerSelfAttention,
+    TinyDecoder,
+    aft_full,
+    aft_local_bias,
+    aft_simple,
+    kv_cache_bytes,
+    linformer_attention,
+    repeat_kv,
+    sliding_window_attention,
+    sliding_window_mask,
+    topk_attention,
+)
+
+# --- grouped-query attention ------------------------------------------------------------------------
+
+
+@settings(max_examples=30, deadline=None)
+@given(B=st.integers(1, 3), Hkv=st.sampled_from([1, 2, 3]), group=st.integers(1, 3), T=st.integers(1, 9),
+       D=st.sampled_from([2, 4, 8]), causal=st.booleans())
+def test_repeat_kv_matches_torch_enable_gqa(B, Hkv, group, T, D, causal):
+    g = torch.Generator().manual_seed(B * 100 + Hkv * 10 + T)
+    H = Hkv * group
+    q = torch.randn(B, H, T, D, generator=g)
+    k, v = torch.randn(B, Hkv, T, D, generator=g), torch.randn(B, Hkv, T, D, generator=g)
+    mask = causal_mask(T) if causal else None
+    ours, _ = scaled_dot_product_attention(q, repeat_kv(k, H), repeat_kv(v, H), mask)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+    torch.testing.assert_close(ours, theirs)
+
+
+def test_query_head_h_reads_kv_head_h_over_group():
+    k = torch.arange(3.0).view(1, 3, 1, 1)  # KV head j holds the value j
+    assert repeat_kv(k, 6).flatten().tolist() == [0, 0, 1, 1, 2, 2]
+
+
+def test_gqa_with_as_many_kv_heads_as_query_heads_is_multihead_attention():
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, bias=True)
+    gqa = GroupedQueryAttention.from_multihead(mha)
+    assert gqa.num_kv_heads == gqa.num_heads == 4
+    x = torch.randn(2, 7, 16)
+    for mask in (None, causal_mask(7)):
+        out, w = gqa(x, mask, need_weights=True)
+        out_ref, w_ref = mha(x, mask, need_weights=True)
+        torch.testing.assert_close(out, out_ref)
+        torch.testing.assert_close(w, w_ref)
+
+
+def _mqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """Multi-query attention written out: every query head uses the one shared k and v."""
+    B, T, C = x.shape
+    H, D = gqa.num_heads, gqa.head_dim
+    q = gqa.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k, v = gqa.k_proj(x)[:, None], gqa.v_proj(x)[:, None]  # (B, 1, T, D): broadcast over heads
+    out, _ = scaled_dot_product_attention(q, k, v, mask)
+    return gqa.out_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+def test_gqa_with_one_kv_head_is_multi_query_attention():
+    torch.manual_seed(1)
+    gqa = GroupedQueryAttention(12, 3, 1)
+    assert gqa.k_proj.weight.shape == (4, 12)  # one head of D = 4
+    x = torch.randn(2, 5, 12)
+    torch.testing.assert_close(gqa(x, causal_mask(5)), _mqa_reference(gqa, x, causal_mask(5)))
+
+
+@pytest.mark.parametrize("Hkv", [1, 2, 4])
+def test_gqa_module_matches_torch_enable_gqa(Hkv):
+    torch.manual_seed(2)
+    gqa = GroupedQueryAttention(16, 4, Hkv, bias=True)
+    x = torch.randn(2, 6, 16)
+    B, T, C = x.shape
+    q = gqa.q_proj(x).view(B, T, 4, 4).transpose(1, 2)
+    k = gqa.k_proj(x).view(B, T, Hkv, 4).transpose(1, 2)
+    v = gqa.v_proj(x).view(B, T, Hkv, 4).transpose(1, 2)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+    ref = gqa.out_proj(ref.transpose(1, 2).reshape(B, T, C))
+    torch.testing.assert_close(gqa(x, causal_mask(T)), ref)
+
+
+def test_kv_cache_bytes_for_a_7b_sized_model():
+    per_token = {h: kv_cache_bytes(32, h, 128) for h in (32, 8, 1)}
+    assert per_token == {32: 524288, 8: 131072, 1: 16384}  # 512 KiB, 128 KiB, 16 KiB per token in fp16
+    assert kv_cache_bytes(32, 32, 128, num_tokens=4096) == 2 * 2**30  # 2 GiB for a 4096-token context
+
+
+# --- sliding window ---------------------------------------------------------------------------------
+
+
+def test_sliding_window_mask_small_case():
+    expected = torch.tensor([[1, 0, 0, 0], [1, 1, 0, 0], [0, 1, 1, 0], [0, 0, 1, 1]], dtype=torch.bool)
+    assert torch.equal(sliding_window_mask(4, 2), expected)
+    assert torch.equal(sliding_window_mask(4, 1), torch.eye(4, dtype=torch.bool))
+
+
+@pytest.mark.parametrize("T,S", [(5, 5), (2, 7), (1, 4)])
+def test_sliding_window_mask_definition(T, S):
+    for window in range(1, S + 2):
+        i = torch.arange(T)[:, None] + S - T
+        j = torch.arange(S)[None, :]
+        assert torch.equal(sliding_window_mask(T, window, S), (j <= i) & (i - j < window))
+        assert sliding_window_mask(T, window, S).sum(-1).max() <= window
+
+
+@pytest.mark.parametrize("T", [1, 4, 9])
+def test_a_window_as_long_as_the_sequence_is_causal_attention(T):
+    for window in (T, T + 1, 100):
+        assert torch.equal(sliding_window_mask(T, window), causal_mask(T))
+
+
+@settings(max_examples=30, deadline=None)
+@given(T=st.integers(1, 40), window=st.integers(1, 45), chunk=st.integers(1, 17))
+def test_chunked_sliding_window_equals_the_masked_reference(T, window, chunk):
+    g = torch.Generator().manual_seed(T * 1000 + window * 10 + chunk)
+    q, k, v = (torch.randn(2, 3, T, 4, generator=g) for _ in range(3))
+    ref, _ = scaled_dot_product_attention(q, k, v, sliding_window_mask(T, window))
+    torch.testing.assert_close(sliding_window_attention(q, k, v, window, chunk_size=chunk), ref)
+
+
+def test_chunked_sliding_window_is_causal():
+    torch.manual_seed(3)
+    w_q, w_k, w_v = (torch.randn(8, 8) / 8**0.5 for _ in range(3))
+    fn = lambda x: sliding_window_attention(x @ w_q, x @ w_k, x @ w_v, window=3, chunk_size=2)
+    assert_no_leakage(fn, torch.randn(2, 7, 8))
+
+
+# --- Linformer and AFT ------------------------------------------------------------------------------
+
+
+def test_linformer_with_identity_projections_is_plain_attention():
+    torch.manual_seed(4)
+    q, k, v = torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4)
+    eye = torch.eye(6)
+    torch.testing.assert_close(linformer_attention(q, k, v, eye, eye), scaled_dot_product_attention(q, k, v)[0])
+
+
+def test_linformer_module_shapes_and_shorter_sequences():
+    torch.manual_seed(5)
+    layer = LinformerSelfAttention(16, 4, context_length=32, proj_dim=8)
+    assert layer(torch.randn(2, 32, 16)).shape == (2, 32, 16)
+    assert layer(torch.randn(2, 10, 16)).shape == (2, 10, 16)
+    with pytest.raises(ValueError, match=r"T \(33\) exceeds context_length \(32\)"):
+        layer(torch.randn(1, 33, 16))
+
+
+def _aft_reference(q, k, v, w, mask=None):
+    """AFT-full as the paper's formula, one (t, channel) at a time in float64, with the max of the exponents
+    subtracted (it cancels between numerator and denominator; without it exp overflows for large logits)."""
+    B, T, C = q.shape
+    S = k.shape[1]
+    out = torch.zeros(B, T, C, dtype=torch.float64)
+    for b in range(B):
+        for t in range(T):
+            keys = [s for s in range(S) if mask is None or mask[t, s]]
+            for c in range(C):
+                logits = torch.stack([k[b, s, c].double() + w[t, s].double() for s in keys])
+                e = torch.exp(logits - logits.max())
+                vals = torch.stack([v[b, s, c].double() for s in keys])
+                out[b, t, c] = torch.sigmoid(q[b, t, c].double()) * (e * vals).sum() / e.sum()
+    return out
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_aft_full_matches_the_paper_formula(causal):
+    torch.manual_seed(6)
+    q, k, v = torch.randn(2, 5, 3), torch.randn(2, 5, 3), torch.randn(2, 5, 3)
+    w = torch.randn(5, 5)
+    mask = causal_mask(5) if causal else None
+    torch.testing.assert_close(aft_full(q, k, v, w, mask).double(), _aft_reference(q, k, v, w, mask))
+
+
+def test_aft_full_is_stable_for_large_logits():
+    torch.manual_seed(7)
+    q, v = torch.randn(1, 6, 4), torch.randn(1, 6, 4)
+    k = 500.0 * torch.randn(1, 6, 4)  # exp(500) overflows float32 (and float64 beyond 709)
+    w = 300.0 * torch.randn(6, 6)
+    out = aft_full(q, k, v, w, causal_mask(6))
+    assert torch.isfinite(out).all()
+    naive_weights = torch.exp(k[:, None] + w[:, :, None])  # the formula without a max subtracted
+    assert not torch.isfinite(naive_weights).all()
+    torch.testing.assert_close(out.double(), _aft_reference(q.double(), k.double(), v.double(), w.double(),
+                                                            causal_mask(6)))
+
+
+def test_aft_simple_is_aft_full_with_zero_biases_and_is_stable():
+    torch.manual_seed(8)
+    q, k, v = torch.randn(2, 7, 3), 1000.0 * torch.randn(2, 7, 3), torch.randn(2, 7, 3)
+    out = aft_simple(q, k, v)
+    assert torch.isfinite(out).all()
+    torch.testing.assert_close(out, aft_full(q, k, v, torch.zeros(7, 7)))
+
+
+def test_aft_local_bias_keeps_zero_outside_the_window():
+    w = torch.full((5, 5), 3.0)
+    local = aft_local_bias(w, 2)
+    i, j = torch.arange(5)[:, None], torch.arange(5)[None, :]
+    assert torch.equal(local == 3.0, (i - j).abs() < 2)
+    assert torch.equal(local == 0.0, (i - j).abs() >= 2)
+
+
+def test_aft_fully_masked_row_gives_zero():
+    q, k, v = torch.randn(1, 3, 2), torch.randn(1, 3, 2), torch.randn(1, 3, 2)
+    mask = causal_mask(3).clone()
+    mask[0] = False
+    out = aft_full(q, k, v, torch.zeros(3, 3), mask)
+    assert torch.equal(out[0, 0], torch.zeros(2)) and torch.isfinite(out).all()
+
+
+# --- chunked top-k ----------------------------------------------------------------------------------
+
+
+def _topk_reference(q, k, v, top_k, mask):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    kth = scores.topk(min(top_k, k.shape[-2]), dim=-1).values[..., -1:]
+    keep = scores >= kth
+    if mask is not None:
+        keep = keep & mask
+    return scaled_dot_product_attention(q, k, v, keep)[0]
+
+
+@settings(max_examples=30, deadline=None)
+@given(T=st.integers(1, 20), top_k=st.integers(1, 25), chunk=st.integers(1, 9), causal=st.booleans())
+def test_chunked_topk_equals_the_full_reference(T, top_k, chunk, causal):
+    g = torch.Generator().manual_seed(T * 1000 + top_k * 10 + chunk)
+    q, k, v = (torch.randn(2, 2, T, 4, generator=g) for _ in range(3))
+    mask = causal_mask(T) if causal else None
+    torch.testing.assert_close(topk_attention(q, k, v, top_k, mask, chunk_size=chunk),
+                               _topk_reference(q, k, v, top_k, mask))
+
+
+def test_topk_with_k_at_least_S_is_ordinary_attention():
+    torch.manual_seed(9)
+    q, k, v = torch.randn(1, 3, 10, 4), torch.randn(1, 3, 12, 4), torch.randn(1, 3, 12, 4)
+    ref, _ = scaled_dot_product_attention(q, k, v, causal_mask(10, 12))
+    torch.testing.assert_close(topk_attention(q, k, v, 12, causal_mask(10, 12), chunk_size=3), ref)
+
+
+# --- KV cache and the tiny decoder ------------------------------------------------------------------
+
+
+def test_kv_cache_appends_and_returns_the_valid_part():
+    cache = KVCache(num_layers=2, capacity=5)
+    k1, v1 = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 3, 4)
+    k, v = cache.update(0, k1, v1)
+    assert k.shape == (1, 2, 3, 4) and cache.length == 0  # layer 1 has not appended yet
+    cache.update(1, k1, v1)
+    assert cache.length == 3
+    k2 = torch.randn(1, 2, 2, 4)
+    k, _ = cache.update(0, k2, k2)
+    torch.testing.assert_close(k, torch.cat([k1, k2], dim=2))
+
+
+def test_kv_cache_overflow_raises():
+    cache = KVCache(num_layers=1, capacity=4)
+    cache.update(0, torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))
+    with pytest.raises(ValueError, match=r"KV cache overflow: capacity \(context_length\) is 4 positions, 3 are cached and 2"):
+        cache.update(0, torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2))
+
+
+def test_kv_cache_layer_appended_twice_raises():
+    cache = KVCache(num_layers=2, capacity=8)
+    cache.update(0, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
+    with pytest.raises(RuntimeError, match="layer 0 appended twice"):
+        cache.update(0, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
+
+
+def test_kv_cache_reorder_and_reset():
+    cache = KVCache(num_layers=1, capacity=4)
+    k = torch.arange(2.0).view(2, 1, 1, 1)
+    cache.update(0, k, k)
+    cache.reorder(torch.tensor([1, 1, 0]))
+    assert cache.keys[0][:, 0, 0, 0].tolist() == [1.0, 1.0, 0.0]
+    cache.reset()
+    assert cache.length == 0
+
+
+@pytest.mark.parametrize("Hkv", [1, 2, 4])
+@pytest.mark.parametrize("rope", [False, True])
+def test_gqa_cached_decoding_equals_the_full_forward(Hkv, rope):
+    torch.manual_seed(10)
+    gqa = GroupedQueryAttention(16, 4, Hkv, rope=rope)
+    x = torch.randn(2, 7, 16)
+    full = gqa(x, causal_mask(7))
+    cache = KVCache(1, capacity=7)
+    pieces, t = [], 0
+    for n in (3, 1, 2, 1):  # a prompt of 3, then single tokens and a pair
+        pieces.append(gqa(x[:, t:t + n], causal_mask(n, t + n), cache=cache))
+        t += n
+    torch.testing.assert_close(torch.cat(pieces, dim=1), full)
+
+
+CONFIGS = {
+    "MHA": DecoderConfig.tiny(num_kv_heads=4),
+    "GQA": DecoderConfig.tiny(num_kv_heads=2),
+    "MQA": DecoderConfig.tiny(num_kv_heads=1),
+    "sliding window": DecoderConfig.tiny(window=3),
+    "RoPE + GQA": DecoderConfig.tiny(positional="rope"),
+    "RoPE + window": DecoderConfig.tiny(positional="rope", window=4, num_kv_heads=1),
+}
+
+
+@pytest.mark.parametrize("name", list(CONFIGS))
+def test_decoder_with_cache_equals_the_full_forward(name):
+    torch.manual_seed(11)
+    model = TinyDecoder(CONFIGS[name]).eval()
+    idx = torch.randint(0, 16, (2, 12))
+    full = model(idx)  # (B, T, V)
+    cache = model.new_cache()
+    steps = [model(idx[:, :5], cache)] + [model(idx[:, t:t + 1], cache) for t in range(5, 12)]
+    assert cache.length == 12
+    torch.testing.assert_close(torch.cat(steps, dim=1), full)
+
+
+def test_decoder_is_causal():
+    torch.manual_seed(12)
+    for name, cfg in CONFIGS.items():
+        model = TinyDecoder(cfg).eval()
+        idx = torch.randint(0, 16, (1, 10))
+        out = model(idx)
+        for t in range(9):
+            changed = idx.clone()
+            changed[:, t + 1:] = (changed[:, t + 1:] + 1) % 16
+            torch.testing.assert_close(model(changed)[:, :t + 1], out[:, :t + 1], msg=name)
+
+
+def test_decoder_past_its_context_raises():
+    model = TinyDecoder(DecoderConfig.tiny(context_length=8))
+    with pytest.raises(ValueError, match=r"do not fit in context_length \(8\)"):
+        model(torch.zeros(1, 9, dtype=torch.long))
+    cache = model.new_cache()
+    model(torch.zeros(1, 8, dtype=torch.long), cache)
+    with pytest.raises(ValueError, match=r"8 cached \+ 1 new tokens"):
+        model(torch.zeros(1, 1, dtype=torch.long), cache)
+
+
+# --- bad input --------------------------------------------------------------------------------------
+
+
+def test_errors():
+    with pytest.raises(ValueError, match=r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
+        GroupedQueryAttention(16, 4, 3)
+    with pytest.raises(ValueError, match=r"embed_dim \(10\) must be divisible by num_heads \(4\)"):
+        GroupedQueryAttention(10, 4, 2)
+    with pytest.raises(ValueError, match="num_kv_heads must be at least 1, got 0"):
+        GroupedQueryAttention(16, 4, 0)
+    with pytest.raises(ValueError, match=r"num_heads \(6\) must be divisible by num_kv_heads \(4\)"):
+        repeat_kv(torch.randn(1, 4, 2, 2), 6)
+    with pytest.raises(ValueError, match="window must be at least 1, got 0"):
+        sliding_window_mask(4, 0)
+    with pytest.raises(ValueError, match="window must be at least 1, got -2"):
+        sliding_window_attention(*torch.randn(3, 1, 4, 2), window=-2)
+    with pytest.raises(TypeError, match="window must be an int"):
+        sliding_window_mask(4, 2.5)
+    with pytest.raises(ValueError, match="top_k must be at least 1, got 0"):
+        topk_attention(*torch.randn(3, 1, 4, 2), top_k=0)
+    with pytest.raises(ValueError, match=r"w must have shape \(T, S\) = \(4, 4\)"):
+        aft_full(*torch.randn(3, 1, 4, 2), w=torch.zeros(3, 3))
+    with pytest.raises(ValueError, match=r"proj_k must have shape \(R, S'\) with S' >= S = 6"):
+        linformer_attention(*torch.randn(3, 1, 6, 2), proj_k=torch.eye(4), proj_v=torch.eye(6))
+    with pytest.raises(ValueError, match=r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
+        DecoderConfig(num_kv_heads=3)
+    with pytest.raises(ValueError, match="positional must be 'learned' or 'rope'"):
+        DecoderConfig(positional="sinusoidal")
+    with pytest.raises(ValueError, match="capacity must be at least 1"):
+        KVCache(2, 0)
+    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\)"):
+        KVCache(2, 4).update(2, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
+    with pytest.raises(TypeError, match="TinyDecoder takes a DecoderConfig"):
+        TinyDecoder({"vocab_size": 16})
+
+
+def test_aft_module_runs_causally():
+    torch.manual_seed(13)
+    layer = AFTFull(8, context_length=6, local_window=2)
+    assert_no_leakage(lambda x: layer(x, causal_mask(x.shape[1])), torch.randn(2, 6, 8))
