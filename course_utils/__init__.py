@@ -24,7 +24,11 @@ Einsum letters are the same in lower case, with i, j for query and key positions
 ``torch.einsum("bhid,bhjd->bhij", q, k)``.
 
 Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
-``multihead`` (04-05), ``plotting``, ``exercises`` (the checks behind every notebook's exercises).
+``multihead`` (04-05), ``positional`` and ``length_generalisation`` (06), ``variants`` and
+``generation`` (07), ``data``, ``gpt`` and ``train`` (08); beside them ``plotting`` and ``widgets``
+(pictures and explorers), ``exercises`` and ``checking`` (the checks behind every exercise),
+``grade`` (``python3 course.py check``), ``environment`` (the setup check) and ``build`` (notebooks
+from ``course_source/``).
 """
 
 __version__ = "0.1.0"

@@ -20,6 +20,7 @@ from course_utils.multihead import (
     MultiHeadAttentionWrapper,
     SingleHeadAttention,
 )
+from course_utils.positional import ALiBiMultiHeadAttention, RotaryMultiHeadAttention
 
 B, T, C, H = 2, 6, 8, 2
 MaskFn = Callable[[int], "torch.Tensor | None"]
@@ -71,6 +72,24 @@ def _module(make: Callable[[], torch.nn.Module], seed_each_call: bool = False):
     return factory
 
 
+def _gpt_blocks(mask_fn: MaskFn, dtype: torch.dtype, **overrides) -> Attention:
+    """The stack of blocks of a course_utils.gpt.GPT on x (B, T, C); an explicit mask replaces the causal one."""
+    from course_utils.gpt import GPT, GPTConfig
+
+    config = GPTConfig(vocab_size=5, context_length=T, embed_dim=C, num_heads=H, num_layers=2,
+                       **{"attention": "course", **overrides})
+    blocks = GPT(config).blocks.to(dtype).eval()
+
+    def fn(x):
+        mask = mask_fn(x.shape[1])
+        mask = torch.ones(x.shape[1], x.shape[1], dtype=torch.bool) if mask is None else mask  # None: see all
+        for block in blocks:
+            x = block(x, mask=mask)
+        return x
+
+    return fn
+
+
 FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     "scaled_dot_product_attention": _functional,
     "SingleHeadAttention": _module(lambda: SingleHeadAttention(C, C // H, bias=True)),
@@ -79,7 +98,33 @@ FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     "MultiHeadAttention": _module(lambda: MultiHeadAttention(C, H).eval()),
     "MultiHeadAttention(dropout=0.3, training)": _module(lambda: MultiHeadAttention(C, H, dropout=0.3).train(),
                                                          seed_each_call=True),
+    "GPT blocks (course attention, learned positions)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype),
+    "GPT blocks (torch attention, rope)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype, positions="rope",
+                                                                              attention="torch"),
+    "GPT blocks (grouped-query, rope)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype, positions="rope",
+                                                                            num_kv_heads=1),
+    "RotaryMultiHeadAttention": _module(lambda: RotaryMultiHeadAttention(C, H).eval()),
+    "RotaryMultiHeadAttention(pairing='half')": _module(lambda: RotaryMultiHeadAttention(C, H, pairing="half").eval()),
+    "ALiBiMultiHeadAttention": _module(lambda: ALiBiMultiHeadAttention(C, H).eval()),
 }
+
+# Notebook 07's variants (course_utils.variants): grouped-query, multi-query, chunked top-k, AFT-full and AFT-local.
+from course_utils.variants import AFTFull, GroupedQueryAttention, topk_attention  # noqa: E402
+
+
+def _topk_functional(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
+    w_q, w_k, w_v = (torch.randn(C, C, dtype=dtype) / C**0.5 for _ in range(3))
+    return lambda x: topk_attention(x @ w_q, x @ w_k, x @ w_v, top_k=3, mask=mask_fn(x.shape[1]), chunk_size=2)
+
+
+FACTORIES.update({
+    "GroupedQueryAttention(num_kv_heads=H)": _module(lambda: GroupedQueryAttention(C, H, H, bias=True)),
+    "GroupedQueryAttention(num_kv_heads=1)": _module(lambda: GroupedQueryAttention(C, H, 1)),
+    "GroupedQueryAttention(rope=True)": _module(lambda: GroupedQueryAttention(C, H, 1, rope=True)),
+    "topk_attention(top_k=3, chunk_size=2)": _topk_functional,
+    "AFTFull": _module(lambda: AFTFull(C, context_length=T)),
+    "AFTFull(local_window=2)": _module(lambda: AFTFull(C, context_length=T, local_window=2)),
+})
 
 LEAKY_MASKS: dict[str, MaskFn] = {
     "no mask": lambda T: None,
