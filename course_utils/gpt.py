@@ -1,0 +1,399 @@
+"""A tiny GPT, assembled from the course's own pieces: the model notebook 08 trains.
+
+Read top to bottom: the configuration (:class:`GPTConfig`, with named presets), causal self-attention
+(:class:`CausalSelfAttention`, the course's :class:`~course_utils.multihead.MultiHeadAttention` with a causal
+mask, optional rotary positions, a KV cache and a fast path), the feed-forward network (:class:`MLP`), a
+pre-norm transformer block (:class:`Block`), and the model (:class:`GPT`).
+
+Two attention paths compute the same function. ``attention="course"`` uses the course's own
+:func:`~course_utils.attention.scaled_dot_product_attention`, which returns the weights so you can look at
+them; ``attention="torch"`` uses ``F.scaled_dot_product_attention(is_causal=True)``, which picks a fused
+(flash) kernel on a GPU and never builds the (T, T) weights. :meth:`GPT.attention_maps` always takes the
+course path, whatever the config says.
+
+Shapes: B batch, T query length, S key length (T plus what a cache holds), C embed_dim, H num_heads,
+D head_dim, V vocab_size.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.masking import causal_mask
+from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
+from course_utils.positional import LearnedPositionalEmbedding, apply_rope
+from course_utils.variants import GroupedQueryAttention, KVCache
+
+__all__ = ["GPTConfig", "PRESETS", "CausalSelfAttention", "MLP", "Block", "GPT"]
+
+Positions = Literal["learned", "rope"]
+AttentionImpl = Literal["course", "torch"]
+_POSITIONS = ("learned", "rope")
+_ATTENTION = ("course", "torch")
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    """Everything that fixes the shape of a :class:`GPT` (training settings live in ``course_utils.train``).
+
+    ``num_kv_heads`` below ``num_heads`` makes each block use grouped-query attention
+    (:class:`~course_utils.variants.GroupedQueryAttention`: groups of query heads share a key/value head, and
+    it always takes the course's attention path); None means one key/value head per query head.
+    ``positions`` is ``"learned"`` (a trainable vector per position, GPT-2) or ``"rope"`` (rotary, Llama);
+    ``attention`` picks the course's attention (``"course"``) or PyTorch's fused one (``"torch"``).
+    """
+
+    vocab_size: int = 65
+    context_length: int = 256
+    embed_dim: int = 384
+    num_heads: int = 6
+    num_layers: int = 6
+    num_kv_heads: int | None = None
+    mlp_ratio: int = 4
+    dropout: float = 0.0
+    bias: bool = True
+    positions: Positions = "learned"
+    rope_base: float = 10000.0
+    attention: AttentionImpl = "torch"
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
+            n = getattr(self, name)
+            if isinstance(n, bool) or not isinstance(n, int):
+                raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+            if n < 1:
+                raise ValueError(f"{name} must be at least 1, got {n}")
+        if self.embed_dim % self.num_heads != 0:
+            raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
+        if self.num_kv_heads is not None:
+            if isinstance(self.num_kv_heads, bool) or not isinstance(self.num_kv_heads, int) or self.num_kv_heads < 1:
+                raise ValueError(f"num_kv_heads must be a positive int or None, got {self.num_kv_heads!r}")
+            if self.num_heads % self.num_kv_heads != 0:
+                raise ValueError(
+                    f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
+                )
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
+                or not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.bias, bool):
+            raise TypeError(f"bias must be a bool, got {type(self.bias).__name__}")
+        if self.positions not in _POSITIONS:
+            raise ValueError(f"positions must be one of {_POSITIONS}, got {self.positions!r}")
+        if self.attention not in _ATTENTION:
+            raise ValueError(f"attention must be one of {_ATTENTION}, got {self.attention!r}")
+        if self.positions == "rope":
+            if self.head_dim % 2 != 0:
+                raise ValueError(
+                    f"rotary positions need an even head_dim, got {self.head_dim} "
+                    f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
+                )
+            if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)) \
+                    or not self.rope_base > 1:
+                raise ValueError(f"rope_base must be a number greater than 1, got {self.rope_base!r}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed_dim // self.num_heads
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> GPTConfig:
+        """A named configuration (see :data:`PRESETS`), with any field replaced: ``preset("tiny", dropout=0.1)``."""
+        if name not in PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}")
+        return dataclasses.replace(PRESETS[name], **overrides)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain ints, floats, strings and bools: safe to store in a ``weights_only`` checkpoint."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}")
+        return cls(**d)
+
+
+PRESETS: dict[str, GPTConfig] = {
+    # Tests and CI: 2 layers, about 30k parameters; trains in seconds on a CPU.
+    "tiny": GPTConfig(context_length=32, embed_dim=32, num_heads=4, num_layers=2, dropout=0.0),
+    # A laptop CPU (2 cores, about 90 s): see benchmarks/TRAINING.md for how it was chosen.
+    "cpu": GPTConfig(context_length=64, embed_dim=128, num_heads=4, num_layers=4, dropout=0.0,
+                     positions="rope"),
+    # One GPU: nanoGPT's "baby Shakespeare" model (about 10.7M parameters).
+    "gpu": GPTConfig(context_length=256, embed_dim=384, num_heads=6, num_layers=6, dropout=0.2),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# The model
+# ----------------------------------------------------------------------------------------------
+
+
+class CausalSelfAttention(MultiHeadAttention):
+    """Multi-head self-attention where position t sees positions 0..t: the course's module, made causal.
+
+    Shape:
+        x: (B, T, C) -> out: (B, T, C)  (weights: (B, H, T, S) when ``need_weights=True``)
+
+    The parameters are :class:`~course_utils.multihead.MultiHeadAttention`'s (``qkv_proj``, ``out_proj``);
+    what changes is the forward pass: rotary positions on q and k (``config.positions == "rope"``), a KV
+    cache (keys and values of earlier tokens, so S = cache length + T), dropout on the output, and the
+    choice of attention kernel. ``mask`` replaces the causal mask (for tests and experiments).
+    """
+
+    def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
+        super().__init__(config.embed_dim, config.num_heads, bias=config.bias, dropout=config.dropout)
+        self.layer_idx = layer_idx
+        self.rope = config.positions == "rope"
+        self.rope_base = config.rope_base
+        self.attention = config.attention
+        self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, need_weights: bool = False,
+                mask: torch.Tensor | None = None, start: int = 0):
+        B, T, C = x.shape
+        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
+        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
+        if self.rope:  # start: absolute position of the first new token (cache.length before the first layer)
+            positions = None if start == 0 else torch.arange(start, start + T, device=x.device)
+            q, k = (self._rotate(t, positions) for t in (q, k))  # (B, H, T, D)
+        if cache is not None:
+            k, v = cache.update(self.layer_idx, k, v)  # (B, H, S, D): earlier keys and values, then these
+        S = k.shape[-2]
+        p = self.dropout if self.training else 0.0
+        if mask is None and (need_weights or self.attention == "course"):
+            mask = causal_mask(T, S, device=x.device)  # (T, S), bottom-right aligned when T < S
+        if need_weights or self.attention == "course":
+            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
+        else:
+            weights = None
+            if mask is None and T == S:  # the usual training case: the fused kernel builds the triangle itself
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, D)
+            else:  # is_causal aligns the triangle top-left, which is wrong when T < S: pass it explicitly
+                mask = causal_mask(T, S, device=x.device) if mask is None else mask
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, D)
+        out = self.resid_dropout(self.out_proj(merge_heads(out)))  # (B, H, T, D) -> (B, T, C)
+        return (out, weights) if need_weights else out
+
+    def _rotate(self, t: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
+        # At least float32, even under bfloat16 autocast: angles up to context_length lose whole radians in
+        # bfloat16 (8 bits of mantissa). float64 stays float64.
+        wide = t.to(torch.promote_types(t.dtype, torch.float32))
+        return apply_rope(wide, positions, base=self.rope_base, pairing="half").to(t.dtype)
+
+
+class MLP(nn.Module):
+    """The position-wise feed-forward network: C -> mlp_ratio * C -> GELU -> C.
+
+    Shape:
+        x: (B, T, C) -> (B, T, C)
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        hidden = config.mlp_ratio * config.embed_dim
+        self.fc_in = nn.Linear(config.embed_dim, hidden, bias=config.bias)
+        self.fc_out = nn.Linear(hidden, config.embed_dim, bias=config.bias)
+        self.dropout = nn.Dropout(config.dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.gelu(self.fc_in(x))  # (B, T, C) -> (B, T, 4C)
+        return self.dropout(self.fc_out(h))  # (B, T, 4C) -> (B, T, C)
+
+
+class Block(nn.Module):
+    """A pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x)).
+
+    Shape:
+        x: (B, T, C) -> (B, T, C)
+
+    Pre-norm (normalise the input of each branch, not the sum) keeps an untouched path from the
+    embeddings to the output, which is what lets deep stacks train without a careful warmup (GPT-2).
+    """
+
+    def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
+        super().__init__()
+        self.layer_idx = layer_idx
+        self.ln_1 = nn.LayerNorm(config.embed_dim, bias=config.bias)
+        if config.num_kv_heads in (None, config.num_heads):
+            self.attn = CausalSelfAttention(config, layer_idx)
+        else:
+            self.attn = GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads,
+                                              bias=config.bias, rope=config.positions == "rope")
+        self.ln_2 = nn.LayerNorm(config.embed_dim, bias=config.bias)
+        self.mlp = MLP(config)
+
+    def attend(self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None,
+               start: int = 0, need_weights: bool = False):
+        """The attention branch alone, attn(ln_1(x)): (B, T, C) -> (B, T, C) (and weights (B, H, T, S))."""
+        h = self.ln_1(x)
+        if isinstance(self.attn, GroupedQueryAttention):  # its mask is explicit, and it never drops out
+            T = x.shape[1]
+            mask = causal_mask(T, start + T, device=x.device) if mask is None else mask  # (T, S)
+            return self.attn(h, mask=mask, cache=cache, layer=self.layer_idx, need_weights=need_weights)
+        return self.attn(h, cache=cache, mask=mask, start=start, need_weights=need_weights)
+
+    def forward(self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None,
+                start: int = 0) -> torch.Tensor:
+        x = x + self.attend(x, cache=cache, mask=mask, start=start)  # (B, T, C)
+        return x + self.mlp(self.ln_2(x))  # (B, T, C)
+
+
+class GPT(nn.Module):
+    """A decoder-only transformer language model.
+
+    Shape:
+        idx: (B, T) token ids, targets: optional (B, T) -> logits: (B, T, V), loss: scalar or None
+
+    Token embedding (+ learned positions, unless rotary), ``num_layers`` pre-norm blocks, a final
+    LayerNorm, and an output layer that shares its weight with the token embedding
+    (``lm_head.weight is tok_emb.weight``).
+
+    With a ``cache`` (:meth:`new_cache`), ``idx`` holds only the new tokens; their absolute positions start
+    at ``cache.length``, and the cache keeps every layer's keys and values. ``course_utils.generation`` wants a
+    model that returns logits alone: pass it :meth:`for_generation`.
+    """
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        if not isinstance(config, GPTConfig):
+            raise TypeError(f"GPT takes a GPTConfig, got {type(config).__name__}")
+        self.config = config
+        self.context_length = config.context_length
+        self.tok_emb = nn.Embedding(config.vocab_size, config.embed_dim)
+        self.pos_emb = (LearnedPositionalEmbedding(config.context_length, config.embed_dim)
+                        if config.positions == "learned" else None)
+        self.drop = nn.Dropout(config.dropout)
+        self.blocks = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
+        self.ln_f = nn.LayerNorm(config.embed_dim, bias=config.bias)
+        self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
+        self.lm_head.weight = self.tok_emb.weight  # weight tying: one (V, C) matrix reads and writes tokens
+        self.apply(self._init_weights)
+        residual_std = 0.02 / math.sqrt(2 * config.num_layers)  # two residual branches per block
+        for block in self.blocks:
+            nn.init.normal_(block.attn.out_proj.weight, mean=0.0, std=residual_std)
+            nn.init.normal_(block.mlp.fc_out.weight, mean=0.0, std=residual_std)
+
+    @staticmethod
+    def _init_weights(module: nn.Module) -> None:
+        """GPT-2's initialisation: N(0, 0.02) weights, zero biases, LayerNorm as PyTorch makes it."""
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(module.weight, mean=0.0, std=0.02)
+        if isinstance(module, nn.Linear) and module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+    def num_parameters(self, non_embedding: bool = False) -> int:
+        """Number of trainable numbers; the tied (V, C) matrix counts once.
+
+        ``non_embedding=True`` leaves out the token and position tables (the convention of the scaling-law
+        papers; the tied matrix still does work as the output layer, so this undercounts compute).
+        """
+        n = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
+        if non_embedding:
+            n -= self.tok_emb.weight.numel()
+            if self.pos_emb is not None:
+                n -= self.pos_emb.embedding.weight.numel()
+        return n
+
+    def flops_per_token(self, T: int | None = None) -> float:
+        """Training FLOPs per token (forward + backward): 6 N for the weights plus 6 L T C for attention.
+
+        N = :meth:`num_parameters` without the position table; attention's two matmuls (q k^T and
+        weights v) cost 2 * 2 * T * C multiply-adds per token and layer in the forward pass, halved by the
+        causal mask, tripled for forward + backward: 6 L T C. (nanoGPT's estimate counts the full square,
+        12 L T C.)
+        """
+        c = self.config
+        T = c.context_length if T is None else T
+        n = self.num_parameters() - (self.pos_emb.embedding.weight.numel() if self.pos_emb is not None else 0)
+        return 6.0 * n + 6.0 * c.num_layers * T * c.embed_dim
+
+    def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
+        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.is_floating_point():
+            got = f"shape {tuple(idx.shape)}, dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
+            raise ValueError(f"idx must be a (B, T) tensor of token ids, got {got}")
+        B, T = idx.shape
+        if start + T > self.config.context_length:
+            raise ValueError(
+                f"positions {start}..{start + T - 1} do not fit in context_length = {self.config.context_length}; "
+                "crop the input (generation keeps the last context_length tokens)"
+            )
+        x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
+        if self.pos_emb is not None:
+            # What self.pos_emb(x, positions) computes, without its per-call checks (done above): they read a
+            # tensor's value in Python, which stalls a GPU and splits a torch.compile graph in four.
+            x = x + self.pos_emb.embedding.weight[start:start + T]  # (B, T, C) + (T, C)
+        return self.drop(x)
+
+    def new_cache(self) -> KVCache:
+        """An empty KV cache for this model: one slot per layer, room for ``context_length`` positions."""
+        return KVCache(self.config.num_layers, self.config.context_length)
+
+    def for_generation(self) -> nn.Module:
+        """This model behind the interface of ``course_utils.generation``: ``forward(idx, cache=None) -> logits``.
+
+        The returned module shares this model's parameters (nothing is copied).
+        """
+        return _LogitsOnly(self)
+
+    def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+        start = 0 if cache is None else cache.length  # read once, before any layer appends
+        x = self._embed(idx, start)  # (B, T, C)
+        for block in self.blocks:
+            x = block(x, cache=cache, start=start)  # (B, T, C)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
+        loss = None
+        if targets is not None:
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())  # mean over B * T tokens
+        return logits, loss
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """The attention weights of every layer, computed with the course's attention.
+
+        Shape:
+            idx: (B, T) -> a list of num_layers tensors (B, H, T, T); rows sum to 1, zero above the diagonal
+
+        Runs in the module's current mode (call ``.eval()`` first for weights without dropout). The list
+        is what ``bertviz.head_view`` takes, once each entry is moved to the CPU.
+        """
+        x = self._embed(idx, 0)  # (B, T, C)
+        maps = []
+        for block in self.blocks:
+            a, weights = block.attend(x, need_weights=True)  # (B, T, C), (B, H, T, T)
+            x = x + a
+            x = x + block.mlp(block.ln_2(x))
+            maps.append(weights)
+        return maps
+
+
+class _LogitsOnly(nn.Module):
+    """A :class:`GPT` seen through the generation protocol: ``forward(idx, cache=None) -> logits (B, T, V)``."""
+
+    def __init__(self, gpt: GPT) -> None:
+        super().__init__()
+        self.gpt = gpt
+        self.context_length = gpt.context_length
+
+    def new_cache(self) -> KVCache:
+        return self.gpt.new_cache()
+
+    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
+        return self.gpt(idx, cache=cache)[0]

@@ -1,0 +1,299 @@
+"""The tiny GPT: its configuration, its two attention paths, its KV cache, its initialisation."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+import torch
+
+from course_utils.generation import generate
+from course_utils.gpt import GPT, PRESETS, GPTConfig
+from course_utils.variants import GroupedQueryAttention
+
+TINY = dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2)
+
+
+def make(seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**{**TINY, **overrides})).eval()
+
+
+def ids(B: int, T: int, V: int = TINY["vocab_size"], seed: int = 1) -> torch.Tensor:
+    return torch.randint(V, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+VARIANTS = {
+    "learned": dict(positions="learned"),
+    "rope": dict(positions="rope"),
+    "rope, course attention": dict(positions="rope", attention="course"),
+    "grouped-query, rope": dict(positions="rope", num_kv_heads=2),
+    "grouped-query, learned": dict(positions="learned", num_kv_heads=1),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# Configuration
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides, error, match", [
+    (dict(embed_dim=10, num_heads=3), ValueError, r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
+    (dict(num_layers=0), ValueError, "num_layers must be at least 1, got 0"),
+    (dict(vocab_size=2.5), TypeError, "vocab_size must be an int, got float"),
+    (dict(context_length=True), TypeError, "context_length must be an int, got bool"),
+    (dict(dropout=1.0), ValueError, r"dropout must be a number in \[0, 1\), got 1.0"),
+    (dict(dropout=-0.1), ValueError, r"dropout must be a number in \[0, 1\)"),
+    (dict(positions="sinusoidal"), ValueError, "positions must be one of"),
+    (dict(attention="flash"), ValueError, "attention must be one of"),
+    (dict(bias="yes"), TypeError, "bias must be a bool"),
+    (dict(num_kv_heads=3), ValueError, r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"),
+    (dict(num_kv_heads=0), ValueError, "num_kv_heads must be a positive int or None"),
+    (dict(embed_dim=12, num_heads=4, positions="rope"), ValueError, "rotary positions need an even head_dim, got 3"),
+    (dict(positions="rope", rope_base=1.0), ValueError, "rope_base must be a number greater than 1"),
+])
+def test_config_rejects_bad_values(overrides, error, match):
+    with pytest.raises(error, match=match):
+        GPTConfig(**{**TINY, **overrides})
+
+
+def test_config_is_frozen():
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        GPTConfig().embed_dim = 3
+
+
+def test_presets():
+    assert {"tiny", "cpu", "gpu"} <= set(PRESETS)
+    gpu = GPTConfig.preset("gpu")  # nanoGPT's baby Shakespeare model
+    assert (gpu.num_layers, gpu.num_heads, gpu.embed_dim, gpu.context_length, gpu.dropout) == (6, 6, 384, 256, 0.2)
+    assert GPTConfig.preset("tiny", dropout=0.1).dropout == 0.1
+    assert GPTConfig.preset("tiny") == PRESETS["tiny"]
+    params = GPT(GPTConfig.preset("tiny")).num_parameters()
+    assert params < 50_000, "the tiny preset must train in seconds"
+
+
+def test_preset_errors():
+    with pytest.raises(ValueError, match=r"unknown preset 'huge'; choose one of \['cpu', 'gpu', 'tiny'\]"):
+        GPTConfig.preset("huge")
+    with pytest.raises(ValueError, match=r"unknown GPTConfig field\(s\) \['n_embd'\]"):
+        GPTConfig.preset("tiny", n_embd=3)
+    with pytest.raises(ValueError, match=r"embed_dim \(30\) must be divisible by num_heads \(4\)"):
+        GPTConfig.preset("tiny", embed_dim=30)
+
+
+def test_config_round_trips_through_a_plain_dict():
+    cfg = GPTConfig.preset("cpu", vocab_size=70)
+    d = cfg.to_dict()
+    assert all(isinstance(v, (int, float, str, bool, type(None))) for v in d.values())
+    assert GPTConfig.from_dict(d) == cfg
+    with pytest.raises(ValueError, match="unknown GPTConfig field"):
+        GPTConfig.from_dict({**d, "colour": "red"})
+
+
+def test_gpt_takes_a_config():
+    with pytest.raises(TypeError, match="GPT takes a GPTConfig, got dict"):
+        GPT(TINY)
+
+
+# ----------------------------------------------------------------------------------------------
+# Shapes, loss, parameters, initialisation
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_forward_shapes_and_loss(variant):
+    model = make(**VARIANTS[variant])
+    idx = ids(3, 10)
+    logits, loss = model(idx)
+    assert logits.shape == (3, 10, TINY["vocab_size"]) and loss is None
+    logits2, loss = model(idx, targets=ids(3, 10, seed=2))
+    torch.testing.assert_close(logits2, logits)
+    assert loss.shape == ()
+    assert abs(loss.item() - math.log(TINY["vocab_size"])) < 0.3, "at initialisation every token is about equally likely"
+
+
+def test_bad_inputs():
+    model = make()
+    with pytest.raises(ValueError, match=r"idx must be a \(B, T\) tensor of token ids, got shape \(2, 3, 4\)"):
+        model(torch.zeros(2, 3, 4))
+    with pytest.raises(ValueError, match=r"idx must be a \(B, T\) tensor of token ids"):
+        model(torch.zeros(2, 3))
+    with pytest.raises(ValueError, match=r"positions 0..16 do not fit in context_length = 16"):
+        model(ids(1, 17))
+
+
+def test_weight_tying_and_parameter_count():
+    model = make()
+    assert model.lm_head.weight is model.tok_emb.weight
+    unique = {id(p): p.numel() for p in model.parameters()}
+    assert model.num_parameters() == sum(unique.values())
+    by_name = sum(p.numel() for _, p in model.named_parameters(remove_duplicate=False))
+    assert by_name - model.num_parameters() == TINY["vocab_size"] * TINY["embed_dim"]  # the tied matrix, once
+    C, T, V = TINY["embed_dim"], TINY["context_length"], TINY["vocab_size"]
+    assert model.num_parameters(non_embedding=True) == model.num_parameters() - V * C - T * C
+    assert make(positions="rope").num_parameters() == model.num_parameters() - T * C
+
+
+def test_gpu_preset_has_about_10_7_million_parameters():
+    model = GPT(GPTConfig.preset("gpu"))
+    assert 10.6e6 < model.num_parameters() < 10.9e6  # nanoGPT reports 10.65M without the position table
+
+
+def test_residual_scaled_initialisation():
+    torch.manual_seed(0)
+    cfg = GPTConfig(vocab_size=50, context_length=32, embed_dim=128, num_heads=4, num_layers=8)
+    model = GPT(cfg)
+    block = model.blocks[3]
+    for w in (block.attn.qkv_proj.weight, block.mlp.fc_in.weight, model.tok_emb.weight):
+        assert abs(w.std().item() - 0.02) < 0.002
+    for w in (block.attn.out_proj.weight, block.mlp.fc_out.weight):
+        assert abs(w.std().item() - 0.02 / math.sqrt(2 * 8)) < 0.0005
+    assert torch.count_nonzero(block.attn.qkv_proj.bias) == 0
+    torch.testing.assert_close(block.ln_1.weight, torch.ones(128))
+
+
+def test_learned_positions_are_the_course_module():
+    model = make()
+    idx = ids(2, 9)
+    torch.testing.assert_close(model._embed(idx, 0), model.pos_emb(model.tok_emb(idx)))
+    torch.testing.assert_close(model._embed(idx, 3), model.pos_emb(model.tok_emb(idx), torch.arange(3, 12)))
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_torch_compile_sees_one_graph(positions):
+    """No graph breaks: nothing in the forward pass reads a tensor's value back into Python."""
+    model = GPT(GPTConfig.preset("tiny", positions=positions))
+    explanation = torch._dynamo.explain(model)(ids(2, 8, V=65), ids(2, 8, V=65, seed=2))
+    assert explanation.graph_break_count == 0, explanation.break_reasons
+
+
+def test_flops_per_token():
+    model = make(positions="rope")
+    c = model.config
+    assert model.flops_per_token() == 6 * model.num_parameters() + 6 * c.num_layers * c.context_length * c.embed_dim
+    assert model.flops_per_token(T=4) < model.flops_per_token()
+
+
+# ----------------------------------------------------------------------------------------------
+# The two attention paths, causality, attention maps
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_course_and_torch_attention_give_the_same_logits_and_gradients(positions):
+    course = make(positions=positions, attention="course")
+    fast = make(positions=positions, attention="torch")
+    fast.load_state_dict(course.state_dict())
+    idx, targets = ids(2, 16), ids(2, 16, seed=3)
+    logits_c, loss_c = course(idx, targets)
+    logits_f, loss_f = fast(idx, targets)
+    torch.testing.assert_close(logits_f, logits_c, atol=1e-5, rtol=1e-5)
+    loss_c.backward()
+    loss_f.backward()
+    for (name, p), q in zip(course.named_parameters(), fast.parameters()):
+        torch.testing.assert_close(q.grad, p.grad, atol=1e-5, rtol=1e-4, msg=name)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_changing_later_tokens_never_changes_earlier_logits(variant):
+    model = make(**VARIANTS[variant])
+    idx = ids(2, 12)
+    logits, _ = model(idx)
+    for t in range(11):
+        changed = idx.clone()
+        changed[:, t + 1:] = (changed[:, t + 1:] + 1 + t % 5) % TINY["vocab_size"]  # never a multiple of V
+        logits2, _ = model(changed)
+        torch.testing.assert_close(logits2[:, :t + 1], logits[:, :t + 1])
+        assert (logits2[:, t + 1:] - logits[:, t + 1:]).abs().max() > 1e-4
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_attention_maps(variant):
+    model = make(**VARIANTS[variant])
+    maps = model.attention_maps(ids(2, 9))
+    assert len(maps) == TINY["num_layers"]
+    for weights in maps:
+        assert weights.shape == (2, TINY["num_heads"], 9, 9)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(2, TINY["num_heads"], 9))
+        assert torch.count_nonzero(weights.triu(diagonal=1)) == 0, "no weight on the future"
+
+
+def test_attention_maps_are_the_weights_the_model_uses():
+    """Recompute layer 0's output by hand from its map and the values: it matches the module's output."""
+    model = make()
+    idx = ids(1, 7)
+    weights = model.attention_maps(idx)[0]  # (1, H, T, T)
+    block = model.blocks[0]
+    h = block.ln_1(model._embed(idx, 0))
+    v = h @ block.attn.qkv_proj.weight[2 * 16:].T + block.attn.qkv_proj.bias[2 * 16:]  # (1, T, C)
+    v = v.view(1, 7, 4, 4).transpose(1, 2)  # (1, H, T, D)
+    out = block.attn.out_proj((weights @ v).transpose(1, 2).reshape(1, 7, 16))
+    torch.testing.assert_close(out, block.attend(model._embed(idx, 0)), atol=1e-6, rtol=1e-5)
+
+
+def test_dropout_only_in_training_mode():
+    model = make(dropout=0.5)
+    idx = ids(2, 8)
+    torch.testing.assert_close(model(idx)[0], model(idx)[0])
+    model.train()
+    assert (model(idx)[0] - model(idx)[0]).abs().max() > 1e-3
+
+
+def test_grouped_query_blocks_use_the_variants_module():
+    model = make(num_kv_heads=2)
+    assert isinstance(model.blocks[0].attn, GroupedQueryAttention)
+    assert model.blocks[0].attn.k_proj.weight.shape == (2 * 4, 16)  # Hkv * D rows
+
+
+# ----------------------------------------------------------------------------------------------
+# KV cache
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cached_forward_in_chunks_equals_one_full_forward(variant):
+    model = make(**VARIANTS[variant])
+    idx = ids(2, 14)
+    full, _ = model(idx)
+    cache = model.new_cache()
+    parts = []
+    for a, b in [(0, 5), (5, 6), (6, 11), (11, 14)]:
+        assert cache.length == a
+        parts.append(model(idx[:, a:b], cache=cache)[0])
+    assert cache.length == 14
+    torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cached_generation_equals_recomputing_the_prefix(variant):
+    model = make(**VARIANTS[variant]).for_generation()
+    prompt = ids(2, 3)
+    cached, logits_cached = generate(model, prompt, 12, greedy=True, use_cache=True, return_logits=True)
+    full, logits_full = generate(model, prompt, 12, greedy=True, use_cache=False, return_logits=True)
+    torch.testing.assert_close(cached, full, atol=0, rtol=0)
+    torch.testing.assert_close(logits_cached, logits_full, atol=1e-5, rtol=1e-5)
+    assert cached.shape == (2, 15)
+
+
+def test_cached_sampling_equals_recomputing_the_prefix():
+    model = make(positions="rope").for_generation()
+    out = [generate(model, ids(1, 2), 10, temperature=1.5, use_cache=use,
+                    generator=torch.Generator().manual_seed(7)) for use in (True, False)]
+    torch.testing.assert_close(out[0], out[1], atol=0, rtol=0)
+
+
+def test_the_cache_cannot_grow_past_the_context():
+    model = make()
+    cache = model.new_cache()
+    model(ids(1, 16), cache=cache)
+    with pytest.raises(ValueError, match=r"positions 16..16 do not fit in context_length = 16"):
+        model(ids(1, 1), cache=cache)
+
+
+def test_for_generation_shares_parameters():
+    model = make()
+    wrapped = model.for_generation()
+    assert wrapped.context_length == 16
+    assert wrapped.gpt is model and next(wrapped.parameters()) is next(model.parameters())
+    torch.testing.assert_close(wrapped(ids(1, 4)), model(ids(1, 4))[0])
