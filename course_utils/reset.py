@@ -1,0 +1,169 @@
+"""Reset one exercise, or a whole notebook, to its clean learner copy without losing the learner's work.
+
+``python3 course.py reset notebooks/03_masking.ipynb`` replaces the notebook with its clean learner copy;
+``python3 course.py reset notebooks/03_masking.ipynb --exercise 03.2`` replaces only the cells of exercise
+03.2 (its stub and its check) and keeps every other cell as the learner left it. Either way the learner's
+file is first copied beside it, as ``notebooks/backup-03_masking-YYYYmmdd-HHMMSS.ipynb`` (a name that the
+course's own commands do not pick up as a notebook of the course).
+
+The clean copy is built from ``course_source/`` (``course_utils.build.make_notebook(..., learner=True)``);
+in a learner build of the course (``python3 course.py package --learner``), which has no sources, it is the
+copy packed in ``.course/clean/``; failing both, it comes from git (the committed ``notebooks/<name>``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import shutil
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+import nbformat
+
+__all__ = ["clean_copy", "exercise_cells", "backup_path", "reset_notebook", "reset_exercise"]
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCE_DIR, LEARNER_DIR, CLEAN_DIR = ROOT / "course_source", ROOT / "notebooks", ROOT / ".course" / "clean"
+_CHECK = re.compile(r"""\bcheck\(\s*["'](?P<key>\d+\.\d+)["']""")
+
+
+def clean_copy(name: str) -> nbformat.NotebookNode:
+    """The clean learner copy (unexecuted) of the notebook called ``name`` (e.g. ``03_masking.ipynb``)."""
+    stem = Path(name).stem
+    source = SOURCE_DIR / f"{stem}.py"
+    if source.exists():
+        # the authors' tool, imported here because learner builds leave it out
+        from course_utils.build import make_notebook, parse_source
+
+        return make_notebook(parse_source(source.read_text(encoding="utf-8")), learner=True)
+    if (CLEAN_DIR / f"{stem}.ipynb").exists():
+        return nbformat.read(CLEAN_DIR / f"{stem}.ipynb", as_version=4)
+    rel = (LEARNER_DIR / f"{stem}.ipynb").relative_to(ROOT).as_posix()
+    proc = subprocess.run(["git", "show", f"HEAD:{rel}"], cwd=ROOT, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise FileNotFoundError(f"no clean copy of {name}: neither {source.relative_to(ROOT)} nor {rel} in git")
+    nb = nbformat.reads(proc.stdout, as_version=4)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs, cell.execution_count = [], None
+    return nb
+
+
+def exercise_cells(nb: nbformat.NotebookNode) -> dict[str, list[int]]:
+    """Indices of each exercise's code cells: the cell that calls ``check("NN.k", ...)`` and any cells
+    before it (since the previous check) that hold a stub (``# YOUR CODE HERE``). ``nb`` is a learner copy."""
+    found: dict[str, list[int]] = {}
+    pending: list[int] = []
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        keys = _CHECK.findall(cell.source)
+        if keys:
+            for key in keys:
+                found.setdefault(key, []).extend([*pending, i])
+            pending = []
+        elif "# YOUR CODE HERE" in cell.source:
+            pending.append(i)
+    return found
+
+
+def backup_path(path: Path, now: datetime | None = None) -> Path:
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    candidate = path.with_name(f"backup-{path.stem}-{stamp}{path.suffix}")
+    n = 1
+    while candidate.exists():
+        n += 1
+        candidate = path.with_name(f"backup-{path.stem}-{stamp}-{n}{path.suffix}")
+    return candidate
+
+
+def _backup(path: Path, now: datetime | None) -> Path:
+    target = backup_path(path, now)
+    shutil.copy2(path, target)
+    return target
+
+
+def reset_notebook(path: Path, now: datetime | None = None) -> Path | None:
+    """Replace the notebook at ``path`` with its clean learner copy; return the backup (None if there was
+    no file to keep)."""
+    path = Path(path)
+    clean = clean_copy(path.name)
+    backup = _backup(path, now) if path.exists() else None
+    nbformat.write(clean, path)
+    return backup
+
+
+def _find_cell(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode, key: str, used: set[int]) -> int | None:
+    """Where the learner's copy of a clean cell is: the same cell id, else the same check call or the same
+    first line (``def my_causal_mask(T):``)."""
+    for i, c in enumerate(nb.cells):
+        if i not in used and c.get("id") and c.get("id") == cell.get("id") and c.cell_type == cell.cell_type:
+            return i
+    first = cell.source.strip().splitlines()[0] if cell.source.strip() else None
+    for i, c in enumerate(nb.cells):
+        if i in used or c.cell_type != "code":
+            continue
+        if (_CHECK.search(cell.source) and key in _CHECK.findall(c.source)) or \
+                (first and c.source.strip().splitlines()[:1] == [first]):
+            return i
+    return None
+
+
+def reset_exercise(path: Path, key: str, now: datetime | None = None) -> Path:
+    """Replace only exercise ``key``'s cells of the notebook at ``path`` with the clean learner cells (outputs
+    cleared); every other cell stays as it is. Return the backup of the learner's file."""
+    path = Path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path} does not exist; to get a clean copy run: python3 course.py reset {path}")
+    clean = clean_copy(path.name)
+    clean_cells = exercise_cells(clean)
+    if key not in clean_cells:
+        known = ", ".join(clean_cells) or "none"
+        raise KeyError(f"{path.name} has no exercise {key}; its exercises are: {known}")
+    nb = nbformat.read(path, as_version=4)
+    used: set[int] = set()
+    places = []
+    for ci in clean_cells[key]:
+        li = _find_cell(nb, clean.cells[ci], key, used)
+        if li is None:
+            raise LookupError(f"cannot find exercise {key}'s cell in {path.name} (was it deleted?); reset the "
+                              f"whole notebook instead: python3 course.py reset {path}")
+        used.add(li)
+        places.append((li, ci))
+    backup = _backup(path, now)
+    for li, ci in places:
+        new = nbformat.from_dict(dict(clean.cells[ci]))
+        new["id"] = nb.cells[li].get("id", new.get("id"))
+        nb.cells[li] = new
+    nbformat.write(nb, path)
+    return backup
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("notebook", type=Path, help="the learner's notebook, e.g. notebooks/03_masking.ipynb")
+    parser.add_argument("--exercise", metavar="NN.K", help="reset only this exercise (e.g. 03.2)")
+    args = parser.parse_args(argv)
+    try:
+        if args.exercise:
+            backup = reset_exercise(args.notebook, args.exercise)
+            print(f"exercise {args.exercise} in {args.notebook} is back to its clean learner copy; "
+                  "your other cells are unchanged.")
+        else:
+            backup = reset_notebook(args.notebook)
+            print(f"{args.notebook} is back to its clean learner copy.")
+    except (FileNotFoundError, KeyError, LookupError) as e:
+        print(f"cannot reset: {e.args[0] if e.args else e}", file=sys.stderr)
+        return 1
+    if backup:
+        print(f"your previous file is kept as {backup}")
+    print("If JupyterLab has the notebook open, close its tab without saving (or use File > Reload Notebook "
+          "from Disk) so that it shows the reset version.")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+"""The course in a real browser: JupyterLab started by the test, driven by Debian's Chromium via Playwright.
+
+Nothing here reaches the network: JupyterLab listens on 127.0.0.1 with a token, and the browser aborts every
+request to any other host (and the tests fail if one was made). The browser is the system's Chromium
+(``apt-get install chromium``), never one downloaded by ``playwright install``.
+
+Without Chromium or Playwright these tests skip with the reason; with ``COURSE_REQUIRE_BROWSER=1`` (CI sets
+it) they fail instead. ``COURSE_CHROMIUM`` names another Chromium binary. Screenshots of every executed
+notebook go to ``reports/screenshots/`` (``COURSE_SCREENSHOTS`` to change it).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from urllib.parse import urlparse
+
+import pytest
+from harness import CHROMIUM_ARGS, ROOT, Lab, find_chromium
+
+SCREENSHOTS = Path(os.environ.get("COURSE_SCREENSHOTS", ROOT / "reports" / "screenshots"))
+
+
+def _unavailable(reason: str):
+    if os.environ.get("COURSE_REQUIRE_BROWSER") == "1":
+        pytest.fail(f"COURSE_REQUIRE_BROWSER=1 but {reason}", pytrace=False)
+    pytest.skip(f"browser tests skipped: {reason}")
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        _unavailable("no Chromium found (on Debian/Ubuntu: `sudo apt-get install chromium`; "
+                     "or set COURSE_CHROMIUM to a Chromium binary)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        _unavailable("the Python package playwright is not installed (`pip install -r requirements.txt`)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def lab(tmp_path_factory, chromium_path):
+    server = Lab(tmp_path_factory.mktemp("lab"))
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def browser(chromium_path):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=chromium_path, args=CHROMIUM_ARGS)
+        yield b
+        b.close()
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "browser: drives JupyterLab in Chromium (deselect with -m 'not browser')")
+
+
+@pytest.fixture
+def new_page(browser, lab):
+    """Make pages that may talk to the test's JupyterLab and nothing else.
+
+    Each page has its own browser context (JupyterLab pages sharing one storage race for window names),
+    ``offline_violations`` (every request to another host; each was aborted) and ``js_errors`` (every
+    uncaught error in the page's JavaScript). Kernels are shut down when the test ends."""
+    contexts = []
+
+    def make():
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        contexts.append(context)
+        violations: list[str] = []
+
+        def only_localhost(route):
+            if urlparse(route.request.url).hostname in ("127.0.0.1", "localhost"):
+                route.continue_()
+            else:
+                violations.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", only_localhost)
+        p = context.new_page()
+        p.set_default_timeout(90_000)
+        p.offline_violations = violations
+        p.js_errors = []
+        p.on("pageerror", lambda e: p.js_errors.append(str(e)))
+        return p
+
+    yield make
+    for context in contexts:
+        context.close()
+    lab.shutdown_kernels()
+
+
+@pytest.fixture(scope="session")
+def screenshots() -> Path:
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    return SCREENSHOTS

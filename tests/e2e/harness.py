@@ -1,0 +1,123 @@
+"""Helpers for the browser tests: find Chromium, start JupyterLab on a scratch copy of the notebooks."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import nbformat
+
+ROOT = Path(__file__).resolve().parents[2]
+FOLDERS = ("notebooks", "solutions")  # learner copies, then complete notebooks
+
+CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                 "--disable-dev-shm-usage"]
+# JupyterLab settings for the test: no news or update checks (they would reach the network), start the
+# notebook's kernel without asking, and render every cell (JupyterLab 4 otherwise only renders the cells in
+# view, and the checks below read the whole notebook from the page).
+LAB_SETTINGS = {
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
+                                                                        "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"autoStartDefaultKernel": True,
+                                                                   "windowingMode": "none"},
+}
+
+
+def course_notebooks() -> list[Path]:
+    """Every notebook of the course, found on disk: a new notebook is tested without editing this file."""
+    return [p for folder in FOLDERS for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))]
+
+
+def find_chromium() -> str | None:
+    named = os.environ.get("COURSE_CHROMIUM")
+    if named:
+        return named if Path(named).exists() else None
+    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
+        found = shutil.which(name)
+        if found:
+            return found
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Lab:
+    """A JupyterLab server on 127.0.0.1 serving a scratch copy of the course's notebooks."""
+
+    def __init__(self, home: Path):
+        self.home, self.port, self.token = home, _free_port(), os.urandom(16).hex()
+        self.base = f"http://127.0.0.1:{self.port}"
+        for folder in FOLDERS:
+            (home / folder).mkdir(parents=True)
+        for nb_path in course_notebooks():  # outputs cleared: everything the page shows comes from this run
+            nb = nbformat.read(nb_path, as_version=4)
+            for cell in nb.cells:
+                if cell.cell_type == "code":
+                    cell.outputs, cell.execution_count = [], None
+            nb.metadata.pop("widgets", None)
+            nbformat.write(nb, home / nb_path.parent.name / nb_path.name)
+        for rel, data in LAB_SETTINGS.items():
+            f = home / ".lab" / "settings" / rel
+            f.parent.mkdir(parents=True, exist_ok=True)
+            f.write_text(json.dumps(data), encoding="utf-8")
+        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / ".lab" / "config"),
+                   JUPYTER_RUNTIME_DIR=str(home / ".lab" / "runtime"), IPYTHONDIR=str(home / ".lab" / "ipython"),
+                   JUPYTER_PLATFORM_DIRS="1")
+        cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
+               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={home}",
+               f"--LabApp.user_settings_dir={home / '.lab' / 'settings'}",
+               f"--LabApp.workspaces_dir={home / '.lab' / 'workspaces'}",
+               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None",
+               "--ServerApp.shutdown_no_activity_timeout=900"]  # gone by itself if the test run was killed
+        if hasattr(os, "geteuid") and os.geteuid() == 0:
+            cmd.append("--allow-root")
+        self.log_path = home / ".lab" / "server.log"
+        self._log = open(self.log_path, "w", encoding="utf-8")
+        self.proc = subprocess.Popen(cmd, env=env, cwd=home, stdout=self._log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 120
+        while True:
+            try:
+                self.api("GET", "/api/status")
+                break
+            except (urllib.error.URLError, ConnectionError, OSError):
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    raise RuntimeError("JupyterLab did not start:\n" + self.log_path.read_text()[-3000:]) from None
+                time.sleep(0.3)
+
+    def api(self, method: str, path: str):
+        req = urllib.request.Request(self.base + path, method=method,
+                                     headers={"Authorization": f"token {self.token}"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            body = r.read()
+        return json.loads(body) if body else None
+
+    def url(self, rel: str) -> str:
+        """The notebook opened alone, in a workspace of its own (pages side by side do not share a layout)."""
+        workspace = "".join(c if c.isalnum() else "-" for c in rel)
+        return f"{self.base}/lab/workspaces/{workspace}/tree/{rel}?reset&token={self.token}"
+
+    def shutdown_kernels(self) -> None:
+        for s in self.api("GET", "/api/sessions") or []:
+            self.api("DELETE", f"/api/sessions/{s['id']}")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+        self._log.close()

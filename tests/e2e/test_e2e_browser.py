@@ -1,0 +1,210 @@
+"""Every notebook of the course, opened in JupyterLab in a real browser, run top to bottom, offline.
+
+For each notebook (found on disk: a new one needs no change here), its learner copy and its solution are
+opened side by side, each in its own page and kernel: Run -> Run All Cells from the menu bar, wait for the
+kernel to go idle, then assert that every code cell ran, that no output is an error, a traceback or a
+warning, that each exercise shows its verdict ("not attempted" in the learner copy, "passed" in the
+solution), that widgets render, and that changing a control of one explorer changes the picture it shows.
+A screenshot of each executed notebook (and of the explorer after the change) goes to reports/screenshots/.
+The JupyterLab server and the browser come from conftest.py and harness.py.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+
+import pytest
+from harness import FOLDERS, ROOT, course_notebooks
+
+from course_utils.exercises import all_exercises
+
+pytestmark = pytest.mark.browser  # leave these out with: python3 course.py test -m "not browser"
+
+RUN_TIMEOUT_MS = 600_000  # per notebook; each takes well under a minute on a 2-core CPU
+
+CODE_PROMPTS = "[...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]"
+RUN_STARTED = f"() => {{ const first = {CODE_PROMPTS}[0]; return first && first.textContent.trim() !== '[ ]:'; }}"
+RUN_FINISHED = f"""() => {{
+    const prompts = {CODE_PROMPTS}.map(e => e.textContent.trim());
+    const kernel = document.querySelector('.jp-Notebook-ExecutionIndicator');
+    return kernel && kernel.dataset.status === 'idle' && prompts.length > 0 && !prompts.some(t => t.includes('*'));
+}}"""
+ERROR_OUTPUTS = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']"
+STDERR_OUTPUTS = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+# Text a learner must never see: a traceback, a widget that failed to render or shows as its text repr.
+BAD_TEXT = re.compile(r"Traceback \(most recent call last\)|Error displaying widget|"
+                      r"\b(?:interactive|VBox|HBox|Output)\(children=|"
+                      r"\b(?:IntSlider|FloatSlider|Dropdown|ToggleButtons|Checkbox)\(value=")
+# An explorer: a widget box in an output with a control and an Output that shows a picture (ipywidgets'
+# `interact`, or course_utils.widgets.Explorer).
+EXPLORER = (".jp-OutputArea-output > .jupyter-widgets:has(.widget-output)"
+            ":has(.widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-checkbox)")
+EXPLORER_SHOWS = """e => { const o = e.querySelector('.widget-output');
+    return o.innerText + [...o.querySelectorAll('img')].map(i => i.src).join('|'); }"""
+
+
+def notebook_stems() -> list[str]:
+    return sorted({p.stem for p in course_notebooks()})
+
+
+def open_notebook(page, lab, rel: str) -> None:
+    page.goto(lab.url(rel))
+
+
+def wait_until_ready(page) -> None:
+    page.wait_for_selector(".jp-Notebook .jp-CodeCell")
+    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')")  # kernel started and connected
+
+
+def click_run_all(page) -> None:
+    """Run -> Run All Cells from the menu bar, as a learner would."""
+    page.get_by_role("menuitem", name="Run", exact=True).click()
+    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+    page.wait_for_function(RUN_STARTED)
+
+
+def wait_until_idle(page) -> None:
+    page.wait_for_function(RUN_FINISHED, timeout=RUN_TIMEOUT_MS, polling=500)
+
+
+def outputs_text(page) -> str:
+    return "\n".join(page.locator(".jp-Notebook .jp-OutputArea-output").all_inner_texts())
+
+
+def save_screenshot(page, path) -> None:
+    """The whole notebook in one tall image: grow the window to the notebook's height, scroll to the top."""
+    page.keyboard.press("Escape")
+    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer, "
+                           ".jp-Notebook')].map(e => e.scrollHeight), 900)")
+    page.set_viewport_size({"width": 1280, "height": min(int(height) + 200, 30_000)})
+    page.evaluate("() => document.querySelectorAll('.jp-WindowedPanel-outer').forEach(e => { e.scrollTop = 0; })")
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(path), type="jpeg", quality=80)
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+
+def change_first_control(explorer, page) -> str | None:
+    """Change the first dropdown, slider, toggle or checkbox of an explorer, as a learner would."""
+    dropdown = explorer.locator(".widget-dropdown select").first
+    if dropdown.count():
+        options = dropdown.locator("option").all_inner_texts()
+        current = dropdown.evaluate("e => e.options[e.selectedIndex].text")
+        other = next(o for o in options if o != current)
+        dropdown.select_option(label=other)
+        return f"dropdown set to {other!r}"
+    slider = explorer.locator(".widget-slider .noUi-handle").first
+    if slider.count():
+        slider.focus()
+        page.keyboard.press("ArrowRight")
+        page.keyboard.press("ArrowRight")
+        slider.blur()
+        return "slider moved two steps right"
+    toggle = explorer.locator(".widget-toggle-buttons button:not(.mod-active)").first
+    if toggle.count():
+        label = toggle.inner_text()
+        toggle.click()
+        return f"toggle {label!r} clicked"
+    checkbox = explorer.locator(".widget-checkbox input").first
+    if checkbox.count():
+        checkbox.click()
+        return "checkbox clicked"
+    return None
+
+
+def makes_widgets(nb_path) -> bool:
+    """Whether the committed notebook's outputs hold widgets (so the page must render some)."""
+    return "application/vnd.jupyter.widget-view+json" in nb_path.read_text(encoding="utf-8")
+
+
+def check_outputs(page, nb_path, shot) -> list[str]:
+    """Everything wrong with an executed notebook's page, one sentence each."""
+    rel, problems = f"{nb_path.parent.name}/{nb_path.name}", []
+    prompts = page.eval_on_selector_all(".jp-Notebook .jp-CodeCell .jp-InputPrompt",
+                                        "els => els.map(e => e.textContent.trim())")
+    not_run = [i for i, p in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", p)]
+    if not_run:
+        problems.append(f"code cells {not_run} (0-based) did not run")
+    for err in page.locator(ERROR_OUTPUTS).all_inner_texts():
+        problems.append(f"error output:\n{err[:1500]}")
+    for err in page.locator(STDERR_OUTPUTS).all_inner_texts():
+        if re.search(r"error|warning|traceback", err, re.IGNORECASE):
+            problems.append(f"error or warning on stderr:\n{err[:1500]}")
+    text = outputs_text(page)
+    bad = sorted(set(BAD_TEXT.findall(text)))
+    if bad:
+        problems.append(f"the page shows {bad}")
+    verdict = "not attempted" if nb_path.parent.name == "notebooks" else "passed"
+    keys = [k for k in all_exercises() if k.split(".")[0] == nb_path.name[:2]]
+    missing = [k for k in keys if not re.search(rf"Exercise {re.escape(k)} \([^\n]*\): {verdict}\.", text)]
+    if missing:
+        problems.append(f"exercises {missing} do not show '{verdict}'")
+    return [f"{rel}: {p} (see {shot})" for p in problems]
+
+
+def check_explorer(page, nb_path, shot) -> list[str]:
+    """Change the first control of the first explorer; the picture it shows must change, without errors."""
+    rel = f"{nb_path.parent.name}/{nb_path.name}"
+    if page.locator(".jp-OutputArea-output .jupyter-widgets").count() == 0:
+        return [f"{rel}: the notebook makes widgets but none rendered (see {shot})"]
+    explorers = page.locator(EXPLORER)
+    if explorers.count() == 0:
+        return [f"{rel}: no explorer (controls above an Output) rendered (see {shot})"]
+    explorer = explorers.first
+    explorer.scroll_into_view_if_needed()
+    before = explorer.evaluate(EXPLORER_SHOWS)
+    action = change_first_control(explorer, page)
+    if action is None:
+        return [f"{rel}: the first explorer has no slider, dropdown, toggle or checkbox"]
+    try:
+        page.wait_for_function(f"([before]) => ({EXPLORER_SHOWS})(document.querySelector({EXPLORER!r})) !== before",
+                               arg=[before], timeout=30_000)
+    except Exception:
+        return [f"{rel}: {action}, but the explorer's picture did not change (see {shot})"]
+    wait_until_idle(page)
+    after = shot.with_name(shot.stem + "__widget.png")
+    explorer.screenshot(path=str(after))
+    problems = []
+    if page.locator(ERROR_OUTPUTS).count():
+        problems.append(f"{rel}: error output after {action} (see {after})")
+    if BAD_TEXT.search(outputs_text(page)):
+        problems.append(f"{rel}: a widget failed after {action} (see {after})")
+    return problems
+
+
+@pytest.mark.parametrize("stem", notebook_stems())
+def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
+    copies = [ROOT / folder / f"{stem}.ipynb" for folder in FOLDERS if (ROOT / folder / f"{stem}.ipynb").exists()]
+    start = time.monotonic()
+    marks = []
+
+    def mark(what):
+        marks.append(f"{what} {time.monotonic() - start:.1f}")
+
+    pages = {nb: new_page() for nb in copies}
+    for nb, page in pages.items():  # learner copy and solution side by side: two kernels, two CPU cores
+        open_notebook(page, lab, f"{nb.parent.name}/{nb.name}")
+    for page in pages.values():
+        wait_until_ready(page)
+    mark("ready")
+    for page in pages.values():
+        click_run_all(page)
+    problems = []
+    for nb, page in pages.items():
+        wait_until_idle(page)
+        mark("ran")
+        shot = screenshots / f"{nb.parent.name}__{nb.stem}.jpg"
+        save_screenshot(page, shot)
+        mark("shot")
+        problems += check_outputs(page, nb, shot)
+        mark("checked")
+        if makes_widgets(nb):
+            problems += check_explorer(page, nb, shot)
+            mark("widget")
+        if page.js_errors:
+            problems.append(f"{nb.parent.name}/{nb.name}: errors in the page's JavaScript: {page.js_errors}")
+        if page.offline_violations:
+            problems.append(f"{nb.parent.name}/{nb.name}: the page tried to reach the network "
+                            f"(blocked): {sorted(set(page.offline_violations))}")
+    print(f"{stem}: {len(copies)} copies opened, run and checked in the browser in {time.monotonic() - start:.1f} s ({', '.join(marks)})")
+    assert not problems, "\n\n".join(problems)

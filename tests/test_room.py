@@ -1,0 +1,104 @@
+"""Instructor tools: the guide's exercise table, the learner and instructor zips, a room without internet."""
+
+import importlib.util
+import subprocess
+import sys
+import venv
+import zipfile
+from pathlib import Path
+
+from course_utils import room
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_instructor_guide_exercise_table_is_current():
+    text = room.GUIDE.read_text(encoding="utf-8")
+    assert room.guide_with_table(text) == text, \
+        "docs/INSTRUCTOR_GUIDE.md's exercise table is stale: run `python -m course_utils.room guide`"
+    from course_utils.exercises import all_exercises
+
+    for key, ex in all_exercises().items():
+        assert f"| {key} " in text
+        for m in ex.mistakes:
+            assert m.name.replace("|", "\\|") in text
+
+
+def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
+    learner, instructor = tmp_path / "learner.zip", tmp_path / "instructor.zip"
+    room.package(learner, learner=True)
+    room.package(instructor, learner=False)
+    with zipfile.ZipFile(learner) as z:
+        names = z.namelist()
+        for name in names:
+            parts = name.split("/")
+            assert "solutions" not in parts and "course_source" not in parts, name
+            assert "### BEGIN SOLUTION" not in z.read(name).decode("utf-8", errors="replace"), name
+        notebooks = {n.split("/")[-1] for n in names if n.startswith("attention-course/notebooks/")}
+        assert notebooks >= {p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+        assert {f"attention-course/{f}" for f in ("course.py", "requirements.txt", "README.md",
+                                                 "course_utils/checking.py", "course_utils/reset.py")} <= set(names)
+        assert any(n.startswith("attention-course/.course/clean/03_") for n in names)  # for `course.py reset`
+    assert room.learner_leaks(learner) == []
+    with zipfile.ZipFile(instructor) as z:
+        names = set(z.namelist())
+    assert any(n.startswith("attention-course/solutions/") for n in names)
+    assert any(n.startswith("attention-course/course_source/") for n in names)
+    assert room.learner_leaks(instructor)  # the leak check does see solutions
+
+
+def test_room_folder_installs_with_no_index_into_a_fresh_venv(tmp_path):
+    """A tiny room, all offline: a wheel of a one-module package stands in for PyPI, `prepare` downloads it
+    into the room with pip, and a fresh virtual environment installs it from the room with --no-index."""
+    src = tmp_path / "roomcheck"
+    (src / "roomcheck").mkdir(parents=True)
+    (src / "roomcheck" / "__init__.py").write_text("VALUE = 42\n")
+    (src / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64"]\n'
+                                        'build-backend = "setuptools.build_meta"\n'
+                                        '[project]\nname = "roomcheck"\nversion = "0.1"\n')
+    index = tmp_path / "index"
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
+                    "-q", "-w", str(index), str(src)], check=True, capture_output=True)
+    req = tmp_path / "requirements.txt"
+    req.write_text("roomcheck==0.1\n-e .\n")
+    out = tmp_path / "room"
+    notes = room.prepare(out, req, pip_args=["--no-index", f"--find-links={index}"], data=False, course=False,
+                         build_backend=False)
+    assert "-e ." not in (out / "requirements-room.txt").read_text()  # the course itself comes from its copy
+    assert [p.name for p in (out / "wheels").iterdir()] == ["roomcheck-0.1-py3-none-any.whl"], notes
+    assert "--no-index" in (out / "README.txt").read_text()
+    env = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env)
+    py = env / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", out / "wheels",
+                    "roomcheck==0.1"], check=True, capture_output=True)
+    got = subprocess.run([py, "-c", "import roomcheck; print(roomcheck.VALUE)"], capture_output=True, text=True)
+    assert got.stdout.strip() == "42", got.stderr
+
+
+def load_course():
+    spec = importlib.util.spec_from_file_location("course", ROOT / "course.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_lab_offline_installs_from_the_room_folder_only(tmp_path, monkeypatch):
+    course = load_course()
+    fake_python = tmp_path / "venv" / "bin" / "python"
+    fake_python.parent.mkdir(parents=True)
+    fake_python.touch()
+    monkeypatch.setattr(course, "PY", fake_python)
+    monkeypatch.setattr(course, "VENV", tmp_path / "venv")
+    monkeypatch.setattr(course, "STAMP", tmp_path / "venv" / ".course-installed")
+    (tmp_path / "room" / "wheels").mkdir(parents=True)
+    calls = []
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append([str(c) for c in cmd]) or 0)
+    where, rest = course.take_offline(["--offline", str(tmp_path / "room"), "--port=9999"])
+    assert rest == ["--port=9999"]
+    course.ensure_installed(where)
+    pip = calls[0]
+    assert pip[pip.index("--find-links") + 1] == str(tmp_path / "room" / "wheels")
+    assert "--no-index" in pip and pip[-2:] == ["-r", "requirements.txt"]
+    assert course.take_offline(["--offline=http://10.0.0.2:8000/wheels/"])[0] == "http://10.0.0.2:8000/wheels/"
+    assert course.offline_source("http://10.0.0.2:8000/wheels/") == "http://10.0.0.2:8000/wheels/"
