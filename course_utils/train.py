@@ -1,0 +1,650 @@
+"""Train the tiny GPT of notebook 08: one readable loop for the notebook and for the command line.
+
+Reading order: the training settings (:class:`TrainConfig`, with presets named like the model's), the
+learning-rate schedule (:func:`learning_rate`), checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`),
+evaluation (:func:`evaluate`, the mean loss over a whole split), and the loop (:func:`train`).
+
+Command line (prints one JSON line at the end; progress and messages go to stderr)::
+
+    python -m course_utils.train --preset tiny --data datasets/shakespeare.txt --out runs/tiny
+    python -m course_utils.train --preset gpu --data ... --out runs/gpu --resume     # continue a run
+    torchrun --nproc_per_node=2 -m course_utils.train --preset gpu --data ... --out runs/ddp   # several GPUs
+
+What makes it dependable:
+
+* ``--resume`` continues exactly where the last checkpoint left off: model, optimizer, step, and every random
+  number generator (PyTorch's, CUDA's and the batch sampler's) are saved, so on a CPU the resumed loss curve
+  equals the uninterrupted one. Checkpoints are written every ``checkpoint_interval`` steps to a temporary file
+  and renamed over the old one (``os.replace``), so a run killed at any moment loses at most that many steps and
+  never leaves half a checkpoint. They hold only tensors and plain containers and load with
+  ``torch.load(weights_only=True)``.
+* A NaN or infinite loss stops the run with :class:`NonFiniteLossError` before anything is saved, so the last
+  checkpoint on disk is the last good one.
+* Under ``torchrun`` every process draws the *same* batch of ``batch_size`` windows and trains on its own slice
+  of it, so N processes see exactly the data one process would: the runs differ only by rounding.
+
+Shapes: batches are (B, T) token ids, T = context_length.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from course_utils.data import CharTokenizer, get_batch, iter_eval_batches, load_text, split_data
+from course_utils.gpt import GPT, PRESETS, GPTConfig
+
+__all__ = [
+    "TrainConfig",
+    "TRAIN_PRESETS",
+    "CheckpointError",
+    "NonFiniteLossError",
+    "learning_rate",
+    "pick_device",
+    "save_checkpoint",
+    "load_checkpoint",
+    "export_model",
+    "load_model",
+    "evaluate",
+    "train",
+    "main",
+]
+
+CHECKPOINT_NAME = "checkpoint.pt"
+SUMMARY_NAME = "summary.json"
+_FORMAT = "course_utils.train/1"
+
+
+# ----------------------------------------------------------------------------------------------
+# Settings
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """How to train (the model's shape is a :class:`~course_utils.gpt.GPTConfig`).
+
+    ``batch_size`` is the whole batch of one optimizer step, summed over processes under ``torchrun``.
+    The learning rate warms up linearly for ``warmup_steps``, then follows a cosine from ``learning_rate``
+    down to ``min_lr`` at ``max_steps``. ``eval_interval`` steps apart, the loss is estimated on
+    ``eval_batches`` batches of each split (the final ``val_loss`` is the mean over the whole validation
+    split). ``compile=None`` means: ``torch.compile`` on CUDA only.
+    """
+
+    batch_size: int = 64
+    max_steps: int = 5000
+    learning_rate: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 100
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    grad_clip: float = 1.0
+    eval_interval: int = 500
+    eval_batches: int = 20
+    log_interval: int = 10
+    checkpoint_interval: int = 1000
+    seed: int = 1337
+    compile: bool | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "log_interval",
+                     "checkpoint_interval"):
+            n = getattr(self, name)
+            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+                raise ValueError(f"{name} must be a positive int, got {n!r}")
+        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
+            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}")
+        if not 0 <= self.min_lr <= self.learning_rate:
+            raise ValueError(f"min_lr must be in [0, learning_rate = {self.learning_rate}], got {self.min_lr!r}")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        for name in ("beta1", "beta2"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
+        if not self.grad_clip > 0:
+            raise ValueError(f"grad_clip must be positive (math.inf turns clipping off), got {self.grad_clip!r}")
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
+            raise ValueError(f"seed must be an int, got {self.seed!r}")
+
+    @classmethod
+    def preset(cls, name: str, **overrides: Any) -> TrainConfig:
+        """The training settings that go with the model preset of the same name, with fields replaced."""
+        if name not in TRAIN_PRESETS:
+            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(TRAIN_PRESETS)}")
+        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}")
+        return dataclasses.replace(TRAIN_PRESETS[name], **overrides)
+
+
+TRAIN_PRESETS: dict[str, TrainConfig] = {
+    "tiny": TrainConfig(batch_size=16, max_steps=200, learning_rate=3e-3, min_lr=3e-4, warmup_steps=10,
+                        eval_interval=100, eval_batches=4, log_interval=10, checkpoint_interval=100),
+    "cpu": TrainConfig(batch_size=32, max_steps=800, learning_rate=3e-3, min_lr=3e-4, warmup_steps=50,
+                       eval_interval=400, eval_batches=8, log_interval=50, checkpoint_interval=400),
+    "gpu": TrainConfig(batch_size=64, max_steps=5000, learning_rate=1e-3, min_lr=1e-4, warmup_steps=100,
+                       eval_interval=500, eval_batches=20, log_interval=50, checkpoint_interval=1000),
+}
+assert set(TRAIN_PRESETS) == set(PRESETS), "every model preset needs training settings of the same name"
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be read or does not fit the run."""
+
+
+class NonFiniteLossError(RuntimeError):
+    """The training loss became NaN or infinite; the last checkpoint on disk is still the last good one."""
+
+
+def learning_rate(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup over ``warmup_steps``, then a cosine from ``learning_rate`` to ``min_lr`` at ``max_steps``."""
+    if step < cfg.warmup_steps:
+        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
+    if step >= cfg.max_steps:
+        return cfg.min_lr
+    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)  # 0 -> 1
+    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+
+
+def pick_device(device: str | torch.device | None = None) -> torch.device:
+    """``device`` if given, else the best there is: CUDA, then Apple's MPS, then the CPU."""
+    if device is not None:
+        return torch.device(device)
+    if torch.cuda.is_available():
+        return torch.device("cuda")
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return torch.device("mps")
+    return torch.device("cpu")
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints
+# ----------------------------------------------------------------------------------------------
+
+
+def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
+    """Write ``state`` to ``path`` atomically: to ``path.tmp`` first, flushed to disk, then renamed over ``path``."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        torch.save(state, f)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)  # atomic on POSIX and Windows: readers see the old file or the new one, never half
+
+
+_REQUIRED = ("format", "model", "optimizer", "step", "model_config", "train_config", "rng", "tokenizer",
+             "history")
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read a checkpoint written by :func:`train`, with ``weights_only=True``; CheckpointError if it is damaged."""
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:  # truncated zip, bad pickle, foreign objects: all mean "cannot trust this file"
+        raise CheckpointError(
+            f"cannot read checkpoint {path}: it is truncated or corrupt ({type(err).__name__}: {err}). "
+            "Delete it to start again, or restore an intact copy."
+        ) from err
+    if not isinstance(state, dict) or state.get("format") != _FORMAT:
+        raise CheckpointError(f"{path} is not a checkpoint written by course_utils.train")
+    missing = [k for k in _REQUIRED if k not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} lacks {missing}: it was not written by this version")
+    return state
+
+
+_MODEL_FORMAT = "course_utils.model/1"
+
+
+def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provenance: dict[str, Any]) -> Path:
+    """Write a small file with what a learner needs to use a trained model: weights, config, tokenizer, history.
+
+    It leaves out the optimizer and random states (two thirds of a checkpoint), so it cannot resume a run;
+    ``provenance`` (the command, device, date, figures) is stored with it. Written atomically; read it back
+    with :func:`load_model`. Used by ``--export``; notebook 08 loads the course's committed one.
+    """
+    state = load_checkpoint(checkpoint)
+    slim = {"format": _MODEL_FORMAT, "model": state["model"], "model_config": state["model_config"],
+            "tokenizer": state["tokenizer"], "history": state["history"], "evals": state.get("evals", []),
+            "step": state["step"], "provenance": json.loads(json.dumps(provenance))}  # plain data only
+    dest = Path(dest)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    save_checkpoint(dest, slim)
+    return dest
+
+
+def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[GPT, CharTokenizer, dict]:
+    """A trained :class:`GPT` (in eval mode), its tokenizer, and the file's other contents (provenance, history).
+
+    Reads a file written by :func:`export_model` or a full training checkpoint, with ``weights_only=True``;
+    :class:`CheckpointError` if it is damaged or of another kind.
+    """
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except FileNotFoundError:
+        raise
+    except Exception as err:
+        raise CheckpointError(f"cannot read model file {path}: it is truncated or corrupt "
+                              f"({type(err).__name__}: {err}). Fetch or export it again.") from err
+    if not isinstance(state, dict) or state.get("format") not in (_MODEL_FORMAT, _FORMAT):
+        raise CheckpointError(f"{path} is not a model written by course_utils.train")
+    model = GPT(GPTConfig.from_dict(state["model_config"]))
+    model.load_state_dict(state["model"])
+    info = {k: v for k, v in state.items() if k not in ("model", "optimizer", "rng")}
+    return model.to(device).eval(), CharTokenizer(state["tokenizer"]), info
+
+
+# ----------------------------------------------------------------------------------------------
+# Evaluation
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: int = 64,
+             device: torch.device | str = "cpu", autocast: Any = contextlib.nullcontext) -> float:
+    """The mean next-token loss over *every* position of ``data``, in consecutive windows (not a sample).
+
+    Each target in ``data[1:]`` is counted once (``iter_eval_batches`` with ``drop_last=False``); the loss is
+    summed over targets and divided by their number, so a shorter last batch is weighted correctly.
+    """
+    was_training = model.training
+    model.eval()
+    total, count = 0.0, 0
+    for x, y in iter_eval_batches(data, batch_size, context_length, device=device, drop_last=False):
+        with autocast():
+            logits, _ = model(x)  # (B, T, V)
+        loss = nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum")
+        total += loss.item()
+        count += y.numel()
+    model.train(was_training)
+    return total / count
+
+
+@torch.no_grad()
+def _estimate(model: GPT, data: torch.Tensor, cfg: TrainConfig, context_length: int, device: torch.device,
+              autocast: Any, seed: int) -> float:
+    """Mean loss over ``eval_batches`` random batches drawn with their own generator (the same ones every time)."""
+    was_training = model.training
+    model.eval()
+    g = torch.Generator().manual_seed(seed)
+    losses = []
+    for _ in range(cfg.eval_batches):
+        x, y = get_batch(data, cfg.batch_size, context_length, generator=g, device=device)
+        with autocast():
+            _, loss = model(x, y)
+        losses.append(loss.float())
+    model.train(was_training)
+    return torch.stack(losses).mean().item()
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------------
+
+
+def _distributed() -> tuple[int, int, int]:
+    """(rank, world_size, local_rank) from torchrun's environment; (0, 1, 0) when run as one process."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, 0
+    return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+    """AdamW with weight decay on matrices only (not on biases, LayerNorm gains or position vectors)."""
+    params = list(model.parameters())  # each shared (tied) tensor once
+    decay = [p for p in params if p.dim() >= 2 and (model.pos_emb is None or p is not model.pos_emb.embedding.weight)]
+    decay_ids = {id(p) for p in decay}
+    no_decay = [p for p in params if id(p) not in decay_ids]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    fused = {"fused": True} if device.type == "cuda" else {}
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **fused)
+
+
+def _rng_state(batch_gen: torch.Generator) -> dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "batch": batch_gen.get_state(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+
+
+def _set_rng_state(rng: dict[str, Any], batch_gen: torch.Generator) -> None:
+    torch.set_rng_state(rng["torch"])
+    batch_gen.set_state(rng["batch"])
+    if rng.get("cuda") and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def train(
+    config: GPTConfig | str,
+    data_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    train_config: TrainConfig | None = None,
+    *,
+    device: str | torch.device | None = None,
+    resume: bool = False,
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
+    progress: bool | None = None,
+    verbose: bool = False,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train a GPT on the text at ``data_path``; checkpoints go to ``out_dir/checkpoint.pt``.
+
+    ``config`` is a :class:`~course_utils.gpt.GPTConfig` or a preset name (then ``train_config`` defaults to
+    the training preset of that name). Its ``vocab_size`` is replaced by the tokenizer's. With ``resume`` and a
+checkpoint in ``out_dir``, the run's saved configurations are used instead of ``config`` and ``train_config``;
+only ``max_steps`` (this argument) can change, to train a finished run for longer. ``max_seconds`` stops
+    the run early (after a checkpoint). ``progress`` shows a tqdm bar (default: when stderr is a terminal).
+    ``callback(event)`` is called with ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` every
+    ``log_interval`` steps (``loss`` is the mean over those steps) and ``{"kind": "eval", "step", "train_loss",
+    "val_loss"}`` at each evaluation; an exception it raises stops the run like a kill would.
+
+    Returns a dict: ``val_loss`` (whole validation split), ``train_loss`` (estimate on ``eval_batches`` random
+    training batches), ``steps``, ``tokens_per_s``, ``wall_s``, ``params``, ``device``, ``history`` (the loss of
+    every step), ``evals``, and more. Raises :class:`NonFiniteLossError` on a NaN or infinite loss and
+    :class:`CheckpointError` when ``resume`` finds a damaged checkpoint.
+    """
+    wall_start = time.perf_counter()
+    if isinstance(config, str):
+        train_config = TrainConfig.preset(config) if train_config is None else train_config
+        config = GPTConfig.preset(config)
+    if not isinstance(config, GPTConfig):
+        raise TypeError(f"config must be a GPTConfig or a preset name, got {type(config).__name__}")
+    cfg = TrainConfig() if train_config is None else train_config
+    out_dir = Path(out_dir)
+    ckpt_path = out_dir / CHECKPOINT_NAME
+
+    rank, world, local_rank = _distributed()
+    if world > 1:
+        if cfg.batch_size % world != 0:
+            raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    if world > 1 and torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+    else:
+        device = pick_device(device)
+    master = rank == 0
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if (verbose and master) else (lambda msg: None)
+
+    # --- data and tokenizer (a resumed run keeps the tokenizer it started with) ---
+    state = None
+    if resume and ckpt_path.exists():
+        state = load_checkpoint(ckpt_path)
+        tokenizer = CharTokenizer(state["tokenizer"])
+        config = GPTConfig.from_dict(state["model_config"])
+        cfg = TrainConfig(**state["train_config"])  # the run's own settings, whatever train_config says
+    elif resume:
+        say(f"no checkpoint at {ckpt_path}: starting from scratch")
+    if max_steps is not None:
+        cfg = dataclasses.replace(cfg, max_steps=max_steps)
+    text = load_text(data_path)
+    if state is None:
+        tokenizer = CharTokenizer.from_text(text)
+        config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
+    train_data, val_data = split_data(tokenizer.encode(text))
+    T = config.context_length
+
+    # --- model, optimizer, random state ---
+    torch.manual_seed(cfg.seed)  # the same initial weights in every process
+    model = GPT(config).to(device)
+    optimizer = _optimizer(model, cfg, device)
+    batch_gen = torch.Generator().manual_seed(cfg.seed)  # the same batches in every process
+    step, history, evals = 0, [], []
+    if state is not None:
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        step, history, evals = state["step"], list(state["history"]), list(state.get("evals", []))
+        _set_rng_state(state["rng"], batch_gen)
+        say(f"resumed from {ckpt_path} at step {step}")
+    if rank > 0:  # dropout differs between processes, as it would between rows of one batch
+        torch.manual_seed(cfg.seed + 1_000_003 * rank + step)  # (a checkpoint holds process 0's generator)
+    use_compile = device.type == "cuda" if cfg.compile is None else cfg.compile
+    fwd = torch.compile(model) if use_compile else model
+    if world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        fwd = DistributedDataParallel(fwd, device_ids=[device.index] if device.type == "cuda" else None)
+    autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
+                else contextlib.nullcontext)
+    if device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    per_rank = cfg.batch_size // world
+    rows = slice(rank * per_rank, (rank + 1) * per_rank)
+
+    def checkpoint() -> None:
+        if master:
+            out_dir.mkdir(parents=True, exist_ok=True)
+            save_checkpoint(ckpt_path, {
+                "format": _FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
+                "model_config": config.to_dict(), "train_config": dataclasses.asdict(cfg),
+                "rng": _rng_state(batch_gen), "tokenizer": list(tokenizer.chars), "history": history,
+                "evals": evals,
+            })
+
+    # --- the loop ---
+    show = (sys.stderr.isatty() if progress is None else progress) and master
+    if show:
+        from tqdm.auto import tqdm
+        bar = tqdm(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True)
+    start_step, pending, stop_reason = step, [], "max_steps"
+    train_s, tokens_since, first_step_s, window_start = 0.0, 0, 0.0, time.perf_counter()
+    loop_start = time.perf_counter()
+    model.train()
+    while step < cfg.max_steps:
+        lr = learning_rate(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = get_batch(train_data, cfg.batch_size, T, generator=batch_gen)  # (B, T): the same in every process
+        x, y = x[rows], y[rows]  # (B / processes, T): this process' rows
+        if device.type == "cuda":  # page-locked memory: the copy runs alongside the GPU instead of waiting for it
+            x, y = x.pin_memory(), y.pin_memory()
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        with autocast():
+            _, loss = fwd(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        pending.append(loss.detach())
+        step += 1
+        tokens_since += cfg.batch_size * T
+        if step == start_step + 1:  # the first step compiles (and warms up kernels): time it on its own
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            first_step_s = time.perf_counter() - loop_start
+
+        last = step == cfg.max_steps
+        if step % cfg.log_interval == 0 or last or step % cfg.checkpoint_interval == 0:
+            # one synchronisation per log_interval steps: the losses and the "out of time" flag, all processes
+            out_of_time = max_seconds is not None and time.perf_counter() - loop_start >= max_seconds
+            flags = torch.stack([*(p.float() for p in pending), torch.tensor(float(out_of_time), device=device)])
+            if world > 1:
+                dist.all_reduce(flags, op=dist.ReduceOp.SUM)
+                flags[:-1] /= world
+            values = flags.tolist()
+            losses, out_of_time = values[:-1], values[-1] > 0
+            pending = []
+            if not all(math.isfinite(v) for v in losses):
+                bad = step - len(losses) + next(i for i, v in enumerate(losses) if not math.isfinite(v)) + 1
+                if show:
+                    bar.close()
+                raise NonFiniteLossError(
+                    f"the training loss became {losses[bad - step + len(losses) - 1]} at step {bad}; stopped. "
+                    f"The last good checkpoint is {ckpt_path} (nothing was saved after it). Lower the learning "
+                    "rate or raise warmup_steps, then --resume."
+                )
+            history.extend(losses)
+            elapsed = time.perf_counter() - window_start
+            train_s += elapsed
+            rate = tokens_since / elapsed
+            tokens_since, mean_loss = 0, sum(losses) / len(losses)
+            if show:
+                bar.update(len(losses))
+                bar.set_postfix(loss=f"{mean_loss:.4f}", tok_s=f"{rate:,.0f}")
+            events = [{"kind": "train", "step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": rate}]
+            if master and (step % cfg.eval_interval == 0 or last):
+                ev = {"kind": "eval", "step": step,
+                      "train_loss": _estimate(model, train_data, cfg, T, device, autocast, cfg.seed + 1),
+                      "val_loss": _estimate(model, val_data, cfg, T, device, autocast, cfg.seed + 2)}
+                evals.append([step, ev["train_loss"], ev["val_loss"]])
+                say(f"step {step}: train {ev['train_loss']:.4f}, val {ev['val_loss']:.4f}")
+                events.append(ev)
+            if step % cfg.checkpoint_interval == 0 or last or out_of_time:
+                checkpoint()
+            if callback is not None and master:  # after the checkpoint: a callback that raises is a kill
+                for event in events:
+                    callback(event)
+            if world > 1:
+                dist.barrier()  # the others wait while process 0 evaluates and saves
+            window_start = time.perf_counter()
+            if out_of_time:
+                stop_reason = "max_seconds"
+                break
+    if show:
+        bar.close()
+
+    # --- final figures ---
+    result: dict[str, Any] = {}
+    if master:
+        eval_start = time.perf_counter()
+        val_loss = evaluate(model, val_data, T, batch_size=max(cfg.batch_size, 64), device=device, autocast=autocast)
+        train_loss = _estimate(model, train_data, cfg, T, device, autocast, cfg.seed + 1)
+        final_eval_s = time.perf_counter() - eval_start
+        steps_run = step - start_step
+        result = {
+            "val_loss": val_loss,
+            "train_loss": train_loss,
+            "steps": step,
+            "steps_this_run": steps_run,
+            "tokens": step * cfg.batch_size * T,
+            "tokens_per_s": steps_run * cfg.batch_size * T / train_s if train_s > 0 else 0.0,
+            "tokens_per_s_after_first_step": ((steps_run - 1) * cfg.batch_size * T / (train_s - first_step_s)
+                                              if steps_run > 1 and train_s > first_step_s else 0.0),
+            "train_s": train_s,
+            "first_step_s": first_step_s,
+            "final_eval_s": final_eval_s,
+            "wall_s": time.perf_counter() - wall_start,
+            "params": model.num_parameters(),
+            "flops_per_token": model.flops_per_token(),
+            "device": str(device),
+            "world_size": world,
+            "compiled": use_compile,
+            "stopped_by": stop_reason,
+            "checkpoint": str(ckpt_path),
+            "model_config": config.to_dict(),
+            "train_config": dataclasses.asdict(cfg),
+            "history": history,
+            "evals": evals,
+        }
+        out_dir.mkdir(parents=True, exist_ok=True)
+        (out_dir / SUMMARY_NAME).write_text(json.dumps(result) + "\n")
+    if world > 1:
+        dist.barrier()
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line
+# ----------------------------------------------------------------------------------------------
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m course_utils.train", description=__doc__.split("\n\n")[0])
+    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model and training preset")
+    p.add_argument("--data", required=True, help="a UTF-8 text file; first 90%% train, last 10%% validation")
+    p.add_argument("--out", required=True, help="folder for checkpoint.pt and summary.json")
+    p.add_argument("--max-steps", type=int, help="optimizer steps in all (the cosine schedule ends there)")
+    p.add_argument("--max-seconds", type=float, help="stop after this much training time (after a checkpoint)")
+    p.add_argument("--device", help="cuda, cuda:1, mps or cpu (default: the best available)")
+    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
+    p.add_argument("--seed", type=int)
+    p.add_argument("--batch-size", type=int)
+    p.add_argument("--learning-rate", type=float)
+    p.add_argument("--eval-interval", type=int)
+    p.add_argument("--log-interval", type=int)
+    p.add_argument("--checkpoint-interval", type=int)
+    p.add_argument("--no-compile", action="store_true", help="do not use torch.compile (default: on CUDA only)")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (torch.set_num_threads)")
+    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
+                   help="show a progress bar (default: when stderr is a terminal)")
+    p.add_argument("--quiet", action="store_true", help="no messages on stderr besides errors")
+    p.add_argument("--export", metavar="PATH",
+                   help="also write the trained model (no optimizer state) with its provenance to PATH")
+    return p
+
+
+def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str, Any]:
+    """Where a model came from: the command, the machine, the date, the data and the figures it reached."""
+    import datetime as dt
+    import platform
+
+    from course_utils.data import sha256_file
+
+    command = "python -m course_utils.train " + " ".join(argv)
+    device = result["device"]
+    if device.startswith("cuda"):
+        device += f" ({torch.cuda.get_device_name(torch.device(device))})"
+    return {
+        "command": command, "device": device, "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "data": {"file": Path(data).name, "sha256": sha256_file(data), "characters": len(load_text(data))},
+        **{k: result[k] for k in ("val_loss", "train_loss", "steps", "tokens_per_s", "train_s", "wall_s", "params")},
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser().parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    overrides = {k: v for k, v in {
+        "seed": args.seed, "batch_size": args.batch_size,
+        "learning_rate": args.learning_rate, "eval_interval": args.eval_interval,
+        "log_interval": args.log_interval, "checkpoint_interval": args.checkpoint_interval,
+    }.items() if v is not None}
+    if args.no_compile:
+        overrides["compile"] = False
+    try:
+        result = train(args.preset, args.data, args.out, TrainConfig.preset(args.preset, **overrides),
+                       device=args.device, resume=args.resume, max_steps=args.max_steps, max_seconds=args.max_seconds,
+                       progress=args.progress, verbose=not args.quiet)
+    except (NonFiniteLossError, CheckpointError, ValueError, FileNotFoundError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+    if result and args.export:
+        export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data))
+        result["export"] = str(args.export)
+    if result:  # process 0 only
+        print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,328 @@
+"""The training loop: it learns, resumes exactly, survives a kill, refuses damaged checkpoints, stops on NaN,
+and trains the same under torchrun with two processes."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import runpy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_utils.data import CharTokenizer, iter_eval_batches, split_data
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.train import (
+    CheckpointError,
+    NonFiniteLossError,
+    TrainConfig,
+    evaluate,
+    learning_rate,
+    load_checkpoint,
+    main,
+    pick_device,
+    train,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+FAST = dict(batch_size=8, max_steps=20, warmup_steps=4, learning_rate=1e-2, min_lr=1e-3, log_interval=1,
+            eval_interval=10, eval_batches=2, checkpoint_interval=5)
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """One CPU thread: on a busy 2-core machine two threads spend most of their time waiting for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory) -> Path:
+    """About 12k characters of simple, learnable text (no network, nothing from outside the repository)."""
+    rng = random.Random(0)
+    words = "to be or not that is the question whether tis nobler in mind suffer slings arrows".split()
+    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + "." for _ in range(400)]
+    path = tmp_path_factory.mktemp("data") / "text.txt"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def run(text_file, out, **overrides):
+    kwargs = {k: overrides.pop(k) for k in ("resume", "callback", "max_seconds", "max_steps") if k in overrides}
+    return train("tiny", text_file, out, TrainConfig.preset("tiny", **{**FAST, **overrides}), progress=False, **kwargs)
+
+
+# ----------------------------------------------------------------------------------------------
+# Settings and schedule
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides, match", [
+    (dict(batch_size=0), "batch_size must be a positive int, got 0"),
+    (dict(max_steps=2.5), "max_steps must be a positive int, got 2.5"),
+    (dict(warmup_steps=-1), "warmup_steps must be an int >= 0"),
+    (dict(learning_rate=0.0), "learning_rate must be positive"),
+    (dict(min_lr=1.0), r"min_lr must be in \[0, learning_rate = 0.003\]"),
+    (dict(beta2=1.0), r"beta2 must be in \[0, 1\)"),
+    (dict(weight_decay=-0.1), "weight_decay must be >= 0"),
+    (dict(grad_clip=0.0), "grad_clip must be positive"),
+    (dict(seed="x"), "seed must be an int"),
+])
+def test_train_config_rejects_bad_values(overrides, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig.preset("tiny", **overrides)
+
+
+def test_train_config_presets():
+    with pytest.raises(ValueError, match="unknown preset 'big'"):
+        TrainConfig.preset("big")
+    with pytest.raises(ValueError, match=r"unknown TrainConfig field\(s\) \['lr'\]"):
+        TrainConfig.preset("tiny", lr=1.0)
+    assert TrainConfig.preset("gpu").batch_size == 64
+
+
+def test_learning_rate_warms_up_then_follows_a_cosine():
+    cfg = TrainConfig(max_steps=100, warmup_steps=10, learning_rate=1.0, min_lr=0.1)
+    lrs = [learning_rate(s, cfg) for s in range(100)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
+    assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
+    assert learning_rate(55, cfg) == pytest.approx(0.55)  # half way down the cosine: the mean of max and min
+    assert learning_rate(100, cfg) == pytest.approx(0.1) and learning_rate(500, cfg) == pytest.approx(0.1)
+
+
+def test_pick_device():
+    assert pick_device("cpu") == torch.device("cpu")
+    if not torch.cuda.is_available():
+        assert pick_device() in (torch.device("cpu"), torch.device("mps"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Training, evaluation, the command line
+# ----------------------------------------------------------------------------------------------
+
+
+def test_training_learns_and_reports(text_file, tmp_path):
+    events = []
+    result = run(text_file, tmp_path, max_steps=30, callback=events.append)
+    history = result["history"]
+    assert len(history) == 30 and result["steps"] == 30
+    assert sum(history[-5:]) / 5 < sum(history[:5]) / 5 - 0.5, "the loss should fall well within 30 steps"
+    for key in ("val_loss", "train_loss", "steps", "tokens_per_s", "wall_s", "params", "device"):
+        assert key in result
+    assert result["device"] == "cpu" and result["params"] == GPT(GPTConfig(**result["model_config"])).num_parameters()
+    assert [e["step"] for e in events if e["kind"] == "eval"] == [10, 20, 30]
+    assert [e["step"] for e in events if e["kind"] == "train"] == list(range(1, 31))
+    assert json.loads((tmp_path / "summary.json").read_text())["val_loss"] == result["val_loss"]
+    assert not list(tmp_path.glob("*.tmp")), "no temporary file left behind"
+
+
+def test_val_loss_is_the_mean_over_the_whole_validation_split(text_file, tmp_path):
+    result = run(text_file, tmp_path, max_steps=5)
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    model = GPT(GPTConfig.from_dict(state["model_config"]))
+    model.load_state_dict(state["model"])
+    model.eval()
+    tokenizer = CharTokenizer(state["tokenizer"])
+    _, val = split_data(tokenizer.encode(text_file.read_text()))
+    total = 0.0
+    with torch.no_grad():  # every target once, window by window, the slow way
+        for x, y in iter_eval_batches(val, 1, model.config.context_length, drop_last=False):
+            logits, _ = model(x)
+            total += torch.nn.functional.cross_entropy(logits[0], y[0], reduction="sum").item()
+    assert result["val_loss"] == pytest.approx(total / (len(val) - 1), rel=1e-5)
+    assert evaluate(model, val, model.config.context_length, batch_size=7) == pytest.approx(result["val_loss"], rel=1e-5)
+
+
+def test_command_line_prints_one_json_line(text_file, tmp_path, capsys):
+    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--max-steps", "3",
+                 "--eval-interval", "3", "--batch-size", "4", "--quiet"])
+    assert code == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 1
+    result = json.loads(lines[0])
+    for key in ("val_loss", "train_loss", "steps", "tokens_per_s", "wall_s", "params", "device"):
+        assert key in result
+    assert result["steps"] == 3 and math.isfinite(result["val_loss"])
+
+
+def test_command_line_reports_a_missing_file(tmp_path, capsys):
+    assert main(["--data", str(tmp_path / "nope.txt"), "--out", str(tmp_path)]) == 1
+    assert "no text file at" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# Checkpoints and resuming
+# ----------------------------------------------------------------------------------------------
+
+
+class Killed(Exception):
+    pass
+
+
+def kill_at(step):
+    def callback(event):
+        if event["kind"] == "train" and event["step"] == step:
+            raise Killed(step)
+    return callback
+
+
+def test_resume_continues_exactly(text_file, tmp_path):
+    """20 steps in one go == killed at step 13 (last checkpoint: step 10) and resumed: the same losses, exactly."""
+    whole = run(text_file, tmp_path / "whole")
+    with pytest.raises(Killed):
+        run(text_file, tmp_path / "split", callback=kill_at(13))
+    assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 10  # lost 3 steps, at most 5
+    resumed = run(text_file, tmp_path / "split", resume=True)
+    assert resumed["steps_this_run"] == 10
+    assert resumed["history"] == whole["history"]
+    assert resumed["val_loss"] == whole["val_loss"]
+    assert resumed["evals"] == whole["evals"]
+
+
+def test_resume_without_a_checkpoint_starts_afresh(text_file, tmp_path):
+    result = run(text_file, tmp_path, max_steps=3, resume=True)
+    assert result["steps_this_run"] == 3
+
+
+def test_resume_can_extend_a_finished_run(text_file, tmp_path):
+    run(text_file, tmp_path, max_steps=5)
+    result = run(text_file, tmp_path, max_steps=8, resume=True)
+    assert result["steps"] == 8 and result["steps_this_run"] == 3 and len(result["history"]) == 8
+
+
+def test_checkpoint_holds_only_plain_data(text_file, tmp_path):
+    run(text_file, tmp_path, max_steps=5)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert state["step"] == 5
+    assert isinstance(state["model_config"], dict) and isinstance(state["train_config"], dict)
+    assert set(state["rng"]) >= {"torch", "batch", "cuda"}
+    assert "".join(state["tokenizer"]) == "".join(sorted(set(text_file.read_text())))
+    assert "state" in state["optimizer"] and "tok_emb.weight" in state["model"]
+
+
+@pytest.mark.parametrize("damage", ["truncate", "garbage"])
+def test_a_damaged_checkpoint_gives_a_clear_error(text_file, tmp_path, damage, capsys):
+    run(text_file, tmp_path, max_steps=5)
+    path = tmp_path / "checkpoint.pt"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"not a checkpoint" * 10)
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        run(text_file, tmp_path, resume=True)
+    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--resume", "--quiet"])
+    assert code == 1 and "truncated or corrupt" in capsys.readouterr().err
+
+
+def test_a_foreign_file_is_not_a_checkpoint(tmp_path):
+    torch.save({"weights": torch.zeros(2)}, tmp_path / "checkpoint.pt")
+    with pytest.raises(CheckpointError, match="not a checkpoint written by course_utils.train"):
+        load_checkpoint(tmp_path / "checkpoint.pt")
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(text_file, tmp_path, monkeypatch):
+    forward = GPT.forward
+    calls = {"train": 0}
+
+    def poisoned(self, idx, targets=None, cache=None):
+        logits, loss = forward(self, idx, targets, cache)
+        if self.training:
+            calls["train"] += 1
+            if calls["train"] >= 8:  # from step 8 on
+                loss = loss * float("nan")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    with pytest.raises(NonFiniteLossError, match="the training loss became nan at step 8; stopped"):
+        run(text_file, tmp_path)
+    state = load_checkpoint(tmp_path / "checkpoint.pt")
+    assert state["step"] == 5 and len(state["history"]) == 5
+    assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+# ----------------------------------------------------------------------------------------------
+# Several processes (DistributedDataParallel, gloo on the CPU)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_two_processes_train_like_one(text_file, tmp_path):
+    """torchrun with 2 processes x 4 rows == 1 process x 8 rows: each process trains on its half of the same batch.
+
+    The gradients are the same up to rounding (the mean of two half-batch means is the full-batch mean, but
+    summed in another order), so the losses agree to about 1e-6; 1e-4 leaves room for Adam to amplify that
+    over 12 steps on another machine.
+    """
+    args = ["--preset", "tiny", "--data", str(text_file), "--max-steps", "12", "--batch-size", "8",
+            "--log-interval", "1", "--eval-interval", "12", "--checkpoint-interval", "6", "--quiet"]
+    same = dict(max_steps=12, batch_size=8, log_interval=1, eval_interval=12, checkpoint_interval=6)
+    one = train("tiny", text_file, tmp_path / "one", TrainConfig.preset("tiny", **same), progress=False)
+    torchrun = Path(sys.executable).parent / "torchrun"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "course_utils.train", *args,
+                           "--out", str(tmp_path / "two")], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert len(lines) == 1, "only process 0 prints"
+    two = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert two["world_size"] == 2
+    assert two["history"][-1] < two["history"][0] - 0.5, "it learns"
+    torch.testing.assert_close(torch.tensor(two["history"]), torch.tensor(one["history"]), atol=1e-4, rtol=0)
+    assert two["val_loss"] == pytest.approx(one["val_loss"], abs=1e-4)
+
+
+# ----------------------------------------------------------------------------------------------
+# The GPU benchmark refuses to run without a GPU
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message shown without a GPU")
+def test_gpu_benchmark_exits_with_a_clear_message_without_cuda(monkeypatch, capsys):
+    monkeypatch.setattr(sys, "argv", ["train_gpu.py"])
+    with pytest.raises(SystemExit) as exit_info:
+        runpy.run_path(str(ROOT / "benchmarks" / "train_gpu.py"), run_name="__main__")
+    assert exit_info.value.code == 2
+    assert "needs a CUDA GPU" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------------------------------------
+# A trained model for learners: --export and load_model
+# ----------------------------------------------------------------------------------------------
+
+
+def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, capsys):
+    from course_utils.train import load_model
+
+    dest = tmp_path / "model.pt"
+    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path / "run"), "--max-steps", "4",
+                 "--eval-interval", "4", "--batch-size", "4", "--quiet", "--export", str(dest)])
+    assert code == 0
+    result = json.loads(capsys.readouterr().out.strip())
+    assert result["export"] == str(dest)
+    assert dest.stat().st_size < 0.5 * (tmp_path / "run" / "checkpoint.pt").stat().st_size, "no optimizer state"
+    model, tokenizer, info = load_model(dest)
+    prov = info["provenance"]
+    assert prov["command"].startswith("python -m course_utils.train --preset tiny")
+    assert prov["device"] == "cpu" and prov["steps"] == 4 and prov["val_loss"] == result["val_loss"]
+    assert prov["data"]["characters"] == len(text_file.read_text())
+    assert not model.training and tokenizer.decode(tokenizer.encode("to be")) == "to be"
+    full, _, _ = load_model(tmp_path / "run" / "checkpoint.pt")  # a full checkpoint loads the same way
+    x = tokenizer.encode("to be or not")[None]  # (1, T)
+    torch.testing.assert_close(model(x)[0], full(x)[0])
+
+
+def test_load_model_refuses_damaged_and_foreign_files(tmp_path):
+    from course_utils.train import load_model
+
+    (tmp_path / "bad.pt").write_bytes(b"\x00" * 100)
+    with pytest.raises(CheckpointError, match="truncated or corrupt"):
+        load_model(tmp_path / "bad.pt")
+    torch.save({"format": "something else"}, tmp_path / "other.pt")
+    with pytest.raises(CheckpointError, match="is not a model written by course_utils.train"):
+        load_model(tmp_path / "other.pt")
