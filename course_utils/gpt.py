@@ -29,7 +29,7 @@ from torch import nn
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
-from course_utils.positional import LearnedPositionalEmbedding, apply_rope
+from course_utils.positional import LearnedPositionalEmbedding, sinusoidal_frequencies
 from course_utils.variants import GroupedQueryAttention, KVCache
 
 __all__ = ["GPTConfig", "PRESETS", "CausalSelfAttention", "MLP", "Block", "GPT"]
@@ -163,6 +163,8 @@ class CausalSelfAttention(MultiHeadAttention):
         self.layer_idx = layer_idx
         self.rope = config.positions == "rope"
         self.rope_base = config.rope_base
+        self.context_length = config.context_length
+        self._rope_tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
         self.attention = config.attention
         self.resid_dropout = nn.Dropout(config.dropout)
 
@@ -172,8 +174,7 @@ class CausalSelfAttention(MultiHeadAttention):
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         if self.rope:  # start: absolute position of the first new token (cache.length before the first layer)
-            positions = None if start == 0 else torch.arange(start, start + T, device=x.device)
-            q, k = (self._rotate(t, positions) for t in (q, k))  # (B, H, T, D)
+            q, k = (self._rotate(t, start) for t in (q, k))  # (B, H, T, D)
         if cache is not None:
             k, v = cache.update(self.layer_idx, k, v)  # (B, H, S, D): earlier keys and values, then these
         S = k.shape[-2]
@@ -192,11 +193,38 @@ class CausalSelfAttention(MultiHeadAttention):
         out = self.resid_dropout(self.out_proj(merge_heads(out)))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out
 
-    def _rotate(self, t: torch.Tensor, positions: torch.Tensor | None) -> torch.Tensor:
-        # At least float32, even under bfloat16 autocast: angles up to context_length lose whole radians in
-        # bfloat16 (8 bits of mantissa). float64 stays float64.
+    def _rope_table(self, n: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of the rotary angles of positions 0 .. n-1, (n, D/2) each, made once per device and dtype.
+
+        The angles are computed in float64 (accurate at large positions), their cos and sin rounded once to
+        ``dtype``: what :func:`~course_utils.positional.apply_rope` computes, without redoing it (in float64,
+        on tensors of the size of q and k) in every layer of every step.
+        """
+        key = (device, dtype)
+        table = self._rope_tables.get(key)
+        if table is None or table[0].shape[0] < n:
+            theta = sinusoidal_frequencies(self.head_dim, self.rope_base)  # (D/2,) float64
+            angles = torch.arange(max(n, self.context_length), dtype=torch.float64)[:, None] * theta[None, :]
+            table = (angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype))
+            self._rope_tables[key] = table
+        return table
+
+    def _rotate(self, t: torch.Tensor, start: int) -> torch.Tensor:
+        """``apply_rope(t, positions=start .. start + T - 1, pairing="half")``, with a cached table of angles.
+
+        Shape:
+            t: (B, H, T, D) -> (B, H, T, D)
+
+        At least float32, even under bfloat16 autocast: angles up to context_length lose whole radians in
+        bfloat16 (8 bits of mantissa).
+        """
+        T, D = t.shape[-2], t.shape[-1]
         wide = t.to(torch.promote_types(t.dtype, torch.float32))
-        return apply_rope(wide, positions, base=self.rope_base, pairing="half").to(t.dtype)
+        cos, sin = self._rope_table(start + T, t.device, wide.dtype)
+        cos, sin = cos[start:start + T], sin[start:start + T]  # (T, D/2)
+        x1, x2 = wide[..., : D // 2], wide[..., D // 2:]  # (B, H, T, D/2) each: the "half" pairing
+        out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, H, T, D)
+        return out.to(t.dtype)
 
 
 class MLP(nn.Module):
