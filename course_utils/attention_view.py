@@ -1,0 +1,271 @@
+"""bertviz's head view and model view of a GPT's attention, made to work without internet (notebook 08).
+
+bertviz draws attention as lines between tokens (``head_view``: one layer, its heads in colours) or as a
+grid of small pictures (``model_view``: every layer and head). Its HTML loads require.js, d3 and jQuery from
+a CDN, which a workshop room without internet cannot reach. The functions here build bertviz's HTML, then
+make it self-contained: require.js, d3 and jQuery are inlined from ``course_utils/static/vendor/`` (fetched
+from npm by ``python -m course_utils.vendor_js``), d3 and jQuery become named AMD modules, and bertviz's
+script asks for those names instead of CDN paths. Nothing is fetched from the network.
+
+The result is a single ``text/html`` output (JupyterLab runs its scripts in a trusted notebook) and also a
+page of its own (:func:`save_html`). Several views work in one page: require.js steps aside when it is already
+loaded, and each library is defined once. The outer ``div`` carries ``data-course-view`` (``"head"`` or
+``"model"``), ``data-heads``, ``data-layers`` and ``data-tokens`` (JSON), so a browser test can check the
+picture against what was asked for.
+
+Shapes: L layers, B batch (must be 1), H num_heads, T tokens.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import html
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+from IPython.display import HTML
+
+from course_utils.vendor_js import PACKAGES, VENDOR_DIR
+
+__all__ = ["head_view", "model_view", "save_html", "prettify_tokens"]
+
+# What bertviz 1.4.1 emits, replaced below; each must occur exactly once, so that a bertviz that changes
+# them fails loudly here instead of quietly reaching for the CDN.
+_CDN_REQUIRE = '<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2.3.6/require.min.js"></script>'
+_CDN_PATHS = re.compile(r"require\.config\(\{\s*paths:\s*\{[^{}]*\}\s*\}\);")
+_DEPS = "requirejs(['jquery', 'd3'],"
+_SCRIPT_OPEN = '\n<script type="text/javascript">\n'
+
+_SHOWN = {" ": "\u2423", "\n": "\u23ce", "\t": "\u21e5"}  # space -> ␣, newline -> ⏎, tab -> ⇥
+
+
+# ----------------------------------------------------------------------------------------------
+# The two views
+# ----------------------------------------------------------------------------------------------
+
+
+def head_view(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, *, layer: int | None = None,
+              heads: Sequence[int] | None = None, prettify: bool = True) -> HTML:
+    """bertviz's head view (one layer at a time, each head a colour), working offline (notebook 08).
+
+    Shape:
+        attention: a list of L tensors (1, H, T, T), as ``GPT.attention_maps(idx)`` returns for one sequence
+        tokens: T strings (a str is read as its characters) -> an IPython ``HTML`` object
+
+    ``layer`` picks the layer shown first (default 0), ``heads`` the heads switched on at first (default all).
+    With ``prettify``, a space shows as ␣, a newline as ⏎ and a tab as ⇥ (the course's tokens are
+    characters).
+    """
+    from bertviz import head_view as bertviz_head_view
+
+    weights, shown = _check(attention, tokens, prettify)
+    num_layers, num_heads = weights.shape[0], weights.shape[1]
+    if layer is not None:
+        _check_index("layer", layer, num_layers, "num_layers")
+    if heads is not None:
+        heads = _check_indices("heads", heads, num_heads, "num_heads")
+    view = bertviz_head_view(list(weights.unsqueeze(1)), shown, prettify_tokens=False, layer=layer,
+                             heads=heads, html_action="return")
+    return HTML(_wrap("head", _offline(view.data), num_heads, num_layers, shown))
+
+
+def model_view(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, *,
+               include_layers: Sequence[int] | None = None, prettify: bool = True) -> HTML:
+    """bertviz's model view (a small picture per layer and head; click one to enlarge), offline (notebook 08).
+
+    Shape:
+        attention: a list of L tensors (1, H, T, T), as ``GPT.attention_maps(idx)`` returns for one sequence
+        tokens: T strings (a str is read as its characters) -> an IPython ``HTML`` object
+
+    ``include_layers`` picks the layers drawn (default all); ``prettify`` as in :func:`head_view`.
+    """
+    from bertviz import model_view as bertviz_model_view
+
+    weights, shown = _check(attention, tokens, prettify)
+    num_layers, num_heads = weights.shape[0], weights.shape[1]
+    if include_layers is not None:
+        include_layers = _check_indices("include_layers", include_layers, num_layers, "num_layers")
+    view = bertviz_model_view(list(weights.unsqueeze(1)), shown, prettify_tokens=False,
+                              include_layers=include_layers, display_mode="light", html_action="return")
+    shown_layers = num_layers if include_layers is None else len(include_layers)
+    return HTML(_wrap("model", _offline(view.data), num_heads, shown_layers, shown))
+
+
+def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: str = "Attention") -> Path:
+    """Write one view, or several in one page, to a self-contained HTML file that opens offline.
+
+    Shape:
+        view: what :func:`head_view` or :func:`model_view` returned (or a list of them) -> the path written
+    """
+    views = [view] if isinstance(view, (HTML, str)) else list(view) if isinstance(view, Sequence) else None
+    if not views or not all(isinstance(v, (HTML, str)) for v in views):
+        raise TypeError(f"view must be what head_view or model_view returned (IPython HTML), or a non-empty "
+                        f"list of them, got {type(view).__name__}"
+                        + (f" of {[type(v).__name__ for v in views]}" if views else ""))
+    body = "\n".join(v.data if isinstance(v, HTML) else v for v in views)
+    path = Path(path)
+    path.write_text(f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+                    f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n",
+                    encoding="utf-8")
+    return path
+
+
+def prettify_tokens(tokens: Sequence[str]) -> list[str]:
+    """Characters a reader cannot see, shown: a space as ␣, a newline as ⏎, a tab as ⇥.
+
+    Shape:
+        tokens: T strings -> T strings
+    """
+    return ["".join(_SHOWN.get(c, c) for c in t) for t in tokens]
+
+
+# ----------------------------------------------------------------------------------------------
+# Checking the input
+# ----------------------------------------------------------------------------------------------
+
+
+def _check(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str,
+           prettify: bool) -> tuple[torch.Tensor, list[str]]:
+    """Validate, then stack to (L, H, T, T) on the CPU as float64 rounded to 4 decimals (a smaller page)."""
+    if isinstance(attention, torch.Tensor) or not isinstance(attention, Sequence):
+        raise TypeError(f"attention must be a list of tensors (1, H, T, T), one per layer, as "
+                        f"GPT.attention_maps returns, got {type(attention).__name__}")
+    if len(attention) == 0:
+        raise ValueError("attention must hold at least one layer, got an empty list")
+    for i, a in enumerate(attention):
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"attention[{i}] must be a torch.Tensor (1, H, T, T), got {type(a).__name__}")
+        if a.ndim != 4:
+            raise ValueError(f"attention[{i}] must have 4 dims (B, H, T, T), got shape {tuple(a.shape)}")
+        if a.shape[0] != 1:
+            raise ValueError(f"attention[{i}] must hold one sequence (batch size 1), got batch size "
+                             f"{a.shape[0]} in shape {tuple(a.shape)}; "
+                             "pick one, e.g. [a[:1] for a in attention]")
+        if a.shape[2] != a.shape[3]:
+            raise ValueError(f"attention[{i}] must be self-attention (T, T) in its last two dims, got shape "
+                             f"{tuple(a.shape)}")
+        if a.shape != attention[0].shape:
+            raise ValueError(f"every layer must have the same shape: attention[0] is "
+                             f"{tuple(attention[0].shape)}, attention[{i}] is {tuple(a.shape)}")
+        if a.is_complex():
+            raise TypeError(f"attention[{i}] must be real, got dtype {a.dtype}")
+    if isinstance(tokens, str):
+        tokens = list(tokens)
+    elif not isinstance(tokens, Sequence):
+        raise TypeError(f"tokens must be a list of strings (or a str of characters), "
+                        f"got {type(tokens).__name__}")
+    for i, t in enumerate(tokens):
+        if not isinstance(t, str):
+            raise TypeError(f"tokens[{i}] must be a str, got {type(t).__name__}")
+    T = attention[0].shape[-1]
+    if len(tokens) != T:
+        raise ValueError(f"attention covers T={T} positions but {len(tokens)} tokens were given")
+    # L x (1, H, T, T) -> (L, H, T, T)
+    weights = torch.stack([a.detach().to("cpu", torch.float64)[0] for a in attention])
+    weights = weights.round(decimals=4)
+    return weights, prettify_tokens(tokens) if prettify else list(tokens)
+
+
+def _check_index(name: str, i: int, n: int, of: str) -> int:
+    if isinstance(i, bool) or not isinstance(i, int):
+        raise TypeError(f"{name} must be an int, got {type(i).__name__}")
+    if not 0 <= i < n:
+        raise ValueError(f"{name} must be in 0..{n - 1} ({of} is {n}), got {i}")
+    return i
+
+
+def _check_indices(name: str, indices: Sequence[int], n: int, of: str) -> list[int]:
+    if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence):
+        raise TypeError(f"{name} must be a list of ints, got {type(indices).__name__}")
+    if len(indices) == 0:
+        raise ValueError(f"{name} must name at least one index, got an empty list")
+    out = [_check_index(f"{name}[{k}]", i, n, of) for k, i in enumerate(indices)]
+    if len(set(out)) != len(out):
+        raise ValueError(f"{name} must not repeat an index, got {out}")
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Making bertviz's HTML self-contained
+# ----------------------------------------------------------------------------------------------
+
+
+def _module_name(pkg_name: str) -> str:
+    pkg = next(p for p in PACKAGES if p.name == pkg_name)
+    return f"course_utils/vendor/{pkg.name}-{pkg.version}"
+
+
+@functools.lru_cache(maxsize=None)
+def _vendored(pkg_name: str) -> str:
+    """The vendored file of one package, checked against SOURCES.json (a changed file is a broken install)."""
+    pkg = next(p for p in PACKAGES if p.name == pkg_name)
+    data = (VENDOR_DIR / pkg.vendored_as).read_bytes()
+    records = json.loads((VENDOR_DIR / "SOURCES.json").read_text(encoding="utf-8"))
+    expected = next(r["sha256"] for r in records if r["package"] == pkg.name)
+    if hashlib.sha256(data).hexdigest() != expected:
+        raise RuntimeError(f"{VENDOR_DIR / pkg.vendored_as} does not match SOURCES.json; "
+                           "run: python -m course_utils.vendor_js --check")
+    text = data.decode("utf-8")
+    text = re.sub(r"^//# sourceMappingURL=.*$", "", text, flags=re.MULTILINE)  # no source-map request either
+    assert "</script" not in text.lower() and "<!--" not in text, f"{pkg.vendored_as} cannot go in a <script>"
+    return text
+
+
+@functools.lru_cache(maxsize=None)
+def _library_scripts() -> str:
+    """require.js as a classic script, then d3 and jQuery as named AMD modules, each defined once per page.
+
+    d3's and jQuery's UMD wrappers are run with a ``module`` object of their own (and ``define`` hidden), so
+    they hand their library to that object instead of touching ``window.d3``, ``window.$`` or an AMD loader.
+    A second view in the same page finds the names already known to require.js and skips them.
+    """
+    define_once = (
+        "(function () {\n"
+        "  function defineOnce(name, factory) {\n"
+        "    if (requirejs.specified(name) || requirejs.defined(name)) { return; }\n"
+        "    var module = {exports: {}};\n"
+        "    factory.call(module.exports, module, module.exports, undefined);\n"
+        "    define(name, [], function () { return module.exports; });\n"
+        "  }\n"
+    )
+    for pkg in ("jquery", "d3"):
+        name = json.dumps(_module_name(pkg))
+        define_once += (f"  defineOnce({name}, function (module, exports, define) {{\n"
+                        f"{_vendored(pkg)}\n  }});\n")
+    define_once += "})();\n"
+    return (f'<script type="text/javascript">\n{_vendored("requirejs")}\n</script>\n'
+            f'<script type="text/javascript">\n{define_once}</script>\n')
+
+
+def _replace_once(text: str, old: str | re.Pattern, new: str, what: str) -> str:
+    found = len(old.findall(text)) if isinstance(old, re.Pattern) else text.count(old)
+    if found != 1:
+        raise RuntimeError(f"expected bertviz's HTML to contain {what} exactly once, found it {found} times "
+                           f"(is bertviz 1.4.1 installed?)")
+    return old.sub(lambda _: new, text) if isinstance(old, re.Pattern) else text.replace(old, new)
+
+
+def _offline(bertviz_html: str) -> str:
+    """bertviz's HTML with the CDN script and the CDN paths replaced by the inlined libraries."""
+    text = _replace_once(bertviz_html, _CDN_REQUIRE, _library_scripts(), "the require.js CDN script")
+    text = _replace_once(text, _CDN_PATHS, "// d3 and jQuery: inlined above as named modules (course_utils)",
+                         "require.config with CDN paths")
+    deps = f"requirejs([{json.dumps(_module_name('jquery'))}, {json.dumps(_module_name('d3'))}],"
+    text = _replace_once(text, _DEPS, deps, "requirejs(['jquery', 'd3'], ...)")
+    # bertviz's own script holds the tokens as JSON; "</" or "<!--" in a token must not end the <script>.
+    head, sep, script = text.rpartition(_SCRIPT_OPEN)
+    if not sep:
+        raise RuntimeError("expected bertviz's HTML to end with its <script> (is bertviz 1.4.1 installed?)")
+    body, end, tail = script.rpartition("</script>")
+    body = body.replace("</", "<\\/").replace("<!--", "<\\!--")
+    return head + sep + body + end + tail
+
+
+def _wrap(kind: str, inner: str, num_heads: int, num_layers: int, tokens: list[str]) -> str:
+    attrs = (f'data-course-view="{kind}" data-heads="{num_heads}" data-layers="{num_layers}" '
+             f'data-tokens="{html.escape(json.dumps(tokens, ensure_ascii=False), quote=True)}"')
+    return f'<div class="course-attention-view" {attrs}>\n{inner}\n</div>'
