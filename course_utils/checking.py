@@ -14,6 +14,7 @@ Statuses: ``"passed"``, ``"failed"`` (with the reason, and the mistake's name wh
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -123,6 +124,10 @@ def compare_outputs(got: Any, expected: Any, atol: float, rtol: float) -> str | 
         if not isinstance(got, (int, float)) and not (isinstance(got, torch.Tensor) and got.numel() == 1):
             return f"expected a number, got {type(got).__name__}"
         g = float(got)
+        if g == expected or (math.isnan(g) and math.isnan(expected)):  # equal infinities, or NaN for NaN
+            return None
+        if not (math.isfinite(g) and math.isfinite(expected)):  # the tolerance below would accept anything
+            return f"expected {expected:.6g}, got {g:.6g}"
         return None if abs(g - expected) <= atol + rtol * abs(expected) else f"expected {expected:.6g}, got {g:.6g}"
     return None if got == expected else f"expected {expected!r}, got {got!r}"
 

@@ -106,3 +106,15 @@ def test_check_prints_records_and_raises(tmp_path, monkeypatch, capsys):
 def test_unknown_key_lists_the_known_ones():
     with pytest.raises(KeyError, match="no exercise '9.9'; known exercises: 01.1"):
         get_exercise("9.9")
+
+
+def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
+    from course_utils.checking import compare_outputs
+
+    inf, nan = float("inf"), float("nan")
+    assert compare_outputs(inf, inf, 1e-6, 1e-6) is None
+    assert compare_outputs(nan, nan, 1e-6, 1e-6) is None
+    assert compare_outputs(inf, 1.0, 1e-6, 1e-6) == "expected 1, got inf"
+    assert compare_outputs(1.0, inf, 1e-6, 1e-6) == "expected inf, got 1"
+    assert compare_outputs(-inf, inf, 1e-6, 1e-6) == "expected inf, got -inf"
+    assert compare_outputs(1.0 + 1e-9, 1.0, 1e-6, 1e-6) is None
