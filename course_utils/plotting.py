@@ -5,12 +5,13 @@ Used from notebook 01 on; later notebooks (08) reuse them for a trained model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.figure import Figure
 
-__all__ = ["plot_weights", "plot_heads"]
+__all__ = ["plot_weights", "plot_heads", "char_labels", "plot_attention_maps", "plot_loss_curve", "LiveLossPlot"]
 
 
 def _as_2d(weights: torch.Tensor, what: str) -> torch.Tensor:
@@ -91,3 +92,154 @@ def plot_heads(
         fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Notebook 08: a trained character-level GPT
+# ---------------------------------------------------------------------------------------------------------
+
+_VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
+
+
+def char_labels(text: str) -> list[str]:
+    """One label per character, with blanks made visible: a space is '␣', a newline '⏎', a tab '⇥'."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    return [_VISIBLE.get(c, c) for c in text]
+
+
+def plot_attention_maps(
+    maps: Sequence[torch.Tensor],
+    labels: Sequence[str],
+    layers: Sequence[int] | None = None,
+    cell: float = 2.2,
+) -> Figure:
+    """A grid of heatmaps: one row per layer, one column per head, for one sequence.
+
+    Shape:
+        maps: a list over layers of (1, H, T, T) or (H, T, T) weights (``GPT.attention_maps``); labels: T
+
+    Rows are queries, columns keys; the upper triangle is empty because the model is causal. Used in
+    notebook 08.
+    """
+    if isinstance(maps, torch.Tensor) or len(maps) == 0:
+        raise ValueError("maps must be a non-empty list of per-layer weights, as GPT.attention_maps returns")
+    ws = []
+    for i, m in enumerate(maps):
+        w = _as_2d(m, f"maps[{i}]")
+        if w.dim() == 4:
+            if w.shape[0] != 1:
+                raise ValueError(f"maps[{i}] holds a batch of {w.shape[0]} sequences; pass one (1, H, T, T)")
+            w = w[0]
+        if w.dim() != 3 or w.shape[-1] != w.shape[-2]:
+            raise ValueError(f"maps[{i}] must be (1, H, T, T) or (H, T, T), got shape {tuple(m.shape)}")
+        ws.append(w)
+    H, T, _ = ws[0].shape
+    if len(labels) != T:
+        raise ValueError(f"labels has {len(labels)} entries, the weights have {T} positions")
+    rows = list(range(len(ws))) if layers is None else list(layers)
+    for r in rows:
+        if not 0 <= r < len(ws):
+            raise ValueError(f"layer {r} does not exist: the model has layers 0 .. {len(ws) - 1}")
+    fig = Figure(figsize=(cell * H + 0.6, cell * len(rows) + 0.5))
+    axes = fig.subplots(len(rows), H, squeeze=False)
+    for i, r in enumerate(rows):
+        for h in range(H):
+            ax = axes[i][h]
+            ax.imshow(ws[r][h].numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+            ax.set_xticks(range(T), labels=list(labels), fontsize=6, rotation=0)
+            ax.set_yticks(range(T), labels=list(labels), fontsize=6)
+            ax.set_title(f"layer {r}, head {h}", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_loss_curve(
+    history: Sequence[float],
+    evals: Sequence[Sequence[float]] = (),
+    baselines: Mapping[str, float] | None = None,
+    total_steps: int | None = None,
+    smooth: int = 20,
+) -> Figure:
+    """Training loss per step (light), its running mean over ``smooth`` steps, evaluations, and baselines.
+
+    ``history`` holds the loss of every step; ``evals`` rows ``(step, train_loss, val_loss)``; ``baselines``
+    draws a dashed line per name (e.g. the unigram model). Used in notebook 08.
+    """
+    fig = Figure(figsize=(6.4, 3.4))
+    ax = fig.subplots()
+    steps = torch.arange(1, len(history) + 1)
+    if len(history):
+        h = torch.tensor(list(history), dtype=torch.float64)
+        ax.plot(steps, h, color="tab:blue", alpha=0.25, linewidth=0.8, label="train loss (each step)")
+        k = max(1, min(smooth, len(h)))
+        running = torch.tensor([float(h[max(0, i - k + 1):i + 1].mean()) for i in range(len(h))])
+        ax.plot(steps, running, color="tab:blue", linewidth=1.5, label=f"train loss (mean of {k} steps)")
+    if len(evals):
+        e = torch.tensor([list(r) for r in evals], dtype=torch.float64)
+        ax.plot(e[:, 0], e[:, 2], "o-", color="tab:orange", markersize=4, label="validation loss (estimate)")
+    for i, (name, value) in enumerate((baselines or {}).items()):
+        ax.axhline(value, linestyle="--", linewidth=1, color=f"C{i + 2}", label=f"{name}: {value:.2f}")
+    ax.set_xlim(0, max(total_steps or 0, len(history), 1))
+    ax.set_xlabel("step")
+    ax.set_ylabel("loss (nats per character)")
+    ax.legend(fontsize=7, loc="upper right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+class LiveLossPlot:
+    """A loss curve that redraws itself while a model trains: ``train(..., callback=LiveLossPlot(...))``.
+
+    It collects the ``train`` and ``eval`` events of :func:`course_utils.train.train` and, in a notebook,
+    replaces its picture in place every ``every`` logged intervals and at each evaluation (one picture, not
+    one per update). ``history`` and ``evals`` start from a resumed run's saved ones when passed.
+    """
+
+    def __init__(self, total_steps: int, baselines: Mapping[str, float] | None = None, every: int = 5,
+                 history: Sequence[float] = (), evals: Sequence[Sequence[float]] = ()) -> None:
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise ValueError(f"every must be a positive int, got {every!r}")
+        self.total_steps = total_steps
+        self.baselines = dict(baselines or {})
+        self.every = every
+        self.points: list[tuple[int, float]] = []  # (step, mean loss over the logged interval)
+        self.history = list(history)
+        self.evals = [list(r) for r in evals]
+        self.updates = 0
+        self._handle = None
+
+    def __call__(self, event: dict) -> None:
+        if event["kind"] == "train":
+            self.points.append((event["step"], event["loss"]))
+            if len(self.points) % self.every == 0:
+                self.show()
+        elif event["kind"] == "eval":
+            self.evals.append([event["step"], event["train_loss"], event["val_loss"]])
+            self.show()
+
+    def figure(self) -> Figure:
+        """The picture so far: the logged interval means stand in for per-step losses while training runs."""
+        history = list(self.history)
+        last = len(history)
+        for step, loss in self.points:  # fill each logged interval with its mean, up to the step it ends at
+            history.extend([loss] * max(0, step - last))
+            last = max(last, step)
+        return plot_loss_curve(history, self.evals, self.baselines, self.total_steps, smooth=1)
+
+    def show(self) -> None:
+        """Draw (the first time) or redraw in place (later); outside IPython, do nothing."""
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:
+            return
+        self.updates += 1
+        if get_ipython() is None:
+            return
+        fig = self.figure()
+        if self._handle is None:
+            self._handle = display(fig, display_id=True)
+        else:
+            self._handle.update(fig)

@@ -17,7 +17,7 @@ driven and tested from plain Python, without a browser or a kernel:
 >>> ex.control("mask").value = "causal"       # doctest: +SKIP
 >>> ex.caption                                # doctest: +SKIP
 
-Used in notebooks 01 (lookup), 02 (entropy), 03 (mask) and 04 (head).
+Used in notebooks 01 (lookup), 02 (entropy), 03 (mask), 04 (head) and 08 (a trained GPT's heads).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from matplotlib.patches import Rectangle
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.masking import causal_mask, combine_masks, mask_scores, padding_mask
 from course_utils.multihead import MultiHeadAttention
-from course_utils.plotting import plot_weights
+from course_utils.plotting import char_labels, plot_weights
 
 __all__ = [
     "Explorer",
@@ -57,6 +57,8 @@ __all__ = [
     "HEAD_SENTENCE",
     "plot_head",
     "head_explorer",
+    "plot_gpt_head",
+    "gpt_attention_explorer",
 ]
 
 
@@ -525,3 +527,70 @@ def head_explorer(
         return plot_head(layers[name], x, tokens, head, causal), caption
 
     return Explorer({"name": pick, "head": head, "causal": causal}, draw)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Notebook 08: the heads of a trained GPT
+# ---------------------------------------------------------------------------------------------------------
+
+
+def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[torch.Tensor, str]:
+    """The (T, T) weights of one head of one layer on ``prompt`` (its last context_length characters)."""
+    if not isinstance(prompt, str) or not prompt:
+        raise ValueError("type a prompt of at least one character")
+    L, H = model.config.num_layers, model.config.num_heads
+    if not 0 <= layer < L:
+        raise ValueError(f"layer must be in 0 .. {L - 1}, got {layer}")
+    if not 0 <= head < H:
+        raise ValueError(f"head must be in 0 .. {H - 1}, got {head}")
+    text = prompt[-model.config.context_length:]
+    idx = tokenizer.encode(text)[None].to(next(model.parameters()).device)  # (1, T); ValueError if unknown chars
+    was_training = model.training
+    model.eval()
+    maps = model.attention_maps(idx)  # num_layers x (1, H, T, T)
+    model.train(was_training)
+    return maps[layer][0, head].float().cpu(), text
+
+
+def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) -> Figure:
+    """The attention weights of one head of a trained :class:`~course_utils.gpt.GPT` on a prompt.
+
+    Shape:
+        prompt: T characters (the last context_length are used) -> a (T, T) heatmap
+
+    Used in notebook 08.
+    """
+    w, text = _gpt_weights(model, tokenizer, prompt, layer, head)
+    labels = char_labels(text)
+    T = len(labels)
+    fig, ax = plt.subplots(figsize=(0.28 * T + 1.6, 0.26 * T + 1.2))
+    plot_weights(w, labels, labels, ax=ax, annotate=False,
+                 title=f"layer {layer}, head {head}: row = query, column = key")
+    fig.tight_layout()
+    return fig
+
+
+def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, what light") -> Explorer:
+    """Pick a layer, a head and a prompt; see what that head of a trained GPT attends to.
+
+    Controls: ``layer`` (0 .. L - 1), ``head`` (0 .. H - 1), ``prompt`` (a text box; the change applies on
+    Enter or when the box loses focus). A prompt with characters the model never saw shows the
+    tokenizer's message instead of a picture. Draws :func:`plot_gpt_head`. Used in notebook 08.
+    """
+    _gpt_weights(model, tokenizer, prompt, 0, 0)  # a bad model, tokenizer or prompt fails here, not in the widget
+    layer = widgets.IntSlider(value=0, min=0, max=model.config.num_layers - 1, description="layer",
+                              continuous_update=False, style=_style())
+    head = widgets.IntSlider(value=0, min=0, max=model.config.num_heads - 1, description="head",
+                             continuous_update=False, style=_style())
+    text = widgets.Text(value=prompt, description="prompt", continuous_update=False, style=_style(),
+                        layout=widgets.Layout(width="95%"))
+
+    def draw(layer: int, head: int, prompt: str) -> tuple[Figure, str]:
+        w, shown = _gpt_weights(model, tokenizer, prompt, layer, head)
+        labels = char_labels(shown)
+        top = w.argmax(dim=-1).tolist()
+        pairs = " ".join(f"{labels[i]}->{labels[j]}" for i, j in enumerate(top[-8:], start=len(top) - len(top[-8:])))
+        caption = f"layer {layer}, head {head}: the last queries' top keys {pairs}"
+        return plot_gpt_head(model, tokenizer, prompt, layer, head), caption
+
+    return Explorer({"layer": layer, "head": head, "prompt": text}, draw)

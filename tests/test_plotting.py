@@ -124,3 +124,65 @@ def test_plot_weights_scale_ignores_nan_rows():
     image = ax.get_images()[0]
     assert image.norm.vmax == pytest.approx(0.75)  # not collapsed to 1e-9 by max(1e-9, nan)
     plt.close(ax.figure)
+
+
+# --- notebook 08: a trained GPT -------------------------------------------------------------------------
+
+from course_utils.plotting import LiveLossPlot, char_labels, plot_attention_maps, plot_loss_curve  # noqa: E402
+
+
+def test_char_labels_make_blanks_visible():
+    assert char_labels("a b\n\t") == ["a", "␣", "b", "⏎", "⇥"]
+    with pytest.raises(TypeError, match="text must be a str, got list"):
+        char_labels(["a"])
+
+
+def _maps(L=2, H=3, T=5):
+    g = torch.Generator().manual_seed(0)
+    return [torch.softmax(torch.randn(1, H, T, T, generator=g), dim=-1) for _ in range(L)]
+
+
+def test_plot_attention_maps_draws_one_panel_per_layer_and_head():
+    maps = _maps()
+    fig = plot_attention_maps(maps, list("hello"))
+    titles = [ax.get_title() for ax in fig.axes]
+    assert titles == [f"layer {r}, head {h}" for r in range(2) for h in range(3)]
+    shown = fig.axes[4].images[0].get_array()  # layer 1, head 1
+    torch.testing.assert_close(torch.tensor(shown.data), maps[1][0, 1])
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == list("hello")
+    assert len(plot_attention_maps(maps, list("hello"), layers=[1]).axes) == 3
+
+
+@pytest.mark.parametrize("maps, labels, kwargs, match", [
+    ([], "abcde", {}, "maps must be a non-empty list"),
+    ([torch.rand(2, 3, 5, 5)], "abcde", {}, r"maps\[0\] holds a batch of 2 sequences"),
+    ([torch.rand(3, 5, 4)], "abcde", {}, r"maps\[0\] must be \(1, H, T, T\) or \(H, T, T\), got shape \(3, 5, 4\)"),
+    ([torch.rand(1, 3, 5, 5)], "abc", {}, "labels has 3 entries, the weights have 5 positions"),
+    ([torch.rand(1, 3, 5, 5)], "abcde", {"layers": [2]}, r"layer 2 does not exist: the model has layers 0 .. 0"),
+])
+def test_plot_attention_maps_rejects_bad_input(maps, labels, kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        plot_attention_maps(maps, list(labels), **kwargs)
+
+
+def test_plot_loss_curve_shows_history_evals_and_baselines():
+    fig = plot_loss_curve([4.0, 3.0, 2.0, 1.0], [[2, 3.1, 3.2], [4, 1.1, 1.3]], {"unigram": 3.3}, total_steps=10,
+                          smooth=2)
+    ax = fig.axes[0]
+    labels = [line.get_label() for line in ax.get_lines()]
+    assert labels == ["train loss (each step)", "train loss (mean of 2 steps)", "validation loss (estimate)",
+                      "unigram: 3.30"]
+    assert list(ax.get_lines()[1].get_ydata()) == [4.0, 3.5, 2.5, 1.5]
+    assert list(ax.get_lines()[2].get_ydata()) == [3.2, 1.3] and ax.get_xlim() == (0, 10)
+
+
+def test_live_loss_plot_collects_events_and_fills_intervals():
+    plot = LiveLossPlot(total_steps=20, baselines={"unigram": 3.0}, every=2)
+    for step, loss in ((5, 4.0), (10, 3.0)):
+        plot({"kind": "train", "step": step, "loss": loss, "lr": 1e-3, "tokens_per_s": 1.0})
+    plot({"kind": "eval", "step": 10, "train_loss": 3.0, "val_loss": 3.1})
+    assert plot.updates == 2  # every 2nd train event, and each evaluation
+    ys = list(plot.figure().axes[0].get_lines()[0].get_ydata())
+    assert ys == [4.0] * 5 + [3.0] * 5 and plot.evals == [[10, 3.0, 3.1]]
+    with pytest.raises(ValueError, match="every must be a positive int, got 0"):
+        LiveLossPlot(10, every=0)

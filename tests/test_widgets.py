@@ -294,3 +294,41 @@ def test_explorer_shows_errors_instead_of_raising():
     assert item == {"output_type": "stream", "name": "stdout", "text": "ValueError: n must be >= 0\n"}
     assert ex.figure.axes[0].get_title() == "1"  # the last good picture is kept
     assert not plt.get_fignums()  # every figure drawn was closed
+
+
+# --- notebook 08: a trained GPT's heads -----------------------------------------------------------------
+
+from course_utils.data import CharTokenizer  # noqa: E402
+from course_utils.gpt import GPT, GPTConfig  # noqa: E402
+from course_utils.widgets import gpt_attention_explorer, plot_gpt_head  # noqa: E402
+
+
+@pytest.fixture
+def tiny_gpt():
+    torch.manual_seed(0)
+    tok = CharTokenizer.from_text("ROMEO:\nBut soft, what light abcdefghijklmnopqrstuvwxyz")
+    return GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size)).eval(), tok
+
+
+def test_plot_gpt_head_shows_that_heads_weights(tiny_gpt):
+    model, tok = tiny_gpt
+    fig = plot_gpt_head(model, tok, "But soft", layer=1, head=2)
+    expected = model.attention_maps(tok.encode("But soft")[None])[1][0, 2]
+    torch.testing.assert_close(torch.tensor(fig.axes[0].images[0].get_array().data), expected)
+    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == list("But␣soft")
+
+
+def test_gpt_attention_explorer_redraws_and_reports_bad_prompts(tiny_gpt):
+    model, tok = tiny_gpt
+    ex = gpt_attention_explorer(model, tok, "But soft")
+    first = ex.figure.axes[0].images[0].get_array().copy()
+    ex.control("head").value = 3
+    assert ex.renders == 2 and "layer 0, head 3" in ex.caption
+    assert not (ex.figure.axes[0].images[0].get_array() == first).all()
+    ex.control("prompt").value = "But soft!"  # '!' is not in the tokenizer
+    assert "never seen 1 character" in ex.caption and ex.renders == 2
+    ex.control("prompt").value = "what light"
+    assert ex.renders == 3 and ex.figure.axes[0].get_title().startswith("layer 0, head 3")
+    assert ex.control("layer").max == 1 and ex.control("head").max == 3
+    with pytest.raises(ValueError, match="type a prompt of at least one character"):
+        gpt_attention_explorer(model, tok, "")
