@@ -76,3 +76,13 @@ def test_learner_copy_shows_not_attempted_and_solution_shows_passed(src):
         for i in exercise_cells:
             text = "".join(o.get("text", "") for o in nb.cells[i].outputs if o.output_type == "stream")
             assert f"): {word}." in text, f"{src.stem} cell {i}: {text!r}"
+
+
+def test_streamed_text_is_stored_as_one_output():
+    from course_utils.build import _merge_streams
+
+    outs = [nbformat.v4.new_output("stream", name="stdout", text=c) for c in "abc"]
+    outs += [nbformat.v4.new_output("stream", name="stderr", text="!"),
+             nbformat.v4.new_output("stream", name="stdout", text="d")]
+    merged = _merge_streams(outs)
+    assert [(o["name"], o["text"]) for o in merged] == [("stdout", "abc"), ("stderr", "!"), ("stdout", "d")]
