@@ -9,11 +9,17 @@ The model follows the protocol documented in :mod:`course_utils.variants`: ``for
 logits (B, T, V)``, a ``context_length`` attribute, and ``new_cache()`` returning a
 :class:`~course_utils.variants.KVCache`. With a cache, each step feeds only the new token; without one, each
 step recomputes the whole prefix (its last ``context_length`` tokens). Both give the same tokens and logits.
+
+A cache holds at most ``context_length`` positions. To generate past them with a cache, pass
+``on_full="shift"``: when the cache is full, the loop starts a new one and re-runs ("re-prefills") the last
+``keep_on_shift`` tokens (``context_length // 2`` unless given), then goes on one token at a time. This is
+*not* the same as recomputing: see :func:`generate_stream`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Literal
 
 import torch
 from torch import nn
@@ -144,36 +150,87 @@ def _check_idx(idx: torch.Tensor) -> None:
         raise ValueError("idx must hold at least one token (the prompt)")
 
 
+OnFull = Literal["error", "shift"]
+_ON_FULL = ("error", "shift")
+
+
+def _check_on_full(on_full: object, keep_on_shift: object, context_length: int) -> int | None:
+    """Validate the full-cache policy; return how many tokens to re-prefill, or None for on_full="error"."""
+    if on_full not in _ON_FULL:
+        raise ValueError(f"on_full must be one of {_ON_FULL}, got {on_full!r}")
+    if keep_on_shift is None:
+        return max(1, context_length // 2) if on_full == "shift" else None
+    if on_full != "shift":
+        raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
+    if isinstance(keep_on_shift, bool) or not isinstance(keep_on_shift, int):
+        raise TypeError(f"keep_on_shift must be an int or None, got {type(keep_on_shift).__name__}")
+    if not 1 <= keep_on_shift <= context_length:
+        raise ValueError(f"keep_on_shift must be in [1, context_length = {context_length}], got {keep_on_shift}")
+    return keep_on_shift
+
+
 @torch.no_grad()
 def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
                     top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
-                    use_cache: bool = True, generator: torch.Generator | None = None,
+                    use_cache: bool = True, generator: torch.Generator | None = None, *,
+                    on_full: OnFull = "error", keep_on_shift: int | None = None,
                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Generate one token at a time, yielding ``(tokens (B,), logits (B, V))`` as soon as each is chosen.
 
-    With ``use_cache`` the prompt is run once and every later step feeds only the newest token;
-    ``prompt + max_new_tokens`` must then fit in ``model.context_length`` (ValueError otherwise). Without a
-    cache every step recomputes the last ``context_length`` tokens, so it can run past the context.
+    Shape:
+        idx: (B, T) prompt -> yields max_new_tokens pairs of tokens (B,) int64 and logits (B, V)
+
+    Without a cache every step recomputes the model over the last ``context_length`` tokens, so it can run
+    past the context: each token sees the ``context_length`` tokens before it (fewer at the start).
+
+    With ``use_cache`` the prompt is run once and every later step feeds only the newest token. The cache
+    holds ``model.context_length`` positions; what happens when it is full is ``on_full``:
+
+    - ``"error"`` (the default): ``prompt + max_new_tokens - 1`` must fit in ``context_length``, else
+      ValueError before anything runs. Every token and logit then equals recomputing the prefix.
+    - ``"shift"``: when the next token does not fit, start a new cache and re-prefill the last
+      ``keep_on_shift`` tokens (default ``context_length // 2``, at least 1), then go on one token at a time
+      until the cache is full again. Positions restart at 0 in the new cache, for learned and rotary
+      positions alike, consistently with the re-prefill. A prompt longer than ``context_length`` is cropped
+      to its last ``context_length`` tokens, as without a cache.
+
+    What ``"shift"`` means for the output: while the whole sequence fits (the tokens at positions below
+    ``context_length``, i.e. the first ``context_length - T + 1`` new ones) the tokens and logits are those
+    of recomputing. After a shift a token sees between ``keep_on_shift`` and ``context_length`` tokens of
+    context (the window restarts at ``keep_on_shift`` and grows), whereas recomputing always sees the last
+    ``context_length``; so the two may differ from there on. Right after a shift the logits are exactly
+    those of the plain forward pass over the re-prefilled window. ``keep_on_shift = context_length``
+    re-prefills the full window at every step and so equals recomputing everywhere (at recomputing's
+    cost); smaller values re-prefill less often and see less context. Without a cache ``on_full`` has
+    no effect.
+
     The model is put in eval mode. Taught in notebook 07; notebook 08 streams text with it.
     """
     _check_idx(idx)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     context_length = _check_model(model, use_cache)
-    if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
+    keep = _check_on_full(on_full, keep_on_shift, context_length)
+    if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
+        # Notebook 07's stored output shows this message: change the two together (it could name on_full).
         raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
                          f"model's context_length ({context_length}): the KV cache cannot hold them (the last "
                          "token is never fed back); shorten them or pass use_cache=False, which crops to the "
                          "last context_length tokens")
     model.eval()
     cache = model.new_cache() if use_cache else None
+    cached = 0  # positions held by the current cache
     seq = idx
-    step_input = idx  # with a cache: the whole prompt first, then one token at a time
+    step_input = idx[:, -context_length:]  # with a cache: the prompt first (cropped), then one token at a time
     for _ in range(max_new_tokens):
         if cache is None:
             logits = model(seq[:, -context_length:])[:, -1]  # (B, T, V) -> (B, V)
         else:
+            if cached + step_input.shape[1] > context_length:  # only with on_full="shift" (checked above)
+                cache, cached = model.new_cache(), 0
+                step_input = seq[:, -keep:]  # (B, keep): re-prefill; the newest token is the last of them
             logits = model(step_input, cache)[:, -1]  # (B, T_new, V) -> (B, V)
+            cached += step_input.shape[1]
         token = sample_next_token(logits, temperature, top_k, top_p, greedy, generator)  # (B,)
         yield token, logits
         step_input = token[:, None]  # (B, 1)
@@ -183,15 +240,20 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
 def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
              top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
              use_cache: bool = True, generator: torch.Generator | None = None,
-             callback: Callable[[torch.Tensor], None] | None = None, return_logits: bool = False):
+             callback: Callable[[torch.Tensor], None] | None = None, return_logits: bool = False, *,
+             on_full: OnFull = "error", keep_on_shift: int | None = None):
     """The prompt followed by ``max_new_tokens`` generated tokens, (B, T + N) (and their logits (B, N, V)).
 
+    Shape:
+        idx: (B, T) -> (B, T + N), and logits (B, N, V) with ``return_logits``
+
     ``callback(tokens (B,))`` is called after every step (print text as it comes). Settings as in
-    :func:`generate_stream` and :func:`sample_next_token`. Taught in notebook 07.
+    :func:`generate_stream` (``on_full="shift"`` to run a KV cache past the context) and
+    :func:`sample_next_token`. Taught in notebook 07.
     """
     tokens, all_logits = [], []
     for token, logits in generate_stream(model, idx, max_new_tokens, temperature, top_k, top_p, greedy,
-                                         use_cache, generator):
+                                         use_cache, generator, on_full=on_full, keep_on_shift=keep_on_shift):
         tokens.append(token)
         all_logits.append(logits)
         if callback is not None:

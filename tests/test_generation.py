@@ -1,6 +1,7 @@
 """Sampling, generation and beam search (notebook 07): the top-p boundary cases, cached generation equal to
-recomputing the prefix (tokens and logits), beam search equal to greedy at width 1 and better than greedy
-where it matters, and every error message."""
+recomputing the prefix (tokens and logits), a KV cache that runs past the context by shifting (equal to
+recomputing while the sequence fits, equal to the forward pass over its window after), beam search equal to
+greedy at width 1 and better than greedy where it matters, and every error message."""
 
 from __future__ import annotations
 
@@ -19,7 +20,18 @@ from course_utils.generation import (
     top_p_filter,
     top_p_keep,
 )
+from course_utils.gpt import GPT, GPTConfig
 from course_utils.variants import DecoderConfig, TinyDecoder
+
+
+@pytest.fixture(autouse=True)
+def one_thread():
+    """Tiny models run many small ops: on a shared 2-core machine extra threads only wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 
 # --- filters ----------------------------------------------------------------------------------------
 
@@ -175,6 +187,126 @@ def test_generation_errors(model):
         generate(_trap(), idx, 2)
     with pytest.raises(TypeError, match="the model needs an int attribute context_length, got None"):
         generate(nn.Identity(), idx, 2, use_cache=False)
+
+
+# --- running a KV cache past the context: on_full="shift" ----------------------------------------------
+
+
+def _shift_models() -> list[tuple[str, nn.Module]]:
+    """Models with context_length 16: the course's TinyDecoder and GPT, learned and rotary positions."""
+    models = []
+    for name, make in [
+        ("decoder-learned", lambda: TinyDecoder(DecoderConfig.tiny(context_length=16))),
+        ("decoder-rope", lambda: TinyDecoder(DecoderConfig.tiny(context_length=16, positional="rope"))),
+        ("gpt-learned", lambda: GPT(GPTConfig.preset("tiny", context_length=16)).for_generation()),
+        ("gpt-rope", lambda: GPT(GPTConfig.preset("tiny", context_length=16, positions="rope")).for_generation()),
+    ]:
+        torch.manual_seed(0)
+        models.append((name, make().eval()))
+    return models
+
+
+SHIFT_MODELS = _shift_models()
+SHIFT_IDS = [name for name, _ in SHIFT_MODELS]
+
+
+def _window_starts(T: int, N: int, context_length: int, keep: int) -> list[int]:
+    """Where the context of each new token begins under on_full="shift", restated from its definition.
+
+    Token i is chosen from the logits at position T + i - 1, whose context is seq[start:T + i]. The window
+    grows by one each step; when it would exceed context_length it restarts with the last ``keep`` tokens.
+    """
+    starts, start = [], max(0, T - context_length)
+    for i in range(N):
+        end = T + i
+        if end - start > context_length:
+            start = end - keep
+        starts.append(start)
+    return starts
+
+
+@pytest.mark.parametrize("name, model", SHIFT_MODELS, ids=SHIFT_IDS)
+def test_shift_equals_recomputing_while_the_sequence_fits(name, model):
+    idx = torch.randint(0, 16, (2, 3), generator=torch.Generator().manual_seed(0))
+    a, la = generate(model, idx, 30, greedy=True, on_full="shift", return_logits=True)
+    b, lb = generate(model, idx, 30, greedy=True, use_cache=False, return_logits=True)
+    fits = 16 - 3 + 1  # new tokens chosen while prompt + generated tokens fit in the context
+    assert a.shape == b.shape == (2, 33)
+    assert torch.equal(a[:, :3 + fits], b[:, :3 + fits])
+    torch.testing.assert_close(la[:, :fits], lb[:, :fits])
+
+
+@pytest.mark.parametrize("keep", [1, 5, 8, 15])
+@pytest.mark.parametrize("name, model", SHIFT_MODELS, ids=SHIFT_IDS)
+def test_after_a_shift_the_logits_are_the_forward_pass_over_the_window(name, model, keep):
+    T, N = 3, 40
+    idx = torch.randint(0, 16, (2, T), generator=torch.Generator().manual_seed(1))
+    out, logits = generate(model, idx, N, greedy=True, on_full="shift", keep_on_shift=keep, return_logits=True)
+    starts = _window_starts(T, N, 16, keep)
+    shifted = [i for i in range(1, N) if starts[i] != starts[i - 1]]
+    assert shifted and all(T + i - starts[i] == keep for i in shifted)  # right after a shift: keep tokens
+    for i, start in enumerate(starts):
+        window = out[:, start:T + i]  # (B, between keep and 16)
+        torch.testing.assert_close(logits[:, i], model(window)[:, -1], msg=lambda m, i=i: f"step {i}: {m}")
+
+
+@pytest.mark.parametrize("name, model", SHIFT_MODELS, ids=SHIFT_IDS)
+def test_right_after_a_shift_the_context_is_shorter_than_recomputing(name, model):
+    idx = torch.randint(0, 16, (1, 3), generator=torch.Generator().manual_seed(2))
+    i = 16 - 3 + 1  # the first step after the cache filled up: positions 0..15 are cached
+    out, logits = generate(model, idx, i + 1, greedy=True, on_full="shift", return_logits=True)
+    prefix = out[:, :3 + i]  # (1, 17): the tokens before step i
+    shifted = model(prefix[:, -8:])[:, -1]  # the re-prefilled window: the last 16 // 2 tokens
+    recomputed = model(prefix[:, -16:])[:, -1]  # what recomputing sees: the last 16
+    torch.testing.assert_close(logits[:, i], shifted)
+    assert not torch.allclose(logits[:, i], recomputed, atol=1e-3, rtol=0)  # a real difference, not rounding
+
+
+@pytest.mark.parametrize("name, model", SHIFT_MODELS, ids=SHIFT_IDS)
+def test_keeping_the_whole_context_equals_recomputing_everywhere(name, model):
+    idx = torch.randint(0, 16, (2, 4), generator=torch.Generator().manual_seed(3))
+    a, la = generate(model, idx, 30, greedy=True, on_full="shift", keep_on_shift=16, return_logits=True)
+    b, lb = generate(model, idx, 30, greedy=True, use_cache=False, return_logits=True)
+    assert torch.equal(a, b)
+    torch.testing.assert_close(la, lb)
+
+
+def test_shift_crops_a_prompt_longer_than_the_context_like_recomputing():
+    _, model = SHIFT_MODELS[0]
+    idx = torch.randint(0, 16, (1, 20), generator=torch.Generator().manual_seed(4))
+    a, la = generate(model, idx, 5, greedy=True, on_full="shift", return_logits=True)
+    b, lb = generate(model, idx, 5, greedy=True, use_cache=False, return_logits=True)
+    assert a.shape == (1, 25) and torch.equal(a[:, :21], b[:, :21])
+    torch.testing.assert_close(la[:, 0], lb[:, 0])  # the first token sees the last 16 prompt tokens in both
+    torch.testing.assert_close(la[:, 1], model(a[:, 21 - 8:21])[:, -1])  # then the cache is full: shift
+
+
+def test_shift_samples_with_the_same_random_stream_as_recomputing():
+    _, model = SHIFT_MODELS[1]
+    idx = torch.randint(0, 16, (3, 2), generator=torch.Generator().manual_seed(5))
+    kwargs = {"temperature": 0.9, "top_k": 6, "max_new_tokens": 25}
+    a = generate(model, idx, on_full="shift", generator=torch.Generator().manual_seed(6), **kwargs)
+    b = generate(model, idx, use_cache=False, generator=torch.Generator().manual_seed(6), **kwargs)
+    assert a.shape == (3, 27) and torch.equal(a[:, :17], b[:, :17])
+
+
+def test_shift_errors(model):
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"on_full must be one of \('error', 'shift'\), got 'wrap'"):
+        generate(model, idx, 2, on_full="wrap")
+    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, context_length = 24\], got 0"):
+        generate(model, idx, 2, on_full="shift", keep_on_shift=0)
+    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, context_length = 24\], got 25"):
+        generate(model, idx, 2, on_full="shift", keep_on_shift=25)
+    with pytest.raises(TypeError, match="keep_on_shift must be an int or None, got float"):
+        generate(model, idx, 2, on_full="shift", keep_on_shift=8.0)
+    with pytest.raises(TypeError, match="keep_on_shift must be an int or None, got bool"):
+        generate(model, idx, 2, on_full="shift", keep_on_shift=True)
+    with pytest.raises(ValueError, match="keep_on_shift applies only with on_full='shift', got on_full='error'"):
+        generate(model, idx, 2, keep_on_shift=8)
+    with pytest.raises(ValueError, match=r"exceeds the model's context_length \(24\)"):
+        generate(model, idx, 30)  # the default still refuses to run the cache past the context
+    assert generate(model, idx, 30, greedy=True, on_full="shift").shape == (1, 34)
 
 
 # --- beam search ------------------------------------------------------------------------------------

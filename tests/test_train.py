@@ -326,3 +326,20 @@ def test_load_model_refuses_damaged_and_foreign_files(tmp_path):
     torch.save({"format": "something else"}, tmp_path / "other.pt")
     with pytest.raises(CheckpointError, match="is not a model written by course_utils.train"):
         load_model(tmp_path / "other.pt")
+
+
+def test_the_shipped_model_loads_with_its_provenance():
+    """checkpoints/shakespeare_cpu.pt: made by the training command, and usable without the corpus."""
+    from course_utils.gpt import GPTConfig
+    from course_utils.train import load_model
+
+    model, tokenizer, info = load_model(ROOT / "checkpoints" / "shakespeare_cpu.pt")
+    prov = info["provenance"]
+    assert prov["command"].startswith("python -m course_utils.train --preset cpu --data datasets/shakespeare.txt")
+    assert {"device", "date", "torch", "val_loss", "steps", "train_s", "data"} <= set(prov)
+    assert prov["data"]["sha256"] == "255d8a99ce7f50bdc9a20f78118289c942dbf7c3702cb9d5cbdbb085b60dea9d"
+    assert model.config == GPTConfig.preset("cpu", vocab_size=tokenizer.vocab_size)
+    assert prov["params"] == model.num_parameters() and prov["val_loss"] < 1.85
+    assert len(info["history"]) == prov["steps"] == 800
+    maps = model.attention_maps(tokenizer.encode("ROMEO:\nBut soft")[None])
+    assert len(maps) == 4 and maps[0].shape == (1, 4, 15, 15)

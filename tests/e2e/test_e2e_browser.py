@@ -15,6 +15,7 @@ import re
 import time
 
 import pytest
+from bertviz_checks import assert_head_view_rendered
 from harness import FOLDERS, ROOT, course_notebooks
 
 from course_utils.exercises import all_exercises
@@ -117,6 +118,21 @@ def makes_widgets(nb_path) -> bool:
     return "application/vnd.jupyter.widget-view+json" in nb_path.read_text(encoding="utf-8")
 
 
+def shows_head_view(nb_path) -> bool:
+    """Whether the committed notebook displays a bertviz head view of course_utils.attention_view."""
+    return 'data-course-view=\\"head\\"' in nb_path.read_text(encoding="utf-8")
+
+
+def check_head_view(page, nb_path, shot) -> list[str]:
+    """bertviz's head view drew its SVG, offline, with the heads and tokens it was given."""
+    try:
+        views = assert_head_view_rendered(page)
+    except AssertionError as err:
+        return [f"{nb_path.parent.name}/{nb_path.name}: the bertviz head view did not render: {err} (see {shot})"]
+    print(f"{nb_path.parent.name}/{nb_path.name}: {len(views)} head view(s) rendered offline")
+    return []
+
+
 def check_outputs(page, nb_path, shot) -> list[str]:
     """Everything wrong with an executed notebook's page, one sentence each."""
     rel, problems = f"{nb_path.parent.name}/{nb_path.name}", []
@@ -198,6 +214,9 @@ def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
         mark("shot")
         problems += check_outputs(page, nb, shot)
         mark("checked")
+        if shows_head_view(nb):
+            problems += check_head_view(page, nb, shot)
+            mark("bertviz")
         if makes_widgets(nb):
             problems += check_explorer(page, nb, shot)
             mark("widget")

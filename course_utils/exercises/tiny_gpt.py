@@ -1,0 +1,227 @@
+"""Exercises of notebook 08 (a tiny GPT): cut training windows, score the unigram baseline, schedule the
+learning rate.
+
+Each reference solution is built from :mod:`course_utils.data`, :mod:`course_utils.runs` and
+:mod:`course_utils.train`; each mistake is one that shows up in real training code: targets that are not
+shifted (or shifted the wrong way), windows one token short, frequencies counted on the data being scored,
+bits instead of nats, a warmup that starts at a learning rate of zero, a cosine that decays to zero or runs
+past the end.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from course_utils.checking import Exercise, Mistake
+from course_utils.runs import unigram_loss
+from course_utils.train import TrainConfig, learning_rate
+
+__all__ = ["EXERCISES"]
+
+
+# --- 08.1 training windows --------------------------------------------------------------------------
+
+def _windows_solution(data: torch.Tensor, starts: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
+    idx = starts[:, None] + torch.arange(T + 1)  # (B, T + 1)
+    window = data[idx]  # (B, T + 1)
+    return window[:, :-1], window[:, 1:]  # x, y: (B, T) each
+
+
+def _windows_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(8)
+    data = torch.randint(0, 50, (40,), generator=g)
+    return [
+        ((data, torch.tensor([0, 5, 20]), 4), {}),
+        ((data, torch.tensor([3]), 8), {}),
+        ((data, torch.tensor([34, 0]), 4), {}),  # near the end: ids 34 .. 38 (39 is the last)
+    ]
+
+
+def _windows_unshifted(data, starts, T):
+    x = data[starts[:, None] + torch.arange(T)]
+    return x, x.clone()  # y = x: the model learns to copy its input
+
+
+def _windows_shifted_back(data, starts, T):
+    idx = starts[:, None] + torch.arange(T)
+    return data[idx], data[(idx - 1).clamp(min=0)]  # the PREVIOUS token: the model would predict the past
+
+
+def _windows_too_long(data, starts, T):
+    idx = starts[:, None] + torch.arange(T + 1)
+    return data[idx], data[idx + 1]  # T + 1 positions
+
+
+def _windows_swapped(data, starts, T):
+    x, y = _windows_solution(data, starts, T)
+    return y, x
+
+
+# --- 08.2 the unigram baseline ----------------------------------------------------------------------
+
+def _unigram_solution(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:
+    return unigram_loss(train_ids, val_ids, vocab_size)
+
+
+def _unigram_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(9)
+    p = torch.tensor([0.4, 0.3, 0.2, 0.08, 0.02, 0.0])  # character 5 never appears in training
+    train = torch.multinomial(p, 300, replacement=True, generator=g)
+    val = torch.cat([torch.multinomial(p, 60, replacement=True, generator=g), torch.tensor([5])])
+    skewed = torch.multinomial(torch.tensor([0.1, 0.1, 0.8]), 200, replacement=True, generator=g)
+    even = torch.multinomial(torch.tensor([0.45, 0.45, 0.1]), 50, replacement=True, generator=g)
+    return [((train, val, 6), {}), ((skewed, even, 3), {})]
+
+
+def _smoothed_log_probs(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    counts = torch.bincount(ids, minlength=vocab_size).double() + 1.0
+    return (counts / counts.sum()).log()  # (V,)
+
+
+def _unigram_no_smoothing(train_ids, val_ids, vocab_size):
+    counts = torch.bincount(train_ids, minlength=vocab_size).double()
+    return float(-(counts / counts.sum()).log()[val_ids].mean())  # inf for an unseen character
+
+
+def _unigram_bits(train_ids, val_ids, vocab_size):
+    return float(-_smoothed_log_probs(train_ids, vocab_size)[val_ids].mean() / math.log(2))
+
+
+def _unigram_counted_on_val(train_ids, val_ids, vocab_size):
+    return float(-_smoothed_log_probs(val_ids, vocab_size)[val_ids].mean())
+
+
+def _unigram_entropy_of_train(train_ids, val_ids, vocab_size):
+    logp = _smoothed_log_probs(train_ids, vocab_size)
+    return float(-(logp.exp() * logp).sum())  # the entropy of the training distribution, not a score on val
+
+
+# --- 08.3 warmup and cosine decay -------------------------------------------------------------------
+
+def _lr_solution(step: int, warmup_steps: int, max_steps: int, max_lr: float, min_lr: float) -> float:
+    cfg = TrainConfig(max_steps=max_steps, warmup_steps=warmup_steps, learning_rate=max_lr, min_lr=min_lr)
+    return learning_rate(step, cfg)
+
+
+def _lr_cases() -> list[tuple[tuple, dict]]:
+    cases = []
+    for warmup, total, top, bottom in ((10, 100, 1.0, 0.1), (4, 20, 3e-3, 3e-4), (0, 10, 1.0, 0.0)):
+        for step in sorted({0, 1, max(warmup - 1, 0), warmup, (warmup + total) // 2, total - 1, total, total + 5}):
+            cases.append(((step, warmup, total, top, bottom), {}))
+    return cases
+
+
+def _lr_warmup_from_zero(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * step / warmup_steps  # step 0 trains with a learning rate of 0: a wasted step
+    return _lr_solution(step, warmup_steps, max_steps, max_lr, min_lr)
+
+
+def _lr_decays_to_zero(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+    return 0.5 * (1.0 + math.cos(math.pi * progress)) * max_lr
+
+
+def _lr_cosine_from_step_zero(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    progress = min(1.0, step / max_steps)  # ignores the warmup: starts part-way down the cosine
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+
+
+def _lr_no_floor_after_end(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    progress = (step - warmup_steps) / max(1, max_steps - warmup_steps)  # past 1 the cosine climbs again
+    return min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (max_lr - min_lr)
+
+
+def _lr_linear(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+    return max_lr - progress * (max_lr - min_lr)
+
+
+EXERCISES = (
+    Exercise(
+        key="08.1",
+        title="training windows",
+        signature="make_windows(data, starts, T) -> (x, y), each (B, T): y is x shifted one token ahead",
+        solution=_windows_solution,
+        cases=_windows_cases,
+        mistakes=(
+            Mistake("targets not shifted",
+                    "y must be the NEXT token at every position: data[s + 1 : s + T + 1], not the same "
+                    "window as x (the model would learn to copy its input).",
+                    _windows_unshifted),
+            Mistake("targets shifted the wrong way",
+                    "y is one token AHEAD of x (data[s + 1 : s + T + 1]), not one behind.",
+                    _windows_shifted_back),
+            Mistake("windows one token too long",
+                    "Cut T + 1 tokens, then x = the first T and y = the last T: both have T columns.",
+                    _windows_too_long),
+            Mistake("x and y swapped",
+                    "x is the input data[s : s + T]; y, the target, is data[s + 1 : s + T + 1].",
+                    _windows_swapped),
+        ),
+    ),
+    Exercise(
+        key="08.2",
+        title="the unigram baseline",
+        signature="unigram_baseline(train_ids, val_ids, vocab_size) -> float, nats per character",
+        solution=_unigram_solution,
+        cases=_unigram_cases,
+        mistakes=(
+            Mistake("no smoothing: an unseen character costs infinity",
+                    "A character absent from training gets probability 0 and log 0 = -inf. Add one to "
+                    "every count (Laplace smoothing) before normalising.",
+                    _unigram_no_smoothing),
+            Mistake("bits instead of nats",
+                    "The model's loss (F.cross_entropy) uses the natural log; use .log(), not log2, "
+                    "so the two compare.",
+                    _unigram_bits),
+            Mistake("frequencies counted on the validation text",
+                    "Count the characters of the TRAINING ids; counting on the text you score is peeking "
+                    "at the answers and makes the baseline look better than it is.",
+                    _unigram_counted_on_val),
+            Mistake("entropy of the training distribution, not a score on validation",
+                    "The baseline is the mean of -log p(c) over the validation characters c, with p from "
+                    "the training counts; sum(p log p) never looks at the validation text.",
+                    _unigram_entropy_of_train),
+        ),
+        atol=1e-6,
+    ),
+    Exercise(
+        key="08.3",
+        title="warmup and cosine decay",
+        signature="lr_at(step, warmup_steps, max_steps, max_lr, min_lr) -> float",
+        solution=_lr_solution,
+        cases=_lr_cases,
+        mistakes=(
+            Mistake("warmup starts at zero",
+                    "During warmup use max_lr * (step + 1) / warmup_steps: step 0 should already move the "
+                    "weights, and the last warmup step reaches max_lr.",
+                    _lr_warmup_from_zero),
+            Mistake("decays to zero instead of min_lr",
+                    "The cosine goes from max_lr down to min_lr: min_lr + 0.5 (1 + cos(pi p)) (max_lr - min_lr).",
+                    _lr_decays_to_zero),
+            Mistake("cosine measured from step 0, not from the end of warmup",
+                    "progress = (step - warmup_steps) / (max_steps - warmup_steps): the cosine starts at "
+                    "max_lr right after warmup.",
+                    _lr_cosine_from_step_zero),
+            Mistake("the cosine climbs again after max_steps",
+                    "From max_steps on, stay at min_lr (a resumed or extended run goes past the end).",
+                    _lr_no_floor_after_end),
+            Mistake("linear decay instead of a cosine",
+                    "Use the cosine: min_lr + 0.5 (1 + cos(pi p)) (max_lr - min_lr), where p goes from 0 to 1.",
+                    _lr_linear),
+        ),
+        atol=1e-9,
+        rtol=1e-7,
+    ),
+)

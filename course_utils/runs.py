@@ -1,0 +1,149 @@
+"""Notebook 08's training runs: how big a run is on each machine, what it should reach, and a baseline to beat.
+
+Reading order: the run sizes (:data:`RUN_SIZES`, :func:`choose_size`), the simplest model worth beating
+(:func:`unigram_loss`: predict every character by its frequency), and the written expectations per size and
+device (:data:`EXPECTATIONS`, :func:`check_expectations`), which the notebook checks against what happened.
+
+One switch sizes notebook 08: ``COURSE_08_SIZE`` (``ci``, ``cpu`` or ``gpu``). Unset, it is ``gpu`` on a
+CUDA machine and ``cpu`` elsewhere (Apple's MPS included). ``python3 course.py test`` sets ``ci``, so CI runs
+the whole notebook on a CPU in a minute or two.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+
+import torch
+
+from course_utils.gpt import GPTConfig
+from course_utils.train import TrainConfig
+
+__all__ = ["SIZE_ENV", "RunSize", "RUN_SIZES", "choose_size", "unigram_loss", "Expectation", "EXPECTATIONS",
+           "check_expectations"]
+
+SIZE_ENV = "COURSE_08_SIZE"
+
+
+@dataclass(frozen=True)
+class RunSize:
+    """A model and its training settings, for one kind of machine."""
+
+    name: str
+    model: GPTConfig
+    training: TrainConfig
+    about: str
+
+
+RUN_SIZES: dict[str, RunSize] = {
+    "ci": RunSize("ci", GPTConfig.preset("tiny"),
+                  TrainConfig.preset("tiny", batch_size=32, max_steps=1000, eval_interval=250,
+                                     checkpoint_interval=250, log_interval=10),
+                  "2 layers, 32 wide, context 32: seconds on any CPU (CI and quick looks)"),
+    "cpu": RunSize("cpu", GPTConfig.preset("cpu"), TrainConfig.preset("cpu"),
+                   "4 layers, 128 wide, context 64, rotary positions: a few minutes on a laptop CPU"),
+    "gpu": RunSize("gpu", GPTConfig.preset("gpu"), TrainConfig.preset("gpu"),
+                   "nanoGPT's baby Shakespeare model, 6 layers, 384 wide, context 256: minutes on one GPU"),
+}
+
+
+def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
+    """``COURSE_08_SIZE`` if set, else ``gpu`` on CUDA and ``cpu`` anywhere else; ValueError for an unknown size."""
+    env = os.environ if environ is None else environ
+    size = env.get(SIZE_ENV, "").strip()
+    if size:
+        if size not in RUN_SIZES:
+            raise ValueError(f"{SIZE_ENV}={size!r} is not a run size; choose one of {sorted(RUN_SIZES)}")
+        return size
+    return "gpu" if str(device).startswith("cuda") else "cpu"
+
+
+def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:
+    """Cross-entropy (nats per character) on ``val_ids`` of predicting each character by its training frequency.
+
+    Shape:
+        train_ids: (N,), val_ids: (M,) integer ids in 0 .. vocab_size - 1 -> a float
+
+    Counts get add-one (Laplace) smoothing, so a character that never occurs in training still has a small
+    probability and the loss stays finite. A model that ignores the context cannot do better on average;
+    anything trained worse than this has learned nothing. Taught in notebook 08 (exercise 08.2).
+    """
+    for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
+        if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point() or ids.numel() == 0:
+            got = f"{type(ids).__name__} {tuple(ids.shape)} {ids.dtype}" if isinstance(ids, torch.Tensor) \
+                else type(ids).__name__
+            raise ValueError(f"{name} must be a non-empty 1-D tensor of integer ids, got {got}")
+        if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
+            raise ValueError(f"{name} holds ids outside 0 .. {vocab_size - 1} (vocab_size = {vocab_size})")
+    counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1.0  # (V,)
+    log_probs = (counts / counts.sum()).log()  # (V,)
+    return float(-log_probs[val_ids].mean())
+
+
+@dataclass(frozen=True)
+class Expectation:
+    """What a run of one size on one kind of device should reach, and how the figures were obtained."""
+
+    val_loss: tuple[float, float]
+    seconds: tuple[float, float]
+    source: str
+
+
+# Measured on the course corpus (datasets/shakespeare.txt) with notebook 08's training cell; see
+# benchmarks/TRAINING.md for the commands and machines. Ranges leave room for other machines and loads.
+EXPECTATIONS: dict[tuple[str, str], Expectation] = {
+    ("ci", "cpu"): Expectation((2.00, 2.40), (5, 180),
+                               "measured 2026-11-23 on a 2-core CPU VM, one thread: val_loss 2.19 after "
+                               "17 to 19 s of training"),
+    ("cpu", "cpu"): Expectation((1.65, 1.85), (60, 900),
+                                "measured 2026-11-23 on a 2-core CPU VM, one thread, the machine shared with "
+                                "other jobs: val_loss 1.76 after 350 s of training (the shipped model's run)"),
+    ("cpu", "mps"): Expectation((1.65, 1.85), (20, 600),
+                                "estimate, not yet measured: same model and steps as on a CPU"),
+    ("gpu", "cuda"): Expectation((1.30, 1.55), (30, 600),
+                                 "estimate, not yet measured on this corpus: nanoGPT reports 1.47 for this model "
+                                 "on tiny Shakespeare after about 3 minutes on one A100"),
+}
+
+
+def check_expectations(result: dict, size: str, device: str | None = None) -> tuple[bool, str]:
+    """Compare a finished run (the dict :func:`course_utils.train.train` returns) with :data:`EXPECTATIONS`.
+
+    Returns ``(within, message)``: a friendly message saying what was expected, what happened, and, when a
+    figure falls outside its range, the likely reasons. ``device`` defaults to the run's own.
+    """
+    device_type = str(device or result.get("device", "cpu")).split(":")[0]
+    for key in ("val_loss", "train_s", "steps"):
+        if key not in result:
+            raise ValueError(f"result lacks {key!r}: pass the dict that course_utils.train.train returned")
+    expected = EXPECTATIONS.get((size, device_type))
+    loss, secs = result["val_loss"], result["train_s"]
+    if expected is None:
+        known = ", ".join(f"{s} on {d}" for s, d in EXPECTATIONS)
+        return True, (f"val_loss {loss:.2f} after {result['steps']} steps in {secs:.0f} s on {device_type}. "
+                      f"No written expectation for size {size!r} on {device_type} (there are: {known}).")
+    lo, hi = expected.val_loss
+    tlo, thi = expected.seconds
+    lines = [f"Size {size!r} on {device_type}: expected val_loss {lo:.2f} to {hi:.2f} and {tlo:.0f} to {thi:.0f} s "
+             f"of training ({expected.source})."]
+    loss_ok, time_ok = lo <= loss <= hi, tlo <= secs <= thi
+    resumed = result.get("steps_this_run", result["steps"]) < result["steps"]
+    lines.append(f"{'✓' if loss_ok else '!'} val_loss {loss:.2f} after {result['steps']} steps")
+    if not loss_ok:
+        if not math.isfinite(loss) or loss > hi:
+            lines.append("  Higher than expected. Was the run cut short (max_seconds, an interrupt: re-run the "
+                         "cell to resume), trained on other text (another --data file), or with other settings?")
+        else:
+            lines.append("  Lower than expected: a longer run or other data? Nothing is wrong with a better model.")
+    if resumed:
+        lines.append(f"· {result['steps_this_run']} of the {result['steps']} steps ran now; the rest came from "
+                     "the checkpoint, so the time below covers only this session.")
+    lines.append(f"{'✓' if time_ok or resumed else '!'} {secs:.0f} s of training")
+    if not time_ok and not resumed:
+        if secs > thi:
+            lines.append("  Slower than expected: is the machine busy with other work, on battery saving, or "
+                         "running fewer threads (torch.get_num_threads())? The result is still valid.")
+        else:
+            lines.append("  Faster than expected: a quicker machine. Enjoy.")
+    return loss_ok and (time_ok or resumed), "\n".join(lines)

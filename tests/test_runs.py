@@ -1,0 +1,85 @@
+"""Notebook 08's run sizes, unigram baseline and written expectations."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from course_utils.runs import EXPECTATIONS, RUN_SIZES, SIZE_ENV, check_expectations, choose_size, unigram_loss
+
+
+def test_choose_size_follows_the_switch_then_the_device():
+    assert choose_size("cuda", {}) == "gpu" and choose_size("cuda:1", {}) == "gpu"
+    assert choose_size("cpu", {}) == "cpu" and choose_size("mps", {}) == "cpu"
+    assert choose_size("cuda", {SIZE_ENV: "ci"}) == "ci"
+    with pytest.raises(ValueError, match=r"COURSE_08_SIZE='huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"):
+        choose_size("cpu", {SIZE_ENV: "huge"})
+
+
+def test_every_size_has_matching_model_and_training():
+    for name, size in RUN_SIZES.items():
+        assert size.name == name
+        assert size.training.batch_size >= 1 and size.model.context_length >= 8
+    assert RUN_SIZES["gpu"].model.num_layers == 6 and RUN_SIZES["gpu"].model.embed_dim == 384
+
+
+def test_unigram_loss_is_the_cross_entropy_of_smoothed_frequencies():
+    train = torch.tensor([0, 0, 0, 1])  # counts 3, 1, 0 -> smoothed 4, 2, 1 out of 7
+    val = torch.tensor([0, 2])
+    expected = -(math.log(4 / 7) + math.log(1 / 7)) / 2
+    assert unigram_loss(train, val, 3) == pytest.approx(expected)
+    # no model that ignores the context beats the distribution of the data it is scored on
+    torch.manual_seed(0)
+    ids = torch.multinomial(torch.tensor([0.5, 0.3, 0.15, 0.05]), 20_000, replacement=True)
+    p = torch.bincount(ids, minlength=4).double() / len(ids)
+    entropy = float(-(p * p.log()).sum())
+    assert unigram_loss(ids, ids, 4) == pytest.approx(entropy, abs=1e-3)
+    assert unigram_loss(ids, ids, 4) < math.log(4)  # and it beats the uniform guess
+
+
+@pytest.mark.parametrize("train, val, V, match", [
+    (torch.tensor([0.0, 1.0]), torch.tensor([0]), 2, "train_ids must be a non-empty 1-D tensor of integer ids"),
+    (torch.tensor([0, 1]), torch.tensor([[0]]), 2, "val_ids must be a non-empty 1-D tensor"),
+    (torch.tensor([0, 5]), torch.tensor([0]), 3, r"train_ids holds ids outside 0 .. 2 \(vocab_size = 3\)"),
+    ([0, 1], torch.tensor([0]), 2, "got list"),
+])
+def test_unigram_loss_rejects_bad_input(train, val, V, match):
+    with pytest.raises(ValueError, match=match):
+        unigram_loss(train, val, V)
+
+
+def _result(val_loss, train_s, steps=100, steps_this_run=None):
+    return {"val_loss": val_loss, "train_s": train_s, "steps": steps, "device": "cpu",
+            "steps_this_run": steps if steps_this_run is None else steps_this_run}
+
+
+def test_check_expectations_within_and_outside():
+    exp = EXPECTATIONS[("ci", "cpu")]
+    mid = (exp.val_loss[0] + exp.val_loss[1]) / 2
+    secs = (exp.seconds[0] + exp.seconds[1]) / 2
+    ok, msg = check_expectations(_result(mid, secs), "ci")
+    assert ok and "✓ val_loss" in msg and "expected val_loss" in msg
+    ok, msg = check_expectations(_result(exp.val_loss[1] + 0.5, secs), "ci")
+    assert not ok and "Higher than expected" in msg
+    ok, msg = check_expectations(_result(mid, exp.seconds[1] * 3), "ci")
+    assert not ok and "Slower than expected" in msg
+    ok, msg = check_expectations(_result(mid, 0.01, steps=100, steps_this_run=0), "ci")
+    assert ok and "came from the checkpoint" in msg  # a resumed, finished run is not "too fast"
+    ok, msg = check_expectations(_result(float("nan"), secs), "ci")
+    assert not ok and "Higher than expected" in msg
+
+
+def test_check_expectations_without_a_written_range_says_so():
+    ok, msg = check_expectations({**_result(2.0, 10.0), "device": "mps"}, "gpu")
+    assert ok and "No written expectation for size 'gpu' on mps" in msg
+    with pytest.raises(ValueError, match="result lacks 'train_s'"):
+        check_expectations({"val_loss": 1.0, "steps": 1}, "ci")
+
+
+def test_every_expectation_says_where_it_comes_from():
+    for (size, device), exp in EXPECTATIONS.items():
+        assert size in RUN_SIZES and device in ("cpu", "mps", "cuda")
+        assert exp.source.startswith(("measured", "estimate")), exp.source
+        assert exp.val_loss[0] < exp.val_loss[1] and exp.seconds[0] < exp.seconds[1]
