@@ -187,6 +187,8 @@ class CausalSelfAttention(MultiHeadAttention):
             weights = None
             if mask is None and T == S:  # the usual training case: the fused kernel builds the triangle itself
                 out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, D)
+            elif mask is None and T == 1:  # one new token after a cache: it may attend to every key, no mask
+                out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)  # (B, H, 1, D)
             else:  # is_causal aligns the triangle top-left, which is wrong when T < S: pass it explicitly
                 mask = causal_mask(T, S, device=x.device) if mask is None else mask
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, D)
