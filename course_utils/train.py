@@ -137,8 +137,8 @@ class TrainConfig:
 TRAIN_PRESETS: dict[str, TrainConfig] = {
     "tiny": TrainConfig(batch_size=16, max_steps=200, learning_rate=3e-3, min_lr=3e-4, warmup_steps=10,
                         eval_interval=100, eval_batches=4, log_interval=10, checkpoint_interval=100),
-    "cpu": TrainConfig(batch_size=32, max_steps=800, learning_rate=3e-3, min_lr=3e-4, warmup_steps=50,
-                       eval_interval=400, eval_batches=8, log_interval=50, checkpoint_interval=400),
+    "cpu": TrainConfig(batch_size=32, max_steps=1000, learning_rate=3e-3, min_lr=3e-4, warmup_steps=50,
+                       eval_interval=500, eval_batches=8, log_interval=50, checkpoint_interval=250),
     "gpu": TrainConfig(batch_size=64, max_steps=5000, learning_rate=1e-3, min_lr=1e-4, warmup_steps=100,
                        eval_interval=500, eval_batches=20, log_interval=50, checkpoint_interval=1000),
 }
