@@ -36,3 +36,18 @@ def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "ma
         raise ValueError(
             f"{name} of shape {tuple(mask.shape)} does not broadcast to the scores' shape {tuple(target_shape)}"
         )
+
+
+def from_preset(cls: type, presets: dict, name: str, overrides: dict):
+    """``presets[name]`` with the fields in ``overrides`` replaced; ValueError for an unknown preset or field.
+
+    The one implementation behind ``GPTConfig.preset`` and ``TrainConfig.preset`` (frozen dataclasses).
+    """
+    import dataclasses
+
+    if name not in presets:
+        raise ValueError(f"unknown preset {name!r}; choose one of {sorted(presets)}")
+    unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}")
+    return dataclasses.replace(presets[name], **overrides)

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils._validate import from_preset
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -111,12 +112,7 @@ class GPTConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> GPTConfig:
         """A named configuration (see :data:`PRESETS`), with any field replaced: ``preset("tiny", dropout=0.1)``."""
-        if name not in PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(PRESETS)}")
-        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}")
-        return dataclasses.replace(PRESETS[name], **overrides)
+        return from_preset(cls, PRESETS, name, overrides)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain ints, floats, strings and bools: safe to store in a ``weights_only`` checkpoint."""

@@ -45,6 +45,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from course_utils._validate import from_preset
 from course_utils.data import CharTokenizer, get_batch, iter_eval_batches, load_text, split_data
 from course_utils.gpt import GPT, PRESETS, GPTConfig
 
@@ -126,12 +127,7 @@ class TrainConfig:
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TrainConfig:
         """The training settings that go with the model preset of the same name, with fields replaced."""
-        if name not in TRAIN_PRESETS:
-            raise ValueError(f"unknown preset {name!r}; choose one of {sorted(TRAIN_PRESETS)}")
-        unknown = set(overrides) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown TrainConfig field(s) {sorted(unknown)}")
-        return dataclasses.replace(TRAIN_PRESETS[name], **overrides)
+        return from_preset(cls, TRAIN_PRESETS, name, overrides)
 
 
 TRAIN_PRESETS: dict[str, TrainConfig] = {

@@ -15,3 +15,16 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture
+def one_thread():
+    """One CPU thread for the test, then back to what it was.
+
+    Tiny models run many small operations; on a shared 2-core machine a second thread mostly waits for the
+    first (and for other processes). Files use it with ``pytestmark = pytest.mark.usefixtures("one_thread")``.
+    """
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -23,14 +23,7 @@ from course_utils.generation import (
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.variants import DecoderConfig, TinyDecoder
 
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    """Tiny models run many small ops: on a shared 2-core machine extra threads only wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one CPU thread
 
 
 # --- filters ----------------------------------------------------------------------------------------

@@ -34,13 +34,7 @@ FAST = dict(batch_size=8, max_steps=20, warmup_steps=4, learning_rate=1e-2, min_
             eval_interval=10, eval_batches=2, checkpoint_interval=5)
 
 
-@pytest.fixture(autouse=True)
-def one_thread():
-    """One CPU thread: on a busy 2-core machine two threads spend most of their time waiting for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one CPU thread
 
 
 @pytest.fixture(scope="module")
