@@ -594,12 +594,12 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Read the slopes on the log-log axes: a slope of 2 is quadratic, 1 is linear. The memory curves are
-# clean. The timings of this saved run are noisy at small T (it ran on a 2-core machine shared with other
-# jobs, as the file's `note` says), so compare the large lengths, where each method's cost dominates:
+# Read the slopes on the log-log axes: a slope of 2 is quadratic, 1 is linear. The saved run was made on
+# a quiet 2-core machine (its load averages are in the file's `meta`); at small T every method is a few
+# milliseconds and fixed overheads blur the order, so compare the large lengths, where each method's cost
+# dominates:
 
 # %%
-print(saved["meta"].get("note", ""))
 by = {(r["method"], r["T"]): r for r in saved["results"]}
 for method in methods:
     r1, r2 = by[(method, 4096)], by[(method, 8192)]
