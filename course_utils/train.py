@@ -35,6 +35,7 @@ import json
 import math
 import os
 import sys
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -176,9 +177,13 @@ def pick_device(device: str | torch.device | None = None) -> torch.device:
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically: to ``path.tmp`` first, flushed to disk, then renamed over ``path``."""
+    """Write ``state`` to ``path`` atomically: to a temporary file first, flushed to disk, then renamed over ``path``.
+
+    The temporary file's name holds the process and thread, so two runs saving into the same folder at once
+    (a learner's copy of notebook 08 and its solution, say) never rename each other's half-written file.
+    """
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
     with open(tmp, "wb") as f:
         torch.save(state, f)
         f.flush()

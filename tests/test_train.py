@@ -337,3 +337,23 @@ def test_the_shipped_model_loads_with_its_provenance():
     assert len(info["history"]) == prov["steps"] == 1000
     maps = model.attention_maps(tokenizer.encode("ROMEO:\nBut soft")[None])
     assert len(maps) == 3 and maps[0].shape == (1, 4, 15, 15)
+
+
+def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path):
+    """Two runs saving into one folder at the same moment: each rename moves its own whole file, never the other's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from course_utils.train import save_checkpoint
+
+    path = tmp_path / "checkpoint.pt"
+    states = [{"format": "x", "writer": torch.full((50_000,), float(i))} for i in range(2)]
+
+    def write(i):
+        for _ in range(20):
+            save_checkpoint(path, states[i])
+
+    with ThreadPoolExecutor(2) as pool:
+        list(pool.map(write, range(2)))  # before the fix: FileNotFoundError on a shared "checkpoint.pt.tmp"
+    final = torch.load(path, weights_only=True)["writer"]
+    assert final.unique().numel() == 1 and float(final[0]) in (0.0, 1.0), "one writer's whole state, not a mix"
+    assert not list(tmp_path.glob("*.tmp"))
