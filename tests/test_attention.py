@@ -10,6 +10,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import dtypes, seeds, tol
 
 from course_utils.attention import (
     attention_loops,
@@ -19,15 +20,6 @@ from course_utils.attention import (
     softmax,
     softmax_naive,
 )
-
-DTYPES = (torch.float32, torch.float64)
-seeds = st.integers(min_value=0, max_value=2**31 - 1)
-dtypes = st.sampled_from(DTYPES)
-
-
-def tol(dtype: torch.dtype) -> dict:
-    """Tolerances for comparing two correct computations done in a different order."""
-    return {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 1e-10}
 
 
 def reference_weights(q, k, mask=None, scale=None):

@@ -16,7 +16,6 @@ from course_utils.masking import causal_mask, combine_masks, convert_mask, mask_
 from course_utils.multihead import MultiHeadAttention
 
 CONVENTIONS = ("allow", "block", "additive")
-seeds = st.integers(min_value=0, max_value=2**31 - 1)
 
 
 # ---------------------------------------------------------------- causal_mask

@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import DTYPES, dtypes, seeds, tol
 from torch import nn
 
 from course_utils.attention import scaled_dot_product_attention
@@ -20,14 +21,6 @@ from course_utils.multihead import (
     merge_heads,
     split_heads,
 )
-
-DTYPES = (torch.float32, torch.float64)
-seeds = st.integers(min_value=0, max_value=2**31 - 1)
-dtypes = st.sampled_from(DTYPES)
-
-
-def tol(dtype: torch.dtype) -> dict:
-    return {"atol": 1e-5, "rtol": 1e-4} if dtype == torch.float32 else {"atol": 1e-12, "rtol": 1e-10}
 
 
 def randomize_biases(module: nn.Module) -> None:

@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from strategies import seeds
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
@@ -25,8 +26,6 @@ from course_utils.positional import (
     sinusoidal_frequencies,
     sinusoidal_shift_matrix,
 )
-
-seeds = st.integers(min_value=0, max_value=2**31 - 1)
 
 
 def randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
