@@ -32,7 +32,6 @@
 # NBVAL_IGNORE_OUTPUT
 import dataclasses
 import math
-import os
 import shutil
 import tempfile
 import time
@@ -48,7 +47,7 @@ from course_utils.data import CharTokenizer, corpus_info, corpus_path, get_batch
 from course_utils.environment import best_device, setup_notebook
 from course_utils.exercises import check
 from course_utils.generation import generate, generate_stream
-from course_utils.gpt import GPT, GPTConfig
+from course_utils.gpt import GPT
 from course_utils.plotting import LiveLossPlot, char_labels, plot_attention_maps, plot_loss_curve
 from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, unigram_loss
 from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, train
