@@ -22,19 +22,28 @@ from typing import Any
 
 import torch
 
-__all__ = ["Mistake", "Exercise", "CheckResult", "ExerciseFailed", "run_check", "compare_outputs"]
+__all__ = ["NotAttempted", "Mistake", "Exercise", "CheckResult", "ExerciseFailed", "run_check", "compare_outputs"]
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 REPORT_ENV = "COURSE_EXERCISE_REPORT"  # set by `python3 course.py check`; each check appends a JSON line
 
 
+class NotAttempted(Exception):
+    """Raised by the learner copy's stub; the only thing the check reports as 'not attempted'."""
+
+
 @dataclass(frozen=True)
 class Mistake:
-    """A common mistake: a short name, a hint that says how to fix it, and a function that makes it."""
+    """A common mistake: a short name, a conceptual hint, a function that makes it, and the exact fix.
+
+    ``hint`` is shown at the first failure and never gives the code of the fix; ``fix`` is shown only
+    when the learner asks for it with ``check(key, fn, hint=2)``.
+    """
 
     name: str
     hint: str
     fn: Callable[..., Any]
+    fix: str = ""
 
 
 @dataclass(frozen=True)
@@ -54,6 +63,9 @@ class Exercise:
     mistakes: tuple[Mistake, ...] = ()
     atol: float = 1e-5
     rtol: float = 1e-4
+    draw: Callable[[torch.Generator], list[tuple[tuple, dict]]] | None = None
+    inplace: int | str | None = None
+    time_limit: float = 10.0
 
 
 @dataclass
@@ -140,7 +152,7 @@ def _matches(got: list[Any], expected: list[Any], ex: Exercise) -> bool:
     return all(compare_outputs(g, e, ex.atol, ex.rtol) is None for g, e in zip(got, expected))
 
 
-def run_check(ex: Exercise, fn: Any) -> CheckResult:
+def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) -> CheckResult:
     """Check ``fn`` against ``ex`` and return the verdict; prints and raises nothing."""
     def result(status: str, message: str, mistake: str | None = None) -> CheckResult:
         return CheckResult(ex.key, ex.title, status, message, mistake)
@@ -153,7 +165,7 @@ def run_check(ex: Exercise, fn: Any) -> CheckResult:
     for i, (args, kwargs) in enumerate(cases):
         try:
             got.append(fn(*_clone(args), **_clone(kwargs)))
-        except NotImplementedError:
+        except (NotImplementedError, NotAttempted):
             return result(NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again.")
         except Exception as e:  # the learner's code failing is a verdict, not a crash of the check
             first = str(e).splitlines()[0] if str(e) else ""

@@ -15,9 +15,9 @@ from __future__ import annotations
 import pkgutil
 from importlib import import_module
 
-from course_utils.checking import CheckResult, Exercise, report, run_check
+from course_utils.checking import CheckResult, Exercise, NotAttempted, report, run_check
 
-__all__ = ["check", "all_exercises", "get_exercise", "topics"]
+__all__ = ["check", "NotAttempted", "all_exercises", "get_exercise", "topics"]
 
 
 def topics() -> list[str]:
@@ -44,6 +44,9 @@ def get_exercise(key: str) -> Exercise:
     return exercises[key]
 
 
-def check(key: str, fn: object) -> CheckResult:
-    """Check the learner's function for exercise ``key``; print the verdict and raise ExerciseFailed if wrong."""
-    return report(run_check(get_exercise(key), fn))
+def check(key: str, fn: object, *, hint: int = 1) -> CheckResult:
+    """Check the learner's function for exercise ``key``; print the verdict and raise ExerciseFailed if wrong.
+
+    ``hint=2`` adds the exact fix of a recognised mistake to the verdict.
+    """
+    return report(run_check(get_exercise(key), fn, hint=hint))
