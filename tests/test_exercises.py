@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
-from course_utils.exercises import all_exercises, check, get_exercise
+from course_utils.exercises import NotAttempted, all_exercises, check, get_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
 EXERCISES = all_exercises()
@@ -17,7 +17,7 @@ MISTAKES = [(key, m.name) for key, ex in EXERCISES.items() for m in ex.mistakes]
 
 
 def stub(*args, **kwargs):
-    raise NotImplementedError
+    raise NotAttempted("replace this line with your code")
 
 
 @pytest.mark.parametrize("key", EXERCISES)
