@@ -24,7 +24,7 @@ import torch.nn as nn
 
 from course_utils.attention import attention_loops, attention_matmul, simple_self_attention
 from course_utils.environment import setup_notebook
-from course_utils.exercises import check
+from course_utils.exercises import NotAttempted, check
 from course_utils.plotting import plot_weights
 from course_utils.widgets import lookup_explorer, plot_lookup
 

@@ -40,7 +40,7 @@ import torch.nn.functional as F
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.environment import setup_notebook
-from course_utils.exercises import check
+from course_utils.exercises import NotAttempted, check
 from course_utils.masking import causal_mask, combine_masks, convert_mask, mask_scores, padding_mask
 from course_utils.plotting import plot_weights
 

@@ -41,7 +41,7 @@ import matplotlib.pyplot as plt
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.exercises import check
+from course_utils.exercises import NotAttempted, check
 from course_utils.masking import causal_mask, combine_masks, convert_mask, padding_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 from course_utils.plotting import plot_weights

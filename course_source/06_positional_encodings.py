@@ -39,7 +39,7 @@ from torch import nn
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.environment import setup_notebook
-from course_utils.exercises import check
+from course_utils.exercises import NotAttempted, check
 from course_utils.masking import causal_mask, convert_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import (

@@ -45,7 +45,7 @@ import course_utils
 from course_utils.attention_view import head_view, model_view
 from course_utils.data import CharTokenizer, corpus_info, corpus_path, get_batch, load_corpus, split_data
 from course_utils.environment import best_device, setup_notebook
-from course_utils.exercises import check
+from course_utils.exercises import NotAttempted, check
 from course_utils.generation import generate, generate_stream
 from course_utils.gpt import GPT
 from course_utils.plotting import LiveLossPlot, char_labels, plot_attention_maps, plot_loss_curve

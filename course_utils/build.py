@@ -6,7 +6,7 @@ between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines. From each source 
 
 - ``solutions/NN_topic.ipynb``: everything, marker lines removed (for instructors and the stuck);
 - ``notebooks/NN_topic.ipynb``: the learner copy, each solution replaced by a stub that raises
-  ``NotImplementedError``, which the exercise check reports as "not attempted".
+  ``NotAttempted`` (imported with ``check``), which the exercise check reports as "not attempted".
 
 Both are executed so they open with their outputs. ``--check`` rebuilds in memory and fails if the
 committed notebooks' cells differ from their source (CI runs it).
@@ -28,6 +28,7 @@ import nbformat
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR, LEARNER_DIR, SOLUTION_DIR = ROOT / "course_source", ROOT / "notebooks", ROOT / "solutions"
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
+STUB = 'raise NotAttempted("replace this line with your code")'  # the learner copy's body of an exercise
 _HEADER = re.compile(r"^# %%(?P<md> \[markdown\])?(?: tags=(?P<tags>\[.*\]))?\s*$")
 
 
@@ -66,7 +67,7 @@ def _solution_blocks(source: str, learner: bool) -> str:
                 raise ValueError("nested '### BEGIN SOLUTION'")
             inside, indent = True, line[: len(line) - len(line.lstrip())]
             if learner:
-                out += [f"{indent}# YOUR CODE HERE", f"{indent}raise NotImplementedError"]
+                out += [f"{indent}# YOUR CODE HERE", f"{indent}{STUB}"]
         elif stripped == END:
             if not inside:
                 raise ValueError("'### END SOLUTION' without a BEGIN")

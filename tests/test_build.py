@@ -36,7 +36,7 @@ def test_learner_copy_replaces_the_solution_with_a_stub_at_its_indent():
     cells = build.parse_source(SOURCE)
     learner = build.make_notebook(cells, learner=True).cells[1].source
     solution = build.make_notebook(cells, learner=False).cells[1].source
-    assert "    # YOUR CODE HERE\n    raise NotImplementedError" in learner
+    assert f"    # YOUR CODE HERE\n    {build.STUB}" in learner
     assert "y * 2" not in learner and "y * 2" in solution
     assert "SOLUTION" not in learner and "SOLUTION" not in solution
     assert "    y = x + 1" in learner and 'check("01.1", f)' in learner

@@ -14,10 +14,10 @@ def test_grade_reports_passed_failed_and_not_attempted(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
     nb.cells = [
-        nbformat.v4.new_code_cell("from course_utils.exercises import check, get_exercise"),
+        nbformat.v4.new_code_cell("from course_utils.exercises import NotAttempted, check, get_exercise"),
         nbformat.v4.new_code_cell('check("01.1", get_exercise("01.1").solution)'),
         nbformat.v4.new_code_cell('check("01.2", get_exercise("01.2").mistakes[0].fn)'),
-        nbformat.v4.new_code_cell('def mine(*a):\n    raise NotImplementedError\ncheck("01.3", mine)'),
+        nbformat.v4.new_code_cell('def mine(*a):\n    raise NotAttempted("replace this line")\ncheck("01.3", mine)'),
     ]
     path = tmp_path / "01_my_work.ipynb"
     nbformat.write(nb, path)

@@ -10,6 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_utils.build import STUB
 from course_utils.reset import clean_copy, exercise_cells, reset_exercise, reset_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -25,7 +26,7 @@ def learner_work(tmp_path) -> tuple[Path, dict[str, int]]:
     cells = exercise_cells(nb)
     for key in ("03.1", "03.2"):
         i = cells[key][-1]
-        nb.cells[i].source = nb.cells[i].source.replace("raise NotImplementedError", f"return 'my {key}'")
+        nb.cells[i].source = nb.cells[i].source.replace(STUB, f"return 'my {key}'")
     nb.cells.insert(0, nbformat.v4.new_markdown_cell("my own notes"))
     nbformat.write(nb, path)
     return path, {k: v[-1] + 1 for k, v in cells.items()}  # +1: the inserted note
@@ -49,7 +50,7 @@ def test_reset_one_exercise_keeps_everything_else(tmp_path):
     assert nb.cells[0].source == "my own notes"
     assert "return 'my 03.1'" in nb.cells[where["03.1"]].source  # the other attempt is kept
     reset_cell = nb.cells[where["03.2"]]
-    assert "raise NotImplementedError" in reset_cell.source and "my 03.2" not in reset_cell.source
+    assert STUB in reset_cell.source and "my 03.2" not in reset_cell.source
     assert reset_cell.outputs == [] and reset_cell.execution_count is None
     clean = clean_copy(NAME)
     assert reset_cell.source == clean.cells[exercise_cells(clean)["03.2"][-1]].source

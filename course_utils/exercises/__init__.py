@@ -15,7 +15,7 @@ from __future__ import annotations
 import pkgutil
 from importlib import import_module
 
-from course_utils.checking import CheckResult, Exercise, NotAttempted, report, run_check
+from course_utils.checking import CheckResult, Exercise, NotAttempted, UnknownExercise, report, run_check
 
 __all__ = ["check", "NotAttempted", "all_exercises", "get_exercise", "topics"]
 
@@ -37,16 +37,20 @@ def all_exercises() -> dict[str, Exercise]:
 
 
 def get_exercise(key: str) -> Exercise:
-    """The exercise with this key; a clear KeyError listing the known keys otherwise."""
+    """The exercise with this key; a clear KeyError listing the known keys otherwise (one line in Jupyter)."""
     exercises = all_exercises()
+    if not isinstance(key, str):
+        raise UnknownExercise(f"an exercise key is a string such as \"03.1\", got {type(key).__name__} {key!r:.60}; "
+                              f"write check(\"NN.K\", your_function)")
     if key not in exercises:
-        raise KeyError(f"no exercise {key!r}; known exercises: {', '.join(exercises)}")
+        raise UnknownExercise(f"no exercise {key!r}; known exercises: {', '.join(exercises)}")
     return exercises[key]
 
 
 def check(key: str, fn: object, *, hint: int = 1) -> CheckResult:
     """Check the learner's function for exercise ``key``; print the verdict and raise ExerciseFailed if wrong.
 
-    ``hint=2`` adds the exact fix of a recognised mistake to the verdict.
+    ``hint=2`` adds the exact fix of a recognised mistake to the verdict. An unknown key raises KeyError
+    (:class:`course_utils.checking.UnknownExercise`, shown in Jupyter as one line with the known keys).
     """
     return report(run_check(get_exercise(key), fn, hint=hint))
