@@ -4,18 +4,21 @@ Every command of the course that writes a file (checkpoints, the corpus, reports
 through :func:`atomic_path` or :func:`write_atomic`: into a temporary file beside the target, flushed to disk,
 then renamed over the target. A reader sees the old file or the whole new one, never half of it. Temporary
 files are named ``.NAME.<pid>-<random>.tmp`` so two writers never share one, and :func:`clean_stale_tmp`
-removes those left behind by a process that was killed.
+removes those left behind by a process that was killed. What a command would replace is first kept beside it
+under a ``backup-`` name (:func:`backup_path`, :func:`move_aside`, :func:`keep_copy`): nothing is deleted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_atomic", "clean_stale_tmp", "TMP_SUFFIX"]
+__all__ = ["atomic_path", "write_atomic", "clean_stale_tmp", "TMP_SUFFIX", "backup_path", "move_aside", "keep_copy"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -84,3 +87,46 @@ def clean_stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[
             tmp.unlink()
             removed.append(tmp)
     return removed
+
+
+def backup_path(path: str | os.PathLike, now: datetime | None = None) -> Path:
+    """A free name beside ``path`` to keep it under: ``backup-STEM-YYYYmmdd-HHMMSS[-N]SUFFIX``.
+
+    ``notebooks/03_masking.ipynb`` -> ``notebooks/backup-03_masking-20260102-030405.ipynb``; ``-2``, ``-3``, ...
+    are added when that name is taken, so an earlier backup is never replaced. The course's commands ignore
+    ``backup-*`` names.
+    """
+    path = Path(path)
+    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
+    stem, suffix = (path.stem, path.suffix) if path.suffix and not path.is_dir() else (path.name, "")
+    candidate = path.with_name(f"backup-{stem}-{stamp}{suffix}")
+    n = 1
+    while candidate.exists() or candidate.is_symlink():
+        n += 1
+        candidate = path.with_name(f"backup-{stem}-{stamp}-{n}{suffix}")
+    return candidate
+
+
+def move_aside(path: str | os.PathLike, now: datetime | None = None) -> Path:
+    """Rename ``path`` (a file or a whole folder) to :func:`backup_path` beside it and return the new name.
+
+    Nothing is copied or deleted: the same bytes stay on disk under the new name. Raises FileNotFoundError
+    when ``path`` does not exist.
+    """
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        raise FileNotFoundError(f"cannot keep {path} aside: it does not exist")
+    target = backup_path(path, now)
+    os.rename(path, target)
+    return target
+
+
+def keep_copy(path: str | os.PathLike, now: datetime | None = None) -> Path:
+    """Copy the file ``path`` to :func:`backup_path` beside it (atomically) and return the copy's name."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"cannot keep a copy of {path}: it is not a file")
+    target = backup_path(path, now)
+    with atomic_path(target, mode=path.stat().st_mode & 0o777) as tmp:
+        shutil.copy2(path, tmp)
+    return target
