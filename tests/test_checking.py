@@ -1,0 +1,604 @@
+"""The checker itself (course_utils.checking), on tiny hand-made exercises independent of the course's catalogues:
+what it compares, which cases it runs, what counts as 'not attempted', its time limit, its captured printing,
+what its messages show and hide, and its one-line verdicts for input it cannot check."""
+
+import json
+import re
+import signal
+import threading
+import time
+
+import pytest
+import torch
+
+from course_utils.checking import (
+    FAILED,
+    NOT_ATTEMPTED,
+    PASSED,
+    PRINTED_LINES,
+    PRINTED_WIDTH,
+    REPORT_ENV,
+    SEED_ENV,
+    Exercise,
+    ExerciseFailed,
+    Mistake,
+    NotAttempted,
+    compare_outputs,
+    report,
+    run_check,
+)
+from course_utils.exercises import check
+
+# ------------------------------------------------------------------------------------------ tiny exercises
+
+
+def _double(x):
+    return x * 2
+
+
+def _double_cases():
+    g = torch.Generator().manual_seed(0)
+    return [((torch.randn(3, generator=g),), {}), ((torch.randn(4, 8, generator=g),), {})]
+
+
+HALVED = Mistake("halved instead of doubled", "Doubling multiplies by two.", lambda x: x / 2,
+                 fix="return x * 2, not x / 2")
+DOUBLE = Exercise(key="99.1", title="double", signature="double(x) -> 2 x", solution=_double,
+                  cases=_double_cases, mistakes=(HALVED,))
+
+
+def _ids(x):
+    return (x * 3).floor().long()  # token ids: int64
+
+
+IDS = Exercise(key="99.2", title="ids", signature="ids(x) -> int64", solution=_ids,
+               cases=lambda: [((torch.linspace(0, 2, 7),), {})])
+
+
+def _positive(x):
+    return x > 0
+
+
+POSITIVE = Exercise(key="99.3", title="positive", signature="positive(x) -> bool", solution=_positive,
+                    cases=lambda: [((torch.linspace(-1, 1, 9),), {})])
+
+
+def _mean(x):
+    return float(x.double().mean())  # "a number"
+
+
+MEAN = Exercise(key="99.4", title="mean", signature="mean(x) -> a number", solution=_mean,
+                cases=lambda: [((torch.tensor([1.0, 2.0, 4.0]),), {})], atol=1e-9, rtol=1e-9)
+
+
+def _write(buf, i, v):
+    buf[i] = v  # the exercise asks for this write into buf
+    return buf[: i + 1]
+
+
+def _write_cases():
+    return [((torch.zeros(5, 2), 1, torch.tensor([1.0, 2.0])), {}), ((torch.zeros(4, 2), 3, torch.ones(2)), {})]
+
+
+WRITE = Exercise(key="99.5", title="write", signature="write(buf, i, v) -> buf[: i + 1]", solution=_write,
+                 cases=_write_cases, inplace="buf")
+
+
+def _square(n):
+    return n * n
+
+
+SQUARE = Exercise(key="99.6", title="square", signature="square(n) -> int", solution=_square,
+                  cases=lambda: [((1,), {}), ((2,), {}), ((3,), {})],
+                  draw=lambda g: [((int(torch.randint(4, 10_000, (), generator=g)),), {}) for _ in range(3)])
+
+
+def _masked(scores, mask):
+    return scores.masked_fill(~mask, float("-inf"))
+
+
+MASKED = Exercise(key="99.7", title="masked", signature="masked(scores, mask)", solution=_masked,
+                  cases=lambda: [((torch.zeros(2, 3, 5), (torch.arange(5) < 3).expand(2, 1, 5)), {})])
+
+
+# ------------------------------------------------------------------------------------------ outputs
+
+
+def test_the_solution_passes_every_tiny_exercise():
+    for ex in (DOUBLE, IDS, POSITIVE, MEAN, WRITE, SQUARE, MASKED):
+        res = run_check(ex, ex.solution)
+        assert res.status == PASSED, (ex.key, res.message)
+
+
+def test_float64_where_float32_is_expected_fails():
+    res = run_check(DOUBLE, lambda x: (x * 2).double())
+    assert res.status == FAILED
+    assert "expected dtype float32, got float64" in res.message
+
+
+def test_float_ids_where_int_ids_are_expected_fail_even_when_they_round_right():
+    for wrong in (lambda x: _ids(x).float(), lambda x: _ids(x) + 0.9):
+        res = run_check(IDS, wrong)
+        assert res.status == FAILED
+        assert "expected dtype int64, got float32" in res.message
+
+
+def test_booleans_are_compared_exactly():
+    assert "expected dtype bool, got uint8" in run_check(POSITIVE, lambda x: (x > 0).to(torch.uint8)).message
+
+    def one_flipped(x):
+        out = x > 0
+        out[0] = ~out[0]
+        return out
+
+    res = run_check(POSITIVE, one_flipped)
+    assert res.status == FAILED and "1 of 9 entries differ; the first at [0]: expected False, got True" in res.message
+
+
+def test_a_python_number_or_a_0d_tensor_is_accepted_for_a_number():
+    for answer in (lambda x: x.mean(), lambda x: x.double().mean(), lambda x: x.double().mean().item(),
+                   lambda x: 7 / 3):
+        assert run_check(MEAN, answer).status == PASSED
+
+
+def test_a_python_number_is_accepted_where_a_0d_float_tensor_is_expected():
+    zero_d = Exercise(key="99.8", title="dot", signature="dot(a, b) -> a number", solution=lambda a, b: a @ b,
+                      cases=lambda: [((torch.tensor([1.0, 2.0]), torch.tensor([3.0, 0.5])), {})])
+    assert run_check(zero_d, lambda a, b: float(a @ b)).status == PASSED
+    res = run_check(zero_d, lambda a, b: float(a @ b) + 1)
+    assert res.status == FAILED and "expected about 4, got 5" in res.message
+
+
+def test_a_number_where_a_vector_is_expected_fails():
+    res = run_check(DOUBLE, lambda x: 2.0)
+    assert res.status == FAILED and "expected a tensor (float32 (3,)), got float" in res.message
+
+
+def test_an_integer_result_must_be_an_integer():
+    assert run_check(SQUARE, lambda n: float(n * n)).status == FAILED
+    assert run_check(SQUARE, lambda n: torch.tensor(n * n)).status == PASSED
+
+
+# ------------------------------------------------------------------------------------------ inputs after the call
+
+
+def test_an_input_changed_in_place_fails_and_is_named():
+    def doubles_in_place(x):
+        x.mul_(2)
+        return x
+
+    res = run_check(DOUBLE, doubles_in_place)
+    assert res.status == FAILED and res.mistake is None
+    assert "changed its input `x` in place" in res.message
+    assert "fixed case 1 (x float32 (3,))" in res.message
+
+
+def test_an_input_changed_in_place_inside_a_list_or_a_keyword_is_named():
+    ex = Exercise(key="99.9", title="sum", signature="total(xs, scale)", solution=lambda xs, scale: sum(xs) * scale,
+                  cases=lambda: [(([torch.ones(2), torch.zeros(2)],), {"scale": torch.tensor(2.0)})])
+
+    def second_in_place(xs, scale):
+        xs[1].add_(0)  # unchanged: no failure for an in-place op that changes nothing
+        xs[1].add_(1)
+        return (xs[0] + xs[1] - 1) * scale
+
+    assert "changed its input `xs[1]` in place" in run_check(ex, second_in_place).message
+
+    def scale_in_place(xs, scale):
+        out = sum(xs) * scale
+        scale.zero_()
+        return out
+
+    assert "changed its input `scale` in place" in run_check(ex, scale_in_place).message
+
+
+def test_nan_inputs_left_alone_are_not_an_in_place_change():
+    ex = Exercise(key="99.10", title="nan", signature="f(x)", solution=lambda x: x.nan_to_num(),
+                  cases=lambda: [((torch.tensor([float("nan"), 1.0]),), {})])
+    assert run_check(ex, lambda x: torch.where(x.isnan(), torch.zeros_like(x), x)).status == PASSED
+
+
+def test_a_module_argument_changed_in_place_fails():
+    ex = Exercise(key="99.11", title="weight", signature="weight_of(m)", solution=lambda m: m.weight.detach() * 1,
+                  cases=lambda: [((torch.nn.Linear(2, 3),), {})])
+
+    def zeroes_bias(m):
+        with torch.no_grad():
+            m.bias.zero_()
+        return m.weight.detach() * 1
+
+    assert "changed its input `m['bias']` in place" in run_check(ex, zeroes_bias).message
+
+
+def test_the_inplace_argument_is_compared_with_the_solutions_write():
+    def returns_without_writing(buf, i, v):
+        return torch.cat([buf[:i], v[None]])
+
+    res = run_check(WRITE, returns_without_writing)
+    assert res.status == FAILED
+    assert "after your call, `buf` (which your function should write into) is wrong" in res.message
+
+    def writes_one_late(buf, i, v):
+        out = torch.cat([buf[:i], v[None]])
+        if i + 1 < len(buf):
+            buf[i + 1] = v
+        else:
+            buf[i] = v
+        return out
+
+    assert "`buf`" in run_check(WRITE, writes_one_late).message
+
+
+def _write_at_zero(buf, i, v):
+    buf[0] = v
+    return buf[: i + 1]
+
+
+def _same_output_no_write(buf, i, v):
+    return torch.cat([v[None], buf[1: i + 1]])  # what _write_at_zero returns, with buf left alone
+
+
+def test_a_catalogued_in_place_mistake_is_named_by_what_it_leaves_in_the_arguments():
+    ex = Exercise(key="99.12", title="write", signature="write(buf, i, v)", solution=_write, cases=_write_cases,
+                  inplace=0, mistakes=(Mistake("not written", "Write into buf.", _same_output_no_write),
+                                       Mistake("written at position 0", "Write at position i.", _write_at_zero)))
+
+    def mine(buf, i, v):
+        buf[0] = v
+        return buf[: i + 1]
+
+    res = run_check(ex, mine)
+    assert res.status == FAILED and res.mistake == "written at position 0", res.message
+    assert run_check(ex, _same_output_no_write).mistake == "not written"
+
+
+# ------------------------------------------------------------------------------------------ fixed and drawn cases
+
+
+def test_drawn_cases_defeat_a_lookup_table_that_passes_the_fixed_ones():
+    table = {1: 1, 2: 4, 3: 9}
+    fixed_only = Exercise(key=SQUARE.key, title=SQUARE.title, signature=SQUARE.signature, solution=_square,
+                          cases=SQUARE.cases)
+    assert run_check(fixed_only, lambda n: table.get(n, 0)).status == PASSED  # why draws are needed
+    res = run_check(SQUARE, lambda n: table.get(n, 0), seed=81723)
+    assert res.status == FAILED
+    assert re.search(r"on drawn case 1 \(seed 81723; n=\d+\)", res.message), res.message
+    assert res.details["seed"] == 81723 and res.details["drawn"] == 3
+
+
+def test_drawn_cases_run_after_the_fixed_ones_and_a_fixed_failure_names_its_inputs():
+    seen = []
+
+    def records(x):
+        seen.append(tuple(x.shape))
+        return x * 2 if x.dim() == 1 else x
+
+    ex = Exercise(key="99.13", title="double", signature="double(x)", solution=_double, cases=_double_cases,
+                  draw=lambda g: [((torch.randn(5, 7, generator=g),), {})])
+    res = run_check(ex, records)
+    assert seen == [(3,), (4, 8), (5, 7)]
+    assert "on fixed case 2 (x float32 (4, 8)): values differ at" in res.message
+
+
+def test_the_draw_seed_is_fresh_each_time_unless_pinned(monkeypatch):
+    drawn_with = []
+
+    def draw(g):
+        drawn_with.append(g.initial_seed())
+        return [((int(torch.randint(4, 10_000, (), generator=g)),), {})]
+
+    ex = Exercise(key="99.6", title="square", signature="square(n)", solution=_square, cases=SQUARE.cases, draw=draw)
+    monkeypatch.delenv(SEED_ENV, raising=False)
+    seeds = {run_check(ex, _square).details["seed"] for _ in range(3)}
+    assert len(seeds) > 1, "three checks drew from the same seed"
+    assert set(drawn_with) == seeds  # draw() got a generator seeded with the reported seed
+    monkeypatch.setenv(SEED_ENV, "4242")
+    assert [run_check(ex, _square).details["seed"] for _ in range(2)] == [4242, 4242]
+    assert drawn_with[-2:] == [4242, 4242]
+    assert "on drawn case 1 (seed 4242; n=" in run_check(ex, lambda n: n * n if n <= 3 else 0).message
+    assert run_check(ex, _square, seed=7).details["seed"] == 7  # an explicit seed wins over the variable
+    monkeypatch.setenv(SEED_ENV, "soon")
+    with pytest.raises(ValueError, match="COURSE_CHECK_SEED must be an integer seed, got 'soon'"):
+        run_check(ex, _square)
+
+
+# ------------------------------------------------------------------------------------------ not attempted / raised
+
+
+def test_only_not_attempted_is_not_attempted():
+    def stub(x):
+        raise NotAttempted("replace this line with your code")
+
+    res = run_check(DOUBLE, stub)
+    assert res.status == NOT_ATTEMPTED and res.message == f"Write {DOUBLE.signature}, then run this cell again."
+
+
+def test_not_implemented_error_is_a_failure_with_a_way_out_for_old_stubs():
+    def old_stub(x):
+        raise NotImplementedError
+
+    res = run_check(DOUBLE, old_stub)
+    assert res.status == FAILED
+    assert "on fixed case 1 (x float32 (3,)) your function raised NotImplementedError" in res.message
+    assert "untouched stub of an older copy" in res.message and "--exercise 99.1" in res.message
+
+    def partial(x):
+        if x.dim() > 1:
+            raise NotImplementedError("batches come later\nsecond line")
+        return x * 2
+
+    res = run_check(DOUBLE, partial)
+    assert res.status == FAILED
+    assert res.message.endswith("on fixed case 2 (x float32 (4, 8)) your function raised NotImplementedError: "
+                                "batches come later")
+
+
+def test_not_attempted_after_answering_a_case_is_a_failure():
+    def half_done(x):
+        if x.dim() > 1:
+            raise NotAttempted("later")
+        return x * 2
+
+    res = run_check(DOUBLE, half_done)
+    assert res.status == FAILED and "fixed case 2" in res.message and "raised NotAttempted: later" in res.message
+
+
+def test_the_new_stub_under_an_old_import_cell_reads_as_not_attempted():
+    def stub(x):
+        raise NameError("name 'NotAttempted' is not defined", name="NotAttempted")
+
+    res = run_check(DOUBLE, stub)
+    assert res.status == NOT_ATTEMPTED
+    assert "from course_utils.exercises import NotAttempted, check" in res.message
+
+
+def test_a_module_with_a_misspelt_forward_is_a_failure_that_says_so():
+    class Doubler(torch.nn.Module):
+        def forwad(self, x):
+            return x * 2
+
+    res = run_check(DOUBLE, Doubler())
+    assert res.status == FAILED
+    assert "your module has no `forward` method" in res.message and "Doubler" in res.message
+
+    class Fixed(torch.nn.Module):
+        def forward(self, x):
+            return x * 2
+
+    assert run_check(DOUBLE, Fixed()).status == PASSED
+
+
+# ------------------------------------------------------------------------------------------ time limit, printing
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the time limit needs POSIX signals")
+def test_a_function_that_takes_too_long_is_stopped_at_the_time_limit():
+    ex = Exercise(key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases,
+                  time_limit=0.2)
+
+    def sleeps(x):
+        try:
+            time.sleep(2 if x.dim() > 1 else 0)
+        except Exception:  # the learner's own `except Exception` must not swallow the time limit
+            pass
+        return x * 2
+
+    start = time.monotonic()
+    res = run_check(ex, sleeps)
+    assert time.monotonic() - start < 1.5
+    assert res.status == FAILED
+    assert res.message.startswith("your function took longer than 0.2 s on fixed case 2 (x float32 (4, 8))")
+
+
+@pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the time limit needs POSIX signals")
+def test_the_time_limit_puts_back_a_timer_and_handler_that_were_there_before():
+    fired = []
+
+    def handler(*args):
+        fired.append(args)
+
+    old = signal.signal(signal.SIGALRM, handler)
+    try:
+        signal.setitimer(signal.ITIMER_REAL, 30)
+        assert run_check(DOUBLE, _double).status == PASSED
+        remaining, _ = signal.getitimer(signal.ITIMER_REAL)
+        assert 25 < remaining <= 30
+        assert signal.getsignal(signal.SIGALRM) is handler and not fired
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def test_without_the_main_thread_the_check_runs_without_a_time_limit():
+    ex = Exercise(key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases,
+                  time_limit=0.05)
+
+    def slow(x):
+        time.sleep(0.2)
+        return x * 2
+
+    out = []
+    t = threading.Thread(target=lambda: out.append(run_check(ex, slow)))
+    t.start()
+    t.join()
+    assert out[0].status == PASSED
+
+
+def test_printing_is_captured_and_only_the_first_lines_are_kept(capsys):
+    def chatty(x):
+        print("x" * (PRINTED_WIDTH + 50))
+        for i in range(40):
+            print("step", i)
+        import sys
+
+        print("to stderr", file=sys.stderr)
+        return x * 2
+
+    res = run_check(DOUBLE, chatty)
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == ""  # nothing leaked while checking
+    assert res.status == PASSED
+    assert len(res.printed) == PRINTED_LINES
+    assert res.printed[0] == "x" * PRINTED_WIDTH + " ..."
+    assert res.printed[1:] == tuple(f"step {i}" for i in range(PRINTED_LINES - 1))
+    assert res.printed_more == 2 * (1 + 40 + 1) - PRINTED_LINES  # two fixed cases
+    report(res)
+    shown = capsys.readouterr().out.splitlines()
+    assert shown[0] == res.line()
+    assert shown[1] == f"  your function printed {2 * 42} lines during the check; the first {PRINTED_LINES}:"
+    assert shown[2:] == [f"  | {ln}" for ln in res.printed]
+
+
+def test_a_few_printed_lines_are_all_shown():
+    def says_hi(x):
+        print("hi", end="")
+        return x * 2
+
+    res = run_check(DOUBLE, says_hi)
+    assert res.printed == ("hihi",) and res.printed_more == 0
+    assert res.text().splitlines()[1:] == ["  your function printed during the check:", "  | hihi"]
+
+
+# ------------------------------------------------------------------------------------------ messages
+
+
+def test_the_exact_fix_only_with_hint_2():
+    res = run_check(DOUBLE, lambda x: x / 2)
+    assert res.mistake == HALVED.name and HALVED.hint in res.message and HALVED.fix not in res.message
+    assert 'check("99.1", <lambda>' not in res.message and 'check("99.1", your_function, hint=2)' in res.message
+
+    def my_double(x):
+        return x / 2
+
+    res = run_check(DOUBLE, my_double, hint=2)
+    assert res.mistake == HALVED.name and HALVED.hint in res.message and f"The fix: {HALVED.fix}" in res.message
+    assert 'check("99.1", my_double, hint=2)' in run_check(DOUBLE, my_double).message
+
+
+def test_a_mistake_without_a_fix_does_not_advertise_hint_2():
+    ex = Exercise(key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases,
+                  mistakes=(Mistake("halved", "Doubling multiplies by two.", lambda x: x / 2),))
+    assert "hint=2" not in run_check(ex, lambda x: x / 2).message
+    assert "no exact fix written" in run_check(ex, lambda x: x / 2, hint=2).message
+
+
+def test_a_scalar_result_shows_both_numbers_when_they_are_far_apart():
+    res = run_check(MEAN, lambda x: float(x.sum()))
+    assert "expected about 2.3, got 7 (relative error 2.0e+00" in res.message
+
+
+def test_a_scalar_close_to_the_answer_is_shown_without_revealing_the_answer():
+    expected = _mean(torch.tensor([1.0, 2.0, 4.0]))
+    got = expected * (1 + 3e-7)
+    res = run_check(MEAN, lambda x: got)
+    assert res.status == FAILED
+    numbers = re.findall(r"\d[\d.e+-]*", res.message)
+    assert f"{expected:.6g}" not in numbers  # never the expected number to six digits
+    shown = re.search(r"your value (\S+) is (\S+) too high", res.message)
+    assert shown, res.message
+    digits = len(shown[1].replace(".", "").lstrip("0"))
+    assert shown[1] != f"{expected:.{digits}g}"  # enough digits to see the difference
+    assert abs(float(shown[1]) - got) <= abs(got - expected)
+
+
+def test_a_tensor_difference_shows_the_worst_entry_and_both_values():
+    def one_wrong(x):
+        out = x * 2
+        out.view(-1)[-1] += 0.5
+        return out
+
+    res = run_check(DOUBLE, one_wrong)
+    e = _double_cases()[0][0][0] * 2
+    assert "values differ at 1 of 3 entries" in res.message
+    assert f"the worst at [2]: expected {float(e[2]):.4g}, got {float(e[2]) + 0.5:.4g}" in res.message
+
+
+def test_a_failing_case_names_its_inputs_shapes_and_dtypes():
+    res = run_check(MASKED, lambda scores, mask: scores)
+    assert "on fixed case 1 (scores float32 (2, 3, 5), mask bool (2, 1, 5)):" in res.message
+
+
+def test_compare_outputs_never_casts_and_checks_the_device():
+    x = torch.arange(4)
+    assert compare_outputs(x.float(), x, 0.0, 0.0) == "expected dtype int64, got float32"
+    assert compare_outputs(x.to("meta"), x, 0.0, 0.0) == "expected a tensor on cpu, got one on meta"
+    assert compare_outputs(x.double(), x.float(), 0.0, 0.0, accept_dtypes=(torch.float64,)) is None
+
+
+# ------------------------------------------------------------------------------------------ bad input to the checker
+
+
+class _NotCallable:
+    pass
+
+
+def _generator(x):
+    yield x * 2
+
+
+def _too_few():
+    return 0
+
+
+@pytest.mark.parametrize("fn,expected", [
+    (None, "got None"),
+    (42, "got int"),
+    (_NotCallable, "got the class _NotCallable"),
+    (_NotCallable(), "got an instance of _NotCallable, which cannot be called"),
+    (torch.nn.Identity, "got the class Identity; pass an instance, Identity(...)"),
+    (_generator, "got a generator function (it uses `yield`)"),
+    (_too_few, "your function takes (), but the check calls it with 1 argument"),
+    (lambda x, y: x, "your function takes (x, y), but the check calls it with 1 argument"),
+])
+def test_bad_input_to_the_checker_is_a_one_line_verdict(fn, expected):
+    res = run_check(DOUBLE, fn)
+    assert res.status == FAILED and expected in res.message
+    assert "\n" not in res.line()
+
+
+def test_wrong_parameters_say_which_were_expected():
+    res = run_check(MASKED, lambda scores: scores)
+    assert "expected parameters (scores, mask)" in res.message
+
+
+def test_hint_must_be_1_or_2():
+    for bad in (0, 3, "2", True):
+        res = run_check(DOUBLE, _double, hint=bad)
+        assert res.status == FAILED and f"hint must be 1 (a hint) or 2 (the exact fix), got {bad!r}" in res.message
+
+
+def test_an_unknown_or_misplaced_key_is_a_key_error_of_one_line():
+    with pytest.raises(KeyError, match="no exercise '9.9'; known exercises: 01.1, ") as info:
+        check("9.9", _double)
+    assert len(info.value._render_traceback_()) == 1
+    with pytest.raises(KeyError, match=r'an exercise key is a string such as "03.1", got function'):
+        check(_double, "01.1")
+
+
+def test_a_failed_check_renders_as_one_line_in_jupyter(capsys):
+    with pytest.raises(ExerciseFailed) as info:
+        check("01.1", None)
+    lines = info.value._render_traceback_()
+    assert len(lines) == 1 and "expected a function" in lines[0]
+
+
+def test_report_appends_the_contracted_fields(tmp_path, monkeypatch):
+    path = tmp_path / "report.jsonl"
+    monkeypatch.setenv(REPORT_ENV, str(path))
+    report(run_check(SQUARE, _square, seed=5))
+    with pytest.raises(ExerciseFailed):
+        report(run_check(SQUARE, lambda n: 0, seed=5))
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["status"] for r in rows] == [PASSED, FAILED]
+    assert all({"key", "title", "status", "mistake", "message"} <= set(r) for r in rows)
+    assert rows[1]["seed"] == 5 and rows[1]["key"] == SQUARE.key
+
+
+@pytest.mark.parametrize("kwargs,error,match", [
+    ({"inplace": 1.5}, TypeError, r"inplace must be an argument's position \(int\) or name \(str\), got 1.5"),
+    ({"time_limit": 0}, ValueError, "time_limit must be a positive number of seconds or None, got 0"),
+    ({"accept_dtypes": (torch.int64,)}, TypeError, r"accept_dtypes must be floating torch dtypes, got \[torch.int64\]"),
+])
+def test_an_exercise_with_bad_settings_is_refused(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        Exercise(key="99.1", title="t", signature="s", solution=_double, cases=_double_cases, **kwargs)
