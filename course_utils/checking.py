@@ -196,7 +196,7 @@ def _state(x: Any) -> Any:
     if isinstance(x, torch.nn.Module):
         return {k: v.detach() for k, v in x.state_dict().items()}
     if isinstance(x, torch.Generator):
-        return x.get_state()
+        return "a generator"  # drawing from a generator argument is what it is for: not an in-place change
     if isinstance(x, (list, tuple)):
         return [_state(i) for i in x]
     if isinstance(x, dict):
@@ -253,7 +253,7 @@ def _describe_value(x: Any) -> str:
         return f"{str(x.dtype).removeprefix('torch.')} {tuple(x.shape)}{where}"
     if isinstance(x, torch.nn.Module):
         return type(x).__name__
-    if isinstance(x, (bool, int, float)) or x is None:
+    if isinstance(x, (bool, int, float)) or x is None or (isinstance(x, str) and len(x) <= 20):
         return f"={x!r}"
     if isinstance(x, (list, tuple)):
         return f"{type(x).__name__} of {len(x)}"
@@ -483,7 +483,9 @@ class _Printed(io.TextIOBase):
 
 
 def _can_time() -> bool:
-    return hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+    """Whether a time limit can be set: POSIX, the main thread, and no SIGALRM handler set outside Python."""
+    return (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
+            and signal.getsignal(signal.SIGALRM) is not None)
 
 
 @contextlib.contextmanager
@@ -711,7 +713,7 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
             return result(FAILED, f"on {case_name(i)} your function raised NotAttempted"
                                   f"{': ' + str(e).splitlines()[0] if str(e).strip() else ''}, after answering "
                                   "the cases before it: it must answer every case")
-        except Exception as e:  # the learner's code failing is a verdict, not a crash of the check
+        except (Exception, SystemExit) as e:  # the learner's code failing is a verdict, not a crash of the check
             if i == 0 and _is_old_import(e):
                 return result(NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again. (This notebook's "
                                              "import cell predates NotAttempted: make it "

@@ -252,6 +252,21 @@ def test_a_catalogued_in_place_mistake_is_named_by_what_it_leaves_in_the_argumen
     assert run_check(ex, _same_output_no_write).mistake == "not written"
 
 
+def test_drawing_from_a_generator_argument_is_not_an_in_place_change():
+    ex = Exercise(key="99.14", title="noise", signature="noise(n, gen)",
+                  solution=lambda n, gen: torch.rand(n, generator=gen),
+                  cases=lambda: [((3, torch.Generator().manual_seed(1)), {})])
+    assert run_check(ex, lambda n, gen: torch.rand(n, generator=gen)).status == PASSED  # each run its own copy
+
+
+def test_a_function_that_calls_exit_is_a_failure():
+    def quits(x):
+        raise SystemExit(3)
+
+    res = run_check(DOUBLE, quits)
+    assert res.status == FAILED and "raised SystemExit: 3" in res.message
+
+
 # ------------------------------------------------------------------------------------------ fixed and drawn cases
 
 
