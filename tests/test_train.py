@@ -7,6 +7,7 @@ import json
 import math
 import os
 import random
+import re
 import runpy
 import subprocess
 import sys
@@ -15,7 +16,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils.data import CharTokenizer, iter_eval_batches, split_data
+from course_utils.data import (
+    CORPUS_SHA256,
+    CharTokenizer,
+    corpus_path,
+    iter_eval_batches,
+    min_characters,
+    sha256_file,
+    split_data,
+)
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.train import (
     CheckpointError,
@@ -148,7 +157,8 @@ def test_command_line_prints_one_json_line(text_file, tmp_path, capsys):
 
 
 def test_command_line_reports_a_missing_file(tmp_path, capsys):
-    assert main(["--data", str(tmp_path / "nope.txt"), "--out", str(tmp_path)]) == 1
+    """Found before the first step: exit code 2 (1 is for a run that failed while training)."""
+    assert main(["--data", str(tmp_path / "nope.txt"), "--out", str(tmp_path)]) == 2
     assert "no text file at" in capsys.readouterr().err
 
 
@@ -211,7 +221,8 @@ def test_a_damaged_checkpoint_gives_a_clear_error(text_file, tmp_path, damage, c
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
         run(text_file, tmp_path, resume=True)
     code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--resume", "--quiet"])
-    assert code == 1 and "truncated or corrupt" in capsys.readouterr().err
+    err = capsys.readouterr().err
+    assert code == 2 and "truncated or corrupt" in err and len(err.strip().splitlines()) == 1
 
 
 def test_a_foreign_file_is_not_a_checkpoint(tmp_path):
@@ -357,3 +368,184 @@ def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path):
     final = torch.load(path, weights_only=True)["writer"]
     assert final.unique().numel() == 1 and float(final[0]) in (0.0, 1.0), "one writer's whole state, not a mix"
     assert not list(tmp_path.glob("*.tmp"))
+
+
+# ----------------------------------------------------------------------------------------------
+# Everything is checked before the first step: one line with the fix, exit code 2, no traceback
+# ----------------------------------------------------------------------------------------------
+
+
+def cli(capsys, text_file, out, *flags):
+    """Run the command line; return (exit code, stderr lines, the JSON result or None)."""
+    code = main(["--data", str(text_file), "--out", str(out), "--max-steps", "3", "--eval-interval", "3",
+                 "--batch-size", "4", "--quiet", *map(str, flags)])
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    return code, captured.err.strip().splitlines(), json.loads(lines[-1]) if lines else None
+
+
+def refused(capsys, text_file, out, *flags) -> str:
+    """The one line the command printed when it refused to start (and checks that it trained nothing)."""
+    code, err, result = cli(capsys, text_file, out, *flags)
+    assert code == 2 and result is None, (code, err)
+    assert len(err) == 1 and err[0].startswith("error: "), err
+    return err[0]
+
+
+def test_out_that_is_a_file_is_refused_before_training(text_file, tmp_path, capsys):
+    """Before: 3 steps trained, then FileExistsError from mkdir (a traceback), and the run was lost."""
+    (tmp_path / "notes.txt").write_text("mine")
+    line = refused(capsys, text_file, tmp_path / "notes.txt")
+    assert "notes.txt is a file, expected a folder for checkpoint.pt and summary.json: choose another --out" in line
+    line = refused(capsys, text_file, tmp_path / "notes.txt" / "run")
+    assert f"cannot be created: {tmp_path / 'notes.txt'} is a file, not a folder; choose another --out" in line
+    assert (tmp_path / "notes.txt").read_text() == "mine"
+
+
+def test_out_that_cannot_be_written_is_refused_before_training(text_file, tmp_path, capsys, monkeypatch):
+    """Tests run as root, who may write anywhere: a read-only folder is simulated where the check asks for it."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real_access(p, mode, **kw))
+    line = refused(capsys, text_file, locked / "run")
+    assert f"{locked} is not writable here; choose a folder you can write to" in line
+    assert not (locked / "run").exists()
+
+
+def test_a_run_without_resume_never_overwrites_a_run(text_file, tmp_path, capsys):
+    assert cli(capsys, text_file, tmp_path)[0] == 0
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    line = refused(capsys, text_file, tmp_path)
+    assert "already holds a run (checkpoint.pt): add --resume to continue it, or choose another --out" in line
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+
+
+@pytest.mark.parametrize("device, match", [
+    pytest.param("cuda", r"this PyTorch \(.*\) was built without CUDA; use --device cpu or auto",
+                 marks=pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch")),
+    pytest.param("mps", r"device 'mps' \(Apple's GPU\) is not available here: .*; use --device cpu or auto",
+                 marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS")),
+    ("gpu", "device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
+])
+def test_a_device_this_machine_lacks_is_refused(text_file, tmp_path, capsys, device, match):
+    """Before: torch's AssertionError "Torch not compiled with CUDA enabled" (or MPS's) as a traceback."""
+    assert re.search(match, refused(capsys, text_file, tmp_path / "run", "--device", device))
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("threads", ["-1", "0"])
+def test_threads_must_be_positive(text_file, tmp_path, capsys, threads):
+    """Before: -1 was a RuntimeError traceback from torch.set_num_threads; 0 was silently ignored."""
+    line = refused(capsys, text_file, tmp_path, "--threads", threads)
+    assert f"--threads must be a positive number of CPU threads, got {threads}; leave it out" in line
+
+
+def test_a_text_too_small_for_the_split_and_the_context_says_how_small(tmp_path, capsys):
+    """Before: a ValueError from get_batch about tokens, or a split error, depending on the size."""
+    small = tmp_path / "small.txt"
+    small.write_text("hello world\n" * 10)
+    line = refused(capsys, small, tmp_path / "run")
+    needed = min_characters(GPTConfig.preset("tiny").context_length)
+    assert f"{small} has 120 characters; training with context_length 32 needs at least {needed:,}" in line
+    assert "use a longer text or a model with a shorter context" in line
+    small.write_text("x" * needed)  # exactly enough: it trains
+    assert cli(capsys, small, tmp_path / "run", "--batch-size", "2")[0] == 0
+
+
+def test_resume_names_the_flags_it_ignores_and_obeys_max_steps(text_file, tmp_path, capsys):
+    """Before: --batch-size and --learning-rate were silently dropped on --resume."""
+    assert cli(capsys, text_file, tmp_path)[0] == 0
+    code, err, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "5", "--batch-size", "64",
+                            "--learning-rate", "0.5", "--seed", "1337")
+    assert code == 0 and result["steps"] == 5
+    assert err == ["--resume: keeping the checkpoint's batch_size 4; your --batch-size 64 is ignored",
+                   "--resume: keeping the checkpoint's learning_rate 0.003; your --learning-rate 0.5 is ignored"]
+    assert result["notices"] == err
+    assert result["train_config"]["batch_size"] == 4 and result["train_config"]["learning_rate"] == 0.003
+    code, err, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "6")
+    assert code == 0 and err == [] and result["steps"] == 6, "no flag that differs, no notice"
+
+
+def test_resume_refuses_another_model_or_other_text(text_file, tmp_path, capsys):
+    assert cli(capsys, text_file, tmp_path)[0] == 0
+    line = refused(capsys, text_file, tmp_path, "--resume", "--preset", "cpu")
+    assert ("is a run of the 'tiny' preset (2 layers, 32 wide, context 32), not the 'cpu' preset (3 layers, 96 wide, "
+            "context 64) as asked: leave out --preset to continue that run, or choose another --out") in line
+    other = tmp_path / "other.txt"
+    other.write_text(text_file.read_text() + "more words\n")
+    line = refused(capsys, other, tmp_path, "--resume")
+    assert re.search(r"was trained on a text with sha256 [0-9a-f]{16}\.\.\., but --data has [0-9a-f]{16}\.\.\.: "
+                     "pass the same file", line)
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3, "the run is untouched"
+
+
+def _save_killed_midway(folder: Path) -> int:
+    """A process that dies (os._exit, as a kill would) while writing a checkpoint; returns its process id."""
+    code = ("import os, sys, torch; from course_utils.train import save_checkpoint\n"
+            "torch.save = lambda state, f: (open(f, 'wb').write(b'half a checkpoint'), os._exit(9))\n"
+            f"save_checkpoint({str(folder / 'checkpoint.pt')!r}, {{}})\n")
+    with subprocess.Popen([sys.executable, "-c", code], cwd=ROOT) as proc:
+        assert proc.wait(timeout=120) == 9
+    return proc.pid  # waited for: no process has this id now (until the system reuses it, which takes a while)
+
+
+def test_a_killed_save_leaves_a_temporary_file_that_the_next_run_removes(text_file, tmp_path, capsys):
+    """Before: every killed save left its checkpoint.pt.*.tmp (130 MB for the gpu size) for ever."""
+    out = tmp_path / "run"
+    out.mkdir()
+    dead = _save_killed_midway(out)
+    stale = list(out.glob(f".checkpoint.pt.{dead}-*.tmp"))
+    assert len(stale) == 1 and stale[0].read_bytes() == b"half a checkpoint"
+    with subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) as live:
+        try:
+            writing = out / f".checkpoint.pt.{live.pid}-abc123.tmp"  # another run saving into this folder right now
+            writing.write_bytes(b"being written")
+            code, err, _ = cli(capsys, text_file, out, "--resume")
+            assert code == 0, err
+            assert not stale[0].exists(), "the dead writer's file is removed"
+            assert writing.read_bytes() == b"being written", "a live writer's file is kept"
+        finally:
+            live.kill()
+    assert sorted(p.name for p in out.iterdir()) == sorted(["checkpoint.pt", "summary.json", writing.name])
+
+
+def test_the_course_corpus_is_verified_whichever_path_reads_it(text_file, tmp_path, capsys):
+    """A modified copy of the corpus given with --data is refused; before, it trained on it without a word."""
+    real = corpus_path()
+    base = real.read_bytes() if real.exists() else text_file.read_bytes() * 300  # the corpus, or a stand-in
+    copy = tmp_path / "shakespeare.txt"
+    copy.write_bytes(base.replace(b"ROMEO", b"ROMEA", 1) if real.exists() else base)
+    line = refused(capsys, copy, tmp_path / "run")
+    digest = sha256_file(copy)
+    assert (f"{copy} is named like the course corpus but its sha256 is {digest[:16]}..., expected "
+            f"{CORPUS_SHA256[:16]}...") in line
+    assert "Run `python -m course_utils.data fetch --force` to fetch it again" in line
+    assert not (tmp_path / "run").exists()
+
+
+def test_own_text_is_said_to_be_unverified(text_file, tmp_path, capsys):
+    code = main(["--data", str(text_file), "--out", str(tmp_path), "--max-steps", "2", "--eval-interval", "2",
+                 "--batch-size", "4", "--no-progress"])
+    assert code == 0
+    assert (f"data: {text_file} is your own text (not the course corpus): used as it is, not verified against a "
+            "pinned sha256") in capsys.readouterr().err
+
+
+def test_export_to_a_path_that_cannot_be_written_is_refused_before_training(text_file, tmp_path, capsys):
+    (tmp_path / "f").write_text("")
+    line = refused(capsys, text_file, tmp_path / "run", "--export", tmp_path / "f" / "model.pt")
+    assert "--export" in line and "is a file, not a folder; choose another --export" in line
+    line = refused(capsys, text_file, tmp_path / "run", "--export", tmp_path)
+    assert "is a folder, expected a file name such as model.pt" in line
+    assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.parametrize("field, value, match", [
+    ("compile", "yes", "compile must be True, False or None"),
+    ("fused_adamw", 1, "fused_adamw must be True, False or None"),
+    ("autocast", "fp16", "autocast must be 'bf16', 'off' or None"),
+])
+def test_train_config_checks_the_gpu_switches(field, value, match):
+    with pytest.raises(ValueError, match=match):
+        TrainConfig.preset("tiny", **{field: value})
