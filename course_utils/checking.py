@@ -615,6 +615,9 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
         callable_instances = any("__call__" in vars(c) for c in fn.__mro__ if c is not object)
         tip = f"; pass an instance, {fn.__name__}(...), whose call does the work" if callable_instances else ""
         return f"{want}, got the class {fn.__name__}{tip}"
+    if isinstance(fn, torch.Tensor):
+        return (f"{want}, got a tensor: pass the function itself, "
+                f'check("{ex.key}", my_function), not what it returns')
     if not callable(fn):
         what = f"an instance of {type(fn).__name__}, which cannot be called" if not isinstance(
             fn, (int, float, str, bool, torch.Tensor, list, tuple, dict)) else type(fn).__name__
@@ -625,7 +628,7 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
     if inspect.iscoroutinefunction(body):
         return f"{want}, got an `async` function: define it with a plain `def`"
     try:
-        sig = inspect.signature(fn)
+        sig = inspect.signature(body)  # a module's forward, not its generic __call__
     except (TypeError, ValueError):  # a builtin without a signature: let the call say
         return None
     for args, kwargs in cases:
@@ -634,7 +637,7 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
         except TypeError as e:
             given = f"{len(args)} argument{'s' * (len(args) != 1)}" + (
                 f" and the keyword{'s' * (len(kwargs) != 1)} {', '.join(kwargs)}" if kwargs else "")
-            return (f"your function takes {_signature_text(fn)}, but the check calls it with {given} ({e}); "
+            return (f"your function takes {_signature_text(body)}, but the check calls it with {given} ({e}); "
                     f"expected parameters {_signature_text(ex.solution)}")
     return None
 

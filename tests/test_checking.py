@@ -562,6 +562,7 @@ def _too_few():
     (_NotCallable(), "got an instance of _NotCallable, which cannot be called"),
     (torch.nn.Identity, "got the class Identity; pass an instance, Identity(...)"),
     (_generator, "got a generator function (it uses `yield`)"),
+    (torch.ones(3), 'got a tensor: pass the function itself, check("99.1", my_function), not what it returns'),
     (_too_few, "your function takes (), but the check calls it with 1 argument"),
     (lambda x, y: x, "your function takes (x, y), but the check calls it with 1 argument"),
 ])
@@ -574,6 +575,13 @@ def test_bad_input_to_the_checker_is_a_one_line_verdict(fn, expected):
 def test_wrong_parameters_say_which_were_expected():
     res = run_check(MASKED, lambda scores: scores)
     assert "expected parameters (scores, mask)" in res.message
+
+    class OneInput(torch.nn.Module):
+        def forward(self, scores):
+            return scores
+
+    res = run_check(MASKED, OneInput())
+    assert res.message.startswith("your function takes (scores), but the check calls it with 2 arguments")
 
 
 def test_hint_must_be_1_or_2():
