@@ -78,6 +78,52 @@ def test_load_corpus_without_download_says_what_to_run(tmp_path):
         load_corpus(datasets_dir=tmp_path, download=False)
 
 
+def test_every_reader_of_the_course_corpus_checks_its_sha256(tmp_path, monkeypatch):
+    """A file named like the corpus, or the default corpus under another name (a link), is read only if it
+    matches CORPUS_SHA256; before, load_text and load_corpus(path) read a modified copy without a word."""
+    datasets = tmp_path / "datasets"
+    datasets.mkdir()
+    good = "To be, or not to be: that is the question.\n" * 5
+    monkeypatch.setattr(data, "DATASETS_DIR", datasets)
+    monkeypatch.setattr(data, "CORPUS_SHA256", data.sha256_bytes(good.encode()))
+    corpus = datasets / "shakespeare.txt"
+    corpus.write_text(good)
+    assert load_text(corpus) == good and load_corpus() == good and load_corpus(corpus) == good
+    elsewhere = tmp_path / "copy" / "shakespeare.txt"
+    elsewhere.parent.mkdir()
+    elsewhere.write_text(good.replace("question", "answer"))
+    alias = tmp_path / "plays.txt"
+    corpus.write_text(good.replace("be,", "go,"))
+    alias.hardlink_to(corpus)  # the default corpus under another name
+    for path in (elsewhere, corpus, alias):
+        digest = data.sha256_file(path)
+        for read in (load_text, load_corpus):
+            with pytest.raises(ChecksumError, match=rf"{re.escape(str(path))} is named like the course corpus but its "
+                                                    rf"sha256 is {digest[:16]}\.\.\., expected {data.CORPUS_SHA256[:16]}"
+                                                    r"\.\.\.: .* `python -m course_utils.data fetch --force`"):
+                read(path)
+    own = tmp_path / "mine.txt"
+    own.write_text("my own words\n")
+    assert not data.is_course_corpus(own) and load_text(own) == "my own words\n", "a learner's own text is read as is"
+
+
+@pytest.mark.parametrize("context_length", [1, 8, 32, 256])
+def test_min_characters_is_the_fewest_that_split_into_two_windows(context_length):
+    n = data.min_characters(context_length)
+    for size, fits in ((n, True), (n - 1, False)):
+        train, val = split_data("x" * size)
+        assert (min(len(train), len(val)) >= context_length + 1) is fits
+    data.check_text_size(n, context_length)
+
+
+def test_check_text_size_says_how_many_characters_there_are_and_are_needed():
+    with pytest.raises(ValueError, match=r"notes.txt has 120 characters; training with context_length 32 needs at "
+                                         r"least 321 \(a window of 33 in the last 10% for validation"):
+        data.check_text_size(120, 32, source="notes.txt")
+    with pytest.raises(ValueError, match="context_length must be a positive int, got 0"):
+        data.min_characters(0)
+
+
 # --------------------------------------------------------------------------------------------------
 # CharTokenizer
 # --------------------------------------------------------------------------------------------------

@@ -148,3 +148,44 @@ def test_environment_report_missing_data_has_a_fix(monkeypatch, tmp_path):
     assert not req.ok
     assert "not there yet" in req.detail
     assert "python -m course_utils.data fetch" in req.fix
+
+
+# pick_device: the one place that turns a device name into a device, or says in one line why it cannot
+
+
+def test_pick_device_auto_and_cpu():
+    assert environment.pick_device("cpu") == torch.device("cpu")
+    assert environment.pick_device(None) == environment.pick_device("auto") == torch.device(best_device())
+
+
+@pytest.mark.parametrize("name, cuda_build, gpus, match", [
+    ("cuda", None, 0, r"this PyTorch \(.*\) was built without CUDA; use --device cpu or auto"),
+    ("cuda", "12.8", 0, r"PyTorch has CUDA but sees no GPU .*; use --device cpu or auto"),
+    ("cuda:3", "12.8", 1, r"'cuda:3': this machine has 1 CUDA device\(s\), cuda:0 to cuda:0"),
+    ("gpu", None, 0, r"device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
+    ("meta", None, 0, r"device 'meta': the course trains on cpu, cuda or mps; use --device cpu or auto"),
+])
+def test_pick_device_refuses_what_this_machine_lacks(monkeypatch, name, cuda_build, gpus, match):
+    """Before: torch.device("cuda") was accepted, and training died at the first .to(device) with a traceback."""
+    monkeypatch.setattr(torch.version, "cuda", cuda_build)
+    monkeypatch.setattr(torch.version, "hip", None)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpus > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
+    with pytest.raises(ValueError, match=match):
+        environment.pick_device(name)
+
+
+def test_pick_device_accepts_a_gpu_that_is_there(monkeypatch):
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert environment.pick_device("cuda:1") == torch.device("cuda", 1)
+
+
+@pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has Apple's GPU")
+def test_pick_device_mps_off_a_mac_says_so():
+    why = "it needs macOS on Apple silicon" if sys.platform != "darwin" else "no Metal support"
+    with pytest.raises(ValueError, match=rf"device 'mps' \(Apple's GPU\) is not available here: .*{why}.*; use --device"):
+        environment.pick_device("mps")
+    with pytest.raises(TypeError, match="device must be a str such as 'cpu' or 'cuda', or a torch.device; got int"):
+        environment.pick_device(0)
