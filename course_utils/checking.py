@@ -31,6 +31,7 @@ limit: a function that never returns then hangs the check until the kernel is in
 from __future__ import annotations
 
 import contextlib
+import copy
 import inspect
 import io
 import json
@@ -174,8 +175,6 @@ def _clone(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.detach().clone().requires_grad_(x.requires_grad) if x.is_leaf else x.detach().clone()
     if isinstance(x, torch.nn.Module):
-        import copy
-
         return copy.deepcopy(x)
     if isinstance(x, torch.Generator):
         g = torch.Generator(device=x.device)
