@@ -24,7 +24,8 @@ before answering any case. Any other exception, ``NotImplementedError`` included
 
 The time limit uses ``signal.setitimer`` and so works only on POSIX systems and in the main thread (where a
 notebook runs its cells). On Windows, or when a check runs in another thread, the function runs without a
-limit: a function that never returns then hangs the check until the kernel is interrupted.
+limit: a function that never returns then hangs the check until the kernel is interrupted. Even with the
+limit, one long torch operation (a huge matmul) is stopped only when it returns, as Python signals wait for it.
 ``tests/test_checking.py`` tests this machinery; ``tests/test_exercises.py`` tests each exercise's catalogue.
 """
 
@@ -341,7 +342,8 @@ def _tensor_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol
             return f"expected {e.item()!r}, got {g.item()!r}"
         first = int(wrong.flatten().nonzero()[0])
         at = _index(first, e.shape)
-        return (f"{n} of {e.numel()} entries differ; the first at {at}: "
+        return (f"{n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} result differ; "
+                f"the first at {at}: "
                 f"expected {e.flatten()[first].item()!r}, got {g.flatten()[first].item()!r}")
     if e.dim() == 0 and not e.is_complex():
         return _scalar_problem(float(g), float(e), atol, rtol)
@@ -365,7 +367,8 @@ def _tensor_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol
     else:
         d = _distinct_digits(gv, ev, 4) if math.isfinite(gv) and math.isfinite(ev) else 4
         shown = f"expected {_fmt(ev, d)}, got {_fmt(gv, d)}"
-    return (f"values differ at {n} of {e.numel()} entries (the check allows {atol:g} + {rtol:g} * |expected|); "
+    return (f"values differ at {n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} result "
+            f"(the check allows {atol:g} + {rtol:g} * |expected|); "
             f"the worst at {at}: {shown}")
 
 
