@@ -703,6 +703,7 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
         return result(FAILED, unusable)
 
     mine: list[_Run] = []
+    crash = None  # what the function raised on a drawn case, after answering every fixed one
     for i, case in enumerate(cases):
         try:
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed), \
@@ -723,15 +724,19 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
                 return result(NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again. (This notebook's "
                                              "import cell predates NotAttempted: make it "
                                              "`from course_utils.exercises import NotAttempted, check`.)")
-            return result(FAILED, _exception_message(e, ex, case_name(i), i == 0))
+            crash = _exception_message(e, ex, case_name(i), i == 0)
+            if i < len(fixed):
+                return result(FAILED, crash)
+            break  # a mistake seen on the cases before may still be named: the verdict stays deterministic
 
-    ref = [_run(ex.solution, case) for case in cases]
-    problems = [_case_problem(ex, case, m, r) for case, m, r in zip(cases, mine, ref)]
+    ran = cases[: len(mine)]
+    ref = [_run(ex.solution, case) for case in ran]
+    problems = [_case_problem(ex, case, m, r) for case, m, r in zip(ran, mine, ref)]
     if all(p is None for p in problems):
-        return result(PASSED, "Well done.")
+        return result(PASSED, "Well done.") if crash is None else result(FAILED, crash)
     for m in ex.mistakes:
         try:
-            wrong = [_run(m.fn, case) for case in cases]
+            wrong = [_run(m.fn, case) for case in ran]
         except Exception:
             continue
         if all(_same_run(a, b, ex) for a, b in zip(mine, wrong)):

@@ -296,6 +296,28 @@ def test_drawn_cases_run_after_the_fixed_ones_and_a_fixed_failure_names_its_inpu
     assert "on fixed case 2 (x float32 (4, 8)): values differ at" in res.message
 
 
+def test_a_catalogued_mistake_is_named_even_when_it_crashes_on_a_drawn_case():
+    def only_small(n):  # right on the fixed cases' shapes, then a crash a draw can provoke
+        if n > 3:
+            raise IndexError("table too short")
+        return n + n
+
+    ex = Exercise(key="99.6", title="square", signature="square(n)", solution=_square, cases=SQUARE.cases,
+                  draw=SQUARE.draw, mistakes=(Mistake("doubled", "A square multiplies n by itself.", only_small),))
+    verdicts = {run_check(ex, only_small, seed=seed).message for seed in range(5)}
+    assert verdicts == {"This looks like: doubled. A square multiplies n by itself."}
+
+    def crashes_on_draws(n):
+        if n > 3:
+            raise IndexError("table too short")
+        return n * n
+
+    res = run_check(ex, crashes_on_draws, seed=3)
+    assert res.status == FAILED and res.mistake is None
+    assert re.search(r"^on drawn case 1 \(seed 3; n=\d+\) your function raised IndexError: table too short$",
+                     res.message), res.message
+
+
 def test_the_draw_seed_is_fresh_each_time_unless_pinned(monkeypatch):
     drawn_with = []
 
