@@ -1,29 +1,41 @@
-"""The learner's check command, end to end: nbval runs a notebook, the table names each verdict."""
+"""The learner's check command, end to end: each notebook runs in a kernel, the table names each verdict, and
+whatever goes wrong (an endless loop, a syntax error, a file that is not a notebook, a folder, a notebook
+without exercises) is said plainly, promptly and without losing an earlier report."""
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import nbformat
 
 ROOT = Path(__file__).resolve().parent.parent
+SETUP = "from course_utils.exercises import NotAttempted, check, get_exercise"
+SOLVED = 'check("01.1", get_exercise("01.1").solution)'
+
+
+def notebook(path: Path, *sources: str) -> Path:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    nb.cells = [nbformat.v4.new_markdown_cell("# my work")] + [nbformat.v4.new_code_cell(s) for s in sources]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+def check(*args, timeout=300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "course_utils.grade", *map(str, args)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=timeout)
 
 
 def test_grade_reports_passed_failed_and_not_attempted(tmp_path):
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    nb.cells = [
-        nbformat.v4.new_code_cell("from course_utils.exercises import NotAttempted, check, get_exercise"),
-        nbformat.v4.new_code_cell('check("01.1", get_exercise("01.1").solution)'),
-        nbformat.v4.new_code_cell('check("01.2", get_exercise("01.2").mistakes[0].fn)'),
-        nbformat.v4.new_code_cell('def mine(*a):\n    raise NotAttempted("replace this line")\ncheck("01.3", mine)'),
-    ]
-    path = tmp_path / "01_my_work.ipynb"
-    nbformat.write(nb, path)
+    path = notebook(tmp_path / "01_my_work.ipynb", SETUP, SOLVED,
+                    'check("01.2", get_exercise("01.2").mistakes[0].fn)',
+                    'def mine(*a):\n    raise NotAttempted("replace this line")\ncheck("01.3", mine)')
     out_json = tmp_path / "verdicts.json"
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", str(path), "--json", str(out_json)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    proc = check(path, "--json", out_json)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # an attempted exercise failed
     rows = {r["key"]: r for r in json.loads(out_json.read_text())}
     from course_utils.exercises import get_exercise
@@ -33,3 +45,106 @@ def test_grade_reports_passed_failed_and_not_attempted(tmp_path):
     assert rows["01.2"]["mistake"] == get_exercise("01.2").mistakes[0].name
     assert rows["01.3"]["status"] == "not attempted"
     assert "total:" in proc.stdout and "1 passed, 1 failed" in proc.stdout
+    # progress: a line when the notebook starts and one when it ends, with its time; no error of its own
+    assert "[1/1] 01_my_work.ipynb: running" in proc.stdout
+    assert "[1/1] 01_my_work.ipynb: finished in " in proc.stdout and "first error" not in proc.stdout
+
+
+def test_an_endless_loop_stops_at_the_time_limit_and_names_the_cell(tmp_path):
+    # the loop comes first: importing torch may itself take a few seconds on a busy machine
+    path = notebook(tmp_path / "01_loop.ipynb", "n = 0\nwhile True:\n    n += 1", SETUP, SOLVED)
+    out_json = tmp_path / "verdicts.json"
+    start = time.monotonic()
+    proc = check(path, "--timeout", "2", "--json", out_json, timeout=120)
+    assert time.monotonic() - start < 60, "the time limit per cell was not applied"
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "01_loop.ipynb: finished in" in proc.stdout
+    assert "cell 2 (`n = 0`) ran out of time: still running after 2 s" in proc.stdout
+    assert "--timeout SECONDS" in proc.stdout
+    row = {r["key"]: r for r in json.loads(out_json.read_text())}["01.1"]
+    assert row["status"] == "not run" and "cell 2 (`n = 0`) ran out of time" in row["message"]
+
+
+def test_a_syntax_error_is_shown_with_its_cell_and_without_colour(tmp_path):
+    path = notebook(tmp_path / "01_typo.ipynb", SETUP, "def mine(x:\n    return x", 'check("01.1", mine)')
+    proc = check(path, "--json", tmp_path / "verdicts.json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "first error: cell 3 (`def mine(x:`): SyntaxError:" in proc.stdout
+    assert "(line 1 of the cell)" in proc.stdout
+    assert "\x1b[" not in proc.stdout and "an earlier cell" not in proc.stdout
+    row = {r["key"]: r for r in json.loads((tmp_path / "verdicts.json").read_text())}["01.1"]
+    assert "its check cell raised an error: cell 4 (`check(\"01.1\", mine)`): NameError" in row["message"]
+
+
+def test_an_exception_is_the_first_error_with_its_cell(tmp_path):
+    path = notebook(tmp_path / "01_boom.ipynb", SETUP, "raise ValueError('my own bug')", SOLVED)
+    proc = check(path, "--json", tmp_path / "verdicts.json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr  # the check passed, but a cell errored
+    assert "first error: cell 3 (`raise ValueError('my own bug')`): ValueError: my own bug" in proc.stdout
+    assert {r["key"]: r for r in json.loads((tmp_path / "verdicts.json").read_text())}["01.1"]["status"] == "passed"
+
+
+def test_a_file_that_is_not_json_is_named_as_such(tmp_path):
+    path = tmp_path / "01_broken.ipynb"
+    path.write_text("{ this is not a notebook", encoding="utf-8")
+    proc = check(path, "--json", tmp_path / "verdicts.json")
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "not a notebook: invalid JSON (" in proc.stdout and "line 1, column 3" in proc.stdout
+    assert "Traceback" not in proc.stdout + proc.stderr and "an earlier cell" not in proc.stdout
+
+
+def test_a_folder_is_expanded_to_its_notebooks_without_backups_or_checkpoints(tmp_path):
+    folder = tmp_path / "work"
+    notebook(folder / "01_mine.ipynb", SETUP, SOLVED)
+    notebook(folder / "backup-01_mine-20260102-030405.ipynb", "raise RuntimeError('a backup ran')")
+    notebook(folder / ".ipynb_checkpoints" / "01_mine-checkpoint.ipynb", "raise RuntimeError('a checkpoint ran')")
+    notebook(folder / "scratch.ipynb", "print('no exercises here')")
+    out_json = tmp_path / "verdicts.json"
+    proc = check(folder, "--json", out_json)
+    assert "[1/2] 01_mine.ipynb: running" in proc.stdout, proc.stdout + proc.stderr
+    assert "[2/2] scratch.ipynb" in proc.stdout and "skipped" in proc.stdout  # no exercises, but not named
+    assert "backup" not in proc.stdout and "checkpoint" not in proc.stdout
+    rows = json.loads(out_json.read_text())
+    assert {r["notebook"] for r in rows} == {"01_mine.ipynb"}
+    assert {r["key"]: r["status"] for r in rows}["01.1"] == "passed"
+
+
+def test_a_notebook_without_exercises_fails_and_keeps_the_earlier_report(tmp_path):
+    path = notebook(tmp_path / "renamed.ipynb", "print('hello')")
+    out_json = tmp_path / "verdicts.json"
+    out_json.write_text('[{"key": "01.1", "status": "passed"}]\n')
+    stale = tmp_path / f".verdicts.json.{2**22 + 12345}-abc.tmp"  # left by a killed run (no such pid)
+    stale.write_text("half")
+    proc = check(path, "--json", out_json)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "renamed.ipynb: no exercises in this notebook" in proc.stdout
+    assert out_json.read_text() == '[{"key": "01.1", "status": "passed"}]\n'
+    assert "left as it was" in proc.stdout
+    assert not stale.exists()  # the killed run's temporary is cleaned by the next run
+
+
+def test_missing_paths_and_bad_time_limits_are_one_line_errors(tmp_path):
+    proc = check(tmp_path / "nope.ipynb", timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip() == f"course check: {tmp_path / 'nope.ipynb'}: no such file or folder"
+    proc = check(tmp_path, timeout=120)
+    assert proc.returncode == 2 and "this folder has no notebooks" in proc.stderr
+    proc = check(tmp_path, "--timeout", "-1", timeout=120)
+    assert proc.returncode == 2 and "expected a positive number of seconds such as 120, got '-1'" in proc.stderr
+    for p in (proc,):
+        assert "Traceback" not in p.stderr
+
+
+def test_the_kernel_gets_the_report_variable_and_runs_in_the_notebooks_folder(tmp_path):
+    """Exercises are collected through COURSE_EXERCISE_REPORT only, a notebook reads files beside it, and a
+    renamed notebook is checked for the exercises its cells check (exit 0: all of them passed)."""
+    (tmp_path / "data.txt").write_text("beside the notebook")
+    path = notebook(tmp_path / "renamed_copy.ipynb", SETUP,  # a renamed notebook: its checks say which
+                    "import os\nassert open('data.txt').read() == 'beside the notebook'\n"
+                    "assert os.environ['COURSE_EXERCISE_REPORT']", SOLVED)
+    env = dict(os.environ)
+    env.pop("COURSE_EXERCISE_REPORT", None)
+    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", str(path), "--json", str(tmp_path / "v.json")],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert [(r["notebook"], r["key"], r["status"]) for r in json.loads((tmp_path / "v.json").read_text())] == \
+        [("renamed_copy.ipynb", "01.1", "passed")]
