@@ -132,6 +132,7 @@ def _append_solution(cache: torch.Tensor, length: int, new: torch.Tensor) -> tor
     kv = KVCache(num_layers=1, capacity=cache.shape[2])
     kv.update(0, cache[:, :, :length], cache[:, :, :length])  # the positions cached so far
     k, _ = kv.update(0, new, new)  # written at length .. length + T - 1
+    cache[:, :, length:length + new.shape[2]] = new  # the write into the caller's buffer the exercise asks for
     return k  # (B, H, length + T, D)
 
 
@@ -250,6 +251,7 @@ EXERCISES = (
         signature="append_kv(cache, length, new) -> (B, H, length + T, D)",
         solution=_append_solution,
         cases=_append_cases,
+        inplace="cache",  # the buffer after the call is compared with the solution's
         mistakes=(
             Mistake("written at position 0",
                     "The new keys go after the `length` cached ones: write them at "
