@@ -342,7 +342,7 @@ def _tensor_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol
             return f"expected {e.item()!r}, got {g.item()!r}"
         first = int(wrong.flatten().nonzero()[0])
         at = _index(first, e.shape)
-        return (f"{n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} result differ; "
+        return (f"{n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} tensor differ; "
                 f"the first at {at}: "
                 f"expected {e.flatten()[first].item()!r}, got {g.flatten()[first].item()!r}")
     if e.dim() == 0 and not e.is_complex():
@@ -367,7 +367,7 @@ def _tensor_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol
     else:
         d = _distinct_digits(gv, ev, 4) if math.isfinite(gv) and math.isfinite(ev) else 4
         shown = f"expected {_fmt(ev, d)}, got {_fmt(gv, d)}"
-    return (f"values differ at {n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} result "
+    return (f"values differ at {n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} tensor "
             f"(the check allows {atol:g} + {rtol:g} * |expected|); "
             f"the worst at {at}: {shown}")
 

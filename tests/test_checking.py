@@ -133,7 +133,7 @@ def test_booleans_are_compared_exactly():
 
     res = run_check(POSITIVE, one_flipped)
     assert res.status == FAILED
-    assert "1 of the 9 entries of the bool (9,) result differ; the first at [0]: expected False, got True" in res.message
+    assert "1 of the 9 entries of the bool (9,) tensor differ; the first at [0]: expected False, got True" in res.message
 
 
 def test_a_python_number_or_a_0d_tensor_is_accepted_for_a_number():
@@ -547,7 +547,7 @@ def test_a_tensor_difference_shows_the_worst_entry_and_both_values():
 
     res = run_check(DOUBLE, one_wrong)
     e = _double_cases()[0][0][0] * 2
-    assert "values differ at 1 of the 3 entries of the float32 (3,) result" in res.message
+    assert "values differ at 1 of the 3 entries of the float32 (3,) tensor" in res.message
     assert f"the worst at [2]: expected {float(e[2]):.4g}, got {float(e[2]) + 0.5:.4g}" in res.message
 
 
