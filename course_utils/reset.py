@@ -9,13 +9,17 @@ course's own commands do not pick up as a notebook of the course).
 The clean copy is built from ``course_source/`` (``course_utils.build.make_notebook(..., learner=True)``);
 in a learner build of the course (``python3 course.py package --learner``), which has no sources, it is the
 copy packed in ``.course/clean/``; failing both, it comes from git (the committed ``notebooks/<name>``).
+
+Only the course's own notebooks in ``notebooks/`` are reset: a file anywhere else (``solutions/``, the
+instructor's complete notebooks, among them), a backup, or a notebook the course does not have is refused
+with a message naming what is accepted. Every write is atomic, and temporary files left by a killed run are
+removed by the next one.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import shutil
 import subprocess
 import sys
 from datetime import datetime
@@ -23,7 +27,10 @@ from pathlib import Path
 
 import nbformat
 
-__all__ = ["clean_copy", "exercise_cells", "backup_path", "reset_notebook", "reset_exercise"]
+from course_utils._files import backup_path, clean_stale_tmp, keep_copy, write_atomic
+
+__all__ = ["clean_copy", "exercise_cells", "backup_path", "course_notebooks", "resettable", "reset_notebook",
+           "reset_exercise"]
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR, LEARNER_DIR, CLEAN_DIR = ROOT / "course_source", ROOT / "notebooks", ROOT / ".course" / "clean"
@@ -70,29 +77,53 @@ def exercise_cells(nb: nbformat.NotebookNode) -> dict[str, list[int]]:
     return found
 
 
-def backup_path(path: Path, now: datetime | None = None) -> Path:
-    stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
-    candidate = path.with_name(f"backup-{path.stem}-{stamp}{path.suffix}")
-    n = 1
-    while candidate.exists():
-        n += 1
-        candidate = path.with_name(f"backup-{path.stem}-{stamp}-{n}{path.suffix}")
-    return candidate
+def course_notebooks() -> list[str]:
+    """The file names of the course's notebooks (``03_masking.ipynb``, ...): those with a source in
+    ``course_source/`` or a clean copy in ``.course/clean/``, else those committed in ``notebooks/``."""
+    names = {f"{p.stem}.ipynb" for p in SOURCE_DIR.glob("[0-9][0-9]_*.py")}
+    names |= {p.name for p in CLEAN_DIR.glob("[0-9][0-9]_*.ipynb")}
+    if not names:
+        rel = LEARNER_DIR.relative_to(ROOT).as_posix()
+        proc = subprocess.run(["git", "ls-tree", "--name-only", "HEAD", f"{rel}/"], cwd=ROOT, capture_output=True,
+                              text=True)
+        names = {Path(n).name for n in proc.stdout.split() if re.fullmatch(r"\d\d_.*\.ipynb", Path(n).name)}
+    return sorted(names)
 
 
-def _backup(path: Path, now: datetime | None) -> Path:
-    target = backup_path(path, now)
-    shutil.copy2(path, target)
+def resettable(path: Path, folder: Path | None = None) -> Path:
+    """``path``, resolved, when it is one of the course's notebooks in ``folder`` (default ``notebooks/``);
+    ValueError saying what is accepted otherwise."""
+    folder = Path(folder or LEARNER_DIR).resolve()
+    path = Path(path)
+    target = path.resolve()
+    names = course_notebooks()
+    shown = "notebooks/" if folder == LEARNER_DIR.resolve() else f"{folder}/"
+    accepted = f"reset puts back only the course's own notebooks in {shown} ({', '.join(names) or 'none found'})"
+    if target.parent != folder:
+        where = ""
+        if target.parent == (ROOT / "solutions").resolve():
+            where = "; solutions/ holds the instructor's complete notebooks, which reset never changes"
+        raise ValueError(f"{path} is not in {shown}{where}. {accepted}")
+    if target.name not in names:
+        what = "a backup, which reset never changes" if target.name.startswith("backup-") else \
+            "not a notebook of the course"
+        raise ValueError(f"{path} is {what}. {accepted}")
     return target
 
 
-def reset_notebook(path: Path, now: datetime | None = None) -> Path | None:
-    """Replace the notebook at ``path`` with its clean learner copy; return the backup (None if there was
-    no file to keep)."""
-    path = Path(path)
+def _write(nb: nbformat.NotebookNode, path: Path) -> None:
+    text = nbformat.writes(nb)
+    write_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
+
+
+def reset_notebook(path: Path, now: datetime | None = None, folder: Path | None = None) -> Path | None:
+    """Replace the notebook at ``path`` (one of the course's notebooks in ``folder``, default ``notebooks/``)
+    with its clean learner copy; return the backup (None if there was no file to keep)."""
+    path = resettable(path, folder)
+    clean_stale_tmp(path.parent)
     clean = clean_copy(path.name)
-    backup = _backup(path, now) if path.exists() else None
-    nbformat.write(clean, path)
+    backup = keep_copy(path, now) if path.exists() else None
+    _write(clean, path)
     return backup
 
 
@@ -112,10 +143,12 @@ def _find_cell(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode, key: str,
     return None
 
 
-def reset_exercise(path: Path, key: str, now: datetime | None = None) -> Path:
-    """Replace only exercise ``key``'s cells of the notebook at ``path`` with the clean learner cells (outputs
-    cleared); every other cell stays as it is. Return the backup of the learner's file."""
-    path = Path(path)
+def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Path | None = None) -> Path:
+    """Replace only exercise ``key``'s cells of the notebook at ``path`` (one of the course's notebooks in
+    ``folder``, default ``notebooks/``) with the clean learner cells (outputs cleared); every other cell stays
+    as it is. Return the backup of the learner's file."""
+    path = resettable(path, folder)
+    clean_stale_tmp(path.parent)
     if not path.exists():
         raise FileNotFoundError(f"{path} does not exist; to get a clean copy run: python3 course.py reset {path}")
     clean = clean_copy(path.name)
@@ -133,12 +166,12 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None) -> Path:
                               f"whole notebook instead: python3 course.py reset {path}")
         used.add(li)
         places.append((li, ci))
-    backup = _backup(path, now)
+    backup = keep_copy(path, now)
     for li, ci in places:
         new = nbformat.from_dict(dict(clean.cells[ci]))
         new["id"] = nb.cells[li].get("id", new.get("id"))
         nb.cells[li] = new
-    nbformat.write(nb, path)
+    _write(nb, path)
     return backup
 
 
@@ -155,9 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             backup = reset_notebook(args.notebook)
             print(f"{args.notebook} is back to its clean learner copy.")
-    except (FileNotFoundError, KeyError, LookupError) as e:
+    except (FileNotFoundError, KeyError, LookupError, ValueError) as e:
         print(f"cannot reset: {e.args[0] if e.args else e}", file=sys.stderr)
-        return 1
+        return 2
     if backup:
         print(f"your previous file is kept as {backup}")
     print("If JupyterLab has the notebook open, close its tab without saving (or use File > Reload Notebook "

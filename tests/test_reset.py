@@ -10,8 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
+from course_utils import reset
 from course_utils.build import STUB
-from course_utils.reset import clean_copy, exercise_cells, reset_exercise, reset_notebook
+from course_utils.reset import clean_copy, course_notebooks, exercise_cells, reset_exercise, reset_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "03_masking.ipynb"
@@ -43,7 +44,7 @@ def test_every_notebook_has_a_clean_copy_with_its_exercises():
 def test_reset_one_exercise_keeps_everything_else(tmp_path):
     path, where = learner_work(tmp_path)
     before = path.read_text(encoding="utf-8")
-    backup = reset_exercise(path, "03.2", now=NOW)
+    backup = reset_exercise(path, "03.2", now=NOW, folder=tmp_path)
     assert backup == tmp_path / "backup-03_masking-20260102-030405.ipynb"
     assert backup.read_text(encoding="utf-8") == before  # the learner's file, untouched
     nb = nbformat.read(path, as_version=4)
@@ -60,26 +61,66 @@ def test_reset_one_exercise_keeps_everything_else(tmp_path):
 def test_reset_whole_notebook_keeps_a_backup(tmp_path):
     path, _ = learner_work(tmp_path)
     before = path.read_text(encoding="utf-8")
-    backup = reset_notebook(path, now=NOW)
+    backup = reset_notebook(path, now=NOW, folder=tmp_path)
     assert backup.read_text(encoding="utf-8") == before
     nb = nbformat.read(path, as_version=4)
     assert [c.source for c in nb.cells] == [c.source for c in clean_copy(NAME).cells]
-    assert reset_notebook(path, now=NOW).name == "backup-03_masking-20260102-030405-2.ipynb"  # never overwrites
+    assert reset_notebook(path, now=NOW, folder=tmp_path).name == \
+        "backup-03_masking-20260102-030405-2.ipynb"  # never overwrites
 
 
 def test_reset_names_the_notebooks_exercises_when_the_key_is_wrong(tmp_path):
     path, _ = learner_work(tmp_path)
     with pytest.raises(KeyError, match="03_masking.ipynb has no exercise 04.1; its exercises are: 03.1"):
-        reset_exercise(path, "04.1")
+        reset_exercise(path, "04.1", folder=tmp_path)
     assert not list(tmp_path.glob("backup-*"))  # nothing written when nothing was reset
 
 
-def test_reset_command(tmp_path):
+def test_reset_command(tmp_path, monkeypatch, capsys):
     path, where = learner_work(tmp_path)
-    proc = subprocess.run([sys.executable, "course.py", "reset", str(path), "--exercise", "03.1"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "your previous file is kept as" in proc.stdout
+    monkeypatch.setattr(reset, "LEARNER_DIR", tmp_path)  # the learner's notebooks/ folder, here a copy
+    assert reset.main([str(path), "--exercise", "03.1"]) == 0
+    assert "your previous file is kept as" in capsys.readouterr().out
     nb = nbformat.read(path, as_version=4)
     assert "my 03.1" not in nb.cells[where["03.1"]].source and "my 03.2" in nb.cells[where["03.2"]].source
     assert len(list(tmp_path.glob("backup-03_masking-*.ipynb"))) == 1
+
+
+def test_reset_refuses_an_instructors_solution_and_leaves_it_unchanged():
+    solution = ROOT / "solutions" / NAME
+    before = solution.read_bytes()
+    proc = subprocess.run([sys.executable, "course.py", "reset", f"solutions/{NAME}"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "cannot reset: solutions/03_masking.ipynb is not in notebooks/; solutions/ holds the instructor's " \
+           "complete notebooks, which reset never changes" in proc.stderr
+    assert "03_masking.ipynb" in proc.stderr.split("(", 1)[1]  # names what it accepts
+    assert solution.read_bytes() == before
+    assert not list(solution.parent.glob("backup-*"))
+
+
+def test_reset_refuses_paths_outside_notebooks_and_files_that_are_not_course_notebooks(tmp_path):
+    path, _ = learner_work(tmp_path)
+    before = path.read_bytes()
+    with pytest.raises(ValueError, match=r"03_masking.ipynb is not in notebooks/\. reset puts back only the "
+                                         r"course's own notebooks in notebooks/ \(00_setup_check.ipynb, "):
+        reset_notebook(path)
+    with pytest.raises(ValueError, match="is not in notebooks/"):
+        reset_exercise(path, "03.1")
+    assert path.read_bytes() == before and not list(tmp_path.glob("backup-*"))
+    for name, what in (("backup-03_masking-20260102-030405.ipynb", "is a backup, which reset never changes"),
+                       ("my_notes.ipynb", "is not a notebook of the course"),
+                       ("03_masking.py", "is not a notebook of the course")):
+        with pytest.raises(ValueError, match=what):
+            reset_notebook(tmp_path / name, folder=tmp_path)
+        assert not (tmp_path / name).exists()
+    assert "03_masking.ipynb" in course_notebooks() and "00_setup_check.ipynb" in course_notebooks()
+
+
+def test_reset_cleans_a_killed_runs_temporary_and_writes_atomically(tmp_path):
+    path, _ = learner_work(tmp_path)
+    stale = tmp_path / f".{NAME}.{2**22 + 12345}-abc.tmp"  # left by a reset that was killed (no such pid)
+    stale.write_text("half a notebook")
+    reset_notebook(path, now=NOW, folder=tmp_path)
+    assert not stale.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["03_masking.ipynb", "backup-03_masking-20260102-030405.ipynb"]
