@@ -5,6 +5,7 @@ Command line (``python3 course.py room`` and ``python3 course.py package`` call 
     python -m course_utils.room prepare DIR [--platform TAG ...] [--python-version X.Y ...] [--pip-arg ARG ...]
     python -m course_utils.room package --learner OUT.zip      # no solutions/, no course_source/
     python -m course_utils.room package --instructor OUT.zip   # everything
+    (both take --force: replace an existing DIR or OUT.zip, which is first moved aside as backup-NAME-DATE)
     python -m course_utils.room guide [--check]                 # the exercise table of docs/INSTRUCTOR_GUIDE.md
 
 ``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room
@@ -14,6 +15,12 @@ Python unless told others), ``datasets/`` (the corpus of notebook 08, from ``cou
 DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each
 laptop: ``python3 course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with
 ``pip install --no-index --find-links DIR/wheels``.
+
+Nothing is lost: ``prepare`` wants a new (or empty) DIR outside the course folder, and ``package`` a new
+``.zip`` outside it; an existing one, or one inside the course, is refused unless ``--force`` is given, and
+then what was there is moved aside to ``backup-NAME-YYYYmmdd-HHMMSS`` beside it, never deleted. A zip is never
+written into a folder it packs, every file these commands write is written atomically, and temporary files
+left by a killed run are removed by the next one.
 """
 
 from __future__ import annotations
@@ -27,7 +34,11 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
+
+from course_utils._files import atomic_path, backup_path, clean_stale_tmp, move_aside, write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "INSTRUCTOR_GUIDE.md"
@@ -39,8 +50,8 @@ COMMON = ("README.md", "course.py", "requirements.txt", "pyproject.toml", ".giti
           "course_utils/", "notebooks/", "datasets/", "checkpoints/")
 INSTRUCTOR_ONLY = ("solutions/", "course_source/", "tests/", "docs/", ".ci/", "benchmarks/")
 LEARNER_EXCLUDE = ("course_utils/build.py", "course_utils/room.py")  # authors' and instructors' tools
-NEVER = re.compile(r"(^|/)(__pycache__|\.ipynb_checkpoints|\.hypothesis|.*\.egg-info)(/|$)|(^|/)backup-[^/]*\.ipynb$"
-                   r"|\.pyc$")
+NEVER = re.compile(r"(^|/)(__pycache__|\.ipynb_checkpoints|\.hypothesis|.*\.egg-info)(/|$)|(^|/)backup-[^/]*$"
+                   r"|\.pyc$|\.zip$|(^|/)\.[^/]*\.tmp$")  # caches, backups, zips, temporaries of atomic writes
 # Tools that build course_utils from `-e .` when pip installs with --no-index (pyproject's build backend).
 BUILD_BACKEND = ("setuptools>=64",)
 
@@ -52,7 +63,7 @@ def _requirements_without_local(requirements: Path, out: Path) -> Path:
     keep = [ln for ln in requirements.read_text(encoding="utf-8").splitlines()
             if not re.match(r"\s*(-e|--editable)\s|\s*\.\s*$", ln)]
     target = out / "requirements-room.txt"
-    target.write_text("\n".join(keep) + "\n", encoding="utf-8")
+    write_atomic(target, ("\n".join(keep) + "\n").encode("utf-8"))
     return target
 
 
@@ -90,8 +101,9 @@ def fetch_datasets(out: Path) -> str:
     (out / "datasets").mkdir(parents=True, exist_ok=True)
     copied = []
     for f in sorted((ROOT / "datasets").iterdir()):
-        if f.is_file() and f.name != "README.md":
-            shutil.copy2(f, out / "datasets" / f.name)
+        if f.is_file() and f.name != "README.md" and not NEVER.search(f.name):
+            with atomic_path(out / "datasets" / f.name) as tmp:
+                shutil.copy2(f, tmp)
             copied.append(f.name)
     return f"datasets: {', '.join(copied) or 'none'}"
 
@@ -122,23 +134,72 @@ with `python3 course.py room DIR --platform TAG --python-version X.Y` (see docs/
 """
 
 
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _packed_folders() -> list[Path]:
+    """The course's folders whose files go into a zip (a zip is never written into one of them)."""
+    return [ROOT / r.rstrip("/") for r in COMMON + INSTRUCTOR_ONLY if r.endswith("/")]
+
+
+def _free_output(out: Path, force: bool, what: str, empty_folder_ok: bool = False) -> tuple[Path, bool]:
+    """``out`` made absolute, and whether an existing path there must be moved aside first.
+
+    ValueError (naming ``--force`` where it helps) for an output that contains the course, lies in a folder a
+    zip packs, lies elsewhere in the course, or exists already.
+    """
+    out = Path(out).expanduser().absolute()
+    real = out.resolve()
+    if _inside(ROOT, real):
+        raise ValueError(f"{out} holds the course folder {ROOT} itself; give {what} a path outside it "
+                         "(--force does not change this)")
+    packed = [f for f in _packed_folders() if _inside(real, f.resolve())]
+    if packed:
+        raise ValueError(f"{out} is inside {packed[0].relative_to(ROOT)}/, a folder of the course that the zips "
+                         f"pack, so it would end up in a zip (and could replace a learner's file); give {what} a "
+                         f"path outside the course, e.g. {ROOT.parent / out.name} (--force does not change this)")
+    if _inside(real, ROOT) and not force:
+        raise ValueError(f"{out} is inside the course folder {ROOT}; give {what} a path outside it, e.g. "
+                         f"{ROOT.parent / out.name}, or add --force to write it there anyway")
+    exists = out.exists() or out.is_symlink()
+    if exists and empty_folder_ok and out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
+        return out, False  # an empty folder: nothing to lose
+    if exists and not force:
+        kind = "a folder" if out.is_dir() else "a file"
+        raise ValueError(f"{out} already exists ({kind}); it is never replaced silently: give {what} a new path, "
+                         f"or add --force to replace it (what is there now is first moved aside, whole, as "
+                         f"{backup_path(out).name} with the time of the run; nothing is deleted)")
+    return out, exists
+
+
 def prepare(out: Path, requirements: Path | None = None, platforms: list[str] | None = None,
             python_versions: list[str] | None = None, pip_args: list[str] | None = None,
-            data: bool = True, course: bool = True, build_backend: bool = True) -> list[str]:
-    """Fill the room folder ``out``; return one line per part made."""
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
+            data: bool = True, course: bool = True, build_backend: bool = True, force: bool = False,
+            now: datetime | None = None) -> list[str]:
+    """Fill the room folder ``out``; return one line per part made.
+
+    ``out`` must be new (or an empty folder) and outside the course folder; with ``force`` an existing one is
+    first moved aside to ``backup-NAME-DATE`` beside it, and one inside the course is allowed (never inside a
+    folder that the zips pack). ValueError otherwise, before anything is written or downloaded.
+    """
+    out, replace = _free_output(out, force, "the room folder", empty_folder_ok=True)
     notes = []
+    if replace:
+        notes.append(f"the existing {out} is kept, whole, as {move_aside(out, now)}")
+    out.mkdir(parents=True, exist_ok=True)
+    for folder in (out, out / "datasets"):
+        clean_stale_tmp(folder)
     download_wheels(out, requirements or ROOT / "requirements.txt", platforms or [], python_versions or [],
                     pip_args or [], build_backend)
     notes.append(f"wheels: {len(list((out / 'wheels').iterdir()))} files in {out / 'wheels'}")
     notes.append(fetch_datasets(out) if data else "skipped datasets (--no-data)")
     if course:
-        package(out / "course-learner.zip", learner=True)
+        package(out / "course-learner.zip", learner=True, force=True, now=now)
         notes.append(f"course without solutions: {out / 'course-learner.zip'}")
     targets = ", ".join(f"{p or 'this platform'} / Python {v or '.'.join(map(str, sys.version_info[:2]))}"
                         for p, v in itertools.product(platforms or [None], python_versions or [None]))
-    (out / "README.txt").write_text(ROOM_README.format(targets=targets), encoding="utf-8")
+    write_atomic(out / "README.txt", ROOM_README.format(targets=targets).encode("utf-8"))
     notes.append(f"instructions for the room: {out / 'README.txt'}")
     return notes
 
@@ -165,17 +226,35 @@ def _selected(path: str, include: tuple[str, ...], exclude: tuple[str, ...] = ()
     return hit(include) and not hit(exclude)
 
 
-def package(out: Path, learner: bool) -> list[str]:
+@dataclass
+class Packed:
+    """What :func:`package` wrote: the zip, the course files in it, and where an earlier file at its path went."""
+
+    out: Path
+    names: list[str]
+    backup: Path | None = None
+
+
+def package(out: Path, learner: bool, force: bool = False, now: datetime | None = None) -> Packed:
     """Zip the course: the learner build (no solutions, no sources, no authors' tools; clean copies of the
-    notebooks in .course/clean/ for `course.py reset`) or the instructor build (everything). Returns the
-    names written."""
-    out = Path(out)
+    notebooks in .course/clean/ for `course.py reset`) or the instructor build (everything).
+
+    ``out`` must be a new ``.zip`` outside the course folder; with ``force`` an existing file is first moved
+    aside to ``backup-NAME-DATE.zip`` and a path inside the course (never inside a folder the zip packs) is
+    allowed. ValueError otherwise, before anything is written. The zip is written atomically.
+    """
+    if Path(out).suffix.lower() != ".zip" or Path(out).is_dir():
+        raise ValueError(f"{out} is not a .zip file name; package writes one zip, e.g. "
+                         f"{ROOT.parent / 'course-learner.zip'} (--force does not change this)")
+    out, replace = _free_output(out, force, "the zip")
     include = COMMON if learner else COMMON + INSTRUCTOR_ONLY
     names = [f for f in course_files() if _selected(f, include, LEARNER_EXCLUDE if learner else ())]
-    out.parent.mkdir(parents=True, exist_ok=True)
+    names = [f for f in names if (ROOT / f).resolve() != out.resolve()]
+    clean_stale_tmp(out.parent, out.name)
     top = "attention-course"
     written = []
-    with zipfile.ZipFile(out, "w", compression=zipfile.ZIP_DEFLATED) as z:
+    backup = None
+    with atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for name in names:
             z.write(ROOT / name, f"{top}/{name}")
             written.append(name)
@@ -190,12 +269,14 @@ def package(out: Path, learner: bool) -> list[str]:
                 name = f".course/clean/{nb.name}"
                 z.writestr(f"{top}/{name}", nbformat.writes(clean_copy(nb.name)))
                 written.append(name)
-    if learner:
-        leaks = learner_leaks(out)
-        if leaks:
-            out.unlink()
-            raise RuntimeError(f"the learner build would contain solutions: {leaks}")
-    return written
+        z.close()
+        if learner:
+            leaks = learner_leaks(tmp)
+            if leaks:  # atomic_path removes the temporary: nothing is written
+                raise RuntimeError(f"the learner build would contain solutions: {leaks}")
+        if replace:
+            backup = move_aside(out, now)
+    return Packed(out, written, backup)
 
 
 def learner_leaks(zip_path: Path) -> list[str]:
@@ -271,23 +352,37 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--requirements", type=Path, default=ROOT / "requirements.txt")
     p.add_argument("--no-data", action="store_true", help="leave the datasets out")
     p.add_argument("--no-course", action="store_true", help="leave course-learner.zip out")
+    p.add_argument("--force", action="store_true",
+                   help="use DIR even if it exists (it is first moved aside to backup-DIR-DATE) or lies in the course")
     k = sub.add_parser("package", help="zip the course for learners (no solutions) or instructors")
     which = k.add_mutually_exclusive_group(required=True)
     which.add_argument("--learner", type=Path, metavar="OUT.zip")
     which.add_argument("--instructor", type=Path, metavar="OUT.zip")
+    k.add_argument("--force", action="store_true",
+                   help="replace an existing OUT.zip (first moved aside to backup-NAME-DATE.zip), or write it "
+                        "inside the course folder")
     g = sub.add_parser("guide", help="write the exercise table into docs/INSTRUCTOR_GUIDE.md")
     g.add_argument("--check", action="store_true", help="only say whether the table is current (exit 1 if not)")
     args = parser.parse_args(argv)
     if args.command == "guide":
         return guide(args.check)
     if args.command == "package":
-        out = args.learner or args.instructor
-        names = package(out, learner=args.learner is not None)
-        print(f"wrote {out}: {len(names)} files, " + ("without solutions" if args.learner else "with solutions"))
+        try:
+            done = package(args.learner or args.instructor, learner=args.learner is not None, force=args.force)
+        except ValueError as e:
+            print(f"course package: {e}", file=sys.stderr)
+            return 2
+        if done.backup:
+            print(f"the earlier {done.out.name} is kept as {done.backup}")
+        print(f"wrote {done.out}: {len(done.names)} files, "
+              + ("without solutions" if args.learner else "with solutions"))
         return 0
     try:
         notes = prepare(args.dir, args.requirements, args.platform, args.python_version, args.pip_arg,
-                        data=not args.no_data, course=not args.no_course)
+                        data=not args.no_data, course=not args.no_course, force=args.force)
+    except ValueError as e:
+        print(f"course room: {e}", file=sys.stderr)
+        return 2
     except subprocess.CalledProcessError as e:
         print(f"failed: {' '.join(map(str, e.cmd))}", file=sys.stderr)
         return 1

@@ -5,7 +5,10 @@ import subprocess
 import sys
 import venv
 import zipfile
+from datetime import datetime
 from pathlib import Path
+
+import pytest
 
 from course_utils import room
 
@@ -102,3 +105,92 @@ def test_lab_offline_installs_from_the_room_folder_only(tmp_path, monkeypatch):
     assert "--no-index" in pip and pip[-2:] == ["-r", "requirements.txt"]
     assert course.take_offline(["--offline=http://10.0.0.2:8000/wheels/"])[0] == "http://10.0.0.2:8000/wheels/"
     assert course.offline_source("http://10.0.0.2:8000/wheels/") == "http://10.0.0.2:8000/wheels/"
+
+
+# ------------------------------------------------------------------------ nothing a learner made is ever lost
+
+DEAD_PID = 2**22 + 12345  # above any pid_max default: the temporary of a run that was killed
+
+
+def course_command(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "course.py", *args], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+
+
+def test_package_onto_a_notebook_refuses_and_leaves_it_untouched():
+    notebook = ROOT / "notebooks" / "03_masking.ipynb"
+    before = notebook.read_bytes()
+    for args in (["--learner", "notebooks/03_masking.ipynb"], ["--learner", "notebooks/03_masking.ipynb", "--force"],
+                 ["--instructor", "notebooks/new.zip", "--force"]):
+        proc = course_command("package", *args)
+        assert proc.returncode == 2, proc.stdout + proc.stderr
+        assert proc.stderr.startswith("course package: ") and "--force does not change this" in proc.stderr
+        assert "Traceback" not in proc.stderr
+    assert notebook.read_bytes() == before
+    assert not (ROOT / "notebooks" / "new.zip").exists()
+    assert not [p for p in notebook.parent.iterdir() if p.name.startswith(".03_masking") or p.name == "new.zip"]
+
+
+def test_package_inside_the_course_needs_force():
+    proc = course_command("package", "--learner", "course-learner-test.zip")
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert f"is inside the course folder {ROOT}" in proc.stderr and "add --force to write it there" in proc.stderr
+    assert not (ROOT / "course-learner-test.zip").exists()
+
+
+def test_package_onto_an_existing_zip_needs_force_and_keeps_a_backup(tmp_path):
+    out = tmp_path / "course.zip"
+    out.write_bytes(b"a zip an instructor made yesterday")
+    with pytest.raises(ValueError, match=r"course.zip already exists \(a file\); it is never replaced silently: "
+                                         r".* or add --force to replace it"):
+        room.package(out, learner=False)
+    assert out.read_bytes() == b"a zip an instructor made yesterday"
+    stale = tmp_path / f".course.zip.{DEAD_PID}-abc.tmp"
+    stale.write_bytes(b"half a zip from a killed run")
+    done = room.package(out, learner=False, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
+    assert done.backup == tmp_path / "backup-course-20260102-030405.zip"
+    assert done.backup.read_bytes() == b"a zip an instructor made yesterday"
+    assert not stale.exists()  # cleaned by the next run
+    with zipfile.ZipFile(out) as z:
+        names = z.namelist()
+    assert "attention-course/course.py" in names
+    assert not [n for n in names if n.endswith((".zip", ".tmp")) or "/backup-" in n]  # never itself, never others
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["backup-course-20260102-030405.zip", "course.zip"]
+
+
+def fake_download(out, *args, **kwargs):
+    (out / "wheels").mkdir(parents=True, exist_ok=True)
+    (out / "wheels" / "fake-0.1-py3-none-any.whl").write_bytes(b"wheel")
+    return []
+
+
+def test_room_onto_an_existing_folder_needs_force_and_moves_it_aside_whole(tmp_path, monkeypatch):
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    out = tmp_path / "room"
+    (out / "notes").mkdir(parents=True)
+    (out / "notes" / "plan.md").write_text("my workshop plan")
+    with pytest.raises(ValueError, match=r"room already exists \(a folder\); .* add --force"):
+        room.prepare(out, data=False, course=False)
+    assert sorted(p.name for p in out.iterdir()) == ["notes"]  # nothing written, nothing downloaded
+    notes = room.prepare(out, data=False, course=False, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
+    kept = tmp_path / "backup-room-20260102-030405"
+    assert (kept / "notes" / "plan.md").read_text() == "my workshop plan"
+    assert any(str(kept) in n for n in notes)
+    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "wheels"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    room.prepare(empty, data=False, course=False)  # an empty folder has nothing to lose: no --force needed
+    assert (empty / "README.txt").exists()
+
+
+def test_room_inside_the_course_is_refused_before_anything_is_written(monkeypatch):
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    with pytest.raises(ValueError, match="is inside the course folder .* or add --force"):
+        room.prepare(ROOT / "room-test-folder", data=False, course=False)
+    with pytest.raises(ValueError, match=r"is inside notebooks/, a folder of the course .* \(--force does not"):
+        room.prepare(ROOT / "notebooks" / "room", data=False, course=False, force=True)
+    with pytest.raises(ValueError, match=r"holds the course folder .* itself"):
+        room.prepare(ROOT.parent, data=False, course=False, force=True)
+    assert not (ROOT / "room-test-folder").exists() and not (ROOT / "notebooks" / "room").exists()
+    proc = course_command("room", str(ROOT / "room-test-folder"))
+    assert proc.returncode == 2 and proc.stderr.startswith("course room: ") and "Traceback" not in proc.stderr
