@@ -26,8 +26,10 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 import venv
 from pathlib import Path
+from typing import NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("COURSE_VENV", ROOT / ".venv"))
@@ -132,32 +134,173 @@ def cmd_lab(extra: list[str]) -> int:
     return in_venv("-m", "jupyter", "lab", "notebooks/00_setup_check.ipynb", *extra)
 
 
-def cmd_test(extra: list[str]) -> int:
-    offline, extra = take_offline(extra)
-    ensure_installed(offline)
-    if offline:
-        copy_room_datasets(offline)
+# PyTorch picks its CPU kernels (vector width) at start-up; ATEN_CPU_CAPABILITY forces another set. Sums and
+# products come out with different last bits under each, so a printed result that depends on them fails on
+# another learner's CPU. `test` runs the learner notebooks again under the portable kernels and the AVX2 ones.
+FORCED_KERNELS = ("default", "avx2")
+CAPABILITY_PROBE = "import torch; print(torch.backends.cpu.get_cpu_capability())"
+
+
+class Step(NamedTuple):
+    """One command of `course.py test`: pytest (or ruff) in the venv, with extra environment variables.
+
+    Steps that share a ``group`` number run at the same time (each notebook kernel uses one thread, so two
+    nbval passes fill two cores); ``ok`` lists the exit codes that count as success.
+    """
+
+    title: str
+    args: list[str]
+    env: dict[str, str] = {}  # added to the environment (never changed in place)
+    group: int = 0
+    ok: tuple[int, ...] = (0,)
+
+
+def cpu_capability(forced: str | None = None) -> str:
+    """The CPU kernels the venv's PyTorch uses ('AVX512', 'AVX2', 'DEFAULT', ...), under
+    ATEN_CPU_CAPABILITY=forced if given (an unsupported value is ignored by PyTorch, so the answer then
+    names what it fell back to); '' if PyTorch cannot be asked."""
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    if forced is not None:
+        env["ATEN_CPU_CAPABILITY"] = forced
+    try:
+        proc = subprocess.run([str(PY), "-c", CAPABILITY_PROBE], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return proc.stdout.strip().upper() if proc.returncode == 0 else ""
+
+
+def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list[Step], list[str]]:
+    """The steps of `course.py test` and one-line notices for the passes left out.
+
+    ``capability`` maps None (native) and each of FORCED_KERNELS to what PyTorch reports under it
+    (:func:`cpu_capability`). A forced pass runs where PyTorch really switches to those kernels and they are
+    not already the native ones; otherwise a notice says why it is left out.
+    """
     # Folders this copy of the course has (a learner build has no solutions/ or course_source/); a learner's
     # backups (backup-*.ipynb, from `course.py reset`) are their own work, not part of the course.
     lint = [d for d in ("course_utils", "tests", "course_source", "notebooks", "solutions") if (ROOT / d).is_dir()]
     test = [d for d in ("tests", "notebooks", "solutions") if (ROOT / d).is_dir()]
+    nbval = ["--nbval", "--nbval-current-env", "--nbval-cell-timeout=600", "--ignore-glob=**/backup-*.ipynb"]
+    native = capability.get(None) or "unknown"
     steps = [
-        ("lint (ruff, including B015: comparisons whose result is thrown away)",
-         ["-m", "ruff", "check", *lint, "course.py", "--extend-exclude", "backup-*.ipynb"]),
-        ("unit tests (notebooks in sync with course_source/ among them), nbval on every notebook "
-         "(learner copies and solutions), then every notebook in JupyterLab in a real browser (tests/e2e; "
-         "skipped without Chromium)",
-         ["-m", "pytest", *test, "--nbval", "--nbval-current-env", "--nbval-cell-timeout=600",
-          "--ignore-glob=**/backup-*.ipynb", *extra]),
+        Step("lint (ruff, including B015: comparisons whose result is thrown away)",
+             ["-m", "ruff", "check", *lint, "course.py", "--extend-exclude", "backup-*.ipynb"], group=1),
+        Step(f"unit tests (notebooks in sync with course_source/ among them), nbval on every notebook "
+             f"(learner copies and solutions) with this CPU's own kernels ({native}), then every notebook in "
+             f"JupyterLab in a real browser (tests/e2e; skipped without Chromium)",
+             ["-m", "pytest", *test, *nbval, *extra], group=2),
     ]
-    for title, args in steps:
-        say(title)
-        rc = in_venv(*args)
-        if rc != 0:
-            say(f"FAILED: {title}")
-            return rc
-    say("all tests passed")
+    notices = []
+    if not (ROOT / "notebooks").is_dir():
+        return steps, ["no notebooks/ folder: the passes under other CPU kernels are left out"]
+    for kernel in FORCED_KERNELS:
+        got = capability.get(kernel, "")
+        if got != kernel.upper():
+            notices.append(f"the {kernel} CPU kernels are left out: this CPU does not have them "
+                           f"(with ATEN_CPU_CAPABILITY={kernel} PyTorch uses {got or 'nothing it could report'})")
+        elif got == native:
+            notices.append(f"the {kernel} CPU kernels are this CPU's own: the native run above covers them")
+        else:
+            steps.append(Step(
+                f"nbval on the learner notebooks under PyTorch's {kernel} CPU kernels "
+                f"(ATEN_CPU_CAPABILITY={kernel}): printed outputs must not depend on the CPU",
+                # exit code 5: options in `extra` (-k ...) selected no notebook
+                ["-m", "pytest", "notebooks", *nbval, *extra],
+                env={"ATEN_CPU_CAPABILITY": kernel}, group=3, ok=(0, 5)))
+    return steps, notices
+
+
+def run_steps(steps: list[Step]) -> int:
+    """Run the steps group by group (a group's steps at the same time), print each one's wall time, and
+    stop after the first group with a failure. Returns 0 or the first failing exit code."""
+    times: list[tuple[str, float, int]] = []
+    for group in sorted({s.group for s in steps}):
+        members = [s for s in steps if s.group == group]
+        if len(members) == 1:
+            step = members[0]
+            say(step.title)
+            t0 = time.monotonic()
+            cmd = [str(c) for c in (PY, *step.args)]
+            say("$ " + "".join(f"{k}={v} " for k, v in step.env.items()) + " ".join(cmd))
+            rc = subprocess.call(cmd, cwd=ROOT, env=step_env(step))
+            results = [(step, rc, time.monotonic() - t0)]
+        else:
+            results = run_together(members)
+        failed = 0
+        for step, rc, seconds in results:
+            times.append((step.title, seconds, rc))
+            say(f"{'ok' if rc in step.ok else f'FAILED (exit code {rc})'} in {seconds:.0f} s: {step.title}")
+            if rc not in step.ok and not failed:
+                failed = rc
+        if failed:
+            print_times(times)
+            return failed
+    print_times(times)
     return 0
+
+
+def step_env(step: Step) -> dict[str, str]:
+    """The environment of a step: this one, without a forced kernel unless the step forces one."""
+    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    return {**env, **step.env}
+
+
+def run_together(steps: list[Step]) -> list[tuple[Step, int, float]]:
+    """Start every step at once; show each one's output, whole, when it ends (so lines never interleave)."""
+    import tempfile
+
+    running = []
+    for step in steps:
+        say(f"{step.title} (started now, output shown when it ends)")
+        log = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+        cmd = [str(c) for c in (PY, *step.args)]
+        say("$ " + "".join(f"{k}={v} " for k, v in step.env.items()) + " ".join(cmd))
+        proc = subprocess.Popen(cmd, cwd=ROOT, env=step_env(step), stdout=log, stderr=subprocess.STDOUT)
+        running.append((step, proc, log, time.monotonic()))
+    results: dict[int, tuple[Step, int, float]] = {}
+    while len(results) < len(running):
+        for i, (step, proc, log, t0) in enumerate(running):
+            if i not in results and proc.poll() is not None:
+                results[i] = (step, proc.returncode, time.monotonic() - t0)
+                log.seek(0)
+                say(f"output of: {step.title}")
+                sys.stdout.write(log.read())
+                sys.stdout.flush()
+                log.close()
+        time.sleep(0.2)
+    return [results[i] for i in range(len(running))]
+
+
+def print_times(times: list[tuple[str, float, int]]) -> None:
+    say("wall time per step:")
+    for title, seconds, rc in times:
+        print(f"    {seconds:6.0f} s  {'ok    ' if rc in (0, 5) else 'FAILED'}  {title[:90]}", flush=True)
+
+
+def cmd_test(extra: list[str]) -> int:
+    offline, extra = take_offline(extra)
+    plan_only = "--plan" in extra
+    extra = [a for a in extra if a != "--plan"]
+    ensure_installed(offline)
+    if offline:
+        copy_room_datasets(offline)
+    if os.environ.get("ATEN_CPU_CAPABILITY"):
+        say(f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} is set: the native run ignores it, "
+            "the passes below force each kernel themselves")
+    capability = {None: cpu_capability(), **{k: cpu_capability(k) for k in FORCED_KERNELS}}
+    steps, notices = test_plan(extra, capability)
+    for notice in notices:
+        say(notice)
+    if plan_only:
+        for step in steps:
+            print(f"group {step.group}: {' '.join(f'{k}={v}' for k, v in step.env.items())}"
+                  f"{' ' if step.env else ''}python {' '.join(step.args)}\n    {step.title}")
+        return 0
+    t0 = time.monotonic()
+    rc = run_steps(steps)
+    say(f"{'all tests passed' if rc == 0 else 'FAILED'} in {time.monotonic() - t0:.0f} s")
+    return rc
 
 
 def cmd_check(extra: list[str]) -> int:

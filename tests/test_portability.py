@@ -1,0 +1,241 @@
+"""Printed results are the same on every CPU, and `course.py test` proves it under PyTorch's other CPU kernels.
+
+PyTorch picks vectorised kernels for the CPU it runs on (AVX-512, AVX2, NEON, or portable C++), and sums come
+out with different last bits under each. nbval compares a notebook's printed outputs character by character,
+so a printed float32 difference such as ``1.2e-07`` or a tensor of row sums (``1.0000`` or ``1.``) fails on
+another learner's machine. These tests catch the patterns fast; `course.py test` runs the learner notebooks
+under the forced kernels (``ATEN_CPU_CAPABILITY``) to catch the rest.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import platform
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+NOTEBOOKS = sorted(p for d in ("notebooks", "solutions") for p in (ROOT / d).glob("[0-9][0-9]_*.ipynb"))
+
+# A number in scientific notation with a negative exponent (1.2e-07, 4e-07, 1e-06), or a zero in scientific
+# notation (0.0e+00): what a printed rounding error looks like. A tolerance stated as a power of ten the way
+# one writes it ("agree to 1e-6", "below 1e-14") is not noise (TOLERANCE).
+SCI_NOISE = re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?e(?:-\d+|[-+]0+\b)")
+TOLERANCE = re.compile(r"1e-[1-9]\d*")
+# A value within rounding of zero printed at tensor precision: -0.0000 on one CPU is 0.0000 on another.
+NEGATIVE_ZERO = re.compile(r"(?<![\d.])-0\.0+(?![\d.]*[1-9])")
+# Stated constants, not results: the machine epsilon ("eps = 1.2e-07") and a parameter's value ("top_p=1e-06").
+ALLOWED_BEFORE = ("eps = ", "=")
+
+
+def load_course():
+    spec = importlib.util.spec_from_file_location("course_for_portability", ROOT / "course.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def compared_text(cell) -> str:
+    """What nbval compares for a code cell (its stream text and plain-text results); '' if it ignores it."""
+    if any(marker in cell.source for marker in ("NBVAL_IGNORE_OUTPUT", "NBVAL_SKIP")):
+        return ""
+    parts = []
+    for out in cell.get("outputs", []):
+        if out.output_type == "stream":
+            parts.append(out.text)
+        elif "data" in out:
+            parts.append(out.data.get("text/plain", ""))
+    return "".join(parts)
+
+
+def float_noise(text: str) -> list[str]:
+    """Every printed rounding error or negative zero in ``text``, each with the start of its line."""
+    found = []
+    for pattern in (SCI_NOISE, NEGATIVE_ZERO):
+        for m in pattern.finditer(text):
+            before = text[: m.start()]
+            if pattern is SCI_NOISE and (before.endswith(ALLOWED_BEFORE) or TOLERANCE.fullmatch(m.group())):
+                continue
+            line_start = before.rfind("\n") + 1
+            found.append(text[line_start: m.end()])
+    return found
+
+
+@pytest.mark.parametrize("text", [
+    "chunk_size= 1: out (1, 2, 50, 8), max abs diff 1.2e-07",
+    "     MHA: same tokens True, max logit diff 5e-07",
+    "identity projections, max abs diff: 0.0e+00",
+    "largest difference: 9.5e-07",
+    "float64: max abs diff 4e-15",
+    "tensor([ 0.1036, -0.0000,  0.2421])",
+])
+def test_the_noise_patterns_are_recognised(text):
+    assert float_noise(text), text
+
+
+@pytest.mark.parametrize("text", [
+    "repeat_interleave vs enable_gqa, agree to 1e-6: True",
+    "ours vs torch, float32: all below 1e-6:  True (eps = 1.2e-07)",
+    "ours vs torch, float64: all below 1e-14: True (eps = 2.2e-16)",
+    "top_p=1e-06 : keeps tokens [1]",
+    "torch.finfo(torch.float32).max = 3.403e+38",
+    "fill = -3.403e+38",
+    "tensor([-0.0996,  0.1481, -0.1346]) and -0.05",
+    "row sums: tensor([1., 1., 1.])",
+])
+def test_stated_tolerances_constants_and_real_values_are_not_noise(text):
+    assert not float_noise(text), float_noise(text)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_no_compared_output_prints_float_noise(path):
+    """Differences are printed against a stated tolerance ("agree to 1e-6: True"), never as their digits."""
+    nb = nbformat.read(path, as_version=4)
+    bad = []
+    code_cells = [c for c in nb.cells if c.cell_type == "code"]
+    for number, cell in enumerate(code_cells):  # numbered as nbval numbers them: "Cell 8"
+        bad += [f"Cell {number}: {hit}" for hit in float_noise(compared_text(cell))]
+    assert not bad, (f"{path.name} prints rounding errors that differ between CPUs; print a comparison "
+                     f"against a tolerance instead (course_source/AUTHORING.md):\n" + "\n".join(bad))
+
+
+def test_notebooks_exist():
+    assert len(NOTEBOOKS) >= 18, [p.name for p in NOTEBOOKS]
+
+
+def _loads_the_corpus(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", "")) == "load_corpus"
+               for n in ast.walk(node))
+
+
+def test_a_cell_that_may_download_the_corpus_is_not_compared_and_does_nothing_else():
+    """On a fresh clone `load_corpus()` downloads and logs; later runs print nothing. nbval must see the same
+    either way, so that cell's output is ignored, and it holds only the loading, so the facts about the
+    corpus are printed (and compared) by another cell."""
+    found = 0
+    for path in NOTEBOOKS:
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code" or "load_corpus(" not in cell.source:
+                continue
+            tree = ast.parse(cell.source)
+            loading = [s for s in tree.body if _loads_the_corpus(s)]
+            if not loading or (isinstance(loading[0], ast.ImportFrom)):
+                continue
+            found += 1
+            assert "NBVAL_IGNORE_OUTPUT" in cell.source, f"{path.name}: {cell.source!r}"
+            assert all(_loads_the_corpus(s) or isinstance(s, (ast.Import, ast.ImportFrom)) for s in tree.body), (
+                f"{path.name}: the cell that loads the corpus also does other work, whose output nbval "
+                f"would not compare: {cell.source!r}")
+    assert found >= 2, "notebook 08 (learner copy and solution) loads the corpus"
+
+
+# --------------------------------------------------------------------------------------------------
+# course.py test runs the learner notebooks under the forced CPU kernels
+# --------------------------------------------------------------------------------------------------
+
+AVX512_MACHINE = {None: "AVX512", "default": "DEFAULT", "avx2": "AVX2"}
+
+
+def forced_passes(steps):
+    return {s.env.get("ATEN_CPU_CAPABILITY"): s for s in steps if "ATEN_CPU_CAPABILITY" in s.env}
+
+
+def test_plan_runs_the_learner_notebooks_under_both_forced_kernels_besides_the_native_run():
+    course = load_course()
+    steps, notices = course.test_plan([], AVX512_MACHINE)
+    assert notices == []
+    native = [s for s in steps if "--nbval" in s.args and "ATEN_CPU_CAPABILITY" not in s.env]
+    assert len(native) == 1 and {"tests", "notebooks", "solutions"} <= set(native[0].args)
+    forced = forced_passes(steps)
+    assert set(forced) == {"default", "avx2"}
+    for kernel, step in forced.items():
+        assert step.args[:3] == ["-m", "pytest", "notebooks"], step.args
+        assert "--nbval" in step.args and "--nbval-lax" not in step.args  # strict: any difference fails
+        assert step.ok == (0, 5) and kernel in step.title
+    assert forced["default"].group == forced["avx2"].group != native[0].group  # the two run side by side
+
+
+def test_plan_passes_extra_pytest_options_to_every_pytest_step():
+    course = load_course()
+    steps, _ = course.test_plan(["-k", "03_masking"], AVX512_MACHINE)
+    pytest_steps = [s for s in steps if "pytest" in s.args]
+    assert len(pytest_steps) == 3 and all(s.args[-2:] == ["-k", "03_masking"] for s in pytest_steps)
+
+
+def test_plan_leaves_out_avx2_with_a_notice_where_the_cpu_lacks_it():
+    course = load_course()
+    # PyTorch ignores ATEN_CPU_CAPABILITY=avx2 on a CPU without AVX2 and reports what it uses instead
+    steps, notices = course.test_plan([], {None: "DEFAULT", "default": "DEFAULT", "avx2": "DEFAULT"})
+    assert set(forced_passes(steps)) == set()
+    assert len(notices) == 2
+    assert any("avx2" in n and "does not have them" in n for n in notices)
+    assert any("default" in n and "native run" in n for n in notices)
+    steps, notices = course.test_plan([], {None: "AVX2", "default": "DEFAULT", "avx2": "AVX2"})
+    assert set(forced_passes(steps)) == {"default"}
+    assert len(notices) == 1 and "avx2" in notices[0] and "native run" in notices[0]
+    steps, notices = course.test_plan([], {None: "", "default": "", "avx2": ""})  # PyTorch could not be asked
+    assert set(forced_passes(steps)) == set() and len(notices) == 2
+
+
+@pytest.mark.skipif(not Path("/proc/cpuinfo").exists() or platform.machine() not in ("x86_64", "AMD64"),
+                    reason="reads the CPU's flags from /proc/cpuinfo (x86 Linux)")
+def test_the_capability_probe_agrees_with_the_cpu_flags():
+    course = load_course()
+    flags = set(re.search(r"^flags\s*:(.*)$", Path("/proc/cpuinfo").read_text(), re.M).group(1).split())
+    assert course.cpu_capability("default") == "DEFAULT"
+    assert (course.cpu_capability("avx2") == "AVX2") == ("avx2" in flags)
+
+
+def test_dry_run_on_this_machine_lists_every_pass_it_can_run():
+    proc = subprocess.run([sys.executable, "course.py", "test", "--plan"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "ATEN_CPU_CAPABILITY=default python -m pytest notebooks --nbval" in proc.stdout
+    course = load_course()
+    has_avx2 = course.cpu_capability("avx2") == "AVX2" and course.cpu_capability() != "AVX2"
+    assert ("ATEN_CPU_CAPABILITY=avx2 python -m pytest notebooks --nbval" in proc.stdout) == has_avx2
+    if not has_avx2:
+        assert "the avx2 CPU kernels" in proc.stdout  # the one-line notice that says why
+
+
+def test_ci_runs_the_readme_test_command():
+    lines = [line.strip() for line in (ROOT / ".ci" / "run").read_text().splitlines()]
+    assert "python3 course.py test" in lines
+
+
+def _step(course, title, code, group, ok=(0,)):
+    return course.Step(title, ["-c", code], group=group, ok=ok)
+
+
+def test_steps_of_one_group_run_at_the_same_time_and_a_failure_fails_the_run(monkeypatch, capsys):
+    course = load_course()
+    monkeypatch.setattr(course, "PY", Path(sys.executable))
+    sleep = "import time; time.sleep(1.0); print('sl' + 'ept')"
+    t0 = time.monotonic()
+    rc = course.run_steps([_step(course, "first", sleep, 1), _step(course, "second", sleep, 1)])
+    elapsed = time.monotonic() - t0
+    out = capsys.readouterr().out
+    assert rc == 0 and out.count("slept") == 2
+    assert elapsed < 1.9, f"two 1 s steps of one group took {elapsed:.1f} s: they did not run side by side"
+    assert "wall time per step" in out and "ok in" in out
+
+    rc = course.run_steps([_step(course, "passes", "pass", 1),
+                           _step(course, "fails", "import sys; sys.exit(3)", 1),
+                           _step(course, "never runs", "print('group 2' + ' ran')", 2)])
+    out = capsys.readouterr().out
+    assert rc == 3 and "FAILED (exit code 3) in" in out and "group 2 ran" not in out
+
+
+def test_exit_code_5_of_a_forced_pass_is_not_a_failure(monkeypatch, capsys):
+    """`course.py test -k something` can select no notebook for the forced passes: pytest says 5, not 0."""
+    course = load_course()
+    monkeypatch.setattr(course, "PY", Path(sys.executable))
+    assert course.run_steps([_step(course, "nothing selected", "import sys; sys.exit(5)", 1, ok=(0, 5))]) == 0
+    assert course.run_steps([_step(course, "nothing selected", "import sys; sys.exit(5)", 1)]) == 5
