@@ -3,16 +3,25 @@
 
     python3 course.py lab      install (first time only) and open the course in JupyterLab
     python3 course.py test     install (first time only) and run every test: unit tests and nbval on every notebook
-    python3 course.py check    check your exercises in notebooks/ and print a table (add notebook paths to narrow it)
+    python3 course.py check [NOTEBOOK or FOLDER ...] [--timeout SECONDS]
+                               check your exercises (default: notebooks/) and print a table; each cell may
+                               run 120 s (--timeout); the table also goes to reports/exercises.json
     python3 course.py env      print OK / FAIL for everything the course needs, with the fix for each FAIL
     python3 course.py build    (authors) rebuild notebooks/ and solutions/ from course_source/
     python3 course.py reset NOTEBOOK [--exercise NN.K]
-                               put a notebook (or one exercise of it) back to its clean learner copy;
-                               your previous file is kept beside it as backup-NAME-DATE.ipynb
+                               put a notebook of notebooks/ (or one exercise of it) back to its clean learner
+                               copy; your previous file is kept beside it as backup-NAME-DATE.ipynb
     python3 course.py e2e      run only the browser tests (JupyterLab in Chromium, every notebook)
-    python3 course.py room DIR (instructors) fill DIR with everything a room without internet needs
-    python3 course.py package --learner OUT.zip | --instructor OUT.zip
-                               (instructors) zip the course without / with solutions
+    python3 course.py room DIR [--force]
+                               (instructors) fill a new DIR, outside the course, with everything a room
+                               without internet needs
+    python3 course.py package --learner OUT.zip | --instructor OUT.zip [--force]
+                               (instructors) zip the course without / with solutions into a new OUT.zip
+                               outside the course
+
+`room` and `package` refuse an existing DIR or OUT.zip, or one inside the course folder, unless given
+`--force`; then what was there is first moved aside, whole, to backup-NAME-DATE beside it (never deleted).
+Paths are read from the folder you run the command in.
 
 `lab` and `test` take `--offline DIR` (a folder made by `room`, or its URL when served with
 `python3 -m http.server`): they install from there with `pip install --no-index --find-links`.
@@ -44,7 +53,7 @@ def say(msg: str) -> None:
 
 def run(cmd: list, **kw) -> int:
     say("$ " + " ".join(str(c) for c in cmd))
-    return subprocess.call([str(c) for c in cmd], cwd=ROOT, **kw)
+    return subprocess.call([str(c) for c in cmd], **{"cwd": ROOT, **kw})
 
 
 def requirements_hash() -> str:
@@ -303,9 +312,14 @@ def cmd_test(extra: list[str]) -> int:
     return rc
 
 
+def in_venv_here(*args: str) -> int:
+    """Run in the venv from the folder the learner is in, so that the paths they typed mean what they meant."""
+    return run([PY, *args], cwd=Path.cwd())
+
+
 def cmd_check(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv("-m", "course_utils.grade", *extra)
+    return in_venv_here("-m", "course_utils.grade", *extra)
 
 
 def cmd_env(extra: list[str]) -> int:
@@ -320,7 +334,7 @@ def cmd_build(extra: list[str]) -> int:
 
 def cmd_reset(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv("-m", "course_utils.reset", *extra)
+    return in_venv_here("-m", "course_utils.reset", *extra)
 
 
 def cmd_e2e(extra: list[str]) -> int:
@@ -331,12 +345,12 @@ def cmd_e2e(extra: list[str]) -> int:
 
 def cmd_room(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv("-m", "course_utils.room", "prepare", *extra)
+    return in_venv_here("-m", "course_utils.room", "prepare", *extra)
 
 
 def cmd_package(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv("-m", "course_utils.room", "package", *extra)
+    return in_venv_here("-m", "course_utils.room", "package", *extra)
 
 
 COMMANDS = {"lab": cmd_lab, "test": cmd_test, "check": cmd_check, "env": cmd_env, "build": cmd_build,

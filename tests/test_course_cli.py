@@ -40,3 +40,28 @@ def test_second_run_reuses_the_environment(tmp_path, monkeypatch, capsys):
     (tmp_path / ".course-installed").write_text("stale\n")
     course.ensure_installed()
     assert len(calls) == 2  # changed requirements install again
+
+
+def test_usage_says_what_room_package_and_check_take():
+    proc = subprocess.run([sys.executable, "course.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0
+    assert "room DIR [--force]" in proc.stdout and "[--force]\n" in proc.stdout.split("package", 1)[1]
+    assert "check [NOTEBOOK or FOLDER ...] [--timeout SECONDS]" in proc.stdout
+    assert "moved aside, whole, to backup-NAME-DATE" in proc.stdout
+
+
+def test_check_and_reset_read_paths_from_the_folder_they_are_run_in(tmp_path):
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("print('my notes')")]
+    nbformat.write(nb, tmp_path / "notes.ipynb")
+    proc = subprocess.run([sys.executable, str(ROOT / "course.py"), "check", "notes.ipynb", "--json", "v.json"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "notes.ipynb: no exercises in this notebook" in proc.stdout  # found beside the learner, not in the course
+    (tmp_path / "notebooks").mkdir()
+    proc = subprocess.run([sys.executable, str(ROOT / "course.py"), "reset", "notebooks/03_masking.ipynb"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "notebooks/03_masking.ipynb is not in notebooks/" in proc.stderr
+    assert not (tmp_path / "notebooks" / "03_masking.ipynb").exists()
