@@ -28,3 +28,15 @@ def one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The mutation score per exercise (tests/test_mutations.py), when those tests ran."""
+    import sys
+
+    mutants = sys.modules.get("mutants")
+    lines = mutants.summary_lines() if mutants is not None else []
+    if lines:
+        terminalreporter.write_sep("-", "mutation score of the exercise checks")
+        for line in lines:
+            terminalreporter.write_line(line)

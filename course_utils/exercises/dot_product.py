@@ -55,7 +55,18 @@ def _lookup_cases() -> list[tuple[tuple, dict]]:
         (toy, {}),
         ((_randn(g, 4), _randn(g, 5, 4), _randn(g, 5, 4)), {}),
         ((_randn(g, 3), _randn(g, 7, 3), _randn(g, 7, 2)), {}),
+        ((_randn(g, 2), _randn(g, 6, 2), _randn(g, 6)), {}),  # a number again, with S != 3
     ]
+
+
+def _lookup_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((2, 10), (1, 7), (1, 6)))
+        scale = float(torch.empty(()).uniform_(0.5, 3.0, generator=g))  # longer queries: sharper weights
+        values = _randn(g, S) if bool(torch.rand((), generator=g) < 0.5) else _randn(g, S, Dv)
+        cases.append(((scale * _randn(g, D), _randn(g, S, D), values), {}))
+    return cases
 
 
 # ---------------------------------------------------------------- 01.2 many queries, matrix form
@@ -92,6 +103,15 @@ def _many_cases() -> list[tuple[tuple, dict]]:
     ]
 
 
+def _many_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    # S == D again (see _many_cases), with T, D and Dv drawn
+    cases = []
+    for _ in range(4):
+        T, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 9), (2, 8), (1, 6)))
+        cases.append(((_randn(g, T, D), _randn(g, D, D), _randn(g, D, Dv)), {}))
+    return cases
+
+
 # ---------------------------------------------------------------- 01.3 simple self-attention
 
 
@@ -124,6 +144,14 @@ def _self_hard(x):
 def _self_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(103)
     return [((_randn(g, 4, 3),), {}), ((_randn(g, 6, 2),), {}), ((_randn(g, 3, 5),), {})]
+
+
+def _self_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        T, C = int(torch.randint(2, 10, (), generator=g)), int(torch.randint(1, 8, (), generator=g))
+        cases.append(((_randn(g, T, C),), {}))
+    return cases
 
 
 # ---------------------------------------------------------------- 01.4 learned projections
@@ -159,6 +187,14 @@ def _qkv_cases() -> list[tuple[tuple, dict]]:
     return cases
 
 
+def _qkv_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):  # square weights again (see _qkv_cases), T and C drawn
+        T, C = int(torch.randint(1, 9, (), generator=g)), int(torch.randint(2, 7, (), generator=g))
+        cases.append(((_randn(g, T, C), *(_randn(g, C, C) / C**0.5 for _ in range(3))), {}))
+    return cases
+
+
 EXERCISES = (
     Exercise(
         key="01.1",
@@ -166,19 +202,23 @@ EXERCISES = (
         signature="soft_lookup(query, keys, values) -> out",
         solution=_lookup_solution,
         cases=_lookup_cases,
+        draw=_lookup_draw,
         mistakes=(
             Mistake("raw scores, no softmax",
-                    "The dot products are scores, not weights: pass them through torch.softmax first, "
-                    "so the weights are positive and sum to 1.", _lookup_raw_scores),
+                    "The dot products are scores, not weights: weights are positive and sum to 1, which "
+                    "the scores are not until a softmax makes them so.", _lookup_raw_scores,
+                    fix="weights = torch.softmax(keys @ query, dim=-1), then return weights @ values"),
             Mistake("normalised without exp",
                     "Dividing the scores by their sum is not a softmax: scores can be negative or sum to "
-                    "almost 0. Take torch.exp of the scores first (or call torch.softmax).", _lookup_no_exp),
+                    "almost 0, so the 'weights' can be negative or huge.", _lookup_no_exp,
+                    fix="exponentiate first: torch.softmax(scores, dim=-1) instead of scores / scores.sum()"),
             Mistake("weighted the keys instead of the values",
-                    "Keys are only for matching; what you read out is the values: weights @ values.",
-                    _lookup_weights_keys),
+                    "Keys are only for matching; what you read out is a mix of the values.",
+                    _lookup_weights_keys, fix="return weights @ values, not weights @ keys"),
             Mistake("hard lookup (argmax)",
-                    "Picking the best key's value is a dict lookup, not attention: mix every value, "
-                    "weighted by softmax(scores).", _lookup_hard),
+                    "Picking the best key's value is a dict lookup, not attention: every value contributes, "
+                    "weighted by how well its key matches.", _lookup_hard,
+                    fix="return torch.softmax(keys @ query, dim=-1) @ values instead of values[scores.argmax()]"),
         ),
     ),
     Exercise(
@@ -187,18 +227,23 @@ EXERCISES = (
         signature="attention_many(q, k, v) -> out",
         solution=_many_solution,
         cases=_many_cases,
+        draw=_many_draw,
         mistakes=(
             Mistake("softmax over the wrong axis",
-                    "scores has one row per query; each query's weights must sum to 1, so take the softmax "
-                    "along the keys: dim=-1, not dim=0.", _many_wrong_axis),
+                    "scores has one row per query and one column per key; each query's weights must sum "
+                    "to 1, so normalise along the keys.", _many_wrong_axis,
+                    fix="torch.softmax(scores, dim=-1), not dim=0"),
             Mistake("keys not transposed",
-                    "q is (T, D) and k is (S, D): the scores are q @ k.T, (T, D) @ (D, S) -> (T, S). "
-                    "q @ k only runs because S == D here.", _many_no_transpose),
+                    "q is (T, D) and k is (S, D): to pair every query with every key the key matrix has to "
+                    "be turned on its side. q @ k only runs because S == D here.", _many_no_transpose,
+                    fix="scores = q @ k.T"),
             Mistake("raw scores, no softmax",
-                    "Turn the scores into weights with torch.softmax(scores, dim=-1) before multiplying "
-                    "by v.", _many_raw_scores),
+                    "The scores have to become weights (positive, each row summing to 1) before they mix "
+                    "the values.", _many_raw_scores,
+                    fix="weights = torch.softmax(q @ k.T, dim=-1); return weights @ v"),
             Mistake("weighted the keys instead of the values",
-                    "The output mixes the values: weights @ v, not weights @ k.", _many_weights_keys),
+                    "The output mixes the values; the keys are only for matching.", _many_weights_keys,
+                    fix="return weights @ v, not weights @ k"),
         ),
     ),
     Exercise(
@@ -207,19 +252,24 @@ EXERCISES = (
         signature="my_self_attention(x) -> (out, weights)",
         solution=_self_solution,
         cases=_self_cases,
+        draw=_self_draw,
         mistakes=(
             Mistake("raw scores, no softmax",
-                    "x @ x.T are scores; the weights are torch.softmax(scores, dim=-1), and out = weights @ x.",
-                    _self_no_softmax),
+                    "The dot products of the tokens are scores; the weights are their softmax, one row per "
+                    "query, and both the output and the weights you return use them.", _self_no_softmax,
+                    fix="weights = torch.softmax(x @ x.T, dim=-1); return weights @ x, weights"),
             Mistake("softmax over the wrong axis",
-                    "x @ x.T is symmetric, so dim=0 looks plausible, but it makes the columns sum to 1. "
-                    "Each row (one query) must sum to 1: dim=-1.", _self_wrong_axis),
+                    "The scores are symmetric, so either axis looks plausible, but each row (one query) "
+                    "must sum to 1, not each column.", _self_wrong_axis,
+                    fix="torch.softmax(x @ x.T, dim=-1), not dim=0"),
             Mistake("normalised without exp",
-                    "Dividing each row by its sum is not a softmax (dot products can be negative). "
-                    "Use torch.softmax(scores, dim=-1).", _self_no_exp),
+                    "Dividing each row by its sum is not a softmax: dot products can be negative, so the "
+                    "'weights' can be negative too.", _self_no_exp,
+                    fix="weights = torch.softmax(scores, dim=-1) instead of scores / scores.sum(dim=-1, keepdim=True)"),
             Mistake("hard lookup (argmax)",
                     "One-hot weights on the best match are a hard lookup; attention keeps every token, "
-                    "weighted by the softmax of its score.", _self_hard),
+                    "weighted by how well it matches.", _self_hard,
+                    fix="weights = torch.softmax(x @ x.T, dim=-1) instead of a one-hot of the argmax"),
         ),
     ),
     Exercise(
@@ -228,20 +278,23 @@ EXERCISES = (
         signature="qkv_attention(x, w_q, w_k, w_v) -> out",
         solution=_qkv_solution,
         cases=_qkv_cases,
+        draw=_qkv_draw,
         mistakes=(
             Mistake("weight used untransposed",
-                    "The weights are stored like nn.Linear.weight, (out, in) = (D, C): project with "
-                    "x @ w_q.T (that is what nn.Linear computes). x @ w_q only runs because D == C here.",
-                    _qkv_no_transpose),
+                    "The weights are stored the way nn.Linear stores its weight, (out, in) = (D, C); "
+                    "nn.Linear multiplies by the transpose of that. Your product only runs because D == C "
+                    "in these checks.", _qkv_no_transpose,
+                    fix="q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T"),
             Mistake("values not projected",
-                    "The values get their own projection too: v = x @ w_v.T, then out = weights @ v.",
-                    _qkv_values_unprojected),
+                    "The values get their own learned projection too, just like the queries and keys.",
+                    _qkv_values_unprojected, fix="v = x @ w_v.T, then out = weights @ v"),
             Mistake("keys projected with W_Q",
-                    "Queries and keys need different projections: k = x @ w_k.T. With one matrix for both, "
-                    "the scores are symmetric again.", _qkv_keys_with_w_q),
+                    "Queries and keys need different projections; with one matrix for both, the scores "
+                    "are symmetric again, as without any weights.", _qkv_keys_with_w_q,
+                    fix="k = x @ w_k.T"),
             Mistake("queries and keys swapped",
-                    "q = x @ w_q.T asks, k = x @ w_k.T answers; swapping them transposes the scores.",
-                    _qkv_queries_keys_swapped),
+                    "W_Q makes what a token asks, W_K what it answers to; swapping them transposes the "
+                    "scores.", _qkv_queries_keys_swapped, fix="q = x @ w_q.T and k = x @ w_k.T"),
         ),
     ),
 )

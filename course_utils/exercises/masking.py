@@ -25,6 +25,19 @@ def _causal_cases() -> list[tuple[tuple, dict]]:
     return [((4, 4), {}), ((3, 6), {}), ((2, 5), {}), ((1, 4), {})]
 
 
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in low .. high - 1."""
+    return int(torch.randint(low, high, (), generator=g))
+
+
+def _causal_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        T = _int(g, 1, 12)
+        cases.append(((T, T + _int(g, 0, 7)), {}))
+    return cases
+
+
 def _causal_triu(T: int, S: int) -> torch.Tensor:
     return torch.ones(T, S, dtype=torch.bool).triu(diagonal=S - T)
 
@@ -52,11 +65,37 @@ def _weights_cases() -> list[tuple[tuple, dict]]:
     causal = causal_mask(4)  # (4, 4)
     pad = padding_mask([5, 3], 5)[:, None, :]  # (2, 1, 5): masks keys only, no row is empty
     cache = causal_mask(3, 6)  # (3, 6), bottom-right aligned
+    # not causal, not a padding mask: a function that ignores the mask and blocks the future is caught
+    scattered = torch.tensor([[True, False, True, True, False], [False, False, False, True, True],
+                              [True, True, False, False, False]])  # (3, 5)
+    both = causal_mask(5) & padding_mask([5, 3], 5)[:, None, :]  # (2, 5, 5): padding next to causal
     return [
         ((2.0 * torch.randn(4, 4, generator=g), causal), {}),
         ((2.0 * torch.randn(2, 3, 5, generator=g), pad), {}),
         ((2.0 * torch.randn(3, 6, generator=g), cache), {}),
+        ((100.0 * torch.randn(3, 5, generator=g), scattered), {}),  # rows spanning hundreds
+        ((2.0 * torch.randn(2, 5, 5, generator=g), both), {}),
     ]
+
+
+def _weights_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, H, T, S = _int(g, 1, 4), _int(g, 1, 4), _int(g, 1, 7), _int(g, 2, 9)
+        scores = [1.0, 50.0][_int(g, 0, 2)] * torch.randn(B, H, T, S, generator=g)
+        kind = _int(g, 0, 3)
+        if kind == 0:  # a cache: causal, bottom-right aligned
+            T = min(T, S)
+            scores, mask = scores[:, :, :T], causal_mask(T, S)
+        elif kind == 1:  # padding next to causal (T = S)
+            scores = torch.randn(B, H, S, S, generator=g)
+            lengths = torch.randint(1, S + 1, (B,), generator=g)
+            mask = causal_mask(S) & padding_mask(lengths, S)[:, None, None, :]
+        else:  # any pattern, each row keeping its first key
+            mask = torch.rand(T, S, generator=g) < 0.5
+            mask[:, 0] = True
+        cases.append(((scores, mask), {}))
+    return cases
 
 
 def _weights_after_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -87,6 +126,14 @@ def _padding_cases() -> list[tuple[tuple, dict]]:
         ((torch.tensor([2]), 4), {}),
         ((torch.tensor([4, 0, 2, 3]), 7), {}),
     ]
+
+
+def _padding_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, S = _int(g, 1, 7), _int(g, 1, 12)
+        cases.append(((torch.randint(0, S + 1, (B,), generator=g), S), {}))
+    return cases
 
 
 def _padding_le(lengths: torch.Tensor, S: int) -> torch.Tensor:
@@ -128,6 +175,17 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
     ]
 
 
+def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    # T == S (self-attention), as nn.MultiheadAttention's two masks usually come
+    cases = []
+    for _ in range(4):
+        B, T = _int(g, 1, 6), _int(g, 2, 9)
+        attn = ~causal_mask(T) if _int(g, 0, 2) else torch.rand(T, T, generator=g) < 0.3
+        lengths = torch.randint(1, T + 1, (B,), generator=g)
+        cases.append(((attn, ~padding_mask(lengths, T)), {}))
+    return cases
+
+
 def _mha_not_inverted(attn_mask: torch.Tensor, key_padding_mask: torch.Tensor) -> torch.Tensor:
     return attn_mask | key_padding_mask[:, None, None, :]
 
@@ -151,23 +209,23 @@ EXERCISES = (
         signature="my_causal_mask(T, S) -> bool (T, S), True = may attend",
         solution=_causal_solution,
         cases=_causal_cases,
+        draw=_causal_draw,
         mistakes=(
             Mistake("triu instead of tril",
-                    "Query i must see the keys up to its own position, which lie on and below the diagonal: "
-                    "keep the lower triangle with .tril(), not the upper one.",
-                    _causal_triu),
+                    "Query i must see the keys up to its own position, which lie on and below the diagonal; "
+                    "you kept the triangle above it.",
+                    _causal_triu, fix="torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)"),
             Mistake("off-by-one diagonal (query cannot see itself)",
-                    "A query may attend to its own position. Your triangle is one step too far down: "
-                    "raise the diagonal argument by 1.",
-                    _causal_strict),
+                    "A query may attend to its own position; your triangle stops one step short of it.",
+                    _causal_strict, fix=".tril(diagonal=S - T), not diagonal=S - T - 1"),
             Mistake("top-left alignment when T < S",
                     "With a cache the T queries are the LAST T of the S positions, so query i sits at "
-                    "position S - T + i: shift the diagonal with .tril(diagonal=S - T).",
-                    _causal_top_left),
+                    "position S - T + i: the triangle has to be shifted right by the number of cached keys.",
+                    _causal_top_left, fix=".tril(diagonal=S - T) instead of .tril()"),
             Mistake("mask polarity inverted",
                     "This course's masks are True = may attend (as F.scaled_dot_product_attention reads them); "
-                    "yours is True = blocked, nn.MultiheadAttention's convention. Drop the ~ (or add one).",
-                    _causal_inverted),
+                    "yours is True = blocked, nn.MultiheadAttention's convention.",
+                    _causal_inverted, fix="drop the ~ (or the logical not) from your mask"),
         ),
     ),
     Exercise(
@@ -176,23 +234,23 @@ EXERCISES = (
         signature="masked_weights(scores, mask) -> weights (..., T, S)",
         solution=_weights_solution,
         cases=_weights_cases,
+        draw=_weights_draw,
         mistakes=(
             Mistake("mask applied after the softmax",
-                    "Zeroing weights after the softmax leaves rows that no longer sum to 1, and the blocked "
-                    "keys still sat in the normaliser. Fill the SCORES with -inf where the mask is False, "
-                    "then take the softmax.",
-                    _weights_after_softmax),
+                    "Zeroing weights after the softmax leaves rows that no longer sum to 1, because the "
+                    "blocked keys were still counted in the normaliser. Block the scores, then normalise.",
+                    _weights_after_softmax,
+                    fix="torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)"),
             Mistake("multiplied the mask into the scores (or filled with 0)",
-                    "A score of 0 is not blocked: exp(0) = 1 still gets weight. Use "
-                    "scores.masked_fill(~mask, float('-inf')) so exp gives exactly 0.",
-                    _weights_multiply),
+                    "A score of 0 is not blocked: exp(0) = 1 still gets weight. A blocked key needs a score "
+                    "whose exponential is exactly 0.",
+                    _weights_multiply, fix="scores.masked_fill(~mask, float('-inf')) instead of scores * mask"),
             Mistake("mask polarity inverted",
-                    "True means MAY attend: fill where the mask is False (~mask), not where it is True.",
-                    _weights_inverted),
+                    "True means MAY attend: you blocked the keys the mask allows and kept the ones it blocks.",
+                    _weights_inverted, fix="masked_fill(~mask, ...), not masked_fill(mask, ...)"),
             Mistake("softmax over the wrong axis",
-                    "Each query's weights over the keys must sum to 1: take the softmax over the last "
-                    "axis (dim=-1), the key axis.",
-                    _weights_wrong_axis),
+                    "Each query's weights over the keys must sum to 1, and the keys are the last axis.",
+                    _weights_wrong_axis, fix="torch.softmax(..., dim=-1)"),
         ),
     ),
     Exercise(
@@ -201,22 +259,22 @@ EXERCISES = (
         signature="my_padding_mask(lengths, S) -> bool (B, S), True = real token",
         solution=_padding_solution,
         cases=_padding_cases,
+        draw=_padding_draw,
         mistakes=(
             Mistake("<= instead of < (one padding token let through)",
-                    "A sequence of length L has real tokens at positions 0 .. L-1: compare positions with "
-                    "`<` lengths, not `<=`.",
-                    _padding_le),
+                    "A sequence of length L has real tokens at positions 0 .. L-1; position L is already "
+                    "padding.",
+                    _padding_le, fix="torch.arange(S)[None, :] < lengths[:, None]"),
             Mistake("mask polarity inverted",
                     "True must mark the real tokens (may attend), False the padding; yours is the other way round.",
-                    _padding_inverted),
+                    _padding_inverted, fix="compare with <, not >="),
             Mistake("float mask instead of bool",
-                    "Return a boolean tensor. A float 0/1 mask is not a mask to PyTorch: "
-                    "F.scaled_dot_product_attention ADDS a float attn_mask to the scores, so 0/1 blocks nothing.",
-                    _padding_float),
+                    "A float 0/1 mask is not a mask to PyTorch: F.scaled_dot_product_attention ADDS a float "
+                    "attn_mask to the scores, so 0/1 blocks nothing. The result must be boolean.",
+                    _padding_float, fix="drop the .float(): the comparison is already a bool tensor"),
             Mistake("broadcast the wrong way round",
-                    "Rows are sequences and columns positions: compare positions[None, :] (1, S) with "
-                    "lengths[:, None] (B, 1) to get (B, S), not (S, B).",
-                    _padding_transposed),
+                    "Rows are sequences and columns positions: the result is (B, S), not (S, B).",
+                    _padding_transposed, fix="torch.arange(S)[None, :] < lengths[:, None]"),
         ),
     ),
     Exercise(
@@ -225,23 +283,23 @@ EXERCISES = (
         signature="from_mha_masks(attn_mask, key_padding_mask) -> bool (B, 1, T, S), True = may attend",
         solution=_mha_solution,
         cases=_mha_cases,
+        draw=_mha_draw,
         mistakes=(
             Mistake("mask polarity not inverted",
-                    "nn.MultiheadAttention reads True as BLOCKED; this course reads True as MAY ATTEND. "
-                    "Invert both masks (convert_mask(m, 'block', 'allow') or ~m).",
-                    _mha_not_inverted),
+                    "nn.MultiheadAttention reads True as BLOCKED; this course reads True as MAY ATTEND, so "
+                    "both masks change meaning on the way.",
+                    _mha_not_inverted, fix="~attn_mask & ~key_padding_mask[:, None, None, :]"),
             Mistake("De Morgan: ~(a & b) instead of ~(a | b)",
-                    "A key is allowed only if NEITHER mask blocks it: allow = ~a & ~b = ~(a | b). "
-                    "~(a & b) lets a key through when just one of the masks allows it.",
-                    _mha_de_morgan),
+                    "A key is allowed only if NEITHER mask blocks it; your mask lets a key through when just "
+                    "one of them allows it.",
+                    _mha_de_morgan, fix="~(a | b), which is ~a & ~b"),
             Mistake("padding mask on the query axis",
-                    "key_padding_mask masks KEYS, the last axis: broadcast it as (B, 1, 1, S), "
-                    "not (B, 1, T, 1).",
-                    _mha_query_axis),
+                    "key_padding_mask masks KEYS, and the keys are the last axis of the scores.",
+                    _mha_query_axis, fix="key_padding_mask[:, None, None, :], (B, 1, 1, S)"),
             Mistake("no head axis",
-                    "The result must broadcast against scores of shape (B, H, T, S): put the padding mask "
-                    "in as (B, 1, 1, S) so the result is (B, 1, T, S).",
-                    _mha_no_head_axis),
+                    "The result must broadcast against scores of shape (B, H, T, S), so it needs an axis of "
+                    "size 1 for the heads.",
+                    _mha_no_head_axis, fix="key_padding_mask[:, None, None, :] so the result is (B, 1, T, S)"),
         ),
     ),
 )

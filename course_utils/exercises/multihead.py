@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.checking import Exercise, Mistake
-from course_utils.masking import causal_mask
+from course_utils.masking import causal_mask, padding_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = ["EXERCISES"]
@@ -22,6 +22,14 @@ __all__ = ["EXERCISES"]
 
 def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
     return torch.randn(*shape, generator=g)
+
+
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in low .. high - 1."""
+    return int(torch.randint(low, high, (), generator=g))
+
+
+HEADS = (1, 2, 3, 5, 6)  # head counts, not only powers of two
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -32,6 +40,14 @@ def _split_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(401)
     # T != H everywhere, and D != H in two cases, so each wrong layout gives different numbers
     return [((_randn(g, 2, 5, 12), 3), {}), ((_randn(g, 1, 4, 8), 2), {}), ((_randn(g, 3, 3, 12), 4), {})]
+
+
+def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        H = HEADS[_int(g, 0, len(HEADS))]
+        cases.append(((_randn(g, _int(g, 1, 4), _int(g, 1, 8), H * _int(g, 1, 6)), H), {}))
+    return cases
 
 
 def _split_view_only(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -61,6 +77,11 @@ def _split_interleaved(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def _merge_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(402)
     return [((_randn(g, 2, 3, 5, 4),), {}), ((_randn(g, 1, 2, 4, 3),), {}), ((_randn(g, 2, 4, 3, 2),), {})]
+
+
+def _merge_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    return [((_randn(g, _int(g, 1, 4), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 8), _int(g, 1, 6)),), {})
+            for _ in range(4)]
 
 
 def _merge_view_only(x: torch.Tensor) -> torch.Tensor:
@@ -94,6 +115,14 @@ def _scores_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(403)
     shapes = [((2, 3, 4, 5), (2, 3, 6, 5)), ((1, 2, 5, 4), (1, 2, 5, 4)), ((2, 4, 3, 2), (2, 4, 3, 2))]
     return [((_randn(g, *qs), _randn(g, *ks)), {}) for qs, ks in shapes]
+
+
+def _scores_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, H, T, S, D = _int(g, 1, 4), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 7), _int(g, 1, 9), _int(g, 1, 9)
+        cases.append(((_randn(g, B, H, T, D), _randn(g, B, H, S, D)), {}))
+    return cases
 
 
 def _scores_swapped(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
@@ -135,6 +164,26 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
         args = (_randn(g, B, T, C), 0.5 * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C),
                 0.5 * _randn(g, C, C), 0.1 * _randn(g, C), H)
         cases.append((args, {"mask": causal_mask(T)} if causal else {}))
+    # a padding mask (B, 1, 1, T), not causal: a function that treats every mask as causal is caught
+    B, T, C, H = 2, 5, 15, 5
+    args = (_randn(g, B, T, C), 0.5 * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), 0.5 * _randn(g, C, C),
+            0.1 * _randn(g, C), H)
+    cases.append((args, {"mask": padding_mask([5, 3], T)[:, None, None, :]}))
+    return cases
+
+
+def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, T, H, D = _int(g, 1, 4), _int(g, 1, 8), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
+        C = H * D
+        args = (_randn(g, B, T, C), 0.5 * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), 0.5 * _randn(g, C, C),
+                0.1 * _randn(g, C), H)
+        kind = _int(g, 0, 4)
+        lengths = torch.randint(1, T + 1, (B,), generator=g)
+        mask = [None, causal_mask(T), padding_mask(lengths, T)[:, None, None, :],
+                causal_mask(T) & padding_mask(lengths, T)[:, None, None, :]][kind]
+        cases.append((args, {} if mask is None else {"mask": mask}))
     return cases
 
 
@@ -164,23 +213,23 @@ EXERCISES = (
         signature="my_split_heads(x, num_heads) -> (B, H, T, D)",
         solution=split_heads,
         cases=_split_cases,
+        draw=_split_draw,
         mistakes=(
             Mistake("a view straight to (B, H, T, D)",
-                    "x.view(B, H, T, D) runs without error but cuts the flat memory in the wrong place, so a "
-                    "row of a head mixes channels of different tokens. View as (B, T, H, D) first, then "
-                    "transpose(1, 2).",
-                    _split_view_only),
+                    "Viewing the flat memory straight as (B, H, T, D) runs without error but cuts it in the "
+                    "wrong place, so a row of a head mixes channels of different tokens. The channels of "
+                    "one token must first be cut into heads, and only then the axes reordered.",
+                    _split_view_only, fix="x.view(B, T, num_heads, C // num_heads).transpose(1, 2)"),
             Mistake("the transpose is missing",
-                    "x.view(B, T, H, D) is half the job: the head axis must come before time, so add "
-                    ".transpose(1, 2) to get (B, H, T, D).",
-                    _split_no_transpose),
+                    "Cutting the channels into (H, D) is half the job: the head axis must come before time.",
+                    _split_no_transpose, fix="add .transpose(1, 2) after view(B, T, H, D)"),
             Mistake("the wrong pair of axes transposed",
-                    "After view(B, T, H, D), swap time and heads (axes 1 and 2), not the last two axes.",
-                    _split_last_axes),
+                    "After cutting the channels into heads, it is time and heads that swap places, not the "
+                    "last two axes.",
+                    _split_last_axes, fix=".transpose(1, 2), not .transpose(-2, -1)"),
             Mistake("heads cut from interleaved channels",
-                    "Head h owns the consecutive channels h*D ... (h+1)*D - 1, so view the channels as "
-                    "(H, D), not (D, H).",
-                    _split_interleaved),
+                    "Head h owns the consecutive channels h*D ... (h+1)*D - 1; yours takes every H-th channel.",
+                    _split_interleaved, fix="view the channels as (H, D): x.view(B, T, H, D).transpose(1, 2)"),
         ),
     ),
     Exercise(
@@ -189,22 +238,23 @@ EXERCISES = (
         signature="my_merge_heads(x) -> (B, T, C)",
         solution=merge_heads,
         cases=_merge_cases,
+        draw=_merge_draw,
         mistakes=(
             Mistake("a reshape without the transpose",
-                    "Reshaping (B, H, T, D) straight to (B, T, C) mixes tokens and heads. Move the head axis "
-                    "back next to D first: x.transpose(1, 2), then .reshape(B, T, H * D).",
-                    _merge_view_only),
+                    "Reshaping (B, H, T, D) straight to (B, T, C) mixes tokens and heads: the head axis has "
+                    "to move back next to D first.",
+                    _merge_view_only, fix="x.transpose(1, 2).reshape(B, T, H * D)"),
             Mistake("heads interleaved channel by channel",
-                    "The heads sit side by side: channel h * D + d, not d * H + h. Use transpose(1, 2) to get "
-                    "(B, T, H, D), then reshape.",
-                    _merge_interleaved),
+                    "The heads sit side by side, head h in channels h*D ... (h+1)*D - 1; yours alternate "
+                    "channel by channel.",
+                    _merge_interleaved, fix="x.transpose(1, 2).reshape(B, T, H * D), not permute(0, 2, 3, 1)"),
             Mistake("the wrong pair of axes transposed",
-                    "Swap heads and time (axes 1 and 2), not time and head_dim (the last two axes).",
-                    _merge_wrong_axes),
+                    "Heads and time swap places, not time and head_dim.",
+                    _merge_wrong_axes, fix=".transpose(1, 2), not .transpose(-2, -1)"),
             Mistake("the heads summed instead of concatenated",
                     "Merging puts the H outputs of size D next to each other (size C = H * D); it does not "
                     "add them up.",
-                    _merge_sum),
+                    _merge_sum, fix="x.transpose(1, 2).reshape(B, T, H * D) instead of x.sum(dim=1)"),
         ),
     ),
     Exercise(
@@ -213,21 +263,22 @@ EXERCISES = (
         signature="my_scores(q, k) -> (B, H, T, S)",
         solution=_scores_solution,
         cases=_scores_cases,
+        draw=_scores_draw,
         mistakes=(
             Mistake("queries and keys swapped",
                     "The output letters are in the wrong order: you computed the transpose of the scores. "
-                    "Queries index the rows: \"bhid,bhjd->bhij\".",
-                    _scores_swapped),
+                    "Queries index the rows.",
+                    _scores_swapped, fix='torch.einsum("bhid,bhjd->bhij", q, k)'),
             Mistake("the scale is missing",
-                    "Divide the scores by sqrt(D), the head size q.shape[-1].",
-                    _scores_no_scale),
+                    "The scores must be divided by the square root of the head size.",
+                    _scores_no_scale, fix="/ math.sqrt(q.shape[-1])"),
             Mistake("scaled by the model width instead of the head size",
-                    "Scale by sqrt(D) with D = q.shape[-1], the size of one head, not by sqrt(H * D): that "
+                    "The dot products are between vectors of one head, of size D; the model width H * D "
                     "makes the weights too flat.",
-                    _scores_embed_dim),
+                    _scores_embed_dim, fix="/ math.sqrt(q.shape[-1]), not math.sqrt(H * D)"),
             Mistake("the heads summed together",
-                    "Keep h in the output (\"...->bhij\"): a letter missing from the output is summed over.",
-                    _scores_sum_heads),
+                    "A letter missing from einsum's output is summed over: the heads must stay separate.",
+                    _scores_sum_heads, fix='"bhid,bhjd->bhij" (keep h in the output)'),
         ),
     ),
     Exercise(
@@ -236,21 +287,26 @@ EXERCISES = (
         signature="my_mha_forward(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None) -> (B, T, C)",
         solution=_mha_solution,
         cases=_mha_cases,
+        draw=_mha_draw,
         atol=1e-4,
         mistakes=(
             Mistake("q and k taken in the wrong order",
-                    "The packed projection stacks q, k, v in that order: q, k, v = qkv.chunk(3, dim=-1).",
-                    lambda *a, **kw: _mha_steps(*a, **kw, order="kqv")),
+                    "The packed projection stacks q, k, v in that order.",
+                    lambda *a, **kw: _mha_steps(*a, **kw, order="kqv"),
+                    fix="q, k, v = F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1)"),
             Mistake("scaled by the model width instead of the head size",
-                    "Divide the scores by sqrt(D) with D = C // num_heads, not by sqrt(C).",
-                    lambda *a, **kw: _mha_steps(*a, **kw, scale_by="C")),
+                    "The dot products are between vectors of one head, of size D = C // num_heads, not C.",
+                    lambda *a, **kw: _mha_steps(*a, **kw, scale_by="C"),
+                    fix="divide the scores by math.sqrt(C // num_heads)"),
             Mistake("the output projection is missing",
-                    "After merging the heads, apply out_proj: out @ out_weight.T + out_bias.",
-                    lambda *a, **kw: _mha_steps(*a, **kw, project_out=False)),
+                    "After merging the heads, the output goes through its own learned projection.",
+                    lambda *a, **kw: _mha_steps(*a, **kw, project_out=False),
+                    fix="return F.linear(out, out_weight, out_bias)"),
             Mistake("heads split with a view and no transpose",
-                    "Split each of q, k, v as view(B, T, H, D).transpose(1, 2) (or use split_heads); a "
-                    "direct view to (B, H, T, D) mixes tokens.",
-                    lambda *a, **kw: _mha_steps(*a, **kw, split="view")),
+                    "Viewing q, k, v straight as (B, H, T, D) mixes tokens; the channels of each token must "
+                    "be cut into heads first, then the axes reordered.",
+                    lambda *a, **kw: _mha_steps(*a, **kw, split="view"),
+                    fix="t.view(B, T, num_heads, D).transpose(1, 2) for each of q, k, v"),
         ),
     ),
 )

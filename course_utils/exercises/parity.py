@@ -16,6 +16,13 @@ from course_utils.multihead import MultiHeadAttention
 
 __all__ = ["EXERCISES"]
 
+HEADS = (1, 2, 3, 5, 6)  # head counts, not only powers of two
+
+
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in low .. high - 1."""
+    return int(torch.randint(low, high, (), generator=g))
+
 
 # --- 05.1 slice in_proj_weight into the q, k and v weights ---------------------------------------
 
@@ -31,6 +38,19 @@ def _split_cases() -> list[tuple[tuple, dict]]:
     for seed, (C, H, bias) in enumerate(((6, 2, True), (8, 4, False), (12, 3, True))):
         torch.manual_seed(seed)
         cases.append(((nn.MultiheadAttention(C, H, bias=bias),), {}))
+    return cases
+
+
+def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(3):
+        H = HEADS[_int(g, 0, len(HEADS))]
+        C, bias = H * _int(g, 1, 5), bool(_int(g, 0, 2))
+        with torch.random.fork_rng(devices=[]):  # building the module draws from the global generator: put it back
+            m = nn.MultiheadAttention(C, H, bias=bias)
+        with torch.no_grad():
+            m.in_proj_weight.copy_(torch.randn(3 * C, C, generator=g))  # weights from the check's own generator
+        cases.append(((m,), {}))
     return cases
 
 
@@ -63,6 +83,14 @@ def _kpm_cases() -> list[tuple[tuple, dict]]:
     return [((torch.tensor([3, 5, 1]), 5), {}), ((torch.tensor([2, 4]), 6), {}), ((torch.tensor([4]), 7), {})]
 
 
+def _kpm_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, S = _int(g, 1, 7), _int(g, 1, 12)
+        cases.append(((torch.randint(0, S + 1, (B,), generator=g), S), {}))
+    return cases
+
+
 def _kpm_not_inverted(lengths, S):
     return torch.arange(S)[None, :] < lengths[:, None]  # True = real token: the course's polarity
 
@@ -88,6 +116,22 @@ def _attn_mask_cases() -> list[tuple[tuple, dict]]:
         S = T
         keys = padding_mask(lengths, S)[:, None, :]  # (B, 1, S)
         cases.append(((causal_mask(T, S) & keys, H), {}))  # (B, T, S), True = may attend
+    # T != S (queries after a cache), and a pattern that is neither causal nor padding
+    cases.append(((causal_mask(3, 5) & padding_mask([5, 4], 5)[:, None, :], 3), {}))
+    cases.append(((torch.tensor([[[True, False, True], [False, True, True]]]), 2), {}))
+    return cases
+
+
+def _attn_mask_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, T, H = _int(g, 1, 5), _int(g, 1, 7), HEADS[_int(g, 0, len(HEADS))]
+        S = T + _int(g, 0, 4)
+        if _int(g, 0, 2):
+            mask = causal_mask(T, S) & padding_mask(torch.randint(S - T + 1, S + 1, (B,), generator=g), S)[:, None, :]
+        else:
+            mask = torch.rand(B, T, S, generator=g) < 0.6
+        cases.append(((mask, H), {}))
     return cases
 
 
@@ -126,6 +170,14 @@ def _average_cases() -> list[tuple[tuple, dict]]:
     return cases
 
 
+def _average_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, H, T, S = _int(g, 1, 4), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6), _int(g, 1, 8)
+        cases.append(((torch.softmax(3 * torch.randn(B, H, T, S, generator=g), dim=-1),), {}))
+    return cases
+
+
 def _average_sum(weights):
     return weights.sum(dim=1)
 
@@ -149,18 +201,23 @@ EXERCISES = (
         signature="split_in_proj(m) -> (q_weight, k_weight, v_weight)",
         solution=_split_in_proj,
         cases=_split_cases,
+        draw=_split_draw,
         mistakes=(
             Mistake("columns instead of rows",
                     "nn.Linear stores its weight as (out_features, in_features); q, k and v are stacked along "
-                    "the output rows, so cut dim 0: in_proj_weight[:C], [C:2C], [2C:].", _split_columns),
+                    "the output rows, so the cut runs across the rows.", _split_columns,
+                    fix="w = m.in_proj_weight.detach(); return w[:C], w[C:2 * C], w[2 * C:]"),
             Mistake("transposed weights",
-                    "Keep nn.Linear's (out, in) layout: do not add .T; each slice is used as F.linear(x, w).",
-                    _split_transposed),
+                    "Keep nn.Linear's (out, in) layout, the one this course uses for weights since notebook "
+                    "01: each slice is used as F.linear(x, w).",
+                    _split_transposed, fix="drop the .T on each slice"),
             Mistake("per-head interleaved layout",
                     "PyTorch stacks all of q, then all of k, then all of v (each block holds every head), not "
-                    "q, k, v head after head: take three blocks of C rows.", _split_per_head),
+                    "q, k, v head after head.", _split_per_head,
+                    fix="take three blocks of C rows: w[:C], w[C:2 * C], w[2 * C:]"),
             Mistake("wrong slice order (k, q, v)",
-                    "The order in in_proj_weight is q, k, v: the first C rows are the query weights.", _split_kqv),
+                    "The order in in_proj_weight is q, k, v: the first block belongs to the queries.",
+                    _split_kqv, fix="return w[:C], w[C:2 * C], w[2 * C:] in that order"),
         ),
     ),
     Exercise(
@@ -169,17 +226,18 @@ EXERCISES = (
         signature="torch_key_padding_mask(lengths, S) -> (B, S) bool, True = padding",
         solution=_torch_key_padding_mask,
         cases=_kpm_cases,
+        draw=_kpm_draw,
         mistakes=(
             Mistake("polarity not inverted",
-                    "nn.MultiheadAttention reads True as BLOCKED: mark the padding positions (j >= length) True, "
-                    "or invert the course's padding_mask with convert_mask(m, 'allow', 'block').",
-                    _kpm_not_inverted),
+                    "nn.MultiheadAttention reads True as BLOCKED: the padding positions must be True, the "
+                    "real tokens False.", _kpm_not_inverted,
+                    fix="torch.arange(S)[None, :] >= lengths[:, None]"),
             Mistake("`>` instead of `>=`",
-                    "Position j is padding when j >= length (positions 0 .. length-1 are real tokens).",
-                    _kpm_off_by_one),
+                    "Positions 0 .. length - 1 are real tokens, so position `length` itself is the first "
+                    "padding position.", _kpm_off_by_one, fix="compare with >=, not >"),
             Mistake("time-first layout (S, B)",
                     "key_padding_mask is (B, S) whatever batch_first says: batch_first only changes query, key "
-                    "and value. Drop the transpose.", _kpm_time_first),
+                    "and value.", _kpm_time_first, fix="drop the transpose"),
         ),
     ),
     Exercise(
@@ -188,20 +246,21 @@ EXERCISES = (
         signature="to_torch_attn_mask(mask, num_heads) -> (B*H, T, S) bool, True = blocked",
         solution=_to_torch_attn_mask,
         cases=_attn_mask_cases,
+        draw=_attn_mask_draw,
         mistakes=(
             Mistake("polarity not inverted",
                     "The course's mask says True = may attend; nn.MultiheadAttention's attn_mask says True = "
-                    "blocked. Invert it (~mask, or convert_mask(mask, 'allow', 'block')).", _attn_mask_not_inverted),
+                    "blocked.", _attn_mask_not_inverted, fix="(~mask).repeat_interleave(num_heads, dim=0)"),
             Mistake("heads tiled instead of interleaved",
                     "Row b*H + h belongs to batch b, head h (batch-major), so each batch's mask must appear H "
-                    "times in a row: repeat_interleave(num_heads, dim=0), not repeat(num_heads, 1, 1).",
-                    _attn_mask_tiled),
+                    "times in a row, not the whole batch H times over.",
+                    _attn_mask_tiled, fix="repeat_interleave(num_heads, dim=0), not repeat(num_heads, 1, 1)"),
             Mistake("one copy per batch, not per head",
-                    "A 3-D attn_mask needs one (T, S) mask per batch element AND head: (B*H, T, S). Repeat each "
-                    "batch's mask num_heads times along dim 0.", _attn_mask_per_batch),
+                    "A 3-D attn_mask needs one (T, S) mask per batch element AND head: (B*H, T, S).",
+                    _attn_mask_per_batch, fix="(~mask).repeat_interleave(num_heads, dim=0)"),
             Mistake("query and key axes swapped",
-                    "Keep the (T, S) order: rows are queries, columns are keys. Drop the transpose.",
-                    _attn_mask_transposed),
+                    "Keep the (T, S) order: rows are queries, columns are keys.",
+                    _attn_mask_transposed, fix="drop the transpose"),
         ),
     ),
     Exercise(
@@ -210,17 +269,20 @@ EXERCISES = (
         signature="average_heads(weights) -> (B, T, S)",
         solution=_average_heads,
         cases=_average_cases,
+        draw=_average_draw,
         mistakes=(
             Mistake("summed instead of averaged",
-                    "average_attn_weights=True takes the mean over heads, so each row still sums to 1: "
-                    "use .mean, not .sum.", _average_sum),
+                    "average_attn_weights=True takes the mean over heads, so each row still sums to 1.",
+                    _average_sum, fix="weights.mean(dim=1), not .sum(dim=1)"),
             Mistake("averaged over the batch axis",
-                    "Our weights are (B, H, T, S): the heads are dim 1, not dim 0.", _average_batch),
+                    "Our weights are (B, H, T, S): the heads are the second axis, not the first.",
+                    _average_batch, fix="weights.mean(dim=1)"),
             Mistake("averaged over the key axis",
-                    "dim=-1 averages each row of weights (always 1/S); average over the heads, dim 1.",
-                    _average_keys),
+                    "Averaging each row of weights always gives 1/S; it is the heads you average over.",
+                    _average_keys, fix="weights.mean(dim=1), not dim=-1"),
             Mistake("kept the head axis",
-                    "nn.MultiheadAttention returns (B, T, S): drop keepdim=True.", _average_keepdim),
+                    "nn.MultiheadAttention returns (B, T, S), with no axis left for the heads.",
+                    _average_keepdim, fix="drop keepdim=True"),
         ),
     ),
 )

@@ -20,8 +20,17 @@ __all__ = ["EXERCISES"]
 # ---------------------------------------------------------------- 06.1 sinusoidal encoding
 
 
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in low .. high - 1."""
+    return int(torch.randint(low, high, (), generator=g))
+
+
 def _sin_cases():
     return [((4, 6), {}), ((7, 8), {}), ((3, 2), {})]
+
+
+def _sin_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    return [((_int(g, 1, 30), 2 * _int(g, 1, 9)), {}) for _ in range(4)]
 
 
 def _sin_steps(T, C, swap=False, exponent="2i/C", start=0, layout="interleaved"):
@@ -45,6 +54,15 @@ def _rope_cases():
         ((torch.randn(2, 2, 5, 6, generator=g), torch.arange(3, 8)), {}),
         ((torch.randn(1, 2, 3, 8, generator=g), torch.tensor([10, 11, 12])), {}),
     ]
+
+
+def _rope_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, H, T, D = _int(g, 1, 3), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 8), 2 * _int(g, 1, 6)
+        start = _int(g, 0, 30)  # rows after a cache start later than 0
+        cases.append(((torch.randn(B, H, T, D, generator=g), torch.arange(start, start + T)), {}))
+    return cases
 
 
 def _rope_steps(x, positions, sign=1.0, pairing="interleaved", exponent="2i/D", use_positions=True):
@@ -72,14 +90,18 @@ def _alibi_cases():
     return [((8, 5), {}), ((4, 3), {}), ((2, 4), {})]
 
 
-def _alibi_steps(H, T, sign=-1.0, order="steepest first", first_exponent=1, causal=True):
+def _alibi_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    return [((2 ** _int(g, 0, 5), _int(g, 1, 12)), {}) for _ in range(4)]  # H a power of two, as asked
+
+
+def _alibi_steps(H, T, sign=-1.0, order="steepest first", first_exponent=1, causal=True, blocked=float("-inf")):
     slopes = torch.tensor([2.0 ** (-8.0 * (h + first_exponent) / H) for h in range(H)])  # (H,)
     if order == "reversed":
         slopes = slopes.flip(0)
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     bias = sign * slopes[:, None, None] * (i - j).float()  # (H, T, T)
     if causal:
-        bias = bias.masked_fill(j > i, float("-inf"))
+        bias = bias.masked_fill(j > i, blocked)
     return bias
 
 
@@ -87,72 +109,85 @@ EXERCISES = (
     Exercise(
         key="06.1",
         title="sinusoidal encoding",
-        signature="my_sinusoidal_encoding(T, C) -> (T, C)",
+        signature="my_sinusoidal_encoding(T, C) -> float32 (T, C)",
         solution=sinusoidal_encoding,
         cases=_sin_cases,
+        draw=_sin_draw,
         mistakes=(
             Mistake("sin and cos swapped",
-                    "Even channels 2i hold the sine, odd channels 2i+1 the cosine: row 0 must be (0, 1, 0, 1, ...).",
-                    lambda T, C: _sin_steps(T, C, swap=True)),
+                    "Even channels 2i hold the sine, odd channels 2i+1 the cosine: at position 0 the row "
+                    "reads 0, 1, 0, 1, ...",
+                    lambda T, C: _sin_steps(T, C, swap=True), fix="torch.stack([angles.sin(), angles.cos()], dim=-1)"),
             Mistake("the frequency exponent is i / C instead of 2i / C",
-                    "Pair i uses omega_i = 10000 ** (-2i / C), with i counting pairs (0 .. C/2 - 1); with i / C the "
-                    "slowest frequency is only 10000 ** -0.5.",
-                    lambda T, C: _sin_steps(T, C, exponent="i/C")),
+                    "Pair i uses omega_i = 10000^(-2i / C), with i counting pairs; with i / C the slowest "
+                    "frequency is far too fast.",
+                    lambda T, C: _sin_steps(T, C, exponent="i/C"),
+                    fix="10000.0 ** (-torch.arange(0, C, 2) / C): the exponents 0, 2, 4, ... over C"),
             Mistake("positions counted from 1",
-                    "The first position is t = 0: torch.arange(T), not torch.arange(1, T + 1).",
-                    lambda T, C: _sin_steps(T, C, start=1)),
+                    "The first position is t = 0.",
+                    lambda T, C: _sin_steps(T, C, start=1), fix="torch.arange(T), not torch.arange(1, T + 1)"),
             Mistake("sines and cosines in two halves",
-                    "Interleave them (sin, cos, sin, cos, ...): stack the two (T, C/2) tables on a new last axis "
-                    "and reshape to (T, C), rather than concatenating them.",
-                    lambda T, C: _sin_steps(T, C, layout="halves")),
+                    "The sines and cosines alternate channel by channel (sin, cos, sin, cos, ...); yours are "
+                    "all the sines, then all the cosines.",
+                    lambda T, C: _sin_steps(T, C, layout="halves"),
+                    fix="torch.stack([sin, cos], dim=-1).reshape(T, C), not torch.cat([sin, cos], dim=-1)"),
         ),
     ),
     Exercise(
         key="06.2",
         title="apply_rope (interleaved pairs)",
-        signature="my_apply_rope(x, positions) -> (B, H, T, D)",
+        signature="my_apply_rope(x, positions) -> (B, H, T, D), x's dtype",
         solution=lambda x, positions: apply_rope(x, positions, pairing="interleaved"),
         cases=_rope_cases,
+        draw=_rope_draw,
         mistakes=(
             Mistake("the rotation goes the wrong way",
-                    "Rotate counter-clockwise: (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos). Your signs give a "
-                    "rotation by -angle.",
-                    lambda x, p: _rope_steps(x, p, sign=-1.0)),
+                    "The rotation must be counter-clockwise; your signs rotate each pair by minus the angle.",
+                    lambda x, p: _rope_steps(x, p, sign=-1.0),
+                    fix="(x1, x2) -> (x1 * cos - x2 * sin, x1 * sin + x2 * cos)"),
             Mistake("the half pairing instead of the interleaved one",
-                    "This exercise pairs neighbouring channels (0, 1), (2, 3), ...: x[..., 0::2] with x[..., 1::2], "
-                    "not the first half with the second half (that is the GPT-NeoX convention).",
-                    lambda x, p: _rope_steps(x, p, pairing="half")),
+                    "This exercise pairs neighbouring channels (0, 1), (2, 3), ..., not the first half with "
+                    "the second half (that is the GPT-NeoX convention).",
+                    lambda x, p: _rope_steps(x, p, pairing="half"), fix="x1, x2 = x[..., 0::2], x[..., 1::2]"),
             Mistake("the frequency exponent is i / D instead of 2i / D",
-                    "Pair i turns with theta_i = 10000 ** (-2i / D), i = 0 .. D/2 - 1.",
-                    lambda x, p: _rope_steps(x, p, exponent="i/D")),
+                    "Pair i turns with theta_i = 10000^(-2i / D), with i counting pairs.",
+                    lambda x, p: _rope_steps(x, p, exponent="i/D"),
+                    fix="10000.0 ** (-torch.arange(0, D, 2) / D)"),
             Mistake("the positions argument is ignored",
-                    "Rotate row r by positions[r], not by r: new tokens decoded with a cache sit at positions "
-                    "t0, t0 + 1, ..., not at 0, 1, ...",
-                    lambda x, p: _rope_steps(x, p, use_positions=False)),
+                    "Each row turns by its own absolute position: new tokens decoded with a cache sit at "
+                    "positions t0, t0 + 1, ..., not at 0, 1, ...",
+                    lambda x, p: _rope_steps(x, p, use_positions=False),
+                    fix="angles = positions.double()[:, None] * theta, not torch.arange(T)"),
         ),
     ),
     Exercise(
         key="06.3",
         title="causal ALiBi bias",
-        signature="my_alibi_bias(H, T) -> (H, T, T)",
+        signature="my_alibi_bias(H, T) -> float32 (H, T, T), -inf above the diagonal",
         solution=_alibi_solution,
         cases=_alibi_cases,
+        draw=_alibi_draw,
         mistakes=(
             Mistake("the penalty has the wrong sign",
-                    "ALiBi subtracts slope * distance: far keys must get lower scores, so the entries below the "
-                    "diagonal are -m (i - j) <= 0.",
-                    lambda H, T: _alibi_steps(H, T, sign=1.0)),
+                    "ALiBi lowers the scores of far keys: the entries below the diagonal must be <= 0.",
+                    lambda H, T: _alibi_steps(H, T, sign=1.0), fix="bias = -slopes[:, None, None] * (i - j)"),
             Mistake("the slopes are in the wrong order",
-                    "Head 0 gets the steepest slope 2^(-8/H) and the last head the gentlest 2^(-8); yours run the "
-                    "other way.",
-                    lambda H, T: _alibi_steps(H, T, order="reversed")),
+                    "Head 0 gets the steepest slope and the last head the gentlest; yours run the other way.",
+                    lambda H, T: _alibi_steps(H, T, order="reversed"),
+                    fix="slopes = [2 ** (-8 * (h + 1) / H) for h in range(H)], not reversed"),
             Mistake("the slopes start at 1",
-                    "Slope h is 2^(-8 (h + 1) / H) for h = 0 .. H-1, so the first is 2^(-8/H), not 2^0 = 1.",
-                    lambda H, T: _alibi_steps(H, T, first_exponent=0)),
+                    "Slope h is 2^(-8 (h + 1) / H) for h counted from 0, so the first slope is already below 1.",
+                    lambda H, T: _alibi_steps(H, T, first_exponent=0), fix="(h + 1) in the exponent, not h"),
             Mistake("the causal part is forgotten",
-                    "Future keys (j > i) must be blocked: put -inf there. Without it, -m (i - j) becomes a "
-                    "*bonus* for future keys.",
-                    lambda H, T: _alibi_steps(H, T, causal=False)),
+                    "Future keys (j > i) must be blocked; without that, the distance penalty becomes a "
+                    "bonus for future keys.",
+                    lambda H, T: _alibi_steps(H, T, causal=False),
+                    fix='bias.masked_fill(j > i, float("-inf"))'),
+            Mistake("a large negative number instead of -inf",
+                    "A very negative number blocks a key in a softmax just as well, but this exercise asks for "
+                    "the additive causal mask, which is -inf exactly (adding another bias to -inf keeps it "
+                    "blocked; a finite number can be pulled back up).",
+                    lambda H, T: _alibi_steps(H, T, blocked=-1e9), fix='float("-inf"), not -1e9'),
         ),
     ),
 )

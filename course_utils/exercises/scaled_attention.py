@@ -27,7 +27,24 @@ def _softmax_cases() -> list[tuple[tuple, dict]]:
     large = torch.tensor([[100.0, 101.0, 102.0], [90.0, 80.0, 95.0]])  # exp(100) overflows float32
     mixed = torch.tensor([[60.0, 61.0, 62.0], [-60.0, -59.0, -58.0]])  # rows 120 apart
     batched = torch.randn(2, 4, 3, generator=g) * 3  # (2, 4, 3), normalised over dim=1
-    return [((small,), {}), ((large,), {}), ((mixed,), {}), ((batched,), {"dim": 1})]
+    # a row spanning hundreds (subtracting its min or mean overflows), a row with a -1e4 "masked" entry and
+    # one with -inf: only the max keeps every exponent <= 0
+    spread = torch.tensor([[0.0, 150.0, 300.0, 20.0], [-1e4, 3.0, 5.0, 4.0], [-math.inf, 1.0, 2.0, 0.5]])
+    return [((small,), {}), ((large,), {}), ((mixed,), {}), ((batched,), {"dim": 1}), ((spread,), {})]
+
+
+def _softmax_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        shape = [int(torch.randint(1, 6, (), generator=g)) for _ in range(int(torch.randint(1, 4, (), generator=g)))]
+        shape[-1] = max(shape[-1], 2)
+        spread = [1.0, 30.0, 200.0][int(torch.randint(0, 3, (), generator=g))]
+        x = spread * torch.randn(*shape, generator=g)
+        x = x.masked_fill(torch.rand(*shape, generator=g) < 0.2, [-1e4, -math.inf][int(torch.randint(0, 2, (), generator=g))])
+        dim = int(torch.randint(-len(shape), len(shape), (), generator=g))
+        x.select(dim, 0).copy_(spread * torch.randn(x.select(dim, 0).shape, generator=g))  # no row fully masked
+        cases.append(((x,), {"dim": dim} if dim != -1 else {}))
+    return cases
 
 
 def _softmax_no_max(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -65,6 +82,16 @@ def _sdpa_cases() -> list[tuple[tuple, dict]]:
         k = torch.randn(*batch, S, D, generator=g)
         v = torch.randn(*batch, S, Dv, generator=g)
         cases.append(((q, k, v), {}))
+    return cases
+
+
+def _sdpa_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        batch = [int(torch.randint(1, 4, (), generator=g)) for _ in range(int(torch.randint(0, 3, (), generator=g)))]
+        T, S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 7), (2, 9), (2, 20), (1, 6)))
+        q, k = 2 * torch.randn(*batch, T, D, generator=g), torch.randn(*batch, S, D, generator=g)
+        cases.append(((q, k, torch.randn(*batch, S, Dv, generator=g)), {}))
     return cases
 
 
@@ -113,6 +140,16 @@ def _head_cases() -> list[tuple[tuple, dict]]:
     return cases
 
 
+def _head_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, T, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 4), (2, 8), (1, 7)))
+        C = D + int(torch.randint(1, 12, (), generator=g))  # C != D: the model width is never the head size
+        x = torch.randn(B, T, C, generator=g)
+        cases.append(((x, *(torch.randn(C, D, generator=g) / math.sqrt(C) for _ in range(3))), {}))
+    return cases
+
+
 def _head_with(x, w_q, w_k, w_v, scale, swap=False, dim=-1):
     q, k, v = x @ w_q, x @ w_k, x @ w_v
     scores = (k @ q.transpose(-2, -1) if swap else q @ k.transpose(-2, -1)) * scale  # (B, T, T)
@@ -151,6 +188,18 @@ def _entropy_cases() -> list[tuple[tuple, dict]]:
     return [((w1,), {}), ((w2,), {}), ((w3,), {})]
 
 
+def _entropy_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        batch = [int(torch.randint(1, 4, (), generator=g)) for _ in range(int(torch.randint(0, 3, (), generator=g)))]
+        T, S = int(torch.randint(1, 6, (), generator=g)), int(torch.randint(2, 8, (), generator=g))
+        scores = 3 * torch.randn(*batch, T, S, generator=g)
+        blocked = torch.rand(*batch, T, S, generator=g) < 0.3
+        blocked[..., 0] = False  # every row keeps a key
+        cases.append(((softmax(scores.masked_fill(blocked, -math.inf)),), {}))  # exact zeros where blocked
+    return cases
+
+
 def _entropy_nan_at_zero(weights):
     return -(weights * torch.log(weights)).sum(dim=-1)
 
@@ -174,22 +223,25 @@ EXERCISES = (
         signature="stable_softmax(x, dim=-1) -> weights, same shape as x",
         solution=softmax,
         cases=_softmax_cases,
+        draw=_softmax_draw,
         mistakes=(
             Mistake("no max subtraction",
-                    "exp(100) overflows float32 to inf and inf / inf is nan: subtract "
-                    "x.amax(dim=dim, keepdim=True) before taking exp.",
-                    _softmax_no_max),
+                    "exp of a logit around 100 overflows float32 to inf, and inf / inf is nan. Shifting every "
+                    "logit of a row by the same number does not change the softmax: shift so that the "
+                    "largest exponent is 0.",
+                    _softmax_no_max, fix="exps = torch.exp(x - x.amax(dim=dim, keepdim=True))"),
             Mistake("subtracting the global max",
-                    "x.max() is one number for the whole tensor, so a row far below it underflows to "
-                    "0 / 0: take the max along `dim` with keepdim=True, one per row.",
-                    _softmax_global_max),
+                    "One maximum for the whole tensor is too big for rows far below it, whose exponentials "
+                    "all underflow to 0 (and 0 / 0 is nan): each row needs its own maximum.",
+                    _softmax_global_max, fix="x.amax(dim=dim, keepdim=True) instead of x.max()"),
             Mistake("dividing by the sum of the whole tensor",
-                    "exps.sum() adds up every entry; each row must sum to 1 on its own: use "
-                    "exps.sum(dim=dim, keepdim=True).",
-                    _softmax_whole_sum),
+                    "Each row must sum to 1 on its own, so the normaliser is a sum along `dim`, one per row, "
+                    "not one number for the whole tensor.",
+                    _softmax_whole_sum, fix="exps / exps.sum(dim=dim, keepdim=True)"),
             Mistake("ignoring the dim argument",
-                    "your function always normalises the last axis; use `dim` in both the max and the sum.",
-                    _softmax_ignores_dim),
+                    "Your function always normalises the last axis, whatever `dim` says; both the max and "
+                    "the sum must follow `dim`.",
+                    _softmax_ignores_dim, fix="use dim=dim (not dim=-1) in both x.amax(...) and exps.sum(...)"),
         ),
     ),
     Exercise(
@@ -198,44 +250,50 @@ EXERCISES = (
         signature="my_scaled_attention(q, k, v) -> (out, weights)",
         solution=_sdpa_solution,
         cases=_sdpa_cases,
+        draw=_sdpa_draw,
         mistakes=(
             Mistake("missing scale",
-                    "multiply the scores q @ k^T by 1 / sqrt(D), D = q.shape[-1], before the softmax.",
-                    _sdpa_no_scale),
+                    "The dot product of two D-dimensional vectors grows with D; the scores must be scaled "
+                    "down by the head size before the softmax, or large heads attend almost one-hot.",
+                    _sdpa_no_scale, fix="scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])"),
             Mistake("scaling by D instead of sqrt(D)",
-                    "the variance of q . k grows like D, so its standard deviation grows like sqrt(D): "
-                    "divide by math.sqrt(D), not by D.",
-                    _sdpa_scale_by_d),
+                    "The variance of q . k grows like D, so its standard deviation grows like the square "
+                    "root of D: that is what to divide by.",
+                    _sdpa_scale_by_d, fix="divide by math.sqrt(D), not by D"),
             Mistake("softmax over the wrong axis",
-                    "each query's weights over the keys must sum to 1: softmax over the last axis "
-                    "(dim=-1, the keys), not dim=-2 (the queries).",
-                    _sdpa_wrong_axis),
+                    "Each query's weights over the keys must sum to 1: the keys are the last axis of the "
+                    "scores, not the queries.",
+                    _sdpa_wrong_axis, fix="torch.softmax(scores, dim=-1), not dim=-2"),
             Mistake("scaling after the softmax",
-                    "the scale goes on the scores, inside the softmax; scaling the weights afterwards makes "
-                    "rows sum to 1 / sqrt(D) instead of 1.",
-                    _sdpa_scale_after),
+                    "The scale belongs to the scores, inside the softmax; scaling the weights afterwards "
+                    "makes the rows stop summing to 1.",
+                    _sdpa_scale_after, fix="torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), dim=-1)"),
         ),
     ),
     Exercise(
         key="02.3",
         title="one attention head, scaled by its head size",
-        signature="head_attention(x, w_q, w_k, w_v) -> out (B, T, D)",
+        signature="head_attention(x, w_q, w_k, w_v) -> out (B, T, D), weights (C, D)",
         solution=_head_solution,
         cases=_head_cases,
+        draw=_head_draw,
         mistakes=(
             Mistake("scaling by embed_dim instead of head_dim",
-                    "x.shape[-1] is C, the model width; q and k have D = w_q.shape[-1] entries and it is "
-                    "their dot product you scale: use D ** -0.5.",
-                    _head_embed_dim),
+                    "x's last axis is C, the model width; the dot products you scale are between q and k, "
+                    "which have D entries, the head size.",
+                    _head_embed_dim, fix="scale by w_q.shape[-1] ** -0.5, not x.shape[-1] ** -0.5"),
             Mistake("missing scale",
-                    "multiply q @ k^T by D ** -0.5 (D = w_q.shape[-1]) before the softmax.",
-                    _head_no_scale),
+                    "The scores must be scaled down by the square root of the head size before the "
+                    "softmax.",
+                    _head_no_scale, fix="torch.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1), D = w_q.shape[-1]"),
             Mistake("softmax over the wrong axis",
-                    "the scores are (B, T, T) with keys on the last axis: softmax over dim=-1, not dim=1.",
-                    _head_wrong_axis),
+                    "The scores are (B, T, T) with the keys on the last axis; each query's weights over the "
+                    "keys must sum to 1.",
+                    _head_wrong_axis, fix="softmax over dim=-1, not dim=1"),
             Mistake("queries and keys swapped",
-                    "k @ q^T gives the transposed scores (row = key); compute q @ k.transpose(-2, -1).",
-                    _head_swapped),
+                    "Your scores are transposed: row i must hold query i against every key, not key i "
+                    "against every query.",
+                    _head_swapped, fix="q @ k.transpose(-2, -1), not k @ q.transpose(-2, -1)"),
         ),
     ),
     Exercise(
@@ -244,21 +302,22 @@ EXERCISES = (
         signature="attention_entropy(weights) -> entropy per query, in nats, shape weights.shape[:-1]",
         solution=_entropy_solution,
         cases=_entropy_cases,
+        draw=_entropy_draw,
         mistakes=(
             Mistake("0 * log 0 gives nan",
-                    "a weight of exactly 0 makes weights * log(weights) = 0 * -inf = nan; the limit is 0: "
-                    "use torch.special.xlogy(weights, weights).",
-                    _entropy_nan_at_zero),
+                    "A weight of exactly 0 makes w * log(w) = 0 * -inf = nan, but the limit of w log w at 0 "
+                    "is 0; the hint in the exercise names a function that knows this.",
+                    _entropy_nan_at_zero, fix="-torch.special.xlogy(weights, weights).sum(dim=-1)"),
             Mistake("summing over the wrong axis",
-                    "the entropy is of one query's weights over the keys: sum over dim=-1.",
-                    _entropy_wrong_axis),
+                    "The entropy is of one query's weights over the keys, the last axis.",
+                    _entropy_wrong_axis, fix=".sum(dim=-1), not dim=-2"),
             Mistake("missing minus sign",
-                    "p * log p is never positive, so H = -sum p log p: put the minus sign in front.",
-                    _entropy_no_minus),
+                    "w log w is never positive, and an entropy is never negative.",
+                    _entropy_no_minus, fix="put a minus sign in front: -xlogy(w, w).sum(dim=-1)"),
             Mistake("log base 2 instead of natural log",
-                    "this course measures entropy in nats (natural log), so a uniform row over S keys "
-                    "has entropy log(S): drop the division by log(2).",
-                    _entropy_log2),
+                    "This course measures entropy in nats, with the natural log: a uniform row over S keys "
+                    "has entropy log(S), about 0.69 for two keys.",
+                    _entropy_log2, fix="drop the division by math.log(2)"),
         ),
     ),
 )

@@ -39,6 +39,21 @@ def _windows_cases() -> list[tuple[tuple, dict]]:
     ]
 
 
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in low .. high - 1."""
+    return int(torch.randint(low, high, (), generator=g))
+
+
+def _windows_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        N, T, B = _int(g, 12, 80), _int(g, 1, 9), _int(g, 1, 6)
+        data = torch.randint(0, _int(g, 2, 100), (N,), generator=g)
+        starts = torch.randint(0, N - T - 1, (B,), generator=g)  # the window and one more token fit in data
+        cases.append(((data, starts, T), {}))
+    return cases
+
+
 def _windows_unshifted(data, starts, T):
     x = data[starts[:, None] + torch.arange(T)]
     return x, x.clone()  # y = x: the model learns to copy its input
@@ -73,6 +88,19 @@ def _unigram_cases() -> list[tuple[tuple, dict]]:
     skewed = torch.multinomial(torch.tensor([0.1, 0.1, 0.8]), 200, replacement=True, generator=g)
     even = torch.multinomial(torch.tensor([0.45, 0.45, 0.1]), 50, replacement=True, generator=g)
     return [((train, val, 6), {}), ((skewed, even, 3), {})]
+
+
+def _unigram_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(3):
+        V = _int(g, 2, 30)
+        p = torch.rand(V, generator=g) ** 3  # skewed frequencies
+        p[_int(g, 0, V)] = 0.0  # a character never seen in training
+        p = p + (p.sum() == 0).float()
+        train = torch.multinomial(p, _int(g, 20, 300), replacement=True, generator=g)
+        val = torch.randint(0, V, (_int(g, 5, 80),), generator=g)
+        cases.append(((train, val, V), {}))
+    return cases
 
 
 def _smoothed_log_probs(ids: torch.Tensor, vocab_size: int) -> torch.Tensor:
@@ -110,6 +138,18 @@ def _lr_cases() -> list[tuple[tuple, dict]]:
     for warmup, total, top, bottom in ((10, 100, 1.0, 0.1), (4, 20, 3e-3, 3e-4), (0, 10, 1.0, 0.0)):
         for step in sorted({0, 1, max(warmup - 1, 0), warmup, (warmup + total) // 2, total - 1, total, total + 5}):
             cases.append(((step, warmup, total, top, bottom), {}))
+    return cases
+
+
+def _lr_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(2):
+        warmup = _int(g, 0, 25)
+        total = warmup + _int(g, 1, 300)
+        top = float(10 ** torch.empty(()).uniform_(-4, 0, generator=g))
+        bottom = top * float(torch.rand((), generator=g)) * 0.5
+        steps = {0, max(warmup - 1, 0), warmup, total - 1, total, total + _int(g, 1, 50), _int(g, 0, total + 10)}
+        cases += [((step, warmup, total, top, bottom), {}) for step in sorted(steps)]
     return cases
 
 
@@ -151,23 +191,25 @@ EXERCISES = (
     Exercise(
         key="08.1",
         title="training windows",
-        signature="make_windows(data, starts, T) -> (x, y), each (B, T): y is x shifted one token ahead",
+        signature="make_windows(data, starts, T) -> (x, y), each (B, T) of data's dtype: y is x shifted one token ahead",
         solution=_windows_solution,
         cases=_windows_cases,
+        draw=_windows_draw,
         mistakes=(
             Mistake("targets not shifted",
-                    "y must be the NEXT token at every position: data[s + 1 : s + T + 1], not the same "
-                    "window as x (the model would learn to copy its input).",
-                    _windows_unshifted),
+                    "y must hold the NEXT token at every position, not the same window as x (the model would "
+                    "learn to copy its input).",
+                    _windows_unshifted, fix="y = data[s + 1 : s + T + 1]: cut T + 1 ids, x = window[:, :-1], "
+                                            "y = window[:, 1:]"),
             Mistake("targets shifted the wrong way",
-                    "y is one token AHEAD of x (data[s + 1 : s + T + 1]), not one behind.",
-                    _windows_shifted_back),
+                    "y is one token AHEAD of x, not one behind: the model predicts the future.",
+                    _windows_shifted_back, fix="y = window[:, 1:] with window = data[starts[:, None] + torch.arange(T + 1)]"),
             Mistake("windows one token too long",
-                    "Cut T + 1 tokens, then x = the first T and y = the last T: both have T columns.",
-                    _windows_too_long),
+                    "Both x and y have exactly T columns; the T + 1 ids you cut are shared between them.",
+                    _windows_too_long, fix="x = window[:, :-1], y = window[:, 1:]"),
             Mistake("x and y swapped",
-                    "x is the input data[s : s + T]; y, the target, is data[s + 1 : s + T + 1].",
-                    _windows_swapped),
+                    "x is the input, the window itself; y, the target, is the one shifted ahead.",
+                    _windows_swapped, fix="return window[:, :-1], window[:, 1:] in that order"),
         ),
     ),
     Exercise(
@@ -176,23 +218,24 @@ EXERCISES = (
         signature="unigram_baseline(train_ids, val_ids, vocab_size) -> float, nats per character",
         solution=_unigram_solution,
         cases=_unigram_cases,
+        draw=_unigram_draw,
         mistakes=(
             Mistake("no smoothing: an unseen character costs infinity",
-                    "A character absent from training gets probability 0 and log 0 = -inf. Add one to "
-                    "every count (Laplace smoothing) before normalising.",
-                    _unigram_no_smoothing),
+                    "A character absent from training gets probability 0, and -log 0 is infinite; the "
+                    "exercise asks for one extra count for every character.",
+                    _unigram_no_smoothing, fix="counts = torch.bincount(train_ids, minlength=vocab_size) + 1"),
             Mistake("bits instead of nats",
-                    "The model's loss (F.cross_entropy) uses the natural log; use .log(), not log2, "
-                    "so the two compare.",
-                    _unigram_bits),
+                    "The model's loss (F.cross_entropy) uses the natural log; a baseline in another unit "
+                    "does not compare with it.",
+                    _unigram_bits, fix="use .log(), not .log2() (or drop the division by math.log(2))"),
             Mistake("frequencies counted on the validation text",
-                    "Count the characters of the TRAINING ids; counting on the text you score is peeking "
-                    "at the answers and makes the baseline look better than it is.",
-                    _unigram_counted_on_val),
+                    "The frequencies must come from the TRAINING ids; counting on the text you score is "
+                    "peeking at the answers and makes the baseline look better than it is.",
+                    _unigram_counted_on_val, fix="torch.bincount(train_ids, ...), not val_ids"),
             Mistake("entropy of the training distribution, not a score on validation",
-                    "The baseline is the mean of -log p(c) over the validation characters c, with p from "
-                    "the training counts; sum(p log p) never looks at the validation text.",
-                    _unigram_entropy_of_train),
+                    "The baseline scores the validation characters with probabilities from the training "
+                    "counts; the entropy of the training distribution never looks at the validation text.",
+                    _unigram_entropy_of_train, fix="return float(-log_p[val_ids].mean())"),
         ),
         atol=1e-6,
     ),
@@ -202,26 +245,26 @@ EXERCISES = (
         signature="lr_at(step, warmup_steps, max_steps, max_lr, min_lr) -> float",
         solution=_lr_solution,
         cases=_lr_cases,
+        draw=_lr_draw,
         mistakes=(
             Mistake("warmup starts at zero",
-                    "During warmup use max_lr * (step + 1) / warmup_steps: step 0 should already move the "
-                    "weights, and the last warmup step reaches max_lr.",
-                    _lr_warmup_from_zero),
+                    "Step 0 should already move the weights, and the last warmup step should reach max_lr.",
+                    _lr_warmup_from_zero, fix="max_lr * (step + 1) / warmup_steps during warmup"),
             Mistake("decays to zero instead of min_lr",
-                    "The cosine goes from max_lr down to min_lr: min_lr + 0.5 (1 + cos(pi p)) (max_lr - min_lr).",
-                    _lr_decays_to_zero),
+                    "The cosine ends at min_lr, not at 0.",
+                    _lr_decays_to_zero, fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)"),
             Mistake("cosine measured from step 0, not from the end of warmup",
-                    "progress = (step - warmup_steps) / (max_steps - warmup_steps): the cosine starts at "
-                    "max_lr right after warmup.",
-                    _lr_cosine_from_step_zero),
+                    "The cosine starts at max_lr right after warmup: its progress counts the steps since "
+                    "warmup ended, over the steps left after warmup.",
+                    _lr_cosine_from_step_zero, fix="p = (step - warmup_steps) / (max_steps - warmup_steps)"),
             Mistake("the cosine climbs again after max_steps",
-                    "From max_steps on, stay at min_lr (a resumed or extended run goes past the end).",
-                    _lr_no_floor_after_end),
+                    "A resumed or extended run goes past max_steps; from there on the rate stays at its floor.",
+                    _lr_no_floor_after_end, fix="if step >= max_steps: return min_lr"),
             Mistake("linear decay instead of a cosine",
-                    "Use the cosine: min_lr + 0.5 (1 + cos(pi p)) (max_lr - min_lr), where p goes from 0 to 1.",
-                    _lr_linear),
+                    "The decay follows half a cosine wave, slow at both ends, not a straight line.",
+                    _lr_linear, fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)"),
         ),
-        atol=1e-9,
-        rtol=1e-7,
+        atol=1e-10,
+        rtol=1e-5,  # float32 arithmetic is accurate to about 1e-7 relative: a rate computed in float32 passes
     ),
 )

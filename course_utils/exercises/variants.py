@@ -24,8 +24,21 @@ def _window_solution(T: int, window: int) -> torch.Tensor:
     return sliding_window_mask(T, window)  # (T, T)
 
 
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in low .. high - 1."""
+    return int(torch.randint(low, high, (), generator=g))
+
+
 def _window_cases() -> list[tuple[tuple, dict]]:
     return [((5, 2), {}), ((7, 3), {}), ((4, 1), {}), ((4, 6), {})]
+
+
+def _window_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        T = _int(g, 1, 13)
+        cases.append(((T, _int(g, 1, T + 3)), {}))
+    return cases
 
 
 def _offsets(T: int) -> torch.Tensor:
@@ -66,6 +79,15 @@ def _repeat_cases() -> list[tuple[tuple, dict]]:
     ]
 
 
+def _repeat_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        Hkv, group = _int(g, 1, 4), (1, 2, 3, 5)[_int(g, 0, 4)]
+        k = torch.randn(_int(g, 1, 3), Hkv, _int(g, 1, 6), _int(g, 1, 5), generator=g)
+        cases.append(((k, Hkv * group), {}))
+    return cases
+
+
 def _repeat_tiled(k: torch.Tensor, num_heads: int) -> torch.Tensor:
     return k.repeat(1, num_heads // k.shape[1], 1, 1)  # heads 0, 1, 0, 1: a different model
 
@@ -92,7 +114,31 @@ def _nucleus_cases() -> list[tuple[tuple, dict]]:
         ((2.0 * torch.randn(2, 6, generator=g), 1.0, 0.8), {}),
         ((3.0 * torch.randn(3, 8, generator=g), 0.7, 0.5), {}),
         ((torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]]), 2.0, 0.9), {}),
+        _nucleus_boundary_case(),
     ]
+
+
+def _nucleus_boundary_case() -> tuple[tuple, dict]:
+    """top_p exactly equal to the mass of the two most likely tokens (as float32 computes it): the nucleus is
+    those two tokens, and the third (whose mass before it is exactly top_p, not less) stays out."""
+    logits = torch.tensor([[1.5, 0.75, 0.0, -0.5, -3.0], [3.0, -1.0, 2.0, 0.0, 1.0]])
+    sorted_probs = torch.softmax(logits, dim=-1).sort(dim=-1, descending=True).values
+    top_p = float((sorted_probs.cumsum(dim=-1) - sorted_probs)[0, 2])
+    return (logits, 1.0, top_p), {}
+
+
+def _nucleus_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        batch = [_int(g, 1, 4) for _ in range(_int(g, 1, 3))]
+        V = _int(g, 2, 20)
+        logits = 3 * torch.randn(*batch, V, generator=g)
+        filtered = torch.rand(*batch, V, generator=g) < 0.2  # some tokens already removed (top-k): -inf
+        filtered[..., 0] = False
+        logits = logits.masked_fill(filtered, float("-inf"))
+        temperature = float(torch.empty(()).uniform_(0.3, 2.0, generator=g))
+        cases.append(((logits, temperature, float(torch.empty(()).uniform_(0.05, 0.99, generator=g))), {}))
+    return cases
 
 
 def _nucleus_with(probs: torch.Tensor, keep: torch.Tensor, renormalise: bool = True) -> torch.Tensor:
@@ -151,6 +197,18 @@ def _append_cases() -> list[tuple[tuple, dict]]:
     ]
 
 
+def _append_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, H, D, T = _int(g, 1, 3), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 5), _int(g, 1, 4)
+        capacity = T + _int(g, 1, 8)
+        length = _int(g, 0, capacity - T + 1)
+        cache = torch.zeros(B, H, capacity, D)
+        cache[:, :, :length] = torch.randn(B, H, length, D, generator=g)
+        cases.append(((cache, length, torch.randn(B, H, T, D, generator=g)), {}))
+    return cases
+
+
 def _append_at_zero(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
     T = new.shape[2]
     cache[:, :, :T] = new
@@ -180,23 +238,22 @@ EXERCISES = (
         signature="my_sliding_window_mask(T, window) -> bool (T, T), True = may attend",
         solution=_window_solution,
         cases=_window_cases,
+        draw=_window_draw,
         mistakes=(
             Mistake("window one key too wide",
-                    "Query i sees exactly `window` keys, itself included: i - window + 1 .. i. "
-                    "Use i - j < window, not i - j <= window.",
-                    _window_one_too_wide),
+                    "Query i sees exactly `window` keys, itself included; yours sees one more.",
+                    _window_one_too_wide, fix="(i - j >= 0) & (i - j < window), not i - j <= window"),
             Mistake("window not causal",
-                    "|i - j| < window also lets query i see the next window - 1 tokens. Keep only j <= i "
-                    "(combine the band with the causal mask).",
-                    _window_not_causal),
+                    "A window symmetric around the query also lets it see the next tokens, the future; only "
+                    "keys at or before the query may stay.",
+                    _window_not_causal, fix="(offset >= 0) & (offset < window) with offset = i - j, not |i - j|"),
             Mistake("band above the diagonal (future keys)",
-                    "Your band lies above the diagonal: query i sees keys i .. i + window - 1, the future. "
-                    "Flip the sign: it is i - j that must be in 0 .. window - 1.",
-                    _window_future),
+                    "Your band lies above the diagonal: query i sees the keys after it, the future. The "
+                    "distance that must be small and non-negative is i - j, not j - i.",
+                    _window_future, fix="offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]"),
             Mistake("window without the query itself",
-                    "A query may attend to its own position: the window is i - window + 1 .. i, "
-                    "not i - window .. i - 1.",
-                    _window_without_self),
+                    "A query may attend to its own position; your window stops one key before it.",
+                    _window_without_self, fix="(offset >= 0) & (offset < window), not 1 <= offset <= window"),
         ),
     ),
     Exercise(
@@ -205,18 +262,20 @@ EXERCISES = (
         signature="my_repeat_kv(k, num_heads) -> (B, H, S, D) from k (B, Hkv, S, D)",
         solution=_repeat_solution,
         cases=_repeat_cases,
+        draw=_repeat_draw,
         mistakes=(
             Mistake("repeat instead of repeat_interleave",
                     "Query head h reads KV head h // (H // Hkv), so the copies of one KV head must sit side "
-                    "by side (0, 0, 1, 1): use repeat_interleave, not repeat (0, 1, 0, 1).",
-                    _repeat_tiled),
+                    "by side (0, 0, 1, 1), not take turns (0, 1, 0, 1).",
+                    _repeat_tiled, fix="k.repeat_interleave(num_heads // k.shape[1], dim=1)"),
             Mistake("repeated along the time axis",
-                    "The heads are axis 1 of (B, Hkv, S, D); repeating axis 2 makes the sequence longer instead.",
-                    _repeat_time_axis),
+                    "The heads are axis 1 of (B, Hkv, S, D); repeating another axis makes the sequence longer "
+                    "instead.",
+                    _repeat_time_axis, fix="repeat_interleave(..., dim=1), not dim=2"),
             Mistake("repeated num_heads times instead of num_heads // num_kv_heads",
-                    "Each KV head serves a group of H // Hkv query heads; repeat it that many times so the "
-                    "result has H heads, not Hkv * H.",
-                    _repeat_by_num_heads),
+                    "Each KV head serves a group of H // Hkv query heads; the result must have H heads, "
+                    "not Hkv * H.",
+                    _repeat_by_num_heads, fix="k.repeat_interleave(num_heads // k.shape[1], dim=1)"),
         ),
     ),
     Exercise(
@@ -225,49 +284,48 @@ EXERCISES = (
         signature="nucleus_probs(logits, temperature, top_p) -> probs (..., V)",
         solution=_nucleus_solution,
         cases=_nucleus_cases,
+        draw=_nucleus_draw,
         mistakes=(
             Mistake("the token that crosses p is dropped",
                     "The nucleus is the smallest set whose probability reaches p, so it includes the token "
-                    "that crosses p: keep a token if the mass strictly BEFORE it is < p "
-                    "(cumsum - probs < p), not if the cumsum including it is <= p.",
-                    _nucleus_drops_crossing),
+                    "that crosses p: what decides is the mass strictly BEFORE a token, not the mass "
+                    "including it.",
+                    _nucleus_drops_crossing, fix="keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p"),
             Mistake("sorted ascending",
-                    "Sort the probabilities in descending order (descending=True): the nucleus is made of "
-                    "the most likely tokens, not the least likely.",
-                    _nucleus_ascending),
+                    "The nucleus is made of the most likely tokens, so they must come first in the sort.",
+                    _nucleus_ascending, fix="probs.sort(dim=-1, descending=True)"),
             Mistake("not renormalised",
-                    "After zeroing the tokens outside the nucleus, divide by the kept mass so the "
-                    "probabilities sum to 1 again.",
-                    _nucleus_not_renormalised),
+                    "After zeroing the tokens outside the nucleus, the probabilities no longer sum to 1.",
+                    _nucleus_not_renormalised, fix="kept / kept.sum(dim=-1, keepdim=True)"),
             Mistake("temperature applied after the softmax",
-                    "Divide the LOGITS by the temperature, then take the softmax. Dividing probabilities by "
-                    "it does not sharpen or flatten anything; it just stops them summing to 1.",
-                    _nucleus_temperature_after_softmax),
+                    "The temperature divides the LOGITS, before the softmax. Dividing probabilities by it "
+                    "does not sharpen or flatten anything; it just stops them summing to 1.",
+                    _nucleus_temperature_after_softmax, fix="torch.softmax(logits / temperature, dim=-1)"),
         ),
     ),
     Exercise(
         key="07.4",
         title="append to a KV cache",
-        signature="append_kv(cache, length, new) -> (B, H, length + T, D)",
+        signature="append_kv(cache, length, new) -> (B, H, length + T, D), writing into cache in place",
         solution=_append_solution,
         cases=_append_cases,
-        inplace="cache",  # the buffer after the call is compared with the solution's
+        draw=_append_draw,
+        inplace="cache",
         mistakes=(
             Mistake("written at position 0",
-                    "The new keys go after the `length` cached ones: write them at "
-                    "cache[:, :, length:length + T], not at the start.",
-                    _append_at_zero),
+                    "The new keys go after the `length` cached ones, not over the start of the buffer.",
+                    _append_at_zero, fix="cache[:, :, length:length + T] = new"),
             Mistake("returned the whole buffer",
                     "The buffer has room for `capacity` positions, but only the first length + T hold keys; "
-                    "the rest are zeros that attention would treat as real keys. Return cache[:, :, :length + T].",
-                    _append_whole_buffer),
+                    "the rest are zeros that attention would treat as real keys.",
+                    _append_whole_buffer, fix="return cache[:, :, :length + T]"),
             Mistake("returned the old view, without the new tokens",
-                    "After writing, the valid part has grown to length + T: return cache[:, :, :length + T].",
-                    _append_stale_view),
+                    "After writing, the valid part of the buffer has grown by the new tokens.",
+                    _append_stale_view, fix="return cache[:, :, :length + T]"),
             Mistake("written one position too late",
-                    "Positions count from 0, so the `length` cached keys fill 0 .. length - 1 and the first free "
-                    "slot is `length` itself, not length + 1 (which leaves a row of zeros, a fake key).",
-                    _append_one_late),
+                    "Positions count from 0, so the `length` cached keys fill 0 .. length - 1 and the first "
+                    "free slot is `length` itself (one later leaves a row of zeros, a fake key).",
+                    _append_one_late, fix="cache[:, :, length:length + T] = new"),
         ),
     ),
 )

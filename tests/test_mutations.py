@@ -1,0 +1,107 @@
+"""The exercise checks are strong enough: every mutant of every reference solution fails its check.
+
+The mutants come from the reference solutions in the notebook sources (``tests/mutants.py`` says how):
+an axis changed, a transpose dropped, a scale dropped or doubled, an off-by-one, an in-place variant,
+a dtype changed, a comparison flipped, max/min or sum/mean swapped. Each is run through ``run_check``
+(fixed cases and cases drawn from a pinned seed). A mutant that passes means the cases are too weak,
+unless it is listed in ``EQUIVALENT`` with the reason it computes the same thing as the solution.
+The mutation score per exercise is printed at the end of the test run (``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from mutants import ROOT, SCORES, compile_function, mutants, solutions
+
+from course_utils.checking import PASSED, run_check
+from course_utils.exercises import all_exercises
+
+pytestmark = [
+    pytest.mark.usefixtures("one_thread"),
+    pytest.mark.skipif(not (ROOT / "course_source").is_dir(), reason="needs course_source/ (the author's copy)"),
+]
+
+SEED = 20261123  # the drawn cases are pinned, so a mutant's verdict is the same on every run
+EXERCISES = all_exercises()
+SOLUTIONS = solutions() if (ROOT / "course_source").is_dir() else {}
+
+# Mutants that compute exactly what the solution computes, for every input the exercise allows.
+# Key: (exercise, the mutated line as tests/mutants.py describes it). Value: why it is equivalent.
+EQUIVALENT: dict[tuple[str, str], str] = {
+    ("06.1", "omega = 10000.0 ** (-torch.arange(0, C - 1, 2, dtype=torch.float64) / C)"):
+        "C is even (the encoding pairs channels), so arange(0, C - 1, 2) and arange(0, C, 2) are the same "
+        "C / 2 numbers",
+    ("06.2", "theta = 10000.0 ** (-torch.arange(0, D - 1, 2, dtype=torch.float64) / D)"):
+        "D is even (RoPE rotates pairs), so arange(0, D - 1, 2) and arange(0, D, 2) are the same D / 2 numbers",
+    ("07.3", "kept = probs * (2 * keep)"):
+        "the kept probabilities are divided by their own sum on the next line, so a factor of 2 (exact in "
+        "floating point) cancels bit for bit",
+    ("08.3", "if step > max_steps:"):
+        "at step == max_steps the cosine branch gives p = 1 and min_lr + 0.5 * (1 + cos(pi)) * (...) = min_lr "
+        "exactly (math.cos(math.pi) is exactly -1.0), which is what the step >= max_steps branch returns",
+}
+
+
+def _returns_tensors(key: str) -> bool:
+    ex = EXERCISES[key]
+    args, kwargs = ex.cases()[0]
+    out = ex.solution(*args, **kwargs)
+    return not isinstance(out, (int, float))
+
+
+@pytest.mark.parametrize("key", sorted(EXERCISES))
+def test_every_exercise_has_its_reference_solution_in_the_notebook_source(key):
+    assert key in SOLUTIONS, f"no `def` with {key}'s ### BEGIN SOLUTION block, checked as check(\"{key}\", ...)"
+
+
+@pytest.mark.parametrize("key", sorted(SOLUTIONS))
+def test_every_mutant_of_the_reference_fails_its_check(key):
+    sol, ex = SOLUTIONS[key], EXERCISES[key]
+    start = time.perf_counter()
+    reference = run_check(ex, compile_function(sol, sol.source), seed=SEED)
+    assert reference.status == PASSED, f"the notebook's own solution of {key} fails its check: {reference.message}"
+    killed, survived, equivalent = [], [], []
+    for m in mutants(sol, returns_tensors=_returns_tensors(key)):
+        res = run_check(ex, compile_function(sol, m.source), seed=SEED)
+        if res.status != PASSED:
+            killed.append(m)
+        elif (key, m.description) in EQUIVALENT:
+            equivalent.append(m)
+        else:
+            survived.append(m)
+    SCORES[key] = (len(killed), len(killed) + len(survived), len(equivalent), time.perf_counter() - start)
+    assert killed, f"{key}: no mutant at all was made from the solution, so the score proves nothing"
+    assert not survived, f"{key}: {len(survived)} mutants pass the check:\n" + "\n".join(
+        f"  [{m.operator}] {m.description}" for m in survived)
+
+
+def test_the_equivalent_mutants_are_still_made_and_still_pass():
+    """An entry of EQUIVALENT that no longer names a surviving mutant is stale: remove it."""
+    for (key, line), reason in EQUIVALENT.items():
+        sol = SOLUTIONS[key]
+        found = [m for m in mutants(sol, returns_tensors=_returns_tensors(key)) if m.description == line]
+        assert found, f"{key}: the equivalent mutant {line!r} is no longer made ({reason})"
+        res = run_check(EXERCISES[key], compile_function(sol, found[0].source), seed=SEED)
+        assert res.status == PASSED, f"{key}: {line!r} is listed as equivalent but fails: {res.message}"
+
+
+def test_the_operators_each_make_mutants_somewhere():
+    made = {m.operator for key, sol in SOLUTIONS.items() for m in mutants(sol, _returns_tensors(key))}
+    assert made >= {"dim", "transpose", "scale", "off-by-one", "in-place", "dtype", "compare", "max/min",
+                    "sum/mean", "tril/triu", "sign", "polarity"}, made
+
+
+def test_a_mutant_is_a_real_change_that_the_check_can_see():
+    """The machinery itself: a mutant of 02.2 that drops the scale compiles, runs and fails the check."""
+    sol = SOLUTIONS["02.2"]
+    dropped = [m for m in mutants(sol) if m.operator == "scale" and "math.sqrt" not in m.description]
+    assert dropped, [m.description for m in mutants(sol)]
+    fn = compile_function(sol, dropped[0].source)
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 2)
+    out, _ = fn(q, k, v)
+    ref, _ = compile_function(sol, sol.source)(q, k, v)
+    assert not torch.allclose(out, ref)
+    assert run_check(EXERCISES["02.2"], fn, seed=SEED).status != PASSED
