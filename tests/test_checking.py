@@ -462,6 +462,18 @@ def test_without_the_main_thread_the_check_runs_without_a_time_limit():
     assert out[0].status == PASSED
 
 
+def test_without_posix_timers_the_check_runs_without_a_time_limit(monkeypatch):
+    monkeypatch.delattr(signal, "setitimer", raising=False)  # as on Windows
+    ex = Exercise(key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases,
+                  time_limit=0.05)
+
+    def slow(x):
+        time.sleep(0.2)
+        return x * 2
+
+    assert run_check(ex, slow).status == PASSED
+
+
 def test_printing_is_captured_and_only_the_first_lines_are_kept(capsys):
     def chatty(x):
         print("x" * (PRINTED_WIDTH + 50))
