@@ -88,6 +88,8 @@ __all__ = [
     "check_out_dir",
     "compile_available",
     "fused_adamw_available",
+    "Switches",
+    "gpu_switches",
     "save_checkpoint",
     "load_checkpoint",
     "export_model",
@@ -399,11 +401,11 @@ def _describe_model(cfg: GPTConfig) -> str:
 
 
 def _check_resume(state: dict[str, Any], ckpt_path: Path, config: GPTConfig, train_config: TrainConfig | None,
-                  text: str) -> list[str]:
+                  text: str, max_steps: int | None) -> list[str]:
     """Refuse a resume that would be another run (another model, other text); list the settings it keeps.
 
-    Returns one notice per setting in ``train_config`` that differs from the checkpoint's (``max_steps`` and the
-    session's switches excepted): the run keeps its own, and the notice says so.
+    Returns one notice per setting in ``train_config`` that differs from the checkpoint's (the session's switches
+    excepted): the run keeps its own, and the notice says so (``max_steps`` changes through train's argument).
     """
     saved = GPTConfig.from_dict(state["model_config"])
     if dataclasses.replace(config, vocab_size=saved.vocab_size) != saved:
@@ -421,12 +423,13 @@ def _check_resume(state: dict[str, Any], ckpt_path: Path, config: GPTConfig, tra
     notices = []
     for field in dataclasses.fields(TrainConfig):
         name = field.name
-        if name in _SESSION_FIELDS or name == "max_steps":
+        if name in _SESSION_FIELDS or (name == "max_steps" and max_steps is not None):
             continue
         old, new = getattr(kept, name), getattr(train_config, name)
         if old != new:
             given = f"--{name.replace('_', '-')}" if name in _CLI_FLAGS else name
-            notices.append(f"--resume: keeping the checkpoint's {name} {old}; your {given} {new} is ignored")
+            how = f" (to change it, pass max_steps={new} to train)" if name == "max_steps" else ""
+            notices.append(f"--resume: keeping the checkpoint's {name} {old}; your {given} {new} is ignored{how}")
     return notices
 
 
@@ -456,13 +459,15 @@ def fused_adamw_available(device: torch.device) -> bool:
 
 
 @dataclass(frozen=True)
-class _Features:
+class Switches:
+    """The GPU recipe's switches as one session uses them (see :func:`gpu_switches`)."""
+
     compile: bool
     autocast: str  # "bf16" or "off"
     fused_adamw: bool
 
 
-def _features(cfg: TrainConfig, device: torch.device) -> tuple[_Features, list[str]]:
+def gpu_switches(cfg: TrainConfig, device: torch.device) -> tuple[Switches, list[str]]:
     """Which of the GPU recipe's switches this session uses on ``device``, and a notice for each that cannot be."""
     on_cuda = device.type == "cuda"
     notices = []
@@ -477,7 +482,7 @@ def _features(cfg: TrainConfig, device: torch.device) -> tuple[_Features, list[s
     if fused and not fused_adamw_available(device):
         raise RunSetupError(f"fused AdamW is not available for {device} in torch {torch.__version__}: "
                             "leave out --fused-adamw (or set fused_adamw=False)")
-    return _Features(use_compile, autocast, fused), notices
+    return Switches(use_compile, autocast, fused), notices
 
 
 def _autocast(device: torch.device, mode: str) -> Callable[[], Any]:
@@ -597,7 +602,7 @@ context) and removes temporary files of killed saves in ``out_dir``. ``max_secon
     state = None
     if resume and ckpt_path.exists():
         state = load_checkpoint(ckpt_path)
-        notices += _check_resume(state, ckpt_path, config, given_train_config, text)
+        notices += _check_resume(state, ckpt_path, config, given_train_config, text, max_steps)
         tokenizer = CharTokenizer(state["tokenizer"])
         config = GPTConfig.from_dict(state["model_config"])
         session = {name: getattr(cfg, name) for name in _SESSION_FIELDS}
@@ -612,7 +617,7 @@ context) and removes temporary files of killed saves in ``out_dir``. ``max_secon
         config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
     train_data, val_data = split_data(tokenizer.encode(text))
     T = config.context_length
-    features, feature_notices = _features(cfg, device)
+    features, feature_notices = gpu_switches(cfg, device)
     notices += feature_notices
     if master:
         for notice in notices:  # what differs from what was asked is shown even when quiet

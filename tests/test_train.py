@@ -549,3 +549,14 @@ def test_export_to_a_path_that_cannot_be_written_is_refused_before_training(text
 def test_train_config_checks_the_gpu_switches(field, value, match):
     with pytest.raises(ValueError, match=match):
         TrainConfig.preset("tiny", **{field: value})
+
+
+def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
+    run(text_file, tmp_path, max_steps=3)
+    result = run(text_file, tmp_path, max_steps=3, resume=True, log_interval=2)  # a TrainConfig that differs
+    assert result["notices"] == ["--resume: keeping the checkpoint's log_interval 1; your --log-interval 2 is ignored"]
+    result = train("tiny", text_file, tmp_path, TrainConfig.preset("tiny", **{**FAST, "max_steps": 6}), resume=True,
+                   progress=False)
+    assert result["steps"] == 3 and result["notices"] == [
+        "--resume: keeping the checkpoint's max_steps 3; your max_steps 6 is ignored (to change it, pass "
+        "max_steps=6 to train)"]
