@@ -16,9 +16,11 @@ DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m htt
 laptop: ``python3 course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with
 ``pip install --no-index --find-links DIR/wheels``.
 
-Nothing is lost: ``prepare`` wants a new (or empty) DIR outside the course folder, and ``package`` a new
-``.zip`` outside it; an existing one, or one inside the course, is refused unless ``--force`` is given, and
-then what was there is moved aside to ``backup-NAME-YYYYmmdd-HHMMSS`` beside it, never deleted. A zip is never
+Nothing is lost: ``prepare`` wants a new (or empty) DIR outside the course folder, or a room folder it made
+before (it then adds to it, as for a second set of laptops; a file there that was changed since ``prepare``
+wrote it is first moved aside), and ``package`` a new ``.zip`` outside the course; an existing path, or one
+inside the course, is refused unless ``--force`` is given, and then what was there is moved aside to
+``backup-NAME-YYYYmmdd-HHMMSS`` beside it, never deleted. A zip is never
 written into a folder it packs, every file these commands write is written atomically, and temporary files
 left by a killed run are removed by the next one.
 """
@@ -26,8 +28,10 @@ left by a killed run are removed by the next one.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import itertools
+import json
 import os
 import re
 import shutil
@@ -92,7 +96,7 @@ def download_wheels(out: Path, requirements: Path, platforms: list[str], python_
     return commands
 
 
-def fetch_datasets(out: Path) -> str:
+def fetch_datasets(out: Path, ledger: _Ledger | None = None) -> str:
     """Fetch the course's datasets (if the course has a data module) and copy them into ``out/datasets``."""
     if importlib.util.find_spec("course_utils.data") is None:
         return "skipped datasets: this version of the course has no course_utils.data"
@@ -102,8 +106,12 @@ def fetch_datasets(out: Path) -> str:
     copied = []
     for f in sorted((ROOT / "datasets").iterdir()):
         if f.is_file() and f.name != "README.md" and not NEVER.search(f.name):
+            if ledger:
+                ledger.free(f"datasets/{f.name}")
             with atomic_path(out / "datasets" / f.name) as tmp:
                 shutil.copy2(f, tmp)
+            if ledger:
+                ledger.wrote(f"datasets/{f.name}")
             copied.append(f.name)
     return f"datasets: {', '.join(copied) or 'none'}"
 
@@ -143,7 +151,8 @@ def _packed_folders() -> list[Path]:
     return [ROOT / r.rstrip("/") for r in COMMON + INSTRUCTOR_ONLY if r.endswith("/")]
 
 
-def _free_output(out: Path, force: bool, what: str, empty_folder_ok: bool = False) -> tuple[Path, bool]:
+def _free_output(out: Path, force: bool, what: str, empty_folder_ok: bool = False,
+                 room_folder_ok: bool = False) -> tuple[Path, bool]:
     """``out`` made absolute, and whether an existing path there must be moved aside first.
 
     ValueError (naming ``--force`` where it helps) for an output that contains the course, lies in a folder a
@@ -165,6 +174,8 @@ def _free_output(out: Path, force: bool, what: str, empty_folder_ok: bool = Fals
     exists = out.exists() or out.is_symlink()
     if exists and empty_folder_ok and out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
         return out, False  # an empty folder: nothing to lose
+    if exists and room_folder_ok and out.is_dir() and (out / ROOM_MARK).is_file():
+        return out, False  # a room folder made by prepare: it adds to it, keeping what was changed there
     if exists and not force:
         kind = "a folder" if out.is_dir() else "a file"
         raise ValueError(f"{out} already exists ({kind}); it is never replaced silently: give {what} a new path, "
@@ -173,35 +184,87 @@ def _free_output(out: Path, force: bool, what: str, empty_folder_ok: bool = Fals
     return out, exists
 
 
+ROOM_MARK = ".course-room.json"  # in a room folder: what prepare wrote there (so a later run may add to it)
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+class _Ledger:
+    """The files prepare wrote into a room folder, with their checksums, and the platforms it has wheels for.
+
+    Before prepare replaces one of its files, :meth:`free` moves it aside if it is not as prepare left it
+    (someone edited it), so a second run adds to a room folder without losing anyone's change.
+    """
+
+    def __init__(self, out: Path, now: datetime | None):
+        self.out, self.now, self.notes = out, now, []
+        self.data = {"targets": [], "files": {}}  # unknown: every existing file counts as changed
+        try:
+            data = json.loads((out / ROOM_MARK).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and isinstance(data.get("files"), dict) and isinstance(data.get("targets"), list):
+            self.data = data
+
+    def free(self, rel: str) -> None:
+        path = self.out / rel
+        if path.is_file() and _sha256(path) != self.data["files"].get(rel):
+            self.notes.append(f"{rel} was changed since room wrote it: kept as {move_aside(path, self.now).name}")
+
+    def wrote(self, rel: str) -> None:
+        self.data["files"][rel] = _sha256(self.out / rel)
+
+    def save(self) -> None:
+        write_atomic(self.out / ROOM_MARK, (json.dumps(self.data, indent=1) + "\n").encode("utf-8"))
+
+
 def prepare(out: Path, requirements: Path | None = None, platforms: list[str] | None = None,
             python_versions: list[str] | None = None, pip_args: list[str] | None = None,
             data: bool = True, course: bool = True, build_backend: bool = True, force: bool = False,
             now: datetime | None = None) -> list[str]:
     """Fill the room folder ``out``; return one line per part made.
 
-    ``out`` must be new (or an empty folder) and outside the course folder; with ``force`` an existing one is
-    first moved aside to ``backup-NAME-DATE`` beside it, and one inside the course is allowed (never inside a
-    folder that the zips pack). ValueError otherwise, before anything is written or downloaded.
+    ``out`` must be new, an empty folder, or a room folder made by an earlier run (which this one adds to,
+    e.g. wheels for another platform), and outside the course folder. With ``force`` another existing path is
+    first moved aside, whole, to ``backup-NAME-DATE`` beside it, and one inside the course is allowed (never
+    inside a folder that the zips pack). ValueError otherwise, before anything is written or downloaded.
     """
-    out, replace = _free_output(out, force, "the room folder", empty_folder_ok=True)
+    out, replace = _free_output(out, force, "the room folder", empty_folder_ok=True, room_folder_ok=True)
     notes = []
     if replace:
         notes.append(f"the existing {out} is kept, whole, as {move_aside(out, now)}")
     out.mkdir(parents=True, exist_ok=True)
     for folder in (out, out / "datasets"):
         clean_stale_tmp(folder)
+    ledger = _Ledger(out, now)
+    ledger.free("requirements-room.txt")
     download_wheels(out, requirements or ROOT / "requirements.txt", platforms or [], python_versions or [],
                     pip_args or [], build_backend)
+    if (out / "requirements-room.txt").is_file():
+        ledger.wrote("requirements-room.txt")
     notes.append(f"wheels: {len(list((out / 'wheels').iterdir()))} files in {out / 'wheels'}")
-    notes.append(fetch_datasets(out) if data else "skipped datasets (--no-data)")
+    notes.append(fetch_datasets(out, ledger) if data else "skipped datasets (--no-data)")
     if course:
-        package(out / "course-learner.zip", learner=True, force=True, now=now)
+        ledger.free("course-learner.zip")
+        package(out / "course-learner.zip", learner=True, force=True, now=now, keep_existing=False)
+        ledger.wrote("course-learner.zip")
         notes.append(f"course without solutions: {out / 'course-learner.zip'}")
-    targets = ", ".join(f"{p or 'this platform'} / Python {v or '.'.join(map(str, sys.version_info[:2]))}"
-                        for p, v in itertools.product(platforms or [None], python_versions or [None]))
-    write_atomic(out / "README.txt", ROOM_README.format(targets=targets).encode("utf-8"))
+    for t in (f"{p or 'this platform'} / Python {v or '.'.join(map(str, sys.version_info[:2]))}"
+              for p, v in itertools.product(platforms or [None], python_versions or [None])):
+        if t not in ledger.data["targets"]:
+            ledger.data["targets"].append(t)
+    ledger.free("README.txt")
+    write_atomic(out / "README.txt", ROOM_README.format(targets=", ".join(ledger.data["targets"])).encode("utf-8"))
+    ledger.wrote("README.txt")
+    ledger.save()
     notes.append(f"instructions for the room: {out / 'README.txt'}")
-    return notes
+    return ledger.notes + notes
 
 
 # ------------------------------------------------------------------------------------------------- packages
@@ -235,13 +298,15 @@ class Packed:
     backup: Path | None = None
 
 
-def package(out: Path, learner: bool, force: bool = False, now: datetime | None = None) -> Packed:
+def package(out: Path, learner: bool, force: bool = False, now: datetime | None = None,
+            keep_existing: bool = True) -> Packed:
     """Zip the course: the learner build (no solutions, no sources, no authors' tools; clean copies of the
     notebooks in .course/clean/ for `course.py reset`) or the instructor build (everything).
 
     ``out`` must be a new ``.zip`` outside the course folder; with ``force`` an existing file is first moved
     aside to ``backup-NAME-DATE.zip`` and a path inside the course (never inside a folder the zip packs) is
     allowed. ValueError otherwise, before anything is written. The zip is written atomically.
+    (``keep_existing=False``: a caller that knows the existing file is its own product replaces it.)
     """
     if Path(out).suffix.lower() != ".zip" or Path(out).is_dir():
         raise ValueError(f"{out} is not a .zip file name; package writes one zip, e.g. "
@@ -274,7 +339,7 @@ def package(out: Path, learner: bool, force: bool = False, now: datetime | None 
             leaks = learner_leaks(tmp)
             if leaks:  # atomic_path removes the temporary: nothing is written
                 raise RuntimeError(f"the learner build would contain solutions: {leaks}")
-        if replace:
+        if replace and keep_existing:
             backup = move_aside(out, now)
     return Packed(out, written, backup)
 

@@ -176,7 +176,7 @@ def test_room_onto_an_existing_folder_needs_force_and_moves_it_aside_whole(tmp_p
     kept = tmp_path / "backup-room-20260102-030405"
     assert (kept / "notes" / "plan.md").read_text() == "my workshop plan"
     assert any(str(kept) in n for n in notes)
-    assert sorted(p.name for p in out.iterdir()) == ["README.txt", "wheels"]
+    assert sorted(p.name for p in out.iterdir()) == [".course-room.json", "README.txt", "wheels"]
     empty = tmp_path / "empty"
     empty.mkdir()
     room.prepare(empty, data=False, course=False)  # an empty folder has nothing to lose: no --force needed
@@ -194,3 +194,21 @@ def test_room_inside_the_course_is_refused_before_anything_is_written(monkeypatc
     assert not (ROOT / "room-test-folder").exists() and not (ROOT / "notebooks" / "room").exists()
     proc = course_command("room", str(ROOT / "room-test-folder"))
     assert proc.returncode == 2 and proc.stderr.startswith("course room: ") and "Traceback" not in proc.stderr
+
+
+def test_a_second_room_run_adds_to_its_folder_and_keeps_a_changed_file(tmp_path, monkeypatch):
+    """As for a mixed room: a second run into a folder room made adds to it (no --force); a file edited since
+    room wrote it is moved aside, one left as room wrote it is simply replaced."""
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    out = tmp_path / "room"
+    room.prepare(out, data=False, course=False, platforms=["win_amd64"])
+    assert "win_amd64" in (out / "README.txt").read_text()
+    room.prepare(out, data=False, course=False, platforms=["macosx_11_0_arm64"], now=datetime(2026, 1, 2, 3, 4, 5))
+    readme = (out / "README.txt").read_text()
+    assert "win_amd64" in readme and "macosx_11_0_arm64" in readme  # both sets of laptops
+    assert not list(out.glob("backup-*"))  # README.txt was as room left it: nothing to keep
+    (out / "README.txt").write_text("my notes for the room")
+    notes = room.prepare(out, data=False, course=False, now=datetime(2026, 1, 2, 3, 4, 5))
+    kept = out / "backup-README-20260102-030405.txt"
+    assert kept.read_text() == "my notes for the room" and any(kept.name in n for n in notes)
+    assert "--no-index" in (out / "README.txt").read_text()
