@@ -21,7 +21,8 @@
 
 `room` and `package` refuse an existing DIR or OUT.zip, or one inside the course folder, unless given
 `--force`; then what was there is first moved aside, whole, to backup-NAME-DATE beside it (never deleted).
-Paths are read from the folder you run the command in.
+`room` adds to a room folder it made before without --force. Paths are read from the folder you run the
+command in. docs/INSTRUCTOR_GUIDE.md says what every command refuses and how to override it.
 
 `lab` and `test` take `--offline DIR` (a folder made by `room`, or its URL when served with
 `python3 -m http.server`): they install from there with `pip install --no-index --find-links`.
