@@ -156,7 +156,12 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
     if key not in clean_cells:
         known = ", ".join(clean_cells) or "none"
         raise KeyError(f"{path.name} has no exercise {key}; its exercises are: {known}")
-    nb = nbformat.read(path, as_version=4)
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception as e:  # not JSON, or not a notebook: nbformat raises several kinds
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ValueError(f"{path} cannot be read as a notebook ({first}); reset the whole notebook instead (your "
+                         f"file is kept as a backup): python3 course.py reset {path}") from None
     used: set[int] = set()
     places = []
     for ci in clean_cells[key]:

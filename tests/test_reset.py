@@ -124,3 +124,15 @@ def test_reset_cleans_a_killed_runs_temporary_and_writes_atomically(tmp_path):
     reset_notebook(path, now=NOW, folder=tmp_path)
     assert not stale.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["03_masking.ipynb", "backup-03_masking-20260102-030405.ipynb"]
+
+
+def test_reset_of_one_exercise_in_a_broken_file_says_to_reset_the_whole_notebook(tmp_path):
+    path = tmp_path / NAME
+    path.write_text("{ half a notebook", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"03_masking.ipynb cannot be read as a notebook \(.*\); reset the whole "
+                                         r"notebook instead"):
+        reset_exercise(path, "03.1", folder=tmp_path)
+    assert path.read_text(encoding="utf-8") == "{ half a notebook"
+    backup = reset_notebook(path, now=NOW, folder=tmp_path)  # the whole notebook: the broken file is kept
+    assert backup.read_text(encoding="utf-8") == "{ half a notebook"
+    assert [c.source for c in nbformat.read(path, as_version=4).cells] == [c.source for c in clean_copy(NAME).cells]
