@@ -209,7 +209,7 @@ EXERCISES = (
                     fix="w = m.in_proj_weight.detach(); return w[:C], w[C:2 * C], w[2 * C:]"),
             Mistake("transposed weights",
                     "Keep nn.Linear's (out, in) layout, the one this course uses for weights since notebook "
-                    "01: each slice is used as F.linear(x, w).",
+                    "01: each slice is used the way nn.Linear uses its weight.",
                     _split_transposed, fix="drop the .T on each slice"),
             Mistake("per-head interleaved layout",
                     "PyTorch stacks all of q, then all of k, then all of v (each block holds every head), not "
