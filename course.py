@@ -165,26 +165,36 @@ class Step(NamedTuple):
     ok: tuple[int, ...] = (0,)
 
 
-def cpu_capability(forced: str | None = None) -> str:
-    """The CPU kernels the venv's PyTorch uses ('AVX512', 'AVX2', 'DEFAULT', ...), under
-    ATEN_CPU_CAPABILITY=forced if given (an unsupported value is ignored by PyTorch, so the answer then
-    names what it fell back to); '' if PyTorch cannot be asked."""
-    env = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
-    if forced is not None:
-        env["ATEN_CPU_CAPABILITY"] = forced
-    try:
-        proc = subprocess.run([str(PY), "-c", CAPABILITY_PROBE], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=300)
-    except (OSError, subprocess.TimeoutExpired):
-        return ""
-    return proc.stdout.strip().upper() if proc.returncode == 0 else ""
+def cpu_capabilities(kernels=(None, *FORCED_KERNELS)) -> dict[str | None, str]:
+    """The CPU kernels the venv's PyTorch uses ('AVX512', 'AVX2', 'DEFAULT', ...) natively (None) and under
+    ATEN_CPU_CAPABILITY=kernel for each other entry of ``kernels``, asked of PyTorch itself in one process
+    each, all at once. PyTorch ignores a capability the CPU lacks, so the answer then names what it fell back
+    to; '' where PyTorch could not be asked."""
+    base = {k: v for k, v in os.environ.items() if k != "ATEN_CPU_CAPABILITY"}
+    procs = {}
+    for kernel in kernels:
+        env = base if kernel is None else {**base, "ATEN_CPU_CAPABILITY": kernel}
+        try:
+            procs[kernel] = subprocess.Popen([str(PY), "-c", CAPABILITY_PROBE], cwd=ROOT, env=env, text=True,
+                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        except OSError:
+            procs[kernel] = None
+    answers = {}
+    for kernel, proc in procs.items():
+        try:
+            out = proc.communicate(timeout=300)[0] if proc else ""
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            out = ""
+        answers[kernel] = out.strip().upper() if proc and proc.returncode == 0 else ""
+    return answers
 
 
 def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list[Step], list[str]]:
     """The steps of `course.py test` and one-line notices for the passes left out.
 
     ``capability`` maps None (native) and each of FORCED_KERNELS to what PyTorch reports under it
-    (:func:`cpu_capability`). A forced pass runs where PyTorch really switches to those kernels and they are
+    (:func:`cpu_capabilities`). A forced pass runs where PyTorch really switches to those kernels and they are
     not already the native ones; otherwise a notice says why it is left out.
     """
     # Folders this copy of the course has (a learner build has no solutions/ or course_source/); a learner's
@@ -192,15 +202,20 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
     lint = [d for d in ("course_utils", "tests", "course_source", "notebooks", "solutions") if (ROOT / d).is_dir()]
     test = [d for d in ("tests", "notebooks", "solutions") if (ROOT / d).is_dir()]
     nbval = ["--nbval", "--nbval-current-env", "--nbval-cell-timeout=600", "--ignore-glob=**/backup-*.ipynb"]
+    # pytest-xdist: one worker per core (at most 4); a notebook's cells stay together on one worker, in order
+    workers = ["-n", "auto", "--maxprocesses=4", "--dist", "loadfile"]
     native = capability.get(None) or "unknown"
     steps = [
         Step("lint (ruff, including B015: comparisons whose result is thrown away)",
              ["-m", "ruff", "check", *lint, "course.py", "--extend-exclude", "backup-*.ipynb"], group=1),
-        Step(f"unit tests (notebooks in sync with course_source/ among them), nbval on every notebook "
-             f"(learner copies and solutions) with this CPU's own kernels ({native}), then every notebook in "
-             f"JupyterLab in a real browser (tests/e2e; skipped without Chromium)",
-             ["-m", "pytest", *test, *nbval, *extra], group=2),
+        Step(f"unit tests (notebooks in sync with course_source/ among them) and nbval on every notebook "
+             f"(learner copies and solutions) with this CPU's own kernels ({native}), on every core",
+             ["-m", "pytest", *test, "--ignore=tests/e2e", *nbval, *workers, *extra], group=2),
     ]
+    if (ROOT / "tests" / "e2e").is_dir():
+        # exit code 5: `-m "not browser"` or -k selected none of them
+        steps.append(Step("every notebook in JupyterLab in a real browser (tests/e2e; skipped without Chromium)",
+                          ["-m", "pytest", "tests/e2e", *extra], group=4, ok=(0, 5)))
     notices = []
     if not (ROOT / "notebooks").is_dir():
         return steps, ["no notebooks/ folder: the passes under other CPU kernels are left out"]
@@ -210,7 +225,7 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
             notices.append(f"the {kernel} CPU kernels are left out: this CPU does not have them "
                            f"(with ATEN_CPU_CAPABILITY={kernel} PyTorch uses {got or 'nothing it could report'})")
         elif got == native:
-            notices.append(f"the {kernel} CPU kernels are this CPU's own: the native run above covers them")
+            notices.append(f"the {kernel} CPU kernels are this CPU's own: the native run covers them")
         else:
             steps.append(Step(
                 f"nbval on the learner notebooks under PyTorch's {kernel} CPU kernels "
@@ -298,7 +313,7 @@ def cmd_test(extra: list[str]) -> int:
     if os.environ.get("ATEN_CPU_CAPABILITY"):
         say(f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} is set: the native run ignores it, "
             "the passes below force each kernel themselves")
-    capability = {None: cpu_capability(), **{k: cpu_capability(k) for k in FORCED_KERNELS}}
+    capability = cpu_capabilities()
     steps, notices = test_plan(extra, capability)
     for notice in notices:
         say(notice)
