@@ -364,17 +364,52 @@ def _md(text: str) -> str:
 
 
 def exercise_table() -> str:
-    """The guide's table of every exercise and the mistakes its check names, from the checks themselves."""
+    """The guide's table of every exercise: what the learner writes, the mistakes its check names, and what
+    the check enforces (result dtype, inputs left alone or the buffer written, time limit, drawn cases),
+    all read from the checks themselves."""
     from course_utils.exercises import all_exercises
 
     notebooks = {p.name[:2]: p.stem for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))}
-    rows = ["| exercise | notebook | the learner writes | mistakes the check recognises (and names) |",
-            "|---|---|---|---|"]
+    rows = ["| exercise | notebook | the learner writes | mistakes the check recognises (and names) | "
+            "the check enforces |",
+            "|---|---|---|---|---|"]
     for key, ex in all_exercises().items():
         mistakes = "; ".join(f"**{_md(m.name)}**" for m in ex.mistakes)
         rows.append(f"| {key} {_md(ex.title)} | {notebooks.get(key.split('.')[0], key.split('.')[0])} "
-                    f"| `{_md(ex.signature)}` | {mistakes} |")
+                    f"| `{_md(ex.signature)}` | {mistakes} | {_md(_enforced(ex))} |")
     return "\n".join(rows)
+
+
+def _result_kind(x: object) -> str:
+    """What the solution returns, in the words of the table: ``float32 tensor``, ``(float32, float32)``, ``a number``."""
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        name = str(x.dtype).removeprefix("torch.")
+        return f"{name} or a number" if x.dim() == 0 and x.is_floating_point() else name
+    if isinstance(x, (tuple, list)):
+        return "(" + ", ".join(_result_kind(i) for i in x) + ")"
+    return "a number" if isinstance(x, (int, float)) else type(x).__name__
+
+
+def _enforced(ex: object) -> str:
+    """What a check holds the learner's function to, beyond the values: dtype, inputs, time, drawn cases."""
+    import copy
+
+    cases = ex.cases()
+    args, kwargs = copy.deepcopy(cases[0])
+    result = _result_kind(ex.solution(*args, **kwargs))
+    extra = ", ".join(str(d).removeprefix("torch.") for d in ex.accept_dtypes)
+    returns = ("returns a number (a Python float or a 0-d floating tensor)" if result == "a number" else
+               f"returns {result}" + (f" (or {extra})" if extra else "") + ", dtype checked")
+    parts = [returns,
+             f"writes into `{ex.inplace}` (checked), other inputs unchanged" if ex.inplace is not None
+             else "inputs unchanged",
+             f"{ex.time_limit:g} s per case" if ex.time_limit is not None else "no time limit",
+             f"{len(cases)} fixed cases" + (" + drawn cases" if ex.draw is not None else ""),
+             f"tolerance {ex.atol:g} + {ex.rtol:g} * |expected|" if "float" in result or "number" in result
+             else "values exact"]
+    return "; ".join(parts)
 
 
 def guide_with_table(text: str) -> str:

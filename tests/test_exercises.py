@@ -425,3 +425,17 @@ def test_right_answers_written_differently_pass(key, fn):
     for seed in (0, 1, 2):
         res = run_check(EXERCISES[key], fn, seed=seed)
         assert res.status == PASSED, f"{fn.__name__}, seed {seed}: {res.message}"
+
+
+def test_the_instructor_guide_table_lists_each_exercise_mistakes_and_what_it_enforces():
+    from course_utils.room import exercise_table
+
+    rows = {line.split(" ")[1]: line for line in exercise_table().splitlines()[2:]}
+    assert sorted(rows) == sorted(EXERCISES)
+    for key, ex in EXERCISES.items():
+        row = rows[key]
+        assert all(m.name.replace("|", "\\|") in row for m in ex.mistakes), row
+        assert f"{ex.time_limit:g} s per case" in row and "drawn cases" in row
+        assert ("writes into `cache` (checked)" in row) == (ex.inplace is not None), row
+    assert "returns bool, dtype checked" in rows["03.1"] and "returns float32, dtype checked" in rows["02.1"]
+    assert "returns a number" in rows["08.3"] and "int64, int64" in rows["08.1"]
