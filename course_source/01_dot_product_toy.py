@@ -411,10 +411,13 @@ print("matches course_utils")
 #
 # Write each function, then run its cell: the check tells you whether it is right, and if not,
 # which common mistake it looks like. Use `torch.softmax`; there is no scaling yet (that is
-# notebook 02).
+# notebook 02). The inputs are float32 tensors, and your results are float32 too (what `@` and
+# `torch.softmax` give); leave the inputs unchanged. The checks also try fresh random inputs of
+# other sizes, so write for any sizes, not the ones you see.
 #
 # **Exercise 01.1: a soft lookup for one query.** `query` is (D,), `keys` is (S, D), `values` is
-# (S,) or (S, Dv). Return the softmax-weighted mix of the values: a number, or a (Dv,) vector.
+# (S,) or (S, Dv). Return the softmax-weighted mix of the values: a number (a 0-d tensor or a Python
+# float) when `values` is (S,), or a (Dv,) vector.
 
 # %%
 def soft_lookup(query, keys, values):

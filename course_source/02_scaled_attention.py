@@ -519,7 +519,8 @@ print("stable_softmax and scaled_attention match course_utils")
 # ## Exercises
 #
 # Write each function, then run its cell: the check says **passed**, or names the mistake it recognises
-# and how to fix it.
+# with a hint (`check(..., hint=2)` shows the exact fix). Inputs are float32 tensors and so are the
+# results; leave the inputs unchanged. The checks also draw fresh inputs of other sizes.
 #
 # **02.1 A stable softmax.** Write `stable_softmax(x, dim=-1)` without `torch.softmax`: subtract the
 # maximum along `dim`, exponentiate, divide by the sum along `dim`. It must work for logits around 100,
@@ -559,7 +560,9 @@ check("02.2", my_scaled_attention)
 # **02.3 One head, scaled by its head size.** Write `head_attention(x, w_q, w_k, w_v)` for
 # `x (B, T, C)` and projection matrices `w_q, w_k, w_v` of shape `(C, D)`: project `x` to `q, k, v`,
 # then self-attention with the right scale. Return `out (B, T, D)`. (This is Pitfall 1: the checks use
-# `C != D`.)
+# `C != D`.) Note the layout: these matrices are `(C, D)`, as in the cells above, so `x @ w_q` projects;
+# the `nn.Linear` layout `(D, C)` of exercise 01.4 would need `x @ w_q.T` (with `C != D` the wrong one
+# fails with a shape error).
 
 # %%
 def head_attention(x, w_q, w_k, w_v):

@@ -585,7 +585,8 @@ print("matches course_utils (and F.scaled_dot_product_attention)")
 #
 # Each exercise is a function; the cell below it checks your function and, if it is wrong, names the
 # mistake it looks like. Use plain tensor operations (the `course_utils` helpers would make them
-# one-liners, so leave them aside).
+# one-liners, so leave them aside). Masks are boolean tensors (`True` = may attend), scores and weights
+# float32; leave the inputs unchanged. The checks also draw fresh inputs of other sizes.
 #
 # ### Exercise 03.1: a causal mask for T queries and S keys
 #
@@ -605,8 +606,9 @@ check("03.1", my_causal_mask)
 # ### Exercise 03.2: masked attention weights
 #
 # Write `masked_weights(scores, mask)`: given scores of shape `(..., T, S)` and a boolean mask that
-# broadcasts to them (`True` = may attend), return the attention weights. No row of the test masks is
-# fully masked.
+# broadcasts to them (`True` = may attend), return the attention weights, float32 like the scores. The
+# masks are of every kind (causal, padding, both, any pattern), and no row of them is fully masked.
+# Block with `-inf`; a large negative number such as `-1e9` gives the same weights and passes too.
 
 # %%
 def masked_weights(scores, mask):

@@ -622,7 +622,9 @@ print("loop, batched and einsum versions match course_utils")
 #
 # Each exercise is a function for you to write; the cell below it checks it and, when it is wrong,
 # tries to name the mistake. Use plain PyTorch (`view`, `transpose`, `reshape`, `einsum`, `F.linear`),
-# not the `course_utils` functions the exercise is about.
+# not the `course_utils` functions the exercise is about. Inputs and results are float32 tensors (masks
+# boolean); leave the inputs unchanged. The checks also draw fresh inputs: head counts such as 3 or 5,
+# other sizes, masks that are not causal.
 #
 # ### Exercise 04.1: `split_heads`
 #

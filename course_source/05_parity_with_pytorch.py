@@ -450,7 +450,8 @@ print("matches course_utils")
 # ## Exercises
 #
 # Each exercise is a function; the cell below it checks your answer on a few fixed inputs and, when
-# it is wrong in a common way, names the mistake.
+# it is wrong in a common way, names the mistake. Masks are boolean tensors, weights float32; leave the
+# inputs (and the module) unchanged. The checks also draw fresh inputs of other sizes.
 #
 # **05.1 Slice `in_proj_weight`.** Write `split_in_proj(m)` that takes an `nn.MultiheadAttention` and
 # returns its query, key and value weights `(q_weight, k_weight, v_weight)`, each `(C, C)` in

@@ -709,8 +709,8 @@ check("06.2", my_apply_rope)
 #
 # Write `my_alibi_bias(H, T)` for H a power of two, returning the (H, T, T) float32 tensor that a causal
 # ALiBi model adds to its scaled scores: -m_h (i - j) where key j is at or before query i, and `-inf`
-# where j > i (the causal mask, in its additive form). The slopes are m_h = 2^(-8 (h + 1) / H),
-# h = 0 ... H - 1.
+# where j > i (the causal mask, in its additive form: `-inf` exactly, since this table is the mask; a
+# large negative number is a different table). The slopes are m_h = 2^(-8 (h + 1) / H), h = 0 ... H - 1.
 
 # %%
 def my_alibi_bias(H, T):

@@ -645,7 +645,8 @@ print("matches course_utils (and F.scaled_dot_product_attention with enable_gqa=
 #
 # Each exercise is a function; the cell below it checks your function and, if it is wrong, names the
 # mistake it looks like. Use plain tensor operations (the `course_utils` helpers would make them
-# one-liners).
+# one-liners). Masks are boolean, the other results float32 like the inputs; leave the inputs unchanged
+# (except the cache buffer of 07.4, which you write into). The checks also draw fresh inputs.
 #
 # ### Exercise 07.1: a sliding-window mask
 #

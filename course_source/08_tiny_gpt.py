@@ -436,7 +436,8 @@ model_view(maps, labels)
 #
 # `data` is a 1-D tensor of token ids and `starts` a tensor of `B` start positions. Return `x` and `y`,
 # each `(B, T)`: `x[b]` is the window of `T` ids at `starts[b]`, and `y[b]` the ids one position later
-# (the targets). Use indexing with a `(B, T + 1)` tensor of positions, no Python loop.
+# (the targets). Use indexing with a `(B, T + 1)` tensor of positions, no Python loop. `x` and `y` are
+# token ids, so they keep `data`'s integer dtype.
 
 # %%
 def make_windows(data, starts, T):
@@ -476,6 +477,8 @@ check("08.2", unigram_baseline)
 # - then follow half a cosine from `max_lr` (right after warmup) to `min_lr` (at `max_steps`):
 #   `min_lr + 0.5 * (1 + cos(pi * p)) * (max_lr - min_lr)` with `p = (step - warmup_steps) / (max_steps - warmup_steps)`;
 # - from `max_steps` on: `min_lr`.
+#
+# Return a number (a Python float; computing in float32 is accurate enough, the check allows 1e-5 relative).
 
 # %%
 def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
