@@ -15,7 +15,9 @@ top-level ``import`` of the notebook source, as its import cells give it). :func
 - ``dtype``: the returned tensors' dtype changed (floating -> float64, integer and bool -> float32);
 - ``compare``: ``<`` <-> ``<=``, ``>`` <-> ``>=``, and each reversed;
 - ``max/min``, ``sum/mean``, ``tril/triu``: the one swapped for the other;
-- ``sign``: a unary minus dropped; ``polarity``: a ``~`` dropped.
+- ``sign``: a unary minus dropped; ``polarity``: a ``~`` dropped;
+- ``dropped call``: ``torch.softmax(s, ...)``, ``torch.exp(s)``, ... replaced by ``s``;
+- ``operands swapped``: ``a @ b`` -> ``b @ a``, ``a - b`` -> ``b - a``.
 """
 
 from __future__ import annotations
@@ -161,6 +163,9 @@ def _sites(fn: ast.FunctionDef, returns_tensors: bool) -> list[tuple[str, ast.AS
                     v = _int_value(node.args[j])
                     if v in AXIS_SWAP:
                         add("dim", node, lambda n, j=j, v=v: _with_arg(n, j, _int_node(AXIS_SWAP[v])))
+            if name in ("softmax", "log_softmax", "exp", "log") and node.args and isinstance(node.func, ast.Attribute) \
+                    and ast.unparse(node.func.value) in ("torch", "F"):  # torch.softmax(s, dim) -> s
+                add("dropped call", node, lambda n: copy.deepcopy(n.args[0]))
             if name in ("transpose", "permute") and isinstance(node.func, ast.Attribute):
                 add("transpose", node, lambda n: copy.deepcopy(n.func.value))
             if name in OFF_BY_ONE_CALLS:
@@ -191,6 +196,9 @@ def _sites(fn: ast.FunctionDef, returns_tensors: bool) -> list[tuple[str, ast.AS
                 add("scale", node, lambda n: copy.deepcopy(n.left))
                 add("scale", node, lambda n: ast.BinOp(copy.deepcopy(n.left), type(n.op)(),
                                                        ast.BinOp(ast.Constant(2), ast.Mult(), copy.deepcopy(n.right))))
+            if isinstance(node.op, (ast.MatMult, ast.Sub)):  # a @ b -> b @ a, a - b -> b - a
+                add("operands swapped", node, lambda n: ast.BinOp(copy.deepcopy(n.right), type(n.op)(),
+                                                                  copy.deepcopy(n.left)))
             if type(node.op) in INPLACE_BINOP and isinstance(node.left, ast.Name) and node.left.id in params:
                 add("in-place", node, lambda n: ast.Call(
                     ast.Attribute(copy.deepcopy(n.left), INPLACE_BINOP[type(n.op)], ast.Load()),

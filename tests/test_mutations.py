@@ -2,7 +2,7 @@
 
 The mutants come from the reference solutions in the notebook sources (``tests/mutants.py`` says how):
 an axis changed, a transpose dropped, a scale dropped or doubled, an off-by-one, an in-place variant,
-a dtype changed, a comparison flipped, max/min or sum/mean swapped. Each is run through ``run_check``
+a dtype changed, a comparison flipped, max/min or sum/mean swapped, a softmax dropped, operands swapped. Each is run through ``run_check``
 (fixed cases and cases drawn from a pinned seed). A mutant that passes means the cases are too weak,
 unless it is listed in ``EQUIVALENT`` with the reason it computes the same thing as the solution.
 The mutation score per exercise is printed at the end of the test run (``tests/conftest.py``).
@@ -39,6 +39,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ("07.3", "kept = probs * (2 * keep)"):
         "the kept probabilities are divided by their own sum on the next line, so a factor of 2 (exact in "
         "floating point) cancels bit for bit",
+    ("08.3", "p = (warmup_steps - step) / (max_steps - warmup_steps)"):
+        "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
+    ("08.3", "p = (step - warmup_steps) / (warmup_steps - max_steps)"):
+        "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
     ("08.3", "if step > max_steps:"):
         "at step == max_steps the cosine branch gives p = 1 and min_lr + 0.5 * (1 + cos(pi)) * (...) = min_lr "
         "exactly (math.cos(math.pi) is exactly -1.0), which is what the step >= max_steps branch returns",
@@ -91,7 +95,7 @@ def test_the_equivalent_mutants_are_still_made_and_still_pass():
 def test_the_operators_each_make_mutants_somewhere():
     made = {m.operator for key, sol in SOLUTIONS.items() for m in mutants(sol, _returns_tensors(key))}
     assert made >= {"dim", "transpose", "scale", "off-by-one", "in-place", "dtype", "compare", "max/min",
-                    "sum/mean", "tril/triu", "sign", "polarity"}, made
+                    "sum/mean", "tril/triu", "sign", "polarity", "dropped call", "operands swapped"}, made
 
 
 def test_a_mutant_is_a_real_change_that_the_check_can_see():

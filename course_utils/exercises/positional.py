@@ -176,7 +176,8 @@ EXERCISES = (
                     lambda H, T: _alibi_steps(H, T, order="reversed"),
                     fix="slopes = [2 ** (-8 * (h + 1) / H) for h in range(H)], not reversed"),
             Mistake("the slopes start at 1",
-                    "Slope h is 2^(-8 (h + 1) / H) for h counted from 0, so the first slope is already below 1.",
+                    "With the heads counted from 0, your first head gets slope 2^0 = 1; in the formula even the "
+                    "steepest slope, head 0's, is already below 1.",
                     lambda H, T: _alibi_steps(H, T, first_exponent=0), fix="(h + 1) in the exponent, not h"),
             Mistake("the causal part is forgotten",
                     "Future keys (j > i) must be blocked; without that, the distance penalty becomes a "
