@@ -273,7 +273,7 @@ EXERCISES = (
     Exercise(
         key="02.3",
         title="one attention head, scaled by its head size",
-        signature="head_attention(x, w_q, w_k, w_v) -> out (B, T, D), weights (C, D)",
+        signature="head_attention(x, w_q, w_k, w_v), each w (C, D) -> out (B, T, D)",
         solution=_head_solution,
         cases=_head_cases,
         draw=_head_draw,
