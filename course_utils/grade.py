@@ -306,6 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     named = [p.resolve() for p in args.notebooks if p.is_file()]  # files asked for by name, not via a folder
     notebooks, problems = expand(args.notebooks or [ROOT / "notebooks"])
+    if args.json.is_dir():
+        problems.append(f"--json {args.json}: this is a folder; give a file name such as {args.json / 'exercises.json'}")
     if problems:
         for p in problems:
             print(f"course check: {p}", file=sys.stderr)

@@ -130,8 +130,11 @@ def test_missing_paths_and_bad_time_limits_are_one_line_errors(tmp_path):
     assert proc.returncode == 2 and "this folder has no notebooks" in proc.stderr
     proc = check(tmp_path, "--timeout", "-1", timeout=120)
     assert proc.returncode == 2 and "expected a positive number of seconds such as 120, got '-1'" in proc.stderr
-    for p in (proc,):
-        assert "Traceback" not in p.stderr
+    assert "Traceback" not in proc.stderr
+    notebook(tmp_path / "01_mine.ipynb", SETUP, SOLVED)
+    proc = check(tmp_path / "01_mine.ipynb", "--json", tmp_path, timeout=120)
+    assert proc.returncode == 2 and "this is a folder; give a file name such as" in proc.stderr, proc.stderr
+    assert "running" not in proc.stdout  # refused before any notebook ran
 
 
 def test_the_kernel_gets_the_report_variable_and_runs_in_the_notebooks_folder(tmp_path):
