@@ -2,7 +2,94 @@
 
 from __future__ import annotations
 
+import math
+import numbers
+
 import torch
+
+
+def _describe(x: object) -> str:
+    """``'abc' (str)``: the value and its type, for a message about a wrong argument."""
+    text = repr(x)
+    return f"{text[:60]}... ({type(x).__name__})" if len(text) > 60 else f"{text} ({type(x).__name__})"
+
+
+def check_int(name: str, n: object, minimum: int = 1) -> int:
+    """``n`` if it is an int >= ``minimum``; TypeError for another type (bool included), ValueError if too small."""
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral):
+        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
+    if n < minimum:
+        raise ValueError(f"{name} must be at least {minimum}, got {n}")
+    return int(n)
+
+
+def check_positive_int(name: str, n: object) -> int:
+    """``n`` if it is an int >= 1 (a size, a count); TypeError or ValueError otherwise."""
+    return check_int(name, n, minimum=1)
+
+
+def check_number(name: str, x: object, expected: str = "a number") -> float:
+    """``x`` as a float if it is a real number (not a bool, str or tensor); TypeError otherwise."""
+    if isinstance(x, bool) or not isinstance(x, numbers.Real):
+        raise TypeError(f"{name} must be {expected}, got {_describe(x)}")
+    return float(x)
+
+
+def check_positive_number(name: str, x: object) -> float:
+    """``x`` as a float if it is a finite real number > 0 (a scale, a temperature, a learning rate)."""
+    value = check_number(name, x, "a positive number")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value}")
+    return value
+
+
+def check_fraction(name: str, p: object, *, one_allowed: bool = False, zero_allowed: bool = True) -> float:
+    """``p`` as a float in [0, 1) (dropout), or (0, 1] etc. as the flags say; TypeError or ValueError otherwise."""
+    interval = f"{'[' if zero_allowed else '('}0, 1{']' if one_allowed else ')'}"
+    value = check_number(name, p, f"a number in {interval}")
+    low_ok = value >= 0 if zero_allowed else value > 0
+    high_ok = value <= 1 if one_allowed else value < 1
+    if not (low_ok and high_ok):
+        raise ValueError(f"{name} must be in {interval}, got {value}")
+    return value
+
+
+def check_dim(name: str, x: torch.Tensor, dim: object) -> int:
+    """``dim`` if it names an axis of ``x`` (negative counts from the end); TypeError or ValueError otherwise."""
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise TypeError(f"dim must be an int, got {_describe(dim)}")
+    if not -x.dim() <= dim < max(x.dim(), 1):
+        raise ValueError(f"dim must be in [{-x.dim()}, {x.dim() - 1}] for {name} of shape {tuple(x.shape)}, got {dim}")
+    return int(dim)
+
+
+def check_token_ids(name: str, idx: object, vocab_size: int, ignore_index: int | None = None) -> None:
+    """Raise unless ``idx`` is a (B, T) integer tensor of ids in [0, vocab_size).
+
+    TypeError for a non-tensor or a non-integer dtype, ValueError for another shape or an id out of range
+    (the message names the first such id and its position). ``ignore_index`` is one more allowed value
+    (``F.cross_entropy``'s -100 for targets). One min/max over the ids: check once per call, at the entry.
+    """
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"{name} must be a (B, T) torch.Tensor of token ids, got {type(idx).__name__}")
+    if idx.dim() != 2:
+        raise ValueError(f"{name} must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
+    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}")
+    if idx.numel() == 0:
+        return
+    low, high = torch.stack(torch.aminmax(idx)).tolist()  # one read of the device, not two
+    if low >= 0 and high < vocab_size:
+        return
+    bad = (idx < 0) | (idx >= vocab_size)
+    if ignore_index is not None:
+        bad &= idx != ignore_index
+    if not bool(bad.any()):
+        return
+    position = tuple(int(i) for i in bad.nonzero()[0])
+    extra = f" (or {ignore_index}, ignored)" if ignore_index is not None else ""
+    raise ValueError(f"{name} must be token ids in [0, vocab_size={vocab_size}){extra}, got {int(idx[position])} "
+                     f"at position {position} (min {low}, max {high})")
 
 
 def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
@@ -17,6 +104,37 @@ def check_floating(name: str, x: torch.Tensor) -> None:
     """Raise TypeError if ``x`` is not a floating-point tensor."""
     if not x.is_floating_point():
         raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
+
+
+def check_qkv(q: object, k: object, v: object) -> None:
+    """Raise unless q (..., T, D), k (..., S, D), v (..., S, Dv) are floating tensors of one dtype whose shapes fit."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_tensor(name, x, min_dim=2)
+        check_floating(name, x)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"q and k must have the same last dimension D, got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+    if k.shape[-2] != v.shape[-2]:
+        raise ValueError(
+            f"k and v must have the same number of positions S, got k {tuple(k.shape)} and v {tuple(v.shape)}"
+        )
+    try:
+        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
+        ) from None
+
+
+def check_embedded(name: str, x: object, embed_dim: int) -> None:
+    """Raise unless ``x`` is a floating (B, T, C) tensor with C = ``embed_dim``: the input of an attention layer."""
+    check_tensor(name, x, min_dim=3)
+    check_floating(name, x)
+    if x.dim() != 3 or x.shape[-1] != embed_dim:
+        raise ValueError(f"{name} must have shape (B, T, C={embed_dim}), got {tuple(x.shape)}")
 
 
 def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "mask") -> None:

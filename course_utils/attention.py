@@ -11,7 +11,15 @@ import math
 import torch
 import torch.nn.functional as F
 
-from course_utils._validate import check_bool_mask, check_floating, check_tensor
+from course_utils._validate import (
+    check_bool_mask,
+    check_dim,
+    check_floating,
+    check_fraction,
+    check_positive_number,
+    check_qkv,
+    check_tensor,
+)
 
 __all__ = [
     "attention_loops",
@@ -21,28 +29,6 @@ __all__ = [
     "softmax",
     "scaled_dot_product_attention",
 ]
-
-
-def _check_qkv(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, x in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, x, min_dim=2)
-        check_floating(name, x)
-    if not (q.dtype == k.dtype == v.dtype):
-        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dimension D, got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-    if k.shape[-2] != v.shape[-2]:
-        raise ValueError(
-            f"k and v must have the same number of positions S, got k {tuple(k.shape)} and v {tuple(v.shape)}"
-        )
-    try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    except RuntimeError:
-        raise ValueError(
-            f"the batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
-        ) from None
 
 
 def _check_bias(bias: object, scores: torch.Tensor) -> None:
@@ -65,7 +51,8 @@ def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
     Taught in notebook 01. Slow on purpose: every number is visible.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
+    scale = check_positive_number("scale", scale)
     if q.dim() != 2:
         raise ValueError(f"attention_loops works on one sequence: q must be (T, D), got {tuple(q.shape)}")
     T, S = q.shape[0], k.shape[0]
@@ -87,7 +74,8 @@ def attention_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 
     Taught in notebook 01. Equal to :func:`attention_loops`.
     """
-    _check_qkv(q, k, v)
+    check_qkv(q, k, v)
+    scale = check_positive_number("scale", scale)
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
     return weights @ v  # (..., T, S) @ (..., S, Dv) -> (..., T, Dv)
@@ -116,6 +104,9 @@ def softmax_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Taught in notebook 02 as the thing not to do.
     """
+    check_tensor("x", x)
+    check_floating("x", x)
+    check_dim("x", x, dim)
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)
 
@@ -131,6 +122,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     check_tensor("x", x)
     check_floating("x", x)
+    check_dim("x", x, dim)
     shift = x.amax(dim=dim, keepdim=True).detach()
     exps = torch.exp(x - shift)
     return exps / exps.sum(dim=dim, keepdim=True)
@@ -159,11 +151,10 @@ def scaled_dot_product_attention(
     notebook 03 shows both). Dropout is applied to the
     weights (after the softmax) whenever ``dropout_p > 0``; the returned weights are the ones used.
     """
-    _check_qkv(q, k, v)
-    if not 0.0 <= dropout_p < 1.0:
-        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    check_qkv(q, k, v)
+    dropout_p = check_fraction("dropout_p", dropout_p)
     D = q.shape[-1]
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     if bias is not None:
         _check_bias(bias, scores)

@@ -12,7 +12,7 @@ from typing import Literal
 
 import torch
 
-from course_utils._validate import check_bool_mask, check_tensor
+from course_utils._validate import check_bool_mask, check_int, check_number, check_tensor
 
 __all__ = [
     "causal_mask",
@@ -63,7 +63,7 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | No
     """
     check_tensor("scores", scores, min_dim=2)
     check_bool_mask(mask, scores.shape)
-    fill = float("-inf") if fill_value is None else fill_value
+    fill = float("-inf") if fill_value is None else check_number("fill_value", fill_value, "a number or None")
     return scores.masked_fill(~mask, fill)
 
 
@@ -76,6 +76,7 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
     Broadcast it over queries with ``m[:, None, :]`` -> (B, 1, S), or over heads and queries with
     ``m[:, None, None, :]`` -> (B, 1, 1, S). Taught in notebook 03.
     """
+    S = check_int("S", S, minimum=0)
     lengths = torch.as_tensor(lengths)
     if lengths.numel() == 0:
         lengths = lengths.long()  # torch.as_tensor([]) is float32; an empty batch is still a batch
@@ -136,6 +137,8 @@ def convert_mask(
         if conv not in _CONVENTIONS:
             raise ValueError(f"{name} must be one of {_CONVENTIONS}, got {conv!r}")
     check_tensor("mask", mask, min_dim=0)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype (an additive mask holds -inf), got {dtype!r}")
     if src in ("allow", "block") and mask.dtype != torch.bool:
         raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
     if src == "additive":

@@ -12,7 +12,13 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course_utils._validate import check_bool_mask, check_floating, check_tensor
+from course_utils._validate import (
+    check_bool_mask,
+    check_floating,
+    check_fraction,
+    check_positive_int,
+    check_tensor,
+)
 from course_utils.attention import scaled_dot_product_attention
 
 __all__ = [
@@ -25,16 +31,9 @@ __all__ = [
 ]
 
 
-def _check_size(name: str, n: object) -> None:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-    if n < 1:
-        raise ValueError(f"{name} must be at least 1, got {n}")
-
-
 def _check_heads(embed_dim: int, num_heads: int) -> int:
-    _check_size("embed_dim", embed_dim)
-    _check_size("num_heads", num_heads)
+    check_positive_int("embed_dim", embed_dim)
+    check_positive_int("num_heads", num_heads)
     if embed_dim % num_heads != 0:
         raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
     return embed_dim // num_heads
@@ -95,8 +94,8 @@ class SingleHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, head_dim: int, bias: bool = False) -> None:
         super().__init__()
-        _check_size("embed_dim", embed_dim)
-        _check_size("head_dim", head_dim)
+        check_positive_int("embed_dim", embed_dim)
+        check_positive_int("head_dim", head_dim)
         self.embed_dim, self.head_dim = embed_dim, head_dim
         self.q_proj = nn.Linear(embed_dim, head_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, head_dim, bias=bias)
@@ -235,8 +234,7 @@ class MultiHeadAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0) -> None:
         super().__init__()
         head_dim = _check_heads(embed_dim, num_heads)
-        if not 0.0 <= dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {dropout}")
+        dropout = check_fraction("dropout", dropout)
         self.embed_dim, self.num_heads, self.head_dim, self.dropout = embed_dim, num_heads, head_dim, dropout
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)

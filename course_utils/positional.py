@@ -16,7 +16,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from course_utils._validate import check_floating, check_tensor
+from course_utils._validate import check_floating, check_int, check_number, check_tensor
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.multihead import MultiHeadAttention, _check_input, _returned, merge_heads, split_heads
 
@@ -40,10 +40,7 @@ _PAIRINGS = ("interleaved", "half")
 
 
 def _check_count(name: str, n: object, minimum: int = 1) -> None:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-    if n < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {n}")
+    check_int(name, n, minimum)
 
 
 def _check_even(name: str, n: int, why: str) -> None:
@@ -52,9 +49,10 @@ def _check_even(name: str, n: int, why: str) -> None:
 
 
 def _check_base(base: object) -> float:
-    if isinstance(base, bool) or not isinstance(base, (int, float)) or not base > 1:
+    value = check_number("base", base, "a number greater than 1")
+    if not (value > 1 and value < float("inf")):
         raise ValueError(f"base must be a number greater than 1, got {base!r}")
-    return float(base)
+    return value
 
 
 def _check_positions(positions: object, T: int, device: torch.device) -> torch.Tensor:
@@ -174,6 +172,19 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
 
     (x1, x2) -> (x1 cos a - x2 sin a, x1 sin a + x2 cos a). Taught in notebook 06.
     """
+    for name, t in (("x1", x1), ("x2", x2), ("angle", angle)):
+        check_tensor(name, t, min_dim=0)
+        check_floating(name, t)
+    try:
+        torch.broadcast_shapes(x1.shape, x2.shape, angle.shape)
+    except RuntimeError:
+        raise ValueError(f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} "
+                         "do not broadcast together") from None
+    return _rotate_pair(x1, x2, angle)
+
+
+def _rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`rotate_pair` without its checks, for :func:`apply_rope` (which has checked its own input)."""
     cos, sin = torch.cos(angle), torch.sin(angle)
     return x1 * cos - x2 * sin, x1 * sin + x2 * cos
 
@@ -207,11 +218,11 @@ def apply_rope(
     angles = positions.to(torch.float64)[:, None] * theta[None, :]  # (T, 1) * (1, D/2) -> (T, D/2)
     if pairing == "interleaved":
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each: channels 0, 2, 4, ... and 1, 3, 5, ...
-        r1, r2 = rotate_pair(x1, x2, angles)
+        r1, r2 = _rotate_pair(x1, x2, angles)
         out = torch.stack([r1, r2], dim=-1).flatten(-2)  # (..., T, D/2, 2) -> (..., T, D), interleaved again
     else:
         x1, x2 = x[..., : D // 2], x[..., D // 2:]  # (..., T, D/2) each: first half and second half
-        r1, r2 = rotate_pair(x1, x2, angles)
+        r1, r2 = _rotate_pair(x1, x2, angles)
         out = torch.cat([r1, r2], dim=-1)  # (..., T, D)
     return out.to(x.dtype)  # the angles were float64 (accurate at large positions); back to x's dtype
 

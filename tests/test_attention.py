@@ -345,3 +345,47 @@ def test_bias_errors():
         scaled_dot_product_attention(q, q, q, bias=torch.zeros(5, 5, dtype=torch.long))
     with pytest.raises(ValueError, match=re.escape("bias of shape (4, 5) does not broadcast to the scores' shape (2, 5, 5)")):
         scaled_dot_product_attention(q, q, q, bias=torch.zeros(4, 5))
+
+
+# ---------------------------------------------------------------- bad arguments a learner might pass (issue 9)
+
+@pytest.mark.parametrize("fn", [attention_loops, attention_matmul, scaled_dot_product_attention])
+@pytest.mark.parametrize("scale, error, match", [
+    ("abc", TypeError, r"scale must be a positive number, got 'abc' \(str\)"),
+    (torch.tensor(0.5), TypeError, r"scale must be a positive number, got tensor\(0.5000\) \(Tensor\)"),
+    (True, TypeError, r"scale must be a positive number, got True \(bool\)"),
+    (-1.0, ValueError, r"scale must be a positive finite number, got -1.0"),
+    (0, ValueError, r"scale must be a positive finite number, got 0.0"),
+    (float("nan"), ValueError, r"scale must be a positive finite number, got nan"),
+    (float("inf"), ValueError, r"scale must be a positive finite number, got inf"),
+])
+def test_scale_must_be_a_positive_number(fn, scale, error, match):
+    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
+    with pytest.raises(error, match=match):
+        fn(q, k, v, scale=scale)
+
+
+def test_scale_none_is_the_default_only_where_documented():
+    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
+    scaled_dot_product_attention(q, k, v, scale=None)  # 1 / sqrt(D)
+    with pytest.raises(TypeError, match=r"scale must be a positive number, got None \(NoneType\)"):
+        attention_matmul(q, k, v, scale=None)
+
+
+def test_sdpa_dropout_of_the_wrong_type():
+    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
+    with pytest.raises(TypeError, match=re.escape("dropout_p must be a number in [0, 1), got '0.1' (str)")):
+        scaled_dot_product_attention(q, k, v, dropout_p="0.1")
+
+
+def test_softmax_bad_dim_and_naive_softmax_checks_its_input():
+    x = torch.randn(2, 3)
+    for fn in (softmax, softmax_naive):
+        with pytest.raises(ValueError, match=re.escape("dim must be in [-2, 1] for x of shape (2, 3), got 3")):
+            fn(x, dim=3)
+        with pytest.raises(TypeError, match=r"dim must be an int, got '-1' \(str\)"):
+            fn(x, dim="-1")
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        softmax_naive([1.0, 2.0])
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        softmax_naive(torch.tensor([1, 2]))

@@ -247,3 +247,27 @@ def test_convert_mask_refuses_a_bias(bad):
     additive = torch.tensor([[0.0, float("-inf")], [0.0, bad]])
     with pytest.raises(ValueError, match="so it is a bias, not a mask"):
         convert_mask(additive, "additive", "allow")
+
+
+# ---------------------------------------------------------------- bad arguments a learner might pass (issue 9)
+
+@pytest.mark.parametrize("S, match", [("5", "S must be an int, got str"), (4.5, "S must be an int, got float")])
+def test_padding_mask_length_S_must_be_an_int(S, match):
+    with pytest.raises(TypeError, match=match):
+        padding_mask([2], S)
+
+
+def test_padding_mask_negative_S():
+    with pytest.raises(ValueError, match="S must be at least 0, got -1"):
+        padding_mask([0], -1)
+
+
+def test_mask_scores_fill_value_must_be_a_number():
+    with pytest.raises(TypeError, match=r"fill_value must be a number or None, got 'x' \(str\)"):
+        mask_scores(torch.randn(3, 3), causal_mask(3), fill_value="x")
+
+
+def test_convert_mask_additive_dtype_must_be_floating():
+    with pytest.raises(TypeError, match=r"dtype must be a floating-point torch.dtype \(an additive mask holds "
+                                        r"-inf\), got torch.int64"):
+        convert_mask(causal_mask(3), "allow", "additive", dtype=torch.long)

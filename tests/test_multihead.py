@@ -352,3 +352,8 @@ def test_from_torch_messages():
         MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True))
     with pytest.raises(ValueError, match="from_torch does not support add_bias_kv or add_zero_attn"):
         MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_zero_attn=True))
+
+
+def test_multihead_attention_dropout_of_the_wrong_type():
+    with pytest.raises(TypeError, match=re.escape("dropout must be a number in [0, 1), got '0.1' (str)")):
+        MultiHeadAttention(8, 2, dropout="0.1")

@@ -378,3 +378,23 @@ def test_module_errors():
         ALiBiMultiHeadAttention(10, 3)
     with pytest.raises(ValueError, match="pairing must be one of"):
         RotaryMultiHeadAttention(8, 2, pairing="neox")
+
+
+# ---------------------------------------------------------------- bad arguments a learner might pass (issue 9)
+
+def test_base_of_the_wrong_type_is_a_type_error():
+    with pytest.raises(TypeError, match=r"base must be a number greater than 1, got 'abc' \(str\)"):
+        sinusoidal_encoding(8, 16, base="abc")
+    with pytest.raises(ValueError, match="base must be a number greater than 1, got inf"):
+        sinusoidal_encoding(8, 16, base=float("inf"))
+
+
+def test_rotate_pair_checks_its_input():
+    with pytest.raises(TypeError, match="x1 must be a torch.Tensor, got list"):
+        rotate_pair([1.0], [2.0], torch.tensor(0.5))
+    with pytest.raises(TypeError, match="angle must be a torch.Tensor, got float"):
+        rotate_pair(torch.ones(2), torch.ones(2), 0.5)
+    with pytest.raises(TypeError, match="x2 must be a floating-point tensor, got dtype torch.int64"):
+        rotate_pair(torch.ones(2), torch.ones(2, dtype=torch.long), torch.tensor(0.5))
+    with pytest.raises(ValueError, match=r"x1 \(2,\), x2 \(3,\) and angle \(\) do not broadcast together"):
+        rotate_pair(torch.ones(2), torch.ones(3), torch.tensor(0.5))
