@@ -51,6 +51,28 @@ def _check_top_p(top_p: object) -> None:
         raise ValueError(f"top_p must be in (0, 1], got {top_p}")
 
 
+def _check_temperature(temperature: object) -> float:
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
+        raise TypeError(f"temperature must be a number > 0 (use greedy=True for the argmax), got "
+                        f"{temperature!r} ({type(temperature).__name__})")
+    if not temperature > 0:
+        raise ValueError(f"temperature must be > 0 (use greedy=True for the argmax), got {temperature}")
+    if temperature == float("inf"):
+        raise ValueError("temperature must be finite: an infinite one makes every token equally likely "
+                         "(sample uniformly instead), got inf")
+    return float(temperature)
+
+
+def _check_sampling(temperature: object, top_k: object, top_p: object, greedy: bool) -> None:
+    """The settings of :func:`sample_next_token`, checked once (before a generation loop, not at every step)."""
+    if top_k is not None:
+        _check_top_k(top_k)
+    if top_p is not None:
+        _check_top_p(top_p)
+    if not greedy:
+        _check_temperature(temperature)
+
+
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits of each row and set the others to -inf (ties at the k-th value are kept).
 
@@ -116,21 +138,40 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     check_floating("logits", logits)
     if logits.dim() != 2:
         raise ValueError(f"logits must be (B, V), got {tuple(logits.shape)}")
-    if top_k is not None:
-        _check_top_k(top_k)
-    if top_p is not None:
-        _check_top_p(top_p)
+    _check_sampling(temperature, top_k, top_p, greedy)
+    return _sample(logits, temperature, top_k, top_p, greedy, generator)
+
+
+def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, greedy: bool,
+            generator: torch.Generator | None) -> torch.Tensor:
+    """:func:`sample_next_token` after its checks: the generation loop checks its settings once, not per step."""
     if greedy:
         return logits.argmax(dim=-1)  # (B,)
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not temperature > 0:
-        raise ValueError(f"temperature must be > 0 (use greedy=True for the argmax), got {temperature}")
     logits = logits / temperature  # (B, V)
     if top_k is not None:
         logits = top_k_filter(logits, top_k)
     if top_p is not None:
         logits = top_p_filter(logits, top_p)
     probs = torch.softmax(logits.float(), dim=-1)  # (B, V), renormalised over the kept tokens
-    return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
+    try:
+        return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
+    except RuntimeError:  # find out why only when it failed: valid logits pay nothing
+        _explain_bad_logits(logits)
+        raise
+
+
+def _explain_bad_logits(logits: torch.Tensor) -> None:
+    """Raise a ValueError naming the first row of ``logits`` (B, V) that no distribution can come from."""
+    nan_rows = logits.isnan().any(dim=-1).nonzero().flatten().tolist()
+    if nan_rows:
+        raise ValueError(f"logits must be numbers, got NaN in row(s) {nan_rows[:10]}: the model's output is "
+                         "broken (a diverged training run, or a fully masked row upstream)") from None
+    dead_rows = (logits == float("-inf")).all(dim=-1).nonzero().flatten().tolist()
+    if dead_rows:
+        raise ValueError(f"every logit of row(s) {dead_rows[:10]} is -inf, so no token can be sampled: the "
+                         "logits (or a mask applied to them) rule out the whole vocabulary") from None
+    if (logits == float("inf")).any():
+        raise ValueError("logits must be finite or -inf, got +inf: softmax of +inf is NaN") from None
 
 
 def _check_model(model: nn.Module, use_cache: bool) -> int:
@@ -210,6 +251,7 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     context_length = _check_model(model, use_cache)
+    _check_sampling(temperature, top_k, top_p, greedy)
     keep = _check_on_full(on_full, keep_on_shift, context_length)
     if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
         # Notebook 07's stored output shows this message: change the two together (it could name on_full).
@@ -231,7 +273,7 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
                 step_input = seq[:, -keep:]  # (B, keep): re-prefill; the newest token is the last of them
             logits = model(step_input, cache)[:, -1]  # (B, T_new, V) -> (B, V)
             cached += step_input.shape[1]
-        token = sample_next_token(logits, temperature, top_k, top_p, greedy, generator)  # (B,)
+        token = _sample(logits, temperature, top_k, top_p, greedy, generator)  # (B,), settings checked above
         yield token, logits
         step_input = token[:, None]  # (B, 1)
         seq = torch.cat([seq, step_input], dim=1)  # (B, T + 1)

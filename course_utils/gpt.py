@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._validate import from_preset
+from course_utils._validate import check_int, check_token_ids, from_preset
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -86,8 +86,9 @@ class GPTConfig:
                 raise ValueError(
                     f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
                 )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)) \
-                or not 0.0 <= self.dropout < 1.0:
+        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
+            raise TypeError(f"dropout must be a number in [0, 1), got {self.dropout!r} ({type(self.dropout).__name__})")
+        if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
         if not isinstance(self.bias, bool):
             raise TypeError(f"bias must be a bool, got {type(self.bias).__name__}")
@@ -101,8 +102,10 @@ class GPTConfig:
                     f"rotary positions need an even head_dim, got {self.head_dim} "
                     f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
                 )
-            if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)) \
-                    or not self.rope_base > 1:
+            if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)):
+                raise TypeError(f"rope_base must be a number greater than 1, got {self.rope_base!r} "
+                                f"({type(self.rope_base).__name__})")
+            if not 1 < self.rope_base < math.inf:
                 raise ValueError(f"rope_base must be a number greater than 1, got {self.rope_base!r}")
 
     @property
@@ -348,14 +351,13 @@ class GPT(nn.Module):
         12 L T C.)
         """
         c = self.config
-        T = c.context_length if T is None else T
+        T = c.context_length if T is None else check_int("T", T)
         n = self.num_parameters() - (self.pos_emb.embedding.weight.numel() if self.pos_emb is not None else 0)
         return 6.0 * n + 6.0 * c.num_layers * T * c.embed_dim
 
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
-        if not isinstance(idx, torch.Tensor) or idx.dim() != 2 or idx.is_floating_point():
-            got = f"shape {tuple(idx.shape)}, dtype {idx.dtype}" if isinstance(idx, torch.Tensor) else type(idx).__name__
-            raise ValueError(f"idx must be a (B, T) tensor of token ids, got {got}")
+        if not torch.compiler.is_compiling():  # reading the ids' values would split a compiled graph
+            check_token_ids("idx", idx, self.config.vocab_size)
         B, T = idx.shape
         if start + T > self.config.context_length:
             raise ValueError(
@@ -381,8 +383,18 @@ class GPT(nn.Module):
         return _LogitsOnly(self)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
+        if isinstance(targets, KVCache):
+            raise TypeError("got a KVCache as targets (the second argument): pass it as cache=..., or give "
+                            "course_utils.generation model.for_generation(), whose forward is (idx, cache)")
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
         start = 0 if cache is None else cache.length  # read once, before any layer appends
-        x = self._embed(idx, start)  # (B, T, C)
+        x = self._embed(idx, start)  # (B, T, C); checks idx
+        if targets is not None and not torch.compiler.is_compiling():
+            check_token_ids("targets", targets, self.config.vocab_size, ignore_index=-100)
+            if targets.shape != idx.shape:
+                raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
+                                 f"position), got {tuple(targets.shape)}")
         for block in self.blocks:
             x = block(x, cache=cache, start=start)  # (B, T, C)
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)

@@ -21,6 +21,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils._validate import (
+    check_fraction,
+    check_int,
+    check_positive_int,
+    check_positive_number,
+    check_token_ids,
+)
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.positional import (
@@ -60,13 +67,18 @@ class LengthGenConfig:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
                 raise ValueError(f"{name} must be a positive int, got {v!r}")
-        if not 0.0 < self.letter_prob < 1.0:
-            raise ValueError(f"letter_prob must be in (0, 1), got {self.letter_prob}")
+        check_fraction("letter_prob", self.letter_prob, zero_allowed=False)
+        check_positive_number("lr", self.lr)
+        check_int("seed", self.seed, minimum=0)
         if self.embed_dim % (2 * self.num_heads) != 0:
             raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by 2 * num_heads "
                              f"({2 * self.num_heads}) so that RoPE has an even head_dim")
-        if not self.eval_lengths or min(self.eval_lengths) < 1:
+        if not isinstance(self.eval_lengths, tuple):
+            raise TypeError(f"eval_lengths must be a tuple of positive ints, got {type(self.eval_lengths).__name__}")
+        if not self.eval_lengths:
             raise ValueError(f"eval_lengths must be positive lengths, got {self.eval_lengths}")
+        for i, T in enumerate(self.eval_lengths):
+            check_positive_int(f"eval_lengths[{i}]", T)
 
     @property
     def vocab_size(self) -> int:
@@ -98,6 +110,9 @@ def make_batch(cfg: LengthGenConfig, batch_size: int, T: int, generator: torch.G
 
     Position 0 is always a letter, so every position has an answer.
     """
+    _check_config(cfg)
+    check_positive_int("batch_size", batch_size)
+    check_positive_int("T", T)
     is_letter = torch.rand(batch_size, T, generator=generator) < cfg.letter_prob  # (B, T)
     is_letter[:, 0] = True
     letters = torch.randint(0, cfg.num_letters, (batch_size, T), generator=generator)
@@ -106,6 +121,11 @@ def make_batch(cfg: LengthGenConfig, batch_size: int, T: int, generator: torch.G
     # index of the most recent letter at or before t: a running maximum of (t if letter else 0)
     last = torch.where(is_letter, torch.arange(T), torch.zeros((), dtype=torch.long)).cummax(dim=1).values
     return tokens, tokens.gather(1, last)  # (B, T), (B, T)
+
+
+def _check_config(cfg: object) -> None:
+    if not isinstance(cfg, LengthGenConfig):
+        raise TypeError(f"cfg must be a LengthGenConfig (LengthGenConfig.tiny(), say), got {type(cfg).__name__}")
 
 
 class _Block(nn.Module):
@@ -136,6 +156,7 @@ class TinyPositionalModel(nn.Module):
 
     def __init__(self, cfg: LengthGenConfig, scheme: str) -> None:
         super().__init__()
+        _check_config(cfg)
         if scheme not in SCHEMES:
             raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
         self.cfg, self.scheme = cfg, scheme
@@ -146,6 +167,7 @@ class TinyPositionalModel(nn.Module):
         self.head = nn.Linear(cfg.embed_dim, cfg.num_letters)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        check_token_ids("tokens", tokens, self.cfg.vocab_size)
         T = tokens.shape[1]
         x = self.tok_emb(tokens)  # (B, T) -> (B, T, C)
         if self.scheme == "learned":
@@ -164,6 +186,7 @@ def train_model(cfg: LengthGenConfig, scheme: str, progress: Iterable[int] | Non
     The same seed for every scheme: the same data, in the same order. ``progress`` may wrap
     ``range(cfg.steps)`` (a tqdm bar, say). Returns the model (in eval mode) and the loss of every step.
     """
+    _check_config(cfg)
     torch.manual_seed(cfg.seed)
     model = TinyPositionalModel(cfg, scheme)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -186,9 +209,13 @@ def evaluate(model: TinyPositionalModel, T: int, batch_size: int | None = None, 
     At a letter the answer is the token itself, which needs no position; the fillers are where the model
     has to find the most recent letter.
     """
+    if not isinstance(model, TinyPositionalModel):
+        raise TypeError(f"model must be a TinyPositionalModel (from train_model), got {type(model).__name__}")
     cfg = model.cfg
+    check_positive_int("T", T)
+    batch_size = cfg.eval_batch if batch_size is None else check_positive_int("batch_size", batch_size)
     g = torch.Generator().manual_seed(seed)
-    tokens, targets = make_batch(cfg, batch_size or cfg.eval_batch, T, g)
+    tokens, targets = make_batch(cfg, batch_size, T, g)
     logits = model(tokens)  # (B, T, num_letters)
     filler = tokens >= cfg.num_letters  # (B, T)
     loss = F.cross_entropy(logits[filler], targets[filler]).item()
@@ -198,4 +225,6 @@ def evaluate(model: TinyPositionalModel, T: int, batch_size: int | None = None, 
 
 def accuracy_by_length(model: TinyPositionalModel, lengths: Iterable[int]) -> dict[int, float]:
     """Accuracy at filler positions for each sequence length (see :func:`evaluate`)."""
+    if isinstance(lengths, (int, str)) or not isinstance(lengths, Iterable):
+        raise TypeError(f"lengths must be a list of sequence lengths, e.g. [16, 32], got {lengths!r}")
     return {T: evaluate(model, T)[1] for T in lengths}

@@ -46,7 +46,15 @@ from typing import Literal
 import torch
 from torch import nn
 
-from course_utils._validate import check_bool_mask, check_floating, check_tensor
+from course_utils._validate import (
+    check_bool_mask,
+    check_embedded,
+    check_int,
+    check_positive_number,
+    check_qkv,
+    check_tensor,
+    check_token_ids,
+)
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask, combine_masks
 from course_utils.multihead import MultiHeadAttention, merge_heads
@@ -70,18 +78,14 @@ __all__ = [
 ]
 
 
-def _check_int(name: str, n: object, minimum: int = 1) -> int:
-    if isinstance(n, bool) or not isinstance(n, int):
-        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-    if n < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {n}")
-    return n
+_check_int = check_int  # sizes and counts: TypeError for a non-int, ValueError below the minimum
 
 
-def _check_qkv4(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    for name, t in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, t, min_dim=2)
-        check_floating(name, t)
+def _check_same_channels(q: torch.Tensor, v: torch.Tensor) -> None:
+    """AFT multiplies sigmoid(q) by a mix of v channel by channel: they need the same number C."""
+    if q.shape[-1] != v.shape[-1]:
+        raise ValueError(f"q and v must have the same number of channels C, got q {tuple(q.shape)} and "
+                         f"v {tuple(v.shape)}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -146,10 +150,7 @@ class GroupedQueryAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None,
                 layer: int = 0, need_weights: bool = False):
-        check_tensor("x", x, min_dim=3)
-        check_floating("x", x)
-        if x.dim() != 3 or x.shape[-1] != self.embed_dim:
-            raise ValueError(f"x must have shape (B, T, C={self.embed_dim}), got {tuple(x.shape)}")
+        check_embedded("x", x, self.embed_dim)
         B, T, C = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
@@ -232,7 +233,7 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     (chunk_size + window)) at once. Equal to :func:`scaled_dot_product_attention` with
     :func:`sliding_window_mask`. Taught in notebook 07.
     """
-    _check_qkv4(q, k, v)
+    check_qkv(q, k, v)
     _check_int("window", window)
     _check_int("chunk_size", chunk_size)
     T = q.shape[-2]
@@ -268,7 +269,7 @@ def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, proj_
     in T for a fixed R. Not causal (each summary row mixes all positions). With R = S and identity
     projections it is ordinary attention. Taught in notebook 07.
     """
-    _check_qkv4(q, k, v)
+    check_qkv(q, k, v)
     S = k.shape[-2]
     for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
         check_tensor(name, p, min_dim=2)
@@ -300,6 +301,7 @@ class LinformerSelfAttention(nn.Module):
         self.proj_v = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_embedded("x", x, self.mha.embed_dim)
         B, T, C = x.shape
         if T > self.context_length:
             raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
@@ -324,7 +326,8 @@ def aft_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
     about 88 in float32 (notebook 07 shows both). Memory is O(B * T * S * C): fine for teaching sizes.
     A query that may see no key gets output 0. Taught in notebook 07.
     """
-    _check_qkv4(q, k, v)
+    check_qkv(q, k, v)
+    _check_same_channels(q, v)
     T, S = q.shape[-2], k.shape[-2]
     check_tensor("w", w, min_dim=2)
     if tuple(w.shape) != (T, S):
@@ -369,7 +372,8 @@ def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
     The softmax over the sequence axis (dim=-2), per channel, costs O(S * C): linear in the length.
     Not causal. Taught in notebook 07.
     """
-    _check_qkv4(q, k, v)
+    check_qkv(q, k, v)
+    _check_same_channels(q, v)
     weights = torch.softmax(k, dim=-2)  # (B, S, C): over positions, not channels
     mixed = (weights * v).sum(dim=-2, keepdim=True)  # (B, 1, C)
     return torch.sigmoid(q) * mixed  # (B, T, C)
@@ -399,6 +403,7 @@ class AFTFull(nn.Module):
         self.w = nn.Parameter(0.1 * torch.randn(context_length, context_length))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        check_embedded("x", x, self.embed_dim)
         B, T, C = x.shape
         if T > self.context_length:
             raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
@@ -428,11 +433,11 @@ def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, top_k: int
     attention. Ties at the k-th score are broken by ``torch.topk``. ``causal=True`` adds the bottom-right
     causal mask chunk by chunk, so no (T, S) mask is ever built. Taught in notebook 07.
     """
-    _check_qkv4(q, k, v)
+    check_qkv(q, k, v)
     _check_int("top_k", top_k)
     _check_int("chunk_size", chunk_size)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
-    scale = 1.0 / math.sqrt(D) if scale is None else scale
+    scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
     if mask is not None:
         check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), T, S))
     kk = min(top_k, S)
@@ -521,6 +526,13 @@ class KVCache:
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Keep the batch rows ``indices`` (B',) of every layer, in that order (beam search)."""
+        check_tensor("indices", indices)
+        if indices.dim() != 1 or indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+            raise TypeError(f"indices must be a 1-D integer tensor of batch rows, got dtype {indices.dtype}, "
+                            f"shape {tuple(indices.shape)}")
+        B = next((t.shape[0] for t in self.keys if t is not None), None)
+        if B is not None and indices.numel() and not (0 <= int(indices.min()) and int(indices.max()) < B):
+            raise ValueError(f"indices must be batch rows in [0, {B}), got {indices.tolist()}")
         for i in range(self.num_layers):
             if self.keys[i] is not None:
                 self.keys[i] = self.keys[i].index_select(0, indices.to(self.keys[i].device))
@@ -613,9 +625,7 @@ class TinyDecoder(nn.Module):
         return KVCache(self.cfg.num_layers, self.cfg.context_length)
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        check_tensor("idx", idx, min_dim=2)
-        if idx.dim() != 2 or idx.is_floating_point():
-            raise ValueError(f"idx must be (B, T) integer token ids, got dtype {idx.dtype}, shape {tuple(idx.shape)}")
+        check_token_ids("idx", idx, self.cfg.vocab_size)
         B, T = idx.shape
         start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
         S = start + T

@@ -369,3 +369,53 @@ def test_beam_search_errors(model):
         beam_search(model, torch.zeros(2, 3, dtype=torch.long), 2, 3)
     with pytest.raises(ValueError, match="beam_width must be an int >= 1, got 0"):
         beam_search(model, torch.zeros(1, 3, dtype=torch.long), 0, 3)
+
+
+# --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("temperature, error, match", [
+    ("0.7", TypeError, r"temperature must be a number > 0 \(use greedy=True for the argmax\), got '0.7' \(str\)"),
+    (None, TypeError, r"temperature must be a number > 0 \(use greedy=True for the argmax\), got None \(NoneType\)"),
+    (float("inf"), ValueError, r"temperature must be finite: an infinite one makes every token equally likely"),
+    (float("nan"), ValueError, r"temperature must be > 0 \(use greedy=True for the argmax\), got nan"),
+])
+def test_sample_next_token_temperature(temperature, error, match):
+    with pytest.raises(error, match=match):
+        sample_next_token(torch.randn(2, 5), temperature=temperature)
+
+
+def test_sample_next_token_names_rows_that_cannot_be_sampled():
+    logits = torch.randn(3, 5)
+    logits[1, 2] = float("nan")
+    with pytest.raises(ValueError, match=r"logits must be numbers, got NaN in row\(s\) \[1\]"):
+        sample_next_token(logits)
+    logits[1] = float("-inf")
+    with pytest.raises(ValueError, match=r"every logit of row\(s\) \[1\] is -inf, so no token can be sampled"):
+        sample_next_token(logits)
+
+
+def _gpt():
+    torch.manual_seed(0)
+    return GPT(GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=1)).eval()
+
+
+def test_generate_checks_its_sampling_settings_before_running_the_model():
+    model, prompt = _gpt().for_generation(), torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match=r"temperature must be > 0 \(use greedy=True for the argmax\), got -1"):
+        generate(model, prompt, 0, temperature=-1)  # no step runs, the setting is still wrong
+    with pytest.raises(TypeError, match=r"temperature must be a number > 0 .*got 'hot' \(str\)"):
+        next(generate_stream(model, prompt, 5, temperature="hot"))
+    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 1.5"):
+        generate(model, prompt, 0, top_p=1.5)
+
+
+def test_generate_with_a_prompt_outside_the_vocabulary():
+    prompt = torch.tensor([[1, 2, 70]])
+    with pytest.raises(ValueError, match=r"idx must be token ids in \[0, vocab_size=11\), got 70 at position \(0, 2\)"):
+        generate(_gpt().for_generation(), prompt, 3)
+
+
+def test_generate_with_a_gpt_instead_of_its_generation_view():
+    with pytest.raises(TypeError, match=r"got a KVCache as targets .* model.for_generation\(\)"):
+        generate(_gpt(), torch.zeros(1, 3, dtype=torch.long), 3)

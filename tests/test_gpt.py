@@ -117,7 +117,7 @@ def test_bad_inputs():
     model = make()
     with pytest.raises(ValueError, match=r"idx must be a \(B, T\) tensor of token ids, got shape \(2, 3, 4\)"):
         model(torch.zeros(2, 3, 4))
-    with pytest.raises(ValueError, match=r"idx must be a \(B, T\) tensor of token ids"):
+    with pytest.raises(TypeError, match=r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"):
         model(torch.zeros(2, 3))
     with pytest.raises(ValueError, match=r"positions 0..16 do not fit in context_length = 16"):
         model(ids(1, 17))
@@ -311,3 +311,58 @@ def test_cached_rotary_table_equals_apply_rope(start, T):
     torch.testing.assert_close(attn._rotate(x, start), expected)
     expected64 = apply_rope(x.double(), torch.arange(start, start + T), pairing="half")
     torch.testing.assert_close(attn._rotate(x.double(), start), expected64)  # float64 stays float64
+
+
+# ----------------------------------------------------------------------------------------------
+# Bad arguments a learner might pass (issue 9): checked where the learner calls, with what arrived
+# ----------------------------------------------------------------------------------------------
+
+
+def _with(value, position=(1, 2)):
+    idx = ids(2, 5)
+    idx[position] = value
+    return idx
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda m: m(_with(70)), ValueError,
+     r"idx must be token ids in \[0, vocab_size=11\), got 70 at position \(1, 2\) \(min 0, max 70\)"),
+    (lambda m: m(_with(-1)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got -1 at position \(1, 2\)"),
+    (lambda m: m(ids(2, 5) > 3), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.bool"),
+    (lambda m: m([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
+    (lambda m: m.attention_maps(_with(11)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got 11"),
+    (lambda m: m(ids(2, 5), ids(2, 4)), ValueError,
+     r"targets must have the shape of idx \(2, 5\) \(the next token at every position\), got \(2, 4\)"),
+    (lambda m: m(ids(2, 5), _with(11)), ValueError,
+     r"targets must be token ids in \[0, vocab_size=11\) \(or -100, ignored\), got 11 at position \(1, 2\)"),
+    (lambda m: m(ids(2, 5), ids(2, 5).float()), TypeError,
+     r"targets must hold integer token ids \(torch.long\), got dtype torch.float32"),
+    (lambda m: m(ids(2, 5), cache=True), TypeError, r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool"),
+    (lambda m: m(ids(2, 5), m.new_cache()), TypeError, r"got a KVCache as targets \(the second argument\): pass it as cache="),
+    (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
+])
+def test_bad_arguments_say_what_was_expected(call, error, match):
+    with pytest.raises(error, match=match):
+        call(make())
+
+
+def test_targets_of_minus_100_are_ignored_as_in_cross_entropy():
+    model = make()
+    idx, targets = ids(2, 5), ids(2, 5, seed=2)
+    _, full = model(idx, targets)
+    masked = targets.clone()
+    masked[0, 0] = -100
+    logits, partial = model(idx, masked)
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1)[1:], targets.flatten()[1:])
+    torch.testing.assert_close(partial, expected)
+    assert not torch.isclose(partial, full)
+
+
+@pytest.mark.parametrize("overrides, error, match", [
+    (dict(dropout="0.1"), TypeError, r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"),
+    (dict(positions="rope", rope_base="big"), TypeError, r"rope_base must be a number greater than 1, got 'big' \(str\)"),
+    (dict(positions="rope", rope_base=float("inf")), ValueError, "rope_base must be a number greater than 1, got inf"),
+])
+def test_config_fields_of_the_wrong_type(overrides, error, match):
+    with pytest.raises(error, match=match):
+        GPTConfig(**{**TINY, **overrides})

@@ -74,3 +74,45 @@ def test_config_errors():
         LengthGenConfig(steps=0)
     with pytest.raises(ValueError, match="scheme must be one of"):
         TinyPositionalModel(LengthGenConfig.tiny(), "xpos")
+
+
+# --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("changes, error, match", [
+    (dict(letter_prob="0.3"), TypeError, r"letter_prob must be a number in \(0, 1\), got '0.3' \(str\)"),
+    (dict(lr=-0.01), ValueError, "lr must be a positive finite number, got -0.01"),
+    (dict(lr="3e-3"), TypeError, r"lr must be a positive number, got '3e-3' \(str\)"),
+    (dict(seed="0"), TypeError, "seed must be an int, got str"),
+    (dict(eval_lengths=(8.5, 16)), TypeError, r"eval_lengths\[0\] must be an int, got float"),
+    (dict(eval_lengths=(8, 0)), ValueError, r"eval_lengths\[1\] must be at least 1, got 0"),
+    (dict(eval_lengths=16), TypeError, "eval_lengths must be a tuple of positive ints, got int"),
+])
+def test_config_bad_fields(changes, error, match):
+    with pytest.raises(error, match=match):
+        LengthGenConfig(**changes)
+
+
+def test_model_token_ids_must_be_in_the_vocabulary():
+    model = TinyPositionalModel(LengthGenConfig.tiny(), "learned")
+    with pytest.raises(ValueError, match=r"tokens must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 1\)"):
+        model(torch.tensor([[1, 16]]))
+    with pytest.raises(TypeError, match=r"tokens must hold integer token ids \(torch.long\), got dtype torch.float32"):
+        model(torch.tensor([[1.0, 2.0]]))
+
+
+def test_experiment_functions_check_their_arguments():
+    cfg = LengthGenConfig.tiny()
+    model = TinyPositionalModel(cfg, "none")
+    with pytest.raises(TypeError, match=r"cfg must be a LengthGenConfig \(LengthGenConfig.tiny\(\), say\), got dict"):
+        train_model({"steps": 1}, "rope")
+    with pytest.raises(ValueError, match="T must be at least 1, got 0"):
+        evaluate(model, 0)
+    with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
+        evaluate(model, 16, batch_size=0)  # 0 used to fall back to cfg.eval_batch without a word
+    with pytest.raises(ValueError, match="T must be at least 1, got 0"):
+        make_batch(cfg, 4, 0, torch.Generator())
+    with pytest.raises(TypeError, match=r"lengths must be a list of sequence lengths, e.g. \[16, 32\], got 16"):
+        accuracy_by_length(model, 16)
+    with pytest.raises(TypeError, match="model must be a TinyPositionalModel"):
+        evaluate(torch.nn.Linear(2, 2), 16)

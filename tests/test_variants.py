@@ -398,3 +398,65 @@ def test_aft_module_runs_causally():
     torch.manual_seed(13)
     layer = AFTFull(8, context_length=6, local_window=2)
     assert_no_leakage(lambda x: layer(x, causal_mask(x.shape[1])), torch.randn(2, 6, 8))
+
+
+# --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
+
+def _qkv(*shapes):
+    g = torch.Generator().manual_seed(0)
+    return [torch.randn(*s, generator=g) for s in shapes]
+
+
+def test_topk_attention_checks_shapes_and_scale():
+    q, k, v = _qkv((2, 5, 8), (2, 5, 4), (2, 5, 8))
+    with pytest.raises(ValueError, match=r"q and k must have the same last dimension D, got q \(2, 5, 8\) and "
+                                         r"k \(2, 5, 4\)"):
+        topk_attention(q, k, v, top_k=2)
+    q, k, v = _qkv((2, 5, 8), (2, 5, 8), (2, 5, 8))
+    with pytest.raises(TypeError, match=r"scale must be a positive number, got 'abc' \(str\)"):
+        topk_attention(q, k, v, 2, scale="abc")
+
+
+def test_aft_needs_q_and_v_with_the_same_channels():
+    q, k, v = _qkv((2, 5, 8), (2, 5, 8), (2, 5, 4))
+    match = r"q and v must have the same number of channels C, got q \(2, 5, 8\) and v \(2, 5, 4\)"
+    with pytest.raises(ValueError, match=match):
+        aft_full(q, k, v, torch.zeros(5, 5))
+    with pytest.raises(ValueError, match=match):
+        aft_simple(q, k, v)
+    with pytest.raises(ValueError, match=r"q and k must have the same last dimension D"):
+        aft_simple(q, v, v)
+
+
+@pytest.mark.parametrize("layer", [LinformerSelfAttention(16, 4, 8, 3), AFTFull(16, 8)], ids=["linformer", "aft"])
+def test_layers_check_their_input(layer):
+    with pytest.raises(ValueError, match=r"x must have at least 3 dimensions, got shape \(5, 16\)"):
+        layer(torch.randn(5, 16))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)"):
+        layer(torch.randn(2, 5, 8))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
+        layer(torch.ones(2, 5, 16, dtype=torch.long))
+
+
+def test_kv_cache_reorder_checks_the_indices():
+    cache = KVCache(2, 8)
+    cache.update(0, torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4))
+    with pytest.raises(TypeError, match="indices must be a torch.Tensor, got list"):
+        cache.reorder([1, 0])
+    with pytest.raises(TypeError, match=r"indices must be a 1-D integer tensor of batch rows, got dtype "
+                                        r"torch.float32, shape \(2,\)"):
+        cache.reorder(torch.tensor([1.0, 0.0]))
+    with pytest.raises(ValueError, match=r"indices must be batch rows in \[0, 2\), got \[0, 5\]"):
+        cache.reorder(torch.tensor([0, 5]))
+    cache.reorder(torch.tensor([1, 1, 0]))  # beam search may repeat rows
+    assert cache.keys[0].shape[0] == 3
+
+
+@pytest.mark.parametrize("idx, error, match", [
+    ([[1, 2, 16]], ValueError, r"idx must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 2\)"),
+    ([[1, -1, 2]], ValueError, r"idx must be token ids in \[0, vocab_size=16\), got -1 at position \(0, 1\)"),
+    ([[True, False]], TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.bool"),
+])
+def test_tiny_decoder_token_ids_must_be_in_the_vocabulary(idx, error, match):
+    with pytest.raises(error, match=match):
+        TinyDecoder(DecoderConfig.tiny())(torch.tensor(idx))
