@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
 
+from course_utils._validate import check_int, check_positive_int, check_positive_number
+
 __all__ = ["plot_weights", "plot_heads", "char_labels", "plot_attention_maps", "plot_loss_curve", "LiveLossPlot"]
 
 
@@ -76,6 +78,7 @@ def plot_heads(
     w = _as_2d(weights, "weights")
     if w.dim() != 3:
         raise ValueError(f"plot_heads takes (H, T, S) weights, got shape {tuple(w.shape)}")
+    check_positive_int("max_cols", max_cols)
     H, T, S = w.shape
     cols = min(H, max_cols)
     rows = (H + cols - 1) // cols
@@ -122,8 +125,14 @@ def plot_attention_maps(
     Rows are queries, columns keys; the upper triangle is empty because the model is causal. Used in
     notebook 08.
     """
-    if isinstance(maps, torch.Tensor) or len(maps) == 0:
+    if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence):
+        raise TypeError(f"maps must be a list of per-layer weights, as GPT.attention_maps returns, "
+                        f"got {type(maps).__name__}")
+    if len(maps) == 0:
         raise ValueError("maps must be a non-empty list of per-layer weights, as GPT.attention_maps returns")
+    if not isinstance(labels, (Sequence, str)):
+        raise TypeError(f"labels must be a list of T strings (char_labels(text), say), got {type(labels).__name__}")
+    check_positive_number("cell", cell)
     ws = []
     for i, m in enumerate(maps):
         w = _as_2d(m, f"maps[{i}]")
@@ -139,6 +148,7 @@ def plot_attention_maps(
         raise ValueError(f"labels has {len(labels)} entries, the weights have {T} positions")
     rows = list(range(len(ws))) if layers is None else list(layers)
     for r in rows:
+        check_int("layer", r, minimum=0)
         if not 0 <= r < len(ws):
             raise ValueError(f"layer {r} does not exist: the model has layers 0 .. {len(ws) - 1}")
     fig = Figure(figsize=(cell * H + 0.6, cell * len(rows) + 0.5))
@@ -166,6 +176,17 @@ def plot_loss_curve(
     ``history`` holds the loss of every step; ``evals`` rows ``(step, train_loss, val_loss)``; ``baselines``
     draws a dashed line per name (e.g. the unigram model). Used in notebook 08.
     """
+    if isinstance(history, str) or not hasattr(history, "__len__"):
+        raise TypeError(f"history must be a list of losses, one per step, got {type(history).__name__}")
+    for i, row in enumerate(evals):
+        if isinstance(row, str) or not hasattr(row, "__len__") or len(row) != 3:
+            raise ValueError(f"evals must hold rows (step, train_loss, val_loss), got {row!r} at index {i}")
+    if baselines is not None and not isinstance(baselines, Mapping):
+        raise TypeError(f"baselines must be a dict of name -> loss, e.g. {{'unigram': 3.3}}, "
+                        f"got {type(baselines).__name__}")
+    if total_steps is not None:
+        check_int("total_steps", total_steps, minimum=0)
+    check_positive_int("smooth", smooth)
     fig = Figure(figsize=(6.4, 3.4))
     ax = fig.subplots()
     steps = torch.arange(1, len(history) + 1)
@@ -201,6 +222,7 @@ class LiveLossPlot:
                  history: Sequence[float] = (), evals: Sequence[Sequence[float]] = ()) -> None:
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise ValueError(f"every must be a positive int, got {every!r}")
+        check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps
         self.baselines = dict(baselines or {})
         self.every = every

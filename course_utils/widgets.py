@@ -34,6 +34,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
+from course_utils._validate import check_floating, check_number
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.masking import causal_mask, combine_masks, mask_scores, padding_mask
 from course_utils.multihead import MultiHeadAttention
@@ -138,6 +139,12 @@ def _lookup(angle_deg: float, length: float, keys: torch.Tensor, values: torch.T
     if not isinstance(values, torch.Tensor) or values.shape != keys.shape[:1]:
         got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
         raise ValueError(f"values must be a ({keys.shape[0]},) tensor, one number per key, got {got}")
+    check_floating("keys", keys)
+    check_floating("values", values)
+    angle_deg = check_number("angle_deg", angle_deg, "a number of degrees")
+    length = check_number("length", length, "a number >= 0")
+    if not math.isfinite(angle_deg):
+        raise ValueError(f"angle_deg must be a finite number of degrees, got {angle_deg}")
     if not math.isfinite(length) or length < 0:
         raise ValueError(f"length must be a finite number >= 0, got {length}")
     a = math.radians(angle_deg)
@@ -536,13 +543,19 @@ def head_explorer(
 
 def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[torch.Tensor, str]:
     """The (T, T) weights of one head of one layer on ``prompt`` (its last context_length characters)."""
+    if not hasattr(model, "config") or not callable(getattr(model, "attention_maps", None)):
+        raise TypeError(f"model must be a course_utils.gpt.GPT (with config and attention_maps), "
+                        f"got {type(model).__name__}")
+    if not callable(getattr(tokenizer, "encode", None)):
+        raise TypeError(f"tokenizer must have an encode(text) method (a CharTokenizer), got {type(tokenizer).__name__}")
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("type a prompt of at least one character")
     L, H = model.config.num_layers, model.config.num_heads
-    if not 0 <= layer < L:
-        raise ValueError(f"layer must be in 0 .. {L - 1}, got {layer}")
-    if not 0 <= head < H:
-        raise ValueError(f"head must be in 0 .. {H - 1}, got {head}")
+    for name, i, n in (("layer", layer, L), ("head", head, H)):
+        if isinstance(i, bool) or not isinstance(i, int):
+            raise TypeError(f"{name} must be an int in 0 .. {n - 1}, got {i!r} ({type(i).__name__})")
+        if not 0 <= i < n:
+            raise ValueError(f"{name} must be in 0 .. {n - 1}, got {i}")
     text = prompt[-model.config.context_length:]
     idx = tokenizer.encode(text)[None].to(next(model.parameters()).device)  # (1, T); ValueError if unknown chars
     was_training = model.training

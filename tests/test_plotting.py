@@ -186,3 +186,30 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
     assert ys == [4.0] * 5 + [3.0] * 5 and plot.evals == [[10, 3.0, 3.1]]
     with pytest.raises(ValueError, match="every must be a positive int, got 0"):
         LiveLossPlot(10, every=0)
+
+
+# --- bad arguments a learner might pass (issue 9) -------------------------------------------------------
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: plot_heads(torch.rand(2, 3, 3), max_cols=0), ValueError, "max_cols must be at least 1, got 0"),
+    (lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], None), TypeError,
+     r"labels must be a list of T strings \(char_labels\(text\), say\), got NoneType"),
+    (lambda: plot_attention_maps(None, list("abc")), TypeError,
+     "maps must be a list of per-layer weights, as GPT.attention_maps returns, got NoneType"),
+    (lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], list("abc"), cell=-1), ValueError,
+     "cell must be a positive finite number, got -1.0"),
+    (lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], list("abc"), layers=[0.5]), TypeError,
+     "layer must be an int, got float"),
+    (lambda: plot_loss_curve(None), TypeError, "history must be a list of losses, one per step, got NoneType"),
+    (lambda: plot_loss_curve([1.0, 2.0], evals=[(1, 2.0)]), ValueError,
+     r"evals must hold rows \(step, train_loss, val_loss\), got \(1, 2.0\) at index 0"),
+    (lambda: plot_loss_curve([1.0, 2.0], baselines=[2.0]), TypeError,
+     r"baselines must be a dict of name -> loss, e.g. \{'unigram': 3.3\}, got list"),
+    (lambda: plot_loss_curve([1.0, 2.0], smooth=0), ValueError, "smooth must be at least 1, got 0"),
+    (lambda: LiveLossPlot("100"), TypeError, "total_steps must be an int, got str"),
+])
+def test_bad_arguments_say_what_was_expected(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
+    plt.close("all")

@@ -332,3 +332,37 @@ def test_gpt_attention_explorer_redraws_and_reports_bad_prompts(tiny_gpt):
     assert ex.control("layer").max == 1 and ex.control("head").max == 3
     with pytest.raises(ValueError, match="type a prompt of at least one character"):
         gpt_attention_explorer(model, tok, "")
+
+
+# ---- bad arguments a learner might pass (issue 9) ----------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(angle_deg="45"), TypeError, r"angle_deg must be a number of degrees, got '45' \(str\)"),
+    (dict(angle_deg=float("nan")), ValueError, "angle_deg must be a finite number of degrees, got nan"),
+    (dict(length=None), TypeError, r"length must be a number >= 0, got None \(NoneType\)"),
+    (dict(keys=torch.tensor([[1, 0], [0, 1], [1, 1]])), TypeError,
+     "keys must be a floating-point tensor, got dtype torch.int64"),
+    (dict(values=torch.tensor([0, 1, 0])), TypeError, "values must be a floating-point tensor, got dtype torch.int64"),
+])
+def test_lookup_bad_arguments(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        plot_lookup(**kwargs)
+
+
+class _NoEncode:
+    pass
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda m, t: plot_gpt_head(m, t, "But", layer="0"), TypeError, r"layer must be an int in 0 .. 1, got '0' \(str\)"),
+    (lambda m, t: plot_gpt_head(m, t, "But", head=1.5), TypeError, r"head must be an int in 0 .. 3, got 1.5 \(float\)"),
+    (lambda m, t: plot_gpt_head(m, t, "But", head=-1), ValueError, r"head must be in 0 .. 3, got -1"),
+    (lambda m, t: plot_gpt_head(MultiHeadAttention(8, 2), t, "But"), TypeError,
+     r"model must be a course_utils.gpt.GPT \(with config and attention_maps\), got MultiHeadAttention"),
+    (lambda m, t: gpt_attention_explorer(m, _NoEncode(), "But"), TypeError,
+     r"tokenizer must have an encode\(text\) method \(a CharTokenizer\), got _NoEncode"),
+])
+def test_gpt_head_bad_arguments(tiny_gpt, call, error, match):
+    with pytest.raises(error, match=match):
+        call(*tiny_gpt)
