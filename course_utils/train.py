@@ -2,7 +2,8 @@
 
 Reading order: the training settings (:class:`TrainConfig`, with presets named like the model's), the
 learning-rate schedule (:func:`learning_rate`), checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`),
-evaluation (:func:`evaluate`, the mean loss over a whole split), and the loop (:func:`train`).
+evaluation (:func:`evaluate`, the mean loss over a whole split), the set-up checks that run before the first
+step (:func:`check_out_dir`, :func:`gpu_switches`), and the loop (:func:`train`).
 
 Command line (prints one JSON line at the end; progress and messages go to stderr)::
 
@@ -270,7 +271,7 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
             "tokenizer": state["tokenizer"], "history": state["history"], "evals": state.get("evals", []),
             "step": state["step"], "provenance": json.loads(json.dumps(provenance))}  # plain data only
     dest = Path(dest)
-    dest.parent.mkdir(parents=True, exist_ok=True)
+    clean_stale_tmp(dest.parent, dest.name)  # a killed export's temporary file
     save_checkpoint(dest, slim)
     return dest
 
@@ -804,7 +805,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--max-seconds", type=float, help="stop after this much training time (after a checkpoint)")
     p.add_argument("--device", help="cuda, cuda:1, mps, cpu or auto (default: auto, the best available)")
     p.add_argument("--resume", action="store_true",
-                   help="continue from OUT/checkpoint.pt if it exists, with its model, data and settings")
+                   help="continue from OUT/checkpoint.pt if it exists, with its model, data and settings: another "
+                        "--preset or --data is refused, a setting flag that differs is ignored with a notice, "
+                        "--max-steps is obeyed")
     p.add_argument("--seed", type=int)
     p.add_argument("--batch-size", type=int)
     p.add_argument("--learning-rate", type=float)
@@ -819,7 +822,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, help="CPU threads for PyTorch (torch.set_num_threads), at least 1")
     p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                    help="show a progress bar (default: when stderr is a terminal)")
-    p.add_argument("--quiet", action="store_true", help="no messages on stderr besides errors")
+    p.add_argument("--quiet", action="store_true",
+                   help="no messages on stderr besides errors and notices (a flag --resume ignores, a switch that "
+                        "cannot work here)")
     p.add_argument("--export", metavar="PATH",
                    help="also write the trained model (no optimizer state) with its provenance to PATH")
     return p
