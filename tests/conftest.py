@@ -30,13 +30,23 @@ def one_thread():
     torch.set_num_threads(threads)
 
 
+_MUTATION_SCORES: dict[str, tuple] = {}  # filled from test reports, here or sent by pytest-xdist workers
+
+
+def pytest_runtest_logreport(report):
+    """Keep the mutation score a test of tests/test_mutations.py recorded on its report."""
+    for name, value in getattr(report, "user_properties", ()):
+        if name == "mutation_score" and report.when == "call":
+            key, *score = value
+            _MUTATION_SCORES[key] = tuple(score)
+
+
 def pytest_terminal_summary(terminalreporter):
     """The mutation score per exercise (tests/test_mutations.py), when those tests ran."""
-    import sys
+    if not _MUTATION_SCORES:
+        return
+    from mutants import summary_lines
 
-    mutants = sys.modules.get("mutants")
-    lines = mutants.summary_lines() if mutants is not None else []
-    if lines:
-        terminalreporter.write_sep("-", "mutation score of the exercise checks")
-        for line in lines:
-            terminalreporter.write_line(line)
+    terminalreporter.write_sep("-", "mutation score of the exercise checks")
+    for line in summary_lines(_MUTATION_SCORES):
+        terminalreporter.write_line(line)

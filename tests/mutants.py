@@ -291,22 +291,22 @@ def _diff_line(original: str, mutated: str) -> str:
     return mutated.splitlines()[-1].strip()
 
 
-SCORES: dict[str, tuple[int, int, int, float]] = {}  # key -> (killed, killable, equivalent, seconds)
+SCORE_PROPERTY = "mutation_score"  # a test report's user property: [key, killed, killable, equivalent, seconds]
 
 
-def summary_lines() -> list[str]:
-    """The mutation score per exercise, for the end of the test run."""
-    if not SCORES:
+def summary_lines(scores: dict[str, tuple[int, int, int, float]]) -> list[str]:
+    """The mutation score per exercise (key -> killed, killable, equivalent, seconds), for the end of the run."""
+    if not scores:
         return []
     lines = []
-    for key in sorted(SCORES, key=lambda k: tuple(int(p) for p in k.split("."))):
-        killed, total, equivalent, seconds = SCORES[key]
+    for key in sorted(scores, key=lambda k: tuple(int(p) for p in k.split("."))):
+        killed, total, equivalent, seconds = scores[key]
         extra = f", {equivalent} equivalent" if equivalent else ""
         lines.append(f"{key}: {killed}/{total} mutants killed ({100 * killed / max(total, 1):.0f}%){extra}, "
                      f"{seconds:.1f} s")
-    killed = sum(s[0] for s in SCORES.values())
-    total = sum(s[1] for s in SCORES.values())
-    seconds = sum(s[3] for s in SCORES.values())
-    lines.append(f"all {len(SCORES)} exercises: {killed}/{total} killed ({100 * killed / max(total, 1):.1f}%), "
-                 f"{sum(s[2] for s in SCORES.values())} equivalent, {seconds:.1f} s")
+    killed = sum(s[0] for s in scores.values())
+    total = sum(s[1] for s in scores.values())
+    seconds = sum(s[3] for s in scores.values())
+    lines.append(f"all {len(scores)} exercises: {killed}/{total} killed ({100 * killed / max(total, 1):.1f}%), "
+                 f"{sum(s[2] for s in scores.values())} equivalent, {seconds:.1f} s")
     return lines

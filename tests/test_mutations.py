@@ -14,7 +14,7 @@ import time
 
 import pytest
 import torch
-from mutants import ROOT, SCORES, compile_function, mutants, solutions
+from mutants import ROOT, SCORE_PROPERTY, compile_function, mutants, solutions
 
 from course_utils.checking import PASSED, run_check
 from course_utils.exercises import all_exercises
@@ -62,7 +62,7 @@ def test_every_exercise_has_its_reference_solution_in_the_notebook_source(key):
 
 
 @pytest.mark.parametrize("key", sorted(SOLUTIONS))
-def test_every_mutant_of_the_reference_fails_its_check(key):
+def test_every_mutant_of_the_reference_fails_its_check(key, record_property):
     sol, ex = SOLUTIONS[key], EXERCISES[key]
     start = time.perf_counter()
     reference = run_check(ex, compile_function(sol, sol.source), seed=SEED)
@@ -76,7 +76,9 @@ def test_every_mutant_of_the_reference_fails_its_check(key):
             equivalent.append(m)
         else:
             survived.append(m)
-    SCORES[key] = (len(killed), len(killed) + len(survived), len(equivalent), time.perf_counter() - start)
+    # the score travels on the test's report (so it reaches the summary from a pytest-xdist worker too)
+    record_property(SCORE_PROPERTY, [key, len(killed), len(killed) + len(survived), len(equivalent),
+                                     time.perf_counter() - start])
     assert killed, f"{key}: no mutant at all was made from the solution, so the score proves nothing"
     assert not survived, f"{key}: {len(survived)} mutants pass the check:\n" + "\n".join(
         f"  [{m.operator}] {m.description}" for m in survived)

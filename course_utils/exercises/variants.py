@@ -201,8 +201,8 @@ def _append_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
         B, H, D, T = _int(g, 1, 3), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 5), _int(g, 1, 4)
-        capacity = T + _int(g, 1, 8)
-        length = _int(g, 0, capacity - T + 1)
+        capacity = T + _int(g, 2, 9)
+        length = _int(g, 0, capacity - T)  # one free slot after the new keys, so a write one too late still fits
         cache = torch.zeros(B, H, capacity, D)
         cache[:, :, :length] = torch.randn(B, H, length, D, generator=g)
         cases.append(((cache, length, torch.randn(B, H, T, D, generator=g)), {}))
