@@ -8,7 +8,8 @@ between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines. From each source 
 - ``notebooks/NN_topic.ipynb``: the learner copy, each solution replaced by a stub that raises
   ``NotAttempted`` (imported with ``check``), which the exercise check reports as "not attempted".
 
-Both are executed so they open with their outputs. ``--check`` rebuilds in memory and fails if the
+Both are executed so they open with their outputs, and written atomically. A learner copy in which someone has
+answered an exercise is moved aside to ``backup-NAME-DATE.ipynb`` first, so a rebuild never loses a learner's work. ``--check`` rebuilds in memory and fails if the
 committed notebooks' cells differ from their source (CI runs it).
 
 Usage: ``python -m course_utils.build [--check] [--no-execute] [NAME ...]``.
@@ -24,6 +25,8 @@ import sys
 from pathlib import Path
 
 import nbformat
+
+from course_utils._files import atomic_path, clean_stale_tmp, move_aside
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR, LEARNER_DIR, SOLUTION_DIR = ROOT / "course_source", ROOT / "notebooks", ROOT / "solutions"
@@ -138,6 +141,43 @@ def sources(names: list[str] | None = None) -> list[Path]:
     return found
 
 
+_CHECK_CALL = re.compile(r"""\bcheck\(\s*["'](\d\d\.\d+)["']""")
+_STUB_LINES = (STUB, "raise NotImplementedError")  # the second: learner copies built before the NotAttempted stub
+
+
+def learner_work(path: Path) -> list[str]:
+    """The exercises a learner has answered in the notebook at ``path`` (its stub replaced), or [] if none.
+
+    A notebook that cannot be read counts as work too (``["unreadable"]``): it is kept rather than overwritten.
+    """
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except Exception:
+        return ["unreadable"]
+    answered = []
+    for cell in nb.cells:
+        if cell.cell_type != "code":
+            continue
+        m = _CHECK_CALL.search(cell.source)
+        if m and not any(stub in cell.source for stub in _STUB_LINES):
+            answered.append(m.group(1))
+    return answered
+
+
+def write_notebook(nb: nbformat.NotebookNode, target: Path, learner: bool) -> None:
+    """Write ``nb`` to ``target`` atomically; a learner copy holding someone's answers is first moved aside."""
+    target.parent.mkdir(exist_ok=True)
+    clean_stale_tmp(target.parent, target.name)
+    if learner and target.exists():
+        answered = learner_work(target)
+        if answered:
+            kept = move_aside(target)
+            print(f"  {target.relative_to(ROOT)} holds answers ({', '.join(answered)}): kept as {kept.name}",
+                  flush=True)
+    with atomic_path(target) as tmp:
+        nbformat.write(nb, tmp)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help="notebook stems or numbers (default: all)")
@@ -159,8 +199,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"building {target.relative_to(ROOT)}" + ("" if args.no_execute else " (executing)"), flush=True)
             if not args.no_execute:
                 nb = execute(nb, folder)
-            folder.mkdir(exist_ok=True)
-            nbformat.write(nb, target)
+            write_notebook(nb, target, learner)
     if args.check:
         if problems:
             print("Notebooks out of sync with course_source/ (run `python3 course.py build`):")

@@ -86,3 +86,31 @@ def test_streamed_text_is_stored_as_one_output():
              nbformat.v4.new_output("stream", name="stdout", text="d")]
     merged = _merge_streams(outs)
     assert [(o["name"], o["text"]) for o in merged] == [("stdout", "abc"), ("stderr", "!"), ("stdout", "d")]
+
+
+def test_rebuild_keeps_a_learner_notebook_with_answers_aside(tmp_path, monkeypatch, capsys):
+    """`course.py build` on a tree where a learner answered an exercise: the answers survive in a backup."""
+    src_dir, learner_dir, solution_dir = tmp_path / "course_source", tmp_path / "notebooks", tmp_path / "solutions"
+    src_dir.mkdir()
+    (src_dir / "01_demo.py").write_text(SOURCE, encoding="utf-8")
+    for name, value in (("ROOT", tmp_path), ("SOURCE_DIR", src_dir), ("LEARNER_DIR", learner_dir),
+                        ("SOLUTION_DIR", solution_dir)):
+        monkeypatch.setattr(build, name, value)
+    assert build.main(["--no-execute"]) == 0
+    learner = learner_dir / "01_demo.ipynb"
+    assert build.learner_work(learner) == []
+    assert build.main(["--no-execute"]) == 0  # an untouched learner copy is simply rebuilt
+    assert sorted(p.name for p in learner_dir.iterdir()) == ["01_demo.ipynb"]
+
+    nb = nbformat.read(learner, as_version=4)
+    cell = next(c for c in nb.cells if "check(" in c.source)
+    cell.source = cell.source.replace(build.STUB, "return y * 3  # my answer")
+    nbformat.write(nb, learner)
+    assert build.learner_work(learner) == ["01.1"]
+    assert build.main(["--no-execute"]) == 0
+    backups = sorted(learner_dir.glob("backup-01_demo-*.ipynb"))
+    assert len(backups) == 1, sorted(p.name for p in learner_dir.iterdir())
+    assert build.learner_work(backups[0]) == ["01.1"]
+    assert build.learner_work(learner) == []  # the rebuilt copy holds the stub again
+    assert "holds answers (01.1): kept as backup-01_demo-" in capsys.readouterr().out
+    assert not list(learner_dir.glob(".*.tmp"))
