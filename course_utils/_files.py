@@ -71,14 +71,15 @@ def clean_stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[
     """Remove temporary files in ``folder`` left by writers that no longer run; return what was removed.
 
     Only files made by :func:`atomic_path` (``.NAME.<pid>-*.tmp``, for ``name`` when given) whose process is
-    gone are removed, so a run writing into the same folder right now keeps its file.
+    gone are removed, so a run writing into the same folder right now keeps its file. With ``name``, the
+    ``NAME.<pid>-<thread>.tmp`` files of the course's earlier checkpoint writer are cleaned the same way.
     """
     folder = Path(folder)
     if not folder.is_dir():
         return []
     removed = []
-    pattern = f".{name}.*{TMP_SUFFIX}" if name else f".*{TMP_SUFFIX}"
-    for tmp in folder.glob(pattern):
+    patterns = [f".{name}.*{TMP_SUFFIX}", f"{name}.*{TMP_SUFFIX}"] if name else [f".*{TMP_SUFFIX}"]
+    for tmp in sorted({p for pattern in patterns for p in folder.glob(pattern)}):
         middle = tmp.name[: -len(TMP_SUFFIX)].rsplit(".", 1)[-1]  # "<pid>-<random>"
         pid_text = middle.split("-", 1)[0]
         if not pid_text.isdigit() or _pid_alive(int(pid_text)):

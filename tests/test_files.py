@@ -92,3 +92,13 @@ def test_keep_copy_copies_and_leaves_the_original(tmp_path):
     assert keep_copy(nb, NOW).name == "backup-03_masking-20260102-030405-2.ipynb"
     with pytest.raises(FileNotFoundError, match="not a file"):
         keep_copy(tmp_path, NOW)
+
+
+def test_clean_stale_tmp_also_removes_the_earlier_checkpoint_writers_files(tmp_path):
+    dead = 2**22 + 54321
+    legacy = tmp_path / f"checkpoint.pt.{dead}-140001.tmp"  # how train.py named them before atomic_path
+    live = tmp_path / f"checkpoint.pt.{os.getpid()}-140001.tmp"
+    for p in (legacy, live):
+        p.write_bytes(b"x")
+    assert clean_stale_tmp(tmp_path, "checkpoint.pt") == [legacy]
+    assert [p.name for p in tmp_path.iterdir()] == [live.name]
