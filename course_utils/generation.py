@@ -252,6 +252,9 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     context_length = _check_model(model, use_cache)
     _check_sampling(temperature, top_k, top_p, greedy)
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, "
+                        f"got {type(generator).__name__}")
     keep = _check_on_full(on_full, keep_on_shift, context_length)
     if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
         # Notebook 07's stored output shows this message: change the two together (it could name on_full).
@@ -293,6 +296,8 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
     :func:`generate_stream` (``on_full="shift"`` to run a KV cache past the context) and
     :func:`sample_next_token`. Taught in notebook 07.
     """
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be a function of the new tokens (B,), or None, got {type(callback).__name__}")
     tokens, all_logits = [], []
     for token, logits in generate_stream(model, idx, max_new_tokens, temperature, top_k, top_p, greedy,
                                          use_cache, generator, on_full=on_full, keep_on_shift=keep_on_shift):

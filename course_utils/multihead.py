@@ -78,6 +78,12 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
 
 
+def _check_packed(packed: object) -> None:
+    if not isinstance(packed, MultiHeadAttention):
+        hint = " (convert it first with MultiHeadAttention.from_torch)" if isinstance(packed, nn.MultiheadAttention) else ""
+        raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
+
+
 def _returned(out: torch.Tensor, weights: torch.Tensor, need_weights: bool):
     return (out, weights) if need_weights else out
 
@@ -147,6 +153,7 @@ class MultiHeadAttentionWrapper(nn.Module):
     @classmethod
     def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionWrapper:
         """The same function as ``packed``, its q, k, v rows cut into one head each."""
+        _check_packed(packed)
         bias = packed.qkv_proj.bias is not None
         new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
         C, D = packed.embed_dim, packed.head_dim
@@ -199,6 +206,7 @@ class MultiHeadAttentionEinsum(nn.Module):
     @classmethod
     def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionEinsum:
         """The same function as ``packed``: its (3C, C) weight viewed as three (H, D, C) blocks."""
+        _check_packed(packed)
         bias = packed.qkv_proj.bias is not None
         new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
         H, D, C = packed.num_heads, packed.head_dim, packed.embed_dim

@@ -626,6 +626,8 @@ class TinyDecoder(nn.Module):
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
         check_token_ids("idx", idx, self.cfg.vocab_size)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
         B, T = idx.shape
         start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
         S = start + T

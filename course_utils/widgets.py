@@ -509,6 +509,9 @@ def head_explorer(
         raise ValueError("pass x and tokens together with layers")
     if isinstance(layers, MultiHeadAttention):
         layers = {"layer": layers}
+    if not isinstance(layers, Mapping):
+        raise TypeError(f"layers must be a MultiHeadAttention or a dict of them by name, e.g. {{'trained': layer}}, "
+                        f"got {type(layers).__name__}")
     layers = dict(layers)
     if not layers:
         raise ValueError("layers is empty: pass at least one MultiHeadAttention")

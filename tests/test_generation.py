@@ -419,3 +419,12 @@ def test_generate_with_a_prompt_outside_the_vocabulary():
 def test_generate_with_a_gpt_instead_of_its_generation_view():
     with pytest.raises(TypeError, match=r"got a KVCache as targets .* model.for_generation\(\)"):
         generate(_gpt(), torch.zeros(1, 3, dtype=torch.long), 3)
+
+
+def test_generate_callback_and_generator_are_checked_before_the_first_step():
+    model, prompt = _gpt().for_generation(), torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(TypeError, match=r"callback must be a function of the new tokens \(B,\), or None, got str"):
+        generate(model, prompt, 3, callback="print")
+    with pytest.raises(TypeError, match=r"generator must be a torch.Generator \(torch.Generator\(\).manual_seed\(0\), "
+                                        r"say\) or None, got int"):
+        generate(model, prompt, 3, generator=0)

@@ -366,3 +366,13 @@ def test_targets_of_minus_100_are_ignored_as_in_cross_entropy():
 def test_config_fields_of_the_wrong_type(overrides, error, match):
     with pytest.raises(error, match=match):
         GPTConfig(**{**TINY, **overrides})
+
+
+@pytest.mark.parametrize("part", ["attn", "mlp", "block"])
+def test_layers_called_on_their_own_check_x(part):
+    block = make().blocks[0]
+    layer = {"attn": block.attn, "mlp": block.mlp, "block": block}[part]
+    with pytest.raises(ValueError, match=r"x must have at least 3 dimensions, got shape \(5, 16\)"):
+        layer(torch.randn(5, 16))
+    with pytest.raises(ValueError, match=r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)"):
+        layer(torch.randn(2, 5, 8))

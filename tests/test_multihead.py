@@ -357,3 +357,12 @@ def test_from_torch_messages():
 def test_multihead_attention_dropout_of_the_wrong_type():
     with pytest.raises(TypeError, match=re.escape("dropout must be a number in [0, 1), got '0.1' (str)")):
         MultiHeadAttention(8, 2, dropout="0.1")
+
+
+@pytest.mark.parametrize("cls", [MultiHeadAttentionWrapper, MultiHeadAttentionEinsum])
+def test_from_packed_takes_the_course_module(cls):
+    with pytest.raises(TypeError, match=r"from_packed takes a course_utils MultiHeadAttention \(convert it first "
+                                        r"with MultiHeadAttention.from_torch\), got MultiheadAttention"):
+        cls.from_packed(nn.MultiheadAttention(8, 2))
+    with pytest.raises(TypeError, match="from_packed takes a course_utils MultiHeadAttention, got Linear"):
+        cls.from_packed(nn.Linear(8, 8))

@@ -460,3 +460,8 @@ def test_kv_cache_reorder_checks_the_indices():
 def test_tiny_decoder_token_ids_must_be_in_the_vocabulary(idx, error, match):
     with pytest.raises(error, match=match):
         TinyDecoder(DecoderConfig.tiny())(torch.tensor(idx))
+
+
+def test_tiny_decoder_cache_must_be_a_kv_cache():
+    with pytest.raises(TypeError, match=r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool"):
+        TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2]]), cache=True)

@@ -366,3 +366,10 @@ class _NoEncode:
 def test_gpt_head_bad_arguments(tiny_gpt, call, error, match):
     with pytest.raises(error, match=match):
         call(*tiny_gpt)
+
+
+def test_head_explorer_layers_must_be_a_dict():
+    layer = small_layer()
+    with pytest.raises(TypeError, match=r"layers must be a MultiHeadAttention or a dict of them by name, e.g. "
+                                        r"\{'trained': layer\}, got list"):
+        head_explorer([layer], torch.randn(1, 4, 8), list("abcd"))
