@@ -40,6 +40,7 @@ import math
 import numbers
 import os
 import random
+import re
 import signal
 import threading
 import time
@@ -659,6 +660,34 @@ def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_cas
     return msg
 
 
+def _same_failure(a: BaseException, b: BaseException) -> bool:
+    """Whether two exceptions are the same failure: one type, one first line once the numbers are set aside."""
+    def gist(e: BaseException) -> str:
+        return re.sub(r"\d+", "N", (str(e).splitlines() or [""])[0])
+    return type(a) is type(b) and gist(a) == gist(b)
+
+
+def _mistake_that_raises(ex: Exercise, before: Sequence[tuple[tuple, dict]], mine: Sequence[_Run],
+                         case: tuple[tuple, dict], e: BaseException) -> Mistake | None:
+    """The catalogued mistake that answers ``before`` as the learner did and then fails on ``case`` the same way.
+
+    A mistake that cannot run at all (weights in the other layout: a shape error) is named this way.
+    """
+    for m in ex.mistakes:
+        try:
+            wrong = [_run(m.fn, c) for c in before]
+        except Exception:
+            continue
+        if not all(_same_run(a, b, ex) for a, b in zip(mine, wrong)):
+            continue
+        try:
+            _run(m.fn, case)
+        except Exception as err:
+            if _same_failure(err, e):
+                return m
+    return None
+
+
 def _notebook_of(key: str) -> str:
     folder = Path(__file__).resolve().parent.parent / "notebooks"
     found = sorted(folder.glob(f"{key.split('.')[0]}_*.ipynb"))
@@ -702,6 +731,14 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
     if unusable:
         return result(FAILED, unusable)
 
+    def _named(m: Mistake, crash: str | None = None) -> CheckResult:
+        if hint == 2:
+            fix = f" The fix: {m.fix}" if m.fix else " (This check has no exact fix written for it.)"
+        else:
+            fix = f' (for the exact fix: check("{ex.key}", {_fn_name(fn)}, hint=2))' if m.fix else ""
+        said = f" ({crash[0].lower()}{crash[1:]})" if crash else ""
+        return result(FAILED, f"This looks like: {m.name}. {m.hint}{fix}{said}", mistake=m.name)
+
     mine: list[_Run] = []
     crash = None  # what the function raised on a drawn case, after answering every fixed one
     for i, case in enumerate(cases):
@@ -726,7 +763,8 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
                                              "`from course_utils.exercises import NotAttempted, check`.)")
             crash = _exception_message(e, ex, case_name(i), i == 0)
             if i < len(fixed):
-                return result(FAILED, crash)
+                m = _mistake_that_raises(ex, cases[:i], mine, cases[i], e)
+                return result(FAILED, crash) if m is None else _named(m, crash)
             break  # a mistake seen on the cases before may still be named: the verdict stays deterministic
 
     ran = cases[: len(mine)]
@@ -740,11 +778,7 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
         except Exception:
             continue
         if all(_same_run(a, b, ex) for a, b in zip(mine, wrong)):
-            if hint == 2:
-                fix = f" The fix: {m.fix}" if m.fix else " (This check has no exact fix written for it.)"
-            else:
-                fix = f' (for the exact fix: check("{ex.key}", {_fn_name(fn)}, hint=2))' if m.fix else ""
-            return result(FAILED, f"This looks like: {m.name}. {m.hint}{fix}", mistake=m.name)
+            return _named(m)
     i = next(i for i, p in enumerate(problems) if p is not None)
     tail = ("." if problems[i].startswith("your function changed its input") else
             ". It matches none of the common mistakes this check knows; compare your steps with the text above.")

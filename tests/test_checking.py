@@ -660,3 +660,31 @@ def test_report_appends_the_contracted_fields(tmp_path, monkeypatch):
 def test_an_exercise_with_bad_settings_is_refused(kwargs, error, match):
     with pytest.raises(error, match=match):
         Exercise(key="99.1", title="t", signature="s", solution=_double, cases=_double_cases, **kwargs)
+
+
+# ------------------------------------------------------------------ a mistake that cannot run is named by its error
+
+
+def _project(x, w):
+    return x @ w  # w stored (C, D)
+
+
+TRANSPOSED = Mistake("weights transposed", "This exercise stores weights input width first.", lambda x, w: x @ w.T,
+                     fix="x @ w, not x @ w.T")
+PROJECT = Exercise(key="99.9", title="project", signature="project(x, w) -> (T, D)", solution=_project,
+                   cases=lambda: [((torch.ones(2, 4), torch.ones(4, 3)), {}), ((torch.ones(5, 6), torch.ones(6, 2)), {})],
+                   mistakes=(TRANSPOSED,))
+
+
+def test_a_mistake_that_raises_is_named_when_the_learner_raises_the_same_way():
+    res = run_check(PROJECT, lambda x, w: torch.matmul(x, w.T))
+    assert res.status == FAILED and res.mistake == "weights transposed", res.message
+    assert "mat1 and mat2 shapes cannot be multiplied" in res.message  # the learner's own error is still shown
+    assert "x @ w.T" not in res.message  # the fix only with hint=2
+    assert "x @ w.T" in run_check(PROJECT, lambda x, w: x @ w.T, hint=2).message
+
+
+def test_another_error_is_not_blamed_on_a_mistake_that_raises():
+    res = run_check(PROJECT, lambda x, w: x.reshape(7, -1) @ w)
+    assert res.status == FAILED and res.mistake is None, res.message
+    assert "RuntimeError" in res.message

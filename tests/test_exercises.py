@@ -174,11 +174,26 @@ def test_the_solution_passes_and_each_mistake_is_named_on_many_seeds(key):
 @pytest.mark.parametrize("key", EXERCISES)
 def test_every_mistake_runs_on_every_drawn_case(key):
     """A mistake whose function raises on a drawn case could not be named there (the check skips it), so
-    the verdict would depend on the draw: each must run on 50 draws."""
+    the verdict would depend on the draw: each must run on 50 draws. The exception: a mistake that cannot run
+    at all (it raises on the first fixed case, as weights in the wrong layout do) is named by its error there,
+    before any drawn case, so it must raise on every fixed case."""
     ex = EXERCISES[key]
+    fns = [ex.solution]
+    for m in ex.mistakes:
+        outcomes = []
+        for args, kwargs in ex.cases():
+            try:
+                m.fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+                outcomes.append(True)
+            except Exception:
+                outcomes.append(False)
+        if outcomes[0]:
+            fns.append(m.fn)
+        else:
+            assert not any(outcomes), f"{key}: {m.name!r} raises on the first fixed case but not on every one"
     for seed in range(50):
         for args, kwargs in ex.draw(torch.Generator().manual_seed(seed)):
-            for fn in (ex.solution, *(m.fn for m in ex.mistakes)):
+            for fn in fns:
                 fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
 
 

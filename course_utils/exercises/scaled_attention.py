@@ -173,6 +173,12 @@ def _head_swapped(x, w_q, w_k, w_v):
     return _head_with(x, w_q, w_k, w_v, w_q.shape[-1] ** -0.5, swap=True)
 
 
+def _head_linear_layout(x, w_q, w_k, w_v):
+    # nn.Linear's (out, in) layout, as in 01.4: with these (C, D) weights and C != D the product cannot be formed
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    return torch.softmax(q @ k.transpose(-2, -1) * w_q.shape[-1] ** -0.5, dim=-1) @ v
+
+
 # --- 02.4 entropy of attention weights --------------------------------------------------------------
 
 
@@ -294,6 +300,10 @@ EXERCISES = (
                     "Your scores are transposed: row i must hold query i against every key, not key i "
                     "against every query.",
                     _head_swapped, fix="q @ k.transpose(-2, -1), not k @ q.transpose(-2, -1)"),
+            Mistake("weights transposed (nn.Linear's layout)",
+                    "Here each weight is stored (C, D), input width first, so x times the weight is already "
+                    "(B, T, D); exercise 01.4 used nn.Linear's (out, in) layout, which needs the transpose.",
+                    _head_linear_layout, fix="q = x @ w_q (no .T), and the same for k and v"),
         ),
     ),
     Exercise(
