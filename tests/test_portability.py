@@ -163,6 +163,7 @@ def test_plan_runs_the_learner_notebooks_under_both_forced_kernels_besides_the_n
         assert "--nbval" in step.args and "--nbval-lax" not in step.args  # strict: any difference fails
         assert step.ok == (0, 5) and kernel in step.title
     assert forced["default"].group == forced["avx2"].group != native[0].group  # the two run side by side
+    assert forced["default"].env.get("MKL_CBWR") == "COMPATIBLE"  # matrix products off Intel's fast path too
 
 
 def test_plan_passes_extra_pytest_options_to_every_pytest_step():
@@ -204,7 +205,7 @@ def test_dry_run_on_this_machine_lists_every_pass_the_cpu_can_run():
                           text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "ATEN_CPU_CAPABILITY=default python -m pytest notebooks --nbval" in out
+    assert "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE python -m pytest notebooks --nbval" in out
     avx2_pass = "ATEN_CPU_CAPABILITY=avx2 python -m pytest notebooks --nbval" in out
     if not avx2_pass:
         assert "the avx2 CPU kernels" in out, out  # the one-line notice that says why
