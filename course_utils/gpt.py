@@ -123,6 +123,8 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
+        if not isinstance(d, dict):
+            raise TypeError(f"from_dict takes a dict of GPTConfig fields (what to_dict returned), got {type(d).__name__}")
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}")

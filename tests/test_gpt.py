@@ -376,3 +376,8 @@ def test_layers_called_on_their_own_check_x(part):
         layer(torch.randn(5, 16))
     with pytest.raises(ValueError, match=r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)"):
         layer(torch.randn(2, 5, 8))
+
+
+def test_config_from_dict_takes_a_dict():
+    with pytest.raises(TypeError, match=r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType"):
+        GPTConfig.from_dict(None)
