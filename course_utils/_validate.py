@@ -63,12 +63,14 @@ def check_dim(name: str, x: torch.Tensor, dim: object) -> int:
     return int(dim)
 
 
-def check_token_ids(name: str, idx: object, vocab_size: int, ignore_index: int | None = None) -> None:
+def check_token_ids(name: str, idx: object, vocab_size: int, ignore_index: int | None = None,
+                    values: bool = True) -> None:
     """Raise unless ``idx`` is a (B, T) integer tensor of ids in [0, vocab_size).
 
     TypeError for a non-tensor or a non-integer dtype, ValueError for another shape or an id out of range
     (the message names the first such id and its position). ``ignore_index`` is one more allowed value
     (``F.cross_entropy``'s -100 for targets). One min/max over the ids: check once per call, at the entry.
+    ``values=False`` checks only type and shape, which never reads the tensor (no wait for a GPU).
     """
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"{name} must be a (B, T) torch.Tensor of token ids, got {type(idx).__name__}")
@@ -76,7 +78,7 @@ def check_token_ids(name: str, idx: object, vocab_size: int, ignore_index: int |
         raise ValueError(f"{name} must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
     if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}")
-    if idx.numel() == 0:
+    if idx.numel() == 0 or not values:
         return
     low, high = torch.stack(torch.aminmax(idx)).tolist()  # one read of the device, not two
     if low >= 0 and high < vocab_size:

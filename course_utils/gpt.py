@@ -363,9 +363,15 @@ class GPT(nn.Module):
         n = self.num_parameters() - (self.pos_emb.embedding.weight.numel() if self.pos_emb is not None else 0)
         return 6.0 * n + 6.0 * c.num_layers * T * c.embed_dim
 
+    def _values_checked(self, idx: torch.Tensor) -> bool:
+        """Whether this forward reads the ids' values to check their range: not in a training step on a GPU (it
+        would wait for the GPU once a step; the training loop feeds ids the tokenizer made). Nothing is read
+        while torch.compile traces (it would split the graph)."""
+        return not isinstance(idx, torch.Tensor) or idx.device.type == "cpu" or not self.training
+
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
-        if not torch.compiler.is_compiling():  # reading the ids' values would split a compiled graph
-            check_token_ids("idx", idx, self.config.vocab_size)
+        if not torch.compiler.is_compiling():
+            check_token_ids("idx", idx, self.config.vocab_size, values=self._values_checked(idx))
         B, T = idx.shape
         if start + T > self.config.context_length:
             raise ValueError(
@@ -399,7 +405,8 @@ class GPT(nn.Module):
         start = 0 if cache is None else cache.length  # read once, before any layer appends
         x = self._embed(idx, start)  # (B, T, C); checks idx
         if targets is not None and not torch.compiler.is_compiling():
-            check_token_ids("targets", targets, self.config.vocab_size, ignore_index=-100)
+            check_token_ids("targets", targets, self.config.vocab_size, ignore_index=-100,
+                            values=self._values_checked(idx))
             if targets.shape != idx.shape:
                 raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
                                  f"position), got {tuple(targets.shape)}")
