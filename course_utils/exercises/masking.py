@@ -33,8 +33,8 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 def _causal_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        T = _int(g, 1, 12)
-        cases.append(((T, T + _int(g, 0, 7)), {}))
+        T = _int(g, 1, 49)  # up to 48 queries and 64 keys: beyond the notebook's examples
+        cases.append(((T, T + _int(g, 0, 17)), {}))
     return cases
 
 
@@ -75,13 +75,17 @@ def _weights_cases() -> list[tuple[tuple, dict]]:
         ((2.0 * torch.randn(3, 6, generator=g), cache), {}),
         ((100.0 * torch.randn(3, 5, generator=g), scattered), {}),  # rows spanning hundreds
         ((2.0 * torch.randn(2, 5, 5, generator=g), both), {}),
+        # blocked scores 200 above the allowed ones, which are near -100: only a true block (-inf, -1e9,
+        # -1e4) gives the right weights; a softmax renormalised after masking, an exp shifted by the allowed
+        # maximum or a fill of -30 gives NaN or weight on blocked keys
+        ((torch.where(scattered, -100.0, 100.0) + torch.randn(3, 5, generator=g), scattered), {}),
     ]
 
 
 def _weights_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, S = _int(g, 1, 4), _int(g, 1, 4), _int(g, 1, 7), _int(g, 2, 9)
+        B, H, T, S = _int(g, 1, 3), _int(g, 1, 4), _int(g, 1, 49), _int(g, 2, 65)
         scores = [1.0, 50.0][_int(g, 0, 2)] * torch.randn(B, H, T, S, generator=g)
         kind = _int(g, 0, 3)
         if kind == 0:  # a cache: causal, bottom-right aligned
@@ -114,6 +118,12 @@ def _weights_wrong_axis(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tenso
     return torch.softmax(mask_scores(scores, mask), dim=-2)
 
 
+def _weights_always_causal(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    T, S = scores.shape[-2:]
+    causal = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)  # the mask given is never read
+    return torch.softmax(mask_scores(scores, causal), dim=-1)
+
+
 # --- 03.3 padding mask from lengths -----------------------------------------------------------------
 
 def _padding_solution(lengths: torch.Tensor, S: int) -> torch.Tensor:
@@ -131,7 +141,7 @@ def _padding_cases() -> list[tuple[tuple, dict]]:
 def _padding_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, S = _int(g, 1, 7), _int(g, 1, 12)
+        B, S = _int(g, 1, 7), _int(g, 1, 49)
         cases.append(((torch.randint(0, S + 1, (B,), generator=g), S), {}))
     return cases
 
@@ -179,7 +189,7 @@ def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     # T == S (self-attention), as nn.MultiheadAttention's two masks usually come
     cases = []
     for _ in range(4):
-        B, T = _int(g, 1, 6), _int(g, 2, 9)
+        B, T = _int(g, 1, 6), _int(g, 2, 41)
         attn = ~causal_mask(T) if _int(g, 0, 2) else torch.rand(T, T, generator=g) < 0.3
         lengths = torch.randint(1, T + 1, (B,), generator=g)
         cases.append(((attn, ~padding_mask(lengths, T)), {}))
@@ -219,9 +229,10 @@ EXERCISES = (
                     "A query may attend to its own position; your triangle stops one step short of it.",
                     _causal_strict, fix=".tril(diagonal=S - T), not diagonal=S - T - 1"),
             Mistake("top-left alignment when T < S",
-                    "With a cache the T queries are the LAST T of the S positions, so query i sits at "
-                    "position S - T + i: the triangle has to be shifted right by the number of cached keys.",
-                    _causal_top_left, fix=".tril(diagonal=S - T) instead of .tril()"),
+                    "With a cache the T queries are the LAST T of the S positions, not the first T: each "
+                    "query sees every cached key as well as the new ones up to itself.",
+                    _causal_top_left, fix="query i sits at position S - T + i, so shift the triangle right by "
+                    "the S - T cached keys: .tril(diagonal=S - T) instead of .tril()"),
             Mistake("mask polarity inverted",
                     "This course's masks are True = may attend (as F.scaled_dot_product_attention reads them); "
                     "yours is True = blocked, nn.MultiheadAttention's convention.",
@@ -251,6 +262,12 @@ EXERCISES = (
             Mistake("softmax over the wrong axis",
                     "Each query's weights over the keys must sum to 1, and the keys are the last axis.",
                     _weights_wrong_axis, fix="torch.softmax(..., dim=-1)"),
+            Mistake("every mask treated as causal",
+                    "The mask you are given can be any pattern (padding, a window, a scattered one), not only "
+                    "the causal triangle: block exactly the keys it marks False, whatever their position.",
+                    _weights_always_causal,
+                    fix="torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1), with the mask you are "
+                    "given (not is_causal=True or a triangle of your own)"),
         ),
     ),
     Exercise(

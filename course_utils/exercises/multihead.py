@@ -29,7 +29,7 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
     return int(torch.randint(low, high, (), generator=g))
 
 
-HEADS = (1, 2, 3, 5, 6)  # head counts, not only powers of two
+HEADS = (1, 2, 3, 5, 6, 7, 24)  # head counts, not only powers of two, and more than the notebook's examples
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -46,7 +46,7 @@ def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
         H = HEADS[_int(g, 0, len(HEADS))]
-        cases.append(((_randn(g, _int(g, 1, 4), _int(g, 1, 8), H * _int(g, 1, 6)), H), {}))
+        cases.append(((_randn(g, _int(g, 1, 3), _int(g, 1, 49), H * _int(g, 1, 11)), H), {}))
     return cases
 
 
@@ -80,7 +80,7 @@ def _merge_cases() -> list[tuple[tuple, dict]]:
 
 
 def _merge_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    return [((_randn(g, _int(g, 1, 4), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 8), _int(g, 1, 6)),), {})
+    return [((_randn(g, _int(g, 1, 3), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 11)),), {})
             for _ in range(4)]
 
 
@@ -120,7 +120,7 @@ def _scores_cases() -> list[tuple[tuple, dict]]:
 def _scores_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, S, D = _int(g, 1, 4), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 7), _int(g, 1, 9), _int(g, 1, 9)
+        B, H, T, S, D = _int(g, 1, 3), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 49), _int(g, 1, 33)
         cases.append(((_randn(g, B, H, T, D), _randn(g, B, H, S, D)), {}))
     return cases
 
@@ -175,9 +175,10 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
 def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, H, D = _int(g, 1, 4), _int(g, 1, 8), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
+        B, T, H, D = _int(g, 1, 3), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
         C = H * D
-        args = (_randn(g, B, T, C), 0.5 * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), 0.5 * _randn(g, C, C),
+        w = 1.5 / C**0.5  # weights scaled with the width, so the scores stay in the notebook's range
+        args = (_randn(g, B, T, C), w * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), w * _randn(g, C, C),
                 0.1 * _randn(g, C), H)
         kind = _int(g, 0, 4)
         lengths = torch.randint(1, T + 1, (B,), generator=g)
@@ -188,7 +189,7 @@ def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
 
 
 def _mha_steps(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None, *, order="qkv",
-               scale_by="D", split="right", project_out=True):
+               scale_by="D", split="right", project_out=True, causal_when_masked=False):
     """The forward pass with one step done wrong, chosen by keyword."""
     B, T, C = x.shape
     H, D = num_heads, C // num_heads
@@ -201,6 +202,7 @@ def _mha_steps(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=No
     scale = 1 / math.sqrt(D if scale_by == "D" else C)
     scores = torch.einsum("bhid,bhjd->bhij", q, k) * scale  # (B, H, T, T)
     if mask is not None:
+        mask = causal_mask(T) if causal_when_masked else mask  # is_causal=True whenever a mask is given
         scores = scores.masked_fill(~mask, float("-inf"))
     out = merge_heads(torch.softmax(scores, dim=-1) @ v)  # (B, T, C)
     return F.linear(out, out_weight, out_bias) if project_out else out
@@ -307,6 +309,12 @@ EXERCISES = (
                     "be cut into heads first, then the axes reordered.",
                     lambda *a, **kw: _mha_steps(*a, **kw, split="view"),
                     fix="t.view(B, T, num_heads, D).transpose(1, 2) for each of q, k, v"),
+            Mistake("every mask treated as causal",
+                    "The mask argument can be any pattern, a padding mask for instance, not only the causal "
+                    "triangle: the keys blocked must be exactly those the given mask marks False.",
+                    lambda *a, **kw: _mha_steps(*a, **kw, causal_when_masked=True),
+                    fix="pass the mask itself: F.scaled_dot_product_attention(q, k, v, attn_mask=mask) (or "
+                    "scores.masked_fill(~mask, float('-inf'))), not is_causal=True whenever a mask is given"),
         ),
     ),
 )
