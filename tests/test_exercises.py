@@ -174,23 +174,18 @@ def test_the_solution_passes_and_each_mistake_is_named_on_many_seeds(key):
 @pytest.mark.parametrize("key", EXERCISES)
 def test_every_mistake_runs_on_every_drawn_case(key):
     """A mistake whose function raises on a drawn case could not be named there (the check skips it), so
-    the verdict would depend on the draw: each must run on 50 draws. The exception: a mistake that cannot run
-    at all (it raises on the first fixed case, as weights in the wrong layout do) is named by its error there,
-    before any drawn case, so it must raise on every fixed case."""
+    the verdict would depend on the draw: each must run on 50 draws. The exception: a mistake that raises on
+    a fixed case (weights in the wrong layout, once they are not square) is stopped there, before any drawn
+    case, and named by its error (the tests above prove it is)."""
     ex = EXERCISES[key]
     fns = [ex.solution]
     for m in ex.mistakes:
-        outcomes = []
-        for args, kwargs in ex.cases():
-            try:
+        try:
+            for args, kwargs in ex.cases():
                 m.fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
-                outcomes.append(True)
-            except Exception:
-                outcomes.append(False)
-        if outcomes[0]:
-            fns.append(m.fn)
-        else:
-            assert not any(outcomes), f"{key}: {m.name!r} raises on the first fixed case but not on every one"
+        except Exception:
+            continue
+        fns.append(m.fn)
     for seed in range(50):
         for args, kwargs in ex.draw(torch.Generator().manual_seed(seed)):
             for fn in fns:

@@ -47,6 +47,11 @@ def _lookup_hard(query, keys, values):
     return values[(keys @ query).argmax()]
 
 
+def _lookup_hand_softmax(query, keys, values):
+    e = torch.exp(keys @ query)  # no maximum subtracted: exp(225) overflows float32 to inf, and inf / inf is NaN
+    return (e / e.sum()) @ values
+
+
 def _lookup_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(101)
     toy = (torch.tensor([1.0, 0.0]), torch.tensor([[0.95, 0.05], [0.1, 0.9], [0.8, 0.2]]),
@@ -56,14 +61,18 @@ def _lookup_cases() -> list[tuple[tuple, dict]]:
         ((_randn(g, 4), _randn(g, 5, 4), _randn(g, 5, 4)), {}),
         ((_randn(g, 3), _randn(g, 7, 3), _randn(g, 7, 2)), {}),
         ((_randn(g, 2), _randn(g, 6, 2), _randn(g, 6)), {}),  # a number again, with S != 3
+        # a long query aligned with one key: scores 225, -225, 0, 3 (a row spanning 450), which only a softmax
+        # that subtracts the row maximum survives
+        ((torch.tensor([15.0, 0.0]), torch.tensor([[15.0, 0.0], [-15.0, 0.0], [0.0, 1.0], [0.2, -0.5]]),
+          _randn(g, 4, 3)), {}),
     ]
 
 
 def _lookup_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((2, 10), (1, 7), (1, 6)))
-        scale = float(torch.empty(()).uniform_(0.5, 3.0, generator=g))  # longer queries: sharper weights
+        S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((2, 49), (1, 65), (1, 33)))
+        scale = float(torch.empty(()).uniform_(0.5, 3.0, generator=g)) / max(1.0, D / 8) ** 0.5  # sharper weights
         values = _randn(g, S) if bool(torch.rand((), generator=g) < 0.5) else _randn(g, S, Dv)
         cases.append(((scale * _randn(g, D), _randn(g, S, D), values), {}))
     return cases
@@ -92,23 +101,31 @@ def _many_weights_keys(q, k, v):
     return torch.softmax(q @ k.T, dim=-1) @ k
 
 
+def _many_hand_softmax(q, k, v):
+    e = torch.exp(q @ k.T)  # no maximum subtracted: overflows to inf on a large score
+    return (e / e.sum(dim=-1, keepdim=True)) @ v
+
+
 def _many_cases() -> list[tuple[tuple, dict]]:
-    # S == D in every case, so that forgetting to transpose k runs silently (as it does in real code
+    # S == D in the first four cases, so that forgetting to transpose k runs silently (as it does in real code
     # whenever the sizes happen to agree) instead of crashing.
     g = torch.Generator().manual_seed(102)
     return [
         ((_randn(g, 4, 3), _randn(g, 3, 3), _randn(g, 3, 2)), {}),
         ((_randn(g, 2, 5), _randn(g, 5, 5), _randn(g, 5, 5)), {}),
         ((_randn(g, 6, 4), _randn(g, 4, 4), _randn(g, 4, 3)), {}),
+        # the first query long and aligned with the first key: a score of 240 in a row spanning hundreds
+        ((torch.cat([torch.tensor([[16.0, 0.0, 0.0]]), _randn(g, 2, 3)]),
+          torch.cat([torch.tensor([[15.0, 0.0, 0.0]]), _randn(g, 2, 3)]), _randn(g, 3, 2)), {}),
+        ((_randn(g, 3, 4), _randn(g, 6, 4), _randn(g, 6, 2)), {}),  # S != D: q @ k cannot even run
     ]
 
 
 def _many_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    # S == D again (see _many_cases), with T, D and Dv drawn
     cases = []
-    for _ in range(4):
-        T, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 9), (2, 8), (1, 6)))
-        cases.append(((_randn(g, T, D), _randn(g, D, D), _randn(g, D, Dv)), {}))
+    for _ in range(4):  # T, S, D and Dv drawn: S == D only by chance
+        T, S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 49), (1, 49), (2, 65), (1, 33)))
+        cases.append(((_randn(g, T, D), _randn(g, S, D) / max(1.0, D / 8) ** 0.5, _randn(g, S, Dv)), {}))
     return cases
 
 
@@ -141,16 +158,24 @@ def _self_hard(x):
     return weights @ x, weights
 
 
+def _self_hand_softmax(x):
+    e = torch.exp(x @ x.T)  # no maximum subtracted: a token's score with itself overflows to inf
+    weights = e / e.sum(dim=-1, keepdim=True)
+    return weights @ x, weights
+
+
 def _self_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(103)
-    return [((_randn(g, 4, 3),), {}), ((_randn(g, 6, 2),), {}), ((_randn(g, 3, 5),), {})]
+    # the last: a token 15 long, whose score with itself is about 225 in a row spanning hundreds
+    loud = torch.cat([_randn(g, 3, 2), torch.tensor([[15.0, 1.0]])])
+    return [((_randn(g, 4, 3),), {}), ((_randn(g, 6, 2),), {}), ((_randn(g, 3, 5),), {}), ((loud,), {})]
 
 
 def _self_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        T, C = int(torch.randint(2, 10, (), generator=g)), int(torch.randint(1, 8, (), generator=g))
-        cases.append(((_randn(g, T, C),), {}))
+        T, C = int(torch.randint(2, 49, (), generator=g)), int(torch.randint(1, 65, (), generator=g))
+        cases.append(((_randn(g, T, C) / max(1.0, C / 8) ** 0.5,), {}))
     return cases
 
 
@@ -179,19 +204,20 @@ def _qkv_queries_keys_swapped(x, w_q, w_k, w_v):
 
 
 def _qkv_cases() -> list[tuple[tuple, dict]]:
-    # Square weights (D == C), so that forgetting the .T runs silently instead of crashing.
+    # Square weights (D == C) first, so that a forgotten .T gives numbers to compare; then D != C, where it
+    # cannot run at all (and is named by its shape error).
     g = torch.Generator().manual_seed(104)
     cases = []
-    for T, C in ((4, 3), (5, 2), (3, 4)):
-        cases.append(((_randn(g, T, C), _randn(g, C, C), _randn(g, C, C), _randn(g, C, C)), {}))
+    for T, C, D in ((4, 3, 3), (5, 2, 2), (3, 4, 4), (4, 3, 5), (5, 6, 2)):
+        cases.append(((_randn(g, T, C), _randn(g, D, C), _randn(g, D, C), _randn(g, D, C)), {}))
     return cases
 
 
 def _qkv_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
-    for _ in range(4):  # square weights again (see _qkv_cases), T and C drawn
-        T, C = int(torch.randint(1, 9, (), generator=g)), int(torch.randint(2, 7, (), generator=g))
-        cases.append(((_randn(g, T, C), *(_randn(g, C, C) / C**0.5 for _ in range(3))), {}))
+    for _ in range(4):  # T, C and D drawn: the weights are rarely square
+        T, C, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 49), (2, 65), (1, 65)))
+        cases.append(((_randn(g, T, C), *(_randn(g, D, C) / C**0.5 for _ in range(3))), {}))
     return cases
 
 
@@ -219,6 +245,12 @@ EXERCISES = (
                     "Picking the best key's value is a dict lookup, not attention: every value contributes, "
                     "weighted by how well its key matches.", _lookup_hard,
                     fix="return torch.softmax(keys @ query, dim=-1) @ values instead of values[scores.argmax()]"),
+            Mistake("softmax written by hand without subtracting the maximum",
+                    "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
+                    "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
+                    "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.", _lookup_hand_softmax,
+                    fix="weights = torch.softmax(keys @ query, dim=-1) (or exp(scores - scores.max()) divided "
+                    "by its sum)"),
         ),
     ),
     Exercise(
@@ -235,7 +267,8 @@ EXERCISES = (
                     fix="torch.softmax(scores, dim=-1), not dim=0"),
             Mistake("keys not transposed",
                     "q is (T, D) and k is (S, D): to pair every query with every key the key matrix has to "
-                    "be turned on its side. q @ k only runs because S == D here.", _many_no_transpose,
+                    "be turned on its side. q @ k runs only when S happens to equal D, and even then computes "
+                    "something else.", _many_no_transpose,
                     fix="scores = q @ k.T"),
             Mistake("raw scores, no softmax",
                     "The scores have to become weights (positive, each row summing to 1) before they mix "
@@ -244,6 +277,12 @@ EXERCISES = (
             Mistake("weighted the keys instead of the values",
                     "The output mixes the values; the keys are only for matching.", _many_weights_keys,
                     fix="return weights @ v, not weights @ k"),
+            Mistake("softmax written by hand without subtracting the maximum",
+                    "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
+                    "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
+                    "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.", _many_hand_softmax,
+                    fix="weights = torch.softmax(q @ k.T, dim=-1) (or subtract scores.amax(dim=-1, "
+                    "keepdim=True) before the exp)"),
         ),
     ),
     Exercise(
@@ -270,6 +309,12 @@ EXERCISES = (
                     "One-hot weights on the best match are a hard lookup; attention keeps every token, "
                     "weighted by how well it matches.", _self_hard,
                     fix="weights = torch.softmax(x @ x.T, dim=-1) instead of a one-hot of the argmax"),
+            Mistake("softmax written by hand without subtracting the maximum",
+                    "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
+                    "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
+                    "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.", _self_hand_softmax,
+                    fix="weights = torch.softmax(x @ x.T, dim=-1) (or subtract scores.amax(dim=-1, "
+                    "keepdim=True) before the exp)"),
         ),
     ),
     Exercise(
@@ -282,8 +327,8 @@ EXERCISES = (
         mistakes=(
             Mistake("weight used untransposed",
                     "The weights are stored the way nn.Linear stores its weight, (out, in) = (D, C); "
-                    "nn.Linear multiplies by the transpose of that. Your product only runs because D == C "
-                    "in these checks.", _qkv_no_transpose,
+                    "nn.Linear multiplies by the transpose of that. Your product runs only when the weights "
+                    "happen to be square, and even then computes something else.", _qkv_no_transpose,
                     fix="q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T"),
             Mistake("values not projected",
                     "The values get their own learned projection too, just like the queries and keys.",
