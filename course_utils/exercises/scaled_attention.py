@@ -30,13 +30,17 @@ def _softmax_cases() -> list[tuple[tuple, dict]]:
     # a row spanning hundreds (subtracting its min or mean overflows), a row with a -1e4 "masked" entry and
     # one with -inf: only the max keeps every exponent <= 0
     spread = torch.tensor([[0.0, 150.0, 300.0, 20.0], [-1e4, 3.0, 5.0, 4.0], [-math.inf, 1.0, 2.0, 0.5]])
-    return [((small,), {}), ((large,), {}), ((mixed,), {}), ((batched,), {"dim": 1}), ((spread,), {})]
+    # a row 100 wide: subtracting its min overflows (exp(100)), subtracting its mean does not (exp(50))
+    wide = torch.tensor([[0.0, 50.0, 100.0], [1.0, 2.0, 3.0]])
+    return [((small,), {}), ((large,), {}), ((mixed,), {}), ((batched,), {"dim": 1}), ((spread,), {}),
+            ((wide,), {})]
 
 
 def _softmax_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        shape = [int(torch.randint(1, 6, (), generator=g)) for _ in range(int(torch.randint(1, 4, (), generator=g)))]
+        ndim = int(torch.randint(1, 4, (), generator=g))
+        shape = [int(torch.randint(1, 65 if ndim < 3 else 17, (), generator=g)) for _ in range(ndim)]
         shape[-1] = max(shape[-1], 2)
         spread = [1.0, 30.0, 200.0][int(torch.randint(0, 3, (), generator=g))]
         x = spread * torch.randn(*shape, generator=g)
@@ -49,6 +53,16 @@ def _softmax_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
 
 def _softmax_no_max(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     exps = torch.exp(x)
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def _softmax_row_min(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    exps = torch.exp(x - x.amin(dim=dim, keepdim=True))  # the largest exponent is the row's whole span
+    return exps / exps.sum(dim=dim, keepdim=True)
+
+
+def _softmax_row_mean(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    exps = torch.exp(x - x.mean(dim=dim, keepdim=True))  # the largest exponent is max - mean
     return exps / exps.sum(dim=dim, keepdim=True)
 
 
@@ -89,7 +103,7 @@ def _sdpa_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
         batch = [int(torch.randint(1, 4, (), generator=g)) for _ in range(int(torch.randint(0, 3, (), generator=g)))]
-        T, S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 7), (2, 9), (2, 20), (1, 6)))
+        T, S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 49), (2, 49), (2, 65), (1, 33)))
         q, k = 2 * torch.randn(*batch, T, D, generator=g), torch.randn(*batch, S, D, generator=g)
         cases.append(((q, k, torch.randn(*batch, S, Dv, generator=g)), {}))
     return cases
@@ -143,8 +157,8 @@ def _head_cases() -> list[tuple[tuple, dict]]:
 def _head_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 4), (2, 8), (1, 7)))
-        C = D + int(torch.randint(1, 12, (), generator=g))  # C != D: the model width is never the head size
+        B, T, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 3), (2, 49), (1, 33)))
+        C = D + int(torch.randint(1, 33, (), generator=g))  # C != D: the model width is never the head size
         x = torch.randn(B, T, C, generator=g)
         cases.append(((x, *(torch.randn(C, D, generator=g) / math.sqrt(C) for _ in range(3))), {}))
     return cases
@@ -198,7 +212,7 @@ def _entropy_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
         batch = [int(torch.randint(1, 4, (), generator=g)) for _ in range(int(torch.randint(0, 3, (), generator=g)))]
-        T, S = int(torch.randint(1, 6, (), generator=g)), int(torch.randint(2, 8, (), generator=g))
+        T, S = int(torch.randint(1, 49, (), generator=g)), int(torch.randint(2, 65, (), generator=g))
         scores = 3 * torch.randn(*batch, T, S, generator=g)
         blocked = torch.rand(*batch, T, S, generator=g) < 0.3
         blocked[..., 0] = False  # every row keeps a key
@@ -236,6 +250,16 @@ EXERCISES = (
                     "logit of a row by the same number does not change the softmax: shift so that the "
                     "largest exponent is 0.",
                     _softmax_no_max, fix="exps = torch.exp(x - x.amax(dim=dim, keepdim=True))"),
+            Mistake("subtracting the row minimum instead of the maximum",
+                    "Any shift of a row leaves its softmax unchanged, but only one shift keeps every exponent "
+                    "at or below 0: after subtracting the smallest logit, the largest exponent is the whole "
+                    "span of the row, which overflows once the row spans about 90.",
+                    _softmax_row_min, fix="x - x.amax(dim=dim, keepdim=True), not x.amin(...)"),
+            Mistake("subtracting the row mean instead of the maximum",
+                    "Any shift of a row leaves its softmax unchanged, but only one shift keeps every exponent "
+                    "at or below 0: after subtracting the average, the largest logit is still far above 0 "
+                    "in a row spanning hundreds, and its exponential overflows.",
+                    _softmax_row_mean, fix="x - x.amax(dim=dim, keepdim=True), not x.mean(...)"),
             Mistake("subtracting the global max",
                     "One maximum for the whole tensor is too big for rows far below it, whose exponentials "
                     "all underflow to 0 (and 0 / 0 is nan): each row needs its own maximum.",
