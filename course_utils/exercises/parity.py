@@ -16,7 +16,7 @@ from course_utils.multihead import MultiHeadAttention
 
 __all__ = ["EXERCISES"]
 
-HEADS = (1, 2, 3, 5, 6)  # head counts, not only powers of two
+HEADS = (1, 2, 3, 5, 6, 7, 24)  # head counts, not only powers of two, and more than the notebook's examples
 
 
 def _int(g: torch.Generator, low: int, high: int) -> int:
@@ -45,7 +45,7 @@ def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(3):
         H = HEADS[_int(g, 0, len(HEADS))]
-        C, bias = H * _int(g, 1, 5), bool(_int(g, 0, 2))
+        C, bias = H * _int(g, 1, 9), bool(_int(g, 0, 2))
         with torch.random.fork_rng(devices=[]):  # building the module draws from the global generator: put it back
             m = nn.MultiheadAttention(C, H, bias=bias)
         with torch.no_grad():
@@ -86,7 +86,7 @@ def _kpm_cases() -> list[tuple[tuple, dict]]:
 def _kpm_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, S = _int(g, 1, 7), _int(g, 1, 12)
+        B, S = _int(g, 1, 7), _int(g, 1, 49)
         cases.append(((torch.randint(0, S + 1, (B,), generator=g), S), {}))
     return cases
 
@@ -125,8 +125,8 @@ def _attn_mask_cases() -> list[tuple[tuple, dict]]:
 def _attn_mask_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, H = _int(g, 1, 5), _int(g, 1, 7), HEADS[_int(g, 0, len(HEADS))]
-        S = T + _int(g, 0, 4)
+        B, T, H = _int(g, 1, 4), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))]
+        S = T + _int(g, 0, 17)
         if _int(g, 0, 2):
             mask = causal_mask(T, S) & padding_mask(torch.randint(S - T + 1, S + 1, (B,), generator=g), S)[:, None, :]
         else:
@@ -173,7 +173,7 @@ def _average_cases() -> list[tuple[tuple, dict]]:
 def _average_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, S = _int(g, 1, 4), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6), _int(g, 1, 8)
+        B, H, T, S = _int(g, 1, 3), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 49)
         cases.append(((torch.softmax(3 * torch.randn(B, H, T, S, generator=g), dim=-1),), {}))
     return cases
 

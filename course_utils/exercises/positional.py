@@ -30,7 +30,7 @@ def _sin_cases():
 
 
 def _sin_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    return [((_int(g, 1, 30), 2 * _int(g, 1, 9)), {}) for _ in range(4)]
+    return [((_int(g, 1, 65), 2 * _int(g, 1, 33)), {}) for _ in range(4)]  # T up to 64, C up to 64
 
 
 def _sin_steps(T, C, swap=False, exponent="2i/C", start=0, layout="interleaved"):
@@ -59,7 +59,7 @@ def _rope_cases():
 def _rope_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, D = _int(g, 1, 3), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 8), 2 * _int(g, 1, 6)
+        B, H, T, D = _int(g, 1, 3), (1, 2, 3, 5, 24)[_int(g, 0, 5)], _int(g, 1, 49), 2 * _int(g, 1, 33)
         start = _int(g, 0, 30)  # rows after a cache start later than 0
         cases.append(((torch.randn(B, H, T, D, generator=g), torch.arange(start, start + T)), {}))
     return cases
@@ -91,7 +91,7 @@ def _alibi_cases():
 
 
 def _alibi_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    return [((2 ** _int(g, 0, 5), _int(g, 1, 12)), {}) for _ in range(4)]  # H a power of two, as asked
+    return [((2 ** _int(g, 0, 6), _int(g, 1, 49)), {}) for _ in range(4)]  # H a power of two (up to 32), as asked
 
 
 def _alibi_steps(H, T, sign=-1.0, order="steepest first", first_exponent=1, causal=True, blocked=float("-inf")):
@@ -119,10 +119,11 @@ EXERCISES = (
                     "reads 0, 1, 0, 1, ...",
                     lambda T, C: _sin_steps(T, C, swap=True), fix="torch.stack([angles.sin(), angles.cos()], dim=-1)"),
             Mistake("the frequency exponent is i / C instead of 2i / C",
-                    "Pair i uses omega_i = 10000^(-2i / C), with i counting pairs; with i / C the slowest "
-                    "frequency is far too fast.",
+                    "i counts pairs of channels, and each pair spans two channels of the width; with your "
+                    "exponent the frequencies fall off half as fast, so the slowest one is far too fast.",
                     lambda T, C: _sin_steps(T, C, exponent="i/C"),
-                    fix="10000.0 ** (-torch.arange(0, C, 2) / C): the exponents 0, 2, 4, ... over C"),
+                    fix="omega_i = 10000^(-2i / C): 10000.0 ** (-torch.arange(0, C, 2) / C), the exponents 0, 2, "
+                    "4, ... over C"),
             Mistake("positions counted from 1",
                     "The first position is t = 0.",
                     lambda T, C: _sin_steps(T, C, start=1), fix="torch.arange(T), not torch.arange(1, T + 1)"),
@@ -150,9 +151,10 @@ EXERCISES = (
                     "the second half (that is the GPT-NeoX convention).",
                     lambda x, p: _rope_steps(x, p, pairing="half"), fix="x1, x2 = x[..., 0::2], x[..., 1::2]"),
             Mistake("the frequency exponent is i / D instead of 2i / D",
-                    "Pair i turns with theta_i = 10000^(-2i / D), with i counting pairs.",
+                    "i counts pairs of channels, and each pair spans two channels of the head; with your "
+                    "exponent the frequencies fall off half as fast.",
                     lambda x, p: _rope_steps(x, p, exponent="i/D"),
-                    fix="10000.0 ** (-torch.arange(0, D, 2) / D)"),
+                    fix="theta_i = 10000^(-2i / D): 10000.0 ** (-torch.arange(0, D, 2) / D)"),
             Mistake("the positions argument is ignored",
                     "Each row turns by its own absolute position: new tokens decoded with a cache sit at "
                     "positions t0, t0 + 1, ..., not at 0, 1, ...",

@@ -47,7 +47,8 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 def _windows_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        N, T, B = _int(g, 12, 80), _int(g, 1, 9), _int(g, 1, 6)
+        N, T, B = _int(g, 12, 200), _int(g, 1, 49), _int(g, 1, 17)
+        N = max(N, T + 2)
         data = torch.randint(0, _int(g, 2, 100), (N,), generator=g)
         starts = torch.randint(0, N - T - 1, (B,), generator=g)  # the window and one more token fit in data
         cases.append(((data, starts, T), {}))
@@ -93,7 +94,7 @@ def _unigram_cases() -> list[tuple[tuple, dict]]:
 def _unigram_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(3):
-        V = _int(g, 2, 30)
+        V = _int(g, 2, 65)
         p = torch.rand(V, generator=g) ** 3  # skewed frequencies
         p[_int(g, 0, V)] = 0.0  # a character never seen in training
         p = p + (p.sum() == 0).float()
