@@ -192,6 +192,36 @@ def test_every_mistake_runs_on_every_drawn_case(key):
                 fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
 
 
+def _sizes(args, kwargs):
+    """Each size a case sets: every tensor's (and a module's first parameter's) dimensions, counted from the
+    last, and every integer argument, keyed by (argument, dimension)."""
+    out = {}
+    for name, a in list(enumerate(args)) + list(kwargs.items()):
+        if isinstance(a, torch.nn.Module):
+            a = next(a.parameters())
+        if isinstance(a, torch.Tensor):
+            out.update({(name, -d): a.shape[-d] for d in range(1, a.dim() + 1)})
+        elif isinstance(a, int) and not isinstance(a, bool):
+            out[(name, None)] = a
+    return out
+
+
+@pytest.mark.parametrize("key", EXERCISES)
+def test_the_drawn_cases_go_beyond_the_fixed_sizes(key):
+    """An answer that only works up to a size (a table as large as the notebook's examples, a loop with a
+    hard-coded bound) must fail: in every size the fixed cases vary, the draws of 20 seeds reach past the
+    largest fixed one."""
+    ex = EXERCISES[key]
+    fixed = [_sizes(*c) for c in ex.cases()]
+    drawn = [_sizes(*c) for seed in range(20) for c in ex.draw(torch.Generator().manual_seed(seed))]
+    for size in {k for f in fixed for k in f}:
+        seen = [f[size] for f in fixed if size in f]
+        if len(set(seen)) > 1:
+            reached = max((d[size] for d in drawn if size in d), default=None)
+            assert reached is not None and reached > max(seen), (
+                f"{key}: argument {size[0]}, dimension {size[1]}: fixed cases reach {max(seen)}, draws {reached}")
+
+
 def test_the_seed_comes_from_the_environment_when_pinned(monkeypatch):
     monkeypatch.setenv("COURSE_CHECK_SEED", "4242")
     assert run_check(EXERCISES["02.1"], EXERCISES["02.1"].solution).details["seed"] == 4242
@@ -377,10 +407,77 @@ def _padding_int(lengths, S):
     return (torch.arange(S)[None, :] < lengths[:, None]).long()
 
 
+def _lookup_exp_minus_min(query, keys, values):
+    s = keys @ query
+    e = torch.exp(s - s.min())  # a softmax by hand, shifted by the MINIMUM: overflows on a wide row
+    return (e / e.sum()) @ values
+
+
+def _many_exp_minus_mean(q, k, v):
+    s = q @ k.T
+    e = torch.exp(s - s.mean(dim=-1, keepdim=True))
+    return (e / e.sum(dim=-1, keepdim=True)) @ v
+
+
+def _self_plain_exp(x):
+    e = torch.exp(x @ x.T)
+    w = e / e.sum(dim=-1, keepdim=True)
+    return w @ x, w
+
+
+def _qkv_square_only(x, w_q, w_k, w_v):
+    C = x.shape[-1]  # assumes the projections keep the width: works only while D == C
+    q, k, v = (x @ w[:C, :C].T for w in (w_q, w_k, w_v))
+    return torch.softmax(q @ k.T, dim=-1) @ v
+
+
+_TRIANGLE = torch.ones(16, 16, dtype=torch.bool).tril()  # a table as large as the notebook's examples
+
+
+def _causal_table_small(T, S):
+    return _TRIANGLE[:T, :S].tril(S - T) if S <= 16 else torch.zeros(T, S, dtype=torch.bool)
+
+
+def _masked_softmax_renormalised(scores, mask):
+    w = torch.softmax(scores, dim=-1) * mask  # blocked keys removed after the softmax, then renormalised
+    return w / w.sum(dim=-1, keepdim=True)
+
+
+def _masked_exp_allowed_max(scores, mask):
+    top = scores.masked_fill(~mask, -math.inf).amax(dim=-1, keepdim=True)
+    e = torch.exp(scores - top) * mask  # exp of a blocked score far above the allowed ones is inf; inf * 0 = NaN
+    return e / e.sum(dim=-1, keepdim=True)
+
+
+def _masked_fill_minus_30(scores, mask):
+    return torch.softmax(scores.masked_fill(~mask, -30.0), dim=-1)
+
+
+def _sinusoid_table_up_to_32(T, C):
+    if T > 32 or C > 16:
+        return torch.zeros(T, C)
+    t = torch.arange(32, dtype=torch.float64)[:, None]
+    w = 10000.0 ** (-torch.arange(0, C, 2, dtype=torch.float64) / C)
+    return torch.stack([(t * w).sin(), (t * w).cos()], dim=-1).reshape(32, C)[:T].float()
+
+
+def _window_up_to_12(T, window):
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    keep = (i - j >= 0) & (i - j < window)
+    return keep if T <= 12 else keep & (i < 12)  # rows past 12 never filled in
+
+
 WRONG = {
+    "01.1": [_lookup_exp_minus_min],
+    "01.2": [_many_exp_minus_mean],
+    "01.3": [_self_plain_exp],
+    "01.4": [_qkv_square_only],
     "02.1": [_min_softmax, _mean_softmax],
-    "03.1": [_mask_as_float],
-    "03.2": [_masked_fill_in_place, _causal_whenever_masked],
+    "03.1": [_mask_as_float, _causal_table_small],
+    "03.2": [_masked_fill_in_place, _causal_whenever_masked, _masked_softmax_renormalised,
+             _masked_exp_allowed_max, _masked_fill_minus_30],
+    "06.1": [_sinusoid_table_up_to_32],
+    "07.1": [_window_up_to_12],
     "03.3": [_padding_int],
     "04.4": [_mha_is_causal_when_masked],
     "06.2": [_rope_writes_back],
@@ -396,6 +493,28 @@ def test_independently_written_wrong_answers_fail(key, fn):
     for seed in (0, 1):
         res = run_check(EXERCISES[key], fn, seed=seed)
         assert res.status == FAILED, f"{fn.__name__} passes {key}"
+
+
+@pytest.mark.parametrize("key,fn,name", [
+    ("01.1", _lookup_exp_minus_min, "softmax written by hand without subtracting the maximum"),
+    ("01.2", _many_exp_minus_mean, "softmax written by hand without subtracting the maximum"),
+    ("01.3", _self_plain_exp, "softmax written by hand without subtracting the maximum"),
+    ("02.1", _min_softmax, "subtracting the row minimum instead of the maximum"),
+    ("02.1", _mean_softmax, "subtracting the row mean instead of the maximum"),
+    ("03.2", _causal_whenever_masked, "every mask treated as causal"),
+    ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
+], ids=lambda x: getattr(x, "__name__", None) if callable(x) else None)
+def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, fn, name):
+    for seed in (0, 1, 2):
+        res = run_check(EXERCISES[key], fn, seed=seed)
+        assert res.mistake == name, f"seed {seed}: {res.message}"
+
+
+@pytest.mark.parametrize("key,fn", [("03.2", _masked_softmax_renormalised), ("03.2", _masked_exp_allowed_max),
+                                    ("03.2", _masked_fill_minus_30)], ids=lambda x: getattr(x, "__name__", x))
+def test_unstable_masking_fails_on_the_fixed_cases_alone(key, fn):
+    res = run_check(_fixed_only(EXERCISES[key]), fn)
+    assert res.status == FAILED and "fixed case" in res.message, res.message
 
 
 def _lookup_python_number(query, keys, values):
@@ -432,14 +551,214 @@ def _windows_unfold(data, starts, T):
     return w[:, :T], w[:, 1:]
 
 
+def _lookup_loop(query, keys, values):
+    scores = torch.stack([torch.dot(k, query) for k in keys])  # one score per key, by hand
+    weights = torch.softmax(scores, dim=0)
+    return sum(w * v for w, v in zip(weights, values))
+
+
+def _many_einsum(q, k, v):
+    return torch.einsum("ts,sd->td", torch.einsum("td,sd->ts", q, k).softmax(dim=-1), v)
+
+
+def _self_einsum(x):
+    w = torch.einsum("ic,jc->ij", x, x).softmax(-1)
+    return torch.einsum("ij,jc->ic", w, x), w
+
+
+def _qkv_linear(x, w_q, w_k, w_v):
+    q, k, v = F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v)
+    return F.scaled_dot_product_attention(q[None], k[None], v[None], scale=1.0)[0]  # 01.4 does not scale
+
+
+def _softmax_logsumexp(x, dim=-1):
+    return torch.exp(x - torch.logsumexp(x, dim=dim, keepdim=True))
+
+
+def _softmax_max_values(x, dim=-1):
+    e = (x - x.max(dim=dim, keepdim=True).values).exp()
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def _head_sdpa(x, w_q, w_k, w_v):
+    return F.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
+
+
+def _entropy_where(weights):
+    logw = torch.where(weights > 0, weights.log(), torch.zeros_like(weights))
+    return -(weights * logw).sum(-1)
+
+
+def _causal_compare(T, S):
+    return torch.arange(S)[None, :] <= torch.arange(S - T, S)[:, None]  # key position <= query position
+
+
+def _padding_loop(lengths, S):
+    rows = [[j < int(n) for j in range(S)] for n in lengths]
+    return torch.tensor(rows, dtype=torch.bool).reshape(len(rows), S)
+
+
+def _mha_masks_logical(attn_mask, key_padding_mask):
+    return torch.logical_not(torch.logical_or(attn_mask, key_padding_mask[:, None, None, :]))
+
+
+def _split_heads_unflatten(x, num_heads):
+    return x.unflatten(-1, (num_heads, -1)).permute(0, 2, 1, 3)
+
+
+def _merge_heads_permute(x):
+    return x.permute(0, 2, 1, 3).flatten(2)
+
+
+def _scores_einsum(q, k):
+    return torch.einsum("bhtd,bhsd->bhts", q, k) * q.shape[-1] ** -0.5
+
+
+def _mha_sdpa(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None):
+    B, T, C = x.shape
+    q, k, v = (t.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+               for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    return F.linear(out.transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
+
+
+def _split_in_proj_slices(m):
+    w, C = m.in_proj_weight.detach(), m.embed_dim
+    return w[:C], w[C:2 * C], w[2 * C:]
+
+
+def _kpm_compare(lengths, S):
+    return ~(torch.arange(S).expand(len(lengths), S) < lengths[:, None])
+
+
+def _attn_mask_expand(mask, num_heads):
+    B, T, S = mask.shape
+    return (~mask)[:, None].expand(B, num_heads, T, S).reshape(B * num_heads, T, S)
+
+
+def _average_sum_over_h(weights):
+    return weights.sum(dim=1) / weights.shape[1]
+
+
+def _sinusoid_loop(T, C):
+    pe = torch.zeros(T, C, dtype=torch.float64)
+    for t in range(T):
+        for i in range(C // 2):
+            angle = t / 10000 ** (2 * i / C)
+            pe[t, 2 * i], pe[t, 2 * i + 1] = math.sin(angle), math.cos(angle)
+    return pe.float()
+
+
+def _rope_complex(x, positions):
+    D = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    rot = torch.polar(torch.ones(len(positions), D // 2, dtype=torch.float64), positions.double()[:, None] * theta)
+    z = torch.view_as_complex(x.double().unflatten(-1, (D // 2, 2)).contiguous())
+    return torch.view_as_real(z * rot).flatten(-2).to(x.dtype)
+
+
+def _alibi_triu(H, T):
+    slopes = torch.tensor([2.0 ** (-8.0 * (h + 1) / H) for h in range(H)])
+    dist = (torch.arange(T)[None, :] - torch.arange(T)[:, None]).float()  # j - i, <= 0 below the diagonal
+    future = torch.ones(T, T, dtype=torch.bool).triu(1)
+    return (slopes[:, None, None] * dist).masked_fill(future, -math.inf)
+
+
+def _window_tril_triu(T, window):
+    ones = torch.ones(T, T, dtype=torch.bool)
+    return ones.tril() & ones.triu(-(window - 1))
+
+
+def _nucleus_loop(logits, temperature, top_p):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    flat, out = probs.reshape(-1, probs.shape[-1]), torch.zeros_like(probs).reshape(-1, probs.shape[-1])
+    for r in range(flat.shape[0]):
+        acc = 0.0
+        for j in flat[r].argsort(descending=True).tolist():  # add float(p) until the mass reaches top_p
+            out[r, j] = flat[r, j]
+            acc += float(flat[r, j])
+            if acc >= top_p:
+                break
+    out = out.reshape(probs.shape)
+    return out / out.sum(-1, keepdim=True)
+
+
+def _nucleus_hf(logits, temperature, top_p):
+    scaled = logits / temperature
+    sorted_logits, order = scaled.sort(dim=-1, descending=True)
+    cum = sorted_logits.softmax(dim=-1).cumsum(dim=-1)
+    remove = cum > top_p
+    remove[..., 1:] = remove[..., :-1].clone()  # shifted right: the token that crosses p stays
+    remove[..., 0] = False
+    scaled = scaled.masked_fill(remove.scatter(-1, order, remove), -math.inf)
+    return torch.softmax(scaled, dim=-1)
+
+
+def _nucleus_float64_before(logits, temperature, top_p):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sp, order = probs.sort(dim=-1, descending=True)
+    before = sp.double().cumsum(-1) - sp.double()
+    keep = torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, before < top_p)
+    kept = torch.where(keep, probs, torch.zeros_like(probs))
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _append_copy(cache, length, new):
+    cache.narrow(2, length, new.shape[2]).copy_(new)
+    return cache.narrow(2, 0, length + new.shape[2])
+
+
+def _unigram_counter(train_ids, val_ids, vocab_size):
+    counts = Counter(train_ids.tolist())
+    total = len(train_ids) + vocab_size
+    return -sum(math.log((counts[i] + 1) / total) for i in val_ids.tolist()) / len(val_ids)
+
+
+def _lr_branches(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step >= max_steps:
+        return min_lr
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    p = (step - warmup_steps) / (max_steps - warmup_steps)
+    return min_lr + (max_lr - min_lr) * (math.cos(math.pi * p) + 1) / 2
+
+
 RIGHT = {
-    "01.1": [_lookup_python_number],
+    "01.1": [_lookup_python_number, _lookup_loop],
+    "01.2": [_many_einsum],
+    "01.3": [_self_einsum],
+    "01.4": [_qkv_linear],
+    "02.1": [_softmax_logsumexp, _softmax_max_values],
     "02.2": [_sdpa_torch],
+    "02.3": [_head_sdpa],
+    "02.4": [_entropy_where],
+    "03.1": [_causal_compare],
     "03.2": [_masked_large_negative],
+    "03.3": [_padding_loop],
+    "03.4": [_mha_masks_logical],
+    "04.1": [_split_heads_unflatten],
+    "04.2": [_merge_heads_permute],
+    "04.3": [_scores_einsum],
+    "04.4": [_mha_sdpa],
+    "05.1": [_split_in_proj_slices],
+    "05.2": [_kpm_compare],
+    "05.3": [_attn_mask_expand],
+    "05.4": [_average_sum_over_h],
+    "06.1": [_sinusoid_loop],
+    "06.2": [_rope_complex],
+    "06.3": [_alibi_triu],
+    "07.1": [_window_tril_triu],
     "07.2": [_repeat_expand],
+    "07.3": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
+    "07.4": [_append_copy],
     "08.1": [_windows_unfold],
-    "08.3": [_lr_float32],
+    "08.2": [_unigram_counter],
+    "08.3": [_lr_float32, _lr_branches],
 }
+
+
+def test_every_exercise_has_a_right_answer_written_differently():
+    assert sorted(RIGHT) == sorted(EXERCISES)
 
 
 @pytest.mark.parametrize("key,fn", [(k, f) for k, fns in RIGHT.items() for f in fns], ids=lambda x: getattr(x, "__name__", x))

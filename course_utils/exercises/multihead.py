@@ -46,7 +46,7 @@ def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
         H = HEADS[_int(g, 0, len(HEADS))]
-        cases.append(((_randn(g, _int(g, 1, 3), _int(g, 1, 49), H * _int(g, 1, 11)), H), {}))
+        cases.append(((_randn(g, _int(g, 1, 5), _int(g, 1, 49), H * _int(g, 1, 11)), H), {}))
     return cases
 
 
@@ -80,7 +80,7 @@ def _merge_cases() -> list[tuple[tuple, dict]]:
 
 
 def _merge_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    return [((_randn(g, _int(g, 1, 3), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 11)),), {})
+    return [((_randn(g, _int(g, 1, 5), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 11)),), {})
             for _ in range(4)]
 
 
@@ -120,7 +120,7 @@ def _scores_cases() -> list[tuple[tuple, dict]]:
 def _scores_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, S, D = _int(g, 1, 3), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 49), _int(g, 1, 33)
+        B, H, T, S, D = _int(g, 1, 5), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 49), _int(g, 1, 33)
         cases.append(((_randn(g, B, H, T, D), _randn(g, B, H, S, D)), {}))
     return cases
 
@@ -175,7 +175,7 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
 def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, H, D = _int(g, 1, 3), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
+        B, T, H, D = _int(g, 1, 5), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
         C = H * D
         w = 1.5 / C**0.5  # weights scaled with the width, so the scores stay in the notebook's range
         args = (_randn(g, B, T, C), w * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), w * _randn(g, C, C),

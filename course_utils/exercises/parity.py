@@ -125,7 +125,7 @@ def _attn_mask_cases() -> list[tuple[tuple, dict]]:
 def _attn_mask_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, H = _int(g, 1, 4), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))]
+        B, T, H = _int(g, 1, 6), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))]
         S = T + _int(g, 0, 17)
         if _int(g, 0, 2):
             mask = causal_mask(T, S) & padding_mask(torch.randint(S - T + 1, S + 1, (B,), generator=g), S)[:, None, :]
@@ -173,7 +173,7 @@ def _average_cases() -> list[tuple[tuple, dict]]:
 def _average_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, S = _int(g, 1, 3), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 49)
+        B, H, T, S = _int(g, 1, 5), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 49)
         cases.append(((torch.softmax(3 * torch.randn(B, H, T, S, generator=g), dim=-1),), {}))
     return cases
 

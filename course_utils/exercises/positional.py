@@ -59,7 +59,7 @@ def _rope_cases():
 def _rope_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, D = _int(g, 1, 3), (1, 2, 3, 5, 24)[_int(g, 0, 5)], _int(g, 1, 49), 2 * _int(g, 1, 33)
+        B, H, T, D = _int(g, 1, 4), (1, 2, 3, 5, 24)[_int(g, 0, 5)], _int(g, 1, 49), 2 * _int(g, 1, 33)
         start = _int(g, 0, 30)  # rows after a cache start later than 0
         cases.append(((torch.randn(B, H, T, D, generator=g), torch.arange(start, start + T)), {}))
     return cases

@@ -157,7 +157,7 @@ def _head_cases() -> list[tuple[tuple, dict]]:
 def _head_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 3), (2, 49), (1, 33)))
+        B, T, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 5), (2, 49), (1, 33)))
         C = D + int(torch.randint(1, 33, (), generator=g))  # C != D: the model width is never the head size
         x = torch.randn(B, T, C, generator=g)
         cases.append(((x, *(torch.randn(C, D, generator=g) / math.sqrt(C) for _ in range(3))), {}))

@@ -98,7 +98,7 @@ def _unigram_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
         p = torch.rand(V, generator=g) ** 3  # skewed frequencies
         p[_int(g, 0, V)] = 0.0  # a character never seen in training
         p = p + (p.sum() == 0).float()
-        train = torch.multinomial(p, _int(g, 20, 300), replacement=True, generator=g)
+        train = torch.multinomial(p, _int(g, 20, 500), replacement=True, generator=g)
         val = torch.randint(0, V, (_int(g, 5, 80),), generator=g)
         cases.append(((train, val, V), {}))
     return cases

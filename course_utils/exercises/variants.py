@@ -83,7 +83,7 @@ def _repeat_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
         Hkv, group = _int(g, 1, 5), (1, 2, 3, 5, 6)[_int(g, 0, 5)]  # up to 24 query heads
-        k = torch.randn(_int(g, 1, 3), Hkv, _int(g, 1, 49), _int(g, 1, 65), generator=g)
+        k = torch.randn(_int(g, 1, 4), Hkv, _int(g, 1, 49), _int(g, 1, 65), generator=g)
         cases.append(((k, Hkv * group), {}))
     return cases
 
@@ -122,7 +122,7 @@ def _nucleus_cases() -> list[tuple[tuple, dict]]:
 def _nucleus_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        batch = [_int(g, 1, 4) for _ in range(_int(g, 1, 3))]
+        batch = [_int(g, 1, 6) for _ in range(_int(g, 1, 3))]
         V = _int(g, 2, 65)
         logits = 3 * torch.randn(*batch, V, generator=g)
         filtered = torch.rand(*batch, V, generator=g) < 0.2  # some tokens already removed (top-k): -inf
@@ -192,7 +192,7 @@ def _append_cases() -> list[tuple[tuple, dict]]:
 def _append_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, D, T = _int(g, 1, 3), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 65), _int(g, 1, 9)
+        B, H, D, T = _int(g, 1, 4), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 65), _int(g, 1, 9)
         capacity = T + _int(g, 2, 41)
         length = _int(g, 0, capacity - T)  # one free slot after the new keys, so a write one too late still fits
         cache = torch.zeros(B, H, capacity, D)
