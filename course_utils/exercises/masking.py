@@ -279,9 +279,9 @@ EXERCISES = (
         draw=_padding_draw,
         mistakes=(
             Mistake("<= instead of < (one padding token let through)",
-                    "A sequence of length L has real tokens at positions 0 .. L-1; position L is already "
-                    "padding.",
-                    _padding_le, fix="torch.arange(S)[None, :] < lengths[:, None]"),
+                    "Positions count from 0: a sequence of length L has exactly L real tokens, and your mask "
+                    "marks one more.",
+                    _padding_le, fix="real tokens sit at 0 .. L-1, position L is padding: torch.arange(S)[None, :] < lengths[:, None]"),
             Mistake("mask polarity inverted",
                     "True must mark the real tokens (may attend), False the padding; yours is the other way round.",
                     _padding_inverted, fix="compare with <, not >="),

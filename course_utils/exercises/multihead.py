@@ -230,8 +230,8 @@ EXERCISES = (
                     "last two axes.",
                     _split_last_axes, fix=".transpose(1, 2), not .transpose(-2, -1)"),
             Mistake("heads cut from interleaved channels",
-                    "Head h owns the consecutive channels h*D ... (h+1)*D - 1; yours takes every H-th channel.",
-                    _split_interleaved, fix="view the channels as (H, D): x.view(B, T, H, D).transpose(1, 2)"),
+                    "Each head owns one block of consecutive channels; yours takes every H-th channel.",
+                    _split_interleaved, fix="head h owns channels h*D ... (h+1)*D - 1: view the channels as (H, D): x.view(B, T, H, D).transpose(1, 2)"),
         ),
     ),
     Exercise(
@@ -247,9 +247,9 @@ EXERCISES = (
                     "to move back next to D first.",
                     _merge_view_only, fix="x.transpose(1, 2).reshape(B, T, H * D)"),
             Mistake("heads interleaved channel by channel",
-                    "The heads sit side by side, head h in channels h*D ... (h+1)*D - 1; yours alternate "
+                    "The heads sit side by side, each in one block of consecutive channels; yours alternate "
                     "channel by channel.",
-                    _merge_interleaved, fix="x.transpose(1, 2).reshape(B, T, H * D), not permute(0, 2, 3, 1)"),
+                    _merge_interleaved, fix="head h goes to channels h*D ... (h+1)*D - 1: x.transpose(1, 2).reshape(B, T, H * D), not permute(0, 2, 3, 1)"),
             Mistake("the wrong pair of axes transposed",
                     "Heads and time swap places, not time and head_dim.",
                     _merge_wrong_axes, fix=".transpose(1, 2), not .transpose(-2, -1)"),

@@ -233,8 +233,8 @@ EXERCISES = (
                     "real tokens False.", _kpm_not_inverted,
                     fix="torch.arange(S)[None, :] >= lengths[:, None]"),
             Mistake("`>` instead of `>=`",
-                    "Positions 0 .. length - 1 are real tokens, so position `length` itself is the first "
-                    "padding position.", _kpm_off_by_one, fix="compare with >=, not >"),
+                    "Positions count from 0: a sequence of length L has exactly L real tokens, and your mask "
+                    "lets one padding position through as well.", _kpm_off_by_one, fix="position `length` itself is the first padding position: compare with >=, not >"),
             Mistake("time-first layout (S, B)",
                     "key_padding_mask is (B, S) whatever batch_first says: batch_first only changes query, key "
                     "and value.", _kpm_time_first, fix="drop the transpose"),
@@ -252,9 +252,10 @@ EXERCISES = (
                     "The course's mask says True = may attend; nn.MultiheadAttention's attn_mask says True = "
                     "blocked.", _attn_mask_not_inverted, fix="(~mask).repeat_interleave(num_heads, dim=0)"),
             Mistake("heads tiled instead of interleaved",
-                    "Row b*H + h belongs to batch b, head h (batch-major), so each batch's mask must appear H "
-                    "times in a row, not the whole batch H times over.",
-                    _attn_mask_tiled, fix="repeat_interleave(num_heads, dim=0), not repeat(num_heads, 1, 1)"),
+                    "The rows are grouped by sequence first: all the heads of the first sequence, then all the "
+                    "heads of the second. Each sequence's mask is copied for its heads next to each other, not "
+                    "the whole batch stacked once per head.",
+                    _attn_mask_tiled, fix="row b*H + h is batch b, head h: repeat_interleave(num_heads, dim=0), not repeat(num_heads, 1, 1)"),
             Mistake("one copy per batch, not per head",
                     "A 3-D attn_mask needs one (T, S) mask per batch element AND head: (B*H, T, S).",
                     _attn_mask_per_batch, fix="(~mask).repeat_interleave(num_heads, dim=0)"),
@@ -275,7 +276,7 @@ EXERCISES = (
                     "average_attn_weights=True takes the mean over heads, so each row still sums to 1.",
                     _average_sum, fix="weights.mean(dim=1), not .sum(dim=1)"),
             Mistake("averaged over the batch axis",
-                    "Our weights are (B, H, T, S): the heads are the second axis, not the first.",
+                    "Our weights are (B, H, T, S): it is the heads you average, not the sequences of the batch.",
                     _average_batch, fix="weights.mean(dim=1)"),
             Mistake("averaged over the key axis",
                     "Averaging each row of weights always gives 1/S; it is the heads you average over.",

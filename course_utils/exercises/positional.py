@@ -182,7 +182,7 @@ EXERCISES = (
                     "steepest slope, head 0's, is already below 1.",
                     lambda H, T: _alibi_steps(H, T, first_exponent=0), fix="(h + 1) in the exponent, not h"),
             Mistake("the causal part is forgotten",
-                    "Future keys (j > i) must be blocked; without that, the distance penalty becomes a "
+                    "Future keys must be blocked; without that, the distance penalty becomes a "
                     "bonus for future keys.",
                     lambda H, T: _alibi_steps(H, T, causal=False),
                     fix='bias.masked_fill(j > i, float("-inf"))'),

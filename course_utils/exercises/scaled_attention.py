@@ -247,8 +247,8 @@ EXERCISES = (
         mistakes=(
             Mistake("no max subtraction",
                     "exp of a logit around 100 overflows float32 to inf, and inf / inf is nan. Shifting every "
-                    "logit of a row by the same number does not change the softmax: shift so that the "
-                    "largest exponent is 0.",
+                    "logit of a row by the same number does not change the softmax: choose the shift that keeps "
+                    "every exponent at or below 0.",
                     _softmax_no_max, fix="exps = torch.exp(x - x.amax(dim=dim, keepdim=True))"),
             Mistake("subtracting the row minimum instead of the maximum",
                     "Any shift of a row leaves its softmax unchanged, but only one shift keeps every exponent "

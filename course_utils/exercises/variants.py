@@ -263,7 +263,7 @@ EXERCISES = (
                     _repeat_tiled, fix="query head h reads KV head h // (H // Hkv): "
                     "k.repeat_interleave(num_heads // k.shape[1], dim=1), not k.repeat(...)"),
             Mistake("repeated along the time axis",
-                    "The heads are axis 1 of (B, Hkv, S, D); repeating another axis makes the sequence longer "
+                    "Only the number of heads should grow; repeating another axis makes the sequence longer "
                     "instead.",
                     _repeat_time_axis, fix="repeat_interleave(..., dim=1), not dim=2"),
             Mistake("repeated num_heads times instead of num_heads // num_kv_heads",
