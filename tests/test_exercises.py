@@ -510,8 +510,25 @@ def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, 
         assert res.mistake == name, f"seed {seed}: {res.message}"
 
 
-@pytest.mark.parametrize("key,fn", [("03.2", _masked_softmax_renormalised), ("03.2", _masked_exp_allowed_max),
-                                    ("03.2", _masked_fill_minus_30)], ids=lambda x: getattr(x, "__name__", x))
+def _mha_with_weights(weights_of):
+    """04.4's forward pass with the masked weights computed by ``weights_of(scores, mask)``."""
+    def forward(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None):
+        B, T, C = x.shape
+        q, k, v = (t.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+                   for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1))
+        scores = q @ k.transpose(-2, -1) / math.sqrt(C // num_heads)
+        w = torch.softmax(scores, dim=-1) if mask is None else weights_of(scores, mask)
+        return F.linear((w @ v).transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
+    forward.__name__ = f"_mha{weights_of.__name__}"
+    return forward
+
+
+UNSTABLE_MASKING = [_masked_softmax_renormalised, _masked_exp_allowed_max, _masked_fill_minus_30]
+
+
+@pytest.mark.parametrize("key,fn", [("03.2", f) for f in UNSTABLE_MASKING]
+                         + [("04.4", _mha_with_weights(f)) for f in UNSTABLE_MASKING],
+                         ids=lambda x: getattr(x, "__name__", x))
 def test_unstable_masking_fails_on_the_fixed_cases_alone(key, fn):
     res = run_check(_fixed_only(EXERCISES[key]), fn)
     assert res.status == FAILED and "fixed case" in res.message, res.message
@@ -534,6 +551,10 @@ def _lr_float32(step, warmup_steps, max_steps, max_lr, min_lr):
 
 def _masked_large_negative(scores, mask):
     return torch.softmax(torch.where(mask, scores, torch.tensor(-1e9)), dim=-1)  # -1e9 blocks like -inf
+
+
+def _masked_fill_minus_1e4(scores, mask):
+    return torch.softmax(scores.masked_fill(~mask, -1e4), dim=-1)  # -1e4 is far enough below any score here
 
 
 def _sdpa_torch(q, k, v):
@@ -733,13 +754,13 @@ RIGHT = {
     "02.3": [_head_sdpa],
     "02.4": [_entropy_where],
     "03.1": [_causal_compare],
-    "03.2": [_masked_large_negative],
+    "03.2": [_masked_large_negative, _masked_fill_minus_1e4],
     "03.3": [_padding_loop],
     "03.4": [_mha_masks_logical],
     "04.1": [_split_heads_unflatten],
     "04.2": [_merge_heads_permute],
     "04.3": [_scores_einsum],
-    "04.4": [_mha_sdpa],
+    "04.4": [_mha_sdpa, _mha_with_weights(_masked_large_negative)],
     "05.1": [_split_in_proj_slices],
     "05.2": [_kpm_compare],
     "05.3": [_attn_mask_expand],

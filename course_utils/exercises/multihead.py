@@ -169,6 +169,14 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
     args = (_randn(g, B, T, C), 0.5 * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), 0.5 * _randn(g, C, C),
             0.1 * _randn(g, C), H)
     cases.append((args, {"mask": padding_mask([5, 3], T)[:, None, None, :]}))
+    # one head whose scores for the blocked last key are about +159 and for the allowed keys about -159 (every
+    # query is (15, 0); the keys are (-15, 0), (-15, 0), (15, 0)): only a true block (-inf, -1e9) gives the
+    # right output; a softmax renormalised after masking, an exp shifted by the allowed maximum or a fill of
+    # -30 gives NaN or weight on the blocked key
+    x = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [1.0, 1.0]]])  # (1, 3, 2)
+    w_q, w_k, w_v = torch.tensor([[15.0, 0.0], [0.0, 0.0]]), torch.tensor([[-15.0, 30.0], [0.0, 0.0]]), _randn(g, 2, 2)
+    args = (x, torch.cat([w_q, w_k, w_v]), torch.zeros(6), _randn(g, 2, 2), 0.1 * _randn(g, 2), 1)
+    cases.append((args, {"mask": padding_mask([2], 3)[:, None, None, :]}))
     return cases
 
 
