@@ -23,6 +23,53 @@ def check_int(name: str, n: object, minimum: int = 1) -> int:
     return int(n)
 
 
+def check_bool(name: str, flag: object) -> bool:
+    """``flag`` if it is a bool (numpy's bool too); TypeError for anything else, such as the truthy string 'no'."""
+    if isinstance(flag, bool) or type(flag).__name__ == "bool_":
+        return bool(flag)
+    raise TypeError(f"{name} must be True or False, got {_describe(flag)}")
+
+
+def check_generator(name: str, generator: object) -> None:
+    """Raise TypeError unless ``generator`` is a torch.Generator or None."""
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"{name} must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, "
+                        f"got {type(generator).__name__}")
+
+
+def check_path(name: str, path: object) -> None:
+    """Raise TypeError unless ``path`` is a str or os.PathLike."""
+    import os
+
+    if not isinstance(path, (str, os.PathLike)):
+        raise TypeError(f"{name} must be a str or os.PathLike, got {type(path).__name__}")
+
+
+def check_same_device(**tensors: torch.Tensor | None) -> None:
+    """Raise ValueError unless the given tensors (None skipped) are on one device; the message names each one's."""
+    given = {name: t for name, t in tensors.items() if t is not None}
+    if len({t.device for t in given.values()}) > 1:
+        where = ", ".join(f"{name} on {t.device}" for name, t in given.items())
+        raise ValueError(f"{', '.join(given)} must be on one device, got {where}: move them with .to(device)")
+
+
+def check_matches_module(name: str, x: torch.Tensor, module: torch.nn.Module) -> None:
+    """Raise unless ``x`` has the dtype and device of ``module``'s first parameter (attribute reads only)."""
+    weight = next(module.parameters(), None)
+    if weight is None:
+        return
+    if x.dtype != weight.dtype:
+        fix = {torch.float64: "module.double()", torch.float32: "module.float()",
+               torch.float16: "module.half()", torch.bfloat16: "module.bfloat16()"}.get(x.dtype, "module.to(x.dtype)")
+        back = {torch.float64: "x.double()", torch.float32: "x.float()", torch.float16: "x.half()",
+                torch.bfloat16: "x.bfloat16()"}.get(weight.dtype, "x.to(weight dtype)")
+        raise TypeError(f"{name} is {str(x.dtype).removeprefix('torch.')} but the module's weights are "
+                        f"{str(weight.dtype).removeprefix('torch.')}: convert one of them ({fix} or {back})")
+    if x.device != weight.device:
+        raise ValueError(f"{name} is on {x.device} but the module's weights are on {weight.device}: "
+                         f"move one of them (module.to({str(x.device)!r}) or x.to({str(weight.device)!r}))")
+
+
 def check_positive_int(name: str, n: object) -> int:
     """``n`` if it is an int >= 1 (a size, a count); TypeError or ValueError otherwise."""
     return check_int(name, n, minimum=1)
@@ -80,6 +127,9 @@ def check_token_ids(name: str, idx: object, vocab_size: int, ignore_index: int |
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}")
     if idx.numel() == 0 or not values:
         return
+    if idx.device.type == "meta":
+        raise ValueError(f"{name} is on the meta device, which holds no values: token ids must be on a real "
+                         "device (cpu, cuda, mps)")
     low, high = torch.stack(torch.aminmax(idx)).tolist()  # one read of the device, not two
     if low >= 0 and high < vocab_size:
         return
@@ -109,16 +159,21 @@ def check_floating(name: str, x: torch.Tensor) -> None:
 
 
 def check_qkv(q: object, k: object, v: object) -> None:
-    """Raise unless q (..., T, D), k (..., S, D), v (..., S, Dv) are floating tensors of one dtype whose shapes fit."""
+    """Raise unless q (..., T, D), k (..., S, D), v (..., S, Dv) are floating tensors of one dtype and device
+    whose shapes fit, with D > 0."""
     for name, x in (("q", q), ("k", k), ("v", v)):
         check_tensor(name, x, min_dim=2)
         check_floating(name, x)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_same_device(q=q, k=k, v=v)
     if q.shape[-1] != k.shape[-1]:
         raise ValueError(
             f"q and k must have the same last dimension D, got q {tuple(q.shape)} and k {tuple(k.shape)}"
         )
+    if q.shape[-1] == 0:
+        raise ValueError(f"q and k must have a head dimension D >= 1 (the scale is 1 / sqrt(D)), got q "
+                         f"{tuple(q.shape)}")
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
             f"k and v must have the same number of positions S, got k {tuple(k.shape)} and v {tuple(v.shape)}"
@@ -131,12 +186,17 @@ def check_qkv(q: object, k: object, v: object) -> None:
         ) from None
 
 
-def check_embedded(name: str, x: object, embed_dim: int) -> None:
-    """Raise unless ``x`` is a floating (B, T, C) tensor with C = ``embed_dim``: the input of an attention layer."""
+def check_embedded(name: str, x: object, embed_dim: int, module: torch.nn.Module | None = None) -> None:
+    """Raise unless ``x`` is a floating (B, T, C) tensor with C = ``embed_dim``: the input of an attention layer.
+
+    With ``module``, ``x`` must also have the dtype and device of the module's weights.
+    """
     check_tensor(name, x, min_dim=3)
     check_floating(name, x)
     if x.dim() != 3 or x.shape[-1] != embed_dim:
         raise ValueError(f"{name} must have shape (B, T, C={embed_dim}), got {tuple(x.shape)}")
+    if module is not None:
+        check_matches_module(name, x, module)
 
 
 def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "mask") -> None:

@@ -18,6 +18,7 @@ from course_utils._validate import (
     check_fraction,
     check_positive_number,
     check_qkv,
+    check_same_device,
     check_tensor,
 )
 
@@ -158,9 +159,11 @@ def scaled_dot_product_attention(
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     if bias is not None:
         _check_bias(bias, scores)
+        check_same_device(q=q, bias=bias)
         scores = scores + bias  # (..., T, S): a bias changes scores, a mask removes keys
     if mask is not None:
         check_bool_mask(mask, scores.shape)
+        check_same_device(q=q, mask=mask)
         scores = scores.masked_fill(~mask, float("-inf"))  # blocked keys get -inf before the softmax
         sees_nothing = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows with every key blocked
         scores = scores.masked_fill(sees_nothing, 0.0)  # keep softmax away from 0 / 0 = NaN there ...

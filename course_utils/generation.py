@@ -24,7 +24,7 @@ from typing import Literal
 import torch
 from torch import nn
 
-from course_utils._validate import check_floating, check_tensor
+from course_utils._validate import check_bool, check_floating, check_generator, check_tensor
 
 __all__ = [
     "top_k_filter",
@@ -69,7 +69,7 @@ def _check_sampling(temperature: object, top_k: object, top_p: object, greedy: b
         _check_top_k(top_k)
     if top_p is not None:
         _check_top_p(top_p)
-    if not greedy:
+    if not check_bool("greedy", greedy):
         _check_temperature(temperature)
 
 
@@ -101,6 +101,18 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     check_tensor("probs", probs)
     check_floating("probs", probs)
     _check_top_p(top_p)
+    if probs.numel() and probs.device.type != "meta":  # one read of the device, at the public entry only
+        total = probs.sum(dim=-1, dtype=torch.float64)
+        low, total_error = torch.stack([probs.min().double(), (total - 1).abs().max()]).tolist()
+        if not (low >= 0 and total_error <= (1e-3 if probs.element_size() >= 4 else 2e-2)):  # NaN fails both
+            raise ValueError(f"probs must be rows of probabilities (each >= 0, each row summing to 1; pass "
+                             f"torch.softmax(logits, dim=-1), or use top_p_filter on logits), got min {low:.4g} "
+                             f"and a row sum off from 1 by {total_error:.4g}")
+    return _top_p_keep(probs, top_p)
+
+
+def _top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
+    """:func:`top_p_keep` after its checks (softmax output is a distribution by construction)."""
     if top_p >= 1.0:
         return torch.ones_like(probs, dtype=torch.bool)  # cumulative sums may round to just above 1
     sorted_probs, order = probs.sort(dim=-1, descending=True)  # (..., V)
@@ -118,7 +130,8 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     Taught in notebook 07.
     """
     check_tensor("logits", logits)
-    keep = top_p_keep(torch.softmax(logits.float(), dim=-1), top_p)
+    _check_top_p(top_p)
+    keep = _top_p_keep(torch.softmax(logits.float(), dim=-1), top_p)
     return logits.masked_fill(~keep, float("-inf"))
 
 
@@ -139,6 +152,7 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     if logits.dim() != 2:
         raise ValueError(f"logits must be (B, V), got {tuple(logits.shape)}")
     _check_sampling(temperature, top_k, top_p, greedy)
+    check_generator("generator", generator)
     return _sample(logits, temperature, top_k, top_p, greedy, generator)
 
 
@@ -178,7 +192,7 @@ def _check_model(model: nn.Module, use_cache: bool) -> int:
     context_length = getattr(model, "context_length", None)
     if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1:
         raise TypeError(f"the model needs an int attribute context_length, got {context_length!r}")
-    if use_cache and not callable(getattr(model, "new_cache", None)):
+    if check_bool("use_cache", use_cache) and not callable(getattr(model, "new_cache", None)):
         raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
     return context_length
 
@@ -252,9 +266,7 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     context_length = _check_model(model, use_cache)
     _check_sampling(temperature, top_k, top_p, greedy)
-    if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"generator must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, "
-                        f"got {type(generator).__name__}")
+    check_generator("generator", generator)
     keep = _check_on_full(on_full, keep_on_shift, context_length)
     if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
         # Notebook 07's stored output shows this message: change the two together (it could name on_full).

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._validate import check_embedded, check_int, check_token_ids, from_preset
+from course_utils._validate import check_bool, check_embedded, check_int, check_token_ids, from_preset
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -173,7 +173,8 @@ class CausalSelfAttention(MultiHeadAttention):
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, need_weights: bool = False,
                 mask: torch.Tensor | None = None, start: int = 0):
         if not torch.compiler.is_compiling():  # a few attribute reads: a learner may call a layer on its own
-            check_embedded("x", x, self.embed_dim)
+            check_embedded("x", x, self.embed_dim, self)
+            check_bool("need_weights", need_weights)
         B, T, C = x.shape
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
@@ -249,7 +250,7 @@ class MLP(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not torch.compiler.is_compiling():
-            check_embedded("x", x, self.fc_in.in_features)
+            check_embedded("x", x, self.fc_in.in_features, self)
         h = F.gelu(self.fc_in(x))  # (B, T, C) -> (B, T, 4C)
         return self.dropout(self.fc_out(h))  # (B, T, 4C) -> (B, T, C)
 
@@ -289,7 +290,7 @@ class Block(nn.Module):
     def forward(self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None,
                 start: int = 0) -> torch.Tensor:
         if not torch.compiler.is_compiling():
-            check_embedded("x", x, self.ln_1.normalized_shape[0])
+            check_embedded("x", x, self.ln_1.normalized_shape[0], self)
         x = x + self.attend(x, cache=cache, mask=mask, start=start)  # (B, T, C)
         return x + self.mlp(self.ln_2(x))  # (B, T, C)
 

@@ -13,8 +13,9 @@ import torch
 from torch import nn
 
 from course_utils._validate import (
+    check_bool,
     check_bool_mask,
-    check_floating,
+    check_embedded,
     check_fraction,
     check_positive_int,
     check_tensor,
@@ -39,11 +40,10 @@ def _check_heads(embed_dim: int, num_heads: int) -> int:
     return embed_dim // num_heads
 
 
-def _check_input(x: torch.Tensor, embed_dim: int) -> None:
-    check_tensor("x", x, min_dim=3)
-    check_floating("x", x)
-    if x.dim() != 3 or x.shape[-1] != embed_dim:
-        raise ValueError(f"x must have shape (B, T, C={embed_dim}), got {tuple(x.shape)}")
+def _check_input(x: torch.Tensor, module: nn.Module, need_weights: object) -> None:
+    """x must be (B, T, C) with the dtype and device of the module's weights; need_weights a bool."""
+    check_embedded("x", x, module.embed_dim, module)
+    check_bool("need_weights", need_weights)
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -108,7 +108,7 @@ class SingleHeadAttention(nn.Module):
         self.v_proj = nn.Linear(embed_dim, head_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self.embed_dim)
+        _check_input(x, self, need_weights)
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, C) -> (B, T, D) each
         out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, T, D), (B, T, T)
         return _returned(out, weights, need_weights)
@@ -140,7 +140,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self.embed_dim)
+        _check_input(x, self, need_weights)
         if mask is not None:
             B, T, _ = x.shape
             check_bool_mask(mask, (B, self.num_heads, T, T))
@@ -196,7 +196,7 @@ class MultiHeadAttentionEinsum(nn.Module):
         return y if b is None else y + b[None, :, None, :]  # (1, H, 1, D) broadcasts over B and T
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self.embed_dim)
+        _check_input(x, self, need_weights)
         q = self._project(x, self.w_q, self.b_q)  # (B, H, T, D)
         k = self._project(x, self.w_k, self.b_k)  # (B, H, T, D)
         v = self._project(x, self.w_v, self.b_v)  # (B, H, T, D)
@@ -248,7 +248,7 @@ class MultiHeadAttention(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self.embed_dim)
+        _check_input(x, self, need_weights)
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         p = self.dropout if self.training else 0.0

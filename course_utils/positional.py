@@ -316,7 +316,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
                 positions: torch.Tensor | None = None):
-        _check_input(x, self.embed_dim)
+        _check_input(x, self, need_weights)
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         q = apply_rope(q, positions, self.base, self.pairing)  # (B, H, T, D): the one new step ...
@@ -338,7 +338,7 @@ class ALiBiMultiHeadAttention(MultiHeadAttention):
     """
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self.embed_dim)
+        _check_input(x, self, need_weights)
         T = x.shape[1]
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)

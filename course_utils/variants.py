@@ -47,6 +47,7 @@ import torch
 from torch import nn
 
 from course_utils._validate import (
+    check_bool,
     check_bool_mask,
     check_embedded,
     check_int,
@@ -150,7 +151,8 @@ class GroupedQueryAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None,
                 layer: int = 0, need_weights: bool = False):
-        check_embedded("x", x, self.embed_dim)
+        check_embedded("x", x, self.embed_dim, self)
+        check_bool("need_weights", need_weights)
         B, T, C = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
@@ -301,7 +303,7 @@ class LinformerSelfAttention(nn.Module):
         self.proj_v = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_embedded("x", x, self.mha.embed_dim)
+        check_embedded("x", x, self.mha.embed_dim, self)
         B, T, C = x.shape
         if T > self.context_length:
             raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
@@ -403,7 +405,7 @@ class AFTFull(nn.Module):
         self.w = nn.Parameter(0.1 * torch.randn(context_length, context_length))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        check_embedded("x", x, self.embed_dim)
+        check_embedded("x", x, self.embed_dim, self)
         B, T, C = x.shape
         if T > self.context_length:
             raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")

@@ -389,3 +389,22 @@ def test_softmax_bad_dim_and_naive_softmax_checks_its_input():
         softmax_naive([1.0, 2.0])
     with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
         softmax_naive(torch.tensor([1, 2]))
+
+
+def test_sdpa_names_each_device_when_q_k_v_mask_or_bias_are_apart():
+    q = k = v = torch.randn(2, 3, 4)
+    with pytest.raises(ValueError, match=r"q, k, v must be on one device, got q on cpu, k on meta, v on cpu"):
+        scaled_dot_product_attention(q, k.to("meta"), v)
+    with pytest.raises(ValueError, match=r"v on meta"):
+        scaled_dot_product_attention(q, k, v.to("meta"))
+    mask = torch.ones(3, 3, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=r"q, mask must be on one device, got q on cpu, mask on meta"):
+        scaled_dot_product_attention(q, k, v, mask=mask)
+    with pytest.raises(ValueError, match=r"q, bias must be on one device, got q on cpu, bias on meta"):
+        scaled_dot_product_attention(q, k, v, bias=torch.zeros(3, 3, device="meta"))
+
+
+def test_sdpa_with_head_dim_zero_names_the_shape():
+    q = torch.randn(2, 3, 0)
+    with pytest.raises(ValueError, match=r"head dimension D >= 1.*\(2, 3, 0\)"):
+        scaled_dot_product_attention(q, q, torch.randn(2, 3, 4))

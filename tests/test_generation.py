@@ -428,3 +428,25 @@ def test_generate_callback_and_generator_are_checked_before_the_first_step():
     with pytest.raises(TypeError, match=r"generator must be a torch.Generator \(torch.Generator\(\).manual_seed\(0\), "
                                         r"say\) or None, got int"):
         generate(model, prompt, 3, generator=0)
+
+
+def test_generator_and_flags_are_checked_at_the_call():
+    logits = torch.randn(2, 5)
+    with pytest.raises(TypeError, match=r"generator must be a torch.Generator .* or None, got int"):
+        sample_next_token(logits, generator=0)
+    with pytest.raises(TypeError, match=r"greedy must be True or False, got 'yes' \(str\)"):
+        sample_next_token(logits, greedy="yes")
+    model = TinyDecoder(DecoderConfig(vocab_size=5, context_length=8, embed_dim=8, num_heads=2, num_layers=1))
+    idx = torch.zeros(1, 2, dtype=torch.long)
+    with pytest.raises(TypeError, match=r"use_cache must be True or False, got 'no' \(str\)"):
+        generate(model, idx, 3, use_cache="no")
+    with pytest.raises(ValueError, match="idx is on the meta device, which holds no values"):
+        generate(model, idx.to("meta"), 3)
+
+
+def test_top_p_keep_rejects_rows_that_are_not_distributions():
+    with pytest.raises(ValueError, match=r"probs must be rows of probabilities .* row sum off from 1 by 2"):
+        top_p_keep(torch.tensor([[1.0, 2.0]]), 0.5)
+    with pytest.raises(ValueError, match=r"probs must be rows of probabilities .* got min -0.5"):
+        top_p_keep(torch.tensor([[-0.5, 1.5]]), 0.5)
+    assert top_p_keep(torch.tensor([[0.25, 0.75]]), 0.5).tolist() == [[False, True]]

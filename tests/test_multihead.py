@@ -366,3 +366,21 @@ def test_from_packed_takes_the_course_module(cls):
         cls.from_packed(nn.MultiheadAttention(8, 2))
     with pytest.raises(TypeError, match="from_packed takes a course_utils MultiHeadAttention, got Linear"):
         cls.from_packed(nn.Linear(8, 8))
+
+
+@pytest.mark.parametrize("make", [lambda: MultiHeadAttention(8, 2), lambda: SingleHeadAttention(8, 4),
+                                  lambda: MultiHeadAttentionEinsum(8, 2), lambda: MultiHeadAttentionWrapper(8, 2)])
+def test_modules_name_a_dtype_or_device_that_differs_from_their_weights(make):
+    module, x = make(), torch.randn(1, 3, 8)
+    with pytest.raises(TypeError, match=re.escape("x is float64 but the module's weights are float32: convert one "
+                                                  "of them (module.double() or x.float())")):
+        module(x.double())
+    with pytest.raises(TypeError, match="x is bfloat16 but the module's weights are float32"):
+        module(x.bfloat16())
+    with pytest.raises(ValueError, match="x is on meta but the module's weights are on cpu"):
+        module(x.to("meta"))
+
+
+def test_need_weights_must_be_a_bool():
+    with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no' \(str\)"):
+        MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), need_weights="no")

@@ -398,3 +398,9 @@ def test_rotate_pair_checks_its_input():
         rotate_pair(torch.ones(2), torch.ones(2, dtype=torch.long), torch.tensor(0.5))
     with pytest.raises(ValueError, match=r"x1 \(2,\), x2 \(3,\) and angle \(\) do not broadcast together"):
         rotate_pair(torch.ones(2), torch.ones(3), torch.tensor(0.5))
+
+
+def test_positional_attention_names_a_dtype_that_differs_from_its_weights():
+    for module in (RotaryMultiHeadAttention(8, 2), ALiBiMultiHeadAttention(8, 2)):
+        with pytest.raises(TypeError, match=r"x is float64 but the module's weights are float32"):
+            module(torch.randn(1, 3, 8, dtype=torch.float64))

@@ -465,3 +465,14 @@ def test_tiny_decoder_token_ids_must_be_in_the_vocabulary(idx, error, match):
 def test_tiny_decoder_cache_must_be_a_kv_cache():
     with pytest.raises(TypeError, match=r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool"):
         TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2]]), cache=True)
+
+
+def test_variant_modules_name_a_dtype_or_device_that_differs_from_their_weights():
+    for module in (GroupedQueryAttention(8, 4, 2), AFTFull(8, 4)):
+        x = torch.randn(1, 3, 8)
+        with pytest.raises(TypeError, match=r"x is float64 but the module's weights are float32"):
+            module(x.double())
+        with pytest.raises(ValueError, match="x is on meta but the module's weights are on cpu"):
+            module(x.to("meta"))
+    with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no'"):
+        GroupedQueryAttention(8, 4, 2)(torch.randn(1, 3, 8), need_weights="no")
