@@ -12,7 +12,7 @@ import random
 import sys
 from dataclasses import dataclass
 
-__all__ = ["setup_notebook", "best_device", "pick_device", "Requirement", "environment_report", "print_report"]
+__all__ = ["setup_notebook", "best_device", "pick_device", "parse_device", "Requirement", "environment_report", "print_report"]
 
 
 def best_device() -> str:
@@ -26,6 +26,19 @@ def best_device() -> str:
     return "cpu"
 
 
+def parse_device(device: object):
+    """``device`` (a str such as 'cpu', 'cuda:0', or a torch.device) as a torch.device; TypeError or ValueError
+    in one line otherwise. Only the name is checked, not whether this machine has it (:func:`pick_device` does)."""
+    import torch
+
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', or a torch.device; got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {str(device)!r} is not a device name: use cpu, cuda, cuda:N, mps or auto") from None
+
+
 def pick_device(device=None):
     """The ``torch.device`` to train on: ``device`` if this machine and this PyTorch build have it, else an error.
 
@@ -37,12 +50,7 @@ def pick_device(device=None):
 
     if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
         return torch.device(best_device())
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', or a torch.device; got {type(device).__name__}")
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"device {str(device)!r} is not a device name: use cpu, cuda, cuda:N, mps or auto") from None
+    dev = parse_device(device)
     fix = "use --device cpu or auto (auto picks the best device this machine has)"
     if dev.type == "cpu":
         return dev

@@ -8,6 +8,7 @@ place that translates. Taught in notebook 03.
 
 from __future__ import annotations
 
+import math
 from typing import Literal
 
 import torch
@@ -48,6 +49,13 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
         raise ValueError(
             f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}"
         )
+    if device is not None:
+        from course_utils.environment import parse_device
+
+        device = parse_device(device)
+    if T * S > 2**40:  # a terabyte of bools: torch would overflow or fail to allocate, deep inside
+        raise ValueError(f"causal_mask({T}, {S}) would need {T * S:,} bytes ({T * S / 2**30:,.0f} GiB) for a "
+                         "(T, S) bool mask: use a smaller T and S")
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # (T, S)
 
 
@@ -64,6 +72,10 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | No
     check_tensor("scores", scores, min_dim=2)
     check_bool_mask(mask, scores.shape)
     fill = float("-inf") if fill_value is None else check_number("fill_value", fill_value, "a number or None")
+    if not (fill == float("-inf") or (math.isfinite(fill) and fill < 0)):
+        raise ValueError(f"fill_value must be -inf or a finite negative number (blocked keys need a score far below "
+                         f"the others so the softmax gives them ~0 weight; NaN or +inf would poison the row), "
+                         f"got {fill}")
     return scores.masked_fill(~mask, fill)
 
 

@@ -63,7 +63,7 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils._files import atomic_path, clean_stale_tmp
-from course_utils._validate import from_preset
+from course_utils._validate import check_int, check_path, from_preset
 from course_utils.data import (
     CharTokenizer,
     ChecksumError,
@@ -201,7 +201,13 @@ class RunSetupError(ValueError):
 
 
 def learning_rate(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup over ``warmup_steps``, then a cosine from ``learning_rate`` to ``min_lr`` at ``max_steps``."""
+    """Linear warmup over ``warmup_steps``, then a cosine from ``learning_rate`` to ``min_lr`` at ``max_steps``.
+
+    ``warmup_steps`` may exceed ``max_steps`` on purpose (a short smoke run of a preset, ``--max-steps 3``): the
+    rate then stays on its warmup ramp for the whole run."""
+    step = check_int("step", step, minimum=0)
+    if not isinstance(cfg, TrainConfig):
+        raise TypeError(f"cfg must be a TrainConfig (TrainConfig.preset('tiny'), say), got {type(cfg).__name__}")
     if step < cfg.warmup_steps:
         return cfg.learning_rate * (step + 1) / cfg.warmup_steps
     if step >= cfg.max_steps:
@@ -232,7 +238,7 @@ _REQUIRED = ("format", "model", "optimizer", "step", "model_config", "train_conf
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read a checkpoint written by :func:`train`, with ``weights_only=True``; CheckpointError if it is damaged."""
-    path = Path(path)
+    path = _existing_file(path, "checkpoint", "train a model first (python -m course_utils.train ...)")
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -248,6 +254,16 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {missing}: it was not written by this version")
     return state
+
+
+def _existing_file(path: object, what: str, how: str) -> Path:
+    """``path`` as a Path if it names an existing file; TypeError for a non-path, FileNotFoundError saying how
+    to make one otherwise (before torch.load, whose error comes from deep inside)."""
+    check_path("path", path)
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} at {path}: {how}")
+    return path
 
 
 def _first_line(err: BaseException) -> str:
@@ -282,7 +298,8 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
     Reads a file written by :func:`export_model` or a full training checkpoint, with ``weights_only=True``;
     :class:`CheckpointError` if it is damaged or of another kind.
     """
-    path = Path(path)
+    path = _existing_file(path, "model file", "export one with export_model(checkpoint, dest, provenance)")
+    device = pick_device(device)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
@@ -311,6 +328,8 @@ def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: in
     Each target in ``data[1:]`` is counted once (``iter_eval_batches`` with ``drop_last=False``); the loss is
     summed over targets and divided by their number, so a shorter last batch is weighted correctly.
     """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (a GPT), got {type(model).__name__}")
     was_training = model.training
     model.eval()
     total, count = 0.0, 0
@@ -349,6 +368,7 @@ def _estimate(model: GPT, data: torch.Tensor, cfg: TrainConfig, context_length: 
 def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     """``out_dir`` as a Path, or RunSetupError: it is a file, lies under a file, cannot be written, or already
     holds a checkpoint that a run without ``resume`` would overwrite."""
+    check_path("out_dir", out_dir)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise RunSetupError(f"--out {out_dir} is a file, expected a folder for {CHECKPOINT_NAME} and "
@@ -593,6 +613,8 @@ context) and removes temporary files of killed saves in ``out_dir``. ``max_secon
     notices: list[str] = []
 
     # --- set-up: the output folder, the data, a resumed run, the GPU switches; all before the first step ---
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
     out_dir = check_out_dir(out_dir, resume)
     ckpt_path = out_dir / CHECKPOINT_NAME
     if master:

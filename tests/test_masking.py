@@ -271,3 +271,16 @@ def test_convert_mask_additive_dtype_must_be_floating():
     with pytest.raises(TypeError, match=r"dtype must be a floating-point torch.dtype \(an additive mask holds "
                                         r"-inf\), got torch.int64"):
         convert_mask(causal_mask(3), "allow", "additive", dtype=torch.long)
+
+
+@pytest.mark.parametrize("fill", [float("nan"), float("inf"), 0.0, 3.0])
+def test_mask_scores_fill_value_must_be_minus_inf_or_finite_negative(fill):
+    with pytest.raises(ValueError, match="fill_value must be -inf or a finite negative number"):
+        mask_scores(torch.randn(3, 3), causal_mask(3), fill_value=fill)
+
+
+def test_causal_mask_names_a_bad_device_and_a_size_too_big():
+    with pytest.raises(ValueError, match="device 'gpu' is not a device name"):
+        causal_mask(4, device="gpu")
+    with pytest.raises(ValueError, match=r"causal_mask\(1000000000000, 1000000000000\) would need 1,000,000,000,000,"):
+        causal_mask(10**12)

@@ -30,9 +30,12 @@ from course_utils.train import (
     CheckpointError,
     NonFiniteLossError,
     TrainConfig,
+    check_out_dir,
     evaluate,
+    export_model,
     learning_rate,
     load_checkpoint,
+    load_model,
     main,
     pick_device,
     train,
@@ -560,3 +563,34 @@ def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
     assert result["steps"] == 3 and result["notices"] == [
         "--resume: keeping the checkpoint's max_steps 3; your max_steps 6 is ignored (to change it, pass "
         "max_steps=6 to train)"]
+
+
+def test_python_api_checks_its_arguments_at_the_call(tmp_path, text_file):
+    cfg = TrainConfig.preset("tiny")
+    with pytest.raises(ValueError, match="step must be at least 0, got -1"):
+        learning_rate(-1, cfg)
+    with pytest.raises(TypeError, match="step must be an int, got str"):
+        learning_rate("5", cfg)
+    with pytest.raises(TypeError, match="cfg must be a TrainConfig .* got NoneType"):
+        learning_rate(5, None)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module .* got NoneType"):
+        evaluate(None, torch.zeros(20, dtype=torch.long), 8)
+    with pytest.raises(FileNotFoundError, match=f"no checkpoint at {re.escape(str(tmp_path / 'none.pt'))}: train"):
+        load_checkpoint(tmp_path / "none.pt")
+    with pytest.raises(FileNotFoundError, match="no checkpoint at .*none.pt"):
+        export_model(tmp_path / "none.pt", tmp_path / "m.pt", {})
+    with pytest.raises(FileNotFoundError, match="no model file at .*none.pt: export one"):
+        load_model(tmp_path / "none.pt")
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
+        load_model(None)
+    with pytest.raises(TypeError, match="out_dir must be a str or os.PathLike, got NoneType"):
+        check_out_dir(None)
+    with pytest.raises(TypeError, match="callback must be a function taking one event dict, or None, got int"):
+        run(text_file, tmp_path / "run", callback=5)
+    assert not (tmp_path / "run").exists()  # refused before any work
+
+
+def test_load_model_names_a_bad_device_string(tmp_path, text_file):
+    run(text_file, tmp_path, max_steps=1)
+    with pytest.raises(ValueError, match="device 'gpu' is not a device name: use cpu, cuda"):
+        load_model(tmp_path / "checkpoint.pt", device="gpu")
