@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 from IPython.display import HTML
 
+from course_utils._validate import check_path
 from course_utils.vendor_js import PACKAGES, VENDOR_DIR
 
 __all__ = ["head_view", "model_view", "save_html", "prettify_tokens"]
@@ -107,6 +108,7 @@ def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: 
                         f"list of them, got {type(view).__name__}"
                         + (f" of {[type(v).__name__ for v in views]}" if views else ""))
     body = "\n".join(v.data if isinstance(v, HTML) else v for v in views)
+    check_path("path", path)
     path = Path(path)
     path.write_text(f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
                     f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n",

@@ -39,12 +39,8 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
     ``F.scaled_dot_product_attention(..., is_causal=True)`` aligns it top-left instead, which is only
     the same when T == S. Taught in notebook 03.
     """
-    S = T if S is None else S
-    for name, n in (("T", T), ("S", S)):
-        if isinstance(n, bool) or not isinstance(n, int):
-            raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-        if n < 1:
-            raise ValueError(f"{name} must be at least 1, got {n}")
+    T = check_int("T", T)
+    S = T if S is None else check_int("S", S)
     if T > S:
         raise ValueError(
             f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}"

@@ -19,6 +19,11 @@ __all__ = ["plot_weights", "plot_heads", "char_labels", "plot_attention_maps", "
 def _as_2d(weights: torch.Tensor, what: str) -> torch.Tensor:
     if not isinstance(weights, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(weights).__name__}")
+    if weights.device.type == "meta":
+        raise ValueError(f"{what} is on the meta device, which holds no values to plot: compute them on a real "
+                         "device (cpu, cuda, mps)")
+    if weights.numel() == 0:
+        raise ValueError(f"{what} is empty (shape {tuple(weights.shape)}): there is nothing to plot")
     return weights.detach().float().cpu()
 
 

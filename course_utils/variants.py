@@ -53,6 +53,7 @@ from course_utils._validate import (
     check_int,
     check_positive_number,
     check_qkv,
+    check_same_device,
     check_tensor,
     check_token_ids,
 )
@@ -277,6 +278,10 @@ def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, proj_
         check_tensor(name, p, min_dim=2)
         if p.dim() != 2 or p.shape[1] < S:
             raise ValueError(f"{name} must have shape (R, S') with S' >= S = {S}, got {tuple(p.shape)}")
+        if p.dtype != k.dtype:
+            raise TypeError(f"{name} must have the dtype of q, k and v ({k.dtype}), got {p.dtype}: convert it with "
+                            f"{name}.to(k.dtype)")
+    check_same_device(k=k, proj_k=proj_k, proj_v=proj_v)
     k_low = proj_k[:, :S] @ k  # (R, S) @ (..., S, D) -> (..., R, D)
     v_low = proj_v[:, :S] @ v  # (R, S) @ (..., S, D) -> (..., R, D)
     out, _ = scaled_dot_product_attention(q, k_low, v_low, scale=scale)  # (..., T, D)

@@ -297,3 +297,8 @@ def test_a_changed_vendored_file_stops_the_views(monkeypatch, vendor_copy):
 def test_prettify_tokens_wants_strings():
     with pytest.raises(TypeError, match=r"tokens must be strings .* got 1 \(int\)"):
         prettify_tokens([1, 2])
+
+
+def test_save_html_wants_a_path(tmp_path):
+    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
+        save_html("<p>x</p>", None)

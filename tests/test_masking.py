@@ -284,3 +284,9 @@ def test_causal_mask_names_a_bad_device_and_a_size_too_big():
         causal_mask(4, device="gpu")
     with pytest.raises(ValueError, match=r"causal_mask\(1000000000000, 1000000000000\) would need 1,000,000,000,000,"):
         causal_mask(10**12)
+
+
+def test_causal_mask_takes_numpy_ints():
+    import numpy as np
+
+    assert torch.equal(causal_mask(np.int64(3), np.int32(4)), causal_mask(3, 4))

@@ -213,3 +213,10 @@ def test_bad_arguments_say_what_was_expected(call, error, match):
     with pytest.raises(error, match=match):
         call()
     plt.close("all")
+
+
+def test_plot_weights_refuses_an_empty_or_meta_matrix():
+    with pytest.raises(ValueError, match=r"weights is empty \(shape \(0, 0\)\): there is nothing to plot"):
+        plot_weights(torch.rand(0, 0))
+    with pytest.raises(ValueError, match="weights is on the meta device, which holds no values to plot"):
+        plot_weights(torch.rand(2, 2, device="meta"))

@@ -476,3 +476,12 @@ def test_variant_modules_name_a_dtype_or_device_that_differs_from_their_weights(
             module(x.to("meta"))
     with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no'"):
         GroupedQueryAttention(8, 4, 2)(torch.randn(1, 3, 8), need_weights="no")
+
+
+def test_linformer_attention_names_projections_of_another_dtype():
+    q = torch.randn(1, 6, 4)
+    proj = torch.randn(3, 6)
+    with pytest.raises(TypeError, match=r"proj_k must have the dtype of q, k and v \(torch.float32\), got torch.int64"):
+        linformer_attention(q, q, q, proj.long(), proj)
+    with pytest.raises(ValueError, match="k on cpu, proj_k on cpu, proj_v on meta"):
+        linformer_attention(q, q, q, proj, proj.to("meta"))
