@@ -49,7 +49,7 @@ from course_utils.exercises import NotAttempted, check
 from course_utils.generation import generate, generate_stream
 from course_utils.gpt import GPT
 from course_utils.plotting import LiveLossPlot, char_labels, plot_attention_maps, plot_loss_curve
-from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, unigram_loss
+from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, runs_dir, unigram_loss
 from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, train
 from course_utils.widgets import gpt_attention_explorer
 
@@ -223,7 +223,7 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-run_dir = ROOT / "runs" / f"08_{SIZE}"
+run_dir = runs_dir() / f"08_{SIZE}"  # runs/08_<size>/ in the course folder
 live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
 result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
 print(f"validation loss {result['val_loss']:.3f} after {result['steps']} steps "

@@ -102,14 +102,25 @@ def make_notebook(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbformat.NotebookNode:
-    """Run every cell in a fresh kernel of the current environment, as nbval will (notebook 08 at its CI size)."""
+    """Run every cell in a fresh kernel of the current environment, as nbval will (notebook 08 at its CI size,
+    trained afresh in a temporary runs folder, never resumed from a run left in runs/)."""
+    import tempfile
+
     from nbclient import NotebookClient
 
     os.environ.setdefault("COURSE_08_SIZE", "ci")  # the kernel inherits it: committed outputs come from a quick run
-
-    client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                            resources={"metadata": {"path": str(cwd)}})
-    client.execute()
+    with tempfile.TemporaryDirectory(prefix="course-build-runs-") as runs:
+        saved = os.environ.get("COURSE_RUNS_DIR")
+        os.environ["COURSE_RUNS_DIR"] = runs
+        try:
+            client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
+                                    resources={"metadata": {"path": str(cwd)}})
+            client.execute()
+        finally:
+            if saved is None:
+                os.environ.pop("COURSE_RUNS_DIR", None)
+            else:
+                os.environ["COURSE_RUNS_DIR"] = saved
     nb.metadata.pop("widgets", None)  # widget state is large and changes every run
     for cell in nb.cells:
         if cell.cell_type == "code":

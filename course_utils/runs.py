@@ -14,16 +14,18 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
-__all__ = ["SIZE_ENV", "RunSize", "RUN_SIZES", "choose_size", "unigram_loss", "Expectation", "EXPECTATIONS",
-           "check_expectations"]
+__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "unigram_loss", "Expectation",
+           "EXPECTATIONS", "check_expectations"]
 
 SIZE_ENV = "COURSE_08_SIZE"
+RUNS_ENV = "COURSE_RUNS_DIR"
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,14 @@ def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
             raise ValueError(f"{SIZE_ENV}={size!r} is not a run size; choose one of {sorted(RUN_SIZES)}")
         return size
     return "gpu" if str(device).startswith("cuda") else "cpu"
+
+
+def runs_dir(environ: dict[str, str] | None = None) -> Path:
+    """Where notebook 08 keeps its runs: ``COURSE_RUNS_DIR`` if set (the test suite sets a fresh one, so every
+    test run trains instead of resuming an earlier run), else ``runs/`` in the course folder."""
+    env = os.environ if environ is None else environ
+    where = env.get(RUNS_ENV, "").strip()
+    return Path(where).expanduser() if where else Path(__file__).resolve().parent.parent / "runs"
 
 
 def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:

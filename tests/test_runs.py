@@ -83,3 +83,22 @@ def test_every_expectation_says_where_it_comes_from():
         assert size in RUN_SIZES and device in ("cpu", "mps", "cuda")
         assert exp.source.startswith(("measured", "estimate")), exp.source
         assert exp.val_loss[0] < exp.val_loss[1] and exp.seconds[0] < exp.seconds[1]
+
+
+def test_runs_dir_follows_the_environment(tmp_path):
+    from course_utils.runs import runs_dir
+
+    assert runs_dir({"COURSE_RUNS_DIR": str(tmp_path)}) == tmp_path
+    assert runs_dir({}).name == "runs" and (runs_dir({}).parent / "course_utils").is_dir()
+
+
+def test_each_test_process_trains_notebook_08_into_a_fresh_folder():
+    """Under pytest (and each xdist worker) notebook 08's runs go to a temporary folder of this process,
+    so no earlier or concurrent run in runs/ is resumed in its place."""
+    import os
+    import tempfile
+
+    from course_utils.runs import runs_dir
+
+    assert os.environ.get("COURSE_RUNS_DIR_OWNER") == str(os.getpid())
+    assert str(runs_dir()).startswith(tempfile.gettempdir())
