@@ -22,6 +22,7 @@ import functools
 import hashlib
 import html
 import json
+import numbers
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -180,7 +181,7 @@ def _check(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str,
 
 
 def _check_index(name: str, i: int, n: int, of: str) -> int:
-    if isinstance(i, bool) or not isinstance(i, int):
+    if isinstance(i, bool) or not isinstance(i, numbers.Integral):
         raise TypeError(f"{name} must be an int, got {type(i).__name__}")
     if not 0 <= i < n:
         raise ValueError(f"{name} must be in 0..{n - 1} ({of} is {n}), got {i}")

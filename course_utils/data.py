@@ -25,6 +25,7 @@ import argparse
 import hashlib
 import importlib.util
 import json
+import numbers
 import os
 import re
 import subprocess
@@ -167,7 +168,7 @@ def check_text_size(characters: int, context_length: int, source: str = "the tex
 
 def min_characters(context_length: int, train_fraction: float = TRAIN_FRACTION) -> int:
     """The fewest characters whose ``split_data`` parts each hold ``context_length + 1`` characters."""
-    if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1:
+    if isinstance(context_length, bool) or not isinstance(context_length, numbers.Integral) or context_length < 1:
         raise ValueError(f"context_length must be a positive int, got {context_length!r}")
     window = context_length + 1
     n = 2 * window  # both parts grow with n, so the first n that fits is the fewest
@@ -411,6 +412,9 @@ def iter_eval_batches(
     """
     import torch
 
+    from course_utils._validate import check_bool
+
+    check_bool("drop_last", drop_last)
     _check_ids(data, context_length, batch_size)
     num_windows = (len(data) - 1) // context_length
     for first in range(0, num_windows, batch_size):

@@ -18,6 +18,7 @@ A cache holds at most ``context_length`` positions. To generate past them with a
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Iterator
 from typing import Literal
 
@@ -38,7 +39,7 @@ __all__ = [
 
 
 def _check_top_k(top_k: object) -> None:
-    if isinstance(top_k, bool) or not isinstance(top_k, int):
+    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral):
         raise TypeError(f"top_k must be an int or None, got {type(top_k).__name__}")
     if top_k < 1:
         raise ValueError(f"top_k must be at least 1, got {top_k}")
@@ -190,7 +191,7 @@ def _explain_bad_logits(logits: torch.Tensor) -> None:
 
 def _check_model(model: nn.Module, use_cache: bool) -> int:
     context_length = getattr(model, "context_length", None)
-    if isinstance(context_length, bool) or not isinstance(context_length, int) or context_length < 1:
+    if isinstance(context_length, bool) or not isinstance(context_length, numbers.Integral) or context_length < 1:
         raise TypeError(f"the model needs an int attribute context_length, got {context_length!r}")
     if check_bool("use_cache", use_cache) and not callable(getattr(model, "new_cache", None)):
         raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
@@ -217,7 +218,7 @@ def _check_on_full(on_full: object, keep_on_shift: object, context_length: int) 
         return max(1, context_length // 2) if on_full == "shift" else None
     if on_full != "shift":
         raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
-    if isinstance(keep_on_shift, bool) or not isinstance(keep_on_shift, int):
+    if isinstance(keep_on_shift, bool) or not isinstance(keep_on_shift, numbers.Integral):
         raise TypeError(f"keep_on_shift must be an int or None, got {type(keep_on_shift).__name__}")
     if not 1 <= keep_on_shift <= context_length:
         raise ValueError(f"keep_on_shift must be in [1, context_length = {context_length}], got {keep_on_shift}")
@@ -262,7 +263,7 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
     The model is put in eval mode. Taught in notebook 07; notebook 08 streams text with it.
     """
     _check_idx(idx)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     context_length = _check_model(model, use_cache)
     _check_sampling(temperature, top_k, top_p, greedy)
@@ -341,9 +342,9 @@ def beam_search(model: nn.Module, idx: torch.Tensor, beam_width: int, max_new_to
     _check_idx(idx)
     if idx.shape[0] != 1:
         raise ValueError(f"beam_search takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}")
-    if isinstance(beam_width, bool) or not isinstance(beam_width, int) or beam_width < 1:
+    if isinstance(beam_width, bool) or not isinstance(beam_width, numbers.Integral) or beam_width < 1:
         raise ValueError(f"beam_width must be an int >= 1, got {beam_width!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, int) or max_new_tokens < 0:
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
     context_length = _check_model(model, use_cache)
     if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:

@@ -344,6 +344,7 @@ class GPT(nn.Module):
         ``non_embedding=True`` leaves out the token and position tables (the convention of the scaling-law
         papers; the tied matrix still does work as the output layer, so this undercounts compute).
         """
+        check_bool("non_embedding", non_embedding)
         n = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
         if non_embedding:
             n -= self.tok_emb.weight.numel()

@@ -11,6 +11,7 @@ Shapes: ``T`` positions, ``C`` embed_dim, ``H`` num_heads, ``D`` head_dim, ``S``
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Literal
 
 import torch
@@ -151,7 +152,7 @@ def sinusoidal_shift_matrix(k: int, C: int, base: float = 10000.0) -> torch.Tens
     It follows from sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b.
     M_k does not depend on t: a fixed offset is a linear map. Taught in notebook 06.
     """
-    if isinstance(k, bool) or not isinstance(k, int):
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise TypeError(f"k must be an int (an offset in positions), got {type(k).__name__}")
     omega = sinusoidal_frequencies(C, base)  # (C/2,)
     c, s = torch.cos(k * omega), torch.sin(k * omega)  # (C/2,) each

@@ -63,7 +63,7 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils._files import atomic_path, clean_stale_tmp
-from course_utils._validate import check_int, check_path, from_preset
+from course_utils._validate import check_bool, check_int, check_path, from_preset
 from course_utils.data import (
     CharTokenizer,
     ChecksumError,
@@ -613,6 +613,8 @@ context) and removes temporary files of killed saves in ``out_dir``. ``max_secon
     notices: list[str] = []
 
     # --- set-up: the output folder, the data, a resumed run, the GPU switches; all before the first step ---
+    check_bool("resume", resume)
+    check_bool("verbose", verbose)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
     out_dir = check_out_dir(out_dir, resume)

@@ -40,6 +40,7 @@ Hkv num_kv_heads, D head_dim, V vocab_size. Masks are boolean, True = may attend
 from __future__ import annotations
 
 import math
+import numbers
 from dataclasses import dataclass
 from typing import Literal
 
@@ -132,6 +133,8 @@ class GroupedQueryAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False,
                  rope: bool = False) -> None:
         super().__init__()
+        check_bool("bias", bias)
+        check_bool("rope", rope)
         _check_int("embed_dim", embed_dim)
         _check_int("num_heads", num_heads)
         _check_int("num_kv_heads", num_kv_heads)
@@ -501,7 +504,7 @@ class KVCache:
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all of that layer's keys and values (B, Hkv, S, D)."""
-        if isinstance(layer, bool) or not isinstance(layer, int) or not 0 <= layer < self.num_layers:
+        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 0 <= layer < self.num_layers:
             raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
         for name, t in (("k", k), ("v", v)):
             check_tensor(name, t, min_dim=4)

@@ -25,6 +25,7 @@ from __future__ import annotations
 import base64
 import io
 import math
+import numbers
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
@@ -34,7 +35,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from course_utils._validate import check_floating, check_number
+from course_utils._validate import check_bool, check_floating, check_number
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.masking import causal_mask, combine_masks, mask_scores, padding_mask
 from course_utils.multihead import MultiHeadAttention
@@ -236,7 +237,7 @@ def _random_weights(head_dim: int, scaling: str, n: int = 8, seed: int = 0) -> t
     """Weights (n, T, T) of random unit-variance q, k of size head_dim under one scaling (as notebook 02)."""
     if scaling not in SCALINGS:
         raise ValueError(f"scaling must be one of {list(SCALINGS)}, got {scaling!r}")
-    if isinstance(head_dim, bool) or not isinstance(head_dim, int) or head_dim < 1:
+    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral) or head_dim < 1:
         raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(n, _ENTROPY_T, head_dim, generator=g)  # (n, T, D)
@@ -322,7 +323,7 @@ def _masked_weights(kind: str, length: int, fill: str, tokens: Sequence[str], se
     T = len(tokens)
     if T < 1:
         raise ValueError("tokens must hold at least one token")
-    if isinstance(length, bool) or not isinstance(length, int) or not 0 <= length <= T:
+    if isinstance(length, bool) or not isinstance(length, numbers.Integral) or not 0 <= length <= T:
         raise ValueError(f"length (the number of real tokens) must be an int in [0, {T}], got {length!r}")
     real, pads = list(tokens[:length]), [_PAD] * (T - length)
     padded = "padding" in kind
@@ -437,7 +438,7 @@ def _head_weights(layer: MultiHeadAttention, x: torch.Tensor, head: int, causal:
                   tokens: Sequence[str]) -> torch.Tensor:
     if not isinstance(layer, MultiHeadAttention):
         raise TypeError(f"layer must be a course_utils.multihead.MultiHeadAttention, got {type(layer).__name__}")
-    if isinstance(head, bool) or not isinstance(head, int) or not 0 <= head < layer.num_heads:
+    if isinstance(head, bool) or not isinstance(head, numbers.Integral) or not 0 <= head < layer.num_heads:
         raise ValueError(f"head must be an int in [0, {layer.num_heads - 1}] (the layer has "
                          f"{layer.num_heads} heads), got {head!r}")
     if not isinstance(x, torch.Tensor):
@@ -469,6 +470,7 @@ def plot_head(
 
     Used in notebook 04.
     """
+    check_bool("causal", causal)
     weights = _head_weights(layer, x, head, causal, tokens)
     if ax is None:
         _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 1.8, 0.45 * len(tokens) + 1.2))
@@ -555,7 +557,7 @@ def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[
         raise ValueError("type a prompt of at least one character")
     L, H = model.config.num_layers, model.config.num_heads
     for name, i, n in (("layer", layer, L), ("head", head, H)):
-        if isinstance(i, bool) or not isinstance(i, int):
+        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
             raise TypeError(f"{name} must be an int in 0 .. {n - 1}, got {i!r} ({type(i).__name__})")
         if not 0 <= i < n:
             raise ValueError(f"{name} must be in 0 .. {n - 1}, got {i}")

@@ -566,3 +566,8 @@ def test_get_batch_checks_its_ints_and_generator():
         get_batch(ids, 2.0, 8)
     with pytest.raises(TypeError, match="context_length must be an int, got str"):
         get_batch(ids, 2, "8")
+
+
+def test_iter_eval_batches_wants_a_bool_drop_last():
+    with pytest.raises(TypeError, match=r"drop_last must be True or False, got 'no' \(str\)"):
+        list(iter_eval_batches(torch.arange(50), 2, 8, drop_last="no"))

@@ -450,3 +450,11 @@ def test_top_p_keep_rejects_rows_that_are_not_distributions():
     with pytest.raises(ValueError, match=r"probs must be rows of probabilities .* got min -0.5"):
         top_p_keep(torch.tensor([[-0.5, 1.5]]), 0.5)
     assert top_p_keep(torch.tensor([[0.25, 0.75]]), 0.5).tolist() == [[False, True]]
+
+
+def test_generate_takes_a_numpy_int_for_max_new_tokens():
+    import numpy as np
+
+    model = TinyDecoder(DecoderConfig(vocab_size=5, context_length=8, embed_dim=8, num_heads=2, num_layers=1))
+    out = generate(model, torch.zeros(1, 2, dtype=torch.long), np.int64(3), greedy=True)
+    assert out.shape == (1, 5)

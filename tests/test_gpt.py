@@ -396,3 +396,8 @@ def test_a_training_step_off_the_cpu_never_reads_the_ids_to_check_them():
         model.eval()(idx)
     with pytest.raises(TypeError, match="integer token ids"):  # type and shape are still checked: no read needed
         model.train()(idx.float())
+
+
+def test_num_parameters_wants_a_bool():
+    with pytest.raises(TypeError, match=r"non_embedding must be True or False, got 'yes' \(str\)"):
+        GPT(GPTConfig(**TINY)).num_parameters(non_embedding="yes")
