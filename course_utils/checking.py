@@ -195,7 +195,7 @@ def _state(x: Any) -> Any:
     if isinstance(x, torch.Tensor):
         return x.detach()
     if isinstance(x, torch.nn.Module):
-        return {k: v.detach() for k, v in x.state_dict().items()}
+        return _module_state(x)
     if isinstance(x, torch.Generator):
         return "a generator"  # drawing from a generator argument is what it is for: not an in-place change
     if isinstance(x, (list, tuple)):
@@ -205,10 +205,40 @@ def _state(x: Any) -> Any:
     return x
 
 
+class _Attributes(dict):
+    """A module's state, by attribute path: a change is named ``m.out_proj.weight``, not ``m['...']``."""
+
+
+_PLAIN = (bool, int, float, str, type(None))
+_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
+          "_load_state_dict_pre_hooks")
+
+
+def _module_state(m: torch.nn.Module) -> _Attributes:
+    """Everything a function could change in a module: each parameter's and buffer's values, dtype, device and
+    requires_grad; each submodule's training flag, plain attributes (bool, int, float, str, None, tuples of
+    them) and number of hooks."""
+    state = _Attributes()
+    for name, t in [*m.named_parameters(), *m.named_buffers()]:
+        state[name] = t.detach()
+        state[f"{name}.requires_grad"] = t.requires_grad
+    for prefix, sub in m.named_modules():
+        at = f"{prefix}." if prefix else ""
+        state[f"{at}training"] = sub.training
+        for key, value in vars(sub).items():
+            if key.startswith("_"):
+                continue
+            if isinstance(value, _PLAIN) or (isinstance(value, tuple) and all(isinstance(v, _PLAIN) for v in value)):
+                state[f"{at}{key}"] = value
+        state[f"{at}hooks"] = sum(len(getattr(sub, h, None) or ()) for h in _HOOKS)
+    return state
+
+
 def _first_change(before: Any, after: Any, name: str) -> str | None:
     """The name of the first part of an argument that differs (exactly, NaN = NaN) after the call, or None."""
     if isinstance(before, torch.Tensor):
-        if not isinstance(after, torch.Tensor) or after.shape != before.shape or after.dtype != before.dtype:
+        if not isinstance(after, torch.Tensor) or after.shape != before.shape or after.dtype != before.dtype \
+                or after.device != before.device:
             return name
         a, b = before.cpu(), after.detach().cpu()
         same = a == b
@@ -220,6 +250,17 @@ def _first_change(before: Any, after: Any, name: str) -> str | None:
             return name
         return next((c for i, (x, y) in enumerate(zip(before, after)) if (c := _first_change(x, y, f"{name}[{i}]"))),
                     None)
+    if isinstance(before, _Attributes):
+        if not isinstance(after, dict):
+            return name
+        for k in before:
+            if k not in after:
+                return f"{name}.{k}"
+            if _first_change(before[k], after[k], f"{name}.{k}"):
+                plain = isinstance(before[k], _PLAIN)
+                return f"{name}.{k}" + (f" ({before[k]!r} -> {after[k]!r})" if plain else "")
+        extra = sorted(set(after) - set(before))
+        return f"{name}.{extra[0]}" if extra else None
     if isinstance(before, dict):
         if not isinstance(after, dict) or set(after) != set(before):
             return name
@@ -236,7 +277,7 @@ def _first_change(before: Any, after: Any, name: str) -> str | None:
 def _parameter_names(fn: Callable[..., Any]) -> list[str] | None:
     try:
         params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
+    except Exception:
         return None
     return [p.name for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
 
@@ -422,7 +463,11 @@ def compare_outputs(got: Any, expected: Any, atol: float, rtol: float,
             what = (f"a {_dtype_name(got.dtype)} tensor of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor)
                     else type(got).__name__)
             return f"expected a number (a Python float or a 0-d floating tensor), got {what}"
-        return _scalar_problem(float(got), expected, atol, rtol)
+        try:
+            value = float(got)
+        except (OverflowError, ValueError, TypeError):
+            return f"expected a number near {_fmt(expected, 3)}, got one too large for a float ({str(got)[:20]}...)"
+        return _scalar_problem(value, expected, atol, rtol)
     if isinstance(expected, int):
         if isinstance(got, torch.Tensor) and got.dim() == 0 and not got.is_floating_point() \
                 and got.dtype != torch.bool:
@@ -593,14 +638,17 @@ def _draw_seed(seed: int | None) -> int:
 
 
 def _fn_name(fn: Any) -> str:
-    name = getattr(fn, "__name__", "")
-    return name if name.isidentifier() else "your_function"
+    try:
+        name = getattr(fn, "__name__", "")
+    except Exception:
+        name = ""
+    return name if isinstance(name, str) and name.isidentifier() else "your_function"
 
 
 def _signature_text(fn: Callable[..., Any]) -> str:
     try:
         params = inspect.signature(fn).parameters.values()
-    except (TypeError, ValueError):
+    except Exception:  # no signature, or a learner's object whose __signature__ itself fails
         return "(...)"
     shown = []
     for p in params:
@@ -632,7 +680,7 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
         return f"{want}, got an `async` function: define it with a plain `def`"
     try:
         sig = inspect.signature(body)  # a module's forward, not its generic __call__
-    except (TypeError, ValueError):  # a builtin without a signature: let the call say
+    except Exception:  # a builtin without a signature, or a broken __signature__: let the call say
         return None
     for args, kwargs in cases:
         try:
@@ -645,8 +693,15 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
     return None
 
 
+def _text(e: BaseException) -> str:
+    try:
+        return str(e)
+    except Exception:  # an exception whose own __str__ fails
+        return ""
+
+
 def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_case: bool) -> str:
-    first = str(e).splitlines()[0] if str(e).strip() else ""
+    first = _text(e).splitlines()[0] if _text(e).strip() else ""
     if isinstance(e, NotImplementedError) and _MISSING_FORWARD in str(e):
         return (f"on {case_name} your module has no `forward` method (torch: {first}). Check its spelling and "
                 "indentation: `def forward(self, ...)` inside the class")
@@ -699,7 +754,35 @@ def _is_old_import(e: BaseException) -> bool:
     return isinstance(e, NameError) and getattr(e, "name", None) == NotAttempted.__name__
 
 
+def _global_settings() -> tuple[torch.dtype, bool]:
+    return torch.get_default_dtype(), torch.is_grad_enabled()
+
+
+def _restore_settings(saved: tuple[torch.dtype, bool]) -> list[str]:
+    """Put back the default dtype and grad mode if the learner's function changed them; say which it changed."""
+    dtype, grad = saved
+    changed = []
+    if torch.get_default_dtype() != dtype:
+        changed.append(f"torch.set_default_dtype({torch.get_default_dtype()})")
+        torch.set_default_dtype(dtype)
+    if torch.is_grad_enabled() != grad:
+        changed.append(f"torch.set_grad_enabled({torch.is_grad_enabled()})")
+        torch.set_grad_enabled(grad)
+    return changed
+
+
 def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) -> CheckResult:
+    """Check ``fn`` against ``ex`` and return the verdict; prints nothing and raises nothing about ``fn``.
+
+    The caller's random state is the same afterwards (cases that seed torch's global generator do not move
+    the notebook's), and global settings the learner's function changes (default dtype, grad mode) are put
+    back after each call, with a note in the verdict.
+    """
+    with torch.random.fork_rng(devices=[]):
+        return _run_check(ex, fn, hint=hint, seed=seed)
+
+
+def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) -> CheckResult:
     """Check ``fn`` against ``ex`` and return the verdict; prints nothing and raises nothing about ``fn``.
 
     ``hint=2`` adds the exact fix of a recognised mistake. ``seed`` seeds the drawn cases (default: the
@@ -707,9 +790,15 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
     """
     printed = _Printed()
     details: dict[str, Any] = {}
+    settings = _global_settings()
+    put_back: list[str] = []  # global settings the learner's function changed
 
     def result(status: str, message: str, mistake: str | None = None) -> CheckResult:
         lines, more = printed.finish()
+        put_back.extend(c for c in _restore_settings(settings) if c not in put_back)
+        if put_back:
+            message += (f" (Your function called {', '.join(put_back)}, which changes every later cell too; the "
+                        "check put it back. Leave global settings alone inside a function.)")
         return CheckResult(ex.key, ex.title, status, message, mistake, details, lines, more)
 
     if isinstance(hint, bool) or hint not in (1, 2):
@@ -727,7 +816,10 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
         inputs = describe_case(ex.solution, *cases[i])
         return f"{names[i]}{inputs})" if i >= len(fixed) else f"{names[i]} ({inputs})"
 
-    unusable = _unusable(ex, fn, cases)
+    try:
+        unusable = _unusable(ex, fn, cases)
+    except Exception as e:  # looking at the learner's object failed (a property that raises, say)
+        unusable = f"the check could not look at what you passed: {type(e).__name__}: {_text(e)[:200]}"
     if unusable:
         return result(FAILED, unusable)
 
@@ -745,7 +837,10 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
         try:
             with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed), \
                     _time_limit(ex.time_limit):
-                mine.append(_run(fn, case))
+                try:
+                    mine.append(_run(fn, case))
+                finally:
+                    put_back.extend(c for c in _restore_settings(settings) if c not in put_back)
         except _TimeLimit:
             return result(FAILED, f"your function took longer than {ex.time_limit:g} s on {case_name(i)}, so "
                                   "the check stopped it: look for a loop that never ends, or work that grows "

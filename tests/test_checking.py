@@ -208,7 +208,7 @@ def test_a_module_argument_changed_in_place_fails():
             m.bias.zero_()
         return m.weight.detach() * 1
 
-    assert "changed its input `m['bias']` in place" in run_check(ex, zeroes_bias).message
+    assert "changed its input `m.bias` in place" in run_check(ex, zeroes_bias).message
 
 
 def test_the_inplace_argument_is_compared_with_the_solutions_write():
@@ -688,3 +688,98 @@ def test_another_error_is_not_blamed_on_a_mistake_that_raises():
     res = run_check(PROJECT, lambda x, w: x.reshape(7, -1) @ w)
     assert res.status == FAILED and res.mistake is None, res.message
     assert "RuntimeError" in res.message
+
+
+# ------------------------------------------------ what a tester found: modules, huge numbers, globals, RNG
+
+
+def _mha_slices(m):
+    C = m.embed_dim
+    return m.in_proj_weight.detach()[:C] * 1
+
+
+MHA = Exercise(key="99.12", title="slices", signature="slices(m)", solution=_mha_slices,
+               cases=lambda: [((torch.nn.MultiheadAttention(4, 2, batch_first=True),), {})])
+
+
+def _flip_batch_first(m):
+    m.batch_first = not m.batch_first
+    return _mha_slices(m)
+
+
+def _freeze(m):
+    m.in_proj_weight.requires_grad_(False)
+    return _mha_slices(m)
+
+
+def _toggle_training(m):
+    m.train(not m.training)
+    return _mha_slices(m)
+
+
+def _set_dropout(m):
+    m.dropout = 0.9
+    return _mha_slices(m)
+
+
+def _add_hook(m):
+    m.register_forward_hook(lambda *a: None)
+    return _mha_slices(m)
+
+
+@pytest.mark.parametrize("fn,what", [(_flip_batch_first, "m.batch_first (True -> False)"),
+                                     (_freeze, "m.in_proj_weight.requires_grad (True -> False)"),
+                                     (_toggle_training, "m.training (True -> False)"),
+                                     (_set_dropout, "m.dropout (0.0 -> 0.9)"),
+                                     (_add_hook, "m.hooks (0 -> 1)")])
+def test_a_module_changed_other_than_in_its_values_fails(fn, what):
+    res = run_check(MHA, fn)
+    assert res.status == FAILED and f"changed its input `{what}` in place" in res.message, res.message
+    assert run_check(MHA, _mha_slices).status == PASSED
+
+
+def test_a_huge_integer_for_a_number_is_a_failure_not_a_traceback():
+    ex = Exercise(key="99.13", title="half", signature="half(x) -> a number", solution=lambda x: x / 2,
+                  cases=lambda: [((3.0,), {})])
+    res = run_check(ex, lambda x: 10**400)
+    assert res.status == FAILED and "too large for a float" in res.message, res.message
+
+
+def test_a_callable_whose_signature_raises_gets_a_verdict():
+    class Bomb:
+        @property
+        def __signature__(self):
+            raise RuntimeError("sig bomb")
+
+        def __call__(self, x):
+            return x * 2
+
+    res = run_check(DOUBLE, Bomb())
+    assert res.status in (PASSED, FAILED) and "Traceback" not in res.message
+
+
+def test_global_settings_changed_by_the_learner_are_put_back_and_said():
+    def sets_float64(x):
+        torch.set_default_dtype(torch.float64)
+        return x * 2
+
+    def disables_grad(x):
+        torch.set_grad_enabled(False)
+        return x * 2
+
+    for fn, said in ((sets_float64, "set_default_dtype"), (disables_grad, "set_grad_enabled")):
+        res = run_check(DOUBLE, fn)
+        assert torch.get_default_dtype() == torch.float32 and torch.is_grad_enabled()
+        assert said in res.message and "put it back" in res.message, res.message
+    assert "put it back" not in run_check(DOUBLE, _double).message
+
+
+def test_a_check_leaves_the_callers_random_state_as_it_was():
+    def seeds(x):
+        torch.manual_seed(123)
+        return x * 2
+
+    torch.manual_seed(0)
+    before = torch.get_rng_state()
+    run_check(DOUBLE, seeds)
+    assert torch.equal(torch.get_rng_state(), before)
