@@ -875,8 +875,17 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
         if all(_same_run(a, b, ex) for a, b in zip(mine, wrong)):
             return _named(m)
     i = next(i for i, p in enumerate(problems) if p is not None)
-    tail = ("." if problems[i].startswith("your function changed its input") else
-            ". It matches none of the common mistakes this check knows; compare your steps with the text above.")
+    problem = problems[i]
+    if problem.startswith("your function changed its input"):
+        tail = "."
+    elif "expected dtype" in problem:
+        tail = (". The exercise states the dtype it wants: look for a step that changes it (a .double() or .long(), "
+                "a tensor made from Python numbers without a dtype, arithmetic with a float64 tensor).")
+    elif "expected shape" in problem:
+        tail = (". Compare your result's shape with the one the exercise states: which axis did a sum, a "
+                "transpose or a matrix product remove, add or swap?")
+    else:
+        tail = ". It matches none of the common mistakes this check knows; compare your steps with the text above."
     if hint == 2:
         tail += " (No exact fix to show: this check does not recognise the mistake.)"
     return result(FAILED, f"on {case_name(i)}: {problems[i]}{tail}")

@@ -783,3 +783,11 @@ def test_a_check_leaves_the_callers_random_state_as_it_was():
     before = torch.get_rng_state()
     run_check(DOUBLE, seeds)
     assert torch.equal(torch.get_rng_state(), before)
+
+
+def test_a_dtype_or_shape_problem_teaches_instead_of_saying_no_mistake_matches():
+    res = run_check(DOUBLE, lambda x: (x * 2).double())
+    assert "expected dtype" in res.message and "states the dtype it wants" in res.message
+    assert "matches none of the common mistakes" not in res.message
+    res = run_check(DOUBLE, lambda x: (x * 2)[None])
+    assert "expected shape" in res.message and "matches none of the common mistakes" not in res.message
