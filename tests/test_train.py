@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import random
 import re
 import runpy
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from strategies import practice_text
 
 from course_utils.data import (
     CORPUS_SHA256,
@@ -52,11 +52,8 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny mo
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory) -> Path:
     """About 12k characters of simple, learnable text (no network, nothing from outside the repository)."""
-    rng = random.Random(0)
-    words = "to be or not that is the question whether tis nobler in mind suffer slings arrows".split()
-    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + "." for _ in range(400)]
     path = tmp_path_factory.mktemp("data") / "text.txt"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(practice_text(400))
     return path
 
 

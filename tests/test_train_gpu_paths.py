@@ -11,11 +11,11 @@ run at all. The two tests that compile (about 20-40 s together on 2 cores with a
 from __future__ import annotations
 
 import importlib.util
-import random
 from pathlib import Path
 
 import pytest
 import torch
+from strategies import practice_text
 
 from course_utils import train as train_module
 from course_utils.train import (
@@ -47,11 +47,8 @@ QUICK = dict(max_steps=4, batch_size=8, warmup_steps=2, learning_rate=1e-2, min_
 @pytest.fixture(scope="module")
 def text_file(tmp_path_factory) -> Path:
     """About 20k characters of simple text: enough for the gpu preset's context of 256 in both splits."""
-    rng = random.Random(0)
-    words = "to be or not that is the question whether tis nobler in mind suffer slings arrows".split()
-    lines = [" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + "." for _ in range(600)]
     path = tmp_path_factory.mktemp("data") / "text.txt"
-    path.write_text("\n".join(lines) + "\n")
+    path.write_text(practice_text(600))
     return path
 
 
