@@ -1,7 +1,7 @@
 """Settings for every test run from this folder (tests/, and nbval over notebooks/ and solutions/).
 
-Notebook 08 trains a model; under test it runs its smallest size unless told otherwise, so that the
-whole suite stays within minutes on a 2-core CPU (set COURSE_08_SIZE=cpu or gpu to test a bigger run).
+Notebook 09 trains a model; under test it runs its smallest size unless told otherwise, so that the
+whole suite stays within minutes on a 2-core CPU (set COURSE_GPT_SIZE=cpu or gpu to test a bigger run).
 It trains into a fresh folder for each test process (COURSE_RUNS_DIR, removed at exit): a run left in
 `runs/` by an earlier test run, or by another pass running at the same time (the learner copy and the
 solution on two pytest-xdist workers, the passes under other CPU kernels), is never resumed instead of
@@ -14,7 +14,7 @@ import os
 import shutil
 import tempfile
 
-os.environ.setdefault("COURSE_08_SIZE", "ci")
+os.environ.setdefault("COURSE_GPT_SIZE", "ci")
 
 _OWNER = "COURSE_RUNS_DIR_OWNER"  # the pid of the test process that made COURSE_RUNS_DIR
 if "COURSE_RUNS_DIR" not in os.environ or os.environ.get(_OWNER, str(os.getpid())) != str(os.getpid()):

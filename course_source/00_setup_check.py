@@ -17,7 +17,7 @@ all_ok = print_report()
 # %% [markdown]
 # ## Your device
 #
-# Notebooks 01 to 07 run on any laptop CPU in seconds to minutes. Notebook 08 trains a tiny GPT: on a
+# Notebooks 01 to 07 run on any laptop CPU in seconds to minutes. Notebook 09 trains a tiny GPT: on a
 # CPU it trains a smaller model, on a GPU (CUDA, or Apple's MPS) the full one. The cell below runs one
 # matrix product on the device the course will use.
 

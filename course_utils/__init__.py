@@ -25,7 +25,7 @@ Einsum letters are the same in lower case, with i, j for query and key positions
 
 Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
 ``multihead`` (04-05), ``positional`` and ``length_generalisation`` (06), ``variants`` and
-``generation`` (07), ``data``, ``gpt``, ``train``, ``runs`` and ``attention_view`` (08); beside them
+``generation`` (07), ``data``, ``gpt``, ``train``, ``runs`` and ``attention_view`` (09); beside them
 ``plotting`` and ``widgets`` (pictures and explorers), ``exercises`` and ``checking`` (the checks behind
 every exercise), ``grade`` (``python3 course.py check``), ``environment`` (the setup check), ``build``
 (notebooks from ``course_source/``), ``reset`` and ``room`` (learners' resets, workshop rooms) and

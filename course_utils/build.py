@@ -102,13 +102,13 @@ def make_notebook(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbformat.NotebookNode:
-    """Run every cell in a fresh kernel of the current environment, as nbval will (notebook 08 at its CI size,
+    """Run every cell in a fresh kernel of the current environment, as nbval will (notebook 09 at its CI size,
     trained afresh in a temporary runs folder, never resumed from a run left in runs/)."""
     import tempfile
 
     from nbclient import NotebookClient
 
-    os.environ.setdefault("COURSE_08_SIZE", "ci")  # the kernel inherits it: committed outputs come from a quick run
+    os.environ.setdefault("COURSE_GPT_SIZE", "ci")  # the kernel inherits it: committed outputs come from a quick run
     with tempfile.TemporaryDirectory(prefix="course-build-runs-") as runs:
         saved = os.environ.get("COURSE_RUNS_DIR")
         os.environ["COURSE_RUNS_DIR"] = runs
@@ -130,7 +130,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbforma
 
 def _merge_streams(outputs: list) -> list:
     """Join consecutive stdout (or stderr) outputs into one, as Jupyter shows them: text streamed a character
-    at a time (notebook 08's samples) would otherwise be stored as hundreds of outputs."""
+    at a time (notebook 09's samples) would otherwise be stored as hundreds of outputs."""
     merged: list = []
     for out in outputs:
         if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"

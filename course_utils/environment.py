@@ -128,7 +128,7 @@ def environment_report() -> list[Requirement]:
         reqs.append(Requirement("torch", True, torch.__version__))
         dev = best_device()
         detail = {"cuda": "CUDA GPU: " + (torch.cuda.get_device_name(0) if dev == "cuda" else ""),
-                  "mps": "Apple GPU (MPS)", "cpu": "CPU only: every notebook runs; 08 trains a smaller model"}[dev]
+                  "mps": "Apple GPU (MPS)", "cpu": "CPU only: every notebook runs; 09 trains a smaller model"}[dev]
         reqs.append(Requirement("device", True, detail))
     except Exception as e:  # a broken torch install shows up here, not as a traceback
         reqs.append(Requirement("torch", False, f"cannot import: {e}", reinstall))
@@ -141,9 +141,9 @@ def environment_report() -> list[Requirement]:
         from course_utils import data
 
         data.verify()
-        reqs.append(Requirement("data for notebook 08", True, f"{data.corpus_path()} (checksum OK)"))
+        reqs.append(Requirement("data for notebook 09", True, f"{data.corpus_path()} (checksum OK)"))
     except Exception as e:  # missing or damaged: say how to get it; notebooks 01-07 do not need it
-        reqs.append(Requirement("data for notebook 08", False, str(e).split(":")[0],
+        reqs.append(Requirement("data for notebook 09", False, str(e).split(":")[0],
                                 "run `python -m course_utils.data fetch` once with internet (notebooks 01-07 "
                                 "work without it)"))
     try:

@@ -260,7 +260,7 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
     cost); smaller values re-prefill less often and see less context. Without a cache ``on_full`` has
     no effect.
 
-    The model is put in eval mode. Taught in notebook 07; notebook 08 streams text with it.
+    The model is put in eval mode. Taught in notebook 07; notebook 09 streams text with it.
     """
     _check_idx(idx)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:

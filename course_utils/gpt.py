@@ -1,4 +1,4 @@
-"""A tiny GPT, assembled from the course's own pieces: the model notebook 08 trains.
+"""A tiny GPT, assembled from the course's own pieces: the model notebook 09 trains.
 
 Read top to bottom: the configuration (:class:`GPTConfig`, with named presets), causal self-attention
 (:class:`CausalSelfAttention`, the course's :class:`~course_utils.multihead.MultiHeadAttention` with a causal

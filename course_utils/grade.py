@@ -179,7 +179,7 @@ def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=Non
         report = Path(tmp) / "report.jsonl"
         report.touch()
         env = dict(os.environ, **{REPORT_ENV: str(report)})
-        env.setdefault("COURSE_08_SIZE", "ci")  # checking exercises needs no full training run of notebook 08
+        env.setdefault("COURSE_GPT_SIZE", "ci")  # checking exercises needs no full training run of notebook 09
         client = NotebookClient(nb, km=_kernel_manager(), timeout=timeout, shutdown_kernel="immediate",
                                 resources={"metadata": {"path": str(path.parent)}})
         seen = 0

@@ -1,6 +1,6 @@
 """Pictures of attention: heatmaps of weights with token labels, one head or many.
 
-Used from notebook 01 on; later notebooks (08) reuse them for a trained model.
+Used from notebook 01 on; later notebooks (09) reuse them for a trained model.
 """
 
 from __future__ import annotations
@@ -104,7 +104,7 @@ def plot_heads(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Notebook 08: a trained character-level GPT
+# Notebook 09: a trained character-level GPT
 # ---------------------------------------------------------------------------------------------------------
 
 _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
@@ -129,7 +129,7 @@ def plot_attention_maps(
         maps: a list over layers of (1, H, T, T) or (H, T, T) weights (``GPT.attention_maps``); labels: T
 
     Rows are queries, columns keys; the upper triangle is empty because the model is causal. Used in
-    notebook 08.
+    notebook 09.
     """
     if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence):
         raise TypeError(f"maps must be a list of per-layer weights, as GPT.attention_maps returns, "
@@ -180,7 +180,7 @@ def plot_loss_curve(
     """Training loss per step (light), its running mean over ``smooth`` steps, evaluations, and baselines.
 
     ``history`` holds the loss of every step; ``evals`` rows ``(step, train_loss, val_loss)``; ``baselines``
-    draws a dashed line per name (e.g. the unigram model). Used in notebook 08.
+    draws a dashed line per name (e.g. the unigram model). Used in notebook 09.
     """
     if isinstance(history, str) or not hasattr(history, "__len__"):
         raise TypeError(f"history must be a list of losses, one per step, got {type(history).__name__}")

@@ -10,7 +10,7 @@ Command line (``python3 course.py room`` and ``python3 course.py package`` call 
 
 ``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room
 needs the internet: ``wheels/`` (``pip download`` of requirements.txt, for this machine's platform and
-Python unless told others), ``datasets/`` (the corpus of notebook 08, from ``course_utils.data fetch``),
+Python unless told others), ``datasets/`` (the corpus of notebook 09, from ``course_utils.data fetch``),
 ``course-learner.zip`` (the course without solutions) and ``README.txt`` (what to do on each laptop). Copy
 DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each
 laptop: ``python3 course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with

@@ -1,10 +1,10 @@
-"""Notebook 08's training runs: how big a run is on each machine, what it should reach, and a baseline to beat.
+"""Notebook 09's training runs: how big a run is on each machine, what it should reach, and a baseline to beat.
 
 Reading order: the run sizes (:data:`RUN_SIZES`, :func:`choose_size`), the simplest model worth beating
 (:func:`unigram_loss`: predict every character by its frequency), and the written expectations per size and
 device (:data:`EXPECTATIONS`, :func:`check_expectations`), which the notebook checks against what happened.
 
-One switch sizes notebook 08: ``COURSE_08_SIZE`` (``ci``, ``cpu`` or ``gpu``). Unset, it is ``gpu`` on a
+One switch sizes notebook 09: ``COURSE_GPT_SIZE`` (``ci``, ``cpu`` or ``gpu``). Unset, it is ``gpu`` on a
 CUDA machine and ``cpu`` elsewhere (Apple's MPS included). ``python3 course.py test`` sets ``ci``, so CI runs
 the whole notebook on a CPU in a minute or two.
 """
@@ -24,7 +24,8 @@ from course_utils.train import TrainConfig
 __all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "unigram_loss", "Expectation",
            "EXPECTATIONS", "check_expectations"]
 
-SIZE_ENV = "COURSE_08_SIZE"
+SIZE_ENV = "COURSE_GPT_SIZE"
+OLD_SIZE_ENV = "COURSE_08_SIZE"  # its name before the split of notebook 07 made the tiny GPT notebook 09
 RUNS_ENV = "COURSE_RUNS_DIR"
 
 
@@ -51,8 +52,11 @@ RUN_SIZES: dict[str, RunSize] = {
 
 
 def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
-    """``COURSE_08_SIZE`` if set, else ``gpu`` on CUDA and ``cpu`` anywhere else; ValueError for an unknown size."""
+    """``COURSE_GPT_SIZE`` if set, else ``gpu`` on CUDA and ``cpu`` anywhere else; ValueError for an unknown size."""
     env = os.environ if environ is None else environ
+    if env.get(OLD_SIZE_ENV, "").strip() and not env.get(SIZE_ENV, "").strip():
+        raise ValueError(f"{OLD_SIZE_ENV} was renamed {SIZE_ENV} when the tiny GPT became notebook 09; "
+                         f"set {SIZE_ENV}={env[OLD_SIZE_ENV].strip()} instead")
     size = env.get(SIZE_ENV, "").strip()
     if size:
         if size not in RUN_SIZES:
@@ -62,7 +66,7 @@ def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
 
 
 def runs_dir(environ: dict[str, str] | None = None) -> Path:
-    """Where notebook 08 keeps its runs: ``COURSE_RUNS_DIR`` if set (the test suite sets a fresh one, so every
+    """Where notebook 09 keeps its runs: ``COURSE_RUNS_DIR`` if set (the test suite sets a fresh one, so every
     test run trains instead of resuming an earlier run), else ``runs/`` in the course folder."""
     env = os.environ if environ is None else environ
     where = env.get(RUNS_ENV, "").strip()
@@ -77,7 +81,7 @@ def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int
 
     Counts get add-one (Laplace) smoothing, so a character that never occurs in training still has a small
     probability and the loss stays finite. A model that ignores the context cannot do better on average;
-    anything trained worse than this has learned nothing. Taught in notebook 08 (exercise 08.2).
+    anything trained worse than this has learned nothing. Taught in notebook 09 (exercise 09.2).
     """
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
         if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point() or ids.numel() == 0:
@@ -100,7 +104,7 @@ class Expectation:
     source: str
 
 
-# Measured on the course corpus (datasets/shakespeare.txt) with notebook 08's training cell; see
+# Measured on the course corpus (datasets/shakespeare.txt) with notebook 09's training cell; see
 # benchmarks/TRAINING.md for the commands and machines. Ranges leave room for other machines and loads.
 EXPECTATIONS: dict[tuple[str, str], Expectation] = {
     ("ci", "cpu"): Expectation((2.00, 2.40), (5, 180),

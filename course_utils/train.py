@@ -1,4 +1,4 @@
-"""Train the tiny GPT of notebook 08: one readable loop for the notebook and for the command line.
+"""Train the tiny GPT of notebook 09: one readable loop for the notebook and for the command line.
 
 Reading order: the training settings (:class:`TrainConfig`, with presets named like the model's), the
 learning-rate schedule (:func:`learning_rate`), checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`),
@@ -280,7 +280,7 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
 
     It leaves out the optimizer and random states (two thirds of a checkpoint), so it cannot resume a run;
     ``provenance`` (the command, device, date, figures) is stored with it. Written atomically; read it back
-    with :func:`load_model`. Used by ``--export``; notebook 08 loads the course's committed one.
+    with :func:`load_model`. Used by ``--export``; notebook 09 loads the course's committed one.
     """
     state = load_checkpoint(checkpoint)
     slim = {"format": _MODEL_FORMAT, "model": state["model"], "model_config": state["model_config"],

@@ -17,7 +17,7 @@ Read top to bottom, in the order notebook 07 teaches it:
 
 The cache / generation protocol
 -------------------------------
-Any decoder-only model (notebook 08's GPT included) works with :mod:`course_utils.generation` if it has
+Any decoder-only model (notebook 09's GPT included) works with :mod:`course_utils.generation` if it has
 
 - ``context_length: int``, the longest sequence it can see (learned positions, or the cache's capacity);
 - ``new_cache() -> KVCache``, an empty cache with ``num_layers`` slots and capacity ``context_length``;
@@ -487,7 +487,7 @@ class KVCache:
     + T - 1`` of that layer and returns the valid part, (B, Hkv, length + T, D). ``length`` is the number
     of positions every layer has stored (it grows once all layers have appended). The buffers are
     allocated on the first update, with its batch size, heads, head_dim, dtype and device. Taught in
-    notebook 07; used by notebook 08's generation.
+    notebook 07; used by notebook 09's generation.
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
@@ -615,7 +615,7 @@ class TinyDecoder(nn.Module):
 
     Token embedding (+ learned positions, or RoPE inside attention), ``num_layers`` pre-norm blocks of
     grouped-query attention (optionally sliding-window) and an MLP, a final LayerNorm and a linear LM head.
-    Taught in notebook 07; notebook 08 trains a GPT with the same protocol.
+    Taught in notebook 07; notebook 09 trains a GPT with the same protocol.
     """
 
     def __init__(self, cfg: DecoderConfig) -> None:

@@ -17,7 +17,7 @@ driven and tested from plain Python, without a browser or a kernel:
 >>> ex.control("mask").value = "causal"       # doctest: +SKIP
 >>> ex.caption                                # doctest: +SKIP
 
-Used in notebooks 01 (lookup), 02 (entropy), 03 (mask), 04 (head) and 08 (a trained GPT's heads).
+Used in notebooks 01 (lookup), 02 (entropy), 03 (mask), 04 (head) and 09 (a trained GPT's heads).
 """
 
 from __future__ import annotations
@@ -542,7 +542,7 @@ def head_explorer(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Notebook 08: the heads of a trained GPT
+# Notebook 09: the heads of a trained GPT
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -576,7 +576,7 @@ def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) 
     Shape:
         prompt: T characters (the last context_length are used) -> a (T, T) heatmap
 
-    Used in notebook 08.
+    Used in notebook 09.
     """
     w, text = _gpt_weights(model, tokenizer, prompt, layer, head)
     labels = char_labels(text)
@@ -593,7 +593,7 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
 
     Controls: ``layer`` (0 .. L - 1), ``head`` (0 .. H - 1), ``prompt`` (a text box; the change applies on
     Enter or when the box loses focus). A prompt with characters the model never saw shows the
-    tokenizer's message instead of a picture. Draws :func:`plot_gpt_head`. Used in notebook 08.
+    tokenizer's message instead of a picture. Draws :func:`plot_gpt_head`. Used in notebook 09.
     """
     _gpt_weights(model, tokenizer, prompt, 0, 0)  # a bad model, tokenizer or prompt fails here, not in the widget
     layer = widgets.IntSlider(value=0, min=0, max=model.config.num_layers - 1, description="layer",

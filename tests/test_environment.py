@@ -144,7 +144,7 @@ def test_environment_report_missing_data_has_a_fix(monkeypatch, tmp_path):
     from course_utils import data
 
     monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)  # an empty datasets folder: no corpus yet
-    req = {r.name: r for r in environment_report()}["data for notebook 08"]
+    req = {r.name: r for r in environment_report()}["data for notebook 09"]
     assert not req.ok
     assert "not there yet" in req.detail
     assert "python -m course_utils.data fetch" in req.fix

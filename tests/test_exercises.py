@@ -484,7 +484,7 @@ WRONG = {
     "06.3": [_alibi_float64],
     "07.3": [_nucleus_divides_in_place],
     "07.4": [_append_returns_cat],
-    "08.1": [_windows_float_ids, _windows_ids_plus],
+    "09.1": [_windows_float_ids, _windows_ids_plus],
 }
 
 
@@ -772,9 +772,9 @@ RIGHT = {
     "07.2": [_repeat_expand],
     "07.3": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
     "07.4": [_append_copy],
-    "08.1": [_windows_unfold],
-    "08.2": [_unigram_counter],
-    "08.3": [_lr_float32, _lr_branches],
+    "09.1": [_windows_unfold],
+    "09.2": [_unigram_counter],
+    "09.3": [_lr_float32, _lr_branches],
 }
 
 
@@ -800,4 +800,4 @@ def test_the_instructor_guide_table_lists_each_exercise_mistakes_and_what_it_enf
         assert f"{ex.time_limit:g} s per case" in row and "drawn cases" in row
         assert ("writes into `cache` (checked)" in row) == (ex.inplace is not None), row
     assert "returns bool, dtype checked" in rows["03.1"] and "returns float32, dtype checked" in rows["02.1"]
-    assert "returns a number" in rows["08.3"] and "int64, int64" in rows["08.1"]
+    assert "returns a number" in rows["09.3"] and "int64, int64" in rows["09.1"]

@@ -45,11 +45,11 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "ulps either side of the reference's float32 cumsum, so no case can check that edge without failing "
         "correct answers (exact binary fractions need tied probabilities, whose order the sort may break "
         "either way)",
-    ("08.3", "p = (warmup_steps - step) / (max_steps - warmup_steps)"):
+    ("09.3", "p = (warmup_steps - step) / (max_steps - warmup_steps)"):
         "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
-    ("08.3", "p = (step - warmup_steps) / (warmup_steps - max_steps)"):
+    ("09.3", "p = (step - warmup_steps) / (warmup_steps - max_steps)"):
         "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
-    ("08.3", "if step > max_steps:"):
+    ("09.3", "if step > max_steps:"):
         "at step == max_steps the cosine branch gives p = 1 and min_lr + 0.5 * (1 + cos(pi)) * (...) = min_lr "
         "exactly (math.cos(math.pi) is exactly -1.0), which is what the step >= max_steps branch returns",
 }

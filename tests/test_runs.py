@@ -1,4 +1,4 @@
-"""Notebook 08's run sizes, unigram baseline and written expectations."""
+"""Notebook 09's run sizes, unigram baseline and written expectations."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def test_choose_size_follows_the_switch_then_the_device():
     assert choose_size("cuda", {}) == "gpu" and choose_size("cuda:1", {}) == "gpu"
     assert choose_size("cpu", {}) == "cpu" and choose_size("mps", {}) == "cpu"
     assert choose_size("cuda", {SIZE_ENV: "ci"}) == "ci"
-    with pytest.raises(ValueError, match=r"COURSE_08_SIZE='huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"):
+    with pytest.raises(ValueError, match=r"COURSE_GPT_SIZE='huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"):
         choose_size("cpu", {SIZE_ENV: "huge"})
 
 
@@ -92,8 +92,8 @@ def test_runs_dir_follows_the_environment(tmp_path):
     assert runs_dir({}).name == "runs" and (runs_dir({}).parent / "course_utils").is_dir()
 
 
-def test_each_test_process_trains_notebook_08_into_a_fresh_folder():
-    """Under pytest (and each xdist worker) notebook 08's runs go to a temporary folder of this process,
+def test_each_test_process_trains_notebook_09_into_a_fresh_folder():
+    """Under pytest (and each xdist worker) notebook 09's runs go to a temporary folder of this process,
     so no earlier or concurrent run in runs/ is resumed in its place."""
     import os
     import tempfile
@@ -102,3 +102,9 @@ def test_each_test_process_trains_notebook_08_into_a_fresh_folder():
 
     assert os.environ.get("COURSE_RUNS_DIR_OWNER") == str(os.getpid())
     assert str(runs_dir()).startswith(tempfile.gettempdir())
+
+
+def test_the_old_name_of_the_size_switch_says_its_new_name():
+    with pytest.raises(ValueError, match=r"COURSE_08_SIZE was renamed COURSE_GPT_SIZE .* set COURSE_GPT_SIZE=ci instead"):
+        choose_size("cpu", {"COURSE_08_SIZE": "ci"})
+    assert choose_size("cpu", {"COURSE_08_SIZE": "ci", "COURSE_GPT_SIZE": "gpu"}) == "gpu"

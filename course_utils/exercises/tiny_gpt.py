@@ -1,4 +1,4 @@
-"""Exercises of notebook 08 (a tiny GPT): cut training windows, score the unigram baseline, schedule the
+"""Exercises of notebook 09 (a tiny GPT): cut training windows, score the unigram baseline, schedule the
 learning rate.
 
 Each reference solution is built from :mod:`course_utils.data`, :mod:`course_utils.runs` and
@@ -21,7 +21,7 @@ from course_utils.train import TrainConfig, learning_rate
 __all__ = ["EXERCISES"]
 
 
-# --- 08.1 training windows --------------------------------------------------------------------------
+# --- 09.1 training windows --------------------------------------------------------------------------
 
 def _windows_solution(data: torch.Tensor, starts: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
     idx = starts[:, None] + torch.arange(T + 1)  # (B, T + 1)
@@ -75,7 +75,7 @@ def _windows_swapped(data, starts, T):
     return y, x
 
 
-# --- 08.2 the unigram baseline ----------------------------------------------------------------------
+# --- 09.2 the unigram baseline ----------------------------------------------------------------------
 
 def _unigram_solution(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:
     return unigram_loss(train_ids, val_ids, vocab_size)
@@ -127,7 +127,7 @@ def _unigram_entropy_of_train(train_ids, val_ids, vocab_size):
     return float(-(logp.exp() * logp).sum())  # the entropy of the training distribution, not a score on val
 
 
-# --- 08.3 warmup and cosine decay -------------------------------------------------------------------
+# --- 09.3 warmup and cosine decay -------------------------------------------------------------------
 
 def _lr_solution(step: int, warmup_steps: int, max_steps: int, max_lr: float, min_lr: float) -> float:
     cfg = TrainConfig(max_steps=max_steps, warmup_steps=warmup_steps, learning_rate=max_lr, min_lr=min_lr)
@@ -190,7 +190,7 @@ def _lr_linear(step, warmup_steps, max_steps, max_lr, min_lr):
 
 EXERCISES = (
     Exercise(
-        key="08.1",
+        key="09.1",
         title="training windows",
         signature="make_windows(data, starts, T) -> (x, y), each (B, T) of data's dtype: y is x shifted one token ahead",
         solution=_windows_solution,
@@ -214,7 +214,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        key="08.2",
+        key="09.2",
         title="the unigram baseline",
         signature="unigram_baseline(train_ids, val_ids, vocab_size) -> float, nats per character",
         solution=_unigram_solution,
@@ -241,7 +241,7 @@ EXERCISES = (
         atol=1e-6,
     ),
     Exercise(
-        key="08.3",
+        key="09.3",
         title="warmup and cosine decay",
         signature="lr_at(step, warmup_steps, max_steps, max_lr, min_lr) -> float",
         solution=_lr_solution,

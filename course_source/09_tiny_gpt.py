@@ -1,5 +1,5 @@
 # %% [markdown]
-# # 08 A tiny GPT: from text to a trained model to samples to attention pictures
+# # 09 A tiny GPT: from text to a trained model to samples to attention pictures
 #
 # Everything from notebooks 01-07 in one model. We take 36 plays by Shakespeare, turn the characters into
 # numbers, build a small GPT out of the course's own attention, train it for real, let it write, and
@@ -23,7 +23,7 @@
 #
 # **Time:** about 60 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
 # training) or a GPU (nanoGPT's "baby Shakespeare" model). One switch sizes the run: the environment
-# variable `COURSE_08_SIZE` (`ci`, `cpu` or `gpu`); unset, it picks `gpu` on a CUDA machine and `cpu`
+# variable `COURSE_GPT_SIZE` (`ci`, `cpu` or `gpu`); unset, it picks `gpu` on a CUDA machine and `cpu`
 # anywhere else. CI runs the `ci` size, which trains in well under a minute.
 #
 # **Shapes**: `B` batch, `T` context length, `C` embed_dim, `H` num_heads, `D` head_dim, `V` vocab_size.
@@ -121,7 +121,7 @@ assert torch.equal(x[0, 1:], y[0, :-1])  # y is x shifted by one
 # The loss is the cross-entropy of the next character, in nats. Two models that ignore the context set
 # the bar: guessing uniformly among `V` characters costs `ln V`; guessing by each character's frequency
 # in the training text (the **unigram** model) costs its cross-entropy on the validation text. You write
-# it yourself in exercise 08.2; here is the reference.
+# it yourself in exercise 09.2; here is the reference.
 
 # %%
 uniform = math.log(V)
@@ -201,7 +201,7 @@ print(tokenizer.decode(before[0]))
 # `course_utils.train.train` is the loop of `python -m course_utils.train` (the command line runs exactly
 # this). Each step draws a batch of random windows, computes the loss, backpropagates, clips the gradient
 # norm to 1, and takes an AdamW step whose learning rate warms up linearly, then follows a cosine down to
-# a tenth (exercise 08.3 rebuilds it):
+# a tenth (exercise 09.3 rebuilds it):
 
 # %%
 cfg = RUN.training
@@ -272,7 +272,7 @@ def pull_the_plug_at(step):
     return callback
 
 
-scratch = Path(tempfile.mkdtemp(prefix="course-08-"))
+scratch = Path(tempfile.mkdtemp(prefix="course-09-"))
 small = TrainConfig.preset("tiny", max_steps=60, batch_size=8, log_interval=1, eval_interval=60,
                            checkpoint_interval=20)
 whole = train("tiny", corpus_path(), scratch / "whole", small, device="cpu")
@@ -418,7 +418,7 @@ model_view(maps, labels)
 # one GPU, with bfloat16 autocast, `torch.compile`, fused AdamW and the flash attention kernel:
 #
 # ```bash
-# COURSE_08_SIZE=gpu python3 course.py lab        # this notebook, gpu size
+# COURSE_GPT_SIZE=gpu python3 course.py lab        # this notebook, gpu size
 # .venv/bin/python -m course_utils.train --preset gpu --data datasets/shakespeare.txt --out runs/gpu
 # .venv/bin/python -m course_utils.train --preset gpu --data datasets/shakespeare.txt --out runs/gpu --resume
 # .venv/bin/torchrun --nproc_per_node=4 -m course_utils.train --preset gpu --data datasets/shakespeare.txt --out runs/ddp
@@ -432,7 +432,7 @@ model_view(maps, labels)
 # %% [markdown]
 # ## 10. Exercises
 #
-# ### Exercise 08.1: training windows
+# ### Exercise 09.1: training windows
 #
 # `data` is a 1-D tensor of token ids and `starts` a tensor of `B` start positions. Return `x` and `y`,
 # each `(B, T)`: `x[b]` is the window of `T` ids at `starts[b]`, and `y[b]` the ids one position later
@@ -448,10 +448,10 @@ def make_windows(data, starts, T):
     ### END SOLUTION
 
 
-check("08.1", make_windows)
+check("09.1", make_windows)
 
 # %% [markdown]
-# ### Exercise 08.2: the unigram baseline
+# ### Exercise 09.2: the unigram baseline
 #
 # Write `unigram_baseline(train_ids, val_ids, vocab_size)`: count each character in `train_ids`, add one
 # to every count (so a character never seen in training keeps a small probability), normalise to
@@ -466,10 +466,10 @@ def unigram_baseline(train_ids, val_ids, vocab_size):
     ### END SOLUTION
 
 
-check("08.2", unigram_baseline)
+check("09.2", unigram_baseline)
 
 # %% [markdown]
-# ### Exercise 08.3: warmup and cosine decay
+# ### Exercise 09.3: warmup and cosine decay
 #
 # Write `lr_at(step, warmup_steps, max_steps, max_lr, min_lr)` (steps count from 0):
 #
@@ -492,7 +492,7 @@ def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
     ### END SOLUTION
 
 
-check("08.3", lr_at)
+check("09.3", lr_at)
 
 # %% [markdown]
 # ## Summary
