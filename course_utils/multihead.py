@@ -10,13 +10,16 @@ between them so notebook 04 can show it.
 from __future__ import annotations
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from course_utils._validate import (
     check_bool,
     check_bool_mask,
     check_embedded,
+    check_floating,
     check_fraction,
+    check_matches_module,
     check_positive_int,
     check_tensor,
 )
@@ -44,6 +47,17 @@ def _check_input(x: torch.Tensor, module: nn.Module, need_weights: object) -> No
     """x must be (B, T, C) with the dtype and device of the module's weights; need_weights a bool."""
     check_embedded("x", x, module.embed_dim, module)
     check_bool("need_weights", need_weights)
+
+
+def _check_memory(memory: object, x: torch.Tensor, module: nn.Module) -> None:
+    """memory must be a floating (B, S, C) tensor with x's batch size B, S >= 1, and the module's dtype and device."""
+    check_tensor("memory", memory, min_dim=3)
+    check_floating("memory", memory)
+    B, C = x.shape[0], module.embed_dim
+    if memory.dim() != 3 or memory.shape[0] != B or memory.shape[1] == 0 or memory.shape[2] != C:
+        raise ValueError(f"memory must have shape (B={B}, S >= 1, C={C}) for x of shape {tuple(x.shape)}, "
+                         f"got {tuple(memory.shape)}")
+    check_matches_module("memory", memory, module)
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -223,11 +237,12 @@ class MultiHeadAttentionEinsum(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head self-attention with one packed q, k, v projection: the module the course builds on.
+    """Multi-head attention with one packed q, k, v projection: the module the course builds on.
 
     Shape:
-        x: (B, T, C), mask: bool broadcastable to (B, H, T, T), True = may attend
-        -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
+        x: (B, T, C), mask: bool broadcastable to (B, H, T, S), True = may attend
+        -> out: (B, T, C)  (weights: (B, H, T, S) when ``need_weights=True``)
+        memory: (B, S, C) for cross-attention; without it S = T and the keys and values come from x
 
     ``qkv_proj`` is Linear(C, 3C) with q, k, v stacked in that order, ``out_proj`` is Linear(C, C):
     the same layout as ``nn.MultiheadAttention``'s ``in_proj_weight`` and ``out_proj``, so
@@ -237,6 +252,11 @@ class MultiHeadAttention(nn.Module):
     A padding mask from :func:`course_utils.masking.padding_mask` is (B, S): pass it as
     ``m[:, None, None, :]``. As ``m[:, None, :]`` it would line up its batch axis with the heads,
     which raises an error unless B == H, and then silently gives batch b's mask to head b.
+
+    Cross-attention (``memory`` given, notebook 05): the queries come from ``x`` through the first C rows
+    of ``qkv_proj``, the keys and values from ``memory`` through the other 2C rows, as
+    ``nn.MultiheadAttention(x, memory, memory)`` does with its ``in_proj_weight``. The memory has the
+    width C (``kdim == vdim == embed_dim``): the one layout whose weights copy straight across.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0) -> None:
@@ -247,17 +267,28 @@ class MultiHeadAttention(nn.Module):
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False, *,
+                memory: torch.Tensor | None = None):
         _check_input(x, self, need_weights)
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
-        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
+        if memory is None:  # self-attention: queries, keys and values all from x
+            q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
+        else:  # cross-attention: queries from x, keys and values from the memory
+            _check_memory(memory, x, self)
+            C = self.embed_dim
+            w_q, w_kv = self.qkv_proj.weight.split([C, 2 * C])  # (3C, C) -> (C, C), (2C, C)
+            b = self.qkv_proj.bias
+            b_q, b_kv = (None, None) if b is None else b.split([C, 2 * C])  # (3C,) -> (C,), (2C,)
+            q = F.linear(x, w_q, b_q)  # (B, T, C) -> (B, T, C)
+            k, v = F.linear(memory, w_kv, b_kv).chunk(2, dim=-1)  # (B, S, C) -> (B, S, 2C) -> 2 x (B, S, C)
+        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T or S, C) -> (B, H, T or S, D)
         p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A module computing exactly what ``m`` computes for self-attention (query = key = value).
+        """A module computing exactly what ``m`` computes: ``ours(x)`` is ``m(x, x, x)``, and
+        ``ours(x, memory=mem)`` is ``m(x, mem, mem)`` (cross-attention).
 
         ``m.batch_first`` only changes how ``m`` wants its input laid out; ours is always (B, T, C).
         """

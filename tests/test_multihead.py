@@ -113,6 +113,106 @@ def test_from_torch_matches_nn_multihead_attention(s):
     torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T, dtype=s["dtype"]), **tol(s["dtype"]))
 
 
+@st.composite
+def cross_setups(draw):
+    """Cross-attention: T queries from x, S keys and values from a memory of another length (T != S allowed)."""
+    B, T, S = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 6))
+    H, D = draw(st.integers(1, 3)), draw(st.integers(1, 4))
+    lengths = [draw(st.integers(1, S)) for _ in range(B)]  # key 0 is always real ...
+    return dict(B=B, T=T, S=S, H=H, D=D, lengths=lengths, bias=draw(st.booleans()), batch_first=draw(st.booleans()),
+                masks=draw(st.sampled_from(["none", "attn", "padding", "both"])), dtype=draw(dtypes), seed=draw(seeds))
+
+
+def cross_masks_for(s):
+    """A (T, S) attn mask and a (B, S) key padding mask in both conventions; no row is fully masked."""
+    g = torch.Generator().manual_seed(s["seed"])
+    attn = torch.rand(s["T"], s["S"], generator=g) < 0.6
+    attn[:, 0] = True  # ... and every query may attend key 0, so no row is fully masked
+    attn = attn if s["masks"] in ("attn", "both") else None
+    pad = padding_mask(s["lengths"], s["S"]) if s["masks"] in ("padding", "both") else None
+    ours = combine_masks(attn, None if pad is None else pad[:, None, None, :])
+    torch_kwargs = dict(attn_mask=None if attn is None else convert_mask(attn, "allow", "block"),
+                        key_padding_mask=None if pad is None else convert_mask(pad, "allow", "block"))
+    return ours, torch_kwargs
+
+
+@settings(deadline=None, max_examples=40)
+@given(s=cross_setups())
+def test_cross_attention_matches_nn_multihead_attention_fed_from_two_sources(s):
+    torch.manual_seed(s["seed"])
+    C, B, T, S, H = s["H"] * s["D"], s["B"], s["T"], s["S"], s["H"]
+    ref = nn.MultiheadAttention(C, H, bias=s["bias"], batch_first=s["batch_first"], dtype=s["dtype"]).eval()
+    randomize_biases(ref)
+    ours = MultiHeadAttention.from_torch(ref)
+    x = torch.randn(B, T, C, dtype=s["dtype"])  # the queries' sequence
+    memory = torch.randn(B, S, C, dtype=s["dtype"])  # another sequence: keys and values
+    mask, torch_kwargs = cross_masks_for(s)
+    out, weights = ours(x, mask, need_weights=True, memory=memory)
+    assert out.shape == (B, T, C) and weights.shape == (B, H, T, S)
+
+    def run(**kwargs):
+        q, kv = (x, memory) if ref.batch_first else (x.transpose(0, 1), memory.transpose(0, 1))
+        o, w = ref(q, kv, kv, **torch_kwargs, **kwargs)
+        return (o if ref.batch_first else o.transpose(0, 1)), w
+
+    ref_out, ref_heads = run(need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(out, ref_out, **tol(s["dtype"]))
+    torch.testing.assert_close(weights, ref_heads, **tol(s["dtype"]))
+    torch.testing.assert_close(weights.mean(dim=1), run(need_weights=True)[1], **tol(s["dtype"]))
+    torch.testing.assert_close(ours(x, mask, memory=memory), run(need_weights=False)[0], **tol(s["dtype"]))
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T, dtype=s["dtype"]), **tol(s["dtype"]))
+
+
+def test_cross_attention_gradients_match():
+    torch.manual_seed(0)
+    ref = nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
+    randomize_biases(ref)
+    ours = MultiHeadAttention.from_torch(ref)
+    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
+    pad = padding_mask([5, 2], 5)
+    g_ours = torch.autograd.grad(ours(x, pad[:, None, None, :], memory=memory).square().sum(),
+                                 (x, memory, ours.qkv_proj.weight, ours.qkv_proj.bias))
+    out_ref, _ = ref(x, memory, memory, key_padding_mask=~pad, need_weights=False)
+    g_ref = torch.autograd.grad(out_ref.square().sum(), (x, memory, ref.in_proj_weight, ref.in_proj_bias))
+    for a, b in zip(g_ours, g_ref):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_self_attention_is_cross_attention_with_memory_x(bias):
+    packed = make_packed(C=12, H=3, bias=bias)
+    x = torch.randn(2, 5, 12)
+    out, weights = packed(x, causal_mask(5), need_weights=True)
+    out_m, weights_m = packed(x, causal_mask(5), need_weights=True, memory=x)
+    torch.testing.assert_close(out_m, out)
+    torch.testing.assert_close(weights_m, weights)
+    # the memory, not x, feeds the keys and values: another memory changes the output
+    assert (packed(x, memory=torch.randn(2, 5, 12)) - packed(x)).abs().max() > 1e-3
+
+
+def test_cross_attention_messages():
+    module, x = MultiHeadAttention(8, 2), torch.randn(2, 3, 8)
+    with pytest.raises(TypeError, match="memory must be a torch.Tensor, got list"):
+        module(x, memory=[[[0.0] * 8]])
+    with pytest.raises(ValueError, match=re.escape("memory must have at least 3 dimensions, got shape (5, 8)")):
+        module(x, memory=torch.randn(5, 8))
+    with pytest.raises(TypeError, match="memory must be a floating-point tensor, got dtype torch.int64"):
+        module(x, memory=torch.zeros(2, 5, 8, dtype=torch.long))
+    for shape in ((3, 5, 8), (2, 0, 8), (2, 5, 6), (1, 2, 5, 8)):  # batch, empty, kdim != embed_dim, 4-D
+        with pytest.raises(ValueError, match=re.escape(f"memory must have shape (B=2, S >= 1, C=8) for x of shape "
+                                                       f"(2, 3, 8), got {shape}")):
+            module(x, memory=torch.randn(shape))
+    with pytest.raises(TypeError, match="memory is float64 but the module's weights are float32"):
+        module(x, memory=torch.randn(2, 5, 8, dtype=torch.float64))
+    with pytest.raises(ValueError, match="memory is on meta but the module's weights are on cpu"):
+        module(x, memory=torch.randn(2, 5, 8, device="meta"))
+    with pytest.raises(ValueError, match=re.escape("does not broadcast to the scores' shape (2, 2, 3, 5)")):
+        module(x, causal_mask(3), memory=torch.randn(2, 5, 8))  # a (T, T) mask where (T, S) is needed
+    with pytest.raises(TypeError, match="positional argument"):
+        module(x, None, False, torch.randn(2, 5, 8))  # memory is keyword-only: it never lands in a mask slot
+
+
 def test_from_torch_gradients_match():
     torch.manual_seed(0)
     ref = nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
