@@ -30,7 +30,7 @@ from course_utils._validate import check_bool, check_embedded, check_int, check_
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
-from course_utils.positional import LearnedPositionalEmbedding, sinusoidal_frequencies
+from course_utils.positional import LearnedPositionalEmbedding, RotaryTable
 from course_utils.variants import GroupedQueryAttention, KVCache
 
 __all__ = ["GPTConfig", "PRESETS", "CausalSelfAttention", "MLP", "Block", "GPT"]
@@ -166,7 +166,7 @@ class CausalSelfAttention(MultiHeadAttention):
         self.rope = config.positions == "rope"
         self.rope_base = config.rope_base
         self.context_length = config.context_length
-        self._rope_tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
+        self.rotary = RotaryTable(self.head_dim, config.rope_base, config.context_length) if self.rope else None
         self.attention = config.attention
         self.resid_dropout = nn.Dropout(config.dropout)
 
@@ -200,38 +200,16 @@ class CausalSelfAttention(MultiHeadAttention):
         out = self.resid_dropout(self.out_proj(merge_heads(out)))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out
 
-    def _rope_table(self, n: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos and sin of the rotary angles of positions 0 .. n-1, (n, D/2) each, made once per device and dtype.
-
-        The angles are computed in float64 (accurate at large positions), their cos and sin rounded once to
-        ``dtype``: what :func:`~course_utils.positional.apply_rope` computes, without redoing it (in float64,
-        on tensors of the size of q and k) in every layer of every step.
-        """
-        key = (device, dtype)
-        table = self._rope_tables.get(key)
-        if table is None or table[0].shape[0] < n:
-            theta = sinusoidal_frequencies(self.head_dim, self.rope_base)  # (D/2,) float64
-            angles = torch.arange(max(n, self.context_length), dtype=torch.float64)[:, None] * theta[None, :]
-            table = (angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype))
-            self._rope_tables[key] = table
-        return table
-
     def _rotate(self, t: torch.Tensor, start: int) -> torch.Tensor:
-        """``apply_rope(t, positions=start .. start + T - 1, pairing="half")``, with a cached table of angles.
+        """``apply_rope(t, positions=start .. start + T - 1, pairing="half")``, from a cached table of angles.
 
         Shape:
             t: (B, H, T, D) -> (B, H, T, D)
 
-        At least float32, even under bfloat16 autocast: angles up to context_length lose whole radians in
-        bfloat16 (8 bits of mantissa).
+        :class:`~course_utils.positional.RotaryTable` does the work (in at least float32, even under bfloat16
+        autocast: angles up to context_length lose whole radians in bfloat16's 8 bits of mantissa).
         """
-        T, D = t.shape[-2], t.shape[-1]
-        wide = t.to(torch.promote_types(t.dtype, torch.float32))
-        cos, sin = self._rope_table(start + T, t.device, wide.dtype)
-        cos, sin = cos[start:start + T], sin[start:start + T]  # (T, D/2)
-        x1, x2 = wide[..., : D // 2], wide[..., D // 2:]  # (B, H, T, D/2) each: the "half" pairing
-        out = torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (B, H, T, D)
-        return out.to(t.dtype)
+        return self.rotary.rotate(t, start)
 
 
 class MLP(nn.Module):

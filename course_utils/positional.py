@@ -28,6 +28,7 @@ __all__ = [
     "sinusoidal_shift_matrix",
     "rotate_pair",
     "apply_rope",
+    "RotaryTable",
     "rope_pairing_permutation",
     "alibi_slopes",
     "alibi_bias",
@@ -181,20 +182,35 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
     except RuntimeError:
         raise ValueError(f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} "
                          "do not broadcast together") from None
-    return _rotate_pair(x1, x2, angle)
-
-
-def _rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`rotate_pair` without its checks, for :func:`apply_rope` (which has checked its own input)."""
     cos, sin = torch.cos(angle), torch.sin(angle)
     return x1 * cos - x2 * sin, x1 * sin + x2 * cos
+
+
+def _rotate_channels(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) -> torch.Tensor:
+    """The rotation itself, given cos and sin of the angles, (T, D/2) each: the one home of both pairings.
+
+    Used by :func:`apply_rope` and :class:`RotaryTable` (which have checked their input). The result has the
+    promoted dtype of x and the tables; the callers cast it back.
+    """
+    D = x.shape[-1]
+    if pairing == "interleaved":
+        x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each: channels 0, 2, 4, ... and 1, 3, 5, ...
+        r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos  # counter-clockwise in each pair's plane
+        return torch.stack([r1, r2], dim=-1).flatten(-2)  # (..., T, D/2, 2) -> (..., T, D), interleaved again
+    x1, x2 = x[..., : D // 2], x[..., D // 2:]  # (..., T, D/2) each: first half and second half
+    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, D): two slices, no strides
+
+
+def _check_pairing(pairing: object) -> None:
+    if pairing not in _PAIRINGS:
+        raise ValueError(f"pairing must be one of {_PAIRINGS}, got {pairing!r}")
 
 
 def apply_rope(
     x: torch.Tensor,
     positions: torch.Tensor | None = None,
     base: float = 10000.0,
-    pairing: Pairing = "interleaved",
+    pairing: Pairing = "half",
 ) -> torch.Tensor:
     """Rotary position embedding: rotate pair i of the channels of position t by the angle t * theta_i.
 
@@ -202,30 +218,74 @@ def apply_rope(
         x: (..., T, D) with D even, usually (B, H, T, D) queries or keys; positions: optional (T,) integers
         -> (..., T, D)
 
-    theta_i = base ** (-2i / D), i = 0 .. D/2 - 1. ``positions`` are the absolute positions of the T rows
+    theta_i = base ** (-2i / D), i = 0 .. D/2 - 1. Each pair (x1, x2) turns counter-clockwise in its plane:
+    (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos). ``positions`` are the absolute positions of the T rows
     (default 0 .. T-1); a KV cache passes ``torch.arange(t0, t0 + T)`` for new tokens. ``pairing`` says which
-    channels form pair i: ``"interleaved"`` (2i, 2i+1), as in the RoFormer paper, or ``"half"``
-    (i, i + D/2), as in GPT-NeoX and Hugging Face Llama code. The two are the same rotation up to the
-    permutation :func:`rope_pairing_permutation`. Taught in notebook 06.
+    channels form pair i: ``"half"`` (i, i + D/2), as in GPT-NeoX and Hugging Face Llama code and in every
+    model of this course (the default), or ``"interleaved"`` (2i, 2i+1), the RoFormer paper's picture. The
+    two are the same rotation up to the permutation :func:`rope_pairing_permutation`. Taught in notebook 06.
     """
     check_tensor("x", x, min_dim=2)
     check_floating("x", x)
-    if pairing not in _PAIRINGS:
-        raise ValueError(f"pairing must be one of {_PAIRINGS}, got {pairing!r}")
+    _check_pairing(pairing)
     T, D = x.shape[-2], x.shape[-1]
     _check_even("the last dimension D of x", D, "RoPE rotates pairs of channels")
     positions = _check_positions(positions, T, x.device)  # (T,)
     theta = sinusoidal_frequencies(D, base).to(x.device)  # (D/2,), float64 for accurate angles
     angles = positions.to(torch.float64)[:, None] * theta[None, :]  # (T, 1) * (1, D/2) -> (T, D/2)
-    if pairing == "interleaved":
-        x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each: channels 0, 2, 4, ... and 1, 3, 5, ...
-        r1, r2 = _rotate_pair(x1, x2, angles)
-        out = torch.stack([r1, r2], dim=-1).flatten(-2)  # (..., T, D/2, 2) -> (..., T, D), interleaved again
-    else:
-        x1, x2 = x[..., : D // 2], x[..., D // 2:]  # (..., T, D/2) each: first half and second half
-        r1, r2 = _rotate_pair(x1, x2, angles)
-        out = torch.cat([r1, r2], dim=-1)  # (..., T, D)
+    out = _rotate_channels(x, angles.cos(), angles.sin(), pairing)  # (..., T, D), float64
     return out.to(x.dtype)  # the angles were float64 (accurate at large positions); back to x's dtype
+
+
+class RotaryTable:
+    """RoPE for a model that rotates in every layer at every step: cos and sin of the angles, made once.
+
+    Shape:
+        rotate(x, start): x (..., T, D) -> (..., T, D), rotated at positions start .. start + T - 1
+
+    ``rotate(x, start)`` is ``apply_rope(x, torch.arange(start, start + T), base, pairing)`` up to float
+    rounding. The angles t * theta_i are computed in float64 for t = 0 .. max(n, length) - 1; their cos and
+    sin are rounded once per device and dtype and kept, so the rotation itself runs in x's dtype (at least
+    float32: angles up to a few thousand lose whole radians in bfloat16) instead of float64. Used by
+    :class:`course_utils.gpt.CausalSelfAttention`; taught in notebook 06.
+    """
+
+    def __init__(self, head_dim: int, base: float = 10000.0, length: int = 0, pairing: Pairing = "half") -> None:
+        _check_count("head_dim", head_dim, minimum=2)
+        _check_even("head_dim", head_dim, "RoPE rotates pairs of channels")
+        _check_count("length", length, minimum=0)
+        _check_pairing(pairing)
+        self.head_dim, self.base, self.length, self.pairing = int(head_dim), _check_base(base), int(length), pairing
+        self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
+
+    def __repr__(self) -> str:
+        return (f"RotaryTable(head_dim={self.head_dim}, base={self.base:g}, length={self.length}, "
+                f"pairing={self.pairing!r})")
+
+    def cos_sin(self, n: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and sin of the angles of positions 0 .. n-1, (n, D/2) each, in ``dtype`` on ``device``."""
+        key = (torch.device(device), dtype)
+        table = self._tables.get(key)
+        if table is None or table[0].shape[0] < n:
+            theta = sinusoidal_frequencies(self.head_dim, self.base)  # (D/2,) float64
+            angles = torch.arange(max(n, self.length), dtype=torch.float64)[:, None] * theta[None, :]  # (N, D/2)
+            table = (angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype))
+            self._tables[key] = table
+        return table[0][:n], table[1][:n]
+
+    def rotate(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """x rotated at positions start .. start + T - 1 (a KV cache's new tokens start at its length)."""
+        if not torch.compiler.is_compiling():  # a few attribute reads; a compiled model skips them
+            check_tensor("x", x, min_dim=2)
+            check_floating("x", x)
+            if x.shape[-1] != self.head_dim:
+                raise ValueError(f"x must end in head_dim = {self.head_dim} channels, got shape {tuple(x.shape)}")
+            check_int("start", start, minimum=0)
+        T = x.shape[-2]
+        wide = x.to(torch.promote_types(x.dtype, torch.float32))
+        cos, sin = self.cos_sin(start + T, x.device, wide.dtype)
+        out = _rotate_channels(wide, cos[start:start + T], sin[start:start + T], self.pairing)  # (..., T, D)
+        return out.to(x.dtype)
 
 
 def rope_pairing_permutation(D: int) -> torch.Tensor:
@@ -304,15 +364,15 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
 
     The only change is ``q, k = apply_rope(q), apply_rope(k)`` after :func:`split_heads`; the values are
-    not rotated. head_dim must be even. Taught in notebook 06.
+    not rotated. head_dim must be even; ``pairing`` is the course's ``"half"`` unless told otherwise.
+    Taught in notebook 06.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
-                 base: float = 10000.0, pairing: Pairing = "interleaved") -> None:
+                 base: float = 10000.0, pairing: Pairing = "half") -> None:
         super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
         _check_even("head_dim (embed_dim / num_heads)", self.head_dim, "RoPE rotates pairs of channels")
-        if pairing not in _PAIRINGS:
-            raise ValueError(f"pairing must be one of {_PAIRINGS}, got {pairing!r}")
+        _check_pairing(pairing)
         self.base, self.pairing = _check_base(base), pairing
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,

@@ -167,7 +167,7 @@ class GroupedQueryAttention(nn.Module):
 
             start = 0 if cache is None else cache.length
             positions = torch.arange(start, start + T, device=x.device)  # (T,) absolute positions
-            q, k = apply_rope(q, positions), apply_rope(k, positions)
+            q, k = apply_rope(q, positions, pairing="half"), apply_rope(k, positions, pairing="half")  # as gpt.py
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, S, D): everything cached so far, new tokens last
         k, v = repeat_kv(k, H), repeat_kv(v, H)  # (B, Hkv, S, D) -> (B, H, S, D)

@@ -313,6 +313,58 @@ def test_cached_rotary_table_equals_apply_rope(start, T):
     torch.testing.assert_close(attn._rotate(x.double(), start), expected64)  # float64 stays float64
 
 
+def test_grouped_query_blocks_rotate_like_the_causal_attention_blocks():
+    """One RoPE pairing in the GPT: its GQA blocks (rope=True) and its MHA blocks rotate q and k the same way."""
+    from course_utils.masking import causal_mask
+
+    torch.manual_seed(0)
+    config = GPTConfig(**{**TINY, "positions": "rope", "attention": "course", "bias": False})
+    mha = GPT(config).blocks[0].attn.double()
+    gqa = GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_heads, rope=True).double()
+    with torch.no_grad():
+        for proj, w in zip((gqa.q_proj, gqa.k_proj, gqa.v_proj), mha.qkv_proj.weight.chunk(3, dim=0)):
+            proj.weight.copy_(w)
+        gqa.out_proj.weight.copy_(mha.out_proj.weight)
+    x = torch.randn(2, 9, config.embed_dim, dtype=torch.float64)
+    torch.testing.assert_close(gqa(x, causal_mask(9)), mha(x))
+
+
+def test_the_committed_checkpoint_was_trained_with_the_half_pairing():
+    """checkpoints/shakespeare_cpu.pt loads, and its logits are those of apply_rope(pairing="half") in every layer.
+
+    With the interleaved pairing instead, the same weights predict far worse: the pairing is part of the model.
+    """
+    from pathlib import Path
+
+    import torch.nn.functional as F
+
+    from course_utils.positional import apply_rope
+    from course_utils.train import load_model
+
+    root = Path(__file__).resolve().parents[1]
+    model, tokenizer, info = load_model(root / "checkpoints" / "shakespeare_cpu.pt")
+    assert info["model_config"]["positions"] == "rope" and info["model_config"]["num_kv_heads"] is None
+    text = (root / "datasets" / "shakespeare.txt").read_text(encoding="utf-8")
+    start = int(len(text) * 0.95)  # inside the validation split (the last 10%)
+    tokens = torch.as_tensor(tokenizer.encode(text[start:start + 8 * 64 + 1]))
+    x, y = tokens[:-1].view(8, 64), tokens[1:].view(8, 64)
+
+    def logits_and_loss():
+        with torch.no_grad():
+            logits, _ = model(x)
+        return logits, F.cross_entropy(logits.flatten(0, 1), y.flatten()).item()
+
+    logits, loss = logits_and_loss()
+    assert loss < 1.8  # the file records a validation loss of 1.77
+    base = info["model_config"]["rope_base"]
+    for pairing, agrees in (("half", True), ("interleaved", False)):
+        for block in model.blocks:  # every layer's rotation replaced by apply_rope with this pairing
+            block.attn._rotate = (lambda t, s, p=pairing: apply_rope(t, torch.arange(s, s + t.shape[-2]), base, p))
+        swapped, swapped_loss = logits_and_loss()
+        assert torch.allclose(swapped, logits, rtol=1e-4, atol=1e-4) is agrees
+        assert (swapped_loss < 1.8) is agrees  # on this sample: 1.57 nats with half, 2.92 with interleaved
+
+
 # ----------------------------------------------------------------------------------------------
 # Bad arguments a learner might pass (issue 9): checked where the learner calls, with what arrived
 # ----------------------------------------------------------------------------------------------

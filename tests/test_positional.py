@@ -17,6 +17,7 @@ from course_utils.positional import (
     ALiBiMultiHeadAttention,
     LearnedPositionalEmbedding,
     RotaryMultiHeadAttention,
+    RotaryTable,
     alibi_bias,
     alibi_slopes,
     apply_rope,
@@ -154,12 +155,22 @@ def test_rotate_pair_by_hand():
 
 def test_apply_rope_by_hand():
     x = torch.tensor([[[[1.0, 0.0, 1.0, 0.0]] * 3]])  # (1, 1, 3, 4)
-    out = apply_rope(x, base=100.0)  # theta = 1, 0.1
+    out = apply_rope(x, base=100.0, pairing="interleaved")  # theta = 1, 0.1; pairs (0, 1) and (2, 3)
     expected = torch.tensor([[math.cos(t), math.sin(t), math.cos(0.1 * t), math.sin(0.1 * t)] for t in range(3)])
     torch.testing.assert_close(out[0, 0], expected)
     e0 = torch.tensor([1.0, 0.0, 0.0, 0.0]).expand(1, 1, 3, 4)
     half = apply_rope(e0, base=100.0, pairing="half")  # pairs (0, 2) and (1, 3): channel 0 turns towards 2
     torch.testing.assert_close(half[0, 0, 1], torch.tensor([math.cos(1), 0.0, math.sin(1), 0.0]))
+    torch.testing.assert_close(apply_rope(e0, base=100.0), half, rtol=0, atol=0)  # "half" is the default
+
+
+def test_the_course_rotates_with_the_half_pairing_by_default():
+    """One pairing wherever a model rotates: apply_rope, RotaryMultiHeadAttention and RotaryTable default to half."""
+    import inspect
+
+    assert inspect.signature(apply_rope).parameters["pairing"].default == "half"
+    assert RotaryMultiHeadAttention(8, 2).pairing == "half"
+    assert RotaryTable(8).pairing == "half"
 
 
 @given(B=st.integers(1, 2), H=st.integers(1, 3), T=st.integers(1, 8), half_D=st.integers(1, 6),
@@ -241,6 +252,68 @@ def test_rope_errors():
         apply_rope(torch.ones(1, 1, 3, 4, dtype=torch.long))
     with pytest.raises(ValueError, match="D must be even .*, got 3"):
         rope_pairing_permutation(3)
+
+
+# ---------------------------------------------------------------- RotaryTable: apply_rope with cached angles
+
+
+@given(B=st.integers(1, 2), H=st.integers(1, 3), T=st.integers(1, 9), half_D=st.integers(1, 8),
+       start=st.integers(0, 70), length=st.integers(0, 40), base=st.sampled_from([100.0, 10000.0, 500000.0]),
+       pairing=st.sampled_from(["interleaved", "half"]), seed=seeds)
+def test_rotary_table_is_apply_rope_at_absolute_positions(B, H, T, half_D, start, length, base, pairing, seed):
+    """rotate(x, start) == apply_rope(x, arange(start, start + T)), float32 and float64, past the table's length."""
+    D = 2 * half_D
+    table = RotaryTable(D, base, length, pairing)
+    positions = torch.arange(start, start + T)
+    for dtype in (torch.float32, torch.float64):
+        x = randn(seed, B, H, T, D, dtype=dtype)
+        out = table.rotate(x, start)
+        assert out.dtype == dtype and out.shape == x.shape
+        torch.testing.assert_close(out, apply_rope(x, positions, base, pairing))
+
+
+def test_rotary_table_computes_its_angles_once_and_grows_when_asked_for_more():
+    table = RotaryTable(8, length=16)
+    cos, _ = table.cos_sin(4, torch.device("cpu"), torch.float32)
+    assert cos.shape == (4, 4)
+    again, _ = table.cos_sin(16, torch.device("cpu"), torch.float32)
+    assert again.data_ptr() == cos.data_ptr()  # one table of 16 rows, sliced
+    longer, _ = table.cos_sin(40, torch.device("cpu"), torch.float32)
+    assert longer.shape == (40, 4) and longer.data_ptr() != cos.data_ptr()
+    torch.testing.assert_close(longer[:16], again, rtol=0, atol=0)
+
+
+def test_rotary_table_keeps_bfloat16_rotation_in_float32():
+    """bfloat16 angles lose whole radians at large positions; the table rotates in float32 and rounds once."""
+    x = randn(0, 1, 1, 4, 8, dtype=torch.float32)
+    out = RotaryTable(8).rotate(x.bfloat16(), 1000)
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out, apply_rope(x.bfloat16().float(), torch.arange(1000, 1004)).bfloat16())
+
+
+def test_rotary_table_errors():
+    with pytest.raises(ValueError, match="head_dim must be even .*, got 5"):
+        RotaryTable(5)
+    with pytest.raises(TypeError, match="head_dim must be an int, got float"):
+        RotaryTable(8.0)
+    with pytest.raises(ValueError, match="length must be at least 0, got -1"):
+        RotaryTable(8, length=-1)
+    with pytest.raises(ValueError, match="base must be a number greater than 1, got 1.0"):
+        RotaryTable(8, base=1.0)
+    with pytest.raises(ValueError, match=r"pairing must be one of \('interleaved', 'half'\), got 'neox'"):
+        RotaryTable(8, pairing="neox")
+    table = RotaryTable(8)
+    with pytest.raises(ValueError, match=r"x must end in head_dim = 8 channels, got shape \(1, 3, 6\)"):
+        table.rotate(torch.randn(1, 3, 6))
+    with pytest.raises(TypeError, match="x must be a floating-point tensor"):
+        table.rotate(torch.ones(1, 3, 8, dtype=torch.long))
+    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
+        table.rotate([[0.0] * 8])
+    with pytest.raises(ValueError, match="start must be at least 0, got -2"):
+        table.rotate(torch.randn(1, 3, 8), -2)
+    with pytest.raises(TypeError, match="start must be an int, got float"):
+        table.rotate(torch.randn(1, 3, 8), 1.0)
+    assert repr(table) == "RotaryTable(head_dim=8, base=10000, length=0, pairing='half')"
 
 
 # ---------------------------------------------------------------- ALiBi
@@ -326,7 +399,8 @@ def test_rotary_attention_is_multihead_attention_with_rotated_queries_and_keys()
     mask = causal_mask(5)
     out, w = rope(x, mask, need_weights=True)
     q, k, v = (t.view(2, 5, 3, 4).transpose(1, 2) for t in rope.qkv_proj(x).chunk(3, -1))
-    o, w_ref = scaled_dot_product_attention(apply_rope(q), apply_rope(k), v, mask)
+    q, k = apply_rope(q, pairing="half"), apply_rope(k, pairing="half")  # the module's default pairing
+    o, w_ref = scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(w, w_ref)
     torch.testing.assert_close(out, rope.out_proj(o.transpose(1, 2).reshape(2, 5, 12)))
     torch.testing.assert_close(out[:, :1], plain(x, mask)[:, :1])  # position 0 is not rotated, sees only itself

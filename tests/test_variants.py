@@ -314,6 +314,23 @@ def test_gqa_cached_decoding_equals_the_full_forward(Hkv, rope):
     torch.testing.assert_close(torch.cat(pieces, dim=1), full)
 
 
+@pytest.mark.parametrize("pairing, agrees", [("half", True), ("interleaved", False)])
+def test_gqa_rope_rotates_with_the_course_pairing(pairing, agrees):
+    """GQA's rope=True is RotaryMultiHeadAttention with the half pairing (gpt.py's), not the interleaved one."""
+    from course_utils.positional import RotaryMultiHeadAttention
+
+    torch.manual_seed(12)
+    rotary = RotaryMultiHeadAttention(16, 4, bias=False, pairing=pairing).double()
+    gqa = GroupedQueryAttention(16, 4, 4, rope=True).double()
+    with torch.no_grad():
+        for proj, w in zip((gqa.q_proj, gqa.k_proj, gqa.v_proj), rotary.qkv_proj.weight.chunk(3, dim=0)):
+            proj.weight.copy_(w)
+        gqa.out_proj.weight.copy_(rotary.out_proj.weight)
+    x = torch.randn(2, 7, 16, dtype=torch.float64)
+    same = torch.allclose(gqa(x, causal_mask(7)), rotary(x, causal_mask(7)), rtol=1e-9, atol=1e-12)
+    assert same is agrees
+
+
 CONFIGS = {
     "MHA": DecoderConfig.tiny(num_kv_heads=4),
     "GQA": DecoderConfig.tiny(num_kv_heads=2),
