@@ -109,6 +109,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbforma
     from nbclient import NotebookClient
 
     os.environ.setdefault("COURSE_GPT_SIZE", "ci")  # the kernel inherits it: committed outputs come from a quick run
+    os.environ.setdefault("COURSE_SMALL_FIGURES", "1")  # and 1x images (a learner's running notebook gets 2x)
     with tempfile.TemporaryDirectory(prefix="course-build-runs-") as runs:
         saved = os.environ.get("COURSE_RUNS_DIR")
         os.environ["COURSE_RUNS_DIR"] = runs

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata as md
+import os
 import random
 import sys
 from dataclasses import dataclass
@@ -97,7 +98,32 @@ def setup_notebook(seed: int = 0, threads: int | None = 1) -> str:
         torch.set_num_threads(threads)
     torch.set_printoptions(precision=4, sci_mode=False)
     matplotlib.rcParams.update({"figure.dpi": 72, "figure.figsize": (6.0, 3.2), "savefig.dpi": 72})
+    figures_for_screens()
     return best_device()
+
+
+SMALL_FIGURES_ENV = "COURSE_SMALL_FIGURES"  # set by the course's build: committed notebooks keep 1x images
+
+
+def figures_for_screens() -> str | None:
+    """Make the notebook's figures readable on any screen and theme; return the format chosen (None outside IPython).
+
+    Figures are drawn on an opaque white background whatever a plot or the backend sets, so that black axes and
+    labels stay visible in JupyterLab's dark theme. In a running notebook they get twice
+    the pixels ("retina") for high-resolution screens, at the same size on the page; where
+    ``COURSE_SMALL_FIGURES`` is set (the course's build sets it) they stay plain PNG at 1x, so that the committed
+    notebooks stay small.
+    """
+    try:
+        from IPython import get_ipython
+        from matplotlib_inline.backend_inline import set_matplotlib_formats
+    except ImportError:
+        return None
+    if get_ipython() is None:
+        return None
+    fmt = "png" if os.environ.get(SMALL_FIGURES_ENV) else "retina"
+    set_matplotlib_formats(fmt, bbox_inches="tight", facecolor="white")
+    return fmt
 
 
 @dataclass

@@ -189,3 +189,46 @@ def test_pick_device_mps_off_a_mac_says_so():
         environment.pick_device("mps")
     with pytest.raises(TypeError, match="device must be a str such as 'cpu' or 'cuda', or a torch.device; got int"):
         environment.pick_device(0)
+
+
+def _first_figure(env_small: bool, monkeypatch):
+    """Run a notebook that plots after setup_notebook; return (PIL image, display metadata) of its figure."""
+    import base64
+    import io
+
+    import nbformat
+    from nbclient import NotebookClient
+    from PIL import Image
+
+    from course_utils.environment import SMALL_FIGURES_ENV
+
+    if env_small:
+        monkeypatch.setenv(SMALL_FIGURES_ENV, "1")
+    else:
+        monkeypatch.delenv(SMALL_FIGURES_ENV, raising=False)
+    src = ("import matplotlib.pyplot as plt\nfrom course_utils.environment import setup_notebook\n"
+           "setup_notebook()\nplt.rcParams['figure.facecolor'] = 'none'  # a style asking for see-through figures\n"
+           "fig, ax = plt.subplots()\n"
+           "ax.plot([0, 1], [0, 1])\nplt.show()")
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src)])
+    NotebookClient(nb, kernel_name="python3", timeout=60).execute()
+    out = next(o for o in nb.cells[0].outputs if o.output_type == "display_data")
+    return Image.open(io.BytesIO(base64.b64decode(out.data["image/png"]))).convert("RGBA"), out.get("metadata", {})
+
+
+def test_a_running_notebook_gets_sharp_opaque_figures_and_the_build_small_ones(monkeypatch):
+    live, live_meta = _first_figure(False, monkeypatch)
+    small, small_meta = _first_figure(True, monkeypatch)
+    # retina: twice the pixels, shown at the size of the 1x image
+    assert live.size[0] >= 2 * small.size[0] - 2 and live_meta["image/png"]["width"] in range(small.size[0] - 1,
+                                                                                             small.size[0] + 2)
+    assert "image/png" not in small_meta  # the committed notebooks' plain 1x PNG
+    for im in (live, small):  # opaque white, though the style asked for transparent: legible on a dark theme
+        assert im.getpixel((1, 1)) == (255, 255, 255, 255)
+        assert im.getchannel("A").getextrema() == (255, 255)
+
+
+def test_figures_for_screens_does_nothing_outside_ipython():
+    from course_utils.environment import figures_for_screens
+
+    assert figures_for_screens() is None
