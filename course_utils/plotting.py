@@ -28,6 +28,11 @@ def _as_2d(weights: torch.Tensor, what: str) -> torch.Tensor:
     return weights.detach().float().cpu()
 
 
+def _largest(w: torch.Tensor) -> float:
+    """The largest weight, at least 1e-9; a NaN row (fully masked) must not set the scale."""
+    return max(1e-9, float(torch.nan_to_num(w, nan=0.0).max()))
+
+
 def plot_weights(
     weights: torch.Tensor,
     query_labels: Sequence[str] | None = None,
@@ -35,12 +40,16 @@ def plot_weights(
     ax: plt.Axes | None = None,
     title: str | None = None,
     annotate: bool | None = None,
+    vmax: float | None = 1.0,
 ) -> plt.Axes:
     """Heatmap of one attention matrix: rows are queries, columns are keys.
 
     Shape:
         weights: (T, S)
 
+    The colour scale runs from 0 to ``vmax``: 1 by default, since weights are probabilities, so that two
+    pictures drawn side by side can be compared colour for colour. ``vmax=None`` stretches the scale to
+    this matrix's largest weight (more contrast for a matrix shown alone, not comparable with another).
     Masked entries (weight 0) show as the lightest colour; values are written in the cells when the
     matrix is small enough to read (``annotate=None`` decides by size).
     """
@@ -53,7 +62,7 @@ def plot_weights(
             raise ValueError(f"{name} has {len(labels)} entries, the weights have {n}")
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * S + 1.8, 0.4 * T + 1.2))
-    top = max(1e-9, float(torch.nan_to_num(w, nan=0.0).max()))  # a NaN row (fully masked) must not set the scale
+    top = check_positive_number("vmax", vmax) if vmax is not None else _largest(w)
     ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=top)
     ax.set_xticks(range(S), labels=list(key_labels) if key_labels is not None else range(S), rotation=90)
     ax.set_yticks(range(T), labels=list(query_labels) if query_labels is not None else range(T))
@@ -75,16 +84,22 @@ def plot_heads(
     labels: Sequence[str] | None = None,
     title: str | None = None,
     max_cols: int = 4,
+    vmax: float | None = 1.0,
 ) -> plt.Figure:
-    """One heatmap per head, side by side.
+    """One heatmap per head, side by side, all on one colour scale.
 
     Shape:
         weights: (H, T, S); labels label both queries and keys when T == S
+
+    Every panel runs from 0 to ``vmax`` (1 by default: weights are probabilities); ``vmax=None`` uses the
+    largest weight of all the heads, still one scale for every panel, so the same colour is the same
+    weight in each head.
     """
     w = _as_2d(weights, "weights")
     if w.dim() != 3:
         raise ValueError(f"plot_heads takes (H, T, S) weights, got shape {tuple(w.shape)}")
     check_positive_int("max_cols", max_cols)
+    top = check_positive_number("vmax", vmax) if vmax is not None else _largest(w)  # one scale for all the panels
     H, T, S = w.shape
     cols = min(H, max_cols)
     rows = (H + cols - 1) // cols
@@ -96,7 +111,7 @@ def plot_heads(
             continue
         plot_weights(w[h], labels if labels is not None and len(labels) == T else None,
                      labels if labels is not None and len(labels) == S else None,
-                     ax=ax, title=f"head {h}", annotate=False)
+                     ax=ax, title=f"head {h}", annotate=False, vmax=top)
     if title:
         fig.suptitle(title)
     fig.tight_layout()

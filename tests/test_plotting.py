@@ -39,7 +39,7 @@ def test_plot_weights_labels_and_image():
     assert ax.get_xlabel() == "key" and ax.get_ylabel() == "query" and ax.get_title() == "one head"
     (image,) = ax.get_images()
     torch.testing.assert_close(torch.as_tensor(image.get_array().data), w)  # rows are queries, columns keys
-    assert image.get_clim() == (0.0, pytest.approx(w.max().item()))
+    assert image.get_clim() == (0.0, 1.0)  # weights are probabilities: one scale for every picture
 
 
 def test_plot_weights_default_labels_are_positions():
@@ -86,6 +86,29 @@ def test_plot_heads_one_axes_per_head(H, n_axes, n_visible):
     assert fig.get_suptitle() == "heads"
 
 
+def test_plot_weights_vmax_none_stretches_to_the_matrix_and_a_number_is_kept():
+    w = _weights(3, 4)
+    assert plot_weights(w, vmax=None).get_images()[0].get_clim() == (0.0, pytest.approx(w.max().item()))
+    assert plot_weights(w, vmax=0.5).get_images()[0].get_clim() == (0.0, 0.5)
+
+
+def test_plot_heads_side_by_side_share_one_colour_scale():
+    """Panels compared side by side: the same colour is the same weight in every head (issue #13)."""
+    w = torch.stack([_weights(3, 3), torch.full((3, 3), 1 / 3)])  # a peaked head and a uniform one
+    w[0, 0] = torch.tensor([0.9, 0.05, 0.05])
+    for vmax, expected in ((1.0, 1.0), (None, 0.9)):  # [0, 1] by default; None: the largest weight of all heads
+        fig = plot_heads(w, vmax=vmax)
+        assert [ax.get_images()[0].get_clim() for ax in fig.axes] == [(0.0, pytest.approx(expected))] * 2
+        plt.close(fig)
+
+
+def test_plot_vmax_must_be_a_positive_number():
+    with pytest.raises(ValueError, match="vmax must be a positive finite number, got 0.0"):
+        plot_weights(_weights(2, 2), vmax=0)
+    with pytest.raises(TypeError, match=r"vmax must be a positive number, got 'max' \(str\)"):
+        plot_heads(_weights(2, 2, 2), vmax="max")
+
+
 def test_plot_heads_labels_only_the_matching_axis():
     fig = plot_heads(_weights(2, 2, 4), labels=["p", "q"])  # T == 2 != S == 4
     ax = fig.axes[0]
@@ -120,7 +143,7 @@ def test_plot_messages():
 
 def test_plot_weights_scale_ignores_nan_rows():
     w = torch.tensor([[0.25, 0.75], [float("nan"), float("nan")]])
-    ax = plot_weights(w)
+    ax = plot_weights(w, vmax=None)
     image = ax.get_images()[0]
     assert image.norm.vmax == pytest.approx(0.75)  # not collapsed to 1e-9 by max(1e-9, nan)
     plt.close(ax.figure)
