@@ -105,6 +105,12 @@ def setup_notebook(seed: int = 0, threads: int | None = 1) -> str:
 SMALL_FIGURES_ENV = "COURSE_SMALL_FIGURES"  # set by the course's build: committed notebooks keep 1x images
 
 
+def figure_scale() -> int:
+    """Pixels per figure point drawn for a running notebook: 2 (sharp on high-resolution screens), or 1 where
+    ``COURSE_SMALL_FIGURES`` is set (the build's committed notebooks)."""
+    return 1 if os.environ.get(SMALL_FIGURES_ENV) else 2
+
+
 def figures_for_screens() -> str | None:
     """Make the notebook's figures readable on any screen and theme; return the format chosen (None outside IPython).
 
@@ -121,7 +127,7 @@ def figures_for_screens() -> str | None:
         return None
     if get_ipython() is None:
         return None
-    fmt = "png" if os.environ.get(SMALL_FIGURES_ENV) else "retina"
+    fmt = "retina" if figure_scale() == 2 else "png"
     set_matplotlib_formats(fmt, bbox_inches="tight", facecolor="white")
     return fmt
 

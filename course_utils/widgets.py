@@ -37,6 +37,7 @@ from matplotlib.patches import Rectangle
 
 from course_utils._validate import check_bool, check_floating, check_number
 from course_utils.attention import scaled_dot_product_attention, softmax
+from course_utils.environment import figure_scale
 from course_utils.masking import causal_mask, combine_masks, mask_scores, padding_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.plotting import char_labels, plot_weights
@@ -111,13 +112,16 @@ class Explorer(widgets.VBox):
             self.caption = f"{type(e).__name__}: {e}"
             self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": self.caption + "\n"},)
             return
-        buf = io.BytesIO()
-        fig.savefig(buf, format="png")  # the plot functions already call tight_layout
+        buf, scale = io.BytesIO(), figure_scale()
+        # the plot functions already call tight_layout; white and sharp as the notebook's own figures are
+        fig.savefig(buf, format="png", dpi=fig.dpi * scale, facecolor="white")
         plt.close(fig)  # shown once, in the Output; not again by the inline backend
         self.figure, self.caption = fig, caption
         self.renders += 1
         png = base64.b64encode(buf.getvalue()).decode("ascii")
-        self.output.outputs = ({"output_type": "display_data", "metadata": {},
+        width, height = (round(x * fig.dpi) for x in fig.get_size_inches())
+        metadata = {"image/png": {"width": width, "height": height}} if scale > 1 else {}
+        self.output.outputs = ({"output_type": "display_data", "metadata": metadata,
                                 "data": {"image/png": png, "text/plain": caption}},)
 
 

@@ -57,7 +57,8 @@ def _free_port() -> int:
 class Lab:
     """A JupyterLab server on 127.0.0.1 serving a scratch copy of the course's notebooks."""
 
-    def __init__(self, home: Path):
+    def __init__(self, home: Path, settings: dict | None = None):
+        """``settings``: JupyterLab settings added to LAB_SETTINGS (e.g. the dark theme), by settings file."""
         self.home, self.port, self.token = home, _free_port(), os.urandom(16).hex()
         self.base = f"http://127.0.0.1:{self.port}"
         for folder in FOLDERS:
@@ -69,7 +70,7 @@ class Lab:
                     cell.outputs, cell.execution_count = [], None
             nb.metadata.pop("widgets", None)
             nbformat.write(nb, home / nb_path.parent.name / nb_path.name)
-        for rel, data in LAB_SETTINGS.items():
+        for rel, data in {**LAB_SETTINGS, **(settings or {})}.items():
             f = home / ".lab" / "settings" / rel
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(data), encoding="utf-8")
