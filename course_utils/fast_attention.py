@@ -1,0 +1,235 @@
+"""How fast attention works: the online softmax, and attention computed tile by tile in plain PyTorch.
+
+Read top to bottom, in the order notebook 08 teaches it:
+
+1. **The online softmax** (Milakov & Gimelshein 2018). A block of scores is summarised by a
+   :class:`Partial`: its running maximum ``m``, the sum ``l`` of ``exp(score - m)``, and the unnormalised
+   output ``o`` = sum of ``exp(score - m) * v`` (:func:`block_partial`). Two partials merge exactly
+   (:func:`merge_partials`): take the larger maximum and rescale each sum by ``exp(m_old - m_new)``.
+   :func:`online_softmax` streams a whole row that way, holding only ``m`` and ``l``; :func:`finish`
+   turns a partial into the attention output ``o / l``.
+2. **Tiled attention** (:func:`tiled_attention`): the merge applied tile after tile, the algorithm of
+   FlashAttention (Dao et al. 2022) and of Rabe & Staats (2021). Queries go in tiles of ``q_tile`` rows,
+   keys and values in tiles of ``kv_tile``; the (T, S) score matrix is never built, only one
+   (q_tile, kv_tile) tile at a time. Exact (to rounding) against
+   :func:`course_utils.attention.scaled_dot_product_attention` and ``F.scaled_dot_product_attention``.
+
+It is plain PyTorch with Python loops, so on a CPU it is slower than PyTorch's fused kernel, which runs
+the same algorithm in compiled code: what it shows is the memory curve and the algorithm.
+
+Shapes use the course alphabet: T query length, S key length, D head_dim, Dv value width; ``...`` is any
+batch of leading dimensions (B, H). Masks are boolean, True = may attend. A query that may see no key at
+all gets output 0, as in ``F.scaled_dot_product_attention`` (torch >= 2.5) and the course's reference.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+
+from course_utils._validate import (
+    check_bool,
+    check_bool_mask,
+    check_floating,
+    check_int,
+    check_positive_number,
+    check_qkv,
+    check_same_device,
+    check_tensor,
+)
+
+__all__ = ["Partial", "block_partial", "merge_partials", "finish", "online_softmax", "tiled_attention"]
+
+NEG_INF = float("-inf")
+
+
+class Partial(NamedTuple):
+    """What attention over some of the keys leaves behind: enough to merge exactly with the rest.
+
+    Shape:
+        m: (..., T, 1), the largest score seen so far (-inf: no visible key yet)
+        l: (..., T, 1), sum of exp(score - m) over the keys seen
+        o: (..., T, Dv), sum of exp(score - m) * v over the keys seen (not yet divided by l)
+    """
+
+    m: torch.Tensor
+    l: torch.Tensor  # noqa: E741 - the paper's name for the running sum
+    o: torch.Tensor
+
+
+def _safe_max(m: torch.Tensor) -> torch.Tensor:
+    """``m`` with -inf replaced by 0: what to subtract before ``exp``. A row whose maximum is -inf has seen
+    only blocked keys; subtracting 0 gives exp(-inf) = 0 for each, where subtracting -inf would give NaN."""
+    return m.masked_fill(m == NEG_INF, 0.0)
+
+
+def block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
+    """The :class:`Partial` of one block of keys: its maximum, its sum of exponentials, its weighted values.
+
+    Shape:
+        scores: (..., T, Sb) scaled scores, -inf where blocked; v: (..., Sb, Dv) -> Partial (m, l, o)
+
+    ``o / l`` is the attention output over this block alone. Taught in notebook 08.
+    """
+    check_tensor("scores", scores, min_dim=2)
+    check_tensor("v", v, min_dim=2)
+    check_floating("scores", scores)
+    check_floating("v", v)
+    if scores.shape[-1] == 0 or scores.shape[-1] != v.shape[-2]:
+        raise ValueError(f"scores (..., T, Sb) and v (..., Sb, Dv) need the same number Sb >= 1 of keys, got "
+                         f"scores {tuple(scores.shape)} and v {tuple(v.shape)}")
+    return _block_partial(scores, v)
+
+
+def _block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
+    """:func:`block_partial` after its checks (the tile loop calls it once per tile)."""
+    m = scores.amax(dim=-1, keepdim=True)  # (..., T, 1)
+    p = torch.exp(scores - _safe_max(m))  # (..., T, Sb), every entry <= 1, 0 where blocked
+    return Partial(m, p.sum(dim=-1, keepdim=True), p @ v)  # (..., T, 1), (..., T, 1), (..., T, Dv)
+
+
+def _check_partial(name: str, p: object) -> Partial:
+    if not (isinstance(p, tuple) and len(p) == 3):
+        raise TypeError(f"{name} must be a Partial (m, l, o) of three tensors, got {type(p).__name__}")
+    m, l, o = p  # noqa: E741
+    for part, t in (("m", m), ("l", l), ("o", o)):
+        check_tensor(f"{name}.{part}", t, min_dim=2)
+        check_floating(f"{name}.{part}", t)
+    if m.shape != l.shape or m.shape[-1] != 1 or o.shape[:-1] != m.shape[:-1]:
+        raise ValueError(f"{name} must hold m and l of shape (..., T, 1) and o of shape (..., T, Dv), got m "
+                         f"{tuple(m.shape)}, l {tuple(l.shape)}, o {tuple(o.shape)}")
+    return Partial(m, l, o)
+
+
+def merge_partials(a: Partial, b: Partial) -> Partial:
+    """The :class:`Partial` of two blocks of keys together, from the partials of each: exact, no score kept.
+
+    Shape:
+        a, b: Partial (m (..., T, 1), l (..., T, 1), o (..., T, Dv)) -> Partial of the same shapes
+
+    ``m = max(m_a, m_b)``; each sum was taken relative to its own maximum, so it is rescaled by
+    ``exp(m_old - m)`` (at most 1: no overflow) before adding. A row where neither block had a visible key
+    stays (-inf, 0, 0). Taught in notebook 08.
+    """
+    a, b = _check_partial("a", a), _check_partial("b", b)
+    if a.m.shape != b.m.shape or a.o.shape != b.o.shape:
+        raise ValueError(f"a and b must be partials of the same queries, got o {tuple(a.o.shape)} and "
+                         f"{tuple(b.o.shape)}")
+    return _merge(a, b)
+
+
+def _merge(a: Partial, b: Partial) -> Partial:
+    """:func:`merge_partials` after its checks."""
+    m = torch.maximum(a.m, b.m)  # (..., T, 1)
+    m_safe = _safe_max(m)
+    scale_a, scale_b = torch.exp(a.m - m_safe), torch.exp(b.m - m_safe)  # (..., T, 1), each <= 1
+    return Partial(m, scale_a * a.l + scale_b * b.l, scale_a * a.o + scale_b * b.o)
+
+
+def finish(p: Partial) -> torch.Tensor:
+    """The attention output of a :class:`Partial`: ``o / l``, and 0 for a query that saw no visible key.
+
+    Shape:
+        Partial (m (..., T, 1), l (..., T, 1), o (..., T, Dv)) -> out (..., T, Dv)
+
+    Taught in notebook 08.
+    """
+    return _finish(_check_partial("p", p))
+
+
+def _finish(p: Partial) -> torch.Tensor:
+    return p.o / p.l.masked_fill(p.l == 0, 1.0)  # l == 0 only where o == 0 too: those rows give 0
+
+
+def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Softmax over the last axis, with its maximum and sum found in one streaming pass over blocks.
+
+    Shape:
+        x: (..., S) -> weights (..., S)
+
+    Each block of ``block_size`` entries updates the running maximum ``m`` and the running sum ``l`` of
+    ``exp(x - m)``, rescaling the sum so far by ``exp(m_old - m_new)`` whenever the maximum grows; only
+    ``m`` and ``l`` are kept between blocks. The weights are then ``exp(x - m) / l``. Equal to
+    ``torch.softmax(x, dim=-1)``, NaN for an all ``-inf`` row included. Taught in notebook 08.
+    """
+    check_tensor("x", x)
+    check_floating("x", x)
+    block_size = check_int("block_size", block_size)
+    m = x.new_full((*x.shape[:-1], 1), NEG_INF)  # (..., 1): running maximum
+    l = x.new_zeros((*x.shape[:-1], 1))  # noqa: E741  (..., 1): running sum of exp(x - m)
+    for j0 in range(0, x.shape[-1], block_size):
+        block = x[..., j0:j0 + block_size]  # (..., Sb)
+        m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))  # (..., 1)
+        m_safe = _safe_max(m_new)
+        l = l * torch.exp(m - m_safe) + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)  # noqa: E741
+        m = m_new
+    return torch.exp(x - _safe_max(m)) / l  # (..., S): 0 / 0 = NaN for an all -inf row, as torch.softmax
+
+
+def _tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
+    """The part of a broadcastable mask (..., T or 1, S or 1) that covers one tile; size-1 axes stay."""
+    if mask.dim() >= 2 and mask.shape[-2] != 1:
+        mask = mask[..., rows, :]
+    if mask.dim() >= 1 and mask.shape[-1] != 1:
+        mask = mask[..., cols]
+    return mask
+
+
+def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
+                    is_causal: bool = False, scale: float | None = None, q_tile: int = 128,
+                    kv_tile: int = 128) -> torch.Tensor:
+    """softmax(q k^T / sqrt(D), masked) v, one (q_tile, kv_tile) tile of scores at a time, never (T, S).
+
+    Shape:
+        q: (..., T, D), k: (..., S, D), v: (..., S, Dv), mask: bool broadcastable to (..., T, S),
+        True = may attend -> out: (..., T, Dv)
+
+    For each tile of queries, a :class:`Partial` starts empty and every tile of keys and values is merged
+    into it (:func:`block_partial`, :func:`merge_partials`); :func:`finish` divides by the sum at the end.
+    Peak memory beyond q, k, v and the output: O(q_tile * kv_tile) scores per batch entry and head, whatever
+    T and S are; the work is still O(T * S * D).
+
+    ``is_causal=True`` lets query i see keys j <= S - T + i, the course's ``causal_mask(T, S)`` (aligned
+    bottom-right, as decoding with a cache needs; the same as ``F.scaled_dot_product_attention``'s
+    ``is_causal`` when T == S, which aligns top-left otherwise). Key tiles entirely in a query tile's future
+    are skipped, not computed and masked. ``mask`` may be given too; both apply. A query that may see no key
+    gets 0. Forward only: autograd would keep every tile (FlashAttention recomputes them in the backward
+    pass instead). Taught in notebook 08.
+    """
+    check_qkv(q, k, v)
+    check_bool("is_causal", is_causal)
+    q_tile, kv_tile = check_int("q_tile", q_tile), check_int("kv_tile", kv_tile)
+    T, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    if mask is not None:
+        check_bool_mask(mask, (*batch, T, S))
+        check_same_device(q=q, mask=mask)
+    if is_causal and T > S:
+        raise ValueError(f"is_causal needs T <= S (the queries are the last T of the S positions, as in "
+                         f"causal_mask(T, S)), got T={T}, S={S}")
+    offset = S - T  # query i sits at absolute position offset + i
+    out = q.new_empty(*batch, T, Dv)  # (..., T, Dv), filled one query tile at a time
+    for i0 in range(0, T, q_tile):
+        i1 = min(i0 + q_tile, T)
+        q_t = q[..., i0:i1, :] * scale  # (..., Tq, D), scaled once rather than every tile of scores
+        acc = Partial(q.new_full((*batch, i1 - i0, 1), NEG_INF), q.new_zeros(*batch, i1 - i0, 1),
+                      q.new_zeros(*batch, i1 - i0, Dv))  # nothing seen yet
+        last_key = offset + i1 - 1 if is_causal else S - 1  # keys after it are every query's future
+        for j0 in range(0, last_key + 1, kv_tile):
+            j1 = min(j0 + kv_tile, S)
+            scores = q_t @ k[..., j0:j1, :].transpose(-2, -1)  # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
+            visible = None
+            if is_causal and j1 - 1 > offset + i0:  # this tile crosses the diagonal of the first query row
+                rows = torch.arange(offset + i0, offset + i1, device=q.device)[:, None]  # (Tq, 1) positions
+                visible = torch.arange(j0, j1, device=q.device)[None, :] <= rows  # (Tq, Sk)
+            if mask is not None:
+                m_t = _tile(mask, slice(i0, i1), slice(j0, j1))  # broadcastable to (..., Tq, Sk)
+                visible = m_t if visible is None else visible & m_t
+            if visible is not None:
+                scores = scores.masked_fill(~visible, NEG_INF)
+            acc = _merge(acc, _block_partial(scores, v[..., j0:j1, :]))  # (..., Tq, 1), (..., Tq, Dv)
+        out[..., i0:i1, :] = _finish(acc)  # (..., Tq, Dv)
+    return out
