@@ -1,4 +1,4 @@
-"""Time and peak memory of attention variants against sequence length (notebook 07's cost curves).
+"""Time and peak memory of attention variants against sequence length (notebook 08's cost curves).
 
 Usage (from the repository root)::
 
@@ -10,6 +10,8 @@ Methods, all on q, k, v of shape (B=1, H=4, T, D=64) (AFT on x of shape (1, T, C
 - ``naive``: ``course_utils.attention.scaled_dot_product_attention`` with a (T, T) causal mask: it
   materialises the (B, H, T, T) scores and weights;
 - ``torch_sdpa``: ``F.scaled_dot_product_attention(..., is_causal=True)`` (a fused kernel);
+- ``tiled``: ``course_utils.fast_attention.tiled_attention(..., is_causal=True)``, tiles of 256 queries by
+  256 keys: exact causal attention that never builds the (T, T) scores, in plain PyTorch with Python loops;
 - ``sliding_window``: ``sliding_window_attention``, window 256, chunks of 256 queries (causal);
 - ``topk``: ``topk_attention``, top_k 32, chunks of 256 queries, causal (O(chunk * T) memory, O(T^2) work);
 - ``linformer``: ``linformer_attention`` with R = 256 summary rows (not causal);
@@ -24,7 +26,8 @@ reset before each call by writing 5 to /proc/self/clear_refs; large allocations 
 fresh mmap pages via mallopt so that freed memory is not silently reused). It includes everything the call
 allocates, temporaries and output, and has a noise floor of a few MB. Linux only; None elsewhere.
 ``analytic_mb`` is *computed*: the size of the largest score-like intermediate the method builds
-(B * H * rows * cols * 4 bytes), None for the fused kernel whose internals we do not model.
+(B * H * rows * cols * 4 bytes; one (256, 256) tile for ``tiled``), None for the fused kernel whose
+internals we do not model.
 ``tracemalloc`` would see none of this: PyTorch allocates outside Python's allocator.
 """
 
@@ -36,6 +39,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -45,14 +49,15 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.attention import scaled_dot_product_attention
+from course_utils.fast_attention import tiled_attention
 from course_utils.masking import causal_mask
 from course_utils.variants import aft_simple, linformer_attention, sliding_window_attention, topk_attention
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "attention_cost_cpu.json"
 B, H, D = 1, 4, 64
-WINDOW, CHUNK, TOP_K, PROJ_DIM = 256, 256, 32, 256
-METHODS = ("naive", "torch_sdpa", "sliding_window", "topk", "linformer", "aft_simple")
+WINDOW, CHUNK, TOP_K, PROJ_DIM, TILE = 256, 256, 32, 256, 256
+METHODS = ("naive", "torch_sdpa", "tiled", "sliding_window", "topk", "linformer", "aft_simple")
 
 
 def _inputs(T: int, seed: int = 0):
@@ -67,6 +72,8 @@ def make_call(method: str, T: int) -> Callable[[], torch.Tensor]:
         return lambda: scaled_dot_product_attention(q, k, v, causal_mask(T))[0]
     if method == "torch_sdpa":
         return lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    if method == "tiled":
+        return lambda: tiled_attention(q, k, v, is_causal=True, q_tile=TILE, kv_tile=TILE)
     if method == "sliding_window":
         return lambda: sliding_window_attention(q, k, v, WINDOW, chunk_size=CHUNK)
     if method == "topk":
@@ -86,6 +93,7 @@ def analytic_mb(method: str, T: int) -> float | None:
     rows_cols = {
         "naive": (T, T),
         "torch_sdpa": None,
+        "tiled": (min(TILE, T), min(TILE, T)),
         "sliding_window": (min(CHUNK, T), min(CHUNK + WINDOW - 1, T)),
         "topk": (min(CHUNK, T), T),
         "linformer": (T, min(PROJ_DIM, T)),
@@ -144,6 +152,25 @@ def measure(method: str, T: int, repeats: int = 3) -> dict:
             "analytic_mb": None if analytic_mb(method, T) is None else round(analytic_mb(method, T), 2)}
 
 
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _command() -> str:
+    """The command line that ran this script, with the interpreter as typed from the repository root."""
+    if not (sys.argv and sys.argv[0].endswith(".py")):
+        return "run() (imported)"
+    exe = Path(sys.executable)
+    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
+    return shlex.join([exe_text, os.path.relpath(Path(sys.argv[0]).resolve(), ROOT), *sys.argv[1:]])
+
+
 def run(lengths=(128, 256, 512, 1024, 2048, 4096, 8192), methods=METHODS, repeats: int = 3,
         verbose: bool = True) -> dict:
     """Measure every method at every length; return ``{"meta": ..., "results": [...]}``."""
@@ -159,15 +186,17 @@ def run(lengths=(128, 256, 512, 1024, 2048, 4096, 8192), methods=METHODS, repeat
             if verbose:
                 print(f"T={T:5d} {r['method']:>15}: {r['time_ms']:10.2f} ms  peak {r['peak_mb']} MB", flush=True)
     meta = {
-        "device": f"cpu ({platform.processor() or platform.machine()}), {torch.get_num_threads()} threads",
+        "device": f"cpu ({_cpu_model()}), {torch.get_num_threads()} threads",
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": " ".join(["python"] + sys.argv) if sys.argv and sys.argv[0].endswith(".py") else "run()",
+        "command": _command(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
         "load_average_1_5_15min": {"before": load_before,
                                    "after": os.getloadavg() if hasattr(os, "getloadavg") else None},
-        "shape": {"B": B, "H": H, "D": D, "window": WINDOW, "chunk_size": CHUNK, "top_k": TOP_K, "proj_dim": PROJ_DIM},
+        "shape": {"B": B, "H": H, "D": D, "window": WINDOW, "chunk_size": CHUNK, "top_k": TOP_K, "proj_dim": PROJ_DIM,
+                  "tile": TILE},
         "time": "best of repeats after a warm-up, ms",
         "peak_mb": "growth of peak RSS (VmHWM) during one call, MB; noise floor a few MB",
         "analytic_mb": "largest score-like intermediate, B*H*rows*cols*4 bytes, MB",
