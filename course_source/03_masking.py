@@ -13,13 +13,15 @@
 # - why a mask goes into the *scores* as `-inf`, *before* the softmax, and what goes wrong when you zero
 #   weights after the softmax or multiply the mask into the scores;
 # - padding masks for batches of unequal length, broadcasting them to `(B, 1, S)` and `(B, 1, 1, S)`, and
-#   combining them with a causal mask;
+#   combining them with a causal mask; leaving the padding out of the loss with `F.cross_entropy`'s
+#   `ignore_index`;
 # - what a fully masked row does (NaN), how `course_utils` and PyTorch handle it, and why filling with
 #   `torch.finfo(dtype).min` hides the problem instead of solving it;
 # - dropout on the attention weights, and why dropout on the logits is a bug;
 # - the three mask conventions you will meet (`True` = may attend, `True` = blocked, additive `0 / -inf`)
 #   and the one helper that converts between them;
-# - how to *prove* causality: changing token t+1 never changes output t.
+# - how to *prove* causality: changing token t+1 never changes output t;
+# - PyTorch's own names for the two causal alignments, `causal_lower_right` and `causal_upper_left`.
 #
 # **Prerequisites**: notebooks 01 (dot-product attention) and 02 (scaling and a safe softmax).
 #
@@ -37,6 +39,7 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.environment import setup_notebook
@@ -262,8 +265,8 @@ print("mask", tuple(pad_mask[:, None, None, :].shape), "-> weights", tuple(head_
 
 # %% [markdown]
 # The padding *keys* get no weight, but the padding *queries* (rows 3 and 4 of sentence 0) still
-# produce outputs: they attend to the real tokens. Those outputs are meaningless, and the training loss
-# must ignore them (notebook 08 does).
+# produce outputs: they attend to the real tokens. Those outputs are meaningless, so whatever is computed
+# from them must be left out, and above all the training loss.
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(7, 3.2))
@@ -271,6 +274,35 @@ for ax, b in zip(axes, (0, 2)):
     plot_weights(batch_weights[b], padded[b], padded[b], ax=ax, title=f"sentence {b}: padding mask")
 fig.tight_layout()
 plt.show()
+
+# %% [markdown]
+# ### Padding in the loss: `ignore_index`
+#
+# A language model trained on this padded batch predicts a token at every position, padding included,
+# and is scored with the cross-entropy between its predictions and the targets. Give the padding
+# positions a target id of their own, `pad_id`, and pass it as `F.cross_entropy(..., ignore_index=pad_id)`:
+# targets equal to it add nothing to the loss, and the mean is taken over the real tokens only. Here the
+# "model" is random logits over a toy vocabulary of 10 ids, with id 0 standing for `<pad>`.
+
+# %%
+pad_id, V = 0, 10
+g = torch.Generator().manual_seed(3)
+targets = torch.randint(1, V, (B, S), generator=g).masked_fill(~pad_mask, pad_id)  # (B, S), pad_id at the padding
+logits = torch.randn(B, S, V, generator=g)  # (B, S, V): a prediction at every position
+print(targets)
+
+loss = F.cross_entropy(logits.reshape(B * S, V), targets.reshape(B * S), ignore_index=pad_id)
+per_token = F.cross_entropy(logits.reshape(B * S, V), targets.reshape(B * S), reduction="none").view(B, S)  # (B, S)
+print(f"ignore_index loss = mean over the {int(pad_mask.sum())} real tokens only, agree to 1e-6:",
+      abs(loss.item() - per_token[pad_mask].mean().item()) < 1e-6)
+print(f"ignore_index: {loss.item():.2f}; mean over all {B * S} positions, padding included: "
+      f"{per_token.mean().item():.2f}")
+
+# %% [markdown]
+# Counting the padding would change the loss, and the gradient would train the model to predict `<pad>`
+# after `<pad>`. (The tiny GPT at the end of the course trains on windows cut from one long text, all of
+# the same length, so its batches have no padding and it needs no `ignore_index`; any model trained on
+# padded batches does.)
 
 # %% [markdown]
 # ## 7. Combining masks: causal AND padding
@@ -316,7 +348,9 @@ print("output:", (bare @ v5)[0])
 
 # %% [markdown]
 # The sensible answer is "a query that may see nothing gets output 0". `course_utils`'
-# `scaled_dot_product_attention` and PyTorch's `F.scaled_dot_product_attention` both do exactly that:
+# `scaled_dot_product_attention` and PyTorch's `F.scaled_dot_product_attention` both do exactly that
+# (PyTorch since version 2.5, the oldest this course runs on; before it, `F.scaled_dot_product_attention`
+# gave NaN there too):
 
 # %%
 ours, ours_weights = scaled_dot_product_attention(q5, k5, v5, mask=left_mask)
@@ -479,7 +513,11 @@ print(wrong[0])
 
 # %% [markdown]
 # Each query attends only to the *future*, and the last query, for which everything is "blocked", gets
-# NaN. `convert_mask(mask, src, dst)` is the one place in the course that translates:
+# NaN. That NaN is the good case: these weights come from `need_weights=True`, the default. Ask for
+# `need_weights=False` and the same mistake gives the last query an output of zeros instead, with nothing
+# to flag it; notebook 05 (section 4) takes the module's paths one by one.
+#
+# `convert_mask(mask, src, dst)` is the one place in the course that translates:
 
 # %%
 with torch.no_grad():
@@ -560,6 +598,18 @@ print("is_causal=True    vs full recompute, max abs diff:", round((sdpa_is_causa
 # (Passing `attn_mask=causal_mask(T, S)` to `F.scaled_dot_product_attention` works too; only the
 # `is_causal` shortcut assumes T = S.)
 #
+# PyTorch has names for both alignments in `torch.nn.attention.bias`: `causal_lower_right(T, S)` is the
+# bottom-right triangle of `causal_mask(T, S)`, and `causal_upper_left(T, S)` the top-left one of
+# `is_causal=True`. Each is a small object that `F.scaled_dot_product_attention` takes as its `attn_mask`,
+# so it can pick a fused kernel without ever building the `(T, S)` matrix. They agree with ours:
+
+# %%
+lower_right = F.scaled_dot_product_attention(q_new, k6, v6, attn_mask=causal_lower_right(T_new, S_all))
+upper_left = F.scaled_dot_product_attention(q_new, k6, v6, attn_mask=causal_upper_left(T_new, S_all))
+print("causal_lower_right vs causal_mask(T, S), agree to 1e-6:", (lower_right - with_cache).abs().max().item() < 1e-6)
+print("causal_upper_left  vs is_causal=True,    agree to 1e-6:", (upper_left - sdpa_is_causal).abs().max().item() < 1e-6)
+
+# %% [markdown]
 # ## 12. Check against `course_utils`
 #
 # Our inline versions of this notebook against the package every later notebook uses:
@@ -664,15 +714,18 @@ check("03.4", from_mha_masks)
 #   weight `exp(0) = 1`. Both fail the causality test; `-inf` passes it with a difference of exactly 0.0.
 # - Causal mask: `tril`. With T queries and S > T keys (a cache), align it bottom-right,
 #   `tril(diagonal=S - T)`; `is_causal=True` aligns top-left and is only right for T = S.
+#   PyTorch calls the two `causal_lower_right` and `causal_upper_left` (`torch.nn.attention.bias`).
 # - Padding mask: `arange(S) < lengths[:, None]`, broadcast as `(B, 1, S)` or `(B, 1, 1, S)` over the
-#   *key* axis. Combine masks with AND.
+#   *key* axis. Combine masks with AND. The padding positions' outputs are meaningless: leave them out of
+#   the loss with `F.cross_entropy(..., ignore_index=pad_id)`, which averages over the real tokens only.
 # - A fully masked row gives NaN with `-inf`; the fix is to give it output 0, as `course_utils` and
-#   `F.scaled_dot_product_attention` do. A finite fill (`finfo.min`, `-1e9`) hides it as a uniform
-#   distribution over forbidden keys.
+#   `F.scaled_dot_product_attention` (since PyTorch 2.5) do. A finite fill (`finfo.min`, `-1e9`) hides it
+#   as a uniform distribution over forbidden keys.
 # - Dropout goes on the weights after the softmax, scales survivors by `1 / (1 - p)`, and only runs in
 #   training. Dropout on the logits changes the distribution; after the `-inf` fill it makes NaN.
 # - `convert_mask` translates between `"allow"`, `"block"` (`nn.MultiheadAttention`) and `"additive"`;
-#   a float bias such as ALiBi is not a mask.
+#   a float bias such as ALiBi is not a mask. A mask handed over the wrong way round raises no error: it
+#   gives NaN or, on other paths, silent zeros.
 #
 # Next, notebook 04 gives attention learned projections and several heads, and uses these masks
 # unchanged on `(B, H, T, S)` scores.
@@ -683,7 +736,11 @@ check("03.4", from_mha_masks)
 #   the decoder's "masking out (setting to -inf)" of illegal connections.
 # - PyTorch documentation of
 #   [`F.scaled_dot_product_attention`](https://pytorch.org/docs/stable/generated/torch.nn.functional.scaled_dot_product_attention.html)
-#   (boolean `attn_mask` with `True` = take part; `is_causal`) and of
+#   (boolean `attn_mask` with `True` = take part; `is_causal`), of
+#   [`torch.nn.attention.bias`](https://pytorch.org/docs/stable/nn.attention.bias.html)
+#   (`causal_lower_right`, `causal_upper_left`), of
+#   [`F.cross_entropy`](https://pytorch.org/docs/stable/generated/torch.nn.functional.cross_entropy.html)
+#   (`ignore_index`) and of
 #   [`nn.MultiheadAttention`](https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html)
 #   (`True` = not allowed to attend).
 # - Press et al., [Train Short, Test Long: Attention with Linear Biases (ALiBi)](https://arxiv.org/abs/2108.12409)
