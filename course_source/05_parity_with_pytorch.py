@@ -18,11 +18,15 @@
 # - how close "equal" is: relative errors around `1e-7` in `float32` and `1e-16` in `float64`;
 # - that `F.scaled_dot_product_attention` (with a boolean mask or `is_causal=True`) gives the same
 #   result from our projections;
-# - why dropout in training mode cannot be compared, and why eval mode can.
+# - why dropout in training mode cannot be compared, and why eval mode can;
+# - that a mask passed the wrong way round gives NaN on one of the module's paths and silent zeros on
+#   another;
+# - **cross-attention**: queries from one sequence, keys and values from another, as in the
+#   encoder-decoder Transformer, and how decoder-only models do without it.
 #
 # **Prerequisites**: notebooks 03 (masks, `convert_mask`) and 04 (`MultiHeadAttention`, `split_heads`).
 #
-# **Time**: about 30 minutes. **Runs on**: CPU (every tensor here is tiny; parity is about
+# **Time**: about 40 minutes. **Runs on**: CPU (every tensor here is tiny; parity is about
 # conventions, not speed).
 
 # %%
@@ -35,6 +39,7 @@ import torch
 print(f"torch {torch.__version__}; this notebook runs on the CPU (your best device would be: {device})")
 
 # %%
+import math
 from unittest import mock
 
 import matplotlib.pyplot as plt
@@ -188,6 +193,36 @@ plot_weights(weights_t[0], ax=axes[0], title="block = ~allow (correct)")
 plot_weights(weights_wrong[0].nan_to_num(0.0), ax=axes[1], title="forgot to invert (NaN row drawn as 0)")
 plt.tight_layout()
 plt.show()
+
+# %% [markdown]
+# **NaN or zeros: it depends on the path.** That NaN came from `need_weights=True`, the default, which
+# builds the weights with an explicit softmax: `0 / 0` shows. `nn.MultiheadAttention` has two other
+# ways through, and the same forgotten inversion does not look the same on them:
+#
+# - `need_weights=False` hands the attention step to `F.scaled_dot_product_attention`, which (since
+#   PyTorch 2.5) gives a query with no visible key the output 0. The last token's attention output is
+#   0, so the module returns just `out_proj`'s bias, which PyTorch initialises to zeros: **zeros, no NaN,
+#   nothing to flag the mistake**. That is worse than NaN.
+# - In eval mode under `torch.no_grad()` (with `batch_first=True`, biases, an even number of heads, and
+#   the same tensor passed as query, key and value), PyTorch takes a native "fast path" in C++. On the
+#   CPU, in the version this course is tested with, it gives NaN again.
+#
+# The tokens whose rows are not fully masked are wrong on every path, and wrong the same way: they
+# attend to the future instead of the past.
+
+# %%
+with torch.no_grad():
+    right = torch_mha(x, x, x, attn_mask=block, need_weights=False)[0]  # the correct output, to compare with
+paths = {"need_weights=True": lambda: torch_mha(x, x, x, attn_mask=allow)[0],
+         "need_weights=False": lambda: torch_mha(x, x, x, attn_mask=allow, need_weights=False)[0]}
+with torch.no_grad():
+    fast = torch_mha(x, x, x, attn_mask=allow, need_weights=False)[0]  # the native fast path
+outs = {name: run().detach() for name, run in paths.items()} | {"no_grad, eval (fast path)": fast}
+for name, out in outs.items():
+    print(f"{name:26s} last token: NaN {out[:, -1].isnan().all().item()!s:5s} "
+          f"all zeros {(out[:, -1] == 0).all().item()!s:5s} | the other tokens: same as on the first path "
+          f"(to 1e-5) {torch.allclose(out[:, :-1], outs['need_weights=True'][:, :-1], atol=1e-5)}, "
+          f"off from the right answer by {round((out[:, :-1] - right[:, :-1]).abs().max().item(), 2)}")
 
 # %% [markdown]
 # ## 5. Padding: `key_padding_mask`
@@ -432,11 +467,111 @@ torch.testing.assert_close(drop_ours(x), drop_mha(x, x, x)[0])
 print("eval mode: match")
 
 # %% [markdown]
-# ## 11. Closing check against `course_utils`
+# ## 11. Cross-attention: queries from one sequence, keys and values from another
+#
+# Everything so far was **self-attention**: one sequence supplied the queries, the keys and the values.
+# The original Transformer (Vaswani et al., 2017, section 3.2.3) translates with two stacks. The
+# *encoder* reads the source sentence, S tokens, and outputs one vector per token: the **memory**. The
+# *decoder* writes the translation, T tokens so far, and each of its layers has, besides its own masked
+# self-attention, an **encoder-decoder attention** (cross-attention): the decoder's T positions ask the
+# queries, and the encoder's S outputs supply the keys and the values. Three things follow:
+#
+# - The weights are `(B, H, T, S)`, a rectangle: T and S are the lengths of two different sequences.
+# - **No causal mask across the two.** Causality orders the positions of one sequence. The source is
+#   known in full before the first word is written, so every decoder position may look at every source
+#   token; the decoder's own causal mask lives in its self-attention layer.
+# - **A padding mask on the encoder side.** A batch of source sentences is padded to S, and no query may
+#   attend to that padding: a `(B, S)` mask, broadcast as `(B, 1, 1, S)` (for `nn.MultiheadAttention`,
+#   `key_padding_mask`, True = blocked).
+#
+# `nn.MultiheadAttention` was built for this: `forward(query, key, value)` with the memory passed as
+# both key and value. Its `in_proj_weight` is used the same way: rows `0..C-1` project the queries (from
+# the decoder), rows `C..3C-1` the keys and values (from the memory). Ours takes the memory as a keyword,
+# `ours(x, mask, memory=memory)`, with the same rows of `qkv_proj`.
+
+# %%
+S = 6
+torch.manual_seed(3)
+memory = torch.randn(B, S, C)  # (B, S, C): the encoder's outputs for source sentences of S = 6 tokens
+src_keys = padding_mask(torch.tensor([6, 4]), S)  # (B, S), True = real source token; sentence 1 is padded
+out_t, weights_t = torch_mha(x, memory, memory, key_padding_mask=convert_mask(src_keys, "allow", "block"),
+                             average_attn_weights=False)
+out_o, weights_o = ours(x, src_keys[:, None, None, :], need_weights=True, memory=memory)  # (B, S) -> (B, 1, 1, S)
+print("queries x", tuple(x.shape), "memory", tuple(memory.shape), "-> out", tuple(out_o.shape),
+      "weights", tuple(weights_o.shape))
+torch.testing.assert_close(out_o, out_t)
+torch.testing.assert_close(weights_o, weights_t)
+print("cross-attention: match")
+
+# %%
+plot_weights(weights_o[1].mean(dim=0), [f"target {i}" for i in range(T)], [f"source {j}" for j in range(S)],
+             title="sentence 1: T = 5 queries over S = 6 memory keys (2 padded)")
+plt.show()
+
+# %% [markdown]
+# Every decoder position spreads its weight over all four real source tokens, the last one included,
+# and puts none on the padding. So the padding's values cannot matter: replace them with anything, and
+# the output does not move.
+
+# %%
+real_weights = weights_o[1][..., :4]  # (H, T, 4): the real source tokens of sentence 1
+print("every query puts weight on every real source token:", (real_weights > 0).all().item())
+print("weight on the padding:", weights_o[1][..., 4:].abs().max().item())
+other_padding = memory.clone()
+other_padding[1, 4:] = 100 * torch.randn(2, C)  # new vectors where sentence 1 is padded
+print("padding changed, output agrees to 1e-6:",
+      (ours(x, src_keys[:, None, None, :], memory=other_padding) - out_o).abs().max().item() < 1e-6)
+
+# %% [markdown]
+# A causal mask across the two sequences would be a bug, and not an obvious one. `causal_mask(T, S)`
+# aligns the T queries with the *last* T of S positions, as if the decoder were continuing the source;
+# here it would keep the first target word from seeing the end of the source sentence:
+
+# %%
+print(causal_mask(T, S).int())
+
+# %% [markdown]
+# Forgetting to invert `key_padding_mask` is the mistake of section 4 again, with one difference:
+# `nn.MultiheadAttention` takes its native fast path only for self-attention (query, key and value one
+# tensor), so for cross-attention `need_weights=False` always goes through
+# `F.scaled_dot_product_attention`. Sentence 0 has no padding, so the uninverted mask blocks all its
+# keys: NaN with `need_weights=True`, and with `need_weights=False` every one of its outputs is
+# `out_proj`'s bias, zeros here, under `torch.no_grad()` too.
+
+# %%
+forgot = dict(key_padding_mask=src_keys)  # True = real token, read by PyTorch as True = blocked
+with torch.no_grad():
+    nan_out, _ = torch_mha(x, memory, memory, **forgot)
+    zero_out, _ = torch_mha(x, memory, memory, **forgot, need_weights=False)
+print("need_weights=True,  sentence 0: all NaN  ", nan_out[0].isnan().all().item())
+print("need_weights=False, sentence 0: all zeros", (zero_out[0] == 0).all().item())
+
+# %% [markdown]
+# ### Decoder-only models: no cross-attention at all
+#
+# GPT-style models, the tiny GPT at the end of this course among them, have no encoder and no memory:
+# one sequence, and self-attention with a causal mask in every layer. To translate, a decoder-only model
+# reads the source as part of its **prompt** ("English: the cat sat. French:") and continues the text.
+# The source then enters through the same causal self-attention: its tokens come *first* in the one
+# sequence, so every position written after them may look back at all of them. In the causal mask of
+# the S + T tokens, the last T rows (the translation) see all S source columns:
+
+# %%
+prompt_and_answer = causal_mask(S + T)  # (S + T, S + T): one sequence, source first
+print("every answer token sees the whole source:", prompt_and_answer[S:, :S].all().item())
+print("no source token sees the answer:", (~prompt_and_answer[:S, S:]).all().item())
+
+# %% [markdown]
+# What the decoder-only model gives up is the split: the source is read by the same weights, with the
+# same causal mask, as the answer (its first tokens cannot look at its later ones), while an encoder
+# reads its source with no mask at all and a decoder consults it through separate cross-attention
+# weights.
+#
+# ## 12. Closing check against `course_utils`
 #
 # Everything above used `course_utils` pieces, but we derived three things by hand: the row slices of
 # `in_proj_weight`, the inverted masks, and the attention step through `F.scaled_dot_product_attention`.
-# Each agrees with the `course_utils` version.
+# Each agrees with the `course_utils` version, and so does cross-attention built from the same slices.
 
 # %%
 reference = MultiHeadAttention.from_torch(torch_mha).eval()
@@ -444,6 +579,11 @@ torch.testing.assert_close(torch.cat([w_q, w_k, w_v]), reference.qkv_proj.weight
 torch.testing.assert_close(torch.cat([b_q, b_k, b_v]), reference.qkv_proj.bias.detach(), rtol=0, atol=0)
 assert torch.equal(block, ~causal_mask(T)) and torch.equal(key_padding_mask, torch.arange(T) >= lengths[:, None])
 torch.testing.assert_close(out_mask, reference(x, causal_mask(T)))
+with torch.no_grad():  # cross-attention by hand: q from x with w_q, k and v from the memory with w_k and w_v
+    q_x, k_m, v_m = (split_heads(t, H) for t in (x @ w_q.T + b_q, memory @ w_k.T + b_k, memory @ w_v.T + b_v))
+    by_hand = reference.out_proj(merge_heads(F.scaled_dot_product_attention(q_x, k_m, v_m,
+                                                                            attn_mask=src_keys[:, None, None, :])))
+torch.testing.assert_close(by_hand, reference(x, src_keys[:, None, None, :], memory=memory))
 print("matches course_utils")
 
 # %% [markdown]
@@ -513,6 +653,35 @@ def average_heads(weights):
 check("05.4", average_heads)
 
 # %% [markdown]
+# **05.5 Cross-attention from packed weights.** Write `cross_attention(x, memory, key_mask, qkv_weight,
+# qkv_bias, out_weight, out_bias, num_heads)`: the queries come from `x` `(B, T, C)`, the keys and values
+# from `memory` `(B, S, C)`, and T and S may differ. The weights are packed the way
+# `nn.MultiheadAttention` packs them: `qkv_weight` `(3C, C)` is `in_proj_weight` (q, k, v blocks of C rows,
+# each in `nn.Linear`'s `(out, in)` layout), `qkv_bias` `(3C,)`, and `out_weight` `(C, C)`, `out_bias`
+# `(C,)` make the output projection. `key_mask` is `(B, S)` in the course's convention: True = a real
+# memory token that may be attended (every memory sequence has at least one). Return `(B, T, C)`.
+
+# %%
+def cross_attention(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):
+    ### BEGIN SOLUTION
+    B, T, C = x.shape
+    S, D = memory.shape[1], C // num_heads
+    w_q, w_k, w_v = qkv_weight.chunk(3)  # 3 x (C, C)
+    b_q, b_k, b_v = qkv_bias.chunk(3)  # 3 x (C,)
+    q = (x @ w_q.T + b_q).view(B, T, num_heads, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
+    k = (memory @ w_k.T + b_k).view(B, S, num_heads, D).transpose(1, 2)  # (B, S, C) -> (B, H, S, D)
+    v = (memory @ w_v.T + b_v).view(B, S, num_heads, D).transpose(1, 2)  # (B, S, C) -> (B, H, S, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, H, T, S)
+    scores = scores.masked_fill(~key_mask[:, None, None, :], float("-inf"))  # (B, S) -> (B, 1, 1, S)
+    weights = torch.softmax(scores, dim=-1)  # (B, H, T, S)
+    out = (weights @ v).transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, C)
+    return out @ out_weight.T + out_bias
+    ### END SOLUTION
+
+
+check("05.5", cross_attention)
+
+# %% [markdown]
 # ## Summary
 #
 # Copying `in_proj_weight`, `in_proj_bias` and `out_proj` makes our `MultiHeadAttention` compute what
@@ -530,15 +699,26 @@ check("05.4", average_heads)
 # | `need_weights` default | `False` | `True` (no fused kernel) | – |
 # | causal | `causal_mask(T, S)`, bottom-right | `attn_mask` (or `is_causal` with a mask as a hint) | `is_causal=True`, top-left |
 #
+# | cross-attention | `ours(x, mask, memory=m)` | `mha(x, m, m, key_padding_mask=...)` | q from `x`, k and v from `m` |
+#
 # - Invert a course mask with `convert_mask(mask, "allow", "block")` before handing it to
-#   `nn.MultiheadAttention`; forgetting it raises no error, but sends queries to the wrong keys and
-#   turns fully blocked rows into NaN.
+#   `nn.MultiheadAttention`; forgetting it raises no error, but sends queries to the wrong keys, and a
+#   fully blocked row comes out as NaN (`need_weights=True`, and the native fast path on the CPU) or as
+#   silent zeros (`need_weights=False` through `F.scaled_dot_product_attention`, since PyTorch 2.5).
+# - Cross-attention takes the queries from the sequence being written and the keys and values from the
+#   memory: weights `(B, H, T, S)`, no causal mask across the two sequences, the memory's padding masked.
+#   A decoder-only model has one sequence instead, and the source reaches it through the prompt.
 # - Compare in eval mode: dropout draws fresh random masks on every call.
 # - In a test, compare with `torch.testing.assert_close` (it reports the worst element), not by
 #   printing digits.
 #
 # ## Further reading
 #
+# - Vaswani et al., [Attention Is All You Need](https://arxiv.org/abs/1706.03762) (2017), section 3.2.3:
+#   the three uses of attention in the Transformer, encoder-decoder attention among them.
+# - Bahdanau, Cho and Bengio, [Neural Machine Translation by Jointly Learning to Align and
+#   Translate](https://arxiv.org/abs/1409.0473) (2014): the decoder attending over the encoder's states,
+#   before Transformers.
 # - PyTorch documentation, [`torch.nn.MultiheadAttention`](https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html):
 #   every argument used here, including `add_bias_kv`, `add_zero_attn`, `kdim` and `vdim`, which
 #   `from_torch` does not support.

@@ -1,18 +1,23 @@
-"""Exercises of notebook 05 (parity with ``nn.MultiheadAttention``): keys ``"05.1"`` to ``"05.4"``.
+"""Exercises of notebook 05 (parity with ``nn.MultiheadAttention``): keys ``"05.1"`` to ``"05.5"``.
 
 Each reference solution is built from :mod:`course_utils`; each case builds its inputs from a fixed
 seed; each mistake is one a learner really makes when moving between the course's conventions and
-PyTorch's (mask polarity, row layout of ``in_proj_weight``, batch-major head order, averaging axis).
+PyTorch's (mask polarity, row layout of ``in_proj_weight``, batch-major head order, averaging axis), or
+when turning self-attention into cross-attention (05.5: which sequence feeds the keys, no causal mask
+across two sequences, the scale).
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from course_utils.checking import Exercise, Mistake
 from course_utils.masking import causal_mask, convert_mask, padding_mask
-from course_utils.multihead import MultiHeadAttention
+from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = ["EXERCISES"]
 
@@ -22,6 +27,10 @@ HEADS = (1, 2, 3, 5, 6, 7, 24)  # head counts, not only powers of two, and more 
 def _int(g: torch.Generator, low: int, high: int) -> int:
     """A random integer in low .. high - 1."""
     return int(torch.randint(low, high, (), generator=g))
+
+
+def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=g)
 
 
 # --- 05.1 slice in_proj_weight into the q, k and v weights ---------------------------------------
@@ -194,6 +203,67 @@ def _average_keepdim(weights):
     return weights.mean(dim=1, keepdim=True)  # (B, 1, T, S)
 
 
+# --- 05.5 cross-attention from packed weights ------------------------------------------------------
+
+def _cross_solution(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):
+    m = MultiHeadAttention(x.shape[-1], num_heads)
+    with torch.no_grad():
+        m.qkv_proj.weight.copy_(qkv_weight)
+        m.qkv_proj.bias.copy_(qkv_bias)
+        m.out_proj.weight.copy_(out_weight)
+        m.out_proj.bias.copy_(out_bias)
+        return m(x, key_mask[:, None, None, :], memory=memory)  # (B, S) -> (B, 1, 1, S)
+
+
+def _cross_args(g: torch.Generator, B: int, T: int, S: int, H: int, D: int, lengths, w: float) -> tuple:
+    C = H * D
+    return (_randn(g, B, T, C), _randn(g, B, S, C), padding_mask(torch.as_tensor(lengths), S),
+            w * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), w * _randn(g, C, C), 0.1 * _randn(g, C), H)
+
+
+def _cross_cases() -> list[tuple[tuple, dict]]:
+    # Every memory sequence has real tokens AND padding, so an inverted mask still leaves keys to attend
+    # (finite, not NaN or zeros); T == S first (keys taken from x then run, and give wrong numbers), then
+    # T < S (the two causal triangles differ), then T > S.
+    g = torch.Generator().manual_seed(505)
+    return [(_cross_args(g, 2, 4, 4, 2, 4, [3, 2], 0.5), {}),  # B, T, S, H, D, lengths, weight scale
+            (_cross_args(g, 2, 3, 6, 3, 4, [5, 2], 0.5), {}),
+            (_cross_args(g, 1, 5, 3, 4, 2, [2], 0.5), {})]
+
+
+def _cross_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, T, S = _int(g, 1, 5), _int(g, 1, 49), _int(g, 2, 49)
+        H, D = HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
+        lengths = torch.randint(1, S, (B,), generator=g)  # 1 .. S - 1 real tokens: padding in every sequence
+        cases.append((_cross_args(g, B, T, S, H, D, lengths, 1.5 / (H * D) ** 0.5), {}))
+    return cases
+
+
+def _cross_steps(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, *, kv_from="memory",
+                 polarity="allow", pad=True, causal=None, scale_by="D"):
+    """Cross-attention with one step done wrong, chosen by keyword."""
+    B, T, C = x.shape
+    D = C // num_heads
+    w_q, w_k, w_v = qkv_weight.chunk(3)
+    b_q, b_k, b_v = qkv_bias.chunk(3)
+    source = memory if kv_from == "memory" else x
+    S = source.shape[1]
+    q = split_heads(F.linear(x, w_q, b_q), num_heads)  # (B, H, T, D)
+    k, v = (split_heads(F.linear(source, w, b), num_heads) for w, b in ((w_k, b_k), (w_v, b_v)))  # (B, H, S, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(D if scale_by == "D" else C)  # (B, H, T, S)
+    allowed = torch.ones(B, 1, 1, S, dtype=torch.bool)
+    if pad:
+        allowed = key_mask[:, None, None, :] if polarity == "allow" else ~key_mask[:, None, None, :]
+    if causal == "bottom-right":
+        allowed = allowed & causal_mask(T, S)  # as if the queries were the last T of the memory's positions
+    elif causal == "top-left":
+        allowed = allowed & torch.ones(T, S, dtype=torch.bool).tril()  # is_causal=True's triangle
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1)  # (B, H, T, S)
+    return F.linear(merge_heads(weights @ v), out_weight, out_bias)  # (B, T, C)
+
+
 EXERCISES = (
     Exercise(
         key="05.1",
@@ -284,6 +354,47 @@ EXERCISES = (
             Mistake("kept the head axis",
                     "nn.MultiheadAttention returns (B, T, S), with no axis left for the heads.",
                     _average_keepdim, fix="drop keepdim=True"),
+        ),
+    ),
+    Exercise(
+        key="05.5",
+        title="cross-attention from packed weights",
+        signature="cross_attention(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads) "
+                  "-> (B, T, C)",
+        solution=_cross_solution,
+        cases=_cross_cases,
+        draw=_cross_draw,
+        atol=1e-4,
+        mistakes=(
+            Mistake("keys and values projected from x instead of the memory",
+                    "In cross-attention only the queries come from the sequence being written; the keys and "
+                    "values come from the other sequence, the memory, so there are S of them, not T.",
+                    lambda *a: _cross_steps(*a, kv_from="x"),
+                    fix="k and v = F.linear(memory, ...) with the second and third blocks of qkv_weight"),
+            Mistake("mask polarity inverted",
+                    "This exercise's key_mask uses the course's convention, True = a real token that may be "
+                    "attended; nn.MultiheadAttention's key_padding_mask is the one where True means blocked.",
+                    lambda *a: _cross_steps(*a, polarity="block"),
+                    fix="block where key_mask is False: scores.masked_fill(~key_mask[:, None, None, :], "
+                    "float('-inf'))"),
+            Mistake("the memory's padding is not masked",
+                    "The padding at the end of each memory sequence is filler: no query may attend to it.",
+                    lambda *a: _cross_steps(*a, pad=False),
+                    fix="scores.masked_fill(~key_mask[:, None, None, :], float('-inf')) before the softmax"),
+            Mistake("a causal mask across the two sequences",
+                    "Causality orders the positions of ONE sequence. The memory is finished before decoding "
+                    "starts, so every query may see every real memory token: only its padding is blocked.",
+                    lambda *a: _cross_steps(*a, causal="bottom-right"),
+                    fix="drop causal_mask(T, S): the only mask here is key_mask[:, None, None, :]"),
+            Mistake("a top-left causal triangle across the two sequences",
+                    "Query i and memory position j are positions in two different sequences, so i < j says "
+                    "nothing about what query i may see: only the memory's padding is blocked.",
+                    lambda *a: _cross_steps(*a, causal="top-left"),
+                    fix="drop the triangle (or is_causal=True): the only mask is key_mask[:, None, None, :]"),
+            Mistake("scaled by the model width instead of the head size",
+                    "The dot products are between vectors of one head, of size D = C // num_heads, not C.",
+                    lambda *a: _cross_steps(*a, scale_by="C"),
+                    fix="divide the scores by math.sqrt(C // num_heads)"),
         ),
     ),
 )
