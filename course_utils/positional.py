@@ -2,8 +2,12 @@
 
 Read top to bottom in the order notebook 06 teaches it: a learned table of position vectors, the fixed
 sinusoidal encoding (and the rotation that shifts it by k positions), rotary embeddings (RoPE) that rotate
-queries and keys instead of adding anything, ALiBi's per-head distance penalty on the scores, and the two
+queries and keys instead of adding anything (:func:`apply_rope`, and :class:`RotaryTable`, the same rotation
+with its angles cached, for the GPT), ALiBi's per-head distance penalty on the scores, and the two
 attention modules that use RoPE and ALiBi by changing one step of :class:`MultiHeadAttention`.
+
+One RoPE convention everywhere a model of the course rotates: counter-clockwise, with the ``"half"``
+pairing (channels i and i + D/2), as GPT-NeoX and Hugging Face's Llama do.
 
 Shapes: ``T`` positions, ``C`` embed_dim, ``H`` num_heads, ``D`` head_dim, ``S`` key positions.
 """

@@ -1,0 +1,279 @@
+"""The measurable claims of notebook 06 (positional encodings), one test each.
+
+Issue #13: one RoPE pairing ("half") wherever a model rotates; which way RoPE turns, and why it does not
+matter as long as q and k turn alike; what a model without positions can and cannot recover (a causal mask
+leaks position); the explorer's sinusoidal panel (the table added to q and k: a relative term and two
+absolute cross terms); the length-generalisation results the prose reads off. If one of them stops being
+true, a test here fails and the prose must change with it.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import seeds
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.length_generalisation import (
+    SCHEMES,
+    LengthGenConfig,
+    TinyPositionalModel,
+    accuracy_by_length,
+    evaluate,
+    train_model,
+)
+from course_utils.masking import causal_mask
+from course_utils.positional import (
+    RotaryMultiHeadAttention,
+    alibi_bias,
+    apply_rope,
+    rope_pairing_permutation,
+    rotate_pair,
+    sinusoidal_encoding,
+    sinusoidal_frequencies,
+)
+from course_utils.variants import GroupedQueryAttention
+
+
+def randn(seed: int, *shape: int) -> torch.Tensor:
+    return torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
+
+
+def diagonals_constant(scores: torch.Tensor, atol: float = 1e-4) -> bool:
+    """True when every diagonal of a (T, T) table is constant: the scores depend on i - j only."""
+    T = scores.shape[-1]
+    return all(torch.allclose(d, d[0].expand_as(d), atol=atol)
+               for d in (torch.diagonal(scores, o) for o in range(-T + 1, T)))
+
+
+# ------------------------------------------------------------------ one pairing: "half", wherever a model rotates
+
+
+def test_every_rotating_model_uses_the_half_pairing_by_default():
+    assert inspect.signature(apply_rope).parameters["pairing"].default == "half"
+    assert inspect.signature(RotaryMultiHeadAttention).parameters["pairing"].default == "half"
+    assert RotaryMultiHeadAttention(8, 2).pairing == "half"
+    assert GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn.rotary.pairing == "half"
+
+
+@settings(deadline=None, max_examples=25)
+@given(B=st.integers(1, 2), T=st.integers(1, 12), start=st.integers(0, 40), seed=seeds)
+def test_the_gpt_rotation_is_apply_rope_with_the_half_pairing(B, T, start, seed):
+    """gpt.py's cached rotation and positional.apply_rope(pairing="half") are one function (random input)."""
+    attn = GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn
+    x = randn(seed, B, attn.num_heads, T, attn.head_dim).float()  # (B, H, T, D)
+    positions = torch.arange(start, start + T)
+    torch.testing.assert_close(attn.rotary.rotate(x, start), apply_rope(x, positions, pairing="half"))
+    assert not torch.allclose(attn.rotary.rotate(x, start), apply_rope(x, positions, pairing="interleaved"),
+                              atol=1e-4) or start + T == 1  # the other pairing is another function (except at 0)
+
+
+def test_gqa_rope_is_the_half_pairing():
+    torch.manual_seed(0)
+    gqa = GroupedQueryAttention(16, 4, 2, rope=True).double()
+    x = randn(1, 2, 5, 16)
+    q = gqa.q_proj(x).view(2, 5, 4, 4).transpose(1, 2)  # (B, H, T, D)
+    k = gqa.k_proj(x).view(2, 5, 2, 4).transpose(1, 2)  # (B, Hkv, T, D)
+    v = gqa.v_proj(x).view(2, 5, 2, 4).transpose(1, 2)
+    q, k = apply_rope(q, pairing="half"), apply_rope(k, pairing="half")
+    k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    out, _ = scaled_dot_product_attention(q, k, v, causal_mask(5))
+    expected = gqa.out_proj(out.transpose(1, 2).reshape(2, 5, 16))
+    torch.testing.assert_close(gqa(x, causal_mask(5)), expected)
+
+
+@given(T=st.integers(1, 8), half_D=st.integers(1, 8), seed=seeds)
+def test_half_is_the_interleaved_rotation_under_a_fixed_channel_permutation(T, half_D, seed):
+    D = 2 * half_D
+    x = randn(seed, 2, 2, T, D)
+    perm = rope_pairing_permutation(D)
+    torch.testing.assert_close(apply_rope(x[..., perm], pairing="half"), apply_rope(x, pairing="interleaved")[..., perm])
+
+
+# ------------------------------------------------------------------ which way RoPE turns
+
+
+def _rope_with_sign(x: torch.Tensor, positions: torch.Tensor, sign: float) -> torch.Tensor:
+    """The half pairing with every angle multiplied by ``sign`` (+1 counter-clockwise, -1 clockwise)."""
+    D = x.shape[-1]
+    angles = sign * positions.double()[:, None] * sinusoidal_frequencies(D)[None, :]  # (T, D/2)
+    r1, r2 = rotate_pair(x[..., : D // 2], x[..., D // 2:], angles)
+    return torch.cat([r1, r2], dim=-1)
+
+
+def _scores(q, k, pos_q, pos_k, sign_q=1.0, sign_k=1.0):
+    return _rope_with_sign(q, pos_q, sign_q) @ _rope_with_sign(k, pos_k, sign_k).transpose(-2, -1)
+
+
+def test_rope_turns_counter_clockwise_with_the_codes_sign_convention():
+    """(x1, x2) -> (x1 cos a - x2 sin a, x1 sin a + x2 cos a), a = t * theta_i: a quarter turn takes e1 to e2."""
+    x = torch.tensor([[1.0, 0.0]]).double()  # D = 2: one pair, theta_0 = 1
+    torch.testing.assert_close(_rope_with_sign(x, torch.tensor([1]), 1.0), apply_rope(x, torch.tensor([1])))
+    x4 = torch.tensor([[0.3, -0.7, 1.1, 0.4]]).double()  # half pairing: pairs (0, 2) and (1, 3)
+    t = torch.tensor([5])
+    a = 5 * sinusoidal_frequencies(4)  # (2,)
+    expected = torch.tensor([[0.3 * math.cos(a[0]) - 1.1 * math.sin(a[0]), -0.7 * math.cos(a[1]) - 0.4 * math.sin(a[1]),
+                              0.3 * math.sin(a[0]) + 1.1 * math.cos(a[0]), -0.7 * math.sin(a[1]) + 0.4 * math.cos(a[1])]])
+    torch.testing.assert_close(apply_rope(x4, t), expected.double())
+    quarter = rotate_pair(torch.tensor(1.0), torch.tensor(0.0), torch.tensor(math.pi / 2))
+    torch.testing.assert_close(torch.stack(quarter), torch.tensor([0.0, 1.0]))
+
+
+@settings(deadline=None, max_examples=40)
+@given(T=st.integers(2, 8), half_D=st.integers(1, 6), offset=st.integers(1, 500), seed=seeds)
+def test_clockwise_for_q_and_k_alike_keeps_scores_relative_but_changes_them(T, half_D, offset, seed):
+    """Flip every angle for both q and k: scores still depend on i - j only; they become the
+    counter-clockwise scores at distance j - i, i.e. those of q and k with each pair's second channel negated."""
+    D = 2 * half_D
+    q, k = randn(seed, 1, 2, T, D), randn(seed + 1, 1, 2, T, D)
+    pos = torch.arange(T)
+    cw = _scores(q, k, pos, pos, -1.0, -1.0)
+    torch.testing.assert_close(_scores(q, k, pos + offset, pos + offset, -1.0, -1.0), cw, atol=1e-9, rtol=1e-7)
+    flip = torch.cat([torch.ones(D // 2), -torch.ones(D // 2)]).double()  # the second channel of every pair
+    torch.testing.assert_close(cw, _scores(q * flip, k * flip, pos, pos))  # a sign W_q and W_k can absorb
+    for i in range(T):  # cw score at (i, j) is the ccw score at distance -(i - j): q at j, k at i
+        for j in range(T):
+            torch.testing.assert_close(cw[..., i, j], _scores(q[..., i:i + 1, :], k[..., j:j + 1, :],
+                                                              torch.tensor([j]), torch.tensor([i]))[..., 0, 0])
+
+
+def test_clockwise_scores_differ_from_counter_clockwise_ones_and_mixing_breaks_relative_position():
+    """The notebook's pair by hand (q2, k2, theta = 0.4): both clockwise, distance 3 scores +1.1495 (the
+    counter-clockwise score of distance -3); q one way and k the other, the score depends on i + j."""
+    def rotate(v, angle):
+        return torch.stack(rotate_pair(v[0], v[1], torch.tensor(angle)))
+
+    q2, k2, theta = torch.tensor([1.0, 0.5]), torch.tensor([0.3, -1.2]), 0.4
+    both_cw = [(rotate(q2, -i * theta) @ rotate(k2, -j * theta)).item() for i, j in [(5, 2), (12, 9)]]
+    ccw = [(rotate(q2, i * theta) @ rotate(k2, j * theta)).item() for i, j in [(5, 2), (2, 5)]]
+    assert round(both_cw[0], 4) == round(both_cw[1], 4) == round(ccw[1], 4) == 1.1495 != round(ccw[0], 4)
+    mixed = [(rotate(q2, i * theta) @ rotate(k2, -j * theta)).item() for i, j in [(5, 2), (12, 9)]]
+    assert abs(mixed[0] - mixed[1]) > 0.5  # same i - j, different scores
+    q, k = randn(0, 1, 1, 6, 8), randn(1, 1, 1, 6, 8)
+    pos = torch.arange(6)
+    assert not torch.allclose(_scores(q, k, pos, pos, 1.0, -1.0), _scores(q, k, pos + 7, pos + 7, 1.0, -1.0))
+
+
+# ------------------------------------------------------------------ models without positions
+
+
+@settings(deadline=None, max_examples=25)
+@given(B=st.integers(1, 2), T=st.integers(2, 7), seed=seeds)
+def test_one_non_causal_layer_without_positions_is_permutation_equivariant(B, T, seed):
+    """A one-layer bidirectional model cannot recover order: its outputs permute with its input."""
+    torch.manual_seed(seed)
+    cfg = LengthGenConfig.tiny()
+    block = TinyPositionalModel(cfg, "none").blocks[0].double()
+    x = randn(seed, B, T, cfg.embed_dim)
+    perm = torch.randperm(T, generator=torch.Generator().manual_seed(seed + 1))
+    everything = torch.ones(T, T, dtype=torch.bool)  # no mask: every token sees every token
+    torch.testing.assert_close(block(x[:, perm], everything), block(x, everything)[:, perm])
+
+
+def test_a_causal_uniform_head_reads_its_position_off_a_start_token():
+    """q = k = 0, value 1 at a start token and 0 elsewhere: the causal average at t is 1 / (t + 1); without a
+    mask every position gets 1/T; over a constant input the average is the same everywhere (nothing leaks)."""
+    T = 6
+    flat = torch.zeros(1, 1, T, 1)
+    v_start = torch.tensor([1.0] + [0.0] * (T - 1)).view(1, 1, T, 1)
+    causal, _ = scaled_dot_product_attention(flat, flat, v_start, causal_mask(T))
+    full, _ = scaled_dot_product_attention(flat, flat, v_start)
+    torch.testing.assert_close(causal.flatten(), 1 / torch.arange(1, T + 1).float())
+    torch.testing.assert_close(full.flatten(), torch.full((T,), 1 / T))
+    assert [f"{a:.3f}" for a in causal.flatten().tolist()] == ["1.000", "0.500", "0.333", "0.250", "0.200", "0.167"]
+    constant, _ = scaled_dot_product_attention(flat, flat, torch.full((1, 1, T, 1), 0.7), causal_mask(T))
+    torch.testing.assert_close(constant.flatten(), torch.full((T,), 0.7))
+
+
+@pytest.mark.parametrize("num_layers, sees_order", [(1, False), (2, True)])
+def test_one_causal_layer_sees_the_earlier_tokens_as_a_set_two_see_their_order(num_layers, sees_order):
+    """The experiment's model without positions: swapping two earlier tokens leaves the output at t unchanged
+    with one causal layer, and changes it with two (the causal mask leaks position to the second layer)."""
+    cfg = LengthGenConfig.tiny().with_(num_layers=num_layers)
+    torch.manual_seed(0)
+    model = TinyPositionalModel(cfg, "none").double().eval()
+    tokens = torch.tensor([[0, 9, 3, 12, 5, 10, 2]])  # letters and fillers, all different
+    swapped = tokens[:, [2, 1, 0, 3, 4, 5, 6]]  # the tokens at 0 and 2 swapped
+    with torch.no_grad():
+        change = (model(tokens)[:, 3:] - model(swapped)[:, 3:]).abs().max().item()
+    assert (change > 1e-3) is sees_order, change
+    if not sees_order:
+        assert change < 1e-12
+
+
+# ------------------------------------------------------------------ the explorer (section 6)
+
+
+def test_sinusoidal_table_added_to_q_and_k_is_relative_only_without_the_cross_terms():
+    """(q + PE[i]) . (k + PE[j]): PE[i] . PE[j] depends on i - j only; q . PE[j] + PE[i] . k does not."""
+    T, C = 24, 16
+    g = torch.Generator().manual_seed(0)
+    qv, kv = torch.randn(C, generator=g), torch.randn(C, generator=g)
+    pe = sinusoidal_encoding(T, C)
+    scores = (qv + pe) @ (kv + pe).T  # (T, T): the explorer's sinusoidal panel
+    cross = qv @ pe.T + (pe @ kv)[:, None]  # q . PE[j] along a row, PE[i] . k down a column
+    assert not diagonals_constant(scores)
+    assert diagonals_constant(scores - cross)
+    assert diagonals_constant(pe @ pe.T)
+
+
+def test_explorer_panels_on_one_scale_learned_noise_is_the_largest_and_rope_is_relative():
+    T, C = 24, 16
+    g = torch.Generator().manual_seed(0)
+    qv, kv = torch.randn(C, generator=g), torch.randn(C, generator=g)
+    qs, ks = qv.expand(T, C), kv.expand(T, C)
+    table = torch.randn(T, C, generator=g)
+    panels = {
+        "none": qs @ ks.T,
+        "learned": (qs + table) @ (ks + table).T,
+        "sinusoidal": (qs + sinusoidal_encoding(T, C)) @ (ks + sinusoidal_encoding(T, C)).T,
+        "rope": apply_rope(qs[None], pairing="interleaved")[0] @ apply_rope(ks[None], pairing="interleaved")[0].T,
+        "alibi": qs @ ks.T + alibi_bias(8, T)[0],  # slope 1/2
+    }
+    spread = {name: (s.max() - s.min()).item() for name, s in panels.items()}
+    assert spread["none"] < 1e-5
+    assert spread["learned"] == max(spread.values()) and spread["learned"] > 2 * max(
+        v for n, v in spread.items() if n != "learned")
+    assert diagonals_constant(panels["rope"]) and diagonals_constant(panels["alibi"])
+    torch.testing.assert_close(panels["alibi"][-1, 0] - panels["alibi"][-1, -1], torch.tensor(-11.5))  # -(T-1)/2
+
+
+# ------------------------------------------------------------------ the experiment (section 7): what the prose reads off
+
+
+@pytest.fixture(scope="module")
+def experiment():
+    """The notebook's tiny run (about half a minute on one core): five models, their accuracy by length."""
+    cfg = LengthGenConfig.tiny()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as the notebook runs it (setup_notebook); tiny matrices gain nothing from more
+    try:
+        models = {scheme: train_model(cfg, scheme)[0] for scheme in SCHEMES}
+        at_16 = {scheme: evaluate(m, cfg.train_length)[1] for scheme, m in models.items()}
+        yield cfg, at_16, {scheme: accuracy_by_length(m, cfg.eval_lengths) for scheme, m in models.items()}
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_experiment_claims(experiment):
+    cfg, at_16, acc = experiment
+    # every scheme with positions learns the task at the training length; without positions it is stuck
+    assert all(at_16[s] >= 0.9 for s in ("learned", "sinusoidal", "rope", "alibi")) and at_16["none"] < 0.8
+    # ALiBi a little below the others at length 16
+    assert at_16["alibi"] < min(at_16[s] for s in ("learned", "sinusoidal", "rope"))
+    # none: worse as more earlier letters compete
+    assert acc["none"][8] > acc["none"][32] > acc["none"][128]
+    # learned and sinusoidal fall beyond 16
+    for s in ("learned", "sinusoidal"):
+        assert acc[s][16] >= 0.95 and acc[s][64] < 0.6
+    # RoPE carries the rule somewhat further, then degrades too
+    assert acc["rope"][24] >= 0.95 and acc["rope"][32] >= 0.95 and acc["rope"][128] < 0.6
+    assert all(acc["rope"][T] > max(acc["learned"][T], acc["sinusoidal"][T]) for T in (32, 48, 64))
+    # ALiBi almost flat
+    assert min(acc["alibi"].values()) >= acc["alibi"][16] - 0.1 and acc["alibi"][128] > 0.8
