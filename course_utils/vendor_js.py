@@ -7,6 +7,11 @@ registry's ``dist.integrity`` (sha512), and writes the one file the views need a
 
     python -m course_utils.vendor_js            # fetch again, verify, write the files and SOURCES.json
     python -m course_utils.vendor_js --check    # offline: do the files on disk match SOURCES.json?
+    python -m course_utils.vendor_js --site [--check]   # the same for the static site's KaTeX (below)
+
+The static site of ``course_utils.site`` renders the notebooks' math with KaTeX: :data:`KATEX` (a
+:class:`Bundle`, several files of one package) goes to ``course_utils/static/katex/`` with a SOURCES.json of
+its own; only what the pages use is kept (the minified script and stylesheet, auto-render, the woff2 fonts).
 
 jQuery 2.0.0, the version bertviz asks the CDN for, was never published to npm; 2.2.4 is the last of the 2.x
 line and does what bertviz needs of it (selections, ``.val()``, ``.on('change')``).
@@ -25,7 +30,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["VENDOR_DIR", "Package", "PACKAGES", "check", "fetch", "main"]
+__all__ = ["VENDOR_DIR", "Package", "PACKAGES", "check", "fetch", "main", "KATEX_DIR", "Bundle", "KATEX",
+           "fetch_bundle", "check_bundle"]
 
 VENDOR_DIR = Path(__file__).resolve().parent / "static" / "vendor"
 REGISTRY = "https://registry.npmjs.org"
@@ -180,13 +186,125 @@ def check(vendor_dir: Path = VENDOR_DIR) -> list[str]:
     return problems
 
 
+# ------------------------------------------------------------------------------------------------------
+# Bundles: several files of one package (the static site's KaTeX)
+# ------------------------------------------------------------------------------------------------------
+
+KATEX_DIR = Path(__file__).resolve().parent / "static" / "katex"
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """One npm package of which several files are vendored, keeping their layout below ``root``."""
+
+    name: str
+    version: str
+    root: str  # the folder inside the tarball (below ``package/``) whose layout is kept
+    patterns: tuple[str, ...]  # fnmatch patterns below root; each must match at least one file
+    license_path: str
+    folder: Path
+
+    @property
+    def tarball_url(self) -> str:
+        return f"{REGISTRY}/{self.name}/-/{self.name}-{self.version}.tgz"
+
+
+KATEX = Bundle("katex", "0.19.1", "dist",
+               ("katex.min.js", "katex.min.css", "contrib/auto-render.min.js", "fonts/*.woff2"),
+               "LICENSE", KATEX_DIR)
+
+
+def fetch_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> dict:
+    """Download ``bundle``'s tarball, verify it, write its files, its licence and SOURCES.json to ``folder``.
+
+    Returns the record written to SOURCES.json (one sha256 per file). Nothing is written unless the tarball
+    matched the registry's integrity and every pattern matched a file.
+    """
+    import fnmatch
+
+    folder = bundle.folder if folder is None else Path(folder)
+    what = f"{bundle.name}@{bundle.version}"
+    meta = json.loads(_get(f"{REGISTRY}/{bundle.name}/{bundle.version}"))
+    dist = meta["dist"]
+    if dist["tarball"] != bundle.tarball_url:
+        raise ValueError(f"{what}: the registry names tarball {dist['tarball']}, "
+                         f"expected {bundle.tarball_url}")
+    tgz = _get(dist["tarball"])
+    _verify_integrity(tgz, dist["integrity"], what)
+    files = {}
+    with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
+        prefix = f"package/{bundle.root}/"
+        inside = sorted(m.name[len(prefix):] for m in tar.getmembers()
+                        if m.isfile() and m.name.startswith(prefix))
+        for pattern in bundle.patterns:
+            hits = [f for f in inside if fnmatch.fnmatchcase(f, pattern)]
+            if not hits:
+                raise ValueError(f"{what}: nothing in {bundle.root}/ matches {pattern!r}")
+            for f in hits:
+                files[f] = _member(tar, f"{bundle.root}/{f}", what)
+        licence = _member(tar, bundle.license_path, what)
+    record = {"package": bundle.name, "version": bundle.version, "tarball": dist["tarball"],
+              "integrity": dist["integrity"], "root": bundle.root, "license_path": bundle.license_path,
+              "license_file": "LICENSE", "license_sha256": _sha256(licence),
+              "files": {name: _sha256(data) for name, data in sorted(files.items())}}
+    for name, data in [*files.items(), ("LICENSE", licence)]:
+        (folder / name).parent.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_bytes(data)
+    (folder / "SOURCES.json").write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    return record
+
+
+def check_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> list[str]:
+    """Compare ``bundle``'s files in ``folder`` with the sha256 sums of its SOURCES.json, offline.
+
+    Returns one line per problem (a missing or changed file, another version recorded); empty: all as fetched.
+    """
+    folder = bundle.folder if folder is None else Path(folder)
+    sources = folder / "SOURCES.json"
+    if not sources.is_file():
+        return [f"{sources} is missing (run: python -m course_utils.vendor_js --site)"]
+    record = json.loads(sources.read_text(encoding="utf-8"))
+    if (record.get("package"), record.get("version")) != (bundle.name, bundle.version):
+        return [f"{sources} records {record.get('package')}@{record.get('version')}, "
+                f"expected {bundle.name}@{bundle.version} (run: python -m course_utils.vendor_js --site)"]
+    problems = []
+    for name, expected in [*record["files"].items(), ("LICENSE", record["license_sha256"])]:
+        f = folder / name
+        if not f.is_file():
+            problems.append(f"{name} ({bundle.name}@{bundle.version}) is missing")
+        elif _sha256(f.read_bytes()) != expected:
+            problems.append(f"{name} ({bundle.name}@{bundle.version}) has sha256 {_sha256(f.read_bytes())}, "
+                            f"{sources.name} says {expected}")
+    return problems
+
+
+def _main_site(check_only: bool) -> int:
+    """``--site``: fetch or check :data:`KATEX`."""
+    if check_only:
+        problems = check_bundle()
+        for p in problems:
+            print(f"FAILED: {p}")
+        if not problems:
+            print(f"ok: {KATEX.name}@{KATEX.version} in {KATEX.folder} matches SOURCES.json")
+        return 1 if problems else 0
+    record = fetch_bundle()
+    print(f"{record['package']}@{record['version']}: {len(record['files'])} files in {KATEX.folder} "
+          f"(tarball {record['integrity']})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_utils.vendor_js",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only verify the files on disk (offline)")
     parser.add_argument("--dir", type=Path, default=VENDOR_DIR,
                         help=f"the vendor folder (default {VENDOR_DIR})")
+    parser.add_argument("--site", action="store_true",
+                        help=f"the static site's KaTeX ({KATEX.name}@{KATEX.version}, "
+                             f"in {KATEX_DIR}) instead")
     args = parser.parse_args(argv)
+    if args.site:
+        return _main_site(args.check)
     if args.check:
         problems = check(args.dir)
         for p in problems:

@@ -1,0 +1,450 @@
+"""The course as a static site: every solved notebook as an HTML page, read with no server and no network.
+
+    python -m course_utils.site OUT [--force] [--solutions DIR]      (python3 course.py site OUT)
+
+Contract. :func:`build_site` renders every ``solutions/NN_topic.ipynb`` (found on disk, in course order) with
+nbconvert's JupyterLab template and the course's own blocks (``static/site/course_page.html.j2``) into OUT:
+
+- ``index.html``: the notebooks in course order, each with its title, first paragraph and time;
+- ``NN_topic.html``: the notebook with its saved outputs (plots embedded as ``data:`` images, the bertviz
+  views of notebook 09 with their libraries inlined by ``attention_view``), a table of contents of its
+  headings, links to the previous and next notebooks; a link to ``NN_other.ipynb`` in the markdown points to
+  ``NN_other.html``; ``# NBVAL_...`` comment lines are left out of the code;
+- ``assets/``: require.js (``static/vendor``), KaTeX (``static/katex``, for the markdown's ``$...$``), the
+  site's stylesheet and script, with the licences. Every page loads only these, by relative paths: no request
+  leaves the page (``tests/e2e/test_e2e_site.py`` checks it in Chromium with the network blocked).
+
+An interactive widget cannot work without a kernel; its place shows a note saying which controls it has and
+that they move in JupyterLab. Outputs the notebook saved next to it (a plot) stay.
+
+Nothing is lost: OUT must be new, an empty folder, or a site this command made before (``.course-site.json``
+records what it wrote; a page changed since then is first moved aside as ``backup-NAME-DATE``). Another
+existing OUT, or one inside the course folder, is refused unless ``force``; then an existing OUT is first
+moved aside, whole. OUT is never allowed inside a folder of the course's sources (``notebooks/``,
+``solutions/``, ``course_utils/``, ...). Every file is written atomically. ValueError for a bad OUT,
+FileNotFoundError when there are no solved notebooks, before anything is written.
+
+The site shows the solutions: it is for reading before or after a workshop, not for doing the exercises.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import hashlib
+import html
+import json
+import re
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+
+from course_utils._files import backup_path, clean_stale_tmp, move_aside, write_atomic
+from course_utils.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
+
+__all__ = ["build_site", "Site", "SOLUTIONS", "COURSE_TITLE", "main"]
+
+ROOT = Path(__file__).resolve().parent.parent
+SOLUTIONS = ROOT / "solutions"
+TEMPLATES = Path(__file__).resolve().parent / "static" / "site"
+COURSE_TITLE = "Attention, Step by Step"
+SITE_MARK = ".course-site.json"  # in a site folder: what build_site wrote there, with checksums
+NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
+# Folders of the course that hold its sources: a site is never written into one of them.
+SOURCE_FOLDERS = (
+    "notebooks",
+    "solutions",
+    "course_source",
+    "course_utils",
+    "tests",
+    "docs",
+    "datasets",
+    "checkpoints",
+    "benchmarks",
+    ".ci",
+    ".git",
+    ".venv",
+    ".course",
+)
+
+
+@dataclass
+class Site:
+    """What :func:`build_site` wrote: the folder, the notebook pages in order, notes, and the time it took."""
+
+    out: Path
+    pages: list[Path]
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def index(self) -> Path:
+        return self.out / "index.html"
+
+
+@dataclass(frozen=True)
+class _Page:
+    notebook: str  # 03_masking.ipynb
+    page: str  # 03_masking.html
+    title: str  # 03 Masking: deciding which keys each query may see (text: the <title>, the pager)
+    title_html: str  # the same with its markdown rendered (`code` in a title)
+    time: str  # about 45 minutes ("" when the notebook does not say)
+    summary_html: str  # the first paragraph, rendered
+
+
+# ------------------------------------------------------------------------------------------------ the output
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path == folder or folder in path.parents
+
+
+def _free_output(out: str | Path, force: bool) -> tuple[Path, bool]:
+    """``out`` made absolute, and whether what is there must be moved aside first (ValueError: refused)."""
+    if isinstance(out, bool) or not isinstance(out, (str, Path)):
+        raise TypeError(f"out must be a folder path (str or Path), got {type(out).__name__}")
+    if str(out).strip() == "":
+        raise ValueError("out must name a folder for the site, got an empty path")
+    out = Path(out).expanduser().absolute()
+    real = out.resolve()
+    if _inside(ROOT, real):
+        raise ValueError(
+            f"{out} holds the course folder {ROOT} itself; give the site a new folder outside it, "
+            f"e.g. {ROOT.parent / 'attention-site'} (--force does not change this)"
+        )
+    for name in SOURCE_FOLDERS:
+        folder = (ROOT / name).resolve()
+        if _inside(real, folder):
+            raise ValueError(
+                f"{out} is inside {name}/, a folder of the course's sources; give the site a folder "
+                f"outside the course, e.g. {ROOT.parent / 'attention-site'} "
+                f"(--force does not change this)"
+            )
+    if _inside(real, ROOT.resolve()) and not force:
+        raise ValueError(
+            f"{out} is inside the course folder {ROOT}; give the site a folder outside it, e.g. "
+            f"{ROOT.parent / 'attention-site'}, or add --force to write it there anyway"
+        )
+    exists = out.exists() or out.is_symlink()
+    if not exists:
+        return out, False
+    if out.is_dir() and not out.is_symlink() and (not any(out.iterdir()) or (out / SITE_MARK).is_file()):
+        return out, False  # empty, or a site made before: pages are replaced, changed ones kept aside
+    if not force:
+        kind = "a folder that is not a site made by this command" if out.is_dir() else "a file"
+        raise ValueError(
+            f"{out} already exists ({kind}); it is never replaced silently: give the site a new "
+            f"folder, or add --force to replace it (what is there now is first moved aside, whole, "
+            f"as {backup_path(out).name}; nothing is deleted)"
+        )
+    return out, True
+
+
+class _Ledger:
+    """The files build_site wrote into a site folder and their sha256; a file changed since is moved aside."""
+
+    def __init__(self, out: Path, now: datetime | None):
+        self.out, self.now, self.notes = out, now, []
+        self.files: dict[str, str] = {}
+        try:
+            data = json.loads((out / SITE_MARK).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return
+        if isinstance(data, dict) and isinstance(data.get("files"), dict):
+            self.files = {str(k): str(v) for k, v in data["files"].items()}
+
+    def write(self, rel: str, data: bytes) -> None:
+        path = self.out / rel
+        if path.is_file() and _sha256(path.read_bytes()) != self.files.get(rel):
+            self.notes.append(
+                f"{rel} was changed since the site was built: kept as {move_aside(path, self.now).name}"
+            )
+        write_atomic(path, data)
+        self.files[rel] = _sha256(data)
+
+    def save(self) -> None:
+        record = {"made_by": "python3 course.py site", "files": dict(sorted(self.files.items()))}
+        write_atomic(self.out / SITE_MARK, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------ the pages
+
+
+def _notebooks(solutions: Path) -> list[Path]:
+    if not solutions.is_dir():
+        raise FileNotFoundError(
+            f"no folder {solutions}: the site is made from the solved notebooks; build them "
+            f"with `python3 course.py build` (authors) or use the instructor build"
+        )
+    found = sorted(solutions.glob(NOTEBOOK_GLOB))
+    if not found:
+        raise FileNotFoundError(
+            f"no solved notebooks ({NOTEBOOK_GLOB}) in {solutions}; build them with `python3 course.py build`"
+        )
+    return found
+
+
+_HEADING = re.compile(r"^#\s+(.+?)\s*#*\s*$", re.MULTILINE)
+# "**Time**: about 30 minutes." or "**Time:** about 35 minutes." -> "about 30 minutes"
+_TIME = re.compile(r"\*\*Time:?\*\*:?\s*(.+?)\s*(?:\.(?:\s|$)|\*\*|$)", re.MULTILINE)
+
+
+def _inline_markdown(text: str) -> str:
+    """One line of markdown as HTML without the paragraph around it (a title with `code` in it)."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    rendered = markdown2html_mistune(text).strip()
+    return rendered[3:-4] if rendered.startswith("<p>") and rendered.endswith("</p>") else rendered
+
+
+def _describe(nb, path: Path) -> tuple[str, str, str, str]:
+    """A notebook's title as text and as HTML (its first ``# `` heading), its time (``**Time**: ...``) and its
+    first paragraph (HTML), read from the markdown before its first code cell."""
+    from nbconvert.filters.markdown_mistune import markdown2html_mistune
+
+    intro = []
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            break
+        if cell.cell_type == "markdown":
+            intro.append(cell.source)
+    first = intro[0] if intro else ""
+    heading = _HEADING.search(first)
+    title = heading.group(1) if heading else path.stem.replace("_", " ")
+    title_html = _inline_markdown(title)
+    found = _TIME.search("\n\n".join(intro))
+    when = found.group(1).strip() if found else ""
+    rest = first[heading.end() :] if heading else first
+    paragraph = next((block.strip() for block in re.split(r"\n\s*\n", rest) if block.strip()), "")
+    plain = html.unescape(re.sub(r"<[^>]+>", "", title_html))
+    return plain, title_html, when, markdown2html_mistune(paragraph) if paragraph else ""
+
+
+def _widget_note(output: dict, notebook: str) -> str:
+    """What a page shows in place of an interactive widget: its controls, and where they move."""
+    text = output.get("data", {}).get("text/plain", "")
+    text = "".join(text) if isinstance(text, list) else str(text)
+    where = f"<code>notebooks/{html.escape(notebook)}</code>"
+    if re.search(r"\d+%\|", text):  # tqdm's progress bar
+        return f"<p>A progress bar: it moves while the cell runs in JupyterLab ({where}).</p>"
+    controls = list(dict.fromkeys(re.findall(r"description='([^']*)'", text)))
+    named = f" ({', '.join(html.escape(c) for c in controls)})" if controls else ""
+    return (
+        f"<p><strong>Interactive in JupyterLab</strong>: open {where} to move the controls{named} "
+        "and watch the output change.</p>"
+    )
+
+
+def _exporter():
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        template_name="lab", template_file="course_page.html.j2", extra_template_paths=[str(TEMPLATES)]
+    )
+    exporter.register_filter("course_widget_note", _widget_note)
+    return exporter
+
+
+def _for_reading(nb):
+    """A copy of the notebook without the lines that only talk to nbval (``# NBVAL_IGNORE_OUTPUT``)."""
+    nb = copy.deepcopy(nb)
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            lines = cell.source.split("\n")
+            kept = [ln for ln in lines if not ln.strip().startswith("# NBVAL_")]
+            cell.source = "\n".join(kept)
+    return nb
+
+
+_NOTEBOOK_LINK = re.compile(
+    r'href="(?![a-zA-Z][a-zA-Z0-9+.-]*:)(?:\./|\.\./)*(?:(?:notebooks|solutions)/)?'
+    r'(\d\d_[^"/#?]+)\.ipynb(#[^"]*)?"'
+)
+_TOC_HEADING = re.compile(
+    r'<h([1-6]) id="([^"]*)"[^>]*>(.*?)<a class="anchor-link" href="#[^"]*">[^<]*</a>\s*</h\1>', re.DOTALL
+)
+
+
+def _link_notebooks(page: str, known: set[str], where: str, notes: list[str]) -> str:
+    """``href="03_masking.ipynb#x"`` (also ``../notebooks/...``) -> ``href="03_masking.html#x"``."""
+
+    def swap(m: re.Match) -> str:
+        if m.group(1) in known:
+            return f'href="{m.group(1)}.html{m.group(2) or ""}"'
+        notes.append(
+            f"{where} links to {m.group(1)}.ipynb, which is not in solutions/: the link is left as it is"
+        )
+        return m.group(0)
+
+    return _NOTEBOOK_LINK.sub(swap, page)
+
+
+def _toc(page: str) -> str:
+    """A nested list of the page's markdown headings below the title (h2, h3), linking to their anchors."""
+    items = [
+        (int(level), ident, re.sub(r"<[^>]+>", "", inner).strip())
+        for level, ident, inner in _TOC_HEADING.findall(page)
+        if level in ("2", "3")
+    ]
+    if not items:
+        return ""
+    out, depth = ['<ol class="course-site-contents">'], 2
+    for i, (level, ident, text) in enumerate(items):
+        if level > depth:
+            out.append("<ol>")
+        elif level < depth:
+            out.append("</li></ol></li>")
+        elif i:
+            out.append("</li>")
+        depth = level
+        out.append(f'<li><a href="#{ident}">{text}</a>')
+    out.append("</li>" + ("</ol></li>" if depth == 3 else "") + "</ol>")
+    return "\n".join(out)
+
+
+# ------------------------------------------------------------------------------------------------ the assets
+
+
+def _assets() -> dict[str, bytes]:
+    """The files of ``assets/``, checked against the SOURCES.json they were vendored with."""
+    problems = check(VENDOR_DIR) + check_bundle(KATEX)
+    if problems:
+        raise RuntimeError(
+            "the vendored JavaScript does not match its SOURCES.json, so the site would load "
+            f"unknown code: {'; '.join(problems)} (run: python -m course_utils.vendor_js --check)"
+        )
+    require = next(p for p in PACKAGES if p.name == "requirejs")
+    files = {
+        "assets/require.js": (VENDOR_DIR / require.vendored_as).read_bytes(),
+        f"assets/{require.license_as}": (VENDOR_DIR / require.license_as).read_bytes(),
+    }
+    sources = json.loads((KATEX.folder / "SOURCES.json").read_text(encoding="utf-8"))
+    for name in [*sources["files"], "LICENSE"]:
+        files[f"assets/katex/{name}"] = (KATEX.folder / name).read_bytes()
+    for name in ("site.css", "site.js"):
+        files[f"assets/{name}"] = (TEMPLATES / name).read_bytes()
+    return files
+
+
+# ------------------------------------------------------------------------------------------------ building
+
+
+def build_site(
+    out: str | Path, solutions: str | Path | None = None, *, force: bool = False, now: datetime | None = None
+) -> Site:
+    """Render every solved notebook in ``solutions`` (default: the course's) into the folder ``out``.
+
+    Returns a :class:`Site` (the pages in course order, notes such as files kept aside, the seconds taken).
+    See the module's docstring for what ``out`` may be and what ``force`` does; nothing is written when it is
+    refused, or when there is no solved notebook.
+    """
+    import nbformat
+    from jinja2 import Environment, FileSystemLoader, select_autoescape
+
+    start = time.perf_counter()
+    notebooks = _notebooks(Path(SOLUTIONS if solutions is None else solutions).expanduser())
+    out, replace = _free_output(out, force)
+    assets = _assets()
+    notes: list[str] = []
+    if replace:
+        notes.append(f"the existing {out} is kept, whole, as {move_aside(out, now)}")
+    out.mkdir(parents=True, exist_ok=True)
+    for folder in (out, out / "assets", out / "assets" / "katex"):
+        clean_stale_tmp(folder)
+    ledger = _Ledger(out, now)
+    for rel, data in assets.items():
+        ledger.write(rel, data)
+
+    read = [(path, nbformat.read(path, as_version=4)) for path in notebooks]
+    pages = []
+    for path, nb in read:
+        title, title_html, when, summary = _describe(nb, path)
+        pages.append(_Page(path.name, f"{path.stem}.html", title, title_html, when, summary))
+    known = {path.stem for path, _ in read}
+    exporter = _exporter()
+    for i, ((path, nb), page) in enumerate(zip(read, pages)):
+        if not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
+            notes.append(
+                f"{path.name} has no saved outputs: its page shows the code only "
+                f"(run `python3 course.py build {path.name[:2]}`)"
+            )
+        site = {
+            "notebook": page.notebook,
+            "page": page.page,
+            "title_html": page.title_html,
+            "course_title": COURSE_TITLE,
+            "prev": pages[i - 1] if i > 0 else None,
+            "next": pages[i + 1] if i + 1 < len(pages) else None,
+        }
+        body, _ = exporter.from_notebook_node(
+            _for_reading(nb), resources={"metadata": {"name": page.title}, "site": site}
+        )
+        body = _link_notebooks(body, known, page.page, notes)
+        body = body.replace("<!--course-site-toc-->", _toc(body), 1)
+        ledger.write(page.page, body.encode("utf-8"))
+
+    env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html", "j2"]))
+    from markupsafe import Markup
+
+    index = env.get_template("course_index.html.j2").render(
+        course_title=COURSE_TITLE,
+        pages=[
+            dict(p.__dict__, summary_html=Markup(p.summary_html), title_html=Markup(p.title_html))
+            for p in pages
+        ],
+    )
+    ledger.write("index.html", index.encode("utf-8"))
+    stale = sorted(
+        f
+        for f in ledger.files
+        if f.endswith(".html")
+        and f != "index.html"
+        and f not in {p.page for p in pages}
+        and (out / f).is_file()
+    )
+    if stale:
+        notes.append(
+            f"left in place from an earlier build (no solved notebook for them now): {', '.join(stale)}"
+        )
+    ledger.save()
+    return Site(out, [out / p.page for p in pages], ledger.notes + notes, time.perf_counter() - start)
+
+
+# --------------------------------------------------------------------------------------------- command line
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course_utils.site", description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path, help="a new folder for the site (or one this command made before)")
+    parser.add_argument(
+        "--solutions", type=Path, default=SOLUTIONS, help=f"the solved notebooks (default {SOLUTIONS})"
+    )
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="use OUT even if it exists (it is first moved aside to backup-OUT-DATE) or lies in "
+        "the course folder",
+    )
+    args = parser.parse_args(argv)
+    try:
+        site = build_site(args.out, args.solutions, force=args.force)
+    except (ValueError, FileNotFoundError) as e:
+        print(f"course site: {e}", file=sys.stderr)
+        return 2
+    for note in site.notes:
+        print(note)
+    print(
+        f"wrote {len(site.pages)} notebooks and the index to {site.out} in {site.seconds:.0f} s; "
+        f"open {site.index} in a browser (no server needed)"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

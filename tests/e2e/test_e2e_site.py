@@ -1,0 +1,196 @@
+"""The static site of course_utils.site, opened from file:// in headless Chromium with no network.
+
+The site is built once for this module (every solved notebook, found on disk). The browser may load ``file:``
+(and ``data:``) URLs and nothing else: every other request is recorded and aborted, and each test fails if
+the list is not empty. Each page is checked as a reader would see it: every image decoded (naturalWidth > 0),
+the markdown's math typeset by KaTeX (no ``$...$`` left, no KaTeX error, KaTeX's fonts loaded), the bertviz
+views drawn (bertviz_checks.py, shared with the JupyterLab test of notebook 09), a note in place of each
+widget, the table of contents pointing at headings that exist. Screenshots go to
+``reports/screenshots/site-*.png``. The browser is conftest.py's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from bertviz_checks import assert_head_view_rendered
+from harness import ROOT
+
+from course_utils.site import build_site
+
+pytestmark = pytest.mark.browser
+
+NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.DOTALL)
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    return build_site(tmp_path_factory.mktemp("site") / "site")
+
+
+@pytest.fixture
+def offline_page(browser):
+    """Pages that load file: and data: URLs only; ``page.network`` lists any other request (each aborted)."""
+    contexts = []
+
+    def make():
+        context = browser.new_context(viewport={"width": 1280, "height": 900})
+        contexts.append(context)
+        network: list[str] = []
+
+        def local_only(route):
+            if route.request.url.startswith(("file:", "data:")):
+                route.continue_()
+            else:
+                network.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", local_only)
+        page = context.new_page()
+        page.set_default_timeout(30_000)
+        page.network, page.js_errors, page.websockets = network, [], []
+        page.on("pageerror", lambda e: page.js_errors.append(str(e)))
+        page.on("websocket", lambda ws: page.websockets.append(ws.url))
+        return page
+
+    yield make
+    for context in contexts:
+        context.close()
+
+
+def _assert_offline(page) -> None:
+    assert page.network == [], f"the page tried to reach the network: {page.network}"
+    assert page.websockets == [], page.websockets
+    assert page.js_errors == [], page.js_errors
+
+
+def _expected(nb_path: Path) -> dict:
+    """What the page of a notebook must show, counted from the notebook itself."""
+    nb = nbformat.read(nb_path, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    data = [o.get("data", {}) for o in outputs]
+    html_out = "".join("".join(d["text/html"]) for d in data if "text/html" in d)
+    markdown = "\n".join(c.source for c in nb.cells if c.cell_type == "markdown")
+    markdown = re.sub(r"```.*?```|`[^`\n]*`", "", markdown, flags=re.DOTALL)  # code is not math
+    return {
+        "images": sum("image/png" in d or "image/jpeg" in d or "image/svg+xml" in d for d in data),
+        "math": len(MATH.findall(markdown)),
+        "head_views": html_out.count('data-course-view="head"'),
+        "model_views": html_out.count('data-course-view="model"'),
+        "widgets": sum("application/vnd.jupyter.widget-view+json" in d for d in data),
+    }
+
+
+KATEX_FONT_LOADED = """() => [...document.fonts].some(f =>
+    f.family.replace(/["']/g, '') === 'KaTeX_Main' && f.status === 'loaded')"""
+READ_PAGE = """() => {
+    const imgs = [...document.querySelectorAll('img')];
+    const md = [...document.querySelectorAll('.jp-MarkdownCell .jp-RenderedMarkdown')];
+    const leftover = md.map(e => { const c = e.cloneNode(true);
+        c.querySelectorAll('.katex, code, pre').forEach(x => x.remove()); return c.textContent; })
+        .join('\\n').match(/\\$[^$\\n]+\\$/g) || [];
+    return {
+        images: imgs.length,
+        broken: imgs.filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src.slice(0, 60)),
+        katex: document.querySelectorAll('.jp-MarkdownCell .katex').length,
+        katex_errors: document.querySelectorAll('.katex-error').length,
+        leftover_math: leftover,
+        math_state: document.body.dataset.courseMath || null,
+        widget_notes: document.querySelectorAll('[data-course-widget]').length,
+        toc: [...document.querySelectorAll('.course-site-toc a[href^="#"]')].map(a => a.getAttribute('href')),
+        missing_targets: [...document.querySelectorAll('.course-site-toc a[href^="#"]')]
+            .filter(a => !document.getElementById(decodeURIComponent(a.getAttribute('href').slice(1))))
+            .map(a => a.getAttribute('href')),
+    };
+}"""
+
+
+@pytest.mark.parametrize("nb_path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_every_page_reads_offline(site, offline_page, screenshots, nb_path):
+    expected = _expected(nb_path)
+    page = offline_page()
+    page.goto((site.out / f"{nb_path.stem}.html").as_uri())
+    page.wait_for_function("() => document.body.dataset.courseMath === 'rendered'")
+    if expected[
+        "math"
+    ]:  # KaTeX's fonts come from assets/katex/fonts/ (the page uses KaTeX_Main: wait for it)
+        page.wait_for_function(KATEX_FONT_LOADED, timeout=15_000)
+    got = page.evaluate(READ_PAGE)
+    assert got["broken"] == [], f"images that did not load: {got['broken']}"
+    assert got["images"] >= expected["images"], (got["images"], expected)
+    assert got["katex_errors"] == 0 and got["leftover_math"] == [], got
+    assert got["katex"] >= expected["math"], (
+        f"{expected['math']} math expressions in the notebook, {got['katex']} typeset"
+    )
+    assert got["widget_notes"] == expected["widgets"], (got["widget_notes"], expected["widgets"])
+    assert got["toc"] and got["missing_targets"] == [], got["missing_targets"]
+    if expected["head_views"]:
+        views = assert_head_view_rendered(page, count=expected["head_views"])
+        assert all(v["has_svg"] for v in views)
+        page.locator('[data-course-view="head"]').first.screenshot(
+            path=str(screenshots / f"site-{nb_path.stem}-head-view.png")
+        )
+    if expected["model_views"]:
+        page.wait_for_selector('[data-course-view="model"] svg rect.attn_background')
+        drawn = page.locator('[data-course-view="model"]').count()
+        assert drawn == expected["model_views"]
+    if expected["math"]:
+        page.locator(
+            ".jp-MarkdownCell .katex-display, .jp-MarkdownCell .katex"
+        ).first.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshots / f"site-{nb_path.stem}-math.png"))
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.screenshot(path=str(screenshots / f"site-{nb_path.stem}.png"))
+    _assert_offline(page)
+
+
+def test_index_lists_every_notebook_and_the_pages_chain_in_order(site, offline_page, screenshots):
+    """From the index, a reader reaches every notebook in course order by following 'next'."""
+    page = offline_page()
+    page.goto(site.index.as_uri())
+    listed = page.eval_on_selector_all(
+        ".course-site-notebooks a", "as => as.map(a => a.getAttribute('href'))"
+    )
+    assert listed == [f"{p.stem}.html" for p in NOTEBOOKS]
+    page.screenshot(path=str(screenshots / "site-index.png"), full_page=True)
+
+    def follow(selector: str) -> str:
+        link = page.locator(selector).first
+        target = link.get_attribute("href")
+        link.click()
+        page.wait_for_url(f"**/{target}")
+        return page.evaluate("() => document.body.dataset.coursePage")
+
+    seen = [follow(".course-site-notebooks a")]
+    while page.locator(".course-site-next").count():
+        seen.append(follow(".course-site-next"))
+    assert seen == listed
+    assert follow(".course-site-prev") == listed[-2]  # and back
+    assert follow(".course-site-index") == "index.html"
+    _assert_offline(page)
+
+
+def test_the_check_sees_a_page_that_reaches_for_a_cdn(site, offline_page, tmp_path):
+    """The test's recorder is not blind: a copy of a page that loads a CDN script is caught and blocked."""
+    first = site.pages[0]
+    copy = site.out / "cdn-copy.html"
+    copy.write_text(
+        first.read_text(encoding="utf-8").replace(
+            "</head>",
+            '<script src="https://cdn.jsdelivr.net/npm/katex/dist/katex.min.js"></script></head>',
+            1,
+        ),
+        encoding="utf-8",
+    )
+    try:
+        page = offline_page()
+        page.goto(copy.as_uri())
+        assert page.network == ["https://cdn.jsdelivr.net/npm/katex/dist/katex.min.js"]
+        with pytest.raises(AssertionError, match="tried to reach the network"):
+            _assert_offline(page)
+    finally:
+        copy.unlink()
