@@ -1,7 +1,8 @@
 """Dot-product attention, from three vectors to ``scaled_dot_product_attention``.
 
 Read top to bottom: the loop version (notebook 01), the matrix version (01), the softmax done
-safely (02), then the scaled, maskable version every later notebook builds on (02, 03).
+safely (02), then the scaled, maskable version every later notebook builds on (02, 03), and the size of
+the gradient it sends back to the queries and keys (02, why the scale is 1 / sqrt(D)).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ __all__ = [
     "softmax_naive",
     "softmax",
     "scaled_dot_product_attention",
+    "attention_grad_norms",
 ]
 
 
@@ -174,3 +176,47 @@ def scaled_dot_product_attention(
         weights = F.dropout(weights, p=dropout_p)  # (..., T, S), kept entries scaled by 1 / (1 - p)
     out = weights @ v  # (..., T, S) @ (..., S, Dv) -> (..., T, Dv)
     return out, weights
+
+
+def attention_grad_norms(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    grad_out: torch.Tensor,
+    scale: float | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Size of the gradient that attention sends back to each query and to each key.
+
+    For ``out = softmax(q k^T * scale) v`` (no mask, no dropout) and an upstream gradient
+    ``grad_out = dL/d(out)``, returns ``||dL/dq_i||`` for every query and ``||dL/dk_j||`` for every key:
+    the chain rule through the softmax Jacobian ``diag(w) - w w^T``, written out, equal to what autograd
+    gives. ``scale`` defaults to ``1 / sqrt(D)``; ``scale=1.0`` is unscaled attention.
+
+    Shape:
+        q: (..., T, D), k: (..., S, D), v: (..., S, Dv), grad_out: the output's shape (..., T, Dv)
+        -> grad_q_norms: (..., T) like q.shape[:-1], grad_k_norms: (..., S) like k.shape[:-1]
+
+    Taught in notebook 02 (why 1 / sqrt(D)): without the scale, most queries get almost no gradient and a few
+    near-ties get very large ones.
+    """
+    check_qkv(q, k, v)
+    D = q.shape[-1]
+    scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
+    check_tensor("grad_out", grad_out, min_dim=2)
+    check_floating("grad_out", grad_out)
+    check_same_device(q=q, grad_out=grad_out)
+    if grad_out.dtype != q.dtype:
+        raise TypeError(f"grad_out must have the dtype of q, k and v ({q.dtype}), got {grad_out.dtype}")
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    out_shape = (*batch, q.shape[-2], v.shape[-1])
+    if tuple(grad_out.shape) != out_shape:
+        raise ValueError(f"grad_out must have the shape of the attention output {out_shape}, "
+                         f"got {tuple(grad_out.shape)}")
+    with torch.no_grad():
+        weights = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)  # (..., T, S)
+        grad_weights = grad_out @ v.transpose(-2, -1)  # (..., T, Dv) @ (..., Dv, S) -> (..., T, S)
+        # each row through the softmax Jacobian: w * (g - sum_j w_j g_j)
+        grad_scores = weights * (grad_weights - (weights * grad_weights).sum(dim=-1, keepdim=True))  # (..., T, S)
+        grad_q = (grad_scores @ k * scale).sum_to_size(q.shape)  # (..., T, S) @ (..., S, D) -> (..., T, D)
+        grad_k = (grad_scores.transpose(-2, -1) @ q * scale).sum_to_size(k.shape)  # (..., S, T) @ (..., T, D)
+    return grad_q.norm(dim=-1), grad_k.norm(dim=-1)  # (..., T), (..., S)

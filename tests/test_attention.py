@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from strategies import dtypes, seeds, tol
 
 from course_utils.attention import (
+    attention_grad_norms,
     attention_loops,
     attention_matmul,
     scaled_dot_product_attention,
@@ -408,3 +409,65 @@ def test_sdpa_with_head_dim_zero_names_the_shape():
     q = torch.randn(2, 3, 0)
     with pytest.raises(ValueError, match=r"head dimension D >= 1.*\(2, 3, 0\)"):
         scaled_dot_product_attention(q, q, torch.randn(2, 3, 4))
+
+
+# ---------------------------------------------------------------- attention_grad_norms (notebook 02)
+
+
+def _autograd_norms(q, k, v, grad_out, scale):
+    q, k = q.clone().requires_grad_(), k.clone().requires_grad_()
+    out = F.scaled_dot_product_attention(q, k, v, scale=scale)
+    grad_q, grad_k = torch.autograd.grad(out, (q, k), grad_out)
+    return grad_q.norm(dim=-1), grad_k.norm(dim=-1)
+
+
+@settings(deadline=None, max_examples=40)
+@given(inputs=attention_inputs(masked=False), scale=st.sampled_from([None, 1.0, 0.3, 4.0]), seed=seeds)
+def test_attention_grad_norms_match_autograd_through_pytorch_attention(inputs, scale, seed):
+    q, k, v, _ = inputs  # batch dims that broadcast, T != S, any D and Dv
+    g = torch.Generator().manual_seed(seed)
+    out_shape = F.scaled_dot_product_attention(q, k, v).shape
+    grad_out = torch.randn(out_shape, generator=g, dtype=q.dtype)
+    grad_q, grad_k = attention_grad_norms(q, k, v, grad_out, scale=scale)
+    expected_q, expected_k = _autograd_norms(q, k, v, grad_out, scale)
+    assert grad_q.shape == q.shape[:-1] and grad_k.shape == k.shape[:-1]
+    torch.testing.assert_close(grad_q, expected_q, **tol(q.dtype))
+    torch.testing.assert_close(grad_k, expected_k, **tol(q.dtype))
+
+
+def test_attention_grad_norms_default_scale_is_one_over_sqrt_head_dim():
+    g = torch.Generator().manual_seed(0)
+    q, k, v = torch.randn(3, 16, generator=g), torch.randn(5, 16, generator=g), torch.randn(5, 2, generator=g)
+    grad_out = torch.randn(3, 2, generator=g)
+    for a, b in zip(attention_grad_norms(q, k, v, grad_out), attention_grad_norms(q, k, v, grad_out, scale=0.25)):
+        torch.testing.assert_close(a, b, atol=0, rtol=0)
+    unscaled = attention_grad_norms(q, k, v, grad_out, scale=1.0)[0]
+    assert (unscaled - attention_grad_norms(q, k, v, grad_out)[0]).abs().max() > 1e-3
+
+
+def test_attention_grad_norms_leaves_the_inputs_alone_and_builds_no_graph():
+    g = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 4, 3, generator=g, requires_grad=True) for _ in range(3))
+    grad_out = torch.randn(2, 4, 3, generator=g)
+    grad_q, grad_k = attention_grad_norms(q, k, v, grad_out)
+    assert not grad_q.requires_grad and not grad_k.requires_grad and q.grad is None
+
+
+def test_attention_grad_norms_messages():
+    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
+    with pytest.raises(ValueError, match=re.escape("grad_out must have the shape of the attention output (3, 2), "
+                                                   "got (3, 4)")):
+        attention_grad_norms(q, k, v, torch.randn(3, 4))
+    with pytest.raises(TypeError, match="grad_out must be a torch.Tensor, got list"):
+        attention_grad_norms(q, k, v, [[0.0, 0.0]] * 3)
+    with pytest.raises(TypeError, match="grad_out must be a floating-point tensor, got dtype torch.int64"):
+        attention_grad_norms(q, k, v, torch.zeros(3, 2, dtype=torch.long))
+    with pytest.raises(TypeError, match=r"grad_out must have the dtype of q, k and v \(torch.float32\), got "
+                                        r"torch.float64"):
+        attention_grad_norms(q, k, v, torch.zeros(3, 2, dtype=torch.float64))
+    with pytest.raises(ValueError, match=r"q, grad_out must be on one device, got q on cpu, grad_out on meta"):
+        attention_grad_norms(q, k, v, torch.zeros(3, 2, device="meta"))
+    with pytest.raises(ValueError, match=r"scale must be a positive finite number, got 0.0"):
+        attention_grad_norms(q, k, v, torch.zeros(3, 2), scale=0)
+    with pytest.raises(ValueError, match=r"k and v must have the same number of positions S"):
+        attention_grad_norms(q, k, v[:4], torch.zeros(3, 2))
