@@ -18,6 +18,9 @@
     python3 course.py package --learner OUT.zip | --instructor OUT.zip [--force]
                                (instructors) zip the course without / with solutions into a new OUT.zip
                                outside the course
+    python3 course.py site OUT [--force]
+                               the solved notebooks as a static site in a new folder OUT: open
+                               OUT/index.html in any browser, with no server and no internet
 
 `room` and `package` refuse an existing DIR or OUT.zip, or one inside the course folder, unless given
 `--force`; then what was there is first moved aside, whole, to backup-NAME-DATE beside it (never deleted).
@@ -375,8 +378,14 @@ def cmd_package(extra: list[str]) -> int:
     return in_venv_here("-m", "course_utils.room", "package", *extra)
 
 
+def cmd_site(extra: list[str]) -> int:
+    ensure_installed()
+    return in_venv_here("-m", "course_utils.site", *extra)
+
+
 COMMANDS = {"lab": cmd_lab, "test": cmd_test, "check": cmd_check, "env": cmd_env, "build": cmd_build,
-            "reset": cmd_reset, "e2e": cmd_e2e, "room": cmd_room, "package": cmd_package}
+            "reset": cmd_reset, "e2e": cmd_e2e, "room": cmd_room, "package": cmd_package,
+            "site": cmd_site}
 
 
 def main(argv: list[str]) -> int:
