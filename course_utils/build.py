@@ -82,14 +82,66 @@ def _solution_blocks(source: str, learner: bool) -> str:
     return "\n".join(out)
 
 
-def make_notebook(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
-    """A notebook (unexecuted) of the learner or the solution version."""
+# The course's public repository: the hosted-notebook links and setup cell below point at it. A fork changes
+# this one line (and the README's links, which tests/test_hosted.py compares with it) and rebuilds.
+REPOSITORY = "https://github.com/attention-step-by-step/attention-step-by-step"
+REPOSITORY_ENV = "COURSE_REPO_URL"  # overrides REPOSITORY in the setup cell, e.g. for a fork or a local mirror
+
+
+def colab_url(rel_path: str) -> str:
+    """The link that opens the notebook at ``rel_path`` (e.g. ``notebooks/03_masking.ipynb``) in Google Colab."""
+    owner_repo = REPOSITORY.removeprefix("https://github.com/")
+    return f"https://colab.research.google.com/github/{owner_repo}/blob/main/{rel_path}"
+
+
+# The first code cell of every notebook. On a hosted service (Colab and the like) the course is not installed:
+# it clones the repository and installs course_utils with pip, which keeps the host's torch when it meets the
+# course's floor and never touches JupyterLab or the host's kernel; elsewhere it finds course_utils and does
+# nothing. A plain text link (not a badge image) opens it, so that no page of the course loads a remote image.
+HOSTED_LINK = ("**On a hosted notebook service** (no install; a free GPU for notebook 09): "
+               "[open this notebook in Google Colab]({url}), then run its cells from the top.")
+HOSTED_SETUP = """\
+# Hosted notebooks (Colab and the like) start without the course: this cell fetches it. Elsewhere it does nothing.
+import importlib.util
+import os
+import subprocess
+import sys
+
+if importlib.util.find_spec("course_utils") is None:
+    repo = os.environ.get("{env}", "{repository}")
+    home = os.path.abspath("attention-step-by-step")
+    if not os.path.isdir(home):
+        subprocess.run(["git", "clone", "--quiet", "--depth", "1", repo, home], check=True)
+    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", home], check=True)
+    sys.path.insert(0, home)  # this kernel started before the install: show it the package
+    import torch
+
+    print(f"installed course_utils from {{repo}} into {{home}}, with this host's torch {{torch.__version__}}")"""
+
+
+def hosted_cells(rel_path: str) -> tuple[str, nbformat.NotebookNode]:
+    """The line added to the title cell and the setup cell put first among the code cells of ``rel_path``."""
+    cell = nbformat.v4.new_code_cell(HOSTED_SETUP.format(env=REPOSITORY_ENV, repository=REPOSITORY))
+    cell["id"] = "hosted-setup"
+    return HOSTED_LINK.format(url=colab_url(rel_path)), cell
+
+
+def make_notebook(cells: list[dict], learner: bool, name: str | None = None) -> nbformat.NotebookNode:
+    """A notebook (unexecuted) of the learner or the solution version.
+
+    ``name`` (the source's stem, e.g. ``03_masking``) adds the hosted-notebook link to the title cell and the
+    hosted setup cell before the first code cell, as every built notebook has; without it, neither.
+    """
     nb = nbformat.v4.new_notebook()
     nb.metadata = {
         "kernelspec": {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"},
         "language_info": {"name": "python"},
     }
+    if name is not None:
+        link, setup = hosted_cells(f"{'notebooks' if learner else 'solutions'}/{name}.ipynb")
     for i, c in enumerate(cells):
+        if name is not None and c["cell_type"] == "code" and setup not in nb.cells:
+            nb.cells.append(setup)
         if c["cell_type"] == "markdown":
             cell = nbformat.v4.new_markdown_cell(c["source"])
         else:
@@ -97,6 +149,8 @@ def make_notebook(cells: list[dict], learner: bool) -> nbformat.NotebookNode:
         if c["tags"]:
             cell.metadata["tags"] = list(c["tags"])
         cell["id"] = f"cell-{i:03d}"  # stable ids keep diffs small when the notebook is rebuilt
+        if name is not None and i == 0 and cell.cell_type == "markdown":
+            cell.source = f"{cell.source}\n\n{link}"
         nb.cells.append(cell)
     return nb
 
@@ -201,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         cells = parse_source(src.read_text(encoding="utf-8"))
         for learner, folder in ((True, LEARNER_DIR), (False, SOLUTION_DIR)):
             target = folder / f"{src.stem}.ipynb"
-            nb = make_notebook(cells, learner)
+            nb = make_notebook(cells, learner, name=src.stem)
             if args.check:
                 if not target.exists():
                     problems.append(f"{target.relative_to(ROOT)} is missing")

