@@ -1,62 +1,50 @@
 # %% [markdown]
-# # 07 Attention variants: cheaper heads, local windows, linear mixers, and fast decoding
+# # 07 Attention variants: cheaper heads, local windows, linear mixers
 #
 # Plain attention has two costs that grow badly. Training and prefill build a `(T, T)` score matrix:
 # time and memory grow as T². Generation keeps the keys and values of every earlier token of every
 # layer in a **KV cache**: memory grows with the number of KV heads times the context. Every variant in
 # this notebook attacks one of those costs by changing *one* thing (how many key/value heads there are,
 # which keys are visible, how the scores are made) and reusing everything else. Each one is checked
-# against the plain masked attention of notebooks 02-04 or against PyTorch, and the notebook closes with
-# the other half of fast decoding: the KV cache, sampling and beam search.
+# against the plain masked attention of notebooks 02-04 or against PyTorch. Notebook 08 then shows how
+# fast kernels compute *exact* attention without the `(T, T)` matrix, uses the KV cache to generate, and
+# measures the time and memory of every method here against sequence length.
 #
 # **What you will learn**
 #
 # - multi-query and grouped-query attention: one module with `num_kv_heads`, what the KV cache of a
 #   7B-sized model costs with each, and why `repeat_interleave` (not `repeat`) matches PyTorch;
 # - sliding-window attention as a mask and as a chunked computation that never builds the `(T, T)`
-#   matrix, and how the receptive field grows with depth;
-# - Linformer (keys and values projected along the sequence) and the attention-free transformer (AFT),
-#   written so that large logits cannot overflow;
-# - chunked top-k attention, whose peak memory is O(chunk × T) instead of O(T²);
-# - a KV cache, and a test that cached generation gives *exactly* the tokens and logits of recomputing the
-#   prefix; sampling with temperature, top-k and top-p; beam search;
-# - measured time and memory curves of all of them against sequence length.
+#   matrix, how the course's `window` relates to Mistral's and Longformer's, and how the receptive field
+#   grows with depth;
+# - Linformer (keys and values projected along the sequence), including what its fixed-size projections
+#   do to shorter inputs, and the attention-free transformer (AFT), written so that large logits cannot
+#   overflow;
+# - chunked top-k attention, whose peak memory is O(chunk × T) instead of O(T²).
 #
-# **Prerequisites**: notebooks 02 (scaled attention), 03 (masking: `causal_mask(T, S)` for a cache) and 04
-# (multi-head attention). Notebook 06 (positions) helps for the RoPE remark.
+# **Prerequisites**: notebooks 02 (scaled attention), 03 (masking) and 04 (multi-head attention).
+# Notebook 06 (positions) helps for the RoPE remark.
 #
-# **Time**: about 60 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
+# **Time**: about 45 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
 #
 # **Shapes**: `B` batch, `T` query length, `S` key length, `C` embed_dim, `H` num_heads, `Hkv`
-# num_kv_heads, `D` head_dim, `V` vocab_size. Masks are boolean, `True` = may attend.
+# num_kv_heads, `D` head_dim. Masks are boolean, `True` = may attend.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-import json
 import math
-import runpy
-import time
-from pathlib import Path
 
-import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
-from torch import nn
 
-import course_utils
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.environment import setup_notebook
 from course_utils.exercises import NotAttempted, check
-from course_utils.generation import beam_search, generate, sample_next_token, top_k_filter, top_p_keep
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
-from course_utils.plotting import plot_weights
 from course_utils.variants import (
-    DecoderConfig,
     GroupedQueryAttention,
-    KVCache,
-    TinyDecoder,
     aft_full,
     aft_local_bias,
     aft_simple,
@@ -69,10 +57,8 @@ from course_utils.variants import (
 )
 
 device = setup_notebook(seed=0)
-ROOT = Path(course_utils.__file__).resolve().parent.parent
 print(f"torch {torch.__version__}, device: {device}")
 
-# %% [markdown]
 # ## 1. The bill: a KV cache for a 7B-sized model
 #
 # When a model generates text, each new token needs the keys and values of all earlier tokens, in every
@@ -126,10 +112,10 @@ k, v = torch.randn(B, Hkv, T, D, generator=g), torch.randn(B, Hkv, T, D, generat
 
 ours, _ = scaled_dot_product_attention(q, repeat_kv(k, H), repeat_kv(v, H), causal_mask(T))
 theirs = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-tiled, _ = scaled_dot_product_attention(q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1), causal_mask(T))
+alternated, _ = scaled_dot_product_attention(q, k.repeat(1, 2, 1, 1), v.repeat(1, 2, 1, 1), causal_mask(T))
 print("out", tuple(ours.shape))
 print("repeat_interleave vs enable_gqa, agree to 1e-6:", (ours - theirs).abs().max().item() < 1e-6)
-print("repeat            vs enable_gqa, max abs diff:", round((tiled - theirs).abs().max().item(), 2))
+print("repeat            vs enable_gqa, max abs diff:", round((alternated - theirs).abs().max().item(), 2))
 
 # %% [markdown]
 # `GroupedQueryAttention(embed_dim, num_heads, num_kv_heads)` is the module: `q_proj` maps C -> C as
@@ -173,12 +159,12 @@ torch.testing.assert_close(mqa(x, causal_mask(Tx)), ref)
 print("GQA with num_kv_heads == 1 is MQA")
 
 # %% [markdown]
+# %% [markdown]
 # ## 3. Sliding-window (local) attention
 #
-# In sliding-window attention each query sees only its last `window` positions, itself included: key j is
-# visible from query i when `0 <= i - j < window`. It is the causal mask with the far past cut off.
-# Longformer (Beltagy et al. 2020) uses such windows (plus a few global tokens); Mistral 7B uses a window
-# of 4096 in every layer.
+# In sliding-window attention each query sees only the last few positions. In this course `window`
+# counts the keys a query sees, itself included: key j is visible from query i when
+# `0 <= i - j < window`. It is the causal mask with the far past cut off.
 
 # %%
 window = 3
@@ -188,6 +174,25 @@ print(local.int())
 print("sliding_window_mask agrees:", torch.equal(local, sliding_window_mask(8, window)))
 print("a window >= T is the causal mask:", torch.equal(sliding_window_mask(8, 8), causal_mask(8)),
       torch.equal(sliding_window_mask(8, 100), causal_mask(8)))
+
+# %% [markdown]
+# Papers count windows differently, so read each one's definition before copying a number:
+#
+# - **Mistral 7B** (Jiang et al. 2023) gives W as a *distance*: the hidden state at position i attends to
+#   positions `i - W .. i`, which is W + 1 keys. Mistral's W = 4096 is `window = 4097` here.
+# - **Longformer** (Beltagy et al. 2020) uses windows that look *both ways*: a window w covers about w / 2
+#   positions on each side of the query, future included, so it is not causal (it is an encoder), and a
+#   few chosen positions get *global* attention, to and from every token. The causal, one-sided window of
+#   this notebook is the decoder's version (Mistral's).
+
+# %%
+W = 2  # Mistral's W: a distance
+mistral = (i - j >= 0) & (i - j <= W)  # (T, T): keys i - W .. i, W + 1 of them
+print("Mistral's W = 2 is window = 3 here:", torch.equal(mistral, sliding_window_mask(8, W + 1)))
+w = 4  # Longformer's window: w / 2 on each side
+longformer = (i - j).abs() <= w // 2
+longformer[:, 0] = longformer[0, :] = True  # position 0 as a global token: it sees and is seen by all
+print(longformer.int())
 
 # %% [markdown]
 # As a mask, this saves nothing: the `(T, T)` scores are still computed, then mostly thrown away. The
@@ -209,9 +214,10 @@ print("largest scores block with chunk 16:", (16, 16 + 7 - 1), "instead of", tup
 # %% [markdown]
 # **The receptive field grows with depth.** After one layer, output t has seen inputs `t - window + 1 ..
 # t`. A second layer mixes outputs that each saw a window, so it reaches back `2 (window - 1)` positions,
-# and L layers reach `L (window - 1)`. With Mistral's 32 layers and a window of 4096, the last layer can in
-# principle draw on about 131k positions. Which inputs reach output 23 after L layers is a product of
-# the mask with itself, L times:
+# and L layers reach `L (window - 1)`: in Mistral's terms, L × W. With Mistral's 32 layers and W = 4096
+# (`window = 4097`), the last layer can in principle draw on 32 × 4096 = 131,072 earlier positions, the
+# "131K tokens" of the paper. Which inputs reach output 23 after L layers is a product of the mask with
+# itself, L times:
 
 # %%
 T_rf, window = 24, 4
@@ -235,9 +241,9 @@ plt.show()
 # ## 4. Low rank along the sequence: Linformer
 #
 # Linformer (Wang et al. 2020) observes that attention matrices are close to low rank, and projects the S
-# keys and values *along the sequence* down to R summary rows with learned `(R, S)` matrices:
-# `k' = E k`, `v' = F v`. Every query then attends to R rows instead of S, so the scores are `(T, R)`:
-# linear in T for a fixed R. With R = S and identity projections nothing changes:
+# keys and values *along the sequence* down to R summary rows with `(R, S)` matrices: `k' = E k`,
+# `v' = F v`. Every query then attends to R rows instead of S, so the scores are `(T, R)`: linear in T for
+# a fixed R. With R = S and identity projections nothing changes:
 
 # %%
 g = torch.Generator().manual_seed(2)
@@ -249,12 +255,14 @@ print("identity projections, agree with full attention to 1e-6:",
       (linformer_attention(q, k, v, eye, eye) - full).abs().max().item() < 1e-6)
 
 # %% [markdown]
-# In a real model E and F are learned with the rest of the network (random projections are *not* a good
-# approximation: the softmax of the projected scores is not the projection of the softmax), so here we
-# only look at the cost and at one property. With R = 32 the scores are `(256, 32)` instead of
-# `(256, 256)`. But every summary row mixes *all* positions, the future included, so Linformer is not
-# causal: changing the last token changes the first output. It fits encoders, not the decoders of
-# notebook 08.
+# Where do E and F come from? The paper's own theorem (its Theorem 2) uses **random** projections: it
+# builds E and F from a Gaussian random matrix and, by the Johnson-Lindenstrauss lemma, shows that R of
+# order `D log D / ε²` rows, independent of the length, keep each output row within ε (relative to the
+# sizes involved) of full attention's, with high probability. In a trained model E and F are learned with
+# the rest of the network. Here random ones show the cost and one property:
+# with R = 32 the scores are `(256, 32)` instead of `(256, 256)`. But every summary row mixes *all*
+# positions, the future included, so Linformer is not causal: changing the last token changes the first
+# output. It fits encoders, not the decoders of notebooks 08 and 09.
 
 # %%
 R = 32
@@ -267,6 +275,22 @@ change = (linformer_attention(q, k2, v, E, Fp) - out_lin)[:, :, 0].abs().max().i
 print(f"change of output 0 after changing key {T_lin - 1}: {change:.4f} (0 for a causal layer)")
 
 # %% [markdown]
+# **E and F are tied to a maximum length.** They are `(R, L)` for the longest sequence L the model takes
+# (`LinformerSelfAttention`'s `context_length`). A shorter input of S positions uses their first S columns:
+# `linformer_attention` slices `E[:, :S]` without a word. That is exactly what zero-padding the sequence
+# to L would give, since the padded keys and values are zero rows and `E @ k` adds nothing for them. So a
+# model trained at full length sees a shorter input through the first S columns of its projections, as if
+# zeros filled the rest.
+
+# %%
+S_short = 100
+q_s, k_s, v_s = q[..., :S_short, :], k[..., :S_short, :], v[..., :S_short, :]  # (B, H, 100, D)
+sliced = linformer_attention(q_s, k_s, v_s, E, Fp)  # E, Fp are (R, 256): silently cut to (R, 100)
+pad = torch.zeros(1, 2, T_lin - S_short, 16)  # (B, H, 156, D) zero rows
+padded = linformer_attention(q_s, torch.cat([k_s, pad], dim=2), torch.cat([v_s, pad], dim=2), E, Fp)
+print("slicing E and F = zero-padding k and v to 256, agree to 1e-6:",
+      (sliced - padded).abs().max().item() < 1e-6)
+
 # ## 5. The attention-free transformer (AFT), without overflow
 #
 # AFT (Zhai et al. 2021) drops the query-key dot product. For each channel c, output t is a weighted
@@ -354,278 +378,11 @@ print(f"share of the full softmax weight on the kept 4 keys, mean over queries: 
       f"{(weights_plain * keep).sum(-1).mean().item():.3f}")
 
 # %% [markdown]
-# ## 7. The KV cache, with a tiny decoder
+# %% [markdown]
+# The time and memory of every method of this notebook against sequence length, measured next to plain
+# attention, PyTorch's fused kernel and the tiled attention that fused kernels use, are in notebook 08.
 #
-# To generate, a decoder-only model predicts the next token from the prefix, appends it, and repeats.
-# Without a cache every step runs the model on the whole prefix again. With a cache, only the new token
-# goes through the model; each attention layer appends the new key and value to the cache and attends
-# over everything cached, with the bottom-right causal mask `causal_mask(T, S)` of notebook 03.
-#
-# `course_utils.variants` defines the protocol (in its docstring) that notebook 08's GPT follows too:
-#
-# - `forward(idx, cache=None) -> logits (B, T, V)`; with a cache, `idx` holds only the **new** tokens,
-#   at absolute positions `cache.length ..` (learned position embeddings and RoPE both need that offset);
-# - attention layer i calls `k, v = cache.update(i, k_new, v_new)`: append, get everything back;
-# - `new_cache()` returns a `KVCache` whose capacity is the context length; overflowing it is an error.
-#
-# `TinyDecoder` is a small model that follows it: embeddings, pre-norm blocks of `GroupedQueryAttention`
-# (optionally with a sliding window or RoPE) and an MLP, and an LM head. Untrained, but that is all the
-# cache needs.
-
-# %%
-torch.manual_seed(0)
-cfg = DecoderConfig(vocab_size=16, context_length=32, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=2)
-model = TinyDecoder(cfg).eval()
-idx = torch.randint(0, 16, (2, 12))  # (B, T)
-full_logits = model(idx)  # (B, T, V): the whole sequence at once
-cache = model.new_cache()
-steps = [model(idx[:, :5], cache)]  # the prompt: 5 tokens at once
-for t in range(5, 12):
-    steps.append(model(idx[:, t:t + 1], cache))  # then one token at a time
-cached_logits = torch.cat(steps, dim=1)
-print(cache, "| logits", tuple(cached_logits.shape))
-print("cached vs full forward, logits agree to 1e-5:", (cached_logits - full_logits).abs().max().item() < 1e-5)
-print("cache buffers per layer:", tuple(cache.keys[0].shape), "(B, Hkv, capacity, D)")
-
-# %% [markdown]
-# The same holds for generation: `generate(..., use_cache=True)` produces exactly the tokens of
-# recomputing the prefix at every step, and logits equal to rounding error, for every variant that
-# supports a cache here (MHA, GQA, MQA, sliding window, RoPE):
-
-# %%
-prompt = torch.randint(0, 16, (2, 4), generator=torch.Generator().manual_seed(5))
-for name, overrides in [("MHA", {"num_kv_heads": 4}), ("GQA", {}), ("MQA", {"num_kv_heads": 1}),
-                        ("window 4", {"window": 4}), ("RoPE", {"positional": "rope"})]:
-    torch.manual_seed(0)
-    m = TinyDecoder(DecoderConfig(**overrides)).eval()
-    fast, fast_logits = generate(m, prompt, 20, temperature=0.8, top_k=8, use_cache=True,
-                                 generator=torch.Generator().manual_seed(1), return_logits=True)
-    slow, slow_logits = generate(m, prompt, 20, temperature=0.8, top_k=8, use_cache=False,
-                                 generator=torch.Generator().manual_seed(1), return_logits=True)
-    print(f"{name:>8}: same tokens {torch.equal(fast, slow)}, "
-          f"logits agree to 1e-5: {(fast_logits - slow_logits).abs().max().item() < 1e-5}")
-
-# %% [markdown]
-# The cache has a fixed capacity (the context length): asking for more raises an error that says what
-# to do, rather than silently dropping positions.
-
-# %%
-try:
-    generate(model, prompt, max_new_tokens=40)
-except ValueError as e:
-    print("ValueError:", e)
-small = KVCache(num_layers=1, capacity=4)
-small.update(0, torch.randn(1, 2, 3, 8), torch.randn(1, 2, 3, 8))
-try:
-    small.update(0, torch.randn(1, 2, 2, 8), torch.randn(1, 2, 2, 8))
-except ValueError as e:
-    print("ValueError:", e)
-
-# %% [markdown]
-# How much faster? Without a cache, step n runs the model on n tokens, so generating N tokens costs
-# about N²/2 token-passes; with a cache, N. A slightly bigger model and 150 tokens (your numbers will
-# differ):
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-torch.manual_seed(0)
-bigger = TinyDecoder(DecoderConfig(vocab_size=64, context_length=256, embed_dim=64, num_heads=8,
-                                   num_kv_heads=2, num_layers=4)).eval()
-start = torch.zeros(1, 8, dtype=torch.long)
-for use_cache in (False, True):
-    t0 = time.perf_counter()
-    generate(bigger, start, 150, greedy=True, use_cache=use_cache)
-    print(f"use_cache={use_cache!s:>5}: {time.perf_counter() - t0:.2f} s for 150 tokens")
-
-# %% [markdown]
-# ## 8. Sampling: greedy, temperature, top-k, top-p
-#
-# The model gives logits over the vocabulary; `sample_next_token` turns them into one token:
-#
-# - **greedy**: the argmax;
-# - **temperature** τ: divide the *logits* by τ before the softmax; τ < 1 sharpens, τ > 1 flattens
-#   (dividing the probabilities instead does nothing useful: they just stop summing to 1);
-# - **top-k** (Fan et al. 2018): keep the k most likely tokens;
-# - **top-p** or nucleus (Holtzman et al. 2020): keep the *smallest* set of most likely tokens whose
-#   probabilities sum to at least p, including the token that crosses p.
-#
-# Then renormalise over what is kept and sample. The boundary of top-p, with probabilities that are exact
-# in binary:
-
-# %%
-probs = torch.tensor([0.125, 0.5, 0.0625, 0.25, 0.0625])
-for p in (0.5, 0.51, 0.75, 0.8, 1e-6, 1.0):
-    print(f"top_p={p:<6}: keeps tokens {top_p_keep(probs, p).nonzero().flatten().tolist()}")
-
-# %% [markdown]
-# p = 0.5 keeps only the 0.5 token (it reaches p exactly); p = 0.51 also needs the token that crosses it;
-# a tiny p still keeps the most likely token, and p = 1 keeps everything. The filtered distributions for
-# a handful of settings:
-
-# %%
-words = ["the", "a", "cat", "dog", "sat", "ran", "on", "mat"]
-logits_demo = torch.tensor([2.0, 1.6, 1.0, 0.8, 0.3, 0.0, -0.5, -1.0])
-
-
-def filtered_probs(temperature=1.0, top_k=None, top_p=None):
-    z = logits_demo / temperature
-    if top_k is not None:
-        z = top_k_filter(z, top_k)
-    p = torch.softmax(z, dim=-1)
-    if top_p is not None:
-        p = p * top_p_keep(p, top_p)
-    return p / p.sum()
-
-
-def plot_sampling(temperature=1.0, top_k=8, top_p=1.0, ax=None):
-    ax = ax or plt.subplots(figsize=(5, 2.4))[1]
-    p = filtered_probs(temperature, top_k, top_p)
-    ax.bar(words, p.tolist(), color=["tab:blue" if x > 0 else "lightgray" for x in p.tolist()])
-    ax.set_ylim(0, 1)
-    ax.set_title(f"T={temperature}, top_k={top_k}, top_p={top_p}", fontsize=10)
-    return ax
-
-
-fig, axes = plt.subplots(1, 4, figsize=(14, 2.6), sharey=True)
-for ax, (t, kk, pp) in zip(axes, [(1.0, 8, 1.0), (0.5, 8, 1.0), (2.0, 3, 1.0), (1.0, 8, 0.7)]):
-    plot_sampling(t, kk, pp, ax)
-    ax.tick_params(axis="x", labelrotation=60)
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
-# Move the sliders to see the same picture for any setting (greedy is the limit τ -> 0):
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-def show_sampling(temperature, top_k, top_p):
-    plot_sampling(temperature, top_k, top_p)
-    plt.show()
-
-
-_ = widgets.interact(show_sampling,
-                     temperature=widgets.FloatSlider(value=1.0, min=0.1, max=3.0, step=0.1),
-                     top_k=widgets.IntSlider(value=8, min=1, max=8),
-                     top_p=widgets.FloatSlider(value=1.0, min=0.05, max=1.0, step=0.05))
-
-# %% [markdown]
-# Sampling many times reproduces the filtered distribution, and the settings are checked:
-
-# %%
-many = sample_next_token(logits_demo.expand(20000, 8), temperature=1.0, top_p=0.7,
-                         generator=torch.Generator().manual_seed(0))
-print("sampled frequencies:", [round(f, 2) for f in (torch.bincount(many, minlength=8) / 20000).tolist()])
-print("filtered probs:     ", [round(f, 2) for f in filtered_probs(1.0, None, 0.7).tolist()])
-for bad in ({"top_p": 0.0}, {"temperature": 0.0}, {"top_k": 0}):
-    try:
-        sample_next_token(logits_demo[None], **bad)
-    except ValueError as e:
-        print("ValueError:", e)
-
-# %% [markdown]
-# ## 9. Beam search
-#
-# Greedy decoding takes the best *next* token, which is not always the start of the best *sequence*.
-# Beam search keeps the `beam_width` best partial sequences (by total log-probability), extends each by
-# every token, and keeps the best `beam_width` again. A tiny model where that matters: after token 0, token
-# 1 looks better (0.6 vs 0.4), but after 1 everything is uncertain (0.25 each), while after 2 the model
-# is sure (0.9 for token 3).
-
-# %%
-class BigramTable(nn.Module):
-    """The next token's distribution depends only on the current token: a fixed (V, V) table of probabilities."""
-
-    context_length = 100
-
-    def __init__(self, probs):
-        super().__init__()
-        self.register_buffer("log_probs", probs.log())
-
-    def forward(self, idx, cache=None):
-        return self.log_probs[idx]  # (B, T) -> (B, T, V)
-
-
-table = torch.full((4, 4), 0.25)
-table[0] = torch.tensor([1e-6, 0.6, 0.4, 1e-6])
-table[2] = torch.tensor([0.05, 1e-6, 0.05, 0.9])
-trap = BigramTable(table / table.sum(-1, keepdim=True))
-start = torch.zeros(1, 1, dtype=torch.long)
-
-greedy_seq = generate(trap, start, 2, greedy=True, use_cache=False)
-beams, scores = beam_search(trap, start, beam_width=2, max_new_tokens=2, use_cache=False)
-greedy_logp = sum(trap.log_probs[a, b] for a, b in zip(greedy_seq[0, :-1], greedy_seq[0, 1:]))
-print("greedy:", greedy_seq[0].tolist(), f"probability {math.exp(greedy_logp):.3f}")
-print("beam 2:", beams[0].tolist(), f"probability {math.exp(scores[0]):.3f}")
-
-# %% [markdown]
-# With `beam_width = 1` beam search *is* greedy decoding; on the tiny decoder (with its KV cache, which
-# beam search reorders as beams are kept or dropped):
-
-# %%
-prompt1 = prompt[:1]
-one_beam, _ = beam_search(model, prompt1, beam_width=1, max_new_tokens=10)
-print("beam_width=1 equals greedy:", torch.equal(one_beam, generate(model, prompt1, 10, greedy=True)))
-four, four_scores = beam_search(model, prompt1, beam_width=4, max_new_tokens=10)
-print("beam_width=4 log-probs, best first:", [round(s, 3) for s in four_scores.tolist()])
-
-# %% [markdown]
-# ## 10. Cost curves: time and memory against sequence length
-#
-# `benchmarks/attention_cost.py` times each method and measures its peak memory at lengths 128 to 8192
-# on q, k, v of shape `(1, 4, T, 64)`: the naive masked attention of `course_utils`, PyTorch's fused
-# `F.scaled_dot_product_attention`, chunked sliding window (window 256), chunked top-k (k = 32), Linformer
-# (R = 256) and AFT-simple. Memory is *measured* as the growth of the process's peak resident memory
-# during one call (`tracemalloc` cannot see PyTorch's allocations), next to the *computed* size of the
-# largest score-like intermediate. The saved results of one run, with where and how it was made:
-
-# %%
-saved = json.loads((ROOT / "benchmarks" / "results" / "attention_cost_cpu.json").read_text())
-print({key: saved["meta"][key] for key in ("device", "date", "torch", "command")})
-methods = list(dict.fromkeys(r["method"] for r in saved["results"]))
-fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.6))
-for method in methods:
-    rows = [r for r in saved["results"] if r["method"] == method]
-    ax_t.plot([r["T"] for r in rows], [r["time_ms"] for r in rows], marker="o", label=method)
-    ax_m.plot([r["T"] for r in rows], [max(r["peak_mb"], 0.1) for r in rows], marker="o", label=method)
-for ax, label in ((ax_t, "time (ms)"), (ax_m, "peak memory growth (MB)")):
-    ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel=label)
-    ax.set_xticks([128, 512, 2048, 8192], ["128", "512", "2048", "8192"])
-ax_t.legend(fontsize=8)
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
-# Read the slopes on the log-log axes: a slope of 2 is quadratic, 1 is linear. The saved run was made on
-# a quiet 2-core machine (its load averages are in the file's `meta`); at small T every method is a few
-# milliseconds and fixed overheads blur the order, so compare the large lengths, where each method's cost
-# dominates:
-
-# %%
-by = {(r["method"], r["T"]): r for r in saved["results"]}
-for method in methods:
-    r1, r2 = by[(method, 4096)], by[(method, 8192)]
-    print(f"{method:>15}: T=8192 {r2['time_ms'] / 1000:6.2f} s ({r2['ratio']:.2f}x naive), "
-          f"peak +{r2['peak_mb']:7.1f} MB, memory x{r2['peak_mb'] / r1['peak_mb']:.1f} from T=4096")
-
-# %% [markdown]
-# Doubling T from 4096 to 8192 multiplies the naive method's memory by 4 (several `(T, T)` tensors:
-# scores, masked scores, weights, about 3.3 GB at 8192) and the others' by about 2 or less: top-k holds one
-# `(chunk, T)` block at a time, Linformer `(T, R)`, AFT-simple `(T, C)`; the sliding window's blocks do not
-# grow at all (what grows is its output). Top-k saves memory, not time: it is *slower* than naive here,
-# because it computes the scores twice and sorts them. The fused PyTorch kernel is exact, never
-# materialises the matrix, and is an order of magnitude faster than naive at large T. Linformer and
-# AFT-simple are the cheapest, at the price of being different models, and not causal.
-#
-# A small version runs live (its timings depend on your machine, so nbval ignores them):
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-bench = runpy.run_path(str(ROOT / "benchmarks" / "attention_cost.py"))
-live = bench["run"](lengths=(128, 256, 512), repeats=2, verbose=False)
-print(bench["table"](live))
-
-# %% [markdown]
-# ## 11. Check against `course_utils`
+# ## 7. Check against `course_utils`
 #
 # The inline versions of this notebook against the package:
 
@@ -633,11 +390,9 @@ print(bench["table"](live))
 torch.testing.assert_close(local, sliding_window_mask(8, 3))
 torch.testing.assert_close(k_heads.repeat_interleave(2, dim=1), repeat_kv(k_heads, 4))
 torch.testing.assert_close(ours, theirs)
+torch.testing.assert_close(mistral, sliding_window_mask(8, W + 1))
+torch.testing.assert_close(sliced, padded)
 torch.testing.assert_close(chunked, ref_topk)
-torch.testing.assert_close(cached_logits, full_logits)
-torch.testing.assert_close(filtered_probs(1.0, None, 0.7),
-                           torch.softmax(logits_demo, -1) * top_p_keep(torch.softmax(logits_demo, -1), 0.7)
-                           / (torch.softmax(logits_demo, -1) * top_p_keep(torch.softmax(logits_demo, -1), 0.7)).sum())
 print("matches course_utils (and F.scaled_dot_product_attention with enable_gqa=True)")
 
 # %% [markdown]
@@ -645,13 +400,14 @@ print("matches course_utils (and F.scaled_dot_product_attention with enable_gqa=
 #
 # Each exercise is a function; the cell below it checks your function and, if it is wrong, names the
 # mistake it looks like. Use plain tensor operations (the `course_utils` helpers would make them
-# one-liners). Masks are boolean, the other results float32 like the inputs; leave the inputs unchanged
-# (except the cache buffer of 07.4, which you write into). The checks also draw fresh inputs.
+# one-liners). Masks are boolean, the other results float32 like the inputs; leave the inputs unchanged.
+# The checks also draw fresh inputs.
 #
 # ### Exercise 07.1: a sliding-window mask
 #
 # Write `my_sliding_window_mask(T, window)`: a boolean `(T, T)` mask, `True` = may attend, in which query
-# i sees keys `i - window + 1 .. i` (itself included, never the future).
+# i sees keys `i - window + 1 .. i` (`window` keys, itself included, never the future; the course's
+# definition, not Mistral's).
 
 # %%
 def my_sliding_window_mask(T, window):
@@ -679,43 +435,26 @@ def my_repeat_kv(k, num_heads):
 check("07.2", my_repeat_kv)
 
 # %% [markdown]
-# ### Exercise 07.3: nucleus (top-p) sampling probabilities
+# ### Exercise 07.3: AFT-simple
 #
-# Write `nucleus_probs(logits, temperature, top_p)`: apply the temperature, take the softmax over the last
-# axis, keep the smallest set of most likely tokens whose probabilities sum to at least `top_p`, and
-# return the renormalised distribution `(..., V)` (zeros outside the nucleus).
+# Write `my_aft_simple(q, k, v)` for q `(B, T, C)` and k, v `(B, S, C)`: for each channel c, weights over
+# the S positions from a softmax of the keys, a weighted sum of the values with them, and that mix gated
+# by `sigmoid(q)`:
+#
+# `out[t, c] = sigmoid(q[t, c]) * sum_s softmax_s(k[:, c])[s] * v[s, c]`
+#
+# The check gives keys with logits near 100, as trained models produce, so the result must not overflow.
 
 # %%
-def nucleus_probs(logits, temperature, top_p):
+def my_aft_simple(q, k, v):
     ### BEGIN SOLUTION
-    probs = torch.softmax(logits / temperature, dim=-1)  # (..., V)
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p  # mass strictly before each token < p
-    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # back to vocabulary order
-    kept = probs * keep
-    return kept / kept.sum(dim=-1, keepdim=True)
+    weights = torch.softmax(k, dim=-2)  # (B, S, C): a distribution over the positions, per channel
+    mixed = (weights * v).sum(dim=-2, keepdim=True)  # (B, 1, C): the same mix for every query
+    return torch.sigmoid(q) * mixed  # (B, T, C)
     ### END SOLUTION
 
 
-check("07.3", nucleus_probs)
-
-# %% [markdown]
-# ### Exercise 07.4: append to a KV cache
-#
-# `cache` is a preallocated buffer `(B, H, capacity, D)` whose first `length` positions hold keys. Write
-# `append_kv(cache, length, new)` that writes the new keys `(B, H, T, D)` into the buffer (in place) right
-# after the cached ones, and returns the part of the buffer that now holds keys, `(B, H, length + T, D)`.
-
-# %%
-def append_kv(cache, length, new):
-    ### BEGIN SOLUTION
-    T = new.shape[2]
-    cache[:, :, length:length + T] = new
-    return cache[:, :, :length + T]
-    ### END SOLUTION
-
-
-check("07.4", append_kv)
+check("07.3", my_aft_simple)
 
 # %% [markdown]
 # ## Summary
@@ -723,19 +462,19 @@ check("07.4", append_kv)
 # - The KV cache costs `2 × layers × Hkv × D` numbers per token: 512 KiB in float16 for a 7B-sized MHA
 #   model, 128 KiB with 8 KV heads (GQA), 16 KiB with one (MQA). `GroupedQueryAttention` covers all three;
 #   query head h reads KV head `h // (H / Hkv)` (`repeat_interleave`, as `enable_gqa=True`).
-# - Sliding-window attention: `0 <= i - j < window`; a window >= T is causal attention. Computed in chunks
-#   it never builds the `(T, T)` matrix. L layers see back `L (window - 1)` positions.
-# - Linformer projects keys and values along the sequence to R rows: `(T, R)` scores, not causal.
-#   AFT replaces dot products with a per-channel softmax over `k + w`; computed as a softmax it cannot
+# - Sliding-window attention here: `0 <= i - j < window`, so `window` counts the keys; a window >= T is
+#   causal attention. Mistral's W is a distance (W + 1 keys: `window = W + 1`); Longformer's windows look
+#   both ways and add global tokens. Computed in chunks it never builds the `(T, T)` matrix. L layers see
+#   back `L (window - 1)` positions: 32 × 4096 for Mistral.
+# - Linformer projects keys and values along the sequence to R rows: `(T, R)` scores, not causal. The
+#   paper's theorem uses random projections; trained models learn them. E and F are sized for a maximum
+#   length, and a shorter input uses their first S columns, which equals zero-padding it.
+# - AFT replaces dot products with a per-channel softmax over `k + w`; computed as a softmax it cannot
 #   overflow, while the factorised `exp(w) @ (exp(k) v)` gives NaN at logits near 100.
 # - Chunked top-k attention: O(chunk × S) memory, still O(T × S) time.
-# - With a KV cache each generation step feeds one token; the tokens and logits equal recomputing the
-#   prefix, and the time drops from quadratic to linear in the number of tokens.
-# - Sampling: temperature on the logits, then top-k, then top-p (the token crossing p is kept), then
-#   renormalise; greedy is the argmax. Beam search keeps the `beam_width` best sequences; width 1 is greedy.
 #
-# Next, notebook 08 trains a tiny GPT that follows the same cache protocol and generates text with
-# `course_utils.generation`.
+# Next, notebook 08 computes exact attention tile by tile (the idea behind FlashAttention), generates text
+# with a KV cache, sampling and beam search, and measures all of these methods against sequence length.
 #
 # ## Further reading
 #
@@ -748,6 +487,3 @@ check("07.4", append_kv)
 # - Wang et al., [Linformer: Self-Attention with Linear Complexity](https://arxiv.org/abs/2006.04768) (2020).
 # - Zhai et al., [An Attention Free Transformer](https://arxiv.org/abs/2105.14103) (2021).
 # - Gupta et al., [Memory-efficient Transformers via Top-k Attention](https://arxiv.org/abs/2106.06899) (2021).
-# - Holtzman et al., [The Curious Case of Neural Text Degeneration](https://arxiv.org/abs/1904.09751)
-#   (2020): nucleus sampling; Fan et al., [Hierarchical Neural Story Generation](https://arxiv.org/abs/1805.04833)
-#   (2018): top-k sampling.

@@ -1,6 +1,6 @@
 """Turning a language model's logits into text: sampling, the generation loop (with a KV cache), beam search.
 
-Read top to bottom, in the order notebook 07 teaches it: the filters that reshape a next-token
+Read top to bottom, in the order notebook 08 teaches it: the filters that reshape a next-token
 distribution (:func:`top_k_filter`, :func:`top_p_keep`, :func:`top_p_filter`), one sampling step
 (:func:`sample_next_token`), the loop that feeds tokens back in (:func:`generate_stream`,
 :func:`generate`) and :func:`beam_search`.
@@ -80,7 +80,7 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     Shape:
         logits: (..., V) -> (..., V)
 
-    ``top_k >= V`` keeps everything. Taught in notebook 07.
+    ``top_k >= V`` keeps everything. Taught in notebook 08.
     """
     check_tensor("logits", logits)
     _check_top_k(top_k)
@@ -97,7 +97,7 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
     Sort descending; a token is kept if the probability of the tokens strictly before it is still below
     ``top_p``. So the token that *crosses* ``top_p`` is kept, the most likely token always is, and
-    ``top_p = 1`` keeps every token. Ties are broken by the sort. Taught in notebook 07.
+    ``top_p = 1`` keeps every token. Ties are broken by the sort. Taught in notebook 08.
     """
     check_tensor("probs", probs)
     check_floating("probs", probs)
@@ -128,7 +128,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     Shape:
         logits: (..., V) -> (..., V)
 
-    Taught in notebook 07.
+    Taught in notebook 08.
     """
     check_tensor("logits", logits)
     _check_top_p(top_p)
@@ -146,7 +146,7 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
 
     Order: divide the logits by ``temperature`` (before the softmax: < 1 sharpens, > 1 flattens), keep
     the ``top_k`` best, keep the nucleus of mass ``top_p``, then sample from the renormalised softmax.
-    ``greedy`` ignores the other settings (the argmax survives every filter anyway). Taught in notebook 07.
+    ``greedy`` ignores the other settings (the argmax survives every filter anyway). Taught in notebook 08.
     """
     check_tensor("logits", logits, min_dim=2)
     check_floating("logits", logits)
@@ -260,7 +260,7 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
     cost); smaller values re-prefill less often and see less context. Without a cache ``on_full`` has
     no effect.
 
-    The model is put in eval mode. Taught in notebook 07; notebook 09 streams text with it.
+    The model is put in eval mode. Taught in notebook 08; notebook 09 streams text with it.
     """
     _check_idx(idx)
     if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
@@ -270,7 +270,7 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
     check_generator("generator", generator)
     keep = _check_on_full(on_full, keep_on_shift, context_length)
     if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
-        # Notebook 07's stored output shows this message: change the two together (it could name on_full).
+        # Notebook 08's stored output shows this message: change the two together (it could name on_full).
         raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
                          f"model's context_length ({context_length}): the KV cache cannot hold them (the last "
                          "token is never fed back); shorten them or pass use_cache=False, which crops to the "
@@ -307,7 +307,7 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
 
     ``callback(tokens (B,))`` is called after every step (print text as it comes). Settings as in
     :func:`generate_stream` (``on_full="shift"`` to run a KV cache past the context) and
-    :func:`sample_next_token`. Taught in notebook 07.
+    :func:`sample_next_token`. Taught in notebook 08.
     """
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function of the new tokens (B,), or None, got {type(callback).__name__}")
@@ -337,7 +337,7 @@ def beam_search(model: nn.Module, idx: torch.Tensor, beam_width: int, max_new_to
 
     Every step scores all W * V one-token extensions by (beam's log-prob + token's log-prob) and keeps the
     W best. ``beam_width = 1`` is greedy decoding. No end-of-sequence token and no length penalty: every
-    beam has N new tokens. Taught in notebook 07.
+    beam has N new tokens. Taught in notebook 08.
     """
     _check_idx(idx)
     if idx.shape[0] != 1:

@@ -1,6 +1,6 @@
 """Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
 
-Read top to bottom, in the order notebook 07 teaches it:
+Read top to bottom, in the order notebooks 07 (parts 1-4) and 08 (part 5) teach it:
 
 1. **Grouped-query attention** (:func:`repeat_kv`, :class:`GroupedQueryAttention`, :func:`kv_cache_bytes`):
    H query heads share Hkv key/value heads; Hkv == H is multi-head attention, Hkv == 1 multi-query.
@@ -12,8 +12,8 @@ Read top to bottom, in the order notebook 07 teaches it:
 4. **Chunked top-k attention** (:func:`topk_attention`): each query keeps its k best keys; peak memory
    O(chunk_size * S) instead of O(T * S).
 5. **The KV cache** (:class:`KVCache`) and a small decoder-only language model that uses all of the
-   above (:class:`DecoderConfig`, :class:`TinyDecoder`); sampling, generation and beam search are in
-   :mod:`course_utils.generation`.
+   above (:class:`DecoderConfig`, :class:`TinyDecoder`), taught in notebook 08; sampling, generation and
+   beam search are in :mod:`course_utils.generation`.
 
 The cache / generation protocol
 -------------------------------
@@ -218,8 +218,9 @@ def sliding_window_mask(T: int, window: int, S: int | None = None,
         -> (T, S), S defaults to T
 
     Query i sits at position S - T + i (bottom-right alignment, as :func:`causal_mask`) and may attend
-    key j iff ``0 <= (S - T + i) - j < window``. ``window >= S`` is the plain causal mask. Taught in
-    notebook 07.
+    key j iff ``0 <= (S - T + i) - j < window``: ``window`` counts the keys a query sees. Mistral's W is a
+    distance (keys i - W .. i, W + 1 of them): it is ``window = W + 1`` here. ``window >= S`` is the plain
+    causal mask. Taught in notebook 07.
     """
     _check_int("window", window)
     mask = causal_mask(T, S, device=device)  # (T, S), validates T and S
@@ -273,7 +274,9 @@ def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, proj_
 
     ``k' = proj_k[:, :S] @ k`` is (..., R, D): scores are (T, R), so time and memory grow as T * R, linear
     in T for a fixed R. Not causal (each summary row mixes all positions). With R = S and identity
-    projections it is ordinary attention. Taught in notebook 07.
+    projections it is ordinary attention. Projections made for a maximum length S' > S are cut to their
+    first S columns without a warning, which is exactly zero-padding k and v to S' (a zero row adds nothing
+    to ``proj_k @ k``). Taught in notebook 07.
     """
     check_qkv(q, k, v)
     S = k.shape[-2]
@@ -487,7 +490,7 @@ class KVCache:
     + T - 1`` of that layer and returns the valid part, (B, Hkv, length + T, D). ``length`` is the number
     of positions every layer has stored (it grows once all layers have appended). The buffers are
     allocated on the first update, with its batch size, heads, head_dim, dtype and device. Taught in
-    notebook 07; used by notebook 09's generation.
+    notebook 08 (its size in bytes, :func:`kv_cache_bytes`, in 07); used by notebook 09's generation.
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
@@ -615,7 +618,7 @@ class TinyDecoder(nn.Module):
 
     Token embedding (+ learned positions, or RoPE inside attention), ``num_layers`` pre-norm blocks of
     grouped-query attention (optionally sliding-window) and an MLP, a final LayerNorm and a linear LM head.
-    Taught in notebook 07; notebook 09 trains a GPT with the same protocol.
+    Taught in notebook 08; notebook 09 trains a GPT with the same protocol.
     """
 
     def __init__(self, cfg: DecoderConfig) -> None:

@@ -92,6 +92,17 @@ def test_is_causal_aligns_bottom_right_like_causal_mask_not_top_left_like_torch(
     assert (ours - top_left).abs().max() > 0.1
 
 
+@pytest.mark.parametrize("q_tile, kv_tile", [(1, 1), (2, 3), (4, 4), (8, 8)])
+def test_is_causal_never_lets_a_query_see_its_future(q_tile, kv_tile):
+    """The future tiles are skipped, the diagonal ones masked: changing token t+1 never changes output t."""
+    from test_leakage import assert_no_leakage
+
+    torch.manual_seed(0)
+    w_q, w_k, w_v = (torch.randn(8, 8, dtype=torch.float64) / 8**0.5 for _ in range(3))
+    assert_no_leakage(lambda x: tiled_attention(x @ w_q, x @ w_k, x @ w_v, is_causal=True, q_tile=q_tile,
+                                                kv_tile=kv_tile), torch.randn(2, 7, 8, dtype=torch.float64))
+
+
 def test_fully_masked_rows_give_zeros_like_torch():
     g = torch.Generator().manual_seed(1)
     q, k, v = torch.randn(2, 5, 6, generator=g), torch.randn(2, 9, 6, generator=g), torch.randn(2, 9, 3, generator=g)

@@ -126,6 +126,17 @@ FACTORIES.update({
     "AFTFull(local_window=2)": _module(lambda: AFTFull(C, context_length=T, local_window=2)),
 })
 
+# Notebook 08's tiled attention (course_utils.fast_attention), with tiles that do not divide T.
+from course_utils.fast_attention import tiled_attention  # noqa: E402
+
+
+def _tiled_functional(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
+    w_q, w_k, w_v = (torch.randn(C, C, dtype=dtype) / C**0.5 for _ in range(3))
+    return lambda x: tiled_attention(x @ w_q, x @ w_k, x @ w_v, mask_fn(x.shape[1]), q_tile=4, kv_tile=4)
+
+
+FACTORIES["tiled_attention(q_tile=4, kv_tile=4)"] = _tiled_functional
+
 LEAKY_MASKS: dict[str, MaskFn] = {
     "no mask": lambda T: None,
     "inverted polarity": lambda T: ~causal_mask(T),

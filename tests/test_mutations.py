@@ -36,10 +36,10 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "C / 2 numbers",
     ("06.2", "theta = 10000.0 ** (-torch.arange(0, D - 1, 2, dtype=torch.float64) / D)"):
         "D is even (RoPE rotates pairs), so arange(0, D - 1, 2) and arange(0, D, 2) are the same D / 2 numbers",
-    ("07.3", "kept = probs * (2 * keep)"):
+    ("08.2", "kept = probs * (2 * keep)"):
         "the kept probabilities are divided by their own sum on the next line, so a factor of 2 (exact in "
         "floating point) cancels bit for bit",
-    ("07.3", "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs <= top_p"):
+    ("08.2", "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs <= top_p"):
         "< and <= differ only when the mass before a token equals top_p exactly, and there float rounding "
         "decides: p0 + p1 summed in another order (a Python loop, float64, HF's shifted cumsum) lands a few "
         "ulps either side of the reference's float32 cumsum, so no case can check that edge without failing "

@@ -1,10 +1,9 @@
-"""Exercises of notebook 07 (attention variants): a sliding-window mask, KV heads for GQA, nucleus sampling
-probabilities, a KV-cache append.
+"""Exercises of notebook 07 (attention variants): a sliding-window mask, KV heads for GQA, AFT-simple.
 
-Each reference solution is built from :mod:`course_utils.variants` and :mod:`course_utils.generation`; each
-mistake is one that learners (and published code) really make: a window one key too wide or not causal,
-``repeat`` where ``repeat_interleave`` belongs, a nucleus that drops the token crossing p, probabilities that
-are not renormalised, temperature applied after the softmax, a cache written at the wrong offset.
+Each reference solution is built from :mod:`course_utils.variants`; each mistake is one that learners (and
+published code) really make: a window one key too wide or not causal, ``repeat`` where ``repeat_interleave``
+belongs, AFT's softmax over the wrong axis, without its sigmoid gate, or written as ``exp(k) / sum exp(k)``,
+which overflows. (Notebook 07's old exercises on nucleus sampling and the KV cache are 08.2 and 08.3.)
 """
 
 from __future__ import annotations
@@ -12,8 +11,7 @@ from __future__ import annotations
 import torch
 
 from course_utils.checking import Exercise, Mistake
-from course_utils.generation import top_p_keep
-from course_utils.variants import KVCache, repeat_kv, sliding_window_mask
+from course_utils.variants import aft_simple, repeat_kv, sliding_window_mask
 
 __all__ = ["EXERCISES"]
 
@@ -100,127 +98,48 @@ def _repeat_by_num_heads(k: torch.Tensor, num_heads: int) -> torch.Tensor:
     return k.repeat_interleave(num_heads, dim=1)
 
 
-# --- 07.3 nucleus (top-p) sampling probabilities ----------------------------------------------------
+# --- 07.3 AFT-simple --------------------------------------------------------------------------------
 
-def _nucleus_solution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    probs = torch.softmax(logits / temperature, dim=-1)  # (..., V)
-    kept = probs * top_p_keep(probs, top_p)
-    return kept / kept.sum(dim=-1, keepdim=True)  # (..., V)
+def _aft_solution(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return aft_simple(q, k, v)  # (B, T, C)
 
 
-def _nucleus_cases() -> list[tuple[tuple, dict]]:
-    # No case puts top_p exactly on the mass before a token: there the verdict would depend on the order in
-    # which the learner's code adds the probabilities (float rounding), not on the definition.
-    g = torch.Generator().manual_seed(11)
+def _aft_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(19)
     return [
-        ((2.0 * torch.randn(2, 6, generator=g), 1.0, 0.8), {}),
-        ((3.0 * torch.randn(3, 8, generator=g), 0.7, 0.5), {}),
-        ((torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]]), 2.0, 0.9), {}),
+        ((torch.randn(1, 3, 2, generator=g), torch.randn(1, 4, 2, generator=g), torch.randn(1, 4, 2, generator=g)), {}),
+        ((torch.randn(2, 2, 3, generator=g), 100.0 * torch.randn(2, 5, 3, generator=g),  # logits of trained models
+          torch.randn(2, 5, 3, generator=g)), {}),
+        ((torch.randn(1, 4, 4, generator=g), torch.randn(1, 4, 4, generator=g), torch.randn(1, 4, 4, generator=g)), {}),
     ]
 
 
-def _nucleus_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+def _aft_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        batch = [_int(g, 1, 6) for _ in range(_int(g, 1, 3))]
-        V = _int(g, 2, 65)
-        logits = 3 * torch.randn(*batch, V, generator=g)
-        filtered = torch.rand(*batch, V, generator=g) < 0.2  # some tokens already removed (top-k): -inf
-        filtered[..., 0] = False
-        logits = logits.masked_fill(filtered, float("-inf"))
-        temperature = float(torch.empty(()).uniform_(0.3, 2.0, generator=g))
-        cases.append(((logits, temperature, float(torch.empty(()).uniform_(0.05, 0.99, generator=g))), {}))
+        B, T, S, C = _int(g, 1, 5), _int(g, 1, 49), _int(g, 1, 49), _int(g, 1, 65)
+        spread = float(torch.empty(()).uniform_(0.5, 150.0, generator=g))
+        cases.append(((torch.randn(B, T, C, generator=g), spread * torch.randn(B, S, C, generator=g),
+                       torch.randn(B, S, C, generator=g)), {}))
     return cases
 
 
-def _nucleus_with(probs: torch.Tensor, keep: torch.Tensor, renormalise: bool = True) -> torch.Tensor:
-    kept = probs * keep
-    return kept / kept.sum(dim=-1, keepdim=True) if renormalise else kept
+def _aft_over_channels(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    weights = torch.softmax(k, dim=-1)  # over the channels of each position: the wrong axis
+    return torch.sigmoid(q) * (weights * v).sum(dim=-2, keepdim=True)
 
 
-def _nucleus_drops_crossing(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    probs = torch.softmax(logits / temperature, dim=-1)
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    keep_sorted = sorted_probs.cumsum(-1) <= top_p  # stops BEFORE the token that crosses p
-    return _nucleus_with(probs, torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted))
+def _aft_no_sigmoid(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return q * (torch.softmax(k, dim=-2) * v).sum(dim=-2, keepdim=True)  # the gate is q itself
 
 
-def _nucleus_ascending(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    probs = torch.softmax(logits / temperature, dim=-1)
-    sorted_probs, order = probs.sort(dim=-1)  # ascending: the least likely tokens first
-    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
-    return _nucleus_with(probs, torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted))
+def _aft_exp_no_max(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    e = torch.exp(k)  # inf for logits above about 88, and inf / inf = NaN
+    return torch.sigmoid(q) * (e * v).sum(dim=-2, keepdim=True) / e.sum(dim=-2, keepdim=True)
 
 
-def _nucleus_not_renormalised(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    probs = torch.softmax(logits / temperature, dim=-1)
-    return _nucleus_with(probs, top_p_keep(probs, top_p), renormalise=False)
-
-
-def _nucleus_temperature_after_softmax(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
-    probs = torch.softmax(logits, dim=-1) / temperature  # no longer a distribution; the nucleus is wrong
-    sorted_probs, order = probs.sort(dim=-1, descending=True)
-    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
-    return _nucleus_with(probs, torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted))
-
-
-# --- 07.4 append to a KV cache ----------------------------------------------------------------------
-
-def _append_solution(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
-    kv = KVCache(num_layers=1, capacity=cache.shape[2])
-    kv.update(0, cache[:, :, :length], cache[:, :, :length])  # the positions cached so far
-    k, _ = kv.update(0, new, new)  # written at length .. length + T - 1
-    cache[:, :, length:length + new.shape[2]] = new  # the write into the caller's buffer the exercise asks for
-    return k  # (B, H, length + T, D)
-
-
-def _append_cases() -> list[tuple[tuple, dict]]:
-    g = torch.Generator().manual_seed(13)
-
-    def buffer(B: int, H: int, capacity: int, D: int, length: int) -> torch.Tensor:
-        buf = torch.zeros(B, H, capacity, D)
-        buf[:, :, :length] = torch.randn(B, H, length, D, generator=g)
-        return buf
-
-    return [
-        ((buffer(1, 2, 6, 3, 2), 2, torch.randn(1, 2, 1, 3, generator=g)), {}),
-        ((buffer(2, 1, 5, 2, 0), 0, torch.randn(2, 1, 3, 2, generator=g)), {}),
-        ((buffer(1, 3, 8, 2, 3), 3, torch.randn(1, 3, 2, 2, generator=g)), {}),
-    ]
-
-
-def _append_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    cases = []
-    for _ in range(4):
-        B, H, D, T = _int(g, 1, 4), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 65), _int(g, 1, 9)
-        capacity = T + _int(g, 2, 41)
-        length = _int(g, 0, capacity - T)  # one free slot after the new keys, so a write one too late still fits
-        cache = torch.zeros(B, H, capacity, D)
-        cache[:, :, :length] = torch.randn(B, H, length, D, generator=g)
-        cases.append(((cache, length, torch.randn(B, H, T, D, generator=g)), {}))
-    return cases
-
-
-def _append_at_zero(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
-    T = new.shape[2]
-    cache[:, :, :T] = new
-    return cache[:, :, :length + T]
-
-
-def _append_whole_buffer(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
-    cache[:, :, length:length + new.shape[2]] = new
-    return cache
-
-
-def _append_stale_view(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
-    cache[:, :, length:length + new.shape[2]] = new
-    return cache[:, :, :length]
-
-
-def _append_one_late(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
-    T = new.shape[2]
-    cache[:, :, length + 1:length + 1 + T] = new  # leaves a row of zeros at position `length`
-    return cache[:, :, :length + 1 + T]
+def _aft_plain_average(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    return torch.sigmoid(q) * v.mean(dim=-2, keepdim=True)  # every position weighted alike: k never used
 
 
 EXERCISES = (
@@ -274,52 +193,31 @@ EXERCISES = (
     ),
     Exercise(
         key="07.3",
-        title="nucleus (top-p) sampling probabilities",
-        signature="nucleus_probs(logits, temperature, top_p) -> probs (..., V)",
-        solution=_nucleus_solution,
-        cases=_nucleus_cases,
-        draw=_nucleus_draw,
+        title="AFT-simple",
+        signature="my_aft_simple(q, k, v) -> (B, T, C) from q (B, T, C), k, v (B, S, C)",
+        solution=_aft_solution,
+        cases=_aft_cases,
+        draw=_aft_draw,
         mistakes=(
-            Mistake("the token that crosses p is dropped",
-                    "The nucleus is the smallest set whose probability reaches p, so it includes the token "
-                    "that crosses p; yours stops one token short of it.",
-                    _nucleus_drops_crossing, fix="keep a token when the mass strictly before it is below p: "
-                    "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p"),
-            Mistake("sorted ascending",
-                    "The nucleus is made of the most likely tokens, so they must come first in the sort.",
-                    _nucleus_ascending, fix="probs.sort(dim=-1, descending=True)"),
-            Mistake("not renormalised",
-                    "After zeroing the tokens outside the nucleus, the probabilities no longer sum to 1.",
-                    _nucleus_not_renormalised, fix="kept / kept.sum(dim=-1, keepdim=True)"),
-            Mistake("temperature applied after the softmax",
-                    "The temperature divides the LOGITS, before the softmax. Dividing probabilities by it "
-                    "does not sharpen or flatten anything; it just stops them summing to 1.",
-                    _nucleus_temperature_after_softmax, fix="torch.softmax(logits / temperature, dim=-1)"),
-        ),
-    ),
-    Exercise(
-        key="07.4",
-        title="append to a KV cache",
-        signature="append_kv(cache, length, new) -> (B, H, length + T, D), writing into cache in place",
-        solution=_append_solution,
-        cases=_append_cases,
-        draw=_append_draw,
-        inplace="cache",
-        mistakes=(
-            Mistake("written at position 0",
-                    "The new keys go after the `length` cached ones, not over the start of the buffer.",
-                    _append_at_zero, fix="cache[:, :, length:length + T] = new"),
-            Mistake("returned the whole buffer",
-                    "The buffer has room for `capacity` positions, but only the first length + T hold keys; "
-                    "the rest are zeros that attention would treat as real keys.",
-                    _append_whole_buffer, fix="return cache[:, :, :length + T]"),
-            Mistake("returned the old view, without the new tokens",
-                    "After writing, the valid part of the buffer has grown by the new tokens.",
-                    _append_stale_view, fix="return cache[:, :, :length + T]"),
-            Mistake("written one position too late",
-                    "Positions count from 0; count which slots the cached keys already fill and where the "
-                    "first empty one is (one too late leaves a row of zeros, a fake key).",
-                    _append_one_late, fix="the first free slot is `length` itself: cache[:, :, length:length + T] = new"),
+            Mistake("softmax over the channels instead of the positions",
+                    "AFT mixes the values of different positions, channel by channel: for each channel the "
+                    "weights are a distribution over the S positions, so they must sum to 1 along the "
+                    "sequence axis.",
+                    _aft_over_channels, fix="torch.softmax(k, dim=-2): axis -2 is the sequence (B, S, C)"),
+            Mistake("gate without the sigmoid",
+                    "The query only gates the mix, by a number between 0 and 1 for each channel; the raw query "
+                    "can be negative or large.",
+                    _aft_no_sigmoid, fix="torch.sigmoid(q) * mixed"),
+            Mistake("exp without subtracting the maximum",
+                    "Written as exponentials divided by their sum, the weights overflow to inf / inf = NaN "
+                    "once a key logit is above about 88 in float32. A softmax subtracts each channel's "
+                    "maximum first, which changes nothing mathematically.",
+                    _aft_exp_no_max, fix="weights = torch.softmax(k, dim=-2) (or subtract "
+                    "k.amax(dim=-2, keepdim=True) before the exp)"),
+            Mistake("plain average of the values",
+                    "The keys decide how much each position counts: the weights come from a softmax of k over "
+                    "the positions, not a uniform average.",
+                    _aft_plain_average, fix="mixed = (torch.softmax(k, dim=-2) * v).sum(dim=-2, keepdim=True)"),
         ),
     ),
 )

@@ -1,0 +1,313 @@
+"""Exercises of notebook 08 (fast attention and decoding): merging two blocks of an online softmax, nucleus
+sampling probabilities, a KV-cache append.
+
+Each reference solution is built from :mod:`course_utils.fast_attention`, :mod:`course_utils.generation` and
+:mod:`course_utils.variants`; each mistake is one that learners (and published code) really make: partial
+sums merged without rescaling, or rescaled upside down, the last block's maximum kept instead of the larger
+one, NaN for a query that has seen no key yet, a nucleus that drops the token crossing p, probabilities that
+are not renormalised, temperature applied after the softmax, a cache written at the wrong offset.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from course_utils.checking import Exercise, Mistake
+from course_utils.fast_attention import Partial, block_partial, merge_partials
+from course_utils.generation import top_p_keep
+from course_utils.variants import KVCache
+
+__all__ = ["EXERCISES"]
+
+NEG_INF = float("-inf")
+
+
+def _int(g: torch.Generator, low: int, high: int) -> int:
+    """A random integer in low .. high - 1."""
+    return int(torch.randint(low, high, (), generator=g))
+
+
+# --- 08.1 merge two blocks of an online softmax -----------------------------------------------------
+
+def _merge_solution(m1: torch.Tensor, l1: torch.Tensor, o1: torch.Tensor, m2: torch.Tensor, l2: torch.Tensor,
+                    o2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return tuple(merge_partials(Partial(m1, l1, o1), Partial(m2, l2, o2)))  # (..., T, 1), (..., T, 1), (..., T, Dv)
+
+
+def _two_blocks(scores: torch.Tensor, v: torch.Tensor, cut: int) -> tuple:
+    """The partials (m, l, o) of keys 0 .. cut-1 and cut .. S-1: the six arguments of the exercise."""
+    return (*block_partial(scores[..., :cut], v[..., :cut, :]), *block_partial(scores[..., cut:], v[..., cut:, :]))
+
+
+def _merge_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(17)
+    plain = 2.0 * torch.randn(4, 5, generator=g)  # (T, S): maxima of the two blocks in either order
+    far = torch.tensor([[0.5, 1.0, -120.0, -119.0],  # block 2 far BELOW block 1: exp(m1 - m2) overflows
+                        [-150.0, -149.5, 3.0, 2.0],  # block 2 far ABOVE block 1
+                        [1.0, 0.0, 0.5, -0.5]])
+    blocked = torch.randn(2, 4, 6, generator=g)  # (B, T, S) with queries that see nothing
+    blocked[0, 1] = NEG_INF  # nothing visible in either block: the partials are (-inf, 0, 0) twice
+    blocked[1, 2, :3] = NEG_INF  # nothing visible in the first block only
+    blocked[1, 0, 3:] = NEG_INF  # nothing visible in the second block only
+    return [
+        (_two_blocks(plain, torch.randn(5, 2, generator=g), 2), {}),
+        (_two_blocks(far, torch.randn(4, 3, generator=g), 2), {}),
+        (_two_blocks(blocked, torch.randn(2, 6, 1, generator=g), 3), {}),
+    ]
+
+
+def _merge_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        batch = [_int(g, 1, 5) for _ in range(_int(g, 0, 3))]  # up to two leading axes (B, H)
+        T, S, Dv = _int(g, 1, 41), _int(g, 2, 49), _int(g, 1, 65)
+        spread = float(torch.empty(()).uniform_(1.0, 200.0, generator=g))
+        scores = spread * torch.randn(*batch, T, S, generator=g)
+        scores = scores.masked_fill(torch.rand(*batch, T, S, generator=g) < 0.3, NEG_INF)
+        scores = scores.masked_fill(torch.rand(*batch, T, 1, generator=g) < 0.15, NEG_INF)  # rows that see nothing
+        cases.append((_two_blocks(scores, torch.randn(*batch, S, Dv, generator=g), _int(g, 1, S)), {}))
+    return cases
+
+
+def _guarded(m: torch.Tensor) -> torch.Tensor:
+    return m.masked_fill(m == NEG_INF, 0.0)
+
+
+def _merge_not_rescaled(m1, l1, o1, m2, l2, o2):
+    return torch.maximum(m1, m2), l1 + l2, o1 + o2  # each sum is still relative to its own block's maximum
+
+
+def _merge_upside_down(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    a1, a2 = torch.exp(_guarded(m) - m1), torch.exp(_guarded(m) - m2)  # exp(m_new - m_old): >= 1, grows
+    return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
+
+
+def _merge_only_l(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    a1, a2 = torch.exp(m1 - _guarded(m)), torch.exp(m2 - _guarded(m))
+    return m, a1 * l1 + a2 * l2, o1 + o2
+
+
+def _merge_last_max(m1, l1, o1, m2, l2, o2):
+    m = m2  # the newest block's maximum, not the larger of the two
+    a1 = torch.exp(m1 - _guarded(m))  # exp(m1 - m2) overflows when block 1 was far higher
+    return m, a1 * l1 + l2, a1 * o1 + o2
+
+
+def _merge_unguarded(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    a1, a2 = torch.exp(m1 - m), torch.exp(m2 - m)  # -inf - (-inf) = NaN where neither block saw a key
+    return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
+
+
+# --- 08.2 nucleus (top-p) sampling probabilities ----------------------------------------------------
+
+def _nucleus_solution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits / temperature, dim=-1)  # (..., V)
+    kept = probs * top_p_keep(probs, top_p)
+    return kept / kept.sum(dim=-1, keepdim=True)  # (..., V)
+
+
+def _nucleus_cases() -> list[tuple[tuple, dict]]:
+    # No case puts top_p exactly on the mass before a token: there the verdict would depend on the order in
+    # which the learner's code adds the probabilities (float rounding), not on the definition.
+    g = torch.Generator().manual_seed(11)
+    return [
+        ((2.0 * torch.randn(2, 6, generator=g), 1.0, 0.8), {}),
+        ((3.0 * torch.randn(3, 8, generator=g), 0.7, 0.5), {}),
+        ((torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]]), 2.0, 0.9), {}),
+    ]
+
+
+def _nucleus_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        batch = [_int(g, 1, 6) for _ in range(_int(g, 1, 3))]
+        V = _int(g, 2, 65)
+        logits = 3 * torch.randn(*batch, V, generator=g)
+        filtered = torch.rand(*batch, V, generator=g) < 0.2  # some tokens already removed (top-k): -inf
+        filtered[..., 0] = False
+        logits = logits.masked_fill(filtered, float("-inf"))
+        temperature = float(torch.empty(()).uniform_(0.3, 2.0, generator=g))
+        cases.append(((logits, temperature, float(torch.empty(()).uniform_(0.05, 0.99, generator=g))), {}))
+    return cases
+
+
+def _nucleus_with(probs: torch.Tensor, keep: torch.Tensor, renormalise: bool = True) -> torch.Tensor:
+    kept = probs * keep
+    return kept / kept.sum(dim=-1, keepdim=True) if renormalise else kept
+
+
+def _nucleus_drops_crossing(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep_sorted = sorted_probs.cumsum(-1) <= top_p  # stops BEFORE the token that crosses p
+    return _nucleus_with(probs, torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted))
+
+
+def _nucleus_ascending(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1)  # ascending: the least likely tokens first
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+    return _nucleus_with(probs, torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted))
+
+
+def _nucleus_not_renormalised(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits / temperature, dim=-1)
+    return _nucleus_with(probs, top_p_keep(probs, top_p), renormalise=False)
+
+
+def _nucleus_temperature_after_softmax(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits, dim=-1) / temperature  # no longer a distribution; the nucleus is wrong
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep_sorted = sorted_probs.cumsum(-1) - sorted_probs < top_p
+    return _nucleus_with(probs, torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted))
+
+
+# --- 08.3 append to a KV cache ----------------------------------------------------------------------
+
+def _append_solution(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
+    kv = KVCache(num_layers=1, capacity=cache.shape[2])
+    kv.update(0, cache[:, :, :length], cache[:, :, :length])  # the positions cached so far
+    k, _ = kv.update(0, new, new)  # written at length .. length + T - 1
+    cache[:, :, length:length + new.shape[2]] = new  # the write into the caller's buffer the exercise asks for
+    return k  # (B, H, length + T, D)
+
+
+def _append_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(13)
+
+    def buffer(B: int, H: int, capacity: int, D: int, length: int) -> torch.Tensor:
+        buf = torch.zeros(B, H, capacity, D)
+        buf[:, :, :length] = torch.randn(B, H, length, D, generator=g)
+        return buf
+
+    return [
+        ((buffer(1, 2, 6, 3, 2), 2, torch.randn(1, 2, 1, 3, generator=g)), {}),
+        ((buffer(2, 1, 5, 2, 0), 0, torch.randn(2, 1, 3, 2, generator=g)), {}),
+        ((buffer(1, 3, 8, 2, 3), 3, torch.randn(1, 3, 2, 2, generator=g)), {}),
+    ]
+
+
+def _append_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        B, H, D, T = _int(g, 1, 4), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 65), _int(g, 1, 9)
+        capacity = T + _int(g, 2, 41)
+        length = _int(g, 0, capacity - T)  # one free slot after the new keys, so a write one too late still fits
+        cache = torch.zeros(B, H, capacity, D)
+        cache[:, :, :length] = torch.randn(B, H, length, D, generator=g)
+        cases.append(((cache, length, torch.randn(B, H, T, D, generator=g)), {}))
+    return cases
+
+
+def _append_at_zero(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
+    T = new.shape[2]
+    cache[:, :, :T] = new
+    return cache[:, :, :length + T]
+
+
+def _append_whole_buffer(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
+    cache[:, :, length:length + new.shape[2]] = new
+    return cache
+
+
+def _append_stale_view(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
+    cache[:, :, length:length + new.shape[2]] = new
+    return cache[:, :, :length]
+
+
+def _append_one_late(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
+    T = new.shape[2]
+    cache[:, :, length + 1:length + 1 + T] = new  # leaves a row of zeros at position `length`
+    return cache[:, :, :length + 1 + T]
+
+
+EXERCISES = (
+    Exercise(
+        key="08.1",
+        title="merge two blocks of an online softmax",
+        signature="merge_blocks(m1, l1, o1, m2, l2, o2) -> (m, l, o): m, l (..., T, 1), o (..., T, Dv)",
+        solution=_merge_solution,
+        cases=_merge_cases,
+        draw=_merge_draw,
+        mistakes=(
+            Mistake("sums added without rescaling",
+                    "Each block's l and o were summed relative to that block's own maximum; once the maximum "
+                    "is the larger of the two, the block whose maximum was smaller must shrink by the gap "
+                    "before the sums can be added.",
+                    _merge_not_rescaled, fix="a1, a2 = exp(m1 - m), exp(m2 - m); l = a1 * l1 + a2 * l2; "
+                    "o = a1 * o1 + a2 * o2"),
+            Mistake("rescaled upside down",
+                    "The factor that moves a sum from its old maximum to the new, larger one is at most 1: a "
+                    "block whose maximum was lower counts for less, not more.",
+                    _merge_upside_down, fix="exp(m_old - m_new), not exp(m_new - m_old)"),
+            Mistake("o added without rescaling",
+                    "l is rescaled, but o was summed relative to the same old maximum as l, so it needs "
+                    "the same factor.",
+                    _merge_only_l, fix="o = a1 * o1 + a2 * o2 with the factors used for l"),
+            Mistake("kept the second block's maximum",
+                    "The running maximum is the larger of the two maxima. Keeping the newest block's one "
+                    "makes the factor for the first block exponentially large when that block scored higher: "
+                    "it overflows.",
+                    _merge_last_max, fix="m = torch.maximum(m1, m2)"),
+            Mistake("NaN for a query that saw no key in either block",
+                    "A query whose keys were all blocked in both blocks has maximum -inf twice, and "
+                    "-inf minus -inf is not a number. Subtract something finite for such rows (they have "
+                    "nothing to rescale) so that they stay (-inf, 0, 0).",
+                    _merge_unguarded, fix="m_safe = m.masked_fill(m == float('-inf'), 0.0), then "
+                    "exp(m1 - m_safe) and exp(m2 - m_safe)"),
+        ),
+    ),
+    Exercise(
+        key="08.2",
+        title="nucleus (top-p) sampling probabilities",
+        signature="nucleus_probs(logits, temperature, top_p) -> probs (..., V)",
+        solution=_nucleus_solution,
+        cases=_nucleus_cases,
+        draw=_nucleus_draw,
+        mistakes=(
+            Mistake("the token that crosses p is dropped",
+                    "The nucleus is the smallest set whose probability reaches p, so it includes the token "
+                    "that crosses p; yours stops one token short of it.",
+                    _nucleus_drops_crossing, fix="keep a token when the mass strictly before it is below p: "
+                    "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p"),
+            Mistake("sorted ascending",
+                    "The nucleus is made of the most likely tokens, so they must come first in the sort.",
+                    _nucleus_ascending, fix="probs.sort(dim=-1, descending=True)"),
+            Mistake("not renormalised",
+                    "After zeroing the tokens outside the nucleus, the probabilities no longer sum to 1.",
+                    _nucleus_not_renormalised, fix="kept / kept.sum(dim=-1, keepdim=True)"),
+            Mistake("temperature applied after the softmax",
+                    "The temperature divides the LOGITS, before the softmax. Dividing probabilities by it "
+                    "does not sharpen or flatten anything; it just stops them summing to 1.",
+                    _nucleus_temperature_after_softmax, fix="torch.softmax(logits / temperature, dim=-1)"),
+        ),
+    ),
+    Exercise(
+        key="08.3",
+        title="append to a KV cache",
+        signature="append_kv(cache, length, new) -> (B, H, length + T, D), writing into cache in place",
+        solution=_append_solution,
+        cases=_append_cases,
+        draw=_append_draw,
+        inplace="cache",
+        mistakes=(
+            Mistake("written at position 0",
+                    "The new keys go after the `length` cached ones, not over the start of the buffer.",
+                    _append_at_zero, fix="cache[:, :, length:length + T] = new"),
+            Mistake("returned the whole buffer",
+                    "The buffer has room for `capacity` positions, but only the first length + T hold keys; "
+                    "the rest are zeros that attention would treat as real keys.",
+                    _append_whole_buffer, fix="return cache[:, :, :length + T]"),
+            Mistake("returned the old view, without the new tokens",
+                    "After writing, the valid part of the buffer has grown by the new tokens.",
+                    _append_stale_view, fix="return cache[:, :, :length + T]"),
+            Mistake("written one position too late",
+                    "Positions count from 0; count which slots the cached keys already fill and where the "
+                    "first empty one is (one too late leaves a row of zeros, a fake key).",
+                    _append_one_late, fix="the first free slot is `length` itself: cache[:, :, length:length + T] = new"),
+        ),
+    ),
+)
