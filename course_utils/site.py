@@ -327,6 +327,14 @@ def _assets() -> dict[str, bytes]:
     sources = json.loads((KATEX.folder / "SOURCES.json").read_text(encoding="utf-8"))
     for name in [*sources["files"], "LICENSE"]:
         files[f"assets/katex/{name}"] = (KATEX.folder / name).read_bytes()
+    # Only the woff2 fonts are vendored (every browser of the last years reads them): the stylesheet's
+    # fallbacks to .woff and .ttf files, which the site does not have, are left out.
+    css = files["assets/katex/katex.min.css"].decode("utf-8")
+    css, n = re.subn(r',url\(fonts/[^)]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)', "", css)
+    if n == 0 or re.search(r"\.(?:woff|ttf)\)", css):
+        raise RuntimeError("KaTeX's stylesheet does not name its fonts as expected (woff2, woff, ttf): "
+                           f"is {KATEX.name}@{KATEX.version} vendored?")
+    files["assets/katex/katex.min.css"] = css.encode("utf-8")
     for name in ("site.css", "site.js"):
         files[f"assets/{name}"] = (TEMPLATES / name).read_bytes()
     return files

@@ -1,0 +1,378 @@
+"""course_utils.site: the course as a static site, checked without a browser (tests/e2e/test_e2e_site.py opens it).
+
+The course's own site is built once for the module (every solved notebook, found on disk); the behaviour of the
+builder (links, widgets, titles, refusing an output, rebuilding) is checked on two small notebooks made here.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import html
+import re
+import shutil
+import zlib
+from html.parser import HTMLParser
+from pathlib import Path
+from urllib.parse import unquote, urlparse
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from course_utils import site as site_mod
+from course_utils import vendor_js
+from course_utils.site import SITE_MARK, build_site, main
+
+ROOT = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+# Tags whose src/href the browser loads by itself (a reader's click on <a href> is not a request of the page).
+LOADED = {("script", "src"), ("link", "href"), ("img", "src"), ("iframe", "src"), ("source", "src"),
+          ("video", "src"), ("audio", "src"), ("embed", "src"), ("object", "data"), ("track", "src"),
+          ("input", "src"), ("image", "href"), ("use", "href"), ("image", "xlink:href"), ("use", "xlink:href")}
+
+
+class _Refs(HTMLParser):
+    """Every (tag, attribute, value) that names a URL, and every element id, of one page."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.refs: list[tuple[str, str, str]] = []
+        self.ids: list[str] = []
+        self.toc: list[str] = []
+        self._in_toc = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if "id" in a:
+            self.ids.append(a["id"])
+        if tag == "nav" and "course-site-toc" in (a.get("class") or ""):
+            self._in_toc = 1
+        elif tag == "nav" and self._in_toc:
+            self._in_toc += 1
+        for name in ("src", "href", "data", "xlink:href", "poster"):
+            if a.get(name) is not None:
+                self.refs.append((tag, name, a[name]))
+                if self._in_toc and tag == "a" and name == "href" and a[name].startswith("#"):
+                    self.toc.append(a[name])
+
+    def handle_endtag(self, tag):
+        if tag == "nav" and self._in_toc:
+            self._in_toc -= 1
+
+
+def _parse(path: Path) -> _Refs:
+    p = _Refs()
+    p.feed(path.read_text(encoding="utf-8"))
+    return p
+
+
+@pytest.fixture(scope="module")
+def course_site(tmp_path_factory):
+    return build_site(tmp_path_factory.mktemp("site") / "site")
+
+
+# ------------------------------------------------------------------------------------------ the course's site
+
+def test_every_solved_notebook_has_a_page_in_course_order(course_site):
+    assert NOTEBOOKS, "no solved notebooks in solutions/"
+    assert course_site.pages == [course_site.out / f"{p.stem}.html" for p in NOTEBOOKS]
+    for page in [course_site.index, *course_site.pages]:
+        assert page.is_file() and page.stat().st_size > 0, page
+    assert not list(course_site.out.rglob("*.tmp")), "a temporary file of an atomic write was left behind"
+    assert course_site.seconds > 0
+
+
+def test_the_index_lists_every_notebook_in_order_with_title_and_time(course_site):
+    text = course_site.index.read_text(encoding="utf-8")
+    listed = re.findall(r'<li data-course-notebook="([^"]+)">\s*<h2><a href="([^"]+)">', text)
+    assert listed == [(p.name, f"{p.stem}.html") for p in NOTEBOOKS]
+    for nb_path in NOTEBOOKS:
+        first = next(c.source for c in nbformat.read(nb_path, as_version=4).cells if c.cell_type == "markdown")
+        number = nb_path.name[:2]
+        assert re.search(rf'<a href="{nb_path.stem}.html">{number} ', text), f"no title for {nb_path.name}"
+        time = re.search(r"\*\*Time:?\*\*:?\s*(about \d+ minutes)", first)
+        if time:  # every notebook that states its time has it on the index
+            block = text.split(f'data-course-notebook="{nb_path.name}"')[1].split("</li>")[0]
+            assert f"Time: {time.group(1)}" in block, nb_path.name
+
+
+def test_no_page_loads_anything_from_the_network(course_site):
+    """Scripts, styles, images, frames and fonts come from the site itself; only links a reader clicks go out."""
+    pages = [course_site.index, *course_site.pages]
+    for page in pages:
+        text = page.read_text(encoding="utf-8")
+        for tag, attr, value in _parse(page).refs:
+            scheme = urlparse(value).scheme
+            if (tag, attr) in LOADED or (tag == "link" and attr == "href"):
+                assert scheme in ("", "data") and not value.startswith("//"), f"{page.name}: <{tag} {attr}={value}>"
+        for host in ("cdnjs.cloudflare.com", "cdn.jsdelivr.net", "unpkg.com", "fonts.googleapis.com"):
+            assert host not in text, f"{page.name} names {host}"
+        assert "MathJax.Hub" not in text and "embed-amd.js" not in text, page.name
+        styles = re.findall(r"<style[^>]*>(.*?)</style>", text, flags=re.DOTALL)
+        for css in styles:
+            for url in re.findall(r"url\(\s*['\"]?([^'\")]+)", css) + re.findall(r"@import\s+['\"]([^'\"]+)", css):
+                assert urlparse(url).scheme in ("", "data"), f"{page.name}: a style loads {url}"
+    for css in course_site.out.rglob("*.css"):
+        for url in re.findall(r"url\(\s*['\"]?([^'\")]+)", css.read_text(encoding="utf-8")):
+            assert urlparse(url).scheme in ("", "data"), f"{css.name} loads {url}"
+            if not url.startswith("data:"):
+                assert (css.parent / url.split("#")[0].split("?")[0]).is_file(), f"{css.name}: {url} is missing"
+
+
+def test_every_local_link_and_anchor_resolves(course_site):
+    pages = [course_site.index, *course_site.pages]
+    parsed = {p.name: _parse(p) for p in pages}
+    for page in pages:
+        for tag, attr, value in parsed[page.name].refs:
+            url = urlparse(value)
+            if url.scheme or value.startswith("//"):
+                continue
+            target = (page.parent / unquote(url.path)).resolve() if url.path else page
+            assert target.is_file(), f"{page.name}: <{tag} {attr}={value}> points to a missing file"
+            if url.fragment and target.suffix == ".html":
+                assert unquote(url.fragment) in parsed[target.name].ids, f"{page.name}: {value}: no such anchor"
+
+
+def test_each_page_has_a_table_of_contents_of_its_headings(course_site):
+    for page in course_site.pages:
+        p = _parse(page)
+        text = page.read_text(encoding="utf-8")
+        h2 = re.findall(r'<h2 id="([^"]+)">.*?<a class="anchor-link"', text)
+        assert p.toc, f"{page.name} has no table of contents"
+        assert [unquote(t[1:]) for t in p.toc if t[1:] in h2] == h2, f"{page.name}: the contents miss a heading"
+        assert all(unquote(t[1:]) in p.ids for t in p.toc), page.name
+        assert len(set(h2)) == len(h2), f"{page.name}: two headings share an anchor"
+
+
+def test_pages_chain_previous_and_next_in_course_order(course_site):
+    names = [p.name for p in course_site.pages]
+    for i, page in enumerate(course_site.pages):
+        text = page.read_text(encoding="utf-8")
+        prev = re.findall(r'class="course-site-prev" href="([^"]+)"', text)
+        nxt = re.findall(r'class="course-site-next" href="([^"]+)"', text)
+        assert set(prev) == ({names[i - 1]} if i > 0 else set()), page.name
+        assert set(nxt) == ({names[i + 1]} if i + 1 < len(names) else set()), page.name
+
+
+def test_outputs_images_widgets_and_bertviz_views_are_on_the_pages(course_site):
+    for nb_path, page in zip(NOTEBOOKS, course_site.pages):
+        nb = nbformat.read(nb_path, as_version=4)
+        data = [o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+        text = page.read_text(encoding="utf-8")
+        pngs = sum("image/png" in d for d in data)
+        assert text.count('src="data:image/png;base64,') >= pngs, page.name
+        widgets = sum("application/vnd.jupyter.widget-view+json" in d for d in data)
+        assert text.count('data-course-widget="note"') == widgets, page.name
+        assert not re.search(r"<pre>[^<]*(?:Int|Float)Slider\(value=", text), f"{page.name}: a widget's repr"
+        views = sum("".join(d["text/html"]).count('data-course-view="head"') for d in data if "text/html" in d)
+        assert text.count('data-course-view="head"') == views, page.name
+        assert "# NBVAL_" not in text, page.name
+        assert "assets/katex/katex.min.js" in text and "assets/require.js" in text
+
+
+def test_the_markdown_math_is_left_for_katex(course_site):
+    """nbconvert keeps ``$...$`` as text; KaTeX typesets it in the browser (the e2e test sees it typeset)."""
+    with_math = 0
+    for nb_path, page in zip(NOTEBOOKS, course_site.pages):
+        markdown = "\n".join(c.source for c in nbformat.read(nb_path, as_version=4).cells
+                             if c.cell_type == "markdown")
+        found = re.findall(r"\$\$.+?\$\$|\$[^$\n`]+\$", markdown, flags=re.DOTALL)
+        if found:
+            with_math += 1
+            text = page.read_text(encoding="utf-8")
+            missing = [m for m in found if html.escape(m, quote=False) not in text]
+            assert missing == [], f"{page.name}: math not kept as written: {missing[:3]}"
+    assert with_math >= 1, "no notebook has $...$ math: this test checks nothing"
+
+
+def test_the_vendored_katex_matches_its_sources(tmp_path):
+    assert vendor_js.check_bundle() == []
+    copy = tmp_path / "katex"
+    shutil.copytree(vendor_js.KATEX_DIR, copy)
+    (copy / "katex.min.js").write_text("alert(1)", encoding="utf-8")
+    (copy / "fonts" / "KaTeX_Main-Regular.woff2").unlink()
+    problems = vendor_js.check_bundle(folder=copy)
+    assert any(re.match(r"katex\.min\.js \(katex@[\d.]+\) has sha256 [0-9a-f]{64}", p) for p in problems)
+    assert any("fonts/KaTeX_Main-Regular.woff2" in p and "is missing" in p for p in problems)
+
+
+def test_a_changed_vendored_file_stops_the_build(tmp_path, monkeypatch, small_solutions):
+    copy = tmp_path / "katex"
+    shutil.copytree(vendor_js.KATEX_DIR, copy)
+    (copy / "contrib" / "auto-render.min.js").write_text("/* changed */", encoding="utf-8")
+    monkeypatch.setattr(site_mod, "KATEX", dataclasses.replace(vendor_js.KATEX, folder=copy))
+    with pytest.raises(RuntimeError, match=r"contrib/auto-render\.min\.js .* has sha256"):
+        build_site(tmp_path / "site", small_solutions)
+    assert not (tmp_path / "site").exists()
+
+
+# ------------------------------------------------------------------------------------------ the builder
+
+def _png() -> str:
+    """A 1x1 PNG, base64 (as a notebook stores an image output)."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
+
+    raw = chunk(b"IHDR", (1).to_bytes(4, "big") * 2 + bytes([8, 2, 0, 0, 0]))
+    raw += chunk(b"IDAT", zlib.compress(b"\x00\xff\x00\x00")) + chunk(b"IEND", b"")
+    return base64.b64encode(b"\x89PNG\r\n\x1a\n" + raw).decode()
+
+
+def _notebook(title: str, body: str, link: str) -> nbformat.NotebookNode:
+    widget = {"application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2,
+                                                          "version_minor": 0},
+              "text/plain": "interactive(children=(IntSlider(value=3, description='n', max=10), "
+                            "Dropdown(description='mask', options=('a', 'b')), Output()))"}
+    progress = {"application/vnd.jupyter.widget-view+json": {"model_id": "def", "version_major": 2,
+                                                            "version_minor": 0},
+                "text/plain": "  0%|          | 0/400 [00:00<?, ?it/s]"}
+    return new_notebook(cells=[
+        new_markdown_cell(f"# {title}\n\n{body}\n\n**Time:** about 5 minutes. **Runs on:** a CPU."),
+        new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('hello')", execution_count=1,
+                      outputs=[new_output("stream", name="stdout", text="hello\n")]),
+        new_markdown_cell(f"## Part one\n\nThe score is $q \\cdot k$. See [the other one]({link}).\n\n"
+                          "### A detail\n\ntext\n\n## Part two\n\nmore"),
+        new_code_cell("plot()", execution_count=2,
+                      outputs=[new_output("display_data", data={"image/png": _png(), "text/plain": "<Figure>"})]),
+        new_code_cell("explore()", execution_count=3,
+                      outputs=[new_output("display_data", data=widget), new_output("display_data", data=progress)]),
+    ])
+
+
+@pytest.fixture
+def small_solutions(tmp_path) -> Path:
+    folder = tmp_path / "solutions"
+    folder.mkdir()
+    nbformat.write(_notebook("01 First `steps`", "The first notebook.", "02_second.ipynb#Part-two"),
+                   folder / "01_first.ipynb")
+    nbformat.write(_notebook("02 Second", "The second notebook.", "../notebooks/01_first.ipynb"),
+                   folder / "02_second.ipynb")
+    nbformat.write(_notebook("x", "not a course notebook", "x.ipynb"), folder / "backup-01_first-2026.ipynb")
+    return folder
+
+
+def test_links_between_notebooks_point_to_their_pages(tmp_path, small_solutions):
+    site = build_site(tmp_path / "site", small_solutions)
+    assert [p.name for p in site.pages] == ["01_first.html", "02_second.html"]
+    first = (site.out / "01_first.html").read_text(encoding="utf-8")
+    second = (site.out / "02_second.html").read_text(encoding="utf-8")
+    assert 'href="02_second.html#Part-two"' in first and ".ipynb" not in re.sub(r"<code>.*?</code>", "", first)
+    assert 'href="01_first.html"' in second
+    assert 'id="Part-two"' in second
+
+
+def test_a_link_to_a_notebook_not_in_the_site_is_reported(tmp_path, small_solutions):
+    (small_solutions / "02_second.ipynb").unlink()
+    site = build_site(tmp_path / "site", small_solutions)
+    assert any("01_first.html links to 02_second.ipynb, which is not in solutions/" in n for n in site.notes)
+
+
+def test_titles_times_contents_and_widget_notes(tmp_path, small_solutions):
+    site = build_site(tmp_path / "site", small_solutions)
+    index = site.index.read_text(encoding="utf-8")
+    assert '<a href="01_first.html">01 First <code>steps</code></a>' in index
+    assert index.count("Time: about 5 minutes") == 2
+    assert "<p>The first notebook.</p>" in index
+    page = (site.out / "01_first.html").read_text(encoding="utf-8")
+    assert "<title>01 First steps</title>" in page
+    toc = page.split('<ol class="course-site-contents">')[1].split("</nav>")[0]
+    assert re.findall(r'href="#([^"]+)"', toc) == ["Part-one", "A-detail", "Part-two"]
+    assert "<ol>" in toc  # the h3 is nested under its h2
+    assert ("<strong>Interactive in JupyterLab</strong>: open <code>notebooks/01_first.ipynb</code> to move the "
+            "controls (n, mask)") in page
+    assert "A progress bar: it moves while the cell runs in JupyterLab" in page
+    assert "IntSlider(value=3" not in page and "# NBVAL_IGNORE_OUTPUT" not in page
+    assert page.count('src="data:image/png;base64,') == 1
+    assert r"$q \cdot k$" in page
+
+
+@pytest.mark.parametrize("inside", ["notebooks", "solutions", "course_utils", "notebooks/site"])
+def test_a_site_inside_the_course_sources_is_refused(inside):
+    with pytest.raises(ValueError, match=r"is inside \w+/, a folder of the course's sources.*--force does not"):
+        build_site(ROOT / inside / "site-test", force=True)
+    assert not (ROOT / inside / "site-test").exists()
+
+
+def test_a_site_holding_the_course_or_inside_it_is_refused():
+    with pytest.raises(ValueError, match=r"holds the course folder .* itself"):
+        build_site(ROOT.parent, force=True)
+    with pytest.raises(ValueError, match=r"is inside the course folder .*add --force"):
+        build_site(ROOT / "site-test-folder")
+    assert not (ROOT / "site-test-folder").exists()
+
+
+def test_bad_arguments_are_refused(tmp_path):
+    with pytest.raises(TypeError, match=r"out must be a folder path \(str or Path\), got NoneType"):
+        build_site(None)
+    with pytest.raises(ValueError, match=r"out must name a folder for the site, got an empty path"):
+        build_site("")
+    with pytest.raises(FileNotFoundError, match=r"no folder .*missing: the site is made from the solved notebooks"):
+        build_site(tmp_path / "site", tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match=r"no solved notebooks \(\[0-9\]\[0-9\]_\*\.ipynb\) in"):
+        build_site(tmp_path / "site", tmp_path / "empty")
+    assert not (tmp_path / "site").exists()
+
+
+def test_an_existing_folder_needs_force_and_is_moved_aside_whole(tmp_path, small_solutions):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "notes.txt").write_text("a learner's notes", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"already exists \(a folder that is not a site made by this command\)"):
+        build_site(out, small_solutions)
+    assert (out / "notes.txt").read_text(encoding="utf-8") == "a learner's notes"
+    from datetime import datetime
+
+    site = build_site(out, small_solutions, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
+    backup = tmp_path / "backup-out-20260102-030405"
+    assert (backup / "notes.txt").read_text(encoding="utf-8") == "a learner's notes"
+    assert any(str(backup) in n for n in site.notes)
+    assert (out / "index.html").is_file() and not (out / "notes.txt").exists()
+    file = tmp_path / "a-file"
+    file.write_text("x", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"already exists \(a file\)"):
+        build_site(file, small_solutions)
+
+
+def test_an_empty_folder_and_a_site_made_before_need_no_force(tmp_path, small_solutions):
+    from datetime import datetime
+
+    out = tmp_path / "site"
+    out.mkdir()
+    build_site(out, small_solutions)
+    assert (out / SITE_MARK).is_file()
+    edited = out / "01_first.html"
+    edited.write_text("my notes on this page", encoding="utf-8")
+    site = build_site(out, small_solutions, now=datetime(2026, 1, 2, 3, 4, 5))  # a rebuild: no --force
+    kept = out / "backup-01_first-20260102-030405.html"
+    assert kept.read_text(encoding="utf-8") == "my notes on this page"
+    assert any("01_first.html was changed since the site was built: kept as" in n for n in site.notes)
+    assert "course-site-toc" in edited.read_text(encoding="utf-8")
+    assert not any("02_second" in n for n in site.notes)  # an unchanged page is simply replaced
+    (small_solutions / "02_second.ipynb").unlink()
+    site = build_site(out, small_solutions)
+    assert any("left in place from an earlier build" in n and "02_second.html" in n for n in site.notes)
+    assert (out / "02_second.html").is_file()
+
+
+def test_command_line(tmp_path, small_solutions, capsys):
+    assert main([str(tmp_path / "site"), "--solutions", str(small_solutions)]) == 0
+    out = capsys.readouterr().out
+    assert re.search(r"wrote 2 notebooks and the index to .* in \d+ s; open .*index\.html", out)
+    assert main([str(ROOT / "notebooks" / "site")]) == 2
+    assert "course site: " in capsys.readouterr().err
+    assert main([str(tmp_path / "other"), "--solutions", str(tmp_path / "nothing")]) == 2
+    assert "no folder" in capsys.readouterr().err
+
+
+def test_the_toc_nests_third_level_headings():
+    page = ('<h2 id="a">A<a class="anchor-link" href="#a">¶</a></h2><h3 id="b">B <code>x</code>'
+            '<a class="anchor-link" href="#b">¶</a></h3><h2 id="c">C<a class="anchor-link" href="#c">¶</a></h2>'
+            '<h3 id="d">D<a class="anchor-link" href="#d">¶</a></h3>')
+    toc = site_mod._toc(page)
+    assert re.sub(r"\s+", "", toc) == ('<olclass="course-site-contents"><li><ahref="#a">A</a><ol><li>'
+                                      '<ahref="#b">Bx</a></li></ol></li><li><ahref="#c">C</a><ol><li>'
+                                      '<ahref="#d">D</a></li></ol></li></ol>')
+    assert site_mod._toc("<p>no headings</p>") == ""
+
