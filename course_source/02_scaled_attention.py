@@ -9,7 +9,9 @@
 #
 # - why the dot product `q . k` of random vectors grows with `D`, and why dividing by `sqrt(D)` (not `D`,
 #   not the model width `C`) is the right fix;
-# - what large scores do to the softmax: its output goes one-hot and its gradient goes to zero;
+# - what large scores do to the softmax, and to the gradient that reaches `q` and `k`: not less of it on
+#   average, but nearly all of it on a few queries;
+# - what real initialisations give (not unit variance), and what the scale really guarantees;
 # - how to write a softmax that does not overflow (subtract the row maximum), and what happens if you don't;
 # - `scaled_dot_product_attention`, from loops to one line, checked against PyTorch's own;
 # - two bugs found in widely copied code: scaling by `embed_dim` instead of `head_dim`, and the softmax
@@ -18,7 +20,7 @@
 # **Prerequisites:** notebook 01 (dot-product attention, `q`, `k`, `v`, scores and weights).
 # Basic probability helps: mean, variance, independence.
 #
-# **Time:** about 35 minutes. **Runs on:** a CPU, in a few seconds.
+# **Time:** about 40 minutes. **Runs on:** a CPU, in a few seconds.
 #
 # Shapes use the course alphabet: `B` batch, `T` queries, `S` keys, `C` embed_dim (model width),
 # `H` heads, `D` head_dim.
@@ -30,6 +32,7 @@ import math
 import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 from course_utils.environment import setup_notebook
 
@@ -40,7 +43,8 @@ print(f"torch {torch.__version__}, device {device} (this notebook runs on the CP
 # ## 1. Dot products grow with the dimension
 #
 # Take a query `q` and a key `k` with `D` entries each, every entry drawn independently with mean 0 and
-# variance 1 (roughly what you get at initialisation). Their score is `q . k = q_1 k_1 + ... + q_D k_D`.
+# variance 1. (Unit variance is a reference point that keeps the algebra clean, not what initialisation
+# gives: section 1b measures that.) Their score is `q . k = q_1 k_1 + ... + q_D k_D`.
 #
 # One term `q_i k_i` has mean 0 and variance `E[q_i^2] E[k_i^2] = 1 * 1 = 1`. The `D` terms are
 # independent, so their variances add up:
@@ -96,11 +100,83 @@ plt.show()
 # %% [markdown]
 # The unscaled variance follows the dotted line `Var = D` almost exactly; the scaled one stays at 1
 # whatever `D` is. With `D = 64` (a typical head size) unscaled scores have a standard deviation of 8,
-# so two keys' scores easily differ by 20. Why does that matter? Because of what the softmax does next.
+# so two keys' scores easily differ by 20. Why does that matter? Because of what the softmax does next
+# (section 2).
 #
-# (The assumption "independent, variance 1" holds at initialisation, not after training. The point of
-# the scale is to start every head in the same sensible regime whatever its size; training is free to
-# make scores larger.)
+# The 1 itself is not the point. If the entries have variances `Var(q_i)` and `Var(k_i)` instead of 1, the
+# same sum gives `Var(q . k / sqrt(D)) = Var(q_i) Var(k_i)`: still the same for a head of 8 channels and
+# one of 1024. That is what the scale guarantees: the distribution of the scores, and with it how peaked
+# the softmax is (section 5 measures its entropy), does not depend on the head size.
+#
+# ### 1b. What initialisation really gives
+#
+# A projection `q = x @ W_Q.T` (weights stored `(D, C)`, `(out, in)`, as `nn.Linear` stores them) does not
+# hand out unit-variance entries. `nn.Linear`'s default draws each weight uniformly from
+# `(-1/sqrt(C), 1/sqrt(C))`, of variance `1 / (3C)`; an entry of `q` sums `C` such terms, so
+# `Var(q) = Var(x) / 3` and, for `Var(x) = 1`, the scaled scores have variance about `1/9`. GPT-2, nanoGPT and the course's
+# own GPT (`course_utils.gpt`) draw weights from `N(0, 0.02^2)` instead: `Var(q) = C * 0.02^2 * Var(x)`,
+# 0.15 for `C = 384`, and the scaled scores' variance is about `0.15^2 = 0.02`. Measured, on tokens with
+# unit-variance entries (what a LayerNorm hands to attention):
+
+# %%
+g = torch.Generator().manual_seed(9)
+B, T, C, D = 8, 64, 384, 64  # nanoGPT's Shakespeare model: embed_dim 384, 6 heads of 64
+x = torch.randn(B, T, C, generator=g)  # (B, T, C), unit-variance entries
+torch.manual_seed(29)  # the layers' seed; the same seed as x's generator would make the weights a copy of x
+default_q, default_k = nn.Linear(C, D, bias=False), nn.Linear(C, D, bias=False)  # weights (D, C)
+gpt_q, gpt_k = nn.Linear(C, D, bias=False), nn.Linear(C, D, bias=False)
+for layer in (gpt_q, gpt_k):
+    nn.init.normal_(layer.weight, mean=0.0, std=0.02)  # GPT-2's init, as course_utils.gpt does it
+print(f"Var(x) = {x.var().item():.2f}; uniform weights over T = {T} keys would all be 1/T = {1 / T:.3f}")
+with torch.no_grad():
+    for name, (w_q, w_k) in {"nn.Linear default": (default_q, default_k), "N(0, 0.02^2)": (gpt_q, gpt_k)}.items():
+        q, k = w_q(x), w_k(x)  # x @ W.T: (B, T, C) -> (B, T, D)
+        scores = q @ k.transpose(-2, -1) / math.sqrt(D)  # (B, T, T)
+        print(f"{name:18s} Var(q) {q.var().item():.2f}  Var(k) {k.var().item():.2f}  "
+              f"Var(scores) {scores.var().item():.3f}  "
+              f"mean largest weight {torch.softmax(scores, dim=-1).amax(dim=-1).mean().item():.3f}")
+
+# %% [markdown]
+# Both start far below variance 1, with a softmax close to uniform (mean largest weights 0.033 and 0.022,
+# against `1/64 = 0.016` for uniform weights), and training grows the scores from there. The scale does not
+# put the scores at variance 1; it makes their variance the same for every head size, so that the head
+# size alone does not change where a head starts.
+#
+# The derivation also assumed `q` and `k` **independent** (the paper's footnote states it as an
+# assumption). In self-attention both come from the same
+# tokens: `q_i = W_Q x_i` and `k_j = W_K x_j`. For two different tokens (independent `x_i`, `x_j`) that
+# holds at initialisation. A token's score with *itself* uses the same `x_i` twice. Below, 16 heads of size
+# 64 with independent `W_Q`, `W_K` (scaled so that `Var(q) = 1`) score 4096 pairs of tokens; the last
+# line ties `W_K = W_Q`, which nothing forbids training from approaching:
+
+# %%
+g = torch.Generator().manual_seed(10)
+N, C, D, H = 4096, 384, 64, 16  # 4096 pairs of tokens, 16 heads of size 64
+x, y = torch.randn(N, C, generator=g), torch.randn(N, C, generator=g)  # (N, C) each, independent tokens
+W_q = torch.randn(H * D, C, generator=g) / math.sqrt(C)  # (H*D, C): 16 heads' W_Q stacked, Var(q) = 1
+W_k = torch.randn(H * D, C, generator=g) / math.sqrt(C)
+
+
+def head_scores(a, b, w_a, w_b):
+    """Scaled score of a's query against b's key, in each head: (N, C), (N, C) -> (N, H)."""
+    q = (a @ w_a.T).view(N, H, D)  # (N, C) @ (C, H*D) -> (N, H, D)
+    k = (b @ w_b.T).view(N, H, D)
+    return (q * k).sum(dim=-1) / math.sqrt(D)  # (N, H)
+
+
+pairs = {"two different tokens": head_scores(x, y, W_q, W_k),
+         "a token with itself": head_scores(x, x, W_q, W_k),
+         "a token with itself, W_K = W_Q": head_scores(x, x, W_q, W_q)}
+for name, s in pairs.items():
+    print(f"{name:31s} mean {round(s.mean().item(), 1) + 0.0:4.1f}  variance {s.var().item():.2f}")
+
+# %% [markdown]
+# At initialisation the shared `x_i` hardly matters (in expectation it adds `2 / C` to the variance, 0.005
+# here, less than the sampling noise). But once `W_Q` and `W_K` are correlated, a token's score with itself is no longer centred on 0: with `W_K = W_Q`
+# it is `|q_i|^2 / sqrt(D)`, of mean `sqrt(D) = 8`, and it grows with the head size again. (Notebook 01
+# met the extreme case: with no weights at all, `x @ x.T`, a token's score with itself is its squared
+# length.) The variance
+# argument is a statement about the start of training, not a law that holds throughout it.
 
 # %% [markdown]
 # ## 2. Large scores saturate the softmax
@@ -168,10 +244,8 @@ print("loops, vectorised and autograd agree; J.shape", tuple(J_auto.shape))
 
 # %% [markdown]
 # When `w` is one-hot, `diag(w)` and `w w^T` are the same matrix and `J` is zero: nudging any score
-# changes nothing, so no gradient flows back to `q` and `k`. The left plot shows the size of `J`
-# (its Frobenius norm, averaged over 256 random logit vectors of length 8) as the factor grows. The right
-# plot goes back to attention: random `q` and `k` of size `D`, scores over `S = 32` keys, the average
-# Jacobian norm per query, with and without the scale.
+# changes no weight. The plot shows the size of `J` (its Frobenius norm, averaged over 256 random logit
+# vectors of length 8) as the factor grows.
 
 # %%
 g = torch.Generator().manual_seed(2)
@@ -179,35 +253,96 @@ many_logits = torch.randn(256, 8, generator=g)  # 256 rows of S = 8 logits
 factors = torch.logspace(-1, 2, 31)
 jac_norm = [softmax_jacobian(f * many_logits).norm(dim=(-2, -1)).mean().item() for f in factors]
 
-jac_unscaled, jac_scaled = [], []
-for D in dims:
-    q = torch.randn(8, 32, D, generator=g)  # (n, T, D): 8 random draws
-    k = torch.randn(8, 32, D, generator=g)  # (n, S, D)
-    scores = q @ k.transpose(-2, -1)  # (n, T, S)
-    jac_unscaled.append(softmax_jacobian(scores).norm(dim=(-2, -1)).mean().item())
-    jac_scaled.append(softmax_jacobian(scores / math.sqrt(D)).norm(dim=(-2, -1)).mean().item())
-
-fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(9, 3.2))
-ax1.semilogx(factors, jac_norm)
-ax1.set_xlabel("factor multiplying the logits")
-ax1.set_ylabel("norm of softmax Jacobian")
-ax1.set_title("Saturated softmax, vanishing gradient", fontsize=10)
-ax2.semilogx(dims, jac_unscaled, "o-", label="q . k", base=2)
-ax2.semilogx(dims, jac_scaled, "s-", label="q . k / sqrt(D)", base=2)
-ax2.set_xlabel("head_dim D")
-ax2.set_title("Attention at initialisation", fontsize=10)
-ax2.legend()
+fig, ax = plt.subplots(figsize=(5, 3.2))
+ax.semilogx(factors, jac_norm)
+ax.set_xlabel("factor multiplying the logits")
+ax.set_ylabel("norm of softmax Jacobian")
+ax.set_title("Saturated softmax, vanishing Jacobian", fontsize=10)
 plt.show()
-print("   D  Jacobian norm: unscaled  scaled")
-for D, ju, js in zip(dims, jac_unscaled, jac_scaled):
-    print(f"{D:4d} {ju:22.3f} {js:7.3f}")
 
 # %% [markdown]
 # A little spread in the scores does no harm (the norm even rises at first: the softmax is most
 # sensitive when a few keys compete), but past a factor of a few it falls, and at 100 it is almost 0.
-# Without the scale, large heads are pushed exactly there: from `D = 16` on, the gradient through the
-# softmax shrinks steadily, and at `D = 1024` it is about four times smaller than with the scale. With
-# the scale, it is the same for every head size. That is the whole reason for `1 / sqrt(D)`.
+#
+# ### What reaches `q` and `k`
+#
+# Does that mean unscaled attention learns nothing? Not so fast. The gradient that reaches query `i` is
+# `dL/dq_i = scale * sum_j (dL/dscore_ij) k_j`: a mix of keys that are each about `sqrt(D)` long, times the
+# scale. Without the scale that factor is 1 instead of `1 / sqrt(D)`, which makes up for a lot of Jacobian.
+# So measure what actually arrives, query by query: `D = 1024`, `S = 32` keys, `T = 32` queries in each of
+# 64 random draws, random values `v`, and a random upstream gradient `grad_out` standing in for `dL/d(out)`.
+
+# %%
+def grad_norms(q, k, v, grad_out, scale):
+    """Norm of the gradient of attention for each query and each key, by autograd: -> (n, T), (n, S)."""
+    q, k = q.clone().requires_grad_(), k.clone().requires_grad_()
+    weights = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)  # (n, T, S)
+    (weights @ v).backward(grad_out)  # (n, T, Dv): grad_out plays dL/d(out)
+    return q.grad.norm(dim=-1), k.grad.norm(dim=-1)  # (n, T), (n, S)
+
+
+g = torch.Generator().manual_seed(12)
+n, T, S, D = 64, 32, 32, 1024
+q, k, v = (torch.randn(n, m, D, generator=g) for m in (T, S, S))  # (n, T, D), (n, S, D), (n, S, Dv)
+grad_out = torch.randn(n, T, D, generator=g)  # (n, T, Dv)
+norms = {"none": grad_norms(q, k, v, grad_out, 1.0), "1/sqrt(D)": grad_norms(q, k, v, grad_out, D**-0.5)}
+print("grad_q norms", tuple(norms["none"][0].shape), " grad_k norms", tuple(norms["none"][1].shape))
+print("scale     gradient   mean  median     max  below 0.1  largest 10% carry")
+for name, per_position in norms.items():
+    for what, norm in zip(("per query", "per key"), per_position):
+        flat = norm.flatten()  # 2048 queries, or 2048 keys
+        share = flat.topk(len(flat) // 10).values.sum() / flat.sum()
+        print(f"{name:9s} {what:9s} {flat.mean().item():6.2g} {flat.median().item():7.2g} {flat.max().item():7.2g} "
+              f"{(flat < 0.1).float().mean().item():10.0%} {share.item():11.0%} of the total")
+
+# %% [markdown]
+# Unscaled, the *average* gradient is larger than scaled, so "no gradient flows" is wrong. What is wrong is
+# its distribution. Unscaled, the median query gets almost nothing and about half of them less than 0.1,
+# while the largest tenth of the queries take most of all the gradient there is; scaled, every query gets
+# a gradient of about the same size. The keys show the same split, a little less extreme (a key collects
+# gradient from all 32 queries). The histograms (values below `1e-12`, exact zeros included, are drawn at
+# `1e-12`):
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
+bins = torch.logspace(-12, 4, 49)
+for ax, i, what in zip(axes, (0, 1), ("query", "key")):
+    for name, per_position in norms.items():
+        ax.hist(per_position[i].flatten().clamp_min(1e-12), bins=bins, alpha=0.6, label=f"scale {name}")
+    ax.set_xscale("log")
+    ax.set_xlabel(f"gradient norm, per {what}")
+axes[0].set_ylabel("count (of 2048)")
+axes[0].legend()
+fig.suptitle("D = 1024, 32 keys: where the gradient goes", fontsize=10)
+plt.show()
+
+# %% [markdown]
+# Which queries get the large updates? Those whose two best keys nearly tie, so that the softmax has a
+# choice to make. The unscaled scores spread about 32 (`sqrt(1024)`); compare the gap between the two best
+# scores for the tenth of the queries with the largest gradients against the rest:
+
+# %%
+scores = q @ k.transpose(-2, -1)  # (n, T, S), unscaled
+best_two = scores.topk(2, dim=-1).values  # (n, T, 2)
+gap = (best_two[..., 0] - best_two[..., 1]).flatten()  # how far each query's winner is ahead
+gq = norms["none"][0].flatten()
+largest = gq >= gq.quantile(0.9)
+print(f"spread of the scores (std): {scores.std().item():.0f}")
+print(f"gap between the two best keys, median: {gap[largest].median().item():.0f} for the 10% of queries with the "
+      f"largest gradients, {gap[~largest].median().item():.0f} for the rest")
+
+# %% [markdown]
+# So without the scale, learning at `D = 1024` is a lottery: which queries learn, and by how much, is
+# decided by which of them happen to have two keys within a point or so of each other, out of scores that
+# spread 32. A few get updates up to about 200 times larger than a typical scaled one, the majority almost
+# none.
+# The bigger the head, the worse it gets, because the scores spread like `sqrt(D)`.
+#
+# That is what `1 / sqrt(D)` is for. It does not make more gradient flow, and it does not give the scores
+# variance 1 (section 1b). It makes attention at initialisation look the same at every head size: the
+# distribution of the scores, the entropy of the softmax (section 5) and the spread of the gradients over
+# the queries stop depending on `D`, so the initialisation and the learning rate, not the head size, decide
+# where a head starts.
 
 # %% [markdown]
 # ## 3. A softmax that does not overflow
@@ -235,7 +370,8 @@ print("softmax_naive(-1000 - [0, 1, 2])", softmax_naive(torch.tensor([-1000.0, -
 #
 # $$\frac{e^{z_j - c}}{\sum_k e^{z_k - c}} = \frac{e^{-c}\, e^{z_j}}{e^{-c} \sum_k e^{z_k}} = \frac{e^{z_j}}{\sum_k e^{z_k}},$$
 #
-# so we may subtract whatever we like. Choose `c = max_k z_k`: then every exponent is `<= 0` (no overflow)
+# so we may subtract whatever we like: the softmax is **shift invariant** (adding one number to every score
+# of a row changes no weight). Choose `c = max_k z_k`: then every exponent is `<= 0` (no overflow)
 # and the largest is exactly `e^0 = 1`, so the sum is at least 1 (no `0 / 0`). Loops first, one row at a time:
 
 # %%
@@ -256,7 +392,8 @@ rows = torch.tensor([[100.0, 101.0, 102.0], [-1000.0, -1001.0, -1002.0], [0.0, 1
 print(stable_softmax_loops(rows))
 
 # %% [markdown]
-# All three rows give the same weights, as they should: the rows differ only by a constant. Vectorised,
+# All three rows give the same weights, as they should: the rows differ only by a constant, and the softmax
+# is shift invariant. Vectorised,
 # the maximum is taken along the softmax axis with `keepdim=True`, so that the `(T, 1)` maxima broadcast
 # against the `(T, S)` scores:
 
@@ -371,7 +508,8 @@ print("vs F.scaled_dot_product_attention: max abs error", max_abs_error(out, out
 # choices of scale. Uniform weights over 32 keys have entropy `log 32 = 3.47`; one-hot weights have 0.
 #
 # - **none**: scores have variance `D`; as `D` grows, attention collapses towards one-hot.
-# - **1 / sqrt(D)**: variance 1 for every `D`; the entropy does not depend on the head size.
+# - **1 / sqrt(D)**: variance 1 for every `D` (the same for every `D` whatever the entries' variance); the
+#   entropy does not depend on the head size.
 # - **1 / D**: variance `1 / D`; scores shrink to 0 and attention melts into a plain average.
 
 # %%
@@ -431,22 +569,27 @@ entropy_explorer()
 # ## 6. Pitfalls found in the wild
 #
 # > **Pitfall 1: scaling by the model width `C` instead of the head size `D`.**
-# > The code of Karpathy's lecture *Let's build GPT* computes, inside one attention head,
-# > `B, T, C = x.shape` and then `wei = q @ k.transpose(-2, -1) * C**-0.5`. There `C` is `n_embd = 384`,
-# > the width of `x`, while `q` and `k` have only `head_size = 64` entries. The line has been copied
-# > into many repositories since. Shape letters with two meanings make this easy to miss; in this
-# > course `C` is always `embed_dim` and `D` always `head_dim`.
+# > The code of Karpathy's lecture *Let's build GPT*, as published in the repository
+# > `karpathy/ng-video-lecture`, computed inside each attention head `B, T, C = x.shape` and then
+# > `wei = q @ k.transpose(-2,-1) * C**-0.5`. The line was right when it was written, for one head as wide
+# > as the model, where `C` is also the head size. When the model was split into several heads, the line
+# > stayed; in the final script `C` is `n_embd = 384`, the width of `x`, while each of the `n_head = 6`
+# > heads has `q` and `k` of only `head_size = 64` entries. A contributed fix ("scale by head size",
+# > merged in January 2023) changed it to `k.shape[-1]**-0.5`, but copies made before the fix still carry
+# > the old line. Shape letters with two meanings make this easy to miss; in this course `C` is always
+# > `embed_dim` and `D` always `head_dim`. (Notebook 04 shows what the bug does to a layer of several heads.)
 #
-# What does it do? The score variance is `D / C = 64 / 384 = 1/6` instead of 1, so the head starts
-# with its scores shrunk by `sqrt(6) = 2.45` and its weights closer to uniform.
+# What does it do? Relative to the `1 / sqrt(D)` scale, the scores shrink by `sqrt(C / D) = sqrt(6) = 2.45`
+# and their variance by 6, whatever the initialisation: here `q` and `k` are made with unit-variance
+# entries, so the variance is `D / C = 1/6` instead of 1, and the weights are closer to uniform.
 
 # %%
 g = torch.Generator().manual_seed(5)
 B, T, C, D = 8, 32, 384, 64
 x = torch.randn(B, T, C, generator=g)  # (B, T, C)
-w_q = torch.randn(C, D, generator=g) / math.sqrt(C)  # (C, D), keeps q's entries at variance ~1
-w_k = torch.randn(C, D, generator=g) / math.sqrt(C)
-q, k = x @ w_q, x @ w_k  # (B, T, C) @ (C, D) -> (B, T, D)
+w_q = torch.randn(D, C, generator=g) / math.sqrt(C)  # (D, C) as nn.Linear stores it; Var(q) about 1
+w_k = torch.randn(D, C, generator=g) / math.sqrt(C)
+q, k = x @ w_q.T, x @ w_k.T  # (B, T, C) @ (C, D) -> (B, T, D)
 scores = q @ k.transpose(-2, -1)  # (B, T, T)
 print(f"q.shape {tuple(q.shape)}, Var(q) = {q.var().item():.2f}")
 for label, scale in (("head_dim D = 64  ", D**-0.5), ("embed_dim C = 384", C**-0.5)):
@@ -458,7 +601,8 @@ for label, scale in (("head_dim D = 64  ", D**-0.5), ("embed_dim C = 384", C**-0
 # %% [markdown]
 # The model still trains (it can learn larger `w_q`, `w_k` to make up for it), so nothing crashes and
 # the bug goes unnoticed; but the head starts at a different temperature than the one the
-# `1 / sqrt(D)` argument chose, and the temperature changes whenever you change the number of heads.
+# `1 / sqrt(D)` argument chose, and the temperature changes whenever you change the number of heads
+# (`C / D` is the number of heads).
 #
 # > **Pitfall 2: the softmax over the wrong axis.**
 # > Scores are `(..., T, S)`: queries on the second-to-last axis, keys on the last. Each *query* must
@@ -503,9 +647,12 @@ for dim in (-1, -2):
 # %% [markdown]
 # ## 7. Check against `course_utils`
 #
-# Our inline versions against the course package, on a fresh batch that includes the large-logit rows:
+# Our inline versions against the course package, on a fresh batch that includes the large-logit rows,
+# and our autograd `grad_norms` against `attention_grad_norms`, which writes the chain rule out:
 
 # %%
+from course_utils.attention import attention_grad_norms
+
 g = torch.Generator().manual_seed(7)
 z = torch.cat([torch.randn(3, 5, generator=g), torch.tensor([[100.0, 101.0, 102.0, 99.0, 98.0]])])  # (4, 5)
 torch.testing.assert_close(stable_softmax(z), softmax(z))
@@ -513,7 +660,11 @@ assert not softmax(z).isnan().any()
 q, k, v = torch.randn(2, 4, 8, generator=g), torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 3, generator=g)
 for ours, theirs in zip(scaled_attention(q, k, v), scaled_dot_product_attention(q, k, v)):
     torch.testing.assert_close(ours, theirs)
-print("stable_softmax and scaled_attention match course_utils")
+grad_out = torch.randn(2, 4, 3, generator=g)  # (2, T, Dv)
+for scale in (1.0, 8**-0.5):  # unscaled and 1 / sqrt(D): autograd against the chain rule written out
+    for ours, theirs in zip(grad_norms(q, k, v, grad_out, scale), attention_grad_norms(q, k, v, grad_out, scale)):
+        torch.testing.assert_close(ours, theirs)
+print("stable_softmax, scaled_attention and grad_norms match course_utils")
 
 # %% [markdown]
 # ## Exercises
@@ -558,17 +709,16 @@ check("02.2", my_scaled_attention)
 
 # %% [markdown]
 # **02.3 One head, scaled by its head size.** Write `head_attention(x, w_q, w_k, w_v)` for
-# `x (B, T, C)` and projection matrices `w_q, w_k, w_v` of shape `(C, D)`: project `x` to `q, k, v`,
+# `x (B, T, C)` and projection matrices `w_q, w_k, w_v` of shape `(D, C)`: project `x` to `q, k, v`,
 # then self-attention with the right scale. Return `out (B, T, D)`. (This is Pitfall 1: the checks use
-# `C != D`.) Note the layout: these matrices are `(C, D)`, as in the cells above, so `x @ w_q` projects;
-# the `nn.Linear` layout `(D, C)` of exercise 01.4 would need `x @ w_q.T` (with `C != D` the wrong one
-# fails with a shape error).
+# `C != D`.) The matrices are stored as `nn.Linear` stores its weight and as in exercise 01.4,
+# `(out, in) = (D, C)`, so `x @ w_q.T` projects.
 
 # %%
 def head_attention(x, w_q, w_k, w_v):
     ### BEGIN SOLUTION
-    q, k, v = x @ w_q, x @ w_k, x @ w_v  # (B, T, C) @ (C, D) -> (B, T, D)
-    D = w_q.shape[-1]  # the head size, not x.shape[-1]
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T  # (B, T, C) @ (C, D) -> (B, T, D)
+    D = q.shape[-1]  # the head size, not x.shape[-1]
     weights = torch.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1)  # (B, T, T)
     return weights @ v  # (B, T, D)
     ### END SOLUTION
@@ -594,12 +744,20 @@ check("02.4", attention_entropy)
 # %% [markdown]
 # ## Summary
 #
-# - For random `q`, `k` with unit-variance entries, `Var(q . k) = D`. Dividing by `sqrt(D)` makes it 1
-#   for every head size; dividing by `D` makes it `1 / D`, so big heads attend uniformly.
-# - Large scores push the softmax to one-hot, and its Jacobian `diag(w) - w w^T` to zero: the head stops
-#   learning. That is what the scale prevents at initialisation.
-# - Compute softmax as `exp(z - max) / sum exp(z - max)`, with the maximum taken per row along the softmax
-#   axis. `exp(z) / sum exp(z)` gives `nan` for logits near 100 in float32 (and for very negative ones).
+# - For random, independent `q`, `k` with unit-variance entries, `Var(q . k) = D`. Dividing by `sqrt(D)`
+#   makes it 1 for every head size (`Var(q_i) Var(k_i)` in general); dividing by `D` makes it `1 / D`, so
+#   big heads attend uniformly.
+# - Unit variance is a reference, not what initialisation gives: `nn.Linear`'s default gives
+#   `Var(q) = Var(x) / 3` (scaled scores about 0.1), GPT-2's `N(0, 0.02^2)` far less (about 0.02 at
+#   `C = 384`). And `q`, `k` of one token share `x`: harmless at initialisation, not once `W_Q` and `W_K`
+#   are correlated.
+# - Large scores push the softmax to one-hot and its Jacobian `diag(w) - w w^T` to zero. Without the
+#   scale, the gradient reaching `q` and `k` is not smaller on average, but most queries get almost none
+#   and the few whose best keys nearly tie get huge ones.
+# - What `1 / sqrt(D)` buys: the scores' distribution, the softmax's entropy and the spread of the
+#   gradients do not depend on the head size.
+# - Compute softmax as `exp(z - max) / sum exp(z - max)` (shift invariance makes that the same softmax),
+#   with the maximum taken per row along the softmax axis. `exp(z) / sum exp(z)` gives `nan` for logits near 100 in float32 (and for very negative ones).
 # - `scaled_dot_product_attention(q, k, v)` = `softmax(q k^T / sqrt(D), dim=-1) v`; ours matches
 #   `course_utils` and `F.scaled_dot_product_attention`.
 # - Scale by the **head size** `D`, not the model width `C`; softmax over the **keys** (`dim=-1`).

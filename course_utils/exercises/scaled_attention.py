@@ -139,7 +139,8 @@ def _sdpa_scale_after(q, k, v):
 
 
 def _head_solution(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: torch.Tensor) -> torch.Tensor:
-    q, k, v = x @ w_q, x @ w_k, x @ w_v  # (B, T, C) @ (C, D) -> (B, T, D)
+    # nn.Linear's layout, as in 01.4: each weight is (out, in) = (D, C), and x @ w.T projects
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T  # (B, T, C) @ (C, D) -> (B, T, D)
     out, _ = scaled_dot_product_attention(q, k, v)  # scale 1 / sqrt(D), the head size
     return out
 
@@ -149,7 +150,7 @@ def _head_cases() -> list[tuple[tuple, dict]]:
     cases = []
     for B, T, C, D in ((1, 4, 8, 2), (2, 5, 12, 4), (2, 6, 32, 8)):
         x = torch.randn(B, T, C, generator=g)
-        w_q, w_k, w_v = (torch.randn(C, D, generator=g) / math.sqrt(C) for _ in range(3))
+        w_q, w_k, w_v = (torch.randn(D, C, generator=g) / math.sqrt(C) for _ in range(3))  # (D, C) each
         cases.append(((x, w_q, w_k, w_v), {}))
     return cases
 
@@ -160,12 +161,12 @@ def _head_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
         B, T, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 5), (2, 49), (1, 33)))
         C = D + int(torch.randint(1, 33, (), generator=g))  # C != D: the model width is never the head size
         x = torch.randn(B, T, C, generator=g)
-        cases.append(((x, *(torch.randn(C, D, generator=g) / math.sqrt(C) for _ in range(3))), {}))
+        cases.append(((x, *(torch.randn(D, C, generator=g) / math.sqrt(C) for _ in range(3))), {}))
     return cases
 
 
 def _head_with(x, w_q, w_k, w_v, scale, swap=False, dim=-1):
-    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
     scores = (k @ q.transpose(-2, -1) if swap else q @ k.transpose(-2, -1)) * scale  # (B, T, T)
     return torch.softmax(scores, dim=dim) @ v
 
@@ -180,17 +181,17 @@ def _head_no_scale(x, w_q, w_k, w_v):
 
 
 def _head_wrong_axis(x, w_q, w_k, w_v):
-    return _head_with(x, w_q, w_k, w_v, w_q.shape[-1] ** -0.5, dim=1)
+    return _head_with(x, w_q, w_k, w_v, w_q.shape[0] ** -0.5, dim=1)  # w_q is (D, C)
 
 
 def _head_swapped(x, w_q, w_k, w_v):
-    return _head_with(x, w_q, w_k, w_v, w_q.shape[-1] ** -0.5, swap=True)
+    return _head_with(x, w_q, w_k, w_v, w_q.shape[0] ** -0.5, swap=True)
 
 
-def _head_linear_layout(x, w_q, w_k, w_v):
-    # nn.Linear's (out, in) layout, as in 01.4: with these (C, D) weights and C != D the product cannot be formed
-    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
-    return torch.softmax(q @ k.transpose(-2, -1) * w_q.shape[-1] ** -0.5, dim=-1) @ v
+def _head_untransposed(x, w_q, w_k, w_v):
+    # the (in, out) habit: with these (D, C) weights and C != D the product cannot be formed (a shape error)
+    q, k, v = x @ w_q, x @ w_k, x @ w_v
+    return torch.softmax(q @ k.transpose(-2, -1) * q.shape[-1] ** -0.5, dim=-1) @ v
 
 
 # --- 02.4 entropy of attention weights --------------------------------------------------------------
@@ -303,7 +304,7 @@ EXERCISES = (
     Exercise(
         key="02.3",
         title="one attention head, scaled by its head size",
-        signature="head_attention(x, w_q, w_k, w_v), each w (C, D) -> out (B, T, D)",
+        signature="head_attention(x, w_q, w_k, w_v), each w (D, C) as nn.Linear stores it -> out (B, T, D)",
         solution=_head_solution,
         cases=_head_cases,
         draw=_head_draw,
@@ -311,11 +312,11 @@ EXERCISES = (
             Mistake("scaling by embed_dim instead of head_dim",
                     "x's last axis is C, the model width; the dot products you scale are between q and k, "
                     "which have D entries, the head size.",
-                    _head_embed_dim, fix="scale by w_q.shape[-1] ** -0.5, not x.shape[-1] ** -0.5"),
+                    _head_embed_dim, fix="scale by q.shape[-1] ** -0.5 (the head size D), not x.shape[-1] ** -0.5"),
             Mistake("missing scale",
                     "The scores must be scaled down by the square root of the head size before the "
                     "softmax.",
-                    _head_no_scale, fix="torch.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1), D = w_q.shape[-1]"),
+                    _head_no_scale, fix="torch.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1), D = q.shape[-1]"),
             Mistake("softmax over the wrong axis",
                     "The scores are (B, T, T) with the keys on the last axis; each query's weights over the "
                     "keys must sum to 1.",
@@ -324,10 +325,11 @@ EXERCISES = (
                     "Your scores are transposed: row i must hold query i against every key, not key i "
                     "against every query.",
                     _head_swapped, fix="q @ k.transpose(-2, -1), not k @ q.transpose(-2, -1)"),
-            Mistake("weights transposed (nn.Linear's layout)",
-                    "Here each weight is stored (C, D), input width first, so x times the weight is already "
-                    "(B, T, D); exercise 01.4 used nn.Linear's (out, in) layout, which needs the transpose.",
-                    _head_linear_layout, fix="q = x @ w_q (no .T), and the same for k and v"),
+            Mistake("weight used untransposed",
+                    "The weights are stored the way nn.Linear stores its weight, (out, in) = (D, C), as in "
+                    "exercise 01.4; nn.Linear multiplies by the transpose of that. With C != D the product "
+                    "you wrote cannot even be formed.",
+                    _head_untransposed, fix="q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T"),
         ),
     ),
     Exercise(
