@@ -192,9 +192,11 @@ plt.show()
 # %% [markdown]
 # Now drag the sliders (the widget needs a running kernel; the picture updates when you let go).
 # Things to try: point the query straight at key 1 (about 84 degrees); at 45 degrees all three scores
-# are equal (each key's two coordinates add up to 1), so every key gets weight 1/3; point it away from
-# every key (225 degrees); lengthen it to make the lookup harder; shorten it to 0 and every key gets
-# weight 1/3 again.
+# are equal (each key's two coordinates add up to 1), so every key gets weight 1/3, whatever the length;
+# point it away from every key (225 degrees); lengthen it to make the lookup harder; shorten it to 0 and
+# every key gets weight 1/3 again. Equal scores always give equal weights, because adding the same number
+# `c` to every score changes no weight: $e^{s_j + c} / \sum_{j'} e^{s_{j'} + c} = e^{s_j} / \sum_{j'} e^{s_{j'}}$.
+# This is the softmax's **shift invariance**; notebook 02 puts it to work.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -248,7 +250,16 @@ print("loops and matrix form agree:", my_attention_matmul(q, k, v).squeeze(-1))
 
 # %% [markdown]
 # The first two rows are the two lookups from section 4. The third query, halfway between cat and
-# dog, scores 0.7 with every key, so it weights them exactly equally: 1/3 each.
+# dog, scores 0.7 with every key. By shift invariance that is the same as scoring 0 with every key, so it
+# weights them exactly equally: 1/3 each. Add 5 to every score, or take 0.7 away, and nothing changes:
+
+# %%
+print("third query's scores:", scores[2], "-> weights", torch.softmax(scores[2], dim=-1))
+for c in (5.0, -0.7):
+    same = torch.allclose(torch.softmax(scores + c, dim=-1), weights, atol=1e-6)
+    print(f"every score {c:+.1f}: the same weights (to 1e-6): {same}")
+
+# %% [markdown]
 #
 # ## 8. Self-attention with no weights
 #
@@ -290,14 +301,28 @@ plt.show()
 # %% [markdown]
 # Two things stand out.
 #
-# **Every token attends most to itself.** A token's score with itself is $x_i \cdot x_i = \|x_i\|^2 = 4$,
-# and no other token can beat that: $x_i \cdot x_j \le \|x_i\|\,\|x_j\| = 4$ (Cauchy-Schwarz), with
-# equality only for an identical vector. The most a token can do is tie with a near-copy ("the"
-# and "a").
+# **Every token attends most to itself**, here because every vector has the same length. A token's
+# score with itself is $x_i \cdot x_i = \|x_i\|^2 = 4$, and no other token can beat that:
+# $x_i \cdot x_j \le \|x_i\|\,\|x_j\| = 4$ (Cauchy-Schwarz), with equality only when $x_j$ points exactly
+# the way $x_i$ does, which at the same length means $x_j = x_i$. So only an identical vector could tie
+# for the top score; a near-copy comes close and stays below ("a" scores 3.98 against "the").
 
 # %%
 print("each token's favourite:", {t: tokens[j] for t, j in zip(tokens, weights.argmax(dim=-1).tolist())})
-print("diagonal of the scores:", torch.diagonal(x @ x.T))
+print("diagonal of the scores:", torch.diagonal(x @ x.T).round(decimals=4))  # rounded: last bits vary by CPU
+print(f"score(the -> a) = {(x[tokens.index('the')] @ x[tokens.index('a')]).item():.4f}")
+
+# %% [markdown]
+# Without the equal lengths this is no longer true. A longer vector in the same direction beats the token
+# itself: $x_i \cdot (2x_i) = 2\|x_i\|^2$. And a different vector ties with $x_i$'s own score exactly when
+# it is $x_i$ plus something at right angles to $x_i$, a special position that always makes it longer.
+# In general a dot product rewards length as well as direction.
+
+# %%
+the = x[tokens.index("the")]  # (0, 0, 2, 0)
+right_angle = torch.tensor([1.0, 0.0, 0.0, 0.0])  # at right angles to "the"
+for name, other in [("the", the), ("2 * the", 2 * the), ("the + right_angle", the + right_angle)]:
+    print(f"{'score(the -> ' + name + ')':30s} = {(the @ other).item():.4f}   length of {name}: {other.norm().item():.4f}")
 
 # %% [markdown]
 # **The scores are symmetric**: "sat" scores "cat" exactly as "cat" scores "sat", because
@@ -317,6 +342,10 @@ print("scores symmetric:", torch.equal(scores, scores.T))
 # a **query** $q_i = W_Q x_i$ (what I am looking for), a **key** $k_i = W_K x_i$ (what I contain,
 # as seen by others), and a **value** $v_i = W_V x_i$ (what I hand over when chosen). In PyTorch
 # each is an `nn.Linear` without bias. In a model they start random and are learned.
+#
+# One convention to remember: `nn.Linear` stores its weight as `(out_features, in_features)`, here
+# `W_Q` as `(D, C)`, and computes `q = x @ W_Q.T` for the rows of `x` (T, C). Exercise 01.4 and
+# notebooks 02 and 04 store weight matrices the same way.
 
 # %%
 C, D = 4, 2
@@ -355,7 +384,7 @@ with torch.no_grad():
     out_qkv, weights_qkv = my_self_attention_qkv(x, w_q, w_k, w_v)
 fig, axes = plt.subplots(1, 2, figsize=(8.0, 3.4))
 plot_weights(weights, tokens, tokens, ax=axes[0], title="x @ x.T (no weights)")
-plot_weights(weights_qkv, tokens, tokens, ax=axes[1], title="(x W_Q) (x W_K).T")
+plot_weights(weights_qkv, tokens, tokens, ax=axes[1], title="q @ k.T, q = x @ W_Q.T, k = x @ W_K.T")
 fig.tight_layout()
 plt.show()
 
@@ -484,7 +513,10 @@ check("01.4", qkv_attention)
 # - For many queries it is two matrix products: `softmax(q @ k.T, dim=-1) @ v`, the softmax along
 #   the keys so each query's weights sum to 1.
 # - Self-attention with no weights, `softmax(x @ x.T) @ x`, has symmetric scores, and with
-#   equal-length vectors every token attends most to itself.
+#   equal-length vectors every token attends most to itself (only an identical vector could tie; a longer
+#   one in the same direction would win).
+# - Adding the same number to every score changes no weight (the softmax's shift invariance), so equal
+#   scores give equal weights.
 # - Learned `W_Q`, `W_K`, `W_V` separate what a token looks for, what it offers to be found by, and
 #   what it passes on, so a verb can look for its subject.
 #
