@@ -476,11 +476,11 @@ head_explorer({"hand-built (2 heads)": toy, "untrained (4 heads)": fresh}, emb, 
 #
 # ### Pitfall 1: scaling by the model width C instead of the head size D
 #
-# The scale `1 / sqrt(D)` keeps the variance of a dot product of two D-dimensional vectors near 1
-# (notebook 02). Each head's dot product is over D channels, so D is the right number. Early versions of
-# a well-known "build GPT from scratch" lecture scaled by `C ** -0.5`, the model width, with C standing
-# for two different sizes (it was corrected later). With H heads that divides the scores by an extra
-# `sqrt(H)`, and the softmax gets flatter. We measure it with the entropy of each row of weights
+# The scale `1 / sqrt(D)` makes the variance of the scores the same for every head size (notebook 02).
+# Each head's dot product is over D channels, so D is the right number. Notebook 02 (Pitfall 1) tells how
+# the code of the *Let's build GPT* lecture came to scale by `C ** -0.5`, the model width, once its model
+# was split into heads, and how it was fixed. In a layer of H heads, `C = H * D`, so that divides every
+# head's scores by an extra `sqrt(H)`, and the softmax gets flatter. We measure it with the entropy of each row of weights
 # (0 = all weight on one key, log T = uniform). The queries and keys are random projections of random
 # data, with entries of standard deviation about 2 (larger than at initialisation, as after some training):
 
