@@ -3,7 +3,7 @@
 Read top to bottom: the configuration (:class:`GPTConfig`, with named presets), causal self-attention
 (:class:`CausalSelfAttention`, the course's :class:`~course_utils.multihead.MultiHeadAttention` with a causal
 mask, optional rotary positions, a KV cache and a fast path), the feed-forward network (:class:`MLP`), a
-pre-norm transformer block (:class:`Block`), and the model (:class:`GPT`).
+transformer block (:class:`Block`: pre-norm by default, post-norm on request), and the model (:class:`GPT`).
 
 Two attention paths compute the same function. ``attention="course"`` uses the course's own
 :func:`~course_utils.attention.scaled_dot_product_attention`, which returns the weights so you can look at
@@ -37,8 +37,10 @@ __all__ = ["GPTConfig", "PRESETS", "CausalSelfAttention", "MLP", "Block", "GPT"]
 
 Positions = Literal["learned", "rope"]
 AttentionImpl = Literal["course", "torch"]
+NormPosition = Literal["pre", "post"]
 _POSITIONS = ("learned", "rope")
 _ATTENTION = ("course", "torch")
+_NORM_POSITIONS = ("pre", "post")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -55,6 +57,9 @@ class GPTConfig:
     it always takes the course's attention path); None means one key/value head per query head.
     ``positions`` is ``"learned"`` (a trainable vector per position, GPT-2) or ``"rope"`` (rotary, Llama);
     ``attention`` picks the course's attention (``"course"``) or PyTorch's fused one (``"torch"``).
+    ``norm_position`` is ``"pre"`` (x + sublayer(LN(x)), GPT-2 onwards, and a final LayerNorm) or ``"post"``
+    (LN(x + sublayer(x)), the original Transformer, and no final LayerNorm: the last block already ends in
+    one); see :class:`Block`.
     """
 
     vocab_size: int = 65
@@ -69,6 +74,7 @@ class GPTConfig:
     positions: Positions = "learned"
     rope_base: float = 10000.0
     attention: AttentionImpl = "torch"
+    norm_position: NormPosition = "pre"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
@@ -96,6 +102,10 @@ class GPTConfig:
             raise ValueError(f"positions must be one of {_POSITIONS}, got {self.positions!r}")
         if self.attention not in _ATTENTION:
             raise ValueError(f"attention must be one of {_ATTENTION}, got {self.attention!r}")
+        if self.norm_position not in _NORM_POSITIONS:
+            raise ValueError(f"norm_position must be one of {_NORM_POSITIONS} (LayerNorm before each sublayer, "
+                             f"GPT-2; or after each residual add, the original Transformer), "
+                             f"got {self.norm_position!r}")
         if self.positions == "rope":
             if self.head_dim % 2 != 0:
                 raise ValueError(
@@ -234,18 +244,22 @@ class MLP(nn.Module):
 
 
 class Block(nn.Module):
-    """A pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x)).
+    """A transformer block: pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)) (the default), or post-norm
+    ln_1(x + attn(x)), then ln_2(x + mlp(x)) (``config.norm_position == "post"``).
 
     Shape:
         x: (B, T, C) -> (B, T, C)
 
     Pre-norm (normalise the input of each branch, not the sum) keeps an untouched path from the
-    embeddings to the output, which is what lets deep stacks train without a careful warmup (GPT-2).
+    embeddings to the output, which is what lets deep stacks train without a careful warmup (GPT-2;
+    Xiong et al. 2020). Post-norm (the original Transformer) normalises the sum, so every path to the
+    output passes through each later block's LayerNorms. Taught in notebook 09.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
         super().__init__()
         self.layer_idx = layer_idx
+        self.norm_position = config.norm_position
         self.ln_1 = nn.LayerNorm(config.embed_dim, bias=config.bias)
         if config.num_kv_heads in (None, config.num_heads):
             self.attn = CausalSelfAttention(config, layer_idx)
@@ -257,8 +271,9 @@ class Block(nn.Module):
 
     def attend(self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None,
                start: int = 0, need_weights: bool = False):
-        """The attention branch alone, attn(ln_1(x)): (B, T, C) -> (B, T, C) (and weights (B, H, T, S))."""
-        h = self.ln_1(x)
+        """The attention branch alone, attn(ln_1(x)) pre-norm or attn(x) post-norm: (B, T, C) -> (B, T, C)
+        (and weights (B, H, T, S))."""
+        h = self.ln_1(x) if self.norm_position == "pre" else x
         if isinstance(self.attn, GroupedQueryAttention):  # its mask is explicit, and it never drops out
             T = x.shape[1]
             mask = causal_mask(T, start + T, device=x.device) if mask is None else mask  # (T, S)
@@ -269,8 +284,15 @@ class Block(nn.Module):
                 start: int = 0) -> torch.Tensor:
         if not torch.compiler.is_compiling():
             check_embedded("x", x, self.ln_1.normalized_shape[0], self)
-        x = x + self.attend(x, cache=cache, mask=mask, start=start)  # (B, T, C)
-        return x + self.mlp(self.ln_2(x))  # (B, T, C)
+        return self.add_branches(x, self.attend(x, cache=cache, mask=mask, start=start))
+
+    def add_branches(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
+        """The rest of the block, given its attention branch ``a = self.attend(x)``: (B, T, C) -> (B, T, C)."""
+        if self.norm_position == "pre":
+            x = x + a  # (B, T, C)
+            return x + self.mlp(self.ln_2(x))  # (B, T, C)
+        x = self.ln_1(x + a)  # post-norm: normalise the sum (B, T, C)
+        return self.ln_2(x + self.mlp(x))  # (B, T, C)
 
 
 class GPT(nn.Module):
@@ -279,9 +301,9 @@ class GPT(nn.Module):
     Shape:
         idx: (B, T) token ids, targets: optional (B, T) -> logits: (B, T, V), loss: scalar or None
 
-    Token embedding (+ learned positions, unless rotary), ``num_layers`` pre-norm blocks, a final
-    LayerNorm, and an output layer that shares its weight with the token embedding
-    (``lm_head.weight is tok_emb.weight``).
+    Token embedding (+ learned positions, unless rotary), ``num_layers`` blocks, a final LayerNorm
+    (pre-norm only: a post-norm block already ends in one, so ``ln_f`` is an identity), and an output
+    layer that shares its weight with the token embedding (``lm_head.weight is tok_emb.weight``).
 
     With a ``cache`` (:meth:`new_cache`), ``idx`` holds only the new tokens; their absolute positions start
     at ``cache.length``, and the cache keeps every layer's keys and values. ``course_utils.generation`` wants a
@@ -299,7 +321,8 @@ class GPT(nn.Module):
                         if config.positions == "learned" else None)
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
-        self.ln_f = nn.LayerNorm(config.embed_dim, bias=config.bias)
+        self.ln_f = (nn.LayerNorm(config.embed_dim, bias=config.bias) if config.norm_position == "pre"
+                     else nn.Identity())  # post-norm: the last block's ln_2 is the final normalisation
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # weight tying: one (V, C) matrix reads and writes tokens
         self.apply(self._init_weights)
@@ -412,8 +435,7 @@ class GPT(nn.Module):
         maps = []
         for block in self.blocks:
             a, weights = block.attend(x, need_weights=True)  # (B, T, C), (B, H, T, T)
-            x = x + a
-            x = x + block.mlp(block.ln_2(x))
+            x = block.add_branches(x, a)  # (B, T, C)
             maps.append(weights)
         return maps
 

@@ -418,6 +418,7 @@ def _describe_model(cfg: GPTConfig) -> str:
     preset = next((name for name, p in PRESETS.items() if dataclasses.replace(p, vocab_size=cfg.vocab_size) == cfg),
                   None)
     shape = f"{cfg.num_layers} layers, {cfg.embed_dim} wide, context {cfg.context_length}"
+    shape += ", post-norm" if cfg.norm_position == "post" else ""  # else two refused models read the same
     return f"the {preset!r} preset ({shape})" if preset else f"a model of {shape}"
 
 

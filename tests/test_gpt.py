@@ -30,6 +30,8 @@ VARIANTS = {
     "rope, course attention": dict(positions="rope", attention="course"),
     "grouped-query, rope": dict(positions="rope", num_kv_heads=2),
     "grouped-query, learned": dict(positions="learned", num_kv_heads=1),
+    "post-norm, rope": dict(positions="rope", norm_position="post"),
+    "post-norm, grouped-query": dict(positions="learned", num_kv_heads=2, norm_position="post"),
 }
 
 
@@ -47,6 +49,7 @@ VARIANTS = {
     (dict(dropout=-0.1), ValueError, r"dropout must be a number in \[0, 1\)"),
     (dict(positions="sinusoidal"), ValueError, "positions must be one of"),
     (dict(attention="flash"), ValueError, "attention must be one of"),
+    (dict(norm_position="sandwich"), ValueError, r"norm_position must be one of \('pre', 'post'\)"),
     (dict(bias="yes"), TypeError, "bias must be a bool"),
     (dict(num_kv_heads=3), ValueError, r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"),
     (dict(num_kv_heads=0), ValueError, "num_kv_heads must be a positive int or None"),

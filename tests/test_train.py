@@ -562,6 +562,24 @@ def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
         "max_steps=6 to train)"]
 
 
+def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file, tmp_path):
+    """norm_position travels in the checkpoint: a resume continues the post-norm model, exactly, and a
+    pre-norm config is refused with a message that tells the two apart."""
+    from course_utils.train import RunSetupError
+
+    post = GPTConfig.preset("tiny", norm_position="post")
+    settings = TrainConfig.preset("tiny", **{**FAST, "max_steps": 6})
+    whole = train(post, text_file, tmp_path / "whole", settings, progress=False)
+    train(post, text_file, tmp_path / "split", settings, progress=False, max_steps=5)
+    resumed = train(post, text_file, tmp_path / "split", settings, progress=False, max_steps=6, resume=True)
+    assert resumed["history"] == whole["history"] and resumed["model_config"]["norm_position"] == "post"
+    assert whole["history"][-1] < whole["history"][0]
+    model, _, _ = load_model(tmp_path / "whole" / "checkpoint.pt")
+    assert model.config.norm_position == "post" and isinstance(model.ln_f, torch.nn.Identity)
+    with pytest.raises(RunSetupError, match=r"is a run of a model of 2 layers, 32 wide, context 32, post-norm, not "
+                                            r"the 'tiny' preset \(2 layers, 32 wide, context 32\) as asked"):
+        train("tiny", text_file, tmp_path / "whole", settings, progress=False, resume=True)
+
 def test_python_api_checks_its_arguments_at_the_call(tmp_path, text_file):
     cfg = TrainConfig.preset("tiny")
     with pytest.raises(ValueError, match="step must be at least 0, got -1"):
