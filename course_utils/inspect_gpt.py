@@ -1,0 +1,263 @@
+"""Looking inside the tiny GPT: gradients per layer at initialisation, and what attention weights leave out.
+
+Reading order, as notebook 09 uses them:
+
+- gradients at initialisation, pre-norm against post-norm (Xiong et al. 2020): :func:`layer_grad_norms`
+  (the gradient norm of one parameter in every block) and :func:`xavier_init_` (the initialisation their
+  analysis assumes, instead of the course's GPT-2 one);
+- attention sinks (Xiao et al. 2023): :func:`first_key_share`, the weight that queries give the first
+  position, against :func:`uniform_first_key_share`, what a head that spreads evenly would give it;
+- weights against what they move (Kobayashi et al. 2020): :func:`attention_and_values` (each layer's weights and
+  each head's values as they reach the residual stream), :func:`weighted_value_norms` (``||w_ij f(x_j)||``,
+  exercise 09.5), two ways to compare the two pictures, :func:`top_key_disagreement` and
+  :func:`rank_correlation`, and :func:`selected_key_ratios` (how much weight some keys draw, and how long
+  their values are, against the rest).
+
+Shapes: B batch, H num_heads, T query length, S key length (T == S here: self-attention over one window),
+C embed_dim, D head_dim, L num_layers.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from course_utils._validate import check_int, check_token_ids
+from course_utils.gpt import GPT, CausalSelfAttention
+from course_utils.multihead import split_heads
+
+__all__ = ["layer_grad_norms", "xavier_init_", "first_key_share", "uniform_first_key_share", "attention_and_values",
+           "weighted_value_norms", "top_key_disagreement", "rank_correlation", "selected_key_ratios"]
+
+
+def _check_gpt(model: object) -> GPT:
+    if not isinstance(model, GPT):
+        raise TypeError(f"model must be a course_utils.gpt.GPT, got {type(model).__name__}")
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# Gradients per layer at initialisation
+# ----------------------------------------------------------------------------------------------
+
+
+def layer_grad_norms(model: GPT, idx: torch.Tensor, targets: torch.Tensor,
+                     parameter: str = "mlp.fc_out.weight") -> torch.Tensor:
+    """The norm of the loss's gradient with respect to one parameter of every block, first block first.
+
+    Shape:
+        idx, targets: (B, T) token ids -> (L,) float32, on the CPU
+
+    ``parameter`` names it inside a block (``"mlp.fc_out.weight"``, the FFN's second matrix that Xiong et al.
+    plot; ``"attn.qkv_proj.weight"``, ...). Computed with ``torch.autograd.grad`` in the model's current mode:
+    nothing is written to ``.grad`` and the weights are unchanged. Taught in notebook 09.
+    """
+    model = _check_gpt(model)
+    if not isinstance(parameter, str):
+        raise TypeError(f"parameter must be a str naming a parameter of a block, got {type(parameter).__name__}")
+    names = dict(model.blocks[0].named_parameters())
+    if parameter not in names:
+        raise ValueError(f"parameter must name a parameter of a block, one of {sorted(names)}, got {parameter!r}")
+    params = [dict(block.named_parameters())[parameter] for block in model.blocks]
+    with torch.enable_grad():
+        _, loss = model(idx, targets)
+        grads = torch.autograd.grad(loss, params)
+    return torch.stack([g.detach().float().norm() for g in grads]).cpu()  # (L,)
+
+
+@torch.no_grad()
+def xavier_init_(model: GPT) -> GPT:
+    """Re-initialise ``model`` in place the way Xiong et al. (2020) analyse it, and return it.
+
+    Every linear weight Xavier-uniform (variance 2 / (fan_in + fan_out)), biases zero, the (tied) token
+    embedding and any learned positions N(0, 1/C), LayerNorms at gain 1 and bias 0: no residual branch is
+    scaled down, unlike the course's GPT-2 initialisation (``GPT._init_weights``). Taught in notebook 09.
+    """
+    model = _check_gpt(model)
+    C = model.config.embed_dim
+    for m in model.modules():
+        if isinstance(m, nn.Linear) and m.weight is not model.tok_emb.weight:
+            nn.init.xavier_uniform_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Embedding):
+            nn.init.normal_(m.weight, mean=0.0, std=C ** -0.5)
+        elif isinstance(m, nn.LayerNorm):
+            m.reset_parameters()
+    return model
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention sinks: how much weight goes to the first position
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_weights(name: str, w: object) -> torch.Tensor:
+    if not isinstance(w, torch.Tensor):
+        raise TypeError(f"{name} must be a tensor (B, H, T, T), got {type(w).__name__}")
+    if w.dim() != 4 or w.shape[-1] != w.shape[-2]:
+        raise ValueError(f"{name} must be self-attention weights (B, H, T, T), as GPT.attention_maps returns "
+                         f"for each layer, got shape {tuple(w.shape)}")
+    if not w.is_floating_point():
+        raise TypeError(f"{name} must be a floating tensor, got {w.dtype}")
+    if w.shape[-1] < 2:
+        raise ValueError(f"{name} must cover at least 2 positions (query 0 can only read key 0), got T = {w.shape[-1]}")
+    return w
+
+
+def first_key_share(weights: torch.Tensor) -> torch.Tensor:
+    """The mean weight that queries 1 .. T-1 give to key 0, per head.
+
+    Shape:
+        weights: (B, H, T, T) causal self-attention weights -> (H,)
+
+    Query 0 is left out: it can read only key 0, so its weight there is 1 whatever the head does. Compare
+    with :func:`uniform_first_key_share`; a head far above it is an attention sink (Xiao et al. 2023).
+    Taught in notebook 09.
+    """
+    w = _check_weights("weights", weights)
+    return w[:, :, 1:, 0].mean(dim=(0, 2))  # (B, H, T - 1) -> (H,)
+
+
+def uniform_first_key_share(T: int) -> float:
+    """What :func:`first_key_share` gives for a head that spreads evenly: the mean of 1 / (i + 1), i = 1 .. T-1.
+
+    Query i reads i + 1 keys, so an even head gives key 0 the weight 1 / (i + 1). Taught in notebook 09.
+    """
+    T = check_int("T", T, minimum=2)
+    return sum(1.0 / (i + 1) for i in range(1, T)) / (T - 1)
+
+
+# ----------------------------------------------------------------------------------------------
+# Weights against what they move: ||w_ij f(x_j)|| (Kobayashi et al. 2020)
+# ----------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Every layer's attention weights and each head's values as they reach the residual stream.
+
+    Shape:
+        idx: (B, T) token ids -> a list of L pairs (weights (B, H, T, T), values (B, H, T, C))
+
+    ``values[b, h, j]`` is ``f_h(x_j)``: head h's value of position j passed through head h's slice of the
+    output projection, ``W_O[:, h D:(h + 1) D] v_j`` (the output bias, added once per position, is left out).
+    Attention's output at query i is then ``sum_h sum_j weights[b, h, i, j] * values[b, h, j]`` plus that
+    bias. Runs in the model's current mode (``.eval()`` for weights without dropout); models whose blocks use
+    grouped-query attention are refused. Taught in notebook 09.
+    """
+    model = _check_gpt(model)
+    if not all(isinstance(block.attn, CausalSelfAttention) for block in model.blocks):
+        raise ValueError("attention_and_values needs multi-head attention in every block (num_kv_heads None or "
+                         "equal to num_heads); this model uses grouped-query attention")
+    check_token_ids("idx", idx, model.config.vocab_size)
+    inputs: list[torch.Tensor] = []  # what each block's attention reads: ln_1(x) pre-norm, x post-norm
+    hooks = [block.attn.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
+             for block in model.blocks]
+    try:
+        maps = model.attention_maps(idx)  # L x (B, H, T, T)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    C, H = model.config.embed_dim, model.config.num_heads
+    out = []
+    for block, h, weights in zip(model.blocks, inputs, maps):
+        v = split_heads(block.attn.qkv_proj(h).chunk(3, dim=-1)[2], H)  # (B, T, C) -> (B, H, T, D)
+        w_o = block.attn.out_proj.weight.view(C, H, C // H)  # (C, C) -> (C, H, D): head h's columns
+        values = torch.einsum("bhjd,chd->bhjc", v, w_o)  # (B, H, T, C)
+        out.append((weights, values))
+    return out
+
+
+def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """``||weights[..., i, j] * values[..., j, :]||``: how far key j actually moves query i's output.
+
+    Shape:
+        weights: (..., T, S), values: (..., S, E) -> (..., T, S)
+
+    Weights are never negative, so this is ``weights[..., i, j] * ||values[..., j, :]||``. Exercise 09.5;
+    taught in notebook 09.
+    """
+    for name, t in (("weights", weights), ("values", values)):
+        if not isinstance(t, torch.Tensor):
+            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
+        if t.dim() < 2:
+            raise ValueError(f"{name} must have at least 2 dims, got shape {tuple(t.shape)}")
+    if weights.shape[:-2] != values.shape[:-2] or weights.shape[-1] != values.shape[-2]:
+        raise ValueError(f"weights (..., T, S) and values (..., S, E) must agree on the leading dims and on S, got "
+                         f"{tuple(weights.shape)} and {tuple(values.shape)}")
+    return weights * values.norm(dim=-1).unsqueeze(-2)  # (..., T, S) * (..., 1, S)
+
+
+def top_key_disagreement(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
+    """The share of rows (queries 1 .. T-1) whose largest weight and largest weighted norm are different keys.
+
+    Shape:
+        weights, norms: (B, H, T, T) (norms from :func:`weighted_value_norms`) -> (H,)
+
+    Taught in notebook 09.
+    """
+    w, n = _check_weights("weights", weights), _check_weights("norms", norms)
+    if w.shape != n.shape:
+        raise ValueError(f"weights and norms must have one shape, got {tuple(w.shape)} and {tuple(n.shape)}")
+    differs = w[:, :, 1:].argmax(dim=-1) != n[:, :, 1:].argmax(dim=-1)  # (B, H, T - 1)
+    return differs.float().mean(dim=(0, 2))  # (H,)
+
+
+def rank_correlation(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
+    """Spearman's rank correlation between a row's weights and its weighted norms, averaged over rows, per head.
+
+    Shape:
+        weights, norms: (B, H, T, T) -> (H,)
+
+    Row i is compared over its i + 1 visible keys; rows 0 and 1 (one or two keys) are left out. 1 means the
+    two pictures order the keys alike. Taught in notebook 09.
+    """
+    w, n = _check_weights("weights", weights), _check_weights("norms", norms)
+    if w.shape != n.shape:
+        raise ValueError(f"weights and norms must have one shape, got {tuple(w.shape)} and {tuple(n.shape)}")
+    T = w.shape[-1]
+    if T < 3:
+        raise ValueError(f"rank_correlation needs T >= 3 (rows with at least 3 keys), got T = {T}")
+    per_row = []
+    for i in range(2, T):
+        ranks = [t[..., i, : i + 1].double().argsort(dim=-1).argsort(dim=-1).double() for t in (w, n)]  # (B, H, i+1)
+        a, b = (r - r.mean(dim=-1, keepdim=True) for r in ranks)
+        per_row.append((a * b).sum(dim=-1) / (a.norm(dim=-1) * b.norm(dim=-1)))  # (B, H)
+    return torch.stack(per_row, dim=-1).mean(dim=(0, 2)).to(w.dtype)  # (B, H, T - 2) -> (H,)
+
+
+def selected_key_ratios(weights: torch.Tensor, values: torch.Tensor,
+                        selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """How much weight the selected keys draw, and how long their values are, each over the other keys', per head.
+
+    Shape:
+        weights: (B, H, T, T), values: (B, H, T, E), selected: (B, T) bool (say, ``ids == space``)
+        -> (weight ratio (H,), length ratio (H,))
+
+    The weight key j draws is averaged over the queries that can see it (i >= j), so an early key and a late
+    one compare fairly; a length is ``||values[b, h, j]||``. A weight ratio above 1 with a length ratio below 1
+    is a head whose map overstates what it takes from the selected keys. Taught in notebook 09.
+    """
+    w = _check_weights("weights", weights)
+    B, H, T, _ = w.shape
+    if not isinstance(values, torch.Tensor) or values.dim() != 4 or values.shape[:3] != (B, H, T):
+        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        raise ValueError(f"values must be (B, H, T, E) = ({B}, {H}, {T}, E) to go with weights, got {got}")
+    if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool or selected.shape != (B, T):
+        got = (f"{tuple(selected.shape)} {selected.dtype}" if isinstance(selected, torch.Tensor)
+               else type(selected).__name__)
+        raise ValueError(f"selected must be a bool tensor (B, T) = ({B}, {T}), got {got}")
+    if bool(selected.all()) or not bool(selected.any()):
+        raise ValueError("selected must mark some keys and leave others unmarked: a ratio needs both")
+    seeing = T - torch.arange(T, device=w.device)  # (T,): queries i >= j that can see key j
+    drawn = w.sum(dim=-2) / seeing  # (B, H, T)
+    length = values.norm(dim=-1)  # (B, H, T)
+    chosen = selected[:, None, :].to(w.dtype)  # (B, 1, T)
+
+    def ratio(x: torch.Tensor) -> torch.Tensor:
+        inside = (x * chosen).sum(dim=(0, 2)) / chosen.sum()  # (H,)
+        outside = (x * (1 - chosen)).sum(dim=(0, 2)) / (1 - chosen).sum()  # (H,)
+        return inside / outside
+
+    return ratio(drawn), ratio(length)

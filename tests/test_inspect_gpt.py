@@ -1,0 +1,154 @@
+"""course_utils.inspect_gpt: each helper against a direct computation, over random shapes, and its error messages.
+
+(What the helpers find on the shipped model is pinned in tests/test_claims_gpt.py.)
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from strategies import seeds
+
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.inspect_gpt import (
+    attention_and_values,
+    first_key_share,
+    layer_grad_norms,
+    rank_correlation,
+    selected_key_ratios,
+    top_key_disagreement,
+    uniform_first_key_share,
+    weighted_value_norms,
+    xavier_init_,
+)
+from course_utils.masking import causal_mask
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def causal_weights(B: int, H: int, T: int, seed: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(B, H, T, T, generator=g) * 2
+    return torch.softmax(scores.masked_fill(~causal_mask(T), -math.inf), dim=-1)  # (B, H, T, T)
+
+
+def tiny(seed: int = 0, **overrides) -> GPT:
+    torch.manual_seed(seed)
+    return GPT(GPTConfig(**{**dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2),
+                            **overrides})).eval()
+
+
+@given(seed=seeds, B=st.integers(1, 3), H=st.integers(1, 5), T=st.integers(1, 9), extra=st.integers(0, 4),
+       D=st.integers(1, 9))
+def test_weighted_value_norms_is_the_norm_of_each_term(seed, B, H, T, extra, D):
+    g = torch.Generator().manual_seed(seed)
+    S = T + extra
+    weights = torch.softmax(torch.randn(B, H, T, S, generator=g), dim=-1)
+    values = torch.randn(B, H, S, D, generator=g) * (0.1 + 3 * torch.rand(B, H, S, 1, generator=g))
+    terms = weights[..., None] * values[:, :, None, :, :]  # (B, H, T, S, D): each key's term of each output
+    torch.testing.assert_close(weighted_value_norms(weights, values), terms.norm(dim=-1))
+
+
+def test_first_key_share_of_an_even_head_is_the_uniform_share():
+    T = 12
+    even = causal_mask(T).float()
+    even = (even / even.sum(-1, keepdim=True)).expand(2, 3, T, T)  # (B, H, T, T): every visible key alike
+    torch.testing.assert_close(first_key_share(even), torch.full((3,), uniform_first_key_share(T)))
+    sink = torch.zeros(1, 1, T, T)
+    sink[..., 0] = 1.0  # every query reads position 0 only
+    assert first_key_share(sink).item() == 1.0
+    assert uniform_first_key_share(2) == 0.5
+
+
+@given(seed=seeds, T=st.integers(3, 12))
+def test_identical_pictures_agree_completely(seed, T):
+    w = causal_weights(2, 3, T, seed)
+    assert torch.equal(top_key_disagreement(w, w), torch.zeros(3))
+    torch.testing.assert_close(rank_correlation(w, w), torch.ones(3))
+    reversed_order = causal_mask(T).float() / (w + 1.0)  # the reverse order of each row's visible keys
+    torch.testing.assert_close(rank_correlation(w, reversed_order), -torch.ones(3))
+
+
+def test_top_key_disagreement_counts_rows_whose_brightest_key_moves():
+    w = causal_weights(1, 1, 4, 0)
+    n = w.clone()
+    n[0, 0, 3] = torch.tensor([0.0, 0.0, 0.0, 1.0]) if w[0, 0, 3].argmax() != 3 else torch.tensor([1.0, 0, 0, 0])
+    assert top_key_disagreement(w, n).item() == pytest.approx(1 / 3)  # rows 1, 2, 3: one of them differs
+
+
+def test_selected_key_ratios_compare_with_the_other_keys():
+    B, H, T = 1, 2, 4
+    weights = causal_mask(T).float()
+    weights = (weights / weights.sum(-1, keepdim=True)).expand(B, H, T, T)
+    values = torch.ones(B, H, T, 3)
+    values[:, 1, 1] *= 2.0  # head 1: key 1's value is twice as long
+    selected = torch.tensor([[False, True, False, False]])
+    drawn, length = selected_key_ratios(weights, values, selected)
+    seen = weights.sum(-2)[0, 0] / (T - torch.arange(T))  # mean weight per query that can see the key
+    torch.testing.assert_close(drawn, (seen[1] / seen[[0, 2, 3]].mean()).expand(2))
+    torch.testing.assert_close(length, torch.tensor([1.0, 2.0]))
+
+
+def test_attention_and_values_give_the_models_maps_and_rebuild_the_branch():
+    for norm in ("pre", "post"):
+        model = tiny(norm_position=norm, positions="rope")
+        idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(1))
+        pairs = attention_and_values(model, idx)
+        assert len(pairs) == 2 and pairs[0][1].shape == (2, 4, 16, 16)
+        x = model._embed(idx, 0)
+        for block, (w, f), m in zip(model.blocks, pairs, model.attention_maps(idx)):
+            torch.testing.assert_close(w, m)
+            with torch.no_grad():
+                branch = block.attend(x)
+                torch.testing.assert_close(torch.einsum("bhij,bhjc->bic", w, f) + block.attn.out_proj.bias, branch,
+                                           atol=1e-6, rtol=1e-5)
+                x = block.add_branches(x, branch)
+    assert all(not h for b in model.blocks for h in (b.attn._forward_pre_hooks,)), "hooks removed"
+
+
+def test_xavier_init_has_the_variances_it_says():
+    model = xavier_init_(tiny(num_layers=4, embed_dim=64, vocab_size=200, context_length=8))
+    fc = model.blocks[3].mlp.fc_out.weight  # (64, 256)
+    assert fc.var().item() == pytest.approx(2 / (64 + 256), rel=0.1)
+    assert model.tok_emb.weight.var().item() == pytest.approx(1 / 64, rel=0.1)
+    assert model.lm_head.weight is model.tok_emb.weight
+    assert all((b.attn.qkv_proj.bias == 0).all() for b in model.blocks)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: layer_grad_norms("model", None, None), TypeError, "model must be a course_utils.gpt.GPT, got str"),
+    (lambda: layer_grad_norms(tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long),
+                              "mlp.fc_out.bias2"), ValueError, r"parameter must name a parameter of a block, one of"),
+    (lambda: layer_grad_norms(tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), 3),
+     TypeError, "parameter must be a str"),
+    (lambda: xavier_init_(torch.nn.Linear(2, 2)), TypeError, "model must be a course_utils.gpt.GPT, got Linear"),
+    (lambda: first_key_share(torch.ones(2, 3, 4)), ValueError, r"weights must be self-attention weights \(B, H, T, T\)"),
+    (lambda: first_key_share(torch.ones(1, 1, 1, 1)), ValueError, "at least 2 positions"),
+    (lambda: first_key_share([[1.0]]), TypeError, "weights must be a tensor"),
+    (lambda: first_key_share(torch.ones(1, 1, 2, 2, dtype=torch.long)), TypeError, "must be a floating tensor"),
+    (lambda: uniform_first_key_share(1), ValueError, "T must be at least 2, got 1"),
+    (lambda: uniform_first_key_share(2.0), TypeError, "T must be an int"),
+    (lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 5, 6)), ValueError,
+     r"must agree on the leading dims and on S, got \(2, 3, 4\) and \(2, 5, 6\)"),
+    (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a tensor, got str"),
+    (lambda: weighted_value_norms(torch.ones(3), torch.ones(3, 2)), ValueError, "weights must have at least 2 dims"),
+    (lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 3)), ValueError,
+     "weights and norms must have one shape"),
+    (lambda: rank_correlation(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)), ValueError, "needs T >= 3"),
+    (lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
+     ValueError, "selected must mark some keys and leave others unmarked"),
+    (lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3)),
+     ValueError, r"selected must be a bool tensor \(B, T\) = \(1, 3\)"),
+    (lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
+     ValueError, r"values must be \(B, H, T, E\) = \(1, 1, 3, E\)"),
+    (lambda: attention_and_values(tiny(num_kv_heads=2), torch.zeros(1, 4, dtype=torch.long)), ValueError,
+     "this model uses grouped-query attention"),
+    (lambda: attention_and_values(tiny(), torch.full((1, 4), 11)), ValueError, "idx"),
+])
+def test_bad_arguments_say_what_was_expected(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
