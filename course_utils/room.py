@@ -11,7 +11,8 @@ Command line (``python3 course.py room`` and ``python3 course.py package`` call 
 ``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room
 needs the internet: ``wheels/`` (``pip download`` of requirements.txt, for this machine's platform and
 Python unless told others), ``datasets/`` (the corpus of notebook 09, from ``course_utils.data fetch``),
-``course-learner.zip`` (the course without solutions) and ``README.txt`` (what to do on each laptop). Copy
+``course-learner.zip`` (the course without solutions), ``site/`` (the solved notebooks to read in a
+browser, from ``course_utils.site``) and ``README.txt`` (what to do on each laptop). Copy
 DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each
 laptop: ``python3 course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with
 ``pip install --no-index --find-links DIR/wheels``.
@@ -116,6 +117,19 @@ def fetch_datasets(out: Path, ledger: _Ledger | None = None) -> str:
     return f"datasets: {', '.join(copied) or 'none'}"
 
 
+def build_room_site(out: Path, now: datetime | None = None) -> str:
+    """The solved notebooks as a static site in ``out/site`` (course_utils.site): a reader opens
+    site/index.html in a browser, before anything is installed. A site made there before is rebuilt in place
+    (a page changed since is kept aside); anything else at ``out/site`` is first moved aside, whole."""
+    from course_utils.site import build_site
+
+    try:
+        site = build_site(out / "site", force=True, now=now)
+    except FileNotFoundError as e:  # no solutions/ (a learner's copy of the course)
+        return f"skipped site/: {e}"
+    return "\n".join([f"site: {len(site.pages)} notebooks, open {site.index} in a browser", *site.notes])
+
+
 ROOM_README = """\
 Attention, Step by Step: everything a room without internet needs
 ================================================================
@@ -123,6 +137,8 @@ Attention, Step by Step: everything a room without internet needs
 wheels/              every package the course installs (pip download of requirements.txt), for: {targets}
 datasets/            the data the notebooks read (copied into the course's datasets/ by --offline)
 course-learner.zip   the course without solutions (unzip it on each laptop)
+site/index.html      the course to read in any browser, before anything is installed: every solved
+                     notebook with its outputs (copy site/ to a laptop or send it before the workshop)
 
 On each laptop, with this folder copied to it (e.g. from a USB stick to ~/room):
 
@@ -255,6 +271,7 @@ def prepare(out: Path, requirements: Path | None = None, platforms: list[str] | 
         package(out / "course-learner.zip", learner=True, force=True, now=now, keep_existing=False)
         ledger.wrote("course-learner.zip")
         notes.append(f"course without solutions: {out / 'course-learner.zip'}")
+        notes.append(build_room_site(out, now))
     for t in (f"{p or 'this platform'} / Python {v or '.'.join(map(str, sys.version_info[:2]))}"
               for p, v in itertools.product(platforms or [None], python_versions or [None])):
         if t not in ledger.data["targets"]:
@@ -451,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="passed to pip download, e.g. --pip-arg=--index-url=https://download.pytorch.org/whl/cpu")
     p.add_argument("--requirements", type=Path, default=ROOT / "requirements.txt")
     p.add_argument("--no-data", action="store_true", help="leave the datasets out")
-    p.add_argument("--no-course", action="store_true", help="leave course-learner.zip out")
+    p.add_argument("--no-course", action="store_true", help="leave course-learner.zip and site/ out")
     p.add_argument("--force", action="store_true",
                    help="use DIR even if it exists (it is first moved aside to backup-DIR-DATE) or lies in the course")
     k = sub.add_parser("package", help="zip the course for learners (no solutions) or instructors")

@@ -212,3 +212,31 @@ def test_a_second_room_run_adds_to_its_folder_and_keeps_a_changed_file(tmp_path,
     kept = out / "backup-README-20260102-030405.txt"
     assert kept.read_text() == "my notes for the room" and any(kept.name in n for n in notes)
     assert "--no-index" in (out / "README.txt").read_text()
+
+
+def test_the_room_folder_carries_the_static_site(tmp_path, monkeypatch):
+    """prepare writes the solved notebooks as a static site into DIR/site (course_utils.site) and README.txt
+    says to open site/index.html; a second run rebuilds it in place. (One small notebook, to stay fast.)"""
+    import shutil
+
+    from course_utils import site
+
+    solutions = tmp_path / "solutions"
+    solutions.mkdir()
+    shutil.copy(ROOT / "solutions" / "00_setup_check.ipynb", solutions)
+    monkeypatch.setattr(site, "SOLUTIONS", solutions)
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    monkeypatch.setattr(room, "package", lambda out, **kw: out.write_bytes(b"a zip"))
+    out = tmp_path / "room"
+    notes = room.prepare(out, data=False)
+    assert (out / "site" / "index.html").is_file() and (out / "site" / "00_setup_check.html").is_file()
+    assert any(n.startswith("site: 1 notebooks, open ") for n in notes)
+    assert "site/index.html" in (out / "README.txt").read_text()
+    (out / "site" / "00_setup_check.html").write_text("my notes")
+    notes = room.prepare(out, data=False, now=datetime(2026, 1, 2, 3, 4, 5))
+    assert (out / "site" / "backup-00_setup_check-20260102-030405.html").read_text() == "my notes"
+    assert "course-site-toc" in (out / "site" / "00_setup_check.html").read_text()
+    room.prepare(tmp_path / "no-course", data=False, course=False)
+    assert not (tmp_path / "no-course" / "site").exists()
+    monkeypatch.setattr(site, "SOLUTIONS", tmp_path / "missing")  # a learner's copy has no solutions/
+    assert any(n.startswith("skipped site/: no folder") for n in room.prepare(tmp_path / "r3", data=False))
