@@ -11,12 +11,14 @@
 #
 # **What you will learn**
 #
-# - why self-attention without positions is *permutation-equivariant*, and what that means for a model;
+# - why self-attention without positions is *permutation-equivariant*, what that means for a model, and
+#   how a causal mask leaks a little position anyway;
 # - learned position embeddings, and their hard limit: no position beyond the trained context;
 # - the sinusoidal formula, what its table and its dot products look like, and why shifting by k
 #   positions is a rotation (a linear map that does not depend on the position);
 # - RoPE: rotating pairs of channels of q and k so that a score depends only on the distance i - j;
-#   its two pairing conventions, and rotating cached keys at their absolute positions;
+#   which way it turns, its two pairing conventions (and the one this course uses), and rotating cached
+#   keys at their absolute positions;
 # - ALiBi: one slope per head and a distance penalty added to the scores;
 # - how each scheme changes *one step* of `MultiHeadAttention`, and how the schemes compare when
 #   sequences get longer than in training.
@@ -97,10 +99,30 @@ print("shuffled outputs == outputs shuffled:", torch.allclose(out_shuffled, out[
 a, b = embed("dog bit man".split()), embed("man bit dog".split())
 print("output for 'bit' in both sentences is the same:", torch.allclose(mha(a)[0, 1], mha(b)[0, 1], atol=1e-6))
 
+# %%
+flat = torch.zeros(1, 1, 6, 1)  # q = k = 0: every score equal, so the weights are uniform over the visible keys
+v_start = torch.tensor([1.0, 0, 0, 0, 0, 0]).view(1, 1, 6, 1)  # (B, H, T, D): a start token, then five others
+avg_causal, _ = scaled_dot_product_attention(flat, flat, v_start, causal_mask(6))
+avg_full, _ = scaled_dot_product_attention(flat, flat, v_start)
+print("causal mask, average at t = 0..5:", " ".join(f"{a:.3f}" for a in avg_causal.flatten().tolist()))
+print("no mask,     average at t = 0..5:", " ".join(f"{a:.3f}" for a in avg_full.flatten().tolist()))
+
 # %% [markdown]
-# (A causal mask breaks the symmetry a little, because token t sees t + 1 keys, but a model would have to
-# count to find out where it is; in the experiment at the end, a model without positions does badly.)
-# Every scheme below fixes this by making *where* a token is part of the computation. Two families:
+# A model can read its position off that number. One causal layer still sees the tokens before t as a
+# *set* (their count, not their order); a second layer can combine the counts of different prefixes, and
+# causal language models trained with no positional encoding at all do learn where each token is
+# (Haviv et al., 2022; Kazemnejad et al., 2023 found such "NoPE" decoders generalise to longer inputs
+# better than models with explicit encodings on their tasks; both in further reading). The model in this notebook's experiment has one layer, and
+# without positions it does badly.
+#
+# Every scheme below makes *where* a token is an explicit part of the computation. Two families:
+# %% [markdown]
+# This layer has no mask, so one such layer cannot recover the order of its input: whatever it computes
+# for a token, it computes for the token's value wherever it sits. A **causal** mask changes that a little.
+# Token t sees only the keys 0 .. t, so the mask itself carries position: a head whose scores are all
+# equal (a query orthogonal to every key) returns the plain average of the t + 1 values it can see, and
+# that average moves with t. A start token with value 1 followed by tokens with value 0 makes it exact:
+# the causal average at position t is 1 / (t + 1), while without a mask every position gets the same 1/6.
 #
 # - **absolute** schemes add a vector for position t to the token's embedding, before any attention
 #   (learned, sinusoidal);
@@ -268,6 +290,24 @@ for i, j in [(5, 2), (12, 9), (103, 100), (2, 5)]:
 # The same distance, the same score, wherever the pair sits. And rotations keep lengths, so RoPE never
 # changes the norm of a query or key.
 #
+# Which way does it turn? `rotate` turns **counter-clockwise** by the angle t * theta_i in the plane of the
+# pair: (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos), the sign convention of the paper and of
+# `course_utils`. Clockwise (every angle negated) would serve as well, *if q and k turn the same way*:
+# the scores still depend on i - j alone, they are just different numbers (clockwise equals
+# counter-clockwise with the second channel of every pair negated, a sign a model folds into W_q and
+# W_k). Turning q one way and k the other breaks it: the score then depends on i + j.
+
+# %%
+for i, j in [(5, 2), (12, 9)]:
+    both_cw = rotate(q2, -i * theta) @ rotate(k2, -j * theta)
+    mixed = rotate(q2, i * theta) @ rotate(k2, -j * theta)
+    print(f"i = {i:2d}, j = {j}: both clockwise {both_cw.item():+.4f} | q counter-clockwise, k clockwise {mixed.item():+.4f}")
+
+# %% [markdown]
+# Both clockwise, distance 3 scores +1.1495 at either place: the counter-clockwise score of distance -3
+# above. So the direction is a convention, like the pairing below: a trained model only works with the one
+# it was trained with.
+#
 # Now a whole (B, H, T, D) tensor. Pair i of the channels is (2i, 2i + 1), the *interleaved* pairing of
 # the RoFormer paper:
 
@@ -288,8 +328,8 @@ k = torch.randn(B, H, T, D, generator=g)
 pos = torch.arange(T)
 q_rot = rope_interleaved(q, pos)
 print("q_rot", tuple(q_rot.shape))
-torch.testing.assert_close(q_rot, apply_rope(q, pos))
-print("matches course_utils.positional.apply_rope")
+torch.testing.assert_close(q_rot, apply_rope(q, pos, pairing="interleaved"))
+print("matches course_utils.positional.apply_rope(pairing='interleaved')")
 print("norms unchanged:", torch.allclose(q_rot.norm(dim=-1), q.norm(dim=-1), atol=1e-5))
 
 # %% [markdown]
@@ -297,8 +337,9 @@ print("norms unchanged:", torch.allclose(q_rot.norm(dim=-1), q.norm(dim=-1), ato
 # along, and not one score changes.
 
 # %%
-scores = apply_rope(q, pos) @ apply_rope(k, pos).transpose(-2, -1)  # (B, H, T, T)
-scores_shifted = apply_rope(q, pos + 100) @ apply_rope(k, pos + 100).transpose(-2, -1)
+rope_i = lambda t, p: apply_rope(t, p, pairing="interleaved")  # the paper's pairing, as above
+scores = rope_i(q, pos) @ rope_i(k, pos).transpose(-2, -1)  # (B, H, T, T)
+scores_shifted = rope_i(q, pos + 100) @ rope_i(k, pos + 100).transpose(-2, -1)
 print("scores at positions 0..5 == scores at 100..105, to 1e-5 (float32 rounding of the angles):",
       (scores - scores_shifted).abs().max().item() < 1e-5)
 
@@ -331,6 +372,14 @@ print("half(x[perm]) == interleaved(x)[perm]:",
 # This is what checkpoint converters between the two styles do; loading weights trained with one pairing
 # into code that uses the other gives a model that runs without error and produces garbage.
 #
+# **This course rotates with `"half"`** wherever a model rotates: it is `apply_rope`'s default, and what
+# `RotaryMultiHeadAttention`, notebook 07's `GroupedQueryAttention(rope=True)` and notebook 09's GPT use.
+# Two reasons. The pairs are two contiguous halves, so the rotation is two slices and one concatenation
+# instead of strided views of every other channel that must be stacked and interleaved again. And it is
+# the layout of the GPT-NeoX checkpoints and of Llama's in the Hugging Face format, so their W_q and W_k
+# load without reordering rows. The interleaved picture above is the same rotation, and the easier one to
+# draw.
+#
 # ### Absolute positions with a cache
 #
 # When a model generates text with a KV cache (notebook 07), the keys of earlier tokens are stored
@@ -341,7 +390,7 @@ print("half(x[perm]) == interleaved(x)[perm]:",
 # %%
 x_full = torch.randn(1, H, 8, D, generator=g)
 t0 = 5
-new_rows = apply_rope(x_full[..., t0:, :], positions=torch.arange(t0, 8))
+new_rows = apply_rope(x_full[..., t0:, :], positions=torch.arange(t0, 8))  # pairing="half", the default
 print("rotated at absolute positions == slice of the full rotation:",
       torch.allclose(new_rows, apply_rope(x_full)[..., t0:, :]))
 print("rotated at 0, 1, 2 instead:", torch.allclose(apply_rope(x_full[..., t0:, :]), apply_rope(x_full)[..., t0:, :]))
@@ -350,7 +399,7 @@ print("rotated at 0, 1, 2 instead:", torch.allclose(apply_rope(x_full[..., t0:, 
 # ### RoPE inside multi-head attention
 #
 # `RotaryMultiHeadAttention` is `MultiHeadAttention` with one step added: after `split_heads`, rotate the
-# queries and the keys (not the values). It has no extra parameters. Here is that step written out, and
+# queries and the keys (not the values), with the half pairing. It has no extra parameters. Here is that step written out, and
 # checked against the module:
 
 # %%
@@ -359,7 +408,7 @@ rope_mha = RotaryMultiHeadAttention(C, H)
 x5 = embed(words)  # (1, T, C)
 T5 = x5.shape[1]
 q5, k5, v5 = (split_heads(t, H) for t in rope_mha.qkv_proj(x5).chunk(3, dim=-1))  # (1, H, T, D) each
-q5, k5 = apply_rope(q5), apply_rope(k5)  # the one new step
+q5, k5 = apply_rope(q5, pairing="half"), apply_rope(k5, pairing="half")  # the one new step
 out5, weights5 = scaled_dot_product_attention(q5, k5, v5, causal_mask(T5))
 out5 = rope_mha.out_proj(out5.transpose(1, 2).reshape(1, T5, C))
 torch.testing.assert_close(rope_mha(x5, causal_mask(T5)), out5)
@@ -450,11 +499,16 @@ print("matches ALiBiMultiHeadAttention | runs on 500 positions:", tuple(alibi_mh
 # %% [markdown]
 # ## 6. Explore: what each scheme does to a score
 #
-# The picture below puts the schemes side by side. For a query vector and a key vector that are *the same*
-# at every position, it shows the score of query position i against key position j. With no positions every
-# score is equal. Learned embeddings (random here, untrained) give noise. Sinusoidal encodings added to the
-# input give a pattern that mostly depends on i - j, but not only. RoPE gives a pattern that is constant
-# along every diagonal (it depends only on i - j), and ALiBi a plain ramp away from the diagonal.
+# The picture below puts the schemes side by side. For a query vector q and a key vector k that are *the
+# same* at every position, it shows the score of query position i against key position j, all five panels
+# on one colour scale so that a colour means the same score in each. With no positions every score is
+# equal. Learned embeddings (random here, untrained) add a random row to q and to k and give noise, the
+# largest effect of the five. The sinusoidal panel adds the table straight to the query and to the key
+# vector, PE[i] to q and PE[j] to k (a real model adds it to the input x, before W_q and W_k, which mixes it
+# further): the score (q + PE[i]) . (k + PE[j]) has a term PE[i] . PE[j] that depends only on i - j, and
+# two cross terms, q . PE[j] and PE[i] . k, that depend on where each token sits. RoPE gives a pattern that
+# is constant along every diagonal (it depends only on i - j), and ALiBi (the steepest slope of an 8-head
+# model, m = 1/2) a plain ramp away from the diagonal.
 
 # %%
 def explorer_scores(scheme, T=24, C=16, pairs=None, seed=0):
@@ -475,32 +529,34 @@ def explorer_scores(scheme, T=24, C=16, pairs=None, seed=0):
     if scheme == "learned (untrained)":
         table = torch.randn(T, C, generator=gen)
         return (qs + table) @ (ks + table).T
-    if scheme == "sinusoidal":
+    if scheme == "sinusoidal":  # PE[i] added to the query, PE[j] to the key
         table = sinusoidal_encoding(T, C)
         return (qs + table) @ (ks + table).T
-    if scheme == "rope":
-        return apply_rope(qs[None])[0] @ apply_rope(ks[None])[0].T
+    if scheme == "rope":  # pairs (2i, 2i + 1), like the sinusoidal table and the `pairs` argument
+        return apply_rope(qs[None], pairing="interleaved")[0] @ apply_rope(ks[None], pairing="interleaved")[0].T
     if scheme == "alibi":
-        return qs @ ks.T + alibi_bias(1, T)[0]
+        return qs @ ks.T + alibi_bias(8, T)[0]  # head 0 of 8: slope 1/2
     raise ValueError(f"unknown scheme {scheme!r}")
 
 
 EXPLORER_SCHEMES = ("none", "learned (untrained)", "sinusoidal", "rope", "alibi")
 
 
-def plot_scores(scheme, ax, **kw):
+def plot_scores(scheme, ax, vmin=None, vmax=None, **kw):
     s = explorer_scores(scheme, **kw)
-    ax.imshow(s, cmap="magma")
+    image = ax.imshow(s, cmap="magma", vmin=vmin, vmax=vmax)
     ax.set_title(scheme, fontsize=9)
     ax.set_xlabel("key position j")
-    return s
+    return s, image
 
 
-fig, axes = plt.subplots(1, 5, figsize=(12, 2.8))
+all_scores = torch.stack([explorer_scores(scheme) for scheme in EXPLORER_SCHEMES])  # (5, T, T)
+low, high = all_scores.min().item(), all_scores.max().item()  # one colour scale for the five panels
+fig, axes = plt.subplots(1, 5, figsize=(13, 2.8), layout="constrained")
 for scheme, ax in zip(EXPLORER_SCHEMES, axes):
-    plot_scores(scheme, ax)
+    _, image = plot_scores(scheme, ax, vmin=low, vmax=high)
 axes[0].set_ylabel("query position i")
-fig.tight_layout()
+fig.colorbar(image, ax=axes.tolist(), label="score", shrink=0.9)
 plt.show()
 
 # %% [markdown]
@@ -511,8 +567,14 @@ s_rope = explorer_scores("rope")
 print("RoPE: each diagonal constant:",
       all(torch.allclose(d, d[0].expand_as(d), atol=1e-4) for d in (torch.diagonal(s_rope, o) for o in range(-23, 24))))
 s_sin = explorer_scores("sinusoidal")
-print("sinusoidal added to the input: each diagonal constant:",
+print("sinusoidal added to q and k: each diagonal constant:",
       all(torch.allclose(d, d[0].expand_as(d), atol=1e-4) for d in (torch.diagonal(s_sin, o) for o in range(-23, 24))))
+pe24 = sinusoidal_encoding(24, 16)  # the table the explorer added
+g0 = torch.Generator().manual_seed(0)
+q16, k16 = torch.randn(16, generator=g0), torch.randn(16, generator=g0)  # the explorer's q and k (seed 0)
+cross = q16 @ pe24.T + (pe24 @ k16)[:, None]  # q . PE[j] (varies along a row) + PE[i] . k (down a column)
+print("same scores without the cross terms: each diagonal constant:",
+      all(torch.allclose(d, d[0].expand_as(d), atol=1e-4) for d in (torch.diagonal(s_sin - cross, o) for o in range(-23, 24))))
 
 # %% [markdown]
 # Try it (needs a running kernel): pick a scheme, a length and which channel pairs of q and k to keep. With
@@ -528,7 +590,7 @@ from ipywidgets import Dropdown, IntSlider, SelectMultiple, interact
 def _explore(scheme, T, pairs, query):
     chosen = list(pairs) if pairs else None
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3))
-    s = plot_scores(scheme, ax1, T=T, pairs=chosen)
+    s, _ = plot_scores(scheme, ax1, T=T, pairs=chosen)
     ax1.set_ylabel("query position i")
     i = min(query, T - 1)
     ax2.plot(s[i], marker=".")
@@ -551,7 +613,8 @@ _ = interact(_explore,
 # The task ("last letter"): a sequence mixes *letters* (8 token types) and *fillers* (8 other types).
 # At every position the model must name the most recent letter at or before it. The rule is about
 # relative position (look back to the nearest letter) and is the same at position 5 as at 500. Without any
-# positions the model cannot tell which earlier letter is the most recent.
+# positions, one causal layer sees the tokens before t as a set (section 1): it can tell *which* letters
+# came before, not which of them came last.
 #
 # We train the same tiny model (one pre-norm block with 4 heads, C = 32, and an MLP) once per scheme,
 # on sequences of length 16, with the same data in the same order, for the same number of steps. Then we
@@ -629,8 +692,9 @@ plt.show()
 # %% [markdown]
 # What the curves say (read the numbers above; your own runs with other seeds move them by a few points):
 #
-# - **none**: without positions the model cannot single out the most recent letter, even at the trained
-#   length, and it gets worse as more earlier letters compete.
+# - **none**: without positions this one-layer model cannot single out the most recent letter, even at the
+#   trained length, and it gets worse as more earlier letters compete. (`FULL_RUN`'s two layers could in
+#   principle recover order through the causal mask, section 1.)
 # - **learned**: perfect up to length 16, then it falls: positions 16 and beyond have rows nobody trained.
 # - **sinusoidal**: every position has a vector, but vectors the model never saw; it degrades about as fast.
 # - **RoPE**: the scores depend only on i - j, so the rule transfers to somewhat longer sequences; far
@@ -652,9 +716,11 @@ torch.testing.assert_close(sinusoidal_loops(7, 10), sinusoidal_encoding(7, 10))
 torch.testing.assert_close(sinusoidal_vectorised(50, 64), sinusoidal_encoding(50, 64))
 x_check = torch.randn(2, 3, 9, 6, generator=g)
 p_check = torch.arange(4, 13)
-torch.testing.assert_close(rope_interleaved(x_check, p_check), apply_rope(x_check, p_check))
-pair = x_check[0, 0, 3, :2]
-torch.testing.assert_close(rotate(pair, 7 * 1.0), apply_rope(x_check, p_check)[0, 0, 3, :2])  # position 7, theta_0 = 1
+torch.testing.assert_close(rope_interleaved(x_check, p_check), apply_rope(x_check, p_check, pairing="interleaved"))
+pair = x_check[0, 0, 3, :2]  # interleaved pair 0 of the row at position 7 (theta_0 = 1)
+torch.testing.assert_close(rotate(pair, 7 * 1.0), apply_rope(x_check, p_check, pairing="interleaved")[0, 0, 3, :2])
+perm6 = rope_pairing_permutation(6)
+torch.testing.assert_close(apply_rope(x_check[..., perm6], p_check), rope_interleaved(x_check, p_check)[..., perm6])
 slopes_by_hand = torch.tensor([2.0 ** (-8 * (h + 1) / 8) for h in range(8)])
 torch.testing.assert_close(slopes_by_hand, alibi_slopes(8))
 print("matches course_utils")
@@ -728,14 +794,16 @@ check("06.3", my_alibi_bias)
 # ## Summary
 #
 # - Without positions, self-attention is permutation-equivariant: shuffling the tokens shuffles the outputs
-#   and changes nothing else.
+#   and changes nothing else. A causal mask leaks position (an even average over the visible keys depends
+#   on how many there are), which deeper causal models can learn to use; one layer cannot recover order.
 # - **Learned** embeddings: a trained row per position, added to the input. Flexible, but there is no row
 #   past the trained context, and untrained rows are noise.
 # - **Sinusoidal**: a fixed (sin, cos) pair per frequency, omega_i = 10000^(-2i/C). A shift by k positions
 #   is a rotation M_k that does not depend on t, and dot products depend on the distance only.
-# - **RoPE** rotates pair i of q and k by t * theta_i, so scores depend only on i - j and norms are kept.
-#   Two pairings exist (interleaved, half); they differ by a fixed permutation of channels. With a cache,
-#   rotate new keys at their absolute positions.
+# - **RoPE** rotates pair i of q and k counter-clockwise by t * theta_i, so scores depend only on i - j and
+#   norms are kept (clockwise would work too, for q and k alike). Two pairings exist (interleaved, half);
+#   they differ by a fixed permutation of channels, and this course's models use half. With a cache, rotate
+#   new keys at their absolute positions.
 # - **ALiBi** adds -m_h (i - j) to the scores, with geometric slopes per head; no parameters, no length limit,
 #   a built-in preference for recent tokens.
 # - In `course_utils`, RoPE and ALiBi change one step of `MultiHeadAttention`; the experiment shows the
@@ -752,6 +820,8 @@ check("06.3", my_alibi_bias)
 # - Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
 #   Extrapolation" (ICLR 2022): https://arxiv.org/abs/2108.12409 (reference code:
 #   https://github.com/ofirpress/attention_with_linear_biases)
+# - Haviv, Ram, Press, Izsak, Levy, "Transformer Language Models without Positional Encodings Still Learn
+#   Positional Information" (Findings of EMNLP 2022): https://arxiv.org/abs/2203.16634
 # - Kazemnejad et al., "The Impact of Positional Encoding on Length Generalization in Transformers" (2023):
 #   https://arxiv.org/abs/2305.19466 (including models with no positional encoding at all)
 # - Peng et al., "YaRN: Efficient Context Window Extension of Large Language Models" (2023):
