@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """One entry point for the course. Needs only Python 3.10+; it sets up everything else.
 
-    python3 course.py lab      install (first time only) and open the course in JupyterLab
-    python3 course.py test     install (first time only) and run every test: unit tests and nbval on every notebook
+    python3 course.py lab      install the learner set (first time only) and open the course in JupyterLab
+    python3 course.py test     install the author set (first time only) and run every test: unit tests and nbval
+                               on every notebook
     python3 course.py check [NOTEBOOK or FOLDER ...] [--timeout SECONDS]
                                check your exercises (default: notebooks/) and print a table; each cell may
                                run 120 s (--timeout); the table also goes to reports/exercises.json
@@ -29,13 +30,16 @@ command in. docs/INSTRUCTOR_GUIDE.md says what every command refuses and how to 
 
 `lab` and `test` take `--offline DIR` (a folder made by `room`, or its URL when served with
 `python3 -m http.server`): they install from there with `pip install --no-index --find-links`.
-Everything is installed into .venv/ next to this file; a second run reuses it unless requirements.txt
-or pyproject.toml changed. Set COURSE_VENV to use another folder.
+Everything is installed into .venv/ next to this file, at the versions pinned in lock/: `lab`, `check`,
+`env`, `reset`, `room` and `package` need the learner set (lock/learner.txt), `test`, `build` and `e2e` the
+author set (lock/author.txt, which adds the test and authoring tools). A second run reuses .venv/ unless the
+lock or pyproject.toml changed. Set COURSE_VENV to use another folder.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 import sys
@@ -60,11 +64,33 @@ def run(cmd: list, **kw) -> int:
     return subprocess.call([str(c) for c in cmd], **{"cwd": ROOT, **kw})
 
 
-def requirements_hash() -> str:
-    h = hashlib.sha256()
-    for name in ("requirements.txt", "pyproject.toml"):
+# The two sets of pyproject.toml, each pinned whole in its lock file (tools/lock.py writes them): name ->
+# (lock file, extras of the course package). The author set holds the learner set, at the same versions.
+SETS = {"learner": ("lock/learner.txt", "lab"), "author": ("lock/author.txt", "lab,author")}
+
+
+def requirements_hash(which: str = "learner") -> str:
+    """What an installed set depends on: pyproject.toml (the course package's own list) and the lock files
+    (the author set's venv stands for the learner set too, so it depends on both locks)."""
+    h = hashlib.sha256(which.encode())
+    for name in ("pyproject.toml", SETS["learner"][0], *([SETS["author"][0]] if which == "author" else [])):
         h.update((ROOT / name).read_bytes())
     return h.hexdigest()
+
+
+def installed_sets() -> dict[str, str]:
+    """The sets the stamp says are installed in the venv, with the hash each was installed at."""
+    try:
+        data = json.loads(STAMP.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}  # none yet, or a stamp from before the locks (a plain hash): install again
+    return {k: v for k, v in data.items() if k in SETS and isinstance(v, str)} if isinstance(data, dict) else {}
+
+
+def install_command(which: str, source: list[str]) -> list:
+    """pip installs the course package with the set's extras, every package at the version its lock pins."""
+    lock, extras = SETS[which]
+    return [PY, "-m", "pip", "install", "--disable-pip-version-check", *source, "-c", lock, "-e", f".[{extras}]"]
 
 
 def offline_source(where: str) -> str:
@@ -108,25 +134,29 @@ def copy_room_datasets(where: str) -> None:
                 shutil.copy2(f, ROOT / "datasets" / f.name)
 
 
-def ensure_installed(offline: str | None = None) -> None:
+def ensure_installed(offline: str | None = None, which: str = "learner") -> None:
+    """Install the set ``which`` ("learner" or "author") into the venv, unless the stamp says it is there
+    (the author set counts for the learner set: it holds it)."""
     if sys.version_info < (3, 10):
         sys.exit(f"[course] Python 3.10 or newer is needed, this is {sys.version.split()[0]}. "
                  "Install a newer Python from python.org and run this command with it.")
     if not PY.exists():
         say(f"creating a virtual environment in {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
-    want = requirements_hash()
-    if STAMP.exists() and STAMP.read_text().strip() == want:
-        say(f"reusing {VENV} (requirements unchanged)")
+    have = installed_sets()
+    current = {k for k, v in have.items() if v == requirements_hash(k)}
+    if which in current or (which == "learner" and "author" in current):
+        say(f"reusing {VENV} (the {which} set, {SETS[which][0]}, unchanged)")
         return
-    say("installing requirements.txt into the virtual environment (the first time takes a few minutes)")
+    say(f"installing the {which} set ({SETS[which][0]}) into the virtual environment "
+        "(the first time takes a few minutes)")
     source = [] if offline is None else ["--no-index", "--find-links", offline_source(offline)]
     if offline is not None:
         say(f"offline: installing only from {source[-1]}")
-    if run([PY, "-m", "pip", "install", "--disable-pip-version-check", *source, "-r", "requirements.txt"]) != 0:
+    if run(install_command(which, source)) != 0:
         sys.exit("[course] installing failed; see pip's message above. On a flaky network, run the same command "
                  "again: pip resumes with what it already has.")
-    STAMP.write_text(want + "\n")
+    STAMP.write_text(json.dumps({which: requirements_hash(which)}) + "\n")
     say("installed")
 
 
@@ -316,7 +346,7 @@ def cmd_test(extra: list[str]) -> int:
     offline, extra = take_offline(extra)
     plan_only = "--plan" in extra
     extra = [a for a in extra if a != "--plan"]
-    ensure_installed(offline)
+    ensure_installed(offline, "author")
     if offline:
         copy_room_datasets(offline)
     if os.environ.get("ATEN_CPU_CAPABILITY"):
@@ -353,7 +383,7 @@ def cmd_env(extra: list[str]) -> int:
 
 
 def cmd_build(extra: list[str]) -> int:
-    ensure_installed()
+    ensure_installed(which="author")
     return in_venv("-m", "course_utils.build", *extra)
 
 
@@ -363,7 +393,7 @@ def cmd_reset(extra: list[str]) -> int:
 
 
 def cmd_e2e(extra: list[str]) -> int:
-    ensure_installed()
+    ensure_installed(which="author")
     say("every notebook in JupyterLab, in Chromium (screenshots in reports/screenshots/)")
     return in_venv("-m", "pytest", "tests/e2e", *extra)
 

@@ -3,19 +3,21 @@
 Command line (``python3 course.py room`` and ``python3 course.py package`` call the first two)::
 
     python -m course_utils.room prepare DIR [--platform TAG ...] [--python-version X.Y ...] [--pip-arg ARG ...]
+                                             [--author]
     python -m course_utils.room package --learner OUT.zip      # no solutions/, no course_source/
     python -m course_utils.room package --instructor OUT.zip   # everything
     (both take --force: replace an existing DIR or OUT.zip, which is first moved aside as backup-NAME-DATE)
     python -m course_utils.room guide [--check]                 # the exercise table of docs/INSTRUCTOR_GUIDE.md
 
 ``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room
-needs the internet: ``wheels/`` (``pip download`` of requirements.txt, for this machine's platform and
-Python unless told others), ``datasets/`` (the corpus of notebook 09, from ``course_utils.data fetch``),
+needs the internet: ``wheels/`` (``pip download`` of what the learner set installs, at the versions of
+lock/learner.txt, for this machine's platform and Python unless told others; ``--author`` adds the author
+set), ``datasets/`` (the corpus of notebook 09, from ``course_utils.data fetch``),
 ``course-learner.zip`` (the course without solutions), ``site/`` (the solved notebooks to read in a
 browser, from ``course_utils.site``) and ``README.txt`` (what to do on each laptop). Copy
 DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each
 laptop: ``python3 course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with
-``pip install --no-index --find-links DIR/wheels``.
+``pip install --no-index --find-links DIR/wheels -c lock/learner.txt -e ".[lab]"``.
 
 Nothing is lost: ``prepare`` wants a new (or empty) DIR outside the course folder, or a room folder it made
 before (it then adds to it, as for a second set of laptops; a file there that was changed since ``prepare``
@@ -38,6 +40,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from datetime import datetime
@@ -52,8 +55,8 @@ END_TABLE = "<!-- END exercise table -->"
 
 # What each build holds. Paths are relative to the course root; folders end in "/".
 COMMON = ("README.md", "course.py", "requirements.txt", "pyproject.toml", ".gitignore", "conftest.py",
-          "course_utils/", "notebooks/", "datasets/", "checkpoints/")
-INSTRUCTOR_ONLY = ("solutions/", "course_source/", "tests/", "docs/", ".ci/", "benchmarks/")
+          "course_utils/", "notebooks/", "datasets/", "checkpoints/", "lock/")
+INSTRUCTOR_ONLY = ("solutions/", "course_source/", "tests/", "docs/", ".ci/", "benchmarks/", "tools/")
 LEARNER_EXCLUDE = ("course_utils/build.py", "course_utils/room.py")  # authors' and instructors' tools
 NEVER = re.compile(r"(^|/)(__pycache__|\.ipynb_checkpoints|\.hypothesis|.*\.egg-info)(/|$)|(^|/)backup-[^/]*$"
                    r"|\.pyc$|\.zip$|(^|/)\.[^/]*\.tmp$")  # caches, backups, zips, temporaries of atomic writes
@@ -63,38 +66,165 @@ BUILD_BACKEND = ("setuptools>=64",)
 
 # ---------------------------------------------------------------------------------------------- room folder
 
-def _requirements_without_local(requirements: Path, out: Path) -> Path:
-    """requirements.txt less `-e .` (the course itself, installed from the copy on each laptop)."""
-    keep = [ln for ln in requirements.read_text(encoding="utf-8").splitlines()
-            if not re.match(r"\s*(-e|--editable)\s|\s*\.\s*$", ln)]
-    target = out / "requirements-room.txt"
-    write_atomic(target, ("\n".join(keep) + "\n").encode("utf-8"))
-    return target
+# The sets a room folder can carry: name -> (lock file, extras of the course package). `lab --offline` needs
+# the learner set, `test --offline` the author set (which holds the learner set, at the same versions).
+SETS = {"learner": ("lock/learner.txt", ("lab",)), "author": ("lock/author.txt", ("lab", "author"))}
 
 
-def download_wheels(out: Path, requirements: Path, platforms: list[str], python_versions: list[str],
+def read_lock(lock: Path) -> list:
+    """The pins of a lock file (``name==version ; markers``), as ``packaging`` Requirements."""
+    from packaging.requirements import Requirement
+
+    pins = []
+    for line in lock.read_text(encoding="utf-8").splitlines():
+        text = line.split("#", 1)[0].strip()
+        if text and not text.startswith("-"):
+            pins.append(Requirement(text))
+    return pins
+
+
+def declared_requirements(extras: tuple[str, ...], pyproject: Path | None = None) -> list:
+    """The course package's requirements in pyproject.toml, with those of the given extras."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    from packaging.requirements import Requirement
+
+    project = tomllib.loads((pyproject or ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    texts = list(project.get("dependencies", []))
+    for extra in extras:
+        texts += project.get("optional-dependencies", {})[extra]
+    return [Requirement(t) for t in texts]
+
+
+def marker_environments(platform: str | None, python_version: str | None) -> list[dict[str, str]]:
+    """The environment markers of a machine with the pip platform tag and Python X.Y (None: this machine's),
+    at the first and a late patch release of that Python (a lock may fork at, say, 3.11.5).
+
+    pip evaluates a requirement's markers for the machine it runs on, even under ``--platform``, so the room
+    evaluates the lock's markers itself. ValueError for a platform tag it does not know."""
+    from packaging.markers import default_environment
+
+    env = dict(default_environment())
+    if platform:
+        kinds = {"linux": ("linux", "Linux"), "darwin": ("darwin", "Darwin"), "win32": ("win32", "Windows")}
+        machines = {"x86_64": "x86_64", "aarch64": "aarch64", "arm64": "arm64", "universal2": "arm64",
+                    "amd64": "AMD64", "win_arm64": "ARM64", "win32": "x86", "i686": "i686"}
+        if platform.startswith(("manylinux", "musllinux", "linux_")):
+            kind = "linux"
+            machine = next((m for m in ("x86_64", "aarch64", "i686") if platform.endswith(m)), None)
+        elif platform.startswith("macosx_"):
+            kind = "darwin"
+            machine = next((m for m in ("x86_64", "arm64", "universal2") if platform.endswith(m)), None)
+        elif platform in ("win_amd64", "win_arm64", "win32"):
+            kind, machine = "win32", {"win_amd64": "amd64", "win_arm64": "win_arm64", "win32": "win32"}[platform]
+        else:
+            kind = machine = None
+        if kind is None or machine is None:
+            raise ValueError(f"unknown platform tag {platform!r}: expected one such as manylinux_2_28_x86_64, "
+                             "manylinux_2_28_aarch64, macosx_14_0_arm64 or win_amd64")
+        env.update(sys_platform=kinds[kind][0], platform_system=kinds[kind][1], platform_machine=machines[machine],
+                   os_name="nt" if kind == "win32" else "posix", implementation_name="cpython",
+                   platform_python_implementation="CPython", platform_release="", platform_version="")
+    if python_version:
+        if not re.fullmatch(r"3\.\d+", python_version):
+            raise ValueError(f"--python-version wants X.Y such as 3.12, got {python_version!r}")
+        env.update(python_version=python_version, python_full_version=f"{python_version}.0")
+    late = dict(env, python_full_version=f"{env['python_version']}.99")
+    return [env, late] if late != env else [env]
+
+
+def _applies(req, envs: list[dict[str, str]], extras=("",)) -> bool:
+    return req.marker is None or any(req.marker.evaluate({**e, "extra": x}) for e in envs for x in extras)
+
+
+def _wheel_requirements(wheel: Path) -> list:
+    """Requires-Dist of a wheel, from its METADATA."""
+    from email.parser import Parser
+
+    from packaging.requirements import Requirement
+
+    with zipfile.ZipFile(wheel) as z:
+        name = next(n for n in z.namelist() if n.count("/") == 1 and n.endswith(".dist-info/METADATA"))
+        meta = Parser().parsestr(z.read(name).decode("utf-8"))
+    return [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+
+
+def download_wheels(out: Path, lock: Path, roots: list, platforms: list[str], python_versions: list[str],
                     pip_args: list[str], build_backend: bool = True) -> list[list[str]]:
-    """``pip download`` the requirements into ``out/wheels``, once per platform and Python version asked for
-    (none: this machine's). Returns the pip commands run."""
+    """``pip download`` into ``out/wheels`` what installing ``roots`` (Requirements: the course's declared
+    ones) needs, each package at the version ``lock`` pins, once per platform and Python version asked for
+    (none: this machine's). Returns the pip commands run.
+
+    pip runs with ``--no-deps``: the room walks the requirements itself, from the roots through each
+    downloaded wheel's own requirements, with markers evaluated for the target machine (which pip does not
+    do for another platform). So a target gets exactly what it installs: no CUDA libraries where the torch
+    wheel taken (say, PyTorch's CPU-only build, via ``--pip-arg``) does not need them. ValueError when a
+    package needed on a target is not pinned by the lock for it (the lock is incomplete: tools/lock.py)."""
+    from packaging.utils import canonicalize_name, parse_wheel_filename
+
     wheels = out / "wheels"
     wheels.mkdir(parents=True, exist_ok=True)
-    reqs = _requirements_without_local(requirements, out)
-    targets = list(itertools.product(platforms or [None], python_versions or [None]))
+    pins = read_lock(lock)
+    roots = list(roots)
+    if build_backend:  # what builds the course package from `-e .` with --no-index
+        roots += [p for p in pins if canonicalize_name(p.name) == "setuptools"] or [_req(b) for b in BUILD_BACKEND]
     commands = []
-    for platform, version in targets:
-        cmd = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "-d", str(wheels)]
-        if platform or version:  # another machine's wheels: pip may not build anything here
-            cmd += ["--only-binary=:all:"]
-            cmd += ["--platform", platform] if platform else []
-            cmd += ["--python-version", version] if version else []
-        cmd += [*pip_args, "-r", str(reqs)]
-        if build_backend:
-            cmd += list(BUILD_BACKEND)
+    for platform, version in itertools.product(platforms or [None], python_versions or [None]):
+        envs = marker_environments(platform, version)
         what = f"{platform or 'this platform'}, Python {version or '.'.join(map(str, sys.version_info[:2]))}"
-        print(f"downloading wheels for {what}:\n  $ {' '.join(cmd)}", flush=True)
-        subprocess.run(cmd, check=True)
-        commands.append(cmd)
+        base = [sys.executable, "-m", "pip", "download", "--disable-pip-version-check", "--no-deps",
+                "--only-binary=:all:"]
+        base += ["--platform", platform] if platform else []
+        base += ["--python-version", version] if version else []
+        versions: dict[str, list[str]] = {}
+        for p in pins:
+            if _applies(p, envs):
+                versions.setdefault(canonicalize_name(p.name), []).append(str(p.specifier))
+        wanted: dict[str, set[str]] = {}  # name -> extras asked for
+        needs: dict[str, list] = {}  # name -> its wheel's requirements
+        queue = [(r, "pyproject.toml") for r in roots if _applies(r, envs)]
+        print(f"downloading wheels for {what}, package by package from {lock.name}:", flush=True)
+        while queue:
+            batch, follow = [], []
+            for req, by in queue:
+                name = canonicalize_name(req.name)
+                if name not in versions:
+                    raise ValueError(f"{lock} pins no version of {req.name} for {what} (needed by {by}); "
+                                     "regenerate the lock with `python3 tools/lock.py`")
+                new_extras = set(req.extras) - wanted.get(name, set())
+                if name not in wanted:
+                    batch.append(name)
+                elif new_extras and name in needs:
+                    follow.append((name, new_extras))
+                wanted.setdefault(name, set()).update(req.extras)
+            with tempfile.TemporaryDirectory(dir=wheels.parent) as tmp:
+                for group in itertools.zip_longest(*(versions[n] for n in batch)):  # a fork: one pip run each
+                    specs = [f"{n}{v}" for n, v in zip(batch, group) if v is not None]
+                    if specs:
+                        cmd = [*base, *pip_args, "-d", tmp, *specs]
+                        print(f"  $ {' '.join(cmd)}", flush=True)
+                        subprocess.run(cmd, check=True)
+                        commands.append(cmd)
+                for f in sorted(Path(tmp).iterdir()):
+                    name = canonicalize_name(parse_wheel_filename(f.name)[0]) if f.suffix == ".whl" else None
+                    if name in versions:
+                        needs.setdefault(name, []).extend(_wheel_requirements(f))
+                    if not (wheels / f.name).exists():
+                        shutil.move(str(f), wheels / f.name)
+            queue = []
+            for name in batch:
+                follow.append((name, wanted[name] | {""}))
+            for name, extras in follow:
+                queue += [(r, name) for r in needs.get(name, []) if _applies(r, envs, tuple(extras))]
     return commands
+
+
+def _req(text: str):
+    from packaging.requirements import Requirement
+
+    return Requirement(text)
 
 
 def fetch_datasets(out: Path, ledger: _Ledger | None = None) -> str:
@@ -134,7 +264,7 @@ ROOM_README = """\
 Attention, Step by Step: everything a room without internet needs
 ================================================================
 
-wheels/              every package the course installs (pip download of requirements.txt), for: {targets}
+wheels/              every package the course installs, at the versions of its lock/, for: {targets}
 datasets/            the data the notebooks read (copied into the course's datasets/ by --offline)
 course-learner.zip   the course without solutions (unzip it on each laptop)
 site/index.html      the course to read in any browser, before anything is installed: every solved
@@ -152,9 +282,10 @@ Or serve this folder from one machine on the room's network and leave it there:
     # on each laptop:  python3 course.py lab --offline http://HOST:8000/wheels/
 
 (with a URL, copy datasets/ by hand, or download it from http://HOST:8000/datasets/).
---offline runs `pip install --no-index --find-links <this folder>/wheels -r requirements.txt`: nothing is
-fetched from the internet. A laptop whose platform or Python version is not listed above needs wheels made
-with `python3 course.py room DIR --platform TAG --python-version X.Y` (see docs/INSTRUCTOR_GUIDE.md).
+--offline runs `pip install --no-index --find-links <this folder>/wheels -c lock/learner.txt -e ".[lab]"`:
+nothing is fetched from the internet. `python3 course.py test --offline ~/room` needs the author set too
+(made with --author). A laptop whose platform or Python version is not listed above needs wheels made with
+`python3 course.py room DIR --platform TAG --python-version X.Y` (see docs/INSTRUCTOR_GUIDE.md).
 """
 
 
@@ -240,11 +371,15 @@ class _Ledger:
         write_atomic(self.out / ROOM_MARK, (json.dumps(self.data, indent=1) + "\n").encode("utf-8"))
 
 
-def prepare(out: Path, requirements: Path | None = None, platforms: list[str] | None = None,
+def prepare(out: Path, lock: Path | None = None, platforms: list[str] | None = None,
             python_versions: list[str] | None = None, pip_args: list[str] | None = None,
             data: bool = True, course: bool = True, build_backend: bool = True, force: bool = False,
-            now: datetime | None = None) -> list[str]:
+            now: datetime | None = None, author: bool = False, roots: list | None = None) -> list[str]:
     """Fill the room folder ``out``; return one line per part made.
+
+    The wheels are the learner set's (lock/learner.txt: what `lab --offline` installs); ``author`` adds the
+    author set's (lock/author.txt: `test --offline`, for an instructor's machine). ``lock`` and ``roots``
+    (Requirements) replace the lock file and the declared requirements (tests).
 
     ``out`` must be new, an empty folder, or a room folder made by an earlier run (which this one adds to,
     e.g. wheels for another platform), and outside the course folder. With ``force`` another existing path is
@@ -259,11 +394,10 @@ def prepare(out: Path, requirements: Path | None = None, platforms: list[str] | 
     for folder in (out, out / "datasets"):
         clean_stale_tmp(folder)
     ledger = _Ledger(out, now)
-    ledger.free("requirements-room.txt")
-    download_wheels(out, requirements or ROOT / "requirements.txt", platforms or [], python_versions or [],
-                    pip_args or [], build_backend)
-    if (out / "requirements-room.txt").is_file():
-        ledger.wrote("requirements-room.txt")
+    which = "author" if author else "learner"
+    download_wheels(out, lock or ROOT / SETS[which][0],
+                    declared_requirements(SETS[which][1]) if roots is None else roots,
+                    platforms or [], python_versions or [], pip_args or [], build_backend)
     notes.append(f"wheels: {len(list((out / 'wheels').iterdir()))} files in {out / 'wheels'}")
     notes.append(fetch_datasets(out, ledger) if data else "skipped datasets (--no-data)")
     if course:
@@ -272,7 +406,8 @@ def prepare(out: Path, requirements: Path | None = None, platforms: list[str] | 
         ledger.wrote("course-learner.zip")
         notes.append(f"course without solutions: {out / 'course-learner.zip'}")
         notes.append(build_room_site(out, now))
-    for t in (f"{p or 'this platform'} / Python {v or '.'.join(map(str, sys.version_info[:2]))}"
+    sets = " (learner and author sets)" if author else " (learner set)"
+    for t in (f"{p or 'this platform'} / Python {v or '.'.join(map(str, sys.version_info[:2]))}{sets}"
               for p, v in itertools.product(platforms or [None], python_versions or [None])):
         if t not in ledger.data["targets"]:
             ledger.data["targets"].append(t)
@@ -466,7 +601,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="wheels for another Python (repeat for several), e.g. 3.11; default: this one")
     p.add_argument("--pip-arg", action="append", default=[], metavar="ARG",
                    help="passed to pip download, e.g. --pip-arg=--index-url=https://download.pytorch.org/whl/cpu")
-    p.add_argument("--requirements", type=Path, default=ROOT / "requirements.txt")
+    p.add_argument("--author", action="store_true",
+                   help="add the author set (lock/author.txt: tests and tools), for `course.py test --offline`")
     p.add_argument("--no-data", action="store_true", help="leave the datasets out")
     p.add_argument("--no-course", action="store_true", help="leave course-learner.zip and site/ out")
     p.add_argument("--force", action="store_true",
@@ -495,8 +631,8 @@ def main(argv: list[str] | None = None) -> int:
               + ("without solutions" if args.learner else "with solutions"))
         return 0
     try:
-        notes = prepare(args.dir, args.requirements, args.platform, args.python_version, args.pip_arg,
-                        data=not args.no_data, course=not args.no_course, force=args.force)
+        notes = prepare(args.dir, None, args.platform, args.python_version, args.pip_arg,
+                        data=not args.no_data, course=not args.no_course, force=args.force, author=args.author)
     except ValueError as e:
         print(f"course room: {e}", file=sys.stderr)
         return 2

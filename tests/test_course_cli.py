@@ -42,6 +42,44 @@ def test_second_run_reuses_the_environment(tmp_path, monkeypatch, capsys):
     assert len(calls) == 2  # changed requirements install again
 
 
+def test_lab_installs_the_learner_set_test_adds_the_author_set_and_a_lock_change_installs_again(
+        tmp_path, monkeypatch, capsys):
+    course = load_course()
+    fake_python = tmp_path / "venv" / "bin" / "python"
+    fake_python.parent.mkdir(parents=True)
+    fake_python.touch()
+    monkeypatch.setattr(course, "PY", fake_python)
+    monkeypatch.setattr(course, "VENV", tmp_path / "venv")
+    monkeypatch.setattr(course, "STAMP", tmp_path / "venv" / ".course-installed")
+    root = tmp_path / "course"  # a copy of what the stamp depends on, so that the lock can change
+    (root / "lock").mkdir(parents=True)
+    for name in ("pyproject.toml", "lock/learner.txt", "lock/author.txt"):
+        (root / name).write_bytes((ROOT / name).read_bytes())
+    monkeypatch.setattr(course, "ROOT", root)
+    calls = []
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append([str(c) for c in cmd]) or 0)
+    course.ensure_installed()  # lab, check, env, reset, room, package
+    assert calls[-1][-4:] == ["-c", "lock/learner.txt", "-e", ".[lab]"] and "lock/author.txt" not in calls[-1]
+    course.ensure_installed(which="author")  # test, build, e2e: the venv lab made gets the author set
+    assert calls[-1][-4:] == ["-c", "lock/author.txt", "-e", ".[lab,author]"] and len(calls) == 2
+    course.ensure_installed()  # the author set holds the learner set: nothing to install
+    course.ensure_installed(which="author")
+    assert len(calls) == 2 and "reusing" in capsys.readouterr().out
+    with open(root / "lock" / "author.txt", "a") as f:
+        f.write("six==1.17.0    # via a new requirement\n")
+    course.ensure_installed(which="author")  # the lock changed: install again
+    assert len(calls) == 3 and calls[-1][-3] == "lock/author.txt"
+    with open(root / "lock" / "learner.txt", "a") as f:
+        f.write("six==1.17.0    # via a new requirement\n")
+    course.ensure_installed()  # lab after the learner lock changed
+    assert len(calls) == 4 and calls[-1][-3] == "lock/learner.txt"
+    course.ensure_installed(which="author")  # the stamp now holds the learner set only
+    assert len(calls) == 5 and calls[-1][-3] == "lock/author.txt"
+    (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# changed\n")
+    course.ensure_installed()
+    assert len(calls) == 6 and calls[-1][-3] == "lock/learner.txt"
+
+
 def test_usage_says_what_room_package_and_check_take():
     proc = subprocess.run([sys.executable, "course.py", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0

@@ -1,6 +1,7 @@
 """Instructor tools: the guide's exercise table, the learner and instructor zips, a room without internet."""
 
 import importlib.util
+import json
 import subprocess
 import sys
 import venv
@@ -39,7 +40,7 @@ def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
             assert "### BEGIN SOLUTION" not in z.read(name).decode("utf-8", errors="replace"), name
         notebooks = {n.split("/")[-1] for n in names if n.startswith("attention-course/notebooks/")}
         assert notebooks >= {p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
-        assert {f"attention-course/{f}" for f in ("course.py", "requirements.txt", "README.md",
+        assert {f"attention-course/{f}" for f in ("course.py", "requirements.txt", "README.md", "lock/learner.txt",
                                                  "course_utils/checking.py", "course_utils/reset.py")} <= set(names)
         assert any(n.startswith("attention-course/.course/clean/03_") for n in names)  # for `course.py reset`
     assert room.learner_leaks(learner) == []
@@ -50,33 +51,67 @@ def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
     assert room.learner_leaks(instructor)  # the leak check does see solutions
 
 
-def test_room_folder_installs_with_no_index_into_a_fresh_venv(tmp_path):
-    """A tiny room, all offline: a wheel of a one-module package stands in for PyPI, `prepare` downloads it
-    into the room with pip, and a fresh virtual environment installs it from the room with --no-index."""
-    src = tmp_path / "roomcheck"
-    (src / "roomcheck").mkdir(parents=True)
-    (src / "roomcheck" / "__init__.py").write_text("VALUE = 42\n")
+def tiny_package(tmp_path: Path, name: str, version: str, requires: list[str], index: Path) -> None:
+    src = tmp_path / "src" / f"{name}-{version}"
+    (src / name).mkdir(parents=True)
+    (src / name / "__init__.py").write_text(f"VALUE = {version!r}\n")
     (src / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64"]\n'
                                         'build-backend = "setuptools.build_meta"\n'
-                                        '[project]\nname = "roomcheck"\nversion = "0.1"\n')
-    index = tmp_path / "index"
+                                        f'[project]\nname = "{name}"\nversion = "{version}"\n'
+                                        f"dependencies = {json.dumps(requires)}\n")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                     "-q", "-w", str(index), str(src)], check=True, capture_output=True)
-    req = tmp_path / "requirements.txt"
-    req.write_text("roomcheck==0.1\n-e .\n")
+
+
+def test_room_folder_holds_what_the_lock_pins_for_each_target_and_installs_with_no_index(tmp_path):
+    """A tiny room, all offline: wheels of three small packages stand in for PyPI. `prepare` downloads what
+    installing the roots needs, at the lock's versions, with the lock's markers evaluated for the target
+    machine (pip itself would evaluate them for this one), and a fresh venv installs from the room with
+    --no-index."""
+    from packaging.requirements import Requirement
+
+    index = tmp_path / "index"
+    tiny_package(tmp_path, "roomcheck", "0.1", ["roomcore", "roomwin; sys_platform == 'win32'"], index)
+    tiny_package(tmp_path, "roomcore", "1.0", [], index)
+    tiny_package(tmp_path, "roomcore", "2.0", [], index)  # newer than the pin: must not be taken
+    tiny_package(tmp_path, "roomwin", "0.2", [], index)
+    lock = tmp_path / "learner.txt"
+    lock.write_text("# a lock\nroomcheck==0.1  # via course-utils (pyproject.toml)\nroomcore==1.0  # via roomcheck\n"
+                    "roomwin==0.2 ; sys_platform == 'win32'  # via roomcheck\nunused==9.9  # pinned, never needed\n")
+    source = ["--no-index", f"--find-links={index}"]
     out = tmp_path / "room"
-    notes = room.prepare(out, req, pip_args=["--no-index", f"--find-links={index}"], data=False, course=False,
-                         build_backend=False)
-    assert "-e ." not in (out / "requirements-room.txt").read_text()  # the course itself comes from its copy
-    assert [p.name for p in (out / "wheels").iterdir()] == ["roomcheck-0.1-py3-none-any.whl"], notes
-    assert "--no-index" in (out / "README.txt").read_text()
+    notes = room.prepare(out, lock, pip_args=source, data=False, course=False, build_backend=False,
+                         roots=[Requirement("roomcheck")])
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == \
+        ["roomcheck-0.1-py3-none-any.whl", "roomcore-1.0-py3-none-any.whl"], notes  # no roomwin off Windows
+    assert "--no-index" in (out / "README.txt").read_text() and "(learner set)" in (out / "README.txt").read_text()
+    room.prepare(out, lock, platforms=["win_amd64"], python_versions=["3.12"], pip_args=source, data=False,
+                 course=False, build_backend=False, roots=[Requirement("roomcheck")])
+    assert "roomwin-0.2-py3-none-any.whl" in {p.name for p in (out / "wheels").iterdir()}  # Windows needs it
+    assert "win_amd64 / Python 3.12 (learner set)" in (out / "README.txt").read_text()
     env = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env)
     py = env / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-    subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", out / "wheels",
-                    "roomcheck==0.1"], check=True, capture_output=True)
-    got = subprocess.run([py, "-c", "import roomcheck; print(roomcheck.VALUE)"], capture_output=True, text=True)
-    assert got.stdout.strip() == "42", got.stderr
+    subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", out / "wheels", "-c", lock,
+                    "roomcheck"], check=True, capture_output=True)
+    got = subprocess.run([py, "-c", "import roomcheck, roomcore; print(roomcore.VALUE)"], capture_output=True, text=True)
+    assert got.stdout.strip() == "1.0", got.stderr
+    lock.write_text("roomcheck==0.1\n")  # a lock that lacks what roomcheck needs
+    with pytest.raises(ValueError, match=r"pins no version of roomcore for this platform.*needed by roomcheck"):
+        room.prepare(out, lock, pip_args=source, data=False, course=False, build_backend=False,
+                     roots=[Requirement("roomcheck")])
+
+
+def test_marker_environments_describe_the_target_not_this_machine():
+    envs = room.marker_environments("win_amd64", "3.10")
+    assert [e["python_full_version"] for e in envs] == ["3.10.0", "3.10.99"]
+    assert {(e["sys_platform"], e["platform_machine"], e["os_name"]) for e in envs} == {("win32", "AMD64", "nt")}
+    assert room.marker_environments("macosx_14_0_arm64", None)[0]["platform_system"] == "Darwin"
+    assert room.marker_environments("manylinux_2_28_aarch64", "3.13")[0]["platform_machine"] == "aarch64"
+    with pytest.raises(ValueError, match="unknown platform tag 'solaris_sparc': expected one such as"):
+        room.marker_environments("solaris_sparc", None)
+    with pytest.raises(ValueError, match=r"--python-version wants X.Y such as 3.12, got '3'"):
+        room.marker_environments(None, "3")
 
 
 def load_course():
@@ -102,7 +137,7 @@ def test_lab_offline_installs_from_the_room_folder_only(tmp_path, monkeypatch):
     course.ensure_installed(where)
     pip = calls[0]
     assert pip[pip.index("--find-links") + 1] == str(tmp_path / "room" / "wheels")
-    assert "--no-index" in pip and pip[-2:] == ["-r", "requirements.txt"]
+    assert "--no-index" in pip and pip[-4:] == ["-c", "lock/learner.txt", "-e", ".[lab]"]
     assert course.take_offline(["--offline=http://10.0.0.2:8000/wheels/"])[0] == "http://10.0.0.2:8000/wheels/"
     assert course.offline_source("http://10.0.0.2:8000/wheels/") == "http://10.0.0.2:8000/wheels/"
 
