@@ -138,6 +138,10 @@ def test_every_page_reads_offline(site, offline_page, screenshots, nb_path):
         page.wait_for_selector('[data-course-view="model"] svg rect.attn_background')
         drawn = page.locator('[data-course-view="model"]').count()
         assert drawn == expected["model_views"]
+    if expected["widgets"]:  # the note in place of a widget, with the cell above it
+        note = page.locator("[data-course-widget]").first
+        note.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshots / f"site-{nb_path.stem}-widget.png"))
     if expected["math"]:
         page.locator(
             ".jp-MarkdownCell .katex-display, .jp-MarkdownCell .katex"
