@@ -42,6 +42,7 @@ from datetime import datetime
 from pathlib import Path
 
 from course_utils._files import backup_path, clean_stale_tmp, move_aside, write_atomic
+from course_utils.room import COMMON, INSTRUCTOR_ONLY
 from course_utils.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
 
 __all__ = ["build_site", "Site", "SOLUTIONS", "COURSE_TITLE", "main"]
@@ -52,22 +53,9 @@ TEMPLATES = Path(__file__).resolve().parent / "static" / "site"
 COURSE_TITLE = "Attention, Step by Step"
 SITE_MARK = ".course-site.json"  # in a site folder: what build_site wrote there, with checksums
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-# Folders of the course that hold its sources: a site is never written into one of them.
-SOURCE_FOLDERS = (
-    "notebooks",
-    "solutions",
-    "course_source",
-    "course_utils",
-    "tests",
-    "docs",
-    "datasets",
-    "checkpoints",
-    "benchmarks",
-    ".ci",
-    ".git",
-    ".venv",
-    ".course",
-)
+# Folders of the course that hold its sources (those the zips pack, and git's and the venv's): a site is never
+# written into one of them.
+SOURCE_FOLDERS = tuple(f.rstrip("/") for f in COMMON + INSTRUCTOR_ONLY if f.endswith("/")) + (".git", ".venv")
 
 
 @dataclass
@@ -363,8 +351,8 @@ def build_site(
     if replace:
         notes.append(f"the existing {out} is kept, whole, as {move_aside(out, now)}")
     out.mkdir(parents=True, exist_ok=True)
-    for folder in (out, out / "assets", out / "assets" / "katex"):
-        clean_stale_tmp(folder)
+    for folder in sorted({out, *((out / rel).parent for rel in assets)}):
+        clean_stale_tmp(folder)  # temporary files of a killed build
     ledger = _Ledger(out, now)
     for rel, data in assets.items():
         ledger.write(rel, data)

@@ -376,3 +376,14 @@ def test_the_toc_nests_third_level_headings():
                                       '<ahref="#d">D</a></li></ol></li></ol>')
     assert site_mod._toc("<p>no headings</p>") == ""
 
+
+
+def test_a_rebuild_removes_the_temporary_files_of_a_killed_build(tmp_path, small_solutions):
+    out = tmp_path / "site"
+    build_site(out, small_solutions)
+    dead = 4194305  # above Linux's largest pid: no such process
+    stale = [out / f".index.html.{dead}-abc.tmp", out / "assets" / "katex" / "fonts" / f".x.woff2.{dead}-abc.tmp"]
+    for f in stale:
+        f.write_bytes(b"half a file")
+    build_site(out, small_solutions)
+    assert not any(f.exists() for f in stale)
