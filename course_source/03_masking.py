@@ -63,16 +63,17 @@ T, C, D = len(tokens), 8, 4
 
 g = torch.Generator().manual_seed(0)
 x = torch.randn(T, C, generator=g)  # (T, C): one vector per token
-W_q, W_k, W_v = (torch.randn(C, D, generator=g) / math.sqrt(C) for _ in range(3))  # (C, D) each
+# (D, C) each, nn.Linear's layout (y = x @ W.T), drawn as (C, D) and transposed
+W_q, W_k, W_v = (torch.randn(C, D, generator=g).T / math.sqrt(C) for _ in range(3))
 
 
 def attention_scores(x):
-    q, k = x @ W_q, x @ W_k  # (T, C) @ (C, D) -> (T, D)
+    q, k = x @ W_q.T, x @ W_k.T  # (T, C) @ (C, D) -> (T, D)
     return q @ k.T / math.sqrt(D)  # (T, D) @ (D, T) -> (T, T)
 
 
 scores = attention_scores(x)
-v = x @ W_v  # (T, D)
+v = x @ W_v.T  # (T, D)
 print("scores", tuple(scores.shape))
 print(scores)
 
@@ -205,7 +206,7 @@ def causal_attention(x, how="-inf"):
         w = torch.softmax(s, dim=-1) * m
     elif how == "multiply":
         w = torch.softmax(s * m, dim=-1)
-    return w @ (x @ W_v)  # (T, T) @ (T, D) -> (T, D)
+    return w @ (x @ W_v.T)  # (T, T) @ (T, D) -> (T, D)
 
 
 def max_change_before(how, t):
@@ -622,7 +623,7 @@ torch.testing.assert_close(positions[None, :] < lengths[:, None], padding_mask(l
 torch.testing.assert_close(causal_mask(S) & pad_mask[:, None, :], combine_masks(causal_mask(S), pad_mask[:, None, :]))
 torch.testing.assert_close(~mask, convert_mask(mask, "allow", "block"))
 
-q, k = x @ W_q, x @ W_k
+q, k = x @ W_q.T, x @ W_k.T
 out_ours, weights_ours = scaled_dot_product_attention(q, k, v, mask=mask)
 torch.testing.assert_close(weights_ours, weights)
 torch.testing.assert_close(out_ours, weights @ v)
