@@ -2,8 +2,10 @@
 
 ``python3 course.py check [NOTEBOOK or FOLDER ...]`` (default: the notebooks in ``notebooks/``) runs each
 notebook in a fresh Python kernel of this environment, one at a time, with a time limit per cell
-(``--timeout``, 120 s), and prints a line when each notebook starts and when it ends (with its time and its
-first error, if any). Then it prints a table of notebook, exercise and verdict (passed / failed with the
+(``--timeout``, 120 s). As it runs it prints a line when each notebook starts, one per exercise as soon as
+its check cell has run (key, title, verdict), one per cell that raises an error, a "still running" line
+every 10 s while a cell runs longer, and a line when the notebook ends (with its time and its first error,
+if any). Then it prints a table of notebook, exercise and verdict (passed / failed with the
 named mistake / not attempted / not run, with the reason), a total, and writes the same rows as JSON
 (``--json``, default ``reports/exercises.json``) for an instructor to collect.
 
@@ -24,7 +26,9 @@ import re
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -34,11 +38,13 @@ from course_utils._files import clean_stale_tmp, write_atomic
 from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 from course_utils.exercises import all_exercises
 
-__all__ = ["DEFAULT_TIMEOUT", "NOT_RUN", "NotebookRun", "expand", "run_notebook", "rows_for", "grade", "main"]
+__all__ = ["DEFAULT_TIMEOUT", "HEARTBEAT", "NOT_RUN", "NotebookRun", "expand", "run_notebook", "rows_for", "verdict",
+           "grade", "main"]
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_RUN = "not run"
 DEFAULT_TIMEOUT = 120.0
+HEARTBEAT = 10.0  # seconds between "still running" lines while one cell runs
 _CHECK = re.compile(r"""\bcheck\(\s*["'](?P<key>\d+\.\d+)["']""")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SYNTAX_WHERE = re.compile(r"\s*\((?:<[^>]*>|[^()\s]+\.py), line (\d+)\)")
@@ -155,12 +161,50 @@ def _records(report: Path, start: int) -> list[dict]:
     return [json.loads(ln) for ln in lines if ln.strip()]
 
 
-def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=None) -> NotebookRun:
+class _StillRunning:
+    """While a cell runs, say so every ``every`` seconds (from a thread of its own), so a learner sees life."""
+
+    def __init__(self, every: float, say: Callable[[str], None] | None, label: str):
+        self.stop = threading.Event()
+        self.thread = None
+        if say is not None and every > 0:
+            t0 = time.monotonic()
+
+            def tick():
+                while not self.stop.wait(every):
+                    say(f"    ... {label}: still running, {time.monotonic() - t0:.0f} s")
+
+            self.thread = threading.Thread(target=tick, daemon=True)
+            self.thread.start()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.thread is not None:
+            self.thread.join()
+
+
+def verdict(row: dict) -> str:
+    """A row's verdict in words: ``passed``, ``failed (mistake)``, ``failed: message``, ``not run: why``."""
+    text = row["status"]
+    if row["status"] == FAILED:
+        text += f" ({row['mistake']})" if row.get("mistake") else f": {row.get('message')}"
+    elif row["status"] == NOT_RUN:
+        text += f": {row.get('message')}"
+    return text
+
+
+def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=None,
+                 progress: Callable[[str], None] | None = None, heartbeat: float = HEARTBEAT) -> NotebookRun:
     """Run the notebook at ``path`` cell by cell in a fresh kernel and collect its exercise verdicts.
 
     Every cell runs, whatever the cells before it raised (as nbval does), so one failing exercise does not
     hide the next; a cell still running after ``timeout`` seconds stops the notebook there.
-    ``has_exercises(run)``, when given, is asked after reading: False skips running it.
+    ``has_exercises(run)``, when given, is asked after reading: False skips running it. ``progress``, when
+    given, is called with a line for each verdict as soon as its check cell has run, for each cell that
+    raises an error, and every ``heartbeat`` seconds while one cell runs.
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
@@ -190,21 +234,28 @@ def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=Non
                         continue
                     error = None
                     try:
-                        client.execute_cell(cell, i)
+                        with _StillRunning(heartbeat, progress, _describe(nb, i)):
+                            client.execute_cell(cell, i)
                     except CellTimeoutError:
                         run.stopped_at = i
                         run.stopped = (f"{_describe(nb, i)} ran out of time: still running after {timeout:g} s "
                                        "(the time limit per cell; a longer one: --timeout SECONDS)")
                         run.first_error = run.first_error or run.stopped
+                        if progress:
+                            progress(f"    stopped: {run.stopped}")
                         break
                     except CellExecutionError as e:
                         error = _error_text(e.ename, e.evalue)
                     new = _records(report, seen)
                     seen += len(new)
                     run.records += new
+                    for r in new if progress else []:
+                        progress(f"    {r.get('key')} {r.get('title', '')}: {verdict(r)}")
                     if error and not any(r.get("status") == FAILED for r in new):  # not a check's own verdict
                         run.cell_errors[i] = f"{_describe(nb, i)}: {error}"
                         run.first_error = run.first_error or run.cell_errors[i]
+                        if progress:
+                            progress(f"    error in {run.cell_errors[i]}")
         except Exception as e:  # the kernel would not start, or died
             run.stopped = f"the Python kernel failed: {_error_text(type(e).__name__, str(e))}"
             run.first_error = run.first_error or run.stopped
@@ -275,12 +326,7 @@ def print_table(rows: list[dict]) -> None:
     print(f"\n{'notebook':<{wn}}  {'exercise':<{wt}}  verdict")
     print(f"{'-' * wn}  {'-' * wt}  {'-' * 40}")
     for r in rows:
-        verdict = r["status"]
-        if r["status"] == FAILED:
-            verdict += f" ({r['mistake']})" if r.get("mistake") else f": {r['message']}"
-        elif r["status"] == NOT_RUN:
-            verdict += f": {r['message']}"
-        print(f"{r['notebook']:<{wn}}  {r['key'] + ' ' + r['title']:<{wt}}  {verdict}")
+        print(f"{r['notebook']:<{wn}}  {r['key'] + ' ' + r['title']:<{wt}}  {verdict(r)}")
     counts = {s: sum(r["status"] == s for r in rows) for s in (PASSED, FAILED, NOT_ATTEMPTED, NOT_RUN)}
     print(f"\ntotal: {len(rows)} exercises, " + ", ".join(f"{n} {s}" for s, n in counts.items()))
 
@@ -318,7 +364,8 @@ def main(argv: list[str] | None = None) -> int:
     for n, path in enumerate(notebooks, 1):
         tag = f"[{n}/{len(notebooks)}] {path.name}"
         print(f"{tag}: running (at most {args.timeout:g} s a cell) ...", flush=True)
-        run = run_notebook(path, args.timeout, has_exercises=lambda r: bool(_own_keys(r, exercises)))
+        run = run_notebook(path, args.timeout, has_exercises=lambda r: bool(_own_keys(r, exercises)),
+                           progress=lambda line: print(line, flush=True))
         mine = rows_for(run, exercises)
         if not mine and not run.stopped:
             print(f"{tag}: no exercises in this notebook (no cell calls check(\"NN.K\", ...)); "

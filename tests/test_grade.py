@@ -81,6 +81,9 @@ def test_an_exception_is_the_first_error_with_its_cell(tmp_path):
     proc = check(path, "--json", tmp_path / "verdicts.json")
     assert proc.returncode == 1, proc.stdout + proc.stderr  # the check passed, but a cell errored
     assert "first error: cell 3 (`raise ValueError('my own bug')`): ValueError: my own bug" in proc.stdout
+    # said as it happens, before the notebook's end line
+    said = proc.stdout.index("    error in cell 3 (`raise ValueError('my own bug')`): ValueError: my own bug")
+    assert said < proc.stdout.index("01_boom.ipynb: finished in")
     assert {r["key"]: r for r in json.loads((tmp_path / "verdicts.json").read_text())}["01.1"]["status"] == "passed"
 
 
@@ -151,3 +154,48 @@ def test_the_kernel_gets_the_report_variable_and_runs_in_the_notebooks_folder(tm
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [(r["notebook"], r["key"], r["status"]) for r in json.loads((tmp_path / "v.json").read_text())] == \
         [("renamed_copy.ipynb", "01.1", "passed")]
+
+
+def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(tmp_path):
+    """A learner sees each exercise's verdict while the notebook still runs, not minutes later in the table."""
+    from course_utils.exercises import get_exercise
+
+    mistake = get_exercise("01.2").mistakes[0]
+    path = notebook(tmp_path / "01_slow.ipynb", SETUP, SOLVED, "import time\ntime.sleep(8)",
+                    'check("01.2", get_exercise("01.2").mistakes[0].fn)')
+    proc = subprocess.Popen([sys.executable, "-m", "course_utils.grade", str(path), "--json", str(tmp_path / "v.json")],
+                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    arrived = []  # (seconds since start, line), read as the lines come
+    start = time.monotonic()
+    for line in proc.stdout:
+        arrived.append((time.monotonic() - start, line.rstrip("\n")))
+    proc.wait(timeout=300)
+    lines = [line for _, line in arrived]
+    first = f"    01.1 {get_exercise('01.1').title}: passed"
+    second = f"    01.2 {get_exercise('01.2').title}: failed ({mistake.name})"
+    assert first in lines and second in lines, "\n".join(lines)
+    at = {line: s for s, line in arrived}
+    end = next(s for s, line in arrived if "01_slow.ipynb: finished in" in line)
+    assert at[first] < at[second] < end
+    assert end - at[first] > 5, "the first verdict was held back until the notebook ended"
+    assert lines.index(first) > next(i for i, ln in enumerate(lines) if "01_slow.ipynb: running" in ln)
+    table = lines[lines.index(next(ln for ln in lines if ln.startswith("notebook "))):]  # then the table, as before
+    assert any(ln.startswith("01_slow.ipynb") and ln.endswith(f"failed ({mistake.name})") for ln in table)
+    assert any(ln.startswith("total: ") and "1 passed, 1 failed" in ln for ln in table)
+    rows = json.loads((tmp_path / "v.json").read_text())
+    assert [(r["key"], r["status"]) for r in rows[:2]] == [("01.1", "passed"), ("01.2", "failed")]
+
+
+def test_a_long_cell_says_it_is_still_running(tmp_path):
+    from course_utils.grade import run_notebook
+
+    path = notebook(tmp_path / "01_wait.ipynb", SETUP, "import time\ntime.sleep(3)", SOLVED)
+    said = []
+    run = run_notebook(path, progress=said.append, heartbeat=0.5)
+    ticks = [s for s in said if s.startswith("    ... cell 3 (`import time`): still running, ")]
+    assert len(ticks) >= 3, said  # (the import cell before it may take long enough for a line of its own)
+    assert said[-1].startswith("    01.1 ") and said[-1].endswith(": passed")  # after the slow cell, the verdict
+    assert [r["status"] for r in run.records] == ["passed"]
+    quiet = []
+    run_notebook(path, progress=quiet.append)  # the default: one line every 10 s, so none for a 3 s cell
+    assert not [s for s in quiet if "still running" in s] and len(quiet) == 1
