@@ -15,7 +15,8 @@
     python3 course.py e2e      run only the browser tests (JupyterLab in Chromium, every notebook)
     python3 course.py room DIR [--force]
                                (instructors) fill a new DIR, outside the course, with everything a room
-                               without internet needs
+                               without internet needs: the learner set's wheels (--author: the author set's
+                               too, for `test --offline`), the datasets and the learner zip
     python3 course.py package --learner OUT.zip | --instructor OUT.zip [--force]
                                (instructors) zip the course without / with solutions into a new OUT.zip
                                outside the course

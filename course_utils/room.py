@@ -596,7 +596,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("dir", type=Path)
     p.add_argument("--platform", action="append", default=[], metavar="TAG",
                    help="wheels for another platform (repeat for several), e.g. manylinux_2_28_x86_64, "
-                        "macosx_11_0_arm64, win_amd64; default: this machine's")
+                        "macosx_14_0_arm64 (torch needs macOS 14), win_amd64; default: this machine's")
     p.add_argument("--python-version", action="append", default=[], metavar="X.Y",
                    help="wheels for another Python (repeat for several), e.g. 3.11; default: this one")
     p.add_argument("--pip-arg", action="append", default=[], metavar="ARG",
