@@ -13,15 +13,18 @@
 #   character frequency (the unigram model);
 # - the GPT: token embeddings, positions, pre-norm blocks of attention and MLP, weight tying; with the
 #   course's attention or PyTorch's fused one, which compute the same thing;
+# - pre-norm against post-norm, measured: gradients at initialisation and loss curves with and without
+#   a learning-rate warm-up;
 # - a training loop you can trust: warmup and cosine decay, gradient clipping, a loss curve that draws
 #   itself, checkpoints that survive an interrupted kernel, and an exact resume;
 # - sampling with the KV cache (temperature, top-k, top-p), and how samples change as the model learns;
-# - per-head attention heatmaps, an explorer, and bertviz's head and model views, working offline.
+# - per-head attention heatmaps, an explorer, and bertviz's head and model views, working offline; and
+#   what such pictures do not show (weights are not explanations, value norms, attention sinks).
 #
 # **Prerequisites:** notebooks 03 (masking), 04 (multi-head attention), 06 (positions: learned and RoPE)
 # and 07 (KV cache and sampling).
 #
-# **Time:** about 60 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
+# **Time:** about 70 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
 # training) or a GPU (nanoGPT's "baby Shakespeare" model). One switch sizes the run: the environment
 # variable `COURSE_GPT_SIZE` (`ci`, `cpu` or `gpu`); unset, it picks `gpu` on a CUDA machine and `cpu`
 # anywhere else. CI runs the `ci` size, which trains in well under a minute.
@@ -31,6 +34,7 @@
 # %%
 # NBVAL_IGNORE_OUTPUT
 import dataclasses
+import json
 import math
 import shutil
 import tempfile
@@ -47,8 +51,25 @@ from course_utils.data import CharTokenizer, corpus_info, corpus_path, get_batch
 from course_utils.environment import best_device, setup_notebook
 from course_utils.exercises import NotAttempted, check
 from course_utils.generation import generate, generate_stream
-from course_utils.gpt import GPT
-from course_utils.plotting import LiveLossPlot, char_labels, plot_attention_maps, plot_loss_curve
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.inspect_gpt import (
+    attention_and_values,
+    first_key_share,
+    layer_grad_norms,
+    rank_correlation,
+    selected_key_ratios,
+    top_key_disagreement,
+    uniform_first_key_share,
+    weighted_value_norms,
+    xavier_init_,
+)
+from course_utils.plotting import (
+    LiveLossPlot,
+    char_labels,
+    plot_attention_maps,
+    plot_loss_curve,
+    plot_weights,
+)
 from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, runs_dir, unigram_loss
 from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, train
 from course_utils.widgets import gpt_attention_explorer
@@ -143,10 +164,16 @@ plt.show()
 # `course_utils.gpt.GPT` is notebooks 02-07 put together, read top to bottom in `course_utils/gpt.py`:
 #
 # - a token embedding `(V, C)`; positions either learned `(T, C)` (notebook 06) or rotary, applied to
-#   q and k inside attention;
+#   q and k inside attention. The rotation pairs channel `i` with channel `i + D/2` (the "half" pairing),
+#   not the RoFormer paper's neighbours `(2i, 2i + 1)`: the two halves of q and k are two contiguous
+#   slices instead of two strided views, and it is the layout of Llama's and GPT-NeoX's checkpoints, so
+#   their weights need no permutation. It is the same function as
+#   `course_utils.positional.apply_rope(pairing="half")`, and notebook 06 shows it is the paper's rotation
+#   with the channels listed in another order;
 # - `num_layers` **pre-norm blocks**: `x = x + attention(layer_norm(x))`, then `x = x + mlp(layer_norm(x))`.
 #   The attention is the course's `MultiHeadAttention` with a causal mask (or grouped-query attention
-#   with `num_kv_heads`, notebook 07);
+#   with `num_kv_heads`, notebook 07). `norm_position="post"` builds the original Transformer's blocks
+#   instead (section 9);
 # - a final layer norm and a linear layer back to `V` logits, whose weight *is* the token embedding
 #   (**weight tying**: one `(V, C)` matrix reads and writes characters);
 # - initial weights with standard deviation 0.02, the output projection of every residual branch scaled
@@ -412,7 +439,169 @@ head_view(maps, labels, layer=len(maps) - 1)
 model_view(maps, labels)
 
 # %% [markdown]
-# ## 9. On a GPU, and on several
+# ### What attention maps do and do not show
+#
+# These pictures are weights, and weights are easy to over-read:
+#
+# - **They are not an explanation.** Jain and Wallace (2019) found that quite different attention
+#   distributions often leave a model's prediction unchanged, and that weights agree poorly with other
+#   measures of which inputs matter; Wiegreffe and Pinter (2019) replied that it depends on what one asks
+#   of an explanation, and that such alternative weights are harder to find in a model that must use
+#   them. A heatmap shows where a head reads, not why the model predicts what it does.
+# - **A weight multiplies a vector.** Query `i`'s output is `sum_j w_ij f(x_j)`, where `f(x_j)` is key
+#   `j`'s value passed through the head's share of the output projection. A large weight on a short
+#   vector can move the output less than a small weight on a long one, so Kobayashi et al. (2020) look at
+#   `||w_ij f(x_j)||` instead (exercise 09.5).
+# - **Attention sinks.** Xiao et al. (2023) found that in large language models many heads put much of
+#   their weight on the first token, whatever it is: softmax must put the weight somewhere, and the
+#   first token becomes a place to park it. A bright first column then says little about that token.
+#
+# Measured on the shipped model, over 64 windows of the validation text (`course_utils.inspect_gpt`).
+# First, the share of each head's weight on position 0, from queries 1 to `T - 1`, against what a head
+# that spreads its weight evenly would give it:
+
+# %%
+T_in = shipped.config.context_length
+starts = torch.linspace(0, len(val_ids) - T_in - 1, 64).long()
+windows = val_ids[starts[:, None] + torch.arange(T_in)]  # (64, T)
+pairs = attention_and_values(shipped, windows)  # per layer: weights (64, H, T, T), values f(x_j) (64, H, T, C)
+even = uniform_first_key_share(T_in)
+print(f"an even head: {even:.2f}")
+for layer, (w, _) in enumerate(pairs):
+    share = first_key_share(w)  # (H,)
+    print(f"layer {layer}, heads 0-{len(share) - 1}:", "  ".join(f"{x:.2f}" for x in share.tolist()),
+          " all below the even share:", bool((share < even).all()))
+
+# %% [markdown]
+# No sinks here: every head gives the first position *less* than an even spread would. This model is
+# small and briefly trained, and its windows start anywhere in the text; Xiao et al. saw sinks in
+# pretrained models of billions of parameters (Llama-2, Falcon, Pythia and others). Measure before you
+# read a bright first column either way.
+#
+# Second, weights against `||w_ij f(x_j)||`: how alike the two rank the keys of a row (Spearman's rank
+# correlation, 1 = the same order), how often the key with the largest weight is not the one that moves
+# the output most, and what happens to the space character, the most frequent key:
+
+# %%
+space = windows == tokenizer.encode(" ")[0]  # (64, T)
+for layer, (w, f) in enumerate(pairs):
+    norms = weighted_value_norms(w, f)  # (64, H, T, T)
+    rho, differs = rank_correlation(w, norms), top_key_disagreement(w, norms)  # (H,) each
+    drawn, length = selected_key_ratios(w, f, space)  # (H,) each, relative to the other characters
+    print(f"layer {layer}: rank correlation {rho.mean():.2f}; top key differs in {differs.mean():.0%} of rows")
+    lopsided = [h for h in range(len(drawn)) if drawn[h] > 1.0 and length[h] < 0.75]
+    for h in lopsided:
+        print(f"  head {h}: a space draws {drawn[h]:.1f}x the weight of another character, "
+              f"but its value is {length[h]:.1f}x as long")
+
+# %% [markdown]
+# The two pictures mostly agree, but not everywhere: in up to a sixth of the rows the brightest key is not
+# the one that moves the output most. Spaces show why. Several heads give a space more weight than other
+# characters while its value is much shorter, so their maps overstate what they take from spaces. One
+# such head on the line from above, its weights beside `||w_ij f(x_j)||` rescaled to sum to 1 per row
+# (look at the spaces' columns):
+
+# %%
+layer_k, head_k = 1, 2
+w_one, f_one = attention_and_values(shipped, tokenizer.encode(text_in)[None])[layer_k]  # (1, H, T, T), (1, H, T, C)
+moved = weighted_value_norms(w_one, f_one)[0, head_k]  # (T, T)
+moved = moved / moved.sum(-1, keepdim=True)  # each row sums to 1, as the weights do
+on_space = torch.tensor([c == " " for c in text_in])  # (T,)
+print(f"the spaces get {w_one[0, head_k][:, on_space].sum(-1).mean():.0%} of this head's weight, "
+      f"but {moved[:, on_space].sum(-1).mean():.0%} of ||w f(x)||")
+fig, axes = plt.subplots(1, 2, figsize=(12, 6))
+plot_weights(w_one[0, head_k], labels, labels, ax=axes[0], title=f"layer {layer_k}, head {head_k}: weights")
+plot_weights(moved, labels, labels, ax=axes[1],
+             title="||w_ij f(x_j)||, rescaled to sum to 1 per row")
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# ## 9. Pre-norm or post-norm? Measured
+#
+# The original Transformer (Vaswani et al. 2017) puts the LayerNorm *after* the residual add,
+# **post-norm**: `x = LN(x + sublayer(x))`. GPT-2 moved it *before* the sublayer, **pre-norm**:
+# `x = x + sublayer(LN(x))`, with one more LayerNorm before the output layer. In pre-norm the residual
+# stream runs from the embeddings to the output as a plain sum; in post-norm every path goes through
+# every later LayerNorm. `GPTConfig(norm_position="post")` builds the post-norm model (exercise 09.4
+# writes its block). It has no final LayerNorm: its last block already ends in one, and the original
+# Transformer has none either.
+#
+# Xiong et al. (2020) analyse both at initialisation: as the model gets deeper, the gradient reaching
+# the last layer shrinks like `1 / sqrt(L)` in pre-norm and does not shrink in post-norm, so the last
+# layers of a deep post-norm model get much larger gradients than pre-norm's, which a large learning rate
+# turns into large steps: their explanation of why post-norm needs a learning-rate **warm-up**. Their analysis
+# assumes Xavier initialisation (`xavier_init_`). The norm of the gradient of the last block's MLP
+# weight, at 2 and at 16 layers, one batch:
+
+# %%
+xg, yg = get_batch(train_ids, batch_size=8, context_length=32, generator=torch.Generator().manual_seed(0))
+print(f"{'last block, gradient norm':<30}{'2 layers':>9}{'16 layers':>10}{'ratio':>7}")
+for init in ("course", "xavier"):
+    for norm in ("pre", "post"):
+        last = []
+        for L in (2, 16):
+            torch.manual_seed(0)
+            deep = GPT(GPTConfig(vocab_size=V, context_length=32, embed_dim=32, num_heads=4, num_layers=L,
+                                 norm_position=norm))
+            if init == "xavier":
+                xavier_init_(deep)
+            last.append(layer_grad_norms(deep, xg, yg)[-1].item())  # (L,) -> the last block's
+        print(f"{norm + '-norm, ' + init + ' init':<30}{last[0]:>9.2g}{last[1]:>10.2g}{last[1] / last[0]:>7.1f}")
+
+# %% [markdown]
+# With Xavier initialisation, 16 layers shrink pre-norm's last-layer gradient to about a third (the
+# theory says `1 / sqrt(8) = 0.35`) and do not shrink post-norm's, which ends several times larger. With
+# the course's own initialisation neither shrinks: GPT-2 scales each residual branch's output projection
+# by `1 / sqrt(2 L)` so that the stream does not grow with depth. (There, post-norm's gradients are more
+# than ten times smaller than pre-norm's: the course's embeddings start tiny, std 0.02, and pre-norm's
+# LayerNorms, which divide by the size of that stream, scale its gradients up. With embeddings of std 1
+# the two are within a factor of 2. AdamW's steps do not depend on that scale.)
+#
+# **Training both.** `benchmarks/norm_position.py` trains them with this notebook's loop
+# (`course_utils.train.train`) at one budget: 6 layers, 48 wide, context 32, 150 steps of 16 windows, a
+# peak learning rate of 1e-2 (high on purpose, to provoke post-norm's instability), with no warm-up or a
+# linear warm-up over the first 75 steps, three seeds each. That takes minutes, so here are its saved
+# curves (smoothed over 10 steps; one line per seed):
+
+# %%
+bench = json.loads((ROOT / "benchmarks" / "results" / "norm_position_cpu.json").read_text())
+meta, runs = bench["meta"], bench["runs"]
+print(f"{meta['command']}\n{meta['date']}, {meta['device']}, torch {meta['torch']}")
+print(f"\nvalidation loss after {meta['steps']} steps, seeds {meta['seeds']} "
+      f"(the unigram model: {meta['unigram_val_loss']:.2f})")
+fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
+for ax, warmup in zip(axes, meta["warmup_steps"]):
+    for norm, colour in (("pre", "tab:blue"), ("post", "tab:orange")):
+        mine = [r for r in runs if r["norm_position"] == norm and r["warmup_steps"] == warmup]
+        print(f"  {norm:>4}-norm, warm-up {warmup:>2} steps:", "  ".join(f"{r['val_loss']:.2f}" for r in mine))
+        for i, r in enumerate(mine):
+            curve = torch.tensor(r["history"]).unfold(0, 10, 1).mean(-1)  # a moving mean over 10 steps
+            ax.plot(range(10, len(r["history"]) + 1), curve, color=colour, lw=1,
+                    label=f"{norm}-norm" if i == 0 else None)
+    ax.axhline(meta["unigram_val_loss"], color="grey", ls="--", lw=1, label="unigram")
+    ax.set_title(f"warm-up: {warmup} steps")
+    ax.set_xlabel("step")
+axes[0].set_ylabel("training loss")
+axes[0].legend()
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# What the runs show:
+#
+# - **Without warm-up, post-norm learns nothing but the character frequencies**, in all three seeds: its
+#   validation loss stops at the unigram model's. Pre-norm learns in every seed.
+# - **With the warm-up, pre-norm improves in every seed, and so does post-norm, but not reliably**: one
+#   seed of three trains as well as pre-norm, the other two stay well above it.
+#
+# So at this learning rate post-norm needs the warm-up and is fragile even with it, as Xiong et al.
+# predict; pre-norm trains without one, though the warm-up still helps it here. The differences between
+# conditions are far larger than between seeds, except for post-norm with warm-up, whose seeds disagree.
+# The course's GPT stays pre-norm.
+
+# %% [markdown]
+# ## 10. On a GPU, and on several
 #
 # The same loop trains nanoGPT's "baby Shakespeare" model (6 layers, 6 heads, 384 wide, context 256) on
 # one GPU, with bfloat16 autocast, `torch.compile`, fused AdamW and the flash attention kernel:
@@ -430,7 +619,7 @@ model_view(maps, labels)
 # `benchmarks/TRAINING.md` has the measured figures and the benchmark scripts.
 
 # %% [markdown]
-# ## 10. Exercises
+# ## 11. Exercises
 #
 # ### Exercise 09.1: training windows
 #
@@ -495,6 +684,41 @@ def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
 check("09.3", lr_at)
 
 # %% [markdown]
+# ### Exercise 09.4: a post-norm block
+#
+# Write `post_norm_block(x, attn, mlp, ln_1, ln_2)`, the forward pass of a post-norm block (section 9)
+# given its four sublayers: the attention, whose residual add is followed by `ln_1`, then the MLP, whose
+# residual add is followed by `ln_2`. `x` is `(B, T, C)`; `attn` and `mlp` map `(B, T, C)` to `(B, T, C)`.
+# The check compares it with `Block` of a `GPTConfig(norm_position="post")` holding the same sublayers.
+
+# %%
+def post_norm_block(x, attn, mlp, ln_1, ln_2):
+    ### BEGIN SOLUTION
+    h = ln_1(x + attn(x))  # (B, T, C)
+    return ln_2(h + mlp(h))  # (B, T, C)
+    ### END SOLUTION
+
+
+check("09.4", post_norm_block)
+
+# %% [markdown]
+# ### Exercise 09.5: value-weighted attention norms
+#
+# Write `weighted_norms(weights, v)`: `weights` is `(B, H, T, S)` and `v` is `(B, H, S, D)`, one value
+# vector per key. Return the `(B, H, T, S)` tensor whose entry `[b, h, i, j]` is the length of the term
+# key `j` adds to query `i`'s output, `||weights[b, h, i, j] * v[b, h, j]||` (section 8), without a
+# Python loop.
+
+# %%
+def weighted_norms(weights, v):
+    ### BEGIN SOLUTION
+    return weights * v.norm(dim=-1).unsqueeze(-2)  # (B, H, T, S) * (B, H, 1, S)
+    ### END SOLUTION
+
+
+check("09.5", weighted_norms)
+
+# %% [markdown]
 # ## Summary
 #
 # - A character-level model sees text as ids in `0 .. V-1`; a window of `T + 1` characters gives `T`
@@ -506,7 +730,12 @@ check("09.3", lr_at)
 # - Training: AdamW with warmup and cosine decay, gradient clipping, the mean validation loss over the
 #   whole split; atomic checkpoints, so an interrupted run resumes exactly.
 # - Looking inside: every row of every head is a distribution over earlier characters; heatmaps,
-#   the explorer and bertviz show which ones each head reads.
+#   the explorer and bertviz show which ones each head reads. They show weights, not explanations: a
+#   weight on a short value moves little (look at `||w_ij f(x_j)||`), and a bright first column may be a
+#   sink. This small model has no sinks, and its weights and weighted norms mostly agree.
+# - Pre-norm against post-norm: at a high learning rate, post-norm learns nothing without a warm-up and
+#   is fragile with one; pre-norm trains either way. With Xavier initialisation, pre-norm's last-layer
+#   gradient shrinks with depth and post-norm's does not (Xiong et al. 2020).
 #
 # ## Further reading
 #
@@ -521,5 +750,13 @@ check("09.3", lr_at)
 #   schedules and AdamW.
 # - Vig, [A Multiscale Visualization of Attention in the Transformer Model](https://arxiv.org/abs/1906.05714)
 #   (2019): bertviz.
+# - Vaswani et al., [Attention Is All You Need](https://arxiv.org/abs/1706.03762) (2017): the post-norm
+#   Transformer; Xiong et al., [On Layer Normalization in the Transformer Architecture](https://arxiv.org/abs/2002.04745)
+#   (2020): pre-norm against post-norm, and why post-norm needs a warm-up.
+# - Jain and Wallace, [Attention is not Explanation](https://arxiv.org/abs/1902.10186) (2019); Wiegreffe and
+#   Pinter, [Attention is not not Explanation](https://arxiv.org/abs/1908.04626) (2019).
+# - Kobayashi et al., [Attention is Not Only a Weight: Analyzing Transformers with Vector Norms](https://arxiv.org/abs/2004.10102)
+#   (2020); Xiao et al., [Efficient Streaming Language Models with Attention Sinks](https://arxiv.org/abs/2309.17453)
+#   (2023).
 # - Olsson et al., [In-context Learning and Induction Heads](https://transformer-circuits.pub/2022/in-context-learning-and-induction-heads/index.html)
 #   (2022): what some attention heads learn to do.

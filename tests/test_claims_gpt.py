@@ -1,0 +1,361 @@
+"""Every measurable sentence notebook 09 adds about its GPT, checked: the RoPE pairing, the norm_position option
+(the default unchanged), gradients at initialisation (Xiong et al. 2020), the saved pre/post-norm benchmark,
+and what the shipped model's attention maps do and do not show.
+
+Each test names the sentence it pins. Numbers come from the model, the committed checkpoint or the committed
+benchmark record (benchmarks/results/norm_position_cpu.json), never typed in as results.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_utils.data import CharTokenizer, get_batch, load_corpus, split_data
+from course_utils.gpt import GPT, Block, GPTConfig
+from course_utils.inspect_gpt import (
+    attention_and_values,
+    first_key_share,
+    layer_grad_norms,
+    rank_correlation,
+    selected_key_ratios,
+    top_key_disagreement,
+    uniform_first_key_share,
+    weighted_value_norms,
+    xavier_init_,
+)
+from course_utils.positional import apply_rope
+from course_utils.train import evaluate, load_model
+
+ROOT = Path(__file__).resolve().parent.parent
+CHECKPOINT = ROOT / "checkpoints" / "shakespeare_cpu.pt"
+BENCHMARK = ROOT / "benchmarks" / "results" / "norm_position_cpu.json"
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+@pytest.fixture(scope="module")
+def corpus():
+    """The course corpus as notebook 09 reads it: tokenizer, training ids, validation ids."""
+    text = load_corpus(download=False)
+    tokenizer = CharTokenizer.from_text(text)
+    train_ids, val_ids = split_data(tokenizer.encode(text))
+    return tokenizer, train_ids, val_ids
+
+
+@pytest.fixture(scope="module")
+def shipped():
+    return load_model(CHECKPOINT)
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 4: "The rotation pairs channel i with channel i + D/2 ... the same function as apply_rope(pairing='half')"
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("start", [0, 5])
+def test_the_gpt_rotates_with_the_half_pairing_of_apply_rope(start):
+    config = GPTConfig(vocab_size=7, context_length=16, embed_dim=32, num_heads=4, num_layers=1, positions="rope")
+    attn = GPT(config).blocks[0].attn
+    x = torch.randn(2, 4, 6, 8, generator=torch.Generator().manual_seed(0))  # (B, H, T, D)
+    positions = torch.arange(start, start + 6)
+    torch.testing.assert_close(attn._rotate(x, start), apply_rope(x, positions, config.rope_base, pairing="half"))
+    interleaved = apply_rope(x, positions, config.rope_base, pairing="interleaved")
+    assert (attn._rotate(x, start) - interleaved).abs().max() > 0.1, "the pairings differ: the test can tell"
+
+
+# ----------------------------------------------------------------------------------------------
+# norm_position: the default is the model as it was; post-norm as section 9 describes it
+# ----------------------------------------------------------------------------------------------
+
+
+def test_norm_position_defaults_to_pre_and_refuses_other_values():
+    assert GPTConfig().norm_position == "pre"
+    assert all(GPTConfig.preset(name).norm_position == "pre" for name in ("tiny", "cpu", "gpu"))
+    with pytest.raises(ValueError, match=r"norm_position must be one of \('pre', 'post'\) .*got 'sandwich'"):
+        GPTConfig(norm_position="sandwich")
+    old = GPTConfig().to_dict()
+    del old["norm_position"]  # a config saved before the option existed (the committed checkpoint's)
+    assert GPTConfig.from_dict(old).norm_position == "pre"
+
+
+def test_the_committed_checkpoint_is_pre_norm_and_scores_as_before(corpus, shipped):
+    """Its validation loss on the first 20,000 validation characters, measured before norm_position existed
+    (commit 5572c6c): 1.788559."""
+    model, _, info = shipped
+    _, _, val_ids = corpus
+    assert "norm_position" not in info["model_config"] and model.config.norm_position == "pre"
+    assert abs(evaluate(model, val_ids[:20_000], model.config.context_length) - 1.788559) < 1e-4
+
+
+def _pre_norm_by_hand(model: GPT, idx: torch.Tensor) -> torch.Tensor:
+    """GPT.forward as it was before norm_position, written out with the model's own layers."""
+    x = model._embed(idx, 0)
+    for block in model.blocks:
+        x = x + block.attn(block.ln_1(x))
+        x = x + block.mlp(block.ln_2(x))
+    return model.lm_head(model.ln_f(x))
+
+
+@pytest.mark.parametrize("overrides", [dict(), dict(positions="rope"), dict(attention="course")])
+def test_the_default_is_the_pre_norm_model_bit_for_bit(overrides):
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=3,
+                          **overrides)).eval()
+    idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
+
+
+def test_the_committed_checkpoint_gives_its_pre_norm_logits_bit_for_bit(corpus, shipped):
+    model, _, _ = shipped
+    _, _, val_ids = corpus
+    idx = val_ids[:4 * 64].view(4, 64)
+    with torch.no_grad():
+        assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
+
+
+def test_a_post_norm_block_normalises_after_each_residual_add():
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2, norm_position="post")
+    block = Block(config)
+    with torch.no_grad():
+        for ln in (block.ln_1, block.ln_2):  # gains and biases that make each LayerNorm count
+            ln.weight.uniform_(0.5, 1.5)
+            ln.bias.uniform_(-0.5, 0.5)
+        x = torch.randn(2, 16, 16) * 3 + 1
+        h = block.ln_1(x + block.attn(x))
+        torch.testing.assert_close(block(x), block.ln_2(h + block.mlp(h)))
+
+
+def test_post_norm_has_no_final_layernorm_and_two_fewer_vectors():
+    """'It has no final LayerNorm: its last block already ends in one.'"""
+    kw = dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2)
+    pre, post = GPT(GPTConfig(**kw)), GPT(GPTConfig(**kw, norm_position="post"))
+    assert isinstance(post.ln_f, torch.nn.Identity) and isinstance(pre.ln_f, torch.nn.LayerNorm)
+    assert pre.num_parameters() - post.num_parameters() == 2 * 16  # ln_f's gain and bias
+    idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(0))
+    post.eval()
+    with torch.no_grad():
+        h = post._embed(idx, 0)
+        for block in post.blocks:
+            h = block(h)
+        torch.testing.assert_close(post(idx)[0], post.lm_head(h))  # the last block's output, straight to logits
+        assert h.mean(-1).abs().max() < 1e-5 and (h.var(-1, unbiased=False) - 1).abs().max() < 1e-3
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 9: gradients at initialisation, the notebook's cell (batch 8, context 32, 32 wide, 2 and 16 layers)
+# ----------------------------------------------------------------------------------------------
+
+
+def _last_layer_ratio(train_ids, vocab_size, norm, init, seed) -> tuple[float, float]:
+    """The last block's MLP gradient norm at 2 layers and at 16 layers, as the notebook measures it."""
+    x, y = get_batch(train_ids, batch_size=8, context_length=32, generator=torch.Generator().manual_seed(seed))
+    last = []
+    for L in (2, 16):
+        torch.manual_seed(seed)
+        model = GPT(GPTConfig(vocab_size=vocab_size, context_length=32, embed_dim=32, num_heads=4, num_layers=L,
+                              norm_position=norm))
+        if init == "xavier":
+            xavier_init_(model)
+        last.append(layer_grad_norms(model, x, y)[-1].item())
+    return last[0], last[1]
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_xavier_init_depth_shrinks_pre_norms_last_gradient_and_not_post_norms(corpus, seed):
+    """'16 layers shrink pre-norm's last-layer gradient to about a third (1 / sqrt(8) = 0.35) and do not
+    shrink post-norm's, which ends several times larger.' (Xiong et al. 2020, Theorem 1.)"""
+    tokenizer, train_ids, _ = corpus
+    two, pre_sixteen = _last_layer_ratio(train_ids, tokenizer.vocab_size, "pre", "xavier", seed)
+    assert 0.2 < pre_sixteen / two < 0.5
+    two, post_sixteen = _last_layer_ratio(train_ids, tokenizer.vocab_size, "post", "xavier", seed)
+    assert post_sixteen / two > 1.0
+    assert post_sixteen > 2.5 * pre_sixteen
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_with_the_courses_init_depth_shrinks_neither(corpus, seed):
+    """'With the course's own initialisation neither shrinks', and 'post-norm's gradients are more than ten
+    times smaller than pre-norm's'."""
+    tokenizer, train_ids, _ = corpus
+    pre = _last_layer_ratio(train_ids, tokenizer.vocab_size, "pre", "course", seed)
+    post = _last_layer_ratio(train_ids, tokenizer.vocab_size, "post", "course", seed)
+    for two, sixteen in (pre, post):
+        assert 0.8 < sixteen / two < 1.5
+    assert min(pre) > 10 * max(post)
+
+
+def test_the_gap_in_gradient_size_comes_from_the_tiny_embeddings(corpus):
+    """'With embeddings of std 1 the two are within a factor of 2' (and more than ten times apart at 0.02)."""
+    tokenizer, train_ids, _ = corpus
+    x, y = get_batch(train_ids, batch_size=8, context_length=32, generator=torch.Generator().manual_seed(0))
+    for std, low, high in ((0.02, 10.0, math.inf), (1.0, 0.5, 2.0)):
+        last = {}
+        for norm in ("pre", "post"):
+            torch.manual_seed(0)
+            model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, context_length=32, embed_dim=32, num_heads=4,
+                                  num_layers=2, norm_position=norm))
+            with torch.no_grad():
+                model.tok_emb.weight.normal_(0.0, std)
+                model.pos_emb.embedding.weight.normal_(0.0, std)
+            last[norm] = layer_grad_norms(model, x, y)[-1].item()
+        assert low < last["pre"] / last["post"] < high, (std, last)
+
+def test_layer_grad_norms_touch_neither_weights_nor_grads():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=3))
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(0))
+    norms = layer_grad_norms(model, idx, idx)
+    assert norms.shape == (3,) and (norms > 0).all()
+    assert all(p.grad is None for p in model.parameters())
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())
+    _, loss = model(idx, idx)
+    loss.backward()  # the same numbers as .grad would hold
+    expected = torch.stack([b.mlp.fc_out.weight.grad.norm() for b in model.blocks])
+    torch.testing.assert_close(norms, expected)
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 9: the saved benchmark and the sentences about it
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def bench():
+    record = json.loads(BENCHMARK.read_text())
+    meta, runs = record["meta"], record["runs"]
+
+    def losses(norm, warmup):
+        found = sorted((r for r in runs if r["norm_position"] == norm and r["warmup_steps"] == warmup),
+                       key=lambda r: r["seed"])
+        return [r["val_loss"] for r in found]
+
+    return meta, runs, losses
+
+
+def test_the_benchmark_record_says_how_and_where_it_was_made(bench):
+    meta, runs, _ = bench
+    for key in ("command", "date", "device", "torch", "load_average_1_5_15", "unigram_val_loss", "data"):
+        assert meta[key], key
+    assert meta["command"].startswith(".venv/bin/python benchmarks/norm_position.py")
+    assert meta["model"]["num_layers"] == 6 and meta["model"]["embed_dim"] == 48 and meta["model"]["context_length"] == 32
+    assert meta["steps"] == 150 and meta["batch_size"] == 16 and meta["learning_rate"] == 1e-2
+    assert meta["warmup_steps"] == [0, 75] and meta["seeds"] == [1, 2, 3]
+    assert len(runs) == 12 and all(len(r["history"]) == meta["steps"] for r in runs)
+    assert all(math.isfinite(r["val_loss"]) for r in runs)
+
+
+def test_without_warmup_post_norm_stops_at_the_unigram_loss_and_pre_norm_learns(bench):
+    """'Without warm-up, post-norm learns nothing but the character frequencies, in all three seeds: its
+    validation loss stops at the unigram model's. Pre-norm learns in every seed.'"""
+    meta, _, losses = bench
+    unigram = meta["unigram_val_loss"]
+    assert all(abs(v - unigram) < 0.02 for v in losses("post", 0))
+    assert all(v < unigram - 0.3 for v in losses("pre", 0))
+
+
+def test_with_warmup_both_improve_and_post_norm_is_unreliable(bench):
+    """'With the warm-up, pre-norm improves in every seed, and so does post-norm, but not reliably: one seed of
+    three trains as well as pre-norm, the other two stay well above it.'"""
+    _, _, losses = bench
+    for norm in ("pre", "post"):
+        assert all(w < n for w, n in zip(losses(norm, 75), losses(norm, 0)))
+    best_pre = max(losses("pre", 75))
+    as_good = [v for v in losses("post", 75) if v < best_pre + 0.05]
+    assert len(as_good) == 1
+    assert all(v > best_pre + 0.5 for v in losses("post", 75) if v not in as_good)
+
+
+def test_conditions_differ_more_than_seeds_except_post_norm_with_warmup(bench):
+    """'The differences between conditions are far larger than between seeds, except for post-norm with
+    warm-up, whose seeds disagree.'"""
+    _, _, losses = bench
+    groups = {c: losses(*c) for c in (("pre", 0), ("post", 0), ("pre", 75))}
+
+    def spread(v):
+        return max(v) - min(v)
+
+    for a in groups:
+        for b in groups:
+            if a < b:
+                gap = abs(sum(groups[a]) / 3 - sum(groups[b]) / 3)
+                assert gap > 2 * max(spread(groups[a]), spread(groups[b])), (a, b)
+    assert spread(losses("post", 75)) > 2 * max(spread(v) for v in groups.values())
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 8: what the shipped model's attention maps do and do not show (64 validation windows)
+# ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def looked(corpus, shipped):
+    model, tokenizer, _ = shipped
+    _, _, val_ids = corpus
+    T = model.config.context_length
+    starts = torch.linspace(0, len(val_ids) - T - 1, 64).long()
+    windows = val_ids[starts[:, None] + torch.arange(T)]  # (64, T)
+    return model, tokenizer, windows, attention_and_values(model, windows)
+
+
+def test_no_head_of_the_shipped_model_is_an_attention_sink(looked):
+    """'No sinks here: every head gives the first position less than an even spread would.'"""
+    model, _, _, pairs = looked
+    even = uniform_first_key_share(model.config.context_length)
+    for w, _ in pairs:
+        assert (first_key_share(w) < even).all()
+
+
+def test_weights_and_weighted_norms_mostly_agree_but_not_everywhere(looked):
+    """'The two pictures mostly agree, but not everywhere: in up to a sixth of the rows the brightest key is
+    not the one that moves the output most.' (The notebook prints each layer's mean over heads.)"""
+    _, _, _, pairs = looked
+    for w, f in pairs:
+        norms = weighted_value_norms(w, f)
+        assert rank_correlation(w, norms).mean() > 0.9
+        differs = top_key_disagreement(w, norms).mean()
+        assert 0.01 < differs < 1 / 6
+
+
+def test_several_heads_overstate_what_they_take_from_spaces(looked):
+    """'Several heads give a space more weight than other characters while its value is much shorter'; the
+    notebook draws layer 1, head 2, as one such head."""
+    _, tokenizer, windows, pairs = looked
+    space = windows == tokenizer.encode(" ")[0]
+    assert torch.bincount(windows.flatten()).argmax() == tokenizer.encode(" ")[0], "'the most frequent key'"
+    lopsided = []
+    for layer, (w, f) in enumerate(pairs):
+        drawn, length = selected_key_ratios(w, f, space)
+        lopsided += [(layer, h) for h in range(len(drawn)) if drawn[h] > 1.0 and length[h] < 0.75]
+    assert len(lopsided) >= 3 and (1, 2) in lopsided, lopsided
+
+
+def test_on_the_notebooks_line_layer_1_head_2_takes_less_from_spaces_than_its_weights_say(shipped):
+    """The cell under the picture: 'the spaces get 18% of this head's weight, but 11% of ||w f(x)||'."""
+    model, tokenizer, _ = shipped
+    text_in = "ROMEO:\nBut soft, what light through yonder"
+    w, f = attention_and_values(model, tokenizer.encode(text_in)[None])[1]
+    moved = weighted_value_norms(w, f)[0, 2]
+    moved = moved / moved.sum(-1, keepdim=True)
+    on_space = torch.tensor([c == " " for c in text_in])
+    by_weight, by_norm = w[0, 2][:, on_space].sum(-1).mean(), moved[:, on_space].sum(-1).mean()
+    assert round(by_weight.item(), 2) == 0.18 and round(by_norm.item(), 2) == 0.11
+
+def test_the_values_decompose_the_attention_output(looked):
+    """'Query i's output is sum_j w_ij f(x_j)': with the output projection's bias, that is the attention branch."""
+    model, _, windows, pairs = looked
+    idx = windows[:4]
+    x = model._embed(idx, 0)
+    for block, (w, f) in zip(model.blocks, attention_and_values(model, idx)):
+        with torch.no_grad():
+            branch = block.attend(x)  # (B, T, C)
+            rebuilt = torch.einsum("bhij,bhjc->bic", w, f) + block.attn.out_proj.bias
+            torch.testing.assert_close(rebuilt, branch, atol=1e-5, rtol=1e-4)
+            x = block.add_branches(x, branch)
