@@ -24,12 +24,13 @@ Einsum letters are the same in lower case, with i, j for query and key positions
 ``torch.einsum("bhid,bhjd->bhij", q, k)``.
 
 Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
-``multihead`` (04-05), ``positional`` and ``length_generalisation`` (06), ``variants`` and
-``generation`` (07), ``data``, ``gpt``, ``train``, ``runs`` and ``attention_view`` (09); beside them
-``plotting`` and ``widgets`` (pictures and explorers), ``exercises`` and ``checking`` (the checks behind
-every exercise), ``grade`` (``python3 course.py check``), ``environment`` (the setup check), ``build``
-(notebooks from ``course_source/``), ``reset`` and ``room`` (learners' resets, workshop rooms) and
-``vendor_js`` (the JavaScript that bertviz's views need, shipped for offline use).
+``multihead`` (04-05, cross-attention in 05), ``positional`` and ``length_generalisation`` (06),
+``variants`` (07), ``fast_attention`` and ``generation`` (08), ``data``, ``gpt``, ``train``, ``runs``,
+``attention_view`` and ``inspect_gpt`` (09); beside them ``plotting`` and ``widgets`` (pictures and
+explorers), ``exercises`` and ``checking`` (the checks behind every exercise), ``grade``
+(``python3 course.py check``), ``environment`` (the setup check), ``build`` (notebooks from
+``course_source/``), ``site`` (the course as static HTML), ``reset`` and ``room`` (learners' resets, workshop
+rooms) and ``vendor_js`` (the JavaScript that bertviz's views and the site need, shipped for offline use).
 """
 
 __version__ = "0.1.0"
