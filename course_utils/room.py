@@ -180,8 +180,9 @@ def download_wheels(out: Path, lock: Path, roots: list, platforms: list[str], py
         base += ["--python-version", version] if version else []
         versions: dict[str, list[str]] = {}
         for p in pins:
-            if _applies(p, envs):
-                versions.setdefault(canonicalize_name(p.name), []).append(str(p.specifier))
+            known = versions.setdefault(canonicalize_name(p.name), [])
+            if _applies(p, envs) and str(p.specifier) not in known:
+                known.append(str(p.specifier))
         wanted: dict[str, set[str]] = {}  # name -> extras asked for
         needs: dict[str, list] = {}  # name -> its wheel's requirements
         queue = [(r, "pyproject.toml") for r in roots if _applies(r, envs)]
@@ -190,7 +191,7 @@ def download_wheels(out: Path, lock: Path, roots: list, platforms: list[str], py
             batch, follow = [], []
             for req, by in queue:
                 name = canonicalize_name(req.name)
-                if name not in versions:
+                if not versions.get(name):
                     raise ValueError(f"{lock} pins no version of {req.name} for {what} (needed by {by}); "
                                      "regenerate the lock with `python3 tools/lock.py`")
                 new_extras = set(req.extras) - wanted.get(name, set())
@@ -209,7 +210,7 @@ def download_wheels(out: Path, lock: Path, roots: list, platforms: list[str], py
                         commands.append(cmd)
                 for f in sorted(Path(tmp).iterdir()):
                     name = canonicalize_name(parse_wheel_filename(f.name)[0]) if f.suffix == ".whl" else None
-                    if name in versions:
+                    if versions.get(name):
                         needs.setdefault(name, []).extend(_wheel_requirements(f))
                     if not (wheels / f.name).exists():
                         shutil.move(str(f), wheels / f.name)
