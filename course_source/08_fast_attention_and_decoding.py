@@ -176,8 +176,10 @@ for q_tile, kv_tile in ((1, 1), (8, 16), (7, 13), (64, 64)):
 # needs far less memory than its `(T, S)` matrix. FlashAttention runs it as one fused GPU kernel: each
 # tile of q, k and v is loaded once into the chip's small, fast on-chip memory, and only the output (with
 # `m` and `l` per query, for the backward pass) goes back to the large, slow GPU memory; the backward pass
-# recomputes the tiles instead of storing them. Reading and writing memory, not arithmetic, is what
-# limits attention on a GPU, so avoiding the `(T, S)` round trips makes it faster *and* smaller.
+# recomputes the tiles instead of storing them. Dao et al. show that on a GPU plain attention is limited by
+# those reads and writes of the `(T, S)` matrices, not by arithmetic, so avoiding them makes it faster *and*
+# smaller. On a CPU, `F.scaled_dot_product_attention` runs a compiled version of the same blocked
+# algorithm too (`_scaled_dot_product_flash_attention_for_cpu` in PyTorch's profiler).
 #
 # With a causal mask, whole tiles lie in the future of every query of their tile: they need not be
 # computed at all. For 16 positions in tiles of 4:
@@ -347,17 +349,21 @@ for use_cache, works in counts.items():
 
 # %%
 fig, ax = plt.subplots(figsize=(5.5, 3.4))
-for (use_cache, works), style in zip(counts.items(), ("-", "--")):
+for (use_cache, works), style, marker in zip(counts.items(), ("-", "--"), ("o", "x")):
     for what, color in (("token-passes", "tab:blue"), ("score pairs", "tab:orange")):
-        ax.plot(lengths, [w[what] for w in works], style, color=color, marker="o",
+        ax.plot(lengths, [w[what] for w in works], style, color=color, marker=marker, markersize=8,
                 label=f"{what}, {'cache' if use_cache else 'no cache'}")
-ax.set(xscale="log", yscale="log", xlabel="tokens generated N", ylabel="count",
+ax.set(xscale="log", yscale="log", xlabel="tokens generated N", ylabel="count (one head, one layer)",
        title="work of a generation: the cache removes one factor of N")
+ax.minorticks_off()
 ax.set_xticks(lengths, [str(N) for N in lengths])
 ax.legend(fontsize=8)
 plt.show()
 
 # %% [markdown]
+# Each line climbs by one power of N less with the cache. (The pairs scored *with* a cache and the
+# token-passes *without* one are the same numbers, N(N + 1)/2: their lines coincide.)
+#
 # In time, on a slightly bigger model and 150 tokens (your numbers will differ). The cache saves
 # recomputing the projections and the MLP of the whole prefix at every step; attention over the cache
 # still grows with the context, as counted above, though in a model this small each cached step's time
@@ -552,26 +558,31 @@ for method in methods:
           f"peak +{r2['peak_mb']:7.1f} MB, memory x{r2['peak_mb'] / r1['peak_mb']:.1f} from T=4096")
 
 # %% [markdown]
-# Doubling T from 4096 to 8192 multiplies the naive method's memory by about 4: it holds several
-# `(T, T)` tensors (scores, masked scores, weights). Tiled attention's grows about 2-fold, like its
-# inputs and output: its tiles stay 256 × 256. The fused kernel does the same, in compiled code.
+# **Memory**, measured per call, is the clear part. Doubling T from 4096 to 8192 multiplies the naive
+# method's memory by about 4: it holds several `(T, T)` tensors (scores, masked scores, weights). Tiled
+# attention's grows by less than 2, like its inputs and output: its tiles stay 256 × 256. The fused
+# kernel's grows the same way. Of notebook 07's variants, top-k holds one `(chunk, T)` block at a time, the
+# sliding window's blocks do not grow at all (what grows is its output), Linformer holds `(T, R)` and
+# AFT-simple `(T, C)`.
 #
-# On this CPU the tiled loop is *slower* than the fused kernel: it does the same arithmetic as naive
-# attention, one small tile at a time from Python, with no fusion. That is expected, and not the point:
-# the point is its memory curve, and the algorithm, which is exactly what the fused kernels run
-# (FlashAttention on a GPU; PyTorch's fused CPU kernel works in blocks as well). Of notebook 07's
-# variants, top-k saves memory, not time (it computes the scores twice and sorts them); the sliding
-# window's blocks do not grow at all; Linformer and AFT-simple are the cheapest, at the price of being
-# different models, and not causal.
+# **Time.** The run started on a quiet machine (a load average of 0.5; the benchmark's own two threads
+# bring it to about 2). The tiled loop is *slower* than the fused kernel at every length, about 4 to 6
+# times from 256 tokens up. That is expected, and not the point: it does the arithmetic one small tile at
+# a time from Python, with no fusion. The point is its memory curve, and the algorithm, which is what the
+# fused kernels run in compiled code (FlashAttention on a GPU, PyTorch's flash kernel for the CPU here).
+# From 512 tokens up it is still faster than naive attention, which computes the whole `(T, T)` matrix,
+# masked half included, and writes and reads it several times, where the tiled loop skips the future
+# tiles. Top-k saves memory, not time: it is slower than naive, because it computes the scores twice and
+# sorts them. Linformer and AFT-simple are the cheapest, at the price of being different models, and not
+# causal.
 #
-# %% [markdown]
 # A small version runs live, tiled attention included (its timings depend on your machine, so nbval
 # ignores them):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
 bench = runpy.run_path(str(ROOT / "benchmarks" / "attention_cost.py"))
-live = bench["run"](lengths=(128, 256, 512), repeats=2, verbose=False)
+live = bench["run"](lengths=(128, 256, 512), repeats=2, verbose=False, min_time_s=0.05)
 print(bench["table"](live))
 
 # %% [markdown]

@@ -1,0 +1,337 @@
+"""What the prose of notebooks 07 (attention variants) and 08 (fast attention and decoding) claims, pinned.
+
+Each test names the claim it pins. The claims about measured time and memory are pinned against the saved
+benchmark run the notebook plots (benchmarks/results/attention_cost_cpu.json), so the prose cannot drift
+from the file it describes; the file itself is made by benchmarks/attention_cost.py, whose meta says where,
+when and how.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import seeds
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.fast_attention import tiled_attention
+from course_utils.generation import beam_search, generate
+from course_utils.masking import causal_mask
+from course_utils.variants import (
+    DecoderConfig,
+    TinyDecoder,
+    aft_full,
+    kv_cache_bytes,
+    linformer_attention,
+    sliding_window_attention,
+    sliding_window_mask,
+    topk_attention,
+)
+
+ROOT = Path(__file__).resolve().parent.parent
+SAVED = ROOT / "benchmarks" / "results" / "attention_cost_cpu.json"
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+class _Shapes(TorchDispatchMode):
+    """Records the number of elements and the op of every tensor an operation produces."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.outputs: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        for t in out if isinstance(out, (tuple, list)) else (out,):
+            if isinstance(t, torch.Tensor):
+                self.outputs.append((str(func.overloadpacket.__name__), t.numel()))
+        return out
+
+    def largest(self) -> int:
+        return max(n for _, n in self.outputs)
+
+    def count(self, *ops: str) -> int:
+        return sum(1 for op, _ in self.outputs if op in ops)
+
+
+# --- notebook 07 ------------------------------------------------------------------------------------
+
+
+def test_07_the_kv_cache_of_eight_4096_token_sequences_of_a_7b_mha_model_is_16_gib():
+    """'eight sequences of 4096 tokens need 16 GiB of cache, as much as the float16 weights (about 14 GB)'"""
+    assert kv_cache_bytes(32, 32, 128, num_tokens=4096, batch_size=8) == 16 * 2**30
+    assert kv_cache_bytes(32, 32, 128, num_tokens=4096, batch_size=8) > 7e9 * 2  # 7B parameters, 2 bytes each
+
+
+@pytest.mark.parametrize("T", [1, 5, 12])
+@pytest.mark.parametrize("W", [0, 1, 3, 20])
+def test_07_mistrals_distance_w_is_the_course_window_w_plus_1(T, W):
+    """'Mistral's W is a distance: positions i - W .. i, W + 1 keys; Mistral's W = 4096 is window = 4097'"""
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    mistral = (i - j >= 0) & (i - j <= W)
+    assert torch.equal(sliding_window_mask(T, W + 1), mistral)
+    assert (sliding_window_mask(T, W + 1).sum(-1) == torch.clamp(torch.arange(T) + 1, max=W + 1)).all()
+
+
+@pytest.mark.parametrize("window, layers", [(2, 1), (4, 3), (5, 4), (7, 2)])
+def test_07_layers_reach_back_layers_times_window_minus_1(window, layers):
+    """'L layers reach back L (window - 1) positions: in Mistral's terms, L x W'"""
+    T = layers * (window - 1) + 6
+    step = sliding_window_mask(T, window).double()
+    reach = torch.linalg.matrix_power(step, layers) > 0  # can input j reach output i in L layers?
+    earliest = int(reach[-1].nonzero().min())
+    assert (T - 1) - earliest == layers * (window - 1)
+
+
+def test_07_mistral_7b_reaches_131072_positions_back():
+    """'32 layers and W = 4096 (window = 4097): 32 x 4096 = 131,072 earlier positions'"""
+    assert 32 * (4097 - 1) == 131_072
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=seeds, S=st.integers(1, 40), extra=st.integers(1, 30), R=st.integers(1, 12), T=st.integers(1, 10))
+def test_07_linformer_slicing_its_projections_is_zero_padding_the_sequence(seed, S, extra, R, T):
+    """'A shorter input uses the first S columns of E and F, which is exactly zero-padding it to L'"""
+    g = torch.Generator().manual_seed(seed)
+    L = S + extra
+    q = torch.randn(2, T, 8, generator=g, dtype=torch.float64)
+    k, v = torch.randn(2, S, 8, generator=g, dtype=torch.float64), torch.randn(2, S, 5, generator=g, dtype=torch.float64)
+    E, F_ = torch.randn(R, L, generator=g, dtype=torch.float64), torch.randn(R, L, generator=g, dtype=torch.float64)
+    sliced = linformer_attention(q, k, v, E, F_)
+    k_pad = torch.cat([k, torch.zeros(2, extra, 8, dtype=torch.float64)], dim=1)  # (B, L, D)
+    v_pad = torch.cat([v, torch.zeros(2, extra, 5, dtype=torch.float64)], dim=1)
+    torch.testing.assert_close(sliced, linformer_attention(q, k_pad, v_pad, E, F_))
+    torch.testing.assert_close(sliced, linformer_attention(q, k, v, E[:, :S], F_[:, :S]))
+
+
+def test_07_linformer_is_not_causal():
+    """'changing the last token changes the first output'"""
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, 64, 16, generator=g) for _ in range(3))
+    E, F_ = (torch.randn(8, 64, generator=g) / math.sqrt(8) for _ in range(2))
+    k2 = k.clone()
+    k2[:, :, -1] += 1.0
+    change = (linformer_attention(q, k2, v, E, F_) - linformer_attention(q, k, v, E, F_))[:, :, 0].abs().max()
+    assert change > 1e-3
+
+
+def test_07_factorised_aft_overflows_near_logits_of_100_and_the_softmax_form_does_not():
+    """'the factorised exp(w) @ (exp(k) v) gives NaN at logits near 100; computed as a softmax it cannot overflow'"""
+    g = torch.Generator().manual_seed(3)
+    q, v = torch.randn(1, 6, 4, generator=g), torch.randn(1, 6, 4, generator=g)
+    k = 100.0 * torch.randn(1, 6, 4, generator=g)
+    w_bias = torch.randn(6, 6, generator=g)
+    w = w_bias.masked_fill(~causal_mask(6), float("-inf"))
+    naive = torch.sigmoid(q) * (torch.exp(w) @ (torch.exp(k) * v)) / (torch.exp(w) @ torch.exp(k))
+    assert naive.isnan().any()
+    assert torch.isfinite(aft_full(q, k, v, w_bias, causal_mask(6))).all()
+
+
+def test_07_chunked_sliding_window_never_builds_the_t_by_t_scores():
+    """'its scores are (chunk, chunk + window - 1), whatever T is'"""
+    q, k, v = (torch.randn(1, 2, 200, 8) for _ in range(3))
+    with _Shapes() as shapes:
+        sliding_window_attention(q, k, v, window=7, chunk_size=16)
+    assert shapes.largest() <= max(2 * 16 * (16 + 7 - 1), q.numel())
+    assert shapes.largest() < 2 * 200 * 200
+
+
+def test_07_chunked_topk_holds_chunk_by_s_not_t_by_s():
+    """'peak memory O(chunk x S) instead of O(T x S)'"""
+    T = 128
+    q, k, v = (torch.randn(1, 2, T, 8) for _ in range(3))
+    with _Shapes() as shapes:
+        topk_attention(q, k, v, top_k=4, chunk_size=16, causal=True)
+    assert shapes.largest() <= 2 * 16 * T
+    with _Shapes() as naive:
+        scaled_dot_product_attention(q, k, v, causal_mask(T))
+    assert naive.largest() >= 2 * T * T  # the probe sees the (T, T) scores when they are built
+
+
+# --- notebook 08: tiled attention ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_08_tiled_attention_never_builds_the_t_by_s_scores(is_causal):
+    """'the scores in memory are never more than (q_tile, kv_tile), whatever T and S are'"""
+    B, H, T, S, D, tile = 1, 2, 96, 160, 8, 16
+    q, k, v = torch.randn(B, H, T, D), torch.randn(B, H, S, D), torch.randn(B, H, S, D)
+    with _Shapes() as shapes:
+        tiled_attention(q, k, v, is_causal=is_causal, q_tile=tile, kv_tile=tile)
+    inputs_and_output = max(q.numel(), k.numel(), v.numel())
+    assert shapes.largest() <= max(B * H * tile * tile, inputs_and_output)
+    assert shapes.largest() < B * H * T * S // 10
+
+
+def test_08_causal_tiling_skips_the_future_tiles():
+    """'tiles computed: 10 of 16' for T = S = 16 in tiles of 4: two matrix products per computed tile"""
+    q, k, v = (torch.randn(1, 16, 8) for _ in range(3))
+    matmuls = ("bmm", "mm", "matmul")
+    with _Shapes() as causal:
+        tiled_attention(q, k, v, is_causal=True, q_tile=4, kv_tile=4)
+    with _Shapes() as full:
+        tiled_attention(q, k, v, q_tile=4, kv_tile=4)
+    assert causal.count(*matmuls) == 2 * 10
+    assert full.count(*matmuls) == 2 * 16
+
+
+def test_08_tiled_memory_for_8192_tokens():
+    """'(T, S) scores: 1073.7 MB' against 'one tile: 1.0 MB' for 4 heads, float32"""
+    assert round(4 * 8192 * 8192 * 4 / 1e6, 1) == 1073.7
+    assert round(4 * 256 * 256 * 4 / 1e6, 1) == 1.0
+
+
+# --- notebook 08: what the KV cache saves ---------------------------------------------------------
+
+
+def _work(model: TinyDecoder, N: int, use_cache: bool) -> tuple[int, int, list[int]]:
+    """Tokens fed to the model, (query, key) pairs its first attention layer scores, and the pairs per step."""
+    fed, pairs = [], []
+    original = model.forward
+
+    def counting(idx, cache=None):
+        fed.append(idx.shape[1])
+        S = idx.shape[1] + (0 if cache is None else cache.length)
+        pairs.append(idx.shape[1] * S)  # T queries against S keys
+        return original(idx, cache)
+
+    model.forward = counting
+    try:
+        generate(model, torch.zeros(1, 1, dtype=torch.long), N, greedy=True, use_cache=use_cache)
+    finally:
+        del model.forward
+    return sum(fed), sum(pairs), pairs
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    torch.manual_seed(0)
+    return TinyDecoder(DecoderConfig(context_length=300)).eval()
+
+
+@pytest.mark.parametrize("N", [1, 2, 7, 40, 128])
+def test_08_token_passes_and_score_pairs_with_and_without_the_cache(decoder, N):
+    """'About N^2/2 token-passes and N^3/3 pairs without a cache; N token-passes and about N^2/2 pairs with it'"""
+    tokens, pairs, _ = _work(decoder, N, use_cache=False)
+    assert tokens == N * (N + 1) // 2  # step n runs the prefix of n tokens
+    assert pairs == sum(n * n for n in range(1, N + 1))
+    tokens, pairs, per_step = _work(decoder, N, use_cache=True)
+    assert tokens == N  # the prompt, then one token per step (the last token is never fed back)
+    assert pairs == N * (N + 1) // 2
+    assert per_step == list(range(1, N + 1))  # 'each cached step still attends over the whole context'
+
+
+def test_08_the_cache_removes_one_factor_of_n_not_two(decoder):
+    """'it grows as N^2 (no cache) vs N^1 (cache) in token-passes, N^3 vs N^2 in pairs': exponents from 64 to 128"""
+    exponent = {}
+    for use_cache in (False, True):
+        (t1, p1, _), (t2, p2, _) = _work(decoder, 64, use_cache), _work(decoder, 128, use_cache)
+        exponent[use_cache] = (math.log2(t2 / t1), math.log2(p2 / p1))
+    assert exponent[False][0] == pytest.approx(2.0, abs=0.05) and exponent[True][0] == pytest.approx(1.0, abs=0.05)
+    assert exponent[False][1] == pytest.approx(3.0, abs=0.05) and exponent[True][1] == pytest.approx(2.0, abs=0.05)
+
+
+def test_08_the_notebooks_hook_counts_what_the_model_computes(decoder):
+    """The notebook counts with pre-hooks on the model and its first attention layer: the same numbers."""
+    work = {"tokens": 0, "pairs": 0}
+    hooks = [decoder.register_forward_pre_hook(lambda m, a: work.__setitem__("tokens", work["tokens"] + a[0].shape[1])),
+             decoder.blocks[0].attn.register_forward_pre_hook(
+                 lambda m, a: work.__setitem__("pairs", work["pairs"] + a[1].shape[-2] * a[1].shape[-1]))]
+    try:
+        generate(decoder, torch.zeros(1, 1, dtype=torch.long), 20, greedy=True, use_cache=True)
+    finally:
+        for h in hooks:
+            h.remove()
+    assert (work["tokens"], work["pairs"]) == _work(decoder, 20, use_cache=True)[:2]
+
+
+def test_08_beam_search_has_no_end_token_and_no_length_penalty(decoder):
+    """'every beam gets exactly max_new_tokens new tokens'; its scores are plain sums of log-probabilities"""
+    prompt = torch.zeros(1, 3, dtype=torch.long)
+    beams, scores = beam_search(decoder, prompt, beam_width=3, max_new_tokens=6)
+    assert beams.shape == (3, 9)
+    for beam, score in zip(beams, scores):
+        logits = decoder(beam[None, :-1])[0, 2:]  # (6, V): the logits that chose each new token
+        logp = torch.log_softmax(logits.float(), dim=-1).gather(-1, beam[3:, None]).sum()
+        torch.testing.assert_close(score, logp, atol=1e-4, rtol=1e-5)
+
+
+# --- notebook 08: the saved cost curves ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def saved():
+    data = json.loads(SAVED.read_text())
+    return data, {(r["method"], r["T"]): r for r in data["results"]}
+
+
+def test_08_the_saved_run_says_where_when_and_how(saved):
+    data, _ = saved
+    meta = data["meta"]
+    assert meta["command"].startswith(".venv/bin/python benchmarks/attention_cost.py")
+    assert meta["device"].startswith("cpu") and meta["date"] and meta["torch"]
+    assert meta["load_average_1_5_15min"]["before"] is not None
+    methods = {r["method"] for r in data["results"]}
+    assert {"naive", "torch_sdpa", "tiled", "sliding_window", "topk", "linformer", "aft_simple"} <= methods
+    assert {r["T"] for r in data["results"]} >= {128, 4096, 8192}
+
+
+def test_08_naive_memory_quadruples_when_t_doubles_and_tiled_about_doubles(saved):
+    """'Doubling T from 4096 to 8192 multiplies the naive method's memory by about 4 ... Tiled attention's
+    grows by less than 2, like its inputs and output ... The fused kernel's grows the same way'"""
+    _, by = saved
+    growth = {m: by[(m, 8192)]["peak_mb"] / by[(m, 4096)]["peak_mb"] for m in ("naive", "tiled", "torch_sdpa")}
+    assert 3.5 <= growth["naive"] <= 4.5, growth
+    assert growth["tiled"] < 2 and growth["torch_sdpa"] < 2, growth  # 'by less than 2 ... the same way'
+    assert by[("tiled", 8192)]["peak_mb"] < by[("naive", 8192)]["peak_mb"] / 10
+
+
+def test_08_on_this_cpu_the_tiled_loop_is_slower_than_the_fused_kernel(saved):
+    """'The tiled loop is *slower* than the fused kernel at every length'"""
+    _, by = saved
+    for T in (128, 256, 512, 1024, 2048, 4096, 8192):
+        assert by[("tiled", T)]["time_ms"] > by[("torch_sdpa", T)]["time_ms"], T
+
+
+def test_08_topk_saves_memory_not_time_and_the_window_blocks_do_not_grow(saved):
+    """'Top-k saves memory, not time: it is slower than naive'; 'the sliding window's blocks do not grow at all'"""
+    _, by = saved
+    for T in (128, 256, 512, 1024, 2048, 4096, 8192):
+        assert by[("topk", T)]["time_ms"] > by[("naive", T)]["time_ms"], T
+    assert by[("topk", 8192)]["peak_mb"] < by[("naive", 8192)]["peak_mb"] / 10
+    assert by[("sliding_window", 4096)]["analytic_mb"] == by[("sliding_window", 8192)]["analytic_mb"]
+
+
+def test_08_linformer_and_aft_simple_are_the_cheapest(saved):
+    """'Linformer and AFT-simple are the cheapest'"""
+    _, by = saved
+    times = {m: by[(m, 8192)]["time_ms"] for m in ("naive", "torch_sdpa", "tiled", "sliding_window", "topk",
+                                                    "linformer", "aft_simple")}
+    assert sorted(times, key=times.get)[:2] == ["aft_simple", "linformer"], times
+
+
+def test_08_torchs_cpu_kernel_here_is_its_flash_attention_for_the_cpu():
+    """'On a CPU, F.scaled_dot_product_attention runs _scaled_dot_product_flash_attention_for_cpu'"""
+    import torch.nn.functional as F
+
+    q, k, v = (torch.randn(1, 4, 256, 64) for _ in range(3))
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    assert "aten::_scaled_dot_product_flash_attention_for_cpu" in {e.key for e in prof.key_averages()}
+
+
+def test_08_the_tiled_loop_is_4_to_6_times_slower_than_the_fused_kernel_and_beats_naive_from_512(saved):
+    """'about 4 to 6 times from 256 tokens up'; 'From 512 tokens up it is still faster than naive attention';
+    'The run started on a quiet machine (a load average of 0.5)'"""
+    data, by = saved
+    for T in (256, 512, 1024, 2048, 4096, 8192):
+        assert 3.5 < by[("tiled", T)]["time_ms"] / by[("torch_sdpa", T)]["time_ms"] < 6.5, T
+    for T in (512, 1024, 2048, 4096, 8192):
+        assert by[("tiled", T)]["time_ms"] < by[("naive", T)]["time_ms"], T
+    assert round(data["meta"]["load_average_1_5_15min"]["before"][0], 1) == 0.5
