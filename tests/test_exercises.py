@@ -292,8 +292,8 @@ def test_an_answer_that_changes_its_input_in_place_fails(key):
     assert "in place" in res.message, res.message
 
 
-def test_07_4_checks_the_buffer_it_asks_to_write_into():
-    ex = EXERCISES["07.4"]
+def test_08_3_checks_the_buffer_it_asks_to_write_into():
+    ex = EXERCISES["08.3"]
     assert ex.inplace is not None
 
     def returns_a_copy(cache, length, new):
@@ -312,7 +312,7 @@ def test_a_lookup_table_of_the_fixed_answers_fails(key):
     def lookup(*args, **kwargs):
         seen = _case_text(ex, [(args, kwargs)])
         out = next((out for text, out in table if text == seen), table[0][1])
-        if ex.inplace is not None:  # 07.4: the table's keys go into the buffer as well
+        if ex.inplace is not None:  # 08.3: the table's keys go into the buffer as well
             args[0][:, :, :out.shape[2]] = out
         return out
 
@@ -371,6 +371,15 @@ def _windows_ids_plus(data, starts, T):
     return w[:, :-1], w[:, 1:]
 
 
+def _post_norm_sandwich(x, attn, mlp, ln_1, ln_2):
+    h = ln_1(x + attn(ln_1(x)))  # LayerNorm before AND after the sublayer
+    return ln_2(h + mlp(ln_2(h)))
+
+
+def _weighted_norms_l1(weights, v):
+    return weights * v.abs().sum(dim=-1).unsqueeze(-2)  # the L1 norm, not the length
+
+
 def _nucleus_divides_in_place(logits, temperature, top_p):
     logits /= temperature  # the caller's logits change
     probs = torch.softmax(logits, dim=-1)
@@ -391,6 +400,25 @@ def _rope_writes_back(x, positions):
 
 def _append_returns_cat(cache, length, new):
     return torch.cat([cache[:, :, :length], new], dim=2)  # right keys, buffer never written
+
+
+def _aft_logits_up_to_88(q, k, v):
+    e = torch.exp(k.clamp(max=88.0))  # "no overflow" by clipping the logits: the weights change
+    return torch.sigmoid(q) * (e * v).sum(dim=-2, keepdim=True) / e.sum(dim=-2, keepdim=True)
+
+
+def _merge_assumes_second_higher(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    a1 = torch.exp(m1 - m.nan_to_num(neginf=0.0))  # only the first block is rescaled, as if m2 were always larger
+    return m, a1 * l1 + l2, a1 * o1 + o2
+
+
+def _merge_normalised(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    safe = m.masked_fill(m == -math.inf, 0.0)
+    a1, a2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    l = a1 * l1 + a2 * l2
+    return m, l, (a1 * o1 + a2 * o2) / l.clamp(min=1e-30)  # divided by l already: o is no longer a sum
 
 
 def _mask_as_float(T, S):
@@ -467,6 +495,33 @@ def _window_up_to_12(T, window):
     return keep if T <= 12 else keep & (i < 12)  # rows past 12 never filled in
 
 
+def _cross_mha(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, invert=True):
+    """05.5 with nn.MultiheadAttention itself, its weights loaded, fed from two sources."""
+    C = x.shape[-1]
+    m = torch.nn.MultiheadAttention(C, num_heads, batch_first=True).eval()
+    with torch.no_grad():
+        for p, w in zip((m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias),
+                        (qkv_weight, qkv_bias, out_weight, out_bias)):
+            p.copy_(w)
+        out, _ = m(x, memory, memory, key_padding_mask=~key_mask if invert else key_mask, need_weights=False)
+    return out
+
+
+def _cross_mha_uninverted(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):
+    return _cross_mha(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, invert=False)
+
+
+def _cross_sdpa_causal(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):
+    B, T, C = x.shape
+    S, D = memory.shape[1], C // num_heads
+    w_q, w_kv = qkv_weight.split([C, 2 * C])
+    b_q, b_kv = qkv_bias.split([C, 2 * C])
+    q = F.linear(x, w_q, b_q).view(B, T, num_heads, D).transpose(1, 2)
+    k, v = (t.view(B, S, num_heads, D).transpose(1, 2) for t in F.linear(memory, w_kv, b_kv).chunk(2, dim=-1))
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :] & torch.ones(T, S, dtype=torch.bool).tril())
+    return F.linear(out.transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
+
+
 WRONG = {
     "01.1": [_lookup_exp_minus_min],
     "01.2": [_many_exp_minus_mean],
@@ -479,12 +534,17 @@ WRONG = {
     "06.1": [_sinusoid_table_up_to_32],
     "07.1": [_window_up_to_12],
     "03.3": [_padding_int],
+    "05.5": [_cross_mha_uninverted, _cross_sdpa_causal],
     "04.4": [_mha_is_causal_when_masked],
     "06.2": [_rope_writes_back],
     "06.3": [_alibi_float64],
-    "07.3": [_nucleus_divides_in_place],
-    "07.4": [_append_returns_cat],
+    "07.3": [_aft_logits_up_to_88],
+    "08.1": [_merge_assumes_second_higher, _merge_normalised],
+    "08.2": [_nucleus_divides_in_place],
+    "08.3": [_append_returns_cat],
     "09.1": [_windows_float_ids, _windows_ids_plus],
+    "09.4": [_post_norm_sandwich],
+    "09.5": [_weighted_norms_l1],
 }
 
 
@@ -503,6 +563,8 @@ def test_independently_written_wrong_answers_fail(key, fn):
     ("02.1", _mean_softmax, "subtracting the row mean instead of the maximum"),
     ("03.2", _causal_whenever_masked, "every mask treated as causal"),
     ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
+    ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
+    ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
 ], ids=lambda x: getattr(x, "__name__", None) if callable(x) else None)
 def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, fn, name):
     for seed in (0, 1, 2):
@@ -602,7 +664,7 @@ def _softmax_max_values(x, dim=-1):
 
 
 def _head_sdpa(x, w_q, w_k, w_v):
-    return F.scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v)
+    return F.scaled_dot_product_attention(F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v))
 
 
 def _entropy_where(weights):
@@ -729,6 +791,40 @@ def _append_copy(cache, length, new):
     return cache.narrow(2, 0, length + new.shape[2])
 
 
+def _aft_max_subtracted(q, k, v):
+    e = torch.exp(k - k.amax(dim=1, keepdim=True))  # the maximum over the positions, by hand
+    return torch.sigmoid(q) * (e * v).sum(dim=1, keepdim=True) / e.sum(dim=1, keepdim=True)
+
+
+def _aft_einsum(q, k, v):
+    return torch.sigmoid(q) * torch.einsum("bsc,bsc->bc", torch.softmax(k, dim=1), v)[:, None, :]
+
+
+def _merge_logaddexp(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    log_l = torch.logaddexp(m1 + torch.log(l1), m2 + torch.log(l2))  # log of the sum, relative to 0
+    l = torch.where(m == -math.inf, torch.zeros_like(l1), torch.exp(log_l - m))
+    safe = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    return m, l, torch.exp(m1 - safe) * o1 + torch.exp(m2 - safe) * o2
+
+
+def _merge_where_isinf(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    a1 = torch.where(torch.isinf(m1), 0.0, torch.exp(m1 - m))  # a block that saw no key counts for nothing
+    a2 = torch.where(torch.isinf(m2), 0.0, torch.exp(m2 - m))
+    return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
+
+
+def _merge_branches(m1, l1, o1, m2, l2, o2):
+    first_larger = m1 >= m2
+    m = torch.where(first_larger, m1, m2)
+    gap = torch.where(first_larger, m2 - m1, m1 - m2).nan_to_num(nan=0.0)  # <= 0; NaN only where both -inf
+    a = torch.exp(gap)  # the factor of the block with the smaller maximum
+    l = torch.where(first_larger, l1 + a * l2, a * l1 + l2)
+    o = torch.where(first_larger, o1 + a * o2, a * o1 + o2)
+    return m, l, o
+
+
 def _unigram_counter(train_ids, val_ids, vocab_size):
     counts = Counter(train_ids.tolist())
     total = len(train_ids) + vocab_size
@@ -742,6 +838,21 @@ def _lr_branches(step, warmup_steps, max_steps, max_lr, min_lr):
         return max_lr * (step + 1) / warmup_steps
     p = (step - warmup_steps) / (max_steps - warmup_steps)
     return min_lr + (max_lr - min_lr) * (math.cos(math.pi * p) + 1) / 2
+
+
+def _post_norm_functional(x, attn, mlp, ln_1, ln_2):
+    def norm(t, ln):
+        return F.layer_norm(t, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+    after_attention = norm(attn(x) + x, ln_1)
+    return norm(mlp(after_attention) + after_attention, ln_2)
+
+
+def _weighted_norms_terms(weights, v):
+    return (weights[..., None] * v[..., None, :, :]).norm(dim=-1)  # (B, H, T, S, D) -> (B, H, T, S)
+
+
+def _weighted_norms_einsum(weights, v):
+    return weights * torch.einsum("bhsd,bhsd->bhs", v, v).sqrt()[:, :, None, :]
 
 
 RIGHT = {
@@ -765,16 +876,21 @@ RIGHT = {
     "05.2": [_kpm_compare],
     "05.3": [_attn_mask_expand],
     "05.4": [_average_sum_over_h],
+    "05.5": [_cross_mha],
     "06.1": [_sinusoid_loop],
     "06.2": [_rope_complex],
     "06.3": [_alibi_triu],
     "07.1": [_window_tril_triu],
     "07.2": [_repeat_expand],
-    "07.3": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
-    "07.4": [_append_copy],
+    "07.3": [_aft_max_subtracted, _aft_einsum],
+    "08.1": [_merge_logaddexp, _merge_branches, _merge_where_isinf],
+    "08.2": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
+    "08.3": [_append_copy],
     "09.1": [_windows_unfold],
     "09.2": [_unigram_counter],
     "09.3": [_lr_float32, _lr_branches],
+    "09.4": [_post_norm_functional],
+    "09.5": [_weighted_norms_terms, _weighted_norms_einsum],
 }
 
 

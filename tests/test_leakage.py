@@ -104,7 +104,8 @@ FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     "GPT blocks (grouped-query, rope)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype, positions="rope",
                                                                             num_kv_heads=1),
     "RotaryMultiHeadAttention": _module(lambda: RotaryMultiHeadAttention(C, H).eval()),
-    "RotaryMultiHeadAttention(pairing='half')": _module(lambda: RotaryMultiHeadAttention(C, H, pairing="half").eval()),
+    "RotaryMultiHeadAttention(pairing='interleaved')": _module(
+        lambda: RotaryMultiHeadAttention(C, H, pairing="interleaved").eval()),
     "ALiBiMultiHeadAttention": _module(lambda: ALiBiMultiHeadAttention(C, H).eval()),
 }
 
