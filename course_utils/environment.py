@@ -7,6 +7,7 @@ requirement with the fix for each FAIL; notebook 00 shows the same table.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import importlib.metadata as md
 import os
 import random
@@ -147,13 +148,18 @@ def _version(dist: str) -> str | None:
         return None
 
 
+def hosted_service() -> bool:
+    """Whether this kernel runs on a hosted notebook service (Google Colab), which brings its own front end."""
+    return importlib.util.find_spec("google") is not None and importlib.util.find_spec("google.colab") is not None
+
+
 def environment_report() -> list[Requirement]:
     """One :class:`Requirement` per thing the course needs, each with its fix."""
     reqs = []
     py = sys.version_info
     reqs.append(Requirement("Python >= 3.10", py >= (3, 10), f"{py.major}.{py.minor}.{py.micro}",
                             "install Python 3.10 or newer (python.org), then run `python3 course.py lab` again"))
-    reinstall = "run `python3 course.py lab` (it installs requirements.txt into .venv/)"
+    reinstall = "run `python3 course.py lab` (it installs the learner set, lock/learner.txt, into .venv/)"
     try:
         import torch
 
@@ -166,8 +172,11 @@ def environment_report() -> list[Requirement]:
         reqs.append(Requirement("torch", False, f"cannot import: {e}", reinstall))
     for dist, label in (("jupyterlab", "JupyterLab"), ("ipywidgets", "ipywidgets"),
                         ("jupyterlab_widgets", "widgets extension for JupyterLab"), ("matplotlib", "matplotlib"),
-                        ("tqdm", "tqdm"), ("nbval", "nbval (exercise checking)")):
+                        ("tqdm", "tqdm"), ("nbclient", "nbclient (course.py check)")):
         v = _version(dist)
+        if v is None and dist.startswith("jupyterlab") and hosted_service():
+            reqs.append(Requirement(label, True, "the hosted service's own notebook front end"))
+            continue
         reqs.append(Requirement(label, v is not None, v or "not installed", reinstall))
     try:
         from course_utils import data

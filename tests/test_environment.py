@@ -232,3 +232,17 @@ def test_figures_for_screens_does_nothing_outside_ipython():
     from course_utils.environment import figures_for_screens
 
     assert figures_for_screens() is None
+
+
+def test_a_hosted_service_brings_its_own_front_end(monkeypatch):
+    import course_utils.environment as env
+
+    real = env._version
+    monkeypatch.setattr(env, "_version", lambda dist: None if dist.startswith("jupyterlab") else real(dist))
+    monkeypatch.setattr(env, "hosted_service", lambda: False)
+    rows = {r.name: r for r in env.environment_report()}
+    assert not rows["JupyterLab"].ok and "course.py lab" in rows["JupyterLab"].fix
+    monkeypatch.setattr(env, "hosted_service", lambda: True)
+    rows = {r.name: r for r in env.environment_report()}
+    assert rows["JupyterLab"].ok and "hosted" in rows["JupyterLab"].detail
+    assert rows["nbclient (course.py check)"].ok

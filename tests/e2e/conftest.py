@@ -36,7 +36,7 @@ def chromium_path() -> str:
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        _unavailable("the Python package playwright is not installed (`pip install -r requirements.txt`)")
+        _unavailable("the Python package playwright is not installed (`python3 course.py test` installs it: the author set)")
     return path
 
 
