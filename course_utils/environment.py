@@ -7,8 +7,8 @@ requirement with the fix for each FAIL; notebook 00 shows the same table.
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import importlib.metadata as md
+import importlib.util
 import os
 import random
 import sys
