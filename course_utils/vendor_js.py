@@ -112,6 +112,18 @@ def _verify_integrity(data: bytes, integrity: str, what: str) -> None:
         raise ValueError(f"{what}: tarball sha512 is {actual}, the registry says {digest}")
 
 
+def _tarball(name: str, version: str, expected_url: str) -> tuple[bytes, dict]:
+    """The npm tarball of ``name@version`` and the registry's ``dist`` record, after checking that the registry
+    names ``expected_url`` and that the tarball matches its integrity."""
+    what = f"{name}@{version}"
+    dist = json.loads(_get(f"{REGISTRY}/{name}/{version}"))["dist"]
+    if dist["tarball"] != expected_url:
+        raise ValueError(f"{what}: the registry names tarball {dist['tarball']}, expected {expected_url}")
+    tgz = _get(dist["tarball"])
+    _verify_integrity(tgz, dist["integrity"], what)
+    return tgz, dist
+
+
 def _member(tar: tarfile.TarFile, path: str, what: str) -> bytes:
     try:
         f = tar.extractfile(f"package/{path}")
@@ -131,13 +143,7 @@ def fetch(vendor_dir: Path = VENDOR_DIR) -> list[dict]:
     records, files = [], {}
     for pkg in PACKAGES:
         what = f"{pkg.name}@{pkg.version}"
-        meta = json.loads(_get(f"{REGISTRY}/{pkg.name}/{pkg.version}"))
-        dist = meta["dist"]
-        if dist["tarball"] != pkg.tarball_url:
-            raise ValueError(f"{what}: the registry names tarball {dist['tarball']}, "
-                             f"expected {pkg.tarball_url}")
-        tgz = _get(dist["tarball"])
-        _verify_integrity(tgz, dist["integrity"], what)
+        tgz, dist = _tarball(pkg.name, pkg.version, pkg.tarball_url)
         with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
             body = _member(tar, pkg.path, what)
             if pkg.license_path is None:
@@ -224,13 +230,7 @@ def fetch_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> dict:
 
     folder = bundle.folder if folder is None else Path(folder)
     what = f"{bundle.name}@{bundle.version}"
-    meta = json.loads(_get(f"{REGISTRY}/{bundle.name}/{bundle.version}"))
-    dist = meta["dist"]
-    if dist["tarball"] != bundle.tarball_url:
-        raise ValueError(f"{what}: the registry names tarball {dist['tarball']}, "
-                         f"expected {bundle.tarball_url}")
-    tgz = _get(dist["tarball"])
-    _verify_integrity(tgz, dist["integrity"], what)
+    tgz, dist = _tarball(bundle.name, bundle.version, bundle.tarball_url)
     files = {}
     with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
         prefix = f"package/{bundle.root}/"
