@@ -122,3 +122,37 @@ class Lab:
         except subprocess.TimeoutExpired:
             self.proc.kill()
         self._log.close()
+
+
+def local_pages(browser, allowed: tuple[str, ...], viewport: tuple[int, int] = (1280, 900), timeout_ms: int = 30_000):
+    """``(make, close)``: ``make()`` opens a page, in a browser context of its own, that may load only URLs
+    starting with one of ``allowed`` (e.g. ``("file:",)``); every other request is aborted and listed in
+    ``page.network``. ``page.js_errors`` collects uncaught JavaScript errors and ``page.websockets`` the
+    sockets opened. ``close()`` closes every context made."""
+    contexts = []
+
+    def make():
+        context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
+        contexts.append(context)
+        network: list[str] = []
+
+        def only_allowed(route):
+            if route.request.url.startswith(allowed):
+                route.continue_()
+            else:
+                network.append(route.request.url)
+                route.abort()
+
+        context.route("**/*", only_allowed)
+        page = context.new_page()
+        page.set_default_timeout(timeout_ms)
+        page.network, page.js_errors, page.websockets = network, [], []
+        page.on("pageerror", lambda e: page.js_errors.append(str(e)))
+        page.on("websocket", lambda ws: page.websockets.append(ws.url))
+        return page
+
+    def close():
+        for context in contexts:
+            context.close()
+
+    return make, close

@@ -13,6 +13,7 @@ import json
 import pytest
 import torch
 from bertviz_checks import assert_head_view_rendered
+from harness import local_pages
 
 from course_utils.attention_view import head_view, model_view, save_html
 from course_utils.gpt import GPT, GPTConfig
@@ -37,31 +38,9 @@ def maps() -> list[torch.Tensor]:
 @pytest.fixture
 def offline_page(browser):
     """Make pages that load file: URLs only; ``page.network`` lists every other request (each aborted)."""
-    contexts = []
-
-    def make():
-        context = browser.new_context(viewport={"width": 1100, "height": 900})
-        contexts.append(context)
-        network: list[str] = []
-
-        def files_only(route):
-            if route.request.url.startswith("file:"):
-                route.continue_()
-            else:
-                network.append(route.request.url)
-                route.abort()
-
-        context.route("**/*", files_only)
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.network, page.js_errors, page.websockets = network, [], []
-        page.on("pageerror", lambda e: page.js_errors.append(str(e)))
-        page.on("websocket", lambda ws: page.websockets.append(ws.url))
-        return page
-
+    make, close = local_pages(browser, ("file:",), viewport=(1100, 900))
     yield make
-    for context in contexts:
-        context.close()
+    close()
 
 
 def _open(page, path) -> None:

@@ -10,11 +10,10 @@ notebook's explorer (a widget that redraws its plot) is held to the same.
 from __future__ import annotations
 
 import io
-from urllib.parse import urlparse
 
 import numpy as np
 import pytest
-from harness import Lab
+from harness import Lab, local_pages
 from test_e2e_browser import click_run_all, save_screenshot, wait_until_idle, wait_until_ready
 
 pytestmark = pytest.mark.browser
@@ -39,19 +38,8 @@ def dark_lab(tmp_path_factory, chromium_path):
 def test_plots_are_legible_and_sharp_in_the_dark_theme(dark_lab, browser, screenshots):
     from PIL import Image
 
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    outside: list[str] = []
-
-    def only_localhost(route):
-        if urlparse(route.request.url).hostname in ("127.0.0.1", "localhost"):
-            route.continue_()
-        else:
-            outside.append(route.request.url)
-            route.abort()
-
-    context.route("**/*", only_localhost)
-    page = context.new_page()
-    page.set_default_timeout(90_000)
+    make, close = local_pages(browser, (dark_lab.base,), timeout_ms=90_000)
+    page = make()
     try:
         page.goto(dark_lab.url(NOTEBOOK))
         wait_until_ready(page)
@@ -77,7 +65,7 @@ def test_plots_are_legible_and_sharp_in_the_dark_theme(dark_lab, browser, screen
             pixels = np.asarray(shot, dtype=float) / 255
             dark = int(((pixels @ np.array([0.2126, 0.7152, 0.0722])) < 0.3).sum())
             assert dark > 0.002 * w * h, f"plot {i}: almost no dark strokes ({dark} of {w * h} pixels): axes unseen"
-        assert not outside, f"the page tried to reach the network: {sorted(set(outside))}"
+        assert not page.network, f"the page tried to reach the network: {sorted(set(page.network))}"
     finally:
-        context.close()
+        close()
         dark_lab.shutdown_kernels()

@@ -17,7 +17,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from bertviz_checks import assert_head_view_rendered
-from harness import ROOT
+from harness import ROOT, local_pages
 
 from course_utils.site import build_site
 
@@ -35,31 +35,9 @@ def site(tmp_path_factory):
 @pytest.fixture
 def offline_page(browser):
     """Pages that load file: and data: URLs only; ``page.network`` lists any other request (each aborted)."""
-    contexts = []
-
-    def make():
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        contexts.append(context)
-        network: list[str] = []
-
-        def local_only(route):
-            if route.request.url.startswith(("file:", "data:")):
-                route.continue_()
-            else:
-                network.append(route.request.url)
-                route.abort()
-
-        context.route("**/*", local_only)
-        page = context.new_page()
-        page.set_default_timeout(30_000)
-        page.network, page.js_errors, page.websockets = network, [], []
-        page.on("pageerror", lambda e: page.js_errors.append(str(e)))
-        page.on("websocket", lambda ws: page.websockets.append(ws.url))
-        return page
-
+    make, close = local_pages(browser, ("file:", "data:"))
     yield make
-    for context in contexts:
-        context.close()
+    close()
 
 
 def _assert_offline(page) -> None:
