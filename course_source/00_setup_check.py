@@ -17,7 +17,7 @@ all_ok = print_report()
 # %% [markdown]
 # ## Your device
 #
-# Notebooks 01 to 07 run on any laptop CPU in seconds to minutes. Notebook 09 trains a tiny GPT: on a
+# Notebooks 01 to 08 run on any laptop CPU in seconds to minutes. Notebook 09 trains a tiny GPT: on a
 # CPU it trains a smaller model, on a GPU (CUDA, or Apple's MPS) the full one. The cell below runs one
 # matrix product on the device the course will use.
 
@@ -69,5 +69,24 @@ _ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSl
 # ```
 #
 # Stuck? The complete notebooks are in `solutions/`.
+#
+# ## The course
+#
+# Times are reading and exercises on a laptop; every notebook runs on a CPU.
+#
+# | notebook | what you build | time |
+# |---|---|---|
+# | [01 The dot-product toy](01_dot_product_toy.ipynb) | dot products, softmax, weighted sums: attention as a soft lookup | 30 min |
+# | [02 Scaled attention](02_scaled_attention.ipynb) | why 1/sqrt(head_dim): score spread, entropy, where the gradient goes; a stable softmax | 40 min |
+# | [03 Masking](03_masking.ipynb) | causal and padding masks, one convention, padding left out of the loss | 45 min |
+# | [04 Multi-head attention](04_multihead_einsum.ipynb) | heads as a loop, a batch and an einsum | 45 min |
+# | [05 Parity with PyTorch](05_parity_with_pytorch.ipynb) | the same numbers as `nn.MultiheadAttention`; cross-attention | 40 min |
+# | [06 Positional encodings](06_positional_encodings.ipynb) | learned, sinusoidal, RoPE, ALiBi; what works at longer lengths | 60 min |
+# | [07 Attention variants](07_attention_variants.ipynb) | grouped-query heads, local windows, Linformer, AFT, top-k | 45 min |
+# | [08 Fast attention and decoding](08_fast_attention_and_decoding.ipynb) | online softmax and tiled attention; KV cache, sampling, beam search | 60 min |
+# | [09 A tiny GPT](09_tiny_gpt.ipynb) | train one, sample from it, look inside it; pre-norm vs post-norm | 70 min + training |
+#
+# No install at all? Each notebook also opens on a hosted service such as Google Colab, from the link in
+# its first cell; its first code cell then installs the course there (and does nothing on your machine).
 #
 # **Next:** [01 The dot-product toy](01_dot_product_toy.ipynb).

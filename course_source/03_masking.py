@@ -25,7 +25,7 @@
 #
 # **Prerequisites**: notebooks 01 (dot-product attention) and 02 (scaling and a safe softmax).
 #
-# **Time**: about 40 minutes. **Runs on**: CPU (every cell takes well under a second).
+# **Time**: about 45 minutes. **Runs on**: CPU (every cell takes well under a second).
 #
 # **Shapes** (the same alphabet in every notebook): `B` batch, `T` query length, `S` key length,
 # `C` embed_dim, `H` num_heads, `D` head_dim. A mask is boolean with `True` = *may attend*, the way

@@ -382,7 +382,7 @@ print("half(x[perm]) == interleaved(x)[perm]:",
 #
 # ### Absolute positions with a cache
 #
-# When a model generates text with a KV cache (notebook 07), the keys of earlier tokens are stored
+# When a model generates text with a KV cache (notebook 08), the keys of earlier tokens are stored
 # already rotated, and each new token must be rotated at its *absolute* position t0, t0 + 1, ..., not at
 # 0. That is what the `positions` argument is for. Rotating the last 3 rows at positions 5, 6, 7 gives the
 # same numbers as rotating all 8 rows and keeping the last 3:
@@ -809,7 +809,8 @@ check("06.3", my_alibi_bias)
 # - In `course_utils`, RoPE and ALiBi change one step of `MultiHeadAttention`; the experiment shows the
 #   relative schemes carrying a rule to longer sequences where the absolute ones fail.
 #
-# Next, notebook 07 speeds up generation with a KV cache, where `apply_rope(..., positions=...)` is needed.
+# Next, notebook 07 makes attention cheaper (grouped-query heads, local windows, linear mixers), and
+# notebook 08 speeds up generation with a KV cache, where `apply_rope(..., positions=...)` is needed.
 #
 # ## Further reading
 #

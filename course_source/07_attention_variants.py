@@ -159,7 +159,6 @@ torch.testing.assert_close(mqa(x, causal_mask(Tx)), ref)
 print("GQA with num_kv_heads == 1 is MQA")
 
 # %% [markdown]
-# %% [markdown]
 # ## 3. Sliding-window (local) attention
 #
 # In sliding-window attention each query sees only the last few positions. In this course `window`
@@ -377,7 +376,6 @@ print("keys kept per query (first 6 rows):", keep[0, 0].sum(-1)[:6].tolist(), ".
 print(f"share of the full softmax weight on the kept 4 keys, mean over queries: "
       f"{(weights_plain * keep).sum(-1).mean().item():.3f}")
 
-# %% [markdown]
 # %% [markdown]
 # The time and memory of every method of this notebook against sequence length, measured next to plain
 # attention, PyTorch's fused kernel and the tiled attention that fused kernels use, are in notebook 08.

@@ -515,7 +515,6 @@ four, four_scores = beam_search(model, prompt1, beam_width=4, max_new_tokens=10)
 print("beam_width=4 log-probs, best first:", [round(s, 3) for s in four_scores.tolist()])
 
 # %% [markdown]
-# %% [markdown]
 # ## 7. Cost curves: time and memory against sequence length
 #
 # `benchmarks/attention_cost.py` times each method and measures its peak memory at lengths 128 to 8192

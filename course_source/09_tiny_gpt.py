@@ -1,7 +1,7 @@
 # %% [markdown]
 # # 09 A tiny GPT: from text to a trained model to samples to attention pictures
 #
-# Everything from notebooks 01-07 in one model. We take 36 plays by Shakespeare, turn the characters into
+# Everything from notebooks 01-08 in one model. We take 36 plays by Shakespeare, turn the characters into
 # numbers, build a small GPT out of the course's own attention, train it for real, let it write, and
 # then look inside: what does each head of each layer attend to?
 #
@@ -22,7 +22,7 @@
 #   what such pictures do not show (weights are not explanations, value norms, attention sinks).
 #
 # **Prerequisites:** notebooks 03 (masking), 04 (multi-head attention), 06 (positions: learned and RoPE)
-# and 07 (KV cache and sampling).
+# and 08 (KV cache and sampling).
 #
 # **Time:** about 70 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
 # training) or a GPU (nanoGPT's "baby Shakespeare" model). One switch sizes the run: the environment
@@ -161,7 +161,7 @@ plt.show()
 # %% [markdown]
 # ## 4. The model
 #
-# `course_utils.gpt.GPT` is notebooks 02-07 put together, read top to bottom in `course_utils/gpt.py`:
+# `course_utils.gpt.GPT` is notebooks 02-08 put together, read top to bottom in `course_utils/gpt.py`:
 #
 # - a token embedding `(V, C)`; positions either learned `(T, C)` (notebook 06) or rotary, applied to
 #   q and k inside attention. The rotation pairs channel `i` with channel `i + D/2` (the "half" pairing),
@@ -332,7 +332,7 @@ assert result["val_loss"] < baseline < untrained_loss, "trained beats unigram be
 
 # %% [markdown]
 # Now let it write. `generate_stream` yields one character at a time, so the text appears as it is
-# produced. With a KV cache each step feeds only the newest character (notebook 07). The model reads at
+# produced. With a KV cache each step feeds only the newest character (notebook 08). The model reads at
 # most `T` characters (its context), so when the cache is full, `on_full="shift"` starts a new cache from
 # the last `T / 2` characters and goes on (`benchmarks/GENERATION.md` measures what the cache saves).
 # Lower temperature means safer, more repetitive text; top-k and top-p cut the unlikely tail.
