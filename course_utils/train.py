@@ -3,7 +3,9 @@
 Reading order: the training settings (:class:`TrainConfig`, with presets named like the model's), the
 learning-rate schedule (:func:`learning_rate`), checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`),
 evaluation (:func:`evaluate`, the mean loss over a whole split), the set-up checks that run before the first
-step (:func:`check_out_dir`, :func:`gpu_switches`), and the loop (:func:`train`).
+step (:func:`check_out_dir`, :func:`gpu_switches`), the loop (:func:`train`: forward, backward, update; time and
+log; evaluate and save) with the small pieces it calls beside it (the window of recent steps, the finite-loss
+guard, the summary), then how a run is set up (``_set_up``: processes, data, resume, model, optimizer, compile).
 
 Command line (prints one JSON line at the end; progress and messages go to stderr)::
 
@@ -518,12 +520,422 @@ def _autocast(device: torch.device, mode: str) -> Callable[[], Any]:
 # ----------------------------------------------------------------------------------------------
 
 
+def train(
+    config: GPTConfig | str,
+    data_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    train_config: TrainConfig | None = None,
+    *,
+    device: str | torch.device | None = None,
+    resume: bool = False,
+    max_steps: int | None = None,
+    max_seconds: float | None = None,
+    progress: bool | None = None,
+    verbose: bool = False,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Train a GPT on the text at ``data_path``; checkpoints go to ``out_dir/checkpoint.pt``. Taught in notebook 09.
+
+    ``config`` is a :class:`~course_utils.gpt.GPTConfig` or a preset name (then ``train_config`` defaults to
+    the training preset of that name). Its ``vocab_size`` is replaced by the tokenizer's. With ``resume`` and a
+    checkpoint in ``out_dir``, the run's saved configurations are used instead of ``config`` and ``train_config``:
+    another model or another text is refused (RunSetupError), a setting of ``train_config`` that differs is kept
+    from the checkpoint with a notice on stderr; only ``max_steps`` (this argument) can change, to train a
+    finished run for longer, and ``train_config``'s ``compile``, ``autocast`` and ``fused_adamw`` are this
+    session's. Before the first step it checks the output folder (:func:`check_out_dir`: without ``resume`` it
+    never overwrites a run), the device, the data (the course corpus by its sha256; enough text for the split and
+    the context) and removes temporary files of killed saves in ``out_dir``. ``max_seconds`` stops the run early
+    (after a checkpoint). ``progress`` shows a tqdm bar (default: when stderr is a terminal).
+    ``callback(event)`` is called with ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` every
+    ``log_interval`` steps (``loss`` is the mean over those steps) and ``{"kind": "eval", "step", "train_loss",
+    "val_loss"}`` at each evaluation; an exception it raises stops the run like a kill would.
+
+    Returns a dict: ``val_loss`` (whole validation split), ``train_loss`` (estimate on ``eval_batches`` random
+    training batches), ``steps``, ``tokens_per_s``, ``wall_s``, ``params``, ``device``, ``history`` (the loss of
+    every step), ``evals``, ``compiled``, ``autocast``, ``fused_adamw``, ``notices``, and more (see
+    :func:`_summary`); an empty dict in processes other than the first under ``torchrun``. Raises
+    :class:`RunSetupError`, ValueError, FileNotFoundError or :class:`~course_utils.data.ChecksumError` before the
+    first step, :class:`CheckpointError` when ``resume`` finds a damaged checkpoint, and
+    :class:`NonFiniteLossError` on a NaN or infinite loss.
+
+    Shapes: each step's batch is (B, T) token ids, B = ``batch_size`` (B / processes per process under
+    ``torchrun``), T = ``context_length``.
+    """
+    wall_start = time.perf_counter()
+    run = _set_up(config, data_path, out_dir, train_config, device=device, resume=resume, max_steps=max_steps,
+                  max_seconds=max_seconds, verbose=verbose, callback=callback)
+    cfg, model, optimizer = run.cfg, run.model, run.optimizer
+    bar = _ProgressBar(progress, run)
+    window = _Window(run, max_seconds)  # the steps since the last log line: their losses, tokens and time
+    start_step, stop_reason = run.step, "max_steps"
+    model.train()
+    for step in range(start_step + 1, cfg.max_steps + 1):  # step: the number of this update, counted from 1
+        # forward, backward, update
+        lr = learning_rate(step - 1, cfg)  # the schedule counts updates from 0
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        x, y = run.batch()  # (B / processes, T): this process' rows of the batch every process draws
+        with run.autocast():
+            _, loss = run.fwd(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        run.step = step
+        window.add(loss)  # stays on the device until the window closes; times the first step on its own
+        last = step == cfg.max_steps
+        if not (step % cfg.log_interval == 0 or step % cfg.checkpoint_interval == 0 or last):
+            continue
+
+        # time and log: one synchronisation per window, for the losses and the "out of time" flag
+        losses, out_of_time = window.sync()  # this window's losses, averaged over processes
+        _check_finite(losses, step, run.ckpt_path, bar)  # before anything is saved
+        run.history.extend(losses)
+        tokens_per_s = window.close()
+        mean_loss = sum(losses) / len(losses)
+        bar.update(len(losses), mean_loss, tokens_per_s)
+        events = [{"kind": "train", "step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s}]
+
+        # evaluate and save (process 0; the others wait at the barrier)
+        if run.master and (step % cfg.eval_interval == 0 or last):
+            events.append(_evaluate_splits(run))
+        if step % cfg.checkpoint_interval == 0 or last or out_of_time:
+            run.save_checkpoint()
+        if callback is not None and run.master:  # after the checkpoint: a callback that raises is a kill
+            for event in events:
+                callback(event)
+        if run.world > 1:
+            dist.barrier()
+        window.restart()  # evaluation and saving are not training time
+        if out_of_time:
+            stop_reason = "max_seconds"
+            break
+    bar.close()
+    return _summary(run, window, start_step, stop_reason, wall_start)
+
+
+class _ProgressBar:
+    """A tqdm bar on process 0 if ``progress`` (None: when stderr is a terminal); otherwise it does nothing."""
+
+    def __init__(self, progress: bool | None, run: _Run):
+        self.bar = None
+        if (sys.stderr.isatty() if progress is None else progress) and run.master:
+            from tqdm.auto import tqdm
+            self.bar = tqdm(total=run.cfg.max_steps, initial=run.step, unit="step", dynamic_ncols=True)
+
+    def update(self, steps: int, loss: float, tokens_per_s: float) -> None:
+        if self.bar is not None:
+            self.bar.update(steps)
+            self.bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{tokens_per_s:,.0f}")
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+class _Window:
+    """The steps since the last log line: their losses (kept on the device until then), tokens and time.
+
+    ``sync`` fetches the losses, averaged over processes, with one flag that is true if any process ran past
+    ``max_seconds``; ``close`` adds the window's time to ``train_s`` and gives its tokens per second; ``restart``
+    opens the next window after evaluation and saving. ``first_step_s`` is the first step alone (it compiles).
+    """
+
+    def __init__(self, run: _Run, max_seconds: float | None):
+        self.device, self.world, self.max_seconds = run.device, run.world, max_seconds
+        self.tokens_per_step = run.cfg.batch_size * run.config.context_length
+        self.losses: list[torch.Tensor] = []
+        self.tokens, self.steps, self.train_s, self.first_step_s = 0, 0, 0.0, 0.0
+        self.start = self.loop_start = time.perf_counter()
+
+    def add(self, loss: torch.Tensor) -> None:
+        self.losses.append(loss.detach())
+        self.tokens += self.tokens_per_step
+        self.steps += 1
+        if self.steps == 1:
+            if self.device.type == "cuda":
+                torch.cuda.synchronize(self.device)
+            self.first_step_s = time.perf_counter() - self.loop_start
+
+    def sync(self) -> tuple[list[float], bool]:
+        out_of_time = self.max_seconds is not None and time.perf_counter() - self.loop_start >= self.max_seconds
+        flags = torch.stack([*(p.float() for p in self.losses), torch.tensor(float(out_of_time), device=self.device)])
+        if self.world > 1:
+            dist.all_reduce(flags, op=dist.ReduceOp.SUM)
+            flags[:-1] /= self.world  # the losses' mean; the flag stays a count of processes out of time
+        *losses, out_of_time = flags.tolist()
+        self.losses = []
+        return losses, out_of_time > 0
+
+    def close(self) -> float:
+        elapsed = time.perf_counter() - self.start
+        self.train_s += elapsed
+        tokens_per_s, self.tokens = self.tokens / elapsed, 0
+        return tokens_per_s
+
+    def restart(self) -> None:
+        self.start = time.perf_counter()
+
+
+def _check_finite(losses: list[float], step: int, ckpt_path: Path, bar: _ProgressBar) -> None:
+    """NonFiniteLossError naming the first step whose loss is NaN or infinite; ``losses`` end at ``step``."""
+    for loss_step, loss in enumerate(losses, start=step - len(losses) + 1):
+        if not math.isfinite(loss):
+            bar.close()
+            raise NonFiniteLossError(
+                f"the training loss became {loss} at step {loss_step}; stopped. The last good checkpoint is "
+                f"{ckpt_path} (nothing was saved after it). Lower the learning rate or raise warmup_steps, then "
+                "--resume.")
+
+
+def _evaluate_splits(run: _Run) -> dict[str, Any]:
+    """Estimate the loss on both splits (:func:`_estimate`), record and print it; the "eval" event."""
+    cfg, T = run.cfg, run.config.context_length
+    event = {"kind": "eval", "step": run.step,
+             "train_loss": _estimate(run.model, run.train_data, cfg, T, run.device, run.autocast, cfg.seed + 1),
+             "val_loss": _estimate(run.model, run.val_data, cfg, T, run.device, run.autocast, cfg.seed + 2)}
+    run.evals.append([run.step, event["train_loss"], event["val_loss"]])
+    run.say(f"step {run.step}: train {event['train_loss']:.4f}, val {event['val_loss']:.4f}")
+    return event
+
+
+def _summary(run: _Run, window: _Window, start_step: int, stop_reason: str, wall_start: float) -> dict[str, Any]:
+    """The run's final figures (process 0 evaluates the whole validation split), also written to summary.json;
+    an empty dict in the other processes."""
+    result: dict[str, Any] = {}
+    if run.master:
+        cfg, T, model = run.cfg, run.config.context_length, run.model
+        eval_start = time.perf_counter()
+        val_loss = evaluate(model, run.val_data, T, batch_size=max(cfg.batch_size, 64), device=run.device,
+                            autocast=run.autocast)
+        train_loss = _estimate(model, run.train_data, cfg, T, run.device, run.autocast, cfg.seed + 1)
+        final_eval_s = time.perf_counter() - eval_start
+        steps_run, tokens_per_step, train_s = run.step - start_step, cfg.batch_size * T, window.train_s
+        after_first_s = train_s - window.first_step_s
+        result = {
+            "val_loss": val_loss,
+            "train_loss": train_loss,
+            "steps": run.step,
+            "steps_this_run": steps_run,
+            "tokens": run.step * tokens_per_step,
+            "tokens_per_s": steps_run * tokens_per_step / train_s if train_s > 0 else 0.0,
+            "tokens_per_s_after_first_step": ((steps_run - 1) * tokens_per_step / after_first_s
+                                              if steps_run > 1 and after_first_s > 0 else 0.0),
+            "train_s": train_s,
+            "first_step_s": window.first_step_s,
+            "final_eval_s": final_eval_s,
+            "wall_s": time.perf_counter() - wall_start,
+            "params": model.num_parameters(),
+            "flops_per_token": model.flops_per_token(),
+            "device": str(run.device),
+            "world_size": run.world,
+            "compiled": run.switches.compile,
+            "autocast": run.switches.autocast,
+            "fused_adamw": run.switches.fused_adamw,
+            "notices": run.notices,
+            "stopped_by": stop_reason,
+            "checkpoint": str(run.ckpt_path),
+            "model_config": run.config.to_dict(),
+            "train_config": dataclasses.asdict(cfg),
+            "history": run.history,
+            "evals": run.evals,
+        }
+        run.out_dir.mkdir(parents=True, exist_ok=True)
+        (run.out_dir / SUMMARY_NAME).write_text(json.dumps(result) + "\n")
+    if run.world > 1:
+        dist.barrier()
+    return result
+
+
+# ----------------------------------------------------------------------------------------------
+# Set-up of a run: what train() builds before the first step
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Run:
+    """One run as the loop sees it, built by :func:`_set_up`; the loop advances ``step``, ``history``, ``evals``."""
+
+    cfg: TrainConfig
+    config: GPTConfig
+    device: torch.device
+    rank: int  # this process under torchrun (0 alone); process 0 evaluates, saves and reports
+    world: int  # the number of processes
+    out_dir: Path
+    tokenizer: CharTokenizer
+    train_data: torch.Tensor  # (N_train,) token ids
+    val_data: torch.Tensor  # (N_val,) token ids
+    text_sha256: str  # a resumed run refuses other text
+    model: GPT
+    fwd: nn.Module  # what the loop calls: the model, compiled and/or wrapped in DistributedDataParallel
+    optimizer: torch.optim.AdamW
+    batch_gen: torch.Generator  # draws the batches: the same ones in every process
+    autocast: Callable[[], Any]
+    switches: Switches
+    notices: list[str]
+    say: Callable[[str], None]
+    step: int = 0  # updates done
+    history: list[float] = dataclasses.field(default_factory=list)  # the loss of every update
+    evals: list[list[float]] = dataclasses.field(default_factory=list)  # [step, train_loss, val_loss] each
+
+    @property
+    def master(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def ckpt_path(self) -> Path:
+        return self.out_dir / CHECKPOINT_NAME
+
+    def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Inputs and targets, (B / processes, T) each, on the device: this process' rows of one shared batch."""
+        x, y = get_batch(self.train_data, self.cfg.batch_size, self.config.context_length,
+                         generator=self.batch_gen)  # (B, T): the same in every process
+        per_rank = self.cfg.batch_size // self.world
+        rows = slice(self.rank * per_rank, (self.rank + 1) * per_rank)
+        x, y = x[rows], y[rows]  # (B / processes, T)
+        if self.device.type == "cuda":  # page-locked memory: the copy runs alongside the GPU instead of waiting
+            x, y = x.pin_memory(), y.pin_memory()
+        return x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+
+    def save_checkpoint(self) -> None:
+        """Process 0 writes everything a resumed run needs: model, optimizer, step, settings, random states."""
+        if not self.master:
+            return
+        self.out_dir.mkdir(parents=True, exist_ok=True)
+        save_checkpoint(self.ckpt_path, {
+            "format": _FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "step": self.step, "model_config": self.config.to_dict(), "train_config": dataclasses.asdict(self.cfg),
+            "rng": _rng_state(self.batch_gen), "tokenizer": list(self.tokenizer.chars), "history": self.history,
+            "evals": self.evals, "text_sha256": self.text_sha256,
+        })
+
+
+def _set_up(config: GPTConfig | str, data_path: str | os.PathLike, out_dir: str | os.PathLike,
+            train_config: TrainConfig | None, *, device: str | torch.device | None, resume: bool,
+            max_steps: int | None, max_seconds: float | None, verbose: bool, callback: Any) -> _Run:
+    """Everything :func:`train` does before the first step. The checks come first, in the order a user meets
+    them (the arguments, the processes and the device, the output folder, the data, a resumed run, the GPU
+    switches); then the model, the optimizer and the random state, drawn in the same order in every run."""
+    config, cfg, asked = _configs(config, train_config)
+    if max_seconds is not None and not max_seconds > 0:
+        raise RunSetupError(f"--max-seconds must be a positive number of seconds, got {max_seconds!r}")
+    rank, world, device = _processes(cfg, device)
+    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if (verbose and rank == 0) else (lambda msg: None)
+    check_bool("resume", resume)
+    check_bool("verbose", verbose)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
+    out_dir = check_out_dir(out_dir, resume)
+    if rank == 0 and (removed := _clean_stale_tmp(out_dir)):
+        say(f"removed {len(removed)} temporary file(s) left in {out_dir} by a save that was killed")
+    text = _read_data(data_path, say)
+    state, config, cfg, tokenizer, notices = _resume(out_dir, resume, config, cfg, asked, text, max_steps, say)
+    if max_steps is not None:
+        cfg = dataclasses.replace(cfg, max_steps=max_steps)
+    check_text_size(len(text), config.context_length, source=str(data_path))
+    if tokenizer is None:  # a new run: the vocabulary of its text
+        tokenizer = CharTokenizer.from_text(text)
+        config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
+    train_data, val_data = split_data(tokenizer.encode(text))
+    switches, switch_notices = gpu_switches(cfg, device)
+    notices += switch_notices
+    if rank == 0:
+        for notice in notices:  # what differs from what was asked is shown even when quiet
+            print(notice, file=sys.stderr, flush=True)
+
+    torch.manual_seed(cfg.seed)  # the same initial weights in every process
+    model = GPT(config).to(device)
+    run = _Run(cfg, config, device, rank, world, out_dir, tokenizer, train_data, val_data,
+               text_sha256=sha256_bytes(text.encode("utf-8")), model=model, fwd=model,
+               optimizer=_optimizer(model, cfg, switches.fused_adamw),
+               batch_gen=torch.Generator().manual_seed(cfg.seed),  # the same batches in every process
+               autocast=_autocast(device, switches.autocast), switches=switches, notices=notices, say=say)
+    if state is not None:
+        _restore(run, state)
+    if rank > 0:  # dropout differs between processes, as it would between rows of one batch
+        torch.manual_seed(cfg.seed + 1_000_003 * rank + run.step)  # (a checkpoint holds process 0's generator)
+    _compile_and_distribute(run)
+    return run
+
+
+def _configs(config: GPTConfig | str, train_config: TrainConfig | None,
+             ) -> tuple[GPTConfig, TrainConfig, TrainConfig | None]:
+    """The model and the settings asked for (a preset's name gives both), and ``train_config`` as it was given
+    (a resumed run names the settings of it that it keeps)."""
+    asked = train_config
+    if isinstance(config, str):
+        train_config = TrainConfig.preset(config) if train_config is None else train_config
+        config = GPTConfig.preset(config)
+    if not isinstance(config, GPTConfig):
+        raise TypeError(f"config must be a GPTConfig or a preset name, got {type(config).__name__}")
+    return config, TrainConfig() if train_config is None else train_config, asked
+
+
+def _processes(cfg: TrainConfig, device: str | torch.device | None) -> tuple[int, int, torch.device]:
+    """(rank, world size, device): under torchrun, join the process group, each process on its own GPU where
+    there are GPUs; alone, (0, 1, the device asked for or the best one here)."""
+    rank, world, local_rank = _distributed()
+    if world > 1:
+        if cfg.batch_size % world != 0:
+            raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
+        if not dist.is_initialized():
+            dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
+    if world > 1 and torch.cuda.is_available():
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        return rank, world, device
+    return rank, world, pick_device(device)  # ValueError with the fix for a device this machine does not have
+
+
 def _distributed() -> tuple[int, int, int]:
     """(rank, world_size, local_rank) from torchrun's environment; (0, 1, 0) when run as one process."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
         return 0, 1, 0
     return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _resume(out_dir: Path, resume: bool, config: GPTConfig, cfg: TrainConfig, asked: TrainConfig | None,
+            text: str, max_steps: int | None, say: Callable[[str], None],
+            ) -> tuple[dict[str, Any] | None, GPTConfig, TrainConfig, CharTokenizer | None, list[str]]:
+    """``(checkpoint, model config, settings, tokenizer, notices)`` of the run to continue: a resumed run's own,
+    with this session's GPU switches, a notice for each setting of ``asked`` that it keeps, and RunSetupError if
+    the checkpoint is another run (:func:`_check_resume`); ``(None, config, cfg, None, [])`` for a new run."""
+    ckpt_path = out_dir / CHECKPOINT_NAME
+    if not (resume and ckpt_path.exists()):
+        if resume:
+            say(f"no checkpoint at {ckpt_path}: starting from scratch")
+        return None, config, cfg, None, []
+    state = load_checkpoint(ckpt_path)
+    notices = _check_resume(state, ckpt_path, config, asked, text, max_steps)
+    tokenizer = CharTokenizer(state["tokenizer"])
+    config = GPTConfig.from_dict(state["model_config"])
+    session = {name: getattr(cfg, name) for name in _SESSION_FIELDS}
+    cfg = TrainConfig(**{**state["train_config"], **session})  # the run's own settings, this session's switches
+    return state, config, cfg, tokenizer, notices
+
+
+def _restore(run: _Run, state: dict[str, Any]) -> None:
+    """Continue where the checkpoint left off: weights, optimizer, step, history and every random generator."""
+    run.model.load_state_dict(state["model"])
+    run.optimizer.load_state_dict(state["optimizer"])
+    run.step, run.history, run.evals = state["step"], list(state["history"]), list(state.get("evals", []))
+    _set_rng_state(state["rng"], run.batch_gen)
+    run.say(f"resumed from {run.ckpt_path} at step {run.step}")
+
+
+def _compile_and_distribute(run: _Run) -> None:
+    """What the loop calls (``run.fwd``): the model, compiled if switched on, wrapped in DistributedDataParallel
+    under torchrun; TF32 matrix products on CUDA."""
+    if run.switches.compile:
+        run.fwd = torch.compile(run.model)
+    if run.world > 1:
+        from torch.nn.parallel import DistributedDataParallel
+        device_ids = [run.device.index] if run.device.type == "cuda" else None
+        run.fwd = DistributedDataParallel(run.fwd, device_ids=device_ids)
+    if run.device.type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
 
 
 def _optimizer(model: GPT, cfg: TrainConfig, fused: bool) -> torch.optim.AdamW:
@@ -546,269 +958,6 @@ def _set_rng_state(rng: dict[str, Any], batch_gen: torch.Generator) -> None:
     batch_gen.set_state(rng["batch"])
     if rng.get("cuda") and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(rng["cuda"])
-
-
-def train(
-    config: GPTConfig | str,
-    data_path: str | os.PathLike,
-    out_dir: str | os.PathLike,
-    train_config: TrainConfig | None = None,
-    *,
-    device: str | torch.device | None = None,
-    resume: bool = False,
-    max_steps: int | None = None,
-    max_seconds: float | None = None,
-    progress: bool | None = None,
-    verbose: bool = False,
-    callback: Callable[[dict[str, Any]], None] | None = None,
-) -> dict[str, Any]:
-    """Train a GPT on the text at ``data_path``; checkpoints go to ``out_dir/checkpoint.pt``.
-
-    ``config`` is a :class:`~course_utils.gpt.GPTConfig` or a preset name (then ``train_config`` defaults to
-    the training preset of that name). Its ``vocab_size`` is replaced by the tokenizer's. With ``resume`` and a
-checkpoint in ``out_dir``, the run's saved configurations are used instead of ``config`` and ``train_config``:
-another model or another text is refused (RunSetupError), a setting of ``train_config`` that differs is kept
-from the checkpoint with a notice on stderr; only ``max_steps`` (this argument) can change, to train a finished
-run for longer, and ``train_config``'s ``compile``, ``autocast`` and ``fused_adamw`` are this session's.
-Before the first step it checks the output folder (:func:`check_out_dir`: without ``resume`` it never
-overwrites a run), the device, the data (the course corpus by its sha256; enough text for the split and the
-context) and removes temporary files of killed saves in ``out_dir``. ``max_seconds`` stops
-    the run early (after a checkpoint). ``progress`` shows a tqdm bar (default: when stderr is a terminal).
-    ``callback(event)`` is called with ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` every
-    ``log_interval`` steps (``loss`` is the mean over those steps) and ``{"kind": "eval", "step", "train_loss",
-    "val_loss"}`` at each evaluation; an exception it raises stops the run like a kill would.
-
-    Returns a dict: ``val_loss`` (whole validation split), ``train_loss`` (estimate on ``eval_batches`` random
-    training batches), ``steps``, ``tokens_per_s``, ``wall_s``, ``params``, ``device``, ``history`` (the loss of
-    every step), ``evals``, ``compiled``, ``autocast``, ``fused_adamw``, ``notices``, and more. Raises
-    :class:`RunSetupError`, ValueError, FileNotFoundError or :class:`~course_utils.data.ChecksumError` before the
-    first step, :class:`CheckpointError` when ``resume`` finds a damaged checkpoint, and
-    :class:`NonFiniteLossError` on a NaN or infinite loss.
-    """
-    wall_start = time.perf_counter()
-    if isinstance(config, str):
-        given_train_config = train_config
-        train_config = TrainConfig.preset(config) if train_config is None else train_config
-        config = GPTConfig.preset(config)
-    else:
-        given_train_config = train_config
-    if not isinstance(config, GPTConfig):
-        raise TypeError(f"config must be a GPTConfig or a preset name, got {type(config).__name__}")
-    cfg = TrainConfig() if train_config is None else train_config
-    if max_seconds is not None and not max_seconds > 0:
-        raise RunSetupError(f"--max-seconds must be a positive number of seconds, got {max_seconds!r}")
-
-    rank, world, local_rank = _distributed()
-    if world > 1:
-        if cfg.batch_size % world != 0:
-            raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
-        if not dist.is_initialized():
-            dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
-    if world > 1 and torch.cuda.is_available():
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-    else:
-        device = pick_device(device)  # ValueError with the fix for a device this machine does not have
-    master = rank == 0
-    say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if (verbose and master) else (lambda msg: None)
-    notices: list[str] = []
-
-    # --- set-up: the output folder, the data, a resumed run, the GPU switches; all before the first step ---
-    check_bool("resume", resume)
-    check_bool("verbose", verbose)
-    if callback is not None and not callable(callback):
-        raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
-    out_dir = check_out_dir(out_dir, resume)
-    ckpt_path = out_dir / CHECKPOINT_NAME
-    if master:
-        removed = _clean_stale_tmp(out_dir)
-        if removed:
-            say(f"removed {len(removed)} temporary file(s) left in {out_dir} by a save that was killed")
-    text = _read_data(data_path, say)
-    state = None
-    if resume and ckpt_path.exists():
-        state = load_checkpoint(ckpt_path)
-        notices += _check_resume(state, ckpt_path, config, given_train_config, text, max_steps)
-        tokenizer = CharTokenizer(state["tokenizer"])
-        config = GPTConfig.from_dict(state["model_config"])
-        session = {name: getattr(cfg, name) for name in _SESSION_FIELDS}
-        cfg = TrainConfig(**{**state["train_config"], **session})  # the run's own settings, this session's switches
-    elif resume:
-        say(f"no checkpoint at {ckpt_path}: starting from scratch")
-    if max_steps is not None:
-        cfg = dataclasses.replace(cfg, max_steps=max_steps)
-    check_text_size(len(text), config.context_length, source=str(data_path))
-    if state is None:
-        tokenizer = CharTokenizer.from_text(text)
-        config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
-    train_data, val_data = split_data(tokenizer.encode(text))
-    T = config.context_length
-    features, feature_notices = gpu_switches(cfg, device)
-    notices += feature_notices
-    if master:
-        for notice in notices:  # what differs from what was asked is shown even when quiet
-            print(notice, file=sys.stderr, flush=True)
-
-    # --- model, optimizer, random state ---
-    torch.manual_seed(cfg.seed)  # the same initial weights in every process
-    model = GPT(config).to(device)
-    optimizer = _optimizer(model, cfg, features.fused_adamw)
-    batch_gen = torch.Generator().manual_seed(cfg.seed)  # the same batches in every process
-    step, history, evals = 0, [], []
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        step, history, evals = state["step"], list(state["history"]), list(state.get("evals", []))
-        _set_rng_state(state["rng"], batch_gen)
-        say(f"resumed from {ckpt_path} at step {step}")
-    if rank > 0:  # dropout differs between processes, as it would between rows of one batch
-        torch.manual_seed(cfg.seed + 1_000_003 * rank + step)  # (a checkpoint holds process 0's generator)
-    use_compile = features.compile
-    fwd = torch.compile(model) if use_compile else model
-    if world > 1:
-        from torch.nn.parallel import DistributedDataParallel
-        fwd = DistributedDataParallel(fwd, device_ids=[device.index] if device.type == "cuda" else None)
-    autocast = _autocast(device, features.autocast)
-    if device.type == "cuda":
-        torch.backends.cuda.matmul.allow_tf32 = True
-        torch.backends.cudnn.allow_tf32 = True
-    text_sha256 = sha256_bytes(text.encode("utf-8"))  # a resumed run refuses other text
-    per_rank = cfg.batch_size // world
-    rows = slice(rank * per_rank, (rank + 1) * per_rank)
-
-    def checkpoint() -> None:
-        if master:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            save_checkpoint(ckpt_path, {
-                "format": _FORMAT, "model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step,
-                "model_config": config.to_dict(), "train_config": dataclasses.asdict(cfg),
-                "rng": _rng_state(batch_gen), "tokenizer": list(tokenizer.chars), "history": history,
-                "evals": evals, "text_sha256": text_sha256,
-            })
-
-    # --- the loop ---
-    show = (sys.stderr.isatty() if progress is None else progress) and master
-    if show:
-        from tqdm.auto import tqdm
-        bar = tqdm(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True)
-    start_step, pending, stop_reason = step, [], "max_steps"
-    train_s, tokens_since, first_step_s, window_start = 0.0, 0, 0.0, time.perf_counter()
-    loop_start = time.perf_counter()
-    model.train()
-    while step < cfg.max_steps:
-        lr = learning_rate(step, cfg)
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-        x, y = get_batch(train_data, cfg.batch_size, T, generator=batch_gen)  # (B, T): the same in every process
-        x, y = x[rows], y[rows]  # (B / processes, T): this process' rows
-        if device.type == "cuda":  # page-locked memory: the copy runs alongside the GPU instead of waiting for it
-            x, y = x.pin_memory(), y.pin_memory()
-        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        with autocast():
-            _, loss = fwd(x, y)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        pending.append(loss.detach())
-        step += 1
-        tokens_since += cfg.batch_size * T
-        if step == start_step + 1:  # the first step compiles (and warms up kernels): time it on its own
-            if device.type == "cuda":
-                torch.cuda.synchronize(device)
-            first_step_s = time.perf_counter() - loop_start
-
-        last = step == cfg.max_steps
-        if step % cfg.log_interval == 0 or last or step % cfg.checkpoint_interval == 0:
-            # one synchronisation per log_interval steps: the losses and the "out of time" flag, all processes
-            out_of_time = max_seconds is not None and time.perf_counter() - loop_start >= max_seconds
-            flags = torch.stack([*(p.float() for p in pending), torch.tensor(float(out_of_time), device=device)])
-            if world > 1:
-                dist.all_reduce(flags, op=dist.ReduceOp.SUM)
-                flags[:-1] /= world
-            values = flags.tolist()
-            losses, out_of_time = values[:-1], values[-1] > 0
-            pending = []
-            if not all(math.isfinite(v) for v in losses):
-                bad = step - len(losses) + next(i for i, v in enumerate(losses) if not math.isfinite(v)) + 1
-                if show:
-                    bar.close()
-                raise NonFiniteLossError(
-                    f"the training loss became {losses[bad - step + len(losses) - 1]} at step {bad}; stopped. "
-                    f"The last good checkpoint is {ckpt_path} (nothing was saved after it). Lower the learning "
-                    "rate or raise warmup_steps, then --resume."
-                )
-            history.extend(losses)
-            elapsed = time.perf_counter() - window_start
-            train_s += elapsed
-            rate = tokens_since / elapsed
-            tokens_since, mean_loss = 0, sum(losses) / len(losses)
-            if show:
-                bar.update(len(losses))
-                bar.set_postfix(loss=f"{mean_loss:.4f}", tok_s=f"{rate:,.0f}")
-            events = [{"kind": "train", "step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": rate}]
-            if master and (step % cfg.eval_interval == 0 or last):
-                ev = {"kind": "eval", "step": step,
-                      "train_loss": _estimate(model, train_data, cfg, T, device, autocast, cfg.seed + 1),
-                      "val_loss": _estimate(model, val_data, cfg, T, device, autocast, cfg.seed + 2)}
-                evals.append([step, ev["train_loss"], ev["val_loss"]])
-                say(f"step {step}: train {ev['train_loss']:.4f}, val {ev['val_loss']:.4f}")
-                events.append(ev)
-            if step % cfg.checkpoint_interval == 0 or last or out_of_time:
-                checkpoint()
-            if callback is not None and master:  # after the checkpoint: a callback that raises is a kill
-                for event in events:
-                    callback(event)
-            if world > 1:
-                dist.barrier()  # the others wait while process 0 evaluates and saves
-            window_start = time.perf_counter()
-            if out_of_time:
-                stop_reason = "max_seconds"
-                break
-    if show:
-        bar.close()
-
-    # --- final figures ---
-    result: dict[str, Any] = {}
-    if master:
-        eval_start = time.perf_counter()
-        val_loss = evaluate(model, val_data, T, batch_size=max(cfg.batch_size, 64), device=device, autocast=autocast)
-        train_loss = _estimate(model, train_data, cfg, T, device, autocast, cfg.seed + 1)
-        final_eval_s = time.perf_counter() - eval_start
-        steps_run = step - start_step
-        result = {
-            "val_loss": val_loss,
-            "train_loss": train_loss,
-            "steps": step,
-            "steps_this_run": steps_run,
-            "tokens": step * cfg.batch_size * T,
-            "tokens_per_s": steps_run * cfg.batch_size * T / train_s if train_s > 0 else 0.0,
-            "tokens_per_s_after_first_step": ((steps_run - 1) * cfg.batch_size * T / (train_s - first_step_s)
-                                              if steps_run > 1 and train_s > first_step_s else 0.0),
-            "train_s": train_s,
-            "first_step_s": first_step_s,
-            "final_eval_s": final_eval_s,
-            "wall_s": time.perf_counter() - wall_start,
-            "params": model.num_parameters(),
-            "flops_per_token": model.flops_per_token(),
-            "device": str(device),
-            "world_size": world,
-            "compiled": use_compile,
-            "autocast": features.autocast,
-            "fused_adamw": features.fused_adamw,
-            "notices": notices,
-            "stopped_by": stop_reason,
-            "checkpoint": str(ckpt_path),
-            "model_config": config.to_dict(),
-            "train_config": dataclasses.asdict(cfg),
-            "history": history,
-            "evals": evals,
-        }
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / SUMMARY_NAME).write_text(json.dumps(result) + "\n")
-    if world > 1:
-        dist.barrier()
-    return result
 
 
 # ----------------------------------------------------------------------------------------------
