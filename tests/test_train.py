@@ -609,3 +609,99 @@ def test_load_model_names_a_bad_device_string(tmp_path, text_file):
     run(text_file, tmp_path, max_steps=1)
     with pytest.raises(ValueError, match="device 'gpu' is not a device name: use cpu, cuda"):
         load_model(tmp_path / "checkpoint.pt", device="gpu")
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop's windows: log lines, the finite-loss guard, the time limit, the summary (issue #11)
+# ----------------------------------------------------------------------------------------------
+
+
+def test_each_log_event_is_the_mean_of_its_window_of_steps(text_file, tmp_path):
+    """log_interval 3 and checkpoint_interval 5: a window closes at every multiple of either, and at the end."""
+    events = []
+    result = run(text_file, tmp_path, max_steps=11, log_interval=3, checkpoint_interval=5, callback=events.append)
+    cfg = TrainConfig(**result["train_config"])
+    train_events = [e for e in events if e["kind"] == "train"]
+    assert [e["step"] for e in train_events] == [3, 5, 6, 9, 10, 11]
+    history, begin = result["history"], 0
+    assert len(history) == 11
+    for event in train_events:
+        window = history[begin:event["step"]]
+        assert event["loss"] == pytest.approx(sum(window) / len(window), rel=1e-12)
+        assert event["lr"] == learning_rate(event["step"] - 1, cfg)  # the rate of the window's last step
+        assert event["tokens_per_s"] > 0
+        begin = event["step"]
+
+
+def test_a_non_finite_loss_inside_a_window_names_its_own_step(text_file, tmp_path, monkeypatch):
+    """log_interval 4: an infinite loss from step 7 is seen when the window 5..8 closes, and reported at step 7."""
+    forward = GPT.forward
+    calls = {"train": 0}
+
+    def poisoned(self, idx, targets=None, cache=None):
+        logits, loss = forward(self, idx, targets, cache)
+        if self.training:
+            calls["train"] += 1
+            if calls["train"] >= 7:
+                loss = loss * float("inf")
+        return logits, loss
+
+    monkeypatch.setattr(GPT, "forward", poisoned)
+    with pytest.raises(NonFiniteLossError, match="the training loss became inf at step 7; stopped"):
+        run(text_file, tmp_path, log_interval=4)
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 5  # nothing saved after the last good one
+    assert not (tmp_path / "summary.json").exists()
+
+
+def test_the_time_limit_stops_at_the_end_of_a_window_with_a_checkpoint_and_resumes_exactly(text_file, tmp_path):
+    """max_seconds (here: at once) ends the run when the first window closes (step 3, not a checkpoint step)."""
+    whole = run(text_file, tmp_path / "whole", log_interval=3)
+    stopped = run(text_file, tmp_path / "split", log_interval=3, max_seconds=1e-9)
+    assert (stopped["steps"], stopped["stopped_by"]) == (3, "max_seconds")
+    assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 3
+    resumed = run(text_file, tmp_path / "split", log_interval=3, resume=True)
+    assert (resumed["steps_this_run"], resumed["stopped_by"]) == (17, "max_steps")
+    assert resumed["history"] == whole["history"]
+
+
+SUMMARY_KEYS = ["val_loss", "train_loss", "steps", "steps_this_run", "tokens", "tokens_per_s",
+                "tokens_per_s_after_first_step", "train_s", "first_step_s", "final_eval_s", "wall_s", "params",
+                "flops_per_token", "device", "world_size", "compiled", "autocast", "fused_adamw", "notices",
+                "stopped_by", "checkpoint", "model_config", "train_config", "history", "evals"]
+
+
+def test_the_summary_has_every_key_in_its_order_and_its_figures_add_up(text_file, tmp_path):
+    result = run(text_file, tmp_path, max_steps=6)
+    assert list(result) == SUMMARY_KEYS
+    assert json.loads((tmp_path / "summary.json").read_text()) == result
+    tokens_per_step = FAST["batch_size"] * result["model_config"]["context_length"]
+    assert result["tokens"] == 6 * tokens_per_step and result["world_size"] == 1
+    assert result["tokens_per_s"] == pytest.approx(6 * tokens_per_step / result["train_s"], rel=1e-12)
+    assert result["tokens_per_s_after_first_step"] == pytest.approx(
+        5 * tokens_per_step / (result["train_s"] - result["first_step_s"]), rel=1e-12)
+    assert 0 < result["first_step_s"] < result["train_s"] <= result["wall_s"]
+    assert result["checkpoint"] == str(tmp_path / "checkpoint.pt")
+
+
+def test_the_loop_reads_top_to_bottom_in_three_labelled_phases():
+    """House style (issue #11): one flat loop of about 40 lines, its phases labelled, set-up and summary beside it."""
+    import ast
+    import inspect
+
+    from course_utils import train as train_module
+
+    source = inspect.getsource(train_module.train)
+    loop = next(node for node in ast.parse(source).body[0].body if isinstance(node, ast.For))
+    lines = source.splitlines()[loop.lineno - 1:loop.end_lineno]
+    comments = [line.strip() for line in lines if line.strip().startswith("# ")]
+    phases = ["# forward, backward, update", "# time and log", "# evaluate and save"]
+    assert [next(c for c in comments if c.startswith(p)) for p in phases]  # each phase is labelled ...
+    assert [min(i for i, c in enumerate(comments) if c.startswith(p)) for p in phases] == sorted(
+        min(i for i, c in enumerate(comments) if c.startswith(p)) for p in phases)  # ... in this order
+    assert len(lines) <= 45
+
+    def depth(node: ast.AST) -> int:
+        blocks = (ast.If, ast.For, ast.While, ast.With, ast.Try)
+        return max((depth(c) + isinstance(c, blocks) for c in ast.iter_child_nodes(node)), default=0)
+
+    assert depth(loop) <= 2, "no block nested deeper than two levels inside the loop"
