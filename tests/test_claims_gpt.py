@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils.data import CharTokenizer, get_batch, load_corpus, split_data
+from course_utils.data import CharTokenizer, get_batch, split_data
 from course_utils.gpt import GPT, Block, GPTConfig
 from course_utils.inspect_gpt import (
     attention_and_values,
@@ -39,9 +39,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
-def corpus():
+def corpus(course_corpus):
     """The course corpus as notebook 09 reads it: tokenizer, training ids, validation ids."""
-    text = load_corpus(download=False)
+    text = course_corpus
     tokenizer = CharTokenizer.from_text(text)
     train_ids, val_ids = split_data(tokenizer.encode(text))
     return tokenizer, train_ids, val_ids

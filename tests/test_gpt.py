@@ -332,7 +332,7 @@ def test_grouped_query_blocks_rotate_like_the_causal_attention_blocks():
     torch.testing.assert_close(gqa(x, causal_mask(9)), mha(x))
 
 
-def test_the_committed_checkpoint_was_trained_with_the_half_pairing():
+def test_the_committed_checkpoint_was_trained_with_the_half_pairing(course_corpus):
     """checkpoints/shakespeare_cpu.pt loads, and its logits are those of apply_rope(pairing="half") in every layer.
 
     With the interleaved pairing instead, the same weights predict far worse: the pairing is part of the model.
@@ -347,7 +347,7 @@ def test_the_committed_checkpoint_was_trained_with_the_half_pairing():
     root = Path(__file__).resolve().parents[1]
     model, tokenizer, info = load_model(root / "checkpoints" / "shakespeare_cpu.pt")
     assert info["model_config"]["positions"] == "rope" and info["model_config"]["num_kv_heads"] is None
-    text = (root / "datasets" / "shakespeare.txt").read_text(encoding="utf-8")
+    text = course_corpus
     start = int(len(text) * 0.95)  # inside the validation split (the last 10%)
     tokens = torch.as_tensor(tokenizer.encode(text[start:start + 8 * 64 + 1]))
     x, y = tokens[:-1].view(8, 64), tokens[1:].view(8, 64)
