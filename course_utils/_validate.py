@@ -207,6 +207,13 @@ def check_embedded(name: str, x: object, embed_dim: int, module: torch.nn.Module
         check_matches_module(name, x, module)
 
 
+def check_attention_input(x: object, module: torch.nn.Module, need_weights: object) -> None:
+    """Raise unless ``x`` is the (B, T, C) input of the attention ``module`` (its embed_dim, dtype and device)
+    and ``need_weights`` a bool: the entry check of every attention module's forward."""
+    check_embedded("x", x, module.embed_dim, module)
+    check_bool("need_weights", need_weights)
+
+
 def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "mask") -> None:
     """Raise TypeError unless ``mask`` is a boolean tensor, ValueError unless it broadcasts to ``target_shape``."""
     if not isinstance(mask, torch.Tensor):

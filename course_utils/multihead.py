@@ -14,9 +14,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._validate import (
-    check_bool,
+    check_attention_input,
     check_bool_mask,
-    check_embedded,
     check_floating,
     check_fraction,
     check_matches_module,
@@ -41,12 +40,6 @@ def _check_heads(embed_dim: int, num_heads: int) -> int:
     if embed_dim % num_heads != 0:
         raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
     return embed_dim // num_heads
-
-
-def _check_input(x: torch.Tensor, module: nn.Module, need_weights: object) -> None:
-    """x must be (B, T, C) with the dtype and device of the module's weights; need_weights a bool."""
-    check_embedded("x", x, module.embed_dim, module)
-    check_bool("need_weights", need_weights)
 
 
 def _check_memory(memory: object, x: torch.Tensor, module: nn.Module) -> None:
@@ -122,7 +115,7 @@ class SingleHeadAttention(nn.Module):
         self.v_proj = nn.Linear(embed_dim, head_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self, need_weights)
+        check_attention_input(x, self, need_weights)
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, C) -> (B, T, D) each
         out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, T, D), (B, T, T)
         return _returned(out, weights, need_weights)
@@ -154,7 +147,7 @@ class MultiHeadAttentionWrapper(nn.Module):
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self, need_weights)
+        check_attention_input(x, self, need_weights)
         if mask is not None:
             B, T, _ = x.shape
             check_bool_mask(mask, (B, self.num_heads, T, T))
@@ -210,7 +203,7 @@ class MultiHeadAttentionEinsum(nn.Module):
         return y if b is None else y + b[None, :, None, :]  # (1, H, 1, D) broadcasts over B and T
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self, need_weights)
+        check_attention_input(x, self, need_weights)
         q = self._project(x, self.w_q, self.b_q)  # (B, H, T, D)
         k = self._project(x, self.w_k, self.b_k)  # (B, H, T, D)
         v = self._project(x, self.w_v, self.b_v)  # (B, H, T, D)
@@ -269,7 +262,7 @@ class MultiHeadAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False, *,
                 memory: torch.Tensor | None = None):
-        _check_input(x, self, need_weights)
+        check_attention_input(x, self, need_weights)
         if memory is None:  # self-attention: queries, keys and values all from x
             q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         else:  # cross-attention: queries from x, keys and values from the memory

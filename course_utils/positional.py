@@ -21,9 +21,15 @@ from typing import Literal
 import torch
 from torch import nn
 
-from course_utils._validate import check_floating, check_int, check_number, check_tensor
+from course_utils._validate import (
+    check_attention_input,
+    check_floating,
+    check_int,
+    check_number,
+    check_tensor,
+)
 from course_utils.attention import scaled_dot_product_attention
-from course_utils.multihead import MultiHeadAttention, _check_input, _returned, merge_heads, split_heads
+from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = [
     "LearnedPositionalEmbedding",
@@ -381,14 +387,15 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
                 positions: torch.Tensor | None = None):
-        _check_input(x, self, need_weights)
+        check_attention_input(x, self, need_weights)
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         q = apply_rope(q, positions, self.base, self.pairing)  # (B, H, T, D): the one new step ...
         k = apply_rope(k, positions, self.base, self.pairing)  # ... for queries and keys, not values
         p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
-        return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
+        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
+        return (out, weights) if need_weights else out
 
 
 class ALiBiMultiHeadAttention(MultiHeadAttention):
@@ -403,11 +410,12 @@ class ALiBiMultiHeadAttention(MultiHeadAttention):
     """
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        _check_input(x, self, need_weights)
+        check_attention_input(x, self, need_weights)
         T = x.shape[1]
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         bias = alibi_bias(self.num_heads, T).to(x)  # (H, T, T): the one new step
         p = self.dropout if self.training else 0.0
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D)
-        return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
+        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
+        return (out, weights) if need_weights else out
