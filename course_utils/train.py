@@ -241,20 +241,30 @@ _REQUIRED = ("format", "model", "optimizer", "step", "model_config", "train_conf
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read a checkpoint written by :func:`train`, with ``weights_only=True``; CheckpointError if it is damaged."""
     path = _existing_file(path, "checkpoint", "train a model first (python -m course_utils.train ...)")
+    state = _read_state(path, "checkpoint", "checkpoint", (_FORMAT,),
+                        "Delete it to start again, or restore an intact copy.")
+    missing = [k for k in _REQUIRED if k not in state]
+    if missing:
+        raise CheckpointError(f"checkpoint {path} lacks {missing}: it was not written by this version")
+    return state
+
+
+def _read_state(path: Path, what: str, kind: str, formats: tuple[str, ...], fix: str) -> dict[str, Any]:
+    """The dict that :func:`save_checkpoint` wrote to ``path``, read with ``weights_only=True`` onto the CPU:
+    the one reader behind :func:`load_checkpoint` (resume, export) and :func:`load_model`.
+
+    CheckpointError if the file ("cannot read ``what``") is damaged, the message ending with ``fix``, or if it
+    holds none of ``formats`` ("not a ``kind`` written by course_utils.train").
+    """
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except FileNotFoundError:
         raise
     except Exception as err:  # truncated zip, bad pickle, foreign objects: all mean "cannot trust this file"
-        raise CheckpointError(
-            f"cannot read checkpoint {path}: it is truncated or corrupt ({type(err).__name__}: {_first_line(err)}). "
-            "Delete it to start again, or restore an intact copy."
-        ) from err
-    if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        raise CheckpointError(f"{path} is not a checkpoint written by course_utils.train")
-    missing = [k for k in _REQUIRED if k not in state]
-    if missing:
-        raise CheckpointError(f"checkpoint {path} lacks {missing}: it was not written by this version")
+        raise CheckpointError(f"cannot read {what} {path}: it is truncated or corrupt "
+                              f"({type(err).__name__}: {_first_line(err)}). {fix}") from err
+    if not isinstance(state, dict) or state.get("format") not in formats:
+        raise CheckpointError(f"{path} is not a {kind} written by course_utils.train")
     return state
 
 
@@ -302,15 +312,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
     """
     path = _existing_file(path, "model file", "export one with export_model(checkpoint, dest, provenance)")
     device = pick_device(device)
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except FileNotFoundError:
-        raise
-    except Exception as err:
-        raise CheckpointError(f"cannot read model file {path}: it is truncated or corrupt "
-                              f"({type(err).__name__}: {_first_line(err)}). Fetch or export it again.") from err
-    if not isinstance(state, dict) or state.get("format") not in (_MODEL_FORMAT, _FORMAT):
-        raise CheckpointError(f"{path} is not a model written by course_utils.train")
+    state = _read_state(path, "model file", "model", (_MODEL_FORMAT, _FORMAT), "Fetch or export it again.")
     model = GPT(GPTConfig.from_dict(state["model_config"]))
     model.load_state_dict(state["model"])
     info = {k: v for k, v in state.items() if k not in ("model", "optimizer", "rng")}
