@@ -64,7 +64,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_utils._files import atomic_path, clean_stale_tmp
+from course_utils._files import atomic_path, clean_stale_tmp, write_atomic
 from course_utils._validate import check_bool, check_int, check_path, from_preset
 from course_utils.data import (
     CharTokenizer,
@@ -742,8 +742,7 @@ def _summary(run: _Run, window: _Window, start_step: int, stop_reason: str, wall
             "history": run.history,
             "evals": run.evals,
         }
-        run.out_dir.mkdir(parents=True, exist_ok=True)
-        (run.out_dir / SUMMARY_NAME).write_text(json.dumps(result) + "\n")
+        write_atomic(run.out_dir / SUMMARY_NAME, (json.dumps(result) + "\n").encode())  # never half a summary
     if run.world > 1:
         dist.barrier()
     return result
