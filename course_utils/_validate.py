@@ -14,20 +14,32 @@ def _describe(x: object) -> str:
     return f"{text[:60]}... ({type(x).__name__})" if len(text) > 60 else f"{text} ({type(x).__name__})"
 
 
-def check_int(name: str, n: object, minimum: int = 1) -> int:
-    """``n`` if it is an int >= ``minimum``; TypeError for another type (bool included), ValueError if too small."""
+def check_int(name: str, n: object, minimum: int | None = 1, maximum: int | None = None,
+              expected: str = "an int") -> int:
+    """``n`` if it is an int in [``minimum``, ``maximum``] (None: no bound); TypeError for another type (bool
+    included) saying ``expected``, ValueError outside the bounds. The one home of the course's integer checks."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-    if n < minimum:
-        raise ValueError(f"{name} must be at least {minimum}, got {n}")
+        raise TypeError(f"{name} must be {expected}, got {type(n).__name__}")
+    too_low, too_high = minimum is not None and n < minimum, maximum is not None and n > maximum
+    if too_low or too_high:
+        if minimum is not None and maximum is not None:
+            raise ValueError(f"{name} must be in [{minimum}, {maximum}], got {n}")
+        raise ValueError(f"{name} must be at least {minimum}, got {n}" if too_low else
+                         f"{name} must be at most {maximum}, got {n}")
     return int(n)
 
 
-def check_bool(name: str, flag: object) -> bool:
+def check_choice(name: str, value: object, choices: tuple | list, why: str = "") -> None:
+    """Raise ValueError unless ``value`` is one of ``choices``; the message lists them as given, then ``why``."""
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {choices}{why}, got {value!r}")
+
+
+def check_bool(name: str, flag: object, expected: str = "True or False") -> bool:
     """``flag`` if it is a bool (numpy's bool too); TypeError for anything else, such as the truthy string 'no'."""
-    if isinstance(flag, bool) or type(flag).__name__ == "bool_":
+    if isinstance(flag, bool) or (type(flag).__module__ == "numpy" and type(flag).__name__ in ("bool_", "bool")):
         return bool(flag)
-    raise TypeError(f"{name} must be True or False, got {_describe(flag)}")
+    raise TypeError(f"{name} must be {expected}, got {_describe(flag)}")
 
 
 def check_generator(name: str, generator: object) -> None:
@@ -95,6 +107,22 @@ def check_positive_number(name: str, x: object) -> float:
     value = check_number(name, x, "a positive number")
     if not (math.isfinite(value) and value > 0):
         raise ValueError(f"{name} must be a positive finite number, got {value}")
+    return value
+
+
+def check_nonnegative_number(name: str, x: object) -> float:
+    """``x`` as a float if it is a finite real number >= 0 (a length, a weight decay); TypeError or ValueError."""
+    value = check_number(name, x, "a number >= 0")
+    if not (math.isfinite(value) and value >= 0):
+        raise ValueError(f"{name} must be a finite number >= 0, got {value}")
+    return value
+
+
+def check_greater_than(name: str, x: object, bound: float) -> float:
+    """``x`` as a float if it is a finite real number > ``bound`` (a RoPE base > 1); TypeError or ValueError."""
+    value = check_number(name, x, f"a number greater than {bound}")
+    if not (bound < value < math.inf):
+        raise ValueError(f"{name} must be a number greater than {bound}, got {x!r}")
     return value
 
 

@@ -18,14 +18,22 @@ A cache holds at most ``context_length`` positions. To generate past them with a
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Callable, Iterator
 from typing import Literal
 
 import torch
 from torch import nn
 
-from course_utils._validate import check_bool, check_floating, check_generator, check_tensor
+from course_utils._validate import (
+    check_bool,
+    check_choice,
+    check_floating,
+    check_fraction,
+    check_generator,
+    check_int,
+    check_number,
+    check_tensor,
+)
 
 __all__ = [
     "top_k_filter",
@@ -38,38 +46,22 @@ __all__ = [
 ]
 
 
-def _check_top_k(top_k: object) -> None:
-    if isinstance(top_k, bool) or not isinstance(top_k, numbers.Integral):
-        raise TypeError(f"top_k must be an int or None, got {type(top_k).__name__}")
-    if top_k < 1:
-        raise ValueError(f"top_k must be at least 1, got {top_k}")
-
-
-def _check_top_p(top_p: object) -> None:
-    if isinstance(top_p, bool) or not isinstance(top_p, (int, float)):
-        raise TypeError(f"top_p must be a float in (0, 1] or None, got {type(top_p).__name__}")
-    if not 0.0 < top_p <= 1.0:
-        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
-
-
 def _check_temperature(temperature: object) -> float:
-    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)):
-        raise TypeError(f"temperature must be a number > 0 (use greedy=True for the argmax), got "
-                        f"{temperature!r} ({type(temperature).__name__})")
-    if not temperature > 0:
+    value = check_number("temperature", temperature, "a number > 0 (use greedy=True for the argmax)")
+    if not value > 0:
         raise ValueError(f"temperature must be > 0 (use greedy=True for the argmax), got {temperature}")
-    if temperature == float("inf"):
+    if value == float("inf"):
         raise ValueError("temperature must be finite: an infinite one makes every token equally likely "
                          "(sample uniformly instead), got inf")
-    return float(temperature)
+    return value
 
 
 def _check_sampling(temperature: object, top_k: object, top_p: object, greedy: bool) -> None:
     """The settings of :func:`sample_next_token`, checked once (before a generation loop, not at every step)."""
     if top_k is not None:
-        _check_top_k(top_k)
+        check_int("top_k", top_k, expected="an int or None")
     if top_p is not None:
-        _check_top_p(top_p)
+        check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
     if not check_bool("greedy", greedy):
         _check_temperature(temperature)
 
@@ -83,7 +75,7 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     ``top_k >= V`` keeps everything. Taught in notebook 08.
     """
     check_tensor("logits", logits)
-    _check_top_k(top_k)
+    check_int("top_k", top_k)
     k = min(top_k, logits.shape[-1])
     kth = logits.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest logit
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -101,7 +93,7 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """
     check_tensor("probs", probs)
     check_floating("probs", probs)
-    _check_top_p(top_p)
+    check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
     if probs.numel() and probs.device.type != "meta":  # one read of the device, at the public entry only
         total = probs.sum(dim=-1, dtype=torch.float64)
         low, total_error = torch.stack([probs.min().double(), (total - 1).abs().max()]).tolist()
@@ -131,7 +123,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     Taught in notebook 08.
     """
     check_tensor("logits", logits)
-    _check_top_p(top_p)
+    check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
     keep = _top_p_keep(torch.softmax(logits.float(), dim=-1), top_p)
     return logits.masked_fill(~keep, float("-inf"))
 
@@ -190,9 +182,8 @@ def _explain_bad_logits(logits: torch.Tensor) -> None:
 
 
 def _check_model(model: nn.Module, use_cache: bool) -> int:
-    context_length = getattr(model, "context_length", None)
-    if isinstance(context_length, bool) or not isinstance(context_length, numbers.Integral) or context_length < 1:
-        raise TypeError(f"the model needs an int attribute context_length, got {context_length!r}")
+    context_length = check_int("context_length", getattr(model, "context_length", None),
+                               expected="an int attribute of the model")
     if check_bool("use_cache", use_cache) and not callable(getattr(model, "new_cache", None)):
         raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
     return context_length
@@ -212,17 +203,12 @@ _ON_FULL = ("error", "shift")
 
 def _check_on_full(on_full: object, keep_on_shift: object, context_length: int) -> int | None:
     """Validate the full-cache policy; return how many tokens to re-prefill, or None for on_full="error"."""
-    if on_full not in _ON_FULL:
-        raise ValueError(f"on_full must be one of {_ON_FULL}, got {on_full!r}")
+    check_choice("on_full", on_full, _ON_FULL)
     if keep_on_shift is None:
         return max(1, context_length // 2) if on_full == "shift" else None
     if on_full != "shift":
         raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
-    if isinstance(keep_on_shift, bool) or not isinstance(keep_on_shift, numbers.Integral):
-        raise TypeError(f"keep_on_shift must be an int or None, got {type(keep_on_shift).__name__}")
-    if not 1 <= keep_on_shift <= context_length:
-        raise ValueError(f"keep_on_shift must be in [1, context_length = {context_length}], got {keep_on_shift}")
-    return keep_on_shift
+    return check_int("keep_on_shift", keep_on_shift, minimum=1, maximum=context_length, expected="an int or None")
 
 
 @torch.no_grad()
@@ -263,8 +249,7 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
     The model is put in eval mode. Taught in notebook 08; notebook 09 streams text with it.
     """
     _check_idx(idx)
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
     context_length = _check_model(model, use_cache)
     _check_sampling(temperature, top_k, top_p, greedy)
     check_generator("generator", generator)
@@ -342,10 +327,8 @@ def beam_search(model: nn.Module, idx: torch.Tensor, beam_width: int, max_new_to
     _check_idx(idx)
     if idx.shape[0] != 1:
         raise ValueError(f"beam_search takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}")
-    if isinstance(beam_width, bool) or not isinstance(beam_width, numbers.Integral) or beam_width < 1:
-        raise ValueError(f"beam_width must be an int >= 1, got {beam_width!r}")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, numbers.Integral) or max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be an int >= 0, got {max_new_tokens!r}")
+    check_int("beam_width", beam_width)
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
     context_length = _check_model(model, use_cache)
     if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
         raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "

@@ -26,7 +26,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._validate import check_bool, check_embedded, check_int, check_token_ids, from_preset
+from course_utils._validate import (
+    check_bool,
+    check_choice,
+    check_embedded,
+    check_fraction,
+    check_greater_than,
+    check_int,
+    check_token_ids,
+    from_preset,
+)
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -78,45 +87,28 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
-            n = getattr(self, name)
-            if isinstance(n, bool) or not isinstance(n, int):
-                raise TypeError(f"{name} must be an int, got {type(n).__name__}")
-            if n < 1:
-                raise ValueError(f"{name} must be at least 1, got {n}")
+            check_int(name, getattr(self, name))
         if self.embed_dim % self.num_heads != 0:
             raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
         if self.num_kv_heads is not None:
-            if isinstance(self.num_kv_heads, bool) or not isinstance(self.num_kv_heads, int) or self.num_kv_heads < 1:
-                raise ValueError(f"num_kv_heads must be a positive int or None, got {self.num_kv_heads!r}")
+            check_int("num_kv_heads", self.num_kv_heads, expected="a positive int or None")
             if self.num_heads % self.num_kv_heads != 0:
                 raise ValueError(
                     f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
                 )
-        if isinstance(self.dropout, bool) or not isinstance(self.dropout, (int, float)):
-            raise TypeError(f"dropout must be a number in [0, 1), got {self.dropout!r} ({type(self.dropout).__name__})")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be a number in [0, 1), got {self.dropout!r}")
-        if not isinstance(self.bias, bool):
-            raise TypeError(f"bias must be a bool, got {type(self.bias).__name__}")
-        if self.positions not in _POSITIONS:
-            raise ValueError(f"positions must be one of {_POSITIONS}, got {self.positions!r}")
-        if self.attention not in _ATTENTION:
-            raise ValueError(f"attention must be one of {_ATTENTION}, got {self.attention!r}")
-        if self.norm_position not in _NORM_POSITIONS:
-            raise ValueError(f"norm_position must be one of {_NORM_POSITIONS} (LayerNorm before each sublayer, "
-                             f"GPT-2; or after each residual add, the original Transformer), "
-                             f"got {self.norm_position!r}")
+        check_fraction("dropout", self.dropout)
+        check_bool("bias", self.bias)
+        check_choice("positions", self.positions, _POSITIONS)
+        check_choice("attention", self.attention, _ATTENTION)
+        check_choice("norm_position", self.norm_position, _NORM_POSITIONS,
+                     " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)")
         if self.positions == "rope":
             if self.head_dim % 2 != 0:
                 raise ValueError(
                     f"rotary positions need an even head_dim, got {self.head_dim} "
                     f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
                 )
-            if isinstance(self.rope_base, bool) or not isinstance(self.rope_base, (int, float)):
-                raise TypeError(f"rope_base must be a number greater than 1, got {self.rope_base!r} "
-                                f"({type(self.rope_base).__name__})")
-            if not 1 < self.rope_base < math.inf:
-                raise ValueError(f"rope_base must be a number greater than 1, got {self.rope_base!r}")
+            check_greater_than("rope_base", self.rope_base, 1)
 
     @property
     def head_dim(self) -> int:

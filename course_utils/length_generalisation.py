@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._validate import (
+    check_choice,
     check_fraction,
     check_int,
     check_positive_int,
@@ -64,9 +65,7 @@ class LengthGenConfig:
     def __post_init__(self) -> None:
         for name in ("num_letters", "num_fillers", "embed_dim", "num_heads", "num_layers", "train_length",
                      "steps", "batch_size", "eval_batch"):
-            v = getattr(self, name)
-            if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-                raise ValueError(f"{name} must be a positive int, got {v!r}")
+            check_positive_int(name, getattr(self, name))
         check_fraction("letter_prob", self.letter_prob, zero_allowed=False)
         check_positive_number("lr", self.lr)
         check_int("seed", self.seed, minimum=0)
@@ -157,8 +156,7 @@ class TinyPositionalModel(nn.Module):
     def __init__(self, cfg: LengthGenConfig, scheme: str) -> None:
         super().__init__()
         _check_config(cfg)
-        if scheme not in SCHEMES:
-            raise ValueError(f"scheme must be one of {SCHEMES}, got {scheme!r}")
+        check_choice("scheme", scheme, SCHEMES)
         self.cfg, self.scheme = cfg, scheme
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
         self.pos_emb = LearnedPositionalEmbedding(cfg.max_length, cfg.embed_dim) if scheme == "learned" else None

@@ -13,7 +13,7 @@ from typing import Literal
 
 import torch
 
-from course_utils._validate import check_bool_mask, check_int, check_number, check_tensor
+from course_utils._validate import check_bool_mask, check_choice, check_int, check_number, check_tensor
 
 __all__ = [
     "causal_mask",
@@ -142,8 +142,7 @@ def convert_mask(
     Taught in notebook 03; used in notebook 05.
     """
     for name, conv in (("src", src), ("dst", dst)):
-        if conv not in _CONVENTIONS:
-            raise ValueError(f"{name} must be one of {_CONVENTIONS}, got {conv!r}")
+        check_choice(name, conv, _CONVENTIONS)
     check_tensor("mask", mask, min_dim=0)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point torch.dtype (an additive mask holds -inf), got {dtype!r}")

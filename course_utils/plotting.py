@@ -5,7 +5,6 @@ Used from notebook 01 on; later notebooks (09) reuse them for a trained model.
 
 from __future__ import annotations
 
-import numbers
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -241,8 +240,7 @@ class LiveLossPlot:
 
     def __init__(self, total_steps: int, baselines: Mapping[str, float] | None = None, every: int = 5,
                  history: Sequence[float] = (), evals: Sequence[Sequence[float]] = ()) -> None:
-        if isinstance(every, bool) or not isinstance(every, numbers.Integral) or every < 1:
-            raise ValueError(f"every must be a positive int, got {every!r}")
+        check_positive_int("every", every)
         check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps
         self.baselines = dict(baselines or {})

@@ -15,7 +15,6 @@ Shapes: ``T`` positions, ``C`` embed_dim, ``H`` num_heads, ``D`` head_dim, ``S``
 from __future__ import annotations
 
 import math
-import numbers
 from typing import Literal
 
 import torch
@@ -23,9 +22,10 @@ from torch import nn
 
 from course_utils._validate import (
     check_attention_input,
+    check_choice,
     check_floating,
+    check_greater_than,
     check_int,
-    check_number,
     check_tensor,
 )
 from course_utils.attention import scaled_dot_product_attention
@@ -51,20 +51,9 @@ Pairing = Literal["interleaved", "half"]
 _PAIRINGS = ("interleaved", "half")
 
 
-def _check_count(name: str, n: object, minimum: int = 1) -> None:
-    check_int(name, n, minimum)
-
-
 def _check_even(name: str, n: int, why: str) -> None:
     if n % 2 != 0:
         raise ValueError(f"{name} must be even ({why}), got {n}")
-
-
-def _check_base(base: object) -> float:
-    value = check_number("base", base, "a number greater than 1")
-    if not (value > 1 and value < float("inf")):
-        raise ValueError(f"base must be a number greater than 1, got {base!r}")
-    return value
 
 
 def _check_positions(positions: object, T: int, device: torch.device) -> torch.Tensor:
@@ -100,8 +89,8 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, context_length: int, embed_dim: int) -> None:
         super().__init__()
-        _check_count("context_length", context_length)
-        _check_count("embed_dim", embed_dim)
+        check_int("context_length", context_length)
+        check_int("embed_dim", embed_dim)
         self.context_length, self.embed_dim = context_length, embed_dim
         self.embedding = nn.Embedding(context_length, embed_dim)  # weight: (context_length, C)
 
@@ -133,9 +122,9 @@ def sinusoidal_frequencies(C: int, base: float = 10000.0) -> torch.Tensor:
 
     Used by the sinusoidal encoding (C = embed_dim) and by RoPE (C = head_dim). Taught in notebook 06.
     """
-    _check_count("C", C, minimum=2)
+    check_int("C", C, minimum=2)
     _check_even("C", C, "the channels come in (sin, cos) pairs")
-    base = _check_base(base)
+    base = check_greater_than("base", base, 1)
     return base ** (-torch.arange(0, C, 2, dtype=torch.float64) / C)  # (C/2,)
 
 
@@ -147,7 +136,7 @@ def sinusoidal_encoding(T: int, C: int, base: float = 10000.0) -> torch.Tensor:
 
     Positions start at 0, so row 0 is (0, 1, 0, 1, ...). Taught in notebook 06.
     """
-    _check_count("T", T)
+    check_int("T", T)
     omega = sinusoidal_frequencies(C, base)  # (C/2,)
     angles = torch.arange(T, dtype=torch.float64)[:, None] * omega[None, :]  # (T, 1) * (1, C/2) -> (T, C/2)
     pe = torch.stack([angles.sin(), angles.cos()], dim=-1)  # (T, C/2, 2): (sin, cos) side by side
@@ -163,8 +152,7 @@ def sinusoidal_shift_matrix(k: int, C: int, base: float = 10000.0) -> torch.Tens
     It follows from sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b.
     M_k does not depend on t: a fixed offset is a linear map. Taught in notebook 06.
     """
-    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
-        raise TypeError(f"k must be an int (an offset in positions), got {type(k).__name__}")
+    check_int("k", k, minimum=None, expected="an int (an offset in positions)")
     omega = sinusoidal_frequencies(C, base)  # (C/2,)
     c, s = torch.cos(k * omega), torch.sin(k * omega)  # (C/2,) each
     blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (C/2, 2, 2)
@@ -211,11 +199,6 @@ def _rotate_channels(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, D): two slices, no strides
 
 
-def _check_pairing(pairing: object) -> None:
-    if pairing not in _PAIRINGS:
-        raise ValueError(f"pairing must be one of {_PAIRINGS}, got {pairing!r}")
-
-
 def apply_rope(
     x: torch.Tensor,
     positions: torch.Tensor | None = None,
@@ -237,7 +220,7 @@ def apply_rope(
     """
     check_tensor("x", x, min_dim=2)
     check_floating("x", x)
-    _check_pairing(pairing)
+    check_choice("pairing", pairing, _PAIRINGS)
     T, D = x.shape[-2], x.shape[-1]
     _check_even("the last dimension D of x", D, "RoPE rotates pairs of channels")
     positions = _check_positions(positions, T, x.device)  # (T,)
@@ -261,11 +244,11 @@ class RotaryTable:
     """
 
     def __init__(self, head_dim: int, base: float = 10000.0, length: int = 0, pairing: Pairing = "half") -> None:
-        _check_count("head_dim", head_dim, minimum=2)
+        check_int("head_dim", head_dim, minimum=2)
         _check_even("head_dim", head_dim, "RoPE rotates pairs of channels")
-        _check_count("length", length, minimum=0)
-        _check_pairing(pairing)
-        self.head_dim, self.base, self.length, self.pairing = int(head_dim), _check_base(base), int(length), pairing
+        check_int("length", length, minimum=0)
+        check_choice("pairing", pairing, _PAIRINGS)
+        self.head_dim, self.base, self.length, self.pairing = int(head_dim), check_greater_than("base", base, 1), int(length), pairing
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
 
     def __repr__(self) -> str:
@@ -308,7 +291,7 @@ def rope_pairing_permutation(D: int) -> torch.Tensor:
     reorder the channels (in a model: the rows of W_q and W_k) and the two conventions agree. This is
     what checkpoint converters do when they move weights between the two styles. Taught in notebook 06.
     """
-    _check_count("D", D, minimum=2)
+    check_int("D", D, minimum=2)
     _check_even("D", D, "RoPE rotates pairs of channels")
     return torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,)
 
@@ -332,7 +315,7 @@ def alibi_slopes(H: int) -> torch.Tensor:
     slopes of the largest power of two n < H, then every other slope of 2n (the ones that fall between
     them) until there are H: for H = 6, the 4 slopes of n = 4 then slopes 1 and 3 (counting from 1) of 8. Taught in notebook 06.
     """
-    _check_count("H", H)
+    check_int("H", H)
     n = 2 ** int(math.floor(math.log2(H)))
     slopes = _slopes_power_of_two(n) + _slopes_power_of_two(2 * n)[0::2][: H - n]
     return torch.tensor(slopes, dtype=torch.float32)  # (H,)
@@ -351,9 +334,9 @@ def alibi_bias(H: int, T: int, S: int | None = None) -> torch.Tensor:
     ``scaled_dot_product_attention(q, k, v, mask, bias=alibi_bias(H, T, S))``. Taught in notebook 06.
     """
     S = T if S is None else S
-    _check_count("H", H)
-    _check_count("T", T)
-    _check_count("S", S)
+    check_int("H", H)
+    check_int("T", T)
+    check_int("S", S)
     if T > S:
         raise ValueError(f"alibi_bias needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
     query_pos = torch.arange(S - T, S)  # (T,): absolute positions of the queries
@@ -382,8 +365,8 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
                  base: float = 10000.0, pairing: Pairing = "half") -> None:
         super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
         _check_even("head_dim (embed_dim / num_heads)", self.head_dim, "RoPE rotates pairs of channels")
-        _check_pairing(pairing)
-        self.base, self.pairing = _check_base(base), pairing
+        check_choice("pairing", pairing, _PAIRINGS)
+        self.base, self.pairing = check_greater_than("base", base, 1), pairing
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
                 positions: torch.Tensor | None = None):

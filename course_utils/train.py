@@ -65,7 +65,18 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils._files import atomic_path, clean_stale_tmp, write_atomic
-from course_utils._validate import check_bool, check_int, check_path, from_preset
+from course_utils._validate import (
+    check_bool,
+    check_choice,
+    check_fraction,
+    check_int,
+    check_nonnegative_number,
+    check_number,
+    check_path,
+    check_positive_int,
+    check_positive_number,
+    from_preset,
+)
 from course_utils.data import (
     CharTokenizer,
     ChecksumError,
@@ -149,29 +160,22 @@ class TrainConfig:
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "log_interval",
                      "checkpoint_interval"):
-            n = getattr(self, name)
-            if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-                raise ValueError(f"{name} must be a positive int, got {n!r}")
-        if isinstance(self.warmup_steps, bool) or not isinstance(self.warmup_steps, int) or self.warmup_steps < 0:
-            raise ValueError(f"warmup_steps must be an int >= 0, got {self.warmup_steps!r}")
-        if not self.learning_rate > 0:
-            raise ValueError(f"learning_rate must be positive, got {self.learning_rate!r}")
-        if not 0 <= self.min_lr <= self.learning_rate:
+            check_positive_int(name, getattr(self, name))
+        check_int("warmup_steps", self.warmup_steps, minimum=0)
+        check_positive_number("learning_rate", self.learning_rate)
+        min_lr = check_number("min_lr", self.min_lr, f"a number in [0, learning_rate = {self.learning_rate}]")
+        if not 0 <= min_lr <= self.learning_rate:
             raise ValueError(f"min_lr must be in [0, learning_rate = {self.learning_rate}], got {self.min_lr!r}")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"weight_decay must be >= 0, got {self.weight_decay!r}")
+        check_nonnegative_number("weight_decay", self.weight_decay)
         for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ValueError(f"{name} must be in [0, 1), got {getattr(self, name)!r}")
-        if not self.grad_clip > 0:
+            check_fraction(name, getattr(self, name))
+        if not check_number("grad_clip", self.grad_clip, "a positive number") > 0:
             raise ValueError(f"grad_clip must be positive (math.inf turns clipping off), got {self.grad_clip!r}")
-        if isinstance(self.seed, bool) or not isinstance(self.seed, int):
-            raise ValueError(f"seed must be an int, got {self.seed!r}")
+        check_int("seed", self.seed, minimum=None)
         for name in ("compile", "fused_adamw"):
-            if getattr(self, name) is not None and not isinstance(getattr(self, name), bool):
-                raise ValueError(f"{name} must be True, False or None (on for CUDA only), got {getattr(self, name)!r}")
-        if self.autocast not in (None, "bf16", "off"):
-            raise ValueError(f"autocast must be 'bf16', 'off' or None (bf16 on CUDA only), got {self.autocast!r}")
+            if getattr(self, name) is not None:
+                check_bool(name, getattr(self, name), "True, False or None (on for CUDA only)")
+        check_choice("autocast", self.autocast, (None, "bf16", "off"), " (bf16 on CUDA only)")
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TrainConfig:

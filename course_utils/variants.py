@@ -40,7 +40,6 @@ Hkv num_kv_heads, D head_dim, V vocab_size. Masks are boolean, True = may attend
 from __future__ import annotations
 
 import math
-import numbers
 from dataclasses import dataclass
 from typing import Literal
 
@@ -50,6 +49,7 @@ from torch import nn
 from course_utils._validate import (
     check_bool,
     check_bool_mask,
+    check_choice,
     check_embedded,
     check_int,
     check_positive_number,
@@ -81,9 +81,6 @@ __all__ = [
 ]
 
 
-_check_int = check_int  # sizes and counts: TypeError for a non-int, ValueError below the minimum
-
-
 def _check_same_channels(q: torch.Tensor, v: torch.Tensor) -> None:
     """AFT multiplies sigmoid(q) by a mix of v channel by channel: they need the same number C."""
     if q.shape[-1] != v.shape[-1]:
@@ -109,7 +106,7 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     check_tensor("x", x, min_dim=4)
     if x.dim() != 4:
         raise ValueError(f"repeat_kv takes x of shape (B, Hkv, S, D), got {tuple(x.shape)}")
-    _check_int("num_heads", num_heads)
+    check_int("num_heads", num_heads)
     Hkv = x.shape[1]
     if num_heads % Hkv != 0:
         raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({Hkv})")
@@ -135,9 +132,9 @@ class GroupedQueryAttention(nn.Module):
         super().__init__()
         check_bool("bias", bias)
         check_bool("rope", rope)
-        _check_int("embed_dim", embed_dim)
-        _check_int("num_heads", num_heads)
-        _check_int("num_kv_heads", num_kv_heads)
+        check_int("embed_dim", embed_dim)
+        check_int("num_heads", num_heads)
+        check_int("num_kv_heads", num_kv_heads)
         if embed_dim % num_heads != 0:
             raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
         if num_heads % num_kv_heads != 0:
@@ -201,7 +198,7 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens
     """
     for name, n in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
                     ("num_tokens", num_tokens), ("batch_size", batch_size), ("bytes_per_element", bytes_per_element)):
-        _check_int(name, n)
+        check_int(name, n)
     return 2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
 
 
@@ -222,7 +219,7 @@ def sliding_window_mask(T: int, window: int, S: int | None = None,
     distance (keys i - W .. i, W + 1 of them): it is ``window = W + 1`` here. ``window >= S`` is the plain
     causal mask. Taught in notebook 07.
     """
-    _check_int("window", window)
+    check_int("window", window)
     mask = causal_mask(T, S, device=device)  # (T, S), validates T and S
     S = mask.shape[1]
     return mask & ~torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T - window)
@@ -241,8 +238,8 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     :func:`sliding_window_mask`. Taught in notebook 07.
     """
     check_qkv(q, k, v)
-    _check_int("window", window)
-    _check_int("chunk_size", chunk_size)
+    check_int("window", window)
+    check_int("chunk_size", chunk_size)
     T = q.shape[-2]
     if k.shape[-2] != T or v.shape[-2] != T:
         raise ValueError(f"sliding_window_attention is self-attention: q, k, v need the same length T, "
@@ -306,8 +303,8 @@ class LinformerSelfAttention(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, context_length: int, proj_dim: int,
                  bias: bool = False) -> None:
         super().__init__()
-        _check_int("context_length", context_length)
-        _check_int("proj_dim", proj_dim)
+        check_int("context_length", context_length)
+        check_int("proj_dim", proj_dim)
         self.mha = MultiHeadAttention(embed_dim, num_heads, bias=bias)
         self.context_length, self.proj_dim = context_length, proj_dim
         self.proj_k = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
@@ -369,7 +366,7 @@ def aft_local_bias(w: torch.Tensor, window: int) -> torch.Tensor:
     global mixing with *local* position biases, not a local mask. Taught in notebook 07.
     """
     check_tensor("w", w, min_dim=2)
-    _check_int("window", window)
+    check_int("window", window)
     T, S = w.shape[-2:]
     i = torch.arange(T, device=w.device)[:, None] + (S - T)  # (T, 1) absolute query positions
     j = torch.arange(S, device=w.device)[None, :]  # (1, S)
@@ -404,10 +401,10 @@ class AFTFull(nn.Module):
     def __init__(self, embed_dim: int, context_length: int, local_window: int | None = None,
                  bias: bool = False) -> None:
         super().__init__()
-        _check_int("embed_dim", embed_dim)
-        _check_int("context_length", context_length)
+        check_int("embed_dim", embed_dim)
+        check_int("context_length", context_length)
         if local_window is not None:
-            _check_int("local_window", local_window)
+            check_int("local_window", local_window)
         self.embed_dim, self.context_length, self.local_window = embed_dim, context_length, local_window
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -447,8 +444,8 @@ def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, top_k: int
     causal mask chunk by chunk, so no (T, S) mask is ever built. Taught in notebook 07.
     """
     check_qkv(q, k, v)
-    _check_int("top_k", top_k)
-    _check_int("chunk_size", chunk_size)
+    check_int("top_k", top_k)
+    check_int("chunk_size", chunk_size)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
     if mask is not None:
@@ -494,8 +491,8 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
-        self.num_layers = _check_int("num_layers", num_layers)
-        self.capacity = _check_int("capacity", capacity)
+        self.num_layers = check_int("num_layers", num_layers)
+        self.capacity = check_int("capacity", capacity)
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self._lengths = [0] * num_layers
@@ -507,8 +504,7 @@ class KVCache:
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all of that layer's keys and values (B, Hkv, S, D)."""
-        if isinstance(layer, bool) or not isinstance(layer, numbers.Integral) or not 0 <= layer < self.num_layers:
-            raise ValueError(f"layer must be an int in [0, {self.num_layers}), got {layer!r}")
+        check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)
         for name, t in (("k", k), ("v", v)):
             check_tensor(name, t, min_dim=4)
             if t.dim() != 4:
@@ -579,15 +575,14 @@ class DecoderConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
-            _check_int(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         if self.embed_dim % self.num_heads:
             raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
         if self.window is not None:
-            _check_int("window", self.window)
-        if self.positional not in ("learned", "rope"):
-            raise ValueError(f"positional must be 'learned' or 'rope', got {self.positional!r}")
+            check_int("window", self.window)
+        check_choice("positional", self.positional, ("learned", "rope"))
 
     @classmethod
     def tiny(cls, **overrides) -> DecoderConfig:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import base64
 import io
 import math
-import numbers
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 
@@ -35,7 +34,14 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from course_utils._validate import check_bool, check_floating, check_number
+from course_utils._validate import (
+    check_bool,
+    check_choice,
+    check_floating,
+    check_int,
+    check_nonnegative_number,
+    check_number,
+)
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.environment import figure_scale
 from course_utils.masking import causal_mask, combine_masks, mask_scores, padding_mask
@@ -147,11 +153,9 @@ def _lookup(angle_deg: float, length: float, keys: torch.Tensor, values: torch.T
     check_floating("keys", keys)
     check_floating("values", values)
     angle_deg = check_number("angle_deg", angle_deg, "a number of degrees")
-    length = check_number("length", length, "a number >= 0")
+    length = check_nonnegative_number("length", length)
     if not math.isfinite(angle_deg):
         raise ValueError(f"angle_deg must be a finite number of degrees, got {angle_deg}")
-    if not math.isfinite(length) or length < 0:
-        raise ValueError(f"length must be a finite number >= 0, got {length}")
     a = math.radians(angle_deg)
     q = length * torch.tensor([[math.cos(a), math.sin(a)]], dtype=keys.dtype)  # (T=1, 2)
     out, weights = scaled_dot_product_attention(q, keys, values[:, None], scale=1.0)  # (1, 1), (1, S)
@@ -239,10 +243,8 @@ _ENTROPY_T = 32  # queries and keys per sample
 
 def _random_weights(head_dim: int, scaling: str, n: int = 8, seed: int = 0) -> torch.Tensor:
     """Weights (n, T, T) of random unit-variance q, k of size head_dim under one scaling (as notebook 02)."""
-    if scaling not in SCALINGS:
-        raise ValueError(f"scaling must be one of {list(SCALINGS)}, got {scaling!r}")
-    if isinstance(head_dim, bool) or not isinstance(head_dim, numbers.Integral) or head_dim < 1:
-        raise ValueError(f"head_dim must be a positive int, got {head_dim!r}")
+    check_choice("scaling", scaling, list(SCALINGS))
+    check_int("head_dim", head_dim)
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(n, _ENTROPY_T, head_dim, generator=g)  # (n, T, D)
     k = torch.randn(n, _ENTROPY_T, head_dim, generator=g)  # (n, S, D), S = T
@@ -320,15 +322,12 @@ _PAD = "<pad>"
 
 def _masked_weights(kind: str, length: int, fill: str, tokens: Sequence[str], seed: int = 0):
     """Labels, mask (T, T) and bare-softmax weights (T, T) of one mask kind on a padded sentence."""
-    if kind not in MASK_KINDS:
-        raise ValueError(f"kind must be one of {list(MASK_KINDS)}, got {kind!r}")
-    if fill not in FILLS:
-        raise ValueError(f"fill must be one of {list(FILLS)}, got {fill!r}")
+    check_choice("kind", kind, list(MASK_KINDS))
+    check_choice("fill", fill, list(FILLS))
     T = len(tokens)
     if T < 1:
         raise ValueError("tokens must hold at least one token")
-    if isinstance(length, bool) or not isinstance(length, numbers.Integral) or not 0 <= length <= T:
-        raise ValueError(f"length (the number of real tokens) must be an int in [0, {T}], got {length!r}")
+    check_int("length (the number of real tokens)", length, minimum=0, maximum=T)
     real, pads = list(tokens[:length]), [_PAD] * (T - length)
     padded = "padding" in kind
     labels = pads + real if kind == "causal + left padding" else real + pads if padded else list(tokens)
@@ -442,9 +441,7 @@ def _head_weights(layer: MultiHeadAttention, x: torch.Tensor, head: int, causal:
                   tokens: Sequence[str]) -> torch.Tensor:
     if not isinstance(layer, MultiHeadAttention):
         raise TypeError(f"layer must be a course_utils.multihead.MultiHeadAttention, got {type(layer).__name__}")
-    if isinstance(head, bool) or not isinstance(head, numbers.Integral) or not 0 <= head < layer.num_heads:
-        raise ValueError(f"head must be an int in [0, {layer.num_heads - 1}] (the layer has "
-                         f"{layer.num_heads} heads), got {head!r}")
+    check_int(f"head (the layer has {layer.num_heads} heads)", head, minimum=0, maximum=layer.num_heads - 1)
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
     if x.dim() == 2:
@@ -561,10 +558,7 @@ def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[
         raise ValueError("type a prompt of at least one character")
     L, H = model.config.num_layers, model.config.num_heads
     for name, i, n in (("layer", layer, L), ("head", head, H)):
-        if isinstance(i, bool) or not isinstance(i, numbers.Integral):
-            raise TypeError(f"{name} must be an int in 0 .. {n - 1}, got {i!r} ({type(i).__name__})")
-        if not 0 <= i < n:
-            raise ValueError(f"{name} must be in 0 .. {n - 1}, got {i}")
+        check_int(name, i, minimum=0, maximum=n - 1, expected=f"an int in [0, {n - 1}]")
     text = prompt[-model.config.context_length:]
     idx = tokenizer.encode(text)[None].to(next(model.parameters()).device)  # (1, T); ValueError if unknown chars
     was_training = model.training

@@ -174,11 +174,13 @@ def test_generation_errors(model):
     assert generate(model, idx, 21, greedy=True).shape == (1, 25)  # the last token is never fed back
     with pytest.raises(ValueError, match="idx must have at least 2 dimensions"):
         generate(model, torch.zeros(4), 2)
-    with pytest.raises(ValueError, match="max_new_tokens must be an int >= 0"):
+    with pytest.raises(ValueError, match="max_new_tokens must be at least 0, got -1"):
         generate(model, idx, -1)
+    with pytest.raises(TypeError, match="max_new_tokens must be an int, got float"):
+        generate(model, idx, 2.0)
     with pytest.raises(TypeError, match="BigramTable has no new_cache"):
         generate(_trap(), idx, 2)
-    with pytest.raises(TypeError, match="the model needs an int attribute context_length, got None"):
+    with pytest.raises(TypeError, match="context_length must be an int attribute of the model, got NoneType"):
         generate(nn.Identity(), idx, 2, use_cache=False)
 
 
@@ -287,9 +289,9 @@ def test_shift_errors(model):
     idx = torch.zeros(1, 4, dtype=torch.long)
     with pytest.raises(ValueError, match=r"on_full must be one of \('error', 'shift'\), got 'wrap'"):
         generate(model, idx, 2, on_full="wrap")
-    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, context_length = 24\], got 0"):
+    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, 24\], got 0"):
         generate(model, idx, 2, on_full="shift", keep_on_shift=0)
-    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, context_length = 24\], got 25"):
+    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, 24\], got 25"):
         generate(model, idx, 2, on_full="shift", keep_on_shift=25)
     with pytest.raises(TypeError, match="keep_on_shift must be an int or None, got float"):
         generate(model, idx, 2, on_full="shift", keep_on_shift=8.0)
@@ -367,8 +369,10 @@ def test_beam_search_with_and_without_cache_agree_and_scores_are_log_probs(model
 def test_beam_search_errors(model):
     with pytest.raises(ValueError, match=r"beam_search takes one prompt"):
         beam_search(model, torch.zeros(2, 3, dtype=torch.long), 2, 3)
-    with pytest.raises(ValueError, match="beam_width must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="beam_width must be at least 1, got 0"):
         beam_search(model, torch.zeros(1, 3, dtype=torch.long), 0, 3)
+    with pytest.raises(TypeError, match="beam_width must be an int, got bool"):
+        beam_search(model, torch.zeros(1, 3, dtype=torch.long), True, 3)
 
 
 # --- bad arguments a learner might pass (issue 9) ----------------------------------------------------

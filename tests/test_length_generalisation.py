@@ -70,7 +70,7 @@ def test_config_errors():
         LengthGenConfig(embed_dim=12, num_heads=4)
     with pytest.raises(ValueError, match="letter_prob must be in"):
         LengthGenConfig(letter_prob=1.5)
-    with pytest.raises(ValueError, match="steps must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="steps must be at least 1, got 0"):
         LengthGenConfig(steps=0)
     with pytest.raises(ValueError, match="scheme must be one of"):
         TinyPositionalModel(LengthGenConfig.tiny(), "xpos")
@@ -84,6 +84,8 @@ def test_config_errors():
     (dict(lr=-0.01), ValueError, "lr must be a positive finite number, got -0.01"),
     (dict(lr="3e-3"), TypeError, r"lr must be a positive number, got '3e-3' \(str\)"),
     (dict(seed="0"), TypeError, "seed must be an int, got str"),
+    (dict(steps=True), TypeError, "steps must be an int, got bool"),
+    (dict(batch_size=32.0), TypeError, "batch_size must be an int, got float"),
     (dict(eval_lengths=(8.5, 16)), TypeError, r"eval_lengths\[0\] must be an int, got float"),
     (dict(eval_lengths=(8, 0)), ValueError, r"eval_lengths\[1\] must be at least 1, got 0"),
     (dict(eval_lengths=16), TypeError, "eval_lengths must be a tuple of positive ints, got int"),

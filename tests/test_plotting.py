@@ -207,8 +207,10 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
     assert plot.updates == 2  # every 2nd train event, and each evaluation
     ys = list(plot.figure().axes[0].get_lines()[0].get_ydata())
     assert ys == [4.0] * 5 + [3.0] * 5 and plot.evals == [[10, 3.0, 3.1]]
-    with pytest.raises(ValueError, match="every must be a positive int, got 0"):
+    with pytest.raises(ValueError, match="every must be at least 1, got 0"):
         LiveLossPlot(10, every=0)
+    with pytest.raises(TypeError, match="every must be an int, got bool"):
+        LiveLossPlot(10, every=True)
 
 
 # --- bad arguments a learner might pass (issue 9) -------------------------------------------------------

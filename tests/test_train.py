@@ -67,20 +67,28 @@ def run(text_file, out, **overrides):
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides, match", [
-    (dict(batch_size=0), "batch_size must be a positive int, got 0"),
-    (dict(max_steps=2.5), "max_steps must be a positive int, got 2.5"),
-    (dict(warmup_steps=-1), "warmup_steps must be an int >= 0"),
-    (dict(learning_rate=0.0), "learning_rate must be positive"),
-    (dict(min_lr=1.0), r"min_lr must be in \[0, learning_rate = 0.003\]"),
-    (dict(beta2=1.0), r"beta2 must be in \[0, 1\)"),
-    (dict(weight_decay=-0.1), "weight_decay must be >= 0"),
-    (dict(grad_clip=0.0), "grad_clip must be positive"),
-    (dict(seed="x"), "seed must be an int"),
+@pytest.mark.parametrize("overrides, error, match", [
+    (dict(batch_size=0), ValueError, "batch_size must be at least 1, got 0"),
+    (dict(max_steps=2.5), TypeError, "max_steps must be an int, got float"),
+    (dict(eval_interval=True), TypeError, "eval_interval must be an int, got bool"),
+    (dict(warmup_steps=-1), ValueError, "warmup_steps must be at least 0, got -1"),
+    (dict(learning_rate=0.0), ValueError, "learning_rate must be a positive finite number, got 0.0"),
+    (dict(learning_rate="3e-3"), TypeError, r"learning_rate must be a positive number, got '3e-3' \(str\)"),
+    (dict(min_lr=1.0), ValueError, r"min_lr must be in \[0, learning_rate = 0.003\]"),
+    (dict(min_lr=None), TypeError, r"min_lr must be a number in \[0, learning_rate = 0.003\], got None"),
+    (dict(beta2=1.0), ValueError, r"beta2 must be in \[0, 1\)"),
+    (dict(weight_decay=-0.1), ValueError, "weight_decay must be a finite number >= 0, got -0.1"),
+    (dict(grad_clip=0.0), ValueError, "grad_clip must be positive"),
+    (dict(grad_clip="1"), TypeError, r"grad_clip must be a positive number, got '1' \(str\)"),
+    (dict(seed="x"), TypeError, "seed must be an int, got str"),
 ])
-def test_train_config_rejects_bad_values(overrides, match):
-    with pytest.raises(ValueError, match=match):
+def test_train_config_rejects_bad_values(overrides, error, match):
+    with pytest.raises(error, match=match):
         TrainConfig.preset("tiny", **overrides)
+
+
+def test_train_config_accepts_infinite_grad_clip():
+    assert TrainConfig.preset("tiny", grad_clip=math.inf).grad_clip == math.inf  # clipping off
 
 
 def test_train_config_presets():
@@ -541,13 +549,13 @@ def test_export_to_a_path_that_cannot_be_written_is_refused_before_training(text
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("field, value, match", [
-    ("compile", "yes", "compile must be True, False or None"),
-    ("fused_adamw", 1, "fused_adamw must be True, False or None"),
-    ("autocast", "fp16", "autocast must be 'bf16', 'off' or None"),
+@pytest.mark.parametrize("field, value, error, match", [
+    ("compile", "yes", TypeError, r"compile must be True, False or None \(on for CUDA only\), got 'yes' \(str\)"),
+    ("fused_adamw", 1, TypeError, r"fused_adamw must be True, False or None \(on for CUDA only\), got 1 \(int\)"),
+    ("autocast", "fp16", ValueError, r"autocast must be one of \(None, 'bf16', 'off'\) \(bf16 on CUDA only\), got 'fp16'"),
 ])
-def test_train_config_checks_the_gpu_switches(field, value, match):
-    with pytest.raises(ValueError, match=match):
+def test_train_config_checks_the_gpu_switches(field, value, error, match):
+    with pytest.raises(error, match=match):
         TrainConfig.preset("tiny", **{field: value})
 
 

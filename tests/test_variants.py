@@ -402,12 +402,14 @@ def test_errors():
         linformer_attention(*torch.randn(3, 1, 6, 2), proj_k=torch.eye(4), proj_v=torch.eye(6))
     with pytest.raises(ValueError, match=r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
         DecoderConfig(num_kv_heads=3)
-    with pytest.raises(ValueError, match="positional must be 'learned' or 'rope'"):
+    with pytest.raises(ValueError, match=r"positional must be one of \('learned', 'rope'\), got 'sinusoidal'"):
         DecoderConfig(positional="sinusoidal")
     with pytest.raises(ValueError, match="capacity must be at least 1"):
         KVCache(2, 0)
-    with pytest.raises(ValueError, match=r"layer must be an int in \[0, 2\)"):
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got 2"):
         KVCache(2, 4).update(2, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
+    with pytest.raises(TypeError, match="layer must be an int, got bool"):
+        KVCache(2, 4).update(True, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
     with pytest.raises(TypeError, match="TinyDecoder takes a DecoderConfig"):
         TinyDecoder({"vocab_size": 16})
 

@@ -135,11 +135,16 @@ def test_entropy_explorer_redraws():
 
 @pytest.mark.parametrize("head_dim, scaling, match", [
     (64, "1/C", r"scaling must be one of \['none', '1/sqrt\(D\)', '1/D'\], got '1/C'"),
-    (0, "none", "head_dim must be a positive int, got 0"),
+    (0, "none", "head_dim must be at least 1, got 0"),
 ])
 def test_entropy_bad_input(head_dim, scaling, match):
     with pytest.raises(ValueError, match=match):
         plot_entropy(head_dim, scaling)
+
+
+def test_entropy_head_dim_must_be_an_int():
+    with pytest.raises(TypeError, match="head_dim must be an int, got float"):
+        plot_entropy(64.0)
 
 
 # ---- notebook 03: masks -----------------------------------------------------------------------------
@@ -209,12 +214,17 @@ def test_explorer_control_lookup_names_the_labels():
 @pytest.mark.parametrize("kwargs, match", [
     (dict(kind="triangle"), "kind must be one of"),
     (dict(fill="-1e9"), r"fill must be one of \['-inf', 'finfo.min'\], got '-1e9'"),
-    (dict(length=9), r"length \(the number of real tokens\) must be an int in \[0, 8\], got 9"),
+    (dict(length=9), r"length \(the number of real tokens\) must be in \[0, 8\], got 9"),
     (dict(tokens=()), "tokens must hold at least one token"),
 ])
 def test_plot_mask_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         plot_mask(**kwargs)
+
+
+def test_plot_mask_length_must_be_an_int():
+    with pytest.raises(TypeError, match=r"length \(the number of real tokens\) must be an int, got float"):
+        plot_mask(length=2.5)
 
 
 # ---- notebook 04: one head --------------------------------------------------------------------------
@@ -265,7 +275,7 @@ def test_head_explorer_layer_dropdown_fits_the_head_slider():
 
 @pytest.mark.parametrize("call, exc, match", [
     (lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxyz"), head=2), ValueError,
-     r"head must be an int in \[0, 1\] \(the layer has 2 heads\), got 2"),
+     r"head \(the layer has 2 heads\) must be in \[0, 1\], got 2"),
     (lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxy")), ValueError,
      "tokens has 3 entries, x has 4 positions"),
     (lambda: plot_head(small_layer(), torch.randn(2, 4, 8), list("wxyz")), ValueError,
@@ -355,9 +365,9 @@ class _NoEncode:
 
 
 @pytest.mark.parametrize("call, error, match", [
-    (lambda m, t: plot_gpt_head(m, t, "But", layer="0"), TypeError, r"layer must be an int in 0 .. 1, got '0' \(str\)"),
-    (lambda m, t: plot_gpt_head(m, t, "But", head=1.5), TypeError, r"head must be an int in 0 .. 3, got 1.5 \(float\)"),
-    (lambda m, t: plot_gpt_head(m, t, "But", head=-1), ValueError, r"head must be in 0 .. 3, got -1"),
+    (lambda m, t: plot_gpt_head(m, t, "But", layer="0"), TypeError, r"layer must be an int in \[0, 1\], got str"),
+    (lambda m, t: plot_gpt_head(m, t, "But", head=1.5), TypeError, r"head must be an int in \[0, 3\], got float"),
+    (lambda m, t: plot_gpt_head(m, t, "But", head=-1), ValueError, r"head must be in \[0, 3\], got -1"),
     (lambda m, t: plot_gpt_head(MultiHeadAttention(8, 2), t, "But"), TypeError,
      r"model must be a course_utils.gpt.GPT \(with config and attention_maps\), got MultiHeadAttention"),
     (lambda m, t: gpt_attention_explorer(m, _NoEncode(), "But"), TypeError,
