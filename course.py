@@ -236,7 +236,8 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
     """
     # Folders this copy of the course has (a learner build has no solutions/ or course_source/); a learner's
     # backups (backup-*.ipynb, from `course.py reset`) are their own work, not part of the course.
-    lint = [d for d in ("course_utils", "tests", "course_source", "notebooks", "solutions") if (ROOT / d).is_dir()]
+    lint = [d for d in ("course_utils", "course_tools", "tests", "course_source", "notebooks", "solutions")
+            if (ROOT / d).is_dir()]
     test = [d for d in ("tests", "notebooks", "solutions") if (ROOT / d).is_dir()]
     nbval = ["--nbval", "--nbval-current-env", "--nbval-cell-timeout=600", "--ignore-glob=**/backup-*.ipynb"]
     # pytest-xdist: one worker per core (at most 4); a notebook's cells stay together on one worker, in order
@@ -375,7 +376,7 @@ def in_venv_here(*args: str) -> int:
 
 def cmd_check(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv_here("-m", "course_utils.grade", *extra)
+    return in_venv_here("-m", "course_tools.grade", *extra)
 
 
 def cmd_env(extra: list[str]) -> int:
@@ -385,12 +386,12 @@ def cmd_env(extra: list[str]) -> int:
 
 def cmd_build(extra: list[str]) -> int:
     ensure_installed(which="author")
-    return in_venv("-m", "course_utils.build", *extra)
+    return in_venv("-m", "course_tools.build", *extra)
 
 
 def cmd_reset(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv_here("-m", "course_utils.reset", *extra)
+    return in_venv_here("-m", "course_tools.reset", *extra)
 
 
 def cmd_e2e(extra: list[str]) -> int:
@@ -401,17 +402,17 @@ def cmd_e2e(extra: list[str]) -> int:
 
 def cmd_room(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv_here("-m", "course_utils.room", "prepare", *extra)
+    return in_venv_here("-m", "course_tools.room", "prepare", *extra)
 
 
 def cmd_package(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv_here("-m", "course_utils.room", "package", *extra)
+    return in_venv_here("-m", "course_tools.room", "package", *extra)
 
 
 def cmd_site(extra: list[str]) -> int:
     ensure_installed()
-    return in_venv_here("-m", "course_utils.site", *extra)
+    return in_venv_here("-m", "course_tools.site", *extra)
 
 
 COMMANDS = {"lab": cmd_lab, "test": cmd_test, "check": cmd_check, "env": cmd_env, "build": cmd_build,

@@ -4,7 +4,7 @@ bertviz draws attention as lines between tokens (``head_view``: one layer, its h
 grid of small pictures (``model_view``: every layer and head). Its HTML loads require.js, d3 and jQuery from
 a CDN, which a workshop room without internet cannot reach. The functions here build bertviz's HTML, then
 make it self-contained: require.js, d3 and jQuery are inlined from ``course_utils/static/vendor/`` (fetched
-from npm by ``python -m course_utils.vendor_js``), d3 and jQuery become named AMD modules, and bertviz's
+from npm by ``python -m course_tools.vendor_js``), d3 and jQuery become named AMD modules, and bertviz's
 script asks for those names instead of CDN paths. Nothing is fetched from the network.
 
 The result is a single ``text/html`` output (JupyterLab runs its scripts in a trusted notebook) and also a
@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 from IPython.display import HTML
 
+from course_tools.vendor_js import PACKAGES, VENDOR_DIR
 from course_utils._validate import check_path
-from course_utils.vendor_js import PACKAGES, VENDOR_DIR
 
 __all__ = ["head_view", "model_view", "save_html", "prettify_tokens"]
 
@@ -218,7 +218,7 @@ def _vendored(pkg_name: str) -> str:
     expected = next(r["sha256"] for r in records if r["package"] == pkg.name)
     if hashlib.sha256(data).hexdigest() != expected:
         raise RuntimeError(f"{VENDOR_DIR / pkg.vendored_as} does not match SOURCES.json; "
-                           "run: python -m course_utils.vendor_js --check")
+                           "run: python -m course_tools.vendor_js --check")
     text = data.decode("utf-8")
     text = re.sub(r"^//# sourceMappingURL=.*$", "", text, flags=re.MULTILINE)  # no source-map request either
     assert "</script" not in text.lower() and "<!--" not in text, f"{pkg.vendored_as} cannot go in a <script>"

@@ -1,4 +1,4 @@
-"""course_utils.attention_view (notebook 09) and course_utils.vendor_js, without a browser.
+"""course_utils.attention_view (notebook 09) and course_tools.vendor_js, without a browser.
 
 The browser side (the views draw, nothing is fetched) is tests/e2e/test_e2e_bertviz.py.
 """
@@ -14,7 +14,7 @@ import pytest
 import torch
 from IPython.display import HTML
 
-from course_utils import vendor_js
+from course_tools import vendor_js
 from course_utils.attention_view import head_view, model_view, prettify_tokens, save_html
 from course_utils.gpt import GPT, GPTConfig
 

@@ -5,7 +5,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import build
+from course_tools import build
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = build.sources()
@@ -79,7 +79,7 @@ def test_learner_copy_shows_not_attempted_and_solution_shows_passed(src):
 
 
 def test_streamed_text_is_stored_as_one_output():
-    from course_utils.build import _merge_streams
+    from course_tools.build import _merge_streams
 
     outs = [nbformat.v4.new_output("stream", name="stdout", text=c) for c in "abc"]
     outs += [nbformat.v4.new_output("stream", name="stderr", text="!"),

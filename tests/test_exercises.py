@@ -906,7 +906,7 @@ def test_right_answers_written_differently_pass(key, fn):
 
 
 def test_the_instructor_guide_table_lists_each_exercise_mistakes_and_what_it_enforces():
-    from course_utils.room import exercise_table
+    from course_tools.room import exercise_table
 
     rows = {line.split(" ")[1]: line for line in exercise_table().splitlines()[2:]}
     assert sorted(rows) == sorted(EXERCISES)

@@ -26,7 +26,7 @@ def notebook(path: Path, *sources: str) -> Path:
 
 
 def check(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "course_utils.grade", *map(str, args)], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "course_tools.grade", *map(str, args)], cwd=ROOT,
                           capture_output=True, text=True, timeout=timeout)
 
 
@@ -149,7 +149,7 @@ def test_the_kernel_gets_the_report_variable_and_runs_in_the_notebooks_folder(tm
                     "assert os.environ['COURSE_EXERCISE_REPORT']", SOLVED)
     env = dict(os.environ)
     env.pop("COURSE_EXERCISE_REPORT", None)
-    proc = subprocess.run([sys.executable, "-m", "course_utils.grade", str(path), "--json", str(tmp_path / "v.json")],
+    proc = subprocess.run([sys.executable, "-m", "course_tools.grade", str(path), "--json", str(tmp_path / "v.json")],
                           cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [(r["notebook"], r["key"], r["status"]) for r in json.loads((tmp_path / "v.json").read_text())] == \
@@ -163,7 +163,7 @@ def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(tmp_path):
     mistake = get_exercise("01.2").mistakes[0]
     path = notebook(tmp_path / "01_slow.ipynb", SETUP, SOLVED, "import time\ntime.sleep(8)",
                     'check("01.2", get_exercise("01.2").mistakes[0].fn)')
-    proc = subprocess.Popen([sys.executable, "-m", "course_utils.grade", str(path), "--json", str(tmp_path / "v.json")],
+    proc = subprocess.Popen([sys.executable, "-m", "course_tools.grade", str(path), "--json", str(tmp_path / "v.json")],
                             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     arrived = []  # (seconds since start, line), read as the lines come
     start = time.monotonic()
@@ -187,7 +187,7 @@ def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(tmp_path):
 
 
 def test_a_long_cell_says_it_is_still_running(tmp_path):
-    from course_utils.grade import run_notebook
+    from course_tools.grade import run_notebook
 
     path = notebook(tmp_path / "01_wait.ipynb", SETUP, "import time\ntime.sleep(3)", SOLVED)
     said = []

@@ -22,7 +22,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import build, data
+from course_tools import build
+from course_utils import data
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))]

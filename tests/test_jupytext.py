@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils.build import parse_source
+from course_tools.build import parse_source
 
 jupytext = pytest.importorskip("jupytext", reason="jupytext is in the author set: `python3 course.py test` installs it")
 from jupytext.config import load_jupytext_config  # noqa: E402

@@ -169,7 +169,7 @@ def test_requirements_txt_course_py_and_the_lock_tool_name_the_same_sets():
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
     assert {k: v[0] for k, v in tool.SETS.items()} == SETS and tool.PYTHONS == PYTHONS
-    from course_utils import room
+    from course_tools import room
 
     assert {k: (v[0], v[1]) for k, v in room.SETS.items()} == {k: (f"lock/{k}.txt", v) for k, v in SETS.items()}
 

@@ -10,9 +10,9 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_utils import reset
-from course_utils.build import STUB
-from course_utils.reset import clean_copy, course_notebooks, exercise_cells, reset_exercise, reset_notebook
+from course_tools import reset
+from course_tools.build import STUB
+from course_tools.reset import clean_copy, course_notebooks, exercise_cells, reset_exercise, reset_notebook
 
 ROOT = Path(__file__).resolve().parent.parent
 NAME = "03_masking.ipynb"

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from course_utils import room
+from course_tools import room
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_instructor_guide_exercise_table_is_current():
     text = room.GUIDE.read_text(encoding="utf-8")
     assert room.guide_with_table(text) == text, \
-        "docs/INSTRUCTOR_GUIDE.md's exercise table is stale: run `python -m course_utils.room guide`"
+        "docs/INSTRUCTOR_GUIDE.md's exercise table is stale: run `python -m course_tools.room guide`"
     from course_utils.exercises import all_exercises
 
     for key, ex in all_exercises().items():
@@ -41,7 +41,9 @@ def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
         notebooks = {n.split("/")[-1] for n in names if n.startswith("attention-course/notebooks/")}
         assert notebooks >= {p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
         assert {f"attention-course/{f}" for f in ("course.py", "requirements.txt", "README.md", "lock/learner.txt",
-                                                 "course_utils/checking.py", "course_utils/reset.py")} <= set(names)
+                                                 "course_utils/checking.py", "course_tools/reset.py",
+                                                 "course_tools/grade.py")} <= set(names)  # course.py check, reset
+        assert not {"attention-course/course_tools/build.py", "attention-course/course_tools/room.py"} & set(names)
         assert any(n.startswith("attention-course/.course/clean/03_") for n in names)  # for `course.py reset`
     assert room.learner_leaks(learner) == []
     with zipfile.ZipFile(instructor) as z:
@@ -250,11 +252,11 @@ def test_a_second_room_run_adds_to_its_folder_and_keeps_a_changed_file(tmp_path,
 
 
 def test_the_room_folder_carries_the_static_site(tmp_path, monkeypatch):
-    """prepare writes the solved notebooks as a static site into DIR/site (course_utils.site) and README.txt
+    """prepare writes the solved notebooks as a static site into DIR/site (course_tools.site) and README.txt
     says to open site/index.html; a second run rebuilds it in place. (One small notebook, to stay fast.)"""
     import shutil
 
-    from course_utils import site
+    from course_tools import site
 
     solutions = tmp_path / "solutions"
     solutions.mkdir()

@@ -1,4 +1,4 @@
-"""course_utils.site: the course as a static site, checked without a browser (tests/e2e/test_e2e_site.py opens it).
+"""course_tools.site: the course as a static site, checked without a browser (tests/e2e/test_e2e_site.py opens it).
 
 The course's own site is built once for the module (every solved notebook, found on disk); the behaviour of the
 builder (links, widgets, titles, refusing an output, rebuilding) is checked on two small notebooks made here.
@@ -20,9 +20,9 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
-from course_utils import site as site_mod
-from course_utils import vendor_js
-from course_utils.site import SITE_MARK, build_site, main
+from course_tools import site as site_mod
+from course_tools import vendor_js
+from course_tools.site import SITE_MARK, build_site, main
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
@@ -287,7 +287,7 @@ def test_titles_times_contents_and_widget_notes(tmp_path, small_solutions):
     assert r"$q \cdot k$" in page
 
 
-@pytest.mark.parametrize("inside", ["notebooks", "solutions", "course_utils", "notebooks/site"])
+@pytest.mark.parametrize("inside", ["notebooks", "solutions", "course_utils", "course_tools", "notebooks/site"])
 def test_a_site_inside_the_course_sources_is_refused(inside):
     with pytest.raises(ValueError, match=r"is inside \w+/, a folder of the course's sources.*--force does not"):
         build_site(ROOT / inside / "site-test", force=True)

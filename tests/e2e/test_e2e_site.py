@@ -1,4 +1,4 @@
-"""The static site of course_utils.site, opened from file:// in headless Chromium with no network.
+"""The static site of course_tools.site, opened from file:// in headless Chromium with no network.
 
 The site is built once for this module (every solved notebook, found on disk). The browser may load ``file:``
 (and ``data:``) URLs and nothing else: every other request is recorded and aborted, and each test fails if
@@ -19,7 +19,7 @@ import pytest
 from bertviz_checks import assert_head_view_rendered
 from harness import ROOT, local_pages
 
-from course_utils.site import build_site
+from course_tools.site import build_site
 
 pytestmark = pytest.mark.browser
 

@@ -1,4 +1,4 @@
-// The static site of course_utils/site.py: render the math of the markdown cells with KaTeX, once the page
+// The static site of course_tools/site.py: render the math of the markdown cells with KaTeX, once the page
 // is parsed. Code and outputs are left alone (a "$" in a printed line is not math).
 document.addEventListener("DOMContentLoaded", function () {
   if (typeof renderMathInElement !== "function") { return; }

@@ -6,7 +6,7 @@
 file is first copied beside it, as ``notebooks/backup-03_masking-YYYYmmdd-HHMMSS.ipynb`` (a name that the
 course's own commands do not pick up as a notebook of the course).
 
-The clean copy is built from ``course_source/`` (``course_utils.build.make_notebook(..., learner=True)``);
+The clean copy is built from ``course_source/`` (``course_tools.build.make_notebook(..., learner=True)``);
 in a learner build of the course (``python3 course.py package --learner``), which has no sources, it is the
 copy packed in ``.course/clean/``; failing both, it comes from git (the committed ``notebooks/<name>``).
 
@@ -43,7 +43,7 @@ def clean_copy(name: str) -> nbformat.NotebookNode:
     source = SOURCE_DIR / f"{stem}.py"
     if source.exists():
         # the authors' tool, imported here because learner builds leave it out
-        from course_utils.build import make_notebook, parse_source
+        from course_tools.build import make_notebook, parse_source
 
         return make_notebook(parse_source(source.read_text(encoding="utf-8")), learner=True, name=stem)
     if (CLEAN_DIR / f"{stem}.ipynb").exists():

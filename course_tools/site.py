@@ -1,6 +1,6 @@
 """The course as a static site: every solved notebook as an HTML page, read with no server and no network.
 
-    python -m course_utils.site OUT [--force] [--solutions DIR]      (python3 course.py site OUT)
+    python -m course_tools.site OUT [--force] [--solutions DIR]      (python3 course.py site OUT)
 
 Contract. :func:`build_site` renders every ``solutions/NN_topic.ipynb`` (found on disk, in course order) with
 nbconvert's JupyterLab template and the course's own blocks (``static/site/course_page.html.j2``) into OUT:
@@ -10,9 +10,9 @@ nbconvert's JupyterLab template and the course's own blocks (``static/site/cours
   views of notebook 09 with their libraries inlined by ``attention_view``), a table of contents of its
   headings, links to the previous and next notebooks; a link to ``NN_other.ipynb`` in the markdown points to
   ``NN_other.html``; ``# NBVAL_...`` comment lines are left out of the code;
-- ``assets/``: require.js (``static/vendor``), KaTeX (``static/katex``, for the markdown's ``$...$``), the
-  site's stylesheet and script, with the licences. Every page loads only these, by relative paths: no request
-  leaves the page (``tests/e2e/test_e2e_site.py`` checks it in Chromium with the network blocked).
+- ``assets/``: require.js (``course_utils/static/vendor``), KaTeX (``static/katex``, for the markdown's
+  ``$...$``), the site's stylesheet and script, with the licences. Every page loads only these, by relative
+  paths: no request leaves the page (``tests/e2e/test_e2e_site.py`` checks it in Chromium with the network blocked).
 
 An interactive widget cannot work without a kernel; its place shows a note saying which controls it has and
 that they move in JupyterLab. Outputs the notebook saved next to it (a plot) stay.
@@ -21,8 +21,8 @@ Nothing is lost: OUT must be new, an empty folder, or a site this command made b
 records what it wrote; a page changed since then is first moved aside as ``backup-NAME-DATE``). Another
 existing OUT, or one inside the course folder, is refused unless ``force``; then an existing OUT is first
 moved aside, whole. OUT is never allowed inside a folder of the course's sources (``notebooks/``,
-``solutions/``, ``course_utils/``, ...). Every file is written atomically. ValueError for a bad OUT,
-FileNotFoundError when there are no solved notebooks, before anything is written.
+``solutions/``, ``course_utils/``, ``course_tools/``, ...). Every file is written atomically. ValueError for a
+bad OUT, FileNotFoundError when there are no solved notebooks, before anything is written.
 
 The site shows the solutions: it is for reading before or after a workshop, not for doing the exercises.
 """
@@ -41,9 +41,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from course_tools.room import COMMON, INSTRUCTOR_ONLY
+from course_tools.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
 from course_utils._files import backup_path, clean_stale_tmp, move_aside, write_atomic
-from course_utils.room import COMMON, INSTRUCTOR_ONLY
-from course_utils.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
 
 __all__ = ["build_site", "Site", "SOLUTIONS", "COURSE_TITLE", "main"]
 
@@ -305,7 +305,7 @@ def _assets() -> dict[str, bytes]:
     if problems:
         raise RuntimeError(
             "the vendored JavaScript does not match its SOURCES.json, so the site would load "
-            f"unknown code: {'; '.join(problems)} (run: python -m course_utils.vendor_js --check)"
+            f"unknown code: {'; '.join(problems)} (run: python -m course_tools.vendor_js --check)"
         )
     require = next(p for p in PACKAGES if p.name == "requirejs")
     files = {
@@ -416,7 +416,7 @@ def build_site(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.site", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course_tools.site", description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="a new folder for the site (or one this command made before)")
     parser.add_argument(
         "--solutions", type=Path, default=SOLUTIONS, help=f"the solved notebooks (default {SOLUTIONS})"

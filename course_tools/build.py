@@ -12,7 +12,7 @@ Both are executed so they open with their outputs, and written atomically. A lea
 answered an exercise is moved aside to ``backup-NAME-DATE.ipynb`` first, so a rebuild never loses a learner's work. ``--check`` rebuilds in memory and fails if the
 committed notebooks' cells differ from their source (CI runs it).
 
-Usage: ``python -m course_utils.build [--check] [--no-execute] [NAME ...]``.
+Usage: ``python -m course_tools.build [--check] [--no-execute] [NAME ...]``.
 """
 
 from __future__ import annotations

@@ -5,12 +5,12 @@ reach. This script fetches the same libraries from the npm registry, checks each
 registry's ``dist.integrity`` (sha512), and writes the one file the views need and the package's licence to
 ``course_utils/static/vendor/``, with ``SOURCES.json`` recording where each came from and its sha256.
 
-    python -m course_utils.vendor_js            # fetch again, verify, write the files and SOURCES.json
-    python -m course_utils.vendor_js --check    # offline: do the files on disk match SOURCES.json?
-    python -m course_utils.vendor_js --site [--check]   # the same for the static site's KaTeX (below)
+    python -m course_tools.vendor_js            # fetch again, verify, write the files and SOURCES.json
+    python -m course_tools.vendor_js --check    # offline: do the files on disk match SOURCES.json?
+    python -m course_tools.vendor_js --site [--check]   # the same for the static site's KaTeX (below)
 
-The static site of ``course_utils.site`` renders the notebooks' math with KaTeX: :data:`KATEX` (a
-:class:`Bundle`, several files of one package) goes to ``course_utils/static/katex/`` with a SOURCES.json of
+The static site of ``course_tools.site`` renders the notebooks' math with KaTeX: :data:`KATEX` (a
+:class:`Bundle`, several files of one package) goes to ``course_tools/static/katex/`` with a SOURCES.json of
 its own; only what the pages use is kept (the minified script and stylesheet, auto-render, the woff2 fonts).
 
 jQuery 2.0.0, the version bertviz asks the CDN for, was never published to npm; 2.2.4 is the last of the 2.x
@@ -30,10 +30,14 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
+import course_utils
+
 __all__ = ["VENDOR_DIR", "Package", "PACKAGES", "check", "fetch", "main", "KATEX_DIR", "Bundle", "KATEX",
            "fetch_bundle", "check_bundle"]
 
-VENDOR_DIR = Path(__file__).resolve().parent / "static" / "vendor"
+# bertviz's libraries live in the learner's package, beside attention_view, which inlines them; the site's KaTeX
+# lives here (KATEX_DIR below)
+VENDOR_DIR = Path(course_utils.__file__).resolve().parent / "static" / "vendor"
 REGISTRY = "https://registry.npmjs.org"
 
 
@@ -172,7 +176,7 @@ def check(vendor_dir: Path = VENDOR_DIR) -> list[str]:
     """
     sources = vendor_dir / "SOURCES.json"
     if not sources.is_file():
-        return [f"{sources} is missing (run: python -m course_utils.vendor_js)"]
+        return [f"{sources} is missing (run: python -m course_tools.vendor_js)"]
     records = json.loads(sources.read_text(encoding="utf-8"))
     problems = []
     listed = {(r["package"], r["version"]) for r in records}
@@ -262,11 +266,11 @@ def check_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> list[str
     folder = bundle.folder if folder is None else Path(folder)
     sources = folder / "SOURCES.json"
     if not sources.is_file():
-        return [f"{sources} is missing (run: python -m course_utils.vendor_js --site)"]
+        return [f"{sources} is missing (run: python -m course_tools.vendor_js --site)"]
     record = json.loads(sources.read_text(encoding="utf-8"))
     if (record.get("package"), record.get("version")) != (bundle.name, bundle.version):
         return [f"{sources} records {record.get('package')}@{record.get('version')}, "
-                f"expected {bundle.name}@{bundle.version} (run: python -m course_utils.vendor_js --site)"]
+                f"expected {bundle.name}@{bundle.version} (run: python -m course_tools.vendor_js --site)"]
     problems = []
     for name, expected in [*record["files"].items(), ("LICENSE", record["license_sha256"])]:
         f = folder / name
@@ -294,7 +298,7 @@ def _main_site(check_only: bool) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.vendor_js",
+    parser = argparse.ArgumentParser(prog="python -m course_tools.vendor_js",
                                      description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only verify the files on disk (offline)")
     parser.add_argument("--dir", type=Path, default=VENDOR_DIR,
