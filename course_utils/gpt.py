@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils import block as shared  # the one Block and MLP of the course's models
 from course_utils._validate import (
     check_bool,
     check_choice,
@@ -49,7 +50,6 @@ AttentionImpl = Literal["course", "torch"]
 NormPosition = Literal["pre", "post"]
 _POSITIONS = ("learned", "rope")
 _ATTENTION = ("course", "torch")
-_NORM_POSITIONS = ("pre", "post")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,7 +100,7 @@ class GPTConfig:
         check_bool("bias", self.bias)
         check_choice("positions", self.positions, _POSITIONS)
         check_choice("attention", self.attention, _ATTENTION)
-        check_choice("norm_position", self.norm_position, _NORM_POSITIONS,
+        check_choice("norm_position", self.norm_position, shared.NORM_POSITIONS,
                      " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)")
         if self.positions == "rope":
             if self.head_dim % 2 != 0:
@@ -214,77 +214,53 @@ class CausalSelfAttention(MultiHeadAttention):
         return self.rotary.rotate(t, start)
 
 
-class MLP(nn.Module):
-    """The position-wise feed-forward network: C -> mlp_ratio * C -> GELU -> C.
+class MLP(shared.MLP):
+    """The position-wise feed-forward network sized by a :class:`GPTConfig`: C -> mlp_ratio * C -> GELU -> C.
 
     Shape:
         x: (B, T, C) -> (B, T, C)
+
+    :class:`course_utils.block.MLP` with the config's embed_dim, mlp_ratio, bias and dropout.
     """
 
     def __init__(self, config: GPTConfig) -> None:
-        super().__init__()
-        hidden = config.mlp_ratio * config.embed_dim
-        self.fc_in = nn.Linear(config.embed_dim, hidden, bias=config.bias)
-        self.fc_out = nn.Linear(hidden, config.embed_dim, bias=config.bias)
-        self.dropout = nn.Dropout(config.dropout)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.compiler.is_compiling():
-            check_embedded("x", x, self.fc_in.in_features, self)
-        h = F.gelu(self.fc_in(x))  # (B, T, C) -> (B, T, 4C)
-        return self.dropout(self.fc_out(h))  # (B, T, 4C) -> (B, T, C)
+        super().__init__(config.embed_dim, config.mlp_ratio, bias=config.bias, dropout=config.dropout)
 
 
-class Block(nn.Module):
-    """A transformer block: pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)) (the default), or post-norm
-    ln_1(x + attn(x)), then ln_2(x + mlp(x)) (``config.norm_position == "post"``).
+class Block(shared.Block):
+    """A transformer block of the GPT: pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)) (the default), or
+    post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)) (``config.norm_position == "post"``).
 
     Shape:
-        x: (B, T, C) -> (B, T, C)
+        x: (B, T, C) -> (B, T, C); ``block(x, cache=None, mask=None, start=0)``
 
-    Pre-norm (normalise the input of each branch, not the sum) keeps an untouched path from the
-    embeddings to the output, which is what lets deep stacks train without a careful warmup (GPT-2;
-    Xiong et al. 2020). Post-norm (the original Transformer) normalises the sum, so every path to the
-    output passes through each later block's LayerNorms. Taught in notebook 09.
+    :class:`course_utils.block.Block` around a :class:`CausalSelfAttention`, or a
+    :class:`~course_utils.variants.GroupedQueryAttention` when ``config.num_kv_heads`` is below
+    ``num_heads``. Pre-norm (normalise the input of each branch, not the sum) keeps an untouched path from the
+    embeddings to the output, which is what lets deep stacks train without a careful warmup (GPT-2; Xiong
+    et al. 2020). Post-norm (the original Transformer) normalises the sum, so every path to the output passes
+    through each later block's LayerNorms. Taught in notebook 09.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
-        super().__init__()
-        self.layer_idx = layer_idx
-        self.norm_position = config.norm_position
-        self.ln_1 = nn.LayerNorm(config.embed_dim, bias=config.bias)
         if config.num_kv_heads in (None, config.num_heads):
-            self.attn = CausalSelfAttention(config, layer_idx)
+            attn = CausalSelfAttention(config, layer_idx)
         else:
-            self.attn = GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads,
-                                              bias=config.bias, rope=config.positions == "rope")
-        self.ln_2 = nn.LayerNorm(config.embed_dim, bias=config.bias)
-        self.mlp = MLP(config)
+            attn = GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads,
+                                         bias=config.bias, rope=config.positions == "rope")
+        super().__init__(config.embed_dim, attn, config.mlp_ratio, bias=config.bias, dropout=config.dropout,
+                         norm_position=config.norm_position)
+        self.layer_idx = layer_idx
 
     def attend(self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None,
                start: int = 0, need_weights: bool = False):
         """The attention branch alone, attn(ln_1(x)) pre-norm or attn(x) post-norm: (B, T, C) -> (B, T, C)
         (and weights (B, H, T, S))."""
-        h = self.ln_1(x) if self.norm_position == "pre" else x
         if isinstance(self.attn, GroupedQueryAttention):  # its mask is explicit, and it never drops out
             T = x.shape[1]
             mask = causal_mask(T, start + T, device=x.device) if mask is None else mask  # (T, S)
-            return self.attn(h, mask=mask, cache=cache, layer=self.layer_idx, need_weights=need_weights)
-        return self.attn(h, cache=cache, mask=mask, start=start, need_weights=need_weights)
-
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None,
-                start: int = 0) -> torch.Tensor:
-        if not torch.compiler.is_compiling():
-            check_embedded("x", x, self.ln_1.normalized_shape[0], self)
-        return self.add_branches(x, self.attend(x, cache=cache, mask=mask, start=start))
-
-    def add_branches(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        """The rest of the block, given its attention branch ``a = self.attend(x)``: (B, T, C) -> (B, T, C)."""
-        if self.norm_position == "pre":
-            x = x + a  # (B, T, C)
-            return x + self.mlp(self.ln_2(x))  # (B, T, C)
-        x = self.ln_1(x + a)  # post-norm: normalise the sum (B, T, C)
-        return self.ln_2(x + self.mlp(x))  # (B, T, C)
+            return super().attend(x, mask=mask, cache=cache, layer=self.layer_idx, need_weights=need_weights)
+        return super().attend(x, cache=cache, mask=mask, start=start, need_weights=need_weights)
 
 
 class GPT(nn.Module):

@@ -29,6 +29,7 @@ from course_utils._validate import (
     check_positive_number,
     check_token_ids,
 )
+from course_utils.block import Block
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.positional import (
@@ -127,18 +128,7 @@ def _check_config(cfg: object) -> None:
         raise TypeError(f"cfg must be a LengthGenConfig (LengthGenConfig.tiny(), say), got {type(cfg).__name__}")
 
 
-class _Block(nn.Module):
-    def __init__(self, cfg: LengthGenConfig, scheme: str) -> None:
-        super().__init__()
-        C, H = cfg.embed_dim, cfg.num_heads
-        attn_cls = {"rope": RotaryMultiHeadAttention, "alibi": ALiBiMultiHeadAttention}.get(scheme, MultiHeadAttention)
-        self.ln1, self.attn = nn.LayerNorm(C), attn_cls(C, H)
-        self.ln2 = nn.LayerNorm(C)
-        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), mask)  # (B, T, C)
-        return x + self.mlp(self.ln2(x))  # (B, T, C)
+_ATTENTION = {"rope": RotaryMultiHeadAttention, "alibi": ALiBiMultiHeadAttention}  # else MultiHeadAttention
 
 
 class TinyPositionalModel(nn.Module):
@@ -160,7 +150,9 @@ class TinyPositionalModel(nn.Module):
         self.cfg, self.scheme = cfg, scheme
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
         self.pos_emb = LearnedPositionalEmbedding(cfg.max_length, cfg.embed_dim) if scheme == "learned" else None
-        self.blocks = nn.ModuleList(_Block(cfg, scheme) for _ in range(cfg.num_layers))
+        attention = _ATTENTION.get(scheme, MultiHeadAttention)
+        self.blocks = nn.ModuleList(Block(cfg.embed_dim, attention(cfg.embed_dim, cfg.num_heads))
+                                    for _ in range(cfg.num_layers))  # pre-norm
         self.ln_f = nn.LayerNorm(cfg.embed_dim)
         self.head = nn.Linear(cfg.embed_dim, cfg.num_letters)
 

@@ -59,6 +59,7 @@ from course_utils._validate import (
     check_token_ids,
 )
 from course_utils.attention import scaled_dot_product_attention
+from course_utils.block import Block
 from course_utils.masking import causal_mask, combine_masks
 from course_utils.multihead import MultiHeadAttention, merge_heads
 
@@ -590,21 +591,6 @@ class DecoderConfig:
         return cls(**overrides)
 
 
-class _Block(nn.Module):
-    """Pre-norm transformer block: x + attn(ln(x)), then x + mlp(ln(x))."""
-
-    def __init__(self, cfg: DecoderConfig) -> None:
-        super().__init__()
-        C = cfg.embed_dim
-        self.ln1, self.ln2 = nn.LayerNorm(C), nn.LayerNorm(C)
-        self.attn = GroupedQueryAttention(C, cfg.num_heads, cfg.num_kv_heads, rope=cfg.positional == "rope")
-        self.mlp = nn.Sequential(nn.Linear(C, 4 * C), nn.GELU(), nn.Linear(4 * C, C))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor, cache: KVCache | None, layer: int) -> torch.Tensor:
-        x = x + self.attn(self.ln1(x), mask, cache=cache, layer=layer)  # (B, T, C)
-        return x + self.mlp(self.ln2(x))  # (B, T, C)
-
-
 class TinyDecoder(nn.Module):
     """A small decoder-only language model that follows the cache protocol of this module's docstring.
 
@@ -624,7 +610,10 @@ class TinyDecoder(nn.Module):
         self.context_length = cfg.context_length
         self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
         self.pos_emb = nn.Embedding(cfg.context_length, cfg.embed_dim) if cfg.positional == "learned" else None
-        self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.num_layers))
+        self.blocks = nn.ModuleList(  # pre-norm blocks around grouped-query attention
+            Block(cfg.embed_dim, GroupedQueryAttention(cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads,
+                                                       rope=cfg.positional == "rope"))
+            for _ in range(cfg.num_layers))
         self.ln_f = nn.LayerNorm(cfg.embed_dim)
         self.lm_head = nn.Linear(cfg.embed_dim, cfg.vocab_size)
 
@@ -650,6 +639,6 @@ class TinyDecoder(nn.Module):
         else:
             mask = sliding_window_mask(T, self.cfg.window, S, device=idx.device)
         for i, block in enumerate(self.blocks):
-            x = block(x, mask, cache, i)  # (B, T, C)
+            x = block(x, mask, cache=cache, layer=i)  # (B, T, C)
         return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
 

@@ -1,0 +1,58 @@
+"""course_utils.block: the one transformer block, around whatever attention a model uses."""
+
+import pytest
+import torch
+
+from course_utils.block import MLP, Block
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.length_generalisation import LengthGenConfig, TinyPositionalModel
+from course_utils.masking import causal_mask
+from course_utils.multihead import MultiHeadAttention
+from course_utils.variants import DecoderConfig, GroupedQueryAttention, TinyDecoder
+
+
+def test_pre_norm_block_by_hand():
+    torch.manual_seed(0)
+    block = Block(16, MultiHeadAttention(16, 4)).double()
+    x, mask = torch.randn(2, 5, 16, dtype=torch.float64), causal_mask(5)
+    h = x + block.attn(block.ln_1(x), mask)
+    torch.testing.assert_close(block(x, mask), h + block.mlp(block.ln_2(h)))
+
+
+def test_post_norm_block_by_hand():
+    torch.manual_seed(0)
+    block = Block(16, MultiHeadAttention(16, 4), norm_position="post").double()
+    x = torch.randn(2, 5, 16, dtype=torch.float64)
+    h = block.ln_1(x + block.attn(x))
+    torch.testing.assert_close(block(x), block.ln_2(h + block.mlp(h)))
+
+
+def test_every_model_uses_the_one_block_with_the_same_parameter_names():
+    models = [GPT(GPTConfig.preset("tiny")), TinyDecoder(DecoderConfig()),
+              TinyPositionalModel(LengthGenConfig.tiny(), "rope")]
+    for model in models:
+        assert all(isinstance(b, Block) and isinstance(b.mlp, MLP) for b in model.blocks)
+        names = {name.split(".")[0] for name in model.blocks[0].state_dict()}
+        assert names == {"ln_1", "attn", "ln_2", "mlp"}, type(model).__name__
+    assert isinstance(models[1].blocks[0].attn, GroupedQueryAttention)
+
+
+def test_mlp_shapes_and_ratio():
+    mlp = MLP(8, mlp_ratio=3, bias=False)
+    assert mlp.fc_in.weight.shape == (24, 8) and mlp.fc_in.bias is None
+    assert mlp(torch.randn(2, 3, 8)).shape == (2, 3, 8)
+
+
+@pytest.mark.parametrize("call, error, match", [
+    (lambda: Block(16, torch.ones(3)), TypeError, "attn must be an nn.Module"),
+    (lambda: Block(16, MultiHeadAttention(16, 4), norm_position="sandwich"), ValueError,
+     r"norm_position must be one of \('pre', 'post'\), got 'sandwich'"),
+    (lambda: Block(0, MultiHeadAttention(16, 4)), ValueError, "embed_dim must be at least 1, got 0"),
+    (lambda: MLP(8, mlp_ratio=2.0), TypeError, "mlp_ratio must be an int, got float"),
+    (lambda: MLP(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
+    (lambda: Block(16, MultiHeadAttention(16, 4))(torch.randn(2, 5, 8)), ValueError,
+     r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)"),
+])
+def test_bad_arguments(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
