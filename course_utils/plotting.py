@@ -10,6 +10,7 @@ from collections.abc import Mapping, Sequence
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
+from matplotlib.patches import Rectangle
 
 from course_utils._validate import check_int, check_positive_int, check_positive_number
 
@@ -40,6 +41,7 @@ def plot_weights(
     title: str | None = None,
     annotate: bool | None = None,
     vmax: float | None = 1.0,
+    mask: torch.Tensor | None = None,
 ) -> plt.Axes:
     """Heatmap of one attention matrix: rows are queries, columns are keys.
 
@@ -50,11 +52,15 @@ def plot_weights(
     pictures drawn side by side can be compared colour for colour. ``vmax=None`` stretches the scale to
     this matrix's largest weight (more contrast for a matrix shown alone, not comparable with another).
     Masked entries (weight 0) show as the lightest colour; values are written in the cells when the
-    matrix is small enough to read (``annotate=None`` decides by size).
+    matrix is small enough to read (``annotate=None`` decides by size). With a boolean ``mask`` (T, S)
+    (True = may attend) every cell is written: blocked cells are hatched and left blank unless weight leaked
+    into them, and a NaN weight (a row that sees no key) is written in red (the widgets of notebooks 03, 04).
     """
     w = _as_2d(weights, "weights")
     if w.dim() != 2:
         raise ValueError(f"plot_weights takes one (T, S) matrix, got shape {tuple(w.shape)}; use plot_heads for (H, T, S)")
+    if mask is not None:
+        return _plot_masked(w, mask, query_labels, key_labels, ax, title, vmax)
     T, S = w.shape
     for name, labels, n in (("query_labels", query_labels, T), ("key_labels", key_labels, S)):
         if labels is not None and len(labels) != n:
@@ -75,6 +81,31 @@ def plot_weights(
                 v = float(w[i, j])
                 ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
                         color="white" if v > 0.6 * top else "black")
+    return ax
+
+
+def _plot_masked(w: torch.Tensor, mask: torch.Tensor, query_labels: Sequence[str] | None,
+                 key_labels: Sequence[str] | None, ax: plt.Axes | None, title: str | None,
+                 vmax: float | None) -> plt.Axes:
+    """:func:`plot_weights` with ``mask``: blocked cells hatched, NaN written in red, blocked zeros left blank."""
+    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != w.shape:
+        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a boolean tensor of the weights' shape {tuple(w.shape)}, got {got}")
+    nan = w.isnan()
+    shown = torch.nan_to_num(w, nan=0.0)  # the colour scale needs finite numbers
+    ax = plot_weights(shown, query_labels, key_labels, ax=ax, title=title, annotate=False, vmax=vmax)
+    peak = float(shown.max())
+    T, S = w.shape
+    for i in range(T):
+        for j in range(S):
+            if not mask[i, j]:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", lw=0, edgecolor="0.7"))
+            v = float(shown[i, j])
+            if nan[i, j]:
+                ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
+            elif mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
+                        color="white" if v > 0.6 * peak else "black")
     return ax
 
 

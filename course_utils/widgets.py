@@ -32,7 +32,6 @@ import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
 from matplotlib.figure import Figure
-from matplotlib.patches import Rectangle
 
 from course_utils._validate import (
     check_bool,
@@ -351,26 +350,6 @@ def _masked_weights(kind: str, length: int, fill: str, tokens: Sequence[str], se
     return labels, mask, weights
 
 
-def _masked_heatmap(ax: plt.Axes, weights: torch.Tensor, mask: torch.Tensor, labels: Sequence[str]) -> None:
-    """plot_weights, plus: blocked cells hatched, NaN written in red, blocked zeros left blank."""
-    nan = weights.isnan()
-    shown = torch.nan_to_num(weights, nan=0.0)  # plot_weights' colour scale needs finite numbers
-    plot_weights(shown, labels, labels, ax=ax, annotate=False)
-    peak = float(shown.max())
-    T, S = weights.shape
-    for i in range(T):
-        for j in range(S):
-            if not mask[i, j]:
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", lw=0,
-                                       edgecolor="0.7"))
-            v = float(shown[i, j])
-            if nan[i, j]:
-                ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
-            elif mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if v > 0.6 * peak else "black")
-
-
 def plot_mask(
     kind: str = "causal",
     length: int = 5,
@@ -392,7 +371,7 @@ def plot_mask(
     T = len(labels)
     if ax is None:
         _, ax = plt.subplots(figsize=(0.5 * T + 1.8, 0.45 * T + 1.5))
-    _masked_heatmap(ax, weights, mask, labels)
+    plot_weights(weights, labels, labels, ax=ax, mask=mask)
     leaks = int(((~mask) & (weights > 0)).any(dim=-1).sum())
     nan = weights.isnan()
     status = (f"{int(nan.any(dim=-1).sum())} rows NaN" if nan.any() else
@@ -477,7 +456,7 @@ def plot_head(
         _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 1.8, 0.45 * len(tokens) + 1.2))
     T = weights.shape[0]
     mask = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
-    _masked_heatmap(ax, weights, mask, list(tokens))
+    plot_weights(weights, list(tokens), list(tokens), ax=ax, mask=mask)
     ax.set_title(f"head {head} of {layer.num_heads}, {'causal (hatched = blocked)' if causal else 'no mask'}",
                  fontsize=9)
     ax.figure.tight_layout()

@@ -245,3 +245,15 @@ def test_plot_weights_refuses_an_empty_or_meta_matrix():
         plot_weights(torch.rand(0, 0))
     with pytest.raises(ValueError, match="weights is on the meta device, which holds no values to plot"):
         plot_weights(torch.rand(2, 2, device="meta"))
+
+
+def test_plot_weights_with_a_mask_hatches_blocked_cells_and_writes_nan():
+    w = torch.tensor([[float("nan"), float("nan")], [0.25, 0.75]])
+    mask = torch.tensor([[False, False], [True, True]])
+    ax = plot_weights(w, mask=mask)
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == ["NaN", "NaN", "0.25", "0.75"] and len(ax.patches) == 2  # the two blocked cells
+    plt.close(ax.figure)
+    with pytest.raises(ValueError, match=r"mask must be a boolean tensor of the weights' shape \(2, 2\), got "
+                                         r"torch.float32 \(2, 2\)"):
+        plot_weights(w, mask=mask.float())
