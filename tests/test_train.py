@@ -528,7 +528,7 @@ def test_the_course_corpus_is_verified_whichever_path_reads_it(text_file, tmp_pa
     digest = sha256_file(copy)
     assert (f"{copy} is named like the course corpus but its sha256 is {digest[:16]}..., expected "
             f"{CORPUS_SHA256[:16]}...") in line
-    assert "Run `python -m course_utils.data fetch --force` to fetch it again" in line
+    assert "Run `python -m course_tools.corpus fetch --force` to fetch it again" in line
     assert not (tmp_path / "run").exists()
 
 
