@@ -3,7 +3,7 @@
 ``course_utils`` holds what a learner reads and imports (the references, the teaching pictures, the
 exercises); the modules here build, check and ship the course. ``python3 course.py`` runs most of them:
 
-``build``      the notebooks in ``notebooks/`` and ``solutions/`` from ``course_source/`` (``course.py build``)
+``build``      ``notebooks/`` and ``solutions/`` from ``course_source/`` (``course.py build``)
 ``grade``      a learner's exercises, run and tabulated (``course.py check``)
 ``reset``      a notebook, or one exercise of it, back to its clean learner copy (``course.py reset``)
 ``room``       a room folder for a workshop without internet, the learner and instructor zips, and the

@@ -57,7 +57,7 @@ END_TABLE = "<!-- END exercise table -->"
 COMMON = ("README.md", "course.py", "requirements.txt", "pyproject.toml", ".gitignore", "conftest.py",
           "course_utils/", "course_tools/", "notebooks/", "datasets/", "checkpoints/", "lock/")
 INSTRUCTOR_ONLY = ("solutions/", "course_source/", "tests/", "docs/", ".ci/", "benchmarks/", "tools/")
-# course.py's check, reset and site need the rest of course_tools/ on a learner's machine
+# the rest of course_tools/ runs on a learner's machine (check, reset, the corpus fetch, vendor_js's list)
 LEARNER_EXCLUDE = ("course_tools/build.py", "course_tools/room.py")  # authors' and instructors' tools
 NEVER = re.compile(r"(^|/)(__pycache__|\.ipynb_checkpoints|\.hypothesis|.*\.egg-info)(/|$)|(^|/)backup-[^/]*$"
                    r"|\.pyc$|\.zip$|(^|/)\.[^/]*\.tmp$")  # caches, backups, zips, temporaries of atomic writes

@@ -12,7 +12,8 @@ nbconvert's JupyterLab template and the course's own blocks (``static/site/cours
   ``NN_other.html``; ``# NBVAL_...`` comment lines are left out of the code;
 - ``assets/``: require.js (``course_utils/static/vendor``), KaTeX (``static/katex``, for the markdown's
   ``$...$``), the site's stylesheet and script, with the licences. Every page loads only these, by relative
-  paths: no request leaves the page (``tests/e2e/test_e2e_site.py`` checks it in Chromium with the network blocked).
+  paths: no request leaves the page (``tests/e2e/test_e2e_site.py`` checks it in Chromium with the network
+  blocked).
 
 An interactive widget cannot work without a kernel; its place shows a note saying which controls it has and
 that they move in JupyterLab. Outputs the notebook saved next to it (a plot) stay.

@@ -35,8 +35,8 @@ import course_utils
 __all__ = ["VENDOR_DIR", "Package", "PACKAGES", "check", "fetch", "main", "KATEX_DIR", "Bundle", "KATEX",
            "fetch_bundle", "check_bundle"]
 
-# bertviz's libraries live in the learner's package, beside attention_view, which inlines them; the site's KaTeX
-# lives here (KATEX_DIR below)
+# bertviz's libraries live in the learner's package, beside attention_view, which inlines them; the site's
+# KaTeX lives here (KATEX_DIR below)
 VENDOR_DIR = Path(course_utils.__file__).resolve().parent / "static" / "vendor"
 REGISTRY = "https://registry.npmjs.org"
 

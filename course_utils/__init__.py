@@ -26,11 +26,13 @@ Einsum letters are the same in lower case, with i, j for query and key positions
 Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
 ``multihead`` (04-05, cross-attention in 05), ``positional`` and ``length_generalisation`` (06),
 ``variants`` (07), ``fast_attention`` and ``generation`` (08), ``data``, ``gpt``, ``train``, ``runs``,
-``attention_view`` and ``inspect_gpt`` (09); beside them ``plotting`` and ``widgets`` (pictures and
-explorers), ``exercises`` and ``checking`` (the checks behind every exercise), ``grade``
-(``python3 course.py check``), ``environment`` (the setup check), ``build`` (notebooks from
-``course_source/``), ``site`` (the course as static HTML), ``reset`` and ``room`` (learners' resets, workshop
-rooms) and ``vendor_js`` (the JavaScript that bertviz's views and the site need, shipped for offline use).
+``attention_view`` and ``inspect_gpt`` (09); beside them ``block`` (the one transformer block of the models of
+06-09), ``plotting`` and ``widgets`` (pictures and explorers), ``exercises`` and ``checking`` (the checks
+behind every exercise) and ``environment`` (the setup check); ``static/vendor`` holds the JavaScript that
+``attention_view`` inlines, so that bertviz's views work offline.
+
+The course's tooling (building the notebooks, grading, resets, workshop rooms, the static site, vendoring,
+making the corpus) is the package ``course_tools`` beside this one: a learner never needs to import it.
 """
 
 __version__ = "0.1.0"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -36,3 +37,20 @@ def test_contributing_walks_through_adding_a_notebook_and_its_skeleton():
                   "README row", "Instructor guide", "The notebook skeleton", "python3 course.py build NN"):
         assert piece in text, f"CONTRIBUTING.md lost {piece!r}"
     assert "../shared" not in (ROOT / "course_source" / "AUTHORING.md").read_text(encoding="utf-8")
+
+
+def test_the_guides_describe_the_two_packages_and_each_tool_has_one_home():
+    """A learner's package holds no tool; each tool module is named in the README's layout and CONTRIBUTING's
+    table of where things live, so a reader finds it from either."""
+    tools = sorted(p.stem for p in (ROOT / "course_tools").glob("*.py") if not p.stem.startswith("_"))
+    assert {"build", "grade", "reset", "room", "site", "vendor_js", "corpus"} <= set(tools)
+    assert not {p.stem for p in (ROOT / "course_utils").glob("*.py")} & set(tools)
+    assert not (ROOT / "course_utils" / "static" / "katex").exists() and (ROOT / "course_tools" / "static").is_dir()
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme[readme.index("## Layout"):].split("\n## ")[0]
+    contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    where = contributing[contributing.index("## Where things live"):].split("\n## ")[0]
+    assert "course_utils/" in layout and "course_tools/" in layout
+    for name in tools:
+        assert re.search(rf"\b{name}\b", layout), f"README's layout does not name course_tools.{name}"
+        assert re.search(rf"\b{name}\b", where), f"CONTRIBUTING's table does not name course_tools.{name}"

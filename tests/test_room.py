@@ -42,7 +42,7 @@ def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
         assert notebooks >= {p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
         assert {f"attention-course/{f}" for f in ("course.py", "requirements.txt", "README.md", "lock/learner.txt",
                                                  "course_utils/checking.py", "course_tools/reset.py",
-                                                 "course_tools/grade.py")} <= set(names)  # course.py check, reset
+                                                 "course_tools/grade.py", "course_tools/corpus.py")} <= set(names)
         assert not {"attention-course/course_tools/build.py", "attention-course/course_tools/room.py"} & set(names)
         assert any(n.startswith("attention-course/.course/clean/03_") for n in names)  # for `course.py reset`
     assert room.learner_leaks(learner) == []
