@@ -22,7 +22,6 @@ import functools
 import hashlib
 import html
 import json
-import numbers
 import re
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,7 +30,8 @@ import torch
 from IPython.display import HTML
 
 from course_tools.vendor_js import PACKAGES, VENDOR_DIR
-from course_utils._validate import check_path
+from course_utils._files import write_atomic
+from course_utils._validate import check_int, check_path
 
 __all__ = ["head_view", "model_view", "save_html", "prettify_tokens"]
 
@@ -67,9 +67,9 @@ def head_view(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, *,
     weights, shown = _check(attention, tokens, prettify)
     num_layers, num_heads = weights.shape[0], weights.shape[1]
     if layer is not None:
-        _check_index("layer", layer, num_layers, "num_layers")
+        check_int("layer", layer, minimum=0, maximum=num_layers - 1)
     if heads is not None:
-        heads = _check_indices("heads", heads, num_heads, "num_heads")
+        heads = _check_indices("heads", heads, num_heads)
     view = bertviz_head_view(list(weights.unsqueeze(1)), shown, prettify_tokens=False, layer=layer,
                              heads=heads, html_action="return")
     return HTML(_wrap("head", _offline(view.data), num_heads, num_layers, shown))
@@ -90,7 +90,7 @@ def model_view(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, *
     weights, shown = _check(attention, tokens, prettify)
     num_layers, num_heads = weights.shape[0], weights.shape[1]
     if include_layers is not None:
-        include_layers = _check_indices("include_layers", include_layers, num_layers, "num_layers")
+        include_layers = _check_indices("include_layers", include_layers, num_layers)
     view = bertviz_model_view(list(weights.unsqueeze(1)), shown, prettify_tokens=False,
                               include_layers=include_layers, display_mode="light", html_action="return")
     shown_layers = num_layers if include_layers is None else len(include_layers)
@@ -111,9 +111,9 @@ def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: 
     body = "\n".join(v.data if isinstance(v, HTML) else v for v in views)
     check_path("path", path)
     path = Path(path)
-    path.write_text(f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-                    f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n",
-                    encoding="utf-8")
+    write_atomic(path, (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+                        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+                        ).encode("utf-8"))
     return path
 
 
@@ -180,20 +180,12 @@ def _check(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str,
     return weights, prettify_tokens(tokens) if prettify else list(tokens)
 
 
-def _check_index(name: str, i: int, n: int, of: str) -> int:
-    if isinstance(i, bool) or not isinstance(i, numbers.Integral):
-        raise TypeError(f"{name} must be an int, got {type(i).__name__}")
-    if not 0 <= i < n:
-        raise ValueError(f"{name} must be in 0..{n - 1} ({of} is {n}), got {i}")
-    return i
-
-
-def _check_indices(name: str, indices: Sequence[int], n: int, of: str) -> list[int]:
+def _check_indices(name: str, indices: Sequence[int], n: int) -> list[int]:
     if isinstance(indices, (str, bytes)) or not isinstance(indices, Sequence):
         raise TypeError(f"{name} must be a list of ints, got {type(indices).__name__}")
     if len(indices) == 0:
         raise ValueError(f"{name} must name at least one index, got an empty list")
-    out = [_check_index(f"{name}[{k}]", i, n, of) for k, i in enumerate(indices)]
+    out = [check_int(f"{name}[{k}]", i, minimum=0, maximum=n - 1) for k, i in enumerate(indices)]
     if len(set(out)) != len(out):
         raise ValueError(f"{name} must not repeat an index, got {out}")
     return out
