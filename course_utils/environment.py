@@ -100,6 +100,7 @@ def setup_notebook(seed: int = 0, threads: int | None = 1) -> str:
     torch.set_printoptions(precision=4, sci_mode=False)
     matplotlib.rcParams.update({"figure.dpi": 72, "figure.figsize": (6.0, 3.2), "savefig.dpi": 72})
     figures_for_screens()
+    hosted_widgets()
     return best_device()
 
 
@@ -187,12 +188,49 @@ def environment_report() -> list[Requirement]:
         reqs.append(Requirement("data for notebook 09", False, str(e).split(":")[0],
                                 "run `python -m course_utils.data fetch` once with internet (notebooks 01-07 "
                                 "work without it)"))
+    reqs.append(_settings_requirement())
     try:
         importlib.import_module("course_utils.exercises").all_exercises()
         reqs.append(Requirement("course_utils", True, f"importable from {__file__.rsplit('/', 2)[0]}"))
     except Exception as e:
         reqs.append(Requirement("course_utils", False, f"cannot import: {e}", reinstall))
     return reqs
+
+
+def _settings_requirement() -> Requirement:
+    """The course's environment variables that are set, checked now rather than when a notebook reads them."""
+    from course_utils.checking import SEED_ENV
+    from course_utils.runs import choose_size
+
+    problems = []
+    try:
+        choose_size("cpu")
+    except ValueError as err:
+        problems.append(str(err))
+    seed = os.environ.get(SEED_ENV, "").strip()
+    if seed and not seed.lstrip("-").isdigit():
+        problems.append(f"{SEED_ENV} must be an integer seed, got {seed!r}")
+    if problems:
+        return Requirement("course settings", False, "; ".join(problems),
+                           "change the value, or unset the variable to get the default")
+    named = [f"{name}={os.environ[name]}" for name in sorted(os.environ) if name.startswith("COURSE_")]
+    return Requirement("course settings", True, ", ".join(named) if named else "defaults (no COURSE_* variable set)")
+
+
+def hosted_widgets() -> str | None:
+    """On Google Colab with ipywidgets 8, switch on Colab's widget manager for them; return what was done.
+
+    Colab's own front end renders ipywidgets 7 (its preinstalled version, which the course's explorers work
+    with); ipywidgets 8 widgets need ``google.colab.output.enable_custom_widget_manager()``, which loads
+    the manager from a CDN. Elsewhere this does nothing and returns None.
+    """
+    version = _version("ipywidgets")
+    if not hosted_service() or version is None or int(version.split(".")[0]) < 8:
+        return None
+    from google.colab import output  # only on Colab
+
+    output.enable_custom_widget_manager()
+    return f"Colab: widget manager switched on for ipywidgets {version}"
 
 
 def print_report(reqs: list[Requirement] | None = None) -> bool:

@@ -21,7 +21,7 @@ import torch
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
-__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "unigram_loss", "Expectation",
+__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "run_dir", "unigram_loss", "Expectation",
            "EXPECTATIONS", "check_expectations"]
 
 SIZE_ENV = "COURSE_GPT_SIZE"
@@ -52,15 +52,20 @@ RUN_SIZES: dict[str, RunSize] = {
 
 
 def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
-    """``COURSE_GPT_SIZE`` if set, else ``gpu`` on CUDA and ``cpu`` anywhere else; ValueError for an unknown size."""
+    """``COURSE_GPT_SIZE`` if set (any case), else ``gpu`` on CUDA and ``cpu`` anywhere else.
+
+    ValueError for an unknown size, and for the variable's old name ``COURSE_08_SIZE`` (named in the message).
+    """
     env = os.environ if environ is None else environ
-    if env.get(OLD_SIZE_ENV, "").strip() and not env.get(SIZE_ENV, "").strip():
-        raise ValueError(f"{OLD_SIZE_ENV} was renamed {SIZE_ENV} when the tiny GPT became notebook 09; "
-                         f"set {SIZE_ENV}={env[OLD_SIZE_ENV].strip()} instead")
-    size = env.get(SIZE_ENV, "").strip()
+    old, size = env.get(OLD_SIZE_ENV, "").strip(), env.get(SIZE_ENV, "").strip().lower()
+    if old and not size:
+        instead = (f"set {SIZE_ENV}={old.lower()} instead" if old.lower() in RUN_SIZES
+                   else f"set {SIZE_ENV} to one of {sorted(RUN_SIZES)} instead ({old!r} is not a run size)")
+        raise ValueError(f"{OLD_SIZE_ENV} was renamed {SIZE_ENV} when the tiny GPT became notebook 09; {instead}")
     if size:
         if size not in RUN_SIZES:
-            raise ValueError(f"{SIZE_ENV}={size!r} is not a run size; choose one of {sorted(RUN_SIZES)}")
+            raise ValueError(f"{SIZE_ENV}={env[SIZE_ENV].strip()!r} is not a run size; "
+                             f"choose one of {sorted(RUN_SIZES)}")
         return size
     return "gpu" if str(device).startswith("cuda") else "cpu"
 
@@ -71,6 +76,23 @@ def runs_dir(environ: dict[str, str] | None = None) -> Path:
     env = os.environ if environ is None else environ
     where = env.get(RUNS_ENV, "").strip()
     return Path(where).expanduser() if where else Path(__file__).resolve().parent.parent / "runs"
+
+
+def run_dir(size: str, environ: dict[str, str] | None = None, log=print) -> Path:
+    """The folder of notebook 09's run of ``size``: ``runs/09_<size>/`` (under :func:`runs_dir`).
+
+    Before the tiny GPT became notebook 09 its runs went to ``runs/08_<size>/``. A learner's earlier run there
+    is moved (renamed, never copied or deleted) to the new name when the new folder does not exist yet, and
+    ``log`` says so, so that the notebook resumes it instead of training from scratch.
+    """
+    if size not in RUN_SIZES:
+        raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")
+    base = runs_dir(environ)
+    new, old = base / f"09_{size}", base / f"08_{size}"
+    if old.is_dir() and not old.is_symlink() and not new.exists():
+        old.rename(new)
+        log(f"moved your earlier run from {old} to {new} (notebook 09 was numbered 08 before)")
+    return new
 
 
 def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:

@@ -246,3 +246,43 @@ def test_a_hosted_service_brings_its_own_front_end(monkeypatch):
     rows = {r.name: r for r in env.environment_report()}
     assert rows["JupyterLab"].ok and "hosted" in rows["JupyterLab"].detail
     assert rows["nbclient (course.py check)"].ok
+
+
+@pytest.mark.parametrize("variables, ok, detail", [
+    ({}, True, "defaults (no COURSE_* variable set)"),
+    ({"COURSE_GPT_SIZE": "ci", "COURSE_CHECK_SEED": "12"}, True, "COURSE_CHECK_SEED=12, COURSE_GPT_SIZE=ci"),
+    ({"COURSE_GPT_SIZE": "huge"}, False, "COURSE_GPT_SIZE='huge' is not a run size; choose one of ['ci', 'cpu', 'gpu']"),
+    ({"COURSE_CHECK_SEED": "abc"}, False, "COURSE_CHECK_SEED must be an integer seed, got 'abc'"),
+    ({"COURSE_08_SIZE": "cpu"}, False, "COURSE_08_SIZE was renamed COURSE_GPT_SIZE"),
+])
+def test_the_report_checks_the_course_settings_that_are_set(monkeypatch, variables, ok, detail):
+    """Before, `course.py env` said all OK with COURSE_GPT_SIZE=huge; notebook 09 failed only when it got there."""
+    import os
+
+    for name in [n for n in os.environ if n.startswith("COURSE_")]:
+        monkeypatch.delenv(name)
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    row = {r.name: r for r in environment_report()}["course settings"]
+    assert row.ok is ok and row.detail.startswith(detail)
+    assert ok or row.fix == "change the value, or unset the variable to get the default"
+
+
+def test_colab_with_ipywidgets_8_gets_its_widget_manager_and_nothing_elsewhere(monkeypatch):
+    import types
+
+    import course_utils.environment as env
+
+    calls = []
+    colab = types.ModuleType("google.colab")
+    colab.output = types.SimpleNamespace(enable_custom_widget_manager=lambda: calls.append("on"))
+    monkeypatch.setitem(sys.modules, "google", types.ModuleType("google"))
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    versions = {"ipywidgets": "8.1.5"}
+    monkeypatch.setattr(env, "_version", lambda dist: versions.get(dist))
+    monkeypatch.setattr(env, "hosted_service", lambda: False)
+    assert env.hosted_widgets() is None and calls == []
+    monkeypatch.setattr(env, "hosted_service", lambda: True)
+    assert env.hosted_widgets() == "Colab: widget manager switched on for ipywidgets 8.1.5" and calls == ["on"]
+    versions["ipywidgets"] = "7.7.1"  # Colab's own version: its front end renders it as it is
+    assert env.hosted_widgets() is None and calls == ["on"]

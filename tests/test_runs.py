@@ -108,3 +108,37 @@ def test_the_old_name_of_the_size_switch_says_its_new_name():
     with pytest.raises(ValueError, match=r"COURSE_08_SIZE was renamed COURSE_GPT_SIZE .* set COURSE_GPT_SIZE=ci instead"):
         choose_size("cpu", {"COURSE_08_SIZE": "ci"})
     assert choose_size("cpu", {"COURSE_08_SIZE": "ci", "COURSE_GPT_SIZE": "gpu"}) == "gpu"
+
+
+def test_the_old_name_with_a_value_that_is_no_size_does_not_suggest_it():
+    """Before, COURSE_08_SIZE=bogus said "set COURSE_GPT_SIZE=bogus instead", which then failed too."""
+    with pytest.raises(ValueError, match=r"set COURSE_GPT_SIZE to one of \['ci', 'cpu', 'gpu'\] instead \('bogus' is"):
+        choose_size("cpu", {"COURSE_08_SIZE": "bogus"})
+    with pytest.raises(ValueError, match=r"set COURSE_GPT_SIZE=ci instead"):
+        choose_size("cpu", {"COURSE_08_SIZE": " CI "})
+
+
+def test_the_size_switch_ignores_case_and_names_what_arrived():
+    assert choose_size("cpu", {"COURSE_GPT_SIZE": "CI"}) == "ci"
+    assert choose_size("cuda", {"COURSE_GPT_SIZE": " Cpu "}) == "cpu"
+    with pytest.raises(ValueError, match=r"COURSE_GPT_SIZE='Huge' is not a run size; choose one of"):
+        choose_size("cpu", {"COURSE_GPT_SIZE": "Huge"})
+
+
+def test_run_dir_is_named_after_notebook_09_and_moves_an_earlier_run_of_notebook_08(tmp_path):
+    from course_utils.runs import run_dir
+
+    env, said = {"COURSE_RUNS_DIR": str(tmp_path)}, []
+    assert run_dir("ci", env, log=said.append) == tmp_path / "09_ci" and said == []
+    old = tmp_path / "08_cpu"
+    old.mkdir()
+    (old / "ckpt.pt").write_bytes(b"the learner's checkpoint")
+    new = run_dir("cpu", env, log=said.append)
+    assert new == tmp_path / "09_cpu" and not old.exists()
+    assert (new / "ckpt.pt").read_bytes() == b"the learner's checkpoint"
+    assert said == [f"moved your earlier run from {old} to {new} (notebook 09 was numbered 08 before)"]
+    old.mkdir()  # both there: nothing moves, nothing is lost
+    (old / "other.pt").write_bytes(b"x")
+    assert run_dir("cpu", env, log=said.append) == new and (old / "other.pt").exists() and len(said) == 1
+    with pytest.raises(ValueError, match=r"size must be one of \['ci', 'cpu', 'gpu'\], got 'big'"):
+        run_dir("big", env)
