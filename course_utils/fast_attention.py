@@ -117,6 +117,10 @@ def merge_partials(a: Partial, b: Partial) -> Partial:
     if a.m.shape != b.m.shape or a.o.shape != b.o.shape:
         raise ValueError(f"a and b must be partials of the same queries, got o {tuple(a.o.shape)} and "
                          f"{tuple(b.o.shape)}")
+    dtypes = {t.dtype for t in (*a, *b)}
+    if len(dtypes) > 1:
+        raise TypeError(f"a and b must hold tensors of one dtype, got {sorted(str(d) for d in dtypes)} "
+                        "(torch would silently promote the merged partial)")
     return _merge(a, b)
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course_utils._validate import check_int, check_token_ids
+from course_utils._validate import check_floating, check_int, check_token_ids
 from course_utils.gpt import GPT, CausalSelfAttention
 from course_utils.multihead import split_heads
 
@@ -105,6 +105,17 @@ def _check_weights(name: str, w: object) -> torch.Tensor:
     return w
 
 
+def _check_weights_and_norms(weights: object, norms: object) -> tuple[torch.Tensor, torch.Tensor]:
+    w = _check_weights("weights", weights)
+    if not isinstance(norms, torch.Tensor):
+        raise TypeError(f"norms must be a tensor of the weights' shape {tuple(w.shape)}, got {type(norms).__name__}")
+    if norms.shape != w.shape:
+        raise ValueError(f"norms must have the weights' shape {tuple(w.shape)} (weighted_value_norms of these "
+                         f"weights), got {tuple(norms.shape)}")
+    check_floating("norms", norms)
+    return w, norms
+
+
 def first_key_share(weights: torch.Tensor) -> torch.Tensor:
     """The mean weight that queries 1 .. T-1 give to key 0, per head.
 
@@ -183,6 +194,7 @@ def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.T
             raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
         if t.dim() < 2:
             raise ValueError(f"{name} must have at least 2 dims, got shape {tuple(t.shape)}")
+        check_floating(name, t)
     if weights.shape[:-2] != values.shape[:-2] or weights.shape[-1] != values.shape[-2]:
         raise ValueError(f"weights (..., T, S) and values (..., S, E) must agree on the leading dims and on S, got "
                          f"{tuple(weights.shape)} and {tuple(values.shape)}")
@@ -197,9 +209,7 @@ def top_key_disagreement(weights: torch.Tensor, norms: torch.Tensor) -> torch.Te
 
     Taught in notebook 09.
     """
-    w, n = _check_weights("weights", weights), _check_weights("norms", norms)
-    if w.shape != n.shape:
-        raise ValueError(f"weights and norms must have one shape, got {tuple(w.shape)} and {tuple(n.shape)}")
+    w, n = _check_weights_and_norms(weights, norms)
     differs = w[:, :, 1:].argmax(dim=-1) != n[:, :, 1:].argmax(dim=-1)  # (B, H, T - 1)
     return differs.float().mean(dim=(0, 2))  # (H,)
 
@@ -213,9 +223,7 @@ def rank_correlation(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor
     Row i is compared over its i + 1 visible keys; rows 0 and 1 (one or two keys) are left out. 1 means the
     two pictures order the keys alike. Taught in notebook 09.
     """
-    w, n = _check_weights("weights", weights), _check_weights("norms", norms)
-    if w.shape != n.shape:
-        raise ValueError(f"weights and norms must have one shape, got {tuple(w.shape)} and {tuple(n.shape)}")
+    w, n = _check_weights_and_norms(weights, norms)
     T = w.shape[-1]
     if T < 3:
         raise ValueError(f"rank_correlation needs T >= 3 (rows with at least 3 keys), got T = {T}")

@@ -263,6 +263,11 @@ class MultiHeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False, *,
                 memory: torch.Tensor | None = None):
         check_attention_input(x, self, need_weights)
+        if (isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.dim() == 3
+                and mask.shape[-1] == self.embed_dim):  # nn.MultiheadAttention's habit: attn(x, memory, ...)
+            raise TypeError(f"mask must be boolean, got a floating tensor of shape {tuple(mask.shape)}, which "
+                            f"looks like a (B, S, C) memory: for cross-attention pass it by keyword, "
+                            f"attn(x, memory=m)")
         if memory is None:  # self-attention: queries, keys and values all from x
             q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         else:  # cross-attention: queries from x, keys and values from the memory

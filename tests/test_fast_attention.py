@@ -258,3 +258,12 @@ def test_partial_errors():
         merge_partials(good, other)
     with pytest.raises(TypeError, match=r"p.l must be a floating-point tensor"):
         finish(Partial(good.m, good.l.long(), good.o))
+
+
+def test_merge_refuses_partials_of_two_dtypes():
+    """Before, a float32 and a float64 partial merged silently into float64 (tiled_attention refuses mixed dtypes)."""
+    scores, v = torch.randn(3, 6), torch.randn(6, 5)
+    a = block_partial(scores[:, :3], v[:3])
+    b = block_partial(scores[:, 3:].double(), v[3:].double())
+    with pytest.raises(TypeError, match=r"a and b must hold tensors of one dtype, got \['torch.float32', 'torch.float64'\]"):
+        merge_partials(a, b)

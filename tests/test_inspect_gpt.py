@@ -137,7 +137,12 @@ def test_xavier_init_has_the_variances_it_says():
     (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a tensor, got str"),
     (lambda: weighted_value_norms(torch.ones(3), torch.ones(3, 2)), ValueError, "weights must have at least 2 dims"),
     (lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 3)), ValueError,
-     "weights and norms must have one shape"),
+     r"norms must have the weights' shape \(1, 1, 3, 3\) \(weighted_value_norms of these weights\), got \(1, 2, 3, 3\)"),
+    (lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 3)), ValueError,
+     r"norms must have the weights' shape \(1, 1, 3, 3\)"),  # was: "norms must be self-attention weights"
+    (lambda: rank_correlation(torch.ones(1, 1, 3, 3), [1.0]), TypeError, "norms must be a tensor of the weights' shape"),
+    (lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 4, 6, dtype=torch.long)), TypeError,
+     "values must be a floating-point tensor, got dtype torch.int64"),  # was torch's linalg.vector_norm message
     (lambda: rank_correlation(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)), ValueError, "needs T >= 3"),
     (lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
      ValueError, "selected must mark some keys and leave others unmarked"),

@@ -484,3 +484,13 @@ def test_modules_name_a_dtype_or_device_that_differs_from_their_weights(make):
 def test_need_weights_must_be_a_bool():
     with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no' \(str\)"):
         MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), need_weights="no")
+
+
+def test_a_memory_passed_where_the_mask_goes_is_named():
+    """nn.MultiheadAttention users write attn(x, memory): the second argument here is the mask."""
+    attn = MultiHeadAttention(8, 2)
+    x, memory = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    with pytest.raises(TypeError, match=r"got a floating tensor of shape \(2, 5, 8\), which looks like a \(B, S, C\) "
+                                        r"memory: for cross-attention pass it by keyword, attn\(x, memory=m\)"):
+        attn(x, memory)
+    assert attn(x, memory=memory).shape == (2, 3, 8)
