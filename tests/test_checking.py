@@ -690,6 +690,26 @@ def test_another_error_is_not_blamed_on_a_mistake_that_raises():
     assert "RuntimeError" in res.message
 
 
+def _scale_rows(w, n):
+    return w * n.unsqueeze(-2)  # w (B, T, S), n (B, S) -> (B, 1, S)
+
+
+SCALE_ROWS = Exercise(
+    key="99.8", title="scale rows", signature="scale_rows(w, n) -> (B, T, S)", solution=_scale_rows,
+    cases=lambda: [((torch.ones(2, 3, 5), torch.ones(2, 5)), {})],
+    mistakes=(Mistake("n over the wrong axis", "n runs along the keys.", lambda w, n: w * n.unsqueeze(-1),
+                      fix="n.unsqueeze(-2)"),))
+
+
+def test_a_broadcasting_error_is_blamed_only_on_a_mistake_with_the_same_shapes():
+    """Both raise 'The size of tensor a (N) must match the size of tensor b (N) ...', with other sizes: the
+    numbers (shapes) are part of the failure, so the catalogued mistake is not named for another slip."""
+    res = run_check(SCALE_ROWS, lambda w, n: w * n)  # (B, T, S) * (B, S): B meets T
+    assert res.status == FAILED and res.mistake is None, res.message
+    assert "must match the size of tensor b" in res.message
+    assert run_check(SCALE_ROWS, lambda w, n: w * n[..., None]).mistake == "n over the wrong axis"
+
+
 # ------------------------------------------------ what a tester found: modules, huge numbers, globals, RNG
 
 
