@@ -402,6 +402,49 @@ def _append_returns_cat(cache, length, new):
     return torch.cat([cache[:, :, :length], new], dim=2)  # right keys, buffer never written
 
 
+def _append_length_from_nonzero(cache, length, new):
+    used = int((cache.abs().sum(dim=(0, 1, 3)) != 0).sum())  # the slots that hold anything, stale keys too
+    cache[:, :, used:used + new.shape[2]] = new
+    return cache[:, :, :used + new.shape[2]]
+
+
+def _head_over_d(x, w_q, w_k, w_v):
+    q, k, v = F.linear(x, w_q), F.linear(x, w_k), F.linear(x, w_v)
+    return F.scaled_dot_product_attention(q, k, v, scale=1.0 / q.shape[-1])  # 1 / D, not 1 / sqrt(D)
+
+
+def _nucleus_top_forced(logits, temperature, top_p):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    s, order = probs.sort(dim=-1, descending=True)
+    keep = s.cumsum(-1) < top_p  # drops the token that crosses p ...
+    keep[..., 0] = True  # ... but never leaves a row empty
+    kept = probs * torch.zeros_like(keep).scatter(-1, order, keep)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _nucleus_of(scaled, top_p):
+    probs = torch.softmax(scaled, dim=-1)
+    s, order = probs.sort(dim=-1, descending=True)
+    kept = probs * torch.zeros_like(probs, dtype=torch.bool).scatter(-1, order, s.cumsum(-1) - s < top_p)
+    return kept / kept.sum(-1, keepdim=True)
+
+
+def _nucleus_no_temperature(logits, temperature, top_p):
+    return _nucleus_of(logits, top_p)
+
+
+def _nucleus_times_temperature(logits, temperature, top_p):
+    return _nucleus_of(logits * temperature, top_p)
+
+
+def _weighted_norms_no_unsqueeze(weights, v):
+    return weights * v.norm(dim=-1)  # (B, H, T, S) * (B, H, S)
+
+
+def _weighted_norms_wrong_axes(weights, v):
+    return weights * v.norm(dim=-1)[:, None, None, :][:, 0]  # (B, 1, H, S): H where T belongs
+
+
 def _aft_logits_up_to_88(q, k, v):
     e = torch.exp(k.clamp(max=88.0))  # "no overflow" by clipping the logits: the weights change
     return torch.sigmoid(q) * (e * v).sum(dim=-2, keepdim=True) / e.sum(dim=-2, keepdim=True)
@@ -540,11 +583,12 @@ WRONG = {
     "06.3": [_alibi_float64],
     "07.3": [_aft_logits_up_to_88],
     "08.1": [_merge_assumes_second_higher, _merge_normalised],
-    "08.2": [_nucleus_divides_in_place],
-    "08.3": [_append_returns_cat],
+    "02.3": [_head_over_d],
+    "08.2": [_nucleus_divides_in_place, _nucleus_top_forced, _nucleus_no_temperature, _nucleus_times_temperature],
+    "08.3": [_append_returns_cat, _append_length_from_nonzero],
     "09.1": [_windows_float_ids, _windows_ids_plus],
     "09.4": [_post_norm_sandwich],
-    "09.5": [_weighted_norms_l1],
+    "09.5": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
 }
 
 
@@ -565,6 +609,13 @@ def test_independently_written_wrong_answers_fail(key, fn):
     ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
     ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
     ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
+    ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
+    ("08.2", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
+    ("08.2", _nucleus_no_temperature, "temperature ignored"),
+    ("08.2", _nucleus_times_temperature, "logits multiplied by the temperature"),
+    ("08.3", _append_length_from_nonzero, "length inferred from the buffer's non-zero slots, not the length argument"),
+    ("09.5", _weighted_norms_no_unsqueeze, "the norms broadcast against the wrong axes"),
+    ("09.5", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
 ], ids=lambda x: getattr(x, "__name__", None) if callable(x) else None)
 def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, fn, name):
     for seed in (0, 1, 2):

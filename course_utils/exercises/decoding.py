@@ -4,8 +4,10 @@ sampling probabilities, a KV-cache append.
 Each reference solution is built from :mod:`course_utils.fast_attention`, :mod:`course_utils.generation` and
 :mod:`course_utils.variants`; each mistake is one that learners (and published code) really make: partial
 sums merged without rescaling, or rescaled upside down, the last block's maximum kept instead of the larger
-one, NaN for a query that has seen no key yet, a nucleus that drops the token crossing p, probabilities that
-are not renormalised, temperature applied after the softmax, a cache written at the wrong offset.
+one, NaN for a query that has seen no key yet, a nucleus that drops the token crossing p (with or without
+the top token kept by hand), probabilities that are not renormalised, temperature ignored, multiplied or
+applied after the softmax, a cache written at the wrong offset or at an offset read off the buffer's
+non-zero slots (which a reused cache fills with stale keys) instead of ``length``.
 """
 
 from __future__ import annotations
@@ -146,6 +148,14 @@ def _nucleus_drops_crossing(logits: torch.Tensor, temperature: float, top_p: flo
     return _nucleus_with(probs, torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted))
 
 
+def _nucleus_crossing_dropped_top_kept(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sorted_probs, order = probs.sort(dim=-1, descending=True)
+    keep_sorted = sorted_probs.cumsum(-1) < top_p  # stops BEFORE the token that crosses p ...
+    keep_sorted[..., 0] = True  # ... but the most likely token is kept by hand, so no row is left empty
+    return _nucleus_with(probs, torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted))
+
+
 def _nucleus_ascending(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     probs = torch.softmax(logits / temperature, dim=-1)
     sorted_probs, order = probs.sort(dim=-1)  # ascending: the least likely tokens first
@@ -156,6 +166,19 @@ def _nucleus_ascending(logits: torch.Tensor, temperature: float, top_p: float) -
 def _nucleus_not_renormalised(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     probs = torch.softmax(logits / temperature, dim=-1)
     return _nucleus_with(probs, top_p_keep(probs, top_p), renormalise=False)
+
+
+def _nucleus_at_temperature(logits: torch.Tensor, scaled: torch.Tensor, top_p: float) -> torch.Tensor:
+    probs = torch.softmax(scaled, dim=-1)
+    return _nucleus_with(probs, top_p_keep(probs, top_p))
+
+
+def _nucleus_temperature_ignored(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    return _nucleus_at_temperature(logits, logits, top_p)  # the distribution at temperature 1, always
+
+
+def _nucleus_temperature_multiplied(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
+    return _nucleus_at_temperature(logits, logits * temperature, top_p)  # tau < 1 now flattens, tau > 1 sharpens
 
 
 def _nucleus_temperature_after_softmax(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
@@ -175,18 +198,20 @@ def _append_solution(cache: torch.Tensor, length: int, new: torch.Tensor) -> tor
     return k  # (B, H, length + T, D)
 
 
+def _buffer(g: torch.Generator, B: int, H: int, capacity: int, D: int, length: int, stale: int) -> torch.Tensor:
+    """A cache buffer whose first ``length`` slots hold keys and the next ``stale`` slots old keys of an earlier
+    sequence (a reused buffer); the rest are zeros. Only ``length`` says where the keys end."""
+    buf = torch.zeros(B, H, capacity, D)
+    buf[:, :, :length + stale] = torch.randn(B, H, length + stale, D, generator=g)
+    return buf
+
+
 def _append_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(13)
-
-    def buffer(B: int, H: int, capacity: int, D: int, length: int) -> torch.Tensor:
-        buf = torch.zeros(B, H, capacity, D)
-        buf[:, :, :length] = torch.randn(B, H, length, D, generator=g)
-        return buf
-
     return [
-        ((buffer(1, 2, 6, 3, 2), 2, torch.randn(1, 2, 1, 3, generator=g)), {}),
-        ((buffer(2, 1, 5, 2, 0), 0, torch.randn(2, 1, 3, 2, generator=g)), {}),
-        ((buffer(1, 3, 8, 2, 3), 3, torch.randn(1, 3, 2, 2, generator=g)), {}),
+        ((_buffer(g, 1, 2, 6, 3, 2, 0), 2, torch.randn(1, 2, 1, 3, generator=g)), {}),  # a fresh buffer
+        ((_buffer(g, 2, 1, 7, 2, 0, 3), 0, torch.randn(2, 1, 3, 2, generator=g)), {}),  # reused: 3 stale slots
+        ((_buffer(g, 1, 3, 8, 2, 3, 2), 3, torch.randn(1, 3, 2, 2, generator=g)), {}),  # 2 stale slots after 3
     ]
 
 
@@ -196,8 +221,10 @@ def _append_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
         B, H, D, T = _int(g, 1, 4), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 65), _int(g, 1, 9)
         capacity = T + _int(g, 2, 41)
         length = _int(g, 0, capacity - T)  # one free slot after the new keys, so a write one too late still fits
-        cache = torch.zeros(B, H, capacity, D)
-        cache[:, :, :length] = torch.randn(B, H, length, D, generator=g)
+        # stale keys of an earlier sequence after `length` in about half the draws, never so many that
+        # length + stale + T passes the capacity (a write after them still fits)
+        stale = _int(g, 1, capacity - T - length + 1) if bool(torch.rand((), generator=g) < 0.5) else 0
+        cache = _buffer(g, B, H, capacity, D, length, stale)
         cases.append(((cache, length, torch.randn(B, H, T, D, generator=g)), {}))
     return cases
 
@@ -220,8 +247,15 @@ def _append_stale_view(cache: torch.Tensor, length: int, new: torch.Tensor) -> t
 
 def _append_one_late(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
     T = new.shape[2]
-    cache[:, :, length + 1:length + 1 + T] = new  # leaves a row of zeros at position `length`
+    cache[:, :, length + 1:length + 1 + T] = new  # leaves slot `length` unwritten: zeros or a stale key
     return cache[:, :, :length + 1 + T]
+
+
+def _append_length_from_buffer(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
+    T = new.shape[2]
+    used = int((cache.abs().sum(dim=(0, 1, 3)) != 0).sum())  # counts the stale slots of a reused buffer too
+    cache[:, :, used:used + T] = new
+    return cache[:, :, :used + T]
 
 
 EXERCISES = (
@@ -273,6 +307,13 @@ EXERCISES = (
                     "that crosses p; yours stops one token short of it.",
                     _nucleus_drops_crossing, fix="keep a token when the mass strictly before it is below p: "
                     "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p"),
+            Mistake("the token that crosses p is dropped, and the top token kept by hand",
+                    "Keeping the most likely token by hand only mends the rows where it alone reaches p. The "
+                    "nucleus includes the token that crosses p wherever it falls in the sorted order; yours "
+                    "stops one token short of it in every other row.",
+                    _nucleus_crossing_dropped_top_kept, fix="keep a token when the mass strictly before it is "
+                    "below p, keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p, which always "
+                    "keeps the top token: no special case needed"),
             Mistake("sorted ascending",
                     "The nucleus is made of the most likely tokens, so they must come first in the sort.",
                     _nucleus_ascending, fix="probs.sort(dim=-1, descending=True)"),
@@ -283,6 +324,14 @@ EXERCISES = (
                     "The temperature divides the LOGITS, before the softmax. Dividing probabilities by it "
                     "does not sharpen or flatten anything; it just stops them summing to 1.",
                     _nucleus_temperature_after_softmax, fix="torch.softmax(logits / temperature, dim=-1)"),
+            Mistake("temperature ignored",
+                    "Your probabilities are the same whatever the temperature: it must reshape the "
+                    "distribution (below 1 sharper, above 1 flatter) before the nucleus is chosen.",
+                    _nucleus_temperature_ignored, fix="torch.softmax(logits / temperature, dim=-1)"),
+            Mistake("logits multiplied by the temperature",
+                    "The temperature divides the logits. Multiplying by it does the opposite: a temperature "
+                    "below 1 then flattens the distribution and one above 1 sharpens it.",
+                    _nucleus_temperature_multiplied, fix="logits / temperature, not logits * temperature"),
         ),
     ),
     Exercise(
@@ -299,15 +348,22 @@ EXERCISES = (
                     _append_at_zero, fix="cache[:, :, length:length + T] = new"),
             Mistake("returned the whole buffer",
                     "The buffer has room for `capacity` positions, but only the first length + T hold keys; "
-                    "the rest are zeros that attention would treat as real keys.",
+                    "the rest are zeros, or old keys of an earlier sequence, that attention would treat as "
+                    "real keys.",
                     _append_whole_buffer, fix="return cache[:, :, :length + T]"),
             Mistake("returned the old view, without the new tokens",
                     "After writing, the valid part of the buffer has grown by the new tokens.",
                     _append_stale_view, fix="return cache[:, :, :length + T]"),
             Mistake("written one position too late",
                     "Positions count from 0; count which slots the cached keys already fill and where the "
-                    "first empty one is (one too late leaves a row of zeros, a fake key).",
+                    "first free one is (one too late leaves a slot unwritten: a fake key).",
                     _append_one_late, fix="the first free slot is `length` itself: cache[:, :, length:length + T] = new"),
+            Mistake("length inferred from the buffer's non-zero slots, not the length argument",
+                    "A buffer that is reused for a new sequence still holds the old keys after the cached "
+                    "ones, so its non-zero slots do not say where the keys end. Only the length you are "
+                    "given does.",
+                    _append_length_from_buffer, fix="write at `length`, the argument: "
+                    "cache[:, :, length:length + T] = new; return cache[:, :, :length + T]"),
         ),
     ),
 )

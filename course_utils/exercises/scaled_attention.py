@@ -180,6 +180,10 @@ def _head_no_scale(x, w_q, w_k, w_v):
     return _head_with(x, w_q, w_k, w_v, 1.0)
 
 
+def _head_over_d(x, w_q, w_k, w_v):
+    return _head_with(x, w_q, w_k, w_v, 1.0 / w_q.shape[0])  # 1 / D, not 1 / sqrt(D): w_q is (D, C)
+
+
 def _head_wrong_axis(x, w_q, w_k, w_v):
     return _head_with(x, w_q, w_k, w_v, w_q.shape[0] ** -0.5, dim=1)  # w_q is (D, C)
 
@@ -317,6 +321,11 @@ EXERCISES = (
                     "The scores must be scaled down by the square root of the head size before the "
                     "softmax.",
                     _head_no_scale, fix="torch.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1), D = q.shape[-1]"),
+            Mistake("scaling by 1/D instead of 1/sqrt(D)",
+                    "A dot product of D independent terms of variance 1 has variance D, so its spread (the "
+                    "standard deviation) is the square root of D: that is what brings the scores back to "
+                    "variance 1. Dividing by D itself shrinks them too far, and the weights come out too flat.",
+                    _head_over_d, fix="scale by q.shape[-1] ** -0.5 (1 / sqrt(D)), not 1 / q.shape[-1]"),
             Mistake("softmax over the wrong axis",
                     "The scores are (B, T, T) with the keys on the last axis; each query's weights over the "
                     "keys must sum to 1.",

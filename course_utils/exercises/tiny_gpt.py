@@ -6,7 +6,8 @@ Each reference solution is built from :mod:`course_utils.data`, :mod:`course_uti
 shows up in real code: targets that are not shifted (or shifted the wrong way), windows one token short,
 frequencies counted on the data being scored, bits instead of nats, a warmup that starts at a learning rate of
 zero, a cosine that decays to zero or runs past the end, a block normalised in pre-norm order or on its branch
-only, a residual left out, a value's norm taken over the wrong axis or of the wrong key.
+only, a residual left out, a value's norm taken over the wrong axis or of the wrong key, or broadcast against the
+weights without an axis for the queries.
 """
 
 from __future__ import annotations
@@ -308,6 +309,10 @@ def _weighted_norms_over_positions(weights, v):
     return weights * v.norm(dim=-2).unsqueeze(-2)  # norm over the S positions: (B, H, 1, D), one per channel
 
 
+def _weighted_norms_not_unsqueezed(weights, v):
+    return weights * v.norm(dim=-1)  # (B, H, T, S) * (B, H, S): lines S up with S, but H with T and B with H
+
+
 def _weighted_norms_of_the_sum(weights, v):
     return (weights @ v).norm(dim=-1)  # (B, H, T): the norm of the output, not of each key's term
 
@@ -451,6 +456,13 @@ EXERCISES = (
                     "The norm of weights @ v is the size of the whole output: one number per query. The "
                     "exercise asks for each key's term on its own, one number per (query, key).",
                     _weighted_norms_of_the_sum, fix="weights * v.norm(dim=-1).unsqueeze(-2)"),
+            Mistake("the norms broadcast against the wrong axes",
+                    "The norms are (B, H, S), one per key, and the weights (B, H, T, S). Broadcasting lines "
+                    "shapes up from the right, so the norms' H meets the weights' T and their B meets H. The "
+                    "norms need an axis of size 1 where the queries are, so that every query's row gets the "
+                    "same norms.",
+                    _weighted_norms_not_unsqueezed, fix="weights * v.norm(dim=-1).unsqueeze(-2): (B, H, T, S) "
+                    "* (B, H, 1, S)"),
         ),
     ),
 )
