@@ -59,6 +59,7 @@ from course_utils.variants import (
 device = setup_notebook(seed=0)
 print(f"torch {torch.__version__}, device: {device}")
 
+# %% [markdown]
 # ## 1. The bill: a KV cache for a 7B-sized model
 #
 # When a model generates text, each new token needs the keys and values of all earlier tokens, in every
@@ -179,10 +180,12 @@ print("a window >= T is the causal mask:", torch.equal(sliding_window_mask(8, 8)
 #
 # - **Mistral 7B** (Jiang et al. 2023) gives W as a *distance*: the hidden state at position i attends to
 #   positions `i - W .. i`, which is W + 1 keys. Mistral's W = 4096 is `window = 4097` here.
-# - **Longformer** (Beltagy et al. 2020) uses windows that look *both ways*: a window w covers about w / 2
-#   positions on each side of the query, future included, so it is not causal (it is an encoder), and a
-#   few chosen positions get *global* attention, to and from every token. The causal, one-sided window of
-#   this notebook is the decoder's version (Mistral's).
+# - **Longformer** (Beltagy et al. 2020), as the encoder it is best known as, uses windows that look
+#   *both ways*: a window w covers about w / 2 positions on each side of the query, future included, so
+#   that version is not causal, and a few chosen positions get *global* attention, to and from every
+#   token. For character-level language modelling (text8, enwik8) the same paper uses causal windows
+#   instead, dilated in the higher layers. The causal, one-sided window of this notebook is the decoder's
+#   version (Mistral's).
 
 # %%
 W = 2  # Mistral's W: a distance
@@ -290,6 +293,7 @@ padded = linformer_attention(q_s, torch.cat([k_s, pad], dim=2), torch.cat([v_s, 
 print("slicing E and F = zero-padding k and v to 256, agree to 1e-6:",
       (sliced - padded).abs().max().item() < 1e-6)
 
+# %% [markdown]
 # ## 5. The attention-free transformer (AFT), without overflow
 #
 # AFT (Zhai et al. 2021) drops the query-key dot product. For each channel c, output t is a weighted

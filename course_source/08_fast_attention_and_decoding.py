@@ -173,12 +173,16 @@ for q_tile, kv_tile in ((1, 1), (8, 16), (7, 13), (64, 64)):
 # %% [markdown]
 # Tiles of 7 and 13 do not divide 50: the last tile is simply shorter. This is the algorithm of
 # **FlashAttention** (Dao et al. 2022) and, earlier, of Rabe & Staats (2021), who showed that attention
-# needs far less memory than its `(T, S)` matrix. FlashAttention runs it as one fused GPU kernel: each
-# tile of q, k and v is loaded once into the chip's small, fast on-chip memory, and only the output (with
-# `m` and `l` per query, for the backward pass) goes back to the large, slow GPU memory; the backward pass
-# recomputes the tiles instead of storing them. Dao et al. show that on a GPU plain attention is limited by
-# those reads and writes of the `(T, S)` matrices, not by arithmetic, so avoiding them makes it faster *and*
-# smaller. On a CPU, `F.scaled_dot_product_attention` runs a compiled version of the same blocked
+# needs far less memory than its `(T, S)` matrix. FlashAttention runs it as one fused GPU kernel: the
+# `(T, S)` scores and weights never leave the chip's small, fast on-chip memory. As in the loops above, a
+# tile of queries is loaded there once and every tile of k and v streams past it, so k and v are read
+# again for each query tile; only the output (with `m` and `l` per query, for the backward pass) goes back
+# to the large, slow GPU memory, and the backward pass recomputes the tiles instead of storing them. (The
+# first FlashAttention nests the loops the other way round, k and v outside, and so re-reads the query
+# tiles and rewrites the output once per k/v tile; FlashAttention-2 puts the queries outside, as here.)
+# Dao et al. count Θ(T²D²/M) reads and writes of GPU memory for on-chip memory of M numbers, against
+# Θ(TD + T²) for plain attention, and show that on a GPU plain attention is limited by those reads and
+# writes of the `(T, S)` matrices, not by arithmetic, so avoiding them makes it faster *and* smaller. On a CPU, `F.scaled_dot_product_attention` runs a compiled version of the same blocked
 # algorithm too (`_scaled_dot_product_flash_attention_for_cpu` in PyTorch's profiler).
 #
 # With a causal mask, whole tiles lie in the future of every query of their tile: they need not be
@@ -380,6 +384,7 @@ for use_cache in (False, True):
     generate(bigger, start, 150, greedy=True, use_cache=use_cache)
     print(f"use_cache={use_cache!s:>5}: {time.perf_counter() - t0:.2f} s for 150 tokens")
 
+# %% [markdown]
 # ## 5. Sampling: greedy, temperature, top-k, top-p
 #
 # The model gives logits over the vocabulary; `sample_next_token` turns them into one token:
@@ -658,6 +663,8 @@ check("08.2", nucleus_probs)
 # `cache` is a preallocated buffer `(B, H, capacity, D)` whose first `length` positions hold keys. Write
 # `append_kv(cache, length, new)` that writes the new keys `(B, H, T, D)` into the buffer (in place) right
 # after the cached ones, and returns the part of the buffer that now holds keys, `(B, H, length + T, D)`.
+# The slots after `length` may hold anything: zeros in a fresh buffer, an earlier sequence's keys in one
+# that is reused.
 
 # %%
 def append_kv(cache, length, new):

@@ -166,8 +166,10 @@ plt.show()
 # - a token embedding `(V, C)`; positions either learned `(T, C)` (notebook 06) or rotary, applied to
 #   q and k inside attention. The rotation pairs channel `i` with channel `i + D/2` (the "half" pairing),
 #   not the RoFormer paper's neighbours `(2i, 2i + 1)`: the two halves of q and k are two contiguous
-#   slices instead of two strided views, and it is the layout of Llama's and GPT-NeoX's checkpoints, so
-#   their weights need no permutation. It is the same function as
+#   slices instead of two strided views, and it is the layout of GPT-NeoX's checkpoints and of Llama's in
+#   the Hugging Face format, so their W_q and W_k load without reordering rows (Meta's original Llama
+#   checkpoints pair neighbours; Hugging Face's conversion permutes their W_q and W_k rows into "half").
+#   It is the same function as
 #   `course_utils.positional.apply_rope(pairing="half")`, and notebook 06 shows it is the paper's rotation
 #   with the channels listed in another order;
 # - `num_layers` **pre-norm blocks**: `x = x + attention(layer_norm(x))`, then `x = x + mlp(layer_norm(x))`.
@@ -707,7 +709,8 @@ check("09.4", post_norm_block)
 # Write `weighted_norms(weights, v)`: `weights` is `(B, H, T, S)` and `v` is `(B, H, S, D)`, one value
 # vector per key. Return the `(B, H, T, S)` tensor whose entry `[b, h, i, j]` is the length of the term
 # key `j` adds to query `i`'s output, `||weights[b, h, i, j] * v[b, h, j]||` (section 8), without a
-# Python loop.
+# Python loop. Here `v` stands in for section 8's `f(x_j)`, each key's value already passed through the
+# head's share of the output projection W_O.
 
 # %%
 def weighted_norms(weights, v):

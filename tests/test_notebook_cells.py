@@ -1,0 +1,58 @@
+"""No code cell holds a markdown heading: a missing ``# %% [markdown]`` marker in a source pulls the heading
+below it into the code cell above, where it renders as a comment in the code, not as a section (issue #13).
+
+Checked twice: on the cells the build parses from every ``course_source/NN_*.py``, and on the code cells of
+every built notebook (learner copy and solution), so that a notebook built before a source was fixed fails too.
+A heading line in a code cell is ``# `` followed by one to six ``#`` and a space: ``# ## 5. Sampling``.
+"""
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from course_tools.build import parse_source
+
+ROOT = Path(__file__).resolve().parent.parent
+SOURCES = sorted((ROOT / "course_source").glob("[0-9][0-9]_*.py"))
+NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(
+    (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+HEADING = re.compile(r"^# #{1,6} ", re.MULTILINE)
+
+
+def headings_in_code(cells: list[tuple[str, str]]) -> list[str]:
+    """``cell N: <heading line>`` for every heading line inside a code cell of ``cells`` ((type, source) pairs)."""
+    found = []
+    for n, (kind, source) in enumerate(cells, 1):
+        if kind == "code":
+            found += [f"cell {n}: {line}" for line in source.splitlines() if HEADING.match(line)]
+    return found
+
+
+def test_the_pattern_tells_a_heading_from_a_comment():
+    cells = [("code", "import torch\n\n# ## 1. The bill\n# a comment\n#   # indented\n# #no space"),
+             ("markdown", "## 1. The bill"), ("code", "x = 1  # ## not at the start")]
+    assert headings_in_code(cells) == ["cell 1: # ## 1. The bill"]
+
+
+def test_every_source_is_checked():
+    assert len(SOURCES) == 10, [p.name for p in SOURCES]
+    assert len(NOTEBOOKS) == 20, [str(p.relative_to(ROOT)) for p in NOTEBOOKS]
+
+
+@pytest.mark.parametrize("path", SOURCES, ids=lambda p: p.stem)
+def test_no_heading_in_a_code_cell_of_a_source(path):
+    cells = [(c["cell_type"], c["source"]) for c in parse_source(path.read_text(encoding="utf-8"))]
+    found = headings_in_code(cells)
+    assert not found, (f"{path.name}: a heading inside a code cell (add '# %% [markdown]' above it): "
+                       + "; ".join(found))
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
+def test_no_heading_in_a_code_cell_of_a_built_notebook(path):
+    nb = json.loads(path.read_text(encoding="utf-8"))
+    cells = [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"])
+             for c in nb["cells"]]
+    found = headings_in_code(cells)
+    assert not found, f"{path.parent.name}/{path.name}: a heading inside a code cell: " + "; ".join(found)
