@@ -1,8 +1,7 @@
 """Dot-product attention, from three vectors to ``scaled_dot_product_attention``.
 
-Read top to bottom: the loop version (notebook 01), the matrix version (01), the softmax done
-safely (02), then the scaled, maskable version every later notebook builds on (02, 03), and the size of
-the gradient it sends back to the queries and keys (02, why the scale is 1 / sqrt(D)).
+Reading order: the loop version and the matrix version (notebook 01), the softmax done safely, the scaled
+and maskable version every later notebook builds on and the gradient it sends back (02, 03).
 """
 
 from __future__ import annotations
@@ -47,12 +46,9 @@ def _check_bias(bias: object, scores: torch.Tensor) -> None:
 
 
 def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-    """Dot-product attention with explicit Python loops, one query at a time.
+    """Dot-product attention with explicit Python loops, one query at a time (slow on purpose).
 
-    Shape:
-        q: (T, D), k: (S, D), v: (S, Dv) -> out: (T, Dv)
-
-    Taught in notebook 01. Slow on purpose: every number is visible.
+    Shape: q (T, D), k (S, D), v (S, Dv) -> out (T, Dv). Taught in notebook 01.
     """
     check_qkv(q, k, v)
     scale = check_positive_number("scale", scale)
@@ -70,12 +66,9 @@ def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
 
 def attention_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
-    """Dot-product attention as two matrix products and a softmax.
+    """Dot-product attention as two matrix products and a softmax; equal to :func:`attention_loops`.
 
-    Shape:
-        q: (..., T, D), k: (..., S, D), v: (..., S, Dv) -> out: (..., T, Dv)
-
-    Taught in notebook 01. Equal to :func:`attention_loops`.
+    Shape: q (..., T, D), k (..., S, D), v (..., S, Dv) -> out (..., T, Dv). Taught in notebook 01.
     """
     check_qkv(q, k, v)
     scale = check_positive_number("scale", scale)
@@ -85,12 +78,9 @@ def attention_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 
 
 def simple_self_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Self-attention with no learned weights: every token is its own query, key and value.
+    """Self-attention with no learned weights: each token is its own query, key and value.
 
-    Shape:
-        x: (..., T, C) -> out: (..., T, C), weights: (..., T, T)
-
-    Taught in notebook 01, before the learned projections W_Q, W_K, W_V.
+    Shape: x (..., T, C) -> out (..., T, C), weights (..., T, T). Taught in notebook 01.
     """
     check_tensor("x", x, min_dim=2)
     check_floating("x", x)
@@ -100,12 +90,9 @@ def simple_self_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def softmax_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Softmax straight from the formula exp(x) / sum(exp(x)); overflows for logits above about 88 in float32.
+    """Softmax straight from the formula exp(x) / sum(exp(x)); overflows above about 88 in float32.
 
-    Shape:
-        x: any -> same shape
-
-    Taught in notebook 02 as the thing not to do.
+    Shape: x any -> same shape. Taught in notebook 02.
     """
     check_tensor("x", x)
     check_floating("x", x)
@@ -115,13 +102,9 @@ def softmax_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
 
 def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
-    """Numerically stable softmax: subtract the row maximum first, which changes nothing mathematically.
+    """Numerically stable softmax (row maximum subtracted first); an all ``-inf`` row gives NaN, as torch's.
 
-    Shape:
-        x: any -> same shape
-
-    Taught in notebook 02. A row that is all ``-inf`` (fully masked) has no maximum to subtract and
-    gives NaN, exactly as ``torch.softmax`` does; notebook 03 shows what to do about it.
+    Shape: x any -> same shape. Taught in notebook 02.
     """
     check_tensor("x", x)
     check_floating("x", x)
@@ -140,19 +123,11 @@ def scaled_dot_product_attention(
     scale: float | None = None,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(q k^T / sqrt(D), masked) v, returning the output and the attention weights.
+    """softmax(q k^T * scale + bias, masked) v; returns the output and the weights used (after dropout).
 
-    Shape:
-        q: (..., T, D), k: (..., S, D), v: (..., S, Dv),
-        mask: bool, broadcastable to (..., T, S), True = may attend
-        bias: float, broadcastable to (..., T, S), added to the scaled scores (ALiBi, notebook 06)
-        -> out: (..., T, Dv), weights: (..., T, S)
-
-    Taught in notebook 02 (scale), 03 (mask, dropout). Equal to ``F.scaled_dot_product_attention``
-    with the same boolean mask. A query whose row is fully masked sees nothing: its weights and
-    output are 0, as in ``F.scaled_dot_product_attention`` (a bare softmax would give NaN there;
-    notebook 03 shows both). Dropout is applied to the
-    weights (after the softmax) whenever ``dropout_p > 0``; the returned weights are the ones used.
+    ``scale`` defaults to 1 / sqrt(D); a fully masked query row gets weights and output 0, as in ``F.sdpa``.
+    Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask (bool) and bias (float) broadcastable to
+    (..., T, S) -> out (..., T, Dv), weights (..., T, S). Taught in notebook 02, 03 (mask), 06 (bias).
     """
     check_qkv(q, k, v)
     dropout_p = check_fraction("dropout_p", dropout_p)
@@ -185,19 +160,10 @@ def attention_grad_norms(
     grad_out: torch.Tensor,
     scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Size of the gradient that attention sends back to each query and to each key.
+    """Norms of the gradient that unmasked attention sends to each query and key, given dL/d(out).
 
-    For ``out = softmax(q k^T * scale) v`` (no mask, no dropout) and an upstream gradient
-    ``grad_out = dL/d(out)``, returns ``||dL/dq_i||`` for every query and ``||dL/dk_j||`` for every key:
-    the chain rule through the softmax Jacobian ``diag(w) - w w^T``, written out, equal to what autograd
-    gives. ``scale`` defaults to ``1 / sqrt(D)``; ``scale=1.0`` is unscaled attention.
-
-    Shape:
-        q: (..., T, D), k: (..., S, D), v: (..., S, Dv), grad_out: the output's shape (..., T, Dv)
-        -> grad_q_norms: (..., T) like q.shape[:-1], grad_k_norms: (..., S) like k.shape[:-1]
-
-    Taught in notebook 02 (why 1 / sqrt(D)): without the scale, most queries get almost no gradient and a few
-    near-ties get very large ones.
+    Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), grad_out (..., T, Dv) -> (..., T), (..., S).
+    Taught in notebook 02. ``scale`` defaults to 1 / sqrt(D).
     """
     check_qkv(q, k, v)
     D = q.shape[-1]

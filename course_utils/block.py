@@ -1,11 +1,6 @@
-"""The transformer block, around any attention module: the one block of every model in the course.
+"""The transformer block around any attention module, shared by every model in the course.
 
-:class:`MLP` is the position-wise feed-forward network; :class:`Block` adds an attention branch and an MLP
-branch to the residual stream, pre-norm (GPT-2 onwards) or post-norm (the original Transformer). The
-attention module is a parameter, so the length-generalisation models (notebook 06), the
-:class:`~course_utils.variants.TinyDecoder` (notebook 08) and the :class:`~course_utils.gpt.GPT`
-(notebook 09) share this one class; each calls its block with what its attention takes (a mask, a cache).
-
+Reading order: :class:`MLP`, then :class:`Block`; used in notebooks 06, 08 and 09.
 Shapes: B batch, T length, C embed_dim.
 """
 
@@ -25,8 +20,7 @@ NORM_POSITIONS = ("pre", "post")
 class MLP(nn.Module):
     """The position-wise feed-forward network: C -> mlp_ratio * C -> GELU -> C, then dropout.
 
-    Shape:
-        x: (B, T, C) -> (B, T, C)
+    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 09.
     """
 
     def __init__(self, embed_dim: int, mlp_ratio: int = 4, bias: bool = True, dropout: float = 0.0) -> None:
@@ -45,15 +39,10 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """A transformer block around ``attn``: pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)) (the default),
-    or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)) (``norm_position="post"``).
+    or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)).
 
-    Shape:
-        x: (B, T, C) -> (B, T, C)
-
-    ``block(x, *args, **kwargs)`` passes everything after ``x`` to ``attn`` (a mask, a cache, ...), which
-    returns (B, T, C). Pre-norm keeps an untouched path from the embeddings to the output, which lets deep
-    stacks train without a careful warmup (GPT-2; Xiong et al. 2020); post-norm normalises the sum. Taught in
-    notebook 09.
+    ``block(x, *args, **kwargs)`` passes everything after ``x`` to ``attn``, which returns (B, T, C).
+    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 09.
     """
 
     def __init__(self, embed_dim: int, attn: nn.Module, mlp_ratio: int = 4, bias: bool = True,
@@ -70,8 +59,7 @@ class Block(nn.Module):
         self.mlp = MLP(embed_dim, mlp_ratio, bias=bias, dropout=dropout)
 
     def attend(self, x: torch.Tensor, *args, **kwargs):
-        """The attention branch alone, attn(ln_1(x)) pre-norm or attn(x) post-norm: (B, T, C) -> (B, T, C)
-        (and whatever else ``attn`` returns, such as its weights)."""
+        """The attention branch alone, attn(ln_1(x)) (post-norm: attn(x)), and whatever else attn returns."""
         return self.attn(self.ln_1(x) if self.norm_position == "pre" else x, *args, **kwargs)
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
@@ -80,7 +68,7 @@ class Block(nn.Module):
         return self.add_branches(x, self.attend(x, *args, **kwargs))
 
     def add_branches(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
-        """The rest of the block, given its attention branch ``a = self.attend(x)``: (B, T, C) -> (B, T, C)."""
+        """The rest of the block, given its attention branch ``a = self.attend(x)``: (B, T, C)."""
         if self.norm_position == "pre":
             x = x + a  # (B, T, C)
             return x + self.mlp(self.ln_2(x))  # (B, T, C)

@@ -1,25 +1,8 @@
 """How fast attention works: the online softmax, and attention computed tile by tile in plain PyTorch.
 
-Read top to bottom, in the order notebook 08 teaches it:
-
-1. **The online softmax** (Milakov & Gimelshein 2018). A block of scores is summarised by a
-   :class:`Partial`: its running maximum ``m``, the sum ``l`` of ``exp(score - m)``, and the unnormalised
-   output ``o`` = sum of ``exp(score - m) * v`` (:func:`block_partial`). Two partials merge exactly
-   (:func:`merge_partials`): take the larger maximum and rescale each sum by ``exp(m_old - m_new)``.
-   :func:`online_softmax` streams a whole row that way, holding only ``m`` and ``l``; :func:`finish`
-   turns a partial into the attention output ``o / l``.
-2. **Tiled attention** (:func:`tiled_attention`): the merge applied tile after tile, the algorithm of
-   FlashAttention (Dao et al. 2022) and of Rabe & Staats (2021). Queries go in tiles of ``q_tile`` rows,
-   keys and values in tiles of ``kv_tile``; the (T, S) score matrix is never built, only one
-   (q_tile, kv_tile) tile at a time. Exact (to rounding) against
-   :func:`course_utils.attention.scaled_dot_product_attention` and ``F.scaled_dot_product_attention``.
-
-It is plain PyTorch with Python loops, so on a CPU it is slower than PyTorch's fused kernel, which runs
-the same algorithm in compiled code: what it shows is the memory curve and the algorithm.
-
-Shapes use the course alphabet: T query length, S key length, D head_dim, Dv value width; ``...`` is any
-batch of leading dimensions (B, H). Masks are boolean, True = may attend. A query that may see no key at
-all gets output 0, as in ``F.scaled_dot_product_attention`` (torch >= 2.5) and the course's reference.
+Reading order (notebook 08): :class:`Partial`, :func:`block_partial`, :func:`merge_partials`, :func:`finish`,
+:func:`online_softmax`, then :func:`tiled_attention`. Shapes: T query length, S key length, D head_dim,
+Dv value width, ``...`` any leading (B, H). Masks are boolean, True = may attend.
 """
 
 from __future__ import annotations
@@ -46,12 +29,10 @@ NEG_INF = float("-inf")
 
 
 class Partial(NamedTuple):
-    """What attention over some of the keys leaves behind: enough to merge exactly with the rest.
+    """What attention over some of the keys leaves behind, enough to merge exactly with the rest.
 
-    Shape:
-        m: (..., T, 1), the largest score seen so far (-inf: no visible key yet)
-        l: (..., T, 1), sum of exp(score - m) over the keys seen
-        o: (..., T, Dv), sum of exp(score - m) * v over the keys seen (not yet divided by l)
+    Shape: m (..., T, 1) largest score so far (-inf: none visible yet); l (..., T, 1) sum of exp(score - m);
+    o (..., T, Dv) sum of exp(score - m) * v, not yet divided by l. Taught in notebook 08.
     """
 
     m: torch.Tensor
@@ -60,18 +41,14 @@ class Partial(NamedTuple):
 
 
 def _safe_max(m: torch.Tensor) -> torch.Tensor:
-    """``m`` with -inf replaced by 0: what to subtract before ``exp``. A row whose maximum is -inf has seen
-    only blocked keys; subtracting 0 gives exp(-inf) = 0 for each, where subtracting -inf would give NaN."""
+    """``m`` with -inf replaced by 0, so that exp(-inf - m) is 0 and not NaN."""
     return m.masked_fill(m == NEG_INF, 0.0)
 
 
 def block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
-    """The :class:`Partial` of one block of keys: its maximum, its sum of exponentials, its weighted values.
+    """The :class:`Partial` of one block of keys; ``o / l`` is attention over that block alone.
 
-    Shape:
-        scores: (..., T, Sb) scaled scores, -inf where blocked; v: (..., Sb, Dv) -> Partial (m, l, o)
-
-    ``o / l`` is the attention output over this block alone. Taught in notebook 08.
+    Shape: scores (..., T, Sb) scaled, -inf where blocked; v (..., Sb, Dv) -> Partial. Taught in notebook 08.
     """
     check_tensor("scores", scores, min_dim=2)
     check_tensor("v", v, min_dim=2)
@@ -84,7 +61,6 @@ def block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
 
 
 def _block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
-    """:func:`block_partial` after its checks (the tile loop calls it once per tile)."""
     m = scores.amax(dim=-1, keepdim=True)  # (..., T, 1)
     p = torch.exp(scores - _safe_max(m))  # (..., T, Sb), every entry <= 1, 0 where blocked
     return Partial(m, p.sum(dim=-1, keepdim=True), p @ v)  # (..., T, 1), (..., T, 1), (..., T, Dv)
@@ -104,14 +80,10 @@ def _check_partial(name: str, p: object) -> Partial:
 
 
 def merge_partials(a: Partial, b: Partial) -> Partial:
-    """The :class:`Partial` of two blocks of keys together, from the partials of each: exact, no score kept.
+    """The :class:`Partial` of two blocks of keys together, exactly; a row seeing no key stays (-inf, 0, 0).
 
-    Shape:
-        a, b: Partial (m (..., T, 1), l (..., T, 1), o (..., T, Dv)) -> Partial of the same shapes
-
-    ``m = max(m_a, m_b)``; each sum was taken relative to its own maximum, so it is rescaled by
-    ``exp(m_old - m)`` (at most 1: no overflow) before adding. A row where neither block had a visible key
-    stays (-inf, 0, 0). Taught in notebook 08.
+    Raises TypeError for partials of two dtypes. Shape: two Partials of the same shapes -> one Partial.
+    Taught in notebook 08.
     """
     a, b = _check_partial("a", a), _check_partial("b", b)
     if a.m.shape != b.m.shape or a.o.shape != b.o.shape:
@@ -125,7 +97,6 @@ def merge_partials(a: Partial, b: Partial) -> Partial:
 
 
 def _merge(a: Partial, b: Partial) -> Partial:
-    """:func:`merge_partials` after its checks."""
     m = torch.maximum(a.m, b.m)  # (..., T, 1)
     m_safe = _safe_max(m)
     scale_a, scale_b = torch.exp(a.m - m_safe), torch.exp(b.m - m_safe)  # (..., T, 1), each <= 1
@@ -133,12 +104,9 @@ def _merge(a: Partial, b: Partial) -> Partial:
 
 
 def finish(p: Partial) -> torch.Tensor:
-    """The attention output of a :class:`Partial`: ``o / l``, and 0 for a query that saw no visible key.
+    """The attention output of a :class:`Partial`, ``o / l``, and 0 for a query that saw no visible key.
 
-    Shape:
-        Partial (m (..., T, 1), l (..., T, 1), o (..., T, Dv)) -> out (..., T, Dv)
-
-    Taught in notebook 08.
+    Shape: Partial (m (..., T, 1), l (..., T, 1), o (..., T, Dv)) -> out (..., T, Dv). Taught in notebook 08.
     """
     return _finish(_check_partial("p", p))
 
@@ -148,15 +116,10 @@ def _finish(p: Partial) -> torch.Tensor:
 
 
 def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
-    """Softmax over the last axis, with its maximum and sum found in one streaming pass over blocks.
+    """Softmax over the last axis, its maximum and sum found in one streaming pass of ``block_size`` entries.
 
-    Shape:
-        x: (..., S) -> weights (..., S)
-
-    Each block of ``block_size`` entries updates the running maximum ``m`` and the running sum ``l`` of
-    ``exp(x - m)``, rescaling the sum so far by ``exp(m_old - m_new)`` whenever the maximum grows; only
-    ``m`` and ``l`` are kept between blocks. The weights are then ``exp(x - m) / l``. Equal to
-    ``torch.softmax(x, dim=-1)``, NaN for an all ``-inf`` row included. Taught in notebook 08.
+    Equal to ``torch.softmax(x, dim=-1)``, NaN for an all ``-inf`` row included.
+    Shape: x (..., S) -> weights (..., S). Taught in notebook 08.
     """
     check_tensor("x", x)
     check_floating("x", x)
@@ -173,7 +136,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
 
 
 def _tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
-    """The part of a broadcastable mask (..., T or 1, S or 1) that covers one tile; size-1 axes stay."""
+    """The part of a broadcastable mask (..., T or 1, S or 1) that covers one tile."""
     if mask.dim() >= 2 and mask.shape[-2] != 1:
         mask = mask[..., rows, :]
     if mask.dim() >= 1 and mask.shape[-1] != 1:
@@ -184,23 +147,12 @@ def _tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
 def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
                     is_causal: bool = False, scale: float | None = None, q_tile: int = 128,
                     kv_tile: int = 128) -> torch.Tensor:
-    """softmax(q k^T / sqrt(D), masked) v, one (q_tile, kv_tile) tile of scores at a time, never (T, S).
+    """softmax(q k^T * scale, masked) v, one (q_tile, kv_tile) tile of scores at a time, never all (T, S).
 
-    Shape:
-        q: (..., T, D), k: (..., S, D), v: (..., S, Dv), mask: bool broadcastable to (..., T, S),
-        True = may attend -> out: (..., T, Dv)
-
-    For each tile of queries, a :class:`Partial` starts empty and every tile of keys and values is merged
-    into it (:func:`block_partial`, :func:`merge_partials`); :func:`finish` divides by the sum at the end.
-    Peak memory beyond q, k, v and the output: O(q_tile * kv_tile) scores per batch entry and head, whatever
-    T and S are; the work is still O(T * S * D).
-
-    ``is_causal=True`` lets query i see keys j <= S - T + i, the course's ``causal_mask(T, S)`` (aligned
-    bottom-right, as decoding with a cache needs; the same as ``F.scaled_dot_product_attention``'s
-    ``is_causal`` when T == S, which aligns top-left otherwise). Key tiles entirely in a query tile's future
-    are skipped, not computed and masked. ``mask`` may be given too; both apply. A query that may see no key
-    gets 0. Forward only: autograd would keep every tile (FlashAttention recomputes them in the backward
-    pass instead). Taught in notebook 08.
+    ``scale`` defaults to 1 / sqrt(D). ``is_causal`` is ``causal_mask(T, S)`` (bottom-right; needs T <= S);
+    with ``mask`` both apply. A query that may see no key gets 0. Saves memory in the forward pass only.
+    Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
+    -> out (..., T, Dv). Taught in notebook 08.
     """
     check_qkv(q, k, v)
     check_bool("is_causal", is_causal)

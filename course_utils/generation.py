@@ -1,19 +1,9 @@
 """Turning a language model's logits into text: sampling, the generation loop (with a KV cache), beam search.
 
-Read top to bottom, in the order notebook 08 teaches it: the filters that reshape a next-token
-distribution (:func:`top_k_filter`, :func:`top_p_keep`, :func:`top_p_filter`), one sampling step
-(:func:`sample_next_token`), the loop that feeds tokens back in (:func:`generate_stream`,
-:func:`generate`) and :func:`beam_search`.
-
-The model follows the protocol documented in :mod:`course_utils.variants`: ``forward(idx, cache=None) ->
-logits (B, T, V)``, a ``context_length`` attribute, and ``new_cache()`` returning a
-:class:`~course_utils.variants.KVCache`. With a cache, each step feeds only the new token; without one, each
-step recomputes the whole prefix (its last ``context_length`` tokens). Both give the same tokens and logits.
-
-A cache holds at most ``context_length`` positions. To generate past them with a cache, pass
-``on_full="shift"``: when the cache is full, the loop starts a new one and re-runs ("re-prefills") the last
-``keep_on_shift`` tokens (``context_length // 2`` unless given), then goes on one token at a time. This is
-*not* the same as recomputing: see :func:`generate_stream`.
+Reading order (notebook 08): the filters (:func:`top_k_filter`, :func:`top_p_keep`, :func:`top_p_filter`),
+:func:`sample_next_token`, the loop (:func:`generate_stream`, :func:`generate`), :func:`beam_search`.
+The model follows :mod:`course_utils.variants`' protocol: ``forward(idx, cache=None) -> logits (B, T, V)``,
+a ``context_length`` attribute and ``new_cache()``.
 """
 
 from __future__ import annotations
@@ -57,7 +47,7 @@ def _check_temperature(temperature: object) -> float:
 
 
 def _check_sampling(temperature: object, top_k: object, top_p: object, greedy: bool) -> None:
-    """The settings of :func:`sample_next_token`, checked once (before a generation loop, not at every step)."""
+    """The settings of :func:`sample_next_token`, checked once before a generation loop."""
     if top_k is not None:
         check_int("top_k", top_k, expected="an int or None")
     if top_p is not None:
@@ -67,12 +57,9 @@ def _check_sampling(temperature: object, top_k: object, top_p: object, greedy: b
 
 
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
-    """Keep the ``top_k`` largest logits of each row and set the others to -inf (ties at the k-th value are kept).
+    """Keep the ``top_k`` largest logits of each row (ties at the k-th too), set the others to -inf.
 
-    Shape:
-        logits: (..., V) -> (..., V)
-
-    ``top_k >= V`` keeps everything. Taught in notebook 08.
+    Shape: logits (..., V) -> (..., V). Taught in notebook 08.
     """
     check_tensor("logits", logits)
     check_int("top_k", top_k)
@@ -82,14 +69,10 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
 
 def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Nucleus of each row: the smallest set of most likely tokens whose probabilities sum to at least ``top_p``.
+    """Nucleus of each row: the fewest most likely tokens whose probabilities sum to at least ``top_p``.
 
-    Shape:
-        probs: (..., V), rows summing to 1 -> keep: bool (..., V)
-
-    Sort descending; a token is kept if the probability of the tokens strictly before it is still below
-    ``top_p``. So the token that *crosses* ``top_p`` is kept, the most likely token always is, and
-    ``top_p = 1`` keeps every token. Ties are broken by the sort. Taught in notebook 08.
+    Raises ValueError when the rows are not distributions. Shape: probs (..., V) -> keep bool (..., V).
+    Taught in notebook 08.
     """
     check_tensor("probs", probs)
     check_floating("probs", probs)
@@ -105,7 +88,7 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 
 
 def _top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
-    """:func:`top_p_keep` after its checks (softmax output is a distribution by construction)."""
+    """:func:`top_p_keep` without its checks."""
     if top_p >= 1.0:
         return torch.ones_like(probs, dtype=torch.bool)  # cumulative sums may round to just above 1
     sorted_probs, order = probs.sort(dim=-1, descending=True)  # (..., V)
@@ -117,10 +100,7 @@ def _top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Set the logits outside each row's nucleus (:func:`top_p_keep` of their softmax) to -inf.
 
-    Shape:
-        logits: (..., V) -> (..., V)
-
-    Taught in notebook 08.
+    Shape: logits (..., V) -> (..., V). Taught in notebook 08.
     """
     check_tensor("logits", logits)
     check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
@@ -131,14 +111,9 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
                       top_p: float | None = None, greedy: bool = False,
                       generator: torch.Generator | None = None) -> torch.Tensor:
-    """Pick one next token per row: the argmax (``greedy``), or a sample after temperature, top-k and top-p.
+    """One next token per row: the argmax (``greedy``), or a sample after temperature, top-k and top-p.
 
-    Shape:
-        logits: (B, V) -> tokens: (B,) int64
-
-    Order: divide the logits by ``temperature`` (before the softmax: < 1 sharpens, > 1 flattens), keep
-    the ``top_k`` best, keep the nucleus of mass ``top_p``, then sample from the renormalised softmax.
-    ``greedy`` ignores the other settings (the argmax survives every filter anyway). Taught in notebook 08.
+    Shape: logits (B, V) -> tokens (B,) int64. Taught in notebook 08.
     """
     check_tensor("logits", logits, min_dim=2)
     check_floating("logits", logits)
@@ -151,7 +126,7 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
 
 def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, greedy: bool,
             generator: torch.Generator | None) -> torch.Tensor:
-    """:func:`sample_next_token` after its checks: the generation loop checks its settings once, not per step."""
+    """:func:`sample_next_token` without its checks (the loop checks its settings once)."""
     if greedy:
         return logits.argmax(dim=-1)  # (B,)
     logits = logits / temperature  # (B, V)
@@ -219,34 +194,12 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Generate one token at a time, yielding ``(tokens (B,), logits (B, V))`` as soon as each is chosen.
 
-    Shape:
-        idx: (B, T) prompt -> yields max_new_tokens pairs of tokens (B,) int64 and logits (B, V)
-
-    Without a cache every step recomputes the model over the last ``context_length`` tokens, so it can run
-    past the context: each token sees the ``context_length`` tokens before it (fewer at the start).
-
-    With ``use_cache`` the prompt is run once and every later step feeds only the newest token. The cache
-    holds ``model.context_length`` positions; what happens when it is full is ``on_full``:
-
-    - ``"error"`` (the default): ``prompt + max_new_tokens - 1`` must fit in ``context_length``, else
-      ValueError before anything runs. Every token and logit then equals recomputing the prefix.
-    - ``"shift"``: when the next token does not fit, start a new cache and re-prefill the last
-      ``keep_on_shift`` tokens (default ``context_length // 2``, at least 1), then go on one token at a time
-      until the cache is full again. Positions restart at 0 in the new cache, for learned and rotary
-      positions alike, consistently with the re-prefill. A prompt longer than ``context_length`` is cropped
-      to its last ``context_length`` tokens, as without a cache.
-
-    What ``"shift"`` means for the output: while the whole sequence fits (the tokens at positions below
-    ``context_length``, i.e. the first ``context_length - T + 1`` new ones) the tokens and logits are those
-    of recomputing. After a shift a token sees between ``keep_on_shift`` and ``context_length`` tokens of
-    context (the window restarts at ``keep_on_shift`` and grows), whereas recomputing always sees the last
-    ``context_length``; so the two may differ from there on. Right after a shift the logits are exactly
-    those of the plain forward pass over the re-prefilled window. ``keep_on_shift = context_length``
-    re-prefills the full window at every step and so equals recomputing everywhere (at recomputing's
-    cost); smaller values re-prefill less often and see less context. Without a cache ``on_full`` has
-    no effect.
-
-    The model is put in eval mode. Taught in notebook 08; notebook 09 streams text with it.
+    Without a cache each step recomputes the last ``context_length`` tokens. With ``use_cache`` and
+    ``on_full="error"``, ``prompt + max_new_tokens - 1`` must fit in ``context_length`` (ValueError before
+    anything runs) and every output equals recomputing. ``on_full="shift"`` starts a new cache from the last
+    ``keep_on_shift`` tokens (default ``context_length // 2``) when it is full; after a shift the outputs may
+    differ from recomputing, which always sees ``context_length`` tokens. Puts the model in eval mode.
+    Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 08.
     """
     _check_idx(idx)
     check_int("max_new_tokens", max_new_tokens, minimum=0)
@@ -285,14 +238,10 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
              use_cache: bool = True, generator: torch.Generator | None = None,
              callback: Callable[[torch.Tensor], None] | None = None, return_logits: bool = False, *,
              on_full: OnFull = "error", keep_on_shift: int | None = None):
-    """The prompt followed by ``max_new_tokens`` generated tokens, (B, T + N) (and their logits (B, N, V)).
+    """The prompt followed by ``max_new_tokens`` generated tokens (and their logits with ``return_logits``).
 
-    Shape:
-        idx: (B, T) -> (B, T + N), and logits (B, N, V) with ``return_logits``
-
-    ``callback(tokens (B,))`` is called after every step (print text as it comes). Settings as in
-    :func:`generate_stream` (``on_full="shift"`` to run a KV cache past the context) and
-    :func:`sample_next_token`. Taught in notebook 08.
+    ``callback(tokens (B,))`` runs after every step; the other settings are :func:`generate_stream`'s.
+    Shape: idx (B, T) -> (B, T + N), logits (B, N, V). Taught in notebook 08.
     """
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function of the new tokens (B,), or None, got {type(callback).__name__}")
@@ -314,15 +263,10 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
 @torch.no_grad()
 def beam_search(model: nn.Module, idx: torch.Tensor, beam_width: int, max_new_tokens: int,
                 use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-    """Keep the ``beam_width`` most likely continuations at every step; return them, best first.
+    """Keep the ``beam_width`` most likely continuations at every step (no end token, no length penalty).
 
-    Shape:
-        idx: (1, T) one prompt -> sequences: (W, T + N), scores: (W,) total log-probabilities of the N new
-        tokens, sorted descending (W = beam_width, fewer if the vocabulary allows fewer distinct beams)
-
-    Every step scores all W * V one-token extensions by (beam's log-prob + token's log-prob) and keeps the
-    W best. ``beam_width = 1`` is greedy decoding. No end-of-sequence token and no length penalty: every
-    beam has N new tokens. Taught in notebook 08.
+    Shape: idx (1, T) -> sequences (W, T + N), scores (W,) log-probabilities of the N new tokens, best first
+    (W = beam_width, fewer if the vocabulary allows fewer distinct beams). Taught in notebook 08.
     """
     _check_idx(idx)
     if idx.shape[0] != 1:

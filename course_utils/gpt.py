@@ -1,18 +1,9 @@
 """A tiny GPT, assembled from the course's own pieces: the model notebook 09 trains.
 
-Read top to bottom: the configuration (:class:`GPTConfig`, with named presets), causal self-attention
-(:class:`CausalSelfAttention`, the course's :class:`~course_utils.multihead.MultiHeadAttention` with a causal
-mask, optional rotary positions, a KV cache and a fast path), the feed-forward network (:class:`MLP`), a
-transformer block (:class:`Block`: pre-norm by default, post-norm on request), and the model (:class:`GPT`).
-
-Two attention paths compute the same function. ``attention="course"`` uses the course's own
-:func:`~course_utils.attention.scaled_dot_product_attention`, which returns the weights so you can look at
-them; ``attention="torch"`` uses ``F.scaled_dot_product_attention(is_causal=True)``, which picks a fused
-(flash) kernel on a GPU and never builds the (T, T) weights. :meth:`GPT.attention_maps` always takes the
-course path, whatever the config says.
-
-Shapes: B batch, T query length, S key length (T plus what a cache holds), C embed_dim, H num_heads,
-D head_dim, V vocab_size.
+Reading order: :class:`GPTConfig` (with presets), :class:`CausalSelfAttention`, :class:`MLP`, :class:`Block`,
+:class:`GPT`. ``attention="course"`` uses the course's attention (it returns the weights),
+``"torch"`` PyTorch's fused kernel; the two compute the same function. Shapes: B batch, T query length,
+S key length (T plus what a cache holds), C embed_dim, H num_heads, D head_dim, V vocab_size.
 """
 
 from __future__ import annotations
@@ -61,14 +52,10 @@ _ATTENTION = ("course", "torch")
 class GPTConfig:
     """Everything that fixes the shape of a :class:`GPT` (training settings live in ``course_utils.train``).
 
-    ``num_kv_heads`` below ``num_heads`` makes each block use grouped-query attention
-    (:class:`~course_utils.variants.GroupedQueryAttention`: groups of query heads share a key/value head, and
-    it always takes the course's attention path); None means one key/value head per query head.
-    ``positions`` is ``"learned"`` (a trainable vector per position, GPT-2) or ``"rope"`` (rotary, Llama);
-    ``attention`` picks the course's attention (``"course"``) or PyTorch's fused one (``"torch"``).
-    ``norm_position`` is ``"pre"`` (x + sublayer(LN(x)), GPT-2 onwards, and a final LayerNorm) or ``"post"``
-    (LN(x + sublayer(x)), the original Transformer, and no final LayerNorm: the last block already ends in
-    one); see :class:`Block`.
+    ``num_kv_heads`` below ``num_heads`` gives grouped-query attention (always the course's path); None is one
+    key/value head per query head. ``positions``: ``"learned"`` or ``"rope"``. ``attention``: ``"course"`` or
+    ``"torch"``. ``norm_position``: ``"pre"`` (with a final LayerNorm) or ``"post"`` (without).
+    Taught in notebook 09.
     """
 
     vocab_size: int = 65
@@ -116,7 +103,7 @@ class GPTConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> GPTConfig:
-        """A named configuration (see :data:`PRESETS`), with any field replaced: ``preset("tiny", dropout=0.1)``."""
+        """A named configuration (:data:`PRESETS`), any field replaced: ``preset("tiny", dropout=0.1)``."""
         return from_preset(cls, PRESETS, name, overrides)
 
     def to_dict(self) -> dict[str, Any]:
@@ -153,13 +140,9 @@ PRESETS: dict[str, GPTConfig] = {
 class CausalSelfAttention(MultiHeadAttention):
     """Multi-head self-attention where position t sees positions 0..t: the course's module, made causal.
 
-    Shape:
-        x: (B, T, C) -> out: (B, T, C)  (weights: (B, H, T, S) when ``need_weights=True``)
-
-    The parameters are :class:`~course_utils.multihead.MultiHeadAttention`'s (``qkv_proj``, ``out_proj``);
-    what changes is the forward pass: rotary positions on q and k (``config.positions == "rope"``), a KV
-    cache (keys and values of earlier tokens, so S = cache length + T), dropout on the output, and the
-    choice of attention kernel. ``mask`` replaces the causal mask (for tests and experiments).
+    The parameters of :class:`~course_utils.multihead.MultiHeadAttention`; adds rotary positions, a KV cache
+    (S = cache length + T), output dropout and the kernel choice. ``mask`` replaces the causal mask.
+    Shape: x (B, T, C) -> out (B, T, C), weights (B, H, T, S) with ``need_weights``. Taught in notebook 09.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
@@ -203,24 +186,14 @@ class CausalSelfAttention(MultiHeadAttention):
         return (out, weights) if need_weights else out
 
     def _rotate(self, t: torch.Tensor, start: int) -> torch.Tensor:
-        """``apply_rope(t, positions=start .. start + T - 1, pairing="half")``, from a cached table of angles.
-
-        Shape:
-            t: (B, H, T, D) -> (B, H, T, D)
-
-        :class:`~course_utils.positional.RotaryTable` does the work (in at least float32, even under bfloat16
-        autocast: angles up to context_length lose whole radians in bfloat16's 8 bits of mantissa).
-        """
+        """Rotary positions ``start .. start + T - 1`` on (B, H, T, D), angles in at least float32."""
         return self.rotary.rotate(t, start)
 
 
 class MLP(shared.MLP):
-    """The position-wise feed-forward network sized by a :class:`GPTConfig`: C -> mlp_ratio * C -> GELU -> C.
+    """:class:`course_utils.block.MLP` sized by a :class:`GPTConfig`: C -> mlp_ratio * C -> GELU -> C.
 
-    Shape:
-        x: (B, T, C) -> (B, T, C)
-
-    :class:`course_utils.block.MLP` with the config's embed_dim, mlp_ratio, bias and dropout.
+    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 09.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -228,18 +201,10 @@ class MLP(shared.MLP):
 
 
 class Block(shared.Block):
-    """A transformer block of the GPT: pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)) (the default), or
-    post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)) (``config.norm_position == "post"``).
+    """:class:`course_utils.block.Block` around the GPT's attention (GQA if num_kv_heads < num_heads).
 
-    Shape:
-        x: (B, T, C) -> (B, T, C); ``block(x, cache=None, mask=None, start=0)``
-
-    :class:`course_utils.block.Block` around a :class:`CausalSelfAttention`, or a
-    :class:`~course_utils.variants.GroupedQueryAttention` when ``config.num_kv_heads`` is below
-    ``num_heads``. Pre-norm (normalise the input of each branch, not the sum) keeps an untouched path from the
-    embeddings to the output, which is what lets deep stacks train without a careful warmup (GPT-2; Xiong
-    et al. 2020). Post-norm (the original Transformer) normalises the sum, so every path to the output passes
-    through each later block's LayerNorms. Taught in notebook 09.
+    Pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)); or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)).
+    Shape: x (B, T, C) -> (B, T, C); ``block(x, cache=None, mask=None, start=0)``. Taught in notebook 09.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
@@ -254,8 +219,7 @@ class Block(shared.Block):
 
     def attend(self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None,
                start: int = 0, need_weights: bool = False):
-        """The attention branch alone, attn(ln_1(x)) pre-norm or attn(x) post-norm: (B, T, C) -> (B, T, C)
-        (and weights (B, H, T, S))."""
+        """The attention branch alone: (B, T, C) -> (B, T, C), and weights (B, H, T, S)."""
         if isinstance(self.attn, GroupedQueryAttention):  # its mask is explicit, and it never drops out
             T = x.shape[1]
             mask = causal_mask(T, start + T, device=x.device) if mask is None else mask  # (T, S)
@@ -264,18 +228,11 @@ class Block(shared.Block):
 
 
 class GPT(nn.Module):
-    """A decoder-only transformer language model.
+    """A decoder-only transformer language model, its output layer tied to the token embedding.
 
-    Shape:
-        idx: (B, T) token ids, targets: optional (B, T) -> logits: (B, T, V), loss: scalar or None
-
-    Token embedding (+ learned positions, unless rotary), ``num_layers`` blocks, a final LayerNorm
-    (pre-norm only: a post-norm block already ends in one, so ``ln_f`` is an identity), and an output
-    layer that shares its weight with the token embedding (``lm_head.weight is tok_emb.weight``).
-
-    With a ``cache`` (:meth:`new_cache`), ``idx`` holds only the new tokens; their absolute positions start
-    at ``cache.length``, and the cache keeps every layer's keys and values. ``course_utils.generation`` wants a
-    model that returns logits alone: pass it :meth:`for_generation`.
+    With a ``cache`` (:meth:`new_cache`), ``idx`` holds only the new tokens, from position ``cache.length``.
+    For ``course_utils.generation`` pass :meth:`for_generation`. Post-norm models have no final LayerNorm.
+    Shape: idx (B, T), targets (B, T) or None -> logits (B, T, V), loss scalar or None. Taught in notebook 09.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -308,11 +265,7 @@ class GPT(nn.Module):
             nn.init.zeros_(module.bias)
 
     def num_parameters(self, non_embedding: bool = False) -> int:
-        """Number of trainable numbers; the tied (V, C) matrix counts once.
-
-        ``non_embedding=True`` leaves out the token and position tables (the convention of the scaling-law
-        papers; the tied matrix still does work as the output layer, so this undercounts compute).
-        """
+        """Number of trainable numbers (tied matrix once); ``non_embedding`` drops the embedding tables."""
         check_bool("non_embedding", non_embedding)
         n = sum(p.numel() for p in self.parameters())  # parameters() yields a shared tensor once
         if non_embedding:
@@ -324,10 +277,7 @@ class GPT(nn.Module):
     def flops_per_token(self, T: int | None = None) -> float:
         """Training FLOPs per token (forward + backward): 6 N for the weights plus 6 L T C for attention.
 
-        N = :meth:`num_parameters` without the position table; attention's two matmuls (q k^T and
-        weights v) cost 2 * 2 * T * C multiply-adds per token and layer in the forward pass, halved by the
-        causal mask, tripled for forward + backward: 6 L T C. (nanoGPT's estimate counts the full square,
-        12 L T C.)
+        N is :meth:`num_parameters` less the position table; the causal mask halves attention's 12 L T C.
         """
         c = self.config
         T = c.context_length if T is None else check_int("T", T)
@@ -335,9 +285,7 @@ class GPT(nn.Module):
         return 6.0 * n + 6.0 * c.num_layers * T * c.embed_dim
 
     def _values_checked(self, idx: torch.Tensor) -> bool:
-        """Whether this forward reads the ids' values to check their range: not in a training step on a GPU (it
-        would wait for the GPU once a step; the training loop feeds ids the tokenizer made). Nothing is read
-        while torch.compile traces (it would split the graph)."""
+        """Whether this forward checks the ids' range: not in a GPU training step, not while compiling."""
         return not isinstance(idx, torch.Tensor) or idx.device.type == "cpu" or not self.training
 
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
@@ -361,10 +309,7 @@ class GPT(nn.Module):
         return KVCache(self.config.num_layers, self.config.context_length)
 
     def for_generation(self) -> nn.Module:
-        """This model behind the interface of ``course_utils.generation``: ``forward(idx, cache=None) -> logits``.
-
-        The returned module shares this model's parameters (nothing is copied).
-        """
+        """This model (parameters shared) behind the protocol ``forward(idx, cache=None) -> logits``."""
         return _LogitsOnly(self)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
@@ -391,13 +336,9 @@ class GPT(nn.Module):
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
-        """The attention weights of every layer, computed with the course's attention.
+        """The attention weights of every layer, computed with the course's attention, in the current mode.
 
-        Shape:
-            idx: (B, T) -> a list of num_layers tensors (B, H, T, T); rows sum to 1, zero above the diagonal
-
-        Runs in the module's current mode (call ``.eval()`` first for weights without dropout). The list
-        is what ``bertviz.head_view`` takes, once each entry is moved to the CPU.
+        Shape: idx (B, T) -> num_layers tensors (B, H, T, T), as bertviz takes them. Taught in notebook 09.
         """
         x = self._embed(idx, 0)  # (B, T, C)
         maps = []
@@ -409,7 +350,7 @@ class GPT(nn.Module):
 
 
 class _LogitsOnly(nn.Module):
-    """A :class:`GPT` seen through the generation protocol: ``forward(idx, cache=None) -> logits (B, T, V)``."""
+    """A :class:`GPT` through the generation protocol: ``forward(idx, cache=None) -> logits (B, T, V)``."""
 
     def __init__(self, gpt: GPT) -> None:
         super().__init__()

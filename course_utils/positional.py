@@ -1,15 +1,9 @@
 """Positional encodings: how attention learns *where* a token is, not only *what* it is.
 
-Read top to bottom in the order notebook 06 teaches it: a learned table of position vectors, the fixed
-sinusoidal encoding (and the rotation that shifts it by k positions), rotary embeddings (RoPE) that rotate
-queries and keys instead of adding anything (:func:`apply_rope`, and :class:`RotaryTable`, the same rotation
-with its angles cached, for the GPT), ALiBi's per-head distance penalty on the scores, and the two
-attention modules that use RoPE and ALiBi by changing one step of :class:`MultiHeadAttention`.
-
-One RoPE convention everywhere a model of the course rotates: counter-clockwise, with the ``"half"``
-pairing (channels i and i + D/2), as GPT-NeoX and Hugging Face's Llama do.
-
-Shapes: ``T`` positions, ``C`` embed_dim, ``H`` num_heads, ``D`` head_dim, ``S`` key positions.
+Reading order (notebook 06): learned positions, the sinusoidal encoding and its shift matrix, RoPE
+(:func:`apply_rope`; :class:`RotaryTable` caches its angles for the GPT), ALiBi, then the two attention
+modules that use RoPE and ALiBi. RoPE everywhere: counter-clockwise, ``"half"`` pairing (i, i + D/2).
+Shapes: T positions, S key positions, C embed_dim, H num_heads, D head_dim.
 """
 
 from __future__ import annotations
@@ -79,12 +73,8 @@ def _check_positions(positions: object, T: int, device: torch.device) -> torch.T
 class LearnedPositionalEmbedding(nn.Module):
     """A trainable vector per position 0 .. context_length - 1, added to the token embeddings.
 
-    Shape:
-        x: (B, T, C), positions: optional (T,) integers -> (B, T, C)
-
-    There is one row per position and nothing after the last one: a position >= ``context_length``
-    raises ValueError. Rows for positions never seen in training keep their random initial values.
-    Taught in notebook 06.
+    Raises ValueError for a position >= ``context_length``.
+    Shape: x (B, T, C), positions (T,) integers or None -> (B, T, C). Taught in notebook 06.
     """
 
     def __init__(self, context_length: int, embed_dim: int) -> None:
@@ -117,10 +107,7 @@ class LearnedPositionalEmbedding(nn.Module):
 def sinusoidal_frequencies(C: int, base: float = 10000.0) -> torch.Tensor:
     """The angular frequencies omega_i = base ** (-2i / C), i = 0 .. C/2 - 1, fastest first.
 
-    Shape:
-        -> (C // 2,), float64
-
-    Used by the sinusoidal encoding (C = embed_dim) and by RoPE (C = head_dim). Taught in notebook 06.
+    Shape: -> (C // 2,) float64. Taught in notebook 06.
     """
     check_int("C", C, minimum=2)
     _check_even("C", C, "the channels come in (sin, cos) pairs")
@@ -129,12 +116,9 @@ def sinusoidal_frequencies(C: int, base: float = 10000.0) -> torch.Tensor:
 
 
 def sinusoidal_encoding(T: int, C: int, base: float = 10000.0) -> torch.Tensor:
-    """PE[t, 2i] = sin(t * omega_i), PE[t, 2i+1] = cos(t * omega_i), omega_i = base ** (-2i / C).
+    """PE[t, 2i] = sin(t * omega_i), PE[t, 2i+1] = cos(t * omega_i), for positions t = 0 .. T-1.
 
-    Shape:
-        -> (T, C), float32
-
-    Positions start at 0, so row 0 is (0, 1, 0, 1, ...). Taught in notebook 06.
+    Shape: -> (T, C) float32. Taught in notebook 06.
     """
     check_int("T", T)
     omega = sinusoidal_frequencies(C, base)  # (C/2,)
@@ -146,11 +130,7 @@ def sinusoidal_encoding(T: int, C: int, base: float = 10000.0) -> torch.Tensor:
 def sinusoidal_shift_matrix(k: int, C: int, base: float = 10000.0) -> torch.Tensor:
     """The matrix M_k with PE[t + k] = M_k @ PE[t] for every t: a 2x2 rotation per frequency pair.
 
-    Shape:
-        -> (C, C), float64, block diagonal with blocks [[cos(k w), sin(k w)], [-sin(k w), cos(k w)]]
-
-    It follows from sin(a + b) = sin a cos b + cos a sin b and cos(a + b) = cos a cos b - sin a sin b.
-    M_k does not depend on t: a fixed offset is a linear map. Taught in notebook 06.
+    Shape: -> (C, C) float64, block diagonal. Taught in notebook 06.
     """
     check_int("k", k, minimum=None, expected="an int (an offset in positions)")
     omega = sinusoidal_frequencies(C, base)  # (C/2,)
@@ -165,12 +145,9 @@ def sinusoidal_shift_matrix(k: int, C: int, base: float = 10000.0) -> torch.Tens
 
 
 def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate the 2-D points (x1, x2) counter-clockwise by ``angle`` (radians).
+    """Rotate the 2-D points (x1, x2) counter-clockwise by ``angle`` radians.
 
-    Shape:
-        x1, x2, angle: broadcastable -> two tensors of the broadcast shape
-
-    (x1, x2) -> (x1 cos a - x2 sin a, x1 sin a + x2 cos a). Taught in notebook 06.
+    Shape: x1, x2, angle broadcastable -> two tensors of the broadcast shape. Taught in notebook 06.
     """
     for name, t in (("x1", x1), ("x2", x2), ("angle", angle)):
         check_tensor(name, t, min_dim=0)
@@ -185,11 +162,7 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
 
 
 def _rotate_channels(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) -> torch.Tensor:
-    """The rotation itself, given cos and sin of the angles, (T, D/2) each: the one home of both pairings.
-
-    Used by :func:`apply_rope` and :class:`RotaryTable` (which have checked their input). The result has the
-    promoted dtype of x and the tables; the callers cast it back.
-    """
+    """The rotation given cos and sin (T, D/2), for both pairings, in the promoted dtype."""
     D = x.shape[-1]
     if pairing == "interleaved":
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each: channels 0, 2, 4, ... and 1, 3, 5, ...
@@ -205,18 +178,11 @@ def apply_rope(
     base: float = 10000.0,
     pairing: Pairing = "half",
 ) -> torch.Tensor:
-    """Rotary position embedding: rotate pair i of the channels of position t by the angle t * theta_i.
+    """Rotary position embedding: rotate channel pair i of position t by the angle t * theta_i.
 
-    Shape:
-        x: (..., T, D) with D even, usually (B, H, T, D) queries or keys; positions: optional (T,) integers
-        -> (..., T, D)
-
-    theta_i = base ** (-2i / D), i = 0 .. D/2 - 1. Each pair (x1, x2) turns counter-clockwise in its plane:
-    (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos). ``positions`` are the absolute positions of the T rows
-    (default 0 .. T-1); a KV cache passes ``torch.arange(t0, t0 + T)`` for new tokens. ``pairing`` says which
-    channels form pair i: ``"half"`` (i, i + D/2), as in GPT-NeoX and Hugging Face Llama code and in every
-    model of this course (the default), or ``"interleaved"`` (2i, 2i+1), the RoFormer paper's picture. The
-    two are the same rotation up to the permutation :func:`rope_pairing_permutation`. Taught in notebook 06.
+    theta_i = base ** (-2i / D). ``positions`` default to 0 .. T-1 (a KV cache passes the new tokens' absolute positions). ``pairing``:
+    ``"half"`` (i, i + D/2; the course's) or ``"interleaved"`` (2i, 2i+1; RoFormer's).
+    Shape: x (..., T, D), D even; positions (T,) integers or None -> (..., T, D). Taught in notebook 06.
     """
     check_tensor("x", x, min_dim=2)
     check_floating("x", x)
@@ -231,16 +197,10 @@ def apply_rope(
 
 
 class RotaryTable:
-    """RoPE for a model that rotates in every layer at every step: cos and sin of the angles, made once.
+    """RoPE for a model that rotates at every layer and step: the cos and sin of its angles, made once.
 
-    Shape:
-        rotate(x, start): x (..., T, D) -> (..., T, D), rotated at positions start .. start + T - 1
-
-    ``rotate(x, start)`` is ``apply_rope(x, torch.arange(start, start + T), base, pairing)`` up to float
-    rounding. The angles t * theta_i are computed in float64 for t = 0 .. max(n, length) - 1; their cos and
-    sin are rounded once per device and dtype and kept, so the rotation itself runs in x's dtype (at least
-    float32: angles up to a few thousand lose whole radians in bfloat16) instead of float64. Used by
-    :class:`course_utils.gpt.CausalSelfAttention`; taught in notebook 06.
+    ``rotate(x, start)`` is ``apply_rope(x, torch.arange(start, start + T), base, pairing)`` up to rounding,
+    in x's dtype but at least float32. Shape: x (..., T, D) -> (..., T, D). Taught in notebook 06.
     """
 
     def __init__(self, head_dim: int, base: float = 10000.0, length: int = 0, pairing: Pairing = "half") -> None:
@@ -282,14 +242,10 @@ class RotaryTable:
 
 
 def rope_pairing_permutation(D: int) -> torch.Tensor:
-    """The channel order that turns the interleaved pairing into the half pairing.
+    """The channel order ``perm`` that turns the interleaved pairing into the half pairing.
 
-    Shape:
-        -> (D,) LongTensor, perm = [0, 2, 4, ..., D-2, 1, 3, ..., D-1]
-
-    ``apply_rope(x[..., perm], pairing="half") == apply_rope(x, pairing="interleaved")[..., perm]``:
-    reorder the channels (in a model: the rows of W_q and W_k) and the two conventions agree. This is
-    what checkpoint converters do when they move weights between the two styles. Taught in notebook 06.
+    ``apply_rope(x[..., perm], pairing="half") == apply_rope(x, pairing="interleaved")[..., perm]``.
+    Shape: -> (D,) LongTensor [0, 2, ..., D-2, 1, 3, ..., D-1]. Taught in notebook 06.
     """
     check_int("D", D, minimum=2)
     _check_even("D", D, "RoPE rotates pairs of channels")
@@ -306,14 +262,9 @@ def _slopes_power_of_two(n: int) -> list[float]:
 
 
 def alibi_slopes(H: int) -> torch.Tensor:
-    """One slope per head: the geometric sequence 2^(-8/H), 2^(-16/H), ..., 2^(-8), steepest first.
+    """One slope per head, 2^(-8/H), 2^(-16/H), ..., 2^(-8), steepest first.
 
-    Shape:
-        -> (H,), float32
-
-    For H = 8: 1/2, 1/4, ..., 1/256. When H is not a power of two, the paper's reference code takes the
-    slopes of the largest power of two n < H, then every other slope of 2n (the ones that fall between
-    them) until there are H: for H = 6, the 4 slopes of n = 4 then slopes 1 and 3 (counting from 1) of 8. Taught in notebook 06.
+    When H is not a power of two, the paper's reference rule. Shape: -> (H,) float32. Taught in notebook 06.
     """
     check_int("H", H)
     n = 2 ** int(math.floor(math.log2(H)))
@@ -322,16 +273,10 @@ def alibi_slopes(H: int) -> torch.Tensor:
 
 
 def alibi_bias(H: int, T: int, S: int | None = None) -> torch.Tensor:
-    """ALiBi's additive bias: -slope_h * |i - j| for query position i and key position j.
+    """ALiBi's additive bias -slope_h * |i - j|, for the ``bias=`` of the course's attention.
 
-    Shape:
-        -> (H, T, S), float32, S defaults to T
-
-    With fewer queries than keys (decoding with a cache) the T queries are the last T of the S positions,
-    bottom-right aligned as in :func:`course_utils.masking.causal_mask`: query row r sits at position
-    S - T + r. Entries above that diagonal (future keys) get the same distance penalty; a causal model
-    removes them with its mask anyway. Add it to the scaled scores:
-    ``scaled_dot_product_attention(q, k, v, mask, bias=alibi_bias(H, T, S))``. Taught in notebook 06.
+    With T < S the queries are the last T of the S positions, as in ``causal_mask(T, S)``.
+    Shape: -> (H, T, S) float32, S defaults to T. Taught in notebook 06.
     """
     S = T if S is None else S
     check_int("H", H)
@@ -350,15 +295,10 @@ def alibi_bias(H: int, T: int, S: int | None = None) -> torch.Tensor:
 
 
 class RotaryMultiHeadAttention(MultiHeadAttention):
-    """:class:`MultiHeadAttention` with RoPE: the queries and keys of every head are rotated by position.
+    """:class:`MultiHeadAttention` with RoPE on the queries and keys of every head (not the values).
 
-    Shape:
-        x: (B, T, C), mask: bool broadcastable to (B, H, T, T), positions: optional (T,) integers
-        -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
-
-    The only change is ``q, k = apply_rope(q), apply_rope(k)`` after :func:`split_heads`; the values are
-    not rotated. head_dim must be even; ``pairing`` is the course's ``"half"`` unless told otherwise.
-    Taught in notebook 06.
+    Shape: x (B, T, C), mask bool broadcastable to (B, H, T, T), positions (T,) or None -> out (B, T, C),
+    and weights (B, H, T, T) with ``need_weights``. head_dim must be even. Taught in notebook 06.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
@@ -384,12 +324,8 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
 class ALiBiMultiHeadAttention(MultiHeadAttention):
     """:class:`MultiHeadAttention` with ALiBi: a per-head linear distance penalty added to the scores.
 
-    Shape:
-        x: (B, T, C), mask: bool broadcastable to (B, H, T, T) -> out: (B, T, C)
-        (weights: (B, H, T, T) when ``need_weights=True``)
-
-    The only change is ``bias=alibi_bias(H, T)`` in the call to ``scaled_dot_product_attention``. There are
-    no position parameters at all, and nothing limits T. Taught in notebook 06.
+    Shape: x (B, T, C), mask bool broadcastable to (B, H, T, T) -> out (B, T, C), and weights (B, H, T, T)
+    with ``need_weights``. Taught in notebook 06.
     """
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):

@@ -1,40 +1,13 @@
 """Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
 
-Read top to bottom, in the order notebooks 07 (parts 1-4) and 08 (part 5) teach it:
+Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
+the :class:`KVCache` and :class:`TinyDecoder` (08). Shapes: B batch, T query length, S key length,
+C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim, V vocab_size; masks are True = may attend.
 
-1. **Grouped-query attention** (:func:`repeat_kv`, :class:`GroupedQueryAttention`, :func:`kv_cache_bytes`):
-   H query heads share Hkv key/value heads; Hkv == H is multi-head attention, Hkv == 1 multi-query.
-2. **Sliding-window attention** (:func:`sliding_window_mask`, :func:`sliding_window_attention`): each
-   query sees its last ``window`` positions, as a mask or in chunks that never build the (T, S) matrix.
-3. **Low-rank and attention-free** mixing: :func:`linformer_attention` (keys and values projected along
-   the sequence) and the attention-free transformer (:func:`aft_full`, :func:`aft_local_bias`,
-   :func:`aft_simple`, :class:`AFTFull`), written with a max subtracted before every ``exp``.
-4. **Chunked top-k attention** (:func:`topk_attention`): each query keeps its k best keys; peak memory
-   O(chunk_size * S) instead of O(T * S).
-5. **The KV cache** (:class:`KVCache`) and a small decoder-only language model that uses all of the
-   above (:class:`DecoderConfig`, :class:`TinyDecoder`), taught in notebook 08; sampling, generation and
-   beam search are in :mod:`course_utils.generation`.
-
-The cache / generation protocol
--------------------------------
-Any decoder-only model (notebook 09's GPT included) works with :mod:`course_utils.generation` if it has
-
-- ``context_length: int``, the longest sequence it can see (learned positions, or the cache's capacity);
-- ``new_cache() -> KVCache``, an empty cache with ``num_layers`` slots and capacity ``context_length``;
-- ``forward(idx, cache=None) -> logits``: ``idx`` (B, T) token ids, ``logits`` (B, T, V).
-
-Without a cache, ``idx`` is the whole sequence (positions 0 .. T-1). With a cache, ``idx`` holds only the
-**new** tokens; their absolute positions are ``cache.length .. cache.length + T - 1`` (read
-``cache.length`` *before* the first layer runs: learned positions and RoPE both need it). Attention layer
-``i`` calls ``k, v = cache.update(i, k_new, v_new)``, which appends the new keys and values of shape
-(B, Hkv, T, D) and returns everything cached so far, (B, Hkv, S, D) with S = ``cache.length + T``; the
-layer then attends with the causal mask aligned bottom-right, ``causal_mask(T, S)`` (or
-``sliding_window_mask(T, window, S)``). Once every layer has appended, ``cache.length`` has grown by T.
-Appending past the capacity raises ValueError. Beam search reorders the batch of a cache with
-:meth:`KVCache.reorder`.
-
-Shapes use the course alphabet: B batch, T query length, S key length, C embed_dim, H num_heads,
-Hkv num_kv_heads, D head_dim, V vocab_size. Masks are boolean, True = may attend.
+The cache protocol, which :mod:`course_utils.generation` relies on: a model has ``context_length``,
+``new_cache() -> KVCache`` and ``forward(idx (B, T), cache=None) -> logits (B, T, V)``. With a cache,
+``idx`` holds only the new tokens, at positions ``cache.length ..``; layer ``i`` calls
+``k, v = cache.update(i, k_new, v_new)`` and attends with ``causal_mask(T, S)``, S = ``cache.length + T``.
 """
 
 from __future__ import annotations
@@ -83,7 +56,6 @@ __all__ = [
 
 
 def _check_same_channels(q: torch.Tensor, v: torch.Tensor) -> None:
-    """AFT multiplies sigmoid(q) by a mix of v channel by channel: they need the same number C."""
     if q.shape[-1] != v.shape[-1]:
         raise ValueError(f"q and v must have the same number of channels C, got q {tuple(q.shape)} and "
                          f"v {tuple(v.shape)}")
@@ -95,14 +67,9 @@ def _check_same_channels(q: torch.Tensor, v: torch.Tensor) -> None:
 
 
 def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """Repeat each of the Hkv key (or value) heads H // Hkv times, so query head h reads KV head h // (H // Hkv).
+    """Repeat each KV head H // Hkv times in place, so query head h reads KV head h // (H // Hkv).
 
-    Shape:
-        x: (B, Hkv, S, D) -> (B, H, S, D)
-
-    ``repeat_interleave`` gives the order 0, 0, 1, 1, ... (each KV head serves a block of neighbouring
-    query heads), which is what ``F.scaled_dot_product_attention(..., enable_gqa=True)`` does; ``repeat``
-    would give 0, 1, 0, 1, ..., a different model. Taught in notebook 07.
+    Shape: x (B, Hkv, S, D) -> (B, H, S, D). Taught in notebook 07.
     """
     check_tensor("x", x, min_dim=4)
     if x.dim() != 4:
@@ -115,17 +82,11 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 
 class GroupedQueryAttention(nn.Module):
-    """Self-attention with H query heads and Hkv <= H key/value heads shared by groups of H // Hkv queries.
+    """Self-attention with H query heads sharing Hkv <= H key/value heads (Hkv == H: MHA; Hkv == 1: MQA).
 
-    Shape:
-        x: (B, T, C), mask: bool broadcastable to (B, H, T, S), True = may attend -> out: (B, T, C)
-        (and weights: (B, H, T, S) when ``need_weights=True``)
-
-    ``num_kv_heads == num_heads`` is multi-head attention, ``num_kv_heads == 1`` multi-query attention.
-    ``k_proj`` and ``v_proj`` map C -> Hkv * D, so the KV cache shrinks by H / Hkv. With a
-    :class:`KVCache`, ``x`` holds only the new tokens and S = ``cache.length`` + T (see the module
-    docstring). ``rope=True`` rotates queries and keys with :func:`course_utils.positional.apply_rope` at
-    their absolute positions (offset by ``cache.length``). Taught in notebook 07.
+    With a :class:`KVCache`, ``x`` holds only the new tokens; ``rope=True`` rotates q and k at their absolute
+    positions. Shape: x (B, T, C), mask bool broadcastable to (B, H, T, S) -> out (B, T, C), and weights
+    (B, H, T, S) with ``need_weights``. Taught in notebook 07.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False,
@@ -175,7 +136,7 @@ class GroupedQueryAttention(nn.Module):
 
     @classmethod
     def from_multihead(cls, mha: MultiHeadAttention) -> GroupedQueryAttention:
-        """The same function as a :class:`~course_utils.multihead.MultiHeadAttention`: its packed qkv_proj split in three."""
+        """The same function as a ``MultiHeadAttention``: its packed qkv_proj split in three."""
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"from_multihead takes a course_utils MultiHeadAttention, got {type(mha).__name__}")
         bias = mha.qkv_proj.bias is not None
@@ -192,10 +153,9 @@ class GroupedQueryAttention(nn.Module):
 
 def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens: int = 1,
                    batch_size: int = 1, bytes_per_element: int = 2) -> int:
-    """Bytes a KV cache needs: keys and values for every layer, KV head, token and sequence of the batch.
+    """Bytes a KV cache needs: keys and values of every layer, KV head, token and sequence of the batch.
 
-    2 (k and v) * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
-    (2 for float16 / bfloat16). Taught in notebook 07.
+    2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element. Taught in notebook 07.
     """
     for name, n in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
                     ("num_tokens", num_tokens), ("batch_size", batch_size), ("bytes_per_element", bytes_per_element)):
@@ -210,15 +170,10 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens
 
 def sliding_window_mask(T: int, window: int, S: int | None = None,
                         device: torch.device | str | None = None) -> torch.Tensor:
-    """Causal local mask, True = may attend: query i sees its last ``window`` positions, itself included.
+    """Causal local mask: query i (at position S - T + i) sees its last ``window`` positions, itself included.
 
-    Shape:
-        -> (T, S), S defaults to T
-
-    Query i sits at position S - T + i (bottom-right alignment, as :func:`causal_mask`) and may attend
-    key j iff ``0 <= (S - T + i) - j < window``: ``window`` counts the keys a query sees. Mistral's W is a
-    distance (keys i - W .. i, W + 1 of them): it is ``window = W + 1`` here. ``window >= S`` is the plain
-    causal mask. Taught in notebook 07.
+    ``window`` counts keys (Mistral's W is ``window = W + 1``). Shape: -> (T, S), S defaults to T.
+    Taught in notebook 07.
     """
     check_int("window", window)
     mask = causal_mask(T, S, device=device)  # (T, S), validates T and S
@@ -230,13 +185,8 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
                              chunk_size: int = 128, scale: float | None = None) -> torch.Tensor:
     """Causal sliding-window self-attention, a chunk of queries at a time, never building the (T, T) matrix.
 
-    Shape:
-        q, k, v: (..., T, D) -> out: (..., T, D)
-
-    Queries ``i0 .. i1-1`` only need keys ``i0 - window + 1 .. i1 - 1``, so each chunk's scores are
-    (chunk_size, chunk_size + window - 1): peak memory O(T * (chunk_size + window)) summed, O(chunk_size *
-    (chunk_size + window)) at once. Equal to :func:`scaled_dot_product_attention` with
-    :func:`sliding_window_mask`. Taught in notebook 07.
+    Equal to :func:`scaled_dot_product_attention` with :func:`sliding_window_mask`.
+    Shape: q, k, v (..., T, D) -> out (..., T, D). Taught in notebook 07.
     """
     check_qkv(q, k, v)
     check_int("window", window)
@@ -265,16 +215,11 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 
 def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, proj_k: torch.Tensor,
                         proj_v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
-    """Linformer: project the S keys and values down to R summary rows, then attend to those R rows.
+    """Linformer: project the S keys and values down to R rows, then attend to those (not causal).
 
-    Shape:
-        q: (..., T, D), k, v: (..., S, D), proj_k, proj_v: (R, S') with S' >= S -> out: (..., T, D)
-
-    ``k' = proj_k[:, :S] @ k`` is (..., R, D): scores are (T, R), so time and memory grow as T * R, linear
-    in T for a fixed R. Not causal (each summary row mixes all positions). With R = S and identity
-    projections it is ordinary attention. Projections made for a maximum length S' > S are cut to their
-    first S columns without a warning, which is exactly zero-padding k and v to S' (a zero row adds nothing
-    to ``proj_k @ k``). Taught in notebook 07.
+    Projections longer than S are cut to their first S columns (the same as zero-padding k and v).
+    Shape: q (..., T, D), k, v (..., S, D), proj_k, proj_v (R, S' >= S) -> out (..., T, D).
+    Taught in notebook 07.
     """
     check_qkv(q, k, v)
     S = k.shape[-2]
@@ -295,10 +240,7 @@ def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, proj_
 class LinformerSelfAttention(nn.Module):
     """Multi-head Linformer self-attention with learned (R, context_length) projections shared by the heads.
 
-    Shape:
-        x: (B, T, C) with T <= context_length -> out: (B, T, C)
-
-    Taught in notebook 07; not causal, so not a decoder layer.
+    Shape: x (B, T, C), T <= context_length -> out (B, T, C). Taught in notebook 07; not causal.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, context_length: int, proj_dim: int,
@@ -325,17 +267,11 @@ class LinformerSelfAttention(nn.Module):
 
 def aft_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
              mask: torch.Tensor | None = None) -> torch.Tensor:
-    """Attention-free transformer, AFT-full: out_t = sigmoid(q_t) * sum_s softmax_s(k_s + w_ts) v_s, per channel.
+    """AFT-full: out_t = sigmoid(q_t) * sum_s softmax_s(k_s + w_ts) v_s, per channel.
 
-    Shape:
-        q: (B, T, C), k, v: (B, S, C), w: (T, S) learned pairwise position biases,
-        mask: bool broadcastable to (T, S), True = may attend -> out: (B, T, C)
-
-    The paper writes the weights as exp(k_s + w_ts) / sum_s' exp(k_s' + w_ts'): a softmax over the keys,
-    separately for every channel. Computed as a softmax (which subtracts the maximum) it cannot overflow,
-    whatever the size of k and w; the factorised form exp(w) @ (exp(k) * v) overflows for logits above
-    about 88 in float32 (notebook 07 shows both). Memory is O(B * T * S * C): fine for teaching sizes.
-    A query that may see no key gets output 0. Taught in notebook 07.
+    Computed as a softmax, so it cannot overflow. A query that may see no key gets 0. Memory O(B * T * S * C).
+    Shape: q (B, T, C), k, v (B, S, C), w (T, S), mask bool broadcastable to (T, S) -> out (B, T, C).
+    Taught in notebook 07.
     """
     check_qkv(q, k, v)
     _check_same_channels(q, v)
@@ -358,13 +294,9 @@ def aft_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
 
 
 def aft_local_bias(w: torch.Tensor, window: int) -> torch.Tensor:
-    """AFT-local's position biases: w inside the window |t - s| < window, and 0 (not -inf) outside it.
+    """AFT-local's position biases: w inside the window |t - s| < window, 0 (not -inf) outside it.
 
-    Shape:
-        w: (T, S) -> (T, S)
-
-    Outside the window the keys still count, with their content weight exp(k_s) alone: AFT-local is
-    global mixing with *local* position biases, not a local mask. Taught in notebook 07.
+    Shape: w (T, S) -> (T, S). Taught in notebook 07.
     """
     check_tensor("w", w, min_dim=2)
     check_int("window", window)
@@ -375,13 +307,9 @@ def aft_local_bias(w: torch.Tensor, window: int) -> torch.Tensor:
 
 
 def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """AFT-simple (no position biases): out_t = sigmoid(q_t) * sum_s softmax_s(k)_s v_s, the same mix for every t.
+    """AFT-simple (no position biases): out_t = sigmoid(q_t) * sum_s softmax_s(k)_s v_s; not causal.
 
-    Shape:
-        q: (B, T, C), k, v: (B, S, C) -> out: (B, T, C)
-
-    The softmax over the sequence axis (dim=-2), per channel, costs O(S * C): linear in the length.
-    Not causal. Taught in notebook 07.
+    Shape: q (B, T, C), k, v (B, S, C) -> out (B, T, C). Taught in notebook 07.
     """
     check_qkv(q, k, v)
     _check_same_channels(q, v)
@@ -391,12 +319,11 @@ def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 
 
 class AFTFull(nn.Module):
-    """An AFT-full (or AFT-local, with ``local_window``) layer: projections, learned w (L, L), output projection.
+    """An AFT-full (AFT-local with ``local_window``) layer: projections, learned w (L, L), output projection.
 
-    Shape:
-        x: (B, T, C) with T <= context_length, mask: bool broadcastable to (T, T) -> out: (B, T, C)
-
-    Pass ``causal_mask(T)`` for an autoregressive layer. Taught in notebook 07.
+    Pass ``causal_mask(T)`` for an autoregressive layer.
+    Shape: x (B, T, C), T <= context_length, mask bool broadcastable to (T, T) -> out (B, T, C).
+    Taught in notebook 07.
     """
 
     def __init__(self, embed_dim: int, context_length: int, local_window: int | None = None,
@@ -433,16 +360,11 @@ class AFTFull(nn.Module):
 def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, top_k: int,
                    mask: torch.Tensor | None = None, chunk_size: int = 128,
                    scale: float | None = None, causal: bool = False) -> torch.Tensor:
-    """Each query attends only to its ``top_k`` highest-scoring (visible) keys; queries go in chunks.
+    """Each query attends only to its ``top_k`` highest-scoring visible keys; queries go in chunks.
 
-    Shape:
-        q: (..., T, D), k, v: (..., S, D), mask: bool broadcastable to (..., T, S) -> out: (..., T, D)
-
-    For a chunk of queries the (chunk_size, S) scores are computed, masked, and all but each row's
-    ``top_k`` best are blocked; the usual masked attention then runs on that chunk. Peak memory is
-    O(chunk_size * S) instead of O(T * S); the work is still O(T * S). With ``top_k >= S`` it is ordinary
-    attention. Ties at the k-th score are broken by ``torch.topk``. ``causal=True`` adds the bottom-right
-    causal mask chunk by chunk, so no (T, S) mask is ever built. Taught in notebook 07.
+    Peak memory O(chunk_size * S); ``top_k >= S`` is plain attention; ``causal`` adds ``causal_mask(T, S)``.
+    Shape: q (..., T, D), k, v (..., S, D), mask bool broadcastable to (..., T, S) -> out (..., T, D).
+    Taught in notebook 07.
     """
     check_qkv(q, k, v)
     check_int("top_k", top_k)
@@ -481,14 +403,9 @@ def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, top_k: int
 class KVCache:
     """Keys and values of every layer for the positions seen so far, in buffers of fixed capacity.
 
-    Shape:
-        per layer: keys and values (B, Hkv, capacity, D), of which the first ``length`` positions are valid
-
-    ``update(layer, k, v)`` writes the new (B, Hkv, T, D) keys and values at positions ``length .. length
-    + T - 1`` of that layer and returns the valid part, (B, Hkv, length + T, D). ``length`` is the number
-    of positions every layer has stored (it grows once all layers have appended). The buffers are
-    allocated on the first update, with its batch size, heads, head_dim, dtype and device. Taught in
-    notebook 08 (its size in bytes, :func:`kv_cache_bytes`, in 07); used by notebook 09's generation.
+    Buffers are allocated on the first :meth:`update`, with its batch, heads, head_dim, dtype and device;
+    appending past the capacity raises ValueError. Shape: per layer (B, Hkv, capacity, D), the first
+    ``length`` positions valid. Taught in notebook 08.
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
@@ -504,7 +421,7 @@ class KVCache:
         return min(self._lengths)
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append k, v (B, Hkv, T, D) to ``layer``; return all of that layer's keys and values (B, Hkv, S, D)."""
+        """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
         check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)
         for name, t in (("k", k), ("v", v)):
             check_tensor(name, t, min_dim=4)
@@ -562,8 +479,7 @@ class KVCache:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """Sizes of a :class:`TinyDecoder`. ``window`` = None is full causal attention; ``positional`` is
-    ``"learned"`` (an embedding per position) or ``"rope"`` (rotary, no position embedding)."""
+    """Sizes of a :class:`TinyDecoder`; ``window=None``: full causal; ``positional``: "learned" or "rope"."""
 
     vocab_size: int = 16
     context_length: int = 32
@@ -592,14 +508,10 @@ class DecoderConfig:
 
 
 class TinyDecoder(nn.Module):
-    """A small decoder-only language model that follows the cache protocol of this module's docstring.
+    """A small decoder-only language model that follows this module's cache protocol.
 
-    Shape:
-        idx: (B, T) token ids -> logits: (B, T, V)
-
-    Token embedding (+ learned positions, or RoPE inside attention), ``num_layers`` pre-norm blocks of
-    grouped-query attention (optionally sliding-window) and an MLP, a final LayerNorm and a linear LM head.
-    Taught in notebook 08; notebook 09 trains a GPT with the same protocol.
+    Embeddings (learned positions or RoPE), pre-norm blocks of grouped-query attention (optionally
+    sliding-window), a final LayerNorm and a linear head. Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 08.
     """
 
     def __init__(self, cfg: DecoderConfig) -> None:
