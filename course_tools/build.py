@@ -97,26 +97,53 @@ def colab_url(rel_path: str) -> str:
 # The first code cell of every notebook. On a hosted service (Colab and the like) the course is not installed:
 # it clones the repository and installs course_utils with pip, which keeps the host's torch when it meets the
 # course's floor and never touches JupyterLab or the host's kernel; elsewhere it finds course_utils and does
-# nothing. A plain text link (not a badge image) opens it, so that no page of the course loads a remote image.
+# nothing. In a course folder whose kernel lacks the course (the wrong kernel chosen) it installs nothing and
+# says which kernel to pick. A folder left by a killed clone is moved aside, never deleted. A failure is one
+# line (SystemExit), not a traceback. A plain text link (not a badge image) opens it, so that no page of the
+# course loads a remote image. On Colab, setup_notebook switches on the widget manager ipywidgets 8 needs.
 HOSTED_LINK = ("**On a hosted notebook service** (no install; a free GPU for notebook 09): "
-               "[open this notebook in Google Colab]({url}), then run its cells from the top.")
+               "[open this notebook in Google Colab]({url}), then run its cells from the top. "
+               "There the sliders and bertviz views work as they do in JupyterLab.")
 HOSTED_SETUP = """\
 # Hosted notebooks (Colab and the like) start without the course: this cell fetches it. Elsewhere it does nothing.
 import importlib.util
-import os
-import subprocess
-import sys
 
-if importlib.util.find_spec("course_utils") is None:
-    repo = os.environ.get("{env}", "{repository}")
-    home = os.path.abspath("attention-step-by-step")
-    if not os.path.isdir(home):
-        subprocess.run(["git", "clone", "--quiet", "--depth", "1", repo, home], check=True)
-    subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "-e", home], check=True)
+
+def _set_up_hosted_course(home="attention-step-by-step"):
+    import os
+    import subprocess
+    import sys
+    import time
+
+    for folder in (os.getcwd(), os.path.dirname(os.getcwd())):
+        if os.path.isfile(os.path.join(folder, "course.py")):
+            raise SystemExit(f"this kernel ({{sys.executable}}) cannot import the course of {{folder}}: pick the "
+                             "kernel of its .venv, or start JupyterLab there with `python3 course.py lab`; "
+                             "nothing was installed")
+    repo = os.environ.get("{env}") or "{repository}"
+    home = os.path.abspath(home)
+    if os.path.isdir(home) and not os.path.isfile(os.path.join(home, "pyproject.toml")):
+        aside = f"{{home}}-incomplete-{{time.strftime('%Y%m%d-%H%M%S')}}"
+        os.rename(home, aside)  # a clone cut short: kept, not deleted
+        print(f"moved an incomplete earlier download aside to {{aside}}")
+    source = f"the copy already in {{home}}" if os.path.isdir(home) else repo
+    steps = [] if os.path.isdir(home) else [("download", ["git", "clone", "--quiet", "--depth", "1", repo, home])]
+    for what, cmd in steps + [("install", [sys.executable, "-m", "pip", "install", "--quiet", "-e", home])]:
+        try:
+            done = subprocess.run(cmd, capture_output=True, text=True)
+        except OSError as err:
+            raise SystemExit(f"could not {{what}} the course: {{cmd[0]}}: {{err.strerror}}") from None
+        if done.returncode != 0:
+            said = (done.stderr.strip() or done.stdout.strip() or "no message").splitlines()[-1]
+            raise SystemExit(f"could not {{what}} the course from {{source}}: {{said}}")
     sys.path.insert(0, home)  # this kernel started before the install: show it the package
     import torch
 
-    print(f"installed course_utils from {{repo}} into {{home}}, with this host's torch {{torch.__version__}}")"""
+    print(f"installed course_utils from {{source}} into {{home}}, with this host's torch {{torch.__version__}}")
+
+
+if importlib.util.find_spec("course_utils") is None:
+    _set_up_hosted_course()"""
 
 
 def hosted_cells(rel_path: str) -> tuple[str, nbformat.NotebookNode]:
@@ -162,20 +189,22 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbforma
 
     from nbclient import NotebookClient
 
-    os.environ.setdefault("COURSE_GPT_SIZE", "ci")  # the kernel inherits it: committed outputs come from a quick run
-    os.environ.setdefault("COURSE_SMALL_FIGURES", "1")  # and 1x images (a learner's running notebook gets 2x)
     with tempfile.TemporaryDirectory(prefix="course-build-runs-") as runs:
-        saved = os.environ.get("COURSE_RUNS_DIR")
-        os.environ["COURSE_RUNS_DIR"] = runs
+        # The kernel inherits these, whatever the author's shell has: committed outputs come from notebook 09's
+        # quick run, trained afresh, with 1x images (a learner's running notebook gets 2x).
+        fixed = {"COURSE_GPT_SIZE": "ci", "COURSE_SMALL_FIGURES": "1", "COURSE_RUNS_DIR": runs}
+        saved = {name: os.environ.get(name) for name in fixed}
+        os.environ.update(fixed)
         try:
             client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
                                     resources={"metadata": {"path": str(cwd)}})
             client.execute()
         finally:
-            if saved is None:
-                os.environ.pop("COURSE_RUNS_DIR", None)
-            else:
-                os.environ["COURSE_RUNS_DIR"] = saved
+            for name, value in saved.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
     nb.metadata.pop("widgets", None)  # widget state is large and changes every run
     for cell in nb.cells:
         if cell.cell_type == "code":

@@ -52,6 +52,69 @@ def test_the_setup_cell_is_plain_python_and_names_no_other_repository():
     assert build.REPOSITORY_ENV in cell.source
 
 
+# --- the setup cell when something is off: one line, nothing installed, nothing of the learner's lost -----------
+
+def _run_cell(cwd: Path, **env_vars: str) -> subprocess.CompletedProcess:
+    """The setup cell in a Python that cannot import course_utils (-S: no site-packages), in ``cwd``."""
+    _, cell = build.hosted_cells("notebooks/01_dot_product_toy.ipynb")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTHONPATH"))}
+    env.update(PIP_NO_INDEX="1", **env_vars)
+    return subprocess.run([sys.executable, "-S", "-c", cell.source], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_in_a_course_folder_with_the_wrong_kernel_the_cell_installs_nothing_and_names_the_kernel(tmp_path):
+    """Before, a kernel without the course (system Python) cloned a second course into notebooks/ and
+    pip-installed it, unlocked, into that Python."""
+    (tmp_path / "course.py").write_text("# the course's entry point\n")
+    (tmp_path / "notebooks").mkdir()
+    done = _run_cell(tmp_path / "notebooks", COURSE_REPO_URL=str(ROOT))
+    assert done.returncode == 1 and done.stdout == ""
+    assert done.stderr.strip() == (f"this kernel ({sys.executable}) cannot import the course of {tmp_path}: pick the "
+                                   "kernel of its .venv, or start JupyterLab there with `python3 course.py lab`; "
+                                   "nothing was installed")
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["course.py", "notebooks"]
+
+
+def test_a_repository_that_cannot_be_cloned_is_one_line(tmp_path):
+    missing = tmp_path / "no-such-repository"
+    done = _run_cell(tmp_path, COURSE_REPO_URL=str(missing))
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"could not download the course from {missing}: fatal:"), lines
+    assert not (tmp_path / "attention-step-by-step").exists()
+
+
+def test_without_git_the_cell_says_so(tmp_path):
+    (tmp_path / "bin").mkdir()
+    done = _run_cell(tmp_path, COURSE_REPO_URL=str(ROOT), PATH=str(tmp_path / "bin"))
+    assert done.returncode == 1
+    assert done.stderr.strip() == "could not download the course: git: No such file or directory", done.stderr
+
+
+def test_a_clone_cut_short_is_moved_aside_and_never_deleted(tmp_path):
+    """Before, a folder left by a killed clone (only .git) made every later run fail in pip until removed by hand."""
+    partial = tmp_path / "attention-step-by-step"
+    (partial / ".git").mkdir(parents=True)
+    (partial / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    done = _run_cell(tmp_path, COURSE_REPO_URL=str(tmp_path / "offline"))
+    aside = [p for p in tmp_path.iterdir() if p.name.startswith("attention-step-by-step-incomplete-")]
+    assert len(aside) == 1 and (aside[0] / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+    assert done.stdout.strip() == f"moved an incomplete earlier download aside to {aside[0]}"
+    assert done.stderr.strip().startswith(f"could not download the course from {tmp_path / 'offline'}: fatal:")
+
+
+def test_an_install_that_fails_names_the_copy_it_used(tmp_path):
+    home = tmp_path / "attention-step-by-step"
+    home.mkdir()
+    (home / "pyproject.toml").write_text("this is [not toml\n")
+    done = _run_cell(tmp_path, COURSE_REPO_URL="https://example.invalid/other")
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"could not install the course from the copy already in {home}: "), lines
+    assert (home / "pyproject.toml").read_text() == "this is [not toml\n"
+
+
 # --- the simulated hosted runtime ----------------------------------------------------------------------------
 
 def _python(env_dir: Path) -> Path:

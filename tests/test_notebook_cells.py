@@ -56,3 +56,23 @@ def test_no_heading_in_a_code_cell_of_a_built_notebook(path):
              for c in nb["cells"]]
     found = headings_in_code(cells)
     assert not found, f"{path.parent.name}/{path.name}: a heading inside a code cell: " + "; ".join(found)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_committed_figures_are_plain_1x_images(path):
+    """The build draws figures at 1x (COURSE_SMALL_FIGURES); a learner's running notebook gets 2x ("retina").
+
+    A 2x figure leaking into a committed notebook doubles its size and nbval would not notice (it skips images):
+    retina output carries width/height metadata and twice the pixels of its figure at 72 dpi.
+    """
+    import base64
+    import struct
+
+    for n, cell in enumerate(json.loads(path.read_text(encoding="utf-8"))["cells"], 1):
+        for out in cell.get("outputs", []):
+            if "image/png" not in out.get("data", {}):
+                continue
+            png = base64.b64decode(out["data"]["image/png"])
+            width, height = struct.unpack(">II", png[16:24])
+            assert "image/png" not in out.get("metadata", {}), f"cell {n}: a retina (2x) figure was committed"
+            assert width <= 1100 and height <= 1100, f"cell {n}: a {width}x{height} figure is larger than 1x"
