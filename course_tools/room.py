@@ -31,6 +31,7 @@ left by a killed run are removed by the next one.
 from __future__ import annotations
 
 import argparse
+import errno
 import hashlib
 import importlib.util
 import itertools
@@ -300,6 +301,42 @@ def _packed_folders() -> list[Path]:
     return [ROOT / r.rstrip("/") for r in COMMON + INSTRUCTOR_ONLY if r.endswith("/")]
 
 
+def blocked_by_a_file(path: Path) -> Path | None:
+    """The nearest existing folder above ``path`` when it is a file (so nothing can be made below it), else None."""
+    for above in path.parents:
+        if above.exists():
+            return None if above.is_dir() else above
+    return None
+
+
+def cannot_write(out: Path, what: str, why: str) -> ValueError:
+    return ValueError(f"cannot write {what} to {out}: {why}; give {what} a path in a folder you can write to, "
+                      f"e.g. {Path.home() / out.name}")
+
+
+def make_output_folder(out: Path, what: str) -> None:
+    """Make the folder ``out`` (and the folders above it) and make sure a file can be written in it.
+
+    ValueError, one line saying what was asked, why it cannot be written and what to do, when ``out`` lies below
+    a file, when the system refuses a folder or a file there (no permission, a read-only disk, /sys, /proc).
+    The probe file is an atomic-write temporary (``.NAME.<pid>-*.tmp``), removed at once."""
+    blocker = blocked_by_a_file(out)
+    if blocker is not None:
+        raise cannot_write(out, what, f"{blocker} is a file, not a folder")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=out, prefix=f".course-write-test.{os.getpid()}-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        where = next((p for p in (out, *out.parents) if p.exists()), out)
+        if isinstance(e, PermissionError) or e.errno == errno.EROFS:
+            why = f"the system does not let this user write in {where} ({e.strerror})"
+        else:
+            why = f"the system refuses new files or folders in {where} ({e.strerror})"
+        raise cannot_write(out, what, why) from None
+
+
 def _free_output(out: Path, force: bool, what: str, empty_folder_ok: bool = False,
                  room_folder_ok: bool = False) -> tuple[Path, bool]:
     """``out`` made absolute, and whether an existing path there must be moved aside first.
@@ -320,6 +357,9 @@ def _free_output(out: Path, force: bool, what: str, empty_folder_ok: bool = Fals
     if _inside(real, ROOT) and not force:
         raise ValueError(f"{out} is inside the course folder {ROOT}; give {what} a path outside it, e.g. "
                          f"{ROOT.parent / out.name}, or add --force to write it there anyway")
+    blocker = blocked_by_a_file(out)
+    if blocker is not None:  # said before anything is downloaded or moved aside
+        raise cannot_write(out, what, f"{blocker} is a file, not a folder")
     exists = out.exists() or out.is_symlink()
     if exists and empty_folder_ok and out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
         return out, False  # an empty folder: nothing to lose
@@ -392,7 +432,7 @@ def prepare(out: Path, lock: Path | None = None, platforms: list[str] | None = N
     notes = []
     if replace:
         notes.append(f"the existing {out} is kept, whole, as {move_aside(out, now)}")
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_folder(out, "the room folder")
     for folder in (out, out / "datasets"):
         clean_stale_tmp(folder)
     ledger = _Ledger(out, now)

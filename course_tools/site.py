@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from course_tools.room import COMMON, INSTRUCTOR_ONLY
+from course_tools.room import COMMON, INSTRUCTOR_ONLY, blocked_by_a_file, cannot_write, make_output_folder
 from course_tools.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
 from course_utils._files import backup_path, clean_stale_tmp, move_aside, write_atomic
 
@@ -116,6 +116,9 @@ def _free_output(out: str | Path, force: bool) -> tuple[Path, bool]:
             f"{out} is inside the course folder {ROOT}; give the site a folder outside it, e.g. "
             f"{ROOT.parent / 'attention-site'}, or add --force to write it there anyway"
         )
+    blocker = blocked_by_a_file(out)
+    if blocker is not None:
+        raise cannot_write(out, "the site", f"{blocker} is a file, not a folder")
     exists = out.exists() or out.is_symlink()
     if not exists:
         return out, False
@@ -351,7 +354,7 @@ def build_site(
     notes: list[str] = []
     if replace:
         notes.append(f"the existing {out} is kept, whole, as {move_aside(out, now)}")
-    out.mkdir(parents=True, exist_ok=True)
+    make_output_folder(out, "the site")
     for folder in sorted({out, *((out / rel).parent for rel in assets)}):
         clean_stale_tmp(folder)  # temporary files of a killed build
     ledger = _Ledger(out, now)

@@ -277,3 +277,25 @@ def test_the_room_folder_carries_the_static_site(tmp_path, monkeypatch):
     assert not (tmp_path / "no-course" / "site").exists()
     monkeypatch.setattr(site, "SOLUTIONS", tmp_path / "missing")  # a learner's copy has no solutions/
     assert any(n.startswith("skipped site/: no folder") for n in room.prepare(tmp_path / "r3", data=False))
+
+
+def test_room_where_no_folder_can_be_made_is_one_line_before_anything_is_downloaded(tmp_path, monkeypatch):
+    """Below a file, or where the system refuses new folders (/sys, /proc on Linux): exit 2 with one line that
+    says what was asked, why it cannot be written and what to do; no traceback, nothing downloaded."""
+    file = tmp_path / "notes.txt"
+    file.write_text("an instructor's notes")
+    proc = course_command("room", str(file / "room"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (f"course room: cannot write the room folder to {file / 'room'}: {file} is a file, "
+                                   f"not a folder; give the room folder a path in a folder you can write to, "
+                                   f"e.g. {Path.home() / 'room'}")
+    assert file.read_text() == "an instructor's notes"
+    downloads = []
+    monkeypatch.setattr(room, "download_wheels", lambda *a, **k: downloads.append(a))
+    for system in ("/sys", "/proc"):
+        if not sys.platform.startswith("linux") or not Path(system).is_dir():
+            continue
+        with pytest.raises(ValueError, match=rf"^cannot write the room folder to {system}/room: the system .* in "
+                                             rf"{system} \(.*\); give the room folder a path in a folder you can"):
+            room.prepare(Path(system) / "room", data=False, course=False)
+    assert downloads == []

@@ -11,6 +11,7 @@ import dataclasses
 import html
 import re
 import shutil
+import sys
 import zlib
 from html.parser import HTMLParser
 from pathlib import Path
@@ -364,6 +365,24 @@ def test_command_line(tmp_path, small_solutions, capsys):
     assert "course site: " in capsys.readouterr().err
     assert main([str(tmp_path / "other"), "--solutions", str(tmp_path / "nothing")]) == 2
     assert "no folder" in capsys.readouterr().err
+
+
+def test_a_site_where_no_folder_can_be_made_is_one_line(tmp_path, small_solutions, capsys):
+    """Below a file, or where the system refuses new folders (/sys, /proc on Linux): exit 2 with one line that
+    says what was asked, why it cannot be written and what to do; no traceback, nothing written."""
+    file = tmp_path / "notes.txt"
+    file.write_text("a learner's notes", encoding="utf-8")
+    assert main([str(file / "site"), "--solutions", str(small_solutions)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"course site: cannot write the site to {file / 'site'}: {file} is a file, not a "
+                           f"folder; give the site a path in a folder you can write to, e.g. {Path.home() / 'site'}")
+    assert file.read_text(encoding="utf-8") == "a learner's notes"
+    for system in ("/sys", "/proc"):
+        if sys.platform.startswith("linux") and Path(system).is_dir():
+            assert main([f"{system}/site", "--solutions", str(small_solutions)]) == 2
+            err = capsys.readouterr().err
+            assert re.fullmatch(rf"course site: cannot write the site to {system}/site: the system .* in {system} "
+                                r"\(.*\); give the site a path in a folder you can write to, e\.g\. .*\n", err), err
 
 
 def test_the_toc_nests_third_level_headings():
