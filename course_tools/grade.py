@@ -44,6 +44,7 @@ __all__ = ["DEFAULT_TIMEOUT", "HEARTBEAT", "NOT_RUN", "NotebookRun", "expand", "
 ROOT = Path(__file__).resolve().parent.parent
 NOT_RUN = "not run"
 DEFAULT_TIMEOUT = 120.0
+DEFAULT_REPORT = ROOT / "reports" / "exercises.json"
 HEARTBEAT = 10.0  # seconds between "still running" lines while one cell runs
 _CHECK = re.compile(r"""\bcheck\(\s*["'](?P<key>\d+\.\d+)["']""")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -341,19 +342,48 @@ def _positive_seconds(text: str) -> float:
     return value
 
 
+def _report_problem(report: Path, named: str) -> str | None:
+    """Why the JSON report cannot be written at ``report`` (``named``: how the learner gave it), or None.
+
+    Asked before any notebook runs: the report's folder, or the nearest one above it that exists (the folder is
+    made when the report is written), must be a folder that takes a new file. A probe file with the name of an
+    atomic write's temporary is made there and removed at once."""
+    fix = f"give --json a file in a folder you can write to, e.g. --json {Path.home() / 'exercises.json'}"
+    if report.is_dir():
+        return f"{named}: this is a folder; give a file name such as {report / 'exercises.json'}"
+    folder = next((p for p in report.parents if p.exists()), None)
+    if folder is None:
+        return None
+    if not folder.is_dir():
+        return f"{named}: cannot write the report there: {folder} is a file, not a folder; {fix}"
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{report.name}.{os.getpid()}-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"{named}: cannot write the report there: {folder} does not take new files ({e.strerror}); {fix}"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Check your exercises and print a table of verdicts.")
     parser.add_argument("notebooks", nargs="*", type=Path,
                         help="notebooks or folders of notebooks to check (default: notebooks/)")
-    parser.add_argument("--json", type=Path, default=ROOT / "reports" / "exercises.json",
+    parser.add_argument("--json", type=Path, default=None,
                         help="where to write the table as JSON (default: reports/exercises.json)")
     parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
                         help=f"time limit for each cell (default: {DEFAULT_TIMEOUT:g})")
     args = parser.parse_args(argv)
     named = [p.resolve() for p in args.notebooks if p.is_file()]  # files asked for by name, not via a folder
     notebooks, problems = expand(args.notebooks or [ROOT / "notebooks"])
-    if args.json.is_dir():
-        problems.append(f"--json {args.json}: this is a folder; give a file name such as {args.json / 'exercises.json'}")
+    if args.json is None:
+        args.json = DEFAULT_REPORT
+        named = f"the report {args.json} (the default of --json)"
+    else:
+        named = f"--json {args.json}"
+    problem = _report_problem(args.json, named)
+    if problem:
+        problems.append(problem)
     if problems:
         for p in problems:
             print(f"course check: {p}", file=sys.stderr)

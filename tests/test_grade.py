@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import nbformat
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SETUP = "from course_utils.exercises import NotAttempted, check, get_exercise"
@@ -138,6 +139,39 @@ def test_missing_paths_and_bad_time_limits_are_one_line_errors(tmp_path):
     proc = check(tmp_path / "01_mine.ipynb", "--json", tmp_path, timeout=120)
     assert proc.returncode == 2 and "this is a folder; give a file name such as" in proc.stderr, proc.stderr
     assert "running" not in proc.stdout  # refused before any notebook ran
+
+
+def test_a_report_that_cannot_be_written_is_refused_before_any_notebook_runs(tmp_path, monkeypatch, capsys):
+    """--json below a file, in a folder that takes no new file, or the default reports/ of a read-only course:
+    one line and exit 2 before anything runs (it used to run every notebook, then end in a traceback)."""
+    from course_tools import grade
+
+    path = notebook(tmp_path / "01_mine.ipynb", SETUP, SOLVED)
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    proc = check(path, "--json", file / "ex.json", timeout=120)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (f"course check: --json {file / 'ex.json'}: cannot write the report there: {file} "
+                                   "is a file, not a folder; give --json a file in a folder you can write to, "
+                                   f"e.g. --json {Path.home() / 'exercises.json'}")
+    assert "running" not in proc.stdout and "Traceback" not in proc.stderr
+    locked = tmp_path / "read-only-course"
+    locked.mkdir()
+    locked.chmod(0o555)
+    try:
+        unwritable = [locked] if not os.access(locked, os.W_OK) else []  # root may write anyway
+        unwritable += [Path("/proc")] if sys.platform.startswith("linux") and Path("/proc").is_dir() else []
+        for folder in unwritable:  # the default report, reports/exercises.json of a course we cannot write in
+            monkeypatch.setattr(grade, "DEFAULT_REPORT", folder / "reports" / "exercises.json")
+            monkeypatch.setattr(grade, "run_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+            assert grade.main([str(path)]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith(f"course check: the report {folder / 'reports' / 'exercises.json'} (the default "
+                                  f"of --json): cannot write the report there: {folder} does not take new files ("), err
+            assert "give --json a file in a folder you can write to" in err
+    finally:
+        locked.chmod(0o755)
+    assert not list(locked.iterdir())  # the probe file is gone
 
 
 def test_the_kernel_gets_the_report_variable_and_runs_in_the_notebooks_folder(tmp_path):
