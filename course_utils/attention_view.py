@@ -29,7 +29,6 @@ from pathlib import Path
 import torch
 from IPython.display import HTML
 
-from course_tools.vendor_js import PACKAGES, VENDOR_DIR
 from course_utils._files import write_atomic
 from course_utils._validate import check_int, check_path
 
@@ -196,24 +195,31 @@ def _check_indices(name: str, indices: Sequence[int], n: int) -> list[int]:
 # ----------------------------------------------------------------------------------------------
 
 
+# The JavaScript the views inline, with the record of where each file came from (written by the authors' tool
+# course_tools.vendor_js, which fetches them from npm; the learner's package only reads them).
+VENDOR_DIR = Path(__file__).resolve().parent / "static" / "vendor"
+
+
+def _record(pkg_name: str) -> dict:
+    records = json.loads((VENDOR_DIR / "SOURCES.json").read_text(encoding="utf-8"))
+    return next(r for r in records if r["package"] == pkg_name)
+
+
 def _module_name(pkg_name: str) -> str:
-    pkg = next(p for p in PACKAGES if p.name == pkg_name)
-    return f"course_utils/vendor/{pkg.name}-{pkg.version}"
+    return f"course_utils/vendor/{pkg_name}-{_record(pkg_name)['version']}"
 
 
 @functools.lru_cache(maxsize=None)
 def _vendored(pkg_name: str) -> str:
     """The vendored file of one package, checked against SOURCES.json (a changed file is a broken install)."""
-    pkg = next(p for p in PACKAGES if p.name == pkg_name)
-    data = (VENDOR_DIR / pkg.vendored_as).read_bytes()
-    records = json.loads((VENDOR_DIR / "SOURCES.json").read_text(encoding="utf-8"))
-    expected = next(r["sha256"] for r in records if r["package"] == pkg.name)
-    if hashlib.sha256(data).hexdigest() != expected:
-        raise RuntimeError(f"{VENDOR_DIR / pkg.vendored_as} does not match SOURCES.json; "
+    record = _record(pkg_name)
+    data = (VENDOR_DIR / record["file"]).read_bytes()
+    if hashlib.sha256(data).hexdigest() != record["sha256"]:
+        raise RuntimeError(f"{VENDOR_DIR / record['file']} does not match SOURCES.json; "
                            "run: python -m course_tools.vendor_js --check")
     text = data.decode("utf-8")
     text = re.sub(r"^//# sourceMappingURL=.*$", "", text, flags=re.MULTILINE)  # no source-map request either
-    assert "</script" not in text.lower() and "<!--" not in text, f"{pkg.vendored_as} cannot go in a <script>"
+    assert "</script" not in text.lower() and "<!--" not in text, f"{record['file']} cannot go in a <script>"
     return text
 
 
