@@ -70,7 +70,7 @@ from course_utils.plotting import (
     plot_loss_curve,
     plot_weights,
 )
-from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, runs_dir, unigram_loss
+from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, run_folder, unigram_loss
 from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, train
 from course_utils.widgets import gpt_attention_explorer
 
@@ -245,14 +245,14 @@ plt.show()
 
 # %% [markdown]
 # The next cell trains. It shows a progress bar (loss and tokens per second) and a loss curve that redraws
-# itself, with the two baselines as dashed lines. It writes a checkpoint to `runs/08_<size>/` every few
+# itself, with the two baselines as dashed lines. It writes a checkpoint to `runs/09_<size>/` every few
 # hundred steps, atomically (a temporary file, then a rename), so **interrupting the kernel loses little**:
 # run the cell again and it resumes from the last checkpoint, exactly where it stopped. A finished run is
 # not trained again; delete its folder to start afresh.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-run_dir = runs_dir() / f"08_{SIZE}"  # runs/08_<size>/ in the course folder
+run_dir = run_folder(SIZE)  # runs/09_<size>/ in the course folder (an earlier runs/08_<size>/ moves there)
 live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
 result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
 print(f"validation loss {result['val_loss']:.3f} after {result['steps']} steps "

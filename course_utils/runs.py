@@ -21,7 +21,7 @@ import torch
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
-__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "run_dir", "unigram_loss", "Expectation",
+__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "run_folder", "unigram_loss", "Expectation",
            "EXPECTATIONS", "check_expectations"]
 
 SIZE_ENV = "COURSE_GPT_SIZE"
@@ -78,7 +78,7 @@ def runs_dir(environ: dict[str, str] | None = None) -> Path:
     return Path(where).expanduser() if where else Path(__file__).resolve().parent.parent / "runs"
 
 
-def run_dir(size: str, environ: dict[str, str] | None = None, log=print) -> Path:
+def run_folder(size: str, environ: dict[str, str] | None = None, log=print) -> Path:
     """The folder of notebook 09's run of ``size``: ``runs/09_<size>/`` (under :func:`runs_dir`).
 
     Before the tiny GPT became notebook 09 its runs went to ``runs/08_<size>/``. A learner's earlier run there

@@ -126,19 +126,19 @@ def test_the_size_switch_ignores_case_and_names_what_arrived():
 
 
 def test_run_dir_is_named_after_notebook_09_and_moves_an_earlier_run_of_notebook_08(tmp_path):
-    from course_utils.runs import run_dir
+    from course_utils.runs import run_folder
 
     env, said = {"COURSE_RUNS_DIR": str(tmp_path)}, []
-    assert run_dir("ci", env, log=said.append) == tmp_path / "09_ci" and said == []
+    assert run_folder("ci", env, log=said.append) == tmp_path / "09_ci" and said == []
     old = tmp_path / "08_cpu"
     old.mkdir()
     (old / "ckpt.pt").write_bytes(b"the learner's checkpoint")
-    new = run_dir("cpu", env, log=said.append)
+    new = run_folder("cpu", env, log=said.append)
     assert new == tmp_path / "09_cpu" and not old.exists()
     assert (new / "ckpt.pt").read_bytes() == b"the learner's checkpoint"
     assert said == [f"moved your earlier run from {old} to {new} (notebook 09 was numbered 08 before)"]
     old.mkdir()  # both there: nothing moves, nothing is lost
     (old / "other.pt").write_bytes(b"x")
-    assert run_dir("cpu", env, log=said.append) == new and (old / "other.pt").exists() and len(said) == 1
+    assert run_folder("cpu", env, log=said.append) == new and (old / "other.pt").exists() and len(said) == 1
     with pytest.raises(ValueError, match=r"size must be one of \['ci', 'cpu', 'gpu'\], got 'big'"):
-        run_dir("big", env)
+        run_folder("big", env)
