@@ -182,11 +182,11 @@ def environment_report() -> list[Requirement]:
     try:
         from course_utils import data
 
-        data.verify()
+        data.load_corpus(download=False)  # reads the cached corpus and checks its sha256
         reqs.append(Requirement("data for notebook 09", True, f"{data.corpus_path()} (checksum OK)"))
-    except Exception as e:  # missing or damaged: say how to get it; notebooks 01-07 do not need it
+    except Exception as e:  # missing or damaged: say how to get it; notebooks 01-08 do not need it
         reqs.append(Requirement("data for notebook 09", False, str(e).split(":")[0],
-                                "run `python -m course_utils.data fetch` once with internet (notebooks 01-07 "
+                                "run `python -m course_tools.corpus fetch` once with internet (notebooks 01-08 "
                                 "work without it)"))
     reqs.append(_settings_requirement())
     try:

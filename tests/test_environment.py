@@ -147,7 +147,7 @@ def test_environment_report_missing_data_has_a_fix(monkeypatch, tmp_path):
     req = {r.name: r for r in environment_report()}["data for notebook 09"]
     assert not req.ok
     assert "not there yet" in req.detail
-    assert "python -m course_utils.data fetch" in req.fix
+    assert "python -m course_tools.corpus fetch" in req.fix and "notebooks 01-08" in req.fix
 
 
 # pick_device: the one place that turns a device name into a device, or says in one line why it cannot
