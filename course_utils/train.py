@@ -206,20 +206,23 @@ class RunSetupError(ValueError):
     """The run cannot start as asked (output folder, data, resume); found before the first step, one line with the fix."""
 
 
-def learning_rate(step: int, cfg: TrainConfig) -> float:
+def learning_rate(step: int, train_config: TrainConfig) -> float:
     """Linear warmup over ``warmup_steps``, then a cosine from ``learning_rate`` to ``min_lr`` at ``max_steps``.
 
     ``warmup_steps`` may exceed ``max_steps`` on purpose (a short smoke run of a preset, ``--max-steps 3``): the
     rate then stays on its warmup ramp for the whole run."""
     step = check_int("step", step, minimum=0)
-    if not isinstance(cfg, TrainConfig):
-        raise TypeError(f"cfg must be a TrainConfig (TrainConfig.preset('tiny'), say), got {type(cfg).__name__}")
-    if step < cfg.warmup_steps:
-        return cfg.learning_rate * (step + 1) / cfg.warmup_steps
-    if step >= cfg.max_steps:
-        return cfg.min_lr
-    progress = (step - cfg.warmup_steps) / max(1, cfg.max_steps - cfg.warmup_steps)  # 0 -> 1
-    return cfg.min_lr + 0.5 * (1.0 + math.cos(math.pi * progress)) * (cfg.learning_rate - cfg.min_lr)
+    if not isinstance(train_config, TrainConfig):
+        raise TypeError(f"train_config must be a TrainConfig (TrainConfig.preset('tiny'), say), "
+                        f"got {type(train_config).__name__}")
+    warmup, max_steps = train_config.warmup_steps, train_config.max_steps
+    top, bottom = train_config.learning_rate, train_config.min_lr
+    if step < warmup:
+        return top * (step + 1) / warmup
+    if step >= max_steps:
+        return bottom
+    progress = (step - warmup) / max(1, max_steps - warmup)  # 0 -> 1
+    return bottom + 0.5 * (1.0 + math.cos(math.pi * progress)) * (top - bottom)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -352,15 +355,15 @@ def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: in
 
 
 @torch.no_grad()
-def _estimate(model: GPT, data: torch.Tensor, cfg: TrainConfig, context_length: int, device: torch.device,
-              autocast: Any, seed: int) -> float:
+def _estimate(model: GPT, data: torch.Tensor, train_config: TrainConfig, context_length: int,
+              device: torch.device, autocast: Any, seed: int) -> float:
     """Mean loss over ``eval_batches`` random batches drawn with their own generator (the same ones every time)."""
     was_training = model.training
     model.eval()
     g = torch.Generator().manual_seed(seed)
     losses = []
-    for _ in range(cfg.eval_batches):
-        x, y = get_batch(data, cfg.batch_size, context_length, generator=g, device=device)
+    for _ in range(train_config.eval_batches):
+        x, y = get_batch(data, train_config.batch_size, context_length, generator=g, device=device)
         with autocast():
             _, loss = model(x, y)
         losses.append(loss.float())
@@ -422,11 +425,11 @@ _SESSION_FIELDS = ("compile", "autocast", "fused_adamw")  # how this machine run
 _CLI_FLAGS = {"seed", "batch_size", "learning_rate", "eval_interval", "log_interval", "checkpoint_interval"}
 
 
-def _describe_model(cfg: GPTConfig) -> str:
-    preset = next((name for name, p in PRESETS.items() if dataclasses.replace(p, vocab_size=cfg.vocab_size) == cfg),
+def _describe_model(config: GPTConfig) -> str:
+    preset = next((name for name, p in PRESETS.items() if dataclasses.replace(p, vocab_size=config.vocab_size) == config),
                   None)
-    shape = f"{cfg.num_layers} layers, {cfg.embed_dim} wide, context {cfg.context_length}"
-    shape += ", post-norm" if cfg.norm_position == "post" else ""  # else two refused models read the same
+    shape = f"{config.num_layers} layers, {config.embed_dim} wide, context {config.context_length}"
+    shape += ", post-norm" if config.norm_position == "post" else ""  # else two refused models read the same
     return f"the {preset!r} preset ({shape})" if preset else f"a model of {shape}"
 
 
@@ -497,18 +500,18 @@ class Switches:
     fused_adamw: bool
 
 
-def gpu_switches(cfg: TrainConfig, device: torch.device) -> tuple[Switches, list[str]]:
+def gpu_switches(train_config: TrainConfig, device: torch.device) -> tuple[Switches, list[str]]:
     """Which of the GPU recipe's switches this session uses on ``device``, and a notice for each that cannot be."""
     on_cuda = device.type == "cuda"
     notices = []
-    use_compile = on_cuda if cfg.compile is None else cfg.compile
+    use_compile = on_cuda if train_config.compile is None else train_config.compile
     if use_compile:
         ok, why = compile_available(device)
         if not ok:
             use_compile = False
             notices.append(f"torch.compile is off: {why}; training in eager mode (slower, same results)")
-    autocast = cfg.autocast or ("bf16" if on_cuda else "off")
-    fused = on_cuda if cfg.fused_adamw is None else cfg.fused_adamw
+    autocast = train_config.autocast or ("bf16" if on_cuda else "off")
+    fused = on_cuda if train_config.fused_adamw is None else train_config.fused_adamw
     if fused and not fused_adamw_available(device):
         raise RunSetupError(f"fused AdamW is not available for {device} in torch {torch.__version__}: "
                             "leave out --fused-adamw (or set fused_adamw=False)")
@@ -570,27 +573,27 @@ def train(
     wall_start = time.perf_counter()
     run = _set_up(config, data_path, out_dir, train_config, device=device, resume=resume, max_steps=max_steps,
                   max_seconds=max_seconds, verbose=verbose, callback=callback)
-    cfg, model, optimizer = run.cfg, run.model, run.optimizer
+    train_config, model, optimizer = run.train_config, run.model, run.optimizer
     bar = _ProgressBar(progress, run)
     window = _Window(run, max_seconds)  # the steps since the last log line: their losses, tokens and time
     start_step, stop_reason = run.step, "max_steps"
     model.train()
-    for step in range(start_step + 1, cfg.max_steps + 1):  # step: the number of this update, counted from 1
+    for step in range(start_step + 1, train_config.max_steps + 1):  # step: this update's number, from 1
         # forward, backward, update
-        lr = learning_rate(step - 1, cfg)  # the schedule counts updates from 0
+        lr = learning_rate(step - 1, train_config)  # the schedule counts updates from 0
         for group in optimizer.param_groups:
             group["lr"] = lr
         x, y = run.batch()  # (B / processes, T): this process' rows of the batch every process draws
         with run.autocast():
             _, loss = run.fwd(x, y)
         loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), train_config.grad_clip)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         run.step = step
         window.add(loss)  # stays on the device until the window closes; times the first step on its own
-        last = step == cfg.max_steps
-        if not (step % cfg.log_interval == 0 or step % cfg.checkpoint_interval == 0 or last):
+        last = step == train_config.max_steps
+        if not (step % train_config.log_interval == 0 or step % train_config.checkpoint_interval == 0 or last):
             continue
 
         # time and log: one synchronisation per window, for the losses and the "out of time" flag
@@ -603,9 +606,9 @@ def train(
         events = [{"kind": "train", "step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s}]
 
         # evaluate and save (process 0; the others wait at the barrier)
-        if run.master and (step % cfg.eval_interval == 0 or last):
+        if run.master and (step % train_config.eval_interval == 0 or last):
             events.append(_evaluate_splits(run))
-        if step % cfg.checkpoint_interval == 0 or last or out_of_time:
+        if step % train_config.checkpoint_interval == 0 or last or out_of_time:
             run.save_checkpoint()
         if callback is not None and run.master:  # after the checkpoint: a callback that raises is a kill
             for event in events:
@@ -627,7 +630,8 @@ class _ProgressBar:
         self.bar = None
         if (sys.stderr.isatty() if progress is None else progress) and run.master:
             from tqdm.auto import tqdm
-            self.bar = tqdm(total=run.cfg.max_steps, initial=run.step, unit="step", dynamic_ncols=True)
+            self.bar = tqdm(total=run.train_config.max_steps, initial=run.step, unit="step",
+                            dynamic_ncols=True)
 
     def update(self, steps: int, loss: float, tokens_per_s: float) -> None:
         if self.bar is not None:
@@ -649,7 +653,7 @@ class _Window:
 
     def __init__(self, run: _Run, max_seconds: float | None):
         self.device, self.world, self.max_seconds = run.device, run.world, max_seconds
-        self.tokens_per_step = run.cfg.batch_size * run.config.context_length
+        self.tokens_per_step = run.train_config.batch_size * run.config.context_length
         self.losses: list[torch.Tensor] = []
         self.tokens, self.steps, self.train_s, self.first_step_s = 0, 0, 0.0, 0.0
         self.start = self.loop_start = time.perf_counter()
@@ -696,10 +700,12 @@ def _check_finite(losses: list[float], step: int, ckpt_path: Path, bar: _Progres
 
 def _evaluate_splits(run: _Run) -> dict[str, Any]:
     """Estimate the loss on both splits (:func:`_estimate`), record and print it; the "eval" event."""
-    cfg, T = run.cfg, run.config.context_length
+    train_config, T = run.train_config, run.config.context_length
     event = {"kind": "eval", "step": run.step,
-             "train_loss": _estimate(run.model, run.train_data, cfg, T, run.device, run.autocast, cfg.seed + 1),
-             "val_loss": _estimate(run.model, run.val_data, cfg, T, run.device, run.autocast, cfg.seed + 2)}
+             "train_loss": _estimate(run.model, run.train_data, train_config, T, run.device, run.autocast,
+                                     train_config.seed + 1),
+             "val_loss": _estimate(run.model, run.val_data, train_config, T, run.device, run.autocast,
+                                   train_config.seed + 2)}
     run.evals.append([run.step, event["train_loss"], event["val_loss"]])
     run.say(f"step {run.step}: train {event['train_loss']:.4f}, val {event['val_loss']:.4f}")
     return event
@@ -710,13 +716,15 @@ def _summary(run: _Run, window: _Window, start_step: int, stop_reason: str, wall
     an empty dict in the other processes."""
     result: dict[str, Any] = {}
     if run.master:
-        cfg, T, model = run.cfg, run.config.context_length, run.model
+        train_config, T, model = run.train_config, run.config.context_length, run.model
         eval_start = time.perf_counter()
-        val_loss = evaluate(model, run.val_data, T, batch_size=max(cfg.batch_size, 64), device=run.device,
-                            autocast=run.autocast)
-        train_loss = _estimate(model, run.train_data, cfg, T, run.device, run.autocast, cfg.seed + 1)
+        val_loss = evaluate(model, run.val_data, T, batch_size=max(train_config.batch_size, 64),
+                            device=run.device, autocast=run.autocast)
+        train_loss = _estimate(model, run.train_data, train_config, T, run.device, run.autocast,
+                               train_config.seed + 1)
         final_eval_s = time.perf_counter() - eval_start
-        steps_run, tokens_per_step, train_s = run.step - start_step, cfg.batch_size * T, window.train_s
+        steps_run, train_s = run.step - start_step, window.train_s
+        tokens_per_step = train_config.batch_size * T
         after_first_s = train_s - window.first_step_s
         result = {
             "val_loss": val_loss,
@@ -742,7 +750,7 @@ def _summary(run: _Run, window: _Window, start_step: int, stop_reason: str, wall
             "stopped_by": stop_reason,
             "checkpoint": str(run.ckpt_path),
             "model_config": run.config.to_dict(),
-            "train_config": dataclasses.asdict(cfg),
+            "train_config": dataclasses.asdict(train_config),
             "history": run.history,
             "evals": run.evals,
         }
@@ -761,7 +769,7 @@ def _summary(run: _Run, window: _Window, start_step: int, stop_reason: str, wall
 class _Run:
     """One run as the loop sees it, built by :func:`_set_up`; the loop advances ``step``, ``history``, ``evals``."""
 
-    cfg: TrainConfig
+    train_config: TrainConfig
     config: GPTConfig
     device: torch.device
     rank: int  # this process under torchrun (0 alone); process 0 evaluates, saves and reports
@@ -793,9 +801,9 @@ class _Run:
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets, (B / processes, T) each, on the device: this process' rows of one shared batch."""
-        x, y = get_batch(self.train_data, self.cfg.batch_size, self.config.context_length,
+        x, y = get_batch(self.train_data, self.train_config.batch_size, self.config.context_length,
                          generator=self.batch_gen)  # (B, T): the same in every process
-        per_rank = self.cfg.batch_size // self.world
+        per_rank = self.train_config.batch_size // self.world
         rows = slice(self.rank * per_rank, (self.rank + 1) * per_rank)
         x, y = x[rows], y[rows]  # (B / processes, T)
         if self.device.type == "cuda":  # page-locked memory: the copy runs alongside the GPU instead of waiting
@@ -809,7 +817,8 @@ class _Run:
         self.out_dir.mkdir(parents=True, exist_ok=True)
         save_checkpoint(self.ckpt_path, {
             "format": _FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "step": self.step, "model_config": self.config.to_dict(), "train_config": dataclasses.asdict(self.cfg),
+            "step": self.step, "model_config": self.config.to_dict(),
+            "train_config": dataclasses.asdict(self.train_config),
             "rng": _rng_state(self.batch_gen), "tokenizer": list(self.tokenizer.chars), "history": self.history,
             "evals": self.evals, "text_sha256": self.text_sha256,
         })
@@ -821,10 +830,10 @@ def _set_up(config: GPTConfig | str, data_path: str | os.PathLike, out_dir: str 
     """Everything :func:`train` does before the first step. The checks come first, in the order a user meets
     them (the arguments, the processes and the device, the output folder, the data, a resumed run, the GPU
     switches); then the model, the optimizer and the random state, drawn in the same order in every run."""
-    config, cfg, asked = _configs(config, train_config)
+    config, train_config, asked = _configs(config, train_config)
     if max_seconds is not None and not max_seconds > 0:
         raise RunSetupError(f"--max-seconds must be a positive number of seconds, got {max_seconds!r}")
-    rank, world, device = _processes(cfg, device)
+    rank, world, device = _processes(train_config, device)
     say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if (verbose and rank == 0) else (lambda msg: None)
     check_bool("resume", resume)
     check_bool("verbose", verbose)
@@ -834,31 +843,33 @@ def _set_up(config: GPTConfig | str, data_path: str | os.PathLike, out_dir: str 
     if rank == 0 and (removed := _clean_stale_tmp(out_dir)):
         say(f"removed {len(removed)} temporary file(s) left in {out_dir} by a save that was killed")
     text = _read_data(data_path, say)
-    state, config, cfg, tokenizer, notices = _resume(out_dir, resume, config, cfg, asked, text, max_steps, say)
+    state, config, train_config, tokenizer, notices = _resume(out_dir, resume, config, train_config, asked,
+                                                              text, max_steps, say)
     if max_steps is not None:
-        cfg = dataclasses.replace(cfg, max_steps=max_steps)
+        train_config = dataclasses.replace(train_config, max_steps=max_steps)
     check_text_size(len(text), config.context_length, source=str(data_path))
     if tokenizer is None:  # a new run: the vocabulary of its text
         tokenizer = CharTokenizer.from_text(text)
         config = dataclasses.replace(config, vocab_size=tokenizer.vocab_size)
     train_data, val_data = split_data(tokenizer.encode(text))
-    switches, switch_notices = gpu_switches(cfg, device)
+    switches, switch_notices = gpu_switches(train_config, device)
     notices += switch_notices
     if rank == 0:
         for notice in notices:  # what differs from what was asked is shown even when quiet
             print(notice, file=sys.stderr, flush=True)
 
-    torch.manual_seed(cfg.seed)  # the same initial weights in every process
+    torch.manual_seed(train_config.seed)  # the same initial weights in every process
     model = GPT(config).to(device)
-    run = _Run(cfg, config, device, rank, world, out_dir, tokenizer, train_data, val_data,
+    run = _Run(train_config, config, device, rank, world, out_dir, tokenizer, train_data, val_data,
                text_sha256=sha256_bytes(text.encode("utf-8")), model=model, fwd=model,
-               optimizer=_optimizer(model, cfg, switches.fused_adamw),
-               batch_gen=torch.Generator().manual_seed(cfg.seed),  # the same batches in every process
+               optimizer=_optimizer(model, train_config, switches.fused_adamw),
+               batch_gen=torch.Generator().manual_seed(train_config.seed),  # the same batches everywhere
                autocast=_autocast(device, switches.autocast), switches=switches, notices=notices, say=say)
     if state is not None:
         _restore(run, state)
     if rank > 0:  # dropout differs between processes, as it would between rows of one batch
-        torch.manual_seed(cfg.seed + 1_000_003 * rank + run.step)  # (a checkpoint holds process 0's generator)
+        # (a checkpoint holds process 0's generator)
+        torch.manual_seed(train_config.seed + 1_000_003 * rank + run.step)
     _compile_and_distribute(run)
     return run
 
@@ -876,13 +887,14 @@ def _configs(config: GPTConfig | str, train_config: TrainConfig | None,
     return config, TrainConfig() if train_config is None else train_config, asked
 
 
-def _processes(cfg: TrainConfig, device: str | torch.device | None) -> tuple[int, int, torch.device]:
+def _processes(train_config: TrainConfig, device: str | torch.device | None) -> tuple[int, int, torch.device]:
     """(rank, world size, device): under torchrun, join the process group, each process on its own GPU where
     there are GPUs; alone, (0, 1, the device asked for or the best one here)."""
     rank, world, local_rank = _distributed()
     if world > 1:
-        if cfg.batch_size % world != 0:
-            raise ValueError(f"batch_size ({cfg.batch_size}) must be divisible by the number of processes ({world})")
+        if train_config.batch_size % world != 0:
+            raise ValueError(f"batch_size ({train_config.batch_size}) must be divisible by the number of "
+                             f"processes ({world})")
         if not dist.is_initialized():
             dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     if world > 1 and torch.cuda.is_available():
@@ -900,24 +912,26 @@ def _distributed() -> tuple[int, int, int]:
     return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _resume(out_dir: Path, resume: bool, config: GPTConfig, cfg: TrainConfig, asked: TrainConfig | None,
-            text: str, max_steps: int | None, say: Callable[[str], None],
+def _resume(out_dir: Path, resume: bool, config: GPTConfig, train_config: TrainConfig,
+            asked: TrainConfig | None, text: str, max_steps: int | None, say: Callable[[str], None],
             ) -> tuple[dict[str, Any] | None, GPTConfig, TrainConfig, CharTokenizer | None, list[str]]:
     """``(checkpoint, model config, settings, tokenizer, notices)`` of the run to continue: a resumed run's own,
     with this session's GPU switches, a notice for each setting of ``asked`` that it keeps, and RunSetupError if
-    the checkpoint is another run (:func:`_check_resume`); ``(None, config, cfg, None, [])`` for a new run."""
+    the checkpoint is another run (:func:`_check_resume`); ``(None, config, train_config, None, [])`` if new.
+    """
     ckpt_path = out_dir / CHECKPOINT_NAME
     if not (resume and ckpt_path.exists()):
         if resume:
             say(f"no checkpoint at {ckpt_path}: starting from scratch")
-        return None, config, cfg, None, []
+        return None, config, train_config, None, []
     state = load_checkpoint(ckpt_path)
     notices = _check_resume(state, ckpt_path, config, asked, text, max_steps)
     tokenizer = CharTokenizer(state["tokenizer"])
     config = GPTConfig.from_dict(state["model_config"])
-    session = {name: getattr(cfg, name) for name in _SESSION_FIELDS}
-    cfg = TrainConfig(**{**state["train_config"], **session})  # the run's own settings, this session's switches
-    return state, config, cfg, tokenizer, notices
+    session = {name: getattr(train_config, name) for name in _SESSION_FIELDS}
+    # the run's own settings, this session's switches
+    train_config = TrainConfig(**{**state["train_config"], **session})
+    return state, config, train_config, tokenizer, notices
 
 
 def _restore(run: _Run, state: dict[str, Any]) -> None:
@@ -943,14 +957,16 @@ def _compile_and_distribute(run: _Run) -> None:
         torch.backends.cudnn.allow_tf32 = True
 
 
-def _optimizer(model: GPT, cfg: TrainConfig, fused: bool) -> torch.optim.AdamW:
+def _optimizer(model: GPT, train_config: TrainConfig, fused: bool) -> torch.optim.AdamW:
     """AdamW with weight decay on matrices only (not on biases, LayerNorm gains or position vectors)."""
     params = list(model.parameters())  # each shared (tied) tensor once
     decay = [p for p in params if p.dim() >= 2 and (model.pos_emb is None or p is not model.pos_emb.embedding.weight)]
     decay_ids = {id(p) for p in decay}
     no_decay = [p for p in params if id(p) not in decay_ids]
-    groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=cfg.learning_rate, betas=(cfg.beta1, cfg.beta2), **({"fused": True} if fused else {}))
+    groups = [{"params": decay, "weight_decay": train_config.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=train_config.learning_rate, betas=(train_config.beta1, train_config.beta2),
+                             **({"fused": True} if fused else {}))
 
 
 def _rng_state(batch_gen: torch.Generator) -> dict[str, Any]:

@@ -514,42 +514,43 @@ class TinyDecoder(nn.Module):
     sliding-window), a final LayerNorm and a linear head. Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 08.
     """
 
-    def __init__(self, cfg: DecoderConfig) -> None:
+    def __init__(self, config: DecoderConfig) -> None:
         super().__init__()
-        if not isinstance(cfg, DecoderConfig):
-            raise TypeError(f"TinyDecoder takes a DecoderConfig, got {type(cfg).__name__}")
-        self.cfg = cfg
-        self.context_length = cfg.context_length
-        self.tok_emb = nn.Embedding(cfg.vocab_size, cfg.embed_dim)
-        self.pos_emb = nn.Embedding(cfg.context_length, cfg.embed_dim) if cfg.positional == "learned" else None
+        if not isinstance(config, DecoderConfig):
+            raise TypeError(f"TinyDecoder takes a DecoderConfig, got {type(config).__name__}")
+        self.config = config
+        self.context_length = config.context_length
+        self.tok_emb = nn.Embedding(config.vocab_size, config.embed_dim)
+        learned = config.positional == "learned"
+        self.pos_emb = nn.Embedding(config.context_length, config.embed_dim) if learned else None
         self.blocks = nn.ModuleList(  # pre-norm blocks around grouped-query attention
-            Block(cfg.embed_dim, GroupedQueryAttention(cfg.embed_dim, cfg.num_heads, cfg.num_kv_heads,
-                                                       rope=cfg.positional == "rope"))
-            for _ in range(cfg.num_layers))
-        self.ln_f = nn.LayerNorm(cfg.embed_dim)
-        self.lm_head = nn.Linear(cfg.embed_dim, cfg.vocab_size)
+            Block(config.embed_dim, GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads,
+                                                          rope=config.positional == "rope"))
+            for _ in range(config.num_layers))
+        self.ln_f = nn.LayerNorm(config.embed_dim)
+        self.lm_head = nn.Linear(config.embed_dim, config.vocab_size)
 
     def new_cache(self) -> KVCache:
         """An empty cache for this model: one slot per layer, capacity ``context_length``."""
-        return KVCache(self.cfg.num_layers, self.cfg.context_length)
+        return KVCache(self.config.num_layers, self.config.context_length)
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        check_token_ids("idx", idx, self.cfg.vocab_size)
+        check_token_ids("idx", idx, self.config.vocab_size)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
         B, T = idx.shape
         start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
         S = start + T
-        if S > self.cfg.context_length:
-            raise ValueError(f"positions up to {S - 1} do not fit in context_length ({self.cfg.context_length}): "
+        if S > self.config.context_length:
+            raise ValueError(f"positions up to {S - 1} do not fit in context_length ({self.config.context_length}): "
                              f"{start} cached + {T} new tokens")
         x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(start, S, device=idx.device))  # (T, C) broadcasts over B
-        if self.cfg.window is None:
+        if self.config.window is None:
             mask = causal_mask(T, S, device=idx.device)  # (T, S), bottom-right aligned
         else:
-            mask = sliding_window_mask(T, self.cfg.window, S, device=idx.device)
+            mask = sliding_window_mask(T, self.config.window, S, device=idx.device)
         for i, block in enumerate(self.blocks):
             x = block(x, mask, cache=cache, layer=i)  # (B, T, C)
         return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from course_utils.length_generalisation import (
+    POSITIONS,
     SCHEMES,
     LengthGenConfig,
     TinyPositionalModel,
@@ -17,49 +18,53 @@ from course_utils.length_generalisation import (
 
 
 def test_make_batch_answers_are_the_most_recent_letter():
-    cfg = LengthGenConfig.tiny()
-    tokens, targets = make_batch(cfg, 8, 20, torch.Generator().manual_seed(0))
+    config = LengthGenConfig.tiny()
+    tokens, targets = make_batch(config, 8, 20, torch.Generator().manual_seed(0))
     assert tokens.shape == targets.shape == (8, 20)
     for row, ans in zip(tokens.tolist(), targets.tolist()):
         last = None
         for tok, a in zip(row, ans):
-            if tok < cfg.num_letters:
+            if tok < config.num_letters:
                 last = tok
             assert a == last
-    assert (tokens[:, 0] < cfg.num_letters).all()
-    assert (tokens >= cfg.num_letters).any()  # there are fillers
+    assert (tokens[:, 0] < config.num_letters).all()
+    assert (tokens >= config.num_letters).any()  # there are fillers
 
 
 def test_make_batch_is_reproducible():
-    cfg = LengthGenConfig.tiny()
-    a = make_batch(cfg, 4, 10, torch.Generator().manual_seed(3))
-    b = make_batch(cfg, 4, 10, torch.Generator().manual_seed(3))
+    config = LengthGenConfig.tiny()
+    a = make_batch(config, 4, 10, torch.Generator().manual_seed(3))
+    b = make_batch(config, 4, 10, torch.Generator().manual_seed(3))
     assert all(torch.equal(x, y) for x, y in zip(a, b))
 
 
-@pytest.mark.parametrize("scheme", SCHEMES)
-def test_every_scheme_gives_logits_and_runs_beyond_the_training_length(scheme):
-    cfg = LengthGenConfig.tiny()
+@pytest.mark.parametrize("positions", POSITIONS)
+def test_every_kind_of_positions_gives_logits_and_runs_beyond_the_training_length(positions):
+    config = LengthGenConfig.tiny()
     torch.manual_seed(0)
-    model = TinyPositionalModel(cfg, scheme)
-    assert model(torch.zeros(2, cfg.train_length, dtype=torch.long)).shape == (2, cfg.train_length, cfg.num_letters)
-    assert model(torch.zeros(1, cfg.max_length, dtype=torch.long)).shape == (1, cfg.max_length, cfg.num_letters)
+    model = TinyPositionalModel(config, positions)
+    assert model(torch.zeros(2, config.train_length, dtype=torch.long)).shape == (2, config.train_length, config.num_letters)
+    assert model(torch.zeros(1, config.max_length, dtype=torch.long)).shape == (1, config.max_length, config.num_letters)
+
+
+def test_schemes_is_the_earlier_name_of_positions():
+    assert SCHEMES is POSITIONS  # notebook 06 imports SCHEMES
 
 
 def test_the_learned_table_stops_at_max_length():
-    cfg = LengthGenConfig.tiny()
-    model = TinyPositionalModel(cfg, "learned")
+    config = LengthGenConfig.tiny()
+    model = TinyPositionalModel(config, "learned")
     with pytest.raises(ValueError, match="beyond context_length"):
-        model(torch.zeros(1, cfg.max_length + 1, dtype=torch.long))
+        model(torch.zeros(1, config.max_length + 1, dtype=torch.long))
 
 
 def test_training_is_deterministic_and_learns():
-    cfg = LengthGenConfig.tiny().with_(steps=60, eval_lengths=(8, 24))
-    m1, losses1 = train_model(cfg, "alibi")
-    _, losses2 = train_model(cfg, "alibi")
+    config = LengthGenConfig.tiny().with_(steps=60, eval_lengths=(8, 24))
+    m1, losses1 = train_model(config, "alibi")
+    _, losses2 = train_model(config, "alibi")
     assert losses1 == losses2
     assert sum(losses1[-10:]) < sum(losses1[:10])
-    acc = accuracy_by_length(m1, cfg.eval_lengths)
+    acc = accuracy_by_length(m1, config.eval_lengths)
     assert set(acc) == {8, 24} and all(0.0 <= a <= 1.0 for a in acc.values())
     loss, a = evaluate(m1, 8)
     assert loss > 0 and a == acc[8]
@@ -72,7 +77,7 @@ def test_config_errors():
         LengthGenConfig(letter_prob=1.5)
     with pytest.raises(ValueError, match="steps must be at least 1, got 0"):
         LengthGenConfig(steps=0)
-    with pytest.raises(ValueError, match="scheme must be one of"):
+    with pytest.raises(ValueError, match="positions must be one of"):
         TinyPositionalModel(LengthGenConfig.tiny(), "xpos")
 
 
@@ -104,16 +109,16 @@ def test_model_token_ids_must_be_in_the_vocabulary():
 
 
 def test_experiment_functions_check_their_arguments():
-    cfg = LengthGenConfig.tiny()
-    model = TinyPositionalModel(cfg, "none")
-    with pytest.raises(TypeError, match=r"cfg must be a LengthGenConfig \(LengthGenConfig.tiny\(\), say\), got dict"):
+    config = LengthGenConfig.tiny()
+    model = TinyPositionalModel(config, "none")
+    with pytest.raises(TypeError, match=r"config must be a LengthGenConfig \(LengthGenConfig.tiny\(\), say\), got dict"):
         train_model({"steps": 1}, "rope")
     with pytest.raises(ValueError, match="T must be at least 1, got 0"):
         evaluate(model, 0)
     with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
-        evaluate(model, 16, batch_size=0)  # 0 used to fall back to cfg.eval_batch without a word
+        evaluate(model, 16, batch_size=0)  # 0 used to fall back to config.eval_batch without a word
     with pytest.raises(ValueError, match="T must be at least 1, got 0"):
-        make_batch(cfg, 4, 0, torch.Generator())
+        make_batch(config, 4, 0, torch.Generator())
     with pytest.raises(TypeError, match=r"lengths must be a list of sequence lengths, e.g. \[16, 32\], got 16"):
         accuracy_by_length(model, 16)
     with pytest.raises(TypeError, match="model must be a TinyPositionalModel"):

@@ -100,13 +100,13 @@ def test_train_config_presets():
 
 
 def test_learning_rate_warms_up_then_follows_a_cosine():
-    cfg = TrainConfig(max_steps=100, warmup_steps=10, learning_rate=1.0, min_lr=0.1)
-    lrs = [learning_rate(s, cfg) for s in range(100)]
+    train_config = TrainConfig(max_steps=100, warmup_steps=10, learning_rate=1.0, min_lr=0.1)
+    lrs = [learning_rate(s, train_config) for s in range(100)]
     assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
     assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
-    assert learning_rate(55, cfg) == pytest.approx(0.55)  # half way down the cosine: the mean of max and min
-    assert learning_rate(100, cfg) == pytest.approx(0.1) and learning_rate(500, cfg) == pytest.approx(0.1)
+    assert learning_rate(55, train_config) == pytest.approx(0.55)  # half way down the cosine: the mean of max and min
+    assert learning_rate(100, train_config) == pytest.approx(0.1) and learning_rate(500, train_config) == pytest.approx(0.1)
 
 
 def test_pick_device():
@@ -589,12 +589,12 @@ def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file,
         train("tiny", text_file, tmp_path / "whole", settings, progress=False, resume=True)
 
 def test_python_api_checks_its_arguments_at_the_call(tmp_path, text_file):
-    cfg = TrainConfig.preset("tiny")
+    train_config = TrainConfig.preset("tiny")
     with pytest.raises(ValueError, match="step must be at least 0, got -1"):
-        learning_rate(-1, cfg)
+        learning_rate(-1, train_config)
     with pytest.raises(TypeError, match="step must be an int, got str"):
-        learning_rate("5", cfg)
-    with pytest.raises(TypeError, match="cfg must be a TrainConfig .* got NoneType"):
+        learning_rate("5", train_config)
+    with pytest.raises(TypeError, match="train_config must be a TrainConfig .* got NoneType"):
         learning_rate(5, None)
     with pytest.raises(TypeError, match="model must be a torch.nn.Module .* got NoneType"):
         evaluate(None, torch.zeros(20, dtype=torch.long), 8)
@@ -628,7 +628,7 @@ def test_each_log_event_is_the_mean_of_its_window_of_steps(text_file, tmp_path):
     """log_interval 3 and checkpoint_interval 5: a window closes at every multiple of either, and at the end."""
     events = []
     result = run(text_file, tmp_path, max_steps=11, log_interval=3, checkpoint_interval=5, callback=events.append)
-    cfg = TrainConfig(**result["train_config"])
+    train_config = TrainConfig(**result["train_config"])
     train_events = [e for e in events if e["kind"] == "train"]
     assert [e["step"] for e in train_events] == [3, 5, 6, 9, 10, 11]
     history, begin = result["history"], 0
@@ -636,7 +636,7 @@ def test_each_log_event_is_the_mean_of_its_window_of_steps(text_file, tmp_path):
     for event in train_events:
         window = history[begin:event["step"]]
         assert event["loss"] == pytest.approx(sum(window) / len(window), rel=1e-12)
-        assert event["lr"] == learning_rate(event["step"] - 1, cfg)  # the rate of the window's last step
+        assert event["lr"] == learning_rate(event["step"] - 1, train_config)  # the rate of the window's last step
         assert event["tokens_per_s"] > 0
         begin = event["step"]
 

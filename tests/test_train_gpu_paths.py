@@ -89,16 +89,16 @@ def test_cuda_defaults_keep_the_recipe_and_compile_only_with_triton(monkeypatch)
     """On CUDA, by default: bf16 autocast and fused AdamW; torch.compile only if Triton is importable (Windows has
     none on PyPI), otherwise a one-line notice. Decided without touching a GPU (fused AdamW is not asked for)."""
     cuda = torch.device("cuda")
-    cfg = TrainConfig.preset("gpu", fused_adamw=False)  # checking fused AdamW would need a real GPU
+    train_config = TrainConfig.preset("gpu", fused_adamw=False)  # checking fused AdamW would need a real GPU
     real_find_spec = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real_find_spec(name, *a))
     assert compile_available(cuda) == (False, "Triton is not installed (PyPI has no Triton for Windows)")
-    switches, notices = gpu_switches(cfg, cuda)
+    switches, notices = gpu_switches(train_config, cuda)
     assert (switches.compile, switches.autocast, switches.fused_adamw) == (False, "bf16", False)
     assert notices == ["torch.compile is off: Triton is not installed (PyPI has no Triton for Windows); training in "
                        "eager mode (slower, same results)"]
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else real_find_spec(name, *a))
-    switches, notices = gpu_switches(cfg, cuda)
+    switches, notices = gpu_switches(train_config, cuda)
     assert switches.compile and switches.autocast == "bf16" and notices == []
 
 
