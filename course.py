@@ -61,8 +61,15 @@ def say(msg: str) -> None:
 
 
 def run(cmd: list, **kw) -> int:
+    """Run ``cmd`` and return its exit code. Ctrl+C in the terminal reaches the command too: this waits while
+    the command stops its own way (check prints what finished, lab asks whether to stop) instead of killing it."""
     say("$ " + " ".join(str(c) for c in cmd))
-    return subprocess.call([str(c) for c in cmd], **{"cwd": ROOT, **kw})
+    with subprocess.Popen([str(c) for c in cmd], **{"cwd": ROOT, **kw}) as proc:
+        while True:
+            try:
+                return proc.wait()
+            except KeyboardInterrupt:
+                continue
 
 
 # The two sets of pyproject.toml, each pinned whole in its lock file (tools/lock.py writes them): name ->
@@ -428,4 +435,8 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        sys.exit(main(sys.argv[1:]))
+    except KeyboardInterrupt:
+        print("\n[course] interrupted (Ctrl+C)", flush=True)
+        sys.exit(130)

@@ -14,7 +14,9 @@ exercises are those its cells check (``check("NN.K", ...)``) and, for a file nam
 course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted
 failed; 1 when an attempted exercise failed, a cell raised an error or ran out of time, or a notebook could
 not be read; 2 when a path does not exist, holds no notebooks, or a notebook named on the command line has no
-exercises. The JSON report is written atomically, and never replaced by an empty one.
+exercises; 130 when interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that
+finished, marked as interrupted, and the JSON report is left as it was. The report's path is checked before
+any notebook runs. The JSON report is written atomically, and never replaced by an empty one.
 """
 
 from __future__ import annotations
@@ -113,6 +115,7 @@ class NotebookRun:
     first_error: str | None = None
     stopped: str | None = None  # why the rest of the notebook did not run
     stopped_at: int | None = None  # index of the cell where it stopped (None: before the first cell)
+    interrupted: bool = False  # stopped by Ctrl+C (KeyboardInterrupt); the kernel is shut down all the same
     seconds: float = 0.0
 
 
@@ -205,7 +208,8 @@ def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=Non
     hide the next; a cell still running after ``timeout`` seconds stops the notebook there.
     ``has_exercises(run)``, when given, is asked after reading: False skips running it. ``progress``, when
     given, is called with a line for each verdict as soon as its check cell has run, for each cell that
-    raises an error, and every ``heartbeat`` seconds while one cell runs.
+    raises an error, and every ``heartbeat`` seconds while one cell runs. Ctrl+C (KeyboardInterrupt) stops
+    the run where it is: the kernel is shut down and the run returned with ``interrupted`` set.
     """
     from nbclient import NotebookClient
     from nbclient.exceptions import CellExecutionError, CellTimeoutError
@@ -227,13 +231,13 @@ def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=Non
         env.setdefault("COURSE_GPT_SIZE", "ci")  # checking exercises needs no full training run of notebook 09
         client = NotebookClient(nb, km=_kernel_manager(), timeout=timeout, shutdown_kernel="immediate",
                                 resources={"metadata": {"path": str(path.parent)}})
-        seen = 0
+        seen, current = 0, None
         try:
             with client.setup_kernel(env=env, cleanup_kc=True, stderr=subprocess.DEVNULL):
                 for i, cell in enumerate(nb.cells):
                     if cell.cell_type != "code":
                         continue
-                    error = None
+                    current, error = i, None
                     try:
                         with _StillRunning(heartbeat, progress, _describe(nb, i)):
                             client.execute_cell(cell, i)
@@ -257,6 +261,10 @@ def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=Non
                         run.first_error = run.first_error or run.cell_errors[i]
                         if progress:
                             progress(f"    error in {run.cell_errors[i]}")
+        except KeyboardInterrupt:  # Ctrl+C: setup_kernel has shut the kernel down on the way out
+            run.interrupted, run.stopped_at = True, current
+            where = f"while {_describe(nb, current)} ran" if current is not None else "before its first cell ran"
+            run.stopped = f"interrupted (Ctrl+C) {where}"
         except Exception as e:  # the kernel would not start, or died
             run.stopped = f"the Python kernel failed: {_error_text(type(e).__name__, str(e))}"
             run.first_error = run.first_error or run.stopped
@@ -318,18 +326,21 @@ def _counts(rows: list[dict]) -> str:
     return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no exercises"
 
 
-def print_table(rows: list[dict]) -> None:
+def print_table(rows: list[dict], interrupted: bool = False) -> None:
     if not rows:
-        print("no exercises found in these notebooks")
+        print("no exercise verdicts before the interruption" if interrupted else "no exercises found in these notebooks")
         return
     wn = max(len(r["notebook"]) for r in rows)
     wt = max(len(f"{r['key']} {r['title']}") for r in rows)
+    if interrupted:
+        print("\ninterrupted (Ctrl+C): the verdicts of what had finished")
     print(f"\n{'notebook':<{wn}}  {'exercise':<{wt}}  verdict")
     print(f"{'-' * wn}  {'-' * wt}  {'-' * 40}")
     for r in rows:
         print(f"{r['notebook']:<{wn}}  {r['key'] + ' ' + r['title']:<{wt}}  {verdict(r)}")
     counts = {s: sum(r["status"] == s for r in rows) for s in (PASSED, FAILED, NOT_ATTEMPTED, NOT_RUN)}
-    print(f"\ntotal: {len(rows)} exercises, " + ", ".join(f"{n} {s}" for s, n in counts.items()))
+    total = "total so far (interrupted)" if interrupted else "total"
+    print(f"\n{total}: {len(rows)} exercises, " + ", ".join(f"{n} {s}" for s, n in counts.items()))
 
 
 def _positive_seconds(text: str) -> float:
@@ -365,6 +376,28 @@ def _report_problem(report: Path, named: str) -> str | None:
     return None
 
 
+def _check_one(path: Path, tag: str, timeout: float, exercises: dict, named: bool, rows: list[dict]) -> int:
+    """Run one notebook for ``main``, print its lines, add its rows to ``rows``; return its exit code (0, 1, 2,
+    or 130 when Ctrl+C stopped it)."""
+    print(f"{tag}: running (at most {timeout:g} s a cell) ...", flush=True)
+    run = run_notebook(path, timeout, has_exercises=lambda r: bool(_own_keys(r, exercises)),
+                       progress=lambda line: print(line, flush=True))
+    mine = rows_for(run, exercises)
+    if not mine and not run.stopped:
+        print(f"{tag}: no exercises in this notebook (no cell calls check(\"NN.K\", ...)); "
+              f"{'nothing to check' if named else 'skipped'}", flush=True)
+        return 2 if named else 0
+    rows += mine
+    if run.interrupted:
+        print(f"{tag}: {run.stopped} after {run.seconds:.1f} s: {_counts(mine)}", flush=True)
+        return 130
+    end = f"{tag}: finished in {run.seconds:.1f} s: {_counts(mine)}"
+    if run.first_error:
+        end += f"; first error: {run.first_error}"
+    print(end, flush=True)
+    return 1 if run.first_error else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Check your exercises and print a table of verdicts.")
     parser.add_argument("notebooks", nargs="*", type=Path,
@@ -378,10 +411,9 @@ def main(argv: list[str] | None = None) -> int:
     notebooks, problems = expand(args.notebooks or [ROOT / "notebooks"])
     if args.json is None:
         args.json = DEFAULT_REPORT
-        named = f"the report {args.json} (the default of --json)"
+        problem = _report_problem(args.json, f"the report {args.json} (the default of --json)")
     else:
-        named = f"--json {args.json}"
-    problem = _report_problem(args.json, named)
+        problem = _report_problem(args.json, f"--json {args.json}")
     if problem:
         problems.append(problem)
     if problems:
@@ -390,24 +422,24 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     clean_stale_tmp(args.json.parent, args.json.name)
     exercises = all_exercises()
-    rows, code, total_t = [], 0, time.monotonic()
-    for n, path in enumerate(notebooks, 1):
-        tag = f"[{n}/{len(notebooks)}] {path.name}"
-        print(f"{tag}: running (at most {args.timeout:g} s a cell) ...", flush=True)
-        run = run_notebook(path, args.timeout, has_exercises=lambda r: bool(_own_keys(r, exercises)),
-                           progress=lambda line: print(line, flush=True))
-        mine = rows_for(run, exercises)
-        if not mine and not run.stopped:
-            print(f"{tag}: no exercises in this notebook (no cell calls check(\"NN.K\", ...)); "
-                  f"{'nothing to check' if path in named else 'skipped'}", flush=True)
-            code = max(code, 2 if path in named else 0)
-            continue
-        end = f"{tag}: finished in {run.seconds:.1f} s: {_counts(mine)}"
-        if run.first_error:
-            end += f"; first error: {run.first_error}"
-            code = max(code, 1)
-        print(end, flush=True)
-        rows += mine
+    rows, code, total_t, left = [], 0, time.monotonic(), []
+    try:
+        for n, path in enumerate(notebooks, 1):
+            left = notebooks[n - 1:]
+            code = max(code, _check_one(path, f"[{n}/{len(notebooks)}] {path.name}", args.timeout, exercises,
+                                        path in named, rows))
+            if code == 130:
+                break
+            left = notebooks[n:]
+    except KeyboardInterrupt:  # Ctrl+C: the table of what finished, the report left as it was
+        code = 130
+    if code == 130:
+        print_table(rows, interrupted=True)
+        if left:
+            print(f"not run to the end: {', '.join(p.name for p in left)}")
+        kept = "left as it was" if args.json.exists() else "not written"
+        print(f"{args.json} is {kept}: run `python3 course.py check` again for a whole report")
+        return 130
     print_table(rows)
     if rows:
         write_atomic(args.json, (json.dumps(rows, indent=2) + "\n").encode("utf-8"))
@@ -422,4 +454,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except KeyboardInterrupt:  # before any notebook ran (main handles one during the runs)
+        print("course check: interrupted (Ctrl+C) before any notebook ran", file=sys.stderr)
+        sys.exit(130)

@@ -233,3 +233,63 @@ def test_a_long_cell_says_it_is_still_running(tmp_path):
     quiet = []
     run_notebook(path, progress=quiet.append)  # the default: one line every 10 s, so none for a 3 s cell
     assert not [s for s in quiet if "still running" in s] and len(quiet) == 1
+
+
+def test_ctrl_c_prints_what_finished_shuts_the_kernel_down_and_keeps_the_report(tmp_path):
+    """Ctrl+C in the terminal (SIGINT to the whole process group, as a terminal sends it) during
+    `course.py check`: the table of the verdicts that finished, marked as interrupted, the kernel shut down, the
+    earlier JSON report untouched, exit 130, and no traceback (there were ~20 lines of asyncio's)."""
+    import signal
+
+    from course_utils.exercises import get_exercise
+
+    folder = tmp_path / "work"
+    notebook(folder / "01_slow.ipynb", SETUP, SOLVED,
+             "import os\nopen('kernel.pid', 'w').write(str(os.getpid()))",
+             "import time\ntime.sleep(120)", 'check("01.2", get_exercise("01.2").solution)')
+    notebook(folder / "02_after.ipynb", SETUP, 'check("02.1", get_exercise("02.1").solution)')
+    out_json = tmp_path / "verdicts.json"
+    out_json.write_text('[{"key": "01.1", "status": "passed"}]\n')
+    proc = subprocess.Popen([sys.executable, "course.py", "check", str(folder), "--json", str(out_json)], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    lines = []
+    try:
+        for line in proc.stdout:  # wait for the first verdict, then for the slow cell to start
+            lines.append(line.rstrip("\n"))
+            if line.startswith("    01.1 "):
+                break
+        pid_file = folder / "kernel.pid"
+        deadline = time.monotonic() + 60
+        while not pid_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        kernel = int(pid_file.read_text())
+        time.sleep(1)
+        os.killpg(proc.pid, signal.SIGINT)
+        rest, _ = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    lines += rest.splitlines()
+    text = "\n".join(lines)
+    assert proc.returncode == 130, text
+    assert "Traceback" not in text and "KeyboardInterrupt" not in text, text
+    assert "[1/2] 01_slow.ipynb: interrupted (Ctrl+C) while cell 5 (`import time`) ran after " in text
+    assert "interrupted (Ctrl+C): the verdicts of what had finished" in text
+    table = {ln.split()[1]: ln for ln in lines if ln.startswith("01_slow.ipynb ")}
+    assert table["01.1"].endswith("passed")
+    assert table["01.2"].endswith("not run: interrupted (Ctrl+C) while cell 5 (`import time`) ran"), table
+    assert "total so far (interrupted): 4 exercises, 1 passed, 0 failed, 0 not attempted, 3 not run" in text, text
+    assert "not run to the end: 01_slow.ipynb, 02_after.ipynb" in text and "[2/2]" not in text
+    assert f"{out_json} is left as it was" in text
+    assert out_json.read_text() == '[{"key": "01.1", "status": "passed"}]\n'
+    assert get_exercise("01.1").title in table["01.1"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        try:
+            os.kill(kernel, 0)  # the kernel runs in a session of its own: only check's shutdown ends it
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        os.kill(kernel, signal.SIGKILL)
+        pytest.fail("the kernel was left running")
