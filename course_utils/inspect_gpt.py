@@ -1,20 +1,10 @@
 """Looking inside the tiny GPT: gradients per layer at initialisation, and what attention weights leave out.
 
-Reading order, as notebook 09 uses them:
-
-- gradients at initialisation, pre-norm against post-norm (Xiong et al. 2020): :func:`layer_grad_norms`
-  (the gradient norm of one parameter in every block) and :func:`xavier_init_` (the initialisation their
-  analysis assumes, instead of the course's GPT-2 one);
-- attention sinks (Xiao et al. 2023): :func:`first_key_share`, the weight that queries give the first
-  position, against :func:`uniform_first_key_share`, what a head that spreads evenly would give it;
-- weights against what they move (Kobayashi et al. 2020): :func:`attention_and_values` (each layer's weights and
-  each head's values as they reach the residual stream), :func:`weighted_value_norms` (``||w_ij f(x_j)||``,
-  exercise 09.5), two ways to compare the two pictures, :func:`top_key_disagreement` and
-  :func:`rank_correlation`, and :func:`selected_key_ratios` (how much weight some keys draw, and how long
-  their values are, against the rest).
-
-Shapes: B batch, H num_heads, T query length, S key length (T == S here: self-attention over one window),
-C embed_dim, D head_dim, L num_layers.
+Reading order (notebook 09): :func:`layer_grad_norms` and :func:`xavier_init_` (pre-norm against post-norm);
+:func:`first_key_share` and :func:`uniform_first_key_share` (attention sinks); :func:`attention_and_values`,
+:func:`weighted_value_norms`, :func:`top_key_disagreement`, :func:`rank_correlation` and
+:func:`selected_key_ratios` (weights against what they move). Shapes: B batch, H num_heads, T query length,
+S key length, C embed_dim, D head_dim, L num_layers.
 """
 
 from __future__ import annotations
@@ -43,14 +33,10 @@ def _check_gpt(model: object) -> GPT:
 
 def layer_grad_norms(model: GPT, idx: torch.Tensor, targets: torch.Tensor,
                      parameter: str = "mlp.fc_out.weight") -> torch.Tensor:
-    """The norm of the loss's gradient with respect to one parameter of every block, first block first.
+    """The norm of the loss's gradient with respect to one ``parameter`` of every block, first block first.
 
-    Shape:
-        idx, targets: (B, T) token ids -> (L,) float32, on the CPU
-
-    ``parameter`` names it inside a block (``"mlp.fc_out.weight"``, the FFN's second matrix that Xiong et al.
-    plot; ``"attn.qkv_proj.weight"``, ...). Computed with ``torch.autograd.grad`` in the model's current mode:
-    nothing is written to ``.grad`` and the weights are unchanged. Taught in notebook 09.
+    Uses ``torch.autograd.grad`` in the model's current mode: ``.grad`` and the weights are left alone.
+    Shape: idx, targets (B, T) -> (L,) float32 on the CPU. Taught in notebook 09.
     """
     model = _check_gpt(model)
     if not isinstance(parameter, str):
@@ -67,11 +53,10 @@ def layer_grad_norms(model: GPT, idx: torch.Tensor, targets: torch.Tensor,
 
 @torch.no_grad()
 def xavier_init_(model: GPT) -> GPT:
-    """Re-initialise ``model`` in place the way Xiong et al. (2020) analyse it, and return it.
+    """Re-initialise ``model`` in place as Xiong et al. (2020) analyse it, and return it.
 
-    Every linear weight Xavier-uniform (variance 2 / (fan_in + fan_out)), biases zero, the (tied) token
-    embedding and any learned positions N(0, 1/C), LayerNorms at gain 1 and bias 0: no residual branch is
-    scaled down, unlike the course's GPT-2 initialisation (``GPT._init_weights``). Taught in notebook 09.
+    Linear weights Xavier-uniform, biases 0, embeddings N(0, 1/C), LayerNorms at gain 1 and bias 0.
+    Taught in notebook 09.
     """
     model = _check_gpt(model)
     C = model.config.embed_dim
@@ -117,24 +102,16 @@ def _check_weights_and_norms(weights: object, norms: object) -> tuple[torch.Tens
 
 
 def first_key_share(weights: torch.Tensor) -> torch.Tensor:
-    """The mean weight that queries 1 .. T-1 give to key 0, per head.
+    """The mean weight that queries 1 .. T-1 give to key 0, per head (query 0 can only read key 0).
 
-    Shape:
-        weights: (B, H, T, T) causal self-attention weights -> (H,)
-
-    Query 0 is left out: it can read only key 0, so its weight there is 1 whatever the head does. Compare
-    with :func:`uniform_first_key_share`; a head far above it is an attention sink (Xiao et al. 2023).
-    Taught in notebook 09.
+    Shape: weights (B, H, T, T) causal -> (H,). Taught in notebook 09.
     """
     w = _check_weights("weights", weights)
     return w[:, :, 1:, 0].mean(dim=(0, 2))  # (B, H, T - 1) -> (H,)
 
 
 def uniform_first_key_share(T: int) -> float:
-    """What :func:`first_key_share` gives for a head that spreads evenly: the mean of 1 / (i + 1), i = 1 .. T-1.
-
-    Query i reads i + 1 keys, so an even head gives key 0 the weight 1 / (i + 1). Taught in notebook 09.
-    """
+    """:func:`first_key_share` of a head that spreads evenly: the mean of 1 / (i + 1), i = 1 .. T-1."""
     T = check_int("T", T, minimum=2)
     return sum(1.0 / (i + 1) for i in range(1, T)) / (T - 1)
 
@@ -146,16 +123,11 @@ def uniform_first_key_share(T: int) -> float:
 
 @torch.no_grad()
 def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Every layer's attention weights and each head's values as they reach the residual stream.
+    """Every layer's attention weights and each head's values f_h(x_j) as they reach the residual stream.
 
-    Shape:
-        idx: (B, T) token ids -> a list of L pairs (weights (B, H, T, T), values (B, H, T, C))
-
-    ``values[b, h, j]`` is ``f_h(x_j)``: head h's value of position j passed through head h's slice of the
-    output projection, ``W_O[:, h D:(h + 1) D] v_j`` (the output bias, added once per position, is left out).
-    Attention's output at query i is then ``sum_h sum_j weights[b, h, i, j] * values[b, h, j]`` plus that
-    bias. Runs in the model's current mode (``.eval()`` for weights without dropout); models whose blocks use
-    grouped-query attention are refused. Taught in notebook 09.
+    ``values[b, h, j]`` is ``W_O[:, h D:(h + 1) D] v_j`` (the output bias left out). Runs in the model's
+    current mode; models with grouped-query attention are refused.
+    Shape: idx (B, T) -> L pairs (weights (B, H, T, T), values (B, H, T, C)). Taught in notebook 09.
     """
     model = _check_gpt(model)
     if not all(isinstance(block.attn, CausalSelfAttention) for block in model.blocks):
@@ -183,11 +155,7 @@ def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tens
 def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """``||weights[..., i, j] * values[..., j, :]||``: how far key j actually moves query i's output.
 
-    Shape:
-        weights: (..., T, S), values: (..., S, E) -> (..., T, S)
-
-    Weights are never negative, so this is ``weights[..., i, j] * ||values[..., j, :]||``. Exercise 09.5;
-    taught in notebook 09.
+    Shape: weights (..., T, S), values (..., S, E) -> (..., T, S). Exercise 09.5; taught in notebook 09.
     """
     for name, t in (("weights", weights), ("values", values)):
         if not isinstance(t, torch.Tensor):
@@ -204,10 +172,7 @@ def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.T
 def top_key_disagreement(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
     """The share of rows (queries 1 .. T-1) whose largest weight and largest weighted norm are different keys.
 
-    Shape:
-        weights, norms: (B, H, T, T) (norms from :func:`weighted_value_norms`) -> (H,)
-
-    Taught in notebook 09.
+    Shape: weights, norms (B, H, T, T) -> (H,). Taught in notebook 09.
     """
     w, n = _check_weights_and_norms(weights, norms)
     differs = w[:, :, 1:].argmax(dim=-1) != n[:, :, 1:].argmax(dim=-1)  # (B, H, T - 1)
@@ -215,13 +180,9 @@ def top_key_disagreement(weights: torch.Tensor, norms: torch.Tensor) -> torch.Te
 
 
 def rank_correlation(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
-    """Spearman's rank correlation between a row's weights and its weighted norms, averaged over rows, per head.
+    """Spearman's rank correlation of each row's weights and weighted norms, averaged per head.
 
-    Shape:
-        weights, norms: (B, H, T, T) -> (H,)
-
-    Row i is compared over its i + 1 visible keys; rows 0 and 1 (one or two keys) are left out. 1 means the
-    two pictures order the keys alike. Taught in notebook 09.
+    Rows 0 and 1 are left out. Shape: weights, norms (B, H, T, T) -> (H,). Taught in notebook 09.
     """
     w, n = _check_weights_and_norms(weights, norms)
     T = w.shape[-1]
@@ -237,15 +198,11 @@ def rank_correlation(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor
 
 def selected_key_ratios(weights: torch.Tensor, values: torch.Tensor,
                         selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """How much weight the selected keys draw, and how long their values are, each over the other keys', per head.
+    """Weight drawn by the ``selected`` keys and their value lengths, each over the other keys', per head.
 
-    Shape:
-        weights: (B, H, T, T), values: (B, H, T, E), selected: (B, T) bool (say, ``ids == space``)
-        -> (weight ratio (H,), length ratio (H,))
-
-    The weight key j draws is averaged over the queries that can see it (i >= j), so an early key and a late
-    one compare fairly; a length is ``||values[b, h, j]||``. A weight ratio above 1 with a length ratio below 1
-    is a head whose map overstates what it takes from the selected keys. Taught in notebook 09.
+    A key's weight is averaged over the queries that can see it.
+    Shape: weights (B, H, T, T), values (B, H, T, E), selected (B, T) bool -> two (H,) ratios.
+    Taught in notebook 09.
     """
     w = _check_weights("weights", weights)
     B, H, T, _ = w.shape

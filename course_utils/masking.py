@@ -1,9 +1,7 @@
-"""Masks: which keys each query may see.
+"""Masks: which keys each query may see (notebook 03).
 
-One convention across the course: a boolean mask where ``True`` means *may attend*, as
-``F.scaled_dot_product_attention`` reads it. ``nn.MultiheadAttention`` reads ``True`` as *blocked*,
-and some code uses additive float masks (0 = keep, -inf = blocked); :func:`convert_mask` is the one
-place that translates. Taught in notebook 03.
+One convention: boolean, ``True`` = may attend, as ``F.scaled_dot_product_attention`` reads it;
+:func:`convert_mask` is the one place that translates to ``nn.MultiheadAttention``'s and additive masks.
 """
 
 from __future__ import annotations
@@ -29,15 +27,10 @@ _CONVENTIONS = ("allow", "block", "additive")
 
 
 def causal_mask(T: int, S: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
-    """Boolean causal mask, True = may attend: query i sees keys up to its own position.
+    """Boolean causal mask: query i (the last T of S positions) may attend key j iff j <= S - T + i.
 
-    Shape:
-        -> (T, S), S defaults to T
-
-    With fewer queries than keys (decoding with a cache), the T queries are the *last* T of the S
-    positions, so the triangle is aligned bottom-right: query i may attend key j iff j <= S - T + i.
-    ``F.scaled_dot_product_attention(..., is_causal=True)`` aligns it top-left instead, which is only
-    the same when T == S. Taught in notebook 03.
+    Bottom-right aligned; ``is_causal=True`` in PyTorch aligns top-left, the same only when T == S.
+    Shape: -> (T, S), S defaults to T. Taught in notebook 03.
     """
     T = check_int("T", T)
     S = T if S is None else check_int("S", S)
@@ -58,12 +51,7 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
 def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | None = None) -> torch.Tensor:
     """Put ``fill_value`` (default ``-inf``) where ``mask`` is False, before the softmax.
 
-    Shape:
-        scores: (..., T, S), mask: bool broadcastable to it -> (..., T, S)
-
-    With ``-inf`` a fully masked row becomes NaN after the softmax (0 / 0). With
-    ``torch.finfo(dtype).min`` it becomes a uniform distribution over keys it was told not to see:
-    no NaN, but silent leakage. Notebook 03 shows both.
+    Shape: scores (..., T, S), mask bool broadcastable to it -> (..., T, S). Taught in notebook 03.
     """
     check_tensor("scores", scores, min_dim=2)
     check_bool_mask(mask, scores.shape)
@@ -76,13 +64,9 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | No
 
 
 def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
-    """Key mask for a batch of sequences padded to length S: True for real tokens, False for padding.
+    """Key mask for a batch padded to length S: True for real tokens, False for padding.
 
-    Shape:
-        lengths: (B,) -> (B, S)
-
-    Broadcast it over queries with ``m[:, None, :]`` -> (B, 1, S), or over heads and queries with
-    ``m[:, None, None, :]`` -> (B, 1, 1, S). Taught in notebook 03.
+    Shape: lengths (B,) -> (B, S); use ``m[:, None, None, :]`` for (B, H, T, S) scores. Taught in notebook 03.
     """
     S = check_int("S", S, minimum=0)
     lengths = torch.as_tensor(lengths)
@@ -97,12 +81,9 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
 
 
 def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
-    """Logical AND of boolean masks (True = may attend), broadcasting their shapes; None entries are skipped.
+    """Logical AND of boolean masks (True = may attend), broadcast together; None entries are skipped.
 
-    Shape:
-        masks broadcastable to one another -> their broadcast shape
-
-    A key is visible only if every mask allows it: causal AND padding, say. Taught in notebook 03.
+    Shape: masks broadcastable to one another -> their broadcast shape. Taught in notebook 03.
     """
     present = [m for m in masks if m is not None]
     if not present:
@@ -128,18 +109,11 @@ def convert_mask(
     dst: MaskConvention,
     dtype: torch.dtype = torch.float32,
 ) -> torch.Tensor:
-    """Translate a mask between the three conventions learners meet.
+    """Translate a mask between ``"allow"`` (bool, True = may attend), ``"block"`` (bool, True = blocked, as
+    ``nn.MultiheadAttention``) and ``"additive"`` (float, 0 or -inf, of ``dtype``).
 
-    - ``"allow"``: bool, True = may attend (``F.scaled_dot_product_attention``, this course)
-    - ``"block"``: bool, True = blocked (``nn.MultiheadAttention``'s ``attn_mask`` and ``key_padding_mask``)
-    - ``"additive"``: float, 0 = may attend, -inf = blocked, added to the scores
-
-    Shape:
-        any -> same shape
-
-    An additive mask with finite non-zero entries is a *bias* (ALiBi, say), not a mask, and cannot
-    become a boolean one: that raises ValueError. ``dtype`` is the float type of an additive result.
-    Taught in notebook 03; used in notebook 05.
+    An additive mask with finite non-zero entries is a bias, not a mask: ValueError.
+    Shape: any -> same shape. Taught in notebook 03; used in notebook 05.
     """
     for name, conv in (("src", src), ("dst", dst)):
         check_choice(name, conv, _CONVENTIONS)

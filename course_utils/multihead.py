@@ -1,10 +1,8 @@
 """Multi-head attention, built up the way notebook 04 teaches it and checked in notebook 05.
 
-One head (:class:`SingleHeadAttention`), a list of heads (:class:`MultiHeadAttentionWrapper`),
-per-head weights with einsum (:class:`MultiHeadAttentionEinsum`), and the packed module the rest
-of the course uses (:class:`MultiHeadAttention`), whose parameters copy one-to-one from
-``nn.MultiheadAttention``. All four compute the same function; ``from_packed`` copies weights
-between them so notebook 04 can show it.
+Reading order: :class:`SingleHeadAttention`, :class:`MultiHeadAttentionWrapper`,
+:class:`MultiHeadAttentionEinsum`, then :class:`MultiHeadAttention`, the packed module the course uses.
+All four compute the same function; ``from_packed`` copies weights between them.
 """
 
 from __future__ import annotations
@@ -43,7 +41,7 @@ def _check_heads(embed_dim: int, num_heads: int) -> int:
 
 
 def _check_memory(memory: object, x: torch.Tensor, module: nn.Module) -> None:
-    """memory must be a floating (B, S, C) tensor with x's batch size B, S >= 1, and the module's dtype and device."""
+    """memory must be a floating (B, S, C) tensor: x's batch size, S >= 1, the module's dtype and device."""
     check_tensor("memory", memory, min_dim=3)
     check_floating("memory", memory)
     B, C = x.shape[0], module.embed_dim
@@ -56,10 +54,7 @@ def _check_memory(memory: object, x: torch.Tensor, module: nn.Module) -> None:
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Cut the channels into heads and move the head axis before time.
 
-    Shape:
-        x: (B, T, C) -> (B, H, T, D) with D = C // H
-
-    Taught in notebook 04.
+    Shape: x (B, T, C) -> (B, H, T, D), D = C // H. Taught in notebook 04.
     """
     check_tensor("x", x, min_dim=3)
     if x.dim() != 3:
@@ -72,11 +67,7 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
     """Undo :func:`split_heads`: put the heads side by side again.
 
-    Shape:
-        x: (B, H, T, D) -> (B, T, C) with C = H * D
-
-    ``transpose`` makes the tensor non-contiguous, so ``view`` would fail; ``reshape`` copies when it
-    must (notebook 04's pitfall box). Taught in notebook 04.
+    Shape: x (B, H, T, D) -> (B, T, C), C = H * D. Taught in notebook 04.
     """
     check_tensor("x", x, min_dim=4)
     if x.dim() != 4:
@@ -98,11 +89,8 @@ def _returned(out: torch.Tensor, weights: torch.Tensor, need_weights: bool):
 class SingleHeadAttention(nn.Module):
     """One attention head with its own query, key and value projections C -> D.
 
-    Shape:
-        x: (B, T, C), mask: bool broadcastable to (B, T, T) -> out: (B, T, D)
-        (and weights: (B, T, T) when ``need_weights=True``)
-
-    Taught in notebook 04.
+    Shape: x (B, T, C), mask bool broadcastable to (B, T, T) -> out (B, T, D), and weights (B, T, T) with
+    ``need_weights``. Taught in notebook 04.
     """
 
     def __init__(self, embed_dim: int, head_dim: int, bias: bool = False) -> None:
@@ -130,13 +118,10 @@ def _mask_of_head(mask: torch.Tensor | None, h: int) -> torch.Tensor | None:
 
 
 class MultiHeadAttentionWrapper(nn.Module):
-    """H independent :class:`SingleHeadAttention` heads, concatenated, then an output projection.
+    """H independent :class:`SingleHeadAttention` heads run one after another, concatenated, then projected.
 
-    Shape:
-        x: (B, T, C), mask: bool broadcastable to (B, H, T, T) -> out: (B, T, C)
-        (weights: (B, H, T, T) when ``need_weights=True``)
-
-    Clear but slow: the heads run one after another. Taught in notebook 04.
+    Shape: x (B, T, C), mask bool broadcastable to (B, H, T, T) -> out (B, T, C), and weights (B, H, T, T)
+    with ``need_weights``. Taught in notebook 04.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
@@ -176,13 +161,10 @@ class MultiHeadAttentionWrapper(nn.Module):
 
 
 class MultiHeadAttentionEinsum(nn.Module):
-    """All heads at once, with per-head projection weights of shape (H, D, C) and ``torch.einsum``.
+    """All heads at once, with per-head projection weights (H, D, C) and ``torch.einsum``.
 
-    Shape:
-        x: (B, T, C) -> out: (B, T, C)  (weights: (B, H, T, T) when ``need_weights=True``)
-
-    ``torch.einsum("hdc,btc->bhtd", w_q, x)`` reads: for every head h and output channel d, sum
-    over input channels c. Taught in notebook 04.
+    Shape: x (B, T, C) -> out (B, T, C), and weights (B, H, T, T) with ``need_weights``.
+    Taught in notebook 04.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
@@ -230,26 +212,13 @@ class MultiHeadAttentionEinsum(nn.Module):
 
 
 class MultiHeadAttention(nn.Module):
-    """Multi-head attention with one packed q, k, v projection: the module the course builds on.
+    """Multi-head attention with one packed projection ``qkv_proj`` (q, k, v in that order) and ``out_proj``.
 
-    Shape:
-        x: (B, T, C), mask: bool broadcastable to (B, H, T, S), True = may attend
-        -> out: (B, T, C)  (weights: (B, H, T, S) when ``need_weights=True``)
-        memory: (B, S, C) for cross-attention; without it S = T and the keys and values come from x
-
-    ``qkv_proj`` is Linear(C, 3C) with q, k, v stacked in that order, ``out_proj`` is Linear(C, C):
-    the same layout as ``nn.MultiheadAttention``'s ``in_proj_weight`` and ``out_proj``, so
-    :meth:`from_torch` copies weights straight across. Dropout acts on the attention weights in
-    training mode. Taught in notebook 04, checked against PyTorch in notebook 05.
-
-    A padding mask from :func:`course_utils.masking.padding_mask` is (B, S): pass it as
-    ``m[:, None, None, :]``. As ``m[:, None, :]`` it would line up its batch axis with the heads,
-    which raises an error unless B == H, and then silently gives batch b's mask to head b.
-
-    Cross-attention (``memory`` given, notebook 05): the queries come from ``x`` through the first C rows
-    of ``qkv_proj``, the keys and values from ``memory`` through the other 2C rows, as
-    ``nn.MultiheadAttention(x, memory, memory)`` does with its ``in_proj_weight``. The memory has the
-    width C (``kdim == vdim == embed_dim``): the one layout whose weights copy straight across.
+    The layout of ``nn.MultiheadAttention``, so :meth:`from_torch` copies weights across. With ``memory``
+    (cross-attention) the keys and values come from it. A (B, S) padding mask ``m`` goes in as
+    ``m[:, None, None, :]``.
+    Shape: x (B, T, C), memory (B, S, C) or None (S = T), mask bool broadcastable to (B, H, T, S)
+    -> out (B, T, C), and weights (B, H, T, S) with ``need_weights``. Taught in notebooks 04 and 05.
     """
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0) -> None:
@@ -285,11 +254,7 @@ class MultiHeadAttention(nn.Module):
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
-        """A module computing exactly what ``m`` computes: ``ours(x)`` is ``m(x, x, x)``, and
-        ``ours(x, memory=mem)`` is ``m(x, mem, mem)`` (cross-attention).
-
-        ``m.batch_first`` only changes how ``m`` wants its input laid out; ours is always (B, T, C).
-        """
+        """A module computing what ``m`` does, batch first: ``ours(x, memory=mem)`` is ``m(x, mem, mem)``."""
         if not isinstance(m, nn.MultiheadAttention):
             raise TypeError(f"from_torch takes an nn.MultiheadAttention, got {type(m).__name__}")
         if not m._qkv_same_embed_dim:
