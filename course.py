@@ -42,6 +42,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shlex
 import subprocess
 import sys
 import time
@@ -60,10 +61,16 @@ def say(msg: str) -> None:
     print(f"[course] {msg}", flush=True)
 
 
+def shown(cmd: list, env: dict[str, str] | None = None) -> str:
+    """A command as a learner can paste it into a shell: each part quoted where it needs to be (a path with a
+    space), after the environment variables it sets. For the printed text only: the command runs as a list."""
+    return " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()), shlex.join(map(str, cmd))])
+
+
 def run(cmd: list, **kw) -> int:
     """Run ``cmd`` and return its exit code. Ctrl+C in the terminal reaches the command too: this waits while
     the command stops its own way (check prints what finished, lab asks whether to stop) instead of killing it."""
-    say("$ " + " ".join(str(c) for c in cmd))
+    say("$ " + shown(cmd))
     with subprocess.Popen([str(c) for c in cmd], **{"cwd": ROOT, **kw}) as proc:
         while True:
             try:
@@ -295,7 +302,7 @@ def run_steps(steps: list[Step]) -> int:
             say(step.title)
             t0 = time.monotonic()
             cmd = [str(c) for c in (PY, *step.args)]
-            say("$ " + "".join(f"{k}={v} " for k, v in step.env.items()) + " ".join(cmd))
+            say("$ " + shown(cmd, step.env))
             rc = subprocess.call(cmd, cwd=ROOT, env=step_env(step))
             results = [(step, rc, time.monotonic() - t0)]
         else:
@@ -328,7 +335,7 @@ def run_together(steps: list[Step]) -> list[tuple[Step, int, float]]:
         say(f"{step.title} (started now, output shown when it ends)")
         log = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
         cmd = [str(c) for c in (PY, *step.args)]
-        say("$ " + "".join(f"{k}={v} " for k, v in step.env.items()) + " ".join(cmd))
+        say("$ " + shown(cmd, step.env))
         proc = subprocess.Popen(cmd, cwd=ROOT, env=step_env(step), stdout=log, stderr=subprocess.STDOUT)
         running.append((step, proc, log, time.monotonic()))
     results: dict[int, tuple[Step, int, float]] = {}
@@ -367,8 +374,7 @@ def cmd_test(extra: list[str]) -> int:
         say(notice)
     if plan_only:
         for step in sorted(steps, key=lambda s: s.group):
-            print(f"group {step.group}: {' '.join(f'{k}={v}' for k, v in step.env.items())}"
-                  f"{' ' if step.env else ''}python {' '.join(step.args)}\n    {step.title}")
+            print(f"group {step.group}: {shown(['python', *step.args], step.env)}\n    {step.title}")
         return 0
     t0 = time.monotonic()
     rc = run_steps(steps)

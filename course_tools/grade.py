@@ -328,7 +328,8 @@ def _counts(rows: list[dict]) -> str:
 
 def print_table(rows: list[dict], interrupted: bool = False) -> None:
     if not rows:
-        print("no exercise verdicts before the interruption" if interrupted else "no exercises found in these notebooks")
+        print("no exercise verdicts before the interruption" if interrupted else
+              "no exercises found in these notebooks")
         return
     wn = max(len(r["notebook"]) for r in rows)
     wt = max(len(f"{r['key']} {r['title']}") for r in rows)

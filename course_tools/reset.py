@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import shlex
 import subprocess
 import sys
 from datetime import datetime
@@ -150,7 +151,8 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
     path = resettable(path, folder)
     clean_stale_tmp(path.parent)
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; to get a clean copy run: python3 course.py reset {path}")
+        raise FileNotFoundError(f"{path} does not exist; to get a clean copy run: "
+                                f"python3 course.py reset {shlex.quote(str(path))}")
     clean = clean_copy(path.name)
     clean_cells = exercise_cells(clean)
     if key not in clean_cells:
@@ -161,14 +163,14 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
     except Exception as e:  # not JSON, or not a notebook: nbformat raises several kinds
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise ValueError(f"{path} cannot be read as a notebook ({first}); reset the whole notebook instead (your "
-                         f"file is kept as a backup): python3 course.py reset {path}") from None
+                         f"file is kept as a backup): python3 course.py reset {shlex.quote(str(path))}") from None
     used: set[int] = set()
     places = []
     for ci in clean_cells[key]:
         li = _find_cell(nb, clean.cells[ci], key, used)
         if li is None:
             raise LookupError(f"cannot find exercise {key}'s cell in {path.name} (was it deleted?); reset the "
-                              f"whole notebook instead: python3 course.py reset {path}")
+                              f"whole notebook instead: python3 course.py reset {shlex.quote(str(path))}")
         used.add(li)
         places.append((li, ci))
     backup = keep_copy(path, now)

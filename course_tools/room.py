@@ -38,6 +38,7 @@ import itertools
 import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -207,7 +208,7 @@ def download_wheels(out: Path, lock: Path, roots: list, platforms: list[str], py
                     specs = [f"{n}{v}" for n, v in zip(batch, group) if v is not None]
                     if specs:
                         cmd = [*base, *pip_args, "-d", tmp, *specs]
-                        print(f"  $ {' '.join(cmd)}", flush=True)
+                        print(f"  $ {shlex.join(map(str, cmd))}", flush=True)
                         subprocess.run(cmd, check=True)
                         commands.append(cmd)
                 for f in sorted(Path(tmp).iterdir()):
@@ -679,7 +680,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"course room: {e}", file=sys.stderr)
         return 2
     except subprocess.CalledProcessError as e:
-        print(f"failed: {' '.join(map(str, e.cmd))}", file=sys.stderr)
+        print(f"failed: {shlex.join(map(str, e.cmd))}", file=sys.stderr)
         return 1
     print("\n".join(notes))
     print(f"room folder ready: {args.dir}; see {Path(args.dir) / 'README.txt'}")

@@ -136,3 +136,22 @@ def test_reset_of_one_exercise_in_a_broken_file_says_to_reset_the_whole_notebook
     backup = reset_notebook(path, now=NOW, folder=tmp_path)  # the whole notebook: the broken file is kept
     assert backup.read_text(encoding="utf-8") == "{ half a notebook"
     assert [c.source for c in nbformat.read(path, as_version=4).cells] == [c.source for c in clean_copy(NAME).cells]
+
+
+def test_the_commands_reset_prints_paste_back_whole_with_spaces_in_the_path(tmp_path):
+    """A hint names `python3 course.py reset PATH` for the learner to paste: a path with spaces (and letters
+    beyond ASCII) is quoted, so the shell hands it back as one argument."""
+    import shlex
+
+    folder = tmp_path / "c 12 ü" / "notebooks"
+    folder.mkdir(parents=True)
+    path = folder / NAME
+    path.write_text("{ half a notebook", encoding="utf-8")
+    with pytest.raises(ValueError) as broken:
+        reset_exercise(path, "03.1", folder=folder)
+    with pytest.raises(FileNotFoundError) as missing:
+        reset_exercise(folder / "00_setup_check.ipynb", "00.1", folder=folder)
+    for error in (broken.value, missing.value):
+        hint = str(error).rsplit(": ", 1)[1]
+        assert shlex.split(hint)[:3] == ["python3", "course.py", "reset"], hint
+        assert [Path(a) for a in shlex.split(hint)[3:]] in ([path], [folder / "00_setup_check.ipynb"]), hint

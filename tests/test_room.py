@@ -299,3 +299,21 @@ def test_room_where_no_folder_can_be_made_is_one_line_before_anything_is_downloa
                                              rf"{system} \(.*\); give the room folder a path in a folder you can"):
             room.prepare(Path(system) / "room", data=False, course=False)
     assert downloads == []
+
+
+def test_the_pip_commands_room_prints_paste_back_whole(tmp_path, monkeypatch, capsys):
+    """The `$ pip download ...` line and the `failed: ...` line quote a room folder with spaces in its path."""
+    import shlex
+
+    def refuse(cmd, **kw):
+        raise subprocess.CalledProcessError(1, cmd)
+
+    monkeypatch.setattr(room.subprocess, "run", refuse)
+    out = tmp_path / "room 12" / "sité ü"
+    assert room.main(["prepare", str(out), "--no-data", "--no-course"]) == 1
+    said = capsys.readouterr()
+    shown = next(ln for ln in said.out.splitlines() if ln.startswith("  $ "))
+    failed = said.err.strip().removeprefix("failed: ")
+    assert shlex.split(failed) == shlex.split(shown.removeprefix("  $ "))
+    where = shlex.split(failed)[shlex.split(failed).index("-d") + 1]
+    assert Path(where).parent == out, where  # one argument, in the room folder

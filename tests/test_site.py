@@ -385,6 +385,22 @@ def test_a_site_where_no_folder_can_be_made_is_one_line(tmp_path, small_solution
                                 r"\(.*\); give the site a path in a folder you can write to, e\.g\. .*\n", err), err
 
 
+def test_the_command_course_py_prints_pastes_back_whole(tmp_path):
+    """`[course] $ ...` names the command as a shell reads it: a path with spaces and letters beyond ASCII is
+    quoted (it broke into three arguments when pasted). An existing folder: refused before any page is made."""
+    import shlex
+    import subprocess
+
+    out = tmp_path / "s12 dir" / "sité ü"
+    out.mkdir(parents=True)
+    (out / "notes.txt").write_text("mine", encoding="utf-8")
+    proc = subprocess.run([sys.executable, "course.py", "site", str(out)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 2 and "already exists" in proc.stderr, proc.stdout + proc.stderr
+    shown = next(ln for ln in proc.stdout.splitlines() if ln.startswith("[course] $ "))
+    assert shlex.split(shown.removeprefix("[course] $ "))[-3:] == ["-m", "course_tools.site", str(out)], shown
+
+
 def test_the_toc_nests_third_level_headings():
     page = ('<h2 id="a">A<a class="anchor-link" href="#a">¶</a></h2><h3 id="b">B <code>x</code>'
             '<a class="anchor-link" href="#b">¶</a></h3><h2 id="c">C<a class="anchor-link" href="#c">¶</a></h2>'
