@@ -92,14 +92,18 @@ def course_notebooks() -> list[str]:
 
 
 def resettable(path: Path, folder: Path | None = None) -> Path:
-    """``path``, resolved, when it is one of the course's notebooks in ``folder`` (default ``notebooks/``);
-    ValueError saying what is accepted otherwise."""
+    """``path``, resolved, when it is one of the course's notebooks in ``folder`` (default ``notebooks/``) and
+    not a symbolic link; ValueError saying what is accepted otherwise."""
     folder = Path(folder or LEARNER_DIR).resolve()
     path = Path(path)
     target = path.resolve()
     names = course_notebooks()
     shown = "notebooks/" if folder == LEARNER_DIR.resolve() else f"{folder}/"
     accepted = f"reset puts back only the course's own notebooks in {shown} ({', '.join(names) or 'none found'})"
+    if path.is_symlink():
+        raise ValueError(f"{path} is a symbolic link (to {target}); reset refuses links so that it never writes "
+                         f"outside {shown} or into another notebook: remove the link (the file it points to stays "
+                         f"as it is) and run reset again for a clean copy in its place. {accepted}")
     if target.parent != folder:
         where = ""
         if target.parent == (ROOT / "solutions").resolve():

@@ -364,8 +364,13 @@ def _free_output(out: Path, force: bool, what: str, empty_folder_ok: bool = Fals
     exists = out.exists() or out.is_symlink()
     if exists and empty_folder_ok and out.is_dir() and not out.is_symlink() and not any(out.iterdir()):
         return out, False  # an empty folder: nothing to lose
-    if exists and room_folder_ok and out.is_dir() and (out / ROOM_MARK).is_file():
+    if exists and room_folder_ok and out.is_dir() and not out.is_symlink() and (out / ROOM_MARK).is_file():
         return out, False  # a room folder made by prepare: it adds to it, keeping what was changed there
+    if exists and not force and out.is_symlink():
+        raise ValueError(f"{out} is a symbolic link (to {real}); {what} is never written through a link, so that "
+                         f"nothing outside the path given is touched: give the path itself ({real}) or a new one, or "
+                         f"add --force to move the link aside as {backup_path(out).name} (what it points to is left "
+                         "as it is)")
     if exists and not force:
         kind = "a folder" if out.is_dir() else "a file"
         raise ValueError(f"{out} already exists ({kind}); it is never replaced silently: give {what} a new path, "

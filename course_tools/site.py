@@ -124,6 +124,12 @@ def _free_output(out: str | Path, force: bool) -> tuple[Path, bool]:
         return out, False
     if out.is_dir() and not out.is_symlink() and (not any(out.iterdir()) or (out / SITE_MARK).is_file()):
         return out, False  # empty, or a site made before: pages are replaced, changed ones kept aside
+    if not force and out.is_symlink():
+        raise ValueError(
+            f"{out} is a symbolic link (to {real}); site refuses links so that it never writes outside the "
+            f"folder it is given: give the folder itself ({real}) or a new one, or add --force to move the link "
+            f"aside as {backup_path(out).name} (what it points to is left as it is)"
+        )
     if not force:
         kind = "a folder that is not a site made by this command" if out.is_dir() else "a file"
         raise ValueError(

@@ -1,6 +1,7 @@
 """Resetting an exercise or a notebook: the clean learner cells come back, the learner's other work stays,
 and the learner's previous file is kept beside it."""
 
+import re
 import shutil
 import subprocess
 import sys
@@ -155,3 +156,25 @@ def test_the_commands_reset_prints_paste_back_whole_with_spaces_in_the_path(tmp_
         hint = str(error).rsplit(": ", 1)[1]
         assert shlex.split(hint)[:3] == ["python3", "course.py", "reset"], hint
         assert [Path(a) for a in shlex.split(hint)[3:]] in ([path], [folder / "00_setup_check.ipynb"]), hint
+
+
+def test_a_notebook_that_is_a_symbolic_link_is_refused_as_one(tmp_path):
+    """A link in notebooks/ to a file outside it, or to another of the course's notebooks: refused, and the
+    message says it is a link (it said "is not in notebooks/"); neither the link nor what it points to changes."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    outside, _ = learner_work(tmp_path)  # tmp_path/03_masking.ipynb, a learner's work outside notebooks/
+    inside = folder / "04_multi_head_attention.ipynb"
+    inside.write_text("the learner's notebook 04", encoding="utf-8")
+    before = outside.read_bytes()
+    for link, target in ((folder / NAME, outside), (folder / "05_other.ipynb", inside)):
+        link.symlink_to(target)
+        shown = re.escape(str(target))
+        with pytest.raises(ValueError, match=rf"{link.name} is a symbolic link \(to {shown}\); reset refuses links "
+                                             r"so that it never writes outside .* remove the link"):
+            reset_notebook(link, folder=folder)
+        with pytest.raises(ValueError, match="is a symbolic link"):
+            reset_exercise(link, "03.1", folder=folder)
+        assert link.is_symlink()
+    assert outside.read_bytes() == before and inside.read_text(encoding="utf-8") == "the learner's notebook 04"
+    assert not list(tmp_path.rglob("backup-*"))

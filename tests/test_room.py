@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import re
 import subprocess
 import sys
 import venv
@@ -317,3 +318,21 @@ def test_the_pip_commands_room_prints_paste_back_whole(tmp_path, monkeypatch, ca
     assert shlex.split(failed) == shlex.split(shown.removeprefix("  $ "))
     where = shlex.split(failed)[shlex.split(failed).index("-d") + 1]
     assert Path(where).parent == out, where  # one argument, in the room folder
+
+
+def test_a_link_to_a_room_folder_is_refused_as_a_link(tmp_path, monkeypatch):
+    """DIR a symbolic link (to a room folder, or to a site): refused before anything is written, saying it is a
+    link (it said "a folder"); --force moves the link aside and leaves what it points to as it is."""
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    made = tmp_path / "room"
+    room.prepare(made, data=False, course=False)
+    before = {p: p.read_bytes() for p in made.rglob("*") if p.is_file()}
+    link = tmp_path / "link"
+    link.symlink_to(made)
+    shown = re.escape(str(made))
+    with pytest.raises(ValueError, match=rf"link is a symbolic link \(to {shown}\); the room folder is never "
+                                         r"written through a link.* or add --force to move the link aside"):
+        room.prepare(link, data=False, course=False)
+    room.prepare(link, data=False, course=False, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
+    assert (tmp_path / "backup-link-20260102-030405").is_symlink() and not link.is_symlink()
+    assert {p: p.read_bytes() for p in made.rglob("*") if p.is_file()} == before

@@ -401,6 +401,26 @@ def test_the_command_course_py_prints_pastes_back_whole(tmp_path):
     assert shlex.split(shown.removeprefix("[course] $ "))[-3:] == ["-m", "course_tools.site", str(out)], shown
 
 
+def test_a_link_to_a_site_is_refused_as_a_link(tmp_path, small_solutions):
+    """OUT a symbolic link to a site made before: refused, saying it is a link (it said "a folder that is not a
+    site made by this command"); --force moves the link aside, and the site it points to is left as it is."""
+    from datetime import datetime
+
+    made = build_site(tmp_path / "site", small_solutions).out
+    link = tmp_path / "link"
+    link.symlink_to(made)
+    shown = re.escape(str(made))
+    with pytest.raises(ValueError, match=rf"link is a symbolic link \(to {shown}\); site refuses links so that it "
+                                         rf"never writes outside the folder it is given: give the folder itself "
+                                         rf"\({shown}\) or a new one, or add --force"):
+        build_site(link, small_solutions)
+    before = {p: p.read_bytes() for p in made.rglob("*") if p.is_file()}
+    build_site(link, small_solutions, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
+    assert (tmp_path / "backup-link-20260102-030405").is_symlink() and not link.is_symlink()
+    assert (link / "index.html").is_file()
+    assert {p: p.read_bytes() for p in made.rglob("*") if p.is_file()} == before
+
+
 def test_the_toc_nests_third_level_headings():
     page = ('<h2 id="a">A<a class="anchor-link" href="#a">¶</a></h2><h3 id="b">B <code>x</code>'
             '<a class="anchor-link" href="#b">¶</a></h3><h2 id="c">C<a class="anchor-link" href="#c">¶</a></h2>'
