@@ -9,7 +9,8 @@ nbconvert's JupyterLab template and the course's own blocks (``static/site/cours
 - ``NN_topic.html``: the notebook with its saved outputs (plots embedded as ``data:`` images, the bertviz
   views of notebook 09 with their libraries inlined by ``attention_view``), a table of contents of its
   headings, links to the previous and next notebooks; a link to ``NN_other.ipynb`` in the markdown points to
-  ``NN_other.html``; ``# NBVAL_...`` comment lines are left out of the code;
+  ``NN_other.html``; ``# NBVAL_...`` comment lines are left out of the code; the "open in Colab" link of its
+  first cell opens the learner copy (``notebooks/NN_topic.ipynb``, exercises to do), not the solved notebook;
 - ``assets/``: require.js (``course_utils/static/vendor``), KaTeX (``static/katex``, for the markdown's
   ``$...$``), the site's stylesheet and script, with the licences. Every page loads only these, by relative
   paths: no request leaves the page (``tests/e2e/test_e2e_site.py`` checks it in Chromium with the network
@@ -42,6 +43,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from course_tools.build import colab_url
 from course_tools.room import COMMON, INSTRUCTOR_ONLY, blocked_by_a_file, cannot_write, make_output_folder
 from course_tools.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
 from course_utils._files import backup_path, clean_stale_tmp, move_aside, write_atomic
@@ -249,10 +251,15 @@ def _exporter():
     return exporter
 
 
-def _for_reading(nb):
-    """A copy of the notebook without the lines that only talk to nbval (``# NBVAL_IGNORE_OUTPUT``)."""
+def _for_reading(nb, name: str):
+    """A copy of the notebook ``name`` (``03_masking.ipynb``) without the lines that only talk to nbval
+    (``# NBVAL_IGNORE_OUTPUT``), and with its "open in Colab" link sent to the learner copy
+    (``notebooks/03_masking.ipynb``) instead of the solved one: the page shows the solutions, Colab the exercises."""
+    solved, learner = colab_url(f"solutions/{name}"), colab_url(f"notebooks/{name}")
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            cell.source = cell.source.replace(solved, learner)
         if cell.cell_type == "code":
             lines = cell.source.split("\n")
             kept = [ln for ln in lines if not ln.strip().startswith("# NBVAL_")]
@@ -264,6 +271,7 @@ _NOTEBOOK_LINK = re.compile(
     r'href="(?![a-zA-Z][a-zA-Z0-9+.-]*:)(?:\./|\.\./)*(?:(?:notebooks|solutions)/)?'
     r'(\d\d_[^"/#?]+)\.ipynb(#[^"]*)?"'
 )
+_COLAB_SOLVED = re.compile(r"https://colab\.research\.google\.com/[^\s\"'<>]*/solutions/")
 _TOC_HEADING = re.compile(
     r'<h([1-6]) id="([^"]*)"[^>]*>(.*?)<a class="anchor-link" href="#[^"]*">[^<]*</a>\s*</h\1>', re.DOTALL
 )
@@ -389,8 +397,11 @@ def build_site(
             "next": pages[i + 1] if i + 1 < len(pages) else None,
         }
         body, _ = exporter.from_notebook_node(
-            _for_reading(nb), resources={"metadata": {"name": page.title}, "site": site}
+            _for_reading(nb, path.name), resources={"metadata": {"name": page.title}, "site": site}
         )
+        if _COLAB_SOLVED.search(body):
+            notes.append(f"{page.page} still links to a solved notebook on Colab (not through the course's own "
+                         f"'open in Colab' link, which goes to notebooks/{path.name}): a reader gets the solutions")
         body = _link_notebooks(body, known, page.page, notes)
         body = body.replace("<!--course-site-toc-->", _toc(body), 1)
         ledger.write(page.page, body.encode("utf-8"))

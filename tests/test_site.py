@@ -23,6 +23,7 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from course_tools import site as site_mod
 from course_tools import vendor_js
+from course_tools.build import colab_url
 from course_tools.site import SITE_MARK, build_site, main
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +173,15 @@ def test_outputs_images_widgets_and_bertviz_views_are_on_the_pages(course_site):
         assert "assets/katex/katex.min.js" in text and "assets/require.js" in text
 
 
+def test_open_in_colab_opens_the_learner_copy_not_the_solutions(course_site):
+    """A learner reading the site before a workshop follows a page's Colab link to the exercises, not to the
+    solved notebook the page shows (every solved notebook links to itself on Colab)."""
+    for page in course_site.pages:
+        links = re.findall(r'href="(https://colab\.research\.google\.com/[^"]*)"', page.read_text(encoding="utf-8"))
+        assert links == [colab_url(f"notebooks/{page.stem}.ipynb")], (page.name, links)
+    assert not any("colab" in n.lower() for n in course_site.notes)
+
+
 def test_the_markdown_math_is_left_for_katex(course_site):
     """nbconvert keeps ``$...$`` as text; KaTeX typesets it in the browser (the e2e test sees it typeset)."""
     with_math = 0
@@ -267,6 +277,20 @@ def test_a_link_to_a_notebook_not_in_the_site_is_reported(tmp_path, small_soluti
     (small_solutions / "02_second.ipynb").unlink()
     site = build_site(tmp_path / "site", small_solutions)
     assert any("01_first.html links to 02_second.ipynb, which is not in solutions/" in n for n in site.notes)
+
+
+def test_the_colab_link_goes_to_the_learner_copy_and_another_to_solutions_is_reported(tmp_path, small_solutions):
+    nb = nbformat.read(small_solutions / "01_first.ipynb", as_version=4)
+    nb.cells[0].source += f"\n\n[open this notebook in Google Colab]({colab_url('solutions/01_first.ipynb')})"
+    nb.cells[2].source += f"\n\n[the solved one]({colab_url('solutions/02_second.ipynb')})"
+    nbformat.write(nb, small_solutions / "01_first.ipynb")
+    site = build_site(tmp_path / "site", small_solutions)
+    page = (site.out / "01_first.html").read_text(encoding="utf-8")
+    assert f'href="{colab_url("notebooks/01_first.ipynb")}"' in page
+    assert colab_url("solutions/01_first.ipynb") not in page
+    assert [n for n in site.notes if "Colab" in n] == [
+        "01_first.html still links to a solved notebook on Colab (not through the course's own 'open in Colab' "
+        "link, which goes to notebooks/01_first.ipynb): a reader gets the solutions"]
 
 
 def test_titles_times_contents_and_widget_notes(tmp_path, small_solutions):
