@@ -1,8 +1,7 @@
-"""How fast attention works: the online softmax, and attention computed tile by tile in plain PyTorch.
+"""How fast attention works (notebook 08): the online softmax, then attention computed tile by tile.
 
-Reading order (notebook 08): :class:`Partial`, :func:`block_partial`, :func:`merge_partials`, :func:`finish`,
-:func:`online_softmax`, then :func:`tiled_attention`. Shapes: T query length, S key length, D head_dim,
-Dv value width, ``...`` any leading (B, H). Masks are boolean, True = may attend.
+Shapes: T query length, S key length, D head_dim, Dv value width, ``...`` any leading (B, H); masks are
+boolean, True = may attend.
 """
 
 from __future__ import annotations
@@ -136,7 +135,6 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
 
 
 def _tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
-    """The part of a broadcastable mask (..., T or 1, S or 1) that covers one tile."""
     if mask.dim() >= 2 and mask.shape[-2] != 1:
         mask = mask[..., rows, :]
     if mask.dim() >= 1 and mask.shape[-1] != 1:

@@ -1,10 +1,7 @@
-"""Looking inside the tiny GPT: gradients per layer at initialisation, and what attention weights leave out.
+"""Looking inside the tiny GPT, in reading order: gradients at initialisation, sinks, weights against values.
 
-Reading order (notebook 09): :func:`layer_grad_norms` and :func:`xavier_init_` (pre-norm against post-norm);
-:func:`first_key_share` and :func:`uniform_first_key_share` (attention sinks); :func:`attention_and_values`,
-:func:`weighted_value_norms`, :func:`top_key_disagreement`, :func:`rank_correlation` and
-:func:`selected_key_ratios` (weights against what they move). Shapes: B batch, H num_heads, T query length,
-S key length, C embed_dim, D head_dim, L num_layers.
+Taught in notebook 09. Shapes: B batch, H num_heads, T query length, S key length, C embed_dim, D head_dim,
+L num_layers.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
-"""Positional encodings: how attention learns *where* a token is, not only *what* it is.
+"""Positional encodings, in reading order: learned, sinusoidal, RoPE, ALiBi, and attention with RoPE or ALiBi.
 
-Reading order (notebook 06): learned positions, the sinusoidal encoding and its shift matrix, RoPE
-(:func:`apply_rope`; :class:`RotaryTable` caches its angles for the GPT), ALiBi, then the two attention
-modules that use RoPE and ALiBi. RoPE everywhere: counter-clockwise, ``"half"`` pairing (i, i + D/2).
-Shapes: T positions, S key positions, C embed_dim, H num_heads, D head_dim.
+Taught in notebook 06. RoPE turns counter-clockwise with the ``"half"`` pairing (i, i + D/2). Shapes:
+T positions, S key positions, C embed_dim, H num_heads, D head_dim.
 """
 
 from __future__ import annotations
