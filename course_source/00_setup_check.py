@@ -26,7 +26,9 @@ all_ok = print_report()
 import torch
 
 a = torch.randn(256, 256, device=device)
-print(f"device: {device}; a 256 x 256 matrix product gives a tensor of shape {tuple((a @ a).shape)} on {(a @ a).device}")
+product = a @ a
+print(f"device: {device}; a 256 x 256 matrix product gives a tensor of shape {tuple(product.shape)} "
+      f"on {product.device}")
 
 # %% [markdown]
 # ## Plots

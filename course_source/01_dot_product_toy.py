@@ -322,7 +322,8 @@ print(f"score(the -> a) = {(x[tokens.index('the')] @ x[tokens.index('a')]).item(
 the = x[tokens.index("the")]  # (0, 0, 2, 0)
 right_angle = torch.tensor([1.0, 0.0, 0.0, 0.0])  # at right angles to "the"
 for name, other in [("the", the), ("2 * the", 2 * the), ("the + right_angle", the + right_angle)]:
-    print(f"{'score(the -> ' + name + ')':30s} = {(the @ other).item():.4f}   length of {name}: {other.norm().item():.4f}")
+    label = f"score(the -> {name})"
+    print(f"{label:30s} = {(the @ other).item():.4f}   length of {name}: {other.norm().item():.4f}")
 
 # %% [markdown]
 # **The scores are symmetric**: "sat" scores "cat" exactly as "cat" scores "sat", because

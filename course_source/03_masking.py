@@ -608,7 +608,8 @@ print("is_causal=True    vs full recompute, max abs diff:", round((sdpa_is_causa
 lower_right = F.scaled_dot_product_attention(q_new, k6, v6, attn_mask=causal_lower_right(T_new, S_all))
 upper_left = F.scaled_dot_product_attention(q_new, k6, v6, attn_mask=causal_upper_left(T_new, S_all))
 print("causal_lower_right vs causal_mask(T, S), agree to 1e-6:", (lower_right - with_cache).abs().max().item() < 1e-6)
-print("causal_upper_left  vs is_causal=True,    agree to 1e-6:", (upper_left - sdpa_is_causal).abs().max().item() < 1e-6)
+print("causal_upper_left  vs is_causal=True,    agree to 1e-6:",
+      (upper_left - sdpa_is_causal).abs().max().item() < 1e-6)
 
 # %% [markdown]
 # ## 12. Check against `course_utils`

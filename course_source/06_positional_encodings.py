@@ -301,7 +301,8 @@ for i, j in [(5, 2), (12, 9), (103, 100), (2, 5)]:
 for i, j in [(5, 2), (12, 9)]:
     both_cw = rotate(q2, -i * theta) @ rotate(k2, -j * theta)
     mixed = rotate(q2, i * theta) @ rotate(k2, -j * theta)
-    print(f"i = {i:2d}, j = {j}: both clockwise {both_cw.item():+.4f} | q counter-clockwise, k clockwise {mixed.item():+.4f}")
+    print(f"i = {i:2d}, j = {j}: both clockwise {both_cw.item():+.4f} | "
+          f"q counter-clockwise, k clockwise {mixed.item():+.4f}")
 
 # %% [markdown]
 # Both clockwise, distance 3 scores +1.1495 at either place: the counter-clockwise score of distance -3
@@ -574,7 +575,8 @@ g0 = torch.Generator().manual_seed(0)
 q16, k16 = torch.randn(16, generator=g0), torch.randn(16, generator=g0)  # the explorer's q and k (seed 0)
 cross = q16 @ pe24.T + (pe24 @ k16)[:, None]  # q . PE[j] (varies along a row) + PE[i] . k (down a column)
 print("same scores without the cross terms: each diagonal constant:",
-      all(torch.allclose(d, d[0].expand_as(d), atol=1e-4) for d in (torch.diagonal(s_sin - cross, o) for o in range(-23, 24))))
+      all(torch.allclose(d, d[0].expand_as(d), atol=1e-4)
+          for d in (torch.diagonal(s_sin - cross, o) for o in range(-23, 24))))
 
 # %% [markdown]
 # Try it (needs a running kernel): pick a scheme, a length and which channel pairs of q and k to keep. With
@@ -624,7 +626,7 @@ _ = interact(_explore,
 
 # %%
 from course_utils.length_generalisation import (
-    SCHEMES,
+    POSITIONS,
     LengthGenConfig,
     accuracy_by_length,
     evaluate,
@@ -633,10 +635,10 @@ from course_utils.length_generalisation import (
 )
 
 FULL_RUN = False  # True: a wider, 2-layer model, longer training, tests up to length 256 (a few minutes)
-cfg = LengthGenConfig.full() if FULL_RUN else LengthGenConfig.tiny()
-print(cfg)
-tokens, targets = make_batch(cfg, 1, 12, torch.Generator().manual_seed(0))
-show = lambda ids: " ".join("abcdefgh"[t] if t < cfg.num_letters else "." for t in ids.tolist())
+config = LengthGenConfig.full() if FULL_RUN else LengthGenConfig.tiny()
+print(config)
+tokens, targets = make_batch(config, 1, 12, torch.Generator().manual_seed(0))
+show = lambda ids: " ".join("abcdefgh"[t] if t < config.num_letters else "." for t in ids.tolist())
 print("input :", show(tokens[0]), "  (letters a-h, fillers shown as .)")
 print("answer:", show(targets[0]))
 
@@ -650,11 +652,11 @@ import time
 from tqdm.auto import tqdm
 
 models, curves, seconds = {}, {}, {}
-for scheme in SCHEMES:
+for positions in POSITIONS:
     start = time.perf_counter()
-    bar = tqdm(range(cfg.steps), desc=f"{scheme:>10s}", leave=False)
-    models[scheme], curves[scheme] = train_model(cfg, scheme, progress=bar)
-    seconds[scheme] = time.perf_counter() - start
+    bar = tqdm(range(config.steps), desc=f"{positions:>10s}", leave=False)
+    models[positions], curves[positions] = train_model(config, positions, progress=bar)
+    seconds[positions] = time.perf_counter() - start
 print("seconds per scheme:", {s: round(t, 1) for s, t in seconds.items()})
 
 # %% [markdown]
@@ -662,25 +664,26 @@ print("seconds per scheme:", {s: round(t, 1) for s, t in seconds.items()})
 
 # %%
 print(f"{'scheme':>10s}  {'val loss':>8s}  {'val acc':>7s}")
-for scheme in SCHEMES:
-    loss, acc = evaluate(models[scheme], cfg.train_length)
-    print(f"{scheme:>10s}  {loss:8.2f}  {acc:7.2f}")
+for positions in POSITIONS:
+    loss, acc = evaluate(models[positions], config.train_length)
+    print(f"{positions:>10s}  {loss:8.2f}  {acc:7.2f}")
 
 # %% [markdown]
 # Every scheme with positions learns the task at the training length; without positions the model is
 # stuck far behind. Now the longer sequences:
 
 # %%
-acc_by_len = {scheme: accuracy_by_length(models[scheme], cfg.eval_lengths) for scheme in SCHEMES}
-print(f"{'length':>10s}", "".join(f"{T:>6d}" for T in cfg.eval_lengths))
-for scheme in SCHEMES:
-    print(f"{scheme:>10s}", "".join(f"{acc_by_len[scheme][T]:6.2f}" for T in cfg.eval_lengths))
+acc_by_len = {positions: accuracy_by_length(models[positions], config.eval_lengths) for positions in POSITIONS}
+print(f"{'length':>10s}", "".join(f"{T:>6d}" for T in config.eval_lengths))
+for positions in POSITIONS:
+    print(f"{positions:>10s}", "".join(f"{acc_by_len[positions][T]:6.2f}" for T in config.eval_lengths))
 
 fig, ax = plt.subplots(figsize=(6, 3.4))
-for scheme in SCHEMES:
-    ax.plot(cfg.eval_lengths, [acc_by_len[scheme][T] for T in cfg.eval_lengths], marker="o", label=scheme)
-ax.axvline(cfg.train_length, color="grey", ls="--", lw=1)
-ax.text(cfg.train_length, 0.05, " trained length", color="grey")
+for positions in POSITIONS:
+    accuracies = [acc_by_len[positions][T] for T in config.eval_lengths]
+    ax.plot(config.eval_lengths, accuracies, marker="o", label=positions)
+ax.axvline(config.train_length, color="grey", ls="--", lw=1)
+ax.text(config.train_length, 0.05, " trained length", color="grey")
 ax.set_xscale("log", base=2)
 ax.set_xlabel("test sequence length")
 ax.set_ylabel("accuracy at fillers")

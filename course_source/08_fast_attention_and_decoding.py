@@ -284,7 +284,7 @@ print("cache buffers per layer:", tuple(cache.keys[0].shape), "(B, Hkv, capacity
 # %%
 prompt = torch.randint(0, 16, (2, 4), generator=torch.Generator().manual_seed(5))
 for name, overrides in [("MHA", {"num_kv_heads": 4}), ("GQA", {}), ("MQA", {"num_kv_heads": 1}),
-                        ("window 4", {"window": 4}), ("RoPE", {"positional": "rope"})]:
+                        ("window 4", {"window": 4}), ("RoPE", {"positions": "rope"})]:
     torch.manual_seed(0)
     m = TinyDecoder(DecoderConfig(**overrides)).eval()
     fast, fast_logits = generate(m, prompt, 20, temperature=0.8, top_k=8, use_cache=True,

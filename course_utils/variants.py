@@ -479,7 +479,7 @@ class KVCache:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """Sizes of a :class:`TinyDecoder`; ``window=None``: full causal; ``positional``: "learned" or "rope"."""
+    """Sizes of a :class:`TinyDecoder`; ``window=None``: full causal; ``positions``: "learned" or "rope" (as GPTConfig)."""
 
     vocab_size: int = 16
     context_length: int = 32
@@ -488,7 +488,7 @@ class DecoderConfig:
     num_kv_heads: int = 2
     num_layers: int = 2
     window: int | None = None
-    positional: Literal["learned", "rope"] = "learned"
+    positions: Literal["learned", "rope"] = "learned"
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
@@ -499,7 +499,7 @@ class DecoderConfig:
             raise ValueError(f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
         if self.window is not None:
             check_int("window", self.window)
-        check_choice("positional", self.positional, ("learned", "rope"))
+        check_choice("positions", self.positions, ("learned", "rope"))
 
     @classmethod
     def tiny(cls, **overrides) -> DecoderConfig:
@@ -521,11 +521,11 @@ class TinyDecoder(nn.Module):
         self.config = config
         self.context_length = config.context_length
         self.tok_emb = nn.Embedding(config.vocab_size, config.embed_dim)
-        learned = config.positional == "learned"
+        learned = config.positions == "learned"
         self.pos_emb = nn.Embedding(config.context_length, config.embed_dim) if learned else None
         self.blocks = nn.ModuleList(  # pre-norm blocks around grouped-query attention
             Block(config.embed_dim, GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads,
-                                                          rope=config.positional == "rope"))
+                                                          rope=config.positions == "rope"))
             for _ in range(config.num_layers))
         self.ln_f = nn.LayerNorm(config.embed_dim)
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size)

@@ -137,7 +137,7 @@ def model():
 
 @pytest.mark.parametrize("cfg", [DecoderConfig.tiny(context_length=24),
                                  DecoderConfig.tiny(context_length=24, num_kv_heads=1, window=4),
-                                 DecoderConfig.tiny(context_length=24, positional="rope")])
+                                 DecoderConfig.tiny(context_length=24, positions="rope")])
 def test_cached_generation_equals_recomputing_the_prefix(cfg):
     torch.manual_seed(0)
     model = TinyDecoder(cfg)
@@ -192,7 +192,7 @@ def _shift_models() -> list[tuple[str, nn.Module]]:
     models = []
     for name, make in [
         ("decoder-learned", lambda: TinyDecoder(DecoderConfig.tiny(context_length=16))),
-        ("decoder-rope", lambda: TinyDecoder(DecoderConfig.tiny(context_length=16, positional="rope"))),
+        ("decoder-rope", lambda: TinyDecoder(DecoderConfig.tiny(context_length=16, positions="rope"))),
         ("gpt-learned", lambda: GPT(GPTConfig.preset("tiny", context_length=16)).for_generation()),
         ("gpt-rope", lambda: GPT(GPTConfig.preset("tiny", context_length=16, positions="rope")).for_generation()),
     ]:

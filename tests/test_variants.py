@@ -337,8 +337,8 @@ CONFIGS = {
     "GQA": DecoderConfig.tiny(num_kv_heads=2),
     "MQA": DecoderConfig.tiny(num_kv_heads=1),
     "sliding window": DecoderConfig.tiny(window=3),
-    "RoPE + GQA": DecoderConfig.tiny(positional="rope"),
-    "RoPE + window": DecoderConfig.tiny(positional="rope", window=4, num_kv_heads=1),
+    "RoPE + GQA": DecoderConfig.tiny(positions="rope"),
+    "RoPE + window": DecoderConfig.tiny(positions="rope", window=4, num_kv_heads=1),
 }
 
 
@@ -402,8 +402,8 @@ def test_errors():
         linformer_attention(*torch.randn(3, 1, 6, 2), proj_k=torch.eye(4), proj_v=torch.eye(6))
     with pytest.raises(ValueError, match=r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
         DecoderConfig(num_kv_heads=3)
-    with pytest.raises(ValueError, match=r"positional must be one of \('learned', 'rope'\), got 'sinusoidal'"):
-        DecoderConfig(positional="sinusoidal")
+    with pytest.raises(ValueError, match=r"positions must be one of \('learned', 'rope'\), got 'sinusoidal'"):
+        DecoderConfig(positions="sinusoidal")
     with pytest.raises(ValueError, match="capacity must be at least 1"):
         KVCache(2, 0)
     with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got 2"):
