@@ -27,9 +27,14 @@ TINY_SHAKESPEARE = ROOT.parent / "shared" / "data" / "tinyshakespeare.txt"  # be
 def machine() -> dict:
     """Where and when: date, host, CPU count, load averages, torch version."""
     load = os.getloadavg() if hasattr(os, "getloadavg") else None
-    return {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"), "host": platform.node(),
-            "cpus": os.cpu_count(), "load_average_1_5_15": load, "torch": torch.__version__,
-            "python": platform.python_version()}
+    return {
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "host": platform.node(),
+        "cpus": os.cpu_count(),
+        "load_average_1_5_15": load,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
 
 
 def run_training(args: list[str], env: dict | None = None) -> tuple[dict, float, str]:

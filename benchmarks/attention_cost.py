@@ -158,8 +158,13 @@ def measure(method: str, T: int, repeats: int = 3, min_time_s: float = MIN_TIMIN
     after = _peak_kb()
     del out
     peak = None if before is None or after is None else round((after - before) * 1024 / 1e6, 1)
-    return {"method": method, "T": T, "time_ms": round(1000 * min(times), 3), "peak_mb": peak,
-            "analytic_mb": None if analytic_mb(method, T) is None else round(analytic_mb(method, T), 2)}
+    return {
+        "method": method,
+        "T": T,
+        "time_ms": round(1000 * min(times), 3),
+        "peak_mb": peak,
+        "analytic_mb": None if analytic_mb(method, T) is None else round(analytic_mb(method, T), 2),
+    }
 
 
 def _cpu_model() -> str:
@@ -181,8 +186,13 @@ def _command() -> str:
     return shlex.join([exe_text, os.path.relpath(Path(sys.argv[0]).resolve(), ROOT), *sys.argv[1:]])
 
 
-def run(lengths=(128, 256, 512, 1024, 2048, 4096, 8192), methods=METHODS, repeats: int = 3,
-        verbose: bool = True, min_time_s: float = MIN_TIMING_S) -> dict:
+def run(
+    lengths=(128, 256, 512, 1024, 2048, 4096, 8192),
+    methods=METHODS,
+    repeats: int = 3,
+    verbose: bool = True,
+    min_time_s: float = MIN_TIMING_S,
+) -> dict:
     """Measure every method at every length; return ``{"meta": ..., "results": [...]}``."""
     _malloc_setup()
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
@@ -203,12 +213,22 @@ def run(lengths=(128, 256, 512, 1024, 2048, 4096, 8192), methods=METHODS, repeat
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),
-        "load_average_1_5_15min": {"before": load_before,
-                                   "after": os.getloadavg() if hasattr(os, "getloadavg") else None},
-        "shape": {"B": B, "H": H, "D": D, "window": WINDOW, "chunk_size": CHUNK, "top_k": TOP_K, "proj_dim": PROJ_DIM,
-                  "tile": TILE},
+        "load_average_1_5_15min": {
+            "before": load_before,
+            "after": os.getloadavg() if hasattr(os, "getloadavg") else None,
+        },
+        "shape": {
+            "B": B,
+            "H": H,
+            "D": D,
+            "window": WINDOW,
+            "chunk_size": CHUNK,
+            "top_k": TOP_K,
+            "proj_dim": PROJ_DIM,
+            "tile": TILE,
+        },
         "time": f"best of at least {repeats} calls after a warm-up (calls repeated for {min_time_s} s, at most "
-                f"{MAX_CALLS}), ms",
+        f"{MAX_CALLS}), ms",
         "peak_mb": "growth of peak RSS (VmHWM) during one call, MB; noise floor a few MB",
         "analytic_mb": "largest score-like intermediate, B*H*rows*cols*4 bytes, MB",
     }

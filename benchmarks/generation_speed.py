@@ -64,8 +64,11 @@ def wait_for_quiet(max_load: float, max_wait_s: float) -> dict:
         waited += 60
         load = _load1()
     quiet = load is None or load < max_load
-    print(f"load average (1 min) {load}: {'quiet enough' if quiet else 'still busy, running anyway'} "
-          f"after {waited:.0f} s", flush=True)
+    print(
+        f"load average (1 min) {load}: {'quiet enough' if quiet else 'still busy, running anyway'} "
+        f"after {waited:.0f} s",
+        flush=True,
+    )
     return {"max_load": max_load, "waited_s": waited, "load_1min_at_start": load, "quiet": quiet}
 
 
@@ -80,8 +83,7 @@ def token_passes(prompt: int, new: int, context_length: int, keep: int) -> dict:
         cached += step
         in_cache += step
         step = 1
-    return {"recompute": recompute, "kv_cache": cached, "shifts": shifts,
-            "ratio": round(recompute / cached, 1)}
+    return {"recompute": recompute, "kv_cache": cached, "shifts": shifts, "ratio": round(recompute / cached, 1)}
 
 
 def time_method(model: torch.nn.Module, idx: torch.Tensor, new: int, repeats: int, **kwargs):
@@ -97,9 +99,15 @@ def time_method(model: torch.nn.Module, idx: torch.Tensor, new: int, repeats: in
 
 def summary(times: list[float], new: int) -> dict:
     best, median = min(times), statistics.median(times)
-    return {"times_s": [round(t, 3) for t in times], "best_s": round(best, 3), "median_s": round(median, 3),
-            "best_ms_per_token": round(1000 * best / new, 2), "median_ms_per_token": round(1000 * median / new, 2),
-            "best_tokens_per_s": round(new / best, 1), "median_tokens_per_s": round(new / median, 1)}
+    return {
+        "times_s": [round(t, 3) for t in times],
+        "best_s": round(best, 3),
+        "median_s": round(median, 3),
+        "best_ms_per_token": round(1000 * best / new, 2),
+        "median_ms_per_token": round(1000 * median / new, 2),
+        "best_tokens_per_s": round(new / best, 1),
+        "median_tokens_per_s": round(new / median, 1),
+    }
 
 
 def run_shape(preset: str, prompt: int, new: int, repeats: int, keep: int | None) -> dict:
@@ -111,27 +119,35 @@ def run_shape(preset: str, prompt: int, new: int, repeats: int, keep: int | None
     model = gpt.for_generation()
     idx = torch.randint(0, config.vocab_size, (1, prompt), generator=torch.Generator().manual_seed(1))
     keep_used = keep if keep is not None else CONTEXT_LENGTH // 2
-    print(f"\n== preset {preset!r} shape, context {CONTEXT_LENGTH}: {gpt.num_parameters() / 1e6:.2f}M parameters, "
-          f"{config.num_layers} layers, embed_dim {config.embed_dim}, positions {config.positions}", flush=True)
+    print(
+        f"\n== preset {preset!r} shape, context {CONTEXT_LENGTH}: {gpt.num_parameters() / 1e6:.2f}M parameters, "
+        f"{config.num_layers} layers, embed_dim {config.embed_dim}, positions {config.positions}",
+        flush=True,
+    )
     load_before = _load1()
     t_rec, out_rec, log_rec = time_method(model, idx, new, repeats, use_cache=False)
-    t_kv, out_kv, log_kv = time_method(model, idx, new, repeats, use_cache=True, on_full="shift",
-                                       keep_on_shift=keep)
+    t_kv, out_kv, log_kv = time_method(model, idx, new, repeats, use_cache=True, on_full="shift", keep_on_shift=keep)
     rec, kv = summary(t_rec, new), summary(t_kv, new)
     fits = CONTEXT_LENGTH - prompt + 1  # new tokens chosen while the sequence fits in the context
     differ = (out_rec != out_kv).any(dim=0).nonzero()
     agreement = {
-        "tokens_equal_first_context_length_positions": bool(torch.equal(out_rec[:, :CONTEXT_LENGTH],
-                                                                        out_kv[:, :CONTEXT_LENGTH])),
-        "tokens_equal_while_sequence_fits": bool(torch.equal(out_rec[:, :prompt + fits], out_kv[:, :prompt + fits])),
+        "tokens_equal_first_context_length_positions": bool(
+            torch.equal(out_rec[:, :CONTEXT_LENGTH], out_kv[:, :CONTEXT_LENGTH])
+        ),
+        "tokens_equal_while_sequence_fits": bool(torch.equal(out_rec[:, : prompt + fits], out_kv[:, : prompt + fits])),
         "max_abs_logit_diff_while_sequence_fits": float((log_rec[:, :fits] - log_kv[:, :fits]).abs().max()),
         "first_differing_position": int(differ[0]) if len(differ) else None,
         "tokens_equal_all": bool(torch.equal(out_rec, out_kv)),
     }
     result = {
-        "preset_shape": preset, "config": config.to_dict(), "parameters": gpt.num_parameters(),
-        "prompt_tokens": prompt, "new_tokens": new, "keep_on_shift": keep_used,
-        "recompute": rec, "kv_cache": kv,
+        "preset_shape": preset,
+        "config": config.to_dict(),
+        "parameters": gpt.num_parameters(),
+        "prompt_tokens": prompt,
+        "new_tokens": new,
+        "keep_on_shift": keep_used,
+        "recompute": rec,
+        "kv_cache": kv,
         "speedup_best": round(rec["best_s"] / kv["best_s"], 2),
         "speedup_median": round(rec["median_s"] / kv["median_s"], 2),
         "token_passes": token_passes(prompt, new, CONTEXT_LENGTH, keep_used),
@@ -139,25 +155,40 @@ def run_shape(preset: str, prompt: int, new: int, repeats: int, keep: int | None
         "load_1min_before_after": [load_before, _load1()],
     }
     for name, r in (("recompute", rec), ("kv_cache", kv)):
-        print(f"{name:>9}: best {r['best_ms_per_token']:8.2f} ms/token ({r['best_tokens_per_s']:7.1f} tokens/s), "
-              f"median {r['median_ms_per_token']:8.2f} ms/token ({r['median_tokens_per_s']:7.1f} tokens/s); "
-              f"runs {r['times_s']} s", flush=True)
-    print(f"speed-up (recompute / kv_cache): best {result['speedup_best']}x, median {result['speedup_median']}x; "
-          f"token-passes {result['token_passes']}", flush=True)
+        print(
+            f"{name:>9}: best {r['best_ms_per_token']:8.2f} ms/token ({r['best_tokens_per_s']:7.1f} tokens/s), "
+            f"median {r['median_ms_per_token']:8.2f} ms/token ({r['median_tokens_per_s']:7.1f} tokens/s); "
+            f"runs {r['times_s']} s",
+            flush=True,
+        )
+    print(
+        f"speed-up (recompute / kv_cache): best {result['speedup_best']}x, median {result['speedup_median']}x; "
+        f"token-passes {result['token_passes']}",
+        flush=True,
+    )
     print(f"agreement: {agreement}", flush=True)
     return result
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--presets", nargs="+", default=["gpu", "cpu"], choices=["gpu", "cpu", "tiny"],
-                        help="model shapes (GPTConfig presets, with context_length 256 and dropout 0)")
+    parser.add_argument(
+        "--presets",
+        nargs="+",
+        default=["gpu", "cpu"],
+        choices=["gpu", "cpu", "tiny"],
+        help="model shapes (GPTConfig presets, with context_length 256 and dropout 0)",
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch.set_num_threads (default 2)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per method, after one warm-up")
     parser.add_argument("--prompt-tokens", type=int, default=4)
     parser.add_argument("--new-tokens", type=int, default=500)
-    parser.add_argument("--keep-on-shift", type=int, default=None,
-                        help="tokens re-prefilled when the cache is full (default context_length // 2)")
+    parser.add_argument(
+        "--keep-on-shift",
+        type=int,
+        default=None,
+        help="tokens re-prefilled when the cache is full (default context_length // 2)",
+    )
     parser.add_argument("--max-load", type=float, default=2.5, help="wait for a 1-minute load below this")
     parser.add_argument("--max-wait", type=float, default=600, help="seconds to wait for it at most (0: no wait)")
     parser.add_argument("--no-save", action="store_true", help="print only, write no JSON")
@@ -166,18 +197,26 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--threads, --repeats, --prompt-tokens and --new-tokens must be at least 1")
 
     torch.set_num_threads(args.threads)
-    command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]) if argv is None else \
-        f"main({argv!r})"
+    command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv]) if argv is None else f"main({argv!r})"
     print(f"$ {command}", flush=True)
     load = wait_for_quiet(args.max_load, args.max_wait)
-    meta = {**machine(), "device": f"cpu ({platform.processor() or platform.machine()})",
-            "threads": torch.get_num_threads(), "command": command, "load_wait": load,
-            "timing": "wall time of one generate() call, prompt included; best and median of the repeats "
-                      "after one warm-up; speed-up = recompute time / kv_cache time"}
-    print(f"{meta['date']}  {meta['device']}, {meta['cpus']} CPUs, {meta['threads']} threads, "
-          f"torch {meta['torch']}, python {meta['python']}, load {_loads()}", flush=True)
-    results = [run_shape(p, args.prompt_tokens, args.new_tokens, args.repeats, args.keep_on_shift)
-               for p in args.presets]
+    meta = {
+        **machine(),
+        "device": f"cpu ({platform.processor() or platform.machine()})",
+        "threads": torch.get_num_threads(),
+        "command": command,
+        "load_wait": load,
+        "timing": "wall time of one generate() call, prompt included; best and median of the repeats "
+        "after one warm-up; speed-up = recompute time / kv_cache time",
+    }
+    print(
+        f"{meta['date']}  {meta['device']}, {meta['cpus']} CPUs, {meta['threads']} threads, "
+        f"torch {meta['torch']}, python {meta['python']}, load {_loads()}",
+        flush=True,
+    )
+    results = [
+        run_shape(p, args.prompt_tokens, args.new_tokens, args.repeats, args.keep_on_shift) for p in args.presets
+    ]
     meta["load_average_1_5_15_after"] = _loads()
     print(f"load average after: {meta['load_average_1_5_15_after']}", flush=True)
     if not args.no_save:

@@ -43,16 +43,33 @@ MODEL = dict(context_length=32, embed_dim=48, num_heads=4, num_layers=6, positio
 def one_run(data: Path, norm: str, warmup: int, seed: int, steps: int, lr: float, batch_size: int) -> dict:
     """Train one model with ``course_utils.train.train`` in a scratch folder; return its curve and figures."""
     config = GPTConfig(**MODEL, norm_position=norm)
-    settings = TrainConfig(batch_size=batch_size, max_steps=steps, learning_rate=lr, min_lr=lr / 10,
-                           warmup_steps=warmup, eval_interval=steps, eval_batches=4, log_interval=10,
-                           checkpoint_interval=steps, seed=seed)
+    settings = TrainConfig(
+        batch_size=batch_size,
+        max_steps=steps,
+        learning_rate=lr,
+        min_lr=lr / 10,
+        warmup_steps=warmup,
+        eval_interval=steps,
+        eval_batches=4,
+        log_interval=10,
+        checkpoint_interval=steps,
+        seed=seed,
+    )
     with tempfile.TemporaryDirectory(prefix="norm_position-") as out:
         start = time.perf_counter()
         result = train(config, data, out, settings, device="cpu", progress=False)
         wall = time.perf_counter() - start
-    return {"norm_position": norm, "warmup_steps": warmup, "seed": seed, "val_loss": result["val_loss"],
-            "train_loss": result["train_loss"], "params": result["params"], "train_s": result["train_s"],
-            "wall_s": wall, "history": [round(x, 4) for x in result["history"]]}
+    return {
+        "norm_position": norm,
+        "warmup_steps": warmup,
+        "seed": seed,
+        "val_loss": result["val_loss"],
+        "train_loss": result["train_loss"],
+        "params": result["params"],
+        "train_s": result["train_s"],
+        "wall_s": wall,
+        "history": [round(x, 4) for x in result["history"]],
+    }
 
 
 def main() -> int:
@@ -82,20 +99,33 @@ def main() -> int:
             for norm in ("pre", "post"):
                 r = one_run(args.data, norm, w, seed, args.steps, args.learning_rate, args.batch_size)
                 runs.append(r)
-                print(f"{norm:>4}-norm  warm-up {w:3d}  seed {seed}:  val_loss {r['val_loss']:.3f}  "
-                      f"last 10 steps {sum(r['history'][-10:]) / 10:.3f}  ({r['wall_s']:.0f} s)", flush=True)
+                print(
+                    f"{norm:>4}-norm  warm-up {w:3d}  seed {seed}:  val_loss {r['val_loss']:.3f}  "
+                    f"last 10 steps {sum(r['history'][-10:]) / 10:.3f}  ({r['wall_s']:.0f} s)",
+                    flush=True,
+                )
     after = machine()
     command = " ".join(shlex.quote(a) for a in [".venv/bin/python", "benchmarks/norm_position.py", *sys.argv[1:]])
     record = {
         "meta": {
-            "benchmark": "norm_position", "command": command, "device": f"cpu, {args.threads} thread(s)",
-            "date": after["date"], "torch": after["torch"], "python": after["python"], "cpus": after["cpus"],
+            "benchmark": "norm_position",
+            "command": command,
+            "device": f"cpu, {args.threads} thread(s)",
+            "date": after["date"],
+            "torch": after["torch"],
+            "python": after["python"],
+            "cpus": after["cpus"],
             "load_average_1_5_15": {"before": before["load_average_1_5_15"], "after": after["load_average_1_5_15"]},
             "total_wall_s": round(time.perf_counter() - start, 1),
             "data": {"file": args.data.name, "sha256": sha256_file(args.data), "characters": len(text)},
             "unigram_val_loss": unigram,
-            "model": MODEL, "steps": args.steps, "batch_size": args.batch_size, "learning_rate": args.learning_rate,
-            "min_lr": args.learning_rate / 10, "warmup_steps": [0, warmup], "seeds": list(range(1, args.seeds + 1)),
+            "model": MODEL,
+            "steps": args.steps,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "min_lr": args.learning_rate / 10,
+            "warmup_steps": [0, warmup],
+            "seeds": list(range(1, args.seeds + 1)),
             "trainer": "course_utils.train.train (AdamW, weight decay 0.1, gradient clipping at 1, cosine decay)",
             "val_loss": "mean over every position of the validation split (last 10% of the text)",
         },
@@ -103,14 +133,18 @@ def main() -> int:
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(record, indent=1) + "\n")
-    print(f"\nvalidation loss after {args.steps} steps (mean over seeds, [min, max]); the unigram model scores "
-          f"{unigram:.3f}:")
+    print(
+        f"\nvalidation loss after {args.steps} steps (mean over seeds, [min, max]); the unigram model scores "
+        f"{unigram:.3f}:"
+    )
     for w in (0, warmup):
         for norm in ("pre", "post"):
             v = [r["val_loss"] for r in runs if r["norm_position"] == norm and r["warmup_steps"] == w]
             print(f"  {norm:>4}-norm, warm-up {w:3d}: {sum(v) / len(v):.3f}  [{min(v):.3f}, {max(v):.3f}]")
-    print(f"{record['meta']['date']}  {record['meta']['device']}  torch {after['torch']}  load average before "
-          f"{before['load_average_1_5_15']}, after {after['load_average_1_5_15']}  ({record['meta']['total_wall_s']} s)")
+    print(
+        f"{record['meta']['date']}  {record['meta']['device']}  torch {after['torch']}  load average before "
+        f"{before['load_average_1_5_15']}, after {after['load_average_1_5_15']}  ({record['meta']['total_wall_s']} s)"
+    )
     print(f"results: {args.out.relative_to(ROOT) if args.out.is_relative_to(ROOT) else args.out}")
     return 0
 

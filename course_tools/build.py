@@ -9,8 +9,8 @@ between ``### BEGIN SOLUTION`` and ``### END SOLUTION`` lines. From each source 
   ``NotAttempted`` (imported with ``check``), which the exercise check reports as "not attempted".
 
 Both are executed so they open with their outputs, and written atomically. A learner copy in which someone has
-answered an exercise is moved aside to ``backup-NAME-DATE.ipynb`` first, so a rebuild never loses a learner's work. ``--check`` rebuilds in memory and fails if the
-committed notebooks' cells differ from their source (CI runs it).
+answered an exercise is moved aside to ``backup-NAME-DATE.ipynb`` first, so a rebuild never loses a learner's work.
+``--check`` rebuilds in memory and fails if the committed notebooks' cells differ from their source (CI runs it).
 
 Usage: ``python -m course_tools.build [--check] [--no-execute] [NAME ...]``.
 """
@@ -42,8 +42,11 @@ def parse_source(text: str) -> list[dict]:
     for lineno, line in enumerate(text.splitlines(), 1):
         m = _HEADER.match(line)
         if m:
-            current = {"cell_type": "markdown" if m["md"] else "code", "lines": [],
-                       "tags": json.loads(m["tags"]) if m["tags"] else []}
+            current = {
+                "cell_type": "markdown" if m["md"] else "code",
+                "lines": [],
+                "tags": json.loads(m["tags"]) if m["tags"] else [],
+            }
             cells.append(current)
         elif line.startswith("# %%"):
             raise ValueError(f"line {lineno}: malformed cell header {line!r}")
@@ -101,9 +104,11 @@ def colab_url(rel_path: str) -> str:
 # says which kernel to pick. A folder left by a killed clone is moved aside, never deleted. A failure is one
 # line (SystemExit), not a traceback. A plain text link (not a badge image) opens it, so that no page of the
 # course loads a remote image. On Colab, setup_notebook switches on the widget manager ipywidgets 8 needs.
-HOSTED_LINK = ("**On a hosted notebook service** (no install; a free GPU for notebook 09): "
-               "[open this notebook in Google Colab]({url}), then run its cells from the top. "
-               "There the sliders and bertviz views work as they do in JupyterLab.")
+HOSTED_LINK = (
+    "**On a hosted notebook service** (no install; a free GPU for notebook 09): "
+    "[open this notebook in Google Colab]({url}), then run its cells from the top. "
+    "There the sliders and bertviz views work as they do in JupyterLab."
+)
 HOSTED_SETUP = """\
 # Hosted notebooks (Colab and the like) start without the course: this cell fetches it. Elsewhere it does nothing.
 import importlib.util
@@ -196,8 +201,13 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbforma
         saved = {name: os.environ.get(name) for name in fixed}
         os.environ.update(fixed)
         try:
-            client = NotebookClient(nb, timeout=timeout, kernel_name="python3", record_timing=False,
-                                    resources={"metadata": {"path": str(cwd)}})
+            client = NotebookClient(
+                nb,
+                timeout=timeout,
+                kernel_name="python3",
+                record_timing=False,
+                resources={"metadata": {"path": str(cwd)}},
+            )
             client.execute()
         finally:
             for name, value in saved.items():
@@ -217,8 +227,12 @@ def _merge_streams(outputs: list) -> list:
     at a time (notebook 09's samples) would otherwise be stored as hundreds of outputs."""
     merged: list = []
     for out in outputs:
-        if (out.get("output_type") == "stream" and merged and merged[-1].get("output_type") == "stream"
-                and merged[-1].get("name") == out.get("name")):
+        if (
+            out.get("output_type") == "stream"
+            and merged
+            and merged[-1].get("output_type") == "stream"
+            and merged[-1].get("name") == out.get("name")
+        ):
             merged[-1]["text"] += out["text"]
         else:
             merged.append(out)
@@ -267,8 +281,9 @@ def write_notebook(nb: nbformat.NotebookNode, target: Path, learner: bool) -> No
         answered = learner_work(target)
         if answered:
             kept = move_aside(target)
-            print(f"  {target.relative_to(ROOT)} holds answers ({', '.join(answered)}): kept as {kept.name}",
-                  flush=True)
+            print(
+                f"  {target.relative_to(ROOT)} holds answers ({', '.join(answered)}): kept as {kept.name}", flush=True
+            )
     with atomic_path(target) as tmp:
         nbformat.write(nb, tmp)
 

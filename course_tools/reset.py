@@ -30,8 +30,15 @@ import nbformat
 
 from course_utils._files import backup_path, clean_stale_tmp, keep_copy, write_atomic
 
-__all__ = ["clean_copy", "exercise_cells", "backup_path", "course_notebooks", "resettable", "reset_notebook",
-           "reset_exercise"]
+__all__ = [
+    "clean_copy",
+    "exercise_cells",
+    "backup_path",
+    "course_notebooks",
+    "resettable",
+    "reset_notebook",
+    "reset_exercise",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR, LEARNER_DIR, CLEAN_DIR = ROOT / "course_source", ROOT / "notebooks", ROOT / ".course" / "clean"
@@ -85,8 +92,9 @@ def course_notebooks() -> list[str]:
     names |= {p.name for p in CLEAN_DIR.glob("[0-9][0-9]_*.ipynb")}
     if not names:
         rel = LEARNER_DIR.relative_to(ROOT).as_posix()
-        proc = subprocess.run(["git", "ls-tree", "--name-only", "HEAD", f"{rel}/"], cwd=ROOT, capture_output=True,
-                              text=True)
+        proc = subprocess.run(
+            ["git", "ls-tree", "--name-only", "HEAD", f"{rel}/"], cwd=ROOT, capture_output=True, text=True
+        )
         names = {Path(n).name for n in proc.stdout.split() if re.fullmatch(r"\d\d_.*\.ipynb", Path(n).name)}
     return sorted(names)
 
@@ -101,17 +109,22 @@ def resettable(path: Path, folder: Path | None = None) -> Path:
     shown = "notebooks/" if folder == LEARNER_DIR.resolve() else f"{folder}/"
     accepted = f"reset puts back only the course's own notebooks in {shown} ({', '.join(names) or 'none found'})"
     if path.is_symlink():
-        raise ValueError(f"{path} is a symbolic link (to {target}); reset refuses links so that it never writes "
-                         f"outside {shown} or into another notebook: remove the link (the file it points to stays "
-                         f"as it is) and run reset again for a clean copy in its place. {accepted}")
+        raise ValueError(
+            f"{path} is a symbolic link (to {target}); reset refuses links so that it never writes "
+            f"outside {shown} or into another notebook: remove the link (the file it points to stays "
+            f"as it is) and run reset again for a clean copy in its place. {accepted}"
+        )
     if target.parent != folder:
         where = ""
         if target.parent == (ROOT / "solutions").resolve():
             where = "; solutions/ holds the instructor's complete notebooks, which reset never changes"
         raise ValueError(f"{path} is not in {shown}{where}. {accepted}")
     if target.name not in names:
-        what = "a backup, which reset never changes" if target.name.startswith("backup-") else \
-            "not a notebook of the course"
+        what = (
+            "a backup, which reset never changes"
+            if target.name.startswith("backup-")
+            else "not a notebook of the course"
+        )
         raise ValueError(f"{path} is {what}. {accepted}")
     return target
 
@@ -142,8 +155,9 @@ def _find_cell(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode, key: str,
     for i, c in enumerate(nb.cells):
         if i in used or c.cell_type != "code":
             continue
-        if (_CHECK.search(cell.source) and key in _CHECK.findall(c.source)) or \
-                (first and c.source.strip().splitlines()[:1] == [first]):
+        if (_CHECK.search(cell.source) and key in _CHECK.findall(c.source)) or (
+            first and c.source.strip().splitlines()[:1] == [first]
+        ):
             return i
     return None
 
@@ -155,8 +169,9 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
     path = resettable(path, folder)
     clean_stale_tmp(path.parent)
     if not path.exists():
-        raise FileNotFoundError(f"{path} does not exist; to get a clean copy run: "
-                                f"python3 course.py reset {shlex.quote(str(path))}")
+        raise FileNotFoundError(
+            f"{path} does not exist; to get a clean copy run: python3 course.py reset {shlex.quote(str(path))}"
+        )
     clean = clean_copy(path.name)
     clean_cells = exercise_cells(clean)
     if key not in clean_cells:
@@ -166,15 +181,19 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
         nb = nbformat.read(path, as_version=4)
     except Exception as e:  # not JSON, or not a notebook: nbformat raises several kinds
         first = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise ValueError(f"{path} cannot be read as a notebook ({first}); reset the whole notebook instead (your "
-                         f"file is kept as a backup): python3 course.py reset {shlex.quote(str(path))}") from None
+        raise ValueError(
+            f"{path} cannot be read as a notebook ({first}); reset the whole notebook instead (your "
+            f"file is kept as a backup): python3 course.py reset {shlex.quote(str(path))}"
+        ) from None
     used: set[int] = set()
     places = []
     for ci in clean_cells[key]:
         li = _find_cell(nb, clean.cells[ci], key, used)
         if li is None:
-            raise LookupError(f"cannot find exercise {key}'s cell in {path.name} (was it deleted?); reset the "
-                              f"whole notebook instead: python3 course.py reset {shlex.quote(str(path))}")
+            raise LookupError(
+                f"cannot find exercise {key}'s cell in {path.name} (was it deleted?); reset the "
+                f"whole notebook instead: python3 course.py reset {shlex.quote(str(path))}"
+            )
         used.add(li)
         places.append((li, ci))
     backup = keep_copy(path, now)
@@ -194,8 +213,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.exercise:
             backup = reset_exercise(args.notebook, args.exercise)
-            print(f"exercise {args.exercise} in {args.notebook} is back to its clean learner copy; "
-                  "your other cells are unchanged.")
+            print(
+                f"exercise {args.exercise} in {args.notebook} is back to its clean learner copy; "
+                "your other cells are unchanged."
+            )
         else:
             backup = reset_notebook(args.notebook)
             print(f"{args.notebook} is back to its clean learner copy.")
@@ -204,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if backup:
         print(f"your previous file is kept as {backup}")
-    print("If JupyterLab has the notebook open, close its tab without saving (or use File > Reload Notebook "
-          "from Disk) so that it shows the reset version.")
+    print(
+        "If JupyterLab has the notebook open, close its tab without saving (or use File > Reload Notebook "
+        "from Disk) so that it shows the reset version."
+    )
     return 0
 
 

@@ -158,9 +158,7 @@ class _Ledger:
     def write(self, rel: str, data: bytes) -> None:
         path = self.out / rel
         if path.is_file() and _sha256(path.read_bytes()) != self.files.get(rel):
-            self.notes.append(
-                f"{rel} was changed since the site was built: kept as {move_aside(path, self.now).name}"
-            )
+            self.notes.append(f"{rel} was changed since the site was built: kept as {move_aside(path, self.now).name}")
         write_atomic(path, data)
         self.files[rel] = _sha256(data)
 
@@ -283,9 +281,7 @@ def _link_notebooks(page: str, known: set[str], where: str, notes: list[str]) ->
     def swap(m: re.Match) -> str:
         if m.group(1) in known:
             return f'href="{m.group(1)}.html{m.group(2) or ""}"'
-        notes.append(
-            f"{where} links to {m.group(1)}.ipynb, which is not in solutions/: the link is left as it is"
-        )
+        notes.append(f"{where} links to {m.group(1)}.ipynb, which is not in solutions/: the link is left as it is")
         return m.group(0)
 
     return _NOTEBOOK_LINK.sub(swap, page)
@@ -338,8 +334,10 @@ def _assets() -> dict[str, bytes]:
     css = files["assets/katex/katex.min.css"].decode("utf-8")
     css, n = re.subn(r',url\(fonts/[^)]+\.(?:woff|ttf)\) format\("(?:woff|truetype)"\)', "", css)
     if n == 0 or re.search(r"\.(?:woff|ttf)\)", css):
-        raise RuntimeError("KaTeX's stylesheet does not name its fonts as expected (woff2, woff, ttf): "
-                           f"is {KATEX.name}@{KATEX.version} vendored?")
+        raise RuntimeError(
+            "KaTeX's stylesheet does not name its fonts as expected (woff2, woff, ttf): "
+            f"is {KATEX.name}@{KATEX.version} vendored?"
+        )
     files["assets/katex/katex.min.css"] = css.encode("utf-8")
     for name in ("site.css", "site.js"):
         files[f"assets/{name}"] = (TEMPLATES / name).read_bytes()
@@ -400,8 +398,10 @@ def build_site(
             _for_reading(nb, path.name), resources={"metadata": {"name": page.title}, "site": site}
         )
         if _COLAB_SOLVED.search(body):
-            notes.append(f"{page.page} still links to a solved notebook on Colab (not through the course's own "
-                         f"'open in Colab' link, which goes to notebooks/{path.name}): a reader gets the solutions")
+            notes.append(
+                f"{page.page} still links to a solved notebook on Colab (not through the course's own "
+                f"'open in Colab' link, which goes to notebooks/{path.name}): a reader gets the solutions"
+            )
         body = _link_notebooks(body, known, page.page, notes)
         body = body.replace("<!--course-site-toc-->", _toc(body), 1)
         ledger.write(page.page, body.encode("utf-8"))
@@ -411,24 +411,16 @@ def build_site(
 
     index = env.get_template("course_index.html.j2").render(
         course_title=COURSE_TITLE,
-        pages=[
-            dict(p.__dict__, summary_html=Markup(p.summary_html), title_html=Markup(p.title_html))
-            for p in pages
-        ],
+        pages=[dict(p.__dict__, summary_html=Markup(p.summary_html), title_html=Markup(p.title_html)) for p in pages],
     )
     ledger.write("index.html", index.encode("utf-8"))
     stale = sorted(
         f
         for f in ledger.files
-        if f.endswith(".html")
-        and f != "index.html"
-        and f not in {p.page for p in pages}
-        and (out / f).is_file()
+        if f.endswith(".html") and f != "index.html" and f not in {p.page for p in pages} and (out / f).is_file()
     )
     if stale:
-        notes.append(
-            f"left in place from an earlier build (no solved notebook for them now): {', '.join(stale)}"
-        )
+        notes.append(f"left in place from an earlier build (no solved notebook for them now): {', '.join(stale)}")
     ledger.save()
     return Site(out, [out / p.page for p in pages], ledger.notes + notes, time.perf_counter() - start)
 
@@ -439,14 +431,11 @@ def build_site(
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course_tools.site", description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path, help="a new folder for the site (or one this command made before)")
-    parser.add_argument(
-        "--solutions", type=Path, default=SOLUTIONS, help=f"the solved notebooks (default {SOLUTIONS})"
-    )
+    parser.add_argument("--solutions", type=Path, default=SOLUTIONS, help=f"the solved notebooks (default {SOLUTIONS})")
     parser.add_argument(
         "--force",
         action="store_true",
-        help="use OUT even if it exists (it is first moved aside to backup-OUT-DATE) or lies in "
-        "the course folder",
+        help="use OUT even if it exists (it is first moved aside to backup-OUT-DATE) or lies in the course folder",
     )
     args = parser.parse_args(argv)
     try:

@@ -32,8 +32,19 @@ from pathlib import Path
 
 import course_utils
 
-__all__ = ["VENDOR_DIR", "Package", "PACKAGES", "check", "fetch", "main", "KATEX_DIR", "Bundle", "KATEX",
-           "fetch_bundle", "check_bundle"]
+__all__ = [
+    "VENDOR_DIR",
+    "Package",
+    "PACKAGES",
+    "check",
+    "fetch",
+    "main",
+    "KATEX_DIR",
+    "Bundle",
+    "KATEX",
+    "fetch_bundle",
+    "check_bundle",
+]
 
 # bertviz's libraries live in the learner's package, beside attention_view, which inlines them; the site's
 # KaTeX lives here (KATEX_DIR below)
@@ -90,11 +101,14 @@ def _licence_from_header(body: bytes, package_json: bytes, what: str) -> bytes:
     declared = json.loads(package_json).get("license")
     text = body.decode("utf-8")
     if declared != "MIT" or not text.startswith("/**") or "@license" not in text[: text.index("*/")]:
-        raise ValueError(f"{what}: expected an MIT package whose file opens with a @license comment, "
-                         f"got license {declared!r}")
+        raise ValueError(
+            f"{what}: expected an MIT package whose file opens with a @license comment, got license {declared!r}"
+        )
     header = text[: text.index("*/") + 2]
-    return (f"{what}: no licence file in the npm tarball; package.json says \"MIT\".\n"
-            f"The header of the file:\n\n{header}\n\nThe MIT License\n{_MIT}").encode()
+    return (
+        f'{what}: no licence file in the npm tarball; package.json says "MIT".\n'
+        f"The header of the file:\n\n{header}\n\nThe MIT License\n{_MIT}"
+    ).encode()
 
 
 def _sha256(data: bytes) -> str:
@@ -155,12 +169,20 @@ def fetch(vendor_dir: Path = VENDOR_DIR) -> list[dict]:
             else:
                 licence = _member(tar, pkg.license_path, what)
         files[pkg.vendored_as], files[pkg.license_as] = body, licence
-        records.append({"package": pkg.name, "version": pkg.version, "tarball": dist["tarball"],
-                        "integrity": dist["integrity"], "path": pkg.path, "file": pkg.vendored_as,
-                        "sha256": _sha256(body),
-                        "license_path": pkg.license_path
-                        or f"(written: the @license header of {pkg.path} + MIT)",
-                        "license_file": pkg.license_as, "license_sha256": _sha256(licence)})
+        records.append(
+            {
+                "package": pkg.name,
+                "version": pkg.version,
+                "tarball": dist["tarball"],
+                "integrity": dist["integrity"],
+                "path": pkg.path,
+                "file": pkg.vendored_as,
+                "sha256": _sha256(body),
+                "license_path": pkg.license_path or f"(written: the @license header of {pkg.path} + MIT)",
+                "license_file": pkg.license_as,
+                "license_sha256": _sha256(licence),
+            }
+        )
     vendor_dir.mkdir(parents=True, exist_ok=True)
     for name, data in files.items():
         (vendor_dir / name).write_bytes(data)
@@ -191,8 +213,9 @@ def check(vendor_dir: Path = VENDOR_DIR) -> list[str]:
                 continue
             actual = _sha256(f.read_bytes())
             if actual != expected:
-                problems.append(f"{name} ({r['package']}@{r['version']}) has sha256 {actual}, "
-                                f"{sources.name} says {expected}")
+                problems.append(
+                    f"{name} ({r['package']}@{r['version']}) has sha256 {actual}, {sources.name} says {expected}"
+                )
     return problems
 
 
@@ -219,9 +242,14 @@ class Bundle:
         return f"{REGISTRY}/{self.name}/-/{self.name}-{self.version}.tgz"
 
 
-KATEX = Bundle("katex", "0.19.1", "dist",
-               ("katex.min.js", "katex.min.css", "contrib/auto-render.min.js", "fonts/*.woff2"),
-               "LICENSE", KATEX_DIR)
+KATEX = Bundle(
+    "katex",
+    "0.19.1",
+    "dist",
+    ("katex.min.js", "katex.min.css", "contrib/auto-render.min.js", "fonts/*.woff2"),
+    "LICENSE",
+    KATEX_DIR,
+)
 
 
 def fetch_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> dict:
@@ -238,8 +266,7 @@ def fetch_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> dict:
     files = {}
     with tarfile.open(fileobj=io.BytesIO(tgz), mode="r:gz") as tar:
         prefix = f"package/{bundle.root}/"
-        inside = sorted(m.name[len(prefix):] for m in tar.getmembers()
-                        if m.isfile() and m.name.startswith(prefix))
+        inside = sorted(m.name[len(prefix) :] for m in tar.getmembers() if m.isfile() and m.name.startswith(prefix))
         for pattern in bundle.patterns:
             hits = [f for f in inside if fnmatch.fnmatchcase(f, pattern)]
             if not hits:
@@ -247,10 +274,17 @@ def fetch_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> dict:
             for f in hits:
                 files[f] = _member(tar, f"{bundle.root}/{f}", what)
         licence = _member(tar, bundle.license_path, what)
-    record = {"package": bundle.name, "version": bundle.version, "tarball": dist["tarball"],
-              "integrity": dist["integrity"], "root": bundle.root, "license_path": bundle.license_path,
-              "license_file": "LICENSE", "license_sha256": _sha256(licence),
-              "files": {name: _sha256(data) for name, data in sorted(files.items())}}
+    record = {
+        "package": bundle.name,
+        "version": bundle.version,
+        "tarball": dist["tarball"],
+        "integrity": dist["integrity"],
+        "root": bundle.root,
+        "license_path": bundle.license_path,
+        "license_file": "LICENSE",
+        "license_sha256": _sha256(licence),
+        "files": {name: _sha256(data) for name, data in sorted(files.items())},
+    }
     for name, data in [*files.items(), ("LICENSE", licence)]:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
         (folder / name).write_bytes(data)
@@ -269,16 +303,20 @@ def check_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> list[str
         return [f"{sources} is missing (run: python -m course_tools.vendor_js --site)"]
     record = json.loads(sources.read_text(encoding="utf-8"))
     if (record.get("package"), record.get("version")) != (bundle.name, bundle.version):
-        return [f"{sources} records {record.get('package')}@{record.get('version')}, "
-                f"expected {bundle.name}@{bundle.version} (run: python -m course_tools.vendor_js --site)"]
+        return [
+            f"{sources} records {record.get('package')}@{record.get('version')}, "
+            f"expected {bundle.name}@{bundle.version} (run: python -m course_tools.vendor_js --site)"
+        ]
     problems = []
     for name, expected in [*record["files"].items(), ("LICENSE", record["license_sha256"])]:
         f = folder / name
         if not f.is_file():
             problems.append(f"{name} ({bundle.name}@{bundle.version}) is missing")
         elif _sha256(f.read_bytes()) != expected:
-            problems.append(f"{name} ({bundle.name}@{bundle.version}) has sha256 {_sha256(f.read_bytes())}, "
-                            f"{sources.name} says {expected}")
+            problems.append(
+                f"{name} ({bundle.name}@{bundle.version}) has sha256 {_sha256(f.read_bytes())}, "
+                f"{sources.name} says {expected}"
+            )
     return problems
 
 
@@ -292,20 +330,22 @@ def _main_site(check_only: bool) -> int:
             print(f"ok: {KATEX.name}@{KATEX.version} in {KATEX.folder} matches SOURCES.json")
         return 1 if problems else 0
     record = fetch_bundle()
-    print(f"{record['package']}@{record['version']}: {len(record['files'])} files in {KATEX.folder} "
-          f"(tarball {record['integrity']})")
+    print(
+        f"{record['package']}@{record['version']}: {len(record['files'])} files in {KATEX.folder} "
+        f"(tarball {record['integrity']})"
+    )
     return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m course_tools.vendor_js",
-                                     description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m course_tools.vendor_js", description=__doc__.split("\n")[0])
     parser.add_argument("--check", action="store_true", help="only verify the files on disk (offline)")
-    parser.add_argument("--dir", type=Path, default=VENDOR_DIR,
-                        help=f"the vendor folder (default {VENDOR_DIR})")
-    parser.add_argument("--site", action="store_true",
-                        help=f"the static site's KaTeX ({KATEX.name}@{KATEX.version}, "
-                             f"in {KATEX_DIR}) instead")
+    parser.add_argument("--dir", type=Path, default=VENDOR_DIR, help=f"the vendor folder (default {VENDOR_DIR})")
+    parser.add_argument(
+        "--site",
+        action="store_true",
+        help=f"the static site's KaTeX ({KATEX.name}@{KATEX.version}, in {KATEX_DIR}) instead",
+    )
     args = parser.parse_args(argv)
     if args.site:
         return _main_site(args.check)

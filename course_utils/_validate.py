@@ -14,8 +14,9 @@ def _describe(x: object) -> str:
     return f"{text[:60]}... ({type(x).__name__})" if len(text) > 60 else f"{text} ({type(x).__name__})"
 
 
-def check_int(name: str, n: object, minimum: int | None = 1, maximum: int | None = None,
-              expected: str = "an int") -> int:
+def check_int(
+    name: str, n: object, minimum: int | None = 1, maximum: int | None = None, expected: str = "an int"
+) -> int:
     """``n`` if it is an int in [``minimum``, ``maximum``] (None: no bound); TypeError for another type (bool
     included) saying ``expected``, ValueError outside the bounds. The one home of the course's integer checks."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
@@ -24,8 +25,9 @@ def check_int(name: str, n: object, minimum: int | None = 1, maximum: int | None
     if too_low or too_high:
         if minimum is not None and maximum is not None:
             raise ValueError(f"{name} must be in [{minimum}, {maximum}], got {n}")
-        raise ValueError(f"{name} must be at least {minimum}, got {n}" if too_low else
-                         f"{name} must be at most {maximum}, got {n}")
+        raise ValueError(
+            f"{name} must be at least {minimum}, got {n}" if too_low else f"{name} must be at most {maximum}, got {n}"
+        )
     return int(n)
 
 
@@ -45,8 +47,10 @@ def check_bool(name: str, flag: object, expected: str = "True or False") -> bool
 def check_generator(name: str, generator: object) -> None:
     """Raise TypeError unless ``generator`` is a torch.Generator or None."""
     if generator is not None and not isinstance(generator, torch.Generator):
-        raise TypeError(f"{name} must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, "
-                        f"got {type(generator).__name__}")
+        raise TypeError(
+            f"{name} must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, "
+            f"got {type(generator).__name__}"
+        )
 
 
 def check_str(name: str, text: object, expected: str = "a str") -> str:
@@ -79,15 +83,27 @@ def check_matches_module(name: str, x: torch.Tensor, module: torch.nn.Module) ->
     if weight is None:
         return
     if x.dtype != weight.dtype:
-        fix = {torch.float64: "module.double()", torch.float32: "module.float()",
-               torch.float16: "module.half()", torch.bfloat16: "module.bfloat16()"}.get(x.dtype, "module.to(x.dtype)")
-        back = {torch.float64: "x.double()", torch.float32: "x.float()", torch.float16: "x.half()",
-                torch.bfloat16: "x.bfloat16()"}.get(weight.dtype, "x.to(weight dtype)")
-        raise TypeError(f"{name} is {str(x.dtype).removeprefix('torch.')} but the module's weights are "
-                        f"{str(weight.dtype).removeprefix('torch.')}: convert one of them ({fix} or {back})")
+        fix = {
+            torch.float64: "module.double()",
+            torch.float32: "module.float()",
+            torch.float16: "module.half()",
+            torch.bfloat16: "module.bfloat16()",
+        }.get(x.dtype, "module.to(x.dtype)")
+        back = {
+            torch.float64: "x.double()",
+            torch.float32: "x.float()",
+            torch.float16: "x.half()",
+            torch.bfloat16: "x.bfloat16()",
+        }.get(weight.dtype, "x.to(weight dtype)")
+        raise TypeError(
+            f"{name} is {str(x.dtype).removeprefix('torch.')} but the module's weights are "
+            f"{str(weight.dtype).removeprefix('torch.')}: convert one of them ({fix} or {back})"
+        )
     if x.device != weight.device:
-        raise ValueError(f"{name} is on {x.device} but the module's weights are on {weight.device}: "
-                         f"move one of them (module.to({str(x.device)!r}) or x.to({str(weight.device)!r}))")
+        raise ValueError(
+            f"{name} is on {x.device} but the module's weights are on {weight.device}: "
+            f"move one of them (module.to({str(x.device)!r}) or x.to({str(weight.device)!r}))"
+        )
 
 
 def check_positive_int(name: str, n: object) -> int:
@@ -146,8 +162,9 @@ def check_dim(name: str, x: torch.Tensor, dim: object) -> int:
     return int(dim)
 
 
-def check_token_ids(name: str, idx: object, vocab_size: int, ignore_index: int | None = None,
-                    values: bool = True) -> None:
+def check_token_ids(
+    name: str, idx: object, vocab_size: int, ignore_index: int | None = None, values: bool = True
+) -> None:
     """Raise unless ``idx`` is a (B, T) integer tensor of ids in [0, vocab_size).
 
     TypeError for a non-tensor or a non-integer dtype, ValueError for another shape or an id out of range
@@ -164,8 +181,9 @@ def check_token_ids(name: str, idx: object, vocab_size: int, ignore_index: int |
     if idx.numel() == 0 or not values:
         return
     if idx.device.type == "meta":
-        raise ValueError(f"{name} is on the meta device, which holds no values: token ids must be on a real "
-                         "device (cpu, cuda, mps)")
+        raise ValueError(
+            f"{name} is on the meta device, which holds no values: token ids must be on a real device (cpu, cuda, mps)"
+        )
     low, high = torch.stack(torch.aminmax(idx)).tolist()  # one read of the device, not two
     if low >= 0 and high < vocab_size:
         return
@@ -176,8 +194,10 @@ def check_token_ids(name: str, idx: object, vocab_size: int, ignore_index: int |
         return
     position = tuple(int(i) for i in bad.nonzero()[0])
     extra = f" (or {ignore_index}, ignored)" if ignore_index is not None else ""
-    raise ValueError(f"{name} must be token ids in [0, vocab_size={vocab_size}){extra}, got {int(idx[position])} "
-                     f"at position {position} (min {low}, max {high})")
+    raise ValueError(
+        f"{name} must be token ids in [0, vocab_size={vocab_size}){extra}, got {int(idx[position])} "
+        f"at position {position} (min {low}, max {high})"
+    )
 
 
 def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
@@ -204,12 +224,11 @@ def check_qkv(q: object, k: object, v: object) -> None:
         raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     check_same_device(q=q, k=k, v=v)
     if q.shape[-1] != k.shape[-1]:
-        raise ValueError(
-            f"q and k must have the same last dimension D, got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
+        raise ValueError(f"q and k must have the same last dimension D, got q {tuple(q.shape)} and k {tuple(k.shape)}")
     if q.shape[-1] == 0:
-        raise ValueError(f"q and k must have a head dimension D >= 1 (the scale is 1 / sqrt(D)), got q "
-                         f"{tuple(q.shape)}")
+        raise ValueError(
+            f"q and k must have a head dimension D >= 1 (the scale is 1 / sqrt(D)), got q {tuple(q.shape)}"
+        )
     if k.shape[-2] != v.shape[-2]:
         raise ValueError(
             f"k and v must have the same number of positions S, got k {tuple(k.shape)} and v {tuple(v.shape)}"

@@ -42,7 +42,9 @@ def _check_bias(bias: object, scores: torch.Tensor) -> None:
     except RuntimeError:
         ok = False
     if not ok:
-        raise ValueError(f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape {tuple(scores.shape)}")
+        raise ValueError(
+            f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape {tuple(scores.shape)}"
+        )
 
 
 def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
@@ -176,8 +178,9 @@ def attention_grad_norms(
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     out_shape = (*batch, q.shape[-2], v.shape[-1])
     if tuple(grad_out.shape) != out_shape:
-        raise ValueError(f"grad_out must have the shape of the attention output {out_shape}, "
-                         f"got {tuple(grad_out.shape)}")
+        raise ValueError(
+            f"grad_out must have the shape of the attention output {out_shape}, got {tuple(grad_out.shape)}"
+        )
     with torch.no_grad():
         weights = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)  # (..., T, S)
         grad_weights = grad_out @ v.transpose(-2, -1)  # (..., T, Dv) @ (..., Dv, S) -> (..., T, S)

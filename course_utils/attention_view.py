@@ -49,8 +49,14 @@ _SHOWN = {" ": "\u2423", "\n": "\u23ce", "\t": "\u21e5"}  # space -> ␣, newlin
 # ----------------------------------------------------------------------------------------------
 
 
-def head_view(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, *, layer: int | None = None,
-              heads: Sequence[int] | None = None, prettify: bool = True) -> HTML:
+def head_view(
+    attention: Sequence[torch.Tensor],
+    tokens: Sequence[str] | str,
+    *,
+    layer: int | None = None,
+    heads: Sequence[int] | None = None,
+    prettify: bool = True,
+) -> HTML:
     """bertviz's head view (one layer at a time, each head a colour), working offline (notebook 09).
 
     Shape:
@@ -69,13 +75,19 @@ def head_view(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, *,
         check_int("layer", layer, minimum=0, maximum=num_layers - 1)
     if heads is not None:
         heads = _check_indices("heads", heads, num_heads)
-    view = bertviz_head_view(list(weights.unsqueeze(1)), shown, prettify_tokens=False, layer=layer,
-                             heads=heads, html_action="return")
+    view = bertviz_head_view(
+        list(weights.unsqueeze(1)), shown, prettify_tokens=False, layer=layer, heads=heads, html_action="return"
+    )
     return HTML(_wrap("head", _offline(view.data), num_heads, num_layers, shown))
 
 
-def model_view(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, *,
-               include_layers: Sequence[int] | None = None, prettify: bool = True) -> HTML:
+def model_view(
+    attention: Sequence[torch.Tensor],
+    tokens: Sequence[str] | str,
+    *,
+    include_layers: Sequence[int] | None = None,
+    prettify: bool = True,
+) -> HTML:
     """bertviz's model view (a small picture per layer and head; click one to enlarge), offline (notebook 09).
 
     Shape:
@@ -90,8 +102,14 @@ def model_view(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, *
     num_layers, num_heads = weights.shape[0], weights.shape[1]
     if include_layers is not None:
         include_layers = _check_indices("include_layers", include_layers, num_layers)
-    view = bertviz_model_view(list(weights.unsqueeze(1)), shown, prettify_tokens=False,
-                              include_layers=include_layers, display_mode="light", html_action="return")
+    view = bertviz_model_view(
+        list(weights.unsqueeze(1)),
+        shown,
+        prettify_tokens=False,
+        include_layers=include_layers,
+        display_mode="light",
+        html_action="return",
+    )
     shown_layers = num_layers if include_layers is None else len(include_layers)
     return HTML(_wrap("model", _offline(view.data), num_heads, shown_layers, shown))
 
@@ -104,15 +122,20 @@ def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: 
     """
     views = [view] if isinstance(view, (HTML, str)) else list(view) if isinstance(view, Sequence) else None
     if not views or not all(isinstance(v, (HTML, str)) for v in views):
-        raise TypeError(f"view must be what head_view or model_view returned (IPython HTML), or a non-empty "
-                        f"list of them, got {type(view).__name__}"
-                        + (f" of {[type(v).__name__ for v in views]}" if views else ""))
+        raise TypeError(
+            f"view must be what head_view or model_view returned (IPython HTML), or a non-empty "
+            f"list of them, got {type(view).__name__}" + (f" of {[type(v).__name__ for v in views]}" if views else "")
+        )
     body = "\n".join(v.data if isinstance(v, HTML) else v for v in views)
     check_path("path", path)
     path = Path(path)
-    write_atomic(path, (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-                        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
-                        ).encode("utf-8"))
+    write_atomic(
+        path,
+        (
+            f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
+        ).encode("utf-8"),
+    )
     return path
 
 
@@ -127,8 +150,10 @@ def prettify_tokens(tokens: Sequence[str]) -> list[str]:
     tokens = list(tokens)
     wrong = [t for t in tokens if not isinstance(t, str)]
     if wrong:
-        raise TypeError(f"tokens must be strings (decode ids first, e.g. tokenizer.decode([i])), "
-                        f"got {wrong[0]!r} ({type(wrong[0]).__name__})")
+        raise TypeError(
+            f"tokens must be strings (decode ids first, e.g. tokenizer.decode([i])), "
+            f"got {wrong[0]!r} ({type(wrong[0]).__name__})"
+        )
     return ["".join(_SHOWN.get(c, c) for c in t) for t in tokens]
 
 
@@ -137,12 +162,15 @@ def prettify_tokens(tokens: Sequence[str]) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 
-def _check(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str,
-           prettify: bool) -> tuple[torch.Tensor, list[str]]:
+def _check(
+    attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, prettify: bool
+) -> tuple[torch.Tensor, list[str]]:
     """Validate, then stack to (L, H, T, T) on the CPU as float64 rounded to 4 decimals (a smaller page)."""
     if isinstance(attention, torch.Tensor) or not isinstance(attention, Sequence):
-        raise TypeError(f"attention must be a list of tensors (1, H, T, T), one per layer, as "
-                        f"GPT.attention_maps returns, got {type(attention).__name__}")
+        raise TypeError(
+            f"attention must be a list of tensors (1, H, T, T), one per layer, as "
+            f"GPT.attention_maps returns, got {type(attention).__name__}"
+        )
     if len(attention) == 0:
         raise ValueError("attention must hold at least one layer, got an empty list")
     for i, a in enumerate(attention):
@@ -151,22 +179,26 @@ def _check(attention: Sequence[torch.Tensor], tokens: Sequence[str] | str,
         if a.ndim != 4:
             raise ValueError(f"attention[{i}] must have 4 dims (B, H, T, T), got shape {tuple(a.shape)}")
         if a.shape[0] != 1:
-            raise ValueError(f"attention[{i}] must hold one sequence (batch size 1), got batch size "
-                             f"{a.shape[0]} in shape {tuple(a.shape)}; "
-                             "pick one, e.g. [a[:1] for a in attention]")
+            raise ValueError(
+                f"attention[{i}] must hold one sequence (batch size 1), got batch size "
+                f"{a.shape[0]} in shape {tuple(a.shape)}; "
+                "pick one, e.g. [a[:1] for a in attention]"
+            )
         if a.shape[2] != a.shape[3]:
-            raise ValueError(f"attention[{i}] must be self-attention (T, T) in its last two dims, got shape "
-                             f"{tuple(a.shape)}")
+            raise ValueError(
+                f"attention[{i}] must be self-attention (T, T) in its last two dims, got shape {tuple(a.shape)}"
+            )
         if a.shape != attention[0].shape:
-            raise ValueError(f"every layer must have the same shape: attention[0] is "
-                             f"{tuple(attention[0].shape)}, attention[{i}] is {tuple(a.shape)}")
+            raise ValueError(
+                f"every layer must have the same shape: attention[0] is "
+                f"{tuple(attention[0].shape)}, attention[{i}] is {tuple(a.shape)}"
+            )
         if a.is_complex():
             raise TypeError(f"attention[{i}] must be real, got dtype {a.dtype}")
     if isinstance(tokens, str):
         tokens = list(tokens)
     elif not isinstance(tokens, Sequence):
-        raise TypeError(f"tokens must be a list of strings (or a str of characters), "
-                        f"got {type(tokens).__name__}")
+        raise TypeError(f"tokens must be a list of strings (or a str of characters), got {type(tokens).__name__}")
     for i, t in enumerate(tokens):
         if not isinstance(t, str):
             raise TypeError(f"tokens[{i}] must be a str, got {type(t).__name__}")
@@ -215,8 +247,9 @@ def _vendored(pkg_name: str) -> str:
     record = _record(pkg_name)
     data = (VENDOR_DIR / record["file"]).read_bytes()
     if hashlib.sha256(data).hexdigest() != record["sha256"]:
-        raise RuntimeError(f"{VENDOR_DIR / record['file']} does not match SOURCES.json; "
-                           "run: python -m course_tools.vendor_js --check")
+        raise RuntimeError(
+            f"{VENDOR_DIR / record['file']} does not match SOURCES.json; run: python -m course_tools.vendor_js --check"
+        )
     text = data.decode("utf-8")
     text = re.sub(r"^//# sourceMappingURL=.*$", "", text, flags=re.MULTILINE)  # no source-map request either
     assert "</script" not in text.lower() and "<!--" not in text, f"{record['file']} cannot go in a <script>"
@@ -242,26 +275,33 @@ def _library_scripts() -> str:
     )
     for pkg in ("jquery", "d3"):
         name = json.dumps(_module_name(pkg))
-        define_once += (f"  defineOnce({name}, function (module, exports, define) {{\n"
-                        f"{_vendored(pkg)}\n  }});\n")
+        define_once += f"  defineOnce({name}, function (module, exports, define) {{\n{_vendored(pkg)}\n  }});\n"
     define_once += "})();\n"
-    return (f'<script type="text/javascript">\n{_vendored("requirejs")}\n</script>\n'
-            f'<script type="text/javascript">\n{define_once}</script>\n')
+    return (
+        f'<script type="text/javascript">\n{_vendored("requirejs")}\n</script>\n'
+        f'<script type="text/javascript">\n{define_once}</script>\n'
+    )
 
 
 def _replace_once(text: str, old: str | re.Pattern, new: str, what: str) -> str:
     found = len(old.findall(text)) if isinstance(old, re.Pattern) else text.count(old)
     if found != 1:
-        raise RuntimeError(f"expected bertviz's HTML to contain {what} exactly once, found it {found} times "
-                           f"(is bertviz 1.4.1 installed?)")
+        raise RuntimeError(
+            f"expected bertviz's HTML to contain {what} exactly once, found it {found} times "
+            f"(is bertviz 1.4.1 installed?)"
+        )
     return old.sub(lambda _: new, text) if isinstance(old, re.Pattern) else text.replace(old, new)
 
 
 def _offline(bertviz_html: str) -> str:
     """bertviz's HTML with the CDN script and the CDN paths replaced by the inlined libraries."""
     text = _replace_once(bertviz_html, _CDN_REQUIRE, _library_scripts(), "the require.js CDN script")
-    text = _replace_once(text, _CDN_PATHS, "// d3 and jQuery: inlined above as named modules (course_utils)",
-                         "require.config with CDN paths")
+    text = _replace_once(
+        text,
+        _CDN_PATHS,
+        "// d3 and jQuery: inlined above as named modules (course_utils)",
+        "require.config with CDN paths",
+    )
     deps = f"requirejs([{json.dumps(_module_name('jquery'))}, {json.dumps(_module_name('d3'))}],"
     text = _replace_once(text, _DEPS, deps, "requirejs(['jquery', 'd3'], ...)")
     # bertviz's own script holds the tokens as JSON; "</" or "<!--" in a token must not end the <script>.
@@ -274,6 +314,8 @@ def _offline(bertviz_html: str) -> str:
 
 
 def _wrap(kind: str, inner: str, num_heads: int, num_layers: int, tokens: list[str]) -> str:
-    attrs = (f'data-course-view="{kind}" data-heads="{num_heads}" data-layers="{num_layers}" '
-             f'data-tokens="{html.escape(json.dumps(tokens, ensure_ascii=False), quote=True)}"')
+    attrs = (
+        f'data-course-view="{kind}" data-heads="{num_heads}" data-layers="{num_layers}" '
+        f'data-tokens="{html.escape(json.dumps(tokens, ensure_ascii=False), quote=True)}"'
+    )
     return f'<div class="course-attention-view" {attrs}>\n{inner}\n</div>'

@@ -45,8 +45,15 @@ class Block(nn.Module):
     Shape: x (B, T, C) -> (B, T, C). Taught in notebook 09.
     """
 
-    def __init__(self, embed_dim: int, attn: nn.Module, mlp_ratio: int = 4, bias: bool = True,
-                 dropout: float = 0.0, norm_position: str = "pre") -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        attn: nn.Module,
+        mlp_ratio: int = 4,
+        bias: bool = True,
+        dropout: float = 0.0,
+        norm_position: str = "pre",
+    ) -> None:
         super().__init__()
         check_int("embed_dim", embed_dim)
         if not isinstance(attn, nn.Module):

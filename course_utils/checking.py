@@ -51,8 +51,17 @@ from typing import Any
 
 import torch
 
-__all__ = ["NotAttempted", "Mistake", "Exercise", "CheckResult", "ExerciseFailed", "UnknownExercise",
-           "run_check", "compare_outputs", "describe_case"]
+__all__ = [
+    "NotAttempted",
+    "Mistake",
+    "Exercise",
+    "CheckResult",
+    "ExerciseFailed",
+    "UnknownExercise",
+    "run_check",
+    "compare_outputs",
+    "describe_case",
+]
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 REPORT_ENV = "COURSE_EXERCISE_REPORT"  # set by `python3 course.py check`; each check appends a JSON line
@@ -111,11 +120,13 @@ class Exercise:
 
     def __post_init__(self) -> None:
         if self.inplace is not None and (isinstance(self.inplace, bool) or not isinstance(self.inplace, (int, str))):
-            raise TypeError(f"Exercise {self.key}: inplace must be an argument's position (int) or name (str), "
-                            f"got {self.inplace!r}")
+            raise TypeError(
+                f"Exercise {self.key}: inplace must be an argument's position (int) or name (str), got {self.inplace!r}"
+            )
         if self.time_limit is not None and not self.time_limit > 0:
-            raise ValueError(f"Exercise {self.key}: time_limit must be a positive number of seconds or None, "
-                             f"got {self.time_limit!r}")
+            raise ValueError(
+                f"Exercise {self.key}: time_limit must be a positive number of seconds or None, got {self.time_limit!r}"
+            )
         bad = [d for d in self.accept_dtypes if not (isinstance(d, torch.dtype) and d.is_floating_point)]
         if bad:
             raise TypeError(f"Exercise {self.key}: accept_dtypes must be floating torch dtypes, got {bad}")
@@ -144,8 +155,11 @@ class CheckResult:
         if not self.printed:
             return self.line()
         total = len(self.printed) + self.printed_more
-        head = (f"  your function printed {total} lines during the check; the first {len(self.printed)}:"
-                if self.printed_more else "  your function printed during the check:")
+        head = (
+            f"  your function printed {total} lines during the check; the first {len(self.printed)}:"
+            if self.printed_more
+            else "  your function printed during the check:"
+        )
         return "\n".join([self.line(), head, *(f"  | {ln}" for ln in self.printed)])
 
 
@@ -210,8 +224,14 @@ class _Attributes(dict):
 
 
 _PLAIN = (bool, int, float, str, type(None))
-_HOOKS = ("_forward_hooks", "_forward_pre_hooks", "_backward_hooks", "_backward_pre_hooks", "_state_dict_hooks",
-          "_load_state_dict_pre_hooks")
+_HOOKS = (
+    "_forward_hooks",
+    "_forward_pre_hooks",
+    "_backward_hooks",
+    "_backward_pre_hooks",
+    "_state_dict_hooks",
+    "_load_state_dict_pre_hooks",
+)
 
 
 def _module_state(m: torch.nn.Module) -> _Attributes:
@@ -237,8 +257,12 @@ def _module_state(m: torch.nn.Module) -> _Attributes:
 def _first_change(before: Any, after: Any, name: str) -> str | None:
     """The name of the first part of an argument that differs (exactly, NaN = NaN) after the call, or None."""
     if isinstance(before, torch.Tensor):
-        if not isinstance(after, torch.Tensor) or after.shape != before.shape or after.dtype != before.dtype \
-                or after.device != before.device:
+        if (
+            not isinstance(after, torch.Tensor)
+            or after.shape != before.shape
+            or after.dtype != before.dtype
+            or after.device != before.device
+        ):
             return name
         a, b = before.cpu(), after.detach().cpu()
         same = a == b
@@ -248,8 +272,9 @@ def _first_change(before: Any, after: Any, name: str) -> str | None:
     if isinstance(before, (list, tuple)):
         if not isinstance(after, (list, tuple)) or len(after) != len(before):
             return name
-        return next((c for i, (x, y) in enumerate(zip(before, after)) if (c := _first_change(x, y, f"{name}[{i}]"))),
-                    None)
+        return next(
+            (c for i, (x, y) in enumerate(zip(before, after)) if (c := _first_change(x, y, f"{name}[{i}]"))), None
+        )
     if isinstance(before, _Attributes):
         if not isinstance(after, dict):
             return name
@@ -364,8 +389,9 @@ def _index(flat: int, shape: torch.Size) -> list[int]:
     return idx[::-1]
 
 
-def _tensor_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float,
-                    accept_dtypes: Sequence[torch.dtype]) -> str | None:
+def _tensor_problem(
+    got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype]
+) -> str | None:
     if got.shape != expected.shape:
         return f"expected shape {tuple(expected.shape)}, got {tuple(got.shape)}"
     if got.dtype != expected.dtype and not (expected.is_floating_point() and got.dtype in accept_dtypes):
@@ -384,9 +410,11 @@ def _tensor_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol
             return f"expected {e.item()!r}, got {g.item()!r}"
         first = int(wrong.flatten().nonzero()[0])
         at = _index(first, e.shape)
-        return (f"{n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} tensor differ; "
-                f"the first at {at}: "
-                f"expected {e.flatten()[first].item()!r}, got {g.flatten()[first].item()!r}")
+        return (
+            f"{n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} tensor differ; "
+            f"the first at {at}: "
+            f"expected {e.flatten()[first].item()!r}, got {g.flatten()[first].item()!r}"
+        )
     if e.dim() == 0 and not e.is_complex():
         return _scalar_problem(float(g), float(e), atol, rtol)
     g64 = g.to(torch.complex128 if e.is_complex() else torch.float64)
@@ -409,13 +437,16 @@ def _tensor_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol
     else:
         d = _distinct_digits(gv, ev, 4) if math.isfinite(gv) and math.isfinite(ev) else 4
         shown = f"expected {_fmt(ev, d)}, got {_fmt(gv, d)}"
-    return (f"values differ at {n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} tensor "
-            f"(the check allows {atol:g} + {rtol:g} * |expected|); "
-            f"the worst at {at}: {shown}")
+    return (
+        f"values differ at {n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} tensor "
+        f"(the check allows {atol:g} + {rtol:g} * |expected|); "
+        f"the worst at {at}: {shown}"
+    )
 
 
-def compare_outputs(got: Any, expected: Any, atol: float, rtol: float,
-                    accept_dtypes: Sequence[torch.dtype] = ()) -> str | None:
+def compare_outputs(
+    got: Any, expected: Any, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype] = ()
+) -> str | None:
     """None when ``got`` matches ``expected``; otherwise one sentence on the first difference.
 
     Tensors must match in shape, dtype (or one of ``accept_dtypes`` for a floating result), device and value:
@@ -427,8 +458,9 @@ def compare_outputs(got: Any, expected: Any, atol: float, rtol: float,
         if not isinstance(got, torch.Tensor):
             if expected.dim() == 0 and expected.is_floating_point() and _is_number(got):
                 return _scalar_problem(float(got), float(expected), atol, rtol)
-            return (f"expected a tensor ({_dtype_name(expected.dtype)} {tuple(expected.shape)}), "
-                    f"got {type(got).__name__}")
+            return (
+                f"expected a tensor ({_dtype_name(expected.dtype)} {tuple(expected.shape)}), got {type(got).__name__}"
+            )
         return _tensor_problem(got, expected, atol, rtol, accept_dtypes)
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
@@ -442,7 +474,8 @@ def compare_outputs(got: Any, expected: Any, atol: float, rtol: float,
     if isinstance(expected, dict):
         if not isinstance(got, dict) or set(got) != set(expected):
             return f"expected a dict with keys {sorted(map(str, expected))}, got {type(got).__name__}" + (
-                f" with keys {sorted(map(str, got))}" if isinstance(got, dict) else "")
+                f" with keys {sorted(map(str, got))}" if isinstance(got, dict) else ""
+            )
         for k in expected:
             problem = compare_outputs(got[k], expected[k], atol, rtol, accept_dtypes)
             if problem:
@@ -460,8 +493,11 @@ def compare_outputs(got: Any, expected: Any, atol: float, rtol: float,
                 atol, rtol = max(atol, 1e-5), max(rtol, 1.3e-6)
             got = float(got)
         if not _is_number(got):
-            what = (f"a {_dtype_name(got.dtype)} tensor of shape {tuple(got.shape)}" if isinstance(got, torch.Tensor)
-                    else type(got).__name__)
+            what = (
+                f"a {_dtype_name(got.dtype)} tensor of shape {tuple(got.shape)}"
+                if isinstance(got, torch.Tensor)
+                else type(got).__name__
+            )
             return f"expected a number (a Python float or a 0-d floating tensor), got {what}"
         try:
             value = float(got)
@@ -469,8 +505,7 @@ def compare_outputs(got: Any, expected: Any, atol: float, rtol: float,
             return f"expected a number near {_fmt(expected, 3)}, got one too large for a float ({str(got)[:20]}...)"
         return _scalar_problem(value, expected, atol, rtol)
     if isinstance(expected, int):
-        if isinstance(got, torch.Tensor) and got.dim() == 0 and not got.is_floating_point() \
-                and got.dtype != torch.bool:
+        if isinstance(got, torch.Tensor) and got.dim() == 0 and not got.is_floating_point() and got.dtype != torch.bool:
             got = int(got)
         if not isinstance(got, numbers.Integral) or isinstance(got, bool):
             return f"expected an integer, got {type(got).__name__} {got!r}"[:200]
@@ -532,8 +567,11 @@ class _Printed(io.TextIOBase):
 
 def _can_time() -> bool:
     """Whether a time limit can be set: POSIX, the main thread, and no SIGALRM handler set outside Python."""
-    return (hasattr(signal, "setitimer") and threading.current_thread() is threading.main_thread()
-            and signal.getsignal(signal.SIGALRM) is not None)
+    return (
+        hasattr(signal, "setitimer")
+        and threading.current_thread() is threading.main_thread()
+        and signal.getsignal(signal.SIGALRM) is not None
+    )
 
 
 @contextlib.contextmanager
@@ -606,14 +644,17 @@ def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: _Run, ref: _Run)
     """What is wrong with the learner's run of one case (an input changed in place first), or None."""
     args, kwargs = case
     inplace = _resolve_inplace(ex, args, kwargs)
-    for (name, before), (_, after) in zip(_named_arguments(ex.solution, args, kwargs),
-                                          _named_arguments(ex.solution, mine.args, mine.kwargs)):
+    for (name, before), (_, after) in zip(
+        _named_arguments(ex.solution, args, kwargs), _named_arguments(ex.solution, mine.args, mine.kwargs)
+    ):
         if inplace is not None and name == inplace[0]:
             continue
         changed = _first_change(_state(before), _state(after), name)
         if changed:
-            return (f"your function changed its input `{changed}` in place. Leave the inputs as they are: "
-                    "work on new tensors (`x = x / t`, not `x /= t`; `masked_fill`, not `masked_fill_`)")
+            return (
+                f"your function changed its input `{changed}` in place. Leave the inputs as they are: "
+                "work on new tensors (`x = x / t`, not `x /= t`; `masked_fill`, not `masked_fill_`)"
+            )
     problem = compare_outputs(mine.output, ref.output, ex.atol, ex.rtol, ex.accept_dtypes)
     if problem:
         return problem
@@ -667,11 +708,13 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
         tip = f"; pass an instance, {fn.__name__}(...), whose call does the work" if callable_instances else ""
         return f"{want}, got the class {fn.__name__}{tip}"
     if isinstance(fn, torch.Tensor):
-        return (f"{want}, got a tensor: pass the function itself, "
-                f'check("{ex.key}", my_function), not what it returns')
+        return f'{want}, got a tensor: pass the function itself, check("{ex.key}", my_function), not what it returns'
     if not callable(fn):
-        what = f"an instance of {type(fn).__name__}, which cannot be called" if not isinstance(
-            fn, (int, float, str, bool, torch.Tensor, list, tuple, dict)) else type(fn).__name__
+        what = (
+            f"an instance of {type(fn).__name__}, which cannot be called"
+            if not isinstance(fn, (int, float, str, bool, torch.Tensor, list, tuple, dict))
+            else type(fn).__name__
+        )
         return f"{want}, got {what}"
     body = fn.forward if isinstance(fn, torch.nn.Module) else fn
     if inspect.isgeneratorfunction(body) or inspect.isasyncgenfunction(body):
@@ -687,9 +730,12 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
             sig.bind(*args, **kwargs)
         except TypeError as e:
             given = f"{len(args)} argument{'s' * (len(args) != 1)}" + (
-                f" and the keyword{'s' * (len(kwargs) != 1)} {', '.join(kwargs)}" if kwargs else "")
-            return (f"your function takes {_signature_text(body)}, but the check calls it with {given} ({e}); "
-                    f"expected parameters {_signature_text(ex.solution)}")
+                f" and the keyword{'s' * (len(kwargs) != 1)} {', '.join(kwargs)}" if kwargs else ""
+            )
+            return (
+                f"your function takes {_signature_text(body)}, but the check calls it with {given} ({e}); "
+                f"expected parameters {_signature_text(ex.solution)}"
+            )
     return None
 
 
@@ -703,15 +749,19 @@ def _text(e: BaseException) -> str:
 def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_case: bool) -> str:
     first = _text(e).splitlines()[0] if _text(e).strip() else ""
     if isinstance(e, NotImplementedError) and _MISSING_FORWARD in str(e):
-        return (f"on {case_name} your module has no `forward` method (torch: {first}). Check its spelling and "
-                "indentation: `def forward(self, ...)` inside the class")
+        return (
+            f"on {case_name} your module has no `forward` method (torch: {first}). Check its spelling and "
+            "indentation: `def forward(self, ...)` inside the class"
+        )
     said = f"raised {type(e).__name__}" + (f": {first}" if first else "")
     msg = f"on {case_name} your function {said}"
     if isinstance(e, NotImplementedError) and first_case and not first:
         nb = _notebook_of(ex.key)
-        msg += (f". If this is the untouched stub of an older copy of the notebook, run "
-                f"`python3 course.py reset {nb} --exercise {ex.key}` for the current one (your other cells "
-                "are kept, and a backup is made)")
+        msg += (
+            f". If this is the untouched stub of an older copy of the notebook, run "
+            f"`python3 course.py reset {nb} --exercise {ex.key}` for the current one (your other cells "
+            "are kept, and a backup is made)"
+        )
     return msg
 
 
@@ -723,13 +773,16 @@ def _same_failure(a: BaseException, b: BaseException) -> bool:
     "... (6) must match ... (4)"), and name a catalogued mistake the learner did not make. Only memory
     addresses (``0x7f...``), which differ from run to run, are set aside.
     """
+
     def gist(e: BaseException) -> str:
         return re.sub(r"0x[0-9a-fA-F]+", "0x", _text(e)).strip()
+
     return type(a) is type(b) and gist(a) == gist(b)
 
 
-def _mistake_that_raises(ex: Exercise, before: Sequence[tuple[tuple, dict]], mine: Sequence[_Run],
-                         case: tuple[tuple, dict], e: BaseException) -> Mistake | None:
+def _mistake_that_raises(
+    ex: Exercise, before: Sequence[tuple[tuple, dict]], mine: Sequence[_Run], case: tuple[tuple, dict], e: BaseException
+) -> Mistake | None:
     """The catalogued mistake that answers ``before`` as the learner did and then fails on ``case`` the same way.
 
     A mistake that cannot run at all (weights in the other layout: a shape error) is named this way.
@@ -803,20 +856,25 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
         lines, more = printed.finish()
         put_back.extend(c for c in _restore_settings(settings) if c not in put_back)
         if put_back:
-            message += (f" (Your function called {', '.join(put_back)}, which changes every later cell too; the "
-                        "check put it back. Leave global settings alone inside a function.)")
+            message += (
+                f" (Your function called {', '.join(put_back)}, which changes every later cell too; the "
+                "check put it back. Leave global settings alone inside a function.)"
+            )
         return CheckResult(ex.key, ex.title, status, message, mistake, details, lines, more)
 
     if isinstance(hint, bool) or hint not in (1, 2):
-        return result(FAILED, f"hint must be 1 (a hint) or 2 (the exact fix), got {hint!r}: "
-                              f'check("{ex.key}", {_fn_name(fn)}, hint=2)')
+        return result(
+            FAILED,
+            f'hint must be 1 (a hint) or 2 (the exact fix), got {hint!r}: check("{ex.key}", {_fn_name(fn)}, hint=2)',
+        )
     fixed = list(ex.cases())
     details["seed"] = s = _draw_seed(seed)
     drawn = list(ex.draw(torch.Generator().manual_seed(s))) if ex.draw is not None else []
     details["cases"], details["drawn"] = len(fixed), len(drawn)
     cases = fixed + drawn
-    names = [f"fixed case {i + 1}" for i in range(len(fixed))] + [f"drawn case {i + 1} (seed {s}; "
-                                                                    for i in range(len(drawn))]
+    names = [f"fixed case {i + 1}" for i in range(len(fixed))] + [
+        f"drawn case {i + 1} (seed {s}; " for i in range(len(drawn))
+    ]
 
     def case_name(i: int) -> str:
         inputs = describe_case(ex.solution, *cases[i])
@@ -841,27 +899,35 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
     crash = None  # what the function raised on a drawn case, after answering every fixed one
     for i, case in enumerate(cases):
         try:
-            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed), \
-                    _time_limit(ex.time_limit):
+            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed), _time_limit(ex.time_limit):
                 try:
                     mine.append(_run(fn, case))
                 finally:
                     put_back.extend(c for c in _restore_settings(settings) if c not in put_back)
         except _TimeLimit:
-            return result(FAILED, f"your function took longer than {ex.time_limit:g} s on {case_name(i)}, so "
-                                  "the check stopped it: look for a loop that never ends, or work that grows "
-                                  "faster than the input")
+            return result(
+                FAILED,
+                f"your function took longer than {ex.time_limit:g} s on {case_name(i)}, so "
+                "the check stopped it: look for a loop that never ends, or work that grows "
+                "faster than the input",
+            )
         except NotAttempted as e:
             if i == 0:
                 return result(NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again.")
-            return result(FAILED, f"on {case_name(i)} your function raised NotAttempted"
-                                  f"{': ' + str(e).splitlines()[0] if str(e).strip() else ''}, after answering "
-                                  "the cases before it: it must answer every case")
+            return result(
+                FAILED,
+                f"on {case_name(i)} your function raised NotAttempted"
+                f"{': ' + str(e).splitlines()[0] if str(e).strip() else ''}, after answering "
+                "the cases before it: it must answer every case",
+            )
         except (Exception, SystemExit) as e:  # the learner's code failing is a verdict, not a crash of the check
             if i == 0 and _is_old_import(e):
-                return result(NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again. (This notebook's "
-                                             "import cell predates NotAttempted: make it "
-                                             "`from course_utils.exercises import NotAttempted, check`.)")
+                return result(
+                    NOT_ATTEMPTED,
+                    f"Write {ex.signature}, then run this cell again. (This notebook's "
+                    "import cell predates NotAttempted: make it "
+                    "`from course_utils.exercises import NotAttempted, check`.)",
+                )
             crash = _exception_message(e, ex, case_name(i), i == 0)
             if i < len(fixed):
                 m = _mistake_that_raises(ex, cases[:i], mine, cases[i], e)
@@ -885,11 +951,15 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
     if problem.startswith("your function changed its input"):
         tail = "."
     elif "expected dtype" in problem:
-        tail = (". The exercise states the dtype it wants: look for a step that changes it (a .double() or .long(), "
-                "a tensor made from Python numbers without a dtype, arithmetic with a float64 tensor).")
+        tail = (
+            ". The exercise states the dtype it wants: look for a step that changes it (a .double() or .long(), "
+            "a tensor made from Python numbers without a dtype, arithmetic with a float64 tensor)."
+        )
     elif "expected shape" in problem:
-        tail = (". Compare your result's shape with the one the exercise states: which axis did a sum, a "
-                "transpose or a matrix product remove, add or swap?")
+        tail = (
+            ". Compare your result's shape with the one the exercise states: which axis did a sum, a "
+            "transpose or a matrix product remove, add or swap?"
+        )
     else:
         tail = ". It matches none of the common mistakes this check knows; compare your steps with the text above."
     if hint == 2:
@@ -903,9 +973,19 @@ def report(res: CheckResult) -> CheckResult:
     path = os.environ.get(REPORT_ENV)
     if path:
         with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"key": res.key, "title": res.title, "status": res.status,
-                                "mistake": res.mistake, "message": res.message,
-                                "seed": res.details.get("seed")}) + "\n")
+            f.write(
+                json.dumps(
+                    {
+                        "key": res.key,
+                        "title": res.title,
+                        "status": res.status,
+                        "mistake": res.mistake,
+                        "message": res.message,
+                        "seed": res.details.get("seed"),
+                    }
+                )
+                + "\n"
+            )
     if res.status == FAILED:
         raise ExerciseFailed(res.line())
     return res

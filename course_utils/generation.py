@@ -41,8 +41,10 @@ def _check_temperature(temperature: object) -> float:
     if not value > 0:
         raise ValueError(f"temperature must be > 0 (use greedy=True for the argmax), got {temperature}")
     if value == float("inf"):
-        raise ValueError("temperature must be finite: an infinite one makes every token equally likely "
-                         "(sample uniformly instead), got inf")
+        raise ValueError(
+            "temperature must be finite: an infinite one makes every token equally likely "
+            "(sample uniformly instead), got inf"
+        )
     return value
 
 
@@ -81,9 +83,11 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
         total = probs.sum(dim=-1, dtype=torch.float64)
         low, total_error = torch.stack([probs.min().double(), (total - 1).abs().max()]).tolist()
         if not (low >= 0 and total_error <= (1e-3 if probs.element_size() >= 4 else 2e-2)):  # NaN fails both
-            raise ValueError(f"probs must be rows of probabilities (each >= 0, each row summing to 1; pass "
-                             f"torch.softmax(logits, dim=-1), or use top_p_filter on logits), got min {low:.4g} "
-                             f"and a row sum off from 1 by {total_error:.4g}")
+            raise ValueError(
+                f"probs must be rows of probabilities (each >= 0, each row summing to 1; pass "
+                f"torch.softmax(logits, dim=-1), or use top_p_filter on logits), got min {low:.4g} "
+                f"and a row sum off from 1 by {total_error:.4g}"
+            )
     return _top_p_keep(probs, top_p)
 
 
@@ -108,9 +112,14 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     return logits.masked_fill(~keep, float("-inf"))
 
 
-def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int | None = None,
-                      top_p: float | None = None, greedy: bool = False,
-                      generator: torch.Generator | None = None) -> torch.Tensor:
+def sample_next_token(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    greedy: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
     """One next token per row: the argmax (``greedy``), or a sample after temperature, top-k and top-p.
 
     Shape: logits (B, V) -> tokens (B,) int64. Taught in notebook 08.
@@ -124,8 +133,14 @@ def sample_next_token(logits: torch.Tensor, temperature: float = 1.0, top_k: int
     return _sample(logits, temperature, top_k, top_p, greedy, generator)
 
 
-def _sample(logits: torch.Tensor, temperature: float, top_k: int | None, top_p: float | None, greedy: bool,
-            generator: torch.Generator | None) -> torch.Tensor:
+def _sample(
+    logits: torch.Tensor,
+    temperature: float,
+    top_k: int | None,
+    top_p: float | None,
+    greedy: bool,
+    generator: torch.Generator | None,
+) -> torch.Tensor:
     """:func:`sample_next_token` without its checks (the loop checks its settings once)."""
     if greedy:
         return logits.argmax(dim=-1)  # (B,)
@@ -146,19 +161,24 @@ def _explain_bad_logits(logits: torch.Tensor) -> None:
     """Raise a ValueError naming the first row of ``logits`` (B, V) that no distribution can come from."""
     nan_rows = logits.isnan().any(dim=-1).nonzero().flatten().tolist()
     if nan_rows:
-        raise ValueError(f"logits must be numbers, got NaN in row(s) {nan_rows[:10]}: the model's output is "
-                         "broken (a diverged training run, or a fully masked row upstream)") from None
+        raise ValueError(
+            f"logits must be numbers, got NaN in row(s) {nan_rows[:10]}: the model's output is "
+            "broken (a diverged training run, or a fully masked row upstream)"
+        ) from None
     dead_rows = (logits == float("-inf")).all(dim=-1).nonzero().flatten().tolist()
     if dead_rows:
-        raise ValueError(f"every logit of row(s) {dead_rows[:10]} is -inf, so no token can be sampled: the "
-                         "logits (or a mask applied to them) rule out the whole vocabulary") from None
+        raise ValueError(
+            f"every logit of row(s) {dead_rows[:10]} is -inf, so no token can be sampled: the "
+            "logits (or a mask applied to them) rule out the whole vocabulary"
+        ) from None
     if (logits == float("inf")).any():
         raise ValueError("logits must be finite or -inf, got +inf: softmax of +inf is NaN") from None
 
 
 def _check_model(model: nn.Module, use_cache: bool) -> int:
-    context_length = check_int("context_length", getattr(model, "context_length", None),
-                               expected="an int attribute of the model")
+    context_length = check_int(
+        "context_length", getattr(model, "context_length", None), expected="an int attribute of the model"
+    )
     if check_bool("use_cache", use_cache) and not callable(getattr(model, "new_cache", None)):
         raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
     return context_length
@@ -187,11 +207,20 @@ def _check_on_full(on_full: object, keep_on_shift: object, context_length: int) 
 
 
 @torch.no_grad()
-def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-                    top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
-                    use_cache: bool = True, generator: torch.Generator | None = None, *,
-                    on_full: OnFull = "error", keep_on_shift: int | None = None,
-                    ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+def generate_stream(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    greedy: bool = False,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    *,
+    on_full: OnFull = "error",
+    keep_on_shift: int | None = None,
+) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Generate one token at a time, yielding ``(tokens (B,), logits (B, V))`` as soon as each is chosen.
 
     Without a cache each step recomputes the last ``context_length`` tokens. With ``use_cache`` and
@@ -209,10 +238,12 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
     keep = _check_on_full(on_full, keep_on_shift, context_length)
     if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
         # Notebook 08's stored output shows this message: change the two together (it could name on_full).
-        raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
-                         f"model's context_length ({context_length}): the KV cache cannot hold them (the last "
-                         "token is never fed back); shorten them or pass use_cache=False, which crops to the "
-                         "last context_length tokens")
+        raise ValueError(
+            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
+            f"model's context_length ({context_length}): the KV cache cannot hold them (the last "
+            "token is never fed back); shorten them or pass use_cache=False, which crops to the "
+            "last context_length tokens"
+        )
     model.eval()
     cache = model.new_cache() if use_cache else None
     cached = 0  # positions held by the current cache
@@ -233,11 +264,22 @@ def generate_stream(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, te
         seq = torch.cat([seq, step_input], dim=1)  # (B, T + 1)
 
 
-def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperature: float = 1.0,
-             top_k: int | None = None, top_p: float | None = None, greedy: bool = False,
-             use_cache: bool = True, generator: torch.Generator | None = None,
-             callback: Callable[[torch.Tensor], None] | None = None, return_logits: bool = False, *,
-             on_full: OnFull = "error", keep_on_shift: int | None = None):
+def generate(
+    model: nn.Module,
+    idx: torch.Tensor,
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_k: int | None = None,
+    top_p: float | None = None,
+    greedy: bool = False,
+    use_cache: bool = True,
+    generator: torch.Generator | None = None,
+    callback: Callable[[torch.Tensor], None] | None = None,
+    return_logits: bool = False,
+    *,
+    on_full: OnFull = "error",
+    keep_on_shift: int | None = None,
+):
     """The prompt followed by ``max_new_tokens`` generated tokens (and their logits with ``return_logits``).
 
     ``callback(tokens (B,))`` runs after every step; the other settings are :func:`generate_stream`'s.
@@ -246,8 +288,19 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function of the new tokens (B,), or None, got {type(callback).__name__}")
     tokens, all_logits = [], []
-    for token, logits in generate_stream(model, idx, max_new_tokens, temperature, top_k, top_p, greedy,
-                                         use_cache, generator, on_full=on_full, keep_on_shift=keep_on_shift):
+    for token, logits in generate_stream(
+        model,
+        idx,
+        max_new_tokens,
+        temperature,
+        top_k,
+        top_p,
+        greedy,
+        use_cache,
+        generator,
+        on_full=on_full,
+        keep_on_shift=keep_on_shift,
+    ):
         tokens.append(token)
         all_logits.append(logits)
         if callback is not None:
@@ -261,8 +314,9 @@ def generate(model: nn.Module, idx: torch.Tensor, max_new_tokens: int, temperatu
 
 
 @torch.no_grad()
-def beam_search(model: nn.Module, idx: torch.Tensor, beam_width: int, max_new_tokens: int,
-                use_cache: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+def beam_search(
+    model: nn.Module, idx: torch.Tensor, beam_width: int, max_new_tokens: int, use_cache: bool = True
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Keep the ``beam_width`` most likely continuations at every step (no end token, no length penalty).
 
     Shape: idx (1, T) -> sequences (W, T + N), scores (W,) log-probabilities of the N new tokens, best first
@@ -275,8 +329,10 @@ def beam_search(model: nn.Module, idx: torch.Tensor, beam_width: int, max_new_to
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     context_length = _check_model(model, use_cache)
     if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
-        raise ValueError(f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
-                         f"model's context_length ({context_length}); pass use_cache=False to crop instead")
+        raise ValueError(
+            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
+            f"model's context_length ({context_length}); pass use_cache=False to crop instead"
+        )
     model.eval()
     cache = model.new_cache() if use_cache else None
     seqs = idx  # (n, T'): n live beams, 1 at the start

@@ -87,8 +87,12 @@ class GPTConfig:
         check_bool("bias", self.bias)
         check_choice("positions", self.positions, _POSITIONS)
         check_choice("attention", self.attention, _ATTENTION)
-        check_choice("norm_position", self.norm_position, shared.NORM_POSITIONS,
-                     " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)")
+        check_choice(
+            "norm_position",
+            self.norm_position,
+            shared.NORM_POSITIONS,
+            " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)",
+        )
         if self.positions == "rope":
             if self.head_dim % 2 != 0:
                 raise ValueError(
@@ -113,7 +117,9 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
         if not isinstance(d, dict):
-            raise TypeError(f"from_dict takes a dict of GPTConfig fields (what to_dict returned), got {type(d).__name__}")
+            raise TypeError(
+                f"from_dict takes a dict of GPTConfig fields (what to_dict returned), got {type(d).__name__}"
+            )
         unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
         if unknown:
             raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}")
@@ -125,8 +131,7 @@ PRESETS: dict[str, GPTConfig] = {
     "tiny": GPTConfig(context_length=32, embed_dim=32, num_heads=4, num_layers=2, dropout=0.0),
     # A laptop CPU (2 cores, about 85 s): smaller than nanoGPT's CPU recipe (4 layers, 128 wide) and trained
     # on more tokens in less time; see benchmarks/TRAINING.md for how it was chosen.
-    "cpu": GPTConfig(context_length=64, embed_dim=96, num_heads=4, num_layers=3, dropout=0.0,
-                     positions="rope"),
+    "cpu": GPTConfig(context_length=64, embed_dim=96, num_heads=4, num_layers=3, dropout=0.0, positions="rope"),
     # One GPU: nanoGPT's "baby Shakespeare" model (about 10.7M parameters).
     "gpu": GPTConfig(context_length=256, embed_dim=384, num_heads=6, num_layers=6, dropout=0.2),
 }
@@ -155,8 +160,14 @@ class CausalSelfAttention(MultiHeadAttention):
         self.attention = config.attention
         self.resid_dropout = nn.Dropout(config.dropout)
 
-    def forward(self, x: torch.Tensor, cache: KVCache | None = None, need_weights: bool = False,
-                mask: torch.Tensor | None = None, start: int = 0):
+    def forward(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        mask: torch.Tensor | None = None,
+        start: int = 0,
+    ):
         if not torch.compiler.is_compiling():  # a few attribute reads: a learner may call a layer on its own
             check_embedded("x", x, self.embed_dim, self)
             check_bool("need_weights", need_weights)
@@ -211,14 +222,31 @@ class Block(shared.Block):
         if config.num_kv_heads in (None, config.num_heads):
             attn = CausalSelfAttention(config, layer_idx)
         else:
-            attn = GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads,
-                                         bias=config.bias, rope=config.positions == "rope")
-        super().__init__(config.embed_dim, attn, config.mlp_ratio, bias=config.bias, dropout=config.dropout,
-                         norm_position=config.norm_position)
+            attn = GroupedQueryAttention(
+                config.embed_dim,
+                config.num_heads,
+                config.num_kv_heads,
+                bias=config.bias,
+                rope=config.positions == "rope",
+            )
+        super().__init__(
+            config.embed_dim,
+            attn,
+            config.mlp_ratio,
+            bias=config.bias,
+            dropout=config.dropout,
+            norm_position=config.norm_position,
+        )
         self.layer_idx = layer_idx
 
-    def attend(self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None,
-               start: int = 0, need_weights: bool = False):
+    def attend(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        mask: torch.Tensor | None = None,
+        start: int = 0,
+        need_weights: bool = False,
+    ):
         """The attention branch alone: (B, T, C) -> (B, T, C), and weights (B, H, T, S)."""
         if isinstance(self.attn, GroupedQueryAttention):  # its mask is explicit, and it never drops out
             T = x.shape[1]
@@ -242,12 +270,16 @@ class GPT(nn.Module):
         self.config = config
         self.context_length = config.context_length
         self.tok_emb = nn.Embedding(config.vocab_size, config.embed_dim)
-        self.pos_emb = (LearnedPositionalEmbedding(config.context_length, config.embed_dim)
-                        if config.positions == "learned" else None)
+        self.pos_emb = (
+            LearnedPositionalEmbedding(config.context_length, config.embed_dim)
+            if config.positions == "learned"
+            else None
+        )
         self.drop = nn.Dropout(config.dropout)
         self.blocks = nn.ModuleList(Block(config, i) for i in range(config.num_layers))
-        self.ln_f = (nn.LayerNorm(config.embed_dim, bias=config.bias) if config.norm_position == "pre"
-                     else nn.Identity())  # post-norm: the last block's ln_2 is the final normalisation
+        self.ln_f = (
+            nn.LayerNorm(config.embed_dim, bias=config.bias) if config.norm_position == "pre" else nn.Identity()
+        )  # post-norm: the last block's ln_2 is the final normalisation
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size, bias=False)
         self.lm_head.weight = self.tok_emb.weight  # weight tying: one (V, C) matrix reads and writes tokens
         self.apply(self._init_weights)
@@ -301,7 +333,7 @@ class GPT(nn.Module):
         if self.pos_emb is not None:
             # What self.pos_emb(x, positions) computes, without its per-call checks (done above): they read a
             # tensor's value in Python, which stalls a GPU and splits a torch.compile graph in four.
-            x = x + self.pos_emb.embedding.weight[start:start + T]  # (B, T, C) + (T, C)
+            x = x + self.pos_emb.embedding.weight[start : start + T]  # (B, T, C) + (T, C)
         return self.drop(x)
 
     def new_cache(self) -> KVCache:
@@ -314,18 +346,23 @@ class GPT(nn.Module):
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
         if isinstance(targets, KVCache):
-            raise TypeError("got a KVCache as targets (the second argument): pass it as cache=..., or give "
-                            "course_utils.generation model.for_generation(), whose forward is (idx, cache)")
+            raise TypeError(
+                "got a KVCache as targets (the second argument): pass it as cache=..., or give "
+                "course_utils.generation model.for_generation(), whose forward is (idx, cache)"
+            )
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
         start = 0 if cache is None else cache.length  # read once, before any layer appends
         x = self._embed(idx, start)  # (B, T, C); checks idx
         if targets is not None and not torch.compiler.is_compiling():
-            check_token_ids("targets", targets, self.config.vocab_size, ignore_index=-100,
-                            values=self._values_checked(idx))
+            check_token_ids(
+                "targets", targets, self.config.vocab_size, ignore_index=-100, values=self._values_checked(idx)
+            )
             if targets.shape != idx.shape:
-                raise ValueError(f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
-                                 f"position), got {tuple(targets.shape)}")
+                raise ValueError(
+                    f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
+                    f"position), got {tuple(targets.shape)}"
+                )
         for block in self.blocks:
             x = block(x, cache=cache, start=start)  # (B, T, C)
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)

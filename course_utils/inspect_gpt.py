@@ -13,8 +13,17 @@ from course_utils._validate import check_floating, check_int, check_token_ids
 from course_utils.gpt import GPT, CausalSelfAttention
 from course_utils.multihead import split_heads
 
-__all__ = ["layer_grad_norms", "xavier_init_", "first_key_share", "uniform_first_key_share", "attention_and_values",
-           "weighted_value_norms", "top_key_disagreement", "rank_correlation", "selected_key_ratios"]
+__all__ = [
+    "layer_grad_norms",
+    "xavier_init_",
+    "first_key_share",
+    "uniform_first_key_share",
+    "attention_and_values",
+    "weighted_value_norms",
+    "top_key_disagreement",
+    "rank_correlation",
+    "selected_key_ratios",
+]
 
 
 def _check_gpt(model: object) -> GPT:
@@ -28,8 +37,9 @@ def _check_gpt(model: object) -> GPT:
 # ----------------------------------------------------------------------------------------------
 
 
-def layer_grad_norms(model: GPT, idx: torch.Tensor, targets: torch.Tensor,
-                     parameter: str = "mlp.fc_out.weight") -> torch.Tensor:
+def layer_grad_norms(
+    model: GPT, idx: torch.Tensor, targets: torch.Tensor, parameter: str = "mlp.fc_out.weight"
+) -> torch.Tensor:
     """The norm of the loss's gradient with respect to one ``parameter`` of every block, first block first.
 
     Uses ``torch.autograd.grad`` in the model's current mode: ``.grad`` and the weights are left alone.
@@ -63,7 +73,7 @@ def xavier_init_(model: GPT) -> GPT:
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Embedding):
-            nn.init.normal_(m.weight, mean=0.0, std=C ** -0.5)
+            nn.init.normal_(m.weight, mean=0.0, std=C**-0.5)
         elif isinstance(m, nn.LayerNorm):
             m.reset_parameters()
     return model
@@ -78,8 +88,10 @@ def _check_weights(name: str, w: object) -> torch.Tensor:
     if not isinstance(w, torch.Tensor):
         raise TypeError(f"{name} must be a tensor (B, H, T, T), got {type(w).__name__}")
     if w.dim() != 4 or w.shape[-1] != w.shape[-2]:
-        raise ValueError(f"{name} must be self-attention weights (B, H, T, T), as GPT.attention_maps returns "
-                         f"for each layer, got shape {tuple(w.shape)}")
+        raise ValueError(
+            f"{name} must be self-attention weights (B, H, T, T), as GPT.attention_maps returns "
+            f"for each layer, got shape {tuple(w.shape)}"
+        )
     if not w.is_floating_point():
         raise TypeError(f"{name} must be a floating tensor, got {w.dtype}")
     if w.shape[-1] < 2:
@@ -92,8 +104,10 @@ def _check_weights_and_norms(weights: object, norms: object) -> tuple[torch.Tens
     if not isinstance(norms, torch.Tensor):
         raise TypeError(f"norms must be a tensor of the weights' shape {tuple(w.shape)}, got {type(norms).__name__}")
     if norms.shape != w.shape:
-        raise ValueError(f"norms must have the weights' shape {tuple(w.shape)} (weighted_value_norms of these "
-                         f"weights), got {tuple(norms.shape)}")
+        raise ValueError(
+            f"norms must have the weights' shape {tuple(w.shape)} (weighted_value_norms of these "
+            f"weights), got {tuple(norms.shape)}"
+        )
     check_floating("norms", norms)
     return w, norms
 
@@ -128,12 +142,15 @@ def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tens
     """
     model = _check_gpt(model)
     if not all(isinstance(block.attn, CausalSelfAttention) for block in model.blocks):
-        raise ValueError("attention_and_values needs multi-head attention in every block (num_kv_heads None or "
-                         "equal to num_heads); this model uses grouped-query attention")
+        raise ValueError(
+            "attention_and_values needs multi-head attention in every block (num_kv_heads None or "
+            "equal to num_heads); this model uses grouped-query attention"
+        )
     check_token_ids("idx", idx, model.config.vocab_size)
     inputs: list[torch.Tensor] = []  # what each block's attention reads: ln_1(x) pre-norm, x post-norm
-    hooks = [block.attn.register_forward_pre_hook(lambda module, args: inputs.append(args[0]))
-             for block in model.blocks]
+    hooks = [
+        block.attn.register_forward_pre_hook(lambda module, args: inputs.append(args[0])) for block in model.blocks
+    ]
     try:
         maps = model.attention_maps(idx)  # L x (B, H, T, T)
     finally:
@@ -161,8 +178,10 @@ def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.T
             raise ValueError(f"{name} must have at least 2 dims, got shape {tuple(t.shape)}")
         check_floating(name, t)
     if weights.shape[:-2] != values.shape[:-2] or weights.shape[-1] != values.shape[-2]:
-        raise ValueError(f"weights (..., T, S) and values (..., S, E) must agree on the leading dims and on S, got "
-                         f"{tuple(weights.shape)} and {tuple(values.shape)}")
+        raise ValueError(
+            f"weights (..., T, S) and values (..., S, E) must agree on the leading dims and on S, got "
+            f"{tuple(weights.shape)} and {tuple(values.shape)}"
+        )
     return weights * values.norm(dim=-1).unsqueeze(-2)  # (..., T, S) * (..., 1, S)
 
 
@@ -193,8 +212,9 @@ def rank_correlation(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor
     return torch.stack(per_row, dim=-1).mean(dim=(0, 2)).to(w.dtype)  # (B, H, T - 2) -> (H,)
 
 
-def selected_key_ratios(weights: torch.Tensor, values: torch.Tensor,
-                        selected: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def selected_key_ratios(
+    weights: torch.Tensor, values: torch.Tensor, selected: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Weight drawn by the ``selected`` keys and their value lengths, each over the other keys', per head.
 
     A key's weight is averaged over the queries that can see it.
@@ -207,8 +227,11 @@ def selected_key_ratios(weights: torch.Tensor, values: torch.Tensor,
         got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
         raise ValueError(f"values must be (B, H, T, E) = ({B}, {H}, {T}, E) to go with weights, got {got}")
     if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool or selected.shape != (B, T):
-        got = (f"{tuple(selected.shape)} {selected.dtype}" if isinstance(selected, torch.Tensor)
-               else type(selected).__name__)
+        got = (
+            f"{tuple(selected.shape)} {selected.dtype}"
+            if isinstance(selected, torch.Tensor)
+            else type(selected).__name__
+        )
         raise ValueError(f"selected must be a bool tensor (B, T) = ({B}, {T}), got {got}")
     if bool(selected.all()) or not bool(selected.any()):
         raise ValueError("selected must mark some keys and leave others unmarked: a ratio needs both")

@@ -32,8 +32,15 @@ from course_utils.positional import (
     sinusoidal_encoding,
 )
 
-__all__ = ["POSITIONS", "LengthGenConfig", "make_batch", "TinyPositionalModel", "train_model", "evaluate",
-           "accuracy_by_length"]
+__all__ = [
+    "POSITIONS",
+    "LengthGenConfig",
+    "make_batch",
+    "TinyPositionalModel",
+    "train_model",
+    "evaluate",
+    "accuracy_by_length",
+]
 
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")  # the values of a model's ``positions``
 SCHEMES = POSITIONS  # the earlier name, which notebook 06 imports
@@ -58,15 +65,26 @@ class LengthGenConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("num_letters", "num_fillers", "embed_dim", "num_heads", "num_layers", "train_length",
-                     "steps", "batch_size", "eval_batch"):
+        for name in (
+            "num_letters",
+            "num_fillers",
+            "embed_dim",
+            "num_heads",
+            "num_layers",
+            "train_length",
+            "steps",
+            "batch_size",
+            "eval_batch",
+        ):
             check_positive_int(name, getattr(self, name))
         check_fraction("letter_prob", self.letter_prob, zero_allowed=False)
         check_positive_number("lr", self.lr)
         check_int("seed", self.seed, minimum=0)
         if self.embed_dim % (2 * self.num_heads) != 0:
-            raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by 2 * num_heads "
-                             f"({2 * self.num_heads}) so that RoPE has an even head_dim")
+            raise ValueError(
+                f"embed_dim ({self.embed_dim}) must be divisible by 2 * num_heads "
+                f"({2 * self.num_heads}) so that RoPE has an even head_dim"
+            )
         if not isinstance(self.eval_lengths, tuple):
             raise TypeError(f"eval_lengths must be a tuple of positive ints, got {type(self.eval_lengths).__name__}")
         if not self.eval_lengths:
@@ -96,8 +114,9 @@ class LengthGenConfig:
         return replace(self, **changes)
 
 
-def make_batch(config: LengthGenConfig, batch_size: int, T: int,
-               generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def make_batch(
+    config: LengthGenConfig, batch_size: int, T: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Random sequences of the "last letter" task and their answers; position 0 is always a letter.
 
     Shape: -> tokens (B, T) long, targets (B, T) long. Taught in notebook 06.
@@ -139,8 +158,9 @@ class TinyPositionalModel(nn.Module):
         learned = positions == "learned"
         self.pos_emb = LearnedPositionalEmbedding(config.max_length, config.embed_dim) if learned else None
         attention = _ATTENTION.get(positions, MultiHeadAttention)
-        self.blocks = nn.ModuleList(Block(config.embed_dim, attention(config.embed_dim, config.num_heads))
-                                    for _ in range(config.num_layers))  # pre-norm
+        self.blocks = nn.ModuleList(
+            Block(config.embed_dim, attention(config.embed_dim, config.num_heads)) for _ in range(config.num_layers)
+        )  # pre-norm
         self.ln_f = nn.LayerNorm(config.embed_dim)
         self.head = nn.Linear(config.embed_dim, config.num_letters)
 
@@ -158,8 +178,9 @@ class TinyPositionalModel(nn.Module):
         return self.head(self.ln_f(x))  # (B, T, num_letters)
 
 
-def train_model(config: LengthGenConfig, positions: str,
-                progress: Iterable[int] | None = None) -> tuple[TinyPositionalModel, list[float]]:
+def train_model(
+    config: LengthGenConfig, positions: str, progress: Iterable[int] | None = None
+) -> tuple[TinyPositionalModel, list[float]]:
     """Train a fresh model for ``config.steps`` AdamW steps at length ``config.train_length``, seeded alike.
 
     ``progress`` may wrap ``range(config.steps)`` (a tqdm bar). Returns the model in eval mode and the losses.
@@ -181,7 +202,9 @@ def train_model(config: LengthGenConfig, positions: str,
 
 
 @torch.no_grad()
-def evaluate(model: TinyPositionalModel, T: int, batch_size: int | None = None, seed: int = 1234) -> tuple[float, float]:
+def evaluate(
+    model: TinyPositionalModel, T: int, batch_size: int | None = None, seed: int = 1234
+) -> tuple[float, float]:
     """Loss and accuracy on fresh sequences of length T, counted at the fillers (letters need no position)."""
     if not isinstance(model, TinyPositionalModel):
         raise TypeError(f"model must be a TinyPositionalModel (from train_model), got {type(model).__name__}")

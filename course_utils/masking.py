@@ -35,16 +35,16 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
     T = check_int("T", T)
     S = T if S is None else check_int("S", S)
     if T > S:
-        raise ValueError(
-            f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}"
-        )
+        raise ValueError(f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
     if device is not None:
         from course_utils.environment import parse_device
 
         device = parse_device(device)
     if T * S > 2**40:  # a terabyte of bools: torch would overflow or fail to allocate, deep inside
-        raise ValueError(f"causal_mask({T}, {S}) would need {T * S:,} bytes ({T * S / 2**30:,.0f} GiB) for a "
-                         "(T, S) bool mask: use a smaller T and S")
+        raise ValueError(
+            f"causal_mask({T}, {S}) would need {T * S:,} bytes ({T * S / 2**30:,.0f} GiB) for a "
+            "(T, S) bool mask: use a smaller T and S"
+        )
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # (T, S)
 
 
@@ -57,9 +57,11 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | No
     check_bool_mask(mask, scores.shape)
     fill = float("-inf") if fill_value is None else check_number("fill_value", fill_value, "a number or None")
     if not (fill == float("-inf") or (math.isfinite(fill) and fill < 0)):
-        raise ValueError(f"fill_value must be -inf or a finite negative number (blocked keys need a score far below "
-                         f"the others so the softmax gives them ~0 weight; NaN or +inf would poison the row), "
-                         f"got {fill}")
+        raise ValueError(
+            f"fill_value must be -inf or a finite negative number (blocked keys need a score far below "
+            f"the others so the softmax gives them ~0 weight; NaN or +inf would poison the row), "
+            f"got {fill}"
+        )
     return scores.masked_fill(~mask, fill)
 
 
@@ -73,7 +75,9 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
     if lengths.numel() == 0:
         lengths = lengths.long()  # torch.as_tensor([]) is float32; an empty batch is still a batch
     if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
-        raise TypeError(f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}")
+        raise TypeError(
+            f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}"
+        )
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
         raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
     positions = torch.arange(S, device=lengths.device)  # (S,)

@@ -46,8 +46,9 @@ def _check_memory(memory: object, x: torch.Tensor, module: nn.Module) -> None:
     check_floating("memory", memory)
     B, C = x.shape[0], module.embed_dim
     if memory.dim() != 3 or memory.shape[0] != B or memory.shape[1] == 0 or memory.shape[2] != C:
-        raise ValueError(f"memory must have shape (B={B}, S >= 1, C={C}) for x of shape {tuple(x.shape)}, "
-                         f"got {tuple(memory.shape)}")
+        raise ValueError(
+            f"memory must have shape (B={B}, S >= 1, C={C}) for x of shape {tuple(x.shape)}, got {tuple(memory.shape)}"
+        )
     check_matches_module("memory", memory, module)
 
 
@@ -78,7 +79,11 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
 def _check_packed(packed: object) -> None:
     if not isinstance(packed, MultiHeadAttention):
-        hint = " (convert it first with MultiHeadAttention.from_torch)" if isinstance(packed, nn.MultiheadAttention) else ""
+        hint = (
+            " (convert it first with MultiHeadAttention.from_torch)"
+            if isinstance(packed, nn.MultiheadAttention)
+            else ""
+        )
         raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
 
 
@@ -136,8 +141,10 @@ class MultiHeadAttentionWrapper(nn.Module):
         if mask is not None:
             B, T, _ = x.shape
             check_bool_mask(mask, (B, self.num_heads, T, T))
-        results = [head(x, _mask_of_head(mask, h), need_weights=True)  # H x ((B, T, D), (B, T, T))
-                   for h, head in enumerate(self.heads)]
+        results = [
+            head(x, _mask_of_head(mask, h), need_weights=True)  # H x ((B, T, D), (B, T, T))
+            for h, head in enumerate(self.heads)
+        ]
         out = torch.cat([o for o, _ in results], dim=-1)  # H x (B, T, D) -> (B, T, C)
         weights = torch.stack([w for _, w in results], dim=1)  # H x (B, T, T) -> (B, H, T, T)
         return _returned(self.out_proj(out), weights, need_weights)
@@ -229,14 +236,26 @@ class MultiHeadAttention(nn.Module):
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False, *,
-                memory: torch.Tensor | None = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        *,
+        memory: torch.Tensor | None = None,
+    ):
         check_attention_input(x, self, need_weights)
-        if (isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.dim() == 3
-                and mask.shape[-1] == self.embed_dim):  # nn.MultiheadAttention's habit: attn(x, memory, ...)
-            raise TypeError(f"mask must be boolean, got a floating tensor of shape {tuple(mask.shape)}, which "
-                            f"looks like a (B, S, C) memory: for cross-attention pass it by keyword, "
-                            f"attn(x, memory=m)")
+        if (
+            isinstance(mask, torch.Tensor)
+            and mask.is_floating_point()
+            and mask.dim() == 3
+            and mask.shape[-1] == self.embed_dim
+        ):  # nn.MultiheadAttention's habit: attn(x, memory, ...)
+            raise TypeError(
+                f"mask must be boolean, got a floating tensor of shape {tuple(mask.shape)}, which "
+                f"looks like a (B, S, C) memory: for cross-attention pass it by keyword, "
+                f"attn(x, memory=m)"
+            )
         if memory is None:  # self-attention: queries, keys and values all from x
             q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         else:  # cross-attention: queries from x, keys and values from the memory

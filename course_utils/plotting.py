@@ -21,8 +21,10 @@ def _as_2d(weights: torch.Tensor, what: str) -> torch.Tensor:
     if not isinstance(weights, torch.Tensor):
         raise TypeError(f"{what} must be a torch.Tensor, got {type(weights).__name__}")
     if weights.device.type == "meta":
-        raise ValueError(f"{what} is on the meta device, which holds no values to plot: compute them on a real "
-                         "device (cpu, cuda, mps)")
+        raise ValueError(
+            f"{what} is on the meta device, which holds no values to plot: compute them on a real "
+            "device (cpu, cuda, mps)"
+        )
     if weights.numel() == 0:
         raise ValueError(f"{what} is empty (shape {tuple(weights.shape)}): there is nothing to plot")
     return weights.detach().float().cpu()
@@ -58,7 +60,9 @@ def plot_weights(
     """
     w = _as_2d(weights, "weights")
     if w.dim() != 2:
-        raise ValueError(f"plot_weights takes one (T, S) matrix, got shape {tuple(w.shape)}; use plot_heads for (H, T, S)")
+        raise ValueError(
+            f"plot_weights takes one (T, S) matrix, got shape {tuple(w.shape)}; use plot_heads for (H, T, S)"
+        )
     if mask is not None:
         return _plot_masked(w, mask, query_labels, key_labels, ax, title, vmax)
     T, S = w.shape
@@ -79,14 +83,21 @@ def plot_weights(
         for i in range(T):
             for j in range(S):
                 v = float(w[i, j])
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if v > 0.6 * top else "black")
+                ax.text(
+                    j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * top else "black"
+                )
     return ax
 
 
-def _plot_masked(w: torch.Tensor, mask: torch.Tensor, query_labels: Sequence[str] | None,
-                 key_labels: Sequence[str] | None, ax: plt.Axes | None, title: str | None,
-                 vmax: float | None) -> plt.Axes:
+def _plot_masked(
+    w: torch.Tensor,
+    mask: torch.Tensor,
+    query_labels: Sequence[str] | None,
+    key_labels: Sequence[str] | None,
+    ax: plt.Axes | None,
+    title: str | None,
+    vmax: float | None,
+) -> plt.Axes:
     """:func:`plot_weights` with ``mask``: blocked cells hatched, NaN written in red, blocked zeros left blank."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != w.shape:
         got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
@@ -104,8 +115,9 @@ def _plot_masked(w: torch.Tensor, mask: torch.Tensor, query_labels: Sequence[str
             if nan[i, j]:
                 ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
             elif mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
-                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7,
-                        color="white" if v > 0.6 * peak else "black")
+                ax.text(
+                    j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * peak else "black"
+                )
     return ax
 
 
@@ -139,9 +151,15 @@ def plot_heads(
         if h >= H:
             ax.axis("off")
             continue
-        plot_weights(w[h], labels if labels is not None and len(labels) == T else None,
-                     labels if labels is not None and len(labels) == S else None,
-                     ax=ax, title=f"head {h}", annotate=False, vmax=top)
+        plot_weights(
+            w[h],
+            labels if labels is not None and len(labels) == T else None,
+            labels if labels is not None and len(labels) == S else None,
+            ax=ax,
+            title=f"head {h}",
+            annotate=False,
+            vmax=top,
+        )
     if title:
         fig.suptitle(title)
     fig.tight_layout()
@@ -177,8 +195,9 @@ def plot_attention_maps(
     notebook 09.
     """
     if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence):
-        raise TypeError(f"maps must be a list of per-layer weights, as GPT.attention_maps returns, "
-                        f"got {type(maps).__name__}")
+        raise TypeError(
+            f"maps must be a list of per-layer weights, as GPT.attention_maps returns, got {type(maps).__name__}"
+        )
     if len(maps) == 0:
         raise ValueError("maps must be a non-empty list of per-layer weights, as GPT.attention_maps returns")
     if not isinstance(labels, (Sequence, str)):
@@ -233,8 +252,9 @@ def plot_loss_curve(
         if isinstance(row, str) or not hasattr(row, "__len__") or len(row) != 3:
             raise ValueError(f"evals must hold rows (step, train_loss, val_loss), got {row!r} at index {i}")
     if baselines is not None and not isinstance(baselines, Mapping):
-        raise TypeError(f"baselines must be a dict of name -> loss, e.g. {{'unigram': 3.3}}, "
-                        f"got {type(baselines).__name__}")
+        raise TypeError(
+            f"baselines must be a dict of name -> loss, e.g. {{'unigram': 3.3}}, got {type(baselines).__name__}"
+        )
     if total_steps is not None:
         check_int("total_steps", total_steps, minimum=0)
     check_positive_int("smooth", smooth)
@@ -245,7 +265,7 @@ def plot_loss_curve(
         h = torch.tensor(list(history), dtype=torch.float64)
         ax.plot(steps, h, color="tab:blue", alpha=0.25, linewidth=0.8, label="train loss (each step)")
         k = max(1, min(smooth, len(h)))
-        running = torch.tensor([float(h[max(0, i - k + 1):i + 1].mean()) for i in range(len(h))])
+        running = torch.tensor([float(h[max(0, i - k + 1) : i + 1].mean()) for i in range(len(h))])
         ax.plot(steps, running, color="tab:blue", linewidth=1.5, label=f"train loss (mean of {k} steps)")
     if len(evals):
         e = torch.tensor([list(r) for r in evals], dtype=torch.float64)
@@ -269,8 +289,14 @@ class LiveLossPlot:
     one per update). ``history`` and ``evals`` start from a resumed run's saved ones when passed.
     """
 
-    def __init__(self, total_steps: int, baselines: Mapping[str, float] | None = None, every: int = 5,
-                 history: Sequence[float] = (), evals: Sequence[Sequence[float]] = ()) -> None:
+    def __init__(
+        self,
+        total_steps: int,
+        baselines: Mapping[str, float] | None = None,
+        every: int = 5,
+        history: Sequence[float] = (),
+        evals: Sequence[Sequence[float]] = (),
+    ) -> None:
         check_positive_int("every", every)
         check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps

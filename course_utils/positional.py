@@ -57,7 +57,9 @@ def _check_positions(positions: object, T: int, device: torch.device) -> torch.T
     if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
         raise TypeError(f"positions must be an integer tensor (absolute positions), got dtype {positions.dtype}")
     if positions.dim() != 1 or positions.shape[0] != T:
-        raise ValueError(f"positions must have shape (T,) = ({T},), one per position of x, got {tuple(positions.shape)}")
+        raise ValueError(
+            f"positions must have shape (T,) = ({T},), one per position of x, got {tuple(positions.shape)}"
+        )
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
     return positions.to(device)
@@ -153,8 +155,9 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
     try:
         torch.broadcast_shapes(x1.shape, x2.shape, angle.shape)
     except RuntimeError:
-        raise ValueError(f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} "
-                         "do not broadcast together") from None
+        raise ValueError(
+            f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} do not broadcast together"
+        ) from None
     cos, sin = torch.cos(angle), torch.sin(angle)
     return x1 * cos - x2 * sin, x1 * sin + x2 * cos
 
@@ -166,7 +169,7 @@ def _rotate_channels(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pair
         x1, x2 = x[..., 0::2], x[..., 1::2]  # (..., T, D/2) each: channels 0, 2, 4, ... and 1, 3, 5, ...
         r1, r2 = x1 * cos - x2 * sin, x1 * sin + x2 * cos  # counter-clockwise in each pair's plane
         return torch.stack([r1, r2], dim=-1).flatten(-2)  # (..., T, D/2, 2) -> (..., T, D), interleaved again
-    x1, x2 = x[..., : D // 2], x[..., D // 2:]  # (..., T, D/2) each: first half and second half
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]  # (..., T, D/2) each: first half and second half
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)  # (..., T, D): two slices, no strides
 
 
@@ -178,7 +181,8 @@ def apply_rope(
 ) -> torch.Tensor:
     """Rotary position embedding: rotate channel pair i of position t by the angle t * theta_i.
 
-    theta_i = base ** (-2i / D). ``positions`` default to 0 .. T-1 (a KV cache passes the new tokens' absolute positions). ``pairing``:
+    theta_i = base ** (-2i / D). ``positions`` default to 0 .. T-1 (a KV cache passes the new tokens' absolute
+    positions). ``pairing``:
     ``"half"`` (i, i + D/2; the course's) or ``"interleaved"`` (2i, 2i+1; RoFormer's).
     Shape: x (..., T, D), D even; positions (T,) integers or None -> (..., T, D). Taught in notebook 06.
     """
@@ -206,12 +210,18 @@ class RotaryTable:
         _check_even("head_dim", head_dim, "RoPE rotates pairs of channels")
         check_int("length", length, minimum=0)
         check_choice("pairing", pairing, _PAIRINGS)
-        self.head_dim, self.base, self.length, self.pairing = int(head_dim), check_greater_than("base", base, 1), int(length), pairing
+        self.head_dim, self.base, self.length, self.pairing = (
+            int(head_dim),
+            check_greater_than("base", base, 1),
+            int(length),
+            pairing,
+        )
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
 
     def __repr__(self) -> str:
-        return (f"RotaryTable(head_dim={self.head_dim}, base={self.base:g}, length={self.length}, "
-                f"pairing={self.pairing!r})")
+        return (
+            f"RotaryTable(head_dim={self.head_dim}, base={self.base:g}, length={self.length}, pairing={self.pairing!r})"
+        )
 
     def cos_sin(self, n: int, device: torch.device, dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
         """cos and sin of the angles of positions 0 .. n-1, (n, D/2) each, in ``dtype`` on ``device``."""
@@ -235,7 +245,7 @@ class RotaryTable:
         T = x.shape[-2]
         wide = x.to(torch.promote_types(x.dtype, torch.float32))
         cos, sin = self.cos_sin(start + T, x.device, wide.dtype)
-        out = _rotate_channels(wide, cos[start:start + T], sin[start:start + T], self.pairing)  # (..., T, D)
+        out = _rotate_channels(wide, cos[start : start + T], sin[start : start + T], self.pairing)  # (..., T, D)
         return out.to(x.dtype)
 
 
@@ -299,15 +309,27 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
     and weights (B, H, T, T) with ``need_weights``. head_dim must be even. Taught in notebook 06.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0,
-                 base: float = 10000.0, pairing: Pairing = "half") -> None:
+    def __init__(
+        self,
+        embed_dim: int,
+        num_heads: int,
+        bias: bool = True,
+        dropout: float = 0.0,
+        base: float = 10000.0,
+        pairing: Pairing = "half",
+    ) -> None:
         super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
         _check_even("head_dim (embed_dim / num_heads)", self.head_dim, "RoPE rotates pairs of channels")
         check_choice("pairing", pairing, _PAIRINGS)
         self.base, self.pairing = check_greater_than("base", base, 1), pairing
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False,
-                positions: torch.Tensor | None = None):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        positions: torch.Tensor | None = None,
+    ):
         check_attention_input(x, self, need_weights)
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)

@@ -21,8 +21,19 @@ import torch
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
-__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "run_folder", "unigram_loss", "Expectation",
-           "EXPECTATIONS", "check_expectations"]
+__all__ = [
+    "SIZE_ENV",
+    "RUNS_ENV",
+    "RunSize",
+    "RUN_SIZES",
+    "choose_size",
+    "runs_dir",
+    "run_folder",
+    "unigram_loss",
+    "Expectation",
+    "EXPECTATIONS",
+    "check_expectations",
+]
 
 SIZE_ENV = "COURSE_GPT_SIZE"
 OLD_SIZE_ENV = "COURSE_08_SIZE"  # its name before the split of notebook 07 made the tiny GPT notebook 09
@@ -40,14 +51,26 @@ class RunSize:
 
 
 RUN_SIZES: dict[str, RunSize] = {
-    "ci": RunSize("ci", GPTConfig.preset("tiny"),
-                  TrainConfig.preset("tiny", batch_size=32, max_steps=1000, eval_interval=250,
-                                     checkpoint_interval=250, log_interval=10),
-                  "2 layers, 32 wide, context 32: seconds on any CPU (CI and quick looks)"),
-    "cpu": RunSize("cpu", GPTConfig.preset("cpu"), TrainConfig.preset("cpu"),
-                   "3 layers, 96 wide, context 64, rotary positions: a few minutes on a laptop CPU"),
-    "gpu": RunSize("gpu", GPTConfig.preset("gpu"), TrainConfig.preset("gpu"),
-                   "nanoGPT's baby Shakespeare model, 6 layers, 384 wide, context 256: minutes on one GPU"),
+    "ci": RunSize(
+        "ci",
+        GPTConfig.preset("tiny"),
+        TrainConfig.preset(
+            "tiny", batch_size=32, max_steps=1000, eval_interval=250, checkpoint_interval=250, log_interval=10
+        ),
+        "2 layers, 32 wide, context 32: seconds on any CPU (CI and quick looks)",
+    ),
+    "cpu": RunSize(
+        "cpu",
+        GPTConfig.preset("cpu"),
+        TrainConfig.preset("cpu"),
+        "3 layers, 96 wide, context 64, rotary positions: a few minutes on a laptop CPU",
+    ),
+    "gpu": RunSize(
+        "gpu",
+        GPTConfig.preset("gpu"),
+        TrainConfig.preset("gpu"),
+        "nanoGPT's baby Shakespeare model, 6 layers, 384 wide, context 256: minutes on one GPU",
+    ),
 }
 
 
@@ -59,13 +82,17 @@ def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
     old, size = env.get(OLD_SIZE_ENV, "").strip(), env.get(SIZE_ENV, "").strip().lower()
     if old and not size:
-        instead = (f"set {SIZE_ENV}={old.lower()} instead" if old.lower() in RUN_SIZES
-                   else f"set {SIZE_ENV} to one of {sorted(RUN_SIZES)} instead ({old!r} is not a run size)")
+        instead = (
+            f"set {SIZE_ENV}={old.lower()} instead"
+            if old.lower() in RUN_SIZES
+            else f"set {SIZE_ENV} to one of {sorted(RUN_SIZES)} instead ({old!r} is not a run size)"
+        )
         raise ValueError(f"{OLD_SIZE_ENV} was renamed {SIZE_ENV} when the tiny GPT became notebook 09; {instead}")
     if size:
         if size not in RUN_SIZES:
-            raise ValueError(f"{SIZE_ENV}={env[SIZE_ENV].strip()!r} is not a run size; "
-                             f"choose one of {sorted(RUN_SIZES)}")
+            raise ValueError(
+                f"{SIZE_ENV}={env[SIZE_ENV].strip()!r} is not a run size; choose one of {sorted(RUN_SIZES)}"
+            )
         return size
     return "gpu" if str(device).startswith("cuda") else "cpu"
 
@@ -107,8 +134,11 @@ def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int
     """
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
         if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point() or ids.numel() == 0:
-            got = f"{type(ids).__name__} {tuple(ids.shape)} {ids.dtype}" if isinstance(ids, torch.Tensor) \
+            got = (
+                f"{type(ids).__name__} {tuple(ids.shape)} {ids.dtype}"
+                if isinstance(ids, torch.Tensor)
                 else type(ids).__name__
+            )
             raise ValueError(f"{name} must be a non-empty 1-D tensor of integer ids, got {got}")
         if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
             raise ValueError(f"{name} holds ids outside 0 .. {vocab_size - 1} (vocab_size = {vocab_size})")
@@ -129,17 +159,26 @@ class Expectation:
 # Measured on the course corpus (datasets/shakespeare.txt) with notebook 09's training cell; see
 # benchmarks/TRAINING.md for the commands and machines. Ranges leave room for other machines and loads.
 EXPECTATIONS: dict[tuple[str, str], Expectation] = {
-    ("ci", "cpu"): Expectation((2.00, 2.40), (5, 180),
-                               "measured 2026-11-23 on a 2-core CPU VM, one thread: val_loss 2.19 after "
-                               "17 to 19 s of training"),
-    ("cpu", "cpu"): Expectation((1.70, 1.85), (40, 600),
-                                "measured 2026-11-23 on a 2-core CPU VM, two threads, quiet: val_loss 1.77 after "
-                                "82 s of training (the shipped model's run)"),
-    ("cpu", "mps"): Expectation((1.70, 1.85), (20, 600),
-                                "estimate, not yet measured: same model and steps as on a CPU"),
-    ("gpu", "cuda"): Expectation((1.30, 1.55), (30, 600),
-                                 "estimate, not yet measured on this corpus: nanoGPT reports 1.47 for this model "
-                                 "on tiny Shakespeare after about 3 minutes on one A100"),
+    ("ci", "cpu"): Expectation(
+        (2.00, 2.40),
+        (5, 180),
+        "measured 2026-11-23 on a 2-core CPU VM, one thread: val_loss 2.19 after 17 to 19 s of training",
+    ),
+    ("cpu", "cpu"): Expectation(
+        (1.70, 1.85),
+        (40, 600),
+        "measured 2026-11-23 on a 2-core CPU VM, two threads, quiet: val_loss 1.77 after "
+        "82 s of training (the shipped model's run)",
+    ),
+    ("cpu", "mps"): Expectation(
+        (1.70, 1.85), (20, 600), "estimate, not yet measured: same model and steps as on a CPU"
+    ),
+    ("gpu", "cuda"): Expectation(
+        (1.30, 1.55),
+        (30, 600),
+        "estimate, not yet measured on this corpus: nanoGPT reports 1.47 for this model "
+        "on tiny Shakespeare after about 3 minutes on one A100",
+    ),
 }
 
 
@@ -157,29 +196,39 @@ def check_expectations(result: dict, size: str, device: str | None = None) -> tu
     loss, secs = result["val_loss"], result["train_s"]
     if expected is None:
         known = ", ".join(f"{s} on {d}" for s, d in EXPECTATIONS)
-        return True, (f"val_loss {loss:.2f} after {result['steps']} steps in {secs:.0f} s on {device_type}. "
-                      f"No written expectation for size {size!r} on {device_type} (there are: {known}).")
+        return True, (
+            f"val_loss {loss:.2f} after {result['steps']} steps in {secs:.0f} s on {device_type}. "
+            f"No written expectation for size {size!r} on {device_type} (there are: {known})."
+        )
     lo, hi = expected.val_loss
     tlo, thi = expected.seconds
-    lines = [f"Size {size!r} on {device_type}: expected val_loss {lo:.2f} to {hi:.2f} and {tlo:.0f} to {thi:.0f} s "
-             f"of training ({expected.source})."]
+    lines = [
+        f"Size {size!r} on {device_type}: expected val_loss {lo:.2f} to {hi:.2f} and {tlo:.0f} to {thi:.0f} s "
+        f"of training ({expected.source})."
+    ]
     loss_ok, time_ok = lo <= loss <= hi, tlo <= secs <= thi
     resumed = result.get("steps_this_run", result["steps"]) < result["steps"]
     lines.append(f"{'✓' if loss_ok else '!'} val_loss {loss:.2f} after {result['steps']} steps")
     if not loss_ok:
         if not math.isfinite(loss) or loss > hi:
-            lines.append("  Higher than expected. Was the run cut short (max_seconds, an interrupt: re-run the "
-                         "cell to resume), trained on other text (another --data file), or with other settings?")
+            lines.append(
+                "  Higher than expected. Was the run cut short (max_seconds, an interrupt: re-run the "
+                "cell to resume), trained on other text (another --data file), or with other settings?"
+            )
         else:
             lines.append("  Lower than expected: a longer run or other data? Nothing is wrong with a better model.")
     if resumed:
-        lines.append(f"· {result['steps_this_run']} of the {result['steps']} steps ran now; the rest came from "
-                     "the checkpoint, so the time below covers only this session.")
+        lines.append(
+            f"· {result['steps_this_run']} of the {result['steps']} steps ran now; the rest came from "
+            "the checkpoint, so the time below covers only this session."
+        )
     lines.append(f"{'✓' if time_ok or resumed else '!'} {secs:.0f} s of training")
     if not time_ok and not resumed:
         if secs > thi:
-            lines.append("  Slower than expected: is the machine busy with other work, on battery saving, or "
-                         "running fewer threads (torch.get_num_threads())? The result is still valid.")
+            lines.append(
+                "  Slower than expected: is the machine busy with other work, on battery saving, or "
+                "running fewer threads (torch.get_num_threads())? The result is still valid."
+            )
         else:
             lines.append("  Faster than expected: a quicker machine. Enjoy.")
     return loss_ok and (time_ok or resumed), "\n".join(lines)

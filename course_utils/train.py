@@ -158,8 +158,7 @@ class TrainConfig:
     fused_adamw: bool | None = None
 
     def __post_init__(self) -> None:
-        for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "log_interval",
-                     "checkpoint_interval"):
+        for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
             check_positive_int(name, getattr(self, name))
         check_int("warmup_steps", self.warmup_steps, minimum=0)
         check_positive_number("learning_rate", self.learning_rate)
@@ -184,12 +183,39 @@ class TrainConfig:
 
 
 TRAIN_PRESETS: dict[str, TrainConfig] = {
-    "tiny": TrainConfig(batch_size=16, max_steps=200, learning_rate=3e-3, min_lr=3e-4, warmup_steps=10,
-                        eval_interval=100, eval_batches=4, log_interval=10, checkpoint_interval=100),
-    "cpu": TrainConfig(batch_size=32, max_steps=1000, learning_rate=3e-3, min_lr=3e-4, warmup_steps=50,
-                       eval_interval=500, eval_batches=8, log_interval=50, checkpoint_interval=250),
-    "gpu": TrainConfig(batch_size=64, max_steps=5000, learning_rate=1e-3, min_lr=1e-4, warmup_steps=100,
-                       eval_interval=500, eval_batches=20, log_interval=50, checkpoint_interval=1000),
+    "tiny": TrainConfig(
+        batch_size=16,
+        max_steps=200,
+        learning_rate=3e-3,
+        min_lr=3e-4,
+        warmup_steps=10,
+        eval_interval=100,
+        eval_batches=4,
+        log_interval=10,
+        checkpoint_interval=100,
+    ),
+    "cpu": TrainConfig(
+        batch_size=32,
+        max_steps=1000,
+        learning_rate=3e-3,
+        min_lr=3e-4,
+        warmup_steps=50,
+        eval_interval=500,
+        eval_batches=8,
+        log_interval=50,
+        checkpoint_interval=250,
+    ),
+    "gpu": TrainConfig(
+        batch_size=64,
+        max_steps=5000,
+        learning_rate=1e-3,
+        min_lr=1e-4,
+        warmup_steps=100,
+        eval_interval=500,
+        eval_batches=20,
+        log_interval=50,
+        checkpoint_interval=1000,
+    ),
 }
 assert set(TRAIN_PRESETS) == set(PRESETS), "every model preset needs training settings of the same name"
 
@@ -203,7 +229,7 @@ class NonFiniteLossError(RuntimeError):
 
 
 class RunSetupError(ValueError):
-    """The run cannot start as asked (output folder, data, resume); found before the first step, one line with the fix."""
+    """The run cannot start as asked (output folder, data, resume): found before the first step, with the fix."""
 
 
 def learning_rate(step: int, train_config: TrainConfig) -> float:
@@ -213,8 +239,9 @@ def learning_rate(step: int, train_config: TrainConfig) -> float:
     rate then stays on its warmup ramp for the whole run."""
     step = check_int("step", step, minimum=0)
     if not isinstance(train_config, TrainConfig):
-        raise TypeError(f"train_config must be a TrainConfig (TrainConfig.preset('tiny'), say), "
-                        f"got {type(train_config).__name__}")
+        raise TypeError(
+            f"train_config must be a TrainConfig (TrainConfig.preset('tiny'), say), got {type(train_config).__name__}"
+        )
     warmup, max_steps = train_config.warmup_steps, train_config.max_steps
     top, bottom = train_config.learning_rate, train_config.min_lr
     if step < warmup:
@@ -241,15 +268,15 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
         torch.save(state, tmp)
 
 
-_REQUIRED = ("format", "model", "optimizer", "step", "model_config", "train_config", "rng", "tokenizer",
-             "history")
+_REQUIRED = ("format", "model", "optimizer", "step", "model_config", "train_config", "rng", "tokenizer", "history")
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read a checkpoint written by :func:`train`, with ``weights_only=True``; CheckpointError if it is damaged."""
     path = _existing_file(path, "checkpoint", "train a model first (python -m course_utils.train ...)")
-    state = _read_state(path, "checkpoint", "checkpoint", (_FORMAT,),
-                        "Delete it to start again, or restore an intact copy.")
+    state = _read_state(
+        path, "checkpoint", "checkpoint", (_FORMAT,), "Delete it to start again, or restore an intact copy."
+    )
     missing = [k for k in _REQUIRED if k not in state]
     if missing:
         raise CheckpointError(f"checkpoint {path} lacks {missing}: it was not written by this version")
@@ -268,8 +295,9 @@ def _read_state(path: Path, what: str, kind: str, formats: tuple[str, ...], fix:
     except FileNotFoundError:
         raise
     except Exception as err:  # truncated zip, bad pickle, foreign objects: all mean "cannot trust this file"
-        raise CheckpointError(f"cannot read {what} {path}: it is truncated or corrupt "
-                              f"({type(err).__name__}: {_first_line(err)}). {fix}") from err
+        raise CheckpointError(
+            f"cannot read {what} {path}: it is truncated or corrupt ({type(err).__name__}: {_first_line(err)}). {fix}"
+        ) from err
     if not isinstance(state, dict) or state.get("format") not in formats:
         raise CheckpointError(f"{path} is not a {kind} written by course_utils.train")
     return state
@@ -302,9 +330,16 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
     with :func:`load_model`. Used by ``--export``; notebook 09 loads the course's committed one.
     """
     state = load_checkpoint(checkpoint)
-    slim = {"format": _MODEL_FORMAT, "model": state["model"], "model_config": state["model_config"],
-            "tokenizer": state["tokenizer"], "history": state["history"], "evals": state.get("evals", []),
-            "step": state["step"], "provenance": json.loads(json.dumps(provenance))}  # plain data only
+    slim = {
+        "format": _MODEL_FORMAT,
+        "model": state["model"],
+        "model_config": state["model_config"],
+        "tokenizer": state["tokenizer"],
+        "history": state["history"],
+        "evals": state.get("evals", []),
+        "step": state["step"],
+        "provenance": json.loads(json.dumps(provenance)),
+    }  # plain data only
     dest = Path(dest)
     clean_stale_tmp(dest.parent, dest.name)  # a killed export's temporary file
     save_checkpoint(dest, slim)
@@ -332,8 +367,14 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
 
 
 @torch.no_grad()
-def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: int = 64,
-             device: torch.device | str = "cpu", autocast: Any = contextlib.nullcontext) -> float:
+def evaluate(
+    model: GPT,
+    data: torch.Tensor,
+    context_length: int,
+    batch_size: int = 64,
+    device: torch.device | str = "cpu",
+    autocast: Any = contextlib.nullcontext,
+) -> float:
     """The mean next-token loss over *every* position of ``data``, in consecutive windows (not a sample).
 
     Each target in ``data[1:]`` is counted once (``iter_eval_batches`` with ``drop_last=False``); the loss is
@@ -355,8 +396,15 @@ def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: in
 
 
 @torch.no_grad()
-def _estimate(model: GPT, data: torch.Tensor, train_config: TrainConfig, context_length: int,
-              device: torch.device, autocast: Any, seed: int) -> float:
+def _estimate(
+    model: GPT,
+    data: torch.Tensor,
+    train_config: TrainConfig,
+    context_length: int,
+    device: torch.device,
+    autocast: Any,
+    seed: int,
+) -> float:
     """Mean loss over ``eval_batches`` random batches drawn with their own generator (the same ones every time)."""
     was_training = model.training
     model.eval()
@@ -382,12 +430,16 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     check_path("out_dir", out_dir)
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise RunSetupError(f"--out {out_dir} is a file, expected a folder for {CHECKPOINT_NAME} and "
-                            f"{SUMMARY_NAME}: choose another --out, or move the file away")
+        raise RunSetupError(
+            f"--out {out_dir} is a file, expected a folder for {CHECKPOINT_NAME} and "
+            f"{SUMMARY_NAME}: choose another --out, or move the file away"
+        )
     _check_can_create(out_dir, "--out")
     if not resume and (out_dir / CHECKPOINT_NAME).exists():
-        raise RunSetupError(f"--out {out_dir} already holds a run ({CHECKPOINT_NAME}): add --resume to continue "
-                            "it, or choose another --out for a new run (delete the folder to start it over)")
+        raise RunSetupError(
+            f"--out {out_dir} already holds a run ({CHECKPOINT_NAME}): add --resume to continue "
+            "it, or choose another --out for a new run (delete the folder to start it over)"
+        )
     return out_dir
 
 
@@ -397,12 +449,15 @@ def _check_can_create(path: Path, flag: str) -> None:
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent  # the nearest folder that is there: the run creates the rest
     if existing != path and not existing.is_dir():
-        raise RunSetupError(f"{flag} {path} cannot be created: {existing} is a file, not a folder; "
-                            f"choose another {flag}")
+        raise RunSetupError(
+            f"{flag} {path} cannot be created: {existing} is a file, not a folder; choose another {flag}"
+        )
     folder = existing if existing.is_dir() else existing.parent
     if not os.access(folder, os.W_OK | os.X_OK):  # also False on a read-only file system, even for root
-        raise RunSetupError(f"{flag} {path}: {folder} is not writable here; choose a folder you can write "
-                            "to, such as runs/NAME in the course folder")
+        raise RunSetupError(
+            f"{flag} {path}: {folder} is not writable here; choose a folder you can write "
+            "to, such as runs/NAME in the course folder"
+        )
 
 
 def _clean_stale_tmp(out_dir: Path) -> list[Path]:
@@ -416,8 +471,10 @@ def _read_data(data_path: str | os.PathLike, say: Callable[[str], None]) -> str:
     if is_course_corpus(data_path):
         say(f"data: {data_path} is the course corpus, sha256 verified")
     else:
-        say(f"data: {data_path} is your own text (not the course corpus): used as it is, not verified "
-            "against a pinned sha256")
+        say(
+            f"data: {data_path} is your own text (not the course corpus): used as it is, not verified "
+            "against a pinned sha256"
+        )
     return text
 
 
@@ -426,15 +483,22 @@ _CLI_FLAGS = {"seed", "batch_size", "learning_rate", "eval_interval", "log_inter
 
 
 def _describe_model(config: GPTConfig) -> str:
-    preset = next((name for name, p in PRESETS.items() if dataclasses.replace(p, vocab_size=config.vocab_size) == config),
-                  None)
+    preset = next(
+        (name for name, p in PRESETS.items() if dataclasses.replace(p, vocab_size=config.vocab_size) == config), None
+    )
     shape = f"{config.num_layers} layers, {config.embed_dim} wide, context {config.context_length}"
     shape += ", post-norm" if config.norm_position == "post" else ""  # else two refused models read the same
     return f"the {preset!r} preset ({shape})" if preset else f"a model of {shape}"
 
 
-def _check_resume(state: dict[str, Any], ckpt_path: Path, config: GPTConfig, train_config: TrainConfig | None,
-                  text: str, max_steps: int | None) -> list[str]:
+def _check_resume(
+    state: dict[str, Any],
+    ckpt_path: Path,
+    config: GPTConfig,
+    train_config: TrainConfig | None,
+    text: str,
+    max_steps: int | None,
+) -> list[str]:
     """Refuse a resume that would be another run (another model, other text); list the settings it keeps.
 
     Returns one notice per setting in ``train_config`` that differs from the checkpoint's (the session's switches
@@ -444,12 +508,14 @@ def _check_resume(state: dict[str, Any], ckpt_path: Path, config: GPTConfig, tra
     if dataclasses.replace(config, vocab_size=saved.vocab_size) != saved:
         raise RunSetupError(
             f"--resume: {ckpt_path} is a run of {_describe_model(saved)}, not {_describe_model(config)} as asked: "
-            "leave out --preset to continue that run, or choose another --out for a new one")
+            "leave out --preset to continue that run, or choose another --out for a new one"
+        )
     digest = sha256_bytes(text.encode("utf-8"))
     if state.get("text_sha256", digest) != digest:
         raise RunSetupError(
             f"--resume: {ckpt_path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but --data "
-            f"has {digest[:16]}...: pass the same file to continue that run, or choose another --out for a new one")
+            f"has {digest[:16]}...: pass the same file to continue that run, or choose another --out for a new one"
+        )
     if train_config is None:
         return []
     kept = TrainConfig(**state["train_config"])
@@ -513,8 +579,10 @@ def gpu_switches(train_config: TrainConfig, device: torch.device) -> tuple[Switc
     autocast = train_config.autocast or ("bf16" if on_cuda else "off")
     fused = on_cuda if train_config.fused_adamw is None else train_config.fused_adamw
     if fused and not fused_adamw_available(device):
-        raise RunSetupError(f"fused AdamW is not available for {device} in torch {torch.__version__}: "
-                            "leave out --fused-adamw (or set fused_adamw=False)")
+        raise RunSetupError(
+            f"fused AdamW is not available for {device} in torch {torch.__version__}: "
+            "leave out --fused-adamw (or set fused_adamw=False)"
+        )
     return Switches(use_compile, autocast, fused), notices
 
 
@@ -571,8 +639,18 @@ def train(
     ``torchrun``), T = ``context_length``.
     """
     wall_start = time.perf_counter()
-    run = _set_up(config, data_path, out_dir, train_config, device=device, resume=resume, max_steps=max_steps,
-                  max_seconds=max_seconds, verbose=verbose, callback=callback)
+    run = _set_up(
+        config,
+        data_path,
+        out_dir,
+        train_config,
+        device=device,
+        resume=resume,
+        max_steps=max_steps,
+        max_seconds=max_seconds,
+        verbose=verbose,
+        callback=callback,
+    )
     train_config, model, optimizer = run.train_config, run.model, run.optimizer
     bar = _ProgressBar(progress, run)
     window = _Window(run, max_seconds)  # the steps since the last log line: their losses, tokens and time
@@ -630,8 +708,8 @@ class _ProgressBar:
         self.bar = None
         if (sys.stderr.isatty() if progress is None else progress) and run.master:
             from tqdm.auto import tqdm
-            self.bar = tqdm(total=run.train_config.max_steps, initial=run.step, unit="step",
-                            dynamic_ncols=True)
+
+            self.bar = tqdm(total=run.train_config.max_steps, initial=run.step, unit="step", dynamic_ncols=True)
 
     def update(self, steps: int, loss: float, tokens_per_s: float) -> None:
         if self.bar is not None:
@@ -695,17 +773,23 @@ def _check_finite(losses: list[float], step: int, ckpt_path: Path, bar: _Progres
             raise NonFiniteLossError(
                 f"the training loss became {loss} at step {loss_step}; stopped. The last good checkpoint is "
                 f"{ckpt_path} (nothing was saved after it). Lower the learning rate or raise warmup_steps, then "
-                "--resume.")
+                "--resume."
+            )
 
 
 def _evaluate_splits(run: _Run) -> dict[str, Any]:
     """Estimate the loss on both splits (:func:`_estimate`), record and print it; the "eval" event."""
     train_config, T = run.train_config, run.config.context_length
-    event = {"kind": "eval", "step": run.step,
-             "train_loss": _estimate(run.model, run.train_data, train_config, T, run.device, run.autocast,
-                                     train_config.seed + 1),
-             "val_loss": _estimate(run.model, run.val_data, train_config, T, run.device, run.autocast,
-                                   train_config.seed + 2)}
+    event = {
+        "kind": "eval",
+        "step": run.step,
+        "train_loss": _estimate(
+            run.model, run.train_data, train_config, T, run.device, run.autocast, train_config.seed + 1
+        ),
+        "val_loss": _estimate(
+            run.model, run.val_data, train_config, T, run.device, run.autocast, train_config.seed + 2
+        ),
+    }
     run.evals.append([run.step, event["train_loss"], event["val_loss"]])
     run.say(f"step {run.step}: train {event['train_loss']:.4f}, val {event['val_loss']:.4f}")
     return event
@@ -718,10 +802,15 @@ def _summary(run: _Run, window: _Window, start_step: int, stop_reason: str, wall
     if run.master:
         train_config, T, model = run.train_config, run.config.context_length, run.model
         eval_start = time.perf_counter()
-        val_loss = evaluate(model, run.val_data, T, batch_size=max(train_config.batch_size, 64),
-                            device=run.device, autocast=run.autocast)
-        train_loss = _estimate(model, run.train_data, train_config, T, run.device, run.autocast,
-                               train_config.seed + 1)
+        val_loss = evaluate(
+            model,
+            run.val_data,
+            T,
+            batch_size=max(train_config.batch_size, 64),
+            device=run.device,
+            autocast=run.autocast,
+        )
+        train_loss = _estimate(model, run.train_data, train_config, T, run.device, run.autocast, train_config.seed + 1)
         final_eval_s = time.perf_counter() - eval_start
         steps_run, train_s = run.step - start_step, window.train_s
         tokens_per_step = train_config.batch_size * T
@@ -733,8 +822,9 @@ def _summary(run: _Run, window: _Window, start_step: int, stop_reason: str, wall
             "steps_this_run": steps_run,
             "tokens": run.step * tokens_per_step,
             "tokens_per_s": steps_run * tokens_per_step / train_s if train_s > 0 else 0.0,
-            "tokens_per_s_after_first_step": ((steps_run - 1) * tokens_per_step / after_first_s
-                                              if steps_run > 1 and after_first_s > 0 else 0.0),
+            "tokens_per_s_after_first_step": (
+                (steps_run - 1) * tokens_per_step / after_first_s if steps_run > 1 and after_first_s > 0 else 0.0
+            ),
             "train_s": train_s,
             "first_step_s": window.first_step_s,
             "final_eval_s": final_eval_s,
@@ -801,8 +891,9 @@ class _Run:
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs and targets, (B / processes, T) each, on the device: this process' rows of one shared batch."""
-        x, y = get_batch(self.train_data, self.train_config.batch_size, self.config.context_length,
-                         generator=self.batch_gen)  # (B, T): the same in every process
+        x, y = get_batch(
+            self.train_data, self.train_config.batch_size, self.config.context_length, generator=self.batch_gen
+        )  # (B, T): the same in every process
         per_rank = self.train_config.batch_size // self.world
         rows = slice(self.rank * per_rank, (self.rank + 1) * per_rank)
         x, y = x[rows], y[rows]  # (B / processes, T)
@@ -815,18 +906,37 @@ class _Run:
         if not self.master:
             return
         self.out_dir.mkdir(parents=True, exist_ok=True)
-        save_checkpoint(self.ckpt_path, {
-            "format": _FORMAT, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "step": self.step, "model_config": self.config.to_dict(),
-            "train_config": dataclasses.asdict(self.train_config),
-            "rng": _rng_state(self.batch_gen), "tokenizer": list(self.tokenizer.chars), "history": self.history,
-            "evals": self.evals, "text_sha256": self.text_sha256,
-        })
+        save_checkpoint(
+            self.ckpt_path,
+            {
+                "format": _FORMAT,
+                "model": self.model.state_dict(),
+                "optimizer": self.optimizer.state_dict(),
+                "step": self.step,
+                "model_config": self.config.to_dict(),
+                "train_config": dataclasses.asdict(self.train_config),
+                "rng": _rng_state(self.batch_gen),
+                "tokenizer": list(self.tokenizer.chars),
+                "history": self.history,
+                "evals": self.evals,
+                "text_sha256": self.text_sha256,
+            },
+        )
 
 
-def _set_up(config: GPTConfig | str, data_path: str | os.PathLike, out_dir: str | os.PathLike,
-            train_config: TrainConfig | None, *, device: str | torch.device | None, resume: bool,
-            max_steps: int | None, max_seconds: float | None, verbose: bool, callback: Any) -> _Run:
+def _set_up(
+    config: GPTConfig | str,
+    data_path: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    train_config: TrainConfig | None,
+    *,
+    device: str | torch.device | None,
+    resume: bool,
+    max_steps: int | None,
+    max_seconds: float | None,
+    verbose: bool,
+    callback: Any,
+) -> _Run:
     """Everything :func:`train` does before the first step. The checks come first, in the order a user meets
     them (the arguments, the processes and the device, the output folder, the data, a resumed run, the GPU
     switches); then the model, the optimizer and the random state, drawn in the same order in every run."""
@@ -843,8 +953,9 @@ def _set_up(config: GPTConfig | str, data_path: str | os.PathLike, out_dir: str 
     if rank == 0 and (removed := _clean_stale_tmp(out_dir)):
         say(f"removed {len(removed)} temporary file(s) left in {out_dir} by a save that was killed")
     text = _read_data(data_path, say)
-    state, config, train_config, tokenizer, notices = _resume(out_dir, resume, config, train_config, asked,
-                                                              text, max_steps, say)
+    state, config, train_config, tokenizer, notices = _resume(
+        out_dir, resume, config, train_config, asked, text, max_steps, say
+    )
     if max_steps is not None:
         train_config = dataclasses.replace(train_config, max_steps=max_steps)
     check_text_size(len(text), config.context_length, source=str(data_path))
@@ -860,11 +971,26 @@ def _set_up(config: GPTConfig | str, data_path: str | os.PathLike, out_dir: str 
 
     torch.manual_seed(train_config.seed)  # the same initial weights in every process
     model = GPT(config).to(device)
-    run = _Run(train_config, config, device, rank, world, out_dir, tokenizer, train_data, val_data,
-               text_sha256=sha256_bytes(text.encode("utf-8")), model=model, fwd=model,
-               optimizer=_optimizer(model, train_config, switches.fused_adamw),
-               batch_gen=torch.Generator().manual_seed(train_config.seed),  # the same batches everywhere
-               autocast=_autocast(device, switches.autocast), switches=switches, notices=notices, say=say)
+    run = _Run(
+        train_config,
+        config,
+        device,
+        rank,
+        world,
+        out_dir,
+        tokenizer,
+        train_data,
+        val_data,
+        text_sha256=sha256_bytes(text.encode("utf-8")),
+        model=model,
+        fwd=model,
+        optimizer=_optimizer(model, train_config, switches.fused_adamw),
+        batch_gen=torch.Generator().manual_seed(train_config.seed),  # the same batches everywhere
+        autocast=_autocast(device, switches.autocast),
+        switches=switches,
+        notices=notices,
+        say=say,
+    )
     if state is not None:
         _restore(run, state)
     if rank > 0:  # dropout differs between processes, as it would between rows of one batch
@@ -874,8 +1000,10 @@ def _set_up(config: GPTConfig | str, data_path: str | os.PathLike, out_dir: str 
     return run
 
 
-def _configs(config: GPTConfig | str, train_config: TrainConfig | None,
-             ) -> tuple[GPTConfig, TrainConfig, TrainConfig | None]:
+def _configs(
+    config: GPTConfig | str,
+    train_config: TrainConfig | None,
+) -> tuple[GPTConfig, TrainConfig, TrainConfig | None]:
     """The model and the settings asked for (a preset's name gives both), and ``train_config`` as it was given
     (a resumed run names the settings of it that it keeps)."""
     asked = train_config
@@ -893,8 +1021,9 @@ def _processes(train_config: TrainConfig, device: str | torch.device | None) -> 
     rank, world, local_rank = _distributed()
     if world > 1:
         if train_config.batch_size % world != 0:
-            raise ValueError(f"batch_size ({train_config.batch_size}) must be divisible by the number of "
-                             f"processes ({world})")
+            raise ValueError(
+                f"batch_size ({train_config.batch_size}) must be divisible by the number of processes ({world})"
+            )
         if not dist.is_initialized():
             dist.init_process_group(backend="nccl" if torch.cuda.is_available() else "gloo")
     if world > 1 and torch.cuda.is_available():
@@ -912,9 +1041,16 @@ def _distributed() -> tuple[int, int, int]:
     return int(os.environ["RANK"]), world, int(os.environ.get("LOCAL_RANK", "0"))
 
 
-def _resume(out_dir: Path, resume: bool, config: GPTConfig, train_config: TrainConfig,
-            asked: TrainConfig | None, text: str, max_steps: int | None, say: Callable[[str], None],
-            ) -> tuple[dict[str, Any] | None, GPTConfig, TrainConfig, CharTokenizer | None, list[str]]:
+def _resume(
+    out_dir: Path,
+    resume: bool,
+    config: GPTConfig,
+    train_config: TrainConfig,
+    asked: TrainConfig | None,
+    text: str,
+    max_steps: int | None,
+    say: Callable[[str], None],
+) -> tuple[dict[str, Any] | None, GPTConfig, TrainConfig, CharTokenizer | None, list[str]]:
     """``(checkpoint, model config, settings, tokenizer, notices)`` of the run to continue: a resumed run's own,
     with this session's GPU switches, a notice for each setting of ``asked`` that it keeps, and RunSetupError if
     the checkpoint is another run (:func:`_check_resume`); ``(None, config, train_config, None, [])`` if new.
@@ -950,6 +1086,7 @@ def _compile_and_distribute(run: _Run) -> None:
         run.fwd = torch.compile(run.model)
     if run.world > 1:
         from torch.nn.parallel import DistributedDataParallel
+
         device_ids = [run.device.index] if run.device.type == "cuda" else None
         run.fwd = DistributedDataParallel(run.fwd, device_ids=device_ids)
     if run.device.type == "cuda":
@@ -963,15 +1100,21 @@ def _optimizer(model: GPT, train_config: TrainConfig, fused: bool) -> torch.opti
     decay = [p for p in params if p.dim() >= 2 and (model.pos_emb is None or p is not model.pos_emb.embedding.weight)]
     decay_ids = {id(p) for p in decay}
     no_decay = [p for p in params if id(p) not in decay_ids]
-    groups = [{"params": decay, "weight_decay": train_config.weight_decay},
-              {"params": no_decay, "weight_decay": 0.0}]
-    return torch.optim.AdamW(groups, lr=train_config.learning_rate, betas=(train_config.beta1, train_config.beta2),
-                             **({"fused": True} if fused else {}))
+    groups = [{"params": decay, "weight_decay": train_config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(
+        groups,
+        lr=train_config.learning_rate,
+        betas=(train_config.beta1, train_config.beta2),
+        **({"fused": True} if fused else {}),
+    )
 
 
 def _rng_state(batch_gen: torch.Generator) -> dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "batch": batch_gen.get_state(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else []}
+    return {
+        "torch": torch.get_rng_state(),
+        "batch": batch_gen.get_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+    }
 
 
 def _set_rng_state(rng: dict[str, Any], batch_gen: torch.Generator) -> None:
@@ -988,40 +1131,68 @@ def _set_rng_state(rng: dict[str, Any], batch_gen: torch.Generator) -> None:
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
-        prog="python -m course_utils.train", description=__doc__.split("\n\n")[0],
+        prog="python -m course_utils.train",
+        description=__doc__.split("\n\n")[0],
         epilog="Exit codes: 0 done; 2 the run could not start (each problem in one line with its fix: --out, "
-               "--device, --threads, the data, a resume that does not match); 1 it failed while training (NaN).")
-    p.add_argument("--preset", choices=sorted(PRESETS),
-                   help="model and training preset (default: tiny; with --resume, the checkpoint's)")
-    p.add_argument("--data", required=True, help="a UTF-8 text file; first 90%% train, last 10%% validation "
-                                                  "(shakespeare.txt, the course corpus, is checked by its sha256)")
+        "--device, --threads, the data, a resume that does not match); 1 it failed while training (NaN).",
+    )
+    p.add_argument(
+        "--preset",
+        choices=sorted(PRESETS),
+        help="model and training preset (default: tiny; with --resume, the checkpoint's)",
+    )
+    p.add_argument(
+        "--data",
+        required=True,
+        help="a UTF-8 text file; first 90%% train, last 10%% validation "
+        "(shakespeare.txt, the course corpus, is checked by its sha256)",
+    )
     p.add_argument("--out", required=True, help="folder for checkpoint.pt and summary.json")
     p.add_argument("--max-steps", type=int, help="optimizer steps in all (the cosine schedule ends there)")
     p.add_argument("--max-seconds", type=float, help="stop after this much training time (after a checkpoint)")
     p.add_argument("--device", help="cuda, cuda:1, mps, cpu or auto (default: auto, the best available)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from OUT/checkpoint.pt if it exists, with its model, data and settings: another "
-                        "--preset or --data is refused, a setting flag that differs is ignored with a notice, "
-                        "--max-steps is obeyed")
+    p.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue from OUT/checkpoint.pt if it exists, with its model, data and settings: another "
+        "--preset or --data is refused, a setting flag that differs is ignored with a notice, "
+        "--max-steps is obeyed",
+    )
     p.add_argument("--seed", type=int)
     p.add_argument("--batch-size", type=int)
     p.add_argument("--learning-rate", type=float)
     p.add_argument("--eval-interval", type=int)
     p.add_argument("--log-interval", type=int)
     p.add_argument("--checkpoint-interval", type=int)
-    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
-                   help="torch.compile the model (default: on CUDA with Triton only; --no-compile to turn it off)")
+    p.add_argument(
+        "--compile",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="torch.compile the model (default: on CUDA with Triton only; --no-compile to turn it off)",
+    )
     p.add_argument("--autocast", choices=["bf16", "off"], help="bfloat16 autocast (default: bf16 on CUDA only)")
-    p.add_argument("--fused-adamw", action=argparse.BooleanOptionalAction, default=None,
-                   help="AdamW's fused step (default: on CUDA only; the CPU has one too)")
+    p.add_argument(
+        "--fused-adamw",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="AdamW's fused step (default: on CUDA only; the CPU has one too)",
+    )
     p.add_argument("--threads", type=int, help="CPU threads for PyTorch (torch.set_num_threads), at least 1")
-    p.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
-                   help="show a progress bar (default: when stderr is a terminal)")
-    p.add_argument("--quiet", action="store_true",
-                   help="no messages on stderr besides errors and notices (a flag --resume ignores, a switch that "
-                        "cannot work here)")
-    p.add_argument("--export", metavar="PATH",
-                   help="also write the trained model (no optimizer state) with its provenance to PATH")
+    p.add_argument(
+        "--progress",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="show a progress bar (default: when stderr is a terminal)",
+    )
+    p.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no messages on stderr besides errors and notices (a flag --resume ignores, a switch that "
+        "cannot work here)",
+    )
+    p.add_argument(
+        "--export", metavar="PATH", help="also write the trained model (no optimizer state) with its provenance to PATH"
+    )
     return p
 
 
@@ -1037,8 +1208,12 @@ def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str,
     if device.startswith("cuda"):
         device += f" ({torch.cuda.get_device_name(torch.device(device))})"
     return {
-        "command": command, "device": device, "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "torch": torch.__version__, "python": platform.python_version(), "cpus": os.cpu_count(),
+        "command": command,
+        "device": device,
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
         "threads": torch.get_num_threads(),
         "data": {"file": Path(data).name, "sha256": sha256_file(data), "characters": len(load_text(data))},
         **{k: result[k] for k in ("val_loss", "train_loss", "steps", "tokens_per_s", "train_s", "wall_s", "params")},
@@ -1048,8 +1223,10 @@ def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str,
 def _check_numbers(args: argparse.Namespace) -> None:
     """RunSetupError for a count or a time that cannot be (argparse only checks that it is a number)."""
     if args.threads is not None and args.threads < 1:
-        raise RunSetupError(f"--threads must be a positive number of CPU threads, got {args.threads}; leave it out "
-                            f"for PyTorch's default ({torch.get_num_threads()} here)")
+        raise RunSetupError(
+            f"--threads must be a positive number of CPU threads, got {args.threads}; leave it out "
+            f"for PyTorch's default ({torch.get_num_threads()} here)"
+        )
     for name in ("max_steps", "batch_size", "eval_interval", "log_interval", "checkpoint_interval"):
         value = getattr(args, name)
         if value is not None and value < 1:
@@ -1061,12 +1238,21 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def _cli_configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
     """The model and the settings to pass to :func:`train`: the preset's with the flags given, or, resuming a
     checkpoint, the checkpoint's with the flags given (so train's notices name exactly the flags it ignores)."""
-    overrides = {k: v for k, v in {
-        "seed": args.seed, "batch_size": args.batch_size,
-        "learning_rate": args.learning_rate, "eval_interval": args.eval_interval,
-        "log_interval": args.log_interval, "checkpoint_interval": args.checkpoint_interval,
-        "compile": args.compile, "autocast": args.autocast, "fused_adamw": args.fused_adamw,
-    }.items() if v is not None}
+    overrides = {
+        k: v
+        for k, v in {
+            "seed": args.seed,
+            "batch_size": args.batch_size,
+            "learning_rate": args.learning_rate,
+            "eval_interval": args.eval_interval,
+            "log_interval": args.log_interval,
+            "checkpoint_interval": args.checkpoint_interval,
+            "compile": args.compile,
+            "autocast": args.autocast,
+            "fused_adamw": args.fused_adamw,
+        }.items()
+        if v is not None
+    }
     ckpt = Path(args.out) / CHECKPOINT_NAME
     if args.resume and ckpt.is_file() and not Path(args.out).is_file():
         state = load_checkpoint(ckpt)
@@ -1089,9 +1275,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.threads:
             torch.set_num_threads(args.threads)
         config, train_config = _cli_configs(args)
-        result = train(config, args.data, args.out, train_config,
-                       device=args.device, resume=args.resume, max_steps=args.max_steps, max_seconds=args.max_seconds,
-                       progress=args.progress, verbose=not args.quiet)
+        result = train(
+            config,
+            args.data,
+            args.out,
+            train_config,
+            device=args.device,
+            resume=args.resume,
+            max_steps=args.max_steps,
+            max_seconds=args.max_seconds,
+            progress=args.progress,
+            verbose=not args.quiet,
+        )
     except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
         print(f"error: {err}", file=sys.stderr)
         return 1

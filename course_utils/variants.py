@@ -57,8 +57,9 @@ __all__ = [
 
 def _check_same_channels(q: torch.Tensor, v: torch.Tensor) -> None:
     if q.shape[-1] != v.shape[-1]:
-        raise ValueError(f"q and v must have the same number of channels C, got q {tuple(q.shape)} and "
-                         f"v {tuple(v.shape)}")
+        raise ValueError(
+            f"q and v must have the same number of channels C, got q {tuple(q.shape)} and v {tuple(v.shape)}"
+        )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -89,8 +90,9 @@ class GroupedQueryAttention(nn.Module):
     (B, H, T, S) with ``need_weights``. Taught in notebook 07.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False,
-                 rope: bool = False) -> None:
+    def __init__(
+        self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False, rope: bool = False
+    ) -> None:
         super().__init__()
         check_bool("bias", bias)
         check_bool("rope", rope)
@@ -112,8 +114,14 @@ class GroupedQueryAttention(nn.Module):
         self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None,
-                layer: int = 0, need_weights: bool = False):
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        need_weights: bool = False,
+    ):
         check_embedded("x", x, self.embed_dim, self)
         check_bool("need_weights", need_weights)
         B, T, C = x.shape
@@ -151,14 +159,26 @@ class GroupedQueryAttention(nn.Module):
         return new
 
 
-def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens: int = 1,
-                   batch_size: int = 1, bytes_per_element: int = 2) -> int:
+def kv_cache_bytes(
+    num_layers: int,
+    num_kv_heads: int,
+    head_dim: int,
+    num_tokens: int = 1,
+    batch_size: int = 1,
+    bytes_per_element: int = 2,
+) -> int:
     """Bytes a KV cache needs: keys and values of every layer, KV head, token and sequence of the batch.
 
     2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element. Taught in notebook 07.
     """
-    for name, n in (("num_layers", num_layers), ("num_kv_heads", num_kv_heads), ("head_dim", head_dim),
-                    ("num_tokens", num_tokens), ("batch_size", batch_size), ("bytes_per_element", bytes_per_element)):
+    for name, n in (
+        ("num_layers", num_layers),
+        ("num_kv_heads", num_kv_heads),
+        ("head_dim", head_dim),
+        ("num_tokens", num_tokens),
+        ("batch_size", batch_size),
+        ("bytes_per_element", bytes_per_element),
+    ):
         check_int(name, n)
     return 2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
 
@@ -168,8 +188,9 @@ def kv_cache_bytes(num_layers: int, num_kv_heads: int, head_dim: int, num_tokens
 # ----------------------------------------------------------------------------------------------
 
 
-def sliding_window_mask(T: int, window: int, S: int | None = None,
-                        device: torch.device | str | None = None) -> torch.Tensor:
+def sliding_window_mask(
+    T: int, window: int, S: int | None = None, device: torch.device | str | None = None
+) -> torch.Tensor:
     """Causal local mask: query i (at position S - T + i) sees its last ``window`` positions, itself included.
 
     ``window`` counts keys (Mistral's W is ``window = W + 1``). Shape: -> (T, S), S defaults to T.
@@ -181,8 +202,9 @@ def sliding_window_mask(T: int, window: int, S: int | None = None,
     return mask & ~torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T - window)
 
 
-def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int,
-                             chunk_size: int = 128, scale: float | None = None) -> torch.Tensor:
+def sliding_window_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, chunk_size: int = 128, scale: float | None = None
+) -> torch.Tensor:
     """Causal sliding-window self-attention, a chunk of queries at a time, never building the (T, T) matrix.
 
     Equal to :func:`scaled_dot_product_attention` with :func:`sliding_window_mask`.
@@ -193,8 +215,10 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     check_int("chunk_size", chunk_size)
     T = q.shape[-2]
     if k.shape[-2] != T or v.shape[-2] != T:
-        raise ValueError(f"sliding_window_attention is self-attention: q, k, v need the same length T, "
-                         f"got {q.shape[-2]}, {k.shape[-2]}, {v.shape[-2]}")
+        raise ValueError(
+            f"sliding_window_attention is self-attention: q, k, v need the same length T, "
+            f"got {q.shape[-2]}, {k.shape[-2]}, {v.shape[-2]}"
+        )
     outs = []
     for i0 in range(0, T, chunk_size):
         i1 = min(i0 + chunk_size, T)
@@ -202,8 +226,9 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
         rows = torch.arange(i0, i1, device=q.device)[:, None]  # (Tc, 1) absolute query positions
         cols = torch.arange(j0, i1, device=q.device)[None, :]  # (1, Sc) absolute key positions
         local = (cols <= rows) & (rows - cols < window)  # (Tc, Sc)
-        out, _ = scaled_dot_product_attention(q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :],
-                                              local, scale=scale)  # (..., Tc, D)
+        out, _ = scaled_dot_product_attention(
+            q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :], local, scale=scale
+        )  # (..., Tc, D)
         outs.append(out)
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
@@ -213,8 +238,14 @@ def sliding_window_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
 # ----------------------------------------------------------------------------------------------
 
 
-def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, proj_k: torch.Tensor,
-                        proj_v: torch.Tensor, scale: float | None = None) -> torch.Tensor:
+def linformer_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    proj_k: torch.Tensor,
+    proj_v: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
     """Linformer: project the S keys and values down to R rows, then attend to those (not causal).
 
     Projections longer than S are cut to their first S columns (the same as zero-padding k and v).
@@ -228,8 +259,10 @@ def linformer_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, proj_
         if p.dim() != 2 or p.shape[1] < S:
             raise ValueError(f"{name} must have shape (R, S') with S' >= S = {S}, got {tuple(p.shape)}")
         if p.dtype != k.dtype:
-            raise TypeError(f"{name} must have the dtype of q, k and v ({k.dtype}), got {p.dtype}: convert it with "
-                            f"{name}.to(k.dtype)")
+            raise TypeError(
+                f"{name} must have the dtype of q, k and v ({k.dtype}), got {p.dtype}: convert it with "
+                f"{name}.to(k.dtype)"
+            )
     check_same_device(k=k, proj_k=proj_k, proj_v=proj_v)
     k_low = proj_k[:, :S] @ k  # (R, S) @ (..., S, D) -> (..., R, D)
     v_low = proj_v[:, :S] @ v  # (R, S) @ (..., S, D) -> (..., R, D)
@@ -243,8 +276,7 @@ class LinformerSelfAttention(nn.Module):
     Shape: x (B, T, C), T <= context_length -> out (B, T, C). Taught in notebook 07; not causal.
     """
 
-    def __init__(self, embed_dim: int, num_heads: int, context_length: int, proj_dim: int,
-                 bias: bool = False) -> None:
+    def __init__(self, embed_dim: int, num_heads: int, context_length: int, proj_dim: int, bias: bool = False) -> None:
         super().__init__()
         check_int("context_length", context_length)
         check_int("proj_dim", proj_dim)
@@ -265,8 +297,9 @@ class LinformerSelfAttention(nn.Module):
         return self.mha.out_proj(merge_heads(out))  # (B, T, C)
 
 
-def aft_full(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor,
-             mask: torch.Tensor | None = None) -> torch.Tensor:
+def aft_full(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
     """AFT-full: out_t = sigmoid(q_t) * sum_s softmax_s(k_s + w_ts) v_s, per channel.
 
     Computed as a softmax, so it cannot overflow. A query that may see no key gets 0. Memory O(B * T * S * C).
@@ -326,8 +359,9 @@ class AFTFull(nn.Module):
     Taught in notebook 07.
     """
 
-    def __init__(self, embed_dim: int, context_length: int, local_window: int | None = None,
-                 bias: bool = False) -> None:
+    def __init__(
+        self, embed_dim: int, context_length: int, local_window: int | None = None, bias: bool = False
+    ) -> None:
         super().__init__()
         check_int("embed_dim", embed_dim)
         check_int("context_length", context_length)
@@ -357,9 +391,16 @@ class AFTFull(nn.Module):
 # ----------------------------------------------------------------------------------------------
 
 
-def topk_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, top_k: int,
-                   mask: torch.Tensor | None = None, chunk_size: int = 128,
-                   scale: float | None = None, causal: bool = False) -> torch.Tensor:
+def topk_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    top_k: int,
+    mask: torch.Tensor | None = None,
+    chunk_size: int = 128,
+    scale: float | None = None,
+    causal: bool = False,
+) -> torch.Tensor:
     """Each query attends only to its ``top_k`` highest-scoring visible keys; queries go in chunks.
 
     Peak memory O(chunk_size * S); ``top_k >= S`` is plain attention; ``causal`` adds ``causal_mask(T, S)``.
@@ -431,21 +472,27 @@ class KVCache:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
         start = self._lengths[layer]
         if start > self.length:
-            raise RuntimeError(f"layer {layer} appended twice in one step: it holds {start} positions, "
-                               f"another layer only {self.length}")
+            raise RuntimeError(
+                f"layer {layer} appended twice in one step: it holds {start} positions, "
+                f"another layer only {self.length}"
+            )
         B, Hkv, T, D = k.shape
         end = start + T
         if end > self.capacity:
-            raise ValueError(f"KV cache overflow: capacity (context_length) is {self.capacity} positions, "
-                             f"{start} are cached and {T} more were appended; start a new cache or crop "
-                             "the sequence")
+            raise ValueError(
+                f"KV cache overflow: capacity (context_length) is {self.capacity} positions, "
+                f"{start} are cached and {T} more were appended; start a new cache or crop "
+                "the sequence"
+            )
         if self.keys[layer] is None:
             self.keys[layer] = k.new_zeros(B, Hkv, self.capacity, D)
             self.values[layer] = v.new_zeros(B, Hkv, self.capacity, D)
         buf_k, buf_v = self.keys[layer], self.values[layer]
         if buf_k.shape[:2] != (B, Hkv) or buf_k.shape[3] != D:
-            raise ValueError(f"layer {layer} caches (B, Hkv, D) = {(buf_k.shape[0], buf_k.shape[1], buf_k.shape[3])}, "
-                             f"got new keys of shape {tuple(k.shape)}")
+            raise ValueError(
+                f"layer {layer} caches (B, Hkv, D) = {(buf_k.shape[0], buf_k.shape[1], buf_k.shape[3])}, "
+                f"got new keys of shape {tuple(k.shape)}"
+            )
         buf_k[:, :, start:end] = k  # write the new positions in place: no copy of the old ones
         buf_v[:, :, start:end] = v
         self._lengths[layer] = end
@@ -455,8 +502,10 @@ class KVCache:
         """Keep the batch rows ``indices`` (B',) of every layer, in that order (beam search)."""
         check_tensor("indices", indices)
         if indices.dim() != 1 or indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
-            raise TypeError(f"indices must be a 1-D integer tensor of batch rows, got dtype {indices.dtype}, "
-                            f"shape {tuple(indices.shape)}")
+            raise TypeError(
+                f"indices must be a 1-D integer tensor of batch rows, got dtype {indices.dtype}, "
+                f"shape {tuple(indices.shape)}"
+            )
         B = next((t.shape[0] for t in self.keys if t is not None), None)
         if B is not None and indices.numel() and not (0 <= int(indices.min()) and int(indices.max()) < B):
             raise ValueError(f"indices must be batch rows in [0, {B}), got {indices.tolist()}")
@@ -479,7 +528,7 @@ class KVCache:
 
 @dataclass(frozen=True)
 class DecoderConfig:
-    """Sizes of a :class:`TinyDecoder`; ``window=None``: full causal; ``positions``: "learned" or "rope" (as GPTConfig)."""
+    """Sizes of a :class:`TinyDecoder`; ``window=None``: full causal; ``positions``: "learned" or "rope"."""
 
     vocab_size: int = 16
     context_length: int = 32
@@ -524,9 +573,14 @@ class TinyDecoder(nn.Module):
         learned = config.positions == "learned"
         self.pos_emb = nn.Embedding(config.context_length, config.embed_dim) if learned else None
         self.blocks = nn.ModuleList(  # pre-norm blocks around grouped-query attention
-            Block(config.embed_dim, GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_kv_heads,
-                                                          rope=config.positions == "rope"))
-            for _ in range(config.num_layers))
+            Block(
+                config.embed_dim,
+                GroupedQueryAttention(
+                    config.embed_dim, config.num_heads, config.num_kv_heads, rope=config.positions == "rope"
+                ),
+            )
+            for _ in range(config.num_layers)
+        )
         self.ln_f = nn.LayerNorm(config.embed_dim)
         self.lm_head = nn.Linear(config.embed_dim, config.vocab_size)
 
@@ -542,8 +596,10 @@ class TinyDecoder(nn.Module):
         start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
         S = start + T
         if S > self.config.context_length:
-            raise ValueError(f"positions up to {S - 1} do not fit in context_length ({self.config.context_length}): "
-                             f"{start} cached + {T} new tokens")
+            raise ValueError(
+                f"positions up to {S - 1} do not fit in context_length ({self.config.context_length}): "
+                f"{start} cached + {T} new tokens"
+            )
         x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(start, S, device=idx.device))  # (T, C) broadcasts over B
@@ -554,4 +610,3 @@ class TinyDecoder(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, mask, cache=cache, layer=i)  # (B, T, C)
         return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
-

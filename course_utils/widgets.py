@@ -84,8 +84,7 @@ class Explorer(widgets.VBox):
     :attr:`caption` and as the Output's ``text/plain``. :attr:`renders` counts the redraws.
     """
 
-    def __init__(self, controls: Mapping[str, widgets.ValueWidget],
-                 draw: Callable[..., tuple[Figure, str]]) -> None:
+    def __init__(self, controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., tuple[Figure, str]]) -> None:
         self.controls = dict(controls)
         self.output = widgets.Output()
         self.figure: Figure | None = None
@@ -126,8 +125,9 @@ class Explorer(widgets.VBox):
         png = base64.b64encode(buf.getvalue()).decode("ascii")
         width, height = (round(x * fig.dpi) for x in fig.get_size_inches())
         metadata = {"image/png": {"width": width, "height": height}} if scale > 1 else {}
-        self.output.outputs = ({"output_type": "display_data", "metadata": metadata,
-                                "data": {"image/png": png, "text/plain": caption}},)
+        self.output.outputs = (
+            {"output_type": "display_data", "metadata": metadata, "data": {"image/png": png, "text/plain": caption}},
+        )
 
 
 def _style() -> dict:
@@ -186,13 +186,19 @@ def plot_lookup(
     fig, (ax_vec, ax_w) = plt.subplots(1, 2, figsize=(7.0, 3.0))
     for j, (kx, ky) in enumerate(keys.tolist()):
         ax_vec.annotate("", xy=(kx, ky), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color=colors[j], lw=1.5))
-        ax_vec.annotate(f"key {j}", xy=(kx, ky), xytext=offsets[j % len(offsets)], textcoords="offset points",
-                        fontsize=8, color=colors[j])
-    ax_vec.annotate("", xy=tuple(q.tolist()), xytext=(0, 0),
-                    arrowprops=dict(arrowstyle="->", color="tab:red", lw=2))
+        ax_vec.annotate(
+            f"key {j}",
+            xy=(kx, ky),
+            xytext=offsets[j % len(offsets)],
+            textcoords="offset points",
+            fontsize=8,
+            color=colors[j],
+        )
+    ax_vec.annotate("", xy=tuple(q.tolist()), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color="tab:red", lw=2))
     lim = max(1.2, 1.2 * length, 1.2 * float(keys.abs().max()))
-    ax_vec.set(xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal",
-               title=f"query (red): {angle_deg:.0f} deg, length {length:g}")
+    ax_vec.set(
+        xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", title=f"query (red): {angle_deg:.0f} deg, length {length:g}"
+    )
     ax_vec.axhline(0, color="lightgrey", lw=0.5)
     ax_vec.axvline(0, color="lightgrey", lw=0.5)
     ax_w.bar([f"key {j}\nvalue {float(values[j]):g}" for j in range(S)], weights.tolist(), color=colors)
@@ -212,16 +218,20 @@ def lookup_explorer(keys: torch.Tensor | None = None, values: torch.Tensor | Non
     values = LOOKUP_VALUES if values is None else values
     _lookup(0.0, 1.0, keys, values)  # bad keys or values fail here, not inside the widget
     controls = {
-        "angle_deg": widgets.FloatSlider(value=45, min=0, max=360, step=5, description="angle",
-                                         continuous_update=False, style=_style()),
-        "length": widgets.FloatSlider(value=1.0, min=0.0, max=8.0, step=0.5, description="length",
-                                      continuous_update=False, style=_style()),
+        "angle_deg": widgets.FloatSlider(
+            value=45, min=0, max=360, step=5, description="angle", continuous_update=False, style=_style()
+        ),
+        "length": widgets.FloatSlider(
+            value=1.0, min=0.0, max=8.0, step=0.5, description="length", continuous_update=False, style=_style()
+        ),
     }
 
     def draw(angle_deg: float, length: float) -> tuple[Figure, str]:
         _, out, weights = _lookup(angle_deg, length, keys, values)
-        caption = f"angle {angle_deg:g}, length {length:g}: weights {[round(w, 3) for w in weights.tolist()]}, " \
-                  f"out {out.item():.3f}"
+        caption = (
+            f"angle {angle_deg:g}, length {length:g}: weights {[round(w, 3) for w in weights.tolist()]}, "
+            f"out {out.item():.3f}"
+        )
         return plot_lookup(angle_deg, length, keys, values), caption
 
     return Explorer(controls, draw)
@@ -278,8 +288,16 @@ def plot_entropy(head_dim: int = 64, scaling: str = "1/sqrt(D)") -> Figure:
     ax_w.set_xlabel("key")
     ax_w.set_ylabel("query")
     for name in SCALINGS:
-        ax_h.semilogx(ENTROPY_DIMS, _entropy_curve(name), "o-", ms=3, label=name, base=2,
-                      lw=2.5 if name == scaling else 1, alpha=1 if name == scaling else 0.4)
+        ax_h.semilogx(
+            ENTROPY_DIMS,
+            _entropy_curve(name),
+            "o-",
+            ms=3,
+            label=name,
+            base=2,
+            lw=2.5 if name == scaling else 1,
+            alpha=1 if name == scaling else 0.4,
+        )
     ax_h.plot([head_dim], [here], "r*", ms=12)
     ax_h.axhline(math.log(_ENTROPY_T), color="k", ls=":", lw=1)
     ax_h.set_title(f"mean entropy {here:.2f} (uniform: {math.log(_ENTROPY_T):.2f})", fontsize=9)
@@ -296,15 +314,16 @@ def entropy_explorer() -> Explorer:
     Controls: ``head_dim D`` (1 ... 1024), ``scale`` (none, 1/sqrt(D), 1/D). Used in notebook 02.
     """
     controls = {
-        "head_dim": widgets.Dropdown(options=list(ENTROPY_DIMS), value=64, description="head_dim D",
-                                     style=_style()),
-        "scaling": widgets.Dropdown(options=list(SCALINGS), value="1/sqrt(D)", description="scale",
-                                    style=_style()),
+        "head_dim": widgets.Dropdown(options=list(ENTROPY_DIMS), value=64, description="head_dim D", style=_style()),
+        "scaling": widgets.Dropdown(options=list(SCALINGS), value="1/sqrt(D)", description="scale", style=_style()),
     }
 
     def draw(head_dim: int, scaling: str) -> tuple[Figure, str]:
         fig = plot_entropy(head_dim, scaling)
-        return fig, f"D = {head_dim}, scale {scaling}: mean entropy {_mean_entropy(_random_weights(head_dim, scaling)):.3f}"
+        return (
+            fig,
+            f"D = {head_dim}, scale {scaling}: mean entropy {_mean_entropy(_random_weights(head_dim, scaling)):.3f}",
+        )
 
     return Explorer(controls, draw)
 
@@ -341,9 +360,13 @@ def _masked_weights(kind: str, length: int, fill: str, tokens: Sequence[str], se
     key_mask = padding_mask([length], T)[0]  # (S,): True at the first `length` positions
     if kind == "causal + left padding":
         key_mask = key_mask.flip(-1)  # real tokens at the end
-    masks = {"none": [torch.ones(T, T, dtype=torch.bool)], "causal": [causal_mask(T)],
-             "padding": [key_mask[None, :]], "causal + padding": [causal_mask(T), key_mask[None, :]],
-             "causal + left padding": [causal_mask(T), key_mask[None, :]]}[kind]
+    masks = {
+        "none": [torch.ones(T, T, dtype=torch.bool)],
+        "causal": [causal_mask(T)],
+        "padding": [key_mask[None, :]],
+        "causal + padding": [causal_mask(T), key_mask[None, :]],
+        "causal + left padding": [causal_mask(T), key_mask[None, :]],
+    }[kind]
     mask = combine_masks(*masks).expand(T, T)  # (T, S)
     fill_value = None if fill == "-inf" else torch.finfo(scores.dtype).min
     weights = softmax(mask_scores(scores, mask, fill_value=fill_value), dim=-1)  # (T, S); NaN if a row sees nothing
@@ -374,8 +397,9 @@ def plot_mask(
     plot_weights(weights, labels, labels, ax=ax, mask=mask)
     leaks = int(((~mask) & (weights > 0)).any(dim=-1).sum())
     nan = weights.isnan()
-    status = (f"{int(nan.any(dim=-1).sum())} rows NaN" if nan.any() else
-              f"{leaks} rows leak" if leaks else "rows sum to 1")
+    status = (
+        f"{int(nan.any(dim=-1).sum())} rows NaN" if nan.any() else f"{leaks} rows leak" if leaks else "rows sum to 1"
+    )
     ax.set_title(f"{kind}, fill {fill}: {status}\n(hatched = blocked)", fontsize=9)
     ax.figure.tight_layout()
     return ax.figure
@@ -389,10 +413,10 @@ def mask_explorer(tokens: Sequence[str] = MASK_SENTENCE) -> Explorer:
     """
     T = len(tokens)
     _masked_weights("none", T, "-inf", tokens)  # bad tokens fail here, not inside the widget
-    kind = widgets.Dropdown(options=list(MASK_KINDS), value="causal + left padding", description="mask",
-                            style=_style())
-    length = widgets.IntSlider(value=min(5, T), min=0, max=T, description="length",
-                               continuous_update=False, style=_style())
+    kind = widgets.Dropdown(options=list(MASK_KINDS), value="causal + left padding", description="mask", style=_style())
+    length = widgets.IntSlider(
+        value=min(5, T), min=0, max=T, description="length", continuous_update=False, style=_style()
+    )
     fill = widgets.ToggleButtons(options=list(FILLS), value="-inf", description="fill", style=_style())
 
     def draw(kind: str, length: int, fill: str) -> tuple[Figure, str]:
@@ -416,8 +440,9 @@ def mask_explorer(tokens: Sequence[str] = MASK_SENTENCE) -> Explorer:
 HEAD_SENTENCE = ("the", "dog", "saw", "the", "cat", "and", "the", "bird")
 
 
-def _head_weights(layer: MultiHeadAttention, x: torch.Tensor, head: int, causal: bool,
-                  tokens: Sequence[str]) -> torch.Tensor:
+def _head_weights(
+    layer: MultiHeadAttention, x: torch.Tensor, head: int, causal: bool, tokens: Sequence[str]
+) -> torch.Tensor:
     if not isinstance(layer, MultiHeadAttention):
         raise TypeError(f"layer must be a course_utils.multihead.MultiHeadAttention, got {type(layer).__name__}")
     check_int(f"head (the layer has {layer.num_heads} heads)", head, minimum=0, maximum=layer.num_heads - 1)
@@ -457,8 +482,9 @@ def plot_head(
     T = weights.shape[0]
     mask = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
     plot_weights(weights, list(tokens), list(tokens), ax=ax, mask=mask)
-    ax.set_title(f"head {head} of {layer.num_heads}, {'causal (hatched = blocked)' if causal else 'no mask'}",
-                 fontsize=9)
+    ax.set_title(
+        f"head {head} of {layer.num_heads}, {'causal (hatched = blocked)' if causal else 'no mask'}", fontsize=9
+    )
     ax.figure.tight_layout()
     return ax.figure
 
@@ -492,18 +518,26 @@ def head_explorer(
     if isinstance(layers, MultiHeadAttention):
         layers = {"layer": layers}
     if not isinstance(layers, Mapping):
-        raise TypeError(f"layers must be a MultiHeadAttention or a dict of them by name, e.g. {{'trained': layer}}, "
-                        f"got {type(layers).__name__}")
+        raise TypeError(
+            f"layers must be a MultiHeadAttention or a dict of them by name, e.g. {{'trained': layer}}, "
+            f"got {type(layers).__name__}"
+        )
     layers = dict(layers)
     if not layers:
         raise ValueError("layers is empty: pass at least one MultiHeadAttention")
     for layer in layers.values():
         _head_weights(layer, x, 0, True, tokens)  # bad layers, x or tokens fail here, not inside the widget
     names = list(layers)
-    pick = widgets.Dropdown(options=names, value=names[0], description="layer", style=_style(),
-                            layout=widgets.Layout(display="flex" if len(names) > 1 else "none"))
-    head = widgets.IntSlider(value=0, min=0, max=layers[names[0]].num_heads - 1, description="head",
-                             continuous_update=False, style=_style())
+    pick = widgets.Dropdown(
+        options=names,
+        value=names[0],
+        description="layer",
+        style=_style(),
+        layout=widgets.Layout(display="flex" if len(names) > 1 else "none"),
+    )
+    head = widgets.IntSlider(
+        value=0, min=0, max=layers[names[0]].num_heads - 1, description="head", continuous_update=False, style=_style()
+    )
     causal = widgets.Checkbox(value=True, description="causal", style=_style())
 
     def fit_heads(change: dict) -> None:
@@ -514,8 +548,9 @@ def head_explorer(
     def draw(name: str, head: int, causal: bool) -> tuple[Figure, str]:
         w = _head_weights(layers[name], x, head, causal, tokens)
         top = w.argmax(dim=-1).tolist()
-        caption = f"{name}, head {head}, {'causal' if causal else 'no mask'}: each query's top key " \
-                  + " ".join(f"{tokens[i]}->{tokens[j]}" for i, j in enumerate(top))
+        caption = f"{name}, head {head}, {'causal' if causal else 'no mask'}: each query's top key " + " ".join(
+            f"{tokens[i]}->{tokens[j]}" for i, j in enumerate(top)
+        )
         return plot_head(layers[name], x, tokens, head, causal), caption
 
     return Explorer({"name": pick, "head": head, "causal": causal}, draw)
@@ -529,8 +564,9 @@ def head_explorer(
 def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[torch.Tensor, str]:
     """The (T, T) weights of one head of one layer on ``prompt`` (its last context_length characters)."""
     if not hasattr(model, "config") or not callable(getattr(model, "attention_maps", None)):
-        raise TypeError(f"model must be a course_utils.gpt.GPT (with config and attention_maps), "
-                        f"got {type(model).__name__}")
+        raise TypeError(
+            f"model must be a course_utils.gpt.GPT (with config and attention_maps), got {type(model).__name__}"
+        )
     if not callable(getattr(tokenizer, "encode", None)):
         raise TypeError(f"tokenizer must have an encode(text) method (a CharTokenizer), got {type(tokenizer).__name__}")
     if not isinstance(prompt, str) or not prompt:
@@ -538,7 +574,7 @@ def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[
     L, H = model.config.num_layers, model.config.num_heads
     for name, i, n in (("layer", layer, L), ("head", head, H)):
         check_int(name, i, minimum=0, maximum=n - 1, expected=f"an int in [0, {n - 1}]")
-    text = prompt[-model.config.context_length:]
+    text = prompt[-model.config.context_length :]
     idx = tokenizer.encode(text)[None].to(next(model.parameters()).device)  # (1, T); ValueError if unknown chars
     was_training = model.training
     model.eval()
@@ -559,8 +595,9 @@ def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) 
     labels = char_labels(text)
     T = len(labels)
     fig, ax = plt.subplots(figsize=(0.28 * T + 1.6, 0.26 * T + 1.2))
-    plot_weights(w, labels, labels, ax=ax, annotate=False,
-                 title=f"layer {layer}, head {head}: row = query, column = key")
+    plot_weights(
+        w, labels, labels, ax=ax, annotate=False, title=f"layer {layer}, head {head}: row = query, column = key"
+    )
     fig.tight_layout()
     return fig
 
@@ -573,12 +610,15 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
     tokenizer's message instead of a picture. Draws :func:`plot_gpt_head`. Used in notebook 09.
     """
     _gpt_weights(model, tokenizer, prompt, 0, 0)  # a bad model, tokenizer or prompt fails here, not in the widget
-    layer = widgets.IntSlider(value=0, min=0, max=model.config.num_layers - 1, description="layer",
-                              continuous_update=False, style=_style())
-    head = widgets.IntSlider(value=0, min=0, max=model.config.num_heads - 1, description="head",
-                             continuous_update=False, style=_style())
-    text = widgets.Text(value=prompt, description="prompt", continuous_update=False, style=_style(),
-                        layout=widgets.Layout(width="95%"))
+    layer = widgets.IntSlider(
+        value=0, min=0, max=model.config.num_layers - 1, description="layer", continuous_update=False, style=_style()
+    )
+    head = widgets.IntSlider(
+        value=0, min=0, max=model.config.num_heads - 1, description="head", continuous_update=False, style=_style()
+    )
+    text = widgets.Text(
+        value=prompt, description="prompt", continuous_update=False, style=_style(), layout=widgets.Layout(width="95%")
+    )
 
     def draw(layer: int, head: int, prompt: str) -> tuple[Figure, str]:
         w, shown = _gpt_weights(model, tokenizer, prompt, layer, head)

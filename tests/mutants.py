@@ -35,13 +35,42 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 BEGIN, END = "### BEGIN SOLUTION", "### END SOLUTION"
 
-AXIS_METHODS = {"transpose", "sum", "mean", "amax", "amin", "max", "min", "softmax", "log_softmax", "cumsum",
-                "flatten", "argmax", "argmin", "unsqueeze", "squeeze", "size", "logsumexp", "std", "var", "norm"}
+AXIS_METHODS = {
+    "transpose",
+    "sum",
+    "mean",
+    "amax",
+    "amin",
+    "max",
+    "min",
+    "softmax",
+    "log_softmax",
+    "cumsum",
+    "flatten",
+    "argmax",
+    "argmin",
+    "unsqueeze",
+    "squeeze",
+    "size",
+    "logsumexp",
+    "std",
+    "var",
+    "norm",
+}
 AXIS_SWAP = {-1: -2, -2: -1, 0: 1, 1: 0, 2: 1, 3: 2}
-SWAPS = {"amax": "amin", "amin": "amax", "max": "min", "min": "max", "argmax": "argmin", "argmin": "argmax",
-         "sum": "mean", "mean": "sum", "tril": "triu", "triu": "tril"}
-COMPARE = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt),
-           ast.GtE: (ast.Gt, ast.LtE)}
+SWAPS = {
+    "amax": "amin",
+    "amin": "amax",
+    "max": "min",
+    "min": "max",
+    "argmax": "argmin",
+    "argmin": "argmax",
+    "sum": "mean",
+    "mean": "sum",
+    "tril": "triu",
+    "triu": "tril",
+}
+COMPARE = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt), ast.GtE: (ast.Gt, ast.LtE)}
 INPLACE_BINOP = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_"}
 OFF_BY_ONE_CALLS = {"arange", "range", "tril", "triu"}
 DTYPE_HELPER = "__mutant_dtype__"
@@ -93,11 +122,11 @@ def solutions() -> dict[str, Solution]:
         for node in ast.walk(tree):
             if not isinstance(node, ast.FunctionDef) or node.name not in checked:
                 continue
-            body = lines[node.lineno - 1:]
+            body = lines[node.lineno - 1 :]
             end = next((i for i, ln in enumerate(body) if END in ln), None)
             if end is None or not any(BEGIN in ln for ln in body[:end]):
                 continue
-            source = "\n".join(body[:end + 1])
+            source = "\n".join(body[: end + 1])
             found[checked[node.name]] = Solution(checked[node.name], node.name, source, namespace, path)
     return found
 
@@ -116,8 +145,12 @@ def compile_function(sol: Solution, source: str) -> Callable[..., Any]:
 def _int_value(node: ast.AST) -> int | None:
     if isinstance(node, ast.Constant) and type(node.value) is int:
         return node.value
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant) \
-            and type(node.operand.value) is int:
+    if (
+        isinstance(node, ast.UnaryOp)
+        and isinstance(node.op, ast.USub)
+        and isinstance(node.operand, ast.Constant)
+        and type(node.operand.value) is int
+    ):
         return -node.operand.value
     return None
 
@@ -163,48 +196,84 @@ def _sites(fn: ast.FunctionDef, returns_tensors: bool) -> list[tuple[str, ast.AS
                     v = _int_value(node.args[j])
                     if v in AXIS_SWAP:
                         add("dim", node, lambda n, j=j, v=v: _with_arg(n, j, _int_node(AXIS_SWAP[v])))
-            if name in ("softmax", "log_softmax", "exp", "log") and node.args and isinstance(node.func, ast.Attribute) \
-                    and ast.unparse(node.func.value) in ("torch", "F"):  # torch.softmax(s, dim) -> s
+            if (
+                name in ("softmax", "log_softmax", "exp", "log")
+                and node.args
+                and isinstance(node.func, ast.Attribute)
+                and ast.unparse(node.func.value) in ("torch", "F")
+            ):  # torch.softmax(s, dim) -> s
                 add("dropped call", node, lambda n: copy.deepcopy(n.args[0]))
             if name in ("transpose", "permute") and isinstance(node.func, ast.Attribute):
                 add("transpose", node, lambda n: copy.deepcopy(n.func.value))
             if name in OFF_BY_ONE_CALLS:
                 for j in range(len(node.args)):
-                    if name in ("tril", "triu") and isinstance(node.func, ast.Attribute) and \
-                            isinstance(node.func.value, ast.Name) and node.func.value.id == "torch" and j == 0:
+                    if (
+                        name in ("tril", "triu")
+                        and isinstance(node.func, ast.Attribute)
+                        and isinstance(node.func.value, ast.Name)
+                        and node.func.value.id == "torch"
+                        and j == 0
+                    ):
                         continue  # torch.tril(x, d): x is the tensor, not a number
                     for d in (1, -1):
                         add("off-by-one", node, lambda n, j=j, d=d: _with_arg(n, j, _plus(n.args[j], d)))
             if name in SWAPS and isinstance(node.func, ast.Attribute):
                 op = {"tril": "tril/triu", "triu": "tril/triu", "sum": "sum/mean", "mean": "sum/mean"}.get(
-                    name, "max/min")
+                    name, "max/min"
+                )
                 add(op, node, lambda n, s=SWAPS[name]: _with_func_attr(n, s))
             if isinstance(node.func, ast.Attribute) and hasattr(torch.Tensor, f"{name}_") and not name.endswith("_"):
                 receiver = node.func.value
                 if isinstance(receiver, ast.Name) and receiver.id in params:  # param.f(...) -> param.f_(...)
                     add("in-place", node, lambda n: _with_func_attr(n, f"{_call_name(n)}_"))
-                elif isinstance(receiver, (ast.Name, ast.Attribute)) and ast.unparse(receiver) in (
-                        "torch", "torch.special", "F") and node.args and isinstance(node.args[0], ast.Name) \
-                        and node.args[0].id in params:  # torch.f(param, ...) -> param.f_(...)
-                    add("in-place", node, lambda n: ast.Call(
-                        ast.Attribute(copy.deepcopy(n.args[0]), f"{_call_name(n)}_", ast.Load()),
-                        [copy.deepcopy(a) for a in n.args[1:]], [copy.deepcopy(k) for k in n.keywords]))
+                elif (
+                    isinstance(receiver, (ast.Name, ast.Attribute))
+                    and ast.unparse(receiver) in ("torch", "torch.special", "F")
+                    and node.args
+                    and isinstance(node.args[0], ast.Name)
+                    and node.args[0].id in params
+                ):  # torch.f(param, ...) -> param.f_(...)
+                    add(
+                        "in-place",
+                        node,
+                        lambda n: ast.Call(
+                            ast.Attribute(copy.deepcopy(n.args[0]), f"{_call_name(n)}_", ast.Load()),
+                            [copy.deepcopy(a) for a in n.args[1:]],
+                            [copy.deepcopy(k) for k in n.keywords],
+                        ),
+                    )
         elif isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
             add("transpose", node, lambda n: copy.deepcopy(n.value))
         elif isinstance(node, ast.BinOp):
             if isinstance(node.op, (ast.Mult, ast.Div)):
                 add("scale", node, lambda n: copy.deepcopy(n.left))
-                add("scale", node, lambda n: ast.BinOp(copy.deepcopy(n.left), type(n.op)(),
-                                                       ast.BinOp(ast.Constant(2), ast.Mult(), copy.deepcopy(n.right))))
+                add(
+                    "scale",
+                    node,
+                    lambda n: ast.BinOp(
+                        copy.deepcopy(n.left),
+                        type(n.op)(),
+                        ast.BinOp(ast.Constant(2), ast.Mult(), copy.deepcopy(n.right)),
+                    ),
+                )
             if isinstance(node.op, (ast.MatMult, ast.Sub)):  # a @ b -> b @ a, a - b -> b - a
-                add("operands swapped", node, lambda n: ast.BinOp(copy.deepcopy(n.right), type(n.op)(),
-                                                                  copy.deepcopy(n.left)))
+                add(
+                    "operands swapped",
+                    node,
+                    lambda n: ast.BinOp(copy.deepcopy(n.right), type(n.op)(), copy.deepcopy(n.left)),
+                )
             if type(node.op) in INPLACE_BINOP and isinstance(node.left, ast.Name) and node.left.id in params:
-                add("in-place", node, lambda n: ast.Call(
-                    ast.Attribute(copy.deepcopy(n.left), INPLACE_BINOP[type(n.op)], ast.Load()),
-                    [copy.deepcopy(n.right)], []))
+                add(
+                    "in-place",
+                    node,
+                    lambda n: ast.Call(
+                        ast.Attribute(copy.deepcopy(n.left), INPLACE_BINOP[type(n.op)], ast.Load()),
+                        [copy.deepcopy(n.right)],
+                        [],
+                    ),
+                )
         elif isinstance(node, ast.Subscript):
-            for part in (node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]):
+            for part in node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]:
                 if isinstance(part, ast.Slice):
                     for bound in ("lower", "upper"):
                         if getattr(part, bound) is not None:
@@ -212,18 +281,27 @@ def _sites(fn: ast.FunctionDef, returns_tensors: bool) -> list[tuple[str, ast.AS
                                 add("off-by-one", part, lambda p, b=bound, d=d: _with_bound(p, b, d))
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and type(node.ops[0]) in COMPARE:
             for new in COMPARE[type(node.ops[0])]:
-                add("compare", node, lambda n, new=new: ast.Compare(copy.deepcopy(n.left), [new()],
-                                                                   copy.deepcopy(n.comparators)))
+                add(
+                    "compare",
+                    node,
+                    lambda n, new=new: ast.Compare(copy.deepcopy(n.left), [new()], copy.deepcopy(n.comparators)),
+                )
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and _int_value(node) is None:
             add("sign", node, lambda n: copy.deepcopy(n.operand))
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
             add("polarity", node, lambda n: copy.deepcopy(n.operand))
             if isinstance(node.operand, ast.Name) and node.operand.id in params:  # ~mask -> mask.bitwise_not_()
-                add("in-place", node, lambda n: ast.Call(
-                    ast.Attribute(copy.deepcopy(n.operand), "bitwise_not_", ast.Load()), [], []))
+                add(
+                    "in-place",
+                    node,
+                    lambda n: ast.Call(ast.Attribute(copy.deepcopy(n.operand), "bitwise_not_", ast.Load()), [], []),
+                )
         elif isinstance(node, ast.Return) and node.value is not None and returns_tensors:
-            add("dtype", node, lambda n: ast.Return(ast.Call(ast.Name(DTYPE_HELPER, ast.Load()),
-                                                             [copy.deepcopy(n.value)], [])))
+            add(
+                "dtype",
+                node,
+                lambda n: ast.Return(ast.Call(ast.Name(DTYPE_HELPER, ast.Load()), [copy.deepcopy(n.value)], [])),
+            )
     return sites
 
 
@@ -302,11 +380,14 @@ def summary_lines(scores: dict[str, tuple[int, int, int, float]]) -> list[str]:
     for key in sorted(scores, key=lambda k: tuple(int(p) for p in k.split("."))):
         killed, total, equivalent, seconds = scores[key]
         extra = f", {equivalent} equivalent" if equivalent else ""
-        lines.append(f"{key}: {killed}/{total} mutants killed ({100 * killed / max(total, 1):.0f}%){extra}, "
-                     f"{seconds:.1f} s")
+        lines.append(
+            f"{key}: {killed}/{total} mutants killed ({100 * killed / max(total, 1):.0f}%){extra}, {seconds:.1f} s"
+        )
     killed = sum(s[0] for s in scores.values())
     total = sum(s[1] for s in scores.values())
     seconds = sum(s[3] for s in scores.values())
-    lines.append(f"all {len(scores)} exercises: {killed}/{total} killed ({100 * killed / max(total, 1):.1f}%), "
-                 f"{sum(s[2] for s in scores.values())} equivalent, {seconds:.1f} s")
+    lines.append(
+        f"all {len(scores)} exercises: {killed}/{total} killed ({100 * killed / max(total, 1):.1f}%), "
+        f"{sum(s[2] for s in scores.values())} equivalent, {seconds:.1f} s"
+    )
     return lines

@@ -19,5 +19,9 @@ def practice_text(lines: int) -> str:
     """Simple, learnable text made here (no network): about 30 characters a line, the same every time."""
     rng = random.Random(0)
     words = "to be or not that is the question whether tis nobler in mind suffer slings arrows".split()
-    return "\n".join(" ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + "."
-                     for _ in range(lines)) + "\n"
+    return (
+        "\n".join(
+            " ".join(rng.choice(words) for _ in range(rng.randint(4, 9))).capitalize() + "." for _ in range(lines)
+        )
+        + "\n"
+    )

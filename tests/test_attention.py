@@ -46,7 +46,7 @@ def attention_inputs(draw, masked: bool = True):
     mask = None
     if masked:
         # Broadcastable mask: drop some leading batch dims, squeeze others (and maybe the query dim) to 1.
-        kept = batch[draw(st.integers(0, len(batch))):]
+        kept = batch[draw(st.integers(0, len(batch))) :]
         shape = [draw(st.sampled_from([b, 1])) for b in kept] + [draw(st.sampled_from([T, 1])), S]
         p_allow = draw(st.sampled_from([0.3, 0.7, 1.0]))
         mask = torch.rand(*shape, generator=g) < p_allow
@@ -59,8 +59,15 @@ def attention_inputs(draw, masked: bool = True):
 
 
 @settings(deadline=None, max_examples=15)
-@given(T=st.integers(1, 5), S=st.integers(1, 5), D=st.integers(1, 6), Dv=st.integers(1, 6),
-       scale=st.sampled_from([1.0, 0.5, 0.125]), dtype=dtypes, seed=seeds)
+@given(
+    T=st.integers(1, 5),
+    S=st.integers(1, 5),
+    D=st.integers(1, 6),
+    Dv=st.integers(1, 6),
+    scale=st.sampled_from([1.0, 0.5, 0.125]),
+    dtype=dtypes,
+    seed=seeds,
+)
 def test_attention_matmul_equals_loops(T, S, D, Dv, scale, dtype, seed):
     g = torch.Generator().manual_seed(seed)
     q, k = torch.randn(T, D, generator=g, dtype=dtype), torch.randn(S, D, generator=g, dtype=dtype)
@@ -82,8 +89,9 @@ def test_attention_matmul_batches_like_one_sequence_at_a_time():
 
 
 @settings(deadline=None, max_examples=15)
-@given(batch=st.lists(st.integers(1, 3), max_size=2), T=st.integers(1, 6), C=st.integers(1, 6),
-       dtype=dtypes, seed=seeds)
+@given(
+    batch=st.lists(st.integers(1, 3), max_size=2), T=st.integers(1, 6), C=st.integers(1, 6), dtype=dtypes, seed=seeds
+)
 def test_simple_self_attention_is_attention_with_q_k_v_equal_to_x(batch, T, C, dtype, seed):
     x = torch.randn(*batch, T, C, generator=torch.Generator().manual_seed(seed), dtype=dtype)
     out, weights = simple_self_attention(x)
@@ -97,8 +105,13 @@ def test_simple_self_attention_is_attention_with_q_k_v_equal_to_x(batch, T, C, d
 
 
 @settings(deadline=None, max_examples=20)
-@given(shape=st.lists(st.integers(1, 5), min_size=1, max_size=3), dim=st.integers(-1, 0),
-       spread=st.sampled_from([1.0, 30.0, 1000.0]), dtype=dtypes, seed=seeds)
+@given(
+    shape=st.lists(st.integers(1, 5), min_size=1, max_size=3),
+    dim=st.integers(-1, 0),
+    spread=st.sampled_from([1.0, 30.0, 1000.0]),
+    dtype=dtypes,
+    seed=seeds,
+)
 def test_softmax_matches_torch(shape, dim, spread, dtype, seed):
     x = spread * torch.randn(*shape, generator=torch.Generator().manual_seed(seed), dtype=dtype)
     torch.testing.assert_close(softmax(x, dim=dim), torch.softmax(x, dim=dim), **tol(dtype))
@@ -265,8 +278,9 @@ def _qkv(*shapes, dtype=torch.float32):
     return [torch.zeros(s, dtype=dtype) for s in shapes]
 
 
-@pytest.mark.parametrize("fn", [attention_matmul, attention_loops,
-                                lambda q, k, v: scaled_dot_product_attention(q, k, v)])
+@pytest.mark.parametrize(
+    "fn", [attention_matmul, attention_loops, lambda q, k, v: scaled_dot_product_attention(q, k, v)]
+)
 def test_qkv_validation_messages(fn):
     q, k, v = _qkv((3, 4), (5, 4), (5, 2))
     with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
@@ -275,17 +289,25 @@ def test_qkv_validation_messages(fn):
         fn(q, k, torch.zeros(5))
     with pytest.raises(TypeError, match="q must be a floating-point tensor, got dtype torch.int64"):
         fn(torch.zeros(3, 4, dtype=torch.long), k, v)
-    with pytest.raises(TypeError, match="q, k and v must share a dtype, got torch.float32, torch.float64, torch.float32"):
+    with pytest.raises(
+        TypeError, match="q, k and v must share a dtype, got torch.float32, torch.float64, torch.float32"
+    ):
         fn(q, k.double(), v)
-    with pytest.raises(ValueError, match=re.escape("q and k must have the same last dimension D, got q (3, 4) and k (5, 3)")):
+    with pytest.raises(
+        ValueError, match=re.escape("q and k must have the same last dimension D, got q (3, 4) and k (5, 3)")
+    ):
         fn(q, torch.zeros(5, 3), v)
-    with pytest.raises(ValueError, match=re.escape("k and v must have the same number of positions S, got k (5, 4) and v (6, 2)")):
+    with pytest.raises(
+        ValueError, match=re.escape("k and v must have the same number of positions S, got k (5, 4) and v (6, 2)")
+    ):
         fn(q, k, torch.zeros(6, 2))
 
 
 def test_batch_dims_that_do_not_broadcast():
     q, k, v = _qkv((2, 3, 4), (3, 5, 4), (3, 5, 2))
-    with pytest.raises(ValueError, match=re.escape("the batch dimensions of q (2, 3, 4), k (3, 5, 4) and v (3, 5, 2) do not broadcast")):
+    with pytest.raises(
+        ValueError, match=re.escape("the batch dimensions of q (2, 3, 4), k (3, 5, 4) and v (3, 5, 2) do not broadcast")
+    ):
         attention_matmul(q, k, v)
     with pytest.raises(ValueError, match="do not broadcast"):
         scaled_dot_product_attention(q, k, v)
@@ -293,7 +315,9 @@ def test_batch_dims_that_do_not_broadcast():
 
 def test_attention_loops_takes_one_sequence():
     q, k, v = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 2))
-    with pytest.raises(ValueError, match=re.escape("attention_loops works on one sequence: q must be (T, D), got (2, 3, 4)")):
+    with pytest.raises(
+        ValueError, match=re.escape("attention_loops works on one sequence: q must be (T, D), got (2, 3, 4)")
+    ):
         attention_loops(q, k, v)
 
 
@@ -301,12 +325,21 @@ def test_sdpa_mask_messages():
     q, k, v = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 2))
     with pytest.raises(TypeError, match=re.escape("mask must be a boolean torch.Tensor (True = may attend), got list")):
         scaled_dot_product_attention(q, k, v, mask=[[True] * 5] * 3)
-    with pytest.raises(TypeError, match=re.escape("mask must be boolean (True = may attend), got dtype torch.float32; "
-                                                  "convert an additive float mask with course_utils.masking.convert_mask")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "mask must be boolean (True = may attend), got dtype torch.float32; "
+            "convert an additive float mask with course_utils.masking.convert_mask"
+        ),
+    ):
         scaled_dot_product_attention(q, k, v, mask=torch.zeros(3, 5))
-    with pytest.raises(ValueError, match=re.escape("mask of shape (3, 4) does not broadcast to the scores' shape (2, 3, 5)")):
+    with pytest.raises(
+        ValueError, match=re.escape("mask of shape (3, 4) does not broadcast to the scores' shape (2, 3, 5)")
+    ):
         scaled_dot_product_attention(q, k, v, mask=torch.ones(3, 4, dtype=torch.bool))
-    with pytest.raises(ValueError, match=re.escape("mask of shape (4, 3, 5) does not broadcast to the scores' shape (2, 3, 5)")):
+    with pytest.raises(
+        ValueError, match=re.escape("mask of shape (4, 3, 5) does not broadcast to the scores' shape (2, 3, 5)")
+    ):
         scaled_dot_product_attention(q, k, v, mask=torch.ones(4, 3, 5, dtype=torch.bool))
 
 
@@ -344,22 +377,28 @@ def test_bias_errors():
     q = torch.randn(2, 5, 4)
     with pytest.raises(TypeError, match="bias must be a floating-point tensor"):
         scaled_dot_product_attention(q, q, q, bias=torch.zeros(5, 5, dtype=torch.long))
-    with pytest.raises(ValueError, match=re.escape("bias of shape (4, 5) does not broadcast to the scores' shape (2, 5, 5)")):
+    with pytest.raises(
+        ValueError, match=re.escape("bias of shape (4, 5) does not broadcast to the scores' shape (2, 5, 5)")
+    ):
         scaled_dot_product_attention(q, q, q, bias=torch.zeros(4, 5))
 
 
 # ---------------------------------------------------------------- bad arguments a learner might pass (issue 9)
 
+
 @pytest.mark.parametrize("fn", [attention_loops, attention_matmul, scaled_dot_product_attention])
-@pytest.mark.parametrize("scale, error, match", [
-    ("abc", TypeError, r"scale must be a positive number, got 'abc' \(str\)"),
-    (torch.tensor(0.5), TypeError, r"scale must be a positive number, got tensor\(0.5000\) \(Tensor\)"),
-    (True, TypeError, r"scale must be a positive number, got True \(bool\)"),
-    (-1.0, ValueError, r"scale must be a positive finite number, got -1.0"),
-    (0, ValueError, r"scale must be a positive finite number, got 0.0"),
-    (float("nan"), ValueError, r"scale must be a positive finite number, got nan"),
-    (float("inf"), ValueError, r"scale must be a positive finite number, got inf"),
-])
+@pytest.mark.parametrize(
+    "scale, error, match",
+    [
+        ("abc", TypeError, r"scale must be a positive number, got 'abc' \(str\)"),
+        (torch.tensor(0.5), TypeError, r"scale must be a positive number, got tensor\(0.5000\) \(Tensor\)"),
+        (True, TypeError, r"scale must be a positive number, got True \(bool\)"),
+        (-1.0, ValueError, r"scale must be a positive finite number, got -1.0"),
+        (0, ValueError, r"scale must be a positive finite number, got 0.0"),
+        (float("nan"), ValueError, r"scale must be a positive finite number, got nan"),
+        (float("inf"), ValueError, r"scale must be a positive finite number, got inf"),
+    ],
+)
 def test_scale_must_be_a_positive_number(fn, scale, error, match):
     q, k, v = _qkv((3, 4), (5, 4), (5, 2))
     with pytest.raises(error, match=match):
@@ -455,15 +494,19 @@ def test_attention_grad_norms_leaves_the_inputs_alone_and_builds_no_graph():
 
 def test_attention_grad_norms_messages():
     q, k, v = _qkv((3, 4), (5, 4), (5, 2))
-    with pytest.raises(ValueError, match=re.escape("grad_out must have the shape of the attention output (3, 2), "
-                                                   "got (3, 4)")):
+    with pytest.raises(
+        ValueError, match=re.escape("grad_out must have the shape of the attention output (3, 2), got (3, 4)")
+    ):
         attention_grad_norms(q, k, v, torch.randn(3, 4))
     with pytest.raises(TypeError, match="grad_out must be a torch.Tensor, got list"):
         attention_grad_norms(q, k, v, [[0.0, 0.0]] * 3)
     with pytest.raises(TypeError, match="grad_out must be a floating-point tensor, got dtype torch.int64"):
         attention_grad_norms(q, k, v, torch.zeros(3, 2, dtype=torch.long))
-    with pytest.raises(TypeError, match=r"grad_out must have the dtype of q, k and v \(torch.float32\), got "
-                                        r"torch.float64"):
+    with pytest.raises(
+        TypeError,
+        match=r"grad_out must have the dtype of q, k and v \(torch.float32\), got "
+        r"torch.float64",
+    ):
         attention_grad_norms(q, k, v, torch.zeros(3, 2, dtype=torch.float64))
     with pytest.raises(ValueError, match=r"q, grad_out must be on one device, got q on cpu, grad_out on meta"):
         attention_grad_norms(q, k, v, torch.zeros(3, 2, device="meta"))

@@ -22,8 +22,7 @@ torch.set_num_threads(1)
 
 TEXT = "to be or\nnot to be"
 # A string each vendored library is known to contain; the views must carry all three.
-MARKERS = {"require.js": "@license RequireJS 2.3.6", "d3": "https://d3js.org v5.7.0",
-           "jquery": "/*! jQuery v2.2.4"}
+MARKERS = {"require.js": "@license RequireJS 2.3.6", "d3": "https://d3js.org v5.7.0", "jquery": "/*! jQuery v2.2.4"}
 
 
 @pytest.fixture(scope="module")
@@ -68,8 +67,11 @@ def test_no_network_urls(maps, make):
     assert "sourceMappingURL" not in page
     # Every http(s) URL left is a comment, an XML namespace or text in an error message, never fetched:
     for url in set(re.findall(r"https?://[^\s\"')]+", page)):
-        assert re.match(r"https?://(www\.w3\.org/|github\.com/|d3js\.org|requirejs\.org/docs/errors|"
-                        r"dev\.jquery\.com/ticket/|connect\.microsoft\.com/|webkit\.org/b/)", url), url
+        assert re.match(
+            r"https?://(www\.w3\.org/|github\.com/|d3js\.org|requirejs\.org/docs/errors|"
+            r"dev\.jquery\.com/ticket/|connect\.microsoft\.com/|webkit\.org/b/)",
+            url,
+        ), url
 
 
 @pytest.mark.parametrize("make", [head_view, model_view], ids=["head", "model"])
@@ -79,7 +81,7 @@ def test_libraries_inlined(maps, make):
         assert page.count(marker) == 1, name
     assert page.count('<script type="text/javascript">') == 3  # require.js, the two modules, bertviz's own
     assert "<script src" not in page
-    assert 'define(name, [], function () { return module.exports; })' in page
+    assert "define(name, [], function () { return module.exports; })" in page
     assert '"course_utils/vendor/jquery-2.2.4"' in page and '"course_utils/vendor/d3-5.7.0"' in page
 
 
@@ -126,11 +128,13 @@ def test_tokens_cannot_end_the_script():
 
 def test_options_reach_bertviz():
     att = _random_maps(L=3, H=3)
-    params = json.loads(re.search(r"const params = (\{.*?\}); // HACK",
-                                  head_view(att, "abcde", layer=2, heads=[0, 2]).data).group(1))
+    params = json.loads(
+        re.search(r"const params = (\{.*?\}); // HACK", head_view(att, "abcde", layer=2, heads=[0, 2]).data).group(1)
+    )
     assert (params["layer"], params["heads"], params["include_layers"]) == (2, [0, 2], [0, 1, 2])
-    params = json.loads(re.search(r"const params = (\{.*?\}); // HACK",
-                                  model_view(att, "abcde", include_layers=[0, 2]).data).group(1))
+    params = json.loads(
+        re.search(r"const params = (\{.*?\}); // HACK", model_view(att, "abcde", include_layers=[0, 2]).data).group(1)
+    )
     assert params["include_layers"] == [0, 2]
     assert len(params["attention"][0]["attn"]) == 2
 
@@ -154,50 +158,63 @@ def test_accepts_gpu_style_input(maps):
 
 
 @pytest.mark.parametrize("make", [head_view, model_view], ids=["head", "model"])
-@pytest.mark.parametrize("attention, tokens, error, match", [
-    ([], "abc", ValueError, r"at least one layer, got an empty list"),
-    (torch.rand(1, 2, 3, 3), "abc", TypeError, r"attention must be a list of tensors .* got Tensor"),
-    ([torch.rand(1, 2, 3, 3), [[0.5]]], "abc", TypeError,
-     r"attention\[1\] must be a torch.Tensor .* got list"),
-    ([torch.rand(2, 3, 3)], "abc", ValueError,
-     r"attention\[0\] must have 4 dims \(B, H, T, T\), got shape \(2, 3, 3\)"),
-    ([torch.rand(2, 2, 3, 3)], "abc", ValueError,
-     r"batch size 1\), got batch size 2 in shape \(2, 2, 3, 3\)"),
-    ([torch.rand(1, 2, 3, 4)], "abc", ValueError,
-     r"must be self-attention \(T, T\) .* got shape \(1, 2, 3, 4\)"),
-    ([torch.rand(1, 2, 3, 3), torch.rand(1, 3, 3, 3)], "abc", ValueError,
-     r"same shape: attention\[0\] is \(1, 2, 3, 3\), attention\[1\] is \(1, 3, 3, 3\)"),
-    ([torch.rand(1, 2, 3, 3)], "abcd", ValueError, r"covers T=3 positions but 4 tokens were given"),
-    ([torch.rand(1, 2, 3, 3)], ["a", 1, "c"], TypeError, r"tokens\[1\] must be a str, got int"),
-    ([torch.rand(1, 2, 3, 3)], 3, TypeError, r"tokens must be a list of strings .* got int"),
-    ([torch.rand(1, 2, 3, 3, dtype=torch.complex64)], "abc", TypeError,
-     r"must be real, got dtype torch.complex64"),
-])
+@pytest.mark.parametrize(
+    "attention, tokens, error, match",
+    [
+        ([], "abc", ValueError, r"at least one layer, got an empty list"),
+        (torch.rand(1, 2, 3, 3), "abc", TypeError, r"attention must be a list of tensors .* got Tensor"),
+        ([torch.rand(1, 2, 3, 3), [[0.5]]], "abc", TypeError, r"attention\[1\] must be a torch.Tensor .* got list"),
+        (
+            [torch.rand(2, 3, 3)],
+            "abc",
+            ValueError,
+            r"attention\[0\] must have 4 dims \(B, H, T, T\), got shape \(2, 3, 3\)",
+        ),
+        ([torch.rand(2, 2, 3, 3)], "abc", ValueError, r"batch size 1\), got batch size 2 in shape \(2, 2, 3, 3\)"),
+        ([torch.rand(1, 2, 3, 4)], "abc", ValueError, r"must be self-attention \(T, T\) .* got shape \(1, 2, 3, 4\)"),
+        (
+            [torch.rand(1, 2, 3, 3), torch.rand(1, 3, 3, 3)],
+            "abc",
+            ValueError,
+            r"same shape: attention\[0\] is \(1, 2, 3, 3\), attention\[1\] is \(1, 3, 3, 3\)",
+        ),
+        ([torch.rand(1, 2, 3, 3)], "abcd", ValueError, r"covers T=3 positions but 4 tokens were given"),
+        ([torch.rand(1, 2, 3, 3)], ["a", 1, "c"], TypeError, r"tokens\[1\] must be a str, got int"),
+        ([torch.rand(1, 2, 3, 3)], 3, TypeError, r"tokens must be a list of strings .* got int"),
+        ([torch.rand(1, 2, 3, 3, dtype=torch.complex64)], "abc", TypeError, r"must be real, got dtype torch.complex64"),
+    ],
+)
 def test_bad_input(make, attention, tokens, error, match):
     with pytest.raises(error, match=match):
         make(attention, tokens)
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"layer": 2}, ValueError, r"layer must be in \[0, 1\], got 2"),
-    ({"layer": -1}, ValueError, r"layer must be in \[0, 1\], got -1"),
-    ({"layer": 1.0}, TypeError, r"layer must be an int, got float"),
-    ({"heads": [0, 3]}, ValueError, r"heads\[1\] must be in \[0, 2\], got 3"),
-    ({"heads": []}, ValueError, r"heads must name at least one index, got an empty list"),
-    ({"heads": [1, 1]}, ValueError, r"heads must not repeat an index, got \[1, 1\]"),
-    ({"heads": 1}, TypeError, r"heads must be a list of ints, got int"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"layer": 2}, ValueError, r"layer must be in \[0, 1\], got 2"),
+        ({"layer": -1}, ValueError, r"layer must be in \[0, 1\], got -1"),
+        ({"layer": 1.0}, TypeError, r"layer must be an int, got float"),
+        ({"heads": [0, 3]}, ValueError, r"heads\[1\] must be in \[0, 2\], got 3"),
+        ({"heads": []}, ValueError, r"heads must name at least one index, got an empty list"),
+        ({"heads": [1, 1]}, ValueError, r"heads must not repeat an index, got \[1, 1\]"),
+        ({"heads": 1}, TypeError, r"heads must be a list of ints, got int"),
+    ],
+)
 def test_head_view_bad_options(kwargs, error, match):
     with pytest.raises(error, match=match):
         head_view(_random_maps(), "abcde", **kwargs)
 
 
-@pytest.mark.parametrize("layers, error, match", [
-    ([2], ValueError, r"include_layers\[0\] must be in \[0, 1\], got 2"),
-    ([], ValueError, r"include_layers must name at least one index"),
-    ("01", TypeError, r"include_layers must be a list of ints, got str"),
-    ([True], TypeError, r"include_layers\[0\] must be an int, got bool"),
-])
+@pytest.mark.parametrize(
+    "layers, error, match",
+    [
+        ([2], ValueError, r"include_layers\[0\] must be in \[0, 1\], got 2"),
+        ([], ValueError, r"include_layers must name at least one index"),
+        ("01", TypeError, r"include_layers must be a list of ints, got str"),
+        ([True], TypeError, r"include_layers\[0\] must be an int, got bool"),
+    ],
+)
 def test_model_view_bad_layers(layers, error, match):
     with pytest.raises(error, match=match):
         model_view(_random_maps(), "abcde", include_layers=layers)
@@ -230,8 +247,11 @@ def test_vendor_check_passes(capsys):
 
 def test_vendor_sources_record_npm():
     records = json.loads((vendor_js.VENDOR_DIR / "SOURCES.json").read_text(encoding="utf-8"))
-    assert [(r["package"], r["version"]) for r in records] == [("requirejs", "2.3.6"), ("d3", "5.7.0"),
-                                                               ("jquery", "2.2.4")]
+    assert [(r["package"], r["version"]) for r in records] == [
+        ("requirejs", "2.3.6"),
+        ("d3", "5.7.0"),
+        ("jquery", "2.2.4"),
+    ]
     for r in records:
         assert r["tarball"] == f"https://registry.npmjs.org/{r['package']}/-/{r['package']}-{r['version']}.tgz"
         assert r["integrity"].startswith("sha512-")
@@ -259,8 +279,12 @@ def test_vendor_check_detects_a_changed_file(vendor_copy, capsys):
 def test_vendor_check_detects_missing_files(vendor_copy, monkeypatch):
     (vendor_copy / "LICENSE.jquery").unlink()
     assert vendor_js.check(vendor_copy) == ["LICENSE.jquery (jquery@2.2.4) is missing"]
-    monkeypatch.setattr(vendor_js, "PACKAGES", vendor_js.PACKAGES + (
-        vendor_js.Package("left-pad", "1.0.0", "index.js", "left-pad.js", None, "LICENSE.left-pad"),))
+    monkeypatch.setattr(
+        vendor_js,
+        "PACKAGES",
+        vendor_js.PACKAGES
+        + (vendor_js.Package("left-pad", "1.0.0", "index.js", "left-pad.js", None, "LICENSE.left-pad"),),
+    )
     assert "left-pad@1.0.0 is not in SOURCES.json" in vendor_js.check(vendor_copy)
     (vendor_copy / "SOURCES.json").unlink()
     assert "SOURCES.json is missing" in vendor_js.check(vendor_copy)[0]
@@ -270,6 +294,7 @@ def test_vendor_integrity_check():
     data = b"some bytes"
     import base64
     import hashlib
+
     good = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
     vendor_js._verify_integrity(data, good, "x@1")
     with pytest.raises(ValueError, match=r"x@1: tarball sha512 is .*, the registry says"):

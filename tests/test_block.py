@@ -28,8 +28,11 @@ def test_post_norm_block_by_hand():
 
 
 def test_every_model_uses_the_one_block_with_the_same_parameter_names():
-    models = [GPT(GPTConfig.preset("tiny")), TinyDecoder(DecoderConfig()),
-              TinyPositionalModel(LengthGenConfig.tiny(), "rope")]
+    models = [
+        GPT(GPTConfig.preset("tiny")),
+        TinyDecoder(DecoderConfig()),
+        TinyPositionalModel(LengthGenConfig.tiny(), "rope"),
+    ]
     for model in models:
         assert all(isinstance(b, Block) and isinstance(b.mlp, MLP) for b in model.blocks)
         names = {name.split(".")[0] for name in model.blocks[0].state_dict()}
@@ -43,16 +46,25 @@ def test_mlp_shapes_and_ratio():
     assert mlp(torch.randn(2, 3, 8)).shape == (2, 3, 8)
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: Block(16, torch.ones(3)), TypeError, "attn must be an nn.Module"),
-    (lambda: Block(16, MultiHeadAttention(16, 4), norm_position="sandwich"), ValueError,
-     r"norm_position must be one of \('pre', 'post'\), got 'sandwich'"),
-    (lambda: Block(0, MultiHeadAttention(16, 4)), ValueError, "embed_dim must be at least 1, got 0"),
-    (lambda: MLP(8, mlp_ratio=2.0), TypeError, "mlp_ratio must be an int, got float"),
-    (lambda: MLP(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-    (lambda: Block(16, MultiHeadAttention(16, 4))(torch.randn(2, 5, 8)), ValueError,
-     r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: Block(16, torch.ones(3)), TypeError, "attn must be an nn.Module"),
+        (
+            lambda: Block(16, MultiHeadAttention(16, 4), norm_position="sandwich"),
+            ValueError,
+            r"norm_position must be one of \('pre', 'post'\), got 'sandwich'",
+        ),
+        (lambda: Block(0, MultiHeadAttention(16, 4)), ValueError, "embed_dim must be at least 1, got 0"),
+        (lambda: MLP(8, mlp_ratio=2.0), TypeError, "mlp_ratio must be an int, got float"),
+        (lambda: MLP(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
+        (
+            lambda: Block(16, MultiHeadAttention(16, 4))(torch.randn(2, 5, 8)),
+            ValueError,
+            r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)",
+        ),
+    ],
+)
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):
         call()

@@ -10,7 +10,7 @@ from course_tools import build
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = build.sources()
 
-SOURCE = '''# %% [markdown]
+SOURCE = """# %% [markdown]
 # # Title
 # Some *prose*.
 
@@ -22,7 +22,7 @@ def f(x):
     ### END SOLUTION
 
 check("01.1", f)
-'''
+"""
 
 
 def test_parse_source_cells_and_tags():
@@ -42,14 +42,17 @@ def test_learner_copy_replaces_the_solution_with_a_stub_at_its_indent():
     assert "    y = x + 1" in learner and 'check("01.1", f)' in learner
 
 
-@pytest.mark.parametrize("bad,match", [
-    ("x = 1\n# %%\n", "text before the first"),
-    ("# %% [markdown]\nnot a comment\n", "markdown lines must start with"),
-    ("# %%\n### BEGIN SOLUTION\n", "without an END"),
-    ("# %%\n### END SOLUTION\n", "without a BEGIN"),
-    ("# %%\n### BEGIN SOLUTION\n### BEGIN SOLUTION\n", "nested"),
-    ("# %%junk\n", "malformed cell header"),
-])
+@pytest.mark.parametrize(
+    "bad,match",
+    [
+        ("x = 1\n# %%\n", "text before the first"),
+        ("# %% [markdown]\nnot a comment\n", "markdown lines must start with"),
+        ("# %%\n### BEGIN SOLUTION\n", "without an END"),
+        ("# %%\n### END SOLUTION\n", "without a BEGIN"),
+        ("# %%\n### BEGIN SOLUTION\n### BEGIN SOLUTION\n", "nested"),
+        ("# %%junk\n", "malformed cell header"),
+    ],
+)
 def test_malformed_sources_are_rejected(bad, match):
     with pytest.raises(ValueError, match=match):
         build.make_notebook(build.parse_source(bad), learner=True)
@@ -65,8 +68,11 @@ def test_learner_copy_shows_not_attempted_and_solution_shows_passed(src):
     """What a learner sees on opening each notebook: every check says 'not attempted', no tracebacks."""
     learner = nbformat.read(ROOT / "notebooks" / f"{src.stem}.ipynb", as_version=4)
     solution = nbformat.read(ROOT / "solutions" / f"{src.stem}.ipynb", as_version=4)
-    exercise_cells = [i for i, c in enumerate(learner.cells)
-                      if c.cell_type == "code" and "YOUR CODE HERE" in c.source and "check(" in c.source]
+    exercise_cells = [
+        i
+        for i, c in enumerate(learner.cells)
+        if c.cell_type == "code" and "YOUR CODE HERE" in c.source and "check(" in c.source
+    ]
     assert len(exercise_cells) >= 3, f"{src.stem} has {len(exercise_cells)} exercise cells"
     for nb, word in ((learner, "not attempted"), (solution, "passed")):
         outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
@@ -82,8 +88,10 @@ def test_streamed_text_is_stored_as_one_output():
     from course_tools.build import _merge_streams
 
     outs = [nbformat.v4.new_output("stream", name="stdout", text=c) for c in "abc"]
-    outs += [nbformat.v4.new_output("stream", name="stderr", text="!"),
-             nbformat.v4.new_output("stream", name="stdout", text="d")]
+    outs += [
+        nbformat.v4.new_output("stream", name="stderr", text="!"),
+        nbformat.v4.new_output("stream", name="stdout", text="d"),
+    ]
     merged = _merge_streams(outs)
     assert [(o["name"], o["text"]) for o in merged] == [("stdout", "abc"), ("stderr", "!"), ("stdout", "d")]
 
@@ -93,8 +101,12 @@ def test_rebuild_keeps_a_learner_notebook_with_answers_aside(tmp_path, monkeypat
     src_dir, learner_dir, solution_dir = tmp_path / "course_source", tmp_path / "notebooks", tmp_path / "solutions"
     src_dir.mkdir()
     (src_dir / "01_demo.py").write_text(SOURCE, encoding="utf-8")
-    for name, value in (("ROOT", tmp_path), ("SOURCE_DIR", src_dir), ("LEARNER_DIR", learner_dir),
-                        ("SOLUTION_DIR", solution_dir)):
+    for name, value in (
+        ("ROOT", tmp_path),
+        ("SOURCE_DIR", src_dir),
+        ("LEARNER_DIR", learner_dir),
+        ("SOLUTION_DIR", solution_dir),
+    ):
         monkeypatch.setattr(build, name, value)
     assert build.main(["--no-execute"]) == 0
     learner = learner_dir / "01_demo.ipynb"

@@ -41,34 +41,53 @@ def _double_cases():
     return [((torch.randn(3, generator=g),), {}), ((torch.randn(4, 8, generator=g),), {})]
 
 
-HALVED = Mistake("halved instead of doubled", "Doubling multiplies by two.", lambda x: x / 2,
-                 fix="return x * 2, not x / 2")
-DOUBLE = Exercise(key="99.1", title="double", signature="double(x) -> 2 x", solution=_double,
-                  cases=_double_cases, mistakes=(HALVED,))
+HALVED = Mistake(
+    "halved instead of doubled", "Doubling multiplies by two.", lambda x: x / 2, fix="return x * 2, not x / 2"
+)
+DOUBLE = Exercise(
+    key="99.1", title="double", signature="double(x) -> 2 x", solution=_double, cases=_double_cases, mistakes=(HALVED,)
+)
 
 
 def _ids(x):
     return (x * 3).floor().long()  # token ids: int64
 
 
-IDS = Exercise(key="99.2", title="ids", signature="ids(x) -> int64", solution=_ids,
-               cases=lambda: [((torch.linspace(0, 2, 7),), {})])
+IDS = Exercise(
+    key="99.2",
+    title="ids",
+    signature="ids(x) -> int64",
+    solution=_ids,
+    cases=lambda: [((torch.linspace(0, 2, 7),), {})],
+)
 
 
 def _positive(x):
     return x > 0
 
 
-POSITIVE = Exercise(key="99.3", title="positive", signature="positive(x) -> bool", solution=_positive,
-                    cases=lambda: [((torch.linspace(-1, 1, 9),), {})])
+POSITIVE = Exercise(
+    key="99.3",
+    title="positive",
+    signature="positive(x) -> bool",
+    solution=_positive,
+    cases=lambda: [((torch.linspace(-1, 1, 9),), {})],
+)
 
 
 def _mean(x):
     return float(x.double().mean())  # "a number"
 
 
-MEAN = Exercise(key="99.4", title="mean", signature="mean(x) -> a number", solution=_mean,
-                cases=lambda: [((torch.tensor([1.0, 2.0, 4.0]),), {})], atol=1e-9, rtol=1e-9)
+MEAN = Exercise(
+    key="99.4",
+    title="mean",
+    signature="mean(x) -> a number",
+    solution=_mean,
+    cases=lambda: [((torch.tensor([1.0, 2.0, 4.0]),), {})],
+    atol=1e-9,
+    rtol=1e-9,
+)
 
 
 def _write(buf, i, v):
@@ -80,25 +99,41 @@ def _write_cases():
     return [((torch.zeros(5, 2), 1, torch.tensor([1.0, 2.0])), {}), ((torch.zeros(4, 2), 3, torch.ones(2)), {})]
 
 
-WRITE = Exercise(key="99.5", title="write", signature="write(buf, i, v) -> buf[: i + 1]", solution=_write,
-                 cases=_write_cases, inplace="buf")
+WRITE = Exercise(
+    key="99.5",
+    title="write",
+    signature="write(buf, i, v) -> buf[: i + 1]",
+    solution=_write,
+    cases=_write_cases,
+    inplace="buf",
+)
 
 
 def _square(n):
     return n * n
 
 
-SQUARE = Exercise(key="99.6", title="square", signature="square(n) -> int", solution=_square,
-                  cases=lambda: [((1,), {}), ((2,), {}), ((3,), {})],
-                  draw=lambda g: [((int(torch.randint(4, 10_000, (), generator=g)),), {}) for _ in range(3)])
+SQUARE = Exercise(
+    key="99.6",
+    title="square",
+    signature="square(n) -> int",
+    solution=_square,
+    cases=lambda: [((1,), {}), ((2,), {}), ((3,), {})],
+    draw=lambda g: [((int(torch.randint(4, 10_000, (), generator=g)),), {}) for _ in range(3)],
+)
 
 
 def _masked(scores, mask):
     return scores.masked_fill(~mask, float("-inf"))
 
 
-MASKED = Exercise(key="99.7", title="masked", signature="masked(scores, mask)", solution=_masked,
-                  cases=lambda: [((torch.zeros(2, 3, 5), (torch.arange(5) < 3).expand(2, 1, 5)), {})])
+MASKED = Exercise(
+    key="99.7",
+    title="masked",
+    signature="masked(scores, mask)",
+    solution=_masked,
+    cases=lambda: [((torch.zeros(2, 3, 5), (torch.arange(5) < 3).expand(2, 1, 5)), {})],
+)
 
 
 # ------------------------------------------------------------------------------------------ outputs
@@ -133,18 +168,29 @@ def test_booleans_are_compared_exactly():
 
     res = run_check(POSITIVE, one_flipped)
     assert res.status == FAILED
-    assert "1 of the 9 entries of the bool (9,) tensor differ; the first at [0]: expected False, got True" in res.message
+    assert (
+        "1 of the 9 entries of the bool (9,) tensor differ; the first at [0]: expected False, got True" in res.message
+    )
 
 
 def test_a_python_number_or_a_0d_tensor_is_accepted_for_a_number():
-    for answer in (lambda x: x.mean(), lambda x: x.double().mean(), lambda x: x.double().mean().item(),
-                   lambda x: 7 / 3):
+    for answer in (
+        lambda x: x.mean(),
+        lambda x: x.double().mean(),
+        lambda x: x.double().mean().item(),
+        lambda x: 7 / 3,
+    ):
         assert run_check(MEAN, answer).status == PASSED
 
 
 def test_a_python_number_is_accepted_where_a_0d_float_tensor_is_expected():
-    zero_d = Exercise(key="99.8", title="dot", signature="dot(a, b) -> a number", solution=lambda a, b: a @ b,
-                      cases=lambda: [((torch.tensor([1.0, 2.0]), torch.tensor([3.0, 0.5])), {})])
+    zero_d = Exercise(
+        key="99.8",
+        title="dot",
+        signature="dot(a, b) -> a number",
+        solution=lambda a, b: a @ b,
+        cases=lambda: [((torch.tensor([1.0, 2.0]), torch.tensor([3.0, 0.5])), {})],
+    )
     assert run_check(zero_d, lambda a, b: float(a @ b)).status == PASSED
     res = run_check(zero_d, lambda a, b: float(a @ b) + 1)
     assert res.status == FAILED and "expected about 4, got 5" in res.message
@@ -175,8 +221,13 @@ def test_an_input_changed_in_place_fails_and_is_named():
 
 
 def test_an_input_changed_in_place_inside_a_list_or_a_keyword_is_named():
-    ex = Exercise(key="99.9", title="sum", signature="total(xs, scale)", solution=lambda xs, scale: sum(xs) * scale,
-                  cases=lambda: [(([torch.ones(2), torch.zeros(2)],), {"scale": torch.tensor(2.0)})])
+    ex = Exercise(
+        key="99.9",
+        title="sum",
+        signature="total(xs, scale)",
+        solution=lambda xs, scale: sum(xs) * scale,
+        cases=lambda: [(([torch.ones(2), torch.zeros(2)],), {"scale": torch.tensor(2.0)})],
+    )
 
     def second_in_place(xs, scale):
         xs[1].add_(0)  # unchanged: no failure for an in-place op that changes nothing
@@ -194,14 +245,24 @@ def test_an_input_changed_in_place_inside_a_list_or_a_keyword_is_named():
 
 
 def test_nan_inputs_left_alone_are_not_an_in_place_change():
-    ex = Exercise(key="99.10", title="nan", signature="f(x)", solution=lambda x: x.nan_to_num(),
-                  cases=lambda: [((torch.tensor([float("nan"), 1.0]),), {})])
+    ex = Exercise(
+        key="99.10",
+        title="nan",
+        signature="f(x)",
+        solution=lambda x: x.nan_to_num(),
+        cases=lambda: [((torch.tensor([float("nan"), 1.0]),), {})],
+    )
     assert run_check(ex, lambda x: torch.where(x.isnan(), torch.zeros_like(x), x)).status == PASSED
 
 
 def test_a_module_argument_changed_in_place_fails():
-    ex = Exercise(key="99.11", title="weight", signature="weight_of(m)", solution=lambda m: m.weight.detach() * 1,
-                  cases=lambda: [((torch.nn.Linear(2, 3),), {})])
+    ex = Exercise(
+        key="99.11",
+        title="weight",
+        signature="weight_of(m)",
+        solution=lambda m: m.weight.detach() * 1,
+        cases=lambda: [((torch.nn.Linear(2, 3),), {})],
+    )
 
     def zeroes_bias(m):
         with torch.no_grad():
@@ -236,13 +297,22 @@ def _write_at_zero(buf, i, v):
 
 
 def _same_output_no_write(buf, i, v):
-    return torch.cat([v[None], buf[1: i + 1]])  # what _write_at_zero returns, with buf left alone
+    return torch.cat([v[None], buf[1 : i + 1]])  # what _write_at_zero returns, with buf left alone
 
 
 def test_a_catalogued_in_place_mistake_is_named_by_what_it_leaves_in_the_arguments():
-    ex = Exercise(key="99.12", title="write", signature="write(buf, i, v)", solution=_write, cases=_write_cases,
-                  inplace=0, mistakes=(Mistake("not written", "Write into buf.", _same_output_no_write),
-                                       Mistake("written at position 0", "Write at position i.", _write_at_zero)))
+    ex = Exercise(
+        key="99.12",
+        title="write",
+        signature="write(buf, i, v)",
+        solution=_write,
+        cases=_write_cases,
+        inplace=0,
+        mistakes=(
+            Mistake("not written", "Write into buf.", _same_output_no_write),
+            Mistake("written at position 0", "Write at position i.", _write_at_zero),
+        ),
+    )
 
     def mine(buf, i, v):
         buf[0] = v
@@ -254,9 +324,13 @@ def test_a_catalogued_in_place_mistake_is_named_by_what_it_leaves_in_the_argumen
 
 
 def test_drawing_from_a_generator_argument_is_not_an_in_place_change():
-    ex = Exercise(key="99.14", title="noise", signature="noise(n, gen)",
-                  solution=lambda n, gen: torch.rand(n, generator=gen),
-                  cases=lambda: [((3, torch.Generator().manual_seed(1)), {})])
+    ex = Exercise(
+        key="99.14",
+        title="noise",
+        signature="noise(n, gen)",
+        solution=lambda n, gen: torch.rand(n, generator=gen),
+        cases=lambda: [((3, torch.Generator().manual_seed(1)), {})],
+    )
     assert run_check(ex, lambda n, gen: torch.rand(n, generator=gen)).status == PASSED  # each run its own copy
 
 
@@ -273,8 +347,9 @@ def test_a_function_that_calls_exit_is_a_failure():
 
 def test_drawn_cases_defeat_a_lookup_table_that_passes_the_fixed_ones():
     table = {1: 1, 2: 4, 3: 9}
-    fixed_only = Exercise(key=SQUARE.key, title=SQUARE.title, signature=SQUARE.signature, solution=_square,
-                          cases=SQUARE.cases)
+    fixed_only = Exercise(
+        key=SQUARE.key, title=SQUARE.title, signature=SQUARE.signature, solution=_square, cases=SQUARE.cases
+    )
     assert run_check(fixed_only, lambda n: table.get(n, 0)).status == PASSED  # why draws are needed
     res = run_check(SQUARE, lambda n: table.get(n, 0), seed=81723)
     assert res.status == FAILED
@@ -289,8 +364,14 @@ def test_drawn_cases_run_after_the_fixed_ones_and_a_fixed_failure_names_its_inpu
         seen.append(tuple(x.shape))
         return x * 2 if x.dim() == 1 else x
 
-    ex = Exercise(key="99.13", title="double", signature="double(x)", solution=_double, cases=_double_cases,
-                  draw=lambda g: [((torch.randn(5, 7, generator=g),), {})])
+    ex = Exercise(
+        key="99.13",
+        title="double",
+        signature="double(x)",
+        solution=_double,
+        cases=_double_cases,
+        draw=lambda g: [((torch.randn(5, 7, generator=g),), {})],
+    )
     res = run_check(ex, records)
     assert seen == [(3,), (4, 8), (5, 7)]
     assert "on fixed case 2 (x float32 (4, 8)): values differ at" in res.message
@@ -302,8 +383,15 @@ def test_a_catalogued_mistake_is_named_even_when_it_crashes_on_a_drawn_case():
             raise IndexError("table too short")
         return n + n
 
-    ex = Exercise(key="99.6", title="square", signature="square(n)", solution=_square, cases=SQUARE.cases,
-                  draw=SQUARE.draw, mistakes=(Mistake("doubled", "A square multiplies n by itself.", only_small),))
+    ex = Exercise(
+        key="99.6",
+        title="square",
+        signature="square(n)",
+        solution=_square,
+        cases=SQUARE.cases,
+        draw=SQUARE.draw,
+        mistakes=(Mistake("doubled", "A square multiplies n by itself.", only_small),),
+    )
     verdicts = {run_check(ex, only_small, seed=seed).message for seed in range(5)}
     assert verdicts == {"This looks like: doubled. A square multiplies n by itself."}
 
@@ -314,8 +402,9 @@ def test_a_catalogued_mistake_is_named_even_when_it_crashes_on_a_drawn_case():
 
     res = run_check(ex, crashes_on_draws, seed=3)
     assert res.status == FAILED and res.mistake is None
-    assert re.search(r"^on drawn case 1 \(seed 3; n=\d+\) your function raised IndexError: table too short$",
-                     res.message), res.message
+    assert re.search(
+        r"^on drawn case 1 \(seed 3; n=\d+\) your function raised IndexError: table too short$", res.message
+    ), res.message
 
 
 def test_the_draw_seed_is_fresh_each_time_unless_pinned(monkeypatch):
@@ -367,8 +456,9 @@ def test_not_implemented_error_is_a_failure_with_a_way_out_for_old_stubs():
 
     res = run_check(DOUBLE, partial)
     assert res.status == FAILED
-    assert res.message.endswith("on fixed case 2 (x float32 (4, 8)) your function raised NotImplementedError: "
-                                "batches come later")
+    assert res.message.endswith(
+        "on fixed case 2 (x float32 (4, 8)) your function raised NotImplementedError: batches come later"
+    )
 
 
 def test_not_attempted_after_answering_a_case_is_a_failure():
@@ -411,8 +501,9 @@ def test_a_module_with_a_misspelt_forward_is_a_failure_that_says_so():
 
 @pytest.mark.skipif(not hasattr(signal, "setitimer"), reason="the time limit needs POSIX signals")
 def test_a_function_that_takes_too_long_is_stopped_at_the_time_limit():
-    ex = Exercise(key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases,
-                  time_limit=0.2)
+    ex = Exercise(
+        key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases, time_limit=0.2
+    )
 
     def sleeps(x):
         try:
@@ -448,8 +539,9 @@ def test_the_time_limit_puts_back_a_timer_and_handler_that_were_there_before():
 
 
 def test_without_the_main_thread_the_check_runs_without_a_time_limit():
-    ex = Exercise(key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases,
-                  time_limit=0.05)
+    ex = Exercise(
+        key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases, time_limit=0.05
+    )
 
     def slow(x):
         time.sleep(0.2)
@@ -464,8 +556,9 @@ def test_without_the_main_thread_the_check_runs_without_a_time_limit():
 
 def test_without_posix_timers_the_check_runs_without_a_time_limit(monkeypatch):
     monkeypatch.delattr(signal, "setitimer", raising=False)  # as on Windows
-    ex = Exercise(key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases,
-                  time_limit=0.05)
+    ex = Exercise(
+        key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases, time_limit=0.05
+    )
 
     def slow(x):
         time.sleep(0.2)
@@ -526,8 +619,14 @@ def test_the_exact_fix_only_with_hint_2():
 
 
 def test_a_mistake_without_a_fix_does_not_advertise_hint_2():
-    ex = Exercise(key="99.1", title="double", signature="double(x)", solution=_double, cases=_double_cases,
-                  mistakes=(Mistake("halved", "Doubling multiplies by two.", lambda x: x / 2),))
+    ex = Exercise(
+        key="99.1",
+        title="double",
+        signature="double(x)",
+        solution=_double,
+        cases=_double_cases,
+        mistakes=(Mistake("halved", "Doubling multiplies by two.", lambda x: x / 2),),
+    )
     assert "hint=2" not in run_check(ex, lambda x: x / 2).message
     assert "no exact fix written" in run_check(ex, lambda x: x / 2, hint=2).message
 
@@ -590,17 +689,20 @@ def _too_few():
     return 0
 
 
-@pytest.mark.parametrize("fn,expected", [
-    (None, "got None"),
-    (42, "got int"),
-    (_NotCallable, "got the class _NotCallable"),
-    (_NotCallable(), "got an instance of _NotCallable, which cannot be called"),
-    (torch.nn.Identity, "got the class Identity; pass an instance, Identity(...)"),
-    (_generator, "got a generator function (it uses `yield`)"),
-    (torch.ones(3), 'got a tensor: pass the function itself, check("99.1", my_function), not what it returns'),
-    (_too_few, "your function takes (), but the check calls it with 1 argument"),
-    (lambda x, y: x, "your function takes (x, y), but the check calls it with 1 argument"),
-])
+@pytest.mark.parametrize(
+    "fn,expected",
+    [
+        (None, "got None"),
+        (42, "got int"),
+        (_NotCallable, "got the class _NotCallable"),
+        (_NotCallable(), "got an instance of _NotCallable, which cannot be called"),
+        (torch.nn.Identity, "got the class Identity; pass an instance, Identity(...)"),
+        (_generator, "got a generator function (it uses `yield`)"),
+        (torch.ones(3), 'got a tensor: pass the function itself, check("99.1", my_function), not what it returns'),
+        (_too_few, "your function takes (), but the check calls it with 1 argument"),
+        (lambda x, y: x, "your function takes (x, y), but the check calls it with 1 argument"),
+    ],
+)
 def test_bad_input_to_the_checker_is_a_one_line_verdict(fn, expected):
     res = run_check(DOUBLE, fn)
     assert res.status == FAILED and expected in res.message
@@ -652,11 +754,18 @@ def test_report_appends_the_contracted_fields(tmp_path, monkeypatch):
     assert rows[1]["seed"] == 5 and rows[1]["key"] == SQUARE.key
 
 
-@pytest.mark.parametrize("kwargs,error,match", [
-    ({"inplace": 1.5}, TypeError, r"inplace must be an argument's position \(int\) or name \(str\), got 1.5"),
-    ({"time_limit": 0}, ValueError, "time_limit must be a positive number of seconds or None, got 0"),
-    ({"accept_dtypes": (torch.int64,)}, TypeError, r"accept_dtypes must be floating torch dtypes, got \[torch.int64\]"),
-])
+@pytest.mark.parametrize(
+    "kwargs,error,match",
+    [
+        ({"inplace": 1.5}, TypeError, r"inplace must be an argument's position \(int\) or name \(str\), got 1.5"),
+        ({"time_limit": 0}, ValueError, "time_limit must be a positive number of seconds or None, got 0"),
+        (
+            {"accept_dtypes": (torch.int64,)},
+            TypeError,
+            r"accept_dtypes must be floating torch dtypes, got \[torch.int64\]",
+        ),
+    ],
+)
 def test_an_exercise_with_bad_settings_is_refused(kwargs, error, match):
     with pytest.raises(error, match=match):
         Exercise(key="99.1", title="t", signature="s", solution=_double, cases=_double_cases, **kwargs)
@@ -669,11 +778,20 @@ def _project(x, w):
     return x @ w  # w stored (C, D)
 
 
-TRANSPOSED = Mistake("weights transposed", "This exercise stores weights input width first.", lambda x, w: x @ w.T,
-                     fix="x @ w, not x @ w.T")
-PROJECT = Exercise(key="99.9", title="project", signature="project(x, w) -> (T, D)", solution=_project,
-                   cases=lambda: [((torch.ones(2, 4), torch.ones(4, 3)), {}), ((torch.ones(5, 6), torch.ones(6, 2)), {})],
-                   mistakes=(TRANSPOSED,))
+TRANSPOSED = Mistake(
+    "weights transposed",
+    "This exercise stores weights input width first.",
+    lambda x, w: x @ w.T,
+    fix="x @ w, not x @ w.T",
+)
+PROJECT = Exercise(
+    key="99.9",
+    title="project",
+    signature="project(x, w) -> (T, D)",
+    solution=_project,
+    cases=lambda: [((torch.ones(2, 4), torch.ones(4, 3)), {}), ((torch.ones(5, 6), torch.ones(6, 2)), {})],
+    mistakes=(TRANSPOSED,),
+)
 
 
 def test_a_mistake_that_raises_is_named_when_the_learner_raises_the_same_way():
@@ -695,10 +813,17 @@ def _scale_rows(w, n):
 
 
 SCALE_ROWS = Exercise(
-    key="99.8", title="scale rows", signature="scale_rows(w, n) -> (B, T, S)", solution=_scale_rows,
+    key="99.8",
+    title="scale rows",
+    signature="scale_rows(w, n) -> (B, T, S)",
+    solution=_scale_rows,
     cases=lambda: [((torch.ones(2, 3, 5), torch.ones(2, 5)), {})],
-    mistakes=(Mistake("n over the wrong axis", "n runs along the keys.", lambda w, n: w * n.unsqueeze(-1),
-                      fix="n.unsqueeze(-2)"),))
+    mistakes=(
+        Mistake(
+            "n over the wrong axis", "n runs along the keys.", lambda w, n: w * n.unsqueeze(-1), fix="n.unsqueeze(-2)"
+        ),
+    ),
+)
 
 
 def test_a_broadcasting_error_is_blamed_only_on_a_mistake_with_the_same_shapes():
@@ -718,8 +843,13 @@ def _mha_slices(m):
     return m.in_proj_weight.detach()[:C] * 1
 
 
-MHA = Exercise(key="99.12", title="slices", signature="slices(m)", solution=_mha_slices,
-               cases=lambda: [((torch.nn.MultiheadAttention(4, 2, batch_first=True),), {})])
+MHA = Exercise(
+    key="99.12",
+    title="slices",
+    signature="slices(m)",
+    solution=_mha_slices,
+    cases=lambda: [((torch.nn.MultiheadAttention(4, 2, batch_first=True),), {})],
+)
 
 
 def _flip_batch_first(m):
@@ -747,11 +877,16 @@ def _add_hook(m):
     return _mha_slices(m)
 
 
-@pytest.mark.parametrize("fn,what", [(_flip_batch_first, "m.batch_first (True -> False)"),
-                                     (_freeze, "m.in_proj_weight.requires_grad (True -> False)"),
-                                     (_toggle_training, "m.training (True -> False)"),
-                                     (_set_dropout, "m.dropout (0.0 -> 0.9)"),
-                                     (_add_hook, "m.hooks (0 -> 1)")])
+@pytest.mark.parametrize(
+    "fn,what",
+    [
+        (_flip_batch_first, "m.batch_first (True -> False)"),
+        (_freeze, "m.in_proj_weight.requires_grad (True -> False)"),
+        (_toggle_training, "m.training (True -> False)"),
+        (_set_dropout, "m.dropout (0.0 -> 0.9)"),
+        (_add_hook, "m.hooks (0 -> 1)"),
+    ],
+)
 def test_a_module_changed_other_than_in_its_values_fails(fn, what):
     res = run_check(MHA, fn)
     assert res.status == FAILED and f"changed its input `{what}` in place" in res.message, res.message
@@ -759,8 +894,13 @@ def test_a_module_changed_other_than_in_its_values_fails(fn, what):
 
 
 def test_a_huge_integer_for_a_number_is_a_failure_not_a_traceback():
-    ex = Exercise(key="99.13", title="half", signature="half(x) -> a number", solution=lambda x: x / 2,
-                  cases=lambda: [((3.0,), {})])
+    ex = Exercise(
+        key="99.13",
+        title="half",
+        signature="half(x) -> a number",
+        solution=lambda x: x / 2,
+        cases=lambda: [((3.0,), {})],
+    )
     res = run_check(ex, lambda x: 10**400)
     assert res.status == FAILED and "too large for a float" in res.message, res.message
 

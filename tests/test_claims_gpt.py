@@ -104,8 +104,9 @@ def _pre_norm_by_hand(model: GPT, idx: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("overrides", [dict(), dict(positions="rope"), dict(attention="course")])
 def test_the_default_is_the_pre_norm_model_bit_for_bit(overrides):
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=3,
-                          **overrides)).eval()
+    model = GPT(
+        GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=3, **overrides)
+    ).eval()
     idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
@@ -114,7 +115,7 @@ def test_the_default_is_the_pre_norm_model_bit_for_bit(overrides):
 def test_the_committed_checkpoint_gives_its_pre_norm_logits_bit_for_bit(corpus, shipped):
     model, _, _ = shipped
     _, _, val_ids = corpus
-    idx = val_ids[:4 * 64].view(4, 64)
+    idx = val_ids[: 4 * 64].view(4, 64)
     with torch.no_grad():
         assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
 
@@ -159,8 +160,11 @@ def _last_layer_ratio(train_ids, vocab_size, norm, init, seed) -> tuple[float, f
     last = []
     for L in (2, 16):
         torch.manual_seed(seed)
-        model = GPT(GPTConfig(vocab_size=vocab_size, context_length=32, embed_dim=32, num_heads=4, num_layers=L,
-                              norm_position=norm))
+        model = GPT(
+            GPTConfig(
+                vocab_size=vocab_size, context_length=32, embed_dim=32, num_heads=4, num_layers=L, norm_position=norm
+            )
+        )
         if init == "xavier":
             xavier_init_(model)
         last.append(layer_grad_norms(model, x, y)[-1].item())
@@ -199,13 +203,22 @@ def test_the_gap_in_gradient_size_comes_from_the_tiny_embeddings(corpus):
         last = {}
         for norm in ("pre", "post"):
             torch.manual_seed(0)
-            model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, context_length=32, embed_dim=32, num_heads=4,
-                                  num_layers=2, norm_position=norm))
+            model = GPT(
+                GPTConfig(
+                    vocab_size=tokenizer.vocab_size,
+                    context_length=32,
+                    embed_dim=32,
+                    num_heads=4,
+                    num_layers=2,
+                    norm_position=norm,
+                )
+            )
             with torch.no_grad():
                 model.tok_emb.weight.normal_(0.0, std)
                 model.pos_emb.embedding.weight.normal_(0.0, std)
             last[norm] = layer_grad_norms(model, x, y)[-1].item()
         assert low < last["pre"] / last["post"] < high, (std, last)
+
 
 def test_layer_grad_norms_touch_neither_weights_nor_grads():
     torch.manual_seed(0)
@@ -233,8 +246,9 @@ def bench():
     meta, runs = record["meta"], record["runs"]
 
     def losses(norm, warmup):
-        found = sorted((r for r in runs if r["norm_position"] == norm and r["warmup_steps"] == warmup),
-                       key=lambda r: r["seed"])
+        found = sorted(
+            (r for r in runs if r["norm_position"] == norm and r["warmup_steps"] == warmup), key=lambda r: r["seed"]
+        )
         return [r["val_loss"] for r in found]
 
     return meta, runs, losses
@@ -245,7 +259,9 @@ def test_the_benchmark_record_says_how_and_where_it_was_made(bench):
     for key in ("command", "date", "device", "torch", "load_average_1_5_15", "unigram_val_loss", "data"):
         assert meta[key], key
     assert meta["command"].startswith(".venv/bin/python benchmarks/norm_position.py")
-    assert meta["model"]["num_layers"] == 6 and meta["model"]["embed_dim"] == 48 and meta["model"]["context_length"] == 32
+    assert (
+        meta["model"]["num_layers"] == 6 and meta["model"]["embed_dim"] == 48 and meta["model"]["context_length"] == 32
+    )
     assert meta["steps"] == 150 and meta["batch_size"] == 16 and meta["learning_rate"] == 1e-2
     assert meta["warmup_steps"] == [0, 75] and meta["seeds"] == [1, 2, 3]
     assert len(runs) == 12 and all(len(r["history"]) == meta["steps"] for r in runs)
@@ -347,6 +363,7 @@ def test_on_the_notebooks_line_layer_1_head_2_takes_less_from_spaces_than_its_we
     on_space = torch.tensor([c == " " for c in text_in])
     by_weight, by_norm = w[0, 2][:, on_space].sum(-1).mean(), moved[:, on_space].sum(-1).mean()
     assert round(by_weight.item(), 2) == 0.18 and round(by_norm.item(), 2) == 0.11
+
 
 def test_the_values_decompose_the_attention_output(looked):
     """'Query i's output is sum_j w_ij f(x_j)': with the output projection's bias, that is the attention branch."""

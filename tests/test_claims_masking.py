@@ -95,8 +95,15 @@ def test_the_course_needs_torch_2_5_and_the_installed_torch_has_it():
 
 
 @settings(deadline=None, max_examples=30)
-@given(B=st.integers(1, 3), H=st.integers(1, 3), T=st.integers(1, 5), S=st.integers(1, 6), D=st.integers(1, 5),
-       dtype=dtypes, seed=seeds)
+@given(
+    B=st.integers(1, 3),
+    H=st.integers(1, 3),
+    T=st.integers(1, 5),
+    S=st.integers(1, 6),
+    D=st.integers(1, 5),
+    dtype=dtypes,
+    seed=seeds,
+)
 def test_sdpa_gives_fully_masked_rows_zeros_and_takes_enable_gqa(B, H, T, S, D, dtype, seed):
     """Since PyTorch 2.5: a query with no visible key gets output 0, not NaN (bool and additive masks)."""
     g = torch.Generator().manual_seed(seed)
@@ -113,8 +120,10 @@ def test_sdpa_gives_fully_masked_rows_zeros_and_takes_enable_gqa(B, H, T, S, D, 
 
 
 def _spies():
-    return (mock.patch.object(F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention),
-            mock.patch.object(torch, "_native_multi_head_attention", wraps=torch._native_multi_head_attention))
+    return (
+        mock.patch.object(F, "scaled_dot_product_attention", wraps=F.scaled_dot_product_attention),
+        mock.patch.object(torch, "_native_multi_head_attention", wraps=torch._native_multi_head_attention),
+    )
 
 
 def _run_path(m, x, path, **kwargs):
@@ -138,8 +147,14 @@ PATHS = ("need_weights=True", "need_weights=False", "fast path")
 
 
 @settings(deadline=None, max_examples=25)
-@given(B=st.integers(1, 3), T=st.integers(2, 6), half_heads=st.integers(1, 2), D=st.integers(1, 4),
-       bias=st.booleans(), seed=seeds)
+@given(
+    B=st.integers(1, 3),
+    T=st.integers(2, 6),
+    half_heads=st.integers(1, 2),
+    D=st.integers(1, 4),
+    bias=st.booleans(),
+    seed=seeds,
+)
 def test_a_forgotten_inversion_gives_nan_or_silent_zeros_depending_on_the_path(B, T, half_heads, D, bias, seed):
     """The course's causal mask (True = may attend) handed to nn.MultiheadAttention uninverted: the last
     query's row is fully masked. Measured on the CPU: NaN on need_weights=True and on the native fast path;
@@ -216,7 +231,7 @@ def test_cross_attention_never_takes_the_fast_path_so_a_forgotten_inversion_give
     x, memory = torch.randn(2, 5, 8), torch.randn(2, 6, 8)
     src_keys = padding_mask(torch.tensor([6, 4]), 6)
     sdpa, native = _spies()
-    with sdpa as sdpa_spy, native as native_spy, (torch.no_grad() if no_grad else torch.enable_grad()):
+    with sdpa as sdpa_spy, native as native_spy, torch.no_grad() if no_grad else torch.enable_grad():
         nan_out, _ = m(x, memory, memory, key_padding_mask=src_keys)
         zero_out, _ = m(x, memory, memory, key_padding_mask=src_keys, need_weights=False)
     assert native_spy.call_count == 0 and sdpa_spy.call_count == 1
@@ -228,8 +243,15 @@ def test_cross_attention_never_takes_the_fast_path_so_a_forgotten_inversion_give
 
 
 @settings(deadline=None, max_examples=40)
-@given(B=st.integers(1, 3), H=st.integers(1, 3), T=st.integers(1, 6), extra=st.integers(0, 5), D=st.integers(1, 5),
-       dtype=dtypes, seed=seeds)
+@given(
+    B=st.integers(1, 3),
+    H=st.integers(1, 3),
+    T=st.integers(1, 6),
+    extra=st.integers(0, 5),
+    D=st.integers(1, 5),
+    dtype=dtypes,
+    seed=seeds,
+)
 def test_causal_lower_right_is_causal_mask_and_upper_left_is_is_causal(B, H, T, extra, D, dtype, seed):
     S = T + extra
     g = torch.Generator().manual_seed(seed)
@@ -250,8 +272,9 @@ def test_causal_lower_right_is_causal_mask_and_upper_left_is_is_causal(B, H, T, 
 
 
 @settings(deadline=None, max_examples=30)
-@given(B=st.integers(1, 3), T=st.integers(1, 5), S=st.integers(2, 7), H=st.integers(1, 3), D=st.integers(1, 4),
-       seed=seeds)
+@given(
+    B=st.integers(1, 3), T=st.integers(1, 5), S=st.integers(2, 7), H=st.integers(1, 3), D=st.integers(1, 4), seed=seeds
+)
 def test_cross_attention_sees_every_real_memory_token_and_ignores_the_padding(B, T, S, H, D, seed):
     torch.manual_seed(seed)
     C = H * D

@@ -48,8 +48,9 @@ def randn(seed: int, *shape: int) -> torch.Tensor:
 def diagonals_constant(scores: torch.Tensor, atol: float = 1e-4) -> bool:
     """True when every diagonal of a (T, T) table is constant: the scores depend on i - j only."""
     T = scores.shape[-1]
-    return all(torch.allclose(d, d[0].expand_as(d), atol=atol)
-               for d in (torch.diagonal(scores, o) for o in range(-T + 1, T)))
+    return all(
+        torch.allclose(d, d[0].expand_as(d), atol=atol) for d in (torch.diagonal(scores, o) for o in range(-T + 1, T))
+    )
 
 
 # ------------------------------------------------------------------ one pairing: "half", wherever a model rotates
@@ -70,8 +71,10 @@ def test_the_gpt_rotation_is_apply_rope_with_the_half_pairing(B, T, start, seed)
     x = randn(seed, B, attn.num_heads, T, attn.head_dim).float()  # (B, H, T, D)
     positions = torch.arange(start, start + T)
     torch.testing.assert_close(attn.rotary.rotate(x, start), apply_rope(x, positions, pairing="half"))
-    assert not torch.allclose(attn.rotary.rotate(x, start), apply_rope(x, positions, pairing="interleaved"),
-                              atol=1e-4) or start + T == 1  # the other pairing is another function (except at 0)
+    assert (
+        not torch.allclose(attn.rotary.rotate(x, start), apply_rope(x, positions, pairing="interleaved"), atol=1e-4)
+        or start + T == 1
+    )  # the other pairing is another function (except at 0)
 
 
 def test_gqa_rope_is_the_half_pairing():
@@ -93,7 +96,9 @@ def test_half_is_the_interleaved_rotation_under_a_fixed_channel_permutation(T, h
     D = 2 * half_D
     x = randn(seed, 2, 2, T, D)
     perm = rope_pairing_permutation(D)
-    torch.testing.assert_close(apply_rope(x[..., perm], pairing="half"), apply_rope(x, pairing="interleaved")[..., perm])
+    torch.testing.assert_close(
+        apply_rope(x[..., perm], pairing="half"), apply_rope(x, pairing="interleaved")[..., perm]
+    )
 
 
 # ------------------------------------------------------------------ which way RoPE turns
@@ -103,7 +108,7 @@ def _rope_with_sign(x: torch.Tensor, positions: torch.Tensor, sign: float) -> to
     """The half pairing with every angle multiplied by ``sign`` (+1 counter-clockwise, -1 clockwise)."""
     D = x.shape[-1]
     angles = sign * positions.double()[:, None] * sinusoidal_frequencies(D)[None, :]  # (T, D/2)
-    r1, r2 = rotate_pair(x[..., : D // 2], x[..., D // 2:], angles)
+    r1, r2 = rotate_pair(x[..., : D // 2], x[..., D // 2 :], angles)
     return torch.cat([r1, r2], dim=-1)
 
 
@@ -118,8 +123,16 @@ def test_rope_turns_counter_clockwise_with_the_codes_sign_convention():
     x4 = torch.tensor([[0.3, -0.7, 1.1, 0.4]]).double()  # half pairing: pairs (0, 2) and (1, 3)
     t = torch.tensor([5])
     a = 5 * sinusoidal_frequencies(4)  # (2,)
-    expected = torch.tensor([[0.3 * math.cos(a[0]) - 1.1 * math.sin(a[0]), -0.7 * math.cos(a[1]) - 0.4 * math.sin(a[1]),
-                              0.3 * math.sin(a[0]) + 1.1 * math.cos(a[0]), -0.7 * math.sin(a[1]) + 0.4 * math.cos(a[1])]])
+    expected = torch.tensor(
+        [
+            [
+                0.3 * math.cos(a[0]) - 1.1 * math.sin(a[0]),
+                -0.7 * math.cos(a[1]) - 0.4 * math.sin(a[1]),
+                0.3 * math.sin(a[0]) + 1.1 * math.cos(a[0]),
+                -0.7 * math.sin(a[1]) + 0.4 * math.cos(a[1]),
+            ]
+        ]
+    )
     torch.testing.assert_close(apply_rope(x4, t), expected.double())
     quarter = rotate_pair(torch.tensor(1.0), torch.tensor(0.0), torch.tensor(math.pi / 2))
     torch.testing.assert_close(torch.stack(quarter), torch.tensor([0.0, 1.0]))
@@ -139,13 +152,16 @@ def test_clockwise_for_q_and_k_alike_keeps_scores_relative_but_changes_them(T, h
     torch.testing.assert_close(cw, _scores(q * flip, k * flip, pos, pos))  # a sign W_q and W_k can absorb
     for i in range(T):  # cw score at (i, j) is the ccw score at distance -(i - j): q at j, k at i
         for j in range(T):
-            torch.testing.assert_close(cw[..., i, j], _scores(q[..., i:i + 1, :], k[..., j:j + 1, :],
-                                                              torch.tensor([j]), torch.tensor([i]))[..., 0, 0])
+            torch.testing.assert_close(
+                cw[..., i, j],
+                _scores(q[..., i : i + 1, :], k[..., j : j + 1, :], torch.tensor([j]), torch.tensor([i]))[..., 0, 0],
+            )
 
 
 def test_clockwise_scores_differ_from_counter_clockwise_ones_and_mixing_breaks_relative_position():
     """The notebook's pair by hand (q2, k2, theta = 0.4): both clockwise, distance 3 scores +1.1495 (the
     counter-clockwise score of distance -3); q one way and k the other, the score depends on i + j."""
+
     def rotate(v, angle):
         return torch.stack(rotate_pair(v[0], v[1], torch.tensor(angle)))
 
@@ -239,12 +255,13 @@ def test_explorer_panels_on_one_scale_learned_noise_is_the_largest_and_rope_is_r
     spread = {name: (s.max() - s.min()).item() for name, s in panels.items()}
     assert spread["none"] < 1e-5
     assert spread["learned"] == max(spread.values()) and spread["learned"] > 2 * max(
-        v for n, v in spread.items() if n != "learned")
+        v for n, v in spread.items() if n != "learned"
+    )
     assert diagonals_constant(panels["rope"]) and diagonals_constant(panels["alibi"])
     torch.testing.assert_close(panels["alibi"][-1, 0] - panels["alibi"][-1, -1], torch.tensor(-11.5))  # -(T-1)/2
 
 
-# ------------------------------------------------------------------ the experiment (section 7): what the prose reads off
+# ----------------------------------------------------------- the experiment (section 7): what the prose reads off
 
 
 @pytest.fixture(scope="module")

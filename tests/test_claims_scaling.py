@@ -35,8 +35,16 @@ TOY_KEYS = torch.tensor([[0.95, 0.05], [0.10, 0.90], [0.80, 0.20]])  # notebook 
 
 def _toy_tokens() -> torch.Tensor:
     """Notebook 01's six word vectors, each of length 2."""
-    raw = torch.tensor([[0.0, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 1.0], [0.0, 1.0, 0.0, 0.2],
-                        [0.0, 0.3, 1.0, 0.0], [0.1, 0.0, 1.0, 0.0], [1.0, 0.0, 0.0, 0.0]])
+    raw = torch.tensor(
+        [
+            [0.0, 0.0, 1.0, 0.0],
+            [1.0, 0.0, 0.0, 1.0],
+            [0.0, 1.0, 0.0, 0.2],
+            [0.0, 0.3, 1.0, 0.0],
+            [0.1, 0.0, 1.0, 0.0],
+            [1.0, 0.0, 0.0, 0.0],
+        ]
+    )
     return 2 * raw / raw.norm(dim=-1, keepdim=True)
 
 

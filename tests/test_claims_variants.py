@@ -101,7 +101,10 @@ def test_07_linformer_slicing_its_projections_is_zero_padding_the_sequence(seed,
     g = torch.Generator().manual_seed(seed)
     L = S + extra
     q = torch.randn(2, T, 8, generator=g, dtype=torch.float64)
-    k, v = torch.randn(2, S, 8, generator=g, dtype=torch.float64), torch.randn(2, S, 5, generator=g, dtype=torch.float64)
+    k, v = (
+        torch.randn(2, S, 8, generator=g, dtype=torch.float64),
+        torch.randn(2, S, 5, generator=g, dtype=torch.float64),
+    )
     E, F_ = torch.randn(R, L, generator=g, dtype=torch.float64), torch.randn(R, L, generator=g, dtype=torch.float64)
     sliced = linformer_attention(q, k, v, E, F_)
     k_pad = torch.cat([k, torch.zeros(2, extra, 8, dtype=torch.float64)], dim=1)  # (B, L, D)
@@ -240,9 +243,12 @@ def test_08_the_cache_removes_one_factor_of_n_not_two(decoder):
 def test_08_the_notebooks_hook_counts_what_the_model_computes(decoder):
     """The notebook counts with pre-hooks on the model and its first attention layer: the same numbers."""
     work = {"tokens": 0, "pairs": 0}
-    hooks = [decoder.register_forward_pre_hook(lambda m, a: work.__setitem__("tokens", work["tokens"] + a[0].shape[1])),
-             decoder.blocks[0].attn.register_forward_pre_hook(
-                 lambda m, a: work.__setitem__("pairs", work["pairs"] + a[1].shape[-2] * a[1].shape[-1]))]
+    hooks = [
+        decoder.register_forward_pre_hook(lambda m, a: work.__setitem__("tokens", work["tokens"] + a[0].shape[1])),
+        decoder.blocks[0].attn.register_forward_pre_hook(
+            lambda m, a: work.__setitem__("pairs", work["pairs"] + a[1].shape[-2] * a[1].shape[-1])
+        ),
+    ]
     try:
         generate(decoder, torch.zeros(1, 1, dtype=torch.long), 20, greedy=True, use_cache=True)
     finally:
@@ -311,8 +317,10 @@ def test_08_topk_saves_memory_not_time_and_the_window_blocks_do_not_grow(saved):
 def test_08_linformer_and_aft_simple_are_the_cheapest(saved):
     """'Linformer and AFT-simple are the cheapest'"""
     _, by = saved
-    times = {m: by[(m, 8192)]["time_ms"] for m in ("naive", "torch_sdpa", "tiled", "sliding_window", "topk",
-                                                    "linformer", "aft_simple")}
+    times = {
+        m: by[(m, 8192)]["time_ms"]
+        for m in ("naive", "torch_sdpa", "tiled", "sliding_window", "topk", "linformer", "aft_simple")
+    }
     assert sorted(times, key=times.get)[:2] == ["aft_simple", "linformer"], times
 
 

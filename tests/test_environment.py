@@ -158,13 +158,16 @@ def test_pick_device_auto_and_cpu():
     assert environment.pick_device(None) == environment.pick_device("auto") == torch.device(best_device())
 
 
-@pytest.mark.parametrize("name, cuda_build, gpus, match", [
-    ("cuda", None, 0, r"this PyTorch \(.*\) was built without CUDA; use --device cpu or auto"),
-    ("cuda", "12.8", 0, r"PyTorch has CUDA but sees no GPU .*; use --device cpu or auto"),
-    ("cuda:3", "12.8", 1, r"'cuda:3': this machine has 1 CUDA device\(s\), cuda:0 to cuda:0"),
-    ("gpu", None, 0, r"device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
-    ("meta", None, 0, r"device 'meta': the course trains on cpu, cuda or mps; use --device cpu or auto"),
-])
+@pytest.mark.parametrize(
+    "name, cuda_build, gpus, match",
+    [
+        ("cuda", None, 0, r"this PyTorch \(.*\) was built without CUDA; use --device cpu or auto"),
+        ("cuda", "12.8", 0, r"PyTorch has CUDA but sees no GPU .*; use --device cpu or auto"),
+        ("cuda:3", "12.8", 1, r"'cuda:3': this machine has 1 CUDA device\(s\), cuda:0 to cuda:0"),
+        ("gpu", None, 0, r"device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
+        ("meta", None, 0, r"device 'meta': the course trains on cpu, cuda or mps; use --device cpu or auto"),
+    ],
+)
 def test_pick_device_refuses_what_this_machine_lacks(monkeypatch, name, cuda_build, gpus, match):
     """Before: torch.device("cuda") was accepted, and training died at the first .to(device) with a traceback."""
     monkeypatch.setattr(torch.version, "cuda", cuda_build)
@@ -185,7 +188,9 @@ def test_pick_device_accepts_a_gpu_that_is_there(monkeypatch):
 @pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has Apple's GPU")
 def test_pick_device_mps_off_a_mac_says_so():
     why = "it needs macOS on Apple silicon" if sys.platform != "darwin" else "no Metal support"
-    with pytest.raises(ValueError, match=rf"device 'mps' \(Apple's GPU\) is not available here: .*{why}.*; use --device"):
+    with pytest.raises(
+        ValueError, match=rf"device 'mps' \(Apple's GPU\) is not available here: .*{why}.*; use --device"
+    ):
         environment.pick_device("mps")
     with pytest.raises(TypeError, match="device must be a str such as 'cpu' or 'cuda', or a torch.device; got int"):
         environment.pick_device(0)
@@ -206,10 +211,12 @@ def _first_figure(env_small: bool, monkeypatch):
         monkeypatch.setenv(SMALL_FIGURES_ENV, "1")
     else:
         monkeypatch.delenv(SMALL_FIGURES_ENV, raising=False)
-    src = ("import matplotlib.pyplot as plt\nfrom course_utils.environment import setup_notebook\n"
-           "setup_notebook()\nplt.rcParams['figure.facecolor'] = 'none'  # a style asking for see-through figures\n"
-           "fig, ax = plt.subplots()\n"
-           "ax.plot([0, 1], [0, 1])\nplt.show()")
+    src = (
+        "import matplotlib.pyplot as plt\nfrom course_utils.environment import setup_notebook\n"
+        "setup_notebook()\nplt.rcParams['figure.facecolor'] = 'none'  # a style asking for see-through figures\n"
+        "fig, ax = plt.subplots()\n"
+        "ax.plot([0, 1], [0, 1])\nplt.show()"
+    )
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(src)])
     NotebookClient(nb, kernel_name="python3", timeout=60).execute()
     out = next(o for o in nb.cells[0].outputs if o.output_type == "display_data")
@@ -220,8 +227,9 @@ def test_a_running_notebook_gets_sharp_opaque_figures_and_the_build_small_ones(m
     live, live_meta = _first_figure(False, monkeypatch)
     small, small_meta = _first_figure(True, monkeypatch)
     # retina: twice the pixels, shown at the size of the 1x image
-    assert live.size[0] >= 2 * small.size[0] - 2 and live_meta["image/png"]["width"] in range(small.size[0] - 1,
-                                                                                             small.size[0] + 2)
+    assert live.size[0] >= 2 * small.size[0] - 2 and live_meta["image/png"]["width"] in range(
+        small.size[0] - 1, small.size[0] + 2
+    )
     assert "image/png" not in small_meta  # the committed notebooks' plain 1x PNG
     for im in (live, small):  # opaque white, though the style asked for transparent: legible on a dark theme
         assert im.getpixel((1, 1)) == (255, 255, 255, 255)
@@ -248,13 +256,20 @@ def test_a_hosted_service_brings_its_own_front_end(monkeypatch):
     assert rows["nbclient (course.py check)"].ok
 
 
-@pytest.mark.parametrize("variables, ok, detail", [
-    ({}, True, "defaults (no COURSE_* variable set)"),
-    ({"COURSE_GPT_SIZE": "ci", "COURSE_CHECK_SEED": "12"}, True, "COURSE_CHECK_SEED=12, COURSE_GPT_SIZE=ci"),
-    ({"COURSE_GPT_SIZE": "huge"}, False, "COURSE_GPT_SIZE='huge' is not a run size; choose one of ['ci', 'cpu', 'gpu']"),
-    ({"COURSE_CHECK_SEED": "abc"}, False, "COURSE_CHECK_SEED must be an integer seed, got 'abc'"),
-    ({"COURSE_08_SIZE": "cpu"}, False, "COURSE_08_SIZE was renamed COURSE_GPT_SIZE"),
-])
+@pytest.mark.parametrize(
+    "variables, ok, detail",
+    [
+        ({}, True, "defaults (no COURSE_* variable set)"),
+        ({"COURSE_GPT_SIZE": "ci", "COURSE_CHECK_SEED": "12"}, True, "COURSE_CHECK_SEED=12, COURSE_GPT_SIZE=ci"),
+        (
+            {"COURSE_GPT_SIZE": "huge"},
+            False,
+            "COURSE_GPT_SIZE='huge' is not a run size; choose one of ['ci', 'cpu', 'gpu']",
+        ),
+        ({"COURSE_CHECK_SEED": "abc"}, False, "COURSE_CHECK_SEED must be an integer seed, got 'abc'"),
+        ({"COURSE_08_SIZE": "cpu"}, False, "COURSE_08_SIZE was renamed COURSE_GPT_SIZE"),
+    ],
+)
 def test_the_report_checks_the_course_settings_that_are_set(monkeypatch, variables, ok, detail):
     """Before, `course.py env` said all OK with COURSE_GPT_SIZE=huge; notebook 09 failed only when it got there."""
     import os

@@ -151,12 +151,14 @@ def test_every_exercise_draws_fresh_cases_that_change_with_the_seed(key):
 
 def _case_text(ex, cases):
     """The cases as text precise enough to tell two draws apart (shapes, and the values themselves)."""
+
     def show(x):
         if isinstance(x, torch.Tensor):
             return f"{tuple(x.shape)}{x.flatten()[:8].tolist()}"
         if isinstance(x, torch.nn.Module):
             return str([(k, show(v)) for k, v in x.state_dict().items()])
         return repr(x)
+
     return [([show(a) for a in args], {k: show(v) for k, v in kwargs.items()}) for args, kwargs in cases]
 
 
@@ -219,7 +221,8 @@ def test_the_drawn_cases_go_beyond_the_fixed_sizes(key):
         if len(set(seen)) > 1:
             reached = max((d[size] for d in drawn if size in d), default=None)
             assert reached is not None and reached > max(seen), (
-                f"{key}: argument {size[0]}, dimension {size[1]}: fixed cases reach {max(seen)}, draws {reached}")
+                f"{key}: argument {size[0]}, dimension {size[1]}: fixed cases reach {max(seen)}, draws {reached}"
+            )
 
 
 def test_the_seed_comes_from_the_environment_when_pinned(monkeypatch):
@@ -279,6 +282,7 @@ def _changes_an_input(ex):
         with torch.no_grad():
             tensor.logical_not_() if tensor.dtype == torch.bool else tensor.add_(1)
         return out
+
     return answer
 
 
@@ -313,7 +317,7 @@ def test_a_lookup_table_of_the_fixed_answers_fails(key):
         seen = _case_text(ex, [(args, kwargs)])
         out = next((out for text, out in table if text == seen), table[0][1])
         if ex.inplace is not None:  # 08.3: the table's keys go into the buffer as well
-            args[0][:, :, :out.shape[2]] = out
+            args[0][:, :, : out.shape[2]] = out
         return out
 
     assert run_check(_fixed_only(ex), lookup).status == PASSED  # it does fool the fixed cases
@@ -321,9 +325,15 @@ def test_a_lookup_table_of_the_fixed_answers_fails(key):
         assert run_check(ex, lookup, seed=seed).status == FAILED, f"seed {seed}"
 
 
-@pytest.mark.parametrize("key", [k for k, ex in EXERCISES.items()
-                                 if isinstance(ex.solution(*ex.cases()[0][0], **ex.cases()[0][1]), torch.Tensor)
-                                 and ex.solution(*ex.cases()[0][0], **ex.cases()[0][1]).is_floating_point()])
+@pytest.mark.parametrize(
+    "key",
+    [
+        k
+        for k, ex in EXERCISES.items()
+        if isinstance(ex.solution(*ex.cases()[0][0], **ex.cases()[0][1]), torch.Tensor)
+        and ex.solution(*ex.cases()[0][0], **ex.cases()[0][1]).is_floating_point()
+    ],
+)
 def test_a_float64_answer_fails_where_float32_is_asked(key):
     ex = EXERCISES[key]
     res = run_check(ex, lambda *a, **kw: ex.solution(*a, **kw).double(), seed=0)
@@ -333,6 +343,7 @@ def test_a_float64_answer_fails_where_float32_is_asked(key):
 # Answers written for these tests, independently of the catalogues: wrong ones a sceptical learner tried
 # (each used to pass, or could have: see the commit that added them), and right ones written differently
 # from the reference, which must pass.
+
 
 def _min_softmax(x, dim=-1):
     e = torch.exp(x - x.amin(dim=dim, keepdim=True))  # subtracts the row MINIMUM
@@ -355,8 +366,10 @@ def _causal_whenever_masked(scores, mask):
 
 def _mha_is_causal_when_masked(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None):
     B, T, C = x.shape
-    q, k, v = (t.view(B, T, num_heads, C // num_heads).transpose(1, 2)
-               for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1))
+    q, k, v = (
+        t.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+        for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1)
+    )
     out = F.scaled_dot_product_attention(q, k, v, is_causal=mask is not None)  # every mask taken as causal
     return F.linear(out.transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
 
@@ -404,8 +417,8 @@ def _append_returns_cat(cache, length, new):
 
 def _append_length_from_nonzero(cache, length, new):
     used = int((cache.abs().sum(dim=(0, 1, 3)) != 0).sum())  # the slots that hold anything, stale keys too
-    cache[:, :, used:used + new.shape[2]] = new
-    return cache[:, :, :used + new.shape[2]]
+    cache[:, :, used : used + new.shape[2]] = new
+    return cache[:, :, : used + new.shape[2]]
 
 
 def _head_over_d(x, w_q, w_k, w_v):
@@ -543,8 +556,10 @@ def _cross_mha(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, 
     C = x.shape[-1]
     m = torch.nn.MultiheadAttention(C, num_heads, batch_first=True).eval()
     with torch.no_grad():
-        for p, w in zip((m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias),
-                        (qkv_weight, qkv_bias, out_weight, out_bias)):
+        for p, w in zip(
+            (m.in_proj_weight, m.in_proj_bias, m.out_proj.weight, m.out_proj.bias),
+            (qkv_weight, qkv_bias, out_weight, out_bias),
+        ):
             p.copy_(w)
         out, _ = m(x, memory, memory, key_padding_mask=~key_mask if invert else key_mask, need_weights=False)
     return out
@@ -561,7 +576,9 @@ def _cross_sdpa_causal(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, ou
     b_q, b_kv = qkv_bias.split([C, 2 * C])
     q = F.linear(x, w_q, b_q).view(B, T, num_heads, D).transpose(1, 2)
     k, v = (t.view(B, S, num_heads, D).transpose(1, 2) for t in F.linear(memory, w_kv, b_kv).chunk(2, dim=-1))
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=key_mask[:, None, None, :] & torch.ones(T, S, dtype=torch.bool).tril())
+    out = F.scaled_dot_product_attention(
+        q, k, v, attn_mask=key_mask[:, None, None, :] & torch.ones(T, S, dtype=torch.bool).tril()
+    )
     return F.linear(out.transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
 
 
@@ -572,8 +589,13 @@ WRONG = {
     "01.4": [_qkv_square_only],
     "02.1": [_min_softmax, _mean_softmax],
     "03.1": [_mask_as_float, _causal_table_small],
-    "03.2": [_masked_fill_in_place, _causal_whenever_masked, _masked_softmax_renormalised,
-             _masked_exp_allowed_max, _masked_fill_minus_30],
+    "03.2": [
+        _masked_fill_in_place,
+        _causal_whenever_masked,
+        _masked_softmax_renormalised,
+        _masked_exp_allowed_max,
+        _masked_fill_minus_30,
+    ],
     "06.1": [_sinusoid_table_up_to_32],
     "07.1": [_window_up_to_12],
     "03.3": [_padding_int],
@@ -592,31 +614,41 @@ WRONG = {
 }
 
 
-@pytest.mark.parametrize("key,fn", [(k, f) for k, fns in WRONG.items() for f in fns], ids=lambda x: getattr(x, "__name__", x))
+@pytest.mark.parametrize(
+    "key,fn", [(k, f) for k, fns in WRONG.items() for f in fns], ids=lambda x: getattr(x, "__name__", x)
+)
 def test_independently_written_wrong_answers_fail(key, fn):
     for seed in (0, 1):
         res = run_check(EXERCISES[key], fn, seed=seed)
         assert res.status == FAILED, f"{fn.__name__} passes {key}"
 
 
-@pytest.mark.parametrize("key,fn,name", [
-    ("01.1", _lookup_exp_minus_min, "softmax written by hand without subtracting the maximum"),
-    ("01.2", _many_exp_minus_mean, "softmax written by hand without subtracting the maximum"),
-    ("01.3", _self_plain_exp, "softmax written by hand without subtracting the maximum"),
-    ("02.1", _min_softmax, "subtracting the row minimum instead of the maximum"),
-    ("02.1", _mean_softmax, "subtracting the row mean instead of the maximum"),
-    ("03.2", _causal_whenever_masked, "every mask treated as causal"),
-    ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
-    ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
-    ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
-    ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
-    ("08.2", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
-    ("08.2", _nucleus_no_temperature, "temperature ignored"),
-    ("08.2", _nucleus_times_temperature, "logits multiplied by the temperature"),
-    ("08.3", _append_length_from_nonzero, "length inferred from the buffer's non-zero slots, not the length argument"),
-    ("09.5", _weighted_norms_no_unsqueeze, "the norms broadcast against the wrong axes"),
-    ("09.5", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
-], ids=lambda x: getattr(x, "__name__", None) if callable(x) else None)
+@pytest.mark.parametrize(
+    "key,fn,name",
+    [
+        ("01.1", _lookup_exp_minus_min, "softmax written by hand without subtracting the maximum"),
+        ("01.2", _many_exp_minus_mean, "softmax written by hand without subtracting the maximum"),
+        ("01.3", _self_plain_exp, "softmax written by hand without subtracting the maximum"),
+        ("02.1", _min_softmax, "subtracting the row minimum instead of the maximum"),
+        ("02.1", _mean_softmax, "subtracting the row mean instead of the maximum"),
+        ("03.2", _causal_whenever_masked, "every mask treated as causal"),
+        ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
+        ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
+        ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
+        ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
+        ("08.2", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
+        ("08.2", _nucleus_no_temperature, "temperature ignored"),
+        ("08.2", _nucleus_times_temperature, "logits multiplied by the temperature"),
+        (
+            "08.3",
+            _append_length_from_nonzero,
+            "length inferred from the buffer's non-zero slots, not the length argument",
+        ),
+        ("09.5", _weighted_norms_no_unsqueeze, "the norms broadcast against the wrong axes"),
+        ("09.5", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
+    ],
+    ids=lambda x: getattr(x, "__name__", None) if callable(x) else None,
+)
 def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, fn, name):
     for seed in (0, 1, 2):
         res = run_check(EXERCISES[key], fn, seed=seed)
@@ -625,13 +657,17 @@ def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, 
 
 def _mha_with_weights(weights_of):
     """04.4's forward pass with the masked weights computed by ``weights_of(scores, mask)``."""
+
     def forward(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None):
         B, T, C = x.shape
-        q, k, v = (t.view(B, T, num_heads, C // num_heads).transpose(1, 2)
-                   for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1))
+        q, k, v = (
+            t.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+            for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1)
+        )
         scores = q @ k.transpose(-2, -1) / math.sqrt(C // num_heads)
         w = torch.softmax(scores, dim=-1) if mask is None else weights_of(scores, mask)
         return F.linear((w @ v).transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
+
     forward.__name__ = f"_mha{weights_of.__name__}"
     return forward
 
@@ -639,9 +675,11 @@ def _mha_with_weights(weights_of):
 UNSTABLE_MASKING = [_masked_softmax_renormalised, _masked_exp_allowed_max, _masked_fill_minus_30]
 
 
-@pytest.mark.parametrize("key,fn", [("03.2", f) for f in UNSTABLE_MASKING]
-                         + [("04.4", _mha_with_weights(f)) for f in UNSTABLE_MASKING],
-                         ids=lambda x: getattr(x, "__name__", x))
+@pytest.mark.parametrize(
+    "key,fn",
+    [("03.2", f) for f in UNSTABLE_MASKING] + [("04.4", _mha_with_weights(f)) for f in UNSTABLE_MASKING],
+    ids=lambda x: getattr(x, "__name__", x),
+)
 def test_unstable_masking_fails_on_the_fixed_cases_alone(key, fn):
     res = run_check(_fixed_only(EXERCISES[key]), fn)
     assert res.status == FAILED and "fixed case" in res.message, res.message
@@ -681,7 +719,7 @@ def _repeat_expand(k, num_heads):
 
 
 def _windows_unfold(data, starts, T):
-    w = torch.stack([data[s:s + T + 1] for s in starts.tolist()])
+    w = torch.stack([data[s : s + T + 1] for s in starts.tolist()])
     return w[:, :T], w[:, 1:]
 
 
@@ -750,15 +788,17 @@ def _scores_einsum(q, k):
 
 def _mha_sdpa(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None):
     B, T, C = x.shape
-    q, k, v = (t.view(B, T, num_heads, C // num_heads).transpose(1, 2)
-               for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1))
+    q, k, v = (
+        t.view(B, T, num_heads, C // num_heads).transpose(1, 2)
+        for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1)
+    )
     out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
     return F.linear(out.transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
 
 
 def _split_in_proj_slices(m):
     w, C = m.in_proj_weight.detach(), m.embed_dim
-    return w[:C], w[C:2 * C], w[2 * C:]
+    return w[:C], w[C : 2 * C], w[2 * C :]
 
 
 def _kpm_compare(lengths, S):
@@ -894,6 +934,7 @@ def _lr_branches(step, warmup_steps, max_steps, max_lr, min_lr):
 def _post_norm_functional(x, attn, mlp, ln_1, ln_2):
     def norm(t, ln):
         return F.layer_norm(t, ln.normalized_shape, ln.weight, ln.bias, ln.eps)
+
     after_attention = norm(attn(x) + x, ln_1)
     return norm(mlp(after_attention) + after_attention, ln_2)
 
@@ -949,7 +990,9 @@ def test_every_exercise_has_a_right_answer_written_differently():
     assert sorted(RIGHT) == sorted(EXERCISES)
 
 
-@pytest.mark.parametrize("key,fn", [(k, f) for k, fns in RIGHT.items() for f in fns], ids=lambda x: getattr(x, "__name__", x))
+@pytest.mark.parametrize(
+    "key,fn", [(k, f) for k, fns in RIGHT.items() for f in fns], ids=lambda x: getattr(x, "__name__", x)
+)
 def test_right_answers_written_differently_pass(key, fn):
     for seed in (0, 1, 2):
         res = run_check(EXERCISES[key], fn, seed=seed)

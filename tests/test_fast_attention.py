@@ -24,8 +24,14 @@ from course_utils.masking import causal_mask
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # many small tensors: a second thread only waits
 
-MASK_KINDS = ("none", "full (T, S)", "per batch (B, 1, T, S)", "key padding (B, 1, 1, S)", "one key row (S,)",
-              "some rows fully masked")
+MASK_KINDS = (
+    "none",
+    "full (T, S)",
+    "per batch (B, 1, T, S)",
+    "key padding (B, 1, 1, S)",
+    "one key row (S,)",
+    "some rows fully masked",
+)
 
 
 def _mask(kind: str, B: int, T: int, S: int, g: torch.Generator) -> torch.Tensor | None:
@@ -45,12 +51,24 @@ def _mask(kind: str, B: int, T: int, S: int, g: torch.Generator) -> torch.Tensor
 
 
 @settings(max_examples=150, deadline=None)
-@given(seed=seeds, dtype=dtypes, B=st.integers(1, 3), H=st.integers(1, 3), T=st.integers(1, 40),
-       extra_keys=st.integers(0, 30), D=st.integers(1, 16), Dv=st.integers(1, 12), q_tile=st.integers(1, 48),
-       kv_tile=st.integers(1, 48), is_causal=st.booleans(), mask_kind=st.sampled_from(MASK_KINDS),
-       fewer_keys=st.booleans())
-def test_tiled_attention_equals_the_reference_and_torch(seed, dtype, B, H, T, extra_keys, D, Dv, q_tile, kv_tile,
-                                                        is_causal, mask_kind, fewer_keys):
+@given(
+    seed=seeds,
+    dtype=dtypes,
+    B=st.integers(1, 3),
+    H=st.integers(1, 3),
+    T=st.integers(1, 40),
+    extra_keys=st.integers(0, 30),
+    D=st.integers(1, 16),
+    Dv=st.integers(1, 12),
+    q_tile=st.integers(1, 48),
+    kv_tile=st.integers(1, 48),
+    is_causal=st.booleans(),
+    mask_kind=st.sampled_from(MASK_KINDS),
+    fewer_keys=st.booleans(),
+)
+def test_tiled_attention_equals_the_reference_and_torch(
+    seed, dtype, B, H, T, extra_keys, D, Dv, q_tile, kv_tile, is_causal, mask_kind, fewer_keys
+):
     """Tile sizes that divide T and S or not (1 .. 48 against lengths 1 .. 70), T != S both ways, any mask."""
     S = T + extra_keys
     if fewer_keys and not is_causal:  # T > S: more queries than keys (cross-attention)
@@ -78,14 +96,20 @@ def test_tiled_attention_equals_the_reference_and_torch(seed, dtype, B, H, T, ex
 def test_is_causal_is_torchs_is_causal_when_t_equals_s(seed, T, q_tile, kv_tile):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(2, 3, T, 8, generator=g) for _ in range(3))
-    torch.testing.assert_close(tiled_attention(q, k, v, is_causal=True, q_tile=q_tile, kv_tile=kv_tile),
-                               F.scaled_dot_product_attention(q, k, v, is_causal=True))
+    torch.testing.assert_close(
+        tiled_attention(q, k, v, is_causal=True, q_tile=q_tile, kv_tile=kv_tile),
+        F.scaled_dot_product_attention(q, k, v, is_causal=True),
+    )
 
 
 def test_is_causal_aligns_bottom_right_like_causal_mask_not_top_left_like_torch():
     """With fewer queries than keys (decoding with a cache) the queries are the last T positions."""
     g = torch.Generator().manual_seed(0)
-    q, k, v = torch.randn(1, 2, 3, 4, generator=g), torch.randn(1, 2, 7, 4, generator=g), torch.randn(1, 2, 7, 4, generator=g)
+    q, k, v = (
+        torch.randn(1, 2, 3, 4, generator=g),
+        torch.randn(1, 2, 7, 4, generator=g),
+        torch.randn(1, 2, 7, 4, generator=g),
+    )
     ours = tiled_attention(q, k, v, is_causal=True, q_tile=2, kv_tile=3)
     torch.testing.assert_close(ours, F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(3, 7)))
     top_left = F.scaled_dot_product_attention(q, k, v, is_causal=True)
@@ -99,8 +123,10 @@ def test_is_causal_never_lets_a_query_see_its_future(q_tile, kv_tile):
 
     torch.manual_seed(0)
     w_q, w_k, w_v = (torch.randn(8, 8, dtype=torch.float64) / 8**0.5 for _ in range(3))
-    assert_no_leakage(lambda x: tiled_attention(x @ w_q, x @ w_k, x @ w_v, is_causal=True, q_tile=q_tile,
-                                                kv_tile=kv_tile), torch.randn(2, 7, 8, dtype=torch.float64))
+    assert_no_leakage(
+        lambda x: tiled_attention(x @ w_q, x @ w_k, x @ w_v, is_causal=True, q_tile=q_tile, kv_tile=kv_tile),
+        torch.randn(2, 7, 8, dtype=torch.float64),
+    )
 
 
 def test_fully_masked_rows_give_zeros_like_torch():
@@ -109,7 +135,9 @@ def test_fully_masked_rows_give_zeros_like_torch():
     mask = torch.rand(2, 5, 9, generator=g) < 0.5
     mask[0, 1] = False
     mask[1, 4] = False
-    mask[:, :, :4] &= torch.tensor([True, False, True, True, False])[:, None]  # some rows blocked in the first tile only
+    mask[:, :, :4] &= torch.tensor([True, False, True, True, False])[
+        :, None
+    ]  # some rows blocked in the first tile only
     out = tiled_attention(q, k, v, mask, q_tile=2, kv_tile=4)
     assert torch.isfinite(out).all()
     assert out[0, 1].abs().max() == 0 and out[1, 4].abs().max() == 0
@@ -139,8 +167,15 @@ def test_tiled_attention_is_stable_for_huge_scores():
 
 
 @settings(max_examples=80, deadline=None)
-@given(seed=seeds, dtype=dtypes, rows=st.integers(1, 5), S=st.integers(1, 60), block_size=st.integers(1, 70),
-       spread=st.sampled_from([1.0, 30.0, 1000.0]), blocked=st.floats(0.0, 0.6))
+@given(
+    seed=seeds,
+    dtype=dtypes,
+    rows=st.integers(1, 5),
+    S=st.integers(1, 60),
+    block_size=st.integers(1, 70),
+    spread=st.sampled_from([1.0, 30.0, 1000.0]),
+    blocked=st.floats(0.0, 0.6),
+)
 def test_online_softmax_equals_torch_softmax(seed, dtype, rows, S, block_size, spread, blocked):
     g = torch.Generator().manual_seed(seed)
     x = spread * torch.randn(rows, S, generator=g, dtype=dtype)
@@ -157,8 +192,15 @@ def test_online_softmax_of_an_all_minus_inf_row_is_nan_like_torch():
 
 
 @settings(max_examples=60, deadline=None)
-@given(seed=seeds, dtype=dtypes, T=st.integers(1, 6), S=st.integers(2, 30), Dv=st.integers(1, 5),
-       spread=st.sampled_from([1.0, 100.0]), data=st.data())
+@given(
+    seed=seeds,
+    dtype=dtypes,
+    T=st.integers(1, 6),
+    S=st.integers(2, 30),
+    Dv=st.integers(1, 5),
+    spread=st.sampled_from([1.0, 100.0]),
+    data=st.data(),
+)
 def test_merging_the_partials_of_two_blocks_is_the_partial_of_both(seed, dtype, T, S, Dv, spread, data):
     cut = data.draw(st.integers(1, S - 1))
     g = torch.Generator().manual_seed(seed)
@@ -203,18 +245,25 @@ def test_merge_rescales_without_overflow():
 QKV = (torch.randn(1, 4, 3), torch.randn(1, 5, 3), torch.randn(1, 5, 2))
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"q_tile": 0}, ValueError, r"q_tile must be at least 1, got 0"),
-    ({"kv_tile": 0}, ValueError, r"kv_tile must be at least 1, got 0"),
-    ({"kv_tile": -3}, ValueError, r"kv_tile must be at least 1, got -3"),
-    ({"q_tile": 2.0}, TypeError, r"q_tile must be an int, got float"),
-    ({"kv_tile": None}, TypeError, r"kv_tile must be an int, got NoneType"),
-    ({"is_causal": 1}, TypeError, r"is_causal must be True or False, got 1 \(int\)"),
-    ({"scale": 0.0}, ValueError, r"scale must be a positive finite number, got 0.0"),
-    ({"mask": torch.ones(4, 4, dtype=torch.bool)}, ValueError, r"mask of shape \(4, 4\) does not broadcast to the "
-     r"scores' shape \(1, 4, 5\)"),
-    ({"mask": torch.ones(4, 5)}, TypeError, r"mask must be boolean \(True = may attend\), got dtype torch.float32"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"q_tile": 0}, ValueError, r"q_tile must be at least 1, got 0"),
+        ({"kv_tile": 0}, ValueError, r"kv_tile must be at least 1, got 0"),
+        ({"kv_tile": -3}, ValueError, r"kv_tile must be at least 1, got -3"),
+        ({"q_tile": 2.0}, TypeError, r"q_tile must be an int, got float"),
+        ({"kv_tile": None}, TypeError, r"kv_tile must be an int, got NoneType"),
+        ({"is_causal": 1}, TypeError, r"is_causal must be True or False, got 1 \(int\)"),
+        ({"scale": 0.0}, ValueError, r"scale must be a positive finite number, got 0.0"),
+        (
+            {"mask": torch.ones(4, 4, dtype=torch.bool)},
+            ValueError,
+            r"mask of shape \(4, 4\) does not broadcast to the "
+            r"scores' shape \(1, 4, 5\)",
+        ),
+        ({"mask": torch.ones(4, 5)}, TypeError, r"mask must be boolean \(True = may attend\), got dtype torch.float32"),
+    ],
+)
 def test_tiled_attention_errors(kwargs, error, match):
     with pytest.raises(error, match=match):
         tiled_attention(*QKV, **kwargs)
@@ -265,5 +314,7 @@ def test_merge_refuses_partials_of_two_dtypes():
     scores, v = torch.randn(3, 6), torch.randn(6, 5)
     a = block_partial(scores[:, :3], v[:3])
     b = block_partial(scores[:, 3:].double(), v[3:].double())
-    with pytest.raises(TypeError, match=r"a and b must hold tensors of one dtype, got \['torch.float32', 'torch.float64'\]"):
+    with pytest.raises(
+        TypeError, match=r"a and b must hold tensors of one dtype, got \['torch.float32', 'torch.float64'\]"
+    ):
         merge_partials(a, b)

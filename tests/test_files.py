@@ -49,8 +49,10 @@ def test_a_killed_writer_leaves_a_temporary_that_the_next_run_cleans(tmp_path):
     stays behind until clean_stale_tmp runs (as each command does when it starts)."""
     target = tmp_path / "report.json"
     target.write_bytes(b"earlier report")
-    code = ("import os, sys\nfrom course_utils._files import atomic_path\n"
-            "with atomic_path(sys.argv[1]) as tmp:\n    tmp.write_bytes(b'half')\n    os._exit(9)\n")
+    code = (
+        "import os, sys\nfrom course_utils._files import atomic_path\n"
+        "with atomic_path(sys.argv[1]) as tmp:\n    tmp.write_bytes(b'half')\n    os._exit(9)\n"
+    )
     proc = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, timeout=120)
     assert proc.returncode == 9, proc.stderr
     left = [p for p in tmp_path.iterdir() if p.name != "report.json"]

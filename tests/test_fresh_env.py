@@ -26,8 +26,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
-pytestmark = pytest.mark.skipif(os.environ.get("COURSE_FRESH_VENV") != "1",
-                                reason="installs a lock into a fresh venv; set COURSE_FRESH_VENV=1")
+pytestmark = pytest.mark.skipif(
+    os.environ.get("COURSE_FRESH_VENV") != "1", reason="installs a lock into a fresh venv; set COURSE_FRESH_VENV=1"
+)
 AUTHOR_TOOLS = ("pytest", "nbval", "hypothesis", "xdist", "ruff", "playwright", "jupytext", "uv")
 RUN_NOTEBOOK = """\
 import sys, nbformat
@@ -37,7 +38,10 @@ path = Path(sys.argv[1])
 nb = nbformat.read(path, as_version=4)
 NotebookClient(nb, timeout=600, kernel_name="python3", resources={"metadata": {"path": str(path.parent)}}).execute()
 """
-VERSIONS = "import importlib.metadata as m, json; print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+VERSIONS = (
+    "import importlib.metadata as m, json; "
+    "print(json.dumps({d.metadata['Name']: d.version for d in m.distributions()}))"
+)
 
 
 def fresh_venv(where: Path) -> Path:
@@ -47,11 +51,15 @@ def fresh_venv(where: Path) -> Path:
 
 def pip_install(py: Path, *args: str) -> float:
     links = os.environ.get("COURSE_FRESH_VENV_FIND_LINKS")
-    source = ["--no-index", "--find-links", str(Path(links) / "wheels" if (Path(links) / "wheels").is_dir()
-                                                 else links)] if links else []
+    source = (
+        ["--no-index", "--find-links", str(Path(links) / "wheels" if (Path(links) / "wheels").is_dir() else links)]
+        if links
+        else []
+    )
     start = time.monotonic()
-    subprocess.run([py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *source, *args], cwd=ROOT,
-                   check=True)
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--disable-pip-version-check", *source, *args], cwd=ROOT, check=True
+    )
     seconds = time.monotonic() - start
     subprocess.run([py, "-m", "pip", "check"], cwd=ROOT, check=True)
     return seconds
@@ -74,8 +82,9 @@ def installed_versions(py: Path) -> dict[str, str]:
 def assert_at_locked_versions(py: Path, name: str) -> dict[str, str]:
     locked = pins(name)
     have = installed_versions(py)
-    off = {n: (v, sorted(locked[n])) for n, v in have.items()
-           if n in locked and v.split("+")[0] not in locked[n]}  # torch 2.13.0+cpu is torch 2.13.0
+    off = {
+        n: (v, sorted(locked[n])) for n, v in have.items() if n in locked and v.split("+")[0] not in locked[n]
+    }  # torch 2.13.0+cpu is torch 2.13.0
     unlocked = sorted(n for n in have if n not in locked and n not in ("pip", "setuptools", "course-utils"))
     assert not off and not unlocked, f"lock/{name}.txt: installed at other versions {off}; not in the lock {unlocked}"
     return have
@@ -104,13 +113,20 @@ def test_the_author_set_installs_with_its_tools(tmp_path):
     seconds = pip_install(py, "-c", "lock/author.txt", "-e", ".[lab,author]")
     print(f"author set installed in {seconds:.0f} s", file=sys.stderr)
     assert_at_locked_versions(py, "author")
-    for tool in (["-m", "pytest", "--version"], ["-m", "jupytext", "--version"], ["-m", "ruff", "--version"],
-                 ["-m", "uv", "--version"], ["-c", "import nbval, hypothesis, xdist, playwright"]):
+    for tool in (
+        ["-m", "pytest", "--version"],
+        ["-m", "jupytext", "--version"],
+        ["-m", "ruff", "--version"],
+        ["-m", "uv", "--version"],
+        ["-c", "import nbval, hypothesis, xdist, playwright"],
+    ):
         subprocess.run([py, *tool], cwd=ROOT, check=True, capture_output=True)
 
 
-@pytest.mark.skipif(os.environ.get("COURSE_FRESH_VENV_PLAIN") != "1",
-                    reason="installs every line of a lock (on Linux, torch's CUDA libraries too); set COURSE_FRESH_VENV_PLAIN=1")
+@pytest.mark.skipif(
+    os.environ.get("COURSE_FRESH_VENV_PLAIN") != "1",
+    reason="installs every line of a lock (on Linux, torch's CUDA libraries too); set COURSE_FRESH_VENV_PLAIN=1",
+)
 @pytest.mark.parametrize("name", ["learner", "author"])
 def test_plain_pip_install_r_of_a_lock_works(tmp_path, name):
     py = fresh_venv(tmp_path / name)

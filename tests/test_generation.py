@@ -31,16 +31,19 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny mo
 DYADIC = torch.tensor([0.125, 0.5, 0.0625, 0.25, 0.0625])  # exact in binary: cumulative sums are exact
 
 
-@pytest.mark.parametrize("top_p, kept", [
-    (0.5, [1]),  # the top token alone reaches exactly p: the set is {0.5}
-    (0.500001, [1, 3]),  # just above: the token that crosses p (0.25) is kept
-    (0.75, [1, 3]),  # exactly 0.75 = 0.5 + 0.25
-    (0.8, [0, 1, 3]),
-    (0.875, [0, 1, 3]),
-    (0.9, None),  # 0.875 < 0.9 <= 0.9375: one of the two tied 0.0625 tokens crosses p (checked below)
-    (1e-6, [1]),  # a tiny p still keeps the most likely token
-    (1.0, [0, 1, 2, 3, 4]),
-])
+@pytest.mark.parametrize(
+    "top_p, kept",
+    [
+        (0.5, [1]),  # the top token alone reaches exactly p: the set is {0.5}
+        (0.500001, [1, 3]),  # just above: the token that crosses p (0.25) is kept
+        (0.75, [1, 3]),  # exactly 0.75 = 0.5 + 0.25
+        (0.8, [0, 1, 3]),
+        (0.875, [0, 1, 3]),
+        (0.9, None),  # 0.875 < 0.9 <= 0.9375: one of the two tied 0.0625 tokens crosses p (checked below)
+        (1e-6, [1]),  # a tiny p still keeps the most likely token
+        (1.0, [0, 1, 2, 3, 4]),
+    ],
+)
 def test_top_p_keeps_the_smallest_set_reaching_p(top_p, kept):
     keep = top_p_keep(DYADIC, top_p)
     if top_p == 0.9:  # 0.875 + 0.0625 = 0.9375 >= 0.9: only one of the two tied tokens is needed
@@ -135,18 +138,25 @@ def model():
     return TinyDecoder(DecoderConfig.tiny(context_length=24)).eval()
 
 
-@pytest.mark.parametrize("cfg", [DecoderConfig.tiny(context_length=24),
-                                 DecoderConfig.tiny(context_length=24, num_kv_heads=1, window=4),
-                                 DecoderConfig.tiny(context_length=24, positions="rope")])
+@pytest.mark.parametrize(
+    "cfg",
+    [
+        DecoderConfig.tiny(context_length=24),
+        DecoderConfig.tiny(context_length=24, num_kv_heads=1, window=4),
+        DecoderConfig.tiny(context_length=24, positions="rope"),
+    ],
+)
 def test_cached_generation_equals_recomputing_the_prefix(cfg):
     torch.manual_seed(0)
     model = TinyDecoder(cfg)
     idx = torch.randint(0, 16, (3, 5))
     for kwargs in ({"greedy": True}, {"temperature": 0.9, "top_k": 6, "top_p": 0.9}):
-        a, la = generate(model, idx, 19, use_cache=True, generator=torch.Generator().manual_seed(1),
-                         return_logits=True, **kwargs)
-        b, lb = generate(model, idx, 19, use_cache=False, generator=torch.Generator().manual_seed(1),
-                         return_logits=True, **kwargs)
+        a, la = generate(
+            model, idx, 19, use_cache=True, generator=torch.Generator().manual_seed(1), return_logits=True, **kwargs
+        )
+        b, lb = generate(
+            model, idx, 19, use_cache=False, generator=torch.Generator().manual_seed(1), return_logits=True, **kwargs
+        )
         assert torch.equal(a, b)
         torch.testing.assert_close(la, lb)
         assert a.shape == (3, 24) and la.shape == (3, 19, 16)
@@ -227,7 +237,7 @@ def test_shift_equals_recomputing_while_the_sequence_fits(name, model):
     b, lb = generate(model, idx, 30, greedy=True, use_cache=False, return_logits=True)
     fits = 16 - 3 + 1  # new tokens chosen while prompt + generated tokens fit in the context
     assert a.shape == b.shape == (2, 33)
-    assert torch.equal(a[:, :3 + fits], b[:, :3 + fits])
+    assert torch.equal(a[:, : 3 + fits], b[:, : 3 + fits])
     torch.testing.assert_close(la[:, :fits], lb[:, :fits])
 
 
@@ -241,7 +251,7 @@ def test_after_a_shift_the_logits_are_the_forward_pass_over_the_window(name, mod
     shifted = [i for i in range(1, N) if starts[i] != starts[i - 1]]
     assert shifted and all(T + i - starts[i] == keep for i in shifted)  # right after a shift: keep tokens
     for i, start in enumerate(starts):
-        window = out[:, start:T + i]  # (B, between keep and 16)
+        window = out[:, start : T + i]  # (B, between keep and 16)
         torch.testing.assert_close(logits[:, i], model(window)[:, -1], msg=lambda m, i=i: f"step {i}: {m}")
 
 
@@ -250,7 +260,7 @@ def test_right_after_a_shift_the_context_is_shorter_than_recomputing(name, model
     idx = torch.randint(0, 16, (1, 3), generator=torch.Generator().manual_seed(2))
     i = 16 - 3 + 1  # the first step after the cache filled up: positions 0..15 are cached
     out, logits = generate(model, idx, i + 1, greedy=True, on_full="shift", return_logits=True)
-    prefix = out[:, :3 + i]  # (1, 17): the tokens before step i
+    prefix = out[:, : 3 + i]  # (1, 17): the tokens before step i
     shifted = model(prefix[:, -8:])[:, -1]  # the re-prefilled window: the last 16 // 2 tokens
     recomputed = model(prefix[:, -16:])[:, -1]  # what recomputing sees: the last 16
     torch.testing.assert_close(logits[:, i], shifted)
@@ -273,7 +283,7 @@ def test_shift_crops_a_prompt_longer_than_the_context_like_recomputing():
     b, lb = generate(model, idx, 5, greedy=True, use_cache=False, return_logits=True)
     assert a.shape == (1, 25) and torch.equal(a[:, :21], b[:, :21])
     torch.testing.assert_close(la[:, 0], lb[:, 0])  # the first token sees the last 16 prompt tokens in both
-    torch.testing.assert_close(la[:, 1], model(a[:, 21 - 8:21])[:, -1])  # then the cache is full: shift
+    torch.testing.assert_close(la[:, 1], model(a[:, 21 - 8 : 21])[:, -1])  # then the cache is full: shift
 
 
 def test_shift_samples_with_the_same_random_stream_as_recomputing():
@@ -378,12 +388,19 @@ def test_beam_search_errors(model):
 # --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
 
 
-@pytest.mark.parametrize("temperature, error, match", [
-    ("0.7", TypeError, r"temperature must be a number > 0 \(use greedy=True for the argmax\), got '0.7' \(str\)"),
-    (None, TypeError, r"temperature must be a number > 0 \(use greedy=True for the argmax\), got None \(NoneType\)"),
-    (float("inf"), ValueError, r"temperature must be finite: an infinite one makes every token equally likely"),
-    (float("nan"), ValueError, r"temperature must be > 0 \(use greedy=True for the argmax\), got nan"),
-])
+@pytest.mark.parametrize(
+    "temperature, error, match",
+    [
+        ("0.7", TypeError, r"temperature must be a number > 0 \(use greedy=True for the argmax\), got '0.7' \(str\)"),
+        (
+            None,
+            TypeError,
+            r"temperature must be a number > 0 \(use greedy=True for the argmax\), got None \(NoneType\)",
+        ),
+        (float("inf"), ValueError, r"temperature must be finite: an infinite one makes every token equally likely"),
+        (float("nan"), ValueError, r"temperature must be > 0 \(use greedy=True for the argmax\), got nan"),
+    ],
+)
 def test_sample_next_token_temperature(temperature, error, match):
     with pytest.raises(error, match=match):
         sample_next_token(torch.randn(2, 5), temperature=temperature)
@@ -429,8 +446,11 @@ def test_generate_callback_and_generator_are_checked_before_the_first_step():
     model, prompt = _gpt().for_generation(), torch.zeros(1, 3, dtype=torch.long)
     with pytest.raises(TypeError, match=r"callback must be a function of the new tokens \(B,\), or None, got str"):
         generate(model, prompt, 3, callback="print")
-    with pytest.raises(TypeError, match=r"generator must be a torch.Generator \(torch.Generator\(\).manual_seed\(0\), "
-                                        r"say\) or None, got int"):
+    with pytest.raises(
+        TypeError,
+        match=r"generator must be a torch.Generator \(torch.Generator\(\).manual_seed\(0\), "
+        r"say\) or None, got int",
+    ):
         generate(model, prompt, 3, generator=0)
 
 

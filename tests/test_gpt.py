@@ -40,24 +40,31 @@ VARIANTS = {
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides, error, match", [
-    (dict(embed_dim=10, num_heads=3), ValueError, r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
-    (dict(num_layers=0), ValueError, "num_layers must be at least 1, got 0"),
-    (dict(vocab_size=2.5), TypeError, "vocab_size must be an int, got float"),
-    (dict(context_length=True), TypeError, "context_length must be an int, got bool"),
-    (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-    (dict(dropout=-0.1), ValueError, r"dropout must be in \[0, 1\)"),
-    (dict(positions="sinusoidal"), ValueError, "positions must be one of"),
-    (dict(attention="flash"), ValueError, "attention must be one of"),
-    (dict(norm_position="sandwich"), ValueError, r"norm_position must be one of \('pre', 'post'\)"),
-    (dict(bias="yes"), TypeError, r"bias must be True or False, got 'yes' \(str\)"),
-    (dict(num_kv_heads=3), ValueError, r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"),
-    (dict(num_kv_heads=0), ValueError, "num_kv_heads must be at least 1, got 0"),
-    (dict(num_kv_heads="2"), TypeError, "num_kv_heads must be a positive int or None, got str"),
-    (dict(num_kv_heads=True), TypeError, "num_kv_heads must be a positive int or None, got bool"),
-    (dict(embed_dim=12, num_heads=4, positions="rope"), ValueError, "rotary positions need an even head_dim, got 3"),
-    (dict(positions="rope", rope_base=1.0), ValueError, "rope_base must be a number greater than 1"),
-])
+@pytest.mark.parametrize(
+    "overrides, error, match",
+    [
+        (dict(embed_dim=10, num_heads=3), ValueError, r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
+        (dict(num_layers=0), ValueError, "num_layers must be at least 1, got 0"),
+        (dict(vocab_size=2.5), TypeError, "vocab_size must be an int, got float"),
+        (dict(context_length=True), TypeError, "context_length must be an int, got bool"),
+        (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
+        (dict(dropout=-0.1), ValueError, r"dropout must be in \[0, 1\)"),
+        (dict(positions="sinusoidal"), ValueError, "positions must be one of"),
+        (dict(attention="flash"), ValueError, "attention must be one of"),
+        (dict(norm_position="sandwich"), ValueError, r"norm_position must be one of \('pre', 'post'\)"),
+        (dict(bias="yes"), TypeError, r"bias must be True or False, got 'yes' \(str\)"),
+        (dict(num_kv_heads=3), ValueError, r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"),
+        (dict(num_kv_heads=0), ValueError, "num_kv_heads must be at least 1, got 0"),
+        (dict(num_kv_heads="2"), TypeError, "num_kv_heads must be a positive int or None, got str"),
+        (dict(num_kv_heads=True), TypeError, "num_kv_heads must be a positive int or None, got bool"),
+        (
+            dict(embed_dim=12, num_heads=4, positions="rope"),
+            ValueError,
+            "rotary positions need an even head_dim, got 3",
+        ),
+        (dict(positions="rope", rope_base=1.0), ValueError, "rope_base must be a number greater than 1"),
+    ],
+)
 def test_config_rejects_bad_values(overrides, error, match):
     with pytest.raises(error, match=match):
         GPTConfig(**{**TINY, **overrides})
@@ -115,7 +122,9 @@ def test_forward_shapes_and_loss(variant):
     logits2, loss = model(idx, targets=ids(3, 10, seed=2))
     torch.testing.assert_close(logits2, logits)
     assert loss.shape == ()
-    assert abs(loss.item() - math.log(TINY["vocab_size"])) < 0.3, "at initialisation every token is about equally likely"
+    assert abs(loss.item() - math.log(TINY["vocab_size"])) < 0.3, (
+        "at initialisation every token is about equally likely"
+    )
 
 
 def test_bad_inputs():
@@ -207,10 +216,10 @@ def test_changing_later_tokens_never_changes_earlier_logits(variant):
     logits, _ = model(idx)
     for t in range(11):
         changed = idx.clone()
-        changed[:, t + 1:] = (changed[:, t + 1:] + 1 + t % 5) % TINY["vocab_size"]  # never a multiple of V
+        changed[:, t + 1 :] = (changed[:, t + 1 :] + 1 + t % 5) % TINY["vocab_size"]  # never a multiple of V
         logits2, _ = model(changed)
-        torch.testing.assert_close(logits2[:, :t + 1], logits[:, :t + 1])
-        assert (logits2[:, t + 1:] - logits[:, t + 1:]).abs().max() > 1e-4
+        torch.testing.assert_close(logits2[:, : t + 1], logits[:, : t + 1])
+        assert (logits2[:, t + 1 :] - logits[:, t + 1 :]).abs().max() > 1e-4
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -231,7 +240,7 @@ def test_attention_maps_are_the_weights_the_model_uses():
     weights = model.attention_maps(idx)[0]  # (1, H, T, T)
     block = model.blocks[0]
     h = block.ln_1(model._embed(idx, 0))
-    v = h @ block.attn.qkv_proj.weight[2 * 16:].T + block.attn.qkv_proj.bias[2 * 16:]  # (1, T, C)
+    v = h @ block.attn.qkv_proj.weight[2 * 16 :].T + block.attn.qkv_proj.bias[2 * 16 :]  # (1, T, C)
     v = v.view(1, 7, 4, 4).transpose(1, 2)  # (1, H, T, D)
     out = block.attn.out_proj((weights @ v).transpose(1, 2).reshape(1, 7, 16))
     torch.testing.assert_close(out, block.attend(model._embed(idx, 0)), atol=1e-6, rtol=1e-5)
@@ -283,8 +292,10 @@ def test_cached_generation_equals_recomputing_the_prefix(variant):
 
 def test_cached_sampling_equals_recomputing_the_prefix():
     model = make(positions="rope").for_generation()
-    out = [generate(model, ids(1, 2), 10, temperature=1.5, use_cache=use,
-                    generator=torch.Generator().manual_seed(7)) for use in (True, False)]
+    out = [
+        generate(model, ids(1, 2), 10, temperature=1.5, use_cache=use, generator=torch.Generator().manual_seed(7))
+        for use in (True, False)
+    ]
     torch.testing.assert_close(out[0], out[1], atol=0, rtol=0)
 
 
@@ -351,7 +362,7 @@ def test_the_committed_checkpoint_was_trained_with_the_half_pairing(course_corpu
     assert info["model_config"]["positions"] == "rope" and info["model_config"]["num_kv_heads"] is None
     text = course_corpus
     start = int(len(text) * 0.95)  # inside the validation split (the last 10%)
-    tokens = torch.as_tensor(tokenizer.encode(text[start:start + 8 * 64 + 1]))
+    tokens = torch.as_tensor(tokenizer.encode(text[start : start + 8 * 64 + 1]))
     x, y = tokens[:-1].view(8, 64), tokens[1:].view(8, 64)
 
     def logits_and_loss():
@@ -364,7 +375,7 @@ def test_the_committed_checkpoint_was_trained_with_the_half_pairing(course_corpu
     base = info["model_config"]["rope_base"]
     for pairing, agrees in (("half", True), ("interleaved", False)):
         for block in model.blocks:  # every layer's rotation replaced by apply_rope with this pairing
-            block.attn._rotate = (lambda t, s, p=pairing: apply_rope(t, torch.arange(s, s + t.shape[-2]), base, p))
+            block.attn._rotate = lambda t, s, p=pairing: apply_rope(t, torch.arange(s, s + t.shape[-2]), base, p)
         swapped, swapped_loss = logits_and_loss()
         assert torch.allclose(swapped, logits, rtol=1e-4, atol=1e-4) is agrees
         assert (swapped_loss < 1.8) is agrees  # on this sample: 1.57 nats with half, 2.92 with interleaved
@@ -381,23 +392,54 @@ def _with(value, position=(1, 2)):
     return idx
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda m: m(_with(70)), ValueError,
-     r"idx must be token ids in \[0, vocab_size=11\), got 70 at position \(1, 2\) \(min 0, max 70\)"),
-    (lambda m: m(_with(-1)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got -1 at position \(1, 2\)"),
-    (lambda m: m(ids(2, 5) > 3), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.bool"),
-    (lambda m: m([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
-    (lambda m: m.attention_maps(_with(11)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got 11"),
-    (lambda m: m(ids(2, 5), ids(2, 4)), ValueError,
-     r"targets must have the shape of idx \(2, 5\) \(the next token at every position\), got \(2, 4\)"),
-    (lambda m: m(ids(2, 5), _with(11)), ValueError,
-     r"targets must be token ids in \[0, vocab_size=11\) \(or -100, ignored\), got 11 at position \(1, 2\)"),
-    (lambda m: m(ids(2, 5), ids(2, 5).float()), TypeError,
-     r"targets must hold integer token ids \(torch.long\), got dtype torch.float32"),
-    (lambda m: m(ids(2, 5), cache=True), TypeError, r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool"),
-    (lambda m: m(ids(2, 5), m.new_cache()), TypeError, r"got a KVCache as targets \(the second argument\): pass it as cache="),
-    (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (
+            lambda m: m(_with(70)),
+            ValueError,
+            r"idx must be token ids in \[0, vocab_size=11\), got 70 at position \(1, 2\) \(min 0, max 70\)",
+        ),
+        (
+            lambda m: m(_with(-1)),
+            ValueError,
+            r"idx must be token ids in \[0, vocab_size=11\), got -1 at position \(1, 2\)",
+        ),
+        (
+            lambda m: m(ids(2, 5) > 3),
+            TypeError,
+            r"idx must hold integer token ids \(torch.long\), got dtype torch.bool",
+        ),
+        (lambda m: m([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
+        (lambda m: m.attention_maps(_with(11)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got 11"),
+        (
+            lambda m: m(ids(2, 5), ids(2, 4)),
+            ValueError,
+            r"targets must have the shape of idx \(2, 5\) \(the next token at every position\), got \(2, 4\)",
+        ),
+        (
+            lambda m: m(ids(2, 5), _with(11)),
+            ValueError,
+            r"targets must be token ids in \[0, vocab_size=11\) \(or -100, ignored\), got 11 at position \(1, 2\)",
+        ),
+        (
+            lambda m: m(ids(2, 5), ids(2, 5).float()),
+            TypeError,
+            r"targets must hold integer token ids \(torch.long\), got dtype torch.float32",
+        ),
+        (
+            lambda m: m(ids(2, 5), cache=True),
+            TypeError,
+            r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool",
+        ),
+        (
+            lambda m: m(ids(2, 5), m.new_cache()),
+            TypeError,
+            r"got a KVCache as targets \(the second argument\): pass it as cache=",
+        ),
+        (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
+    ],
+)
 def test_bad_arguments_say_what_was_expected(call, error, match):
     with pytest.raises(error, match=match):
         call(make())
@@ -415,11 +457,22 @@ def test_targets_of_minus_100_are_ignored_as_in_cross_entropy():
     assert not torch.isclose(partial, full)
 
 
-@pytest.mark.parametrize("overrides, error, match", [
-    (dict(dropout="0.1"), TypeError, r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"),
-    (dict(positions="rope", rope_base="big"), TypeError, r"rope_base must be a number greater than 1, got 'big' \(str\)"),
-    (dict(positions="rope", rope_base=float("inf")), ValueError, "rope_base must be a number greater than 1, got inf"),
-])
+@pytest.mark.parametrize(
+    "overrides, error, match",
+    [
+        (dict(dropout="0.1"), TypeError, r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"),
+        (
+            dict(positions="rope", rope_base="big"),
+            TypeError,
+            r"rope_base must be a number greater than 1, got 'big' \(str\)",
+        ),
+        (
+            dict(positions="rope", rope_base=float("inf")),
+            ValueError,
+            "rope_base must be a number greater than 1, got inf",
+        ),
+    ],
+)
 def test_config_fields_of_the_wrong_type(overrides, error, match):
     with pytest.raises(error, match=match):
         GPTConfig(**{**TINY, **overrides})
@@ -436,7 +489,9 @@ def test_layers_called_on_their_own_check_x(part):
 
 
 def test_config_from_dict_takes_a_dict():
-    with pytest.raises(TypeError, match=r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType"):
+    with pytest.raises(
+        TypeError, match=r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType"
+    ):
         GPTConfig.from_dict(None)
 
 

@@ -27,14 +27,23 @@ def notebook(path: Path, *sources: str) -> Path:
 
 
 def check(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "course_tools.grade", *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "course_tools.grade", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_grade_reports_passed_failed_and_not_attempted(tmp_path):
-    path = notebook(tmp_path / "01_my_work.ipynb", SETUP, SOLVED,
-                    'check("01.2", get_exercise("01.2").mistakes[0].fn)',
-                    'def mine(*a):\n    raise NotAttempted("replace this line")\ncheck("01.3", mine)')
+    path = notebook(
+        tmp_path / "01_my_work.ipynb",
+        SETUP,
+        SOLVED,
+        'check("01.2", get_exercise("01.2").mistakes[0].fn)',
+        'def mine(*a):\n    raise NotAttempted("replace this line")\ncheck("01.3", mine)',
+    )
     out_json = tmp_path / "verdicts.json"
     proc = check(path, "--json", out_json)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # an attempted exercise failed
@@ -74,7 +83,7 @@ def test_a_syntax_error_is_shown_with_its_cell_and_without_colour(tmp_path):
     assert "(line 1 of the cell)" in proc.stdout
     assert "\x1b[" not in proc.stdout and "an earlier cell" not in proc.stdout
     row = {r["key"]: r for r in json.loads((tmp_path / "verdicts.json").read_text())}["01.1"]
-    assert "its check cell raised an error: cell 4 (`check(\"01.1\", mine)`): NameError" in row["message"]
+    assert 'its check cell raised an error: cell 4 (`check("01.1", mine)`): NameError' in row["message"]
 
 
 def test_an_exception_is_the_first_error_with_its_cell(tmp_path):
@@ -129,7 +138,10 @@ def test_a_notebook_without_exercises_fails_and_keeps_the_earlier_report(tmp_pat
 
 def test_missing_paths_and_bad_time_limits_are_one_line_errors(tmp_path):
     proc = check(tmp_path / "nope.ipynb", timeout=120)
-    assert proc.returncode == 2 and proc.stderr.strip() == f"course check: {tmp_path / 'nope.ipynb'}: no such file or folder"
+    assert (
+        proc.returncode == 2
+        and proc.stderr.strip() == f"course check: {tmp_path / 'nope.ipynb'}: no such file or folder"
+    )
     proc = check(tmp_path, timeout=120)
     assert proc.returncode == 2 and "this folder has no notebooks" in proc.stderr
     proc = check(tmp_path, "--timeout", "-1", timeout=120)
@@ -151,9 +163,11 @@ def test_a_report_that_cannot_be_written_is_refused_before_any_notebook_runs(tmp
     file.write_text("mine")
     proc = check(path, "--json", file / "ex.json", timeout=120)
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip() == (f"course check: --json {file / 'ex.json'}: cannot write the report there: {file} "
-                                   "is a file, not a folder; give --json a file in a folder you can write to, "
-                                   f"e.g. --json {Path.home() / 'exercises.json'}")
+    assert proc.stderr.strip() == (
+        f"course check: --json {file / 'ex.json'}: cannot write the report there: {file} "
+        "is a file, not a folder; give --json a file in a folder you can write to, "
+        f"e.g. --json {Path.home() / 'exercises.json'}"
+    )
     assert "running" not in proc.stdout and "Traceback" not in proc.stderr
     locked = tmp_path / "read-only-course"
     locked.mkdir()
@@ -166,8 +180,10 @@ def test_a_report_that_cannot_be_written_is_refused_before_any_notebook_runs(tmp
             monkeypatch.setattr(grade, "run_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
             assert grade.main([str(path)]) == 2
             err = capsys.readouterr().err
-            assert err.startswith(f"course check: the report {folder / 'reports' / 'exercises.json'} (the default "
-                                  f"of --json): cannot write the report there: {folder} does not take new files ("), err
+            assert err.startswith(
+                f"course check: the report {folder / 'reports' / 'exercises.json'} (the default "
+                f"of --json): cannot write the report there: {folder} does not take new files ("
+            ), err
             assert "give --json a file in a folder you can write to" in err
     finally:
         locked.chmod(0o755)
@@ -178,16 +194,27 @@ def test_the_kernel_gets_the_report_variable_and_runs_in_the_notebooks_folder(tm
     """Exercises are collected through COURSE_EXERCISE_REPORT only, a notebook reads files beside it, and a
     renamed notebook is checked for the exercises its cells check (exit 0: all of them passed)."""
     (tmp_path / "data.txt").write_text("beside the notebook")
-    path = notebook(tmp_path / "renamed_copy.ipynb", SETUP,  # a renamed notebook: its checks say which
-                    "import os\nassert open('data.txt').read() == 'beside the notebook'\n"
-                    "assert os.environ['COURSE_EXERCISE_REPORT']", SOLVED)
+    path = notebook(
+        tmp_path / "renamed_copy.ipynb",
+        SETUP,  # a renamed notebook: its checks say which
+        "import os\nassert open('data.txt').read() == 'beside the notebook'\n"
+        "assert os.environ['COURSE_EXERCISE_REPORT']",
+        SOLVED,
+    )
     env = dict(os.environ)
     env.pop("COURSE_EXERCISE_REPORT", None)
-    proc = subprocess.run([sys.executable, "-m", "course_tools.grade", str(path), "--json", str(tmp_path / "v.json")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=300, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "course_tools.grade", str(path), "--json", str(tmp_path / "v.json")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert [(r["notebook"], r["key"], r["status"]) for r in json.loads((tmp_path / "v.json").read_text())] == \
-        [("renamed_copy.ipynb", "01.1", "passed")]
+    assert [(r["notebook"], r["key"], r["status"]) for r in json.loads((tmp_path / "v.json").read_text())] == [
+        ("renamed_copy.ipynb", "01.1", "passed")
+    ]
 
 
 def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(tmp_path):
@@ -195,10 +222,20 @@ def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(tmp_path):
     from course_utils.exercises import get_exercise
 
     mistake = get_exercise("01.2").mistakes[0]
-    path = notebook(tmp_path / "01_slow.ipynb", SETUP, SOLVED, "import time\ntime.sleep(8)",
-                    'check("01.2", get_exercise("01.2").mistakes[0].fn)')
-    proc = subprocess.Popen([sys.executable, "-m", "course_tools.grade", str(path), "--json", str(tmp_path / "v.json")],
-                            cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    path = notebook(
+        tmp_path / "01_slow.ipynb",
+        SETUP,
+        SOLVED,
+        "import time\ntime.sleep(8)",
+        'check("01.2", get_exercise("01.2").mistakes[0].fn)',
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "course_tools.grade", str(path), "--json", str(tmp_path / "v.json")],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     arrived = []  # (seconds since start, line), read as the lines come
     start = time.monotonic()
     for line in proc.stdout:
@@ -213,7 +250,7 @@ def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(tmp_path):
     assert at[first] < at[second] < end
     assert end - at[first] > 5, "the first verdict was held back until the notebook ended"
     assert lines.index(first) > next(i for i, ln in enumerate(lines) if "01_slow.ipynb: running" in ln)
-    table = lines[lines.index(next(ln for ln in lines if ln.startswith("notebook "))):]  # then the table, as before
+    table = lines[lines.index(next(ln for ln in lines if ln.startswith("notebook "))) :]  # then the table, as before
     assert any(ln.startswith("01_slow.ipynb") and ln.endswith(f"failed ({mistake.name})") for ln in table)
     assert any(ln.startswith("total: ") and "1 passed, 1 failed" in ln for ln in table)
     rows = json.loads((tmp_path / "v.json").read_text())
@@ -244,14 +281,25 @@ def test_ctrl_c_prints_what_finished_shuts_the_kernel_down_and_keeps_the_report(
     from course_utils.exercises import get_exercise
 
     folder = tmp_path / "work"
-    notebook(folder / "01_slow.ipynb", SETUP, SOLVED,
-             "import os\nopen('kernel.pid', 'w').write(str(os.getpid()))",
-             "import time\ntime.sleep(120)", 'check("01.2", get_exercise("01.2").solution)')
+    notebook(
+        folder / "01_slow.ipynb",
+        SETUP,
+        SOLVED,
+        "import os\nopen('kernel.pid', 'w').write(str(os.getpid()))",
+        "import time\ntime.sleep(120)",
+        'check("01.2", get_exercise("01.2").solution)',
+    )
     notebook(folder / "02_after.ipynb", SETUP, 'check("02.1", get_exercise("02.1").solution)')
     out_json = tmp_path / "verdicts.json"
     out_json.write_text('[{"key": "01.1", "status": "passed"}]\n')
-    proc = subprocess.Popen([sys.executable, "course.py", "check", str(folder), "--json", str(out_json)], cwd=ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "course.py", "check", str(folder), "--json", str(out_json)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     lines = []
     try:
         for line in proc.stdout:  # wait for the first verdict, then for the slow cell to start

@@ -54,13 +54,15 @@ def test_the_setup_cell_is_plain_python_and_names_no_other_repository():
 
 # --- the setup cell when something is off: one line, nothing installed, nothing of the learner's lost -----------
 
+
 def _run_cell(cwd: Path, **env_vars: str) -> subprocess.CompletedProcess:
     """The setup cell in a Python that cannot import course_utils (-S: no site-packages), in ``cwd``."""
     _, cell = build.hosted_cells("notebooks/01_dot_product_toy.ipynb")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PYTHONPATH"))}
     env.update(PIP_NO_INDEX="1", **env_vars)
-    return subprocess.run([sys.executable, "-S", "-c", cell.source], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-S", "-c", cell.source], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_in_a_course_folder_with_the_wrong_kernel_the_cell_installs_nothing_and_names_the_kernel(tmp_path):
@@ -70,9 +72,11 @@ def test_in_a_course_folder_with_the_wrong_kernel_the_cell_installs_nothing_and_
     (tmp_path / "notebooks").mkdir()
     done = _run_cell(tmp_path / "notebooks", COURSE_REPO_URL=str(ROOT))
     assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.strip() == (f"this kernel ({sys.executable}) cannot import the course of {tmp_path}: pick the "
-                                   "kernel of its .venv, or start JupyterLab there with `python3 course.py lab`; "
-                                   "nothing was installed")
+    assert done.stderr.strip() == (
+        f"this kernel ({sys.executable}) cannot import the course of {tmp_path}: pick the "
+        "kernel of its .venv, or start JupyterLab there with `python3 course.py lab`; "
+        "nothing was installed"
+    )
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["course.py", "notebooks"]
 
 
@@ -117,14 +121,17 @@ def test_an_install_that_fails_names_the_copy_it_used(tmp_path):
 
 # --- the simulated hosted runtime ----------------------------------------------------------------------------
 
+
 def _python(env_dir: Path) -> Path:
     return env_dir / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
 
 
 def _torch_record(py: Path) -> str:
     """torch's version and the file list pip recorded for it: a reinstall or an upgrade changes one of them."""
-    code = ("import importlib.metadata as md; d = md.distribution('torch'); "
-            "print(d.version, len(d.read_text('RECORD') or ''))")
+    code = (
+        "import importlib.metadata as md; d = md.distribution('torch'); "
+        "print(d.version, len(d.read_text('RECORD') or ''))"
+    )
     return subprocess.run([py, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
@@ -146,15 +153,26 @@ def hosted(tmp_path_factory):
     venv.EnvBuilder(with_pip=True).create(env_dir)
     py = _python(env_dir)
     offline = ["--no-index", "--find-links", str(wheels)]
-    subprocess.run([py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *offline, torch_pin,
-                    "ipykernel"], check=True)
+    subprocess.run(
+        [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *offline, torch_pin, "ipykernel"],
+        check=True,
+    )
     kernels = base / "kernels"
-    subprocess.run([py, "-m", "ipykernel", "install", "--prefix", str(kernels), "--name", "hosted"], check=True,
-                   capture_output=True)
+    subprocess.run(
+        [py, "-m", "ipykernel", "install", "--prefix", str(kernels), "--name", "hosted"],
+        check=True,
+        capture_output=True,
+    )
     env = {k: v for k, v in os.environ.items() if not k.startswith(("COURSE_", "PIP_", "VIRTUAL_ENV"))}
-    env.update(JUPYTER_PATH=str(kernels / "share" / "jupyter"), COURSE_REPO_URL=str(repo), PIP_NO_INDEX="1",
-               PIP_FIND_LINKS=str(wheels), PIP_DISABLE_PIP_VERSION_CHECK="1", COURSE_GPT_SIZE="ci",
-               PYTHONPATH="")
+    env.update(
+        JUPYTER_PATH=str(kernels / "share" / "jupyter"),
+        COURSE_REPO_URL=str(repo),
+        PIP_NO_INDEX="1",
+        PIP_FIND_LINKS=str(wheels),
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        COURSE_GPT_SIZE="ci",
+        PYTHONPATH="",
+    )
     return py, env, repo
 
 
@@ -182,8 +200,9 @@ def _run_alone(name: str, py: Path, env: dict, tmp_path: Path) -> nbformat.Noteb
 @pytest.mark.parametrize("name", ["01_dot_product_toy.ipynb", "09_tiny_gpt.ipynb"])
 def test_a_notebook_alone_on_a_fresh_hosted_runtime_installs_the_course_and_runs(name, hosted, tmp_path):
     py, env, repo = hosted
-    subprocess.run([py, "-m", "pip", "uninstall", "--quiet", "--yes", "course_utils"], env=env, check=True,
-                   capture_output=True)  # each notebook meets a runtime without the course (its deps may stay)
+    subprocess.run(
+        [py, "-m", "pip", "uninstall", "--quiet", "--yes", "course_utils"], env=env, check=True, capture_output=True
+    )  # each notebook meets a runtime without the course (its deps may stay)
     before = _torch_record(py)
     nb = _run_alone(name, py, env, tmp_path)
     setup = next(c for c in nb.cells if c.cell_type == "code")
@@ -191,8 +210,14 @@ def test_a_notebook_alone_on_a_fresh_hosted_runtime_installs_the_course_and_runs
     lines = [line for line in said.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith(f"installed course_utils from {repo}"), said
     assert _torch_record(py) == before, "the setup cell reinstalled or upgraded torch"
-    where = subprocess.run([py, "-c", "import course_utils; print(course_utils.__file__)"], env=env, cwd=tmp_path,
-                           capture_output=True, text=True, check=True).stdout
+    where = subprocess.run(
+        [py, "-c", "import course_utils; print(course_utils.__file__)"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
     assert Path(where.strip()).is_relative_to(tmp_path / "alone"), where
     jupyterlab = subprocess.run([py, "-m", "pip", "show", "jupyterlab"], env=env, capture_output=True, text=True)
     assert jupyterlab.returncode != 0, "the setup cell installed JupyterLab, which a hosted service has its own of"

@@ -38,12 +38,19 @@ def causal_weights(B: int, H: int, T: int, seed: int) -> torch.Tensor:
 
 def tiny(seed: int = 0, **overrides) -> GPT:
     torch.manual_seed(seed)
-    return GPT(GPTConfig(**{**dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2),
-                            **overrides})).eval()
+    return GPT(
+        GPTConfig(**{**dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2), **overrides})
+    ).eval()
 
 
-@given(seed=seeds, B=st.integers(1, 3), H=st.integers(1, 5), T=st.integers(1, 9), extra=st.integers(0, 4),
-       D=st.integers(1, 9))
+@given(
+    seed=seeds,
+    B=st.integers(1, 3),
+    H=st.integers(1, 5),
+    T=st.integers(1, 9),
+    extra=st.integers(0, 4),
+    D=st.integers(1, 9),
+)
 def test_weighted_value_norms_is_the_norm_of_each_term(seed, B, H, T, extra, D):
     g = torch.Generator().manual_seed(seed)
     S = T + extra
@@ -104,8 +111,9 @@ def test_attention_and_values_give_the_models_maps_and_rebuild_the_branch():
             torch.testing.assert_close(w, m)
             with torch.no_grad():
                 branch = block.attend(x)
-                torch.testing.assert_close(torch.einsum("bhij,bhjc->bic", w, f) + block.attn.out_proj.bias, branch,
-                                           atol=1e-6, rtol=1e-5)
+                torch.testing.assert_close(
+                    torch.einsum("bhij,bhjc->bic", w, f) + block.attn.out_proj.bias, branch, atol=1e-6, rtol=1e-5
+                )
                 x = block.add_branches(x, branch)
     assert all(not h for b in model.blocks for h in (b.attn._forward_pre_hooks,)), "hooks removed"
 
@@ -119,41 +127,95 @@ def test_xavier_init_has_the_variances_it_says():
     assert all((b.attn.qkv_proj.bias == 0).all() for b in model.blocks)
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: layer_grad_norms("model", None, None), TypeError, "model must be a course_utils.gpt.GPT, got str"),
-    (lambda: layer_grad_norms(tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long),
-                              "mlp.fc_out.bias2"), ValueError, r"parameter must name a parameter of a block, one of"),
-    (lambda: layer_grad_norms(tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), 3),
-     TypeError, "parameter must be a str"),
-    (lambda: xavier_init_(torch.nn.Linear(2, 2)), TypeError, "model must be a course_utils.gpt.GPT, got Linear"),
-    (lambda: first_key_share(torch.ones(2, 3, 4)), ValueError, r"weights must be self-attention weights \(B, H, T, T\)"),
-    (lambda: first_key_share(torch.ones(1, 1, 1, 1)), ValueError, "at least 2 positions"),
-    (lambda: first_key_share([[1.0]]), TypeError, "weights must be a tensor"),
-    (lambda: first_key_share(torch.ones(1, 1, 2, 2, dtype=torch.long)), TypeError, "must be a floating tensor"),
-    (lambda: uniform_first_key_share(1), ValueError, "T must be at least 2, got 1"),
-    (lambda: uniform_first_key_share(2.0), TypeError, "T must be an int"),
-    (lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 5, 6)), ValueError,
-     r"must agree on the leading dims and on S, got \(2, 3, 4\) and \(2, 5, 6\)"),
-    (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a tensor, got str"),
-    (lambda: weighted_value_norms(torch.ones(3), torch.ones(3, 2)), ValueError, "weights must have at least 2 dims"),
-    (lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 3)), ValueError,
-     r"norms must have the weights' shape \(1, 1, 3, 3\) \(weighted_value_norms of these weights\), got \(1, 2, 3, 3\)"),
-    (lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 3)), ValueError,
-     r"norms must have the weights' shape \(1, 1, 3, 3\)"),  # was: "norms must be self-attention weights"
-    (lambda: rank_correlation(torch.ones(1, 1, 3, 3), [1.0]), TypeError, "norms must be a tensor of the weights' shape"),
-    (lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 4, 6, dtype=torch.long)), TypeError,
-     "values must be a floating-point tensor, got dtype torch.int64"),  # was torch's linalg.vector_norm message
-    (lambda: rank_correlation(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)), ValueError, "needs T >= 3"),
-    (lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
-     ValueError, "selected must mark some keys and leave others unmarked"),
-    (lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3)),
-     ValueError, r"selected must be a bool tensor \(B, T\) = \(1, 3\)"),
-    (lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
-     ValueError, r"values must be \(B, H, T, E\) = \(1, 1, 3, E\)"),
-    (lambda: attention_and_values(tiny(num_kv_heads=2), torch.zeros(1, 4, dtype=torch.long)), ValueError,
-     "this model uses grouped-query attention"),
-    (lambda: attention_and_values(tiny(), torch.full((1, 4), 11)), ValueError, "idx"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: layer_grad_norms("model", None, None), TypeError, "model must be a course_utils.gpt.GPT, got str"),
+        (
+            lambda: layer_grad_norms(
+                tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), "mlp.fc_out.bias2"
+            ),
+            ValueError,
+            r"parameter must name a parameter of a block, one of",
+        ),
+        (
+            lambda: layer_grad_norms(
+                tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), 3
+            ),
+            TypeError,
+            "parameter must be a str",
+        ),
+        (lambda: xavier_init_(torch.nn.Linear(2, 2)), TypeError, "model must be a course_utils.gpt.GPT, got Linear"),
+        (
+            lambda: first_key_share(torch.ones(2, 3, 4)),
+            ValueError,
+            r"weights must be self-attention weights \(B, H, T, T\)",
+        ),
+        (lambda: first_key_share(torch.ones(1, 1, 1, 1)), ValueError, "at least 2 positions"),
+        (lambda: first_key_share([[1.0]]), TypeError, "weights must be a tensor"),
+        (lambda: first_key_share(torch.ones(1, 1, 2, 2, dtype=torch.long)), TypeError, "must be a floating tensor"),
+        (lambda: uniform_first_key_share(1), ValueError, "T must be at least 2, got 1"),
+        (lambda: uniform_first_key_share(2.0), TypeError, "T must be an int"),
+        (
+            lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 5, 6)),
+            ValueError,
+            r"must agree on the leading dims and on S, got \(2, 3, 4\) and \(2, 5, 6\)",
+        ),
+        (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a tensor, got str"),
+        (
+            lambda: weighted_value_norms(torch.ones(3), torch.ones(3, 2)),
+            ValueError,
+            "weights must have at least 2 dims",
+        ),
+        (
+            lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 3)),
+            ValueError,
+            r"norms must have the weights' shape \(1, 1, 3, 3\) \(weighted_value_norms of these weights\), "
+            r"got \(1, 2, 3, 3\)",
+        ),
+        (
+            lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 3)),
+            ValueError,
+            r"norms must have the weights' shape \(1, 1, 3, 3\)",
+        ),  # was: "norms must be self-attention weights"
+        (
+            lambda: rank_correlation(torch.ones(1, 1, 3, 3), [1.0]),
+            TypeError,
+            "norms must be a tensor of the weights' shape",
+        ),
+        (
+            lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 4, 6, dtype=torch.long)),
+            TypeError,
+            "values must be a floating-point tensor, got dtype torch.int64",
+        ),  # was torch's linalg.vector_norm message
+        (lambda: rank_correlation(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)), ValueError, "needs T >= 3"),
+        (
+            lambda: selected_key_ratios(
+                torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3, dtype=torch.bool)
+            ),
+            ValueError,
+            "selected must mark some keys and leave others unmarked",
+        ),
+        (
+            lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3)),
+            ValueError,
+            r"selected must be a bool tensor \(B, T\) = \(1, 3\)",
+        ),
+        (
+            lambda: selected_key_ratios(
+                torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 2), torch.ones(1, 3, dtype=torch.bool)
+            ),
+            ValueError,
+            r"values must be \(B, H, T, E\) = \(1, 1, 3, E\)",
+        ),
+        (
+            lambda: attention_and_values(tiny(num_kv_heads=2), torch.zeros(1, 4, dtype=torch.long)),
+            ValueError,
+            "this model uses grouped-query attention",
+        ),
+        (lambda: attention_and_values(tiny(), torch.full((1, 4), 11)), ValueError, "idx"),
+    ],
+)
 def test_bad_arguments_say_what_was_expected(call, error, match):
     with pytest.raises(error, match=match):
         call()

@@ -20,7 +20,7 @@ ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "course_source").glob("[0-9][0-9]_*.py"))
 # Constructs where jupytext's defaults and the build part ways: a comment that looks like a magic or a shell
 # command (jupytext would uncomment it), tags, a markdown cell with blank '#' lines and a '#'-only line.
-TRICKY = '''\
+TRICKY = """\
 # %% [markdown]
 # # A title
 #
@@ -41,7 +41,7 @@ def f(y):
     ### BEGIN SOLUTION
     return y + 1
     ### END SOLUTION
-'''
+"""
 
 
 def config():
@@ -52,8 +52,10 @@ def config():
 
 def cells_of(nb) -> list[dict]:
     """A jupytext notebook's cells as the build describes cells (its blank-line rule applied)."""
-    return [{"cell_type": c.cell_type, "source": c.source.strip("\n"), "tags": list(c.metadata.get("tags", []))}
-            for c in nb.cells]
+    return [
+        {"cell_type": c.cell_type, "source": c.source.strip("\n"), "tags": list(c.metadata.get("tags", []))}
+        for c in nb.cells
+    ]
 
 
 def build_cells(text: str) -> list[dict]:

@@ -37,15 +37,23 @@ def assert_no_leakage(fn: Attention, x: torch.Tensor) -> None:
     g = torch.Generator().manual_seed(1234)
     for t in range(T - 1):
         x_changed = x.clone()
-        x_changed[:, t + 1:] += 10.0 * torch.randn(x_changed[:, t + 1:].shape, generator=g, dtype=x.dtype)
+        x_changed[:, t + 1 :] += 10.0 * torch.randn(x_changed[:, t + 1 :].shape, generator=g, dtype=x.dtype)
         out_changed = fn(x_changed)
-        torch.testing.assert_close(out_changed[:, :t + 1], out[:, :t + 1],
-                                   msg=lambda m, t=t: f"changing tokens after {t} changed an output at or before {t}: {m}")
+        torch.testing.assert_close(
+            out_changed[:, : t + 1],
+            out[:, : t + 1],
+            msg=lambda m, t=t: f"changing tokens after {t} changed an output at or before {t}: {m}",
+        )
         x_grad = x.clone().requires_grad_(True)
         (grad,) = torch.autograd.grad(fn(x_grad)[:, t].sum(), x_grad)
-        torch.testing.assert_close(grad[:, t + 1:], torch.zeros_like(grad[:, t + 1:]), atol=0, rtol=0,
-                                   msg=lambda m, t=t: f"output {t} has a gradient from a later token: {m}")
-        assert grad[:, :t + 1].abs().sum() > 0, "output t should depend on tokens 0..t"
+        torch.testing.assert_close(
+            grad[:, t + 1 :],
+            torch.zeros_like(grad[:, t + 1 :]),
+            atol=0,
+            rtol=0,
+            msg=lambda m, t=t: f"output {t} has a gradient from a later token: {m}",
+        )
+        assert grad[:, : t + 1].abs().sum() > 0, "output t should depend on tokens 0..t"
 
 
 def _functional(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
@@ -76,8 +84,9 @@ def _gpt_blocks(mask_fn: MaskFn, dtype: torch.dtype, **overrides) -> Attention:
     """The stack of blocks of a course_utils.gpt.GPT on x (B, T, C); an explicit mask replaces the causal one."""
     from course_utils.gpt import GPT, GPTConfig
 
-    config = GPTConfig(vocab_size=5, context_length=T, embed_dim=C, num_heads=H, num_layers=2,
-                       **{"attention": "course", **overrides})
+    config = GPTConfig(
+        vocab_size=5, context_length=T, embed_dim=C, num_heads=H, num_layers=2, **{"attention": "course", **overrides}
+    )
     blocks = GPT(config).blocks.to(dtype).eval()
 
     def fn(x):
@@ -96,16 +105,20 @@ FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     "MultiHeadAttentionWrapper": _module(lambda: MultiHeadAttentionWrapper(C, H)),
     "MultiHeadAttentionEinsum": _module(lambda: MultiHeadAttentionEinsum(C, H)),
     "MultiHeadAttention": _module(lambda: MultiHeadAttention(C, H).eval()),
-    "MultiHeadAttention(dropout=0.3, training)": _module(lambda: MultiHeadAttention(C, H, dropout=0.3).train(),
-                                                         seed_each_call=True),
+    "MultiHeadAttention(dropout=0.3, training)": _module(
+        lambda: MultiHeadAttention(C, H, dropout=0.3).train(), seed_each_call=True
+    ),
     "GPT blocks (course attention, learned positions)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype),
-    "GPT blocks (torch attention, rope)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype, positions="rope",
-                                                                              attention="torch"),
-    "GPT blocks (grouped-query, rope)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype, positions="rope",
-                                                                            num_kv_heads=1),
+    "GPT blocks (torch attention, rope)": lambda mask_fn, dtype: _gpt_blocks(
+        mask_fn, dtype, positions="rope", attention="torch"
+    ),
+    "GPT blocks (grouped-query, rope)": lambda mask_fn, dtype: _gpt_blocks(
+        mask_fn, dtype, positions="rope", num_kv_heads=1
+    ),
     "RotaryMultiHeadAttention": _module(lambda: RotaryMultiHeadAttention(C, H).eval()),
     "RotaryMultiHeadAttention(pairing='interleaved')": _module(
-        lambda: RotaryMultiHeadAttention(C, H, pairing="interleaved").eval()),
+        lambda: RotaryMultiHeadAttention(C, H, pairing="interleaved").eval()
+    ),
     "ALiBiMultiHeadAttention": _module(lambda: ALiBiMultiHeadAttention(C, H).eval()),
 }
 
@@ -118,14 +131,16 @@ def _topk_functional(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
     return lambda x: topk_attention(x @ w_q, x @ w_k, x @ w_v, top_k=3, mask=mask_fn(x.shape[1]), chunk_size=2)
 
 
-FACTORIES.update({
-    "GroupedQueryAttention(num_kv_heads=H)": _module(lambda: GroupedQueryAttention(C, H, H, bias=True)),
-    "GroupedQueryAttention(num_kv_heads=1)": _module(lambda: GroupedQueryAttention(C, H, 1)),
-    "GroupedQueryAttention(rope=True)": _module(lambda: GroupedQueryAttention(C, H, 1, rope=True)),
-    "topk_attention(top_k=3, chunk_size=2)": _topk_functional,
-    "AFTFull": _module(lambda: AFTFull(C, context_length=T)),
-    "AFTFull(local_window=2)": _module(lambda: AFTFull(C, context_length=T, local_window=2)),
-})
+FACTORIES.update(
+    {
+        "GroupedQueryAttention(num_kv_heads=H)": _module(lambda: GroupedQueryAttention(C, H, H, bias=True)),
+        "GroupedQueryAttention(num_kv_heads=1)": _module(lambda: GroupedQueryAttention(C, H, 1)),
+        "GroupedQueryAttention(rope=True)": _module(lambda: GroupedQueryAttention(C, H, 1, rope=True)),
+        "topk_attention(top_k=3, chunk_size=2)": _topk_functional,
+        "AFTFull": _module(lambda: AFTFull(C, context_length=T)),
+        "AFTFull(local_window=2)": _module(lambda: AFTFull(C, context_length=T, local_window=2)),
+    }
+)
 
 # Notebook 08's tiled attention (course_utils.fast_attention), with tiles that do not divide T.
 from course_utils.fast_attention import tiled_attention  # noqa: E402
@@ -192,9 +207,9 @@ def test_no_leakage_with_fewer_queries_than_keys(T_q, S):
     for i in range(T_q):
         last_visible = S - T_q + i
         k2, v2 = k.clone(), v.clone()
-        k2[:, last_visible + 1:] += 10.0
-        v2[:, last_visible + 1:] -= 10.0
+        k2[:, last_visible + 1 :] += 10.0
+        v2[:, last_visible + 1 :] -= 10.0
         out2, _ = scaled_dot_product_attention(q, k2, v2, mask)
-        torch.testing.assert_close(out2[:, :i + 1], out[:, :i + 1])
+        torch.testing.assert_close(out2[:, : i + 1], out[:, : i + 1])
         if last_visible + 1 < S:  # the change is visible to the later queries
-            assert (out2[:, i + 1:] - out[:, i + 1:]).abs().max() > 1e-3
+            assert (out2[:, i + 1 :] - out[:, i + 1 :]).abs().max() > 1e-3

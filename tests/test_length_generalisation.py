@@ -43,8 +43,16 @@ def test_every_kind_of_positions_gives_logits_and_runs_beyond_the_training_lengt
     config = LengthGenConfig.tiny()
     torch.manual_seed(0)
     model = TinyPositionalModel(config, positions)
-    assert model(torch.zeros(2, config.train_length, dtype=torch.long)).shape == (2, config.train_length, config.num_letters)
-    assert model(torch.zeros(1, config.max_length, dtype=torch.long)).shape == (1, config.max_length, config.num_letters)
+    assert model(torch.zeros(2, config.train_length, dtype=torch.long)).shape == (
+        2,
+        config.train_length,
+        config.num_letters,
+    )
+    assert model(torch.zeros(1, config.max_length, dtype=torch.long)).shape == (
+        1,
+        config.max_length,
+        config.num_letters,
+    )
 
 
 def test_schemes_is_the_earlier_name_of_positions():
@@ -84,17 +92,20 @@ def test_config_errors():
 # --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
 
 
-@pytest.mark.parametrize("changes, error, match", [
-    (dict(letter_prob="0.3"), TypeError, r"letter_prob must be a number in \(0, 1\), got '0.3' \(str\)"),
-    (dict(lr=-0.01), ValueError, "lr must be a positive finite number, got -0.01"),
-    (dict(lr="3e-3"), TypeError, r"lr must be a positive number, got '3e-3' \(str\)"),
-    (dict(seed="0"), TypeError, "seed must be an int, got str"),
-    (dict(steps=True), TypeError, "steps must be an int, got bool"),
-    (dict(batch_size=32.0), TypeError, "batch_size must be an int, got float"),
-    (dict(eval_lengths=(8.5, 16)), TypeError, r"eval_lengths\[0\] must be an int, got float"),
-    (dict(eval_lengths=(8, 0)), ValueError, r"eval_lengths\[1\] must be at least 1, got 0"),
-    (dict(eval_lengths=16), TypeError, "eval_lengths must be a tuple of positive ints, got int"),
-])
+@pytest.mark.parametrize(
+    "changes, error, match",
+    [
+        (dict(letter_prob="0.3"), TypeError, r"letter_prob must be a number in \(0, 1\), got '0.3' \(str\)"),
+        (dict(lr=-0.01), ValueError, "lr must be a positive finite number, got -0.01"),
+        (dict(lr="3e-3"), TypeError, r"lr must be a positive number, got '3e-3' \(str\)"),
+        (dict(seed="0"), TypeError, "seed must be an int, got str"),
+        (dict(steps=True), TypeError, "steps must be an int, got bool"),
+        (dict(batch_size=32.0), TypeError, "batch_size must be an int, got float"),
+        (dict(eval_lengths=(8.5, 16)), TypeError, r"eval_lengths\[0\] must be an int, got float"),
+        (dict(eval_lengths=(8, 0)), ValueError, r"eval_lengths\[1\] must be at least 1, got 0"),
+        (dict(eval_lengths=16), TypeError, "eval_lengths must be a tuple of positive ints, got int"),
+    ],
+)
 def test_config_bad_fields(changes, error, match):
     with pytest.raises(error, match=match):
         LengthGenConfig(**changes)
@@ -102,7 +113,9 @@ def test_config_bad_fields(changes, error, match):
 
 def test_model_token_ids_must_be_in_the_vocabulary():
     model = TinyPositionalModel(LengthGenConfig.tiny(), "learned")
-    with pytest.raises(ValueError, match=r"tokens must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 1\)"):
+    with pytest.raises(
+        ValueError, match=r"tokens must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 1\)"
+    ):
         model(torch.tensor([[1, 16]]))
     with pytest.raises(TypeError, match=r"tokens must hold integer token ids \(torch.long\), got dtype torch.float32"):
         model(torch.tensor([[1.0, 2.0]]))
@@ -111,7 +124,9 @@ def test_model_token_ids_must_be_in_the_vocabulary():
 def test_experiment_functions_check_their_arguments():
     config = LengthGenConfig.tiny()
     model = TinyPositionalModel(config, "none")
-    with pytest.raises(TypeError, match=r"config must be a LengthGenConfig \(LengthGenConfig.tiny\(\), say\), got dict"):
+    with pytest.raises(
+        TypeError, match=r"config must be a LengthGenConfig \(LengthGenConfig.tiny\(\), say\), got dict"
+    ):
         train_model({"steps": 1}, "rope")
     with pytest.raises(ValueError, match="T must be at least 1, got 0"):
         evaluate(model, 0)

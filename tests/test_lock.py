@@ -34,10 +34,30 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
 SETS = {"learner": ("lab",), "author": ("lab", "author")}
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
 PLATFORMS = {  # the supported platforms, as environment markers see them
-    "Linux x86-64": {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "x86_64", "os_name": "posix"},
-    "Linux aarch64": {"sys_platform": "linux", "platform_system": "Linux", "platform_machine": "aarch64", "os_name": "posix"},
-    "macOS arm64": {"sys_platform": "darwin", "platform_system": "Darwin", "platform_machine": "arm64", "os_name": "posix"},
-    "Windows x86-64": {"sys_platform": "win32", "platform_system": "Windows", "platform_machine": "AMD64", "os_name": "nt"},
+    "Linux x86-64": {
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "x86_64",
+        "os_name": "posix",
+    },
+    "Linux aarch64": {
+        "sys_platform": "linux",
+        "platform_system": "Linux",
+        "platform_machine": "aarch64",
+        "os_name": "posix",
+    },
+    "macOS arm64": {
+        "sys_platform": "darwin",
+        "platform_system": "Darwin",
+        "platform_machine": "arm64",
+        "os_name": "posix",
+    },
+    "Windows x86-64": {
+        "sys_platform": "win32",
+        "platform_system": "Windows",
+        "platform_machine": "AMD64",
+        "os_name": "nt",
+    },
 }
 FROM_PYPROJECT = "course-utils (pyproject.toml)"  # uv's name for a requirement that pyproject.toml declares
 
@@ -47,10 +67,18 @@ def targets():
     for platform, env in PLATFORMS.items():
         for python in PYTHONS:
             for patch in ("0", "99"):
-                yield f"{platform}, Python {python}.{patch}", {
-                    **default_environment(), **env, "implementation_name": "cpython",
-                    "platform_python_implementation": "CPython", "python_version": python,
-                    "python_full_version": f"{python}.{patch}", "extra": ""}
+                yield (
+                    f"{platform}, Python {python}.{patch}",
+                    {
+                        **default_environment(),
+                        **env,
+                        "implementation_name": "cpython",
+                        "platform_python_implementation": "CPython",
+                        "python_version": python,
+                        "python_full_version": f"{python}.{patch}",
+                        "extra": "",
+                    },
+                )
 
 
 def applies(marker, env: dict, extras=("",)) -> bool:
@@ -65,8 +93,9 @@ def lock_lines(name: str) -> list[tuple[Requirement, list[str]]]:
         if not text.strip():
             continue
         req = Requirement(text.strip())
-        assert len(req.specifier) == 1 and next(iter(req.specifier)).operator == "==", \
+        assert len(req.specifier) == 1 and next(iter(req.specifier)).operator == "==", (
             f"lock/{name}.txt: {line!r} is not an exact pin"
+        )
         via = comment.strip().removeprefix("via ").split(", ") if comment.strip().startswith("via ") else []
         lines.append((req, via))
     return lines
@@ -101,8 +130,9 @@ def test_every_declared_requirement_is_pinned_at_a_version_that_satisfies_it(whi
                 problems.append(f"{where}: {req} has {len(versions)} pins ({versions}), not one")
             elif not req.specifier.contains(versions[0], prereleases=True):
                 problems.append(f"{where}: {req} is pinned at {versions[0]}, which does not satisfy it")
-    assert not problems, f"lock/{which}.txt disagrees with pyproject.toml (run `python3 tools/lock.py`):\n" \
-        + "\n".join(problems[:20])
+    assert not problems, f"lock/{which}.txt disagrees with pyproject.toml (run `python3 tools/lock.py`):\n" + "\n".join(
+        problems[:20]
+    )
 
 
 @pytest.mark.parametrize("which", SETS)
@@ -121,9 +151,10 @@ def test_every_pin_is_wanted_by_pyproject_or_by_another_pin(which):
         assert via, f"lock/{which}.txt: {req} does not say what it is there for (regenerate with tools/lock.py)"
         for v in via:
             if v == FROM_PYPROJECT:
-                assert canonicalize_name(req.name) in declared_names, \
-                    f"lock/{which}.txt pins {req.name} for pyproject.toml, which no longer declares it " \
+                assert canonicalize_name(req.name) in declared_names, (
+                    f"lock/{which}.txt pins {req.name} for pyproject.toml, which no longer declares it "
                     "(run `python3 tools/lock.py`)"
+                )
             else:
                 assert canonicalize_name(v) in names, f"lock/{which}.txt: {req} is there for {v}, which it does not pin"
 
@@ -135,16 +166,20 @@ def test_the_learner_lock_holds_no_author_tool():
         name = canonicalize_name(req.name)
         if name in learner_names:
             continue  # declared for learners too
-        assert name not in learner or FROM_PYPROJECT not in learner[name], \
+        assert name not in learner or FROM_PYPROJECT not in learner[name], (
             f"lock/learner.txt pins {req.name} for pyproject.toml, but only [author] declares it"
+        )
     for tool in ("pytest", "nbval", "hypothesis", "ruff", "playwright", "jupytext", "uv"):
         assert tool not in learner, f"lock/learner.txt pins {tool}, an author tool"
 
 
 def test_the_author_lock_holds_the_learner_lock_line_for_line():
     author = {(canonicalize_name(r.name), str(r.specifier), str(r.marker)) for r, _ in lock_lines("author")}
-    missing = [str(r) for r, _ in lock_lines("learner")
-               if (canonicalize_name(r.name), str(r.specifier), str(r.marker)) not in author]
+    missing = [
+        str(r)
+        for r, _ in lock_lines("learner")
+        if (canonicalize_name(r.name), str(r.specifier), str(r.marker)) not in author
+    ]
     assert not missing, f"lock/author.txt lacks or pins otherwise these lines of lock/learner.txt: {missing}"
 
 
@@ -163,8 +198,9 @@ def test_requirements_txt_course_py_and_the_lock_tool_name_the_same_sets():
     spec = importlib.util.spec_from_file_location("course", ROOT / "course.py")
     course = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(course)
-    assert {k: (v[0], tuple(v[1].split(","))) for k, v in course.SETS.items()} == \
-        {k: (f"lock/{k}.txt", v) for k, v in SETS.items()}
+    assert {k: (v[0], tuple(v[1].split(","))) for k, v in course.SETS.items()} == {
+        k: (f"lock/{k}.txt", v) for k, v in SETS.items()
+    }
     spec = importlib.util.spec_from_file_location("lock_tool", ROOT / "tools" / "lock.py")
     tool = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(tool)
@@ -209,9 +245,10 @@ def test_what_is_installed_here_is_what_the_lock_pins_and_its_requirements_are_l
             sub = Requirement(sub)
             if applies(sub.marker, here, ("", *seen[name])):
                 queue.append((sub, req.name))
-    assert not problems, (f"this environment or lock/{which}.txt is out of date (run `python3 course.py "
-                          f"{'test' if which == 'author' else 'lab'}`, or `python3 tools/lock.py`):\n"
-                          + "\n".join(sorted(set(problems))))
+    assert not problems, (
+        f"this environment or lock/{which}.txt is out of date (run `python3 course.py "
+        f"{'test' if which == 'author' else 'lab'}`, or `python3 tools/lock.py`):\n" + "\n".join(sorted(set(problems)))
+    )
     assert len(seen) > 50  # the walk went through the dependency tree, not just the top
 
 

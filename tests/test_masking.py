@@ -30,7 +30,7 @@ def test_causal_mask_is_bottom_right_aligned(T, extra):
     expected = torch.tensor([[j <= S - T + i for j in range(S)] for i in range(T)])
     torch.testing.assert_close(mask, expected, atol=0, rtol=0)
     # The T queries are the last T of S positions: the last T rows of the square mask.
-    torch.testing.assert_close(mask, causal_mask(S)[S - T:], atol=0, rtol=0)
+    torch.testing.assert_close(mask, causal_mask(S)[S - T :], atol=0, rtol=0)
 
 
 @pytest.mark.parametrize("T", [1, 2, 5])
@@ -180,14 +180,17 @@ def test_convert_mask_block_matches_nn_multihead_attention():
 # ---------------------------------------------------------------- error messages
 
 
-@pytest.mark.parametrize("args, exc, message", [
-    ((2.0,), TypeError, "T must be an int, got float"),
-    ((True,), TypeError, "T must be an int, got bool"),
-    ((2, 3.0), TypeError, "S must be an int, got float"),
-    ((0,), ValueError, "T must be at least 1, got 0"),
-    ((1, 0), ValueError, "S must be at least 1, got 0"),
-    ((4, 3), ValueError, "causal_mask needs T <= S (the queries are the last T of the S positions), got T=4, S=3"),
-])
+@pytest.mark.parametrize(
+    "args, exc, message",
+    [
+        ((2.0,), TypeError, "T must be an int, got float"),
+        ((True,), TypeError, "T must be an int, got bool"),
+        ((2, 3.0), TypeError, "S must be an int, got float"),
+        ((0,), ValueError, "T must be at least 1, got 0"),
+        ((1, 0), ValueError, "S must be at least 1, got 0"),
+        ((4, 3), ValueError, "causal_mask needs T <= S (the queries are the last T of the S positions), got T=4, S=3"),
+    ],
+)
 def test_causal_mask_messages(args, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         causal_mask(*args)
@@ -200,17 +203,22 @@ def test_mask_scores_messages():
         mask_scores(torch.zeros(3), torch.ones(3, dtype=torch.bool))
     with pytest.raises(TypeError, match="mask must be boolean"):
         mask_scores(torch.zeros(2, 3), torch.ones(2, 3))
-    with pytest.raises(ValueError, match=re.escape("mask of shape (3, 2) does not broadcast to the scores' shape (2, 3)")):
+    with pytest.raises(
+        ValueError, match=re.escape("mask of shape (3, 2) does not broadcast to the scores' shape (2, 3)")
+    ):
         mask_scores(torch.zeros(2, 3), torch.ones(3, 2, dtype=torch.bool))
 
 
-@pytest.mark.parametrize("lengths, exc, message", [
-    ([2.0, 1.0], TypeError, "lengths must be a 1-D integer tensor or list, got dtype torch.float32, shape (2,)"),
-    (torch.tensor([True, False]), TypeError, "got dtype torch.bool"),
-    ([[1, 2]], TypeError, "got dtype torch.int64, shape (1, 2)"),
-    ([1, 5], ValueError, "every length must be in [0, S=4], got [1, 5]"),
-    ([-1, 2], ValueError, "every length must be in [0, S=4], got [-1, 2]"),
-])
+@pytest.mark.parametrize(
+    "lengths, exc, message",
+    [
+        ([2.0, 1.0], TypeError, "lengths must be a 1-D integer tensor or list, got dtype torch.float32, shape (2,)"),
+        (torch.tensor([True, False]), TypeError, "got dtype torch.bool"),
+        ([[1, 2]], TypeError, "got dtype torch.int64, shape (1, 2)"),
+        ([1, 5], ValueError, "every length must be in [0, S=4], got [1, 5]"),
+        ([-1, 2], ValueError, "every length must be in [0, S=4], got [-1, 2]"),
+    ],
+)
 def test_padding_mask_messages(lengths, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         padding_mask(lengths, 4)
@@ -218,7 +226,9 @@ def test_padding_mask_messages(lengths, exc, message):
 
 def test_combine_masks_messages():
     ok = torch.ones(3, 3, dtype=torch.bool)
-    with pytest.raises(TypeError, match=re.escape("combine_masks takes boolean masks (True = may attend); mask 1 is torch.float32")):
+    with pytest.raises(
+        TypeError, match=re.escape("combine_masks takes boolean masks (True = may attend); mask 1 is torch.float32")
+    ):
         combine_masks(ok, torch.ones(3, 3))
     with pytest.raises(TypeError, match="mask 0 is list"):
         combine_masks([[True]], ok)
@@ -251,6 +261,7 @@ def test_convert_mask_refuses_a_bias(bad):
 
 # ---------------------------------------------------------------- bad arguments a learner might pass (issue 9)
 
+
 @pytest.mark.parametrize("S, match", [("5", "S must be an int, got str"), (4.5, "S must be an int, got float")])
 def test_padding_mask_length_S_must_be_an_int(S, match):
     with pytest.raises(TypeError, match=match):
@@ -268,8 +279,11 @@ def test_mask_scores_fill_value_must_be_a_number():
 
 
 def test_convert_mask_additive_dtype_must_be_floating():
-    with pytest.raises(TypeError, match=r"dtype must be a floating-point torch.dtype \(an additive mask holds "
-                                        r"-inf\), got torch.int64"):
+    with pytest.raises(
+        TypeError,
+        match=r"dtype must be a floating-point torch.dtype \(an additive mask holds "
+        r"-inf\), got torch.int64",
+    ):
         convert_mask(causal_mask(3), "allow", "additive", dtype=torch.long)
 
 

@@ -42,7 +42,7 @@ def test_split_heads_matches_reshape_and_round_trips(B, T, H, D, seed):
     assert heads.shape == (B, H, T, D)
     torch.testing.assert_close(heads, x.reshape(B, T, H, D).permute(0, 2, 1, 3), atol=0, rtol=0)
     for h in range(H):  # head h holds channels h*D .. (h+1)*D - 1
-        torch.testing.assert_close(heads[:, h], x[..., h * D:(h + 1) * D], atol=0, rtol=0)
+        torch.testing.assert_close(heads[:, h], x[..., h * D : (h + 1) * D], atol=0, rtol=0)
     torch.testing.assert_close(merge_heads(heads), x, atol=0, rtol=0)
     y = torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(seed + 1))
     torch.testing.assert_close(split_heads(merge_heads(y), H), y, atol=0, rtol=0)
@@ -62,9 +62,18 @@ def test_merge_heads_works_on_non_contiguous_input():
 def mha_setups(draw):
     B, T, H, D = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
     lengths = [draw(st.integers(1, T)) for _ in range(B)]  # >= 1 real token: no fully masked row
-    return dict(B=B, T=T, H=H, D=D, lengths=lengths, bias=draw(st.booleans()), batch_first=draw(st.booleans()),
-                masks=draw(st.sampled_from(["none", "causal", "padding", "both"])), dtype=draw(dtypes),
-                seed=draw(seeds))
+    return dict(
+        B=B,
+        T=T,
+        H=H,
+        D=D,
+        lengths=lengths,
+        bias=draw(st.booleans()),
+        batch_first=draw(st.booleans()),
+        masks=draw(st.sampled_from(["none", "causal", "padding", "both"])),
+        dtype=draw(dtypes),
+        seed=draw(seeds),
+    )
 
 
 def torch_and_ours(s):
@@ -82,8 +91,10 @@ def masks_for(s):
     causal = causal_mask(s["T"]) if s["masks"] in ("causal", "both") else None
     pad = padding_mask(s["lengths"], s["T"]) if s["masks"] in ("padding", "both") else None
     ours = combine_masks(causal, None if pad is None else pad[:, None, None, :])
-    torch_kwargs = dict(attn_mask=None if causal is None else convert_mask(causal, "allow", "block"),
-                        key_padding_mask=None if pad is None else convert_mask(pad, "allow", "block"))
+    torch_kwargs = dict(
+        attn_mask=None if causal is None else convert_mask(causal, "allow", "block"),
+        key_padding_mask=None if pad is None else convert_mask(pad, "allow", "block"),
+    )
     return ours, torch_kwargs
 
 
@@ -119,8 +130,19 @@ def cross_setups(draw):
     B, T, S = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 6))
     H, D = draw(st.integers(1, 3)), draw(st.integers(1, 4))
     lengths = [draw(st.integers(1, S)) for _ in range(B)]  # key 0 is always real ...
-    return dict(B=B, T=T, S=S, H=H, D=D, lengths=lengths, bias=draw(st.booleans()), batch_first=draw(st.booleans()),
-                masks=draw(st.sampled_from(["none", "attn", "padding", "both"])), dtype=draw(dtypes), seed=draw(seeds))
+    return dict(
+        B=B,
+        T=T,
+        S=S,
+        H=H,
+        D=D,
+        lengths=lengths,
+        bias=draw(st.booleans()),
+        batch_first=draw(st.booleans()),
+        masks=draw(st.sampled_from(["none", "attn", "padding", "both"])),
+        dtype=draw(dtypes),
+        seed=draw(seeds),
+    )
 
 
 def cross_masks_for(s):
@@ -131,8 +153,10 @@ def cross_masks_for(s):
     attn = attn if s["masks"] in ("attn", "both") else None
     pad = padding_mask(s["lengths"], s["S"]) if s["masks"] in ("padding", "both") else None
     ours = combine_masks(attn, None if pad is None else pad[:, None, None, :])
-    torch_kwargs = dict(attn_mask=None if attn is None else convert_mask(attn, "allow", "block"),
-                        key_padding_mask=None if pad is None else convert_mask(pad, "allow", "block"))
+    torch_kwargs = dict(
+        attn_mask=None if attn is None else convert_mask(attn, "allow", "block"),
+        key_padding_mask=None if pad is None else convert_mask(pad, "allow", "block"),
+    )
     return ours, torch_kwargs
 
 
@@ -171,8 +195,10 @@ def test_cross_attention_gradients_match():
     x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
     memory = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
     pad = padding_mask([5, 2], 5)
-    g_ours = torch.autograd.grad(ours(x, pad[:, None, None, :], memory=memory).square().sum(),
-                                 (x, memory, ours.qkv_proj.weight, ours.qkv_proj.bias))
+    g_ours = torch.autograd.grad(
+        ours(x, pad[:, None, None, :], memory=memory).square().sum(),
+        (x, memory, ours.qkv_proj.weight, ours.qkv_proj.bias),
+    )
     out_ref, _ = ref(x, memory, memory, key_padding_mask=~pad, need_weights=False)
     g_ref = torch.autograd.grad(out_ref.square().sum(), (x, memory, ref.in_proj_weight, ref.in_proj_bias))
     for a, b in zip(g_ours, g_ref):
@@ -200,8 +226,10 @@ def test_cross_attention_messages():
     with pytest.raises(TypeError, match="memory must be a floating-point tensor, got dtype torch.int64"):
         module(x, memory=torch.zeros(2, 5, 8, dtype=torch.long))
     for shape in ((3, 5, 8), (2, 0, 8), (2, 5, 6), (1, 2, 5, 8)):  # batch, empty, kdim != embed_dim, 4-D
-        with pytest.raises(ValueError, match=re.escape(f"memory must have shape (B=2, S >= 1, C=8) for x of shape "
-                                                       f"(2, 3, 8), got {shape}")):
+        with pytest.raises(
+            ValueError,
+            match=re.escape(f"memory must have shape (B=2, S >= 1, C=8) for x of shape (2, 3, 8), got {shape}"),
+        ):
             module(x, memory=torch.randn(shape))
     with pytest.raises(TypeError, match="memory is float64 but the module's weights are float32"):
         module(x, memory=torch.randn(2, 5, 8, dtype=torch.float64))
@@ -370,15 +398,18 @@ MODULE_CLASSES = [MultiHeadAttention, MultiHeadAttentionEinsum, MultiHeadAttenti
 
 
 @pytest.mark.parametrize("cls", MODULE_CLASSES)
-@pytest.mark.parametrize("args, exc, message", [
-    ((10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
-    ((8.0, 2), TypeError, "embed_dim must be an int, got float"),
-    ((8, True), TypeError, "num_heads must be an int, got bool"),
-    ((8, "2"), TypeError, "num_heads must be an int, got str"),
-    ((0, 1), ValueError, "embed_dim must be at least 1, got 0"),
-    ((8, 0), ValueError, "num_heads must be at least 1, got 0"),
-    ((8, -2), ValueError, "num_heads must be at least 1, got -2"),
-])
+@pytest.mark.parametrize(
+    "args, exc, message",
+    [
+        ((10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
+        ((8.0, 2), TypeError, "embed_dim must be an int, got float"),
+        ((8, True), TypeError, "num_heads must be an int, got bool"),
+        ((8, "2"), TypeError, "num_heads must be an int, got str"),
+        ((0, 1), ValueError, "embed_dim must be at least 1, got 0"),
+        ((8, 0), ValueError, "num_heads must be at least 1, got 0"),
+        ((8, -2), ValueError, "num_heads must be at least 1, got -2"),
+    ],
+)
 def test_constructor_messages(cls, args, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         cls(*args)
@@ -391,10 +422,13 @@ def test_single_head_attention_embed_dim_messages():
         SingleHeadAttention(8.0, 4)
 
 
-@pytest.mark.parametrize("head_dim, exc, message", [
-    (0, ValueError, "head_dim must be at least 1, got 0"),
-    (2.0, TypeError, "head_dim must be an int, got float"),
-])
+@pytest.mark.parametrize(
+    "head_dim, exc, message",
+    [
+        (0, ValueError, "head_dim must be at least 1, got 0"),
+        (2.0, TypeError, "head_dim must be an int, got float"),
+    ],
+)
 def test_single_head_attention_head_dim_messages(head_dim, exc, message):
     with pytest.raises(exc, match=re.escape(message)):
         SingleHeadAttention(8, head_dim)
@@ -436,8 +470,9 @@ def test_split_and_merge_heads_messages():
         merge_heads(torch.zeros(2, 4, 6))
 
 
-@pytest.mark.parametrize("fn, x", [(lambda x: split_heads(x, 2), torch.zeros(1, 2, 4, 6)),
-                                   (merge_heads, torch.zeros(1, 2, 3, 4, 5))])
+@pytest.mark.parametrize(
+    "fn, x", [(lambda x: split_heads(x, 2), torch.zeros(1, 2, 4, 6)), (merge_heads, torch.zeros(1, 2, 3, 4, 5))]
+)
 def test_split_and_merge_heads_too_many_dims(fn, x):
     with pytest.raises(ValueError, match=r"\((B, )?(H, )?T, (C|D)\)"):
         fn(x)
@@ -446,7 +481,9 @@ def test_split_and_merge_heads_too_many_dims(fn, x):
 def test_from_torch_messages():
     with pytest.raises(TypeError, match="from_torch takes an nn.MultiheadAttention, got Linear"):
         MultiHeadAttention.from_torch(nn.Linear(4, 4))
-    with pytest.raises(ValueError, match=re.escape("from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)")):
+    with pytest.raises(
+        ValueError, match=re.escape("from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)")
+    ):
         MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4))
     with pytest.raises(ValueError, match="from_torch does not support add_bias_kv or add_zero_attn"):
         MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True))
@@ -461,19 +498,33 @@ def test_multihead_attention_dropout_of_the_wrong_type():
 
 @pytest.mark.parametrize("cls", [MultiHeadAttentionWrapper, MultiHeadAttentionEinsum])
 def test_from_packed_takes_the_course_module(cls):
-    with pytest.raises(TypeError, match=r"from_packed takes a course_utils MultiHeadAttention \(convert it first "
-                                        r"with MultiHeadAttention.from_torch\), got MultiheadAttention"):
+    with pytest.raises(
+        TypeError,
+        match=r"from_packed takes a course_utils MultiHeadAttention \(convert it first "
+        r"with MultiHeadAttention.from_torch\), got MultiheadAttention",
+    ):
         cls.from_packed(nn.MultiheadAttention(8, 2))
     with pytest.raises(TypeError, match="from_packed takes a course_utils MultiHeadAttention, got Linear"):
         cls.from_packed(nn.Linear(8, 8))
 
 
-@pytest.mark.parametrize("make", [lambda: MultiHeadAttention(8, 2), lambda: SingleHeadAttention(8, 4),
-                                  lambda: MultiHeadAttentionEinsum(8, 2), lambda: MultiHeadAttentionWrapper(8, 2)])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: MultiHeadAttention(8, 2),
+        lambda: SingleHeadAttention(8, 4),
+        lambda: MultiHeadAttentionEinsum(8, 2),
+        lambda: MultiHeadAttentionWrapper(8, 2),
+    ],
+)
 def test_modules_name_a_dtype_or_device_that_differs_from_their_weights(make):
     module, x = make(), torch.randn(1, 3, 8)
-    with pytest.raises(TypeError, match=re.escape("x is float64 but the module's weights are float32: convert one "
-                                                  "of them (module.double() or x.float())")):
+    with pytest.raises(
+        TypeError,
+        match=re.escape(
+            "x is float64 but the module's weights are float32: convert one of them (module.double() or x.float())"
+        ),
+    ):
         module(x.double())
     with pytest.raises(TypeError, match="x is bfloat16 but the module's weights are float32"):
         module(x.bfloat16())
@@ -490,7 +541,10 @@ def test_a_memory_passed_where_the_mask_goes_is_named():
     """nn.MultiheadAttention users write attn(x, memory): the second argument here is the mask."""
     attn = MultiHeadAttention(8, 2)
     x, memory = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
-    with pytest.raises(TypeError, match=r"got a floating tensor of shape \(2, 5, 8\), which looks like a \(B, S, C\) "
-                                        r"memory: for cross-attention pass it by keyword, attn\(x, memory=m\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"got a floating tensor of shape \(2, 5, 8\), which looks like a \(B, S, C\) "
+        r"memory: for cross-attention pass it by keyword, attn\(x, memory=m\)",
+    ):
         attn(x, memory)
     assert attn(x, memory=memory).shape == (2, 3, 8)

@@ -2,9 +2,9 @@
 
 The mutants come from the reference solutions in the notebook sources (``tests/mutants.py`` says how):
 an axis changed, a transpose dropped, a scale dropped or doubled, an off-by-one, an in-place variant,
-a dtype changed, a comparison flipped, max/min or sum/mean swapped, a softmax dropped, operands swapped. Each is run through ``run_check``
-(fixed cases and cases drawn from a pinned seed). A mutant that passes means the cases are too weak,
-unless it is listed in ``EQUIVALENT`` with the reason it computes the same thing as the solution.
+a dtype changed, a comparison flipped, max/min or sum/mean swapped, a softmax dropped, operands swapped. Each is run
+through ``run_check`` (fixed cases and cases drawn from a pinned seed). A mutant that passes means the cases are too
+weak, unless it is listed in ``EQUIVALENT`` with the reason it computes the same thing as the solution.
 The mutation score per exercise is printed at the end of the test run (``tests/conftest.py``).
 """
 
@@ -31,27 +31,40 @@ SOLUTIONS = solutions() if (ROOT / "course_source").is_dir() else {}
 # Mutants that compute exactly what the solution computes, for every input the exercise allows.
 # Key: (exercise, the mutated line as tests/mutants.py describes it). Value: why it is equivalent.
 EQUIVALENT: dict[tuple[str, str], str] = {
-    ("06.1", "omega = 10000.0 ** (-torch.arange(0, C - 1, 2, dtype=torch.float64) / C)"):
-        "C is even (the encoding pairs channels), so arange(0, C - 1, 2) and arange(0, C, 2) are the same "
-        "C / 2 numbers",
-    ("06.2", "theta = 10000.0 ** (-torch.arange(0, D - 1, 2, dtype=torch.float64) / D)"):
-        "D is even (RoPE rotates pairs), so arange(0, D - 1, 2) and arange(0, D, 2) are the same D / 2 numbers",
-    ("08.2", "kept = probs * (2 * keep)"):
-        "the kept probabilities are divided by their own sum on the next line, so a factor of 2 (exact in "
-        "floating point) cancels bit for bit",
-    ("08.2", "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs <= top_p"):
-        "< and <= differ only when the mass before a token equals top_p exactly, and there float rounding "
-        "decides: p0 + p1 summed in another order (a Python loop, float64, HF's shifted cumsum) lands a few "
-        "ulps either side of the reference's float32 cumsum, so no case can check that edge without failing "
-        "correct answers (exact binary fractions need tied probabilities, whose order the sort may break "
-        "either way)",
-    ("09.3", "p = (warmup_steps - step) / (max_steps - warmup_steps)"):
-        "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
-    ("09.3", "p = (step - warmup_steps) / (warmup_steps - max_steps)"):
-        "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
-    ("09.3", "if step > max_steps:"):
-        "at step == max_steps the cosine branch gives p = 1 and min_lr + 0.5 * (1 + cos(pi)) * (...) = min_lr "
-        "exactly (math.cos(math.pi) is exactly -1.0), which is what the step >= max_steps branch returns",
+    (
+        "06.1",
+        "omega = 10000.0 ** (-torch.arange(0, C - 1, 2, dtype=torch.float64) / C)",
+    ): "C is even (the encoding pairs channels), so arange(0, C - 1, 2) and arange(0, C, 2) are the same C / 2 numbers",
+    (
+        "06.2",
+        "theta = 10000.0 ** (-torch.arange(0, D - 1, 2, dtype=torch.float64) / D)",
+    ): "D is even (RoPE rotates pairs), so arange(0, D - 1, 2) and arange(0, D, 2) are the same D / 2 numbers",
+    (
+        "08.2",
+        "kept = probs * (2 * keep)",
+    ): "the kept probabilities are divided by their own sum on the next line, so a factor of 2 (exact in "
+    "floating point) cancels bit for bit",
+    (
+        "08.2",
+        "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs <= top_p",
+    ): "< and <= differ only when the mass before a token equals top_p exactly, and there float rounding "
+    "decides: p0 + p1 summed in another order (a Python loop, float64, HF's shifted cumsum) lands a few "
+    "ulps either side of the reference's float32 cumsum, so no case can check that edge without failing "
+    "correct answers (exact binary fractions need tied probabilities, whose order the sort may break "
+    "either way)",
+    (
+        "09.3",
+        "p = (warmup_steps - step) / (max_steps - warmup_steps)",
+    ): "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
+    (
+        "09.3",
+        "p = (step - warmup_steps) / (warmup_steps - max_steps)",
+    ): "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
+    (
+        "09.3",
+        "if step > max_steps:",
+    ): "at step == max_steps the cosine branch gives p = 1 and min_lr + 0.5 * (1 + cos(pi)) * (...) = min_lr "
+    "exactly (math.cos(math.pi) is exactly -1.0), which is what the step >= max_steps branch returns",
 }
 
 
@@ -64,7 +77,7 @@ def _returns_tensors(key: str) -> bool:
 
 @pytest.mark.parametrize("key", sorted(EXERCISES))
 def test_every_exercise_has_its_reference_solution_in_the_notebook_source(key):
-    assert key in SOLUTIONS, f"no `def` with {key}'s ### BEGIN SOLUTION block, checked as check(\"{key}\", ...)"
+    assert key in SOLUTIONS, f'no `def` with {key}\'s ### BEGIN SOLUTION block, checked as check("{key}", ...)'
 
 
 @pytest.mark.parametrize("key", sorted(SOLUTIONS))
@@ -83,11 +96,13 @@ def test_every_mutant_of_the_reference_fails_its_check(key, record_property):
         else:
             survived.append(m)
     # the score travels on the test's report (so it reaches the summary from a pytest-xdist worker too)
-    record_property(SCORE_PROPERTY, [key, len(killed), len(killed) + len(survived), len(equivalent),
-                                     time.perf_counter() - start])
+    record_property(
+        SCORE_PROPERTY, [key, len(killed), len(killed) + len(survived), len(equivalent), time.perf_counter() - start]
+    )
     assert killed, f"{key}: no mutant at all was made from the solution, so the score proves nothing"
     assert not survived, f"{key}: {len(survived)} mutants pass the check:\n" + "\n".join(
-        f"  [{m.operator}] {m.description}" for m in survived)
+        f"  [{m.operator}] {m.description}" for m in survived
+    )
 
 
 def test_the_equivalent_mutants_are_still_made_and_still_pass():
@@ -102,8 +117,22 @@ def test_the_equivalent_mutants_are_still_made_and_still_pass():
 
 def test_the_operators_each_make_mutants_somewhere():
     made = {m.operator for key, sol in SOLUTIONS.items() for m in mutants(sol, _returns_tensors(key))}
-    assert made >= {"dim", "transpose", "scale", "off-by-one", "in-place", "dtype", "compare", "max/min",
-                    "sum/mean", "tril/triu", "sign", "polarity", "dropped call", "operands swapped"}, made
+    assert made >= {
+        "dim",
+        "transpose",
+        "scale",
+        "off-by-one",
+        "in-place",
+        "dtype",
+        "compare",
+        "max/min",
+        "sum/mean",
+        "tril/triu",
+        "sign",
+        "polarity",
+        "dropped call",
+        "operands swapped",
+    }, made
 
 
 def test_a_mutant_is_a_real_change_that_the_check_can_see():

@@ -17,7 +17,8 @@ from course_tools.build import parse_source
 ROOT = Path(__file__).resolve().parent.parent
 SOURCES = sorted((ROOT / "course_source").glob("[0-9][0-9]_*.py"))
 NOTEBOOKS = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(
-    (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
+    (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")
+)
 HEADING = re.compile(r"^# #{1,6} ", re.MULTILINE)
 
 
@@ -31,8 +32,11 @@ def headings_in_code(cells: list[tuple[str, str]]) -> list[str]:
 
 
 def test_the_pattern_tells_a_heading_from_a_comment():
-    cells = [("code", "import torch\n\n# ## 1. The bill\n# a comment\n#   # indented\n# #no space"),
-             ("markdown", "## 1. The bill"), ("code", "x = 1  # ## not at the start")]
+    cells = [
+        ("code", "import torch\n\n# ## 1. The bill\n# a comment\n#   # indented\n# #no space"),
+        ("markdown", "## 1. The bill"),
+        ("code", "x = 1  # ## not at the start"),
+    ]
     assert headings_in_code(cells) == ["cell 1: # ## 1. The bill"]
 
 
@@ -45,15 +49,15 @@ def test_every_source_is_checked():
 def test_no_heading_in_a_code_cell_of_a_source(path):
     cells = [(c["cell_type"], c["source"]) for c in parse_source(path.read_text(encoding="utf-8"))]
     found = headings_in_code(cells)
-    assert not found, (f"{path.name}: a heading inside a code cell (add '# %% [markdown]' above it): "
-                       + "; ".join(found))
+    assert not found, f"{path.name}: a heading inside a code cell (add '# %% [markdown]' above it): " + "; ".join(found)
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_no_heading_in_a_code_cell_of_a_built_notebook(path):
     nb = json.loads(path.read_text(encoding="utf-8"))
-    cells = [(c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"])
-             for c in nb["cells"]]
+    cells = [
+        (c["cell_type"], "".join(c["source"]) if isinstance(c["source"], list) else c["source"]) for c in nb["cells"]
+    ]
     found = headings_in_code(cells)
     assert not found, f"{path.parent.name}/{path.name}: a heading inside a code cell: " + "; ".join(found)
 

@@ -126,8 +126,10 @@ def test_plot_messages():
         plot_weights([[0.5, 0.5]])
     with pytest.raises(TypeError, match="weights must be a torch.Tensor, got ndarray"):
         plot_heads(_weights(2, 2, 2).numpy())
-    with pytest.raises(ValueError, match=re.escape("plot_weights takes one (T, S) matrix, got shape (2, 3, 4); "
-                                                   "use plot_heads for (H, T, S)")):
+    with pytest.raises(
+        ValueError,
+        match=re.escape("plot_weights takes one (T, S) matrix, got shape (2, 3, 4); use plot_heads for (H, T, S)"),
+    ):
         plot_weights(_weights(2, 3, 4))
     with pytest.raises(ValueError, match=re.escape("plot_weights takes one (T, S) matrix, got shape (4,)")):
         plot_weights(_weights(4))
@@ -176,25 +178,33 @@ def test_plot_attention_maps_draws_one_panel_per_layer_and_head():
     assert len(plot_attention_maps(maps, list("hello"), layers=[1]).axes) == 3
 
 
-@pytest.mark.parametrize("maps, labels, kwargs, match", [
-    ([], "abcde", {}, "maps must be a non-empty list"),
-    ([torch.rand(2, 3, 5, 5)], "abcde", {}, r"maps\[0\] holds a batch of 2 sequences"),
-    ([torch.rand(3, 5, 4)], "abcde", {}, r"maps\[0\] must be \(1, H, T, T\) or \(H, T, T\), got shape \(3, 5, 4\)"),
-    ([torch.rand(1, 3, 5, 5)], "abc", {}, "labels has 3 entries, the weights have 5 positions"),
-    ([torch.rand(1, 3, 5, 5)], "abcde", {"layers": [2]}, r"layer 2 does not exist: the model has layers 0 .. 0"),
-])
+@pytest.mark.parametrize(
+    "maps, labels, kwargs, match",
+    [
+        ([], "abcde", {}, "maps must be a non-empty list"),
+        ([torch.rand(2, 3, 5, 5)], "abcde", {}, r"maps\[0\] holds a batch of 2 sequences"),
+        ([torch.rand(3, 5, 4)], "abcde", {}, r"maps\[0\] must be \(1, H, T, T\) or \(H, T, T\), got shape \(3, 5, 4\)"),
+        ([torch.rand(1, 3, 5, 5)], "abc", {}, "labels has 3 entries, the weights have 5 positions"),
+        ([torch.rand(1, 3, 5, 5)], "abcde", {"layers": [2]}, r"layer 2 does not exist: the model has layers 0 .. 0"),
+    ],
+)
 def test_plot_attention_maps_rejects_bad_input(maps, labels, kwargs, match):
     with pytest.raises(ValueError, match=match):
         plot_attention_maps(maps, list(labels), **kwargs)
 
 
 def test_plot_loss_curve_shows_history_evals_and_baselines():
-    fig = plot_loss_curve([4.0, 3.0, 2.0, 1.0], [[2, 3.1, 3.2], [4, 1.1, 1.3]], {"unigram": 3.3}, total_steps=10,
-                          smooth=2)
+    fig = plot_loss_curve(
+        [4.0, 3.0, 2.0, 1.0], [[2, 3.1, 3.2], [4, 1.1, 1.3]], {"unigram": 3.3}, total_steps=10, smooth=2
+    )
     ax = fig.axes[0]
     labels = [line.get_label() for line in ax.get_lines()]
-    assert labels == ["train loss (each step)", "train loss (mean of 2 steps)", "validation loss (estimate)",
-                      "unigram: 3.30"]
+    assert labels == [
+        "train loss (each step)",
+        "train loss (mean of 2 steps)",
+        "validation loss (estimate)",
+        "unigram: 3.30",
+    ]
     assert list(ax.get_lines()[1].get_ydata()) == [4.0, 3.5, 2.5, 1.5]
     assert list(ax.get_lines()[2].get_ydata()) == [3.2, 1.3] and ax.get_xlim() == (0, 10)
 
@@ -216,24 +226,45 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
 # --- bad arguments a learner might pass (issue 9) -------------------------------------------------------
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda: plot_heads(torch.rand(2, 3, 3), max_cols=0), ValueError, "max_cols must be at least 1, got 0"),
-    (lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], None), TypeError,
-     r"labels must be a list of T strings \(char_labels\(text\), say\), got NoneType"),
-    (lambda: plot_attention_maps(None, list("abc")), TypeError,
-     "maps must be a list of per-layer weights, as GPT.attention_maps returns, got NoneType"),
-    (lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], list("abc"), cell=-1), ValueError,
-     "cell must be a positive finite number, got -1.0"),
-    (lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], list("abc"), layers=[0.5]), TypeError,
-     "layer must be an int, got float"),
-    (lambda: plot_loss_curve(None), TypeError, "history must be a list of losses, one per step, got NoneType"),
-    (lambda: plot_loss_curve([1.0, 2.0], evals=[(1, 2.0)]), ValueError,
-     r"evals must hold rows \(step, train_loss, val_loss\), got \(1, 2.0\) at index 0"),
-    (lambda: plot_loss_curve([1.0, 2.0], baselines=[2.0]), TypeError,
-     r"baselines must be a dict of name -> loss, e.g. \{'unigram': 3.3\}, got list"),
-    (lambda: plot_loss_curve([1.0, 2.0], smooth=0), ValueError, "smooth must be at least 1, got 0"),
-    (lambda: LiveLossPlot("100"), TypeError, "total_steps must be an int, got str"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda: plot_heads(torch.rand(2, 3, 3), max_cols=0), ValueError, "max_cols must be at least 1, got 0"),
+        (
+            lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], None),
+            TypeError,
+            r"labels must be a list of T strings \(char_labels\(text\), say\), got NoneType",
+        ),
+        (
+            lambda: plot_attention_maps(None, list("abc")),
+            TypeError,
+            "maps must be a list of per-layer weights, as GPT.attention_maps returns, got NoneType",
+        ),
+        (
+            lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], list("abc"), cell=-1),
+            ValueError,
+            "cell must be a positive finite number, got -1.0",
+        ),
+        (
+            lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], list("abc"), layers=[0.5]),
+            TypeError,
+            "layer must be an int, got float",
+        ),
+        (lambda: plot_loss_curve(None), TypeError, "history must be a list of losses, one per step, got NoneType"),
+        (
+            lambda: plot_loss_curve([1.0, 2.0], evals=[(1, 2.0)]),
+            ValueError,
+            r"evals must hold rows \(step, train_loss, val_loss\), got \(1, 2.0\) at index 0",
+        ),
+        (
+            lambda: plot_loss_curve([1.0, 2.0], baselines=[2.0]),
+            TypeError,
+            r"baselines must be a dict of name -> loss, e.g. \{'unigram': 3.3\}, got list",
+        ),
+        (lambda: plot_loss_curve([1.0, 2.0], smooth=0), ValueError, "smooth must be at least 1, got 0"),
+        (lambda: LiveLossPlot("100"), TypeError, "total_steps must be an int, got str"),
+    ],
+)
 def test_bad_arguments_say_what_was_expected(call, error, match):
     with pytest.raises(error, match=match):
         call()
@@ -254,6 +285,9 @@ def test_plot_weights_with_a_mask_hatches_blocked_cells_and_writes_nan():
     texts = [t.get_text() for t in ax.texts]
     assert texts == ["NaN", "NaN", "0.25", "0.75"] and len(ax.patches) == 2  # the two blocked cells
     plt.close(ax.figure)
-    with pytest.raises(ValueError, match=r"mask must be a boolean tensor of the weights' shape \(2, 2\), got "
-                                         r"torch.float32 \(2, 2\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"mask must be a boolean tensor of the weights' shape \(2, 2\), got "
+        r"torch.float32 \(2, 2\)",
+    ):
         plot_weights(w, mask=mask.float())

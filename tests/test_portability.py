@@ -64,32 +64,38 @@ def float_noise(text: str) -> list[str]:
             if pattern is SCI_NOISE and (before.endswith(ALLOWED_BEFORE) or TOLERANCE.fullmatch(m.group())):
                 continue
             line_start = before.rfind("\n") + 1
-            found.append(text[line_start: m.end()])
+            found.append(text[line_start : m.end()])
     return found
 
 
-@pytest.mark.parametrize("text", [
-    "chunk_size= 1: out (1, 2, 50, 8), max abs diff 1.2e-07",
-    "     MHA: same tokens True, max logit diff 5e-07",
-    "identity projections, max abs diff: 0.0e+00",
-    "largest difference: 9.5e-07",
-    "float64: max abs diff 4e-15",
-    "tensor([ 0.1036, -0.0000,  0.2421])",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "chunk_size= 1: out (1, 2, 50, 8), max abs diff 1.2e-07",
+        "     MHA: same tokens True, max logit diff 5e-07",
+        "identity projections, max abs diff: 0.0e+00",
+        "largest difference: 9.5e-07",
+        "float64: max abs diff 4e-15",
+        "tensor([ 0.1036, -0.0000,  0.2421])",
+    ],
+)
 def test_the_noise_patterns_are_recognised(text):
     assert float_noise(text), text
 
 
-@pytest.mark.parametrize("text", [
-    "repeat_interleave vs enable_gqa, agree to 1e-6: True",
-    "ours vs torch, float32: all below 1e-6:  True (eps = 1.2e-07)",
-    "ours vs torch, float64: all below 1e-14: True (eps = 2.2e-16)",
-    "top_p=1e-06 : keeps tokens [1]",
-    "torch.finfo(torch.float32).max = 3.403e+38",
-    "fill = -3.403e+38",
-    "tensor([-0.0996,  0.1481, -0.1346]) and -0.05",
-    "row sums: tensor([1., 1., 1.])",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "repeat_interleave vs enable_gqa, agree to 1e-6: True",
+        "ours vs torch, float32: all below 1e-6:  True (eps = 1.2e-07)",
+        "ours vs torch, float64: all below 1e-14: True (eps = 2.2e-16)",
+        "top_p=1e-06 : keeps tokens [1]",
+        "torch.finfo(torch.float32).max = 3.403e+38",
+        "fill = -3.403e+38",
+        "tensor([-0.0996,  0.1481, -0.1346]) and -0.05",
+        "row sums: tensor([1., 1., 1.])",
+    ],
+)
 def test_stated_tolerances_constants_and_real_values_are_not_noise(text):
     assert not float_noise(text), float_noise(text)
 
@@ -102,8 +108,10 @@ def test_no_compared_output_prints_float_noise(path):
     code_cells = [c for c in nb.cells if c.cell_type == "code"]
     for number, cell in enumerate(code_cells):  # numbered as nbval numbers them: "Cell 8"
         bad += [f"Cell {number}: {hit}" for hit in float_noise(compared_text(cell))]
-    assert not bad, (f"{path.name} prints rounding errors that differ between CPUs; print a comparison "
-                     f"against a tolerance instead (course_source/AUTHORING.md):\n" + "\n".join(bad))
+    assert not bad, (
+        f"{path.name} prints rounding errors that differ between CPUs; print a comparison "
+        f"against a tolerance instead (course_source/AUTHORING.md):\n" + "\n".join(bad)
+    )
 
 
 def test_notebooks_exist():
@@ -111,8 +119,10 @@ def test_notebooks_exist():
 
 
 def _loads_the_corpus(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", "")) == "load_corpus"
-               for n in ast.walk(node))
+    return any(
+        isinstance(n, ast.Call) and getattr(n.func, "id", getattr(n.func, "attr", "")) == "load_corpus"
+        for n in ast.walk(node)
+    )
 
 
 def test_a_cell_that_may_download_the_corpus_is_not_compared_and_does_nothing_else():
@@ -132,7 +142,8 @@ def test_a_cell_that_may_download_the_corpus_is_not_compared_and_does_nothing_el
             assert "NBVAL_IGNORE_OUTPUT" in cell.source, f"{path.name}: {cell.source!r}"
             assert all(_loads_the_corpus(s) or isinstance(s, (ast.Import, ast.ImportFrom)) for s in tree.body), (
                 f"{path.name}: the cell that loads the corpus also does other work, whose output nbval "
-                f"would not compare: {cell.source!r}")
+                f"would not compare: {cell.source!r}"
+            )
     assert found >= 2, "notebook 09 (learner copy and solution) loads the corpus"
 
 
@@ -202,8 +213,9 @@ def test_dry_run_on_this_machine_lists_every_pass_the_cpu_can_run():
     """`course.py test --plan` asks PyTorch which kernels it really gets; on x86 Linux the answer must agree
     with the CPU's own flags: the portable pass always, the AVX2 pass exactly where the CPU has AVX2 and
     its native kernels are wider (AVX-512)."""
-    proc = subprocess.run([sys.executable, "course.py", "test", "--plan"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "course.py", "test", "--plan"], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE python -m pytest notebooks --nbval" in out
@@ -237,9 +249,13 @@ def test_steps_of_one_group_run_at_the_same_time_and_a_failure_fails_the_run(mon
     assert elapsed < 1.9, f"two 1 s steps of one group took {elapsed:.1f} s: they did not run side by side"
     assert "wall time per step" in out and "ok in" in out
 
-    rc = course.run_steps([_step(course, "passes", "pass", 1),
-                           _step(course, "fails", "import sys; sys.exit(3)", 1),
-                           _step(course, "never runs", "print('group 2' + ' ran')", 2)])
+    rc = course.run_steps(
+        [
+            _step(course, "passes", "pass", 1),
+            _step(course, "fails", "import sys; sys.exit(3)", 1),
+            _step(course, "never runs", "print('group 2' + ' ran')", 2),
+        ]
+    )
     out = capsys.readouterr().out
     assert rc == 3 and "FAILED (exit code 3) in" in out and "group 2 ran" not in out
 

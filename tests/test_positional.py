@@ -94,11 +94,13 @@ def test_learned_embedding_errors():
 
 def test_sinusoidal_encoding_by_hand():
     pe = sinusoidal_encoding(3, 4, base=100.0)  # omega = 1, 100 ** (-2/4) = 0.1
-    expected = torch.tensor([
-        [0.0, 1.0, 0.0, 1.0],
-        [math.sin(1), math.cos(1), math.sin(0.1), math.cos(0.1)],
-        [math.sin(2), math.cos(2), math.sin(0.2), math.cos(0.2)],
-    ])
+    expected = torch.tensor(
+        [
+            [0.0, 1.0, 0.0, 1.0],
+            [math.sin(1), math.cos(1), math.sin(0.1), math.cos(0.1)],
+            [math.sin(2), math.cos(2), math.sin(0.2), math.cos(0.2)],
+        ]
+    )
     assert pe.shape == (3, 4) and pe.dtype == torch.float32
     torch.testing.assert_close(pe, expected)
 
@@ -173,16 +175,24 @@ def test_the_course_rotates_with_the_half_pairing_by_default():
     assert RotaryTable(8).pairing == "half"
 
 
-@given(B=st.integers(1, 2), H=st.integers(1, 3), T=st.integers(1, 8), half_D=st.integers(1, 6),
-       offset=st.integers(0, 1000), pairing=st.sampled_from(["interleaved", "half"]), seed=seeds)
+@given(
+    B=st.integers(1, 2),
+    H=st.integers(1, 3),
+    T=st.integers(1, 8),
+    half_D=st.integers(1, 6),
+    offset=st.integers(0, 1000),
+    pairing=st.sampled_from(["interleaved", "half"]),
+    seed=seeds,
+)
 def test_rope_scores_depend_only_on_relative_position(B, H, T, half_D, offset, pairing, seed):
     """Shifting every query and key position by the same offset leaves every score unchanged."""
     D = 2 * half_D
     q, k = randn(seed, B, H, T, D), randn(seed + 1, B, H, T, D)
     pos = torch.arange(T)
     scores = apply_rope(q, pos, pairing=pairing) @ apply_rope(k, pos, pairing=pairing).transpose(-2, -1)
-    shifted = (apply_rope(q, pos + offset, pairing=pairing)
-               @ apply_rope(k, pos + offset, pairing=pairing).transpose(-2, -1))
+    shifted = apply_rope(q, pos + offset, pairing=pairing) @ apply_rope(k, pos + offset, pairing=pairing).transpose(
+        -2, -1
+    )
     torch.testing.assert_close(shifted, scores, atol=1e-9, rtol=1e-7)
 
 
@@ -195,8 +205,7 @@ def test_rope_score_of_one_pair_is_a_function_of_i_minus_j(i, j, shift, seed):
     torch.testing.assert_close(s1, s2, atol=1e-9, rtol=1e-7)
 
 
-@given(T=st.integers(1, 10), half_D=st.integers(1, 8), seed=seeds,
-       pairing=st.sampled_from(["interleaved", "half"]))
+@given(T=st.integers(1, 10), half_D=st.integers(1, 8), seed=seeds, pairing=st.sampled_from(["interleaved", "half"]))
 def test_rope_preserves_norms_and_position_zero(T, half_D, seed, pairing):
     x = randn(seed, 2, 3, T, 2 * half_D)
     out = apply_rope(x, pairing=pairing)
@@ -210,8 +219,9 @@ def test_the_two_pairings_are_the_same_rotation_up_to_a_permutation(T, half_D, s
     D = 2 * half_D
     x = randn(seed, 2, 2, T, D)
     perm = rope_pairing_permutation(D)
-    torch.testing.assert_close(apply_rope(x[..., perm], pairing="half"),
-                               apply_rope(x, pairing="interleaved")[..., perm])
+    torch.testing.assert_close(
+        apply_rope(x[..., perm], pairing="half"), apply_rope(x, pairing="interleaved")[..., perm]
+    )
     if D > 2:  # without the permutation they differ
         assert (apply_rope(x, pairing="half") - apply_rope(x, pairing="interleaved")).abs().max() > 1e-6 or T == 1
 
@@ -257,9 +267,17 @@ def test_rope_errors():
 # ---------------------------------------------------------------- RotaryTable: apply_rope with cached angles
 
 
-@given(B=st.integers(1, 2), H=st.integers(1, 3), T=st.integers(1, 9), half_D=st.integers(1, 8),
-       start=st.integers(0, 70), length=st.integers(0, 40), base=st.sampled_from([100.0, 10000.0, 500000.0]),
-       pairing=st.sampled_from(["interleaved", "half"]), seed=seeds)
+@given(
+    B=st.integers(1, 2),
+    H=st.integers(1, 3),
+    T=st.integers(1, 9),
+    half_D=st.integers(1, 8),
+    start=st.integers(0, 70),
+    length=st.integers(0, 40),
+    base=st.sampled_from([100.0, 10000.0, 500000.0]),
+    pairing=st.sampled_from(["interleaved", "half"]),
+    seed=seeds,
+)
 def test_rotary_table_is_apply_rope_at_absolute_positions(B, H, T, half_D, start, length, base, pairing, seed):
     """rotate(x, start) == apply_rope(x, arange(start, start + T)), float32 and float64, past the table's length."""
     D = 2 * half_D
@@ -320,11 +338,15 @@ def test_rotary_table_errors():
 
 
 def test_alibi_slopes_for_8_heads_are_the_papers_geometric_sequence():
-    torch.testing.assert_close(alibi_slopes(8), torch.tensor([1 / 2 ** h for h in range(1, 9)]))
+    torch.testing.assert_close(alibi_slopes(8), torch.tensor([1 / 2**h for h in range(1, 9)]))
 
 
 def _reference_slopes(n: int) -> list[float]:
-    """The recipe of the ALiBi paper's reference code (Press et al., github.com/ofirpress/attention_with_linear_biases)."""
+    """The recipe of the ALiBi paper's reference code.
+
+    Press et al., github.com/ofirpress/attention_with_linear_biases.
+    """
+
     def power_of_2(n):
         start = 2 ** (-(2 ** -(math.log2(n) - 3)))
         return [start * start**i for i in range(n)]
@@ -356,7 +378,7 @@ def test_alibi_bias_by_hand():
 def test_alibi_bias_is_bottom_right_aligned_like_causal_mask(T, S):
     bias = alibi_bias(4, T, S)
     assert bias.shape == (4, T, S)
-    torch.testing.assert_close(bias, alibi_bias(4, S)[:, S - T:])  # the last T query rows of the square
+    torch.testing.assert_close(bias, alibi_bias(4, S)[:, S - T :])  # the last T query rows of the square
     zero_distance = bias[0] == 0  # where query position == key position: the last allowed key of each row
     last_allowed = causal_mask(T, S) & ~torch.cat([causal_mask(T, S)[:, 1:], torch.zeros(T, 1, dtype=torch.bool)], 1)
     assert torch.equal(zero_distance, last_allowed)
@@ -423,8 +445,9 @@ def test_rotary_pairing_half_with_permuted_weights_equals_interleaved():
     inter = RotaryMultiHeadAttention(C, H, pairing="interleaved").double()
     half = RotaryMultiHeadAttention(C, H, pairing="half").double()
     perm = rope_pairing_permutation(D)
-    rows = torch.cat([torch.cat([blk * C + h * D + perm for h in range(H)]) for blk in (0, 1)]
-                     + [torch.arange(2 * C, 3 * C)])  # permute q and k rows inside each head, keep v
+    rows = torch.cat(
+        [torch.cat([blk * C + h * D + perm for h in range(H)]) for blk in (0, 1)] + [torch.arange(2 * C, 3 * C)]
+    )  # permute q and k rows inside each head, keep v
     with torch.no_grad():
         half.qkv_proj.weight.copy_(inter.qkv_proj.weight[rows])
         half.qkv_proj.bias.copy_(inter.qkv_proj.bias[rows])
@@ -455,6 +478,7 @@ def test_module_errors():
 
 
 # ---------------------------------------------------------------- bad arguments a learner might pass (issue 9)
+
 
 def test_base_of_the_wrong_type_is_a_type_error():
     with pytest.raises(TypeError, match=r"base must be a number greater than 1, got 'abc' \(str\)"):

@@ -66,8 +66,9 @@ def test_reset_whole_notebook_keeps_a_backup(tmp_path):
     assert backup.read_text(encoding="utf-8") == before
     nb = nbformat.read(path, as_version=4)
     assert [c.source for c in nb.cells] == [c.source for c in clean_copy(NAME).cells]
-    assert reset_notebook(path, now=NOW, folder=tmp_path).name == \
-        "backup-03_masking-20260102-030405-2.ipynb"  # never overwrites
+    assert (
+        reset_notebook(path, now=NOW, folder=tmp_path).name == "backup-03_masking-20260102-030405-2.ipynb"
+    )  # never overwrites
 
 
 def test_reset_names_the_notebooks_exercises_when_the_key_is_wrong(tmp_path):
@@ -90,11 +91,18 @@ def test_reset_command(tmp_path, monkeypatch, capsys):
 def test_reset_refuses_an_instructors_solution_and_leaves_it_unchanged():
     solution = ROOT / "solutions" / NAME
     before = solution.read_bytes()
-    proc = subprocess.run([sys.executable, "course.py", "reset", f"solutions/{NAME}"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "course.py", "reset", f"solutions/{NAME}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert "cannot reset: solutions/03_masking.ipynb is not in notebooks/; solutions/ holds the instructor's " \
-           "complete notebooks, which reset never changes" in proc.stderr
+    assert (
+        "cannot reset: solutions/03_masking.ipynb is not in notebooks/; solutions/ holds the instructor's "
+        "complete notebooks, which reset never changes" in proc.stderr
+    )
     assert "03_masking.ipynb" in proc.stderr.split("(", 1)[1]  # names what it accepts
     assert solution.read_bytes() == before
     assert not list(solution.parent.glob("backup-*"))
@@ -103,15 +111,20 @@ def test_reset_refuses_an_instructors_solution_and_leaves_it_unchanged():
 def test_reset_refuses_paths_outside_notebooks_and_files_that_are_not_course_notebooks(tmp_path):
     path, _ = learner_work(tmp_path)
     before = path.read_bytes()
-    with pytest.raises(ValueError, match=r"03_masking.ipynb is not in notebooks/\. reset puts back only the "
-                                         r"course's own notebooks in notebooks/ \(00_setup_check.ipynb, "):
+    with pytest.raises(
+        ValueError,
+        match=r"03_masking.ipynb is not in notebooks/\. reset puts back only the "
+        r"course's own notebooks in notebooks/ \(00_setup_check.ipynb, ",
+    ):
         reset_notebook(path)
     with pytest.raises(ValueError, match="is not in notebooks/"):
         reset_exercise(path, "03.1")
     assert path.read_bytes() == before and not list(tmp_path.glob("backup-*"))
-    for name, what in (("backup-03_masking-20260102-030405.ipynb", "is a backup, which reset never changes"),
-                       ("my_notes.ipynb", "is not a notebook of the course"),
-                       ("03_masking.py", "is not a notebook of the course")):
+    for name, what in (
+        ("backup-03_masking-20260102-030405.ipynb", "is a backup, which reset never changes"),
+        ("my_notes.ipynb", "is not a notebook of the course"),
+        ("03_masking.py", "is not a notebook of the course"),
+    ):
         with pytest.raises(ValueError, match=what):
             reset_notebook(tmp_path / name, folder=tmp_path)
         assert not (tmp_path / name).exists()
@@ -130,8 +143,11 @@ def test_reset_cleans_a_killed_runs_temporary_and_writes_atomically(tmp_path):
 def test_reset_of_one_exercise_in_a_broken_file_says_to_reset_the_whole_notebook(tmp_path):
     path = tmp_path / NAME
     path.write_text("{ half a notebook", encoding="utf-8")
-    with pytest.raises(ValueError, match=r"03_masking.ipynb cannot be read as a notebook \(.*\); reset the whole "
-                                         r"notebook instead"):
+    with pytest.raises(
+        ValueError,
+        match=r"03_masking.ipynb cannot be read as a notebook \(.*\); reset the whole "
+        r"notebook instead",
+    ):
         reset_exercise(path, "03.1", folder=tmp_path)
     assert path.read_text(encoding="utf-8") == "{ half a notebook"
     backup = reset_notebook(path, now=NOW, folder=tmp_path)  # the whole notebook: the broken file is kept
@@ -170,8 +186,11 @@ def test_a_notebook_that_is_a_symbolic_link_is_refused_as_one(tmp_path):
     for link, target in ((folder / NAME, outside), (folder / "05_other.ipynb", inside)):
         link.symlink_to(target)
         shown = re.escape(str(target))
-        with pytest.raises(ValueError, match=rf"{link.name} is a symbolic link \(to {shown}\); reset refuses links "
-                                             r"so that it never writes outside .* remove the link"):
+        with pytest.raises(
+            ValueError,
+            match=rf"{link.name} is a symbolic link \(to {shown}\); reset refuses links "
+            r"so that it never writes outside .* remove the link",
+        ):
             reset_notebook(link, folder=folder)
         with pytest.raises(ValueError, match="is a symbolic link"):
             reset_exercise(link, "03.1", folder=folder)

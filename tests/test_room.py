@@ -19,8 +19,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_instructor_guide_exercise_table_is_current():
     text = room.GUIDE.read_text(encoding="utf-8")
-    assert room.guide_with_table(text) == text, \
+    assert room.guide_with_table(text) == text, (
         "docs/INSTRUCTOR_GUIDE.md's exercise table is stale: run `python -m course_tools.room guide`"
+    )
     from course_utils.exercises import all_exercises
 
     for key, ex in all_exercises().items():
@@ -41,9 +42,19 @@ def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
             assert "### BEGIN SOLUTION" not in z.read(name).decode("utf-8", errors="replace"), name
         notebooks = {n.split("/")[-1] for n in names if n.startswith("attention-course/notebooks/")}
         assert notebooks >= {p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
-        assert {f"attention-course/{f}" for f in ("course.py", "requirements.txt", "README.md", "lock/learner.txt",
-                                                 "course_utils/checking.py", "course_tools/reset.py",
-                                                 "course_tools/grade.py", "course_tools/corpus.py")} <= set(names)
+        assert {
+            f"attention-course/{f}"
+            for f in (
+                "course.py",
+                "requirements.txt",
+                "README.md",
+                "lock/learner.txt",
+                "course_utils/checking.py",
+                "course_tools/reset.py",
+                "course_tools/grade.py",
+                "course_tools/corpus.py",
+            )
+        } <= set(names)
         assert not {"attention-course/course_tools/build.py", "attention-course/course_tools/room.py"} & set(names)
         assert any(n.startswith("attention-course/.course/clean/03_") for n in names)  # for `course.py reset`
     assert room.learner_leaks(learner) == []
@@ -58,12 +69,29 @@ def tiny_package(tmp_path: Path, name: str, version: str, requires: list[str], i
     src = tmp_path / "src" / f"{name}-{version}"
     (src / name).mkdir(parents=True)
     (src / name / "__init__.py").write_text(f"VALUE = {version!r}\n")
-    (src / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=64"]\n'
-                                        'build-backend = "setuptools.build_meta"\n'
-                                        f'[project]\nname = "{name}"\nversion = "{version}"\n'
-                                        f"dependencies = {json.dumps(requires)}\n")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-q", "-w", str(index), str(src)], check=True, capture_output=True)
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=64"]\n'
+        'build-backend = "setuptools.build_meta"\n'
+        f'[project]\nname = "{name}"\nversion = "{version}"\n'
+        f"dependencies = {json.dumps(requires)}\n"
+    )
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "-q",
+            "-w",
+            str(index),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def test_room_folder_holds_what_the_lock_pins_for_each_target_and_installs_with_no_index(tmp_path):
@@ -79,30 +107,50 @@ def test_room_folder_holds_what_the_lock_pins_for_each_target_and_installs_with_
     tiny_package(tmp_path, "roomcore", "2.0", [], index)  # newer than the pin: must not be taken
     tiny_package(tmp_path, "roomwin", "0.2", [], index)
     lock = tmp_path / "learner.txt"
-    lock.write_text("# a lock\nroomcheck==0.1  # via course-utils (pyproject.toml)\nroomcore==1.0  # via roomcheck\n"
-                    "roomwin==0.2 ; sys_platform == 'win32'  # via roomcheck\nunused==9.9  # pinned, never needed\n")
+    lock.write_text(
+        "# a lock\nroomcheck==0.1  # via course-utils (pyproject.toml)\nroomcore==1.0  # via roomcheck\n"
+        "roomwin==0.2 ; sys_platform == 'win32'  # via roomcheck\nunused==9.9  # pinned, never needed\n"
+    )
     source = ["--no-index", f"--find-links={index}"]
     out = tmp_path / "room"
-    notes = room.prepare(out, lock, pip_args=source, data=False, course=False, build_backend=False,
-                         roots=[Requirement("roomcheck")])
-    assert sorted(p.name for p in (out / "wheels").iterdir()) == \
-        ["roomcheck-0.1-py3-none-any.whl", "roomcore-1.0-py3-none-any.whl"], notes  # no roomwin off Windows
+    notes = room.prepare(
+        out, lock, pip_args=source, data=False, course=False, build_backend=False, roots=[Requirement("roomcheck")]
+    )
+    assert sorted(p.name for p in (out / "wheels").iterdir()) == [
+        "roomcheck-0.1-py3-none-any.whl",
+        "roomcore-1.0-py3-none-any.whl",
+    ], notes  # no roomwin off Windows
     assert "--no-index" in (out / "README.txt").read_text() and "(learner set)" in (out / "README.txt").read_text()
-    room.prepare(out, lock, platforms=["win_amd64"], python_versions=["3.12"], pip_args=source, data=False,
-                 course=False, build_backend=False, roots=[Requirement("roomcheck")])
+    room.prepare(
+        out,
+        lock,
+        platforms=["win_amd64"],
+        python_versions=["3.12"],
+        pip_args=source,
+        data=False,
+        course=False,
+        build_backend=False,
+        roots=[Requirement("roomcheck")],
+    )
     assert "roomwin-0.2-py3-none-any.whl" in {p.name for p in (out / "wheels").iterdir()}  # Windows needs it
     assert "win_amd64 / Python 3.12 (learner set)" in (out / "README.txt").read_text()
     env = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env)
     py = env / ("Scripts/python.exe" if sys.platform == "win32" else "bin/python")
-    subprocess.run([py, "-m", "pip", "install", "-q", "--no-index", "--find-links", out / "wheels", "-c", lock,
-                    "roomcheck"], check=True, capture_output=True)
-    got = subprocess.run([py, "-c", "import roomcheck, roomcore; print(roomcore.VALUE)"], capture_output=True, text=True)
+    subprocess.run(
+        [py, "-m", "pip", "install", "-q", "--no-index", "--find-links", out / "wheels", "-c", lock, "roomcheck"],
+        check=True,
+        capture_output=True,
+    )
+    got = subprocess.run(
+        [py, "-c", "import roomcheck, roomcore; print(roomcore.VALUE)"], capture_output=True, text=True
+    )
     assert got.stdout.strip() == "1.0", got.stderr
     lock.write_text("roomcheck==0.1\n")  # a lock that lacks what roomcheck needs
     with pytest.raises(ValueError, match=r"pins no version of roomcore for this platform.*needed by roomcheck"):
-        room.prepare(out, lock, pip_args=source, data=False, course=False, build_backend=False,
-                     roots=[Requirement("roomcheck")])
+        room.prepare(
+            out, lock, pip_args=source, data=False, course=False, build_backend=False, roots=[Requirement("roomcheck")]
+        )
 
 
 def test_marker_environments_describe_the_target_not_this_machine():
@@ -151,15 +199,17 @@ DEAD_PID = 2**22 + 12345  # above any pid_max default: the temporary of a run th
 
 
 def course_command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "course.py", *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=300)
+    return subprocess.run([sys.executable, "course.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 def test_package_onto_a_notebook_refuses_and_leaves_it_untouched():
     notebook = ROOT / "notebooks" / "03_masking.ipynb"
     before = notebook.read_bytes()
-    for args in (["--learner", "notebooks/03_masking.ipynb"], ["--learner", "notebooks/03_masking.ipynb", "--force"],
-                 ["--instructor", "notebooks/new.zip", "--force"]):
+    for args in (
+        ["--learner", "notebooks/03_masking.ipynb"],
+        ["--learner", "notebooks/03_masking.ipynb", "--force"],
+        ["--instructor", "notebooks/new.zip", "--force"],
+    ):
         proc = course_command("package", *args)
         assert proc.returncode == 2, proc.stdout + proc.stderr
         assert proc.stderr.startswith("course package: ") and "--force does not change this" in proc.stderr
@@ -179,8 +229,11 @@ def test_package_inside_the_course_needs_force():
 def test_package_onto_an_existing_zip_needs_force_and_keeps_a_backup(tmp_path):
     out = tmp_path / "course.zip"
     out.write_bytes(b"a zip an instructor made yesterday")
-    with pytest.raises(ValueError, match=r"course.zip already exists \(a file\); it is never replaced silently: "
-                                         r".* or add --force to replace it"):
+    with pytest.raises(
+        ValueError,
+        match=r"course.zip already exists \(a file\); it is never replaced silently: "
+        r".* or add --force to replace it",
+    ):
         room.package(out, learner=False)
     assert out.read_bytes() == b"a zip an instructor made yesterday"
     stale = tmp_path / f".course.zip.{DEAD_PID}-abc.tmp"
@@ -287,17 +340,22 @@ def test_room_where_no_folder_can_be_made_is_one_line_before_anything_is_downloa
     file.write_text("an instructor's notes")
     proc = course_command("room", str(file / "room"))
     assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip() == (f"course room: cannot write the room folder to {file / 'room'}: {file} is a file, "
-                                   f"not a folder; give the room folder a path in a folder you can write to, "
-                                   f"e.g. {Path.home() / 'room'}")
+    assert proc.stderr.strip() == (
+        f"course room: cannot write the room folder to {file / 'room'}: {file} is a file, "
+        f"not a folder; give the room folder a path in a folder you can write to, "
+        f"e.g. {Path.home() / 'room'}"
+    )
     assert file.read_text() == "an instructor's notes"
     downloads = []
     monkeypatch.setattr(room, "download_wheels", lambda *a, **k: downloads.append(a))
     for system in ("/sys", "/proc"):
         if not sys.platform.startswith("linux") or not Path(system).is_dir():
             continue
-        with pytest.raises(ValueError, match=rf"^cannot write the room folder to {system}/room: the system .* in "
-                                             rf"{system} \(.*\); give the room folder a path in a folder you can"):
+        with pytest.raises(
+            ValueError,
+            match=rf"^cannot write the room folder to {system}/room: the system .* in "
+            rf"{system} \(.*\); give the room folder a path in a folder you can",
+        ):
             room.prepare(Path(system) / "room", data=False, course=False)
     assert downloads == []
 
@@ -330,8 +388,11 @@ def test_a_link_to_a_room_folder_is_refused_as_a_link(tmp_path, monkeypatch):
     link = tmp_path / "link"
     link.symlink_to(made)
     shown = re.escape(str(made))
-    with pytest.raises(ValueError, match=rf"link is a symbolic link \(to {shown}\); the room folder is never "
-                                         r"written through a link.* or add --force to move the link aside"):
+    with pytest.raises(
+        ValueError,
+        match=rf"link is a symbolic link \(to {shown}\); the room folder is never "
+        r"written through a link.* or add --force to move the link aside",
+    ):
         room.prepare(link, data=False, course=False)
     room.prepare(link, data=False, course=False, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
     assert (tmp_path / "backup-link-20260102-030405").is_symlink() and not link.is_symlink()

@@ -14,7 +14,9 @@ def test_choose_size_follows_the_switch_then_the_device():
     assert choose_size("cuda", {}) == "gpu" and choose_size("cuda:1", {}) == "gpu"
     assert choose_size("cpu", {}) == "cpu" and choose_size("mps", {}) == "cpu"
     assert choose_size("cuda", {SIZE_ENV: "ci"}) == "ci"
-    with pytest.raises(ValueError, match=r"COURSE_GPT_SIZE='huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"):
+    with pytest.raises(
+        ValueError, match=r"COURSE_GPT_SIZE='huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"
+    ):
         choose_size("cpu", {SIZE_ENV: "huge"})
 
 
@@ -39,20 +41,28 @@ def test_unigram_loss_is_the_cross_entropy_of_smoothed_frequencies():
     assert unigram_loss(ids, ids, 4) < math.log(4)  # and it beats the uniform guess
 
 
-@pytest.mark.parametrize("train, val, V, match", [
-    (torch.tensor([0.0, 1.0]), torch.tensor([0]), 2, "train_ids must be a non-empty 1-D tensor of integer ids"),
-    (torch.tensor([0, 1]), torch.tensor([[0]]), 2, "val_ids must be a non-empty 1-D tensor"),
-    (torch.tensor([0, 5]), torch.tensor([0]), 3, r"train_ids holds ids outside 0 .. 2 \(vocab_size = 3\)"),
-    ([0, 1], torch.tensor([0]), 2, "got list"),
-])
+@pytest.mark.parametrize(
+    "train, val, V, match",
+    [
+        (torch.tensor([0.0, 1.0]), torch.tensor([0]), 2, "train_ids must be a non-empty 1-D tensor of integer ids"),
+        (torch.tensor([0, 1]), torch.tensor([[0]]), 2, "val_ids must be a non-empty 1-D tensor"),
+        (torch.tensor([0, 5]), torch.tensor([0]), 3, r"train_ids holds ids outside 0 .. 2 \(vocab_size = 3\)"),
+        ([0, 1], torch.tensor([0]), 2, "got list"),
+    ],
+)
 def test_unigram_loss_rejects_bad_input(train, val, V, match):
     with pytest.raises(ValueError, match=match):
         unigram_loss(train, val, V)
 
 
 def _result(val_loss, train_s, steps=100, steps_this_run=None):
-    return {"val_loss": val_loss, "train_s": train_s, "steps": steps, "device": "cpu",
-            "steps_this_run": steps if steps_this_run is None else steps_this_run}
+    return {
+        "val_loss": val_loss,
+        "train_s": train_s,
+        "steps": steps,
+        "device": "cpu",
+        "steps_this_run": steps if steps_this_run is None else steps_this_run,
+    }
 
 
 def test_check_expectations_within_and_outside():
@@ -105,7 +115,9 @@ def test_each_test_process_trains_notebook_09_into_a_fresh_folder():
 
 
 def test_the_old_name_of_the_size_switch_says_its_new_name():
-    with pytest.raises(ValueError, match=r"COURSE_08_SIZE was renamed COURSE_GPT_SIZE .* set COURSE_GPT_SIZE=ci instead"):
+    with pytest.raises(
+        ValueError, match=r"COURSE_08_SIZE was renamed COURSE_GPT_SIZE .* set COURSE_GPT_SIZE=ci instead"
+    ):
         choose_size("cpu", {"COURSE_08_SIZE": "ci"})
     assert choose_size("cpu", {"COURSE_08_SIZE": "ci", "COURSE_GPT_SIZE": "gpu"}) == "gpu"
 

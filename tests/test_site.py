@@ -29,9 +29,23 @@ from course_tools.site import SITE_MARK, build_site, main
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOKS = sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb"))
 # Tags whose src/href the browser loads by itself (a reader's click on <a href> is not a request of the page).
-LOADED = {("script", "src"), ("link", "href"), ("img", "src"), ("iframe", "src"), ("source", "src"),
-          ("video", "src"), ("audio", "src"), ("embed", "src"), ("object", "data"), ("track", "src"),
-          ("input", "src"), ("image", "href"), ("use", "href"), ("image", "xlink:href"), ("use", "xlink:href")}
+LOADED = {
+    ("script", "src"),
+    ("link", "href"),
+    ("img", "src"),
+    ("iframe", "src"),
+    ("source", "src"),
+    ("video", "src"),
+    ("audio", "src"),
+    ("embed", "src"),
+    ("object", "data"),
+    ("track", "src"),
+    ("input", "src"),
+    ("image", "href"),
+    ("use", "href"),
+    ("image", "xlink:href"),
+    ("use", "xlink:href"),
+}
 
 
 class _Refs(HTMLParser):
@@ -75,6 +89,7 @@ def course_site(tmp_path_factory):
 
 
 # ------------------------------------------------------------------------------------------ the course's site
+
 
 def test_every_solved_notebook_has_a_page_in_course_order(course_site):
     assert NOTEBOOKS, "no solved notebooks in solutions/"
@@ -186,8 +201,7 @@ def test_the_markdown_math_is_left_for_katex(course_site):
     """nbconvert keeps ``$...$`` as text; KaTeX typesets it in the browser (the e2e test sees it typeset)."""
     with_math = 0
     for nb_path, page in zip(NOTEBOOKS, course_site.pages):
-        markdown = "\n".join(c.source for c in nbformat.read(nb_path, as_version=4).cells
-                             if c.cell_type == "markdown")
+        markdown = "\n".join(c.source for c in nbformat.read(nb_path, as_version=4).cells if c.cell_type == "markdown")
         found = re.findall(r"\$\$.+?\$\$|\$[^$\n`]+\$", markdown, flags=re.DOTALL)
         if found:
             with_math += 1
@@ -220,8 +234,10 @@ def test_a_changed_vendored_file_stops_the_build(tmp_path, monkeypatch, small_so
 
 # ------------------------------------------------------------------------------------------ the builder
 
+
 def _png() -> str:
     """A 1x1 PNG, base64 (as a notebook stores an image output)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return len(data).to_bytes(4, "big") + kind + data + zlib.crc32(kind + data).to_bytes(4, "big")
 
@@ -231,34 +247,51 @@ def _png() -> str:
 
 
 def _notebook(title: str, body: str, link: str) -> nbformat.NotebookNode:
-    widget = {"application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2,
-                                                          "version_minor": 0},
-              "text/plain": "interactive(children=(IntSlider(value=3, description='n', max=10), "
-                            "Dropdown(description='mask', options=('a', 'b')), Output()))"}
-    progress = {"application/vnd.jupyter.widget-view+json": {"model_id": "def", "version_major": 2,
-                                                            "version_minor": 0},
-                "text/plain": "  0%|          | 0/400 [00:00<?, ?it/s]"}
-    return new_notebook(cells=[
-        new_markdown_cell(f"# {title}\n\n{body}\n\n**Time:** about 5 minutes. **Runs on:** a CPU."),
-        new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('hello')", execution_count=1,
-                      outputs=[new_output("stream", name="stdout", text="hello\n")]),
-        new_markdown_cell(f"## Part one\n\nThe score is $q \\cdot k$. See [the other one]({link}).\n\n"
-                          "### A detail\n\ntext\n\n## Part two\n\nmore"),
-        new_code_cell("plot()", execution_count=2,
-                      outputs=[new_output("display_data", data={"image/png": _png(), "text/plain": "<Figure>"})]),
-        new_code_cell("explore()", execution_count=3,
-                      outputs=[new_output("display_data", data=widget), new_output("display_data", data=progress)]),
-    ])
+    widget = {
+        "application/vnd.jupyter.widget-view+json": {"model_id": "abc", "version_major": 2, "version_minor": 0},
+        "text/plain": "interactive(children=(IntSlider(value=3, description='n', max=10), "
+        "Dropdown(description='mask', options=('a', 'b')), Output()))",
+    }
+    progress = {
+        "application/vnd.jupyter.widget-view+json": {"model_id": "def", "version_major": 2, "version_minor": 0},
+        "text/plain": "  0%|          | 0/400 [00:00<?, ?it/s]",
+    }
+    return new_notebook(
+        cells=[
+            new_markdown_cell(f"# {title}\n\n{body}\n\n**Time:** about 5 minutes. **Runs on:** a CPU."),
+            new_code_cell(
+                "# NBVAL_IGNORE_OUTPUT\nprint('hello')",
+                execution_count=1,
+                outputs=[new_output("stream", name="stdout", text="hello\n")],
+            ),
+            new_markdown_cell(
+                f"## Part one\n\nThe score is $q \\cdot k$. See [the other one]({link}).\n\n"
+                "### A detail\n\ntext\n\n## Part two\n\nmore"
+            ),
+            new_code_cell(
+                "plot()",
+                execution_count=2,
+                outputs=[new_output("display_data", data={"image/png": _png(), "text/plain": "<Figure>"})],
+            ),
+            new_code_cell(
+                "explore()",
+                execution_count=3,
+                outputs=[new_output("display_data", data=widget), new_output("display_data", data=progress)],
+            ),
+        ]
+    )
 
 
 @pytest.fixture
 def small_solutions(tmp_path) -> Path:
     folder = tmp_path / "solutions"
     folder.mkdir()
-    nbformat.write(_notebook("01 First `steps`", "The first notebook.", "02_second.ipynb#Part-two"),
-                   folder / "01_first.ipynb")
-    nbformat.write(_notebook("02 Second", "The second notebook.", "../notebooks/01_first.ipynb"),
-                   folder / "02_second.ipynb")
+    nbformat.write(
+        _notebook("01 First `steps`", "The first notebook.", "02_second.ipynb#Part-two"), folder / "01_first.ipynb"
+    )
+    nbformat.write(
+        _notebook("02 Second", "The second notebook.", "../notebooks/01_first.ipynb"), folder / "02_second.ipynb"
+    )
     nbformat.write(_notebook("x", "not a course notebook", "x.ipynb"), folder / "backup-01_first-2026.ipynb")
     return folder
 
@@ -290,7 +323,8 @@ def test_the_colab_link_goes_to_the_learner_copy_and_another_to_solutions_is_rep
     assert colab_url("solutions/01_first.ipynb") not in page
     assert [n for n in site.notes if "Colab" in n] == [
         "01_first.html still links to a solved notebook on Colab (not through the course's own 'open in Colab' "
-        "link, which goes to notebooks/01_first.ipynb): a reader gets the solutions"]
+        "link, which goes to notebooks/01_first.ipynb): a reader gets the solutions"
+    ]
 
 
 def test_titles_times_contents_and_widget_notes(tmp_path, small_solutions):
@@ -304,8 +338,10 @@ def test_titles_times_contents_and_widget_notes(tmp_path, small_solutions):
     toc = page.split('<ol class="course-site-contents">')[1].split("</nav>")[0]
     assert re.findall(r'href="#([^"]+)"', toc) == ["Part-one", "A-detail", "Part-two"]
     assert "<ol>" in toc  # the h3 is nested under its h2
-    assert ("<strong>Interactive in JupyterLab</strong>: open <code>notebooks/01_first.ipynb</code> to move the "
-            "controls (n, mask)") in page
+    assert (
+        "<strong>Interactive in JupyterLab</strong>: open <code>notebooks/01_first.ipynb</code> to move the "
+        "controls (n, mask)"
+    ) in page
     assert "A progress bar: it moves while the cell runs in JupyterLab" in page
     assert "IntSlider(value=3" not in page and "# NBVAL_IGNORE_OUTPUT" not in page
     assert page.count('src="data:image/png;base64,') == 1
@@ -398,15 +434,20 @@ def test_a_site_where_no_folder_can_be_made_is_one_line(tmp_path, small_solution
     file.write_text("a learner's notes", encoding="utf-8")
     assert main([str(file / "site"), "--solutions", str(small_solutions)]) == 2
     err = capsys.readouterr().err
-    assert err.strip() == (f"course site: cannot write the site to {file / 'site'}: {file} is a file, not a "
-                           f"folder; give the site a path in a folder you can write to, e.g. {Path.home() / 'site'}")
+    assert err.strip() == (
+        f"course site: cannot write the site to {file / 'site'}: {file} is a file, not a "
+        f"folder; give the site a path in a folder you can write to, e.g. {Path.home() / 'site'}"
+    )
     assert file.read_text(encoding="utf-8") == "a learner's notes"
     for system in ("/sys", "/proc"):
         if sys.platform.startswith("linux") and Path(system).is_dir():
             assert main([f"{system}/site", "--solutions", str(small_solutions)]) == 2
             err = capsys.readouterr().err
-            assert re.fullmatch(rf"course site: cannot write the site to {system}/site: the system .* in {system} "
-                                r"\(.*\); give the site a path in a folder you can write to, e\.g\. .*\n", err), err
+            assert re.fullmatch(
+                rf"course site: cannot write the site to {system}/site: the system .* in {system} "
+                r"\(.*\); give the site a path in a folder you can write to, e\.g\. .*\n",
+                err,
+            ), err
 
 
 def test_the_command_course_py_prints_pastes_back_whole(tmp_path):
@@ -418,8 +459,9 @@ def test_the_command_course_py_prints_pastes_back_whole(tmp_path):
     out = tmp_path / "s12 dir" / "sité ü"
     out.mkdir(parents=True)
     (out / "notes.txt").write_text("mine", encoding="utf-8")
-    proc = subprocess.run([sys.executable, "course.py", "site", str(out)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "course.py", "site", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
     assert proc.returncode == 2 and "already exists" in proc.stderr, proc.stdout + proc.stderr
     shown = next(ln for ln in proc.stdout.splitlines() if ln.startswith("[course] $ "))
     assert shlex.split(shown.removeprefix("[course] $ "))[-3:] == ["-m", "course_tools.site", str(out)], shown
@@ -434,9 +476,12 @@ def test_a_link_to_a_site_is_refused_as_a_link(tmp_path, small_solutions):
     link = tmp_path / "link"
     link.symlink_to(made)
     shown = re.escape(str(made))
-    with pytest.raises(ValueError, match=rf"link is a symbolic link \(to {shown}\); site refuses links so that it "
-                                         rf"never writes outside the folder it is given: give the folder itself "
-                                         rf"\({shown}\) or a new one, or add --force"):
+    with pytest.raises(
+        ValueError,
+        match=rf"link is a symbolic link \(to {shown}\); site refuses links so that it "
+        rf"never writes outside the folder it is given: give the folder itself "
+        rf"\({shown}\) or a new one, or add --force",
+    ):
         build_site(link, small_solutions)
     before = {p: p.read_bytes() for p in made.rglob("*") if p.is_file()}
     build_site(link, small_solutions, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
@@ -446,15 +491,18 @@ def test_a_link_to_a_site_is_refused_as_a_link(tmp_path, small_solutions):
 
 
 def test_the_toc_nests_third_level_headings():
-    page = ('<h2 id="a">A<a class="anchor-link" href="#a">¶</a></h2><h3 id="b">B <code>x</code>'
-            '<a class="anchor-link" href="#b">¶</a></h3><h2 id="c">C<a class="anchor-link" href="#c">¶</a></h2>'
-            '<h3 id="d">D<a class="anchor-link" href="#d">¶</a></h3>')
+    page = (
+        '<h2 id="a">A<a class="anchor-link" href="#a">¶</a></h2><h3 id="b">B <code>x</code>'
+        '<a class="anchor-link" href="#b">¶</a></h3><h2 id="c">C<a class="anchor-link" href="#c">¶</a></h2>'
+        '<h3 id="d">D<a class="anchor-link" href="#d">¶</a></h3>'
+    )
     toc = site_mod._toc(page)
-    assert re.sub(r"\s+", "", toc) == ('<olclass="course-site-contents"><li><ahref="#a">A</a><ol><li>'
-                                      '<ahref="#b">Bx</a></li></ol></li><li><ahref="#c">C</a><ol><li>'
-                                      '<ahref="#d">D</a></li></ol></li></ol>')
+    assert re.sub(r"\s+", "", toc) == (
+        '<olclass="course-site-contents"><li><ahref="#a">A</a><ol><li>'
+        '<ahref="#b">Bx</a></li></ol></li><li><ahref="#c">C</a><ol><li>'
+        '<ahref="#d">D</a></li></ol></li></ol>'
+    )
     assert site_mod._toc("<p>no headings</p>") == ""
-
 
 
 def test_a_rebuild_removes_the_temporary_files_of_a_killed_build(tmp_path, small_solutions):

@@ -42,8 +42,17 @@ from course_utils.train import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-FAST = dict(batch_size=8, max_steps=20, warmup_steps=4, learning_rate=1e-2, min_lr=1e-3, log_interval=1,
-            eval_interval=10, eval_batches=2, checkpoint_interval=5)
+FAST = dict(
+    batch_size=8,
+    max_steps=20,
+    warmup_steps=4,
+    learning_rate=1e-2,
+    min_lr=1e-3,
+    log_interval=1,
+    eval_interval=10,
+    eval_batches=2,
+    checkpoint_interval=5,
+)
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one CPU thread
@@ -67,21 +76,24 @@ def run(text_file, out, **overrides):
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides, error, match", [
-    (dict(batch_size=0), ValueError, "batch_size must be at least 1, got 0"),
-    (dict(max_steps=2.5), TypeError, "max_steps must be an int, got float"),
-    (dict(eval_interval=True), TypeError, "eval_interval must be an int, got bool"),
-    (dict(warmup_steps=-1), ValueError, "warmup_steps must be at least 0, got -1"),
-    (dict(learning_rate=0.0), ValueError, "learning_rate must be a positive finite number, got 0.0"),
-    (dict(learning_rate="3e-3"), TypeError, r"learning_rate must be a positive number, got '3e-3' \(str\)"),
-    (dict(min_lr=1.0), ValueError, r"min_lr must be in \[0, learning_rate = 0.003\]"),
-    (dict(min_lr=None), TypeError, r"min_lr must be a number in \[0, learning_rate = 0.003\], got None"),
-    (dict(beta2=1.0), ValueError, r"beta2 must be in \[0, 1\)"),
-    (dict(weight_decay=-0.1), ValueError, "weight_decay must be a finite number >= 0, got -0.1"),
-    (dict(grad_clip=0.0), ValueError, "grad_clip must be positive"),
-    (dict(grad_clip="1"), TypeError, r"grad_clip must be a positive number, got '1' \(str\)"),
-    (dict(seed="x"), TypeError, "seed must be an int, got str"),
-])
+@pytest.mark.parametrize(
+    "overrides, error, match",
+    [
+        (dict(batch_size=0), ValueError, "batch_size must be at least 1, got 0"),
+        (dict(max_steps=2.5), TypeError, "max_steps must be an int, got float"),
+        (dict(eval_interval=True), TypeError, "eval_interval must be an int, got bool"),
+        (dict(warmup_steps=-1), ValueError, "warmup_steps must be at least 0, got -1"),
+        (dict(learning_rate=0.0), ValueError, "learning_rate must be a positive finite number, got 0.0"),
+        (dict(learning_rate="3e-3"), TypeError, r"learning_rate must be a positive number, got '3e-3' \(str\)"),
+        (dict(min_lr=1.0), ValueError, r"min_lr must be in \[0, learning_rate = 0.003\]"),
+        (dict(min_lr=None), TypeError, r"min_lr must be a number in \[0, learning_rate = 0.003\], got None"),
+        (dict(beta2=1.0), ValueError, r"beta2 must be in \[0, 1\)"),
+        (dict(weight_decay=-0.1), ValueError, "weight_decay must be a finite number >= 0, got -0.1"),
+        (dict(grad_clip=0.0), ValueError, "grad_clip must be positive"),
+        (dict(grad_clip="1"), TypeError, r"grad_clip must be a positive number, got '1' \(str\)"),
+        (dict(seed="x"), TypeError, "seed must be an int, got str"),
+    ],
+)
 def test_train_config_rejects_bad_values(overrides, error, match):
     with pytest.raises(error, match=match):
         TrainConfig.preset("tiny", **overrides)
@@ -106,7 +118,9 @@ def test_learning_rate_warms_up_then_follows_a_cosine():
     assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
     assert learning_rate(55, train_config) == pytest.approx(0.55)  # half way down the cosine: the mean of max and min
-    assert learning_rate(100, train_config) == pytest.approx(0.1) and learning_rate(500, train_config) == pytest.approx(0.1)
+    assert learning_rate(100, train_config) == pytest.approx(0.1) and learning_rate(500, train_config) == pytest.approx(
+        0.1
+    )
 
 
 def test_pick_device():
@@ -149,12 +163,29 @@ def test_val_loss_is_the_mean_over_the_whole_validation_split(text_file, tmp_pat
             logits, _ = model(x)
             total += torch.nn.functional.cross_entropy(logits[0], y[0], reduction="sum").item()
     assert result["val_loss"] == pytest.approx(total / (len(val) - 1), rel=1e-5)
-    assert evaluate(model, val, model.config.context_length, batch_size=7) == pytest.approx(result["val_loss"], rel=1e-5)
+    assert evaluate(model, val, model.config.context_length, batch_size=7) == pytest.approx(
+        result["val_loss"], rel=1e-5
+    )
 
 
 def test_command_line_prints_one_json_line(text_file, tmp_path, capsys):
-    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--max-steps", "3",
-                 "--eval-interval", "3", "--batch-size", "4", "--quiet"])
+    code = main(
+        [
+            "--preset",
+            "tiny",
+            "--data",
+            str(text_file),
+            "--out",
+            str(tmp_path),
+            "--max-steps",
+            "3",
+            "--eval-interval",
+            "3",
+            "--batch-size",
+            "4",
+            "--quiet",
+        ]
+    )
     assert code == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1
@@ -183,6 +214,7 @@ def kill_at(step):
     def callback(event):
         if event["kind"] == "train" and event["step"] == step:
             raise Killed(step)
+
     return callback
 
 
@@ -271,15 +303,44 @@ def test_two_processes_train_like_one(text_file, tmp_path):
     summed in another order), so the losses agree to about 1e-6; 1e-4 leaves room for Adam to amplify that
     over 12 steps on another machine.
     """
-    args = ["--preset", "tiny", "--data", str(text_file), "--max-steps", "12", "--batch-size", "8",
-            "--log-interval", "1", "--eval-interval", "12", "--checkpoint-interval", "6", "--quiet"]
+    args = [
+        "--preset",
+        "tiny",
+        "--data",
+        str(text_file),
+        "--max-steps",
+        "12",
+        "--batch-size",
+        "8",
+        "--log-interval",
+        "1",
+        "--eval-interval",
+        "12",
+        "--checkpoint-interval",
+        "6",
+        "--quiet",
+    ]
     same = dict(max_steps=12, batch_size=8, log_interval=1, eval_interval=12, checkpoint_interval=6)
     one = train("tiny", text_file, tmp_path / "one", TrainConfig.preset("tiny", **same), progress=False)
     torchrun = Path(sys.executable).parent / "torchrun"
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([str(torchrun), "--standalone", "--nproc_per_node=2", "-m", "course_utils.train", *args,
-                           "--out", str(tmp_path / "two")], capture_output=True, text=True, cwd=ROOT, env=env,
-                          timeout=300)
+    proc = subprocess.run(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc_per_node=2",
+            "-m",
+            "course_utils.train",
+            *args,
+            "--out",
+            str(tmp_path / "two"),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env=env,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, "only process 0 prints"
@@ -313,8 +374,25 @@ def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, ca
     from course_utils.train import load_model
 
     dest = tmp_path / "model.pt"
-    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path / "run"), "--max-steps", "4",
-                 "--eval-interval", "4", "--batch-size", "4", "--quiet", "--export", str(dest)])
+    code = main(
+        [
+            "--preset",
+            "tiny",
+            "--data",
+            str(text_file),
+            "--out",
+            str(tmp_path / "run"),
+            "--max-steps",
+            "4",
+            "--eval-interval",
+            "4",
+            "--batch-size",
+            "4",
+            "--quiet",
+            "--export",
+            str(dest),
+        ]
+    )
     assert code == 0
     result = json.loads(capsys.readouterr().out.strip())
     assert result["export"] == str(dest)
@@ -385,8 +463,22 @@ def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path):
 
 def cli(capsys, text_file, out, *flags):
     """Run the command line; return (exit code, stderr lines, the JSON result or None)."""
-    code = main(["--data", str(text_file), "--out", str(out), "--max-steps", "3", "--eval-interval", "3",
-                 "--batch-size", "4", "--quiet", *map(str, flags)])
+    code = main(
+        [
+            "--data",
+            str(text_file),
+            "--out",
+            str(out),
+            "--max-steps",
+            "3",
+            "--eval-interval",
+            "3",
+            "--batch-size",
+            "4",
+            "--quiet",
+            *map(str, flags),
+        ]
+    )
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
     return code, captured.err.strip().splitlines(), json.loads(lines[-1]) if lines else None
@@ -429,13 +521,22 @@ def test_a_run_without_resume_never_overwrites_a_run(text_file, tmp_path, capsys
     assert (tmp_path / "checkpoint.pt").read_bytes() == before
 
 
-@pytest.mark.parametrize("device, match", [
-    pytest.param("cuda", r"this PyTorch \(.*\) was built without CUDA; use --device cpu or auto",
-                 marks=pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch")),
-    pytest.param("mps", r"device 'mps' \(Apple's GPU\) is not available here: .*; use --device cpu or auto",
-                 marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS")),
-    ("gpu", "device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
-])
+@pytest.mark.parametrize(
+    "device, match",
+    [
+        pytest.param(
+            "cuda",
+            r"this PyTorch \(.*\) was built without CUDA; use --device cpu or auto",
+            marks=pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch"),
+        ),
+        pytest.param(
+            "mps",
+            r"device 'mps' \(Apple's GPU\) is not available here: .*; use --device cpu or auto",
+            marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS"),
+        ),
+        ("gpu", "device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
+    ],
+)
 def test_a_device_this_machine_lacks_is_refused(text_file, tmp_path, capsys, device, match):
     """Before: torch's AssertionError "Torch not compiled with CUDA enabled" (or MPS's) as a traceback."""
     assert re.search(match, refused(capsys, text_file, tmp_path / "run", "--device", device))
@@ -464,11 +565,25 @@ def test_a_text_too_small_for_the_split_and_the_context_says_how_small(tmp_path,
 def test_resume_names_the_flags_it_ignores_and_obeys_max_steps(text_file, tmp_path, capsys):
     """Before: --batch-size and --learning-rate were silently dropped on --resume."""
     assert cli(capsys, text_file, tmp_path)[0] == 0
-    code, err, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "5", "--batch-size", "64",
-                            "--learning-rate", "0.5", "--seed", "1337")
+    code, err, result = cli(
+        capsys,
+        text_file,
+        tmp_path,
+        "--resume",
+        "--max-steps",
+        "5",
+        "--batch-size",
+        "64",
+        "--learning-rate",
+        "0.5",
+        "--seed",
+        "1337",
+    )
     assert code == 0 and result["steps"] == 5
-    assert err == ["--resume: keeping the checkpoint's batch_size 4; your --batch-size 64 is ignored",
-                   "--resume: keeping the checkpoint's learning_rate 0.003; your --learning-rate 0.5 is ignored"]
+    assert err == [
+        "--resume: keeping the checkpoint's batch_size 4; your --batch-size 64 is ignored",
+        "--resume: keeping the checkpoint's learning_rate 0.003; your --learning-rate 0.5 is ignored",
+    ]
     assert result["notices"] == err
     assert result["train_config"]["batch_size"] == 4 and result["train_config"]["learning_rate"] == 0.003
     code, err, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "6")
@@ -478,21 +593,28 @@ def test_resume_names_the_flags_it_ignores_and_obeys_max_steps(text_file, tmp_pa
 def test_resume_refuses_another_model_or_other_text(text_file, tmp_path, capsys):
     assert cli(capsys, text_file, tmp_path)[0] == 0
     line = refused(capsys, text_file, tmp_path, "--resume", "--preset", "cpu")
-    assert ("is a run of the 'tiny' preset (2 layers, 32 wide, context 32), not the 'cpu' preset (3 layers, 96 wide, "
-            "context 64) as asked: leave out --preset to continue that run, or choose another --out") in line
+    assert (
+        "is a run of the 'tiny' preset (2 layers, 32 wide, context 32), not the 'cpu' preset (3 layers, 96 wide, "
+        "context 64) as asked: leave out --preset to continue that run, or choose another --out"
+    ) in line
     other = tmp_path / "other.txt"
     other.write_text(text_file.read_text() + "more words\n")
     line = refused(capsys, other, tmp_path, "--resume")
-    assert re.search(r"was trained on a text with sha256 [0-9a-f]{16}\.\.\., but --data has [0-9a-f]{16}\.\.\.: "
-                     "pass the same file", line)
+    assert re.search(
+        r"was trained on a text with sha256 [0-9a-f]{16}\.\.\., but --data has [0-9a-f]{16}\.\.\.: "
+        "pass the same file",
+        line,
+    )
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3, "the run is untouched"
 
 
 def _save_killed_midway(folder: Path) -> int:
     """A process that dies (os._exit, as a kill would) while writing a checkpoint; returns its process id."""
-    code = ("import os, sys, torch; from course_utils.train import save_checkpoint\n"
-            "torch.save = lambda state, f: (open(f, 'wb').write(b'half a checkpoint'), os._exit(9))\n"
-            f"save_checkpoint({str(folder / 'checkpoint.pt')!r}, {{}})\n")
+    code = (
+        "import os, sys, torch; from course_utils.train import save_checkpoint\n"
+        "torch.save = lambda state, f: (open(f, 'wb').write(b'half a checkpoint'), os._exit(9))\n"
+        f"save_checkpoint({str(folder / 'checkpoint.pt')!r}, {{}})\n"
+    )
     with subprocess.Popen([sys.executable, "-c", code], cwd=ROOT) as proc:
         assert proc.wait(timeout=120) == 9
     return proc.pid  # waited for: no process has this id now (until the system reuses it, which takes a while)
@@ -526,18 +648,34 @@ def test_the_course_corpus_is_verified_whichever_path_reads_it(text_file, tmp_pa
     copy.write_bytes(base.replace(b"ROMEO", b"ROMEA", 1) if real.exists() else base)
     line = refused(capsys, copy, tmp_path / "run")
     digest = sha256_file(copy)
-    assert (f"{copy} is named like the course corpus but its sha256 is {digest[:16]}..., expected "
-            f"{CORPUS_SHA256[:16]}...") in line
+    assert (
+        f"{copy} is named like the course corpus but its sha256 is {digest[:16]}..., expected {CORPUS_SHA256[:16]}..."
+    ) in line
     assert "Run `python -m course_tools.corpus fetch --force` to fetch it again" in line
     assert not (tmp_path / "run").exists()
 
 
 def test_own_text_is_said_to_be_unverified(text_file, tmp_path, capsys):
-    code = main(["--data", str(text_file), "--out", str(tmp_path), "--max-steps", "2", "--eval-interval", "2",
-                 "--batch-size", "4", "--no-progress"])
+    code = main(
+        [
+            "--data",
+            str(text_file),
+            "--out",
+            str(tmp_path),
+            "--max-steps",
+            "2",
+            "--eval-interval",
+            "2",
+            "--batch-size",
+            "4",
+            "--no-progress",
+        ]
+    )
     assert code == 0
-    assert (f"data: {text_file} is your own text (not the course corpus): used as it is, not verified against a "
-            "pinned sha256") in capsys.readouterr().err
+    assert (
+        f"data: {text_file} is your own text (not the course corpus): used as it is, not verified against a "
+        "pinned sha256"
+    ) in capsys.readouterr().err
 
 
 def test_export_to_a_path_that_cannot_be_written_is_refused_before_training(text_file, tmp_path, capsys):
@@ -549,11 +687,19 @@ def test_export_to_a_path_that_cannot_be_written_is_refused_before_training(text
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("field, value, error, match", [
-    ("compile", "yes", TypeError, r"compile must be True, False or None \(on for CUDA only\), got 'yes' \(str\)"),
-    ("fused_adamw", 1, TypeError, r"fused_adamw must be True, False or None \(on for CUDA only\), got 1 \(int\)"),
-    ("autocast", "fp16", ValueError, r"autocast must be one of \(None, 'bf16', 'off'\) \(bf16 on CUDA only\), got 'fp16'"),
-])
+@pytest.mark.parametrize(
+    "field, value, error, match",
+    [
+        ("compile", "yes", TypeError, r"compile must be True, False or None \(on for CUDA only\), got 'yes' \(str\)"),
+        ("fused_adamw", 1, TypeError, r"fused_adamw must be True, False or None \(on for CUDA only\), got 1 \(int\)"),
+        (
+            "autocast",
+            "fp16",
+            ValueError,
+            r"autocast must be one of \(None, 'bf16', 'off'\) \(bf16 on CUDA only\), got 'fp16'",
+        ),
+    ],
+)
 def test_train_config_checks_the_gpu_switches(field, value, error, match):
     with pytest.raises(error, match=match):
         TrainConfig.preset("tiny", **{field: value})
@@ -563,11 +709,13 @@ def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
     run(text_file, tmp_path, max_steps=3)
     result = run(text_file, tmp_path, max_steps=3, resume=True, log_interval=2)  # a TrainConfig that differs
     assert result["notices"] == ["--resume: keeping the checkpoint's log_interval 1; your --log-interval 2 is ignored"]
-    result = train("tiny", text_file, tmp_path, TrainConfig.preset("tiny", **{**FAST, "max_steps": 6}), resume=True,
-                   progress=False)
+    result = train(
+        "tiny", text_file, tmp_path, TrainConfig.preset("tiny", **{**FAST, "max_steps": 6}), resume=True, progress=False
+    )
     assert result["steps"] == 3 and result["notices"] == [
         "--resume: keeping the checkpoint's max_steps 3; your max_steps 6 is ignored (to change it, pass "
-        "max_steps=6 to train)"]
+        "max_steps=6 to train)"
+    ]
 
 
 def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file, tmp_path):
@@ -584,9 +732,13 @@ def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file,
     assert whole["history"][-1] < whole["history"][0]
     model, _, _ = load_model(tmp_path / "whole" / "checkpoint.pt")
     assert model.config.norm_position == "post" and isinstance(model.ln_f, torch.nn.Identity)
-    with pytest.raises(RunSetupError, match=r"is a run of a model of 2 layers, 32 wide, context 32, post-norm, not "
-                                            r"the 'tiny' preset \(2 layers, 32 wide, context 32\) as asked"):
+    with pytest.raises(
+        RunSetupError,
+        match=r"is a run of a model of 2 layers, 32 wide, context 32, post-norm, not "
+        r"the 'tiny' preset \(2 layers, 32 wide, context 32\) as asked",
+    ):
         train("tiny", text_file, tmp_path / "whole", settings, progress=False, resume=True)
+
 
 def test_python_api_checks_its_arguments_at_the_call(tmp_path, text_file):
     train_config = TrainConfig.preset("tiny")
@@ -634,7 +786,7 @@ def test_each_log_event_is_the_mean_of_its_window_of_steps(text_file, tmp_path):
     history, begin = result["history"], 0
     assert len(history) == 11
     for event in train_events:
-        window = history[begin:event["step"]]
+        window = history[begin : event["step"]]
         assert event["loss"] == pytest.approx(sum(window) / len(window), rel=1e-12)
         assert event["lr"] == learning_rate(event["step"] - 1, train_config)  # the rate of the window's last step
         assert event["tokens_per_s"] > 0
@@ -672,10 +824,33 @@ def test_the_time_limit_stops_at_the_end_of_a_window_with_a_checkpoint_and_resum
     assert resumed["history"] == whole["history"]
 
 
-SUMMARY_KEYS = ["val_loss", "train_loss", "steps", "steps_this_run", "tokens", "tokens_per_s",
-                "tokens_per_s_after_first_step", "train_s", "first_step_s", "final_eval_s", "wall_s", "params",
-                "flops_per_token", "device", "world_size", "compiled", "autocast", "fused_adamw", "notices",
-                "stopped_by", "checkpoint", "model_config", "train_config", "history", "evals"]
+SUMMARY_KEYS = [
+    "val_loss",
+    "train_loss",
+    "steps",
+    "steps_this_run",
+    "tokens",
+    "tokens_per_s",
+    "tokens_per_s_after_first_step",
+    "train_s",
+    "first_step_s",
+    "final_eval_s",
+    "wall_s",
+    "params",
+    "flops_per_token",
+    "device",
+    "world_size",
+    "compiled",
+    "autocast",
+    "fused_adamw",
+    "notices",
+    "stopped_by",
+    "checkpoint",
+    "model_config",
+    "train_config",
+    "history",
+    "evals",
+]
 
 
 def test_the_summary_has_every_key_in_its_order_and_its_figures_add_up(text_file, tmp_path):
@@ -686,7 +861,8 @@ def test_the_summary_has_every_key_in_its_order_and_its_figures_add_up(text_file
     assert result["tokens"] == 6 * tokens_per_step and result["world_size"] == 1
     assert result["tokens_per_s"] == pytest.approx(6 * tokens_per_step / result["train_s"], rel=1e-12)
     assert result["tokens_per_s_after_first_step"] == pytest.approx(
-        5 * tokens_per_step / (result["train_s"] - result["first_step_s"]), rel=1e-12)
+        5 * tokens_per_step / (result["train_s"] - result["first_step_s"]), rel=1e-12
+    )
     assert 0 < result["first_step_s"] < result["train_s"] <= result["wall_s"]
     assert result["checkpoint"] == str(tmp_path / "checkpoint.pt")
 
@@ -700,12 +876,13 @@ def test_the_loop_reads_top_to_bottom_in_three_labelled_phases():
 
     source = inspect.getsource(train_module.train)
     loop = next(node for node in ast.parse(source).body[0].body if isinstance(node, ast.For))
-    lines = source.splitlines()[loop.lineno - 1:loop.end_lineno]
+    lines = source.splitlines()[loop.lineno - 1 : loop.end_lineno]
     comments = [line.strip() for line in lines if line.strip().startswith("# ")]
     phases = ["# forward, backward, update", "# time and log", "# evaluate and save"]
     assert [next(c for c in comments if c.startswith(p)) for p in phases]  # each phase is labelled ...
     assert [min(i for i, c in enumerate(comments) if c.startswith(p)) for p in phases] == sorted(
-        min(i for i, c in enumerate(comments) if c.startswith(p)) for p in phases)  # ... in this order
+        min(i for i, c in enumerate(comments) if c.startswith(p)) for p in phases
+    )  # ... in this order
     assert len(lines) <= 45
 
     def depth(node: ast.AST) -> int:

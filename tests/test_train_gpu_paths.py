@@ -40,8 +40,17 @@ FLOAT32_ATOL = 1e-5
 # that one rounding step; we measured 6.5e-5 relative for the gpu preset (two steps) and 3.4e-6 for the tiny one.
 BF16_RTOL = 2.0**-8
 # The tiny preset, with a learning rate high enough that four steps change the weights visibly.
-QUICK = dict(max_steps=4, batch_size=8, warmup_steps=2, learning_rate=1e-2, min_lr=1e-3, log_interval=1,
-             eval_interval=4, eval_batches=1, checkpoint_interval=4)
+QUICK = dict(
+    max_steps=4,
+    batch_size=8,
+    warmup_steps=2,
+    learning_rate=1e-2,
+    min_lr=1e-3,
+    log_interval=1,
+    eval_interval=4,
+    eval_batches=1,
+    checkpoint_interval=4,
+)
 
 
 @pytest.fixture(scope="module")
@@ -91,13 +100,19 @@ def test_cuda_defaults_keep_the_recipe_and_compile_only_with_triton(monkeypatch)
     cuda = torch.device("cuda")
     train_config = TrainConfig.preset("gpu", fused_adamw=False)  # checking fused AdamW would need a real GPU
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real_find_spec(name, *a)
+    )
     assert compile_available(cuda) == (False, "Triton is not installed (PyPI has no Triton for Windows)")
     switches, notices = gpu_switches(train_config, cuda)
     assert (switches.compile, switches.autocast, switches.fused_adamw) == (False, "bf16", False)
-    assert notices == ["torch.compile is off: Triton is not installed (PyPI has no Triton for Windows); training in "
-                       "eager mode (slower, same results)"]
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else real_find_spec(name, *a))
+    assert notices == [
+        "torch.compile is off: Triton is not installed (PyPI has no Triton for Windows); training in "
+        "eager mode (slower, same results)"
+    ]
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else real_find_spec(name, *a)
+    )
     switches, notices = gpu_switches(train_config, cuda)
     assert switches.compile and switches.autocast == "bf16" and notices == []
 
@@ -112,7 +127,9 @@ def test_compile_where_it_cannot_work_falls_back_to_eager_with_a_notice(text_fil
 
 def test_fused_adamw_where_the_build_has_none_is_refused_before_training(text_file, tmp_path, monkeypatch):
     monkeypatch.setattr(train_module, "fused_adamw_available", lambda device: False)
-    with pytest.raises(RunSetupError, match=r"fused AdamW is not available for cpu in torch .*: leave out --fused-adamw"):
+    with pytest.raises(
+        RunSetupError, match=r"fused AdamW is not available for cpu in torch .*: leave out --fused-adamw"
+    ):
         run(text_file, tmp_path / "run", **QUICK, fused_adamw=True)
     assert not (tmp_path / "run" / "checkpoint.pt").exists()
 
@@ -127,8 +144,25 @@ def test_a_resumed_run_takes_the_switches_of_this_session(text_file, tmp_path):
 
 
 def test_the_command_line_switches(text_file, tmp_path, capsys):
-    code = main(["--data", str(text_file), "--out", str(tmp_path), "--max-steps", "2", "--eval-interval", "2",
-                 "--batch-size", "4", "--quiet", "--no-compile", "--autocast", "bf16", "--fused-adamw"])
+    code = main(
+        [
+            "--data",
+            str(text_file),
+            "--out",
+            str(tmp_path),
+            "--max-steps",
+            "2",
+            "--eval-interval",
+            "2",
+            "--batch-size",
+            "4",
+            "--quiet",
+            "--no-compile",
+            "--autocast",
+            "bf16",
+            "--fused-adamw",
+        ]
+    )
     assert code == 0
     import json
 

@@ -29,17 +29,20 @@ def test_check_int_returns_a_plain_int():
     assert check_positive_int("n", 1) == 1
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(n=True), TypeError, "n must be an int, got bool"),
-    (dict(n=2.0), TypeError, "n must be an int, got float"),
-    (dict(n="2"), TypeError, "n must be an int, got str"),
-    (dict(n=None, expected="an int or None"), TypeError, "n must be an int or None, got NoneType"),
-    (dict(n=0), ValueError, "n must be at least 1, got 0"),
-    (dict(n=-1, minimum=0), ValueError, "n must be at least 0, got -1"),
-    (dict(n=4, minimum=0, maximum=3), ValueError, r"n must be in \[0, 3\], got 4"),
-    (dict(n=-1, minimum=0, maximum=3), ValueError, r"n must be in \[0, 3\], got -1"),
-    (dict(n=9, minimum=None, maximum=3), ValueError, "n must be at most 3, got 9"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(n=True), TypeError, "n must be an int, got bool"),
+        (dict(n=2.0), TypeError, "n must be an int, got float"),
+        (dict(n="2"), TypeError, "n must be an int, got str"),
+        (dict(n=None, expected="an int or None"), TypeError, "n must be an int or None, got NoneType"),
+        (dict(n=0), ValueError, "n must be at least 1, got 0"),
+        (dict(n=-1, minimum=0), ValueError, "n must be at least 0, got -1"),
+        (dict(n=4, minimum=0, maximum=3), ValueError, r"n must be in \[0, 3\], got 4"),
+        (dict(n=-1, minimum=0, maximum=3), ValueError, r"n must be in \[0, 3\], got -1"),
+        (dict(n=9, minimum=None, maximum=3), ValueError, "n must be at most 3, got 9"),
+    ],
+)
 def test_check_int_rejects(kwargs, error, match):
     with pytest.raises(error, match=match):
         check_int("n", **kwargs)
@@ -69,15 +72,18 @@ def test_check_bool_names_what_it_expected():
         check_bool("flag", 1, "True, False or None")
 
 
-@pytest.mark.parametrize("check, x, error, match", [
-    (check_positive_number, 0, ValueError, "s must be a positive finite number, got 0.0"),
-    (check_positive_number, "1", TypeError, r"s must be a positive number, got '1' \(str\)"),
-    (check_nonnegative_number, -0.5, ValueError, "s must be a finite number >= 0, got -0.5"),
-    (check_nonnegative_number, math.inf, ValueError, "s must be a finite number >= 0, got inf"),
-    (check_nonnegative_number, True, TypeError, r"s must be a number >= 0, got True \(bool\)"),
-    (check_fraction, 1.0, ValueError, r"s must be in \[0, 1\), got 1.0"),
-    (check_fraction, None, TypeError, r"s must be a number in \[0, 1\), got None \(NoneType\)"),
-])
+@pytest.mark.parametrize(
+    "check, x, error, match",
+    [
+        (check_positive_number, 0, ValueError, "s must be a positive finite number, got 0.0"),
+        (check_positive_number, "1", TypeError, r"s must be a positive number, got '1' \(str\)"),
+        (check_nonnegative_number, -0.5, ValueError, "s must be a finite number >= 0, got -0.5"),
+        (check_nonnegative_number, math.inf, ValueError, "s must be a finite number >= 0, got inf"),
+        (check_nonnegative_number, True, TypeError, r"s must be a number >= 0, got True \(bool\)"),
+        (check_fraction, 1.0, ValueError, r"s must be in \[0, 1\), got 1.0"),
+        (check_fraction, None, TypeError, r"s must be a number in \[0, 1\), got None \(NoneType\)"),
+    ],
+)
 def test_number_checks_reject(check, x, error, match):
     with pytest.raises(error, match=match):
         check("s", x)

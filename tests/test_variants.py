@@ -39,8 +39,14 @@ from course_utils.variants import (
 
 
 @settings(max_examples=30, deadline=None)
-@given(B=st.integers(1, 3), Hkv=st.sampled_from([1, 2, 3]), group=st.integers(1, 3), T=st.integers(1, 9),
-       D=st.sampled_from([2, 4, 8]), causal=st.booleans())
+@given(
+    B=st.integers(1, 3),
+    Hkv=st.sampled_from([1, 2, 3]),
+    group=st.integers(1, 3),
+    T=st.integers(1, 9),
+    D=st.sampled_from([2, 4, 8]),
+    causal=st.booleans(),
+)
 def test_repeat_kv_matches_torch_enable_gqa(B, Hkv, group, T, D, causal):
     g = torch.Generator().manual_seed(B * 100 + Hkv * 10 + T)
     H = Hkv * group
@@ -202,8 +208,9 @@ def test_aft_full_is_stable_for_large_logits():
     assert torch.isfinite(out).all()
     naive_weights = torch.exp(k[:, None] + w[:, :, None])  # the formula without a max subtracted
     assert not torch.isfinite(naive_weights).all()
-    torch.testing.assert_close(out.double(), _aft_reference(q.double(), k.double(), v.double(), w.double(),
-                                                            causal_mask(6)))
+    torch.testing.assert_close(
+        out.double(), _aft_reference(q.double(), k.double(), v.double(), w.double(), causal_mask(6))
+    )
 
 
 def test_aft_simple_is_aft_full_with_zero_biases_and_is_stable():
@@ -250,8 +257,9 @@ def test_chunked_topk_equals_the_full_reference(T, top_k, chunk, causal):
     g = torch.Generator().manual_seed(T * 1000 + top_k * 10 + chunk)
     q, k, v = (torch.randn(2, 2, T, 4, generator=g) for _ in range(3))
     mask = causal_mask(T) if causal else None
-    torch.testing.assert_close(topk_attention(q, k, v, top_k, mask, chunk_size=chunk),
-                               _topk_reference(q, k, v, top_k, mask))
+    torch.testing.assert_close(
+        topk_attention(q, k, v, top_k, mask, chunk_size=chunk), _topk_reference(q, k, v, top_k, mask)
+    )
 
 
 def test_topk_with_k_at_least_S_is_ordinary_attention():
@@ -279,7 +287,9 @@ def test_kv_cache_appends_and_returns_the_valid_part():
 def test_kv_cache_overflow_raises():
     cache = KVCache(num_layers=1, capacity=4)
     cache.update(0, torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))
-    with pytest.raises(ValueError, match=r"KV cache overflow: capacity \(context_length\) is 4 positions, 3 are cached and 2"):
+    with pytest.raises(
+        ValueError, match=r"KV cache overflow: capacity \(context_length\) is 4 positions, 3 are cached and 2"
+    ):
         cache.update(0, torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2))
 
 
@@ -310,7 +320,7 @@ def test_gqa_cached_decoding_equals_the_full_forward(Hkv, rope):
     cache = KVCache(1, capacity=7)
     pieces, t = [], 0
     for n in (3, 1, 2, 1):  # a prompt of 3, then single tokens and a pair
-        pieces.append(gqa(x[:, t:t + n], causal_mask(n, t + n), cache=cache))
+        pieces.append(gqa(x[:, t : t + n], causal_mask(n, t + n), cache=cache))
         t += n
     torch.testing.assert_close(torch.cat(pieces, dim=1), full)
 
@@ -349,7 +359,7 @@ def test_decoder_with_cache_equals_the_full_forward(name):
     idx = torch.randint(0, 16, (2, 12))
     full = model(idx)  # (B, T, V)
     cache = model.new_cache()
-    steps = [model(idx[:, :5], cache)] + [model(idx[:, t:t + 1], cache) for t in range(5, 12)]
+    steps = [model(idx[:, :5], cache)] + [model(idx[:, t : t + 1], cache) for t in range(5, 12)]
     assert cache.length == 12
     torch.testing.assert_close(torch.cat(steps, dim=1), full)
 
@@ -362,8 +372,8 @@ def test_decoder_is_causal():
         out = model(idx)
         for t in range(9):
             changed = idx.clone()
-            changed[:, t + 1:] = (changed[:, t + 1:] + 1) % 16
-            torch.testing.assert_close(model(changed)[:, :t + 1], out[:, :t + 1], msg=name)
+            changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % 16
+            torch.testing.assert_close(model(changed)[:, : t + 1], out[:, : t + 1], msg=name)
 
 
 def test_decoder_past_its_context_raises():
@@ -422,6 +432,7 @@ def test_aft_module_runs_causally():
 
 # --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
 
+
 def _qkv(*shapes):
     g = torch.Generator().manual_seed(0)
     return [torch.randn(*s, generator=g) for s in shapes]
@@ -429,8 +440,11 @@ def _qkv(*shapes):
 
 def test_topk_attention_checks_shapes_and_scale():
     q, k, v = _qkv((2, 5, 8), (2, 5, 4), (2, 5, 8))
-    with pytest.raises(ValueError, match=r"q and k must have the same last dimension D, got q \(2, 5, 8\) and "
-                                         r"k \(2, 5, 4\)"):
+    with pytest.raises(
+        ValueError,
+        match=r"q and k must have the same last dimension D, got q \(2, 5, 8\) and "
+        r"k \(2, 5, 4\)",
+    ):
         topk_attention(q, k, v, top_k=2)
     q, k, v = _qkv((2, 5, 8), (2, 5, 8), (2, 5, 8))
     with pytest.raises(TypeError, match=r"scale must be a positive number, got 'abc' \(str\)"):
@@ -463,8 +477,11 @@ def test_kv_cache_reorder_checks_the_indices():
     cache.update(0, torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4))
     with pytest.raises(TypeError, match="indices must be a torch.Tensor, got list"):
         cache.reorder([1, 0])
-    with pytest.raises(TypeError, match=r"indices must be a 1-D integer tensor of batch rows, got dtype "
-                                        r"torch.float32, shape \(2,\)"):
+    with pytest.raises(
+        TypeError,
+        match=r"indices must be a 1-D integer tensor of batch rows, got dtype "
+        r"torch.float32, shape \(2,\)",
+    ):
         cache.reorder(torch.tensor([1.0, 0.0]))
     with pytest.raises(ValueError, match=r"indices must be batch rows in \[0, 2\), got \[0, 5\]"):
         cache.reorder(torch.tensor([0, 5]))
@@ -472,11 +489,14 @@ def test_kv_cache_reorder_checks_the_indices():
     assert cache.keys[0].shape[0] == 3
 
 
-@pytest.mark.parametrize("idx, error, match", [
-    ([[1, 2, 16]], ValueError, r"idx must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 2\)"),
-    ([[1, -1, 2]], ValueError, r"idx must be token ids in \[0, vocab_size=16\), got -1 at position \(0, 1\)"),
-    ([[True, False]], TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.bool"),
-])
+@pytest.mark.parametrize(
+    "idx, error, match",
+    [
+        ([[1, 2, 16]], ValueError, r"idx must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 2\)"),
+        ([[1, -1, 2]], ValueError, r"idx must be token ids in \[0, vocab_size=16\), got -1 at position \(0, 1\)"),
+        ([[True, False]], TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.bool"),
+    ],
+)
 def test_tiny_decoder_token_ids_must_be_in_the_vocabulary(idx, error, match):
     with pytest.raises(error, match=match):
         TinyDecoder(DecoderConfig.tiny())(torch.tensor(idx))

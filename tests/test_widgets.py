@@ -85,10 +85,13 @@ def test_lookup_explorer_redraws_when_a_slider_moves():
     assert ex.figure.axes[0].get_title().startswith("query (red): 90 deg")
 
 
-@pytest.mark.parametrize("keys, values, match", [
-    (torch.ones(3, 3), torch.zeros(3), r"keys must be a \(S, 2\) tensor"),
-    (torch.ones(3, 2), torch.zeros(4), r"values must be a \(3,\) tensor"),
-])
+@pytest.mark.parametrize(
+    "keys, values, match",
+    [
+        (torch.ones(3, 3), torch.zeros(3), r"keys must be a \(S, 2\) tensor"),
+        (torch.ones(3, 2), torch.zeros(4), r"values must be a \(3,\) tensor"),
+    ],
+)
 def test_lookup_bad_table(keys, values, match):
     with pytest.raises(ValueError, match=match):
         plot_lookup(0, 1.0, keys, values)
@@ -133,10 +136,13 @@ def test_entropy_explorer_redraws():
     assert "D = 1024" in ex.caption and ex.renders == 3
 
 
-@pytest.mark.parametrize("head_dim, scaling, match", [
-    (64, "1/C", r"scaling must be one of \['none', '1/sqrt\(D\)', '1/D'\], got '1/C'"),
-    (0, "none", "head_dim must be at least 1, got 0"),
-])
+@pytest.mark.parametrize(
+    "head_dim, scaling, match",
+    [
+        (64, "1/C", r"scaling must be one of \['none', '1/sqrt\(D\)', '1/D'\], got '1/C'"),
+        (0, "none", "head_dim must be at least 1, got 0"),
+    ],
+)
 def test_entropy_bad_input(head_dim, scaling, match):
     with pytest.raises(ValueError, match=match):
         plot_entropy(head_dim, scaling)
@@ -211,12 +217,15 @@ def test_explorer_control_lookup_names_the_labels():
         mask_explorer().control("colour")
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(kind="triangle"), "kind must be one of"),
-    (dict(fill="-1e9"), r"fill must be one of \['-inf', 'finfo.min'\], got '-1e9'"),
-    (dict(length=9), r"length \(the number of real tokens\) must be in \[0, 8\], got 9"),
-    (dict(tokens=()), "tokens must hold at least one token"),
-])
+@pytest.mark.parametrize(
+    "kwargs, match",
+    [
+        (dict(kind="triangle"), "kind must be one of"),
+        (dict(fill="-1e9"), r"fill must be one of \['-inf', 'finfo.min'\], got '-1e9'"),
+        (dict(length=9), r"length \(the number of real tokens\) must be in \[0, 8\], got 9"),
+        (dict(tokens=()), "tokens must hold at least one token"),
+    ],
+)
 def test_plot_mask_bad_input(kwargs, match):
     with pytest.raises(ValueError, match=match):
         plot_mask(**kwargs)
@@ -273,18 +282,33 @@ def test_head_explorer_layer_dropdown_fits_the_head_slider():
     assert ex.control("head").value == 1 and ex.caption.startswith("two, head 1")
 
 
-@pytest.mark.parametrize("call, exc, match", [
-    (lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxyz"), head=2), ValueError,
-     r"head \(the layer has 2 heads\) must be in \[0, 1\], got 2"),
-    (lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxy")), ValueError,
-     "tokens has 3 entries, x has 4 positions"),
-    (lambda: plot_head(small_layer(), torch.randn(2, 4, 8), list("wxyz")), ValueError,
-     r"x must be one sequence, \(T, C\) or \(1, T, C\), got shape \(2, 4, 8\)"),
-    (lambda: plot_head(torch.nn.Linear(8, 8), torch.randn(1, 4, 8), list("wxyz")), TypeError,
-     "layer must be a course_utils.multihead.MultiHeadAttention, got Linear"),
-    (lambda: head_explorer(small_layer()), ValueError, "pass x and tokens together with layers"),
-    (lambda: head_explorer({}, torch.randn(1, 4, 8), list("wxyz")), ValueError, "layers is empty"),
-])
+@pytest.mark.parametrize(
+    "call, exc, match",
+    [
+        (
+            lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxyz"), head=2),
+            ValueError,
+            r"head \(the layer has 2 heads\) must be in \[0, 1\], got 2",
+        ),
+        (
+            lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxy")),
+            ValueError,
+            "tokens has 3 entries, x has 4 positions",
+        ),
+        (
+            lambda: plot_head(small_layer(), torch.randn(2, 4, 8), list("wxyz")),
+            ValueError,
+            r"x must be one sequence, \(T, C\) or \(1, T, C\), got shape \(2, 4, 8\)",
+        ),
+        (
+            lambda: plot_head(torch.nn.Linear(8, 8), torch.randn(1, 4, 8), list("wxyz")),
+            TypeError,
+            "layer must be a course_utils.multihead.MultiHeadAttention, got Linear",
+        ),
+        (lambda: head_explorer(small_layer()), ValueError, "pass x and tokens together with layers"),
+        (lambda: head_explorer({}, torch.randn(1, 4, 8), list("wxyz")), ValueError, "layers is empty"),
+    ],
+)
 def test_head_bad_input(call, exc, match):
     with pytest.raises(exc, match=match):
         call()
@@ -347,14 +371,24 @@ def test_gpt_attention_explorer_redraws_and_reports_bad_prompts(tiny_gpt):
 # ---- bad arguments a learner might pass (issue 9) ----------------------------------------------------
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    (dict(angle_deg="45"), TypeError, r"angle_deg must be a number of degrees, got '45' \(str\)"),
-    (dict(angle_deg=float("nan")), ValueError, "angle_deg must be a finite number of degrees, got nan"),
-    (dict(length=None), TypeError, r"length must be a number >= 0, got None \(NoneType\)"),
-    (dict(keys=torch.tensor([[1, 0], [0, 1], [1, 1]])), TypeError,
-     "keys must be a floating-point tensor, got dtype torch.int64"),
-    (dict(values=torch.tensor([0, 1, 0])), TypeError, "values must be a floating-point tensor, got dtype torch.int64"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        (dict(angle_deg="45"), TypeError, r"angle_deg must be a number of degrees, got '45' \(str\)"),
+        (dict(angle_deg=float("nan")), ValueError, "angle_deg must be a finite number of degrees, got nan"),
+        (dict(length=None), TypeError, r"length must be a number >= 0, got None \(NoneType\)"),
+        (
+            dict(keys=torch.tensor([[1, 0], [0, 1], [1, 1]])),
+            TypeError,
+            "keys must be a floating-point tensor, got dtype torch.int64",
+        ),
+        (
+            dict(values=torch.tensor([0, 1, 0])),
+            TypeError,
+            "values must be a floating-point tensor, got dtype torch.int64",
+        ),
+    ],
+)
 def test_lookup_bad_arguments(kwargs, error, match):
     with pytest.raises(error, match=match):
         plot_lookup(**kwargs)
@@ -364,15 +398,24 @@ class _NoEncode:
     pass
 
 
-@pytest.mark.parametrize("call, error, match", [
-    (lambda m, t: plot_gpt_head(m, t, "But", layer="0"), TypeError, r"layer must be an int in \[0, 1\], got str"),
-    (lambda m, t: plot_gpt_head(m, t, "But", head=1.5), TypeError, r"head must be an int in \[0, 3\], got float"),
-    (lambda m, t: plot_gpt_head(m, t, "But", head=-1), ValueError, r"head must be in \[0, 3\], got -1"),
-    (lambda m, t: plot_gpt_head(MultiHeadAttention(8, 2), t, "But"), TypeError,
-     r"model must be a course_utils.gpt.GPT \(with config and attention_maps\), got MultiHeadAttention"),
-    (lambda m, t: gpt_attention_explorer(m, _NoEncode(), "But"), TypeError,
-     r"tokenizer must have an encode\(text\) method \(a CharTokenizer\), got _NoEncode"),
-])
+@pytest.mark.parametrize(
+    "call, error, match",
+    [
+        (lambda m, t: plot_gpt_head(m, t, "But", layer="0"), TypeError, r"layer must be an int in \[0, 1\], got str"),
+        (lambda m, t: plot_gpt_head(m, t, "But", head=1.5), TypeError, r"head must be an int in \[0, 3\], got float"),
+        (lambda m, t: plot_gpt_head(m, t, "But", head=-1), ValueError, r"head must be in \[0, 3\], got -1"),
+        (
+            lambda m, t: plot_gpt_head(MultiHeadAttention(8, 2), t, "But"),
+            TypeError,
+            r"model must be a course_utils.gpt.GPT \(with config and attention_maps\), got MultiHeadAttention",
+        ),
+        (
+            lambda m, t: gpt_attention_explorer(m, _NoEncode(), "But"),
+            TypeError,
+            r"tokenizer must have an encode\(text\) method \(a CharTokenizer\), got _NoEncode",
+        ),
+    ],
+)
 def test_gpt_head_bad_arguments(tiny_gpt, call, error, match):
     with pytest.raises(error, match=match):
         call(*tiny_gpt)
@@ -380,6 +423,9 @@ def test_gpt_head_bad_arguments(tiny_gpt, call, error, match):
 
 def test_head_explorer_layers_must_be_a_dict():
     layer = small_layer()
-    with pytest.raises(TypeError, match=r"layers must be a MultiHeadAttention or a dict of them by name, e.g. "
-                                        r"\{'trained': layer\}, got list"):
+    with pytest.raises(
+        TypeError,
+        match=r"layers must be a MultiHeadAttention or a dict of them by name, e.g. "
+        r"\{'trained': layer\}, got list",
+    ):
         head_explorer([layer], torch.randn(1, 4, 8), list("abcd"))

@@ -34,8 +34,10 @@ ROOT = Path(__file__).resolve().parent.parent
 LOCK = ROOT / "lock"
 # name -> (extras of pyproject.toml, what it is)
 SETS = {
-    "author": (("lab", "author"), "the author set, pyproject.toml's dependencies + [lab] + [author]\n"
-                                  "# (`python3 course.py test` and CI)"),
+    "author": (
+        ("lab", "author"),
+        "the author set, pyproject.toml's dependencies + [lab] + [author]\n# (`python3 course.py test` and CI)",
+    ),
     "learner": (("lab",), "the learner set, pyproject.toml's dependencies + [lab]\n# (`python3 course.py lab`)"),
 }
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
@@ -78,8 +80,10 @@ def uv_command() -> list[str]:
     here = Path(sys.executable).parent / ("uv.exe" if os.name == "nt" else "uv")
     found = str(here) if here.is_file() else shutil.which("uv")
     if not found:
-        sys.exit("tools/lock.py needs uv: it is in the author set (`python3 course.py test` installs it into "
-                 ".venv; run this with .venv/bin/python), or `pip install uv` in a scratch environment")
+        sys.exit(
+            "tools/lock.py needs uv: it is in the author set (`python3 course.py test` installs it into "
+            ".venv; run this with .venv/bin/python), or `pip install uv` in a scratch environment"
+        )
     return [found]
 
 
@@ -101,12 +105,34 @@ def normalise(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def compile_lock(uv: list[str], name: str, extras: tuple[str, ...], constraints: list[Path], index: str,
-                 upgrade: bool, upgrade_packages: list[str]) -> None:
+def compile_lock(
+    uv: list[str],
+    name: str,
+    extras: tuple[str, ...],
+    constraints: list[Path],
+    index: str,
+    upgrade: bool,
+    upgrade_packages: list[str],
+) -> None:
     """Resolve one set with uv into lock/NAME.txt (its pins so far are uv's preferences), then add the header."""
     out = LOCK / f"{name}.txt"
-    cmd = [*uv, "pip", "compile", "pyproject.toml", "--universal", "--python-version", PYTHONS[0],
-           "--index-url", index, "--annotation-style", "line", "--no-header", "-o", str(out), "--quiet"]
+    cmd = [
+        *uv,
+        "pip",
+        "compile",
+        "pyproject.toml",
+        "--universal",
+        "--python-version",
+        PYTHONS[0],
+        "--index-url",
+        index,
+        "--annotation-style",
+        "line",
+        "--no-header",
+        "-o",
+        str(out),
+        "--quiet",
+    ]
     cmd += [a for e in extras for a in ("--extra", e)]
     cmd += [a for c in constraints for a in ("--constraint", str(c))]
     cmd += ["--upgrade"] if upgrade else []
@@ -114,16 +140,25 @@ def compile_lock(uv: list[str], name: str, extras: tuple[str, ...], constraints:
     print("$ " + " ".join(cmd), flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True, env=uv_env())
     body = out.read_text(encoding="utf-8")
-    body = "".join(ln for ln in body.splitlines(keepends=True) if not ln.startswith("# lock/")
-                   and not (ln.startswith("#") and not _PIN.match(ln)))  # uv keeps no header of ours
+    body = "".join(
+        ln
+        for ln in body.splitlines(keepends=True)
+        if not ln.startswith("# lock/") and not (ln.startswith("#") and not _PIN.match(ln))
+    )  # uv keeps no header of ours
     platforms = "\n#   " + ",\n#   ".join(words for words, _ in TARGETS.values())
     for c in constraints:  # "via x, -c lock/author.txt" on every line says nothing
         shown = c.relative_to(ROOT).as_posix() if c.is_relative_to(ROOT) else str(c)
         body = body.replace(f", -c {shown}", "").replace(f"via -c {shown}, ", "via ")
-    head = HEADER.format(name=name, what=SETS[name][1], platforms=platforms,
-                         torch="/".join(sorted(pins(out).get("torch", {"?"}))), pythons=f"{PYTHONS[0]}-{PYTHONS[-1]}",
-                         uv=uv_version(uv),
-                         command="lab" if name == "learner" else "test", extras=",".join(extras))
+    head = HEADER.format(
+        name=name,
+        what=SETS[name][1],
+        platforms=platforms,
+        torch="/".join(sorted(pins(out).get("torch", {"?"}))),
+        pythons=f"{PYTHONS[0]}-{PYTHONS[-1]}",
+        uv=uv_version(uv),
+        command="lab" if name == "learner" else "test",
+        extras=",".join(extras),
+    )
     out.write_text(head + body.lstrip("\n"), encoding="utf-8")
 
 
@@ -142,22 +177,39 @@ def check_lock(uv: list[str], name: str, index: str) -> list[str]:
     problems = []
     for platform, (words, macos) in TARGETS.items():
         for python in PYTHONS:
-            cmd = [*uv, "pip", "compile", "pyproject.toml", "--python-platform", platform, "--python-version",
-                   python, "--only-binary", ":all:", "--index-url", index, "--constraint", str(lock),
-                   "--no-header", "--no-annotate", "--quiet"]
+            cmd = [
+                *uv,
+                "pip",
+                "compile",
+                "pyproject.toml",
+                "--python-platform",
+                platform,
+                "--python-version",
+                python,
+                "--only-binary",
+                ":all:",
+                "--index-url",
+                index,
+                "--constraint",
+                str(lock),
+                "--no-header",
+                "--no-annotate",
+                "--quiet",
+            ]
             cmd += [a for e in extras for a in ("--extra", e)]
             proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, env=uv_env(macos))
             where = f"{name}, {words}, Python {python}"
             if proc.returncode != 0:
-                problems.append(f"{where}: does not resolve with wheels only:\n    "
-                                + "\n    ".join(proc.stderr.strip().splitlines()[-6:]))
+                problems.append(
+                    f"{where}: does not resolve with wheels only:\n    "
+                    + "\n    ".join(proc.stderr.strip().splitlines()[-6:])
+                )
                 continue
             got = {normalise(m["name"]): m["version"] for m in map(_PIN.match, proc.stdout.splitlines()) if m}
             floating = sorted(f"{n}=={v}" for n, v in got.items() if v not in locked.get(n, set()))
             if floating:
                 problems.append(f"{where}: not pinned by the lock: {', '.join(floating)}")
-            print(f"  {where}: {len(got)} packages, all pinned" if not floating else f"  {where}: FLOATING",
-                  flush=True)
+            print(f"  {where}: {len(got)} packages, all pinned" if not floating else f"  {where}: FLOATING", flush=True)
     return problems
 
 
@@ -167,8 +219,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--upgrade", action="store_true", help="newest versions of everything but torch")
     parser.add_argument("--upgrade-package", action="append", default=[], metavar="NAME")
     parser.add_argument("--torch", metavar="VERSION", help="the torch version to pin (default: the one pinned now)")
-    parser.add_argument("--no-check", action="store_true",
-                        help="write the locks without resolving them again per platform (quicker; not for a commit)")
+    parser.add_argument(
+        "--no-check",
+        action="store_true",
+        help="write the locks without resolving them again per platform (quicker; not for a commit)",
+    )
     parser.add_argument("--index-url", default=PYPI, help=f"the package index (default {PYPI})")
     args = parser.parse_args(argv)
     uv = uv_command()
@@ -181,8 +236,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             keep = Path(tmp) / "torch.txt"
             keep.write_text(f"torch=={torch}\n", encoding="utf-8")
-            compile_lock(uv, "author", SETS["author"][0], [keep], args.index_url, args.upgrade,
-                         args.upgrade_package)
+            compile_lock(uv, "author", SETS["author"][0], [keep], args.index_url, args.upgrade, args.upgrade_package)
         compile_lock(uv, "learner", SETS["learner"][0], [LOCK / "author.txt"], args.index_url, False, [])
     if args.no_check:
         return 0

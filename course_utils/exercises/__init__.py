@@ -40,8 +40,10 @@ def get_exercise(key: str) -> Exercise:
     """The exercise with this key; a clear KeyError listing the known keys otherwise (one line in Jupyter)."""
     exercises = all_exercises()
     if not isinstance(key, str):
-        raise UnknownExercise(f"an exercise key is a string such as \"03.1\", got {type(key).__name__} {key!r:.60}; "
-                              f"write check(\"NN.K\", your_function)")
+        raise UnknownExercise(
+            f'an exercise key is a string such as "03.1", got {type(key).__name__} {key!r:.60}; '
+            f'write check("NN.K", your_function)'
+        )
     if key not in exercises:
         raise UnknownExercise(f"no exercise {key!r}; known exercises: {', '.join(exercises)}")
     return exercises[key]

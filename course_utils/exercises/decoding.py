@@ -31,8 +31,10 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 
 # --- 08.1 merge two blocks of an online softmax -----------------------------------------------------
 
-def _merge_solution(m1: torch.Tensor, l1: torch.Tensor, o1: torch.Tensor, m2: torch.Tensor, l2: torch.Tensor,
-                    o2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def _merge_solution(
+    m1: torch.Tensor, l1: torch.Tensor, o1: torch.Tensor, m2: torch.Tensor, l2: torch.Tensor, o2: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     return tuple(merge_partials(Partial(m1, l1, o1), Partial(m2, l2, o2)))  # (..., T, 1), (..., T, 1), (..., T, Dv)
 
 
@@ -44,9 +46,13 @@ def _two_blocks(scores: torch.Tensor, v: torch.Tensor, cut: int) -> tuple:
 def _merge_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(17)
     plain = 2.0 * torch.randn(4, 5, generator=g)  # (T, S): maxima of the two blocks in either order
-    far = torch.tensor([[0.5, 1.0, -120.0, -119.0],  # block 2 far BELOW block 1: exp(m1 - m2) overflows
-                        [-150.0, -149.5, 3.0, 2.0],  # block 2 far ABOVE block 1
-                        [1.0, 0.0, 0.5, -0.5]])
+    far = torch.tensor(
+        [
+            [0.5, 1.0, -120.0, -119.0],  # block 2 far BELOW block 1: exp(m1 - m2) overflows
+            [-150.0, -149.5, 3.0, 2.0],  # block 2 far ABOVE block 1
+            [1.0, 0.0, 0.5, -0.5],
+        ]
+    )
     blocked = torch.randn(2, 4, 6, generator=g)  # (B, T, S) with queries that see nothing
     blocked[0, 1] = NEG_INF  # nothing visible in either block: the partials are (-inf, 0, 0) twice
     blocked[1, 2, :3] = NEG_INF  # nothing visible in the first block only
@@ -104,6 +110,7 @@ def _merge_unguarded(m1, l1, o1, m2, l2, o2):
 
 
 # --- 08.2 nucleus (top-p) sampling probabilities ----------------------------------------------------
+
 
 def _nucleus_solution(logits: torch.Tensor, temperature: float, top_p: float) -> torch.Tensor:
     probs = torch.softmax(logits / temperature, dim=-1)  # (..., V)
@@ -190,11 +197,12 @@ def _nucleus_temperature_after_softmax(logits: torch.Tensor, temperature: float,
 
 # --- 08.3 append to a KV cache ----------------------------------------------------------------------
 
+
 def _append_solution(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
     kv = KVCache(num_layers=1, capacity=cache.shape[2])
     kv.update(0, cache[:, :, :length], cache[:, :, :length])  # the positions cached so far
     k, _ = kv.update(0, new, new)  # written at length .. length + T - 1
-    cache[:, :, length:length + new.shape[2]] = new  # the write into the caller's buffer the exercise asks for
+    cache[:, :, length : length + new.shape[2]] = new  # the write into the caller's buffer the exercise asks for
     return k  # (B, H, length + T, D)
 
 
@@ -202,7 +210,7 @@ def _buffer(g: torch.Generator, B: int, H: int, capacity: int, D: int, length: i
     """A cache buffer whose first ``length`` slots hold keys and the next ``stale`` slots old keys of an earlier
     sequence (a reused buffer); the rest are zeros. Only ``length`` says where the keys end."""
     buf = torch.zeros(B, H, capacity, D)
-    buf[:, :, :length + stale] = torch.randn(B, H, length + stale, D, generator=g)
+    buf[:, :, : length + stale] = torch.randn(B, H, length + stale, D, generator=g)
     return buf
 
 
@@ -232,30 +240,30 @@ def _append_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
 def _append_at_zero(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
     T = new.shape[2]
     cache[:, :, :T] = new
-    return cache[:, :, :length + T]
+    return cache[:, :, : length + T]
 
 
 def _append_whole_buffer(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
-    cache[:, :, length:length + new.shape[2]] = new
+    cache[:, :, length : length + new.shape[2]] = new
     return cache
 
 
 def _append_stale_view(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
-    cache[:, :, length:length + new.shape[2]] = new
+    cache[:, :, length : length + new.shape[2]] = new
     return cache[:, :, :length]
 
 
 def _append_one_late(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
     T = new.shape[2]
-    cache[:, :, length + 1:length + 1 + T] = new  # leaves slot `length` unwritten: zeros or a stale key
-    return cache[:, :, :length + 1 + T]
+    cache[:, :, length + 1 : length + 1 + T] = new  # leaves slot `length` unwritten: zeros or a stale key
+    return cache[:, :, : length + 1 + T]
 
 
 def _append_length_from_buffer(cache: torch.Tensor, length: int, new: torch.Tensor) -> torch.Tensor:
     T = new.shape[2]
     used = int((cache.abs().sum(dim=(0, 1, 3)) != 0).sum())  # counts the stale slots of a reused buffer too
-    cache[:, :, used:used + T] = new
-    return cache[:, :, :used + T]
+    cache[:, :, used : used + T] = new
+    return cache[:, :, : used + T]
 
 
 EXERCISES = (
@@ -267,31 +275,43 @@ EXERCISES = (
         cases=_merge_cases,
         draw=_merge_draw,
         mistakes=(
-            Mistake("sums added without rescaling",
-                    "Each block's l and o were summed relative to that block's own maximum; once the maximum "
-                    "is the larger of the two, the block whose maximum was smaller must shrink by the gap "
-                    "before the sums can be added.",
-                    _merge_not_rescaled, fix="a1, a2 = exp(m1 - m), exp(m2 - m); l = a1 * l1 + a2 * l2; "
-                    "o = a1 * o1 + a2 * o2"),
-            Mistake("rescaled upside down",
-                    "The factor that moves a sum from its old maximum to the new, larger one is at most 1: a "
-                    "block whose maximum was lower counts for less, not more.",
-                    _merge_upside_down, fix="exp(m_old - m_new), not exp(m_new - m_old)"),
-            Mistake("o added without rescaling",
-                    "l is rescaled, but o was summed relative to the same old maximum as l, so it needs "
-                    "the same factor.",
-                    _merge_only_l, fix="o = a1 * o1 + a2 * o2 with the factors used for l"),
-            Mistake("kept the second block's maximum",
-                    "The running maximum is the larger of the two maxima. Keeping the newest block's one "
-                    "makes the factor for the first block exponentially large when that block scored higher: "
-                    "it overflows.",
-                    _merge_last_max, fix="m = torch.maximum(m1, m2)"),
-            Mistake("NaN for a query that saw no key in either block",
-                    "A query whose keys were all blocked in both blocks has maximum -inf twice, and "
-                    "-inf minus -inf is not a number. Subtract something finite for such rows (they have "
-                    "nothing to rescale) so that they stay (-inf, 0, 0).",
-                    _merge_unguarded, fix="m_safe = m.masked_fill(m == float('-inf'), 0.0), then "
-                    "exp(m1 - m_safe) and exp(m2 - m_safe)"),
+            Mistake(
+                "sums added without rescaling",
+                "Each block's l and o were summed relative to that block's own maximum; once the maximum "
+                "is the larger of the two, the block whose maximum was smaller must shrink by the gap "
+                "before the sums can be added.",
+                _merge_not_rescaled,
+                fix="a1, a2 = exp(m1 - m), exp(m2 - m); l = a1 * l1 + a2 * l2; o = a1 * o1 + a2 * o2",
+            ),
+            Mistake(
+                "rescaled upside down",
+                "The factor that moves a sum from its old maximum to the new, larger one is at most 1: a "
+                "block whose maximum was lower counts for less, not more.",
+                _merge_upside_down,
+                fix="exp(m_old - m_new), not exp(m_new - m_old)",
+            ),
+            Mistake(
+                "o added without rescaling",
+                "l is rescaled, but o was summed relative to the same old maximum as l, so it needs the same factor.",
+                _merge_only_l,
+                fix="o = a1 * o1 + a2 * o2 with the factors used for l",
+            ),
+            Mistake(
+                "kept the second block's maximum",
+                "The running maximum is the larger of the two maxima. Keeping the newest block's one "
+                "makes the factor for the first block exponentially large when that block scored higher: "
+                "it overflows.",
+                _merge_last_max,
+                fix="m = torch.maximum(m1, m2)",
+            ),
+            Mistake(
+                "NaN for a query that saw no key in either block",
+                "A query whose keys were all blocked in both blocks has maximum -inf twice, and "
+                "-inf minus -inf is not a number. Subtract something finite for such rows (they have "
+                "nothing to rescale) so that they stay (-inf, 0, 0).",
+                _merge_unguarded,
+                fix="m_safe = m.masked_fill(m == float('-inf'), 0.0), then exp(m1 - m_safe) and exp(m2 - m_safe)",
+            ),
         ),
     ),
     Exercise(
@@ -302,36 +322,57 @@ EXERCISES = (
         cases=_nucleus_cases,
         draw=_nucleus_draw,
         mistakes=(
-            Mistake("the token that crosses p is dropped",
-                    "The nucleus is the smallest set whose probability reaches p, so it includes the token "
-                    "that crosses p; yours stops one token short of it.",
-                    _nucleus_drops_crossing, fix="keep a token when the mass strictly before it is below p: "
-                    "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p"),
-            Mistake("the token that crosses p is dropped, and the top token kept by hand",
-                    "Keeping the most likely token by hand only mends the rows where it alone reaches p. The "
-                    "nucleus includes the token that crosses p wherever it falls in the sorted order; yours "
-                    "stops one token short of it in every other row.",
-                    _nucleus_crossing_dropped_top_kept, fix="keep a token when the mass strictly before it is "
-                    "below p, keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p, which always "
-                    "keeps the top token: no special case needed"),
-            Mistake("sorted ascending",
-                    "The nucleus is made of the most likely tokens, so they must come first in the sort.",
-                    _nucleus_ascending, fix="probs.sort(dim=-1, descending=True)"),
-            Mistake("not renormalised",
-                    "After zeroing the tokens outside the nucleus, the probabilities no longer sum to 1.",
-                    _nucleus_not_renormalised, fix="kept / kept.sum(dim=-1, keepdim=True)"),
-            Mistake("temperature applied after the softmax",
-                    "The temperature divides the LOGITS, before the softmax. Dividing probabilities by it "
-                    "does not sharpen or flatten anything; it just stops them summing to 1.",
-                    _nucleus_temperature_after_softmax, fix="torch.softmax(logits / temperature, dim=-1)"),
-            Mistake("temperature ignored",
-                    "Your probabilities are the same whatever the temperature: it must reshape the "
-                    "distribution (below 1 sharper, above 1 flatter) before the nucleus is chosen.",
-                    _nucleus_temperature_ignored, fix="torch.softmax(logits / temperature, dim=-1)"),
-            Mistake("logits multiplied by the temperature",
-                    "The temperature divides the logits. Multiplying by it does the opposite: a temperature "
-                    "below 1 then flattens the distribution and one above 1 sharpens it.",
-                    _nucleus_temperature_multiplied, fix="logits / temperature, not logits * temperature"),
+            Mistake(
+                "the token that crosses p is dropped",
+                "The nucleus is the smallest set whose probability reaches p, so it includes the token "
+                "that crosses p; yours stops one token short of it.",
+                _nucleus_drops_crossing,
+                fix="keep a token when the mass strictly before it is below p: "
+                "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p",
+            ),
+            Mistake(
+                "the token that crosses p is dropped, and the top token kept by hand",
+                "Keeping the most likely token by hand only mends the rows where it alone reaches p. The "
+                "nucleus includes the token that crosses p wherever it falls in the sorted order; yours "
+                "stops one token short of it in every other row.",
+                _nucleus_crossing_dropped_top_kept,
+                fix="keep a token when the mass strictly before it is "
+                "below p, keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs < top_p, which always "
+                "keeps the top token: no special case needed",
+            ),
+            Mistake(
+                "sorted ascending",
+                "The nucleus is made of the most likely tokens, so they must come first in the sort.",
+                _nucleus_ascending,
+                fix="probs.sort(dim=-1, descending=True)",
+            ),
+            Mistake(
+                "not renormalised",
+                "After zeroing the tokens outside the nucleus, the probabilities no longer sum to 1.",
+                _nucleus_not_renormalised,
+                fix="kept / kept.sum(dim=-1, keepdim=True)",
+            ),
+            Mistake(
+                "temperature applied after the softmax",
+                "The temperature divides the LOGITS, before the softmax. Dividing probabilities by it "
+                "does not sharpen or flatten anything; it just stops them summing to 1.",
+                _nucleus_temperature_after_softmax,
+                fix="torch.softmax(logits / temperature, dim=-1)",
+            ),
+            Mistake(
+                "temperature ignored",
+                "Your probabilities are the same whatever the temperature: it must reshape the "
+                "distribution (below 1 sharper, above 1 flatter) before the nucleus is chosen.",
+                _nucleus_temperature_ignored,
+                fix="torch.softmax(logits / temperature, dim=-1)",
+            ),
+            Mistake(
+                "logits multiplied by the temperature",
+                "The temperature divides the logits. Multiplying by it does the opposite: a temperature "
+                "below 1 then flattens the distribution and one above 1 sharpens it.",
+                _nucleus_temperature_multiplied,
+                fix="logits / temperature, not logits * temperature",
+            ),
         ),
     ),
     Exercise(
@@ -343,27 +384,42 @@ EXERCISES = (
         draw=_append_draw,
         inplace="cache",
         mistakes=(
-            Mistake("written at position 0",
-                    "The new keys go after the `length` cached ones, not over the start of the buffer.",
-                    _append_at_zero, fix="cache[:, :, length:length + T] = new"),
-            Mistake("returned the whole buffer",
-                    "The buffer has room for `capacity` positions, but only the first length + T hold keys; "
-                    "the rest are zeros, or old keys of an earlier sequence, that attention would treat as "
-                    "real keys.",
-                    _append_whole_buffer, fix="return cache[:, :, :length + T]"),
-            Mistake("returned the old view, without the new tokens",
-                    "After writing, the valid part of the buffer has grown by the new tokens.",
-                    _append_stale_view, fix="return cache[:, :, :length + T]"),
-            Mistake("written one position too late",
-                    "Positions count from 0; count which slots the cached keys already fill and where the "
-                    "first free one is (one too late leaves a slot unwritten: a fake key).",
-                    _append_one_late, fix="the first free slot is `length` itself: cache[:, :, length:length + T] = new"),
-            Mistake("length inferred from the buffer's non-zero slots, not the length argument",
-                    "A buffer that is reused for a new sequence still holds the old keys after the cached "
-                    "ones, so its non-zero slots do not say where the keys end. Only the length you are "
-                    "given does.",
-                    _append_length_from_buffer, fix="write at `length`, the argument: "
-                    "cache[:, :, length:length + T] = new; return cache[:, :, :length + T]"),
+            Mistake(
+                "written at position 0",
+                "The new keys go after the `length` cached ones, not over the start of the buffer.",
+                _append_at_zero,
+                fix="cache[:, :, length:length + T] = new",
+            ),
+            Mistake(
+                "returned the whole buffer",
+                "The buffer has room for `capacity` positions, but only the first length + T hold keys; "
+                "the rest are zeros, or old keys of an earlier sequence, that attention would treat as "
+                "real keys.",
+                _append_whole_buffer,
+                fix="return cache[:, :, :length + T]",
+            ),
+            Mistake(
+                "returned the old view, without the new tokens",
+                "After writing, the valid part of the buffer has grown by the new tokens.",
+                _append_stale_view,
+                fix="return cache[:, :, :length + T]",
+            ),
+            Mistake(
+                "written one position too late",
+                "Positions count from 0; count which slots the cached keys already fill and where the "
+                "first free one is (one too late leaves a slot unwritten: a fake key).",
+                _append_one_late,
+                fix="the first free slot is `length` itself: cache[:, :, length:length + T] = new",
+            ),
+            Mistake(
+                "length inferred from the buffer's non-zero slots, not the length argument",
+                "A buffer that is reused for a new sequence still holds the old keys after the cached "
+                "ones, so its non-zero slots do not say where the keys end. Only the length you are "
+                "given does.",
+                _append_length_from_buffer,
+                fix="write at `length`, the argument: "
+                "cache[:, :, length:length + T] = new; return cache[:, :, :length + T]",
+            ),
         ),
     ),
 )

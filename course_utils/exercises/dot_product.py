@@ -54,8 +54,11 @@ def _lookup_hand_softmax(query, keys, values):
 
 def _lookup_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(101)
-    toy = (torch.tensor([1.0, 0.0]), torch.tensor([[0.95, 0.05], [0.1, 0.9], [0.8, 0.2]]),
-           torch.tensor([0.0, 1.0, 0.0]))
+    toy = (
+        torch.tensor([1.0, 0.0]),
+        torch.tensor([[0.95, 0.05], [0.1, 0.9], [0.8, 0.2]]),
+        torch.tensor([0.0, 1.0, 0.0]),
+    )
     return [
         (toy, {}),
         ((_randn(g, 4), _randn(g, 5, 4), _randn(g, 5, 4)), {}),
@@ -63,8 +66,14 @@ def _lookup_cases() -> list[tuple[tuple, dict]]:
         ((_randn(g, 2), _randn(g, 6, 2), _randn(g, 6)), {}),  # a number again, with S != 3
         # a long query aligned with one key: scores 225, -225, 0, 3 (a row spanning 450), which only a softmax
         # that subtracts the row maximum survives
-        ((torch.tensor([15.0, 0.0]), torch.tensor([[15.0, 0.0], [-15.0, 0.0], [0.0, 1.0], [0.2, -0.5]]),
-          _randn(g, 4, 3)), {}),
+        (
+            (
+                torch.tensor([15.0, 0.0]),
+                torch.tensor([[15.0, 0.0], [-15.0, 0.0], [0.0, 1.0], [0.2, -0.5]]),
+                _randn(g, 4, 3),
+            ),
+            {},
+        ),
     ]
 
 
@@ -115,8 +124,14 @@ def _many_cases() -> list[tuple[tuple, dict]]:
         ((_randn(g, 2, 5), _randn(g, 5, 5), _randn(g, 5, 5)), {}),
         ((_randn(g, 6, 4), _randn(g, 4, 4), _randn(g, 4, 3)), {}),
         # the first query long and aligned with the first key: a score of 240 in a row spanning hundreds
-        ((torch.cat([torch.tensor([[16.0, 0.0, 0.0]]), _randn(g, 2, 3)]),
-          torch.cat([torch.tensor([[15.0, 0.0, 0.0]]), _randn(g, 2, 3)]), _randn(g, 3, 2)), {}),
+        (
+            (
+                torch.cat([torch.tensor([[16.0, 0.0, 0.0]]), _randn(g, 2, 3)]),
+                torch.cat([torch.tensor([[15.0, 0.0, 0.0]]), _randn(g, 2, 3)]),
+                _randn(g, 3, 2),
+            ),
+            {},
+        ),
         ((_randn(g, 3, 4), _randn(g, 6, 4), _randn(g, 6, 2)), {}),  # S != D: q @ k cannot even run
     ]
 
@@ -230,27 +245,41 @@ EXERCISES = (
         cases=_lookup_cases,
         draw=_lookup_draw,
         mistakes=(
-            Mistake("raw scores, no softmax",
-                    "The dot products are scores, not weights: weights are positive and sum to 1, which "
-                    "the scores are not until a softmax makes them so.", _lookup_raw_scores,
-                    fix="weights = torch.softmax(keys @ query, dim=-1), then return weights @ values"),
-            Mistake("normalised without exp",
-                    "Dividing the scores by their sum is not a softmax: scores can be negative or sum to "
-                    "almost 0, so the 'weights' can be negative or huge.", _lookup_no_exp,
-                    fix="exponentiate first: torch.softmax(scores, dim=-1) instead of scores / scores.sum()"),
-            Mistake("weighted the keys instead of the values",
-                    "Keys are only for matching; what you read out is a mix of the values.",
-                    _lookup_weights_keys, fix="return weights @ values, not weights @ keys"),
-            Mistake("hard lookup (argmax)",
-                    "Picking the best key's value is a dict lookup, not attention: every value contributes, "
-                    "weighted by how well its key matches.", _lookup_hard,
-                    fix="return torch.softmax(keys @ query, dim=-1) @ values instead of values[scores.argmax()]"),
-            Mistake("softmax written by hand without subtracting the maximum",
-                    "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
-                    "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
-                    "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.", _lookup_hand_softmax,
-                    fix="weights = torch.softmax(keys @ query, dim=-1) (or exp(scores - scores.max()) divided "
-                    "by its sum)"),
+            Mistake(
+                "raw scores, no softmax",
+                "The dot products are scores, not weights: weights are positive and sum to 1, which "
+                "the scores are not until a softmax makes them so.",
+                _lookup_raw_scores,
+                fix="weights = torch.softmax(keys @ query, dim=-1), then return weights @ values",
+            ),
+            Mistake(
+                "normalised without exp",
+                "Dividing the scores by their sum is not a softmax: scores can be negative or sum to "
+                "almost 0, so the 'weights' can be negative or huge.",
+                _lookup_no_exp,
+                fix="exponentiate first: torch.softmax(scores, dim=-1) instead of scores / scores.sum()",
+            ),
+            Mistake(
+                "weighted the keys instead of the values",
+                "Keys are only for matching; what you read out is a mix of the values.",
+                _lookup_weights_keys,
+                fix="return weights @ values, not weights @ keys",
+            ),
+            Mistake(
+                "hard lookup (argmax)",
+                "Picking the best key's value is a dict lookup, not attention: every value contributes, "
+                "weighted by how well its key matches.",
+                _lookup_hard,
+                fix="return torch.softmax(keys @ query, dim=-1) @ values instead of values[scores.argmax()]",
+            ),
+            Mistake(
+                "softmax written by hand without subtracting the maximum",
+                "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
+                "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
+                "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.",
+                _lookup_hand_softmax,
+                fix="weights = torch.softmax(keys @ query, dim=-1) (or exp(scores - scores.max()) divided by its sum)",
+            ),
         ),
     ),
     Exercise(
@@ -261,28 +290,42 @@ EXERCISES = (
         cases=_many_cases,
         draw=_many_draw,
         mistakes=(
-            Mistake("softmax over the wrong axis",
-                    "scores has one row per query and one column per key; each query's weights must sum "
-                    "to 1, so normalise along the keys.", _many_wrong_axis,
-                    fix="torch.softmax(scores, dim=-1), not dim=0"),
-            Mistake("keys not transposed",
-                    "q is (T, D) and k is (S, D): to pair every query with every key the key matrix has to "
-                    "be turned on its side. q @ k runs only when S happens to equal D, and even then computes "
-                    "something else.", _many_no_transpose,
-                    fix="scores = q @ k.T"),
-            Mistake("raw scores, no softmax",
-                    "The scores have to become weights (positive, each row summing to 1) before they mix "
-                    "the values.", _many_raw_scores,
-                    fix="weights = torch.softmax(q @ k.T, dim=-1); return weights @ v"),
-            Mistake("weighted the keys instead of the values",
-                    "The output mixes the values; the keys are only for matching.", _many_weights_keys,
-                    fix="return weights @ v, not weights @ k"),
-            Mistake("softmax written by hand without subtracting the maximum",
-                    "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
-                    "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
-                    "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.", _many_hand_softmax,
-                    fix="weights = torch.softmax(q @ k.T, dim=-1) (or subtract scores.amax(dim=-1, "
-                    "keepdim=True) before the exp)"),
+            Mistake(
+                "softmax over the wrong axis",
+                "scores has one row per query and one column per key; each query's weights must sum "
+                "to 1, so normalise along the keys.",
+                _many_wrong_axis,
+                fix="torch.softmax(scores, dim=-1), not dim=0",
+            ),
+            Mistake(
+                "keys not transposed",
+                "q is (T, D) and k is (S, D): to pair every query with every key the key matrix has to "
+                "be turned on its side. q @ k runs only when S happens to equal D, and even then computes "
+                "something else.",
+                _many_no_transpose,
+                fix="scores = q @ k.T",
+            ),
+            Mistake(
+                "raw scores, no softmax",
+                "The scores have to become weights (positive, each row summing to 1) before they mix the values.",
+                _many_raw_scores,
+                fix="weights = torch.softmax(q @ k.T, dim=-1); return weights @ v",
+            ),
+            Mistake(
+                "weighted the keys instead of the values",
+                "The output mixes the values; the keys are only for matching.",
+                _many_weights_keys,
+                fix="return weights @ v, not weights @ k",
+            ),
+            Mistake(
+                "softmax written by hand without subtracting the maximum",
+                "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
+                "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
+                "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.",
+                _many_hand_softmax,
+                fix="weights = torch.softmax(q @ k.T, dim=-1) (or subtract scores.amax(dim=-1, "
+                "keepdim=True) before the exp)",
+            ),
         ),
     ),
     Exercise(
@@ -293,28 +336,43 @@ EXERCISES = (
         cases=_self_cases,
         draw=_self_draw,
         mistakes=(
-            Mistake("raw scores, no softmax",
-                    "The dot products of the tokens are scores; the weights are their softmax, one row per "
-                    "query, and both the output and the weights you return use them.", _self_no_softmax,
-                    fix="weights = torch.softmax(x @ x.T, dim=-1); return weights @ x, weights"),
-            Mistake("softmax over the wrong axis",
-                    "The scores are symmetric, so either axis looks plausible, but each row (one query) "
-                    "must sum to 1, not each column.", _self_wrong_axis,
-                    fix="torch.softmax(x @ x.T, dim=-1), not dim=0"),
-            Mistake("normalised without exp",
-                    "Dividing each row by its sum is not a softmax: dot products can be negative, so the "
-                    "'weights' can be negative too.", _self_no_exp,
-                    fix="weights = torch.softmax(scores, dim=-1) instead of scores / scores.sum(dim=-1, keepdim=True)"),
-            Mistake("hard lookup (argmax)",
-                    "One-hot weights on the best match are a hard lookup; attention keeps every token, "
-                    "weighted by how well it matches.", _self_hard,
-                    fix="weights = torch.softmax(x @ x.T, dim=-1) instead of a one-hot of the argmax"),
-            Mistake("softmax written by hand without subtracting the maximum",
-                    "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
-                    "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
-                    "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.", _self_hand_softmax,
-                    fix="weights = torch.softmax(x @ x.T, dim=-1) (or subtract scores.amax(dim=-1, "
-                    "keepdim=True) before the exp)"),
+            Mistake(
+                "raw scores, no softmax",
+                "The dot products of the tokens are scores; the weights are their softmax, one row per "
+                "query, and both the output and the weights you return use them.",
+                _self_no_softmax,
+                fix="weights = torch.softmax(x @ x.T, dim=-1); return weights @ x, weights",
+            ),
+            Mistake(
+                "softmax over the wrong axis",
+                "The scores are symmetric, so either axis looks plausible, but each row (one query) "
+                "must sum to 1, not each column.",
+                _self_wrong_axis,
+                fix="torch.softmax(x @ x.T, dim=-1), not dim=0",
+            ),
+            Mistake(
+                "normalised without exp",
+                "Dividing each row by its sum is not a softmax: dot products can be negative, so the "
+                "'weights' can be negative too.",
+                _self_no_exp,
+                fix="weights = torch.softmax(scores, dim=-1) instead of scores / scores.sum(dim=-1, keepdim=True)",
+            ),
+            Mistake(
+                "hard lookup (argmax)",
+                "One-hot weights on the best match are a hard lookup; attention keeps every token, "
+                "weighted by how well it matches.",
+                _self_hard,
+                fix="weights = torch.softmax(x @ x.T, dim=-1) instead of a one-hot of the argmax",
+            ),
+            Mistake(
+                "softmax written by hand without subtracting the maximum",
+                "PyTorch's softmax subtracts each row's maximum before exponentiating, so its exponentials never "
+                "exceed 1 and never overflow; a hand-written one overflows to infinity on a large score "
+                "(infinity over infinity is NaN). Notebook 02 explains why the shift changes nothing else.",
+                _self_hand_softmax,
+                fix="weights = torch.softmax(x @ x.T, dim=-1) (or subtract scores.amax(dim=-1, "
+                "keepdim=True) before the exp)",
+            ),
         ),
     ),
     Exercise(
@@ -325,21 +383,33 @@ EXERCISES = (
         cases=_qkv_cases,
         draw=_qkv_draw,
         mistakes=(
-            Mistake("weight used untransposed",
-                    "The weights are stored the way nn.Linear stores its weight, (out, in) = (D, C); "
-                    "nn.Linear multiplies by the transpose of that. Your product runs only when the weights "
-                    "happen to be square, and even then computes something else.", _qkv_no_transpose,
-                    fix="q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T"),
-            Mistake("values not projected",
-                    "The values get their own learned projection too, just like the queries and keys.",
-                    _qkv_values_unprojected, fix="v = x @ w_v.T, then out = weights @ v"),
-            Mistake("keys projected with W_Q",
-                    "Queries and keys need different projections; with one matrix for both, the scores "
-                    "are symmetric again, as without any weights.", _qkv_keys_with_w_q,
-                    fix="k = x @ w_k.T"),
-            Mistake("queries and keys swapped",
-                    "W_Q makes what a token asks, W_K what it answers to; swapping them transposes the "
-                    "scores.", _qkv_queries_keys_swapped, fix="q = x @ w_q.T and k = x @ w_k.T"),
+            Mistake(
+                "weight used untransposed",
+                "The weights are stored the way nn.Linear stores its weight, (out, in) = (D, C); "
+                "nn.Linear multiplies by the transpose of that. Your product runs only when the weights "
+                "happen to be square, and even then computes something else.",
+                _qkv_no_transpose,
+                fix="q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T",
+            ),
+            Mistake(
+                "values not projected",
+                "The values get their own learned projection too, just like the queries and keys.",
+                _qkv_values_unprojected,
+                fix="v = x @ w_v.T, then out = weights @ v",
+            ),
+            Mistake(
+                "keys projected with W_Q",
+                "Queries and keys need different projections; with one matrix for both, the scores "
+                "are symmetric again, as without any weights.",
+                _qkv_keys_with_w_q,
+                fix="k = x @ w_k.T",
+            ),
+            Mistake(
+                "queries and keys swapped",
+                "W_Q makes what a token asks, W_K what it answers to; swapping them transposes the scores.",
+                _qkv_queries_keys_swapped,
+                fix="q = x @ w_q.T and k = x @ w_k.T",
+            ),
         ),
     ),
 )

@@ -17,6 +17,7 @@ __all__ = ["EXERCISES"]
 
 # --- 03.1 causal mask for T <= S (queries are the last T positions) ---------------------------------
 
+
 def _causal_solution(T: int, S: int) -> torch.Tensor:
     return causal_mask(T, S)  # (T, S)
 
@@ -56,6 +57,7 @@ def _causal_inverted(T: int, S: int) -> torch.Tensor:
 
 # --- 03.2 masked attention weights from scores and a boolean mask -----------------------------------
 
+
 def _weights_solution(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(mask_scores(scores, mask), dim=-1)  # (..., T, S)
 
@@ -66,8 +68,9 @@ def _weights_cases() -> list[tuple[tuple, dict]]:
     pad = padding_mask([5, 3], 5)[:, None, :]  # (2, 1, 5): masks keys only, no row is empty
     cache = causal_mask(3, 6)  # (3, 6), bottom-right aligned
     # not causal, not a padding mask: a function that ignores the mask and blocks the future is caught
-    scattered = torch.tensor([[True, False, True, True, False], [False, False, False, True, True],
-                              [True, True, False, False, False]])  # (3, 5)
+    scattered = torch.tensor(
+        [[True, False, True, True, False], [False, False, False, True, True], [True, True, False, False, False]]
+    )  # (3, 5)
     both = causal_mask(5) & padding_mask([5, 3], 5)[:, None, :]  # (2, 5, 5): padding next to causal
     return [
         ((2.0 * torch.randn(4, 4, generator=g), causal), {}),
@@ -126,6 +129,7 @@ def _weights_always_causal(scores: torch.Tensor, mask: torch.Tensor) -> torch.Te
 
 # --- 03.3 padding mask from lengths -----------------------------------------------------------------
 
+
 def _padding_solution(lengths: torch.Tensor, S: int) -> torch.Tensor:
     return padding_mask(lengths, S)  # (B, S)
 
@@ -163,6 +167,7 @@ def _padding_transposed(lengths: torch.Tensor, S: int) -> torch.Tensor:
 
 
 # --- 03.4 nn.MultiheadAttention's two masks -> one course mask --------------------------------------
+
 
 def _mha_solution(attn_mask: torch.Tensor, key_padding_mask: torch.Tensor) -> torch.Tensor:
     allow = convert_mask(attn_mask, "block", "allow")  # (T, S)
@@ -221,22 +226,34 @@ EXERCISES = (
         cases=_causal_cases,
         draw=_causal_draw,
         mistakes=(
-            Mistake("triu instead of tril",
-                    "Query i must see the keys up to its own position, which lie on and below the diagonal; "
-                    "you kept the triangle above it.",
-                    _causal_triu, fix="torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)"),
-            Mistake("off-by-one diagonal (query cannot see itself)",
-                    "A query may attend to its own position; your triangle stops one step short of it.",
-                    _causal_strict, fix=".tril(diagonal=S - T), not diagonal=S - T - 1"),
-            Mistake("top-left alignment when T < S",
-                    "With a cache the T queries are the LAST T of the S positions, not the first T: each "
-                    "query sees every cached key as well as the new ones up to itself.",
-                    _causal_top_left, fix="query i sits at position S - T + i, so shift the triangle right by "
-                    "the S - T cached keys: .tril(diagonal=S - T) instead of .tril()"),
-            Mistake("mask polarity inverted",
-                    "This course's masks are True = may attend (as F.scaled_dot_product_attention reads them); "
-                    "yours is True = blocked, nn.MultiheadAttention's convention.",
-                    _causal_inverted, fix="drop the ~ (or the logical not) from your mask"),
+            Mistake(
+                "triu instead of tril",
+                "Query i must see the keys up to its own position, which lie on and below the diagonal; "
+                "you kept the triangle above it.",
+                _causal_triu,
+                fix="torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)",
+            ),
+            Mistake(
+                "off-by-one diagonal (query cannot see itself)",
+                "A query may attend to its own position; your triangle stops one step short of it.",
+                _causal_strict,
+                fix=".tril(diagonal=S - T), not diagonal=S - T - 1",
+            ),
+            Mistake(
+                "top-left alignment when T < S",
+                "With a cache the T queries are the LAST T of the S positions, not the first T: each "
+                "query sees every cached key as well as the new ones up to itself.",
+                _causal_top_left,
+                fix="query i sits at position S - T + i, so shift the triangle right by "
+                "the S - T cached keys: .tril(diagonal=S - T) instead of .tril()",
+            ),
+            Mistake(
+                "mask polarity inverted",
+                "This course's masks are True = may attend (as F.scaled_dot_product_attention reads them); "
+                "yours is True = blocked, nn.MultiheadAttention's convention.",
+                _causal_inverted,
+                fix="drop the ~ (or the logical not) from your mask",
+            ),
         ),
     ),
     Exercise(
@@ -247,27 +264,40 @@ EXERCISES = (
         cases=_weights_cases,
         draw=_weights_draw,
         mistakes=(
-            Mistake("mask applied after the softmax",
-                    "Zeroing weights after the softmax leaves rows that no longer sum to 1, because the "
-                    "blocked keys were still counted in the normaliser. Block the scores, then normalise.",
-                    _weights_after_softmax,
-                    fix="torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)"),
-            Mistake("multiplied the mask into the scores (or filled with 0)",
-                    "A score of 0 is not blocked: exp(0) = 1 still gets weight. A blocked key needs a score "
-                    "whose exponential is exactly 0.",
-                    _weights_multiply, fix="scores.masked_fill(~mask, float('-inf')) instead of scores * mask"),
-            Mistake("mask polarity inverted",
-                    "True means MAY attend: you blocked the keys the mask allows and kept the ones it blocks.",
-                    _weights_inverted, fix="masked_fill(~mask, ...), not masked_fill(mask, ...)"),
-            Mistake("softmax over the wrong axis",
-                    "Each query's weights over the keys must sum to 1, and the keys are the last axis.",
-                    _weights_wrong_axis, fix="torch.softmax(..., dim=-1)"),
-            Mistake("every mask treated as causal",
-                    "The mask you are given can be any pattern (padding, a window, a scattered one), not only "
-                    "the causal triangle: block exactly the keys it marks False, whatever their position.",
-                    _weights_always_causal,
-                    fix="torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1), with the mask you are "
-                    "given (not is_causal=True or a triangle of your own)"),
+            Mistake(
+                "mask applied after the softmax",
+                "Zeroing weights after the softmax leaves rows that no longer sum to 1, because the "
+                "blocked keys were still counted in the normaliser. Block the scores, then normalise.",
+                _weights_after_softmax,
+                fix="torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)",
+            ),
+            Mistake(
+                "multiplied the mask into the scores (or filled with 0)",
+                "A score of 0 is not blocked: exp(0) = 1 still gets weight. A blocked key needs a score "
+                "whose exponential is exactly 0.",
+                _weights_multiply,
+                fix="scores.masked_fill(~mask, float('-inf')) instead of scores * mask",
+            ),
+            Mistake(
+                "mask polarity inverted",
+                "True means MAY attend: you blocked the keys the mask allows and kept the ones it blocks.",
+                _weights_inverted,
+                fix="masked_fill(~mask, ...), not masked_fill(mask, ...)",
+            ),
+            Mistake(
+                "softmax over the wrong axis",
+                "Each query's weights over the keys must sum to 1, and the keys are the last axis.",
+                _weights_wrong_axis,
+                fix="torch.softmax(..., dim=-1)",
+            ),
+            Mistake(
+                "every mask treated as causal",
+                "The mask you are given can be any pattern (padding, a window, a scattered one), not only "
+                "the causal triangle: block exactly the keys it marks False, whatever their position.",
+                _weights_always_causal,
+                fix="torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1), with the mask you are "
+                "given (not is_causal=True or a triangle of your own)",
+            ),
         ),
     ),
     Exercise(
@@ -278,20 +308,32 @@ EXERCISES = (
         cases=_padding_cases,
         draw=_padding_draw,
         mistakes=(
-            Mistake("<= instead of < (one padding token let through)",
-                    "Positions count from 0: a sequence of length L has exactly L real tokens, and your mask "
-                    "marks one more.",
-                    _padding_le, fix="real tokens sit at 0 .. L-1, position L is padding: torch.arange(S)[None, :] < lengths[:, None]"),
-            Mistake("mask polarity inverted",
-                    "True must mark the real tokens (may attend), False the padding; yours is the other way round.",
-                    _padding_inverted, fix="compare with <, not >="),
-            Mistake("float mask instead of bool",
-                    "A float 0/1 mask is not a mask to PyTorch: F.scaled_dot_product_attention ADDS a float "
-                    "attn_mask to the scores, so 0/1 blocks nothing. The result must be boolean.",
-                    _padding_float, fix="drop the .float(): the comparison is already a bool tensor"),
-            Mistake("broadcast the wrong way round",
-                    "Rows are sequences and columns positions: the result is (B, S), not (S, B).",
-                    _padding_transposed, fix="torch.arange(S)[None, :] < lengths[:, None]"),
+            Mistake(
+                "<= instead of < (one padding token let through)",
+                "Positions count from 0: a sequence of length L has exactly L real tokens, and your mask "
+                "marks one more.",
+                _padding_le,
+                fix="real tokens sit at 0 .. L-1, position L is padding: torch.arange(S)[None, :] < lengths[:, None]",
+            ),
+            Mistake(
+                "mask polarity inverted",
+                "True must mark the real tokens (may attend), False the padding; yours is the other way round.",
+                _padding_inverted,
+                fix="compare with <, not >=",
+            ),
+            Mistake(
+                "float mask instead of bool",
+                "A float 0/1 mask is not a mask to PyTorch: F.scaled_dot_product_attention ADDS a float "
+                "attn_mask to the scores, so 0/1 blocks nothing. The result must be boolean.",
+                _padding_float,
+                fix="drop the .float(): the comparison is already a bool tensor",
+            ),
+            Mistake(
+                "broadcast the wrong way round",
+                "Rows are sequences and columns positions: the result is (B, S), not (S, B).",
+                _padding_transposed,
+                fix="torch.arange(S)[None, :] < lengths[:, None]",
+            ),
         ),
     ),
     Exercise(
@@ -302,21 +344,33 @@ EXERCISES = (
         cases=_mha_cases,
         draw=_mha_draw,
         mistakes=(
-            Mistake("mask polarity not inverted",
-                    "nn.MultiheadAttention reads True as BLOCKED; this course reads True as MAY ATTEND, so "
-                    "both masks change meaning on the way.",
-                    _mha_not_inverted, fix="~attn_mask & ~key_padding_mask[:, None, None, :]"),
-            Mistake("De Morgan: ~(a & b) instead of ~(a | b)",
-                    "A key is allowed only if NEITHER mask blocks it; your mask lets a key through when just "
-                    "one of them allows it.",
-                    _mha_de_morgan, fix="~(a | b), which is ~a & ~b"),
-            Mistake("padding mask on the query axis",
-                    "key_padding_mask masks KEYS, and the keys are the last axis of the scores.",
-                    _mha_query_axis, fix="key_padding_mask[:, None, None, :], (B, 1, 1, S)"),
-            Mistake("no head axis",
-                    "The result must broadcast against scores of shape (B, H, T, S), so it needs an axis of "
-                    "size 1 for the heads.",
-                    _mha_no_head_axis, fix="key_padding_mask[:, None, None, :] so the result is (B, 1, T, S)"),
+            Mistake(
+                "mask polarity not inverted",
+                "nn.MultiheadAttention reads True as BLOCKED; this course reads True as MAY ATTEND, so "
+                "both masks change meaning on the way.",
+                _mha_not_inverted,
+                fix="~attn_mask & ~key_padding_mask[:, None, None, :]",
+            ),
+            Mistake(
+                "De Morgan: ~(a & b) instead of ~(a | b)",
+                "A key is allowed only if NEITHER mask blocks it; your mask lets a key through when just "
+                "one of them allows it.",
+                _mha_de_morgan,
+                fix="~(a | b), which is ~a & ~b",
+            ),
+            Mistake(
+                "padding mask on the query axis",
+                "key_padding_mask masks KEYS, and the keys are the last axis of the scores.",
+                _mha_query_axis,
+                fix="key_padding_mask[:, None, None, :], (B, 1, 1, S)",
+            ),
+            Mistake(
+                "no head axis",
+                "The result must broadcast against scores of shape (B, H, T, S), so it needs an axis of "
+                "size 1 for the heads.",
+                _mha_no_head_axis,
+                fix="key_padding_mask[:, None, None, :] so the result is (B, 1, T, S)",
+            ),
         ),
     ),
 )

@@ -36,6 +36,7 @@ HEADS = (1, 2, 3, 5, 6, 7, 24)  # head counts, not only powers of two, and more 
 # 04.1 split_heads: (B, T, C) -> (B, H, T, D)
 # ---------------------------------------------------------------------------------------------------
 
+
 def _split_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(401)
     # T != H everywhere, and D != H in two cases, so each wrong layout gives different numbers
@@ -74,14 +75,17 @@ def _split_interleaved(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 # 04.2 merge_heads: (B, H, T, D) -> (B, T, C)
 # ---------------------------------------------------------------------------------------------------
 
+
 def _merge_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(402)
     return [((_randn(g, 2, 3, 5, 4),), {}), ((_randn(g, 1, 2, 4, 3),), {}), ((_randn(g, 2, 4, 3, 2),), {})]
 
 
 def _merge_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    return [((_randn(g, _int(g, 1, 5), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 11)),), {})
-            for _ in range(4)]
+    return [
+        ((_randn(g, _int(g, 1, 5), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 11)),), {})
+        for _ in range(4)
+    ]
 
 
 def _merge_view_only(x: torch.Tensor) -> torch.Tensor:
@@ -106,6 +110,7 @@ def _merge_sum(x: torch.Tensor) -> torch.Tensor:
 # ---------------------------------------------------------------------------------------------------
 # 04.3 scaled scores with einsum: (B, H, T, D), (B, H, S, D) -> (B, H, T, S)
 # ---------------------------------------------------------------------------------------------------
+
 
 def _scores_solution(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
     return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (B, H, T, D) @ (B, H, D, S) -> (B, H, T, S)
@@ -146,6 +151,7 @@ def _scores_sum_heads(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 # 04.4 a full multi-head forward pass from packed weights
 # ---------------------------------------------------------------------------------------------------
 
+
 def _mha_solution(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None):
     C = x.shape[-1]
     m = MultiHeadAttention(C, num_heads)
@@ -161,13 +167,25 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(404)
     cases = []
     for B, T, C, H, causal in ((2, 5, 12, 3, False), (1, 6, 8, 2, True), (2, 4, 16, 4, True)):
-        args = (_randn(g, B, T, C), 0.5 * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C),
-                0.5 * _randn(g, C, C), 0.1 * _randn(g, C), H)
+        args = (
+            _randn(g, B, T, C),
+            0.5 * _randn(g, 3 * C, C),
+            0.1 * _randn(g, 3 * C),
+            0.5 * _randn(g, C, C),
+            0.1 * _randn(g, C),
+            H,
+        )
         cases.append((args, {"mask": causal_mask(T)} if causal else {}))
     # a padding mask (B, 1, 1, T), not causal: a function that treats every mask as causal is caught
     B, T, C, H = 2, 5, 15, 5
-    args = (_randn(g, B, T, C), 0.5 * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), 0.5 * _randn(g, C, C),
-            0.1 * _randn(g, C), H)
+    args = (
+        _randn(g, B, T, C),
+        0.5 * _randn(g, 3 * C, C),
+        0.1 * _randn(g, 3 * C),
+        0.5 * _randn(g, C, C),
+        0.1 * _randn(g, C),
+        H,
+    )
     cases.append((args, {"mask": padding_mask([5, 3], T)[:, None, None, :]}))
     # one head whose scores for the blocked last key are about +159 and for the allowed keys about -159 (every
     # query is (15, 0); the keys are (-15, 0), (-15, 0), (15, 0)): only a true block (-inf, -1e9) gives the
@@ -186,18 +204,41 @@ def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
         B, T, H, D = _int(g, 1, 5), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
         C = H * D
         w = 1.5 / C**0.5  # weights scaled with the width, so the scores stay in the notebook's range
-        args = (_randn(g, B, T, C), w * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), w * _randn(g, C, C),
-                0.1 * _randn(g, C), H)
+        args = (
+            _randn(g, B, T, C),
+            w * _randn(g, 3 * C, C),
+            0.1 * _randn(g, 3 * C),
+            w * _randn(g, C, C),
+            0.1 * _randn(g, C),
+            H,
+        )
         kind = _int(g, 0, 4)
         lengths = torch.randint(1, T + 1, (B,), generator=g)
-        mask = [None, causal_mask(T), padding_mask(lengths, T)[:, None, None, :],
-                causal_mask(T) & padding_mask(lengths, T)[:, None, None, :]][kind]
+        mask = [
+            None,
+            causal_mask(T),
+            padding_mask(lengths, T)[:, None, None, :],
+            causal_mask(T) & padding_mask(lengths, T)[:, None, None, :],
+        ][kind]
         cases.append((args, {} if mask is None else {"mask": mask}))
     return cases
 
 
-def _mha_steps(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask=None, *, order="qkv",
-               scale_by="D", split="right", project_out=True, causal_when_masked=False):
+def _mha_steps(
+    x,
+    qkv_weight,
+    qkv_bias,
+    out_weight,
+    out_bias,
+    num_heads,
+    mask=None,
+    *,
+    order="qkv",
+    scale_by="D",
+    split="right",
+    project_out=True,
+    causal_when_masked=False,
+):
     """The forward pass with one step done wrong, chosen by keyword."""
     B, T, C = x.shape
     H, D = num_heads, C // num_heads
@@ -225,21 +266,33 @@ EXERCISES = (
         cases=_split_cases,
         draw=_split_draw,
         mistakes=(
-            Mistake("a view straight to (B, H, T, D)",
-                    "Viewing the flat memory straight as (B, H, T, D) runs without error but cuts it in the "
-                    "wrong place, so a row of a head mixes channels of different tokens. The channels of "
-                    "one token must first be cut into heads, and only then the axes reordered.",
-                    _split_view_only, fix="x.view(B, T, num_heads, C // num_heads).transpose(1, 2)"),
-            Mistake("the transpose is missing",
-                    "Cutting the channels into (H, D) is half the job: the head axis must come before time.",
-                    _split_no_transpose, fix="add .transpose(1, 2) after view(B, T, H, D)"),
-            Mistake("the wrong pair of axes transposed",
-                    "After cutting the channels into heads, it is time and heads that swap places, not the "
-                    "last two axes.",
-                    _split_last_axes, fix=".transpose(1, 2), not .transpose(-2, -1)"),
-            Mistake("heads cut from interleaved channels",
-                    "Each head owns one block of consecutive channels; yours takes every H-th channel.",
-                    _split_interleaved, fix="head h owns channels h*D ... (h+1)*D - 1: view the channels as (H, D): x.view(B, T, H, D).transpose(1, 2)"),
+            Mistake(
+                "a view straight to (B, H, T, D)",
+                "Viewing the flat memory straight as (B, H, T, D) runs without error but cuts it in the "
+                "wrong place, so a row of a head mixes channels of different tokens. The channels of "
+                "one token must first be cut into heads, and only then the axes reordered.",
+                _split_view_only,
+                fix="x.view(B, T, num_heads, C // num_heads).transpose(1, 2)",
+            ),
+            Mistake(
+                "the transpose is missing",
+                "Cutting the channels into (H, D) is half the job: the head axis must come before time.",
+                _split_no_transpose,
+                fix="add .transpose(1, 2) after view(B, T, H, D)",
+            ),
+            Mistake(
+                "the wrong pair of axes transposed",
+                "After cutting the channels into heads, it is time and heads that swap places, not the last two axes.",
+                _split_last_axes,
+                fix=".transpose(1, 2), not .transpose(-2, -1)",
+            ),
+            Mistake(
+                "heads cut from interleaved channels",
+                "Each head owns one block of consecutive channels; yours takes every H-th channel.",
+                _split_interleaved,
+                fix="head h owns channels h*D ... (h+1)*D - 1: view the channels as (H, D): "
+                "x.view(B, T, H, D).transpose(1, 2)",
+            ),
         ),
     ),
     Exercise(
@@ -250,21 +303,33 @@ EXERCISES = (
         cases=_merge_cases,
         draw=_merge_draw,
         mistakes=(
-            Mistake("a reshape without the transpose",
-                    "Reshaping (B, H, T, D) straight to (B, T, C) mixes tokens and heads: the head axis has "
-                    "to move back next to D first.",
-                    _merge_view_only, fix="x.transpose(1, 2).reshape(B, T, H * D)"),
-            Mistake("heads interleaved channel by channel",
-                    "The heads sit side by side, each in one block of consecutive channels; yours alternate "
-                    "channel by channel.",
-                    _merge_interleaved, fix="head h goes to channels h*D ... (h+1)*D - 1: x.transpose(1, 2).reshape(B, T, H * D), not permute(0, 2, 3, 1)"),
-            Mistake("the wrong pair of axes transposed",
-                    "Heads and time swap places, not time and head_dim.",
-                    _merge_wrong_axes, fix=".transpose(1, 2), not .transpose(-2, -1)"),
-            Mistake("the heads summed instead of concatenated",
-                    "Merging puts the H outputs of size D next to each other (size C = H * D); it does not "
-                    "add them up.",
-                    _merge_sum, fix="x.transpose(1, 2).reshape(B, T, H * D) instead of x.sum(dim=1)"),
+            Mistake(
+                "a reshape without the transpose",
+                "Reshaping (B, H, T, D) straight to (B, T, C) mixes tokens and heads: the head axis has "
+                "to move back next to D first.",
+                _merge_view_only,
+                fix="x.transpose(1, 2).reshape(B, T, H * D)",
+            ),
+            Mistake(
+                "heads interleaved channel by channel",
+                "The heads sit side by side, each in one block of consecutive channels; yours alternate "
+                "channel by channel.",
+                _merge_interleaved,
+                fix="head h goes to channels h*D ... (h+1)*D - 1: x.transpose(1, 2).reshape(B, T, H * D), "
+                "not permute(0, 2, 3, 1)",
+            ),
+            Mistake(
+                "the wrong pair of axes transposed",
+                "Heads and time swap places, not time and head_dim.",
+                _merge_wrong_axes,
+                fix=".transpose(1, 2), not .transpose(-2, -1)",
+            ),
+            Mistake(
+                "the heads summed instead of concatenated",
+                "Merging puts the H outputs of size D next to each other (size C = H * D); it does not add them up.",
+                _merge_sum,
+                fix="x.transpose(1, 2).reshape(B, T, H * D) instead of x.sum(dim=1)",
+            ),
         ),
     ),
     Exercise(
@@ -275,20 +340,32 @@ EXERCISES = (
         cases=_scores_cases,
         draw=_scores_draw,
         mistakes=(
-            Mistake("queries and keys swapped",
-                    "The output letters are in the wrong order: you computed the transpose of the scores. "
-                    "Queries index the rows.",
-                    _scores_swapped, fix='torch.einsum("bhid,bhjd->bhij", q, k)'),
-            Mistake("the scale is missing",
-                    "The scores must be divided by the square root of the head size.",
-                    _scores_no_scale, fix="/ math.sqrt(q.shape[-1])"),
-            Mistake("scaled by the model width instead of the head size",
-                    "The dot products are between vectors of one head, of size D; the model width H * D "
-                    "makes the weights too flat.",
-                    _scores_embed_dim, fix="/ math.sqrt(q.shape[-1]), not math.sqrt(H * D)"),
-            Mistake("the heads summed together",
-                    "A letter missing from einsum's output is summed over: the heads must stay separate.",
-                    _scores_sum_heads, fix='"bhid,bhjd->bhij" (keep h in the output)'),
+            Mistake(
+                "queries and keys swapped",
+                "The output letters are in the wrong order: you computed the transpose of the scores. "
+                "Queries index the rows.",
+                _scores_swapped,
+                fix='torch.einsum("bhid,bhjd->bhij", q, k)',
+            ),
+            Mistake(
+                "the scale is missing",
+                "The scores must be divided by the square root of the head size.",
+                _scores_no_scale,
+                fix="/ math.sqrt(q.shape[-1])",
+            ),
+            Mistake(
+                "scaled by the model width instead of the head size",
+                "The dot products are between vectors of one head, of size D; the model width H * D "
+                "makes the weights too flat.",
+                _scores_embed_dim,
+                fix="/ math.sqrt(q.shape[-1]), not math.sqrt(H * D)",
+            ),
+            Mistake(
+                "the heads summed together",
+                "A letter missing from einsum's output is summed over: the heads must stay separate.",
+                _scores_sum_heads,
+                fix='"bhid,bhjd->bhij" (keep h in the output)',
+            ),
         ),
     ),
     Exercise(
@@ -300,29 +377,39 @@ EXERCISES = (
         draw=_mha_draw,
         atol=1e-4,
         mistakes=(
-            Mistake("q and k taken in the wrong order",
-                    "The packed projection stacks q, k, v in that order.",
-                    lambda *a, **kw: _mha_steps(*a, **kw, order="kqv"),
-                    fix="q, k, v = F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1)"),
-            Mistake("scaled by the model width instead of the head size",
-                    "The dot products are between vectors of one head, of size D = C // num_heads, not C.",
-                    lambda *a, **kw: _mha_steps(*a, **kw, scale_by="C"),
-                    fix="divide the scores by math.sqrt(C // num_heads)"),
-            Mistake("the output projection is missing",
-                    "After merging the heads, the output goes through its own learned projection.",
-                    lambda *a, **kw: _mha_steps(*a, **kw, project_out=False),
-                    fix="return F.linear(out, out_weight, out_bias)"),
-            Mistake("heads split with a view and no transpose",
-                    "Viewing q, k, v straight as (B, H, T, D) mixes tokens; the channels of each token must "
-                    "be cut into heads first, then the axes reordered.",
-                    lambda *a, **kw: _mha_steps(*a, **kw, split="view"),
-                    fix="t.view(B, T, num_heads, D).transpose(1, 2) for each of q, k, v"),
-            Mistake("every mask treated as causal",
-                    "The mask argument can be any pattern, a padding mask for instance, not only the causal "
-                    "triangle: the keys blocked must be exactly those the given mask marks False.",
-                    lambda *a, **kw: _mha_steps(*a, **kw, causal_when_masked=True),
-                    fix="pass the mask itself: F.scaled_dot_product_attention(q, k, v, attn_mask=mask) (or "
-                    "scores.masked_fill(~mask, float('-inf'))), not is_causal=True whenever a mask is given"),
+            Mistake(
+                "q and k taken in the wrong order",
+                "The packed projection stacks q, k, v in that order.",
+                lambda *a, **kw: _mha_steps(*a, **kw, order="kqv"),
+                fix="q, k, v = F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1)",
+            ),
+            Mistake(
+                "scaled by the model width instead of the head size",
+                "The dot products are between vectors of one head, of size D = C // num_heads, not C.",
+                lambda *a, **kw: _mha_steps(*a, **kw, scale_by="C"),
+                fix="divide the scores by math.sqrt(C // num_heads)",
+            ),
+            Mistake(
+                "the output projection is missing",
+                "After merging the heads, the output goes through its own learned projection.",
+                lambda *a, **kw: _mha_steps(*a, **kw, project_out=False),
+                fix="return F.linear(out, out_weight, out_bias)",
+            ),
+            Mistake(
+                "heads split with a view and no transpose",
+                "Viewing q, k, v straight as (B, H, T, D) mixes tokens; the channels of each token must "
+                "be cut into heads first, then the axes reordered.",
+                lambda *a, **kw: _mha_steps(*a, **kw, split="view"),
+                fix="t.view(B, T, num_heads, D).transpose(1, 2) for each of q, k, v",
+            ),
+            Mistake(
+                "every mask treated as causal",
+                "The mask argument can be any pattern, a padding mask for instance, not only the causal "
+                "triangle: the keys blocked must be exactly those the given mask marks False.",
+                lambda *a, **kw: _mha_steps(*a, **kw, causal_when_masked=True),
+                fix="pass the mask itself: F.scaled_dot_product_attention(q, k, v, attn_mask=mask) (or "
+                "scores.masked_fill(~mask, float('-inf'))), not is_causal=True whenever a mask is given",
+            ),
         ),
     ),
 )

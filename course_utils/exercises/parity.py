@@ -35,6 +35,7 @@ def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
 
 # --- 05.1 slice in_proj_weight into the q, k and v weights ---------------------------------------
 
+
 def _split_in_proj(m: nn.MultiheadAttention) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # Our packed qkv_proj has exactly PyTorch's layout, so from_torch's copy is the reference.
     w = MultiHeadAttention.from_torch(m).qkv_proj.weight.detach()  # (3C, C)
@@ -84,6 +85,7 @@ def _split_kqv(m):
 
 # --- 05.2 key_padding_mask in nn.MultiheadAttention's convention -----------------------------------
 
+
 def _torch_key_padding_mask(lengths: torch.Tensor, S: int) -> torch.Tensor:
     return convert_mask(padding_mask(lengths, S), "allow", "block")  # (B, S), True = padding = blocked
 
@@ -113,6 +115,7 @@ def _kpm_time_first(lengths, S):
 
 
 # --- 05.3 a course mask as nn.MultiheadAttention's 3-D attn_mask ----------------------------------
+
 
 def _to_torch_attn_mask(mask: torch.Tensor, num_heads: int) -> torch.Tensor:
     block = convert_mask(mask, "allow", "block")  # (B, T, S), True = blocked
@@ -162,6 +165,7 @@ def _attn_mask_transposed(mask, num_heads):
 
 # --- 05.4 average per-head weights the way need_weights does --------------------------------------
 
+
 def _average_heads(weights: torch.Tensor) -> torch.Tensor:
     return weights.mean(dim=1)  # (B, H, T, S) -> (B, T, S)
 
@@ -205,6 +209,7 @@ def _average_keepdim(weights):
 
 # --- 05.5 cross-attention from packed weights ------------------------------------------------------
 
+
 def _cross_solution(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):
     m = MultiHeadAttention(x.shape[-1], num_heads)
     with torch.no_grad():
@@ -217,8 +222,16 @@ def _cross_solution(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_b
 
 def _cross_args(g: torch.Generator, B: int, T: int, S: int, H: int, D: int, lengths, w: float) -> tuple:
     C = H * D
-    return (_randn(g, B, T, C), _randn(g, B, S, C), padding_mask(torch.as_tensor(lengths), S),
-            w * _randn(g, 3 * C, C), 0.1 * _randn(g, 3 * C), w * _randn(g, C, C), 0.1 * _randn(g, C), H)
+    return (
+        _randn(g, B, T, C),
+        _randn(g, B, S, C),
+        padding_mask(torch.as_tensor(lengths), S),
+        w * _randn(g, 3 * C, C),
+        0.1 * _randn(g, 3 * C),
+        w * _randn(g, C, C),
+        0.1 * _randn(g, C),
+        H,
+    )
 
 
 def _cross_cases() -> list[tuple[tuple, dict]]:
@@ -226,9 +239,11 @@ def _cross_cases() -> list[tuple[tuple, dict]]:
     # (finite, not NaN or zeros); T == S first (keys taken from x then run, and give wrong numbers), then
     # T < S (the two causal triangles differ), then T > S.
     g = torch.Generator().manual_seed(505)
-    return [(_cross_args(g, 2, 4, 4, 2, 4, [3, 2], 0.5), {}),  # B, T, S, H, D, lengths, weight scale
-            (_cross_args(g, 2, 3, 6, 3, 4, [5, 2], 0.5), {}),
-            (_cross_args(g, 1, 5, 3, 4, 2, [2], 0.5), {})]
+    return [
+        (_cross_args(g, 2, 4, 4, 2, 4, [3, 2], 0.5), {}),  # B, T, S, H, D, lengths, weight scale
+        (_cross_args(g, 2, 3, 6, 3, 4, [5, 2], 0.5), {}),
+        (_cross_args(g, 1, 5, 3, 4, 2, [2], 0.5), {}),
+    ]
 
 
 def _cross_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -241,8 +256,22 @@ def _cross_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     return cases
 
 
-def _cross_steps(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, *, kv_from="memory",
-                 polarity="allow", pad=True, causal=None, scale_by="D"):
+def _cross_steps(
+    x,
+    memory,
+    key_mask,
+    qkv_weight,
+    qkv_bias,
+    out_weight,
+    out_bias,
+    num_heads,
+    *,
+    kv_from="memory",
+    polarity="allow",
+    pad=True,
+    causal=None,
+    scale_by="D",
+):
     """Cross-attention with one step done wrong, chosen by keyword."""
     B, T, C = x.shape
     D = C // num_heads
@@ -273,21 +302,33 @@ EXERCISES = (
         cases=_split_cases,
         draw=_split_draw,
         mistakes=(
-            Mistake("columns instead of rows",
-                    "nn.Linear stores its weight as (out_features, in_features); q, k and v are stacked along "
-                    "the output rows, so the cut runs across the rows.", _split_columns,
-                    fix="w = m.in_proj_weight.detach(); return w[:C], w[C:2 * C], w[2 * C:]"),
-            Mistake("transposed weights",
-                    "Keep nn.Linear's (out, in) layout, the one this course uses for weights since notebook "
-                    "01: each slice is used the way nn.Linear uses its weight.",
-                    _split_transposed, fix="drop the .T on each slice"),
-            Mistake("per-head interleaved layout",
-                    "PyTorch stacks all of q, then all of k, then all of v (each block holds every head), not "
-                    "q, k, v head after head.", _split_per_head,
-                    fix="take three blocks of C rows: w[:C], w[C:2 * C], w[2 * C:]"),
-            Mistake("wrong slice order (k, q, v)",
-                    "The order in in_proj_weight is q, k, v: the first block belongs to the queries.",
-                    _split_kqv, fix="return w[:C], w[C:2 * C], w[2 * C:] in that order"),
+            Mistake(
+                "columns instead of rows",
+                "nn.Linear stores its weight as (out_features, in_features); q, k and v are stacked along "
+                "the output rows, so the cut runs across the rows.",
+                _split_columns,
+                fix="w = m.in_proj_weight.detach(); return w[:C], w[C:2 * C], w[2 * C:]",
+            ),
+            Mistake(
+                "transposed weights",
+                "Keep nn.Linear's (out, in) layout, the one this course uses for weights since notebook "
+                "01: each slice is used the way nn.Linear uses its weight.",
+                _split_transposed,
+                fix="drop the .T on each slice",
+            ),
+            Mistake(
+                "per-head interleaved layout",
+                "PyTorch stacks all of q, then all of k, then all of v (each block holds every head), not "
+                "q, k, v head after head.",
+                _split_per_head,
+                fix="take three blocks of C rows: w[:C], w[C:2 * C], w[2 * C:]",
+            ),
+            Mistake(
+                "wrong slice order (k, q, v)",
+                "The order in in_proj_weight is q, k, v: the first block belongs to the queries.",
+                _split_kqv,
+                fix="return w[:C], w[C:2 * C], w[2 * C:] in that order",
+            ),
         ),
     ),
     Exercise(
@@ -298,16 +339,26 @@ EXERCISES = (
         cases=_kpm_cases,
         draw=_kpm_draw,
         mistakes=(
-            Mistake("polarity not inverted",
-                    "nn.MultiheadAttention reads True as BLOCKED: the padding positions must be True, the "
-                    "real tokens False.", _kpm_not_inverted,
-                    fix="torch.arange(S)[None, :] >= lengths[:, None]"),
-            Mistake("`>` instead of `>=`",
-                    "Positions count from 0: a sequence of length L has exactly L real tokens, and your mask "
-                    "lets one padding position through as well.", _kpm_off_by_one, fix="position `length` itself is the first padding position: compare with >=, not >"),
-            Mistake("time-first layout (S, B)",
-                    "key_padding_mask is (B, S) whatever batch_first says: batch_first only changes query, key "
-                    "and value.", _kpm_time_first, fix="drop the transpose"),
+            Mistake(
+                "polarity not inverted",
+                "nn.MultiheadAttention reads True as BLOCKED: the padding positions must be True, the "
+                "real tokens False.",
+                _kpm_not_inverted,
+                fix="torch.arange(S)[None, :] >= lengths[:, None]",
+            ),
+            Mistake(
+                "`>` instead of `>=`",
+                "Positions count from 0: a sequence of length L has exactly L real tokens, and your mask "
+                "lets one padding position through as well.",
+                _kpm_off_by_one,
+                fix="position `length` itself is the first padding position: compare with >=, not >",
+            ),
+            Mistake(
+                "time-first layout (S, B)",
+                "key_padding_mask is (B, S) whatever batch_first says: batch_first only changes query, key and value.",
+                _kpm_time_first,
+                fix="drop the transpose",
+            ),
         ),
     ),
     Exercise(
@@ -318,20 +369,32 @@ EXERCISES = (
         cases=_attn_mask_cases,
         draw=_attn_mask_draw,
         mistakes=(
-            Mistake("polarity not inverted",
-                    "The course's mask says True = may attend; nn.MultiheadAttention's attn_mask says True = "
-                    "blocked.", _attn_mask_not_inverted, fix="(~mask).repeat_interleave(num_heads, dim=0)"),
-            Mistake("heads tiled instead of interleaved",
-                    "The rows are grouped by sequence first: all the heads of the first sequence, then all the "
-                    "heads of the second. Each sequence's mask is copied for its heads next to each other, not "
-                    "the whole batch stacked once per head.",
-                    _attn_mask_tiled, fix="row b*H + h is batch b, head h: repeat_interleave(num_heads, dim=0), not repeat(num_heads, 1, 1)"),
-            Mistake("one copy per batch, not per head",
-                    "A 3-D attn_mask needs one (T, S) mask per batch element AND head: (B*H, T, S).",
-                    _attn_mask_per_batch, fix="(~mask).repeat_interleave(num_heads, dim=0)"),
-            Mistake("query and key axes swapped",
-                    "Keep the (T, S) order: rows are queries, columns are keys.",
-                    _attn_mask_transposed, fix="drop the transpose"),
+            Mistake(
+                "polarity not inverted",
+                "The course's mask says True = may attend; nn.MultiheadAttention's attn_mask says True = blocked.",
+                _attn_mask_not_inverted,
+                fix="(~mask).repeat_interleave(num_heads, dim=0)",
+            ),
+            Mistake(
+                "heads tiled instead of interleaved",
+                "The rows are grouped by sequence first: all the heads of the first sequence, then all the "
+                "heads of the second. Each sequence's mask is copied for its heads next to each other, not "
+                "the whole batch stacked once per head.",
+                _attn_mask_tiled,
+                fix="row b*H + h is batch b, head h: repeat_interleave(num_heads, dim=0), not repeat(num_heads, 1, 1)",
+            ),
+            Mistake(
+                "one copy per batch, not per head",
+                "A 3-D attn_mask needs one (T, S) mask per batch element AND head: (B*H, T, S).",
+                _attn_mask_per_batch,
+                fix="(~mask).repeat_interleave(num_heads, dim=0)",
+            ),
+            Mistake(
+                "query and key axes swapped",
+                "Keep the (T, S) order: rows are queries, columns are keys.",
+                _attn_mask_transposed,
+                fix="drop the transpose",
+            ),
         ),
     ),
     Exercise(
@@ -342,59 +405,82 @@ EXERCISES = (
         cases=_average_cases,
         draw=_average_draw,
         mistakes=(
-            Mistake("summed instead of averaged",
-                    "average_attn_weights=True takes the mean over heads, so each row still sums to 1.",
-                    _average_sum, fix="weights.mean(dim=1), not .sum(dim=1)"),
-            Mistake("averaged over the batch axis",
-                    "Our weights are (B, H, T, S): it is the heads you average, not the sequences of the batch.",
-                    _average_batch, fix="weights.mean(dim=1)"),
-            Mistake("averaged over the key axis",
-                    "Averaging each row of weights always gives 1/S; it is the heads you average over.",
-                    _average_keys, fix="weights.mean(dim=1), not dim=-1"),
-            Mistake("kept the head axis",
-                    "nn.MultiheadAttention returns (B, T, S), with no axis left for the heads.",
-                    _average_keepdim, fix="drop keepdim=True"),
+            Mistake(
+                "summed instead of averaged",
+                "average_attn_weights=True takes the mean over heads, so each row still sums to 1.",
+                _average_sum,
+                fix="weights.mean(dim=1), not .sum(dim=1)",
+            ),
+            Mistake(
+                "averaged over the batch axis",
+                "Our weights are (B, H, T, S): it is the heads you average, not the sequences of the batch.",
+                _average_batch,
+                fix="weights.mean(dim=1)",
+            ),
+            Mistake(
+                "averaged over the key axis",
+                "Averaging each row of weights always gives 1/S; it is the heads you average over.",
+                _average_keys,
+                fix="weights.mean(dim=1), not dim=-1",
+            ),
+            Mistake(
+                "kept the head axis",
+                "nn.MultiheadAttention returns (B, T, S), with no axis left for the heads.",
+                _average_keepdim,
+                fix="drop keepdim=True",
+            ),
         ),
     ),
     Exercise(
         key="05.5",
         title="cross-attention from packed weights",
         signature="cross_attention(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads) "
-                  "-> (B, T, C)",
+        "-> (B, T, C)",
         solution=_cross_solution,
         cases=_cross_cases,
         draw=_cross_draw,
         atol=1e-4,
         mistakes=(
-            Mistake("keys and values projected from x instead of the memory",
-                    "In cross-attention only the queries come from the sequence being written; the keys and "
-                    "values come from the other sequence, the memory, so there are S of them, not T.",
-                    lambda *a: _cross_steps(*a, kv_from="x"),
-                    fix="k and v = F.linear(memory, ...) with the second and third blocks of qkv_weight"),
-            Mistake("mask polarity inverted",
-                    "This exercise's key_mask uses the course's convention, True = a real token that may be "
-                    "attended; nn.MultiheadAttention's key_padding_mask is the one where True means blocked.",
-                    lambda *a: _cross_steps(*a, polarity="block"),
-                    fix="block where key_mask is False: scores.masked_fill(~key_mask[:, None, None, :], "
-                    "float('-inf'))"),
-            Mistake("the memory's padding is not masked",
-                    "The padding at the end of each memory sequence is filler: no query may attend to it.",
-                    lambda *a: _cross_steps(*a, pad=False),
-                    fix="scores.masked_fill(~key_mask[:, None, None, :], float('-inf')) before the softmax"),
-            Mistake("a causal mask across the two sequences",
-                    "Causality orders the positions of ONE sequence. The memory is finished before decoding "
-                    "starts, so every query may see every real memory token: only its padding is blocked.",
-                    lambda *a: _cross_steps(*a, causal="bottom-right"),
-                    fix="drop causal_mask(T, S): the only mask here is key_mask[:, None, None, :]"),
-            Mistake("a top-left causal triangle across the two sequences",
-                    "Query i and memory position j are positions in two different sequences, so i < j says "
-                    "nothing about what query i may see: only the memory's padding is blocked.",
-                    lambda *a: _cross_steps(*a, causal="top-left"),
-                    fix="drop the triangle (or is_causal=True): the only mask is key_mask[:, None, None, :]"),
-            Mistake("scaled by the model width instead of the head size",
-                    "The dot products are between vectors of one head, of size D = C // num_heads, not C.",
-                    lambda *a: _cross_steps(*a, scale_by="C"),
-                    fix="divide the scores by math.sqrt(C // num_heads)"),
+            Mistake(
+                "keys and values projected from x instead of the memory",
+                "In cross-attention only the queries come from the sequence being written; the keys and "
+                "values come from the other sequence, the memory, so there are S of them, not T.",
+                lambda *a: _cross_steps(*a, kv_from="x"),
+                fix="k and v = F.linear(memory, ...) with the second and third blocks of qkv_weight",
+            ),
+            Mistake(
+                "mask polarity inverted",
+                "This exercise's key_mask uses the course's convention, True = a real token that may be "
+                "attended; nn.MultiheadAttention's key_padding_mask is the one where True means blocked.",
+                lambda *a: _cross_steps(*a, polarity="block"),
+                fix="block where key_mask is False: scores.masked_fill(~key_mask[:, None, None, :], float('-inf'))",
+            ),
+            Mistake(
+                "the memory's padding is not masked",
+                "The padding at the end of each memory sequence is filler: no query may attend to it.",
+                lambda *a: _cross_steps(*a, pad=False),
+                fix="scores.masked_fill(~key_mask[:, None, None, :], float('-inf')) before the softmax",
+            ),
+            Mistake(
+                "a causal mask across the two sequences",
+                "Causality orders the positions of ONE sequence. The memory is finished before decoding "
+                "starts, so every query may see every real memory token: only its padding is blocked.",
+                lambda *a: _cross_steps(*a, causal="bottom-right"),
+                fix="drop causal_mask(T, S): the only mask here is key_mask[:, None, None, :]",
+            ),
+            Mistake(
+                "a top-left causal triangle across the two sequences",
+                "Query i and memory position j are positions in two different sequences, so i < j says "
+                "nothing about what query i may see: only the memory's padding is blocked.",
+                lambda *a: _cross_steps(*a, causal="top-left"),
+                fix="drop the triangle (or is_causal=True): the only mask is key_mask[:, None, None, :]",
+            ),
+            Mistake(
+                "scaled by the model width instead of the head size",
+                "The dot products are between vectors of one head, of size D = C // num_heads, not C.",
+                lambda *a: _cross_steps(*a, scale_by="C"),
+                fix="divide the scores by math.sqrt(C // num_heads)",
+            ),
         ),
     ),
 )

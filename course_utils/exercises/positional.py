@@ -37,7 +37,7 @@ def _sin_steps(T, C, swap=False, exponent="2i/C", start=0, layout="interleaved")
     t = torch.arange(start, start + T, dtype=torch.float64)[:, None]  # (T, 1)
     i = torch.arange(C // 2, dtype=torch.float64)[None, :]  # (1, C/2)
     power = 2 * i / C if exponent == "2i/C" else i / C
-    angles = t / 10000.0 ** power  # (T, C/2)
+    angles = t / 10000.0**power  # (T, C/2)
     first, second = (angles.cos(), angles.sin()) if swap else (angles.sin(), angles.cos())
     if layout == "halves":
         return torch.cat([first, second], dim=-1).float()
@@ -75,7 +75,7 @@ def _rope_steps(x, positions, sign=1.0, pairing="interleaved", exponent="2i/D", 
     if pairing == "interleaved":
         x1, x2 = x[..., 0::2], x[..., 1::2]
         return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-    x1, x2 = x[..., : D // 2], x[..., D // 2:]
+    x1, x2 = x[..., : D // 2], x[..., D // 2 :]
     return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
 
 
@@ -114,24 +114,34 @@ EXERCISES = (
         cases=_sin_cases,
         draw=_sin_draw,
         mistakes=(
-            Mistake("sin and cos swapped",
-                    "Even channels 2i hold the sine, odd channels 2i+1 the cosine: at position 0 the row "
-                    "reads 0, 1, 0, 1, ...",
-                    lambda T, C: _sin_steps(T, C, swap=True), fix="torch.stack([angles.sin(), angles.cos()], dim=-1)"),
-            Mistake("the frequency exponent is i / C instead of 2i / C",
-                    "i counts pairs of channels, and each pair spans two channels of the width; with your "
-                    "exponent the frequencies fall off half as fast, so the slowest one is far too fast.",
-                    lambda T, C: _sin_steps(T, C, exponent="i/C"),
-                    fix="omega_i = 10000^(-2i / C): 10000.0 ** (-torch.arange(0, C, 2) / C), the exponents 0, 2, "
-                    "4, ... over C"),
-            Mistake("positions counted from 1",
-                    "The first position is t = 0.",
-                    lambda T, C: _sin_steps(T, C, start=1), fix="torch.arange(T), not torch.arange(1, T + 1)"),
-            Mistake("sines and cosines in two halves",
-                    "The sines and cosines alternate channel by channel (sin, cos, sin, cos, ...); yours are "
-                    "all the sines, then all the cosines.",
-                    lambda T, C: _sin_steps(T, C, layout="halves"),
-                    fix="torch.stack([sin, cos], dim=-1).reshape(T, C), not torch.cat([sin, cos], dim=-1)"),
+            Mistake(
+                "sin and cos swapped",
+                "Even channels 2i hold the sine, odd channels 2i+1 the cosine: at position 0 the row "
+                "reads 0, 1, 0, 1, ...",
+                lambda T, C: _sin_steps(T, C, swap=True),
+                fix="torch.stack([angles.sin(), angles.cos()], dim=-1)",
+            ),
+            Mistake(
+                "the frequency exponent is i / C instead of 2i / C",
+                "i counts pairs of channels, and each pair spans two channels of the width; with your "
+                "exponent the frequencies fall off half as fast, so the slowest one is far too fast.",
+                lambda T, C: _sin_steps(T, C, exponent="i/C"),
+                fix="omega_i = 10000^(-2i / C): 10000.0 ** (-torch.arange(0, C, 2) / C), the exponents 0, 2, "
+                "4, ... over C",
+            ),
+            Mistake(
+                "positions counted from 1",
+                "The first position is t = 0.",
+                lambda T, C: _sin_steps(T, C, start=1),
+                fix="torch.arange(T), not torch.arange(1, T + 1)",
+            ),
+            Mistake(
+                "sines and cosines in two halves",
+                "The sines and cosines alternate channel by channel (sin, cos, sin, cos, ...); yours are "
+                "all the sines, then all the cosines.",
+                lambda T, C: _sin_steps(T, C, layout="halves"),
+                fix="torch.stack([sin, cos], dim=-1).reshape(T, C), not torch.cat([sin, cos], dim=-1)",
+            ),
         ),
     ),
     Exercise(
@@ -142,24 +152,33 @@ EXERCISES = (
         cases=_rope_cases,
         draw=_rope_draw,
         mistakes=(
-            Mistake("the rotation goes the wrong way",
-                    "The rotation must be counter-clockwise; your signs rotate each pair by minus the angle.",
-                    lambda x, p: _rope_steps(x, p, sign=-1.0),
-                    fix="(x1, x2) -> (x1 * cos - x2 * sin, x1 * sin + x2 * cos)"),
-            Mistake("the half pairing instead of the interleaved one",
-                    "This exercise pairs neighbouring channels (0, 1), (2, 3), ..., not the first half with "
-                    "the second half (that is the GPT-NeoX convention).",
-                    lambda x, p: _rope_steps(x, p, pairing="half"), fix="x1, x2 = x[..., 0::2], x[..., 1::2]"),
-            Mistake("the frequency exponent is i / D instead of 2i / D",
-                    "i counts pairs of channels, and each pair spans two channels of the head; with your "
-                    "exponent the frequencies fall off half as fast.",
-                    lambda x, p: _rope_steps(x, p, exponent="i/D"),
-                    fix="theta_i = 10000^(-2i / D): 10000.0 ** (-torch.arange(0, D, 2) / D)"),
-            Mistake("the positions argument is ignored",
-                    "Each row turns by its own absolute position: new tokens decoded with a cache sit at "
-                    "positions t0, t0 + 1, ..., not at 0, 1, ...",
-                    lambda x, p: _rope_steps(x, p, use_positions=False),
-                    fix="angles = positions.double()[:, None] * theta, not torch.arange(T)"),
+            Mistake(
+                "the rotation goes the wrong way",
+                "The rotation must be counter-clockwise; your signs rotate each pair by minus the angle.",
+                lambda x, p: _rope_steps(x, p, sign=-1.0),
+                fix="(x1, x2) -> (x1 * cos - x2 * sin, x1 * sin + x2 * cos)",
+            ),
+            Mistake(
+                "the half pairing instead of the interleaved one",
+                "This exercise pairs neighbouring channels (0, 1), (2, 3), ..., not the first half with "
+                "the second half (that is the GPT-NeoX convention).",
+                lambda x, p: _rope_steps(x, p, pairing="half"),
+                fix="x1, x2 = x[..., 0::2], x[..., 1::2]",
+            ),
+            Mistake(
+                "the frequency exponent is i / D instead of 2i / D",
+                "i counts pairs of channels, and each pair spans two channels of the head; with your "
+                "exponent the frequencies fall off half as fast.",
+                lambda x, p: _rope_steps(x, p, exponent="i/D"),
+                fix="theta_i = 10000^(-2i / D): 10000.0 ** (-torch.arange(0, D, 2) / D)",
+            ),
+            Mistake(
+                "the positions argument is ignored",
+                "Each row turns by its own absolute position: new tokens decoded with a cache sit at "
+                "positions t0, t0 + 1, ..., not at 0, 1, ...",
+                lambda x, p: _rope_steps(x, p, use_positions=False),
+                fix="angles = positions.double()[:, None] * theta, not torch.arange(T)",
+            ),
         ),
     ),
     Exercise(
@@ -170,27 +189,39 @@ EXERCISES = (
         cases=_alibi_cases,
         draw=_alibi_draw,
         mistakes=(
-            Mistake("the penalty has the wrong sign",
-                    "ALiBi lowers the scores of far keys: the entries below the diagonal must be <= 0.",
-                    lambda H, T: _alibi_steps(H, T, sign=1.0), fix="bias = -slopes[:, None, None] * (i - j)"),
-            Mistake("the slopes are in the wrong order",
-                    "Head 0 gets the steepest slope and the last head the gentlest; yours run the other way.",
-                    lambda H, T: _alibi_steps(H, T, order="reversed"),
-                    fix="slopes = [2 ** (-8 * (h + 1) / H) for h in range(H)], not reversed"),
-            Mistake("the slopes start at 1",
-                    "With the heads counted from 0, your first head gets slope 2^0 = 1; in the formula even the "
-                    "steepest slope, head 0's, is already below 1.",
-                    lambda H, T: _alibi_steps(H, T, first_exponent=0), fix="(h + 1) in the exponent, not h"),
-            Mistake("the causal part is forgotten",
-                    "Future keys must be blocked; without that, the distance penalty becomes a "
-                    "bonus for future keys.",
-                    lambda H, T: _alibi_steps(H, T, causal=False),
-                    fix='bias.masked_fill(j > i, float("-inf"))'),
-            Mistake("a large negative number instead of -inf",
-                    "A very negative number blocks a key in a softmax just as well, but this exercise asks for "
-                    "the additive causal mask, which is -inf exactly (adding another bias to -inf keeps it "
-                    "blocked; a finite number can be pulled back up).",
-                    lambda H, T: _alibi_steps(H, T, blocked=-1e9), fix='float("-inf"), not -1e9'),
+            Mistake(
+                "the penalty has the wrong sign",
+                "ALiBi lowers the scores of far keys: the entries below the diagonal must be <= 0.",
+                lambda H, T: _alibi_steps(H, T, sign=1.0),
+                fix="bias = -slopes[:, None, None] * (i - j)",
+            ),
+            Mistake(
+                "the slopes are in the wrong order",
+                "Head 0 gets the steepest slope and the last head the gentlest; yours run the other way.",
+                lambda H, T: _alibi_steps(H, T, order="reversed"),
+                fix="slopes = [2 ** (-8 * (h + 1) / H) for h in range(H)], not reversed",
+            ),
+            Mistake(
+                "the slopes start at 1",
+                "With the heads counted from 0, your first head gets slope 2^0 = 1; in the formula even the "
+                "steepest slope, head 0's, is already below 1.",
+                lambda H, T: _alibi_steps(H, T, first_exponent=0),
+                fix="(h + 1) in the exponent, not h",
+            ),
+            Mistake(
+                "the causal part is forgotten",
+                "Future keys must be blocked; without that, the distance penalty becomes a bonus for future keys.",
+                lambda H, T: _alibi_steps(H, T, causal=False),
+                fix='bias.masked_fill(j > i, float("-inf"))',
+            ),
+            Mistake(
+                "a large negative number instead of -inf",
+                "A very negative number blocks a key in a softmax just as well, but this exercise asks for "
+                "the additive causal mask, which is -inf exactly (adding another bias to -inf keeps it "
+                "blocked; a finite number can be pulled back up).",
+                lambda H, T: _alibi_steps(H, T, blocked=-1e9),
+                fix='float("-inf"), not -1e9',
+            ),
         ),
     ),
 )

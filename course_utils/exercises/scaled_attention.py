@@ -32,8 +32,7 @@ def _softmax_cases() -> list[tuple[tuple, dict]]:
     spread = torch.tensor([[0.0, 150.0, 300.0, 20.0], [-1e4, 3.0, 5.0, 4.0], [-math.inf, 1.0, 2.0, 0.5]])
     # a row 100 wide: subtracting its min overflows (exp(100)), subtracting its mean does not (exp(50))
     wide = torch.tensor([[0.0, 50.0, 100.0], [1.0, 2.0, 3.0]])
-    return [((small,), {}), ((large,), {}), ((mixed,), {}), ((batched,), {"dim": 1}), ((spread,), {}),
-            ((wide,), {})]
+    return [((small,), {}), ((large,), {}), ((mixed,), {}), ((batched,), {"dim": 1}), ((spread,), {}), ((wide,), {})]
 
 
 def _softmax_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -44,7 +43,9 @@ def _softmax_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
         shape[-1] = max(shape[-1], 2)
         spread = [1.0, 30.0, 200.0][int(torch.randint(0, 3, (), generator=g))]
         x = spread * torch.randn(*shape, generator=g)
-        x = x.masked_fill(torch.rand(*shape, generator=g) < 0.2, [-1e4, -math.inf][int(torch.randint(0, 2, (), generator=g))])
+        x = x.masked_fill(
+            torch.rand(*shape, generator=g) < 0.2, [-1e4, -math.inf][int(torch.randint(0, 2, (), generator=g))]
+        )
         dim = int(torch.randint(-len(shape), len(shape), (), generator=g))
         x.select(dim, 0).copy_(spread * torch.randn(x.select(dim, 0).shape, generator=g))  # no row fully masked
         cases.append(((x,), {"dim": dim} if dim != -1 else {}))
@@ -250,33 +251,51 @@ EXERCISES = (
         cases=_softmax_cases,
         draw=_softmax_draw,
         mistakes=(
-            Mistake("no max subtraction",
-                    "exp of a logit around 100 overflows float32 to inf, and inf / inf is nan. Shifting every "
-                    "logit of a row by the same number does not change the softmax: choose the shift that keeps "
-                    "every exponent at or below 0.",
-                    _softmax_no_max, fix="exps = torch.exp(x - x.amax(dim=dim, keepdim=True))"),
-            Mistake("subtracting the row minimum instead of the maximum",
-                    "Any shift of a row leaves its softmax unchanged, but only one shift keeps every exponent "
-                    "at or below 0: after subtracting the smallest logit, the largest exponent is the whole "
-                    "span of the row, which overflows once the row spans about 90.",
-                    _softmax_row_min, fix="x - x.amax(dim=dim, keepdim=True), not x.amin(...)"),
-            Mistake("subtracting the row mean instead of the maximum",
-                    "Any shift of a row leaves its softmax unchanged, but only one shift keeps every exponent "
-                    "at or below 0: after subtracting the average, the largest logit is still far above 0 "
-                    "in a row spanning hundreds, and its exponential overflows.",
-                    _softmax_row_mean, fix="x - x.amax(dim=dim, keepdim=True), not x.mean(...)"),
-            Mistake("subtracting the global max",
-                    "One maximum for the whole tensor is too big for rows far below it, whose exponentials "
-                    "all underflow to 0 (and 0 / 0 is nan): each row needs its own maximum.",
-                    _softmax_global_max, fix="x.amax(dim=dim, keepdim=True) instead of x.max()"),
-            Mistake("dividing by the sum of the whole tensor",
-                    "Each row must sum to 1 on its own, so the normaliser is a sum along `dim`, one per row, "
-                    "not one number for the whole tensor.",
-                    _softmax_whole_sum, fix="exps / exps.sum(dim=dim, keepdim=True)"),
-            Mistake("ignoring the dim argument",
-                    "Your function always normalises the last axis, whatever `dim` says; both the max and "
-                    "the sum must follow `dim`.",
-                    _softmax_ignores_dim, fix="use dim=dim (not dim=-1) in both x.amax(...) and exps.sum(...)"),
+            Mistake(
+                "no max subtraction",
+                "exp of a logit around 100 overflows float32 to inf, and inf / inf is nan. Shifting every "
+                "logit of a row by the same number does not change the softmax: choose the shift that keeps "
+                "every exponent at or below 0.",
+                _softmax_no_max,
+                fix="exps = torch.exp(x - x.amax(dim=dim, keepdim=True))",
+            ),
+            Mistake(
+                "subtracting the row minimum instead of the maximum",
+                "Any shift of a row leaves its softmax unchanged, but only one shift keeps every exponent "
+                "at or below 0: after subtracting the smallest logit, the largest exponent is the whole "
+                "span of the row, which overflows once the row spans about 90.",
+                _softmax_row_min,
+                fix="x - x.amax(dim=dim, keepdim=True), not x.amin(...)",
+            ),
+            Mistake(
+                "subtracting the row mean instead of the maximum",
+                "Any shift of a row leaves its softmax unchanged, but only one shift keeps every exponent "
+                "at or below 0: after subtracting the average, the largest logit is still far above 0 "
+                "in a row spanning hundreds, and its exponential overflows.",
+                _softmax_row_mean,
+                fix="x - x.amax(dim=dim, keepdim=True), not x.mean(...)",
+            ),
+            Mistake(
+                "subtracting the global max",
+                "One maximum for the whole tensor is too big for rows far below it, whose exponentials "
+                "all underflow to 0 (and 0 / 0 is nan): each row needs its own maximum.",
+                _softmax_global_max,
+                fix="x.amax(dim=dim, keepdim=True) instead of x.max()",
+            ),
+            Mistake(
+                "dividing by the sum of the whole tensor",
+                "Each row must sum to 1 on its own, so the normaliser is a sum along `dim`, one per row, "
+                "not one number for the whole tensor.",
+                _softmax_whole_sum,
+                fix="exps / exps.sum(dim=dim, keepdim=True)",
+            ),
+            Mistake(
+                "ignoring the dim argument",
+                "Your function always normalises the last axis, whatever `dim` says; both the max and "
+                "the sum must follow `dim`.",
+                _softmax_ignores_dim,
+                fix="use dim=dim (not dim=-1) in both x.amax(...) and exps.sum(...)",
+            ),
         ),
     ),
     Exercise(
@@ -287,22 +306,34 @@ EXERCISES = (
         cases=_sdpa_cases,
         draw=_sdpa_draw,
         mistakes=(
-            Mistake("missing scale",
-                    "The dot product of two D-dimensional vectors grows with D; the scores must be scaled "
-                    "down by the head size before the softmax, or large heads attend almost one-hot.",
-                    _sdpa_no_scale, fix="scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])"),
-            Mistake("scaling by D instead of sqrt(D)",
-                    "The variance of q . k grows like D, so its standard deviation grows like the square "
-                    "root of D: that is what to divide by.",
-                    _sdpa_scale_by_d, fix="divide by math.sqrt(D), not by D"),
-            Mistake("softmax over the wrong axis",
-                    "Each query's weights over the keys must sum to 1: the keys are the last axis of the "
-                    "scores, not the queries.",
-                    _sdpa_wrong_axis, fix="torch.softmax(scores, dim=-1), not dim=-2"),
-            Mistake("scaling after the softmax",
-                    "The scale belongs to the scores, inside the softmax; scaling the weights afterwards "
-                    "makes the rows stop summing to 1.",
-                    _sdpa_scale_after, fix="torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), dim=-1)"),
+            Mistake(
+                "missing scale",
+                "The dot product of two D-dimensional vectors grows with D; the scores must be scaled "
+                "down by the head size before the softmax, or large heads attend almost one-hot.",
+                _sdpa_no_scale,
+                fix="scores = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])",
+            ),
+            Mistake(
+                "scaling by D instead of sqrt(D)",
+                "The variance of q . k grows like D, so its standard deviation grows like the square "
+                "root of D: that is what to divide by.",
+                _sdpa_scale_by_d,
+                fix="divide by math.sqrt(D), not by D",
+            ),
+            Mistake(
+                "softmax over the wrong axis",
+                "Each query's weights over the keys must sum to 1: the keys are the last axis of the "
+                "scores, not the queries.",
+                _sdpa_wrong_axis,
+                fix="torch.softmax(scores, dim=-1), not dim=-2",
+            ),
+            Mistake(
+                "scaling after the softmax",
+                "The scale belongs to the scores, inside the softmax; scaling the weights afterwards "
+                "makes the rows stop summing to 1.",
+                _sdpa_scale_after,
+                fix="torch.softmax(q @ k.transpose(-2, -1) / math.sqrt(D), dim=-1)",
+            ),
         ),
     ),
     Exercise(
@@ -313,32 +344,48 @@ EXERCISES = (
         cases=_head_cases,
         draw=_head_draw,
         mistakes=(
-            Mistake("scaling by embed_dim instead of head_dim",
-                    "x's last axis is C, the model width; the dot products you scale are between q and k, "
-                    "which have D entries, the head size.",
-                    _head_embed_dim, fix="scale by q.shape[-1] ** -0.5 (the head size D), not x.shape[-1] ** -0.5"),
-            Mistake("missing scale",
-                    "The scores must be scaled down by the square root of the head size before the "
-                    "softmax.",
-                    _head_no_scale, fix="torch.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1), D = q.shape[-1]"),
-            Mistake("scaling by 1/D instead of 1/sqrt(D)",
-                    "A dot product of D independent terms of variance 1 has variance D, so its spread (the "
-                    "standard deviation) is the square root of D: that is what brings the scores back to "
-                    "variance 1. Dividing by D itself shrinks them too far, and the weights come out too flat.",
-                    _head_over_d, fix="scale by q.shape[-1] ** -0.5 (1 / sqrt(D)), not 1 / q.shape[-1]"),
-            Mistake("softmax over the wrong axis",
-                    "The scores are (B, T, T) with the keys on the last axis; each query's weights over the "
-                    "keys must sum to 1.",
-                    _head_wrong_axis, fix="softmax over dim=-1, not dim=1"),
-            Mistake("queries and keys swapped",
-                    "Your scores are transposed: row i must hold query i against every key, not key i "
-                    "against every query.",
-                    _head_swapped, fix="q @ k.transpose(-2, -1), not k @ q.transpose(-2, -1)"),
-            Mistake("weight used untransposed",
-                    "The weights are stored the way nn.Linear stores its weight, (out, in) = (D, C), as in "
-                    "exercise 01.4; nn.Linear multiplies by the transpose of that. With C != D the product "
-                    "you wrote cannot even be formed.",
-                    _head_untransposed, fix="q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T"),
+            Mistake(
+                "scaling by embed_dim instead of head_dim",
+                "x's last axis is C, the model width; the dot products you scale are between q and k, "
+                "which have D entries, the head size.",
+                _head_embed_dim,
+                fix="scale by q.shape[-1] ** -0.5 (the head size D), not x.shape[-1] ** -0.5",
+            ),
+            Mistake(
+                "missing scale",
+                "The scores must be scaled down by the square root of the head size before the softmax.",
+                _head_no_scale,
+                fix="torch.softmax(q @ k.transpose(-2, -1) * D**-0.5, dim=-1), D = q.shape[-1]",
+            ),
+            Mistake(
+                "scaling by 1/D instead of 1/sqrt(D)",
+                "A dot product of D independent terms of variance 1 has variance D, so its spread (the "
+                "standard deviation) is the square root of D: that is what brings the scores back to "
+                "variance 1. Dividing by D itself shrinks them too far, and the weights come out too flat.",
+                _head_over_d,
+                fix="scale by q.shape[-1] ** -0.5 (1 / sqrt(D)), not 1 / q.shape[-1]",
+            ),
+            Mistake(
+                "softmax over the wrong axis",
+                "The scores are (B, T, T) with the keys on the last axis; each query's weights over the "
+                "keys must sum to 1.",
+                _head_wrong_axis,
+                fix="softmax over dim=-1, not dim=1",
+            ),
+            Mistake(
+                "queries and keys swapped",
+                "Your scores are transposed: row i must hold query i against every key, not key i against every query.",
+                _head_swapped,
+                fix="q @ k.transpose(-2, -1), not k @ q.transpose(-2, -1)",
+            ),
+            Mistake(
+                "weight used untransposed",
+                "The weights are stored the way nn.Linear stores its weight, (out, in) = (D, C), as in "
+                "exercise 01.4; nn.Linear multiplies by the transpose of that. With C != D the product "
+                "you wrote cannot even be formed.",
+                _head_untransposed,
+                fix="q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T",
+            ),
         ),
     ),
     Exercise(
@@ -349,20 +396,32 @@ EXERCISES = (
         cases=_entropy_cases,
         draw=_entropy_draw,
         mistakes=(
-            Mistake("0 * log 0 gives nan",
-                    "A weight of exactly 0 makes w * log(w) = 0 * -inf = nan, but the limit of w log w at 0 "
-                    "is 0; the hint in the exercise names a function that knows this.",
-                    _entropy_nan_at_zero, fix="-torch.special.xlogy(weights, weights).sum(dim=-1)"),
-            Mistake("summing over the wrong axis",
-                    "The entropy is of one query's weights over the keys, the last axis.",
-                    _entropy_wrong_axis, fix=".sum(dim=-1), not dim=-2"),
-            Mistake("missing minus sign",
-                    "w log w is never positive, and an entropy is never negative.",
-                    _entropy_no_minus, fix="put a minus sign in front: -xlogy(w, w).sum(dim=-1)"),
-            Mistake("log base 2 instead of natural log",
-                    "This course measures entropy in nats, with the natural log: a uniform row over S keys "
-                    "has entropy log(S), about 0.69 for two keys.",
-                    _entropy_log2, fix="drop the division by math.log(2)"),
+            Mistake(
+                "0 * log 0 gives nan",
+                "A weight of exactly 0 makes w * log(w) = 0 * -inf = nan, but the limit of w log w at 0 "
+                "is 0; the hint in the exercise names a function that knows this.",
+                _entropy_nan_at_zero,
+                fix="-torch.special.xlogy(weights, weights).sum(dim=-1)",
+            ),
+            Mistake(
+                "summing over the wrong axis",
+                "The entropy is of one query's weights over the keys, the last axis.",
+                _entropy_wrong_axis,
+                fix=".sum(dim=-1), not dim=-2",
+            ),
+            Mistake(
+                "missing minus sign",
+                "w log w is never positive, and an entropy is never negative.",
+                _entropy_no_minus,
+                fix="put a minus sign in front: -xlogy(w, w).sum(dim=-1)",
+            ),
+            Mistake(
+                "log base 2 instead of natural log",
+                "This course measures entropy in nats, with the natural log: a uniform row over S keys "
+                "has entropy log(S), about 0.69 for two keys.",
+                _entropy_log2,
+                fix="drop the division by math.log(2)",
+            ),
         ),
     ),
 )

@@ -27,6 +27,7 @@ __all__ = ["EXERCISES"]
 
 # --- 09.1 training windows --------------------------------------------------------------------------
 
+
 def _windows_solution(data: torch.Tensor, starts: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
     idx = starts[:, None] + torch.arange(T + 1)  # (B, T + 1)
     window = data[idx]  # (B, T + 1)
@@ -81,6 +82,7 @@ def _windows_swapped(data, starts, T):
 
 # --- 09.2 the unigram baseline ----------------------------------------------------------------------
 
+
 def _unigram_solution(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:
     return unigram_loss(train_ids, val_ids, vocab_size)
 
@@ -132,6 +134,7 @@ def _unigram_entropy_of_train(train_ids, val_ids, vocab_size):
 
 
 # --- 09.3 warmup and cosine decay -------------------------------------------------------------------
+
 
 def _lr_solution(step: int, warmup_steps: int, max_steps: int, max_lr: float, min_lr: float) -> float:
     cfg = TrainConfig(max_steps=max_steps, warmup_steps=warmup_steps, learning_rate=max_lr, min_lr=min_lr)
@@ -194,11 +197,19 @@ def _lr_linear(step, warmup_steps, max_steps, max_lr, min_lr):
 
 # --- 09.4 a post-norm block -------------------------------------------------------------------------
 
-def _post_norm_solution(x: torch.Tensor, attn: torch.nn.Module, mlp: torch.nn.Module, ln_1: torch.nn.Module,
-                        ln_2: torch.nn.Module) -> torch.Tensor:
+
+def _post_norm_solution(
+    x: torch.Tensor, attn: torch.nn.Module, mlp: torch.nn.Module, ln_1: torch.nn.Module, ln_2: torch.nn.Module
+) -> torch.Tensor:
     C = x.shape[-1]
-    config = GPTConfig(vocab_size=2, context_length=x.shape[-2], embed_dim=C, num_heads=attn.num_heads,
-                       num_layers=1, norm_position="post")
+    config = GPTConfig(
+        vocab_size=2,
+        context_length=x.shape[-2],
+        embed_dim=C,
+        num_heads=attn.num_heads,
+        num_layers=1,
+        norm_position="post",
+    )
     block = Block(config)
     block.attn, block.mlp, block.ln_1, block.ln_2 = attn, mlp, ln_1, ln_2  # the given sublayers, not copies
     return block(x)  # (B, T, C)
@@ -266,6 +277,7 @@ def _post_norm_norms_swapped(x, attn, mlp, ln_1, ln_2):
 
 # --- 09.5 value-weighted attention norms ------------------------------------------------------------
 
+
 def _weighted_norms_solution(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return weighted_value_norms(weights, v)  # (B, H, T, S)
 
@@ -280,8 +292,11 @@ def _weighted_norms_case(g: torch.Generator, B: int, H: int, T: int, S: int, D: 
 
 def _weighted_norms_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(95)
-    return [_weighted_norms_case(g, 2, 3, 6, 6, 4), _weighted_norms_case(g, 1, 2, 5, 5, 8),
-            _weighted_norms_case(g, 2, 2, 3, 7, 4)]  # T < S: three new queries after a cache of four keys
+    return [
+        _weighted_norms_case(g, 2, 3, 6, 6, 4),
+        _weighted_norms_case(g, 1, 2, 5, 5, 8),
+        _weighted_norms_case(g, 2, 2, 3, 7, 4),
+    ]  # T < S: three new queries after a cache of four keys
 
 
 def _weighted_norms_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -298,7 +313,7 @@ def _weighted_norms_weights_only(weights, v):
 
 
 def _weighted_norms_squared(weights, v):
-    return weights * (v ** 2).sum(dim=-1).unsqueeze(-2)  # squared norm: no square root
+    return weights * (v**2).sum(dim=-1).unsqueeze(-2)  # squared norm: no square root
 
 
 def _weighted_norms_query_value(weights, v):
@@ -321,25 +336,37 @@ EXERCISES = (
     Exercise(
         key="09.1",
         title="training windows",
-        signature="make_windows(data, starts, T) -> (x, y), each (B, T) of data's dtype: y is x shifted one token ahead",
+        signature="make_windows(data, starts, T) -> (x, y), each (B, T) of data's dtype: "
+        "y is x shifted one token ahead",
         solution=_windows_solution,
         cases=_windows_cases,
         draw=_windows_draw,
         mistakes=(
-            Mistake("targets not shifted",
-                    "y must hold the NEXT token at every position, not the same window as x (the model would "
-                    "learn to copy its input).",
-                    _windows_unshifted, fix="y = data[s + 1 : s + T + 1]: cut T + 1 ids, x = window[:, :-1], "
-                                            "y = window[:, 1:]"),
-            Mistake("targets shifted the wrong way",
-                    "y is one token AHEAD of x, not one behind: the model predicts the future.",
-                    _windows_shifted_back, fix="y = window[:, 1:] with window = data[starts[:, None] + torch.arange(T + 1)]"),
-            Mistake("windows one token too long",
-                    "Both x and y have exactly T columns; the T + 1 ids you cut are shared between them.",
-                    _windows_too_long, fix="x = window[:, :-1], y = window[:, 1:]"),
-            Mistake("x and y swapped",
-                    "x is the input, the window itself; y, the target, is the one shifted ahead.",
-                    _windows_swapped, fix="return window[:, :-1], window[:, 1:] in that order"),
+            Mistake(
+                "targets not shifted",
+                "y must hold the NEXT token at every position, not the same window as x (the model would "
+                "learn to copy its input).",
+                _windows_unshifted,
+                fix="y = data[s + 1 : s + T + 1]: cut T + 1 ids, x = window[:, :-1], y = window[:, 1:]",
+            ),
+            Mistake(
+                "targets shifted the wrong way",
+                "y is one token AHEAD of x, not one behind: the model predicts the future.",
+                _windows_shifted_back,
+                fix="y = window[:, 1:] with window = data[starts[:, None] + torch.arange(T + 1)]",
+            ),
+            Mistake(
+                "windows one token too long",
+                "Both x and y have exactly T columns; the T + 1 ids you cut are shared between them.",
+                _windows_too_long,
+                fix="x = window[:, :-1], y = window[:, 1:]",
+            ),
+            Mistake(
+                "x and y swapped",
+                "x is the input, the window itself; y, the target, is the one shifted ahead.",
+                _windows_swapped,
+                fix="return window[:, :-1], window[:, 1:] in that order",
+            ),
         ),
     ),
     Exercise(
@@ -350,22 +377,34 @@ EXERCISES = (
         cases=_unigram_cases,
         draw=_unigram_draw,
         mistakes=(
-            Mistake("no smoothing: an unseen character costs infinity",
-                    "A character absent from training gets probability 0, and -log 0 is infinite; the "
-                    "exercise asks for one extra count for every character.",
-                    _unigram_no_smoothing, fix="counts = torch.bincount(train_ids, minlength=vocab_size) + 1"),
-            Mistake("bits instead of nats",
-                    "The model's loss (F.cross_entropy) uses the natural log; a baseline in another unit "
-                    "does not compare with it.",
-                    _unigram_bits, fix="use .log(), not .log2() (or drop the division by math.log(2))"),
-            Mistake("frequencies counted on the validation text",
-                    "The frequencies must come from the TRAINING ids; counting on the text you score is "
-                    "peeking at the answers and makes the baseline look better than it is.",
-                    _unigram_counted_on_val, fix="torch.bincount(train_ids, ...), not val_ids"),
-            Mistake("entropy of the training distribution, not a score on validation",
-                    "The baseline scores the validation characters with probabilities from the training "
-                    "counts; the entropy of the training distribution never looks at the validation text.",
-                    _unigram_entropy_of_train, fix="return float(-log_p[val_ids].mean())"),
+            Mistake(
+                "no smoothing: an unseen character costs infinity",
+                "A character absent from training gets probability 0, and -log 0 is infinite; the "
+                "exercise asks for one extra count for every character.",
+                _unigram_no_smoothing,
+                fix="counts = torch.bincount(train_ids, minlength=vocab_size) + 1",
+            ),
+            Mistake(
+                "bits instead of nats",
+                "The model's loss (F.cross_entropy) uses the natural log; a baseline in another unit "
+                "does not compare with it.",
+                _unigram_bits,
+                fix="use .log(), not .log2() (or drop the division by math.log(2))",
+            ),
+            Mistake(
+                "frequencies counted on the validation text",
+                "The frequencies must come from the TRAINING ids; counting on the text you score is "
+                "peeking at the answers and makes the baseline look better than it is.",
+                _unigram_counted_on_val,
+                fix="torch.bincount(train_ids, ...), not val_ids",
+            ),
+            Mistake(
+                "entropy of the training distribution, not a score on validation",
+                "The baseline scores the validation characters with probabilities from the training "
+                "counts; the entropy of the training distribution never looks at the validation text.",
+                _unigram_entropy_of_train,
+                fix="return float(-log_p[val_ids].mean())",
+            ),
         ),
         atol=1e-6,
     ),
@@ -377,22 +416,37 @@ EXERCISES = (
         cases=_lr_cases,
         draw=_lr_draw,
         mistakes=(
-            Mistake("warmup starts at zero",
-                    "Step 0 should already move the weights, and the last warmup step should reach max_lr.",
-                    _lr_warmup_from_zero, fix="max_lr * (step + 1) / warmup_steps during warmup"),
-            Mistake("decays to zero instead of min_lr",
-                    "The cosine ends at min_lr, not at 0.",
-                    _lr_decays_to_zero, fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)"),
-            Mistake("cosine measured from step 0, not from the end of warmup",
-                    "The cosine starts at max_lr right after warmup: its progress counts the steps since "
-                    "warmup ended, over the steps left after warmup.",
-                    _lr_cosine_from_step_zero, fix="p = (step - warmup_steps) / (max_steps - warmup_steps)"),
-            Mistake("the cosine climbs again after max_steps",
-                    "A resumed or extended run goes past max_steps; from there on the rate stays at its floor.",
-                    _lr_no_floor_after_end, fix="if step >= max_steps: return min_lr"),
-            Mistake("linear decay instead of a cosine",
-                    "The decay follows half a cosine wave, slow at both ends, not a straight line.",
-                    _lr_linear, fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)"),
+            Mistake(
+                "warmup starts at zero",
+                "Step 0 should already move the weights, and the last warmup step should reach max_lr.",
+                _lr_warmup_from_zero,
+                fix="max_lr * (step + 1) / warmup_steps during warmup",
+            ),
+            Mistake(
+                "decays to zero instead of min_lr",
+                "The cosine ends at min_lr, not at 0.",
+                _lr_decays_to_zero,
+                fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)",
+            ),
+            Mistake(
+                "cosine measured from step 0, not from the end of warmup",
+                "The cosine starts at max_lr right after warmup: its progress counts the steps since "
+                "warmup ended, over the steps left after warmup.",
+                _lr_cosine_from_step_zero,
+                fix="p = (step - warmup_steps) / (max_steps - warmup_steps)",
+            ),
+            Mistake(
+                "the cosine climbs again after max_steps",
+                "A resumed or extended run goes past max_steps; from there on the rate stays at its floor.",
+                _lr_no_floor_after_end,
+                fix="if step >= max_steps: return min_lr",
+            ),
+            Mistake(
+                "linear decay instead of a cosine",
+                "The decay follows half a cosine wave, slow at both ends, not a straight line.",
+                _lr_linear,
+                fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)",
+            ),
         ),
         atol=1e-10,
         rtol=1e-5,  # float32 arithmetic is accurate to about 1e-7 relative: a rate computed in float32 passes
@@ -401,68 +455,100 @@ EXERCISES = (
         key="09.4",
         title="a post-norm block",
         signature="post_norm_block(x, attn, mlp, ln_1, ln_2) -> (B, T, C): ln_1 after the attention's residual "
-                  "add, ln_2 after the MLP's",
+        "add, ln_2 after the MLP's",
         solution=_post_norm_solution,
         cases=_post_norm_cases,
         draw=_post_norm_draw,
         mistakes=(
-            Mistake("pre-norm order",
-                    "That is the pre-norm block the course's GPT uses. Post-norm normalises AFTER each residual "
-                    "add: the sublayer reads the stream as it is, and the LayerNorm reads the sum.",
-                    _post_norm_pre_order, fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))"),
-            Mistake("the LayerNorm on the branch only",
-                    "The LayerNorm takes the sum of the stream and the branch, not the branch alone: the output "
-                    "of a post-norm block is normalised as a whole.",
-                    _post_norm_branch_only, fix="h = ln_1(x + attn(x)), not x + ln_1(attn(x))"),
-            Mistake("a residual left out",
-                    "Each sublayer's input is added back to its output before the LayerNorm; without it the "
-                    "block forgets its input.",
-                    _post_norm_no_residual, fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))"),
-            Mistake("the MLP reads the block's input",
-                    "The two sublayers run one after the other: the MLP reads, and adds back to, the stream "
-                    "after the first LayerNorm.",
-                    _post_norm_mlp_reads_x, fix="return ln_2(h + mlp(h)) with h = ln_1(x + attn(x))"),
-            Mistake("the LayerNorms swapped",
-                    "Each LayerNorm belongs to one sublayer and has its own gain and bias: the first follows "
-                    "the attention, the second the MLP.",
-                    _post_norm_norms_swapped, fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))"),
+            Mistake(
+                "pre-norm order",
+                "That is the pre-norm block the course's GPT uses. Post-norm normalises AFTER each residual "
+                "add: the sublayer reads the stream as it is, and the LayerNorm reads the sum.",
+                _post_norm_pre_order,
+                fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))",
+            ),
+            Mistake(
+                "the LayerNorm on the branch only",
+                "The LayerNorm takes the sum of the stream and the branch, not the branch alone: the output "
+                "of a post-norm block is normalised as a whole.",
+                _post_norm_branch_only,
+                fix="h = ln_1(x + attn(x)), not x + ln_1(attn(x))",
+            ),
+            Mistake(
+                "a residual left out",
+                "Each sublayer's input is added back to its output before the LayerNorm; without it the "
+                "block forgets its input.",
+                _post_norm_no_residual,
+                fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))",
+            ),
+            Mistake(
+                "the MLP reads the block's input",
+                "The two sublayers run one after the other: the MLP reads, and adds back to, the stream "
+                "after the first LayerNorm.",
+                _post_norm_mlp_reads_x,
+                fix="return ln_2(h + mlp(h)) with h = ln_1(x + attn(x))",
+            ),
+            Mistake(
+                "the LayerNorms swapped",
+                "Each LayerNorm belongs to one sublayer and has its own gain and bias: the first follows "
+                "the attention, the second the MLP.",
+                _post_norm_norms_swapped,
+                fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))",
+            ),
         ),
     ),
     Exercise(
         key="09.5",
         title="value-weighted attention norms",
         signature="weighted_norms(weights, v) -> (B, H, T, S), entry [b, h, i, j] = ||weights[b, h, i, j] * "
-                  "v[b, h, j]||",
+        "v[b, h, j]||",
         solution=_weighted_norms_solution,
         cases=_weighted_norms_cases,
         draw=_weighted_norms_draw,
         mistakes=(
-            Mistake("the weights alone",
-                    "That is the attention map itself. The point is to scale each weight by the size of the "
-                    "value it multiplies.",
-                    _weighted_norms_weights_only, fix="weights * v.norm(dim=-1).unsqueeze(-2)"),
-            Mistake("the squared norm",
-                    "The length of a vector is the square root of the sum of its squares.",
-                    _weighted_norms_squared, fix="v.norm(dim=-1), not (v ** 2).sum(-1)"),
-            Mistake("the value of the query's position, not the key's",
-                    "Entry (i, j) multiplies value j, the key's, so each key's norm must run along a row "
-                    "(the last axis), the same for every query.",
-                    _weighted_norms_query_value, fix="v.norm(dim=-1).unsqueeze(-2): (B, H, 1, S)"),
-            Mistake("a norm over the positions, not the channels",
-                    "A value vector lives along the last axis of v (its D channels); the norm sums over those, "
-                    "giving one number per key.",
-                    _weighted_norms_over_positions, fix="v.norm(dim=-1), not v.norm(dim=-2)"),
-            Mistake("the norm of the sum",
-                    "The norm of weights @ v is the size of the whole output: one number per query. The "
-                    "exercise asks for each key's term on its own, one number per (query, key).",
-                    _weighted_norms_of_the_sum, fix="weights * v.norm(dim=-1).unsqueeze(-2)"),
-            Mistake("the norms broadcast against the wrong axes",
-                    "The norms are (B, H, S), one per key, and the weights (B, H, T, S). Broadcasting lines "
-                    "shapes up from the right, so the norms' H meets the weights' T and their B meets H. The "
-                    "norms need an axis of size 1 where the queries are, so that every query's row gets the "
-                    "same norms.",
-                    _weighted_norms_not_unsqueezed, fix="weights * v.norm(dim=-1).unsqueeze(-2): (B, H, T, S) "
-                    "* (B, H, 1, S)"),
+            Mistake(
+                "the weights alone",
+                "That is the attention map itself. The point is to scale each weight by the size of the "
+                "value it multiplies.",
+                _weighted_norms_weights_only,
+                fix="weights * v.norm(dim=-1).unsqueeze(-2)",
+            ),
+            Mistake(
+                "the squared norm",
+                "The length of a vector is the square root of the sum of its squares.",
+                _weighted_norms_squared,
+                fix="v.norm(dim=-1), not (v ** 2).sum(-1)",
+            ),
+            Mistake(
+                "the value of the query's position, not the key's",
+                "Entry (i, j) multiplies value j, the key's, so each key's norm must run along a row "
+                "(the last axis), the same for every query.",
+                _weighted_norms_query_value,
+                fix="v.norm(dim=-1).unsqueeze(-2): (B, H, 1, S)",
+            ),
+            Mistake(
+                "a norm over the positions, not the channels",
+                "A value vector lives along the last axis of v (its D channels); the norm sums over those, "
+                "giving one number per key.",
+                _weighted_norms_over_positions,
+                fix="v.norm(dim=-1), not v.norm(dim=-2)",
+            ),
+            Mistake(
+                "the norm of the sum",
+                "The norm of weights @ v is the size of the whole output: one number per query. The "
+                "exercise asks for each key's term on its own, one number per (query, key).",
+                _weighted_norms_of_the_sum,
+                fix="weights * v.norm(dim=-1).unsqueeze(-2)",
+            ),
+            Mistake(
+                "the norms broadcast against the wrong axes",
+                "The norms are (B, H, S), one per key, and the weights (B, H, T, S). Broadcasting lines "
+                "shapes up from the right, so the norms' H meets the weights' T and their B meets H. The "
+                "norms need an axis of size 1 where the queries are, so that every query's row gets the "
+                "same norms.",
+                _weighted_norms_not_unsqueezed,
+                fix="weights * v.norm(dim=-1).unsqueeze(-2): (B, H, T, S) * (B, H, 1, S)",
+            ),
         ),
     ),
 )

@@ -18,6 +18,7 @@ __all__ = ["EXERCISES"]
 
 # --- 07.1 sliding-window mask -----------------------------------------------------------------------
 
+
 def _window_solution(T: int, window: int) -> torch.Tensor:
     return sliding_window_mask(T, window)  # (T, T)
 
@@ -64,6 +65,7 @@ def _window_without_self(T: int, window: int) -> torch.Tensor:
 
 # --- 07.2 repeat KV heads for GQA -------------------------------------------------------------------
 
+
 def _repeat_solution(k: torch.Tensor, num_heads: int) -> torch.Tensor:
     return repeat_kv(k, num_heads)  # (B, H, S, D)
 
@@ -100,6 +102,7 @@ def _repeat_by_num_heads(k: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 # --- 07.3 AFT-simple --------------------------------------------------------------------------------
 
+
 def _aft_solution(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     return aft_simple(q, k, v)  # (B, T, C)
 
@@ -108,8 +111,14 @@ def _aft_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(19)
     return [
         ((torch.randn(1, 3, 2, generator=g), torch.randn(1, 4, 2, generator=g), torch.randn(1, 4, 2, generator=g)), {}),
-        ((torch.randn(2, 2, 3, generator=g), 100.0 * torch.randn(2, 5, 3, generator=g),  # logits of trained models
-          torch.randn(2, 5, 3, generator=g)), {}),
+        (
+            (
+                torch.randn(2, 2, 3, generator=g),
+                100.0 * torch.randn(2, 5, 3, generator=g),  # logits of trained models
+                torch.randn(2, 5, 3, generator=g),
+            ),
+            {},
+        ),
         ((torch.randn(1, 4, 4, generator=g), torch.randn(1, 4, 4, generator=g), torch.randn(1, 4, 4, generator=g)), {}),
     ]
 
@@ -119,8 +128,16 @@ def _aft_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     for _ in range(4):
         B, T, S, C = _int(g, 1, 5), _int(g, 1, 49), _int(g, 1, 49), _int(g, 1, 65)
         spread = float(torch.empty(()).uniform_(0.5, 150.0, generator=g))
-        cases.append(((torch.randn(B, T, C, generator=g), spread * torch.randn(B, S, C, generator=g),
-                       torch.randn(B, S, C, generator=g)), {}))
+        cases.append(
+            (
+                (
+                    torch.randn(B, T, C, generator=g),
+                    spread * torch.randn(B, S, C, generator=g),
+                    torch.randn(B, S, C, generator=g),
+                ),
+                {},
+            )
+        )
     return cases
 
 
@@ -151,21 +168,33 @@ EXERCISES = (
         cases=_window_cases,
         draw=_window_draw,
         mistakes=(
-            Mistake("window one key too wide",
-                    "Each query sees exactly `window` keys, itself included; yours sees one more.",
-                    _window_one_too_wide, fix="(i - j >= 0) & (i - j < window), not i - j <= window"),
-            Mistake("window not causal",
-                    "A window symmetric around the query also lets it see the next tokens, the future; only "
-                    "keys at or before the query may stay.",
-                    _window_not_causal, fix="(offset >= 0) & (offset < window) with offset = i - j, not |i - j|"),
-            Mistake("band above the diagonal (future keys)",
-                    "Your band lies above the diagonal: each query sees the keys after it, the future, instead "
-                    "of the ones before it.",
-                    _window_future, fix="the distance i - j (query minus key) must be in 0 .. window - 1: "
-                    "offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]"),
-            Mistake("window without the query itself",
-                    "A query may attend to its own position; your window stops one key before it.",
-                    _window_without_self, fix="(offset >= 0) & (offset < window), not 1 <= offset <= window"),
+            Mistake(
+                "window one key too wide",
+                "Each query sees exactly `window` keys, itself included; yours sees one more.",
+                _window_one_too_wide,
+                fix="(i - j >= 0) & (i - j < window), not i - j <= window",
+            ),
+            Mistake(
+                "window not causal",
+                "A window symmetric around the query also lets it see the next tokens, the future; only "
+                "keys at or before the query may stay.",
+                _window_not_causal,
+                fix="(offset >= 0) & (offset < window) with offset = i - j, not |i - j|",
+            ),
+            Mistake(
+                "band above the diagonal (future keys)",
+                "Your band lies above the diagonal: each query sees the keys after it, the future, instead "
+                "of the ones before it.",
+                _window_future,
+                fix="the distance i - j (query minus key) must be in 0 .. window - 1: "
+                "offset = torch.arange(T)[:, None] - torch.arange(T)[None, :]",
+            ),
+            Mistake(
+                "window without the query itself",
+                "A query may attend to its own position; your window stops one key before it.",
+                _window_without_self,
+                fix="(offset >= 0) & (offset < window), not 1 <= offset <= window",
+            ),
         ),
     ),
     Exercise(
@@ -176,19 +205,27 @@ EXERCISES = (
         cases=_repeat_cases,
         draw=_repeat_draw,
         mistakes=(
-            Mistake("repeat instead of repeat_interleave",
-                    "Neighbouring query heads form a group that shares one KV head, so the copies of a KV head "
-                    "must sit next to each other (0, 0, 1, 1), not take turns (0, 1, 0, 1).",
-                    _repeat_tiled, fix="query head h reads KV head h // (H // Hkv): "
-                    "k.repeat_interleave(num_heads // k.shape[1], dim=1), not k.repeat(...)"),
-            Mistake("repeated along the time axis",
-                    "Only the number of heads should grow; repeating another axis makes the sequence longer "
-                    "instead.",
-                    _repeat_time_axis, fix="repeat_interleave(..., dim=1), not dim=2"),
-            Mistake("repeated num_heads times instead of num_heads // num_kv_heads",
-                    "Each KV head serves a group of query heads; the result must have num_heads heads in "
-                    "all, not num_heads copies of each KV head.",
-                    _repeat_by_num_heads, fix="k.repeat_interleave(num_heads // k.shape[1], dim=1)"),
+            Mistake(
+                "repeat instead of repeat_interleave",
+                "Neighbouring query heads form a group that shares one KV head, so the copies of a KV head "
+                "must sit next to each other (0, 0, 1, 1), not take turns (0, 1, 0, 1).",
+                _repeat_tiled,
+                fix="query head h reads KV head h // (H // Hkv): "
+                "k.repeat_interleave(num_heads // k.shape[1], dim=1), not k.repeat(...)",
+            ),
+            Mistake(
+                "repeated along the time axis",
+                "Only the number of heads should grow; repeating another axis makes the sequence longer instead.",
+                _repeat_time_axis,
+                fix="repeat_interleave(..., dim=1), not dim=2",
+            ),
+            Mistake(
+                "repeated num_heads times instead of num_heads // num_kv_heads",
+                "Each KV head serves a group of query heads; the result must have num_heads heads in "
+                "all, not num_heads copies of each KV head.",
+                _repeat_by_num_heads,
+                fix="k.repeat_interleave(num_heads // k.shape[1], dim=1)",
+            ),
         ),
     ),
     Exercise(
@@ -199,25 +236,36 @@ EXERCISES = (
         cases=_aft_cases,
         draw=_aft_draw,
         mistakes=(
-            Mistake("softmax over the channels instead of the positions",
-                    "AFT mixes the values of different positions, channel by channel: for each channel the "
-                    "weights are a distribution over the S positions, so they must sum to 1 along the "
-                    "sequence axis.",
-                    _aft_over_channels, fix="torch.softmax(k, dim=-2): axis -2 is the sequence (B, S, C)"),
-            Mistake("gate without the sigmoid",
-                    "The query only gates the mix, by a number between 0 and 1 for each channel; the raw query "
-                    "can be negative or large.",
-                    _aft_no_sigmoid, fix="torch.sigmoid(q) * mixed"),
-            Mistake("exp without subtracting the maximum",
-                    "Written as exponentials divided by their sum, the weights overflow to inf / inf = NaN "
-                    "once a key logit is above about 88 in float32. A softmax subtracts each channel's "
-                    "maximum first, which changes nothing mathematically.",
-                    _aft_exp_no_max, fix="weights = torch.softmax(k, dim=-2) (or subtract "
-                    "k.amax(dim=-2, keepdim=True) before the exp)"),
-            Mistake("plain average of the values",
-                    "The keys decide how much each position counts: the weights come from a softmax of k over "
-                    "the positions, not a uniform average.",
-                    _aft_plain_average, fix="mixed = (torch.softmax(k, dim=-2) * v).sum(dim=-2, keepdim=True)"),
+            Mistake(
+                "softmax over the channels instead of the positions",
+                "AFT mixes the values of different positions, channel by channel: for each channel the "
+                "weights are a distribution over the S positions, so they must sum to 1 along the "
+                "sequence axis.",
+                _aft_over_channels,
+                fix="torch.softmax(k, dim=-2): axis -2 is the sequence (B, S, C)",
+            ),
+            Mistake(
+                "gate without the sigmoid",
+                "The query only gates the mix, by a number between 0 and 1 for each channel; the raw query "
+                "can be negative or large.",
+                _aft_no_sigmoid,
+                fix="torch.sigmoid(q) * mixed",
+            ),
+            Mistake(
+                "exp without subtracting the maximum",
+                "Written as exponentials divided by their sum, the weights overflow to inf / inf = NaN "
+                "once a key logit is above about 88 in float32. A softmax subtracts each channel's "
+                "maximum first, which changes nothing mathematically.",
+                _aft_exp_no_max,
+                fix="weights = torch.softmax(k, dim=-2) (or subtract k.amax(dim=-2, keepdim=True) before the exp)",
+            ),
+            Mistake(
+                "plain average of the values",
+                "The keys decide how much each position counts: the weights come from a softmax of k over "
+                "the positions, not a uniform average.",
+                _aft_plain_average,
+                fix="mixed = (torch.softmax(k, dim=-2) * v).sum(dim=-2, keepdim=True)",
+            ),
         ),
     ),
 )

@@ -47,18 +47,23 @@ def assert_head_view_rendered(page, timeout_ms: float = 30_000, count: int | Non
     except Exception as e:  # Playwright's TimeoutError: say what the page shows instead
         views = page.evaluate(_READ_HEAD_VIEWS, HEAD_VIEWS)
         shown = json.dumps(views, ensure_ascii=False)[:2000]
-        raise AssertionError(f"head views not drawn within {timeout_ms / 1000:.0f} s: found {len(views)} "
-                             f"{HEAD_VIEWS} element(s): {shown}") from e
+        raise AssertionError(
+            f"head views not drawn within {timeout_ms / 1000:.0f} s: found {len(views)} "
+            f"{HEAD_VIEWS} element(s): {shown}"
+        ) from e
     views = page.evaluate(_READ_HEAD_VIEWS, HEAD_VIEWS)
     if count is not None:
         assert len(views) == count, f"expected {count} head view(s) on the page, found {len(views)}"
     for i, v in enumerate(views):
         where = f"head view {i + 1} of {len(views)}"
-        assert v["head_boxes"] == v["heads"], \
+        assert v["head_boxes"] == v["heads"], (
             f"{where}: data-heads says {v['heads']} heads, the SVG has {v['head_boxes']} head boxes"
+        )
         for side in ("left", "right"):
-            assert v[side] == v["tokens"], (f"{where}: data-tokens says {v['tokens']}, "
-                                            f"the SVG's {side} column shows {v[side]}")
-        assert v["layer_options"] == v["layers"], \
+            assert v[side] == v["tokens"], (
+                f"{where}: data-tokens says {v['tokens']}, the SVG's {side} column shows {v[side]}"
+            )
+        assert v["layer_options"] == v["layers"], (
             f"{where}: data-layers says {v['layers']} layers, the layer menu has {v['layer_options']}"
+        )
     return views

@@ -31,12 +31,16 @@ def _unavailable(reason: str):
 def chromium_path() -> str:
     path = find_chromium()
     if path is None:
-        _unavailable("no Chromium found (on Debian/Ubuntu: `sudo apt-get install chromium`; "
-                     "or set COURSE_CHROMIUM to a Chromium binary)")
+        _unavailable(
+            "no Chromium found (on Debian/Ubuntu: `sudo apt-get install chromium`; "
+            "or set COURSE_CHROMIUM to a Chromium binary)"
+        )
     try:
         import playwright.sync_api  # noqa: F401
     except ImportError:
-        _unavailable("the Python package playwright is not installed (`python3 course.py test` installs it: the author set)")
+        _unavailable(
+            "the Python package playwright is not installed (`python3 course.py test` installs it: the author set)"
+        )
     return path
 
 

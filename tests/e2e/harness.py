@@ -18,17 +18,26 @@ import nbformat
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("notebooks", "solutions")  # learner copies, then complete notebooks
 
-CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+]
 # JupyterLab settings for the test: no news or update checks (they would reach the network), start the
 # notebook's kernel without asking, and render every cell (JupyterLab 4 otherwise only renders the cells in
 # view, and the checks below read the whole notebook from the page).
 LAB_SETTINGS = {
-    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false",
-                                                                        "checkForUpdates": False},
-    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"autoStartDefaultKernel": True,
-                                                                   "windowingMode": "none"},
+    "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {"fetchNews": "false", "checkForUpdates": False},
+    "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {
+        "autoStartDefaultKernel": True,
+        "windowingMode": "none",
+    },
 }
 
 
@@ -74,15 +83,29 @@ class Lab:
             f = home / ".lab" / "settings" / rel
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(data), encoding="utf-8")
-        env = dict(os.environ, JUPYTER_CONFIG_DIR=str(home / ".lab" / "config"),
-                   JUPYTER_RUNTIME_DIR=str(home / ".lab" / "runtime"), IPYTHONDIR=str(home / ".lab" / "ipython"),
-                   JUPYTER_PLATFORM_DIRS="1")
-        cmd = [sys.executable, "-m", "jupyter", "lab", "--no-browser", "--ip=127.0.0.1", f"--port={self.port}",
-               f"--IdentityProvider.token={self.token}", f"--ServerApp.root_dir={home}",
-               f"--LabApp.user_settings_dir={home / '.lab' / 'settings'}",
-               f"--LabApp.workspaces_dir={home / '.lab' / 'workspaces'}",
-               "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate", "--LabApp.news_url=None",
-               "--ServerApp.shutdown_no_activity_timeout=900"]  # gone by itself if the test run was killed
+        env = dict(
+            os.environ,
+            JUPYTER_CONFIG_DIR=str(home / ".lab" / "config"),
+            JUPYTER_RUNTIME_DIR=str(home / ".lab" / "runtime"),
+            IPYTHONDIR=str(home / ".lab" / "ipython"),
+            JUPYTER_PLATFORM_DIRS="1",
+        )
+        cmd = [
+            sys.executable,
+            "-m",
+            "jupyter",
+            "lab",
+            "--no-browser",
+            "--ip=127.0.0.1",
+            f"--port={self.port}",
+            f"--IdentityProvider.token={self.token}",
+            f"--ServerApp.root_dir={home}",
+            f"--LabApp.user_settings_dir={home / '.lab' / 'settings'}",
+            f"--LabApp.workspaces_dir={home / '.lab' / 'workspaces'}",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+            "--LabApp.news_url=None",
+            "--ServerApp.shutdown_no_activity_timeout=900",
+        ]  # gone by itself if the test run was killed
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
         self.log_path = home / ".lab" / "server.log"
@@ -100,8 +123,7 @@ class Lab:
                 time.sleep(0.3)
 
     def api(self, method: str, path: str):
-        req = urllib.request.Request(self.base + path, method=method,
-                                     headers={"Authorization": f"token {self.token}"})
+        req = urllib.request.Request(self.base + path, method=method, headers={"Authorization": f"token {self.token}"})
         with urllib.request.urlopen(req, timeout=10) as r:
             body = r.read()
         return json.loads(body) if body else None

@@ -87,8 +87,11 @@ def test_model_view_offline(offline_page, maps, tmp_path):
 
 def test_views_share_one_page(offline_page, maps, tmp_path):
     """Three views in one page: require.js and the two libraries are set up once, every view draws."""
-    views = [head_view(maps, TEXT), model_view(maps, TEXT),
-             head_view([m[:, :, :7, :7] for m in maps], TEXT[:7], heads=[0, 2])]  # the first 7 tokens
+    views = [
+        head_view(maps, TEXT),
+        model_view(maps, TEXT),
+        head_view([m[:, :, :7, :7] for m in maps], TEXT[:7], heads=[0, 2]),
+    ]  # the first 7 tokens
     path = save_html(views, tmp_path / "three.html")
     page = offline_page()
     _open(page, path)

@@ -34,13 +34,17 @@ RUN_FINISHED = f"""() => {{
 ERROR_OUTPUTS = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.error']"
 STDERR_OUTPUTS = ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
 # Text a learner must never see: a traceback, a widget that failed to render or shows as its text repr.
-BAD_TEXT = re.compile(r"Traceback \(most recent call last\)|Error displaying widget|"
-                      r"\b(?:interactive|VBox|HBox|Output)\(children=|"
-                      r"\b(?:IntSlider|FloatSlider|Dropdown|ToggleButtons|Checkbox)\(value=")
+BAD_TEXT = re.compile(
+    r"Traceback \(most recent call last\)|Error displaying widget|"
+    r"\b(?:interactive|VBox|HBox|Output)\(children=|"
+    r"\b(?:IntSlider|FloatSlider|Dropdown|ToggleButtons|Checkbox)\(value="
+)
 # An explorer: a widget box in an output with a control and an Output that shows a picture (ipywidgets'
 # `interact`, or course_utils.widgets.Explorer).
-EXPLORER = (".jp-OutputArea-output > .jupyter-widgets:has(.widget-output)"
-            ":has(.widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-checkbox)")
+EXPLORER = (
+    ".jp-OutputArea-output > .jupyter-widgets:has(.widget-output)"
+    ":has(.widget-slider, .widget-dropdown, .widget-toggle-buttons, .widget-checkbox)"
+)
 EXPLORER_SHOWS = """e => { const o = e.querySelector('.widget-output');
     return o.innerText + [...o.querySelectorAll('img')].map(i => i.src).join('|'); }"""
 
@@ -76,8 +80,10 @@ def outputs_text(page) -> str:
 def save_screenshot(page, path) -> None:
     """The whole notebook in one tall image: grow the window to the notebook's height, scroll to the top."""
     page.keyboard.press("Escape")
-    height = page.evaluate("() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer, "
-                           ".jp-Notebook')].map(e => e.scrollHeight), 900)")
+    height = page.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer, "
+        ".jp-Notebook')].map(e => e.scrollHeight), 900)"
+    )
     page.set_viewport_size({"width": 1280, "height": min(int(height) + 200, 30_000)})
     page.evaluate("() => document.querySelectorAll('.jp-WindowedPanel-outer').forEach(e => { e.scrollTop = 0; })")
     page.wait_for_timeout(300)
@@ -136,8 +142,9 @@ def check_head_view(page, nb_path, shot) -> list[str]:
 def check_outputs(page, nb_path, shot) -> list[str]:
     """Everything wrong with an executed notebook's page, one sentence each."""
     rel, problems = f"{nb_path.parent.name}/{nb_path.name}", []
-    prompts = page.eval_on_selector_all(".jp-Notebook .jp-CodeCell .jp-InputPrompt",
-                                        "els => els.map(e => e.textContent.trim())")
+    prompts = page.eval_on_selector_all(
+        ".jp-Notebook .jp-CodeCell .jp-InputPrompt", "els => els.map(e => e.textContent.trim())"
+    )
     not_run = [i for i, p in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", p)]
     if not_run:
         problems.append(f"code cells {not_run} (0-based) did not run")
@@ -173,8 +180,11 @@ def check_explorer(page, nb_path, shot) -> list[str]:
     if action is None:
         return [f"{rel}: the first explorer has no slider, dropdown, toggle or checkbox"]
     try:
-        page.wait_for_function(f"([before]) => ({EXPLORER_SHOWS})(document.querySelector({EXPLORER!r})) !== before",
-                               arg=[before], timeout=30_000)
+        page.wait_for_function(
+            f"([before]) => ({EXPLORER_SHOWS})(document.querySelector({EXPLORER!r})) !== before",
+            arg=[before],
+            timeout=30_000,
+        )
     except Exception:
         return [f"{rel}: {action}, but the explorer's picture did not change (see {shot})"]
     wait_until_idle(page)
@@ -223,7 +233,12 @@ def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
         if page.js_errors:
             problems.append(f"{nb.parent.name}/{nb.name}: errors in the page's JavaScript: {page.js_errors}")
         if page.offline_violations:
-            problems.append(f"{nb.parent.name}/{nb.name}: the page tried to reach the network "
-                            f"(blocked): {sorted(set(page.offline_violations))}")
-    print(f"{stem}: {len(copies)} copies opened, run and checked in the browser in {time.monotonic() - start:.1f} s ({', '.join(marks)})")
+            problems.append(
+                f"{nb.parent.name}/{nb.name}: the page tried to reach the network "
+                f"(blocked): {sorted(set(page.offline_violations))}"
+            )
+    print(
+        f"{stem}: {len(copies)} copies opened, run and checked in the browser in {time.monotonic() - start:.1f} s "
+        f"({', '.join(marks)})"
+    )
     assert not problems, "\n\n".join(problems)

@@ -50,7 +50,7 @@ def test_plots_are_legible_and_sharp_in_the_dark_theme(dark_lab, browser, screen
         images = page.locator(IMAGES)
         assert images.count() >= 1, f"{NOTEBOOK} showed no plot"
         page_bg = page.evaluate("() => getComputedStyle(document.querySelector('.jp-Notebook')).backgroundColor")
-        page_rgb = [int(x) for x in page_bg[page_bg.index("(") + 1:page_bg.index(")")].split(",")[:3]]
+        page_rgb = [int(x) for x in page_bg[page_bg.index("(") + 1 : page_bg.index(")")].split(",")[:3]]
         assert _luminance(page_rgb) < 0.35, f"the notebook's background is not dark: {page_bg}"
         assert page.locator(".widget-output img").count() >= 1, "the explorer drew no picture"
         for i in range(images.count()):

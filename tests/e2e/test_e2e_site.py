@@ -93,9 +93,7 @@ def test_every_page_reads_offline(site, offline_page, screenshots, nb_path):
     page = offline_page()
     page.goto((site.out / f"{nb_path.stem}.html").as_uri())
     page.wait_for_function("() => document.body.dataset.courseMath === 'rendered'")
-    if expected[
-        "math"
-    ]:  # KaTeX's fonts come from assets/katex/fonts/ (the page uses KaTeX_Main: wait for it)
+    if expected["math"]:  # KaTeX's fonts come from assets/katex/fonts/ (the page uses KaTeX_Main: wait for it)
         page.wait_for_function(KATEX_FONT_LOADED, timeout=15_000)
     got = page.evaluate(READ_PAGE)
     assert got["broken"] == [], f"images that did not load: {got['broken']}"
@@ -121,9 +119,7 @@ def test_every_page_reads_offline(site, offline_page, screenshots, nb_path):
         note.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshots / f"site-{nb_path.stem}-widget.png"))
     if expected["math"]:
-        page.locator(
-            ".jp-MarkdownCell .katex-display, .jp-MarkdownCell .katex"
-        ).first.scroll_into_view_if_needed()
+        page.locator(".jp-MarkdownCell .katex-display, .jp-MarkdownCell .katex").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshots / f"site-{nb_path.stem}-math.png"))
     page.evaluate("() => window.scrollTo(0, 0)")
     page.screenshot(path=str(screenshots / f"site-{nb_path.stem}.png"))
@@ -134,9 +130,7 @@ def test_index_lists_every_notebook_and_the_pages_chain_in_order(site, offline_p
     """From the index, a reader reaches every notebook in course order by following 'next'."""
     page = offline_page()
     page.goto(site.index.as_uri())
-    listed = page.eval_on_selector_all(
-        ".course-site-notebooks a", "as => as.map(a => a.getAttribute('href'))"
-    )
+    listed = page.eval_on_selector_all(".course-site-notebooks a", "as => as.map(a => a.getAttribute('href'))")
     assert listed == [f"{p.stem}.html" for p in NOTEBOOKS]
     page.screenshot(path=str(screenshots / "site-index.png"), full_page=True)
 
