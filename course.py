@@ -153,8 +153,10 @@ def ensure_installed(offline: str | None = None, which: str = "learner") -> None
     """Install the set ``which`` ("learner" or "author") into the venv, unless the stamp says it is there
     (the author set counts for the learner set: it holds it)."""
     if sys.version_info < (3, 10):
-        sys.exit(f"[course] Python 3.10 or newer is needed, this is {sys.version.split()[0]}. "
-                 "Install a newer Python from python.org and run this command with it.")
+        sys.exit(
+            f"[course] Python 3.10 or newer is needed, this is {sys.version.split()[0]}. "
+            "Install a newer Python from python.org and run this command with it."
+        )
     if not PY.exists():
         say(f"creating a virtual environment in {VENV}")
         venv.EnvBuilder(with_pip=True).create(VENV)
@@ -163,14 +165,18 @@ def ensure_installed(offline: str | None = None, which: str = "learner") -> None
     if which in current or (which == "learner" and "author" in current):
         say(f"reusing {VENV} (the {which} set, {SETS[which][0]}, unchanged)")
         return
-    say(f"installing the {which} set ({SETS[which][0]}) into the virtual environment "
-        "(the first time takes a few minutes)")
+    say(
+        f"installing the {which} set ({SETS[which][0]}) into the virtual environment "
+        "(the first time takes a few minutes)"
+    )
     source = [] if offline is None else ["--no-index", "--find-links", offline_source(offline)]
     if offline is not None:
         say(f"offline: installing only from {source[-1]}")
     if run(install_command(which, source)) != 0:
-        sys.exit("[course] installing failed; see pip's message above. On a flaky network, run the same command "
-                 "again: pip resumes with what it already has.")
+        sys.exit(
+            "[course] installing failed; see pip's message above. On a flaky network, run the same command "
+            "again: pip resumes with what it already has."
+        )
     STAMP.write_text(json.dumps({which: requirements_hash(which)}) + "\n")
     say("installed")
 
@@ -226,8 +232,14 @@ def cpu_capabilities(kernels=(None, *FORCED_KERNELS)) -> dict[str | None, str]:
     for kernel in kernels:
         env = base if kernel is None else {**base, "ATEN_CPU_CAPABILITY": kernel}
         try:
-            procs[kernel] = subprocess.Popen([str(PY), "-c", CAPABILITY_PROBE], cwd=ROOT, env=env, text=True,
-                                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            procs[kernel] = subprocess.Popen(
+                [str(PY), "-c", CAPABILITY_PROBE],
+                cwd=ROOT,
+                env=env,
+                text=True,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+            )
         except OSError:
             procs[kernel] = None
     answers = {}
@@ -250,44 +262,72 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
     """
     # Folders this copy of the course has (a learner build has no solutions/ or course_source/); a learner's
     # backups (backup-*.ipynb, from `course.py reset`) are their own work, not part of the course.
-    lint = [d for d in ("course_utils", "course_tools", "tests", "course_source", "notebooks", "solutions")
-            if (ROOT / d).is_dir()]
+    code = ("course_utils", "course_tools", "tests", "tools", "benchmarks", "course_source", "notebooks", "solutions")
+    lint = [d for d in code if (ROOT / d).is_dir()] + [f for f in ("course.py", "conftest.py") if (ROOT / f).is_file()]
     test = [d for d in ("tests", "notebooks", "solutions") if (ROOT / d).is_dir()]
     nbval = ["--nbval", "--nbval-current-env", "--nbval-cell-timeout=600", "--ignore-glob=**/backup-*.ipynb"]
     # pytest-xdist: one worker per core (at most 4); a notebook's cells stay together on one worker, in order
     workers = ["-n", "auto", "--maxprocesses=4", "--dist", "loadfile"]
     native = capability.get(None) or "unknown"
     steps = [
-        Step("lint (ruff, including B015: comparisons whose result is thrown away)",
-             ["-m", "ruff", "check", *lint, "course.py", "--extend-exclude", "backup-*.ipynb"], group=1),
-        Step(f"unit tests (notebooks in sync with course_source/ among them) and nbval on every notebook "
-             f"(learner copies and solutions) with this CPU's own kernels ({native}), on every core",
-             ["-m", "pytest", *test, "--ignore=tests/e2e", *nbval, *workers, *extra], group=2),
+        Step(
+            "lint (ruff, including B015: comparisons whose result is thrown away, and lines over 120 characters)",
+            ["-m", "ruff", "check", *lint],
+            group=1,
+        ),
+        Step(
+            "format (ruff format --check: the code as the formatter writes it; notebooks and their sources are "
+            "laid out by hand)",
+            ["-m", "ruff", "format", "--check", *lint],
+            group=1,
+        ),
+        Step(
+            f"unit tests (notebooks in sync with course_source/ among them) and nbval on every notebook "
+            f"(learner copies and solutions) with this CPU's own kernels ({native}), on every core",
+            ["-m", "pytest", *test, "--ignore=tests/e2e", *nbval, *workers, *extra],
+            group=2,
+        ),
     ]
     if (ROOT / "tests" / "e2e").is_dir():
         # exit code 5: `-m "not browser"` or -k selected none of them
-        steps.append(Step("every notebook in JupyterLab in a real browser (tests/e2e; skipped without Chromium)",
-                          ["-m", "pytest", "tests/e2e", *extra], group=4, ok=(0, 5)))
+        steps.append(
+            Step(
+                "every notebook in JupyterLab in a real browser (tests/e2e; skipped without Chromium)",
+                ["-m", "pytest", "tests/e2e", *extra],
+                group=4,
+                ok=(0, 5),
+            )
+        )
     notices = []
     if not (ROOT / "notebooks").is_dir():
         return steps, ["no notebooks/ folder: the passes under other CPU kernels are left out"]
     for kernel in FORCED_KERNELS:
         got = capability.get(kernel, "")
         if not got:
-            notices.append(f"could not ask PyTorch which CPU kernels it uses under ATEN_CPU_CAPABILITY={kernel}: "
-                           "running that pass anyway")
+            notices.append(
+                f"could not ask PyTorch which CPU kernels it uses under ATEN_CPU_CAPABILITY={kernel}: "
+                "running that pass anyway"
+            )
         if got and got != kernel.upper():
-            notices.append(f"the {kernel} CPU kernels are left out: this CPU does not have them "
-                           f"(with ATEN_CPU_CAPABILITY={kernel} PyTorch uses {got})")
+            notices.append(
+                f"the {kernel} CPU kernels are left out: this CPU does not have them "
+                f"(with ATEN_CPU_CAPABILITY={kernel} PyTorch uses {got})"
+            )
         elif got and got == native:
             notices.append(f"the {kernel} CPU kernels are this CPU's own: the native run covers them")
         else:
             env = {"ATEN_CPU_CAPABILITY": kernel, **EXTRA_ENV.get(kernel, {})}
-            steps.append(Step(
-                f"nbval on the learner notebooks under PyTorch's {kernel} CPU kernels "
-                f"({' '.join(f'{k}={v}' for k, v in env.items())}): printed outputs must not depend on the CPU",
-                # exit code 5: options in `extra` (-k ...) selected no notebook
-                ["-m", "pytest", "notebooks", *nbval, *extra], env=env, group=3, ok=(0, 5)))
+            steps.append(
+                Step(
+                    f"nbval on the learner notebooks under PyTorch's {kernel} CPU kernels "
+                    f"({' '.join(f'{k}={v}' for k, v in env.items())}): printed outputs must not depend on the CPU",
+                    # exit code 5: options in `extra` (-k ...) selected no notebook
+                    ["-m", "pytest", "notebooks", *nbval, *extra],
+                    env=env,
+                    group=3,
+                    ok=(0, 5),
+                )
+            )
     return steps, notices
 
 
@@ -366,8 +406,10 @@ def cmd_test(extra: list[str]) -> int:
     if offline:
         copy_room_datasets(offline)
     if os.environ.get("ATEN_CPU_CAPABILITY"):
-        say(f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} is set: the native run ignores it, "
-            "the passes below force each kernel themselves")
+        say(
+            f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} is set: the native run ignores it, "
+            "the passes below force each kernel themselves"
+        )
     capability = cpu_capabilities()
     steps, notices = test_plan(extra, capability)
     for notice in notices:
@@ -428,9 +470,18 @@ def cmd_site(extra: list[str]) -> int:
     return in_venv_here("-m", "course_tools.site", *extra)
 
 
-COMMANDS = {"lab": cmd_lab, "test": cmd_test, "check": cmd_check, "env": cmd_env, "build": cmd_build,
-            "reset": cmd_reset, "e2e": cmd_e2e, "room": cmd_room, "package": cmd_package,
-            "site": cmd_site}
+COMMANDS = {
+    "lab": cmd_lab,
+    "test": cmd_test,
+    "check": cmd_check,
+    "env": cmd_env,
+    "build": cmd_build,
+    "reset": cmd_reset,
+    "e2e": cmd_e2e,
+    "room": cmd_room,
+    "package": cmd_package,
+    "site": cmd_site,
+}
 
 
 def main(argv: list[str]) -> int:

@@ -16,8 +16,9 @@ CONFIG = ROOT / ".pre-commit-config.yaml"
 
 def test_the_pre_commit_configuration_is_valid():
     pytest.importorskip("pre_commit", reason="pre-commit is in the author set (python3 course.py test)")
-    proc = subprocess.run([sys.executable, "-m", "pre_commit", "validate-config", str(CONFIG)],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pre_commit", "validate-config", str(CONFIG)], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -33,8 +34,15 @@ def test_each_hook_runs_a_program_of_the_course_venv_with_the_lock_s_versions():
 
 def test_contributing_walks_through_adding_a_notebook_and_its_skeleton():
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    for piece in ("course_source/NN_topic.py", "course_utils/exercises/<topic>.py", "tests/test_<topic>.py",
-                  "README row", "Instructor guide", "The notebook skeleton", "python3 course.py build NN"):
+    for piece in (
+        "course_source/NN_topic.py",
+        "course_utils/exercises/<topic>.py",
+        "tests/test_<topic>.py",
+        "README row",
+        "Instructor guide",
+        "The notebook skeleton",
+        "python3 course.py build NN",
+    ):
         assert piece in text, f"CONTRIBUTING.md lost {piece!r}"
     assert "../shared" not in (ROOT / "course_source" / "AUTHORING.md").read_text(encoding="utf-8")
 
@@ -47,10 +55,33 @@ def test_the_guides_describe_the_two_packages_and_each_tool_has_one_home():
     assert not {p.stem for p in (ROOT / "course_utils").glob("*.py")} & set(tools)
     assert not (ROOT / "course_utils" / "static" / "katex").exists() and (ROOT / "course_tools" / "static").is_dir()
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    layout = readme[readme.index("## Layout"):].split("\n## ")[0]
+    layout = readme[readme.index("## Layout") :].split("\n## ")[0]
     contributing = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
-    where = contributing[contributing.index("## Where things live"):].split("\n## ")[0]
+    where = contributing[contributing.index("## Where things live") :].split("\n## ")[0]
     assert "course_utils/" in layout and "course_tools/" in layout
     for name in tools:
         assert re.search(rf"\b{name}\b", layout), f"README's layout does not name course_tools.{name}"
         assert re.search(rf"\b{name}\b", where), f"CONTRIBUTING's table does not name course_tools.{name}"
+
+
+def test_the_formatter_and_the_line_length_are_enforced_where_the_guide_says():
+    """Issue #11: a formatter and a line length the code follows, checked by `course.py test` and pre-commit."""
+    import tomllib
+
+    ruff = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
+    assert ruff["line-length"] == 120 and "E501" not in ruff["lint"]["ignore"]
+    assert ruff["format"]["exclude"] == ["course_source/*", "*.ipynb"]
+    hooks = {h["id"]: h for repo in yaml.safe_load(CONFIG.read_text())["repos"] for h in repo["hooks"]}
+    assert hooks["ruff-format"]["entry"] == ".venv/bin/ruff format --check"
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("course_cli", ROOT / "course.py")
+    course = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(course)  # defines the commands; runs nothing
+    steps, _ = course.test_plan([], {None: "AVX512"})
+    lint = [" ".join(step.args) for step in steps if step.group == 1]
+    expected = (
+        "course_utils course_tools tests tools benchmarks course_source notebooks solutions course.py conftest.py"
+    )
+    assert lint == [f"-m ruff check {expected}", f"-m ruff format --check {expected}"], lint
+    assert "120 characters" in (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
