@@ -22,6 +22,7 @@ import argparse
 import importlib.util
 import os
 import re
+import shlex
 import subprocess
 import sys
 import tarfile
@@ -136,7 +137,7 @@ def download_sdist(dest: Path, log: Callable[[str], None] = print) -> Path:
     ]
     if importlib.util.find_spec("setuptools") is not None:
         cmd.insert(-1, "--no-build-isolation")
-    log("$ " + " ".join(["python", *cmd[1:]]))
+    log("$ " + shlex.join(["python", *cmd[1:]]))  # quoted: the temporary folder may hold spaces
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     except (OSError, subprocess.TimeoutExpired) as err:
