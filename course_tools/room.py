@@ -364,15 +364,17 @@ def cannot_write(out: Path, what: str, why: str) -> ValueError:
     )
 
 
-def make_output_folder(out: Path, what: str) -> None:
+def make_output_folder(out: Path, what: str, target: Path | None = None) -> None:
     """Make the folder ``out`` (and the folders above it) and make sure a file can be written in it.
+
+    ``target``: the file to be written in ``out`` (a zip), named in the message instead of ``out``.
 
     ValueError, one line saying what was asked, why it cannot be written and what to do, when ``out`` lies below
     a file, when the system refuses a folder or a file there (no permission, a read-only disk, /sys, /proc).
     The probe file is an atomic-write temporary (``.NAME.<pid>-*.tmp``), removed at once."""
     blocker = blocked_by_a_file(out)
     if blocker is not None:
-        raise cannot_write(out, what, f"{blocker} is a file, not a folder")
+        raise cannot_write(target or out, what, f"{blocker} is a file, not a folder")
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=out, prefix=f".course-write-test.{os.getpid()}-", suffix=".tmp")
@@ -384,7 +386,7 @@ def make_output_folder(out: Path, what: str) -> None:
             why = f"the system does not let this user write in {where} ({e.strerror})"
         else:
             why = f"the system refuses new files or folders in {where} ({e.strerror})"
-        raise cannot_write(out, what, why) from None
+        raise cannot_write(target or out, what, why) from None
 
 
 def _free_output(
@@ -598,6 +600,7 @@ def package(
             f"{ROOT.parent / 'course-learner.zip'} (--force does not change this)"
         )
     out, replace = _free_output(out, force, "the zip")
+    make_output_folder(out.parent, "the zip", target=out)  # refused in one line before anything is written
     include = COMMON if learner else COMMON + INSTRUCTOR_ONLY
     names = [f for f in course_files() if _selected(f, include, LEARNER_EXCLUDE if learner else ())]
     names = [f for f in names if (ROOT / f).resolve() != out.resolve()]

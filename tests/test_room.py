@@ -397,3 +397,18 @@ def test_a_link_to_a_room_folder_is_refused_as_a_link(tmp_path, monkeypatch):
     room.prepare(link, data=False, course=False, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
     assert (tmp_path / "backup-link-20260102-030405").is_symlink() and not link.is_symlink()
     assert {p: p.read_bytes() for p in made.rglob("*") if p.is_file()} == before
+
+
+def test_package_where_the_zip_cannot_be_written_is_one_line_and_writes_nothing(tmp_path):
+    """Before, `package --learner /sys/x.zip` ended in a PermissionError traceback from the atomic write."""
+    file = tmp_path / "notes.txt"
+    file.write_text("an instructor's notes")
+    with pytest.raises(ValueError, match=rf"^cannot write the zip to {file / 'x.zip'}: {file} is a file, not a folder"):
+        room.package(file / "x.zip", learner=True)
+    assert file.read_text() == "an instructor's notes"
+    if sys.platform.startswith("linux") and Path("/sys").is_dir():
+        with pytest.raises(
+            ValueError,
+            match=r"^cannot write the zip to /sys/x\.zip: the system .* in /sys \(.*\); give the zip a path",
+        ):
+            room.package(Path("/sys/x.zip"), learner=True)
