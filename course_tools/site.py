@@ -257,7 +257,9 @@ def _for_reading(nb, name: str):
     nb = copy.deepcopy(nb)
     for cell in nb.cells:
         if cell.cell_type == "markdown":
-            cell.source = cell.source.replace(solved, learner)
+            opens = f"[open this notebook in Google Colab]({solved})"
+            says = f"[open this notebook in Google Colab, its exercises unsolved]({learner})"
+            cell.source = cell.source.replace(opens, says).replace(solved, learner)
         if cell.cell_type == "code":
             lines = cell.source.split("\n")
             kept = [ln for ln in lines if not ln.strip().startswith("# NBVAL_")]

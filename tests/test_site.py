@@ -194,6 +194,7 @@ def test_open_in_colab_opens_the_learner_copy_not_the_solutions(course_site):
     for page in course_site.pages:
         links = re.findall(r'href="(https://colab\.research\.google\.com/[^"]*)"', page.read_text(encoding="utf-8"))
         assert links == [colab_url(f"notebooks/{page.stem}.ipynb")], (page.name, links)
+        assert "open this notebook in Google Colab, its exercises unsolved</a>" in page.read_text(encoding="utf-8")
     assert not any("colab" in n.lower() for n in course_site.notes)
 
 
