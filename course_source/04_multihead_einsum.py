@@ -14,8 +14,8 @@
 # - one head, a list of heads, and all heads in one batched computation (`split_heads`, `merge_heads`);
 # - how the packed `qkv_proj` weight is the per-head weights stacked up, and that the formulations agree;
 # - the shape of every intermediate, from `x (B, T, C)` to the output projection;
-# - three pitfalls found in real code: scaling by `C` instead of `D`, `view` after `transpose`, and a
-#   `view` that silently mixes tokens.
+# - four pitfalls found in real code: scaling by `C` instead of `D`, `view` after `transpose`, a
+#   `view` that silently mixes tokens, and a padding mask that broadcasts onto the heads.
 #
 # **Prerequisites:** notebooks 02 (scaled dot-product attention) and 03 (masking).
 #
@@ -580,6 +580,41 @@ for name, f in [("correct split", lambda inp: mha(inp, mask)),
 # future leaks into the past, with no error message. A language model trained this way can read the answer it is
 # supposed to predict. The lesson: always `view(B, T, H, D)` first, then `transpose(1, 2)`.
 #
+# ### Pitfall 4: a padding mask with one axis too few
+#
+# Notebook 03 built a padding mask `m` of shape `(B, S)` and gave it to `(B, H, T, S)` scores as
+# `m[:, None, None, :]`, shape `(B, 1, 1, S)`; `MultiHeadAttention` takes it the same way. Leave out one
+# `None` and the mask is `(B, 1, S)`. Broadcasting lines shapes up from the right, so against
+# `(B, H, T, S)` it counts as `(1, B, 1, S)`: its batch axis lands on the **heads**. When B differs from H
+# that is an error. When B == H it runs, and head b of every sequence uses the padding of sequence b.
+# Three sequences of lengths 5, 3 and 2 through a layer of three heads:
+
+# %%
+mha_pad = MultiHeadAttention(C, 3)  # H = 3 heads
+lengths_pad = torch.tensor([5, 3, 2])  # B = 3 sequences, padded to S = T = 5
+x_pad = torch.randn(3, T, C, generator=torch.Generator().manual_seed(7))  # (B, T, C)
+pad = torch.arange(T)[None, :] < lengths_pad[:, None]  # (B, S), True for real keys
+for name, m in [("m[:, None, None, :]", pad[:, None, None, :]), ("m[:, None, :]", pad[:, None, :])]:
+    out_pad, w_pad = mha_pad(x_pad, m, need_weights=True)  # (B, T, C), (B, H, T, S)
+    on_padding = (w_pad * ~pad[:, None, None, :]).sum(dim=(1, 2, 3))  # (B,): weight on each sequence's padding
+    print(f"{name:20s} mask {str(tuple(m.shape)):13s} weight on padding keys, per sequence:",
+          [round(w, 2) for w in on_padding.tolist()])
+right_out = mha_pad(x_pad, pad[:, None, None, :])
+wrong_out = mha_pad(x_pad, pad[:, None, :])
+print("outputs agree to 1e-4, per sequence:",
+      [torch.allclose(r, w, atol=1e-4) for r, w in zip(right_out, wrong_out)])
+try:
+    mha(x, pad[:2, None, :])  # B = 2 sequences, H = 3 heads
+except ValueError as e:
+    print("B = 2, H = 3:", e)
+
+# %% [markdown]
+# (The weights are summed over the heads and the queries.) With the right layout no weight reaches a
+# padding key. With the wrong one, sequences 1 and 2 put weight on their padding, because their head 0
+# reads the mask of sequence 0, which has none; and sequence 0, which has no padding at all, loses keys 3
+# and 4 in head 1 and keys 2 to 4 in head 2, so its output changes too. No error and no NaN says so. Add
+# the new axes before the last one, and with heads, two of them: `m[:, None, None, :]`.
+#
 # ## 8. Closing check against `course_utils`
 #
 # Our inline versions (the loop, the batched code with `my_split` / `my_merge`, and the einsum
@@ -712,7 +747,8 @@ check("04.4", my_mha_forward)
 #   out (B, H, T, D) -> merged (B, T, C) -> out_proj (B, T, C).
 # - Pitfalls: scale by sqrt(D), not sqrt(C); `reshape` (or `.contiguous().view`) after `transpose`;
 #   split with `view(B, T, H, D).transpose(1, 2)`, never `view(B, H, T, D)`, which mixes tokens silently
-#   and leaks the future past a causal mask.
+#   and leaks the future past a causal mask; a `(B, S)` padding mask goes in as `m[:, None, None, :]`,
+#   since `m[:, None, :]` hands sequence b's padding to head b when B == H.
 #
 # Next, notebook 05 checks `MultiHeadAttention` against PyTorch's own `nn.MultiheadAttention` and
 # `F.scaled_dot_product_attention`.

@@ -1,4 +1,4 @@
-"""The measurable claims of notebooks 03 (masking) and 05 (parity, cross-attention), one test each.
+"""The measurable claims of notebooks 03 (masking), 04 (a padding mask with heads) and 05 (parity, cross-attention).
 
 If PyTorch changes one of the behaviours the prose describes (what a fully masked row gives on each path
 of nn.MultiheadAttention, for instance), a test here fails and the prose must change with it.
@@ -312,3 +312,51 @@ def test_decoder_only_the_answer_sees_the_whole_prompt_and_the_prompt_never_the_
 def test_nn_multihead_attention_starts_its_biases_at_zero():
     m = nn.MultiheadAttention(8, 2)
     assert (m.out_proj.bias == 0).all() and (m.in_proj_bias == 0).all()
+
+
+# ------------------------------------------------------------------ 04: Pitfall 4, a padding mask with one axis too few
+
+
+@settings(deadline=None, max_examples=30)
+@given(H=st.integers(2, 5), T=st.integers(2, 6), D=st.integers(1, 4), seed=seeds)
+def test_a_padding_mask_missing_an_axis_hands_sequence_bs_padding_to_head_b(H, T, D, seed):
+    """'Against (B, H, T, S) it counts as (1, B, 1, S) ... when B == H it runs, and head b of every sequence
+    uses the padding of sequence b'; and with (B, 1, 1, S) no weight reaches a padding key."""
+    torch.manual_seed(seed)
+    B, C = H, H * D
+    m = MultiHeadAttention(C, H)
+    x = torch.randn(B, T, C)
+    lengths = torch.randint(1, T + 1, (B,))
+    lengths[0] = T  # sequence 0 has no padding, as in the notebook
+    pad = padding_mask(lengths, T)  # (B, S)
+    _, right = m(x, pad[:, None, None, :], need_weights=True)
+    _, wrong = m(x, pad[:, None, :], need_weights=True)
+    assert (right * ~pad[:, None, None, :]).sum() == 0
+    for b in range(B):
+        for h in range(H):
+            torch.testing.assert_close(wrong[b, h], _weights_under(m, x, pad[h])[b, h])
+
+
+def _weights_under(m: MultiHeadAttention, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
+    """The weights of every sequence of x when all of them use the key mask ``keys`` (S,)."""
+    return m(x, keys[None, None, None, :], need_weights=True)[1]
+
+
+def test_notebook_04_pitfall_4_the_wrong_layout_changes_every_sequence_and_b_not_h_is_an_error():
+    """Notebook 04's example: lengths 5, 3, 2 through three heads. 'sequences 1 and 2 put weight on their
+    padding ... sequence 0, which has no padding at all, loses keys 3 and 4 in head 1 and keys 2 to 4 in head 2,
+    so its output changes too'; with B = 2 and H = 3 'that is an error'."""
+    torch.manual_seed(0)
+    T, C = 5, 12
+    m = MultiHeadAttention(C, 3)
+    x = torch.randn(3, T, C, generator=torch.Generator().manual_seed(7))
+    pad = padding_mask([5, 3, 2], T)
+    right_out, right = m(x, pad[:, None, None, :], need_weights=True)
+    wrong_out, wrong = m(x, pad[:, None, :], need_weights=True)
+    on_padding = (wrong * ~pad[:, None, None, :]).sum(dim=(1, 2, 3))
+    assert (right * ~pad[:, None, None, :]).sum() == 0
+    assert on_padding[0] == 0 and (on_padding[1:] > 0).all()
+    assert (wrong[0, 1, :, 3:] == 0).all() and (wrong[0, 2, :, 2:] == 0).all() and (wrong[0, 0] > 0).all()
+    assert all(not torch.allclose(r, w, atol=1e-4) for r, w in zip(right_out, wrong_out))
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast to the scores' shape"):
+        MultiHeadAttention(C, 3)(x[:2], pad[:2, None, :])
