@@ -48,6 +48,7 @@ from course_utils.positional import (
     ALiBiMultiHeadAttention,
     LearnedPositionalEmbedding,
     RotaryMultiHeadAttention,
+    RotaryTable,
     alibi_bias,
     alibi_slopes,
     apply_rope,
@@ -395,6 +396,45 @@ new_rows = apply_rope(x_full[..., t0:, :], positions=torch.arange(t0, 8))  # pai
 print("rotated at absolute positions == slice of the full rotation:",
       torch.allclose(new_rows, apply_rope(x_full)[..., t0:, :]))
 print("rotated at 0, 1, 2 instead:", torch.allclose(apply_rope(x_full[..., t0:, :]), apply_rope(x_full)[..., t0:, :]))
+
+# %% [markdown]
+# ### Angles need float32 at least
+#
+# The angle of pair i at position t is t * theta_i, and t reaches thousands in a long context. A 16-bit
+# float cannot hold such a number finely: bfloat16 keeps 8 significant bits, so between 1024 and 2048 its
+# steps are 8 apart. An angle computed in bfloat16 can be off by whole radians, which is another rotation,
+# not a small error (float32's steps there are 1/8192). At position 2000 with D = 64:
+
+# %%
+D_big, t_big = 64, 2000
+theta_big = 10000.0 ** (-torch.arange(0, D_big, 2, dtype=torch.float64) / D_big)  # (D/2,)
+exact_angles = t_big * theta_big  # (D/2,), float64
+angle_error = {}
+for dtype in (torch.bfloat16, torch.float32):
+    angles_low = torch.tensor(float(t_big), dtype=dtype) * theta_big.to(dtype)  # the angles computed in dtype
+    angle_error[dtype] = (angles_low.double() - exact_angles).abs().max().item()
+print(f"bfloat16: largest angle error {angle_error[torch.bfloat16]:.1f} radians, more than 1 radian:",
+      angle_error[torch.bfloat16] > 1)
+print("float32: largest angle error below 1e-4 radian:", angle_error[torch.float32] < 1e-4)
+
+# %% [markdown]
+# So `apply_rope` computes the angles in float64. Notebook 09's GPT rotates at every layer and step, so it
+# keeps the cos and sin of every position ready in a `RotaryTable`: the angles in float64, once, and the
+# rotation in x's dtype but **at least float32**. A model that runs in bfloat16 still turns each pair by
+# the right angle; only the result is rounded to bfloat16. The same bfloat16 rows at positions 2000 to 2003,
+# rotated by the table and with angles made in bfloat16, against float64 all the way:
+
+# %%
+x_bf = torch.randn(1, 1, 4, D_big, generator=torch.Generator().manual_seed(6)).bfloat16()  # (B, H, T, D)
+positions_big = torch.arange(t_big, t_big + 4)  # (T,)
+exact = apply_rope(x_bf.double(), positions_big)  # (B, H, T, D), float64
+by_table = RotaryTable(D_big).rotate(x_bf, start=t_big)  # bfloat16, rotated in float32
+angles_bf = positions_big.bfloat16()[:, None] * theta_big.bfloat16()  # (T, D/2), in bfloat16
+x1, x2 = x_bf.chunk(2, dim=-1)  # the "half" pairing: channel i with channel i + D/2
+by_bf16 = torch.cat([x1 * angles_bf.cos() - x2 * angles_bf.sin(), x1 * angles_bf.sin() + x2 * angles_bf.cos()], dim=-1)
+for name, got in [("RotaryTable (float32 inside)", by_table), ("angles in bfloat16", by_bf16)]:
+    print(f"{name:28s} {got.dtype}, equals float64 to bfloat16's rounding (rtol 2^-7, atol 1e-3):",
+          torch.allclose(got.double(), exact, rtol=2**-7, atol=1e-3))
 
 # %% [markdown]
 # ### RoPE inside multi-head attention

@@ -3,7 +3,8 @@
 Issue #13: one RoPE pairing ("half") wherever a model rotates; which way RoPE turns, and why it does not
 matter as long as q and k turn alike; what a model without positions can and cannot recover (a causal mask
 leaks position); the explorer's sinusoidal panel (the table added to q and k: a relative term and two
-absolute cross terms); the length-generalisation results the prose reads off. If one of them stops being
+absolute cross terms); the length-generalisation results the prose reads off; issue #11: angles made in
+bfloat16 lose whole radians, and RotaryTable rotates in float32 at least. If one of them stops being
 true, a test here fails and the prose must change with it.
 """
 
@@ -31,6 +32,7 @@ from course_utils.length_generalisation import (
 from course_utils.masking import causal_mask
 from course_utils.positional import (
     RotaryMultiHeadAttention,
+    RotaryTable,
     alibi_bias,
     apply_rope,
     rope_pairing_permutation,
@@ -99,6 +101,58 @@ def test_half_is_the_interleaved_rotation_under_a_fixed_channel_permutation(T, h
     torch.testing.assert_close(
         apply_rope(x[..., perm], pairing="half"), apply_rope(x, pairing="interleaved")[..., perm]
     )
+
+
+# ------------------------------------------------------------------ angles need float32 at least (section 4)
+
+
+def _angles(t: int, D: int, dtype: torch.dtype) -> torch.Tensor:
+    theta = sinusoidal_frequencies(D)  # (D/2,) float64
+    return torch.tensor(float(t), dtype=dtype) * theta.to(dtype)  # (D/2,) in dtype
+
+
+def test_angles_at_position_2000_lose_whole_radians_in_bfloat16_and_not_in_float32():
+    """'An angle computed in bfloat16 can be off by whole radians' (4.2 printed); float32 below 1e-4 radian."""
+    exact = 2000 * sinusoidal_frequencies(64)
+    torch.testing.assert_close(exact, 2000 * 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64))
+    bf16 = (_angles(2000, 64, torch.bfloat16).double() - exact).abs().max().item()
+    f32 = (_angles(2000, 64, torch.float32).double() - exact).abs().max().item()
+    assert round(bf16, 1) == 4.2
+    assert f32 < 1e-4
+    assert torch.finfo(torch.bfloat16).eps * 1024 == 8  # 'between 1024 and 2048 its steps are 8 apart'
+    assert torch.finfo(torch.float32).eps * 1024 == 1 / 8192
+
+
+@pytest.mark.parametrize("start", [0, 2000, 5000])
+@pytest.mark.parametrize("pairing", ["half", "interleaved"])
+def test_rotary_table_rotates_bfloat16_in_float32_to_bfloat16s_rounding(start, pairing):
+    """'the rotation in x's dtype but at least float32 ... only the result is rounded to bfloat16'; the same
+    rows rotated with angles made in bfloat16 miss that tolerance at position 2000."""
+    D = 64
+    x = torch.randn(1, 2, 4, D, generator=torch.Generator().manual_seed(6)).bfloat16()
+    positions = torch.arange(start, start + 4)
+    exact = apply_rope(x.double(), positions, pairing=pairing)
+    got = RotaryTable(D, pairing=pairing).rotate(x, start=start)
+    assert got.dtype == torch.bfloat16
+    assert torch.allclose(got.double(), exact, rtol=2**-7, atol=1e-3)
+    torch.testing.assert_close(got, exact.to(torch.bfloat16), rtol=2**-7, atol=1e-3)
+    if start >= 2000 and pairing == "half":
+        angles = positions.bfloat16()[:, None] * sinusoidal_frequencies(D).bfloat16()  # (T, D/2)
+        x1, x2 = x.chunk(2, dim=-1)
+        by_bf16 = torch.cat([x1 * angles.cos() - x2 * angles.sin(), x1 * angles.sin() + x2 * angles.cos()], dim=-1)
+        assert not torch.allclose(by_bf16.double(), exact, rtol=2**-7, atol=1e-3)
+
+
+def test_the_gpt_rotates_with_a_rotary_table_in_float32_at_least():
+    """'Notebook 09's GPT ... keeps the cos and sin of every position ready in a RotaryTable'."""
+    config = GPTConfig(vocab_size=7, context_length=16, embed_dim=32, num_heads=4, num_layers=1, positions="rope")
+    attn = GPT(config).blocks[0].attn
+    assert isinstance(attn.rotary, RotaryTable)
+    x = torch.randn(1, 4, 6, 8, generator=torch.Generator().manual_seed(0)).bfloat16()
+    got = attn._rotate(x, 2000)
+    assert got.dtype == torch.bfloat16
+    exact = apply_rope(x.double(), torch.arange(2000, 2006), config.rope_base)
+    assert torch.allclose(got.double(), exact, rtol=2**-7, atol=1e-3)
 
 
 # ------------------------------------------------------------------ which way RoPE turns
