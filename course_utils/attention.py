@@ -127,7 +127,10 @@ def scaled_dot_product_attention(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """softmax(q k^T * scale + bias, masked) v; returns the output and the weights used (after dropout).
 
-    ``scale`` defaults to 1 / sqrt(D); a fully masked query row gets weights and output 0, as in ``F.sdpa``.
+    Equal to ``F.scaled_dot_product_attention`` with the same boolean mask: ``mask`` is True where a query
+    may attend (``nn.MultiheadAttention``'s masks are the opposite: ``masking.convert_mask``). ``scale`` defaults
+    to 1 / sqrt(D); a fully masked query row gets weights and output 0, as in ``F.sdpa`` since torch 2.5.
+    TypeError or ValueError for inputs that do not fit (dtypes, shapes, a float mask, scale <= 0).
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask (bool) and bias (float) broadcastable to
     (..., T, S) -> out (..., T, Dv), weights (..., T, S). Taught in notebook 02, 03 (mask), 06 (bias).
     """

@@ -161,8 +161,11 @@ def tiled_attention(
 ) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v, one (q_tile, kv_tile) tile of scores at a time, never all (T, S).
 
-    ``scale`` defaults to 1 / sqrt(D). ``is_causal`` is ``causal_mask(T, S)`` (bottom-right; needs T <= S);
-    with ``mask`` both apply. A query that may see no key gets 0. Saves memory in the forward pass only.
+    ``mask`` is True where a query may attend. ``scale`` defaults to 1 / sqrt(D). ``is_causal`` is
+    ``causal_mask(T, S)`` (bottom-right; needs T <= S); with ``mask`` both apply. A query that may see no key
+    gets 0. ``q_tile`` queries meet ``kv_tile`` keys at a time, so the scores held at once are
+    (..., q_tile, kv_tile) instead of (..., T, S): memory saved in the forward pass only. Tiles past the
+    causal diagonal are skipped.
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """

@@ -186,8 +186,10 @@ def _check_model(model: nn.Module, use_cache: bool) -> int:
 
 def _check_idx(idx: torch.Tensor) -> None:
     check_tensor("idx", idx, min_dim=2)
-    if idx.dim() != 2 or idx.is_floating_point() or idx.dtype == torch.bool:
-        raise ValueError(f"idx must be (B, T) integer token ids, got dtype {idx.dtype}, shape {tuple(idx.shape)}")
+    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:  # a wrong type: as the models say
+        raise TypeError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
+    if idx.dim() != 2:
+        raise ValueError(f"idx must be (B, T) integer token ids, got shape {tuple(idx.shape)}")
     if idx.shape[1] < 1:
         raise ValueError("idx must hold at least one token (the prompt)")
 
@@ -227,7 +229,10 @@ def generate_stream(
     ``on_full="error"``, ``prompt + max_new_tokens - 1`` must fit in ``context_length`` (ValueError before
     anything runs) and every output equals recomputing. ``on_full="shift"`` starts a new cache from the last
     ``keep_on_shift`` tokens (default ``context_length // 2``) when it is full; after a shift the outputs may
-    differ from recomputing, which always sees ``context_length`` tokens. Puts the model in eval mode.
+    differ from recomputing, which always sees ``context_length`` tokens (a prompt longer than
+    ``context_length`` is cropped to its last tokens; positions restart at 0 in the new cache;
+    ``keep_on_shift=context_length`` gives recomputing's outputs). Without a cache ``on_full`` changes
+    nothing. Puts the model in eval mode.
     Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 08.
     """
     _check_idx(idx)

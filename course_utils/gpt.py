@@ -93,13 +93,12 @@ class GPTConfig:
             shared.NORM_POSITIONS,
             " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)",
         )
-        if self.positions == "rope":
-            if self.head_dim % 2 != 0:
-                raise ValueError(
-                    f"rotary positions need an even head_dim, got {self.head_dim} "
-                    f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
-                )
-            check_greater_than("rope_base", self.rope_base, 1)
+        check_greater_than("rope_base", self.rope_base, 1)  # checked for every model: checkpoints store it
+        if self.positions == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"rotary positions need an even head_dim, got {self.head_dim} "
+                f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
+            )
 
     @property
     def head_dim(self) -> int:

@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")  # the values of a model's ``positions``
-SCHEMES = POSITIONS  # the earlier name, which notebook 06 imports
+SCHEMES = POSITIONS  # the earlier name (notebook 06 imported it before #11), kept for learners' code
 
 
 @dataclass(frozen=True)

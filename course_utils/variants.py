@@ -24,6 +24,7 @@ from course_utils._validate import (
     check_bool_mask,
     check_choice,
     check_embedded,
+    check_floating,
     check_int,
     check_positive_number,
     check_qkv,
@@ -445,8 +446,9 @@ class KVCache:
     """Keys and values of every layer for the positions seen so far, in buffers of fixed capacity.
 
     Buffers are allocated on the first :meth:`update`, with its batch, heads, head_dim, dtype and device;
-    appending past the capacity raises ValueError. Shape: per layer (B, Hkv, capacity, D), the first
-    ``length`` positions valid. Taught in notebook 08.
+    appending past the capacity raises ValueError. ``length`` grows once every layer has appended the new
+    positions (a model calls ``update`` once per layer per step). Shape: per layer (B, Hkv, capacity, D), the
+    first ``length`` positions valid. Taught in notebook 08.
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
@@ -470,6 +472,9 @@ class KVCache:
                 raise ValueError(f"{name} must have shape (B, Hkv, T, D), got {tuple(t.shape)}")
         if k.shape != v.shape:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        check_floating("k", k)
+        if v.dtype != k.dtype:
+            raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
         start = self._lengths[layer]
         if start > self.length:
             raise RuntimeError(

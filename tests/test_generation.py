@@ -482,3 +482,13 @@ def test_generate_takes_a_numpy_int_for_max_new_tokens():
     model = TinyDecoder(DecoderConfig(vocab_size=5, context_length=8, embed_dim=8, num_heads=2, num_layers=1))
     out = generate(model, torch.zeros(1, 2, dtype=torch.long), np.int64(3), greedy=True)
     assert out.shape == (1, 5)
+
+
+def test_float_token_ids_are_a_type_error_as_in_the_models():
+    """The same wrong input gets the same error from generate as from the model's forward (#11 review)."""
+    model, idx = _gpt(), torch.zeros(1, 2)
+    for call in (lambda: generate(model, idx, 3), lambda: model(idx)):
+        with pytest.raises(TypeError, match=r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"):
+            call()
+    with pytest.raises(ValueError, match=r"idx must be \(B, T\) integer token ids, got shape \(1, 2, 3\)"):
+        generate(model, torch.zeros(1, 2, 3, dtype=torch.long), 3)

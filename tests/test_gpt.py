@@ -513,3 +513,18 @@ def test_a_training_step_off_the_cpu_never_reads_the_ids_to_check_them():
 def test_num_parameters_wants_a_bool():
     with pytest.raises(TypeError, match=r"non_embedding must be True or False, got 'yes' \(str\)"):
         GPT(GPTConfig(**TINY)).num_parameters(non_embedding="yes")
+
+
+@pytest.mark.parametrize(
+    "rope_base, error", [("x", TypeError), (True, TypeError), (-1.0, ValueError), (float("nan"), ValueError)]
+)
+def test_rope_base_is_checked_for_every_model_since_checkpoints_store_it(rope_base, error):
+    """Before, GPTConfig(positions='learned', rope_base='x') was accepted and saved into checkpoints."""
+    with pytest.raises(error, match=r"rope_base must be a number greater than 1"):
+        GPTConfig(positions="learned", rope_base=rope_base)
+
+
+@pytest.mark.parametrize("field", ["positions", "attention", "norm_position"])
+def test_a_choice_of_the_wrong_type_is_a_type_error(field):
+    with pytest.raises(TypeError, match=rf"{field} must be one of .*, got 5 \(int\)"):
+        GPTConfig(**{field: 5})

@@ -60,8 +60,14 @@ def test_check_choice():
     check_choice("autocast", None, (None, "bf16"))
     with pytest.raises(ValueError, match=r"mode must be one of \('a', 'b'\), got 'c'"):
         check_choice("mode", "c", ("a", "b"))
-    with pytest.raises(ValueError, match=r"mode must be one of \['a', 'b'\] \(a or b\), got 3"):
-        check_choice("mode", 3, ["a", "b"], " (a or b)")
+    with pytest.raises(TypeError, match=r"mode must be one of \['a', 'b'\] \(a or b\), got 3 \(int\)"):
+        check_choice("mode", 3, ["a", "b"], " (a or b)")  # a wrong type is a TypeError, as everywhere
+    with pytest.raises(TypeError, match=r"autocast must be one of \(None, 'bf16'\), got True \(bool\)"):
+        check_choice("autocast", True, (None, "bf16"))
+    with pytest.raises(TypeError, match=r"got True \(bool\)"):
+        check_choice("layers", True, (1, 2))  # bool is not an int here either
+    with pytest.raises(ValueError, match=r"layers must be one of \(1, 2\), got 3$"):
+        check_choice("layers", 3, (1, 2))
 
 
 def test_check_bool_names_what_it_expected():

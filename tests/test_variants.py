@@ -525,3 +525,13 @@ def test_linformer_attention_names_projections_of_another_dtype():
         linformer_attention(q, q, q, proj.long(), proj)
     with pytest.raises(ValueError, match="k on cpu, proj_k on cpu, proj_v on meta"):
         linformer_attention(q, q, q, proj, proj.to("meta"))
+
+
+def test_kv_cache_refuses_keys_and_values_of_two_dtypes_or_integers():
+    cache = KVCache(num_layers=1, capacity=4)
+    k = torch.zeros(1, 1, 2, 3)
+    with pytest.raises(TypeError, match=r"k and v must have one dtype, got torch.float32 and torch.float64"):
+        cache.update(0, k, k.double())
+    with pytest.raises(TypeError, match=r"k must be a floating-point tensor, got dtype torch.int64"):
+        cache.update(0, k.long(), k.long())
+    assert cache.length == 0
