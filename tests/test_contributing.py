@@ -70,7 +70,7 @@ def test_the_formatter_and_the_line_length_are_enforced_where_the_guide_says():
 
     ruff = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["ruff"]
     assert ruff["line-length"] == 120 and "E501" not in ruff["lint"]["ignore"]
-    assert ruff["format"]["exclude"] == ["course_source/*", "*.ipynb"]
+    assert ruff["format"]["exclude"] == ["course_source/*", "*.ipynb", "*.md"]
     hooks = {h["id"]: h for repo in yaml.safe_load(CONFIG.read_text())["repos"] for h in repo["hooks"]}
     assert hooks["ruff-format"]["entry"] == ".venv/bin/ruff format --check"
     import importlib.util
