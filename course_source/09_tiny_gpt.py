@@ -17,7 +17,8 @@
 #   a learning-rate warm-up;
 # - a training loop you can trust: warmup and cosine decay, gradient clipping, a loss curve that draws
 #   itself, checkpoints that survive an interrupted kernel, and an exact resume;
-# - sampling with the KV cache (temperature, top-k, top-p), and how samples change as the model learns;
+# - sampling with the KV cache (temperature, top-k, top-p), how samples change as the model learns, and
+#   what a cache that shifts past the context changes;
 # - per-head attention heatmaps, an explorer, and bertviz's head and model views, working offline; and
 #   what such pictures do not show (weights are not explanations, value norms, attention sinks).
 #
@@ -44,6 +45,7 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import display
+from torch.utils.flop_counter import FlopCounterMode
 
 import course_utils
 from course_utils.attention_view import head_view, model_view
@@ -336,7 +338,8 @@ assert result["val_loss"] < baseline < untrained_loss, "trained beats unigram be
 # Now let it write. `generate_stream` yields one character at a time, so the text appears as it is
 # produced. With a KV cache each step feeds only the newest character (notebook 08). The model reads at
 # most `T` characters (its context), so when the cache is full, `on_full="shift"` starts a new cache from
-# the last `T / 2` characters and goes on (`benchmarks/GENERATION.md` measures what the cache saves).
+# the last `T / 2` characters and goes on (`benchmarks/GENERATION.md` measures what the cache saves;
+# section 7 measures what the shift changes).
 # Lower temperature means safer, more repetitive text; top-k and top-p cut the unlikely tail.
 
 # %%
@@ -391,6 +394,38 @@ for key in ("command", "device", "date", "torch", "val_loss", "steps", "train_s"
 assert shipped_tokenizer.chars == tokenizer.chars, "the shipped model reads the same characters"
 shipped_loss = evaluate(shipped, val_ids[:20_000], shipped.config.context_length)
 print(f"shipped model: validation loss {shipped_loss:.2f} on the first 20,000 validation characters")
+
+# %% [markdown]
+# ### What `on_full="shift"` changes
+#
+# Section 6 generated past the context with a KV cache and `on_full="shift"`. That is not the same as
+# recomputing. Recomputing feeds the model the last `T` characters at every step. The shifting cache, once
+# full, starts a new cache from the last `keep_on_shift` characters (`T / 2` unless given) and grows again,
+# so a character generated after a shift sees between `T / 2` and `T` characters of context, fewer than
+# recomputing gives it. While the whole text fits in the context the two are the same computation; from
+# the first shift on the logits differ, and the text may follow. Right after a shift the logits are
+# exactly those of a plain forward pass over the re-prefilled window. (`keep_on_shift=T` re-prefills the
+# whole window at every step: the same as recomputing, at recomputing's cost.) The shipped model, greedy,
+# from the prompt "ROMEO:\n":
+
+# %%
+shipped_gen = shipped.for_generation()
+T_ship = shipped.config.context_length
+keep = T_ship // 2  # keep_on_shift's default
+romeo = shipped_tokenizer.encode("ROMEO:\n")[None]  # (1, P)
+P = romeo.shape[1]
+fit = T_ship - P + 1  # new characters 0 .. fit - 1 fit in the context; character `fit` comes after the shift
+n_new = fit + 8
+shifted, shifted_logits = generate(shipped_gen, romeo, n_new, greedy=True, on_full="shift", return_logits=True)
+_, recomputed_logits = generate(shipped_gen, romeo, n_new, greedy=True, use_cache=False, return_logits=True)
+gap = (shifted_logits - recomputed_logits).abs().amax(dim=-1)[0]  # (n_new,): largest logit difference per step
+print(f"T = {T_ship}, prompt P = {P}: new characters 0 to {fit - 1} agree to 1e-4:", bool((gap[:fit] < 1e-4).all()))
+print(f"character {fit}, the first after the shift, differs by more than 0.1:", gap[fit].item() > 0.1)
+window = shifted[:, P + fit - keep : P + fit]  # (1, keep): the last keep characters, what the new cache holds
+with torch.no_grad():
+    window_logits = shipped_gen(window)[:, -1]  # (1, V): a plain forward pass over the window
+print(f"its logits equal the forward pass over the last {keep} characters, to 1e-5:",
+      torch.allclose(shifted_logits[:, fit], window_logits, atol=1e-5))
 
 # %% [markdown]
 # ## 8. Looking inside
@@ -619,6 +654,49 @@ plt.show()
 # `device`, ...). Under `torchrun` every process trains on its slice of the same batch with
 # `DistributedDataParallel` (NCCL on GPUs, gloo on CPUs), so N processes see the data one would.
 # `benchmarks/TRAINING.md` has the measured figures and the benchmark scripts.
+#
+# `benchmarks/train_gpu.py` also reports the **model FLOPs utilisation** (MFU): the floating-point
+# operations training needs per token, times tokens per second, divided by the GPU's peak (989 TFLOP/s in
+# bfloat16 on an H100 SXM). `GPT.flops_per_token` counts them as **6 N + 6 L T C**, for `L` layers:
+#
+# - each weight meets each token once in the forward pass (a multiply and an add, 2 FLOPs) and twice in the
+#   backward pass (the gradient of its input and its own gradient): 6 FLOPs per parameter and token, 6 N
+#   for N parameters (the table of learned positions is looked up, not multiplied, and is left out);
+# - attention's two matrix products, q k^T and weights v, have no parameters. Per layer and token each
+#   costs 2 T C in the forward pass, twice that backward: 12 L T C, which is nanoGPT's estimate. But under
+#   a causal mask a query has on average only half the keys, and a kernel that skips the masked blocks
+#   (flash attention) does half the work: 6 L T C.
+#
+# The course's own attention computes the whole square and then masks it, so a FLOP counter run on one
+# training step of it (`torch.utils.flop_counter`) finds the full 12 L T C:
+
+# %%
+counted = GPT(dataclasses.replace(shipped.config, attention="course"))  # the shipped size; weights do not matter
+L_f, T_f, C_f = counted.config.num_layers, counted.config.context_length, counted.config.embed_dim
+n_f = counted.num_parameters()  # rotary positions: no position table to leave out
+ids = torch.zeros(1, T_f, dtype=torch.long)  # one window of T characters
+with FlopCounterMode(display=False) as counter:
+    counted(ids, ids)[1].backward()  # forward and backward of the loss
+ops = counter.get_flop_counts()["Global"]
+attention_f = ops[torch.ops.aten.bmm] / T_f  # per token: attention's products are the only batched ones
+weights_f = (ops[torch.ops.aten.mm] + ops[torch.ops.aten.addmm]) / T_f
+print(f"{L_f} layers, T = {T_f}, C = {C_f}, N = {n_f:,} parameters")
+print(f"attention, counted: {attention_f:,.0f} FLOPs per token = 12 L T C:", attention_f == 12 * L_f * T_f * C_f)
+print("weights, counted: within 2% of 6 N:", abs(weights_f - 6 * n_f) < 0.02 * 6 * n_f)
+print(f"flops_per_token() = 6 N + 6 L T C = {counted.flops_per_token():,.0f}:",
+      counted.flops_per_token() == 6 * n_f + 6 * L_f * T_f * C_f)
+
+# %% [markdown]
+# The weights' count falls a little short of 6 N because biases and layer norms are added, not multiplied.
+# At the `gpu` size (built on the `meta` device: shapes without memory) attention is a small share:
+
+# %%
+with torch.device("meta"):
+    gpu_model = GPT(dataclasses.replace(RUN_SIZES["gpu"].model, vocab_size=V))
+c_g = gpu_model.config
+attention_g = 6 * c_g.num_layers * c_g.context_length * c_g.embed_dim
+print(f"gpu size: flops_per_token() = {gpu_model.flops_per_token():,.0f}, of which 6 L T C = {attention_g:,} "
+      f"({attention_g / gpu_model.flops_per_token():.0%})")
 
 # %% [markdown]
 # ## 11. Exercises

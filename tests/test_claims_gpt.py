@@ -1,6 +1,7 @@
 """Every measurable sentence notebook 09 adds about its GPT, checked: the RoPE pairing, the norm_position option
 (the default unchanged), gradients at initialisation (Xiong et al. 2020), the saved pre/post-norm benchmark,
-and what the shipped model's attention maps do and do not show.
+what the shipped model's attention maps do and do not show, what on_full="shift" changes against recomputing,
+and how flops_per_token counts (issue #11).
 
 Each test names the sentence it pins. Numbers come from the model, the committed checkpoint or the committed
 benchmark record (benchmarks/results/norm_position_cpu.json), never typed in as results.
@@ -8,14 +9,17 @@ benchmark record (benchmarks/results/norm_position_cpu.json), never typed in as 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from pathlib import Path
 
 import pytest
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
 from course_utils.data import CharTokenizer, get_batch, split_data
+from course_utils.generation import generate
 from course_utils.gpt import GPT, Block, GPTConfig
 from course_utils.inspect_gpt import (
     attention_and_values,
@@ -376,3 +380,113 @@ def test_the_values_decompose_the_attention_output(looked):
             rebuilt = torch.einsum("bhij,bhjc->bic", w, f) + block.attn.out_proj.bias
             torch.testing.assert_close(rebuilt, branch, atol=1e-5, rtol=1e-4)
             x = block.add_branches(x, branch)
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 7: what on_full="shift" changes against recomputing
+# ----------------------------------------------------------------------------------------------
+
+
+def _shift_against_recompute(model, prompt, n_new, **shift_options):
+    gen = model.for_generation()
+    shifted, shifted_logits = generate(
+        gen, prompt, n_new, greedy=True, on_full="shift", return_logits=True, **shift_options
+    )
+    recomputed, recomputed_logits = generate(gen, prompt, n_new, greedy=True, use_cache=False, return_logits=True)
+    gap = (shifted_logits - recomputed_logits).abs().amax(dim=-1)[0]  # (n_new,)
+    return gen, shifted, shifted_logits, recomputed, gap
+
+
+def test_notebook_09_shift_agrees_while_the_text_fits_then_differs_and_equals_the_window(shipped):
+    """'new characters 0 to fit - 1 agree to 1e-4'; 'character fit, the first after the shift, differs by more
+    than 0.1'; 'its logits equal the forward pass over the last T / 2 characters, to 1e-5'."""
+    model, tokenizer, _ = shipped
+    T = model.config.context_length
+    prompt = tokenizer.encode("ROMEO:\n")[None]
+    P = prompt.shape[1]
+    fit = T - P + 1
+    gen, shifted, shifted_logits, _, gap = _shift_against_recompute(model, prompt, fit + 8)
+    assert (gap[:fit] < 1e-4).all()
+    assert gap[fit] > 0.1
+    keep = T // 2
+    with torch.no_grad():
+        window_logits = gen(shifted[:, P + fit - keep : P + fit])[:, -1]
+    assert torch.allclose(shifted_logits[:, fit], window_logits, atol=1e-5)
+
+
+@pytest.mark.parametrize("positions", ["learned", "rope"])
+def test_after_a_shift_a_token_sees_between_keep_and_context_length_tokens(positions):
+    """'a character generated after a shift sees between T / 2 and T characters of context': each step's logits
+    are the plain forward pass over the tokens since the last re-prefill (keep_on_shift of them, then more)."""
+    torch.manual_seed(0)
+    T, keep = 8, 3
+    config = GPTConfig(vocab_size=11, context_length=T, embed_dim=16, num_heads=2, num_layers=2, positions=positions)
+    gen = GPT(config).for_generation()
+    prompt = torch.randint(0, 11, (1, 5))
+    n_new = 20
+    seq, logits = generate(gen, prompt, n_new, greedy=True, on_full="shift", keep_on_shift=keep, return_logits=True)
+    start, seen = 0, []  # the first position of the current cache; how many tokens each step sees
+    for i in range(n_new):
+        end = prompt.shape[1] + i  # the token predicted at step i follows seq[:, :end]
+        if end - start > T:  # the cache is full: a new one from the last keep tokens
+            start = end - keep
+        seen.append(end - start)
+        with torch.no_grad():
+            torch.testing.assert_close(logits[:, i], gen(seq[:, start:end])[:, -1], atol=1e-5, rtol=1e-4)
+    after = seen[seen.index(keep) :]
+    assert min(after) == keep and max(after) == T
+
+
+def test_keep_on_shift_equal_to_the_context_is_recomputing(shipped):
+    """'keep_on_shift=T re-prefills the whole window at every step: the same as recomputing'."""
+    model, tokenizer, _ = shipped
+    T = model.config.context_length
+    prompt = tokenizer.encode("ROMEO:\n")[None]
+    n_new = T - prompt.shape[1] + 6
+    _, shifted, _, recomputed, gap = _shift_against_recompute(model, prompt, n_new, keep_on_shift=T)
+    assert torch.equal(shifted, recomputed)
+    assert (gap < 1e-4).all()
+
+
+# ----------------------------------------------------------------------------------------------
+# Section 10: flops_per_token = 6 N + 6 L T C
+# ----------------------------------------------------------------------------------------------
+
+
+def _counted_step(config: GPTConfig) -> tuple[GPT, dict]:
+    torch.manual_seed(0)
+    model = GPT(dataclasses.replace(config, attention="course"))
+    ids = torch.zeros(1, config.context_length, dtype=torch.long)
+    with FlopCounterMode(display=False) as counter:
+        model(ids, ids)[1].backward()
+    return model, counter.get_flop_counts()["Global"]
+
+
+@pytest.mark.parametrize("name", ["tiny", "cpu"])
+def test_a_flop_counter_finds_12_ltc_for_attention_and_about_6n_for_the_weights(name):
+    """'a FLOP counter run on one training step of it finds the full 12 L T C'; the weights 'within 2% of 6 N',
+    'a little short of 6 N because biases and layer norms are added, not multiplied'; flops_per_token is
+    6 N + 6 L T C with the position table left out."""
+    config = GPTConfig.preset(name)
+    model, ops = _counted_step(config)
+    L, T, C = config.num_layers, config.context_length, config.embed_dim
+    n = model.num_parameters() - (model.pos_emb.embedding.weight.numel() if model.pos_emb is not None else 0)
+    assert ops[torch.ops.aten.bmm] == 12 * L * T * C * T
+    weights = (ops[torch.ops.aten.mm] + ops[torch.ops.aten.addmm]) / T
+    assert (0.98 if name == "cpu" else 0.95) * 6 * n < weights < 6 * n  # the notebook counts the cpu size
+    assert model.flops_per_token() == 6 * n + 6 * L * T * C
+
+
+def test_the_notebooks_flop_count_is_on_the_shipped_models_size(shipped):
+    """The notebook counts GPT(shipped.config, attention='course'): rotary positions, so N is every parameter."""
+    model, _, _ = shipped
+    assert model.config.positions == "rope" and model.pos_emb is None
+    assert model.config == dataclasses.replace(GPTConfig.preset("cpu"), vocab_size=model.config.vocab_size)
+
+
+def test_at_the_gpu_size_attention_is_5_percent_of_flops_per_token():
+    """'At the gpu size ... attention is a small share' (5% printed)."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig.preset("gpu"))
+    c = model.config
+    assert round(6 * c.num_layers * c.context_length * c.embed_dim / model.flops_per_token(), 2) == 0.05
