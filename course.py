@@ -429,6 +429,18 @@ def in_venv_here(*args: str) -> int:
     return run([PY, *args], cwd=Path.cwd())
 
 
+def instructor_copy_needed(command: str, module: str) -> int | None:
+    """2 and one line when this copy of the course lacks the tool behind ``command`` (the learner zip)."""
+    if (ROOT / "course_tools" / f"{module}.py").is_file():
+        return None
+    print(
+        f"[course] `{command}` is an author's or instructor's command: this is the learner copy of the course, "
+        f"without course_tools/{module}.py; run it in the full course (a clone of its repository)",
+        file=sys.stderr,
+    )
+    return 2
+
+
 def cmd_check(extra: list[str]) -> int:
     ensure_installed()
     return in_venv_here("-m", "course_tools.grade", *extra)
@@ -440,6 +452,9 @@ def cmd_env(extra: list[str]) -> int:
 
 
 def cmd_build(extra: list[str]) -> int:
+    refused = instructor_copy_needed("build", "build")
+    if refused is not None:
+        return refused
     ensure_installed(which="author")
     return in_venv("-m", "course_tools.build", *extra)
 
@@ -456,16 +471,25 @@ def cmd_e2e(extra: list[str]) -> int:
 
 
 def cmd_room(extra: list[str]) -> int:
+    refused = instructor_copy_needed("room", "room")
+    if refused is not None:
+        return refused
     ensure_installed()
     return in_venv_here("-m", "course_tools.room", "prepare", *extra)
 
 
 def cmd_package(extra: list[str]) -> int:
+    refused = instructor_copy_needed("package", "room")
+    if refused is not None:
+        return refused
     ensure_installed()
     return in_venv_here("-m", "course_tools.room", "package", *extra)
 
 
 def cmd_site(extra: list[str]) -> int:
+    refused = instructor_copy_needed("site", "site")
+    if refused is not None:
+        return refused
     ensure_installed()
     return in_venv_here("-m", "course_tools.site", *extra)
 

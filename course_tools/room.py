@@ -71,8 +71,14 @@ COMMON = (
     "lock/",
 )
 INSTRUCTOR_ONLY = ("solutions/", "course_source/", "tests/", "docs/", ".ci/", "benchmarks/", "tools/")
-# the rest of course_tools/ runs on a learner's machine (check, reset, the corpus fetch, vendor_js's list)
-LEARNER_EXCLUDE = ("course_tools/build.py", "course_tools/room.py")  # authors' and instructors' tools
+# the rest of course_tools/ runs on a learner's machine (check, reset, the corpus fetch); the site needs solutions/
+LEARNER_EXCLUDE = (  # authors' and instructors' tools, and the site's templates and KaTeX
+    "course_tools/build.py",
+    "course_tools/room.py",
+    "course_tools/site.py",
+    "course_tools/vendor_js.py",
+    "course_tools/static/",
+)
 NEVER = re.compile(
     r"(^|/)(__pycache__|\.ipynb_checkpoints|\.hypothesis|.*\.egg-info)(/|$)|(^|/)backup-[^/]*$"
     r"|\.pyc$|\.zip$|(^|/)\.[^/]*\.tmp$"

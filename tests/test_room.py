@@ -412,3 +412,40 @@ def test_package_where_the_zip_cannot_be_written_is_one_line_and_writes_nothing(
             match=r"^cannot write the zip to /sys/x\.zip: the system .* in /sys \(.*\); give the zip a path",
         ):
             room.package(Path("/sys/x.zip"), learner=True)
+
+
+def test_every_tool_in_the_learner_zip_imports_only_what_the_zip_holds_and_the_rest_is_refused(tmp_path):
+    """The #11 review: the learner zip shipped course_tools/site.py without the build.py and room.py it imports,
+    and course.py offered site, room, package and build there, which ended in ModuleNotFoundError."""
+    import ast
+
+    learner = tmp_path / "learner.zip"
+    room.package(learner, learner=True)
+    with zipfile.ZipFile(learner) as z:
+        z.extractall(tmp_path / "unzipped")
+    course = tmp_path / "unzipped" / "attention-course"
+    tools = {p.stem for p in (course / "course_tools").glob("*.py")}
+    assert {"grade", "reset", "corpus"} <= tools and not {"build", "room", "site", "vendor_js"} & tools
+    for module in (course / "course_tools").glob("*.py"):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        for node in tree.body:  # what loading the module imports (reset reaches for build only beside course_source/)
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom) and node.module
+                else []
+            )
+            for name in names:
+                if name.startswith("course_tools."):
+                    part = name.split(".")[1]
+                    assert part in tools or part in {"__init__"}, f"{module.name} imports {name}, not in the zip"
+    for command in ("site", "room", "package", "build"):
+        done = subprocess.run(
+            [sys.executable, str(course / "course.py"), command, str(tmp_path / "out")],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+        )
+        assert done.returncode == 2, (command, done.stdout, done.stderr)
+        assert f"`{command}` is an author's or instructor's command: this is the learner copy" in done.stderr
