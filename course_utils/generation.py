@@ -233,7 +233,8 @@ def generate_stream(
     ``context_length`` is cropped to its last tokens; positions restart at 0 in the new cache;
     ``keep_on_shift=context_length`` gives recomputing's outputs). Without a cache ``on_full`` changes
     nothing. Puts the model in eval mode.
-    Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 08.
+    Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 08;
+    ``on_full="shift"`` against recomputing in notebook 09, section 7.
     """
     _check_idx(idx)
     check_int("max_new_tokens", max_new_tokens, minimum=0)

@@ -309,6 +309,7 @@ class GPT(nn.Module):
         """Training FLOPs per token (forward + backward): 6 N for the weights plus 6 L T C for attention.
 
         N is :meth:`num_parameters` less the position table; the causal mask halves attention's 12 L T C.
+        Derived and counted in notebook 09, section 10.
         """
         c = self.config
         T = c.context_length if T is None else check_int("T", T)

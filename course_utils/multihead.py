@@ -223,7 +223,7 @@ class MultiHeadAttention(nn.Module):
 
     The layout of ``nn.MultiheadAttention``, so :meth:`from_torch` copies weights across. With ``memory``
     (cross-attention) the keys and values come from it. A (B, S) padding mask ``m`` goes in as
-    ``m[:, None, None, :]``.
+    ``m[:, None, None, :]`` (not ``m[:, None, :]``: notebook 04, Pitfall 4).
     Shape: x (B, T, C), memory (B, S, C) or None (S = T), mask bool broadcastable to (B, H, T, S)
     -> out (B, T, C), and weights (B, H, T, S) with ``need_weights``. Taught in notebooks 04 and 05.
     """

@@ -202,7 +202,8 @@ class RotaryTable:
     """RoPE for a model that rotates at every layer and step: the cos and sin of its angles, made once.
 
     ``rotate(x, start)`` is ``apply_rope(x, torch.arange(start, start + T), base, pairing)`` up to rounding,
-    in x's dtype but at least float32. Shape: x (..., T, D) -> (..., T, D). Taught in notebook 06.
+    in x's dtype but at least float32 (bfloat16 angles are off by radians at large positions: notebook 06,
+    'Angles need float32 at least'). Shape: x (..., T, D) -> (..., T, D). Taught in notebook 06.
     """
 
     def __init__(self, head_dim: int, base: float = 10000.0, length: int = 0, pairing: Pairing = "half") -> None:

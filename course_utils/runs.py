@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from course_utils._files import course_folder
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
@@ -102,7 +103,7 @@ def runs_dir(environ: dict[str, str] | None = None) -> Path:
     test run trains instead of resuming an earlier run), else ``runs/`` in the course folder."""
     env = os.environ if environ is None else environ
     where = env.get(RUNS_ENV, "").strip()
-    return Path(where).expanduser() if where else Path(__file__).resolve().parent.parent / "runs"
+    return Path(where).expanduser() if where else course_folder() / "runs"
 
 
 def run_folder(size: str, environ: dict[str, str] | None = None, log=print) -> Path:

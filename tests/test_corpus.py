@@ -172,7 +172,9 @@ def test_fetch_replaces_a_damaged_cached_corpus(fake_release, capsys):
 
 
 def test_verify_missing_corpus(tmp_path):
-    with pytest.raises(FileNotFoundError, match="is not there yet: run `python -m course_tools.corpus fetch`"):
+    with pytest.raises(
+        FileNotFoundError, match=f"not there yet: run `python -m course_tools.corpus --datasets-dir {tmp_path} fetch`"
+    ):
         verify(tmp_path)
 
 
@@ -276,7 +278,8 @@ def test_cli_info_on_any_file_and_errors(tmp_path):
     proc = run_cli("info", "--data", str(tmp_path / "absent.txt"))
     assert proc.returncode == 1 and "error: no text file at" in proc.stderr and "Traceback" not in proc.stderr
     proc = run_cli("--datasets-dir", str(tmp_path), "verify")
-    assert proc.returncode == 1 and "is not there yet: run `python -m course_tools.corpus fetch`" in proc.stderr
+    assert proc.returncode == 1
+    assert f"is not there yet: run `python -m course_tools.corpus --datasets-dir {tmp_path} fetch`" in proc.stderr
     (tmp_path / "shakespeare.txt").write_text("tampered")
     proc = run_cli("--datasets-dir", str(tmp_path), "verify")
     assert proc.returncode == 1 and "the file was changed or is damaged" in proc.stderr

@@ -69,7 +69,8 @@ def test_load_corpus_with_a_path_reads_that_file(tmp_path):
 
 def test_load_corpus_without_download_says_what_to_run(tmp_path):
     with pytest.raises(
-        FileNotFoundError, match=r"is not there yet: run `python -m course_tools.corpus fetch`.*--data PATH"
+        FileNotFoundError,
+        match=rf"is not there yet: run `python -m course_tools.corpus --datasets-dir {tmp_path} fetch`.*--data PATH",
     ):
         load_corpus(datasets_dir=tmp_path, download=False)
 
@@ -409,5 +410,33 @@ def test_the_old_command_runs_the_new_one(tmp_path):
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 1 and "is not there yet: run `python -m course_tools.corpus fetch`" in proc.stderr
+    assert proc.returncode == 1
+    assert f"is not there yet: run `python -m course_tools.corpus --datasets-dir {tmp_path} fetch`" in proc.stderr
     assert "python -m course_utils.data is now python -m course_tools.corpus" in proc.stderr
+
+
+def test_the_missing_corpus_message_names_the_folder_it_was_asked_for(tmp_path):
+    """After `--datasets-dir X`, the command it suggests fetches into X too (it fetched into the default before)."""
+    folder = tmp_path / "my data"
+    with pytest.raises(
+        FileNotFoundError, match=r"run `python -m course_tools.corpus --datasets-dir '.*my data' fetch`"
+    ):
+        load_corpus(datasets_dir=folder, download=False)
+
+
+def test_a_package_installed_outside_a_course_folder_keeps_its_data_out_of_site_packages(tmp_path, monkeypatch):
+    """A wheel in site-packages has no course folder: datasets/ there would become an importable package named
+    `datasets` (transformers then believes Hugging Face datasets is installed) and outlive an uninstall."""
+    from course_utils._files import course_folder
+
+    checkout, site_packages = tmp_path / "course", tmp_path / "site-packages"
+    (checkout / "course_utils").mkdir(parents=True)
+    (checkout / "course.py").write_text("")
+    (site_packages / "course_utils").mkdir(parents=True)
+    monkeypatch.delenv("COURSE_HOME", raising=False)
+    assert course_folder(checkout / "course_utils") == checkout
+    assert course_folder(site_packages / "course_utils") == Path.home() / "attention-step-by-step"
+    monkeypatch.setenv("COURSE_HOME", str(tmp_path / "mine"))
+    assert course_folder(site_packages / "course_utils") == tmp_path / "mine"
+    assert course_folder(checkout / "course_utils") == checkout  # a course folder is used as it is
+    assert course_folder() == Path(data.__file__).resolve().parent.parent  # this checkout
