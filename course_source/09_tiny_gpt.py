@@ -396,7 +396,7 @@ shipped_loss = evaluate(shipped, val_ids[:20_000], shipped.config.context_length
 print(f"shipped model: validation loss {shipped_loss:.2f} on the first 20,000 validation characters")
 
 # %% [markdown]
-# ### What `on_full="shift"` changes
+# ### What a shift of the cache changes
 #
 # Section 6 generated past the context with a KV cache and `on_full="shift"`. That is not the same as
 # recomputing. Recomputing feeds the model the last `T` characters at every step. The shifting cache, once
