@@ -119,9 +119,10 @@ def _set_up_hosted_course(home="attention-step-by-step"):
     import subprocess
     import sys
     import time
+    from pathlib import Path
 
-    for folder in (os.getcwd(), os.path.dirname(os.getcwd())):
-        if os.path.isfile(os.path.join(folder, "course.py")):
+    for folder in [Path.cwd(), *Path.cwd().parents]:  # a notebook anywhere inside a course folder
+        if (folder / "course.py").is_file():
             raise SystemExit(f"this kernel ({{sys.executable}}) cannot import the course of {{folder}}: pick the "
                              "kernel of its .venv, or start JupyterLab there with `python3 course.py lab`; "
                              "nothing was installed")

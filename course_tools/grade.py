@@ -398,6 +398,12 @@ def _report_problem(report: Path, named: str) -> str | None:
     fix = f"give --json a file in a folder you can write to, e.g. --json {Path.home() / 'exercises.json'}"
     if report.is_dir():
         return f"{named}: this is a folder; give a file name such as {report / 'exercises.json'}"
+    link = next((p for p in (report, *report.parents) if p.is_symlink()), None)
+    if link is not None and (link == report or not link.exists()):  # a link as the report, or a broken folder link
+        return (
+            f"{named}: {link} is a symbolic link{'' if link.exists() else ' to nothing'}; check writes the report "
+            f"only as a plain file, never through a link; {fix}"
+        )
     folder = next((p for p in report.parents if p.exists()), None)
     if folder is None:
         return None

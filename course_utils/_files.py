@@ -45,7 +45,12 @@ def course_folder(package_dir: str | os.PathLike | None = None) -> Path:
     if (here.parent / "course.py").is_file():
         return here.parent
     home = os.environ.get(HOME_ENV, "").strip()
-    return Path(home).expanduser() if home else Path.home() / "attention-step-by-step"
+    if home:
+        return Path(home).expanduser().absolute()  # fixed now, not following later changes of folder
+    try:
+        return Path.home() / "attention-step-by-step"
+    except RuntimeError:  # no HOME and no passwd entry (a container run as an arbitrary uid)
+        return Path.cwd() / "attention-step-by-step"
 
 
 def _tmp_prefix(path: Path) -> str:

@@ -34,7 +34,8 @@ def check_int(
 def check_choice(name: str, value: object, choices: tuple | list, why: str = "") -> None:
     """Raise unless ``value`` is one of ``choices``: TypeError when its type is none of theirs (5 for a name),
     ValueError otherwise; the message lists them as given, then ``why``."""
-    if type(value) not in {type(choice) for choice in choices}:
+    kinds = tuple({type(choice) for choice in choices})
+    if not isinstance(value, kinds) or (isinstance(value, bool) and bool not in kinds):  # np.str_ is a str
         raise TypeError(f"{name} must be one of {choices}{why}, got {value!r} ({type(value).__name__})")
     if value not in choices:
         raise ValueError(f"{name} must be one of {choices}{why}, got {value!r}")

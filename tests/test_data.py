@@ -440,3 +440,20 @@ def test_a_package_installed_outside_a_course_folder_keeps_its_data_out_of_site_
     assert course_folder(site_packages / "course_utils") == tmp_path / "mine"
     assert course_folder(checkout / "course_utils") == checkout  # a course folder is used as it is
     assert course_folder() == Path(data.__file__).resolve().parent.parent  # this checkout
+
+
+def test_course_home_is_fixed_when_read_and_a_machine_without_home_still_imports(tmp_path, monkeypatch):
+    from course_utils._files import course_folder
+
+    outside = tmp_path / "site-packages" / "course_utils"
+    outside.mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COURSE_HOME", "relative")
+    assert course_folder(outside) == tmp_path / "relative"  # not a path that follows later changes of folder
+    monkeypatch.delenv("COURSE_HOME")
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert course_folder(outside) == tmp_path / "attention-step-by-step"

@@ -341,3 +341,24 @@ def test_ctrl_c_prints_what_finished_shuts_the_kernel_down_and_keeps_the_report(
     else:
         os.kill(kernel, signal.SIGKILL)
         pytest.fail("the kernel was left running")
+
+
+def test_a_report_through_a_symbolic_link_is_refused_before_any_notebook_runs(tmp_path, monkeypatch, capsys):
+    """A --json that is a link was replaced by a plain file (the file it named kept its old contents), and one
+    below a broken folder link passed the early check and failed after every notebook had run."""
+    from course_tools import grade
+
+    path = notebook(tmp_path / "01_mine.ipynb", SETUP, SOLVED)
+    real = tmp_path / "real.json"
+    real.write_text("orig")
+    (tmp_path / "link.json").symlink_to(real)
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    monkeypatch.setattr(grade, "run_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    for report, link, what in (
+        (tmp_path / "link.json", tmp_path / "link.json", "a symbolic link"),
+        (tmp_path / "gone" / "r.json", tmp_path / "gone", "a symbolic link to nothing"),
+    ):
+        assert grade.main([str(path), "--json", str(report)]) == 2
+        err = capsys.readouterr().err
+        assert f"{link} is {what}; check writes the report only as a plain file, never through a link" in err, err
+    assert real.read_text() == "orig" and (tmp_path / "link.json").is_symlink()

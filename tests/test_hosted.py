@@ -78,6 +78,11 @@ def test_in_a_course_folder_with_the_wrong_kernel_the_cell_installs_nothing_and_
         "nothing was installed"
     )
     assert sorted(p.name for p in tmp_path.rglob("*")) == ["course.py", "notebooks"]
+    deeper = tmp_path / "notebooks" / "my copies" / "week 1"  # a learner's own folders inside the course
+    deeper.mkdir(parents=True)
+    done = _run_cell(deeper, COURSE_REPO_URL=str(ROOT))
+    assert done.returncode == 1 and f"cannot import the course of {tmp_path}:" in done.stderr, done.stderr
+    assert not list(deeper.iterdir())
 
 
 def test_a_repository_that_cannot_be_cloned_is_one_line(tmp_path):

@@ -104,3 +104,18 @@ def test_check_greater_than():
     with pytest.raises(TypeError, match=r"base must be a number greater than 1, got 'big' \(str\)"):
         check_greater_than("base", "big", 1)
     assert check_nonnegative_number("x", 0) == 0.0
+
+
+def test_check_choice_takes_values_of_a_subtype_but_not_a_bool_for_a_number():
+    """Equal values of a str subclass (numpy's str_, a StrEnum member) are valid choices (second review)."""
+    import enum
+
+    import numpy as np
+
+    class Kind(str, enum.Enum):
+        ROPE = "rope"
+
+    for value in (np.str_("rope"), Kind.ROPE, "rope"):
+        check_choice("positions", value, ("learned", "rope"))
+    with pytest.raises(TypeError, match=r"got True \(bool\)"):
+        check_choice("layers", True, (1, 2))
