@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from course_utils import data
-from course_utils._files import write_atomic
+from course_utils._files import probe_writable, write_atomic
 from course_utils.data import (
     ChecksumError,
     DownloadError,
@@ -235,10 +235,7 @@ def fetch(
             return target
         log(f"{target} is there but its sha256 does not match; fetching it again")
     try:  # before downloading: a folder that cannot take the corpus is said in one line, nothing fetched
-        datasets_dir.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=datasets_dir, prefix=f".{data.CORPUS_FILENAME}.{os.getpid()}-", suffix=".tmp")
-        os.close(fd)
-        os.unlink(probe)
+        probe_writable(datasets_dir, data.CORPUS_FILENAME, make=True)
     except OSError as err:
         raise DownloadError(
             f"cannot write the corpus into {datasets_dir} ({err.strerror}); nothing was downloaded. Use a copy "

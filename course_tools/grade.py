@@ -36,7 +36,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_utils._files import clean_stale_tmp, write_atomic
+from course_utils._files import clean_stale_tmp, probe_writable, write_atomic
 from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 from course_utils.exercises import all_exercises
 
@@ -410,9 +410,7 @@ def _report_problem(report: Path, named: str) -> str | None:
     if not folder.is_dir():
         return f"{named}: cannot write the report there: {folder} is a file, not a folder; {fix}"
     try:
-        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{report.name}.{os.getpid()}-", suffix=".tmp")
-        os.close(fd)
-        os.unlink(probe)
+        probe_writable(folder, report.name)
     except OSError as e:
         return f"{named}: cannot write the report there: {folder} does not take new files ({e.strerror}); {fix}"
     return None

@@ -48,7 +48,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from course_utils._files import atomic_path, backup_path, clean_stale_tmp, move_aside, write_atomic
+from course_utils._files import atomic_path, backup_path, clean_stale_tmp, move_aside, probe_writable, write_atomic
 
 ROOT = Path(__file__).resolve().parent.parent
 GUIDE = ROOT / "docs" / "INSTRUCTOR_GUIDE.md"
@@ -382,10 +382,7 @@ def make_output_folder(out: Path, what: str, target: Path | None = None) -> None
     if blocker is not None:
         raise cannot_write(target or out, what, f"{blocker} is a file, not a folder")
     try:
-        out.mkdir(parents=True, exist_ok=True)
-        fd, probe = tempfile.mkstemp(dir=out, prefix=f".course-write-test.{os.getpid()}-", suffix=".tmp")
-        os.close(fd)
-        os.unlink(probe)
+        probe_writable(out, make=True)
     except OSError as e:
         where = next((p for p in (out, *out.parents) if p.exists()), out)
         if isinstance(e, PermissionError) or e.errno == errno.EROFS:

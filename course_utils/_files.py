@@ -21,6 +21,7 @@ from pathlib import Path
 __all__ = [
     "course_folder",
     "atomic_path",
+    "probe_writable",
     "write_atomic",
     "clean_stale_tmp",
     "TMP_SUFFIX",
@@ -77,6 +78,20 @@ def atomic_path(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def probe_writable(folder: str | os.PathLike, name: str = "probe", make: bool = False) -> None:
+    """Raise OSError unless a new file can be written in ``folder`` (made first, with its parents, if ``make``).
+
+    Commands call it before long work (a download, a whole check run) so that a folder they could not write in
+    is said at once. The probe is an atomic write's temporary for ``name``, removed at once.
+    """
+    folder = Path(folder)
+    if make:
+        folder.mkdir(parents=True, exist_ok=True)
+    fd, probe = tempfile.mkstemp(dir=folder, prefix=_tmp_prefix(folder / name), suffix=TMP_SUFFIX)
+    os.close(fd)
+    os.unlink(probe)
 
 
 def write_atomic(path: str | os.PathLike, data: bytes) -> None:

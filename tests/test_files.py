@@ -104,3 +104,16 @@ def test_clean_stale_tmp_also_removes_the_earlier_checkpoint_writers_files(tmp_p
         p.write_bytes(b"x")
     assert clean_stale_tmp(tmp_path, "checkpoint.pt") == [legacy]
     assert [p.name for p in tmp_path.iterdir()] == [live.name]
+
+
+def test_probe_writable_makes_the_folder_leaves_nothing_and_raises_where_nothing_can_be_written(tmp_path):
+    from course_utils._files import probe_writable
+
+    probe_writable(tmp_path / "new" / "deeper", "report.json", make=True)
+    assert list((tmp_path / "new" / "deeper").iterdir()) == []
+    with pytest.raises(FileNotFoundError):
+        probe_writable(tmp_path / "absent")  # not made without make=True
+    (tmp_path / "file").write_text("mine")
+    with pytest.raises(NotADirectoryError):
+        probe_writable(tmp_path / "file" / "below", make=True)
+    assert (tmp_path / "file").read_text() == "mine"
