@@ -110,11 +110,6 @@ def check_matches_module(name: str, x: torch.Tensor, module: torch.nn.Module) ->
         )
 
 
-def check_positive_int(name: str, n: object) -> int:
-    """``n`` if it is an int >= 1 (a size, a count); TypeError or ValueError otherwise."""
-    return check_int(name, n, minimum=1)
-
-
 def check_number(name: str, x: object, expected: str = "a number") -> float:
     """``x`` as a float if it is a real number (not a bool, str or tensor); TypeError otherwise."""
     if isinstance(x, bool) or not isinstance(x, numbers.Real):

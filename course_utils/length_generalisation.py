@@ -18,7 +18,6 @@ from course_utils._validate import (
     check_choice,
     check_fraction,
     check_int,
-    check_positive_int,
     check_positive_number,
     check_token_ids,
 )
@@ -76,7 +75,7 @@ class LengthGenConfig:
             "batch_size",
             "eval_batch",
         ):
-            check_positive_int(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         check_fraction("letter_prob", self.letter_prob, zero_allowed=False)
         check_positive_number("lr", self.lr)
         check_int("seed", self.seed, minimum=0)
@@ -90,7 +89,7 @@ class LengthGenConfig:
         if not self.eval_lengths:
             raise ValueError(f"eval_lengths must be positive lengths, got {self.eval_lengths}")
         for i, T in enumerate(self.eval_lengths):
-            check_positive_int(f"eval_lengths[{i}]", T)
+            check_int(f"eval_lengths[{i}]", T)
 
     @property
     def vocab_size(self) -> int:
@@ -122,8 +121,8 @@ def make_batch(
     Shape: -> tokens (B, T) long, targets (B, T) long. Taught in notebook 06.
     """
     _check_config(config)
-    check_positive_int("batch_size", batch_size)
-    check_positive_int("T", T)
+    check_int("batch_size", batch_size)
+    check_int("T", T)
     is_letter = torch.rand(batch_size, T, generator=generator) < config.letter_prob  # (B, T)
     is_letter[:, 0] = True
     letters = torch.randint(0, config.num_letters, (batch_size, T), generator=generator)
@@ -209,8 +208,8 @@ def evaluate(
     if not isinstance(model, TinyPositionalModel):
         raise TypeError(f"model must be a TinyPositionalModel (from train_model), got {type(model).__name__}")
     config = model.config
-    check_positive_int("T", T)
-    batch_size = config.eval_batch if batch_size is None else check_positive_int("batch_size", batch_size)
+    check_int("T", T)
+    batch_size = config.eval_batch if batch_size is None else check_int("batch_size", batch_size)
     g = torch.Generator().manual_seed(seed)
     tokens, targets = make_batch(config, batch_size, T, g)
     logits = model(tokens)  # (B, T, num_letters)

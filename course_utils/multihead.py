@@ -16,8 +16,8 @@ from course_utils._validate import (
     check_bool_mask,
     check_floating,
     check_fraction,
+    check_int,
     check_matches_module,
-    check_positive_int,
     check_tensor,
 )
 from course_utils.attention import scaled_dot_product_attention
@@ -33,8 +33,8 @@ __all__ = [
 
 
 def _check_heads(embed_dim: int, num_heads: int) -> int:
-    check_positive_int("embed_dim", embed_dim)
-    check_positive_int("num_heads", num_heads)
+    check_int("embed_dim", embed_dim)
+    check_int("num_heads", num_heads)
     if embed_dim % num_heads != 0:
         raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
     return embed_dim // num_heads
@@ -100,8 +100,8 @@ class SingleHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, head_dim: int, bias: bool = False) -> None:
         super().__init__()
-        check_positive_int("embed_dim", embed_dim)
-        check_positive_int("head_dim", head_dim)
+        check_int("embed_dim", embed_dim)
+        check_int("head_dim", head_dim)
         self.embed_dim, self.head_dim = embed_dim, head_dim
         self.q_proj = nn.Linear(embed_dim, head_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, head_dim, bias=bias)

@@ -12,7 +12,7 @@ import torch
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from course_utils._validate import check_int, check_positive_int, check_positive_number
+from course_utils._validate import check_int, check_positive_number
 
 __all__ = ["plot_weights", "plot_heads", "char_labels", "plot_attention_maps", "plot_loss_curve", "LiveLossPlot"]
 
@@ -140,7 +140,7 @@ def plot_heads(
     w = _as_2d(weights, "weights")
     if w.dim() != 3:
         raise ValueError(f"plot_heads takes (H, T, S) weights, got shape {tuple(w.shape)}")
-    check_positive_int("max_cols", max_cols)
+    check_int("max_cols", max_cols)
     top = check_positive_number("vmax", vmax) if vmax is not None else _largest(w)  # one scale for all the panels
     H, T, S = w.shape
     cols = min(H, max_cols)
@@ -257,7 +257,7 @@ def plot_loss_curve(
         )
     if total_steps is not None:
         check_int("total_steps", total_steps, minimum=0)
-    check_positive_int("smooth", smooth)
+    check_int("smooth", smooth)
     fig = Figure(figsize=(6.4, 3.4))
     ax = fig.subplots()
     steps = torch.arange(1, len(history) + 1)
@@ -297,7 +297,7 @@ class LiveLossPlot:
         history: Sequence[float] = (),
         evals: Sequence[Sequence[float]] = (),
     ) -> None:
-        check_positive_int("every", every)
+        check_int("every", every)
         check_int("total_steps", total_steps, minimum=0)
         self.total_steps = total_steps
         self.baselines = dict(baselines or {})

@@ -73,7 +73,6 @@ from course_utils._validate import (
     check_nonnegative_number,
     check_number,
     check_path,
-    check_positive_int,
     check_positive_number,
     from_preset,
 )
@@ -159,7 +158,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "max_steps", "eval_interval", "eval_batches", "log_interval", "checkpoint_interval"):
-            check_positive_int(name, getattr(self, name))
+            check_int(name, getattr(self, name))
         check_int("warmup_steps", self.warmup_steps, minimum=0)
         check_positive_number("learning_rate", self.learning_rate)
         min_lr = check_number("min_lr", self.min_lr, f"a number in [0, learning_rate = {self.learning_rate}]")

@@ -22,7 +22,7 @@ from strategies import seeds
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.length_generalisation import (
-    SCHEMES,
+    POSITIONS,
     LengthGenConfig,
     TinyPositionalModel,
     accuracy_by_length,
@@ -238,9 +238,9 @@ def test_clockwise_scores_differ_from_counter_clockwise_ones_and_mixing_breaks_r
 def test_one_non_causal_layer_without_positions_is_permutation_equivariant(B, T, seed):
     """A one-layer bidirectional model cannot recover order: its outputs permute with its input."""
     torch.manual_seed(seed)
-    cfg = LengthGenConfig.tiny()
-    block = TinyPositionalModel(cfg, "none").blocks[0].double()
-    x = randn(seed, B, T, cfg.embed_dim)
+    config = LengthGenConfig.tiny()
+    block = TinyPositionalModel(config, "none").blocks[0].double()
+    x = randn(seed, B, T, config.embed_dim)
     perm = torch.randperm(T, generator=torch.Generator().manual_seed(seed + 1))
     everything = torch.ones(T, T, dtype=torch.bool)  # no mask: every token sees every token
     torch.testing.assert_close(block(x[:, perm], everything), block(x, everything)[:, perm])
@@ -265,9 +265,9 @@ def test_a_causal_uniform_head_reads_its_position_off_a_start_token():
 def test_one_causal_layer_sees_the_earlier_tokens_as_a_set_two_see_their_order(num_layers, sees_order):
     """The experiment's model without positions: swapping two earlier tokens leaves the output at t unchanged
     with one causal layer, and changes it with two (the causal mask leaks position to the second layer)."""
-    cfg = LengthGenConfig.tiny().with_(num_layers=num_layers)
+    config = LengthGenConfig.tiny().with_(num_layers=num_layers)
     torch.manual_seed(0)
-    model = TinyPositionalModel(cfg, "none").double().eval()
+    model = TinyPositionalModel(config, "none").double().eval()
     tokens = torch.tensor([[0, 9, 3, 12, 5, 10, 2]])  # letters and fillers, all different
     swapped = tokens[:, [2, 1, 0, 3, 4, 5, 6]]  # the tokens at 0 and 2 swapped
     with torch.no_grad():
@@ -321,19 +321,19 @@ def test_explorer_panels_on_one_scale_learned_noise_is_the_largest_and_rope_is_r
 @pytest.fixture(scope="module")
 def experiment():
     """The notebook's tiny run (about half a minute on one core): five models, their accuracy by length."""
-    cfg = LengthGenConfig.tiny()
+    config = LengthGenConfig.tiny()
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # as the notebook runs it (setup_notebook); tiny matrices gain nothing from more
     try:
-        models = {scheme: train_model(cfg, scheme)[0] for scheme in SCHEMES}
-        at_16 = {scheme: evaluate(m, cfg.train_length)[1] for scheme, m in models.items()}
-        yield cfg, at_16, {scheme: accuracy_by_length(m, cfg.eval_lengths) for scheme, m in models.items()}
+        models = {positions: train_model(config, positions)[0] for positions in POSITIONS}
+        at_16 = {positions: evaluate(m, config.train_length)[1] for positions, m in models.items()}
+        yield config, at_16, {positions: accuracy_by_length(m, config.eval_lengths) for positions, m in models.items()}
     finally:
         torch.set_num_threads(threads)
 
 
 def test_experiment_claims(experiment):
-    cfg, at_16, acc = experiment
+    config, at_16, acc = experiment
     # every scheme with positions learns the task at the training length; without positions it is stuck
     assert all(at_16[s] >= 0.9 for s in ("learned", "sinusoidal", "rope", "alibi")) and at_16["none"] < 0.8
     # ALiBi a little below the others at length 16

@@ -56,7 +56,7 @@ def test_every_kind_of_positions_gives_logits_and_runs_beyond_the_training_lengt
 
 
 def test_schemes_is_the_earlier_name_of_positions():
-    assert SCHEMES is POSITIONS  # notebook 06 imports SCHEMES
+    assert SCHEMES is POSITIONS  # the earlier name still imports
 
 
 def test_the_learned_table_stops_at_max_length():

@@ -16,7 +16,6 @@ from course_utils._validate import (
     check_greater_than,
     check_int,
     check_nonnegative_number,
-    check_positive_int,
     check_positive_number,
 )
 
@@ -26,7 +25,6 @@ def test_check_int_returns_a_plain_int():
     assert type(check_int("n", np.int64(3))) is int
     assert check_int("k", -5, minimum=None) == -5
     assert check_int("i", 0, minimum=0, maximum=0) == 0
-    assert check_positive_int("n", 1) == 1
 
 
 @pytest.mark.parametrize(
@@ -48,11 +46,12 @@ def test_check_int_rejects(kwargs, error, match):
         check_int("n", **kwargs)
 
 
-def test_check_positive_int_is_check_int_from_one():
+def test_check_int_counts_from_one_unless_told():
     with pytest.raises(ValueError, match="size must be at least 1, got 0"):
-        check_positive_int("size", 0)
+        check_int("size", 0)
     with pytest.raises(TypeError, match="size must be an int, got bool"):
-        check_positive_int("size", False)
+        check_int("size", False)
+    assert check_int("start", 0, minimum=0) == 0
 
 
 def test_check_choice():
