@@ -296,8 +296,8 @@ def test_an_answer_that_changes_its_input_in_place_fails(key):
     assert "in place" in res.message, res.message
 
 
-def test_08_3_checks_the_buffer_it_asks_to_write_into():
-    ex = EXERCISES["08.3"]
+def test_09_2_checks_the_buffer_it_asks_to_write_into():
+    ex = EXERCISES["09.2"]
     assert ex.inplace is not None
 
     def returns_a_copy(cache, length, new):
@@ -316,7 +316,7 @@ def test_a_lookup_table_of_the_fixed_answers_fails(key):
     def lookup(*args, **kwargs):
         seen = _case_text(ex, [(args, kwargs)])
         out = next((out for text, out in table if text == seen), table[0][1])
-        if ex.inplace is not None:  # 08.3: the table's keys go into the buffer as well
+        if ex.inplace is not None:  # 09.2: the table's keys go into the buffer as well
             args[0][:, :, : out.shape[2]] = out
         return out
 
@@ -606,11 +606,11 @@ WRONG = {
     "07.3": [_aft_logits_up_to_88],
     "08.1": [_merge_assumes_second_higher, _merge_normalised],
     "02.3": [_head_over_d],
-    "08.2": [_nucleus_divides_in_place, _nucleus_top_forced, _nucleus_no_temperature, _nucleus_times_temperature],
-    "08.3": [_append_returns_cat, _append_length_from_nonzero],
-    "09.1": [_windows_float_ids, _windows_ids_plus],
-    "09.4": [_post_norm_sandwich],
-    "09.5": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
+    "09.1": [_nucleus_divides_in_place, _nucleus_top_forced, _nucleus_no_temperature, _nucleus_times_temperature],
+    "09.2": [_append_returns_cat, _append_length_from_nonzero],
+    "10.1": [_windows_float_ids, _windows_ids_plus],
+    "11.2": [_post_norm_sandwich],
+    "11.1": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
 }
 
 
@@ -636,16 +636,16 @@ def test_independently_written_wrong_answers_fail(key, fn):
         ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
         ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
         ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
-        ("08.2", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
-        ("08.2", _nucleus_no_temperature, "temperature ignored"),
-        ("08.2", _nucleus_times_temperature, "logits multiplied by the temperature"),
+        ("09.1", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
+        ("09.1", _nucleus_no_temperature, "temperature ignored"),
+        ("09.1", _nucleus_times_temperature, "logits multiplied by the temperature"),
         (
-            "08.3",
+            "09.2",
             _append_length_from_nonzero,
             "length inferred from the buffer's non-zero slots, not the length argument",
         ),
-        ("09.5", _weighted_norms_no_unsqueeze, "the norms broadcast against the wrong axes"),
-        ("09.5", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
+        ("11.1", _weighted_norms_no_unsqueeze, "the norms broadcast against the wrong axes"),
+        ("11.1", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
     ],
     ids=lambda x: getattr(x, "__name__", None) if callable(x) else None,
 )
@@ -976,13 +976,13 @@ RIGHT = {
     "07.2": [_repeat_expand],
     "07.3": [_aft_max_subtracted, _aft_einsum],
     "08.1": [_merge_logaddexp, _merge_branches, _merge_where_isinf],
-    "08.2": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
-    "08.3": [_append_copy],
-    "09.1": [_windows_unfold],
-    "09.2": [_unigram_counter],
-    "09.3": [_lr_float32, _lr_branches],
-    "09.4": [_post_norm_functional],
-    "09.5": [_weighted_norms_terms, _weighted_norms_einsum],
+    "09.1": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
+    "09.2": [_append_copy],
+    "10.1": [_windows_unfold],
+    "10.2": [_unigram_counter],
+    "10.3": [_lr_float32, _lr_branches],
+    "11.2": [_post_norm_functional],
+    "11.1": [_weighted_norms_terms, _weighted_norms_einsum],
 }
 
 
@@ -1010,4 +1010,4 @@ def test_the_instructor_guide_table_lists_each_exercise_mistakes_and_what_it_enf
         assert f"{ex.time_limit:g} s per case" in row and "drawn cases" in row
         assert ("writes into `cache` (checked)" in row) == (ex.inplace is not None), row
     assert "returns bool, dtype checked" in rows["03.1"] and "returns float32, dtype checked" in rows["02.1"]
-    assert "returns a number" in rows["09.3"] and "int64, int64" in rows["09.1"]
+    assert "returns a number" in rows["10.3"] and "int64, int64" in rows["10.1"]

@@ -40,12 +40,12 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "theta = 10000.0 ** (-torch.arange(0, D - 1, 2, dtype=torch.float64) / D)",
     ): "D is even (RoPE rotates pairs), so arange(0, D - 1, 2) and arange(0, D, 2) are the same D / 2 numbers",
     (
-        "08.2",
+        "09.1",
         "kept = probs * (2 * keep)",
     ): "the kept probabilities are divided by their own sum on the next line, so a factor of 2 (exact in "
     "floating point) cancels bit for bit",
     (
-        "08.2",
+        "09.1",
         "keep_sorted = sorted_probs.cumsum(dim=-1) - sorted_probs <= top_p",
     ): "< and <= differ only when the mass before a token equals top_p exactly, and there float rounding "
     "decides: p0 + p1 summed in another order (a Python loop, float64, HF's shifted cumsum) lands a few "
@@ -53,15 +53,15 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     "correct answers (exact binary fractions need tied probabilities, whose order the sort may break "
     "either way)",
     (
-        "09.3",
+        "10.3",
         "p = (warmup_steps - step) / (max_steps - warmup_steps)",
     ): "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
     (
-        "09.3",
+        "10.3",
         "p = (step - warmup_steps) / (warmup_steps - max_steps)",
     ): "it only negates p, and cos is even: math.cos(math.pi * -p) == math.cos(math.pi * p) (libm reduces |x|)",
     (
-        "09.3",
+        "10.3",
         "if step > max_steps:",
     ): "at step == max_steps the cosine branch gives p = 1 and min_lr + 0.5 * (1 + cos(pi)) * (...) = min_lr "
     "exactly (math.cos(math.pi) is exactly -1.0), which is what the step >= max_steps branch returns",

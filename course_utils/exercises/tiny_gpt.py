@@ -25,7 +25,7 @@ from course_utils.train import TrainConfig, learning_rate
 __all__ = ["EXERCISES"]
 
 
-# --- 09.1 training windows --------------------------------------------------------------------------
+# --- 10.1 training windows --------------------------------------------------------------------------
 
 
 def _windows_solution(data: torch.Tensor, starts: torch.Tensor, T: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,7 +80,7 @@ def _windows_swapped(data, starts, T):
     return y, x
 
 
-# --- 09.2 the unigram baseline ----------------------------------------------------------------------
+# --- 10.2 the unigram baseline ----------------------------------------------------------------------
 
 
 def _unigram_solution(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:
@@ -133,7 +133,7 @@ def _unigram_entropy_of_train(train_ids, val_ids, vocab_size):
     return float(-(logp.exp() * logp).sum())  # the entropy of the training distribution, not a score on val
 
 
-# --- 09.3 warmup and cosine decay -------------------------------------------------------------------
+# --- 10.3 warmup and cosine decay -------------------------------------------------------------------
 
 
 def _lr_solution(step: int, warmup_steps: int, max_steps: int, max_lr: float, min_lr: float) -> float:
@@ -195,7 +195,7 @@ def _lr_linear(step, warmup_steps, max_steps, max_lr, min_lr):
     return max_lr - progress * (max_lr - min_lr)
 
 
-# --- 09.4 a post-norm block -------------------------------------------------------------------------
+# --- 11.2 a post-norm block -------------------------------------------------------------------------
 
 
 def _post_norm_solution(
@@ -275,7 +275,7 @@ def _post_norm_norms_swapped(x, attn, mlp, ln_1, ln_2):
     return ln_1(h + mlp(h))
 
 
-# --- 09.5 value-weighted attention norms ------------------------------------------------------------
+# --- 11.1 value-weighted attention norms ------------------------------------------------------------
 
 
 def _weighted_norms_solution(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -334,7 +334,7 @@ def _weighted_norms_of_the_sum(weights, v):
 
 EXERCISES = (
     Exercise(
-        key="09.1",
+        key="10.1",
         title="training windows",
         signature="make_windows(data, starts, T) -> (x, y), each (B, T) of data's dtype: "
         "y is x shifted one token ahead",
@@ -370,7 +370,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        key="09.2",
+        key="10.2",
         title="the unigram baseline",
         signature="unigram_baseline(train_ids, val_ids, vocab_size) -> float, nats per character",
         solution=_unigram_solution,
@@ -409,7 +409,7 @@ EXERCISES = (
         atol=1e-6,
     ),
     Exercise(
-        key="09.3",
+        key="10.3",
         title="warmup and cosine decay",
         signature="lr_at(step, warmup_steps, max_steps, max_lr, min_lr) -> float",
         solution=_lr_solution,
@@ -452,7 +452,7 @@ EXERCISES = (
         rtol=1e-5,  # float32 arithmetic is accurate to about 1e-7 relative: a rate computed in float32 passes
     ),
     Exercise(
-        key="09.4",
+        key="11.2",
         title="a post-norm block",
         signature="post_norm_block(x, attn, mlp, ln_1, ln_2) -> (B, T, C): ln_1 after the attention's residual "
         "add, ln_2 after the MLP's",
@@ -498,7 +498,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        key="09.5",
+        key="11.1",
         title="value-weighted attention norms",
         signature="weighted_norms(weights, v) -> (B, H, T, S), entry [b, h, i, j] = ||weights[b, h, i, j] * "
         "v[b, h, j]||",
