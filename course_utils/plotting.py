@@ -1,20 +1,31 @@
 """Pictures of attention: heatmaps of weights with token labels, one head or many.
 
-Used from notebook 01 on; later notebooks (09) reuse them for a trained model.
+Used from notebook 01 on; later notebooks (10, 11) reuse them for a trained model. Every heatmap of weights
+carries a colourbar; panels drawn together share one colour scale and one colourbar.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.colorbar import Colorbar
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
 from course_utils._validate import check_int, check_positive_number
 
-__all__ = ["plot_weights", "plot_heads", "char_labels", "plot_attention_maps", "plot_loss_curve", "LiveLossPlot"]
+__all__ = [
+    "plot_weights",
+    "shared_colorbar",
+    "plot_heads",
+    "char_labels",
+    "plot_attention_maps",
+    "plot_loss_curve",
+    "LiveLossPlot",
+]
 
 
 def _as_2d(weights: torch.Tensor, what: str) -> torch.Tensor:
@@ -44,8 +55,9 @@ def plot_weights(
     annotate: bool | None = None,
     vmax: float | None = 1.0,
     mask: torch.Tensor | None = None,
+    colorbar: bool = True,
 ) -> plt.Axes:
-    """Heatmap of one attention matrix: rows are queries, columns are keys.
+    """Heatmap of one attention matrix, with a colourbar: rows are queries, columns are keys.
 
     Shape:
         weights: (T, S)
@@ -57,6 +69,7 @@ def plot_weights(
     matrix is small enough to read (``annotate=None`` decides by size). With a boolean ``mask`` (T, S)
     (True = may attend) every cell is written: blocked cells are hatched and left blank unless weight leaked
     into them, and a NaN weight (a row that sees no key) is written in red (the widgets of notebooks 03, 04).
+    ``colorbar=False`` leaves the colourbar out, for panels that share one (:func:`shared_colorbar`).
     """
     w = _as_2d(weights, "weights")
     if w.dim() != 2:
@@ -64,7 +77,7 @@ def plot_weights(
             f"plot_weights takes one (T, S) matrix, got shape {tuple(w.shape)}; use plot_heads for (H, T, S)"
         )
     if mask is not None:
-        return _plot_masked(w, mask, query_labels, key_labels, ax, title, vmax)
+        return _plot_masked(w, mask, query_labels, key_labels, ax, title, vmax, colorbar)
     T, S = w.shape
     for name, labels, n in (("query_labels", query_labels, T), ("key_labels", key_labels, S)):
         if labels is not None and len(labels) != n:
@@ -72,7 +85,9 @@ def plot_weights(
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * S + 1.8, 0.4 * T + 1.2))
     top = check_positive_number("vmax", vmax) if vmax is not None else _largest(w)
-    ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=top)
+    image = ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=top)
+    if colorbar:
+        ax.figure.colorbar(image, ax=ax, label="weight", fraction=0.046, pad=0.04)
     ax.set_xticks(range(S), labels=list(key_labels) if key_labels is not None else range(S), rotation=90)
     ax.set_yticks(range(T), labels=list(query_labels) if query_labels is not None else range(T))
     ax.set_xlabel("key")
@@ -97,6 +112,7 @@ def _plot_masked(
     ax: plt.Axes | None,
     title: str | None,
     vmax: float | None,
+    colorbar: bool,
 ) -> plt.Axes:
     """:func:`plot_weights` with ``mask``: blocked cells hatched, NaN written in red, blocked zeros left blank."""
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != w.shape:
@@ -104,7 +120,7 @@ def _plot_masked(
         raise ValueError(f"mask must be a boolean tensor of the weights' shape {tuple(w.shape)}, got {got}")
     nan = w.isnan()
     shown = torch.nan_to_num(w, nan=0.0)  # the colour scale needs finite numbers
-    ax = plot_weights(shown, query_labels, key_labels, ax=ax, title=title, annotate=False, vmax=vmax)
+    ax = plot_weights(shown, query_labels, key_labels, ax=ax, title=title, annotate=False, vmax=vmax, colorbar=colorbar)
     peak = float(shown.max())
     T, S = w.shape
     for i in range(T):
@@ -121,6 +137,23 @@ def _plot_masked(
     return ax
 
 
+def shared_colorbar(axes: Sequence[plt.Axes], label: str = "weight") -> Colorbar:
+    """One colourbar for several heatmaps drawn on one colour scale (``plot_weights(..., colorbar=False)``).
+
+    The panels must share one scale (the same ``vmax``), or one bar would misread all but one of them. Draw
+    them in a figure made with ``layout="constrained"``, which makes room for the bar beside the grid.
+    """
+    if isinstance(axes, plt.Axes) or not isinstance(axes, Sequence) or not axes:
+        raise TypeError(f"axes must be a non-empty list of the panels' axes, got {type(axes).__name__}")
+    images = [image for ax in axes for image in ax.get_images()]
+    if not images:
+        raise ValueError("none of the axes holds a heatmap: draw the panels first (plot_weights(..., colorbar=False))")
+    scales = sorted({tuple(round(float(c), 6) for c in image.get_clim()) for image in images})
+    if len(scales) > 1:
+        raise ValueError(f"the panels use {len(scales)} colour scales {scales}: draw them with one vmax to share a bar")
+    return axes[0].figure.colorbar(images[0], ax=list(axes), label=label, shrink=0.85)
+
+
 def plot_heads(
     weights: torch.Tensor,
     labels: Sequence[str] | None = None,
@@ -128,7 +161,7 @@ def plot_heads(
     max_cols: int = 4,
     vmax: float | None = 1.0,
 ) -> plt.Figure:
-    """One heatmap per head, side by side, all on one colour scale.
+    """One heatmap per head, side by side, all on one colour scale with one colourbar.
 
     Shape:
         weights: (H, T, S); labels label both queries and keys when T == S
@@ -145,7 +178,9 @@ def plot_heads(
     H, T, S = w.shape
     cols = min(H, max_cols)
     rows = (H + cols - 1) // cols
-    fig, axes = plt.subplots(rows, cols, figsize=(2.6 * cols, 2.4 * rows + 0.4), squeeze=False)
+    fig, axes = plt.subplots(
+        rows, cols, figsize=(2.6 * cols + 0.8, 2.4 * rows + 0.4), squeeze=False, layout="constrained"
+    )
     for h in range(rows * cols):
         ax = axes[h // cols][h % cols]
         if h >= H:
@@ -159,15 +194,16 @@ def plot_heads(
             title=f"head {h}",
             annotate=False,
             vmax=top,
+            colorbar=False,
         )
+    shared_colorbar([axes[h // cols][h % cols] for h in range(H)])
     if title:
         fig.suptitle(title)
-    fig.tight_layout()
     return fig
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Notebook 09: a trained character-level GPT
+# Notebooks 10 and 11: a trained character-level GPT
 # ---------------------------------------------------------------------------------------------------------
 
 _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
@@ -185,14 +221,20 @@ def plot_attention_maps(
     labels: Sequence[str],
     layers: Sequence[int] | None = None,
     cell: float = 2.2,
+    max_ticks: int | None = None,
+    fontsize: float = 7.0,
 ) -> Figure:
-    """A grid of heatmaps: one row per layer, one column per head, for one sequence.
+    """A grid of heatmaps: one row per layer, one column per head, for one sequence, with one colourbar.
 
     Shape:
         maps: a list over layers of (1, H, T, T) or (H, T, T) weights (``GPT.attention_maps``); labels: T
 
-    Rows are queries, columns keys; the upper triangle is empty because the model is causal. Used in
-    notebook 09.
+    Rows are queries, columns keys; the upper triangle is empty because the model is causal. Every panel
+    runs from 0 to 1. So that the labels can be read, only the bottom row labels keys and only the left
+    column labels queries, each tick with one label (a character from :func:`char_labels`) at ``fontsize``
+    points, and at most ``max_ticks`` of the T positions are labelled (evenly spaced, the last one always;
+    by default as many as fit a panel ``cell`` inches wide at about 1.5 ``fontsize`` apart). Used in
+    notebook 11.
     """
     if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence):
         raise TypeError(
@@ -203,6 +245,9 @@ def plot_attention_maps(
     if not isinstance(labels, (Sequence, str)):
         raise TypeError(f"labels must be a list of T strings (char_labels(text), say), got {type(labels).__name__}")
     check_positive_number("cell", cell)
+    check_positive_number("fontsize", fontsize)
+    if max_ticks is not None:
+        check_int("max_ticks", max_ticks)
     ws = []
     for i, m in enumerate(maps):
         w = _as_2d(m, f"maps[{i}]")
@@ -221,16 +266,20 @@ def plot_attention_maps(
         check_int("layer", r, minimum=0)
         if not 0 <= r < len(ws):
             raise ValueError(f"layer {r} does not exist: the model has layers 0 .. {len(ws) - 1}")
-    fig = Figure(figsize=(cell * H + 0.6, cell * len(rows) + 0.5))
+    fits = max(2, int(cell * 72 / (1.5 * fontsize)))  # labels about 1.5 font sizes apart on a panel
+    step = math.ceil(T / (max_ticks if max_ticks is not None else fits))
+    ticks = list(range(T - 1, -1, -step))[::-1]  # evenly spaced, ending at the last position
+    shown = [str(labels[t]) for t in ticks]
+    fig = Figure(figsize=(cell * H + 0.9, cell * len(rows) + 0.5), layout="constrained")
     axes = fig.subplots(len(rows), H, squeeze=False)
     for i, r in enumerate(rows):
         for h in range(H):
             ax = axes[i][h]
-            ax.imshow(ws[r][h].numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
-            ax.set_xticks(range(T), labels=list(labels), fontsize=6, rotation=0)
-            ax.set_yticks(range(T), labels=list(labels), fontsize=6)
-            ax.set_title(f"layer {r}, head {h}", fontsize=8)
-    fig.tight_layout()
+            image = ax.imshow(ws[r][h].numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+            ax.set_xticks(ticks, labels=shown if i == len(rows) - 1 else [], fontsize=fontsize, rotation=0)
+            ax.set_yticks(ticks, labels=shown if h == 0 else [], fontsize=fontsize)
+            ax.set_title(f"layer {r}, head {h}", fontsize=fontsize + 1)
+    fig.colorbar(image, ax=axes.ravel().tolist(), label="weight", shrink=0.8)
     return fig
 
 
@@ -244,7 +293,7 @@ def plot_loss_curve(
     """Training loss per step (light), its running mean over ``smooth`` steps, evaluations, and baselines.
 
     ``history`` holds the loss of every step; ``evals`` rows ``(step, train_loss, val_loss)``; ``baselines``
-    draws a dashed line per name (e.g. the unigram model). Used in notebook 09.
+    draws a dashed line per name (e.g. the unigram model). Used in notebook 10.
     """
     if isinstance(history, str) or not hasattr(history, "__len__"):
         raise TypeError(f"history must be a list of losses, one per step, got {type(history).__name__}")

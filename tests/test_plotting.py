@@ -12,7 +12,7 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
-from course_utils.plotting import plot_heads, plot_weights
+from course_utils.plotting import plot_heads, plot_weights, shared_colorbar
 
 
 @pytest.fixture(autouse=True)
@@ -28,6 +28,15 @@ def _weights(*shape: int) -> torch.Tensor:
 
 def _labels(ticks) -> list[str]:
     return [t.get_text() for t in ticks]
+
+
+def _colorbars(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_label() == "<colorbar>"]
+
+
+def _panels(fig) -> list:
+    """The heatmaps' axes, without the colourbars."""
+    return [ax for ax in fig.axes if ax.get_label() != "<colorbar>"]
 
 
 def test_plot_weights_labels_and_image():
@@ -53,7 +62,7 @@ def test_plot_weights_draws_on_a_given_axes():
     fig, (left, right) = plt.subplots(1, 2)
     assert plot_weights(_weights(3, 3), ax=right) is right
     assert len(right.get_images()) == 1 and len(left.get_images()) == 0
-    assert len(fig.axes) == 2
+    assert len(_panels(fig)) == 2 and len(_colorbars(fig)) == 1
 
 
 def test_plot_weights_annotates_small_matrices_only():
@@ -76,8 +85,8 @@ def test_plot_heads_one_axes_per_head(H, n_axes, n_visible):
     w = _weights(H, 3, 3)
     fig = plot_heads(w, labels=["x", "y", "z"], title="heads")
     assert isinstance(fig, plt.Figure)
-    assert len(fig.axes) == n_axes
-    visible = [ax for ax in fig.axes if ax.axison]
+    assert len(_panels(fig)) == n_axes
+    visible = [ax for ax in _panels(fig) if ax.axison]
     assert len(visible) == n_visible
     assert [ax.get_title() for ax in visible] == [f"head {h}" for h in range(H)]
     for h, ax in enumerate(visible):
@@ -98,7 +107,9 @@ def test_plot_heads_side_by_side_share_one_colour_scale():
     w[0, 0] = torch.tensor([0.9, 0.05, 0.05])
     for vmax, expected in ((1.0, 1.0), (None, 0.9)):  # [0, 1] by default; None: the largest weight of all heads
         fig = plot_heads(w, vmax=vmax)
-        assert [ax.get_images()[0].get_clim() for ax in fig.axes] == [(0.0, pytest.approx(expected))] * 2
+        assert [ax.get_images()[0].get_clim() for ax in _panels(fig)] == [(0.0, pytest.approx(expected))] * 2
+        (bar,) = _colorbars(fig)  # one colourbar for the grid, on the panels' scale
+        assert bar.get_ylim() == (0.0, pytest.approx(expected)) and bar.get_ylabel() == "weight"
         plt.close(fig)
 
 
@@ -118,7 +129,40 @@ def test_plot_heads_labels_only_the_matching_axis():
 
 def test_plot_heads_max_cols():
     fig = plot_heads(_weights(5, 2, 2), max_cols=2)
-    assert len(fig.axes) == 6 and sum(ax.axison for ax in fig.axes) == 5
+    assert len(_panels(fig)) == 6 and sum(ax.axison for ax in _panels(fig)) == 5
+    assert len(_colorbars(fig)) == 1
+
+
+def test_every_weight_heatmap_has_a_colourbar_on_its_scale():
+    for kwargs, top in (({}, 1.0), ({"vmax": 0.5}, 0.5), ({"mask": torch.ones(3, 4, dtype=torch.bool)}, 1.0)):
+        ax = plot_weights(_weights(3, 4), **kwargs)
+        (bar,) = _colorbars(ax.figure)
+        assert bar.get_ylim() == (0.0, top) and bar.get_ylabel() == "weight"
+        plt.close(ax.figure)
+    assert _colorbars(plot_weights(_weights(3, 4), colorbar=False).figure) == []
+    assert (
+        _colorbars(plot_weights(_weights(3, 4), mask=torch.ones(3, 4, dtype=torch.bool), colorbar=False).figure) == []
+    )
+
+
+def test_shared_colorbar_draws_one_bar_for_panels_on_one_scale():
+    fig, axes = plt.subplots(1, 3, layout="constrained")
+    for ax in axes:
+        plot_weights(_weights(3, 3), ax=ax, colorbar=False)
+    bar = shared_colorbar(list(axes))
+    assert _colorbars(fig) == [bar.ax] and bar.ax.get_ylim() == (0.0, 1.0)
+
+
+def test_shared_colorbar_refuses_panels_on_different_scales_or_no_panels():
+    fig, axes = plt.subplots(1, 2, layout="constrained")
+    plot_weights(_weights(3, 3), ax=axes[0], colorbar=False)
+    with pytest.raises(ValueError, match="none of the axes holds a heatmap"):
+        shared_colorbar([axes[1]])
+    plot_weights(_weights(3, 3), ax=axes[1], colorbar=False, vmax=0.5)
+    with pytest.raises(ValueError, match=r"the panels use 2 colour scales .*: draw them with one vmax"):
+        shared_colorbar(list(axes))
+    with pytest.raises(TypeError, match="axes must be a non-empty list of the panels' axes, got Axes"):
+        shared_colorbar(axes[0])
 
 
 def test_plot_messages():
@@ -170,12 +214,36 @@ def _maps(L=2, H=3, T=5):
 def test_plot_attention_maps_draws_one_panel_per_layer_and_head():
     maps = _maps()
     fig = plot_attention_maps(maps, list("hello"))
-    titles = [ax.get_title() for ax in fig.axes]
+    titles = [ax.get_title() for ax in _panels(fig)]
     assert titles == [f"layer {r}, head {h}" for r in range(2) for h in range(3)]
     shown = fig.axes[4].images[0].get_array()  # layer 1, head 1
     torch.testing.assert_close(torch.tensor(shown.data), maps[1][0, 1])
-    assert [t.get_text() for t in fig.axes[0].get_xticklabels()] == list("hello")
-    assert len(plot_attention_maps(maps, list("hello"), layers=[1]).axes) == 3
+    assert [t.get_text() for t in fig.axes[3].get_xticklabels()] == list("hello")  # the bottom row labels keys
+    assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list("hello")  # the left column, queries
+    assert len(_panels(plot_attention_maps(maps, list("hello"), layers=[1]))) == 3
+
+
+def test_the_twelve_panel_grid_has_one_colourbar_and_legible_ticks():
+    """Issue #17: a 42-character prompt over 2 layers of 6 heads had 42 tick labels at 6 points on every panel."""
+    text = "ROMEO:\nBut soft, what light through yonder"  # notebook 11's prompt
+    assert len(text) == 42
+    fig = plot_attention_maps(_maps(L=2, H=6, T=42), char_labels(text))
+    assert len(_panels(fig)) == 12
+    (bar,) = _colorbars(fig)  # one for the grid
+    assert bar.get_ylim() == (0.0, 1.0) and bar.get_ylabel() == "weight"
+    for i, ax in enumerate(_panels(fig)):
+        xs, ys = _labels(ax.get_xticklabels()), _labels(ax.get_yticklabels())
+        assert (any(xs), any(ys)) == (i >= 6, i % 6 == 0)  # keys below the bottom row, queries left of column 0
+        assert len(ax.get_xticks()) <= 15 and list(ax.get_xticks())[-1] == 41  # thinned, the last one kept
+        assert all(len(t) <= 1 for t in xs + ys)  # one character per tick
+        assert all(t.get_fontsize() >= 7 for t in ax.get_xticklabels() + ax.get_yticklabels())
+    bottom_left = _panels(fig)[6]
+    ticks = [int(t) for t in bottom_left.get_xticks()]
+    assert _labels(bottom_left.get_xticklabels()) == [char_labels(text)[t] for t in ticks]
+    few = plot_attention_maps(_maps(L=1, H=2, T=42), char_labels(text), max_ticks=6)
+    assert len(few.axes[0].get_xticks()) <= 6
+    with pytest.raises(ValueError, match="max_ticks must be at least 1, got 0"):
+        plot_attention_maps(_maps(L=1, H=2, T=42), char_labels(text), max_ticks=0)
 
 
 @pytest.mark.parametrize(
