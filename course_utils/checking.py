@@ -59,6 +59,10 @@ __all__ = [
     "ExerciseFailed",
     "UnknownExercise",
     "run_check",
+    "fits",
+    "report",
+    "function_name",
+    "notebook_of",
     "compare_outputs",
     "describe_case",
 ]
@@ -164,13 +168,16 @@ class CheckResult:
 
 
 class ExerciseFailed(AssertionError):
-    """Raised by a failed check so that nbval (and the learner's eye) sees the cell fail.
+    """Raised by a failed check so that nbval, ``course.py check`` and the learner's eye see the cell fail.
 
-    In Jupyter it shows as the one-line reason, without a traceback into the checking code.
+    It carries the whole verdict (its line, then what the learner's function printed), which is shown once:
+    :func:`report` prints nothing for a failure. In Jupyter it shows as that verdict, its line in red, without
+    a traceback into the checking code.
     """
 
     def _render_traceback_(self) -> list[str]:
-        return [f"\x1b[31m{self.args[0]}\x1b[0m"]
+        first, *rest = str(self.args[0]).split("\n")
+        return [f"\x1b[31m{first}\x1b[0m", *rest]
 
 
 class UnknownExercise(KeyError):
@@ -678,7 +685,8 @@ def _draw_seed(seed: int | None) -> int:
     return random.SystemRandom().randrange(1, 1_000_000)
 
 
-def _fn_name(fn: Any) -> str:
+def function_name(fn: Any) -> str:
+    """The name to write in a suggested call: the function's own, else ``your_function`` (a lambda, an object)."""
     try:
         name = getattr(fn, "__name__", "")
     except Exception:
@@ -696,6 +704,15 @@ def _signature_text(fn: Callable[..., Any]) -> str:
         s = {p.VAR_POSITIONAL: f"*{p.name}", p.VAR_KEYWORD: f"**{p.name}"}.get(p.kind, p.name)
         shown.append(s if p.default is p.empty else f"{s}={p.default!r}")
     return f"({', '.join(shown)})"
+
+
+def fits(ex: Exercise, fn: Any) -> bool:
+    """Whether ``fn`` can be checked against ``ex`` at all: callable, and its parameters take every fixed case's
+    arguments (nothing is run). ``check`` uses it to tell an exercise that moved to a new key from its new owner."""
+    try:
+        return _unusable(ex, fn, list(ex.cases())) is None
+    except Exception:  # looking at the learner's object failed
+        return False
 
 
 def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str | None:
@@ -756,7 +773,7 @@ def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_cas
     said = f"raised {type(e).__name__}" + (f": {first}" if first else "")
     msg = f"on {case_name} your function {said}"
     if isinstance(e, NotImplementedError) and first_case and not first:
-        nb = _notebook_of(ex.key)
+        nb = notebook_of(ex.key)
         msg += (
             f". If this is the untouched stub of an older copy of the notebook, run "
             f"`python3 course.py reset {nb} --exercise {ex.key}` for the current one (your other cells "
@@ -802,7 +819,8 @@ def _mistake_that_raises(
     return None
 
 
-def _notebook_of(key: str) -> str:
+def notebook_of(key: str) -> str:
+    """The learner notebook of exercise ``key``, as a path from the course folder (``notebooks/03_masking.ipynb``)."""
     folder = Path(__file__).resolve().parent.parent / "notebooks"
     found = sorted(folder.glob(f"{key.split('.')[0]}_*.ipynb"))
     return f"notebooks/{found[0].name}" if found else f"notebooks/{key.split('.')[0]}_*.ipynb"
@@ -865,7 +883,8 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
     if isinstance(hint, bool) or hint not in (1, 2):
         return result(
             FAILED,
-            f'hint must be 1 (a hint) or 2 (the exact fix), got {hint!r}: check("{ex.key}", {_fn_name(fn)}, hint=2)',
+            f"hint must be 1 (a hint) or 2 (the exact fix), got {hint!r}: "
+            f'check("{ex.key}", {function_name(fn)}, hint=2)',
         )
     fixed = list(ex.cases())
     details["seed"] = s = _draw_seed(seed)
@@ -891,7 +910,7 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
         if hint == 2:
             fix = f" The fix: {m.fix}" if m.fix else " (This check has no exact fix written for it.)"
         else:
-            fix = f' (for the exact fix: check("{ex.key}", {_fn_name(fn)}, hint=2))' if m.fix else ""
+            fix = f' (for the exact fix: check("{ex.key}", {function_name(fn)}, hint=2))' if m.fix else ""
         said = f" ({crash[0].lower()}{crash[1:]})" if crash else ""
         return result(FAILED, f"This looks like: {m.name}. {m.hint}{fix}{said}", mistake=m.name)
 
@@ -968,8 +987,13 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
 
 
 def report(res: CheckResult) -> CheckResult:
-    """Print the verdict, append it to the report file if one is set, and raise if it failed."""
-    print(res.text())
+    """Show the verdict once, append it to the report file if one is set, and raise if it failed.
+
+    A verdict that passed (or was not attempted) is printed; a failed one is not printed but raised as
+    :class:`ExerciseFailed`, which carries the same text, so that the cell fails and the learner reads it once.
+    """
+    if res.status != FAILED:
+        print(res.text())
     path = os.environ.get(REPORT_ENV)
     if path:
         with open(path, "a", encoding="utf-8") as f:
@@ -987,5 +1011,5 @@ def report(res: CheckResult) -> CheckResult:
                 + "\n"
             )
     if res.status == FAILED:
-        raise ExerciseFailed(res.line())
+        raise ExerciseFailed(res.text())
     return res

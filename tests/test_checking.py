@@ -740,6 +740,178 @@ def test_a_failed_check_renders_as_one_line_in_jupyter(capsys):
         check("01.1", None)
     lines = info.value._render_traceback_()
     assert len(lines) == 1 and "expected a function" in lines[0]
+    assert capsys.readouterr().out == ""  # the verdict is the error's, not printed a second time
+
+
+def test_a_failed_check_carries_what_the_function_printed_and_prints_nothing(capsys):
+    def chatty_and_wrong(x):
+        print("trying")
+        return x / 2
+
+    res = run_check(DOUBLE, chatty_and_wrong)
+    with pytest.raises(ExerciseFailed) as info:
+        report(res)
+    assert capsys.readouterr().out == ""
+    assert str(info.value) == res.text() and res.text().startswith(res.line())
+    shown = info.value._render_traceback_()
+    assert shown[0] == f"\x1b[31m{res.line()}\x1b[0m" and shown[1:] == res.text().splitlines()[1:]
+
+
+# The learner's view: what a notebook cell shows, run by a real kernel as JupyterLab (and nbval, and
+# `course.py check`) runs it. Before, a failed check printed its verdict, then raised it again in red.
+_VIEW_CELLS = [
+    """import torch
+from course_utils.checking import Exercise, report, run_check
+
+DOUBLE = Exercise(key="99.1", title="double", signature="double(x)", solution=lambda x: x * 2,
+                  cases=lambda: [((torch.ones(3),), {})])""",
+    """def wrong(x):
+    print("halving, I think")
+    return x / 2
+
+report(run_check(DOUBLE, wrong))""",
+    "report(run_check(DOUBLE, lambda x: x * 2))",
+]
+
+
+def _shown(output) -> str:
+    """The text JupyterLab shows for an output: a stream's text, an error's traceback."""
+    if output["output_type"] == "stream":
+        return output["text"]
+    if output["output_type"] == "error":
+        return "\n".join(output["traceback"])
+    return "".join(output.get("data", {}).get("text/plain", ""))
+
+
+def test_a_failed_check_shows_its_verdict_once_in_a_notebook(tmp_path):
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell(src) for src in _VIEW_CELLS]
+    nb.cells[1].metadata["tags"] = ["raises-exception"]  # the failing check must still fail its cell
+    NotebookClient(nb, timeout=120, kernel_name="python3", resources={"metadata": {"path": str(tmp_path)}}).execute()
+    failed, passed = nb.cells[1].outputs, nb.cells[2].outputs
+    assert [o["output_type"] for o in failed] == ["error"], failed
+    assert failed[0]["ename"] == "ExerciseFailed"
+    seen = "\n".join(_shown(o) for o in failed)
+    assert seen.count("Exercise 99.1 (double): failed.") == 1, seen
+    assert seen.count("halving, I think") == 1, seen
+    assert "Traceback" not in seen and "checking.py" not in seen  # no traceback into the checking code
+    said = "".join(_shown(o) for o in passed)
+    assert said.count("Exercise 99.1 (double): passed.") == 1 and all(o["output_type"] == "stream" for o in passed)
+
+
+# Old keys: the renumbering of notebooks 08 to 11 moved exercises (course_utils.exercises.MOVED). Tiny fake
+# exercises and a fake table here; the real table's targets are checked at the end.
+
+
+def _add(x, y):
+    return x + y
+
+
+ADD = Exercise(
+    key="98.1",
+    title="add",
+    signature="add(x, y) -> x + y",
+    solution=_add,
+    cases=lambda: [((torch.ones(2), torch.ones(2)), {})],
+)
+TWICE = Exercise(  # one argument, as SQUARE takes
+    key="98.2",
+    title="twice",
+    signature="twice(t) -> 2 t",
+    solution=lambda t: t * 2,
+    cases=lambda: [((3,), {})],
+)
+
+
+@pytest.fixture
+def renumbered(monkeypatch):
+    """A course renumbered thus: 97.1 moved to 98.1 (add) and is gone; 99.1 moved to 98.1 too and now names double
+    (other parameters); 99.6 moved to 98.2 (twice) and now names square (the same number of parameters)."""
+    import course_utils.exercises as exercises
+
+    current = {"98.1": ADD, "98.2": TWICE, "99.1": DOUBLE, "99.6": SQUARE}
+    monkeypatch.setattr(exercises, "all_exercises", lambda: dict(current))
+    monkeypatch.setattr(exercises, "MOVED", {"97.1": "98.1", "99.1": "98.1", "99.6": "98.2"})
+    monkeypatch.setattr(exercises, "notebook_of", lambda key: f"notebooks/{key[:2]}_new.ipynb")
+
+
+def test_an_old_key_whose_exercise_moved_names_the_new_key_in_one_line(renumbered):
+    with pytest.raises(KeyError) as info:
+        check("97.1", _add)
+    said = str(info.value)
+    assert said == (
+        "exercise 97.1 moved when the course was renumbered: it is now 98.1 (add), in notebooks/98_new.ipynb; "
+        'write check("98.1", your_function)'
+    )
+    assert len(info.value._render_traceback_()) == 1
+
+
+MOVED_NOTE = (
+    "Your function looks written for the exercise that was {old} before the course was renumbered: it is now "
+    '{new}, in notebooks/98_new.ipynb; write check("{key}", {fn}).'
+)
+
+
+def test_a_reused_key_given_a_function_whose_parameters_fit_the_moved_exercise_names_the_new_key(renumbered, capsys):
+    def my_add(a, b):  # an older notebook's answer to the exercise that was 99.1: two parameters, double takes one
+        return a + b
+
+    with pytest.raises(ExerciseFailed) as info:
+        check("99.1", my_add)
+    said = str(info.value)
+    assert said.startswith(
+        "✗ Exercise 99.1 (double): failed. " + MOVED_NOTE.format(old="99.1", new="98.1 (add)", key="98.1", fn="my_add")
+    ), said
+    assert "(As 99.1 today: your function takes (a, b), but the check calls it with 1 argument" in said
+    assert said.count("\n") == 0 and capsys.readouterr().out == ""
+
+
+def test_a_reused_key_given_a_function_named_for_the_moved_exercise_names_the_new_key(renumbered):
+    def twice(t):  # square's arguments fit too, but this is written for twice, which moved from 99.6 to 98.2
+        return t * 3
+
+    with pytest.raises(ExerciseFailed) as info:
+        check("99.6", twice)
+    said = str(info.value)
+    assert MOVED_NOTE.format(old="99.6", new="98.2 (twice)", key="98.2", fn="twice") in said, said
+    assert "(As 99.6 today: on fixed case 1" in said
+
+
+def test_a_reused_key_given_an_answer_to_its_current_exercise_says_nothing_of_the_move(renumbered, capsys):
+    check("99.1", _double)
+    assert "renumbered" not in capsys.readouterr().out
+
+    for wrong in (lambda x: x * 3, lambda n: n + 1):  # wrong answers to double and square, fitting them
+        with pytest.raises(ExerciseFailed) as info:
+            check("99.1" if wrong(1) == 3 else "99.6", wrong)
+        assert "renumbered" not in str(info.value), str(info.value)
+
+    def unrelated(p, q, r):  # fits neither exercise: the usual verdict
+        return p
+
+    with pytest.raises(ExerciseFailed) as info:
+        check("99.1", unrelated)
+    assert "renumbered" not in str(info.value)
+
+
+def test_every_moved_exercise_is_found_at_its_new_key():
+    from course_utils.exercises import MOVED, all_exercises
+
+    assert MOVED == {
+        "08.2": "09.1",
+        "08.3": "09.2",
+        "09.1": "10.1",
+        "09.2": "10.2",
+        "09.3": "10.3",
+        "09.5": "11.1",
+        "09.4": "11.2",
+    }
+    exercises = all_exercises()
+    missing = sorted(new for new in MOVED.values() if new not in exercises)
+    assert missing == [], f"MOVED points at exercises that do not exist: {missing}"
 
 
 def test_report_appends_the_contracted_fields(tmp_path, monkeypatch):
