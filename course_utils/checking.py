@@ -106,7 +106,8 @@ class Exercise:
     its value after the call is compared with the solution's. Every other argument must be left unchanged.
     ``time_limit`` is in seconds per case (``None``: no limit). ``accept_dtypes`` lists floating dtypes
     accepted besides the solution's own (compared in float64 with the same tolerance); by default a
-    floating result must have exactly the solution's dtype.
+    floating result must have exactly the solution's dtype. ``minutes`` is the time a learner is given for it:
+    the stated time of a notebook adds its exercises' minutes to its reading time (``course_tools.pacing``).
     """
 
     key: str
@@ -121,6 +122,7 @@ class Exercise:
     inplace: int | str | None = None
     time_limit: float | None = 10.0
     accept_dtypes: tuple[torch.dtype, ...] = ()
+    minutes: int = 8
 
     def __post_init__(self) -> None:
         if self.inplace is not None and (isinstance(self.inplace, bool) or not isinstance(self.inplace, (int, str))):
