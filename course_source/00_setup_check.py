@@ -17,7 +17,7 @@ all_ok = print_report()
 # %% [markdown]
 # ## Your device
 #
-# Notebooks 01 to 08 run on any laptop CPU in seconds to minutes. Notebook 09 trains a tiny GPT: on a
+# Notebooks 01 to 09 and 11 run on any laptop CPU in seconds to minutes. Notebook 10 trains a tiny GPT: on a
 # CPU it trains a smaller model, on a GPU (CUDA, or Apple's MPS) the full one. The cell below runs one
 # matrix product on the device the course will use.
 
@@ -85,8 +85,10 @@ _ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSl
 # | [05 Parity with PyTorch](05_parity_with_pytorch.ipynb) | the same numbers as `nn.MultiheadAttention`; cross-attention | 40 min |
 # | [06 Positional encodings](06_positional_encodings.ipynb) | learned, sinusoidal, RoPE, ALiBi; what works at longer lengths | 60 min |
 # | [07 Attention variants](07_attention_variants.ipynb) | grouped-query heads, local windows, Linformer, AFT, top-k | 45 min |
-# | [08 Fast attention and decoding](08_fast_attention_and_decoding.ipynb) | online softmax and tiled attention; KV cache, sampling, beam search | 60 min |
-# | [09 A tiny GPT](09_tiny_gpt.ipynb) | train one, sample from it, look inside it; pre-norm vs post-norm | 70 min + training |
+# | [08 Fast attention](08_fast_attention.ipynb) | online softmax and tiled attention; what tiling saves in training and at inference | 30 min |
+# | [09 Decoding](09_decoding.ipynb) | KV cache, sampling, beam search | 30 min |
+# | [10 A tiny GPT](10_tiny_gpt.ipynb) | train one, resume it, sample from it | 45 min + training |
+# | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, sinks and norms; pre-norm vs post-norm | 45 min |
 #
 # No install at all? Each notebook also opens on a hosted service such as Google Colab, from the link in
 # its first cell; its first code cell then installs the course there (and does nothing on your machine).

@@ -1,0 +1,423 @@
+# %% [markdown]
+# # 08 Fast attention: the online softmax, tiled attention and what they save
+#
+# Plain attention builds the whole `(T, S)` matrix of scores, then of weights, before it can produce a
+# single output: at 8192 tokens that is a gigabyte per matrix for four heads in float32. Yet fused kernels
+# such as FlashAttention compute the *exact* same result without ever holding it. This notebook derives
+# how, in plain PyTorch: a softmax that streams over blocks of scores (the **online softmax**), and
+# attention computed one tile of queries and keys at a time (**tiled attention**). It then asks what
+# tiling saves in training as well as at inference, and measures time and memory of every method of
+# notebooks 07 and 08 against sequence length.
+#
+# **What you will learn**
+#
+# - the online softmax: a running maximum and a running sum, rescaled by `exp(m_old - m_new)` whenever
+#   the maximum grows, and how two blocks' partial results merge exactly;
+# - tiled attention, the algorithm of FlashAttention: exact, with causal and boolean masks and fully
+#   masked rows, checked against `F.scaled_dot_product_attention`, never building the `(T, S)` matrix;
+# - why that saving is for inference, counted: under autograd the tiles are kept for the backward pass;
+# - measured time and memory curves: naive, tiled and fused attention, and the variants of notebook 07.
+#
+# **Prerequisites**: notebooks 02 (scaled attention, the stable softmax), 03 (masking: `causal_mask(T, S)`)
+# and 04 (multi-head attention); notebook 07 for the variants in the cost curves.
+#
+# **Time**: about 45 minutes. **Runs on**: CPU (the whole notebook takes well under a minute); the tiled
+# attention cells use `device`, so on a GPU they run there.
+#
+# **Shapes**: `B` batch, `T` query length, `S` key length, `C` embed_dim, `H` num_heads, `D` head_dim,
+# `Dv` value width. Masks are boolean, `True` = may attend.
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+import json
+import math
+import runpy
+from pathlib import Path
+
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+import course_utils
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.environment import setup_notebook
+from course_utils.exercises import NotAttempted, check
+from course_utils.fast_attention import block_partial, finish, merge_partials, online_softmax, tiled_attention
+from course_utils.masking import causal_mask
+
+device = setup_notebook(seed=0)
+ROOT = Path(course_utils.__file__).resolve().parent.parent
+print(f"torch {torch.__version__}, device: {device}")
+
+# %% [markdown]
+# ## 1. The online softmax
+#
+# A softmax needs two numbers per row before it can give any weight: the maximum `m` (subtracted so that
+# no `exp` overflows, notebook 02) and the sum `l` of `exp(x - m)`. The weights are `exp(x - m) / l`.
+# It looks as if the whole row must be in memory to find them. It need not be (Milakov & Gimelshein 2018).
+# Read the row in blocks and keep only a running `m` and `l`. When a block brings a larger maximum
+# `m_new`, the sum so far was taken relative to the old one, so multiply it by `exp(m_old - m_new)`
+# (at most 1, it never overflows), then add the new block's `exp(x - m_new)`:
+
+# %%
+x = torch.tensor([1.0, 3.0, 0.5, 2.0, 6.0, 1.0, 7.5, -1.0, 2.5, 0.0])  # one row of scores, S = 10
+m, l = float("-inf"), 0.0  # nothing seen yet
+for j0 in range(0, len(x), 4):  # blocks of 4 entries
+    block = x[j0:j0 + 4]
+    m_new = max(m, block.max().item())
+    rescale = math.exp(m - m_new)  # exp(-inf) = 0 for the first block
+    l = l * rescale + torch.exp(block - m_new).sum().item()
+    print(f"block {block.tolist()}: m {m} -> {m_new}, old sum x {rescale:.4f}, l = {l:.3f}")
+    m = m_new
+weights = torch.exp(x - m) / l  # (S,): a second pass over the row, with the final m and l
+print("equals torch.softmax to 1e-6:", (weights - torch.softmax(x, dim=-1)).abs().max().item() < 1e-6)
+
+# %% [markdown]
+# `course_utils.fast_attention.online_softmax` does the same for any batch of rows, and gives NaN for a row
+# that is all `-inf`, as `torch.softmax` does:
+
+# %%
+g = torch.Generator().manual_seed(0)
+rows = 50.0 * torch.randn(3, 1000, generator=g)  # (3, S): scores up to a few hundred
+for block_size in (1, 7, 128, 5000):
+    print(f"block_size={block_size:>4}: equals torch.softmax to 1e-6:",
+          (online_softmax(rows, block_size) - torch.softmax(rows, dim=-1)).abs().max().item() < 1e-6)
+
+# %% [markdown]
+# ## 2. Partial results that merge exactly
+#
+# Attention does not need the weights themselves, only `weights @ v`. So next to `m` and `l`, keep
+# `o`, the sum of `exp(score - m) * v` over the keys seen so far: not yet divided by `l`. A block of
+# keys leaves such a **partial** `(m, l, o)` for every query, and two partials merge exactly:
+#
+# `m = max(m1, m2)`, `a1 = exp(m1 - m)`, `a2 = exp(m2 - m)`, `l = a1 l1 + a2 l2`, `o = a1 o1 + a2 o2`,
+#
+# and the output is `o / l`. Split the 9 keys of three queries in two blocks, merge, compare:
+
+# %%
+g = torch.Generator().manual_seed(1)
+q, k, v = torch.randn(3, 4, generator=g), torch.randn(9, 4, generator=g), torch.randn(9, 2, generator=g)
+scores = q @ k.T / math.sqrt(4)  # (T, S) = (3, 9), only to split it here
+left, right = block_partial(scores[:, :5], v[:5]), block_partial(scores[:, 5:], v[5:])  # keys 0-4, 5-8
+print("partial of keys 0-4: m", tuple(left.m.shape), "l", tuple(left.l.shape), "o", tuple(left.o.shape))
+merged = merge_partials(left, right)
+reference, _ = scaled_dot_product_attention(q, k, v)  # (T, Dv)
+print("o / l after the merge equals attention over all 9 keys, to 1e-6:",
+      (finish(merged) - reference).abs().max().item() < 1e-6)
+
+# %% [markdown]
+# One case needs care. A query whose keys in a block are all masked has scores of `-inf` there: its
+# partial is `(m, l, o) = (-inf, 0, 0)`. Merging two of those computes `exp(-inf - (-inf))`, which is NaN.
+# Subtracting a finite number instead of `m` for such rows (0, say) keeps them at `(-inf, 0, 0)`, and
+# their output at 0, what `F.scaled_dot_product_attention` returns for a query that may see nothing:
+
+# %%
+blocked = torch.full((1, 2), float("-inf"))  # one query, two keys, both masked
+nothing = block_partial(blocked, v[:2])
+m = torch.maximum(nothing.m, nothing.m)
+print("without care: exp(m1 - m) =", torch.exp(nothing.m - m).item())
+print("with the guard: merged (m, l, o) =", [t.flatten().tolist() for t in merge_partials(nothing, nothing)],
+      "-> output", finish(merge_partials(nothing, nothing)).flatten().tolist())
+
+# %% [markdown]
+# ## 3. Tiled attention
+#
+# Now apply the merge tile after tile. Cut the queries into tiles of `q_tile` rows and the keys and values
+# into tiles of `kv_tile`. For each query tile, start from the empty partial and merge in one key tile at a
+# time: the scores in memory are never more than `(q_tile, kv_tile)`, whatever T and S are. For one head,
+# with loops:
+
+# %%
+def tiled_attention_loops(q, k, v, q_tile, kv_tile, causal=False):
+    """One head: q (T, D), k (S, D), v (S, Dv) -> (T, Dv). Only one (q_tile, kv_tile) tile of scores at a time."""
+    T, S, D = q.shape[0], k.shape[0], q.shape[1]
+    out = torch.empty(T, v.shape[1], device=q.device)
+    for i0 in range(0, T, q_tile):
+        qi = q[i0:i0 + q_tile] / math.sqrt(D)  # (Tq, D)
+        m = torch.full((len(qi), 1), float("-inf"), device=q.device)  # running maximum per query
+        l = torch.zeros(len(qi), 1, device=q.device)  # running sum of exp(score - m)
+        o = torch.zeros(len(qi), v.shape[1], device=q.device)  # running sum of exp(score - m) * v
+        for j0 in range(0, S, kv_tile):
+            s = qi @ k[j0:j0 + kv_tile].T  # (Tq, Sk): one tile of scores
+            if causal:  # query i sits at position S - T + i and may see keys up to it (causal_mask(T, S))
+                future = torch.arange(j0, j0 + s.shape[1], device=q.device)[None, :] > \
+                    torch.arange(i0, i0 + len(qi), device=q.device)[:, None] + S - T
+                s = s.masked_fill(future, float("-inf"))
+            m_new = torch.maximum(m, s.amax(dim=-1, keepdim=True))  # (Tq, 1)
+            safe = m_new.masked_fill(m_new == float("-inf"), 0.0)  # rows with no visible key yet
+            p, rescale = torch.exp(s - safe), torch.exp(m - safe)  # (Tq, Sk), (Tq, 1)
+            l = rescale * l + p.sum(dim=-1, keepdim=True)
+            o = rescale * o + p @ v[j0:j0 + kv_tile]  # (Tq, Dv)
+            m = m_new
+        out[i0:i0 + q_tile] = o / l
+    return out
+
+
+g = torch.Generator().manual_seed(2)
+q, k, v = (torch.randn(50, 16, generator=g).to(device) for _ in range(3))  # (T, D): T = S = 50
+for q_tile, kv_tile in ((1, 1), (8, 16), (7, 13), (64, 64)):
+    for causal in (False, True):
+        ours = tiled_attention_loops(q, k, v, q_tile, kv_tile, causal)
+        theirs = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+        print(f"tiles ({q_tile:>2}, {kv_tile:>2}), causal={causal!s:>5}: equals torch to 1e-5:",
+              (ours - theirs).abs().max().item() < 1e-5)
+
+# %% [markdown]
+# Tiles of 7 and 13 do not divide 50: the last tile is simply shorter. This is the algorithm of
+# **FlashAttention** (Dao et al. 2022) and, earlier, of Rabe & Staats (2021), who showed that attention
+# needs far less memory than its `(T, S)` matrix. FlashAttention runs it as one fused GPU kernel: the
+# `(T, S)` scores and weights never leave the chip's small, fast on-chip memory. As in the loops above, a
+# tile of queries is loaded there once and every tile of k and v streams past it, so k and v are read
+# again for each query tile; only the output goes back to the large, slow GPU memory, with a few numbers
+# per query for the backward pass, which recomputes the tiles instead of storing them (section 4). The
+# first FlashAttention keeps `m` and `l` per query and nests the loops the other way round, k and v
+# outside, so it re-reads the query tiles and rewrites the output once per k/v tile; FlashAttention-2 puts
+# the queries outside, as here, and keeps one number per query, the logsumexp `m + log(l)`.
+# Dao et al. count Θ(T²D²/M) reads and writes of GPU memory for on-chip memory of M numbers, against
+# Θ(TD + T²) for plain attention, and show that on a GPU plain attention is limited by those reads and
+# writes of the `(T, S)` matrices, not by arithmetic, so avoiding them makes it faster *and* smaller. On a CPU, `F.scaled_dot_product_attention` runs a compiled version of the same blocked
+# algorithm too (`_scaled_dot_product_flash_attention_for_cpu` in PyTorch's profiler).
+#
+# With a causal mask, whole tiles lie in the future of every query of their tile: they need not be
+# computed at all. For 16 positions in tiles of 4:
+
+# %%
+T_pic, tile = 16, 4
+n = T_pic // tile
+state = torch.zeros(n, n)  # 0: skipped (all future), 1: computed and partly masked, 2: computed in full
+for a in range(n):
+    for b in range(n):
+        state[a, b] = 0 if b > a else 1 if b == a else 2
+fig, ax = plt.subplots(figsize=(3.2, 3.2))
+ax.imshow(state, cmap="Blues", vmin=0, vmax=2.5)
+for a in range(n):
+    for b in range(n):
+        ax.text(b, a, ["skip", "mask", "full"][int(state[a, b])], ha="center", va="center", fontsize=8)
+ax.set(xticks=range(n), yticks=range(n), xlabel="key tile", ylabel="query tile",
+       title=f"causal, T = S = {T_pic}, tiles of {tile}")
+plt.show()
+print(f"tiles computed: {int((state > 0).sum())} of {n * n}")
+
+# %% [markdown]
+# `course_utils.fast_attention.tiled_attention` is the same loop for any batch and heads `(..., T, D)`,
+# with `is_causal` (aligned bottom-right like `causal_mask(T, S)`, so T < S works for a cache), an
+# optional boolean mask, skipped future tiles, and output 0 for a query that may see nothing, as
+# `F.scaled_dot_product_attention` gives:
+
+# %%
+g = torch.Generator().manual_seed(3)
+q = torch.randn(2, 4, 37, 16, generator=g).to(device)  # (B, H, T, D)
+k, v = torch.randn(2, 4, 60, 16, generator=g).to(device), torch.randn(2, 4, 60, 8, generator=g).to(device)
+mask = (torch.rand(2, 1, 37, 60, generator=g) < 0.8).to(device)  # (B, 1, T, S)
+mask[0, 0, 5] = False  # query 5 of the first sequence may see nothing
+cases = {"no mask": {}, "causal": {"is_causal": True}, "mask": {"mask": mask},
+         "mask and causal": {"mask": mask, "is_causal": True}}
+for name, kwargs in cases.items():
+    ours = tiled_attention(q, k, v, q_tile=16, kv_tile=16, **kwargs)
+    full_mask = kwargs.get("mask", torch.ones(37, 60, dtype=torch.bool, device=device))
+    if kwargs.get("is_causal"):
+        full_mask = full_mask & causal_mask(37, 60, device=device)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=full_mask)
+    print(f"{name:>15}: out {tuple(ours.shape)}, equals torch to 1e-5:",
+          (ours - theirs).abs().max().item() < 1e-5)
+print("query with no visible key gives 0:", ours[0, :, 5].abs().max().item() == 0.0)
+
+# %% [markdown]
+# What it holds at once: one `(q_tile, kv_tile)` tile of scores per batch entry and head, against the
+# whole `(T, S)` matrix for plain attention. At T = S = 8192 with 4 heads, in float32:
+
+# %%
+T_big, heads = 8192, 4
+print(f"(T, S) scores: {heads * T_big * T_big * 4 / 1e6:8.1f} MB, and the weights again")
+print(f"one tile:      {heads * 256 * 256 * 4 / 1e6:8.1f} MB with tiles of 256 x 256")
+
+# %% [markdown]
+# The work is the same, O(T × S × D) (less with causal skipping): tiling saves memory and memory
+# traffic, not arithmetic. Section 5 measures both on this CPU.
+
+# %% [markdown]
+# ## 4. What tiling saves, and when: inference and training
+#
+# That saving holds when nothing needs the tiles afterwards: at inference. In training, autograd keeps
+# what each operation needs for the backward pass, and a loop over tiles made of ordinary PyTorch
+# operations is many small operations: every tile's scores, exponentials and rescaled sums are kept.
+# Count the bytes autograd keeps (`saved_tensors_hooks` sees every tensor saved for backward), for
+# T = S = 1024, 4 heads of 64, in float32:
+
+# %%
+def saved_megabytes(attention, q, k, v, **kwargs):
+    """MB that autograd keeps for the backward pass of one call, each storage counted once."""
+    kept = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attention(q, k, v, **kwargs)
+    return sum(kept.values()) / 1e6
+
+
+def plain_attention(q, k, v, is_causal=False):
+    mask = causal_mask(q.shape[-2], k.shape[-2], device=q.device) if is_causal else None
+    return scaled_dot_product_attention(q, k, v, mask=mask)[0]
+
+
+g = torch.Generator().manual_seed(6)
+qg, kg, vg = (torch.randn(1, 4, 1024, 64, generator=g, requires_grad=True) for _ in range(3))
+kept_mb = {}
+for causal in (False, True):
+    for name, attention in (("plain", plain_attention), ("tiled", tiled_attention)):
+        kept_mb[name, causal] = saved_megabytes(attention, qg, kg, vg, is_causal=causal)
+        print(f"causal={causal!s:>5} {name}: {kept_mb[name, causal]:5.0f} MB kept for backward")
+print(f"q, k, v and the output together: {4 * 4 * 1024 * 64 * 4 / 1e6:.1f} MB")
+
+# %% [markdown]
+# Tiled attention under autograd keeps *more* than plain attention, which keeps its `(T, S)` weights
+# once: the tiles of scores and of exponentials together cover the whole `(T, S)` matrix, and the
+# running sums are kept at every step. With a causal mask the skipped tiles are not kept, and the plain
+# version keeps its mask and masked scores too, so tiled comes out a little ahead. Either way the saving
+# of section 3, O(tile) instead of O(T × S), is a saving **for inference**. To train in memory linear in
+# T, the backward pass must not use the forward's tiles at all: it keeps only q, k, v, the output and one
+# number per query, and recomputes each tile's weights when it needs them. That is what FlashAttention
+# does, and it needs the backward pass of attention written out by hand.
+
+# %% [markdown]
+# ## 5. Cost curves: time and memory against sequence length
+#
+# `benchmarks/attention_cost.py` times each method and measures its peak memory at lengths 128 to 8192
+# on q, k, v of shape `(1, 4, T, 64)`, all causal except Linformer and AFT: the naive masked attention of
+# `course_utils` (which builds the `(T, T)` scores and weights), PyTorch's fused
+# `F.scaled_dot_product_attention`, the tiled attention of section 3 (tiles of 256 × 256), and notebook
+# 07's chunked sliding window (window 256), chunked top-k (k = 32), Linformer (R = 256) and AFT-simple.
+# Memory is *measured* as the growth of the process's peak resident memory during one call
+# (`tracemalloc` cannot see PyTorch's allocations), next to the *computed* size of the largest score-like
+# intermediate. The saved results of one run, with where and how it was made:
+
+# %%
+saved = json.loads((ROOT / "benchmarks" / "results" / "attention_cost_cpu.json").read_text())
+print({key: saved["meta"][key] for key in ("device", "date", "torch", "command")})
+print("load average (1, 5, 15 min) before:", [round(x, 2) for x in saved["meta"]["load_average_1_5_15min"]["before"]])
+methods = list(dict.fromkeys(r["method"] for r in saved["results"]))
+exact = ("naive", "torch_sdpa", "tiled")  # exact attention; the others are different models or sparser
+fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
+for method in methods:
+    rows_m = [r for r in saved["results"] if r["method"] == method]
+    style = {"lw": 2.5, "marker": "o"} if method in exact else {"lw": 1, "marker": ".", "alpha": 0.7}
+    ax_t.plot([r["T"] for r in rows_m], [r["time_ms"] for r in rows_m], label=method, **style)
+    ax_m.plot([r["T"] for r in rows_m], [max(r["peak_mb"], 0.1) for r in rows_m], label=method, **style)
+for ax, label in ((ax_t, "time (ms)"), (ax_m, "peak memory growth (MB)")):
+    ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel=label)
+    ax.set_xticks([128, 512, 2048, 8192], ["128", "512", "2048", "8192"])
+ax_t.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+
+# %% [markdown]
+# Read the slopes on the log-log axes: a slope of 2 is quadratic, 1 is linear. At small T every method
+# takes a few milliseconds and fixed overheads blur the order, so compare the large lengths:
+
+# %%
+by = {(r["method"], r["T"]): r for r in saved["results"]}
+for method in methods:
+    r1, r2 = by[(method, 4096)], by[(method, 8192)]
+    print(f"{method:>15}: T=8192 {r2['time_ms'] / 1000:6.2f} s ({r2['ratio']:.2f}x naive), "
+          f"peak +{r2['peak_mb']:7.1f} MB, memory x{r2['peak_mb'] / r1['peak_mb']:.1f} from T=4096")
+
+# %% [markdown]
+# **Memory**, measured per call, is the clear part. Doubling T from 4096 to 8192 multiplies the naive
+# method's memory by about 4: it holds several `(T, T)` tensors (scores, masked scores, weights). Tiled
+# attention's grows by less than 2, like its inputs and output: its tiles stay 256 × 256. The fused
+# kernel's grows the same way. Of notebook 07's variants, top-k holds one `(chunk, T)` block at a time, the
+# sliding window's blocks do not grow at all (what grows is its output), Linformer holds `(T, R)` and
+# AFT-simple `(T, C)`.
+#
+# **Time.** The load averages printed above were read just before the run: the 1-minute average was about
+# 0.5, so nothing else was running then, while the 5- and 15-minute averages (about 2 and 3.4) still
+# remember earlier work; the benchmark's own two threads bring the 1-minute average to about 2. The tiled loop is *slower* than the fused kernel at every length, about 4 to 6
+# times from 256 tokens up. That is expected, and not the point: it does the arithmetic one small tile at
+# a time from Python, with no fusion. The point is its memory curve, and the algorithm, which is what the
+# fused kernels run in compiled code (FlashAttention on a GPU, PyTorch's flash kernel for the CPU here).
+# From 512 tokens up it is still faster than naive attention, which computes the whole `(T, T)` matrix,
+# masked half included, and writes and reads it several times, where the tiled loop skips the future
+# tiles. Top-k saves memory, not time: it is slower than naive, because it computes the scores twice and
+# sorts them. Linformer and AFT-simple are the cheapest, at the price of being different models, and not
+# causal.
+#
+# A small version runs live, tiled attention included (its timings depend on your machine, so nbval
+# ignores them):
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+bench = runpy.run_path(str(ROOT / "benchmarks" / "attention_cost.py"))
+live = bench["run"](lengths=(128, 256, 512), repeats=2, verbose=False, min_time_s=0.05)
+print(bench["table"](live))
+
+# %% [markdown]
+# ## 6. Check against `course_utils`
+#
+# The inline versions of this notebook against the package:
+
+# %%
+torch.testing.assert_close(weights, online_softmax(x, 4))
+torch.testing.assert_close(finish(merged), reference)
+g = torch.Generator().manual_seed(4)
+q1, k1, v1 = torch.randn(21, 8, generator=g), torch.randn(30, 8, generator=g), torch.randn(30, 3, generator=g)
+for causal in (False, True):
+    torch.testing.assert_close(tiled_attention_loops(q1, k1, v1, 5, 7, causal),
+                               tiled_attention(q1, k1, v1, is_causal=causal, q_tile=5, kv_tile=7))
+print("matches course_utils (and F.scaled_dot_product_attention)")
+
+# %% [markdown]
+# ## Exercises
+#
+# Each exercise is a function; the cell below it checks your function and, if it is wrong, names the
+# mistake it looks like. Use plain tensor operations (the `course_utils` helpers would make them
+# one-liners). Results are float32 like the inputs; leave the inputs unchanged. The checks also draw
+# fresh inputs.
+#
+# ### Exercise 08.1: merge two blocks of an online softmax
+#
+# Two blocks of keys have left, for each query, the partials `(m1, l1, o1)` and `(m2, l2, o2)` of section
+# 2: `m` and `l` of shape `(..., T, 1)`, `o` of shape `(..., T, Dv)`. Write `merge_blocks(m1, l1, o1, m2,
+# l2, o2)` that returns the partial `(m, l, o)` of both blocks together, with `m` the larger maximum. A
+# query that saw no key in either block has `(-inf, 0, 0)` twice and must get `(-inf, 0, 0)` back, not
+# NaN. The checks include blocks whose scores differ by more than a hundred.
+
+# %%
+def merge_blocks(m1, l1, o1, m2, l2, o2):
+    ### BEGIN SOLUTION
+    m = torch.maximum(m1, m2)  # (..., T, 1)
+    m_safe = m.masked_fill(m == float("-inf"), 0.0)  # queries that saw no key: nothing to rescale
+    a1, a2 = torch.exp(m1 - m_safe), torch.exp(m2 - m_safe)  # (..., T, 1), each at most 1
+    return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
+    ### END SOLUTION
+
+
+check("08.1", merge_blocks)
+
+# %% [markdown]
+# ## Summary
+#
+# - The online softmax keeps a running maximum `m` and sum `l`, rescaling the sum by `exp(m_old - m_new)`
+#   when the maximum grows. With the unnormalised output `o`, two blocks' partials `(m, l, o)` merge
+#   exactly; a query that saw no key stays `(-inf, 0, 0)` and its output is 0.
+# - Tiled attention merges one `(q_tile, kv_tile)` tile of scores at a time: exact, the same O(T × S × D)
+#   work (less with causal tiles skipped), and, at inference, O(tile) memory for the scores instead of
+#   O(T × S). It is the algorithm of FlashAttention; in plain PyTorch on a CPU it is slower than the fused
+#   kernel, which runs it in compiled code, but its memory stays flat where naive attention's grows as T².
+# - Under autograd the saving is gone: every tile is kept for the backward pass, more than plain
+#   attention keeps. Training in linear memory needs a backward pass that recomputes the tiles from q, k
+#   and one number per query.
+#
+# Next, notebook 09 turns to the other half of fast inference: generating text with a KV cache, sampling
+# and beam search.
+#
+# ## Further reading
+#
+# - Milakov & Gimelshein, [Online normalizer calculation for softmax](https://arxiv.org/abs/1805.02867)
+#   (2018): the online softmax.
+# - Rabe & Staats, [Self-attention Does Not Need O(n²) Memory](https://arxiv.org/abs/2112.05682) (2021).
+# - Dao et al., [FlashAttention: Fast and Memory-Efficient Exact Attention with
+#   IO-Awareness](https://arxiv.org/abs/2205.14135) (2022); Dao, [FlashAttention-2: Faster Attention with
+#   Better Parallelism and Work Partitioning](https://arxiv.org/abs/2307.08691) (2023).

@@ -1,0 +1,79 @@
+"""What the prose of notebook 08 (fast attention) claims about memory under autograd and its saved run, pinned.
+
+The older claims of notebook 08 (tiling never builds the (T, S) scores, the cost curves) are pinned in
+test_claims_variants.py, from when fast attention shared a notebook with the variants.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.fast_attention import tiled_attention
+from course_utils.masking import causal_mask
+
+ROOT = Path(__file__).resolve().parent.parent
+SAVED = ROOT / "benchmarks" / "results" / "attention_cost_cpu.json"
+
+
+def _saved_megabytes(attention, q, k, v, **kwargs) -> float:
+    """The notebook's count: bytes of every storage autograd saves for backward, each counted once."""
+    kept: dict[int, int] = {}
+
+    def pack(t):
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        attention(q, k, v, **kwargs)
+    return sum(kept.values()) / 1e6
+
+
+def _plain(q, k, v, is_causal=False):
+    mask = causal_mask(q.shape[-2], k.shape[-2]) if is_causal else None
+    return scaled_dot_product_attention(q, k, v, mask=mask)[0]
+
+
+@pytest.fixture(scope="module")
+def kept():
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(1, 4, 1024, 64, generator=g, requires_grad=True) for _ in range(3))
+    return {
+        (name, causal): _saved_megabytes(fn, q, k, v, is_causal=causal)
+        for causal in (False, True)
+        for name, fn in (("plain", _plain), ("tiled", tiled_attention))
+    }
+
+
+def test_08_under_autograd_tiled_attention_keeps_more_than_plain_attention(kept):
+    """'Tiled attention under autograd keeps *more* than plain attention, which keeps its (T, S) weights once'"""
+    weights_mb = 4 * 1024 * 1024 * 4 / 1e6  # one (H, T, S) float32 matrix
+    assert kept["plain", False] >= weights_mb
+    assert kept["tiled", False] > 2 * kept["plain", False], kept
+    assert kept["tiled", False] > 3 * weights_mb, "the tiles of scores and exponentials cover (T, S) more than once"
+
+
+def test_08_with_a_causal_mask_tiled_comes_out_a_little_ahead(kept):
+    """'With a causal mask the skipped tiles are not kept, and the plain version keeps its mask and masked
+    scores too, so tiled comes out a little ahead'"""
+    assert kept["tiled", True] < kept["plain", True] < 1.5 * kept["tiled", True], kept
+    assert kept["tiled", True] < kept["tiled", False], "the skipped future tiles are not kept"
+
+
+def test_08_the_saving_is_for_inference_no_grad_keeps_nothing():
+    """'the saving of section 3, O(tile) instead of O(T x S), is a saving for inference'"""
+    q, k, v = (torch.randn(1, 4, 256, 64) for _ in range(3))
+    assert _saved_megabytes(tiled_attention, q, k, v) == 0.0
+
+
+def test_08_the_load_averages_are_what_the_prose_says():
+    """'the 1-minute average was about 0.5 ... the 5- and 15-minute averages (about 2 and 3.4) ...
+    the benchmark's own two threads bring the 1-minute average to about 2'"""
+    meta = json.loads(SAVED.read_text())["meta"]
+    one, five, fifteen = meta["load_average_1_5_15min"]["before"]
+    assert 0.4 <= one <= 0.6 and 1.8 <= five <= 2.2 and 3.2 <= fifteen <= 3.6
+    assert 1.8 <= meta["load_average_1_5_15min"]["after"][0] <= 2.4
