@@ -227,6 +227,8 @@ class Block(shared.Block):
                 config.num_kv_heads,
                 bias=config.bias,
                 rope=config.positions == "rope",
+                rope_base=config.rope_base,
+                dropout=config.dropout,
             )
         super().__init__(
             config.embed_dim,
@@ -237,6 +239,8 @@ class Block(shared.Block):
             norm_position=config.norm_position,
         )
         self.layer_idx = layer_idx
+        if isinstance(attn, GroupedQueryAttention):  # the output dropout CausalSelfAttention applies itself
+            self.resid_dropout = nn.Dropout(config.dropout)
 
     def attend(
         self,
@@ -247,10 +251,11 @@ class Block(shared.Block):
         need_weights: bool = False,
     ):
         """The attention branch alone: (B, T, C) -> (B, T, C), and weights (B, H, T, S)."""
-        if isinstance(self.attn, GroupedQueryAttention):  # its mask is explicit, and it never drops out
+        if isinstance(self.attn, GroupedQueryAttention):  # its mask is explicit; its output dropout is the block's
             T = x.shape[1]
             mask = causal_mask(T, start + T, device=x.device) if mask is None else mask  # (T, S)
-            return super().attend(x, mask=mask, cache=cache, layer=self.layer_idx, need_weights=need_weights)
+            out = super().attend(x, mask=mask, cache=cache, layer=self.layer_idx, need_weights=need_weights)
+            return (self.resid_dropout(out[0]), out[1]) if need_weights else self.resid_dropout(out)
         return super().attend(x, cache=cache, mask=mask, start=start, need_weights=need_weights)
 
 

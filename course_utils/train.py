@@ -622,9 +622,11 @@ def train(
     never overwrites a run), the device, the data (the course corpus by its sha256; enough text for the split and
     the context) and removes temporary files of killed saves in ``out_dir``. ``max_seconds`` stops the run early
     (after a checkpoint). ``progress`` shows a tqdm bar (default: when stderr is a terminal).
-    ``callback(event)`` is called with ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` every
-    ``log_interval`` steps (``loss`` is the mean over those steps) and ``{"kind": "eval", "step", "train_loss",
-    "val_loss"}`` at each evaluation; an exception it raises stops the run like a kill would.
+    ``callback(event)`` is called with ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` at every
+    multiple of ``log_interval``, ``eval_interval`` and ``checkpoint_interval`` and at the last step (``loss`` is
+    the mean over the steps since the previous one) and ``{"kind": "eval", "step", "train_loss", "val_loss"}``
+    at each evaluation: every multiple of ``eval_interval`` and the last step, whatever the other two intervals;
+    an exception it raises stops the run like a kill would.
 
     Returns a dict: ``val_loss`` (whole validation split), ``train_loss`` (estimate on ``eval_batches`` random
     training batches), ``steps``, ``tokens_per_s``, ``wall_s``, ``params``, ``device``, ``history`` (the loss of
@@ -670,7 +672,9 @@ def train(
         run.step = step
         window.add(loss)  # stays on the device until the window closes; times the first step on its own
         last = step == train_config.max_steps
-        if not (step % train_config.log_interval == 0 or step % train_config.checkpoint_interval == 0 or last):
+        evaluate_now = step % train_config.eval_interval == 0 or last
+        save_now = step % train_config.checkpoint_interval == 0 or last
+        if not (step % train_config.log_interval == 0 or evaluate_now or save_now):
             continue
 
         # time and log: one synchronisation per window, for the losses and the "out of time" flag
@@ -683,9 +687,9 @@ def train(
         events = [{"kind": "train", "step": step, "loss": mean_loss, "lr": lr, "tokens_per_s": tokens_per_s}]
 
         # evaluate and save (process 0; the others wait at the barrier)
-        if run.master and (step % train_config.eval_interval == 0 or last):
+        if run.master and evaluate_now:
             events.append(_evaluate_splits(run))
-        if step % train_config.checkpoint_interval == 0 or last or out_of_time:
+        if save_now or out_of_time:
             run.save_checkpoint()
         if callback is not None and run.master:  # after the checkpoint: a callback that raises is a kill
             for event in events:

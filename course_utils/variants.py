@@ -25,6 +25,8 @@ from course_utils._validate import (
     check_choice,
     check_embedded,
     check_floating,
+    check_fraction,
+    check_greater_than,
     check_int,
     check_positive_number,
     check_qkv,
@@ -87,16 +89,27 @@ class GroupedQueryAttention(nn.Module):
     """Self-attention with H query heads sharing Hkv <= H key/value heads (Hkv == H: MHA; Hkv == 1: MQA).
 
     With a :class:`KVCache`, ``x`` holds only the new tokens; ``rope=True`` rotates q and k at their absolute
-    positions. Shape: x (B, T, C), mask bool broadcastable to (B, H, T, S) -> out (B, T, C), and weights
-    (B, H, T, S) with ``need_weights``. Taught in notebook 07.
+    positions with frequencies ``rope_base ** (-2i / D)``. ``dropout`` drops attention weights in training mode,
+    as :class:`~course_utils.multihead.MultiHeadAttention` does. Shape: x (B, T, C), mask bool broadcastable to
+    (B, H, T, S) -> out (B, T, C), and weights (B, H, T, S) (after dropout) with ``need_weights``.
+    Taught in notebook 07.
     """
 
     def __init__(
-        self, embed_dim: int, num_heads: int, num_kv_heads: int, bias: bool = False, rope: bool = False
+        self,
+        embed_dim: int,
+        num_heads: int,
+        num_kv_heads: int,
+        bias: bool = False,
+        rope: bool = False,
+        rope_base: float = 10000.0,
+        dropout: float = 0.0,
     ) -> None:
         super().__init__()
         check_bool("bias", bias)
         check_bool("rope", rope)
+        self.rope_base = check_greater_than("rope_base", rope_base, 1)
+        self.dropout = check_fraction("dropout", dropout)
         check_int("embed_dim", embed_dim)
         check_int("num_heads", num_heads)
         check_int("num_kv_heads", num_kv_heads)
@@ -135,11 +148,12 @@ class GroupedQueryAttention(nn.Module):
 
             start = 0 if cache is None else cache.length
             positions = torch.arange(start, start + T, device=x.device)  # (T,) absolute positions
-            q, k = apply_rope(q, positions, pairing="half"), apply_rope(k, positions, pairing="half")  # as gpt.py
+            q, k = (apply_rope(t, positions, self.rope_base, pairing="half") for t in (q, k))  # as gpt.py
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, S, D): everything cached so far, new tokens last
         k, v = repeat_kv(k, H), repeat_kv(v, H)  # (B, Hkv, S, D) -> (B, H, S, D)
-        out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, D), (B, H, T, S)
+        p = self.dropout if self.training else 0.0
+        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out
 
@@ -149,7 +163,7 @@ class GroupedQueryAttention(nn.Module):
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"from_multihead takes a course_utils MultiHeadAttention, got {type(mha).__name__}")
         bias = mha.qkv_proj.bias is not None
-        new = cls(mha.embed_dim, mha.num_heads, mha.num_heads, bias=bias).to(mha.qkv_proj.weight)
+        new = cls(mha.embed_dim, mha.num_heads, mha.num_heads, bias=bias, dropout=mha.dropout).to(mha.qkv_proj.weight)
         with torch.no_grad():
             for proj, w in zip((new.q_proj, new.k_proj, new.v_proj), mha.qkv_proj.weight.chunk(3, dim=0)):
                 proj.weight.copy_(w)  # (3C, C) -> 3 x (C, C), q, k, v in that order

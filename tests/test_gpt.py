@@ -260,6 +260,43 @@ def test_grouped_query_blocks_use_the_variants_module():
     assert model.blocks[0].attn.k_proj.weight.shape == (2 * 4, 16)  # Hkv * D rows
 
 
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_rope_base_moves_the_logits_on_both_attention_paths(num_kv_heads):
+    """Issue #17: with num_kv_heads=2 the GQA blocks rotated with 10000 whatever rope_base said."""
+    idx = ids(2, 12)
+    logits = {}
+    for base in (10000.0, 500000.0):
+        model = make(positions="rope", num_kv_heads=num_kv_heads, rope_base=base)
+        torch.manual_seed(1)
+        with torch.no_grad():  # the same weights for both bases, large enough that attention is far from uniform
+            for p in model.parameters():
+                p.normal_(std=0.5)
+        logits[base] = model(idx)[0]
+    assert (logits[10000.0] - logits[500000.0]).abs().max() > 1e-3  # about 0.03 on either path; float noise 1e-6
+
+
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_attention_dropout_acts_in_training_mode_only_on_both_attention_paths(num_kv_heads):
+    """Issue #17: GPTConfig(num_kv_heads=2, dropout=...) built its GQA blocks without attention dropout.
+
+    In training, some visible weights are zeroed and the rest scaled by 1 / (1 - p); the branch's output is
+    dropped too (exact zeros), as on the multi-head path; in eval mode the branch is deterministic.
+    """
+    model = make(num_kv_heads=num_kv_heads, dropout=0.5)
+    block = model.blocks[0]
+    x = torch.randn(2, 10, 16, generator=torch.Generator().manual_seed(3))
+    out, w = block.attend(x, need_weights=True)  # eval: (B, T, C), (B, H, T, T)
+    torch.testing.assert_close(block.attend(x), out)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 10))
+    model.train()
+    out_train, w_train = block.attend(x, need_weights=True)
+    kept = w_train != 0
+    assert ((w > 0) & ~kept).sum() > 0.3 * (w > 0).sum()  # about half the visible weights dropped
+    torch.testing.assert_close(w_train[kept], (w / 0.5)[kept])  # the others scaled by 1 / (1 - p)
+    assert 0.3 < (out_train == 0).float().mean() < 0.7  # the output dropout: about half the entries zero
+    assert not torch.allclose(block.attend(x), block.attend(x))
+
+
 # ----------------------------------------------------------------------------------------------
 # KV cache
 # ----------------------------------------------------------------------------------------------
@@ -329,14 +366,17 @@ def test_cached_rotary_table_equals_apply_rope(start, T):
     torch.testing.assert_close(attn._rotate(x.double(), start), expected64)  # float64 stays float64
 
 
-def test_grouped_query_blocks_rotate_like_the_causal_attention_blocks():
-    """One RoPE pairing in the GPT: its GQA blocks (rope=True) and its MHA blocks rotate q and k the same way."""
+@pytest.mark.parametrize("rope_base", [10000.0, 500000.0])
+def test_grouped_query_blocks_rotate_like_the_causal_attention_blocks(rope_base):
+    """One RoPE pairing and base in the GPT: its GQA blocks (rope=True) and its MHA blocks rotate q and k alike."""
     from course_utils.masking import causal_mask
 
     torch.manual_seed(0)
-    config = GPTConfig(**{**TINY, "positions": "rope", "attention": "course", "bias": False})
+    config = GPTConfig(**{**TINY, "positions": "rope", "attention": "course", "bias": False, "rope_base": rope_base})
     mha = GPT(config).blocks[0].attn.double()
-    gqa = GroupedQueryAttention(config.embed_dim, config.num_heads, config.num_heads, rope=True).double()
+    gqa = GroupedQueryAttention(
+        config.embed_dim, config.num_heads, config.num_heads, rope=True, rope_base=rope_base
+    ).double()
     with torch.no_grad():
         for proj, w in zip((gqa.q_proj, gqa.k_proj, gqa.v_proj), mha.qkv_proj.weight.chunk(3, dim=0)):
             proj.weight.copy_(w)

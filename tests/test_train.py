@@ -793,6 +793,46 @@ def test_each_log_event_is_the_mean_of_its_window_of_steps(text_file, tmp_path):
         begin = event["step"]
 
 
+INTERVALS = dict(max_steps=12, eval_interval=3, log_interval=2, checkpoint_interval=4)  # none a multiple of another
+
+
+def test_every_multiple_of_eval_interval_is_evaluated_whatever_the_other_intervals(text_file, tmp_path, capsys):
+    """Issue #17: eval 3, log 2, checkpoint 4 evaluated only at 6 and 12, the eval steps that were also log or
+    checkpoint steps. Now 3, 6, 9 and 12: in the printed lines, the summary and the checkpoint."""
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in INTERVALS.items()]
+    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--batch-size=8", *flags])
+    assert code == 0
+    err = capsys.readouterr().err
+    assert re.findall(r"^step (\d+): train \d+\.\d{4}, val \d+\.\d{4}$", err, flags=re.M) == ["3", "6", "9", "12"]
+    summary = json.loads((tmp_path / "summary.json").read_text())
+    assert [e[0] for e in summary["evals"]] == [3, 6, 9, 12]
+    assert all(math.isfinite(loss) for e in summary["evals"] for loss in e[1:])
+    assert [e[0] for e in load_checkpoint(tmp_path / "checkpoint.pt")["evals"]] == [3, 6, 9, 12]
+
+
+def test_evaluations_off_the_log_steps_close_a_window_and_resume_exactly(text_file, tmp_path):
+    """Through train(): an eval event at every multiple of 3; a train event (the mean of its window) at every
+    multiple of 2, 3 or 4; killed at step 6 (last checkpoint: 4) and resumed, the same losses and evaluations."""
+    events = []
+    whole = run(text_file, tmp_path / "whole", callback=events.append, **INTERVALS)
+    assert [e["step"] for e in events if e["kind"] == "eval"] == [3, 6, 9, 12]
+    assert whole["evals"] == [[e["step"], e["train_loss"], e["val_loss"]] for e in events if e["kind"] == "eval"]
+    train_events = [e for e in events if e["kind"] == "train"]
+    assert [e["step"] for e in train_events] == [2, 3, 4, 6, 8, 9, 10, 12]
+    begin = 0
+    for event in train_events:
+        window = whole["history"][begin : event["step"]]
+        assert event["loss"] == pytest.approx(sum(window) / len(window), rel=1e-12)
+        begin = event["step"]
+    with pytest.raises(Killed):
+        run(text_file, tmp_path / "split", callback=kill_at(6), **INTERVALS)
+    state = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
+    assert state["step"] == 4 and [e[0] for e in state["evals"]] == [3]
+    resumed = run(text_file, tmp_path / "split", resume=True, **INTERVALS)
+    assert resumed["history"] == whole["history"]
+    assert resumed["evals"] == whole["evals"]
+
+
 def test_a_non_finite_loss_inside_a_window_names_its_own_step(text_file, tmp_path, monkeypatch):
     """log_interval 4: an infinite loss from step 7 is seen when the window 5..8 closes, and reported at step 7."""
     forward = GPT.forward

@@ -76,6 +76,37 @@ def test_gqa_with_as_many_kv_heads_as_query_heads_is_multihead_attention():
         torch.testing.assert_close(w, w_ref)
 
 
+def test_gqa_from_multihead_keeps_its_dropout_and_drops_the_same_weights_in_training_mode():
+    """Issue #17: GQA had no dropout, so from_multihead of an MHA with dropout differed from it in training."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 4, bias=True, dropout=0.3).train()
+    gqa = GroupedQueryAttention.from_multihead(mha).train()
+    assert gqa.dropout == 0.3
+    x = torch.randn(2, 7, 16)
+    torch.manual_seed(5)
+    out, w = gqa(x, causal_mask(7), need_weights=True)
+    torch.manual_seed(5)
+    out_ref, w_ref = mha(x, causal_mask(7), need_weights=True)
+    torch.testing.assert_close(out, out_ref)
+    torch.testing.assert_close(w, w_ref)
+
+
+def test_gqa_dropout_drops_attention_weights_in_training_mode_only():
+    """Issue #17: ``dropout`` zeroes weights and scales the rest by 1 / (1 - p) in training; eval is exact."""
+    torch.manual_seed(13)
+    gqa = GroupedQueryAttention(16, 4, 2, dropout=0.5).eval()
+    x, mask = torch.randn(2, 9, 16), causal_mask(9)
+    out, w = gqa(x, mask, need_weights=True)  # (B, T, C), (B, H, T, S)
+    torch.testing.assert_close(gqa(x, mask), out)
+    torch.testing.assert_close(w.sum(-1), torch.ones(2, 4, 9))
+    gqa.train()
+    out_train, w_train = gqa(x, mask, need_weights=True)
+    kept = w_train != 0
+    assert ((w > 0) & ~kept).sum() > 0.3 * (w > 0).sum()  # about half the visible weights dropped
+    torch.testing.assert_close(w_train[kept], (w / 0.5)[kept])  # the others scaled by 1 / (1 - p)
+    assert not torch.allclose(out_train, out)
+
+
 def _mqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Multi-query attention written out: every query head uses the one shared k and v."""
     B, T, C = x.shape
@@ -342,6 +373,32 @@ def test_gqa_rope_rotates_with_the_course_pairing(pairing, agrees):
     assert same is agrees
 
 
+def _rope_gqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, base: float) -> torch.Tensor:
+    """Grouped-query attention written out, q and k rotated by apply_rope with frequencies base ** (-2i / D)."""
+    from course_utils.positional import apply_rope
+
+    B, T, C = x.shape
+    H, Hkv, D = gqa.num_heads, gqa.num_kv_heads, gqa.head_dim
+    q = gqa.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k = gqa.k_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+    v = gqa.v_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+    q, k = apply_rope(q, base=base), apply_rope(k, base=base)
+    out, _ = scaled_dot_product_attention(q, repeat_kv(k, H), repeat_kv(v, H), causal_mask(T))
+    return gqa.out_proj(out.transpose(1, 2).reshape(B, T, C))
+
+
+@pytest.mark.parametrize("base", [10000.0, 500000.0, 100.0])
+def test_gqa_rope_rotates_with_its_rope_base(base):
+    """Issue #17: ``rope_base`` reaches the rotation (before, every GQA rotated with 10000 whatever it was told)."""
+    torch.manual_seed(14)
+    gqa = GroupedQueryAttention(16, 4, 2, rope=True, rope_base=base).double()
+    x = torch.randn(2, 12, 16, dtype=torch.float64)
+    out = gqa(x, causal_mask(12))
+    torch.testing.assert_close(out, _rope_gqa_reference(gqa, x, base))
+    if base != 10000.0:
+        assert not torch.allclose(out, _rope_gqa_reference(gqa, x, 10000.0), rtol=1e-6, atol=1e-6)
+
+
 CONFIGS = {
     "MHA": DecoderConfig.tiny(num_kv_heads=4),
     "GQA": DecoderConfig.tiny(num_kv_heads=2),
@@ -396,6 +453,12 @@ def test_errors():
         GroupedQueryAttention(10, 4, 2)
     with pytest.raises(ValueError, match="num_kv_heads must be at least 1, got 0"):
         GroupedQueryAttention(16, 4, 0)
+    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.0"):
+        GroupedQueryAttention(16, 4, 2, dropout=1.0)
+    with pytest.raises(TypeError, match=r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"):
+        GroupedQueryAttention(16, 4, 2, dropout="0.1")
+    with pytest.raises(ValueError, match="rope_base must be a number greater than 1, got 1.0"):
+        GroupedQueryAttention(16, 4, 2, rope=True, rope_base=1.0)
     with pytest.raises(ValueError, match=r"num_heads \(6\) must be divisible by num_kv_heads \(4\)"):
         repeat_kv(torch.randn(1, 4, 2, 2), 6)
     with pytest.raises(ValueError, match="window must be at least 1, got 0"):
