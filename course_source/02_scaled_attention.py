@@ -43,8 +43,8 @@ print(f"torch {torch.__version__}, device {device} (this notebook runs on the CP
 # ## 1. Dot products grow with the dimension
 #
 # Take a query `q` and a key `k` with `D` entries each, every entry drawn independently with mean 0 and
-# variance 1. (Unit variance is a reference point that keeps the algebra clean, not what initialisation
-# gives: section 1b measures that.) Their score is `q . k = q_1 k_1 + ... + q_D k_D`.
+# variance 1. (Unit variance keeps the algebra clean; section 1b measures what initialisation gives.)
+# Their score is `q . k = q_1 k_1 + ... + q_D k_D`.
 #
 # One term `q_i k_i` has mean 0 and variance `E[q_i^2] E[k_i^2] = 1 * 1 = 1`. The `D` terms are
 # independent, so their variances add up:
@@ -66,8 +66,7 @@ for i in range(D):
 print(f"loop: {score:.4f}   torch.dot: {torch.dot(q, k).item():.4f}   q.shape {tuple(q.shape)}")
 
 # %% [markdown]
-# Now many pairs at once: `N` queries and `N` keys as rows of two `(N, D)` matrices. The score of pair
-# `n` is the sum over the last axis of the elementwise product, `(q * k).sum(-1)`, which has shape `(N,)`.
+# Now `N` pairs at once, as rows of two `(N, D)` matrices: the scores are `(q * k).sum(-1)`, shape `(N,)`.
 
 # %%
 N = 4000
@@ -98,25 +97,24 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# The unscaled variance follows the dotted line `Var = D` almost exactly; the scaled one stays at 1
-# whatever `D` is. With `D = 64` (a typical head size) unscaled scores have a standard deviation of 8,
-# so two keys' scores easily differ by 20. Why does that matter? Because of what the softmax does next
-# (section 2).
+# The unscaled variance follows the dotted line `Var = D`; the scaled one stays at 1. With `D = 64` (a
+# typical head size) unscaled scores have a standard deviation of 8, so two keys' scores easily differ by
+# 20, which matters because of what the softmax does next (section 2).
 #
-# The 1 itself is not the point. If the entries have variances `Var(q_i)` and `Var(k_i)` instead of 1, the
-# same sum gives `Var(q . k / sqrt(D)) = Var(q_i) Var(k_i)`: still the same for a head of 8 channels and
-# one of 1024. That is what the scale guarantees: the distribution of the scores, and with it how peaked
-# the softmax is (section 5 measures its entropy), does not depend on the head size.
+# The 1 itself is not the point. With entry variances `Var(q_i)` and `Var(k_i)`, the same sum gives
+# `Var(q . k / sqrt(D)) = Var(q_i) Var(k_i)`, the same for a head of 8 channels and one of 1024. That is
+# what the scale guarantees: the distribution of the scores, and with it how peaked the softmax is
+# (section 5), does not depend on the head size.
 #
 # ### 1b. What initialisation really gives
 #
-# A projection `q = x @ W_Q.T` (weights stored `(D, C)`, `(out, in)`, as `nn.Linear` stores them) does not
-# hand out unit-variance entries. `nn.Linear`'s default draws each weight uniformly from
-# `(-1/sqrt(C), 1/sqrt(C))`, of variance `1 / (3C)`; an entry of `q` sums `C` such terms, so
-# `Var(q) = Var(x) / 3` and, for `Var(x) = 1`, the scaled scores have variance about `1/9`. GPT-2, nanoGPT and the course's
-# own GPT (`course_utils.gpt`) draw weights from `N(0, 0.02^2)` instead: `Var(q) = C * 0.02^2 * Var(x)`,
-# 0.15 for `C = 384`, and the scaled scores' variance is about `0.15^2 = 0.02`. Measured, on tokens with
-# unit-variance entries (what a LayerNorm hands to attention):
+# A projection `q = x @ W_Q.T` (weights stored `(D, C)`, `(out, in)`, as in `nn.Linear`) does not give
+# unit-variance entries. `nn.Linear`'s default draws each weight uniformly from `(-1/sqrt(C), 1/sqrt(C))`,
+# of variance `1 / (3C)`; an entry of `q` sums `C` such terms, so `Var(q) = Var(x) / 3` and, for
+# `Var(x) = 1`, the scaled scores have variance about `1/9`. GPT-2, nanoGPT and the course's GPT
+# (`course_utils.gpt`) draw weights from `N(0, 0.02^2)`: `Var(q) = C * 0.02^2 * Var(x)`, 0.15 for
+# `C = 384`, and scaled scores of variance about `0.15^2 = 0.02`. Measured on unit-variance tokens (what a
+# LayerNorm hands to attention):
 
 # %%
 g = torch.Generator().manual_seed(9)
@@ -138,16 +136,13 @@ with torch.no_grad():
 
 # %% [markdown]
 # Both start far below variance 1, with a softmax close to uniform (mean largest weights 0.033 and 0.022,
-# against `1/64 = 0.016` for uniform weights), and training grows the scores from there. The scale does not
-# put the scores at variance 1; it makes their variance the same for every head size, so that the head
-# size alone does not change where a head starts.
+# against `1/64 = 0.016` for uniform weights); training grows the scores from there.
 #
-# The derivation also assumed `q` and `k` **independent** (the paper's footnote states it as an
-# assumption). In self-attention both come from the same
-# tokens: `q_i = W_Q x_i` and `k_j = W_K x_j`. For two different tokens (independent `x_i`, `x_j`) that
-# holds at initialisation. A token's score with *itself* uses the same `x_i` twice. Below, 16 heads of size
-# 64 with independent `W_Q`, `W_K` (scaled so that `Var(q) = 1`) score 4096 pairs of tokens; the last
-# line ties `W_K = W_Q`, which nothing forbids training from approaching:
+# The derivation also assumed `q` and `k` **independent** (the paper's footnote says so). In
+# self-attention both come from the same tokens: `q_i = W_Q x_i`, `k_j = W_K x_j`. For two different tokens
+# that holds at initialisation, but a token's score with *itself* uses `x_i` twice. Below, 16 heads of size
+# 64 with independent `W_Q`, `W_K` (`Var(q) = 1`) score 4096 pairs of tokens; the last line ties
+# `W_K = W_Q`, which nothing forbids training from approaching:
 
 # %%
 g = torch.Generator().manual_seed(10)
@@ -172,19 +167,17 @@ for name, s in pairs.items():
 
 # %% [markdown]
 # At initialisation the shared `x_i` hardly matters (in expectation it adds `2 / C` to the variance, 0.005
-# here, less than the sampling noise). But once `W_Q` and `W_K` are correlated, a token's score with itself is no longer centred on 0: with `W_K = W_Q`
-# it is `|q_i|^2 / sqrt(D)`, of mean `sqrt(D) = 8`, and it grows with the head size again. (Notebook 01
-# met the extreme case: with no weights at all, `x @ x.T`, a token's score with itself is its squared
-# length.) The variance
-# argument is a statement about the start of training, not a law that holds throughout it.
+# here, less than the sampling noise). But once `W_Q` and `W_K` are correlated, a token's score with itself
+# is no longer centred on 0: with `W_K = W_Q` it is `|q_i|^2 / sqrt(D)`, of mean `sqrt(D) = 8`, growing
+# with the head size again (notebook 01's `x @ x.T` is the extreme case). The variance argument describes
+# the start of training, not all of it.
 
 # %% [markdown]
 # ## 2. Large scores saturate the softmax
 #
-# Take one query's scores over `S = 8` keys and multiply them by a growing factor. The weights go from
-# almost uniform (every key weighs `1/8`) to almost one-hot (all weight on the largest score).
-# We measure this by the largest weight and by the **entropy** `H = -sum_j w_j log w_j`: it is
-# `log(8) = 2.08` for uniform weights and 0 for one-hot.
+# Multiply one query's scores over `S = 8` keys by a growing factor: the weights go from almost uniform
+# (`1/8` each) to almost one-hot. We measure the largest weight and the **entropy**
+# `H = -sum_j w_j log w_j`: `log(8) = 2.08` for uniform weights, 0 for one-hot.
 
 # %%
 def entropy(weights: torch.Tensor) -> torch.Tensor:
@@ -209,11 +202,10 @@ axes[0].set_ylabel("weight")
 plt.show()
 
 # %% [markdown]
-# Unscaled scores with `D = 100` have a standard deviation of 10, the same as multiplying unit-variance
-# scores by 10: more than half the weight already sits on one key. At a factor of 100 (`D = 10,000`)
-# the softmax is a hard `argmax`.
+# Unscaled scores with `D = 100` have a standard deviation of 10, like unit-variance scores times 10: more
+# than half the weight sits on one key. At a factor of 100 (`D = 10,000`) the softmax is a hard `argmax`.
 #
-# ### The gradient vanishes too
+# ### The Jacobian shrinks; the gradient concentrates
 #
 # Learning happens through the gradient of the softmax. With `w = softmax(z)`, its Jacobian is
 #
@@ -243,9 +235,8 @@ torch.testing.assert_close(softmax_jacobian(logits), J_auto)
 print("loops, vectorised and autograd agree; J.shape", tuple(J_auto.shape))
 
 # %% [markdown]
-# When `w` is one-hot, `diag(w)` and `w w^T` are the same matrix and `J` is zero: nudging any score
-# changes no weight. The plot shows the size of `J` (its Frobenius norm, averaged over 256 random logit
-# vectors of length 8) as the factor grows.
+# When `w` is one-hot, `diag(w) = w w^T` and `J` is zero: nudging any score changes no weight. The plot
+# shows the Frobenius norm of `J`, averaged over 256 random logit vectors of length 8, as the factor grows.
 
 # %%
 g = torch.Generator().manual_seed(2)
@@ -261,16 +252,16 @@ ax.set_title("Saturated softmax, vanishing Jacobian", fontsize=10)
 plt.show()
 
 # %% [markdown]
-# A little spread in the scores does no harm (the norm even rises at first: the softmax is most
-# sensitive when a few keys compete), but past a factor of a few it falls, and at 100 it is almost 0.
+# The norm rises at first (the softmax is most sensitive when a few keys compete), then falls past a
+# factor of a few, and at 100 it is almost 0.
 #
 # ### What reaches `q` and `k`
 #
-# Does that mean unscaled attention learns nothing? Not so fast. The gradient that reaches query `i` is
-# `dL/dq_i = scale * sum_j (dL/dscore_ij) k_j`: a mix of keys that are each about `sqrt(D)` long, times the
-# scale. Without the scale that factor is 1 instead of `1 / sqrt(D)`, which makes up for a lot of Jacobian.
-# So measure what actually arrives, query by query: `D = 1024`, `S = 32` keys, `T = 32` queries in each of
-# 64 random draws, random values `v`, and a random upstream gradient `grad_out` standing in for `dL/d(out)`.
+# Does unscaled attention then learn nothing? The gradient reaching query `i` is
+# `dL/dq_i = scale * sum_j (dL/dscore_ij) k_j`: a mix of keys each about `sqrt(D)` long, times the scale,
+# which is 1 instead of `1 / sqrt(D)` when unscaled and makes up for a lot of Jacobian. So measure what
+# arrives, query by query: `D = 1024`, `S = 32` keys, `T = 32` queries in each of 64 random draws, random
+# values `v`, and a random upstream gradient `grad_out` standing in for `dL/d(out)`.
 
 # %%
 def grad_norms(q, k, v, grad_out, scale):
@@ -296,12 +287,11 @@ for name, per_position in norms.items():
               f"{(flat < 0.1).float().mean().item():10.0%} {share.item():11.0%} of the total")
 
 # %% [markdown]
-# Unscaled, the *average* gradient is larger than scaled, so "no gradient flows" is wrong. What is wrong is
-# its distribution. Unscaled, the median query gets almost nothing and about half of them less than 0.1,
-# while the largest tenth of the queries take most of all the gradient there is; scaled, every query gets
-# a gradient of about the same size. The keys show the same split, a little less extreme (a key collects
-# gradient from all 32 queries). The histograms (values below `1e-12`, exact zeros included, are drawn at
-# `1e-12`):
+# Unscaled, the *average* gradient is larger than scaled, so "no gradient flows" is wrong; its
+# distribution is what goes wrong. The median query gets almost nothing, about half get less than 0.1, and
+# the largest tenth take most of the total; scaled, every query gets about the same. The keys split the
+# same way, a little less extremely (each collects from all 32 queries). Histograms (values below `1e-12`,
+# zeros included, drawn at `1e-12`):
 
 # %%
 fig, axes = plt.subplots(1, 2, figsize=(9, 3.2), sharey=True)
@@ -318,8 +308,8 @@ plt.show()
 
 # %% [markdown]
 # Which queries get the large updates? Those whose two best keys nearly tie, so that the softmax has a
-# choice to make. The unscaled scores spread about 32 (`sqrt(1024)`); compare the gap between the two best
-# scores for the tenth of the queries with the largest gradients against the rest:
+# choice to make. The unscaled scores spread about 32 (`sqrt(1024)`); the gap between the two best scores,
+# for the tenth of the queries with the largest gradients and for the rest:
 
 # %%
 scores = q @ k.transpose(-2, -1)  # (n, T, S), unscaled
@@ -332,24 +322,20 @@ print(f"gap between the two best keys, median: {gap[largest].median().item():.0f
       f"largest gradients, {gap[~largest].median().item():.0f} for the rest")
 
 # %% [markdown]
-# So without the scale, learning at `D = 1024` is a lottery: which queries learn, and by how much, is
-# decided by which of them happen to have two keys within a point or so of each other, out of scores that
-# spread 32. A few get updates up to about 200 times larger than a typical scaled one, the majority almost
-# none.
-# The bigger the head, the worse it gets, because the scores spread like `sqrt(D)`.
+# So without the scale, learning at `D = 1024` is a lottery: which queries learn is decided by which
+# happen to have two keys within a point or so of each other, out of scores that spread 32. A few get
+# updates up to about 200 times a typical scaled one, most almost none, and the bigger the head the worse.
 #
-# That is what `1 / sqrt(D)` is for. It does not make more gradient flow, and it does not give the scores
-# variance 1 (section 1b). It makes attention at initialisation look the same at every head size: the
-# distribution of the scores, the entropy of the softmax (section 5) and the spread of the gradients over
-# the queries stop depending on `D`, so the initialisation and the learning rate, not the head size, decide
-# where a head starts.
+# That is what `1 / sqrt(D)` is for. It neither makes more gradient flow nor gives the scores variance 1
+# (section 1b); it makes attention at initialisation look the same at every head size: the scores'
+# distribution, the softmax's entropy (section 5) and the spread of the gradients stop depending on `D`.
 
 # %% [markdown]
 # ## 3. A softmax that does not overflow
 #
 # The textbook formula `exp(z_j) / sum_k exp(z_k)` is `course_utils.attention.softmax_naive`. In float32,
-# `exp(x)` overflows to `inf` for `x` above about 88.7, and `inf / inf` is `nan`. Scores of 100 are not
-# exotic: an unscaled head of size 10,000, or a trained model whose logits have grown.
+# `exp(x)` overflows to `inf` above about 88.7, and `inf / inf` is `nan`. Scores of 100 come from an
+# unscaled head of size 10,000, or a trained model whose logits have grown.
 
 # %%
 from course_utils.attention import softmax, softmax_naive
@@ -370,9 +356,9 @@ print("softmax_naive(-1000 - [0, 1, 2])", softmax_naive(torch.tensor([-1000.0, -
 #
 # $$\frac{e^{z_j - c}}{\sum_k e^{z_k - c}} = \frac{e^{-c}\, e^{z_j}}{e^{-c} \sum_k e^{z_k}} = \frac{e^{z_j}}{\sum_k e^{z_k}},$$
 #
-# so we may subtract whatever we like: the softmax is **shift invariant** (adding one number to every score
-# of a row changes no weight). Choose `c = max_k z_k`: then every exponent is `<= 0` (no overflow)
-# and the largest is exactly `e^0 = 1`, so the sum is at least 1 (no `0 / 0`). Loops first, one row at a time:
+# so the softmax is **shift invariant**: adding one number to every score of a row changes no weight.
+# Choose `c = max_k z_k`: every exponent is `<= 0` (no overflow) and the largest is `e^0 = 1`, so the sum
+# is at least 1 (no `0 / 0`). Loops first, one row at a time:
 
 # %%
 def stable_softmax_loops(z: torch.Tensor) -> torch.Tensor:
@@ -392,10 +378,9 @@ rows = torch.tensor([[100.0, 101.0, 102.0], [-1000.0, -1001.0, -1002.0], [0.0, 1
 print(stable_softmax_loops(rows))
 
 # %% [markdown]
-# All three rows give the same weights, as they should: the rows differ only by a constant, and the softmax
-# is shift invariant. Vectorised,
-# the maximum is taken along the softmax axis with `keepdim=True`, so that the `(T, 1)` maxima broadcast
-# against the `(T, S)` scores:
+# The three rows differ only by a constant, so they give the same weights. Vectorised, the maximum is
+# taken along the softmax axis with `keepdim=True`, so that the `(T, 1)` maxima broadcast against the
+# `(T, S)` scores:
 
 # %%
 def stable_softmax(z: torch.Tensor, dim: int = -1) -> torch.Tensor:
@@ -412,10 +397,9 @@ torch.testing.assert_close(stable_softmax(rows), torch.softmax(rows, dim=-1))
 print("loops, vectorised, course_utils.attention.softmax and torch.softmax agree")
 
 # %% [markdown]
-# `torch.softmax` does the same subtraction inside, which is why you should call it (or
-# `course_utils.attention.softmax`) rather than `exp(...) / sum`. One detail matters: the maximum must be
-# **per row**. Subtracting the maximum of the whole tensor is still correct algebra, but a row that sits
-# far below the global maximum then underflows to `0 / 0`:
+# `torch.softmax` does the same subtraction inside: call it (or `course_utils.attention.softmax`), not
+# `exp(...) / sum`. The maximum must be **per row**: the maximum of the whole tensor is still correct
+# algebra, but a row far below it underflows to `0 / 0`:
 
 # %%
 rows_far_apart = torch.tensor([[60.0, 61.0, 62.0], [-60.0, -59.0, -58.0]])
@@ -474,9 +458,9 @@ torch.testing.assert_close(weights, weights_loops)
 print("vectorised matches loops; out", tuple(out.shape))
 
 # %% [markdown]
-# The same function, unchanged, on a batch of `B = 2` sequences with `H = 3` heads, against
+# The same function on `B = 2` sequences of `H = 3` heads, against
 # `course_utils.attention.scaled_dot_product_attention` and PyTorch's
-# `torch.nn.functional.scaled_dot_product_attention` (which returns only `out`):
+# `F.scaled_dot_product_attention` (which returns only `out`):
 
 # %%
 from course_utils.attention import scaled_dot_product_attention
@@ -503,13 +487,12 @@ print("vs F.scaled_dot_product_attention: max abs error", max_abs_error(out, out
 # %% [markdown]
 # ## 5. Explore: head size, scale and the entropy of the weights
 #
-# Which scale keeps attention in a useful regime as heads get bigger? Below, `q` and `k` are random
-# `(T, D)` and `(S, D)` with `T = S = 32`, and we measure the mean entropy of the weights for three
-# choices of scale. Uniform weights over 32 keys have entropy `log 32 = 3.47`; one-hot weights have 0.
+# Which scale keeps attention useful as heads get bigger? Below, `q` and `k` are random `(T, D)` and
+# `(S, D)` with `T = S = 32`, and we measure the mean entropy of the weights under three scales. Uniform
+# weights over 32 keys have entropy `log 32 = 3.47`; one-hot weights have 0.
 #
 # - **none**: scores have variance `D`; as `D` grows, attention collapses towards one-hot.
-# - **1 / sqrt(D)**: variance 1 for every `D` (the same for every `D` whatever the entries' variance); the
-#   entropy does not depend on the head size.
+# - **1 / sqrt(D)**: variance 1 for every `D`; the entropy does not depend on the head size.
 # - **1 / D**: variance `1 / D`; scores shrink to 0 and attention melts into a plain average.
 
 # %%
@@ -530,25 +513,24 @@ for i, D in enumerate(dims):
     print(f"{D:4d} " + "".join(f"{mean_entropy[name][i]:12.3f}" for name in SCALINGS))
 
 # %% [markdown]
-# The same numbers as pictures, at `D = 256`: first 8 queries over 32 keys for each scale (colours capped
-# at 0.5; uniform attention is a pale `1/32 = 0.03` everywhere).
+# The same numbers as pictures, at `D = 256`: 8 queries over 32 keys for each scale (one colour scale,
+# capped at 0.5; uniform attention is a pale `1/32 = 0.03` everywhere).
 
 # %%
-fig, axes = plt.subplots(3, 1, figsize=(7, 4.6), sharex=True)
+fig, axes = plt.subplots(3, 1, figsize=(7.6, 4.6), sharex=True, layout="constrained")
 for ax, name in zip(axes, SCALINGS):
     w = random_weights(256, name)[0, :8]  # (8, 32)
-    ax.imshow(w, cmap="Blues", vmin=0, vmax=0.5)
+    image = ax.imshow(w, cmap="Blues", vmin=0, vmax=0.5)
     ax.set_title(f"scale {name}: mean entropy {entropy(random_weights(256, name)).mean().item():.2f}", fontsize=9)
     ax.set_ylabel("query")
 axes[-1].set_xlabel("key")
-fig.tight_layout()
+fig.colorbar(image, ax=axes, label="weight (capped at 0.5)")  # one bar: the three panels share one scale
 plt.show()
 
 # %% [markdown]
 # `plot_entropy` from `course_utils.widgets` puts one choice in context: its weights on the left (the same
-# random `q` and `k` as `random_weights` above), and on the right the entropy curves of all three scales
-# over the head sizes of the table, with a red star for the chosen one. The dotted line is uniform
-# attention, `log 32`.
+# `q` and `k` as `random_weights`), and on the right the entropy curves of all three scales, with a red
+# star for the chosen one. The dotted line is uniform attention, `log 32`.
 
 # %%
 from course_utils.widgets import entropy_explorer, plot_entropy
@@ -569,19 +551,18 @@ entropy_explorer()
 # ## 6. Pitfalls found in the wild
 #
 # > **Pitfall 1: scaling by the model width `C` instead of the head size `D`.**
-# > The code of Karpathy's lecture *Let's build GPT*, as published in the repository
-# > `karpathy/ng-video-lecture`, computed inside each attention head `B, T, C = x.shape` and then
-# > `wei = q @ k.transpose(-2,-1) * C**-0.5`. The line was right when it was written, for one head as wide
-# > as the model, where `C` is also the head size. When the model was split into several heads, the line
-# > stayed; in the final script `C` is `n_embd = 384`, the width of `x`, while each of the `n_head = 6`
-# > heads has `q` and `k` of only `head_size = 64` entries. A contributed fix ("scale by head size",
-# > merged in January 2023) changed it to `k.shape[-1]**-0.5`, but copies made before the fix still carry
-# > the old line. Shape letters with two meanings make this easy to miss; in this course `C` is always
-# > `embed_dim` and `D` always `head_dim`. (Notebook 04 shows what the bug does to a layer of several heads.)
+# > The code of Karpathy's lecture *Let's build GPT* (repository `karpathy/ng-video-lecture`) computed,
+# > inside each attention head, `B, T, C = x.shape` and then `wei = q @ k.transpose(-2,-1) * C**-0.5`.
+# > That was right for one head as wide as the model. When the model was split into heads the line
+# > stayed: in the final script `C` is `n_embd = 384`, the width of `x`, while each of the `n_head = 6`
+# > heads has `q` and `k` of `head_size = 64` entries. A contributed fix ("scale by head size", merged in
+# > January 2023) changed it to `k.shape[-1]**-0.5`, but earlier copies still carry the old line. In this
+# > course `C` is always `embed_dim` and `D` always `head_dim`. (Notebook 04 shows the bug in a layer of
+# > several heads.)
 #
-# What does it do? Relative to the `1 / sqrt(D)` scale, the scores shrink by `sqrt(C / D) = sqrt(6) = 2.45`
-# and their variance by 6, whatever the initialisation: here `q` and `k` are made with unit-variance
-# entries, so the variance is `D / C = 1/6` instead of 1, and the weights are closer to uniform.
+# Relative to `1 / sqrt(D)`, the scores shrink by `sqrt(C / D) = sqrt(6) = 2.45` and their variance by 6,
+# whatever the initialisation: with unit-variance `q` and `k` the variance is `D / C = 1/6` instead of 1,
+# and the weights are closer to uniform.
 
 # %%
 g = torch.Generator().manual_seed(5)
@@ -599,10 +580,9 @@ for label, scale in (("head_dim D = 64  ", D**-0.5), ("embed_dim C = 384", C**-0
           f"mean max weight {w.amax(dim=-1).mean().item():.3f}")
 
 # %% [markdown]
-# The model still trains (it can learn larger `w_q`, `w_k` to make up for it), so nothing crashes and
-# the bug goes unnoticed; but the head starts at a different temperature than the one the
-# `1 / sqrt(D)` argument chose, and the temperature changes whenever you change the number of heads
-# (`C / D` is the number of heads).
+# The model still trains (it can learn larger `w_q`, `w_k`), so nothing crashes and the bug goes
+# unnoticed; but the head starts at another temperature than the `1 / sqrt(D)` argument chose, and one
+# that changes with the number of heads (`C / D`).
 #
 # > **Pitfall 2: the softmax over the wrong axis.**
 # > Scores are `(..., T, S)`: queries on the second-to-last axis, keys on the last. Each *query* must
@@ -619,12 +599,11 @@ print("dim=1:  sums over keys   ", wrong.sum(dim=-1)[0].round(decimals=4))  # fl
 print("dim=1:  sums over queries", wrong.sum(dim=1)[0].round(decimals=4))   # on the CPU
 
 # %% [markdown]
-# With `dim=1`, a query's weights no longer sum to 1 (here they range from well below to well above 1),
-# so its output is not an average of the values any more. A one-line test catches it:
-# `assert_close(weights.sum(-1), ones)`. In a causal model (notebook 03: query `i` may only see keys
-# `j <= i`) the mistake is worse than wrong numbers. Each key's column is normalised over all the
-# queries, later ones included, so an early query's output depends on tokens it is not allowed to see.
-# Change only the last query and watch the first output:
+# With `dim=1`, a query's weights no longer sum to 1, so its output is not an average of the values. A
+# one-line test catches it: `assert_close(weights.sum(-1), ones)`. In a causal model (notebook 03: query
+# `i` sees only keys `j <= i`) it is worse: each key's column is normalised over all the queries, later
+# ones included, so an early query's output depends on tokens it may not see. Change only the last query
+# and watch the first output:
 
 # %%
 g = torch.Generator().manual_seed(8)
@@ -647,8 +626,8 @@ for dim in (-1, -2):
 # %% [markdown]
 # ## 7. Check against `course_utils`
 #
-# Our inline versions against the course package, on a fresh batch that includes the large-logit rows,
-# and our autograd `grad_norms` against `attention_grad_norms`, which writes the chain rule out:
+# Our inline versions against the course package, on a fresh batch with large-logit rows, and our
+# autograd `grad_norms` against `attention_grad_norms`, which writes the chain rule out:
 
 # %%
 from course_utils.attention import attention_grad_norms
@@ -710,9 +689,8 @@ check("02.2", my_scaled_attention)
 # %% [markdown]
 # **02.3 One head, scaled by its head size.** Write `head_attention(x, w_q, w_k, w_v)` for
 # `x (B, T, C)` and projection matrices `w_q, w_k, w_v` of shape `(D, C)`: project `x` to `q, k, v`,
-# then self-attention with the right scale. Return `out (B, T, D)`. (This is Pitfall 1: the checks use
-# `C != D`.) The matrices are stored as `nn.Linear` stores its weight and as in exercise 01.4,
-# `(out, in) = (D, C)`, so `x @ w_q.T` projects.
+# then self-attention with the right scale. Return `out (B, T, D)`. (Pitfall 1: the checks use `C != D`.)
+# The matrices are stored `(out, in) = (D, C)`, as in `nn.Linear` and exercise 01.4: `x @ w_q.T` projects.
 
 # %%
 def head_attention(x, w_q, w_k, w_v):
@@ -747,17 +725,16 @@ check("02.4", attention_entropy)
 # - For random, independent `q`, `k` with unit-variance entries, `Var(q . k) = D`. Dividing by `sqrt(D)`
 #   makes it 1 for every head size (`Var(q_i) Var(k_i)` in general); dividing by `D` makes it `1 / D`, so
 #   big heads attend uniformly.
-# - Unit variance is a reference, not what initialisation gives: `nn.Linear`'s default gives
-#   `Var(q) = Var(x) / 3` (scaled scores about 0.1), GPT-2's `N(0, 0.02^2)` far less (about 0.02 at
-#   `C = 384`). And `q`, `k` of one token share `x`: harmless at initialisation, not once `W_Q` and `W_K`
-#   are correlated.
+# - Initialisation gives less than unit variance: `Var(q) = Var(x) / 3` with `nn.Linear`'s default, far
+#   less with GPT-2's `N(0, 0.02^2)`. A token's `q` and `k` share `x`: harmless at initialisation, not once
+#   `W_Q` and `W_K` are correlated.
 # - Large scores push the softmax to one-hot and its Jacobian `diag(w) - w w^T` to zero. Without the
-#   scale, the gradient reaching `q` and `k` is not smaller on average, but most queries get almost none
+#   scale the gradient reaching `q` and `k` is not smaller on average, but most queries get almost none
 #   and the few whose best keys nearly tie get huge ones.
 # - What `1 / sqrt(D)` buys: the scores' distribution, the softmax's entropy and the spread of the
 #   gradients do not depend on the head size.
-# - Compute softmax as `exp(z - max) / sum exp(z - max)` (shift invariance makes that the same softmax),
-#   with the maximum taken per row along the softmax axis. `exp(z) / sum exp(z)` gives `nan` for logits near 100 in float32 (and for very negative ones).
+# - Compute softmax as `exp(z - max) / sum exp(z - max)`, the maximum taken per row along the softmax
+#   axis; `exp(z) / sum exp(z)` gives `nan` for float32 logits near 100 (and very negative ones).
 # - `scaled_dot_product_attention(q, k, v)` = `softmax(q k^T / sqrt(D), dim=-1) v`; ours matches
 #   `course_utils` and `F.scaled_dot_product_attention`.
 # - Scale by the **head size** `D`, not the model width `C`; softmax over the **keys** (`dim=-1`).
@@ -770,11 +747,10 @@ check("02.4", attention_entropy)
 #   with the variance argument in its footnote.
 # - Goodfellow, Bengio and Courville (2016), *Deep Learning*, section 4.1 "Overflow and Underflow", which
 #   uses the softmax as its example of the max-subtraction trick.
-# - Milakov and Gimelshein (2018), *Online normalizer calculation for softmax*: computing the maximum and
-#   the sum in one pass, the idea FlashAttention builds on.
-# - Zhai et al. (2023), *Stabilizing Transformer Training by Preventing Attention Entropy Collapse*: what
-#   happens when trained attention logits grow and the entropy falls towards 0.
+# - Milakov and Gimelshein (2018), *Online normalizer calculation for softmax*: the maximum and the sum in
+#   one pass, which FlashAttention builds on.
+# - Zhai et al. (2023), *Stabilizing Transformer Training by Preventing Attention Entropy Collapse*: trained
+#   logits that grow until the entropy falls towards 0.
 # - Yang et al. (2022), *Tensor Programs V: Tuning Large Neural Networks via Zero-Shot Hyperparameter
-#   Transfer* (muP), which argues for `1 / D` instead of `1 / sqrt(D)` once `q` and `k` become correlated
-#   during training.
+#   Transfer* (muP), which argues for `1 / D` once `q` and `k` become correlated in training.
 # - PyTorch documentation of `torch.nn.functional.scaled_dot_product_attention`.
