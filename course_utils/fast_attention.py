@@ -1,5 +1,8 @@
-"""How fast attention works (notebook 08): the online softmax, then attention computed tile by tile.
+"""How fast attention works (notebook 08): the online softmax, attention computed tile by tile, its backward
+pass by hand, and FlashAttention's recompute, which trains in memory linear in the sequence length.
 
+Reading order: :class:`Partial`, :func:`block_partial`, :func:`merge_partials`, :func:`finish`,
+:func:`online_softmax`, :func:`tiled_attention`, :func:`attention_backward`, :func:`flash_attention`.
 Shapes: T query length, S key length, D head_dim, Dv value width, ``...`` any leading (B, H); masks are
 boolean, True = may attend.
 """
@@ -10,6 +13,7 @@ import math
 from typing import NamedTuple
 
 import torch
+from torch.autograd.function import once_differentiable
 
 from course_utils._validate import (
     check_bool,
@@ -22,7 +26,16 @@ from course_utils._validate import (
     check_tensor,
 )
 
-__all__ = ["Partial", "block_partial", "merge_partials", "finish", "online_softmax", "tiled_attention"]
+__all__ = [
+    "Partial",
+    "block_partial",
+    "merge_partials",
+    "finish",
+    "online_softmax",
+    "tiled_attention",
+    "attention_backward",
+    "flash_attention",
+]
 
 NEG_INF = float("-inf")
 
@@ -164,27 +177,55 @@ def tiled_attention(
     ``mask`` is True where a query may attend. ``scale`` defaults to 1 / sqrt(D). ``is_causal`` is
     ``causal_mask(T, S)`` (bottom-right; needs T <= S); with ``mask`` both apply. A query that may see no key
     gets 0. ``q_tile`` queries meet ``kv_tile`` keys at a time, so the scores held at once are
-    (..., q_tile, kv_tile) instead of (..., T, S): memory saved in the forward pass only. Tiles past the
-    causal diagonal are skipped.
+    (..., q_tile, kv_tile) instead of (..., T, S): memory saved in the forward pass only (under autograd every
+    tile is kept for the backward pass; :func:`flash_attention` keeps none). Tiles past the causal diagonal
+    are skipped.
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
+    scale, q_tile, kv_tile = _check_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+    return _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile)[0]
+
+
+def _check_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[float, int, int]:
+    """The door of tiled_attention and flash_attention: every argument checked; the scale, q_tile, kv_tile to use."""
     check_qkv(q, k, v)
     check_bool("is_causal", is_causal)
     q_tile, kv_tile = check_int("q_tile", q_tile), check_int("kv_tile", kv_tile)
-    T, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    T, S = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_positive_number("scale", scale)
     if mask is not None:
-        check_bool_mask(mask, (*batch, T, S))
+        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), T, S))
         check_same_device(q=q, mask=mask)
     if is_causal and T > S:
         raise ValueError(
             f"is_causal needs T <= S (the queries are the last T of the S positions, as in "
             f"causal_mask(T, S)), got T={T}, S={S}"
         )
+    return scale, q_tile, kv_tile
+
+
+def _visible(
+    mask: torch.Tensor | None, is_causal: bool, offset: int, i0: int, i1: int, j0: int, j1: int, device
+) -> torch.Tensor | None:
+    """Which scores of the tile (queries i0:i1, keys j0:j1) a query may see: bool (..., Tq, Sk), None for all."""
+    visible = None
+    if is_causal and j1 - 1 > offset + i0:  # this tile crosses the diagonal of the first query row
+        rows = torch.arange(offset + i0, offset + i1, device=device)[:, None]  # (Tq, 1) absolute positions
+        visible = torch.arange(j0, j1, device=device)[None, :] <= rows  # (Tq, Sk)
+    if mask is not None:
+        m_t = _tile(mask, slice(i0, i1), slice(j0, j1))  # broadcastable to (..., Tq, Sk)
+        visible = m_t if visible is None else visible & m_t
+    return visible
+
+
+def _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[torch.Tensor, torch.Tensor]:
+    """out (..., T, Dv) and each query's logsumexp of its visible scores (..., T, 1), -inf if it sees none."""
+    T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     offset = S - T  # query i sits at absolute position offset + i
     out = q.new_empty(*batch, T, Dv)  # (..., T, Dv), filled one query tile at a time
+    lse = q.new_empty(*batch, T, 1)  # (..., T, 1)
     for i0 in range(0, T, q_tile):
         i1 = min(i0 + q_tile, T)
         q_t = q[..., i0:i1, :] * scale  # (..., Tq, D), scaled once rather than every tile of scores
@@ -195,15 +236,130 @@ def tiled_attention(
         for j0 in range(0, last_key + 1, kv_tile):
             j1 = min(j0 + kv_tile, S)
             scores = q_t @ k[..., j0:j1, :].transpose(-2, -1)  # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
-            visible = None
-            if is_causal and j1 - 1 > offset + i0:  # this tile crosses the diagonal of the first query row
-                rows = torch.arange(offset + i0, offset + i1, device=q.device)[:, None]  # (Tq, 1) positions
-                visible = torch.arange(j0, j1, device=q.device)[None, :] <= rows  # (Tq, Sk)
-            if mask is not None:
-                m_t = _tile(mask, slice(i0, i1), slice(j0, j1))  # broadcastable to (..., Tq, Sk)
-                visible = m_t if visible is None else visible & m_t
+            visible = _visible(mask, is_causal, offset, i0, i1, j0, j1, q.device)
             if visible is not None:
                 scores = scores.masked_fill(~visible, NEG_INF)
             acc = _merge(acc, _block_partial(scores, v[..., j0:j1, :]))  # (..., Tq, 1), (..., Tq, Dv)
         out[..., i0:i1, :] = _finish(acc)  # (..., Tq, Dv)
-    return out
+        lse[..., i0:i1, :] = acc.m + torch.log(acc.l)  # (..., Tq, 1): log sum exp(scores); -inf + -inf if none
+    return out, lse
+
+
+def attention_backward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    o: torch.Tensor,
+    do: torch.Tensor,
+    scale: float,
+    mask: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The gradients (dq, dk, dv) of one attention call o = softmax(scale q k^T, masked) v, given do = dL/do.
+
+    The textbook formulas, all (T, S) at once, no autograd: with P the weights, dv = P^T dO; dP = dO v^T;
+    Delta = rowsum(dO * O) (equal to rowsum(P * dP)); dS = P * (dP - Delta); dq = scale dS k; dk = scale dS^T q.
+    ``o`` must be that call's output. A blocked entry has P = 0 and passes no gradient; a query that sees no
+    key gets dq = 0. Broadcast batch axes are summed back to each input's shape.
+    Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), o and do (..., T, Dv), mask bool broadcastable to
+    (..., T, S) -> dq, dk, dv of the shapes of q, k, v. Taught in notebook 08.
+    """
+    check_qkv(q, k, v)
+    scale = check_positive_number("scale", scale)
+    T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    for name, x in (("o", o), ("do", do)):
+        check_tensor(name, x, min_dim=2)
+        if x.dtype != q.dtype or x.shape != (*batch, T, Dv):
+            raise ValueError(
+                f"{name} must be the attention output's shape {(*batch, T, Dv)} and dtype {q.dtype}, got "
+                f"{tuple(x.shape)} {x.dtype}"
+            )
+        check_same_device(q=q, **{name: x})
+    if mask is not None:
+        check_bool_mask(mask, (*batch, T, S))
+        check_same_device(q=q, mask=mask)
+    scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
+    if mask is not None:
+        scores = scores.masked_fill(~mask, NEG_INF)  # (..., T, S)
+    weights = torch.softmax(scores, dim=-1)  # (..., T, S): P, NaN in a row that sees no key ...
+    if mask is not None:
+        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # ... whose weights are 0
+    dv = weights.transpose(-2, -1) @ do  # (..., S, T) @ (..., T, Dv) -> (..., S, Dv)
+    dweights = do @ v.transpose(-2, -1)  # (..., T, Dv) @ (..., Dv, S) -> (..., T, S): dP
+    delta = (do * o).sum(dim=-1, keepdim=True)  # (..., T, 1): Delta = rowsum(dO * O)
+    dscores = weights * (dweights - delta)  # (..., T, S): dS, the softmax's backward, row by row
+    dq = scale * (dscores @ k)  # (..., T, S) @ (..., S, D) -> (..., T, D)
+    dk = scale * (dscores.transpose(-2, -1) @ q)  # (..., S, T) @ (..., T, D) -> (..., S, D)
+    return dq.sum_to_size(q.shape), dk.sum_to_size(k.shape), dv.sum_to_size(v.shape)
+
+
+def flash_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    is_causal: bool = False,
+    scale: float | None = None,
+    q_tile: int = 128,
+    kv_tile: int = 128,
+) -> torch.Tensor:
+    """:func:`tiled_attention` that also trains without the (T, S) matrix: FlashAttention-2's recompute.
+
+    The forward pass is tiled attention that keeps only q, k, v, the output and one logsumexp per query (and
+    the caller's mask, not a copy). The backward pass goes tile by tile again, recomputes each tile's weights
+    from q, k and the logsumexp, and accumulates dq, dk, dv with the formulas of :func:`attention_backward`;
+    tiles past the causal diagonal are skipped in both passes. So training holds O(T + S) numbers besides a
+    few tiles, where autograd through :func:`tiled_attention` keeps every tile. Differentiable once (no
+    double backward). The contract, arguments and errors of :func:`tiled_attention`: ``mask`` True = may
+    attend; ``is_causal`` bottom-right (needs T <= S); a query that sees no key gets output 0 and gradient 0.
+    Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
+    -> out (..., T, Dv). Taught in notebook 08.
+    """
+    scale, q_tile, kv_tile = _check_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+    return _FlashAttention.apply(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+
+
+class _FlashAttention(torch.autograd.Function):
+    """flash_attention's kernel: arguments already checked."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, mask, is_causal, scale, q_tile, kv_tile):
+        out, lse = _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile)  # autograd is off in here
+        ctx.save_for_backward(q, k, v, out, lse, mask)  # nothing (T, S)-sized; the mask is the caller's own
+        ctx.settings = (is_causal, scale, q_tile, kv_tile)
+        return out
+
+    @staticmethod
+    @once_differentiable
+    def backward(ctx, dout):
+        q, k, v, out, lse, mask = ctx.saved_tensors
+        dq, dk, dv = _tiled_backward(q, k, v, out, lse, dout, mask, *ctx.settings)
+        return dq, dk, dv, None, None, None, None, None  # no gradient for the mask and the settings
+
+
+def _tiled_backward(q, k, v, out, lse, dout, mask, is_causal, scale, q_tile, kv_tile):
+    """dq, dk, dv (the shapes of q, k, v) one tile at a time, each tile's weights recomputed from the logsumexp."""
+    T, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    offset = S - T
+    delta = (dout * out).sum(dim=-1, keepdim=True)  # (..., T, 1): rowsum(dO * O), which is rowsum(P * dP)
+    lse = lse.masked_fill(lse == NEG_INF, float("inf"))  # a query that saw no key: exp(-inf - inf) = 0 weights
+    dq, dk, dv = q.new_zeros(*batch, T, D), k.new_zeros(*batch, S, D), v.new_zeros(*batch, S, Dv)
+    for i0 in range(0, T, q_tile):
+        i1 = min(i0 + q_tile, T)
+        q_t, do_t = q[..., i0:i1, :] * scale, dout[..., i0:i1, :]  # (..., Tq, D), (..., Tq, Dv)
+        last_key = offset + i1 - 1 if is_causal else S - 1  # the forward pass skipped the tiles after it
+        for j0 in range(0, last_key + 1, kv_tile):
+            j1 = min(j0 + kv_tile, S)
+            k_t, v_t = k[..., j0:j1, :], v[..., j0:j1, :]  # (..., Sk, D), (..., Sk, Dv)
+            scores = q_t @ k_t.transpose(-2, -1)  # (..., Tq, Sk), as in the forward pass
+            visible = _visible(mask, is_causal, offset, i0, i1, j0, j1, q.device)
+            if visible is not None:
+                scores = scores.masked_fill(~visible, NEG_INF)
+            weights = (scores - lse[..., i0:i1, :]).exp_()  # (..., Tq, Sk): P = exp(scores - logsumexp)
+            dv[..., j0:j1, :] += weights.transpose(-2, -1) @ do_t  # (..., Sk, Tq) @ (..., Tq, Dv)
+            dweights = do_t @ v_t.transpose(-2, -1)  # (..., Tq, Dv) @ (..., Dv, Sk) -> (..., Tq, Sk): dP
+            dscores = dweights.sub_(delta[..., i0:i1, :]).mul_(weights)  # (..., Tq, Sk): dS = P * (dP - Delta)
+            dq[..., i0:i1, :] += dscores @ k_t  # (..., Tq, Sk) @ (..., Sk, D); times scale at the end
+            dk[..., j0:j1, :] += dscores.transpose(-2, -1) @ q_t  # q_t holds the scale already
+    return (dq * scale).sum_to_size(q.shape), dk.sum_to_size(k.shape), dv.sum_to_size(v.shape)

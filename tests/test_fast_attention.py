@@ -1,6 +1,7 @@
-"""The online softmax and tiled attention (notebook 08): exact against the course's reference and
-F.scaled_dot_product_attention over random shapes, tile sizes, causal or not, masks (fully masked rows
-included), and every error message."""
+"""The online softmax, tiled attention, the backward pass by hand and flash attention (notebook 08): exact
+against the course's reference, autograd and F.scaled_dot_product_attention over random shapes, tile sizes,
+causal or not, masks (fully masked rows included); flash attention keeps nothing (T, S)-sized for the backward
+pass; and every error message."""
 
 from __future__ import annotations
 
@@ -10,12 +11,15 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import dtypes, seeds, tol
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.fast_attention import (
     Partial,
+    attention_backward,
     block_partial,
     finish,
+    flash_attention,
     merge_partials,
     online_softmax,
     tiled_attention,
@@ -239,48 +243,294 @@ def test_merge_rescales_without_overflow():
     torch.testing.assert_close(finish(merged), torch.softmax(torch.cat([low, high], -1), -1) @ v)
 
 
+# --- the backward pass by hand, and flash attention -------------------------------------------------
+
+
+def _combined(mask: torch.Tensor | None, is_causal: bool, T: int, S: int) -> torch.Tensor | None:
+    """The one boolean mask (..., T, S) that ``mask`` and ``is_causal`` make together, None for none."""
+    if not is_causal:
+        return mask
+    return causal_mask(T, S) if mask is None else causal_mask(T, S) & mask
+
+
+def _draw_case(seed, dtype, B, H, T, S, D, Dv, mask_kind, broadcast_batch):
+    """q (B, H, T, D), k, v and a mask; with ``broadcast_batch`` q is (B, 1, T, D) and k, v (1, H, S, .)."""
+    g = torch.Generator().manual_seed(seed)
+    q_batch, kv_batch = ((B, 1), (1, H)) if broadcast_batch else ((B, H), (B, H))
+    q = torch.randn(*q_batch, T, D, generator=g, dtype=dtype, requires_grad=True)
+    k = torch.randn(*kv_batch, S, D, generator=g, dtype=dtype, requires_grad=True)
+    v = torch.randn(*kv_batch, S, Dv, generator=g, dtype=dtype, requires_grad=True)
+    return q, k, v, _mask(mask_kind, B, T, S, g), torch.randn(B, H, T, Dv, generator=g, dtype=dtype)
+
+
+def _out_and_grads(out: torch.Tensor, inputs, dout: torch.Tensor):
+    return (out, *torch.autograd.grad(out, inputs, dout))
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    seed=seeds,
+    B=st.integers(1, 3),
+    H=st.integers(1, 3),
+    T=st.integers(1, 40),
+    extra_keys=st.integers(0, 30),
+    D=st.integers(1, 16),
+    Dv=st.integers(1, 12),
+    q_tile=st.integers(1, 48),
+    kv_tile=st.integers(1, 48),
+    is_causal=st.booleans(),
+    mask_kind=st.sampled_from(MASK_KINDS),
+    fewer_keys=st.booleans(),
+    broadcast_batch=st.booleans(),
+)
+def test_flash_attention_output_and_gradients_equal_autograd_through_plain_attention_in_float64(
+    seed, B, H, T, extra_keys, D, Dv, q_tile, kv_tile, is_causal, mask_kind, fewer_keys, broadcast_batch
+):
+    """Tiles that divide T and S or not, T != S both ways, Dv != D, masks broadcast over batch and heads."""
+    S = T + extra_keys
+    if fewer_keys and not is_causal:  # T > S (cross-attention)
+        T, S = S, T
+    q, k, v, mask, dout = _draw_case(seed, torch.float64, B, H, T, S, D, Dv, mask_kind, broadcast_batch)
+    ours = _out_and_grads(flash_attention(q, k, v, mask, is_causal, q_tile=q_tile, kv_tile=kv_tile), (q, k, v), dout)
+    plain = scaled_dot_product_attention(q, k, v, _combined(mask, is_causal, T, S))[0]
+    for got, expected in zip(ours, _out_and_grads(plain, (q, k, v), dout), strict=True):
+        assert got.shape == expected.shape and got.dtype == torch.float64
+        torch.testing.assert_close(got, expected, atol=1e-10, rtol=1e-10)
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=seeds,
+    B=st.integers(1, 3),
+    H=st.integers(1, 3),
+    T=st.integers(1, 40),
+    extra_keys=st.integers(0, 30),
+    D=st.integers(1, 16),
+    Dv=st.integers(1, 12),
+    q_tile=st.integers(1, 48),
+    kv_tile=st.integers(1, 48),
+    is_causal=st.booleans(),
+    mask_kind=st.sampled_from(MASK_KINDS),
+)
+def test_flash_attention_output_and_gradients_equal_torch_sdpa_in_float32(
+    seed, B, H, T, extra_keys, D, Dv, q_tile, kv_tile, is_causal, mask_kind
+):
+    S = T + extra_keys
+    q, k, v, mask, dout = _draw_case(seed, torch.float32, B, H, T, S, D, Dv, mask_kind, False)
+    ours = _out_and_grads(flash_attention(q, k, v, mask, is_causal, q_tile=q_tile, kv_tile=kv_tile), (q, k, v), dout)
+    combined = _combined(mask, is_causal, T, S)
+    torch_mask = None if combined is None else combined.expand(B, H, T, S)  # torch wants at least (T, S)
+    theirs = F.scaled_dot_product_attention(q, k, v, attn_mask=torch_mask)  # zeros for fully masked rows
+    for got, expected in zip(ours, _out_and_grads(theirs, (q, k, v), dout), strict=True):
+        torch.testing.assert_close(got, expected, atol=2e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "T, S, is_causal, masked, q_tile, kv_tile",
+    [(5, 5, False, False, 2, 3), (3, 7, True, False, 2, 3), (4, 6, True, True, 3, 4), (6, 4, False, True, 4, 3)],
+)
+def test_flash_attention_passes_gradcheck(T, S, is_causal, masked, q_tile, kv_tile):
+    g = torch.Generator().manual_seed(T * 10 + S)
+    q = torch.randn(2, 1, T, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    k = torch.randn(1, 2, S, 3, generator=g, dtype=torch.float64, requires_grad=True)
+    v = torch.randn(1, 2, S, 2, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = None
+    if masked:
+        mask = torch.rand(2, 1, T, S, generator=g) < 0.6
+        mask[0, 0, 1] = False  # a query that sees no key
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: flash_attention(q, k, v, mask, is_causal, q_tile=q_tile, kv_tile=kv_tile), (q, k, v)
+    )
+
+
+def test_a_query_that_sees_no_key_gets_output_zero_and_gradient_zero():
+    g = torch.Generator().manual_seed(4)
+    q, k, v = (torch.randn(2, 6, 4, generator=g, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = torch.rand(2, 6, 6, generator=g) < 0.6
+    mask[0, 2] = False
+    mask[1, 5] = False
+    out = flash_attention(q, k, v, mask, q_tile=4, kv_tile=4)
+    out.backward(torch.randn(out.shape, generator=g, dtype=torch.float64))
+    assert torch.isfinite(q.grad).all() and torch.isfinite(k.grad).all() and torch.isfinite(v.grad).all()
+    assert out[0, 2].abs().max() == 0 and out[1, 5].abs().max() == 0
+    assert q.grad[0, 2].abs().max() == 0 and q.grad[1, 5].abs().max() == 0
+    q.grad = k.grad = v.grad = None
+    nothing = flash_attention(q, k, v, torch.zeros(6, 6, dtype=torch.bool), q_tile=4, kv_tile=4)
+    nothing.sum().backward()
+    assert nothing.abs().max() == 0
+    for grad in (q.grad, k.grad, v.grad):
+        assert grad.abs().max() == 0
+
+
+def test_flash_attention_without_autograd_is_tiled_attention_and_grads_only_what_asks():
+    g = torch.Generator().manual_seed(5)
+    q, k, v = torch.randn(2, 9, 4, generator=g), torch.randn(2, 11, 4, generator=g), torch.randn(2, 11, 3, generator=g)
+    with torch.no_grad():
+        torch.testing.assert_close(
+            flash_attention(q, k, v, is_causal=True, q_tile=4, kv_tile=5),
+            tiled_attention(q, k, v, is_causal=True, q_tile=4, kv_tile=5),
+            atol=0,
+            rtol=0,
+        )
+    v.requires_grad_(True)
+    flash_attention(q, k, v, q_tile=4, kv_tile=5).sum().backward()
+    assert q.grad is None and k.grad is None and v.grad.shape == v.shape
+    with pytest.raises(RuntimeError, match=r"does not require grad"):  # differentiable once, not twice
+        q.requires_grad_(True)
+        (dq,) = torch.autograd.grad(flash_attention(q, k, v).sum(), q, create_graph=True)
+        dq.sum().backward()
+
+
+class _CountMatmuls(TorchDispatchMode):
+    """Counts the matrix products that reach ATen (below autograd, so the backward pass's too)."""
+
+    def __init__(self):
+        super().__init__()
+        self.calls = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.calls += func in (torch.ops.aten.mm.default, torch.ops.aten.bmm.default)
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("is_causal, tiles", [(False, 4 * 4), (True, 4 + 3 + 2 + 1)])
+def test_flash_attention_skips_the_tiles_past_the_causal_diagonal_in_both_passes(is_causal, tiles):
+    """T = S = 8 in tiles of 2: 16 tiles, 10 of them on or below the diagonal; 2 products a tile forward, 5 back."""
+    g = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(1, 8, 4, generator=g, requires_grad=True) for _ in range(3))
+    with _CountMatmuls() as forward:
+        out = flash_attention(q, k, v, is_causal=is_causal, q_tile=2, kv_tile=2)
+    with _CountMatmuls() as backward:
+        out.sum().backward()
+    assert (forward.calls, backward.calls) == (2 * tiles, 5 * tiles)
+
+
+def _saved_bytes(fn) -> tuple[int, int]:
+    """(total bytes, largest tensor's number of elements) of what autograd saves for the backward pass of fn()."""
+    sizes = []
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        sizes.append((t.numel() * t.element_size(), t.numel()))
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return sum(b for b, _ in sizes), max(n for _, n in sizes)
+
+
+@pytest.mark.parametrize("is_causal", [False, True])
+def test_flash_attention_saves_nothing_of_size_t_by_s_where_tiled_attention_saves_every_tile(is_causal):
+    B, H, T, D, tile = 1, 2, 256, 8, 32
+    g = torch.Generator().manual_seed(6)
+    q, k, v = (torch.randn(B, H, T, D, generator=g, requires_grad=True) for _ in range(3))
+    flash, flash_largest = _saved_bytes(
+        lambda: flash_attention(q, k, v, is_causal=is_causal, q_tile=tile, kv_tile=tile)
+    )
+    tiled, _ = _saved_bytes(lambda: tiled_attention(q, k, v, is_causal=is_causal, q_tile=tile, kv_tile=tile))
+    qkv_out_lse = (4 * B * H * T * D + B * H * T) * 4  # float32 bytes: q, k, v, out, one logsumexp per query
+    assert flash == qkv_out_lse
+    assert flash_largest == B * H * T * D  # q, k, v and out; never (T, S)
+    assert tiled > B * H * T * T * 4 * (0.5 if is_causal else 1)  # every tile's scores (about half when causal)
+    assert tiled > 10 * flash
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    seed=seeds,
+    B=st.integers(1, 3),
+    H=st.integers(1, 3),
+    T=st.integers(1, 12),
+    S=st.integers(1, 12),
+    D=st.integers(1, 8),
+    Dv=st.integers(1, 8),
+    scale=st.sampled_from([None, 0.3, 2.0]),
+    mask_kind=st.sampled_from(MASK_KINDS),
+    broadcast_batch=st.booleans(),
+)
+def test_attention_backward_equals_autograd_in_float64(seed, B, H, T, S, D, Dv, scale, mask_kind, broadcast_batch):
+    """T != S, Dv != D, batch and head axes (broadcast ones summed back), masks with fully masked rows."""
+    q, k, v, mask, dout = _draw_case(seed, torch.float64, B, H, T, S, D, Dv, mask_kind, broadcast_batch)
+    scale = D**-0.5 if scale is None else scale
+    out = scaled_dot_product_attention(q, k, v, mask, scale=scale)[0]
+    expected = torch.autograd.grad(out, (q, k, v), dout)
+    got = attention_backward(q.detach(), k.detach(), v.detach(), out.detach(), dout, scale, mask)
+    for g_, e in zip(got, expected, strict=True):
+        assert g_.shape == e.shape
+        torch.testing.assert_close(g_, e, atol=1e-12, rtol=1e-12)
+
+
+def test_attention_backward_gives_blocked_entries_and_blind_queries_no_gradient():
+    g = torch.Generator().manual_seed(7)
+    q, k, v = torch.randn(4, 3, generator=g), torch.randn(5, 3, generator=g), torch.randn(5, 2, generator=g)
+    mask = torch.ones(4, 5, dtype=torch.bool)
+    mask[:, 4] = False  # no query sees key 4
+    mask[2] = False  # query 2 sees no key
+    out = scaled_dot_product_attention(q, k, v, mask)[0]
+    dq, dk, dv = attention_backward(q, k, v, out, torch.randn(4, 2, generator=g), 3**-0.5, mask)
+    assert dq[2].abs().max() == 0 and dk[4].abs().max() == 0 and dv[4].abs().max() == 0
+
+
+def test_attention_backward_errors():
+    q, k, v = QKV
+    o = torch.zeros(1, 4, 2)
+    with pytest.raises(ValueError, match=r"o must be the attention output's shape \(1, 4, 2\) and dtype torch.float32"):
+        attention_backward(q, k, v, o[:, :3], o, 0.5)
+    with pytest.raises(ValueError, match=r"do must be the attention output's shape .* got \(1, 4, 2\) torch.float64"):
+        attention_backward(q, k, v, o, o.double(), 0.5)
+    with pytest.raises(TypeError, match=r"do must be a torch.Tensor, got NoneType"):
+        attention_backward(q, k, v, o, None, 0.5)
+    with pytest.raises(ValueError, match=r"scale must be a positive finite number, got -1.0"):
+        attention_backward(q, k, v, o, o, -1.0)
+    with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\)"):
+        attention_backward(q, k, v, o, o, 0.5, torch.ones(4, 5))
+    with pytest.raises(ValueError, match=r"k and v must have the same number of positions S"):
+        attention_backward(q, k, v[:, :3], o, o, 0.5)
+
+
 # --- errors ------------------------------------------------------------------------------------------
 
 
 QKV = (torch.randn(1, 4, 3), torch.randn(1, 5, 3), torch.randn(1, 5, 2))
 
 
-@pytest.mark.parametrize(
-    "kwargs, error, match",
-    [
-        ({"q_tile": 0}, ValueError, r"q_tile must be at least 1, got 0"),
-        ({"kv_tile": 0}, ValueError, r"kv_tile must be at least 1, got 0"),
-        ({"kv_tile": -3}, ValueError, r"kv_tile must be at least 1, got -3"),
-        ({"q_tile": 2.0}, TypeError, r"q_tile must be an int, got float"),
-        ({"kv_tile": None}, TypeError, r"kv_tile must be an int, got NoneType"),
-        ({"is_causal": 1}, TypeError, r"is_causal must be True or False, got 1 \(int\)"),
-        ({"scale": 0.0}, ValueError, r"scale must be a positive finite number, got 0.0"),
-        (
-            {"mask": torch.ones(4, 4, dtype=torch.bool)},
-            ValueError,
-            r"mask of shape \(4, 4\) does not broadcast to the "
-            r"scores' shape \(1, 4, 5\)",
-        ),
-        ({"mask": torch.ones(4, 5)}, TypeError, r"mask must be boolean \(True = may attend\), got dtype torch.float32"),
-    ],
-)
-def test_tiled_attention_errors(kwargs, error, match):
+BAD_ARGUMENTS = [
+    ({"q_tile": 0}, ValueError, r"q_tile must be at least 1, got 0"),
+    ({"kv_tile": 0}, ValueError, r"kv_tile must be at least 1, got 0"),
+    ({"kv_tile": -3}, ValueError, r"kv_tile must be at least 1, got -3"),
+    ({"q_tile": 2.0}, TypeError, r"q_tile must be an int, got float"),
+    ({"kv_tile": None}, TypeError, r"kv_tile must be an int, got NoneType"),
+    ({"is_causal": 1}, TypeError, r"is_causal must be True or False, got 1 \(int\)"),
+    ({"scale": 0.0}, ValueError, r"scale must be a positive finite number, got 0.0"),
+    (
+        {"mask": torch.ones(4, 4, dtype=torch.bool)},
+        ValueError,
+        r"mask of shape \(4, 4\) does not broadcast to the "
+        r"scores' shape \(1, 4, 5\)",
+    ),
+    ({"mask": torch.ones(4, 5)}, TypeError, r"mask must be boolean \(True = may attend\), got dtype torch.float32"),
+]
+
+
+@pytest.mark.parametrize("attend", [tiled_attention, flash_attention], ids=["tiled", "flash"])
+@pytest.mark.parametrize("kwargs, error, match", BAD_ARGUMENTS)
+def test_tiled_and_flash_attention_errors(attend, kwargs, error, match):
     with pytest.raises(error, match=match):
-        tiled_attention(*QKV, **kwargs)
+        attend(*QKV, **kwargs)
 
 
-def test_tiled_attention_checks_q_k_v_and_causal_lengths():
+@pytest.mark.parametrize("attend", [tiled_attention, flash_attention], ids=["tiled", "flash"])
+def test_tiled_and_flash_attention_check_q_k_v_and_causal_lengths(attend):
     q, k, v = QKV
     with pytest.raises(ValueError, match=r"q and k must have the same last dimension D"):
-        tiled_attention(q, k[..., :2], v)
+        attend(q, k[..., :2], v)
     with pytest.raises(ValueError, match=r"k and v must have the same number of positions S"):
-        tiled_attention(q, k, v[:, :4])
+        attend(q, k, v[:, :4])
     with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
-        tiled_attention([[1.0]], k, v)
+        attend([[1.0]], k, v)
     with pytest.raises(TypeError, match=r"q, k and v must share a dtype"):
-        tiled_attention(q.double(), k, v)
+        attend(q.double(), k, v)
     with pytest.raises(ValueError, match=r"is_causal needs T <= S .* got T=5, S=4"):
-        tiled_attention(k, q, q, is_causal=True)
+        attend(k, q, q, is_causal=True)
 
 
 def test_online_softmax_errors():
