@@ -6,8 +6,8 @@
 # such as FlashAttention compute the *exact* same result without ever holding it. This notebook derives
 # how, in plain PyTorch: a softmax that streams over blocks of scores (the **online softmax**), and
 # attention computed one tile of queries and keys at a time (**tiled attention**). It then asks what
-# tiling saves in training as well as at inference, and measures time and memory of every method of
-# notebooks 07 and 08 against sequence length.
+# tiling saves in training as well as at inference, derives attention's **backward pass** by hand, uses it
+# to train with FlashAttention's **recompute**, and measures time and memory against sequence length.
 #
 # **What you will learn**
 #
@@ -16,6 +16,8 @@
 # - tiled attention, the algorithm of FlashAttention: exact, with causal and boolean masks and fully
 #   masked rows, checked against `F.scaled_dot_product_attention`, never building the `(T, S)` matrix;
 # - why that saving is for inference, counted: under autograd the tiles are kept for the backward pass;
+# - the backward pass of attention by hand (`dv = Pᵀ dO`, `dS = P ⊙ (dP - Δ)`, ...), equal to autograd, and
+#   FlashAttention-2's recompute, which trains in memory linear in T;
 # - measured time and memory curves: naive, tiled and fused attention, and the variants of notebook 07.
 #
 # **Prerequisites**: notebooks 02 (scaled attention, the stable softmax), 03 (masking: `causal_mask(T, S)`)
@@ -42,7 +44,14 @@ import course_utils
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.environment import setup_notebook
 from course_utils.exercises import NotAttempted, check
-from course_utils.fast_attention import block_partial, finish, merge_partials, online_softmax, tiled_attention
+from course_utils.fast_attention import (
+    block_partial,
+    finish,
+    flash_attention,
+    merge_partials,
+    online_softmax,
+    tiled_attention,
+)
 from course_utils.masking import causal_mask
 
 device = setup_notebook(seed=0)
@@ -233,7 +242,7 @@ print(f"one tile:      {heads * 256 * 256 * 4 / 1e6:8.1f} MB with tiles of 256 x
 
 # %% [markdown]
 # The work is the same, O(T × S × D) (less with causal skipping): tiling saves memory and memory
-# traffic, not arithmetic. Section 5 measures both on this CPU.
+# traffic, not arithmetic. Section 7 measures both on this CPU.
 
 # %% [markdown]
 # ## 4. What tiling saves, and when: inference and training
@@ -280,10 +289,98 @@ print(f"q, k, v and the output together: {4 * 4 * 1024 * 64 * 4 / 1e6:.1f} MB")
 # of section 3, O(tile) instead of O(T × S), is a saving **for inference**. To train in memory linear in
 # T, the backward pass must not use the forward's tiles at all: it keeps only q, k, v, the output and one
 # number per query, and recomputes each tile's weights when it needs them. That is what FlashAttention
-# does, and it needs the backward pass of attention written out by hand.
+# does, and it needs the backward pass of attention written out by hand: section 5.
 
 # %% [markdown]
-# ## 5. Cost curves: time and memory against sequence length
+# ## 5. The backward pass of attention, by hand
+#
+# Autograd differentiates attention as a chain of generic operations and keeps what each needs. Written
+# out for one head, the backward pass is five matrix products and one row-wise step. With the scores
+# `S = scale · q kᵀ`, the weights `P = softmax(S)` (row by row) and the output `O = P v`, and `dO` the
+# gradient of the loss with respect to `O`:
+#
+# - `O` is linear in `v`: **`dv = Pᵀ dO`**, `(S, T) @ (T, Dv)`;
+# - and linear in `P`: **`dP = dO vᵀ`**, `(T, Dv) @ (Dv, S)`;
+# - the softmax of one row has the Jacobian `diag(p) - p pᵀ`, so **`dS = P ⊙ (dP - Δ)`** with `Δ` one
+#   number per query, `Δ_i = Σ_j P_ij dP_ij`;
+# - the scores are linear in `q` and `k`: **`dq = scale · dS k`** and **`dk = scale · dSᵀ q`**.
+#
+# One identity makes this cheap: `Σ_j P_ij dP_ij = Σ_j P_ij (dO_i · v_j) = dO_i · O_i`, so
+# **`Δ = rowsum(dO ⊙ O)`**, computed from the output without `P`. Each step against autograd, in float64:
+
+# %%
+g = torch.Generator().manual_seed(7)
+T, S, D, Dv = 5, 7, 4, 3
+q, k = torch.randn(T, D, generator=g, dtype=torch.float64), torch.randn(S, D, generator=g, dtype=torch.float64)
+v = torch.randn(S, Dv, generator=g, dtype=torch.float64)
+q.requires_grad_(), k.requires_grad_(), v.requires_grad_()
+scale = 1 / math.sqrt(D)
+out = torch.softmax(scale * q @ k.T, dim=-1) @ v  # (T, Dv)
+d_out = torch.randn(T, Dv, generator=g, dtype=torch.float64)  # dL/dO, as if from the layers above
+out.backward(d_out)  # autograd's dq, dk, dv land in q.grad, k.grad, v.grad
+
+with torch.no_grad():
+    P = torch.softmax(scale * q @ k.T, dim=-1)  # (T, S)
+    dv = P.T @ d_out  # (S, T) @ (T, Dv) -> (S, Dv)
+    dP = d_out @ v.T  # (T, Dv) @ (Dv, S) -> (T, S)
+    delta = (d_out * out).sum(dim=-1, keepdim=True)  # (T, 1): from the output, without P
+    dS = P * (dP - delta)  # (T, S)
+    dq, dk = scale * dS @ k, scale * dS.T @ q  # (T, D), (S, D)
+    print("Δ = rowsum(dO ⊙ O) equals rowsum(P ⊙ dP) to 1e-12:", torch.allclose(delta, (P * dP).sum(-1, True),
+                                                                            rtol=0, atol=1e-12))
+    for name, ours, theirs in (("dv", dv, v.grad), ("dq", dq, q.grad), ("dk", dk, k.grad)):
+        print(f"{name} {tuple(ours.shape)} equals autograd to 1e-12:", torch.allclose(ours, theirs, rtol=0, atol=1e-12))
+
+# %% [markdown]
+# Masks change nothing in the formulas. A blocked entry has `P = 0`, so `dS = 0` there: it passes no
+# gradient to its query or its key. A query that may see no key has a row of zeros in `P` and an output
+# of 0, so its `dq` is 0. `course_utils.fast_attention.attention_backward` is these formulas for any batch
+# and heads; against autograd through the masked attention of notebook 03:
+
+# %%
+mask = torch.rand(T, S, generator=g) < 0.6  # (T, S), True = may attend
+mask[2] = False  # query 2 may see nothing
+qm, km, vm = (x.detach().clone().requires_grad_() for x in (q, k, v))
+out_m, _ = scaled_dot_product_attention(qm, km, vm, mask=mask)  # (T, Dv), 0 for query 2
+out_m.backward(d_out)
+grads = course_utils.fast_attention.attention_backward(
+    qm.detach(), km.detach(), vm.detach(), out_m.detach(), d_out, scale, mask=mask
+)
+for name, ours, theirs in zip(("dq", "dk", "dv"), grads, (qm.grad, km.grad, vm.grad)):
+    print(f"{name} with a mask equals autograd to 1e-12:", torch.allclose(ours, theirs, rtol=0, atol=1e-12))
+print("query 2 (sees no key) gets dq = 0:", bool((grads[0][2] == 0).all()))
+
+# %% [markdown]
+# ## 6. FlashAttention's recompute: training in linear memory
+#
+# The backward pass needs `P` only tile by tile, and a tile of `P` is cheap to make again: its scores
+# `scale · q_i k_jᵀ` from the tiles of `q` and `k`, then `exp(scores - L)` with **`L = m + log(l)`**, the
+# logsumexp of each query's row, which the forward pass already has when it finishes. So the forward pass
+# keeps only q, k, v, the output and `L` (one number per query); the backward pass goes over the tiles
+# again, recomputes each tile's `P`, and adds its share to `dq`, `dk` and `dv` (`Δ` first, from `dO` and
+# `O`). That is FlashAttention-2's backward pass (Dao 2023): more arithmetic (the scores are computed
+# twice), far less memory. `course_utils.fast_attention.flash_attention` is it, as a
+# `torch.autograd.Function`; what autograd keeps, as in section 4:
+
+# %%
+for causal in (False, True):
+    kept_mb["flash", causal] = saved_megabytes(flash_attention, qg, kg, vg, is_causal=causal)
+    print(f"causal={causal!s:>5}: plain {kept_mb['plain', causal]:4.0f} MB, tiled {kept_mb['tiled', causal]:4.0f} MB,"
+          f" flash {kept_mb['flash', causal]:4.0f} MB kept for backward")
+qf, kf, vf = (x.detach().clone().requires_grad_() for x in (qg, kg, vg))
+flash_attention(qf, kf, vf, is_causal=True, q_tile=96, kv_tile=160).sum().backward()
+qs, ks, vs = (x.detach().clone().requires_grad_() for x in (qg, kg, vg))
+F.scaled_dot_product_attention(qs, ks, vs, is_causal=True).sum().backward()
+print("flash gradients equal F.scaled_dot_product_attention's to 1e-4:",
+      all(torch.allclose(a.grad, b.grad, rtol=0, atol=1e-4) for a, b in ((qf, qs), (kf, ks), (vf, vs))))
+
+# %% [markdown]
+# Flash keeps only its inputs, its output and `L`: what it keeps grows like T, not T². Tiles of 96 and 160
+# divide neither 1024 nor each other, and the gradients still agree. `benchmarks/flash_attention.py`
+# measures the peak memory and the time of a forward and backward pass at T = 1k to 8k; the saved run:
+
+# %% [markdown]
+# ## 7. Cost curves: time and memory against sequence length
 #
 # `benchmarks/attention_cost.py` times each method and measures its peak memory at lengths 128 to 8192
 # on q, k, v of shape `(1, 4, T, 64)`, all causal except Linformer and AFT: the naive masked attention of
@@ -354,7 +451,7 @@ live = bench["run"](lengths=(128, 256, 512), repeats=2, verbose=False, min_time_
 print(bench["table"](live))
 
 # %% [markdown]
-# ## 6. Check against `course_utils`
+# ## 8. Check against `course_utils`
 #
 # The inline versions of this notebook against the package:
 
@@ -397,6 +494,27 @@ def merge_blocks(m1, l1, o1, m2, l2, o2):
 check("08.1", merge_blocks)
 
 # %% [markdown]
+# ### Exercise 08.2: the backward pass of attention
+#
+# Write `attention_backward(q, k, v, o, do, scale)` that returns `(dq, dk, dv)`, the gradients of one
+# attention call `o = softmax(scale · q kᵀ) v` given `do`, the gradient of the loss with respect to `o`.
+# Shapes: q `(..., T, D)`, k `(..., S, D)`, v `(..., S, Dv)`, o and do `(..., T, Dv)`; the same leading
+# axes on all. Use the formulas of section 5, not autograd.
+
+# %%
+def attention_backward(q, k, v, o, do, scale):
+    ### BEGIN SOLUTION
+    P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)  # (..., T, S)
+    dv = P.transpose(-2, -1) @ do  # (..., S, Dv)
+    dP = do @ v.transpose(-2, -1)  # (..., T, S)
+    dS = P * (dP - (do * o).sum(dim=-1, keepdim=True))  # (..., T, S)
+    return scale * dS @ k, scale * dS.transpose(-2, -1) @ q, dv
+    ### END SOLUTION
+
+
+check("08.2", attention_backward)
+
+# %% [markdown]
 # ## Summary
 #
 # - The online softmax keeps a running maximum `m` and sum `l`, rescaling the sum by `exp(m_old - m_new)`
@@ -407,8 +525,10 @@ check("08.1", merge_blocks)
 #   O(T × S). It is the algorithm of FlashAttention; in plain PyTorch on a CPU it is slower than the fused
 #   kernel, which runs it in compiled code, but its memory stays flat where naive attention's grows as T².
 # - Under autograd the saving is gone: every tile is kept for the backward pass, more than plain
-#   attention keeps. Training in linear memory needs a backward pass that recomputes the tiles from q, k
-#   and one number per query.
+#   attention keeps. The backward pass by hand is `dv = Pᵀ dO`, `dP = dO vᵀ`, `dS = P ⊙ (dP - Δ)` with
+#   `Δ = rowsum(dO ⊙ O)`, `dq = scale · dS k`, `dk = scale · dSᵀ q`. FlashAttention keeps only q, k, v,
+#   the output and one logsumexp per query, and recomputes each tile's weights in the backward pass: exact
+#   gradients, memory linear in T, the scores computed twice.
 #
 # Next, notebook 09 turns to the other half of fast inference: generating text with a KV cache, sampling
 # and beam search.

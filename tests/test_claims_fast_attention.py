@@ -77,3 +77,32 @@ def test_08_the_load_averages_are_what_the_prose_says():
     one, five, fifteen = meta["load_average_1_5_15min"]["before"]
     assert 0.4 <= one <= 0.6 and 1.8 <= five <= 2.2 and 3.2 <= fifteen <= 3.6
     assert 1.8 <= meta["load_average_1_5_15min"]["after"][0] <= 2.4
+
+
+def test_08_flash_keeps_only_its_inputs_its_output_and_one_number_per_query():
+    """'Flash keeps only its inputs, its output and L: what it keeps grows like T, not T²'"""
+    from course_utils.fast_attention import flash_attention
+
+    for T in (256, 512):
+        g = torch.Generator().manual_seed(6)
+        q, k, v = (torch.randn(1, 4, T, 64, generator=g, requires_grad=True) for _ in range(3))
+        inputs_and_output = 4 * q.numel() * 4 / 1e6
+        for causal in (False, True):
+            kept = _saved_megabytes(flash_attention, q, k, v, is_causal=causal)
+            assert inputs_and_output <= kept <= inputs_and_output + 4 * T * 8 / 1e6 + 1e-9, (T, causal, kept)
+
+
+def test_08_delta_from_the_output_equals_rowsum_of_p_times_dp():
+    """'Σ_j P_ij dP_ij = dO_i · O_i, so Δ = rowsum(dO ⊙ O), computed from the output without P'"""
+    g = torch.Generator().manual_seed(7)
+    q, k = (
+        torch.randn(3, 5, 4, generator=g, dtype=torch.float64),
+        torch.randn(3, 7, 4, generator=g, dtype=torch.float64),
+    )
+    v, d_out = (
+        torch.randn(3, 7, 2, generator=g, dtype=torch.float64),
+        torch.randn(3, 5, 2, generator=g, dtype=torch.float64),
+    )
+    P = torch.softmax(q @ k.transpose(-2, -1) / 2, dim=-1)
+    out = P @ v
+    torch.testing.assert_close((d_out * out).sum(-1), (P * (d_out @ v.transpose(-2, -1))).sum(-1), rtol=0, atol=1e-12)
