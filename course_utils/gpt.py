@@ -2,8 +2,9 @@
 
 Reading order: :class:`GPTConfig` (with presets), :class:`CausalSelfAttention`, :class:`MLP`, :class:`Block`,
 :class:`GPT`. ``attention="course"`` uses the course's attention (it returns the weights),
-``"torch"`` PyTorch's fused kernel; the two compute the same function. Shapes: B batch, T query length,
-S key length (T plus what a cache holds), C embed_dim, H num_heads, D head_dim, V vocab_size.
+``"torch"`` PyTorch's fused kernel, ``"flash"`` the course's FlashAttention-style recompute (notebook 08); the
+three compute the same function. Shapes: B batch, T query length, S key length (T plus what a cache holds),
+C embed_dim, H num_heads, D head_dim, V vocab_size.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from course_utils._validate import (
     from_preset,
 )
 from course_utils.attention import scaled_dot_product_attention
+from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 from course_utils.positional import LearnedPositionalEmbedding, RotaryTable
@@ -37,10 +39,10 @@ from course_utils.variants import GroupedQueryAttention, KVCache
 __all__ = ["GPTConfig", "PRESETS", "CausalSelfAttention", "MLP", "Block", "GPT"]
 
 Positions = Literal["learned", "rope"]
-AttentionImpl = Literal["course", "torch"]
+AttentionImpl = Literal["course", "torch", "flash"]
 NormPosition = Literal["pre", "post"]
 _POSITIONS = ("learned", "rope")
-_ATTENTION = ("course", "torch")
+_ATTENTION = ("course", "torch", "flash")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -53,8 +55,9 @@ class GPTConfig:
     """Everything that fixes the shape of a :class:`GPT` (training settings live in ``course_utils.train``).
 
     ``num_kv_heads`` below ``num_heads`` gives grouped-query attention (always the course's path); None is one
-    key/value head per query head. ``positions``: ``"learned"`` or ``"rope"``. ``attention``: ``"course"`` or
-    ``"torch"``. ``norm_position``: ``"pre"`` (with a final LayerNorm) or ``"post"`` (without).
+    key/value head per query head. ``positions``: ``"learned"`` or ``"rope"``. ``attention``: ``"course"``,
+    ``"torch"`` or ``"flash"`` (which has no attention dropout: only with ``dropout=0.0``). ``norm_position``:
+    ``"pre"`` (with a final LayerNorm) or ``"post"`` (without).
     Taught in notebook 09.
     """
 
@@ -87,6 +90,11 @@ class GPTConfig:
         check_bool("bias", self.bias)
         check_choice("positions", self.positions, _POSITIONS)
         check_choice("attention", self.attention, _ATTENTION)
+        if self.attention == "flash" and self.dropout > 0:
+            raise ValueError(
+                f"attention='flash' has no dropout on the attention weights, got dropout={self.dropout}: "
+                "use dropout=0.0, or attention='torch' or 'course'"
+            )
         check_choice(
             "norm_position",
             self.norm_position,
@@ -183,6 +191,9 @@ class CausalSelfAttention(MultiHeadAttention):
             mask = causal_mask(T, S, device=x.device)  # (T, S), bottom-right aligned when T < S
         if need_weights or self.attention == "course":
             out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
+        elif self.attention == "flash":  # no dropout_p: the config refuses dropout with it
+            weights = None
+            out = flash_attention(q, k, v, mask, is_causal=mask is None)  # (B, H, T, D); causal is bottom-right
         else:
             weights = None
             if mask is None and T == S:  # the usual training case: the fused kernel builds the triangle itself
