@@ -2,11 +2,10 @@
 # # 04 Multi-head attention with einsum
 #
 # One attention head mixes the tokens in one way. A transformer runs several heads side by side, each
-# with its own small query, key and value projections, and glues their outputs together. In this
-# notebook you build that, three times over: as a Python loop over heads, as one batched computation
-# with a packed projection (the way real code does it), and with per-head weights written as `einsum`.
-# You will check that all three compute the same function, and look at the mistakes people make when
-# they move axes around.
+# with its own small query, key and value projections, and glues their outputs together. You build that
+# three times: a Python loop over heads, one batched computation with a packed projection (as real code
+# does), and per-head weights with `einsum`; check that all three agree; and meet the mistakes people
+# make when moving axes around.
 #
 # **What you will learn**
 #
@@ -52,12 +51,12 @@ device = setup_notebook(seed=0)
 print("torch", torch.__version__, "| device:", device)
 
 # %% [markdown]
-# Everything here is tiny, so it runs on the CPU; `device` is printed only so you know what you have.
+# Everything here is tiny and runs on the CPU; `device` is printed only so you know what you have.
 #
 # ## 1. An einsum primer
 #
 # `torch.einsum` takes a recipe and some tensors. The recipe names every axis of every input with a
-# letter, and after the `->` it names the axes of the output. Two rules are all there is:
+# letter, and after the `->` the axes of the output. Two rules:
 #
 # 1. a letter that appears in the output is **kept** (and walked over, like an outer `for` loop);
 # 2. a letter that appears in the inputs but **not in the output is summed over**.
@@ -73,9 +72,8 @@ prod = torch.einsum("ij,jk->ik", A, W)  # j is not in the output: summed
 print(prod.shape, "equal to A @ W:", torch.allclose(prod, A @ W))
 
 # %% [markdown]
-# The same recipe with a batch letter in front of everything is a batched matrix product; dropping
-# letters from the output gives sums; no shared letter at all gives an outer product; reordering the
-# letters gives a transpose.
+# A batch letter in front of everything gives a batched matrix product; dropping letters from the output,
+# sums; no shared letter, an outer product; reordered letters, a transpose.
 
 # %%
 X = torch.randn(5, 2, 3, generator=g)  # a batch of 5 matrices (2, 3)
@@ -94,14 +92,13 @@ for recipe, (got, expected) in examples.items():
     print(f"{recipe:30s} shape {str(tuple(got.shape)):10s} same as plain PyTorch: {torch.allclose(got, expected)}")
 
 # %% [markdown]
-# The recipe attention needs most is the **scores** recipe. With queries `q` of shape (B, H, T, D) and
-# keys `k` of shape (B, H, S, D), the score of query `i` against key `j` in head `h` of batch item `b`
-# is the dot product over `d`:
+# Attention needs the **scores** recipe most. With queries `q` (B, H, T, D) and keys `k` (B, H, S, D),
+# the score of query `i` against key `j` in head `h` of batch item `b` is the dot product over `d`:
 #
 # `scores = torch.einsum("bhid,bhjd->bhij", q, k)`
 #
 # `d` is missing from the output, so it is summed; `b` and `h` are kept, so every head of every batch
-# item gets its own (T, S) table. It is exactly `q @ k.transpose(-2, -1)`:
+# item gets its own (T, S) table: exactly `q @ k.transpose(-2, -1)`.
 
 # %%
 q = torch.randn(2, 3, 5, 4, generator=g)  # (B, H, T, D)
@@ -114,11 +111,10 @@ print("same as q @ k.transpose(-2, -1)")
 # %% [markdown]
 # ### Broadcasting, in three rules
 #
-# When two tensors of different shapes meet in `+`, `*`, `masked_fill` or `@`, PyTorch lines their
-# shapes up **from the right**. Each pair of sizes must be equal, or one of them must be 1 (it is
-# stretched), or missing (it counts as 1). The result takes the larger size in each place.
-# Attention uses this all the time: one (T, T) causal mask serves every batch item and every head, and a
-# per-head bias of shape (H, D) is placed as (1, H, 1, D) to reach every batch item and time step.
+# When tensors of different shapes meet in `+`, `*`, `masked_fill` or `@`, PyTorch lines their shapes up
+# **from the right**. Each pair of sizes must be equal, or one must be 1 (stretched) or missing (counts
+# as 1); the result takes the larger size. So one (T, T) causal mask serves every batch item and head,
+# and a per-head bias (H, D) placed as (1, H, 1, D) reaches every batch item and time step.
 
 # %%
 shape_pairs = [
@@ -134,16 +130,14 @@ for a, b in shape_pairs:
         print(f"{str(a):14s} with {str(b):14s} -> RuntimeError: {e}")
 
 # %% [markdown]
-# The last pair fails loudly, which is the good case: 12 against 4 cannot be lined up. The dangerous
-# case is a shape that broadcasts when you did not mean it to; we will meet one in the pitfalls.
+# The last pair fails loudly, the good case: 12 against 4 cannot be lined up. The dangerous case is a
+# shape that broadcasts when you did not mean it to (Pitfall 4).
 #
 # ## 2. One head, by hand
 #
-# Our running example: a batch of `B = 2` sequences of `T = 5` tokens, each token a vector of
-# `C = 12` numbers. We will use `H = 3` heads of size `D = C / H = 4`.
-#
-# A single head has its own three projections from C to D channels. Written out, with weight matrices
-# of shape (D, C) as `nn.Linear` stores them:
+# Our running example: `B = 2` sequences of `T = 5` tokens of `C = 12` numbers, and `H = 3` heads of
+# size `D = C / H = 4`. A single head has its own three projections from C to D channels, written out
+# with (D, C) weight matrices as `nn.Linear` stores them:
 
 # %%
 B, T, C, H = 2, 5, 12, 3
@@ -160,9 +154,9 @@ head_out = weights @ v  # (B, T, T) @ (B, T, D) -> (B, T, D)
 print("q", tuple(q.shape), "scores", tuple(scores.shape), "out", tuple(head_out.shape))
 
 # %% [markdown]
-# Note the scale: `1 / sqrt(D)`, the size of the vectors in the dot product, which here is the head
-# size 4, not the model width 12. `course_utils.multihead.SingleHeadAttention` is the same computation
-# as a module. Copy our weights into it and compare:
+# The scale is `1 / sqrt(D)` with the head size 4, not the model width 12.
+# `course_utils.multihead.SingleHeadAttention` is the same computation as a module; copy our weights in
+# and compare:
 
 # %%
 head = SingleHeadAttention(embed_dim=C, head_dim=D)
@@ -176,10 +170,9 @@ print("matches SingleHeadAttention:", tuple(head(x).shape))
 # %% [markdown]
 # ## 3. Many heads: a loop
 #
-# Multi-head attention runs `H` such heads, each with its own weights, on the same input. Each head
-# returns D channels; side by side they give `H * D = C` channels again, and one more linear layer, the
-# **output projection** (C -> C), mixes what the heads found. The most direct way to write it is a
-# Python loop over heads:
+# Multi-head attention runs `H` such heads, each with its own weights, on the same input. Each returns D
+# channels; side by side they give `H * D = C` channels, and one more linear layer, the **output
+# projection** (C -> C), mixes what the heads found. Most directly, a Python loop over heads:
 
 # %%
 heads_w = [[torch.randn(D, C, generator=g) / math.sqrt(C) for _ in range(3)] for _ in range(H)]
@@ -216,17 +209,17 @@ torch.testing.assert_close(wrapper(x), out_loop)
 print("matches MultiHeadAttentionWrapper")
 
 # %% [markdown]
-# The loop is clear, but it launches `3 * H` small matrix products one after another. Each product is
-# too small to keep a GPU (or a many-core CPU) busy. Next we do the same work in a few big products.
+# The loop is clear, but it launches `3 * H` small matrix products one after another, each too small to
+# keep a GPU (or a many-core CPU) busy. Next, the same work in a few big products.
 #
 # ## 4. All heads at once
 #
 # Two observations turn the loop into batched code.
 #
-# **One projection for all heads.** Stacking the H query matrices (each D x C) on top of each other
-# gives one (C, C) matrix; one product `x @ W_q.T` computes every head's queries at once, head `h`
-# in channels `h*D ... (h+1)*D - 1`. Stacking the query, key and value matrices too gives one packed
-# (3C, C) matrix, `qkv_proj`, in the order q, k, v (the same layout as `nn.MultiheadAttention`).
+# **One projection for all heads.** Stacking the H query matrices (each D x C) gives one (C, C) matrix;
+# one product `x @ W_q.T` computes every head's queries, head `h` in channels `h*D ... (h+1)*D - 1`.
+# Stacking query, key and value too gives one packed (3C, C) matrix, `qkv_proj`, in the order q, k, v
+# (the layout of `nn.MultiheadAttention`).
 
 # %%
 W_q = torch.cat([hw[0] for hw in heads_w], dim=0)  # H x (D, C) -> (C, C)
@@ -243,9 +236,9 @@ torch.testing.assert_close(q[..., D:2 * D], x @ heads_w[1][0].T)
 print("head 1's queries sit in channels", D, "to", 2 * D - 1)
 
 # %% [markdown]
-# **Heads as a batch axis.** To run the heads in parallel, give them their own axis. `split_heads`
-# does it in two steps: cut the channel axis into (H, D), then move the head axis before time, so that
-# each head holds a (T, D) matrix, like a batch item:
+# **Heads as a batch axis.** `split_heads` gives the heads their own axis in two steps: cut the channel
+# axis into (H, D), then move the head axis before time, so each head holds a (T, D) matrix like a batch
+# item:
 #
 # `(B, T, C) --view--> (B, T, H, D) --transpose(1, 2)--> (B, H, T, D)`
 
@@ -261,9 +254,9 @@ torch.testing.assert_close(qh[:, 1], x @ heads_w[1][0].T)  # head 1 of the split
 print("qh[:, 1] is head 1's queries")
 
 # %% [markdown]
-# Now one call of the attention from notebook 02 handles every head of every batch item, because it
-# only looks at the last two axes. Then `merge_heads` undoes the split (transpose back, then put the
-# heads side by side), and the output projection follows:
+# One call of notebook 02's attention, which only looks at the last two axes, handles every head of every
+# batch item. Then `merge_heads` undoes the split (transpose back, heads side by side), and the output
+# projection follows:
 
 # %%
 def my_merge(t):
@@ -292,8 +285,8 @@ print({name: tuple(p.shape) for name, p in mha.named_parameters()})
 # %% [markdown]
 # ### The shape of every intermediate
 #
-# Here is the whole batched forward pass again, one step per line, recording each tensor's shape as the
-# data flows through. (B, T, C, H, D) = (2, 5, 12, 3, 4).
+# The whole batched forward pass again, one step per line, with each tensor's shape.
+# (B, T, C, H, D) = (2, 5, 12, 3, 4).
 
 # %%
 mha = MultiHeadAttention(C, H)  # fresh weights, with biases
@@ -322,10 +315,9 @@ print("\nthe step-by-step result equals mha(x)")
 # %% [markdown]
 # ## 5. Per-head weights with einsum
 #
-# A third way to write the same function keeps the per-head structure in the parameters themselves:
-# each of the query, key and value weights is a tensor of shape **(H, D, C)**, one (D, C) matrix per
-# head. One `einsum` then projects the input for every head at once and lands directly in (B, H, T, D),
-# with no `split_heads` at all:
+# A third way keeps the per-head structure in the parameters: the query, key and value weights are each
+# **(H, D, C)**, one (D, C) matrix per head. One `einsum` projects the input for every head and lands
+# directly in (B, H, T, D), with no `split_heads`:
 #
 # `q = torch.einsum("hdc,btc->bhtd", w_q, x)`: for each head h and output channel d, sum over the
 # input channels c.
@@ -350,9 +342,9 @@ print("W_q.view(H, D, C) is w_q_heads:", torch.equal(W_q.view(H, D, C), w_q_head
 print("per-head parameter:", tuple(mha_einsum.w_q.shape), " packed parameter:", tuple(mha.qkv_proj.weight.shape))
 
 # %% [markdown]
-# Now run all three on the same input with a causal mask. `assert_close` raises if any element is off by
-# more than float32 rounding allows. The differences themselves are that rounding, whose last digits
-# vary between machines, so we print whether they stay below a stated tolerance, not their digits.
+# Now all three on the same input with a causal mask. `assert_close` raises if any element is off by more
+# than float32 rounding allows; since that rounding's digits vary between machines, we print whether the
+# differences stay below a stated tolerance.
 
 # %%
 mask = causal_mask(T)
@@ -374,16 +366,15 @@ for name, m in [("MultiHeadAttentionWrapper", mha_wrapper), ("MultiHeadAttention
 print(f"{'4 * C * C + 4 * C':26s} {4 * C * C + 4 * C:4d}")
 
 # %% [markdown]
-# So splitting into heads costs nothing in parameters: `H` heads of size `C / H` have exactly the weights
-# of one head of size `C`. What changes is that each head makes its own softmax, its own choice of
-# where to look.
+# So splitting into heads costs no parameters: `H` heads of size `C / H` have the weights of one head of
+# size `C`. What changes is that each head makes its own softmax, its own choice of where to look.
 #
 # ## 6. Why several heads? A picture
 #
 # One softmax row is one distribution over keys: a single head that must both "look at the previous
-# word" and "look for the same word earlier" has to blur the two. Two heads can each do one job. To see
-# it, we hand-build the weights of a two-head layer on a short sentence. Each token's embedding is a
-# one-hot code for its word (first 8 channels) followed by a one-hot code for its position (last 8):
+# word" and "look for the same word earlier" has to blur the two; two heads can each do one job. We
+# hand-build a two-head layer on a short sentence. Each token's embedding is a one-hot code for its word
+# (first 8 channels) followed by one for its position (last 8):
 
 # %%
 sentence = "the dog saw the cat and the bird".split()
@@ -423,9 +414,9 @@ plot_heads(toy_weights[0], sentence, title="two hand-built heads, causal mask")
 plt.show()
 
 # %% [markdown]
-# Head 0 puts almost all its weight one step to the left (the first token, with nothing before it,
-# can only look at itself). Head 1 lets the second and third "the" spread their weight over every
-# earlier "the", and every other word look at itself. The numbers behind the picture:
+# Head 0 puts almost all its weight one step to the left (the first token can only look at itself).
+# Head 1 lets the second and third "the" spread their weight over every earlier "the", and every other
+# word look at itself. The numbers behind the picture:
 
 # %%
 print(f"{'keys:':18s}", " ".join(f"{w:>5s}" for w in sentence))
@@ -435,10 +426,9 @@ for t in (3, 6):
         print(f"query {t} '{sentence[t]}' head {h}", row)
 
 # %% [markdown]
-# A trained model learns such weights instead of having them written in, and its heads are rarely this
-# tidy, but the reason for several heads is the same: each head gets its own distribution over the keys.
-# For contrast, the four heads of a freshly initialised layer on the same sentence spread their weight
-# almost evenly over the tokens each query may see; it is training that makes heads differ:
+# A trained model learns such weights, rarely this tidy, but the reason for several heads is the same:
+# each gets its own distribution over the keys. For contrast, the four heads of a freshly initialised
+# layer spread their weight almost evenly over the visible tokens; training makes heads differ:
 
 # %%
 torch.manual_seed(0)
@@ -450,10 +440,10 @@ plt.show()
 # %% [markdown]
 # ### Explore: one head at a time
 #
-# `plot_head` from `course_utils.widgets` runs a `MultiHeadAttention` layer on a sequence and draws one
-# head's weights, with the causal mask or without it (hatched cells are blocked). Here is the hand-built
-# "same word" head 1 *without* the mask: now the first "the" also sees the two later ones, and the
-# row of every "the" is the same, because the head looks at words, not positions.
+# `plot_head` from `course_utils.widgets` draws one head's weights of a `MultiHeadAttention` layer, with
+# or without the causal mask (hatched cells are blocked). Here is the "same word" head 1 *without* the
+# mask: the first "the" also sees the later ones, and every "the" has the same row, because the head
+# looks at words, not positions.
 
 # %%
 from course_utils.widgets import head_explorer, plot_head
@@ -462,10 +452,9 @@ plot_head(toy, emb, sentence, head=1, causal=False)
 plt.show()
 
 # %% [markdown]
-# Now pick a layer, a head and the mask yourself (the widget needs a running kernel). Things to try:
-# head 0 of the hand-built layer without the mask (the "previous token" head hardly needs the mask, since
-# it looks back anyway; only the first token, which has no previous token, now spreads its weight over the
-# whole sentence); the untrained layer's four heads, which all look alike.
+# Now pick a layer, a head and the mask yourself (the widget needs a running kernel). Try head 0 without
+# the mask (the "previous token" head looks back anyway; only the first token now spreads its weight over
+# the sentence), and the untrained layer's four heads, which all look alike.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -476,13 +465,11 @@ head_explorer({"hand-built (2 heads)": toy, "untrained (4 heads)": fresh}, emb, 
 #
 # ### Pitfall 1: scaling by the model width C instead of the head size D
 #
-# The scale `1 / sqrt(D)` makes the variance of the scores the same for every head size (notebook 02).
-# Each head's dot product is over D channels, so D is the right number. Notebook 02 (Pitfall 1) tells how
-# the code of the *Let's build GPT* lecture came to scale by `C ** -0.5`, the model width, once its model
-# was split into heads, and how it was fixed. In a layer of H heads, `C = H * D`, so that divides every
-# head's scores by an extra `sqrt(H)`, and the softmax gets flatter. We measure it with the entropy of each row of weights
-# (0 = all weight on one key, log T = uniform). The queries and keys are random projections of random
-# data, with entries of standard deviation about 2 (larger than at initialisation, as after some training):
+# Each head's dot product runs over D channels, so `1 / sqrt(D)` is the scale (notebook 02). Notebook 02
+# (Pitfall 1) tells how the *Let's build GPT* lecture's code came to scale by `C ** -0.5`, the model
+# width. With H heads, `C = H * D`, so that divides every head's scores by an extra `sqrt(H)`, and the
+# softmax gets flatter. We measure the entropy of each row of weights (0 = one key, log T = uniform), for
+# random projections of random data with entries of standard deviation about 2 (as after some training):
 
 # %%
 B_p, T_p, C_p, H_p = 4, 16, 64, 8
@@ -506,14 +493,14 @@ for label, scale in [(f"1 / sqrt(D) = 1 / sqrt({D_p})", D_p ** -0.5), (f"1 / sqr
 
 # %% [markdown]
 # Scaled by C, the weights are flatter (higher entropy, smaller largest weight): every head starts closer
-# to a plain average of the tokens. The model still trains, which is why the bug survives, but the heads
-# need larger weights to become sharp. Use `q.shape[-1]`, the size the dot product runs over.
+# to a plain average. The model still trains, which is why the bug survives, but the heads need larger
+# weights to become sharp. Use `q.shape[-1]`, the size the dot product runs over.
 #
 # ### Pitfall 2: `view` after `transpose`
 #
-# `view` never copies: it only reinterprets the existing memory with a new shape, so it needs the
-# elements to be laid out in the order the new shape reads them. After `transpose(1, 2)` they are not
-# (the tensor is **non-contiguous**), and `view` refuses:
+# `view` never copies: it reinterprets the memory with a new shape, so the elements must lie in the order
+# the new shape reads them. After `transpose(1, 2)` they do not (the tensor is **non-contiguous**), and
+# `view` refuses:
 
 # %%
 out_heads = torch.randn(B, H, T, D, generator=g)  # what the attention step returns
@@ -537,10 +524,9 @@ print("reshape           == merge_heads:", torch.equal(fixed_2, merge_heads(out_
 # %% [markdown]
 # ### Pitfall 3: a `view` that silently mixes tokens
 #
-# The opposite order is worse, because nothing complains. To split heads one might write
-# `x.view(B, H, T, D)` straight away, skipping the transpose. The shape is right and no error is
-# raised, but the memory is cut in the wrong place. Label every channel with its token to see it: put
-# the token index t into every channel of token t.
+# The opposite order is worse, because nothing complains. Splitting heads with `x.view(B, H, T, D)`,
+# skipping the transpose, gives the right shape and no error, but cuts the memory in the wrong place. To
+# see it, put the token index t into every channel of token t.
 
 # %%
 labels = torch.arange(T, dtype=torch.float32).view(1, T, 1).expand(1, T, C).contiguous()  # (1, T, C)
@@ -548,11 +534,10 @@ print("right, head 0 (rows = time, entries = which token):\n", split_heads(label
 print("wrong, head 0:\n", labels.view(1, H, T, D)[0, 0])
 
 # %% [markdown]
-# In the wrong version, head 0's five "time steps" are three slices of token 0 and two of token 1, and
-# tokens 2, 3 and 4 do not appear in head 0 at all; the other heads get the rest. The rows no longer
-# correspond to positions, so the causal mask, which works on rows, now guards the wrong things. Test
-# the promise it should keep: output t must not change when a token after t changes. Change only the
-# last token and measure how much each output moves:
+# In the wrong version, head 0's five "time steps" are three slices of token 0 and two of token 1;
+# tokens 2, 3 and 4 are not in head 0 at all. Rows no longer correspond to positions, so the causal mask
+# guards the wrong things. Test its promise (output t does not change when a later token does): change
+# only the last token and measure how much each output moves:
 
 # %%
 def mha_forward_wrong_split(m, x, mask):
@@ -576,9 +561,9 @@ for name, f in [("correct split", lambda inp: mha(inp, mask)),
     print(f"{name:24s}", " ".join(f"{c:.4f}" for c in change.tolist()))
 
 # %% [markdown]
-# With the correct split only output 4 moves. With the wrong split, earlier outputs move too: the
-# future leaks into the past, with no error message. A language model trained this way can read the answer it is
-# supposed to predict. The lesson: always `view(B, T, H, D)` first, then `transpose(1, 2)`.
+# With the correct split only output 4 moves. With the wrong split earlier outputs move too: the future
+# leaks into the past, with no error, and a language model trained this way can read the answer it is
+# supposed to predict. Always `view(B, T, H, D)` first, then `transpose(1, 2)`.
 #
 # ### Pitfall 4: a padding mask with one axis too few
 #
@@ -655,11 +640,10 @@ print("loop, batched and einsum versions match course_utils")
 # %% [markdown]
 # ## 9. Exercises
 #
-# Each exercise is a function for you to write; the cell below it checks it and, when it is wrong,
-# tries to name the mistake. Use plain PyTorch (`view`, `transpose`, `reshape`, `einsum`, `F.linear`),
-# not the `course_utils` functions the exercise is about. Inputs and results are float32 tensors (masks
-# boolean); leave the inputs unchanged. The checks also draw fresh inputs: head counts such as 3 or 5,
-# other sizes, masks that are not causal.
+# Each exercise is a function to write; its cell checks it and, when it is wrong, tries to name the
+# mistake. Use plain PyTorch (`view`, `transpose`, `reshape`, `einsum`, `F.linear`), not the
+# `course_utils` functions the exercise is about. Inputs and results are float32 (masks boolean); leave
+# the inputs unchanged. The checks also draw head counts such as 3 or 5, other sizes, non-causal masks.
 #
 # ### Exercise 04.1: `split_heads`
 #
