@@ -1,6 +1,7 @@
-"""Looking inside the tiny GPT, in reading order: gradients at initialisation, sinks, weights against values.
+"""Looking inside the tiny GPT, in reading order: gradients at initialisation, sinks, weights against values,
+attention rolled out through the layers.
 
-Taught in notebook 09. Shapes: B batch, H num_heads, T query length, S key length, C embed_dim, D head_dim,
+Taught in notebook 11. Shapes: B batch, H num_heads, T query length, S key length, C embed_dim, D head_dim,
 L num_layers.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course_utils._validate import check_floating, check_int, check_token_ids
+from course_utils._validate import check_floating, check_fraction, check_int, check_token_ids
 from course_utils.gpt import GPT, CausalSelfAttention
 from course_utils.multihead import split_heads
 
@@ -23,6 +24,7 @@ __all__ = [
     "top_key_disagreement",
     "rank_correlation",
     "selected_key_ratios",
+    "attention_rollout",
 ]
 
 
@@ -43,7 +45,7 @@ def layer_grad_norms(
     """The norm of the loss's gradient with respect to one ``parameter`` of every block, first block first.
 
     Uses ``torch.autograd.grad`` in the model's current mode: ``.grad`` and the weights are left alone.
-    Shape: idx, targets (B, T) -> (L,) float32 on the CPU. Taught in notebook 09.
+    Shape: idx, targets (B, T) -> (L,) float32 on the CPU. Taught in notebook 11.
     """
     model = _check_gpt(model)
     if not isinstance(parameter, str):
@@ -63,7 +65,7 @@ def xavier_init_(model: GPT) -> GPT:
     """Re-initialise ``model`` in place as Xiong et al. (2020) analyse it, and return it.
 
     Linear weights Xavier-uniform, biases 0, embeddings N(0, 1/C), LayerNorms at gain 1 and bias 0.
-    Taught in notebook 09.
+    Taught in notebook 11.
     """
     model = _check_gpt(model)
     C = model.config.embed_dim
@@ -115,7 +117,7 @@ def _check_weights_and_norms(weights: object, norms: object) -> tuple[torch.Tens
 def first_key_share(weights: torch.Tensor) -> torch.Tensor:
     """The mean weight that queries 1 .. T-1 give to key 0, per head (query 0 can only read key 0).
 
-    Shape: weights (B, H, T, T) causal -> (H,). Taught in notebook 09.
+    Shape: weights (B, H, T, T) causal -> (H,). Taught in notebook 11.
     """
     w = _check_weights("weights", weights)
     return w[:, :, 1:, 0].mean(dim=(0, 2))  # (B, H, T - 1) -> (H,)
@@ -138,7 +140,7 @@ def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tens
 
     ``values[b, h, j]`` is ``W_O[:, h D:(h + 1) D] v_j`` (the output bias left out). Runs in the model's
     current mode; models with grouped-query attention are refused.
-    Shape: idx (B, T) -> L pairs (weights (B, H, T, T), values (B, H, T, C)). Taught in notebook 09.
+    Shape: idx (B, T) -> L pairs (weights (B, H, T, T), values (B, H, T, C)). Taught in notebook 11.
     """
     model = _check_gpt(model)
     if not all(isinstance(block.attn, CausalSelfAttention) for block in model.blocks):
@@ -169,7 +171,7 @@ def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tens
 def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
     """``||weights[..., i, j] * values[..., j, :]||``: how far key j actually moves query i's output.
 
-    Shape: weights (..., T, S), values (..., S, E) -> (..., T, S). Exercise 09.5; taught in notebook 09.
+    Shape: weights (..., T, S), values (..., S, E) -> (..., T, S). Exercise 11.1; taught in notebook 11.
     """
     for name, t in (("weights", weights), ("values", values)):
         if not isinstance(t, torch.Tensor):
@@ -188,7 +190,7 @@ def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.T
 def top_key_disagreement(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
     """The share of rows (queries 1 .. T-1) whose largest weight and largest weighted norm are different keys.
 
-    Shape: weights, norms (B, H, T, T) -> (H,). Taught in notebook 09.
+    Shape: weights, norms (B, H, T, T) -> (H,). Taught in notebook 11.
     """
     w, n = _check_weights_and_norms(weights, norms)
     differs = w[:, :, 1:].argmax(dim=-1) != n[:, :, 1:].argmax(dim=-1)  # (B, H, T - 1)
@@ -198,7 +200,7 @@ def top_key_disagreement(weights: torch.Tensor, norms: torch.Tensor) -> torch.Te
 def rank_correlation(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor:
     """Spearman's rank correlation of each row's weights and weighted norms, averaged per head.
 
-    Rows 0 and 1 are left out. Shape: weights, norms (B, H, T, T) -> (H,). Taught in notebook 09.
+    Rows 0 and 1 are left out. Shape: weights, norms (B, H, T, T) -> (H,). Taught in notebook 11.
     """
     w, n = _check_weights_and_norms(weights, norms)
     T = w.shape[-1]
@@ -219,7 +221,7 @@ def selected_key_ratios(
 
     A key's weight is averaged over the queries that can see it.
     Shape: weights (B, H, T, T), values (B, H, T, E), selected (B, T) bool -> two (H,) ratios.
-    Taught in notebook 09.
+    Taught in notebook 11.
     """
     w = _check_weights("weights", weights)
     B, H, T, _ = w.shape
@@ -246,3 +248,39 @@ def selected_key_ratios(
         return inside / outside
 
     return ratio(drawn), ratio(length)
+
+
+# ----------------------------------------------------------------------------------------------
+# Attention rolled out through the layers (Abnar and Zuidema 2020)
+# ----------------------------------------------------------------------------------------------
+
+
+def attention_rollout(maps: list[torch.Tensor], residual: float = 0.5) -> list[torch.Tensor]:
+    """How much each input position reaches each query through layers 0 .. l, one (B, T, T) map per layer l.
+
+    Abnar and Zuidema's rollout: each layer's weights averaged over heads, mixed with the identity for the
+    residual connection, ``A_l = residual * I + (1 - residual) * mean_h(W_l)`` (rows still sum to 1), then
+    multiplied through the layers, ``R_l = A_l @ R_{l-1}`` with ``R_0 = A_0``. It is an estimate: it ignores the
+    MLPs, the values' sizes and the LayerNorms. Above layer 0 a key is already a mixture of earlier positions;
+    ``R_l[b, i, j]`` traces the mixture back to input position j.
+    Shape: maps, L x (B, H, T, T) as GPT.attention_maps returns them -> L x (B, T, T). Taught in notebook 11.
+    """
+    if not isinstance(maps, (list, tuple)) or not maps:
+        got = f"an empty {type(maps).__name__}" if isinstance(maps, (list, tuple)) else type(maps).__name__
+        raise TypeError(f"maps must be a non-empty list of (B, H, T, T) weights, one per layer, got {got}")
+    residual = check_fraction("residual", residual, one_allowed=True)
+    checked = [_check_weights(f"maps[{layer}]", w) for layer, w in enumerate(maps)]
+    B, _, T, _ = checked[0].shape
+    for layer, w in enumerate(checked):
+        if w.shape[0] != B or w.shape[-1] != T:
+            raise ValueError(
+                f"every layer's weights must share B and T: maps[0] is {tuple(checked[0].shape)}, "
+                f"maps[{layer}] is {tuple(w.shape)}"
+            )
+    eye = torch.eye(T, dtype=checked[0].dtype, device=checked[0].device)  # (T, T)
+    rolled, out = None, []
+    for w in checked:
+        a = residual * eye + (1 - residual) * w.mean(dim=1)  # (B, H, T, T) -> (B, T, T)
+        rolled = a if rolled is None else a @ rolled  # (B, T, T) @ (B, T, T) -> (B, T, T)
+        out.append(rolled)
+    return out

@@ -16,6 +16,7 @@ from strategies import seeds
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.inspect_gpt import (
     attention_and_values,
+    attention_rollout,
     first_key_share,
     layer_grad_norms,
     rank_correlation,
@@ -127,6 +128,62 @@ def test_xavier_init_has_the_variances_it_says():
     assert all((b.attn.qkv_proj.bias == 0).all() for b in model.blocks)
 
 
+def _rollout_by_loops(maps: list[torch.Tensor], residual: float) -> list[torch.Tensor]:
+    """Abnar and Zuidema's rollout written out entry by entry, for one batch element at a time."""
+    B, _, T, _ = maps[0].shape
+    out, rolled = [], None
+    for w in maps:
+        a = torch.zeros(B, T, T, dtype=torch.float64)
+        for b in range(B):
+            for i in range(T):
+                for j in range(T):
+                    a[b, i, j] = (1 - residual) * w[b, :, i, j].double().mean() + (residual if i == j else 0.0)
+        if rolled is None:
+            rolled = a
+        else:
+            nxt = torch.zeros_like(a)
+            for b in range(B):
+                for i in range(T):
+                    for j in range(T):
+                        nxt[b, i, j] = sum(a[b, i, k] * rolled[b, k, j] for k in range(T))
+            rolled = nxt
+        out.append(rolled)
+    return out
+
+
+@given(
+    seed=seeds,
+    B=st.integers(1, 2),
+    H=st.integers(1, 3),
+    T=st.integers(2, 6),
+    L=st.integers(1, 3),
+    residual=st.sampled_from([0.0, 0.25, 0.5, 1.0]),
+)
+def test_attention_rollout_is_the_product_of_residual_mixed_head_means(seed, B, H, T, L, residual):
+    maps = [causal_weights(B, H, T, seed + layer) for layer in range(L)]
+    rolled = attention_rollout(maps, residual=residual)
+    assert len(rolled) == L
+    for got, want in zip(rolled, _rollout_by_loops(maps, residual)):
+        assert got.shape == (B, T, T)
+        torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-5)
+        torch.testing.assert_close(got.sum(-1), torch.ones(B, T))  # rows are still distributions
+        assert (got.triu(1) == 0).all()  # causal maps roll out causal: nothing reaches back from the future
+
+
+def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_identity():
+    maps = [causal_weights(2, 3, 5, seed) for seed in (0, 1)]
+    rolled = attention_rollout(maps)
+    torch.testing.assert_close(rolled[0], 0.5 * torch.eye(5) + 0.5 * maps[0].mean(dim=1))
+    torch.testing.assert_close(rolled[1], (0.5 * torch.eye(5) + 0.5 * maps[1].mean(dim=1)) @ rolled[0])
+    assert all(torch.equal(r, torch.eye(5).expand(2, 5, 5)) for r in attention_rollout(maps, residual=1.0))
+    # a head that reads only the previous position, twice: rollout sees two positions back, the raw map one
+    prev = torch.zeros(1, 1, 4, 4)
+    prev[0, 0, 0, 0] = 1.0
+    prev[0, 0, torch.arange(1, 4), torch.arange(0, 3)] = 1.0
+    two = attention_rollout([prev, prev], residual=0.0)[1][0]
+    assert two[3, 1] == 1.0 and prev[0, 0, 3, 1] == 0.0
+
+
 @pytest.mark.parametrize(
     "call, error, match",
     [
@@ -214,6 +271,19 @@ def test_xavier_init_has_the_variances_it_says():
             "this model uses grouped-query attention",
         ),
         (lambda: attention_and_values(tiny(), torch.full((1, 4), 11)), ValueError, "idx"),
+        (lambda: attention_rollout([]), TypeError, "maps must be a non-empty list of .* got an empty list"),
+        (lambda: attention_rollout(torch.ones(1, 1, 3, 3)), TypeError, "maps must be a non-empty list .* got Tensor"),
+        (
+            lambda: attention_rollout([torch.ones(1, 1, 3, 3), torch.ones(1, 1, 4, 4)]),
+            ValueError,
+            r"every layer's weights must share B and T: maps\[0\] is \(1, 1, 3, 3\), maps\[1\] is \(1, 1, 4, 4\)",
+        ),
+        (lambda: attention_rollout([torch.ones(1, 3, 3)]), ValueError, r"maps\[0\] must be self-attention weights"),
+        (
+            lambda: attention_rollout([torch.ones(1, 1, 3, 3)], residual=1.5),
+            ValueError,
+            r"residual must be in \[0, 1\]",
+        ),
     ],
 )
 def test_bad_arguments_say_what_was_expected(call, error, match):

@@ -1,13 +1,11 @@
-"""Exercises of notebook 09 (a tiny GPT): cut training windows, score the unigram baseline, schedule the
-learning rate, write a post-norm block, weigh attention by what it moves.
+"""Exercises of notebook 10 (the tiny GPT): cut training windows, score the unigram baseline, schedule the
+learning rate.
 
-Each reference solution is built from :mod:`course_utils.data`, :mod:`course_utils.runs`,
-:mod:`course_utils.train`, :mod:`course_utils.gpt` and :mod:`course_utils.inspect_gpt`; each mistake is one that
-shows up in real code: targets that are not shifted (or shifted the wrong way), windows one token short,
+Each reference solution is built from :mod:`course_utils.runs` and :mod:`course_utils.train`; each mistake is
+one that shows up in real code: targets that are not shifted (or shifted the wrong way), windows one token short,
 frequencies counted on the data being scored, bits instead of nats, a warmup that starts at a learning rate of
-zero, a cosine that decays to zero or runs past the end, a block normalised in pre-norm order or on its branch
-only, a residual left out, a value's norm taken over the wrong axis or of the wrong key, or broadcast against the
-weights without an axis for the queries.
+zero, a cosine that decays to zero or runs past the end. Notebook 11's exercises are in
+:mod:`course_utils.exercises.inspect_gpt`.
 """
 
 from __future__ import annotations
@@ -17,8 +15,6 @@ import math
 import torch
 
 from course_utils.checking import Exercise, Mistake
-from course_utils.gpt import MLP, Block, CausalSelfAttention, GPTConfig
-from course_utils.inspect_gpt import weighted_value_norms
 from course_utils.runs import unigram_loss
 from course_utils.train import TrainConfig, learning_rate
 
@@ -195,143 +191,6 @@ def _lr_linear(step, warmup_steps, max_steps, max_lr, min_lr):
     return max_lr - progress * (max_lr - min_lr)
 
 
-# --- 11.2 a post-norm block -------------------------------------------------------------------------
-
-
-def _post_norm_solution(
-    x: torch.Tensor, attn: torch.nn.Module, mlp: torch.nn.Module, ln_1: torch.nn.Module, ln_2: torch.nn.Module
-) -> torch.Tensor:
-    C = x.shape[-1]
-    config = GPTConfig(
-        vocab_size=2,
-        context_length=x.shape[-2],
-        embed_dim=C,
-        num_heads=attn.num_heads,
-        num_layers=1,
-        norm_position="post",
-    )
-    block = Block(config)
-    block.attn, block.mlp, block.ln_1, block.ln_2 = attn, mlp, ln_1, ln_2  # the given sublayers, not copies
-    return block(x)  # (B, T, C)
-
-
-def _sublayers(g: torch.Generator, C: int, H: int, T: int) -> tuple[torch.nn.Module, ...]:
-    """A causal attention, an MLP and two LayerNorms of width C, every parameter drawn from ``g``.
-
-    Large enough weights that each branch changes x visibly, and LayerNorm gains and biases away from 1 and 0,
-    so that using one LayerNorm for the other, or leaving one out, changes the result."""
-    config = GPTConfig(vocab_size=2, context_length=T, embed_dim=C, num_heads=H, num_layers=1)
-    mods = (CausalSelfAttention(config), MLP(config), torch.nn.LayerNorm(C), torch.nn.LayerNorm(C))
-    with torch.no_grad():
-        for m in mods[:2]:
-            for p in m.parameters():
-                p.copy_(torch.randn(p.shape, generator=g) * (0.5 / math.sqrt(C) if p.dim() > 1 else 0.1))
-        for ln in mods[2:]:
-            ln.weight.copy_(1.0 + 0.5 * torch.randn(C, generator=g))
-            ln.bias.copy_(0.3 * torch.randn(C, generator=g))
-    return mods
-
-
-def _post_norm_case(g: torch.Generator, B: int, T: int, C: int, H: int) -> tuple[tuple, dict]:
-    x = 2.0 * torch.randn(B, T, C, generator=g) + 1.0  # not normalised already: LayerNorm changes it
-    return (x, *_sublayers(g, C, H, T)), {}
-
-
-def _post_norm_cases() -> list[tuple[tuple, dict]]:
-    g = torch.Generator().manual_seed(94)
-    return [_post_norm_case(g, 2, 5, 8, 2), _post_norm_case(g, 1, 7, 12, 3), _post_norm_case(g, 3, 4, 16, 4)]
-
-
-def _post_norm_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    cases = []
-    for _ in range(3):
-        H = _int(g, 1, 7)
-        cases.append(_post_norm_case(g, _int(g, 1, 5), _int(g, 1, 41), H * _int(g, 1, 13), H))
-    return cases
-
-
-def _post_norm_pre_order(x, attn, mlp, ln_1, ln_2):
-    x = x + attn(ln_1(x))  # pre-norm: the LayerNorm reads the branch's input
-    return x + mlp(ln_2(x))
-
-
-def _post_norm_branch_only(x, attn, mlp, ln_1, ln_2):
-    h = x + ln_1(attn(x))  # the branch's output normalised, the sum left as it is
-    return h + ln_2(mlp(h))
-
-
-def _post_norm_no_residual(x, attn, mlp, ln_1, ln_2):
-    h = ln_1(attn(x))  # x itself never added back
-    return ln_2(mlp(h))
-
-
-def _post_norm_mlp_reads_x(x, attn, mlp, ln_1, ln_2):
-    h = ln_1(x + attn(x))
-    return ln_2(h + mlp(x))  # the second sublayer reads the block's input, not the first sum
-
-
-def _post_norm_norms_swapped(x, attn, mlp, ln_1, ln_2):
-    h = ln_2(x + attn(x))
-    return ln_1(h + mlp(h))
-
-
-# --- 11.1 value-weighted attention norms ------------------------------------------------------------
-
-
-def _weighted_norms_solution(weights: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    return weighted_value_norms(weights, v)  # (B, H, T, S)
-
-
-def _weighted_norms_case(g: torch.Generator, B: int, H: int, T: int, S: int, D: int) -> tuple[tuple, dict]:
-    scores = torch.randn(B, H, T, S, generator=g) * 2.0
-    visible = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)  # causal, bottom-right aligned when T < S
-    weights = torch.softmax(scores.masked_fill(~visible, -math.inf), dim=-1)  # (B, H, T, S)
-    scale = 0.1 + 4.0 * torch.rand(B, H, S, 1, generator=g)  # values whose norms differ by key, as they do
-    return (weights, torch.randn(B, H, S, D, generator=g) * scale), {}
-
-
-def _weighted_norms_cases() -> list[tuple[tuple, dict]]:
-    g = torch.Generator().manual_seed(95)
-    return [
-        _weighted_norms_case(g, 2, 3, 6, 6, 4),
-        _weighted_norms_case(g, 1, 2, 5, 5, 8),
-        _weighted_norms_case(g, 2, 2, 3, 7, 4),
-    ]  # T < S: three new queries after a cache of four keys
-
-
-def _weighted_norms_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    cases = []
-    for _ in range(3):
-        T = _int(g, 1, 49)
-        S = T + (_int(g, 0, 17) if bool(torch.rand((), generator=g) < 0.5) else 0)
-        cases.append(_weighted_norms_case(g, _int(g, 1, 4), _int(g, 1, 13), T, S, _int(g, 1, 65)))
-    return cases
-
-
-def _weighted_norms_weights_only(weights, v):
-    return weights.clone()  # the weights, as if every value had norm 1
-
-
-def _weighted_norms_squared(weights, v):
-    return weights * (v**2).sum(dim=-1).unsqueeze(-2)  # squared norm: no square root
-
-
-def _weighted_norms_query_value(weights, v):
-    return weights * v.norm(dim=-1).unsqueeze(-1)  # (B, H, S, 1): the norm of value i, broadcast along the row
-
-
-def _weighted_norms_over_positions(weights, v):
-    return weights * v.norm(dim=-2).unsqueeze(-2)  # norm over the S positions: (B, H, 1, D), one per channel
-
-
-def _weighted_norms_not_unsqueezed(weights, v):
-    return weights * v.norm(dim=-1)  # (B, H, T, S) * (B, H, S): lines S up with S, but H with T and B with H
-
-
-def _weighted_norms_of_the_sum(weights, v):
-    return (weights @ v).norm(dim=-1)  # (B, H, T): the norm of the output, not of each key's term
-
-
 EXERCISES = (
     Exercise(
         key="10.1",
@@ -450,105 +309,5 @@ EXERCISES = (
         ),
         atol=1e-10,
         rtol=1e-5,  # float32 arithmetic is accurate to about 1e-7 relative: a rate computed in float32 passes
-    ),
-    Exercise(
-        key="11.2",
-        title="a post-norm block",
-        signature="post_norm_block(x, attn, mlp, ln_1, ln_2) -> (B, T, C): ln_1 after the attention's residual "
-        "add, ln_2 after the MLP's",
-        solution=_post_norm_solution,
-        cases=_post_norm_cases,
-        draw=_post_norm_draw,
-        mistakes=(
-            Mistake(
-                "pre-norm order",
-                "That is the pre-norm block the course's GPT uses. Post-norm normalises AFTER each residual "
-                "add: the sublayer reads the stream as it is, and the LayerNorm reads the sum.",
-                _post_norm_pre_order,
-                fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))",
-            ),
-            Mistake(
-                "the LayerNorm on the branch only",
-                "The LayerNorm takes the sum of the stream and the branch, not the branch alone: the output "
-                "of a post-norm block is normalised as a whole.",
-                _post_norm_branch_only,
-                fix="h = ln_1(x + attn(x)), not x + ln_1(attn(x))",
-            ),
-            Mistake(
-                "a residual left out",
-                "Each sublayer's input is added back to its output before the LayerNorm; without it the "
-                "block forgets its input.",
-                _post_norm_no_residual,
-                fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))",
-            ),
-            Mistake(
-                "the MLP reads the block's input",
-                "The two sublayers run one after the other: the MLP reads, and adds back to, the stream "
-                "after the first LayerNorm.",
-                _post_norm_mlp_reads_x,
-                fix="return ln_2(h + mlp(h)) with h = ln_1(x + attn(x))",
-            ),
-            Mistake(
-                "the LayerNorms swapped",
-                "Each LayerNorm belongs to one sublayer and has its own gain and bias: the first follows "
-                "the attention, the second the MLP.",
-                _post_norm_norms_swapped,
-                fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))",
-            ),
-        ),
-    ),
-    Exercise(
-        key="11.1",
-        title="value-weighted attention norms",
-        signature="weighted_norms(weights, v) -> (B, H, T, S), entry [b, h, i, j] = ||weights[b, h, i, j] * "
-        "v[b, h, j]||",
-        solution=_weighted_norms_solution,
-        cases=_weighted_norms_cases,
-        draw=_weighted_norms_draw,
-        mistakes=(
-            Mistake(
-                "the weights alone",
-                "That is the attention map itself. The point is to scale each weight by the size of the "
-                "value it multiplies.",
-                _weighted_norms_weights_only,
-                fix="weights * v.norm(dim=-1).unsqueeze(-2)",
-            ),
-            Mistake(
-                "the squared norm",
-                "The length of a vector is the square root of the sum of its squares.",
-                _weighted_norms_squared,
-                fix="v.norm(dim=-1), not (v ** 2).sum(-1)",
-            ),
-            Mistake(
-                "the value of the query's position, not the key's",
-                "Entry (i, j) multiplies value j, the key's, so each key's norm must run along a row "
-                "(the last axis), the same for every query.",
-                _weighted_norms_query_value,
-                fix="v.norm(dim=-1).unsqueeze(-2): (B, H, 1, S)",
-            ),
-            Mistake(
-                "a norm over the positions, not the channels",
-                "A value vector lives along the last axis of v (its D channels); the norm sums over those, "
-                "giving one number per key.",
-                _weighted_norms_over_positions,
-                fix="v.norm(dim=-1), not v.norm(dim=-2)",
-            ),
-            Mistake(
-                "the norm of the sum",
-                "The norm of weights @ v is the size of the whole output: one number per query. The "
-                "exercise asks for each key's term on its own, one number per (query, key).",
-                _weighted_norms_of_the_sum,
-                fix="weights * v.norm(dim=-1).unsqueeze(-2)",
-            ),
-            Mistake(
-                "the norms broadcast against the wrong axes",
-                "The norms are (B, H, S), one per key, and the weights (B, H, T, S). Broadcasting lines "
-                "shapes up from the right, so the norms' H meets the weights' T and their B meets H. The "
-                "norms need an axis of size 1 where the queries are, so that every query's row gets the "
-                "same norms.",
-                _weighted_norms_not_unsqueezed,
-                fix="weights * v.norm(dim=-1).unsqueeze(-2): (B, H, T, S) * (B, H, 1, S)",
-            ),
-        ),
     ),
 )
