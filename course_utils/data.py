@@ -1,4 +1,4 @@
-"""Text for the tiny GPT of notebook 09: a character tokenizer, the train/validation split, batches.
+"""Text for the tiny GPT of notebook 10: a character tokenizer, the train/validation split, batches.
 
 Reading order: ``load_text`` (any UTF-8 file) and ``load_corpus`` (the course corpus, checked against its
 pinned sha256 on every read); ``CharTokenizer``; ``split_data`` (first 90% train, last 10% validation, as
@@ -82,7 +82,7 @@ def load_text(path: str | os.PathLike) -> str:
     under any name) is checked against ``CORPUS_SHA256`` on every read: ChecksumError names the expected
     and the actual digest and how to fetch it again. Any other file is read as it is (your own text).
     Raises FileNotFoundError for a missing file, ValueError for a folder, an empty file, or bytes
-    that are not UTF-8 (the message gives the byte offset). Notebook 09.
+    that are not UTF-8 (the message gives the byte offset). Notebook 10.
     """
     from course_utils._validate import check_path
 
@@ -144,7 +144,7 @@ def check_text_size(
     """ValueError unless a text of ``characters`` characters splits into training and validation parts that
     each hold at least one window of ``context_length + 1`` characters (inputs plus the next-character target).
 
-    The message says how many characters there are, how many are needed, and what to do. Notebook 09.
+    The message says how many characters there are, how many are needed, and what to do. Notebook 10.
     """
     needed = min_characters(context_length, train_fraction)
     if characters < needed:
@@ -189,7 +189,7 @@ def load_corpus(
     """The text to train on: the file at ``path`` if given, else the verified Shakespeare corpus.
 
     Without ``path`` the corpus is fetched first if it is not cached yet (``download=False`` turns
-    that off), and its sha256 is checked every time (a few milliseconds). Notebook 09.
+    that off), and its sha256 is checked every time (a few milliseconds). Notebook 10.
     """
     if path is not None:
         return load_text(path)
@@ -212,7 +212,7 @@ class CharTokenizer:
     """One token per character: ``chars[i]`` has id ``i``. Build it with ``CharTokenizer.from_text``.
 
     ``encode`` gives a ``(N,)`` long tensor, ``decode`` turns ids back into text; a character the
-    tokenizer has never seen is an error that names it and where it is. Notebook 09.
+    tokenizer has never seen is an error that names it and where it is. Notebook 10.
     """
 
     def __init__(self, chars: Sequence[str]):
@@ -322,7 +322,7 @@ def split_data(data: torch.Tensor | str, train_fraction: float = TRAIN_FRACTION)
     """First ``train_fraction`` for training, the rest for validation, in order (nanoGPT's split).
 
     ``n = int(train_fraction * len(data))``; returns ``(data[:n], data[n:])``. Works on text and on
-    ``(N,)`` tensors alike. Notebook 09.
+    ``(N,)`` tensors alike. Notebook 10.
     """
     from course_utils._validate import check_number
 
@@ -375,7 +375,7 @@ def get_batch(
     """``batch_size`` windows at random offsets; ``y`` is ``x`` shifted one token to the left.
 
     Same ``generator`` state, same batch. Shape: data ``(N,)`` -> x, y ``(B, T)``, T = context_length.
-    Notebook 09.
+    Notebook 10.
     """
     import torch
 
@@ -409,7 +409,7 @@ def iter_eval_batches(
     loss summed over targets and divided by their count covers every position. Each window starts with
     no context, so the mean loss is a little higher than with a sliding window; it is the same number
     every time, which is what comparing runs needs. Shape: data ``(N,)`` -> x, y ``(B, T)``.
-    Notebook 09.
+    Notebook 10.
     """
     import torch
 

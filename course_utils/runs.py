@@ -1,10 +1,10 @@
-"""Notebook 09's training runs: how big a run is on each machine, what it should reach, and a baseline to beat.
+"""Notebook 10's training runs: how big a run is on each machine, what it should reach, and a baseline to beat.
 
 Reading order: the run sizes (:data:`RUN_SIZES`, :func:`choose_size`), the simplest model worth beating
 (:func:`unigram_loss`: predict every character by its frequency), and the written expectations per size and
 device (:data:`EXPECTATIONS`, :func:`check_expectations`), which the notebook checks against what happened.
 
-One switch sizes notebook 09: ``COURSE_GPT_SIZE`` (``ci``, ``cpu`` or ``gpu``). Unset, it is ``gpu`` on a
+One switch sizes notebook 10: ``COURSE_GPT_SIZE`` (``ci``, ``cpu`` or ``gpu``). Unset, it is ``gpu`` on a
 CUDA machine and ``cpu`` elsewhere (Apple's MPS included). ``python3 course.py test`` sets ``ci``, so CI runs
 the whole notebook on a CPU in a minute or two.
 """
@@ -37,8 +37,9 @@ __all__ = [
 ]
 
 SIZE_ENV = "COURSE_GPT_SIZE"
-OLD_SIZE_ENV = "COURSE_08_SIZE"  # its name before the split of notebook 07 made the tiny GPT notebook 09
+OLD_SIZE_ENV = "COURSE_08_SIZE"  # its name while the tiny GPT was notebook 08 (it is notebook 10 now)
 RUNS_ENV = "COURSE_RUNS_DIR"
+OLD_NUMBERS = ("09", "08")  # the tiny GPT's earlier notebook numbers, newest first: runs/09_<size>/, runs/08_<size>/
 
 
 @dataclass(frozen=True)
@@ -88,7 +89,9 @@ def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
             if old.lower() in RUN_SIZES
             else f"set {SIZE_ENV} to one of {sorted(RUN_SIZES)} instead ({old!r} is not a run size)"
         )
-        raise ValueError(f"{OLD_SIZE_ENV} was renamed {SIZE_ENV} when the tiny GPT became notebook 09; {instead}")
+        raise ValueError(
+            f"{OLD_SIZE_ENV} was renamed {SIZE_ENV} (the tiny GPT, notebook 08 then, is notebook 10 now); {instead}"
+        )
     if size:
         if size not in RUN_SIZES:
             raise ValueError(
@@ -99,7 +102,7 @@ def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
 
 
 def runs_dir(environ: dict[str, str] | None = None) -> Path:
-    """Where notebook 09 keeps its runs: ``COURSE_RUNS_DIR`` if set (the test suite sets a fresh one, so every
+    """Where notebook 10 keeps its runs: ``COURSE_RUNS_DIR`` if set (the test suite sets a fresh one, so every
     test run trains instead of resuming an earlier run), else ``runs/`` in the course folder."""
     env = os.environ if environ is None else environ
     where = env.get(RUNS_ENV, "").strip()
@@ -107,19 +110,22 @@ def runs_dir(environ: dict[str, str] | None = None) -> Path:
 
 
 def run_folder(size: str, environ: dict[str, str] | None = None, log=print) -> Path:
-    """The folder of notebook 09's run of ``size``: ``runs/09_<size>/`` (under :func:`runs_dir`).
+    """The folder of notebook 10's run of ``size``: ``runs/10_<size>/`` (under :func:`runs_dir`).
 
-    Before the tiny GPT became notebook 09 its runs went to ``runs/08_<size>/``. A learner's earlier run there
-    is moved (renamed, never copied or deleted) to the new name when the new folder does not exist yet, and
-    ``log`` says so, so that the notebook resumes it instead of training from scratch.
+    The tiny GPT was notebook 09 before, and notebook 08 before that, so its runs went to ``runs/09_<size>/``
+    and earlier to ``runs/08_<size>/``. When the new folder does not exist yet, a learner's earlier run is moved
+    there (renamed, never copied or deleted; the newer of the two if both exist, the other left where it is),
+    and ``log`` says so, so that the notebook resumes it instead of training from scratch.
     """
     if size not in RUN_SIZES:
         raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")
     base = runs_dir(environ)
-    new, old = base / f"09_{size}", base / f"08_{size}"
-    if old.is_dir() and not old.is_symlink() and not new.exists():
-        old.rename(new)
-        log(f"moved your earlier run from {old} to {new} (notebook 09 was numbered 08 before)")
+    new = base / f"10_{size}"
+    for number in OLD_NUMBERS:  # the newest earlier name first
+        old = base / f"{number}_{size}"
+        if old.is_dir() and not old.is_symlink() and not new.exists():
+            old.rename(new)
+            log(f"moved your earlier run from {old} to {new} (the tiny GPT was notebook {number} before)")
     return new
 
 
@@ -131,7 +137,7 @@ def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int
 
     Counts get add-one (Laplace) smoothing, so a character that never occurs in training still has a small
     probability and the loss stays finite. A model that ignores the context cannot do better on average;
-    anything trained worse than this has learned nothing. Taught in notebook 09 (exercise 09.2).
+    anything trained worse than this has learned nothing. Taught in notebook 10 (exercise 10.2).
     """
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
         if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point() or ids.numel() == 0:
@@ -157,7 +163,7 @@ class Expectation:
     source: str
 
 
-# Measured on the course corpus (datasets/shakespeare.txt) with notebook 09's training cell; see
+# Measured on the course corpus (datasets/shakespeare.txt) with notebook 10's training cell; see
 # benchmarks/TRAINING.md for the commands and machines. Ranges leave room for other machines and loads.
 EXPECTATIONS: dict[tuple[str, str], Expectation] = {
     ("ci", "cpu"): Expectation(
