@@ -1,8 +1,9 @@
 """Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
 
 Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
-the :class:`KVCache` and :class:`TinyDecoder` (08). Shapes: B batch, T query length, S key length,
-C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim, V vocab_size; masks are True = may attend.
+the :class:`KVCache` and :class:`TinyDecoder` (08); causal linear attention and its recurrent form (07).
+Shapes: B batch, T query length, S key length, C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim (Dv of
+the values where it differs), V vocab_size; masks are True = may attend.
 
 The cache protocol, which :mod:`course_utils.generation` relies on: a model has ``context_length``,
 ``new_cache() -> KVCache`` and ``forward(idx (B, T), cache=None) -> logits (B, T, V)``. With a cache,
@@ -55,6 +56,11 @@ __all__ = [
     "KVCache",
     "DecoderConfig",
     "TinyDecoder",
+    "elu_feature_map",
+    "linear_attention",
+    "linear_attention_step",
+    "linear_attention_recurrent",
+    "linear_attention_quadratic",
 ]
 
 
@@ -629,3 +635,122 @@ class TinyDecoder(nn.Module):
         for i, block in enumerate(self.blocks):
             x = block(x, mask, cache=cache, layer=i)  # (B, T, C)
         return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
+
+
+# ----------------------------------------------------------------------------------------------
+# 6. Causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct O(T^2) forms
+# ----------------------------------------------------------------------------------------------
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """The feature map phi(x) = elu(x) + 1 of linear attention: positive everywhere, so every weight is.
+
+    Shape: x (..., D) -> (..., D). Taught in notebook 07.
+    """
+    return nn.functional.elu(x) + 1.0
+
+
+def _check_causal_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+    check_qkv(q, k, v)
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"causal linear attention is self-attention: q and k need the same length T, "
+            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+
+
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention in parallel: prefix sums of phi(k_j) v_j^T and phi(k_j) over j <= t.
+
+    out_t = phi(q_t)^T S_t / phi(q_t)^T z_t with S_t = sum_{j<=t} phi(k_j) v_j^T (D, Dv) and z_t = sum_{j<=t}
+    phi(k_j) (D,), phi = :func:`elu_feature_map`. Holds the T prefix states at once: memory O(T * D * Dv).
+    Equal to :func:`linear_attention_recurrent` and :func:`linear_attention_quadratic`.
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
+    """
+    _check_causal_linear(q, k, v)
+    fq, fk = elu_feature_map(q), elu_feature_map(k)  # (..., T, D)
+    states = (fk[..., :, :, None] * v[..., :, None, :]).cumsum(dim=-3)  # (..., T, D, 1) * (..., T, 1, Dv) -> S_t
+    normalisers = fk.cumsum(dim=-2)  # (..., T, D): z_t
+    num = torch.einsum("...td,...tde->...te", fq, states)  # (..., T, Dv)
+    den = (fq * normalisers).sum(dim=-1, keepdim=True)  # (..., T, 1)
+    return num / den
+
+
+def _linear_step(
+    state: torch.Tensor, normaliser: torch.Tensor, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    fk = elu_feature_map(k_t)  # (..., D)
+    state = state + fk[..., :, None] * v_t[..., None, :]  # (..., D, Dv): add token t first, it sees itself
+    normaliser = normaliser + fk  # (..., D)
+    fq = elu_feature_map(q_t)  # (..., D)
+    num = (fq[..., None, :] @ state)[..., 0, :]  # (..., 1, D) @ (..., D, Dv) -> (..., Dv)
+    den = (fq * normaliser).sum(dim=-1, keepdim=True)  # (..., 1)
+    return num / den, state, normaliser
+
+
+def linear_attention_step(
+    state: torch.Tensor, normaliser: torch.Tensor, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One token of causal linear attention as a recurrence: add token t to the state, then read it.
+
+    S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t), out_t = phi(q_t)^T S_t / phi(q_t)^T z_t; start
+    from zeros. Returns ``(out_t, S_t, z_t)`` as new tensors; the inputs are left unchanged.
+    Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv),
+    state (..., D, Dv), normaliser (..., D). Taught in notebook 07.
+    """
+    named = (("state", state), ("normaliser", normaliser), ("q_t", q_t), ("k_t", k_t), ("v_t", v_t))
+    for name, t in named:
+        check_tensor(name, t, min_dim=2 if name == "state" else 1)
+        check_floating(name, t)
+    if len({t.dtype for _, t in named}) > 1:
+        dtypes = ", ".join(str(t.dtype) for _, t in named)
+        raise TypeError(f"state, normaliser, q_t, k_t and v_t must share a dtype, got {dtypes}")
+    check_same_device(state=state, normaliser=normaliser, q_t=q_t, k_t=k_t, v_t=v_t)
+    D, Dv = state.shape[-2:]
+    expected = {"normaliser": D, "q_t": D, "k_t": D, "v_t": Dv}
+    for name, t in named[1:]:
+        if t.shape[-1] != expected[name]:
+            raise ValueError(
+                f"{name} must end in {expected[name]} (state is (..., D, Dv) = {tuple(state.shape)}), "
+                f"got {name} {tuple(t.shape)}"
+            )
+    leading = [state.shape[:-2]] + [t.shape[:-1] for _, t in named[1:]]
+    try:
+        torch.broadcast_shapes(*leading)
+    except RuntimeError:
+        raise ValueError(
+            "the leading axes of " + ", ".join(f"{name} {tuple(t.shape)}" for name, t in named) + " do not broadcast"
+        ) from None
+    return _linear_step(state, normaliser, q_t, k_t, v_t)
+
+
+def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention one token at a time, carrying only a (D, Dv) state and a (D,) normaliser.
+
+    Equal to :func:`linear_attention`; memory O(D * Dv) whatever T is.
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
+    """
+    _check_causal_linear(q, k, v)
+    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    D, Dv = k.shape[-1], v.shape[-1]
+    state = q.new_zeros(*lead, D, Dv)  # (..., D, Dv)
+    normaliser = q.new_zeros(*lead, D)  # (..., D)
+    outs = []
+    for t in range(q.shape[-2]):
+        out, state, normaliser = _linear_step(state, normaliser, q[..., t, :], k[..., t, :], v[..., t, :])
+        outs.append(out)  # (..., Dv)
+    return torch.stack(outs, dim=-2) if outs else q.new_zeros(*lead, 0, Dv)  # (..., T, Dv)
+
+
+def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention computed directly: weights phi(q_t) . phi(k_j) for j <= t, row-normalised.
+
+    Attention with exp(q . k / sqrt(D)) replaced by phi(q) . phi(k): a (T, T) matrix, O(T^2) time and memory.
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
+    """
+    _check_causal_linear(q, k, v)
+    T = q.shape[-2]
+    scores = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)  # (..., T, T), all positive
+    scores = scores * torch.ones(T, T, device=q.device).tril()  # (T, T) causal: the future counts 0
+    weights = scores / scores.sum(dim=-1, keepdim=True)  # (..., T, T): rows sum to 1
+    return weights @ v  # (..., T, Dv)

@@ -27,7 +27,12 @@ from course_utils.variants import (
     aft_full,
     aft_local_bias,
     aft_simple,
+    elu_feature_map,
     kv_cache_bytes,
+    linear_attention,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
+    linear_attention_step,
     linformer_attention,
     repeat_kv,
     sliding_window_attention,
@@ -598,3 +603,130 @@ def test_kv_cache_refuses_keys_and_values_of_two_dtypes_or_integers():
     with pytest.raises(TypeError, match=r"k must be a floating-point tensor, got dtype torch.int64"):
         cache.update(0, k.long(), k.long())
     assert cache.length == 0
+
+
+# --- causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct forms ----------------
+
+
+def _linear_inputs(seed: int, lead: tuple[int, ...], T: int, D: int, Dv: int, dtype: torch.dtype):
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(*lead, T, D, generator=g, dtype=dtype) for _ in range(2))  # (..., T, D)
+    return q, k, torch.randn(*lead, T, Dv, generator=g, dtype=dtype)  # v (..., T, Dv)
+
+
+LINEAR_TOL = {torch.float32: 1e-6, torch.float64: 1e-12}  # the tolerances notebook 07 states
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    seed=st.integers(0, 2**31 - 1),
+    lead=st.lists(st.integers(1, 3), max_size=2).map(tuple),
+    T=st.integers(1, 48),
+    D=st.integers(1, 12),
+    Dv=st.integers(1, 12),
+    dtype=st.sampled_from((torch.float32, torch.float64)),
+)
+def test_linear_attention_parallel_recurrent_and_direct_forms_agree(seed, lead, T, D, Dv, dtype):
+    q, k, v = _linear_inputs(seed, lead, T, D, Dv, dtype)
+    parallel = linear_attention(q, k, v)
+    assert parallel.shape == (*lead, T, Dv) and parallel.dtype == dtype
+    t = LINEAR_TOL[dtype]
+    torch.testing.assert_close(linear_attention_recurrent(q, k, v), parallel, atol=t, rtol=t)
+    torch.testing.assert_close(linear_attention_quadratic(q, k, v), parallel, atol=t, rtol=t)
+
+
+def test_linear_attention_is_attention_with_exp_replaced_by_the_feature_map():
+    """Written out for one query with loops: out_t = sum_{j<=t} phi(q_t).phi(k_j) v_j / sum_{j<=t} phi(q_t).phi(k_j)."""
+    q, k, v = _linear_inputs(3, (), 7, 3, 5, torch.float64)
+    phi = lambda x: torch.where(x > 0, x + 1, torch.exp(x))  # noqa: E731  elu(x) + 1, piece by piece
+    expected = torch.zeros(7, 5, dtype=torch.float64)
+    for t in range(7):
+        w = torch.stack([phi(q[t]) @ phi(k[j]) for j in range(t + 1)])  # (t + 1,) positive weights
+        expected[t] = (w[:, None] * v[: t + 1]).sum(0) / w.sum()
+    torch.testing.assert_close(linear_attention(q, k, v), expected)
+    torch.testing.assert_close(elu_feature_map(q), phi(q))
+    assert (elu_feature_map(torch.linspace(-10, 10, 101)) > 0).all()
+
+
+def test_linear_attention_is_causal_and_not_softmax_attention():
+    q, k, v = _linear_inputs(5, (2,), 9, 4, 4, torch.float64)
+    out = linear_attention(q, k, v)
+    k2, v2 = k.clone(), v.clone()
+    k2[:, 6:] += 1.0
+    v2[:, 6:] -= 2.0
+    torch.testing.assert_close(linear_attention(q, k2, v2)[:, :6], out[:, :6])  # changing t >= 6 leaves 0..5
+    softmax, _ = scaled_dot_product_attention(q, k, v, causal_mask(9))
+    assert (out - softmax).abs().max() > 0.05
+
+
+def test_linear_attention_step_carries_the_state_of_the_parallel_form():
+    """Stepping through the tokens gives the parallel form's outputs and its last prefix state."""
+    q, k, v = _linear_inputs(11, (2, 3), 6, 4, 2, torch.float64)
+    state, normaliser = torch.zeros(2, 3, 4, 2, dtype=torch.float64), torch.zeros(2, 3, 4, dtype=torch.float64)
+    for t in range(6):
+        before = state.clone(), normaliser.clone()
+        out, state2, normaliser2 = linear_attention_step(state, normaliser, q[..., t, :], k[..., t, :], v[..., t, :])
+        torch.testing.assert_close((state, normaliser), before, rtol=0, atol=0)  # inputs unchanged
+        torch.testing.assert_close(out, linear_attention(q, k, v)[..., t, :])
+        state, normaliser = state2, normaliser2
+    fk = elu_feature_map(k)
+    torch.testing.assert_close(state, fk.transpose(-2, -1) @ v)  # sum_j phi(k_j) v_j^T, (D, Dv)
+    torch.testing.assert_close(normaliser, fk.sum(-2))
+    assert state.shape == (2, 3, 4, 2) and normaliser.shape == (2, 3, 4)
+
+
+def test_linear_attention_step_broadcasts_a_shared_state_over_leading_axes():
+    state, z = torch.rand(4, 3) + 0.1, torch.rand(4) + 0.1  # one state shared by a batch of 5 queries
+    q_t, k_t, v_t = torch.randn(5, 4), torch.randn(5, 4), torch.randn(5, 3)
+    out, new_state, new_z = linear_attention_step(state, z, q_t, k_t, v_t)
+    assert out.shape == (5, 3) and new_state.shape == (5, 4, 3) and new_z.shape == (5, 4)
+    for b in range(5):
+        o, s, n = linear_attention_step(state, z, q_t[b], k_t[b], v_t[b])
+        torch.testing.assert_close((o, s, n), (out[b], new_state[b], new_z[b]))
+
+
+def test_linear_attention_handles_empty_sequences_and_length_one():
+    q, k, v = torch.zeros(2, 0, 3), torch.zeros(2, 0, 3), torch.zeros(2, 0, 5)
+    for fn in (linear_attention, linear_attention_recurrent, linear_attention_quadratic):
+        assert fn(q, k, v).shape == (2, 0, 5)
+    q, k, v = _linear_inputs(0, (2,), 1, 3, 5, torch.float32)
+    for fn in (linear_attention, linear_attention_recurrent, linear_attention_quadratic):
+        torch.testing.assert_close(fn(q, k, v), v)  # one token attends only to itself
+
+
+def test_linear_attention_names_bad_inputs():
+    q, k, v = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)
+    with pytest.raises(ValueError, match=r"q and k need the same length T, got q \(2, 4, 4\) and k \(2, 5, 4\)"):
+        linear_attention(q[:, :4], k, v)
+    with pytest.raises(ValueError, match=r"k and v must have the same number of positions S"):
+        linear_attention_recurrent(q, k, v[:, :4])
+    with pytest.raises(ValueError, match=r"q and k must have the same last dimension D"):
+        linear_attention_quadratic(q, k[..., :3], v)
+    with pytest.raises(TypeError, match=r"q, k and v must share a dtype"):
+        linear_attention(q, k, v.double())
+    with pytest.raises(TypeError, match=r"q must be a floating-point tensor, got dtype torch.int64"):
+        linear_attention(q.long(), k, v)
+
+
+def test_linear_attention_step_names_bad_inputs():
+    S, z, q_t, v_t = torch.zeros(2, 4, 3), torch.zeros(2, 4), torch.randn(2, 4), torch.randn(2, 3)
+    with pytest.raises(
+        ValueError, match=r"v_t must end in 3 \(state is \(\.\.\., D, Dv\) = \(2, 4, 3\)\), got v_t \(2, 4\)"
+    ):
+        linear_attention_step(S, z, q_t, q_t, q_t)
+    with pytest.raises(ValueError, match=r"normaliser must end in 4 .*got normaliser \(2, 3\)"):
+        linear_attention_step(S, torch.zeros(2, 3), q_t, q_t, v_t)
+    with pytest.raises(ValueError, match=r"k_t must end in 4 .*got k_t \(2, 3\)"):
+        linear_attention_step(S, z, q_t, v_t, v_t)
+    with pytest.raises(ValueError, match=r"state must have at least 2 dimensions, got shape \(4,\)"):
+        linear_attention_step(z[0], z, q_t, q_t, v_t)
+    with pytest.raises(ValueError, match=r"the leading axes of state \(2, 4, 3\), .* do not broadcast"):
+        linear_attention_step(S, z, torch.randn(3, 4), q_t, v_t)
+    with pytest.raises(TypeError, match=r"must share a dtype, got torch.float32, torch.float64"):
+        linear_attention_step(S, z.double(), q_t, q_t, v_t)
+    with pytest.raises(TypeError, match=r"q_t must be a floating-point tensor, got dtype torch.int64"):
+        linear_attention_step(S, z, q_t.long(), q_t, v_t)
+    with pytest.raises(TypeError, match=r"state must be a torch.Tensor, got list"):
+        linear_attention_step([[0.0]], z, q_t, q_t, v_t)
+    with pytest.raises(ValueError, match=r"q_t on meta"):
+        linear_attention_step(S, z, q_t.to("meta"), q_t, v_t)
