@@ -1,0 +1,472 @@
+"""Induction heads: a two-layer attention-only transformer learns to continue a repeated sequence.
+
+Reading order: the data (:func:`repeated_tokens`), the model (:class:`InductionConfig`,
+:class:`AttentionOnlyTransformer`), its training (:func:`train_induction`), the loss on each repeat
+(:func:`repeat_losses`), the per-head scores (:func:`previous_token_score`, :func:`induction_score`,
+:func:`head_scores`), head ablation (:func:`ablate_heads`, :func:`ablation_losses`), which input of a later head an
+earlier head feeds (:func:`key_query_ablation`), and the checkpoint on disk. The scores and the
+ablation work on any model whose attention layers are the course's ``MultiHeadAttention`` (the tiny GPT too).
+Taught in notebook 11. Shapes: B batch, N tokens per repeat, T = 2N positions, C embed_dim, H num_heads,
+D head_dim, L num_layers, V vocab_size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import os
+import platform
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from course_utils._files import atomic_path
+from course_utils._validate import check_int, check_positive_number, check_tensor, check_token_ids
+from course_utils.attention import scaled_dot_product_attention
+from course_utils.masking import causal_mask
+from course_utils.multihead import MultiHeadAttention, split_heads
+from course_utils.positional import LearnedPositionalEmbedding
+
+__all__ = [
+    "repeated_tokens",
+    "InductionConfig",
+    "AttentionOnlyTransformer",
+    "train_induction",
+    "repeat_losses",
+    "previous_token_score",
+    "induction_score",
+    "head_scores",
+    "attention_layers",
+    "ablate_heads",
+    "ablation_losses",
+    "residual_stream",
+    "key_query_ablation",
+    "save_induction_model",
+    "load_induction_model",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# The data: random tokens, then the same tokens again
+# ----------------------------------------------------------------------------------------------
+
+
+def repeated_tokens(
+    batch_size: int, seq_len: int, vocab_size: int, generator: torch.Generator, min_len: int | None = None
+) -> torch.Tensor:
+    """``batch_size`` rows of ``seq_len`` uniformly random token ids, each row followed by itself.
+
+    The first repeat cannot be predicted (every token is a fresh draw); the second can, by looking back.
+    With ``min_len``, row r repeats a stretch of its own random length n_r in ``min_len`` .. N instead, as many
+    times as fits in 2N positions: the distance back to the earlier copy then differs from row to row, so no
+    head can find it by position alone. Shape: -> (B, 2N), torch.long. Taught in notebook 11.
+    """
+    B, N, V = check_int("batch_size", batch_size), check_int("seq_len", seq_len), check_int("vocab_size", vocab_size)
+    if min_len is None:
+        first = torch.randint(0, V, (B, N), generator=generator)  # (B, N)
+        return torch.cat([first, first], dim=1)  # (B, N) -> (B, 2N)
+    check_int("min_len", min_len, maximum=N)
+    stretch = torch.randint(0, V, (B, N), generator=generator)  # (B, N); row r uses its first n_r tokens
+    n = torch.randint(min_len, N + 1, (B, 1), generator=generator)  # (B, 1): each row's period
+    return stretch.gather(1, torch.arange(2 * N) % n)  # (B, 2N): position j holds token j mod n_r
+
+
+# ----------------------------------------------------------------------------------------------
+# The model: attention and nothing else
+# ----------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class InductionConfig:
+    """The shape of an :class:`AttentionOnlyTransformer` and of its data (sequences of ``seq_len``, twice).
+
+    Taught in notebook 11.
+    """
+
+    vocab_size: int = 64
+    seq_len: int = 24
+    embed_dim: int = 64
+    num_heads: int = 4
+    num_layers: int = 2
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            check_int(f.name, getattr(self, f.name))
+        if self.embed_dim % self.num_heads != 0:
+            raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
+
+    @property
+    def context_length(self) -> int:
+        return 2 * self.seq_len
+
+
+class AttentionOnlyTransformer(nn.Module):
+    """Token and learned position embeddings, ``num_layers`` pre-norm causal attention layers, no MLP.
+
+    Each layer adds ``attn(LayerNorm(x))`` to the residual stream (the course's ``MultiHeadAttention``); a
+    final LayerNorm and an unembedding read the logits. Without MLPs everything the model computes is done
+    by attention heads, which makes each head's job visible.
+    Shape: idx (B, T) -> logits (B, T, V), T <= 2N. Taught in notebook 11.
+    """
+
+    def __init__(self, config: InductionConfig) -> None:
+        super().__init__()
+        if not isinstance(config, InductionConfig):
+            raise TypeError(f"AttentionOnlyTransformer takes an InductionConfig, got {type(config).__name__}")
+        self.config = config
+        C = config.embed_dim
+        self.tok_emb = nn.Embedding(config.vocab_size, C)
+        self.pos_emb = LearnedPositionalEmbedding(config.context_length, C)
+        self.norms = nn.ModuleList(nn.LayerNorm(C) for _ in range(config.num_layers))
+        self.attns = nn.ModuleList(MultiHeadAttention(C, config.num_heads) for _ in range(config.num_layers))
+        self.ln_f = nn.LayerNorm(C)
+        self.lm_head = nn.Linear(C, config.vocab_size, bias=False)
+
+    def forward(self, idx: torch.Tensor, need_weights: bool = False):
+        """Logits (B, T, V); with ``need_weights`` also each layer's attention weights, L x (B, H, T, T)."""
+        check_token_ids("idx", idx, self.config.vocab_size)
+        T = idx.shape[1]
+        if T > self.config.context_length:
+            raise ValueError(f"idx has {T} positions, more than context_length = {self.config.context_length}")
+        x = self.pos_emb(self.tok_emb(idx))  # (B, T) -> (B, T, C)
+        mask = causal_mask(T, device=idx.device)  # (T, T)
+        maps = []
+        for norm, attn in zip(self.norms, self.attns):
+            a, weights = attn(norm(x), mask, need_weights=True)  # (B, T, C), (B, H, T, T)
+            x = x + a  # (B, T, C)
+            maps.append(weights)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
+        return (logits, maps) if need_weights else logits
+
+    @torch.no_grad()
+    def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
+        """Every layer's attention weights, as ``GPT.attention_maps`` gives them: L x (B, H, T, T)."""
+        return self(idx, need_weights=True)[1]
+
+
+# ----------------------------------------------------------------------------------------------
+# Training, and the loss on each repeat
+# ----------------------------------------------------------------------------------------------
+
+
+def _logits(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    """Logits (B, T, V) from this module's model or the tiny GPT (whose forward returns (logits, loss))."""
+    out = model(idx)
+    return out[0] if isinstance(out, tuple) else out
+
+
+def repeat_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[float, float]:
+    """Mean cross-entropy (nats) on the first repeat and on the second, in eval mode, without gradients.
+
+    First repeat: predicting tokens 1 .. N-1 (token 0 has nothing before it). Second repeat: tokens N+1 .. 2N-1,
+    each of which follows a token seen before (token N, the first of the second repeat, is left out of both).
+    Shape: tokens (B, 2N) -> two floats. Taught in notebook 11.
+    """
+    check_token_ids("tokens", tokens, 0, values=False)  # the model checks the ids' range
+    N = check_int("seq_len", seq_len, minimum=2)
+    if tokens.shape[1] != 2 * N:
+        raise ValueError(f"tokens must have 2 * seq_len = {2 * N} positions (two repeats), got {tuple(tokens.shape)}")
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        logits = _logits(model, tokens)  # (B, 2N, V)
+        per_token = F.cross_entropy(
+            logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none"
+        )  # (B, 2N-1)
+    model.train(was_training)
+    return per_token[:, : N - 1].mean().item(), per_token[:, N:].mean().item()  # targets 1..N-1, N+1..2N-1
+
+
+def train_induction(
+    config: InductionConfig,
+    steps: int = 600,
+    batch_size: int = 64,
+    lr: float = 3e-3,
+    seed: int = 0,
+    eval_every: int = 25,
+    min_len: int | None = None,
+    callback: Callable[[dict[str, Any]], None] | None = None,
+    model: AttentionOnlyTransformer | None = None,
+) -> tuple[AttentionOnlyTransformer, list[dict[str, float]]]:
+    """Train on fresh batches of :func:`repeated_tokens` (each row with its own period, ``min_len`` .. N; None:
+    N // 2 .. N) with AdamW; the same seed gives the same run on one CPU.
+
+    ``seed`` fixes the initial weights and every batch; the caller's random state is left as it was.
+    Every ``eval_every`` steps (and at 0 and ``steps``) both repeat losses are measured on one held-out batch
+    of 256 sequences and recorded; ``callback(event)`` gets each record with the seconds so far.
+    ``model`` continues training a model instead of starting a fresh one (its data are drawn from ``seed``).
+    Returns the model (in eval mode) and the records ``{"step", "first", "second"}``. Taught in notebook 11.
+    """
+    check_int("steps", steps, minimum=0)
+    check_int("eval_every", eval_every)
+    check_positive_number("lr", lr)
+    check_int("seed", seed, minimum=0)
+    if callback is not None and not callable(callback):
+        raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        if model is None:
+            model = AttentionOnlyTransformer(config)
+        elif not isinstance(model, AttentionOnlyTransformer) or model.config != config:
+            raise ValueError("model must be an AttentionOnlyTransformer built from the same config")
+    min_len = max(1, config.seq_len // 2) if min_len is None else check_int("min_len", min_len, maximum=config.seq_len)
+    gen = torch.Generator().manual_seed(seed)
+    held_out = repeated_tokens(256, config.seq_len, config.vocab_size, gen)  # (256, 2N)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    history: list[dict[str, float]] = []
+    start = time.perf_counter()
+
+    def record(step: int) -> None:
+        first, second = repeat_losses(model, held_out, config.seq_len)
+        history.append({"step": step, "first": first, "second": second})
+        if callback is not None:
+            callback({**history[-1], "seconds": time.perf_counter() - start})
+
+    model.train()
+    for step in range(steps):
+        if step % eval_every == 0:  # evaluate
+            record(step)
+        tokens = repeated_tokens(batch_size, config.seq_len, config.vocab_size, gen, min_len)  # (B, 2N)
+        logits = model(tokens[:, :-1])  # forward: (B, 2N - 1, V)
+        loss = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:])  # next token at every position
+        optimizer.zero_grad(set_to_none=True)  # backward, update
+        loss.backward()
+        optimizer.step()
+    record(steps)
+    return model.eval(), history
+
+
+# ----------------------------------------------------------------------------------------------
+# Scores per head
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_weights(weights: object) -> None:
+    check_tensor("weights", weights, min_dim=4)
+    if weights.dim() != 4 or weights.shape[-1] != weights.shape[-2]:
+        raise ValueError(f"weights must have shape (B, H, T, T), got {tuple(weights.shape)}")
+    if not weights.is_floating_point():
+        raise TypeError(f"weights must be a floating-point tensor, got dtype {weights.dtype}")
+
+
+def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
+    """Each head's mean weight from position i to i - 1, over i = 1 .. T-1 and the batch.
+
+    1 for a head that always reads the token before; a causal head spreading its weight evenly scores
+    mean(1 / (i + 1)). Shape: weights (B, H, T, T), T >= 2 -> (H,). Taught in notebook 11.
+    """
+    _check_weights(weights)
+    if weights.shape[-1] < 2:
+        raise ValueError(f"weights need T >= 2 positions for a previous token, got shape {tuple(weights.shape)}")
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1))  # (B, H, T-1) -> (H,)
+
+
+def induction_score(weights: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """Each head's mean weight from a token's second occurrence to the token after its first occurrence.
+
+    On a sequence repeated twice (T = 2N), query i = N .. 2N-1 holds the token of position i - N; the token
+    after that one sits at i - N + 1. Averaged over those N queries and the batch.
+    Shape: weights (B, H, 2N, 2N) -> (H,). Taught in notebook 11.
+    """
+    _check_weights(weights)
+    N = check_int("seq_len", seq_len)
+    if weights.shape[-1] != 2 * N:
+        raise ValueError(f"weights must cover 2 * seq_len = {2 * N} positions, got shape {tuple(weights.shape)}")
+    i = torch.arange(N, 2 * N, device=weights.device)  # (N,): queries of the second repeat
+    return weights[..., i, i - N + 1].mean(dim=(0, -1))  # (B, H, N) -> (H,)
+
+
+def head_scores(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Previous-token and induction scores of every head, from ``model.attention_maps(tokens)``.
+
+    Works for :class:`AttentionOnlyTransformer` and the tiny GPT. Shape: tokens (B, 2N) -> two (L, H).
+    Taught in notebook 11.
+    """
+    was_training = model.training
+    model.eval()
+    maps = model.attention_maps(tokens)  # L x (B, H, 2N, 2N)
+    model.train(was_training)
+    prev = torch.stack([previous_token_score(w) for w in maps])  # (L, H)
+    ind = torch.stack([induction_score(w, seq_len) for w in maps])  # (L, H)
+    return prev, ind
+
+
+# ----------------------------------------------------------------------------------------------
+# Ablation: switch one head off
+# ----------------------------------------------------------------------------------------------
+
+
+def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
+    """The model's attention modules in the order they run (the tiny GPT's subclass them too)."""
+    layers = [m for m in model.modules() if isinstance(m, MultiHeadAttention)]
+    if not layers:
+        raise TypeError(f"{type(model).__name__} holds no course_utils MultiHeadAttention layer to ablate")
+    return layers
+
+
+@contextlib.contextmanager
+def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> Iterator[nn.Module]:
+    """Inside the ``with`` block, heads (layer, head) add nothing to the residual stream.
+
+    A head's output, its D channels of the merged (B, T, C) tensor, is zeroed just before ``out_proj``; every
+    other head, and the output projection's bias, is untouched. The hooks are removed on leaving the block.
+    Taught in notebook 11.
+    """
+    layers = attention_layers(model)
+    heads = list(heads)
+    by_layer: dict[int, list[int]] = {}
+    for pair in heads:
+        if not (isinstance(pair, tuple) and len(pair) == 2):
+            raise TypeError(f"heads must be (layer, head) pairs, got {pair!r}")
+        layer = check_int("layer", pair[0], minimum=0, maximum=len(layers) - 1)
+        head = check_int("head", pair[1], minimum=0, maximum=layers[layer].num_heads - 1)
+        by_layer.setdefault(layer, []).append(head)
+    hooks = []
+    for layer, off in by_layer.items():
+        attn = layers[layer]
+        D = attn.head_dim
+
+        def zero_heads(module: nn.Module, args: tuple, off=off, D=D) -> tuple:
+            (merged,) = args  # (B, T, C): head h in channels h*D .. (h+1)*D - 1
+            keep = torch.ones(merged.shape[-1], dtype=merged.dtype, device=merged.device)  # (C,)
+            for h in off:
+                keep[h * D : (h + 1) * D] = 0
+            return (merged * keep,)  # (B, T, C)
+
+        hooks.append(attn.out_proj.register_forward_pre_hook(zero_heads))
+    try:
+        yield model
+    finally:
+        for hook in hooks:
+            hook.remove()
+
+
+def ablation_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """The second-repeat loss with each head ablated alone: entry (l, h) is :func:`repeat_losses`' second
+    value inside ``ablate_heads(model, [(l, h)])``. Shape: tokens (B, 2N) -> (L, H). Taught in notebook 11.
+    """
+    layers = attention_layers(model)
+    out = torch.zeros(len(layers), max(a.num_heads for a in layers))  # (L, H)
+    for layer, attn in enumerate(layers):
+        for head in range(attn.num_heads):
+            with ablate_heads(model, [(layer, head)]):
+                out[layer, head] = repeat_losses(model, tokens, seq_len)[1]
+    return out
+
+
+def residual_stream(model: AttentionOnlyTransformer, tokens: torch.Tensor, layer: int) -> torch.Tensor:
+    """The residual stream that attention layer ``layer`` reads (before its LayerNorm); ablations in force apply.
+
+    Shape: tokens (B, T) -> (B, T, C). Taught in notebook 11.
+    """
+    check_int("layer", layer, minimum=0, maximum=model.config.num_layers - 1)
+    check_token_ids("tokens", tokens, model.config.vocab_size)
+    x = model.pos_emb(model.tok_emb(tokens))  # (B, T, C)
+    mask = causal_mask(tokens.shape[1], device=tokens.device)  # (T, T)
+    for norm, attn in list(zip(model.norms, model.attns))[:layer]:
+        x = x + attn(norm(x), mask)  # (B, T, C)
+    return x
+
+
+@torch.no_grad()
+def key_query_ablation(
+    model: AttentionOnlyTransformer, tokens: torch.Tensor, seq_len: int, heads: Iterable[tuple[int, int]], layer: int
+) -> dict[str, torch.Tensor]:
+    """Induction scores of layer ``layer``'s heads when ``heads`` (earlier layers) are ablated for its keys only,
+    for its queries only, or not at all: which input of the later head the earlier heads feed.
+
+    The keys (or queries) are computed from the residual stream with ``heads`` ablated, the rest from the intact
+    stream. Returns ``{"intact", "keys", "queries"}``, each (H,). Shape: tokens (B, 2N). Taught in notebook 11.
+    """
+    heads = list(heads)
+    if any(isinstance(pair, tuple) and len(pair) == 2 and pair[0] >= layer for pair in heads):
+        raise ValueError(f"heads must sit in layers before layer {layer}, got {heads}")
+    intact = residual_stream(model, tokens, layer)  # (B, T, C)
+    with ablate_heads(model, heads):
+        ablated = residual_stream(model, tokens, layer)  # (B, T, C)
+    attn, norm = model.attns[layer], model.norms[layer]
+
+    def queries_and_keys(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        q, k, _ = attn.qkv_proj(norm(x)).chunk(3, dim=-1)  # (B, T, C) -> 3 x (B, T, C)
+        return split_heads(q, attn.num_heads), split_heads(k, attn.num_heads)  # (B, H, T, D) each
+
+    (q, k), (q_ablated, k_ablated) = queries_and_keys(intact), queries_and_keys(ablated)
+    mask = causal_mask(tokens.shape[1], device=tokens.device)  # (T, T)
+    scores = {}
+    for name, qq, kk in (("intact", q, k), ("keys", q, k_ablated), ("queries", q_ablated, k)):
+        _, weights = scaled_dot_product_attention(qq, kk, kk, mask)  # (B, H, T, T); the values do not matter
+        scores[name] = induction_score(weights, seq_len)  # (H,)
+    return scores
+
+
+# ----------------------------------------------------------------------------------------------
+# A trained model on disk (checkpoints/induction.pt), and the command that makes it
+# ----------------------------------------------------------------------------------------------
+
+_FORMAT = "course-induction-1"
+
+
+def save_induction_model(
+    path: str | os.PathLike, model: AttentionOnlyTransformer, history: list[dict], provenance: dict
+) -> None:
+    """Write the weights, configuration, loss history and provenance, loadable with ``weights_only=True``."""
+    state = {
+        "format": _FORMAT,
+        "config": dataclasses.asdict(model.config),
+        "model": model.state_dict(),
+        "history": history,
+        "provenance": provenance,
+    }
+    with atomic_path(path) as tmp:
+        torch.save(state, tmp)
+
+
+def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransformer, dict]:
+    """The model (eval mode) and the rest of what :func:`save_induction_model` wrote. Taught in notebook 11."""
+    state = torch.load(Path(path), map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or state.get("format") != _FORMAT:
+        raise ValueError(f"{path} is not a model written by save_induction_model")
+    model = AttentionOnlyTransformer(InductionConfig(**state["config"]))
+    model.load_state_dict(state["model"])
+    return model.eval(), state
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m course_utils.induction OUT [--steps N] [--seed S]``: train with the defaults, save to OUT."""
+    parser = argparse.ArgumentParser(prog="python -m course_utils.induction", description=main.__doc__)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--steps", type=int, default=600)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
+    config = InductionConfig()
+    start = time.perf_counter()
+    model, history = train_induction(config, steps=args.steps, seed=args.seed, callback=lambda e: print(e, flush=True))
+    seconds = time.perf_counter() - start
+    provenance = {
+        "command": "python -m course_utils.induction " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "seed": args.seed,
+        "steps": args.steps,
+        "train_s": round(seconds, 1),
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "torch": str(torch.__version__),
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+        "threads": torch.get_num_threads(),
+    }
+    save_induction_model(args.out, model, history, provenance)
+    print(f"saved {args.out}: {provenance}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

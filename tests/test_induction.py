@@ -1,0 +1,375 @@
+"""course_utils.induction: the repeated data, the attention-only model, the repeat losses, the per-head scores
+on hand-made attention patterns, head ablation (exactly one head switched off), and the errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.induction import (
+    AttentionOnlyTransformer,
+    InductionConfig,
+    ablate_heads,
+    ablation_losses,
+    attention_layers,
+    head_scores,
+    induction_score,
+    key_query_ablation,
+    load_induction_model,
+    previous_token_score,
+    repeat_losses,
+    repeated_tokens,
+    residual_stream,
+    save_induction_model,
+    train_induction,
+)
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+SMALL = InductionConfig(vocab_size=11, seq_len=5, embed_dim=12, num_heads=3, num_layers=2)
+
+
+def _model(config: InductionConfig = SMALL, seed: int = 0) -> AttentionOnlyTransformer:
+    torch.manual_seed(seed)
+    return AttentionOnlyTransformer(config).eval()
+
+
+# ---------------------------------------------------------------------------------------------- data
+
+
+def test_repeated_tokens_are_one_stretch_twice():
+    x = repeated_tokens(4, 6, 9, torch.Generator().manual_seed(0))
+    assert x.shape == (4, 12) and x.dtype == torch.long
+    torch.testing.assert_close(x[:, :6], x[:, 6:])
+    assert int(x.min()) >= 0 and int(x.max()) < 9
+
+
+@given(seed=st.integers(0, 2**31 - 1), N=st.integers(1, 30), min_len=st.integers(1, 30))
+@settings(max_examples=40, deadline=None)
+def test_with_min_len_each_row_repeats_with_its_own_period(seed, N, min_len):
+    min_len = min(min_len, N)
+    x = repeated_tokens(8, N, 50, torch.Generator().manual_seed(seed), min_len=min_len)
+    assert x.shape == (8, 2 * N)
+    for row in x:
+        periods = [n for n in range(min_len, N + 1) if torch.equal(row[n:], row[:-n])]
+        assert periods, f"row {row.tolist()} repeats with no period in {min_len}..{N}"
+
+
+def test_periods_vary_from_row_to_row():
+    x = repeated_tokens(64, 24, 64, torch.Generator().manual_seed(1), min_len=12)
+    first_period = [min(n for n in range(12, 25) if torch.equal(r[n:], r[:-n])) for r in x]
+    assert len(set(first_period)) > 5
+
+
+def test_the_same_generator_state_draws_the_same_tokens():
+    a, b = (repeated_tokens(3, 7, 20, torch.Generator().manual_seed(5), min_len=2) for _ in range(2))
+    torch.testing.assert_close(a, b)
+
+
+# ---------------------------------------------------------------------------------------------- the model
+
+
+def test_model_shapes_and_weights():
+    model = _model()
+    idx = repeated_tokens(2, 5, 11, torch.Generator().manual_seed(0))  # (2, 10)
+    logits, maps = model(idx, need_weights=True)
+    assert logits.shape == (2, 10, 11)
+    assert len(maps) == 2 and all(m.shape == (2, 3, 10, 10) for m in maps)
+    for m in maps:
+        torch.testing.assert_close(m.sum(-1), torch.ones(2, 3, 10))
+        assert (m.triu(1) == 0).all()
+    torch.testing.assert_close(model(idx), logits)
+    assert all(torch.equal(a, b) for a, b in zip(model.attention_maps(idx), maps))
+
+
+def test_model_is_causal():
+    model = _model()
+    idx = repeated_tokens(1, 5, 11, torch.Generator().manual_seed(0))
+    changed = idx.clone()
+    changed[0, 6] = (changed[0, 6] + 1) % 11
+    torch.testing.assert_close(model(idx)[:, :6], model(changed)[:, :6])
+
+
+def test_model_has_no_mlp_only_attention():
+    model = _model()
+    kinds = {type(m).__name__ for m in model.modules()}
+    assert "MLP" not in kinds and len(attention_layers(model)) == SMALL.num_layers
+
+
+# ---------------------------------------------------------------------------------------------- the scores
+
+
+def _one_hot_rows(T: int, target: list[int]) -> torch.Tensor:
+    """A (1, 1, T, T) pattern whose row i puts all its weight on key target[i]."""
+    w = torch.zeros(1, 1, T, T)
+    w[0, 0, torch.arange(T), torch.tensor(target)] = 1.0
+    return w
+
+
+def test_a_perfect_previous_token_head_scores_1():
+    T = 9
+    w = _one_hot_rows(T, [0] + list(range(T - 1)))  # row i reads i - 1 (row 0 reads itself)
+    torch.testing.assert_close(previous_token_score(w), torch.tensor([1.0]))
+
+
+def test_a_perfect_induction_head_scores_1_and_its_previous_token_score_is_low():
+    N = 6
+    target = [0] * N + [i - N + 1 for i in range(N, 2 * N)]  # second repeat: the token after the first copy
+    w = _one_hot_rows(2 * N, target)
+    torch.testing.assert_close(induction_score(w, N), torch.tensor([1.0]))
+    assert previous_token_score(w).item() < 0.2
+
+
+def test_a_head_reading_the_same_token_before_is_not_an_induction_head():
+    N = 6
+    w = _one_hot_rows(2 * N, [0] * N + [i - N for i in range(N, 2 * N)])  # off by one: the copy itself
+    torch.testing.assert_close(induction_score(w, N), torch.tensor([0.0]))
+
+
+@pytest.mark.parametrize("N", [1, 2, 5, 24])
+def test_uniform_causal_weights_score_the_expected_values(N):
+    T = 2 * N
+    w = torch.ones(T, T).tril()
+    w = (w / w.sum(-1, keepdim=True)).expand(3, 2, T, T)  # every row spreads evenly over its keys
+    prev_expected = sum(1 / (i + 1) for i in range(1, T)) / (T - 1)
+    ind_expected = sum(1 / (i + 1) for i in range(N, T)) / N
+    torch.testing.assert_close(previous_token_score(w), torch.full((2,), prev_expected))
+    torch.testing.assert_close(induction_score(w, N), torch.full((2,), ind_expected))
+
+
+def test_scores_average_over_batch_and_keep_heads_apart():
+    N = 4
+    perfect = _one_hot_rows(2 * N, [0] * N + [i - N + 1 for i in range(N, 2 * N)])[0, 0]
+    w = torch.stack([torch.stack([perfect, torch.eye(2 * N)]), torch.stack([torch.eye(2 * N), torch.eye(2 * N)])])
+    torch.testing.assert_close(induction_score(w, N), torch.tensor([0.5, 0.0]))  # (B=2, H=2) -> (H,)
+
+
+def test_head_scores_works_on_the_tiny_gpt_too():
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig.preset("tiny", vocab_size=11)).eval()
+    idx = repeated_tokens(2, 8, 11, torch.Generator().manual_seed(0))
+    prev, ind = head_scores(gpt, idx, 8)
+    assert prev.shape == ind.shape == (2, 4)
+    maps = gpt.attention_maps(idx)
+    torch.testing.assert_close(ind[1], induction_score(maps[1], 8))
+
+
+# ---------------------------------------------------------------------------------------------- losses
+
+
+def test_repeat_losses_split_the_positions_as_documented():
+    model = _model()
+    idx = repeated_tokens(3, 5, 11, torch.Generator().manual_seed(2))
+    logits = model(idx)
+    per = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), idx[:, 1:], reduction="none")
+    first, second = repeat_losses(model, idx, 5)
+    assert first == pytest.approx(per[:, :4].mean().item(), rel=1e-5)  # targets 1 .. 4
+    assert second == pytest.approx(per[:, 5:].mean().item(), rel=1e-5)  # targets 6 .. 9
+
+
+def test_repeat_losses_leave_the_mode_as_it_was():
+    model = _model().train()
+    repeat_losses(model, repeated_tokens(1, 5, 11, torch.Generator().manual_seed(0)), 5)
+    assert model.training
+
+
+# ---------------------------------------------------------------------------------------------- ablation
+
+
+def _merged(attn, x, mask):
+    """The layer's output on x and what its out_proj read: the heads side by side, (B, T, C) each."""
+    seen = []
+    hook = attn.out_proj.register_forward_hook(lambda m, args, out: seen.append(args[0].detach().clone()))
+    out = attn(x, mask)
+    hook.remove()
+    return out, seen[0]  # a forward hook sees the input as the pre-hooks left it
+
+
+@pytest.mark.parametrize("layer,head", [(0, 0), (0, 2), (1, 1)])
+def test_ablation_zeroes_exactly_one_head(layer, head):
+    model = _model()
+    attn = attention_layers(model)[layer]
+    D = attn.head_dim
+    x = torch.randn(2, 10, SMALL.embed_dim, generator=torch.Generator().manual_seed(layer + head))
+    mask = torch.ones(10, 10, dtype=torch.bool).tril()
+    plain, before = _merged(attn, x, mask)
+    with ablate_heads(model, [(layer, head)]):
+        ablated, after = _merged(attn, x, mask)
+    own = slice(head * D, (head + 1) * D)
+    assert (after[..., own] == 0).all() and before[..., own].abs().min() > 0
+    others = torch.ones(SMALL.embed_dim, dtype=torch.bool)
+    others[own] = False
+    torch.testing.assert_close(after[..., others], before[..., others], rtol=0, atol=0)  # the others untouched
+    share = before[..., own] @ attn.out_proj.weight[:, own].T  # (B, T, C): head h's term of the output
+    torch.testing.assert_close(ablated, plain - share)  # out_proj is linear: exactly that term goes
+
+
+def test_ablating_one_layer_leaves_earlier_layers_alone():
+    model = _model()
+    idx = repeated_tokens(2, 5, 11, torch.Generator().manual_seed(4))
+    first = attention_layers(model)[0]
+    x0 = model.norms[0](model.pos_emb(model.tok_emb(idx)))
+    mask = torch.ones(10, 10, dtype=torch.bool).tril()
+    plain, _ = _merged(first, x0, mask)
+    with ablate_heads(model, [(1, 2)]):
+        same, _ = _merged(first, x0, mask)
+        assert not torch.allclose(model(idx), _model()(idx))  # the model's output does change
+    torch.testing.assert_close(same, plain, rtol=0, atol=0)
+
+
+def test_hooks_are_removed_after_the_block_even_after_an_error():
+    model = _model()
+    idx = repeated_tokens(1, 5, 11, torch.Generator().manual_seed(0))
+    plain = model(idx)
+    with pytest.raises(RuntimeError, match="inside"):
+        with ablate_heads(model, [(0, 1), (1, 0)]):
+            assert not torch.allclose(model(idx), plain)
+            raise RuntimeError("inside")
+    torch.testing.assert_close(model(idx), plain)
+    assert all(not a.out_proj._forward_pre_hooks for a in attention_layers(model))
+
+
+def test_ablation_losses_table_matches_one_ablation_at_a_time():
+    model = _model()
+    idx = repeated_tokens(2, 5, 11, torch.Generator().manual_seed(5))
+    table = ablation_losses(model, idx, 5)
+    assert table.shape == (2, 3)
+    with ablate_heads(model, [(1, 2)]):
+        assert table[1, 2].item() == pytest.approx(repeat_losses(model, idx, 5)[1], rel=1e-6)
+
+
+def test_ablation_works_on_the_tiny_gpt():
+    torch.manual_seed(0)
+    gpt = GPT(GPTConfig.preset("tiny", vocab_size=11)).eval()
+    idx = repeated_tokens(1, 8, 11, torch.Generator().manual_seed(0))
+    plain = gpt(idx)[0]
+    with ablate_heads(gpt, [(1, 3)]):
+        changed = gpt(idx)[0]
+    assert not torch.allclose(plain, changed)
+    torch.testing.assert_close(gpt(idx)[0], plain)
+
+
+def test_residual_stream_is_what_each_layer_reads():
+    model = _model()
+    idx = repeated_tokens(2, 5, 11, torch.Generator().manual_seed(6))
+    read = []
+    hooks = [n.register_forward_hook(lambda m, args, out: read.append(args[0])) for n in model.norms]
+    model(idx)
+    for h in hooks:
+        h.remove()
+    for layer in range(SMALL.num_layers):
+        torch.testing.assert_close(residual_stream(model, idx, layer), read[layer])
+
+
+def test_key_query_ablation_intact_scores_are_the_models_and_nothing_ablated_changes_nothing():
+    model = _model()
+    idx = repeated_tokens(4, 5, 11, torch.Generator().manual_seed(7))
+    _, ind = head_scores(model, idx, 5)
+    s = key_query_ablation(model, idx, 5, [], layer=1)
+    for name in ("intact", "keys", "queries"):
+        torch.testing.assert_close(s[name], ind[1])
+    s = key_query_ablation(model, idx, 5, [(0, 0), (0, 1), (0, 2)], layer=1)
+    with ablate_heads(model, [(0, 0), (0, 1), (0, 2)]):
+        x = residual_stream(model, idx, 1)
+    torch.testing.assert_close(x, model.pos_emb(model.tok_emb(idx)) + model.attns[0].out_proj.bias)
+    assert not torch.allclose(s["keys"], s["intact"]) and not torch.allclose(s["queries"], s["intact"])
+
+
+# ---------------------------------------------------------------------------------------------- training
+
+
+def test_training_is_seeded_and_reports_progress():
+    events = []
+    a, hist_a = train_induction(SMALL, steps=6, batch_size=4, eval_every=3, seed=1, callback=events.append)
+    b, hist_b = train_induction(SMALL, steps=6, batch_size=4, eval_every=3, seed=1)
+    assert [h["step"] for h in hist_a] == [0, 3, 6] and [e["step"] for e in events] == [0, 3, 6]
+    assert hist_a == hist_b
+    assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
+    assert not a.training
+
+
+def test_training_leaves_the_global_random_state_alone():
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    train_induction(SMALL, steps=1, batch_size=2)
+    torch.testing.assert_close(torch.rand(3), expected)
+
+
+def test_save_and_load_round_trip(tmp_path):
+    model, history = train_induction(SMALL, steps=2, batch_size=2, eval_every=1)
+    path = tmp_path / "m.pt"
+    save_induction_model(path, model, history, {"seed": 0})
+    loaded, state = load_induction_model(path)
+    assert loaded.config == SMALL and state["history"] == history and state["provenance"] == {"seed": 0}
+    idx = repeated_tokens(1, 5, 11, torch.Generator().manual_seed(0))
+    torch.testing.assert_close(loaded(idx), model(idx))
+
+
+# ---------------------------------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize(
+    "kwargs,err,match",
+    [
+        ({"embed_dim": 10, "num_heads": 3}, ValueError, r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
+        ({"seq_len": 0}, ValueError, "seq_len must be at least 1, got 0"),
+        ({"vocab_size": 2.0}, TypeError, "vocab_size must be an int, got float"),
+    ],
+)
+def test_bad_config(kwargs, err, match):
+    with pytest.raises(err, match=match):
+        InductionConfig(**kwargs)
+
+
+def test_bad_inputs():
+    model = _model()
+    with pytest.raises(TypeError, match="takes an InductionConfig, got dict"):
+        AttentionOnlyTransformer({})
+    with pytest.raises(ValueError, match="idx has 11 positions, more than context_length = 10"):
+        model(torch.zeros(1, 11, dtype=torch.long))
+    with pytest.raises(TypeError, match="integer token ids"):
+        model(torch.zeros(1, 4))
+    with pytest.raises(ValueError, match=r"min_len must be in \[1, 5\], got 6"):
+        repeated_tokens(1, 5, 11, torch.Generator(), min_len=6)
+    with pytest.raises(ValueError, match=r"tokens must have 2 \* seq_len = 10 positions"):
+        repeat_losses(model, torch.zeros(1, 8, dtype=torch.long), 5)
+    with pytest.raises(ValueError, match=r"weights must have shape \(B, H, T, T\), got \(1, 1, 2, 3\)"):
+        previous_token_score(torch.ones(1, 1, 2, 3))
+    with pytest.raises(TypeError, match="weights must be a torch.Tensor, got list"):
+        induction_score([[1.0]], 2)
+    with pytest.raises(TypeError, match="weights must be a floating-point tensor, got dtype torch.int64"):
+        previous_token_score(torch.ones(1, 1, 3, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match=r"weights must cover 2 \* seq_len = 8 positions, got shape \(1, 1, 6, 6\)"):
+        induction_score(torch.ones(1, 1, 6, 6), 4)
+    with pytest.raises(ValueError, match="T >= 2 positions"):
+        previous_token_score(torch.ones(1, 1, 1, 1))
+    with pytest.raises(ValueError, match=r"head must be in \[0, 2\], got 3"):
+        with ablate_heads(model, [(0, 3)]):
+            pass
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got 2"):
+        with ablate_heads(model, [(2, 0)]):
+            pass
+    with pytest.raises(TypeError, match=r"heads must be \(layer, head\) pairs, got 1"):
+        with ablate_heads(model, [1]):
+            pass
+    with pytest.raises(TypeError, match="holds no course_utils MultiHeadAttention"):
+        attention_layers(torch.nn.Linear(2, 2))
+    with pytest.raises(TypeError, match="callback must be a function"):
+        train_induction(SMALL, steps=1, callback=3)
+
+
+def test_key_query_ablation_needs_earlier_heads():
+    with pytest.raises(ValueError, match="heads must sit in layers before layer 1"):
+        key_query_ablation(_model(), repeated_tokens(1, 5, 11, torch.Generator()), 5, [(1, 0)], layer=1)
+    with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got 2"):
+        residual_stream(_model(), repeated_tokens(1, 5, 11, torch.Generator()), 2)
+
+
+def test_loading_a_foreign_file_says_so(tmp_path):
+    torch.save({"format": "other"}, tmp_path / "x.pt")
+    with pytest.raises(ValueError, match="not a model written by save_induction_model"):
+        load_induction_model(tmp_path / "x.pt")
