@@ -3,29 +3,30 @@
 #
 # Plain attention has two costs that grow badly. Training and prefill build a `(T, T)` score matrix:
 # time and memory grow as T². Generation keeps the keys and values of every earlier token of every
-# layer in a **KV cache**: memory grows with the number of KV heads times the context. Every variant in
-# this notebook attacks one of those costs by changing *one* thing (how many key/value heads there are,
-# which keys are visible, how the scores are made) and reusing everything else. Each one is checked
-# against the plain masked attention of notebooks 02-04 or against PyTorch. Notebook 08 then shows how
-# fast kernels compute *exact* attention without the `(T, T)` matrix, uses the KV cache to generate, and
-# measures the time and memory of every method here against sequence length.
+# layer in a **KV cache**, and every new token reads all of it: memory and memory traffic grow with the
+# number of KV heads times the context. Every variant in this notebook attacks one of those costs by
+# changing *one* thing (how many key/value heads there are, which keys are visible, how the scores are made)
+# and reusing everything else. Each one is checked against the plain masked attention of notebooks 02-04
+# or against PyTorch. Notebook 08 computes *exact* attention without the `(T, T)` matrix and measures every
+# method here against sequence length; notebook 09 generates with the KV cache.
 #
 # **What you will learn**
 #
-# - multi-query and grouped-query attention: one module with `num_kv_heads`, what the KV cache of a
-#   7B-sized model costs with each, and why `repeat_interleave` (not `repeat`) matches PyTorch;
+# - multi-query and grouped-query attention: one module with `num_kv_heads`, what the KV cache costs in
+#   memory and in bytes read per generated token, and why `repeat_interleave` (not `repeat`) matches PyTorch;
 # - sliding-window attention as a mask and as a chunked computation that never builds the `(T, T)`
 #   matrix, how the course's `window` relates to Mistral's and Longformer's, and how the receptive field
 #   grows with depth;
 # - Linformer (keys and values projected along the sequence), including what its fixed-size projections
 #   do to shorter inputs, and the attention-free transformer (AFT), written so that large logits cannot
 #   overflow;
-# - chunked top-k attention, whose peak memory is O(chunk × T) instead of O(T²).
+# - chunked top-k attention, whose peak memory is O(chunk × T) instead of O(T²);
+# - linear attention, whose causal form runs as a recurrence with a state of constant size.
 #
 # **Prerequisites**: notebooks 02 (scaled attention), 03 (masking) and 04 (multi-head attention).
 # Notebook 06 (positions) helps for the RoPE remark.
 #
-# **Time**: about 45 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
+# **Time**: about 60 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
 #
 # **Shapes**: `B` batch, `T` query length, `S` key length, `C` embed_dim, `H` num_heads, `Hkv`
 # num_kv_heads, `D` head_dim. Masks are boolean, `True` = may attend.
@@ -41,14 +42,20 @@ import torch.nn.functional as F
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.environment import setup_notebook
 from course_utils.exercises import NotAttempted, check
+from course_utils.gpt import GPT, GPTConfig
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.variants import (
     GroupedQueryAttention,
+    KVCache,
     aft_full,
     aft_local_bias,
     aft_simple,
     kv_cache_bytes,
+    linear_attention,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
+    linear_attention_step,
     linformer_attention,
     repeat_kv,
     sliding_window_attention,
@@ -60,7 +67,7 @@ device = setup_notebook(seed=0)
 print(f"torch {torch.__version__}, device: {device}")
 
 # %% [markdown]
-# ## 1. The bill: a KV cache for a 7B-sized model
+# ## 1. The bill: a KV cache to store, and to read at every step
 #
 # When a model generates text, each new token needs the keys and values of all earlier tokens, in every
 # layer. Recomputing them at every step would cost as much as a forward pass over the whole prefix, so
@@ -81,6 +88,36 @@ for name, kv_heads in (("MHA (32)", 32), ("GQA (8, as Mistral 7B)", 8), ("MQA (1
 # With one key/value head per query head, eight sequences of 4096 tokens need 16 GiB of cache, as much
 # as the float16 weights of the model itself (about 14 GB). The cache, not the weights, limits the batch
 # size and the context. Sharing key/value heads divides the bill by `H / Hkv`.
+#
+# Size is the smaller half of the argument. Shazeer's (2019) is **memory bandwidth**: a decoding step
+# computes one token per sequence yet reads its whole cache, and a GPU does a few hundred FLOPs in the time
+# it reads one byte (H100 SXM: about 990 TFLOP/s dense float16, 3.35 TB/s; NVIDIA's datasheet). The
+# **arithmetic intensity**, FLOPs per byte read, says which limits a step. Per new token and layer,
+# attention does `4 × H × S × D` FLOPs (`q · k` and `weights @ v`, 2 per multiply-add) and reads
+# `2 × Hkv × S × D` cached numbers. For notebook 10's GPU-sized GPT at full context, weights included (2
+# FLOPs per parameter per token, read once per step for the whole batch):
+
+# %%
+cfg = GPTConfig.preset("gpu")  # 6 layers, 6 heads of head_dim 64, context 256
+L, H_gpt, S_gpt = cfg.num_layers, cfg.num_heads, cfg.context_length
+D_gpt = cfg.embed_dim // H_gpt
+print(f"{'':>8} {'cache read':>12} {'attention':>10}   FLOPs per byte read (float16)")
+print(f"{'':>8} {'per sequence':>12} {'FLOPs':>10} {'attention':>10} {'batch 1':>9} {'batch 64':>9} {'batch 512':>9}")
+for name, kv in (("MHA (6)", 6), ("GQA (2)", 2), ("MQA (1)", 1)):
+    with torch.device("meta"):  # shapes only: no memory, no random numbers drawn
+        n_params = GPT(GPTConfig.preset("gpu", num_kv_heads=kv)).num_parameters()
+    cache = kv_cache_bytes(L, kv, D_gpt, num_tokens=S_gpt)  # every key and value of every layer, 2 bytes each
+    attn = L * H_gpt * 4 * S_gpt * D_gpt  # per new token
+    per_batch = [b * (2 * n_params + attn) / (2 * n_params + b * cache) for b in (1, 64, 512)]
+    print(f"{name:>8} {cache / 2**20:>8.2f} MiB {attn / 1e6:>8.2f} M {attn / cache:>10.1f}",
+          " ".join(f"{x:>9.1f}" for x in per_batch))
+
+# %% [markdown]
+# Attention alone does `H / Hkv` FLOPs per byte in float16 (1 for MHA, 3 and 6 here), whatever the
+# batch and the context: every sequence reads its own cache. Batching shares the weights, not the cache, so
+# with MHA no batch lifts a step above about 10 FLOPs per byte here, far below the few hundred where
+# arithmetic would limit. Decoding waits on memory; MQA and GQA read `H / Hkv` times less cache per step,
+# and that, more than the memory saved, is why they make decoding faster.
 #
 # ## 2. Multi-query and grouped-query attention
 #
@@ -176,21 +213,32 @@ print("a window >= T is the causal mask:", torch.equal(sliding_window_mask(8, 8)
       torch.equal(sliding_window_mask(8, 100), causal_mask(8)))
 
 # %% [markdown]
-# Papers count windows differently, so read each one's definition before copying a number:
+# Papers and implementations count windows differently, so check which count a number is before copying it:
 #
-# - **Mistral 7B** (Jiang et al. 2023) gives W as a *distance*: the hidden state at position i attends to
-#   positions `i - W .. i`, which is W + 1 keys. Mistral's W = 4096 is `window = 4097` here.
-# - **Longformer** (Beltagy et al. 2020), as the encoder it is best known as, uses windows that look
-#   *both ways*: a window w covers about w / 2 positions on each side of the query, future included, so
-#   that version is not causal, and a few chosen positions get *global* attention, to and from every
-#   token. For character-level language modelling (text8, enwik8) the same paper uses causal windows
-#   instead, dilated in the higher layers. The causal, one-sided window of this notebook is the decoder's
-#   version (Mistral's).
+# - **Mistral 7B** (Jiang et al. 2023) writes W as a *distance*: position i attends to `i - W .. i`, W + 1
+#   keys, `window = W + 1` here. Its code keeps W keys: the paper's rolling-buffer cache has W slots (the
+#   query and the W - 1 positions before it), and the reference implementation (xformers' local mask) and
+#   Hugging Face's eager path attend to exactly those: W = 4096 runs as `window = 4096`. FlashAttention's
+#   `window_size=(left, 0)` means keys `i - left .. i`, `window = left + 1`, so that model passes
+#   `(4095, 0)`. Libraries have disagreed by this one key (Hugging Face transformers issues #29623, #39408).
+# - **Longformer** (Beltagy et al. 2020), as an encoder, looks *both ways* (about w / 2 positions on each
+#   side, future included: not causal) and gives a few positions *global* attention, to and from every
+#   token. Its character-level language models use causal windows instead, dilated in higher layers.
 
 # %%
-W = 2  # Mistral's W: a distance
-mistral = (i - j >= 0) & (i - j <= W)  # (T, T): keys i - W .. i, W + 1 of them
-print("Mistral's W = 2 is window = 3 here:", torch.equal(mistral, sliding_window_mask(8, W + 1)))
+W = 2  # Mistral's W
+paper_text = (i - j >= 0) & (i - j <= W)  # (T, T): keys i - W .. i, W + 1 of them
+paper_code = (i - j >= 0) & (i - j < W)  # (T, T): W keys, the query's own included
+print("the text's W = 2 is window = 3:", torch.equal(paper_text, sliding_window_mask(8, W + 1)),
+      "| the code's W = 2 is window = 2:", torch.equal(paper_code, sliding_window_mask(8, W)))
+slots = [None] * W  # a rolling-buffer cache of W slots: position p is written to slot p % W
+for p in range(8):
+    slots[p % W] = p
+print("after position 7 the buffer holds positions", sorted(slots), "= the keys of row 7 with window = W:",
+      sliding_window_mask(8, W)[7].nonzero().flatten().tolist())
+left = W - 1  # FlashAttention's window_size=(left, 0): keys i - left .. i
+flash = (i - j >= 0) & (i - j <= left)  # (T, T)
+print("window_size=(1, 0) is window = 2:", torch.equal(flash, sliding_window_mask(8, left + 1)))
 w = 4  # Longformer's window: w / 2 on each side
 longformer = (i - j).abs() <= w // 2
 longformer[:, 0] = longformer[0, :] = True  # position 0 as a global token: it sees and is seen by all
@@ -216,10 +264,10 @@ print("largest scores block with chunk 16:", (16, 16 + 7 - 1), "instead of", tup
 # %% [markdown]
 # **The receptive field grows with depth.** After one layer, output t has seen inputs `t - window + 1 ..
 # t`. A second layer mixes outputs that each saw a window, so it reaches back `2 (window - 1)` positions,
-# and L layers reach `L (window - 1)`: in Mistral's terms, L × W. With Mistral's 32 layers and W = 4096
-# (`window = 4097`), the last layer can in principle draw on 32 × 4096 = 131,072 earlier positions, the
-# "131K tokens" of the paper. Which inputs reach output 23 after L layers is a product of the mask with
-# itself, L times:
+# and L layers reach `L (window - 1)`. With Mistral's 32 layers, the last layer can in principle draw on
+# 32 × 4095 = 131,040 earlier positions with the code's `window = 4096` (32 × 4096 = 131,072 with the
+# text's 4097): either way the "131K tokens" of the paper. Which inputs reach output 23 after L layers is
+# a product of the mask with itself, L times:
 
 # %%
 T_rf, window = 24, 4
@@ -257,14 +305,12 @@ print("identity projections, agree with full attention to 1e-6:",
       (linformer_attention(q, k, v, eye, eye) - full).abs().max().item() < 1e-6)
 
 # %% [markdown]
-# Where do E and F come from? The paper's own theorem (its Theorem 2) uses **random** projections: it
-# builds E and F from a Gaussian random matrix and, by the Johnson-Lindenstrauss lemma, shows that R of
-# order `D log D / ε²` rows, independent of the length, keep each output row within ε (relative to the
-# sizes involved) of full attention's, with high probability. In a trained model E and F are learned with
-# the rest of the network. Here random ones show the cost and one property:
-# with R = 32 the scores are `(256, 32)` instead of `(256, 256)`. But every summary row mixes *all*
-# positions, the future included, so Linformer is not causal: changing the last token changes the first
-# output. It fits encoders, not the decoders of notebooks 08 and 09.
+# The paper's theorem (its Theorem 2) uses **random** Gaussian projections: by the Johnson-Lindenstrauss
+# lemma, R of order `D log D / ε²` rows, whatever the length, keep each output row within ε of full
+# attention's with high probability. Trained models learn E and F. With random ones and R = 32 the scores
+# are `(256, 32)`. But every summary row mixes *all* positions, the future included, so Linformer is not
+# causal: changing the last token changes the first output. It fits encoders, not the decoders of
+# notebooks 09 and 10.
 
 # %%
 R = 32
@@ -278,11 +324,9 @@ print(f"change of output 0 after changing key {T_lin - 1}: {change:.4f} (0 for a
 
 # %% [markdown]
 # **E and F are tied to a maximum length.** They are `(R, L)` for the longest sequence L the model takes
-# (`LinformerSelfAttention`'s `context_length`). A shorter input of S positions uses their first S columns:
-# `linformer_attention` slices `E[:, :S]` without a word. That is exactly what zero-padding the sequence
-# to L would give, since the padded keys and values are zero rows and `E @ k` adds nothing for them. So a
-# model trained at full length sees a shorter input through the first S columns of its projections, as if
-# zeros filled the rest.
+# (`LinformerSelfAttention`'s `context_length`). A shorter input of S positions uses their first S columns
+# (`linformer_attention` slices `E[:, :S]` without a word): exactly what zero-padding the sequence to L
+# gives, since zero rows of k and v add nothing to `E @ k`.
 
 # %%
 S_short = 100
@@ -336,12 +380,11 @@ print("aft_full (softmax):          ", stable[0, :, 0])
 print("factorised, maxima removed:  ", rescued[0, :, 0])
 
 # %% [markdown]
-# The rescued factorised form matches where it is finite, but look at its first row: the one number it
-# can still get wrong is an *underflow*. When the key that sets the per-channel maximum is invisible to
-# query t, every visible `exp(k - k_max)` can round to 0, and it divides 0 by 0. The softmax form subtracts
-# the maximum over exactly the keys each query sees and has no such case, so `course_utils` uses it (at a
-# memory cost of `B × T × S × C`, fine at these sizes). Two more checks: AFT-simple is AFT-full with
-# `w = 0`, computed in O(T × C); and AFT-local's bias is zero outside the window.
+# The rescued form matches where it is finite, but its first row shows an *underflow*: when the key that
+# sets the per-channel maximum is invisible to query t, every visible `exp(k - k_max)` can round to 0, and
+# 0 / 0 follows. The softmax form subtracts the maximum over exactly the keys each query sees, so
+# `course_utils` uses it (memory `B × T × S × C`). Two more checks: AFT-simple is AFT-full with `w = 0`,
+# in O(T × C); AFT-local's bias is zero outside the window.
 
 # %%
 q, k, v = (torch.randn(2, 8, 4, generator=g) for _ in range(3))
@@ -381,10 +424,99 @@ print(f"share of the full softmax weight on the kept 4 keys, mean over queries: 
       f"{(weights_plain * keep).sum(-1).mean().item():.3f}")
 
 # %% [markdown]
-# The time and memory of every method of this notebook against sequence length, measured next to plain
-# attention, PyTorch's fused kernel and the tiled attention that fused kernels use, are in notebook 08.
+# Notebook 08 measures the time and memory of every method here against sequence length.
 #
-# ## 7. Check against `course_utils`
+# ## 7. Linear attention and its recurrent form
+#
+# Softmax attention weights key j by `exp(q_t · k_j / sqrt(D))`. Linear attention (Katharopoulos et al.
+# 2020) replaces that with a product of features, `φ(q_t) · φ(k_j)`, with `φ(x) = elu(x) + 1`, positive
+# everywhere, so every weight is positive and a row still normalises to 1. Written directly it is the
+# attention of notebook 03 with another score and a `(T, T)` matrix:
+
+# %%
+def phi(x):
+    return F.elu(x) + 1  # x + 1 above 0, exp(x) below: always > 0
+
+
+g = torch.Generator().manual_seed(5)
+T_la, D_la, Dv_la = 12, 8, 6
+q, k = torch.randn(2, T_la, D_la, generator=g), torch.randn(2, T_la, D_la, generator=g)  # (B, T, D)
+v = torch.randn(2, T_la, Dv_la, generator=g)  # (B, T, Dv): the values may have another width
+scores = (phi(q) @ phi(k).transpose(-2, -1)) * causal_mask(T_la)  # (B, T, T): phi(q_t) . phi(k_j), 0 if j > t
+direct = (scores / scores.sum(-1, keepdim=True)) @ v  # (B, T, T) @ (B, T, Dv) -> (B, T, Dv)
+print("direct", tuple(direct.shape))
+
+# %% [markdown]
+# The trick is **associativity**: `(φ(q_t) · φ(k_j)) v_j = φ(q_t)ᵀ (φ(k_j) v_jᵀ)`. Summing over the keys
+# j <= t, the query comes out of the sum:
+#
+# `out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t`, with `S_t = Σ_{j<=t} φ(k_j) v_jᵀ` (D × Dv), `z_t = Σ_{j<=t} φ(k_j)` (D).
+#
+# S_t and z_t are **prefix sums**, so every position's are one `cumsum` away, and no `(T, T)` matrix
+# appears. Softmax has no such exact form with finitely many features.
+
+# %%
+outer = phi(k)[..., :, None] * v[..., None, :]  # (B, T, D, 1) * (B, T, 1, Dv) -> (B, T, D, Dv)
+S_all, z_all = outer.cumsum(dim=1), phi(k).cumsum(dim=1)  # (B, T, D, Dv), (B, T, D): sums over j <= t
+parallel = torch.einsum("btd,btde->bte", phi(q), S_all) / (phi(q) * z_all).sum(-1, keepdim=True)  # (B, T, Dv)
+print("prefix sums vs direct, agree to 1e-6:", (parallel - direct).abs().max().item() < 1e-6)
+
+# %% [markdown]
+# Read S_t and z_t one token at a time and it is a **recurrence**: add the new token to the state, then
+# read the state with the query,
+#
+# `S_t = S_{t-1} + φ(k_t) v_tᵀ`, `z_t = z_{t-1} + φ(k_t)`, `out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t`,
+#
+# starting from zeros: an RNN whose hidden state is a D × Dv matrix. `linear_attention_step` is one step
+# (Exercise 07.4). The sums run in another order, so the forms agree to rounding:
+
+# %%
+state, z = torch.zeros(2, D_la, Dv_la), torch.zeros(2, D_la)  # (B, D, Dv), (B, D): nothing seen yet
+outs = []
+for t in range(T_la):
+    out_t, state, z = linear_attention_step(state, z, q[:, t], k[:, t], v[:, t])  # (B, Dv)
+    outs.append(out_t)
+recurrent = torch.stack(outs, dim=1)  # (B, T, Dv)
+print("recurrent vs parallel, float32, agree to 1e-6:", (recurrent - parallel).abs().max().item() < 1e-6)
+q64, k64, v64 = q.double(), k.double(), v.double()
+gap64 = (linear_attention_recurrent(q64, k64, v64) - linear_attention(q64, k64, v64)).abs().max().item()
+print("recurrent vs parallel, float64, agree to 1e-12:", gap64 < 1e-12)
+print("state", tuple(state.shape), "and normaliser", tuple(z.shape), f"after {T_la} tokens")
+
+# %% [markdown]
+# **A state of constant size.** To generate token t, softmax attention reads a KV cache of t keys and
+# values (notebook 09's `KVCache`); linear attention reads its state, the same D × Dv numbers at every
+# step. Measured on one layer of 4 heads, `D = Dv = 16`, float32:
+
+# %%
+heads, D_m, steps = 4, 16, 256
+cache = KVCache(num_layers=1, capacity=steps)  # allocates its capacity at once; each step reads the filled part
+state, z = torch.zeros(1, heads, D_m, D_m), torch.zeros(1, heads, D_m)  # (B, H, D, Dv), (B, H, D)
+cache_bytes, state_bytes = [], []
+for _ in range(steps):
+    q_t, k_t, v_t = (torch.randn(1, heads, 1, D_m, generator=g) for _ in range(3))  # (B, H, 1, D): one token
+    keys, values = cache.update(0, k_t, v_t)  # (B, H, tokens so far, D): what softmax attention reads now
+    cache_bytes.append(keys.nbytes + values.nbytes)
+    _, state, z = linear_attention_step(state, z, q_t[:, :, 0], k_t[:, :, 0], v_t[:, :, 0])
+    state_bytes.append(state.nbytes + z.nbytes)
+print(f"after {steps} tokens: KV cache {cache_bytes[-1]:,} bytes, state {state_bytes[-1]:,} bytes "
+      f"(after 1 token: {cache_bytes[0]:,} and {state_bytes[0]:,})")
+print("the state is smaller from token", next(t + 1 for t in range(steps) if cache_bytes[t] > state_bytes[t]))
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(range(1, steps + 1), [b / 1024 for b in cache_bytes], label="KV cache (softmax attention)")
+ax.plot(range(1, steps + 1), [b / 1024 for b in state_bytes], label="state + normaliser (linear attention)")
+ax.set_xlabel("tokens generated")
+ax.set_ylabel("KiB read per step (one layer)")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# The price is in what the model can do. A sum of D × Dv numbers cannot hold every earlier key and value
+# apart the way a cache does, and the weights are not softmax's, so a model must be trained with them.
+#
+# ## 8. Check against `course_utils`
 #
 # The inline versions of this notebook against the package:
 
@@ -392,18 +524,21 @@ print(f"share of the full softmax weight on the kept 4 keys, mean over queries: 
 torch.testing.assert_close(local, sliding_window_mask(8, 3))
 torch.testing.assert_close(k_heads.repeat_interleave(2, dim=1), repeat_kv(k_heads, 4))
 torch.testing.assert_close(ours, theirs)
-torch.testing.assert_close(mistral, sliding_window_mask(8, W + 1))
+torch.testing.assert_close(paper_text, sliding_window_mask(8, W + 1))
+torch.testing.assert_close(paper_code, sliding_window_mask(8, W))
 torch.testing.assert_close(sliced, padded)
 torch.testing.assert_close(chunked, ref_topk)
+torch.testing.assert_close(direct, linear_attention_quadratic(q, k, v))
+torch.testing.assert_close(parallel, linear_attention(q, k, v))
+torch.testing.assert_close(recurrent, linear_attention_recurrent(q, k, v))
 print("matches course_utils (and F.scaled_dot_product_attention with enable_gqa=True)")
 
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise is a function; the cell below it checks your function and, if it is wrong, names the
-# mistake it looks like. Use plain tensor operations (the `course_utils` helpers would make them
-# one-liners). Masks are boolean, the other results float32 like the inputs; leave the inputs unchanged.
-# The checks also draw fresh inputs.
+# Each exercise is a function; the cell below checks it and, if it is wrong, names the mistake it looks
+# like. Use plain tensor operations (the `course_utils` helpers would make them one-liners). Masks are
+# boolean, the other results float32 like the inputs; leave the inputs unchanged.
 #
 # ### Exercise 07.1: a sliding-window mask
 #
@@ -458,25 +593,47 @@ def my_aft_simple(q, k, v):
 
 check("07.3", my_aft_simple)
 
+
+# %% [markdown]
+# ### Exercise 07.4: one step of linear attention
+#
+# Write `my_linear_attention_step(state, normaliser, q_t, k_t, v_t)` with `φ(x) = F.elu(x) + 1`: from the
+# state `(..., D, Dv)` and normaliser `(..., D)` of the tokens before t, and token t's `q_t`, `k_t`
+# `(..., D)` and `v_t` `(..., Dv)`, return `(out_t, new_state, new_normaliser)`, with out_t `(..., Dv)`
+# as in section 7 (token t attends to itself). Return new tensors; leave the inputs unchanged.
+
+# %%
+def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
+    ### BEGIN SOLUTION
+    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1  # (..., D)
+    state = state + phi_k[..., :, None] * v_t[..., None, :]  # (..., D, Dv): token t joins first
+    normaliser = normaliser + phi_k  # (..., D)
+    out = (phi_q[..., :, None] * state).sum(dim=-2) / (phi_q * normaliser).sum(dim=-1, keepdim=True)  # (..., Dv)
+    return out, state, normaliser
+    ### END SOLUTION
+
+
+check("07.4", my_linear_attention_step)
+
 # %% [markdown]
 # ## Summary
 #
-# - The KV cache costs `2 × layers × Hkv × D` numbers per token: 512 KiB in float16 for a 7B-sized MHA
-#   model, 128 KiB with 8 KV heads (GQA), 16 KiB with one (MQA). `GroupedQueryAttention` covers all three;
-#   query head h reads KV head `h // (H / Hkv)` (`repeat_interleave`, as `enable_gqa=True`).
-# - Sliding-window attention here: `0 <= i - j < window`, so `window` counts the keys; a window >= T is
-#   causal attention. Mistral's W is a distance (W + 1 keys: `window = W + 1`); Longformer's windows look
-#   both ways and add global tokens. Computed in chunks it never builds the `(T, T)` matrix. L layers see
-#   back `L (window - 1)` positions: 32 × 4096 for Mistral.
-# - Linformer projects keys and values along the sequence to R rows: `(T, R)` scores, not causal. The
-#   paper's theorem uses random projections; trained models learn them. E and F are sized for a maximum
-#   length, and a shorter input uses their first S columns, which equals zero-padding it.
-# - AFT replaces dot products with a per-channel softmax over `k + w`; computed as a softmax it cannot
-#   overflow, while the factorised `exp(w) @ (exp(k) v)` gives NaN at logits near 100.
-# - Chunked top-k attention: O(chunk × S) memory, still O(T × S) time.
+# - The KV cache holds `2 × layers × Hkv × D` numbers per token (512 KiB in float16 for a 7B-sized MHA
+#   model, 16 KiB with MQA), and every decoding step reads all of it at `H / Hkv` FLOPs per byte (float16): decoding
+#   is bound by memory bandwidth, so fewer KV heads make it faster. `GroupedQueryAttention` covers MHA, GQA
+#   and MQA; query head h reads KV head `h // (H / Hkv)` (`repeat_interleave`, as `enable_gqa=True`).
+# - Sliding windows here: `0 <= i - j < window` (`window` counts keys). Mistral's text gives W + 1 keys, its
+#   code W, FlashAttention's `(left, 0)` left + 1. Chunked, it never builds `(T, T)`; L layers reach back
+#   `L (window - 1)` positions.
+# - Linformer: keys and values projected to R rows, `(T, R)` scores, not causal; a shorter input equals
+#   zero-padding it. AFT: a per-channel softmax over `k + w`, which cannot overflow where the factorised
+#   form gives NaN. Chunked top-k: O(chunk × S) memory, still O(T × S) time.
+# - Linear attention: `φ(q) · φ(k)` instead of `exp(q · k)`; by associativity, prefix sums of `φ(k) vᵀ`, or
+#   a recurrence with a D × Dv state that stays the same size while a KV cache grows.
 #
-# Next, notebook 08 computes exact attention tile by tile (the idea behind FlashAttention), generates text
-# with a KV cache, sampling and beam search, and measures all of these methods against sequence length.
+# Next, notebook 08 computes exact attention tile by tile (the idea behind FlashAttention) and measures all
+# of these methods against sequence length; notebook 09 generates text with a KV cache, sampling and beam
+# search.
 #
 # ## Further reading
 #
@@ -489,3 +646,5 @@ check("07.3", my_aft_simple)
 # - Wang et al., [Linformer: Self-Attention with Linear Complexity](https://arxiv.org/abs/2006.04768) (2020).
 # - Zhai et al., [An Attention Free Transformer](https://arxiv.org/abs/2105.14103) (2021).
 # - Gupta et al., [Memory-efficient Transformers via Top-k Attention](https://arxiv.org/abs/2106.06899) (2021).
+# - Katharopoulos et al., [Transformers are RNNs: Fast Autoregressive Transformers with Linear
+#   Attention](https://arxiv.org/abs/2006.16236) (2020).

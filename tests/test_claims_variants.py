@@ -22,12 +22,18 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.fast_attention import tiled_attention
 from course_utils.generation import beam_search, generate
+from course_utils.gpt import GPT, GPTConfig
 from course_utils.masking import causal_mask
 from course_utils.variants import (
     DecoderConfig,
+    KVCache,
     TinyDecoder,
     aft_full,
     kv_cache_bytes,
+    linear_attention,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
+    linear_attention_step,
     linformer_attention,
     sliding_window_attention,
     sliding_window_mask,
@@ -72,7 +78,7 @@ def test_07_the_kv_cache_of_eight_4096_token_sequences_of_a_7b_mha_model_is_16_g
 @pytest.mark.parametrize("T", [1, 5, 12])
 @pytest.mark.parametrize("W", [0, 1, 3, 20])
 def test_07_mistrals_distance_w_is_the_course_window_w_plus_1(T, W):
-    """'Mistral's W is a distance: positions i - W .. i, W + 1 keys; Mistral's W = 4096 is window = 4097'"""
+    """'Mistral 7B writes W as a distance: position i attends to i - W .. i, W + 1 keys, window = W + 1 here'"""
     i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
     mistral = (i - j >= 0) & (i - j <= W)
     assert torch.equal(sliding_window_mask(T, W + 1), mistral)
@@ -89,9 +95,180 @@ def test_07_layers_reach_back_layers_times_window_minus_1(window, layers):
     assert (T - 1) - earliest == layers * (window - 1)
 
 
-def test_07_mistral_7b_reaches_131072_positions_back():
-    """'32 layers and W = 4096 (window = 4097): 32 x 4096 = 131,072 earlier positions'"""
-    assert 32 * (4097 - 1) == 131_072
+def test_07_mistral_7b_reaches_131040_or_131072_positions_back():
+    """'32 x 4095 = 131,040 earlier positions with the code's window = 4096 (32 x 4096 = 131,072 with the text's
+    4097): either way the "131K tokens" of the paper'"""
+    assert 32 * (4096 - 1) == 131_040 and 32 * (4097 - 1) == 131_072
+    assert round(131_040 / 1000) == round(131_072 / 1000) == 131
+
+
+@pytest.mark.parametrize("W", [1, 2, 3, 7])
+def test_07_a_rolling_buffer_of_w_slots_holds_the_keys_of_window_w(W):
+    """'the paper's rolling-buffer cache has W slots (the query and the W - 1 positions before it) ... W = 4096 runs
+    as window = 4096'; the notebook's buffer holds [6, 7] after position 7 with W = 2"""
+    T = 12
+    slots: list[int | None] = [None] * W
+    for p in range(T):
+        slots[p % W] = p  # position p overwrites the slot of position p - W
+        held = sorted(s for s in slots if s is not None)
+        assert held == sliding_window_mask(T, W)[p].nonzero().flatten().tolist()
+        assert len(held) == min(p + 1, W)
+    if W == 2:
+        assert held == [T - 2, T - 1]
+
+
+@pytest.mark.parametrize("left", [0, 1, 4, 9])
+def test_07_flash_attentions_window_size_left_0_is_window_left_plus_1(left):
+    """'FlashAttention's window_size=(left, 0) means keys i - left .. i, window = left + 1, so that model passes
+    (4095, 0)': the course's translation of FlashAttention's documented [i - left, i + right] with right = 0"""
+    T = 12
+    i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    flash = (j >= i - left) & (j <= i + 0)  # keys in [i - left, i + 0], both ends included
+    assert torch.equal(flash, sliding_window_mask(T, left + 1))
+    assert int(sliding_window_mask(5000, 4095 + 1)[-1].sum()) == 4096
+
+
+# --- notebook 07: memory bandwidth of decoding -------------------------------------------------------
+
+GPU_KV_HEADS = {"MHA (6)": 6, "GQA (2)": 2, "MQA (1)": 1}
+# the notebook's table: cache MiB, attention FLOPs per byte, and FLOPs per byte at batch 1, 64 and 512
+GPU_TABLE = {
+    "MHA (6)": (2.25, 1.0, (1.0, 8.9, 10.0)),
+    "GQA (2)": (0.75, 3.0, (1.1, 19.8, 26.1)),
+    "MQA (1)": (0.38, 6.0, (1.1, 30.6, 48.8)),
+}
+
+
+def _decode_step(cfg: GPTConfig, batch: int) -> tuple[float, float]:
+    """FLOPs and bytes read (float16) of one decoding step at full context, as the notebook counts them."""
+    with torch.device("meta"):
+        n_params = GPT(cfg).num_parameters()
+    D = cfg.embed_dim // cfg.num_heads
+    attn = cfg.num_layers * cfg.num_heads * 4 * cfg.context_length * D
+    cache = kv_cache_bytes(cfg.num_layers, cfg.num_kv_heads or cfg.num_heads, D, num_tokens=cfg.context_length)
+    return batch * (2 * n_params + attn), 2 * n_params + batch * cache
+
+
+@pytest.mark.parametrize("name", GPU_KV_HEADS)
+def test_07_decoding_intensity_of_the_gpu_gpt(name):
+    """The notebook's table for the gpu preset: cache per sequence, attention's H / Hkv FLOPs per byte (float16)
+    whatever the batch, and the whole step's FLOPs per byte at batch 1, 64 and 512."""
+    cfg = GPTConfig.preset("gpu", num_kv_heads=GPU_KV_HEADS[name])
+    assert (cfg.num_layers, cfg.num_heads, cfg.embed_dim // cfg.num_heads, cfg.context_length) == (6, 6, 64, 256)
+    mib, attention, per_batch = GPU_TABLE[name]
+    H, Hkv, D, S, L = 6, GPU_KV_HEADS[name], 64, 256, 6
+    cache = kv_cache_bytes(L, Hkv, D, num_tokens=S)
+    assert round(cache / 2**20, 2) == mib
+    for context in (1, 17, 256):  # 'whatever the batch and the context'
+        assert (L * H * 4 * context * D) / kv_cache_bytes(L, Hkv, D, num_tokens=context) == H / Hkv == attention
+    got = tuple(round(f / b, 1) for f, b in (_decode_step(cfg, batch) for batch in (1, 64, 512)))
+    assert got == per_batch
+
+
+def test_07_with_mha_no_batch_lifts_decoding_above_about_10_flops_per_byte():
+    """'with MHA no batch lifts a step above about 10 FLOPs per byte here, far below the few hundred where
+    arithmetic would limit' (the H100 SXM: about 990 TFLOP/s dense float16 and 3.35 TB/s)"""
+    cfg = GPTConfig.preset("gpu")
+    ceiling = [f / b for f, b in (_decode_step(cfg, batch) for batch in (1, 2**10, 2**20, 2**30))]
+    assert ceiling == sorted(ceiling) and 10.0 < ceiling[-1] < 10.2
+    ridge = 990e12 / 3.35e12  # FLOPs the GPU can do per byte it reads
+    assert 250 < ridge < 350 and ceiling[-1] < ridge / 25
+    for kv in (2, 1):
+        f, b = _decode_step(GPTConfig.preset("gpu", num_kv_heads=kv), 2**30)
+        assert f / b < ridge / 5  # MQA and GQA are memory-bound too
+
+
+def test_07_two_flops_per_parameter_plus_attention_is_what_a_decoding_step_computes():
+    """The count behind the table: one new token at full context costs 2 x parameters + 4 L H S D FLOPs, to
+    within 2% (the parameter count includes the position table, layer norms and biases, which do no matmul);
+    and the cache it reads is the kv_cache_bytes the table uses (counted here in float32, 4 bytes a number)."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    for kv in (6, 2, 1):
+        torch.manual_seed(0)
+        cfg = GPTConfig.preset("gpu", num_kv_heads=kv, dropout=0.0, attention="course")
+        model = GPT(cfg).eval()
+        cache = model.new_cache()
+        with torch.no_grad():
+            model(torch.zeros(1, cfg.context_length - 1, dtype=torch.long), cache=cache)  # the prefix
+            with FlopCounterMode(display=False) as counter:
+                model(torch.zeros(1, 1, dtype=torch.long), cache=cache)  # the new token sees S = 256 keys
+        flops, _ = _decode_step(cfg, batch=1)
+        assert abs(counter.get_total_flops() - flops) / flops < 0.02, (kv, counter.get_total_flops(), flops)
+        assert cache.length == cfg.context_length
+        assert cache.memory_bytes() == 2 * kv_cache_bytes(6, kv, 64, num_tokens=256)
+
+
+# --- notebook 07: linear attention -----------------------------------------------------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=seeds,
+    lead=st.lists(st.integers(1, 3), max_size=2).map(tuple),
+    T=st.integers(1, 64),
+    D=st.integers(1, 16),
+    Dv=st.integers(1, 16),
+)
+def test_07_linear_attention_forms_agree_to_the_stated_tolerances(seed, lead, T, D, Dv):
+    """'recurrent vs parallel, float32, agree to 1e-6', 'float64, agree to 1e-12', 'prefix sums vs direct, agree to
+    1e-6', over drawn shapes (D != Dv, leading axes): each form against the others, in both dtypes"""
+    g = torch.Generator().manual_seed(seed)
+    q64, k64 = (torch.randn(*lead, T, D, generator=g, dtype=torch.float64) for _ in range(2))
+    v64 = torch.randn(*lead, T, Dv, generator=g, dtype=torch.float64)
+    for dtype, tol in ((torch.float32, 1e-6), (torch.float64, 1e-12)):
+        q, k, v = q64.to(dtype), k64.to(dtype), v64.to(dtype)
+        parallel = linear_attention(q, k, v)
+        for other in (linear_attention_recurrent(q, k, v), linear_attention_quadratic(q, k, v)):
+            torch.testing.assert_close(other, parallel, atol=tol, rtol=tol)
+
+
+def test_07_the_notebooks_linear_attention_example_agrees_to_its_printed_tolerances():
+    """The notebook's own example (seed 5, B = 2, T = 12, D = 8, Dv = 6): its inline forms print True."""
+    g = torch.Generator().manual_seed(5)
+    q, k = torch.randn(2, 12, 8, generator=g), torch.randn(2, 12, 8, generator=g)
+    v = torch.randn(2, 12, 6, generator=g)
+    phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
+    scores = (phi(q) @ phi(k).transpose(-2, -1)) * causal_mask(12)
+    weights = scores / scores.sum(-1, keepdim=True)
+    assert (weights[scores > 0] > 0).all() and torch.allclose(weights.sum(-1), torch.ones(2, 12))  # positive, rows 1
+    direct = weights @ v
+    S_all = (phi(k)[..., :, None] * v[..., None, :]).cumsum(dim=1)
+    parallel = torch.einsum("btd,btde->bte", phi(q), S_all) / (phi(q) * phi(k).cumsum(dim=1)).sum(-1, keepdim=True)
+    assert (parallel - direct).abs().max() < 1e-6
+    assert (linear_attention_recurrent(q, k, v) - parallel).abs().max() < 1e-6
+    q, k, v = q.double(), k.double(), v.double()
+    assert (linear_attention_recurrent(q, k, v) - linear_attention(q, k, v)).abs().max() < 1e-12
+
+
+def test_07_linear_attention_weights_are_not_softmaxs():
+    """'the weights are not softmax's, so a model must be trained with them'"""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 12, 8, generator=g) for _ in range(3))
+    softmax, _ = scaled_dot_product_attention(q, k, v, causal_mask(12))
+    assert (linear_attention(q, k, v) - softmax).abs().max() > 0.1
+
+
+def test_07_the_state_stays_4352_bytes_while_the_kv_cache_grows():
+    """'after 256 tokens: KV cache 131,072 bytes, state 4,352 bytes (after 1 token: 512 and 4,352)'; 'the state is
+    smaller from token 9'; one layer of 4 heads, D = Dv = 16, float32, each step reading what the cache returns"""
+    heads, D, steps = 4, 16, 256
+    g = torch.Generator().manual_seed(0)
+    cache = KVCache(num_layers=1, capacity=steps)
+    state, z = torch.zeros(1, heads, D, D), torch.zeros(1, heads, D)
+    cache_bytes, state_bytes = [], []
+    for t in range(steps):
+        q_t, k_t, v_t = (torch.randn(1, heads, 1, D, generator=g) for _ in range(3))
+        keys, values = cache.update(0, k_t, v_t)
+        assert keys.shape == (1, heads, t + 1, D)  # 'every decoding step reads all of it'
+        cache_bytes.append(keys.nbytes + values.nbytes)
+        _, state, z = linear_attention_step(state, z, q_t[:, :, 0], k_t[:, :, 0], v_t[:, :, 0])
+        state_bytes.append(state.nbytes + z.nbytes)
+    assert cache_bytes == [2 * heads * (t + 1) * D * 4 for t in range(steps)]  # grows by 512 bytes a token
+    assert set(state_bytes) == {4352}
+    assert (cache_bytes[0], cache_bytes[-1]) == (512, 131_072)
+    assert next(t + 1 for t in range(steps) if cache_bytes[t] > state_bytes[t]) == 9
+    assert cache.memory_bytes() == 131_072  # 'allocates its capacity at once'
 
 
 @settings(max_examples=40, deadline=None)

@@ -582,6 +582,50 @@ def _cross_sdpa_causal(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, ou
     return F.linear(out.transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
 
 
+def _step_in_place(state, normaliser, q_t, k_t, v_t):
+    phi_k, phi_q = F.elu(k_t) + 1, F.elu(q_t) + 1
+    state += phi_k[..., :, None] * v_t[..., None, :]  # writes into the caller's state
+    normaliser += phi_k
+    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * normaliser).sum(-1, keepdim=True), state, normaliser
+
+
+def _step_normaliser_of_raw_keys(state, normaliser, q_t, k_t, v_t):
+    phi_k, phi_q = F.elu(k_t) + 1, F.elu(q_t) + 1
+    state = state + phi_k[..., :, None] * v_t[..., None, :]
+    normaliser = normaliser + k_t  # the keys without the feature map
+    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * normaliser).sum(-1, keepdim=True), state, normaliser
+
+
+def _step_output_only(state, normaliser, q_t, k_t, v_t):
+    phi_k, phi_q = F.elu(k_t) + 1, F.elu(q_t) + 1
+    state = state + phi_k[..., :, None] * v_t[..., None, :]
+    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * (normaliser + phi_k)).sum(-1, keepdim=True)
+
+
+def _score_both_repeats(weights, seq_len):
+    i = torch.arange(1, 2 * seq_len)
+    j = torch.where(i >= seq_len, i - seq_len + 1, i - 1)  # the first repeat scored as a previous-token head
+    return weights[..., i, j].mean(dim=(0, -1))
+
+
+def _score_key_and_query_swapped(weights, seq_len):
+    i = torch.arange(seq_len, 2 * seq_len)
+    return weights[..., i - seq_len + 1, i].mean(dim=(0, -1))  # the earlier row reading the later key
+
+
+def _ablated_in_place(heads_out, out_weight, out_bias, head):
+    heads_out[:, head] = 0.0  # the caller's tensor is changed
+    B, H, T, D = heads_out.shape
+    return F.linear(heads_out.transpose(1, 2).reshape(B, T, H * D), out_weight, out_bias)
+
+
+def _ablated_mean_instead_of_zero(heads_out, out_weight, out_bias, head):
+    kept = heads_out.clone()
+    kept[:, head] = heads_out[:, head].mean(dim=(0, 1), keepdim=True)  # mean ablation: not what is asked
+    B, H, T, D = kept.shape
+    return F.linear(kept.transpose(1, 2).reshape(B, T, H * D), out_weight, out_bias)
+
+
 WRONG = {
     "01.1": [_lookup_exp_minus_min],
     "01.2": [_many_exp_minus_mean],
@@ -604,6 +648,7 @@ WRONG = {
     "06.2": [_rope_writes_back],
     "06.3": [_alibi_float64],
     "07.3": [_aft_logits_up_to_88],
+    "07.4": [_step_in_place, _step_normaliser_of_raw_keys, _step_output_only],
     "08.1": [_merge_assumes_second_higher, _merge_normalised],
     "02.3": [_head_over_d],
     "09.1": [_nucleus_divides_in_place, _nucleus_top_forced, _nucleus_no_temperature, _nucleus_times_temperature],
@@ -611,6 +656,8 @@ WRONG = {
     "10.1": [_windows_float_ids, _windows_ids_plus],
     "11.2": [_post_norm_sandwich],
     "11.1": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
+    "11.3": [_score_both_repeats, _score_key_and_query_swapped],
+    "11.4": [_ablated_in_place, _ablated_mean_instead_of_zero],
 }
 
 
@@ -947,6 +994,56 @@ def _weighted_norms_einsum(weights, v):
     return weights * torch.einsum("bhsd,bhsd->bhs", v, v).sqrt()[:, :, None, :]
 
 
+def _step_einsum(state, normaliser, q_t, k_t, v_t):
+    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1
+    state = state + torch.einsum("...d,...e->...de", phi_k, v_t)
+    normaliser = normaliser + phi_k
+    return (
+        torch.einsum("...d,...de->...e", phi_q, state) / torch.einsum("...d,...d->...", phi_q, normaliser)[..., None],
+        state,
+        normaliser,
+    )
+
+
+def _step_matmul_piecewise_phi(state, normaliser, q_t, k_t, v_t):
+    def phi(x):
+        return torch.where(x > 0, x + 1, torch.exp(x))  # elu(x) + 1 written out
+
+    phi_q, phi_k = phi(q_t), phi(k_t)
+    new_state = state + phi_k.unsqueeze(-1) @ v_t.unsqueeze(-2)  # (..., D, 1) @ (..., 1, Dv)
+    new_z = normaliser + phi_k
+    num = (phi_q.unsqueeze(-2) @ new_state).squeeze(-2)  # (..., 1, D) @ (..., D, Dv)
+    return num / (phi_q.unsqueeze(-2) @ new_z.unsqueeze(-1)).squeeze(-1), new_state, new_z
+
+
+def _score_loop(weights, seq_len):
+    total = torch.zeros(weights.shape[1], dtype=weights.dtype)
+    for i in range(seq_len, 2 * seq_len):
+        total = total + weights[:, :, i, i - seq_len + 1].mean(dim=0)
+    return total / seq_len
+
+
+def _score_diagonal(weights, seq_len):
+    band = weights.diagonal(offset=1 - seq_len, dim1=-2, dim2=-1)  # (B, H, N + 1): entries (i, i - N + 1)
+    return band[..., 1:].mean(dim=-1).mean(dim=0)  # queries N .. 2N - 1
+
+
+def _ablated_per_head_sum(heads_out, out_weight, out_bias, head):
+    B, H, T, D = heads_out.shape
+    out = out_bias.expand(B, T, H * D).clone()
+    for h in range(H):
+        if h != head:  # every other head's term of the projection
+            out = out + heads_out[:, h] @ out_weight[:, h * D : (h + 1) * D].T
+    return out
+
+
+def _ablated_einsum(heads_out, out_weight, out_bias, head):
+    B, H, T, D = heads_out.shape
+    keep = (torch.arange(H) != head).to(heads_out.dtype)
+    w = out_weight.view(H * D, H, D)  # (C, H, D): column block h belongs to head h
+    return torch.einsum("bhtd,chd,h->btc", heads_out, w, keep) + out_bias
+
+
 RIGHT = {
     "01.1": [_lookup_python_number, _lookup_loop],
     "01.2": [_many_einsum],
@@ -975,6 +1072,7 @@ RIGHT = {
     "07.1": [_window_tril_triu],
     "07.2": [_repeat_expand],
     "07.3": [_aft_max_subtracted, _aft_einsum],
+    "07.4": [_step_einsum, _step_matmul_piecewise_phi],
     "08.1": [_merge_logaddexp, _merge_branches, _merge_where_isinf],
     "09.1": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
     "09.2": [_append_copy],
@@ -983,6 +1081,8 @@ RIGHT = {
     "10.3": [_lr_float32, _lr_branches],
     "11.2": [_post_norm_functional],
     "11.1": [_weighted_norms_terms, _weighted_norms_einsum],
+    "11.3": [_score_loop, _score_diagonal],
+    "11.4": [_ablated_per_head_sum, _ablated_einsum],
 }
 
 
