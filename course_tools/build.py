@@ -104,13 +104,20 @@ def colab_url(rel_path: str) -> str:
 # says which kernel to pick. A folder left by a killed clone is moved aside, never deleted. A failure is one
 # line (SystemExit), not a traceback. A plain text link (not a badge image) opens it, so that no page of the
 # course loads a remote image. On Colab, setup_notebook switches on the widget manager ipywidgets 8 needs.
+# It cannot call the course (not installed yet where it matters), so its code is in the cell, collapsed to one
+# line: its title (HOSTED_TITLE). JupyterLab and Jupyter Notebook 7 honour ``jupyter.source_hidden``, Colab
+# shows a ``#@title`` cell with ``cellView: form`` as its title alone; the static site leaves the cell out.
 HOSTED_LINK = (
-    "**On a hosted notebook service** (no install; a free GPU for notebook 09): "
+    "**On a hosted notebook service** (no install; a free GPU for notebook 10): "
     "[open this notebook in Google Colab]({url}), then run its cells from the top. "
     "There the sliders and bertviz views work as they do in JupyterLab."
 )
-HOSTED_SETUP = """\
-# Hosted notebooks (Colab and the like) start without the course: this cell fetches it. Elsewhere it does nothing.
+HOSTED_ID = "hosted-setup"
+HOSTED_TITLE = "#@title Course setup for hosted notebooks (Colab): installs the course there; elsewhere it does nothing"
+HOSTED_METADATA = {"cellView": "form", "jupyter": {"source_hidden": True}}
+HOSTED_SETUP = (
+    HOSTED_TITLE
+    + """
 import importlib.util
 
 
@@ -150,12 +157,15 @@ def _set_up_hosted_course(home="attention-step-by-step"):
 
 if importlib.util.find_spec("course_utils") is None:
     _set_up_hosted_course()"""
+)
 
 
 def hosted_cells(rel_path: str) -> tuple[str, nbformat.NotebookNode]:
-    """The line added to the title cell and the setup cell put first among the code cells of ``rel_path``."""
+    """The line added to the title cell and the setup cell put first among the code cells of ``rel_path``:
+    its source collapsed to its title line (``HOSTED_METADATA``), with the id ``hosted-setup``."""
     cell = nbformat.v4.new_code_cell(HOSTED_SETUP.format(env=REPOSITORY_ENV, repository=REPOSITORY))
-    cell["id"] = "hosted-setup"
+    cell["id"] = HOSTED_ID
+    cell.metadata.update(json.loads(json.dumps(HOSTED_METADATA)))  # a copy: a notebook may change its own
     return HOSTED_LINK.format(url=colab_url(rel_path)), cell
 
 

@@ -16,8 +16,14 @@ nbconvert's JupyterLab template and the course's own blocks (``static/site/cours
   paths: no request leaves the page (``tests/e2e/test_e2e_site.py`` checks it in Chromium with the network
   blocked).
 
-An interactive widget cannot work without a kernel; its place shows a note saying which controls it has and
-that they move in JupyterLab. Outputs the notebook saved next to it (a plot) stay.
+An interactive widget cannot work without a kernel; its place shows a note naming every control it has (read
+from the code that made it: the explorer of ``course_utils.widgets`` or the ``interact`` call its cell makes) and
+saying that they move in JupyterLab. Outputs the notebook saved next to it (a plot) stay. The hosted-setup cell
+(``build.HOSTED_ID``), which only a hosted notebook service needs, is left out of the pages.
+
+Pages follow the reader's colour scheme: in a browser set to dark (``prefers-color-scheme: dark``) they take
+JupyterLab's dark theme (nbconvert's ``theme-dark.css``, copied into ``assets/``) and the site's own dark colours;
+figures, drawn on white, sit on a light panel.
 
 Nothing is lost: OUT must be new, an empty folder, or a site this command made before (``.course-site.json``
 records what it wrote; a page changed since then is first moved aside as ``backup-NAME-DATE``). Another
@@ -43,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from course_tools.build import colab_url
+from course_tools.build import HOSTED_ID, colab_url
 from course_tools.room import COMMON, INSTRUCTOR_ONLY, blocked_by_a_file, cannot_write, make_output_folder
 from course_tools.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
 from course_utils._files import backup_path, clean_stale_tmp, move_aside, write_atomic
@@ -231,12 +237,89 @@ def _widget_note(output: dict, notebook: str) -> str:
     where = f"<code>notebooks/{html.escape(notebook)}</code>"
     if re.search(r"\d+%\|", text):  # tqdm's progress bar
         return f"<p>A progress bar: it moves while the cell runs in JupyterLab ({where}).</p>"
-    controls = list(dict.fromkeys(re.findall(r"description='([^']*)'", text)))
+    controls = output.get("metadata", {}).get(CONTROLS_KEY)  # set by _for_reading from the code that made it
+    if not controls:  # a widget made otherwise: the labels its saved text shows (cut at 110 characters)
+        controls = list(dict.fromkeys(re.findall(r"description='([^']*)'", text)))
     named = f" ({', '.join(html.escape(c) for c in controls)})" if controls else ""
     return (
         f"<p><strong>Interactive in JupyterLab</strong>: open {where} to move the controls{named} "
         "and watch the output change.</p>"
     )
+
+
+CONTROLS_KEY = "course_site_controls"  # in a widget output's metadata, on the page's copy of the notebook only
+
+
+def explorer_controls() -> dict[str, list[str]]:
+    """Every explorer of ``course_utils.widgets`` (a function named ``*_explorer``) and its controls' labels, in
+    the order it makes them: the ``description=`` of each widget it builds, read from its source (no widget is
+    made, so the explorers that need a trained model are read too)."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec("course_utils.widgets")
+    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef) and node.name.endswith("_explorer"):
+            labels = [
+                kw.value
+                for call in ast.walk(node)
+                if isinstance(call, ast.Call)
+                for kw in call.keywords
+                if kw.arg == "description" and isinstance(kw.value, ast.Constant) and isinstance(kw.value.value, str)
+            ]
+            labels.sort(key=lambda c: (c.lineno, c.col_offset))
+            found[node.name] = list(dict.fromkeys(c.value for c in labels))
+    return found
+
+
+def _described(call) -> list[str]:
+    """The labels of the controls an ``interact(f, name=widget, ...)`` call makes: each widget's ``description``,
+    or the keyword's name, which ipywidgets shows when the widget has none."""
+    import ast
+
+    labels = []
+    for kw in call.keywords:
+        if kw.arg is None:
+            continue
+        given = [
+            k.value.value
+            for k in (kw.value.keywords if isinstance(kw.value, ast.Call) else [])
+            if k.arg == "description" and isinstance(k.value, ast.Constant) and isinstance(k.value.value, str)
+        ]
+        labels.append(given[0] if given else kw.arg)
+    return labels
+
+
+def _label_widgets(cell, explorers: dict[str, list[str]]) -> None:
+    """Give each widget output of a code cell the labels of all its controls, read from the cell's code: an
+    explorer of course_utils.widgets (``Explorer(...)`` outputs) or an ``interact`` call (``interactive(...)``)."""
+    import ast
+
+    try:
+        tree = ast.parse(cell.source)
+    except SyntaxError:  # IPython syntax (a magic): the note names what the saved text shows
+        return
+    calls = sorted(
+        (node for node in ast.walk(tree) if isinstance(node, ast.Call)), key=lambda c: (c.lineno, c.col_offset)
+    )
+    made: dict[str, list[list[str]]] = {"Explorer(": [], "interactive(": []}
+    for call in calls:
+        name = call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", "")
+        if name in explorers:
+            made["Explorer("].append(explorers[name])
+        elif name == "interact":
+            made["interactive("].append(_described(call))
+    for start, labels in made.items():
+        views = [
+            o
+            for o in cell.get("outputs", [])
+            if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+            and "".join(o["data"].get("text/plain", "")).startswith(start)
+        ]
+        for output, names in zip(views, labels):
+            output.setdefault("metadata", {})[CONTROLS_KEY] = names
 
 
 def _exporter():
@@ -250,17 +333,29 @@ def _exporter():
 
 
 def _for_reading(nb, name: str):
-    """A copy of the notebook ``name`` (``03_masking.ipynb``) without the lines that only talk to nbval
-    (``# NBVAL_IGNORE_OUTPUT``), and with its "open in Colab" link sent to the learner copy
+    """A copy of the notebook ``name`` (``03_masking.ipynb``) without its hosted-setup cell and the lines that only
+    talk to nbval (``# NBVAL_IGNORE_OUTPUT``), its widgets' outputs labelled with their controls (``CONTROLS_KEY``),
+    and with its "open in Colab" link sent to the learner copy
     (``notebooks/03_masking.ipynb``) instead of the solved one: the page shows the solutions, Colab the exercises."""
     solved, learner = colab_url(f"solutions/{name}"), colab_url(f"notebooks/{name}")
     nb = copy.deepcopy(nb)
+    hosted = [c for c in nb.cells if c.get("id") == HOSTED_ID]  # setup for hosted notebooks only: left out
+    nb.cells = [c for c in nb.cells if c not in hosted]
+    if any(c.get("execution_count") for c in hosted):  # and the cells after it numbered from 1, as the page shows
+        for cell in nb.cells:
+            if cell.cell_type == "code" and cell.get("execution_count"):
+                cell.execution_count -= 1
+                for out in cell.get("outputs", []):
+                    if out.get("execution_count"):
+                        out["execution_count"] -= 1
+    explorers = explorer_controls()
     for cell in nb.cells:
         if cell.cell_type == "markdown":
             opens = f"[open this notebook in Google Colab]({solved})"
             says = f"[open this notebook in Google Colab, its exercises unsolved]({learner})"
             cell.source = cell.source.replace(opens, says).replace(solved, learner)
         if cell.cell_type == "code":
+            _label_widgets(cell, explorers)
             lines = cell.source.split("\n")
             kept = [ln for ln in lines if not ln.strip().startswith("# NBVAL_")]
             cell.source = "\n".join(kept)
@@ -343,7 +438,25 @@ def _assets() -> dict[str, bytes]:
     files["assets/katex/katex.min.css"] = css.encode("utf-8")
     for name in ("site.css", "site.js"):
         files[f"assets/{name}"] = (TEMPLATES / name).read_bytes()
+    files[f"assets/{DARK_THEME}"] = _dark_theme()
     return files
+
+
+DARK_THEME = "jupyterlab-theme-dark.css"  # loaded by every page only when the reader's browser is set to dark
+
+
+def _dark_theme() -> bytes:
+    """JupyterLab's dark theme as nbconvert ships it beside the light one the pages inline (its CSS variables)."""
+    from jupyter_core.paths import jupyter_path
+
+    for folder in jupyter_path("nbconvert", "templates", "lab"):
+        path = Path(folder) / "static" / "theme-dark.css"
+        if path.is_file():
+            return path.read_bytes()
+    raise RuntimeError(
+        "nbconvert's JupyterLab dark theme (templates/lab/static/theme-dark.css) is not installed: is nbconvert "
+        "installed whole? (python3 course.py test installs the author set)"
+    )
 
 
 # ------------------------------------------------------------------------------------------------ building

@@ -21,8 +21,8 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from course_tools import build, vendor_js
 from course_tools import site as site_mod
-from course_tools import vendor_js
 from course_tools.build import colab_url
 from course_tools.site import SITE_MARK, build_site, main
 
@@ -186,6 +186,121 @@ def test_outputs_images_widgets_and_bertviz_views_are_on_the_pages(course_site):
         assert text.count('data-course-view="head"') == views, page.name
         assert "# NBVAL_" not in text, page.name
         assert "assets/katex/katex.min.js" in text and "assets/require.js" in text
+
+
+def test_the_hosted_setup_cell_is_not_on_the_pages(course_site):
+    """It sets the course up on a hosted notebook service; a reader of the site has nothing to set up."""
+    code = build.hosted_cells("notebooks/01_dot_product_toy.ipynb")[1].source
+    for page in course_site.pages:
+        text = page.read_text(encoding="utf-8")
+        assert "_set_up_hosted_course" not in text and build.HOSTED_ID not in text, page.name
+        assert html.escape(code.splitlines()[0][len("#@title ") :]) not in text, page.name
+
+
+def test_without_the_hosted_setup_cell_the_page_numbers_its_cells_from_one(tmp_path, small_solutions):
+    nb = nbformat.read(small_solutions / "01_first.ipynb", as_version=4)
+    _, setup = build.hosted_cells("notebooks/01_first.ipynb")
+    setup.execution_count = 1
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.execution_count += 1
+    nb.cells.insert(1, setup)
+    nbformat.write(nb, small_solutions / "01_first.ipynb")
+    page = (build_site(tmp_path / "site", small_solutions).out / "01_first.html").read_text(encoding="utf-8")
+    assert "_set_up_hosted_course" not in page and "#@title" not in page
+    prompts = re.findall(r'jp-InputPrompt jp-InputArea-prompt">In\xa0\[(\d+)\]:', page)
+    assert prompts == ["1", "2", "3"], prompts
+
+
+def _called_explorers(source: str, explorers: dict) -> list[str]:
+    return [name for name in re.findall(r"\b(\w+_explorer)\(", source) if name in explorers]
+
+
+def test_every_widget_note_names_every_control(course_site):
+    """Before, a note named only the controls the widget's saved text showed before it was cut at 110 characters:
+    01 said "angle" without "length", 02 lacked "scale", 03 "length" and "fill"."""
+    explorers = site_mod.explorer_controls()
+    assert explorers["lookup_explorer"] == ["angle", "length"]
+    assert explorers["entropy_explorer"] == ["head_dim D", "scale"]
+    assert explorers["mask_explorer"] == ["mask", "length", "fill"]
+    seen = 0
+    for nb_path, page in zip(NOTEBOOKS, course_site.pages):
+        nb = nbformat.read(nb_path, as_version=4)
+        text = page.read_text(encoding="utf-8")
+        for cell in nb.cells:
+            if cell.cell_type != "code":
+                continue
+            for name in _called_explorers(cell.source, explorers):
+                named = ", ".join(html.escape(label) for label in explorers[name])
+                assert f"to move the controls ({named}) and watch" in text, (page.name, name)
+                seen += 1
+    assert seen >= 4, "the explorers of notebooks 01 to 04 were not found"
+
+
+def test_the_labels_read_from_the_explorers_code_are_those_of_the_widgets_they_make():
+    import torch
+
+    from course_utils import widgets
+    from course_utils.multihead import MultiHeadAttention
+
+    torch.manual_seed(0)
+    layers = {"two": MultiHeadAttention(8, 2), "four": MultiHeadAttention(8, 4)}
+    made = {
+        "lookup_explorer": widgets.lookup_explorer(),
+        "entropy_explorer": widgets.entropy_explorer(),
+        "mask_explorer": widgets.mask_explorer(),
+        "head_explorer": widgets.head_explorer(layers, torch.randn(1, 4, 8), list("abcd")),
+    }
+    read = site_mod.explorer_controls()
+    assert set(made) < set(read) and "gpt_attention_explorer" in read
+    for name, explorer in made.items():
+        assert read[name] == [c.description for c in explorer.controls.values()], name
+
+
+def test_an_interact_cell_has_all_its_controls_named(tmp_path, small_solutions):
+    nb = nbformat.read(small_solutions / "01_first.ipynb", as_version=4)
+    widget = {
+        "application/vnd.jupyter.widget-view+json": {"model_id": "xyz", "version_major": 2, "version_minor": 0},
+        "text/plain": "interactive(children=(FloatSlider(value=1.0, description='temperature', max=3.0, min=0.1), "
+        "IntSlider(value=8, …",  # cut at 110 characters, as ipywidgets does
+    }
+    nb.cells.append(
+        new_code_cell(
+            "_ = widgets.interact(show, temperature=widgets.FloatSlider(value=1.0),\n"
+            "                     top_k=widgets.IntSlider(value=8, description='top k'), top_p=0.5)",
+            execution_count=4,
+            outputs=[new_output("display_data", data=widget)],
+        )
+    )
+    nbformat.write(nb, small_solutions / "01_first.ipynb")
+    page = (build_site(tmp_path / "site", small_solutions).out / "01_first.html").read_text(encoding="utf-8")
+    assert "to move the controls (temperature, top k, top_p) and watch" in page
+    assert "to move the controls (n, mask)" in page  # a cell whose code says nothing: the saved text's labels
+
+
+def test_pages_follow_the_readers_colour_scheme(course_site):
+    """A browser set to dark gets JupyterLab's dark theme and the site's dark colours (tests/e2e/test_e2e_site.py
+    looks at the colours in Chromium); figures keep a light panel."""
+    dark = course_site.out / "assets" / site_mod.DARK_THEME
+    assert "--jp-layout-color0: #111" in dark.read_text(encoding="utf-8")
+    for page in course_site.pages:
+        text = page.read_text(encoding="utf-8")
+        links = [
+            dict(re.findall(r'(\w+)="([^"]*)"', tag)) for tag in re.findall(r"<link [^>]*>", text) if "dark" in tag
+        ]
+        assert links == [
+            {"href": f"assets/{site_mod.DARK_THEME}", "media": "(prefers-color-scheme: dark)", "rel": "stylesheet"}
+        ], (page.name, links)
+        where = text.index(f'href="assets/{site_mod.DARK_THEME}"')
+        assert where > text.index("--jp-layout-color0"), f"{page.name}: the light theme comes after the dark one"
+        assert re.search(r'<meta (?=[^>]*name="color-scheme")(?=[^>]*content="light dark")', text), page.name
+    assert '<meta name="color-scheme" content="light dark">' in course_site.index.read_text(encoding="utf-8")
+    css = (course_site.out / "assets" / "site.css").read_text(encoding="utf-8")
+    assert "@media (prefers-color-scheme: dark)" in css
+    plain = css.split("@media (prefers-color-scheme: dark)")[0] + css.split("@media (max-width")[1]
+    assert not re.findall(r"(?<![-\w])(?:color|background|border[\w-]*):[^;]*#[0-9a-f]{3,6}", plain), (
+        "a fixed colour outside the variables: it would not follow the colour scheme"
+    )
 
 
 def test_open_in_colab_opens_the_learner_copy_not_the_solutions(course_site):

@@ -170,3 +170,65 @@ def test_the_check_sees_a_page_that_reaches_for_a_cdn(site, offline_page, tmp_pa
             _assert_offline(page)
     finally:
         copy.unlink()
+
+
+# What a reader sees in each colour scheme: every colour pair below is read from the page as Chromium drew it.
+READ_COLOURS = """() => {
+    const rgba = s => { const m = s.match(/[\\d.]+/g).map(Number); return m.length === 3 ? [...m, 1] : m; };
+    const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+        return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+    const background = el => { for (; el; el = el.parentElement) {
+        const c = rgba(getComputedStyle(el).backgroundColor); if (c[3] > 0) return c; } return [255, 255, 255, 1]; };
+    const contrast = el => { const a = lum(rgba(getComputedStyle(el).color)), b = lum(background(el));
+        return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); };
+    const worst = sel => { const els = [...document.querySelectorAll(sel)].filter(e => e.textContent.trim());
+        return els.length ? Math.min(...els.map(contrast)) : null; };
+    return {
+        page: lum(background(document.body)),
+        prose: worst('.jp-RenderedMarkdown p, .course-site-index-page p'),
+        headings: worst('.jp-RenderedMarkdown h1, .jp-RenderedMarkdown h2, .course-site-index-page h1'),
+        links: worst('.course-site-toc a, .course-site-pager a, .course-site-notebooks a'),
+        code: worst('.jp-InputArea .highlight pre'),
+        code_tokens: worst('.jp-InputArea .highlight span'),
+        printed: worst('.jp-RenderedText pre'),
+        notes: worst('.course-site-widget p'),
+        math: worst('.jp-RenderedMarkdown .katex'),
+        figures: [...document.querySelectorAll('.jp-OutputArea-output img')].map(i => lum(background(i))),
+    };
+}"""
+
+
+def _showcase() -> Path:
+    """A notebook whose page has prose, math, code, printed output, figures and a widget note."""
+    for nb_path in NOTEBOOKS:
+        e = _expected(nb_path)
+        if e["widgets"] and e["images"] and e["math"]:
+            return nb_path
+    pytest.skip("no solved notebook has a widget, a figure and math")
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_pages_follow_the_readers_colour_scheme(site, offline_page, screenshots, scheme):
+    """Before, a browser set to dark showed the same white pages; now the site follows it (prefers-color-scheme),
+    every text stays readable (WCAG's contrast of 4.5 for text, 3 for syntax colours), and figures, drawn on
+    white, sit on a light panel."""
+    nb_path = _showcase()
+    page = offline_page()
+    page.emulate_media(color_scheme=scheme)
+    for target in (site.out / f"{nb_path.stem}.html", site.index):
+        page.goto(target.as_uri())
+        page.wait_for_function("() => document.body.dataset.courseMath === 'rendered'")
+        got = page.evaluate(READ_COLOURS)
+        where = f"{target.name} ({scheme})"
+        assert (got["page"] < 0.05) if scheme == "dark" else (got["page"] > 0.9), (where, got["page"])
+        for what in ("prose", "headings", "links", "code", "printed", "notes", "math"):
+            if got[what] is not None:
+                assert got[what] >= 4.5, f"{where}: {what} has a contrast of {got[what]:.2f} (4.5 wanted)"
+        if got["code_tokens"] is not None:
+            assert got["code_tokens"] >= 3, f"{where}: a syntax colour has a contrast of {got['code_tokens']:.2f}"
+        assert all(lum > 0.9 for lum in got["figures"]), f"{where}: a figure without its light panel"
+        if target != site.index:
+            assert got["prose"] and got["code"] and got["notes"] and got["figures"], (where, got)
+            page.locator("[data-course-widget]").first.scroll_into_view_if_needed()
+        page.screenshot(path=str(screenshots / f"site-{scheme}-{target.stem}.png"))
+    _assert_offline(page)
