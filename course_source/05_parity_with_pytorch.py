@@ -1,11 +1,10 @@
 # %% [markdown]
 # # 05 Parity with `torch.nn.MultiheadAttention`
 #
-# In notebook 04 we built `MultiHeadAttention` by hand. PyTorch ships its own, `nn.MultiheadAttention`.
-# Do the two compute the same function? If we copy PyTorch's weights into ours, they should agree to
-# the last few bits of floating point. Getting them to agree is a good exercise in reading an API
-# closely: the maths is the same, but several **conventions** differ, and each one, forgotten, gives a
-# wrong answer without an error.
+# In notebook 04 we built `MultiHeadAttention` by hand; PyTorch ships `nn.MultiheadAttention`. With
+# PyTorch's weights copied into ours, the two should compute the same function. Getting them to agree
+# means reading an API closely: the maths is the same, but several **conventions** differ, and each
+# one, forgotten, gives a wrong answer without an error.
 #
 # **What you will learn**
 #
@@ -15,7 +14,9 @@
 #   (PyTorch's module reads `True` as *blocked*), `batch_first=False` by default, the returned
 #   **tuple** `(out, weights)`, `need_weights` and `average_attn_weights`, and the layout of a 3-D
 #   `attn_mask`;
-# - how close "equal" is: relative errors around `1e-7` in `float32` and `1e-16` in `float64`;
+# - how close "equal" is: both modules do the same arithmetic, so they agree to each type's rounding error
+#   or exactly, depending on your CPU's kernels (checked below `1e-6` in `float32`, `1e-14` in `float64`),
+#   while `float32` itself is about `1e-7` from the `float64` answer;
 # - that `F.scaled_dot_product_attention` (with a boolean mask or `is_causal=True`) gives the same
 #   result from our projections;
 # - why dropout in training mode cannot be compared, and why eval mode can;
@@ -31,25 +32,22 @@
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-from course_utils.environment import setup_notebook
-
-device = setup_notebook(seed=0)
-import torch
-
-print(f"torch {torch.__version__}; this notebook runs on the CPU (your best device would be: {device})")
-
-# %%
 import math
 from unittest import mock
 
 import matplotlib.pyplot as plt
+import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils.environment import setup_notebook
 from course_utils.exercises import NotAttempted, check
 from course_utils.masking import causal_mask, combine_masks, convert_mask, padding_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 from course_utils.plotting import plot_weights
+
+device = setup_notebook(seed=0)
+print(f"torch {torch.__version__}; this notebook runs on the CPU (your best device would be: {device})")
 
 # %% [markdown]
 # ## 1. Two modules, one function
@@ -83,7 +81,8 @@ for name, p in ours.named_parameters():
 # %% [markdown]
 # ## 2. Copy the weights by hand
 #
-# First the slices, to see that they are what we think: the three `(C, C)` blocks of rows.
+# First the slices, the three `(C, C)` blocks of rows; then everything into `ours`. Parameters are leaves
+# that require gradients, so the in-place copy goes inside `torch.no_grad()`.
 
 # %%
 W = torch_mha.in_proj_weight.detach()  # (3C, C)
@@ -92,11 +91,6 @@ w_q, w_k, w_v = W[:C], W[C : 2 * C], W[2 * C :]  # 3 x (C, C), rows = output cha
 b_q, b_k, b_v = b[:C], b[C : 2 * C], b[2 * C :]  # 3 x (C,)
 print(w_q.shape, w_k.shape, w_v.shape, b_q.shape)
 
-# %% [markdown]
-# Now copy everything into `ours`. Parameters are leaves that require gradients, so the in-place copy
-# goes inside `torch.no_grad()`.
-
-# %%
 with torch.no_grad():
     ours.qkv_proj.weight.copy_(torch_mha.in_proj_weight)  # (3C, C): same layout, straight across
     ours.qkv_proj.bias.copy_(torch_mha.in_proj_bias)  # (3C,)
@@ -122,21 +116,15 @@ out_t, weights_t = torch_mha(x, x, x)
 out_o, weights_o = ours(x, need_weights=True)
 print("torch:", type(torch_mha(x, x, x)).__name__, tuple(out_t.shape), tuple(weights_t.shape))
 print("ours: ", tuple(out_o.shape), tuple(weights_o.shape))
-
-# %% [markdown]
-# The outputs have the same shape `(B, T, C)`, but the weights do not: PyTorch returns `(B, T, S)`,
-# ours `(B, H, T, S)`. That is `average_attn_weights=True`, the default: PyTorch **averages the
-# weights over the heads**. To compare, average ours over the head axis, dim 1.
-
-# %%
 torch.testing.assert_close(out_o, out_t)
 torch.testing.assert_close(weights_o.mean(dim=1), weights_t)  # (B, H, T, S) -> (B, T, S)
 print("out and head-averaged weights match")
 
 # %% [markdown]
-# With `average_attn_weights=False`, PyTorch returns one matrix per head, `(B, H, T, S)`, and we can
-# compare head by head. The head order matches because both split the C channels into H consecutive
-# groups of D.
+# The weights differ in shape: PyTorch returns `(B, T, S)`, ours `(B, H, T, S)`. That is
+# `average_attn_weights=True`, the default: PyTorch **averages the weights over the heads**, so we
+# compared ours averaged over dim 1. With `average_attn_weights=False`, PyTorch returns one matrix per
+# head, and the head order matches: both split the C channels into H consecutive groups of D.
 
 # %%
 _, weights_per_head = torch_mha(x, x, x, average_attn_weights=False)
@@ -169,7 +157,6 @@ print("ours (allow):\n", allow.int())
 print("nn.MultiheadAttention (block):\n", block.int())
 print("block is ~allow:", torch.equal(block, ~allow))
 
-# %%
 out_t, weights_t = torch_mha(x, x, x, attn_mask=block)
 out_o, weights_o = ours(x, allow, need_weights=True)
 torch.testing.assert_close(out_o, out_t)
@@ -186,8 +173,6 @@ print("causal: match")
 out_wrong, weights_wrong = torch_mha(x, x, x, attn_mask=allow)  # forgot to invert!
 print("weights of sequence 0 (averaged over heads):\n", weights_wrong[0].detach())
 print("NaN in the output, per token of sequence 0:", out_wrong[0].isnan().any(dim=-1).tolist())
-
-# %%
 fig, axes = plt.subplots(1, 2, figsize=(7.0, 3.0))
 plot_weights(weights_t[0], ax=axes[0], title="block = ~allow (correct)")
 plot_weights(weights_wrong[0].nan_to_num(0.0), ax=axes[1], title="forgot to invert (NaN row drawn as 0)")
@@ -207,8 +192,8 @@ plt.show()
 #   the same tensor passed as query, key and value), PyTorch takes a native "fast path" in C++. On the
 #   CPU, in the version this course is tested with, it gives NaN again.
 #
-# The tokens whose rows are not fully masked are wrong on every path, and wrong the same way: they
-# attend to the future instead of the past.
+# The other tokens are wrong on every path, and the same way: they attend to the future instead of the
+# past.
 
 # %%
 with torch.no_grad():
@@ -290,8 +275,8 @@ torch.testing.assert_close(ours_sf(x), out_t.transpose(0, 1))  # (T, B, C) -> (B
 print("match after transposing")
 
 # %% [markdown]
-# Note that the returned weights are `(B, T, S)` either way, and `key_padding_mask` is `(B, S)` either
-# way: `batch_first` only changes `query`, `key`, `value` and the output.
+# The returned weights are `(B, T, S)` either way, and `key_padding_mask` is `(B, S)` either way:
+# `batch_first` only changes `query`, `key`, `value` and the output.
 #
 # **What goes wrong if you forget.** A `(B, T, C)` tensor handed to a sequence-first module is read as
 # T = 2 time steps of a batch of 5. No error, the output even has the right shape, but each token now
@@ -358,14 +343,13 @@ for mask_name, bias, batch_first, e32o, e32w, e64o, e64w, e32x in rows:
           f"{e64w:8.1e} | {e32x:10.1e}")
 
 # %% [markdown]
-# How to read it: the errors sit at the rounding error of the type or below. `float32` keeps about 7
-# significant digits (machine epsilon about `1.2e-7`), `float64` about 16 (`2.2e-16`). `float32`
-# entries may even be exactly `0`: both modules do the same arithmetic, and whether they also round
-# the same way depends on the kernels your machine picks. Equal is not *exact*: the last column compares the
-# `float32` output with the `float64` one, and there the `1e-7` shows. Any real bug, a forgotten
-# scale or a flipped mask, gives errors of order `1e-1` or NaN.
-#
-# The cell below is the deterministic version of the table, the one to trust in a test:
+# How to read it: the errors sit at the type's rounding error or below. `float32` keeps about 7
+# significant digits (machine epsilon `1.2e-7`), `float64` about 16 (`2.2e-16`). Entries may be
+# exactly `0`: both modules do the same arithmetic, and whether they also round the same way depends on
+# the kernels your CPU picks. Agreeing is not being *exact*: the last column compares the `float32`
+# output with the `float64` one, and there `float32`'s `1e-7` shows. A real bug, a forgotten scale or a
+# flipped mask, gives errors of order `1e-1` or NaN. The deterministic version of the table, the one to
+# trust in a test:
 
 # %%
 worst32 = max(max(r[3], r[4]) for r in rows)
@@ -383,9 +367,6 @@ print("float32 vs float64 answer: between 1e-8 and 1e-6:", 1e-8 < worst_exact < 
 # returns `(out, None)` and hands the work to `F.scaled_dot_product_attention`, which can pick fused
 # kernels (FlashAttention, memory-efficient attention) that never store the weights. We can watch that
 # happen by wrapping `F.scaled_dot_product_attention` in a `mock` that counts its calls.
-#
-# (In eval mode under `torch.no_grad()`, with `batch_first=True`, PyTorch may take an even faster
-# native "fast path"; the result is the same.)
 
 # %%
 for need_weights in (True, False):
@@ -399,9 +380,8 @@ with torch.no_grad():  # eval mode, no autograd, batch_first=True: the native fa
 print("same output every way")
 
 # %% [markdown]
-# Our module makes the other choice: `need_weights=False` is *its* default, and it returns a bare
-# tensor then, not a tuple. A line like `out = torch_mha(x, x, x)` gives you a tuple; `out =
-# ours(x)` a tensor.
+# Our module makes the other choice: `need_weights=False` is *its* default, and then it returns a bare
+# tensor: `torch_mha(x, x, x)` gives a tuple, `ours(x)` a tensor.
 #
 # ## 9. `F.scaled_dot_product_attention` from our projections
 #
@@ -469,12 +449,12 @@ print("eval mode: match")
 # %% [markdown]
 # ## 11. Cross-attention: queries from one sequence, keys and values from another
 #
-# Everything so far was **self-attention**: one sequence supplied the queries, the keys and the values.
-# The original Transformer (Vaswani et al., 2017, section 3.2.3) translates with two stacks. The
-# *encoder* reads the source sentence, S tokens, and outputs one vector per token: the **memory**. The
-# *decoder* writes the translation, T tokens so far, and each of its layers has, besides its own masked
-# self-attention, an **encoder-decoder attention** (cross-attention): the decoder's T positions ask the
-# queries, and the encoder's S outputs supply the keys and the values. Three things follow:
+# Everything so far was **self-attention**: one sequence supplied queries, keys and values. The original
+# Transformer (Vaswani et al., 2017, section 3.2.3) translates with two stacks. The *encoder* reads the
+# source sentence, S tokens, and outputs one vector per token: the **memory**. The *decoder* writes the
+# translation, T tokens so far; each of its layers has, besides its masked self-attention, an
+# **encoder-decoder attention** (cross-attention): the decoder's T positions ask the queries, the
+# encoder's S outputs supply keys and values. Three things follow:
 #
 # - The weights are `(B, H, T, S)`, a rectangle: T and S are the lengths of two different sequences.
 # - **No causal mask across the two.** Causality orders the positions of one sequence. The source is
@@ -484,10 +464,9 @@ print("eval mode: match")
 #   attend to that padding: a `(B, S)` mask, broadcast as `(B, 1, 1, S)` (for `nn.MultiheadAttention`,
 #   `key_padding_mask`, True = blocked).
 #
-# `nn.MultiheadAttention` was built for this: `forward(query, key, value)` with the memory passed as
-# both key and value. Its `in_proj_weight` is used the same way: rows `0..C-1` project the queries (from
-# the decoder), rows `C..3C-1` the keys and values (from the memory). Ours takes the memory as a keyword,
-# `ours(x, mask, memory=memory)`, with the same rows of `qkv_proj`.
+# `nn.MultiheadAttention` was built for this: `forward(query, key, value)` with the memory as key and
+# value; rows `0..C-1` of `in_proj_weight` project the queries (from the decoder), rows `C..3C-1` the
+# keys and values (from the memory). Ours takes the memory as a keyword, `ours(x, mask, memory=memory)`.
 
 # %%
 S = 6
@@ -502,16 +481,14 @@ print("queries x", tuple(x.shape), "memory", tuple(memory.shape), "-> out", tupl
 torch.testing.assert_close(out_o, out_t)
 torch.testing.assert_close(weights_o, weights_t)
 print("cross-attention: match")
-
-# %%
 plot_weights(weights_o[1].mean(dim=0), [f"target {i}" for i in range(T)], [f"source {j}" for j in range(S)],
              title="sentence 1: T = 5 queries over S = 6 memory keys (2 padded)")
 plt.show()
 
 # %% [markdown]
 # Every decoder position spreads its weight over all four real source tokens, the last one included,
-# and puts none on the padding. So the padding's values cannot matter: replace them with anything, and
-# the output does not move.
+# and puts none on the padding. So the padding's values cannot matter: replace them, and the output does
+# not move.
 
 # %%
 real_weights = weights_o[1][..., :4]  # (H, T, 4): the real source tokens of sentence 1
@@ -523,9 +500,9 @@ print("padding changed, output agrees to 1e-6:",
       (ours(x, src_keys[:, None, None, :], memory=other_padding) - out_o).abs().max().item() < 1e-6)
 
 # %% [markdown]
-# A causal mask across the two sequences would be a bug, and not an obvious one. `causal_mask(T, S)`
-# aligns the T queries with the *last* T of S positions, as if the decoder were continuing the source;
-# here it would keep the first target word from seeing the end of the source sentence:
+# A causal mask across the two sequences would be a quiet bug: `causal_mask(T, S)` aligns the T queries
+# with the *last* T of S positions, as if the decoder continued the source, and keeps the first target
+# word from seeing the end of the source sentence:
 
 # %%
 print(causal_mask(T, S).int())
@@ -549,12 +526,11 @@ print("need_weights=False, sentence 0: all zeros", (zero_out[0] == 0).all().item
 # %% [markdown]
 # ### Decoder-only models: no cross-attention at all
 #
-# GPT-style models, the tiny GPT at the end of this course among them, have no encoder and no memory:
-# one sequence, and self-attention with a causal mask in every layer. To translate, a decoder-only model
-# reads the source as part of its **prompt** ("English: the cat sat. French:") and continues the text.
-# The source then enters through the same causal self-attention: its tokens come *first* in the one
-# sequence, so every position written after them may look back at all of them. In the causal mask of
-# the S + T tokens, the last T rows (the translation) see all S source columns:
+# GPT-style models, the course's tiny GPT among them, have no encoder and no memory: one sequence, and
+# causal self-attention in every layer. To translate, a decoder-only model reads the source as part of
+# its **prompt** ("English: the cat sat. French:") and continues the text. The source's tokens come
+# *first*, so every position written after them may look back at all of them: in the causal mask of the
+# S + T tokens, the last T rows (the translation) see all S source columns:
 
 # %%
 prompt_and_answer = causal_mask(S + T)  # (S + T, S + T): one sequence, source first
@@ -563,9 +539,8 @@ print("no source token sees the answer:", (~prompt_and_answer[:S, S:]).all().ite
 
 # %% [markdown]
 # What the decoder-only model gives up is the split: the source is read by the same weights, with the
-# same causal mask, as the answer (its first tokens cannot look at its later ones), while an encoder
-# reads its source with no mask at all and a decoder consults it through separate cross-attention
-# weights.
+# same causal mask, as the answer (its first tokens cannot look at its later ones), where an encoder
+# reads it with no mask and a decoder consults it through separate cross-attention weights.
 #
 # ## 12. Closing check against `course_utils`
 #
@@ -589,9 +564,8 @@ print("matches course_utils")
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise is a function; the cell below it checks your answer on a few fixed inputs and, when
-# it is wrong in a common way, names the mistake. Masks are boolean tensors, weights float32; leave the
-# inputs (and the module) unchanged. The checks also draw fresh inputs of other sizes.
+# Each exercise is a function, checked in its cell on fixed and freshly drawn inputs; a common mistake is
+# named. Masks are boolean, weights float32; leave the inputs (and the module) unchanged.
 #
 # **05.1 Slice `in_proj_weight`.** Write `split_in_proj(m)` that takes an `nn.MultiheadAttention` and
 # returns its query, key and value weights `(q_weight, k_weight, v_weight)`, each `(C, C)` in
@@ -685,8 +659,8 @@ check("05.5", cross_attention)
 # ## Summary
 #
 # Copying `in_proj_weight`, `in_proj_bias` and `out_proj` makes our `MultiHeadAttention` compute what
-# `nn.MultiheadAttention` computes, to about `1e-7` in `float32` and `1e-16` in `float64`. The maths
-# was never the issue; the conventions are:
+# `nn.MultiheadAttention` computes, to each type's rounding error or exactly (below `1e-6` in `float32`,
+# `1e-14` in `float64`). The maths was never the issue; the conventions are:
 #
 # | | this course (`MultiHeadAttention`) | `nn.MultiheadAttention` | `F.scaled_dot_product_attention` |
 # |---|---|---|---|
@@ -698,7 +672,6 @@ check("05.5", cross_attention)
 # | weights | per head `(B, H, T, S)` | averaged over heads `(B, T, S)` by default | not returned |
 # | `need_weights` default | `False` | `True` (no fused kernel) | – |
 # | causal | `causal_mask(T, S)`, bottom-right | `attn_mask` (or `is_causal` with a mask as a hint) | `is_causal=True`, top-left |
-#
 # | cross-attention | `ours(x, mask, memory=m)` | `mha(x, m, m, key_padding_mask=...)` | q from `x`, k and v from `m` |
 #
 # - Invert a course mask with `convert_mask(mask, "allow", "block")` before handing it to

@@ -1,27 +1,19 @@
 # %% [markdown]
 # # 06 Positional encodings: telling attention where each token is
 #
-# Attention compares every query with every key by a dot product. Nothing in that computation knows
-# *where* a token sits: shuffle the words of a sentence and each word gets exactly the same output, just
-# in the shuffled place. This notebook shows that problem first, then the four answers in use today,
-# each built from scratch and checked: a learned vector per position (GPT-2), the fixed sinusoidal
-# encoding (the original Transformer), rotary embeddings (RoPE: Llama, Mistral, Qwen, ...) and linear
-# biases (ALiBi: BLOOM, MPT). It ends with a small experiment you can run on a laptop: the same tiny
-# model trained with each scheme, then asked to work on sequences longer than any it has seen.
+# Attention compares queries with keys by dot products, and nothing in that knows *where* a token sits.
+# Here are the four answers in use today, each built from scratch and checked, and a small experiment on
+# sequences longer than any seen in training.
 #
 # **What you will learn**
 #
-# - why self-attention without positions is *permutation-equivariant*, what that means for a model, and
-#   how a causal mask leaks a little position anyway;
-# - learned position embeddings, and their hard limit: no position beyond the trained context;
-# - the sinusoidal formula, what its table and its dot products look like, and why shifting by k
-#   positions is a rotation (a linear map that does not depend on the position);
-# - RoPE: rotating pairs of channels of q and k so that a score depends only on the distance i - j;
-#   which way it turns, its two pairing conventions (and the one this course uses), and rotating cached
-#   keys at their absolute positions;
-# - ALiBi: one slope per head and a distance penalty added to the scores;
-# - how each scheme changes *one step* of `MultiHeadAttention`, and how the schemes compare when
-#   sequences get longer than in training.
+# - why attention without positions is *permutation-equivariant*, and how a causal mask leaks position;
+# - learned embeddings (GPT-2) and their limit: no position beyond the trained context;
+# - the sinusoidal table (the original Transformer), in which a shift by k positions is a rotation;
+# - RoPE (Llama, Mistral, Qwen): rotating pairs of channels of q and k so that scores depend only on
+#   i - j; its direction, its two pairings, and rotating cached keys;
+# - ALiBi (BLOOM, MPT): a distance penalty with one slope per head;
+# - how each scheme changes one step of `MultiHeadAttention`, and what the experiment shows.
 #
 # **Prerequisites:** notebooks 02 (scaled dot-product attention), 03 (masking), 04 (multi-head attention).
 #
@@ -61,12 +53,10 @@ device = setup_notebook(seed=0)
 print("torch", torch.__version__, "| device:", device)
 
 # %% [markdown]
-# Everything in this notebook is small enough for a CPU; `device` is printed only so you know what you have.
-#
 # ## 1. The problem: attention cannot see order
 #
-# Take a sentence, embed each word as a vector (here: random vectors, one per word), and run it through a
-# `MultiHeadAttention` layer. Then run the *shuffled* sentence through the same layer.
+# Embed each word as a (random) vector and run a sentence through a `MultiHeadAttention` layer; then the
+# *shuffled* sentence, and "dog bit man" against "man bit dog".
 
 # %%
 words = "the dog bit the man".split()
@@ -89,16 +79,18 @@ print(" ".join(words), "->", " ".join(shuffled))
 out, out_shuffled = mha(x), mha(x[:, perm])
 print("out", tuple(out.shape))
 print("shuffled outputs == outputs shuffled:", torch.allclose(out_shuffled, out[:, perm], atol=1e-6))
-
-# %% [markdown]
-# Shuffling the input shuffles the output in exactly the same way, and changes nothing else. That is
-# **permutation equivariance**: `attn(x[perm]) == attn(x)[perm]`. It holds because each output is a
-# weighted average over a *set* of keys and values; the scores `q_i . k_j` depend on the two vectors only,
-# not on i or j. For "dog bit man" and "man bit dog" the vector for "bit" comes out identical:
-
-# %%
 a, b = embed("dog bit man".split()), embed("man bit dog".split())
 print("output for 'bit' in both sentences is the same:", torch.allclose(mha(a)[0, 1], mha(b)[0, 1], atol=1e-6))
+
+# %% [markdown]
+# Shuffling the input shuffles the output the same way and changes nothing else: **permutation
+# equivariance**, `attn(x[perm]) == attn(x)[perm]`. Each output is a weighted average over a *set* of keys
+# and values, and the scores `q_i . k_j` depend on the two vectors, not on i or j.
+#
+# This layer has no mask, so one such layer cannot recover the order of its input. A **causal** mask
+# changes that a little: token t sees only the keys 0 .. t, so a head whose scores are all equal returns
+# the plain average of the t + 1 values it can see, and that average moves with t. A start token of value
+# 1 followed by tokens of value 0 makes it exact:
 
 # %%
 flat = torch.zeros(1, 1, 6, 1)  # q = k = 0: every score equal, so the weights are uniform over the visible keys
@@ -109,32 +101,23 @@ print("causal mask, average at t = 0..5:", " ".join(f"{a:.3f}" for a in avg_caus
 print("no mask,     average at t = 0..5:", " ".join(f"{a:.3f}" for a in avg_full.flatten().tolist()))
 
 # %% [markdown]
+# The causal average at position t is 1 / (t + 1), while without a mask every position gets the same 1/6.
 # A model can read its position off that number. One causal layer still sees the tokens before t as a
 # *set* (their count, not their order); a second layer can combine the counts of different prefixes, and
-# causal language models trained with no positional encoding at all do learn where each token is
-# (Haviv et al., 2022; Kazemnejad et al., 2023 found such "NoPE" decoders generalise to longer inputs
-# better than models with explicit encodings on their tasks; both in further reading). The model in this notebook's experiment has one layer, and
-# without positions it does badly.
+# causal language models trained with no positional encoding do learn positions (Haviv et al., 2022;
+# Kazemnejad et al., 2023 found such "NoPE" decoders generalising to longer inputs better than explicit
+# encodings on their tasks). Section 7's model has one layer, and without positions it does badly.
 #
-# Every scheme below makes *where* a token is an explicit part of the computation. Two families:
-# %% [markdown]
-# This layer has no mask, so one such layer cannot recover the order of its input: whatever it computes
-# for a token, it computes for the token's value wherever it sits. A **causal** mask changes that a little.
-# Token t sees only the keys 0 .. t, so the mask itself carries position: a head whose scores are all
-# equal (a query orthogonal to every key) returns the plain average of the t + 1 values it can see, and
-# that average moves with t. A start token with value 1 followed by tokens with value 0 makes it exact:
-# the causal average at position t is 1 / (t + 1), while without a mask every position gets the same 1/6.
+# The schemes below make position explicit. Two families:
 #
-# - **absolute** schemes add a vector for position t to the token's embedding, before any attention
-#   (learned, sinusoidal);
-# - **relative** schemes change the attention scores so that they depend on the distance i - j between query
-#   and key (RoPE, ALiBi).
+# - **absolute**: add a vector for position t to the token's embedding (learned, sinusoidal);
+# - **relative**: make the scores depend on the distance i - j (RoPE, ALiBi).
 #
 # ## 2. Learned position embeddings
 #
-# The simplest idea (BERT, GPT-2): a trainable table with one row per position, `context_length` rows of
-# `C` numbers, and add row t to the embedding of token t. `LearnedPositionalEmbedding` is that table, an
-# `nn.Embedding(context_length, C)`:
+# The simplest idea (BERT, GPT-2): a trainable table, `context_length` rows of `C` numbers, row t added to
+# the embedding of token t: `LearnedPositionalEmbedding`, an `nn.Embedding(context_length, C)`. It has no
+# row past context_length - 1: a GPT-2 trained with 1024 positions has no vector for position 1024.
 
 # %%
 torch.manual_seed(0)
@@ -144,30 +127,21 @@ x_pos = pos_emb(x)  # (1, T, C) + rows 0 .. T-1
 print("x + positions", tuple(x_pos.shape))
 print("with positions, shuffled outputs == outputs shuffled:",
       torch.allclose(mha(pos_emb(x[:, perm])), mha(x_pos)[:, perm], atol=1e-6))
-
-# %% [markdown]
-# Now the two "the"s of the sentence get different inputs, and the equivariance is gone. The table is
-# learned like any other weight, so the model can put into it whatever helps.
-#
-# The limit is built in: there is a row for positions 0 ... context_length - 1 and nothing else. A
-# GPT-2 trained with 1024 positions has no vector for position 1024:
-
-# %%
 try:
     pos_emb(torch.randn(1, 9, C))  # 9 positions, 8 rows
 except ValueError as e:
     print("ValueError:", e)
 
 # %% [markdown]
-# One could make the table longer than the training sequences, but the extra rows would never receive a
-# gradient: they would keep their random initial values, which the model has never seen. Section 7
-# measures what that does.
+# The two "the"s now get different inputs, and the equivariance is gone. A table longer than the training
+# sequences would not help: its extra rows never receive a gradient and stay random (section 7 measures
+# the effect).
 #
 # ## 3. Sinusoidal encodings
 #
-# The original Transformer (Vaswani et al., 2017) uses a fixed table instead, with nothing to learn and a
-# value for *every* position. Channel pair i of position t holds a sine and a cosine of the angle
-# t * omega_i, with frequencies that fall geometrically from 1 to almost 1/10000:
+# The original Transformer (Vaswani et al., 2017) uses a fixed table with a value for *every* position.
+# Channel pair i of position t holds a sine and a cosine of the angle t * omega_i, with frequencies
+# falling geometrically from 1 to almost 1/10000:
 #
 # $$PE[t, 2i] = \sin(t\,\omega_i), \qquad PE[t, 2i+1] = \cos(t\,\omega_i), \qquad
 #   \omega_i = 10000^{-2i/C}, \quad i = 0, \dots, C/2 - 1.$$
@@ -189,7 +163,8 @@ print(sinusoidal_loops(4, 6))
 
 # %% [markdown]
 # Row 0 is (0, 1, 0, 1, ...): sin 0 and cos 0. Vectorised, the angles are an outer product of the
-# positions (T, 1) and the frequencies (1, C/2):
+# positions (T, 1) and the frequencies (1, C/2). In the picture the first channels oscillate fast (1 radian
+# per position) and the last ones barely move, like a clock with hands of many speeds.
 
 # %%
 def sinusoidal_vectorised(T, C):
@@ -204,12 +179,6 @@ torch.testing.assert_close(sinusoidal_vectorised(10, 6), sinusoidal_loops(10, 6)
 torch.testing.assert_close(pe, sinusoidal_encoding(64, 32))
 print("loops == vectorised == course_utils.positional.sinusoidal_encoding")
 
-# %% [markdown]
-# As a picture, position down, channel across: the first channels oscillate fast (omega = 1 radian per
-# position), the last ones barely move. Read a row from right to left and it is a bit like a clock with
-# hands of many speeds, or a binary counter with smooth digits.
-
-# %%
 fig, ax = plt.subplots(figsize=(6, 3.2))
 im = ax.imshow(pe.T, cmap="RdBu", aspect="auto", vmin=-1, vmax=1)
 ax.set_xlabel("position t")
@@ -222,8 +191,8 @@ plt.show()
 # ### Similarity depends on distance only
 #
 # Each pair contributes sin(a) sin(b) + cos(a) cos(b) = cos(a - b) to the dot product of two rows, so
-# `PE[t] . PE[s] = sum_i cos((t - s) omega_i)`: a function of the distance t - s alone. It is largest at
-# distance 0 (C/2 = 16) and falls, with ripples, as positions move apart:
+# `PE[t] . PE[s] = sum_i cos((t - s) omega_i)`, a function of t - s alone: largest at distance 0
+# (C/2 = 16), falling with ripples as positions move apart:
 
 # %%
 sim = pe @ pe.T  # (T, T)
@@ -242,14 +211,14 @@ plt.show()
 # ### A fixed offset is a linear map
 #
 # The paper's reason for sines: "for any fixed offset k, PE[t + k] can be represented as a linear
-# function of PE[t]". The addition formulas say how. For one pair, with a = t omega and b = k omega,
+# function of PE[t]". For one pair, with a = t omega and b = k omega, the addition formulas give
 #
 # $$\begin{pmatrix}\sin(a+b)\\ \cos(a+b)\end{pmatrix} =
 #   \begin{pmatrix}\cos b & \sin b\\ -\sin b & \cos b\end{pmatrix}
 #   \begin{pmatrix}\sin a\\ \cos a\end{pmatrix}.$$
 #
-# The 2x2 matrix is a rotation by the angle k omega, and it does not involve t. Stack one block per pair
-# on the diagonal and you have a (C, C) matrix `M_k` with `PE[t + k] = M_k PE[t]` for *every* t:
+# The 2x2 matrix is a rotation by k omega, and it does not involve t. One block per pair on the diagonal
+# makes a (C, C) matrix `M_k` with `PE[t + k] = M_k PE[t]` for *every* t:
 
 # %%
 k_shift = 3
@@ -259,20 +228,16 @@ print("PE[t + 3] == M_3 @ PE[t] for t = 0 .. 60:", torch.allclose(pe[:-k_shift] 
 print("M_3 is a rotation (M M^T = I):", torch.allclose(M @ M.T, torch.eye(32), atol=1e-6))
 
 # %% [markdown]
-# So "three positions back" is the same linear map everywhere, and a linear layer (like a query or key
-# projection) can in principle learn to use it. In practice the encoding is *added* to the token
-# embedding, and the projections see the sum, which muddles this neat structure. RoPE keeps it clean.
+# So "three positions back" is one linear map everywhere, which a projection could learn to use; but the
+# table is *added* to the token embedding, and the projections see the sum. RoPE keeps the map clean.
 #
 # ## 4. Rotary position embeddings (RoPE)
 #
-# RoPE (Su et al., 2021) puts the rotation where it matters: on the queries and keys themselves,
-# *after* the projections, instead of adding anything to the input. Cut the D channels of a query or key
-# into D/2 pairs, treat each pair as a point in the plane, and rotate pair i of the vector at position t
-# by the angle t * theta_i, with the same frequencies as above: theta_i = 10000^(-2i/D).
-#
-# Why that works: rotating q by angle a and k by angle b changes their dot product into
-# q^T R(a)^T R(b) k = q^T R(b - a) k, which depends only on b - a. With a = i theta and b = j theta, the
-# score of query i and key j depends on their positions only through **i - j**. One pair by hand:
+# RoPE (Su et al., 2021) rotates the queries and keys themselves, *after* the projections. Cut the D
+# channels into D/2 pairs, each a point in the plane, and rotate pair i of the vector at position t by
+# the angle t * theta_i, theta_i = 10000^(-2i/D). Rotating q by a and k by b turns their dot product into
+# q^T R(a)^T R(b) k = q^T R(b - a) k: with a = i theta and b = j theta, the score depends on the
+# positions only through **i - j**. One pair by hand:
 
 # %%
 def rotate(v, angle):
@@ -288,15 +253,13 @@ for i, j in [(5, 2), (12, 9), (103, 100), (2, 5)]:
     print(f"query at {i:3d}, key at {j:3d}, i - j = {i - j:2d}: score {score.item():+.4f}")
 
 # %% [markdown]
-# The same distance, the same score, wherever the pair sits. And rotations keep lengths, so RoPE never
-# changes the norm of a query or key.
+# The same distance, the same score, wherever the pair sits; and rotations keep norms.
 #
-# Which way does it turn? `rotate` turns **counter-clockwise** by the angle t * theta_i in the plane of the
-# pair: (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos), the sign convention of the paper and of
-# `course_utils`. Clockwise (every angle negated) would serve as well, *if q and k turn the same way*:
-# the scores still depend on i - j alone, they are just different numbers (clockwise equals
-# counter-clockwise with the second channel of every pair negated, a sign a model folds into W_q and
-# W_k). Turning q one way and k the other breaks it: the score then depends on i + j.
+# `rotate` turns **counter-clockwise**, (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos), the convention of
+# the paper and of `course_utils`. Clockwise serves as well *if q and k turn the same way*: the scores
+# still depend on i - j alone, just other numbers (those of counter-clockwise with the second channel of
+# every pair negated, a sign W_q and W_k absorb). Turning q one way and k the other makes the score depend
+# on i + j.
 
 # %%
 for i, j in [(5, 2), (12, 9)]:
@@ -307,11 +270,10 @@ for i, j in [(5, 2), (12, 9)]:
 
 # %% [markdown]
 # Both clockwise, distance 3 scores +1.1495 at either place: the counter-clockwise score of distance -3
-# above. So the direction is a convention, like the pairing below: a trained model only works with the one
-# it was trained with.
+# above. The direction is a convention, like the pairing: a trained model works only with its own.
 #
-# Now a whole (B, H, T, D) tensor. Pair i of the channels is (2i, 2i + 1), the *interleaved* pairing of
-# the RoFormer paper:
+# Now a whole (B, H, T, D) tensor, pair i = channels (2i, 2i + 1) (the RoFormer paper's *interleaved*
+# pairing). Moving every query and key 100 positions along changes no score:
 
 # %%
 def rope_interleaved(x, positions):
@@ -334,11 +296,6 @@ torch.testing.assert_close(q_rot, apply_rope(q, pos, pairing="interleaved"))
 print("matches course_utils.positional.apply_rope(pairing='interleaved')")
 print("norms unchanged:", torch.allclose(q_rot.norm(dim=-1), q.norm(dim=-1), atol=1e-5))
 
-# %% [markdown]
-# The claim that matters, checked on the full scores: move every query and key 100 positions further
-# along, and not one score changes.
-
-# %%
 rope_i = lambda t, p: apply_rope(t, p, pairing="interleaved")  # the paper's pairing, as above
 scores = rope_i(q, pos) @ rope_i(k, pos).transpose(-2, -1)  # (B, H, T, T)
 scores_shifted = rope_i(q, pos + 100) @ rope_i(k, pos + 100).transpose(-2, -1)
@@ -348,46 +305,34 @@ print("scores at positions 0..5 == scores at 100..105, to 1e-5 (float32 rounding
 # %% [markdown]
 # ### Two pairings, one rotation
 #
-# Code in the wild pairs the channels in two ways. The RoFormer paper (and Meta's original Llama code,
-# with complex numbers) pairs neighbours, (0, 1), (2, 3), ... GPT-NeoX and the Hugging Face Llama code
-# pair channel i with channel i + D/2: the first half with the second half. `apply_rope` takes
-# `pairing="interleaved"` or `pairing="half"`. On the same input they differ:
+# RoFormer (and Meta's original Llama code) pairs neighbours, (0, 1), (2, 3), ...; GPT-NeoX and the
+# Hugging Face Llama code pair channel i with i + D/2 (`apply_rope`'s `pairing="interleaved"` and
+# `"half"`). They differ on the same input, yet are one rotation with the channels in another order:
+# reordered as (0, 2, 4, ..., 1, 3, 5, ...), interleaved pair i lands on half pair i:
 
 # %%
 inter = apply_rope(q, pos, pairing="interleaved")
 half = apply_rope(q, pos, pairing="half")
 print("same result:", torch.allclose(inter, half))
-
-# %% [markdown]
-# But they are the same rotation with the channels listed in a different order. Reorder the channels
-# as (0, 2, 4, ..., 1, 3, 5, ...) and the interleaved pair i, channels (2i, 2i + 1), lands on channels
-# (i, i + D/2), exactly the half pair i, with the same frequency:
-
-# %%
 perm_D = rope_pairing_permutation(D)
 print("permutation:", perm_D.tolist())
 print("half(x[perm]) == interleaved(x)[perm]:",
       torch.allclose(apply_rope(q[..., perm_D], pos, pairing="half"), inter[..., perm_D], atol=1e-6))
 
 # %% [markdown]
-# In a model the permutation is folded into the rows of W_q and W_k, and the scores are then identical.
-# This is what checkpoint converters between the two styles do; loading weights trained with one pairing
-# into code that uses the other gives a model that runs without error and produces garbage.
+# Checkpoint converters fold this permutation into the rows of W_q and W_k. Weights trained with one
+# pairing, loaded into code using the other, run without error and produce garbage.
 #
-# **This course rotates with `"half"`** wherever a model rotates: it is `apply_rope`'s default, and what
-# `RotaryMultiHeadAttention`, notebook 07's `GroupedQueryAttention(rope=True)` and notebook 09's GPT use.
-# Two reasons. The pairs are two contiguous halves, so the rotation is two slices and one concatenation
-# instead of strided views of every other channel that must be stacked and interleaved again. And it is
-# the layout of the GPT-NeoX checkpoints and of Llama's in the Hugging Face format, so their W_q and W_k
-# load without reordering rows. The interleaved picture above is the same rotation, and the easier one to
-# draw.
+# **This course rotates with `"half"`** wherever a model rotates: `apply_rope`'s default, and what
+# `RotaryMultiHeadAttention`, notebook 07's `GroupedQueryAttention(rope=True)` and notebook 10's GPT use.
+# It takes two slices instead of strided views, and GPT-NeoX and Hugging Face Llama checkpoints load
+# without reordering rows.
 #
 # ### Absolute positions with a cache
 #
-# When a model generates text with a KV cache (notebook 08), the keys of earlier tokens are stored
-# already rotated, and each new token must be rotated at its *absolute* position t0, t0 + 1, ..., not at
-# 0. That is what the `positions` argument is for. Rotating the last 3 rows at positions 5, 6, 7 gives the
-# same numbers as rotating all 8 rows and keeping the last 3:
+# With a KV cache (notebook 09), earlier keys are stored already rotated, and each new token must be
+# rotated at its *absolute* position t0, t0 + 1, ..., not at 0: the `positions` argument. Rotating the
+# last 3 rows at positions 5, 6, 7 equals rotating all 8 and keeping the last 3:
 
 # %%
 x_full = torch.randn(1, H, 8, D, generator=g)
@@ -400,10 +345,9 @@ print("rotated at 0, 1, 2 instead:", torch.allclose(apply_rope(x_full[..., t0:, 
 # %% [markdown]
 # ### Angles need float32 at least
 #
-# The angle of pair i at position t is t * theta_i, and t reaches thousands in a long context. A 16-bit
-# float cannot hold such a number finely: bfloat16 keeps 8 significant bits, so between 1024 and 2048 its
-# steps are 8 apart. An angle computed in bfloat16 can be off by whole radians, which is another rotation,
-# not a small error (float32's steps there are 1/8192). At position 2000 with D = 64:
+# The angle t * theta_i reaches thousands in a long context, and bfloat16 keeps 8 significant bits: between
+# 1024 and 2048 its steps are 8 apart (float32's are 1/8192). An angle made in bfloat16 can be off by whole
+# radians: another rotation, not a small error. At position 2000, D = 64:
 
 # %%
 D_big, t_big = 64, 2000
@@ -418,11 +362,11 @@ print(f"bfloat16: largest angle error {angle_error[torch.bfloat16]:.1f} radians,
 print("float32: largest angle error below 1e-4 radian:", angle_error[torch.float32] < 1e-4)
 
 # %% [markdown]
-# So `apply_rope` computes the angles in float64. Notebook 09's GPT rotates at every layer and step, so it
-# keeps the cos and sin of every position ready in a `RotaryTable`: the angles in float64, once, and the
-# rotation in x's dtype but **at least float32**. A model that runs in bfloat16 still turns each pair by
-# the right angle; only the result is rounded to bfloat16. The same bfloat16 rows at positions 2000 to 2003,
-# rotated by the table and with angles made in bfloat16, against float64 all the way:
+# So `apply_rope` computes the angles in float64. Notebook 10's GPT keeps the cos and sin of every
+# position ready in a `RotaryTable`: the angles in float64, once, and the rotation in x's dtype but
+# **at least float32**, so a bfloat16 model turns each pair by the right angle and only the result is
+# rounded to bfloat16. Rows at positions 2000 to 2003, rotated by the table and with angles made in
+# bfloat16, against float64:
 
 # %%
 x_bf = torch.randn(1, 1, 4, D_big, generator=torch.Generator().manual_seed(6)).bfloat16()  # (B, H, T, D)
@@ -439,9 +383,9 @@ for name, got in [("RotaryTable (float32 inside)", by_table), ("angles in bfloat
 # %% [markdown]
 # ### RoPE inside multi-head attention
 #
-# `RotaryMultiHeadAttention` is `MultiHeadAttention` with one step added: after `split_heads`, rotate the
-# queries and the keys (not the values), with the half pairing. It has no extra parameters. Here is that step written out, and
-# checked against the module:
+# `RotaryMultiHeadAttention` is `MultiHeadAttention` with one step added and no extra parameters: after
+# `split_heads`, rotate the queries and the keys (not the values). Written out and checked against the
+# module; the permutation test of section 1 now fails: the layer sees order.
 
 # %%
 torch.manual_seed(0)
@@ -455,24 +399,19 @@ out5 = rope_mha.out_proj(out5.transpose(1, 2).reshape(1, T5, C))
 torch.testing.assert_close(rope_mha(x5, causal_mask(T5)), out5)
 print("matches RotaryMultiHeadAttention | parameters:",
       {n: tuple(p.shape) for n, p in rope_mha.named_parameters()})
-
-# %% [markdown]
-# And the permutation test from section 1 now fails, as it should: the layer sees order.
-
-# %%
 print("RoPE layer: shuffled outputs == outputs shuffled:",
       torch.allclose(rope_mha(x[:, perm]), rope_mha(x)[:, perm], atol=1e-6))
 
 # %% [markdown]
 # ## 5. ALiBi: a distance penalty on the scores
 #
-# ALiBi ("Attention with Linear Biases", Press et al., 2022) is simpler still. No embedding, no rotation:
-# subtract from each score a penalty proportional to the distance between query and key,
+# ALiBi (Press et al., 2022) is simpler still: no embedding, no rotation, just a penalty proportional to
+# the distance between query and key,
 #
 # $$\text{scores}_{h,i,j} = \frac{q_i \cdot k_j}{\sqrt{D}} - m_h\,(i - j),$$
 #
-# with a fixed slope m_h per head. The slopes form a geometric sequence, 2^(-8/H), 2^(-16/H), ..., 2^(-8):
-# for 8 heads, 1/2, 1/4, ..., 1/256. Steep heads look only at the last few tokens; gentle heads look far back.
+# with a fixed slope m_h per head, 2^(-8/H), 2^(-16/H), ..., 2^(-8): for 8 heads, 1/2, 1/4, ..., 1/256.
+# Steep heads look at the last few tokens; gentle heads look far back.
 
 # %%
 slopes = alibi_slopes(8)
@@ -480,30 +419,28 @@ print("slopes for H = 8:", [f"1/{round(1 / s)}" for s in slopes.tolist()])
 print("slopes for H = 6:", [f"1/{round(1 / s)}" for s in alibi_slopes(6).tolist()])
 
 # %% [markdown]
-# When H is not a power of two, the paper's reference code takes the slopes of the nearest smaller power of
-# two (4 here: 1/4, 1/16, 1/64, 1/256), then fills up with every other slope of the next power (8: 1/2, 1/8, ...),
-# the ones that fall between them. `alibi_bias(H, T)` is the (H, T, T) table of penalties, -m_h |i - j|
-# (the causal mask removes the keys after the query anyway):
+# For H not a power of two (6 above), the reference code takes the slopes of the nearest smaller power (4: 1/4,
+# 1/16, 1/64, 1/256) and adds every other slope of the next (8: 1/2, 1/8, ...). `alibi_bias(H, T)` is the
+# (H, T, T) table -m_h |i - j| (the causal mask removes later keys anyway):
 
 # %%
 bias = alibi_bias(4, 8)  # (H, T, T)
 print("bias", tuple(bias.shape), "| head 0 (slope 1/4), query 5:", bias[0, 5])
-fig, axes = plt.subplots(1, 4, figsize=(9, 2.6))
+fig, axes = plt.subplots(1, 4, figsize=(10, 2.6), layout="constrained")
 for h, ax in enumerate(axes):
     shown = bias[h].masked_fill(~causal_mask(8), float("nan"))  # blank out the masked future
-    ax.imshow(shown, cmap="viridis", vmin=float(bias.min()), vmax=0)
+    image = ax.imshow(shown, cmap="viridis", vmin=float(bias.min()), vmax=0)  # one scale for the four heads
     ax.set_title(f"head {h}: m = 1/{round(1 / alibi_slopes(4)[h].item())}")
     ax.set_xlabel("key j")
 axes[0].set_ylabel("query i")
+fig.colorbar(image, ax=axes.tolist(), label="bias", shrink=0.9)
 fig.suptitle("ALiBi bias -m (i - j), causal part only")
-fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# The bias only depends on i - j, so ALiBi is relative by construction, and nothing about it stops at a
-# trained length. It goes into `scaled_dot_product_attention` through its `bias` argument (added to the
-# scaled scores before the mask and the softmax). With all q and k equal to zero, so that only the bias
-# speaks, the weights of the last query decay geometrically with distance, by a factor e^(-m) per step:
+# The bias depends only on i - j, so ALiBi is relative by construction, and stops at no length. It enters
+# `scaled_dot_product_attention` as `bias`, added to the scaled scores before the mask and the softmax.
+# With q and k zero, the last query's weights decay by a factor e^(-m) per step of distance:
 
 # %%
 T8 = 8
@@ -514,9 +451,9 @@ for h in range(4):
     print(f"head {h}: weights of query 7 over keys 0..7:", " ".join(f"{w:.2f}" for w in w_alibi[0, h, -1].tolist()))
 
 # %% [markdown]
-# A side note that confuses readers of the reference code: it adds `+m * j` (a function of the *key*
-# position only) instead of `-m (i - j)`. The two differ by `m * i`, the same for every key of query i,
-# and a softmax ignores a constant added to a whole row. Same weights:
+# The reference code adds `+m * j` (the *key* position only) instead of `-m (i - j)`: they differ by
+# `m * i`, constant along a row, which a softmax ignores. Same weights; and `ALiBiMultiHeadAttention` is
+# `MultiHeadAttention` with that one argument added:
 
 # %%
 i_idx, j_idx = torch.arange(T8)[:, None].float(), torch.arange(T8)[None, :].float()
@@ -525,10 +462,6 @@ _, w_paper = scaled_dot_product_attention(zeros, zeros, torch.ones(1, 4, T8, 2),
                                           bias=(m4 * j_idx).expand(4, T8, T8))
 print("+m j and -m (i - j) give the same weights:", torch.allclose(w_paper, w_alibi, atol=1e-6))
 
-# %% [markdown]
-# `ALiBiMultiHeadAttention` is `MultiHeadAttention` with that one argument added:
-
-# %%
 torch.manual_seed(0)
 alibi_mha = ALiBiMultiHeadAttention(C, H)
 qa, ka, va = (split_heads(t, H) for t in alibi_mha.qkv_proj(x5).chunk(3, dim=-1))
@@ -540,16 +473,13 @@ print("matches ALiBiMultiHeadAttention | runs on 500 positions:", tuple(alibi_mh
 # %% [markdown]
 # ## 6. Explore: what each scheme does to a score
 #
-# The picture below puts the schemes side by side. For a query vector q and a key vector k that are *the
-# same* at every position, it shows the score of query position i against key position j, all five panels
-# on one colour scale so that a colour means the same score in each. With no positions every score is
-# equal. Learned embeddings (random here, untrained) add a random row to q and to k and give noise, the
-# largest effect of the five. The sinusoidal panel adds the table straight to the query and to the key
-# vector, PE[i] to q and PE[j] to k (a real model adds it to the input x, before W_q and W_k, which mixes it
-# further): the score (q + PE[i]) . (k + PE[j]) has a term PE[i] . PE[j] that depends only on i - j, and
-# two cross terms, q . PE[j] and PE[i] . k, that depend on where each token sits. RoPE gives a pattern that
-# is constant along every diagonal (it depends only on i - j), and ALiBi (the steepest slope of an 8-head
-# model, m = 1/2) a plain ramp away from the diagonal.
+# One query vector q and one key vector k, *the same* at every position: each panel shows the score of
+# query position i against key position j, all on one colour scale. With no positions every score is
+# equal. Learned embeddings (random, untrained) add a random row to q and k: noise, the largest effect.
+# The sinusoidal panel adds PE[i] to q and PE[j] to k (a real model adds the table to x, before W_q and
+# W_k): (q + PE[i]) . (k + PE[j]) has a term PE[i] . PE[j] that depends only on i - j, and two cross terms,
+# q . PE[j] and PE[i] . k, that depend on where each token sits. RoPE is constant along every diagonal,
+# and ALiBi (slope 1/2) a plain ramp away from the diagonal.
 
 # %%
 def explorer_scores(scheme, T=24, C=16, pairs=None, seed=0):
@@ -601,7 +531,7 @@ fig.colorbar(image, ax=axes.tolist(), label="score", shrink=0.9)
 plt.show()
 
 # %% [markdown]
-# The RoPE claim in numbers: every diagonal of its score table is constant.
+# In numbers: every diagonal of RoPE's table is constant, and of the sinusoidal one without the cross terms.
 
 # %%
 s_rope = explorer_scores("rope")
@@ -619,10 +549,9 @@ print("same scores without the cross terms: each diagonal constant:",
           for d in (torch.diagonal(s_sin - cross, o) for o in range(-23, 24))))
 
 # %% [markdown]
-# Try it (needs a running kernel): pick a scheme, a length and which channel pairs of q and k to keep. With
-# RoPE and only pair 0 (the fastest, theta = 1 radian per position), the score oscillates quickly along
-# each row; with only the last pair (the slowest), it barely changes over dozens of positions. The plot on the
-# right shows one row of the table: the scores of the query at position i.
+# Try it (needs a running kernel): pick a scheme, a length and the channel pairs of q and k to keep. With
+# RoPE and only pair 0 (1 radian per position) the score oscillates quickly along each row; with only the
+# last pair it barely changes over dozens of positions. The right plot shows query i's row.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -631,9 +560,10 @@ from ipywidgets import Dropdown, IntSlider, SelectMultiple, interact
 
 def _explore(scheme, T, pairs, query):
     chosen = list(pairs) if pairs else None
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8, 3))
-    s, _ = plot_scores(scheme, ax1, T=T, pairs=chosen)
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(8.5, 3))
+    s, image = plot_scores(scheme, ax1, T=T, pairs=chosen)
     ax1.set_ylabel("query position i")
+    fig.colorbar(image, ax=ax1, label="score")
     i = min(query, T - 1)
     ax2.plot(s[i], marker=".")
     ax2.axvline(i, color="grey", lw=0.8)
@@ -652,17 +582,15 @@ _ = interact(_explore,
 # %% [markdown]
 # ## 7. An experiment: which schemes carry over to longer sequences?
 #
-# The task ("last letter"): a sequence mixes *letters* (8 token types) and *fillers* (8 other types).
-# At every position the model must name the most recent letter at or before it. The rule is about
-# relative position (look back to the nearest letter) and is the same at position 5 as at 500. Without any
-# positions, one causal layer sees the tokens before t as a set (section 1): it can tell *which* letters
-# came before, not which of them came last.
+# The task ("last letter"): a sequence mixes *letters* (8 token types) and *fillers* (8 others); at every
+# position the model must name the most recent letter at or before it. The rule is relative (look back
+# to the nearest letter), the same at position 5 as at 500. Without positions, one causal layer sees the
+# earlier tokens as a set (section 1): *which* letters came before, not which came last.
 #
-# We train the same tiny model (one pre-norm block with 4 heads, C = 32, and an MLP) once per scheme,
-# on sequences of length 16, with the same data in the same order, for the same number of steps. Then we
-# test on sequences of length 8 to 128. The accuracy counts only the filler positions, where the model
-# has to look back. The model and the training loop are in `course_utils/length_generalisation.py`;
-# the learned table there has 128 rows, but only the first 16 are ever trained.
+# The same tiny model (one pre-norm block, 4 heads, C = 32) is trained once per scheme on sequences of
+# length 16, same data, same steps, then tested on lengths 8 to 128. Accuracy counts only the fillers,
+# where the model must look back. Model and loop: `course_utils/length_generalisation.py`; its learned
+# table has 128 rows, of which only the first 16 are trained.
 
 # %%
 from course_utils.length_generalisation import (
@@ -683,7 +611,7 @@ print("input :", show(tokens[0]), "  (letters a-h, fillers shown as .)")
 print("answer:", show(targets[0]))
 
 # %% [markdown]
-# Training: a few seconds per scheme on one CPU thread (the bar shows progress when you run it yourself).
+# Training: a few seconds per scheme on one CPU thread.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -700,7 +628,7 @@ for positions in POSITIONS:
 print("seconds per scheme:", {s: round(t, 1) for s, t in seconds.items()})
 
 # %% [markdown]
-# First the validation loss and accuracy at the training length 16, on fresh sequences:
+# At the training length 16, on fresh sequences:
 
 # %%
 print(f"{'scheme':>10s}  {'val loss':>8s}  {'val acc':>7s}")
@@ -709,8 +637,8 @@ for positions in POSITIONS:
     print(f"{positions:>10s}  {loss:8.2f}  {acc:7.2f}")
 
 # %% [markdown]
-# Every scheme with positions learns the task at the training length; without positions the model is
-# stuck far behind. Now the longer sequences:
+# Every scheme with positions learns the task at length 16; without positions the model is far behind.
+# Now longer sequences:
 
 # %%
 acc_by_len = {positions: accuracy_by_length(models[positions], config.eval_lengths) for positions in POSITIONS}
@@ -733,22 +661,22 @@ ax.set_title("same model, same budget, different positions")
 plt.show()
 
 # %% [markdown]
-# What the curves say (read the numbers above; your own runs with other seeds move them by a few points):
+# What the numbers say, for one seed of one tiny model on one small task (other seeds move them by a few
+# points):
 #
-# - **none**: without positions this one-layer model cannot single out the most recent letter, even at the
-#   trained length, and it gets worse as more earlier letters compete. (`FULL_RUN`'s two layers could in
-#   principle recover order through the causal mask, section 1.)
-# - **learned**: perfect up to length 16, then it falls: positions 16 and beyond have rows nobody trained.
-# - **sinusoidal**: every position has a vector, but vectors the model never saw; it degrades about as fast.
-# - **RoPE**: the scores depend only on i - j, so the rule transfers to somewhat longer sequences; far
-#   beyond the trained length, rotation angles the model never saw appear, and it degrades too. (This is
-#   why long-context models rescale RoPE's frequencies; see further reading.)
-# - **ALiBi**: a little below the others at length 16 on this budget, but almost flat as sequences grow: its
-#   built-in preference for nearby keys is exactly what this task needs, and it means the same at any length.
+# - **none** cannot single out the most recent letter even at length 16, and gets worse as more letters
+#   compete. (`FULL_RUN`'s two layers could recover order through the causal mask, section 1.)
+# - **learned** falls beyond length 16: those positions have rows nobody trained.
+# - **sinusoidal** has a vector for every position, but vectors the model never saw; it falls as fast.
+# - **RoPE** holds to twice the trained length; further out come rotation angles the model never saw, and
+#   it falls too, to about 0.4 at eight times the length (why long-context models rescale RoPE's
+#   frequencies; see further reading).
+# - **ALiBi**, a little below the others at 16, stays almost flat: its preference for nearby keys is what
+#   this task needs, at any length.
 #
-# This is one small task. On a task that needs to look far back, ALiBi's recency penalty is a handicap,
-# and in large language models RoPE (with frequency rescaling) won. The experiment's point is the mechanism:
-# absolute schemes have to *see* a position to use it; relative ones reuse what they learned about distances.
+# On a task that must look far back, ALiBi's recency penalty is a handicap, and in large language models
+# RoPE (with frequency rescaling) won. The mechanism is general: an absolute scheme must *see* a position
+# to use it; RoPE reuses what it learned about distances only as far as the angles it saw.
 #
 # ## 8. Closing check against `course_utils`
 #
@@ -771,8 +699,8 @@ print("matches course_utils")
 # %% [markdown]
 # ## 9. Exercises
 #
-# Each exercise is a function for you to write; the cell below it checks it and, when it is wrong, tries
-# to name the mistake. Use plain PyTorch, not the `course_utils.positional` function the exercise is about.
+# Each exercise is a function, checked in its cell, where a wrong answer's likely mistake is named. Use plain
+# PyTorch, not the `course_utils.positional` function the exercise is about.
 #
 # ### Exercise 06.1: the sinusoidal table
 #
@@ -796,8 +724,8 @@ check("06.1", my_sinusoidal_encoding)
 # Write `my_apply_rope(x, positions)` for `x` of shape (B, H, T, D) with D even and `positions` a 1-D
 # integer tensor of length T (the absolute position of each row). Use the interleaved pairing, channels
 # (2i, 2i + 1), rotate pair i of row r counter-clockwise by positions[r] * theta_i with
-# theta_i = 10000^(-2i/D), and return a tensor of the same shape and dtype. (Computing the angles in
-# float64 and casting cos and sin back to float32 keeps them accurate at large positions.)
+# theta_i = 10000^(-2i/D), and return a tensor of the same shape and dtype. (Angles computed in float64
+# stay accurate at large positions.)
 
 # %%
 def my_apply_rope(x, positions):
@@ -818,8 +746,8 @@ check("06.2", my_apply_rope)
 #
 # Write `my_alibi_bias(H, T)` for H a power of two, returning the (H, T, T) float32 tensor that a causal
 # ALiBi model adds to its scaled scores: -m_h (i - j) where key j is at or before query i, and `-inf`
-# where j > i (the causal mask, in its additive form: `-inf` exactly, since this table is the mask; a
-# large negative number is a different table). The slopes are m_h = 2^(-8 (h + 1) / H), h = 0 ... H - 1.
+# where j > i (the causal mask in additive form: exactly `-inf`, not a large negative number). The slopes
+# are m_h = 2^(-8 (h + 1) / H), h = 0 ... H - 1.
 
 # %%
 def my_alibi_bias(H, T):
@@ -836,24 +764,22 @@ check("06.3", my_alibi_bias)
 # %% [markdown]
 # ## Summary
 #
-# - Without positions, self-attention is permutation-equivariant: shuffling the tokens shuffles the outputs
-#   and changes nothing else. A causal mask leaks position (an even average over the visible keys depends
-#   on how many there are), which deeper causal models can learn to use; one layer cannot recover order.
-# - **Learned** embeddings: a trained row per position, added to the input. Flexible, but there is no row
-#   past the trained context, and untrained rows are noise.
-# - **Sinusoidal**: a fixed (sin, cos) pair per frequency, omega_i = 10000^(-2i/C). A shift by k positions
-#   is a rotation M_k that does not depend on t, and dot products depend on the distance only.
-# - **RoPE** rotates pair i of q and k counter-clockwise by t * theta_i, so scores depend only on i - j and
-#   norms are kept (clockwise would work too, for q and k alike). Two pairings exist (interleaved, half);
-#   they differ by a fixed permutation of channels, and this course's models use half. With a cache, rotate
-#   new keys at their absolute positions.
-# - **ALiBi** adds -m_h (i - j) to the scores, with geometric slopes per head; no parameters, no length limit,
-#   a built-in preference for recent tokens.
-# - In `course_utils`, RoPE and ALiBi change one step of `MultiHeadAttention`; the experiment shows the
-#   relative schemes carrying a rule to longer sequences where the absolute ones fail.
+# - Without positions, attention is permutation-equivariant. A causal mask leaks position (an even average
+#   depends on how many keys are visible), which deeper causal models can learn to use.
+# - **Learned**: a trained row per position; none past the trained context.
+# - **Sinusoidal**: (sin, cos) pairs at frequencies 10000^(-2i/C); a shift by k is a rotation M_k
+#   that does not depend on t.
+# - **RoPE** rotates pair i of q and k by t * theta_i, so scores depend only on i - j. q and k must turn
+#   alike; the two pairings differ by a channel permutation (the course uses half). Rotate cached keys at
+#   their absolute positions, with angles in float32 at least.
+# - **ALiBi** adds -m_h (i - j) to the scores: no parameters, no length limit, a preference for recent
+#   tokens.
+# - In the experiment (one seed, one small task, trained at length 16), learned and sinusoidal positions
+#   fell beyond 16; RoPE held to 32, then fell to about 0.4 at 128; ALiBi, whose recency bias suits this
+#   task, stayed near 0.9.
 #
-# Next, notebook 07 makes attention cheaper (grouped-query heads, local windows, linear mixers), and
-# notebook 08 speeds up generation with a KV cache, where `apply_rope(..., positions=...)` is needed.
+# Next: cheaper attention (notebook 07), then the KV cache (notebook 09), where
+# `apply_rope(..., positions=...)` is needed.
 #
 # ## Further reading
 #
@@ -867,6 +793,6 @@ check("06.3", my_alibi_bias)
 # - Haviv, Ram, Press, Izsak, Levy, "Transformer Language Models without Positional Encodings Still Learn
 #   Positional Information" (Findings of EMNLP 2022): https://arxiv.org/abs/2203.16634
 # - Kazemnejad et al., "The Impact of Positional Encoding on Length Generalization in Transformers" (2023):
-#   https://arxiv.org/abs/2305.19466 (including models with no positional encoding at all)
+#   https://arxiv.org/abs/2305.19466
 # - Peng et al., "YaRN: Efficient Context Window Extension of Large Language Models" (2023):
 #   https://arxiv.org/abs/2309.00071, on rescaling RoPE's frequencies for longer contexts

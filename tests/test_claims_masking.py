@@ -314,6 +314,31 @@ def test_nn_multihead_attention_starts_its_biases_at_zero():
     assert (m.out_proj.bias == 0).all() and (m.in_proj_bias == 0).all()
 
 
+# ------------------------------------------------------------------ 05: how equal is equal (section 7)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("causal", [False, True])
+def test_notebook_05_parity_is_at_rounding_level_and_float32_is_about_1e_7_from_float64(bias, causal):
+    """'they agree to each type's rounding error or exactly ... (checked below 1e-6 in float32, 1e-14 in
+    float64), while float32 itself is about 1e-7 from the float64 answer' (section 7's B = 3, T = 6, C = 16, H = 4)."""
+
+    def outputs(dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        torch.manual_seed(0)
+        m = nn.MultiheadAttention(16, 4, bias=bias, batch_first=True).to(dtype).eval()
+        x = torch.randn(3, 6, 16).to(dtype)  # the same numbers in both dtypes
+        allow, block = (causal_mask(6), ~causal_mask(6)) if causal else (None, None)
+        with torch.no_grad():
+            return MultiHeadAttention.from_torch(m)(x, allow), m(x, x, x, attn_mask=block)[0]
+
+    def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+        return ((a - b).norm() / b.norm()).item()
+
+    (ours32, torch32), (ours64, torch64) = outputs(torch.float32), outputs(torch.float64)
+    assert rel(ours32, torch32) < 1e-6 and rel(ours64, torch64) < 1e-14
+    assert 5e-8 < rel(ours32.double(), torch64) < 5e-7
+
+
 # ------------------------------------------------------------------ 04: Pitfall 4, a padding mask with one axis too few
 
 

@@ -144,7 +144,7 @@ def test_rotary_table_rotates_bfloat16_in_float32_to_bfloat16s_rounding(start, p
 
 
 def test_the_gpt_rotates_with_a_rotary_table_in_float32_at_least():
-    """'Notebook 09's GPT ... keeps the cos and sin of every position ready in a RotaryTable'."""
+    """'Notebook 10's GPT keeps the cos and sin of every position ready in a `RotaryTable`'."""
     config = GPTConfig(vocab_size=7, context_length=16, embed_dim=32, num_heads=4, num_layers=1, positions="rope")
     attn = GPT(config).blocks[0].attn
     assert isinstance(attn.rotary, RotaryTable)
@@ -333,7 +333,11 @@ def experiment():
 
 
 def test_experiment_claims(experiment):
+    """Section 7's list and the summary: 'learned and sinusoidal positions fell beyond 16; RoPE held to 32, then
+    fell to about 0.4 at 128; ALiBi, whose recency bias suits this task, stayed near 0.9' (one seed, as printed).
+    """
     config, at_16, acc = experiment
+    longer = [T for T in config.eval_lengths if T > config.train_length]
     # every scheme with positions learns the task at the training length; without positions it is stuck
     assert all(at_16[s] >= 0.9 for s in ("learned", "sinusoidal", "rope", "alibi")) and at_16["none"] < 0.8
     # ALiBi a little below the others at length 16
@@ -342,9 +346,12 @@ def test_experiment_claims(experiment):
     assert acc["none"][8] > acc["none"][32] > acc["none"][128]
     # learned and sinusoidal fall beyond 16
     for s in ("learned", "sinusoidal"):
-        assert acc[s][16] >= 0.95 and acc[s][64] < 0.6
-    # RoPE carries the rule somewhat further, then degrades too
-    assert acc["rope"][24] >= 0.95 and acc["rope"][32] >= 0.95 and acc["rope"][128] < 0.6
+        assert acc[s][16] >= 0.95 and acc[s][24] < acc[s][16] - 0.05 and acc[s][64] < 0.6
+    # RoPE holds to twice the trained length (32), then falls, to about 0.4 at eight times it (128)
+    assert config.eval_lengths[-1] == 128 == 8 * config.train_length
+    assert acc["rope"][24] >= 0.95 and acc["rope"][32] >= 0.95 and acc["rope"][48] < acc["rope"][32]
+    assert 0.3 <= acc["rope"][128] <= 0.5
     assert all(acc["rope"][T] > max(acc["learned"][T], acc["sinusoidal"][T]) for T in (32, 48, 64))
-    # ALiBi almost flat
-    assert min(acc["alibi"].values()) >= acc["alibi"][16] - 0.1 and acc["alibi"][128] > 0.8
+    # ALiBi almost flat, near 0.9 at every longer length
+    assert min(acc["alibi"].values()) >= acc["alibi"][16] - 0.1
+    assert all(0.85 <= acc["alibi"][T] for T in longer) and acc["alibi"][128] > 0.8
