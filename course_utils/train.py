@@ -1,4 +1,4 @@
-"""Train the tiny GPT of notebook 09: one readable loop for the notebook and for the command line.
+"""Train the tiny GPT of notebook 10: one readable loop for the notebook and for the command line.
 
 Reading order: the training settings (:class:`TrainConfig`, with presets named like the model's), the
 learning-rate schedule (:func:`learning_rate`), checkpoints (:func:`save_checkpoint`, :func:`load_checkpoint`),
@@ -326,7 +326,7 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
 
     It leaves out the optimizer and random states (two thirds of a checkpoint), so it cannot resume a run;
     ``provenance`` (the command, device, date, figures) is stored with it. Written atomically; read it back
-    with :func:`load_model`. Used by ``--export``; notebook 09 loads the course's committed one.
+    with :func:`load_model`. Used by ``--export``; notebooks 10 and 11 load the course's committed one.
     """
     state = load_checkpoint(checkpoint)
     slim = {
@@ -610,7 +610,7 @@ def train(
     verbose: bool = False,
     callback: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
-    """Train a GPT on the text at ``data_path``; checkpoints go to ``out_dir/checkpoint.pt``. Taught in notebook 09.
+    """Train a GPT on the text at ``data_path``; checkpoints go to ``out_dir/checkpoint.pt``. Taught in notebook 10.
 
     ``config`` is a :class:`~course_utils.gpt.GPTConfig` or a preset name (then ``train_config`` defaults to
     the training preset of that name). Its ``vocab_size`` is replaced by the tokenizer's. With ``resume`` and a
