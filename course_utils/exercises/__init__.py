@@ -127,6 +127,7 @@ def check(key: str, fn: object, *, hint: int = 1) -> CheckResult:
         earlier = exercises.get(MOVED[key])
         if earlier is not None and _answers(earlier, ex, fn):  # an older notebook's answer to the one that moved
             said = _moved(key, exercises, function_name(fn))
-            moved = f"Your function looks written for the exercise that was {key} before the course was renumbered: {said}."
+            moved = f"Your function looks written for the exercise that was {key} before the course was renumbered"
+            moved += f": {said}."
             res = dataclasses.replace(res, message=f"{moved} (As {key} today: {res.message.rstrip('.')}.)")
     return report(res)
