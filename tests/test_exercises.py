@@ -626,6 +626,202 @@ def _ablated_mean_instead_of_zero(heads_out, out_weight, out_bias, head):
     return F.linear(kept.transpose(1, 2).reshape(B, T, H * D), out_weight, out_bias)
 
 
+# --- 08.2 attention_backward: answers written for these tests, independently of the catalogue --------------------
+
+
+def _bw_weights_einsum(q, k, scale):
+    return torch.einsum("...td,...sd->...ts", q, k).mul(scale).softmax(dim=-1)  # (..., T, S)
+
+
+def _bw_unstable_einsum(q, k, scale):
+    e = torch.einsum("...td,...sd->...ts", q, k).mul(scale).exp()  # no maximum subtracted
+    return e / e.sum(-1, keepdim=True)
+
+
+def _bw_einsum_with(name, delta_of, c_of=lambda scale: scale, weights_of=_bw_weights_einsum):
+    """The backward pass in einsum, with Δ = delta_of(P, dP, do, o) and dq, dk scaled by c_of(scale)."""
+
+    def backward(q, k, v, o, do, scale):
+        P = weights_of(q, k, scale)
+        dv = torch.einsum("...ts,...te->...se", P, do)
+        dP = torch.einsum("...te,...se->...ts", do, v)
+        dS = P * (dP - delta_of(P, dP, do, o))
+        c = c_of(scale)
+        return c * torch.einsum("...ts,...sd->...td", dS, k), c * torch.einsum("...ts,...td->...sd", dS, q), dv
+
+    backward.__name__ = name
+    return backward
+
+
+def _bw_delta_rows(P, dP, do, o):
+    return torch.einsum("...te,...te->...t", do, o).unsqueeze(-1)  # (..., T, 1)
+
+
+_bw_einsum = _bw_einsum_with("_bw_einsum", _bw_delta_rows)
+_bw_einsum_delta_from_p = _bw_einsum_with(
+    "_bw_einsum_delta_from_p", lambda P, dP, do, o: torch.einsum("...ts,...ts->...t", P, dP)[..., None]
+)
+_bw_einsum_no_delta = _bw_einsum_with("_bw_einsum_no_delta", lambda P, dP, do, o: torch.zeros(()))
+_bw_einsum_delta_plain_sum = _bw_einsum_with(
+    "_bw_einsum_delta_plain_sum", lambda P, dP, do, o: torch.einsum("...ts->...t", dP)[..., None]
+)
+_bw_einsum_delta_columns = _bw_einsum_with(
+    "_bw_einsum_delta_columns", lambda P, dP, do, o: torch.einsum("...ts,...ts->...s", P, dP)[..., None, :]
+)
+_bw_einsum_delta_flat = _bw_einsum_with(
+    "_bw_einsum_delta_flat",
+    lambda P, dP, do, o: torch.einsum("...te,...te->...t", do, o),  # no axis kept
+)
+_bw_einsum_no_scale = _bw_einsum_with("_bw_einsum_no_scale", _bw_delta_rows, c_of=lambda scale: 1.0)
+_bw_einsum_weights_unscaled = _bw_einsum_with(
+    "_bw_einsum_weights_unscaled", _bw_delta_rows, weights_of=lambda q, k, scale: _bw_weights_einsum(q, k, 1.0)
+)
+_bw_einsum_unstable = _bw_einsum_with("_bw_einsum_unstable", _bw_delta_rows, weights_of=_bw_unstable_einsum)
+
+
+def _bw_autograd(q, k, v, o, do, scale):
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    with torch.enable_grad():
+        out = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1) @ v
+        return torch.autograd.grad(out, (q, k, v), do)
+
+
+def _bw_sdpa_backward(q, k, v, o, do, scale):
+    q, k, v = (x.detach().requires_grad_() for x in (q, k, v))
+    with torch.enable_grad():
+        F.scaled_dot_product_attention(q, k, v, scale=scale).backward(do)
+    return q.grad, k.grad, v.grad
+
+
+def _bw_jacobian(q, k, v, o, do, scale):
+    P = torch.softmax(scale * q @ k.mT, dim=-1)  # (..., T, S)
+    jac = torch.diag_embed(P) - P[..., :, None] * P[..., None, :]  # (..., T, S, S): each row's softmax Jacobian
+    dS = (jac @ (do @ v.mT)[..., :, None])[..., 0]
+    return scale * dS @ k, scale * dS.mT @ q, P.mT @ do
+
+
+def _bw_output_recomputed(q, k, v, o, do, scale):
+    P = torch.softmax(torch.matmul(q, k.mT) * scale, dim=-1)
+    out = P @ v  # o recomputed, the argument unused
+    dP = do @ v.mT
+    dS = P * dP - P * (do * out).sum(-1, keepdim=True)
+    return torch.matmul(dS, k).mul(scale), torch.matmul(dS.mT, q).mul(scale), torch.matmul(P.mT, do)
+
+
+def _bw_float64(q, k, v, o, do, scale):
+    q, k, v, o, do = (x.double() for x in (q, k, v, o, do))
+    P = torch.softmax(scale * q @ k.mT, dim=-1)
+    dS = P * (do @ v.mT - (do * o).sum(-1, keepdim=True))
+    return tuple(g.float() for g in (scale * dS @ k, scale * dS.mT @ q, P.mT @ do))
+
+
+def _bw_matmul_parts(q, k, v, o, do, scale):
+    """The formulas in matmul, with each step's mistake switchable (what a learner would change)."""
+    P = torch.softmax(scale * torch.matmul(q, k.mT), dim=-1)
+    return P, torch.matmul(do, v.mT), (do * o).sum(-1, keepdim=True)
+
+
+def _bw_matmul_p_untransposed(q, k, v, o, do, scale):
+    P, dP, delta = _bw_matmul_parts(q, k, v, o, do, scale)
+    dv = torch.matmul(P, do)  # should be P^T dO
+    dS = P * (dP - delta)
+    return scale * torch.matmul(dS, k), scale * torch.matmul(dS.mT, q), dv
+
+
+def _bw_einsum_p_untransposed(q, k, v, o, do, scale):
+    P = _bw_weights_einsum(q, k, scale)
+    dv = torch.einsum("...st,...te->...se", P, do)  # P read as (S, T): the labels do not match its axes
+    return _bw_einsum(q, k, v, o, do, scale)[:2] + (dv,)
+
+
+def _bw_matmul_dk_untransposed(q, k, v, o, do, scale):
+    P, dP, delta = _bw_matmul_parts(q, k, v, o, do, scale)
+    dS = P * (dP - delta)
+    return torch.matmul(dS, k) * scale, torch.matmul(dS, q) * scale, torch.matmul(P.mT, do)
+
+
+def _bw_scale_in_ds(q, k, v, o, do, scale):
+    P, dP, delta = _bw_matmul_parts(q, k, v, o, do, scale)
+    dS = scale * P * (dP - delta)  # the scale here ...
+    return scale * dS @ k, scale * dS.mT @ q, P.mT @ do  # ... and again here
+
+
+def _bw_scale_from_shape(q, k, v, o, do, scale):
+    scale = q.shape[-1] ** -0.5  # the argument overwritten by the usual scale
+    return _bw_einsum(q, k, v, o, do, scale)
+
+
+def _bw_scale_only_in_dq(q, k, v, o, do, scale):
+    P, dP, delta = _bw_matmul_parts(q, k, v, o, do, scale)
+    dS = P * (dP - delta)
+    return scale * dS @ k, dS.mT @ q, P.mT @ do  # dk without the scale: not a catalogued mistake
+
+
+def _bw_divided_by_scale(q, k, v, o, do, scale):
+    P, dP, delta = _bw_matmul_parts(q, k, v, o, do, scale)
+    dS = P * (dP - delta)
+    return dS @ k / scale, dS.mT @ q / scale, P.mT @ do
+
+
+def _bw_returns_dv_first(q, k, v, o, do, scale):
+    dq, dk, dv = _bw_einsum(q, k, v, o, do, scale)
+    return dv, dq, dk
+
+
+def _bw_jacobian_elementwise(q, k, v, o, do, scale):
+    P, dP, _ = _bw_matmul_parts(q, k, v, o, do, scale)
+    dS = P * dP - P.sum(-1, keepdim=True) * (P * dP)  # diag(p) - p p^T misread as an element-wise product
+    return scale * dS @ k, scale * dS.mT @ q, P.mT @ do
+
+
+_BW_NAMED = [
+    (_bw_einsum_no_delta, "Δ forgotten"),
+    (_bw_einsum_delta_plain_sum, "Δ summed without the weights"),
+    (_bw_einsum_delta_columns, "the softmax's Jacobian taken along the queries"),
+    (_bw_einsum_delta_flat, "Δ lost its query axis"),
+    (_bw_matmul_p_untransposed, "P not transposed for dv"),
+    (_bw_matmul_dk_untransposed, "dk from dS, not its transpose"),
+    (_bw_einsum_no_scale, "scale missing from dq and dk"),
+    (_bw_scale_in_ds, "scale applied twice"),
+    (_bw_einsum_weights_unscaled, "weights recomputed without the scale"),
+    (_bw_scale_from_shape, "the scale taken as 1/sqrt(D)"),
+    (_bw_einsum_unstable, "weights recomputed without subtracting the maximum"),
+]
+
+
+@pytest.mark.parametrize("fn,name", _BW_NAMED, ids=[f.__name__ for f, _ in _BW_NAMED])
+def test_08_2_mistakes_written_another_way_are_named_on_every_seed(fn, name):
+    """Each catalogued mistake of 08.2, written in einsum or another spelling: the same name on 10 seeds."""
+    for seed in range(10):
+        res = run_check(EXERCISES["08.2"], fn, seed=seed)
+        assert res.mistake == name, f"seed {seed}: {res.message}"
+
+
+def test_08_2_fixed_cases_hold_every_edge_of_the_statement():
+    """The statement allows any T, S, D, Dv, leading axes and scale: each edge is among the fixed cases, a
+    T == S case comes first (a slip that breaks shapes only when T != S is then named by its values), o is the
+    call's own output, and one case saturates the softmax with a score past float32's exp overflow."""
+    cases = [args for args, _ in EXERCISES["08.2"].cases()]
+    T, S, D, Dv = (lambda q, k, v, *_: (q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]))(*cases[0])
+    assert T == S
+    shapes = [(q.shape[:-2], q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) for q, k, v, *_ in cases]
+    assert {len(b) for b, *_ in shapes} == {0, 1, 2}
+    assert any(t != s for _, t, s, _, _ in shapes) and any(t == 1 for _, t, *_ in shapes)
+    assert any(s == 1 for _, _, s, _, _ in shapes) and any(dv == 1 for *_, dv in shapes)
+    assert any(d != dv for *_, d, dv in shapes)
+    assert any(not math.isclose(scale, q.shape[-1] ** -0.5) for q, *_, scale in cases)
+    saturated = False
+    for q, k, v, o, do, scale in cases:
+        assert all(x.dtype == torch.float32 for x in (q, k, v, o, do))
+        assert o.shape == do.shape == (*q.shape[:-1], v.shape[-1])
+        scores = scale * q.double() @ k.double().mT
+        torch.testing.assert_close(o.double(), torch.softmax(scores, dim=-1) @ v.double(), rtol=0, atol=1e-5)
+        P = torch.softmax(scores, dim=-1)
+        saturated |= bool((scores.amax(-1) > 89).any() and (P.amax(-1) > 1 - 1e-9).any() and (P < 1e-9).any())
+        assert scores.isfinite().all()
+    assert saturated
+
+
 WRONG = {
     "01.1": [_lookup_exp_minus_min],
     "01.2": [_many_exp_minus_mean],
@@ -650,6 +846,14 @@ WRONG = {
     "07.3": [_aft_logits_up_to_88],
     "07.4": [_step_in_place, _step_normaliser_of_raw_keys, _step_output_only],
     "08.1": [_merge_assumes_second_higher, _merge_normalised],
+    "08.2": [
+        _bw_einsum_p_untransposed,
+        _bw_scale_only_in_dq,
+        _bw_divided_by_scale,
+        _bw_returns_dv_first,
+        _bw_jacobian_elementwise,
+        *(fn for fn, _ in _BW_NAMED),
+    ],
     "02.3": [_head_over_d],
     "09.1": [_nucleus_divides_in_place, _nucleus_top_forced, _nucleus_no_temperature, _nucleus_times_temperature],
     "09.2": [_append_returns_cat, _append_length_from_nonzero],
@@ -1074,6 +1278,15 @@ RIGHT = {
     "07.3": [_aft_max_subtracted, _aft_einsum],
     "07.4": [_step_einsum, _step_matmul_piecewise_phi],
     "08.1": [_merge_logaddexp, _merge_branches, _merge_where_isinf],
+    "08.2": [
+        _bw_autograd,
+        _bw_sdpa_backward,
+        _bw_einsum,
+        _bw_einsum_delta_from_p,
+        _bw_jacobian,
+        _bw_output_recomputed,
+        _bw_float64,
+    ],
     "09.1": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
     "09.2": [_append_copy],
     "10.1": [_windows_unfold],

@@ -1,16 +1,20 @@
-"""Exercises of notebook 08 (fast attention): merging two blocks of an online softmax.
+"""Exercises of notebook 08 (fast attention): merging two online-softmax blocks, and attention's backward pass.
 
-The reference solution is built from :mod:`course_utils.fast_attention`; each mistake is one that learners
+The reference solutions are built from :mod:`course_utils.fast_attention`; each mistake is one that learners
 (and published code) really make: partial sums merged without rescaling, or rescaled upside down, the last
-block's maximum kept instead of the larger one, NaN for a query that has seen no key yet.
+block's maximum kept instead of the larger one, NaN for a query that has seen no key yet; in the backward
+pass, the softmax's correction Δ forgotten, computed without the weights, along the wrong axis or without its
+axis, a product not transposed, the scale missing, doubled or assumed, the weights recomputed unstably.
 """
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from course_utils.checking import Exercise, Mistake
-from course_utils.fast_attention import Partial, block_partial, merge_partials
+from course_utils.fast_attention import Partial, attention_backward, block_partial, merge_partials
 
 __all__ = ["EXERCISES"]
 
@@ -102,6 +106,116 @@ def _merge_unguarded(m1, l1, o1, m2, l2, o2):
     return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
 
 
+# --- 08.2 the backward pass of attention ------------------------------------------------------------
+
+
+def _backward_solution(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor, do: torch.Tensor, scale: float
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return attention_backward(q, k, v, o, do, scale)  # (..., T, D), (..., S, D), (..., S, Dv)
+
+
+def _backward_case(
+    g: torch.Generator, batch: list[int], T: int, S: int, D: int, Dv: int, scale: float, spread: float = 1.0
+) -> tuple[tuple, dict]:
+    """Random q, k, v and do (q and k times ``spread``, do divided by it), and o the true output of the call."""
+    q = spread * torch.randn(*batch, T, D, generator=g)
+    k = spread * torch.randn(*batch, S, D, generator=g)
+    v = torch.randn(*batch, S, Dv, generator=g)
+    o = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1) @ v  # (..., T, Dv)
+    do = torch.randn(*batch, T, Dv, generator=g) / spread
+    return (q, k, v, o, do, scale), {}
+
+
+def _backward_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(18)
+    return [
+        _backward_case(g, [], 6, 6, 4, 3, 0.5),  # T == S first: a slip that breaks shapes only when T != S
+        _backward_case(g, [2], 3, 7, 5, 6, 1 / math.sqrt(5)),  # T != S, D != Dv, one leading axis
+        _backward_case(g, [2, 3], 1, 5, 4, 2, 0.3),  # one query, (B, H) leading axes
+        _backward_case(g, [3], 4, 1, 3, 5, 0.7),  # one key: every weight is 1, dq = dk = 0
+        _backward_case(g, [2, 2], 5, 4, 6, 1, 1.3),  # Dv == 1
+        _backward_case(g, [2], 6, 5, 8, 4, 0.25, spread=8.0),  # saturated: weights ~1 and ~0, scores past 88
+    ]
+
+
+def _backward_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        batch = [_int(g, 1, 5) for _ in range(_int(g, 0, 3))]  # up to two leading axes (B, H)
+        T, S, D, Dv = _int(g, 1, 41), _int(g, 1, 41), _int(g, 1, 65), _int(g, 1, 65)
+        scale = 1 / math.sqrt(D) if _int(g, 0, 2) else float(torch.empty(()).uniform_(0.05, 1.0, generator=g))
+        cases.append(_backward_case(g, batch, T, S, D, Dv, scale))
+    return cases
+
+
+def _weights(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)  # (..., T, S): P
+
+
+def _backward_from(q, k, v, o, do, scale, P, delta_of=None, dq_scale=None):
+    """The backward pass from weights P, with Δ = delta_of(P, dP) (default rowsum(dO ⊙ O)) and dq, dk scaled by
+    dq_scale (default scale): the mistakes below change one step each."""
+    dv = P.transpose(-2, -1) @ do  # (..., S, Dv)
+    dP = do @ v.transpose(-2, -1)  # (..., T, S)
+    delta = (do * o).sum(dim=-1, keepdim=True) if delta_of is None else delta_of(P, dP)
+    dS = P * (dP - delta)  # (..., T, S)
+    c = scale if dq_scale is None else dq_scale
+    return c * dS @ k, c * dS.transpose(-2, -1) @ q, dv
+
+
+def _bw_no_delta(q, k, v, o, do, scale):
+    return _backward_from(q, k, v, o, do, scale, _weights(q, k, scale), lambda P, dP: 0.0)  # dS = P * dP
+
+
+def _bw_delta_without_p(q, k, v, o, do, scale):
+    return _backward_from(q, k, v, o, do, scale, _weights(q, k, scale), lambda P, dP: dP.sum(dim=-1, keepdim=True))
+
+
+def _bw_delta_over_queries(q, k, v, o, do, scale):
+    P = _weights(q, k, scale)
+    return _backward_from(q, k, v, o, do, scale, P, lambda P, dP: (P * dP).sum(dim=-2, keepdim=True))  # (..., 1, S)
+
+
+def _bw_delta_without_keepdim(q, k, v, o, do, scale):
+    P = _weights(q, k, scale)
+    return _backward_from(q, k, v, o, do, scale, P, lambda P, dP: (do * o).sum(dim=-1))  # (..., T): meets the keys
+
+
+def _bw_p_not_transposed(q, k, v, o, do, scale):
+    P = _weights(q, k, scale)
+    dq, dk, _ = _backward_from(q, k, v, o, do, scale, P)
+    return dq, dk, P @ do  # (..., T, S) @ (..., T, Dv): runs only when T == S
+
+
+def _bw_dk_not_transposed(q, k, v, o, do, scale):
+    P = _weights(q, k, scale)
+    dS = P * (do @ v.transpose(-2, -1) - (do * o).sum(dim=-1, keepdim=True))
+    return scale * dS @ k, scale * dS @ q, P.transpose(-2, -1) @ do  # dS @ q runs only when T == S
+
+
+def _bw_no_scale(q, k, v, o, do, scale):
+    return _backward_from(q, k, v, o, do, scale, _weights(q, k, scale), dq_scale=1.0)
+
+
+def _bw_scale_twice(q, k, v, o, do, scale):
+    return _backward_from(q, k, v, o, do, scale, _weights(q, k, scale), dq_scale=scale * scale)
+
+
+def _bw_weights_unscaled(q, k, v, o, do, scale):
+    return _backward_from(q, k, v, o, do, scale, _weights(q, k, 1.0))  # P = softmax(q k^T)
+
+
+def _bw_scale_from_d(q, k, v, o, do, scale):
+    s = 1 / math.sqrt(q.shape[-1])  # the usual scale, not the one given
+    return _backward_from(q, k, v, o, do, s, _weights(q, k, s))
+
+
+def _bw_unstable_weights(q, k, v, o, do, scale):
+    e = torch.exp(scale * q @ k.transpose(-2, -1))  # overflows to inf for a score above about 88
+    return _backward_from(q, k, v, o, do, scale, e / e.sum(dim=-1, keepdim=True))
+
+
 EXERCISES = (
     Exercise(
         key="08.1",
@@ -147,6 +261,101 @@ EXERCISES = (
                 "nothing to rescale) so that they stay (-inf, 0, 0).",
                 _merge_unguarded,
                 fix="m_safe = m.masked_fill(m == float('-inf'), 0.0), then exp(m1 - m_safe) and exp(m2 - m_safe)",
+            ),
+        ),
+    ),
+    Exercise(
+        key="08.2",
+        title="the backward pass of attention",
+        signature=(
+            "attention_backward(q, k, v, o, do, scale) -> (dq, dk, dv): q (..., T, D), k (..., S, D), "
+            "v (..., S, Dv), o and do (..., T, Dv); dq, dk, dv the shapes of q, k, v"
+        ),
+        solution=_backward_solution,
+        cases=_backward_cases,
+        draw=_backward_draw,
+        minutes=15,
+        atol=1e-4,  # where the weights saturate (or S == 1) dS is ~0, and Δ's float32 rounding is all that is left
+        mistakes=(
+            Mistake(
+                "Δ forgotten",
+                "The softmax couples every weight of a row: raising one score lowers all the other weights of "
+                "that row. Its backward pass therefore subtracts, from each dP, one number per query, Δ (the "
+                "weighted mean of that query's dP), before multiplying by P.",
+                _bw_no_delta,
+                fix="dS = P * (dP - (do * o).sum(dim=-1, keepdim=True))",
+            ),
+            Mistake(
+                "Δ summed without the weights",
+                "Δ is the weighted mean of a query's dP, with the query's weights P as the weights, not their "
+                "plain sum; section 5 shows it equals the sum over the output's width of dO ⊙ O.",
+                _bw_delta_without_p,
+                fix="delta = (do * o).sum(dim=-1, keepdim=True), or (P * dP).sum(dim=-1, keepdim=True)",
+            ),
+            Mistake(
+                "the softmax's Jacobian taken along the queries",
+                "Each query's weights are a softmax over the keys, so Δ is one number per query, summed over "
+                "the keys of that query's row; summed over the queries of a key's column, it belongs to no "
+                "softmax of the forward pass.",
+                _bw_delta_over_queries,
+                fix="delta = (P * dP).sum(dim=-1, keepdim=True): over the keys, one number per query",
+            ),
+            Mistake(
+                "Δ lost its query axis",
+                "Δ holds one number per query and is subtracted from that query's row of dP. Summed without "
+                "keeping the summed axis, it lines up with the keys instead: when T == S it is subtracted from "
+                "the wrong entries, and for most other shapes it cannot be subtracted at all.",
+                _bw_delta_without_keepdim,
+                fix="delta = (do * o).sum(dim=-1, keepdim=True), shape (..., T, 1)",
+            ),
+            Mistake(
+                "P not transposed for dv",
+                "Each value row j reaches the output through the column j of the weights, one weight per "
+                "query: dv sums dO over the queries, weighted by that column, an (S, T) by (T, Dv) product.",
+                _bw_p_not_transposed,
+                fix="dv = P.transpose(-2, -1) @ do",
+            ),
+            Mistake(
+                "dk from dS, not its transpose",
+                "Key j meets every query through the column j of the scores, so its gradient sums the queries "
+                "weighted by that column of dS, an (S, T) by (T, D) product.",
+                _bw_dk_not_transposed,
+                fix="dk = scale * dS.transpose(-2, -1) @ q",
+            ),
+            Mistake(
+                "scale missing from dq and dk",
+                "The scores are scale times q kᵀ, so by the chain rule their gradient reaches q and k "
+                "multiplied by that scale.",
+                _bw_no_scale,
+                fix="dq = scale * dS @ k; dk = scale * dS.transpose(-2, -1) @ q",
+            ),
+            Mistake(
+                "scale applied twice",
+                "The scale enters the scores once, so dq and dk carry it once: dS is the gradient of the "
+                "scaled scores and has no scale of its own.",
+                _bw_scale_twice,
+                fix="dS = P * (dP - delta), no scale; dq = scale * dS @ k; dk = scale * dS.transpose(-2, -1) @ q",
+            ),
+            Mistake(
+                "weights recomputed without the scale",
+                "The weights of the backward pass must be the forward pass's own: the softmax of the scaled scores.",
+                _bw_weights_unscaled,
+                fix="P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)",
+            ),
+            Mistake(
+                "the scale taken as 1/sqrt(D)",
+                "The call's scale is an argument and need not be one over the square root of the head "
+                "width: use the one given, in the weights and in dq and dk.",
+                _bw_scale_from_d,
+                fix="use the argument scale, not 1 / math.sqrt(q.shape[-1])",
+            ),
+            Mistake(
+                "weights recomputed without subtracting the maximum",
+                "A score above about 88 makes its exponential overflow float32 to infinity, and infinity over "
+                "infinity is not a number. Subtract each row's largest score first (the result is the same), "
+                "as the softmax of notebook 02 does.",
+                _bw_unstable_weights,
+                fix="P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)",
             ),
         ),
     ),
