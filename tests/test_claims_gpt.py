@@ -1,7 +1,7 @@
-"""Every measurable sentence notebook 09 adds about its GPT, checked: the RoPE pairing, the norm_position option
+"""Every measurable sentence notebooks 10 and 11 add about the GPT, checked: the RoPE pairing, the norm_position option
 (the default unchanged), gradients at initialisation (Xiong et al. 2020), the saved pre/post-norm benchmark,
-what the shipped model's attention maps do and do not show, what on_full="shift" changes against recomputing,
-and how flops_per_token counts (issue #11).
+what the shipped model's attention maps do and do not show (rollout included), what on_full="shift" changes
+against recomputing, and how flops_per_token counts, against PaLM's convention too (issues #11, #17).
 
 Each test names the sentence it pins. Numbers come from the model, the committed checkpoint or the committed
 benchmark record (benchmarks/results/norm_position_cpu.json), never typed in as results.
@@ -23,6 +23,7 @@ from course_utils.generation import generate
 from course_utils.gpt import GPT, Block, GPTConfig
 from course_utils.inspect_gpt import (
     attention_and_values,
+    attention_rollout,
     first_key_share,
     layer_grad_norms,
     rank_correlation,
@@ -33,7 +34,7 @@ from course_utils.inspect_gpt import (
     xavier_init_,
 )
 from course_utils.positional import apply_rope
-from course_utils.train import evaluate, load_model
+from course_utils.train import TrainConfig, evaluate, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT = ROOT / "checkpoints" / "shakespeare_cpu.pt"
@@ -44,7 +45,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 @pytest.fixture(scope="module")
 def corpus(course_corpus):
-    """The course corpus as notebook 09 reads it: tokenizer, training ids, validation ids."""
+    """The course corpus as notebooks 10 and 11 read it: tokenizer, training ids, validation ids."""
     text = course_corpus
     tokenizer = CharTokenizer.from_text(text)
     train_ids, val_ids = split_data(tokenizer.encode(text))
@@ -57,7 +58,7 @@ def shipped():
 
 
 # ----------------------------------------------------------------------------------------------
-# Section 4: "The rotation pairs channel i with channel i + D/2 ... the same function as apply_rope(pairing='half')"
+# Notebook 10, sec. 4: "The rotation pairs channel i with i + D/2 ... the same function as apply_rope(pairing='half')"
 # ----------------------------------------------------------------------------------------------
 
 
@@ -73,7 +74,7 @@ def test_the_gpt_rotates_with_the_half_pairing_of_apply_rope(start):
 
 
 # ----------------------------------------------------------------------------------------------
-# norm_position: the default is the model as it was; post-norm as section 9 describes it
+# norm_position: the default is the model as it was; post-norm as notebook 11's Appendix A describes it
 # ----------------------------------------------------------------------------------------------
 
 
@@ -154,7 +155,7 @@ def test_post_norm_has_no_final_layernorm_and_two_fewer_vectors():
 
 
 # ----------------------------------------------------------------------------------------------
-# Section 9: gradients at initialisation, the notebook's cell (batch 8, context 32, 32 wide, 2 and 16 layers)
+# Notebook 11, Appendix A: gradients at initialisation, the cell (batch 8, context 32, 32 wide, 2 and 16 layers)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -240,7 +241,7 @@ def test_layer_grad_norms_touch_neither_weights_nor_grads():
 
 
 # ----------------------------------------------------------------------------------------------
-# Section 9: the saved benchmark and the sentences about it
+# Notebook 11, Appendix A: the saved benchmark and the sentences about it
 # ----------------------------------------------------------------------------------------------
 
 
@@ -270,6 +271,41 @@ def test_the_benchmark_record_says_how_and_where_it_was_made(bench):
     assert meta["warmup_steps"] == [0, 75] and meta["seeds"] == [1, 2, 3]
     assert len(runs) == 12 and all(len(r["history"]) == meta["steps"] for r in runs)
     assert all(math.isfinite(r["val_loss"]) for r in runs)
+
+
+def test_the_benchmarks_limits_are_as_stated(bench):
+    """'One learning rate (1e-2, decaying to 1e-3), one model (6 layers, 48 wide), 150 steps with the warm-up
+    taking half of them, gradients clipped to norm 1, three seeds, on a CPU.'"""
+    meta, runs, _ = bench
+    assert meta["learning_rate"] == 1e-2 and meta["min_lr"] == 1e-3
+    assert {r["norm_position"] for r in runs} == {"pre", "post"} and meta["model"]["num_layers"] == 6
+    assert meta["warmup_steps"][1] * 2 == meta["steps"] == 150 and len(meta["seeds"]) == 3
+    assert meta["device"].startswith("cpu") and "gradient clipping at 1" in meta["trainer"]
+    source = (ROOT / "benchmarks" / "norm_position.py").read_text()
+    assert "grad_clip" not in source and TrainConfig.__dataclass_fields__["grad_clip"].default == 1.0  # the default
+
+
+def test_adamw_divides_the_gradients_scale_out():
+    """'AdamW divides that scale out': the same step whether the loss (so every gradient) is 1x or 100x, for
+    every weight whose gradient is well above Adam's eps (1e-8)."""
+    torch.manual_seed(0)
+    config = GPTConfig(vocab_size=11, context_length=8, embed_dim=16, num_heads=2, num_layers=2)
+    idx = torch.randint(0, 11, (4, 8), generator=torch.Generator().manual_seed(1))
+    models = [GPT(config) for _ in range(2)]
+    models[1].load_state_dict(models[0].state_dict())
+    start = [p.detach().clone() for p in models[0].parameters()]
+    for model, scale in zip(models, (1.0, 100.0)):
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-2, weight_decay=0.1)
+        (scale * model(idx, idx)[1]).backward()
+        opt.step()
+    checked = 0
+    for p0, a, b in zip(start, models[0].parameters(), models[1].parameters()):
+        large = a.grad.abs() > 1e-6  # 100 times eps and more
+        step_a, step_b = (a - p0)[large], (b - p0)[large]
+        assert (step_a.abs() > 5e-3).all()  # about the learning rate, whatever the gradient
+        torch.testing.assert_close(step_a, step_b, rtol=0.02, atol=0.0)
+        checked += int(large.sum())
+    assert checked > 0.9 * sum(p.numel() for p in start)
 
 
 def test_without_warmup_post_norm_stops_at_the_unigram_loss_and_pre_norm_learns(bench):
@@ -311,7 +347,7 @@ def test_conditions_differ_more_than_seeds_except_post_norm_with_warmup(bench):
 
 
 # ----------------------------------------------------------------------------------------------
-# Section 8: what the shipped model's attention maps do and do not show (64 validation windows)
+# Notebook 11, sections 4-5: what the shipped model's attention maps do and do not show (64 validation windows)
 # ----------------------------------------------------------------------------------------------
 
 
@@ -382,8 +418,22 @@ def test_the_values_decompose_the_attention_output(looked):
             x = block.add_branches(x, branch)
 
 
+def test_the_rollout_reaches_about_twice_as_far_back_as_the_last_layers_own_map(shipped):
+    """'On the shipped model the rollout reaches about twice as far back as the last layer's own map (4.6
+    characters against 2.4)', on the notebook's line."""
+    model, tokenizer, _ = shipped
+    text_in = "ROMEO:\nBut soft, what light through yonder"[-model.config.context_length :]
+    maps = model.attention_maps(tokenizer.encode(text_in)[None])
+    positions = torch.arange(len(text_in))
+    back = (positions[:, None] - positions[None, :]).clamp(min=0).float()
+    raw = (maps[-1][0].mean(dim=0) * back).sum(-1).mean().item()
+    rolled = (attention_rollout(maps)[-1][0] * back).sum(-1).mean().item()
+    assert round(raw, 1) == 2.4 and round(rolled, 1) == 4.6
+    assert 1.7 < rolled / raw < 2.3
+
+
 # ----------------------------------------------------------------------------------------------
-# Section 7: what on_full="shift" changes against recomputing
+# Notebook 10, section 7: what on_full="shift" changes against recomputing
 # ----------------------------------------------------------------------------------------------
 
 
@@ -397,7 +447,7 @@ def _shift_against_recompute(model, prompt, n_new, **shift_options):
     return gen, shifted, shifted_logits, recomputed, gap
 
 
-def test_notebook_09_shift_agrees_while_the_text_fits_then_differs_and_equals_the_window(shipped):
+def test_notebook_10_shift_agrees_while_the_text_fits_then_differs_and_equals_the_window(shipped):
     """'new characters 0 to fit - 1 agree to 1e-4'; 'character fit, the first after the shift, differs by more
     than 0.1'; 'its logits equal the forward pass over the last T / 2 characters, to 1e-5'."""
     model, tokenizer, _ = shipped
@@ -449,7 +499,7 @@ def test_keep_on_shift_equal_to_the_context_is_recomputing(shipped):
 
 
 # ----------------------------------------------------------------------------------------------
-# Section 10: flops_per_token = 6 N + 6 L T C
+# Notebook 11, Appendix B: flops_per_token = 6 N + 6 L T C
 # ----------------------------------------------------------------------------------------------
 
 
@@ -490,3 +540,15 @@ def test_at_the_gpu_size_attention_is_5_percent_of_flops_per_token():
         model = GPT(GPTConfig.preset("gpu"))
     c = model.config
     assert round(6 * c.num_layers * c.context_length * c.embed_dim / model.flops_per_token(), 2) == 0.05
+
+
+def test_the_courses_mfu_reads_5_percent_below_palms_at_the_gpu_size():
+    """'PaLM's definition of MFU counts attention in full, 6 N + 12 L T C ... the course's MFU reads lower ...
+    by the ratio of the two counts' (0.95, 5% lower, printed at the gpu size)."""
+    with torch.device("meta"):
+        model = GPT(GPTConfig.preset("gpu"))
+    c = model.config
+    n = model.num_parameters() - model.pos_emb.embedding.weight.numel()  # learned positions: left out
+    palm = 6 * n + 12 * c.num_layers * c.context_length * c.embed_dim
+    ratio = model.flops_per_token() / palm
+    assert f"{ratio:.2f}" == "0.95" and f"{1 - ratio:.0%}" == "5%"

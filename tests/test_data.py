@@ -394,8 +394,9 @@ def test_tab_completion_shows_what_the_module_teaches_not_the_corpus_plumbing():
         data.nonsense  # noqa: B018
 
 
-def test_notebook_09_s_imports_keep_working():
-    source = (Path(__file__).resolve().parent.parent / "course_source" / "09_tiny_gpt.py").read_text()
+@pytest.mark.parametrize("name", ["10_tiny_gpt.py", "11_inside_the_gpt.py"])
+def test_the_gpt_notebooks_imports_keep_working(name):
+    source = (Path(__file__).resolve().parent.parent / "course_source" / name).read_text()
     line = next(ln for ln in source.splitlines() if ln.startswith("from course_utils.data import"))
     namespace: dict = {}
     exec(line, namespace)  # the notebook's own import line

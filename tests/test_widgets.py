@@ -330,7 +330,7 @@ def test_explorer_shows_errors_instead_of_raising():
     assert not plt.get_fignums()  # every figure drawn was closed
 
 
-# --- notebook 09: a trained GPT's heads -----------------------------------------------------------------
+# --- notebook 11: a trained GPT's heads -----------------------------------------------------------------
 
 from course_utils.data import CharTokenizer  # noqa: E402
 from course_utils.gpt import GPT, GPTConfig  # noqa: E402

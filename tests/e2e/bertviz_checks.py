@@ -1,6 +1,6 @@
 """Checks on the attention views of ``course_utils.attention_view`` as a browser shows them.
 
-``assert_head_view_rendered(page)`` works on any Playwright page: a notebook in JupyterLab (notebook 09's
+``assert_head_view_rendered(page)`` works on any Playwright page: a notebook in JupyterLab (notebook 11's
 head view in a cell output) or a page written by ``attention_view.save_html``. Every view carries what it
 was asked to draw in its ``data-*`` attributes; the check compares bertviz's SVG with them.
 

@@ -4,7 +4,7 @@ The site is built once for this module (every solved notebook, found on disk). T
 (and ``data:``) URLs and nothing else: every other request is recorded and aborted, and each test fails if
 the list is not empty. Each page is checked as a reader would see it: every image decoded (naturalWidth > 0),
 the markdown's math typeset by KaTeX (no ``$...$`` left, no KaTeX error, KaTeX's fonts loaded), the bertviz
-views drawn (bertviz_checks.py, shared with the JupyterLab test of notebook 09), a note in place of each
+views drawn (bertviz_checks.py, shared with the JupyterLab test of notebook 11), a note in place of each
 widget, the table of contents pointing at headings that exist. Screenshots go to
 ``reports/screenshots/site-*.png``. The browser is conftest.py's.
 """

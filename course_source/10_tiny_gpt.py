@@ -1,9 +1,9 @@
 # %% [markdown]
-# # 09 A tiny GPT: from text to a trained model to samples to attention pictures
+# # 10 A tiny GPT: from text to a trained model to samples
 #
-# Everything from notebooks 01-08 in one model. We take 36 plays by Shakespeare, turn the characters into
-# numbers, build a small GPT out of the course's own attention, train it for real, let it write, and
-# then look inside: what does each head of each layer attend to?
+# Everything from notebooks 01-09 in one model. We take 36 plays by Shakespeare, turn the characters into
+# numbers, build a small GPT out of the course's own attention, train it for real and let it write.
+# Notebook 11 then looks inside the trained model.
 #
 # **What you will learn**
 #
@@ -13,19 +13,16 @@
 #   character frequency (the unigram model);
 # - the GPT: token embeddings, positions, pre-norm blocks of attention and MLP, weight tying; with the
 #   course's attention or PyTorch's fused one, which compute the same thing;
-# - pre-norm against post-norm, measured: gradients at initialisation and loss curves with and without
-#   a learning-rate warm-up;
 # - a training loop you can trust: warmup and cosine decay, gradient clipping, a loss curve that draws
 #   itself, checkpoints that survive an interrupted kernel, and an exact resume;
 # - sampling with the KV cache (temperature, top-k, top-p), how samples change as the model learns, and
 #   what a cache that shifts past the context changes;
-# - per-head attention heatmaps, an explorer, and bertviz's head and model views, working offline; and
-#   what such pictures do not show (weights are not explanations, value norms, attention sinks).
+# - the same loop on a GPU, and on several.
 #
 # **Prerequisites:** notebooks 03 (masking), 04 (multi-head attention), 06 (positions: learned and RoPE)
-# and 08 (KV cache and sampling).
+# and 09 (KV cache and sampling).
 #
-# **Time:** about 70 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
+# **Time:** about 50 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
 # training) or a GPU (nanoGPT's "baby Shakespeare" model). One switch sizes the run: the environment
 # variable `COURSE_GPT_SIZE` (`ci`, `cpu` or `gpu`); unset, it picks `gpu` on a CUDA machine and `cpu`
 # anywhere else. CI runs the `ci` size, which trains in well under a minute.
@@ -35,7 +32,6 @@
 # %%
 # NBVAL_IGNORE_OUTPUT
 import dataclasses
-import json
 import math
 import shutil
 import tempfile
@@ -45,36 +41,16 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 import torch
 from IPython.display import display
-from torch.utils.flop_counter import FlopCounterMode
 
 import course_utils
-from course_utils.attention_view import head_view, model_view
 from course_utils.data import CharTokenizer, corpus_info, corpus_path, get_batch, load_corpus, split_data
 from course_utils.environment import best_device, setup_notebook
 from course_utils.exercises import NotAttempted, check
 from course_utils.generation import generate, generate_stream
-from course_utils.gpt import GPT, GPTConfig
-from course_utils.inspect_gpt import (
-    attention_and_values,
-    first_key_share,
-    layer_grad_norms,
-    rank_correlation,
-    selected_key_ratios,
-    top_key_disagreement,
-    uniform_first_key_share,
-    weighted_value_norms,
-    xavier_init_,
-)
-from course_utils.plotting import (
-    LiveLossPlot,
-    char_labels,
-    plot_attention_maps,
-    plot_loss_curve,
-    plot_weights,
-)
+from course_utils.gpt import GPT
+from course_utils.plotting import LiveLossPlot, char_labels, plot_loss_curve
 from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, run_folder, unigram_loss
 from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, train
-from course_utils.widgets import gpt_attention_explorer
 
 SIZE = choose_size(best_device())
 RUN = RUN_SIZES[SIZE]
@@ -144,7 +120,7 @@ assert torch.equal(x[0, 1:], y[0, :-1])  # y is x shifted by one
 # The loss is the cross-entropy of the next character, in nats. Two models that ignore the context set
 # the bar: guessing uniformly among `V` characters costs `ln V`; guessing by each character's frequency
 # in the training text (the **unigram** model) costs its cross-entropy on the validation text. You write
-# it yourself in exercise 09.2; here is the reference.
+# it yourself in exercise 10.2; here is the reference.
 
 # %%
 uniform = math.log(V)
@@ -163,7 +139,7 @@ plt.show()
 # %% [markdown]
 # ## 4. The model
 #
-# `course_utils.gpt.GPT` is notebooks 02-08 put together, read top to bottom in `course_utils/gpt.py`:
+# `course_utils.gpt.GPT` is notebooks 02-09 put together, read top to bottom in `course_utils/gpt.py`:
 #
 # - a token embedding `(V, C)`; positions either learned `(T, C)` (notebook 06) or rotary, applied to
 #   q and k inside attention. The rotation pairs channel `i` with channel `i + D/2` (the "half" pairing),
@@ -177,7 +153,7 @@ plt.show()
 # - `num_layers` **pre-norm blocks**: `x = x + attention(layer_norm(x))`, then `x = x + mlp(layer_norm(x))`.
 #   The attention is the course's `MultiHeadAttention` with a causal mask (or grouped-query attention
 #   with `num_kv_heads`, notebook 07). `norm_position="post"` builds the original Transformer's blocks
-#   instead (section 9);
+#   instead (notebook 11's appendix measures both);
 # - a final layer norm and a linear layer back to `V` logits, whose weight *is* the token embedding
 #   (**weight tying**: one `(V, C)` matrix reads and writes characters);
 # - initial weights with standard deviation 0.02, the output projection of every residual branch scaled
@@ -232,7 +208,7 @@ print(tokenizer.decode(before[0]))
 # `course_utils.train.train` is the loop of `python -m course_utils.train` (the command line runs exactly
 # this). Each step draws a batch of random windows, computes the loss, backpropagates, clips the gradient
 # norm to 1, and takes an AdamW step whose learning rate warms up linearly, then follows a cosine down to
-# a tenth (exercise 09.3 rebuilds it):
+# a tenth (exercise 10.3 rebuilds it):
 
 # %%
 cfg = RUN.training
@@ -247,14 +223,14 @@ plt.show()
 
 # %% [markdown]
 # The next cell trains. It shows a progress bar (loss and tokens per second) and a loss curve that redraws
-# itself, with the two baselines as dashed lines. It writes a checkpoint to `runs/09_<size>/` every few
+# itself, with the two baselines as dashed lines. It writes a checkpoint to `runs/10_<size>/` every few
 # hundred steps, atomically (a temporary file, then a rename), so **interrupting the kernel loses little**:
 # run the cell again and it resumes from the last checkpoint, exactly where it stopped. A finished run is
 # not trained again; delete its folder to start afresh.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-run_dir = run_folder(SIZE)  # runs/09_<size>/ in the course folder (an earlier runs/08_<size>/ moves there)
+run_dir = run_folder(SIZE)  # runs/10_<size>/ in the course folder (an earlier runs/09_ or 08_<size>/ moves there)
 live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
 result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
 print(f"validation loss {result['val_loss']:.3f} after {result['steps']} steps "
@@ -303,7 +279,7 @@ def pull_the_plug_at(step):
     return callback
 
 
-scratch = Path(tempfile.mkdtemp(prefix="course-09-"))
+scratch = Path(tempfile.mkdtemp(prefix="course-10-"))
 small = TrainConfig.preset("tiny", max_steps=60, batch_size=8, log_interval=1, eval_interval=60,
                            checkpoint_interval=20)
 whole = train("tiny", corpus_path(), scratch / "whole", small, device="cpu")
@@ -336,7 +312,7 @@ assert result["val_loss"] < baseline < untrained_loss, "trained beats unigram be
 
 # %% [markdown]
 # Now let it write. `generate_stream` yields one character at a time, so the text appears as it is
-# produced. With a KV cache each step feeds only the newest character (notebook 08). The model reads at
+# produced. With a KV cache each step feeds only the newest character (notebook 09). The model reads at
 # most `T` characters (its context), so when the cache is full, `on_full="shift"` starts a new cache from
 # the last `T / 2` characters and goes on (`benchmarks/GENERATION.md` measures what the cache saves;
 # section 7 measures what the shift changes).
@@ -382,7 +358,7 @@ print("AFTER training:\n" + tokenizer.decode(after[0].cpu()))
 #
 # Not everyone has the time or a GPU. The course ships a model trained by the course's own command
 # (its provenance is stored inside the file): the `cpu` size, trained on this corpus. Load it to look
-# inside a better model than a quick run makes.
+# inside a better model than a quick run makes (notebook 11 does).
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -428,217 +404,7 @@ print(f"its logits equal the forward pass over the last {keep} characters, to 1e
       torch.allclose(shifted_logits[:, fit], window_logits, atol=1e-5))
 
 # %% [markdown]
-# ## 8. Looking inside
-#
-# `GPT.attention_maps(idx)` runs the model with the course's attention and returns every layer's
-# weights, `(1, H, T, T)` each. Row = the character that asks (query), column = the characters it reads
-# (keys); the upper triangle is empty because the model is causal. Some heads look at the previous
-# character or two; others jump back to the last space or newline, or to the start of the line.
-
-# %%
-inside, inside_name = shipped, "the shipped cpu-size model"  # or: trained, f"your {SIZE} run"
-text_in = "ROMEO:\nBut soft, what light through yonder"[-inside.config.context_length:]
-labels = char_labels(text_in)
-maps = inside.attention_maps(tokenizer.encode(text_in)[None].to(next(inside.parameters()).device))
-maps = [m.cpu() for m in maps]
-print(f"{inside_name}: {len(maps)} layers of {tuple(maps[0].shape)}")
-for m in maps:
-    torch.testing.assert_close(m.sum(-1), torch.ones(m.shape[:-1]))  # every row is a distribution
-    assert (m.triu(1) == 0).all()  # and nothing above the diagonal: no peeking at the future
-fig = plot_attention_maps(maps, labels)
-display(fig)
-
-# %% [markdown]
-# Explore one head at a time: choose the layer and head, and type your own prompt (press Enter to apply).
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-gpt_attention_explorer(inside, tokenizer, text_in)
-
-# %% [markdown]
-# ### bertviz: the head view and the model view
-#
-# [bertviz](https://github.com/jessevig/bertviz) draws attention as lines from each character (left) to
-# the characters it reads (right), one colour per head; hover over a character to see only its lines,
-# double-click a colour to show one head. bertviz normally loads three JavaScript libraries from the
-# internet; `course_utils.attention_view` ships them with the course and inlines them, so the views work
-# in a room without wifi.
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-head_view(maps, labels, layer=len(maps) - 1)
-
-# %% [markdown]
-# The model view: every head of every layer at once, one thumbnail each (click one to enlarge it).
-
-# %%
-# NBVAL_IGNORE_OUTPUT
-model_view(maps, labels)
-
-# %% [markdown]
-# ### What attention maps do and do not show
-#
-# These pictures are weights, and weights are easy to over-read:
-#
-# - **They are not an explanation.** Jain and Wallace (2019) found that quite different attention
-#   distributions often leave a model's prediction unchanged, and that weights agree poorly with other
-#   measures of which inputs matter; Wiegreffe and Pinter (2019) replied that it depends on what one asks
-#   of an explanation, and that such alternative weights are harder to find in a model that must use
-#   them. A heatmap shows where a head reads, not why the model predicts what it does.
-# - **A weight multiplies a vector.** Query `i`'s output is `sum_j w_ij f(x_j)`, where `f(x_j)` is key
-#   `j`'s value passed through the head's share of the output projection. A large weight on a short
-#   vector can move the output less than a small weight on a long one, so Kobayashi et al. (2020) look at
-#   `||w_ij f(x_j)||` instead (exercise 09.5).
-# - **Attention sinks.** Xiao et al. (2023) found that in large language models many heads put much of
-#   their weight on the first token, whatever it is: softmax must put the weight somewhere, and the
-#   first token becomes a place to park it. A bright first column then says little about that token.
-#
-# Measured on the shipped model, over 64 windows of the validation text (`course_utils.inspect_gpt`).
-# First, the share of each head's weight on position 0, from queries 1 to `T - 1`, against what a head
-# that spreads its weight evenly would give it:
-
-# %%
-T_in = shipped.config.context_length
-starts = torch.linspace(0, len(val_ids) - T_in - 1, 64).long()
-windows = val_ids[starts[:, None] + torch.arange(T_in)]  # (64, T)
-pairs = attention_and_values(shipped, windows)  # per layer: weights (64, H, T, T), values f(x_j) (64, H, T, C)
-even = uniform_first_key_share(T_in)
-print(f"an even head: {even:.2f}")
-for layer, (w, _) in enumerate(pairs):
-    share = first_key_share(w)  # (H,)
-    print(f"layer {layer}, heads 0-{len(share) - 1}:", "  ".join(f"{x:.2f}" for x in share.tolist()),
-          " all below the even share:", bool((share < even).all()))
-
-# %% [markdown]
-# No sinks here: every head gives the first position *less* than an even spread would. This model is
-# small and briefly trained, and its windows start anywhere in the text; Xiao et al. saw sinks in
-# pretrained models of billions of parameters (Llama-2, Falcon, Pythia and others). Measure before you
-# read a bright first column either way.
-#
-# Second, weights against `||w_ij f(x_j)||`: how alike the two rank the keys of a row (Spearman's rank
-# correlation, 1 = the same order), how often the key with the largest weight is not the one that moves
-# the output most, and what happens to the space character, the most frequent key:
-
-# %%
-space = windows == tokenizer.encode(" ")[0]  # (64, T)
-for layer, (w, f) in enumerate(pairs):
-    norms = weighted_value_norms(w, f)  # (64, H, T, T)
-    rho, differs = rank_correlation(w, norms), top_key_disagreement(w, norms)  # (H,) each
-    drawn, length = selected_key_ratios(w, f, space)  # (H,) each, relative to the other characters
-    print(f"layer {layer}: rank correlation {rho.mean():.2f}; top key differs in {differs.mean():.0%} of rows")
-    lopsided = [h for h in range(len(drawn)) if drawn[h] > 1.0 and length[h] < 0.75]
-    for h in lopsided:
-        print(f"  head {h}: a space draws {drawn[h]:.1f}x the weight of another character, "
-              f"but its value is {length[h]:.1f}x as long")
-
-# %% [markdown]
-# The two pictures mostly agree, but not everywhere: in up to a sixth of the rows the brightest key is not
-# the one that moves the output most. Spaces show why. Several heads give a space more weight than other
-# characters while its value is much shorter, so their maps overstate what they take from spaces. One
-# such head on the line from above, its weights beside `||w_ij f(x_j)||` rescaled to sum to 1 per row
-# (look at the spaces' columns):
-
-# %%
-layer_k, head_k = 1, 2
-w_one, f_one = attention_and_values(shipped, tokenizer.encode(text_in)[None])[layer_k]  # (1, H, T, T), (1, H, T, C)
-moved = weighted_value_norms(w_one, f_one)[0, head_k]  # (T, T)
-moved = moved / moved.sum(-1, keepdim=True)  # each row sums to 1, as the weights do
-on_space = torch.tensor([c == " " for c in text_in])  # (T,)
-print(f"the spaces get {w_one[0, head_k][:, on_space].sum(-1).mean():.0%} of this head's weight, "
-      f"but {moved[:, on_space].sum(-1).mean():.0%} of ||w f(x)||")
-fig, axes = plt.subplots(1, 2, figsize=(12, 6))
-plot_weights(w_one[0, head_k], labels, labels, ax=axes[0], title=f"layer {layer_k}, head {head_k}: weights")
-plot_weights(moved, labels, labels, ax=axes[1],
-             title="||w_ij f(x_j)||, rescaled to sum to 1 per row")
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
-# ## 9. Pre-norm or post-norm? Measured
-#
-# The original Transformer (Vaswani et al. 2017) puts the LayerNorm *after* the residual add,
-# **post-norm**: `x = LN(x + sublayer(x))`. GPT-2 moved it *before* the sublayer, **pre-norm**:
-# `x = x + sublayer(LN(x))`, with one more LayerNorm before the output layer. In pre-norm the residual
-# stream runs from the embeddings to the output as a plain sum; in post-norm every path goes through
-# every later LayerNorm. `GPTConfig(norm_position="post")` builds the post-norm model (exercise 09.4
-# writes its block). It has no final LayerNorm: its last block already ends in one, and the original
-# Transformer has none either.
-#
-# Xiong et al. (2020) analyse both at initialisation: as the model gets deeper, the gradient reaching
-# the last layer shrinks like `1 / sqrt(L)` in pre-norm and does not shrink in post-norm, so the last
-# layers of a deep post-norm model get much larger gradients than pre-norm's, which a large learning rate
-# turns into large steps: their explanation of why post-norm needs a learning-rate **warm-up**. Their analysis
-# assumes Xavier initialisation (`xavier_init_`). The norm of the gradient of the last block's MLP
-# weight, at 2 and at 16 layers, one batch:
-
-# %%
-xg, yg = get_batch(train_ids, batch_size=8, context_length=32, generator=torch.Generator().manual_seed(0))
-print(f"{'last block, gradient norm':<30}{'2 layers':>9}{'16 layers':>10}{'ratio':>7}")
-for init in ("course", "xavier"):
-    for norm in ("pre", "post"):
-        last = []
-        for L in (2, 16):
-            torch.manual_seed(0)
-            deep = GPT(GPTConfig(vocab_size=V, context_length=32, embed_dim=32, num_heads=4, num_layers=L,
-                                 norm_position=norm))
-            if init == "xavier":
-                xavier_init_(deep)
-            last.append(layer_grad_norms(deep, xg, yg)[-1].item())  # (L,) -> the last block's
-        print(f"{norm + '-norm, ' + init + ' init':<30}{last[0]:>9.2g}{last[1]:>10.2g}{last[1] / last[0]:>7.1f}")
-
-# %% [markdown]
-# With Xavier initialisation, 16 layers shrink pre-norm's last-layer gradient to about a third (the
-# theory says `1 / sqrt(8) = 0.35`) and do not shrink post-norm's, which ends several times larger. With
-# the course's own initialisation neither shrinks: GPT-2 scales each residual branch's output projection
-# by `1 / sqrt(2 L)` so that the stream does not grow with depth. (There, post-norm's gradients are more
-# than ten times smaller than pre-norm's: the course's embeddings start tiny, std 0.02, and pre-norm's
-# LayerNorms, which divide by the size of that stream, scale its gradients up. With embeddings of std 1
-# the two are within a factor of 2. AdamW's steps do not depend on that scale.)
-#
-# **Training both.** `benchmarks/norm_position.py` trains them with this notebook's loop
-# (`course_utils.train.train`) at one budget: 6 layers, 48 wide, context 32, 150 steps of 16 windows, a
-# peak learning rate of 1e-2 (high on purpose, to provoke post-norm's instability), with no warm-up or a
-# linear warm-up over the first 75 steps, three seeds each. That takes minutes, so here are its saved
-# curves (smoothed over 10 steps; one line per seed):
-
-# %%
-bench = json.loads((ROOT / "benchmarks" / "results" / "norm_position_cpu.json").read_text())
-meta, runs = bench["meta"], bench["runs"]
-print(f"{meta['command']}\n{meta['date']}, {meta['device']}, torch {meta['torch']}")
-print(f"\nvalidation loss after {meta['steps']} steps, seeds {meta['seeds']} "
-      f"(the unigram model: {meta['unigram_val_loss']:.2f})")
-fig, axes = plt.subplots(1, 2, figsize=(9, 3), sharey=True)
-for ax, warmup in zip(axes, meta["warmup_steps"]):
-    for norm, colour in (("pre", "tab:blue"), ("post", "tab:orange")):
-        mine = [r for r in runs if r["norm_position"] == norm and r["warmup_steps"] == warmup]
-        print(f"  {norm:>4}-norm, warm-up {warmup:>2} steps:", "  ".join(f"{r['val_loss']:.2f}" for r in mine))
-        for i, r in enumerate(mine):
-            curve = torch.tensor(r["history"]).unfold(0, 10, 1).mean(-1)  # a moving mean over 10 steps
-            ax.plot(range(10, len(r["history"]) + 1), curve, color=colour, lw=1,
-                    label=f"{norm}-norm" if i == 0 else None)
-    ax.axhline(meta["unigram_val_loss"], color="grey", ls="--", lw=1, label="unigram")
-    ax.set_title(f"warm-up: {warmup} steps")
-    ax.set_xlabel("step")
-axes[0].set_ylabel("training loss")
-axes[0].legend()
-fig.tight_layout()
-plt.show()
-
-# %% [markdown]
-# What the runs show:
-#
-# - **Without warm-up, post-norm learns nothing but the character frequencies**, in all three seeds: its
-#   validation loss stops at the unigram model's. Pre-norm learns in every seed.
-# - **With the warm-up, pre-norm improves in every seed, and so does post-norm, but not reliably**: one
-#   seed of three trains as well as pre-norm, the other two stay well above it.
-#
-# So at this learning rate post-norm needs the warm-up and is fragile even with it, as Xiong et al.
-# predict; pre-norm trains without one, though the warm-up still helps it here. The differences between
-# conditions are far larger than between seeds, except for post-norm with warm-up, whose seeds disagree.
-# The course's GPT stays pre-norm.
-
-# %% [markdown]
-# ## 10. On a GPU, and on several
+# ## 8. On a GPU, and on several
 #
 # The same loop trains nanoGPT's "baby Shakespeare" model (6 layers, 6 heads, 384 wide, context 256) on
 # one GPU, with bfloat16 autocast, `torch.compile`, fused AdamW and the flash attention kernel:
@@ -653,55 +419,33 @@ plt.show()
 # The command prints one JSON line (`val_loss`, `train_loss`, `steps`, `tokens_per_s`, `wall_s`, `params`,
 # `device`, ...). Under `torchrun` every process trains on its slice of the same batch with
 # `DistributedDataParallel` (NCCL on GPUs, gloo on CPUs), so N processes see the data one would.
-# `benchmarks/TRAINING.md` has the measured figures and the benchmark scripts.
-#
-# `benchmarks/train_gpu.py` also reports the **model FLOPs utilisation** (MFU): the floating-point
-# operations training needs per token, times tokens per second, divided by the GPU's peak (989 TFLOP/s in
-# bfloat16 on an H100 SXM). `GPT.flops_per_token` counts them as **6 N + 6 L T C**, for `L` layers:
-#
-# - each weight meets each token once in the forward pass (a multiply and an add, 2 FLOPs) and twice in the
-#   backward pass (the gradient of its input and its own gradient): 6 FLOPs per parameter and token, 6 N
-#   for N parameters (the table of learned positions is looked up, not multiplied, and is left out);
-# - attention's two matrix products, q k^T and weights v, have no parameters. Per layer and token each
-#   costs 2 T C in the forward pass, twice that backward: 12 L T C, which is nanoGPT's estimate. But under
-#   a causal mask a query has on average only half the keys, and a kernel that skips the masked blocks
-#   (flash attention) does half the work: 6 L T C.
-#
-# The course's own attention computes the whole square and then masks it, so a FLOP counter run on one
-# training step of it (`torch.utils.flop_counter`) finds the full 12 L T C:
-
-# %%
-counted = GPT(dataclasses.replace(shipped.config, attention="course"))  # the shipped size; weights do not matter
-L_f, T_f, C_f = counted.config.num_layers, counted.config.context_length, counted.config.embed_dim
-n_f = counted.num_parameters()  # rotary positions: no position table to leave out
-ids = torch.zeros(1, T_f, dtype=torch.long)  # one window of T characters
-with FlopCounterMode(display=False) as counter:
-    counted(ids, ids)[1].backward()  # forward and backward of the loss
-ops = counter.get_flop_counts()["Global"]
-attention_f = ops[torch.ops.aten.bmm] / T_f  # per token: attention's products are the only batched ones
-weights_f = (ops[torch.ops.aten.mm] + ops[torch.ops.aten.addmm]) / T_f
-print(f"{L_f} layers, T = {T_f}, C = {C_f}, N = {n_f:,} parameters")
-print(f"attention, counted: {attention_f:,.0f} FLOPs per token = 12 L T C:", attention_f == 12 * L_f * T_f * C_f)
-print("weights, counted: within 2% of 6 N:", abs(weights_f - 6 * n_f) < 0.02 * 6 * n_f)
-print(f"flops_per_token() = 6 N + 6 L T C = {counted.flops_per_token():,.0f}:",
-      counted.flops_per_token() == 6 * n_f + 6 * L_f * T_f * C_f)
+# `benchmarks/TRAINING.md` has the measured figures and the benchmark scripts. `benchmarks/train_gpu.py`
+# also reports the **model FLOPs utilisation** (MFU), the share of the GPU's peak that training uses;
+# notebook 11's appendix counts the FLOPs behind it.
 
 # %% [markdown]
-# The weights' count falls a little short of 6 N because biases and layer norms are added, not multiplied.
-# At the `gpu` size (built on the `meta` device: shapes without memory) attention is a small share:
+# ## 9. Check against course_utils
+#
+# The unigram baseline by hand (add-one counts, as section 3 describes it) against `unigram_loss`, and the
+# model's loss by hand (the mean of `-log p` of each target) against the loss the model returns:
 
 # %%
-with torch.device("meta"):
-    gpu_model = GPT(dataclasses.replace(RUN_SIZES["gpu"].model, vocab_size=V))
-c_g = gpu_model.config
-attention_g = 6 * c_g.num_layers * c_g.context_length * c_g.embed_dim
-print(f"gpu size: flops_per_token() = {gpu_model.flops_per_token():,.0f}, of which 6 L T C = {attention_g:,} "
-      f"({attention_g / gpu_model.flops_per_token():.0%})")
+by_hand = torch.bincount(train_ids, minlength=V).double() + 1.0  # (V,): add-one counts
+unigram_by_hand = float(-(by_hand / by_hand.sum()).log()[val_ids].mean())
+g_check = torch.Generator().manual_seed(1)
+xc, yc = get_batch(val_ids, batch_size=4, context_length=config.context_length, generator=g_check)  # (B, T) each
+trained.eval()
+with torch.no_grad():
+    logits_c, loss_c = trained(xc.to(device), yc.to(device))  # (B, T, V), a number
+    log_p = logits_c.float().log_softmax(dim=-1).gather(-1, yc.to(device)[..., None])  # (B, T, 1)
+print("unigram baseline agrees to 1e-9:", abs(unigram_by_hand - baseline) < 1e-9)
+print("the model's loss agrees to 1e-4:", abs(-log_p.mean().item() - loss_c.item()) < 1e-4)
+print("matches course_utils")
 
 # %% [markdown]
-# ## 11. Exercises
+# ## 10. Exercises
 #
-# ### Exercise 09.1: training windows
+# ### Exercise 10.1: training windows
 #
 # `data` is a 1-D tensor of token ids and `starts` a tensor of `B` start positions. Return `x` and `y`,
 # each `(B, T)`: `x[b]` is the window of `T` ids at `starts[b]`, and `y[b]` the ids one position later
@@ -717,10 +461,10 @@ def make_windows(data, starts, T):
     ### END SOLUTION
 
 
-check("09.1", make_windows)
+check("10.1", make_windows)
 
 # %% [markdown]
-# ### Exercise 09.2: the unigram baseline
+# ### Exercise 10.2: the unigram baseline
 #
 # Write `unigram_baseline(train_ids, val_ids, vocab_size)`: count each character in `train_ids`, add one
 # to every count (so a character never seen in training keeps a small probability), normalise to
@@ -735,10 +479,10 @@ def unigram_baseline(train_ids, val_ids, vocab_size):
     ### END SOLUTION
 
 
-check("09.2", unigram_baseline)
+check("10.2", unigram_baseline)
 
 # %% [markdown]
-# ### Exercise 09.3: warmup and cosine decay
+# ### Exercise 10.3: warmup and cosine decay
 #
 # Write `lr_at(step, warmup_steps, max_steps, max_lr, min_lr)` (steps count from 0):
 #
@@ -761,43 +505,7 @@ def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):
     ### END SOLUTION
 
 
-check("09.3", lr_at)
-
-# %% [markdown]
-# ### Exercise 09.4: a post-norm block
-#
-# Write `post_norm_block(x, attn, mlp, ln_1, ln_2)`, the forward pass of a post-norm block (section 9)
-# given its four sublayers: the attention, whose residual add is followed by `ln_1`, then the MLP, whose
-# residual add is followed by `ln_2`. `x` is `(B, T, C)`; `attn` and `mlp` map `(B, T, C)` to `(B, T, C)`.
-# The check compares it with `Block` of a `GPTConfig(norm_position="post")` holding the same sublayers.
-
-# %%
-def post_norm_block(x, attn, mlp, ln_1, ln_2):
-    ### BEGIN SOLUTION
-    h = ln_1(x + attn(x))  # (B, T, C)
-    return ln_2(h + mlp(h))  # (B, T, C)
-    ### END SOLUTION
-
-
-check("09.4", post_norm_block)
-
-# %% [markdown]
-# ### Exercise 09.5: value-weighted attention norms
-#
-# Write `weighted_norms(weights, v)`: `weights` is `(B, H, T, S)` and `v` is `(B, H, S, D)`, one value
-# vector per key. Return the `(B, H, T, S)` tensor whose entry `[b, h, i, j]` is the length of the term
-# key `j` adds to query `i`'s output, `||weights[b, h, i, j] * v[b, h, j]||` (section 8), without a
-# Python loop. Here `v` stands in for section 8's `f(x_j)`, each key's value already passed through the
-# head's share of the output projection W_O.
-
-# %%
-def weighted_norms(weights, v):
-    ### BEGIN SOLUTION
-    return weights * v.norm(dim=-1).unsqueeze(-2)  # (B, H, T, S) * (B, H, 1, S)
-    ### END SOLUTION
-
-
-check("09.5", weighted_norms)
+check("10.3", lr_at)
 
 # %% [markdown]
 # ## Summary
@@ -810,13 +518,11 @@ check("09.5", weighted_norms)
 #   a tied embedding. The course's attention and PyTorch's fused kernel give the same logits.
 # - Training: AdamW with warmup and cosine decay, gradient clipping, the mean validation loss over the
 #   whole split; atomic checkpoints, so an interrupted run resumes exactly.
-# - Looking inside: every row of every head is a distribution over earlier characters; heatmaps,
-#   the explorer and bertviz show which ones each head reads. They show weights, not explanations: a
-#   weight on a short value moves little (look at `||w_ij f(x_j)||`), and a bright first column may be a
-#   sink. This small model has no sinks, and its weights and weighted norms mostly agree.
-# - Pre-norm against post-norm: at a high learning rate, post-norm learns nothing without a warm-up and
-#   is fragile with one; pre-norm trains either way. With Xavier initialisation, pre-norm's last-layer
-#   gradient shrinks with depth and post-norm's does not (Xiong et al. 2020).
+# - Sampling with a KV cache is the same computation as recomputing while the text fits in the context;
+#   a cache that shifts past it gives later characters less context than recomputing would.
+# - The same loop runs on a GPU and, under `torchrun`, on several.
+#
+# Next, notebook 11 opens the trained model: what its heads attend to, and what such pictures do not show.
 #
 # ## Further reading
 #
@@ -829,15 +535,3 @@ check("09.5", weighted_norms)
 # - Loshchilov and Hutter, [SGDR: Stochastic Gradient Descent with Warm Restarts](https://arxiv.org/abs/1608.03983)
 #   (2017), and [Decoupled Weight Decay Regularization](https://arxiv.org/abs/1711.05101) (2019): cosine
 #   schedules and AdamW.
-# - Vig, [A Multiscale Visualization of Attention in the Transformer Model](https://arxiv.org/abs/1906.05714)
-#   (2019): bertviz.
-# - Vaswani et al., [Attention Is All You Need](https://arxiv.org/abs/1706.03762) (2017): the post-norm
-#   Transformer; Xiong et al., [On Layer Normalization in the Transformer Architecture](https://arxiv.org/abs/2002.04745)
-#   (2020): pre-norm against post-norm, and why post-norm needs a warm-up.
-# - Jain and Wallace, [Attention is not Explanation](https://arxiv.org/abs/1902.10186) (2019); Wiegreffe and
-#   Pinter, [Attention is not not Explanation](https://arxiv.org/abs/1908.04626) (2019).
-# - Kobayashi et al., [Attention is Not Only a Weight: Analyzing Transformers with Vector Norms](https://arxiv.org/abs/2004.10102)
-#   (2020); Xiao et al., [Efficient Streaming Language Models with Attention Sinks](https://arxiv.org/abs/2309.17453)
-#   (2023).
-# - Olsson et al., [In-context Learning and Induction Heads](https://transformer-circuits.pub/2022/in-context-learning-and-induction-heads/index.html)
-#   (2022): what some attention heads learn to do.
