@@ -145,9 +145,23 @@ def test_the_shakespeare_gpt_shows_no_induction_on_repeated_text():
 
 
 def test_the_same_code_still_makes_the_sudden_drop():
-    """A shorter re-run of the checkpoint's command (same seed, 300 of its 600 steps): the drop happens by step
-    300 here too. It is the same run up to floating-point rounding, so only the claims are compared."""
+    """A shorter re-run of the checkpoint's command (same seed, 300 of its 600 steps): the drop has happened by
+    step 300 here too. It is the same run up to floating-point rounding, which another CPU's kernels change and
+    training may amplify, so only the claim is compared, with room for the drop to come 50 steps later."""
     _, history = train_induction(InductionConfig(), steps=300, seed=0, eval_every=150)
     assert [h["step"] for h in history] == [0, 150, 300]
     assert history[0]["second"] > 4.0
-    assert history[-1]["first"] > 4.0 and history[-1]["second"] < 1.0
+    assert history[-1]["first"] > 4.0 and history[-1]["second"] < 1.5
+
+
+def test_with_one_fixed_period_a_layer_0_head_copies_by_position_and_no_circuit_forms():
+    """'If every training sequence repeats after exactly N tokens, a single layer-0 head reads position
+    i - N + 1 by its position alone, and no induction head forms.' Trained with min_len = N (one period)."""
+    config = InductionConfig()
+    N = config.seq_len
+    model, history = train_induction(config, steps=150, seed=0, eval_every=150, min_len=N)
+    assert history[-1]["second"] < 0.5  # it does learn to predict the second repeat
+    tokens = repeated_tokens(64, N, config.vocab_size, torch.Generator().manual_seed(EVAL_SEED))
+    prev, ind = head_scores(model, tokens, N)
+    assert ind[0].max() > 0.5  # a layer-0 head looks N - 1 back: it cannot know the tokens, only positions
+    assert (prev < 0.2).all() and (ind[1] < 0.1).all()  # no previous-token head, no layer-1 induction head
