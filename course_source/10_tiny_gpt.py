@@ -333,10 +333,13 @@ print()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-def seconds_for_200(**options):
-    begin = time.perf_counter()
-    generate(trained.for_generation(), start, 200, greedy=True, **options)
-    return time.perf_counter() - begin
+def seconds_for_200(**options):  # the fastest of three tries: a busy machine slows some of them down
+    tries = []
+    for _ in range(3):
+        begin = time.perf_counter()
+        generate(trained.for_generation(), start, 200, greedy=True, **options)
+        tries.append(time.perf_counter() - begin)
+    return min(tries)
 
 
 recompute_s, cached_s = seconds_for_200(use_cache=False), seconds_for_200(use_cache=True, on_full="shift")
