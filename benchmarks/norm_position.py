@@ -10,7 +10,7 @@ the warm-up and pre-norm does not.
     .venv/bin/python benchmarks/norm_position.py                       # 3 seeds, about 5 minutes on 2 cores
     .venv/bin/python benchmarks/norm_position.py --seeds 1 --steps 60  # a quick look
 
-Writes benchmarks/results/norm_position_cpu.json (notebook 09 plots its curves, tests/test_claims_gpt.py
+Writes benchmarks/results/norm_position_cpu.json (notebook 11's Appendix A plots its curves, tests/test_claims_gpt.py
 checks the notebook's sentences against it): the command, date, device, torch version and the load average
 before and after, then for every run its training loss at every step and its validation loss (the mean over
 every position of the validation split). Losses do not depend on the machine's load; the times do.
