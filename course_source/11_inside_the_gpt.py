@@ -256,7 +256,7 @@ print("matches course_utils")
 # %% [markdown]
 # ## 7. Exercises
 #
-# (Exercises 11.3 and 11.4 are in section 8, 11.2 in Appendix A.)
+# (Exercises 11.2 and 11.3 are in section 8, 11.4 in Appendix A.)
 
 # %% [markdown]
 # ### Exercise 11.1: value-weighted attention norms
@@ -495,7 +495,7 @@ torch.testing.assert_close(by_hand_prev, previous_token_score(maps_ind[0]))
 print("matches course_utils")
 
 # %% [markdown]
-# ### Exercise 11.3: the induction score
+# ### Exercise 11.2: the induction score
 #
 # Write `my_induction_score(weights, seq_len)`: `weights` is `(B, H, 2N, 2N)` for `N = seq_len` tokens
 # repeated twice. Return each head's induction score, `(H,)`, averaged over the batch and the second
@@ -510,10 +510,10 @@ def my_induction_score(weights, seq_len):
     ### END SOLUTION
 
 
-check("11.3", my_induction_score)
+check("11.2", my_induction_score)
 
 # %% [markdown]
-# ### Exercise 11.4: one head ablated
+# ### Exercise 11.3: one head ablated
 #
 # Write `ablated_output(heads_out, out_weight, out_bias, head)`: zero head `head` of `heads_out`
 # `(B, H, T, D)`, merge the heads to `(B, T, C)`, `C = H * D`, and apply the output projection (weight
@@ -530,7 +530,7 @@ def ablated_output(heads_out, out_weight, out_bias, head):
     ### END SOLUTION
 
 
-check("11.4", ablated_output)
+check("11.3", ablated_output)
 
 # %% [markdown]
 # ## Appendix A. Pre-norm or post-norm? Measured
@@ -539,7 +539,7 @@ check("11.4", ablated_output)
 # **post-norm**: `x = LN(x + sublayer(x))`. GPT-2 moved it *before* the sublayer, **pre-norm**:
 # `x = x + sublayer(LN(x))`, with one more LayerNorm before the output layer. In pre-norm the residual
 # stream runs from the embeddings to the output as a plain sum; in post-norm every path goes through
-# every later LayerNorm. `GPTConfig(norm_position="post")` builds the post-norm model (exercise 11.2
+# every later LayerNorm. `GPTConfig(norm_position="post")` builds the post-norm model (exercise 11.4
 # writes its block), with no final LayerNorm: its last block ends in one.
 #
 # Post-norm is known to need a learning-rate **warm-up**. Xiong et al. (2020) show, at Xavier
@@ -621,7 +621,7 @@ plt.show()
 # CPU. At another learning rate, length or depth the two blocks may compare otherwise.
 
 # %% [markdown]
-# ### Exercise 11.2: a post-norm block
+# ### Exercise 11.4: a post-norm block
 #
 # Write `post_norm_block(x, attn, mlp, ln_1, ln_2)`, the forward pass of a post-norm block (above)
 # given its four sublayers: the attention, whose residual add is followed by `ln_1`, then the MLP, whose
@@ -636,7 +636,7 @@ def post_norm_block(x, attn, mlp, ln_1, ln_2):
     ### END SOLUTION
 
 
-check("11.2", post_norm_block)
+check("11.4", post_norm_block)
 
 # %% [markdown]
 # ## Appendix B. The FLOP count and MFU

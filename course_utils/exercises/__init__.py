@@ -48,7 +48,7 @@ MOVED = {
     "09.2": "10.2",  # unigram baseline
     "09.3": "10.3",  # warm-up and cosine schedule
     "09.5": "11.1",  # value-weighted norms
-    "09.4": "11.2",  # post-norm block
+    "09.4": "11.4",  # post-norm block
 }
 
 

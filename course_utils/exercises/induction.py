@@ -24,7 +24,7 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
     return int(torch.randint(low, high, (), generator=g))
 
 
-# --- 11.3 the induction score of an attention pattern -------------------------------------------------------
+# --- 11.2 the induction score of an attention pattern -------------------------------------------------------
 
 
 def _score_solution(weights: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -103,7 +103,7 @@ def _score_sum_over_queries(weights, seq_len):
     return weights[..., i, i - N + 1].sum(dim=-1).mean(dim=0)  # grows with N
 
 
-# --- 11.4 one head ablated ---------------------------------------------------------------------------------
+# --- 11.3 one head ablated ---------------------------------------------------------------------------------
 
 
 def _ablated_solution(
@@ -190,7 +190,7 @@ def _ablated_bias_zeroed_too(heads_out, out_weight, out_bias, head):
 
 EXERCISES = (
     Exercise(
-        key="11.3",
+        key="11.2",
         title="the induction score of an attention pattern",
         signature="induction_score(weights, seq_len) -> (H,): weights (B, H, 2N, 2N) on a sequence of N tokens "
         "repeated twice; each head's mean weight from a token's second occurrence to the token after its first",
@@ -242,7 +242,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        key="11.4",
+        key="11.3",
         title="one head ablated",
         signature="ablated_output(heads_out, out_weight, out_bias, head) -> (B, T, C): heads_out (B, H, T, D), "
         "head `head` zeroed, the heads merged to (B, T, C = H * D), then the output projection",

@@ -81,7 +81,7 @@ def _weighted_norms_of_the_sum(weights, v):
     return (weights @ v).norm(dim=-1)  # (B, H, T): the norm of the output, not of each key's term
 
 
-# --- 11.2 a post-norm block -------------------------------------------------------------------------
+# --- 11.4 a post-norm block -------------------------------------------------------------------------
 
 
 def _post_norm_solution(
@@ -217,7 +217,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        key="11.2",
+        key="11.4",
         title="a post-norm block",
         signature="post_norm_block(x, attn, mlp, ln_1, ln_2) -> (B, T, C): ln_1 after the attention's residual "
         "add, ln_2 after the MLP's",
