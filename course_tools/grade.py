@@ -245,7 +245,7 @@ def run_notebook(
         report = Path(tmp) / "report.jsonl"
         report.touch()
         env = dict(os.environ, **{REPORT_ENV: str(report)})
-        env.setdefault("COURSE_GPT_SIZE", "ci")  # checking exercises needs no full training run of notebook 09
+        env.setdefault("COURSE_GPT_SIZE", "ci")  # checking exercises needs no full training run of notebook 10
         client = NotebookClient(
             nb,
             km=_kernel_manager(),

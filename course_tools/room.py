@@ -12,7 +12,7 @@ Command line (``python3 course.py room`` and ``python3 course.py package`` call 
 ``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room
 needs the internet: ``wheels/`` (``pip download`` of what the learner set installs, at the versions of
 lock/learner.txt, for this machine's platform and Python unless told others; ``--author`` adds the author
-set), ``datasets/`` (the corpus of notebook 09, from ``course_tools.corpus fetch``),
+set), ``datasets/`` (the corpus of notebooks 10 and 11, from ``course_tools.corpus fetch``),
 ``course-learner.zip`` (the course without solutions), ``site/`` (the solved notebooks to read in a
 browser, from ``course_tools.site``) and ``README.txt`` (what to do on each laptop). Copy
 DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each

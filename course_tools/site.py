@@ -7,7 +7,7 @@ nbconvert's JupyterLab template and the course's own blocks (``static/site/cours
 
 - ``index.html``: the notebooks in course order, each with its title, first paragraph and time;
 - ``NN_topic.html``: the notebook with its saved outputs (plots embedded as ``data:`` images, the bertviz
-  views of notebook 09 with their libraries inlined by ``attention_view``), a table of contents of its
+  views of notebook 11 with their libraries inlined by ``attention_view``), a table of contents of its
   headings, links to the previous and next notebooks; a link to ``NN_other.ipynb`` in the markdown points to
   ``NN_other.html``; ``# NBVAL_...`` comment lines are left out of the code; the "open in Colab" link of its
   first cell opens the learner copy (``notebooks/NN_topic.ipynb``, exercises to do), not the solved notebook;

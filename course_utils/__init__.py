@@ -25,7 +25,7 @@ Einsum letters are the same in lower case, with i, j for query and key positions
 
 Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
 ``multihead`` (04-05, cross-attention in 05), ``positional`` and ``length_generalisation`` (06),
-``variants`` (07), ``fast_attention`` and ``generation`` (08), ``data``, ``gpt``, ``train``, ``runs`` (10),
+``variants`` (07), ``fast_attention`` (08), ``generation`` (09), ``data``, ``gpt``, ``train``, ``runs`` (10),
 ``attention_view`` and ``inspect_gpt`` (11); beside them ``block`` (the one transformer block of the models of
 06-11), ``plotting`` and ``widgets`` (pictures and explorers), ``exercises`` and ``checking`` (the checks
 behind every exercise) and ``environment`` (the setup check); ``static/vendor`` holds the JavaScript that

@@ -1,4 +1,4 @@
-"""bertviz's head view and model view of a GPT's attention, made to work without internet (notebook 09).
+"""bertviz's head view and model view of a GPT's attention, made to work without internet (notebook 11).
 
 bertviz draws attention as lines between tokens (``head_view``: one layer, its heads in colours) or as a
 grid of small pictures (``model_view``: every layer and head). Its HTML loads require.js, d3 and jQuery from
@@ -57,7 +57,7 @@ def head_view(
     heads: Sequence[int] | None = None,
     prettify: bool = True,
 ) -> HTML:
-    """bertviz's head view (one layer at a time, each head a colour), working offline (notebook 09).
+    """bertviz's head view (one layer at a time, each head a colour), working offline (notebook 11).
 
     Shape:
         attention: a list of L tensors (1, H, T, T), as ``GPT.attention_maps(idx)`` returns for one sequence
@@ -88,7 +88,7 @@ def model_view(
     include_layers: Sequence[int] | None = None,
     prettify: bool = True,
 ) -> HTML:
-    """bertviz's model view (a small picture per layer and head; click one to enlarge), offline (notebook 09).
+    """bertviz's model view (a small picture per layer and head; click one to enlarge), offline (notebook 11).
 
     Shape:
         attention: a list of L tensors (1, H, T, T), as ``GPT.attention_maps(idx)`` returns for one sequence

@@ -20,7 +20,7 @@ NORM_POSITIONS = ("pre", "post")
 class MLP(nn.Module):
     """The position-wise feed-forward network: C -> mlp_ratio * C -> GELU -> C, then dropout.
 
-    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 09.
+    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 10.
     """
 
     def __init__(self, embed_dim: int, mlp_ratio: int = 4, bias: bool = True, dropout: float = 0.0) -> None:
@@ -42,7 +42,7 @@ class Block(nn.Module):
     or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)).
 
     ``block(x, *args, **kwargs)`` passes everything after ``x`` to ``attn``, which returns (B, T, C).
-    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 09.
+    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 10.
     """
 
     def __init__(

@@ -1,6 +1,6 @@
 """Turning a language model's logits into text: sampling, the generation loop (with a KV cache), beam search.
 
-Reading order (notebook 08): the filters (:func:`top_k_filter`, :func:`top_p_keep`, :func:`top_p_filter`),
+Reading order (notebook 09): the filters (:func:`top_k_filter`, :func:`top_p_keep`, :func:`top_p_filter`),
 :func:`sample_next_token`, the loop (:func:`generate_stream`, :func:`generate`), :func:`beam_search`.
 The model follows :mod:`course_utils.variants`' protocol: ``forward(idx, cache=None) -> logits (B, T, V)``,
 a ``context_length`` attribute and ``new_cache()``.
@@ -61,7 +61,7 @@ def _check_sampling(temperature: object, top_k: object, top_p: object, greedy: b
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits of each row (ties at the k-th too), set the others to -inf.
 
-    Shape: logits (..., V) -> (..., V). Taught in notebook 08.
+    Shape: logits (..., V) -> (..., V). Taught in notebook 09.
     """
     check_tensor("logits", logits)
     check_int("top_k", top_k)
@@ -74,7 +74,7 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus of each row: the fewest most likely tokens whose probabilities sum to at least ``top_p``.
 
     Raises ValueError when the rows are not distributions. Shape: probs (..., V) -> keep bool (..., V).
-    Taught in notebook 08.
+    Taught in notebook 09.
     """
     check_tensor("probs", probs)
     check_floating("probs", probs)
@@ -104,7 +104,7 @@ def _top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
 def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """Set the logits outside each row's nucleus (:func:`top_p_keep` of their softmax) to -inf.
 
-    Shape: logits (..., V) -> (..., V). Taught in notebook 08.
+    Shape: logits (..., V) -> (..., V). Taught in notebook 09.
     """
     check_tensor("logits", logits)
     check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
@@ -122,7 +122,7 @@ def sample_next_token(
 ) -> torch.Tensor:
     """One next token per row: the argmax (``greedy``), or a sample after temperature, top-k and top-p.
 
-    Shape: logits (B, V) -> tokens (B,) int64. Taught in notebook 08.
+    Shape: logits (B, V) -> tokens (B,) int64. Taught in notebook 09.
     """
     check_tensor("logits", logits, min_dim=2)
     check_floating("logits", logits)
@@ -233,8 +233,8 @@ def generate_stream(
     ``context_length`` is cropped to its last tokens; positions restart at 0 in the new cache;
     ``keep_on_shift=context_length`` gives recomputing's outputs). Without a cache ``on_full`` changes
     nothing. Puts the model in eval mode.
-    Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 08;
-    ``on_full="shift"`` against recomputing in notebook 09, section 7.
+    Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 09;
+    ``on_full="shift"`` against recomputing in notebook 10, section 7.
     """
     _check_idx(idx)
     check_int("max_new_tokens", max_new_tokens, minimum=0)
@@ -243,7 +243,7 @@ def generate_stream(
     check_generator("generator", generator)
     keep = _check_on_full(on_full, keep_on_shift, context_length)
     if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
-        # Notebook 08's stored output shows this message: change the two together (it could name on_full).
+        # Notebook 09's stored output shows this message: change the two together (it could name on_full).
         raise ValueError(
             f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
             f"model's context_length ({context_length}): the KV cache cannot hold them (the last "
@@ -289,7 +289,7 @@ def generate(
     """The prompt followed by ``max_new_tokens`` generated tokens (and their logits with ``return_logits``).
 
     ``callback(tokens (B,))`` runs after every step; the other settings are :func:`generate_stream`'s.
-    Shape: idx (B, T) -> (B, T + N), logits (B, N, V). Taught in notebook 08.
+    Shape: idx (B, T) -> (B, T + N), logits (B, N, V). Taught in notebook 09.
     """
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function of the new tokens (B,), or None, got {type(callback).__name__}")
@@ -326,7 +326,7 @@ def beam_search(
     """Keep the ``beam_width`` most likely continuations at every step (no end token, no length penalty).
 
     Shape: idx (1, T) -> sequences (W, T + N), scores (W,) log-probabilities of the N new tokens, best first
-    (W = beam_width, fewer if the vocabulary allows fewer distinct beams). Taught in notebook 08.
+    (W = beam_width, fewer if the vocabulary allows fewer distinct beams). Taught in notebook 09.
     """
     _check_idx(idx)
     if idx.shape[0] != 1:

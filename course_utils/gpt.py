@@ -1,4 +1,4 @@
-"""A tiny GPT, assembled from the course's own pieces: the model notebook 09 trains.
+"""A tiny GPT, assembled from the course's own pieces: the model notebook 10 trains.
 
 Reading order: :class:`GPTConfig` (with presets), :class:`CausalSelfAttention`, :class:`MLP`, :class:`Block`,
 :class:`GPT`. ``attention="course"`` uses the course's attention (it returns the weights),
@@ -58,7 +58,7 @@ class GPTConfig:
     key/value head per query head. ``positions``: ``"learned"`` or ``"rope"``. ``attention``: ``"course"``,
     ``"torch"`` or ``"flash"`` (which has no attention dropout: only with ``dropout=0.0``). ``norm_position``:
     ``"pre"`` (with a final LayerNorm) or ``"post"`` (without).
-    Taught in notebook 09.
+    Taught in notebook 10.
     """
 
     vocab_size: int = 65
@@ -154,7 +154,7 @@ class CausalSelfAttention(MultiHeadAttention):
 
     The parameters of :class:`~course_utils.multihead.MultiHeadAttention`; adds rotary positions, a KV cache
     (S = cache length + T), output dropout and the kernel choice. ``mask`` replaces the causal mask.
-    Shape: x (B, T, C) -> out (B, T, C), weights (B, H, T, S) with ``need_weights``. Taught in notebook 09.
+    Shape: x (B, T, C) -> out (B, T, C), weights (B, H, T, S) with ``need_weights``. Taught in notebook 10.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
@@ -214,7 +214,7 @@ class CausalSelfAttention(MultiHeadAttention):
 class MLP(shared.MLP):
     """:class:`course_utils.block.MLP` sized by a :class:`GPTConfig`: C -> mlp_ratio * C -> GELU -> C.
 
-    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 09.
+    Shape: x (B, T, C) -> (B, T, C). Taught in notebook 10.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -225,7 +225,7 @@ class Block(shared.Block):
     """:class:`course_utils.block.Block` around the GPT's attention (GQA if num_kv_heads < num_heads).
 
     Pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)); or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)).
-    Shape: x (B, T, C) -> (B, T, C); ``block(x, cache=None, mask=None, start=0)``. Taught in notebook 09.
+    Shape: x (B, T, C) -> (B, T, C); ``block(x, cache=None, mask=None, start=0)``. Taught in notebook 10.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
@@ -275,7 +275,7 @@ class GPT(nn.Module):
 
     With a ``cache`` (:meth:`new_cache`), ``idx`` holds only the new tokens, from position ``cache.length``.
     For ``course_utils.generation`` pass :meth:`for_generation`. Post-norm models have no final LayerNorm.
-    Shape: idx (B, T), targets (B, T) or None -> logits (B, T, V), loss scalar or None. Taught in notebook 09.
+    Shape: idx (B, T), targets (B, T) or None -> logits (B, T, V), loss scalar or None. Taught in notebook 10.
     """
 
     def __init__(self, config: GPTConfig) -> None:
@@ -325,7 +325,7 @@ class GPT(nn.Module):
         """Training FLOPs per token (forward + backward): 6 N for the weights plus 6 L T C for attention.
 
         N is :meth:`num_parameters` less the position table; the causal mask halves attention's 12 L T C.
-        Derived and counted in notebook 09, section 10.
+        Derived and counted in notebook 11, Appendix B.
         """
         c = self.config
         T = c.context_length if T is None else check_int("T", T)
@@ -391,7 +391,7 @@ class GPT(nn.Module):
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
         """The attention weights of every layer, computed with the course's attention, in the current mode.
 
-        Shape: idx (B, T) -> num_layers tensors (B, H, T, T), as bertviz takes them. Taught in notebook 09.
+        Shape: idx (B, T) -> num_layers tensors (B, H, T, T), as bertviz takes them. Taught in notebook 11.
         """
         x = self._embed(idx, 0)  # (B, T, C)
         maps = []

@@ -1,7 +1,7 @@
 """Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
 
 Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
-the :class:`KVCache` and :class:`TinyDecoder` (08); causal linear attention and its recurrent form (07).
+the :class:`KVCache` and :class:`TinyDecoder` (09); causal linear attention and its recurrent form (07).
 Shapes: B batch, T query length, S key length, C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim (Dv of
 the values where it differs), V vocab_size; masks are True = may attend.
 
@@ -468,7 +468,7 @@ class KVCache:
     Buffers are allocated on the first :meth:`update`, with its batch, heads, head_dim, dtype and device;
     appending past the capacity raises ValueError. ``length`` grows once every layer has appended the new
     positions (a model calls ``update`` once per layer per step). Shape: per layer (B, Hkv, capacity, D), the
-    first ``length`` positions valid. Taught in notebook 08.
+    first ``length`` positions valid. Taught in notebook 09.
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
@@ -585,7 +585,7 @@ class TinyDecoder(nn.Module):
     """A small decoder-only language model that follows this module's cache protocol.
 
     Embeddings (learned positions or RoPE), pre-norm blocks of grouped-query attention (optionally
-    sliding-window), a final LayerNorm and a linear head. Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 08.
+    sliding-window), a final LayerNorm and a linear head. Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 09.
     """
 
     def __init__(self, config: DecoderConfig) -> None:

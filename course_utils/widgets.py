@@ -557,7 +557,7 @@ def head_explorer(
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Notebook 09: the heads of a trained GPT
+# Notebook 11: the heads of a trained GPT
 # ---------------------------------------------------------------------------------------------------------
 
 
@@ -589,7 +589,7 @@ def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) 
     Shape:
         prompt: T characters (the last context_length are used) -> a (T, T) heatmap
 
-    Used in notebook 09.
+    Used in notebook 11.
     """
     w, text = _gpt_weights(model, tokenizer, prompt, layer, head)
     labels = char_labels(text)
@@ -607,7 +607,7 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
 
     Controls: ``layer`` (0 .. L - 1), ``head`` (0 .. H - 1), ``prompt`` (a text box; the change applies on
     Enter or when the box loses focus). A prompt with characters the model never saw shows the
-    tokenizer's message instead of a picture. Draws :func:`plot_gpt_head`. Used in notebook 09.
+    tokenizer's message instead of a picture. Draws :func:`plot_gpt_head`. Used in notebook 11.
     """
     _gpt_weights(model, tokenizer, prompt, 0, 0)  # a bad model, tokenizer or prompt fails here, not in the widget
     layer = widgets.IntSlider(

@@ -1,4 +1,4 @@
-"""course_utils.attention_view (notebook 09) and course_tools.vendor_js, without a browser.
+"""course_utils.attention_view (notebook 11) and course_tools.vendor_js, without a browser.
 
 The browser side (the views draw, nothing is fetched) is tests/e2e/test_e2e_bertviz.py.
 """

@@ -367,7 +367,7 @@ def test_08_tiled_memory_for_8192_tokens():
     assert round(4 * 256 * 256 * 4 / 1e6, 1) == 1.0
 
 
-# --- notebook 08: what the KV cache saves ---------------------------------------------------------
+# --- notebook 09: what the KV cache saves ---------------------------------------------------------
 
 
 def _work(model: TinyDecoder, N: int, use_cache: bool) -> tuple[int, int, list[int]]:

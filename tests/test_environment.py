@@ -329,7 +329,7 @@ def test_a_hosted_service_brings_its_own_front_end(monkeypatch):
     ],
 )
 def test_the_report_checks_the_course_settings_that_are_set(monkeypatch, variables, ok, detail):
-    """Before, `course.py env` said all OK with COURSE_GPT_SIZE=huge; notebook 09 failed only when it got there."""
+    """Before, `course.py env` said all OK with COURSE_GPT_SIZE=huge; notebook 10 failed only when it got there."""
     import os
 
     for name in [n for n in os.environ if n.startswith("COURSE_")]:

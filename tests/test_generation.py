@@ -1,4 +1,4 @@
-"""Sampling, generation and beam search (notebook 08): the top-p boundary cases, cached generation equal to
+"""Sampling, generation and beam search (notebook 09): the top-p boundary cases, cached generation equal to
 recomputing the prefix (tokens and logits), a KV cache that runs past the context by shifting (equal to
 recomputing while the sequence fits, equal to the forward pass over its window after), beam search equal to
 greedy at width 1 and better than greedy where it matters, and every error message."""

@@ -195,7 +195,7 @@ def test_plot_weights_scale_ignores_nan_rows():
     plt.close(ax.figure)
 
 
-# --- notebook 09: a trained GPT -------------------------------------------------------------------------
+# --- notebook 11: a trained GPT -------------------------------------------------------------------------
 
 from course_utils.plotting import LiveLossPlot, char_labels, plot_attention_maps, plot_loss_curve  # noqa: E402
 

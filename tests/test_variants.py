@@ -1,4 +1,4 @@
-"""Attention variants (notebook 07) and the KV cache with its tiny decoder (notebook 08): each one against
+"""Attention variants (notebook 07) and the KV cache with its tiny decoder (notebook 09): each one against
 the plain masked reference or PyTorch, plus the equivalence matrix (GQA with H KV heads is MHA, with 1 it is
 MQA; a window >= T is causal attention; cached decoding equals the full forward pass) and every error
 message. The claims the notebooks' prose makes are pinned in test_claims_variants.py."""
