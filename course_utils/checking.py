@@ -108,6 +108,9 @@ class Exercise:
     accepted besides the solution's own (compared in float64 with the same tolerance); by default a
     floating result must have exactly the solution's dtype. ``minutes`` is the time a learner is given for it:
     the stated time of a notebook adds its exercises' minutes to its reading time (``course_tools.pacing``).
+    ``edges`` is the statement's domain in one form: each edge the statement allows (``"T != S"``,
+    ``"Dv == 1"``, ``"empty length"``, ...) with a predicate that takes a case's arguments like the solution
+    and says whether the case holds that edge; some fixed case must hold each (tests/test_exercise_domains.py).
     """
 
     key: str
@@ -123,6 +126,7 @@ class Exercise:
     time_limit: float | None = 10.0
     accept_dtypes: tuple[torch.dtype, ...] = ()
     minutes: int = 8
+    edges: dict[str, Callable[..., bool]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.inplace is not None and (isinstance(self.inplace, bool) or not isinstance(self.inplace, (int, str))):
