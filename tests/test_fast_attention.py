@@ -5,6 +5,8 @@ pass; and every error message."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -568,3 +570,26 @@ def test_merge_refuses_partials_of_two_dtypes():
         TypeError, match=r"a and b must hold tensors of one dtype, got \['torch.float32', 'torch.float64'\]"
     ):
         merge_partials(a, b)
+
+
+# --- the benchmark (benchmarks/flash_attention.py) runs, and counts what autograd keeps ----------------------
+
+
+def test_the_flash_benchmark_runs_and_flash_keeps_what_the_fused_kernel_keeps():
+    """A tiny run of the benchmark (memory in its child process): every method at two lengths, ratios to sdpa."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "flash_attention.py"
+    spec = importlib.util.spec_from_file_location("flash_benchmark", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    data = bench.run(lengths=(64, 128), repeats=1, threads=1, q_tile=32, kv_tile=48, verbose=False)
+    by = {(r["method"], r["T"]): r for r in data["results"]}
+    assert set(by) == {(m, T) for m in bench.METHODS for T in (64, 128)}
+    for T in (64, 128):
+        assert by["sdpa", T]["time_s_vs_sdpa"] == 1.0
+        # flash keeps q, k, v, out and one logsumexp per query: exactly what PyTorch's fused CPU kernel keeps
+        assert by["flash", T]["saved_mb"] == by["sdpa", T]["saved_mb"] == round((4 * T * 64 + T) * 4 * 4 / 1e6, 2)
+    assert by["tiled", 128]["saved_mb"] > by["plain", 128]["saved_mb"] > by["flash", 128]["saved_mb"]  # (T, T)-sized
+    assert set(data["goals"]) >= {"memory_met", "time_met", "flash_peak_growth_per_doubling_of_T"}
+    assert "T" in bench.table(data) and data["meta"]["tiles"] == {"q_tile": 32, "kv_tile": 48}
