@@ -379,6 +379,42 @@ print("flash gradients equal F.scaled_dot_product_attention's to 1e-4:",
 # divide neither 1024 nor each other, and the gradients still agree. `benchmarks/flash_attention.py`
 # measures the peak memory and the time of a forward and backward pass at T = 1k to 8k; the saved run:
 
+# %%
+flash_run = json.loads((ROOT / "benchmarks" / "results" / "flash_attention_cpu.json").read_text())
+print({key: flash_run["meta"][key] for key in ("device", "date", "command")})
+fig, (ax_s, ax_p) = plt.subplots(1, 2, figsize=(11, 3.6))
+for method, style in (("plain", "s-"), ("tiled", "^-"), ("flash", "o-"), ("sdpa", "x--")):
+    rows_f = [r for r in flash_run["results"] if r["method"] == method]
+    ax_s.plot([r["T"] for r in rows_f], [r["saved_mb"] for r in rows_f], style, label=method)
+    ax_p.plot([r["T"] for r in rows_f], [r["peak_mb"] for r in rows_f], style, label=method)
+for ax, label in ((ax_s, "kept for backward (MB, counted)"), (ax_p, "peak memory growth (MB, measured)")):
+    ax.set(xscale="log", yscale="log", xlabel="sequence length T", ylabel=label)
+    ax.set_xticks([1024, 2048, 4096, 8192], ["1k", "2k", "4k", "8k"])
+    ax.minorticks_off()
+ax_s.legend(fontsize=8)
+fig.tight_layout()
+plt.show()
+by_f = {(r["method"], r["T"]): r for r in flash_run["results"]}
+for T_f in (1024, 8192):
+    flash_t, tiled_t = by_f["flash", T_f], by_f["tiled", T_f]
+    print(f"T = {T_f}: flash keeps x{flash_t['saved_mb_vs_sdpa']:.2f} and peaks at x{flash_t['peak_mb_vs_sdpa']:.2f}"
+          f" of sdpa's memory, in x{flash_t['cpu_s_vs_sdpa']:.1f} its time; tiled peaks at"
+          f" x{tiled_t['peak_mb_vs_sdpa']:.0f}")
+
+# %% [markdown]
+# On the log-log axes flash and PyTorch's fused kernel climb with slope 1, linear in T; plain and tiled
+# attention with slope 2. Flash keeps exactly what the fused kernel keeps and takes about one and a half
+# times its time on this CPU: it recomputes the scores, in Python-driven tiles, where PyTorch runs compiled
+# code.
+#
+# What a CPU run can and cannot say about a GPU. It shows the memory that training keeps, which is the
+# same arithmetic on any device. It cannot show why FlashAttention is *faster* on a GPU: there the tiles
+# sit in the streaming multiprocessors' small on-chip memory (shared memory and registers), and what is
+# saved is traffic to the large, slow HBM, which limits plain attention there. A CPU has no such split to
+# exploit from PyTorch, and its caches are managed by the hardware, so our tiles are ordinary tensors in
+# main memory. The time ratios here measure Python overhead and recomputation, not the IO-awareness that
+# makes the fused GPU kernel fast.
+
 # %% [markdown]
 # ## 7. Cost curves: time and memory against sequence length
 #
@@ -513,6 +549,26 @@ def attention_backward(q, k, v, o, do, scale):
 
 
 check("08.2", attention_backward)
+
+# %% [markdown]
+# ### Exercise 08.3: a tile's weights recomputed from the logsumexp
+#
+# Write `tile_weights(q, k, lse, scale)` that returns the attention weights `P` of a tile, `(..., T, S)`,
+# recomputed from the queries `q (..., T, D)`, the keys `k (..., S, D)` of the tile and each query's
+# logsumexp over ALL its keys `lse (..., T)`, as FlashAttention's backward pass does (section 6): without a
+# softmax over the tile. The tile's keys are only some of each query's keys, so a row of `P` need not sum
+# to 1; every query sees them all, so its `lse` is finite and at least each of its scores in the tile. The
+# checks include scores far past where `exp` overflows float32.
+
+# %%
+def tile_weights(q, k, lse, scale):
+    ### BEGIN SOLUTION
+    scores = scale * q @ k.transpose(-2, -1)  # (..., T, S), as in the forward pass
+    return torch.exp(scores - lse.unsqueeze(-1))  # L as (..., T, 1), one per query: P = exp(s - L)
+    ### END SOLUTION
+
+
+check("08.3", tile_weights)
 
 # %% [markdown]
 # ## Summary
