@@ -378,6 +378,28 @@ def append_kv(cache, length, new):
 check("09.2", append_kv)
 
 # %% [markdown]
+# ### Exercise 09.3: one step of beam search
+#
+# Write `beam_step(beam_scores, next_log_probs, beam_width)`: `beam_scores (K,)` are the total
+# log-probabilities of K beams, `next_log_probs (K, V)` each beam's log-probabilities for the next token
+# (V ≥ 2). Return `(scores, beams, tokens)`, the `beam_width` best extensions over all K × V, best first:
+# their total log-probabilities `(beam_width,)` float32, and which beam each extends and which token it
+# adds, `(beam_width,)` int64 each. `beam_width` is at most K × V and may exceed K (at the first step there
+# is a single beam); the checks have no ties.
+
+# %%
+def beam_step(beam_scores, next_log_probs, beam_width):
+    ### BEGIN SOLUTION
+    V = next_log_probs.shape[-1]
+    total = (beam_scores[:, None] + next_log_probs).flatten()  # (K * V,): beam b's token t at b * V + t
+    scores, flat = total.topk(beam_width)  # (beam_width,), best first
+    return scores, flat // V, flat % V
+    ### END SOLUTION
+
+
+check("09.3", beam_step)
+
+# %% [markdown]
 # ## Summary
 #
 # - With a KV cache each generation step feeds one token; the tokens and logits equal recomputing the

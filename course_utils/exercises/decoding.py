@@ -1,10 +1,13 @@
-"""Exercises of notebook 09 (decoding): nucleus sampling probabilities, a KV-cache append.
+"""Exercises of notebook 09 (decoding): nucleus sampling probabilities, a KV-cache append, one step of beam search.
 
-Each reference solution is built from :mod:`course_utils.generation` and :mod:`course_utils.variants`; each
+The references of 09.1 and 09.2 are built from :mod:`course_utils.generation` and :mod:`course_utils.variants`;
+09.3's is written out here, as ``generation.beam_search`` does its step inline, with nothing to reuse. Each
 mistake is one that learners (and published code) really make: a nucleus that drops the token crossing p (with
 or without the top token kept by hand), probabilities that are not renormalised, temperature ignored,
 multiplied or applied after the softmax, a cache written at the wrong offset or at an offset read off the
-buffer's non-zero slots (which a reused cache fills with stale keys) instead of ``length``.
+buffer's non-zero slots (which a reused cache fills with stale keys) instead of ``length``; in beam search, the
+beam's score not added or multiplied in, one extension kept per beam, the flat index split the wrong way or by the
+number of beams, the winners not sorted best first.
 """
 
 from __future__ import annotations
@@ -180,6 +183,104 @@ def _append_length_from_buffer(cache: torch.Tensor, length: int, new: torch.Tens
     return cache[:, :, : used + T]
 
 
+# --- 09.3 one step of beam search -------------------------------------------------------------------
+
+
+def _beam_solution(
+    beam_scores: torch.Tensor, next_log_probs: torch.Tensor, beam_width: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    V = next_log_probs.shape[-1]
+    total = (beam_scores[:, None] + next_log_probs).flatten()  # (K * V,): every one-token extension of every beam
+    scores, flat = total.topk(beam_width)  # (W,), best first
+    return scores, flat // V, flat % V  # which beam each extends, and with which token
+
+
+def _distinct_at_the_top(beam_scores: torch.Tensor, next_log_probs: torch.Tensor, beam_width: int) -> bool:
+    """Whether the beam_width + 1 best totals (all of them if there are fewer) are distinct: no tie decides."""
+    total = (beam_scores[:, None] + next_log_probs).flatten().sort(descending=True).values
+    return bool((total[: beam_width + 1].diff() < 0).all())
+
+
+def _beam_cases() -> list[tuple[tuple, dict]]:
+    # The first case has beam_width <= K, two winners from one beam, winners neither in index order nor its
+    # reverse, and a ranking that the next token's log-probabilities alone would change.
+    logits = torch.tensor(
+        [[-2.9, -0.3, -3.1, -1.9, -2.2], [-0.2, -3.5, -2.8, -1.9, -3.0], [-1.6, -0.4, -2.4, -1.2, -2.7]]
+    )
+    first = torch.log_softmax(logits, dim=-1)  # (3, 5)
+    g = torch.Generator().manual_seed(23)
+
+    def logp(K: int, V: int) -> torch.Tensor:
+        return torch.log_softmax(2.0 * torch.randn(K, V, generator=g), dim=-1)  # (K, V)
+
+    return [
+        ((torch.tensor([-1.0, -2.6, -0.5]), first, 3), {}),  # V != K, beam_width <= K
+        ((torch.tensor([-0.7]), logp(1, 6), 4), {}),  # K == 1 (one beam, as at the first step), beam_width > K
+        ((torch.tensor([-3.2, -1.1, -2.0, -4.4]), logp(4, 3), 1), {}),  # beam_width == 1
+        ((torch.tensor([-1.5, -2.3]), logp(2, 3), 6), {}),  # beam_width == K * V: every extension, sorted
+        ((torch.tensor([-2.2, -0.4, -1.3, -3.0, -0.9]), logp(5, 2), 7), {}),  # K > V == 2, K < beam_width < K * V
+    ]
+
+
+def _beam_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    while len(cases) < 4:
+        K, V = _int(g, 1, 9), _int(g, 2, 51)
+        beam_width = _int(g, 1, K * V + 1) if _int(g, 0, 2) else _int(g, 1, min(K * V, 8) + 1)
+        beam_scores = -torch.empty(K).uniform_(0.1, 12.0, generator=g)  # totals of earlier steps: negative
+        next_log_probs = torch.log_softmax(2.0 * torch.randn(K, V, generator=g), dim=-1)
+        if _distinct_at_the_top(beam_scores, next_log_probs, beam_width):  # a tie is drawn again
+            cases.append(((beam_scores, next_log_probs, beam_width), {}))
+    return cases
+
+
+def _beam_ranked(total: torch.Tensor, beam_width: int, V: int, order: str = "best first"):
+    """The beam_width best of the (K, V) totals: (their totals, beams, tokens) in the given order."""
+    scores, flat = total.flatten().topk(beam_width)
+    if order == "index":
+        flat = flat.sort().values
+        scores = total.flatten()[flat]
+    elif order == "worst first":
+        scores, flat = scores.flip(0), flat.flip(0)
+    return scores, flat // V, flat % V
+
+
+def _beam_no_score(beam_scores, next_log_probs, beam_width):
+    return _beam_ranked(next_log_probs, beam_width, next_log_probs.shape[-1])  # the next token's log-prob alone
+
+
+def _beam_multiplied(beam_scores, next_log_probs, beam_width):
+    return _beam_ranked(beam_scores[:, None] * next_log_probs, beam_width, next_log_probs.shape[-1])
+
+
+def _beam_one_per_beam(beam_scores, next_log_probs, beam_width):
+    best, token = (beam_scores[:, None] + next_log_probs).max(dim=-1)  # (K,): each beam's best extension only
+    scores, beams = best.topk(beam_width)  # fails when beam_width > K
+    return scores, beams, token[beams]
+
+
+def _beam_decoded_swapped(beam_scores, next_log_probs, beam_width):
+    V = next_log_probs.shape[-1]
+    scores, flat = (beam_scores[:, None] + next_log_probs).flatten().topk(beam_width)
+    return scores, flat % V, flat // V
+
+
+def _beam_decoded_by_k(beam_scores, next_log_probs, beam_width):
+    K = next_log_probs.shape[0]
+    scores, flat = (beam_scores[:, None] + next_log_probs).flatten().topk(beam_width)
+    return scores, flat // K, flat % K  # the number of beams where the vocabulary size belongs
+
+
+def _beam_in_index_order(beam_scores, next_log_probs, beam_width):
+    total = beam_scores[:, None] + next_log_probs
+    return _beam_ranked(total, beam_width, next_log_probs.shape[-1], order="index")
+
+
+def _beam_worst_first(beam_scores, next_log_probs, beam_width):
+    total = beam_scores[:, None] + next_log_probs
+    return _beam_ranked(total, beam_width, next_log_probs.shape[-1], order="worst first")
+
+
 EXERCISES = (
     Exercise(
         key="09.1",
@@ -286,6 +387,83 @@ EXERCISES = (
                 _append_length_from_buffer,
                 fix="write at `length`, the argument: "
                 "cache[:, :, length:length + T] = new; return cache[:, :, :length + T]",
+            ),
+        ),
+    ),
+    Exercise(
+        key="09.3",
+        title="one step of beam search",
+        signature=(
+            "beam_step(beam_scores, next_log_probs, beam_width) -> (scores, beams, tokens): beam_scores (K,), "
+            "next_log_probs (K, V); scores (beam_width,) float32, beams and tokens (beam_width,) int64, "
+            "best first"
+        ),
+        solution=_beam_solution,
+        cases=_beam_cases,
+        draw=_beam_draw,
+        minutes=10,
+        edges={
+            "K == 1": lambda b, lp, w: lp.shape[0] == 1,
+            "V > K": lambda b, lp, w: lp.shape[1] > lp.shape[0],
+            "K > V": lambda b, lp, w: lp.shape[0] > lp.shape[1],
+            "beam_width == 1": lambda b, lp, w: w == 1,
+            "beam_width == K * V": lambda b, lp, w: w == lp.numel(),
+            "K < beam_width < K * V": lambda b, lp, w: lp.shape[0] < w < lp.numel(),
+            "two winners from one beam, beam_width <= K": lambda b, lp, w: (
+                1 < w <= lp.shape[0] and len(set(_beam_solution(b, lp, w)[1].tolist())) < w
+            ),
+        },
+        mistakes=(
+            Mistake(
+                "the beam's score not added",
+                "A candidate is a whole sequence: its score is the total log-probability of the beam it "
+                "extends plus the new token's. Ranked by the new token alone, a likely token after an unlikely "
+                "beam beats the continuation of a much better beam.",
+                _beam_no_score,
+                fix="total = beam_scores[:, None] + next_log_probs",
+            ),
+            Mistake(
+                "log-probabilities multiplied",
+                "Probabilities multiply, so their logarithms add. Multiplying two negative log-probabilities "
+                "gives a positive number that grows the less likely the sequence is.",
+                _beam_multiplied,
+                fix="total = beam_scores[:, None] + next_log_probs, not beam_scores[:, None] * next_log_probs",
+            ),
+            Mistake(
+                "one extension per beam",
+                "The best extensions are chosen over all K times V candidates together: a good beam may have "
+                "several of them, a poor one none. Keeping each beam's best token only loses the second best "
+                "token of the best beam, and leaves fewer than beam_width candidates when there are fewer beams.",
+                _beam_one_per_beam,
+                fix="scores, flat = total.flatten().topk(beam_width); beams, tokens = flat // V, flat % V",
+            ),
+            Mistake(
+                "the flat index decoded the wrong way round",
+                "Flattening (K, V) row by row puts beam b's token t at b times V plus t: the beam is the "
+                "quotient by the vocabulary size, the token the remainder.",
+                _beam_decoded_swapped,
+                fix="beams, tokens = flat // V, flat % V",
+            ),
+            Mistake(
+                "the flat index decoded with the number of beams",
+                "Each beam's row of the flattened totals is V long, one entry per token of the vocabulary, so "
+                "the flat index is split by the vocabulary size, not by the number of beams.",
+                _beam_decoded_by_k,
+                fix="beams, tokens = flat // V, flat % V with V = next_log_probs.shape[-1]",
+            ),
+            Mistake(
+                "the winners in index order, not best first",
+                "The right candidates, but in the order they sit in the (K, V) table. The next step, and "
+                "whoever reads the result, expects the best extension first.",
+                _beam_in_index_order,
+                fix="scores, flat = total.flatten().topk(beam_width), which sorts best first",
+            ),
+            Mistake(
+                "the winners sorted worst first",
+                "The right candidates, but worst first: the result lists them from the highest total down, as "
+                "the beams of the next step are ranked.",
+                _beam_worst_first,
+                fix="total.flatten().sort(descending=True), or topk, which sorts best first",
             ),
         ),
     ),

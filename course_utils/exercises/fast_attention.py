@@ -1,10 +1,13 @@
-"""Exercises of notebook 08 (fast attention): merging two online-softmax blocks, and attention's backward pass.
+"""Exercises of notebook 08 (fast attention): merging two online-softmax blocks, attention's backward pass, and a
+tile's weights recomputed from the logsumexp as FlashAttention's backward pass does.
 
 The reference solutions are built from :mod:`course_utils.fast_attention`; each mistake is one that learners
 (and published code) really make: partial sums merged without rescaling, or rescaled upside down, the last
 block's maximum kept instead of the larger one, NaN for a query that has seen no key yet; in the backward
 pass, the softmax's correction Δ forgotten, computed without the weights, along the wrong axis or without its
-axis, a product not transposed, the scale missing, doubled or assumed, the weights recomputed unstably.
+axis, a product not transposed, the scale missing, doubled or assumed, the weights recomputed unstably; for a
+tile, a softmax over the tile alone, the logsumexp broadcast along the keys, the scale missing, the tile's maximum
+subtracted instead, exp(L) divided out (inf / inf in float32).
 """
 
 from __future__ import annotations
@@ -216,6 +219,89 @@ def _bw_unstable_weights(q, k, v, o, do, scale):
     return _backward_from(q, k, v, o, do, scale, e / e.sum(dim=-1, keepdim=True))
 
 
+# --- 08.3 a tile's weights recomputed from the logsumexp --------------------------------------------
+
+
+def _tile_weights_solution(q: torch.Tensor, k: torch.Tensor, lse: torch.Tensor, scale: float) -> torch.Tensor:
+    return torch.exp(scale * q @ k.transpose(-2, -1) - lse.unsqueeze(-1))  # (..., T, S): P = exp(s - L), no softmax
+
+
+def _tile_case(
+    g: torch.Generator,
+    batch: list[int],
+    T: int,
+    keys: int,
+    tile: tuple[int, int],
+    D: int,
+    scale: float,
+    q_rows: torch.Tensor | None = None,
+    k_all: torch.Tensor | None = None,
+) -> tuple[tuple, dict]:
+    """q (..., T, D), the keys tile[0] .. tile[1] - 1 of ``keys`` keys, and each query's logsumexp over all of them."""
+    q = torch.randn(*batch, T, D, generator=g) if q_rows is None else q_rows
+    k_all = torch.randn(*batch, keys, D, generator=g) if k_all is None else k_all
+    lse = torch.logsumexp(scale * q.double() @ k_all.double().transpose(-2, -1), dim=-1).float()  # (..., T)
+    return (q, k_all[..., tile[0] : tile[1], :].clone(), lse, scale), {}
+
+
+def _tile_extreme(g: torch.Generator) -> tuple[tuple, dict]:
+    """Scores past float32's exp overflow (about 88.7) and far below its underflow (about -104), in rows of their
+    own: exp(s) / exp(L) is inf / inf or 0 / 0 there, while exp(s - L) is of order 1."""
+    direction = torch.tensor([1.0, 0.5, -0.5])
+    k_all = direction + 0.03 * torch.randn(2, 7, 3, generator=g)  # every key close to one direction
+    size = torch.tensor([[105.0, -118.0, 2.0, 60.0], [-125.0, 115.0, -1.5, 30.0]])  # each query's q . direction
+    q = size[..., None] * direction / direction.dot(direction) / 0.25 + 0.2 * torch.randn(2, 4, 3, generator=g)
+    return _tile_case(g, [2], 4, 7, (1, 5), 3, 0.25, q_rows=q, k_all=k_all)
+
+
+def _tile_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(21)
+    return [
+        _tile_case(g, [], 5, 9, (2, 7), 4, 0.5),  # T == S first: lse on the wrong axis is named by its values
+        _tile_case(g, [2], 3, 10, (4, 10), 3, 1 / math.sqrt(3)),  # T != S, the last tile, one leading axis
+        _tile_case(g, [2, 3], 1, 7, (0, 4), 5, 0.3),  # one query, (B, H) leading axes
+        _tile_case(g, [3], 4, 6, (5, 6), 2, 0.8),  # a tile of one key
+        _tile_extreme(g),  # exp(s) overflows, or underflows with exp(L)
+    ]
+
+
+def _tile_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        batch = [_int(g, 1, 5) for _ in range(_int(g, 0, 3))]  # up to two leading axes (B, H)
+        T, keys, D = _int(g, 1, 41), _int(g, 2, 49), _int(g, 1, 65)
+        j0 = _int(g, 0, keys)
+        j1 = _int(g, j0 + 1, keys + 1 if j0 > 0 else keys)  # a strict subset of the keys: rows do not sum to 1
+        scale = 1 / math.sqrt(D) if _int(g, 0, 2) else float(torch.empty(()).uniform_(0.05, 1.0, generator=g))
+        cases.append(_tile_case(g, batch, T, keys, (j0, j1), D, scale))
+    return cases
+
+
+def _tile_scores(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    return scale * q @ k.transpose(-2, -1)  # (..., T, S)
+
+
+def _tw_tile_softmax(q, k, lse, scale):
+    return torch.softmax(_tile_scores(q, k, scale), dim=-1)  # normalised over the tile's keys alone
+
+
+def _tw_lse_along_keys(q, k, lse, scale):
+    return torch.exp(_tile_scores(q, k, scale) - lse.unsqueeze(-2))  # (..., 1, T) meets the keys' axis
+
+
+def _tw_no_scale(q, k, lse, scale):
+    return torch.exp(q @ k.transpose(-2, -1) - lse.unsqueeze(-1))
+
+
+def _tw_tile_max(q, k, lse, scale):
+    s = _tile_scores(q, k, scale)
+    return torch.exp(s - s.amax(dim=-1, keepdim=True))  # the tile's own maximum, L unused
+
+
+def _tw_exp_ratio(q, k, lse, scale):
+    return torch.exp(_tile_scores(q, k, scale)) / torch.exp(lse).unsqueeze(-1)  # inf / inf, 0 / 0 at the extremes
+
+
 EXERCISES = (
     Exercise(
         key="08.1",
@@ -356,6 +442,74 @@ EXERCISES = (
                 "as the softmax of notebook 02 does.",
                 _bw_unstable_weights,
                 fix="P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)",
+            ),
+        ),
+    ),
+    Exercise(
+        key="08.3",
+        title="a tile's weights recomputed from the logsumexp",
+        signature="tile_weights(q, k, lse, scale) -> P (..., T, S): q (..., T, D), k (..., S, D), lse (..., T)",
+        solution=_tile_weights_solution,
+        cases=_tile_cases,
+        draw=_tile_draw,
+        minutes=10,
+        edges={
+            "T == S": lambda q, k, lse, scale: q.shape[-2] == k.shape[-2],
+            "T != S": lambda q, k, lse, scale: q.shape[-2] != k.shape[-2],
+            "T == 1": lambda q, k, lse, scale: q.shape[-2] == 1,
+            "S == 1": lambda q, k, lse, scale: k.shape[-2] == 1,
+            "no leading axes": lambda q, k, lse, scale: q.dim() == 2,
+            "one leading axis": lambda q, k, lse, scale: q.dim() == 3,
+            "two leading axes": lambda q, k, lse, scale: q.dim() == 4,
+            "a scale other than 1/sqrt(D)": lambda q, k, lse, scale: not math.isclose(scale, q.shape[-1] ** -0.5),
+            "every row below 1 (the tile a strict subset)": lambda q, k, lse, scale: bool(
+                (_tile_weights_solution(q, k, lse, scale).sum(-1) < 1 - 1e-3).all()
+            ),
+            "a row of scores past exp's float32 overflow": lambda q, k, lse, scale: bool(
+                (_tile_scores(q, k, scale) > 89).all(-1).any()
+            ),
+            "a row whose exp(s) and exp(L) underflow to 0": lambda q, k, lse, scale: bool(
+                ((_tile_scores(q, k, scale) < -105).all(-1) & (lse < -105)).any()
+            ),
+        },
+        mistakes=(
+            Mistake(
+                "a softmax over the tile",
+                "The tile holds only some of each query's keys. Its weights are the forward pass's own, whose "
+                "denominator counts every key: that denominator is exp(L), so the tile's rows need not sum to 1.",
+                _tw_tile_softmax,
+                fix="P = torch.exp(scale * q @ k.transpose(-2, -1) - lse.unsqueeze(-1)), no softmax",
+            ),
+            Mistake(
+                "the logsumexp broadcast along the keys",
+                "L holds one number per query and is subtracted from that query's row of scores. Without an axis "
+                "for the keys it lines up with the keys instead: when T == S it is subtracted from the wrong "
+                "entries, and for most other shapes it cannot be subtracted at all.",
+                _tw_lse_along_keys,
+                fix="scores - lse.unsqueeze(-1): lse as (..., T, 1)",
+            ),
+            Mistake(
+                "scale missing",
+                "L is the logsumexp of the scaled scores of the forward pass, so the tile's scores must be "
+                "scaled the same way before L is subtracted.",
+                _tw_no_scale,
+                fix="scores = scale * q @ k.transpose(-2, -1)",
+            ),
+            Mistake(
+                "the tile's maximum subtracted instead of the logsumexp",
+                "Subtracting a row's maximum keeps the exponentials finite, but it is the softmax's trick, "
+                "followed by a division by the sum. Here L does both at once: exp(s - L) is the weight itself, "
+                "and L is given.",
+                _tw_tile_max,
+                fix="P = torch.exp(scores - lse.unsqueeze(-1))",
+            ),
+            Mistake(
+                "exp(L) divided out instead of L subtracted",
+                "Mathematically exp(s) over exp(L) is the weight, but in float32 a score above about 88 makes "
+                "its exponential infinite, and one below about -104 makes it zero, and so does L: infinity over "
+                "infinity, or zero over zero, is not a number. Subtract first, then take one exponential.",
+                _tw_exp_ratio,
+                fix="P = torch.exp(scores - lse.unsqueeze(-1))",
             ),
         ),
     ),
