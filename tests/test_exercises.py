@@ -822,6 +822,230 @@ def test_08_2_fixed_cases_hold_every_edge_of_the_statement():
     assert saturated
 
 
+# --- 08.3 tile_weights and 09.3 beam_step: answers written for these tests, independently of the catalogues ------
+
+
+def _tw_einsum_scores(q, k, scale):
+    return torch.einsum("...td,...sd->...ts", q, k).mul(scale)  # (..., T, S)
+
+
+def _tw_einsum(q, k, lse, scale):
+    return _tw_einsum_scores(q, k, scale).sub(lse[..., None]).exp()
+
+
+def _tw_key_by_key(q, k, lse, scale):
+    columns = [torch.exp(scale * (q * k[..., j, None, :]).sum(-1) - lse) for j in range(k.shape[-2])]
+    return torch.stack(columns, dim=-1)  # one key at a time, (..., T) each
+
+
+def _tw_float64(q, k, lse, scale):
+    return torch.exp(scale * q.double() @ k.double().mT - lse.double()[..., None]).float()
+
+
+def _tw_softmax_by_hand(q, k, lse, scale):
+    s = _tw_einsum_scores(q, k, scale)
+    e = (s - s.amax(-1, keepdim=True)).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def _tw_lse_unbroadcast(q, k, lse, scale):
+    return (_tw_einsum_scores(q, k, scale) - lse).exp()  # lse (..., T) lines up with the keys
+
+
+def _tw_einsum_no_scale(q, k, lse, scale):
+    return (torch.einsum("...td,...sd->...ts", q, k) - lse.unsqueeze(-1)).exp()
+
+
+def _tw_max_values(q, k, lse, scale):
+    s = scale * torch.matmul(q, k.transpose(-1, -2))
+    return torch.exp(s - s.max(dim=-1, keepdim=True).values)
+
+
+def _tw_exp_times_exp(q, k, lse, scale):
+    return _tw_einsum_scores(q, k, scale).exp() * torch.exp(-lse)[..., None]
+
+
+def _tw_scale_on_lse_too(q, k, lse, scale):
+    return torch.exp(scale * (q @ k.mT - lse[..., None]))  # L already holds the scale: not a catalogued mistake
+
+
+def _tw_sigmoid(q, k, lse, scale):
+    return torch.sigmoid(scale * q @ k.mT - lse[..., None])  # a logistic weight per key: not the softmax's
+
+
+_TW_NAMED = [
+    (_tw_softmax_by_hand, "a softmax over the tile"),
+    (_tw_lse_unbroadcast, "the logsumexp broadcast along the keys"),
+    (_tw_einsum_no_scale, "scale missing"),
+    (_tw_max_values, "the tile's maximum subtracted instead of the logsumexp"),
+    (_tw_exp_times_exp, "exp(L) divided out instead of L subtracted"),
+]
+
+
+@pytest.mark.parametrize("fn,name", _TW_NAMED, ids=[f.__name__ for f, _ in _TW_NAMED])
+def test_08_3_mistakes_written_another_way_are_named_on_every_seed(fn, name):
+    for seed in range(10):
+        res = run_check(EXERCISES["08.3"], fn, seed=seed)
+        assert res.mistake == name, f"seed {seed}: {res.message}"
+
+
+def test_08_3_fixed_cases_hold_every_edge_of_the_statement():
+    """The statement allows any T, S, D, leading axes and scale, with the tile a part of each query's keys: each edge
+    is among the fixed cases, T == S first (lse on the wrong axis is then named by its values), every tile a strict
+    subset (no row of the weights sums to 1), lse each query's logsumexp over more keys than the tile's, and one
+    case with scores past float32's exp overflow and rows whose exp(s) and exp(L) both underflow to 0."""
+    cases = [args for args, _ in EXERCISES["08.3"].cases()]
+    q, k, *_ = cases[0]
+    assert q.shape[-2] == k.shape[-2] and q.dim() == 2
+    shapes = [(q.shape[:-2], q.shape[-2], k.shape[-2]) for q, k, *_ in cases]
+    assert {len(b) for b, *_ in shapes} == {0, 1, 2}
+    assert any(t != s for _, t, s in shapes) and any(t == 1 for _, t, _ in shapes) and any(s == 1 for *_, s in shapes)
+    assert any(not math.isclose(scale, q.shape[-1] ** -0.5) for q, *_, scale in cases)
+    overflow = underflow = False
+    for q, k, lse, scale in cases:
+        assert all(x.dtype == torch.float32 for x in (q, k, lse)) and lse.shape == q.shape[:-1]
+        s = scale * q.double() @ k.double().mT
+        P = torch.exp(s - lse.double()[..., None])
+        assert (P.sum(-1) < 1 - 1e-3).all() and P.isfinite().all()  # other keys hold the rest of every row
+        overflow |= bool((s > 89).all(-1).any())
+        underflow |= bool(((s < -105).all(-1) & (lse < -105)).any())
+    assert overflow and underflow
+
+
+def _beam_sorted(beam_scores, next_log_probs, beam_width):
+    V = next_log_probs.shape[1]
+    total, flat = (next_log_probs + beam_scores.unsqueeze(1)).reshape(-1).sort(descending=True)
+    flat = flat[:beam_width]
+    return total[:beam_width], torch.div(flat, V, rounding_mode="floor"), flat.remainder(V)
+
+
+def _beam_python(beam_scores, next_log_probs, beam_width):
+    candidates = [
+        (float(b) + float(lp), i, t)
+        for i, (b, row) in enumerate(zip(beam_scores, next_log_probs))
+        for t, lp in enumerate(row)
+    ]
+    best = sorted(candidates, key=lambda c: -c[0])[:beam_width]
+    scores = beam_scores[[i for _, i, _ in best]] + next_log_probs[[i for _, i, _ in best], [t for *_, t in best]]
+    return scores, torch.tensor([i for _, i, _ in best]), torch.tensor([t for *_, t in best])
+
+
+def _beam_unravel(beam_scores, next_log_probs, beam_width):
+    total = beam_scores[:, None] + next_log_probs
+    scores, flat = torch.topk(total.flatten(), k=beam_width, largest=True, sorted=True)
+    beams, tokens = torch.unravel_index(flat, total.shape)
+    return scores, beams, tokens
+
+
+def _beam_sorted_no_score(beam_scores, next_log_probs, beam_width):
+    return _beam_sorted(torch.zeros_like(beam_scores), next_log_probs, beam_width)  # beams ranked by the token
+
+
+def _beam_mul(beam_scores, next_log_probs, beam_width):
+    total = torch.mul(beam_scores.unsqueeze(1), next_log_probs)
+    scores, flat = total.flatten().sort(descending=True)
+    V = next_log_probs.shape[1]
+    return scores[:beam_width], flat[:beam_width] // V, flat[:beam_width] % V
+
+
+def _beam_best_token_per_beam(beam_scores, next_log_probs, beam_width):
+    total = beam_scores.unsqueeze(1) + next_log_probs
+    tokens = total.argmax(dim=1)
+    scores, beams = torch.topk(total.amax(dim=1), beam_width)
+    return scores, beams, tokens[beams]
+
+
+def _beam_best_token_per_beam_sliced(beam_scores, next_log_probs, beam_width):
+    total = beam_scores.unsqueeze(1) + next_log_probs
+    best, tokens = total.max(dim=1)
+    scores, beams = best.sort(descending=True)
+    return scores[:beam_width], beams[:beam_width], tokens[beams[:beam_width]]  # fewer than asked when W > K
+
+
+def _beam_divmod_swapped(beam_scores, next_log_probs, beam_width):
+    V = next_log_probs.shape[-1]
+    scores, flat = (beam_scores[:, None] + next_log_probs).view(-1).topk(beam_width)
+    return scores, flat.remainder(V), flat.div(V, rounding_mode="floor")
+
+
+def _beam_divmod_by_k(beam_scores, next_log_probs, beam_width):
+    K = len(beam_scores)
+    scores, flat = (beam_scores[:, None] + next_log_probs).view(-1).topk(beam_width)
+    return scores, torch.div(flat, K, rounding_mode="floor"), flat - K * torch.div(flat, K, rounding_mode="floor")
+
+
+def _beam_threshold(beam_scores, next_log_probs, beam_width):
+    total = (beam_scores[:, None] + next_log_probs).flatten()
+    cut = total.topk(beam_width).values[-1]
+    flat = (total >= cut).nonzero().squeeze(1)  # every candidate at least as good as the last winner
+    V = next_log_probs.shape[-1]
+    return total[flat], flat // V, flat % V
+
+
+def _beam_ascending(beam_scores, next_log_probs, beam_width):
+    total, flat = (beam_scores[:, None] + next_log_probs).flatten().sort()
+    V = next_log_probs.shape[-1]
+    return total[-beam_width:], flat[-beam_width:] // V, flat[-beam_width:] % V
+
+
+def _beam_float_indices(beam_scores, next_log_probs, beam_width):
+    V = next_log_probs.shape[-1]
+    scores, flat = (beam_scores[:, None] + next_log_probs).flatten().topk(beam_width)
+    return scores, (flat / V).floor(), flat % V  # the beam as a float
+
+
+def _beam_probabilities(beam_scores, next_log_probs, beam_width):
+    V = next_log_probs.shape[-1]
+    scores, flat = (beam_scores.exp()[:, None] * next_log_probs.exp()).flatten().topk(beam_width)
+    return scores, flat // V, flat % V  # the right winners, but their probabilities, not log-probabilities
+
+
+_BEAM_NAMED = [
+    (_beam_sorted_no_score, "the beam's score not added"),
+    (_beam_mul, "log-probabilities multiplied"),
+    (_beam_best_token_per_beam, "one extension per beam"),
+    (_beam_divmod_swapped, "the flat index decoded the wrong way round"),
+    (_beam_divmod_by_k, "the flat index decoded with the number of beams"),
+    (_beam_threshold, "the winners in index order, not best first"),
+    (_beam_ascending, "the winners sorted worst first"),
+]
+
+
+@pytest.mark.parametrize("fn,name", _BEAM_NAMED, ids=[f.__name__ for f, _ in _BEAM_NAMED])
+def test_09_3_mistakes_written_another_way_are_named_on_every_seed(fn, name):
+    for seed in range(10):
+        res = run_check(EXERCISES["09.3"], fn, seed=seed)
+        assert res.mistake == name, f"seed {seed}: {res.message}"
+
+
+def test_09_3_one_extension_per_beam_without_an_error_gets_one_verdict_on_every_seed():
+    """Sliced instead of topk, the mistake returns fewer than beam_width winners where there are fewer beams
+    (K == 1 is a fixed case) instead of raising: the check cannot name it, but its verdict never changes."""
+    messages = {run_check(EXERCISES["09.3"], _beam_best_token_per_beam_sliced, seed=s).message for s in range(10)}
+    assert len(messages) == 1 and "fixed case 1" in messages.pop()
+
+
+def test_09_3_fixed_cases_hold_every_edge_of_the_statement():
+    """K == 1, beam_width == 1, beam_width == K * V, K < beam_width < K * V, V != K both ways; the first case has
+    two winners from one beam, in neither index order nor its reverse; no tie among the beam_width + 1 best totals;
+    every beam score non-zero, every row a distribution."""
+    cases = [args for args, _ in EXERCISES["09.3"].cases()]
+    sizes = [(lp.shape[0], lp.shape[1], w) for _, lp, w in cases]
+    assert any(k == 1 for k, _, _ in sizes) and any(w == 1 for *_, w in sizes)
+    assert any(w == k * v for k, v, w in sizes) and any(k < w < k * v for k, v, w in sizes)
+    assert any(k < v for k, v, _ in sizes) and any(k > v for k, v, _ in sizes) and all(v >= 2 for _, v, _ in sizes)
+    for b, lp, w in cases:
+        assert b.dtype == lp.dtype == torch.float32 and (b != 0).all()
+        torch.testing.assert_close(lp.exp().sum(-1), torch.ones(len(b)))
+        top = (b[:, None] + lp).flatten().sort(descending=True).values[: w + 1]
+        assert (top.diff() < 0).all()
+    b, lp, w = cases[0]
+    _, beams, tokens = EXERCISES["09.3"].solution(b, lp, w)
+    flat = beams * lp.shape[1] + tokens
+    assert 1 < w <= len(b) and len(set(beams.tolist())) < w
+    assert flat.tolist() not in (sorted(flat.tolist()), sorted(flat.tolist(), reverse=True))
+
+
 WRONG = {
     "01.1": [_lookup_exp_minus_min],
     "01.2": [_many_exp_minus_mean],
@@ -854,14 +1078,21 @@ WRONG = {
         _bw_jacobian_elementwise,
         *(fn for fn, _ in _BW_NAMED),
     ],
+    "08.3": [_tw_scale_on_lse_too, _tw_sigmoid, *(fn for fn, _ in _TW_NAMED)],
     "02.3": [_head_over_d],
     "09.1": [_nucleus_divides_in_place, _nucleus_top_forced, _nucleus_no_temperature, _nucleus_times_temperature],
     "09.2": [_append_returns_cat, _append_length_from_nonzero],
+    "09.3": [
+        _beam_best_token_per_beam_sliced,
+        _beam_float_indices,
+        _beam_probabilities,
+        *(fn for fn, _ in _BEAM_NAMED),
+    ],
     "10.1": [_windows_float_ids, _windows_ids_plus],
-    "11.2": [_post_norm_sandwich],
+    "11.4": [_post_norm_sandwich],
     "11.1": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
-    "11.3": [_score_both_repeats, _score_key_and_query_swapped],
-    "11.4": [_ablated_in_place, _ablated_mean_instead_of_zero],
+    "11.2": [_score_both_repeats, _score_key_and_query_swapped],
+    "11.3": [_ablated_in_place, _ablated_mean_instead_of_zero],
 }
 
 
@@ -1288,14 +1519,16 @@ RIGHT = {
         _bw_float64,
     ],
     "09.1": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
+    "08.3": [_tw_einsum, _tw_key_by_key, _tw_float64],
     "09.2": [_append_copy],
+    "09.3": [_beam_sorted, _beam_python, _beam_unravel],
     "10.1": [_windows_unfold],
     "10.2": [_unigram_counter],
     "10.3": [_lr_float32, _lr_branches],
-    "11.2": [_post_norm_functional],
+    "11.4": [_post_norm_functional],
     "11.1": [_weighted_norms_terms, _weighted_norms_einsum],
-    "11.3": [_score_loop, _score_diagonal],
-    "11.4": [_ablated_per_head_sum, _ablated_einsum],
+    "11.2": [_score_loop, _score_diagonal],
+    "11.3": [_ablated_per_head_sum, _ablated_einsum],
 }
 
 
