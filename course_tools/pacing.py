@@ -59,7 +59,8 @@ def pace(source: Path) -> Pace:
     """The pace of ``course_source/NN_topic.py``."""
     text = source.read_text(encoding="utf-8")
     cells = _cells(text)
-    words = sum(len(re.sub(r"^# ?", "", body, flags=re.MULTILINE).split()) for md, body in cells if md)
+    prose = (re.sub(r"^# ?(#+ )?", "", body, flags=re.MULTILINE) for md, body in cells if md)  # no heading marks
+    words = sum(len(text.split()) for text in prose)
     code = [body for md, body in cells if not md]
     keys = tuple(dict.fromkeys(k for body in code for k in _CHECK.findall(body)))
     known = all_exercises()
