@@ -178,14 +178,15 @@ for q_tile, kv_tile in ((1, 1), (8, 16), (7, 13), (64, 64)):
 # `(T, S)` scores and weights never leave the chip's small, fast on-chip memory. As in the loops above, a
 # tile of queries is loaded there once and every tile of k and v streams past it, so k and v are read
 # again for each query tile; only the output goes back to the large, slow GPU memory, with a few numbers
-# per query for the backward pass, which recomputes the tiles instead of storing them (section 4). The
-# first FlashAttention keeps `m` and `l` per query and nests the loops the other way round, k and v
-# outside, so it re-reads the query tiles and rewrites the output once per k/v tile; FlashAttention-2 puts
-# the queries outside, as here, and keeps one number per query, the logsumexp `m + log(l)`.
+# per query for the backward pass, which recomputes the tiles instead of storing them (section 6). The
+# first FlashAttention keeps `m` and `l` per query and puts k and v in the outer loop, rewriting the output
+# once per k/v tile; FlashAttention-2 puts the queries outside, as here, and keeps one number per query,
+# the logsumexp `m + log(l)`.
 # Dao et al. count Θ(T²D²/M) reads and writes of GPU memory for on-chip memory of M numbers, against
 # Θ(TD + T²) for plain attention, and show that on a GPU plain attention is limited by those reads and
-# writes of the `(T, S)` matrices, not by arithmetic, so avoiding them makes it faster *and* smaller. On a CPU, `F.scaled_dot_product_attention` runs a compiled version of the same blocked
-# algorithm too (`_scaled_dot_product_flash_attention_for_cpu` in PyTorch's profiler).
+# writes of the `(T, S)` matrices, not by arithmetic, so avoiding them makes it faster *and* smaller. On a
+# CPU, `F.scaled_dot_product_attention` runs a compiled blocked version too
+# (`_scaled_dot_product_flash_attention_for_cpu` in PyTorch's profiler).
 #
 # With a causal mask, whole tiles lie in the future of every query of their tile: they need not be
 # computed at all. For 16 positions in tiles of 4:
@@ -248,10 +249,9 @@ print(f"one tile:      {heads * 256 * 256 * 4 / 1e6:8.1f} MB with tiles of 256 x
 # ## 4. What tiling saves, and when: inference and training
 #
 # That saving holds when nothing needs the tiles afterwards: at inference. In training, autograd keeps
-# what each operation needs for the backward pass, and a loop over tiles made of ordinary PyTorch
-# operations is many small operations: every tile's scores, exponentials and rescaled sums are kept.
-# Count the bytes autograd keeps (`saved_tensors_hooks` sees every tensor saved for backward), for
-# T = S = 1024, 4 heads of 64, in float32:
+# what each operation needs for the backward pass, and a loop over tiles is many small operations: every
+# tile's scores, exponentials and rescaled sums are kept. Count the bytes autograd keeps
+# (`saved_tensors_hooks` sees each saved tensor), for T = S = 1024, 4 heads of 64, in float32:
 
 # %%
 def saved_megabytes(attention, q, k, v, **kwargs):
@@ -287,9 +287,9 @@ print(f"q, k, v and the output together: {4 * 4 * 1024 * 64 * 4 / 1e6:.1f} MB")
 # running sums are kept at every step. With a causal mask the skipped tiles are not kept, and the plain
 # version keeps its mask and masked scores too, so tiled comes out a little ahead. Either way the saving
 # of section 3, O(tile) instead of O(T × S), is a saving **for inference**. To train in memory linear in
-# T, the backward pass must not use the forward's tiles at all: it keeps only q, k, v, the output and one
-# number per query, and recomputes each tile's weights when it needs them. That is what FlashAttention
-# does, and it needs the backward pass of attention written out by hand: section 5.
+# T, the backward pass must keep only q, k, v, the output and one number per query, and recompute each
+# tile's weights when it needs them. That is what FlashAttention does; it needs attention's backward pass
+# written out by hand.
 
 # %% [markdown]
 # ## 5. The backward pass of attention, by hand
@@ -404,16 +404,14 @@ for T_f in (1024, 8192):
 # %% [markdown]
 # On the log-log axes flash and PyTorch's fused kernel climb with slope 1, linear in T; plain and tiled
 # attention with slope 2. Flash keeps exactly what the fused kernel keeps and takes about one and a half
-# times its time on this CPU: it recomputes the scores, in Python-driven tiles, where PyTorch runs compiled
-# code.
+# times its time on this CPU: it recomputes the scores in Python-driven tiles.
 #
 # What a CPU run can and cannot say about a GPU. It shows the memory that training keeps, which is the
 # same arithmetic on any device. It cannot show why FlashAttention is *faster* on a GPU: there the tiles
 # sit in the streaming multiprocessors' small on-chip memory (shared memory and registers), and what is
 # saved is traffic to the large, slow HBM, which limits plain attention there. A CPU has no such split to
-# exploit from PyTorch, and its caches are managed by the hardware, so our tiles are ordinary tensors in
-# main memory. The time ratios here measure Python overhead and recomputation, not the IO-awareness that
-# makes the fused GPU kernel fast.
+# exploit from PyTorch, and its caches are managed by the hardware: our tiles are ordinary tensors in main
+# memory. The time ratios here measure Python overhead and recomputation, not IO-awareness.
 
 # %% [markdown]
 # ## 7. Cost curves: time and memory against sequence length
@@ -465,17 +463,14 @@ for method in methods:
 # sliding window's blocks do not grow at all (what grows is its output), Linformer holds `(T, R)` and
 # AFT-simple `(T, C)`.
 #
-# **Time.** The load averages printed above were read just before the run: the 1-minute average was about
-# 0.5, so nothing else was running then, while the 5- and 15-minute averages (about 2 and 3.4) still
-# remember earlier work; the benchmark's own two threads bring the 1-minute average to about 2. The tiled loop is *slower* than the fused kernel at every length, about 4 to 6
-# times from 256 tokens up. That is expected, and not the point: it does the arithmetic one small tile at
-# a time from Python, with no fusion. The point is its memory curve, and the algorithm, which is what the
-# fused kernels run in compiled code (FlashAttention on a GPU, PyTorch's flash kernel for the CPU here).
-# From 512 tokens up it is still faster than naive attention, which computes the whole `(T, T)` matrix,
-# masked half included, and writes and reads it several times, where the tiled loop skips the future
-# tiles. Top-k saves memory, not time: it is slower than naive, because it computes the scores twice and
-# sorts them. Linformer and AFT-simple are the cheapest, at the price of being different models, and not
-# causal.
+# **Time.** The load averages above were read just before the run: the 1-minute average was about 0.5, so
+# nothing else was running, while the 5- and 15-minute ones (about 2 and 3.4) still remember earlier work;
+# the benchmark's two threads bring the 1-minute average to about 2. The tiled loop is *slower* than the
+# fused kernel, about 4 to 6 times from 256 tokens up: it does the arithmetic one small tile at a time from
+# Python, where the fused kernels run the same algorithm compiled. From 512 tokens up it is still faster
+# than naive attention, which computes the whole `(T, T)` matrix, masked half included, where the tiled
+# loop skips the future tiles. Top-k saves memory, not time: it computes the scores twice and sorts them.
+# Linformer and AFT-simple are the cheapest, at the price of being different models, and not causal.
 #
 # A small version runs live, tiled attention included (its timings depend on your machine, so nbval
 # ignores them):

@@ -483,7 +483,8 @@ def test_08_on_this_cpu_the_tiled_loop_is_slower_than_the_fused_kernel(saved):
 
 
 def test_08_topk_saves_memory_not_time_and_the_window_blocks_do_not_grow(saved):
-    """'Top-k saves memory, not time: it is slower than naive'; 'the sliding window's blocks do not grow at all'"""
+    """'Top-k saves memory, not time: it computes the scores twice and sorts them'; 'the sliding window's blocks
+    do not grow at all'"""
     _, by = saved
     for T in (128, 256, 512, 1024, 2048, 4096, 8192):
         assert by[("topk", T)]["time_ms"] > by[("naive", T)]["time_ms"], T
