@@ -4,8 +4,9 @@
 # Run this notebook first (menu **Run → Run All Cells**). It tells you what your machine has and
 # what to do if something is missing. It takes a few seconds.
 #
-# Each line below says **OK** or **FAIL**; every FAIL comes with the command that fixes it. The same
-# table is printed by `python3 course.py env` in a terminal.
+# Each line below says **OK**, **LATER** (needed only by a later notebook, which says so) or **FAIL**; every
+# FAIL comes with the command that fixes it. The same table is printed by `python3 course.py env` in a
+# terminal.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -84,11 +85,11 @@ _ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSl
 # | [04 Multi-head attention](04_multihead_einsum.ipynb) | heads as a loop, a batch and an einsum | 45 min |
 # | [05 Parity with PyTorch](05_parity_with_pytorch.ipynb) | the same numbers as `nn.MultiheadAttention`; cross-attention | 40 min |
 # | [06 Positional encodings](06_positional_encodings.ipynb) | learned, sinusoidal, RoPE, ALiBi; what works at longer lengths | 60 min |
-# | [07 Attention variants](07_attention_variants.ipynb) | grouped-query heads, local windows, Linformer, AFT, top-k | 45 min |
-# | [08 Fast attention](08_fast_attention.ipynb) | online softmax and tiled attention; what tiling saves in training and at inference | 30 min |
+# | [07 Attention variants](07_attention_variants.ipynb) | grouped-query heads, local windows, Linformer, AFT, top-k; linear attention as a recurrence | 45 min |
+# | [08 Fast attention](08_fast_attention.ipynb) | online softmax and tiled attention; attention's backward pass and FlashAttention's recompute | 30 min |
 # | [09 Decoding](09_decoding.ipynb) | KV cache, sampling, beam search | 30 min |
 # | [10 A tiny GPT](10_tiny_gpt.ipynb) | train one, resume it, sample from it | 45 min + training |
-# | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, sinks and norms; pre-norm vs post-norm | 45 min |
+# | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, sinks and norms, induction heads; pre-norm vs post-norm | 45 min |
 #
 # No install at all? Each notebook also opens on a hosted service such as Google Colab, from the link in
 # its first cell; its first code cell then installs the course there (and does nothing on your machine).
