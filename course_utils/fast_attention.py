@@ -9,11 +9,11 @@ boolean, True = may attend.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import NamedTuple
 
 import torch
-from torch.autograd.function import once_differentiable
 
 from course_utils._validate import (
     check_bool,
@@ -309,10 +309,13 @@ def flash_attention(
     the caller's mask, not a copy). The backward pass goes tile by tile again, recomputes each tile's weights
     from q, k and the logsumexp, and accumulates dq, dk, dv with the formulas of :func:`attention_backward`;
     tiles past the causal diagonal are skipped in both passes. So training holds O(T + S) numbers besides a
-    few tiles, where autograd through :func:`tiled_attention` keeps every tile. Differentiable once (no
-    double backward). The contract, arguments and errors of :func:`tiled_attention`: ``mask`` True = may
-    attend; ``is_causal`` bottom-right (needs T <= S); a query that sees no key gets output 0 and gradient 0.
-    The default tiles, 256 x 256, were the fastest measured on a CPU (benchmarks/FLASH.md).
+    few tiles, where autograd through :func:`tiled_attention` keeps every tile. float16 and bfloat16 inputs
+    are computed in float32 (the logsumexp kept in float32, as FlashAttention's accumulators), whatever
+    autocast says, and the output and gradients come back in the inputs' dtype. Differentiable once: a
+    backward pass with ``create_graph=True`` raises RuntimeError. The contract, arguments and errors of
+    :func:`tiled_attention`: ``mask`` True = may attend; ``is_causal`` bottom-right (needs T <= S); a query
+    that sees no key gets output 0 and gradient 0. The default tiles, 256 x 256, were the fastest measured on
+    a CPU (benchmarks/FLASH.md).
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
@@ -325,20 +328,41 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, q, k, v, mask, is_causal, scale, q_tile, kv_tile):
-        out, lse = _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile)  # autograd is off in here
+        with _no_autocast(q.device):  # autograd is off in here
+            out, lse = _tiled_forward(*_widened(q, k, v), mask, is_causal, scale, q_tile, kv_tile)
+        out = out.to(q.dtype)  # (..., T, Dv); lse (..., T, 1) stays float32 (or float64)
         ctx.save_for_backward(q, k, v, out, lse, mask)  # nothing (T, S)-sized; the mask is the caller's own
         ctx.settings = (is_causal, scale, q_tile, kv_tile)
         return out
 
     @staticmethod
-    @once_differentiable
     def backward(ctx, dout):
+        if torch.is_grad_enabled():  # create_graph=True: a second derivative was asked for
+            raise RuntimeError(
+                "flash_attention is differentiable once: its backward pass is not itself differentiable, got a "
+                "backward pass with create_graph=True; use course_utils.attention.scaled_dot_product_attention "
+                "for second derivatives"
+            )
         q, k, v, out, lse, mask = ctx.saved_tensors
-        dq, dk, dv = _tiled_backward(q, k, v, out, lse, dout, mask, *ctx.settings)
+        with _no_autocast(q.device):
+            grads = _tiled_backward(*_widened(q, k, v, out, dout), lse, mask, *ctx.settings)
+        dq, dk, dv = (g.to(q.dtype) for g in grads)
         return dq, dk, dv, None, None, None, None, None  # no gradient for the mask and the settings
 
 
-def _tiled_backward(q, k, v, out, lse, dout, mask, is_causal, scale, q_tile, kv_tile):
+def _widened(*tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """float16 and bfloat16 tensors in float32, others as they are: sums over many tiles need float32."""
+    return tuple(t.float() if t.dtype in (torch.float16, torch.bfloat16) else t for t in tensors)
+
+
+def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast off (where the device has it), so that the kernel's products keep the dtype it chose."""
+    if torch.amp.is_autocast_available(device.type):
+        return torch.autocast(device.type, enabled=False)
+    return contextlib.nullcontext()
+
+
+def _tiled_backward(q, k, v, out, dout, lse, mask, is_causal, scale, q_tile, kv_tile):
     """dq, dk, dv (the shapes of q, k, v) one tile at a time, each tile's weights recomputed from the logsumexp."""
     T, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
     batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
