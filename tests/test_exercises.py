@@ -1046,11 +1046,56 @@ def test_09_3_fixed_cases_hold_every_edge_of_the_statement():
     assert flat.tolist() not in (sorted(flat.tolist()), sorted(flat.tolist(), reverse=True))
 
 
+# Issue #21: wrong only at an edge of the statement (Dv == 1, L == S, T != S), and a catalogued mistake spelled
+# with einsum (named from the square first case, where it gives the catalogued spelling's values).
+
+
+def _lookup_squeeze(query, keys, values):
+    w = torch.softmax(keys @ query, dim=-1)
+    return (w[None] @ values).squeeze()  # (1, Dv) -> (Dv,), but (1, 1) -> () when Dv == 1
+
+
+def _padding_negative_slice(lengths, S):
+    m = torch.ones(len(lengths), S, dtype=torch.bool)
+    for b, L in enumerate(lengths.tolist()):
+        m[b, -(S - L) :] = False  # -(S - L) is 0 when L == S: the whole row, not none of it
+    return m
+
+
+def _mha_masks_view_square(attn_mask, key_padding_mask):
+    T = attn_mask.shape[0]
+    return (~attn_mask).view(1, 1, T, T) & ~key_padding_mask[:, None, None, :]  # assumes S == T
+
+
+def _qkv_einsum_untransposed(x, w_q, w_k, w_v):
+    q, k, v = (torch.einsum("tc,cd->td", x, w) for w in (w_q, w_k, w_v))  # (T, C) @ (C, D): w read as (in, out)
+    return torch.einsum("ts,sd->td", torch.einsum("td,sd->ts", q, k).softmax(dim=-1), v)
+
+
+def _head_einsum_untransposed(x, w_q, w_k, w_v):
+    q, k, v = (torch.einsum("btc,cd->btd", x, w) for w in (w_q, w_k, w_v))  # w read as (in, out)
+    scores = torch.einsum("bid,bjd->bij", q, k) / math.sqrt(q.shape[-1])
+    return torch.einsum("bij,bjd->bid", scores.softmax(dim=-1), v)
+
+
+EDGE_ONLY_WRONG = [
+    ("01.1", _lookup_squeeze, "values float32 (5, 1)"),
+    ("03.3", _padding_negative_slice, "lengths int64 (4,), S=5"),
+    ("03.4", _mha_masks_view_square, "attn_mask bool (2, 5)"),
+]
+
+
+@pytest.mark.parametrize("key,fn,case", EDGE_ONLY_WRONG, ids=[f.__name__ for _, f, _ in EDGE_ONLY_WRONG])
+def test_answers_wrong_only_at_an_edge_fail_on_a_fixed_case_that_holds_it(key, fn, case):
+    res = run_check(_fixed_only(EXERCISES[key]), fn)
+    assert res.status == FAILED and "fixed case" in res.message and case in res.message, res.message
+
+
 WRONG = {
-    "01.1": [_lookup_exp_minus_min],
+    "01.1": [_lookup_exp_minus_min, _lookup_squeeze],
     "01.2": [_many_exp_minus_mean],
     "01.3": [_self_plain_exp],
-    "01.4": [_qkv_square_only],
+    "01.4": [_qkv_square_only, _qkv_einsum_untransposed],
     "02.1": [_min_softmax, _mean_softmax],
     "03.1": [_mask_as_float, _causal_table_small],
     "03.2": [
@@ -1062,7 +1107,8 @@ WRONG = {
     ],
     "06.1": [_sinusoid_table_up_to_32],
     "07.1": [_window_up_to_12],
-    "03.3": [_padding_int],
+    "03.3": [_padding_int, _padding_negative_slice],
+    "03.4": [_mha_masks_view_square],
     "05.5": [_cross_mha_uninverted, _cross_sdpa_causal],
     "04.4": [_mha_is_causal_when_masked],
     "06.2": [_rope_writes_back],
@@ -1079,7 +1125,7 @@ WRONG = {
         *(fn for fn, _ in _BW_NAMED),
     ],
     "08.3": [_tw_scale_on_lse_too, _tw_sigmoid, *(fn for fn, _ in _TW_NAMED)],
-    "02.3": [_head_over_d],
+    "02.3": [_head_over_d, _head_einsum_untransposed],
     "09.1": [_nucleus_divides_in_place, _nucleus_top_forced, _nucleus_no_temperature, _nucleus_times_temperature],
     "09.2": [_append_returns_cat, _append_length_from_nonzero],
     "09.3": [
@@ -1118,6 +1164,8 @@ def test_independently_written_wrong_answers_fail(key, fn):
         ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
         ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
         ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
+        ("01.4", _qkv_einsum_untransposed, "weight used untransposed"),
+        ("02.3", _head_einsum_untransposed, "weight used untransposed"),
         ("09.1", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
         ("09.1", _nucleus_no_temperature, "temperature ignored"),
         ("09.1", _nucleus_times_temperature, "logits multiplied by the temperature"),

@@ -10,6 +10,7 @@ The mutation score per exercise is printed at the end of the test run (``tests/c
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -66,6 +67,68 @@ EQUIVALENT: dict[tuple[str, str], str] = {
     ): "at step == max_steps the cosine branch gives p = 1 and min_lr + 0.5 * (1 + cos(pi)) * (...) = min_lr "
     "exactly (math.cos(math.pi) is exactly -1.0), which is what the step >= max_steps branch returns",
 }
+
+
+# Mutants wrong only at an edge of the statement (issue #21), written by hand: each must fail on the fixed cases
+# alone, because some fixed case holds that edge. Key: exercise -> (the line of the reference, its mutant, the edge
+# of Exercise.edges that catches it).
+EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
+    "01.1": [("return weights @ values", "return (weights[None] @ values).squeeze()", "Dv == 1")],
+    "01.2": [("return weights @ v", "return (weights @ v).squeeze(-1)", "Dv == 1")],
+    "02.2": [("return weights @ v, weights", "return (weights @ v).squeeze(-1), weights", "Dv == 1")],
+    "02.4": [
+        (
+            "return -torch.special.xlogy(weights, weights).sum(dim=-1)",
+            "return -torch.special.xlogy(weights, weights).sum(dim=-1).squeeze()",
+            "T == 1",
+        )
+    ],
+    "03.3": [
+        (
+            "return torch.arange(S)[None, :] < lengths[:, None]",
+            "m = torch.ones(len(lengths), S, dtype=torch.bool)\n"
+            "    for b, L in enumerate(lengths.tolist()):\n"
+            "        m[b, -(S - L):] = False\n"
+            "    return m",
+            "a sequence of full length (L == S)",
+        )
+    ],
+    "03.4": [
+        (
+            "allowed = ~attn_mask",
+            "allowed = ~attn_mask.view(1, 1, attn_mask.shape[0], attn_mask.shape[0])",
+            "T != S",
+        )
+    ],
+    "04.1": [
+        (
+            "return x.view(B, T, num_heads, C // num_heads).transpose(1, 2)",
+            "return x.view(B, T, num_heads, C // num_heads).transpose(1, 2).squeeze()",
+            "H == 1",
+        )
+    ],
+    "04.3": [
+        (
+            'return torch.einsum("bhid,bhjd->bhij", q, k)',
+            'return torch.einsum("bhid,bhjd->bhij", q, k).squeeze(1)',
+            "H == 1",
+        )
+    ],
+}
+
+
+@pytest.mark.parametrize(
+    "key,line,mutant,edge",
+    [(key, *m) for key, ms in EDGE_MUTANTS.items() for m in ms],
+    ids=[f"{key}-{m[2]}" for key, ms in EDGE_MUTANTS.items() for m in ms],
+)
+def test_edge_mutants_fail_on_the_fixed_cases_alone(key, line, mutant, edge):
+    sol, ex = SOLUTIONS[key], EXERCISES[key]
+    assert sol.source.count(line) == 1, f"{key}: the reference no longer has the line {line!r}"
+    assert edge in ex.edges, f"{key}: {edge!r} is not an edge of its statement ({sorted(ex.edges)})"
+    fn = compile_function(sol, sol.source.replace(line, mutant))
+    res = run_check(dataclasses.replace(ex, draw=None), fn)
+    assert res.status != PASSED, f"{key}: the mutant {mutant!r} passes the fixed cases"
 
 
 def _returns_tensors(key: str) -> bool:

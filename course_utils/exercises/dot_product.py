@@ -74,6 +74,8 @@ def _lookup_cases() -> list[tuple[tuple, dict]]:
             ),
             {},
         ),
+        ((_randn(g, 3), _randn(g, 5, 3), _randn(g, 5, 1)), {}),  # Dv == 1: a (1,) vector, not a number
+        ((_randn(g, 1), _randn(g, 1, 1), _randn(g, 1, 3)), {}),  # one key (S == 1), D == 1
     ]
 
 
@@ -133,6 +135,8 @@ def _many_cases() -> list[tuple[tuple, dict]]:
             {},
         ),
         ((_randn(g, 3, 4), _randn(g, 6, 4), _randn(g, 6, 2)), {}),  # S != D: q @ k cannot even run
+        ((_randn(g, 1, 2), _randn(g, 4, 2), _randn(g, 4, 1)), {}),  # one query (T == 1), Dv == 1
+        ((_randn(g, 3, 2), _randn(g, 1, 2), _randn(g, 1, 3)), {}),  # one key (S == 1)
     ]
 
 
@@ -183,7 +187,14 @@ def _self_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(103)
     # the last: a token 15 long, whose score with itself is about 225 in a row spanning hundreds
     loud = torch.cat([_randn(g, 3, 2), torch.tensor([[15.0, 1.0]])])
-    return [((_randn(g, 4, 3),), {}), ((_randn(g, 6, 2),), {}), ((_randn(g, 3, 5),), {}), ((loud,), {})]
+    return [
+        ((_randn(g, 4, 3),), {}),
+        ((_randn(g, 6, 2),), {}),
+        ((_randn(g, 3, 5),), {}),
+        ((loud,), {}),
+        ((_randn(g, 1, 3),), {}),  # one token (T == 1)
+        ((_randn(g, 5, 1),), {}),  # one channel (C == 1)
+    ]
 
 
 def _self_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -219,11 +230,12 @@ def _qkv_queries_keys_swapped(x, w_q, w_k, w_v):
 
 
 def _qkv_cases() -> list[tuple[tuple, dict]]:
-    # Square weights (D == C) first, so that a forgotten .T gives numbers to compare; then D != C, where it
-    # cannot run at all (and is named by its shape error).
+    # Square weights (D == C) first, so that a forgotten .T gives numbers to compare (x @ w and its einsum
+    # spelling give the same ones, and the first failing case names the mistake); then D > C and D < C, where it
+    # cannot run at all; then one token (T == 1) and a head of size 1 (D == 1).
     g = torch.Generator().manual_seed(104)
     cases = []
-    for T, C, D in ((4, 3, 3), (5, 2, 2), (3, 4, 4), (4, 3, 5), (5, 6, 2)):
+    for T, C, D in ((4, 3, 3), (5, 2, 2), (3, 4, 4), (4, 3, 5), (5, 6, 2), (1, 4, 3), (3, 4, 1)):
         cases.append(((_randn(g, T, C), _randn(g, D, C), _randn(g, D, C), _randn(g, D, C)), {}))
     return cases
 
@@ -244,6 +256,15 @@ EXERCISES = (
         solution=_lookup_solution,
         cases=_lookup_cases,
         draw=_lookup_draw,
+        edges={
+            "values (S,): a number": lambda query, keys, values: values.dim() == 1,
+            "values (S, Dv)": lambda query, keys, values: values.dim() == 2,
+            "Dv == 1": lambda query, keys, values: values.dim() == 2 and values.shape[1] == 1,
+            "D != Dv": lambda query, keys, values: values.dim() == 2 and values.shape[1] != query.shape[0],
+            "S == 1": lambda query, keys, values: keys.shape[0] == 1,
+            "D == 1": lambda query, keys, values: query.shape[0] == 1,
+            "a score past exp's float32 overflow": lambda query, keys, values: bool((keys @ query).amax() > 89),
+        },
         mistakes=(
             Mistake(
                 "raw scores, no softmax",
@@ -289,6 +310,16 @@ EXERCISES = (
         solution=_many_solution,
         cases=_many_cases,
         draw=_many_draw,
+        edges={
+            "T != S": lambda q, k, v: q.shape[0] != k.shape[0],
+            "T == 1": lambda q, k, v: q.shape[0] == 1,
+            "S == 1": lambda q, k, v: k.shape[0] == 1,
+            "Dv == 1": lambda q, k, v: v.shape[1] == 1,
+            "D != Dv": lambda q, k, v: q.shape[1] != v.shape[1],
+            "S == D (q @ k runs)": lambda q, k, v: k.shape[0] == k.shape[1],
+            "S != D": lambda q, k, v: k.shape[0] != k.shape[1],
+            "a score past exp's float32 overflow": lambda q, k, v: bool((q @ k.T).amax() > 89),
+        },
         mistakes=(
             Mistake(
                 "softmax over the wrong axis",
@@ -335,6 +366,12 @@ EXERCISES = (
         solution=_self_solution,
         cases=_self_cases,
         draw=_self_draw,
+        edges={
+            "T != C": lambda x: x.shape[0] != x.shape[1],
+            "T == 1": lambda x: x.shape[0] == 1,
+            "C == 1": lambda x: x.shape[1] == 1,
+            "a score past exp's float32 overflow": lambda x: bool((x @ x.T).amax() > 89),
+        },
         mistakes=(
             Mistake(
                 "raw scores, no softmax",
@@ -382,6 +419,14 @@ EXERCISES = (
         solution=_qkv_solution,
         cases=_qkv_cases,
         draw=_qkv_draw,
+        edges={
+            "D == C (square weights)": lambda x, w_q, w_k, w_v: w_q.shape[0] == x.shape[1],
+            "D > C": lambda x, w_q, w_k, w_v: w_q.shape[0] > x.shape[1],
+            "D < C": lambda x, w_q, w_k, w_v: w_q.shape[0] < x.shape[1],
+            "T == 1": lambda x, w_q, w_k, w_v: x.shape[0] == 1,
+            "D == 1": lambda x, w_q, w_k, w_v: w_q.shape[0] == 1,
+            "T != D": lambda x, w_q, w_k, w_v: x.shape[0] != w_q.shape[0],
+        },
         mistakes=(
             Mistake(
                 "weight used untransposed",

@@ -7,6 +7,8 @@ applied after the softmax, a 0 where a -inf belongs.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from course_utils.checking import Exercise, Mistake
@@ -23,7 +25,7 @@ def _causal_solution(T: int, S: int) -> torch.Tensor:
 
 
 def _causal_cases() -> list[tuple[tuple, dict]]:
-    return [((4, 4), {}), ((3, 6), {}), ((2, 5), {}), ((1, 4), {})]
+    return [((4, 4), {}), ((3, 6), {}), ((2, 5), {}), ((1, 4), {}), ((1, 1), {})]
 
 
 def _int(g: torch.Generator, low: int, high: int) -> int:
@@ -82,6 +84,13 @@ def _weights_cases() -> list[tuple[tuple, dict]]:
         # -1e4) gives the right weights; a softmax renormalised after masking, an exp shifted by the allowed
         # maximum or a fill of -30 gives NaN or weight on blocked keys
         ((torch.where(scattered, -100.0, 100.0) + torch.randn(3, 5, generator=g), scattered), {}),
+        # (B, H, T, S) scores of one query (T == 1) each, a padding mask of lengths 4 and 1 for each head: the
+        # second sequence's query keeps a single key
+        (
+            (2.0 * torch.randn(2, 2, 1, 4, generator=g), padding_mask([4, 1], 4)[:, None, None, :].expand(2, 2, 1, 4)),
+            {},
+        ),
+        ((2.0 * torch.randn(3, 1, generator=g), torch.ones(3, 1, dtype=torch.bool)), {}),  # one key (S == 1)
     ]
 
 
@@ -139,6 +148,8 @@ def _padding_cases() -> list[tuple[tuple, dict]]:
         ((torch.tensor([3, 5, 1]), 6), {}),
         ((torch.tensor([2]), 4), {}),
         ((torch.tensor([4, 0, 2, 3]), 7), {}),
+        ((torch.tensor([5, 0, 2, 5]), 5), {}),  # full length (L == S) next to an empty sequence
+        ((torch.tensor([1, 0], dtype=torch.int32), 1), {}),  # int32 lengths, S == 1
     ]
 
 
@@ -187,17 +198,23 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
         ((block_future(4), block_padding([4, 2], 4)), {}),
         ((block_future(5), block_padding([3, 5, 1], 5)), {}),
         ((torch.rand(3, 3, generator=g) < 0.3, block_padding([2, 3], 3)), {}),
+        # T != S after the T == S cases (where every catalogued mistake runs and is named by its values): one
+        # query blocked from every key, a sequence all padding, one with none
+        ((torch.tensor([[False, True, False, True, False], [True] * 5]), block_padding([5, 0, 3], 5)), {}),
+        ((torch.tensor([[True, False, False]]), block_padding([2], 3)), {}),  # one query (T == 1), B == 1
+        ((torch.tensor([[False], [True], [False], [False]]), block_padding([1, 0], 1)), {}),  # one key (S == 1)
     ]
 
 
 def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    # T == S (self-attention), as nn.MultiheadAttention's two masks usually come
+    # T == S (self-attention), as nn.MultiheadAttention's two masks usually come, or T < S (a cache)
     cases = []
     for _ in range(4):
         B, T = _int(g, 1, 6), _int(g, 2, 41)
-        attn = ~causal_mask(T) if _int(g, 0, 2) else torch.rand(T, T, generator=g) < 0.3
-        lengths = torch.randint(1, T + 1, (B,), generator=g)
-        cases.append(((attn, ~padding_mask(lengths, T)), {}))
+        S = T if _int(g, 0, 2) else T + _int(g, 1, 17)
+        attn = ~causal_mask(T, S) if _int(g, 0, 2) else torch.rand(T, S, generator=g) < 0.3
+        lengths = torch.randint(0, S + 1, (B,), generator=g)
+        cases.append(((attn, ~padding_mask(lengths, S)), {}))
     return cases
 
 
@@ -225,6 +242,12 @@ EXERCISES = (
         solution=_causal_solution,
         cases=_causal_cases,
         draw=_causal_draw,
+        edges={
+            "T == S": lambda T, S: T == S,
+            "T < S (a cache)": lambda T, S: T < S,
+            "T == 1": lambda T, S: T == 1,
+            "S == 1": lambda T, S: S == 1,
+        },
         mistakes=(
             Mistake(
                 "triu instead of tril",
@@ -263,6 +286,26 @@ EXERCISES = (
         solution=_weights_solution,
         cases=_weights_cases,
         draw=_weights_draw,
+        edges={
+            "no leading axes": lambda scores, mask: scores.dim() == 2,
+            "one leading axis": lambda scores, mask: scores.dim() == 3,
+            "two leading axes": lambda scores, mask: scores.dim() == 4,
+            "a mask of the scores' own shape": lambda scores, mask: mask.shape == scores.shape,
+            "a mask that broadcasts (fewer axes, or axes of size 1)": lambda scores, mask: mask.shape != scores.shape,
+            "T != S": lambda scores, mask: scores.shape[-2] != scores.shape[-1],
+            "T == 1": lambda scores, mask: scores.shape[-2] == 1,
+            "S == 1": lambda scores, mask: scores.shape[-1] == 1,
+            "a mask neither causal nor padding (an allowed key after a blocked one)": lambda scores, mask: bool(
+                (~mask[..., :-1] & mask[..., 1:]).any()
+            ),
+            "a query that keeps a single key": lambda scores, mask: bool((mask.expand_as(scores).sum(-1) == 1).any()),
+            "rows spanning hundreds": lambda scores, mask: bool((scores.amax(-1) - scores.amin(-1) > 100).any()),
+            "blocked scores far above the allowed ones": lambda scores, mask: bool(
+                (
+                    scores.masked_fill(mask, -math.inf).amax(-1) > scores.masked_fill(~mask, math.inf).amin(-1) + 100
+                ).any()
+            ),
+        },
         mistakes=(
             Mistake(
                 "mask applied after the softmax",
@@ -307,6 +350,14 @@ EXERCISES = (
         solution=_padding_solution,
         cases=_padding_cases,
         draw=_padding_draw,
+        edges={
+            "an empty sequence (length 0)": lambda lengths, S: bool((lengths == 0).any()),
+            "a sequence of full length (L == S)": lambda lengths, S: bool((lengths == S).any()),
+            "B == 1": lambda lengths, S: len(lengths) == 1,
+            "S == 1": lambda lengths, S: S == 1,
+            "int32 lengths": lambda lengths, S: lengths.dtype == torch.int32,
+            "int64 lengths": lambda lengths, S: lengths.dtype == torch.int64,
+        },
         mistakes=(
             Mistake(
                 "<= instead of < (one padding token let through)",
@@ -343,6 +394,19 @@ EXERCISES = (
         solution=_mha_solution,
         cases=_mha_cases,
         draw=_mha_draw,
+        edges={
+            "T == S": lambda attn_mask, key_padding_mask: attn_mask.shape[0] == attn_mask.shape[1],
+            "T != S": lambda attn_mask, key_padding_mask: attn_mask.shape[0] != attn_mask.shape[1],
+            "T == 1": lambda attn_mask, key_padding_mask: attn_mask.shape[0] == 1,
+            "S == 1": lambda attn_mask, key_padding_mask: attn_mask.shape[1] == 1,
+            "B == 1": lambda attn_mask, key_padding_mask: key_padding_mask.shape[0] == 1,
+            "attn_mask not causal (a blocked key before an allowed one)": lambda attn_mask, key_padding_mask: bool(
+                (attn_mask[:, :-1] & ~attn_mask[:, 1:]).any()
+            ),
+            "a query blocked from every key": lambda attn_mask, key_padding_mask: bool(attn_mask.all(-1).any()),
+            "a sequence all padding": lambda attn_mask, key_padding_mask: bool(key_padding_mask.all(-1).any()),
+            "a sequence with no padding": lambda attn_mask, key_padding_mask: bool((~key_padding_mask).all(-1).any()),
+        },
         mistakes=(
             Mistake(
                 "mask polarity not inverted",

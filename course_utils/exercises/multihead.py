@@ -40,7 +40,14 @@ HEADS = (1, 2, 3, 5, 6, 7, 24)  # head counts, not only powers of two, and more 
 def _split_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(401)
     # T != H everywhere, and D != H in two cases, so each wrong layout gives different numbers
-    return [((_randn(g, 2, 5, 12), 3), {}), ((_randn(g, 1, 4, 8), 2), {}), ((_randn(g, 3, 3, 12), 4), {})]
+    # then one head (H == 1), and one token cut into heads of one channel each (T == 1, D == 1)
+    return [
+        ((_randn(g, 2, 5, 12), 3), {}),
+        ((_randn(g, 1, 4, 8), 2), {}),
+        ((_randn(g, 3, 3, 12), 4), {}),
+        ((_randn(g, 2, 3, 5), 1), {}),
+        ((_randn(g, 2, 1, 6), 6), {}),
+    ]
 
 
 def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -78,7 +85,14 @@ def _split_interleaved(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
 def _merge_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(402)
-    return [((_randn(g, 2, 3, 5, 4),), {}), ((_randn(g, 1, 2, 4, 3),), {}), ((_randn(g, 2, 4, 3, 2),), {})]
+    return [
+        ((_randn(g, 2, 3, 5, 4),), {}),
+        ((_randn(g, 1, 2, 4, 3),), {}),
+        ((_randn(g, 2, 4, 3, 2),), {}),
+        ((_randn(g, 2, 1, 3, 4),), {}),  # one head (H == 1)
+        ((_randn(g, 1, 5, 2, 1),), {}),  # heads of one channel (D == 1)
+        ((_randn(g, 2, 3, 1, 2),), {}),  # one token (T == 1)
+    ]
 
 
 def _merge_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -118,7 +132,13 @@ def _scores_solution(q: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
 
 def _scores_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(403)
-    shapes = [((2, 3, 4, 5), (2, 3, 6, 5)), ((1, 2, 5, 4), (1, 2, 5, 4)), ((2, 4, 3, 2), (2, 4, 3, 2))]
+    shapes = [
+        ((2, 3, 4, 5), (2, 3, 6, 5)),
+        ((1, 2, 5, 4), (1, 2, 5, 4)),
+        ((2, 4, 3, 2), (2, 4, 3, 2)),
+        ((1, 1, 1, 3), (1, 1, 4, 3)),  # one head, one query (H == 1, T == 1)
+        ((2, 3, 2, 1), (2, 3, 1, 1)),  # one key, heads of one channel (S == 1, D == 1)
+    ]
     return [((_randn(g, *qs), _randn(g, *ks)), {}) for qs, ks in shapes]
 
 
@@ -195,6 +215,31 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
     w_q, w_k, w_v = torch.tensor([[15.0, 0.0], [0.0, 0.0]]), torch.tensor([[-15.0, 30.0], [0.0, 0.0]]), _randn(g, 2, 2)
     args = (x, torch.cat([w_q, w_k, w_v]), torch.zeros(6), _randn(g, 2, 2), 0.1 * _randn(g, 2), 1)
     cases.append((args, {"mask": padding_mask([2], 3)[:, None, None, :]}))
+    # causal and padding together (B, 1, T, T); a mask of its own for each head (B, H, T, T), each query keeping
+    # its first key; heads of one channel (D == 1, H == C); one token (T == 1)
+    both = causal_mask(4) & padding_mask([4, 2], 4)[:, None, None, :]  # (2, 1, 4, 4)
+    per_head = torch.rand(2, 3, 4, 4, generator=g) < 0.5
+    per_head[..., 0] = True
+    for (B, T, C, H), mask in (((2, 4, 6, 2), both), ((2, 4, 6, 3), per_head), ((1, 3, 3, 3), causal_mask(3))):
+        args = (
+            _randn(g, B, T, C),
+            0.5 * _randn(g, 3 * C, C),
+            0.1 * _randn(g, 3 * C),
+            0.5 * _randn(g, C, C),
+            0.1 * _randn(g, C),
+            H,
+        )
+        cases.append((args, {"mask": mask}))
+    C = 4
+    args = (
+        _randn(g, 2, 1, C),
+        0.5 * _randn(g, 3 * C, C),
+        0.1 * _randn(g, 3 * C),
+        0.5 * _randn(g, C, C),
+        0.1 * _randn(g, C),
+        2,
+    )
+    cases.append((args, {}))
     return cases
 
 
@@ -212,16 +257,26 @@ def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
             0.1 * _randn(g, C),
             H,
         )
-        kind = _int(g, 0, 4)
+        kind = _int(g, 0, 5)
         lengths = torch.randint(1, T + 1, (B,), generator=g)
-        mask = [
-            None,
-            causal_mask(T),
-            padding_mask(lengths, T)[:, None, None, :],
-            causal_mask(T) & padding_mask(lengths, T)[:, None, None, :],
-        ][kind]
+        if kind == 4:  # a mask of its own for each head, each query keeping its first key
+            mask = torch.rand(B, H, T, T, generator=g) < 0.5
+            mask[..., 0] = True
+        else:
+            mask = [
+                None,
+                causal_mask(T),
+                padding_mask(lengths, T)[:, None, None, :],
+                causal_mask(T) & padding_mask(lengths, T)[:, None, None, :],
+            ][kind]
         cases.append((args, {} if mask is None else {"mask": mask}))
     return cases
+
+
+def _mha_scores(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):
+    """The scaled scores (B, H, T, T) of the forward pass."""
+    q, k, _ = (split_heads(t, num_heads) for t in F.linear(x, qkv_weight, qkv_bias).chunk(3, dim=-1))
+    return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
 
 
 def _mha_steps(
@@ -265,6 +320,16 @@ EXERCISES = (
         solution=split_heads,
         cases=_split_cases,
         draw=_split_draw,
+        edges={
+            "H == 1": lambda x, num_heads: num_heads == 1,
+            "D == 1 (H == C)": lambda x, num_heads: num_heads == x.shape[-1],
+            "H not a power of two": lambda x, num_heads: num_heads & (num_heads - 1) != 0,
+            "T == 1": lambda x, num_heads: x.shape[1] == 1,
+            "B == 1": lambda x, num_heads: x.shape[0] == 1,
+            "T, H and D all different": lambda x, num_heads: (
+                len({x.shape[1], num_heads, x.shape[-1] // num_heads}) == 3
+            ),
+        },
         mistakes=(
             Mistake(
                 "a view straight to (B, H, T, D)",
@@ -302,6 +367,14 @@ EXERCISES = (
         solution=merge_heads,
         cases=_merge_cases,
         draw=_merge_draw,
+        edges={
+            "H == 1": lambda x: x.shape[1] == 1,
+            "D == 1": lambda x: x.shape[-1] == 1,
+            "H not a power of two": lambda x: x.shape[1] & (x.shape[1] - 1) != 0,
+            "T == 1": lambda x: x.shape[2] == 1,
+            "B == 1": lambda x: x.shape[0] == 1,
+            "T, H and D all different": lambda x: len(set(x.shape[1:])) == 3,
+        },
         mistakes=(
             Mistake(
                 "a reshape without the transpose",
@@ -339,6 +412,15 @@ EXERCISES = (
         solution=_scores_solution,
         cases=_scores_cases,
         draw=_scores_draw,
+        edges={
+            "T != S": lambda q, k: q.shape[-2] != k.shape[-2],
+            "T == 1": lambda q, k: q.shape[-2] == 1,
+            "S == 1": lambda q, k: k.shape[-2] == 1,
+            "H == 1": lambda q, k: q.shape[1] == 1,
+            "H not a power of two": lambda q, k: q.shape[1] & (q.shape[1] - 1) != 0,
+            "D == 1": lambda q, k: q.shape[-1] == 1,
+            "B == 1": lambda q, k: q.shape[0] == 1,
+        },
         mistakes=(
             Mistake(
                 "queries and keys swapped",
@@ -375,6 +457,27 @@ EXERCISES = (
         solution=_mha_solution,
         cases=_mha_cases,
         draw=_mha_draw,
+        edges={
+            "no mask": lambda *a, mask=None: mask is None,
+            "a causal mask (T, T)": lambda *a, mask=None: mask is not None and mask.dim() == 2,
+            "a padding mask (B, 1, 1, T)": lambda *a, mask=None: (
+                mask is not None and mask.dim() == 4 and mask.shape[1:3] == (1, 1)
+            ),
+            "causal and padding together (B, 1, T, T)": lambda *a, mask=None: (
+                mask is not None and mask.dim() == 4 and mask.shape[1] == 1 and mask.shape[2] > 1
+            ),
+            "a mask for each head (B, H, T, T)": lambda *a, mask=None: (
+                mask is not None and mask.dim() == 4 and mask.shape[1] > 1
+            ),
+            "H == 1": lambda x, *a, mask=None: a[-1] == 1,
+            "D == 1 (H == C)": lambda x, *a, mask=None: a[-1] == x.shape[-1],
+            "H not a power of two": lambda x, *a, mask=None: a[-1] & (a[-1] - 1) != 0,
+            "T == 1": lambda x, *a, mask=None: x.shape[1] == 1,
+            "B == 1": lambda x, *a, mask=None: x.shape[0] == 1,
+            "a blocked key whose score is far above the allowed ones'": lambda x, *a, mask=None: (
+                mask is not None and bool((_mha_scores(x, *a).masked_fill(mask, -math.inf).amax(-1) > 100).any())
+            ),
+        },
         atol=1e-4,
         mistakes=(
             Mistake(

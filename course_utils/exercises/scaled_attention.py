@@ -32,7 +32,54 @@ def _softmax_cases() -> list[tuple[tuple, dict]]:
     spread = torch.tensor([[0.0, 150.0, 300.0, 20.0], [-1e4, 3.0, 5.0, 4.0], [-math.inf, 1.0, 2.0, 0.5]])
     # a row 100 wide: subtracting its min overflows (exp(100)), subtracting its mean does not (exp(50))
     wide = torch.tensor([[0.0, 50.0, 100.0], [1.0, 2.0, 3.0]])
-    return [((small,), {}), ((large,), {}), ((mixed,), {}), ((batched,), {"dim": 1}), ((spread,), {}), ((wide,), {})]
+    flat = torch.tensor([3.0, -1.0, 0.5, 2.0])  # a 1-D x: one row
+    columns = torch.randn(3, 2, 4, generator=g) * 3  # dim=-3: a negative axis other than the last
+    single = torch.randn(1, 4, generator=g)  # dim=0 on an axis of size 1: each weight is 1
+    # -inf next to logits far past exp's overflow, and a row with one finite logit
+    edge = torch.tensor([[-math.inf, 300.0, 0.0, 250.0], [-math.inf, -math.inf, 95.0, -math.inf]])
+    return [
+        ((small,), {}),
+        ((large,), {}),
+        ((mixed,), {}),
+        ((batched,), {"dim": 1}),
+        ((spread,), {}),
+        ((wide,), {}),
+        ((flat,), {}),
+        ((columns,), {"dim": -3}),
+        ((single,), {"dim": 0}),
+        ((edge,), {}),
+    ]
+
+
+def _softmax_dim(x: torch.Tensor, dim: int = -1) -> int:
+    return dim % x.dim()
+
+
+def _softmax_rows(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """x with the axis `dim` last, as rows."""
+    return x.movedim(dim, -1)
+
+
+_SOFTMAX_EDGES = {
+    "1-D x": lambda x, dim=-1: x.dim() == 1,
+    "x with three axes or more": lambda x, dim=-1: x.dim() >= 3,
+    "dim not the last axis": lambda x, dim=-1: _softmax_dim(x, dim) != x.dim() - 1,
+    "dim = 0": lambda x, dim=-1: dim == 0,
+    "a negative dim other than -1": lambda x, dim=-1: dim < -1,
+    "one logit along dim": lambda x, dim=-1: x.shape[dim] == 1,
+    "-inf logits": lambda x, dim=-1: bool(x.isneginf().any()),
+    "-1e4 (a finite mask value)": lambda x, dim=-1: bool((x == -1e4).any()),
+    "a row of logits around 100": lambda x, dim=-1: bool((_softmax_rows(x, dim) > 88).all(-1).any()),
+    "a row spanning more than 88": lambda x, dim=-1: bool(
+        (_softmax_rows(x, dim).nan_to_num(neginf=math.inf).amin(-1) < _softmax_rows(x, dim).amax(-1) - 88).any()
+    ),
+    "-inf next to a logit past exp's overflow": lambda x, dim=-1: bool(
+        (_softmax_rows(x, dim).isneginf().any(-1) & (_softmax_rows(x, dim) > 88).any(-1)).any()
+    ),
+    "row maxima more than 88 apart": lambda x, dim=-1: bool(
+        (lambda m: m.amax() - m.amin() > 88)(_softmax_rows(x, dim).amax(-1))
+    ),
+}
 
 
 def _softmax_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -92,11 +139,15 @@ def _sdpa_solution(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tuple[t
 def _sdpa_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(22)
     cases = []
-    for batch, T, S, D, Dv in (((), 3, 5, 4, 2), ((2,), 4, 6, 8, 3), ((2, 2), 5, 3, 16, 4)):
+    sizes = (((), 3, 5, 4, 2), ((2,), 4, 6, 8, 3), ((2, 2), 5, 3, 16, 4), ((), 1, 4, 3, 1), ((2,), 2, 1, 2, 3))
+    for batch, T, S, D, Dv in sizes:  # then one query (T == 1) with Dv == 1, and one key (S == 1)
         q = torch.randn(*batch, T, D, generator=g)
         k = torch.randn(*batch, S, D, generator=g)
         v = torch.randn(*batch, S, Dv, generator=g)
         cases.append(((q, k, v), {}))
+    # a query aligned with the first key: a scaled score of about 283, past exp's float32 overflow
+    q, k = torch.tensor([[20.0, 0.0], [0.5, -1.0]]), torch.tensor([[20.0, 0.0], [-20.0, 0.0], [0.0, 1.0]])
+    cases.append(((q, k, torch.randn(3, 2, generator=g)), {}))
     return cases
 
 
@@ -149,7 +200,10 @@ def _head_solution(x: torch.Tensor, w_q: torch.Tensor, w_k: torch.Tensor, w_v: t
 def _head_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(23)
     cases = []
-    for B, T, C, D in ((1, 4, 8, 2), (2, 5, 12, 4), (2, 6, 32, 8)):
+    # square weights (C == D) first: weights used untransposed then give numbers (x @ w and its einsum spelling
+    # the same ones), which name the mistake; then C > D, where only the head size scales right; then C < D,
+    # one token (T == 1) and a head of size 1 (D == 1)
+    for B, T, C, D in ((2, 3, 4, 4), (1, 4, 8, 2), (2, 5, 12, 4), (2, 6, 32, 8), (1, 1, 3, 5), (2, 4, 6, 1)):
         x = torch.randn(B, T, C, generator=g)
         w_q, w_k, w_v = (torch.randn(D, C, generator=g) / math.sqrt(C) for _ in range(3))  # (D, C) each
         cases.append(((x, w_q, w_k, w_v), {}))
@@ -211,7 +265,9 @@ def _entropy_cases() -> list[tuple[tuple, dict]]:
     w1 = softmax(torch.randn(3, 4, generator=g) * 2)  # (3, 4), T != S
     w2 = torch.tensor([[1.0, 0.0, 0.0], [0.5, 0.5, 0.0], [0.2, 0.3, 0.5]])  # exact zeros
     w3 = softmax(torch.randn(2, 2, 5, 6, generator=g))  # (B, H, T, S)
-    return [((w1,), {}), ((w2,), {}), ((w3,), {})]
+    w4 = softmax(torch.randn(1, 5, generator=g))  # one query (T == 1)
+    w5 = torch.ones(2, 3, 1)  # one key (S == 1): every weight is 1, every entropy 0
+    return [((w1,), {}), ((w2,), {}), ((w3,), {}), ((w4,), {}), ((w5,), {})]
 
 
 def _entropy_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -250,6 +306,7 @@ EXERCISES = (
         solution=softmax,
         cases=_softmax_cases,
         draw=_softmax_draw,
+        edges=_SOFTMAX_EDGES,
         mistakes=(
             Mistake(
                 "no max subtraction",
@@ -305,6 +362,19 @@ EXERCISES = (
         solution=_sdpa_solution,
         cases=_sdpa_cases,
         draw=_sdpa_draw,
+        edges={
+            "no leading axes": lambda q, k, v: q.dim() == 2,
+            "one leading axis": lambda q, k, v: q.dim() == 3,
+            "two leading axes": lambda q, k, v: q.dim() == 4,
+            "T != S": lambda q, k, v: q.shape[-2] != k.shape[-2],
+            "T == 1": lambda q, k, v: q.shape[-2] == 1,
+            "S == 1": lambda q, k, v: k.shape[-2] == 1,
+            "Dv == 1": lambda q, k, v: v.shape[-1] == 1,
+            "D != Dv": lambda q, k, v: q.shape[-1] != v.shape[-1],
+            "a scaled score past exp's float32 overflow": lambda q, k, v: bool(
+                (q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])).amax() > 89
+            ),
+        },
         mistakes=(
             Mistake(
                 "missing scale",
@@ -343,6 +413,15 @@ EXERCISES = (
         solution=_head_solution,
         cases=_head_cases,
         draw=_head_draw,
+        edges={
+            "C == D (square weights)": lambda x, w_q, w_k, w_v: x.shape[-1] == w_q.shape[0],
+            "C > D": lambda x, w_q, w_k, w_v: x.shape[-1] > w_q.shape[0],
+            "C < D": lambda x, w_q, w_k, w_v: x.shape[-1] < w_q.shape[0],
+            "B == 1": lambda x, w_q, w_k, w_v: x.shape[0] == 1,
+            "B > 1": lambda x, w_q, w_k, w_v: x.shape[0] > 1,
+            "T == 1": lambda x, w_q, w_k, w_v: x.shape[1] == 1,
+            "D == 1": lambda x, w_q, w_k, w_v: w_q.shape[0] == 1,
+        },
         mistakes=(
             Mistake(
                 "scaling by embed_dim instead of head_dim",
@@ -395,6 +474,15 @@ EXERCISES = (
         solution=_entropy_solution,
         cases=_entropy_cases,
         draw=_entropy_draw,
+        edges={
+            "no leading axes": lambda weights: weights.dim() == 2,
+            "two leading axes": lambda weights: weights.dim() == 4,
+            "T != S": lambda weights: weights.shape[-2] != weights.shape[-1],
+            "T == 1": lambda weights: weights.shape[-2] == 1,
+            "S == 1": lambda weights: weights.shape[-1] == 1,
+            "weights exactly 0": lambda weights: bool((weights == 0).any()),
+            "a one-hot row": lambda weights: bool((weights == 1).any()),
+        },
         mistakes=(
             Mistake(
                 "0 * log 0 gives nan",
