@@ -309,13 +309,13 @@ def flash_attention(
     the caller's mask, not a copy). The backward pass goes tile by tile again, recomputes each tile's weights
     from q, k and the logsumexp, and accumulates dq, dk, dv with the formulas of :func:`attention_backward`;
     tiles past the causal diagonal are skipped in both passes. So training holds O(T + S) numbers besides a
-    few tiles, where autograd through :func:`tiled_attention` keeps every tile. float16 and bfloat16 inputs
-    are computed in float32 (the logsumexp kept in float32, as FlashAttention's accumulators), whatever
-    autocast says, and the output and gradients come back in the inputs' dtype. Differentiable once: a
-    backward pass with ``create_graph=True`` raises RuntimeError. The contract, arguments and errors of
-    :func:`tiled_attention`: ``mask`` True = may attend; ``is_causal`` bottom-right (needs T <= S); a query
-    that sees no key gets output 0 and gradient 0. The default tiles, 256 x 256, were the fastest measured on
-    a CPU (benchmarks/FLASH.md).
+    few tiles (and the mask, which is (T, S) booleans if the caller made it so: prefer ``is_causal``), where
+    autograd through :func:`tiled_attention` keeps every tile. float16 and bfloat16 inputs are computed in
+    float32 (the logsumexp kept in float32, as FlashAttention's accumulators), whatever autocast says, and the
+    output and gradients come back in the inputs' dtype. Differentiable once: a backward pass with
+    ``create_graph=True`` raises RuntimeError. The contract, arguments and errors of :func:`tiled_attention`:
+    ``mask`` True = may attend; ``is_causal`` bottom-right (needs T <= S); a query that sees no key gets output
+    0 and gradient 0. The default tiles, 256 x 256, were the fastest measured on a CPU (benchmarks/FLASH.md).
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
