@@ -4,9 +4,12 @@
     python3 course.py lab      install the learner set (first time only) and open the course in JupyterLab
     python3 course.py test     install the author set (first time only) and run every test: unit tests and nbval
                                on every notebook
-    python3 course.py check [NOTEBOOK or FOLDER ...] [--timeout SECONDS]
+    python3 course.py check [NOTEBOOK or FOLDER ...] [--timeout SECONDS] [--learner NAME]
                                check your exercises (default: notebooks/) and print a table; each cell may
-                               run 120 s (--timeout); the table also goes to reports/exercises.json
+                               run 120 s (--timeout); your report (your name, the course version, the time,
+                               each verdict) goes to reports/exercises-NAME.json, one file per learner
+    python3 course.py check --summary FOLDER [--out DIR]
+                               (instructors) one class table, CSV and HTML, of the reports collected in FOLDER
     python3 course.py env      print OK / FAIL for everything the course needs, with the fix for each FAIL
                                (LATER for the corpus, which only notebooks 10 and 11 need)
     python3 course.py corpus [--force]
@@ -444,7 +447,19 @@ def instructor_copy_needed(command: str, module: str) -> int | None:
     return 2
 
 
+CHECK_USAGE = """usage: python3 course.py check [NOTEBOOK or FOLDER ...] [--learner NAME] [--json PATH]
+                               [--timeout SECONDS]
+       python3 course.py check --summary FOLDER [--out DIR]
+(each flag explained: `python3 course.py check --help` again once the course is installed, e.g. by
+`python3 course.py env`)"""
+
+
 def cmd_check(extra: list[str]) -> int:
+    if "-h" in extra or "--help" in extra:  # its own help and nothing else: nothing installed, no notebook run
+        if not PY.exists():
+            print(CHECK_USAGE)
+            return 0
+        return subprocess.call([str(PY), "-m", "course_tools.grade", "--help"], cwd=ROOT)
     ensure_installed()
     return in_venv_here("-m", "course_tools.grade", *extra)
 

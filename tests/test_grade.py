@@ -1,12 +1,17 @@
 """The learner's check command, end to end: each notebook runs in a kernel, the table names each verdict, and
 whatever goes wrong (an endless loop, a syntax error, a file that is not a notebook, a folder, a notebook
-without exercises) is said plainly, promptly and without losing an earlier report."""
+without exercises) is said plainly, promptly and without losing an earlier report. The report names its
+learner and never replaces another learner's; ``--summary`` makes the class table of a folder of reports.
+
+Every run here has no terminal for standard input (the learner's name is then never asked) and none gives
+``--learner`` to a subprocess, so the course's own reports/learner.txt is never written by a test."""
 
 import json
 import os
 import subprocess
 import sys
 import time
+from datetime import datetime, timezone
 from pathlib import Path
 
 import nbformat
@@ -33,7 +38,15 @@ def check(*args, timeout=300) -> subprocess.CompletedProcess:
         capture_output=True,
         text=True,
         timeout=timeout,
+        stdin=subprocess.DEVNULL,
     )
+
+
+def rows_in(report: Path) -> list[dict]:
+    """The rows of a report, after checking that it is one."""
+    from course_tools.grade import read_report
+
+    return read_report(report)["exercises"]
 
 
 def test_grade_reports_passed_failed_and_not_attempted(tmp_path):
@@ -45,10 +58,23 @@ def test_grade_reports_passed_failed_and_not_attempted(tmp_path):
         'def mine(*a):\n    raise NotAttempted("replace this line")\ncheck("01.3", mine)',
     )
     out_json = tmp_path / "verdicts.json"
+    before = datetime.now(timezone.utc).replace(microsecond=0)
     proc = check(path, "--json", out_json)
     assert proc.returncode == 1, proc.stdout + proc.stderr  # an attempted exercise failed
-    rows = {r["key"]: r for r in json.loads(out_json.read_text())}
+    report = json.loads(out_json.read_text())
+    rows = {r["key"]: r for r in rows_in(out_json)}
+    from importlib import metadata
+
+    from course_tools.grade import learner_problem
     from course_utils.exercises import get_exercise
+
+    # the report names its learner, the course's version, the time (UTC) and what was checked
+    assert learner_problem(report["learner"]) is None and f"learner: {report['learner']} (" in proc.stdout
+    assert report["course_version"]["package"] == metadata.version("course_utils")
+    assert report["course_version"]["git"] is None or (ROOT / ".git").exists()
+    checked_at = datetime.strptime(report["checked_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
+    assert before <= checked_at <= datetime.now(timezone.utc)
+    assert report["checked"] == [str(path)]
 
     assert rows["01.1"]["status"] == "passed"
     assert rows["01.2"]["status"] == "failed"
@@ -71,7 +97,7 @@ def test_an_endless_loop_stops_at_the_time_limit_and_names_the_cell(tmp_path):
     assert "01_loop.ipynb: finished in" in proc.stdout
     assert "cell 2 (`n = 0`) ran out of time: still running after 2 s" in proc.stdout
     assert "--timeout SECONDS" in proc.stdout
-    row = {r["key"]: r for r in json.loads(out_json.read_text())}["01.1"]
+    row = {r["key"]: r for r in rows_in(out_json)}["01.1"]
     assert row["status"] == "not run" and "cell 2 (`n = 0`) ran out of time" in row["message"]
 
 
@@ -82,7 +108,7 @@ def test_a_syntax_error_is_shown_with_its_cell_and_without_colour(tmp_path):
     assert "first error: cell 3 (`def mine(x:`): SyntaxError:" in proc.stdout
     assert "(line 1 of the cell)" in proc.stdout
     assert "\x1b[" not in proc.stdout and "an earlier cell" not in proc.stdout
-    row = {r["key"]: r for r in json.loads((tmp_path / "verdicts.json").read_text())}["01.1"]
+    row = {r["key"]: r for r in rows_in(tmp_path / "verdicts.json")}["01.1"]
     assert 'its check cell raised an error: cell 4 (`check("01.1", mine)`): NameError' in row["message"]
 
 
@@ -94,7 +120,7 @@ def test_an_exception_is_the_first_error_with_its_cell(tmp_path):
     # said as it happens, before the notebook's end line
     said = proc.stdout.index("    error in cell 3 (`raise ValueError('my own bug')`): ValueError: my own bug")
     assert said < proc.stdout.index("01_boom.ipynb: finished in")
-    assert {r["key"]: r for r in json.loads((tmp_path / "verdicts.json").read_text())}["01.1"]["status"] == "passed"
+    assert {r["key"]: r for r in rows_in(tmp_path / "verdicts.json")}["01.1"]["status"] == "passed"
 
 
 def test_a_file_that_is_not_json_is_named_as_such(tmp_path):
@@ -117,7 +143,7 @@ def test_a_folder_is_expanded_to_its_notebooks_without_backups_or_checkpoints(tm
     assert "[1/2] 01_mine.ipynb: running" in proc.stdout, proc.stdout + proc.stderr
     assert "[2/2] scratch.ipynb" in proc.stdout and "skipped" in proc.stdout  # no exercises, but not named
     assert "backup" not in proc.stdout and "checkpoint" not in proc.stdout
-    rows = json.loads(out_json.read_text())
+    rows = rows_in(out_json)
     assert {r["notebook"] for r in rows} == {"01_mine.ipynb"}
     assert {r["key"]: r["status"] for r in rows}["01.1"] == "passed"
 
@@ -175,13 +201,14 @@ def test_a_report_that_cannot_be_written_is_refused_before_any_notebook_runs(tmp
     try:
         unwritable = [locked] if not os.access(locked, os.W_OK) else []  # root may write anyway
         unwritable += [Path("/proc")] if sys.platform.startswith("linux") and Path("/proc").is_dir() else []
-        for folder in unwritable:  # the default report, reports/exercises.json of a course we cannot write in
-            monkeypatch.setattr(grade, "DEFAULT_REPORT", folder / "reports" / "exercises.json")
+        for folder in unwritable:  # the default report, reports/exercises-ana.json of a course we cannot write in
+            monkeypatch.setattr(grade, "REPORTS", folder / "reports")
+            monkeypatch.setattr(grade, "LEARNER_FILE", folder / "reports" / "learner.txt")
             monkeypatch.setattr(grade, "run_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
-            assert grade.main([str(path)]) == 2
+            assert grade.main([str(path), "--learner", "ana"]) == 2
             err = capsys.readouterr().err
             assert err.startswith(
-                f"course check: the report {folder / 'reports' / 'exercises.json'} (the default "
+                f"course check: the report {folder / 'reports' / 'exercises-ana.json'} (the default "
                 f"of --json): cannot write the report there: {folder} does not take new files ("
             ), err
             assert "give --json a file in a folder you can write to" in err
@@ -210,9 +237,10 @@ def test_the_kernel_gets_the_report_variable_and_runs_in_the_notebooks_folder(tm
         text=True,
         timeout=300,
         env=env,
+        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert [(r["notebook"], r["key"], r["status"]) for r in json.loads((tmp_path / "v.json").read_text())] == [
+    assert [(r["notebook"], r["key"], r["status"]) for r in rows_in(tmp_path / "v.json")] == [
         ("renamed_copy.ipynb", "01.1", "passed")
     ]
 
@@ -235,6 +263,7 @@ def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(tmp_path):
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
         text=True,
+        stdin=subprocess.DEVNULL,
     )
     arrived = []  # (seconds since start, line), read as the lines come
     start = time.monotonic()
@@ -253,7 +282,7 @@ def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(tmp_path):
     table = lines[lines.index(next(ln for ln in lines if ln.startswith("notebook "))) :]  # then the table, as before
     assert any(ln.startswith("01_slow.ipynb") and ln.endswith(f"failed ({mistake.name})") for ln in table)
     assert any(ln.startswith("total: ") and "1 passed, 1 failed" in ln for ln in table)
-    rows = json.loads((tmp_path / "v.json").read_text())
+    rows = rows_in(tmp_path / "v.json")
     assert [(r["key"], r["status"]) for r in rows[:2]] == [("01.1", "passed"), ("01.2", "failed")]
 
 
@@ -299,6 +328,7 @@ def test_ctrl_c_prints_what_finished_shuts_the_kernel_down_and_keeps_the_report(
         stderr=subprocess.STDOUT,
         text=True,
         start_new_session=True,
+        stdin=subprocess.DEVNULL,
     )
     lines = []
     try:
@@ -362,3 +392,264 @@ def test_a_report_through_a_symbolic_link_is_refused_before_any_notebook_runs(tm
         err = capsys.readouterr().err
         assert f"{link} is {what}; check writes the report only as a plain file, never through a link" in err, err
     assert real.read_text() == "orig" and (tmp_path / "link.json").is_symlink()
+
+
+# ------------------------------------------------------------------------------- the learner and their report
+
+
+def _fake_run(statuses: dict[str, str]):
+    """A stand-in for run_notebook: each key gets the given status at once (no kernel), 01.2's failure named."""
+    from course_tools.grade import NotebookRun
+    from course_utils.exercises import get_exercise
+
+    def run(path, timeout=None, has_exercises=None, progress=None, heartbeat=None):
+        r = NotebookRun(Path(path), keys=list(statuses), check_cells={k: i for i, k in enumerate(statuses)})
+        for key, status in statuses.items():
+            mistake = get_exercise(key).mistakes[0].name if status == "failed" else None
+            r.records.append(
+                {"key": key, "title": get_exercise(key).title, "status": status, "mistake": mistake, "message": ""}
+            )
+        return r
+
+    return run
+
+
+@pytest.fixture
+def reports_here(tmp_path, monkeypatch):
+    """grade.main in this process, with its reports/ and remembered name in tmp_path, run_notebook faked, and no
+    terminal to ask on. Returns the reports folder."""
+    from course_tools import grade
+
+    monkeypatch.setattr(grade, "REPORTS", tmp_path / "reports")
+    monkeypatch.setattr(grade, "LEARNER_FILE", tmp_path / "reports" / "learner.txt")
+    monkeypatch.setattr(grade, "run_notebook", _fake_run({"01.1": "passed", "01.2": "failed"}))
+    monkeypatch.setattr(grade, "_interactive", lambda: False)
+    monkeypatch.setattr(grade.getpass, "getuser", lambda: "ci-runner")
+    notebook(tmp_path / "work" / "mine.ipynb", SETUP, SOLVED)
+    return tmp_path / "reports"
+
+
+def test_two_learners_get_two_reports_and_a_second_run_replaces_only_ones_own(reports_here, tmp_path, capsys):
+    from course_tools import grade
+
+    work = str(tmp_path / "work" / "mine.ipynb")
+    assert grade.main([work, "--learner", "ana"]) == 1  # 01.2 failed
+    out = capsys.readouterr().out
+    assert "learner: ana (from --learner, remembered in" in out
+    assert f"written: {reports_here / 'exercises-ana.json'} (learner ana" in out and "previous" not in out
+    assert (reports_here / "learner.txt").read_text() == "ana\n"
+    first_ana = (reports_here / "exercises-ana.json").read_bytes()
+    assert grade.main([work, "--learner", "bo"]) == 1
+    capsys.readouterr()
+    bo = (reports_here / "exercises-bo.json").read_bytes()
+    assert (reports_here / "exercises-ana.json").read_bytes() == first_ana  # bo's run left ana's report alone
+    assert json.loads(bo)["learner"] == "bo" and (reports_here / "learner.txt").read_text() == "bo\n"
+    grade.run_notebook = _fake_run({"01.1": "passed", "01.2": "passed"})  # (monkeypatch restores it)
+    assert grade.main([work, "--learner", "ana"]) == 0
+    out = capsys.readouterr().out
+    previous = reports_here / "exercises-ana.json.previous"
+    assert f"your previous report is kept as {previous}" in out
+    assert previous.read_bytes() == first_ana
+    assert [r["status"] for r in rows_in(reports_here / "exercises-ana.json")] == ["passed", "passed"]
+    assert (reports_here / "exercises-bo.json").read_bytes() == bo
+    assert sorted(p.name for p in reports_here.iterdir()) == [
+        "exercises-ana.json",
+        "exercises-ana.json.previous",
+        "exercises-bo.json",
+        "learner.txt",
+    ]
+    assert grade.main([work]) == 0  # no --learner: the remembered name, ana
+    assert "learner: ana (remembered in" in capsys.readouterr().out
+
+
+def test_without_a_name_or_a_terminal_the_login_name_is_used_and_said(reports_here, tmp_path, capsys):
+    from course_tools import grade
+
+    assert grade.main([str(tmp_path / "work" / "mine.ipynb")]) == 1
+    out = capsys.readouterr().out
+    assert "learner: ci-runner (your login name: no --learner given and no terminal to ask; another: " in out
+    assert json.loads((reports_here / "exercises-ci-runner.json").read_text())["learner"] == "ci-runner"
+    assert not (reports_here / "learner.txt").exists()  # a guess is not remembered: a terminal run still asks
+
+
+def test_on_a_terminal_the_name_is_asked_once_and_remembered(reports_here, tmp_path, monkeypatch, capsys):
+    from course_tools import grade
+
+    answers = iter(["ana silva", "../ana", "ana-silva"])
+    monkeypatch.setattr(grade, "_interactive", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: next(answers))
+    assert grade.main([str(tmp_path / "work" / "mine.ipynb")]) == 1
+    out = capsys.readouterr().out
+    assert out.count("try again") == 2 and "not a space" in out and "not '/'" in out
+    assert "learner: ana-silva (remembered in" in out
+    assert (reports_here / "learner.txt").read_text() == "ana-silva\n"
+    monkeypatch.setattr("builtins.input", lambda prompt: pytest.fail("asked a second time"))
+    assert grade.main([str(tmp_path / "work" / "mine.ipynb")]) == 1
+    assert (reports_here / "exercises-ana-silva.json").exists()
+
+
+@pytest.mark.parametrize(
+    "name, said",
+    [
+        ("a/b", "not '/'"),
+        ("..", "must start with a letter or a digit, not '.'"),  # '.' is allowed, but not first
+        ("../x", "not '/'"),
+        ("x" * 41, "at most 40 characters, this one has 41"),
+        ("", "must not be empty"),
+        ("ana silva", "not a space"),
+        ("-rf", "must start with a letter or a digit, not '-'"),
+    ],
+)
+def test_a_learner_name_that_cannot_name_a_file_is_one_line_and_exit_2(reports_here, tmp_path, capsys, name, said):
+    from course_tools import grade
+
+    assert grade.main([str(tmp_path / "work" / "mine.ipynb"), f"--learner={name}"]) == 2
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert "\n" not in err and err.startswith(f"course check: --learner {name!r}: "), err
+    assert said in err and "e.g. --learner ana-silva" in err and captured.out == ""
+    assert not reports_here.exists()  # nothing written, not even the remembered name
+
+
+def test_a_json_path_holding_another_learners_report_is_refused(reports_here, tmp_path, capsys):
+    from course_tools import grade
+
+    work = str(tmp_path / "work" / "mine.ipynb")
+    shared = tmp_path / "shared.json"
+    assert grade.main([work, "--learner", "bo", "--json", str(shared)]) == 1
+    before = shared.read_bytes()
+    capsys.readouterr()
+    assert grade.main([work, "--learner", "ana", "--json", str(shared)]) == 2
+    assert f"--json {shared} holds the report of bo, not ana: give a file of your own" in capsys.readouterr().err
+    assert shared.read_bytes() == before
+
+
+# ---------------------------------------------------------------------------------------- the class summary
+
+
+def write_report(folder: Path, learner: str, statuses: dict[str, str], when: str, name: str | None = None) -> Path:
+    from course_tools.grade import make_report
+    from course_utils.exercises import get_exercise
+
+    rows = [
+        {
+            "notebook": f"{key[:2]}_x.ipynb",
+            "key": key,
+            "title": get_exercise(key).title,
+            "status": status,
+            "mistake": get_exercise(key).mistakes[0].name if status == "failed" else None,
+            "message": "",
+        }
+        for key, status in statuses.items()
+    ]
+    report = make_report(learner, [Path("/home") / learner / "notebooks"], rows, now=datetime.fromisoformat(when))
+    path = folder / (name or f"exercises-{learner}.json")
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report), encoding="utf-8")
+    return path
+
+
+def test_summary_makes_one_class_table_as_csv_and_html(tmp_path, capsys):
+    import csv
+
+    from course_tools import grade
+    from course_utils.exercises import get_exercise
+
+    room = tmp_path / "usb" / "class"
+    write_report(room, "bo", {"01.1": "passed", "01.2": "failed", "03.1": "not attempted"}, "2026-11-26T09:00:00+00:00")
+    write_report(room, "ana", {"01.2": "passed", "01.1": "not run", "10.1": "failed"}, "2026-11-26T09:05:00+00:00")
+    assert grade.main(["--summary", str(room)]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and "2 learners, 4 exercises, from 2 reports in" in captured.out
+    with open(room / "class-summary.csv", encoding="utf-8-sig", newline="") as f:
+        table = list(csv.reader(f))
+    mistake = {k: get_exercise(k).mistakes[0].name for k in ("01.2", "10.1")}
+    assert table[0] == ["learner", "checked at (UTC)", "course version", "passed", "01.1", "01.2", "03.1", "10.1"]
+    assert table[1][0:2] == ["ana", "2026-11-26T09:05:00Z"] and table[1][3:] == [
+        "1 of 4",
+        "not run",
+        "passed",
+        "not checked",
+        f"failed ({mistake['10.1']})",
+    ]
+    assert table[2][0] == "bo" and table[2][3:] == [
+        "1 of 4",
+        "passed",
+        f"failed ({mistake['01.2']})",
+        "not attempted",
+        "not checked",
+    ]
+    assert len(table) == 3
+    page = (room / "class-summary.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and "<style>" in page
+    assert "http://" not in page and "https://" not in page and "<script" not in page and "<link" not in page
+    assert 'data-learner="ana"' in page and "prefers-color-scheme: dark" in page
+
+
+def test_summary_skips_what_is_not_a_report_and_takes_a_learners_newest(tmp_path, capsys):
+    from course_tools import grade
+
+    room = tmp_path / "class"
+    write_report(room, "ana", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00", name="ana-morning.json")
+    write_report(room, "Ana", {"01.1": "passed"}, "2026-11-26T11:00:00+00:00", name="exercises-Ana.json")
+    write_report(room, "bo", {"01.1": "passed"}, "2026-11-26T10:00:00+00:00")
+    (room / "old.json").write_text('[{"key": "01.1", "status": "passed"}]')  # a report of the old check
+    (room / "notes.json").write_text('{"mine": 1}')
+    (room / "broken.json").write_text("{ half")
+    (room / "binary.json").write_bytes(b"\xff\xfe\x00")
+    (room / "bad-row.json").write_text(
+        json.dumps({**json.loads((room / "exercises-bo.json").read_text()), "exercises": [{"key": "x"}]})
+    )
+    (room / "photo.jpg").write_bytes(b"\xff\xd8")  # not *.json: not looked at
+    assert grade.main(["--summary", str(room), "--out", str(tmp_path / "table")]) == 0
+    err = capsys.readouterr().err.splitlines()
+    assert err == [
+        "course check: skipped bad-row.json: exercise 1 of its list is not a row with a key such as 01.1 and a "
+        "known status",
+        "course check: skipped binary.json: not UTF-8 text",
+        "course check: skipped broken.json: not JSON (Expecting property name enclosed in double quotes at line 1)",
+        'course check: skipped notes.json: not an exercise report (no "kind": "attention course exercise report")',
+        "course check: skipped old.json: a report of an older `check`, without the learner's name: ask them to "
+        "run `python3 course.py check --learner NAME` again",
+        "course check: Ana has 2 reports: took exercises-Ana.json (checked at 2026-11-26T11:00:00Z), the newest; "
+        "skipped ana-morning.json (checked at 2026-11-26T09:00:00Z)",
+    ]
+    text = (tmp_path / "table" / "class-summary.csv").read_text(encoding="utf-8-sig").splitlines()
+    assert [line.split(",")[0] for line in text] == ["learner", "Ana", "bo"]
+    assert text[1].endswith(",passed") and not (room / "class-summary.csv").exists()
+
+
+def test_summary_of_a_folder_without_reports_is_refused(tmp_path, capsys):
+    from course_tools import grade
+
+    assert grade.main(["--summary", str(tmp_path)]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"course check: --summary {tmp_path}: no exercise reports in this folder (each learner's "
+        "reports/exercises-NAME.json, from `python3 course.py check --learner NAME`)"
+    )
+    (tmp_path / "x.json").write_text("[]")
+    assert grade.main(["--summary", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 2 and err[0].startswith("course check: skipped x.json: a report of an older `check`")
+    assert grade.main(["--summary", str(tmp_path / "nope")]) == 2
+    assert "no such folder; give the folder you collected the reports in" in capsys.readouterr().err
+    assert grade.main(["--summary", str(tmp_path), "notebooks/"]) == 2
+    assert "--summary runs no notebook and writes no report" in capsys.readouterr().err
+    assert grade.main(["--out", str(tmp_path)]) == 2
+    assert "--out goes with --summary FOLDER" in capsys.readouterr().err
+    assert not list(tmp_path.glob("class-summary.*"))
+
+
+def test_summary_escapes_what_a_report_says(tmp_path, capsys):
+    """A report is a file a learner sent: its mistake names and titles are text, never markup or a formula."""
+    from course_tools import grade
+
+    path = write_report(tmp_path, "ana", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00")
+    data = json.loads(path.read_text())
+    data["exercises"][0].update(mistake='=HYPERLINK("x")<script>alert(1)</script>', title="<b>t</b>")
+    path.write_text(json.dumps(data))
+    assert grade.main(["--summary", str(tmp_path)]) == 0
+    page = (tmp_path / "class-summary.html").read_text()
+    assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<b>t</b>" not in page
+    csv_text = (tmp_path / "class-summary.csv").read_text(encoding="utf-8-sig")
+    assert 'failed (=HYPERLINK(""x"")' in csv_text  # inside "failed (...)": a spreadsheet shows it as text
