@@ -654,7 +654,7 @@ print("stable_softmax, scaled_attention and grad_norms match course_utils")
 #
 # **02.1 A stable softmax.** Write `stable_softmax(x, dim=-1)` without `torch.softmax`: subtract the
 # maximum along `dim`, exponentiate, divide by the sum along `dim`. It must work for logits around 100,
-# for rows of very different sizes, and for any `dim`.
+# for rows of very different sizes, and for any `dim`. A row may hold `-inf` (a masked logit), never only `-inf`.
 
 # %%
 from course_utils.exercises import NotAttempted, check
@@ -689,7 +689,7 @@ check("02.2", my_scaled_attention)
 # %% [markdown]
 # **02.3 One head, scaled by its head size.** Write `head_attention(x, w_q, w_k, w_v)` for
 # `x (B, T, C)` and projection matrices `w_q, w_k, w_v` of shape `(D, C)`: project `x` to `q, k, v`,
-# then self-attention with the right scale. Return `out (B, T, D)`. (Pitfall 1: the checks use `C != D`.)
+# then self-attention with the right scale. Return `out (B, T, D)`. (Pitfall 1: most checks use `C != D`.)
 # The matrices are stored `(out, in) = (D, C)`, as in `nn.Linear` and exercise 01.4: `x @ w_q.T` projects.
 
 # %%

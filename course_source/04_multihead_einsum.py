@@ -696,7 +696,8 @@ check("04.3", my_scores)
 #
 # Write the whole forward pass of `MultiHeadAttention` as a function of its weights:
 # `qkv_weight` (3C, C) and `qkv_bias` (3C,) stacked in the order q, k, v; `out_weight` (C, C) and
-# `out_bias` (C,); an optional boolean `mask` (True = may attend) that broadcasts to (B, H, T, T).
+# `out_bias` (C,); an optional boolean `mask` (True = may attend) that broadcasts to (B, H, T, T) and lets
+# every query attend to at least one key.
 # Return the output (B, T, C). You may use `scaled_dot_product_attention` from `course_utils.attention`
 # (already imported) or write the softmax yourself; `F.linear(x, w, b)` computes `x @ w.T + b`.
 
