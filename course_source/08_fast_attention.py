@@ -172,13 +172,13 @@ for q_tile, kv_tile in ((1, 1), (8, 16), (7, 13), (64, 64)):
               (ours - theirs).abs().max().item() < 1e-5)
 
 # %% [markdown]
-# Tiles of 7 and 13 do not divide 50: the last tile is simply shorter. This is the algorithm of
+# Tiles of 7 and 13 do not divide 50: the last tile is shorter. This is the algorithm of
 # **FlashAttention** (Dao et al. 2022) and, earlier, of Rabe & Staats (2021), who showed that attention
 # needs far less memory than its `(T, S)` matrix. FlashAttention runs it as one fused GPU kernel: the
 # `(T, S)` scores and weights never leave the chip's small, fast on-chip memory. As in the loops above, a
-# tile of queries is loaded there once and every tile of k and v streams past it, so k and v are read
-# again for each query tile; only the output goes back to the large, slow GPU memory, with a few numbers
-# per query for the backward pass, which recomputes the tiles instead of storing them (section 6). The
+# tile of queries is loaded there once and every tile of k and v streams past it (read again for each
+# query tile); only the output goes back to the large, slow GPU memory, with a number or two
+# per query for the backward pass (section 6). The
 # first FlashAttention keeps `m` and `l` per query and puts k and v in the outer loop, rewriting the output
 # once per k/v tile; FlashAttention-2 puts the queries outside, as here, and keeps one number per query,
 # the logsumexp `m + log(l)`.
@@ -287,15 +287,15 @@ print(f"q, k, v and the output together: {4 * 4 * 1024 * 64 * 4 / 1e6:.1f} MB")
 # running sums are kept at every step. With a causal mask the skipped tiles are not kept, and the plain
 # version keeps its mask and masked scores too, so tiled comes out a little ahead. Either way the saving
 # of section 3, O(tile) instead of O(T × S), is a saving **for inference**. To train in memory linear in
-# T, the backward pass must keep only q, k, v, the output and one number per query, and recompute each
-# tile's weights when it needs them. That is what FlashAttention does; it needs attention's backward pass
-# written out by hand.
+# T, the backward pass can keep only q, k, v, the output and one number per query, and recompute each
+# tile's weights when it needs them (Rabe & Staats checkpoint each chunk of queries instead). That is what
+# FlashAttention does; it needs attention's backward pass written out by hand.
 
 # %% [markdown]
 # ## 5. The backward pass of attention, by hand
 #
 # Autograd differentiates attention as a chain of generic operations and keeps what each needs. Written
-# out for one head, the backward pass is five matrix products and one row-wise step. With the scores
+# out for one head, the backward pass is four matrix products and one row-wise step. With the scores
 # `S = scale · q kᵀ`, the weights `P = softmax(S)` (row by row) and the output `O = P v`, and `dO` the
 # gradient of the loss with respect to `O`:
 #
@@ -358,8 +358,9 @@ print("query 2 (sees no key) gets dq = 0:", bool((grads[0][2] == 0).all()))
 # logsumexp of each query's row, which the forward pass already has when it finishes. So the forward pass
 # keeps only q, k, v, the output and `L` (one number per query); the backward pass goes over the tiles
 # again, recomputes each tile's `P`, and adds its share to `dq`, `dk` and `dv` (`Δ` first, from `dO` and
-# `O`). That is FlashAttention-2's backward pass (Dao 2023): more arithmetic (the scores are computed
-# twice), far less memory. `course_utils.fast_attention.flash_attention` is it, as a
+# `O`). That is the arithmetic of FlashAttention-2's backward pass (Dao 2023): more work (the scores are
+# computed twice), far less memory. (The GPU kernel puts the key tiles outside so each tile's dk and dv stay
+# on chip; ours keeps the forward's order.) `course_utils.fast_attention.flash_attention` is it, as a
 # `torch.autograd.Function`; what autograd keeps, as in section 4:
 
 # %%
@@ -404,14 +405,15 @@ for T_f in (1024, 8192):
 # %% [markdown]
 # On the log-log axes flash and PyTorch's fused kernel climb with slope 1, linear in T; plain and tiled
 # attention with slope 2. Flash keeps exactly what the fused kernel keeps and takes about one and a half
-# times its time on this CPU: it recomputes the scores in Python-driven tiles.
+# times its time on this CPU: each tile step is a separate PyTorch operation that writes its tile to
+# memory, where the compiled kernel does them in one pass.
 #
 # What a CPU run can and cannot say about a GPU. It shows the memory that training keeps, which is the
 # same arithmetic on any device. It cannot show why FlashAttention is *faster* on a GPU: there the tiles
 # sit in the streaming multiprocessors' small on-chip memory (shared memory and registers), and what is
-# saved is traffic to the large, slow HBM, which limits plain attention there. A CPU has no such split to
-# exploit from PyTorch, and its caches are managed by the hardware: our tiles are ordinary tensors in main
-# memory. The time ratios here measure Python overhead and recomputation, not IO-awareness.
+# saved is traffic to the large, slow HBM, which limits plain attention there. A CPU has a similar split
+# (small caches, slow DRAM) and PyTorch's compiled kernel is blocked for it; a loop of PyTorch operations
+# cannot keep a tile in cache from one operation to the next. The ratios measure that, not IO-awareness.
 
 # %% [markdown]
 # ## 7. Cost curves: time and memory against sequence length
@@ -457,10 +459,10 @@ for method in methods:
 
 # %% [markdown]
 # **Memory**, measured per call, is the clear part. Doubling T from 4096 to 8192 multiplies the naive
-# method's memory by about 4: it holds several `(T, T)` tensors (scores, masked scores, weights). Tiled
+# method's memory by about 4: it holds several `(T, T)` tensors. Tiled
 # attention's grows by less than 2, like its inputs and output: its tiles stay 256 × 256. The fused
 # kernel's grows the same way. Of notebook 07's variants, top-k holds one `(chunk, T)` block at a time, the
-# sliding window's blocks do not grow at all (what grows is its output), Linformer holds `(T, R)` and
+# sliding window's blocks do not grow at all, Linformer holds `(T, R)` and
 # AFT-simple `(T, C)`.
 #
 # **Time.** The load averages above were read just before the run: the 1-minute average was about 0.5, so
@@ -569,17 +571,16 @@ check("08.3", tile_weights)
 # ## Summary
 #
 # - The online softmax keeps a running maximum `m` and sum `l`, rescaling the sum by `exp(m_old - m_new)`
-#   when the maximum grows. With the unnormalised output `o`, two blocks' partials `(m, l, o)` merge
-#   exactly; a query that saw no key stays `(-inf, 0, 0)` and its output is 0.
-# - Tiled attention merges one `(q_tile, kv_tile)` tile of scores at a time: exact, the same O(T × S × D)
-#   work (less with causal tiles skipped), and, at inference, O(tile) memory for the scores instead of
-#   O(T × S). It is the algorithm of FlashAttention; in plain PyTorch on a CPU it is slower than the fused
-#   kernel, which runs it in compiled code, but its memory stays flat where naive attention's grows as T².
-# - Under autograd the saving is gone: every tile is kept for the backward pass, more than plain
-#   attention keeps. The backward pass by hand is `dv = Pᵀ dO`, `dP = dO vᵀ`, `dS = P ⊙ (dP - Δ)` with
-#   `Δ = rowsum(dO ⊙ O)`, `dq = scale · dS k`, `dk = scale · dSᵀ q`. FlashAttention keeps only q, k, v,
-#   the output and one logsumexp per query, and recomputes each tile's weights in the backward pass: exact
-#   gradients, memory linear in T, the scores computed twice.
+#   when the maximum grows; with the unnormalised output `o`, two blocks' partials `(m, l, o)` merge
+#   exactly, and a query that saw no key stays `(-inf, 0, 0)`, output 0.
+# - Tiled attention merges one `(q_tile, kv_tile)` tile at a time: exact, the same O(T × S × D) work, and at
+#   inference O(tile) memory for the scores instead of O(T × S). In plain PyTorch on a CPU it is slower
+#   than the fused kernel, but its memory stays flat where naive attention's grows as T².
+# - Under autograd every tile is kept for the backward pass, about as much as plain attention keeps (more
+#   without a mask, a little less with a causal one). By hand: `dv = Pᵀ dO`, `dP = dO vᵀ`,
+#   `dS = P ⊙ (dP - Δ)` with `Δ = rowsum(dO ⊙ O)`, `dq = scale · dS k`, `dk = scale · dSᵀ q`.
+#   FlashAttention keeps q, k, v, the output and one logsumexp per query and recomputes each tile's
+#   weights: exact gradients, memory linear in T, the scores computed twice.
 #
 # Next, notebook 09 turns to the other half of fast inference: generating text with a KV cache, sampling
 # and beam search.
