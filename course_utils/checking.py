@@ -1,22 +1,34 @@
 """The machinery behind every exercise check: run the learner's function, compare, name the mistake.
 
-An :class:`Exercise` carries a reference solution, fixed input cases, a way to ``draw`` fresh cases, and a
-catalogue of :class:`Mistake` s, each with a small function that makes exactly that mistake. Checking a
-learner's function (:func:`run_check`) does, in order:
+An :class:`Exercise` carries a reference solution, fixed input cases, a way to ``draw`` fresh cases, the edges
+of its statement's domain, and a catalogue of :class:`Mistake` s, each with a small function that makes exactly
+that mistake. Checking a learner's function (:func:`run_check`) goes in three phases:
 
-1. Reject what cannot be checked, with a one-line verdict: ``None``, something not callable, a class, a
-   generator or ``async`` function, a function whose parameters cannot take the exercise's arguments.
-2. Run the function on the fixed cases, then on the cases ``draw`` makes from a fresh seed (the environment
-   variable ``COURSE_CHECK_SEED`` pins it, to reproduce a verdict). Every argument is a fresh copy; each call
-   has a time limit (``Exercise.time_limit`` seconds) and the learner's printing is captured (the first lines
-   are shown with the verdict, the rest only counted).
-3. Compare each output with the solution's on value, shape, dtype and device (integers and booleans exactly,
-   never cast from float), and each argument after the call with its value before it: an argument changed in
-   place is a failure, except the ``Exercise.inplace`` argument, whose value after the call is compared with
-   the solution's.
-4. When something differs, compare the outputs (and arguments after the call) with each catalogued mistake's
-   on the same cases and name the one they match: its name and conceptual ``hint`` first, its exact ``fix``
-   only with ``hint=2``. Otherwise say what differs on which case, with the case's input shapes and dtypes.
+1. Prepare the cases: the fixed ones, then those ``draw`` makes from a fresh seed (the environment variable
+   ``COURSE_CHECK_SEED`` pins it, to reproduce a verdict). First, reject what cannot be checked, with a one-line
+   verdict: ``None``, something not callable, a class, a generator or ``async`` function, a function whose
+   parameters cannot take the exercise's arguments.
+2. Run the learner's function on each case in order, until one it does not answer. Every argument is a fresh
+   copy; each call has a time limit (``Exercise.time_limit`` seconds) and the learner's printing is captured
+   (the first lines are shown with the verdict, the rest only counted).
+3. Explain: compare each output with the solution's on value, shape, dtype and device (integers and booleans
+   exactly, never cast from float), and each argument after the call with its value before it (an argument
+   changed in place is a failure, except the ``Exercise.inplace`` argument, whose value after the call is
+   compared with the solution's). Each phase says what it found as a kind of problem (a wrong shape, an
+   exception, ...), and the verdict's words are chosen by that kind.
+
+Naming a mistake, the same on every run. A catalogued mistake is named only when the function fails a fixed
+case, and is chosen on the fixed cases alone: the first mistake that does there what the function does. On
+each fixed case both answer alike (output, and arguments after the call) or both raise an exception of one
+type; where the function raised, the cases compared are those up to the first it raised on, or else all of
+them (it is then run on the later fixed cases too). An error worded otherwise than the mistake's (einsum's
+where the mistake's matmul raises, for the same slip) counts only when the two also give the same wrong answer
+on one of those cases; the same error word for word (type and message, numbers included) needs no more. The
+name comes with its conceptual ``hint``, the exact ``fix`` only with ``hint=2``. A function that answers every
+fixed case right and fails only on a drawn one is shown that case, with its seed, and no mistake is named
+(every catalogued mistake fails some fixed case, so none does what it does there). Without a name, the verdict
+says what differs on which case: the statement's edges the case holds (``Exercise.edges``), then its inputs'
+shapes and dtypes, as in ``fixed case 3 (T != S, Dv == 1; q float32 (4, 8), ...)``.
 
 Statuses: ``"passed"``, ``"failed"`` (with the reason, and the mistake's name when one matches), and
 ``"not attempted"``: the function raised :class:`NotAttempted`, as the learner copy's untouched stub does,
@@ -33,6 +45,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import enum
 import inspect
 import io
 import json
@@ -111,6 +124,7 @@ class Exercise:
     ``edges`` is the statement's domain in one form: each edge the statement allows (``"T != S"``,
     ``"Dv == 1"``, ``"empty length"``, ...) with a predicate that takes a case's arguments like the solution
     and says whether the case holds that edge; some fixed case must hold each (tests/test_exercise_domains.py).
+    A failure names the edges its case holds; a predicate that raises on a case counts as not held there.
     """
 
     key: str
@@ -349,6 +363,41 @@ def describe_case(solution: Callable[..., Any], args: tuple, kwargs: dict) -> st
     return ", ".join(parts)
 
 
+# ------------------------------------------------------------------------------------------ kinds of problem
+
+
+class _Kind(enum.Enum):
+    """What went wrong in a check: each phase says it in one of these, and the verdict is chosen by it (never by
+    matching a message's words)."""
+
+    CANNOT_CHECK = "cannot check"  # hint not 1 or 2, or something that cannot be run as the exercise's function
+    NOT_ATTEMPTED = "not attempted"  # NotAttempted on the first case: the untouched stub
+    OLD_IMPORT = "old import cell"  # the new stub under an import cell that predates NotAttempted
+    TOO_SLOW = "too slow"  # a case ran past the time limit
+    GAVE_UP = "gave up"  # NotAttempted after answering a case
+    RAISED = "raised"  # any other exception
+    CHANGED_INPUT = "changed an input"  # an argument (other than the inplace one) changed in place
+    WRONG_DTYPE = "wrong dtype"
+    WRONG_SHAPE = "wrong shape"
+    WRONG_VALUE = "wrong value"  # values, a device, a type, a count of results: any other difference
+
+
+@dataclass(frozen=True)
+class _Difference:
+    """One difference between an answer and the expected one: its kind and the sentence that says it."""
+
+    kind: _Kind
+    text: str
+
+    def within(self, prefix: str) -> _Difference:
+        """The same difference, said of a part of the answer (``result 1: ...``)."""
+        return _Difference(self.kind, f"{prefix}{self.text}")
+
+
+def _value(text: str | None) -> _Difference | None:
+    return None if text is None else _Difference(_Kind.WRONG_VALUE, text)
+
+
 # ------------------------------------------------------------------------------------------ comparing
 
 
@@ -402,13 +451,19 @@ def _index(flat: int, shape: torch.Size) -> list[int]:
     return idx[::-1]
 
 
-def _tensor_problem(
+def _tensor_difference(
     got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype]
-) -> str | None:
+) -> _Difference | None:
     if got.shape != expected.shape:
-        return f"expected shape {tuple(expected.shape)}, got {tuple(got.shape)}"
+        return _Difference(_Kind.WRONG_SHAPE, f"expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
     if got.dtype != expected.dtype and not (expected.is_floating_point() and got.dtype in accept_dtypes):
-        return f"expected dtype {_dtype_name(expected.dtype)}, got {_dtype_name(got.dtype)}"
+        text = f"expected dtype {_dtype_name(expected.dtype)}, got {_dtype_name(got.dtype)}"
+        return _Difference(_Kind.WRONG_DTYPE, text)
+    return _value(_tensor_values_problem(got, expected, atol, rtol))
+
+
+def _tensor_values_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
+    """What differs between two tensors of one shape and comparable dtypes: the device, else the values."""
     if got.device != expected.device:
         return f"expected a tensor on {expected.device}, got one on {got.device}"
     g, e = got.detach().cpu(), expected.detach().cpu()
@@ -467,33 +522,47 @@ def compare_outputs(
     Where a number is expected (a Python float, or a 0-d floating tensor), a Python number or a 0-d floating
     tensor is accepted; a float32 one within at least float32's own tolerance.
     """
+    difference = _compare(got, expected, atol, rtol, accept_dtypes)
+    return None if difference is None else difference.text
+
+
+def _compare(
+    got: Any, expected: Any, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype] = ()
+) -> _Difference | None:
+    """:func:`compare_outputs`'s first difference, with its kind (a shape, a dtype, or anything else)."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             if expected.dim() == 0 and expected.is_floating_point() and _is_number(got):
-                return _scalar_problem(float(got), float(expected), atol, rtol)
-            return (
+                return _value(_scalar_problem(float(got), float(expected), atol, rtol))
+            return _value(
                 f"expected a tensor ({_dtype_name(expected.dtype)} {tuple(expected.shape)}), got {type(got).__name__}"
             )
-        return _tensor_problem(got, expected, atol, rtol, accept_dtypes)
+        return _tensor_difference(got, expected, atol, rtol, accept_dtypes)
     if isinstance(expected, (tuple, list)):
         if not isinstance(got, (tuple, list)) or len(got) != len(expected):
             n = len(got) if isinstance(got, (tuple, list)) else 1
-            return f"expected {len(expected)} results, got {n}"
+            return _value(f"expected {len(expected)} results, got {n}")
         for i, (g, e) in enumerate(zip(got, expected)):
-            problem = compare_outputs(g, e, atol, rtol, accept_dtypes)
-            if problem:
-                return f"result {i}: {problem}"
+            difference = _compare(g, e, atol, rtol, accept_dtypes)
+            if difference:
+                return difference.within(f"result {i}: ")
         return None
     if isinstance(expected, dict):
         if not isinstance(got, dict) or set(got) != set(expected):
-            return f"expected a dict with keys {sorted(map(str, expected))}, got {type(got).__name__}" + (
-                f" with keys {sorted(map(str, got))}" if isinstance(got, dict) else ""
+            return _value(
+                f"expected a dict with keys {sorted(map(str, expected))}, got {type(got).__name__}"
+                + (f" with keys {sorted(map(str, got))}" if isinstance(got, dict) else "")
             )
         for k in expected:
-            problem = compare_outputs(got[k], expected[k], atol, rtol, accept_dtypes)
-            if problem:
-                return f"[{k!r}]: {problem}"
+            difference = _compare(got[k], expected[k], atol, rtol, accept_dtypes)
+            if difference:
+                return difference.within(f"[{k!r}]: ")
         return None
+    return _value(_plain_problem(got, expected, atol, rtol))
+
+
+def _plain_problem(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
+    """What differs where a plain value is expected: True or False, a number, an integer, anything else."""
     if isinstance(expected, bool):
         if isinstance(got, torch.Tensor) and got.dim() == 0 and got.dtype == torch.bool:
             got = bool(got)
@@ -648,12 +717,12 @@ def _argument(run: _Run, where: int | str) -> Any:
 
 def _same_run(a: _Run, b: _Run, ex: Exercise) -> bool:
     """Whether two runs gave the same output and left the arguments in the same state (within tolerance)."""
-    if compare_outputs(a.output, b.output, ex.atol, ex.rtol, ex.accept_dtypes) is not None:
+    if _compare(a.output, b.output, ex.atol, ex.rtol, ex.accept_dtypes) is not None:
         return False
-    return compare_outputs(_state([a.args, a.kwargs]), _state([b.args, b.kwargs]), ex.atol, ex.rtol) is None
+    return _compare(_state([a.args, a.kwargs]), _state([b.args, b.kwargs]), ex.atol, ex.rtol) is None
 
 
-def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: _Run, ref: _Run) -> str | None:
+def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: _Run, ref: _Run) -> _Difference | None:
     """What is wrong with the learner's run of one case (an input changed in place first), or None."""
     args, kwargs = case
     inplace = _resolve_inplace(ex, args, kwargs)
@@ -664,18 +733,19 @@ def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: _Run, ref: _Run)
             continue
         changed = _first_change(_state(before), _state(after), name)
         if changed:
-            return (
+            return _Difference(
+                _Kind.CHANGED_INPUT,
                 f"your function changed its input `{changed}` in place. Leave the inputs as they are: "
-                "work on new tensors (`x = x / t`, not `x /= t`; `masked_fill`, not `masked_fill_`)"
+                "work on new tensors (`x = x / t`, not `x /= t`; `masked_fill`, not `masked_fill_`)",
             )
-    problem = compare_outputs(mine.output, ref.output, ex.atol, ex.rtol, ex.accept_dtypes)
-    if problem:
-        return problem
+    difference = _compare(mine.output, ref.output, ex.atol, ex.rtol, ex.accept_dtypes)
+    if difference:
+        return difference
     if inplace is not None:
         name, where = inplace
-        problem = compare_outputs(_state(_argument(mine, where)), _state(_argument(ref, where)), ex.atol, ex.rtol)
-        if problem:
-            return f"after your call, `{name}` (which your function should write into) is wrong: {problem}"
+        difference = _compare(_state(_argument(mine, where)), _state(_argument(ref, where)), ex.atol, ex.rtol)
+        if difference:
+            return difference.within(f"after your call, `{name}` (which your function should write into) is wrong: ")
     return None
 
 
@@ -771,7 +841,7 @@ def _text(e: BaseException) -> str:
 
 def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_case: bool) -> str:
     first = _text(e).splitlines()[0] if _text(e).strip() else ""
-    if isinstance(e, NotImplementedError) and _MISSING_FORWARD in str(e):
+    if isinstance(e, NotImplementedError) and _MISSING_FORWARD in _text(e):
         return (
             f"on {case_name} your module has no `forward` method (torch: {first}). Check its spelling and "
             "indentation: `def forward(self, ...)` inside the class"
@@ -803,28 +873,6 @@ def _same_failure(a: BaseException, b: BaseException) -> bool:
     return type(a) is type(b) and gist(a) == gist(b)
 
 
-def _mistake_that_raises(
-    ex: Exercise, before: Sequence[tuple[tuple, dict]], mine: Sequence[_Run], case: tuple[tuple, dict], e: BaseException
-) -> Mistake | None:
-    """The catalogued mistake that answers ``before`` as the learner did and then fails on ``case`` the same way.
-
-    A mistake that cannot run at all (weights in the other layout: a shape error) is named this way.
-    """
-    for m in ex.mistakes:
-        try:
-            wrong = [_run(m.fn, c) for c in before]
-        except Exception:
-            continue
-        if not all(_same_run(a, b, ex) for a, b in zip(mine, wrong)):
-            continue
-        try:
-            _run(m.fn, case)
-        except Exception as err:
-            if _same_failure(err, e):
-                return m
-    return None
-
-
 def notebook_of(key: str) -> str:
     """The learner notebook of exercise ``key``, as a path from the course folder (``notebooks/03_masking.ipynb``)."""
     folder = Path(__file__).resolve().parent.parent / "notebooks"
@@ -854,6 +902,330 @@ def _restore_settings(saved: tuple[torch.dtype, bool]) -> list[str]:
     return changed
 
 
+# ------------------------------------------------------------------------------------------ phase 1: the cases
+
+
+def _edges_held(ex: Exercise, case: tuple[tuple, dict]) -> list[str]:
+    """The names of the statement's edges (``Exercise.edges``) that ``case`` holds, in the order they are stated.
+
+    Each predicate gets a copy of the case's arguments. One that raises on the case, or answers with something
+    that is not a truth value, counts as not held: edges help a learner read a verdict and never change it.
+    """
+    try:
+        edges = list(ex.edges.items())
+    except Exception:  # not a dict: nothing to say
+        return []
+    held = []
+    for name, holds in edges:
+        try:
+            if bool(holds(*_clone(case[0]), **_clone(case[1]))):
+                held.append(str(name))
+        except Exception:
+            continue
+    return held
+
+
+@dataclass
+class _Cases:
+    """The cases of one check, in the order they run: the fixed ones, then those drawn from ``seed``."""
+
+    ex: Exercise
+    fixed: list[tuple[tuple, dict]]
+    drawn: list[tuple[tuple, dict]]
+    seed: int
+    _solved: dict[int, _Run] = field(default_factory=dict)
+
+    @property
+    def all(self) -> list[tuple[tuple, dict]]:
+        return self.fixed + self.drawn
+
+    def solution(self, i: int) -> _Run:
+        """The reference solution's run of case ``i`` (run once, on its own copy of the arguments)."""
+        if i not in self._solved:
+            self._solved[i] = _run(self.ex.solution, self.all[i])
+        return self._solved[i]
+
+    def is_fixed(self, i: int) -> bool:
+        return i < len(self.fixed)
+
+    def name(self, i: int) -> str:
+        """Case ``i`` as a verdict names it: the edges it holds, then its inputs (a drawn one first its seed):
+        ``fixed case 3 (T != S, Dv == 1; q float32 (4, 8), ...)``, ``drawn case 1 (seed 81723; n=512)``."""
+        case = self.all[i]
+        parts = [", ".join(_edges_held(self.ex, case)), describe_case(self.ex.solution, *case)]
+        if self.is_fixed(i):
+            head = f"fixed case {i + 1}"
+        else:
+            head = f"drawn case {i - len(self.fixed) + 1}"
+            parts.insert(0, f"seed {self.seed}")
+        return f"{head} ({'; '.join(p for p in parts if p)})"
+
+
+def _prepare_cases(ex: Exercise, seed: int | None) -> _Cases:
+    """Phase 1: the fixed cases, and the cases drawn from ``seed`` (see :func:`_draw_seed`)."""
+    fixed = list(ex.cases())
+    s = _draw_seed(seed)
+    drawn = list(ex.draw(torch.Generator().manual_seed(s))) if ex.draw is not None else []
+    return _Cases(ex, fixed, drawn, s)
+
+
+def _why_unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str | None:
+    try:
+        return _unusable(ex, fn, cases)
+    except Exception as e:  # looking at the learner's object failed (a property that raises, say)
+        return f"the check could not look at what you passed: {type(e).__name__}: {_text(e)[:200]}"
+
+
+# ------------------------------------------------------------------------------------------ phase 2: running it
+
+
+class _Session:
+    """Where the learner's function runs during one check: each call under the time limit, its printing captured,
+    and the global settings it changes put back after each call (and named in the verdict)."""
+
+    def __init__(self, time_limit: float | None) -> None:
+        self.time_limit = time_limit
+        self.printed = _Printed()
+        self.settings = _global_settings()
+        self.put_back: list[str] = []  # global settings the learner's function changed
+
+    def call(self, fn: Callable[..., Any], case: tuple[tuple, dict]) -> _Run:
+        out, err = contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed)
+        with out, err, _time_limit(self.time_limit):
+            try:
+                return _run(fn, case)
+            finally:
+                self.restore()
+
+    def restore(self) -> None:
+        self.put_back.extend(c for c in _restore_settings(self.settings) if c not in self.put_back)
+
+
+@dataclass
+class _Attempt:
+    """What the learner's function did on the cases, in order: the runs it answered, then what stopped it (on case
+    ``len(runs)``): ``TOO_SLOW``, ``NOT_ATTEMPTED``, ``GAVE_UP``, ``OLD_IMPORT`` or ``RAISED``; None if nothing."""
+
+    runs: list[_Run]
+    stop: _Kind | None = None
+    error: BaseException | None = None
+
+
+def _run_learner(fn: Any, cases: Sequence[tuple[tuple, dict]], session: _Session) -> _Attempt:
+    """Phase 2: run the learner's function on each case in order, until the end or the first case it does not
+    answer."""
+    runs: list[_Run] = []
+    for i, case in enumerate(cases):
+        try:
+            runs.append(session.call(fn, case))
+        except _TimeLimit:
+            return _Attempt(runs, _Kind.TOO_SLOW)
+        except NotAttempted as e:
+            return _Attempt(runs, _Kind.NOT_ATTEMPTED if i == 0 else _Kind.GAVE_UP, e)
+        except (Exception, SystemExit) as e:  # the learner's code failing is a verdict, not a crash of the check
+            return _Attempt(runs, _Kind.OLD_IMPORT if i == 0 and _is_old_import(e) else _Kind.RAISED, e)
+    return _Attempt(runs)
+
+
+# ------------------------------------------------------------------------------------------ phase 3: explaining
+
+
+@dataclass(frozen=True)
+class _Outcome:
+    """What a function did on one case: answered (``run``), raised (``error``), or neither (stopped by the time
+    limit before it could say)."""
+
+    run: _Run | None = None
+    error: BaseException | None = None
+
+
+def _outcome(fn: Callable[..., Any], case: tuple[tuple, dict]) -> _Outcome:
+    try:
+        return _Outcome(run=_run(fn, case))
+    except Exception as e:
+        return _Outcome(error=e)
+
+
+def _learner_outcomes(fn: Any, cases: Sequence[tuple[tuple, dict]], session: _Session) -> list[_Outcome]:
+    """The learner's function's outcome on each of ``cases``, run as in phase 2 (the first case past the time
+    limit, and every one after it, count as neither answered nor raised)."""
+    outcomes = []
+    for case in cases:
+        try:
+            outcomes.append(_Outcome(run=session.call(fn, case)))
+        except _TimeLimit:
+            break
+        except (Exception, SystemExit) as e:
+            outcomes.append(_Outcome(error=e))
+    return outcomes + [_Outcome()] * (len(cases) - len(outcomes))
+
+
+def _alike(a: _Outcome, b: _Outcome, ex: Exercise) -> bool:
+    """One case's two outcomes agree: both answered the same (output, and arguments after the call), or both
+    raised an exception of one type (the wording is weighed by :func:`_agree`)."""
+    if a.run is not None and b.run is not None:
+        return _same_run(a.run, b.run, ex)
+    return a.error is not None and b.error is not None and type(a.error) is type(b.error)
+
+
+def _agree(mine: Sequence[_Outcome], theirs: Sequence[_Outcome], ref: Sequence[_Run], ex: Exercise) -> bool:
+    """Whether the learner's outcomes on some fixed cases are the mistake's (``ref``: the solution's runs on them).
+
+    On every one of the cases both answer alike or both raise, with exceptions of one type. Where the wording of
+    some pair differs (einsum's error where the mistake's matmul raises, for the same slip), the two must also give
+    the same wrong answer on one of the cases: raising where a mistake raises is not, alone, evidence of that
+    mistake (an answer that raises everywhere, or is right wherever it does not raise, is not named by an error's
+    type). The same failure on every raising case (type and message, numbers included) needs no more.
+    """
+    if len(mine) != len(theirs) or not all(_alike(a, b, ex) for a, b in zip(mine, theirs)):
+        return False
+    raised = [(a.error, b.error) for a, b in zip(mine, theirs) if a.error is not None and b.error is not None]
+    if all(_same_failure(x, y) for x, y in raised):
+        return True
+    return any(
+        b.run is not None and not _same_run(b.run, r, ex) for a, b, r in zip(mine, theirs, ref) if a.run is not None
+    )
+
+
+def _mistake_on_fixed_cases(
+    ex: Exercise, fn: Any, cases: _Cases, attempt: _Attempt, session: _Session
+) -> Mistake | None:
+    """The first catalogued mistake that did on the fixed cases what the learner's function did (:func:`_agree`).
+
+    Where the function raised on a fixed case, the two are compared on the fixed cases up to that one; failing
+    that, on all of them (the function is then run on the later fixed cases too, but only for a mistake that
+    raised where it did). Drawn cases never enter, so the same answer is given the same name on every run.
+    """
+    n = len(cases.fixed)
+    mine = [_Outcome(run=r) for r in attempt.runs[:n]]
+    if len(mine) < n:  # it raised on fixed case len(mine)
+        mine.append(_Outcome(error=attempt.error))
+    known = len(mine)  # the cases compared first: every fixed case, or those up to the first it raised on
+    ref = [cases.solution(i) for i in range(n)]
+    for m in ex.mistakes:
+        theirs = [_outcome(m.fn, case) for case in cases.fixed]
+        if _agree(mine[:known], theirs[:known], ref[:known], ex):
+            return m
+        if known == n or not all(_alike(a, b, ex) for a, b in zip(mine[:known], theirs)):
+            continue
+        if len(mine) < n:  # see what the function does on the fixed cases after the one it raised on
+            mine += _learner_outcomes(fn, cases.fixed[len(mine) :], session)
+        if _agree(mine, theirs, ref, ex):
+            return m
+    return None
+
+
+def _first_difference(ex: Exercise, cases: _Cases, runs: Sequence[_Run]) -> tuple[int, _Difference] | None:
+    """The first case the learner's function answered differently from the solution, and what differs."""
+    for i, (case, mine) in enumerate(zip(cases.all, runs)):
+        difference = _case_problem(ex, case, mine, cases.solution(i))
+        if difference is not None:
+            return i, difference
+    return None
+
+
+_TAILS = {  # what a difference's verdict adds when no catalogued mistake is named
+    _Kind.CHANGED_INPUT: ".",
+    _Kind.WRONG_DTYPE: (
+        ". The exercise states the dtype it wants: look for a step that changes it (a .double() or .long(), "
+        "a tensor made from Python numbers without a dtype, arithmetic with a float64 tensor)."
+    ),
+    _Kind.WRONG_SHAPE: (
+        ". Compare your result's shape with the one the exercise states: which axis did a sum, a "
+        "transpose or a matrix product remove, add or swap?"
+    ),
+    _Kind.WRONG_VALUE: (
+        ". It matches none of the common mistakes this check knows; compare your steps with the text above."
+    ),
+}
+_DRAWN_TAIL = (  # a wrong value on a drawn case, after every fixed case was answered right
+    ". Your function answers every fixed case right and this drawn one wrong, so no common mistake is named: "
+    "look for what it assumes of its input (a size, a range of values, a number of axes) that this one breaks."
+)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What phase 3 concludes: the kind of problem (None: passed), the message, the mistake named if any."""
+
+    kind: _Kind | None
+    message: str
+    mistake: Mistake | None = None
+
+
+def _named(ex: Exercise, fn: Any, kind: _Kind, m: Mistake, hint: int, crash: str | None) -> _Verdict:
+    if hint == 2:
+        fix = f" The fix: {m.fix}" if m.fix else " (This check has no exact fix written for it.)"
+    else:
+        fix = f' (for the exact fix: check("{ex.key}", {function_name(fn)}, hint=2))' if m.fix else ""
+    said = f" ({crash[0].lower()}{crash[1:]})" if crash else ""
+    return _Verdict(kind, f"This looks like: {m.name}. {m.hint}{fix}{said}", m)
+
+
+def _explain(ex: Exercise, fn: Any, cases: _Cases, attempt: _Attempt, session: _Session, hint: int) -> _Verdict:
+    """Phase 3: the verdict on what the learner's function did.
+
+    A catalogued mistake is named only when the function fails a fixed case (a wrong answer, or an exception),
+    and only by the fixed cases (:func:`_mistake_on_fixed_cases`). A function that answers every fixed case
+    right and fails a drawn one is told which drawn case, with its seed, and no mistake is named: every
+    catalogued mistake fails some fixed case, so none agrees with it there.
+    """
+    stopped = _stopped(ex, cases, attempt)
+    if stopped is not None:
+        return stopped
+    at = len(attempt.runs)  # the case it raised on, if it did
+    crash = _exception_message(attempt.error, ex, cases.name(at), at == 0) if attempt.stop is _Kind.RAISED else None
+    raised_on_fixed = crash is not None and cases.is_fixed(at)
+    first = _first_difference(ex, cases, attempt.runs)
+    if raised_on_fixed or (first is not None and cases.is_fixed(first[0])):
+        m = _mistake_on_fixed_cases(ex, fn, cases, attempt, session)
+        if m is not None:
+            kind = _Kind.RAISED if raised_on_fixed else first[1].kind
+            return _named(ex, fn, kind, m, hint, crash if raised_on_fixed else None)
+    if raised_on_fixed or (first is None and crash is not None):
+        return _Verdict(_Kind.RAISED, crash)
+    if first is None:
+        return _Verdict(None, "Well done.")
+    i, difference = first
+    tail = _TAILS[difference.kind]
+    if difference.kind is _Kind.WRONG_VALUE and not cases.is_fixed(i):
+        tail = _DRAWN_TAIL
+    if hint == 2:
+        tail += " (No exact fix to show: this check does not recognise the mistake.)"
+    return _Verdict(difference.kind, f"on {cases.name(i)}: {difference.text}{tail}")
+
+
+def _stopped(ex: Exercise, cases: _Cases, attempt: _Attempt) -> _Verdict | None:
+    """The verdict when the function stopped the check before answering (other than by raising), else None."""
+    at = len(attempt.runs)
+    if attempt.stop is _Kind.TOO_SLOW:
+        return _Verdict(
+            _Kind.TOO_SLOW,
+            f"your function took longer than {ex.time_limit:g} s on {cases.name(at)}, so the check stopped it: "
+            "look for a loop that never ends, or work that grows faster than the input",
+        )
+    if attempt.stop is _Kind.NOT_ATTEMPTED:
+        return _Verdict(_Kind.NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again.")
+    if attempt.stop is _Kind.OLD_IMPORT:
+        return _Verdict(
+            _Kind.OLD_IMPORT,
+            f"Write {ex.signature}, then run this cell again. (This notebook's import cell predates NotAttempted: "
+            "make it `from course_utils.exercises import NotAttempted, check`.)",
+        )
+    if attempt.stop is _Kind.GAVE_UP:
+        said = _text(attempt.error)
+        said = f": {said.splitlines()[0]}" if said.strip() else ""
+        return _Verdict(
+            _Kind.GAVE_UP,
+            f"on {cases.name(at)} your function raised NotAttempted{said}, after answering the cases before it: "
+            "it must answer every case",
+        )
+    return None
+
+
+# ------------------------------------------------------------------------------------------ the check
+
+
 def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) -> CheckResult:
     """Check ``fn`` against ``ex`` and return the verdict; prints nothing and raises nothing about ``fn``.
 
@@ -866,130 +1238,46 @@ def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) 
 
 
 def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) -> CheckResult:
-    """Check ``fn`` against ``ex`` and return the verdict; prints nothing and raises nothing about ``fn``.
+    """Check ``fn`` against ``ex`` in three phases: prepare the cases, run the function, explain what it did.
 
     ``hint=2`` adds the exact fix of a recognised mistake. ``seed`` seeds the drawn cases (default: the
-    environment variable COURSE_CHECK_SEED, else fresh entropy); it is in ``details["seed"]``.
+    environment variable COURSE_CHECK_SEED, else fresh entropy); it is in ``details["seed"]``, and the kind of
+    problem found (``"wrong shape"``, ``"raised"``, ...; None when passed) in ``details["problem"]``.
     """
-    printed = _Printed()
+    session = _Session(ex.time_limit)
     details: dict[str, Any] = {}
-    settings = _global_settings()
-    put_back: list[str] = []  # global settings the learner's function changed
-
-    def result(status: str, message: str, mistake: str | None = None) -> CheckResult:
-        lines, more = printed.finish()
-        put_back.extend(c for c in _restore_settings(settings) if c not in put_back)
-        if put_back:
-            message += (
-                f" (Your function called {', '.join(put_back)}, which changes every later cell too; the "
-                "check put it back. Leave global settings alone inside a function.)"
-            )
-        return CheckResult(ex.key, ex.title, status, message, mistake, details, lines, more)
-
     if isinstance(hint, bool) or hint not in (1, 2):
-        return result(
-            FAILED,
-            f"hint must be 1 (a hint) or 2 (the exact fix), got {hint!r}: "
-            f'check("{ex.key}", {function_name(fn)}, hint=2)',
-        )
-    fixed = list(ex.cases())
-    details["seed"] = s = _draw_seed(seed)
-    drawn = list(ex.draw(torch.Generator().manual_seed(s))) if ex.draw is not None else []
-    details["cases"], details["drawn"] = len(fixed), len(drawn)
-    cases = fixed + drawn
-    names = [f"fixed case {i + 1}" for i in range(len(fixed))] + [
-        f"drawn case {i + 1} (seed {s}; " for i in range(len(drawn))
-    ]
-
-    def case_name(i: int) -> str:
-        inputs = describe_case(ex.solution, *cases[i])
-        return f"{names[i]}{inputs})" if i >= len(fixed) else f"{names[i]} ({inputs})"
-
-    try:
-        unusable = _unusable(ex, fn, cases)
-    except Exception as e:  # looking at the learner's object failed (a property that raises, say)
-        unusable = f"the check could not look at what you passed: {type(e).__name__}: {_text(e)[:200]}"
+        call = f'check("{ex.key}", {function_name(fn)}, hint=2)'
+        said = f"hint must be 1 (a hint) or 2 (the exact fix), got {hint!r}: {call}"
+        return _result(ex, _Verdict(_Kind.CANNOT_CHECK, said), session, details)
+    cases = _prepare_cases(ex, seed)
+    details.update(seed=cases.seed, cases=len(cases.fixed), drawn=len(cases.drawn))
+    unusable = _why_unusable(ex, fn, cases.all)
     if unusable:
-        return result(FAILED, unusable)
+        return _result(ex, _Verdict(_Kind.CANNOT_CHECK, unusable), session, details)
+    attempt = _run_learner(fn, cases.all, session)
+    return _result(ex, _explain(ex, fn, cases, attempt, session, hint), session, details)
 
-    def _named(m: Mistake, crash: str | None = None) -> CheckResult:
-        if hint == 2:
-            fix = f" The fix: {m.fix}" if m.fix else " (This check has no exact fix written for it.)"
-        else:
-            fix = f' (for the exact fix: check("{ex.key}", {function_name(fn)}, hint=2))' if m.fix else ""
-        said = f" ({crash[0].lower()}{crash[1:]})" if crash else ""
-        return result(FAILED, f"This looks like: {m.name}. {m.hint}{fix}{said}", mistake=m.name)
 
-    mine: list[_Run] = []
-    crash = None  # what the function raised on a drawn case, after answering every fixed one
-    for i, case in enumerate(cases):
-        try:
-            with contextlib.redirect_stdout(printed), contextlib.redirect_stderr(printed), _time_limit(ex.time_limit):
-                try:
-                    mine.append(_run(fn, case))
-                finally:
-                    put_back.extend(c for c in _restore_settings(settings) if c not in put_back)
-        except _TimeLimit:
-            return result(
-                FAILED,
-                f"your function took longer than {ex.time_limit:g} s on {case_name(i)}, so "
-                "the check stopped it: look for a loop that never ends, or work that grows "
-                "faster than the input",
-            )
-        except NotAttempted as e:
-            if i == 0:
-                return result(NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again.")
-            return result(
-                FAILED,
-                f"on {case_name(i)} your function raised NotAttempted"
-                f"{': ' + str(e).splitlines()[0] if str(e).strip() else ''}, after answering "
-                "the cases before it: it must answer every case",
-            )
-        except (Exception, SystemExit) as e:  # the learner's code failing is a verdict, not a crash of the check
-            if i == 0 and _is_old_import(e):
-                return result(
-                    NOT_ATTEMPTED,
-                    f"Write {ex.signature}, then run this cell again. (This notebook's "
-                    "import cell predates NotAttempted: make it "
-                    "`from course_utils.exercises import NotAttempted, check`.)",
-                )
-            crash = _exception_message(e, ex, case_name(i), i == 0)
-            if i < len(fixed):
-                m = _mistake_that_raises(ex, cases[:i], mine, cases[i], e)
-                return result(FAILED, crash) if m is None else _named(m, crash)
-            break  # a mistake seen on the cases before may still be named: the verdict stays deterministic
-
-    ran = cases[: len(mine)]
-    ref = [_run(ex.solution, case) for case in ran]
-    problems = [_case_problem(ex, case, m, r) for case, m, r in zip(ran, mine, ref)]
-    if all(p is None for p in problems):
-        return result(PASSED, "Well done.") if crash is None else result(FAILED, crash)
-    for m in ex.mistakes:
-        try:
-            wrong = [_run(m.fn, case) for case in ran]
-        except Exception:
-            continue
-        if all(_same_run(a, b, ex) for a, b in zip(mine, wrong)):
-            return _named(m)
-    i = next(i for i, p in enumerate(problems) if p is not None)
-    problem = problems[i]
-    if problem.startswith("your function changed its input"):
-        tail = "."
-    elif "expected dtype" in problem:
-        tail = (
-            ". The exercise states the dtype it wants: look for a step that changes it (a .double() or .long(), "
-            "a tensor made from Python numbers without a dtype, arithmetic with a float64 tensor)."
+def _result(ex: Exercise, verdict: _Verdict, session: _Session, details: dict[str, Any]) -> CheckResult:
+    """The verdict as the learner sees it, with the printing it captured and the settings it put back."""
+    lines, more = session.printed.finish()
+    session.restore()
+    message = verdict.message
+    if session.put_back:
+        message += (
+            f" (Your function called {', '.join(session.put_back)}, which changes every later cell too; the "
+            "check put it back. Leave global settings alone inside a function.)"
         )
-    elif "expected shape" in problem:
-        tail = (
-            ". Compare your result's shape with the one the exercise states: which axis did a sum, a "
-            "transpose or a matrix product remove, add or swap?"
-        )
+    if verdict.kind is None:
+        status = PASSED
+    elif verdict.kind in (_Kind.NOT_ATTEMPTED, _Kind.OLD_IMPORT):
+        status = NOT_ATTEMPTED
     else:
-        tail = ". It matches none of the common mistakes this check knows; compare your steps with the text above."
-    if hint == 2:
-        tail += " (No exact fix to show: this check does not recognise the mistake.)"
-    return result(FAILED, f"on {case_name(i)}: {problems[i]}{tail}")
+        status = FAILED
+    details["problem"] = None if verdict.kind is None else verdict.kind.value
+    mistake = None if verdict.mistake is None else verdict.mistake.name
+    return CheckResult(ex.key, ex.title, status, message, mistake, details, lines, more)
 
 
 def report(res: CheckResult) -> CheckResult:
