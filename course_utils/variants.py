@@ -645,9 +645,15 @@ class TinyDecoder(nn.Module):
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     """The feature map phi(x) = elu(x) + 1 of linear attention: positive everywhere, so every weight is.
 
+    Computed piece by piece, x + 1 for x > 0 and exp(x) otherwise, which is elu(x) + 1 exactly: written as
+    ``F.elu(x) + 1`` the sum exp(x) - 1 + 1 rounds to exactly 0 once exp(x) is below half a unit in the last
+    place of 1 (x below about -17 in float32, -37 in float64), and a query whose every feature is 0 divides 0
+    by 0. This way phi stays positive down to x of about -87 (float32) and -708 (float64).
     Shape: x (..., D) -> (..., D). Taught in notebook 07.
     """
-    return nn.functional.elu(x) + 1.0
+    check_tensor("x", x)
+    check_floating("x", x)
+    return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0)))  # the clamp keeps exp's unused branch finite
 
 
 def _check_causal_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
@@ -751,6 +757,7 @@ def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     _check_causal_linear(q, k, v)
     T = q.shape[-2]
     scores = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)  # (..., T, T), all positive
-    scores = scores * torch.ones(T, T, device=q.device).tril()  # (T, T) causal: the future counts 0
+    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T): True above the diagonal
+    scores = scores.masked_fill(future, 0.0)  # the future counts 0 (set, not multiplied: inf * 0 would be NaN)
     weights = scores / scores.sum(dim=-1, keepdim=True)  # (..., T, T): rows sum to 1
     return weights @ v  # (..., T, Dv)

@@ -730,3 +730,49 @@ def test_linear_attention_step_names_bad_inputs():
         linear_attention_step([[0.0]], z, q_t, q_t, v_t)
     with pytest.raises(ValueError, match=r"q_t on meta"):
         linear_attention_step(S, z, q_t.to("meta"), q_t, v_t)
+
+
+def test_the_feature_map_stays_positive_where_elu_plus_one_rounds_to_zero():
+    # F.elu(x) + 1 computes exp(x) - 1 + 1, which is exactly 0 in float32 below x of about -17: a query whose
+    # features are all 0 then divides 0 by 0. Review of #19: phi is computed as exp(x) there instead.
+    x = torch.tensor([-80.0, -40.0, -20.0, -1.0, 0.0, 3.0])
+    assert (F.elu(x) + 1)[:3].eq(0).all()  # the rounding this test guards against is real
+    assert (elu_feature_map(x) > 0).all()
+    x64 = x.double()
+    torch.testing.assert_close(elu_feature_map(x64), torch.where(x64 > 0, x64 + 1, x64.exp()), rtol=0, atol=0)
+    q, k, v = (
+        torch.full((1, 3, 2), -20.0),
+        torch.full((1, 3, 2), -20.0),
+        _linear_inputs(0, (1,), 3, 2, 2, torch.float32)[2],
+    )
+    expected = v.cumsum(dim=1) / torch.arange(1, 4).reshape(1, 3, 1)  # equal weights: the running mean
+    for fn in (linear_attention, linear_attention_recurrent, linear_attention_quadratic):
+        torch.testing.assert_close(fn(q, k, v), expected)
+
+
+def test_the_feature_map_has_elus_gradient_and_names_integer_input():
+    x = torch.tensor([-30.0, -2.0, 0.0, 2.0, 100.0], dtype=torch.float64, requires_grad=True)
+    elu_feature_map(x).sum().backward()  # no NaN from exp's unused branch at x = 100
+    torch.testing.assert_close(x.grad, torch.tensor([math.exp(-30.0), math.exp(-2.0), 1.0, 1.0, 1.0]).double())
+    assert torch.autograd.gradcheck(elu_feature_map, (torch.randn(20, dtype=torch.float64, requires_grad=True),))
+    with pytest.raises(TypeError, match=r"x must be a floating-point tensor, got dtype torch.int64"):
+        elu_feature_map(torch.arange(3))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_direct_form_keeps_half_precision_dtypes(dtype):
+    # It multiplied by a float32 (T, T) mask, so bfloat16 scores became float32 and `@ v` failed.
+    q, k, v = (t.to(dtype) for t in _linear_inputs(2, (2,), 6, 3, 4, torch.float32))
+    out = linear_attention_quadratic(q, k, v)
+    assert out.dtype == dtype
+    torch.testing.assert_close(out, linear_attention(q, k, v), atol=0.05, rtol=0.05)
+
+
+def test_an_infinite_future_key_leaves_earlier_outputs_of_every_form_finite():
+    # The direct form multiplied the scores by a 0/1 mask: inf * 0 = NaN leaked a future key into the past.
+    q, k, v = _linear_inputs(4, (1,), 5, 3, 2, torch.float32)
+    k[0, 3, 0] = float("inf")
+    for fn in (linear_attention, linear_attention_recurrent, linear_attention_quadratic):
+        out = fn(q, k, v)
+        assert torch.isfinite(out[0, :3]).all(), fn.__name__
+        torch.testing.assert_close(out[0, :3], linear_attention(q[:, :3], k[:, :3], v[:, :3])[0])
