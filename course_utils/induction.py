@@ -18,6 +18,7 @@ import dataclasses
 import os
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -71,6 +72,11 @@ def repeated_tokens(
     head can find it by position alone. Shape: -> (B, 2N), torch.long. Taught in notebook 11.
     """
     B, N, V = check_int("batch_size", batch_size), check_int("seq_len", seq_len), check_int("vocab_size", vocab_size)
+    if not isinstance(generator, torch.Generator):
+        raise TypeError(
+            f"generator must be a torch.Generator such as torch.Generator().manual_seed(0), "
+            f"got {type(generator).__name__}"
+        )
     if min_len is None:
         first = torch.randint(0, V, (B, N), generator=generator)  # (B, N)
         return torch.cat([first, first], dim=1)  # (B, N) -> (B, 2N)
@@ -431,22 +437,55 @@ def save_induction_model(
 
 
 def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransformer, dict]:
-    """The model (eval mode) and the rest of what :func:`save_induction_model` wrote. Taught in notebook 11."""
-    state = torch.load(Path(path), map_location="cpu", weights_only=True)
+    """The model (eval mode) and the rest of what :func:`save_induction_model` wrote. Taught in notebook 11.
+
+    A missing file raises FileNotFoundError; a file that is damaged, cut short or of another kind, ValueError.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no checkpoint file at {path} (expected a file written by save_induction_model)")
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated zip, a text file, a pickle of arbitrary objects: all unreadable here
+        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
+        raise ValueError(
+            f"{path} is not a readable checkpoint (damaged, cut short, or not a torch.save file): "
+            f"{type(e).__name__}: {first}"
+        ) from e
     if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        raise ValueError(f"{path} is not a model written by save_induction_model")
-    model = AttentionOnlyTransformer(InductionConfig(**state["config"]))
-    model.load_state_dict(state["model"])
+        found = state.get("format") if isinstance(state, dict) else type(state).__name__
+        raise ValueError(
+            f"{path} is not a model written by save_induction_model: expected format {_FORMAT!r}, got {found!r}"
+        )
+    try:
+        model = AttentionOnlyTransformer(InductionConfig(**state["config"]))
+        model.load_state_dict(state["model"])
+    except (KeyError, TypeError, ValueError, RuntimeError) as e:
+        detail = " ".join(str(e).split())  # load_state_dict's message spans lines: one line here
+        raise ValueError(f"{path} is a damaged {_FORMAT} checkpoint: {type(e).__name__}: {detail}") from e
     return model.eval(), state
 
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--steps N] [--seed S]``: train with the defaults, save to OUT."""
     parser = argparse.ArgumentParser(prog="python -m course_utils.induction", description=main.__doc__)
-    parser.add_argument("out", type=Path)
-    parser.add_argument("--steps", type=int, default=600)
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "out", type=Path, metavar="OUT", help="the checkpoint file to write, e.g. checkpoints/induction.pt"
+    )
+    parser.add_argument("--steps", type=int, default=600, help="training steps (default 600)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and every batch (default 0)")
     args = parser.parse_args(argv)
+    if args.steps < 0 or args.seed < 0:
+        parser.error(f"--steps and --seed must be at least 0, got --steps {args.steps} --seed {args.seed}")
+    # OUT is checked before training, not after minutes of it: a folder, or a place no file can be written
+    if str(args.out) in ("", ".") or args.out.is_dir():
+        parser.error(f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(args.out)!r}")
+    try:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=args.out.parent):  # what saving will need: a file beside OUT
+            pass
+    except OSError as e:
+        parser.error(f"OUT {str(args.out)!r} cannot be written: {e}")
     torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
     config = InductionConfig()
     start = time.perf_counter()

@@ -373,3 +373,63 @@ def test_loading_a_foreign_file_says_so(tmp_path):
     torch.save({"format": "other"}, tmp_path / "x.pt")
     with pytest.raises(ValueError, match="not a model written by save_induction_model"):
         load_induction_model(tmp_path / "x.pt")
+
+
+# ---------------------------------------------------------------------------------------------- review of #19
+
+
+def test_repeated_tokens_names_a_generator_that_is_not_one():
+    with pytest.raises(TypeError, match=r"generator must be a torch.Generator .*got int"):
+        repeated_tokens(1, 5, 11, 0)  # a seed where the generator goes: torch's own message named randint()
+
+
+def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
+    good = tmp_path / "good.pt"
+    save_induction_model(good, _model(), [], {})
+    raw = good.read_bytes()
+    (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])  # a download cut short
+    (tmp_path / "text.pt").write_text("not a checkpoint")
+    for name in ("cut.pt", "text.pt"):
+        with pytest.raises(ValueError, match=rf"{name} is not a readable checkpoint \(damaged, cut short"):
+            load_induction_model(tmp_path / name)
+    state = torch.load(good, weights_only=True)
+    del state["model"]["lm_head.weight"]
+    torch.save(state, tmp_path / "weights.pt")
+    with pytest.raises(ValueError, match=r"weights.pt is a damaged course-induction-1 checkpoint: .*lm_head.weight"):
+        load_induction_model(tmp_path / "weights.pt")
+    state = torch.load(good, weights_only=True)
+    state["config"]["mlp"] = True
+    torch.save(state, tmp_path / "config.pt")
+    with pytest.raises(ValueError, match=r"config.pt is a damaged course-induction-1 checkpoint: TypeError: .*'mlp'"):
+        load_induction_model(tmp_path / "config.pt")
+    torch.save(_model().state_dict(), tmp_path / "bare.pt")
+    with pytest.raises(ValueError, match=r"expected format 'course-induction-1', got None"):
+        load_induction_model(tmp_path / "bare.pt")
+    with pytest.raises(FileNotFoundError, match=r"no checkpoint file at .*missing.pt"):
+        load_induction_model(tmp_path / "missing.pt")
+
+
+def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeypatch):
+    from course_utils import induction
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained before checking OUT")
+
+    monkeypatch.setattr(induction, "train_induction", no_training)
+    (tmp_path / "file").write_text("")
+    for out, match in (
+        (str(tmp_path), "OUT must be a file path"),
+        ("", "OUT must be a file path"),
+        (str(tmp_path / "file" / "m.pt"), "cannot be written"),
+    ):
+        with pytest.raises(SystemExit) as exit_info:
+            induction.main([out, "--steps", "1"])
+        assert exit_info.value.code == 2
+        assert match in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        induction.main([str(tmp_path / "m.pt"), "--steps", "-1"])
+    assert "--steps and --seed must be at least 0, got --steps -1" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_info:
+        induction.main(["--help"])
+    assert exit_info.value.code == 0 and "OUT" in capsys.readouterr().out
+    assert not (tmp_path / "m.pt").exists()
