@@ -341,7 +341,8 @@ print("matches course_utils")
 #
 # Write `nucleus_probs(logits, temperature, top_p)`: apply the temperature, take the softmax over the last
 # axis, keep the smallest set of most likely tokens whose probabilities sum to at least `top_p`, and
-# return the renormalised distribution `(..., V)` (zeros outside the nucleus).
+# return the renormalised distribution `(..., V)` (zeros outside the nucleus). `logits` may have any number
+# of leading axes, or none, and `-inf` for a token already removed; `0 < top_p < 1`.
 
 # %%
 def nucleus_probs(logits, temperature, top_p):
@@ -364,7 +365,7 @@ check("09.1", nucleus_probs)
 # `append_kv(cache, length, new)` that writes the new keys `(B, H, T, D)` into the buffer (in place) right
 # after the cached ones, and returns the part of the buffer that now holds keys, `(B, H, length + T, D)`.
 # The slots after `length` may hold anything: zeros in a fresh buffer, an earlier sequence's keys in one
-# that is reused.
+# that is reused. Write only the `T` slots from `length` on; leave every other slot as it was.
 
 # %%
 def append_kv(cache, length, new):

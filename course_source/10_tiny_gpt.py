@@ -472,6 +472,7 @@ check("10.1", make_windows)
 # Write `unigram_baseline(train_ids, val_ids, vocab_size)`: count each character in `train_ids`, add one
 # to every count (so a character never seen in training keeps a small probability), normalise to
 # probabilities `p`, and return the mean of `-ln p[c]` over the characters `c` of `val_ids`, as a float.
+# The ids run from 0 to `vocab_size - 1`; some characters may appear in neither text.
 
 # %%
 def unigram_baseline(train_ids, val_ids, vocab_size):
@@ -487,14 +488,16 @@ check("10.2", unigram_baseline)
 # %% [markdown]
 # ### Exercise 10.3: warmup and cosine decay
 #
-# Write `lr_at(step, warmup_steps, max_steps, max_lr, min_lr)` (steps count from 0):
+# Write `lr_at(step, warmup_steps, max_steps, max_lr, min_lr)` (steps count from 0;
+# `0 <= warmup_steps < max_steps`):
 #
 # - while `step < warmup_steps`: rise linearly, `max_lr * (step + 1) / warmup_steps`;
 # - then follow half a cosine from `max_lr` (right after warmup) to `min_lr` (at `max_steps`):
 #   `min_lr + 0.5 * (1 + cos(pi * p)) * (max_lr - min_lr)` with `p = (step - warmup_steps) / (max_steps - warmup_steps)`;
 # - from `max_steps` on: `min_lr`.
 #
-# Return a number (a Python float; computing in float32 is accurate enough, the check allows 1e-5 relative).
+# Return a Python float, computed in Python floats (`math.cos`): near the end of a long decay to 0 the rate
+# is tiny, and float32's rounding is then more than the 1e-5 relative the check allows.
 
 # %%
 def lr_at(step, warmup_steps, max_steps, max_lr, min_lr):

@@ -480,6 +480,44 @@ def _merge_normalised(m1, l1, o1, m2, l2, o2):
     return m, l, (a1 * o1 + a2 * o2) / l.clamp(min=1e-30)  # divided by l already: o is no longer a sum
 
 
+# Issue #21, notebooks 08-11: answers wrong only at an edge their statement allows (each fails on a fixed case that
+# holds it), and a catalogued mistake written another way.
+
+
+def _merge_guard_each(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    s1, s2, s = (x.masked_fill(x == -math.inf, 0.0) for x in (m1, m2, m))  # each guarded on its own
+    a1, a2 = torch.exp(s1 - s), torch.exp(s2 - s)  # an empty block beside a maximum of -119: exp(119) * 0 = NaN
+    return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
+
+
+def _merge_where_upside_down(m1, l1, o1, m2, l2, o2):
+    m = torch.max(m1, m2)
+    a1 = torch.where(torch.isinf(m1), torch.zeros_like(m1), torch.exp(m - m1))  # exp(m_new - m_old), guarded
+    a2 = torch.where(torch.isinf(m2), torch.zeros_like(m2), torch.exp(m - m2))
+    return m, l1 * a1 + l2 * a2, o1 * a1 + o2 * a2
+
+
+def _nucleus_along_dim1(logits, temperature, top_p):
+    probs = torch.softmax(logits / temperature, dim=-1)
+    sp, order = probs.sort(dim=1, descending=True)  # dim=1 is the last axis only for (B, V)
+    keep = torch.zeros_like(sp, dtype=torch.bool).scatter(1, order, sp.cumsum(dim=1) - sp < top_p)
+    kept = probs * keep
+    return kept / kept.sum(dim=-1, keepdim=True)
+
+
+def _append_zeroes_the_rest(cache, length, new):
+    cache[:, :, length:] = 0.0  # the stale slots after the new keys are wiped too
+    cache[:, :, length : length + new.shape[2]] = new
+    return cache[:, :, : length + new.shape[2]]
+
+
+def _unigram_vocab_from_largest_id(train_ids, val_ids, vocab_size):
+    V = int(max(train_ids.max(), val_ids.max())) + 1  # misses the characters that are in neither text
+    counts = torch.bincount(train_ids, minlength=V).double() + 1.0
+    return float(-(counts / counts.sum()).log()[val_ids].mean())
+
+
 def _mask_as_float(T, S):
     return torch.ones(T, S).tril(S - T)  # 0/1 floats
 
@@ -1118,7 +1156,7 @@ WRONG = {
     "06.3": [_alibi_float64],
     "07.3": [_aft_logits_up_to_88],
     "07.4": [_step_in_place, _step_normaliser_of_raw_keys, _step_output_only],
-    "08.1": [_merge_assumes_second_higher, _merge_normalised],
+    "08.1": [_merge_assumes_second_higher, _merge_normalised, _merge_guard_each, _merge_where_upside_down],
     "08.2": [
         _bw_einsum_p_untransposed,
         _bw_scale_only_in_dq,
@@ -1129,8 +1167,14 @@ WRONG = {
     ],
     "08.3": [_tw_scale_on_lse_too, _tw_sigmoid, *(fn for fn, _ in _TW_NAMED)],
     "02.3": [_head_over_d, _head_einsum_untransposed],
-    "09.1": [_nucleus_divides_in_place, _nucleus_top_forced, _nucleus_no_temperature, _nucleus_times_temperature],
-    "09.2": [_append_returns_cat, _append_length_from_nonzero],
+    "09.1": [
+        _nucleus_divides_in_place,
+        _nucleus_top_forced,
+        _nucleus_no_temperature,
+        _nucleus_times_temperature,
+        _nucleus_along_dim1,
+    ],
+    "09.2": [_append_returns_cat, _append_length_from_nonzero, _append_zeroes_the_rest],
     "09.3": [
         _beam_best_token_per_beam_sliced,
         _beam_float_indices,
@@ -1138,6 +1182,7 @@ WRONG = {
         *(fn for fn, _ in _BEAM_NAMED),
     ],
     "10.1": [_windows_float_ids, _windows_ids_plus],
+    "10.2": [_unigram_vocab_from_largest_id],
     "11.4": [_post_norm_sandwich],
     "11.1": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
     "11.2": [_score_both_repeats, _score_key_and_query_swapped],
@@ -1169,6 +1214,7 @@ def test_independently_written_wrong_answers_fail(key, fn):
         ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
         ("01.4", _qkv_einsum_untransposed, "weight used untransposed"),
         ("02.3", _head_einsum_untransposed, "weight used untransposed"),
+        ("08.1", _merge_where_upside_down, "rescaled upside down"),
         ("09.1", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
         ("09.1", _nucleus_no_temperature, "temperature ignored"),
         ("09.1", _nucleus_times_temperature, "logits multiplied by the temperature"),
@@ -1190,6 +1236,70 @@ def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, 
         assert res.mistake == name, f"seed {seed}: {res.message}"
         said.add(res.message)
     assert len(said) == 1, said
+
+
+EDGE_ONLY_WRONG_08_TO_11 = [
+    ("08.1", _merge_guard_each, "an empty block beside one whose maximum is below -88"),
+    ("09.1", _nucleus_along_dim1, "two leading axes"),
+    ("09.2", _append_zeroes_the_rest, "an earlier sequence's keys after the new ones (to be left as they are)"),
+    ("10.2", _unigram_vocab_from_largest_id, "a character in neither text (vocab_size > the largest id + 1)"),
+]
+
+
+@pytest.mark.parametrize(
+    "key,fn,edge", EDGE_ONLY_WRONG_08_TO_11, ids=[f.__name__ for _, f, _ in EDGE_ONLY_WRONG_08_TO_11]
+)
+def test_08_to_11_answers_wrong_only_at_an_edge_fail_on_the_fixed_cases_alone(key, fn, edge):
+    """Each is right wherever its edge is absent (so a draw alone may miss it); a fixed case holds the edge."""
+    ex = EXERCISES[key]
+    assert edge in ex.edges
+    res = run_check(_fixed_only(ex), fn)
+    assert res.status == FAILED and "fixed case" in res.message, res.message
+    for args, kwargs in ex.cases():
+        if not ex.edges[edge](*args, **kwargs):  # right (or raising) on every fixed case without the edge
+            try:
+                out = fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            except IndexError:  # sorting along dim=1 of one row (V,)
+                continue
+            torch.testing.assert_close(out, ex.solution(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
+
+
+def test_09_1_sorting_along_dim_1_is_named_by_its_values_before_it_raises():
+    """(B, H, V) logits come before the one row (V,): the failure shows the wrong values of the 3-d case."""
+    cases = EXERCISES["09.1"].cases()
+    first_3d = next(i for i, (args, _) in enumerate(cases) if args[0].dim() == 3)
+    first_1d = next(i for i, (args, _) in enumerate(cases) if args[0].dim() == 1)
+    assert first_3d < first_1d
+    args, _ = cases[first_3d]
+    assert not torch.allclose(_nucleus_along_dim1(*args), EXERCISES["09.1"].solution(*args))
+
+
+def test_09_2_statement_and_check_agree_on_the_slots_after_the_new_keys():
+    """The statement asks to leave every slot but the T written ones as it was; the check compares the whole
+    buffer, and a fixed case has an earlier sequence's keys after the new ones."""
+    source = next(ROOT.glob("course_source/09_*.py")).read_text(encoding="utf-8")
+    assert "leave every other slot as it was" in source
+    assert EXERCISES["09.2"].inplace == "cache"
+    assert any(
+        (cache[:, :, length + new.shape[2] :] != 0).any() for (cache, length, new), _ in EXERCISES["09.2"].cases()
+    )
+
+
+def test_10_3_float32_is_not_accurate_enough_at_the_end_of_a_long_decay():
+    """The statement says float32 loses the tiny rates near the end to more than the check's 1e-5 relative: at
+    (299, 0, 300, 1.0, 0.0) the rate is 2.7e-5 and float32's is 1e-4 off; a fixed case holds it, so a float32
+    answer fails on the fixed cases alone, and Python floats pass."""
+    ex = EXERCISES["10.3"]
+    case = (299, 0, 300, 1.0, 0.0)
+    assert (case, {}) in ex.cases()
+    exact = ex.solution(*case)
+    assert abs(_lr_float32(*case) - exact) > ex.atol + ex.rtol * abs(exact)
+    assert abs(_lr_float32(*case) - exact) / exact > 5e-5
+    res = run_check(_fixed_only(ex), _lr_float32)
+    assert res.status == FAILED and "step=299, warmup_steps=0, max_steps=300" in res.message, res.message
+    source = next(ROOT.glob("course_source/10_*.py")).read_text(encoding="utf-8")
+    assert "float32's rounding is then more than the 1e-5 relative" in source
+    assert ex.rtol == 1e-5
 
 
 def _mha_with_weights(weights_of):
@@ -1579,7 +1689,7 @@ RIGHT = {
     "09.3": [_beam_sorted, _beam_python, _beam_unravel],
     "10.1": [_windows_unfold],
     "10.2": [_unigram_counter],
-    "10.3": [_lr_float32, _lr_branches],
+    "10.3": [_lr_branches],
     "11.4": [_post_norm_functional],
     "11.1": [_weighted_norms_terms, _weighted_norms_einsum],
     "11.2": [_score_loop, _score_diagonal],

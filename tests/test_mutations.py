@@ -114,6 +114,50 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
             "H == 1",
         )
     ],
+    "08.1": [
+        (
+            "a1, a2 = torch.exp(m1 - m_safe), torch.exp(m2 - m_safe)",
+            'a1 = torch.exp(m1.masked_fill(m1 == float("-inf"), 0.0) - m_safe)\n'
+            '    a2 = torch.exp(m2.masked_fill(m2 == float("-inf"), 0.0) - m_safe)',
+            "an empty block beside one whose maximum is below -88",
+        )
+    ],
+    "09.1": [
+        (
+            "sorted_probs, order = probs.sort(dim=-1, descending=True)",
+            "sorted_probs, order = probs.sort(dim=1, descending=True)",
+            "two leading axes",
+        )
+    ],
+    "09.2": [
+        (
+            "cache[:, :, length:length + T] = new",
+            "cache[:, :, length:] = 0.0\n    cache[:, :, length:length + T] = new",
+            "an earlier sequence's keys after the new ones (to be left as they are)",
+        )
+    ],
+    "10.1": [("window = data[idx]", "window = data[idx].long()", "ids of a dtype other than int64")],
+    "10.2": [
+        (
+            "torch.bincount(train_ids, minlength=vocab_size)",
+            "torch.bincount(train_ids, minlength=int(max(train_ids.max(), val_ids.max())) + 1)",
+            "a character in neither text (vocab_size > the largest id + 1)",
+        )
+    ],
+    "10.3": [
+        (
+            "return min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)",
+            "return float(min_lr + 0.5 * (1 + torch.cos(torch.tensor(math.pi * p))) * (max_lr - min_lr))",
+            "a rate below 1e-4 of max_lr (the end of a long decay to 0)",
+        )
+    ],
+    "11.1": [
+        (
+            "return weights * v.norm(dim=-1).unsqueeze(-2)",
+            "return (weights * v.norm(dim=-1).unsqueeze(-2)).squeeze()",
+            "T == 1",
+        )
+    ],
 }
 
 

@@ -39,10 +39,18 @@ def _nucleus_cases() -> list[tuple[tuple, dict]]:
     # No case puts top_p exactly on the mass before a token: there the verdict would depend on the order in
     # which the learner's code adds the probabilities (float rounding), not on the definition.
     g = torch.Generator().manual_seed(11)
+    # (B, H, V) next: sorting, summing or scattering along dim=1 instead of the last axis is named by its values;
+    # it holds a token already removed (-inf), a row whose top token alone reaches p, and one that keeps every token
+    three = 1.5 * torch.randn(2, 3, 7, generator=g)
+    three[0, 1, 2] = float("-inf")
+    three[1, 0] = torch.tensor([9.0, 0.0, -1.0, 0.5, -2.0, 1.0, -0.5])  # the top token alone is past p
+    three[1, 2] = torch.tensor([0.1, 0.0, -0.1, 0.05, 0.0, -0.05, 0.02])  # nearly flat: every token is kept
     return [
         ((2.0 * torch.randn(2, 6, generator=g), 1.0, 0.8), {}),
         ((3.0 * torch.randn(3, 8, generator=g), 0.7, 0.5), {}),
         ((torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]]), 2.0, 0.9), {}),
+        ((three, 1.3, 0.97), {}),
+        ((torch.tensor([150.0, 149.0, 0.0, -3.0]), 0.5, 0.6), {}),  # one row (V,): logits past exp's overflow
     ]
 
 
@@ -137,6 +145,8 @@ def _append_cases() -> list[tuple[tuple, dict]]:
         ((_buffer(g, 1, 2, 6, 3, 2, 0), 2, torch.randn(1, 2, 1, 3, generator=g)), {}),  # a fresh buffer
         ((_buffer(g, 2, 1, 7, 2, 0, 3), 0, torch.randn(2, 1, 3, 2, generator=g)), {}),  # reused: 3 stale slots
         ((_buffer(g, 1, 3, 8, 2, 3, 2), 3, torch.randn(1, 3, 2, 2, generator=g)), {}),  # 2 stale slots after 3
+        ((_buffer(g, 2, 2, 9, 1, 1, 5), 1, torch.randn(2, 2, 2, 1, generator=g)), {}),  # stale keys after the new
+        ((_buffer(g, 1, 2, 7, 3, 4, 3), 4, torch.randn(1, 2, 3, 3, generator=g)), {}),  # filled to the last slot
     ]
 
 
@@ -289,6 +299,22 @@ EXERCISES = (
         solution=_nucleus_solution,
         cases=_nucleus_cases,
         draw=_nucleus_draw,
+        edges={
+            "one row (V,), no leading axis": lambda logits, t, p: logits.dim() == 1,
+            "one leading axis": lambda logits, t, p: logits.dim() == 2,
+            "two leading axes": lambda logits, t, p: logits.dim() == 3,
+            "temperature 1": lambda logits, t, p: t == 1.0,
+            "temperature below 1": lambda logits, t, p: t < 1.0,
+            "temperature above 1": lambda logits, t, p: t > 1.0,
+            "a token already removed (-inf)": lambda logits, t, p: bool((logits == float("-inf")).any()),
+            "logits past exp's float32 overflow": lambda logits, t, p: bool((logits / t > 89).any()),
+            "a row whose top token alone reaches top_p": lambda logits, t, p: bool(
+                (torch.softmax(logits / t, dim=-1).amax(dim=-1) >= p).any()
+            ),
+            "a row that keeps every token": lambda logits, t, p: bool(
+                (_nucleus_solution(logits, t, p) > 0).all(dim=-1).any()
+            ),
+        },
         mistakes=(
             Mistake(
                 "the token that crosses p is dropped",
@@ -350,6 +376,24 @@ EXERCISES = (
         solution=_append_solution,
         cases=_append_cases,
         draw=_append_draw,
+        edges={
+            "length == 0 (nothing cached yet)": lambda cache, length, new: length == 0,
+            "T == 1 (one new token)": lambda cache, length, new: new.shape[2] == 1,
+            "T > 1 (a prompt)": lambda cache, length, new: new.shape[2] > 1,
+            "length + T == capacity (the buffer filled to its last slot)": lambda cache, length, new: (
+                length + new.shape[2] == cache.shape[2]
+            ),
+            "a fresh buffer (zeros after length)": lambda cache, length, new: bool((cache[:, :, length:] == 0).all()),
+            "an earlier sequence's keys at length": lambda cache, length, new: bool(
+                (cache[:, :, length : length + 1] != 0).any()
+            ),
+            "an earlier sequence's keys after the new ones (to be left as they are)": lambda cache, length, new: bool(
+                (cache[:, :, length + new.shape[2] :] != 0).any()
+            ),
+            "H == 1": lambda cache, length, new: cache.shape[1] == 1,
+            "D == 1": lambda cache, length, new: cache.shape[3] == 1,
+            "B > 1": lambda cache, length, new: cache.shape[0] > 1,
+        },
         inplace="cache",
         mistakes=(
             Mistake(

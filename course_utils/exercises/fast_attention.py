@@ -2,12 +2,12 @@
 tile's weights recomputed from the logsumexp as FlashAttention's backward pass does.
 
 The reference solutions are built from :mod:`course_utils.fast_attention`; each mistake is one that learners
-(and published code) really make: partial sums merged without rescaling, or rescaled upside down, the last
-block's maximum kept instead of the larger one, NaN for a query that has seen no key yet; in the backward
-pass, the softmax's correction Δ forgotten, computed without the weights, along the wrong axis or without its
-axis, a product not transposed, the scale missing, doubled or assumed, the weights recomputed unstably; for a
-tile, a softmax over the tile alone, the logsumexp broadcast along the keys, the scale missing, the tile's maximum
-subtracted instead, exp(L) divided out (inf / inf in float32).
+(and published code) really make: partial sums merged without rescaling, or rescaled upside down (a block that saw
+no key guarded, or not), the last block's maximum kept instead of the larger one, NaN for a query that has seen no
+key yet; in the backward pass, the softmax's correction Δ forgotten, computed without the weights, along the wrong
+axis or without its axis, a product not transposed, the scale missing, doubled or assumed, the weights recomputed
+unstably; for a tile, a softmax over the tile alone, the logsumexp broadcast along the keys, the scale missing, the
+tile's maximum subtracted instead, exp(L) divided out (inf / inf in float32).
 """
 
 from __future__ import annotations
@@ -51,16 +51,24 @@ def _merge_cases() -> list[tuple[tuple, dict]]:
             [0.5, 1.0, -120.0, -119.0],  # block 2 far BELOW block 1: exp(m1 - m2) overflows
             [-150.0, -149.5, 3.0, 2.0],  # block 2 far ABOVE block 1
             [1.0, 0.0, 0.5, -0.5],
+            [0.5, -1.0, 0.5, 0.25],  # the same maximum in both blocks
         ]
     )
     blocked = torch.randn(2, 4, 6, generator=g)  # (B, T, S) with queries that see nothing
     blocked[0, 1] = NEG_INF  # nothing visible in either block: the partials are (-inf, 0, 0) twice
     blocked[1, 2, :3] = NEG_INF  # nothing visible in the first block only
     blocked[1, 0, 3:] = NEG_INF  # nothing visible in the second block only
+    # (B, H, T, S): an empty block beside one whose maximum is below float32's exp underflow (about -88), so that
+    # guarding m1, m2 and m for -inf each on its own gives exp(0 - (-119)) = inf times l = 0: NaN
+    low = torch.randn(2, 3, 2, 6, generator=g)
+    low[0, 0, 0] = torch.tensor([NEG_INF, NEG_INF, NEG_INF, -120.0, -119.0, -121.5])  # the first block empty
+    low[1, 2, 1] = torch.tensor([-130.0, -125.0, -127.0, NEG_INF, NEG_INF, NEG_INF])  # the second block empty
     return [
         (_two_blocks(plain, torch.randn(5, 2, generator=g), 2), {}),
         (_two_blocks(far, torch.randn(4, 3, generator=g), 2), {}),
         (_two_blocks(blocked, torch.randn(2, 6, 1, generator=g), 3), {}),
+        (_two_blocks(low, torch.randn(2, 3, 6, 4, generator=g), 3), {}),
+        (_two_blocks(torch.randn(3, 1, 5, generator=g), torch.randn(3, 5, 2, generator=g), 4), {}),  # T == 1
     ]
 
 
@@ -87,7 +95,14 @@ def _merge_not_rescaled(m1, l1, o1, m2, l2, o2):
 
 def _merge_upside_down(m1, l1, o1, m2, l2, o2):
     m = torch.maximum(m1, m2)
-    a1, a2 = torch.exp(_guarded(m) - m1), torch.exp(_guarded(m) - m2)  # exp(m_new - m_old): >= 1, grows
+    a1 = torch.where(m1 == NEG_INF, 0.0, torch.exp(m - m1))  # exp(m_new - m_old): >= 1, grows; a block that saw
+    a2 = torch.where(m2 == NEG_INF, 0.0, torch.exp(m - m2))  # no key is guarded, so only the factors are wrong
+    return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
+
+
+def _merge_upside_down_unguarded(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    a1, a2 = torch.exp(_guarded(m) - m1), torch.exp(_guarded(m) - m2)  # exp(m_new - (-inf)) = inf beside 0: NaN
     return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
 
 
@@ -139,6 +154,7 @@ def _backward_cases() -> list[tuple[tuple, dict]]:
         _backward_case(g, [3], 4, 1, 3, 5, 0.7),  # one key: every weight is 1, dq = dk = 0
         _backward_case(g, [2, 2], 5, 4, 6, 1, 1.3),  # Dv == 1
         _backward_case(g, [2], 6, 5, 8, 4, 0.25, spread=8.0),  # saturated: weights ~1 and ~0, scores past 88
+        _backward_case(g, [2], 3, 4, 1, 2, 0.9),  # D == 1
     ]
 
 
@@ -262,6 +278,7 @@ def _tile_cases() -> list[tuple[tuple, dict]]:
         _tile_case(g, [2, 3], 1, 7, (0, 4), 5, 0.3),  # one query, (B, H) leading axes
         _tile_case(g, [3], 4, 6, (5, 6), 2, 0.8),  # a tile of one key
         _tile_extreme(g),  # exp(s) overflows, or underflows with exp(L)
+        _tile_case(g, [2], 3, 6, (1, 4), 1, 0.6),  # D == 1
     ]
 
 
@@ -310,6 +327,34 @@ EXERCISES = (
         solution=_merge_solution,
         cases=_merge_cases,
         draw=_merge_draw,
+        edges={
+            "no leading axes": lambda m1, l1, o1, m2, l2, o2: m1.dim() == 2,
+            "one leading axis": lambda m1, l1, o1, m2, l2, o2: m1.dim() == 3,
+            "two leading axes": lambda m1, l1, o1, m2, l2, o2: m1.dim() == 4,
+            "T == 1": lambda m1, l1, o1, m2, l2, o2: m1.shape[-2] == 1,
+            "Dv == 1": lambda m1, l1, o1, m2, l2, o2: o1.shape[-1] == 1,
+            "the first block's maximum the larger": lambda m1, l1, o1, m2, l2, o2: bool((m1 > m2).any()),
+            "the second block's maximum the larger": lambda m1, l1, o1, m2, l2, o2: bool((m2 > m1).any()),
+            "the same finite maximum in both blocks": lambda m1, l1, o1, m2, l2, o2: bool(
+                ((m1 == m2) & m1.isfinite()).any()
+            ),
+            "maxima more than a hundred apart, either way": lambda m1, l1, o1, m2, l2, o2: bool(
+                (m1 - m2 > 100).any() and (m2 - m1 > 100).any()
+            ),
+            "a query that saw no key in either block": lambda m1, l1, o1, m2, l2, o2: bool(
+                ((m1 == NEG_INF) & (m2 == NEG_INF)).any()
+            ),
+            "an empty first block beside a seen second": lambda m1, l1, o1, m2, l2, o2: bool(
+                ((m1 == NEG_INF) & m2.isfinite()).any()
+            ),
+            "an empty second block beside a seen first": lambda m1, l1, o1, m2, l2, o2: bool(
+                ((m2 == NEG_INF) & m1.isfinite()).any()
+            ),
+            "an empty block beside one whose maximum is below -88": lambda m1, l1, o1, m2, l2, o2: bool(
+                ((m1 == NEG_INF) & m2.isfinite() & (m2 < -88)).any()
+                or ((m2 == NEG_INF) & m1.isfinite() & (m1 < -88)).any()
+            ),
+        },
         mistakes=(
             Mistake(
                 "sums added without rescaling",
@@ -325,6 +370,14 @@ EXERCISES = (
                 "block whose maximum was lower counts for less, not more.",
                 _merge_upside_down,
                 fix="exp(m_old - m_new), not exp(m_new - m_old)",
+            ),
+            Mistake(
+                "rescaled upside down, and NaN beside a block that saw no key",
+                "The factor that moves a sum from its old maximum to the new, larger one is at most 1: a block "
+                "whose maximum was lower counts for less, not more. The right factor is also 0 for a block that "
+                "saw no key; the upside-down one is infinite there, and infinity times a sum of 0 is not a number.",
+                _merge_upside_down_unguarded,
+                fix="a1, a2 = exp(m1 - m_safe), exp(m2 - m_safe): exp(m_old - m_new), not exp(m_new - m_old)",
             ),
             Mistake(
                 "o added without rescaling",
@@ -360,6 +413,22 @@ EXERCISES = (
         solution=_backward_solution,
         cases=_backward_cases,
         draw=_backward_draw,
+        edges={
+            "T == S": lambda q, k, v, o, do, scale: q.shape[-2] == k.shape[-2],
+            "T != S": lambda q, k, v, o, do, scale: q.shape[-2] != k.shape[-2],
+            "T == 1": lambda q, k, v, o, do, scale: q.shape[-2] == 1,
+            "S == 1": lambda q, k, v, o, do, scale: k.shape[-2] == 1,
+            "D == 1": lambda q, k, v, o, do, scale: q.shape[-1] == 1,
+            "Dv == 1": lambda q, k, v, o, do, scale: v.shape[-1] == 1,
+            "D != Dv": lambda q, k, v, o, do, scale: q.shape[-1] != v.shape[-1],
+            "no leading axes": lambda q, k, v, o, do, scale: q.dim() == 2,
+            "one leading axis": lambda q, k, v, o, do, scale: q.dim() == 3,
+            "two leading axes": lambda q, k, v, o, do, scale: q.dim() == 4,
+            "a scale other than 1/sqrt(D)": lambda q, k, v, o, do, scale: not math.isclose(scale, q.shape[-1] ** -0.5),
+            "a score past exp's float32 overflow (weights ~1 and ~0)": lambda q, k, v, o, do, scale: bool(
+                (scale * q @ k.transpose(-2, -1) > 89).any()
+            ),
+        },
         minutes=15,
         atol=1e-4,  # where the weights saturate (or S == 1) dS is ~0, and Δ's float32 rounding is all that is left
         mistakes=(
@@ -458,6 +527,7 @@ EXERCISES = (
             "T != S": lambda q, k, lse, scale: q.shape[-2] != k.shape[-2],
             "T == 1": lambda q, k, lse, scale: q.shape[-2] == 1,
             "S == 1": lambda q, k, lse, scale: k.shape[-2] == 1,
+            "D == 1": lambda q, k, lse, scale: q.shape[-1] == 1,
             "no leading axes": lambda q, k, lse, scale: q.dim() == 2,
             "one leading axis": lambda q, k, lse, scale: q.dim() == 3,
             "two leading axes": lambda q, k, lse, scale: q.dim() == 4,

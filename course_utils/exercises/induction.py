@@ -130,6 +130,7 @@ def _ablated_cases() -> list[tuple[tuple, dict]]:
         _ablated_case(g, 1, 4, 6, 2, 3),  # the last head
         _ablated_case(g, 3, 2, 1, 3, 0, torch.float64),  # T = 1, the first head
         _ablated_case(g, 1, 1, 3, 4, 0),  # the only head: what is left is the bias
+        _ablated_case(g, 2, 3, 5, 1, 2),  # heads of one channel (D == 1)
     ]
 
 
@@ -197,6 +198,19 @@ EXERCISES = (
         solution=_score_solution,
         cases=_score_cases,
         draw=_score_draw,
+        edges={
+            "N == 1 (the smallest repeat)": lambda w, n: n == 1,
+            "B == 1": lambda w, n: w.shape[0] == 1,
+            "H == 1": lambda w, n: w.shape[1] == 1,
+            "B != H": lambda w, n: w.shape[0] != w.shape[1],
+            "B == H": lambda w, n: w.shape[0] == w.shape[1],
+            "causal weights": lambda w, n: bool((w.triu(1) == 0).all()),
+            "weights on keys after the query": lambda w, n: bool((w.triu(1) > 0).any()),
+            "float64 weights": lambda w, n: w.dtype == torch.float64,
+            "a perfect induction head": lambda w, n: bool(
+                (w[..., torch.arange(n, 2 * n), torch.arange(1, n + 1)] == 1).all(dim=-1).any()
+            ),
+        },
         mistakes=(
             Mistake(
                 "off by one: the earlier copy itself",
@@ -249,6 +263,16 @@ EXERCISES = (
         solution=_ablated_solution,
         cases=_ablated_cases,
         draw=_ablated_draw,
+        edges={
+            "the first head": lambda h, w, b, head: head == 0,
+            "the last head": lambda h, w, b, head: head == h.shape[1] - 1 and h.shape[1] > 1,
+            "H == 1 (the only head)": lambda h, w, b, head: h.shape[1] == 1,
+            "T == 1": lambda h, w, b, head: h.shape[2] == 1,
+            "D == 1": lambda h, w, b, head: h.shape[3] == 1,
+            "B == 1": lambda h, w, b, head: h.shape[0] == 1,
+            "B, H, T and D all different": lambda h, w, b, head: len(set(h.shape)) == 4,
+            "float64": lambda h, w, b, head: h.dtype == torch.float64,
+        },
         mistakes=(
             Mistake(
                 "zeroed after the output projection",

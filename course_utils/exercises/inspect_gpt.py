@@ -31,9 +31,13 @@ def _weighted_norms_solution(weights: torch.Tensor, v: torch.Tensor) -> torch.Te
     return weighted_value_norms(weights, v)  # (B, H, T, S)
 
 
-def _weighted_norms_case(g: torch.Generator, B: int, H: int, T: int, S: int, D: int) -> tuple[tuple, dict]:
+def _weighted_norms_case(
+    g: torch.Generator, B: int, H: int, T: int, S: int, D: int, causal: bool = True
+) -> tuple[tuple, dict]:
     scores = torch.randn(B, H, T, S, generator=g) * 2.0
     visible = torch.ones(T, S, dtype=torch.bool).tril(diagonal=S - T)  # causal, bottom-right aligned when T < S
+    if not causal:  # every key visible (an encoder, or a cross-attention): T > S is possible too
+        visible = torch.ones(T, S, dtype=torch.bool)
     weights = torch.softmax(scores.masked_fill(~visible, -math.inf), dim=-1)  # (B, H, T, S)
     scale = 0.1 + 4.0 * torch.rand(B, H, S, 1, generator=g)  # values whose norms differ by key, as they do
     return (weights, torch.randn(B, H, S, D, generator=g) * scale), {}
@@ -44,8 +48,10 @@ def _weighted_norms_cases() -> list[tuple[tuple, dict]]:
     return [
         _weighted_norms_case(g, 2, 3, 6, 6, 4),
         _weighted_norms_case(g, 1, 2, 5, 5, 8),
-        _weighted_norms_case(g, 2, 2, 3, 7, 4),
-    ]  # T < S: three new queries after a cache of four keys
+        _weighted_norms_case(g, 2, 2, 3, 7, 4),  # T < S: three new queries after a cache of four keys
+        _weighted_norms_case(g, 1, 1, 1, 5, 1),  # one query, one head, values of one channel
+        _weighted_norms_case(g, 2, 3, 4, 1, 3, causal=False),  # one key (every weight 1), T > S
+    ]
 
 
 def _weighted_norms_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -125,7 +131,12 @@ def _post_norm_case(g: torch.Generator, B: int, T: int, C: int, H: int) -> tuple
 
 def _post_norm_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(94)
-    return [_post_norm_case(g, 2, 5, 8, 2), _post_norm_case(g, 1, 7, 12, 3), _post_norm_case(g, 3, 4, 16, 4)]
+    return [
+        _post_norm_case(g, 2, 5, 8, 2),
+        _post_norm_case(g, 1, 7, 12, 3),
+        _post_norm_case(g, 3, 4, 16, 4),
+        _post_norm_case(g, 2, 1, 6, 1),  # one token, one head
+    ]
 
 
 def _post_norm_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -170,6 +181,18 @@ EXERCISES = (
         solution=_weighted_norms_solution,
         cases=_weighted_norms_cases,
         draw=_weighted_norms_draw,
+        edges={
+            "T == S": lambda w, v: w.shape[2] == w.shape[3],
+            "T < S": lambda w, v: w.shape[2] < w.shape[3],
+            "T > S": lambda w, v: w.shape[2] > w.shape[3],
+            "T == 1": lambda w, v: w.shape[2] == 1,
+            "S == 1": lambda w, v: w.shape[3] == 1,
+            "D == 1": lambda w, v: v.shape[3] == 1,
+            "B == 1": lambda w, v: w.shape[0] == 1,
+            "H == 1": lambda w, v: w.shape[1] == 1,
+            "B, H and T all different": lambda w, v: len(set(w.shape[:3])) == 3,
+            "weights of 0 (keys masked out)": lambda w, v: bool((w == 0).any()),
+        },
         mistakes=(
             Mistake(
                 "the weights alone",
@@ -224,6 +247,12 @@ EXERCISES = (
         solution=_post_norm_solution,
         cases=_post_norm_cases,
         draw=_post_norm_draw,
+        edges={
+            "B == 1": lambda x, attn, mlp, ln_1, ln_2: x.shape[0] == 1,
+            "T == 1": lambda x, attn, mlp, ln_1, ln_2: x.shape[1] == 1,
+            "one head": lambda x, attn, mlp, ln_1, ln_2: attn.num_heads == 1,
+            "C not a power of two": lambda x, attn, mlp, ln_1, ln_2: x.shape[2] & (x.shape[2] - 1) != 0,
+        },
         mistakes=(
             Mistake(
                 "pre-norm order",

@@ -33,10 +33,14 @@ def _windows_solution(data: torch.Tensor, starts: torch.Tensor, T: int) -> tuple
 def _windows_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(8)
     data = torch.randint(0, 50, (40,), generator=g)
+    short = torch.randint(0, 9, (7,), generator=g, dtype=torch.int32)
     return [
         ((data, torch.tensor([0, 5, 20]), 4), {}),
         ((data, torch.tensor([3]), 8), {}),
         ((data, torch.tensor([34, 0]), 4), {}),  # near the end: ids 34 .. 38 (39 is the last)
+        ((data, torch.tensor([35, 12, 35]), 4), {}),  # the last window ends on the last id; one start twice
+        ((short, torch.tensor([0]), 6), {}),  # int32 ids, one window of all of them (T == len(data) - 1)
+        ((short, torch.tensor([2, 5, 0, 4]), 1), {}),  # T == 1
     ]
 
 
@@ -90,7 +94,14 @@ def _unigram_cases() -> list[tuple[tuple, dict]]:
     val = torch.cat([torch.multinomial(p, 60, replacement=True, generator=g), torch.tensor([5])])
     skewed = torch.multinomial(torch.tensor([0.1, 0.1, 0.8]), 200, replacement=True, generator=g)
     even = torch.multinomial(torch.tensor([0.45, 0.45, 0.1]), 50, replacement=True, generator=g)
-    return [((train, val, 6), {}), ((skewed, even, 3), {})]
+    # ids 0 .. 4 only, of a vocabulary of 8: characters 5, 6 and 7 are in neither text
+    few = torch.multinomial(torch.tensor([0.3, 0.3, 0.2, 0.1, 0.1]), 80, replacement=True, generator=g)
+    return [
+        ((train, val, 6), {}),
+        ((skewed, even, 3), {}),
+        ((few, torch.tensor([0, 4, 1, 3, 0, 2]), 8), {}),
+        ((skewed, torch.tensor([1]), 3), {}),  # one validation character
+    ]
 
 
 def _unigram_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -142,6 +153,10 @@ def _lr_cases() -> list[tuple[tuple, dict]]:
     for warmup, total, top, bottom in ((10, 100, 1.0, 0.1), (4, 20, 3e-3, 3e-4), (0, 10, 1.0, 0.0)):
         for step in sorted({0, 1, max(warmup - 1, 0), warmup, (warmup + total) // 2, total - 1, total, total + 5}):
             cases.append(((step, warmup, total, top, bottom), {}))
+    cases.append(
+        ((299, 0, 300, 1.0, 0.0), {})
+    )  # the last step of a long decay to 0: a rate of 3e-5 (float32: 1e-4 off)
+    cases += [((step, 6, 7, 2e-3, 1e-4), {}) for step in (5, 6, 7)]  # a cosine of one step: max_lr, then min_lr
     return cases
 
 
@@ -200,6 +215,16 @@ EXERCISES = (
         solution=_windows_solution,
         cases=_windows_cases,
         draw=_windows_draw,
+        edges={
+            "B == 1": lambda data, starts, T: len(starts) == 1,
+            "T == 1": lambda data, starts, T: T == 1,
+            "a start at 0": lambda data, starts, T: bool((starts == 0).any()),
+            "a window ending on the last id": lambda data, starts, T: bool((starts + T == len(data) - 1).any()),
+            "one window of the whole data (T == len(data) - 1)": lambda data, starts, T: T == len(data) - 1,
+            "starts not in order": lambda data, starts, T: bool((starts.diff() < 0).any()),
+            "one start twice": lambda data, starts, T: len(set(starts.tolist())) < len(starts),
+            "ids of a dtype other than int64": lambda data, starts, T: data.dtype != torch.int64,
+        },
         mistakes=(
             Mistake(
                 "targets not shifted",
@@ -235,6 +260,18 @@ EXERCISES = (
         solution=_unigram_solution,
         cases=_unigram_cases,
         draw=_unigram_draw,
+        edges={
+            "a character of validation never seen in training": lambda train_ids, val_ids, vocab_size: bool(
+                (torch.bincount(train_ids, minlength=vocab_size)[val_ids] == 0).any()
+            ),
+            "a character in neither text (vocab_size > the largest id + 1)": lambda train_ids, val_ids, vocab_size: (
+                vocab_size > max(int(train_ids.max()), int(val_ids.max())) + 1
+            ),
+            "every character seen in training": lambda train_ids, val_ids, vocab_size: bool(
+                (torch.bincount(train_ids, minlength=vocab_size) > 0).all()
+            ),
+            "one validation character": lambda train_ids, val_ids, vocab_size: len(val_ids) == 1,
+        },
         mistakes=(
             Mistake(
                 "no smoothing: an unseen character costs infinity",
@@ -274,6 +311,21 @@ EXERCISES = (
         solution=_lr_solution,
         cases=_lr_cases,
         draw=_lr_draw,
+        edges={
+            "step 0": lambda step, w, n, top, bottom: step == 0,
+            "warmup_steps == 0": lambda step, w, n, top, bottom: w == 0,
+            "the last warmup step": lambda step, w, n, top, bottom: w > 0 and step == w - 1,
+            "the first step after warmup": lambda step, w, n, top, bottom: w > 0 and step == w,
+            "the middle of the cosine": lambda step, w, n, top, bottom: w < step < n - 1,
+            "the step before max_steps": lambda step, w, n, top, bottom: step == n - 1 and w < step,
+            "step == max_steps": lambda step, w, n, top, bottom: step == n,
+            "a step past max_steps": lambda step, w, n, top, bottom: step > n,
+            "min_lr == 0": lambda step, w, n, top, bottom: bottom == 0,
+            "a cosine of one step (max_steps == warmup_steps + 1)": lambda step, w, n, top, bottom: n == w + 1,
+            "a rate below 1e-4 of max_lr (the end of a long decay to 0)": lambda step, w, n, top, bottom: (
+                w <= step < n and _lr_solution(step, w, n, top, bottom) < 1e-4 * top
+            ),
+        },
         mistakes=(
             Mistake(
                 "warmup starts at zero",
@@ -308,6 +360,9 @@ EXERCISES = (
             ),
         ),
         atol=1e-10,
-        rtol=1e-5,  # float32 arithmetic is accurate to about 1e-7 relative: a rate computed in float32 passes
+        # Python floats (float64) are exact to about 1e-16 relative. float32 is not enough: near the end of a long
+        # decay to 0 the rate is the difference of two numbers near 1 (1 + cos(pi * p), cos near -1), and float32's
+        # rounding of cos (6e-8) is then 1e-4 of the rate or more. The statement asks for Python floats.
+        rtol=1e-5,
     ),
 )
