@@ -343,10 +343,10 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> Iterator
 
         def zero_heads(module: nn.Module, args: tuple, off=off, D=D) -> tuple:
             (merged,) = args  # (B, T, C): head h in channels h*D .. (h+1)*D - 1
-            keep = torch.ones(merged.shape[-1], dtype=merged.dtype, device=merged.device)  # (C,)
+            silent = torch.zeros(merged.shape[-1], dtype=torch.bool, device=merged.device)  # (C,)
             for h in off:
-                keep[h * D : (h + 1) * D] = 0
-            return (merged * keep,)  # (B, T, C)
+                silent[h * D : (h + 1) * D] = True
+            return (merged.masked_fill(silent, 0.0),)  # (B, T, C); set, not multiplied: inf * 0 would be NaN
 
         hooks.append(attn.out_proj.register_forward_pre_hook(zero_heads))
     try:

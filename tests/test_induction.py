@@ -433,3 +433,16 @@ def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeyp
         induction.main(["--help"])
     assert exit_info.value.code == 0 and "OUT" in capsys.readouterr().out
     assert not (tmp_path / "m.pt").exists()
+
+
+def test_an_ablated_head_is_silent_even_when_its_output_is_not_finite():
+    # The head was multiplied by 0, and inf * 0 = NaN: a diverged head, ablated, still poisoned the model.
+    model = _model()
+    attn = attention_layers(model)[0]
+    C, D = SMALL.embed_dim, attn.head_dim
+    with torch.no_grad():
+        attn.qkv_proj.weight[2 * C + D : 2 * C + 2 * D] = float("inf")  # head 1's values: +-inf, then NaN
+    idx = repeated_tokens(2, 5, 11, torch.Generator().manual_seed(0))
+    assert not torch.isfinite(model(idx)).all()
+    with ablate_heads(model, [(0, 1)]):
+        assert torch.isfinite(model(idx)).all()
