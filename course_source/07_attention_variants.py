@@ -85,8 +85,8 @@ for name, kv_heads in (("MHA (32)", 32), ("GQA (8, as Mistral 7B)", 8), ("MQA (1
     print(f"{name:>22} {per_token / 2**10:>7.0f} KiB {context / 2**30:>8.3f} GiB {batch / 2**30:>10.2f} GiB")
 
 # %% [markdown]
-# With one key/value head per query head, eight sequences of 4096 tokens need 16 GiB of cache, as much
-# as the float16 weights of the model itself (about 14 GB). The cache, not the weights, limits the batch
+# With one key/value head per query head, eight sequences of 4096 tokens need 16 GiB of cache, more
+# than the float16 weights of the model itself (about 14 GB). The cache, not the weights, limits the batch
 # size and the context. Sharing key/value heads divides the bill by `H / Hkv`.
 #
 # Size is the smaller half of the argument. Shazeer's (2019) is **memory bandwidth**: a decoding step
@@ -116,8 +116,9 @@ for name, kv in (("MHA (6)", 6), ("GQA (2)", 2), ("MQA (1)", 1)):
 # Attention alone does `H / Hkv` FLOPs per byte in float16 (1 for MHA, 3 and 6 here), whatever the
 # batch and the context: every sequence reads its own cache. Batching shares the weights, not the cache, so
 # with MHA no batch lifts a step above about 10 FLOPs per byte here, far below the few hundred where
-# arithmetic would limit. Decoding waits on memory; MQA and GQA read `H / Hkv` times less cache per step,
-# and that, more than the memory saved, is why they make decoding faster.
+# arithmetic would limit. Decoding waits on memory. Once the cache outweighs the weights (large batches,
+# long contexts), MQA and GQA read `H / Hkv` times less per step, and that, more than the memory saved, is
+# why they make decoding faster; at batch 1 this small model's step is mostly weight reads (1.0 to 1.1).
 #
 # ## 2. Multi-query and grouped-query attention
 #
@@ -219,8 +220,8 @@ print("a window >= T is the causal mask:", torch.equal(sliding_window_mask(8, 8)
 #   keys, `window = W + 1` here. Its code keeps W keys: the paper's rolling-buffer cache has W slots (the
 #   query and the W - 1 positions before it), and the reference implementation (xformers' local mask) and
 #   Hugging Face's eager path attend to exactly those: W = 4096 runs as `window = 4096`. FlashAttention's
-#   `window_size=(left, 0)` means keys `i - left .. i`, `window = left + 1`, so that model passes
-#   `(4095, 0)`. Libraries have disagreed by this one key (Hugging Face transformers issues #29623, #39408).
+#   `window_size=(left, 0)` means keys `i - left .. i`, `window = left + 1`: Mistral's 4096 keys are
+#   `(4095, 0)` there. Libraries have disagreed by this one key (Hugging Face transformers issues #29623, #39408).
 # - **Longformer** (Beltagy et al. 2020), as an encoder, looks *both ways* (about w / 2 positions on each
 #   side, future included: not causal) and gives a few positions *global* attention, to and from every
 #   token. Its character-level language models use causal windows instead, dilated in higher layers.
@@ -452,8 +453,10 @@ print("direct", tuple(direct.shape))
 #
 # `out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t`, with `S_t = Σ_{j<=t} φ(k_j) v_jᵀ` (D × Dv), `z_t = Σ_{j<=t} φ(k_j)` (D).
 #
-# S_t and z_t are **prefix sums**, so every position's are one `cumsum` away, and no `(T, T)` matrix
-# appears. Softmax has no such exact form with finitely many features.
+# S_t and z_t are **prefix sums**, so every position's are one `cumsum` away: no `(T, T)` matrix, but a
+# `(T, D, Dv)` one, larger whenever `D × Dv > T` (practical kernels work in chunks and keep the state only
+# at chunk boundaries). Softmax has no such exact form with finitely many features (Performer's random
+# features approximate it).
 
 # %%
 outer = phi(k)[..., :, None] * v[..., None, :]  # (B, T, D, 1) * (B, T, 1, Dv) -> (B, T, D, Dv)
@@ -599,8 +602,8 @@ check("07.3", my_aft_simple)
 #
 # Write `my_linear_attention_step(state, normaliser, q_t, k_t, v_t)` with `φ(x) = F.elu(x) + 1`: from the
 # state `(..., D, Dv)` and normaliser `(..., D)` of the tokens before t, and token t's `q_t`, `k_t`
-# `(..., D)` and `v_t` `(..., Dv)`, return `(out_t, new_state, new_normaliser)`, with out_t `(..., Dv)`
-# as in section 7 (token t attends to itself). Return new tensors; leave the inputs unchanged.
+# `(..., D)` and `v_t` `(..., Dv)`, return `(out_t, new_state, new_normaliser)`: add token t (it attends to
+# itself) to the state and normaliser first, then read out_t `(..., Dv)` from them as in section 7.
 
 # %%
 def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
@@ -619,15 +622,13 @@ check("07.4", my_linear_attention_step)
 # ## Summary
 #
 # - The KV cache holds `2 × layers × Hkv × D` numbers per token (512 KiB in float16 for a 7B-sized MHA
-#   model, 16 KiB with MQA), and every decoding step reads all of it at `H / Hkv` FLOPs per byte (float16): decoding
-#   is bound by memory bandwidth, so fewer KV heads make it faster. `GroupedQueryAttention` covers MHA, GQA
-#   and MQA; query head h reads KV head `h // (H / Hkv)` (`repeat_interleave`, as `enable_gqa=True`).
-# - Sliding windows here: `0 <= i - j < window` (`window` counts keys). Mistral's text gives W + 1 keys, its
-#   code W, FlashAttention's `(left, 0)` left + 1. Chunked, it never builds `(T, T)`; L layers reach back
-#   `L (window - 1)` positions.
-# - Linformer: keys and values projected to R rows, `(T, R)` scores, not causal; a shorter input equals
-#   zero-padding it. AFT: a per-channel softmax over `k + w`, which cannot overflow where the factorised
-#   form gives NaN. Chunked top-k: O(chunk × S) memory, still O(T × S) time.
+#   model, 16 KiB with MQA). Every decoding step reads all of it: once the cache outweighs the weights,
+#   decoding is bound by that read, so fewer KV heads make it faster. `GroupedQueryAttention` covers MHA,
+#   GQA and MQA; query head h reads KV head `h // (H / Hkv)`.
+# - Sliding windows: `0 <= i - j < window`. Mistral's text gives W + 1 keys, its code W, FlashAttention's
+#   `(left, 0)` left + 1. L layers reach back `L (window - 1)` positions.
+# - Linformer: `(T, R)` scores, not causal. AFT: a per-channel softmax over `k + w`, which cannot overflow.
+#   Chunked top-k: O(chunk × S) memory, still O(T × S) time.
 # - Linear attention: `φ(q) · φ(k)` instead of `exp(q · k)`; by associativity, prefix sums of `φ(k) vᵀ`, or
 #   a recurrence with a D × Dv state that stays the same size while a KV cache grows.
 #

@@ -175,8 +175,8 @@ for q_tile, kv_tile in ((1, 1), (8, 16), (7, 13), (64, 64)):
 # Tiles of 7 and 13 do not divide 50: the last tile is shorter. This is the algorithm of
 # **FlashAttention** (Dao et al. 2022) and, earlier, of Rabe & Staats (2021), who showed that attention
 # needs far less memory than its `(T, S)` matrix. FlashAttention runs it as one fused GPU kernel: the
-# `(T, S)` scores and weights never leave the chip's small, fast on-chip memory. As in the loops above, a
-# tile of queries is loaded there once and every tile of k and v streams past it (read again for each
+# `(T, S)` scores and weights are never written out, only tiles of them in fast on-chip memory. As in the
+# loops above, a tile of queries is loaded there once and every tile of k and v streams past it (read again for each
 # query tile); only the output goes back to the large, slow GPU memory, with a number or two
 # per query for the backward pass (section 6). The
 # first FlashAttention keeps `m` and `l` per query and puts k and v in the outer loop, rewriting the output
@@ -288,7 +288,7 @@ print(f"q, k, v and the output together: {4 * 4 * 1024 * 64 * 4 / 1e6:.1f} MB")
 # version keeps its mask and masked scores too, so tiled comes out a little ahead. Either way the saving
 # of section 3, O(tile) instead of O(T × S), is a saving **for inference**. To train in memory linear in
 # T, the backward pass can keep only q, k, v, the output and one number per query, and recompute each
-# tile's weights when it needs them (Rabe & Staats checkpoint each chunk of queries instead). That is what
+# tile's weights when it needs them (Rabe & Staats instead checkpoint each chunk's computation). That is what
 # FlashAttention does; it needs attention's backward pass written out by hand.
 
 # %% [markdown]
@@ -376,8 +376,8 @@ print("flash gradients equal F.scaled_dot_product_attention's to 1e-4:",
       all(torch.allclose(a.grad, b.grad, rtol=0, atol=1e-4) for a, b in ((qf, qs), (kf, ks), (vf, vs))))
 
 # %% [markdown]
-# Flash keeps only its inputs, its output and `L`: what it keeps grows like T, not T². Tiles of 96 and 160
-# divide neither 1024 nor each other, and the gradients still agree. `benchmarks/flash_attention.py`
+# Flash keeps only its inputs, its output and `L` (and a `(T, S)` mask if given one; `is_causal` needs
+# none): what it keeps grows like T, not T². Tiles of 96 and 160 divide neither 1024 nor each other. `benchmarks/flash_attention.py`
 # measures the peak memory and the time of a forward and backward pass at T = 1k to 8k; the saved run:
 
 # %%
@@ -420,17 +420,17 @@ for T_f in (1024, 8192):
 #
 # `benchmarks/attention_cost.py` times each method and measures its peak memory at lengths 128 to 8192
 # on q, k, v of shape `(1, 4, T, 64)`, all causal except Linformer and AFT: the naive masked attention of
-# `course_utils` (which builds the `(T, T)` scores and weights), PyTorch's fused
+# `course_utils` (building the `(T, T)` scores and weights), PyTorch's fused
 # `F.scaled_dot_product_attention`, the tiled attention of section 3 (tiles of 256 × 256), and notebook
 # 07's chunked sliding window (window 256), chunked top-k (k = 32), Linformer (R = 256) and AFT-simple.
-# Memory is *measured* as the growth of the process's peak resident memory during one call
-# (`tracemalloc` cannot see PyTorch's allocations), next to the *computed* size of the largest score-like
-# intermediate. The saved results of one run, with where and how it was made:
+# Memory is *measured* as the growth of the process's peak resident memory during one call. The saved
+# results of one run, with where and how it was made:
 
 # %%
 saved = json.loads((ROOT / "benchmarks" / "results" / "attention_cost_cpu.json").read_text())
 print({key: saved["meta"][key] for key in ("device", "date", "torch", "command")})
-print("load average (1, 5, 15 min) before:", [round(x, 2) for x in saved["meta"]["load_average_1_5_15min"]["before"]])
+for when in ("before", "after"):
+    print(f"load average (1, 5, 15 min) {when}:", [round(x, 2) for x in saved["meta"]["load_average_1_5_15min"][when]])
 methods = list(dict.fromkeys(r["method"] for r in saved["results"]))
 exact = ("naive", "torch_sdpa", "tiled")  # exact attention; the others are different models or sparser
 fig, (ax_t, ax_m) = plt.subplots(1, 2, figsize=(11, 3.8))
@@ -447,8 +447,8 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
-# Read the slopes on the log-log axes: a slope of 2 is quadratic, 1 is linear. At small T every method
-# takes a few milliseconds and fixed overheads blur the order, so compare the large lengths:
+# On log-log axes a slope of 2 is quadratic, 1 linear. At small T fixed overheads blur the order, so
+# compare the large lengths:
 
 # %%
 by = {(r["method"], r["T"]): r for r in saved["results"]}
@@ -466,7 +466,7 @@ for method in methods:
 # AFT-simple `(T, C)`.
 #
 # **Time.** The load averages above were read just before the run: the 1-minute average was about 0.5, so
-# nothing else was running, while the 5- and 15-minute ones (about 2 and 3.4) still remember earlier work;
+# little else ran in the minute before, while the 5- and 15-minute ones (about 2 and 3.4) still remember earlier work;
 # the benchmark's two threads bring the 1-minute average to about 2. The tiled loop is *slower* than the
 # fused kernel, about 4 to 6 times from 256 tokens up: it does the arithmetic one small tile at a time from
 # Python, where the fused kernels run the same algorithm compiled. From 512 tokens up it is still faster
@@ -474,8 +474,7 @@ for method in methods:
 # loop skips the future tiles. Top-k saves memory, not time: it computes the scores twice and sorts them.
 # Linformer and AFT-simple are the cheapest, at the price of being different models, and not causal.
 #
-# A small version runs live, tiled attention included (its timings depend on your machine, so nbval
-# ignores them):
+# A small version runs live (its timings depend on your machine, so nbval ignores them):
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -576,11 +575,12 @@ check("08.3", tile_weights)
 # - Tiled attention merges one `(q_tile, kv_tile)` tile at a time: exact, the same O(T × S × D) work, and at
 #   inference O(tile) memory for the scores instead of O(T × S). In plain PyTorch on a CPU it is slower
 #   than the fused kernel, but its memory stays flat where naive attention's grows as T².
-# - Under autograd every tile is kept for the backward pass, about as much as plain attention keeps (more
-#   without a mask, a little less with a causal one). By hand: `dv = Pᵀ dO`, `dP = dO vᵀ`,
+# - Under autograd every tile is kept for the backward pass, O(T × S) as in plain attention (at T = 1024,
+#   55 MB against 20 MB without a mask, 33 MB against 38 MB with a causal one). By hand: `dv = Pᵀ dO`, `dP = dO vᵀ`,
 #   `dS = P ⊙ (dP - Δ)` with `Δ = rowsum(dO ⊙ O)`, `dq = scale · dS k`, `dk = scale · dSᵀ q`.
 #   FlashAttention keeps q, k, v, the output and one logsumexp per query and recomputes each tile's
-#   weights: exact gradients, memory linear in T, the scores computed twice.
+#   weights: exact gradients, memory linear in T (with `is_causal`, not a `(T, S)` mask), the scores computed
+#   twice.
 #
 # Next, notebook 09 turns to the other half of fast inference: generating text with a KV cache, sampling
 # and beam search.
