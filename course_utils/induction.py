@@ -264,6 +264,15 @@ def _check_weights(weights: object) -> None:
         raise TypeError(f"weights must be a floating-point tensor, got dtype {weights.dtype}")
 
 
+def _check_two_repeats(tokens: object, seq_len: object) -> int:
+    """seq_len as an int, once tokens is known to be (B, 2 * seq_len) token ids (their range: the model's)."""
+    check_token_ids("tokens", tokens, 0, values=False)
+    N = check_int("seq_len", seq_len)
+    if tokens.shape[1] != 2 * N:
+        raise ValueError(f"tokens must have 2 * seq_len = {2 * N} positions (two repeats), got {tuple(tokens.shape)}")
+    return N
+
+
 def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     """Each head's mean weight from position i to i - 1, over i = 1 .. T-1 and the batch.
 
@@ -297,6 +306,7 @@ def head_scores(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[t
     Works for :class:`AttentionOnlyTransformer` and the tiny GPT. Shape: tokens (B, 2N) -> two (L, H).
     Taught in notebook 11.
     """
+    _check_two_repeats(tokens, seq_len)
     was_training = model.training
     model.eval()
     maps = model.attention_maps(tokens)  # L x (B, H, 2N, 2N)
@@ -393,6 +403,7 @@ def key_query_ablation(
     The keys (or queries) are computed from the residual stream with ``heads`` ablated, the rest from the intact
     stream. Returns ``{"intact", "keys", "queries"}``, each (H,). Shape: tokens (B, 2N). Taught in notebook 11.
     """
+    _check_two_repeats(tokens, seq_len)
     heads = list(heads)
     if any(isinstance(pair, tuple) and len(pair) == 2 and pair[0] >= layer for pair in heads):
         raise ValueError(f"heads must sit in layers before layer {layer}, got {heads}")

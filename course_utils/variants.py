@@ -713,6 +713,10 @@ def linear_attention_step(
         raise TypeError(f"state, normaliser, q_t, k_t and v_t must share a dtype, got {dtypes}")
     check_same_device(state=state, normaliser=normaliser, q_t=q_t, k_t=k_t, v_t=v_t)
     D, Dv = state.shape[-2:]
+    if D == 0:
+        raise ValueError(
+            f"state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got {tuple(state.shape)}"
+        )
     expected = {"normaliser": D, "q_t": D, "k_t": D, "v_t": Dv}
     for name, t in named[1:]:
         if t.shape[-1] != expected[name]:

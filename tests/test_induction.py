@@ -446,3 +446,14 @@ def test_an_ablated_head_is_silent_even_when_its_output_is_not_finite():
     assert not torch.isfinite(model(idx)).all()
     with ablate_heads(model, [(0, 1)]):
         assert torch.isfinite(model(idx)).all()
+
+
+def test_scores_name_tokens_that_are_not_two_repeats_of_seq_len():
+    # The message was about `weights`, which the caller never passed.
+    model, idx = _model(), repeated_tokens(1, 5, 11, torch.Generator())
+    with pytest.raises(ValueError, match=r"tokens must have 2 \* seq_len = 8 positions \(two repeats\), got \(1, 10\)"):
+        head_scores(model, idx, 4)
+    with pytest.raises(
+        ValueError, match=r"tokens must have 2 \* seq_len = 12 positions \(two repeats\), got \(1, 10\)"
+    ):
+        key_query_ablation(model, idx, 6, [(0, 0)], layer=1)

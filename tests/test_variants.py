@@ -776,3 +776,9 @@ def test_an_infinite_future_key_leaves_earlier_outputs_of_every_form_finite():
         out = fn(q, k, v)
         assert torch.isfinite(out[0, :3]).all(), fn.__name__
         torch.testing.assert_close(out[0, :3], linear_attention(q[:, :3], k[:, :3], v[:, :3])[0])
+
+
+def test_the_step_refuses_a_state_of_no_features():
+    # D == 0 returned 0 / 0 = NaN silently, where the parallel form refuses D == 0.
+    with pytest.raises(ValueError, match=r"state must be \(\.\.\., D, Dv\) with D >= 1 .*got \(0, 2\)"):
+        linear_attention_step(torch.zeros(0, 2), torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.zeros(2))
