@@ -323,13 +323,13 @@ Attention, Step by Step: everything a room without internet needs
 
 wheels/              every package the course installs, at the versions of its lock/, for: {targets}
 datasets/            the data the notebooks read (copied into the course's datasets/ by --offline)
-course-learner.zip   the course without solutions (unzip it on each laptop)
+course-learner.zip   the course without solutions, in one folder, attention-course/ (unzip it on each laptop)
 site/index.html      the course to read in any browser, before anything is installed: every solved
                      notebook with its outputs (copy site/ to a laptop or send it before the workshop)
 
 On each laptop, with this folder copied to it (e.g. from a USB stick to ~/room):
 
-    unzip ~/room/course-learner.zip -d ~/attention-course
+    unzip ~/room/course-learner.zip -d ~
     cd ~/attention-course
     python3 course.py lab --offline ~/room
 
@@ -506,8 +506,11 @@ def prepare(
     ``out`` must be new, an empty folder, or a room folder made by an earlier run (which this one adds to,
     e.g. wheels for another platform), and outside the course folder. With ``force`` another existing path is
     first moved aside, whole, to ``backup-NAME-DATE`` beside it, and one inside the course is allowed (never
-    inside a folder that the zips pack). ValueError otherwise, before anything is written or downloaded.
+    inside a folder that the zips pack). ValueError otherwise (also for a platform tag or Python version it does
+    not know), before anything is made, written or downloaded.
     """
+    for platform, version in itertools.product(platforms or [None], python_versions or [None]):
+        marker_environments(platform, version)  # a tag or version it does not know: refused before anything is made
     out, replace = _free_output(out, force, "the room folder", empty_folder_ok=True, room_folder_ok=True)
     notes = []
     if replace:

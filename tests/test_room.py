@@ -449,3 +449,89 @@ def test_every_tool_in_the_learner_zip_imports_only_what_the_zip_holds_and_the_r
         )
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert f"`{command}` is an author's or instructor's command: this is the learner copy" in done.stderr
+
+
+@pytest.fixture(scope="module")
+def learner_zip(tmp_path_factory):
+    out = tmp_path_factory.mktemp("zip") / "course-learner.zip"
+    room.package(out, learner=True)
+    return out
+
+
+def run_as_printed(lines: list[str], cwd: Path, home: Path, venv: Path) -> subprocess.CompletedProcess:
+    """``lines`` run literally, one bash script from ``cwd`` (where the reader stands), with ``lab`` asked for its
+    help (so nothing is installed), then a check that the folder --offline names is the room folder."""
+    offline = [m.group(1) for line in lines for m in [re.search(r"--offline (\S+)", line)] if m]
+    assert offline, lines
+    script = [line.replace("course.py lab ", "course.py lab --help ") for line in lines]
+    script += [f'test -d {offline[0]}/wheels || {{ echo "--offline {offline[0]} is no room folder here"; exit 3; }}']
+    return subprocess.run(
+        ["bash", "-e", "-c", "\n".join(script)],
+        cwd=cwd,
+        env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "COURSE_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def fake_room(home: Path, learner_zip: Path) -> Path:
+    folder = home / "room"
+    (folder / "wheels").mkdir(parents=True)
+    (folder / "course-learner.zip").write_bytes(learner_zip.read_bytes())
+    return folder
+
+
+def test_the_room_readmes_instructions_run_as_printed(tmp_path, learner_zip):
+    """README.txt said `unzip ... -d ~/attention-course && cd ~/attention-course`, but the zip holds its own
+    attention-course/ folder: the next line found no course.py. Its lines now run as printed, from anywhere."""
+    home = tmp_path / "home"
+    fake_room(home, learner_zip)
+    text = room.ROOM_README.format(targets="this platform")
+    block = text.split("On each laptop, with this folder copied to it", 1)[1].split("\n\n")[1]
+    lines = [line.strip() for line in block.splitlines()]
+    assert lines[0].startswith("unzip ~/room/course-learner.zip") and lines[-1].startswith("python3 course.py lab")
+    (tmp_path / "elsewhere").mkdir()
+    proc = run_as_printed(lines, tmp_path / "elsewhere", home, tmp_path / "venv")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--offline DIR" in proc.stdout  # lab's own help, from the unzipped course.py
+    assert (home / "attention-course" / "course.py").is_file() and not (tmp_path / "venv").exists()
+
+
+def test_the_guides_instructions_for_each_laptop_run_as_written(tmp_path, learner_zip):
+    """docs/INSTRUCTOR_GUIDE.md's lines for each laptop, run literally from the folder that holds room/."""
+    text = room.GUIDE.read_text(encoding="utf-8")
+    blocks = [
+        b for b in re.findall(r"```bash\n(.*?)```", text, re.DOTALL) if "course-learner.zip" in b and "unzip" in b
+    ]
+    assert len(blocks) == 1, blocks
+    home = tmp_path / "home"
+    fake_room(home, learner_zip)
+    proc = run_as_printed(blocks[0].strip().splitlines(), home, home, tmp_path / "venv")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "--offline DIR" in proc.stdout and not (tmp_path / "venv").exists()
+
+
+@pytest.mark.parametrize(
+    ("flag", "value", "said"),
+    [("--platform", "bogus_tag", "unknown platform tag 'bogus_tag'"), ("--python-version", "3", "wants X.Y")],
+)
+def test_room_with_a_bad_flag_is_refused_before_anything_is_made(tmp_path, monkeypatch, capsys, flag, value, said):
+    """`room OUT --platform bogus_tag` was refused but left OUT/wheels/, so the corrected command was then refused
+    as 'already exists'. Every flag is checked first: a new OUT is not made, an empty one stays empty."""
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: pytest.fail(f"ran {a}"))
+    out = tmp_path / "room"
+    assert room.main(["prepare", str(out), flag, value, "--no-data", "--no-course"]) == 2
+    assert said in capsys.readouterr().err
+    assert not out.exists()
+    out.mkdir()
+    with pytest.raises(ValueError, match=said):
+        room.prepare(
+            out,
+            platforms=["win_amd64"] + ([value] if flag == "--platform" else []),
+            python_versions=[value] if flag == "--python-version" else [],
+            data=False,
+            course=False,
+        )
+    assert list(out.iterdir()) == []
