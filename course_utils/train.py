@@ -54,6 +54,7 @@ import math
 import os
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -64,7 +65,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_utils._files import atomic_path, clean_stale_tmp, write_atomic
+from course_utils._files import atomic_path, clean_stale_tmp, probe_writable, write_atomic
 from course_utils._validate import (
     check_bool,
     check_choice,
@@ -434,6 +435,13 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
             f"{SUMMARY_NAME}: choose another --out, or move the file away"
         )
     _check_can_create(out_dir, "--out")
+    try:  # the permission bits can say yes where the system says no (root under /proc, a full or read-only disk)
+        _probe_out_dir(out_dir)
+    except OSError as e:
+        raise RunSetupError(
+            f"--out {out_dir} cannot be written here ({e.strerror or e}): choose a folder you can write to, "
+            "such as runs/NAME in the course folder"
+        ) from None
     if not resume and (out_dir / CHECKPOINT_NAME).exists():
         raise RunSetupError(
             f"--out {out_dir} already holds a run ({CHECKPOINT_NAME}): add --resume to continue "
@@ -457,6 +465,22 @@ def _check_can_create(path: Path, flag: str) -> None:
             f"{flag} {path}: {folder} is not writable here; choose a folder you can write "
             "to, such as runs/NAME in the course folder"
         )
+
+
+def _probe_out_dir(out_dir: Path) -> None:
+    """OSError unless a file can really be written in ``out_dir``, or, where it is still to be made, in a new
+    folder in the nearest existing folder above it (made and removed at once: a refused run leaves nothing)."""
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if existing == out_dir:
+        probe_writable(out_dir)
+        return
+    folder = tempfile.mkdtemp(dir=existing, prefix=".probe-", suffix=".tmp")
+    try:
+        probe_writable(folder)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
 
 
 def _clean_stale_tmp(out_dir: Path) -> list[Path]:

@@ -930,3 +930,28 @@ def test_the_loop_reads_top_to_bottom_in_three_labelled_phases():
         return max((depth(c) + isinstance(c, blocks) for c in ast.iter_child_nodes(node)), default=0)
 
     assert depth(loop) <= 2, "no block nested deeper than two levels inside the loop"
+
+
+def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_file, tmp_path, capsys, monkeypatch):
+    """As root, /proc/run passed the permission check, every step trained, and the save ended in a raw
+    [Errno 2] not naming --out. The folder is now really tried (a probe written and removed) before the first step;
+    a folder of the same kind that refuses new files (a full or read-only disk) says the same, and leaves nothing."""
+    import tempfile
+
+    if Path("/proc/self").is_dir():
+        line = refused(capsys, text_file, Path("/proc/run"))
+        assert line.startswith("error: --out /proc/run"), line
+    real_mkdtemp = tempfile.mkdtemp
+
+    def full_disk(*args, **kwargs):
+        if Path(kwargs.get("dir", "")) == tmp_path:
+            raise OSError(28, "No space left on device")
+        return real_mkdtemp(*args, **kwargs)
+
+    monkeypatch.setattr(tempfile, "mkdtemp", full_disk)
+    line = refused(capsys, text_file, tmp_path / "run")
+    assert line == (
+        f"error: --out {tmp_path / 'run'} cannot be written here (No space left on device): choose a folder you "
+        "can write to, such as runs/NAME in the course folder"
+    )
+    assert list(tmp_path.iterdir()) == []  # nothing made
