@@ -12,7 +12,9 @@ Both are executed so they open with their outputs, and written atomically. A lea
 answered an exercise is moved aside to ``backup-NAME-DATE.ipynb`` first, so a rebuild never loses a learner's work.
 ``--check`` rebuilds in memory and fails if the committed notebooks' cells differ from their source (CI runs it).
 
-Usage: ``python -m course_tools.build [--check] [--no-execute] [NAME ...]``.
+Usage: ``python -m course_tools.build [--check] [--no-execute] [NAME ...]``;
+``python -m course_tools.build --repository https://github.com/OWNER/NAME [--no-execute]`` points every hosted link
+at another GitHub repository and rebuilds every notebook.
 """
 
 from __future__ import annotations
@@ -85,16 +87,59 @@ def _solution_blocks(source: str, learner: bool) -> str:
     return "\n".join(out)
 
 
-# The course's public repository: the hosted-notebook links and setup cell below point at it. A fork changes
-# this one line (and the README's links, which tests/test_hosted.py compares with it) and rebuilds.
+# The course's public repository: every hosted-notebook (Colab) link, the setup cell's clone below, the README's
+# course map and the static site point at it. `python3 course.py build --repository https://github.com/OWNER/NAME`
+# rewrites this line and the README's links (tests/test_hosted.py compares them), then rebuilds the notebooks.
 REPOSITORY = "https://github.com/attention-step-by-step/attention-step-by-step"
 REPOSITORY_ENV = "COURSE_REPO_URL"  # overrides REPOSITORY in the setup cell, e.g. for a fork or a local mirror
+# Colab opens a notebook from a GitHub repository only: https://github.com/OWNER/NAME, as GitHub spells names.
+_GITHUB_REPOSITORY = re.compile(r"https://github\.com/[A-Za-z0-9][A-Za-z0-9-]{0,38}/(?!\.\.?$)[A-Za-z0-9._-]{1,100}")
 
 
 def colab_url(rel_path: str) -> str:
     """The link that opens the notebook at ``rel_path`` (e.g. ``notebooks/03_masking.ipynb``) in Google Colab."""
     owner_repo = REPOSITORY.removeprefix("https://github.com/")
     return f"https://colab.research.google.com/github/{owner_repo}/blob/main/{rel_path}"
+
+
+def check_repository(url: str) -> str:
+    """``url`` as REPOSITORY holds it (a trailing ``/`` or ``.git`` left out), or ValueError in one line."""
+    if not isinstance(url, str):
+        raise TypeError(f"the repository must be a str such as https://github.com/OWNER/NAME, got {type(url).__name__}")
+    text = url.strip().removesuffix("/").removesuffix(".git")
+    if not _GITHUB_REPOSITORY.fullmatch(text):
+        raise ValueError(
+            f"--repository wants a GitHub repository's address, https://github.com/OWNER/NAME (Colab opens "
+            f"notebooks from GitHub only), got {url!r}"
+        )
+    return text
+
+
+def set_repository(url: str) -> list[Path]:
+    """Point REPOSITORY (in this file) and the README's hosted links at the GitHub repository ``url``; the notebooks
+    follow when rebuilt, the site when made again. Returns the files changed."""
+    global REPOSITORY
+    new = check_repository(url).removeprefix("https://github.com/")
+    old = REPOSITORY.removeprefix("https://github.com/")
+    swaps = [  # the address itself (not a longer name it begins), and the Colab links, which hold OWNER/NAME/
+        (re.compile(re.escape(f"https://github.com/{old}") + r"(?![A-Za-z0-9._-])"), f"https://github.com/{new}"),
+        (
+            re.compile(re.escape(f"https://colab.research.google.com/github/{old}/")),
+            f"https://colab.research.google.com/github/{new}/",
+        ),
+    ]
+    changed = []
+    for path in (Path(__file__).resolve(), ROOT / "README.md"):
+        before = path.read_text(encoding="utf-8")
+        text = before
+        for pattern, replacement in swaps:
+            text = pattern.sub(lambda m, r=replacement: r, text)
+        if text != before:
+            with atomic_path(path) as tmp:
+                tmp.write_text(text, encoding="utf-8")
+            changed.append(path)
+    REPOSITORY = f"https://github.com/{new}"
+    return changed
 
 
 # The first code cell of every notebook. On a hosted service (Colab and the like) the course is not installed:
@@ -304,7 +349,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("names", nargs="*", help="notebook stems or numbers (default: all)")
     parser.add_argument("--check", action="store_true", help="fail if committed notebooks differ from source")
     parser.add_argument("--no-execute", action="store_true", help="write notebooks without running them")
+    parser.add_argument(
+        "--repository",
+        metavar="URL",
+        help=f"point every hosted (Colab) link, the setup cell's clone, the README's course map and the site at the "
+        f"GitHub repository URL (https://github.com/OWNER/NAME; now {REPOSITORY}), then rebuild every notebook",
+    )
     args = parser.parse_args(argv)
+    if args.repository is not None:
+        try:
+            check_repository(args.repository)
+            if args.check or args.names:
+                raise ValueError(
+                    "--repository rewrites the links and rebuilds every notebook: give it without --check or names"
+                )
+        except ValueError as e:
+            print(f"course build: {e}", file=sys.stderr)
+            return 2
+        for path in set_repository(args.repository):
+            print(f"{path.relative_to(ROOT)}: hosted links now point at {REPOSITORY}", flush=True)
+        print(f"rebuilding every notebook with links to {REPOSITORY}; then make the site again (`course.py site`)")
     problems = []
     for src in sources(args.names):
         cells = parse_source(src.read_text(encoding="utf-8"))

@@ -126,3 +126,92 @@ def test_rebuild_keeps_a_learner_notebook_with_answers_aside(tmp_path, monkeypat
     assert build.learner_work(learner) == []  # the rebuilt copy holds the stub again
     assert "holds answers (01.1): kept as backup-01_demo-" in capsys.readouterr().out
     assert not list(learner_dir.glob(".*.tmp"))
+
+
+OLD_REPOSITORY = "attention-step-by-step/attention-step-by-step"
+
+
+@pytest.fixture
+def course_copy(tmp_path):
+    """What the build reads and writes, copied (without caches): a run there leaves this checkout alone."""
+    import shutil
+
+    copy = tmp_path / "course"
+    for folder in ("course_source", "course_tools", "course_utils", "notebooks", "solutions"):
+        shutil.copytree(
+            ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__", "backup-*", ".*.tmp")
+        )
+    shutil.copy2(ROOT / "README.md", copy / "README.md")
+    return copy
+
+
+def _in(copy, *args, timeout=600):
+    import subprocess
+    import sys
+
+    return subprocess.run(
+        [sys.executable, *args], cwd=copy, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
+
+
+def test_build_repository_points_every_hosted_link_at_another_repository(course_copy, tmp_path):
+    """Every Colab link pointed at one address written in build.py; `build --repository URL` now moves all of
+    them (each notebook's title link and setup cell, the README's course map, the site) and rebuilds."""
+    assert build.REPOSITORY == f"https://github.com/{OLD_REPOSITORY}"  # what the README says the links point at
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "links point" in readme and build.REPOSITORY in readme and "build --repository" in readme
+    copy, new = course_copy, "https://github.com/my-school/attention-course"
+    done = _in(copy, "-m", "course_tools.build", "--repository", new + ".git", "--no-execute")
+    assert done.returncode == 0, done.stderr
+    assert f"hosted links now point at {new}" in done.stdout
+    notebooks = sorted((copy / "notebooks").glob("[0-9][0-9]_*.ipynb")) + sorted(
+        (copy / "solutions").glob("[0-9][0-9]_*.ipynb")
+    )
+    assert len(notebooks) == 2 * len(SOURCES)
+    for path in notebooks:
+        nb = nbformat.read(path, as_version=4)
+        rel = f"{path.parent.name}/{path.name}"
+        link = f"https://colab.research.google.com/github/my-school/attention-course/blob/main/{rel}"
+        assert link in nb.cells[0].source, rel
+        setup = next(c for c in nb.cells if c.get("id") == build.HOSTED_ID)
+        assert f'"{new}"' in setup.source, rel
+    for path in [*notebooks, copy / "README.md", copy / "course_tools" / "build.py"]:
+        assert OLD_REPOSITORY not in path.read_text(encoding="utf-8"), f"{path.relative_to(copy)} keeps the old address"
+    readme = (copy / "README.md").read_text(encoding="utf-8")
+    for path in sorted((copy / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+        assert f"github/my-school/attention-course/blob/main/notebooks/{path.name})" in readme, path.name
+    assert f"use the GitHub repository {new} (" in " ".join(readme.split())  # where they point now
+    one = tmp_path / "solved"  # the site, made again from one rebuilt notebook
+    one.mkdir()
+    (one / notebooks[-1].name).write_bytes(notebooks[-1].read_bytes())
+    site = tmp_path / "site"
+    made = _in(copy, "-c", f"from course_tools.site import build_site; build_site({str(site)!r}, {str(one)!r})")
+    assert made.returncode == 0, made.stderr
+    page = (site / notebooks[-1].with_suffix(".html").name).read_text(encoding="utf-8")
+    assert f"github/my-school/attention-course/blob/main/notebooks/{notebooks[-1].name}" in page
+    assert OLD_REPOSITORY not in page
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://github.com/a/b",
+        "https://gitlab.com/a/b",
+        "https://github.com/a",
+        "https://github.com/a/b/tree/main",
+        "github.com/a/b",
+        "https://github.com/a/..",
+        "https://github.com/-a/b",
+    ],
+)
+def test_build_repository_refuses_an_address_colab_cannot_open_in_one_line_and_changes_nothing(url, course_copy):
+    before = {p: p.read_bytes() for p in [course_copy / "README.md", course_copy / "course_tools" / "build.py"]}
+    done = _in(course_copy, "-m", "course_tools.build", "--repository", url, "--no-execute", timeout=120)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr == (
+        "course build: --repository wants a GitHub repository's address, https://github.com/OWNER/NAME (Colab opens "
+        f"notebooks from GitHub only), got {url!r}\n"
+    )
+    assert {p: p.read_bytes() for p in before} == before
+    with pytest.raises(ValueError, match=r"--repository wants .* got 'x'"):
+        build.check_repository("x")
