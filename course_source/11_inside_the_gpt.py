@@ -15,7 +15,7 @@
 #
 # **Prerequisites:** notebook 10. Its run is optional: this notebook opens the model the course ships.
 #
-# **Time:** about 60 minutes of reading. **Runs on:** a CPU, in about a minute (seconds at the `ci` size).
+# **Time:** about 60 minutes of reading. **Runs on:** a CPU, in about two minutes (seconds at the `ci` size).
 #
 # **Shapes**: `B` batch, `T` context length, `C` embed_dim, `H` num_heads, `D` head_dim, `V` vocab_size,
 # `L` num_layers.
@@ -387,7 +387,8 @@ print(f"first repeat {first_loss:.1f} nats, second repeat {second_loss:.1f} nats
 #
 # **Previous-token score**: mean weight from `i` to `i - 1`. **Induction score**: mean weight from a
 # token's second occurrence (query `i` in `N .. 2N - 1`) to the token after its first (key `i - N + 1`).
-# A perfect head scores 1; one spreading its weight evenly, `mean(1 / (i + 1))`.
+# A perfect head scores 1; one spreading its weight evenly, `1 / (i + 1)` averaged over the queries the
+# score reads.
 
 # %%
 prev, ind = head_scores(ind_model, ind_tokens, IND.seq_len)  # (L, H) each

@@ -86,6 +86,8 @@ def test_second_repeat_loss_gap(shipped):
     model, _, tokens = shipped
     first, second = repeat_losses(model, tokens, model.config.seq_len)
     assert first > 4.0 and second < 0.5 and first - second > 3.5
+    V = model.config.vocab_size
+    assert first > math.log(V), "'The first ends slightly above ln V'"
 
 
 def test_scores_find_one_previous_token_head_and_induction_heads_in_layer_1(shipped):
