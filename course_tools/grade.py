@@ -746,8 +746,9 @@ def _summary_csv(exercises: list[tuple[str, str]], learners: list[dict]) -> byte
         for k, _ in exercises:
             kind, text = r["cells"][k]
             verdicts.append(f"failed ({text})" if kind == "failed" and text != "failed" else text)
-        w.writerow(
-            [r["learner"], r["checked_at"], r["version"], f"{r['passed']} of {len(exercises)}"]
+        w.writerow(  # every text a report brings (its course version too) is written as text, never a formula
+            [_csv_text(r["learner"]), _csv_text(r["checked_at"]), _csv_text(r["version"])]
+            + [f"{r['passed']} of {len(exercises)}"]
             + [_csv_text(v) for v in verdicts]
         )
     return out.getvalue().encode("utf-8-sig")  # with a BOM, so that spreadsheets read the names as UTF-8

@@ -647,9 +647,11 @@ def test_summary_escapes_what_a_report_says(tmp_path, capsys):
     path = write_report(tmp_path, "ana", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00")
     data = json.loads(path.read_text())
     data["exercises"][0].update(mistake='=HYPERLINK("x")<script>alert(1)</script>', title="<b>t</b>")
+    data["course_version"] = {"package": '=HYPERLINK("http://x")', "git": None}  # the version column is text too
     path.write_text(json.dumps(data))
     assert grade.main(["--summary", str(tmp_path)]) == 0
     page = (tmp_path / "class-summary.html").read_text()
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<b>t</b>" not in page
     csv_text = (tmp_path / "class-summary.csv").read_text(encoding="utf-8-sig")
     assert 'failed (=HYPERLINK(""x"")' in csv_text  # inside "failed (...)": a spreadsheet shows it as text
+    assert ',"\'=HYPERLINK(""http://x"")",' in csv_text and ',"=HYPERLINK' not in csv_text
