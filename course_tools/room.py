@@ -519,6 +519,7 @@ def prepare(
     for folder in (out, out / "datasets"):
         clean_stale_tmp(folder)
     ledger = _Ledger(out, now)
+    ledger.save()  # marked as a room folder now: a run stopped by a failed download may be run again, adding to it
     which = "author" if author else "learner"
     download_wheels(
         out,

@@ -255,6 +255,24 @@ def fake_download(out, *args, **kwargs):
     return []
 
 
+def test_a_room_stopped_by_a_failed_download_can_be_run_again(tmp_path, monkeypatch):
+    """`room OUT --python-version 3.99` (a version pip has no wheels for) or a dropped network failed the download
+    and left OUT/wheels/ without the room's mark, so the corrected command was refused as 'already exists'."""
+
+    def failing_download(out, *args, **kwargs):
+        (out / "wheels").mkdir(parents=True, exist_ok=True)
+        raise RuntimeError("pip download failed")
+
+    monkeypatch.setattr(room, "download_wheels", failing_download)
+    out = tmp_path / "room"
+    with pytest.raises(RuntimeError, match="pip download failed"):
+        room.prepare(out, data=False, course=False)
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    room.prepare(out, data=False, course=False)  # no --force needed: the folder is the room's own
+    assert sorted(p.name for p in out.iterdir()) == [".course-room.json", "README.txt", "wheels"]
+    assert not list(tmp_path.glob("backup-*"))
+
+
 def test_room_onto_an_existing_folder_needs_force_and_moves_it_aside_whole(tmp_path, monkeypatch):
     monkeypatch.setattr(room, "download_wheels", fake_download)
     out = tmp_path / "room"
