@@ -633,7 +633,8 @@ check("05.4", average_heads)
 # `nn.MultiheadAttention` packs them: `qkv_weight` `(3C, C)` is `in_proj_weight` (q, k, v blocks of C rows,
 # each in `nn.Linear`'s `(out, in)` layout), `qkv_bias` `(3C,)`, and `out_weight` `(C, C)`, `out_bias`
 # `(C,)` make the output projection. `key_mask` is `(B, S)` in the course's convention: True = a real
-# memory token that may be attended (every memory sequence has at least one). Return `(B, T, C)`.
+# memory token that may be attended (every memory sequence has at least one, and at least one padding slot).
+# Return `(B, T, C)`.
 
 # %%
 def cross_attention(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):

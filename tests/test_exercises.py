@@ -466,6 +466,46 @@ def _aft_logits_up_to_88(q, k, v):
     return torch.sigmoid(q) * (e * v).sum(dim=-2, keepdim=True) / e.sum(dim=-2, keepdim=True)
 
 
+# Issue #21, notebooks 05-07: answers wrong only at an edge their statement allows, and catalogued mistakes
+# written another way.
+
+
+def _kpm_triu_row(lengths, S):
+    return torch.ones(S, S, dtype=torch.bool).triu(1)[lengths - 1]  # row L - 1: True from L on; L = 0 reads row -1
+
+
+def _rope_first_plus_arange(x, positions):
+    D, T = x.shape[-1], x.shape[-2]
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    angles = (positions[0] + torch.arange(T)).double()[:, None] * theta  # assumes the positions run on by one
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def _rope_float32_angles(x, positions):
+    D = x.shape[-1]
+    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
+    angles = positions.float()[:, None] * theta  # float32: off by up to about 6e-3 at position 10^6
+    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
+
+
+def _split_tensor_split_columns(m):
+    return m.in_proj_weight.detach().tensor_split(3, dim=1)  # the input columns cut in three, like chunk(3, dim=1)
+
+
+def _split_columns_sliced(m):
+    w, C = m.in_proj_weight.detach(), m.embed_dim
+    return w[:, :C], w[:, C : 2 * C], w[:, 2 * C :]
+
+
+def _aft_exp_over_sum(q, k, v):
+    weights = torch.exp(k) / torch.exp(k).sum(dim=-2, keepdim=True)  # overflows above 88, 0 / 0 below -88
+    return torch.sigmoid(q) * (weights * v).sum(dim=-2, keepdim=True)
+
+
 def _merge_assumes_second_higher(m1, l1, o1, m2, l2, o2):
     m = torch.maximum(m1, m2)
     a1 = torch.exp(m1 - m.nan_to_num(neginf=0.0))  # only the first block is rescaled, as if m2 were always larger
@@ -1123,6 +1163,8 @@ EDGE_ONLY_WRONG = [
     ("01.1", _lookup_squeeze, "values float32 (5, 1)"),
     ("03.3", _padding_negative_slice, "lengths int64 (4,), S=5"),
     ("03.4", _mha_masks_view_square, "attn_mask bool (2, 5)"),
+    ("05.2", _kpm_triu_row, "an empty sequence (length 0)"),
+    ("06.2", _rope_first_plus_arange, "positions not consecutive"),
 ]
 
 
@@ -1151,8 +1193,9 @@ WRONG = {
     "03.3": [_padding_int, _padding_negative_slice],
     "03.4": [_mha_masks_view_square],
     "05.5": [_cross_mha_uninverted, _cross_sdpa_causal],
+    "05.2": [_kpm_triu_row],
     "04.4": [_mha_is_causal_when_masked],
-    "06.2": [_rope_writes_back],
+    "06.2": [_rope_writes_back, _rope_first_plus_arange, _rope_float32_angles],
     "06.3": [_alibi_float64],
     "07.3": [_aft_logits_up_to_88],
     "07.4": [_step_in_place, _step_normaliser_of_raw_keys, _step_output_only],
@@ -1211,6 +1254,9 @@ def test_independently_written_wrong_answers_fail(key, fn):
         ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
         ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
         ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
+        ("05.1", _split_tensor_split_columns, "columns instead of rows"),
+        ("05.1", _split_columns_sliced, "the row offsets used on the columns"),
+        ("07.3", _aft_exp_over_sum, "exp without subtracting the maximum"),
         ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
         ("01.4", _qkv_einsum_untransposed, "weight used untransposed"),
         ("02.3", _head_einsum_untransposed, "weight used untransposed"),

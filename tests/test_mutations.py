@@ -114,6 +114,48 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
             "H == 1",
         )
     ],
+    "05.2": [
+        (
+            "return torch.arange(S)[None, :] >= lengths[:, None]",
+            "return torch.ones(S, S, dtype=torch.bool).triu(1)[lengths - 1]",
+            "an empty sequence (length 0)",
+        )
+    ],
+    "05.3": [
+        (
+            "return (~mask).repeat_interleave(num_heads, dim=0)",
+            "return (~mask).repeat_interleave(num_heads, dim=0).squeeze(1)",
+            "T == 1",
+        )
+    ],
+    "05.4": [("return weights.mean(dim=1)", "return weights.mean(dim=1).squeeze()", "T == 1")],
+    "06.2": [
+        (
+            "angles = positions.double()[:, None] * theta",
+            "angles = (positions[0] + torch.arange(x.shape[-2])).double()[:, None] * theta",
+            "positions not consecutive",
+        ),
+        (
+            "angles = positions.double()[:, None] * theta",
+            "angles = positions.float()[:, None] * theta.float()",
+            "large positions (10^6)",
+        ),
+    ],
+    "07.2": [
+        (
+            "return k.repeat_interleave(num_heads // k.shape[1], dim=1)",
+            "return k.repeat_interleave(num_heads // k.shape[1], dim=1).squeeze(2)",
+            "S == 1",
+        )
+    ],
+    "07.3": [
+        (
+            "weights = torch.softmax(k, dim=-2)",
+            "weights = torch.exp(k) / torch.exp(k).sum(dim=-2, keepdim=True)",
+            "a key logit above 88",
+        )
+    ],
+    "07.4": [("return out, state, normaliser", "return out.squeeze(-1), state, normaliser", "Dv == 1")],
     "08.1": [
         (
             "a1, a2 = torch.exp(m1 - m_safe), torch.exp(m2 - m_safe)",

@@ -45,7 +45,8 @@ def _split_in_proj(m: nn.MultiheadAttention) -> tuple[torch.Tensor, torch.Tensor
 
 def _split_cases() -> list[tuple[tuple, dict]]:
     cases = []
-    for seed, (C, H, bias) in enumerate(((6, 2, True), (8, 4, False), (12, 3, True))):
+    # C = 8 and 5 are not multiples of 3 (column blocks of unequal widths); one head, and no bias
+    for seed, (C, H, bias) in enumerate(((6, 2, True), (8, 4, False), (12, 3, True), (5, 1, True))):
         torch.manual_seed(seed)
         cases.append(((nn.MultiheadAttention(C, H, bias=bias),), {}))
     return cases
@@ -66,6 +67,11 @@ def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
 
 def _split_columns(m):
     return tuple(m.in_proj_weight.detach().chunk(3, dim=1))  # cuts the input columns, not the output rows
+
+
+def _split_columns_by_c(m):
+    w, C = m.in_proj_weight.detach(), m.embed_dim
+    return w[:, :C], w[:, C : 2 * C], w[:, 2 * C :]  # the rows' offsets on the columns: all of w, then two empty
 
 
 def _split_transposed(m):
@@ -91,7 +97,13 @@ def _torch_key_padding_mask(lengths: torch.Tensor, S: int) -> torch.Tensor:
 
 
 def _kpm_cases() -> list[tuple[tuple, dict]]:
-    return [((torch.tensor([3, 5, 1]), 5), {}), ((torch.tensor([2, 4]), 6), {}), ((torch.tensor([4]), 7), {})]
+    return [
+        ((torch.tensor([3, 5, 1]), 5), {}),  # a full sequence (length S)
+        ((torch.tensor([2, 4]), 6), {}),
+        ((torch.tensor([4]), 7), {}),
+        ((torch.tensor([0, 2, 4]), 4), {}),  # an empty sequence (length 0) beside a full one
+        ((torch.tensor([1, 0]), 1), {}),  # S == 1
+    ]
 
 
 def _kpm_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -131,6 +143,7 @@ def _attn_mask_cases() -> list[tuple[tuple, dict]]:
     # T != S (queries after a cache), and a pattern that is neither causal nor padding
     cases.append(((causal_mask(3, 5) & padding_mask([5, 4], 5)[:, None, :], 3), {}))
     cases.append(((torch.tensor([[[True, False, True], [False, True, True]]]), 2), {}))
+    cases.append(((padding_mask([4, 2], 4)[:, None, :], 1), {}))  # one query (T == 1), one head
     return cases
 
 
@@ -180,6 +193,9 @@ def _average_cases() -> list[tuple[tuple, dict]]:
         with torch.no_grad():
             _, weights = m(x, causal_mask(T), need_weights=True)  # (B, H, T, T)
         cases.append(((weights,), {}))
+    # T != S (keys after a cache), one head, one query (T == 1)
+    for B, H, T, S in ((2, 3, 2, 5), (2, 1, 3, 4), (1, 2, 1, 6)):
+        cases.append(((torch.softmax(2 * torch.randn(B, H, T, S, generator=g), dim=-1),), {}))
     return cases
 
 
@@ -243,6 +259,7 @@ def _cross_cases() -> list[tuple[tuple, dict]]:
         (_cross_args(g, 2, 4, 4, 2, 4, [3, 2], 0.5), {}),  # B, T, S, H, D, lengths, weight scale
         (_cross_args(g, 2, 3, 6, 3, 4, [5, 2], 0.5), {}),
         (_cross_args(g, 1, 5, 3, 4, 2, [2], 0.5), {}),
+        (_cross_args(g, 2, 1, 5, 1, 3, [4, 1], 0.5), {}),  # T == 1, one head, a memory of one real token
     ]
 
 
@@ -301,6 +318,11 @@ EXERCISES = (
         solution=_split_in_proj,
         cases=_split_cases,
         draw=_split_draw,
+        edges={
+            "C not a multiple of 3": lambda m: m.embed_dim % 3 != 0,
+            "one head": lambda m: m.num_heads == 1,
+            "bias=False": lambda m: m.in_proj_bias is None,
+        },
         mistakes=(
             Mistake(
                 "columns instead of rows",
@@ -308,6 +330,13 @@ EXERCISES = (
                 "the output rows, so the cut runs across the rows.",
                 _split_columns,
                 fix="w = m.in_proj_weight.detach(); return w[:C], w[C:2 * C], w[2 * C:]",
+            ),
+            Mistake(
+                "the row offsets used on the columns",
+                "in_proj_weight is (3C, C): q, k and v are stacked along its 3C rows, while its C columns are "
+                "the input features that all three read. Offsets of C and 2C belong on the first axis.",
+                _split_columns_by_c,
+                fix="w[:C], w[C:2 * C], w[2 * C:] (the first axis), not w[:, :C], ...",
             ),
             Mistake(
                 "transposed weights",
@@ -338,6 +367,12 @@ EXERCISES = (
         solution=_torch_key_padding_mask,
         cases=_kpm_cases,
         draw=_kpm_draw,
+        edges={
+            "an empty sequence (length 0)": lambda lengths, S: bool((lengths == 0).any()),
+            "a full sequence (length S)": lambda lengths, S: bool((lengths == S).any()),
+            "one sequence (B == 1)": lambda lengths, S: len(lengths) == 1,
+            "S == 1": lambda lengths, S: S == 1,
+        },
         mistakes=(
             Mistake(
                 "polarity not inverted",
@@ -368,6 +403,13 @@ EXERCISES = (
         solution=_to_torch_attn_mask,
         cases=_attn_mask_cases,
         draw=_attn_mask_draw,
+        edges={
+            "T != S": lambda mask, num_heads: mask.shape[-2] != mask.shape[-1],
+            "T == 1": lambda mask, num_heads: mask.shape[-2] == 1,
+            "B == 1": lambda mask, num_heads: mask.shape[0] == 1,
+            "one head": lambda mask, num_heads: num_heads == 1,
+            "a head count that is not a power of two": lambda mask, num_heads: num_heads & (num_heads - 1) != 0,
+        },
         mistakes=(
             Mistake(
                 "polarity not inverted",
@@ -404,6 +446,12 @@ EXERCISES = (
         solution=_average_heads,
         cases=_average_cases,
         draw=_average_draw,
+        edges={
+            "T != S": lambda weights: weights.shape[-2] != weights.shape[-1],
+            "T == 1": lambda weights: weights.shape[-2] == 1,
+            "one head": lambda weights: weights.shape[1] == 1,
+            "B == 1": lambda weights: weights.shape[0] == 1,
+        },
         mistakes=(
             Mistake(
                 "summed instead of averaged",
@@ -439,6 +487,14 @@ EXERCISES = (
         solution=_cross_solution,
         cases=_cross_cases,
         draw=_cross_draw,
+        edges={
+            "T < S": lambda x, memory, *_: x.shape[1] < memory.shape[1],
+            "T > S": lambda x, memory, *_: x.shape[1] > memory.shape[1],
+            "T == S": lambda x, memory, *_: x.shape[1] == memory.shape[1],
+            "T == 1": lambda x, *_: x.shape[1] == 1,
+            "a memory of one real token": lambda x, memory, key_mask, *_: bool((key_mask.sum(dim=-1) == 1).any()),
+            "one head": lambda *a: a[-1] == 1,
+        },
         atol=1e-4,
         mistakes=(
             Mistake(

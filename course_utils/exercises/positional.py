@@ -26,7 +26,7 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 
 
 def _sin_cases():
-    return [((4, 6), {}), ((7, 8), {}), ((3, 2), {})]
+    return [((4, 6), {}), ((7, 8), {}), ((3, 2), {}), ((1, 10), {})]
 
 
 def _sin_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -53,6 +53,10 @@ def _rope_cases():
         ((torch.randn(1, 1, 4, 4, generator=g), torch.arange(4)), {}),
         ((torch.randn(2, 2, 5, 6, generator=g), torch.arange(3, 8)), {}),
         ((torch.randn(1, 2, 3, 8, generator=g), torch.tensor([10, 11, 12])), {}),
+        # positions that are not consecutive (a gap, a repeat, a step back), two of them large; float64, D == 2
+        ((torch.randn(2, 1, 5, 2, dtype=torch.float64, generator=g), torch.tensor([2, 9, 9, 4, 3000])), {}),
+        ((torch.randn(1, 3, 4, 6, generator=g), torch.tensor([0, 5, 1, 1_000_003])), {}),
+        ((torch.randn(1, 1, 1, 4, generator=g), torch.tensor([7])), {}),  # one row (T == 1)
     ]
 
 
@@ -87,7 +91,7 @@ def _alibi_solution(H, T):
 
 
 def _alibi_cases():
-    return [((8, 5), {}), ((4, 3), {}), ((2, 4), {})]
+    return [((8, 5), {}), ((4, 3), {}), ((2, 4), {}), ((1, 3), {}), ((16, 1), {})]
 
 
 def _alibi_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -113,6 +117,13 @@ EXERCISES = (
         solution=sinusoidal_encoding,
         cases=_sin_cases,
         draw=_sin_draw,
+        edges={
+            "T == 1": lambda T, C: T == 1,
+            "C == 2": lambda T, C: C == 2,
+            "C / 2 odd": lambda T, C: (C // 2) % 2 == 1,
+            "T > C": lambda T, C: T > C,
+            "T < C": lambda T, C: T < C,
+        },
         mistakes=(
             Mistake(
                 "sin and cos swapped",
@@ -151,6 +162,14 @@ EXERCISES = (
         solution=lambda x, positions: apply_rope(x, positions, pairing="interleaved"),
         cases=_rope_cases,
         draw=_rope_draw,
+        edges={
+            "positions not starting at 0": lambda x, positions: int(positions[0]) != 0,
+            "positions not consecutive": lambda x, positions: bool((positions.diff() != 1).any()),
+            "large positions (10^6)": lambda x, positions: int(positions.max()) >= 10**6,
+            "T == 1": lambda x, positions: x.shape[-2] == 1,
+            "D == 2": lambda x, positions: x.shape[-1] == 2,
+            "x float64": lambda x, positions: x.dtype == torch.float64,
+        },
         mistakes=(
             Mistake(
                 "the rotation goes the wrong way",
@@ -188,6 +207,11 @@ EXERCISES = (
         solution=_alibi_solution,
         cases=_alibi_cases,
         draw=_alibi_draw,
+        edges={
+            "one head": lambda H, T: H == 1,
+            "T == 1": lambda H, T: T == 1,
+            "H > 8": lambda H, T: H > 8,
+        },
         mistakes=(
             Mistake(
                 "the penalty has the wrong sign",

@@ -32,7 +32,7 @@ def _int(g: torch.Generator, low: int, high: int) -> int:
 
 
 def _window_cases() -> list[tuple[tuple, dict]]:
-    return [((5, 2), {}), ((7, 3), {}), ((4, 1), {}), ((4, 6), {})]
+    return [((5, 2), {}), ((7, 3), {}), ((4, 1), {}), ((4, 6), {}), ((3, 3), {}), ((1, 1), {})]
 
 
 def _window_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -77,8 +77,9 @@ def _repeat_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(7)
     return [
         ((torch.randn(1, 2, 3, 4, generator=g), 4), {}),
-        ((torch.randn(2, 3, 2, 2, generator=g), 6), {}),
+        ((torch.randn(2, 3, 2, 2, generator=g), 9), {}),  # groups of 3
         ((torch.randn(1, 1, 3, 2, generator=g), 4), {}),  # multi-query: one KV head for all
+        ((torch.randn(2, 3, 1, 1, generator=g), 3), {}),  # as many KV heads as query heads; S == 1, D == 1
     ]
 
 
@@ -123,6 +124,15 @@ def _aft_cases() -> list[tuple[tuple, dict]]:
             {},
         ),
         ((torch.randn(1, 4, 4, generator=g), torch.randn(1, 4, 4, generator=g), torch.randn(1, 4, 4, generator=g)), {}),
+        (  # every logit of the first channel below -88 (exp gives 0 / 0); one query, one position
+            (
+                torch.randn(2, 1, 2, generator=g),
+                torch.tensor([[[-120.0, 3.0]], [[-95.0, -2.0]]]),
+                torch.randn(2, 1, 2, generator=g),
+            ),
+            {},
+        ),
+        ((torch.randn(1, 2, 1, generator=g), torch.randn(1, 3, 1, generator=g), torch.randn(1, 3, 1, generator=g)), {}),
     ]
 
 
@@ -188,6 +198,7 @@ def _step_cases() -> list[tuple[tuple, dict]]:
         _step_case(g, (2, 3), 5, 1, seen=6),  # Dv == 1, leading axes (B, H)
         _step_case(g, (), 3, 3, seen=4),  # no leading axes, D == Dv
         _step_case(g, (2,), 2, 6, seen=40, scale=2.0),  # a long past: the state is large
+        _step_case(g, (3,), 1, 2, seen=2),  # D == 1
     ]
 
 
@@ -237,6 +248,12 @@ EXERCISES = (
         solution=_window_solution,
         cases=_window_cases,
         draw=_window_draw,
+        edges={
+            "window == 1": lambda T, window: window == 1,
+            "window == T": lambda T, window: window == T,
+            "window > T": lambda T, window: window > T,
+            "T == 1": lambda T, window: T == 1,
+        },
         mistakes=(
             Mistake(
                 "window one key too wide",
@@ -274,6 +291,15 @@ EXERCISES = (
         solution=_repeat_solution,
         cases=_repeat_cases,
         draw=_repeat_draw,
+        edges={
+            "one KV head (multi-query)": lambda k, num_heads: k.shape[1] == 1,
+            "as many KV heads as query heads": lambda k, num_heads: k.shape[1] == num_heads,
+            "a group size that is not a power of two": lambda k, num_heads: (
+                (g := num_heads // k.shape[1]) & (g - 1) != 0
+            ),
+            "S == 1": lambda k, num_heads: k.shape[2] == 1,
+            "B > 1": lambda k, num_heads: k.shape[0] > 1,
+        },
         mistakes=(
             Mistake(
                 "repeat instead of repeat_interleave",
@@ -305,6 +331,15 @@ EXERCISES = (
         solution=_aft_solution,
         cases=_aft_cases,
         draw=_aft_draw,
+        edges={
+            "T != S": lambda q, k, v: q.shape[1] != k.shape[1],
+            "T == S": lambda q, k, v: q.shape[1] == k.shape[1],
+            "T == 1": lambda q, k, v: q.shape[1] == 1,
+            "S == 1": lambda q, k, v: k.shape[1] == 1,
+            "C == 1": lambda q, k, v: q.shape[-1] == 1,
+            "a key logit above 88": lambda q, k, v: bool((k > 88).any()),
+            "a channel whose key logits are all below -88": lambda q, k, v: bool((k < -88).all(dim=1).any()),
+        },
         mistakes=(
             Mistake(
                 "softmax over the channels instead of the positions",
@@ -346,6 +381,15 @@ EXERCISES = (
         solution=_step_solution,
         cases=_step_cases,
         draw=_step_draw,
+        edges={
+            "the first token (state and normaliser zero)": lambda state, *_: not bool(state.any()),
+            "no leading axes": lambda state, normaliser, *_: normaliser.dim() == 1,
+            "two leading axes": lambda state, normaliser, *_: normaliser.dim() == 3,
+            "D != Dv": lambda state, *_: state.shape[-2] != state.shape[-1],
+            "Dv == 1": lambda state, *_: state.shape[-1] == 1,
+            "D == 1": lambda state, *_: state.shape[-2] == 1,
+            "a long past (normaliser above 40)": lambda state, normaliser, *_: bool((normaliser > 40).any()),
+        },
         mistakes=(
             Mistake(
                 "normaliser forgotten",
