@@ -1174,6 +1174,16 @@ def test_answers_wrong_only_at_an_edge_fail_on_a_fixed_case_that_holds_it(key, f
     assert res.status == FAILED and "fixed case" in res.message and case in res.message, res.message
 
 
+def _step_denominator_clamped_at_1(state, normaliser, q_t, k_t, v_t):
+    """A guard against a zero denominator that clamps at 1: wrong wherever phi(q_t) . z_t < 1 (a review found it)."""
+    phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
+    fk, fq = phi(k_t), phi(q_t)
+    state = state + fk[..., :, None] * v_t[..., None, :]
+    normaliser = normaliser + fk
+    out = (fq[..., :, None] * state).sum(-2) / (fq * normaliser).sum(-1, keepdim=True).clamp(min=1)
+    return out, state, normaliser
+
+
 WRONG = {
     "01.1": [_lookup_exp_minus_min, _lookup_squeeze],
     "01.2": [_many_exp_minus_mean],
@@ -1198,7 +1208,7 @@ WRONG = {
     "06.2": [_rope_writes_back, _rope_first_plus_arange, _rope_float32_angles],
     "06.3": [_alibi_float64],
     "07.3": [_aft_logits_up_to_88],
-    "07.4": [_step_in_place, _step_normaliser_of_raw_keys, _step_output_only],
+    "07.4": [_step_in_place, _step_normaliser_of_raw_keys, _step_output_only, _step_denominator_clamped_at_1],
     "08.1": [_merge_assumes_second_higher, _merge_normalised, _merge_guard_each, _merge_where_upside_down],
     "08.2": [
         _bw_einsum_p_untransposed,

@@ -179,14 +179,19 @@ def _step_solution(state, normaliser, q_t, k_t, v_t):
     return linear_attention_step(state, normaliser, q_t, k_t, v_t)  # out (..., Dv), state, normaliser
 
 
-def _step_case(g: torch.Generator, lead: tuple[int, ...], D: int, Dv: int, seen: int, scale: float = 1.0):
-    """A step after ``seen`` earlier tokens: the state and normaliser those tokens leave, then token t."""
-    k_past = scale * torch.randn(*lead, seen, D, generator=g)  # (..., seen, D)
+def _step_case(
+    g: torch.Generator, lead: tuple[int, ...], D: int, Dv: int, seen: int, scale: float = 1.0, shift: float = 0.0
+):
+    """A step after ``seen`` earlier tokens: the state and normaliser those tokens leave, then token t.
+
+    ``shift`` moves the keys and the query down: their features phi are then small, and so is phi(q_t) . z_t.
+    """
+    k_past = scale * torch.randn(*lead, seen, D, generator=g) + shift  # (..., seen, D)
     v_past = scale * torch.randn(*lead, seen, Dv, generator=g)  # (..., seen, Dv)
     fk = elu_feature_map(k_past)
     state = fk.transpose(-2, -1) @ v_past  # (..., D, Dv): sum of phi(k_j) v_j^T; zeros when seen == 0
     normaliser = fk.sum(dim=-2)  # (..., D)
-    q_t, k_t = (scale * torch.randn(*lead, D, generator=g) for _ in range(2))  # (..., D)
+    q_t, k_t = (scale * torch.randn(*lead, D, generator=g) + shift for _ in range(2))  # (..., D)
     v_t = scale * torch.randn(*lead, Dv, generator=g)  # (..., Dv)
     return (state, normaliser, q_t, k_t, v_t), {}
 
@@ -199,6 +204,7 @@ def _step_cases() -> list[tuple[tuple, dict]]:
         _step_case(g, (), 3, 3, seen=4),  # no leading axes, D == Dv
         _step_case(g, (2,), 2, 6, seen=40, scale=2.0),  # a long past: the state is large
         _step_case(g, (3,), 1, 2, seen=2),  # D == 1
+        _step_case(g, (2,), 3, 2, seen=1, shift=-2.0),  # small features: phi(q_t) . z_t far below 1
     ]
 
 
@@ -388,6 +394,9 @@ EXERCISES = (
             "D != Dv": lambda state, *_: state.shape[-2] != state.shape[-1],
             "Dv == 1": lambda state, *_: state.shape[-1] == 1,
             "D == 1": lambda state, *_: state.shape[-2] == 1,
+            "phi(q_t) . z_t below 1 (small features)": lambda state, normaliser, q_t, k_t, *_: bool(
+                ((elu_feature_map(q_t) * (normaliser + elu_feature_map(k_t))).sum(-1) < 1).all()
+            ),
             "a long past (normaliser above 40)": lambda state, normaliser, *_: bool((normaliser > 40).any()),
         },
         mistakes=(
