@@ -11,8 +11,8 @@ notebook 01, ``masking`` for 03, ...) defines ``EXERCISES``, a tuple of
 
 When the course split its second half into notebooks 08 to 11, exercises moved to new keys: ``MOVED`` maps each
 old key to its new one. A learner's older notebook that checks an old key is told the new one in one line; some
-old keys now name another exercise (08.2, 09.1, 09.2), and a function that fits the exercise which moved away, not
-the one there now, gets a verdict that names the new key too.
+old keys now name another exercise (08.2, 08.3, 09.1, 09.2, 09.3), and a function that fits the exercise which
+moved away, not the one there now, gets a verdict that names the new key too.
 """
 
 from __future__ import annotations
@@ -40,7 +40,8 @@ from course_utils.checking import (
 __all__ = ["check", "NotAttempted", "all_exercises", "get_exercise", "topics", "MOVED"]
 
 # Old key -> new key, for the exercises the course's renumbering moved (notebook 08's decoding became
-# notebook 09, the tiny GPT 10, and its inside 11). 08.1 kept its key. 08.2, 09.1 and 09.2 now name other exercises.
+# notebook 09, the tiny GPT 10, and its inside 11). 08.1 kept its key. 08.2, 08.3, 09.1, 09.2 and 09.3 now name
+# other exercises.
 MOVED = {
     "08.2": "09.1",  # nucleus (top-p) filtering
     "08.3": "09.2",  # KV-cache append
