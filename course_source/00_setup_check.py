@@ -79,17 +79,17 @@ _ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSl
 #
 # | notebook | what you build | time |
 # |---|---|---|
-# | [01 The dot-product toy](01_dot_product_toy.ipynb) | dot products, softmax, weighted sums: attention as a soft lookup | 30 min |
-# | [02 Scaled attention](02_scaled_attention.ipynb) | why 1/sqrt(head_dim): score spread, entropy, where the gradient goes; a stable softmax | 40 min |
-# | [03 Masking](03_masking.ipynb) | causal and padding masks, one convention, padding left out of the loss | 45 min |
-# | [04 Multi-head attention](04_multihead_einsum.ipynb) | heads as a loop, a batch and an einsum | 45 min |
-# | [05 Parity with PyTorch](05_parity_with_pytorch.ipynb) | the same numbers as `nn.MultiheadAttention`; cross-attention | 40 min |
-# | [06 Positional encodings](06_positional_encodings.ipynb) | learned, sinusoidal, RoPE, ALiBi; what works at longer lengths | 60 min |
-# | [07 Attention variants](07_attention_variants.ipynb) | grouped-query heads, local windows, Linformer, AFT, top-k; linear attention as a recurrence | 45 min |
-# | [08 Fast attention](08_fast_attention.ipynb) | online softmax and tiled attention; attention's backward pass and FlashAttention's recompute | 30 min |
-# | [09 Decoding](09_decoding.ipynb) | KV cache, sampling, beam search | 30 min |
+# | [01 The dot-product toy](01_dot_product_toy.ipynb) | dot products, softmax, weighted sums: attention as a soft lookup | 50 min |
+# | [02 Scaled attention](02_scaled_attention.ipynb) | why 1/sqrt(head_dim): score spread, entropy, where the gradient goes; a stable softmax | 60 min |
+# | [03 Masking](03_masking.ipynb) | causal and padding masks, one convention, padding left out of the loss | 60 min |
+# | [04 Multi-head attention](04_multihead_einsum.ipynb) | heads as a loop, a batch and an einsum | 60 min |
+# | [05 Parity with PyTorch](05_parity_with_pytorch.ipynb) | the same numbers as `nn.MultiheadAttention`; cross-attention | 65 min |
+# | [06 Positional encodings](06_positional_encodings.ipynb) | learned, sinusoidal, RoPE, ALiBi; what works at longer lengths | 50 min |
+# | [07 Attention variants](07_attention_variants.ipynb) | grouped-query heads, local windows, Linformer, AFT, top-k; linear attention as a recurrence | 60 min |
+# | [08 Fast attention](08_fast_attention.ipynb) | online softmax and tiled attention; attention's backward pass and FlashAttention's recompute | 60 min |
+# | [09 Decoding](09_decoding.ipynb) | KV cache, sampling, beam search | 40 min |
 # | [10 A tiny GPT](10_tiny_gpt.ipynb) | train one, resume it, sample from it | 45 min + training |
-# | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, sinks and norms, induction heads; pre-norm vs post-norm | 45 min |
+# | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, sinks and norms, induction heads; pre-norm vs post-norm | 60 min |
 #
 # No install at all? Each notebook also opens on a hosted service such as Google Colab, from the link in
 # its first cell; its first code cell then installs the course there (and does nothing on your machine).

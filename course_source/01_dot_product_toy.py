@@ -14,7 +14,7 @@
 # - self-attention with no weights (`x @ x.T`), and why it needs learned `W_Q`, `W_K`, `W_V`.
 #
 # **Prerequisites**: Python, a little PyTorch (tensors, `@`), the dot product.
-# **Time**: about 30 minutes. **Runs on**: CPU (no GPU needed).
+# **Time**: about 50 minutes. **Runs on**: CPU (no GPU needed).
 
 # %%
 # NBVAL_IGNORE_OUTPUT

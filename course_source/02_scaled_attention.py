@@ -20,7 +20,7 @@
 # **Prerequisites:** notebook 01 (dot-product attention, `q`, `k`, `v`, scores and weights).
 # Basic probability helps: mean, variance, independence.
 #
-# **Time:** about 40 minutes. **Runs on:** a CPU, in a few seconds.
+# **Time:** about 60 minutes. **Runs on:** a CPU, in a few seconds.
 #
 # Shapes use the course alphabet: `B` batch, `T` queries, `S` keys, `C` embed_dim (model width),
 # `H` heads, `D` head_dim.

@@ -22,7 +22,7 @@
 #
 # **Prerequisites**: notebooks 01 (dot-product attention) and 02 (scaling and a safe softmax).
 #
-# **Time**: about 45 minutes. **Runs on**: CPU (every cell takes well under a second).
+# **Time**: about 60 minutes. **Runs on**: CPU (every cell takes well under a second).
 #
 # **Shapes**: `B` batch, `T` query length, `S` key length, `C` embed_dim, `H` num_heads, `D` head_dim.
 # A mask is boolean with `True` = *may attend*, as `F.scaled_dot_product_attention` reads it.

@@ -18,7 +18,7 @@
 #
 # **Prerequisites:** notebooks 02 (scaled dot-product attention) and 03 (masking).
 #
-# **Time:** about 45 minutes. **Runs on:** a CPU; no GPU needed.
+# **Time:** about 60 minutes. **Runs on:** a CPU; no GPU needed.
 #
 # **Shape alphabet** (the same in every notebook): `B` batch, `T` query length, `S` key length,
 # `C` embed_dim, `H` num_heads, `D` head_dim = C / H. In `einsum` strings the same letters in lower

@@ -27,7 +27,7 @@
 #
 # **Prerequisites**: notebooks 03 (masks, `convert_mask`) and 04 (`MultiHeadAttention`, `split_heads`).
 #
-# **Time**: about 40 minutes. **Runs on**: CPU (every tensor here is tiny; parity is about
+# **Time**: about 65 minutes. **Runs on**: CPU (every tensor here is tiny; parity is about
 # conventions, not speed).
 
 # %%

@@ -17,7 +17,7 @@
 #
 # **Prerequisites:** notebooks 02 (scaled dot-product attention), 03 (masking), 04 (multi-head attention).
 #
-# **Time:** about 60 minutes. **Runs on:** a CPU; the experiment takes under a minute (one switch makes
+# **Time:** about 50 minutes. **Runs on:** a CPU; the experiment takes under a minute (one switch makes
 # it bigger).
 #
 # **Shape alphabet** (the same in every notebook): `B` batch, `T` query length, `S` key length,

@@ -23,7 +23,7 @@
 # **Prerequisites**: notebooks 02 (scaled attention, the stable softmax), 03 (masking: `causal_mask(T, S)`)
 # and 04 (multi-head attention); notebook 07 for the variants in the cost curves.
 #
-# **Time**: about 45 minutes. **Runs on**: CPU (the whole notebook takes well under a minute); the tiled
+# **Time**: about 60 minutes. **Runs on**: CPU (the whole notebook takes well under a minute); the tiled
 # attention cells use `device`, so on a GPU they run there.
 #
 # **Shapes**: `B` batch, `T` query length, `S` key length, `C` embed_dim, `H` num_heads, `D` head_dim,

@@ -17,7 +17,7 @@
 # **Prerequisites**: notebooks 03 (masking: `causal_mask(T, S)` for a cache) and 07 (grouped-query
 # attention and the KV cache's size, sliding windows), whose `TinyDecoder` generates here.
 #
-# **Time**: about 45 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
+# **Time**: about 40 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
 #
 # **Shapes**: `B` batch, `T` query length, `S` key length, `C` embed_dim, `H` num_heads, `D` head_dim,
 # `V` vocab_size, `N` tokens generated. Masks are boolean, `True` = may attend.

@@ -22,7 +22,7 @@
 # **Prerequisites:** notebooks 03 (masking), 04 (multi-head attention), 06 (positions: learned and RoPE)
 # and 09 (KV cache and sampling).
 #
-# **Time:** about 50 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
+# **Time:** about 45 minutes of reading, plus the training run. **Runs on:** a CPU (a few minutes of
 # training) or a GPU (nanoGPT's "baby Shakespeare" model). One switch sizes the run: the environment
 # variable `COURSE_GPT_SIZE` (`ci`, `cpu` or `gpu`); unset, it picks `gpu` on a CUDA machine and `cpu`
 # anywhere else. CI runs the `ci` size, which trains in well under a minute.

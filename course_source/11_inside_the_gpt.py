@@ -1,9 +1,9 @@
 # %% [markdown]
 # # 11 Inside the trained GPT: attention maps and what they do not show
 #
-# The GPT of notebook 10, trained, opened up: what does each head attend to, and how far can a picture of
-# attention be trusted? Two appendices measure choices notebook 10 made: pre-norm blocks, and how the cost
-# of training is counted.
+# The GPT of notebook 10, opened up: what does each head attend to, and how far can a picture of attention
+# be trusted? Two appendices measure choices notebook 10 made: pre-norm blocks, and how training's cost is
+# counted.
 #
 # **What you will learn**
 #
@@ -15,7 +15,7 @@
 #
 # **Prerequisites:** notebook 10. Its run is optional: this notebook opens the model the course ships.
 #
-# **Time:** about 60 minutes of reading. **Runs on:** a CPU, in about two minutes (seconds at the `ci` size).
+# **Time:** about 60 minutes. **Runs on:** a CPU, in about two minutes (seconds at the `ci` size).
 #
 # **Shapes**: `B` batch, `T` context length, `C` embed_dim, `H` num_heads, `D` head_dim, `V` vocab_size,
 # `L` num_layers.
