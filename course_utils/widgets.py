@@ -283,7 +283,8 @@ def plot_entropy(head_dim: int = 64, scaling: str = "1/sqrt(D)") -> Figure:
     w = _random_weights(head_dim, scaling)  # (8, T, S)
     here = _mean_entropy(w)
     fig, (ax_w, ax_h) = plt.subplots(1, 2, figsize=(9, 3.0), width_ratios=[1.3, 1])
-    ax_w.imshow(w[0, :8].numpy(), cmap="Blues", vmin=0, vmax=0.5)  # (8, 32): 8 queries, all keys
+    image = ax_w.imshow(w[0, :8].numpy(), cmap="Blues", vmin=0, vmax=0.5)  # (8, 32): 8 queries, all keys
+    fig.colorbar(image, ax=ax_w, label="weight (capped at 0.5)", shrink=0.8)
     ax_w.set_title(f"D = {head_dim}, scale {scaling}: 8 queries, colours capped at 0.5", fontsize=9)
     ax_w.set_xlabel("key")
     ax_w.set_ylabel("query")

@@ -109,7 +109,8 @@ def test_lookup_negative_length():
 
 def test_plot_entropy_shows_every_curve_and_the_chosen_point():
     fig = plot_entropy(256, "none")
-    ax_w, ax_h = fig.axes
+    ax_w, ax_h, bar = fig.axes
+    assert bar.get_ylabel() == "weight (capped at 0.5)", "the weights carry a colourbar on their capped scale"
     curves = [line for line in ax_h.get_lines() if len(line.get_xdata()) == len(ENTROPY_DIMS)]
     assert [line.get_label() for line in curves] == list(SCALINGS)
     (star,) = [line for line in ax_h.get_lines() if line.get_marker() == "*"]
