@@ -55,6 +55,7 @@ import shlex
 import subprocess
 import sys
 import time
+import urllib.parse
 import venv
 from pathlib import Path
 from typing import NamedTuple
@@ -127,6 +128,16 @@ def offline_source(where: str) -> str:
     return str(path / "wheels") if (path / "wheels").is_dir() else str(path)
 
 
+def offline_pip_args(where: str) -> list[str]:
+    """pip's flags that install from the room only: its wheels, a folder or the URL a room machine serves them at.
+    pip ignores a plain http:// host other than this machine unless it is trusted (and a room's own machine
+    serves with `python3 -m http.server`, plain http), so such a host is named with --trusted-host."""
+    source = offline_source(where)
+    args = ["--no-index", "--find-links", source]
+    host = urllib.parse.urlsplit(source).hostname if source.startswith("http://") else None
+    return args + ["--trusted-host", host] if host else args
+
+
 def take_offline(extra: list[str]) -> tuple[str | None, list[str]]:
     """Split `--offline DIR` (or `--offline=DIR`) off the arguments."""
     rest, where = [], None
@@ -178,9 +189,9 @@ def ensure_installed(offline: str | None = None, which: str = "learner") -> None
         f"installing the {which} set ({SETS[which][0]}) into the virtual environment "
         "(the first time takes a few minutes)"
     )
-    source = [] if offline is None else ["--no-index", "--find-links", offline_source(offline)]
+    source = [] if offline is None else offline_pip_args(offline)
     if offline is not None:
-        say(f"offline: installing only from {source[-1]}")
+        say(f"offline: installing only from {source[2]}")
     if run(install_command(which, source)) != 0:
         sys.exit(
             "[course] installing failed; see pip's message above. On a flaky network, run the same command "

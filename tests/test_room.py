@@ -191,6 +191,16 @@ def test_lab_offline_installs_from_the_room_folder_only(tmp_path, monkeypatch):
     assert "--no-index" in pip and pip[-4:] == ["-c", "lock/learner.txt", "-e", ".[lab]"]
     assert course.take_offline(["--offline=http://10.0.0.2:8000/wheels/"])[0] == "http://10.0.0.2:8000/wheels/"
     assert course.offline_source("http://10.0.0.2:8000/wheels/") == "http://10.0.0.2:8000/wheels/"
+    # pip ignored the room machine's plain-http host ("not a trusted or secure host"), so `lab --offline
+    # http://HOST:8000/wheels/`, as the room's README.txt prints it, found no package on any laptop
+    calls.clear()
+    monkeypatch.setattr(course, "STAMP", tmp_path / "venv" / ".none")
+    course.ensure_installed("http://10.0.0.2:8000/wheels/")
+    pip = calls[0]
+    assert pip[pip.index("--find-links") + 1] == "http://10.0.0.2:8000/wheels/"
+    assert pip[pip.index("--trusted-host") + 1] == "10.0.0.2"
+    assert "--trusted-host" not in course.offline_pip_args(str(tmp_path / "room"))
+    assert "--trusted-host" not in course.offline_pip_args("https://room.example/wheels/")
 
 
 # ------------------------------------------------------------------------ nothing a learner made is ever lost
