@@ -23,10 +23,10 @@ exercises are those its cells check (``check("NN.K", ...)``) and, for a file nam
 course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted
 failed; 1 when an attempted exercise failed, a cell raised an error or ran out of time, or a notebook could
 not be read; 2 when a path does not exist, holds no notebooks, a notebook named on the command line has no
-exercises, or the learner's name cannot name a file; 130 when interrupted (Ctrl+C): the kernel is shut
-down, the table shows the verdicts that finished, marked as interrupted, and the JSON report is left as it
-was. The report's path is checked before any notebook runs. The JSON report is written atomically, and never
-replaced by an empty one. ``--summary``:
+exercises, the learner's name cannot name a file, or ``--json`` does not end in ``.json``; 130 when
+interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that finished, marked as
+interrupted, and the JSON report is left as it was. The report's path is checked before any notebook runs.
+The JSON report is written atomically, and never replaced by an empty one. ``--summary``:
 0 when the table was written (a file that is not a report is skipped, and of two reports of one learner the
 newest is taken, each said in a line), 2 when FOLDER is not a folder or holds no report.
 """
@@ -424,6 +424,12 @@ def _report_problem(report: Path, named: str) -> str | None:
     fix = f"give --json a file in a folder you can write to, e.g. --json {Path.home() / 'exercises.json'}"
     if report.is_dir():
         return f"{named}: this is a folder; give a file name such as {report / 'exercises.json'}"
+    if report.suffix.lower() != ".json":  # a notebook or reports/learner.txt given by mistake would be replaced
+        return (
+            f"{named}: a report is a .json file, and this name ends in {report.suffix or 'no suffix'!r} "
+            f"(a notebook or another file there would be replaced); give a name such as "
+            f"{report.with_name('exercises.json')}"
+        )
     link = next((p for p in (report, *report.parents) if p.is_symlink()), None)
     if link is not None and (link == report or not link.exists()):  # a link as the report, or a broken folder link
         return (

@@ -394,6 +394,27 @@ def test_a_report_through_a_symbolic_link_is_refused_before_any_notebook_runs(tm
     assert real.read_text() == "orig" and (tmp_path / "link.json").is_symlink()
 
 
+def test_a_report_path_that_is_not_json_is_refused_before_any_notebook_runs(tmp_path, monkeypatch, capsys):
+    """`check --json notebooks/03_masking.ipynb` (read as "the JSON of this notebook") replaced the notebook itself
+    with the report, and `--json reports/learner.txt` the remembered name: a report's path ends in .json."""
+    from course_tools import grade
+
+    path = notebook(tmp_path / "01_mine.ipynb", SETUP, SOLVED)
+    before = path.read_bytes()
+    (tmp_path / "learner.txt").write_text("ana\n")
+    monkeypatch.setattr(grade, "run_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    for report, suffix in (
+        (path, "'.ipynb'"),
+        (tmp_path / "learner.txt", "'.txt'"),
+        (tmp_path / "mine", "'no suffix'"),
+    ):
+        assert grade.main([str(path), "--learner", "ana", "--json", str(report)]) == 2
+        err = capsys.readouterr().err
+        assert f"--json {report}: a report is a .json file, and this name ends in {suffix}" in err, err
+    assert path.read_bytes() == before and (tmp_path / "learner.txt").read_text() == "ana\n"
+    assert not list(tmp_path.glob("*.previous")) and not (tmp_path / "mine").exists()
+
+
 # ------------------------------------------------------------------------------- the learner and their report
 
 
