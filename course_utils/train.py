@@ -428,6 +428,11 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     """``out_dir`` as a Path, or RunSetupError: it is a file, lies under a file, cannot be written, or already
     holds a checkpoint that a run without ``resume`` would overwrite."""
     check_path("out_dir", out_dir)
+    if not os.fspath(out_dir).strip():  # `--out "$RUN"` with RUN unset: Path("") is the current folder
+        raise RunSetupError(
+            f"--out is empty ({os.fspath(out_dir)!r}), expected a folder for {CHECKPOINT_NAME} and {SUMMARY_NAME}, "
+            "such as runs/NAME in the course folder (an unset shell variable?); give . for the current folder"
+        )
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise RunSetupError(

@@ -760,6 +760,9 @@ def test_python_api_checks_its_arguments_at_the_call(tmp_path, text_file):
         load_model(None)
     with pytest.raises(TypeError, match="out_dir must be a str or os.PathLike, got NoneType"):
         check_out_dir(None)
+    for blank in ("", "  "):  # `--out "$RUN"` with RUN unset trained and wrote into the current folder
+        with pytest.raises(ValueError, match=r"--out is empty \('\s*'\), expected a folder for checkpoint.pt"):
+            check_out_dir(blank)
     with pytest.raises(TypeError, match="callback must be a function taking one event dict, or None, got int"):
         run(text_file, tmp_path / "run", callback=5)
     assert not (tmp_path / "run").exists()  # refused before any work
