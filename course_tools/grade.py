@@ -781,6 +781,8 @@ th, td { border: 1px solid var(--line); padding: .3rem .55rem; text-align: left;
 thead th { position: sticky; top: 0; background: var(--bg); font-weight: 600; }
 thead th small { display: block; font-weight: 400; color: var(--muted); max-width: 11rem; }
 tbody th { font-weight: 600; white-space: nowrap; }
+tbody th, tfoot th, thead th:first-child { position: sticky; left: 0; z-index: 1; background: var(--bg);
+  box-shadow: inset -1px 0 var(--line); }
 tfoot td, tfoot th { color: var(--muted); font-weight: 600; }
 td.meta { color: var(--muted); white-space: nowrap; }
 td.passed { background: var(--passed); color: var(--passed-fg); }

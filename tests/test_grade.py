@@ -605,6 +605,8 @@ def test_summary_makes_one_class_table_as_csv_and_html(tmp_path, capsys):
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page
     assert "http://" not in page and "https://" not in page and "<script" not in page and "<link" not in page
     assert 'data-learner="ana"' in page and "prefers-color-scheme: dark" in page
+    # with forty exercises the table scrolls sideways: the learners' names stay in view
+    assert "tbody th, tfoot th, thead th:first-child { position: sticky; left: 0;" in page
 
 
 def test_summary_skips_what_is_not_a_report_and_takes_a_learners_newest(tmp_path, capsys):
