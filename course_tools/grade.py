@@ -692,7 +692,9 @@ def collect_reports(folder: Path) -> tuple[list[dict], list[str]]:
     found: dict[str, list[tuple[datetime, float, Path, dict]]] = {}
     notes = []
     for path in sorted(folder.glob("*.json")):
-        if not path.is_file():
+        if not path.is_file():  # said, as a learner's report copied as a link to their stick would be missing
+            what = "a link to nothing" if path.is_symlink() and not path.exists() else "not a file"
+            notes.append(f"skipped {path.name}: {what}")
             continue
         try:
             data = read_report(path)

@@ -642,6 +642,23 @@ def test_summary_skips_what_is_not_a_report_and_takes_a_learners_newest(tmp_path
     assert text[1].endswith(",passed") and not (room / "class-summary.csv").exists()
 
 
+def test_summary_says_which_json_entries_are_not_files(tmp_path, capsys):
+    """A report copied as a link that no longer points anywhere, or a folder named like a report, was skipped
+    without a word, so the instructor did not learn that a learner's report was missing."""
+    from course_tools import grade
+
+    write_report(tmp_path, "ana", {"01.1": "passed"}, "2026-11-26T09:00:00+00:00")
+    (tmp_path / "exercises-bo.json").symlink_to(tmp_path / "gone.json")
+    (tmp_path / "exercises-cy.json").mkdir()
+    (tmp_path / "loop.json").symlink_to(tmp_path / "loop.json")
+    assert grade.main(["--summary", str(tmp_path)]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        "course check: skipped exercises-bo.json: a link to nothing",
+        "course check: skipped exercises-cy.json: not a file",
+        "course check: skipped loop.json: a link to nothing",
+    ]
+
+
 def test_summary_of_a_folder_without_reports_is_refused(tmp_path, capsys):
     from course_tools import grade
 
