@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import datetime as dt
 import json
 import os
@@ -62,3 +63,56 @@ def save(name: str, record: dict) -> Path:
     path = RESULTS / f"{name}-{stamp}.json"
     path.write_text(json.dumps(record, indent=1) + "\n")
     return path
+
+
+# --- where a benchmark ran, and how much memory one call took ----------------------------------------------------
+
+
+def cpu_model() -> str:
+    """The processor's model name, as /proc/cpuinfo says it (or what platform knows)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def command_line() -> str:
+    """The command line that ran the benchmark, with the interpreter as typed from the repository root."""
+    if not (sys.argv and sys.argv[0].endswith(".py")):
+        return "run() (imported)"
+    exe = Path(sys.executable)
+    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
+    return shlex.join([exe_text, os.path.relpath(Path(sys.argv[0]).resolve(), ROOT), *sys.argv[1:]])
+
+
+def big_blocks_from_mmap() -> None:
+    """Make glibc serve (and return) blocks of 64 KiB and more with mmap, so freed memory is not silently reused."""
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD = 64 KiB
+        libc.malloc_trim(0)
+    except OSError:
+        pass
+
+
+def peak_rss_kb() -> int | None:
+    """The process's peak resident set size (VmHWM) in KiB; None where /proc has no such line."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak_rss() -> int | None:
+    """Reset the peak RSS to the current RSS (Linux) and return it; None where that cannot be done."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return peak_rss_kb()
+    except OSError:
+        return None

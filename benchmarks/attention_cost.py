@@ -35,12 +35,10 @@ internals we do not model.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import json
 import os
 import platform
-import shlex
 import sys
 import time
 from collections.abc import Callable
@@ -49,10 +47,13 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from course_utils.attention import scaled_dot_product_attention
-from course_utils.fast_attention import tiled_attention
-from course_utils.masking import causal_mask
-from course_utils.variants import aft_simple, linformer_attention, sliding_window_attention, topk_attention
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import big_blocks_from_mmap, command_line, cpu_model, peak_rss_kb, reset_peak_rss  # noqa: E402
+
+from course_utils.attention import scaled_dot_product_attention  # noqa: E402
+from course_utils.fast_attention import tiled_attention  # noqa: E402
+from course_utils.masking import causal_mask  # noqa: E402
+from course_utils.variants import aft_simple, linformer_attention, sliding_window_attention, topk_attention  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "attention_cost_cpu.json"
@@ -105,33 +106,6 @@ def analytic_mb(method: str, T: int) -> float | None:
     return B * H * rows_cols[0] * rows_cols[1] * 4 / 1e6
 
 
-def _malloc_setup() -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD = 64 KiB: big blocks come from (and go back to) mmap
-        libc.malloc_trim(0)
-    except OSError:
-        pass
-
-
-def _reset_peak() -> int | None:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # reset the peak RSS to the current RSS
-        return _peak_kb()
-    except OSError:
-        return None
-
-
-def _peak_kb() -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
 MIN_TIMING_S, MAX_CALLS = 0.5, 100  # fast calls are repeated until this much time: the best survives a busy moment
 
 
@@ -152,10 +126,10 @@ def measure(method: str, T: int, repeats: int = 3, min_time_s: float = MIN_TIMIN
         times.append(time.perf_counter() - t0)
         if times[-1] > 5.0:
             break
-    _malloc_setup()
-    before = _reset_peak()
+    big_blocks_from_mmap()
+    before = reset_peak_rss()
     out = call()
-    after = _peak_kb()
+    after = peak_rss_kb()
     del out
     peak = None if before is None or after is None else round((after - before) * 1024 / 1e6, 1)
     return {
@@ -167,25 +141,6 @@ def measure(method: str, T: int, repeats: int = 3, min_time_s: float = MIN_TIMIN
     }
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _command() -> str:
-    """The command line that ran this script, with the interpreter as typed from the repository root."""
-    if not (sys.argv and sys.argv[0].endswith(".py")):
-        return "run() (imported)"
-    exe = Path(sys.executable)
-    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
-    return shlex.join([exe_text, os.path.relpath(Path(sys.argv[0]).resolve(), ROOT), *sys.argv[1:]])
-
-
 def run(
     lengths=(128, 256, 512, 1024, 2048, 4096, 8192),
     methods=METHODS,
@@ -194,7 +149,7 @@ def run(
     min_time_s: float = MIN_TIMING_S,
 ) -> dict:
     """Measure every method at every length; return ``{"meta": ..., "results": [...]}``."""
-    _malloc_setup()
+    big_blocks_from_mmap()
     load_before = os.getloadavg() if hasattr(os, "getloadavg") else None
     results = []
     for T in lengths:
@@ -206,10 +161,10 @@ def run(
             if verbose:
                 print(f"T={T:5d} {r['method']:>15}: {r['time_ms']:10.2f} ms  peak {r['peak_mb']} MB", flush=True)
     meta = {
-        "device": f"cpu ({_cpu_model()}), {torch.get_num_threads()} threads",
+        "device": f"cpu ({cpu_model()}), {torch.get_num_threads()} threads",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": _command(),
+        "command": command_line(),
         "torch": torch.__version__,
         "python": platform.python_version(),
         "cpu_count": os.cpu_count(),

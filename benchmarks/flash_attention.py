@@ -45,12 +45,9 @@ within 3x of sdpa's at T = 4096.
 from __future__ import annotations
 
 import argparse
-import ctypes
 import datetime
 import json
 import os
-import platform
-import shlex
 import subprocess
 import sys
 import time
@@ -61,7 +58,15 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _common import RESULTS, ROOT, machine  # noqa: E402
+from _common import (  # noqa: E402
+    RESULTS,
+    big_blocks_from_mmap,
+    command_line,
+    cpu_model,
+    machine,
+    peak_rss_kb,
+    reset_peak_rss,
+)
 
 from course_utils.attention import scaled_dot_product_attention  # noqa: E402
 from course_utils.fast_attention import flash_attention, tiled_attention  # noqa: E402
@@ -107,33 +112,6 @@ def _inputs(T: int, seed: int = 0) -> tuple[torch.Tensor, ...]:
 # --- memory: saved bytes counted, peak RSS measured ----------------------------------------------------
 
 
-def _malloc_setup() -> None:
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(-3, 1 << 16)  # M_MMAP_THRESHOLD = 64 KiB: big blocks come from (and go back to) mmap
-        libc.malloc_trim(0)
-    except OSError:
-        pass
-
-
-def _peak_kb() -> int | None:
-    try:
-        for line in Path("/proc/self/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1])
-    except OSError:
-        return None
-    return None
-
-
-def _reset_peak() -> int | None:
-    try:
-        Path("/proc/self/clear_refs").write_text("5")  # the peak RSS becomes the current RSS
-        return _peak_kb()
-    except OSError:
-        return None
-
-
 def memory_of_one_call(fn: Callable, q, k, v, dout) -> tuple[float, float | None]:
     """(saved_mb, peak_mb) of one forward + backward: see the module docstring."""
     storages: dict[int, int] = {}
@@ -143,11 +121,11 @@ def memory_of_one_call(fn: Callable, q, k, v, dout) -> tuple[float, float | None
         storages[storage.data_ptr()] = storage.nbytes()  # views of one storage (k's tiles) count once
         return t
 
-    before = _reset_peak()
+    before = reset_peak_rss()
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn(q, k, v)
     out.backward(dout)
-    after = _peak_kb()
+    after = peak_rss_kb()
     del out
     q.grad = k.grad = v.grad = None
     peak = None if before is None or after is None else (after - before) * 1024 / 1e6
@@ -192,7 +170,7 @@ def measure_memory(cases: list[tuple[str, int, int, int]]) -> list[dict]:
 def _memory_child(cases: list) -> None:
     """In the child: mallopt, a warm-up, then one measured call per case; one JSON line on stdout."""
     torch.set_num_threads(1)
-    _malloc_setup()
+    big_blocks_from_mmap()
     _warm_up({c[0] for c in cases}, 128, 128)
     out = []
     for method, T, q_tile, kv_tile in cases:
@@ -220,32 +198,13 @@ def _ratios(rows: list[dict]) -> None:
 # --- the run, its record, its table ----------------------------------------------------------------------
 
 
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
-def _command() -> str:
-    """The command line that ran this script, with the interpreter as typed from the repository root."""
-    if not (sys.argv and sys.argv[0].endswith(".py")):
-        return "run() (imported)"
-    exe = Path(sys.executable)
-    exe_text = os.path.relpath(exe, ROOT) if exe.is_relative_to(ROOT) else str(exe)
-    return shlex.join([exe_text, os.path.relpath(Path(sys.argv[0]).resolve(), ROOT), *sys.argv[1:]])
-
-
 def _meta(threads: int, repeats: int, q_tile: int, kv_tile: int, load_before) -> dict:
     where = machine()
     return {
-        "device": f"cpu ({_cpu_model()}), {threads} thread(s)",
+        "device": f"cpu ({cpu_model()}), {threads} thread(s)",
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "command": _command(),
+        "command": command_line(),
         "torch": where["torch"],
         "python": where["python"],
         "cpu_count": where["cpus"],
