@@ -69,8 +69,9 @@ COMMON = (
     "datasets/",
     "checkpoints/",
     "lock/",
+    "benchmarks/",  # notebooks 08 and 11 read its saved results, and 08 runs attention_cost.py live
 )
-INSTRUCTOR_ONLY = ("solutions/", "course_source/", "tests/", "docs/", ".ci/", "benchmarks/", "tools/")
+INSTRUCTOR_ONLY = ("solutions/", "course_source/", "tests/", "docs/", ".ci/", "tools/")
 # the rest of course_tools/ runs on a learner's machine (check, reset, the corpus fetch); the site needs solutions/
 LEARNER_EXCLUDE = (  # authors' and instructors' tools, and the site's templates and KaTeX
     "course_tools/build.py",
