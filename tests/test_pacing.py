@@ -28,7 +28,7 @@ def test_the_rule_is_reading_time_plus_exercise_minutes_rounded_up_to_five():
 def test_pace_counts_prose_words_code_cells_and_exercises(tmp_path):
     source = tmp_path / "99_example.py"
     source.write_text(
-        '# %% [markdown]\n# # 99 A title\n#\n# three more words\n\n# %%\nx = 1\n\n'
+        "# %% [markdown]\n# # 99 A title\n#\n# three more words\n\n# %%\nx = 1\n\n"
         '# %% tags=["raises-exception"]\ncheck("01.1", f)\n\n# %% [markdown]\n# two words\n',
         encoding="utf-8",
     )
