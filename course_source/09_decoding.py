@@ -342,7 +342,8 @@ print("matches course_utils")
 # Write `nucleus_probs(logits, temperature, top_p)`: apply the temperature, take the softmax over the last
 # axis, keep the smallest set of most likely tokens whose probabilities sum to at least `top_p`, and
 # return the renormalised distribution `(..., V)` (zeros outside the nucleus). `logits` may have any number
-# of leading axes, or none, and `-inf` for a token already removed; `0 < top_p < 1`.
+# of leading axes, or none, and `-inf` for a token already removed; `0 < top_p < 1`. In the checks no
+# running sum of probabilities lands exactly on `top_p` (there float rounding would decide).
 
 # %%
 def nucleus_probs(logits, temperature, top_p):
