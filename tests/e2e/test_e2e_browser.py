@@ -11,6 +11,7 @@ The JupyterLab server and the browser come from conftest.py and harness.py.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 
@@ -24,7 +25,10 @@ pytestmark = pytest.mark.browser  # leave these out with: python3 course.py test
 
 RUN_TIMEOUT_MS = 600_000  # per notebook; each takes well under a minute on a 2-core CPU
 
-CODE_PROMPTS = "[...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputPrompt')]"
+# The prompts of code cells whose source shows; a cell whose source is collapsed (the one-line hosted-setup cell)
+# shows a placeholder with an empty prompt instead, and is counted apart (HIDDEN_CODE).
+CODE_PROMPTS = "[...document.querySelectorAll('.jp-Notebook .jp-CodeCell .jp-InputArea .jp-InputPrompt')]"
+HIDDEN_CODE = ".jp-Notebook .jp-CodeCell .jp-InputPlaceholder"
 RUN_STARTED = f"() => {{ const first = {CODE_PROMPTS}[0]; return first && first.textContent.trim() !== '[ ]:'; }}"
 RUN_FINISHED = f"""() => {{
     const prompts = {CODE_PROMPTS}.map(e => e.textContent.trim());
@@ -120,8 +124,12 @@ def change_first_control(explorer, page) -> str | None:
 
 
 def makes_widgets(nb_path) -> bool:
-    """Whether the committed notebook's outputs hold widgets (so the page must render some)."""
-    return "application/vnd.jupyter.widget-view+json" in nb_path.read_text(encoding="utf-8")
+    """Whether the committed notebook has an explorer (an `interact`, or one of course_utils.widgets' explorers),
+    so the page must render one and moving its control must change its picture. A progress bar alone (notebook
+    10's training) is a widget but not an explorer."""
+    cells = json.loads(nb_path.read_text(encoding="utf-8"))["cells"]
+    code = "\n".join("".join(c["source"]) for c in cells if c["cell_type"] == "code")
+    return bool(re.search(r"\binteract\(|_explorer\(", code))
 
 
 def shows_head_view(nb_path) -> bool:
@@ -142,12 +150,14 @@ def check_head_view(page, nb_path, shot) -> list[str]:
 def check_outputs(page, nb_path, shot) -> list[str]:
     """Everything wrong with an executed notebook's page, one sentence each."""
     rel, problems = f"{nb_path.parent.name}/{nb_path.name}", []
-    prompts = page.eval_on_selector_all(
-        ".jp-Notebook .jp-CodeCell .jp-InputPrompt", "els => els.map(e => e.textContent.trim())"
-    )
+    prompts = page.evaluate(f"() => {CODE_PROMPTS}.map(e => e.textContent.trim())")
     not_run = [i for i, p in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", p)]
     if not_run:
-        problems.append(f"code cells {not_run} (0-based) did not run")
+        problems.append(f"code cells {not_run} (0-based, counting those whose source shows) did not run")
+    hidden = page.locator(HIDDEN_CODE).count()  # collapsed cells come first (the hosted-setup cell)
+    counts = [int(p[1:-2]) for p in prompts if re.fullmatch(r"\[\d+\]:", p)]
+    if hidden and counts and min(counts) != hidden + 1:
+        problems.append(f"the {hidden} collapsed code cell(s) at the top did not run first (first count {min(counts)})")
     for err in page.locator(ERROR_OUTPUTS).all_inner_texts():
         problems.append(f"error output:\n{err[:1500]}")
     for err in page.locator(STDERR_OUTPUTS).all_inner_texts():
