@@ -50,6 +50,7 @@ from course_utils.fast_attention import (
     flash_attention,
     merge_partials,
     online_softmax,
+    saved_for_backward,
     tiled_attention,
 )
 from course_utils.masking import causal_mask
@@ -495,6 +496,9 @@ q1, k1, v1 = torch.randn(21, 8, generator=g), torch.randn(30, 8, generator=g), t
 for causal in (False, True):
     torch.testing.assert_close(tiled_attention_loops(q1, k1, v1, 5, 7, causal),
                                tiled_attention(q1, k1, v1, is_causal=causal, q_tile=5, kv_tile=7))
+q1g, k1g, v1g = (x.clone().requires_grad_() for x in (q1, k1, v1))
+for attention in (plain_attention, tiled_attention, flash_attention):  # section 4's count
+    assert saved_megabytes(attention, q1g, k1g, v1g) == saved_for_backward(attention, q1g, k1g, v1g) / 1e6
 print("matches course_utils (and F.scaled_dot_product_attention)")
 
 # %% [markdown]

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import math
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import torch
 
@@ -33,6 +34,7 @@ __all__ = [
     "finish",
     "online_softmax",
     "tiled_attention",
+    "saved_for_backward",
     "attention_backward",
     "flash_attention",
 ]
@@ -243,6 +245,26 @@ def _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[to
         out[..., i0:i1, :] = _finish(acc)  # (..., Tq, Dv)
         lse[..., i0:i1, :] = acc.m + torch.log(acc.l)  # (..., Tq, 1): log sum exp(scores); -inf + -inf if none
     return out, lse
+
+
+def saved_for_backward(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
+    """Bytes autograd keeps from ``fn(*args, **kwargs)`` for the backward pass, each storage counted once.
+
+    Every tensor an operation saves for backward passes through ``torch.autograd.graph.saved_tensors_hooks``;
+    views of one storage (k's tiles, say) count once. Nothing is kept without autograd, so the answer is 0
+    under ``torch.no_grad()`` or for inputs that do not require grad. Taught in notebook 08, section 4.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be a function to call, got {type(fn).__name__}")
+    kept: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        kept[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn(*args, **kwargs)
+    return sum(kept.values())
 
 
 def attention_backward(

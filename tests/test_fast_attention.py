@@ -640,3 +640,23 @@ def test_the_flash_benchmark_runs_and_flash_keeps_what_the_fused_kernel_keeps():
     assert by["tiled", 128]["saved_mb"] > by["plain", 128]["saved_mb"] > by["flash", 128]["saved_mb"]  # (T, T)-sized
     assert set(data["goals"]) >= {"memory_met", "time_met", "flash_peak_growth_per_doubling_of_T"}
     assert "T" in bench.table(data) and data["meta"]["tiles"] == {"q_tile": 32, "kv_tile": 48}
+
+
+# --- what autograd keeps (notebook 08, section 4) ------------------------------------------------------------
+
+
+def test_saved_for_backward_counts_each_storage_once_and_nothing_without_autograd():
+    from course_utils.fast_attention import saved_for_backward
+
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 16, 8, generator=g, requires_grad=True) for _ in range(3))
+    weights_bytes = 2 * 16 * 16 * 4  # one (B, T, S) float32 matrix
+    plain = saved_for_backward(lambda: scaled_dot_product_attention(q, k, v)[0])
+    assert plain >= 3 * q.numel() * 4 + weights_bytes  # q, k, v and the weights at least
+    x = torch.randn(1000, requires_grad=True)
+    assert saved_for_backward(lambda: (x[:10] * x[10:20]).sum()) == 1000 * 4, "two views of x: one storage"
+    with torch.no_grad():
+        assert saved_for_backward(flash_attention, q, k, v) == 0
+    assert saved_for_backward(tiled_attention, *(t.detach() for t in (q, k, v))) == 0
+    with pytest.raises(TypeError, match="fn must be a function to call, got Tensor"):
+        saved_for_backward(q)
