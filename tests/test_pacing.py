@@ -44,11 +44,9 @@ def test_each_notebook_fits_a_class(name):
     assert p.code_cells <= MAX_CODE_CELLS, f"{name}: {p.code_cells} code cells, at most {MAX_CODE_CELLS}"
 
 
-@pytest.mark.parametrize("name", sorted(PACES))
+@pytest.mark.parametrize("name", sorted(n for n in PACES if not n.startswith("00_")))  # 00 states no time of its own
 def test_each_notebook_states_the_time_of_the_rule(name):
     text = (ROOT / "course_source" / f"{name}.py").read_text(encoding="utf-8")
-    if name.startswith("00_"):
-        return  # the setup check states no time of its own: the course table below does
     found = _TIME_LINE.findall(text)
     assert found, f"{name}: no '**Time**: about N minutes' line"
     assert int(found[0]) == PACES[name].minutes, f"{name} says {found[0]} minutes, the rule gives {PACES[name].minutes}"
