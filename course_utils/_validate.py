@@ -279,6 +279,35 @@ def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "ma
         )
 
 
+def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = None, prefix: str = "") -> int:
+    """The head dimension ``embed_dim // num_heads``, after checking that the counts are positive ints, that
+    ``num_heads`` divides ``embed_dim`` and (when given) ``num_kv_heads`` divides ``num_heads``.
+
+    The one home of the head-count checks; ``prefix`` ("self." for a config) names where the numbers live.
+    """
+    check_int(f"{prefix}embed_dim".removeprefix("self."), embed_dim)
+    check_int(f"{prefix}num_heads".removeprefix("self."), num_heads)
+    if embed_dim % num_heads != 0:
+        raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
+    if num_kv_heads is not None:
+        check_int("num_kv_heads", num_kv_heads, expected="a positive int or None")
+        if num_heads % num_kv_heads != 0:
+            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads})")
+    return embed_dim // num_heads
+
+
+def parse_device(device: object) -> torch.device:
+    """``device`` (a str such as 'cpu', 'cuda:0', or a torch.device) as a torch.device; TypeError or ValueError
+    in one line otherwise. Only the name is checked, not whether this machine has it
+    (:func:`course_utils.devices.pick_device` does)."""
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', or a torch.device; got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {str(device)!r} is not a device name: use cpu, cuda, cuda:N, mps or auto") from None
+
+
 def from_preset(cls: type, presets: dict, name: str, overrides: dict):
     """``presets[name]`` with the fields in ``overrides`` replaced; ValueError for an unknown preset or field.
 
@@ -292,3 +321,13 @@ def from_preset(cls: type, presets: dict, name: str, overrides: dict):
     if unknown:
         raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}")
     return dataclasses.replace(presets[name], **overrides)
+
+
+# Checks that belong to one module's functions and are too long to read inline live below, one section per module,
+# so that the module reads as the idea and calls one of these at its boundary.
+
+# --- attention, masking, multihead, block, positional ---
+
+# --- variants, fast_attention ---
+
+# --- gpt, generation ---

@@ -11,7 +11,14 @@ from typing import Literal
 
 import torch
 
-from course_utils._validate import check_bool_mask, check_choice, check_int, check_number, check_tensor
+from course_utils._validate import (
+    check_bool_mask,
+    check_choice,
+    check_int,
+    check_number,
+    check_tensor,
+    parse_device,
+)
 
 __all__ = [
     "causal_mask",
@@ -37,8 +44,6 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
     if T > S:
         raise ValueError(f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
     if device is not None:
-        from course_utils.environment import parse_device
-
         device = parse_device(device)
     if T * S > 2**40:  # a terabyte of bools: torch would overflow or fail to allocate, deep inside
         raise ValueError(

@@ -88,7 +88,7 @@ from course_utils.data import (
     sha256_bytes,
     split_data,
 )
-from course_utils.environment import pick_device
+from course_utils.devices import pick_device
 from course_utils.gpt import GPT, PRESETS, GPTConfig
 
 __all__ = [

@@ -1,0 +1,71 @@
+"""Which device to compute on: the best this machine has, or the one asked for, checked before any work starts.
+
+Apart from the setup check (``environment``) so that training can pick its device without importing the setup
+check; torch is imported inside each function, so ``python -m course_utils.environment`` still reports a
+machine without torch.
+"""
+
+from __future__ import annotations
+
+import sys
+
+__all__ = ["best_device", "pick_device"]
+
+
+def best_device() -> str:
+    """ "cuda" if an NVIDIA GPU is usable, else "mps" on Apple silicon, else "cpu"."""
+    import torch
+
+    if torch.cuda.is_available():
+        return "cuda"
+    if getattr(torch.backends, "mps", None) is not None and torch.backends.mps.is_available():
+        return "mps"
+    return "cpu"
+
+
+def pick_device(device=None):
+    """The ``torch.device`` to train on: ``device`` if this machine and this PyTorch build have it, else an error.
+
+    ``None`` or ``"auto"`` mean :func:`best_device`. ``"cpu"``, ``"cuda"``, ``"cuda:N"`` and ``"mps"`` are checked
+    before any work starts; a device that is not there raises ValueError in one line with the fix (a CPU-only
+    PyTorch asked for ``cuda``, ``mps`` off a Mac, ``cuda:3`` on a one-GPU machine, a misspelling).
+    """
+    import torch
+
+    from course_utils._validate import parse_device  # here, not at the top: the setup check runs without torch
+
+    if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
+        return torch.device(best_device())
+    dev = parse_device(device)
+    fix = "use --device cpu or auto (auto picks the best device this machine has)"
+    if dev.type == "cpu":
+        return dev
+    if dev.type == "cuda":
+        if torch.version.cuda is None and torch.version.hip is None:
+            raise ValueError(
+                f"device {str(device)!r}: this PyTorch ({torch.__version__}) was built without CUDA; "
+                f"{fix}, or install a CUDA build of torch (see README, Running on a GPU)"
+            )
+        count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if count == 0:
+            raise ValueError(
+                f"device {str(device)!r}: PyTorch has CUDA but sees no GPU (no NVIDIA driver, or "
+                f"CUDA_VISIBLE_DEVICES hides it); {fix}"
+            )
+        if dev.index is not None and dev.index >= count:
+            raise ValueError(
+                f"device {str(device)!r}: this machine has {count} CUDA device(s), cuda:0 to "
+                f"cuda:{count - 1}; pick one of those, or {fix}"
+            )
+        return dev
+    if dev.type == "mps":
+        mps = getattr(torch.backends, "mps", None)
+        if mps is None or not mps.is_available():
+            why = (
+                "it needs macOS on Apple silicon"
+                if sys.platform != "darwin"
+                else "this Mac or this PyTorch build has no Metal support"
+            )
+            raise ValueError(f"device {str(device)!r} (Apple's GPU) is not available here: {why}; {fix}")
+        return dev
+    raise ValueError(f"device {str(device)!r}: the course trains on cpu, cuda or mps; {fix}")
