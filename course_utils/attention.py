@@ -33,17 +33,17 @@ __all__ = [
 ]
 
 
-def _check_bias(bias: object, scores: torch.Tensor) -> None:
+def _check_bias(bias: object, scores_shape: tuple[int, ...]) -> None:
     check_tensor("bias", bias, min_dim=0)
     if not bias.is_floating_point():
         raise TypeError(f"bias must be a floating-point tensor added to the scores, got dtype {bias.dtype}")
     try:
-        ok = torch.broadcast_shapes(bias.shape, scores.shape) == scores.shape
+        ok = torch.broadcast_shapes(bias.shape, scores_shape) == torch.Size(scores_shape)
     except RuntimeError:
         ok = False
     if not ok:
         raise ValueError(
-            f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape {tuple(scores.shape)}"
+            f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape {tuple(scores_shape)}"
         )
 
 
@@ -136,16 +136,32 @@ def scaled_dot_product_attention(
     """
     check_qkv(q, k, v)
     dropout_p = check_fraction("dropout_p", dropout_p)
-    D = q.shape[-1]
-    scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
+    scale = None if scale is None else check_positive_number("scale", scale)
+    scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])  # (..., T, S)
+    if bias is not None:
+        _check_bias(bias, scores_shape)
+        check_same_device(q=q, bias=bias)
+    if mask is not None:
+        check_bool_mask(mask, scores_shape)
+        check_same_device(q=q, mask=mask)
+    return _attend(q, k, v, mask, dropout_p, scale, bias)
+
+
+def _attend(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
+    scale: float | None = None,
+    bias: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`scaled_dot_product_attention` without its checks: the modules that call it have checked already."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     if bias is not None:
-        _check_bias(bias, scores)
-        check_same_device(q=q, bias=bias)
         scores = scores + bias  # (..., T, S): a bias changes scores, a mask removes keys
     if mask is not None:
-        check_bool_mask(mask, scores.shape)
-        check_same_device(q=q, mask=mask)
         scores = scores.masked_fill(~mask, float("-inf"))  # blocked keys get -inf before the softmax
         sees_nothing = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows with every key blocked
         scores = scores.masked_fill(sees_nothing, 0.0)  # keep softmax away from 0 / 0 = NaN there ...
