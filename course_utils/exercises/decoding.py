@@ -15,15 +15,11 @@ from __future__ import annotations
 import torch
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 from course_utils.generation import top_p_keep
 from course_utils.variants import KVCache
 
 __all__ = ["EXERCISES"]
-
-
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
 
 
 # --- 09.1 nucleus (top-p) sampling probabilities ----------------------------------------------------
@@ -57,8 +53,8 @@ def _nucleus_cases() -> list[tuple[tuple, dict]]:
 def _nucleus_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        batch = [_int(g, 1, 6) for _ in range(_int(g, 1, 3))]
-        V = _int(g, 2, 65)
+        batch = [randint(g, 1, 6) for _ in range(randint(g, 1, 3))]
+        V = randint(g, 2, 65)
         logits = 3 * torch.randn(*batch, V, generator=g)
         filtered = torch.rand(*batch, V, generator=g) < 0.2  # some tokens already removed (top-k): -inf
         filtered[..., 0] = False
@@ -153,12 +149,12 @@ def _append_cases() -> list[tuple[tuple, dict]]:
 def _append_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, D, T = _int(g, 1, 4), (1, 2, 3, 5)[_int(g, 0, 4)], _int(g, 1, 65), _int(g, 1, 9)
-        capacity = T + _int(g, 2, 41)
-        length = _int(g, 0, capacity - T)  # one free slot after the new keys, so a write one too late still fits
+        B, H, D, T = randint(g, 1, 4), (1, 2, 3, 5)[randint(g, 0, 4)], randint(g, 1, 65), randint(g, 1, 9)
+        capacity = T + randint(g, 2, 41)
+        length = randint(g, 0, capacity - T)  # one free slot after the new keys, so a write one too late still fits
         # stale keys of an earlier sequence after `length` in about half the draws, never so many that
         # length + stale + T passes the capacity (a write after them still fits)
-        stale = _int(g, 1, capacity - T - length + 1) if bool(torch.rand((), generator=g) < 0.5) else 0
+        stale = randint(g, 1, capacity - T - length + 1) if bool(torch.rand((), generator=g) < 0.5) else 0
         cache = _buffer(g, B, H, capacity, D, length, stale)
         cases.append(((cache, length, torch.randn(B, H, T, D, generator=g)), {}))
     return cases
@@ -235,8 +231,8 @@ def _beam_cases() -> list[tuple[tuple, dict]]:
 def _beam_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     while len(cases) < 4:
-        K, V = _int(g, 1, 9), _int(g, 2, 51)
-        beam_width = _int(g, 1, K * V + 1) if _int(g, 0, 2) else _int(g, 1, min(K * V, 8) + 1)
+        K, V = randint(g, 1, 9), randint(g, 2, 51)
+        beam_width = randint(g, 1, K * V + 1) if randint(g, 0, 2) else randint(g, 1, min(K * V, 8) + 1)
         beam_scores = -torch.empty(K).uniform_(0.1, 12.0, generator=g)  # totals of earlier steps: negative
         next_log_probs = torch.log_softmax(2.0 * torch.randn(K, V, generator=g), dim=-1)
         if _distinct_at_the_top(beam_scores, next_log_probs, beam_width):  # a tie is drawn again

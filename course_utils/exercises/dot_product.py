@@ -11,12 +11,9 @@ import torch
 
 from course_utils.attention import attention_matmul, simple_self_attention
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randn
 
 __all__ = ["EXERCISES"]
-
-
-def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=g)
 
 
 # ---------------------------------------------------------------- 01.1 one query, a soft lookup
@@ -61,21 +58,21 @@ def _lookup_cases() -> list[tuple[tuple, dict]]:
     )
     return [
         (toy, {}),
-        ((_randn(g, 4), _randn(g, 5, 4), _randn(g, 5, 4)), {}),
-        ((_randn(g, 3), _randn(g, 7, 3), _randn(g, 7, 2)), {}),
-        ((_randn(g, 2), _randn(g, 6, 2), _randn(g, 6)), {}),  # a number again, with S != 3
+        ((randn(g, 4), randn(g, 5, 4), randn(g, 5, 4)), {}),
+        ((randn(g, 3), randn(g, 7, 3), randn(g, 7, 2)), {}),
+        ((randn(g, 2), randn(g, 6, 2), randn(g, 6)), {}),  # a number again, with S != 3
         # a long query aligned with one key: scores 225, -225, 0, 3 (a row spanning 450), which only a softmax
         # that subtracts the row maximum survives
         (
             (
                 torch.tensor([15.0, 0.0]),
                 torch.tensor([[15.0, 0.0], [-15.0, 0.0], [0.0, 1.0], [0.2, -0.5]]),
-                _randn(g, 4, 3),
+                randn(g, 4, 3),
             ),
             {},
         ),
-        ((_randn(g, 3), _randn(g, 5, 3), _randn(g, 5, 1)), {}),  # Dv == 1: a (1,) vector, not a number
-        ((_randn(g, 1), _randn(g, 1, 1), _randn(g, 1, 3)), {}),  # one key (S == 1), D == 1
+        ((randn(g, 3), randn(g, 5, 3), randn(g, 5, 1)), {}),  # Dv == 1: a (1,) vector, not a number
+        ((randn(g, 1), randn(g, 1, 1), randn(g, 1, 3)), {}),  # one key (S == 1), D == 1
     ]
 
 
@@ -84,8 +81,8 @@ def _lookup_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     for _ in range(4):
         S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((2, 49), (1, 65), (1, 33)))
         scale = float(torch.empty(()).uniform_(0.5, 3.0, generator=g)) / max(1.0, D / 8) ** 0.5  # sharper weights
-        values = _randn(g, S) if bool(torch.rand((), generator=g) < 0.5) else _randn(g, S, Dv)
-        cases.append(((scale * _randn(g, D), _randn(g, S, D), values), {}))
+        values = randn(g, S) if bool(torch.rand((), generator=g) < 0.5) else randn(g, S, Dv)
+        cases.append(((scale * randn(g, D), randn(g, S, D), values), {}))
     return cases
 
 
@@ -122,21 +119,21 @@ def _many_cases() -> list[tuple[tuple, dict]]:
     # whenever the sizes happen to agree) instead of crashing.
     g = torch.Generator().manual_seed(102)
     return [
-        ((_randn(g, 4, 3), _randn(g, 3, 3), _randn(g, 3, 2)), {}),
-        ((_randn(g, 2, 5), _randn(g, 5, 5), _randn(g, 5, 5)), {}),
-        ((_randn(g, 6, 4), _randn(g, 4, 4), _randn(g, 4, 3)), {}),
+        ((randn(g, 4, 3), randn(g, 3, 3), randn(g, 3, 2)), {}),
+        ((randn(g, 2, 5), randn(g, 5, 5), randn(g, 5, 5)), {}),
+        ((randn(g, 6, 4), randn(g, 4, 4), randn(g, 4, 3)), {}),
         # the first query long and aligned with the first key: a score of 240 in a row spanning hundreds
         (
             (
-                torch.cat([torch.tensor([[16.0, 0.0, 0.0]]), _randn(g, 2, 3)]),
-                torch.cat([torch.tensor([[15.0, 0.0, 0.0]]), _randn(g, 2, 3)]),
-                _randn(g, 3, 2),
+                torch.cat([torch.tensor([[16.0, 0.0, 0.0]]), randn(g, 2, 3)]),
+                torch.cat([torch.tensor([[15.0, 0.0, 0.0]]), randn(g, 2, 3)]),
+                randn(g, 3, 2),
             ),
             {},
         ),
-        ((_randn(g, 3, 4), _randn(g, 6, 4), _randn(g, 6, 2)), {}),  # S != D: q @ k cannot even run
-        ((_randn(g, 1, 2), _randn(g, 4, 2), _randn(g, 4, 1)), {}),  # one query (T == 1), Dv == 1
-        ((_randn(g, 3, 2), _randn(g, 1, 2), _randn(g, 1, 3)), {}),  # one key (S == 1)
+        ((randn(g, 3, 4), randn(g, 6, 4), randn(g, 6, 2)), {}),  # S != D: q @ k cannot even run
+        ((randn(g, 1, 2), randn(g, 4, 2), randn(g, 4, 1)), {}),  # one query (T == 1), Dv == 1
+        ((randn(g, 3, 2), randn(g, 1, 2), randn(g, 1, 3)), {}),  # one key (S == 1)
     ]
 
 
@@ -144,7 +141,7 @@ def _many_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):  # T, S, D and Dv drawn: S == D only by chance
         T, S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 49), (1, 49), (2, 65), (1, 33)))
-        cases.append(((_randn(g, T, D), _randn(g, S, D) / max(1.0, D / 8) ** 0.5, _randn(g, S, Dv)), {}))
+        cases.append(((randn(g, T, D), randn(g, S, D) / max(1.0, D / 8) ** 0.5, randn(g, S, Dv)), {}))
     return cases
 
 
@@ -186,14 +183,14 @@ def _self_hand_softmax(x):
 def _self_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(103)
     # the last: a token 15 long, whose score with itself is about 225 in a row spanning hundreds
-    loud = torch.cat([_randn(g, 3, 2), torch.tensor([[15.0, 1.0]])])
+    loud = torch.cat([randn(g, 3, 2), torch.tensor([[15.0, 1.0]])])
     return [
-        ((_randn(g, 4, 3),), {}),
-        ((_randn(g, 6, 2),), {}),
-        ((_randn(g, 3, 5),), {}),
+        ((randn(g, 4, 3),), {}),
+        ((randn(g, 6, 2),), {}),
+        ((randn(g, 3, 5),), {}),
         ((loud,), {}),
-        ((_randn(g, 1, 3),), {}),  # one token (T == 1)
-        ((_randn(g, 5, 1),), {}),  # one channel (C == 1)
+        ((randn(g, 1, 3),), {}),  # one token (T == 1)
+        ((randn(g, 5, 1),), {}),  # one channel (C == 1)
     ]
 
 
@@ -201,7 +198,7 @@ def _self_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
         T, C = int(torch.randint(2, 49, (), generator=g)), int(torch.randint(1, 65, (), generator=g))
-        cases.append(((_randn(g, T, C) / max(1.0, C / 8) ** 0.5,), {}))
+        cases.append(((randn(g, T, C) / max(1.0, C / 8) ** 0.5,), {}))
     return cases
 
 
@@ -236,7 +233,7 @@ def _qkv_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(104)
     cases = []
     for T, C, D in ((4, 3, 3), (5, 2, 2), (3, 4, 4), (4, 3, 5), (5, 6, 2), (1, 4, 3), (3, 4, 1)):
-        cases.append(((_randn(g, T, C), _randn(g, D, C), _randn(g, D, C), _randn(g, D, C)), {}))
+        cases.append(((randn(g, T, C), randn(g, D, C), randn(g, D, C), randn(g, D, C)), {}))
     return cases
 
 
@@ -244,7 +241,7 @@ def _qkv_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):  # T, C and D drawn: the weights are rarely square
         T, C, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 49), (2, 65), (1, 65)))
-        cases.append(((_randn(g, T, C), *(_randn(g, D, C) / C**0.5 for _ in range(3))), {}))
+        cases.append(((randn(g, T, C), *(randn(g, D, C) / C**0.5 for _ in range(3))), {}))
     return cases
 
 

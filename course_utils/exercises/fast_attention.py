@@ -17,16 +17,12 @@ import math
 import torch
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 from course_utils.fast_attention import Partial, attention_backward, block_partial, merge_partials
 
 __all__ = ["EXERCISES"]
 
 NEG_INF = float("-inf")
-
-
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
 
 
 # --- 08.1 merge two blocks of an online softmax -----------------------------------------------------
@@ -75,13 +71,13 @@ def _merge_cases() -> list[tuple[tuple, dict]]:
 def _merge_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        batch = [_int(g, 1, 5) for _ in range(_int(g, 0, 3))]  # up to two leading axes (B, H)
-        T, S, Dv = _int(g, 1, 41), _int(g, 2, 49), _int(g, 1, 65)
+        batch = [randint(g, 1, 5) for _ in range(randint(g, 0, 3))]  # up to two leading axes (B, H)
+        T, S, Dv = randint(g, 1, 41), randint(g, 2, 49), randint(g, 1, 65)
         spread = float(torch.empty(()).uniform_(1.0, 200.0, generator=g))
         scores = spread * torch.randn(*batch, T, S, generator=g)
         scores = scores.masked_fill(torch.rand(*batch, T, S, generator=g) < 0.3, NEG_INF)
         scores = scores.masked_fill(torch.rand(*batch, T, 1, generator=g) < 0.15, NEG_INF)  # rows that see nothing
-        cases.append((_two_blocks(scores, torch.randn(*batch, S, Dv, generator=g), _int(g, 1, S)), {}))
+        cases.append((_two_blocks(scores, torch.randn(*batch, S, Dv, generator=g), randint(g, 1, S)), {}))
     return cases
 
 
@@ -161,9 +157,9 @@ def _backward_cases() -> list[tuple[tuple, dict]]:
 def _backward_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        batch = [_int(g, 1, 5) for _ in range(_int(g, 0, 3))]  # up to two leading axes (B, H)
-        T, S, D, Dv = _int(g, 1, 41), _int(g, 1, 41), _int(g, 1, 65), _int(g, 1, 65)
-        scale = 1 / math.sqrt(D) if _int(g, 0, 2) else float(torch.empty(()).uniform_(0.05, 1.0, generator=g))
+        batch = [randint(g, 1, 5) for _ in range(randint(g, 0, 3))]  # up to two leading axes (B, H)
+        T, S, D, Dv = randint(g, 1, 41), randint(g, 1, 41), randint(g, 1, 65), randint(g, 1, 65)
+        scale = 1 / math.sqrt(D) if randint(g, 0, 2) else float(torch.empty(()).uniform_(0.05, 1.0, generator=g))
         cases.append(_backward_case(g, batch, T, S, D, Dv, scale))
     return cases
 
@@ -285,11 +281,11 @@ def _tile_cases() -> list[tuple[tuple, dict]]:
 def _tile_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        batch = [_int(g, 1, 5) for _ in range(_int(g, 0, 3))]  # up to two leading axes (B, H)
-        T, keys, D = _int(g, 1, 41), _int(g, 2, 49), _int(g, 1, 65)
-        j0 = _int(g, 0, keys)
-        j1 = _int(g, j0 + 1, keys + 1 if j0 > 0 else keys)  # a strict subset of the keys: rows do not sum to 1
-        scale = 1 / math.sqrt(D) if _int(g, 0, 2) else float(torch.empty(()).uniform_(0.05, 1.0, generator=g))
+        batch = [randint(g, 1, 5) for _ in range(randint(g, 0, 3))]  # up to two leading axes (B, H)
+        T, keys, D = randint(g, 1, 41), randint(g, 2, 49), randint(g, 1, 65)
+        j0 = randint(g, 0, keys)
+        j1 = randint(g, j0 + 1, keys + 1 if j0 > 0 else keys)  # a strict subset of the keys: rows do not sum to 1
+        scale = 1 / math.sqrt(D) if randint(g, 0, 2) else float(torch.empty(()).uniform_(0.05, 1.0, generator=g))
         cases.append(_tile_case(g, batch, T, keys, (j0, j1), D, scale))
     return cases
 

@@ -13,15 +13,11 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 from course_utils.induction import induction_score
 from course_utils.multihead import merge_heads
 
 __all__ = ["EXERCISES"]
-
-
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
 
 
 # --- 11.2 the induction score of an attention pattern -------------------------------------------------------
@@ -61,9 +57,9 @@ def _score_cases() -> list[tuple[tuple, dict]]:
 def _score_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(3):
-        B, H, N = _int(g, 1, 7), _int(g, 1, 9), _int(g, 1, 49)
-        dtype = (torch.float32, torch.float64)[_int(g, 0, 2)]
-        cases.append(((_pattern(g, B, H, N, dtype, causal=bool(_int(g, 0, 2))), N), {}))
+        B, H, N = randint(g, 1, 7), randint(g, 1, 9), randint(g, 1, 49)
+        dtype = (torch.float32, torch.float64)[randint(g, 0, 2)]
+        cases.append(((_pattern(g, B, H, N, dtype, causal=bool(randint(g, 0, 2))), N), {}))
     return cases
 
 
@@ -137,9 +133,11 @@ def _ablated_cases() -> list[tuple[tuple, dict]]:
 def _ablated_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(3):
-        H = _int(g, 1, 9)
-        dtype = (torch.float32, torch.float64)[_int(g, 0, 2)]
-        cases.append(_ablated_case(g, _int(g, 1, 5), H, _int(g, 1, 40), _int(g, 1, 9), _int(g, 0, H), dtype))
+        H = randint(g, 1, 9)
+        dtype = (torch.float32, torch.float64)[randint(g, 0, 2)]
+        cases.append(
+            _ablated_case(g, randint(g, 1, 5), H, randint(g, 1, 40), randint(g, 1, 9), randint(g, 0, H), dtype)
+        )
     return cases
 
 

@@ -13,15 +13,11 @@ import math
 import torch
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 from course_utils.gpt import MLP, Block, CausalSelfAttention, GPTConfig
 from course_utils.inspect_gpt import weighted_value_norms
 
 __all__ = ["EXERCISES"]
-
-
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
 
 
 # --- 11.1 value-weighted attention norms ------------------------------------------------------------
@@ -57,9 +53,9 @@ def _weighted_norms_cases() -> list[tuple[tuple, dict]]:
 def _weighted_norms_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(3):
-        T = _int(g, 1, 49)
-        S = T + (_int(g, 0, 17) if bool(torch.rand((), generator=g) < 0.5) else 0)
-        cases.append(_weighted_norms_case(g, _int(g, 1, 4), _int(g, 1, 13), T, S, _int(g, 1, 65)))
+        T = randint(g, 1, 49)
+        S = T + (randint(g, 0, 17) if bool(torch.rand((), generator=g) < 0.5) else 0)
+        cases.append(_weighted_norms_case(g, randint(g, 1, 4), randint(g, 1, 13), T, S, randint(g, 1, 65)))
     return cases
 
 
@@ -142,8 +138,8 @@ def _post_norm_cases() -> list[tuple[tuple, dict]]:
 def _post_norm_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(3):
-        H = _int(g, 1, 7)
-        cases.append(_post_norm_case(g, _int(g, 1, 5), _int(g, 1, 41), H * _int(g, 1, 13), H))
+        H = randint(g, 1, 7)
+        cases.append(_post_norm_case(g, randint(g, 1, 5), randint(g, 1, 41), H * randint(g, 1, 13), H))
     return cases
 
 

@@ -12,6 +12,7 @@ import math
 import torch
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 from course_utils.masking import causal_mask, combine_masks, convert_mask, mask_scores, padding_mask
 
 __all__ = ["EXERCISES"]
@@ -28,16 +29,11 @@ def _causal_cases() -> list[tuple[tuple, dict]]:
     return [((4, 4), {}), ((3, 6), {}), ((2, 5), {}), ((1, 4), {}), ((1, 1), {})]
 
 
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
-
-
 def _causal_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        T = _int(g, 1, 49)  # up to 48 queries and 64 keys: beyond the notebook's examples
-        cases.append(((T, T + _int(g, 0, 17)), {}))
+        T = randint(g, 1, 49)  # up to 48 queries and 64 keys: beyond the notebook's examples
+        cases.append(((T, T + randint(g, 0, 17)), {}))
     return cases
 
 
@@ -97,9 +93,9 @@ def _weights_cases() -> list[tuple[tuple, dict]]:
 def _weights_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, S = _int(g, 1, 3), _int(g, 1, 4), _int(g, 1, 49), _int(g, 2, 65)
-        scores = [1.0, 50.0][_int(g, 0, 2)] * torch.randn(B, H, T, S, generator=g)
-        kind = _int(g, 0, 3)
+        B, H, T, S = randint(g, 1, 3), randint(g, 1, 4), randint(g, 1, 49), randint(g, 2, 65)
+        scores = [1.0, 50.0][randint(g, 0, 2)] * torch.randn(B, H, T, S, generator=g)
+        kind = randint(g, 0, 3)
         if kind == 0:  # a cache: causal, bottom-right aligned
             T = min(T, S)
             scores, mask = scores[:, :, :T], causal_mask(T, S)
@@ -156,7 +152,7 @@ def _padding_cases() -> list[tuple[tuple, dict]]:
 def _padding_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, S = _int(g, 1, 7), _int(g, 1, 49)
+        B, S = randint(g, 1, 7), randint(g, 1, 49)
         cases.append(((torch.randint(0, S + 1, (B,), generator=g), S), {}))
     return cases
 
@@ -210,9 +206,9 @@ def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     # T == S (self-attention), as nn.MultiheadAttention's two masks usually come, or T < S (a cache)
     cases = []
     for _ in range(4):
-        B, T = _int(g, 1, 6), _int(g, 2, 41)
-        S = T if _int(g, 0, 2) else T + _int(g, 1, 17)
-        attn = ~causal_mask(T, S) if _int(g, 0, 2) else torch.rand(T, S, generator=g) < 0.3
+        B, T = randint(g, 1, 6), randint(g, 2, 41)
+        S = T if randint(g, 0, 2) else T + randint(g, 1, 17)
+        attn = ~causal_mask(T, S) if randint(g, 0, 2) else torch.rand(T, S, generator=g) < 0.3
         lengths = torch.randint(0, S + 1, (B,), generator=g)
         cases.append(((attn, ~padding_mask(lengths, S)), {}))
     return cases

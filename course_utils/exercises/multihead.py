@@ -14,19 +14,11 @@ import torch
 import torch.nn.functional as F
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint, randn
 from course_utils.masking import causal_mask, padding_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = ["EXERCISES"]
-
-
-def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=g)
-
-
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
 
 
 HEADS = (1, 2, 3, 5, 6, 7, 24)  # head counts, not only powers of two, and more than the notebook's examples
@@ -42,19 +34,19 @@ def _split_cases() -> list[tuple[tuple, dict]]:
     # T != H everywhere, and D != H in two cases, so each wrong layout gives different numbers
     # then one head (H == 1), and one token cut into heads of one channel each (T == 1, D == 1)
     return [
-        ((_randn(g, 2, 5, 12), 3), {}),
-        ((_randn(g, 1, 4, 8), 2), {}),
-        ((_randn(g, 3, 3, 12), 4), {}),
-        ((_randn(g, 2, 3, 5), 1), {}),
-        ((_randn(g, 2, 1, 6), 6), {}),
+        ((randn(g, 2, 5, 12), 3), {}),
+        ((randn(g, 1, 4, 8), 2), {}),
+        ((randn(g, 3, 3, 12), 4), {}),
+        ((randn(g, 2, 3, 5), 1), {}),
+        ((randn(g, 2, 1, 6), 6), {}),
     ]
 
 
 def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        H = HEADS[_int(g, 0, len(HEADS))]
-        cases.append(((_randn(g, _int(g, 1, 5), _int(g, 1, 49), H * _int(g, 1, 11)), H), {}))
+        H = HEADS[randint(g, 0, len(HEADS))]
+        cases.append(((randn(g, randint(g, 1, 5), randint(g, 1, 49), H * randint(g, 1, 11)), H), {}))
     return cases
 
 
@@ -86,18 +78,18 @@ def _split_interleaved(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 def _merge_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(402)
     return [
-        ((_randn(g, 2, 3, 5, 4),), {}),
-        ((_randn(g, 1, 2, 4, 3),), {}),
-        ((_randn(g, 2, 4, 3, 2),), {}),
-        ((_randn(g, 2, 1, 3, 4),), {}),  # one head (H == 1)
-        ((_randn(g, 1, 5, 2, 1),), {}),  # heads of one channel (D == 1)
-        ((_randn(g, 2, 3, 1, 2),), {}),  # one token (T == 1)
+        ((randn(g, 2, 3, 5, 4),), {}),
+        ((randn(g, 1, 2, 4, 3),), {}),
+        ((randn(g, 2, 4, 3, 2),), {}),
+        ((randn(g, 2, 1, 3, 4),), {}),  # one head (H == 1)
+        ((randn(g, 1, 5, 2, 1),), {}),  # heads of one channel (D == 1)
+        ((randn(g, 2, 3, 1, 2),), {}),  # one token (T == 1)
     ]
 
 
 def _merge_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     return [
-        ((_randn(g, _int(g, 1, 5), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 11)),), {})
+        ((randn(g, randint(g, 1, 5), HEADS[randint(g, 0, len(HEADS))], randint(g, 1, 49), randint(g, 1, 11)),), {})
         for _ in range(4)
     ]
 
@@ -139,14 +131,20 @@ def _scores_cases() -> list[tuple[tuple, dict]]:
         ((1, 1, 1, 3), (1, 1, 4, 3)),  # one head, one query (H == 1, T == 1)
         ((2, 3, 2, 1), (2, 3, 1, 1)),  # one key, heads of one channel (S == 1, D == 1)
     ]
-    return [((_randn(g, *qs), _randn(g, *ks)), {}) for qs, ks in shapes]
+    return [((randn(g, *qs), randn(g, *ks)), {}) for qs, ks in shapes]
 
 
 def _scores_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, S, D = _int(g, 1, 5), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 49), _int(g, 1, 33)
-        cases.append(((_randn(g, B, H, T, D), _randn(g, B, H, S, D)), {}))
+        B, H, T, S, D = (
+            randint(g, 1, 5),
+            HEADS[randint(g, 0, len(HEADS))],
+            randint(g, 1, 49),
+            randint(g, 1, 49),
+            randint(g, 1, 33),
+        )
+        cases.append(((randn(g, B, H, T, D), randn(g, B, H, S, D)), {}))
     return cases
 
 
@@ -188,22 +186,22 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
     cases = []
     for B, T, C, H, causal in ((2, 5, 12, 3, False), (1, 6, 8, 2, True), (2, 4, 16, 4, True)):
         args = (
-            _randn(g, B, T, C),
-            0.5 * _randn(g, 3 * C, C),
-            0.1 * _randn(g, 3 * C),
-            0.5 * _randn(g, C, C),
-            0.1 * _randn(g, C),
+            randn(g, B, T, C),
+            0.5 * randn(g, 3 * C, C),
+            0.1 * randn(g, 3 * C),
+            0.5 * randn(g, C, C),
+            0.1 * randn(g, C),
             H,
         )
         cases.append((args, {"mask": causal_mask(T)} if causal else {}))
     # a padding mask (B, 1, 1, T), not causal: a function that treats every mask as causal is caught
     B, T, C, H = 2, 5, 15, 5
     args = (
-        _randn(g, B, T, C),
-        0.5 * _randn(g, 3 * C, C),
-        0.1 * _randn(g, 3 * C),
-        0.5 * _randn(g, C, C),
-        0.1 * _randn(g, C),
+        randn(g, B, T, C),
+        0.5 * randn(g, 3 * C, C),
+        0.1 * randn(g, 3 * C),
+        0.5 * randn(g, C, C),
+        0.1 * randn(g, C),
         H,
     )
     cases.append((args, {"mask": padding_mask([5, 3], T)[:, None, None, :]}))
@@ -212,8 +210,8 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
     # right output; a softmax renormalised after masking, an exp shifted by the allowed maximum or a fill of
     # -30 gives NaN or weight on the blocked key
     x = torch.tensor([[[1.0, 0.0], [1.0, 0.0], [1.0, 1.0]]])  # (1, 3, 2)
-    w_q, w_k, w_v = torch.tensor([[15.0, 0.0], [0.0, 0.0]]), torch.tensor([[-15.0, 30.0], [0.0, 0.0]]), _randn(g, 2, 2)
-    args = (x, torch.cat([w_q, w_k, w_v]), torch.zeros(6), _randn(g, 2, 2), 0.1 * _randn(g, 2), 1)
+    w_q, w_k, w_v = torch.tensor([[15.0, 0.0], [0.0, 0.0]]), torch.tensor([[-15.0, 30.0], [0.0, 0.0]]), randn(g, 2, 2)
+    args = (x, torch.cat([w_q, w_k, w_v]), torch.zeros(6), randn(g, 2, 2), 0.1 * randn(g, 2), 1)
     cases.append((args, {"mask": padding_mask([2], 3)[:, None, None, :]}))
     # causal and padding together (B, 1, T, T); a mask of its own for each head (B, H, T, T), each query keeping
     # its first key; heads of one channel (D == 1, H == C); one token (T == 1)
@@ -222,21 +220,21 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
     per_head[..., 0] = True
     for (B, T, C, H), mask in (((2, 4, 6, 2), both), ((2, 4, 6, 3), per_head), ((1, 3, 3, 3), causal_mask(3))):
         args = (
-            _randn(g, B, T, C),
-            0.5 * _randn(g, 3 * C, C),
-            0.1 * _randn(g, 3 * C),
-            0.5 * _randn(g, C, C),
-            0.1 * _randn(g, C),
+            randn(g, B, T, C),
+            0.5 * randn(g, 3 * C, C),
+            0.1 * randn(g, 3 * C),
+            0.5 * randn(g, C, C),
+            0.1 * randn(g, C),
             H,
         )
         cases.append((args, {"mask": mask}))
     C = 4
     args = (
-        _randn(g, 2, 1, C),
-        0.5 * _randn(g, 3 * C, C),
-        0.1 * _randn(g, 3 * C),
-        0.5 * _randn(g, C, C),
-        0.1 * _randn(g, C),
+        randn(g, 2, 1, C),
+        0.5 * randn(g, 3 * C, C),
+        0.1 * randn(g, 3 * C),
+        0.5 * randn(g, C, C),
+        0.1 * randn(g, C),
         2,
     )
     cases.append((args, {}))
@@ -246,18 +244,18 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
 def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, H, D = _int(g, 1, 5), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
+        B, T, H, D = randint(g, 1, 5), randint(g, 1, 49), HEADS[randint(g, 0, len(HEADS))], randint(g, 1, 6)
         C = H * D
         w = 1.5 / C**0.5  # weights scaled with the width, so the scores stay in the notebook's range
         args = (
-            _randn(g, B, T, C),
-            w * _randn(g, 3 * C, C),
-            0.1 * _randn(g, 3 * C),
-            w * _randn(g, C, C),
-            0.1 * _randn(g, C),
+            randn(g, B, T, C),
+            w * randn(g, 3 * C, C),
+            0.1 * randn(g, 3 * C),
+            w * randn(g, C, C),
+            0.1 * randn(g, C),
             H,
         )
-        kind = _int(g, 0, 5)
+        kind = randint(g, 0, 5)
         lengths = torch.randint(1, T + 1, (B,), generator=g)
         if kind == 4:  # a mask of its own for each head, each query keeping its first key
             mask = torch.rand(B, H, T, T, generator=g) < 0.5

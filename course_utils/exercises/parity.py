@@ -16,21 +16,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint, randn
 from course_utils.masking import causal_mask, convert_mask, padding_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = ["EXERCISES"]
 
 HEADS = (1, 2, 3, 5, 6, 7, 24)  # head counts, not only powers of two, and more than the notebook's examples
-
-
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
-
-
-def _randn(g: torch.Generator, *shape: int) -> torch.Tensor:
-    return torch.randn(*shape, generator=g)
 
 
 # --- 05.1 slice in_proj_weight into the q, k and v weights ---------------------------------------
@@ -55,8 +47,8 @@ def _split_cases() -> list[tuple[tuple, dict]]:
 def _split_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(3):
-        H = HEADS[_int(g, 0, len(HEADS))]
-        C, bias = H * _int(g, 1, 9), bool(_int(g, 0, 2))
+        H = HEADS[randint(g, 0, len(HEADS))]
+        C, bias = H * randint(g, 1, 9), bool(randint(g, 0, 2))
         with torch.random.fork_rng(devices=[]):  # building the module draws from the global generator: put it back
             m = nn.MultiheadAttention(C, H, bias=bias)
         with torch.no_grad():
@@ -109,7 +101,7 @@ def _kpm_cases() -> list[tuple[tuple, dict]]:
 def _kpm_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, S = _int(g, 1, 7), _int(g, 1, 49)
+        B, S = randint(g, 1, 7), randint(g, 1, 49)
         cases.append(((torch.randint(0, S + 1, (B,), generator=g), S), {}))
     return cases
 
@@ -150,9 +142,9 @@ def _attn_mask_cases() -> list[tuple[tuple, dict]]:
 def _attn_mask_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, H = _int(g, 1, 6), _int(g, 1, 49), HEADS[_int(g, 0, len(HEADS))]
-        S = T + _int(g, 0, 17)
-        if _int(g, 0, 2):
+        B, T, H = randint(g, 1, 6), randint(g, 1, 49), HEADS[randint(g, 0, len(HEADS))]
+        S = T + randint(g, 0, 17)
+        if randint(g, 0, 2):
             mask = causal_mask(T, S) & padding_mask(torch.randint(S - T + 1, S + 1, (B,), generator=g), S)[:, None, :]
         else:
             mask = torch.rand(B, T, S, generator=g) < 0.6
@@ -202,7 +194,7 @@ def _average_cases() -> list[tuple[tuple, dict]]:
 def _average_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, S = _int(g, 1, 5), HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 49), _int(g, 1, 49)
+        B, H, T, S = randint(g, 1, 5), HEADS[randint(g, 0, len(HEADS))], randint(g, 1, 49), randint(g, 1, 49)
         cases.append(((torch.softmax(3 * torch.randn(B, H, T, S, generator=g), dim=-1),), {}))
     return cases
 
@@ -239,13 +231,13 @@ def _cross_solution(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_b
 def _cross_args(g: torch.Generator, B: int, T: int, S: int, H: int, D: int, lengths, w: float) -> tuple:
     C = H * D
     return (
-        _randn(g, B, T, C),
-        _randn(g, B, S, C),
+        randn(g, B, T, C),
+        randn(g, B, S, C),
         padding_mask(torch.as_tensor(lengths), S),
-        w * _randn(g, 3 * C, C),
-        0.1 * _randn(g, 3 * C),
-        w * _randn(g, C, C),
-        0.1 * _randn(g, C),
+        w * randn(g, 3 * C, C),
+        0.1 * randn(g, 3 * C),
+        w * randn(g, C, C),
+        0.1 * randn(g, C),
         H,
     )
 
@@ -266,8 +258,8 @@ def _cross_cases() -> list[tuple[tuple, dict]]:
 def _cross_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, S = _int(g, 1, 5), _int(g, 1, 49), _int(g, 2, 49)
-        H, D = HEADS[_int(g, 0, len(HEADS))], _int(g, 1, 6)
+        B, T, S = randint(g, 1, 5), randint(g, 1, 49), randint(g, 2, 49)
+        H, D = HEADS[randint(g, 0, len(HEADS))], randint(g, 1, 6)
         lengths = torch.randint(1, S, (B,), generator=g)  # 1 .. S - 1 real tokens: padding in every sequence
         cases.append((_cross_args(g, B, T, S, H, D, lengths, 1.5 / (H * D) ** 0.5), {}))
     return cases

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 from course_utils.masking import causal_mask, convert_mask
 from course_utils.positional import alibi_bias, apply_rope, sinusoidal_encoding
 
@@ -20,17 +21,12 @@ __all__ = ["EXERCISES"]
 # ---------------------------------------------------------------- 06.1 sinusoidal encoding
 
 
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
-
-
 def _sin_cases():
     return [((4, 6), {}), ((7, 8), {}), ((3, 2), {}), ((1, 10), {})]
 
 
 def _sin_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    return [((_int(g, 1, 65), 2 * _int(g, 1, 33)), {}) for _ in range(4)]  # T up to 64, C up to 64
+    return [((randint(g, 1, 65), 2 * randint(g, 1, 33)), {}) for _ in range(4)]  # T up to 64, C up to 64
 
 
 def _sin_steps(T, C, swap=False, exponent="2i/C", start=0, layout="interleaved"):
@@ -63,8 +59,8 @@ def _rope_cases():
 def _rope_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, H, T, D = _int(g, 1, 4), (1, 2, 3, 5, 24)[_int(g, 0, 5)], _int(g, 1, 49), 2 * _int(g, 1, 33)
-        start = _int(g, 0, 30)  # rows after a cache start later than 0
+        B, H, T, D = randint(g, 1, 4), (1, 2, 3, 5, 24)[randint(g, 0, 5)], randint(g, 1, 49), 2 * randint(g, 1, 33)
+        start = randint(g, 0, 30)  # rows after a cache start later than 0
         cases.append(((torch.randn(B, H, T, D, generator=g), torch.arange(start, start + T)), {}))
     return cases
 
@@ -95,7 +91,7 @@ def _alibi_cases():
 
 
 def _alibi_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    return [((2 ** _int(g, 0, 6), _int(g, 1, 49)), {}) for _ in range(4)]  # H a power of two (up to 32), as asked
+    return [((2 ** randint(g, 0, 6), randint(g, 1, 49)), {}) for _ in range(4)]  # H a power of two (up to 32), as asked
 
 
 def _alibi_steps(H, T, sign=-1.0, order="steepest first", first_exponent=1, causal=True, blocked=float("-inf")):

@@ -15,6 +15,7 @@ import math
 import torch
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 from course_utils.runs import unigram_loss
 from course_utils.train import TrainConfig, learning_rate
 
@@ -44,17 +45,12 @@ def _windows_cases() -> list[tuple[tuple, dict]]:
     ]
 
 
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
-
-
 def _windows_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        N, T, B = _int(g, 12, 200), _int(g, 1, 49), _int(g, 1, 17)
+        N, T, B = randint(g, 12, 200), randint(g, 1, 49), randint(g, 1, 17)
         N = max(N, T + 2)
-        data = torch.randint(0, _int(g, 2, 100), (N,), generator=g)
+        data = torch.randint(0, randint(g, 2, 100), (N,), generator=g)
         starts = torch.randint(0, N - T - 1, (B,), generator=g)  # the window and one more token fit in data
         cases.append(((data, starts, T), {}))
     return cases
@@ -107,12 +103,12 @@ def _unigram_cases() -> list[tuple[tuple, dict]]:
 def _unigram_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(3):
-        V = _int(g, 2, 65)
+        V = randint(g, 2, 65)
         p = torch.rand(V, generator=g) ** 3  # skewed frequencies
-        p[_int(g, 0, V)] = 0.0  # a character never seen in training
+        p[randint(g, 0, V)] = 0.0  # a character never seen in training
         p = p + (p.sum() == 0).float()
-        train = torch.multinomial(p, _int(g, 20, 500), replacement=True, generator=g)
-        val = torch.randint(0, V, (_int(g, 5, 80),), generator=g)
+        train = torch.multinomial(p, randint(g, 20, 500), replacement=True, generator=g)
+        val = torch.randint(0, V, (randint(g, 5, 80),), generator=g)
         cases.append(((train, val, V), {}))
     return cases
 
@@ -163,11 +159,11 @@ def _lr_cases() -> list[tuple[tuple, dict]]:
 def _lr_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(2):
-        warmup = _int(g, 0, 25)
-        total = warmup + _int(g, 1, 300)
+        warmup = randint(g, 0, 25)
+        total = warmup + randint(g, 1, 300)
         top = float(10 ** torch.empty(()).uniform_(-4, 0, generator=g))
         bottom = top * float(torch.rand((), generator=g)) * 0.5
-        steps = {0, max(warmup - 1, 0), warmup, total - 1, total, total + _int(g, 1, 50), _int(g, 0, total + 10)}
+        steps = {0, max(warmup - 1, 0), warmup, total - 1, total, total + randint(g, 1, 50), randint(g, 0, total + 10)}
         cases += [((step, warmup, total, top, bottom), {}) for step in sorted(steps)]
     return cases
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import torch
 
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 from course_utils.variants import aft_simple, elu_feature_map, linear_attention_step, repeat_kv, sliding_window_mask
 
 __all__ = ["EXERCISES"]
@@ -26,11 +27,6 @@ def _window_solution(T: int, window: int) -> torch.Tensor:
     return sliding_window_mask(T, window)  # (T, T)
 
 
-def _int(g: torch.Generator, low: int, high: int) -> int:
-    """A random integer in low .. high - 1."""
-    return int(torch.randint(low, high, (), generator=g))
-
-
 def _window_cases() -> list[tuple[tuple, dict]]:
     return [((5, 2), {}), ((7, 3), {}), ((4, 1), {}), ((4, 6), {}), ((3, 3), {}), ((1, 1), {})]
 
@@ -38,8 +34,8 @@ def _window_cases() -> list[tuple[tuple, dict]]:
 def _window_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        T = _int(g, 1, 49)  # up to 48: beyond the notebook's examples, so no size can be hard-coded
-        cases.append(((T, _int(g, 1, T + 3)), {}))
+        T = randint(g, 1, 49)  # up to 48: beyond the notebook's examples, so no size can be hard-coded
+        cases.append(((T, randint(g, 1, T + 3)), {}))
     return cases
 
 
@@ -86,8 +82,8 @@ def _repeat_cases() -> list[tuple[tuple, dict]]:
 def _repeat_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        Hkv, group = _int(g, 1, 5), (1, 2, 3, 5, 6)[_int(g, 0, 5)]  # up to 24 query heads
-        k = torch.randn(_int(g, 1, 4), Hkv, _int(g, 1, 49), _int(g, 1, 65), generator=g)
+        Hkv, group = randint(g, 1, 5), (1, 2, 3, 5, 6)[randint(g, 0, 5)]  # up to 24 query heads
+        k = torch.randn(randint(g, 1, 4), Hkv, randint(g, 1, 49), randint(g, 1, 65), generator=g)
         cases.append(((k, Hkv * group), {}))
     return cases
 
@@ -139,7 +135,7 @@ def _aft_cases() -> list[tuple[tuple, dict]]:
 def _aft_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, S, C = _int(g, 1, 5), _int(g, 1, 49), _int(g, 1, 49), _int(g, 1, 65)
+        B, T, S, C = randint(g, 1, 5), randint(g, 1, 49), randint(g, 1, 49), randint(g, 1, 65)
         spread = float(torch.empty(()).uniform_(0.5, 150.0, generator=g))
         cases.append(
             (
@@ -211,8 +207,8 @@ def _step_cases() -> list[tuple[tuple, dict]]:
 def _step_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        lead = tuple(_int(g, 1, 5) for _ in range(_int(g, 0, 3)))  # 0, 1 or 2 leading axes
-        cases.append(_step_case(g, lead, _int(g, 1, 33), _int(g, 1, 33), seen=_int(g, 0, 100)))
+        lead = tuple(randint(g, 1, 5) for _ in range(randint(g, 0, 3)))  # 0, 1 or 2 leading axes
+        cases.append(_step_case(g, lead, randint(g, 1, 33), randint(g, 1, 33), seen=randint(g, 0, 100)))
     return cases
 
 
