@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import course_utils
+from course_utils._files import sha256_bytes
 
 __all__ = [
     "VENDOR_DIR",
@@ -111,10 +112,6 @@ def _licence_from_header(body: bytes, package_json: bytes, what: str) -> bytes:
     ).encode()
 
 
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
-
-
 def _get(url: str, timeout: float = 60.0) -> bytes:
     with urllib.request.urlopen(url, timeout=timeout) as r:
         return r.read()
@@ -177,10 +174,10 @@ def fetch(vendor_dir: Path = VENDOR_DIR) -> list[dict]:
                 "integrity": dist["integrity"],
                 "path": pkg.path,
                 "file": pkg.vendored_as,
-                "sha256": _sha256(body),
+                "sha256": sha256_bytes(body),
                 "license_path": pkg.license_path or f"(written: the @license header of {pkg.path} + MIT)",
                 "license_file": pkg.license_as,
-                "license_sha256": _sha256(licence),
+                "license_sha256": sha256_bytes(licence),
             }
         )
     vendor_dir.mkdir(parents=True, exist_ok=True)
@@ -211,7 +208,7 @@ def check(vendor_dir: Path = VENDOR_DIR) -> list[str]:
             if not f.is_file():
                 problems.append(f"{name} ({r['package']}@{r['version']}) is missing")
                 continue
-            actual = _sha256(f.read_bytes())
+            actual = sha256_bytes(f.read_bytes())
             if actual != expected:
                 problems.append(
                     f"{name} ({r['package']}@{r['version']}) has sha256 {actual}, {sources.name} says {expected}"
@@ -282,8 +279,8 @@ def fetch_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> dict:
         "root": bundle.root,
         "license_path": bundle.license_path,
         "license_file": "LICENSE",
-        "license_sha256": _sha256(licence),
-        "files": {name: _sha256(data) for name, data in sorted(files.items())},
+        "license_sha256": sha256_bytes(licence),
+        "files": {name: sha256_bytes(data) for name, data in sorted(files.items())},
     }
     for name, data in [*files.items(), ("LICENSE", licence)]:
         (folder / name).parent.mkdir(parents=True, exist_ok=True)
@@ -312,9 +309,9 @@ def check_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> list[str
         f = folder / name
         if not f.is_file():
             problems.append(f"{name} ({bundle.name}@{bundle.version}) is missing")
-        elif _sha256(f.read_bytes()) != expected:
+        elif sha256_bytes(f.read_bytes()) != expected:
             problems.append(
-                f"{name} ({bundle.name}@{bundle.version}) has sha256 {_sha256(f.read_bytes())}, "
+                f"{name} ({bundle.name}@{bundle.version}) has sha256 {sha256_bytes(f.read_bytes())}, "
                 f"{sources.name} says {expected}"
             )
     return problems

@@ -6,11 +6,14 @@ then renamed over the target. A reader sees the old file or the whole new one, n
 files are named ``.NAME.<pid>-<random>.tmp`` so two writers never share one, and :func:`clean_stale_tmp`
 removes those left behind by a process that was killed. What a command would replace is first kept beside it
 under a ``backup-`` name (:func:`backup_path`, :func:`move_aside`, :func:`keep_copy`): nothing is deleted.
+The digests that tell whether a file is still what was written (:func:`sha256_bytes`, :func:`sha256_file`) live
+here too, beside the writes they check.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import shutil
 import tempfile
@@ -28,6 +31,8 @@ __all__ = [
     "backup_path",
     "move_aside",
     "keep_copy",
+    "sha256_bytes",
+    "sha256_file",
 ]
 
 TMP_SUFFIX = ".tmp"
@@ -176,3 +181,17 @@ def keep_copy(path: str | os.PathLike, now: datetime | None = None) -> Path:
     with atomic_path(target, mode=path.stat().st_mode & 0o777) as tmp:
         shutil.copy2(path, tmp)
     return target
+
+
+def sha256_bytes(data: bytes) -> str:
+    """The sha256 hex digest of ``data``."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    """The sha256 hex digest of a file, read in 1 MiB chunks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

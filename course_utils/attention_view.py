@@ -19,7 +19,6 @@ Shapes: L layers, B batch (must be 1), H num_heads, T tokens.
 from __future__ import annotations
 
 import functools
-import hashlib
 import html
 import json
 import re
@@ -29,7 +28,7 @@ from pathlib import Path
 import torch
 from IPython.display import HTML
 
-from course_utils._files import write_atomic
+from course_utils._files import sha256_bytes, write_atomic
 from course_utils._validate import check_int, check_path
 
 __all__ = ["head_view", "model_view", "save_html", "prettify_tokens"]
@@ -246,7 +245,7 @@ def _vendored(pkg_name: str) -> str:
     """The vendored file of one package, checked against SOURCES.json (a changed file is a broken install)."""
     record = _record(pkg_name)
     data = (VENDOR_DIR / record["file"]).read_bytes()
-    if hashlib.sha256(data).hexdigest() != record["sha256"]:
+    if sha256_bytes(data) != record["sha256"]:
         raise RuntimeError(
             f"{VENDOR_DIR / record['file']} does not match SOURCES.json: the course's copy is damaged; "
             "install it again (python3 course.py lab), or in the full course run "

@@ -19,7 +19,6 @@ reads it by default.)
 
 from __future__ import annotations
 
-import hashlib
 import json
 import numbers
 import os
@@ -28,7 +27,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from course_utils._files import course_folder, write_atomic
+from course_utils._files import course_folder, sha256_bytes, sha256_file, write_atomic
 
 if TYPE_CHECKING:  # torch is imported where it is used, so that the command line starts in a blink
     import torch
@@ -433,22 +432,9 @@ def iter_eval_batches(
 
 
 # --------------------------------------------------------------------------------------------------
-# Digests (the corpus' pin, the provenance of a trained model) and facts about a text
+# Facts about a text (sha256_bytes and sha256_file, named in __all__ for the corpus' pin and a trained model's
+# provenance, are _files')
 # --------------------------------------------------------------------------------------------------
-
-
-def sha256_bytes(data: bytes) -> str:
-    """The sha256 hex digest of ``data``."""
-    return hashlib.sha256(data).hexdigest()
-
-
-def sha256_file(path: str | os.PathLike) -> str:
-    """The sha256 hex digest of a file, read in 1 MiB chunks."""
-    digest = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            digest.update(chunk)
-    return digest.hexdigest()
 
 
 def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, object]:
