@@ -39,7 +39,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import hashlib
 import html
 import json
 import re
@@ -49,10 +48,10 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
+from course_tools._output import PACKED_FOLDERS, Ledger, Output, free_output, make_output_folder
 from course_tools.build import HOSTED_ID, colab_url
-from course_tools.room import COMMON, INSTRUCTOR_ONLY, blocked_by_a_file, cannot_write, make_output_folder
 from course_tools.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
-from course_utils._files import backup_path, clean_stale_tmp, move_aside, write_atomic
+from course_utils._files import clean_stale_tmp, move_aside
 
 __all__ = ["build_site", "Site", "SOLUTIONS", "COURSE_TITLE", "main"]
 
@@ -64,7 +63,18 @@ SITE_MARK = ".course-site.json"  # in a site folder: what build_site wrote there
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
 # Folders of the course that hold its sources (those the zips pack, and git's and the venv's): a site is never
 # written into one of them.
-SOURCE_FOLDERS = tuple(f.rstrip("/") for f in COMMON + INSTRUCTOR_ONLY if f.endswith("/")) + (".git", ".venv")
+SOURCE_FOLDERS = PACKED_FOLDERS + (".git", ".venv")
+_OUTPUT = Output(  # the words of the site's refusals (course_tools._output.free_output)
+    "the site",
+    noun="folder",
+    folders=SOURCE_FOLDERS,
+    in_folder="'s sources",
+    holds_course="give {what} a new {noun} outside it, e.g. {example}",
+    link="site refuses links so that it never writes outside the folder it is given",
+    other_folder="a folder that is not a site made by this command",
+    example="attention-site",
+    mark=SITE_MARK,
+)
 
 
 @dataclass
@@ -94,87 +104,13 @@ class _Page:
 # ------------------------------------------------------------------------------------------------ the output
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    return path == folder or folder in path.parents
-
-
 def _free_output(out: str | Path, force: bool) -> tuple[Path, bool]:
     """``out`` made absolute, and whether what is there must be moved aside first (ValueError: refused)."""
     if isinstance(out, bool) or not isinstance(out, (str, Path)):
         raise TypeError(f"out must be a folder path (str or Path), got {type(out).__name__}")
     if str(out).strip() == "":
         raise ValueError("out must name a folder for the site, got an empty path")
-    out = Path(out).expanduser().absolute()
-    real = out.resolve()
-    if _inside(ROOT, real):
-        raise ValueError(
-            f"{out} holds the course folder {ROOT} itself; give the site a new folder outside it, "
-            f"e.g. {ROOT.parent / 'attention-site'} (--force does not change this)"
-        )
-    for name in SOURCE_FOLDERS:
-        folder = (ROOT / name).resolve()
-        if _inside(real, folder):
-            raise ValueError(
-                f"{out} is inside {name}/, a folder of the course's sources; give the site a folder "
-                f"outside the course, e.g. {ROOT.parent / 'attention-site'} "
-                f"(--force does not change this)"
-            )
-    if _inside(real, ROOT.resolve()) and not force:
-        raise ValueError(
-            f"{out} is inside the course folder {ROOT}; give the site a folder outside it, e.g. "
-            f"{ROOT.parent / 'attention-site'}, or add --force to write it there anyway"
-        )
-    blocker = blocked_by_a_file(out)
-    if blocker is not None:
-        raise cannot_write(out, "the site", f"{blocker} is a file, not a folder")
-    exists = out.exists() or out.is_symlink()
-    if not exists:
-        return out, False
-    if out.is_dir() and not out.is_symlink() and (not any(out.iterdir()) or (out / SITE_MARK).is_file()):
-        return out, False  # empty, or a site made before: pages are replaced, changed ones kept aside
-    if not force and out.is_symlink():
-        raise ValueError(
-            f"{out} is a symbolic link (to {real}); site refuses links so that it never writes outside the "
-            f"folder it is given: give the folder itself ({real}) or a new one, or add --force to move the link "
-            f"aside as {backup_path(out).name} (what it points to is left as it is)"
-        )
-    if not force:
-        kind = "a folder that is not a site made by this command" if out.is_dir() else "a file"
-        raise ValueError(
-            f"{out} already exists ({kind}); it is never replaced silently: give the site a new "
-            f"folder, or add --force to replace it (what is there now is first moved aside, whole, "
-            f"as {backup_path(out).name}; nothing is deleted)"
-        )
-    return out, True
-
-
-class _Ledger:
-    """The files build_site wrote into a site folder and their sha256; a file changed since is moved aside."""
-
-    def __init__(self, out: Path, now: datetime | None):
-        self.out, self.now, self.notes = out, now, []
-        self.files: dict[str, str] = {}
-        try:
-            data = json.loads((out / SITE_MARK).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return
-        if isinstance(data, dict) and isinstance(data.get("files"), dict):
-            self.files = {str(k): str(v) for k, v in data["files"].items()}
-
-    def write(self, rel: str, data: bytes) -> None:
-        path = self.out / rel
-        if path.is_file() and _sha256(path.read_bytes()) != self.files.get(rel):
-            self.notes.append(f"{rel} was changed since the site was built: kept as {move_aside(path, self.now).name}")
-        write_atomic(path, data)
-        self.files[rel] = _sha256(data)
-
-    def save(self) -> None:
-        record = {"made_by": "python3 course.py site", "files": dict(sorted(self.files.items()))}
-        write_atomic(self.out / SITE_MARK, (json.dumps(record, indent=1) + "\n").encode("utf-8"))
-
-
-def _sha256(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()
+    return free_output(out, force, _OUTPUT)
 
 
 # ------------------------------------------------------------------------------------------------ the pages
@@ -484,7 +420,7 @@ def build_site(
     make_output_folder(out, "the site")
     for folder in sorted({out, *((out / rel).parent for rel in assets)}):
         clean_stale_tmp(folder)  # temporary files of a killed build
-    ledger = _Ledger(out, now)
+    ledger = Ledger(out, SITE_MARK, now, "the site was built", {"made_by": "python3 course.py site"})
     for rel, data in assets.items():
         ledger.write(rel, data)
 
