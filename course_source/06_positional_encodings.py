@@ -622,7 +622,7 @@ from tqdm.auto import tqdm
 models, curves, seconds = {}, {}, {}
 for positions in POSITIONS:
     start = time.perf_counter()
-    bar = tqdm(range(config.steps), desc=f"{positions:>10s}", leave=False)
+    bar = tqdm(range(config.max_steps), desc=f"{positions:>10s}", leave=False)
     models[positions], curves[positions] = train_model(config, positions, progress=bar)
     seconds[positions] = time.perf_counter() - start
 print("seconds per scheme:", {s: round(t, 1) for s, t in seconds.items()})

@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._files import atomic_path
-from course_utils._validate import check_int, check_positive_number, check_tensor, check_token_ids
+from course_utils._validate import check_heads, check_int, check_positive_number, check_tensor, check_token_ids
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
@@ -107,8 +107,7 @@ class InductionConfig:
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
             check_int(f.name, getattr(self, f.name))
-        if self.embed_dim % self.num_heads != 0:
-            raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
+        check_heads(self.embed_dim, self.num_heads)
 
     @property
     def context_length(self) -> int:

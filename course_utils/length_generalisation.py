@@ -7,6 +7,7 @@ and ``full``), the data, the model, the training loop, the evaluation.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -17,6 +18,7 @@ from torch import nn
 from course_utils._validate import (
     check_choice,
     check_fraction,
+    check_heads,
     check_int,
     check_positive_number,
     check_token_ids,
@@ -42,12 +44,15 @@ __all__ = [
 ]
 
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")  # the values of a model's ``positions``
-SCHEMES = POSITIONS  # the earlier name (notebook 06 imported it before #11), kept for learners' code
 
 
 @dataclass(frozen=True)
 class LengthGenConfig:
-    """Everything the experiment depends on: ``tiny()`` takes seconds on a CPU, ``full()`` is the real run."""
+    """Everything the experiment depends on: ``tiny()`` takes seconds on a CPU, ``full()`` is the real run.
+
+    The training names are :class:`~course_utils.train.TrainConfig`'s: ``max_steps`` AdamW steps of
+    ``batch_size`` sequences at ``learning_rate``; ``eval_batch_size`` sequences per evaluation.
+    """
 
     num_letters: int = 8
     num_fillers: int = 8
@@ -57,28 +62,20 @@ class LengthGenConfig:
     num_layers: int = 1
     train_length: int = 16
     eval_lengths: tuple[int, ...] = (8, 16, 24, 32, 48, 64, 96, 128)
-    steps: int = 400
+    max_steps: int = 400
     batch_size: int = 32
-    lr: float = 3e-3
-    eval_batch: int = 64
+    learning_rate: float = 3e-3
+    eval_batch_size: int = 64
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in (
-            "num_letters",
-            "num_fillers",
-            "embed_dim",
-            "num_heads",
-            "num_layers",
-            "train_length",
-            "steps",
-            "batch_size",
-            "eval_batch",
-        ):
+        for name in ("num_letters", "num_fillers", "num_layers", "train_length", "max_steps", "batch_size"):
             check_int(name, getattr(self, name))
+        check_int("eval_batch_size", self.eval_batch_size)
         check_fraction("letter_prob", self.letter_prob, zero_allowed=False)
-        check_positive_number("lr", self.lr)
+        check_positive_number("learning_rate", self.learning_rate)
         check_int("seed", self.seed, minimum=0)
+        check_heads(self.embed_dim, self.num_heads)
         if self.embed_dim % (2 * self.num_heads) != 0:
             raise ValueError(
                 f"embed_dim ({self.embed_dim}) must be divisible by 2 * num_heads "
@@ -96,7 +93,8 @@ class LengthGenConfig:
         return self.num_letters + self.num_fillers
 
     @property
-    def max_length(self) -> int:
+    def context_length(self) -> int:
+        """The longest sequence the model sees (training or test): the rows of the learned table."""
         return max(self.train_length, *self.eval_lengths)
 
     @classmethod
@@ -107,10 +105,14 @@ class LengthGenConfig:
     @classmethod
     def full(cls) -> LengthGenConfig:
         """A wider model, longer run and longer test sequences (a minute or two each on a CPU)."""
-        return cls(embed_dim=64, num_layers=2, steps=1500, batch_size=64, eval_lengths=(8, 16, 32, 64, 128, 256))
+        return cls(embed_dim=64, num_layers=2, max_steps=1500, batch_size=64, eval_lengths=(8, 16, 32, 64, 128, 256))
 
     def with_(self, **changes) -> LengthGenConfig:
         return replace(self, **changes)
+
+    def __getattr__(self, name: str) -> object:  # reached only for a name the config does not have
+        _check_not_renamed(name, AttributeError)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
 
 def make_batch(
@@ -155,7 +157,7 @@ class TinyPositionalModel(nn.Module):
         self.config, self.positions = config, positions
         self.tok_emb = nn.Embedding(config.vocab_size, config.embed_dim)
         learned = positions == "learned"
-        self.pos_emb = LearnedPositionalEmbedding(config.max_length, config.embed_dim) if learned else None
+        self.pos_emb = LearnedPositionalEmbedding(config.context_length, config.embed_dim) if learned else None
         attention = _ATTENTION.get(positions, MultiHeadAttention)
         self.blocks = nn.ModuleList(
             Block(config.embed_dim, attention(config.embed_dim, config.num_heads)) for _ in range(config.num_layers)
@@ -180,17 +182,17 @@ class TinyPositionalModel(nn.Module):
 def train_model(
     config: LengthGenConfig, positions: str, progress: Iterable[int] | None = None
 ) -> tuple[TinyPositionalModel, list[float]]:
-    """Train a fresh model for ``config.steps`` AdamW steps at length ``config.train_length``, seeded alike.
+    """Train a fresh model for ``config.max_steps`` AdamW steps at length ``config.train_length``, seeded alike.
 
-    ``progress`` may wrap ``range(config.steps)`` (a tqdm bar). Returns the model in eval mode and the losses.
+    ``progress`` may wrap ``range(config.max_steps)`` (a tqdm bar). Returns the model in eval mode and the losses.
     """
     _check_config(config)
     torch.manual_seed(config.seed)
     model = TinyPositionalModel(config, positions)
-    opt = torch.optim.AdamW(model.parameters(), lr=config.lr, weight_decay=0.0)
+    opt = torch.optim.AdamW(model.parameters(), lr=config.learning_rate, weight_decay=0.0)
     g = torch.Generator().manual_seed(config.seed + 1)
     losses = []
-    for _ in progress if progress is not None else range(config.steps):
+    for _ in progress if progress is not None else range(config.max_steps):
         tokens, targets = make_batch(config, config.batch_size, config.train_length, g)
         loss = F.cross_entropy(model(tokens).flatten(0, 1), targets.flatten())
         opt.zero_grad(set_to_none=True)
@@ -209,7 +211,7 @@ def evaluate(
         raise TypeError(f"model must be a TinyPositionalModel (from train_model), got {type(model).__name__}")
     config = model.config
     check_int("T", T)
-    batch_size = config.eval_batch if batch_size is None else check_int("batch_size", batch_size)
+    batch_size = config.eval_batch_size if batch_size is None else check_int("batch_size", batch_size)
     g = torch.Generator().manual_seed(seed)
     tokens, targets = make_batch(config, batch_size, T, g)
     logits = model(tokens)  # (B, T, num_letters)
@@ -224,3 +226,37 @@ def accuracy_by_length(model: TinyPositionalModel, lengths: Iterable[int]) -> di
     if isinstance(lengths, (int, str)) or not isinstance(lengths, Iterable):
         raise TypeError(f"lengths must be a list of sequence lengths, e.g. [16, 32], got {lengths!r}")
     return {T: evaluate(model, T)[1] for T in lengths}
+
+
+# --- the names before #20 (LengthGenConfig's now match TrainConfig's): each says its new name in one line ---
+
+_RENAMED = {
+    "SCHEMES": "POSITIONS",
+    "lr": "learning_rate",
+    "steps": "max_steps",
+    "eval_batch": "eval_batch_size",
+    "max_length": "context_length",
+}
+
+
+def _check_not_renamed(name: str, error: type[Exception]) -> None:
+    if name in _RENAMED:
+        raise error(f"{name} was renamed {_RENAMED[name]} (course_utils.length_generalisation)")
+
+
+def _refuse_renamed_fields(init):
+    @functools.wraps(init)
+    def __init__(self, *args, **fields):
+        for name in fields:
+            _check_not_renamed(name, TypeError)
+        init(self, *args, **fields)
+
+    return __init__
+
+
+LengthGenConfig.__init__ = _refuse_renamed_fields(LengthGenConfig.__init__)
+
+
+def __getattr__(name: str) -> object:  # ImportError, so that `from ... import SCHEMES` shows the message
+    _check_not_renamed(name, ImportError)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

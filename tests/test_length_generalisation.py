@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 
+from course_utils import length_generalisation
 from course_utils.length_generalisation import (
     POSITIONS,
-    SCHEMES,
     LengthGenConfig,
     TinyPositionalModel,
     accuracy_by_length,
@@ -48,26 +50,22 @@ def test_every_kind_of_positions_gives_logits_and_runs_beyond_the_training_lengt
         config.train_length,
         config.num_letters,
     )
-    assert model(torch.zeros(1, config.max_length, dtype=torch.long)).shape == (
+    assert model(torch.zeros(1, config.context_length, dtype=torch.long)).shape == (
         1,
-        config.max_length,
+        config.context_length,
         config.num_letters,
     )
 
 
-def test_schemes_is_the_earlier_name_of_positions():
-    assert SCHEMES is POSITIONS  # the earlier name still imports
-
-
-def test_the_learned_table_stops_at_max_length():
+def test_the_learned_table_stops_at_context_length():
     config = LengthGenConfig.tiny()
     model = TinyPositionalModel(config, "learned")
     with pytest.raises(ValueError, match="beyond context_length"):
-        model(torch.zeros(1, config.max_length + 1, dtype=torch.long))
+        model(torch.zeros(1, config.context_length + 1, dtype=torch.long))
 
 
 def test_training_is_deterministic_and_learns():
-    config = LengthGenConfig.tiny().with_(steps=60, eval_lengths=(8, 24))
+    config = LengthGenConfig.tiny().with_(max_steps=60, eval_lengths=(8, 24))
     m1, losses1 = train_model(config, "alibi")
     _, losses2 = train_model(config, "alibi")
     assert losses1 == losses2
@@ -78,13 +76,37 @@ def test_training_is_deterministic_and_learns():
     assert loss > 0 and a == acc[8]
 
 
+def test_config_names_are_train_configs_and_the_old_ones_say_their_new_name():
+    config = LengthGenConfig.tiny()
+    assert (config.max_steps, config.learning_rate, config.eval_batch_size) == (400, 3e-3, 64)
+    assert config.context_length == 128  # the longest of train_length and eval_lengths
+    for old, new in [("lr", "learning_rate"), ("steps", "max_steps"), ("eval_batch", "eval_batch_size")]:
+        with pytest.raises(TypeError, match=f"^{old} was renamed {new} "):
+            LengthGenConfig(**{old: 1})
+        with pytest.raises(TypeError, match=f"^{old} was renamed {new} "):
+            config.with_(**{old: 1})
+    for old, new in [("lr", "learning_rate"), ("steps", "max_steps"), ("max_length", "context_length")]:
+        with pytest.raises(AttributeError, match=f"^{old} was renamed {new} "):
+            getattr(config, old)
+    with pytest.raises(AttributeError, match="has no attribute 'colour'"):
+        config.colour  # noqa: B018 (any other missing name is the usual AttributeError)
+    with pytest.raises(ImportError, match="^SCHEMES was renamed POSITIONS "):
+        from course_utils.length_generalisation import SCHEMES  # noqa: F401
+    assert "SCHEMES" not in dir(length_generalisation)
+    with pytest.raises(AttributeError, match="has no attribute 'SCHEMA'"):
+        length_generalisation.SCHEMA  # noqa: B018
+    assert inspect.signature(LengthGenConfig).parameters["max_steps"].default == 400  # tab completion reads this
+
+
 def test_config_errors():
     with pytest.raises(ValueError, match=r"embed_dim \(12\) must be divisible by 2 \* num_heads \(8\)"):
         LengthGenConfig(embed_dim=12, num_heads=4)
+    with pytest.raises(ValueError, match=r"^embed_dim \(10\) must be divisible by num_heads \(4\)$"):
+        LengthGenConfig(embed_dim=10, num_heads=4)  # _validate.check_heads, the one home of head-count checks
     with pytest.raises(ValueError, match="letter_prob must be in"):
         LengthGenConfig(letter_prob=1.5)
-    with pytest.raises(ValueError, match="steps must be at least 1, got 0"):
-        LengthGenConfig(steps=0)
+    with pytest.raises(ValueError, match="max_steps must be at least 1, got 0"):
+        LengthGenConfig(max_steps=0)
     with pytest.raises(ValueError, match="positions must be one of"):
         TinyPositionalModel(LengthGenConfig.tiny(), "xpos")
 
@@ -96,10 +118,10 @@ def test_config_errors():
     "changes, error, match",
     [
         (dict(letter_prob="0.3"), TypeError, r"letter_prob must be a number in \(0, 1\), got '0.3' \(str\)"),
-        (dict(lr=-0.01), ValueError, "lr must be a positive finite number, got -0.01"),
-        (dict(lr="3e-3"), TypeError, r"lr must be a positive number, got '3e-3' \(str\)"),
+        (dict(learning_rate=-0.01), ValueError, "learning_rate must be a positive finite number, got -0.01"),
+        (dict(learning_rate="3e-3"), TypeError, r"learning_rate must be a positive number, got '3e-3' \(str\)"),
         (dict(seed="0"), TypeError, "seed must be an int, got str"),
-        (dict(steps=True), TypeError, "steps must be an int, got bool"),
+        (dict(max_steps=True), TypeError, "max_steps must be an int, got bool"),
         (dict(batch_size=32.0), TypeError, "batch_size must be an int, got float"),
         (dict(eval_lengths=(8.5, 16)), TypeError, r"eval_lengths\[0\] must be an int, got float"),
         (dict(eval_lengths=(8, 0)), ValueError, r"eval_lengths\[1\] must be at least 1, got 0"),
@@ -127,11 +149,11 @@ def test_experiment_functions_check_their_arguments():
     with pytest.raises(
         TypeError, match=r"config must be a LengthGenConfig \(LengthGenConfig.tiny\(\), say\), got dict"
     ):
-        train_model({"steps": 1}, "rope")
+        train_model({"max_steps": 1}, "rope")
     with pytest.raises(ValueError, match="T must be at least 1, got 0"):
         evaluate(model, 0)
     with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
-        evaluate(model, 16, batch_size=0)  # 0 used to fall back to config.eval_batch without a word
+        evaluate(model, 16, batch_size=0)  # 0 used to fall back to config.eval_batch_size without a word
     with pytest.raises(ValueError, match="T must be at least 1, got 0"):
         make_batch(config, 4, 0, torch.Generator())
     with pytest.raises(TypeError, match=r"lengths must be a list of sequence lengths, e.g. \[16, 32\], got 16"):
