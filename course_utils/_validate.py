@@ -162,7 +162,12 @@ def check_dim(name: str, x: torch.Tensor, dim: object) -> int:
 
 
 def check_token_ids(
-    name: str, idx: object, vocab_size: int, ignore_index: int | None = None, values: bool = True
+    name: str,
+    idx: object,
+    vocab_size: int,
+    ignore_index: int | None = None,
+    values: bool = True,
+    prompt: bool = False,
 ) -> None:
     """Raise unless ``idx`` is a (B, T) integer tensor of ids in [0, vocab_size).
 
@@ -170,13 +175,21 @@ def check_token_ids(
     (the message names the first such id and its position). ``ignore_index`` is one more allowed value
     (``F.cross_entropy``'s -100 for targets). One min/max over the ids: check once per call, at the entry.
     ``values=False`` checks only type and shape, which never reads the tensor (no wait for a GPU).
+    ``prompt=True`` (a generation's prompt) also wants at least one token, and words a wrong shape as
+    ``course_utils.generation`` always has, after the dtype when there are more than two dimensions.
     """
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"{name} must be a (B, T) torch.Tensor of token ids, got {type(idx).__name__}")
-    if idx.dim() != 2:
+    if prompt and idx.dim() < 2:
+        raise ValueError(f"{name} must have at least 2 dimensions, got shape {tuple(idx.shape)}")
+    if idx.dim() != 2 and not prompt:
         raise ValueError(f"{name} must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
     if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}")
+    if idx.dim() != 2:  # only a prompt gets here
+        raise ValueError(f"{name} must be (B, T) integer token ids, got shape {tuple(idx.shape)}")
+    if prompt and idx.shape[1] < 1:
+        raise ValueError(f"{name} must hold at least one token (the prompt)")
     if idx.numel() == 0 or not values:
         return
     if idx.device.type == "meta":
@@ -331,3 +344,217 @@ def from_preset(cls: type, presets: dict, name: str, overrides: dict):
 # --- variants, fast_attention ---
 
 # --- gpt, generation ---
+
+
+def check_gpt_config(config, positions: tuple, attention: tuple, norm_positions: tuple) -> None:
+    """Raise unless the fields of a ``GPTConfig`` are valid and fit together; ``positions``, ``attention`` and
+    ``norm_positions`` are the choices the model offers. ``GPTConfig.__post_init__``'s one call."""
+    for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
+        check_int(name, getattr(config, name))
+    head_dim = check_heads(config.embed_dim, config.num_heads, config.num_kv_heads)
+    check_fraction("dropout", config.dropout)
+    check_bool("bias", config.bias)
+    check_choice("positions", config.positions, positions)
+    check_choice("attention", config.attention, attention)
+    if config.attention == "flash" and config.dropout > 0:
+        raise ValueError(
+            f"attention='flash' has no dropout on the attention weights, got dropout={config.dropout}: "
+            "use dropout=0.0, or attention='torch' or 'course'"
+        )
+    check_choice(
+        "norm_position",
+        config.norm_position,
+        norm_positions,
+        " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)",
+    )
+    check_greater_than("rope_base", config.rope_base, 1)  # checked for every model: checkpoints store it
+    if config.positions == "rope" and head_dim % 2 != 0:
+        raise ValueError(
+            f"rotary positions need an even head_dim, got {head_dim} "
+            f"(embed_dim {config.embed_dim} / num_heads {config.num_heads})"
+        )
+
+
+def check_config_dict(cls: type, d: object) -> None:
+    """Raise unless ``d`` is a dict of the dataclass ``cls``'s fields, as its ``to_dict`` returns."""
+    import dataclasses
+
+    if not isinstance(d, dict):
+        raise TypeError(
+            f"from_dict takes a dict of {cls.__name__} fields (what to_dict returned), got {type(d).__name__}"
+        )
+    unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+    if unknown:
+        raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}")
+
+
+def _reads_ids(model: torch.nn.Module, idx: object) -> bool:
+    """Whether a GPT's forward reads the ids to check their range: not in a training step off the CPU, where
+    the read would make every step wait for the device."""
+    return not isinstance(idx, torch.Tensor) or idx.device.type == "cpu" or not model.training
+
+
+def check_gpt_ids(model: torch.nn.Module, idx: object, start: int = 0) -> None:
+    """Raise unless ``idx`` (B, T) holds token ids of the GPT ``model`` that fit at positions ``start ..``.
+
+    While torch.compile traces, only the fit is checked (reading a tensor in Python would split the graph).
+    """
+    if not torch.compiler.is_compiling():
+        check_token_ids("idx", idx, model.config.vocab_size, values=_reads_ids(model, idx))
+    T = idx.shape[1]
+    if start + T > model.config.context_length:
+        raise ValueError(
+            f"positions {start}..{start + T - 1} do not fit in context_length = {model.config.context_length}; "
+            "crop the input (generation keeps the last context_length tokens)"
+        )
+
+
+def check_gpt_inputs(model: torch.nn.Module, idx: object, targets: object, cache: object, cache_type: type) -> int:
+    """Raise unless a GPT's ``forward(idx, targets, cache)`` can run; return ``start``, the position of idx's first
+    token (what ``cache``, an instance of ``cache_type``, held before any layer appends; 0 without one)."""
+    if isinstance(targets, cache_type):
+        raise TypeError(
+            "got a KVCache as targets (the second argument): pass it as cache=..., or give "
+            "course_utils.generation model.for_generation(), whose forward is (idx, cache)"
+        )
+    if cache is not None and not isinstance(cache, cache_type):
+        raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
+    start = 0 if cache is None else cache.length
+    check_gpt_ids(model, idx, start)
+    if targets is not None and not torch.compiler.is_compiling():
+        check_token_ids("targets", targets, model.config.vocab_size, ignore_index=-100, values=_reads_ids(model, idx))
+        if targets.shape != idx.shape:
+            raise ValueError(
+                f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
+                f"position), got {tuple(targets.shape)}"
+            )
+    return start
+
+
+def check_layer_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> None:
+    """Raise unless a caller's ``mask`` fits the scores of q (B, H, T, D) and k (B, H, S, D): the mask checks of
+    :func:`course_utils.attention.scaled_dot_product_attention`, for a layer that calls its unchecked kernel."""
+    check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    check_same_device(q=q, mask=mask)
+
+
+def check_temperature(temperature: object) -> float:
+    """``temperature`` as a float if it is a finite number > 0; TypeError or ValueError otherwise."""
+    value = check_number("temperature", temperature, "a number > 0 (use greedy=True for the argmax)")
+    if not value > 0:
+        raise ValueError(f"temperature must be > 0 (use greedy=True for the argmax), got {temperature}")
+    if value == float("inf"):
+        raise ValueError(
+            "temperature must be finite: an infinite one makes every token equally likely "
+            "(sample uniformly instead), got inf"
+        )
+    return value
+
+
+def check_sampling(temperature: object, top_k: object, top_p: object, greedy: object, generator: object) -> None:
+    """The settings of ``generation.sample_next_token``, checked once: by it, or before a generation loop."""
+    if top_k is not None:
+        check_int("top_k", top_k, expected="an int or None")
+    if top_p is not None:
+        check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
+    if not check_bool("greedy", greedy):
+        check_temperature(temperature)
+    check_generator("generator", generator)
+
+
+def check_next_token_logits(logits: object) -> None:
+    """Raise unless ``logits`` is a floating (B, V) tensor: one row of scores over the vocabulary per sequence."""
+    check_tensor("logits", logits, min_dim=2)
+    check_floating("logits", logits)
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (B, V), got {tuple(logits.shape)}")
+
+
+def check_probabilities(probs: object, top_p: object) -> None:
+    """Raise unless ``probs`` (..., V) are rows of probabilities and ``top_p`` is in (0, 1]: ``top_p_keep``'s
+    arguments. Reads the device once (a min and a row-sum error), which a loop should not pay at every step."""
+    check_tensor("probs", probs)
+    check_floating("probs", probs)
+    check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
+    if probs.numel() and probs.device.type != "meta":
+        total = probs.sum(dim=-1, dtype=torch.float64)
+        low, total_error = torch.stack([probs.min().double(), (total - 1).abs().max()]).tolist()
+        if not (low >= 0 and total_error <= (1e-3 if probs.element_size() >= 4 else 2e-2)):  # NaN fails both
+            raise ValueError(
+                f"probs must be rows of probabilities (each >= 0, each row summing to 1; pass "
+                f"torch.softmax(logits, dim=-1), or use top_p_filter on logits), got min {low:.4g} "
+                f"and a row sum off from 1 by {total_error:.4g}"
+            )
+
+
+def check_sampleable(logits: torch.Tensor) -> None:
+    """Raise a ValueError naming the first row of ``logits`` (B, V) that no distribution can come from: asked
+    only after sampling failed, so that valid logits pay nothing."""
+    nan_rows = logits.isnan().any(dim=-1).nonzero().flatten().tolist()
+    if nan_rows:
+        raise ValueError(
+            f"logits must be numbers, got NaN in row(s) {nan_rows[:10]}: the model's output is "
+            "broken (a diverged training run, or a fully masked row upstream)"
+        ) from None
+    dead_rows = (logits == float("-inf")).all(dim=-1).nonzero().flatten().tolist()
+    if dead_rows:
+        raise ValueError(
+            f"every logit of row(s) {dead_rows[:10]} is -inf, so no token can be sampled: the "
+            "logits (or a mask applied to them) rule out the whole vocabulary"
+        ) from None
+    if (logits == float("inf")).any():
+        raise ValueError("logits must be finite or -inf, got +inf: softmax of +inf is NaN") from None
+
+
+def check_generation(model: torch.nn.Module, idx: object, max_new_tokens: object, use_cache: object) -> int:
+    """Raise unless ``idx`` is a prompt (B, T >= 1) of ids, ``max_new_tokens`` an int >= 0 and ``model`` follows
+    the generation protocol (``use_cache``: with ``new_cache()``); return the model's ``context_length``.
+    The ids' range is the model's to check: it knows its vocabulary."""
+    check_token_ids("idx", idx, 0, values=False, prompt=True)
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    context_length = check_int(
+        "context_length", getattr(model, "context_length", None), expected="an int attribute of the model"
+    )
+    if check_bool("use_cache", use_cache) and not callable(getattr(model, "new_cache", None)):
+        raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
+    return context_length
+
+
+def check_cache_room(idx: torch.Tensor, max_new_tokens: int, context_length: int, fix: str | None = None) -> None:
+    """Raise unless one KV cache holds the prompt and every new token but the last (never fed back); ``fix``
+    ends the message with what to do instead (by default generate's words, which notebook 09's output shows:
+    change the two together)."""
+    if idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
+        fix = fix or (
+            ": the KV cache cannot hold them (the last token is never fed back); shorten them or pass "
+            "use_cache=False, which crops to the last context_length tokens"
+        )
+        raise ValueError(
+            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
+            f"model's context_length ({context_length}){fix}"
+        )
+
+
+def check_on_full(on_full: object, choices: tuple, keep_on_shift: object, context_length: int) -> int | None:
+    """Check the full-cache policy; return how many tokens to re-prefill, or None for on_full="error"."""
+    check_choice("on_full", on_full, choices)
+    if keep_on_shift is None:
+        return max(1, context_length // 2) if on_full == "shift" else None
+    if on_full != "shift":
+        raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
+    return check_int("keep_on_shift", keep_on_shift, minimum=1, maximum=context_length, expected="an int or None")
+
+
+def check_beam_search(
+    model: torch.nn.Module, idx: object, beam_width: object, max_new_tokens: object, use_cache: object
+) -> int:
+    """Raise unless ``beam_search``'s arguments fit (one prompt (1, T), ``beam_width`` >= 1, room in the cache
+    with ``use_cache``); return the model's ``context_length``."""
+    check_token_ids("idx", idx, 0, values=False, prompt=True)
+    if idx.shape[0] != 1:
+        raise ValueError(f"beam_search takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}")
+    check_int("beam_width", beam_width)
+    context_length = check_generation(model, idx, max_new_tokens, use_cache)
+    if use_cache:
+        check_cache_room(idx, max_new_tokens, context_length, "; pass use_cache=False to crop instead")
+    return context_length

@@ -15,13 +15,16 @@ import torch
 from torch import nn
 
 from course_utils._validate import (
-    check_bool,
-    check_choice,
-    check_floating,
+    check_beam_search,
+    check_cache_room,
     check_fraction,
-    check_generator,
+    check_generation,
     check_int,
-    check_number,
+    check_next_token_logits,
+    check_on_full,
+    check_probabilities,
+    check_sampleable,
+    check_sampling,
     check_tensor,
 )
 
@@ -36,28 +39,6 @@ __all__ = [
 ]
 
 
-def _check_temperature(temperature: object) -> float:
-    value = check_number("temperature", temperature, "a number > 0 (use greedy=True for the argmax)")
-    if not value > 0:
-        raise ValueError(f"temperature must be > 0 (use greedy=True for the argmax), got {temperature}")
-    if value == float("inf"):
-        raise ValueError(
-            "temperature must be finite: an infinite one makes every token equally likely "
-            "(sample uniformly instead), got inf"
-        )
-    return value
-
-
-def _check_sampling(temperature: object, top_k: object, top_p: object, greedy: bool) -> None:
-    """The settings of :func:`sample_next_token`, checked once before a generation loop."""
-    if top_k is not None:
-        check_int("top_k", top_k, expected="an int or None")
-    if top_p is not None:
-        check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
-    if not check_bool("greedy", greedy):
-        _check_temperature(temperature)
-
-
 def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """Keep the ``top_k`` largest logits of each row (ties at the k-th too), set the others to -inf.
 
@@ -65,6 +46,11 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
     """
     check_tensor("logits", logits)
     check_int("top_k", top_k)
+    return _top_k_filter(logits, top_k)
+
+
+def _top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
+    """:func:`top_k_filter` without its checks."""
     k = min(top_k, logits.shape[-1])
     kth = logits.topk(k, dim=-1).values[..., -1:]  # (..., 1): the k-th largest logit
     return logits.masked_fill(logits < kth, float("-inf"))
@@ -76,18 +62,7 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     Raises ValueError when the rows are not distributions. Shape: probs (..., V) -> keep bool (..., V).
     Taught in notebook 09.
     """
-    check_tensor("probs", probs)
-    check_floating("probs", probs)
-    check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
-    if probs.numel() and probs.device.type != "meta":  # one read of the device, at the public entry only
-        total = probs.sum(dim=-1, dtype=torch.float64)
-        low, total_error = torch.stack([probs.min().double(), (total - 1).abs().max()]).tolist()
-        if not (low >= 0 and total_error <= (1e-3 if probs.element_size() >= 4 else 2e-2)):  # NaN fails both
-            raise ValueError(
-                f"probs must be rows of probabilities (each >= 0, each row summing to 1; pass "
-                f"torch.softmax(logits, dim=-1), or use top_p_filter on logits), got min {low:.4g} "
-                f"and a row sum off from 1 by {total_error:.4g}"
-            )
+    check_probabilities(probs, top_p)  # one read of the device, at the public entry only
     return _top_p_keep(probs, top_p)
 
 
@@ -108,6 +83,11 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
     """
     check_tensor("logits", logits)
     check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
+    return _top_p_filter(logits, top_p)
+
+
+def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
+    """:func:`top_p_filter` without its checks."""
     keep = _top_p_keep(torch.softmax(logits.float(), dim=-1), top_p)
     return logits.masked_fill(~keep, float("-inf"))
 
@@ -124,12 +104,8 @@ def sample_next_token(
 
     Shape: logits (B, V) -> tokens (B,) int64. Taught in notebook 09.
     """
-    check_tensor("logits", logits, min_dim=2)
-    check_floating("logits", logits)
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be (B, V), got {tuple(logits.shape)}")
-    _check_sampling(temperature, top_k, top_p, greedy)
-    check_generator("generator", generator)
+    check_next_token_logits(logits)
+    check_sampling(temperature, top_k, top_p, greedy, generator)
     return _sample(logits, temperature, top_k, top_p, greedy, generator)
 
 
@@ -146,66 +122,19 @@ def _sample(
         return logits.argmax(dim=-1)  # (B,)
     logits = logits / temperature  # (B, V)
     if top_k is not None:
-        logits = top_k_filter(logits, top_k)
+        logits = _top_k_filter(logits, top_k)
     if top_p is not None:
-        logits = top_p_filter(logits, top_p)
+        logits = _top_p_filter(logits, top_p)
     probs = torch.softmax(logits.float(), dim=-1)  # (B, V), renormalised over the kept tokens
     try:
         return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
     except RuntimeError:  # find out why only when it failed: valid logits pay nothing
-        _explain_bad_logits(logits)
+        check_sampleable(logits)
         raise
-
-
-def _explain_bad_logits(logits: torch.Tensor) -> None:
-    """Raise a ValueError naming the first row of ``logits`` (B, V) that no distribution can come from."""
-    nan_rows = logits.isnan().any(dim=-1).nonzero().flatten().tolist()
-    if nan_rows:
-        raise ValueError(
-            f"logits must be numbers, got NaN in row(s) {nan_rows[:10]}: the model's output is "
-            "broken (a diverged training run, or a fully masked row upstream)"
-        ) from None
-    dead_rows = (logits == float("-inf")).all(dim=-1).nonzero().flatten().tolist()
-    if dead_rows:
-        raise ValueError(
-            f"every logit of row(s) {dead_rows[:10]} is -inf, so no token can be sampled: the "
-            "logits (or a mask applied to them) rule out the whole vocabulary"
-        ) from None
-    if (logits == float("inf")).any():
-        raise ValueError("logits must be finite or -inf, got +inf: softmax of +inf is NaN") from None
-
-
-def _check_model(model: nn.Module, use_cache: bool) -> int:
-    context_length = check_int(
-        "context_length", getattr(model, "context_length", None), expected="an int attribute of the model"
-    )
-    if check_bool("use_cache", use_cache) and not callable(getattr(model, "new_cache", None)):
-        raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
-    return context_length
-
-
-def _check_idx(idx: torch.Tensor) -> None:
-    check_tensor("idx", idx, min_dim=2)
-    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:  # a wrong type: as the models say
-        raise TypeError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
-    if idx.dim() != 2:
-        raise ValueError(f"idx must be (B, T) integer token ids, got shape {tuple(idx.shape)}")
-    if idx.shape[1] < 1:
-        raise ValueError("idx must hold at least one token (the prompt)")
 
 
 OnFull = Literal["error", "shift"]
 _ON_FULL = ("error", "shift")
-
-
-def _check_on_full(on_full: object, keep_on_shift: object, context_length: int) -> int | None:
-    """Validate the full-cache policy; return how many tokens to re-prefill, or None for on_full="error"."""
-    check_choice("on_full", on_full, _ON_FULL)
-    if keep_on_shift is None:
-        return max(1, context_length // 2) if on_full == "shift" else None
-    if on_full != "shift":
-        raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
-    return check_int("keep_on_shift", keep_on_shift, minimum=1, maximum=context_length, expected="an int or None")
 
 
 @torch.no_grad()
@@ -236,20 +165,11 @@ def generate_stream(
     Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 09;
     ``on_full="shift"`` against recomputing in notebook 10, section 7.
     """
-    _check_idx(idx)
-    check_int("max_new_tokens", max_new_tokens, minimum=0)
-    context_length = _check_model(model, use_cache)
-    _check_sampling(temperature, top_k, top_p, greedy)
-    check_generator("generator", generator)
-    keep = _check_on_full(on_full, keep_on_shift, context_length)
-    if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
-        # Notebook 09's stored output shows this message: change the two together (it could name on_full).
-        raise ValueError(
-            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
-            f"model's context_length ({context_length}): the KV cache cannot hold them (the last "
-            "token is never fed back); shorten them or pass use_cache=False, which crops to the "
-            "last context_length tokens"
-        )
+    context_length = check_generation(model, idx, max_new_tokens, use_cache)
+    check_sampling(temperature, top_k, top_p, greedy, generator)
+    keep = check_on_full(on_full, _ON_FULL, keep_on_shift, context_length)  # None: on_full="error"
+    if use_cache and keep is None:  # the prompt and the new tokens must fit in one cache
+        check_cache_room(idx, max_new_tokens, context_length)
     model.eval()
     cache = model.new_cache() if use_cache else None
     cached = 0  # positions held by the current cache
@@ -328,17 +248,7 @@ def beam_search(
     Shape: idx (1, T) -> sequences (W, T + N), scores (W,) log-probabilities of the N new tokens, best first
     (W = beam_width, fewer if the vocabulary allows fewer distinct beams). Taught in notebook 09.
     """
-    _check_idx(idx)
-    if idx.shape[0] != 1:
-        raise ValueError(f"beam_search takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}")
-    check_int("beam_width", beam_width)
-    check_int("max_new_tokens", max_new_tokens, minimum=0)
-    context_length = _check_model(model, use_cache)
-    if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
-        raise ValueError(
-            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the "
-            f"model's context_length ({context_length}); pass use_cache=False to crop instead"
-        )
+    context_length = check_beam_search(model, idx, beam_width, max_new_tokens, use_cache)
     model.eval()
     cache = model.new_cache() if use_cache else None
     seqs = idx  # (n, T'): n live beams, 1 at the start

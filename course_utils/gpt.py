@@ -20,16 +20,17 @@ from torch import nn
 
 from course_utils import block as shared  # the one Block and MLP of the course's models
 from course_utils._validate import (
+    check_attention_input,
     check_bool,
-    check_choice,
-    check_embedded,
-    check_fraction,
-    check_greater_than,
+    check_config_dict,
+    check_gpt_config,
+    check_gpt_ids,
+    check_gpt_inputs,
     check_int,
-    check_token_ids,
+    check_layer_mask,
     from_preset,
 )
-from course_utils.attention import scaled_dot_product_attention
+from course_utils.attention import _attend  # the unchecked kernel: this layer checks its own inputs
 from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -76,37 +77,7 @@ class GPTConfig:
     norm_position: NormPosition = "pre"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
-            check_int(name, getattr(self, name))
-        if self.embed_dim % self.num_heads != 0:
-            raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
-        if self.num_kv_heads is not None:
-            check_int("num_kv_heads", self.num_kv_heads, expected="a positive int or None")
-            if self.num_heads % self.num_kv_heads != 0:
-                raise ValueError(
-                    f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})"
-                )
-        check_fraction("dropout", self.dropout)
-        check_bool("bias", self.bias)
-        check_choice("positions", self.positions, _POSITIONS)
-        check_choice("attention", self.attention, _ATTENTION)
-        if self.attention == "flash" and self.dropout > 0:
-            raise ValueError(
-                f"attention='flash' has no dropout on the attention weights, got dropout={self.dropout}: "
-                "use dropout=0.0, or attention='torch' or 'course'"
-            )
-        check_choice(
-            "norm_position",
-            self.norm_position,
-            shared.NORM_POSITIONS,
-            " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)",
-        )
-        check_greater_than("rope_base", self.rope_base, 1)  # checked for every model: checkpoints store it
-        if self.positions == "rope" and self.head_dim % 2 != 0:
-            raise ValueError(
-                f"rotary positions need an even head_dim, got {self.head_dim} "
-                f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
-            )
+        check_gpt_config(self, _POSITIONS, _ATTENTION, shared.NORM_POSITIONS)
 
     @property
     def head_dim(self) -> int:
@@ -123,13 +94,8 @@ class GPTConfig:
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
-        if not isinstance(d, dict):
-            raise TypeError(
-                f"from_dict takes a dict of GPTConfig fields (what to_dict returned), got {type(d).__name__}"
-            )
-        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
-        if unknown:
-            raise ValueError(f"unknown GPTConfig field(s) {sorted(unknown)}")
+        """The configuration :meth:`to_dict` returned (a checkpoint's)."""
+        check_config_dict(cls, d)
         return cls(**d)
 
 
@@ -176,8 +142,7 @@ class CausalSelfAttention(MultiHeadAttention):
         start: int = 0,
     ):
         if not torch.compiler.is_compiling():  # a few attribute reads: a learner may call a layer on its own
-            check_embedded("x", x, self.embed_dim, self)
-            check_bool("need_weights", need_weights)
+            check_attention_input(x, self, need_weights)
         B, T, C = x.shape
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
@@ -187,10 +152,11 @@ class CausalSelfAttention(MultiHeadAttention):
             k, v = cache.update(self.layer_idx, k, v)  # (B, H, S, D): earlier keys and values, then these
         S = k.shape[-2]
         p = self.dropout if self.training else 0.0
-        if mask is None and (need_weights or self.attention == "course"):
-            mask = causal_mask(T, S, device=x.device)  # (T, S), bottom-right aligned when T < S
         if need_weights or self.attention == "course":
-            out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
+            if mask is not None:  # the caller's mask; the causal one below fits by construction
+                check_layer_mask(mask, q, k)
+            mask = causal_mask(T, S, device=x.device) if mask is None else mask  # (T, S), bottom-right when T < S
+            out, weights = _attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         elif self.attention == "flash":  # no dropout_p: the config refuses dropout with it
             weights = None
             out = flash_attention(q, k, v, mask, is_causal=mask is None)  # (B, H, T, D); causal is bottom-right
@@ -332,23 +298,13 @@ class GPT(nn.Module):
         n = self.num_parameters() - (self.pos_emb.embedding.weight.numel() if self.pos_emb is not None else 0)
         return 6.0 * n + 6.0 * c.num_layers * T * c.embed_dim
 
-    def _values_checked(self, idx: torch.Tensor) -> bool:
-        """Whether this forward checks the ids' range: not in a GPU training step, not while compiling."""
-        return not isinstance(idx, torch.Tensor) or idx.device.type == "cpu" or not self.training
-
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
-        if not torch.compiler.is_compiling():
-            check_token_ids("idx", idx, self.config.vocab_size, values=self._values_checked(idx))
+        """Token plus position embeddings of checked ids at positions ``start ..``: (B, T) -> (B, T, C)."""
         B, T = idx.shape
-        if start + T > self.config.context_length:
-            raise ValueError(
-                f"positions {start}..{start + T - 1} do not fit in context_length = {self.config.context_length}; "
-                "crop the input (generation keeps the last context_length tokens)"
-            )
         x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
-            # What self.pos_emb(x, positions) computes, without its per-call checks (done above): they read a
-            # tensor's value in Python, which stalls a GPU and splits a torch.compile graph in four.
+            # What self.pos_emb(x, positions) computes, without its per-call checks (done at the entry): they read
+            # a tensor's value in Python, which stalls a GPU and splits a torch.compile graph in four.
             x = x + self.pos_emb.embedding.weight[start : start + T]  # (B, T, C) + (T, C)
         return self.drop(x)
 
@@ -361,24 +317,8 @@ class GPT(nn.Module):
         return _LogitsOnly(self)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
-        if isinstance(targets, KVCache):
-            raise TypeError(
-                "got a KVCache as targets (the second argument): pass it as cache=..., or give "
-                "course_utils.generation model.for_generation(), whose forward is (idx, cache)"
-            )
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
-        start = 0 if cache is None else cache.length  # read once, before any layer appends
-        x = self._embed(idx, start)  # (B, T, C); checks idx
-        if targets is not None and not torch.compiler.is_compiling():
-            check_token_ids(
-                "targets", targets, self.config.vocab_size, ignore_index=-100, values=self._values_checked(idx)
-            )
-            if targets.shape != idx.shape:
-                raise ValueError(
-                    f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
-                    f"position), got {tuple(targets.shape)}"
-                )
+        start = check_gpt_inputs(self, idx, targets, cache, KVCache)  # cache.length, read before any layer appends
+        x = self._embed(idx, start)  # (B, T, C)
         for block in self.blocks:
             x = block(x, cache=cache, start=start)  # (B, T, C)
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
@@ -393,6 +333,7 @@ class GPT(nn.Module):
 
         Shape: idx (B, T) -> num_layers tensors (B, H, T, T), as bertviz takes them. Taught in notebook 11.
         """
+        check_gpt_ids(self, idx)
         x = self._embed(idx, 0)  # (B, T, C)
         maps = []
         for block in self.blocks:
