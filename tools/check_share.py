@@ -9,10 +9,13 @@
 
 What counts (read from the syntax tree, no import): a function-body line is a line of a statement inside a
 ``def``, less its docstring, blank lines and comment lines. A check line is a line of a statement that checks:
-``raise``, ``assert``, a call to a function whose name starts with ``check`` or ``_check`` (as a statement, or
-the value of an assignment), an ``if`` or ``for`` whose whole body is such statements, and every line of a
-function named ``check_*``, ``_check_*`` or ``validate*``. What a module hands to ``_validate`` is one line
-where it is called: the checks live in one place, the module reads as the idea.
+``raise SomeError(...)`` (a bare ``raise`` passes a failure on: no check), ``assert``, a call to a function
+whose name starts with ``check`` or ``_check`` (as a statement, anywhere in the value of an assignment, or as
+the value returned), an ``if`` or ``for`` whose whole body is such statements, an ``except`` that ends in
+``raise SomeError(...)``, a ``try`` whose body only calls (``torch.broadcast_shapes(...)``) and whose every
+``except`` is such, and every line of a function named ``check_*``, ``_check_*`` or ``validate*``. What a
+module hands to ``_validate`` is one line where it is called: the checks live in one place, the module reads
+as the idea.
 """
 
 from __future__ import annotations
@@ -39,28 +42,45 @@ LEARNER_MODULES = (
 GOAL = 0.20
 
 
+def _calls_check(node: ast.AST) -> bool:
+    """True for a call of a function named ``check*`` or ``_check*`` (plain or as an attribute)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+    return name.startswith(("check", "_check"))
+
+
 def _is_check_call(node: ast.AST) -> bool:
-    """True for a call whose function is named ``check*`` or ``_check*`` (plain or as an attribute)."""
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Call):
-            func = sub.func
-            name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
-            if name.startswith(("check", "_check")):
-                return True
-    return False
+    """True for an expression holding such a call anywhere."""
+    return any(_calls_check(sub) for sub in ast.walk(node))
 
 
 def _is_check(stmt: ast.stmt) -> bool:
     """True for a statement that only checks (see the module's docstring)."""
-    if isinstance(stmt, (ast.Raise, ast.Assert)):
+    if isinstance(stmt, ast.Raise):
+        return stmt.exc is not None  # a bare ``raise`` passes a failure on (after a clean-up, say): no check
+    if isinstance(stmt, ast.Assert):
         return True
     if isinstance(stmt, ast.Expr):
         return _is_check_call(stmt.value)
     if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
         return stmt.value is not None and _is_check_call(stmt.value)
+    if isinstance(stmt, ast.Return):  # return check_int(...): the checked value is the answer
+        return _calls_check(stmt.value)  # not return kernel(check_x(...)): that line is the idea
     if isinstance(stmt, (ast.If, ast.For)):
         return all(_is_check(s) for s in stmt.body + stmt.orelse)
+    if isinstance(stmt, ast.Try):  # try: torch.broadcast_shapes(...) except RuntimeError: raise ValueError(...)
+        provokes = all(isinstance(s, ast.Expr) for s in stmt.body)  # its result unused: it is there to fail
+        return provokes and not (stmt.orelse or stmt.finalbody) and all(_translates(h) for h in stmt.handlers)
     return False
+
+
+def _translates(node: ast.AST) -> bool:
+    """True for an ``except`` that ends in ``raise SomeError(...)``: it turns a failure into the caller's error."""
+    if not isinstance(node, ast.ExceptHandler):
+        return False
+    return isinstance(node.body[-1], ast.Raise) and node.body[-1].exc is not None
 
 
 def _lines(node: ast.AST) -> set[int]:
@@ -92,7 +112,7 @@ def measure(source: str) -> tuple[int, int, list[tuple[str, int, int]]]:
                 own_checks |= _lines(stmt)
             else:
                 for sub in ast.walk(stmt):  # checks inside loops, with-blocks, try-blocks of this function
-                    if isinstance(sub, ast.stmt) and _is_check(sub):
+                    if _translates(sub) or isinstance(sub, ast.stmt) and _is_check(sub):
                         own_checks |= _lines(sub)
         own_body &= code_lines
         own_checks &= own_body
