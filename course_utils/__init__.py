@@ -15,6 +15,10 @@ scores          q @ k^T (scaled), before the softmax
 weights         softmax(scores), the attention weights; each row sums to 1
 out             weights @ v, the attention output
 mask            boolean, True = may attend (as F.scaled_dot_product_attention reads it)
+max_steps       optimizer steps of a training run; max_iters in nanoGPT
+learning_rate   the optimizer's (peak) step size; lr in PyTorch's optimizers
+batch_size      sequences per training step; eval_batch_size per evaluation batch
+eval_batches    how many batches an evaluation averages over; eval_iters in nanoGPT
 
 Shape alphabet (declared once, never overloaded)
 ------------------------------------------------
@@ -26,10 +30,12 @@ Einsum letters are the same in lower case, with i, j for query and key positions
 Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
 ``multihead`` (04-05, cross-attention in 05), ``positional`` and ``length_generalisation`` (06),
 ``variants`` (07), ``fast_attention`` (08), ``generation`` (09), ``data``, ``gpt``, ``train``, ``runs`` (10),
-``attention_view`` and ``inspect_gpt`` (11); beside them ``block`` (the one transformer block of the models of
-06-11), ``plotting`` and ``widgets`` (pictures and explorers), ``exercises`` and ``checking`` (the checks
-behind every exercise) and ``environment`` (the setup check); ``static/vendor`` holds the JavaScript that
-``attention_view`` inlines, so that bertviz's views work offline.
+``attention_view``, ``inspect_gpt`` and ``induction`` (11); beside them ``block`` (the one transformer block of
+the models of 06-11), ``plotting`` and ``widgets`` (pictures and explorers), ``exercises`` and ``checking`` (the
+checks behind every exercise), ``devices`` (``best_device``, ``pick_device``: where tensors go) and
+``environment`` (the setup check); ``_validate`` and ``_files`` are the one home of argument checks and atomic
+writes; ``static/vendor`` holds the JavaScript that ``attention_view`` inlines, so that bertviz's views work
+offline.
 
 The course's tooling (building the notebooks, grading, resets, workshop rooms, the static site, vendoring,
 making the corpus) is the package ``course_tools`` beside this one: a learner never needs to import it.
