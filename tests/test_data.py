@@ -1,7 +1,7 @@
 """course_utils.data: loading and checking text, the character tokenizer, the split, batches.
 
-The making of the corpus (download, verify, clean, the command line) is course_tools.corpus, tested in
-tests/test_corpus.py. Everything here runs offline.
+The making of the corpus (download, verify, clean) is course_utils._corpus and its command line
+course_tools.corpus, both tested in tests/test_corpus.py. Everything here runs offline.
 """
 
 import json
@@ -352,7 +352,7 @@ def test_iter_eval_batches_wants_a_bool_drop_last():
 
 
 # --------------------------------------------------------------------------------------------------
-# What a learner sees: the module teaches; the corpus plumbing lives in course_tools.corpus
+# What a learner sees: the module teaches; the corpus plumbing lives in course_utils._corpus and course_tools.corpus
 # --------------------------------------------------------------------------------------------------
 
 PLUMBING = (
@@ -388,8 +388,10 @@ def test_tab_completion_shows_what_the_module_teaches_not_the_corpus_plumbing():
     } <= shown
     assert not shown & set(PLUMBING), shown & set(PLUMBING)
     assert set(data.__all__) <= shown and not set(data.__all__) & set(PLUMBING)
-    for name in PLUMBING:  # code written before the move still finds each name, as the same object
-        assert getattr(data, name) is getattr(corpus, name), name
+    for name in PLUMBING:  # code written before the move is told the new name in one line
+        assert hasattr(corpus, name), name
+        with pytest.raises(AttributeError, match=rf"^course_utils\.data\.{name} is now course_tools\.corpus\.{name}$"):
+            getattr(data, name)
     with pytest.raises(AttributeError, match="module 'course_utils.data' has no attribute 'nonsense'"):
         data.nonsense  # noqa: B018
 
@@ -403,7 +405,7 @@ def test_the_gpt_notebooks_imports_keep_working(name):
     assert {"CharTokenizer", "load_corpus", "get_batch"} <= set(namespace)
 
 
-def test_the_old_command_runs_the_new_one(tmp_path):
+def test_the_old_command_names_the_new_one(tmp_path):
     proc = subprocess.run(
         [sys.executable, "-m", "course_utils.data", "--datasets-dir", str(tmp_path), "verify"],
         cwd=tmp_path,
@@ -411,9 +413,8 @@ def test_the_old_command_runs_the_new_one(tmp_path):
         text=True,
         timeout=300,
     )
-    assert proc.returncode == 1
-    assert f"is not there yet: run `python -m course_tools.corpus --datasets-dir {tmp_path} fetch`" in proc.stderr
-    assert "python -m course_utils.data is now python -m course_tools.corpus" in proc.stderr
+    assert proc.returncode == 1 and proc.stdout == ""
+    assert proc.stderr == "python -m course_utils.data is now python -m course_tools.corpus: run that instead\n"
 
 
 def test_the_missing_corpus_message_names_the_folder_it_was_asked_for(tmp_path):
