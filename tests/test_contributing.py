@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
 import subprocess
 import sys
@@ -85,3 +87,72 @@ def test_the_formatter_and_the_line_length_are_enforced_where_the_guide_says():
     )
     assert lint == [f"-m ruff check {expected}", f"-m ruff format --check {expected}"], lint
     assert "120 characters" in (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+
+
+# --- the guides name what is there (issue #20: sentences that outlived a move) ----------------------------
+
+GUIDES = ("README.md", "CONTRIBUTING.md", "course_source/AUTHORING.md")
+PACKAGES = ("course_utils", "course_tools")
+_DOTTED = re.compile(r"\b((?:course_utils|course_tools)(?:\.[A-Za-z_]\w*)+)")
+_SHORT = re.compile(r"`([a-z_]+)\.([A-Za-z_]\w*)`")  # `data.load_corpus`: a course_utils module's name
+
+
+def _resolve(dotted: str) -> bool:
+    """Whether ``dotted`` names a module, or a module and attributes inside it, that exist today."""
+    parts = dotted.split(".")
+    for i in range(len(parts), 0, -1):
+        try:
+            obj = importlib.import_module(".".join(parts[:i]))
+        except ModuleNotFoundError:
+            continue
+        for name in parts[i:]:
+            if not hasattr(obj, name):
+                return False
+            obj = getattr(obj, name)
+        return True
+    return False
+
+
+def _docstrings(path: Path) -> str:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = [tree, *(n for n in ast.walk(tree) if isinstance(n, (ast.ClassDef, ast.FunctionDef)))]
+    return "\n".join(ast.get_docstring(n) or "" for n in nodes)
+
+
+def _named(text: str) -> set[str]:
+    modules = {p.stem for p in (ROOT / "course_utils").glob("*.py")}
+    short = {f"course_utils.{m}.{name}" for m, name in _SHORT.findall(text) if m in modules}
+    return {name.rstrip(".") for name in _DOTTED.findall(text)} | short
+
+
+def test_every_module_and_name_the_guides_and_docstrings_give_still_exists():
+    """`course_utils.environment.best_device` after best_device moved, `attention_view` reading
+    `course_tools.vendor_js`'s list after it stopped: a dotted name in a guide or a docstring must resolve."""
+    texts = {guide: (ROOT / guide).read_text(encoding="utf-8") for guide in GUIDES}
+    for path in sorted((ROOT / "course_utils").rglob("*.py")):
+        texts[str(path.relative_to(ROOT))] = _docstrings(path)
+    stale = sorted(f"{where}: {name}" for where, text in texts.items() for name in _named(text) if not _resolve(name))
+    assert not stale, "names that no longer exist:\n" + "\n".join(stale)
+    for guide in GUIDES:  # files named by path: course_utils/_validate.py, tools/check_share.py, tests/test_x.py
+        for path in re.findall(r"\b((?:course_utils|course_tools|tools|tests)/[\w/]+\.py)\b", texts[guide]):
+            assert (ROOT / path).is_file(), f"{guide} names {path}, which is not there"
+        for name in re.findall(r"`(test_\w+\.py)`", texts[guide]):
+            assert (ROOT / "tests" / name).is_file(), f"{guide} names tests/{name}, which is not there"
+
+
+def test_contributing_names_each_course_utils_module_that_imports_course_tools():
+    """CONTRIBUTING says the learner's package never imports the tools, less the exceptions it lists in
+    parentheses; the list must be exactly the modules that do (at any depth, lazily or not)."""
+    importers = set()
+    for path in (ROOT / "course_utils").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            names += [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            if any(n == "course_tools" or n.startswith("course_tools.") for n in names):
+                importers.add(path.stem)
+    text = " ".join((ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8").split())
+    found = re.search(r"it imports `course_utils`, never the other way round( \(([^)]*)\))?", text)
+    assert found, "CONTRIBUTING.md no longer says which way the two packages import"
+    exceptions = found.group(2) or ""
+    named = {m for m, _ in _SHORT.findall(exceptions) if m not in PACKAGES}
+    assert named == importers, f"CONTRIBUTING names {sorted(named)}; these import course_tools: {sorted(importers)}"
