@@ -341,6 +341,380 @@ def from_preset(cls: type, presets: dict, name: str, overrides: dict):
 
 # --- attention, masking, multihead, block, positional ---
 
+
+def check_float_tensor(name: str, x: object, min_dim: int = 1) -> None:
+    """Raise unless ``x`` is a floating-point tensor with at least ``min_dim`` dimensions."""
+    check_tensor(name, x, min_dim)
+    check_floating(name, x)
+
+
+def check_softmax_input(x: object, dim: object) -> None:
+    """Raise unless ``x`` is a floating-point tensor (at least 1-D) and ``dim`` one of its axes."""
+    check_float_tensor("x", x)
+    check_dim("x", x, dim)
+
+
+def check_qkv_scale(q: object, k: object, v: object, scale: object) -> float:
+    """``scale`` as a float, after checking q, k, v (:func:`check_qkv`) and that ``scale`` is a positive number."""
+    check_qkv(q, k, v)
+    return check_positive_number("scale", scale)
+
+
+def check_bias(bias: object, scores_shape: tuple[int, ...]) -> None:
+    """Raise unless ``bias`` is a floating-point tensor that broadcasts to the scores' shape (..., T, S)."""
+    check_tensor("bias", bias, min_dim=0)
+    if not bias.is_floating_point():
+        raise TypeError(f"bias must be a floating-point tensor added to the scores, got dtype {bias.dtype}")
+    try:
+        ok = torch.broadcast_shapes(bias.shape, scores_shape) == torch.Size(scores_shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(
+            f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape {tuple(scores_shape)}"
+        )
+
+
+def check_sdpa_args(
+    q: object, k: object, v: object, mask: object, dropout_p: object, scale: object, bias: object
+) -> tuple[float, float | None]:
+    """``dropout_p`` and ``scale`` (None kept) as floats, after checking the arguments of
+    ``attention.scaled_dot_product_attention``: q, k, v fit (:func:`check_qkv`), dropout_p in [0, 1), scale > 0,
+    and ``bias`` (float) and ``mask`` (bool), when given, broadcast to the scores (..., T, S) on q's device."""
+    check_qkv(q, k, v)
+    dropout_p = check_fraction("dropout_p", dropout_p)
+    scale = None if scale is None else check_positive_number("scale", scale)
+    scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])  # (..., T, S)
+    if bias is not None:
+        check_bias(bias, scores_shape)
+        check_same_device(q=q, bias=bias)
+    if mask is not None:
+        check_bool_mask(mask, scores_shape)
+        check_same_device(q=q, mask=mask)
+    return dropout_p, scale
+
+
+def check_grad_norms_args(q: object, k: object, v: object, grad_out: object, scale: object) -> float | None:
+    """``scale`` (None kept) as a float, after checking q, k, v and that ``grad_out`` is a gradient of the
+    attention output: a floating (..., T, Dv) tensor of q's dtype and device."""
+    check_qkv(q, k, v)
+    scale = None if scale is None else check_positive_number("scale", scale)
+    check_float_tensor("grad_out", grad_out, min_dim=2)
+    check_same_device(q=q, grad_out=grad_out)
+    if grad_out.dtype != q.dtype:
+        raise TypeError(f"grad_out must have the dtype of q, k and v ({q.dtype}), got {grad_out.dtype}")
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    out_shape = (*batch, q.shape[-2], v.shape[-1])
+    if tuple(grad_out.shape) != out_shape:
+        raise ValueError(
+            f"grad_out must have the shape of the attention output {out_shape}, got {tuple(grad_out.shape)}"
+        )
+    return scale
+
+
+def check_causal_mask_args(T: object, S: object, device: object) -> tuple[int, int, torch.device | None]:
+    """``T``, ``S`` (T when None) and ``device`` (None kept) of ``masking.causal_mask``, checked: ints with
+    1 <= T <= S, a device name, and a mask small enough to allocate."""
+    T = check_int("T", T)
+    S = T if S is None else check_int("S", S)
+    if T > S:
+        raise ValueError(f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
+    if device is not None:
+        device = parse_device(device)
+    if T * S > 2**40:  # a terabyte of bools: torch would overflow or fail to allocate, deep inside
+        raise ValueError(
+            f"causal_mask({T}, {S}) would need {T * S:,} bytes ({T * S / 2**30:,.0f} GiB) for a "
+            "(T, S) bool mask: use a smaller T and S"
+        )
+    return T, S, device
+
+
+def check_mask_scores_args(scores: object, mask: object, fill_value: object) -> float:
+    """The fill value of ``masking.mask_scores`` (-inf when None), after checking that ``scores`` is a tensor of
+    at least 2 dimensions, ``mask`` a boolean mask that broadcasts to it and the fill value -inf or negative."""
+    check_tensor("scores", scores, min_dim=2)
+    check_bool_mask(mask, scores.shape)
+    fill = float("-inf") if fill_value is None else check_number("fill_value", fill_value, "a number or None")
+    if not (fill == float("-inf") or (math.isfinite(fill) and fill < 0)):
+        raise ValueError(
+            f"fill_value must be -inf or a finite negative number (blocked keys need a score far below "
+            f"the others so the softmax gives them ~0 weight; NaN or +inf would poison the row), "
+            f"got {fill}"
+        )
+    return fill
+
+
+def check_padding_mask_args(lengths: object, S: object) -> tuple[torch.Tensor, int]:
+    """``lengths`` (a list or tensor) as a 1-D integer tensor and ``S`` as an int >= 0, each length in [0, S]
+    (``masking.padding_mask``); TypeError or ValueError otherwise."""
+    S = check_int("S", S, minimum=0)
+    lengths = torch.as_tensor(lengths)
+    if lengths.numel() == 0:
+        lengths = lengths.long()  # torch.as_tensor([]) is float32; an empty batch is still a batch
+    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
+        raise TypeError(
+            f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}"
+        )
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
+        raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
+    return lengths, S
+
+
+def check_combinable(masks: list) -> None:
+    """Raise unless ``masks`` are boolean tensors that broadcast together (``masking.combine_masks``)."""
+    for i, m in enumerate(masks):
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            got = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
+            raise TypeError(f"combine_masks takes boolean masks (True = may attend); mask {i} is {got}")
+    try:
+        torch.broadcast_shapes(*(m.shape for m in masks))
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(m.shape)) for m in masks)
+        raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None
+
+
+def check_convert_mask_args(mask: object, src: object, dst: object, dtype: object, conventions: tuple) -> None:
+    """Raise unless ``masking.convert_mask`` can translate ``mask`` from ``src`` to ``dst``, two of ``conventions``:
+    a floating ``dtype``, a boolean mask for "allow" and "block", and for "additive" a float mask holding only
+    0 and -inf (finite non-zero entries make it a bias, not a mask)."""
+    for name, conv in (("src", src), ("dst", dst)):
+        check_choice(name, conv, conventions)
+    check_tensor("mask", mask, min_dim=0)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype (an additive mask holds -inf), got {dtype!r}")
+    if src in ("allow", "block") and mask.dtype != torch.bool:
+        raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
+    if src == "additive":
+        if not mask.is_floating_point():
+            raise TypeError(f"an 'additive' mask must be floating point, got dtype {mask.dtype}")
+        finite_nonzero = torch.isfinite(mask) & (mask != 0)
+        if bool(finite_nonzero.any()) or bool((mask == float("inf")).any()) or bool(mask.isnan().any()):
+            raise ValueError(
+                "an 'additive' mask may only hold 0 (may attend) and -inf (blocked); this one holds other "
+                "values, so it is a bias, not a mask"
+            )
+
+
+def check_split_heads(x: object, num_heads: object) -> int:
+    """The head dimension D = C // num_heads of ``multihead.split_heads``, after checking that ``x`` is (B, T, C)
+    and the head counts (:func:`check_heads`)."""
+    check_tensor("x", x, min_dim=3)
+    if x.dim() != 3:
+        raise ValueError(f"split_heads takes x of shape (B, T, C), got {tuple(x.shape)}")
+    return check_heads(x.shape[-1], num_heads)
+
+
+def check_merge_heads(x: object) -> None:
+    """Raise unless ``x`` is a (B, H, T, D) tensor (``multihead.merge_heads``)."""
+    check_tensor("x", x, min_dim=4)
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads takes x of shape (B, H, T, D), got {tuple(x.shape)}")
+
+
+def check_packed(packed: object, packed_class: type) -> None:
+    """Raise TypeError unless ``packed`` is a ``packed_class`` (the course's MultiHeadAttention), for from_packed."""
+    if not isinstance(packed, packed_class):
+        hint = (
+            " (convert it first with MultiHeadAttention.from_torch)"
+            if isinstance(packed, torch.nn.MultiheadAttention)
+            else ""
+        )
+        raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
+
+
+def check_from_torch(m: object) -> None:
+    """Raise unless ``m`` is an ``nn.MultiheadAttention`` with one packed in_proj_weight and no extra keys."""
+    if not isinstance(m, torch.nn.MultiheadAttention):
+        raise TypeError(f"from_torch takes an nn.MultiheadAttention, got {type(m).__name__}")
+    if not m._qkv_same_embed_dim:
+        raise ValueError("from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)")
+    if m.bias_k is not None or m.add_zero_attn:
+        raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
+
+
+def check_memory(memory: object, x: torch.Tensor, module: torch.nn.Module) -> None:
+    """Raise unless ``memory`` is a floating (B, S, C) tensor: x's batch size, S >= 1, the module's dtype and device."""
+    check_float_tensor("memory", memory, min_dim=3)
+    B, C = x.shape[0], module.embed_dim
+    if memory.dim() != 3 or memory.shape[0] != B or memory.shape[1] == 0 or memory.shape[2] != C:
+        raise ValueError(
+            f"memory must have shape (B={B}, S >= 1, C={C}) for x of shape {tuple(x.shape)}, got {tuple(memory.shape)}"
+        )
+    check_matches_module("memory", memory, module)
+
+
+def check_attention_call(
+    module: torch.nn.Module,
+    x: object,
+    mask: object,
+    need_weights: object,
+    memory: object = None,
+    *,
+    per_head: bool = True,
+    takes_memory: bool = False,
+) -> None:
+    """The entry check of an attention module's forward, after which it may call ``attention._attend`` unchecked.
+
+    ``x`` the module's (B, T, C) input and ``need_weights`` a bool (:func:`check_attention_input`); ``memory``
+    None or a (B, S, C) tensor like x; ``mask`` None or a boolean mask on x's device that broadcasts to the scores,
+    (B, H, T, S), or (B, T, S) with ``per_head=False``. With ``takes_memory``, a floating (B, S, C) tensor passed
+    as the mask gets its own TypeError: ``nn.MultiheadAttention``'s habit, attn(x, memory), by position.
+    """
+    check_attention_input(x, module, need_weights)
+    looks_like_memory = isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.dim() == 3
+    if takes_memory and looks_like_memory and mask.shape[-1] == module.embed_dim:
+        raise TypeError(
+            f"mask must be boolean, got a floating tensor of shape {tuple(mask.shape)}, which "
+            f"looks like a (B, S, C) memory: for cross-attention pass it by keyword, "
+            f"attn(x, memory=m)"
+        )
+    if memory is not None:
+        check_memory(memory, x, module)
+    if mask is not None:
+        B, T, _ = x.shape
+        S = T if memory is None else memory.shape[1]
+        check_bool_mask(mask, (B, module.num_heads, T, S) if per_head else (B, T, S))
+        check_same_device(q=x, mask=mask)  # the queries are made on x's device
+
+
+def check_mlp_args(embed_dim: object, mlp_ratio: object, bias: object, dropout: object) -> tuple[int, int, bool, float]:
+    """``embed_dim``, ``mlp_ratio``, ``bias`` and ``dropout`` of ``block.MLP``, checked: positive ints, a bool and a
+    fraction in [0, 1)."""
+    mlp_ratio, embed_dim = check_int("mlp_ratio", mlp_ratio), check_int("embed_dim", embed_dim)
+    return embed_dim, mlp_ratio, check_bool("bias", bias), check_fraction("dropout", dropout)
+
+
+def check_block_args(
+    embed_dim: object, attn: object, norm_position: object, norm_positions: tuple, bias: object
+) -> bool:
+    """``bias`` as a bool, after checking the other arguments of ``block.Block``: a positive int ``embed_dim``,
+    an ``nn.Module`` ``attn`` and ``norm_position`` one of ``norm_positions``."""
+    check_int("embed_dim", embed_dim)
+    if not isinstance(attn, torch.nn.Module):
+        raise TypeError(f"attn must be an nn.Module (an attention layer), got {type(attn).__name__}")
+    check_choice("norm_position", norm_position, norm_positions)
+    return check_bool("bias", bias)
+
+
+def check_layer_input(x: object, embed_dim: int, module: torch.nn.Module) -> None:
+    """:func:`check_embedded` for the input ``x`` of a layer, skipped while ``torch.compile`` traces (a compiled
+    model leaves out these attribute reads)."""
+    if not torch.compiler.is_compiling():
+        check_embedded("x", x, embed_dim, module)
+
+
+def check_even(name: str, n: int, why: str) -> None:
+    """Raise ValueError unless ``n`` is even; ``why`` says what comes in pairs."""
+    if n % 2 != 0:
+        raise ValueError(f"{name} must be even ({why}), got {n}")
+
+
+def check_even_int(name: str, n: object, why: str) -> None:
+    """Raise unless ``n`` is an even int >= 2 (a number of channels taken in pairs)."""
+    check_int(name, n, minimum=2)
+    check_even(name, n, why)
+
+
+def check_positions(positions: object, T: int, device: torch.device, context_length: int | None = None) -> torch.Tensor:
+    """``positions`` as a 1-D integer tensor of length T on ``device``, arange(T) when None; each below
+    ``context_length`` when given (the rows of a learned position embedding)."""
+    if positions is None:
+        positions = torch.arange(T, device=device)
+    else:
+        if not isinstance(positions, torch.Tensor):
+            raise TypeError(f"positions must be a 1-D integer torch.Tensor, got {type(positions).__name__}")
+        if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+            raise TypeError(f"positions must be an integer tensor (absolute positions), got dtype {positions.dtype}")
+        if positions.dim() != 1 or positions.shape[0] != T:
+            raise ValueError(
+                f"positions must have shape (T,) = ({T},), one per position of x, got {tuple(positions.shape)}"
+            )
+        if positions.numel() and int(positions.min()) < 0:
+            raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
+        positions = positions.to(device)
+    if context_length is not None and positions.numel() and int(positions.max()) >= context_length:
+        raise ValueError(
+            f"position {int(positions.max())} is beyond context_length = {context_length}: a learned "
+            f"position embedding only has rows for positions 0 .. {context_length - 1}"
+        )
+    return positions
+
+
+def check_channels(x: object, n: int, what: str) -> None:
+    """Raise unless ``x`` is a floating (..., T, n) tensor; ``what`` names n ("embed_dim", "head_dim")."""
+    check_float_tensor("x", x, min_dim=2)
+    if x.shape[-1] != n:
+        raise ValueError(f"x must end in {what} = {n} channels, got shape {tuple(x.shape)}")
+
+
+def check_learned_input(x: object, positions: object, embed_dim: int, context_length: int) -> torch.Tensor:
+    """The (T,) positions of ``positional.LearnedPositionalEmbedding``'s input, 0 .. T-1 when None, after checking
+    that ``x`` is a floating (..., T, embed_dim) tensor and each position below ``context_length``."""
+    check_channels(x, embed_dim, "embed_dim")
+    return check_positions(positions, x.shape[-2], x.device, context_length)
+
+
+def check_sinusoidal_args(C: object, base: object) -> float:
+    """``base`` as a float above 1, after checking that ``C`` is an even int >= 2 (sin and cos pairs)."""
+    check_even_int("C", C, "the channels come in (sin, cos) pairs")
+    return check_greater_than("base", base, 1)
+
+
+def check_rotate_pair(x1: object, x2: object, angle: object) -> None:
+    """Raise unless ``x1``, ``x2`` and ``angle`` are floating-point tensors that broadcast together."""
+    for name, t in (("x1", x1), ("x2", x2), ("angle", angle)):
+        check_float_tensor(name, t, min_dim=0)
+    try:
+        torch.broadcast_shapes(x1.shape, x2.shape, angle.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} do not broadcast together"
+        ) from None
+
+
+def check_rope_input(x: object, positions: object, pairing: object, pairings: tuple) -> torch.Tensor:
+    """The (T,) positions of ``positional.apply_rope``'s input, 0 .. T-1 when None, after checking that ``x`` is a
+    floating (..., T, D) tensor with D even and ``pairing`` one of ``pairings``."""
+    check_float_tensor("x", x, min_dim=2)
+    check_choice("pairing", pairing, pairings)
+    check_even("the last dimension D of x", x.shape[-1], "RoPE rotates pairs of channels")
+    return check_positions(positions, x.shape[-2], x.device)
+
+
+def check_rotary_table_args(head_dim: object, base: object, length: object, pairing: object, pairings: tuple) -> float:
+    """``base`` as a float above 1, after checking the other arguments of ``positional.RotaryTable``: an even
+    ``head_dim`` >= 2, an int ``length`` >= 0 and ``pairing`` one of ``pairings``."""
+    check_even_int("head_dim", head_dim, "RoPE rotates pairs of channels")
+    check_int("length", length, minimum=0)
+    check_choice("pairing", pairing, pairings)
+    return check_greater_than("base", base, 1)
+
+
+def check_rotate_input(x: object, head_dim: int, start: object) -> None:
+    """Raise unless ``x`` is a floating (..., T, head_dim) tensor and ``start`` an int >= 0 (``RotaryTable.rotate``);
+    skipped while ``torch.compile`` traces (a compiled model leaves out these attribute reads)."""
+    if not torch.compiler.is_compiling():
+        check_channels(x, head_dim, "head_dim")
+        check_int("start", start, minimum=0)
+
+
+def check_alibi_args(H: object, T: object, S: object) -> None:
+    """Raise unless ``H``, ``T`` and ``S`` of ``positional.alibi_bias`` are positive ints with T <= S."""
+    check_int("H", H)
+    check_int("T", T)
+    check_int("S", S)
+    if T > S:
+        raise ValueError(f"alibi_bias needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
+
+
+def check_rotary_attention_args(head_dim: int, base: object, pairing: object, pairings: tuple) -> float:
+    """``base`` as a float above 1, after checking that ``head_dim`` is even and ``pairing`` one of ``pairings``
+    (``positional.RotaryMultiHeadAttention``)."""
+    check_even("head_dim (embed_dim / num_heads)", head_dim, "RoPE rotates pairs of channels")
+    check_choice("pairing", pairing, pairings)
+    return check_greater_than("base", base, 1)
+
+
 # --- variants, fast_attention ---
 
 # --- gpt, generation ---

@@ -12,14 +12,11 @@ import torch
 import torch.nn.functional as F
 
 from course_utils._validate import (
-    check_bool_mask,
-    check_dim,
-    check_floating,
-    check_fraction,
-    check_positive_number,
-    check_qkv,
-    check_same_device,
-    check_tensor,
+    check_float_tensor,
+    check_grad_norms_args,
+    check_qkv_scale,
+    check_sdpa_args,
+    check_softmax_input,
 )
 
 __all__ = [
@@ -33,27 +30,12 @@ __all__ = [
 ]
 
 
-def _check_bias(bias: object, scores_shape: tuple[int, ...]) -> None:
-    check_tensor("bias", bias, min_dim=0)
-    if not bias.is_floating_point():
-        raise TypeError(f"bias must be a floating-point tensor added to the scores, got dtype {bias.dtype}")
-    try:
-        ok = torch.broadcast_shapes(bias.shape, scores_shape) == torch.Size(scores_shape)
-    except RuntimeError:
-        ok = False
-    if not ok:
-        raise ValueError(
-            f"bias of shape {tuple(bias.shape)} does not broadcast to the scores' shape {tuple(scores_shape)}"
-        )
-
-
 def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float = 1.0) -> torch.Tensor:
     """Dot-product attention with explicit Python loops, one query at a time (slow on purpose).
 
     Shape: q (T, D), k (S, D), v (S, Dv) -> out (T, Dv). Taught in notebook 01.
     """
-    check_qkv(q, k, v)
-    scale = check_positive_number("scale", scale)
+    scale = check_qkv_scale(q, k, v, scale)
     if q.dim() != 2:
         raise ValueError(f"attention_loops works on one sequence: q must be (T, D), got {tuple(q.shape)}")
     T, S = q.shape[0], k.shape[0]
@@ -72,8 +54,7 @@ def attention_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv) -> out (..., T, Dv). Taught in notebook 01.
     """
-    check_qkv(q, k, v)
-    scale = check_positive_number("scale", scale)
+    scale = check_qkv_scale(q, k, v, scale)
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
     return weights @ v  # (..., T, S) @ (..., S, Dv) -> (..., T, Dv)
@@ -84,8 +65,7 @@ def simple_self_attention(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
     Shape: x (..., T, C) -> out (..., T, C), weights (..., T, T). Taught in notebook 01.
     """
-    check_tensor("x", x, min_dim=2)
-    check_floating("x", x)
+    check_float_tensor("x", x, min_dim=2)
     scores = x @ x.transpose(-2, -1)  # (..., T, C) @ (..., C, T) -> (..., T, T)
     weights = torch.softmax(scores, dim=-1)  # (..., T, T)
     return weights @ x, weights  # (..., T, C), (..., T, T)
@@ -96,9 +76,7 @@ def softmax_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Shape: x any -> same shape. Taught in notebook 02.
     """
-    check_tensor("x", x)
-    check_floating("x", x)
-    check_dim("x", x, dim)
+    check_softmax_input(x, dim)
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)
 
@@ -108,9 +86,7 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Shape: x any -> same shape. Taught in notebook 02.
     """
-    check_tensor("x", x)
-    check_floating("x", x)
-    check_dim("x", x, dim)
+    check_softmax_input(x, dim)
     shift = x.amax(dim=dim, keepdim=True).detach()
     exps = torch.exp(x - shift)
     return exps / exps.sum(dim=dim, keepdim=True)
@@ -134,16 +110,7 @@ def scaled_dot_product_attention(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask (bool) and bias (float) broadcastable to
     (..., T, S) -> out (..., T, Dv), weights (..., T, S). Taught in notebook 02, 03 (mask), 06 (bias).
     """
-    check_qkv(q, k, v)
-    dropout_p = check_fraction("dropout_p", dropout_p)
-    scale = None if scale is None else check_positive_number("scale", scale)
-    scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])  # (..., T, S)
-    if bias is not None:
-        _check_bias(bias, scores_shape)
-        check_same_device(q=q, bias=bias)
-    if mask is not None:
-        check_bool_mask(mask, scores_shape)
-        check_same_device(q=q, mask=mask)
+    dropout_p, scale = check_sdpa_args(q, k, v, mask, dropout_p, scale, bias)
     return _attend(q, k, v, mask, dropout_p, scale, bias)
 
 
@@ -186,20 +153,8 @@ def attention_grad_norms(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), grad_out (..., T, Dv) -> (..., T), (..., S).
     Taught in notebook 02. ``scale`` defaults to 1 / sqrt(D).
     """
-    check_qkv(q, k, v)
-    D = q.shape[-1]
-    scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
-    check_tensor("grad_out", grad_out, min_dim=2)
-    check_floating("grad_out", grad_out)
-    check_same_device(q=q, grad_out=grad_out)
-    if grad_out.dtype != q.dtype:
-        raise TypeError(f"grad_out must have the dtype of q, k and v ({q.dtype}), got {grad_out.dtype}")
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    out_shape = (*batch, q.shape[-2], v.shape[-1])
-    if tuple(grad_out.shape) != out_shape:
-        raise ValueError(
-            f"grad_out must have the shape of the attention output {out_shape}, got {tuple(grad_out.shape)}"
-        )
+    scale = check_grad_norms_args(q, k, v, grad_out, scale)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     with torch.no_grad():
         weights = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)  # (..., T, S)
         grad_weights = grad_out @ v.transpose(-2, -1)  # (..., T, Dv) @ (..., Dv, S) -> (..., T, S)
