@@ -6,18 +6,16 @@ One convention: boolean, ``True`` = may attend, as ``F.scaled_dot_product_attent
 
 from __future__ import annotations
 
-import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 
 from course_utils._validate import (
-    check_bool_mask,
-    check_choice,
-    check_int,
-    check_number,
-    check_tensor,
-    parse_device,
+    check_causal_mask_args,
+    check_combinable,
+    check_convert_mask_args,
+    check_mask_scores_args,
+    check_padding_mask_args,
 )
 
 __all__ = [
@@ -30,7 +28,7 @@ __all__ = [
 ]
 
 MaskConvention = Literal["allow", "block", "additive"]
-_CONVENTIONS = ("allow", "block", "additive")
+_CONVENTIONS = get_args(MaskConvention)
 
 
 def causal_mask(T: int, S: int | None = None, device: torch.device | str | None = None) -> torch.Tensor:
@@ -39,17 +37,7 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
     Bottom-right aligned; ``is_causal=True`` in PyTorch aligns top-left, the same only when T == S.
     Shape: -> (T, S), S defaults to T. Taught in notebook 03.
     """
-    T = check_int("T", T)
-    S = T if S is None else check_int("S", S)
-    if T > S:
-        raise ValueError(f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
-    if device is not None:
-        device = parse_device(device)
-    if T * S > 2**40:  # a terabyte of bools: torch would overflow or fail to allocate, deep inside
-        raise ValueError(
-            f"causal_mask({T}, {S}) would need {T * S:,} bytes ({T * S / 2**30:,.0f} GiB) for a "
-            "(T, S) bool mask: use a smaller T and S"
-        )
+    T, S, device = check_causal_mask_args(T, S, device)  # S = T when None
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # (T, S)
 
 
@@ -58,15 +46,7 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | No
 
     Shape: scores (..., T, S), mask bool broadcastable to it -> (..., T, S). Taught in notebook 03.
     """
-    check_tensor("scores", scores, min_dim=2)
-    check_bool_mask(mask, scores.shape)
-    fill = float("-inf") if fill_value is None else check_number("fill_value", fill_value, "a number or None")
-    if not (fill == float("-inf") or (math.isfinite(fill) and fill < 0)):
-        raise ValueError(
-            f"fill_value must be -inf or a finite negative number (blocked keys need a score far below "
-            f"the others so the softmax gives them ~0 weight; NaN or +inf would poison the row), "
-            f"got {fill}"
-        )
+    fill = check_mask_scores_args(scores, mask, fill_value)  # -inf when None
     return scores.masked_fill(~mask, fill)
 
 
@@ -75,16 +55,7 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
 
     Shape: lengths (B,) -> (B, S); use ``m[:, None, None, :]`` for (B, H, T, S) scores. Taught in notebook 03.
     """
-    S = check_int("S", S, minimum=0)
-    lengths = torch.as_tensor(lengths)
-    if lengths.numel() == 0:
-        lengths = lengths.long()  # torch.as_tensor([]) is float32; an empty batch is still a batch
-    if lengths.dim() != 1 or lengths.is_floating_point() or lengths.dtype == torch.bool:
-        raise TypeError(
-            f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}"
-        )
-    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
-        raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
+    lengths, S = check_padding_mask_args(lengths, S)  # lengths as a (B,) integer tensor
     positions = torch.arange(S, device=lengths.device)  # (S,)
     return positions[None, :] < lengths[:, None]  # (1, S) < (B, 1) -> (B, S)
 
@@ -97,15 +68,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     present = [m for m in masks if m is not None]
     if not present:
         return None
-    for i, m in enumerate(present):
-        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
-            got = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
-            raise TypeError(f"combine_masks takes boolean masks (True = may attend); mask {i} is {got}")
-    try:
-        torch.broadcast_shapes(*(m.shape for m in present))
-    except RuntimeError:
-        shapes = ", ".join(str(tuple(m.shape)) for m in present)
-        raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None
+    check_combinable(present)
     out = present[0]
     for m in present[1:]:
         out = out & m
@@ -124,22 +87,8 @@ def convert_mask(
     An additive mask with finite non-zero entries is a bias, not a mask: ValueError.
     Shape: any -> same shape. Taught in notebook 03; used in notebook 05.
     """
-    for name, conv in (("src", src), ("dst", dst)):
-        check_choice(name, conv, _CONVENTIONS)
-    check_tensor("mask", mask, min_dim=0)
-    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
-        raise TypeError(f"dtype must be a floating-point torch.dtype (an additive mask holds -inf), got {dtype!r}")
-    if src in ("allow", "block") and mask.dtype != torch.bool:
-        raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
+    check_convert_mask_args(mask, src, dst, dtype, _CONVENTIONS)  # an additive mask holds only 0 and -inf
     if src == "additive":
-        if not mask.is_floating_point():
-            raise TypeError(f"an 'additive' mask must be floating point, got dtype {mask.dtype}")
-        finite_nonzero = torch.isfinite(mask) & (mask != 0)
-        if bool(finite_nonzero.any()) or bool((mask == float("inf")).any()) or bool(mask.isnan().any()):
-            raise ValueError(
-                "an 'additive' mask may only hold 0 (may attend) and -inf (blocked); this one holds other "
-                "values, so it is a bias, not a mask"
-            )
         allow = mask == 0
     elif src == "block":
         allow = ~mask
