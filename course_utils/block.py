@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._validate import check_bool, check_choice, check_embedded, check_fraction, check_int
+from course_utils._validate import check_block_args, check_layer_input, check_mlp_args
 
 __all__ = ["MLP", "Block"]
 
@@ -25,14 +25,14 @@ class MLP(nn.Module):
 
     def __init__(self, embed_dim: int, mlp_ratio: int = 4, bias: bool = True, dropout: float = 0.0) -> None:
         super().__init__()
-        hidden = check_int("mlp_ratio", mlp_ratio) * check_int("embed_dim", embed_dim)
-        self.fc_in = nn.Linear(embed_dim, hidden, bias=check_bool("bias", bias))
+        embed_dim, mlp_ratio, bias, dropout = check_mlp_args(embed_dim, mlp_ratio, bias, dropout)
+        hidden = mlp_ratio * embed_dim
+        self.fc_in = nn.Linear(embed_dim, hidden, bias=bias)
         self.fc_out = nn.Linear(hidden, embed_dim, bias=bias)
-        self.dropout = nn.Dropout(check_fraction("dropout", dropout))
+        self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.compiler.is_compiling():
-            check_embedded("x", x, self.fc_in.in_features, self)
+        check_layer_input(x, self.fc_in.in_features, self)  # skipped under torch.compile
         h = F.gelu(self.fc_in(x))  # (B, T, C) -> (B, T, 4C)
         return self.dropout(self.fc_out(h))  # (B, T, 4C) -> (B, T, C)
 
@@ -55,12 +55,9 @@ class Block(nn.Module):
         norm_position: str = "pre",
     ) -> None:
         super().__init__()
-        check_int("embed_dim", embed_dim)
-        if not isinstance(attn, nn.Module):
-            raise TypeError(f"attn must be an nn.Module (an attention layer), got {type(attn).__name__}")
-        check_choice("norm_position", norm_position, NORM_POSITIONS)
+        bias = check_block_args(embed_dim, attn, norm_position, NORM_POSITIONS, bias)
         self.norm_position = norm_position
-        self.ln_1 = nn.LayerNorm(embed_dim, bias=check_bool("bias", bias))
+        self.ln_1 = nn.LayerNorm(embed_dim, bias=bias)
         self.attn = attn
         self.ln_2 = nn.LayerNorm(embed_dim, bias=bias)
         self.mlp = MLP(embed_dim, mlp_ratio, bias=bias, dropout=dropout)
@@ -70,8 +67,7 @@ class Block(nn.Module):
         return self.attn(self.ln_1(x) if self.norm_position == "pre" else x, *args, **kwargs)
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        if not torch.compiler.is_compiling():
-            check_embedded("x", x, self.ln_1.normalized_shape[0], self)
+        check_layer_input(x, self.ln_1.normalized_shape[0], self)  # skipped under torch.compile
         return self.add_branches(x, self.attend(x, *args, **kwargs))
 
     def add_branches(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
