@@ -492,3 +492,29 @@ def test_float_token_ids_are_a_type_error_as_in_the_models():
             call()
     with pytest.raises(ValueError, match=r"idx must be \(B, T\) integer token ids, got shape \(1, 2, 3\)"):
         generate(model, torch.zeros(1, 2, 3, dtype=torch.long), 3)
+
+
+def test_the_loop_checks_top_k_and_top_p_once_not_at_every_step(monkeypatch):
+    """generate checks its sampling settings at the entry; the steps call the unchecked filters (#20)."""
+    from course_utils import _validate, generation
+
+    seen = []
+    for module in (_validate, generation):
+        for name in ("check_int", "check_fraction"):
+            real = getattr(module, name)
+            monkeypatch.setattr(module, name, lambda n, *a, _real=real, **k: (seen.append(n), _real(n, *a, **k))[1])
+    model, prompt = _gpt().for_generation(), torch.zeros(1, 3, dtype=torch.long)
+    out = generate(model, prompt, 6, top_k=3, top_p=0.9, generator=torch.Generator().manual_seed(0))
+    assert out.shape == (1, 9)
+    assert seen.count("top_k") == 1 and seen.count("top_p") == 1, seen
+    top_k_filter(torch.randn(2, 5), 2)  # the public filters still check their arguments themselves
+    top_p_filter(torch.randn(2, 5), 0.5)
+    assert seen.count("top_k") == 2 and seen.count("top_p") == 2
+
+
+def test_generate_with_a_3d_float_prompt_names_the_dtype_first():
+    """generate has always checked a prompt's dtype before its number of dimensions (beyond two)."""
+    with pytest.raises(TypeError, match=r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"):
+        generate(_gpt().for_generation(), torch.zeros(1, 2, 3), 3)
+    with pytest.raises(ValueError, match=r"idx must hold at least one token \(the prompt\)"):
+        beam_search(_gpt().for_generation(), torch.zeros(1, 0, dtype=torch.long), 2, 3)

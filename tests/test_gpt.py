@@ -568,3 +568,22 @@ def test_rope_base_is_checked_for_every_model_since_checkpoints_store_it(rope_ba
 def test_a_choice_of_the_wrong_type_is_a_type_error(field):
     with pytest.raises(TypeError, match=rf"{field} must be one of .*, got 5 \(int\)"):
         GPTConfig(**{field: 5})
+
+
+@pytest.mark.parametrize("attention", ["course", "torch"])
+def test_a_layer_that_calls_the_unchecked_kernel_still_checks_the_callers_mask(attention):
+    """CausalSelfAttention calls attention's unchecked kernel after its own checks (#20): a mask the caller
+    passes is checked as scaled_dot_product_attention checked it, and a good one gives the causal result."""
+    from course_utils.masking import causal_mask
+
+    layer = make(attention=attention).blocks[0].attn
+    x = torch.randn(2, 5, 16)
+    with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\), got dtype torch.float32"):
+        layer(x, mask=torch.zeros(5, 5), need_weights=True)
+    with pytest.raises(ValueError, match=r"mask of shape \(5, 4\) does not broadcast to the scores' shape"):
+        layer(x, mask=torch.ones(5, 4, dtype=torch.bool), need_weights=True)
+    out, weights = layer(x, mask=causal_mask(5), need_weights=True)
+    expected, expected_weights = layer(x, need_weights=True)
+    torch.testing.assert_close(out, expected)
+    torch.testing.assert_close(weights, expected_weights)
+    assert torch.all(weights.triu(diagonal=1) == 0)

@@ -118,3 +118,96 @@ def test_check_choice_takes_values_of_a_subtype_but_not_a_bool_for_a_number():
         check_choice("positions", value, ("learned", "rope"))
     with pytest.raises(TypeError, match=r"got True \(bool\)"):
         check_choice("layers", True, (1, 2))
+
+
+# --- gpt, generation: the checks their modules call once at the boundary (issue #20) ---------------------
+
+
+def test_check_token_ids_for_a_prompt_keeps_generations_words_and_order():
+    import torch
+
+    from course_utils._validate import check_token_ids
+
+    def prompt(idx):
+        check_token_ids("idx", idx, 0, values=False, prompt=True)
+
+    prompt(torch.zeros(2, 3, dtype=torch.long))
+    cases = [
+        ([[1, 2]], TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
+        (torch.zeros(4, dtype=torch.long), ValueError, r"idx must have at least 2 dimensions, got shape \(4,\)"),
+        (torch.zeros(1, 2, 3, dtype=torch.long), ValueError, r"idx must be \(B, T\) integer token ids, got shape"),
+        (torch.zeros(1, 2, 3), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"),
+        (torch.zeros(2, 0, dtype=torch.long), ValueError, r"idx must hold at least one token \(the prompt\)"),
+    ]
+    for idx, error, match in cases:
+        with pytest.raises(error, match=match):
+            prompt(idx)
+    # Without prompt=True the words are the models' and an empty sequence is allowed.
+    with pytest.raises(ValueError, match=r"idx must be a \(B, T\) tensor of token ids, got shape \(1, 2, 3\)"):
+        check_token_ids("idx", torch.zeros(1, 2, 3), 5)
+    check_token_ids("idx", torch.zeros(2, 0, dtype=torch.long), 5)
+
+
+def test_check_cache_room_says_generates_words_unless_told_otherwise():
+    import torch
+
+    from course_utils._validate import check_cache_room
+
+    idx = torch.zeros(1, 4, dtype=torch.long)
+    check_cache_room(idx, 5, 8)  # 4 + 5 - 1 = 8 fits: the last token is never fed back
+    with pytest.raises(
+        ValueError,
+        match=r"^prompt \(4 tokens\) \+ max_new_tokens \(6\) - 1 exceeds the model's context_length \(8\): the KV "
+        r"cache cannot hold them \(the last token is never fed back\); shorten them or pass use_cache=False, "
+        r"which crops to the last context_length tokens$",
+    ):
+        check_cache_room(idx, 6, 8)
+    with pytest.raises(ValueError, match=r"context_length \(8\); pass use_cache=False to crop instead$"):
+        check_cache_room(idx, 6, 8, "; pass use_cache=False to crop instead")
+
+
+def test_check_layer_mask_is_the_mask_check_of_scaled_dot_product_attention():
+    import torch
+
+    from course_utils._validate import check_layer_mask
+
+    q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8)  # (B, H, T, D), (B, H, S, D)
+    check_layer_mask(torch.ones(4, 6, dtype=torch.bool), q, k)
+    with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\), got dtype torch.float32"):
+        check_layer_mask(torch.zeros(4, 6), q, k)
+    wrong_shape = r"mask of shape \(4, 4\) does not broadcast to the scores' shape \(2, 3, 4, 6\)"
+    with pytest.raises(ValueError, match=wrong_shape):
+        check_layer_mask(torch.ones(4, 4, dtype=torch.bool), q, k)
+
+
+def test_check_config_dict_names_the_class():
+    import dataclasses
+
+    from course_utils._validate import check_config_dict
+
+    @dataclasses.dataclass
+    class Settings:
+        width: int = 1
+
+    check_config_dict(Settings, {"width": 2})
+    not_a_dict = r"from_dict takes a dict of Settings fields \(what to_dict returned\), got list"
+    with pytest.raises(TypeError, match=not_a_dict):
+        check_config_dict(Settings, [("width", 2)])
+    with pytest.raises(ValueError, match=r"unknown Settings field\(s\) \['height'\]"):
+        check_config_dict(Settings, {"height": 2})
+
+
+def test_check_on_full_returns_how_many_tokens_to_keep():
+    from course_utils._validate import check_on_full
+
+    choices = ("error", "shift")
+    assert check_on_full("error", choices, None, 16) is None
+    assert check_on_full("shift", choices, None, 16) == 8
+    assert check_on_full("shift", choices, None, 1) == 1
+    assert check_on_full("shift", choices, 16, 16) == 16
+    with pytest.raises(ValueError, match=r"keep_on_shift applies only with on_full='shift', got on_full='error'"):
+        check_on_full("error", choices, 4, 16)
+    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, 16\], got 17"):
+        check_on_full("shift", choices, 17, 16)
+    with pytest.raises(ValueError, match=r"on_full must be one of \('error', 'shift'\), got 'wrap'"):
+        check_on_full("wrap", choices, None, 16)
