@@ -12,15 +12,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._validate import (
-    check_attention_input,
-    check_bool_mask,
-    check_floating,
+    check_attention_call,
     check_fraction,
+    check_from_torch,
+    check_heads,
     check_int,
-    check_matches_module,
-    check_tensor,
+    check_merge_heads,
+    check_packed,
+    check_split_heads,
 )
-from course_utils.attention import scaled_dot_product_attention
+from course_utils.attention import _attend
 
 __all__ = [
     "split_heads",
@@ -32,36 +33,13 @@ __all__ = [
 ]
 
 
-def _check_heads(embed_dim: int, num_heads: int) -> int:
-    check_int("embed_dim", embed_dim)
-    check_int("num_heads", num_heads)
-    if embed_dim % num_heads != 0:
-        raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
-    return embed_dim // num_heads
-
-
-def _check_memory(memory: object, x: torch.Tensor, module: nn.Module) -> None:
-    """memory must be a floating (B, S, C) tensor: x's batch size, S >= 1, the module's dtype and device."""
-    check_tensor("memory", memory, min_dim=3)
-    check_floating("memory", memory)
-    B, C = x.shape[0], module.embed_dim
-    if memory.dim() != 3 or memory.shape[0] != B or memory.shape[1] == 0 or memory.shape[2] != C:
-        raise ValueError(
-            f"memory must have shape (B={B}, S >= 1, C={C}) for x of shape {tuple(x.shape)}, got {tuple(memory.shape)}"
-        )
-    check_matches_module("memory", memory, module)
-
-
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """Cut the channels into heads and move the head axis before time.
 
     Shape: x (B, T, C) -> (B, H, T, D), D = C // H. Taught in notebook 04.
     """
-    check_tensor("x", x, min_dim=3)
-    if x.dim() != 3:
-        raise ValueError(f"split_heads takes x of shape (B, T, C), got {tuple(x.shape)}")
+    D = check_split_heads(x, num_heads)  # C // num_heads
     B, T, C = x.shape
-    D = _check_heads(C, num_heads)
     return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
 
 
@@ -70,21 +48,9 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
     Shape: x (B, H, T, D) -> (B, T, C), C = H * D. Taught in notebook 04.
     """
-    check_tensor("x", x, min_dim=4)
-    if x.dim() != 4:
-        raise ValueError(f"merge_heads takes x of shape (B, H, T, D), got {tuple(x.shape)}")
+    check_merge_heads(x)
     B, H, T, D = x.shape
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
-
-
-def _check_packed(packed: object) -> None:
-    if not isinstance(packed, MultiHeadAttention):
-        hint = (
-            " (convert it first with MultiHeadAttention.from_torch)"
-            if isinstance(packed, nn.MultiheadAttention)
-            else ""
-        )
-        raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
 
 
 def _returned(out: torch.Tensor, weights: torch.Tensor, need_weights: bool):
@@ -108,9 +74,9 @@ class SingleHeadAttention(nn.Module):
         self.v_proj = nn.Linear(embed_dim, head_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        check_attention_input(x, self, need_weights)
+        check_attention_call(self, x, mask, need_weights, per_head=False)
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, C) -> (B, T, D) each
-        out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, T, D), (B, T, T)
+        out, weights = _attend(q, k, v, mask)  # (B, T, D), (B, T, T)
         return _returned(out, weights, need_weights)
 
 
@@ -131,16 +97,13 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
-        head_dim = _check_heads(embed_dim, num_heads)
+        head_dim = check_heads(embed_dim, num_heads)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
         self.heads = nn.ModuleList(SingleHeadAttention(embed_dim, head_dim, bias) for _ in range(num_heads))
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        check_attention_input(x, self, need_weights)
-        if mask is not None:
-            B, T, _ = x.shape
-            check_bool_mask(mask, (B, self.num_heads, T, T))
+        check_attention_call(self, x, mask, need_weights)
         results = [
             head(x, _mask_of_head(mask, h), need_weights=True)  # H x ((B, T, D), (B, T, T))
             for h, head in enumerate(self.heads)
@@ -152,7 +115,7 @@ class MultiHeadAttentionWrapper(nn.Module):
     @classmethod
     def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionWrapper:
         """The same function as ``packed``, its q, k, v rows cut into one head each."""
-        _check_packed(packed)
+        check_packed(packed, MultiHeadAttention)
         bias = packed.qkv_proj.bias is not None
         new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
         C, D = packed.embed_dim, packed.head_dim
@@ -176,7 +139,7 @@ class MultiHeadAttentionEinsum(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
-        head_dim = _check_heads(embed_dim, num_heads)
+        head_dim = check_heads(embed_dim, num_heads)
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
         H, D, C = num_heads, head_dim, embed_dim
         bound = C**-0.5  # the same uniform init nn.Linear(C, D) uses
@@ -192,17 +155,17 @@ class MultiHeadAttentionEinsum(nn.Module):
         return y if b is None else y + b[None, :, None, :]  # (1, H, 1, D) broadcasts over B and T
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        check_attention_input(x, self, need_weights)
+        check_attention_call(self, x, mask, need_weights)
         q = self._project(x, self.w_q, self.b_q)  # (B, H, T, D)
         k = self._project(x, self.w_k, self.b_k)  # (B, H, T, D)
         v = self._project(x, self.w_v, self.b_v)  # (B, H, T, D)
-        out, weights = scaled_dot_product_attention(q, k, v, mask)  # (B, H, T, D), (B, H, T, T)
+        out, weights = _attend(q, k, v, mask)  # (B, H, T, D), (B, H, T, T)
         return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
 
     @classmethod
     def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionEinsum:
         """The same function as ``packed``: its (3C, C) weight viewed as three (H, D, C) blocks."""
-        _check_packed(packed)
+        check_packed(packed, MultiHeadAttention)
         bias = packed.qkv_proj.bias is not None
         new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
         H, D, C = packed.num_heads, packed.head_dim, packed.embed_dim
@@ -230,7 +193,7 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0) -> None:
         super().__init__()
-        head_dim = _check_heads(embed_dim, num_heads)
+        head_dim = check_heads(embed_dim, num_heads)
         dropout = check_fraction("dropout", dropout)
         self.embed_dim, self.num_heads, self.head_dim, self.dropout = embed_dim, num_heads, head_dim, dropout
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
@@ -244,22 +207,10 @@ class MultiHeadAttention(nn.Module):
         *,
         memory: torch.Tensor | None = None,
     ):
-        check_attention_input(x, self, need_weights)
-        if (
-            isinstance(mask, torch.Tensor)
-            and mask.is_floating_point()
-            and mask.dim() == 3
-            and mask.shape[-1] == self.embed_dim
-        ):  # nn.MultiheadAttention's habit: attn(x, memory, ...)
-            raise TypeError(
-                f"mask must be boolean, got a floating tensor of shape {tuple(mask.shape)}, which "
-                f"looks like a (B, S, C) memory: for cross-attention pass it by keyword, "
-                f"attn(x, memory=m)"
-            )
+        check_attention_call(self, x, mask, need_weights, memory, takes_memory=True)
         if memory is None:  # self-attention: queries, keys and values all from x
             q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         else:  # cross-attention: queries from x, keys and values from the memory
-            _check_memory(memory, x, self)
             C = self.embed_dim
             w_q, w_kv = self.qkv_proj.weight.split([C, 2 * C])  # (3C, C) -> (C, C), (2C, C)
             b = self.qkv_proj.bias
@@ -268,18 +219,13 @@ class MultiHeadAttention(nn.Module):
             k, v = F.linear(memory, w_kv, b_kv).chunk(2, dim=-1)  # (B, S, C) -> (B, S, 2C) -> 2 x (B, S, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T or S, C) -> (B, H, T or S, D)
         p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
+        out, weights = _attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
 
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
         """A module computing what ``m`` does, batch first: ``ours(x, memory=mem)`` is ``m(x, mem, mem)``."""
-        if not isinstance(m, nn.MultiheadAttention):
-            raise TypeError(f"from_torch takes an nn.MultiheadAttention, got {type(m).__name__}")
-        if not m._qkv_same_embed_dim:
-            raise ValueError("from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)")
-        if m.bias_k is not None or m.add_zero_attn:
-            raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
+        check_from_torch(m)
         bias = m.in_proj_bias is not None
         new = cls(m.embed_dim, m.num_heads, bias=bias, dropout=m.dropout).to(m.in_proj_weight)
         with torch.no_grad():

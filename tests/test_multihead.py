@@ -459,6 +459,23 @@ def test_forward_input_messages(factory):
         module(torch.zeros(2, 4, 8), torch.ones(3, 4, 4, dtype=torch.bool))
 
 
+@pytest.mark.parametrize("factory", [lambda: SingleHeadAttention(8, 4), *[lambda c=c: c(8, 2) for c in MODULE_CLASSES]])
+def test_forward_mask_on_another_device_is_named(factory):
+    """The modules check the mask at their entry, then call attention's unchecked kernel: the message stays sdpa's."""
+    mask = torch.ones(4, 4, dtype=torch.bool, device="meta")
+    with pytest.raises(ValueError, match=re.escape("q, mask must be on one device, got q on cpu, mask on meta")):
+        factory()(torch.zeros(2, 4, 8), mask)
+
+
+def test_cross_attention_checks_the_mask_against_the_memory_length():
+    attn, x, memory = MultiHeadAttention(8, 2), torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        attn(x, torch.zeros(3, 5), memory=memory)
+    with pytest.raises(ValueError, match=re.escape("mask of shape (3, 3) does not broadcast to the scores' shape")):
+        attn(x, torch.ones(3, 3, dtype=torch.bool), memory=memory)
+    assert attn(x, torch.ones(3, 5, dtype=torch.bool), memory=memory).shape == (2, 3, 8)
+
+
 def test_split_and_merge_heads_messages():
     with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
         split_heads([[[0.0]]], 1)
