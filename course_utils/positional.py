@@ -7,20 +7,25 @@ T positions, S key positions, C embed_dim, H num_heads, D head_dim.
 from __future__ import annotations
 
 import math
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
 from torch import nn
 
 from course_utils._validate import (
-    check_attention_input,
-    check_choice,
-    check_floating,
-    check_greater_than,
+    check_alibi_args,
+    check_attention_call,
+    check_even_int,
     check_int,
-    check_tensor,
+    check_learned_input,
+    check_rope_input,
+    check_rotary_attention_args,
+    check_rotary_table_args,
+    check_rotate_input,
+    check_rotate_pair,
+    check_sinusoidal_args,
 )
-from course_utils.attention import scaled_dot_product_attention
+from course_utils.attention import _attend
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = [
@@ -40,29 +45,7 @@ __all__ = [
 ]
 
 Pairing = Literal["interleaved", "half"]
-_PAIRINGS = ("interleaved", "half")
-
-
-def _check_even(name: str, n: int, why: str) -> None:
-    if n % 2 != 0:
-        raise ValueError(f"{name} must be even ({why}), got {n}")
-
-
-def _check_positions(positions: object, T: int, device: torch.device) -> torch.Tensor:
-    """``positions`` as a 1-D integer tensor of length T on ``device``; arange(T) when None."""
-    if positions is None:
-        return torch.arange(T, device=device)
-    if not isinstance(positions, torch.Tensor):
-        raise TypeError(f"positions must be a 1-D integer torch.Tensor, got {type(positions).__name__}")
-    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
-        raise TypeError(f"positions must be an integer tensor (absolute positions), got dtype {positions.dtype}")
-    if positions.dim() != 1 or positions.shape[0] != T:
-        raise ValueError(
-            f"positions must have shape (T,) = ({T},), one per position of x, got {tuple(positions.shape)}"
-        )
-    if positions.numel() and int(positions.min()) < 0:
-        raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")
-    return positions.to(device)
+_PAIRINGS = get_args(Pairing)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -85,17 +68,7 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = nn.Embedding(context_length, embed_dim)  # weight: (context_length, C)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        check_tensor("x", x, min_dim=2)
-        check_floating("x", x)
-        if x.shape[-1] != self.embed_dim:
-            raise ValueError(f"x must end in embed_dim = {self.embed_dim} channels, got shape {tuple(x.shape)}")
-        T = x.shape[-2]
-        positions = _check_positions(positions, T, x.device)  # (T,)
-        if positions.numel() and int(positions.max()) >= self.context_length:
-            raise ValueError(
-                f"position {int(positions.max())} is beyond context_length = {self.context_length}: a learned "
-                f"position embedding only has rows for positions 0 .. {self.context_length - 1}"
-            )
+        positions = check_learned_input(x, positions, self.embed_dim, self.context_length)  # (T,), 0 .. T-1 if None
         return x + self.embedding(positions)  # (B, T, C) + (T, C) -> (B, T, C)
 
 
@@ -109,9 +82,7 @@ def sinusoidal_frequencies(C: int, base: float = 10000.0) -> torch.Tensor:
 
     Shape: -> (C // 2,) float64. Taught in notebook 06.
     """
-    check_int("C", C, minimum=2)
-    _check_even("C", C, "the channels come in (sin, cos) pairs")
-    base = check_greater_than("base", base, 1)
+    base = check_sinusoidal_args(C, base)  # C even
     return base ** (-torch.arange(0, C, 2, dtype=torch.float64) / C)  # (C/2,)
 
 
@@ -149,15 +120,7 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
 
     Shape: x1, x2, angle broadcastable -> two tensors of the broadcast shape. Taught in notebook 06.
     """
-    for name, t in (("x1", x1), ("x2", x2), ("angle", angle)):
-        check_tensor(name, t, min_dim=0)
-        check_floating(name, t)
-    try:
-        torch.broadcast_shapes(x1.shape, x2.shape, angle.shape)
-    except RuntimeError:
-        raise ValueError(
-            f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} do not broadcast together"
-        ) from None
+    check_rotate_pair(x1, x2, angle)
     cos, sin = torch.cos(angle), torch.sin(angle)
     return x1 * cos - x2 * sin, x1 * sin + x2 * cos
 
@@ -186,12 +149,8 @@ def apply_rope(
     ``"half"`` (i, i + D/2; the course's) or ``"interleaved"`` (2i, 2i+1; RoFormer's).
     Shape: x (..., T, D), D even; positions (T,) integers or None -> (..., T, D). Taught in notebook 06.
     """
-    check_tensor("x", x, min_dim=2)
-    check_floating("x", x)
-    check_choice("pairing", pairing, _PAIRINGS)
-    T, D = x.shape[-2], x.shape[-1]
-    _check_even("the last dimension D of x", D, "RoPE rotates pairs of channels")
-    positions = _check_positions(positions, T, x.device)  # (T,)
+    positions = check_rope_input(x, positions, pairing, _PAIRINGS)  # (T,), 0 .. T-1 if None; D even
+    D = x.shape[-1]
     theta = sinusoidal_frequencies(D, base).to(x.device)  # (D/2,), float64 for accurate angles
     angles = positions.to(torch.float64)[:, None] * theta[None, :]  # (T, 1) * (1, D/2) -> (T, D/2)
     out = _rotate_channels(x, angles.cos(), angles.sin(), pairing)  # (..., T, D), float64
@@ -207,16 +166,8 @@ class RotaryTable:
     """
 
     def __init__(self, head_dim: int, base: float = 10000.0, length: int = 0, pairing: Pairing = "half") -> None:
-        check_int("head_dim", head_dim, minimum=2)
-        _check_even("head_dim", head_dim, "RoPE rotates pairs of channels")
-        check_int("length", length, minimum=0)
-        check_choice("pairing", pairing, _PAIRINGS)
-        self.head_dim, self.base, self.length, self.pairing = (
-            int(head_dim),
-            check_greater_than("base", base, 1),
-            int(length),
-            pairing,
-        )
+        base = check_rotary_table_args(head_dim, base, length, pairing, _PAIRINGS)
+        self.head_dim, self.base, self.length, self.pairing = int(head_dim), base, int(length), pairing
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
 
     def __repr__(self) -> str:
@@ -237,12 +188,7 @@ class RotaryTable:
 
     def rotate(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         """x rotated at positions start .. start + T - 1 (a KV cache's new tokens start at its length)."""
-        if not torch.compiler.is_compiling():  # a few attribute reads; a compiled model skips them
-            check_tensor("x", x, min_dim=2)
-            check_floating("x", x)
-            if x.shape[-1] != self.head_dim:
-                raise ValueError(f"x must end in head_dim = {self.head_dim} channels, got shape {tuple(x.shape)}")
-            check_int("start", start, minimum=0)
+        check_rotate_input(x, self.head_dim, start)  # skipped under torch.compile
         T = x.shape[-2]
         wide = x.to(torch.promote_types(x.dtype, torch.float32))
         cos, sin = self.cos_sin(start + T, x.device, wide.dtype)
@@ -256,8 +202,7 @@ def rope_pairing_permutation(D: int) -> torch.Tensor:
     ``apply_rope(x[..., perm], pairing="half") == apply_rope(x, pairing="interleaved")[..., perm]``.
     Shape: -> (D,) LongTensor [0, 2, ..., D-2, 1, 3, ..., D-1]. Taught in notebook 06.
     """
-    check_int("D", D, minimum=2)
-    _check_even("D", D, "RoPE rotates pairs of channels")
+    check_even_int("D", D, "RoPE rotates pairs of channels")
     return torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,)
 
 
@@ -288,11 +233,7 @@ def alibi_bias(H: int, T: int, S: int | None = None) -> torch.Tensor:
     Shape: -> (H, T, S) float32, S defaults to T. Taught in notebook 06.
     """
     S = T if S is None else S
-    check_int("H", H)
-    check_int("T", T)
-    check_int("S", S)
-    if T > S:
-        raise ValueError(f"alibi_bias needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
+    check_alibi_args(H, T, S)  # T <= S
     query_pos = torch.arange(S - T, S)  # (T,): absolute positions of the queries
     distance = (query_pos[:, None] - torch.arange(S)[None, :]).abs()  # (T, 1) - (1, S) -> (T, S)
     return alibi_slopes(H)[:, None, None] * (-distance)[None].float()  # (H, 1, 1) * (1, T, S) -> (H, T, S)
@@ -320,9 +261,8 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         pairing: Pairing = "half",
     ) -> None:
         super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
-        _check_even("head_dim (embed_dim / num_heads)", self.head_dim, "RoPE rotates pairs of channels")
-        check_choice("pairing", pairing, _PAIRINGS)
-        self.base, self.pairing = check_greater_than("base", base, 1), pairing
+        self.base = check_rotary_attention_args(self.head_dim, base, pairing, _PAIRINGS)  # head_dim even
+        self.pairing = pairing
 
     def forward(
         self,
@@ -331,13 +271,13 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         need_weights: bool = False,
         positions: torch.Tensor | None = None,
     ):
-        check_attention_input(x, self, need_weights)
+        check_attention_call(self, x, mask, need_weights)
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         q = apply_rope(q, positions, self.base, self.pairing)  # (B, H, T, D): the one new step ...
         k = apply_rope(k, positions, self.base, self.pairing)  # ... for queries and keys, not values
         p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
+        out, weights = _attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
         out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out
 
@@ -350,12 +290,12 @@ class ALiBiMultiHeadAttention(MultiHeadAttention):
     """
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
-        check_attention_input(x, self, need_weights)
+        check_attention_call(self, x, mask, need_weights)
         T = x.shape[1]
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         bias = alibi_bias(self.num_heads, T).to(x)  # (H, T, T): the one new step
         p = self.dropout if self.training else 0.0
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D)
+        out, weights = _attend(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D)
         out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out

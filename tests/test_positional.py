@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -475,6 +476,24 @@ def test_module_errors():
         ALiBiMultiHeadAttention(10, 3)
     with pytest.raises(ValueError, match="pairing must be one of"):
         RotaryMultiHeadAttention(8, 2, pairing="neox")
+
+
+@pytest.mark.parametrize("cls", [RotaryMultiHeadAttention, ALiBiMultiHeadAttention])
+def test_positional_attention_checks_the_mask_at_its_entry(cls):
+    """The modules call attention's unchecked kernel: the mask's messages are the ones sdpa gives."""
+    module, x = cls(8, 2), torch.randn(2, 4, 8)
+    with pytest.raises(TypeError, match="mask must be boolean"):
+        module(x, torch.zeros(4, 4))
+    with pytest.raises(ValueError, match=re.escape("mask of shape (3, 4, 4) does not broadcast to the scores' shape")):
+        module(x, torch.ones(3, 4, 4, dtype=torch.bool))
+    with pytest.raises(ValueError, match=re.escape("q, mask must be on one device, got q on cpu, mask on meta")):
+        module(x, torch.ones(4, 4, dtype=torch.bool, device="meta"))
+    assert module(x, causal_mask(4)).shape == (2, 4, 8)
+
+
+def test_rotary_attention_checks_its_positions():
+    with pytest.raises(ValueError, match=r"positions must have shape \(T,\) = \(4,\), .* got \(3,\)"):
+        RotaryMultiHeadAttention(8, 2)(torch.randn(1, 4, 8), positions=torch.arange(3))
 
 
 # ---------------------------------------------------------------- bad arguments a learner might pass (issue 9)
