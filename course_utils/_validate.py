@@ -717,6 +717,225 @@ def check_rotary_attention_args(head_dim: int, base: object, pairing: object, pa
 
 # --- variants, fast_attention ---
 
+
+def check_repeat_kv(x: object, num_heads: object) -> None:
+    """Raise unless ``x`` is (B, Hkv, S, D) and ``num_heads`` an int that Hkv divides (:func:`variants.repeat_kv`)."""
+    check_tensor("x", x, min_dim=4)
+    if x.dim() != 4:
+        raise ValueError(f"repeat_kv takes x of shape (B, Hkv, S, D), got {tuple(x.shape)}")
+    check_int("num_heads", num_heads)
+    check_heads(num_heads, num_heads, x.shape[1])  # embed_dim = num_heads: only "Hkv divides H" can fail
+
+
+def check_gqa_args(embed_dim, num_heads, num_kv_heads, bias, rope, rope_base, dropout) -> int:
+    """The head dimension, after checking :class:`variants.GroupedQueryAttention`'s arguments (RoPE needs it even)."""
+    check_bool("bias", bias)
+    check_bool("rope", rope)
+    check_greater_than("rope_base", rope_base, 1)
+    check_fraction("dropout", dropout)
+    for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+        check_int(name, n)  # all three before the divisions, and num_kv_heads "an int" (None is no count here)
+    head_dim = check_heads(embed_dim, num_heads, num_kv_heads)
+    if rope and head_dim % 2:
+        raise ValueError(f"rope=True needs an even head_dim, got {head_dim}")
+    return head_dim
+
+
+def check_kv_cache_sizes(num_layers, num_kv_heads, head_dim, num_tokens, batch_size, bytes_per_element) -> None:
+    """Raise unless every size :func:`variants.kv_cache_bytes` multiplies is an int >= 1."""
+    names = ("num_layers", "num_kv_heads", "head_dim", "num_tokens", "batch_size", "bytes_per_element")
+    for name, n in zip(names, (num_layers, num_kv_heads, head_dim, num_tokens, batch_size, bytes_per_element)):
+        check_int(name, n)
+
+
+def check_sliding_window_call(q: object, k: object, v: object, window: object, chunk_size: object, scale: object):
+    """``scale`` checked (None stays None), after q, k, v (self-attention: one length T), ``window``, ``chunk_size``."""
+    check_qkv(q, k, v)
+    check_int("window", window)
+    check_int("chunk_size", chunk_size)
+    if k.shape[-2] != q.shape[-2] or v.shape[-2] != q.shape[-2]:
+        raise ValueError(
+            f"sliding_window_attention is self-attention: q, k, v need the same length T, "
+            f"got {q.shape[-2]}, {k.shape[-2]}, {v.shape[-2]}"
+        )
+    return None if scale is None else check_positive_number("scale", scale)
+
+
+def check_linformer_call(q: object, k: object, v: object, proj_k: object, proj_v: object, scale: object):
+    """``scale`` checked (None stays None), after q, k, v and the projections (R, S' >= S) of their dtype and device."""
+    check_qkv(q, k, v)
+    S = k.shape[-2]
+    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
+        check_tensor(name, p, min_dim=2)
+        if p.dim() != 2 or p.shape[1] < S:
+            raise ValueError(f"{name} must have shape (R, S') with S' >= S = {S}, got {tuple(p.shape)}")
+        if p.dtype != k.dtype:
+            raise TypeError(
+                f"{name} must have the dtype of q, k and v ({k.dtype}), got {p.dtype}: convert it with "
+                f"{name}.to(k.dtype)"
+            )
+    check_same_device(k=k, proj_k=proj_k, proj_v=proj_v)
+    return None if scale is None else check_positive_number("scale", scale)
+
+
+def check_sequence_input(
+    x: object, embed_dim: int, context_length: int, module: torch.nn.Module, mask: object = None
+) -> None:
+    """Raise unless ``x`` is the (B, T, C) input of ``module`` with T <= ``context_length``, and ``mask`` (when
+    given) a boolean mask broadcastable to (T, T): the entry of the Linformer and AFT layers."""
+    check_embedded("x", x, embed_dim, module)
+    T = x.shape[1]
+    if T > context_length:
+        raise ValueError(f"sequence length T ({T}) exceeds context_length ({context_length})")
+    if mask is not None:
+        check_bool_mask(mask, (T, T))
+
+
+def check_aft_qkv(q: object, k: object, v: object) -> None:
+    """Raise unless q (B, T, C), k and v (B, S, C) fit (:func:`check_qkv`) with as many channels in q as in v."""
+    check_qkv(q, k, v)
+    if q.shape[-1] != v.shape[-1]:
+        raise ValueError(
+            f"q and v must have the same number of channels C, got q {tuple(q.shape)} and v {tuple(v.shape)}"
+        )
+
+
+def check_aft_full_call(q: object, k: object, v: object, w: object, mask: object) -> None:
+    """Raise unless q, k, v fit (:func:`check_aft_qkv`), ``w`` is (T, S) and ``mask`` (when given) broadcasts to it."""
+    check_aft_qkv(q, k, v)
+    T, S = q.shape[-2], k.shape[-2]
+    check_tensor("w", w, min_dim=2)
+    if tuple(w.shape) != (T, S):
+        raise ValueError(f"w must have shape (T, S) = ({T}, {S}), got {tuple(w.shape)}")
+    if mask is not None:
+        check_bool_mask(mask, (T, S))
+
+
+def check_topk_call(
+    q: object, k: object, v: object, top_k: object, mask: object, chunk_size: object, scale: object
+) -> float | None:
+    """``scale`` checked (None stays None), after q, k, v, ``top_k``, ``chunk_size`` and the mask's dtype and shape."""
+    check_qkv(q, k, v)
+    check_int("top_k", top_k)
+    check_int("chunk_size", chunk_size)
+    scale = None if scale is None else check_positive_number("scale", scale)
+    if mask is not None:
+        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    return scale
+
+
+def check_cache_update(cache, layer: object, k: object, v: object) -> None:
+    """Raise unless k, v (B, Hkv, T, D) can be appended to ``layer`` of the :class:`variants.KVCache` ``cache``:
+    one shape and one floating dtype, the layer not yet appended this step, room left, and the batch, heads and
+    head_dim of what the layer holds."""
+    check_int("layer", layer, minimum=0, maximum=cache.num_layers - 1)
+    for name, t in (("k", k), ("v", v)):
+        check_tensor(name, t, min_dim=4)
+        if t.dim() != 4:
+            raise ValueError(f"{name} must have shape (B, Hkv, T, D), got {tuple(t.shape)}")
+    if k.shape != v.shape:
+        raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    check_floating("k", k)
+    if v.dtype != k.dtype:
+        raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
+    start = cache._lengths[layer]
+    if start > cache.length:
+        raise RuntimeError(
+            f"layer {layer} appended twice in one step: it holds {start} positions, another layer only {cache.length}"
+        )
+    B, Hkv, T, D = k.shape
+    if start + T > cache.capacity:
+        raise ValueError(
+            f"KV cache overflow: capacity (context_length) is {cache.capacity} positions, "
+            f"{start} are cached and {T} more were appended; start a new cache or crop "
+            "the sequence"
+        )
+    held = cache.keys[layer]
+    if held is not None and (held.shape[:2] != (B, Hkv) or held.shape[3] != D):
+        raise ValueError(
+            f"layer {layer} caches (B, Hkv, D) = {(held.shape[0], held.shape[1], held.shape[3])}, "
+            f"got new keys of shape {tuple(k.shape)}"
+        )
+
+
+def check_batch_rows(indices: object, batch_size: int | None) -> None:
+    """Raise unless ``indices`` is a 1-D integer tensor of rows in [0, ``batch_size``) (None: any row)."""
+    check_tensor("indices", indices)
+    if indices.dim() != 1 or indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
+        raise TypeError(
+            f"indices must be a 1-D integer tensor of batch rows, got dtype {indices.dtype}, "
+            f"shape {tuple(indices.shape)}"
+        )
+    B = batch_size
+    if B is not None and indices.numel() and not (0 <= int(indices.min()) and int(indices.max()) < B):
+        raise ValueError(f"indices must be batch rows in [0, {B}), got {indices.tolist()}")
+
+
+def check_decoder_config(config) -> None:
+    """Raise unless the fields of a :class:`variants.DecoderConfig` are valid and its head counts divide."""
+    for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
+        check_int(name, getattr(config, name))
+    check_heads(config.embed_dim, config.num_heads, config.num_kv_heads)
+    if config.window is not None:
+        check_int("window", config.window)
+    check_choice("positions", config.positions, ("learned", "rope"))
+
+
+def check_decoder_input(idx: object, cache: object, cache_type: type, vocab_size: int, context_length: int) -> None:
+    """Raise unless ``idx`` holds (B, T) token ids, ``cache`` is a ``cache_type`` or None, and the cached positions
+    plus T fit in ``context_length``: the entry of :class:`variants.TinyDecoder`."""
+    check_token_ids("idx", idx, vocab_size)
+    if cache is not None and not isinstance(cache, cache_type):
+        raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
+    start, T = (0 if cache is None else cache.length), idx.shape[1]
+    if start + T > context_length:
+        raise ValueError(
+            f"positions up to {start + T - 1} do not fit in context_length ({context_length}): "
+            f"{start} cached + {T} new tokens"
+        )
+
+
+def check_causal_linear(q: object, k: object, v: object) -> None:
+    """Raise unless q, k, v fit (:func:`check_qkv`) with q and k of one length T (causal linear attention)."""
+    check_qkv(q, k, v)
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"causal linear attention is self-attention: q and k need the same length T, "
+            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
+
+
+def check_linear_step(state: object, normaliser: object, q_t: object, k_t: object, v_t: object) -> None:
+    """Raise unless state (..., D, Dv) with D >= 1, normaliser, q_t, k_t (..., D) and v_t (..., Dv) are floating
+    tensors of one dtype and device whose leading axes broadcast (:func:`variants.linear_attention_step`)."""
+    named = (("state", state), ("normaliser", normaliser), ("q_t", q_t), ("k_t", k_t), ("v_t", v_t))
+    for name, t in named:
+        check_tensor(name, t, min_dim=2 if name == "state" else 1)
+        check_floating(name, t)
+    if len({t.dtype for _, t in named}) > 1:
+        dtypes = ", ".join(str(t.dtype) for _, t in named)
+        raise TypeError(f"state, normaliser, q_t, k_t and v_t must share a dtype, got {dtypes}")
+    check_same_device(state=state, normaliser=normaliser, q_t=q_t, k_t=k_t, v_t=v_t)
+    D, Dv = state.shape[-2:]
+    if D == 0:
+        raise ValueError(
+            f"state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got {tuple(state.shape)}"
+        )
+    expected = {"normaliser": D, "q_t": D, "k_t": D, "v_t": Dv}
+    for name, t in named[1:]:
+        if t.shape[-1] != expected[name]:
+            raise ValueError(
+                f"{name} must end in {expected[name]} (state is (..., D, Dv) = {tuple(state.shape)}), "
+                f"got {name} {tuple(t.shape)}"
+            )
+    try:
+        torch.broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for _, t in named[1:]))
+    except RuntimeError:
+        raise ValueError(
+            "the leading axes of " + ", ".join(f"{name} {tuple(t.shape)}" for name, t in named) + " do not broadcast"
+        ) from None
+
+
 # --- gpt, generation ---
 
 

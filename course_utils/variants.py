@@ -9,6 +9,10 @@ The cache protocol, which :mod:`course_utils.generation` relies on: a model has 
 ``new_cache() -> KVCache`` and ``forward(idx (B, T), cache=None) -> logits (B, T, V)``. With a cache,
 ``idx`` holds only the new tokens, at positions ``cache.length ..``; layer ``i`` calls
 ``k, v = cache.update(i, k_new, v_new)`` and attends with ``causal_mask(T, S)``, S = ``cache.length + T``.
+
+Each public function checks its arguments in one call at its top (the checks live in ``_validate``), then does
+the idea; a layer that has checked its input calls the unchecked twin (``_repeat_kv``, ``_linformer_attention``,
+``_aft_full``, ``attention._attend``) rather than check the same tensors again.
 """
 
 from __future__ import annotations
@@ -21,21 +25,27 @@ import torch
 from torch import nn
 
 from course_utils._validate import (
-    check_bool,
-    check_bool_mask,
-    check_choice,
-    check_embedded,
-    check_floating,
-    check_fraction,
-    check_greater_than,
+    check_aft_full_call,
+    check_aft_qkv,
+    check_attention_input,
+    check_batch_rows,
+    check_cache_update,
+    check_causal_linear,
+    check_decoder_config,
+    check_decoder_input,
+    check_float_tensor,
+    check_gqa_args,
     check_int,
-    check_positive_number,
-    check_qkv,
-    check_same_device,
+    check_kv_cache_sizes,
+    check_linear_step,
+    check_linformer_call,
+    check_repeat_kv,
+    check_sequence_input,
+    check_sliding_window_call,
     check_tensor,
-    check_token_ids,
+    check_topk_call,
 )
-from course_utils.attention import scaled_dot_product_attention
+from course_utils.attention import _attend, scaled_dot_product_attention
 from course_utils.block import Block
 from course_utils.masking import causal_mask, combine_masks
 from course_utils.multihead import MultiHeadAttention, merge_heads
@@ -64,13 +74,6 @@ __all__ = [
 ]
 
 
-def _check_same_channels(q: torch.Tensor, v: torch.Tensor) -> None:
-    if q.shape[-1] != v.shape[-1]:
-        raise ValueError(
-            f"q and v must have the same number of channels C, got q {tuple(q.shape)} and v {tuple(v.shape)}"
-        )
-
-
 # ----------------------------------------------------------------------------------------------
 # 1. Grouped-query attention (Ainslie et al. 2023); multi-query attention (Shazeer 2019)
 # ----------------------------------------------------------------------------------------------
@@ -81,14 +84,13 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
     Shape: x (B, Hkv, S, D) -> (B, H, S, D). Taught in notebook 07.
     """
-    check_tensor("x", x, min_dim=4)
-    if x.dim() != 4:
-        raise ValueError(f"repeat_kv takes x of shape (B, Hkv, S, D), got {tuple(x.shape)}")
-    check_int("num_heads", num_heads)
-    Hkv = x.shape[1]
-    if num_heads % Hkv != 0:
-        raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({Hkv})")
-    return x.repeat_interleave(num_heads // Hkv, dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
+    check_repeat_kv(x, num_heads)
+    return _repeat_kv(x, num_heads)
+
+
+def _repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """:func:`repeat_kv` without its checks, for a layer whose head counts are checked already."""
+    return x.repeat_interleave(num_heads // x.shape[1], dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
 
 
 class GroupedQueryAttention(nn.Module):
@@ -112,22 +114,9 @@ class GroupedQueryAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        check_bool("bias", bias)
-        check_bool("rope", rope)
-        self.rope_base = check_greater_than("rope_base", rope_base, 1)
-        self.dropout = check_fraction("dropout", dropout)
-        check_int("embed_dim", embed_dim)
-        check_int("num_heads", num_heads)
-        check_int("num_kv_heads", num_kv_heads)
-        if embed_dim % num_heads != 0:
-            raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
-        if num_heads % num_kv_heads != 0:
-            raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads})")
+        self.head_dim = check_gqa_args(embed_dim, num_heads, num_kv_heads, bias, rope, rope_base, dropout)
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
-        self.head_dim = embed_dim // num_heads
-        self.rope = rope
-        if rope and self.head_dim % 2:
-            raise ValueError(f"rope=True needs an even head_dim, got {self.head_dim}")
+        self.rope, self.rope_base, self.dropout = rope, float(rope_base), float(dropout)
         kv_dim = num_kv_heads * self.head_dim
         self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
         self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
@@ -142,8 +131,7 @@ class GroupedQueryAttention(nn.Module):
         layer: int = 0,
         need_weights: bool = False,
     ):
-        check_embedded("x", x, self.embed_dim, self)
-        check_bool("need_weights", need_weights)
+        check_attention_input(x, self, need_weights)
         B, T, C = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
@@ -157,8 +145,9 @@ class GroupedQueryAttention(nn.Module):
             q, k = (apply_rope(t, positions, self.rope_base, pairing="half") for t in (q, k))  # as gpt.py
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, S, D): everything cached so far, new tokens last
-        k, v = repeat_kv(k, H), repeat_kv(v, H)  # (B, Hkv, S, D) -> (B, H, S, D)
+        k, v = _repeat_kv(k, H), _repeat_kv(v, H)  # (B, Hkv, S, D) -> (B, H, S, D)
         p = self.dropout if self.training else 0.0
+        # not _attend: the caller's mask, and keys from a cache filled in another dtype or device, are unchecked
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out
@@ -192,15 +181,7 @@ def kv_cache_bytes(
 
     2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element. Taught in notebook 07.
     """
-    for name, n in (
-        ("num_layers", num_layers),
-        ("num_kv_heads", num_kv_heads),
-        ("head_dim", head_dim),
-        ("num_tokens", num_tokens),
-        ("batch_size", batch_size),
-        ("bytes_per_element", bytes_per_element),
-    ):
-        check_int(name, n)
+    check_kv_cache_sizes(num_layers, num_kv_heads, head_dim, num_tokens, batch_size, bytes_per_element)
     return 2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
 
 
@@ -231,15 +212,8 @@ def sliding_window_attention(
     Equal to :func:`scaled_dot_product_attention` with :func:`sliding_window_mask`.
     Shape: q, k, v (..., T, D) -> out (..., T, D). Taught in notebook 07.
     """
-    check_qkv(q, k, v)
-    check_int("window", window)
-    check_int("chunk_size", chunk_size)
+    scale = check_sliding_window_call(q, k, v, window, chunk_size, scale)
     T = q.shape[-2]
-    if k.shape[-2] != T or v.shape[-2] != T:
-        raise ValueError(
-            f"sliding_window_attention is self-attention: q, k, v need the same length T, "
-            f"got {q.shape[-2]}, {k.shape[-2]}, {v.shape[-2]}"
-        )
     outs = []
     for i0 in range(0, T, chunk_size):
         i1 = min(i0 + chunk_size, T)
@@ -247,9 +221,7 @@ def sliding_window_attention(
         rows = torch.arange(i0, i1, device=q.device)[:, None]  # (Tc, 1) absolute query positions
         cols = torch.arange(j0, i1, device=q.device)[None, :]  # (1, Sc) absolute key positions
         local = (cols <= rows) & (rows - cols < window)  # (Tc, Sc)
-        out, _ = scaled_dot_product_attention(
-            q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :], local, scale=scale
-        )  # (..., Tc, D)
+        out, _ = _attend(q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :], local, scale=scale)  # (..., Tc, D)
         outs.append(out)
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
@@ -273,21 +245,23 @@ def linformer_attention(
     Shape: q (..., T, D), k, v (..., S, D), proj_k, proj_v (R, S' >= S) -> out (..., T, D).
     Taught in notebook 07.
     """
-    check_qkv(q, k, v)
+    scale = check_linformer_call(q, k, v, proj_k, proj_v, scale)
+    return _linformer_attention(q, k, v, proj_k, proj_v, scale)
+
+
+def _linformer_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    proj_k: torch.Tensor,
+    proj_v: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """:func:`linformer_attention` without its checks, for a layer that checked its input."""
     S = k.shape[-2]
-    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
-        check_tensor(name, p, min_dim=2)
-        if p.dim() != 2 or p.shape[1] < S:
-            raise ValueError(f"{name} must have shape (R, S') with S' >= S = {S}, got {tuple(p.shape)}")
-        if p.dtype != k.dtype:
-            raise TypeError(
-                f"{name} must have the dtype of q, k and v ({k.dtype}), got {p.dtype}: convert it with "
-                f"{name}.to(k.dtype)"
-            )
-    check_same_device(k=k, proj_k=proj_k, proj_v=proj_v)
     k_low = proj_k[:, :S] @ k  # (R, S) @ (..., S, D) -> (..., R, D)
     v_low = proj_v[:, :S] @ v  # (R, S) @ (..., S, D) -> (..., R, D)
-    out, _ = scaled_dot_product_attention(q, k_low, v_low, scale=scale)  # (..., T, D)
+    out, _ = _attend(q, k_low, v_low, scale=scale)  # (..., T, D)
     return out
 
 
@@ -307,14 +281,12 @@ class LinformerSelfAttention(nn.Module):
         self.proj_v = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_embedded("x", x, self.mha.embed_dim, self)
+        check_sequence_input(x, self.mha.embed_dim, self.context_length, self)
         B, T, C = x.shape
-        if T > self.context_length:
-            raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
         H = self.mha.num_heads
         q, k, v = self.mha.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, C)
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        out = linformer_attention(q, k, v, self.proj_k, self.proj_v)  # (B, H, T, D)
+        out = _linformer_attention(q, k, v, self.proj_k, self.proj_v)  # (B, H, T, D)
         return self.mha.out_proj(merge_heads(out))  # (B, T, C)
 
 
@@ -327,15 +299,16 @@ def aft_full(
     Shape: q (B, T, C), k, v (B, S, C), w (T, S), mask bool broadcastable to (T, S) -> out (B, T, C).
     Taught in notebook 07.
     """
-    check_qkv(q, k, v)
-    _check_same_channels(q, v)
-    T, S = q.shape[-2], k.shape[-2]
-    check_tensor("w", w, min_dim=2)
-    if tuple(w.shape) != (T, S):
-        raise ValueError(f"w must have shape (T, S) = ({T}, {S}), got {tuple(w.shape)}")
+    check_aft_full_call(q, k, v, w, mask)
+    return _aft_full(q, k, v, w, mask)
+
+
+def _aft_full(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, mask: torch.Tensor | None
+) -> torch.Tensor:
+    """:func:`aft_full` without its checks, for a layer that checked its input."""
     logits = k[..., None, :, :] + w[:, :, None]  # (B, 1, S, C) + (T, S, 1) -> (B, T, S, C)
     if mask is not None:
-        check_bool_mask(mask, (T, S))
         m = mask[..., None]  # (T, S, 1): the same for every channel
         logits = logits.masked_fill(~m, float("-inf"))
         sees_nothing = ~mask.any(dim=-1)[..., None, None]  # (T, 1, 1)
@@ -365,8 +338,7 @@ def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 
     Shape: q (B, T, C), k, v (B, S, C) -> out (B, T, C). Taught in notebook 07.
     """
-    check_qkv(q, k, v)
-    _check_same_channels(q, v)
+    check_aft_qkv(q, k, v)
     weights = torch.softmax(k, dim=-2)  # (B, S, C): over positions, not channels
     mixed = (weights * v).sum(dim=-2, keepdim=True)  # (B, 1, C)
     return torch.sigmoid(q) * mixed  # (B, T, C)
@@ -396,14 +368,12 @@ class AFTFull(nn.Module):
         self.w = nn.Parameter(0.1 * torch.randn(context_length, context_length))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        check_embedded("x", x, self.embed_dim, self)
-        B, T, C = x.shape
-        if T > self.context_length:
-            raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
+        check_sequence_input(x, self.embed_dim, self.context_length, self, mask)
+        T = x.shape[1]
         w = self.w[:T, :T]  # (T, T)
         if self.local_window is not None:
             w = aft_local_bias(w, self.local_window)
-        out = aft_full(self.q_proj(x), self.k_proj(x), self.v_proj(x), w, mask)  # (B, T, C)
+        out = _aft_full(self.q_proj(x), self.k_proj(x), self.v_proj(x), w, mask)  # (B, T, C)
         return self.out_proj(out)
 
 
@@ -428,13 +398,9 @@ def topk_attention(
     Shape: q (..., T, D), k, v (..., S, D), mask bool broadcastable to (..., T, S) -> out (..., T, D).
     Taught in notebook 07.
     """
-    check_qkv(q, k, v)
-    check_int("top_k", top_k)
-    check_int("chunk_size", chunk_size)
+    scale = check_topk_call(q, k, v, top_k, mask, chunk_size, scale)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
-    scale = 1.0 / math.sqrt(D) if scale is None else check_positive_number("scale", scale)
-    if mask is not None:
-        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), T, S))
+    scale = 1.0 / math.sqrt(D) if scale is None else scale
     kk = min(top_k, S)
     outs = []
     for i0 in range(0, T, chunk_size):
@@ -452,7 +418,7 @@ def topk_attention(
         idx = scores.topk(kk, dim=-1).indices  # (..., Tc, k)
         keep = torch.zeros(scores.shape, dtype=torch.bool, device=q.device).scatter_(-1, idx, True)
         keep = combine_masks(keep, m)  # a masked key never comes back, even among the "top" -inf's
-        out, _ = scaled_dot_product_attention(qc, k, v, keep, scale=scale)  # (..., Tc, D)
+        out, _ = _attend(qc, k, v, keep, scale=scale)  # (..., Tc, D)
         outs.append(out)
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
@@ -485,39 +451,14 @@ class KVCache:
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
-        check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)
-        for name, t in (("k", k), ("v", v)):
-            check_tensor(name, t, min_dim=4)
-            if t.dim() != 4:
-                raise ValueError(f"{name} must have shape (B, Hkv, T, D), got {tuple(t.shape)}")
-        if k.shape != v.shape:
-            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-        check_floating("k", k)
-        if v.dtype != k.dtype:
-            raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
-        start = self._lengths[layer]
-        if start > self.length:
-            raise RuntimeError(
-                f"layer {layer} appended twice in one step: it holds {start} positions, "
-                f"another layer only {self.length}"
-            )
+        check_cache_update(self, layer, k, v)  # one shape and dtype, this layer's first append this step, room left
         B, Hkv, T, D = k.shape
+        start = self._lengths[layer]
         end = start + T
-        if end > self.capacity:
-            raise ValueError(
-                f"KV cache overflow: capacity (context_length) is {self.capacity} positions, "
-                f"{start} are cached and {T} more were appended; start a new cache or crop "
-                "the sequence"
-            )
-        if self.keys[layer] is None:
+        if self.keys[layer] is None:  # the first update allocates the buffers, in k's dtype and on its device
             self.keys[layer] = k.new_zeros(B, Hkv, self.capacity, D)
             self.values[layer] = v.new_zeros(B, Hkv, self.capacity, D)
         buf_k, buf_v = self.keys[layer], self.values[layer]
-        if buf_k.shape[:2] != (B, Hkv) or buf_k.shape[3] != D:
-            raise ValueError(
-                f"layer {layer} caches (B, Hkv, D) = {(buf_k.shape[0], buf_k.shape[1], buf_k.shape[3])}, "
-                f"got new keys of shape {tuple(k.shape)}"
-            )
         buf_k[:, :, start:end] = k  # write the new positions in place: no copy of the old ones
         buf_v[:, :, start:end] = v
         self._lengths[layer] = end
@@ -525,15 +466,7 @@ class KVCache:
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Keep the batch rows ``indices`` (B',) of every layer, in that order (beam search)."""
-        check_tensor("indices", indices)
-        if indices.dim() != 1 or indices.is_floating_point() or indices.is_complex() or indices.dtype == torch.bool:
-            raise TypeError(
-                f"indices must be a 1-D integer tensor of batch rows, got dtype {indices.dtype}, "
-                f"shape {tuple(indices.shape)}"
-            )
-        B = next((t.shape[0] for t in self.keys if t is not None), None)
-        if B is not None and indices.numel() and not (0 <= int(indices.min()) and int(indices.max()) < B):
-            raise ValueError(f"indices must be batch rows in [0, {B}), got {indices.tolist()}")
+        check_batch_rows(indices, next((t.shape[0] for t in self.keys if t is not None), None))
         for i in range(self.num_layers):
             if self.keys[i] is not None:
                 self.keys[i] = self.keys[i].index_select(0, indices.to(self.keys[i].device))
@@ -565,15 +498,7 @@ class DecoderConfig:
     positions: Literal["learned", "rope"] = "learned"
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
-            check_int(name, getattr(self, name))
-        if self.embed_dim % self.num_heads:
-            raise ValueError(f"embed_dim ({self.embed_dim}) must be divisible by num_heads ({self.num_heads})")
-        if self.num_heads % self.num_kv_heads:
-            raise ValueError(f"num_heads ({self.num_heads}) must be divisible by num_kv_heads ({self.num_kv_heads})")
-        if self.window is not None:
-            check_int("window", self.window)
-        check_choice("positions", self.positions, ("learned", "rope"))
+        check_decoder_config(self)
 
     @classmethod
     def tiny(cls, **overrides) -> DecoderConfig:
@@ -614,17 +539,10 @@ class TinyDecoder(nn.Module):
         return KVCache(self.config.num_layers, self.config.context_length)
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        check_token_ids("idx", idx, self.config.vocab_size)
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
+        check_decoder_input(idx, cache, KVCache, self.config.vocab_size, self.config.context_length)
         B, T = idx.shape
         start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
         S = start + T
-        if S > self.config.context_length:
-            raise ValueError(
-                f"positions up to {S - 1} do not fit in context_length ({self.config.context_length}): "
-                f"{start} cached + {T} new tokens"
-            )
         x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(start, S, device=idx.device))  # (T, C) broadcasts over B
@@ -651,18 +569,8 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     by 0. This way phi stays positive down to x of about -87 (float32) and -708 (float64).
     Shape: x (..., D) -> (..., D). Taught in notebook 07.
     """
-    check_tensor("x", x)
-    check_floating("x", x)
+    check_float_tensor("x", x)
     return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0)))  # the clamp keeps exp's unused branch finite
-
-
-def _check_causal_linear(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
-    check_qkv(q, k, v)
-    if q.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"causal linear attention is self-attention: q and k need the same length T, "
-            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
 
 
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -673,7 +581,7 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     Equal to :func:`linear_attention_recurrent` and :func:`linear_attention_quadratic`.
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
-    _check_causal_linear(q, k, v)
+    check_causal_linear(q, k, v)
     fq, fk = elu_feature_map(q), elu_feature_map(k)  # (..., T, D)
     states = (fk[..., :, :, None] * v[..., :, None, :]).cumsum(dim=-3)  # (..., T, D, 1) * (..., T, 1, Dv) -> S_t
     normalisers = fk.cumsum(dim=-2)  # (..., T, D): z_t
@@ -704,33 +612,7 @@ def linear_attention_step(
     Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv),
     state (..., D, Dv), normaliser (..., D). Taught in notebook 07.
     """
-    named = (("state", state), ("normaliser", normaliser), ("q_t", q_t), ("k_t", k_t), ("v_t", v_t))
-    for name, t in named:
-        check_tensor(name, t, min_dim=2 if name == "state" else 1)
-        check_floating(name, t)
-    if len({t.dtype for _, t in named}) > 1:
-        dtypes = ", ".join(str(t.dtype) for _, t in named)
-        raise TypeError(f"state, normaliser, q_t, k_t and v_t must share a dtype, got {dtypes}")
-    check_same_device(state=state, normaliser=normaliser, q_t=q_t, k_t=k_t, v_t=v_t)
-    D, Dv = state.shape[-2:]
-    if D == 0:
-        raise ValueError(
-            f"state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got {tuple(state.shape)}"
-        )
-    expected = {"normaliser": D, "q_t": D, "k_t": D, "v_t": Dv}
-    for name, t in named[1:]:
-        if t.shape[-1] != expected[name]:
-            raise ValueError(
-                f"{name} must end in {expected[name]} (state is (..., D, Dv) = {tuple(state.shape)}), "
-                f"got {name} {tuple(t.shape)}"
-            )
-    leading = [state.shape[:-2]] + [t.shape[:-1] for _, t in named[1:]]
-    try:
-        torch.broadcast_shapes(*leading)
-    except RuntimeError:
-        raise ValueError(
-            "the leading axes of " + ", ".join(f"{name} {tuple(t.shape)}" for name, t in named) + " do not broadcast"
-        ) from None
+    check_linear_step(state, normaliser, q_t, k_t, v_t)
     return _linear_step(state, normaliser, q_t, k_t, v_t)
 
 
@@ -740,7 +622,7 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     Equal to :func:`linear_attention`; memory O(D * Dv) whatever T is.
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
-    _check_causal_linear(q, k, v)
+    check_causal_linear(q, k, v)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     D, Dv = k.shape[-1], v.shape[-1]
     state = q.new_zeros(*lead, D, Dv)  # (..., D, Dv)
@@ -758,7 +640,7 @@ def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     Attention with exp(q . k / sqrt(D)) replaced by phi(q) . phi(k): a (T, T) matrix, O(T^2) time and memory.
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
-    _check_causal_linear(q, k, v)
+    check_causal_linear(q, k, v)
     T = q.shape[-2]
     scores = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)  # (..., T, T), all positive
     future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T): True above the diagonal

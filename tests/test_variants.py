@@ -605,6 +605,36 @@ def test_kv_cache_refuses_keys_and_values_of_two_dtypes_or_integers():
     assert cache.length == 0
 
 
+def test_repeat_kv_with_no_kv_heads_names_num_kv_heads():
+    """x with Hkv = 0 heads: a ValueError from check_heads, not Python's integer modulo by zero (#20)."""
+    with pytest.raises(ValueError, match="num_kv_heads must be at least 1, got 0"):
+        repeat_kv(torch.randn(1, 0, 3, 4), 2)
+
+
+def test_sliding_window_attention_checks_its_scale_before_the_first_chunk():
+    q = torch.randn(1, 0, 4)  # no query, so no chunk: the scale was once checked only inside the loop
+    with pytest.raises(TypeError, match=r"scale must be a positive number, got 'abc' \(str\)"):
+        sliding_window_attention(q, q, q, window=2, scale="abc")
+
+
+def test_layers_and_chunked_functions_check_q_k_v_once_at_their_boundary(monkeypatch):
+    """A layer hands its checked projections to the unchecked kernels, and a function that attends chunk by chunk
+    checks q, k, v once, not once per chunk (#20)."""
+    from course_utils import _validate
+
+    calls, real = [], _validate.check_qkv
+    monkeypatch.setattr(_validate, "check_qkv", lambda *a: (calls.append(1), real(*a))[1])
+    x = torch.randn(2, 6, 16)
+    LinformerSelfAttention(16, 4, 8, 3)(x)
+    AFTFull(16, 8, local_window=2)(x, causal_mask(6))
+    assert calls == []
+    q = torch.randn(1, 2, 9, 4)
+    sliding_window_attention(q, q, q, window=3, chunk_size=2)
+    topk_attention(q, q, q, top_k=2, chunk_size=2)
+    linformer_attention(q, q, q, torch.randn(3, 9), torch.randn(3, 9))
+    assert len(calls) == 3
+
+
 # --- causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct forms ----------------
 
 
