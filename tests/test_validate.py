@@ -5,19 +5,26 @@ and what arrived.
 """
 
 import math
+import re
 
 import numpy as np
 import pytest
+import torch
 
 from course_utils._validate import (
+    check_attention_call,
     check_bool,
     check_choice,
+    check_even_int,
     check_fraction,
     check_greater_than,
     check_int,
+    check_layer_input,
     check_nonnegative_number,
+    check_positions,
     check_positive_number,
 )
+from course_utils.multihead import MultiHeadAttention, SingleHeadAttention
 
 
 def test_check_int_returns_a_plain_int():
@@ -211,3 +218,53 @@ def test_check_on_full_returns_how_many_tokens_to_keep():
         check_on_full("shift", choices, 17, 16)
     with pytest.raises(ValueError, match=r"on_full must be one of \('error', 'shift'\), got 'wrap'"):
         check_on_full("wrap", choices, None, 16)
+
+
+# ---------------------------------------------------------------- attention, masking, multihead, block, positional
+
+
+def test_check_attention_call_names_a_memory_passed_as_the_mask_only_where_a_memory_is_taken():
+    attn, x, memory = MultiHeadAttention(8, 2), torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    with pytest.raises(TypeError, match=r"looks like a \(B, S, C\) memory: for cross-attention pass it by keyword"):
+        check_attention_call(attn, x, memory, False, takes_memory=True)
+    with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\), got dtype torch.float32"):
+        check_attention_call(attn, x, memory, False)  # a module without a memory: the mask's own message
+
+
+def test_check_attention_call_fits_the_mask_to_the_scores():
+    attn, x, memory = MultiHeadAttention(8, 2), torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+    check_attention_call(attn, x, torch.ones(2, 2, 3, 5, dtype=torch.bool), False, memory)  # (B, H, T, S)
+    with pytest.raises(
+        ValueError, match=re.escape("mask of shape (3, 3) does not broadcast to the scores' shape (2, 2, 3, 5)")
+    ):
+        check_attention_call(attn, x, torch.ones(3, 3, dtype=torch.bool), False, memory)
+    head = SingleHeadAttention(8, 4)
+    check_attention_call(head, x, torch.ones(2, 3, 3, dtype=torch.bool), False, per_head=False)  # (B, T, T)
+    with pytest.raises(ValueError, match=re.escape("to the scores' shape (2, 3, 3)")):
+        check_attention_call(head, x, torch.ones(2, 2, 3, 3, dtype=torch.bool), False, per_head=False)
+
+
+def test_check_positions_defaults_to_0_to_T_minus_1_and_keeps_below_the_context_length():
+    assert torch.equal(check_positions(None, 4, torch.device("cpu")), torch.arange(4))
+    assert torch.equal(check_positions(torch.tensor([5, 6]), 2, torch.device("cpu")), torch.tensor([5, 6]))
+    with pytest.raises(ValueError, match="position 4 is beyond context_length = 4"):
+        check_positions(None, 5, torch.device("cpu"), context_length=4)
+    with pytest.raises(ValueError, match="position 6 is beyond context_length = 5"):
+        check_positions(torch.tensor([5, 6]), 2, torch.device("cpu"), context_length=5)
+
+
+def test_check_even_int_checks_the_int_before_the_pairs():
+    with pytest.raises(TypeError, match="D must be an int, got float"):
+        check_even_int("D", 4.0, "pairs")
+    with pytest.raises(ValueError, match="D must be at least 2, got 0"):
+        check_even_int("D", 0, "pairs")
+    with pytest.raises(ValueError, match=re.escape("D must be even (pairs), got 3")):
+        check_even_int("D", 3, "pairs")
+
+
+def test_check_layer_input_is_skipped_while_torch_compile_traces(monkeypatch):
+    attn = MultiHeadAttention(8, 2)
+    with pytest.raises(ValueError, match=re.escape("x must have shape (B, T, C=8), got (1, 3, 6)")):
+        check_layer_input(torch.randn(1, 3, 6), 8, attn)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    check_layer_input(torch.randn(1, 3, 6), 8, attn)  # no attribute reads in a compiled graph
