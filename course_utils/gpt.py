@@ -153,9 +153,10 @@ class CausalSelfAttention(MultiHeadAttention):
         S = k.shape[-2]
         p = self.dropout if self.training else 0.0
         if need_weights or self.attention == "course":
-            if mask is not None:  # the caller's mask; the causal one below fits by construction
+            if mask is None:
+                mask = causal_mask(T, S, device=x.device)  # (T, S), bottom-right aligned when T < S
+            else:  # the caller's mask, checked as scaled_dot_product_attention would before its kernel
                 check_layer_mask(mask, q, k)
-            mask = causal_mask(T, S, device=x.device) if mask is None else mask  # (T, S), bottom-right when T < S
             out, weights = _attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         elif self.attention == "flash":  # no dropout_p: the config refuses dropout with it
             weights = None
