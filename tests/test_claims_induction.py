@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from course_utils.checkpoints import load_model
 from course_utils.induction import (
     InductionConfig,
     ablate_heads,
@@ -26,7 +27,6 @@ from course_utils.induction import (
     repeated_tokens,
     train_induction,
 )
-from course_utils.train import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT = ROOT / "checkpoints" / "induction.pt"

@@ -7,8 +7,9 @@ import pytest
 import torch
 from strategies import practice_text
 
+from course_utils.checkpoints import load_model
 from course_utils.gpt import GPT, GPTConfig
-from course_utils.train import TrainConfig, load_model, train
+from course_utils.train import TrainConfig, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -66,7 +66,9 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     for name, path in files.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]  # the package it is in
         named = set()
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        tree.body = [n for n in tree.body if not _main_guard(n)]  # runs as the module __main__, never on import
+        for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 named.update(a.name for a in node.names)
             elif isinstance(node, ast.ImportFrom):
@@ -80,6 +82,17 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
             imported.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
         graph[name] = {m for m in imported if m != name and (m in files or m.split(".")[0] not in packages)}
     return graph
+
+
+def _main_guard(node: ast.stmt) -> bool:
+    """Whether ``node`` is ``if __name__ == "__main__":`` (``python -m course_utils.train`` hands over there)."""
+    test = node.test if isinstance(node, ast.If) else None
+    return (
+        isinstance(test, ast.Compare)
+        and isinstance(test.left, ast.Name)
+        and test.left.id == "__name__"
+        and [getattr(c, "value", None) for c in test.comparators] == ["__main__"]
+    )
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -143,6 +156,9 @@ def test_the_graph_finds_a_circle_however_it_is_hidden(tmp_path):
     assert reached(graph, "pkg.d") >= {"os", "pkg.sub.c"}
     (pkg / "sub" / "c.py").write_text("import os\n")
     assert circles(import_graph(tmp_path, ("pkg",))) == []
+    (pkg / "e.py").write_text('import os\n\nif __name__ == "__main__":\n    from pkg.d import f\n')  # a script's
+    (pkg / "d.py").write_text("from pkg import e\n")  # hand-over, run only as __main__: not a circle
+    assert import_graph(tmp_path, ("pkg",))["pkg.e"] == {"os"} and circles(import_graph(tmp_path, ("pkg",))) == []
 
 
 def test_no_two_modules_import_each_other(graph):

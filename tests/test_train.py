@@ -16,6 +16,7 @@ import pytest
 import torch
 from strategies import practice_text
 
+from course_utils.checkpoints import CheckpointError, export_model, load_checkpoint, load_model
 from course_utils.data import (
     CORPUS_SHA256,
     CharTokenizer,
@@ -25,21 +26,11 @@ from course_utils.data import (
     sha256_file,
     split_data,
 )
+from course_utils.devices import pick_device
 from course_utils.gpt import GPT, GPTConfig
-from course_utils.train import (
-    CheckpointError,
-    NonFiniteLossError,
-    TrainConfig,
-    check_out_dir,
-    evaluate,
-    export_model,
-    learning_rate,
-    load_checkpoint,
-    load_model,
-    main,
-    pick_device,
-    train,
-)
+from course_utils.train import NonFiniteLossError, TrainConfig, evaluate, learning_rate, train
+from course_utils.train_cli import main
+from course_utils.train_setup import check_out_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = dict(
@@ -371,7 +362,7 @@ def test_gpu_benchmark_exits_with_a_clear_message_without_cuda(monkeypatch, caps
 
 
 def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, capsys):
-    from course_utils.train import load_model
+    from course_utils.checkpoints import load_model
 
     dest = tmp_path / "model.pt"
     code = main(
@@ -409,7 +400,7 @@ def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, ca
 
 
 def test_load_model_refuses_damaged_and_foreign_files(tmp_path):
-    from course_utils.train import load_model
+    from course_utils.checkpoints import load_model
 
     (tmp_path / "bad.pt").write_bytes(b"\x00" * 100)
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
@@ -421,8 +412,8 @@ def test_load_model_refuses_damaged_and_foreign_files(tmp_path):
 
 def test_the_shipped_model_loads_with_its_provenance():
     """checkpoints/shakespeare_cpu.pt: made by the training command, and usable without the corpus."""
+    from course_utils.checkpoints import load_model
     from course_utils.gpt import GPTConfig
-    from course_utils.train import load_model
 
     model, tokenizer, info = load_model(ROOT / "checkpoints" / "shakespeare_cpu.pt")
     prov = info["provenance"]
@@ -440,7 +431,7 @@ def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path):
     """Two runs saving into one folder at the same moment: each rename moves its own whole file, never the other's."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from course_utils.train import save_checkpoint
+    from course_utils.checkpoints import save_checkpoint
 
     path = tmp_path / "checkpoint.pt"
     states = [{"format": "x", "writer": torch.full((50_000,), float(i))} for i in range(2)]
@@ -611,7 +602,7 @@ def test_resume_refuses_another_model_or_other_text(text_file, tmp_path, capsys)
 def _save_killed_midway(folder: Path) -> int:
     """A process that dies (os._exit, as a kill would) while writing a checkpoint; returns its process id."""
     code = (
-        "import os, sys, torch; from course_utils.train import save_checkpoint\n"
+        "import os, sys, torch; from course_utils.checkpoints import save_checkpoint\n"
         "torch.save = lambda state, f: (open(f, 'wb').write(b'half a checkpoint'), os._exit(9))\n"
         f"save_checkpoint({str(folder / 'checkpoint.pt')!r}, {{}})\n"
     )
@@ -721,7 +712,7 @@ def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
 def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file, tmp_path):
     """norm_position travels in the checkpoint: a resume continues the post-norm model, exactly, and a
     pre-norm config is refused with a message that tells the two apart."""
-    from course_utils.train import RunSetupError
+    from course_utils.train_setup import RunSetupError
 
     post = GPTConfig.preset("tiny", norm_position="post")
     settings = TrainConfig.preset("tiny", **{**FAST, "max_steps": 6})
