@@ -37,7 +37,6 @@ __all__ = [
 ]
 
 SIZE_ENV = "COURSE_GPT_SIZE"
-OLD_SIZE_ENV = "COURSE_08_SIZE"  # its name while the tiny GPT was notebook 08 (it is notebook 10 now)
 RUNS_ENV = "COURSE_RUNS_DIR"
 OLD_NUMBERS = ("09", "08")  # the tiny GPT's earlier notebook numbers, newest first: runs/09_<size>/, runs/08_<size>/
 
@@ -47,8 +46,8 @@ class RunSize:
     """A model and its training settings, for one kind of machine."""
 
     name: str
-    model: GPTConfig
-    training: TrainConfig
+    model_config: GPTConfig
+    train_config: TrainConfig
     about: str
 
 
@@ -82,23 +81,28 @@ def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
     ValueError for an unknown size, and for the variable's old name ``COURSE_08_SIZE`` (named in the message).
     """
     env = os.environ if environ is None else environ
-    old, size = env.get(OLD_SIZE_ENV, "").strip(), env.get(SIZE_ENV, "").strip().lower()
-    if old and not size:
+    size = env.get(SIZE_ENV, "").strip().lower()
+    if not size:
+        _refuse_the_old_name(env)
+        return "gpu" if str(device).startswith("cuda") else "cpu"
+    if size not in RUN_SIZES:
+        raise ValueError(f"{SIZE_ENV}={env[SIZE_ENV].strip()!r} is not a run size; choose one of {sorted(RUN_SIZES)}")
+    return size
+
+
+def _refuse_the_old_name(env: dict[str, str]) -> None:
+    """ValueError naming ``COURSE_GPT_SIZE`` if ``COURSE_08_SIZE`` is set: the switch's name while the tiny GPT was
+    notebook 08, read by no one now."""
+    old = env.get("COURSE_08_SIZE", "").strip()
+    if old:
         instead = (
             f"set {SIZE_ENV}={old.lower()} instead"
             if old.lower() in RUN_SIZES
             else f"set {SIZE_ENV} to one of {sorted(RUN_SIZES)} instead ({old!r} is not a run size)"
         )
         raise ValueError(
-            f"{OLD_SIZE_ENV} was renamed {SIZE_ENV} (the tiny GPT, notebook 08 then, is notebook 10 now); {instead}"
+            f"COURSE_08_SIZE was renamed {SIZE_ENV} (the tiny GPT, notebook 08 then, is notebook 10 now); {instead}"
         )
-    if size:
-        if size not in RUN_SIZES:
-            raise ValueError(
-                f"{SIZE_ENV}={env[SIZE_ENV].strip()!r} is not a run size; choose one of {sorted(RUN_SIZES)}"
-            )
-        return size
-    return "gpu" if str(device).startswith("cuda") else "cpu"
 
 
 def runs_dir(environ: dict[str, str] | None = None) -> Path:
