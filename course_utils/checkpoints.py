@@ -240,7 +240,9 @@ RESUME_RULES: dict[str, Rule] = {
 
 def saved_settings(state: dict[str, Any]) -> dict[str, Any]:
     """The run's own training settings in a checkpoint: all but this session's switches."""
-    return {k: v for k, v in state["train_config"].items() if RESUME_RULES[k].on_resume != SESSION}
+    return {
+        k: v for k, v in state["train_config"].items() if k not in RESUME_RULES or RESUME_RULES[k].on_resume != SESSION
+    }
 
 
 class Resumed(NamedTuple):
