@@ -936,6 +936,100 @@ def check_linear_step(state: object, normaliser: object, q_t: object, k_t: objec
         ) from None
 
 
+def check_block_partial(scores: object, v: object) -> None:
+    """Raise unless scores (..., T, Sb) and v (..., Sb, Dv) are floating tensors with one Sb >= 1."""
+    check_tensor("scores", scores, min_dim=2)
+    check_tensor("v", v, min_dim=2)
+    check_floating("scores", scores)
+    check_floating("v", v)
+    if scores.shape[-1] == 0 or scores.shape[-1] != v.shape[-2]:
+        raise ValueError(
+            f"scores (..., T, Sb) and v (..., Sb, Dv) need the same number Sb >= 1 of keys, got "
+            f"scores {tuple(scores.shape)} and v {tuple(v.shape)}"
+        )
+
+
+def check_partial(name: str, p: object) -> None:
+    """Raise unless ``p`` is a :class:`fast_attention.Partial` (m, l, o): m, l (..., T, 1), o (..., T, Dv), floating."""
+    if not (isinstance(p, tuple) and len(p) == 3):
+        raise TypeError(f"{name} must be a Partial (m, l, o) of three tensors, got {type(p).__name__}")
+    m, l, o = p  # noqa: E741
+    for part, t in (("m", m), ("l", l), ("o", o)):
+        check_tensor(f"{name}.{part}", t, min_dim=2)
+        check_floating(f"{name}.{part}", t)
+    if m.shape != l.shape or m.shape[-1] != 1 or o.shape[:-1] != m.shape[:-1]:
+        raise ValueError(
+            f"{name} must hold m and l of shape (..., T, 1) and o of shape (..., T, Dv), got m "
+            f"{tuple(m.shape)}, l {tuple(l.shape)}, o {tuple(o.shape)}"
+        )
+
+
+def check_mergeable(a: object, b: object) -> None:
+    """Raise unless ``a`` and ``b`` are partials (:func:`check_partial`) of the same queries, shapes and dtype."""
+    check_partial("a", a)
+    check_partial("b", b)
+    if a[0].shape != b[0].shape or a[2].shape != b[2].shape:
+        raise ValueError(
+            f"a and b must be partials of the same queries, got o {tuple(a[2].shape)} and {tuple(b[2].shape)}"
+        )
+    dtypes = {t.dtype for t in (*a, *b)}
+    if len(dtypes) > 1:
+        raise TypeError(
+            f"a and b must hold tensors of one dtype, got {sorted(str(d) for d in dtypes)} "
+            "(torch would silently promote the merged partial)"
+        )
+
+
+def check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[float, int, int]:
+    """The scale (1 / sqrt(D) by default), q_tile and kv_tile to use, after checking every argument of
+    :func:`fast_attention.tiled_attention` and :func:`fast_attention.flash_attention`."""
+    check_qkv(q, k, v)
+    check_bool("is_causal", is_causal)
+    q_tile, kv_tile = check_int("q_tile", q_tile), check_int("kv_tile", kv_tile)
+    T, S = q.shape[-2], k.shape[-2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_positive_number("scale", scale)
+    if mask is not None:
+        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), T, S))
+        check_same_device(q=q, mask=mask)
+    if is_causal and T > S:
+        raise ValueError(
+            f"is_causal needs T <= S (the queries are the last T of the S positions, as in "
+            f"causal_mask(T, S)), got T={T}, S={S}"
+        )
+    return scale, q_tile, kv_tile
+
+
+def check_backward_call(q: object, k: object, v: object, o: object, do: object, scale: object, mask: object) -> float:
+    """``scale`` as a float, after checking the arguments of :func:`fast_attention.attention_backward`: q, k, v,
+    then o and do of the output's shape, dtype and device, then the mask."""
+    check_qkv(q, k, v)
+    scale = check_positive_number("scale", scale)
+    T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    for name, x in (("o", o), ("do", do)):
+        check_tensor(name, x, min_dim=2)
+        if x.dtype != q.dtype or x.shape != (*batch, T, Dv):
+            raise ValueError(
+                f"{name} must be the attention output's shape {(*batch, T, Dv)} and dtype {q.dtype}, got "
+                f"{tuple(x.shape)} {x.dtype}"
+            )
+        check_same_device(q=q, **{name: x})
+    if mask is not None:
+        check_bool_mask(mask, (*batch, T, S))
+        check_same_device(q=q, mask=mask)
+    return scale
+
+
+def check_backward_once() -> None:
+    """Raise RuntimeError inside flash_attention's backward pass when a second derivative was asked for."""
+    if torch.is_grad_enabled():  # create_graph=True
+        raise RuntimeError(
+            "flash_attention is differentiable once: its backward pass is not itself differentiable, got a "
+            "backward pass with create_graph=True; use course_utils.attention.scaled_dot_product_attention "
+            "for second derivatives"
+        )
+
+
 # --- gpt, generation ---
 
 

@@ -10,21 +10,20 @@ boolean, True = may attend.
 from __future__ import annotations
 
 import contextlib
-import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import torch
 
 from course_utils._validate import (
-    check_bool,
-    check_bool_mask,
-    check_floating,
+    check_backward_call,
+    check_backward_once,
+    check_block_partial,
+    check_float_tensor,
     check_int,
-    check_positive_number,
-    check_qkv,
-    check_same_device,
-    check_tensor,
+    check_mergeable,
+    check_partial,
+    check_tiled_call,
 )
 
 __all__ = [
@@ -64,15 +63,7 @@ def block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
 
     Shape: scores (..., T, Sb) scaled, -inf where blocked; v (..., Sb, Dv) -> Partial. Taught in notebook 08.
     """
-    check_tensor("scores", scores, min_dim=2)
-    check_tensor("v", v, min_dim=2)
-    check_floating("scores", scores)
-    check_floating("v", v)
-    if scores.shape[-1] == 0 or scores.shape[-1] != v.shape[-2]:
-        raise ValueError(
-            f"scores (..., T, Sb) and v (..., Sb, Dv) need the same number Sb >= 1 of keys, got "
-            f"scores {tuple(scores.shape)} and v {tuple(v.shape)}"
-        )
+    check_block_partial(scores, v)
     return _block_partial(scores, v)
 
 
@@ -82,39 +73,14 @@ def _block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
     return Partial(m, p.sum(dim=-1, keepdim=True), p @ v)  # (..., T, 1), (..., T, 1), (..., T, Dv)
 
 
-def _check_partial(name: str, p: object) -> Partial:
-    if not (isinstance(p, tuple) and len(p) == 3):
-        raise TypeError(f"{name} must be a Partial (m, l, o) of three tensors, got {type(p).__name__}")
-    m, l, o = p  # noqa: E741
-    for part, t in (("m", m), ("l", l), ("o", o)):
-        check_tensor(f"{name}.{part}", t, min_dim=2)
-        check_floating(f"{name}.{part}", t)
-    if m.shape != l.shape or m.shape[-1] != 1 or o.shape[:-1] != m.shape[:-1]:
-        raise ValueError(
-            f"{name} must hold m and l of shape (..., T, 1) and o of shape (..., T, Dv), got m "
-            f"{tuple(m.shape)}, l {tuple(l.shape)}, o {tuple(o.shape)}"
-        )
-    return Partial(m, l, o)
-
-
 def merge_partials(a: Partial, b: Partial) -> Partial:
     """The :class:`Partial` of two blocks of keys together, exactly; a row seeing no key stays (-inf, 0, 0).
 
     Raises TypeError for partials of two dtypes. Shape: two Partials of the same shapes -> one Partial.
     Taught in notebook 08.
     """
-    a, b = _check_partial("a", a), _check_partial("b", b)
-    if a.m.shape != b.m.shape or a.o.shape != b.o.shape:
-        raise ValueError(
-            f"a and b must be partials of the same queries, got o {tuple(a.o.shape)} and {tuple(b.o.shape)}"
-        )
-    dtypes = {t.dtype for t in (*a, *b)}
-    if len(dtypes) > 1:
-        raise TypeError(
-            f"a and b must hold tensors of one dtype, got {sorted(str(d) for d in dtypes)} "
-            "(torch would silently promote the merged partial)"
-        )
-    return _merge(a, b)
+    check_mergeable(a, b)
+    return _merge(Partial(*a), Partial(*b))  # a plain tuple (m, l, o) is welcome too
 
 
 def _merge(a: Partial, b: Partial) -> Partial:
@@ -129,7 +95,8 @@ def finish(p: Partial) -> torch.Tensor:
 
     Shape: Partial (m (..., T, 1), l (..., T, 1), o (..., T, Dv)) -> out (..., T, Dv). Taught in notebook 08.
     """
-    return _finish(_check_partial("p", p))
+    check_partial("p", p)
+    return _finish(Partial(*p))
 
 
 def _finish(p: Partial) -> torch.Tensor:
@@ -142,8 +109,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     Equal to ``torch.softmax(x, dim=-1)``, NaN for an all ``-inf`` row included.
     Shape: x (..., S) -> weights (..., S). Taught in notebook 08.
     """
-    check_tensor("x", x)
-    check_floating("x", x)
+    check_float_tensor("x", x)
     block_size = check_int("block_size", block_size)
     m = x.new_full((*x.shape[:-1], 1), NEG_INF)  # (..., 1): running maximum
     l = x.new_zeros((*x.shape[:-1], 1))  # noqa: E741  (..., 1): running sum of exp(x - m)
@@ -185,26 +151,8 @@ def tiled_attention(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
-    scale, q_tile, kv_tile = _check_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+    scale, q_tile, kv_tile = check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
     return _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile)[0]
-
-
-def _check_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[float, int, int]:
-    """The door of tiled_attention and flash_attention: every argument checked; the scale, q_tile, kv_tile to use."""
-    check_qkv(q, k, v)
-    check_bool("is_causal", is_causal)
-    q_tile, kv_tile = check_int("q_tile", q_tile), check_int("kv_tile", kv_tile)
-    T, S = q.shape[-2], k.shape[-2]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_positive_number("scale", scale)
-    if mask is not None:
-        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), T, S))
-        check_same_device(q=q, mask=mask)
-    if is_causal and T > S:
-        raise ValueError(
-            f"is_causal needs T <= S (the queries are the last T of the S positions, as in "
-            f"causal_mask(T, S)), got T={T}, S={S}"
-        )
-    return scale, q_tile, kv_tile
 
 
 def _visible(
@@ -285,21 +233,7 @@ def attention_backward(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), o and do (..., T, Dv), mask bool broadcastable to
     (..., T, S) -> dq, dk, dv of the shapes of q, k, v. Taught in notebook 08.
     """
-    check_qkv(q, k, v)
-    scale = check_positive_number("scale", scale)
-    T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    for name, x in (("o", o), ("do", do)):
-        check_tensor(name, x, min_dim=2)
-        if x.dtype != q.dtype or x.shape != (*batch, T, Dv):
-            raise ValueError(
-                f"{name} must be the attention output's shape {(*batch, T, Dv)} and dtype {q.dtype}, got "
-                f"{tuple(x.shape)} {x.dtype}"
-            )
-        check_same_device(q=q, **{name: x})
-    if mask is not None:
-        check_bool_mask(mask, (*batch, T, S))
-        check_same_device(q=q, mask=mask)
+    scale = check_backward_call(q, k, v, o, do, scale, mask)
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, NEG_INF)  # (..., T, S)
@@ -341,7 +275,7 @@ def flash_attention(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
-    scale, q_tile, kv_tile = _check_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+    scale, q_tile, kv_tile = check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
     return _FlashAttention.apply(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
 
 
@@ -359,12 +293,7 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        if torch.is_grad_enabled():  # create_graph=True: a second derivative was asked for
-            raise RuntimeError(
-                "flash_attention is differentiable once: its backward pass is not itself differentiable, got a "
-                "backward pass with create_graph=True; use course_utils.attention.scaled_dot_product_attention "
-                "for second derivatives"
-            )
+        check_backward_once()  # RuntimeError for create_graph=True: a second derivative was asked for
         q, k, v, out, lse, mask = ctx.saved_tensors
         with _no_autocast(q.device):
             grads = _tiled_backward(*_widened(q, k, v, out, dout), lse, mask, *ctx.settings)
