@@ -156,3 +156,14 @@ def test_contributing_names_each_course_utils_module_that_imports_course_tools()
     exceptions = found.group(2) or ""
     named = {m for m, _ in _SHORT.findall(exceptions) if m not in PACKAGES}
     assert named == importers, f"CONTRIBUTING names {sorted(named)}; these import course_tools: {sorted(importers)}"
+
+
+def test_the_package_docstring_names_every_module_a_learner_can_open():
+    """The map a learner reads first (``help(course_utils)``): every module of the package, private ones too."""
+    import course_utils
+
+    doc = course_utils.__doc__
+    modules = doc[doc.index("Modules, in reading order") :]
+    names = {p.stem for p in (ROOT / "course_utils").glob("*.py") if p.stem != "__init__"} | {"exercises"}
+    missing = sorted(name for name in names if f"``{name}``" not in modules)
+    assert not missing, f"course_utils/__init__.py's module list lacks {missing}"
