@@ -719,7 +719,8 @@ def check_rotary_attention_args(head_dim: int, base: object, pairing: object, pa
 
 
 def check_repeat_kv(x: object, num_heads: object) -> None:
-    """Raise unless ``x`` is (B, Hkv, S, D) and ``num_heads`` an int that Hkv divides (:func:`variants.repeat_kv`)."""
+    """Raise unless ``x`` is (B, Hkv, S, D) and ``num_heads`` an int that Hkv divides
+    (:func:`course_utils.variants.repeat_kv`)."""
     check_tensor("x", x, min_dim=4)
     if x.dim() != 4:
         raise ValueError(f"repeat_kv takes x of shape (B, Hkv, S, D), got {tuple(x.shape)}")
@@ -728,7 +729,8 @@ def check_repeat_kv(x: object, num_heads: object) -> None:
 
 
 def check_gqa_args(embed_dim, num_heads, num_kv_heads, bias, rope, rope_base, dropout) -> int:
-    """The head dimension, after checking :class:`variants.GroupedQueryAttention`'s arguments (RoPE needs it even)."""
+    """The head dimension, after checking the arguments of :class:`course_utils.variants.GroupedQueryAttention`
+    (RoPE needs it even)."""
     check_bool("bias", bias)
     check_bool("rope", rope)
     check_greater_than("rope_base", rope_base, 1)
@@ -742,7 +744,7 @@ def check_gqa_args(embed_dim, num_heads, num_kv_heads, bias, rope, rope_base, dr
 
 
 def check_kv_cache_sizes(num_layers, num_kv_heads, head_dim, num_tokens, batch_size, bytes_per_element) -> None:
-    """Raise unless every size :func:`variants.kv_cache_bytes` multiplies is an int >= 1."""
+    """Raise unless every size :func:`course_utils.variants.kv_cache_bytes` multiplies is an int >= 1."""
     names = ("num_layers", "num_kv_heads", "head_dim", "num_tokens", "batch_size", "bytes_per_element")
     for name, n in zip(names, (num_layers, num_kv_heads, head_dim, num_tokens, batch_size, bytes_per_element)):
         check_int(name, n)
@@ -825,9 +827,9 @@ def check_topk_call(
 
 
 def check_cache_update(cache, layer: object, k: object, v: object) -> None:
-    """Raise unless k, v (B, Hkv, T, D) can be appended to ``layer`` of the :class:`variants.KVCache` ``cache``:
-    one shape and one floating dtype, the layer not yet appended this step, room left, and the batch, heads and
-    head_dim of what the layer holds."""
+    """Raise unless k, v (B, Hkv, T, D) can be appended to ``layer`` of ``cache``, a
+    :class:`course_utils.variants.KVCache`: one shape and one floating dtype, the layer not yet appended this step,
+    room left, and the batch, heads and head_dim of what the layer holds."""
     check_int("layer", layer, minimum=0, maximum=cache.num_layers - 1)
     for name, t in (("k", k), ("v", v)):
         check_tensor(name, t, min_dim=4)
@@ -872,7 +874,8 @@ def check_batch_rows(indices: object, batch_size: int | None) -> None:
 
 
 def check_decoder_config(config) -> None:
-    """Raise unless the fields of a :class:`variants.DecoderConfig` are valid and its head counts divide."""
+    """Raise unless the fields of a :class:`course_utils.variants.DecoderConfig` are valid and its head counts
+    divide."""
     for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
         check_int(name, getattr(config, name))
     check_heads(config.embed_dim, config.num_heads, config.num_kv_heads)
@@ -883,7 +886,7 @@ def check_decoder_config(config) -> None:
 
 def check_decoder_input(idx: object, cache: object, cache_type: type, vocab_size: int, context_length: int) -> None:
     """Raise unless ``idx`` holds (B, T) token ids, ``cache`` is a ``cache_type`` or None, and the cached positions
-    plus T fit in ``context_length``: the entry of :class:`variants.TinyDecoder`."""
+    plus T fit in ``context_length``: the entry of :class:`course_utils.variants.TinyDecoder`."""
     check_token_ids("idx", idx, vocab_size)
     if cache is not None and not isinstance(cache, cache_type):
         raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
@@ -907,7 +910,8 @@ def check_causal_linear(q: object, k: object, v: object) -> None:
 
 def check_linear_step(state: object, normaliser: object, q_t: object, k_t: object, v_t: object) -> None:
     """Raise unless state (..., D, Dv) with D >= 1, normaliser, q_t, k_t (..., D) and v_t (..., Dv) are floating
-    tensors of one dtype and device whose leading axes broadcast (:func:`variants.linear_attention_step`)."""
+    tensors of one dtype and device whose leading axes broadcast
+    (:func:`course_utils.variants.linear_attention_step`)."""
     named = (("state", state), ("normaliser", normaliser), ("q_t", q_t), ("k_t", k_t), ("v_t", v_t))
     for name, t in named:
         check_tensor(name, t, min_dim=2 if name == "state" else 1)
@@ -950,7 +954,8 @@ def check_block_partial(scores: object, v: object) -> None:
 
 
 def check_partial(name: str, p: object) -> None:
-    """Raise unless ``p`` is a :class:`fast_attention.Partial` (m, l, o): m, l (..., T, 1), o (..., T, Dv), floating."""
+    """Raise unless ``p`` is a :class:`course_utils.fast_attention.Partial` (m, l, o): m, l (..., T, 1),
+    o (..., T, Dv), floating."""
     if not (isinstance(p, tuple) and len(p) == 3):
         raise TypeError(f"{name} must be a Partial (m, l, o) of three tensors, got {type(p).__name__}")
     m, l, o = p  # noqa: E741
@@ -982,7 +987,7 @@ def check_mergeable(a: object, b: object) -> None:
 
 def check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[float, int, int]:
     """The scale (1 / sqrt(D) by default), q_tile and kv_tile to use, after checking every argument of
-    :func:`fast_attention.tiled_attention` and :func:`fast_attention.flash_attention`."""
+    :func:`course_utils.fast_attention.tiled_attention` and :func:`course_utils.fast_attention.flash_attention`."""
     check_qkv(q, k, v)
     check_bool("is_causal", is_causal)
     q_tile, kv_tile = check_int("q_tile", q_tile), check_int("kv_tile", kv_tile)
@@ -1000,8 +1005,9 @@ def check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[
 
 
 def check_backward_call(q: object, k: object, v: object, o: object, do: object, scale: object, mask: object) -> float:
-    """``scale`` as a float, after checking the arguments of :func:`fast_attention.attention_backward`: q, k, v,
-    then o and do of the output's shape, dtype and device, then the mask."""
+    """``scale`` as a float, after checking the arguments of
+    :func:`course_utils.fast_attention.attention_backward`: q, k, v, then o and do of the output's shape, dtype and
+    device, then the mask."""
     check_qkv(q, k, v)
     scale = check_positive_number("scale", scale)
     T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
