@@ -20,7 +20,7 @@
     python3 course.py reset NOTEBOOK [--exercise NN.K]
                                put a notebook of notebooks/ (or one exercise of it) back to its clean learner
                                copy; your previous file is kept beside it as backup-NAME-DATE.ipynb
-    python3 course.py e2e      run only the browser tests (JupyterLab in Chromium, every notebook)
+    python3 course.py e2e      run only the browser tests (JupyterLab in Chromium, every notebook), two tests at a time
     python3 course.py room DIR [--force]
                                (instructors) fill a new DIR, outside the course, with everything a room
                                without internet needs: the learner set's wheels (--author: the author set's
@@ -273,6 +273,11 @@ def cpu_capabilities(kernels=(None, *FORCED_KERNELS)) -> dict[str | None, str]:
     return answers
 
 
+# pytest-xdist for the browser tests: two workers, each with its own JupyterLab and Chromium, handed one test at a
+# time, the longest first (tests/e2e/conftest.py orders them), so that one long notebook does not end the run alone.
+BROWSER_WORKERS = ["-n", "auto", "--maxprocesses=2", "--dist", "load", "--maxschedchunk=1"]
+
+
 def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list[Step], list[str]]:
     """The steps of `course.py test` and one-line notices for the passes left out.
 
@@ -309,12 +314,15 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
         ),
     ]
     if (ROOT / "tests" / "e2e").is_dir():
+        # Beside the unit tests (group 2), not after them: a browser test mostly waits (for a page, for a kernel),
+        # and the unit tests leave a core idle at times, so each fills the other's gaps on two cores.
         # exit code 5: `-m "not browser"` or -k selected none of them
         steps.append(
             Step(
-                "every notebook in JupyterLab in a real browser (tests/e2e; skipped without Chromium)",
-                ["-m", "pytest", "tests/e2e", *extra],
-                group=4,
+                "every notebook in JupyterLab in a real browser (tests/e2e; skipped without Chromium), "
+                "beside the unit tests",
+                ["-m", "pytest", "tests/e2e", *BROWSER_WORKERS, *extra],
+                group=2,
                 ok=(0, 5),
             )
         )
@@ -504,7 +512,7 @@ def cmd_reset(extra: list[str]) -> int:
 def cmd_e2e(extra: list[str]) -> int:
     ensure_installed(which="author")
     say("every notebook in JupyterLab, in Chromium (screenshots in reports/screenshots/)")
-    return in_venv("-m", "pytest", "tests/e2e", *extra)
+    return in_venv("-m", "pytest", "tests/e2e", *BROWSER_WORKERS, *extra)  # add -n 0 for one process (pdb, -s)
 
 
 def cmd_room(extra: list[str]) -> int:
@@ -564,7 +572,8 @@ HELP_MORE = {
     "--plan             print the steps it would run, and run none\n"
     "any other option goes to each pytest run (e.g. -k masking, -x)",
     "env": "takes no options",
-    "e2e": "any option goes to pytest (e.g. -k 03, -x); Chromium is needed (skipped without it)",
+    "e2e": "any option goes to pytest (e.g. -k 03, -x; -n 0 runs them in one process, for -s or --pdb);\n"
+    "Chromium is needed (skipped without it)",
 }
 
 

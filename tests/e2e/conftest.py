@@ -65,6 +65,23 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "browser: drives JupyterLab in Chromium (deselect with -m 'not browser')")
 
 
+def pytest_collection_modifyitems(config, items):
+    """The notebooks in JupyterLab first, the last notebooks (the GPT's, the longest) first among them; then the
+    short tests, in their usual order. `course.py test` spreads these tests over two pytest-xdist workers one at a
+    time (``--maxschedchunk=1``): starting with the longest leaves the short ones to even out the end."""
+
+    def notebook_stem(item) -> str | None:
+        if item.path.name != "test_e2e_browser.py" or item.path.parent != Path(__file__).parent:
+            return None
+        callspec = getattr(item, "callspec", None)
+        return callspec.params.get("stem") if callspec else None
+
+    notebooks = sorted((i for i in items if notebook_stem(i)), key=notebook_stem, reverse=True)
+    if notebooks:
+        chosen = set(map(id, notebooks))
+        items[:] = notebooks + [i for i in items if id(i) not in chosen]
+
+
 @pytest.fixture
 def new_page(browser, lab):
     """Make pages that may talk to the test's JupyterLab and nothing else.
