@@ -43,6 +43,7 @@ import torch
 from IPython.display import display
 
 import course_utils
+from course_utils.checkpoints import load_model
 from course_utils.data import CharTokenizer, corpus_info, corpus_path, get_batch, load_corpus, split_data
 from course_utils.environment import best_device, setup_notebook
 from course_utils.exercises import NotAttempted, check
@@ -50,7 +51,7 @@ from course_utils.generation import generate, generate_stream
 from course_utils.gpt import GPT
 from course_utils.plotting import LiveLossPlot, char_labels, plot_loss_curve
 from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, run_folder, unigram_loss
-from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, train
+from course_utils.train import TrainConfig, evaluate, learning_rate, train
 
 SIZE = choose_size(best_device())
 RUN = RUN_SIZES[SIZE]
@@ -163,11 +164,11 @@ plt.show()
 
 # %%
 for name, size in RUN_SIZES.items():
-    c, t = size.model, size.training
+    c, t = size.model_config, size.train_config
     n = GPT(dataclasses.replace(c, vocab_size=V)).num_parameters()
     print(f"{name:>4}: {c.num_layers} layers, {c.num_heads} heads, C={c.embed_dim}, T={c.context_length}, "
           f"{c.positions} positions, {n:,} parameters; {t.max_steps} steps of {t.batch_size} windows")
-config = dataclasses.replace(RUN.model, vocab_size=V)
+config = dataclasses.replace(RUN.model_config, vocab_size=V)
 print("this run:", config)
 
 # %% [markdown]
@@ -211,7 +212,7 @@ print(tokenizer.decode(before[0]))
 # a tenth (exercise 10.3 rebuilds it):
 
 # %%
-cfg = RUN.training
+cfg = RUN.train_config
 steps = torch.arange(cfg.max_steps)
 fig, ax = plt.subplots(figsize=(6, 2.2))
 ax.plot(steps, [learning_rate(int(s), cfg) for s in steps])

@@ -33,6 +33,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import course_utils
 from course_utils.attention_view import head_view, model_view
+from course_utils.checkpoints import load_model
 from course_utils.data import CharTokenizer, get_batch, load_corpus, split_data
 from course_utils.environment import best_device, setup_notebook
 from course_utils.exercises import NotAttempted, check
@@ -51,7 +52,6 @@ from course_utils.inspect_gpt import (
 )
 from course_utils.plotting import char_labels, plot_attention_maps, plot_weights
 from course_utils.runs import RUN_SIZES, choose_size, run_folder
-from course_utils.train import load_model
 from course_utils.widgets import gpt_attention_explorer
 
 device = setup_notebook(seed=0)
@@ -679,7 +679,7 @@ print(f"flops_per_token() = 6 N + 6 L T C = {counted.flops_per_token():,.0f}:",
 
 # %%
 with torch.device("meta"):
-    gpu_model = GPT(dataclasses.replace(RUN_SIZES["gpu"].model, vocab_size=V))
+    gpu_model = GPT(dataclasses.replace(RUN_SIZES["gpu"].model_config, vocab_size=V))
 c_g = gpu_model.config
 attention_g = 6 * c_g.num_layers * c_g.context_length * c_g.embed_dim
 print(f"gpu size: flops_per_token() = {gpu_model.flops_per_token():,.0f}, of which 6 L T C = {attention_g:,} "
