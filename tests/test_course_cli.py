@@ -342,3 +342,52 @@ def test_an_unknown_command_is_said_to_be_unknown():
     )
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr.startswith("[course] unknown command 'tets': the commands are lab, test, check"), proc.stderr
+
+
+# --- `course.py test` on two cores: the browser tests beside the unit tests, on two workers (issue #20) ----------
+
+
+def test_the_browser_tests_run_beside_the_unit_tests_on_two_workers_one_test_at_a_time():
+    """Before, the browser tests ran last and one at a time: 285 s of a 659 s run on 2 cores, using under half of
+    them. They now share the unit tests' group, and pytest-xdist hands each of two workers one test at a time."""
+    course = load_course()
+    steps, _ = course.test_plan(["-k", "03_masking"], {None: "AVX512", "default": "DEFAULT", "avx2": "AVX2"})
+    unit = [s for s in steps if "--ignore=tests/e2e" in s.args]
+    browser = [s for s in steps if "tests/e2e" in s.args and "--ignore=tests/e2e" not in s.args]
+    assert len(unit) == 1 and len(browser) == 1
+    args = browser[0].args
+    assert browser[0].group == unit[0].group and browser[0].ok == (0, 5)
+    assert args[args.index("-n") + 1] == "auto" and "--maxprocesses=2" in args and "--maxschedchunk=1" in args
+    assert args[args.index("--dist") + 1] == "load" and args[-2:] == ["-k", "03_masking"]  # extra options last
+    later = [s for s in steps if s.group > unit[0].group]
+    assert later and all("ATEN_CPU_CAPABILITY" in s.env for s in later)  # only the forced-kernel passes wait
+
+
+def test_the_e2e_command_runs_on_the_same_workers_and_takes_n_0(monkeypatch):
+    course = load_course()
+    monkeypatch.setattr(course, "ensure_installed", lambda *a, **kw: None)
+    calls = []
+    monkeypatch.setattr(course, "in_venv", lambda *args: calls.append(args) or 0)
+    assert course.cmd_e2e(["-n", "0", "-k", "03"]) == 0
+    assert calls == [("-m", "pytest", "tests/e2e", *course.BROWSER_WORKERS, "-n", "0", "-k", "03")]  # the last -n wins
+
+
+def test_the_browser_tests_start_with_the_longest_notebooks():
+    """tests/e2e/conftest.py puts the notebooks first, the last (the GPT's, the longest) first, so that two
+    workers end together; the other tests keep their order, and -k keeps this order among what it selects."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "tests/e2e", "--collect-only", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    ids = [line for line in proc.stdout.splitlines() if "::" in line]
+    notebooks = [i for i in ids if "test_notebook_runs_in_jupyterlab[" in i]
+    stems = [i.split("[", 1)[1].rstrip("]") for i in notebooks]
+    assert len(stems) >= 12 and stems == sorted(stems, reverse=True)
+    assert ids[: len(notebooks)] == notebooks
+    rest = ids[len(notebooks) :]
+    files = [i.split("::")[0] for i in rest]
+    assert files == sorted(files) and len(rest) > 20  # the short tests, in their files' order
