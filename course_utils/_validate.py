@@ -553,7 +553,7 @@ def check_attention_call(
     per_head: bool = True,
     takes_memory: bool = False,
 ) -> None:
-    """The entry check of an attention module's forward, after which it may call ``attention._attend`` unchecked.
+    """The entry check of an attention module's forward, after which it may call ``attention.attend`` unchecked.
 
     ``x`` the module's (B, T, C) input and ``need_weights`` a bool (:func:`check_attention_input`); ``memory``
     None or a (B, S, C) tensor like x; ``mask`` None or a boolean mask on x's device that broadcasts to the scores,

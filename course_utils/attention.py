@@ -26,6 +26,7 @@ __all__ = [
     "softmax_naive",
     "softmax",
     "scaled_dot_product_attention",
+    "attend",
     "attention_grad_norms",
 ]
 
@@ -111,10 +112,10 @@ def scaled_dot_product_attention(
     (..., T, S) -> out (..., T, Dv), weights (..., T, S). Taught in notebook 02, 03 (mask), 06 (bias).
     """
     dropout_p, scale = check_sdpa_args(q, k, v, mask, dropout_p, scale, bias)
-    return _attend(q, k, v, mask, dropout_p, scale, bias)
+    return attend(q, k, v, mask, dropout_p, scale, bias)
 
 
-def _attend(
+def attend(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
@@ -123,7 +124,11 @@ def _attend(
     scale: float | None = None,
     bias: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`scaled_dot_product_attention` without its checks: the modules that call it have checked already."""
+    """The kernel of :func:`scaled_dot_product_attention`, which checks its arguments and calls this.
+
+    It trusts its inputs (no checks): the attention layers of the other modules check x and the mask at their
+    entry, make q, k, v themselves and call this, so nothing is checked twice. Shapes as there.
+    """
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     if bias is not None:

@@ -30,7 +30,7 @@ from course_utils._validate import (
     check_layer_mask,
     from_preset,
 )
-from course_utils.attention import _attend  # the unchecked kernel: this layer checks its own inputs
+from course_utils.attention import attend  # the unchecked kernel: this layer checks its own inputs
 from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -157,7 +157,7 @@ class CausalSelfAttention(MultiHeadAttention):
                 mask = causal_mask(T, S, device=x.device)  # (T, S), bottom-right aligned when T < S
             else:  # the caller's mask, checked as scaled_dot_product_attention would before its kernel
                 check_layer_mask(mask, q, k)
-            out, weights = _attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
+            out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         elif self.attention == "flash":  # no dropout_p: the config refuses dropout with it
             weights = None
             out = flash_attention(q, k, v, mask, is_causal=mask is None)  # (B, H, T, D); causal is bottom-right

@@ -21,7 +21,7 @@ from course_utils._validate import (
     check_packed,
     check_split_heads,
 )
-from course_utils.attention import _attend
+from course_utils.attention import attend
 
 __all__ = [
     "split_heads",
@@ -76,7 +76,7 @@ class SingleHeadAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
         check_attention_call(self, x, mask, need_weights, per_head=False)
         q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)  # (B, T, C) -> (B, T, D) each
-        out, weights = _attend(q, k, v, mask)  # (B, T, D), (B, T, T)
+        out, weights = attend(q, k, v, mask)  # (B, T, D), (B, T, T)
         return _returned(out, weights, need_weights)
 
 
@@ -159,7 +159,7 @@ class MultiHeadAttentionEinsum(nn.Module):
         q = self._project(x, self.w_q, self.b_q)  # (B, H, T, D)
         k = self._project(x, self.w_k, self.b_k)  # (B, H, T, D)
         v = self._project(x, self.w_v, self.b_v)  # (B, H, T, D)
-        out, weights = _attend(q, k, v, mask)  # (B, H, T, D), (B, H, T, T)
+        out, weights = attend(q, k, v, mask)  # (B, H, T, D), (B, H, T, T)
         return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
 
     @classmethod
@@ -219,7 +219,7 @@ class MultiHeadAttention(nn.Module):
             k, v = F.linear(memory, w_kv, b_kv).chunk(2, dim=-1)  # (B, S, C) -> (B, S, 2C) -> 2 x (B, S, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T or S, C) -> (B, H, T or S, D)
         p = self.dropout if self.training else 0.0
-        out, weights = _attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
+        out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
 
     @classmethod

@@ -25,7 +25,7 @@ from course_utils._validate import (
     check_rotate_pair,
     check_sinusoidal_args,
 )
-from course_utils.attention import _attend
+from course_utils.attention import attend
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 
 __all__ = [
@@ -277,7 +277,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         q = apply_rope(q, positions, self.base, self.pairing)  # (B, H, T, D): the one new step ...
         k = apply_rope(k, positions, self.base, self.pairing)  # ... for queries and keys, not values
         p = self.dropout if self.training else 0.0
-        out, weights = _attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
+        out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
         out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out
 
@@ -296,6 +296,6 @@ class ALiBiMultiHeadAttention(MultiHeadAttention):
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         bias = alibi_bias(self.num_heads, T).to(x)  # (H, T, T): the one new step
         p = self.dropout if self.training else 0.0
-        out, weights = _attend(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D)
+        out, weights = attend(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D)
         out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out

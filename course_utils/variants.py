@@ -12,7 +12,7 @@ The cache protocol, which :mod:`course_utils.generation` relies on: a model has 
 
 Each public function checks its arguments in one call at its top (the checks live in ``_validate``), then does
 the idea; a layer that has checked its input calls the unchecked twin (``_repeat_kv``, ``_linformer_attention``,
-``_aft_full``, ``attention._attend``) rather than check the same tensors again.
+``_aft_full``, ``attention.attend``) rather than check the same tensors again.
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from course_utils._validate import (
     check_tensor,
     check_topk_call,
 )
-from course_utils.attention import _attend, scaled_dot_product_attention
+from course_utils.attention import attend, scaled_dot_product_attention
 from course_utils.block import Block
 from course_utils.masking import causal_mask, combine_masks
 from course_utils.multihead import MultiHeadAttention, merge_heads
@@ -147,7 +147,7 @@ class GroupedQueryAttention(nn.Module):
             k, v = cache.update(layer, k, v)  # (B, Hkv, S, D): everything cached so far, new tokens last
         k, v = _repeat_kv(k, H), _repeat_kv(v, H)  # (B, Hkv, S, D) -> (B, H, S, D)
         p = self.dropout if self.training else 0.0
-        # not _attend: the caller's mask, and keys from a cache filled in another dtype or device, are unchecked
+        # not attend: the caller's mask, and keys from a cache filled in another dtype or device, are unchecked
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
         return (out, weights) if need_weights else out
@@ -221,7 +221,7 @@ def sliding_window_attention(
         rows = torch.arange(i0, i1, device=q.device)[:, None]  # (Tc, 1) absolute query positions
         cols = torch.arange(j0, i1, device=q.device)[None, :]  # (1, Sc) absolute key positions
         local = (cols <= rows) & (rows - cols < window)  # (Tc, Sc)
-        out, _ = _attend(q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :], local, scale=scale)  # (..., Tc, D)
+        out, _ = attend(q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :], local, scale=scale)  # (..., Tc, D)
         outs.append(out)
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
@@ -261,7 +261,7 @@ def _linformer_attention(
     S = k.shape[-2]
     k_low = proj_k[:, :S] @ k  # (R, S) @ (..., S, D) -> (..., R, D)
     v_low = proj_v[:, :S] @ v  # (R, S) @ (..., S, D) -> (..., R, D)
-    out, _ = _attend(q, k_low, v_low, scale=scale)  # (..., T, D)
+    out, _ = attend(q, k_low, v_low, scale=scale)  # (..., T, D)
     return out
 
 
@@ -418,7 +418,7 @@ def topk_attention(
         idx = scores.topk(kk, dim=-1).indices  # (..., Tc, k)
         keep = torch.zeros(scores.shape, dtype=torch.bool, device=q.device).scatter_(-1, idx, True)
         keep = combine_masks(keep, m)  # a masked key never comes back, even among the "top" -inf's
-        out, _ = _attend(qc, k, v, keep, scale=scale)  # (..., Tc, D)
+        out, _ = attend(qc, k, v, keep, scale=scale)  # (..., Tc, D)
         outs.append(out)
     return torch.cat(outs, dim=-2)  # (..., T, D)
 

@@ -187,3 +187,32 @@ def test_the_references_import_nothing_of_the_setup_check_the_widgets_or_the_gpt
     found = reached(graph, f"course_utils.{name}")
     assert "torch" in found  # the scan sees what the module imports
     assert not {m for m in found if m in NOT_FOR_REFERENCES or m.startswith(tuple(f + "." for f in NOT_FOR_REFERENCES))}
+
+
+def private_imports(root: Path, packages: tuple[str, ...]) -> list[str]:
+    """``module: from X import _name`` for each private name taken from another module of ``packages``.
+
+    A private module (``_validate``, ``_files``) is a shared home: its names are for the package. A private name
+    of a public module (``attention._attend`` before #20) is that module's own business (HOUSE_STYLE).
+    """
+    found = []
+    for package in packages:
+        for path in sorted((root / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if not (isinstance(node, ast.ImportFrom) and node.module and node.level == 0):
+                    continue
+                home = node.module.split(".")
+                if home[0] not in packages or home[-1].startswith("_"):
+                    continue
+                for alias in node.names:
+                    if alias.name.startswith("_") and not alias.name.startswith("__"):
+                        found.append(f"{path.relative_to(root)}: from {node.module} import {alias.name}")
+    return found
+
+
+def test_no_module_imports_another_modules_private_names(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "a.py").write_text("from pkg.b import _kernel\nfrom pkg._shared import check\n")
+    (tmp_path / "pkg" / "c.py").write_text("from pkg._shared import _helper\n")  # a private module's: allowed
+    assert private_imports(tmp_path, ("pkg",)) == ["pkg/a.py: from pkg.b import _kernel"]
+    assert private_imports(ROOT, ("course_utils", "course_tools")) == []
