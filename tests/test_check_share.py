@@ -126,3 +126,11 @@ def test_the_guides_say_how_to_run_it():
     for module in check_share.LEARNER_MODULES:
         assert (ROOT / "course_utils" / f"{module}.py").is_file()
         assert f"`{module}`" in readme, f"the README's list of the modules a learner reads lacks {module}"
+
+
+@pytest.mark.parametrize("name", check_share.LEARNER_MODULES)
+def test_each_module_a_learner_reads_spends_at_most_a_fifth_of_its_lines_on_checks(name):
+    """Issue #20's goal, held: checks at the door (one call into _validate), the idea in the room."""
+    body, checks, _ = check_share.measure((ROOT / "course_utils" / f"{name}.py").read_text(encoding="utf-8"))
+    assert body > 0 and checks > 0  # the module was read, and its boundary checks were seen
+    assert checks / body <= check_share.GOAL, f"{name}: {checks} of {body} function-body lines check arguments"
