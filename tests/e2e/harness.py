@@ -68,8 +68,7 @@ class Lab:
 
     def __init__(self, home: Path, settings: dict | None = None):
         """``settings``: JupyterLab settings added to LAB_SETTINGS (e.g. the dark theme), by settings file."""
-        self.home, self.port, self.token = home, _free_port(), os.urandom(16).hex()
-        self.base = f"http://127.0.0.1:{self.port}"
+        self.home, self.token = home, os.urandom(16).hex()
         for folder in FOLDERS:
             (home / folder).mkdir(parents=True)
         for nb_path in course_notebooks():  # outputs cleared: everything the page shows comes from this run
@@ -83,6 +82,18 @@ class Lab:
             f = home / ".lab" / "settings" / rel
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(data), encoding="utf-8")
+        self.log_path = home / ".lab" / "server.log"
+        for attempt in range(3):  # a port found free can be taken before the server binds it (tests run side by side)
+            if self._start(_free_port()) or attempt == 2:
+                break
+        if self.proc.poll() is not None:
+            raise RuntimeError("JupyterLab did not start:\n" + self.log_path.read_text()[-3000:])
+
+    def _start(self, port: int) -> bool:
+        """Start JupyterLab on ``port`` and wait until it answers. False when the port was taken meanwhile (try
+        another); True otherwise, also when the server stopped for another reason (``__init__`` then says why)."""
+        home = self.home
+        self.port, self.base = port, f"http://127.0.0.1:{port}"
         env = dict(
             os.environ,
             JUPYTER_CONFIG_DIR=str(home / ".lab" / "config"),
@@ -97,7 +108,8 @@ class Lab:
             "lab",
             "--no-browser",
             "--ip=127.0.0.1",
-            f"--port={self.port}",
+            f"--port={port}",
+            "--ServerApp.port_retries=0",  # never another port than the one this class polls
             f"--IdentityProvider.token={self.token}",
             f"--ServerApp.root_dir={home}",
             f"--LabApp.user_settings_dir={home / '.lab' / 'settings'}",
@@ -108,16 +120,18 @@ class Lab:
         ]  # gone by itself if the test run was killed
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             cmd.append("--allow-root")
-        self.log_path = home / ".lab" / "server.log"
         self._log = open(self.log_path, "w", encoding="utf-8")
         self.proc = subprocess.Popen(cmd, env=env, cwd=home, stdout=self._log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while True:
             try:
                 self.api("GET", "/api/status")
-                break
+                return True
             except (urllib.error.URLError, ConnectionError, OSError):
-                if self.proc.poll() is not None or time.monotonic() > deadline:
+                if self.proc.poll() is not None:
+                    self._log.close()
+                    return "is not available" not in self.log_path.read_text()
+                if time.monotonic() > deadline:
                     self.stop()
                     raise RuntimeError("JupyterLab did not start:\n" + self.log_path.read_text()[-3000:]) from None
                 time.sleep(0.3)
