@@ -192,13 +192,14 @@ def ensure_installed(offline: str | None = None, which: str = "learner") -> None
     source = [] if offline is None else offline_pip_args(offline)
     if offline is not None:
         say(f"offline: installing only from {source[2]}")
+    t0 = time.monotonic()
     if run(install_command(which, source)) != 0:
         sys.exit(
             "[course] installing failed; see pip's message above. On a flaky network, run the same command "
             "again: pip resumes with what it already has."
         )
     STAMP.write_text(json.dumps({which: requirements_hash(which)}) + "\n")
-    say("installed")
+    say(f"installed in {time.monotonic() - t0:.0f} s")
 
 
 def in_venv(*args: str) -> int:
