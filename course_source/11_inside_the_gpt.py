@@ -333,13 +333,13 @@ print(f"{sum(p.numel() for p in ind_model.parameters()):,} parameters; layers:",
 # NBVAL_IGNORE_OUTPUT
 IND_SIZE = choose_size(best_device())
 if IND_SIZE == "ci":
-    _, few = train_induction(IND, steps=10, eval_every=5)  # the loop runs; the curve below is the checkpoint's
+    _, few = train_induction(IND, max_steps=10, eval_interval=5)  # the loop runs; the curve below is the checkpoint's
     ind_model, ind_state = load_induction_model(ROOT / "checkpoints" / "induction.pt")
     ind_history = ind_state["history"]
     print(f"ran {few[-1]['step']} steps; loaded the shipped model: {ind_state['provenance']}")
 else:
     ind_model, ind_history = train_induction(
-        IND, steps=600, seed=0,
+        IND, max_steps=600, seed=0,
         callback=lambda e: print(f"step {e['step']:>3}: first repeat {e['first']:.2f}, second {e['second']:.2f}"
                                  f"  ({e['seconds']:.0f} s)") if e["step"] % 100 == 0 else None,
     )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
+import functools
 import os
 import platform
 import sys
@@ -193,11 +194,11 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple
 
 def train_induction(
     config: InductionConfig,
-    steps: int = 600,
+    max_steps: int = 600,
     batch_size: int = 64,
-    lr: float = 3e-3,
+    learning_rate: float = 3e-3,
     seed: int = 0,
-    eval_every: int = 25,
+    eval_interval: int = 25,
     min_len: int | None = None,
     callback: Callable[[dict[str, Any]], None] | None = None,
     model: AttentionOnlyTransformer | None = None,
@@ -206,14 +207,14 @@ def train_induction(
     N // 2 .. N) with AdamW; the same seed gives the same run on one CPU.
 
     ``seed`` fixes the initial weights and every batch; the caller's random state is left as it was.
-    Every ``eval_every`` steps (and at 0 and ``steps``) both repeat losses are measured on one held-out batch
+    Every ``eval_interval`` steps (and at 0 and ``max_steps``) both repeat losses are measured on one held-out batch
     of 256 sequences and recorded; ``callback(event)`` gets each record with the seconds so far.
     ``model`` continues training a model instead of starting a fresh one (its data are drawn from ``seed``).
     Returns the model (in eval mode) and the records ``{"step", "first", "second"}``. Taught in notebook 11.
     """
-    check_int("steps", steps, minimum=0)
-    check_int("eval_every", eval_every)
-    check_positive_number("lr", lr)
+    check_int("max_steps", max_steps, minimum=0)
+    check_int("eval_interval", eval_interval)
+    check_positive_number("learning_rate", learning_rate)
     check_int("seed", seed, minimum=0)
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
@@ -226,7 +227,7 @@ def train_induction(
     min_len = max(1, config.seq_len // 2) if min_len is None else check_int("min_len", min_len, maximum=config.seq_len)
     gen = torch.Generator().manual_seed(seed)
     held_out = repeated_tokens(256, config.seq_len, config.vocab_size, gen)  # (256, 2N)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=learning_rate, weight_decay=0.0)
     history: list[dict[str, float]] = []
     start = time.perf_counter()
 
@@ -237,8 +238,8 @@ def train_induction(
             callback({**history[-1], "seconds": time.perf_counter() - start})
 
     model.train()
-    for step in range(steps):
-        if step % eval_every == 0:  # evaluate
+    for step in range(max_steps):
+        if step % eval_interval == 0:  # evaluate
             record(step)
         tokens = repeated_tokens(batch_size, config.seq_len, config.vocab_size, gen, min_len)  # (B, 2N)
         logits = model(tokens[:, :-1])  # forward: (B, 2N - 1, V)
@@ -246,7 +247,7 @@ def train_induction(
         optimizer.zero_grad(set_to_none=True)  # backward, update
         loss.backward()
         optimizer.step()
-    record(steps)
+    record(max_steps)
     return model.eval(), history
 
 
@@ -477,16 +478,21 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_utils.induction OUT [--steps N] [--seed S]``: train with the defaults, save to OUT."""
+    """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT."""
     parser = argparse.ArgumentParser(prog="python -m course_utils.induction", description=main.__doc__)
     parser.add_argument(
         "out", type=Path, metavar="OUT", help="the checkpoint file to write, e.g. checkpoints/induction.pt"
     )
-    parser.add_argument("--steps", type=int, default=600, help="training steps (default 600)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initial weights and every batch (default 0)")
+    parser.add_argument("--max-steps", type=int, default=600, metavar="N", help="optimizer steps in all (default 600)")
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="seed of the initial weights and every batch (default 0)"
+    )
+    parser.add_argument("--steps", nargs="?", const="", dest="old_steps", help=argparse.SUPPRESS)  # its name before #20
     args = parser.parse_args(argv)
-    if args.steps < 0 or args.seed < 0:
-        parser.error(f"--steps and --seed must be at least 0, got --steps {args.steps} --seed {args.seed}")
+    if args.old_steps is not None:
+        parser.error("--steps was renamed --max-steps")
+    if args.max_steps < 0 or args.seed < 0:
+        parser.error(f"--max-steps and --seed must be at least 0, got --max-steps {args.max_steps} --seed {args.seed}")
     # OUT is checked before training, not after minutes of it: a folder, or a place no file can be written
     if str(args.out) in ("", ".") or args.out.is_dir():
         parser.error(f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(args.out)!r}")
@@ -499,12 +505,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
     config = InductionConfig()
     start = time.perf_counter()
-    model, history = train_induction(config, steps=args.steps, seed=args.seed, callback=lambda e: print(e, flush=True))
+    model, history = train_induction(
+        config, max_steps=args.max_steps, seed=args.seed, callback=lambda e: print(e, flush=True)
+    )
     seconds = time.perf_counter() - start
     provenance = {
         "command": "python -m course_utils.induction " + " ".join(argv if argv is not None else sys.argv[1:]),
         "seed": args.seed,
-        "steps": args.steps,
+        "steps": args.max_steps,  # the record's key since the shipped checkpoint: a file format does not change
         "train_s": round(seconds, 1),
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": str(torch.__version__),
@@ -515,6 +523,25 @@ def main(argv: list[str] | None = None) -> int:
     save_induction_model(args.out, model, history, provenance)
     print(f"saved {args.out}: {provenance}")
     return 0
+
+
+# --- the names before #20 (train_induction's now match TrainConfig's): each says its new name in one line ---
+
+_RENAMED = {"steps": "max_steps", "lr": "learning_rate", "eval_every": "eval_interval"}
+
+
+def _refuse_renamed_keywords(function):
+    @functools.wraps(function)
+    def refusing(*args, **kwargs):
+        for name in kwargs:
+            if name in _RENAMED:
+                raise TypeError(f"{name} was renamed {_RENAMED[name]} (course_utils.induction.{function.__name__})")
+        return function(*args, **kwargs)
+
+    return refusing
+
+
+train_induction = _refuse_renamed_keywords(train_induction)
 
 
 if __name__ == "__main__":

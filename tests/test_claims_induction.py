@@ -57,7 +57,7 @@ def test_the_checkpoint_is_what_its_provenance_and_the_readme_say(shipped):
     prov = state["provenance"]
     assert model.config == InductionConfig()  # the defaults, as the command uses them
     assert prov["command"] == "python -m course_utils.induction checkpoints/induction.pt"
-    assert (prov["seed"], prov["steps"]) == (0, 600)
+    assert (prov["seed"], prov["steps"]) == (0, 600)  # the record's "steps" is --max-steps: its key stays
     readme = (ROOT / "checkpoints" / "README.md").read_text()
     assert prov["command"] in readme and f"{prov['train_s']} s" in readme and prov["date"] in readme
     # the stored history belongs to these weights: its last record is the held-out loss of this model
@@ -150,7 +150,7 @@ def test_the_same_code_still_makes_the_sudden_drop():
     """A shorter re-run of the checkpoint's command (same seed, 300 of its 600 steps): the drop has happened by
     step 300 here too. It is the same run up to floating-point rounding, which another CPU's kernels change and
     training may amplify, so only the claim is compared, with room for the drop to come 50 steps later."""
-    _, history = train_induction(InductionConfig(), steps=300, seed=0, eval_every=150)
+    _, history = train_induction(InductionConfig(), max_steps=300, seed=0, eval_interval=150)
     assert [h["step"] for h in history] == [0, 150, 300]
     assert history[0]["second"] > 4.0
     assert history[-1]["first"] > 4.0 and history[-1]["second"] < 1.5
@@ -161,7 +161,7 @@ def test_with_one_fixed_period_a_layer_0_head_copies_by_position_and_no_circuit_
     i - N + 1 by its position alone, and no induction head forms.' Trained with min_len = N (one period)."""
     config = InductionConfig()
     N = config.seq_len
-    model, history = train_induction(config, steps=150, seed=0, eval_every=150, min_len=N)
+    model, history = train_induction(config, max_steps=150, seed=0, eval_interval=150, min_len=N)
     assert history[-1]["second"] < 0.5  # it does learn to predict the second repeat
     tokens = repeated_tokens(64, N, config.vocab_size, torch.Generator().manual_seed(EVAL_SEED))
     prev, ind = head_scores(model, tokens, N)

@@ -283,8 +283,8 @@ def test_key_query_ablation_intact_scores_are_the_models_and_nothing_ablated_cha
 
 def test_training_is_seeded_and_reports_progress():
     events = []
-    a, hist_a = train_induction(SMALL, steps=6, batch_size=4, eval_every=3, seed=1, callback=events.append)
-    b, hist_b = train_induction(SMALL, steps=6, batch_size=4, eval_every=3, seed=1)
+    a, hist_a = train_induction(SMALL, max_steps=6, batch_size=4, eval_interval=3, seed=1, callback=events.append)
+    b, hist_b = train_induction(SMALL, max_steps=6, batch_size=4, eval_interval=3, seed=1)
     assert [h["step"] for h in hist_a] == [0, 3, 6] and [e["step"] for e in events] == [0, 3, 6]
     assert hist_a == hist_b
     assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
@@ -295,12 +295,12 @@ def test_training_leaves_the_global_random_state_alone():
     torch.manual_seed(123)
     expected = torch.rand(3)
     torch.manual_seed(123)
-    train_induction(SMALL, steps=1, batch_size=2)
+    train_induction(SMALL, max_steps=1, batch_size=2)
     torch.testing.assert_close(torch.rand(3), expected)
 
 
 def test_save_and_load_round_trip(tmp_path):
-    model, history = train_induction(SMALL, steps=2, batch_size=2, eval_every=1)
+    model, history = train_induction(SMALL, max_steps=2, batch_size=2, eval_interval=1)
     path = tmp_path / "m.pt"
     save_induction_model(path, model, history, {"seed": 0})
     loaded, state = load_induction_model(path)
@@ -359,7 +359,33 @@ def test_bad_inputs():
     with pytest.raises(TypeError, match="holds no course_utils MultiHeadAttention"):
         attention_layers(torch.nn.Linear(2, 2))
     with pytest.raises(TypeError, match="callback must be a function"):
-        train_induction(SMALL, steps=1, callback=3)
+        train_induction(SMALL, max_steps=1, callback=3)
+
+
+@pytest.mark.parametrize(
+    ("old", "new"), [("steps", "max_steps"), ("lr", "learning_rate"), ("eval_every", "eval_interval")]
+)
+def test_the_names_before_20_say_their_new_name(old, new):
+    """train_induction speaks TrainConfig's names; a keyword it had before says, in one line, what it is now."""
+    with pytest.raises(TypeError, match=f"^{old} was renamed {new} \\(course_utils.induction.train_induction\\)$"):
+        train_induction(SMALL, **{old: 1})
+    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):  # any other keyword: Python's error
+        train_induction(SMALL, bogus=1)
+
+
+@pytest.mark.parametrize("argv", [["--steps", "5"], ["--steps=5"], ["--steps"], ["--steps", "x"]])
+def test_the_command_names_max_steps_for_the_old_flag(tmp_path, capsys, monkeypatch, argv):
+    from course_utils import induction
+
+    def no_training(*args, **kwargs):
+        raise AssertionError("trained with a flag the command no longer has")
+
+    monkeypatch.setattr(induction, "train_induction", no_training)
+    with pytest.raises(SystemExit) as exit_info:
+        induction.main([str(tmp_path / "m.pt"), *argv])
+    assert exit_info.value.code == 2
+    assert capsys.readouterr().err.splitlines()[-1].endswith("error: --steps was renamed --max-steps")
+    assert not (tmp_path / "m.pt").exists()
 
 
 def test_key_query_ablation_needs_earlier_heads():
@@ -423,15 +449,16 @@ def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeyp
         (str(tmp_path / "file" / "m.pt"), "cannot be written"),
     ):
         with pytest.raises(SystemExit) as exit_info:
-            induction.main([out, "--steps", "1"])
+            induction.main([out, "--max-steps", "1"])
         assert exit_info.value.code == 2
         assert match in capsys.readouterr().err
     with pytest.raises(SystemExit):
-        induction.main([str(tmp_path / "m.pt"), "--steps", "-1"])
-    assert "--steps and --seed must be at least 0, got --steps -1" in capsys.readouterr().err
+        induction.main([str(tmp_path / "m.pt"), "--max-steps", "-1"])
+    assert "--max-steps and --seed must be at least 0, got --max-steps -1" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         induction.main(["--help"])
-    assert exit_info.value.code == 0 and "OUT" in capsys.readouterr().out
+    usage = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "OUT" in usage and "--max-steps N" in usage and "--steps" not in usage
     assert not (tmp_path / "m.pt").exists()
 
 
