@@ -840,7 +840,7 @@ def check_cache_update(cache, layer: object, k: object, v: object) -> None:
     check_floating("k", k)
     if v.dtype != k.dtype:
         raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
-    start = cache._lengths[layer]
+    start = cache.filled(layer)
     if start > cache.length:
         raise RuntimeError(
             f"layer {layer} appended twice in one step: it holds {start} positions, another layer only {cache.length}"

@@ -449,6 +449,10 @@ class KVCache:
         """Positions stored by every layer: the absolute position of the next token."""
         return min(self._lengths)
 
+    def filled(self, layer: int) -> int:
+        """Positions ``layer`` holds: ``length``, or one step more while a step's layers append in turn."""
+        return self._lengths[layer]
+
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
         check_cache_update(self, layer, k, v)  # one shape and dtype, this layer's first append this step, room left
