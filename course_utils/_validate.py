@@ -573,7 +573,7 @@ def check_attention_call(
     if mask is not None:
         B, T, _ = x.shape
         S = T if memory is None else memory.shape[1]
-        check_bool_mask(mask, (B, module.num_heads, T, S) if per_head else (B, T, S))
+        check_bool_mask(mask, (B, int(module.num_heads), T, S) if per_head else (B, T, S))  # numpy ints too
         check_same_device(q=x, mask=mask)  # the queries are made on x's device
 
 
@@ -776,6 +776,11 @@ def check_linformer_call(q: object, k: object, v: object, proj_k: object, proj_v
                 f"{name} must have the dtype of q, k and v ({k.dtype}), got {p.dtype}: convert it with "
                 f"{name}.to(k.dtype)"
             )
+    if proj_k.shape[0] != proj_v.shape[0]:
+        raise ValueError(
+            f"proj_k and proj_v must have the same number of rows R (the projected length), got "
+            f"{tuple(proj_k.shape)} and {tuple(proj_v.shape)}"
+        )
     check_same_device(k=k, proj_k=proj_k, proj_v=proj_v)
     return None if scale is None else check_positive_number("scale", scale)
 

@@ -565,3 +565,16 @@ def test_a_memory_passed_where_the_mask_goes_is_named():
     ):
         attn(x, memory)
     assert attn(x, memory=memory).shape == (2, 3, 8)
+
+
+@pytest.mark.parametrize("make", ["MultiHeadAttention", "MultiHeadAttentionEinsum"])
+def test_a_numpy_head_count_works_with_a_mask(make):
+    """np.arange in a head-count sweep: the entry check once passed the numpy int to torch.broadcast_shapes,
+    which failed deep inside torch (a #20 review); the layer must run as it did before."""
+    np = pytest.importorskip("numpy")
+    import course_utils.multihead as MH
+
+    torch.manual_seed(0)
+    layer = getattr(MH, make)(8, np.int64(2))
+    out = layer(torch.randn(2, 5, 8), causal_mask(5))
+    assert out.shape == (2, 5, 8)

@@ -595,6 +595,15 @@ def test_linformer_attention_names_projections_of_another_dtype():
         linformer_attention(q, q, q, proj, proj.to("meta"))
 
 
+def test_linformer_attention_names_projections_of_two_lengths():
+    """Before the check, the unchecked kernel failed deep in torch's bmm (a #20 review)."""
+    q = torch.randn(1, 1, 7, 4)
+    with pytest.raises(
+        ValueError, match=r"proj_k and proj_v must have the same number of rows R .*\(3, 7\) and \(4, 7\)"
+    ):
+        linformer_attention(q, q, q, torch.randn(3, 7), torch.randn(4, 7))
+
+
 def test_kv_cache_refuses_keys_and_values_of_two_dtypes_or_integers():
     cache = KVCache(num_layers=1, capacity=4)
     k = torch.zeros(1, 1, 2, 3)
