@@ -1107,9 +1107,9 @@ def check_gpt_ids(model: torch.nn.Module, idx: object, start: int = 0) -> None:
         )
 
 
-def check_gpt_inputs(model: torch.nn.Module, idx: object, targets: object, cache: object, cache_type: type) -> int:
-    """Raise unless a GPT's ``forward(idx, targets, cache)`` can run; return ``start``, the position of idx's first
-    token (what ``cache``, an instance of ``cache_type``, held before any layer appends; 0 without one)."""
+def check_gpt_inputs(model: torch.nn.Module, idx: object, targets: object, cache: object, cache_type: type) -> None:
+    """Raise unless a GPT's ``forward(idx, targets, cache)`` can run: ``cache`` None or a ``cache_type``, idx's
+    positions (from what the cache holds) within the context, targets of idx's shape."""
     if isinstance(targets, cache_type):
         raise TypeError(
             "got a KVCache as targets (the second argument): pass it as cache=..., or give "
@@ -1126,7 +1126,6 @@ def check_gpt_inputs(model: torch.nn.Module, idx: object, targets: object, cache
                 f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
                 f"position), got {tuple(targets.shape)}"
             )
-    return start
 
 
 def check_layer_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> None:
@@ -1233,14 +1232,15 @@ def check_cache_room(idx: torch.Tensor, max_new_tokens: int, context_length: int
         )
 
 
-def check_on_full(on_full: object, choices: tuple, keep_on_shift: object, context_length: int) -> int | None:
-    """Check the full-cache policy; return how many tokens to re-prefill, or None for on_full="error"."""
+def check_on_full(on_full: object, choices: tuple, keep_on_shift: object, context_length: int) -> None:
+    """Raise unless ``on_full`` is one of ``choices`` and ``keep_on_shift`` None or, with on_full="shift", an int
+    in [1, context_length]."""
     check_choice("on_full", on_full, choices)
     if keep_on_shift is None:
-        return max(1, context_length // 2) if on_full == "shift" else None
+        return
     if on_full != "shift":
         raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
-    return check_int("keep_on_shift", keep_on_shift, minimum=1, maximum=context_length, expected="an int or None")
+    check_int("keep_on_shift", keep_on_shift, minimum=1, maximum=context_length, expected="an int or None")
 
 
 def check_beam_search(

@@ -167,7 +167,10 @@ def generate_stream(
     """
     context_length = check_generation(model, idx, max_new_tokens, use_cache)
     check_sampling(temperature, top_k, top_p, greedy, generator)
-    keep = check_on_full(on_full, _ON_FULL, keep_on_shift, context_length)  # None: on_full="error"
+    check_on_full(on_full, _ON_FULL, keep_on_shift, context_length)
+    keep = None  # on_full="error": a full cache raises
+    if on_full == "shift":  # a full cache starts again from the last `keep` tokens
+        keep = max(1, context_length // 2) if keep_on_shift is None else int(keep_on_shift)
     if use_cache and keep is None:  # the prompt and the new tokens must fit in one cache
         check_cache_room(idx, max_new_tokens, context_length)
     model.eval()

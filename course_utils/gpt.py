@@ -318,7 +318,8 @@ class GPT(nn.Module):
         return _LogitsOnly(self)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
-        start = check_gpt_inputs(self, idx, targets, cache, KVCache)  # cache.length, read before any layer appends
+        check_gpt_inputs(self, idx, targets, cache, KVCache)
+        start = 0 if cache is None else cache.length  # idx's first position, read before any layer appends
         x = self._embed(idx, start)  # (B, T, C)
         for block in self.blocks:
             x = block(x, cache=cache, start=start)  # (B, T, C)

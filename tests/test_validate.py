@@ -204,14 +204,12 @@ def test_check_config_dict_names_the_class():
         check_config_dict(Settings, {"height": 2})
 
 
-def test_check_on_full_returns_how_many_tokens_to_keep():
+def test_check_on_full_accepts_the_policies_and_refuses_a_keep_that_does_not_fit():
     from course_utils._validate import check_on_full
 
     choices = ("error", "shift")
-    assert check_on_full("error", choices, None, 16) is None
-    assert check_on_full("shift", choices, None, 16) == 8
-    assert check_on_full("shift", choices, None, 1) == 1
-    assert check_on_full("shift", choices, 16, 16) == 16
+    for on_full, keep in (("error", None), ("shift", None), ("shift", 1), ("shift", 16)):
+        check_on_full(on_full, choices, keep, 16)  # no error
     with pytest.raises(ValueError, match=r"keep_on_shift applies only with on_full='shift', got on_full='error'"):
         check_on_full("error", choices, 4, 16)
     with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, 16\], got 17"):
