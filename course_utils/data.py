@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 
 from course_utils._corpus import ChecksumError, DownloadError, fetch_corpus  # named here for a learner to catch
 from course_utils._files import course_folder, sha256_bytes, sha256_file, write_atomic
+from course_utils._moved import moved_names
 
 if TYPE_CHECKING:  # torch is imported where it is used, so that the command line starts in a blink
     import torch
@@ -464,10 +465,7 @@ _MOVED = {
 }
 
 
-def __getattr__(name: str):
-    if name in _MOVED:
-        raise AttributeError(f"course_utils.data.{name} is now course_tools.corpus.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved_names(__name__, {name: f"course_tools.corpus.{name}" for name in _MOVED})
 
 
 if __name__ == "__main__":  # the command's older name

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils._moved import moved_names
 from course_utils._validate import (
     check_choice,
     check_fraction,
@@ -231,7 +232,6 @@ def accuracy_by_length(model: TinyPositionalModel, lengths: Iterable[int]) -> di
 # --- the names before #20 (LengthGenConfig's now match TrainConfig's): each says its new name in one line ---
 
 _RENAMED = {
-    "SCHEMES": "POSITIONS",
     "lr": "learning_rate",
     "steps": "max_steps",
     "eval_batch": "eval_batch_size",
@@ -257,6 +257,4 @@ def _refuse_renamed_fields(init):
 LengthGenConfig.__init__ = _refuse_renamed_fields(LengthGenConfig.__init__)
 
 
-def __getattr__(name: str) -> object:  # ImportError, so that `from ... import SCHEMES` shows the message
-    _check_not_renamed(name, ImportError)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = moved_names(__name__, {"SCHEMES": "course_utils.length_generalisation.POSITIONS"})

@@ -50,6 +50,12 @@ class RunSize:
     train_config: TrainConfig
     about: str
 
+    def __getattr__(self, name: str):  # reached only for a name RunSize does not have
+        renamed = {"model": "model_config", "training": "train_config"}  # their names before #20
+        if name in renamed:
+            raise AttributeError(f"RunSize.{name} was renamed RunSize.{renamed[name]}")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
 
 RUN_SIZES: dict[str, RunSize] = {
     "ci": RunSize(

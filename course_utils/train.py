@@ -47,6 +47,7 @@ import torch.distributed as dist
 from torch import nn
 
 from course_utils._files import clean_stale_tmp, write_atomic
+from course_utils._moved import moved_names
 from course_utils._validate import (
     check_bool,
     check_choice,
@@ -704,6 +705,22 @@ def _optimizer(model: GPT, train_config: TrainConfig, fused: bool) -> torch.opti
         betas=(train_config.beta1, train_config.beta2),
         **({"fused": True} if fused else {}),
     )
+
+
+# Names train.py held before it was split (#20): code written then is told their one home in one line.
+__getattr__ = moved_names(
+    __name__,
+    {
+        "CheckpointError": "course_utils.checkpoints.CheckpointError",
+        "load_checkpoint": "course_utils.checkpoints.load_checkpoint",
+        "export_model": "course_utils.checkpoints.export_model",
+        "load_model": "course_utils.checkpoints.load_model",
+        "pick_device": "course_utils.devices.pick_device",
+        "compile_available": "course_utils.train_setup.compile_available",
+        "fused_adamw_available": "course_utils.train_setup.fused_adamw_available",
+        "main": "course_utils.train_cli.main",
+    },
+)
 
 
 if __name__ == "__main__":  # python -m course_utils.train (and torchrun -m ...): the command line's own module
