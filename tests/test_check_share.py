@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 import textwrap
@@ -134,3 +135,24 @@ def test_each_module_a_learner_reads_spends_at_most_a_fifth_of_its_lines_on_chec
     body, checks, _ = check_share.measure((ROOT / "course_utils" / f"{name}.py").read_text(encoding="utf-8"))
     assert body > 0 and checks > 0  # the module was read, and its boundary checks were seen
     assert checks / body <= check_share.GOAL, f"{name}: {checks} of {body} function-body lines check arguments"
+
+
+@pytest.mark.parametrize(
+    "make, words",
+    [
+        (lambda d: d / "missing.py", "cannot read .*missing.py: No such file"),
+        (lambda d: d, "cannot read .*: Is a directory"),
+        (lambda d: (d / "bad.py").write_text("def f(:\n") and d / "bad.py", r"bad.py is not Python .*\(line 1\)"),
+    ],
+    ids=["missing", "folder", "syntax"],
+)
+def test_a_file_it_cannot_read_is_one_line_and_exit_2(tmp_path, make, words):
+    done = subprocess.run([sys.executable, str(SCRIPT), str(make(tmp_path))], capture_output=True, text=True)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert re.search(words, done.stderr.strip().splitlines()[-1]), done.stderr
+
+
+@pytest.mark.parametrize("share", ["20", "-1"])
+def test_max_outside_0_to_1_is_refused_it_could_never_fail(share):
+    done = subprocess.run([sys.executable, str(SCRIPT), "--max", share], capture_output=True, text=True)
+    assert done.returncode == 2 and "--max is a share between 0 and 1" in done.stderr, done.stderr

@@ -139,12 +139,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--functions", action="store_true", help="list functions whose checks outweigh their idea")
     parser.add_argument("--max", type=float, default=None, help="exit 1 when a module's share is above this")
     args = parser.parse_args(argv)
+    if args.max is not None and not 0 <= args.max <= 1:
+        parser.error(f"--max is a share between 0 and 1 (0.20 for 20%), got {args.max}")
     files = args.files or _default_files(args.all)
+    sources = {}
+    for path in files:
+        try:
+            sources[path] = path.read_text(encoding="utf-8")
+            ast.parse(sources[path], filename=str(path))
+        except (OSError, UnicodeDecodeError) as err:
+            parser.error(f"cannot read {path}: {err.strerror if isinstance(err, OSError) else err}")
+        except SyntaxError as err:
+            parser.error(f"{path} is not Python this script can read: {err.msg} (line {err.lineno})")
     total_body = total_checks = 0
     over = []
     print(f"{'module':<42} {'body':>6} {'checks':>7} {'share':>6}")
     for path in files:
-        n_body, n_checks, per_function = measure(path.read_text(encoding="utf-8"))
+        n_body, n_checks, per_function = measure(sources[path])
         total_body += n_body
         total_checks += n_checks
         share = n_checks / n_body if n_body else 0.0
