@@ -479,7 +479,9 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT."""
-    parser = argparse.ArgumentParser(prog="python -m course_utils.induction", description=main.__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m course_utils.induction", description=main.__doc__, allow_abbrev=False
+    )
     parser.add_argument(
         "out", type=Path, metavar="OUT", help="the checkpoint file to write, e.g. checkpoints/induction.pt"
     )
