@@ -157,8 +157,11 @@ def environment_report() -> list[Requirement]:
             reqs.append(Requirement(label, True, "the hosted service's own notebook front end"))
             continue
         reqs.append(Requirement(label, v is not None, v or "not installed", reinstall))
-    reqs.append(_corpus_requirement())
-    reqs.append(_settings_requirement())
+    try:
+        reqs.append(_corpus_requirement())
+        reqs.append(_settings_requirement())
+    except ImportError as e:  # they read the course's own modules, which need torch: its FAIL above says why
+        reqs.append(Requirement("corpus and course settings", False, f"not checked: {e}", reinstall))
     try:
         importlib.import_module("course_utils.exercises").all_exercises()
         reqs.append(Requirement("course_utils", True, f"importable from {__file__.rsplit('/', 2)[0]}"))
@@ -188,6 +191,8 @@ def _corpus_requirement() -> Requirement:
         )
     try:
         data.load_corpus(download=False)  # reads the cached corpus and checks its sha256
+    except ImportError:  # torch is missing, not the corpus: environment_report says so once
+        raise
     except Exception as e:  # there but damaged: notebooks 00-09 still work without it
         return Requirement(name, False, str(e).split(":")[0], f"fetch it again, with internet: {CORPUS_FETCH} --force")
     return Requirement(name, True, f"{path} (checksum OK)")

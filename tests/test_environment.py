@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import importlib.metadata as md
 import random
+import subprocess
 import sys
 from collections import namedtuple
 from pathlib import Path
@@ -359,3 +360,19 @@ def test_colab_with_ipywidgets_8_gets_its_widget_manager_and_nothing_elsewhere(m
     assert env.hosted_widgets() == "Colab: widget manager switched on for ipywidgets 8.1.5" and calls == ["on"]
     versions["ipywidgets"] = "7.7.1"  # Colab's own version: its front end renders it as it is
     assert env.hosted_widgets() is None and calls == ["on"]
+
+
+def test_the_setup_check_reports_a_machine_without_torch_instead_of_crashing():
+    """The report exists for the machine that lacks something: without torch it must still print its table
+    (the corpus and settings rows read modules that need torch; before, they ended it with a traceback)."""
+    code = (
+        "import sys\n"
+        "sys.modules['torch'] = None  # import torch now raises ImportError\n"
+        "from course_utils.environment import print_report\n"
+        "print_report()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "FAIL  torch" in done.stdout and "FAIL  corpus and course settings        not checked" in done.stdout, done.stdout
+    assert "corpus --force" not in done.stdout  # a missing torch is not a damaged corpus
+    assert "Something is missing" in done.stdout
