@@ -36,8 +36,8 @@ a run checks before its first step) and ``train_cli`` (``python -m course_utils.
 ``widgets`` (pictures and explorers), ``exercises`` and ``checking`` (the checks behind every exercise),
 ``devices`` (``best_device``, ``pick_device``: where tensors go) and ``environment`` (the setup check);
 ``_validate`` and ``_files`` are the one home of argument checks and atomic writes, ``_moved`` of the one-line
-errors for names that moved, ``_corpus`` makes the corpus of 10 and 11; ``static/vendor`` holds the JavaScript that ``attention_view`` inlines, so that bertviz's views
-work offline.
+errors for names that moved, ``_corpus`` makes the corpus of 10 and 11; ``static/vendor`` holds the JavaScript that
+``attention_view`` inlines, so that bertviz's views work offline.
 
 The course's tooling (building the notebooks, grading, resets, workshop rooms, the static site, vendoring,
 making the corpus) is the package ``course_tools`` beside this one: a learner never needs to import it.
