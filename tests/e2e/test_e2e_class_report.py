@@ -10,12 +10,11 @@ more, the page's background dark in dark mode). Screenshots go to ``reports/scre
 
 from __future__ import annotations
 
-import json
-from datetime import datetime
 from pathlib import Path
 
 import pytest
 from harness import local_pages
+from test_grade import write_report  # the one way the tests write a learner's report
 
 from course_tools import grade
 from course_utils.exercises import get_exercise
@@ -69,22 +68,8 @@ def _contrast(a, b) -> float:
 @pytest.fixture
 def class_folder(tmp_path) -> Path:
     folder = tmp_path / "usb" / "class"
-    folder.mkdir(parents=True)
     for n, (learner, statuses) in enumerate(CLASS.items()):
-        rows = [
-            {
-                "notebook": f"{key[:2]}_x.ipynb",
-                "key": key,
-                "title": get_exercise(key).title,
-                "status": status,
-                "mistake": get_exercise(key).mistakes[0].name if status == "failed" else None,
-                "message": "",
-            }
-            for key, status in statuses.items()
-        ]
-        when = datetime.fromisoformat(f"2026-11-26T09:0{n}:00+00:00")
-        report = grade.make_report(learner, [Path("/home") / learner / "notebooks"], rows, now=when)
-        (folder / f"exercises-{learner}.json").write_text(json.dumps(report), encoding="utf-8")
+        write_report(folder, learner, statuses, f"2026-11-26T09:0{n}:00+00:00")
     (folder / "settings.json").write_text('{"not": "a report"}', encoding="utf-8")
     return folder
 
