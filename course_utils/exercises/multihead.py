@@ -181,29 +181,27 @@ def _mha_solution(x, qkv_weight, qkv_bias, out_weight, out_bias, num_heads, mask
         return m(x, mask)
 
 
+def _random_mha(g: torch.Generator, B: int, T: int, C: int, H: int, w: float = 0.5) -> tuple:
+    """x (B, T, C) and an H-head layer's packed weights (times ``w``) and biases, drawn from ``g`` in one order."""
+    return (
+        randn(g, B, T, C),
+        w * randn(g, 3 * C, C),
+        0.1 * randn(g, 3 * C),
+        w * randn(g, C, C),
+        0.1 * randn(g, C),
+        H,
+    )
+
+
 def _mha_cases() -> list[tuple[tuple, dict]]:
     g = torch.Generator().manual_seed(404)
     cases = []
     for B, T, C, H, causal in ((2, 5, 12, 3, False), (1, 6, 8, 2, True), (2, 4, 16, 4, True)):
-        args = (
-            randn(g, B, T, C),
-            0.5 * randn(g, 3 * C, C),
-            0.1 * randn(g, 3 * C),
-            0.5 * randn(g, C, C),
-            0.1 * randn(g, C),
-            H,
-        )
+        args = _random_mha(g, B, T, C, H)
         cases.append((args, {"mask": causal_mask(T)} if causal else {}))
     # a padding mask (B, 1, 1, T), not causal: a function that treats every mask as causal is caught
     B, T, C, H = 2, 5, 15, 5
-    args = (
-        randn(g, B, T, C),
-        0.5 * randn(g, 3 * C, C),
-        0.1 * randn(g, 3 * C),
-        0.5 * randn(g, C, C),
-        0.1 * randn(g, C),
-        H,
-    )
+    args = _random_mha(g, B, T, C, H)
     cases.append((args, {"mask": padding_mask([5, 3], T)[:, None, None, :]}))
     # one head whose scores for the blocked last key are about +159 and for the allowed keys about -159 (every
     # query is (15, 0); the keys are (-15, 0), (-15, 0), (15, 0)): only a true block (-inf, -1e9) gives the
@@ -219,14 +217,7 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
     per_head = torch.rand(2, 3, 4, 4, generator=g) < 0.5
     per_head[..., 0] = True
     for (B, T, C, H), mask in (((2, 4, 6, 2), both), ((2, 4, 6, 3), per_head), ((1, 3, 3, 3), causal_mask(3))):
-        args = (
-            randn(g, B, T, C),
-            0.5 * randn(g, 3 * C, C),
-            0.1 * randn(g, 3 * C),
-            0.5 * randn(g, C, C),
-            0.1 * randn(g, C),
-            H,
-        )
+        args = _random_mha(g, B, T, C, H)
         cases.append((args, {"mask": mask}))
     C = 4
     args = (
@@ -247,14 +238,7 @@ def _mha_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
         B, T, H, D = randint(g, 1, 5), randint(g, 1, 49), HEADS[randint(g, 0, len(HEADS))], randint(g, 1, 6)
         C = H * D
         w = 1.5 / C**0.5  # weights scaled with the width, so the scores stay in the notebook's range
-        args = (
-            randn(g, B, T, C),
-            w * randn(g, 3 * C, C),
-            0.1 * randn(g, 3 * C),
-            w * randn(g, C, C),
-            0.1 * randn(g, C),
-            H,
-        )
+        args = _random_mha(g, B, T, C, H, w)
         kind = randint(g, 0, 5)
         lengths = torch.randint(1, T + 1, (B,), generator=g)
         if kind == 4:  # a mask of its own for each head, each query keeping its first key
