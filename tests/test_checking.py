@@ -2,6 +2,7 @@
 what it compares, which cases it runs, what counts as 'not attempted', its time limit, its captured printing,
 what its messages show and hide, and its one-line verdicts for input it cannot check."""
 
+import dataclasses
 import json
 import re
 import signal
@@ -383,15 +384,7 @@ def test_a_catalogued_mistake_is_named_even_when_it_crashes_on_a_drawn_case():
             raise IndexError("table too short")
         return n + n
 
-    ex = Exercise(
-        key="99.6",
-        title="square",
-        signature="square(n)",
-        solution=_square,
-        cases=SQUARE.cases,
-        draw=SQUARE.draw,
-        mistakes=(Mistake("doubled", "A square multiplies n by itself.", only_small),),
-    )
+    ex = dataclasses.replace(SQUARE, mistakes=(Mistake("doubled", "A square multiplies n by itself.", only_small),))
     verdicts = {run_check(ex, only_small, seed=seed).message for seed in range(5)}
     assert verdicts == {"This looks like: doubled. A square multiplies n by itself."}
 
@@ -414,7 +407,7 @@ def test_the_draw_seed_is_fresh_each_time_unless_pinned(monkeypatch):
         drawn_with.append(g.initial_seed())
         return [((int(torch.randint(4, 10_000, (), generator=g)),), {})]
 
-    ex = Exercise(key="99.6", title="square", signature="square(n)", solution=_square, cases=SQUARE.cases, draw=draw)
+    ex = dataclasses.replace(SQUARE, draw=draw)
     monkeypatch.delenv(SEED_ENV, raising=False)
     seeds = {run_check(ex, _square).details["seed"] for _ in range(3)}
     assert len(seeds) > 1, "three checks drew from the same seed"
@@ -1132,15 +1125,7 @@ def test_a_fixed_case_failure_is_named_the_same_on_every_seed():
     """Wrong on the fixed cases as the catalogued mistake is, and like the mistake on small drawn numbers only:
     the name is decided on the fixed cases, so no draw can take it away (it used to, on most seeds)."""
     doubled = Mistake("doubled", "A square multiplies n by itself.", lambda n: n + n)
-    ex = Exercise(
-        key="99.6",
-        title="square",
-        signature="square(n)",
-        solution=_square,
-        cases=SQUARE.cases,
-        draw=SQUARE.draw,
-        mistakes=(doubled,),
-    )
+    ex = dataclasses.replace(SQUARE, mistakes=(doubled,))
 
     def doubles_small_numbers(n):
         return n + n if n < 5000 else n * n
@@ -1157,15 +1142,7 @@ def test_a_failure_only_a_draw_reveals_names_no_mistake_on_any_seed():
     def table(n):
         return n * n if n < 5000 else 0
 
-    ex = Exercise(
-        key="99.6",
-        title="square",
-        signature="square(n)",
-        solution=_square,
-        cases=SQUARE.cases,
-        draw=SQUARE.draw,
-        mistakes=(Mistake("a table of squares up to 5000", "Compute the square.", table),),
-    )
+    ex = dataclasses.replace(SQUARE, mistakes=(Mistake("a table of squares up to 5000", "Compute the square.", table),))
     results = {seed: run_check(ex, table, seed=seed) for seed in range(30)}
     assert {r.mistake for r in results.values()} == {None}
     failed = {seed: r for seed, r in results.items() if r.status == FAILED}
