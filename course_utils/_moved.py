@@ -11,7 +11,8 @@ def moved_names(module: str, moved: dict[str, str]):
     raises ImportError in one line naming the new home; any other missing name the usual AttributeError.
 
     ImportError, not AttributeError: ``from module import old`` (a learner's notebook from before a move) would
-    otherwise show only Python's "cannot import name". The one home of the course's moved-name errors.
+    otherwise show only Python's "cannot import name". So ``hasattr(module, old)`` and ``getattr(module, old, None)``
+    raise it too: an old name is never quietly absent. The one home of the module-level moved-name errors.
     """
 
     def __getattr__(name: str):

@@ -292,14 +292,14 @@ def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "ma
         )
 
 
-def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = None, prefix: str = "") -> int:
+def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = None) -> int:
     """The head dimension ``embed_dim // num_heads``, after checking that the counts are positive ints, that
     ``num_heads`` divides ``embed_dim`` and (when given) ``num_kv_heads`` divides ``num_heads``.
 
-    The one home of the head-count checks; ``prefix`` ("self." for a config) names where the numbers live.
+    The one home of the head-count checks.
     """
-    check_int(f"{prefix}embed_dim".removeprefix("self."), embed_dim)
-    check_int(f"{prefix}num_heads".removeprefix("self."), num_heads)
+    check_int("embed_dim", embed_dim)
+    check_int("num_heads", num_heads)
     if embed_dim % num_heads != 0:
         raise ValueError(f"embed_dim ({embed_dim}) must be divisible by num_heads ({num_heads})")
     if num_kv_heads is not None:

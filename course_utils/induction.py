@@ -19,7 +19,6 @@ import functools
 import os
 import platform
 import sys
-import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._files import atomic_path
+from course_utils._files import atomic_path, probe_writable
 from course_utils._validate import check_heads, check_int, check_positive_number, check_tensor, check_token_ids
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
@@ -499,9 +498,7 @@ def main(argv: list[str] | None = None) -> int:
     if str(args.out) in ("", ".") or args.out.is_dir():
         parser.error(f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(args.out)!r}")
     try:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=args.out.parent):  # what saving will need: a file beside OUT
-            pass
+        probe_writable(args.out.parent, args.out.name, make=True)  # what saving will need: a file beside OUT
     except OSError as e:
         parser.error(f"OUT {str(args.out)!r} cannot be written: {e}")
     torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine

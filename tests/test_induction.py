@@ -388,6 +388,27 @@ def test_the_command_names_max_steps_for_the_old_flag(tmp_path, capsys, monkeypa
     assert not (tmp_path / "m.pt").exists()
 
 
+def test_the_command_takes_no_abbreviation_that_could_mean_the_old_flag(tmp_path, capsys):
+    """--s once matched both --seed and the hidden --steps, and argparse offered the retired name."""
+    from course_utils import induction
+
+    with pytest.raises(SystemExit) as exit_info:
+        induction.main([str(tmp_path / "m.pt"), "--s", "5"])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err
+    assert "unrecognized arguments: --s 5" in err and "--steps" not in err
+
+
+def test_an_out_folder_that_cannot_be_written_is_said_before_training(tmp_path, capsys):
+    from course_utils import induction
+
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    with pytest.raises(SystemExit) as exit_info:
+        induction.main([str(blocker / "m.pt")])  # its folder would have to be a file
+    assert exit_info.value.code == 2 and "cannot be written" in capsys.readouterr().err
+
+
 def test_key_query_ablation_needs_earlier_heads():
     with pytest.raises(ValueError, match="heads must sit in layers before layer 1"):
         key_query_ablation(_model(), repeated_tokens(1, 5, 11, torch.Generator()), 5, [(1, 0)], layer=1)

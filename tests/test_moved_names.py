@@ -29,6 +29,8 @@ def test_importing_a_moved_name_says_its_new_home_in_one_line(module, old, new):
     with pytest.raises(ImportError) as caught:
         exec(f"from {module} import {old}", {})
     assert str(caught.value) == f"{module}.{old} is now {new}"
+    with pytest.raises(ImportError):  # attribute lookups too: feature detection is told, not misled
+        hasattr(importlib.import_module(module), old)
     home, _, name = new.rpartition(".")
     assert hasattr(importlib.import_module(home), name), f"{new} does not exist"  # the message is true
 
