@@ -309,18 +309,6 @@ def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = Non
     return embed_dim // num_heads
 
 
-def parse_device(device: object) -> torch.device:
-    """``device`` (a str such as 'cpu', 'cuda:0', or a torch.device) as a torch.device; TypeError or ValueError
-    in one line otherwise. Only the name is checked, not whether this machine has it
-    (:func:`course_utils.devices.pick_device` does)."""
-    if not isinstance(device, (str, torch.device)):
-        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', or a torch.device; got {type(device).__name__}")
-    try:
-        return torch.device(device)
-    except (RuntimeError, ValueError):
-        raise ValueError(f"device {str(device)!r} is not a device name: use cpu, cuda, cuda:N, mps or auto") from None
-
-
 def from_preset(cls: type, presets: dict, name: str, overrides: dict):
     """``presets[name]`` with the fields in ``overrides`` replaced; ValueError for an unknown preset or field.
 
@@ -420,6 +408,8 @@ def check_causal_mask_args(T: object, S: object, device: object) -> tuple[int, i
     if T > S:
         raise ValueError(f"causal_mask needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
     if device is not None:
+        from course_utils.devices import parse_device  # the one reading of a device name
+
         device = parse_device(device)
     if T * S > 2**40:  # a terabyte of bools: torch would overflow or fail to allocate, deep inside
         raise ValueError(

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-__all__ = ["best_device", "pick_device"]
+__all__ = ["best_device", "pick_device", "parse_device"]
 
 
 def best_device() -> str:
@@ -31,8 +31,6 @@ def pick_device(device=None):
     PyTorch asked for ``cuda``, ``mps`` off a Mac, ``cuda:3`` on a one-GPU machine, a misspelling).
     """
     import torch
-
-    from course_utils._validate import parse_device  # here, not at the top: the setup check runs without torch
 
     if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
         return torch.device(best_device())
@@ -69,3 +67,17 @@ def pick_device(device=None):
             raise ValueError(f"device {str(device)!r} (Apple's GPU) is not available here: {why}; {fix}")
         return dev
     raise ValueError(f"device {str(device)!r}: the course trains on cpu, cuda or mps; {fix}")
+
+
+def parse_device(device: object):
+    """``device`` (a str such as 'cpu', 'cuda:0', or a torch.device) as a torch.device; TypeError or ValueError
+    in one line otherwise. Only the name is checked, not whether this machine has it
+    (:func:`pick_device` does)."""
+    import torch
+
+    if not isinstance(device, (str, torch.device)):
+        raise TypeError(f"device must be a str such as 'cpu' or 'cuda', or a torch.device; got {type(device).__name__}")
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError):
+        raise ValueError(f"device {str(device)!r} is not a device name: use cpu, cuda, cuda:N, mps or auto") from None

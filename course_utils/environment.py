@@ -157,11 +157,11 @@ def environment_report() -> list[Requirement]:
             reqs.append(Requirement(label, True, "the hosted service's own notebook front end"))
             continue
         reqs.append(Requirement(label, v is not None, v or "not installed", reinstall))
-    try:
-        reqs.append(_corpus_requirement())
-        reqs.append(_settings_requirement())
-    except ImportError as e:  # they read the course's own modules, which need torch: its FAIL above says why
-        reqs.append(Requirement("corpus and course settings", False, f"not checked: {e}", reinstall))
+    for requirement, name in ((_corpus_requirement, "corpus"), (_settings_requirement, "course settings")):
+        try:
+            reqs.append(requirement())
+        except ImportError as e:  # it reads the course's own modules, which need torch: torch's FAIL says why
+            reqs.append(Requirement(name, False, f"not checked: {e}", reinstall))
     try:
         importlib.import_module("course_utils.exercises").all_exercises()
         reqs.append(Requirement("course_utils", True, f"importable from {__file__.rsplit('/', 2)[0]}"))
@@ -253,8 +253,8 @@ def print_report(reqs: list[Requirement] | None = None) -> bool:
     return ok
 
 
-# parse_device was the setup check's until #20; it checks arguments, so it lives with the other checks now.
-__getattr__ = moved_names(__name__, {"parse_device": "course_utils._validate.parse_device"})
+# parse_device was the setup check's until #20; it lives with the device choice now.
+__getattr__ = moved_names(__name__, {"parse_device": "course_utils.devices.parse_device"})
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ MOVED = [  # (module, old name, new dotted home)
     ("course_utils.train", "compile_available", "course_utils.train_setup.compile_available"),
     ("course_utils.train", "fused_adamw_available", "course_utils.train_setup.fused_adamw_available"),
     ("course_utils.train", "main", "course_utils.train_cli.main"),
-    ("course_utils.environment", "parse_device", "course_utils._validate.parse_device"),
+    ("course_utils.environment", "parse_device", "course_utils.devices.parse_device"),
     ("course_utils.length_generalisation", "SCHEMES", "course_utils.length_generalisation.POSITIONS"),
     ("course_utils.data", "fetch", "course_tools.corpus.fetch"),
 ]
