@@ -17,7 +17,7 @@ import pytest
 import torch
 from mutants import ROOT, SCORE_PROPERTY, compile_function, mutants, solutions
 
-from course_utils.checking import PASSED, run_check
+from course_utils.checking import FAILED, PASSED, run_check
 from course_utils.exercises import all_exercises
 
 pytestmark = [
@@ -103,7 +103,7 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
     "04.1": [
         (
             "return x.view(B, T, num_heads, C // num_heads).transpose(1, 2)",
-            "return x.view(B, T, num_heads, C // num_heads).transpose(1, 2).squeeze()",
+            "return x.view(B, T, num_heads, C // num_heads).transpose(1, 2).squeeze(1)",
             "H == 1",
         )
     ],
@@ -128,7 +128,7 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
             "T == 1",
         )
     ],
-    "05.4": [("return weights.mean(dim=1)", "return weights.mean(dim=1).squeeze()", "T == 1")],
+    "05.4": [("return weights.mean(dim=1)", "return weights.mean(dim=1).squeeze(1)", "T == 1")],
     "06.2": [
         (
             "angles = positions.double()[:, None] * theta",
@@ -151,7 +151,7 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
     "07.3": [
         (
             "weights = torch.softmax(k, dim=-2)",
-            "weights = torch.exp(k) / torch.exp(k).sum(dim=-2, keepdim=True)",
+            "weights = torch.softmax(k.clamp(max=88.0), dim=-2)",  # 'clamped so exp cannot overflow'
             "a key logit above 88",
         )
     ],
@@ -167,7 +167,7 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
     "09.1": [
         (
             "sorted_probs, order = probs.sort(dim=-1, descending=True)",
-            "sorted_probs, order = probs.sort(dim=1, descending=True)",
+            "sorted_probs, order = probs.sort(dim=min(1, probs.dim() - 1), descending=True)",
             "two leading axes",
         )
     ],
@@ -196,7 +196,7 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
     "11.1": [
         (
             "return weights * v.norm(dim=-1).unsqueeze(-2)",
-            "return (weights * v.norm(dim=-1).unsqueeze(-2)).squeeze()",
+            "return (weights * v.norm(dim=-1).unsqueeze(-2)).squeeze(-2)",
             "T == 1",
         )
     ],
@@ -213,8 +213,15 @@ def test_edge_mutants_fail_on_the_fixed_cases_alone(key, line, mutant, edge):
     assert sol.source.count(line) == 1, f"{key}: the reference no longer has the line {line!r}"
     assert edge in ex.edges, f"{key}: {edge!r} is not an edge of its statement ({sorted(ex.edges)})"
     fn = compile_function(sol, sol.source.replace(line, mutant))
+    cases = ex.cases()
+    with_edge = [c for c in cases if ex.edges[edge](*c[0], **c[1])]
+    without = [c for c in cases if not ex.edges[edge](*c[0], **c[1])]
+    assert with_edge, f"{key}: no fixed case holds {edge!r}"
     res = run_check(dataclasses.replace(ex, draw=None), fn)
-    assert res.status != PASSED, f"{key}: the mutant {mutant!r} passes the fixed cases"
+    assert res.status == FAILED, f"{key}: the mutant {mutant!r} passes the fixed cases"
+    if without:  # the edge is what catches it: the mutant is right on every fixed case without the edge
+        res = run_check(dataclasses.replace(ex, cases=lambda: without, draw=None), fn)
+        assert res.status == PASSED, f"{key}: the mutant {mutant!r} is wrong without {edge!r} too: {res.message}"
 
 
 def _returns_tensors(key: str) -> bool:
