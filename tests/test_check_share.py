@@ -147,12 +147,12 @@ def test_each_module_a_learner_reads_spends_at_most_a_fifth_of_its_lines_on_chec
     ids=["missing", "folder", "syntax"],
 )
 def test_a_file_it_cannot_read_is_one_line_and_exit_2(tmp_path, make, words):
-    done = subprocess.run([sys.executable, str(SCRIPT), str(make(tmp_path))], capture_output=True, text=True)
+    done = _run(str(make(tmp_path)))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert re.search(words, done.stderr.strip().splitlines()[-1]), done.stderr
 
 
 @pytest.mark.parametrize("share", ["20", "-1"])
 def test_max_outside_0_to_1_is_refused_it_could_never_fail(share):
-    done = subprocess.run([sys.executable, str(SCRIPT), "--max", share], capture_output=True, text=True)
+    done = _run("--max", share)
     assert done.returncode == 2 and "--max is a share between 0 and 1" in done.stderr, done.stderr

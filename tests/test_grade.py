@@ -71,7 +71,13 @@ def test_grade_reports_passed_failed_and_not_attempted(tmp_path):
     # the report names its learner, the course's version, the time (UTC) and what was checked
     assert learner_problem(report["learner"]) is None and f"learner: {report['learner']} (" in proc.stdout
     assert report["course_version"]["package"] == metadata.version("course_utils")
-    assert report["course_version"]["git"] is None or (ROOT / ".git").exists()
+    if (ROOT / ".git").exists():  # what `git describe` says of this checkout (a commit at least), else nothing
+        described = subprocess.run(
+            ["git", "-C", str(ROOT), "describe", "--always", "--dirty"], capture_output=True, text=True
+        ).stdout.strip()
+        assert report["course_version"]["git"] == described and described
+    else:
+        assert report["course_version"]["git"] is None
     checked_at = datetime.strptime(report["checked_at"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=timezone.utc)
     assert before <= checked_at <= datetime.now(timezone.utc)
     assert report["checked"] == [str(path)]

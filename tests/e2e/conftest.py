@@ -66,9 +66,9 @@ def pytest_configure(config):
 
 
 def pytest_collection_modifyitems(config, items):
-    """The notebooks in JupyterLab first, the last notebooks (the GPT's, the longest) first among them; then the
-    short tests, in their usual order. `course.py test` spreads these tests over two pytest-xdist workers one at a
-    time (``--maxschedchunk=1``): starting with the longest leaves the short ones to even out the end."""
+    """The notebooks in JupyterLab first, the last notebooks first among them (10 and 11 train and load models);
+    then the short tests, in their usual order. `course.py test` spreads these tests over two pytest-xdist workers
+    one at a time (``--maxschedchunk=1``): starting with the long ones leaves the short ones to even out the end."""
 
     def notebook_stem(item) -> str | None:
         if item.path.name != "test_e2e_browser.py" or item.path.parent != Path(__file__).parent:
