@@ -1,8 +1,9 @@
 """The random draws of the exercises' checks, in one place.
 
 Every check draws its extra cases from a ``torch.Generator`` seeded afresh for each run (see
-:class:`course_utils.checking.Exercise`), so the same seed gives the same cases. These two helpers are the
-only way the topic modules draw: changing one changes every fixed case and seed, so keep them as they are.
+:class:`course_utils.checking.Exercise`), so the same seed gives the same cases. Every topic module draws its
+integers with :func:`randint`; :func:`randn` is the short form of ``torch.randn(*shape, generator=g)`` that some
+use. Changing either changes every fixed case and seed, so keep them as they are.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import torch
 
 from course_utils.attention import attention_matmul, simple_self_attention
 from course_utils.checking import Exercise, Mistake
-from course_utils.exercises._draws import randn
+from course_utils.exercises._draws import randint, randn
 
 __all__ = ["EXERCISES"]
 
@@ -79,7 +79,7 @@ def _lookup_cases() -> list[tuple[tuple, dict]]:
 def _lookup_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((2, 49), (1, 65), (1, 33)))
+        S, D, Dv = (randint(g, lo, hi) for lo, hi in ((2, 49), (1, 65), (1, 33)))
         scale = float(torch.empty(()).uniform_(0.5, 3.0, generator=g)) / max(1.0, D / 8) ** 0.5  # sharper weights
         values = randn(g, S) if bool(torch.rand((), generator=g) < 0.5) else randn(g, S, Dv)
         cases.append(((scale * randn(g, D), randn(g, S, D), values), {}))
@@ -140,7 +140,7 @@ def _many_cases() -> list[tuple[tuple, dict]]:
 def _many_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):  # T, S, D and Dv drawn: S == D only by chance
-        T, S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 49), (1, 49), (2, 65), (1, 33)))
+        T, S, D, Dv = (randint(g, lo, hi) for lo, hi in ((1, 49), (1, 49), (2, 65), (1, 33)))
         cases.append(((randn(g, T, D), randn(g, S, D) / max(1.0, D / 8) ** 0.5, randn(g, S, Dv)), {}))
     return cases
 
@@ -197,7 +197,7 @@ def _self_cases() -> list[tuple[tuple, dict]]:
 def _self_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        T, C = int(torch.randint(2, 49, (), generator=g)), int(torch.randint(1, 65, (), generator=g))
+        T, C = randint(g, 2, 49), randint(g, 1, 65)
         cases.append(((randn(g, T, C) / max(1.0, C / 8) ** 0.5,), {}))
     return cases
 
@@ -240,7 +240,7 @@ def _qkv_cases() -> list[tuple[tuple, dict]]:
 def _qkv_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):  # T, C and D drawn: the weights are rarely square
-        T, C, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 49), (2, 65), (1, 65)))
+        T, C, D = (randint(g, lo, hi) for lo, hi in ((1, 49), (2, 65), (1, 65)))
         cases.append(((randn(g, T, C), *(randn(g, D, C) / C**0.5 for _ in range(3))), {}))
     return cases
 

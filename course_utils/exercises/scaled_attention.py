@@ -14,6 +14,7 @@ import torch
 
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.checking import Exercise, Mistake
+from course_utils.exercises._draws import randint
 
 __all__ = ["EXERCISES"]
 
@@ -85,15 +86,13 @@ _SOFTMAX_EDGES = {
 def _softmax_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        ndim = int(torch.randint(1, 4, (), generator=g))
-        shape = [int(torch.randint(1, 65 if ndim < 3 else 17, (), generator=g)) for _ in range(ndim)]
+        ndim = randint(g, 1, 4)
+        shape = [randint(g, 1, 65 if ndim < 3 else 17) for _ in range(ndim)]
         shape[-1] = max(shape[-1], 2)
-        spread = [1.0, 30.0, 200.0][int(torch.randint(0, 3, (), generator=g))]
+        spread = [1.0, 30.0, 200.0][randint(g, 0, 3)]
         x = spread * torch.randn(*shape, generator=g)
-        x = x.masked_fill(
-            torch.rand(*shape, generator=g) < 0.2, [-1e4, -math.inf][int(torch.randint(0, 2, (), generator=g))]
-        )
-        dim = int(torch.randint(-len(shape), len(shape), (), generator=g))
+        x = x.masked_fill(torch.rand(*shape, generator=g) < 0.2, [-1e4, -math.inf][randint(g, 0, 2)])
+        dim = randint(g, -len(shape), len(shape))
         x.select(dim, 0).copy_(spread * torch.randn(x.select(dim, 0).shape, generator=g))  # no row fully masked
         cases.append(((x,), {"dim": dim} if dim != -1 else {}))
     return cases
@@ -154,8 +153,8 @@ def _sdpa_cases() -> list[tuple[tuple, dict]]:
 def _sdpa_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        batch = [int(torch.randint(1, 4, (), generator=g)) for _ in range(int(torch.randint(0, 3, (), generator=g)))]
-        T, S, D, Dv = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 49), (2, 49), (2, 65), (1, 33)))
+        batch = [randint(g, 1, 4) for _ in range(randint(g, 0, 3))]
+        T, S, D, Dv = (randint(g, lo, hi) for lo, hi in ((1, 49), (2, 49), (2, 65), (1, 33)))
         q, k = 2 * torch.randn(*batch, T, D, generator=g), torch.randn(*batch, S, D, generator=g)
         cases.append(((q, k, torch.randn(*batch, S, Dv, generator=g)), {}))
     return cases
@@ -213,8 +212,8 @@ def _head_cases() -> list[tuple[tuple, dict]]:
 def _head_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        B, T, D = (int(torch.randint(lo, hi, (), generator=g)) for lo, hi in ((1, 5), (2, 49), (1, 33)))
-        C = D + int(torch.randint(1, 33, (), generator=g))  # C != D: the model width is never the head size
+        B, T, D = (randint(g, lo, hi) for lo, hi in ((1, 5), (2, 49), (1, 33)))
+        C = D + randint(g, 1, 33)  # C != D: the model width is never the head size
         x = torch.randn(B, T, C, generator=g)
         cases.append(((x, *(torch.randn(D, C, generator=g) / math.sqrt(C) for _ in range(3))), {}))
     return cases
@@ -273,8 +272,8 @@ def _entropy_cases() -> list[tuple[tuple, dict]]:
 def _entropy_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
     for _ in range(4):
-        batch = [int(torch.randint(1, 4, (), generator=g)) for _ in range(int(torch.randint(0, 3, (), generator=g)))]
-        T, S = int(torch.randint(1, 49, (), generator=g)), int(torch.randint(2, 65, (), generator=g))
+        batch = [randint(g, 1, 4) for _ in range(randint(g, 0, 3))]
+        T, S = randint(g, 1, 49), randint(g, 2, 65)
         scores = 3 * torch.randn(*batch, T, S, generator=g)
         blocked = torch.rand(*batch, T, S, generator=g) < 0.3
         blocked[..., 0] = False  # every row keeps a key
