@@ -292,6 +292,13 @@ def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "ma
         )
 
 
+def check_scores_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> None:
+    """Raise unless ``mask`` is a boolean tensor that broadcasts to the scores of q (..., T, D) and k (..., S, D),
+    (..., T, S), on q's device: the mask check of every attention that takes a caller's mask."""
+    check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    check_same_device(q=q, mask=mask)
+
+
 def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = None) -> int:
     """The head dimension ``embed_dim // num_heads``, after checking that the counts are positive ints, that
     ``num_heads`` divides ``embed_dim`` and (when given) ``num_kv_heads`` divides ``num_heads``.
@@ -377,8 +384,7 @@ def check_sdpa_args(
         check_bias(bias, scores_shape)
         check_same_device(q=q, bias=bias)
     if mask is not None:
-        check_bool_mask(mask, scores_shape)
-        check_same_device(q=q, mask=mask)
+        check_scores_mask(mask, q, k)
     return dropout_p, scale
 
 
@@ -817,7 +823,7 @@ def check_topk_call(
     check_int("chunk_size", chunk_size)
     scale = None if scale is None else check_positive_number("scale", scale)
     if mask is not None:
-        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+        check_scores_mask(mask, q, k)
     return scale
 
 
@@ -1116,13 +1122,6 @@ def check_gpt_inputs(model: torch.nn.Module, idx: object, targets: object, cache
                 f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
                 f"position), got {tuple(targets.shape)}"
             )
-
-
-def check_layer_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> None:
-    """Raise unless a caller's ``mask`` fits the scores of q (B, H, T, D) and k (B, H, S, D): the mask checks of
-    :func:`course_utils.attention.scaled_dot_product_attention`, for a layer that calls its unchecked kernel."""
-    check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
-    check_same_device(q=q, mask=mask)
 
 
 def check_temperature(temperature: object) -> float:

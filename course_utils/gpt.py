@@ -27,7 +27,7 @@ from course_utils._validate import (
     check_gpt_ids,
     check_gpt_inputs,
     check_int,
-    check_layer_mask,
+    check_scores_mask,
     from_preset,
 )
 from course_utils.attention import attend  # the unchecked kernel: this layer checks its own inputs
@@ -156,7 +156,7 @@ class CausalSelfAttention(MultiHeadAttention):
             if mask is None:
                 mask = causal_mask(T, S, device=x.device)  # (T, S), bottom-right aligned when T < S
             else:  # the caller's mask, checked as scaled_dot_product_attention would before its kernel
-                check_layer_mask(mask, q, k)
+                check_scores_mask(mask, q, k)
             out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         elif self.attention == "flash":  # no dropout_p: the config refuses dropout with it
             weights = None

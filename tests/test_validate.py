@@ -173,18 +173,18 @@ def test_check_cache_room_says_generates_words_unless_told_otherwise():
         check_cache_room(idx, 6, 8, "; pass use_cache=False to crop instead")
 
 
-def test_check_layer_mask_is_the_mask_check_of_scaled_dot_product_attention():
+def test_check_scores_mask_is_the_mask_check_of_scaled_dot_product_attention():
     import torch
 
-    from course_utils._validate import check_layer_mask
+    from course_utils._validate import check_scores_mask
 
     q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8)  # (B, H, T, D), (B, H, S, D)
-    check_layer_mask(torch.ones(4, 6, dtype=torch.bool), q, k)
+    check_scores_mask(torch.ones(4, 6, dtype=torch.bool), q, k)
     with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\), got dtype torch.float32"):
-        check_layer_mask(torch.zeros(4, 6), q, k)
+        check_scores_mask(torch.zeros(4, 6), q, k)
     wrong_shape = r"mask of shape \(4, 4\) does not broadcast to the scores' shape \(2, 3, 4, 6\)"
     with pytest.raises(ValueError, match=wrong_shape):
-        check_layer_mask(torch.ones(4, 4, dtype=torch.bool), q, k)
+        check_scores_mask(torch.ones(4, 4, dtype=torch.bool), q, k)
 
 
 def test_check_config_dict_names_the_class():

@@ -821,3 +821,11 @@ def test_the_step_refuses_a_state_of_no_features():
     # D == 0 returned 0 / 0 = NaN silently, where the parallel form refuses D == 0.
     with pytest.raises(ValueError, match=r"state must be \(\.\.\., D, Dv\) with D >= 1 .*got \(0, 2\)"):
         linear_attention_step(torch.zeros(0, 2), torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.zeros(2))
+
+
+def test_topk_attention_names_a_mask_on_another_device():
+    """Its mask check is the one every attention shares (_validate.check_scores_mask); before, a mask elsewhere
+    failed inside torch."""
+    q = torch.randn(1, 4, 3)
+    with pytest.raises(ValueError, match="q, mask must be on one device, got q on cpu, mask on meta"):
+        topk_attention(q, q, q, top_k=2, mask=torch.ones(4, 4, dtype=torch.bool, device="meta"))
