@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import functools
 import os
 import platform
 import sys
@@ -31,6 +30,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._files import atomic_path, probe_writable
+from course_utils._moved import renamed_keywords
 from course_utils._validate import check_heads, check_int, check_positive_number, check_tensor, check_token_ids
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
@@ -526,21 +526,10 @@ def main(argv: list[str] | None = None) -> int:
 
 # --- the names before #20 (train_induction's now match TrainConfig's): each says its new name in one line ---
 
-_RENAMED = {"steps": "max_steps", "lr": "learning_rate", "eval_every": "eval_interval"}
-
-
-def _refuse_renamed_keywords(function):
-    @functools.wraps(function)
-    def refusing(*args, **kwargs):
-        for name in kwargs:
-            if name in _RENAMED:
-                raise TypeError(f"{name} was renamed {_RENAMED[name]} (course_utils.induction.{function.__name__})")
-        return function(*args, **kwargs)
-
-    return refusing
-
-
-train_induction = _refuse_renamed_keywords(train_induction)
+train_induction = renamed_keywords(
+    "course_utils.induction.train_induction",
+    {"steps": "max_steps", "lr": "learning_rate", "eval_every": "eval_interval"},
+)(train_induction)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ and ``full``), the data, the model, the training loop, the evaluation.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 
@@ -15,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._moved import moved_names
+from course_utils._moved import moved_names, renamed_attributes, renamed_keywords
 from course_utils._validate import (
     check_choice,
     check_fraction,
@@ -45,6 +44,14 @@ __all__ = [
 ]
 
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")  # the values of a model's ``positions``
+
+
+_RENAMED = {
+    "lr": "learning_rate",
+    "steps": "max_steps",
+    "eval_batch": "eval_batch_size",
+    "max_length": "context_length",
+}
 
 
 @dataclass(frozen=True)
@@ -111,9 +118,7 @@ class LengthGenConfig:
     def with_(self, **changes) -> LengthGenConfig:
         return replace(self, **changes)
 
-    def __getattr__(self, name: str) -> object:  # reached only for a name the config does not have
-        _check_not_renamed(name, AttributeError)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    __getattr__ = renamed_attributes(__name__, _RENAMED)  # config.steps: "steps was renamed max_steps (...)"
 
 
 def make_batch(
@@ -229,32 +234,7 @@ def accuracy_by_length(model: TinyPositionalModel, lengths: Iterable[int]) -> di
     return {T: evaluate(model, T)[1] for T in lengths}
 
 
-# --- the names before #20 (LengthGenConfig's now match TrainConfig's): each says its new name in one line ---
-
-_RENAMED = {
-    "lr": "learning_rate",
-    "steps": "max_steps",
-    "eval_batch": "eval_batch_size",
-    "max_length": "context_length",
-}
-
-
-def _check_not_renamed(name: str, error: type[Exception]) -> None:
-    if name in _RENAMED:
-        raise error(f"{name} was renamed {_RENAMED[name]} (course_utils.length_generalisation)")
-
-
-def _refuse_renamed_fields(init):
-    @functools.wraps(init)
-    def __init__(self, *args, **fields):
-        for name in fields:
-            _check_not_renamed(name, TypeError)
-        init(self, *args, **fields)
-
-    return __init__
-
-
-LengthGenConfig.__init__ = _refuse_renamed_fields(LengthGenConfig.__init__)
-
+# the names before #20 (LengthGenConfig's now match TrainConfig's): each says its new name in one line
+LengthGenConfig.__init__ = renamed_keywords(__name__, _RENAMED)(LengthGenConfig.__init__)
 
 __getattr__ = moved_names(__name__, {"SCHEMES": "course_utils.length_generalisation.POSITIONS"})

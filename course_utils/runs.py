@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from course_utils._files import course_folder
+from course_utils._moved import renamed_attributes
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
@@ -50,11 +51,8 @@ class RunSize:
     train_config: TrainConfig
     about: str
 
-    def __getattr__(self, name: str):  # reached only for a name RunSize does not have
-        renamed = {"model": "model_config", "training": "train_config"}  # their names before #20
-        if name in renamed:
-            raise AttributeError(f"RunSize.{name} was renamed RunSize.{renamed[name]}")
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+    # its names before #20: size.model says "model was renamed model_config (course_utils.runs.RunSize)"
+    __getattr__ = renamed_attributes("course_utils.runs.RunSize", {"model": "model_config", "training": "train_config"})
 
 
 RUN_SIZES: dict[str, RunSize] = {
