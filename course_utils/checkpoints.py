@@ -299,13 +299,15 @@ def _refuse_another_run(state: dict[str, Any], ckpt_path: Path, model_config: GP
     if dataclasses.replace(model_config, vocab_size=saved.vocab_size) != saved:
         raise RunSetupError(
             f"--resume: {ckpt_path} is a run of {_describe_model(saved)}, not {_describe_model(model_config)} as "
-            "asked: leave out --preset to continue that run, or choose another --out for a new one"
+            f"asked: leave out {RESUME_RULES['model_config'].flag} to continue that run, or choose another --out for a "
+            "new one"
         )
     digest = sha256_bytes(text.encode("utf-8"))
     if state.get("text_sha256", digest) != digest:
         raise RunSetupError(
-            f"--resume: {ckpt_path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but --data "
-            f"has {digest[:16]}...: pass the same file to continue that run, or choose another --out for a new one"
+            f"--resume: {ckpt_path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but "
+            f"{RESUME_RULES['text'].flag} has {digest[:16]}...: pass the same file to continue that run, or choose "
+            "another --out for a new one"
         )
 
 

@@ -26,7 +26,15 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from course_utils.checkpoints import CheckpointError, export_model, load_checkpoint, saved_settings
+from course_utils.checkpoints import (
+    KEEP,
+    RESUME_RULES,
+    SESSION,
+    CheckpointError,
+    export_model,
+    load_checkpoint,
+    saved_settings,
+)
 from course_utils.data import ChecksumError, load_text, sha256_file
 from course_utils.gpt import PRESETS, GPTConfig
 from course_utils.train import NonFiniteLossError, TrainConfig, train
@@ -141,8 +149,7 @@ def _check_numbers(args: argparse.Namespace) -> None:
 def _cli_configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
     """The model and the settings to pass to :func:`train`: the preset's with the flags given, or, resuming a
     checkpoint, the checkpoint's with the flags given (so train's notices name exactly the flags it ignores)."""
-    flags = ("seed", "batch_size", "learning_rate", "eval_interval", "log_interval", "checkpoint_interval")
-    flags += ("compile", "autocast", "fused_adamw")
+    flags = [name for name, rule in RESUME_RULES.items() if rule.on_resume in (KEEP, SESSION) and rule.flag]
     overrides = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
     ckpt = Path(args.out) / CHECKPOINT_NAME
     if args.resume and ckpt.is_file() and not Path(args.out).is_file():

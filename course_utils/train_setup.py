@@ -91,11 +91,16 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     return out_dir
 
 
+def _nearest_existing(path: Path) -> Path:
+    """``path`` if it is there, else the nearest folder above it that is."""
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
 def check_can_create(path: Path, flag: str) -> None:
     """RunSetupError unless ``path`` (a folder or a file) can be created or replaced by this process."""
-    existing = path
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent  # the nearest folder that is there: the run creates the rest
+    existing = _nearest_existing(path)  # the run creates the rest
     if existing != path and not existing.is_dir():
         raise RunSetupError(
             f"{flag} {path} cannot be created: {existing} is a file, not a folder; choose another {flag}"
@@ -111,9 +116,7 @@ def check_can_create(path: Path, flag: str) -> None:
 def _probe_out_dir(out_dir: Path) -> None:
     """OSError unless a file can really be written in ``out_dir``, or, where it is still to be made, in a new
     folder in the nearest existing folder above it (made and removed at once: a refused run leaves nothing)."""
-    existing = out_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    existing = _nearest_existing(out_dir)
     if existing == out_dir:
         probe_writable(out_dir)
         return
