@@ -986,14 +986,14 @@ def check_mergeable(a: object, b: object) -> None:
         )
 
 
-def check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[float, int, int]:
-    """The scale (1 / sqrt(D) by default), q_tile and kv_tile to use, after checking every argument of
+def check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[float | None, int, int]:
+    """``scale`` (None stays None), q_tile and kv_tile, checked, after every other argument of
     :func:`course_utils.fast_attention.tiled_attention` and :func:`course_utils.fast_attention.flash_attention`."""
     check_qkv(q, k, v)
     check_bool("is_causal", is_causal)
     q_tile, kv_tile = check_int("q_tile", q_tile), check_int("kv_tile", kv_tile)
     T, S = q.shape[-2], k.shape[-2]
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else check_positive_number("scale", scale)
+    scale = None if scale is None else check_positive_number("scale", scale)
     if mask is not None:
         check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), T, S))
         check_same_device(q=q, mask=mask)

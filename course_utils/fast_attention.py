@@ -10,6 +10,7 @@ boolean, True = may attend.
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -152,6 +153,7 @@ def tiled_attention(
     -> out (..., T, Dv). Taught in notebook 08.
     """
     scale, q_tile, kv_tile = check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile)[0]
 
 
@@ -276,6 +278,7 @@ def flash_attention(
     -> out (..., T, Dv). Taught in notebook 08.
     """
     scale, q_tile, kv_tile = check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _FlashAttention.apply(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
 
 
