@@ -162,12 +162,7 @@ def check_dim(name: str, x: torch.Tensor, dim: object) -> int:
 
 
 def check_token_ids(
-    name: str,
-    idx: object,
-    vocab_size: int,
-    ignore_index: int | None = None,
-    values: bool = True,
-    prompt: bool = False,
+    name: str, idx: object, vocab_size: int, ignore_index: int | None = None, values: bool = True
 ) -> None:
     """Raise unless ``idx`` is a (B, T) integer tensor of ids in [0, vocab_size).
 
@@ -175,21 +170,13 @@ def check_token_ids(
     (the message names the first such id and its position). ``ignore_index`` is one more allowed value
     (``F.cross_entropy``'s -100 for targets). One min/max over the ids: check once per call, at the entry.
     ``values=False`` checks only type and shape, which never reads the tensor (no wait for a GPU).
-    ``prompt=True`` (a generation's prompt) also wants at least one token, and words a wrong shape as
-    ``course_utils.generation`` always has, after the dtype when there are more than two dimensions.
     """
     if not isinstance(idx, torch.Tensor):
         raise TypeError(f"{name} must be a (B, T) torch.Tensor of token ids, got {type(idx).__name__}")
-    if prompt and idx.dim() < 2:
-        raise ValueError(f"{name} must have at least 2 dimensions, got shape {tuple(idx.shape)}")
-    if idx.dim() != 2 and not prompt:
+    if idx.dim() != 2:
         raise ValueError(f"{name} must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
     if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}")
-    if idx.dim() != 2:  # only a prompt gets here
-        raise ValueError(f"{name} must be (B, T) integer token ids, got shape {tuple(idx.shape)}")
-    if prompt and idx.shape[1] < 1:
-        raise ValueError(f"{name} must hold at least one token (the prompt)")
     if idx.numel() == 0 or not values:
         return
     if idx.device.type == "meta":
@@ -1192,11 +1179,26 @@ def check_sampleable(logits: torch.Tensor) -> None:
         raise ValueError("logits must be finite or -inf, got +inf: softmax of +inf is NaN") from None
 
 
+def check_prompt(idx: object) -> None:
+    """Raise unless ``idx`` is a generation's prompt: a (B, T) integer tensor with T >= 1 (the ids' range is the
+    model's to check: it knows its vocabulary). The dtype is named before a shape of more than two dimensions."""
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"idx must be a (B, T) torch.Tensor of token ids, got {type(idx).__name__}")
+    if idx.dim() < 2:
+        raise ValueError(f"idx must have at least 2 dimensions, got shape {tuple(idx.shape)}")
+    if idx.is_floating_point() or idx.is_complex() or idx.dtype == torch.bool:
+        raise TypeError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
+    if idx.dim() != 2:
+        raise ValueError(f"idx must be (B, T) integer token ids, got shape {tuple(idx.shape)}")
+    if idx.shape[1] < 1:
+        raise ValueError("idx must hold at least one token (the prompt)")
+
+
 def check_generation(model: torch.nn.Module, idx: object, max_new_tokens: object, use_cache: object) -> int:
     """Raise unless ``idx`` is a prompt (B, T >= 1) of ids, ``max_new_tokens`` an int >= 0 and ``model`` follows
     the generation protocol (``use_cache``: with ``new_cache()``); return the model's ``context_length``.
     The ids' range is the model's to check: it knows its vocabulary."""
-    check_token_ids("idx", idx, 0, values=False, prompt=True)
+    check_prompt(idx)
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     context_length = check_int(
         "context_length", getattr(model, "context_length", None), expected="an int attribute of the model"
@@ -1237,7 +1239,7 @@ def check_beam_search(
 ) -> int:
     """Raise unless ``beam_search``'s arguments fit (one prompt (1, T), ``beam_width`` >= 1, room in the cache
     with ``use_cache``); return the model's ``context_length``."""
-    check_token_ids("idx", idx, 0, values=False, prompt=True)
+    check_prompt(idx)
     if idx.shape[0] != 1:
         raise ValueError(f"beam_search takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}")
     check_int("beam_width", beam_width)

@@ -130,13 +130,11 @@ def test_check_choice_takes_values_of_a_subtype_but_not_a_bool_for_a_number():
 # --- gpt, generation: the checks their modules call once at the boundary (issue #20) ---------------------
 
 
-def test_check_token_ids_for_a_prompt_keeps_generations_words_and_order():
+def test_check_prompt_keeps_generations_words_and_order():
     import torch
 
+    from course_utils._validate import check_prompt as prompt
     from course_utils._validate import check_token_ids
-
-    def prompt(idx):
-        check_token_ids("idx", idx, 0, values=False, prompt=True)
 
     prompt(torch.zeros(2, 3, dtype=torch.long))
     cases = [
@@ -149,7 +147,7 @@ def test_check_token_ids_for_a_prompt_keeps_generations_words_and_order():
     for idx, error, match in cases:
         with pytest.raises(error, match=match):
             prompt(idx)
-    # Without prompt=True the words are the models' and an empty sequence is allowed.
+    # The models' own check of token ids has its words, and allows an empty sequence.
     with pytest.raises(ValueError, match=r"idx must be a \(B, T\) tensor of token ids, got shape \(1, 2, 3\)"):
         check_token_ids("idx", torch.zeros(1, 2, 3), 5)
     check_token_ids("idx", torch.zeros(2, 0, dtype=torch.long), 5)
