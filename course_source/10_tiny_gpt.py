@@ -43,7 +43,6 @@ import torch
 from IPython.display import display
 
 import course_utils
-from course_utils.checkpoints import load_model
 from course_utils.data import CharTokenizer, corpus_info, corpus_path, get_batch, load_corpus, split_data
 from course_utils.environment import best_device, setup_notebook
 from course_utils.exercises import NotAttempted, check
@@ -51,7 +50,7 @@ from course_utils.generation import generate, generate_stream
 from course_utils.gpt import GPT
 from course_utils.plotting import LiveLossPlot, char_labels, plot_loss_curve
 from course_utils.runs import EXPECTATIONS, RUN_SIZES, check_expectations, choose_size, run_folder, unigram_loss
-from course_utils.train import TrainConfig, evaluate, learning_rate, train
+from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, train
 
 SIZE = choose_size(best_device())
 RUN = RUN_SIZES[SIZE]

@@ -33,7 +33,6 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import course_utils
 from course_utils.attention_view import head_view, model_view
-from course_utils.checkpoints import load_model
 from course_utils.data import CharTokenizer, get_batch, load_corpus, split_data
 from course_utils.environment import best_device, setup_notebook
 from course_utils.exercises import NotAttempted, check
@@ -52,6 +51,7 @@ from course_utils.inspect_gpt import (
 )
 from course_utils.plotting import char_labels, plot_attention_maps, plot_weights
 from course_utils.runs import RUN_SIZES, choose_size, run_folder
+from course_utils.train import load_model
 from course_utils.widgets import gpt_attention_explorer
 
 device = setup_notebook(seed=0)

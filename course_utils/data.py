@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 
 from course_utils._corpus import ChecksumError, DownloadError, fetch_corpus  # named here for a learner to catch
 from course_utils._files import course_folder, sha256_bytes, sha256_file, write_atomic
-from course_utils._moved import moved_names
 
 if TYPE_CHECKING:  # torch is imported where it is used, so that the command line starts in a blink
     import torch
@@ -443,32 +442,3 @@ def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, 
         "utf8_bytes": len(text.encode("utf-8")),
         "sha256": sha256_bytes(text.encode("utf-8")),
     }
-
-
-# Names of the corpus' making that this module forwarded before it moved out (the setup check used them): each
-# is now an error naming its home, and none shows in dir(), so a learner's Tab completion shows what this module
-# teaches.
-_MOVED = {
-    "fetch",
-    "verify",
-    "download_sdist",
-    "read_plays",
-    "strip_gutenberg",
-    "clean_text",
-    "build_corpus",
-    "main",
-    "SDIST_REQUIREMENT",
-    "SDIST_FILENAME",
-    "SDIST_SHA256",
-    "TEXTS_IN_SDIST",
-    "PLAYS",
-}
-
-
-__getattr__ = moved_names(__name__, {name: f"course_tools.corpus.{name}" for name in _MOVED})
-
-
-if __name__ == "__main__":  # the command's older name
-    import sys
-
-    sys.exit("python -m course_utils.data is now python -m course_tools.corpus: run that instead")

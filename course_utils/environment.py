@@ -16,7 +16,6 @@ import random
 import sys
 from dataclasses import dataclass
 
-from course_utils._moved import moved_names
 from course_utils.devices import best_device, pick_device  # the setup check reports them; they live there
 
 __all__ = [
@@ -251,10 +250,6 @@ def print_report(reqs: list[Requirement] | None = None) -> bool:
     else:
         print("All set.")
     return ok
-
-
-# parse_device was the setup check's until #20; it lives with the device choice now.
-__getattr__ = moved_names(__name__, {"parse_device": "course_utils.devices.parse_device"})
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ import contextlib
 import dataclasses
 import os
 import platform
+import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -30,12 +31,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._files import atomic_path, probe_writable
-from course_utils._moved import renamed_keywords
 from course_utils._validate import check_heads, check_int, check_positive_number, check_tensor, check_token_ids
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
+from course_utils.train import model_file
 
 __all__ = [
     "repeated_tokens",
@@ -237,15 +238,20 @@ def train_induction(
             callback({**history[-1], "seconds": time.perf_counter() - start})
 
     model.train()
-    for step in range(max_steps):
-        if step % eval_interval == 0:  # evaluate
-            record(step)
-        tokens = repeated_tokens(batch_size, config.seq_len, config.vocab_size, gen, min_len)  # (B, 2N)
-        logits = model(tokens[:, :-1])  # forward: (B, 2N - 1, V)
-        loss = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:])  # next token at every position
-        optimizer.zero_grad(set_to_none=True)  # backward, update
-        loss.backward()
-        optimizer.step()
+    step = 0
+    try:
+        for step in range(max_steps):
+            if step % eval_interval == 0:  # evaluate
+                record(step)
+            tokens = repeated_tokens(batch_size, config.seq_len, config.vocab_size, gen, min_len)  # (B, 2N)
+            logits = model(tokens[:, :-1])  # forward: (B, 2N - 1, V)
+            loss = F.cross_entropy(logits.transpose(1, 2), tokens[:, 1:])  # next token at every position
+            optimizer.zero_grad(set_to_none=True)  # backward, update
+            loss.backward()
+            optimizer.step()
+    except KeyboardInterrupt as interrupt:
+        interrupt.step = step  # the updates done when Ctrl+C came, for the command's one line
+        raise
     record(max_steps)
     return model.eval(), history
 
@@ -476,6 +482,24 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
     return model.eval(), state
 
 
+def _refuse_another_file(out: Path, config: InductionConfig, seed: int, max_steps: int) -> str | None:
+    """Why an existing ``out`` must not be replaced (another kind of model, another file, another run's induction
+    model), or None: nothing there, or this command's own earlier run (the same seed, steps and config)."""
+    if not out.exists():
+        return None
+    state, kind = model_file(out)
+    fix = "choose another OUT, or move that file away first"
+    if state is None or state["format"] != _FORMAT:
+        return f"OUT {out} already holds {kind}: {fix}"
+    prov = state.get("provenance", {})
+    if (prov.get("seed"), prov.get("steps"), state.get("config")) != (seed, max_steps, dataclasses.asdict(config)):
+        return (
+            f"OUT {out} already holds another run's induction model (--seed {prov.get('seed')} --max-steps "
+            f"{prov.get('steps')}), not --seed {seed} --max-steps {max_steps}: {fix}"
+        )
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT."""
     parser = argparse.ArgumentParser(
@@ -488,10 +512,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--seed", type=int, default=0, metavar="S", help="seed of the initial weights and every batch (default 0)"
     )
-    parser.add_argument("--steps", nargs="?", const="", dest="old_steps", help=argparse.SUPPRESS)  # its name before #20
     args = parser.parse_args(argv)
-    if args.old_steps is not None:
-        parser.error("--steps was renamed --max-steps")
     if args.max_steps < 0 or args.seed < 0:
         parser.error(f"--max-steps and --seed must be at least 0, got --max-steps {args.max_steps} --seed {args.seed}")
     # OUT is checked before training, not after minutes of it: a folder, or a place no file can be written
@@ -501,12 +522,25 @@ def main(argv: list[str] | None = None) -> int:
         probe_writable(args.out.parent, args.out.name, make=True)  # what saving will need: a file beside OUT
     except OSError as e:
         parser.error(f"OUT {str(args.out)!r} cannot be written: {e}")
-    torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
     config = InductionConfig()
+    refused = _refuse_another_file(args.out, config, args.seed, args.max_steps)
+    if refused:
+        print(f"error: {refused}", file=sys.stderr)
+        return 2
+    torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
     start = time.perf_counter()
-    model, history = train_induction(
-        config, max_steps=args.max_steps, seed=args.seed, callback=lambda e: print(e, flush=True)
-    )
+    try:
+        model, history = train_induction(
+            config, max_steps=args.max_steps, seed=args.seed, callback=lambda e: print(e, flush=True)
+        )
+    except KeyboardInterrupt as interrupt:
+        again = shlex.join(["python", "-m", "course_utils.induction", *(sys.argv[1:] if argv is None else argv)])
+        print(
+            f"stopped at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {args.out} is unchanged (this "
+            f"command saves only at the end, a minute or two on a CPU): {again} trains it again from the start",
+            file=sys.stderr,
+        )
+        return 130
     seconds = time.perf_counter() - start
     provenance = {
         "command": "python -m course_utils.induction " + " ".join(argv if argv is not None else sys.argv[1:]),
@@ -522,14 +556,6 @@ def main(argv: list[str] | None = None) -> int:
     save_induction_model(args.out, model, history, provenance)
     print(f"saved {args.out}: {provenance}")
     return 0
-
-
-# --- the names before #20 (train_induction's now match TrainConfig's): each says its new name in one line ---
-
-train_induction = renamed_keywords(
-    "course_utils.induction.train_induction",
-    {"steps": "max_steps", "lr": "learning_rate", "eval_every": "eval_interval"},
-)(train_induction)
 
 
 if __name__ == "__main__":

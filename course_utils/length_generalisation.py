@@ -14,7 +14,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._moved import moved_names, renamed_attributes, renamed_keywords
 from course_utils._validate import (
     check_choice,
     check_fraction,
@@ -44,14 +43,6 @@ __all__ = [
 ]
 
 POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")  # the values of a model's ``positions``
-
-
-_RENAMED = {
-    "lr": "learning_rate",
-    "steps": "max_steps",
-    "eval_batch": "eval_batch_size",
-    "max_length": "context_length",
-}
 
 
 @dataclass(frozen=True)
@@ -117,8 +108,6 @@ class LengthGenConfig:
 
     def with_(self, **changes) -> LengthGenConfig:
         return replace(self, **changes)
-
-    __getattr__ = renamed_attributes(__name__, _RENAMED)  # config.steps: "steps was renamed max_steps (...)"
 
 
 def make_batch(
@@ -232,9 +221,3 @@ def accuracy_by_length(model: TinyPositionalModel, lengths: Iterable[int]) -> di
     if isinstance(lengths, (int, str)) or not isinstance(lengths, Iterable):
         raise TypeError(f"lengths must be a list of sequence lengths, e.g. [16, 32], got {lengths!r}")
     return {T: evaluate(model, T)[1] for T in lengths}
-
-
-# the names before #20 (LengthGenConfig's now match TrainConfig's): each says its new name in one line
-LengthGenConfig.__init__ = renamed_keywords(__name__, _RENAMED)(LengthGenConfig.__init__)
-
-__getattr__ = moved_names(__name__, {"SCHEMES": "course_utils.length_generalisation.POSITIONS"})

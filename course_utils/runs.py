@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 
 from course_utils._files import course_folder
-from course_utils._moved import renamed_attributes
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
@@ -39,7 +38,6 @@ __all__ = [
 
 SIZE_ENV = "COURSE_GPT_SIZE"
 RUNS_ENV = "COURSE_RUNS_DIR"
-OLD_NUMBERS = ("09", "08")  # the tiny GPT's earlier notebook numbers, newest first: runs/09_<size>/, runs/08_<size>/
 
 
 @dataclass(frozen=True)
@@ -50,9 +48,6 @@ class RunSize:
     model_config: GPTConfig
     train_config: TrainConfig
     about: str
-
-    # its names before #20: size.model says "model was renamed model_config (course_utils.runs.RunSize)"
-    __getattr__ = renamed_attributes("course_utils.runs.RunSize", {"model": "model_config", "training": "train_config"})
 
 
 RUN_SIZES: dict[str, RunSize] = {
@@ -117,24 +112,11 @@ def runs_dir(environ: dict[str, str] | None = None) -> Path:
     return Path(where).expanduser() if where else course_folder() / "runs"
 
 
-def run_folder(size: str, environ: dict[str, str] | None = None, log=print) -> Path:
-    """The folder of notebook 10's run of ``size``: ``runs/10_<size>/`` (under :func:`runs_dir`).
-
-    The tiny GPT was notebook 09 before, and notebook 08 before that, so its runs went to ``runs/09_<size>/``
-    and earlier to ``runs/08_<size>/``. When the new folder does not exist yet, a learner's earlier run is moved
-    there (renamed, never copied or deleted; the newer of the two if both exist, the other left where it is),
-    and ``log`` says so, so that the notebook resumes it instead of training from scratch.
-    """
+def run_folder(size: str, environ: dict[str, str] | None = None) -> Path:
+    """The folder of notebook 10's run of ``size``: ``runs/10_<size>/`` (under :func:`runs_dir`)."""
     if size not in RUN_SIZES:
         raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")
-    base = runs_dir(environ)
-    new = base / f"10_{size}"
-    for number in OLD_NUMBERS:  # the newest earlier name first
-        old = base / f"{number}_{size}"
-        if old.is_dir() and not old.is_symlink() and not new.exists():
-            old.rename(new)
-            log(f"moved your earlier run from {old} to {new} (the tiny GPT was notebook {number} before)")
-    return new
+    return runs_dir(environ) / f"10_{size}"
 
 
 def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:

@@ -18,7 +18,6 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from course_utils.checkpoints import load_model
 from course_utils.data import CharTokenizer, get_batch, split_data
 from course_utils.generation import generate
 from course_utils.gpt import GPT, Block, GPTConfig
@@ -35,7 +34,7 @@ from course_utils.inspect_gpt import (
     xavier_init_,
 )
 from course_utils.positional import apply_rope
-from course_utils.train import TrainConfig, evaluate
+from course_utils.train import TrainConfig, evaluate, load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT = ROOT / "checkpoints" / "shakespeare_cpu.pt"

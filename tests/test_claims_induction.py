@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils.checkpoints import load_model
 from course_utils.induction import (
     InductionConfig,
     ablate_heads,
@@ -27,6 +26,7 @@ from course_utils.induction import (
     repeated_tokens,
     train_induction,
 )
+from course_utils.train import load_model
 
 ROOT = Path(__file__).resolve().parent.parent
 CHECKPOINT = ROOT / "checkpoints" / "induction.pt"

@@ -6,8 +6,6 @@ course_tools.corpus, both tested in tests/test_corpus.py. Everything here runs o
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -388,12 +386,8 @@ def test_tab_completion_shows_what_the_module_teaches_not_the_corpus_plumbing():
     } <= shown
     assert not shown & set(PLUMBING), shown & set(PLUMBING)
     assert set(data.__all__) <= shown and not set(data.__all__) & set(PLUMBING)
-    for name in PLUMBING:  # code written before the move is told the new name in one line
-        assert hasattr(corpus, name), name
-        with pytest.raises(ImportError, match=rf"^course_utils\.data\.{name} is now course_tools\.corpus\.{name}$"):
-            getattr(data, name)
-    with pytest.raises(AttributeError, match="module 'course_utils.data' has no attribute 'nonsense'"):
-        data.nonsense  # noqa: B018
+    for name in PLUMBING:  # they live in the tools, and only there
+        assert hasattr(corpus, name) and not hasattr(data, name), name
 
 
 @pytest.mark.parametrize("name", ["10_tiny_gpt.py", "11_inside_the_gpt.py"])
@@ -403,18 +397,6 @@ def test_the_gpt_notebooks_imports_keep_working(name):
     namespace: dict = {}
     exec(line, namespace)  # the notebook's own import line
     assert {"CharTokenizer", "load_corpus", "get_batch"} <= set(namespace)
-
-
-def test_the_old_command_names_the_new_one(tmp_path):
-    proc = subprocess.run(
-        [sys.executable, "-m", "course_utils.data", "--datasets-dir", str(tmp_path), "verify"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 1 and proc.stdout == ""
-    assert proc.stderr == "python -m course_utils.data is now python -m course_tools.corpus: run that instead\n"
 
 
 def test_the_missing_corpus_message_names_the_folder_it_was_asked_for(tmp_path):

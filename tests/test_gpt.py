@@ -394,8 +394,8 @@ def test_the_committed_checkpoint_was_trained_with_the_half_pairing(course_corpu
 
     import torch.nn.functional as F
 
-    from course_utils.checkpoints import load_model
     from course_utils.positional import apply_rope
+    from course_utils.train import load_model
 
     root = Path(__file__).resolve().parents[1]
     model, tokenizer, info = load_model(root / "checkpoints" / "shakespeare_cpu.pt")

@@ -7,9 +7,8 @@ import pytest
 import torch
 from strategies import practice_text
 
-from course_utils.checkpoints import load_model
 from course_utils.gpt import GPT, GPTConfig
-from course_utils.train import TrainConfig, train
+from course_utils.train import TrainConfig, load_model, train
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

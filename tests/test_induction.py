@@ -362,34 +362,8 @@ def test_bad_inputs():
         train_induction(SMALL, max_steps=1, callback=3)
 
 
-@pytest.mark.parametrize(
-    ("old", "new"), [("steps", "max_steps"), ("lr", "learning_rate"), ("eval_every", "eval_interval")]
-)
-def test_the_names_before_20_say_their_new_name(old, new):
-    """train_induction speaks TrainConfig's names; a keyword it had before says, in one line, what it is now."""
-    with pytest.raises(TypeError, match=f"^{old} was renamed {new} \\(course_utils.induction.train_induction\\)$"):
-        train_induction(SMALL, **{old: 1})
-    with pytest.raises(TypeError, match="unexpected keyword argument 'bogus'"):  # any other keyword: Python's error
-        train_induction(SMALL, bogus=1)
-
-
-@pytest.mark.parametrize("argv", [["--steps", "5"], ["--steps=5"], ["--steps"], ["--steps", "x"]])
-def test_the_command_names_max_steps_for_the_old_flag(tmp_path, capsys, monkeypatch, argv):
-    from course_utils import induction
-
-    def no_training(*args, **kwargs):
-        raise AssertionError("trained with a flag the command no longer has")
-
-    monkeypatch.setattr(induction, "train_induction", no_training)
-    with pytest.raises(SystemExit) as exit_info:
-        induction.main([str(tmp_path / "m.pt"), *argv])
-    assert exit_info.value.code == 2
-    assert capsys.readouterr().err.splitlines()[-1].endswith("error: --steps was renamed --max-steps")
-    assert not (tmp_path / "m.pt").exists()
-
-
 def test_the_command_takes_no_abbreviation_that_could_mean_the_old_flag(tmp_path, capsys):
-    """--s once matched both --seed and the hidden --steps, and argparse offered the retired name."""
+    """--s once matched both --seed and a hidden --steps: no abbreviation is taken (allow_abbrev=False)."""
     from course_utils import induction
 
     with pytest.raises(SystemExit) as exit_info:

@@ -7,7 +7,6 @@ import inspect
 import pytest
 import torch
 
-from course_utils import length_generalisation
 from course_utils.length_generalisation import (
     POSITIONS,
     LengthGenConfig,
@@ -76,25 +75,10 @@ def test_training_is_deterministic_and_learns():
     assert loss > 0 and a == acc[8]
 
 
-def test_config_names_are_train_configs_and_the_old_ones_say_their_new_name():
+def test_config_names_are_train_configs():
     config = LengthGenConfig.tiny()
     assert (config.max_steps, config.learning_rate, config.eval_batch_size) == (400, 3e-3, 64)
     assert config.context_length == 128  # the longest of train_length and eval_lengths
-    for old, new in [("lr", "learning_rate"), ("steps", "max_steps"), ("eval_batch", "eval_batch_size")]:
-        with pytest.raises(TypeError, match=f"^{old} was renamed {new} "):
-            LengthGenConfig(**{old: 1})
-        with pytest.raises(TypeError, match=f"^{old} was renamed {new} "):
-            config.with_(**{old: 1})
-    for old, new in [("lr", "learning_rate"), ("steps", "max_steps"), ("max_length", "context_length")]:
-        with pytest.raises(AttributeError, match=f"^{old} was renamed {new} "):
-            getattr(config, old)
-    with pytest.raises(AttributeError, match="has no attribute 'colour'"):
-        config.colour  # noqa: B018 (any other missing name is the usual AttributeError)
-    with pytest.raises(ImportError, match=r"^course_utils\.length_generalisation\.SCHEMES is now .*\.POSITIONS$"):
-        from course_utils.length_generalisation import SCHEMES  # noqa: F401
-    assert "SCHEMES" not in dir(length_generalisation)
-    with pytest.raises(AttributeError, match="has no attribute 'SCHEMA'"):
-        length_generalisation.SCHEMA  # noqa: B018
     assert inspect.signature(LengthGenConfig).parameters["max_steps"].default == 400  # tab completion reads this
 
 

@@ -16,7 +16,6 @@ import pytest
 import torch
 from strategies import practice_text
 
-from course_utils.checkpoints import CheckpointError, export_model, load_checkpoint, load_model
 from course_utils.data import (
     CORPUS_SHA256,
     CharTokenizer,
@@ -28,9 +27,20 @@ from course_utils.data import (
 )
 from course_utils.devices import pick_device
 from course_utils.gpt import GPT, GPTConfig
-from course_utils.train import NonFiniteLossError, TrainConfig, evaluate, learning_rate, train
+from course_utils.train import (
+    CheckpointError,
+    NonFiniteLossError,
+    RunSetupError,
+    TrainConfig,
+    check_out_dir,
+    evaluate,
+    export_model,
+    learning_rate,
+    load_checkpoint,
+    load_model,
+    train,
+)
 from course_utils.train_cli import main
-from course_utils.train_setup import check_out_dir
 
 ROOT = Path(__file__).resolve().parent.parent
 FAST = dict(
@@ -362,8 +372,6 @@ def test_gpu_benchmark_exits_with_a_clear_message_without_cuda(monkeypatch, caps
 
 
 def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, capsys):
-    from course_utils.checkpoints import load_model
-
     dest = tmp_path / "model.pt"
     code = main(
         [
@@ -400,8 +408,6 @@ def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, ca
 
 
 def test_load_model_refuses_damaged_and_foreign_files(tmp_path):
-    from course_utils.checkpoints import load_model
-
     (tmp_path / "bad.pt").write_bytes(b"\x00" * 100)
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
         load_model(tmp_path / "bad.pt")
@@ -412,7 +418,6 @@ def test_load_model_refuses_damaged_and_foreign_files(tmp_path):
 
 def test_the_shipped_model_loads_with_its_provenance():
     """checkpoints/shakespeare_cpu.pt: made by the training command, and usable without the corpus."""
-    from course_utils.checkpoints import load_model
     from course_utils.gpt import GPTConfig
 
     model, tokenizer, info = load_model(ROOT / "checkpoints" / "shakespeare_cpu.pt")
@@ -431,7 +436,7 @@ def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path):
     """Two runs saving into one folder at the same moment: each rename moves its own whole file, never the other's."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from course_utils.checkpoints import save_checkpoint
+    from course_utils.train import save_checkpoint
 
     path = tmp_path / "checkpoint.pt"
     states = [{"format": "x", "writer": torch.full((50_000,), float(i))} for i in range(2)]
@@ -586,8 +591,10 @@ def test_resume_refuses_another_model_or_other_text(text_file, tmp_path, capsys)
     line = refused(capsys, text_file, tmp_path, "--resume", "--preset", "cpu")
     assert (
         "is a run of the 'tiny' preset (2 layers, 32 wide, context 32), not the 'cpu' preset (3 layers, 96 wide, "
-        "context 64) as asked: leave out --preset to continue that run, or choose another --out"
+        "context 64) as asked (context_length 32 there, 64 asked; embed_dim 32 there, 96 asked; "
     ) in line
+    assert "num_layers 2 there, 3 asked" in line
+    assert line.endswith("asked): leave out --preset to continue that run, or choose another --out for a new one")
     other = tmp_path / "other.txt"
     other.write_text(text_file.read_text() + "more words\n")
     line = refused(capsys, other, tmp_path, "--resume")
@@ -602,7 +609,7 @@ def test_resume_refuses_another_model_or_other_text(text_file, tmp_path, capsys)
 def _save_killed_midway(folder: Path) -> int:
     """A process that dies (os._exit, as a kill would) while writing a checkpoint; returns its process id."""
     code = (
-        "import os, sys, torch; from course_utils.checkpoints import save_checkpoint\n"
+        "import os, sys, torch; from course_utils.train import save_checkpoint\n"
         "torch.save = lambda state, f: (open(f, 'wb').write(b'half a checkpoint'), os._exit(9))\n"
         f"save_checkpoint({str(folder / 'checkpoint.pt')!r}, {{}})\n"
     )
@@ -698,13 +705,13 @@ def test_train_config_checks_the_gpu_switches(field, value, error, match):
 
 def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
     run(text_file, tmp_path, max_steps=3)
-    result = run(text_file, tmp_path, max_steps=3, resume=True, log_interval=2)  # a TrainConfig that differs
+    result = run(text_file, tmp_path, max_steps=4, resume=True, log_interval=2)  # a TrainConfig that differs
     assert result["notices"] == ["--resume: keeping the checkpoint's log_interval 1; your --log-interval 2 is ignored"]
     result = train(
         "tiny", text_file, tmp_path, TrainConfig.preset("tiny", **{**FAST, "max_steps": 6}), resume=True, progress=False
     )
-    assert result["steps"] == 3 and result["notices"] == [
-        "--resume: keeping the checkpoint's max_steps 3; your max_steps 6 is ignored (to change it, pass "
+    assert result["steps"] == 4 and result["notices"] == [
+        "--resume: keeping the checkpoint's max_steps 4; your max_steps 6 is ignored (to change it, pass "
         "max_steps=6 to train)"
     ]
 
@@ -712,8 +719,6 @@ def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
 def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file, tmp_path):
     """norm_position travels in the checkpoint: a resume continues the post-norm model, exactly, and a
     pre-norm config is refused with a message that tells the two apart."""
-    from course_utils.train_setup import RunSetupError
-
     post = GPTConfig.preset("tiny", norm_position="post")
     settings = TrainConfig.preset("tiny", **{**FAST, "max_steps": 6})
     whole = train(post, text_file, tmp_path / "whole", settings, progress=False)
@@ -909,7 +914,7 @@ def test_the_loop_reads_top_to_bottom_in_three_labelled_phases():
     from course_utils import train as train_module
 
     source = inspect.getsource(train_module.train)
-    loop = next(node for node in ast.parse(source).body[0].body if isinstance(node, ast.For))
+    loop = next(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.For))  # inside Ctrl+C's try
     lines = source.splitlines()[loop.lineno - 1 : loop.end_lineno]
     comments = [line.strip() for line in lines if line.strip().startswith("# ")]
     phases = ["# forward, backward, update", "# time and log", "# evaluate and save"]

@@ -17,10 +17,16 @@ import pytest
 import torch
 from strategies import practice_text
 
-from course_utils import train_setup
-from course_utils.train import TrainConfig, train
+from course_utils import train as train_module
+from course_utils.train import (
+    RunSetupError,
+    TrainConfig,
+    compile_available,
+    fused_adamw_available,
+    gpu_switches,
+    train,
+)
 from course_utils.train_cli import main
-from course_utils.train_setup import RunSetupError, compile_available, fused_adamw_available, gpu_switches
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
 
@@ -99,7 +105,7 @@ def test_cuda_defaults_keep_the_recipe_and_compile_only_with_triton(monkeypatch)
     )
     assert compile_available(cuda) == (False, "Triton is not installed (PyPI has no Triton for Windows)")
     switches, notices = gpu_switches(train_config, cuda)
-    assert (switches.compile, switches.autocast, switches.fused_adamw) == (False, "bf16", False)
+    assert (switches["compile"], switches["autocast"], switches["fused_adamw"]) == (False, "bf16", False)
     assert notices == [
         "torch.compile is off: Triton is not installed (PyPI has no Triton for Windows); training in "
         "eager mode (slower, same results)"
@@ -108,11 +114,11 @@ def test_cuda_defaults_keep_the_recipe_and_compile_only_with_triton(monkeypatch)
         importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else real_find_spec(name, *a)
     )
     switches, notices = gpu_switches(train_config, cuda)
-    assert switches.compile and switches.autocast == "bf16" and notices == []
+    assert switches["compile"] and switches["autocast"] == "bf16" and notices == []
 
 
 def test_compile_where_it_cannot_work_falls_back_to_eager_with_a_notice(text_file, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(train_setup, "compile_available", lambda device: (False, "no compiler here"))
+    monkeypatch.setattr(train_module, "compile_available", lambda device: (False, "no compiler here"))
     result = run(text_file, tmp_path, **{**QUICK, "max_steps": 1}, compile=True)
     notice = "torch.compile is off: no compiler here; training in eager mode (slower, same results)"
     assert result["compiled"] is False and result["notices"] == [notice]
@@ -120,7 +126,7 @@ def test_compile_where_it_cannot_work_falls_back_to_eager_with_a_notice(text_fil
 
 
 def test_fused_adamw_where_the_build_has_none_is_refused_before_training(text_file, tmp_path, monkeypatch):
-    monkeypatch.setattr(train_setup, "fused_adamw_available", lambda device: False)
+    monkeypatch.setattr(train_module, "fused_adamw_available", lambda device: False)
     with pytest.raises(
         RunSetupError, match=r"fused AdamW is not available for cpu in torch .*: leave out --fused-adamw"
     ):
