@@ -3,6 +3,15 @@ on hand-made attention patterns, head ablation (exactly one head switched off), 
 
 from __future__ import annotations
 
+import re
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -29,6 +38,7 @@ from course_utils.induction import (
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+ROOT = Path(__file__).resolve().parent.parent
 SMALL = InductionConfig(vocab_size=11, seq_len=5, embed_dim=12, num_heads=3, num_layers=2)
 
 
@@ -479,3 +489,58 @@ def test_scores_name_tokens_that_are_not_two_repeats_of_seq_len():
         ValueError, match=r"tokens must have 2 \* seq_len = 12 positions \(two repeats\), got \(1, 10\)"
     ):
         key_query_ablation(model, idx, 6, [(0, 0)], layer=1)
+
+
+def test_the_command_refuses_another_model_or_another_run_and_rewrites_its_own(tmp_path, capsys):
+    """Before: OUT was replaced whatever it held (a trained GPT included), without a question or a copy."""
+    from course_utils import induction
+
+    gpt = tmp_path / "gpt.pt"
+    shutil.copy(ROOT / "checkpoints" / "shakespeare_cpu.pt", gpt)
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    for there, what in (
+        (gpt, "a GPT exported by python -m course_utils.train --export"),
+        (notes, "a file that is not a model of this course"),
+    ):
+        before = there.read_bytes()
+        assert induction.main([str(there), "--max-steps", "2"]) == 2
+        err = capsys.readouterr().err
+        assert err == f"error: OUT {there} already holds {what}: choose another OUT, or move that file away first\n"
+        assert there.read_bytes() == before
+    out = tmp_path / "induction.pt"
+    assert induction.main([str(out), "--max-steps", "2"]) == 0
+    first = out.read_bytes()
+    line = (
+        "error: OUT {} already holds another run's induction model (--seed 0 --max-steps 2), "
+        "not --seed {} --max-steps {}: choose another OUT"
+    )
+    for argv, seed, steps in ((["--max-steps", "3"], 0, 3), (["--max-steps", "2", "--seed", "1"], 1, 2)):
+        assert induction.main([str(out), *argv]) == 2
+        assert capsys.readouterr().err.startswith(line.format(out, seed, steps))
+        assert out.read_bytes() == first
+    assert induction.main([str(out), "--max-steps", "2"]) == 0  # the same command on its own file: allowed
+    assert load_induction_model(out)[1]["provenance"]["steps"] == 2
+
+
+def test_ctrl_c_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
+    """Before: a KeyboardInterrupt traceback. Now one line (the step, OUT unchanged, the command), exit code 130."""
+
+    out = tmp_path / "induction.pt"
+    command = [sys.executable, "-m", "course_utils.induction", str(out), "--max-steps", "100000"]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        first = proc.stdout.readline()  # the record at step 0: training has begun
+        assert first.startswith("{'step': 0"), first + proc.stderr.read()
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
+    again = shlex.join(["python", "-m", "course_utils.induction", str(out), "--max-steps", "100000"])
+    found = re.fullmatch(
+        rf"stopped at step (\d+) of 100000; {re.escape(str(out))} is unchanged \(this command saves only at the end, "
+        rf"a minute or two on a CPU\): {re.escape(again)} trains it again from the start\n",
+        stderr,
+    )
+    assert found and int(found[1]) > 0 and not out.exists(), stderr
+    done = subprocess.run([sys.executable, *shlex.split(again)[1:-1], "3"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0 and load_induction_model(out)[1]["provenance"]["steps"] == 3, done.stderr[-2000:]

@@ -954,3 +954,110 @@ def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_f
         "can write to, such as runs/NAME in the course folder"
     )
     assert list(tmp_path.iterdir()) == []  # nothing made
+
+
+# ----------------------------------------------------------------------------------------------
+# Commands that never hide a mistake or lose a file (issue #29: Ctrl+C, another model's file, silent no-ops)
+# ----------------------------------------------------------------------------------------------
+
+
+def _interrupt_when(proc: subprocess.Popen, ready) -> tuple[str, str]:
+    """Send Ctrl+C (SIGINT) to ``proc`` once ``ready()`` is true; return its (stdout, stderr)."""
+    import signal
+    import time
+
+    deadline = time.monotonic() + 240
+    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.poll() is None, "finished before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    return proc.communicate(timeout=120)
+
+
+def test_ctrl_c_prints_one_line_with_the_step_the_checkpoint_and_the_command_that_resumes(text_file, tmp_path):
+    """Before: a KeyboardInterrupt traceback of 20-60 lines. Now one line, exit code 130, and the command resumes."""
+    import shlex
+
+    out = tmp_path / "run"
+    argv = ["--preset", "tiny", "--data", str(text_file), "--out", str(out), "--max-steps", "100000",
+            "--batch-size", "4", "--checkpoint-interval", "5", "--eval-interval", "100000", "--quiet"]  # fmt: skip
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    command = [sys.executable, "-m", "course_utils.train", *argv]
+    with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
+        stdout, stderr = _interrupt_when(p, lambda: (out / "checkpoint.pt").exists())
+    assert p.returncode == 130 and stdout == "", stderr
+    assert len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
+    found = re.fullmatch(r"stopped at step (\d+); the checkpoint at (.+) holds step (\d+); resume: (.+)\n", stderr)
+    assert found, stderr
+    step, path, saved, again = int(found[1]), found[2], int(found[3]), found[4]
+    assert path == str(out / "checkpoint.pt") and saved % 5 == 0 and 5 <= saved <= step
+    assert load_checkpoint(path)["step"] == saved
+    assert again == shlex.join(["python", "-m", "course_utils.train", *argv, "--resume"])
+    resumed = subprocess.run(
+        [sys.executable, *shlex.split(again)[1:], "--max-steps", str(saved + 2)],  # the printed command, run shorter
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    result = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert (result["steps"], result["steps_this_run"]) == (saved + 2, 2)
+
+
+def test_resume_to_a_step_already_done_is_refused_rather_than_a_silent_no_op(text_file, tmp_path, capsys):
+    """Before: `--resume --max-steps N` at or below the saved step exited 0 having trained nothing."""
+    assert cli(capsys, text_file, tmp_path)[0] == 0  # 3 steps
+    before = (tmp_path / "checkpoint.pt").read_bytes()
+    for steps in ("3", "2"):
+        line = refused(capsys, text_file, tmp_path, "--resume", "--max-steps", steps)
+        assert line == (
+            f"error: --resume: {tmp_path / 'checkpoint.pt'} is at step 3 already, so --max-steps {steps} would train "
+            "nothing: give a --max-steps above 3 to train it further"
+        )
+    assert (tmp_path / "checkpoint.pt").read_bytes() == before
+    code, _, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "4")
+    assert code == 0 and result["steps_this_run"] == 1
+
+
+def test_resume_with_another_attention_names_the_field(text_file, tmp_path):
+    """Before: a message about presets that never named attention ('the tiny preset ..., not a model of ...')."""
+    run(text_file, tmp_path, max_steps=2)
+    other = GPTConfig.preset("tiny", attention="course")
+    with pytest.raises(RunSetupError, match=r"as asked \(attention 'torch' there, 'course' asked\): leave out"):
+        train(other, text_file, tmp_path, TrainConfig.preset("tiny", **FAST), resume=True, progress=False)
+    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2
+
+
+def test_export_refuses_another_kind_of_model_or_another_run_and_replaces_its_own(text_file, tmp_path, capsys):
+    """Before: --export replaced whatever the file held (an induction model included) without a word."""
+    from course_utils.induction import InductionConfig, save_induction_model, train_induction
+
+    induction = tmp_path / "induction.pt"
+    save_induction_model(induction, train_induction(InductionConfig(), max_steps=1)[0], [], {})
+    notes = tmp_path / "notes.txt"
+    notes.write_text("mine")
+    assert cli(capsys, text_file, tmp_path / "run")[0] == 0
+    shipped = tmp_path / "shakespeare_cpu.pt"
+    shipped.write_bytes((ROOT / "checkpoints" / "shakespeare_cpu.pt").read_bytes())  # the cpu preset, other data
+    for there, what in (
+        (induction, "an induction model (python -m course_utils.induction)"),
+        (notes, "a file that is not a model of this course"),
+        (tmp_path / "run" / "checkpoint.pt", "a training checkpoint (python -m course_utils.train --out)"),
+        (shipped, "the export of another model (3 layers, 96 wide, context 64)"),
+    ):
+        before = there.read_bytes()
+        line = refused(capsys, text_file, tmp_path / "new", "--export", there)
+        assert (
+            line
+            == f"error: --export {there} already holds {what}"
+            + ("" if there == shipped else ", not this run's export")
+            + ": choose another --export, or move that file away first"
+        )
+        assert there.read_bytes() == before and not (tmp_path / "new").exists()
+    other = tmp_path / "other.txt"
+    other.write_text(text_file.read_text() + "more words\n")
+    mine = tmp_path / "mine.pt"
+    assert cli(capsys, text_file, tmp_path / "first", "--export", mine)[0] == 0
+    line = refused(capsys, other, tmp_path / "new", "--export", mine)
+    assert f"--export {mine} already holds a model trained on other data (text.txt, sha256 " in line
+    first = mine.read_bytes()
+    code, _, result = cli(capsys, text_file, tmp_path / "again", "--export", mine)  # the same command re-run
+    assert code == 0 and result["export"] == str(mine) and mine.read_bytes() != first
