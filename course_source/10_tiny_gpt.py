@@ -230,7 +230,7 @@ plt.show()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-run_dir = run_folder(SIZE)  # runs/10_<size>/ in the course folder (an earlier runs/09_ or 08_<size>/ moves there)
+run_dir = run_folder(SIZE)  # runs/10_<size>/ in the course folder
 live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
 result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
 print(f"validation loss {result['val_loss']:.3f} after {result['steps']} steps "

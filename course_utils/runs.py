@@ -22,19 +22,8 @@ from course_utils._files import course_folder
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
-__all__ = [
-    "SIZE_ENV",
-    "RUNS_ENV",
-    "RunSize",
-    "RUN_SIZES",
-    "choose_size",
-    "runs_dir",
-    "run_folder",
-    "unigram_loss",
-    "Expectation",
-    "EXPECTATIONS",
-    "check_expectations",
-]
+__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "run_folder", "unigram_loss",
+           "Expectation", "EXPECTATIONS", "check_expectations"]  # fmt: skip
 
 SIZE_ENV = "COURSE_GPT_SIZE"
 RUNS_ENV = "COURSE_RUNS_DIR"
@@ -50,28 +39,17 @@ class RunSize:
     about: str
 
 
+# fmt: off
 RUN_SIZES: dict[str, RunSize] = {
-    "ci": RunSize(
-        "ci",
-        GPTConfig.preset("tiny"),
-        TrainConfig.preset(
-            "tiny", batch_size=32, max_steps=1000, eval_interval=250, checkpoint_interval=250, log_interval=10
-        ),
-        "2 layers, 32 wide, context 32: seconds on any CPU (CI and quick looks)",
-    ),
-    "cpu": RunSize(
-        "cpu",
-        GPTConfig.preset("cpu"),
-        TrainConfig.preset("cpu"),
-        "3 layers, 96 wide, context 64, rotary positions: a few minutes on a laptop CPU",
-    ),
-    "gpu": RunSize(
-        "gpu",
-        GPTConfig.preset("gpu"),
-        TrainConfig.preset("gpu"),
-        "nanoGPT's baby Shakespeare model, 6 layers, 384 wide, context 256: minutes on one GPU",
-    ),
+    "ci": RunSize("ci", GPTConfig.preset("tiny"),
+                  TrainConfig.preset("tiny", batch_size=32, max_steps=1000, eval_interval=250, checkpoint_interval=250),
+                  "2 layers, 32 wide, context 32: seconds on any CPU (CI and quick looks)"),
+    "cpu": RunSize("cpu", GPTConfig.preset("cpu"), TrainConfig.preset("cpu"),
+                   "3 layers, 96 wide, context 64, rotary positions: a few minutes on a laptop CPU"),
+    "gpu": RunSize("gpu", GPTConfig.preset("gpu"), TrainConfig.preset("gpu"),
+                   "nanoGPT's baby Shakespeare model, 6 layers, 384 wide, context 256: minutes on one GPU"),
 }
+# fmt: on
 
 
 def choose_size(device: str, environ: dict[str, str] | None = None) -> str:

@@ -1,25 +1,21 @@
 """Train the tiny GPT of notebook 10: one readable loop for the notebook and for the command line.
 
-Reading order: the settings (:class:`TrainConfig` and its presets), the learning-rate schedule, evaluation, the
-loop (:func:`train`, in three labelled phases) with its small named pieces beside it (set-up, resume, the window
-of recent steps, the summary), then what a checkpoint holds (:func:`save_checkpoint`, :func:`load_checkpoint`,
-:func:`export_model`, :func:`load_model`, and :data:`RESUME_RULES`, what ``--resume`` keeps and refuses), and last
-what is checked before the first step (the output folder, the data, the GPU switches). The command line and the
-``torchrun`` set-up are :mod:`course_utils.train_cli` (``python -m course_utils.train`` hands over to it).
+Reading order: the settings (:class:`TrainConfig`), the learning-rate schedule, evaluation, the loop (:func:`train`,
+in three labelled phases) with its small named pieces beside it (set-up, resume, the window of recent steps, the
+summary), what a checkpoint holds and the model file a learner loads, and what is checked before the first step.
+The command line and the ``torchrun`` set-up are :mod:`course_utils.train_cli`.
 
-A run killed at any moment loses at most ``checkpoint_interval`` steps and resumes bit for bit (on a CPU): a
-checkpoint holds the model, the optimizer, the step and every random generator, written to a temporary file and
-renamed over the old one. A NaN or infinite loss raises :class:`NonFiniteLossError` before anything is saved.
-Under ``torchrun`` every process draws the same batch of ``batch_size`` windows and trains on its own slice.
-The GPU recipe (``compile``, ``autocast="bf16"``, ``fused_adamw``) is on for CUDA and off elsewhere by default;
-each switches on any device (tests/test_train_gpu_paths.py runs all three on the CPU).
+A run killed at any moment loses at most ``checkpoint_interval`` steps and resumes bit for bit on a CPU (a checkpoint
+holds every random generator and is renamed over the old one, never half written); a NaN or infinite loss stops it
+before anything is saved. Under ``torchrun`` every process draws the same batch and trains on its own rows. The GPU
+recipe (``compile``, ``autocast="bf16"``, ``fused_adamw``) is on for CUDA only by default, and each switch works on
+any device (tests/test_train_gpu_paths.py runs all three on the CPU).
 
 ``callback(event)`` gets ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` whenever a window of steps
-closes (every multiple of ``log_interval``, ``eval_interval`` or ``checkpoint_interval``, and the last step;
-``loss`` is the window's mean) and ``{"kind": "eval", "step", "train_loss", "val_loss"}`` at every multiple of
-``eval_interval`` and the last step; an exception it raises stops the run as a kill would.
-
-Shapes: batches are (B, T) token ids, T = context_length.
+closes (every multiple of ``log_interval``, ``eval_interval`` or ``checkpoint_interval``, and the last step; ``loss``
+is the window's mean) and ``{"kind": "eval", "step", "train_loss", "val_loss"}`` at every multiple of
+``eval_interval`` and the last step; an exception it raises stops the run as a kill would. Shapes: batches are
+(B, T) token ids, T = context_length.
 """
 
 from __future__ import annotations
@@ -67,26 +63,10 @@ from course_utils.data import (
 from course_utils.devices import pick_device
 from course_utils.gpt import GPT, PRESETS, GPTConfig
 
-__all__ = [
-    "TrainConfig",
-    "TRAIN_PRESETS",
-    "learning_rate",
-    "evaluate",
-    "train",
-    "NonFiniteLossError",
-    "RunSetupError",
-    "RunInterrupted",
-    "CheckpointError",
-    "save_checkpoint",
-    "load_checkpoint",
-    "export_model",
-    "load_model",
-    "RESUME_RULES",
-    "check_out_dir",
-    "check_can_create",
-    "compile_available",
-    "fused_adamw_available",
-]
+__all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluate", "train", "NonFiniteLossError",
+           "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint", "load_checkpoint", "export_model",
+           "load_model", "RESUME_RULES", "check_out_dir", "check_can_create", "compile_available",
+           "fused_adamw_available"]  # fmt: skip
 
 CHECKPOINT_NAME, SUMMARY_NAME = "checkpoint.pt", "summary.json"
 FORMAT = "course_utils.train/1"  # a training checkpoint (unchanged since the first)
@@ -106,17 +86,17 @@ class NonFiniteLossError(RuntimeError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl+C during :func:`train`: ``step`` (updates done), ``saved_step`` (the checkpoint's, None if none yet)
-    and ``checkpoint`` (its path). A KeyboardInterrupt, so a notebook stops as it always does."""
+    """Ctrl+C during :func:`train`: ``step`` (updates done), ``checkpoint`` (its path) and ``saved_step`` (the step
+    it holds, read from the file: None if there is none). A KeyboardInterrupt: a notebook stops as it always does."""
 
-    def __init__(self, step: int, saved_step: int | None, checkpoint: Path):
+    def __init__(self, step: int, checkpoint: Path):
         super().__init__(f"stopped at step {step}")
-        self.step, self.saved_step, self.checkpoint = step, saved_step, checkpoint
+        self.step, self.checkpoint, self.saved_step = step, checkpoint, None
+        with contextlib.suppress(Exception):  # none yet, or being replaced this instant: no step to name
+            self.saved_step = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["step"]
 
 
-# ----------------------------------------------------------------------------------------------
-# Settings and schedule
-# ----------------------------------------------------------------------------------------------
+# --- Settings and schedule
 
 
 @dataclass(frozen=True)
@@ -153,11 +133,8 @@ class TrainConfig:
             check_int(name, getattr(self, name))
         check_int("warmup_steps", self.warmup_steps, minimum=0)
         check_positive_number("learning_rate", self.learning_rate)
-        if (
-            not 0
-            <= check_number("min_lr", self.min_lr, f"a number in [0, learning_rate = {self.learning_rate}]")
-            <= (self.learning_rate)
-        ):
+        min_lr = check_number("min_lr", self.min_lr, f"a number in [0, learning_rate = {self.learning_rate}]")
+        if not 0 <= min_lr <= self.learning_rate:
             raise ValueError(f"min_lr must be in [0, learning_rate = {self.learning_rate}], got {self.min_lr!r}")
         check_nonnegative_number("weight_decay", self.weight_decay)
         check_fraction("beta1", self.beta1)
@@ -207,9 +184,7 @@ def learning_rate(step: int, train_config: TrainConfig) -> float:
     return bottom + 0.5 * (1.0 + math.cos(math.pi * progress)) * (top - bottom)
 
 
-# ----------------------------------------------------------------------------------------------
-# Evaluation
-# ----------------------------------------------------------------------------------------------
+# --- Evaluation
 
 
 @torch.no_grad()
@@ -250,9 +225,7 @@ def _estimate(run: _Run, data: torch.Tensor, seed: int) -> float:
     return torch.stack(losses).mean().item()
 
 
-# ----------------------------------------------------------------------------------------------
-# The loop
-# ----------------------------------------------------------------------------------------------
+# --- The loop
 
 
 def train(
@@ -332,7 +305,7 @@ def train(
                 stop_reason = "max_seconds"
                 break
     except KeyboardInterrupt:
-        raise RunInterrupted(run.step, run.saved_step, run.out_dir / CHECKPOINT_NAME) from None
+        raise RunInterrupted(run.step, run.out_dir / CHECKPOINT_NAME) from None
     finally:
         if bar is not None:
             bar.close()
@@ -458,9 +431,7 @@ def _summary(run: _Run, window: _Window, start_step: int, stop_reason: str, wall
     return result
 
 
-# ----------------------------------------------------------------------------------------------
-# Set-up: what train() builds before the first step
-# ----------------------------------------------------------------------------------------------
+# --- Set-up: what train() builds before the first step
 
 
 @dataclass
@@ -485,7 +456,6 @@ class _Run:
     say: Callable[[str], None]
     fwd: nn.Module | None = None  # what the loop calls: the model, compiled and/or wrapped for torchrun
     step: int = 0  # updates done
-    saved_step: int | None = None  # the step of the checkpoint on disk
     history: list[float] = dataclasses.field(default_factory=list)  # the loss of every update
     evals: list[list[float]] = dataclasses.field(default_factory=list)  # [step, train_loss, val_loss] each
 
@@ -525,7 +495,6 @@ class _Run:
             }
             self.out_dir.mkdir(parents=True, exist_ok=True)
             save_checkpoint(self.out_dir / CHECKPOINT_NAME, state)
-        self.saved_step = self.step
 
 
 def _set_up(model_config, data_path, out_dir, train_config, device, resume, max_steps, verbose, callback) -> _Run:
@@ -561,14 +530,8 @@ def _set_up(model_config, data_path, out_dir, train_config, device, resume, max_
     text_sha256, state, notices = sha256_bytes(text.encode("utf-8")), None, []
     if resume and (out_dir / CHECKPOINT_NAME).exists():
         state = load_checkpoint(out_dir / CHECKPOINT_NAME)
-        model_config, train_config, notices = _resume(
-            state, out_dir, model_config, train_config, asked, max_steps, text_sha256
-        )
-        if max_steps is not None and max_steps <= state["step"]:
-            raise RunSetupError(
-                f"--resume: {out_dir / CHECKPOINT_NAME} is at step {state['step']} already, so --max-steps "
-                f"{max_steps} would train nothing: give a --max-steps above {state['step']} to train it further"
-            )
+        model_config, train_config, notices = _resume(state, out_dir, model_config, train_config, asked, max_steps,
+                                                      text_sha256)  # fmt: skip
     elif resume:
         say(f"no checkpoint at {out_dir / CHECKPOINT_NAME}: starting from scratch")
     if max_steps is not None:
@@ -587,24 +550,10 @@ def _set_up(model_config, data_path, out_dir, train_config, device, resume, max_
 
     torch.manual_seed(train_config.seed)  # the same initial weights in every process
     model = GPT(model_config).to(device)
-    run = _Run(
-        train_config,
-        model_config,
-        device,
-        rank,
-        world,
-        out_dir,
-        tokenizer,
-        *split_data(tokenizer.encode(text)),
-        text_sha256,
-        model,
-        optimizer=_optimizer(model, train_config, switches["fused_adamw"]),
-        batch_gen=torch.Generator().manual_seed(train_config.seed),  # the same batches everywhere
-        switches=switches,
-        notices=notices,
-        say=say,
-        fwd=model,
-    )
+    optimizer = _optimizer(model, train_config, switches["fused_adamw"])
+    batch_gen = torch.Generator().manual_seed(train_config.seed)  # the same batches in every process
+    run = _Run(train_config, model_config, device, rank, world, out_dir, tokenizer, *split_data(tokenizer.encode(text)),
+               text_sha256, model, optimizer, batch_gen, switches, notices, say, fwd=model)  # fmt: skip
     if state is not None:  # continue where the checkpoint left off, every random generator included
         _restore(state, run)
         say(f"resumed from {out_dir / CHECKPOINT_NAME} at step {run.step}")
@@ -641,41 +590,30 @@ def _restore(state: dict[str, Any], run: _Run) -> None:
     run.batch_gen.set_state(rng["batch"])
     if rng.get("cuda") and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
         torch.cuda.set_rng_state_all(rng["cuda"])
-    run.step = run.saved_step = state["step"]
+    run.step = state["step"]
     run.history, run.evals = list(state["history"]), list(state.get("evals", []))
 
 
-# ----------------------------------------------------------------------------------------------
-# Resume: what --resume keeps, refuses and takes from the caller
-# ----------------------------------------------------------------------------------------------
+# --- Resume: what --resume keeps, refuses and takes from the caller
 
-MATCH = "must match"  # another value is another run: refused (RunSetupError)
-KEEP = "the checkpoint's"  # a value asked for that differs is ignored, with a notice naming it
-SESSION = "this session's"  # how this machine runs, not what the run is: taken from the caller
-ARGUMENT = "train's max_steps argument"  # when given (--max-steps); otherwise kept like KEEP
+MATCH, KEEP, SESSION, ARGUMENT = "must match", "the checkpoint's", "this session's", "train's max_steps argument"
 
-# Every part of a run, where a resumed run takes it from, and the flag its message names (None: the field).
+# What --resume does with each part of a run, and the flag its message names (None: the field's name). MATCH:
+# another value is another run, refused. KEEP: the checkpoint's (another value halfway would make another loss curve);
+# a value asked for that differs is named in a notice. SESSION: the GPU recipe's switches, how this machine runs, not
+# what the run is: the caller's. ARGUMENT: train's max_steps argument when given (to train a run for longer), else KEEP.
+# fmt: off
 RESUME_RULES: dict[str, tuple[str, str | None]] = {
-    "model_config": (MATCH, "--preset"),  # another model is another run (vocab_size: the checkpoint's tokenizer)
+    "model_config": (MATCH, "--preset"),  # vocab_size excepted: the checkpoint's tokenizer decides it
     "text": (MATCH, "--data"),  # compared by sha256
-    "max_steps": (ARGUMENT, None),  # to train a finished run for longer
-    "batch_size": (KEEP, "--batch-size"),  # the settings: another value halfway would make another loss curve
-    "learning_rate": (KEEP, "--learning-rate"),
-    "min_lr": (KEEP, None),
-    "warmup_steps": (KEEP, None),
-    "weight_decay": (KEEP, None),
-    "beta1": (KEEP, None),
-    "beta2": (KEEP, None),
-    "grad_clip": (KEEP, None),
-    "eval_interval": (KEEP, "--eval-interval"),
-    "eval_batches": (KEEP, None),
-    "log_interval": (KEEP, "--log-interval"),
-    "checkpoint_interval": (KEEP, "--checkpoint-interval"),
-    "seed": (KEEP, "--seed"),  # the batches and the dropout drawn so far came from it
-    "compile": (SESSION, "--compile"),  # the GPU recipe's switches: how this machine runs
-    "autocast": (SESSION, "--autocast"),
-    "fused_adamw": (SESSION, "--fused-adamw"),
+    "max_steps": (ARGUMENT, None),
+    **{name: (KEEP, None) for name in ("min_lr", "warmup_steps", "weight_decay", "beta1", "beta2", "grad_clip",
+                                       "eval_batches")},
+    **{name: (KEEP, "--" + name.replace("_", "-")) for name in ("batch_size", "learning_rate", "eval_interval",
+                                                                "log_interval", "checkpoint_interval", "seed")},
+    **{name: (SESSION, "--" + name.replace("_", "-")) for name in ("compile", "autocast", "fused_adamw")},
 }
+# fmt: on
 assert {f.name for f in dataclasses.fields(TrainConfig)} <= set(RESUME_RULES), "every setting needs a resume rule"
 
 
@@ -706,6 +644,11 @@ def _resume(
             f"--resume: {path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but --data has "
             f"{text_sha256[:16]}...: pass the same file to continue that run, or choose another --out for a new one"
         )
+    if max_steps is not None and max_steps <= state["step"]:
+        raise RunSetupError(
+            f"--resume: {path} is at step {state['step']} already, so --max-steps {max_steps} would train nothing: "
+            f"give a --max-steps above {state['step']} to train it further"
+        )
     saved, notices = saved_settings(state), []
     for name, new in (dataclasses.asdict(asked) if asked is not None else {}).items():
         rule, flag = RESUME_RULES[name]
@@ -726,9 +669,7 @@ def _describe_model(c: GPTConfig) -> str:
     return f"the {preset!r} preset ({shape})" if preset else f"a model of {shape}"
 
 
-# ----------------------------------------------------------------------------------------------
-# The checkpoint file, and the model file a learner loads
-# ----------------------------------------------------------------------------------------------
+# --- The checkpoint file, and the model file a learner loads
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
@@ -822,9 +763,7 @@ def first_line(err: BaseException) -> str:
     return lines[0] if lines else type(err).__name__
 
 
-# ----------------------------------------------------------------------------------------------
-# Checked before the first step: the output folder and the GPU switches
-# ----------------------------------------------------------------------------------------------
+# --- Checked before the first step: the output folder and the GPU switches
 
 
 def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:

@@ -181,6 +181,8 @@ def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str,
 def _stopped(err: RunInterrupted, argv: list[str]) -> str:
     """The one line Ctrl+C prints: where the run stopped, what is on disk, and the command that continues it."""
     again = shlex.join([*PROG.split(), *argv, *([] if "--resume" in argv else ["--resume"])])
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun's own flags are not ours to know
+        again = f"your torchrun command with {' '.join(argv)}{'' if '--resume' in argv else ' --resume'}"
     if err.saved_step is None:
         return f"stopped at step {err.step}; no checkpoint was saved yet, so nothing is kept: {again} starts it over"
     return (
@@ -216,7 +218,8 @@ def main(argv: list[str] | None = None) -> int:
             export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data))
             result["export"] = str(args.export)
     except RunInterrupted as err:
-        print(_stopped(err, argv), file=sys.stderr, flush=True)
+        if int(os.environ.get("RANK", "0")) == 0:  # one line, from process 0
+            print(_stopped(err, argv), file=sys.stderr, flush=True)
         return 130
     except KeyboardInterrupt:
         again = shlex.join([*PROG.split(), *argv])
