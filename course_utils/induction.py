@@ -501,12 +501,17 @@ def _refuse_another_file(out: Path, config: InductionConfig, seed: int, max_step
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT."""
+    """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT.
+    Exit codes: 0 saved; 2 refused before training (one line); 130 stopped by Ctrl+C (OUT unchanged)."""
     parser = argparse.ArgumentParser(
         prog="python -m course_utils.induction", description=main.__doc__, allow_abbrev=False
     )
     parser.add_argument(
-        "out", type=Path, metavar="OUT", help="the checkpoint file to write, e.g. checkpoints/induction.pt"
+        "out",
+        type=Path,
+        metavar="OUT",
+        help="the checkpoint file to write, e.g. checkpoints/induction.pt; a file already there is replaced only if "
+        "it is this command's own run (the same --seed and --max-steps)",
     )
     parser.add_argument("--max-steps", type=int, default=600, metavar="N", help="optimizer steps in all (default 600)")
     parser.add_argument(

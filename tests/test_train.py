@@ -1061,3 +1061,51 @@ def test_export_refuses_another_kind_of_model_or_another_run_and_replaces_its_ow
     first = mine.read_bytes()
     code, _, result = cli(capsys, text_file, tmp_path / "again", "--export", mine)  # the same command re-run
     assert code == 0 and result["export"] == str(mine) and mine.read_bytes() != first
+
+
+def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_checkpoint_holds(text_file, tmp_path):
+    from course_utils.train import RunInterrupted
+
+    def ctrl_c_at(step):
+        def callback(event):
+            if event["step"] == step:
+                raise KeyboardInterrupt
+
+        return callback
+
+    with pytest.raises(RunInterrupted) as stopped:  # a KeyboardInterrupt: a notebook's cell stops as it always did
+        run(text_file, tmp_path, callback=ctrl_c_at(2))
+    assert isinstance(stopped.value, KeyboardInterrupt)
+    assert (stopped.value.step, stopped.value.saved_step) == (2, None)  # checkpoint_interval 5: nothing saved yet
+    with pytest.raises(RunInterrupted) as stopped:
+        run(text_file, tmp_path, resume=True, callback=ctrl_c_at(7))
+    assert (stopped.value.step, stopped.value.saved_step) == (7, 5)
+    assert stopped.value.checkpoint == tmp_path / "checkpoint.pt"
+
+
+@pytest.mark.parametrize(
+    "raised, line",
+    [
+        (
+            "RunInterrupted",
+            "stopped at step 2; no checkpoint was saved yet, so nothing is kept: python -m course_utils.train --data "
+            "{data} --out {out} --max-steps 3 --eval-interval 3 --batch-size 4 --quiet --resume starts it over",
+        ),
+        (
+            "KeyboardInterrupt",
+            "stopped by Ctrl+C before the first step or after the last: run it again with python -m "
+            "course_utils.train --data {data} --out {out} --max-steps 3 --eval-interval 3 --batch-size 4 --quiet",
+        ),
+    ],
+)
+def test_ctrl_c_outside_a_checkpoint_says_what_is_kept(text_file, tmp_path, capsys, monkeypatch, raised, line):
+    from course_utils import train_cli
+    from course_utils.train import RunInterrupted
+
+    def interrupted(*args, **kwargs):
+        raise RunInterrupted(2, tmp_path / "checkpoint.pt") if raised == "RunInterrupted" else KeyboardInterrupt
+
+    monkeypatch.setattr(train_cli, "train", interrupted)
+    code, err, result = cli(capsys, text_file, tmp_path)
+    assert (code, result) == (130, None)
+    assert err == [line.format(data=text_file, out=tmp_path)]
