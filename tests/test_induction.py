@@ -544,3 +544,14 @@ def test_ctrl_c_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
     assert found and int(found[1]) > 0 and not out.exists(), stderr
     done = subprocess.run([sys.executable, *shlex.split(again)[1:-1], "3"], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0 and load_induction_model(out)[1]["provenance"]["steps"] == 3, done.stderr[-2000:]
+
+
+def test_the_documented_command_may_rewrite_the_shipped_file_and_no_other_run():
+    """checkpoints/README.md's command, re-run, replaces checkpoints/induction.pt: it holds that same run."""
+    from course_utils.induction import _refuse_another_file
+
+    shipped = ROOT / "checkpoints" / "induction.pt"
+    assert _refuse_another_file(shipped, InductionConfig(), seed=0, max_steps=600) is None
+    assert "another run's induction model (--seed 0 --max-steps 600)" in _refuse_another_file(
+        shipped, InductionConfig(), seed=0, max_steps=300
+    )

@@ -1109,3 +1109,18 @@ def test_ctrl_c_outside_a_checkpoint_says_what_is_kept(text_file, tmp_path, caps
     code, err, result = cli(capsys, text_file, tmp_path)
     assert (code, result) == (130, None)
     assert err == [line.format(data=text_file, out=tmp_path)]
+
+
+@pytest.mark.skipif(not corpus_path().exists(), reason="needs the course corpus (python -m course_tools.corpus fetch)")
+def test_the_documented_export_command_may_replace_the_shipped_model(tmp_path):
+    """checkpoints/README.md's command, re-run, may replace checkpoints/shakespeare_cpu.pt (same model, same data)."""
+    import argparse
+    import shutil
+
+    from course_utils.train_cli import _check_export
+
+    shipped = tmp_path / "shakespeare_cpu.pt"
+    shutil.copy(ROOT / "checkpoints" / "shakespeare_cpu.pt", shipped)
+    _check_export(argparse.Namespace(export=str(shipped), data=str(corpus_path())), "cpu")  # no error
+    with pytest.raises(RunSetupError, match="already holds the export of another model"):
+        _check_export(argparse.Namespace(export=str(shipped), data=str(corpus_path())), "tiny")
