@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from course_utils._validate import check_floating, check_fraction, check_int, check_token_ids
-from course_utils.gpt import GPT, CausalSelfAttention
+from course_utils.gpt import GPT
 from course_utils.multihead import split_heads
 
 __all__ = [
@@ -143,7 +143,7 @@ def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tens
     Shape: idx (B, T) -> L pairs (weights (B, H, T, T), values (B, H, T, C)). Taught in notebook 11.
     """
     model = _check_gpt(model)
-    if not all(isinstance(block.attn, CausalSelfAttention) for block in model.blocks):
+    if model.config.num_kv_heads not in (None, model.config.num_heads):
         raise ValueError(
             "attention_and_values needs multi-head attention in every block (num_kv_heads None or "
             "equal to num_heads); this model uses grouped-query attention"

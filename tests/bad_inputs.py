@@ -77,41 +77,54 @@ def _entries():
     yield "simple_self_attention", A.simple_self_attention, (x,), {}
     yield "softmax_naive", A.softmax_naive, (x,), {"dim": -1}
     yield "softmax", A.softmax, (x,), {"dim": -1}
-    yield "sdpa", A.scaled_dot_product_attention, (q, k, v), {
-        "mask": mask,
-        "dropout_p": 0.0,
-        "scale": 0.5,
-        "bias": torch.zeros(3, 5),
-    }
+    yield (
+        "sdpa",
+        A.scaled_dot_product_attention,
+        (q, k, v),
+        {
+            "mask": mask,
+            "dropout_p": 0.0,
+            "scale": 0.5,
+            "bias": torch.zeros(3, 5),
+        },
+    )
     yield "grad_norms", A.attention_grad_norms, (q, k, v, torch.randn(2, 3, 6)), {"scale": 0.5}
     yield "causal_mask", M.causal_mask, (3,), {"S": 5, "device": "cpu"}
     yield "mask_scores", M.mask_scores, (torch.randn(2, 3, 5), mask), {"fill_value": -1e4}
     yield "padding_mask", M.padding_mask, ([1, 3],), {"S": 4}
     yield "combine_masks", M.combine_masks, (mask, torch.ones(5, dtype=torch.bool)), {}
     yield "convert_mask", M.convert_mask, (mask,), {"src": "allow", "dst": "additive", "dtype": torch.float32}
-    yield "convert_mask_add", M.convert_mask, (M.convert_mask(mask, "allow", "additive"),), {
-        "src": "additive",
-        "dst": "block",
-    }
+    yield (
+        "convert_mask_add",
+        M.convert_mask,
+        (M.convert_mask(mask, "allow", "additive"),),
+        {
+            "src": "additive",
+            "dst": "block",
+        },
+    )
     yield "split_heads", MH.split_heads, (x,), {"num_heads": 2}
     yield "merge_heads", MH.merge_heads, (x4,), {}
     for cls in (MH.MultiHeadAttentionWrapper, MH.MultiHeadAttentionEinsum, MH.MultiHeadAttention):
         yield cls.__name__, cls, (8, 2), {"bias": True}
         yield cls.__name__ + ".forward", cls(8, 2), (x,), {"mask": M.causal_mask(5), "need_weights": True}
     yield "MultiHeadAttention(dropout)", MH.MultiHeadAttention, (8, 2), {"dropout": 0.1}
-    yield "MultiHeadAttention.cross", MH.MultiHeadAttention(8, 2), (x,), {
-        "mask": torch.ones(2, 1, 5, 3, dtype=torch.bool),
-        "memory": torch.randn(2, 3, 8),
-    }
+    yield (
+        "MultiHeadAttention.cross",
+        MH.MultiHeadAttention(8, 2),
+        (x,),
+        {
+            "mask": torch.ones(2, 1, 5, 3, dtype=torch.bool),
+            "memory": torch.randn(2, 3, 8),
+        },
+    )
     yield "SingleHeadAttention", MH.SingleHeadAttention, (8, 4), {}
     yield "SingleHeadAttention.forward", MH.SingleHeadAttention(8, 4), (x,), {"mask": M.causal_mask(5)}
     yield "from_packed", MH.MultiHeadAttentionWrapper.from_packed, (MH.MultiHeadAttention(8, 2),), {}
     yield "from_packed_einsum", MH.MultiHeadAttentionEinsum.from_packed, (MH.MultiHeadAttention(8, 2),), {}
     yield "from_torch", MH.MultiHeadAttention.from_torch, (nn.MultiheadAttention(8, 2),), {}
     yield "LearnedPositionalEmbedding", P.LearnedPositionalEmbedding, (6, 8), {}
-    yield "LearnedPositionalEmbedding.forward", P.LearnedPositionalEmbedding(6, 8), (x,), {
-        "positions": torch.arange(5)
-    }
+    yield "LearnedPositionalEmbedding.forward", P.LearnedPositionalEmbedding(6, 8), (x,), {"positions": torch.arange(5)}
     yield "sinusoidal_frequencies", P.sinusoidal_frequencies, (8,), {"base": 100.0}
     yield "sinusoidal_encoding", P.sinusoidal_encoding, (5, 8), {"base": 100.0}
     yield "sinusoidal_shift_matrix", P.sinusoidal_shift_matrix, (2, 8), {"base": 100.0}
@@ -123,33 +136,46 @@ def _entries():
     yield "alibi_slopes", P.alibi_slopes, (4,), {}
     yield "alibi_bias", P.alibi_bias, (4, 3), {"S": 5}
     yield "RotaryMultiHeadAttention", P.RotaryMultiHeadAttention, (8, 2), {"base": 100.0, "pairing": "half"}
-    yield "RotaryMultiHeadAttention.forward", P.RotaryMultiHeadAttention(8, 2), (x,), {
-        "mask": M.causal_mask(5),
-        "need_weights": True,
-        "positions": torch.arange(5),
-    }
+    yield (
+        "RotaryMultiHeadAttention.forward",
+        P.RotaryMultiHeadAttention(8, 2),
+        (x,),
+        {
+            "mask": M.causal_mask(5),
+            "need_weights": True,
+            "positions": torch.arange(5),
+        },
+    )
     yield "ALiBiMultiHeadAttention.forward", P.ALiBiMultiHeadAttention(8, 2), (x,), {"mask": M.causal_mask(5)}
     yield "repeat_kv", VA.repeat_kv, (x4,), {"num_heads": 8}
-    yield "GroupedQueryAttention", VA.GroupedQueryAttention, (8, 4, 2), {
-        "bias": True,
-        "rope": True,
-        "rope_base": 100.0,
-        "dropout": 0.1,
-    }
-    yield "GroupedQueryAttention.forward", VA.GroupedQueryAttention(8, 4, 2, rope=True), (x,), {
-        "mask": M.causal_mask(5),
-        "cache": VA.KVCache(2, 8),
-        "layer": 1,
-        "need_weights": True,
-    }
+    yield (
+        "GroupedQueryAttention",
+        VA.GroupedQueryAttention,
+        (8, 4, 2),
+        {
+            "bias": True,
+            "rope": True,
+            "rope_base": 100.0,
+            "dropout": 0.1,
+        },
+    )
+    yield (
+        "GroupedQueryAttention.forward",
+        VA.GroupedQueryAttention(8, 4, 2, rope=True),
+        (x,),
+        {
+            "mask": M.causal_mask(5),
+            "cache": VA.KVCache(2, 8),
+            "layer": 1,
+            "need_weights": True,
+        },
+    )
     yield "from_multihead", VA.GroupedQueryAttention.from_multihead, (MH.MultiHeadAttention(8, 2),), {}
     yield "kv_cache_bytes", VA.kv_cache_bytes, (2, 2, 4), {"num_tokens": 3, "batch_size": 2, "bytes_per_element": 2}
     yield "sliding_window_mask", VA.sliding_window_mask, (3, 2), {"S": 5, "device": "cpu"}
     qq = torch.randn(2, 5, 4)
     yield "sliding_window_attention", VA.sliding_window_attention, (qq, qq, qq, 2), {"chunk_size": 2, "scale": 0.5}
-    yield "linformer_attention", VA.linformer_attention, (q, k, v, torch.randn(2, 6), torch.randn(2, 6)), {
-        "scale": 0.5
-    }
+    yield "linformer_attention", VA.linformer_attention, (q, k, v, torch.randn(2, 6), torch.randn(2, 6)), {"scale": 0.5}
     yield "LinformerSelfAttention", VA.LinformerSelfAttention, (8, 2, 6, 3), {}
     yield "LinformerSelfAttention.forward", VA.LinformerSelfAttention(8, 2, 6, 3), (x,), {}
     c = torch.randn(2, 5, 4)
@@ -158,12 +184,17 @@ def _entries():
     yield "aft_simple", VA.aft_simple, (torch.randn(2, 3, 4), c, c), {}
     yield "AFTFull", VA.AFTFull, (8, 6), {"local_window": 2}
     yield "AFTFull.forward", VA.AFTFull(8, 6, local_window=2), (x,), {"mask": M.causal_mask(5)}
-    yield "topk_attention", VA.topk_attention, (q, k, v, 2), {
-        "mask": mask,
-        "chunk_size": 2,
-        "scale": 0.5,
-        "causal": True,
-    }
+    yield (
+        "topk_attention",
+        VA.topk_attention,
+        (q, k, v, 2),
+        {
+            "mask": mask,
+            "chunk_size": 2,
+            "scale": 0.5,
+            "causal": True,
+        },
+    )
     yield "KVCache", VA.KVCache, (2, 8), {}
 
     def cache_update(layer, k, v):
@@ -180,16 +211,21 @@ def _entries():
         return cache.reorder(indices)
 
     yield "KVCache.reorder", cache_reorder, (torch.tensor([1, 0]),), {}
-    yield "DecoderConfig", VA.DecoderConfig, (), {
-        "vocab_size": 16,
-        "context_length": 8,
-        "embed_dim": 16,
-        "num_heads": 4,
-        "num_kv_heads": 2,
-        "num_layers": 1,
-        "window": 3,
-        "positions": "rope",
-    }
+    yield (
+        "DecoderConfig",
+        VA.DecoderConfig,
+        (),
+        {
+            "vocab_size": 16,
+            "context_length": 8,
+            "embed_dim": 16,
+            "num_heads": 4,
+            "num_kv_heads": 2,
+            "num_layers": 1,
+            "window": 3,
+            "positions": "rope",
+        },
+    )
     yield "TinyDecoder", VA.TinyDecoder, (VA.DecoderConfig(),), {}
     dec = VA.TinyDecoder(VA.DecoderConfig(context_length=8))
     yield "TinyDecoder.forward", dec, (torch.tensor([[1, 2, 3]]),), {"cache": dec.new_cache()}
@@ -197,13 +233,18 @@ def _entries():
     qq6 = torch.randn(2, 5, 6)
     for fn in (VA.linear_attention, VA.linear_attention_recurrent, VA.linear_attention_quadratic):
         yield fn.__name__, fn, (c, c, qq6), {}
-    yield "linear_attention_step", VA.linear_attention_step, (
-        torch.zeros(2, 4, 6),
-        torch.zeros(2, 4),
-        torch.randn(2, 4),
-        torch.randn(2, 4),
-        torch.randn(2, 6),
-    ), {}
+    yield (
+        "linear_attention_step",
+        VA.linear_attention_step,
+        (
+            torch.zeros(2, 4, 6),
+            torch.zeros(2, 4),
+            torch.randn(2, 4),
+            torch.randn(2, 4),
+            torch.randn(2, 6),
+        ),
+        {},
+    )
     scores = torch.randn(2, 3, 5)
     yield "block_partial", FA.block_partial, (scores, v), {}
     pa, pb = FA.block_partial(scores, v), FA.block_partial(scores + 1, v)
@@ -219,13 +260,18 @@ def _entries():
     yield "top_k_filter", G.top_k_filter, (logits, 3), {}
     yield "top_p_keep", G.top_p_keep, (torch.softmax(logits, -1), 0.9), {}
     yield "top_p_filter", G.top_p_filter, (logits, 0.9), {}
-    yield "sample_next_token", G.sample_next_token, (logits,), {
-        "temperature": 0.8,
-        "top_k": 3,
-        "top_p": 0.9,
-        "greedy": False,
-        "generator": _gen(),
-    }
+    yield (
+        "sample_next_token",
+        G.sample_next_token,
+        (logits,),
+        {
+            "temperature": 0.8,
+            "top_k": 3,
+            "top_p": 0.9,
+            "greedy": False,
+            "generator": _gen(),
+        },
+    )
     model = VA.TinyDecoder(VA.DecoderConfig(context_length=8))
     prompt = torch.tensor([[1, 2, 3]])
     settings = {"temperature": 0.8, "top_k": 3, "top_p": 0.9, "greedy": False, "use_cache": True}
@@ -235,34 +281,49 @@ def _entries():
 
     yield "generate_stream", stream, (model, prompt, 3), {**settings, "generator": _gen()}
     yield "generate_stream_shift", stream, (model, prompt, 3), {"on_full": "shift", "keep_on_shift": 2}
-    yield "generate", G.generate, (model, prompt, 3), {
-        **settings,
-        "generator": _gen(),
-        "callback": lambda t: None,
-        "return_logits": True,
-    }
+    yield (
+        "generate",
+        G.generate,
+        (model, prompt, 3),
+        {
+            **settings,
+            "generator": _gen(),
+            "callback": lambda t: None,
+            "return_logits": True,
+        },
+    )
     yield "beam_search", G.beam_search, (model, prompt, 2, 3), {"use_cache": True}
     yield "MLP", BL.MLP, (8,), {"mlp_ratio": 2, "bias": True, "dropout": 0.1}
     yield "MLP.forward", BL.MLP(8), (x,), {}
-    yield "Block", BL.Block, (8, MH.MultiHeadAttention(8, 2)), {
-        "mlp_ratio": 2,
-        "bias": True,
-        "dropout": 0.0,
-        "norm_position": "pre",
-    }
+    yield (
+        "Block",
+        BL.Block,
+        (8, MH.MultiHeadAttention(8, 2)),
+        {
+            "mlp_ratio": 2,
+            "bias": True,
+            "dropout": 0.0,
+            "norm_position": "pre",
+        },
+    )
     yield "Block.forward", BL.Block(8, MH.MultiHeadAttention(8, 2)), (x,), {}
     cfg = dict(vocab_size=11, context_length=8, embed_dim=16, num_heads=4, num_layers=1)
-    yield "GPTConfig", GP.GPTConfig, (), {
-        **cfg,
-        "num_kv_heads": 2,
-        "mlp_ratio": 2,
-        "dropout": 0.1,
-        "bias": True,
-        "positions": "rope",
-        "rope_base": 100.0,
-        "attention": "course",
-        "norm_position": "pre",
-    }
+    yield (
+        "GPTConfig",
+        GP.GPTConfig,
+        (),
+        {
+            **cfg,
+            "num_kv_heads": 2,
+            "mlp_ratio": 2,
+            "dropout": 0.1,
+            "bias": True,
+            "positions": "rope",
+            "rope_base": 100.0,
+            "attention": "course",
+            "norm_position": "pre",
+        },
+    )
     yield "GPTConfig.preset", GP.GPTConfig.preset, ("tiny",), {"dropout": 0.1}
     yield "GPTConfig.from_dict", GP.GPTConfig.from_dict, (GP.GPTConfig(**cfg).to_dict(),), {}
     yield "GPT", GP.GPT, (GP.GPTConfig(**cfg),), {}

@@ -316,7 +316,10 @@ def test_batch_dims_that_do_not_broadcast():
 def test_attention_loops_takes_one_sequence():
     q, k, v = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 2))
     with pytest.raises(
-        ValueError, match=re.escape("attention_loops works on one sequence: q must be (T, D), got (2, 3, 4)")
+        ValueError,
+        match=re.escape(
+            "attention_loops works on one sequence: q must be (T, D), k (S, D) and v (S, Dv), got (2, 3, 4)"
+        ),
     ):
         attention_loops(q, k, v)
 

@@ -629,10 +629,10 @@ def test_sliding_window_attention_checks_its_scale_before_the_first_chunk():
 def test_layers_and_chunked_functions_check_q_k_v_once_at_their_boundary(monkeypatch):
     """A layer hands its checked projections to the unchecked kernels, and a function that attends chunk by chunk
     checks q, k, v once, not once per chunk (#20)."""
-    from course_utils import _validate
+    from course_utils import variants
 
-    calls, real = [], _validate.check_qkv
-    monkeypatch.setattr(_validate, "check_qkv", lambda *a: (calls.append(1), real(*a))[1])
+    calls, real = [], variants.check_qkv
+    monkeypatch.setattr(variants, "check_qkv", lambda *a: (calls.append(1), real(*a))[1])
     x = torch.randn(2, 6, 16)
     LinformerSelfAttention(16, 4, 8, 3)(x)
     AFTFull(16, 8, local_window=2)(x, causal_mask(6))
