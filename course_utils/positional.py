@@ -210,7 +210,8 @@ class RotaryTable:
         key = (torch.device(device), dtype)
         table = self._tables.get(key)
         if table is None or table[0].shape[0] < n:
-            theta = sinusoidal_frequencies(self.head_dim, self.base)  # (D/2,) float64
+            D = self.head_dim
+            theta = self.base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,), sinusoidal_frequencies
             angles = torch.arange(max(n, self.length), dtype=torch.float64)[:, None] * theta[None, :]  # (N, D/2)
             table = (angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype))
             self._tables[key] = table

@@ -607,3 +607,37 @@ def test_a_layer_that_calls_the_unchecked_kernel_still_checks_the_callers_mask(a
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(weights, expected_weights)
     assert torch.all(weights.triu(diagonal=1) == 0)
+
+
+@pytest.mark.parametrize("positions", ["rope", "learned"])
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_a_forward_pass_checks_its_arguments_once(positions, num_kv_heads):
+    """Issue #25: the model checks idx once at its door; its blocks, attention, MLP and rotary table trust it.
+    Counted: every call of a check function (check_*, in any course_utils file) made by code that is not itself a
+    check, during one forward pass with every layer run."""
+    import sys
+
+    model = make(positions=positions, num_kv_heads=num_kv_heads, num_layers=3)
+    entry_checks = []
+
+    def tracer(frame, event, arg):
+        name, caller = frame.f_code.co_name, frame.f_back.f_code.co_name if frame.f_back else ""
+        if event == "call" and "course_utils" in frame.f_code.co_filename and name.startswith("check"):
+            if not caller.startswith("check"):
+                entry_checks.append(name)
+        return None
+
+    idx = ids(2, 9)
+    sys.settrace(tracer)
+    try:
+        model(idx)
+    finally:
+        sys.settrace(None)
+    assert entry_checks == ["check_ids"]
+    entry_checks.clear()
+    sys.settrace(tracer)
+    try:
+        model.blocks[0](torch.randn(2, 9, 16))  # a learner calling a block on its own: the block's door, once
+    finally:
+        sys.settrace(None)
+    assert entry_checks == ["check_layer_call"]
