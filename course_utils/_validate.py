@@ -21,14 +21,15 @@ def check_int(
     included) saying ``expected``, ValueError outside the bounds. The one home of the course's integer checks."""
     if isinstance(n, bool) or not isinstance(n, numbers.Integral):
         raise TypeError(f"{name} must be {expected}, got {type(n).__name__}")
-    too_low, too_high = minimum is not None and n < minimum, maximum is not None and n > maximum
-    if too_low or too_high:
-        if minimum is not None and maximum is not None:
-            raise ValueError(f"{name} must be in [{minimum}, {maximum}], got {n}")
-        raise ValueError(
-            f"{name} must be at least {minimum}, got {n}" if too_low else f"{name} must be at most {maximum}, got {n}"
-        )
-    return int(n)
+    if (minimum is None or n >= minimum) and (maximum is None or n <= maximum):
+        return int(n)
+    if minimum is not None and maximum is not None:
+        raise ValueError(f"{name} must be in [{minimum}, {maximum}], got {n}")
+    raise ValueError(
+        f"{name} must be at least {minimum}, got {n}"
+        if maximum is None or n <= maximum
+        else f"{name} must be at most {maximum}, got {n}"
+    )
 
 
 def check_choice(name: str, value: object, choices: tuple | list, why: str = "") -> None:
@@ -84,30 +85,18 @@ def check_same_device(**tensors: torch.Tensor | None) -> None:
 def check_matches_module(name: str, x: torch.Tensor, module: torch.nn.Module) -> None:
     """Raise unless ``x`` has the dtype and device of ``module``'s first parameter (attribute reads only)."""
     weight = next(module.parameters(), None)
-    if weight is None:
+    if weight is None or (x.dtype == weight.dtype and x.device == weight.device):
         return
     if x.dtype != weight.dtype:
-        fix = {
-            torch.float64: "module.double()",
-            torch.float32: "module.float()",
-            torch.float16: "module.half()",
-            torch.bfloat16: "module.bfloat16()",
-        }.get(x.dtype, "module.to(x.dtype)")
-        back = {
-            torch.float64: "x.double()",
-            torch.float32: "x.float()",
-            torch.float16: "x.half()",
-            torch.bfloat16: "x.bfloat16()",
-        }.get(weight.dtype, "x.to(weight dtype)")
+        x_type, w_type = (str(t).removeprefix("torch.") for t in (x.dtype, weight.dtype))
         raise TypeError(
-            f"{name} is {str(x.dtype).removeprefix('torch.')} but the module's weights are "
-            f"{str(weight.dtype).removeprefix('torch.')}: convert one of them ({fix} or {back})"
+            f"{name} is {x_type} but the module's weights are {w_type}: convert one of them "
+            f"(module.to(torch.{x_type}) or x.to(torch.{w_type}))"
         )
-    if x.device != weight.device:
-        raise ValueError(
-            f"{name} is on {x.device} but the module's weights are on {weight.device}: "
-            f"move one of them (module.to({str(x.device)!r}) or x.to({str(weight.device)!r}))"
-        )
+    raise ValueError(
+        f"{name} is on {x.device} but the module's weights are on {weight.device}: "
+        f"move one of them (module.to({str(x.device)!r}) or x.to({str(weight.device)!r}))"
+    )
 
 
 def check_number(name: str, x: object, expected: str = "a number") -> float:
@@ -143,13 +132,11 @@ def check_greater_than(name: str, x: object, bound: float) -> float:
 
 def check_fraction(name: str, p: object, *, one_allowed: bool = False, zero_allowed: bool = True) -> float:
     """``p`` as a float in [0, 1) (dropout), or (0, 1] etc. as the flags say; TypeError or ValueError otherwise."""
+    if isinstance(p, numbers.Real) and not isinstance(p, bool):
+        if (p >= 0 if zero_allowed else p > 0) and (p <= 1 if one_allowed else p < 1):
+            return float(p)
     interval = f"{'[' if zero_allowed else '('}0, 1{']' if one_allowed else ')'}"
-    value = check_number(name, p, f"a number in {interval}")
-    low_ok = value >= 0 if zero_allowed else value > 0
-    high_ok = value <= 1 if one_allowed else value < 1
-    if not (low_ok and high_ok):
-        raise ValueError(f"{name} must be in {interval}, got {value}")
-    return value
+    raise ValueError(f"{name} must be in {interval}, got {check_number(name, p, f'a number in {interval}')}")
 
 
 def check_dim(name: str, x: torch.Tensor, dim: object) -> int:
@@ -217,8 +204,7 @@ def check_qkv(q: object, k: object, v: object, scale: object = None) -> None:
     """Raise unless q (..., T, D), k (..., S, D), v (..., S, Dv) are floating tensors of one dtype and device
     whose shapes fit, with D > 0, and ``scale`` is None (1 / sqrt(D)) or a positive number."""
     for name, x in (("q", q), ("k", k), ("v", v)):
-        check_tensor(name, x, min_dim=2)
-        check_floating(name, x)
+        check_float_tensor(name, x, min_dim=2)
     if not (q.dtype == k.dtype == v.dtype):
         raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     check_same_device(q=q, k=k, v=v)
@@ -247,8 +233,7 @@ def check_embedded(name: str, x: object, embed_dim: int, module: torch.nn.Module
 
     With ``module``, ``x`` must also have the dtype and device of the module's weights.
     """
-    check_tensor(name, x, min_dim=3)
-    check_floating(name, x)
+    check_float_tensor(name, x, min_dim=3)
     if x.dim() != 3 or x.shape[-1] != embed_dim:
         raise ValueError(f"{name} must have shape (B, T, C={embed_dim}), got {tuple(x.shape)}")
     if module is not None:
@@ -320,8 +305,9 @@ def from_preset(cls: type, presets: dict, name: str, overrides: dict):
 
 def check_float_tensor(name: str, x: object, min_dim: int = 1) -> None:
     """Raise unless ``x`` is a floating-point tensor with at least ``min_dim`` dimensions."""
-    check_tensor(name, x, min_dim)
-    check_floating(name, x)
+    if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() >= min_dim):
+        check_tensor(name, x, min_dim)
+        check_floating(name, x)
 
 
 def is_integer_tensor(x: torch.Tensor) -> bool:

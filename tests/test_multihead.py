@@ -539,7 +539,8 @@ def test_modules_name_a_dtype_or_device_that_differs_from_their_weights(make):
     with pytest.raises(
         TypeError,
         match=re.escape(
-            "x is float64 but the module's weights are float32: convert one of them (module.double() or x.float())"
+            "x is float64 but the module's weights are float32: convert one of them (module.to(torch.float64) or "
+            "x.to(torch.float32))"
         ),
     ):
         module(x.double())
