@@ -384,7 +384,8 @@ def run() -> dict[str, list]:
 if __name__ == "__main__":
     out = run()
     if "--write" in sys.argv:
-        RECORD.write_text(json.dumps(out, indent=0, sort_keys=True) + "\n")
+        rows = (f"{json.dumps(key)}: {json.dumps(result)}" for key, result in sorted(out.items()))
+        RECORD.write_text("{\n" + ",\n".join(rows) + "\n}\n")  # one case a line: a diff shows what changed
     leaks = {key: r for key, r in out.items() if len(r) == 3 and r[2] != "course"}
     print(f"{len(out)} cases, {sum(r[0] == 'ok' for r in out.values())} ok, {len(leaks)} raised outside course_utils")
     if "-v" in sys.argv:
