@@ -37,6 +37,7 @@ from course_utils._validate import (
 from course_utils.attention import attend  # the unchecked kernel: the model checks its input at its door
 from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask
+from course_utils.multihead import MultiHeadAttention
 from course_utils.positional import LearnedPositionalEmbedding, RotaryTable
 from course_utils.variants import KVCache
 
@@ -158,27 +159,26 @@ def check_layer_call(layer: nn.Module, x: object, cache: object, mask: object, s
         check_same_device(q=x, mask=mask)
 
 
-class CausalSelfAttention(nn.Module):
+class CausalSelfAttention(MultiHeadAttention):
     """Causal self-attention where position t sees positions 0..t, with H query heads sharing Hkv key/value heads
     (Hkv = H: multi-head attention; Hkv = 1: multi-query), rotary positions, a KV cache and a kernel choice.
 
-    One packed projection ``qkv_proj`` (C -> (H + 2 Hkv) D, q, k, v in that order: with Hkv = H the layout of
-    :class:`~course_utils.multihead.MultiHeadAttention`) and ``out_proj``. With a ``cache``, x holds the new
-    tokens, at positions ``start ..`` (S = cache length + T). ``mask`` replaces the causal mask.
+    The course's :class:`~course_utils.multihead.MultiHeadAttention`, made causal: one packed ``qkv_proj``
+    (q, k, v in that order, (H + 2 Hkv) D rows: 3C with Hkv = H) and ``out_proj``. With a ``cache``, x holds the
+    new tokens, at positions ``start ..`` (S = cache length + T). ``mask`` replaces the causal mask.
     Shape: x (B, T, C) -> out (B, T, C), weights (B, H, T, S) with ``need_weights``. Taught in notebook 10.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
-        super().__init__()
-        C, H = config.embed_dim, config.num_heads
-        Hkv = H if config.num_kv_heads is None else config.num_kv_heads
-        self.embed_dim, self.num_heads, self.num_kv_heads, self.head_dim = C, H, Hkv, C // H
-        self.layer_idx, self.attention, self.dropout = layer_idx, config.attention, config.dropout
-        self.qkv_proj = nn.Linear(C, (H + 2 * Hkv) * self.head_dim, bias=config.bias)
-        self.out_proj = nn.Linear(C, C, bias=config.bias)
+        super().__init__(config.embed_dim, config.num_heads, bias=config.bias, dropout=config.dropout)
+        H, D = self.num_heads, self.head_dim
+        self.num_kv_heads = H if config.num_kv_heads is None else config.num_kv_heads
+        if self.num_kv_heads != H:  # grouped-query: fewer key and value rows in the packed projection
+            self.qkv_proj = nn.Linear(self.embed_dim, (H + 2 * self.num_kv_heads) * D, bias=config.bias)
+        self.layer_idx, self.attention = layer_idx, config.attention
         self.resid_dropout = nn.Dropout(config.dropout)
         rope = config.positions == "rope"
-        self.rotary = RotaryTable(self.head_dim, config.rope_base, config.context_length) if rope else None
+        self.rotary = RotaryTable(D, config.rope_base, config.context_length) if rope else None
 
     def forward(
         self,
