@@ -49,9 +49,7 @@ def check_even(name: str, n: int, why: str) -> None:
         raise ValueError(f"{name} must be even ({why}), got {n}")
 
 
-# ----------------------------------------------------------------------------------------------
-# Learned absolute positions (GPT-2 style)
-# ----------------------------------------------------------------------------------------------
+# --- Learned absolute positions (GPT-2 style) ---------------------------------------------------------------
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -84,9 +82,7 @@ class LearnedPositionalEmbedding(nn.Module):
         return x + self.embedding(positions)  # (B, T, C) + (T, C) -> (B, T, C)
 
 
-# ----------------------------------------------------------------------------------------------
-# Sinusoidal encoding (Vaswani et al. 2017)
-# ----------------------------------------------------------------------------------------------
+# --- Sinusoidal encoding (Vaswani et al. 2017) --------------------------------------------------------------
 
 
 def sinusoidal_frequencies(C: int, base: float = 10000.0) -> torch.Tensor:
@@ -124,9 +120,7 @@ def sinusoidal_shift_matrix(k: int, C: int, base: float = 10000.0) -> torch.Tens
     return torch.block_diag(*blocks)  # (C, C)
 
 
-# ----------------------------------------------------------------------------------------------
-# Rotary position embeddings (RoPE, Su et al. 2021)
-# ----------------------------------------------------------------------------------------------
+# --- Rotary position embeddings (RoPE, Su et al. 2021) ------------------------------------------------------
 
 
 def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -245,9 +239,7 @@ def rope_pairing_permutation(D: int) -> torch.Tensor:
     return torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,)
 
 
-# ----------------------------------------------------------------------------------------------
-# ALiBi: attention with linear biases (Press et al. 2022)
-# ----------------------------------------------------------------------------------------------
+# --- ALiBi: attention with linear biases (Press et al. 2022) ------------------------------------------------
 
 
 def _slopes_power_of_two(n: int) -> list[float]:
@@ -281,9 +273,7 @@ def alibi_bias(H: int, T: int, S: int | None = None) -> torch.Tensor:
     return alibi_slopes(H)[:, None, None] * (-distance)[None].float()  # (H, 1, 1) * (1, T, S) -> (H, T, S)
 
 
-# ----------------------------------------------------------------------------------------------
-# Attention modules: one step changed, everything else from MultiHeadAttention
-# ----------------------------------------------------------------------------------------------
+# --- Attention modules: one step changed, everything else from MultiHeadAttention ---------------------------
 
 
 class RotaryMultiHeadAttention(MultiHeadAttention):

@@ -9,10 +9,6 @@ The cache protocol, which :mod:`course_utils.generation` relies on: a model has 
 ``new_cache() -> KVCache`` and ``forward(idx (B, T), cache=None) -> logits (B, T, V)``. With a cache,
 ``idx`` holds only the new tokens, at positions ``cache.length ..``; layer ``i`` calls
 ``k, v = cache.update(i, k_new, v_new)`` and attends with ``causal_mask(T, S)``, S = ``cache.length + T``.
-
-Each public function checks its arguments in a few lines at its top, then does the idea; a layer that has
-checked its input calls the unchecked kernel (``_linformer_attention``, ``_aft_full``, ``attention.attend``)
-rather than check the same tensors again.
 """
 
 from __future__ import annotations
@@ -70,9 +66,7 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------
-# 1. Grouped-query attention (Ainslie et al. 2023); multi-query attention (Shazeer 2019)
-# ----------------------------------------------------------------------------------------------
+# --- 1. Grouped-query attention (Ainslie et al. 2023); multi-query attention (Shazeer 2019) -----------------
 
 
 def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -92,10 +86,8 @@ class GroupedQueryAttention(nn.Module):
     """Self-attention with H query heads sharing Hkv <= H key/value heads (Hkv == H: MHA; Hkv == 1: MQA).
 
     With a :class:`KVCache`, ``x`` holds only the new tokens; ``rope=True`` rotates q and k at their absolute
-    positions with frequencies ``rope_base ** (-2i / D)``. ``dropout`` drops attention weights in training mode,
-    as :class:`~course_utils.multihead.MultiHeadAttention` does. Shape: x (B, T, C), mask bool broadcastable to
-    (B, H, T, S) -> out (B, T, C), and weights (B, H, T, S) (after dropout) with ``need_weights``.
-    Taught in notebook 07.
+    positions. Shape: x (B, T, C), mask bool broadcastable to (B, H, T, S) -> out (B, T, C), and weights
+    (B, H, T, S) (after dropout) with ``need_weights``. Taught in notebook 07.
     """
 
     def __init__(
@@ -184,19 +176,14 @@ def kv_cache_bytes(
     batch_size: int = 1,
     bytes_per_element: int = 2,
 ) -> int:
-    """Bytes a KV cache needs: keys and values of every layer, KV head, token and sequence of the batch.
-
-    2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element. Taught in notebook 07.
-    """
+    """Bytes a KV cache needs: 2 (keys and values) times every argument's product. Taught in notebook 07."""
     sizes = dict(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, num_tokens=num_tokens)
     for name, n in {**sizes, "batch_size": batch_size, "bytes_per_element": bytes_per_element}.items():
         check_int(name, n)
     return 2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
 
 
-# ----------------------------------------------------------------------------------------------
-# 2. Sliding-window (local) attention (Longformer, Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023)
-# ----------------------------------------------------------------------------------------------
+# --- 2. Sliding-window (local) attention (Longformer, Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023) ---
 
 
 def sliding_window_mask(
@@ -216,9 +203,8 @@ def sliding_window_mask(
 def sliding_window_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, chunk_size: int = 128, scale: float | None = None
 ) -> torch.Tensor:
-    """Causal sliding-window self-attention, a chunk of queries at a time, never building the (T, T) matrix.
+    """:func:`scaled_dot_product_attention` with :func:`sliding_window_mask`, a chunk of queries at a time.
 
-    Equal to :func:`scaled_dot_product_attention` with :func:`sliding_window_mask`.
     Shape: q, k, v (..., T, D) -> out (..., T, D). Taught in notebook 07.
     """
     check_qkv(q, k, v, scale)
@@ -242,9 +228,7 @@ def sliding_window_attention(
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
 
-# ----------------------------------------------------------------------------------------------
-# 3. Low rank along the sequence (Linformer, Wang et al. 2020) and attention-free (AFT, Zhai et al. 2021)
-# ----------------------------------------------------------------------------------------------
+# --- 3. Low rank along the sequence (Linformer, Wang et al. 2020) and attention-free (AFT, Zhai et al. 2021) ---
 
 
 def linformer_attention(
@@ -257,9 +241,8 @@ def linformer_attention(
 ) -> torch.Tensor:
     """Linformer: project the S keys and values down to R rows, then attend to those (not causal).
 
-    Projections longer than S are cut to their first S columns (the same as zero-padding k and v).
+    Projections longer than S are cut to their first S columns. Taught in notebook 07.
     Shape: q (..., T, D), k, v (..., S, D), proj_k, proj_v (R, S' >= S) -> out (..., T, D).
-    Taught in notebook 07.
     """
     check_qkv(q, k, v, scale)
     S = k.shape[-2]
@@ -329,9 +312,8 @@ def aft_full(
 ) -> torch.Tensor:
     """AFT-full: out_t = sigmoid(q_t) * sum_s softmax_s(k_s + w_ts) v_s, per channel.
 
-    Computed as a softmax, so it cannot overflow. A query that may see no key gets 0. Memory O(B * T * S * C).
+    A query that may see no key gets 0. Taught in notebook 07.
     Shape: q (B, T, C), k, v (B, S, C), w (T, S), mask bool broadcastable to (T, S) -> out (B, T, C).
-    Taught in notebook 07.
     """
     check_aft_qkv(q, k, v)
     T, S = q.shape[-2], k.shape[-2]
@@ -396,9 +378,7 @@ def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 class AFTFull(nn.Module):
     """An AFT-full (AFT-local with ``local_window``) layer: projections, learned w (L, L), output projection.
 
-    Pass ``causal_mask(T)`` for an autoregressive layer.
-    Shape: x (B, T, C), T <= context_length, mask bool broadcastable to (T, T) -> out (B, T, C).
-    Taught in notebook 07.
+    Shape: x (B, T, C), T <= context_length, mask bool broadcastable to (T, T) -> out (B, T, C). Notebook 07.
     """
 
     def __init__(
@@ -430,9 +410,7 @@ class AFTFull(nn.Module):
         return self.out_proj(out)
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. Chunked top-k (sparse) attention
-# ----------------------------------------------------------------------------------------------
+# --- 4. Chunked top-k (sparse) attention --------------------------------------------------------------------
 
 
 def topk_attention(
@@ -480,18 +458,15 @@ def topk_attention(
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
 
-# ----------------------------------------------------------------------------------------------
-# 5. The KV cache, and a tiny decoder-only language model that follows the protocol
-# ----------------------------------------------------------------------------------------------
+# --- 5. The KV cache, and a tiny decoder-only language model that follows the protocol ----------------------
 
 
 class KVCache:
     """Keys and values of every layer for the positions seen so far, in buffers of fixed capacity.
 
-    Buffers are allocated on the first :meth:`update`, with its batch, heads, head_dim, dtype and device;
-    appending past the capacity raises ValueError. ``length`` grows once every layer has appended the new
-    positions (a model calls ``update`` once per layer per step). Shape: per layer (B, Hkv, capacity, D), the
-    first ``length`` positions valid. Taught in notebook 09.
+    Buffers are allocated on the first :meth:`update`, in its dtype and on its device; ``length`` grows once
+    every layer has appended the new positions. Shape: per layer (B, Hkv, capacity, D), the first ``length``
+    valid. Taught in notebook 09.
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
@@ -606,10 +581,9 @@ class DecoderConfig:
 
 
 class TinyDecoder(nn.Module):
-    """A small decoder-only language model that follows this module's cache protocol.
+    """A small decoder-only language model of grouped-query blocks that follows this module's cache protocol.
 
-    Embeddings (learned positions or RoPE), pre-norm blocks of grouped-query attention (optionally
-    sliding-window), a final LayerNorm and a linear head. Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 09.
+    Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 09.
     """
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -661,18 +635,14 @@ class TinyDecoder(nn.Module):
         return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
 
 
-# ----------------------------------------------------------------------------------------------
-# 6. Causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct O(T^2) forms
-# ----------------------------------------------------------------------------------------------
+# --- 6. Causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct O(T^2) forms ----
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     """The feature map phi(x) = elu(x) + 1 of linear attention: positive everywhere, so every weight is.
 
-    Computed piece by piece, x + 1 for x > 0 and exp(x) otherwise, which is elu(x) + 1 exactly: written as
-    ``F.elu(x) + 1`` the sum exp(x) - 1 + 1 rounds to exactly 0 once exp(x) is below half a unit in the last
-    place of 1 (x below about -17 in float32, -37 in float64), and a query whose every feature is 0 divides 0
-    by 0. This way phi stays positive down to x of about -87 (float32) and -708 (float64).
+    Written as x + 1 for x > 0 and exp(x) otherwise: ``F.elu(x) + 1`` rounds exp(x) - 1 + 1 to 0 for x below
+    about -17 (float32), and a query whose features are all 0 divides 0 by 0.
     Shape: x (..., D) -> (..., D). Taught in notebook 07.
     """
     check_float_tensor("x", x)
@@ -682,9 +652,7 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal linear attention in parallel: prefix sums of phi(k_j) v_j^T and phi(k_j) over j <= t.
 
-    out_t = phi(q_t)^T S_t / phi(q_t)^T z_t with S_t = sum_{j<=t} phi(k_j) v_j^T (D, Dv) and z_t = sum_{j<=t}
-    phi(k_j) (D,), phi = :func:`elu_feature_map`. Holds the T prefix states at once: memory O(T * D * Dv).
-    Equal to :func:`linear_attention_recurrent` and :func:`linear_attention_quadratic`.
+    out_t = phi(q_t)^T S_t / phi(q_t)^T z_t, phi = :func:`elu_feature_map`; memory O(T * D * Dv).
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
     check_causal_linear(q, k, v)
@@ -724,9 +692,8 @@ def linear_attention_step(
     """One token of causal linear attention as a recurrence: add token t to the state, then read it.
 
     S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t), out_t = phi(q_t)^T S_t / phi(q_t)^T z_t; start
-    from zeros. Returns ``(out_t, S_t, z_t)`` as new tensors; the inputs are left unchanged.
-    Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv),
-    state (..., D, Dv), normaliser (..., D). Taught in notebook 07.
+    from zeros. Returns ``(out_t, S_t, z_t)``. Taught in notebook 07.
+    Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv), S_t, z_t.
     """
     named = {"state": state, "normaliser": normaliser, "q_t": q_t, "k_t": k_t, "v_t": v_t}
     for name, t in named.items():
@@ -756,7 +723,6 @@ def linear_attention_step(
 def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal linear attention one token at a time, carrying only a (D, Dv) state and a (D,) normaliser.
 
-    Equal to :func:`linear_attention`; memory O(D * Dv) whatever T is.
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
     check_causal_linear(q, k, v)
@@ -774,7 +740,6 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal linear attention computed directly: weights phi(q_t) . phi(k_j) for j <= t, row-normalised.
 
-    Attention with exp(q . k / sqrt(D)) replaced by phi(q) . phi(k): a (T, T) matrix, O(T^2) time and memory.
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
     check_causal_linear(q, k, v)
