@@ -12,11 +12,15 @@ import torch
 import torch.nn.functional as F
 
 from course_utils._validate import (
+    check_bool_mask,
+    check_broadcasts,
+    check_dim,
     check_float_tensor,
-    check_grad_norms_args,
-    check_qkv_scale,
-    check_sdpa_args,
-    check_softmax_input,
+    check_fraction,
+    check_positive_number,
+    check_qkv,
+    check_same_device,
+    check_tensor,
 )
 
 __all__ = [
@@ -36,9 +40,13 @@ def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
 
     Shape: q (T, D), k (S, D), v (S, Dv) -> out (T, Dv). Taught in notebook 01.
     """
-    scale = check_qkv_scale(q, k, v, scale)
-    if q.dim() != 2:
-        raise ValueError(f"attention_loops works on one sequence: q must be (T, D), got {tuple(q.shape)}")
+    check_qkv(q, k, v)
+    check_positive_number("scale", scale)
+    if q.dim() != 2 or k.dim() != 2 or v.dim() != 2:
+        raise ValueError(
+            "attention_loops works on one sequence: q must be (T, D), k (S, D) and v (S, Dv), got "
+            f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
+        )
     T, S = q.shape[0], k.shape[0]
     out = torch.zeros(T, v.shape[1], dtype=v.dtype)
     for i in range(T):
@@ -55,7 +63,8 @@ def attention_matmul(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: f
 
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv) -> out (..., T, Dv). Taught in notebook 01.
     """
-    scale = check_qkv_scale(q, k, v, scale)
+    check_qkv(q, k, v)
+    check_positive_number("scale", scale)
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     weights = torch.softmax(scores, dim=-1)  # (..., T, S)
     return weights @ v  # (..., T, S) @ (..., S, Dv) -> (..., T, Dv)
@@ -77,7 +86,8 @@ def softmax_naive(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Shape: x any -> same shape. Taught in notebook 02.
     """
-    check_softmax_input(x, dim)
+    check_float_tensor("x", x)
+    check_dim("x", x, dim)
     exps = torch.exp(x)
     return exps / exps.sum(dim=dim, keepdim=True)
 
@@ -87,7 +97,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
 
     Shape: x any -> same shape. Taught in notebook 02.
     """
-    check_softmax_input(x, dim)
+    check_float_tensor("x", x)
+    check_dim("x", x, dim)
     shift = x.amax(dim=dim, keepdim=True).detach()
     exps = torch.exp(x - shift)
     return exps / exps.sum(dim=dim, keepdim=True)
@@ -111,7 +122,20 @@ def scaled_dot_product_attention(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask (bool) and bias (float) broadcastable to
     (..., T, S) -> out (..., T, Dv), weights (..., T, S). Taught in notebook 02, 03 (mask), 06 (bias).
     """
-    dropout_p, scale = check_sdpa_args(q, k, v, mask, dropout_p, scale, bias)
+    check_qkv(q, k, v, scale)
+    check_fraction("dropout_p", dropout_p)
+    scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])  # (..., T, S)
+    if bias is not None:
+        check_tensor("bias", bias, min_dim=0)
+        if not bias.is_floating_point():
+            raise TypeError(f"bias must be a floating-point tensor added to the scores, got dtype {bias.dtype}")
+        if bias.dtype != q.dtype:
+            raise TypeError(f"bias must have the dtype of q, k and v ({q.dtype}), got {bias.dtype}")
+        check_broadcasts("bias", bias, scores_shape)
+        check_same_device(q=q, bias=bias)
+    if mask is not None:
+        check_bool_mask(mask, scores_shape)
+        check_same_device(q=q, mask=mask)
     return attend(q, k, v, mask, dropout_p, scale, bias)
 
 
@@ -158,7 +182,16 @@ def attention_grad_norms(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), grad_out (..., T, Dv) -> (..., T), (..., S).
     Taught in notebook 02. ``scale`` defaults to 1 / sqrt(D).
     """
-    scale = check_grad_norms_args(q, k, v, grad_out, scale)
+    check_qkv(q, k, v, scale)
+    check_float_tensor("grad_out", grad_out, min_dim=2)
+    check_same_device(q=q, grad_out=grad_out)
+    if grad_out.dtype != q.dtype:
+        raise TypeError(f"grad_out must have the dtype of q, k and v ({q.dtype}), got {grad_out.dtype}")
+    out_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), q.shape[-2], v.shape[-1])
+    if tuple(grad_out.shape) != out_shape:
+        raise ValueError(
+            f"grad_out must have the shape of the attention output {out_shape}, got {tuple(grad_out.shape)}"
+        )
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     with torch.no_grad():
         weights = torch.softmax(q @ k.transpose(-2, -1) * scale, dim=-1)  # (..., T, S)

@@ -2,6 +2,9 @@
 
 Reading order: :class:`MLP`, then :class:`Block`; used in notebooks 06, 08 and 09.
 Shapes: B batch, T length, C embed_dim.
+
+``forward`` checks its input (a learner may call a block or an MLP on its own); a model that has checked its
+input once calls ``forward_unchecked``, so that a forward pass checks its arguments once, at the model's door.
 """
 
 from __future__ import annotations
@@ -10,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._validate import check_block_args, check_layer_input, check_mlp_args
+from course_utils._validate import check_bool, check_choice, check_embedded, check_fraction, check_int
 
 __all__ = ["MLP", "Block"]
 
@@ -25,14 +28,20 @@ class MLP(nn.Module):
 
     def __init__(self, embed_dim: int, mlp_ratio: int = 4, bias: bool = True, dropout: float = 0.0) -> None:
         super().__init__()
-        embed_dim, mlp_ratio, bias, dropout = check_mlp_args(embed_dim, mlp_ratio, bias, dropout)
+        check_int("mlp_ratio", mlp_ratio)
+        check_int("embed_dim", embed_dim)
+        check_bool("bias", bias)
+        check_fraction("dropout", dropout)
         hidden = mlp_ratio * embed_dim
         self.fc_in = nn.Linear(embed_dim, hidden, bias=bias)
         self.fc_out = nn.Linear(hidden, embed_dim, bias=bias)
         self.dropout = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_layer_input(x, self.fc_in.in_features, self)  # skipped under torch.compile
+        check_embedded("x", x, self.fc_in.in_features, self)
+        return self.forward_unchecked(x)
+
+    def forward_unchecked(self, x: torch.Tensor) -> torch.Tensor:
         h = F.gelu(self.fc_in(x))  # (B, T, C) -> (B, T, 4C)
         return self.dropout(self.fc_out(h))  # (B, T, 4C) -> (B, T, C)
 
@@ -55,7 +64,11 @@ class Block(nn.Module):
         norm_position: str = "pre",
     ) -> None:
         super().__init__()
-        bias = check_block_args(embed_dim, attn, norm_position, NORM_POSITIONS, bias)
+        check_int("embed_dim", embed_dim)
+        if not isinstance(attn, nn.Module):
+            raise TypeError(f"attn must be an nn.Module (an attention layer), got {type(attn).__name__}")
+        check_choice("norm_position", norm_position, NORM_POSITIONS)
+        check_bool("bias", bias)
         self.norm_position = norm_position
         self.ln_1 = nn.LayerNorm(embed_dim, bias=bias)
         self.attn = attn
@@ -67,13 +80,16 @@ class Block(nn.Module):
         return self.attn(self.ln_1(x) if self.norm_position == "pre" else x, *args, **kwargs)
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
-        check_layer_input(x, self.ln_1.normalized_shape[0], self)  # skipped under torch.compile
+        check_embedded("x", x, self.ln_1.normalized_shape[0], self)
+        return self.forward_unchecked(x, *args, **kwargs)
+
+    def forward_unchecked(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         return self.add_branches(x, self.attend(x, *args, **kwargs))
 
     def add_branches(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """The rest of the block, given its attention branch ``a = self.attend(x)``: (B, T, C)."""
         if self.norm_position == "pre":
             x = x + a  # (B, T, C)
-            return x + self.mlp(self.ln_2(x))  # (B, T, C)
+            return x + self.mlp.forward_unchecked(self.ln_2(x))  # (B, T, C)
         x = self.ln_1(x + a)  # post-norm: normalise the sum (B, T, C)
-        return self.ln_2(x + self.mlp(x))  # (B, T, C)
+        return self.ln_2(x + self.mlp.forward_unchecked(x))  # (B, T, C)

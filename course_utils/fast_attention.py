@@ -17,14 +17,15 @@ from typing import Any, NamedTuple
 import torch
 
 from course_utils._validate import (
-    check_backward_call,
-    check_backward_once,
-    check_block_partial,
+    check_bool,
+    check_bool_mask,
     check_float_tensor,
     check_int,
-    check_mergeable,
-    check_partial,
-    check_tiled_call,
+    check_last_positions,
+    check_positive_number,
+    check_qkv,
+    check_same_device,
+    check_tensor,
 )
 
 __all__ = [
@@ -64,7 +65,15 @@ def block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
 
     Shape: scores (..., T, Sb) scaled, -inf where blocked; v (..., Sb, Dv) -> Partial. Taught in notebook 08.
     """
-    check_block_partial(scores, v)
+    check_float_tensor("scores", scores, min_dim=2)
+    check_float_tensor("v", v, min_dim=2)
+    if scores.shape[-1] == 0 or scores.shape[-1] != v.shape[-2]:
+        raise ValueError(
+            f"scores (..., T, Sb) and v (..., Sb, Dv) need the same number Sb >= 1 of keys, got "
+            f"scores {tuple(scores.shape)} and v {tuple(v.shape)}"
+        )
+    if scores.dtype != v.dtype:
+        raise TypeError(f"scores and v must have one dtype, got {scores.dtype} and {v.dtype}")
     return _block_partial(scores, v)
 
 
@@ -80,7 +89,18 @@ def merge_partials(a: Partial, b: Partial) -> Partial:
     Raises TypeError for partials of two dtypes. Shape: two Partials of the same shapes -> one Partial.
     Taught in notebook 08.
     """
-    check_mergeable(a, b)
+    check_partial("a", a)
+    check_partial("b", b)
+    if a[0].shape != b[0].shape or a[2].shape != b[2].shape:
+        raise ValueError(
+            f"a and b must be partials of the same queries, got o {tuple(a[2].shape)} and {tuple(b[2].shape)}"
+        )
+    dtypes = {t.dtype for t in (*a, *b)}
+    if len(dtypes) > 1:
+        raise TypeError(
+            f"a and b must hold tensors of one dtype, got {sorted(str(d) for d in dtypes)} "
+            "(torch would silently promote the merged partial)"
+        )
     return _merge(Partial(*a), Partial(*b))  # a plain tuple (m, l, o) is welcome too
 
 
@@ -89,6 +109,20 @@ def _merge(a: Partial, b: Partial) -> Partial:
     m_safe = _safe_max(m)
     scale_a, scale_b = torch.exp(a.m - m_safe), torch.exp(b.m - m_safe)  # (..., T, 1), each <= 1
     return Partial(m, scale_a * a.l + scale_b * b.l, scale_a * a.o + scale_b * b.o)
+
+
+def check_partial(name: str, p: object) -> None:
+    """Raise unless ``p`` is a :class:`Partial` (m, l, o): m, l (..., T, 1), o (..., T, Dv), floating."""
+    if not (isinstance(p, tuple) and len(p) == 3):
+        raise TypeError(f"{name} must be a Partial (m, l, o) of three tensors, got {type(p).__name__}")
+    m, l, o = p  # noqa: E741
+    for part, t in (("m", m), ("l", l), ("o", o)):
+        check_float_tensor(f"{name}.{part}", t, min_dim=2)
+    if m.shape != l.shape or m.shape[-1] != 1 or o.shape[:-1] != m.shape[:-1]:
+        raise ValueError(
+            f"{name} must hold m and l of shape (..., T, 1) and o of shape (..., T, Dv), got m "
+            f"{tuple(m.shape)}, l {tuple(l.shape)}, o {tuple(o.shape)}"
+        )
 
 
 def finish(p: Partial) -> torch.Tensor:
@@ -111,7 +145,7 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     Shape: x (..., S) -> weights (..., S). Taught in notebook 08.
     """
     check_float_tensor("x", x)
-    block_size = check_int("block_size", block_size)
+    check_int("block_size", block_size)
     m = x.new_full((*x.shape[:-1], 1), NEG_INF)  # (..., 1): running maximum
     l = x.new_zeros((*x.shape[:-1], 1))  # noqa: E741  (..., 1): running sum of exp(x - m)
     for j0 in range(0, x.shape[-1], block_size):
@@ -152,9 +186,23 @@ def tiled_attention(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
-    scale, q_tile, kv_tile = check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+    check_tiled_args(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile)[0]
+
+
+def check_tiled_args(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> None:
+    """The door of :func:`tiled_attention` and :func:`flash_attention`, which take the same arguments."""
+    check_qkv(q, k, v, scale)
+    check_bool("is_causal", is_causal)
+    check_int("q_tile", q_tile)
+    check_int("kv_tile", kv_tile)
+    T, S = q.shape[-2], k.shape[-2]
+    if mask is not None:
+        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), T, S))
+        check_same_device(q=q, mask=mask)
+    if is_causal:
+        check_last_positions(T, S, "is_causal")
 
 
 def _visible(
@@ -235,7 +283,21 @@ def attention_backward(
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), o and do (..., T, Dv), mask bool broadcastable to
     (..., T, S) -> dq, dk, dv of the shapes of q, k, v. Taught in notebook 08.
     """
-    scale = check_backward_call(q, k, v, o, do, scale, mask)
+    check_qkv(q, k, v)
+    check_positive_number("scale", scale)
+    T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
+    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    for name, x in (("o", o), ("do", do)):
+        check_tensor(name, x, min_dim=2)
+        if x.dtype != q.dtype or x.shape != (*batch, T, Dv):
+            raise ValueError(
+                f"{name} must be the attention output's shape {(*batch, T, Dv)} and dtype {q.dtype}, got "
+                f"{tuple(x.shape)} {x.dtype}"
+            )
+        check_same_device(q=q, **{name: x})
+    if mask is not None:
+        check_bool_mask(mask, (*batch, T, S))
+        check_same_device(q=q, mask=mask)
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     if mask is not None:
         scores = scores.masked_fill(~mask, NEG_INF)  # (..., T, S)
@@ -271,13 +333,14 @@ def flash_attention(
     autograd through :func:`tiled_attention` keeps every tile. float16 and bfloat16 inputs are computed in
     float32 (the logsumexp kept in float32, as FlashAttention's accumulators), whatever autocast says, and the
     output and gradients come back in the inputs' dtype. Differentiable once: a backward pass with
-    ``create_graph=True`` raises RuntimeError. The contract, arguments and errors of :func:`tiled_attention`:
-    ``mask`` True = may attend; ``is_causal`` bottom-right (needs T <= S); a query that sees no key gets output
-    0 and gradient 0. The default tiles, 256 x 256, were the fastest measured on a CPU (benchmarks/FLASH.md).
+    ``create_graph=True`` raises RuntimeError. The contract, arguments and errors of
+    :func:`tiled_attention`: ``mask`` True = may attend; ``is_causal`` bottom-right (needs T <= S); a query
+    that sees no key gets output 0 and gradient 0. The default tiles, 256 x 256, were the fastest measured on
+    a CPU (benchmarks/FLASH.md).
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
-    scale, q_tile, kv_tile = check_tiled_call(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
+    check_tiled_args(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     return _FlashAttention.apply(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
 
@@ -296,7 +359,15 @@ class _FlashAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, dout):
-        check_backward_once()  # RuntimeError for create_graph=True: a second derivative was asked for
+        # Not torch.autograd.function.once_differentiable: its error node hangs off fake leaves, so
+        # autograd.grad(grad, w) prunes it whenever w also reaches the loss another way, and the second
+        # derivative comes back silently without flash's part. Refuse create_graph=True here instead.
+        if torch.is_grad_enabled():
+            raise RuntimeError(
+                "flash_attention is differentiable once: its backward pass is not itself differentiable, got a "
+                "backward pass with create_graph=True; use course_utils.attention.scaled_dot_product_attention "
+                "for second derivatives"
+            )
         q, k, v, out, lse, mask = ctx.saved_tensors
         with _no_autocast(q.device):
             grads = _tiled_backward(*_widened(q, k, v, out, dout), lse, mask, *ctx.settings)

@@ -15,17 +15,14 @@ import torch
 from torch import nn
 
 from course_utils._validate import (
-    check_beam_search,
-    check_cache_room,
+    check_bool,
+    check_choice,
+    check_float_tensor,
     check_fraction,
-    check_generation,
+    check_generator,
     check_int,
-    check_next_token_logits,
-    check_on_full,
-    check_probabilities,
-    check_sampleable,
-    check_sampling,
-    check_tensor,
+    check_number,
+    is_integer_tensor,
 )
 
 __all__ = [
@@ -44,7 +41,7 @@ def top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 
     Shape: logits (..., V) -> (..., V). Taught in notebook 09.
     """
-    check_tensor("logits", logits)
+    check_float_tensor("logits", logits)
     check_int("top_k", top_k)
     return _top_k_filter(logits, top_k)
 
@@ -62,7 +59,17 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     Raises ValueError when the rows are not distributions. Shape: probs (..., V) -> keep bool (..., V).
     Taught in notebook 09.
     """
-    check_probabilities(probs, top_p)  # one read of the device, at the public entry only
+    check_float_tensor("probs", probs)
+    check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
+    if probs.numel() and probs.device.type != "meta":  # one read of the device, at the public entry only
+        total = probs.sum(dim=-1, dtype=torch.float64)
+        low, total_error = torch.stack([probs.min().double(), (total - 1).abs().max()]).tolist()
+        if not (low >= 0 and total_error <= (1e-3 if probs.element_size() >= 4 else 2e-2)):  # NaN fails both
+            raise ValueError(
+                f"probs must be rows of probabilities (each >= 0, each row summing to 1; pass "
+                f"torch.softmax(logits, dim=-1), or use top_p_filter on logits), got min {low:.4g} "
+                f"and a row sum off from 1 by {total_error:.4g}"
+            )
     return _top_p_keep(probs, top_p)
 
 
@@ -81,7 +88,7 @@ def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
 
     Shape: logits (..., V) -> (..., V). Taught in notebook 09.
     """
-    check_tensor("logits", logits)
+    check_float_tensor("logits", logits)
     check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
     return _top_p_filter(logits, top_p)
 
@@ -104,9 +111,29 @@ def sample_next_token(
 
     Shape: logits (B, V) -> tokens (B,) int64. Taught in notebook 09.
     """
-    check_next_token_logits(logits)
+    check_float_tensor("logits", logits, min_dim=2)
+    if logits.dim() != 2:
+        raise ValueError(f"logits must be (B, V), got {tuple(logits.shape)}")
     check_sampling(temperature, top_k, top_p, greedy, generator)
     return _sample(logits, temperature, top_k, top_p, greedy, generator)
+
+
+def check_sampling(temperature: object, top_k: object, top_p: object, greedy: object, generator: object) -> None:
+    """The settings of :func:`sample_next_token`, checked once: by it, or before a generation loop."""
+    if top_k is not None:
+        check_int("top_k", top_k, expected="an int or None")
+    if top_p is not None:
+        check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
+    if not check_bool("greedy", greedy):
+        t = check_number("temperature", temperature, "a number > 0 (use greedy=True for the argmax)")
+        if not t > 0:
+            raise ValueError(f"temperature must be > 0 (use greedy=True for the argmax), got {temperature}")
+        if t == float("inf"):
+            raise ValueError(
+                "temperature must be finite: an infinite one makes every token equally likely "
+                "(sample uniformly instead), got inf"
+            )
+    check_generator("generator", generator)
 
 
 def _sample(
@@ -129,12 +156,47 @@ def _sample(
     try:
         return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
     except RuntimeError:  # find out why only when it failed: valid logits pay nothing
-        check_sampleable(logits)
+        if logits.isnan().any():
+            rows = logits.isnan().any(dim=-1).nonzero().flatten().tolist()
+            raise ValueError(
+                f"logits must be numbers, got NaN in row(s) {rows[:10]}: the model's output is "
+                "broken (a diverged training run, or a fully masked row upstream)"
+            ) from None
+        dead_rows = (logits == float("-inf")).all(dim=-1).nonzero().flatten().tolist()
+        if dead_rows:
+            raise ValueError(
+                f"every logit of row(s) {dead_rows[:10]} is -inf, so no token can be sampled: the "
+                "logits (or a mask applied to them) rule out the whole vocabulary"
+            ) from None
+        if (logits == float("inf")).any():
+            raise ValueError("logits must be finite or -inf, got +inf: softmax of +inf is NaN") from None
         raise
 
 
 OnFull = Literal["error", "shift"]
 _ON_FULL = ("error", "shift")
+
+
+def check_generation(model: nn.Module, idx: object, max_new_tokens: object, use_cache: object) -> int:
+    """Raise unless ``idx`` is a prompt (B, T >= 1) of integer ids, ``max_new_tokens`` an int >= 0 and ``model``
+    follows the protocol (with ``new_cache()`` for ``use_cache``); return its ``context_length``. The ids' range
+    is the model's to check: it knows its vocabulary."""
+    if not isinstance(idx, torch.Tensor):
+        raise TypeError(f"idx must be a (B, T) torch.Tensor of token ids, got {type(idx).__name__}")
+    if idx.dim() < 2:
+        raise ValueError(f"idx must have at least 2 dimensions, got shape {tuple(idx.shape)}")
+    if not is_integer_tensor(idx):
+        raise TypeError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
+    if idx.dim() != 2:
+        raise ValueError(f"idx must be (B, T) integer token ids, got shape {tuple(idx.shape)}")
+    if idx.shape[1] < 1:
+        raise ValueError("idx must hold at least one token (the prompt)")
+    check_int("max_new_tokens", max_new_tokens, minimum=0)
+    context_length = getattr(model, "context_length", None)
+    check_int("context_length", context_length, expected="an int attribute of the model")
+    if check_bool("use_cache", use_cache) and not callable(getattr(model, "new_cache", None)):
+        raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
+    return context_length
 
 
 @torch.no_grad()
@@ -167,12 +229,20 @@ def generate_stream(
     """
     context_length = check_generation(model, idx, max_new_tokens, use_cache)
     check_sampling(temperature, top_k, top_p, greedy, generator)
-    check_on_full(on_full, _ON_FULL, keep_on_shift, context_length)
+    check_choice("on_full", on_full, _ON_FULL)
+    if keep_on_shift is not None and on_full != "shift":
+        raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
+    if keep_on_shift is not None:
+        check_int("keep_on_shift", keep_on_shift, minimum=1, maximum=context_length, expected="an int or None")
     keep = None  # on_full="error": a full cache raises
     if on_full == "shift":  # a full cache starts again from the last `keep` tokens
         keep = max(1, context_length // 2) if keep_on_shift is None else int(keep_on_shift)
-    if use_cache and keep is None:  # the prompt and the new tokens must fit in one cache
-        check_cache_room(idx, max_new_tokens, context_length)
+    if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
+        raise ValueError(
+            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the model's "
+            f"context_length ({context_length}): the KV cache cannot hold them (the last token is never fed "
+            "back); shorten them or pass use_cache=False, which crops to the last context_length tokens"
+        )
     model.eval()
     cache = model.new_cache() if use_cache else None
     cached = 0  # positions held by the current cache
@@ -251,7 +321,15 @@ def beam_search(
     Shape: idx (1, T) -> sequences (W, T + N), scores (W,) log-probabilities of the N new tokens, best first
     (W = beam_width, fewer if the vocabulary allows fewer distinct beams). Taught in notebook 09.
     """
-    context_length = check_beam_search(model, idx, beam_width, max_new_tokens, use_cache)
+    context_length = check_generation(model, idx, max_new_tokens, use_cache)
+    if idx.shape[0] != 1:
+        raise ValueError(f"beam_search takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}")
+    check_int("beam_width", beam_width)
+    if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
+        raise ValueError(
+            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the model's "
+            f"context_length ({context_length}); pass use_cache=False to crop instead"
+        )
     model.eval()
     cache = model.new_cache() if use_cache else None
     seqs = idx  # (n, T'): n live beams, 1 at the start

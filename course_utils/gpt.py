@@ -1,10 +1,12 @@
 """A tiny GPT, assembled from the course's own pieces: the model notebook 10 trains.
 
-Reading order: :class:`GPTConfig` (with presets), :class:`CausalSelfAttention`, :class:`MLP`, :class:`Block`,
-:class:`GPT`. ``attention="course"`` uses the course's attention (it returns the weights),
-``"torch"`` PyTorch's fused kernel, ``"flash"`` the course's FlashAttention-style recompute (notebook 08); the
-three compute the same function. Shapes: B batch, T query length, S key length (T plus what a cache holds),
-C embed_dim, H num_heads, D head_dim, V vocab_size.
+Reading order: :class:`GPTConfig` (with presets), :class:`CausalSelfAttention` (multi-head, or grouped-query
+with ``num_kv_heads``), :class:`MLP`, :class:`Block`, :class:`GPT`. ``attention="course"`` uses the course's
+attention (it returns the weights), ``"torch"`` PyTorch's fused kernel, ``"flash"`` the course's
+FlashAttention-style recompute (notebook 08); the three compute the same function. The model checks its input
+once, in :meth:`GPT.forward`; its layers trust it (each has a checked ``forward`` for a learner who calls it).
+Shapes: B batch, T query length, S key length (T plus what a cache holds), C embed_dim, H num_heads,
+Hkv num_kv_heads, D head_dim, V vocab_size.
 """
 
 from __future__ import annotations
@@ -20,22 +22,24 @@ from torch import nn
 
 from course_utils import block as shared  # the one Block and MLP of the course's models
 from course_utils._validate import (
-    check_attention_input,
     check_bool,
-    check_config_dict,
-    check_gpt_config,
-    check_gpt_ids,
-    check_gpt_inputs,
+    check_bool_mask,
+    check_choice,
+    check_embedded,
+    check_fraction,
+    check_greater_than,
+    check_heads,
     check_int,
-    check_scores_mask,
+    check_same_device,
+    check_token_ids,
     from_preset,
 )
-from course_utils.attention import attend  # the unchecked kernel: this layer checks its own inputs
+from course_utils.attention import attend  # the unchecked kernel: the model checks its input at its door
 from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask
-from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
+from course_utils.multihead import MultiHeadAttention
 from course_utils.positional import LearnedPositionalEmbedding, RotaryTable
-from course_utils.variants import GroupedQueryAttention, KVCache
+from course_utils.variants import KVCache
 
 __all__ = ["GPTConfig", "PRESETS", "CausalSelfAttention", "MLP", "Block", "GPT"]
 
@@ -46,17 +50,15 @@ _POSITIONS = ("learned", "rope")
 _ATTENTION = ("course", "torch", "flash")
 
 
-# ----------------------------------------------------------------------------------------------
-# Configuration
-# ----------------------------------------------------------------------------------------------
+# --- Configuration ------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class GPTConfig:
     """Everything that fixes the shape of a :class:`GPT` (training settings live in ``course_utils.train``).
 
-    ``num_kv_heads`` below ``num_heads`` gives grouped-query attention (always the course's path); None is one
-    key/value head per query head. ``positions``: ``"learned"`` or ``"rope"``. ``attention``: ``"course"``,
+    ``num_kv_heads`` below ``num_heads`` gives grouped-query attention; None is one key/value head per query
+    head. ``positions``: ``"learned"`` or ``"rope"``. ``attention``: ``"course"``,
     ``"torch"`` or ``"flash"`` (which has no attention dropout: only with ``dropout=0.0``). ``norm_position``:
     ``"pre"`` (with a final LayerNorm) or ``"post"`` (without).
     Taught in notebook 10.
@@ -77,7 +79,26 @@ class GPTConfig:
     norm_position: NormPosition = "pre"
 
     def __post_init__(self) -> None:
-        check_gpt_config(self, _POSITIONS, _ATTENTION, shared.NORM_POSITIONS)
+        for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
+            check_int(name, getattr(self, name))
+        check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
+        check_fraction("dropout", self.dropout)
+        check_bool("bias", self.bias)
+        check_choice("positions", self.positions, _POSITIONS)
+        check_choice("attention", self.attention, _ATTENTION)
+        if self.attention == "flash" and self.dropout > 0:
+            raise ValueError(
+                f"attention='flash' has no dropout on the attention weights, got dropout={self.dropout}: "
+                "use dropout=0.0, or attention='torch' or 'course'"
+            )
+        why = " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)"
+        check_choice("norm_position", self.norm_position, shared.NORM_POSITIONS, why)
+        check_greater_than("rope_base", self.rope_base, 1)  # checked for every model: checkpoints store it
+        if self.positions == "rope" and self.head_dim % 2 != 0:
+            raise ValueError(
+                f"rotary positions need an even head_dim, got {self.head_dim} "
+                f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
+            )
 
     @property
     def head_dim(self) -> int:
@@ -95,7 +116,13 @@ class GPTConfig:
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GPTConfig:
         """The configuration :meth:`to_dict` returned (a checkpoint's)."""
-        check_config_dict(cls, d)
+        if not isinstance(d, dict):
+            raise TypeError(
+                f"from_dict takes a dict of {cls.__name__} fields (what to_dict returned), got {type(d).__name__}"
+            )
+        unknown = set(d) - {f.name for f in dataclasses.fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown {cls.__name__} field(s) {sorted(unknown)}")
         return cls(**d)
 
 
@@ -110,28 +137,44 @@ PRESETS: dict[str, GPTConfig] = {
 }
 
 
-# ----------------------------------------------------------------------------------------------
-# The model
-# ----------------------------------------------------------------------------------------------
+# --- The model ----------------------------------------------------------------------------------------------
+
+
+def check_layer_call(layer: nn.Module, x: object, cache: object, mask: object, start: object) -> None:
+    """The door of a GPT layer called on its own (the model calls ``forward_unchecked``): x (B, T, C) of the
+    layer's width, dtype and device, ``cache`` None or a KVCache, ``start`` an int >= 0, ``mask`` None or a
+    boolean mask on x's device that broadcasts to the scores (B, H, T, S), S = what the cache holds + T."""
+    check_embedded("x", x, layer.embed_dim, layer)
+    if cache is not None and not isinstance(cache, KVCache):
+        raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
+    check_int("start", start, minimum=0)
+    if mask is not None:
+        B, T, _ = x.shape
+        S = T + (0 if cache is None else cache.length)
+        check_bool_mask(mask, (B, layer.num_heads, T, S))
+        check_same_device(q=x, mask=mask)
 
 
 class CausalSelfAttention(MultiHeadAttention):
-    """Multi-head self-attention where position t sees positions 0..t: the course's module, made causal.
+    """Causal self-attention where position t sees positions 0..t, with H query heads sharing Hkv key/value heads
+    (Hkv = H: multi-head attention; Hkv = 1: multi-query), rotary positions, a KV cache and a kernel choice.
 
-    The parameters of :class:`~course_utils.multihead.MultiHeadAttention`; adds rotary positions, a KV cache
-    (S = cache length + T), output dropout and the kernel choice. ``mask`` replaces the causal mask.
+    The course's :class:`~course_utils.multihead.MultiHeadAttention`, made causal: one packed ``qkv_proj``
+    (q, k, v in that order, (H + 2 Hkv) D rows: 3C with Hkv = H) and ``out_proj``. With a ``cache``, x holds the
+    new tokens, at positions ``start ..`` (S = cache length + T). ``mask`` replaces the causal mask.
     Shape: x (B, T, C) -> out (B, T, C), weights (B, H, T, S) with ``need_weights``. Taught in notebook 10.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
         super().__init__(config.embed_dim, config.num_heads, bias=config.bias, dropout=config.dropout)
-        self.layer_idx = layer_idx
-        self.rope = config.positions == "rope"
-        self.rope_base = config.rope_base
-        self.context_length = config.context_length
-        self.rotary = RotaryTable(self.head_dim, config.rope_base, config.context_length) if self.rope else None
-        self.attention = config.attention
+        H, D = self.num_heads, self.head_dim
+        self.num_kv_heads = H if config.num_kv_heads is None else config.num_kv_heads
+        if self.num_kv_heads != H:  # grouped-query: fewer key and value rows in the packed projection
+            self.qkv_proj = nn.Linear(self.embed_dim, (H + 2 * self.num_kv_heads) * D, bias=config.bias)
+        self.layer_idx, self.attention = layer_idx, config.attention
         self.resid_dropout = nn.Dropout(config.dropout)
+        rope = config.positions == "rope"
+        self.rotary = RotaryTable(D, config.rope_base, config.context_length) if rope else None
 
     def forward(
         self,
@@ -141,41 +184,48 @@ class CausalSelfAttention(MultiHeadAttention):
         mask: torch.Tensor | None = None,
         start: int = 0,
     ):
-        if not torch.compiler.is_compiling():  # a few attribute reads: a learner may call a layer on its own
-            check_attention_input(x, self, need_weights)
+        check_layer_call(self, x, cache, mask, start)
+        check_bool("need_weights", need_weights)
+        return self.forward_unchecked(x, cache, need_weights, mask, start)
+
+    def forward_unchecked(
+        self,
+        x: torch.Tensor,
+        cache: KVCache | None = None,
+        need_weights: bool = False,
+        mask: torch.Tensor | None = None,
+        start: int = 0,
+    ):
         B, T, C = x.shape
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
-        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
-        if self.rope:  # start: absolute position of the first new token (cache.length before the first layer)
-            q, k = (self._rotate(t, start) for t in (q, k))  # (B, H, T, D)
+        H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
+        q, k, v = self.qkv_proj(x).split([H * D, Hkv * D, Hkv * D], dim=-1)  # (B, T, C) -> (B, T, (H + 2Hkv) D)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, T, H * D) -> (B, H, T, D)
+        k = k.view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
+        v = v.view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
+        if self.rotary is not None:  # start: absolute position of the first new token (cache.length)
+            q, k = self.rotary.rotate_unchecked(q, start), self.rotary.rotate_unchecked(k, start)
         if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)  # (B, H, S, D): earlier keys and values, then these
+            k, v = cache.update(self.layer_idx, k, v)  # (B, Hkv, S, D): earlier keys and values, then these
+        if Hkv != H:  # query head h reads KV head h // (H // Hkv)
+            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # (B, H, S, D)
         S = k.shape[-2]
         p = self.dropout if self.training else 0.0
+        weights = None
         if need_weights or self.attention == "course":
-            if mask is None:
-                mask = causal_mask(T, S, device=x.device)  # (T, S), bottom-right aligned when T < S
-            else:  # the caller's mask, checked as scaled_dot_product_attention would before its kernel
-                check_scores_mask(mask, q, k)
+            mask = causal_mask(T, S, device=x.device) if mask is None else mask  # (T, S), bottom-right aligned
             out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         elif self.attention == "flash":  # no dropout_p: the config refuses dropout with it
-            weights = None
             out = flash_attention(q, k, v, mask, is_causal=mask is None)  # (B, H, T, D); causal is bottom-right
-        else:
-            weights = None
-            if mask is None and T == S:  # the usual training case: the fused kernel builds the triangle itself
-                out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, D)
-            elif mask is None and T == 1:  # one new token after a cache: it may attend to every key, no mask
-                out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)  # (B, H, 1, D)
-            else:  # is_causal aligns the triangle top-left, which is wrong when T < S: pass it explicitly
-                mask = causal_mask(T, S, device=x.device) if mask is None else mask
-                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, D)
-        out = self.resid_dropout(self.out_proj(merge_heads(out)))  # (B, H, T, D) -> (B, T, C)
+        elif mask is None and T == S:  # the usual training case: the fused kernel builds the triangle itself
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, D)
+        elif mask is None and T == 1:  # one new token after a cache: it may attend to every key, no mask
+            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)  # (B, H, 1, D)
+        else:  # is_causal aligns the triangle top-left, which is wrong when T < S: pass it explicitly
+            mask = causal_mask(T, S, device=x.device) if mask is None else mask
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, D)
+        out = out.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
+        out = self.resid_dropout(self.out_proj(out))  # (B, T, C)
         return (out, weights) if need_weights else out
-
-    def _rotate(self, t: torch.Tensor, start: int) -> torch.Tensor:
-        """Rotary positions ``start .. start + T - 1`` on (B, H, T, D), angles in at least float32."""
-        return self.rotary.rotate(t, start)
 
 
 class MLP(shared.MLP):
@@ -189,25 +239,14 @@ class MLP(shared.MLP):
 
 
 class Block(shared.Block):
-    """:class:`course_utils.block.Block` around the GPT's attention (GQA if num_kv_heads < num_heads).
+    """:class:`course_utils.block.Block` around the GPT's :class:`CausalSelfAttention`.
 
     Pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)); or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)).
     Shape: x (B, T, C) -> (B, T, C); ``block(x, cache=None, mask=None, start=0)``. Taught in notebook 10.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
-        if config.num_kv_heads in (None, config.num_heads):
-            attn = CausalSelfAttention(config, layer_idx)
-        else:
-            attn = GroupedQueryAttention(
-                config.embed_dim,
-                config.num_heads,
-                config.num_kv_heads,
-                bias=config.bias,
-                rope=config.positions == "rope",
-                rope_base=config.rope_base,
-                dropout=config.dropout,
-            )
+        attn = CausalSelfAttention(config, layer_idx)
         super().__init__(
             config.embed_dim,
             attn,
@@ -217,8 +256,18 @@ class Block(shared.Block):
             norm_position=config.norm_position,
         )
         self.layer_idx = layer_idx
-        if isinstance(attn, GroupedQueryAttention):  # the output dropout CausalSelfAttention applies itself
-            self.resid_dropout = nn.Dropout(config.dropout)
+
+    def forward(
+        self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None, start: int = 0
+    ) -> torch.Tensor:
+        check_layer_call(self.attn, x, cache, mask, start)
+        return self.forward_unchecked(x, cache, mask, start)
+
+    def forward_unchecked(
+        self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None, start: int = 0
+    ) -> torch.Tensor:
+        h = self.ln_1(x) if self.norm_position == "pre" else x
+        return self.add_branches(x, self.attn.forward_unchecked(h, cache, False, mask, start))  # (B, T, C)
 
     def attend(
         self,
@@ -228,13 +277,10 @@ class Block(shared.Block):
         start: int = 0,
         need_weights: bool = False,
     ):
-        """The attention branch alone: (B, T, C) -> (B, T, C), and weights (B, H, T, S)."""
-        if isinstance(self.attn, GroupedQueryAttention):  # its mask is explicit; its output dropout is the block's
-            T = x.shape[1]
-            mask = causal_mask(T, start + T, device=x.device) if mask is None else mask  # (T, S)
-            out = super().attend(x, mask=mask, cache=cache, layer=self.layer_idx, need_weights=need_weights)
-            return (self.resid_dropout(out[0]), out[1]) if need_weights else self.resid_dropout(out)
-        return super().attend(x, cache=cache, mask=mask, start=start, need_weights=need_weights)
+        """The attention branch alone, through the layer's checked forward: (B, T, C) -> (B, T, C), and
+        weights (B, H, T, S) with ``need_weights``."""
+        h = self.ln_1(x) if self.norm_position == "pre" else x
+        return self.attn(h, cache, need_weights, mask, start)
 
 
 class GPT(nn.Module):
@@ -299,6 +345,25 @@ class GPT(nn.Module):
         n = self.num_parameters() - (self.pos_emb.embedding.weight.numel() if self.pos_emb is not None else 0)
         return 6.0 * n + 6.0 * c.num_layers * T * c.embed_dim
 
+    def _reads(self, idx: object) -> bool:
+        """Whether to read the ids to check their range: not in a training step off the CPU, where the read
+        would make every step wait for the device."""
+        return not isinstance(idx, torch.Tensor) or idx.device.type == "cpu" or not self.training
+
+    def check_ids(self, idx: object, start: int = 0) -> None:
+        """Raise unless ``idx`` (B, T) holds token ids of this model that fit at positions ``start ..``.
+
+        While torch.compile traces, only the fit is checked (reading a tensor in Python would split the graph).
+        """
+        if not torch.compiler.is_compiling():
+            check_token_ids("idx", idx, self.config.vocab_size, values=self._reads(idx))
+        T = idx.shape[1]
+        if start + T > self.config.context_length:
+            raise ValueError(
+                f"positions {start}..{start + T - 1} do not fit in context_length = {self.config.context_length}; "
+                "crop the input (generation keeps the last context_length tokens)"
+            )
+
     def _embed(self, idx: torch.Tensor, start: int) -> torch.Tensor:
         """Token plus position embeddings of checked ids at positions ``start ..``: (B, T) -> (B, T, C)."""
         B, T = idx.shape
@@ -318,11 +383,25 @@ class GPT(nn.Module):
         return _LogitsOnly(self)
 
     def forward(self, idx: torch.Tensor, targets: torch.Tensor | None = None, cache: KVCache | None = None):
-        check_gpt_inputs(self, idx, targets, cache, KVCache)
+        if isinstance(targets, KVCache):
+            raise TypeError(
+                "got a KVCache as targets (the second argument): pass it as cache=..., or give "
+                "course_utils.generation model.for_generation(), whose forward is (idx, cache)"
+            )
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
         start = 0 if cache is None else cache.length  # idx's first position, read before any layer appends
+        self.check_ids(idx, start)
+        if targets is not None and not torch.compiler.is_compiling():
+            check_token_ids("targets", targets, self.config.vocab_size, ignore_index=-100, values=self._reads(idx))
+            if targets.shape != idx.shape:
+                raise ValueError(
+                    f"targets must have the shape of idx {tuple(idx.shape)} (the next token at every "
+                    f"position), got {tuple(targets.shape)}"
+                )
         x = self._embed(idx, start)  # (B, T, C)
         for block in self.blocks:
-            x = block(x, cache=cache, start=start)  # (B, T, C)
+            x = block.forward_unchecked(x, cache, start=start)  # (B, T, C): the layers trust the checks above
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
         loss = None
         if targets is not None:
@@ -335,7 +414,7 @@ class GPT(nn.Module):
 
         Shape: idx (B, T) -> num_layers tensors (B, H, T, T), as bertviz takes them. Taught in notebook 11.
         """
-        check_gpt_ids(self, idx)
+        self.check_ids(idx)
         x = self._embed(idx, 0)  # (B, T, C)
         maps = []
         for block in self.blocks:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from course_utils._validate import check_floating, check_fraction, check_int, check_token_ids
-from course_utils.gpt import GPT, CausalSelfAttention
+from course_utils.gpt import GPT
 from course_utils.multihead import split_heads
 
 __all__ = [
@@ -34,9 +34,7 @@ def _check_gpt(model: object) -> GPT:
     return model
 
 
-# ----------------------------------------------------------------------------------------------
-# Gradients per layer at initialisation
-# ----------------------------------------------------------------------------------------------
+# --- Gradients per layer at initialisation ------------------------------------------------------------------
 
 
 def layer_grad_norms(
@@ -81,9 +79,7 @@ def xavier_init_(model: GPT) -> GPT:
     return model
 
 
-# ----------------------------------------------------------------------------------------------
-# Attention sinks: how much weight goes to the first position
-# ----------------------------------------------------------------------------------------------
+# --- Attention sinks: how much weight goes to the first position --------------------------------------------
 
 
 def _check_weights(name: str, w: object) -> torch.Tensor:
@@ -129,9 +125,7 @@ def uniform_first_key_share(T: int) -> float:
     return sum(1.0 / (i + 1) for i in range(1, T)) / (T - 1)
 
 
-# ----------------------------------------------------------------------------------------------
-# Weights against what they move: ||w_ij f(x_j)|| (Kobayashi et al. 2020)
-# ----------------------------------------------------------------------------------------------
+# --- Weights against what they move: ||w_ij f(x_j)|| (Kobayashi et al. 2020) --------------------------------
 
 
 @torch.no_grad()
@@ -143,7 +137,7 @@ def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tens
     Shape: idx (B, T) -> L pairs (weights (B, H, T, T), values (B, H, T, C)). Taught in notebook 11.
     """
     model = _check_gpt(model)
-    if not all(isinstance(block.attn, CausalSelfAttention) for block in model.blocks):
+    if model.config.num_kv_heads not in (None, model.config.num_heads):
         raise ValueError(
             "attention_and_values needs multi-head attention in every block (num_kv_heads None or "
             "equal to num_heads); this model uses grouped-query attention"
@@ -250,9 +244,7 @@ def selected_key_ratios(
     return ratio(drawn), ratio(length)
 
 
-# ----------------------------------------------------------------------------------------------
-# Attention rolled out through the layers (Abnar and Zuidema 2020)
-# ----------------------------------------------------------------------------------------------
+# --- Attention rolled out through the layers (Abnar and Zuidema 2020) ---------------------------------------
 
 
 def attention_rollout(maps: list[torch.Tensor], residual: float = 0.5) -> list[torch.Tensor]:

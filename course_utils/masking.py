@@ -6,17 +6,21 @@ One convention: boolean, ``True`` = may attend, as ``F.scaled_dot_product_attent
 
 from __future__ import annotations
 
+import math
 from typing import Literal, get_args
 
 import torch
 
 from course_utils._validate import (
-    check_causal_mask_args,
-    check_combinable,
-    check_convert_mask_args,
-    check_mask_scores_args,
-    check_padding_mask_args,
+    check_bool_mask,
+    check_choice,
+    check_int,
+    check_last_positions,
+    check_number,
+    check_tensor,
+    is_integer_tensor,
 )
+from course_utils.devices import parse_device
 
 __all__ = [
     "causal_mask",
@@ -37,7 +41,17 @@ def causal_mask(T: int, S: int | None = None, device: torch.device | str | None 
     Bottom-right aligned; ``is_causal=True`` in PyTorch aligns top-left, the same only when T == S.
     Shape: -> (T, S), S defaults to T. Taught in notebook 03.
     """
-    T, S, device = check_causal_mask_args(T, S, device)  # S = T when None
+    S = T if S is None else S
+    check_int("T", T)
+    check_int("S", S)
+    check_last_positions(T, S, "causal_mask")
+    if T * S > 2**40:  # a terabyte of bools: torch would overflow or fail to allocate, deep inside
+        raise ValueError(
+            f"causal_mask({T}, {S}) would need {T * S:,} bytes ({T * S / 2**30:,.0f} GiB) for a "
+            "(T, S) bool mask: use a smaller T and S"
+        )
+    if device is not None:
+        device = parse_device(device)  # the one reading of a device name
     return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)  # (T, S)
 
 
@@ -46,7 +60,14 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | No
 
     Shape: scores (..., T, S), mask bool broadcastable to it -> (..., T, S). Taught in notebook 03.
     """
-    fill = check_mask_scores_args(scores, mask, fill_value)  # -inf when None
+    check_tensor("scores", scores, min_dim=2)
+    check_bool_mask(mask, scores.shape)
+    fill = float("-inf") if fill_value is None else check_number("fill_value", fill_value, "a number or None")
+    if not (fill == float("-inf") or (math.isfinite(fill) and fill < 0)):
+        raise ValueError(
+            f"fill_value must be -inf or a finite negative number (blocked keys need a score far below the others "
+            f"so the softmax gives them ~0 weight; NaN or +inf would poison the row), got {fill}"
+        )
     return scores.masked_fill(~mask, fill)
 
 
@@ -55,7 +76,19 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
 
     Shape: lengths (B,) -> (B, S); use ``m[:, None, None, :]`` for (B, H, T, S) scores. Taught in notebook 03.
     """
-    lengths, S = check_padding_mask_args(lengths, S)  # lengths as a (B,) integer tensor
+    check_int("S", S, minimum=0)
+    try:
+        lengths = torch.as_tensor(lengths)  # a list of ints too
+    except (TypeError, RuntimeError, ValueError):
+        raise TypeError(f"lengths must be a 1-D integer tensor or list, got {type(lengths).__name__}") from None
+    if lengths.numel() == 0:
+        lengths = lengths.long()  # torch.as_tensor([]) is float32; an empty batch is still a batch
+    if lengths.dim() != 1 or not is_integer_tensor(lengths):
+        raise TypeError(
+            f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}"
+        )
+    if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
+        raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
     positions = torch.arange(S, device=lengths.device)  # (S,)
     return positions[None, :] < lengths[:, None]  # (1, S) < (B, 1) -> (B, S)
 
@@ -68,7 +101,15 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     present = [m for m in masks if m is not None]
     if not present:
         return None
-    check_combinable(present)
+    for i, m in enumerate(present):
+        if not isinstance(m, torch.Tensor) or m.dtype != torch.bool:
+            got = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
+            raise TypeError(f"combine_masks takes boolean masks (True = may attend); mask {i} is {got}")
+    try:
+        torch.broadcast_shapes(*(m.shape for m in present))
+    except RuntimeError:
+        shapes = ", ".join(str(tuple(m.shape)) for m in present)
+        raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None
     out = present[0]
     for m in present[1:]:
         out = out & m
@@ -87,7 +128,20 @@ def convert_mask(
     An additive mask with finite non-zero entries is a bias, not a mask: ValueError.
     Shape: any -> same shape. Taught in notebook 03; used in notebook 05.
     """
-    check_convert_mask_args(mask, src, dst, dtype, _CONVENTIONS)  # an additive mask holds only 0 and -inf
+    check_choice("src", src, _CONVENTIONS)
+    check_choice("dst", dst, _CONVENTIONS)
+    check_tensor("mask", mask, min_dim=0)
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise TypeError(f"dtype must be a floating-point torch.dtype (an additive mask holds -inf), got {dtype!r}")
+    if src != "additive" and mask.dtype != torch.bool:
+        raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
+    if src == "additive" and not mask.is_floating_point():
+        raise TypeError(f"an 'additive' mask must be floating point, got dtype {mask.dtype}")
+    if src == "additive" and not bool(((mask == 0) | (mask == float("-inf"))).all()):
+        raise ValueError(
+            "an 'additive' mask may only hold 0 (may attend) and -inf (blocked); this one holds other values, "
+            "so it is a bias, not a mask"
+        )
     if src == "additive":
         allow = mask == 0
     elif src == "block":

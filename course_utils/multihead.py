@@ -12,14 +12,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._validate import (
-    check_attention_call,
+    check_bool,
+    check_bool_mask,
+    check_embedded,
+    check_float_tensor,
     check_fraction,
-    check_from_torch,
     check_heads,
     check_int,
-    check_merge_heads,
-    check_packed,
-    check_split_heads,
+    check_matches_module,
+    check_same_device,
+    check_tensor,
 )
 from course_utils.attention import attend
 
@@ -38,8 +40,12 @@ def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
     Shape: x (B, T, C) -> (B, H, T, D), D = C // H. Taught in notebook 04.
     """
-    D = check_split_heads(x, num_heads)  # C // num_heads
+    check_tensor("x", x, min_dim=3)
+    if x.dim() != 3:
+        raise ValueError(f"split_heads takes x of shape (B, T, C), got {tuple(x.shape)}")
+    check_heads(x.shape[-1], num_heads)
     B, T, C = x.shape
+    D = C // num_heads
     return x.view(B, T, num_heads, D).transpose(1, 2)  # (B, T, C) -> (B, T, H, D) -> (B, H, T, D)
 
 
@@ -48,9 +54,35 @@ def merge_heads(x: torch.Tensor) -> torch.Tensor:
 
     Shape: x (B, H, T, D) -> (B, T, C), C = H * D. Taught in notebook 04.
     """
-    check_merge_heads(x)
+    check_tensor("x", x, min_dim=4)
+    if x.dim() != 4:
+        raise ValueError(f"merge_heads takes x of shape (B, H, T, D), got {tuple(x.shape)}")
     B, H, T, D = x.shape
     return x.transpose(1, 2).reshape(B, T, H * D)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
+
+
+def check_attention_call(
+    module: nn.Module, x: object, mask: object, need_weights: object, memory: object = None, per_head: bool = True
+) -> None:
+    """The door of every attention module here: ``x`` (B, T, C) of the module's width, dtype and device,
+    ``need_weights`` a bool, ``memory`` None or (B, S, C) like x, and ``mask`` None or a boolean mask on x's
+    device that broadcasts to the scores (B, H, T, S), or (B, T, S) with ``per_head=False``."""
+    check_embedded("x", x, module.embed_dim, module)
+    check_bool("need_weights", need_weights)
+    if memory is not None:
+        check_float_tensor("memory", memory, min_dim=3)
+        B, C = x.shape[0], module.embed_dim
+        if memory.dim() != 3 or memory.shape[0] != B or memory.shape[1] == 0 or memory.shape[2] != C:
+            raise ValueError(
+                f"memory must have shape (B={B}, S >= 1, C={C}) for x of shape {tuple(x.shape)}, "
+                f"got {tuple(memory.shape)}"
+            )
+        check_matches_module("memory", memory, module)
+    if mask is not None:
+        B, T, _ = x.shape
+        S = T if memory is None else memory.shape[1]
+        check_bool_mask(mask, (B, int(module.num_heads), T, S) if per_head else (B, T, S))  # numpy ints too
+        check_same_device(q=x, mask=mask)  # the queries are made on x's device
 
 
 def _returned(out: torch.Tensor, weights: torch.Tensor, need_weights: bool):
@@ -97,7 +129,8 @@ class MultiHeadAttentionWrapper(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
-        head_dim = check_heads(embed_dim, num_heads)
+        check_heads(embed_dim, num_heads)
+        head_dim = embed_dim // num_heads
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
         self.heads = nn.ModuleList(SingleHeadAttention(embed_dim, head_dim, bias) for _ in range(num_heads))
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
@@ -115,7 +148,9 @@ class MultiHeadAttentionWrapper(nn.Module):
     @classmethod
     def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionWrapper:
         """The same function as ``packed``, its q, k, v rows cut into one head each."""
-        check_packed(packed, MultiHeadAttention)
+        if not isinstance(packed, MultiHeadAttention):
+            hint = " (convert it first with MultiHeadAttention.from_torch)" * isinstance(packed, nn.MultiheadAttention)
+            raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
         bias = packed.qkv_proj.bias is not None
         new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
         C, D = packed.embed_dim, packed.head_dim
@@ -139,7 +174,8 @@ class MultiHeadAttentionEinsum(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
-        head_dim = check_heads(embed_dim, num_heads)
+        check_heads(embed_dim, num_heads)
+        head_dim = embed_dim // num_heads
         self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
         H, D, C = num_heads, head_dim, embed_dim
         bound = C**-0.5  # the same uniform init nn.Linear(C, D) uses
@@ -165,7 +201,9 @@ class MultiHeadAttentionEinsum(nn.Module):
     @classmethod
     def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionEinsum:
         """The same function as ``packed``: its (3C, C) weight viewed as three (H, D, C) blocks."""
-        check_packed(packed, MultiHeadAttention)
+        if not isinstance(packed, MultiHeadAttention):
+            hint = " (convert it first with MultiHeadAttention.from_torch)" * isinstance(packed, nn.MultiheadAttention)
+            raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
         bias = packed.qkv_proj.bias is not None
         new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
         H, D, C = packed.num_heads, packed.head_dim, packed.embed_dim
@@ -193,9 +231,10 @@ class MultiHeadAttention(nn.Module):
 
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True, dropout: float = 0.0) -> None:
         super().__init__()
-        head_dim = check_heads(embed_dim, num_heads)
-        dropout = check_fraction("dropout", dropout)
-        self.embed_dim, self.num_heads, self.head_dim, self.dropout = embed_dim, num_heads, head_dim, dropout
+        check_heads(embed_dim, num_heads)
+        check_fraction("dropout", dropout)
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.dropout = float(dropout)
         self.qkv_proj = nn.Linear(embed_dim, 3 * embed_dim, bias=bias)
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
@@ -207,11 +246,16 @@ class MultiHeadAttention(nn.Module):
         *,
         memory: torch.Tensor | None = None,
     ):
-        check_attention_call(self, x, mask, need_weights, memory, takes_memory=True)
+        C = self.embed_dim
+        if isinstance(mask, torch.Tensor) and mask.is_floating_point() and mask.dim() == 3 and mask.shape[-1] == C:
+            raise TypeError(  # nn.MultiheadAttention's habit, attn(x, memory), by position
+                f"mask must be boolean, got a floating tensor of shape {tuple(mask.shape)}, which looks like a "
+                f"(B, S, C) memory: for cross-attention pass it by keyword, attn(x, memory=m)"
+            )
+        check_attention_call(self, x, mask, need_weights, memory)
         if memory is None:  # self-attention: queries, keys and values all from x
             q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         else:  # cross-attention: queries from x, keys and values from the memory
-            C = self.embed_dim
             w_q, w_kv = self.qkv_proj.weight.split([C, 2 * C])  # (3C, C) -> (C, C), (2C, C)
             b = self.qkv_proj.bias
             b_q, b_kv = (None, None) if b is None else b.split([C, 2 * C])  # (3C,) -> (C,), (2C,)
@@ -225,7 +269,12 @@ class MultiHeadAttention(nn.Module):
     @classmethod
     def from_torch(cls, m: nn.MultiheadAttention) -> MultiHeadAttention:
         """A module computing what ``m`` does, batch first: ``ours(x, memory=mem)`` is ``m(x, mem, mem)``."""
-        check_from_torch(m)
+        if not isinstance(m, nn.MultiheadAttention):
+            raise TypeError(f"from_torch takes an nn.MultiheadAttention, got {type(m).__name__}")
+        if not m._qkv_same_embed_dim:
+            raise ValueError("from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)")
+        if m.bias_k is not None or m.add_zero_attn:
+            raise ValueError("from_torch does not support add_bias_kv or add_zero_attn")
         bias = m.in_proj_bias is not None
         new = cls(m.embed_dim, m.num_heads, bias=bias, dropout=m.dropout).to(m.in_proj_weight)
         with torch.no_grad():

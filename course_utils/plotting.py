@@ -1,7 +1,6 @@
-"""Pictures of attention: heatmaps of weights with token labels, one head or many.
+"""Pictures of attention: heatmaps of weights with token labels, one head or many (notebooks 01 to 11).
 
-Used from notebook 01 on; later notebooks (10, 11) reuse them for a trained model. Every heatmap of weights
-carries a colourbar; panels drawn together share one colour scale and one colourbar.
+Every heatmap of weights carries a colourbar; panels drawn together share one colour scale and one colourbar.
 """
 
 from __future__ import annotations
@@ -62,14 +61,10 @@ def plot_weights(
     Shape:
         weights: (T, S)
 
-    The colour scale runs from 0 to ``vmax``: 1 by default, since weights are probabilities, so that two
-    pictures drawn side by side can be compared colour for colour. ``vmax=None`` stretches the scale to
-    this matrix's largest weight (more contrast for a matrix shown alone, not comparable with another).
-    Masked entries (weight 0) show as the lightest colour; values are written in the cells when the
-    matrix is small enough to read (``annotate=None`` decides by size). With a boolean ``mask`` (T, S)
-    (True = may attend) every cell is written: blocked cells are hatched and left blank unless weight leaked
-    into them, and a NaN weight (a row that sees no key) is written in red (the widgets of notebooks 03, 04).
-    ``colorbar=False`` leaves the colourbar out, for panels that share one (:func:`shared_colorbar`).
+    The colour scale runs from 0 to ``vmax`` (1: weights are probabilities; None: this matrix's largest).
+    Values are written in the cells when the matrix is small (``annotate=None`` decides by size). With a
+    boolean ``mask`` (T, S) every cell is written: blocked cells hatched and blank unless weight leaked into
+    them, a NaN weight in red. ``colorbar=False`` is for panels that share one (:func:`shared_colorbar`).
     """
     w = _as_2d(weights, "weights")
     if w.dim() != 2:
@@ -97,11 +92,13 @@ def plot_weights(
     if annotate if annotate is not None else (T * S <= 100):
         for i in range(T):
             for j in range(S):
-                v = float(w[i, j])
-                ax.text(
-                    j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * top else "black"
-                )
+                _write(ax, i, j, float(w[i, j]), top)
     return ax
+
+
+def _write(ax: plt.Axes, i: int, j: int, v: float, top: float) -> None:
+    """Write weight ``v`` in cell (i, j), white on the darkest colours."""
+    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * top else "black")
 
 
 def _plot_masked(
@@ -131,17 +128,14 @@ def _plot_masked(
             if nan[i, j]:
                 ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
             elif mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
-                ax.text(
-                    j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * peak else "black"
-                )
+                _write(ax, i, j, v, peak)
     return ax
 
 
 def shared_colorbar(axes: Sequence[plt.Axes], label: str = "weight") -> Colorbar:
     """One colourbar for several heatmaps drawn on one colour scale (``plot_weights(..., colorbar=False)``).
 
-    The panels must share one scale (the same ``vmax``), or one bar would misread all but one of them. Draw
-    them in a figure made with ``layout="constrained"``, which makes room for the bar beside the grid.
+    The panels must share one ``vmax``; draw them in a figure with ``layout="constrained"``.
     """
     if isinstance(axes, plt.Axes) or not isinstance(axes, Sequence) or not axes:
         raise TypeError(f"axes must be a non-empty list of the panels' axes, got {type(axes).__name__}")
@@ -166,9 +160,7 @@ def plot_heads(
     Shape:
         weights: (H, T, S); labels label both queries and keys when T == S
 
-    Every panel runs from 0 to ``vmax`` (1 by default: weights are probabilities); ``vmax=None`` uses the
-    largest weight of all the heads, still one scale for every panel, so the same colour is the same
-    weight in each head.
+    Every panel runs from 0 to ``vmax`` (None: the largest weight of all the heads).
     """
     w = _as_2d(weights, "weights")
     if w.dim() != 3:
@@ -202,9 +194,7 @@ def plot_heads(
     return fig
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Notebooks 10 and 11: a trained character-level GPT
-# ---------------------------------------------------------------------------------------------------------
+# --- Notebooks 10 and 11: a trained character-level GPT -----------------------------------------------------
 
 _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
 
@@ -229,12 +219,9 @@ def plot_attention_maps(
     Shape:
         maps: a list over layers of (1, H, T, T) or (H, T, T) weights (``GPT.attention_maps``); labels: T
 
-    Rows are queries, columns keys; the upper triangle is empty because the model is causal. Every panel
-    runs from 0 to 1. So that the labels can be read, only the bottom row labels keys and only the left
-    column labels queries, each tick with one label (a character from :func:`char_labels`) at ``fontsize``
-    points, and at most ``max_ticks`` of the T positions are labelled (evenly spaced, the last one always;
-    by default as many as fit a panel ``cell`` inches wide at about 1.5 ``fontsize`` apart). Used in
-    notebook 11.
+    Every panel runs from 0 to 1. Only the bottom row labels keys and the left column queries, at most
+    ``max_ticks`` positions (evenly spaced, the last always; by default as many as fit a panel ``cell`` inches
+    wide at ``fontsize``). Used in notebook 11.
     """
     if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence):
         raise TypeError(
@@ -333,9 +320,8 @@ def plot_loss_curve(
 class LiveLossPlot:
     """A loss curve that redraws itself while a model trains: ``train(..., callback=LiveLossPlot(...))``.
 
-    It collects the ``train`` and ``eval`` events of :func:`course_utils.train.train` and, in a notebook,
-    replaces its picture in place every ``every`` logged intervals and at each evaluation (one picture, not
-    one per update). ``history`` and ``evals`` start from a resumed run's saved ones when passed.
+    In a notebook it redraws in place every ``every`` logged intervals and at each evaluation; ``history`` and
+    ``evals`` start from a resumed run's.
     """
 
     def __init__(

@@ -13,20 +13,15 @@ import torch
 from torch import nn
 
 from course_utils._validate import (
-    check_alibi_args,
-    check_attention_call,
-    check_even_int,
+    check_choice,
+    check_float_tensor,
+    check_greater_than,
     check_int,
-    check_learned_input,
-    check_rope_input,
-    check_rotary_attention_args,
-    check_rotary_table_args,
-    check_rotate_input,
-    check_rotate_pair,
-    check_sinusoidal_args,
+    check_last_positions,
+    check_positions,
 )
 from course_utils.attention import attend
-from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
+from course_utils.multihead import MultiHeadAttention, check_attention_call, merge_heads, split_heads
 
 __all__ = [
     "LearnedPositionalEmbedding",
@@ -48,9 +43,13 @@ Pairing = Literal["interleaved", "half"]
 _PAIRINGS = get_args(Pairing)
 
 
-# ----------------------------------------------------------------------------------------------
-# Learned absolute positions (GPT-2 style)
-# ----------------------------------------------------------------------------------------------
+def check_even(name: str, n: int, why: str) -> None:
+    """Raise ValueError unless ``n`` is even; ``why`` says what comes in pairs."""
+    if n % 2 != 0:
+        raise ValueError(f"{name} must be even ({why}), got {n}")
+
+
+# --- Learned absolute positions (GPT-2 style) ---------------------------------------------------------------
 
 
 class LearnedPositionalEmbedding(nn.Module):
@@ -68,13 +67,22 @@ class LearnedPositionalEmbedding(nn.Module):
         self.embedding = nn.Embedding(context_length, embed_dim)  # weight: (context_length, C)
 
     def forward(self, x: torch.Tensor, positions: torch.Tensor | None = None) -> torch.Tensor:
-        positions = check_learned_input(x, positions, self.embed_dim, self.context_length)  # (T,), 0 .. T-1 if None
+        check_float_tensor("x", x, min_dim=2)
+        if x.shape[-1] != self.embed_dim:
+            raise ValueError(f"x must end in embed_dim = {self.embed_dim} channels, got shape {tuple(x.shape)}")
+        T = x.shape[-2]
+        if positions is not None:
+            check_positions(positions, T)
+        positions = torch.arange(T, device=x.device) if positions is None else positions.to(x.device)  # (T,)
+        if positions.numel() and int(positions.max()) >= self.context_length:
+            raise ValueError(
+                f"position {int(positions.max())} is beyond context_length = {self.context_length}: a learned "
+                f"position embedding only has rows for positions 0 .. {self.context_length - 1}"
+            )
         return x + self.embedding(positions)  # (B, T, C) + (T, C) -> (B, T, C)
 
 
-# ----------------------------------------------------------------------------------------------
-# Sinusoidal encoding (Vaswani et al. 2017)
-# ----------------------------------------------------------------------------------------------
+# --- Sinusoidal encoding (Vaswani et al. 2017) --------------------------------------------------------------
 
 
 def sinusoidal_frequencies(C: int, base: float = 10000.0) -> torch.Tensor:
@@ -82,7 +90,9 @@ def sinusoidal_frequencies(C: int, base: float = 10000.0) -> torch.Tensor:
 
     Shape: -> (C // 2,) float64. Taught in notebook 06.
     """
-    base = check_sinusoidal_args(C, base)  # C even
+    check_int("C", C, minimum=2)
+    check_even("C", C, "the channels come in (sin, cos) pairs")
+    check_greater_than("base", base, 1)
     return base ** (-torch.arange(0, C, 2, dtype=torch.float64) / C)  # (C/2,)
 
 
@@ -110,9 +120,7 @@ def sinusoidal_shift_matrix(k: int, C: int, base: float = 10000.0) -> torch.Tens
     return torch.block_diag(*blocks)  # (C, C)
 
 
-# ----------------------------------------------------------------------------------------------
-# Rotary position embeddings (RoPE, Su et al. 2021)
-# ----------------------------------------------------------------------------------------------
+# --- Rotary position embeddings (RoPE, Su et al. 2021) ------------------------------------------------------
 
 
 def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -120,7 +128,14 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
 
     Shape: x1, x2, angle broadcastable -> two tensors of the broadcast shape. Taught in notebook 06.
     """
-    check_rotate_pair(x1, x2, angle)
+    for name, t in (("x1", x1), ("x2", x2), ("angle", angle)):
+        check_float_tensor(name, t, min_dim=0)
+    try:
+        torch.broadcast_shapes(x1.shape, x2.shape, angle.shape)
+    except RuntimeError:
+        raise ValueError(
+            f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} do not broadcast together"
+        ) from None
     cos, sin = torch.cos(angle), torch.sin(angle)
     return x1 * cos - x2 * sin, x1 * sin + x2 * cos
 
@@ -149,8 +164,13 @@ def apply_rope(
     ``"half"`` (i, i + D/2; the course's) or ``"interleaved"`` (2i, 2i+1; RoFormer's).
     Shape: x (..., T, D), D even; positions (T,) integers or None -> (..., T, D). Taught in notebook 06.
     """
-    positions = check_rope_input(x, positions, pairing, _PAIRINGS)  # (T,), 0 .. T-1 if None; D even
-    D = x.shape[-1]
+    check_float_tensor("x", x, min_dim=2)
+    check_choice("pairing", pairing, _PAIRINGS)
+    check_even("the last dimension D of x", x.shape[-1], "RoPE rotates pairs of channels")
+    T, D = x.shape[-2:]
+    if positions is not None:
+        check_positions(positions, T)
+    positions = torch.arange(T, device=x.device) if positions is None else positions.to(x.device)  # (T,)
     theta = sinusoidal_frequencies(D, base).to(x.device)  # (D/2,), float64 for accurate angles
     angles = positions.to(torch.float64)[:, None] * theta[None, :]  # (T, 1) * (1, D/2) -> (T, D/2)
     out = _rotate_channels(x, angles.cos(), angles.sin(), pairing)  # (..., T, D), float64
@@ -166,8 +186,12 @@ class RotaryTable:
     """
 
     def __init__(self, head_dim: int, base: float = 10000.0, length: int = 0, pairing: Pairing = "half") -> None:
-        base = check_rotary_table_args(head_dim, base, length, pairing, _PAIRINGS)
-        self.head_dim, self.base, self.length, self.pairing = int(head_dim), base, int(length), pairing
+        check_int("head_dim", head_dim, minimum=2)
+        check_even("head_dim", head_dim, "RoPE rotates pairs of channels")
+        check_int("length", length, minimum=0)
+        check_choice("pairing", pairing, _PAIRINGS)
+        check_greater_than("base", base, 1)
+        self.head_dim, self.base, self.length, self.pairing = int(head_dim), float(base), int(length), pairing
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
 
     def __repr__(self) -> str:
@@ -180,7 +204,8 @@ class RotaryTable:
         key = (torch.device(device), dtype)
         table = self._tables.get(key)
         if table is None or table[0].shape[0] < n:
-            theta = sinusoidal_frequencies(self.head_dim, self.base)  # (D/2,) float64
+            D = self.head_dim
+            theta = self.base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,), sinusoidal_frequencies
             angles = torch.arange(max(n, self.length), dtype=torch.float64)[:, None] * theta[None, :]  # (N, D/2)
             table = (angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype))
             self._tables[key] = table
@@ -188,7 +213,14 @@ class RotaryTable:
 
     def rotate(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         """x rotated at positions start .. start + T - 1 (a KV cache's new tokens start at its length)."""
-        check_rotate_input(x, self.head_dim, start)  # skipped under torch.compile
+        check_float_tensor("x", x, min_dim=2)
+        if x.shape[-1] != self.head_dim:
+            raise ValueError(f"x must end in head_dim = {self.head_dim} channels, got shape {tuple(x.shape)}")
+        check_int("start", start, minimum=0)
+        return self.rotate_unchecked(x, start)
+
+    def rotate_unchecked(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """:meth:`rotate` for a model that checked its input at its door."""
         T = x.shape[-2]
         wide = x.to(torch.promote_types(x.dtype, torch.float32))
         cos, sin = self.cos_sin(start + T, x.device, wide.dtype)
@@ -202,13 +234,12 @@ def rope_pairing_permutation(D: int) -> torch.Tensor:
     ``apply_rope(x[..., perm], pairing="half") == apply_rope(x, pairing="interleaved")[..., perm]``.
     Shape: -> (D,) LongTensor [0, 2, ..., D-2, 1, 3, ..., D-1]. Taught in notebook 06.
     """
-    check_even_int("D", D, "RoPE rotates pairs of channels")
+    check_int("D", D, minimum=2)
+    check_even("D", D, "RoPE rotates pairs of channels")
     return torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,)
 
 
-# ----------------------------------------------------------------------------------------------
-# ALiBi: attention with linear biases (Press et al. 2022)
-# ----------------------------------------------------------------------------------------------
+# --- ALiBi: attention with linear biases (Press et al. 2022) ------------------------------------------------
 
 
 def _slopes_power_of_two(n: int) -> list[float]:
@@ -233,15 +264,16 @@ def alibi_bias(H: int, T: int, S: int | None = None) -> torch.Tensor:
     Shape: -> (H, T, S) float32, S defaults to T. Taught in notebook 06.
     """
     S = T if S is None else S
-    check_alibi_args(H, T, S)  # T <= S
+    check_int("H", H)
+    check_int("T", T)
+    check_int("S", S)
+    check_last_positions(T, S, "alibi_bias")
     query_pos = torch.arange(S - T, S)  # (T,): absolute positions of the queries
     distance = (query_pos[:, None] - torch.arange(S)[None, :]).abs()  # (T, 1) - (1, S) -> (T, S)
     return alibi_slopes(H)[:, None, None] * (-distance)[None].float()  # (H, 1, 1) * (1, T, S) -> (H, T, S)
 
 
-# ----------------------------------------------------------------------------------------------
-# Attention modules: one step changed, everything else from MultiHeadAttention
-# ----------------------------------------------------------------------------------------------
+# --- Attention modules: one step changed, everything else from MultiHeadAttention ---------------------------
 
 
 class RotaryMultiHeadAttention(MultiHeadAttention):
@@ -261,8 +293,10 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         pairing: Pairing = "half",
     ) -> None:
         super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
-        self.base = check_rotary_attention_args(self.head_dim, base, pairing, _PAIRINGS)  # head_dim even
-        self.pairing = pairing
+        check_even("head_dim (embed_dim / num_heads)", self.head_dim, "RoPE rotates pairs of channels")
+        check_choice("pairing", pairing, _PAIRINGS)
+        check_greater_than("base", base, 1)
+        self.base, self.pairing = float(base), pairing
 
     def forward(
         self,

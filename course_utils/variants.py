@@ -9,10 +9,6 @@ The cache protocol, which :mod:`course_utils.generation` relies on: a model has 
 ``new_cache() -> KVCache`` and ``forward(idx (B, T), cache=None) -> logits (B, T, V)``. With a cache,
 ``idx`` holds only the new tokens, at positions ``cache.length ..``; layer ``i`` calls
 ``k, v = cache.update(i, k_new, v_new)`` and attends with ``causal_mask(T, S)``, S = ``cache.length + T``.
-
-Each public function checks its arguments in one call at its top (the checks live in ``_validate``), then does
-the idea; a layer that has checked its input calls the unchecked twin (``_repeat_kv``, ``_linformer_attention``,
-``_aft_full``, ``attention.attend``) rather than check the same tensors again.
 """
 
 from __future__ import annotations
@@ -25,25 +21,21 @@ import torch
 from torch import nn
 
 from course_utils._validate import (
-    check_aft_full_call,
-    check_aft_qkv,
-    check_attention_input,
-    check_batch_rows,
-    check_cache_update,
-    check_causal_linear,
-    check_decoder_config,
-    check_decoder_input,
+    check_bool,
+    check_bool_mask,
+    check_choice,
+    check_embedded,
     check_float_tensor,
-    check_gqa_args,
+    check_fraction,
+    check_greater_than,
+    check_heads,
     check_int,
-    check_kv_cache_sizes,
-    check_linear_step,
-    check_linformer_call,
-    check_repeat_kv,
-    check_sequence_input,
-    check_sliding_window_call,
+    check_qkv,
+    check_same_device,
+    check_scores_mask,
     check_tensor,
-    check_topk_call,
+    check_token_ids,
+    is_integer_tensor,
 )
 from course_utils.attention import attend, scaled_dot_product_attention
 from course_utils.block import Block
@@ -74,9 +66,7 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------
-# 1. Grouped-query attention (Ainslie et al. 2023); multi-query attention (Shazeer 2019)
-# ----------------------------------------------------------------------------------------------
+# --- 1. Grouped-query attention (Ainslie et al. 2023); multi-query attention (Shazeer 2019) -----------------
 
 
 def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -84,12 +74,11 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
 
     Shape: x (B, Hkv, S, D) -> (B, H, S, D). Taught in notebook 07.
     """
-    check_repeat_kv(x, num_heads)
-    return _repeat_kv(x, num_heads)
-
-
-def _repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
-    """:func:`repeat_kv` without its checks, for a layer whose head counts are checked already."""
+    check_tensor("x", x, min_dim=4)
+    if x.dim() != 4:
+        raise ValueError(f"repeat_kv takes x of shape (B, Hkv, S, D), got {tuple(x.shape)}")
+    check_int("num_heads", num_heads)
+    check_heads(num_heads, num_heads, x.shape[1])  # embed_dim = num_heads: only "Hkv divides H" can fail
     return x.repeat_interleave(num_heads // x.shape[1], dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
 
 
@@ -97,10 +86,8 @@ class GroupedQueryAttention(nn.Module):
     """Self-attention with H query heads sharing Hkv <= H key/value heads (Hkv == H: MHA; Hkv == 1: MQA).
 
     With a :class:`KVCache`, ``x`` holds only the new tokens; ``rope=True`` rotates q and k at their absolute
-    positions with frequencies ``rope_base ** (-2i / D)``. ``dropout`` drops attention weights in training mode,
-    as :class:`~course_utils.multihead.MultiHeadAttention` does. Shape: x (B, T, C), mask bool broadcastable to
-    (B, H, T, S) -> out (B, T, C), and weights (B, H, T, S) (after dropout) with ``need_weights``.
-    Taught in notebook 07.
+    positions. Shape: x (B, T, C), mask bool broadcastable to (B, H, T, S) -> out (B, T, C), and weights
+    (B, H, T, S) (after dropout) with ``need_weights``. Taught in notebook 07.
     """
 
     def __init__(
@@ -114,7 +101,16 @@ class GroupedQueryAttention(nn.Module):
         dropout: float = 0.0,
     ) -> None:
         super().__init__()
-        self.head_dim = check_gqa_args(embed_dim, num_heads, num_kv_heads, bias, rope, rope_base, dropout)
+        check_bool("bias", bias)
+        check_bool("rope", rope)
+        check_greater_than("rope_base", rope_base, 1)
+        check_fraction("dropout", dropout)
+        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
+            check_int(name, n)  # all three before the divisions, and num_kv_heads "an int" (None is no count here)
+        check_heads(embed_dim, num_heads, num_kv_heads)
+        self.head_dim = embed_dim // num_heads
+        if rope and self.head_dim % 2:
+            raise ValueError(f"rope=True needs an even head_dim, got {self.head_dim}")
         self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
         self.rope, self.rope_base, self.dropout = rope, float(rope_base), float(dropout)
         kv_dim = num_kv_heads * self.head_dim
@@ -131,7 +127,10 @@ class GroupedQueryAttention(nn.Module):
         layer: int = 0,
         need_weights: bool = False,
     ):
-        check_attention_input(x, self, need_weights)
+        check_embedded("x", x, self.embed_dim, self)
+        check_bool("need_weights", need_weights)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
         B, T, C = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
         q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
@@ -145,7 +144,7 @@ class GroupedQueryAttention(nn.Module):
             q, k = (apply_rope(t, positions, self.rope_base, pairing="half") for t in (q, k))  # as gpt.py
         if cache is not None:
             k, v = cache.update(layer, k, v)  # (B, Hkv, S, D): everything cached so far, new tokens last
-        k, v = _repeat_kv(k, H), _repeat_kv(v, H)  # (B, Hkv, S, D) -> (B, H, S, D)
+        k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # -> (B, H, S, D)
         p = self.dropout if self.training else 0.0
         # not attend: the caller's mask, and keys from a cache filled in another dtype or device, are unchecked
         out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
@@ -177,17 +176,14 @@ def kv_cache_bytes(
     batch_size: int = 1,
     bytes_per_element: int = 2,
 ) -> int:
-    """Bytes a KV cache needs: keys and values of every layer, KV head, token and sequence of the batch.
-
-    2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element. Taught in notebook 07.
-    """
-    check_kv_cache_sizes(num_layers, num_kv_heads, head_dim, num_tokens, batch_size, bytes_per_element)
+    """Bytes a KV cache needs: 2 (keys and values) times every argument's product. Taught in notebook 07."""
+    sizes = dict(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, num_tokens=num_tokens)
+    for name, n in {**sizes, "batch_size": batch_size, "bytes_per_element": bytes_per_element}.items():
+        check_int(name, n)
     return 2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
 
 
-# ----------------------------------------------------------------------------------------------
-# 2. Sliding-window (local) attention (Longformer, Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023)
-# ----------------------------------------------------------------------------------------------
+# --- 2. Sliding-window (local) attention (Longformer, Beltagy et al. 2020; Mistral 7B, Jiang et al. 2023) ---
 
 
 def sliding_window_mask(
@@ -207,12 +203,18 @@ def sliding_window_mask(
 def sliding_window_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, window: int, chunk_size: int = 128, scale: float | None = None
 ) -> torch.Tensor:
-    """Causal sliding-window self-attention, a chunk of queries at a time, never building the (T, T) matrix.
+    """:func:`scaled_dot_product_attention` with :func:`sliding_window_mask`, a chunk of queries at a time.
 
-    Equal to :func:`scaled_dot_product_attention` with :func:`sliding_window_mask`.
     Shape: q, k, v (..., T, D) -> out (..., T, D). Taught in notebook 07.
     """
-    scale = check_sliding_window_call(q, k, v, window, chunk_size, scale)
+    check_qkv(q, k, v, scale)
+    check_int("window", window)
+    check_int("chunk_size", chunk_size)
+    if k.shape[-2] != q.shape[-2] or v.shape[-2] != q.shape[-2]:
+        raise ValueError(
+            f"sliding_window_attention is self-attention: q, k, v need the same length T, "
+            f"got {q.shape[-2]}, {k.shape[-2]}, {v.shape[-2]}"
+        )
     T = q.shape[-2]
     outs = []
     for i0 in range(0, T, chunk_size):
@@ -226,9 +228,7 @@ def sliding_window_attention(
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
 
-# ----------------------------------------------------------------------------------------------
-# 3. Low rank along the sequence (Linformer, Wang et al. 2020) and attention-free (AFT, Zhai et al. 2021)
-# ----------------------------------------------------------------------------------------------
+# --- 3. Low rank along the sequence (Linformer, Wang et al. 2020) and attention-free (AFT, Zhai et al. 2021) ---
 
 
 def linformer_attention(
@@ -241,11 +241,26 @@ def linformer_attention(
 ) -> torch.Tensor:
     """Linformer: project the S keys and values down to R rows, then attend to those (not causal).
 
-    Projections longer than S are cut to their first S columns (the same as zero-padding k and v).
+    Projections longer than S are cut to their first S columns. Taught in notebook 07.
     Shape: q (..., T, D), k, v (..., S, D), proj_k, proj_v (R, S' >= S) -> out (..., T, D).
-    Taught in notebook 07.
     """
-    scale = check_linformer_call(q, k, v, proj_k, proj_v, scale)
+    check_qkv(q, k, v, scale)
+    S = k.shape[-2]
+    for name, p in (("proj_k", proj_k), ("proj_v", proj_v)):
+        check_tensor(name, p, min_dim=2)
+        if p.dim() != 2 or p.shape[1] < S:
+            raise ValueError(f"{name} must have shape (R, S') with S' >= S = {S}, got {tuple(p.shape)}")
+        if p.dtype != k.dtype:
+            raise TypeError(
+                f"{name} must have the dtype of q, k and v ({k.dtype}), got {p.dtype}: "
+                f"convert it with {name}.to(k.dtype)"
+            )
+    if proj_k.shape[0] != proj_v.shape[0]:
+        raise ValueError(
+            f"proj_k and proj_v must have the same number of rows R (the projected length), got "
+            f"{tuple(proj_k.shape)} and {tuple(proj_v.shape)}"
+        )
+    check_same_device(k=k, proj_k=proj_k, proj_v=proj_v)
     return _linformer_attention(q, k, v, proj_k, proj_v, scale)
 
 
@@ -281,8 +296,10 @@ class LinformerSelfAttention(nn.Module):
         self.proj_v = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_sequence_input(x, self.mha.embed_dim, self.context_length, self)
+        check_embedded("x", x, self.mha.embed_dim, self)
         B, T, C = x.shape
+        if T > self.context_length:
+            raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
         H = self.mha.num_heads
         q, k, v = self.mha.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, C)
         q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
@@ -295,11 +312,16 @@ def aft_full(
 ) -> torch.Tensor:
     """AFT-full: out_t = sigmoid(q_t) * sum_s softmax_s(k_s + w_ts) v_s, per channel.
 
-    Computed as a softmax, so it cannot overflow. A query that may see no key gets 0. Memory O(B * T * S * C).
+    A query that may see no key gets 0. Taught in notebook 07.
     Shape: q (B, T, C), k, v (B, S, C), w (T, S), mask bool broadcastable to (T, S) -> out (B, T, C).
-    Taught in notebook 07.
     """
-    check_aft_full_call(q, k, v, w, mask)
+    check_aft_qkv(q, k, v)
+    T, S = q.shape[-2], k.shape[-2]
+    check_tensor("w", w, min_dim=2)
+    if tuple(w.shape) != (T, S):
+        raise ValueError(f"w must have shape (T, S) = ({T}, {S}), got {tuple(w.shape)}")
+    if mask is not None:
+        check_bool_mask(mask, (T, S))
     return _aft_full(q, k, v, w, mask)
 
 
@@ -333,6 +355,15 @@ def aft_local_bias(w: torch.Tensor, window: int) -> torch.Tensor:
     return torch.where((i - j).abs() < window, w, torch.zeros_like(w))  # (T, S)
 
 
+def check_aft_qkv(q: object, k: object, v: object) -> None:
+    """Raise unless q (B, T, C), k and v (B, S, C) fit, with as many channels in q as in v (AFT's door)."""
+    check_qkv(q, k, v)
+    if q.shape[-1] != v.shape[-1]:
+        raise ValueError(
+            f"q and v must have the same number of channels C, got q {tuple(q.shape)} and v {tuple(v.shape)}"
+        )
+
+
 def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """AFT-simple (no position biases): out_t = sigmoid(q_t) * sum_s softmax_s(k)_s v_s; not causal.
 
@@ -347,9 +378,7 @@ def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
 class AFTFull(nn.Module):
     """An AFT-full (AFT-local with ``local_window``) layer: projections, learned w (L, L), output projection.
 
-    Pass ``causal_mask(T)`` for an autoregressive layer.
-    Shape: x (B, T, C), T <= context_length, mask bool broadcastable to (T, T) -> out (B, T, C).
-    Taught in notebook 07.
+    Shape: x (B, T, C), T <= context_length, mask bool broadcastable to (T, T) -> out (B, T, C). Notebook 07.
     """
 
     def __init__(
@@ -368,8 +397,12 @@ class AFTFull(nn.Module):
         self.w = nn.Parameter(0.1 * torch.randn(context_length, context_length))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        check_sequence_input(x, self.embed_dim, self.context_length, self, mask)
+        check_embedded("x", x, self.embed_dim, self)
         T = x.shape[1]
+        if T > self.context_length:
+            raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
+        if mask is not None:
+            check_bool_mask(mask, (T, T))
         w = self.w[:T, :T]  # (T, T)
         if self.local_window is not None:
             w = aft_local_bias(w, self.local_window)
@@ -377,9 +410,7 @@ class AFTFull(nn.Module):
         return self.out_proj(out)
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. Chunked top-k (sparse) attention
-# ----------------------------------------------------------------------------------------------
+# --- 4. Chunked top-k (sparse) attention --------------------------------------------------------------------
 
 
 def topk_attention(
@@ -398,7 +429,11 @@ def topk_attention(
     Shape: q (..., T, D), k, v (..., S, D), mask bool broadcastable to (..., T, S) -> out (..., T, D).
     Taught in notebook 07.
     """
-    scale = check_topk_call(q, k, v, top_k, mask, chunk_size, scale)
+    check_qkv(q, k, v, scale)
+    check_int("top_k", top_k)
+    check_int("chunk_size", chunk_size)
+    if mask is not None:
+        check_scores_mask(mask, q, k)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     kk = min(top_k, S)
@@ -423,18 +458,15 @@ def topk_attention(
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
 
-# ----------------------------------------------------------------------------------------------
-# 5. The KV cache, and a tiny decoder-only language model that follows the protocol
-# ----------------------------------------------------------------------------------------------
+# --- 5. The KV cache, and a tiny decoder-only language model that follows the protocol ----------------------
 
 
 class KVCache:
     """Keys and values of every layer for the positions seen so far, in buffers of fixed capacity.
 
-    Buffers are allocated on the first :meth:`update`, with its batch, heads, head_dim, dtype and device;
-    appending past the capacity raises ValueError. ``length`` grows once every layer has appended the new
-    positions (a model calls ``update`` once per layer per step). Shape: per layer (B, Hkv, capacity, D), the
-    first ``length`` positions valid. Taught in notebook 09.
+    Buffers are allocated on the first :meth:`update`, in its dtype and on its device; ``length`` grows once
+    every layer has appended the new positions. Shape: per layer (B, Hkv, capacity, D), the first ``length``
+    valid. Taught in notebook 09.
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
@@ -455,9 +487,34 @@ class KVCache:
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
-        check_cache_update(self, layer, k, v)  # one shape and dtype, this layer's first append this step, room left
+        check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)
+        for name, t in (("k", k), ("v", v)):
+            check_tensor(name, t, min_dim=4)
+            if t.dim() != 4:
+                raise ValueError(f"{name} must have shape (B, Hkv, T, D), got {tuple(t.shape)}")
+        if k.shape != v.shape:
+            raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+        check_float_tensor("k", k)
+        if v.dtype != k.dtype:
+            raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
         B, Hkv, T, D = k.shape
         start = self._lengths[layer]
+        if start > self.length:
+            raise RuntimeError(
+                f"layer {layer} appended twice in one step: it holds {start} positions, "
+                f"another layer only {self.length}"
+            )
+        if start + T > self.capacity:
+            raise ValueError(
+                f"KV cache overflow: capacity (context_length) is {self.capacity} positions, {start} are cached and "
+                f"{T} more were appended; start a new cache or crop the sequence"
+            )
+        held = self.keys[layer]
+        if held is not None and (held.shape[:2] != (B, Hkv) or held.shape[3] != D):
+            raise ValueError(
+                f"layer {layer} caches (B, Hkv, D) = {(held.shape[0], held.shape[1], held.shape[3])}, "
+                f"got new keys of shape {tuple(k.shape)}"
+            )
         end = start + T
         if self.keys[layer] is None:  # the first update allocates the buffers, in k's dtype and on its device
             self.keys[layer] = k.new_zeros(B, Hkv, self.capacity, D)
@@ -470,7 +527,15 @@ class KVCache:
 
     def reorder(self, indices: torch.Tensor) -> None:
         """Keep the batch rows ``indices`` (B',) of every layer, in that order (beam search)."""
-        check_batch_rows(indices, next((t.shape[0] for t in self.keys if t is not None), None))
+        check_tensor("indices", indices)
+        if indices.dim() != 1 or not is_integer_tensor(indices):
+            raise TypeError(
+                f"indices must be a 1-D integer tensor of batch rows, got dtype {indices.dtype}, "
+                f"shape {tuple(indices.shape)}"
+            )
+        B = next((t.shape[0] for t in self.keys if t is not None), None)
+        if B is not None and indices.numel() and not (0 <= int(indices.min()) and int(indices.max()) < B):
+            raise ValueError(f"indices must be batch rows in [0, {B}), got {indices.tolist()}")
         for i in range(self.num_layers):
             if self.keys[i] is not None:
                 self.keys[i] = self.keys[i].index_select(0, indices.to(self.keys[i].device))
@@ -502,7 +567,12 @@ class DecoderConfig:
     positions: Literal["learned", "rope"] = "learned"
 
     def __post_init__(self) -> None:
-        check_decoder_config(self)
+        for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
+            check_int(name, getattr(self, name))
+        check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
+        if self.window is not None:
+            check_int("window", self.window)
+        check_choice("positions", self.positions, ("learned", "rope"))
 
     @classmethod
     def tiny(cls, **overrides) -> DecoderConfig:
@@ -511,10 +581,9 @@ class DecoderConfig:
 
 
 class TinyDecoder(nn.Module):
-    """A small decoder-only language model that follows this module's cache protocol.
+    """A small decoder-only language model of grouped-query blocks that follows this module's cache protocol.
 
-    Embeddings (learned positions or RoPE), pre-norm blocks of grouped-query attention (optionally
-    sliding-window), a final LayerNorm and a linear head. Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 09.
+    Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 09.
     """
 
     def __init__(self, config: DecoderConfig) -> None:
@@ -543,10 +612,17 @@ class TinyDecoder(nn.Module):
         return KVCache(self.config.num_layers, self.config.context_length)
 
     def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        check_decoder_input(idx, cache, KVCache, self.config.vocab_size, self.config.context_length)
+        check_token_ids("idx", idx, self.config.vocab_size)
+        if cache is not None and not isinstance(cache, KVCache):
+            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
         B, T = idx.shape
         start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
         S = start + T
+        if S > self.context_length:
+            raise ValueError(
+                f"positions up to {S - 1} do not fit in context_length ({self.context_length}): "
+                f"{start} cached + {T} new tokens"
+            )
         x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
         if self.pos_emb is not None:
             x = x + self.pos_emb(torch.arange(start, S, device=idx.device))  # (T, C) broadcasts over B
@@ -559,18 +635,14 @@ class TinyDecoder(nn.Module):
         return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
 
 
-# ----------------------------------------------------------------------------------------------
-# 6. Causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct O(T^2) forms
-# ----------------------------------------------------------------------------------------------
+# --- 6. Causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct O(T^2) forms ----
 
 
 def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     """The feature map phi(x) = elu(x) + 1 of linear attention: positive everywhere, so every weight is.
 
-    Computed piece by piece, x + 1 for x > 0 and exp(x) otherwise, which is elu(x) + 1 exactly: written as
-    ``F.elu(x) + 1`` the sum exp(x) - 1 + 1 rounds to exactly 0 once exp(x) is below half a unit in the last
-    place of 1 (x below about -17 in float32, -37 in float64), and a query whose every feature is 0 divides 0
-    by 0. This way phi stays positive down to x of about -87 (float32) and -708 (float64).
+    Written as x + 1 for x > 0 and exp(x) otherwise: ``F.elu(x) + 1`` rounds exp(x) - 1 + 1 to 0 for x below
+    about -17 (float32), and a query whose features are all 0 divides 0 by 0.
     Shape: x (..., D) -> (..., D). Taught in notebook 07.
     """
     check_float_tensor("x", x)
@@ -580,9 +652,7 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal linear attention in parallel: prefix sums of phi(k_j) v_j^T and phi(k_j) over j <= t.
 
-    out_t = phi(q_t)^T S_t / phi(q_t)^T z_t with S_t = sum_{j<=t} phi(k_j) v_j^T (D, Dv) and z_t = sum_{j<=t}
-    phi(k_j) (D,), phi = :func:`elu_feature_map`. Holds the T prefix states at once: memory O(T * D * Dv).
-    Equal to :func:`linear_attention_recurrent` and :func:`linear_attention_quadratic`.
+    out_t = phi(q_t)^T S_t / phi(q_t)^T z_t, phi = :func:`elu_feature_map`; memory O(T * D * Dv).
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
     check_causal_linear(q, k, v)
@@ -592,6 +662,16 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     num = torch.einsum("...td,...tde->...te", fq, states)  # (..., T, Dv)
     den = (fq * normalisers).sum(dim=-1, keepdim=True)  # (..., T, 1)
     return num / den
+
+
+def check_causal_linear(q: object, k: object, v: object) -> None:
+    """Raise unless q, k, v fit with q and k of one length T: the door of the three forms below."""
+    check_qkv(q, k, v)
+    if q.shape[-2] != k.shape[-2]:
+        raise ValueError(
+            f"causal linear attention is self-attention: q and k need the same length T, "
+            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
+        )
 
 
 def _linear_step(
@@ -612,18 +692,37 @@ def linear_attention_step(
     """One token of causal linear attention as a recurrence: add token t to the state, then read it.
 
     S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t), out_t = phi(q_t)^T S_t / phi(q_t)^T z_t; start
-    from zeros. Returns ``(out_t, S_t, z_t)`` as new tensors; the inputs are left unchanged.
-    Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv),
-    state (..., D, Dv), normaliser (..., D). Taught in notebook 07.
+    from zeros. Returns ``(out_t, S_t, z_t)``. Taught in notebook 07.
+    Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv), S_t, z_t.
     """
-    check_linear_step(state, normaliser, q_t, k_t, v_t)
+    named = {"state": state, "normaliser": normaliser, "q_t": q_t, "k_t": k_t, "v_t": v_t}
+    for name, t in named.items():
+        check_float_tensor(name, t, min_dim=2 if name == "state" else 1)
+    if len({t.dtype for t in named.values()}) > 1:
+        dtypes = ", ".join(str(t.dtype) for t in named.values())
+        raise TypeError(f"state, normaliser, q_t, k_t and v_t must share a dtype, got {dtypes}")
+    check_same_device(**named)
+    D, Dv = state.shape[-2:]
+    if D == 0:
+        raise ValueError(
+            f"state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got {tuple(state.shape)}"
+        )
+    for name, t, n in (("normaliser", normaliser, D), ("q_t", q_t, D), ("k_t", k_t, D), ("v_t", v_t, Dv)):
+        if t.shape[-1] != n:
+            raise ValueError(
+                f"{name} must end in {n} (state is (..., D, Dv) = {tuple(state.shape)}), got {name} {tuple(t.shape)}"
+            )
+    try:
+        torch.broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for t in (normaliser, q_t, k_t, v_t)))
+    except RuntimeError:
+        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in named.items())
+        raise ValueError(f"the leading axes of {shapes} do not broadcast") from None
     return _linear_step(state, normaliser, q_t, k_t, v_t)
 
 
 def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal linear attention one token at a time, carrying only a (D, Dv) state and a (D,) normaliser.
 
-    Equal to :func:`linear_attention`; memory O(D * Dv) whatever T is.
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
     check_causal_linear(q, k, v)
@@ -641,7 +740,6 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal linear attention computed directly: weights phi(q_t) . phi(k_j) for j <= t, row-normalised.
 
-    Attention with exp(q . k / sqrt(D)) replaced by phi(q) . phi(k): a (T, T) matrix, O(T^2) time and memory.
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
     """
     check_causal_linear(q, k, v)

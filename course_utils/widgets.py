@@ -1,23 +1,11 @@
 """Interactive explorers: a pure plotting function for each picture, and a widget that drives it.
 
-Every explorer comes in two halves:
-
-- a **plot function** (``plot_lookup``, ``plot_entropy``, ``plot_mask``, ``plot_head``): deterministic,
-  no widgets, returns a matplotlib ``Figure``. Notebooks call it for the static picture that nbval checks.
-- an **explorer** (``lookup_explorer``, ``entropy_explorer``, ``mask_explorer``, ``head_explorer``):
-  an :class:`Explorer`, that is an ``ipywidgets.VBox`` of labelled controls above an ``Output`` that shows
-  the plot function's picture for the controls' current values, redrawn whenever one of them changes
-  (sliders report their value when released: ``continuous_update=False``).
-
-All the maths comes from ``course_utils.attention``, ``masking`` and ``multihead``; this module only wires
-controls to pictures. Because an explorer renders its picture itself (a PNG in its ``Output``), it can be
-driven and tested from plain Python, without a browser or a kernel:
-
->>> ex = mask_explorer()                      # doctest: +SKIP
->>> ex.control("mask").value = "causal"       # doctest: +SKIP
->>> ex.caption                                # doctest: +SKIP
-
-Used in notebooks 01 (lookup), 02 (entropy), 03 (mask), 04 (head) and 09 (a trained GPT's heads).
+A **plot function** (``plot_lookup``, ``plot_entropy``, ``plot_mask``, ``plot_head``, ``plot_gpt_head``) is
+deterministic and returns a matplotlib ``Figure``: the static picture nbval checks. An **explorer**
+(``lookup_explorer`` ...) is an :class:`Explorer`: labelled controls above an ``Output`` that shows the plot
+function's picture for the controls' values. It renders the PNG itself, so it can be driven from plain
+Python: ``ex = mask_explorer(); ex.control("mask").value = "causal"; ex.caption``.
+Used in notebooks 01 (lookup), 02 (entropy), 03 (mask), 04 (head) and 11 (a trained GPT's heads).
 """
 
 from __future__ import annotations
@@ -70,9 +58,7 @@ __all__ = [
 ]
 
 
-# ---------------------------------------------------------------------------------------------------------
-# The widget container shared by all explorers
-# ---------------------------------------------------------------------------------------------------------
+# --- The widget container shared by all explorers -----------------------------------------------------------
 
 
 class Explorer(widgets.VBox):
@@ -130,13 +116,15 @@ class Explorer(widgets.VBox):
         )
 
 
-def _style() -> dict:
-    return {"description_width": "initial"}
+_STYLE = {"description_width": "initial"}  # labels as wide as their text
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Notebook 01: the soft lookup
-# ---------------------------------------------------------------------------------------------------------
+def _slider(kind: type, description: str, **settings) -> widgets.ValueWidget:
+    """A labelled slider that reports its value when released."""
+    return kind(description=description, continuous_update=False, style=_STYLE, **settings)
+
+
+# --- Notebook 01: the soft lookup ---------------------------------------------------------------------------
 
 LOOKUP_KEYS = torch.tensor([[0.95, 0.05], [0.10, 0.90], [0.80, 0.20]])  # (S, 2): cat, dog, mostly cat
 LOOKUP_VALUES = torch.tensor([0.0, 1.0, 0.0])  # (S,): the dog entry holds 1
@@ -218,12 +206,8 @@ def lookup_explorer(keys: torch.Tensor | None = None, values: torch.Tensor | Non
     values = LOOKUP_VALUES if values is None else values
     _lookup(0.0, 1.0, keys, values)  # bad keys or values fail here, not inside the widget
     controls = {
-        "angle_deg": widgets.FloatSlider(
-            value=45, min=0, max=360, step=5, description="angle", continuous_update=False, style=_style()
-        ),
-        "length": widgets.FloatSlider(
-            value=1.0, min=0.0, max=8.0, step=0.5, description="length", continuous_update=False, style=_style()
-        ),
+        "angle_deg": _slider(widgets.FloatSlider, "angle", value=45, min=0, max=360, step=5),
+        "length": _slider(widgets.FloatSlider, "length", value=1.0, min=0.0, max=8.0, step=0.5),
     }
 
     def draw(angle_deg: float, length: float) -> tuple[Figure, str]:
@@ -237,9 +221,7 @@ def lookup_explorer(keys: torch.Tensor | None = None, values: torch.Tensor | Non
     return Explorer(controls, draw)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Notebook 02: head size, scale and the entropy of the weights
-# ---------------------------------------------------------------------------------------------------------
+# --- Notebook 02: head size, scale and the entropy of the weights -------------------------------------------
 
 SCALINGS: dict[str, Callable[[int], float]] = {
     "none": lambda D: 1.0,
@@ -315,23 +297,18 @@ def entropy_explorer() -> Explorer:
     Controls: ``head_dim D`` (1 ... 1024), ``scale`` (none, 1/sqrt(D), 1/D). Used in notebook 02.
     """
     controls = {
-        "head_dim": widgets.Dropdown(options=list(ENTROPY_DIMS), value=64, description="head_dim D", style=_style()),
-        "scaling": widgets.Dropdown(options=list(SCALINGS), value="1/sqrt(D)", description="scale", style=_style()),
+        "head_dim": widgets.Dropdown(options=list(ENTROPY_DIMS), value=64, description="head_dim D", style=_STYLE),
+        "scaling": widgets.Dropdown(options=list(SCALINGS), value="1/sqrt(D)", description="scale", style=_STYLE),
     }
 
     def draw(head_dim: int, scaling: str) -> tuple[Figure, str]:
-        fig = plot_entropy(head_dim, scaling)
-        return (
-            fig,
-            f"D = {head_dim}, scale {scaling}: mean entropy {_mean_entropy(_random_weights(head_dim, scaling)):.3f}",
-        )
+        entropy = _mean_entropy(_random_weights(head_dim, scaling))
+        return plot_entropy(head_dim, scaling), f"D = {head_dim}, scale {scaling}: mean entropy {entropy:.3f}"
 
     return Explorer(controls, draw)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Notebook 03: masks
-# ---------------------------------------------------------------------------------------------------------
+# --- Notebook 03: masks -------------------------------------------------------------------------------------
 
 MASK_KINDS = ("none", "causal", "padding", "causal + padding", "causal + left padding")
 FILLS = ("-inf", "finfo.min")
@@ -414,11 +391,9 @@ def mask_explorer(tokens: Sequence[str] = MASK_SENTENCE) -> Explorer:
     """
     T = len(tokens)
     _masked_weights("none", T, "-inf", tokens)  # bad tokens fail here, not inside the widget
-    kind = widgets.Dropdown(options=list(MASK_KINDS), value="causal + left padding", description="mask", style=_style())
-    length = widgets.IntSlider(
-        value=min(5, T), min=0, max=T, description="length", continuous_update=False, style=_style()
-    )
-    fill = widgets.ToggleButtons(options=list(FILLS), value="-inf", description="fill", style=_style())
+    kind = widgets.Dropdown(options=list(MASK_KINDS), value="causal + left padding", description="mask", style=_STYLE)
+    length = _slider(widgets.IntSlider, "length", value=min(5, T), min=0, max=T)
+    fill = widgets.ToggleButtons(options=list(FILLS), value="-inf", description="fill", style=_STYLE)
 
     def draw(kind: str, length: int, fill: str) -> tuple[Figure, str]:
         labels, mask, weights = _masked_weights(kind, length, fill, tokens)
@@ -434,9 +409,7 @@ def mask_explorer(tokens: Sequence[str] = MASK_SENTENCE) -> Explorer:
     return Explorer({"kind": kind, "length": length, "fill": fill}, draw)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Notebook 04: one head of a multi-head layer
-# ---------------------------------------------------------------------------------------------------------
+# --- Notebook 04: one head of a multi-head layer ------------------------------------------------------------
 
 HEAD_SENTENCE = ("the", "dog", "saw", "the", "cat", "and", "the", "bird")
 
@@ -533,13 +506,11 @@ def head_explorer(
         options=names,
         value=names[0],
         description="layer",
-        style=_style(),
+        style=_STYLE,
         layout=widgets.Layout(display="flex" if len(names) > 1 else "none"),
     )
-    head = widgets.IntSlider(
-        value=0, min=0, max=layers[names[0]].num_heads - 1, description="head", continuous_update=False, style=_style()
-    )
-    causal = widgets.Checkbox(value=True, description="causal", style=_style())
+    head = _slider(widgets.IntSlider, "head", value=0, min=0, max=layers[names[0]].num_heads - 1)
+    causal = widgets.Checkbox(value=True, description="causal", style=_STYLE)
 
     def fit_heads(change: dict) -> None:
         head.max = layers[change["new"]].num_heads - 1  # clamps head.value when the new layer has fewer
@@ -557,9 +528,7 @@ def head_explorer(
     return Explorer({"name": pick, "head": head, "causal": causal}, draw)
 
 
-# ---------------------------------------------------------------------------------------------------------
-# Notebook 11: the heads of a trained GPT
-# ---------------------------------------------------------------------------------------------------------
+# --- Notebook 11: the heads of a trained GPT ----------------------------------------------------------------
 
 
 def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[torch.Tensor, str]:
@@ -611,15 +580,9 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
     tokenizer's message instead of a picture. Draws :func:`plot_gpt_head`. Used in notebook 11.
     """
     _gpt_weights(model, tokenizer, prompt, 0, 0)  # a bad model, tokenizer or prompt fails here, not in the widget
-    layer = widgets.IntSlider(
-        value=0, min=0, max=model.config.num_layers - 1, description="layer", continuous_update=False, style=_style()
-    )
-    head = widgets.IntSlider(
-        value=0, min=0, max=model.config.num_heads - 1, description="head", continuous_update=False, style=_style()
-    )
-    text = widgets.Text(
-        value=prompt, description="prompt", continuous_update=False, style=_style(), layout=widgets.Layout(width="95%")
-    )
+    layer = _slider(widgets.IntSlider, "layer", value=0, min=0, max=model.config.num_layers - 1)
+    head = _slider(widgets.IntSlider, "head", value=0, min=0, max=model.config.num_heads - 1)
+    text = _slider(widgets.Text, "prompt", value=prompt, layout=widgets.Layout(width="95%"))  # applies on Enter
 
     def draw(layer: int, head: int, prompt: str) -> tuple[Figure, str]:
         w, shown = _gpt_weights(model, tokenizer, prompt, layer, head)

@@ -278,87 +278,163 @@ def _qkv(*shapes, dtype=torch.float32):
     return [torch.zeros(s, dtype=dtype) for s in shapes]
 
 
-@pytest.mark.parametrize(
-    "fn", [attention_matmul, attention_loops, lambda q, k, v: scaled_dot_product_attention(q, k, v)]
-)
-def test_qkv_validation_messages(fn):
-    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
-    with pytest.raises(TypeError, match="k must be a torch.Tensor, got list"):
-        fn(q, [[0.0] * 4] * 5, v)
-    with pytest.raises(ValueError, match=re.escape("v must have at least 2 dimensions, got shape (5,)")):
-        fn(q, k, torch.zeros(5))
-    with pytest.raises(TypeError, match="q must be a floating-point tensor, got dtype torch.int64"):
-        fn(torch.zeros(3, 4, dtype=torch.long), k, v)
-    with pytest.raises(
-        TypeError, match="q, k and v must share a dtype, got torch.float32, torch.float64, torch.float32"
-    ):
-        fn(q, k.double(), v)
-    with pytest.raises(
-        ValueError, match=re.escape("q and k must have the same last dimension D, got q (3, 4) and k (5, 3)")
-    ):
-        fn(q, torch.zeros(5, 3), v)
-    with pytest.raises(
-        ValueError, match=re.escape("k and v must have the same number of positions S, got k (5, 4) and v (6, 2)")
-    ):
-        fn(q, k, torch.zeros(6, 2))
+Q, K, V = _qkv((3, 4), (5, 4), (5, 2))  # one sequence: T = 3, S = 5, D = 4, Dv = 2
+QB, KB, VB = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 2))  # a batch of 2
+X = torch.randn(2, 5, 4)
+SDPA = scaled_dot_product_attention
+NORMS = attention_grad_norms
+BAD_SCALES = [
+    ("abc", TypeError, "scale must be a positive number, got 'abc' (str)"),
+    (torch.tensor(0.5), TypeError, "scale must be a positive number, got tensor(0.5000) (Tensor)"),
+    (True, TypeError, "scale must be a positive number, got True (bool)"),
+    (-1.0, ValueError, "scale must be a positive finite number, got -1.0"),
+    (0, ValueError, "scale must be a positive finite number, got 0.0"),
+    (float("nan"), ValueError, "scale must be a positive finite number, got nan"),
+    (float("inf"), ValueError, "scale must be a positive finite number, got inf"),
+]
+BAD_QKV = [  # (q, k, v) -> error, words: the same for each function that takes q, k, v
+    ((Q, [[0.0] * 4] * 5, V), TypeError, "k must be a torch.Tensor, got list"),
+    ((Q, K, torch.zeros(5)), ValueError, "v must have at least 2 dimensions, got shape (5,)"),
+    ((Q.long(), K, V), TypeError, "q must be a floating-point tensor, got dtype torch.int64"),
+    ((Q, K.double(), V), TypeError, "q, k and v must share a dtype, got torch.float32, torch.float64, torch.float32"),
+    ((Q, torch.zeros(5, 3), V), ValueError, "q and k must have the same last dimension D, got q (3, 4) and k (5, 3)"),
+    (
+        (Q, K, torch.zeros(6, 2)),
+        ValueError,
+        "k and v must have the same number of positions S, got k (5, 4) and v (6, 2)",
+    ),
+]
+ONE_DEVICE = "must be on one device, got q on cpu"
 
-
-def test_batch_dims_that_do_not_broadcast():
-    q, k, v = _qkv((2, 3, 4), (3, 5, 4), (3, 5, 2))
-    with pytest.raises(
-        ValueError, match=re.escape("the batch dimensions of q (2, 3, 4), k (3, 5, 4) and v (3, 5, 2) do not broadcast")
-    ):
-        attention_matmul(q, k, v)
-    with pytest.raises(ValueError, match="do not broadcast"):
-        scaled_dot_product_attention(q, k, v)
-
-
-def test_attention_loops_takes_one_sequence():
-    q, k, v = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 2))
-    with pytest.raises(
-        ValueError, match=re.escape("attention_loops works on one sequence: q must be (T, D), got (2, 3, 4)")
-    ):
-        attention_loops(q, k, v)
-
-
-def test_sdpa_mask_messages():
-    q, k, v = _qkv((2, 3, 4), (2, 5, 4), (2, 5, 2))
-    with pytest.raises(TypeError, match=re.escape("mask must be a boolean torch.Tensor (True = may attend), got list")):
-        scaled_dot_product_attention(q, k, v, mask=[[True] * 5] * 3)
-    with pytest.raises(
+# (call, exception type, words the message must contain): every message a learner can meet in this module
+MESSAGES = [
+    *[
+        (lambda fn=fn, qkv=qkv: fn(*qkv), error, words)
+        for fn in (attention_matmul, attention_loops, lambda q, k, v: SDPA(q, k, v))
+        for qkv, error, words in BAD_QKV
+    ],
+    *[
+        (lambda fn=fn, scale=scale: fn(Q, K, V, scale=scale), error, words)
+        for fn in (attention_loops, attention_matmul, SDPA)
+        for scale, error, words in BAD_SCALES
+    ],
+    (lambda: attention_matmul(Q, K, V, scale=None), TypeError, "scale must be a positive number, got None (NoneType)"),
+    (
+        lambda: attention_matmul(*_qkv((2, 3, 4), (3, 5, 4), (3, 5, 2))),
+        ValueError,
+        "the batch dimensions of q (2, 3, 4), k (3, 5, 4) and v (3, 5, 2) do not broadcast",
+    ),
+    (lambda: SDPA(*_qkv((2, 3, 4), (3, 5, 4), (3, 5, 2))), ValueError, "do not broadcast"),
+    (
+        lambda: attention_loops(QB, KB, VB),
+        ValueError,
+        "attention_loops works on one sequence: q must be (T, D), k (S, D) and v (S, Dv), got (2, 3, 4)",
+    ),
+    (
+        lambda: SDPA(QB, KB, VB, mask=[[True] * 5] * 3),
         TypeError,
-        match=re.escape(
-            "mask must be boolean (True = may attend), got dtype torch.float32; "
-            "convert an additive float mask with course_utils.masking.convert_mask"
-        ),
-    ):
-        scaled_dot_product_attention(q, k, v, mask=torch.zeros(3, 5))
-    with pytest.raises(
-        ValueError, match=re.escape("mask of shape (3, 4) does not broadcast to the scores' shape (2, 3, 5)")
-    ):
-        scaled_dot_product_attention(q, k, v, mask=torch.ones(3, 4, dtype=torch.bool))
-    with pytest.raises(
-        ValueError, match=re.escape("mask of shape (4, 3, 5) does not broadcast to the scores' shape (2, 3, 5)")
-    ):
-        scaled_dot_product_attention(q, k, v, mask=torch.ones(4, 3, 5, dtype=torch.bool))
+        "mask must be a boolean torch.Tensor (True = may attend), got list",
+    ),
+    (
+        lambda: SDPA(QB, KB, VB, mask=torch.zeros(3, 5)),
+        TypeError,
+        "mask must be boolean (True = may attend), got dtype torch.float32; "
+        "convert an additive float mask with course_utils.masking.convert_mask",
+    ),
+    (
+        lambda: SDPA(QB, KB, VB, mask=torch.ones(3, 4, dtype=torch.bool)),
+        ValueError,
+        "mask of shape (3, 4) does not broadcast to the scores' shape (2, 3, 5)",
+    ),
+    (
+        lambda: SDPA(QB, KB, VB, mask=torch.ones(4, 3, 5, dtype=torch.bool)),
+        ValueError,
+        "mask of shape (4, 3, 5) does not broadcast to the scores' shape (2, 3, 5)",
+    ),
+    *[
+        (lambda p=p: SDPA(Q, K, V, dropout_p=p), ValueError, f"dropout_p must be in [0, 1), got {p}")
+        for p in (-0.1, 1.0, 1.5)
+    ],
+    (lambda: SDPA(Q, K, V, dropout_p="0.1"), TypeError, "dropout_p must be a number in [0, 1), got '0.1' (str)"),
+    *[
+        row
+        for fn in (softmax, softmax_naive)
+        for row in [
+            (lambda fn=fn: fn([1.0, 2.0]), TypeError, "x must be a torch.Tensor, got list"),
+            (
+                lambda fn=fn: fn(torch.tensor([1, 2])),
+                TypeError,
+                "x must be a floating-point tensor, got dtype torch.int64",
+            ),
+            (lambda fn=fn: fn(X[0], dim=3), ValueError, "dim must be in [-2, 1] for x of shape (5, 4), got 3"),
+            (lambda fn=fn: fn(X[0], dim="-1"), TypeError, "dim must be an int, got '-1' (str)"),
+        ]
+    ],
+    (lambda: simple_self_attention(torch.zeros(3)), ValueError, "x must have at least 2 dimensions, got shape (3,)"),
+    (
+        lambda: simple_self_attention(torch.zeros(2, 3, dtype=torch.int32)),
+        TypeError,
+        "x must be a floating-point tensor, got dtype torch.int32",
+    ),
+    (
+        lambda: SDPA(X, X, X, bias=torch.zeros(5, 5, dtype=torch.long)),
+        TypeError,
+        "bias must be a floating-point tensor",
+    ),
+    (
+        lambda: SDPA(X, X, X, bias=torch.zeros(4, 5)),
+        ValueError,
+        "bias of shape (4, 5) does not broadcast to the scores' shape (2, 5, 5)",
+    ),
+    (
+        lambda: SDPA(X, X, X, bias=torch.zeros(5, 5, dtype=torch.float64)),
+        TypeError,
+        "bias must have the dtype of q, k and v (torch.float32), got torch.float64",
+    ),
+    (lambda: SDPA(X, X.to("meta"), X), ValueError, "q, k, v must be on one device, got q on cpu, k on meta, v on cpu"),
+    (lambda: SDPA(X, X, X.to("meta")), ValueError, "v on meta"),
+    (
+        lambda: SDPA(X, X, X, mask=torch.ones(5, 5, dtype=torch.bool, device="meta")),
+        ValueError,
+        "q, mask " + ONE_DEVICE,
+    ),
+    (lambda: SDPA(X, X, X, bias=torch.zeros(5, 5, device="meta")), ValueError, "q, bias " + ONE_DEVICE),
+    (
+        lambda: SDPA(*_qkv((2, 3, 0), (2, 3, 0), (2, 3, 4))),
+        ValueError,
+        "head dimension D >= 1 (the scale is 1 / sqrt(D)), got q (2, 3, 0)",
+    ),
+    (
+        lambda: NORMS(Q, K, V, torch.randn(3, 4)),
+        ValueError,
+        "grad_out must have the shape of the attention output (3, 2)",
+    ),
+    (lambda: NORMS(Q, K, V, [[0.0, 0.0]] * 3), TypeError, "grad_out must be a torch.Tensor, got list"),
+    (
+        lambda: NORMS(Q, K, V, torch.zeros(3, 2).long()),
+        TypeError,
+        "grad_out must be a floating-point tensor, got dtype",
+    ),
+    (
+        lambda: NORMS(Q, K, V, torch.zeros(3, 2).double()),
+        TypeError,
+        "grad_out must have the dtype of q, k and v (torch.float32), got torch.float64",
+    ),
+    (lambda: NORMS(Q, K, V, torch.zeros(3, 2, device="meta")), ValueError, "q, grad_out " + ONE_DEVICE),
+    (lambda: NORMS(Q, K, V, torch.zeros(3, 2), scale=0), ValueError, "scale must be a positive finite number, got 0.0"),
+    (lambda: NORMS(Q, K, V[:4], torch.zeros(3, 2)), ValueError, "k and v must have the same number of positions S"),
+]
 
 
-@pytest.mark.parametrize("p", [-0.1, 1.0, 1.5])
-def test_sdpa_dropout_out_of_range(p):
-    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
-    with pytest.raises(ValueError, match=re.escape(f"dropout_p must be in [0, 1), got {p}")):
-        scaled_dot_product_attention(q, k, v, dropout_p=p)
+@pytest.mark.parametrize("call, error, words", MESSAGES)
+def test_each_bad_input_gets_its_message(call, error, words):
+    with pytest.raises(error) as raised:
+        call()
+    assert words in str(raised.value)
 
 
-def test_softmax_and_simple_self_attention_messages():
-    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
-        softmax([1.0, 2.0])
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
-        softmax(torch.tensor([1, 2]))
-    with pytest.raises(ValueError, match=re.escape("x must have at least 2 dimensions, got shape (3,)")):
-        simple_self_attention(torch.zeros(3))
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int32"):
-        simple_self_attention(torch.zeros(2, 3, dtype=torch.int32))
+def test_scale_none_is_the_default_where_documented():
+    SDPA(Q, K, V, scale=None)  # 1 / sqrt(D); attention_matmul refuses it (MESSAGES)
 
 
 def test_additive_bias_matches_float_attn_mask_of_pytorch():
@@ -381,73 +457,6 @@ def test_bias_errors():
         ValueError, match=re.escape("bias of shape (4, 5) does not broadcast to the scores' shape (2, 5, 5)")
     ):
         scaled_dot_product_attention(q, q, q, bias=torch.zeros(4, 5))
-
-
-# ---------------------------------------------------------------- bad arguments a learner might pass (issue 9)
-
-
-@pytest.mark.parametrize("fn", [attention_loops, attention_matmul, scaled_dot_product_attention])
-@pytest.mark.parametrize(
-    "scale, error, match",
-    [
-        ("abc", TypeError, r"scale must be a positive number, got 'abc' \(str\)"),
-        (torch.tensor(0.5), TypeError, r"scale must be a positive number, got tensor\(0.5000\) \(Tensor\)"),
-        (True, TypeError, r"scale must be a positive number, got True \(bool\)"),
-        (-1.0, ValueError, r"scale must be a positive finite number, got -1.0"),
-        (0, ValueError, r"scale must be a positive finite number, got 0.0"),
-        (float("nan"), ValueError, r"scale must be a positive finite number, got nan"),
-        (float("inf"), ValueError, r"scale must be a positive finite number, got inf"),
-    ],
-)
-def test_scale_must_be_a_positive_number(fn, scale, error, match):
-    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
-    with pytest.raises(error, match=match):
-        fn(q, k, v, scale=scale)
-
-
-def test_scale_none_is_the_default_only_where_documented():
-    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
-    scaled_dot_product_attention(q, k, v, scale=None)  # 1 / sqrt(D)
-    with pytest.raises(TypeError, match=r"scale must be a positive number, got None \(NoneType\)"):
-        attention_matmul(q, k, v, scale=None)
-
-
-def test_sdpa_dropout_of_the_wrong_type():
-    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
-    with pytest.raises(TypeError, match=re.escape("dropout_p must be a number in [0, 1), got '0.1' (str)")):
-        scaled_dot_product_attention(q, k, v, dropout_p="0.1")
-
-
-def test_softmax_bad_dim_and_naive_softmax_checks_its_input():
-    x = torch.randn(2, 3)
-    for fn in (softmax, softmax_naive):
-        with pytest.raises(ValueError, match=re.escape("dim must be in [-2, 1] for x of shape (2, 3), got 3")):
-            fn(x, dim=3)
-        with pytest.raises(TypeError, match=r"dim must be an int, got '-1' \(str\)"):
-            fn(x, dim="-1")
-    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
-        softmax_naive([1.0, 2.0])
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
-        softmax_naive(torch.tensor([1, 2]))
-
-
-def test_sdpa_names_each_device_when_q_k_v_mask_or_bias_are_apart():
-    q = k = v = torch.randn(2, 3, 4)
-    with pytest.raises(ValueError, match=r"q, k, v must be on one device, got q on cpu, k on meta, v on cpu"):
-        scaled_dot_product_attention(q, k.to("meta"), v)
-    with pytest.raises(ValueError, match=r"v on meta"):
-        scaled_dot_product_attention(q, k, v.to("meta"))
-    mask = torch.ones(3, 3, dtype=torch.bool, device="meta")
-    with pytest.raises(ValueError, match=r"q, mask must be on one device, got q on cpu, mask on meta"):
-        scaled_dot_product_attention(q, k, v, mask=mask)
-    with pytest.raises(ValueError, match=r"q, bias must be on one device, got q on cpu, bias on meta"):
-        scaled_dot_product_attention(q, k, v, bias=torch.zeros(3, 3, device="meta"))
-
-
-def test_sdpa_with_head_dim_zero_names_the_shape():
-    q = torch.randn(2, 3, 0)
-    with pytest.raises(ValueError, match=r"head dimension D >= 1.*\(2, 3, 0\)"):
-        scaled_dot_product_attention(q, q, torch.randn(2, 3, 4))
 
 
 # ---------------------------------------------------------------- attention_grad_norms (notebook 02)
@@ -490,27 +499,3 @@ def test_attention_grad_norms_leaves_the_inputs_alone_and_builds_no_graph():
     grad_out = torch.randn(2, 4, 3, generator=g)
     grad_q, grad_k = attention_grad_norms(q, k, v, grad_out)
     assert not grad_q.requires_grad and not grad_k.requires_grad and q.grad is None
-
-
-def test_attention_grad_norms_messages():
-    q, k, v = _qkv((3, 4), (5, 4), (5, 2))
-    with pytest.raises(
-        ValueError, match=re.escape("grad_out must have the shape of the attention output (3, 2), got (3, 4)")
-    ):
-        attention_grad_norms(q, k, v, torch.randn(3, 4))
-    with pytest.raises(TypeError, match="grad_out must be a torch.Tensor, got list"):
-        attention_grad_norms(q, k, v, [[0.0, 0.0]] * 3)
-    with pytest.raises(TypeError, match="grad_out must be a floating-point tensor, got dtype torch.int64"):
-        attention_grad_norms(q, k, v, torch.zeros(3, 2, dtype=torch.long))
-    with pytest.raises(
-        TypeError,
-        match=r"grad_out must have the dtype of q, k and v \(torch.float32\), got "
-        r"torch.float64",
-    ):
-        attention_grad_norms(q, k, v, torch.zeros(3, 2, dtype=torch.float64))
-    with pytest.raises(ValueError, match=r"q, grad_out must be on one device, got q on cpu, grad_out on meta"):
-        attention_grad_norms(q, k, v, torch.zeros(3, 2, device="meta"))
-    with pytest.raises(ValueError, match=r"scale must be a positive finite number, got 0.0"):
-        attention_grad_norms(q, k, v, torch.zeros(3, 2), scale=0)
-    with pytest.raises(ValueError, match=r"k and v must have the same number of positions S"):
-        attention_grad_norms(q, k, v[:4], torch.zeros(3, 2))

@@ -68,9 +68,9 @@ def test_the_gpt_rotates_with_the_half_pairing_of_apply_rope(start):
     attn = GPT(config).blocks[0].attn
     x = torch.randn(2, 4, 6, 8, generator=torch.Generator().manual_seed(0))  # (B, H, T, D)
     positions = torch.arange(start, start + 6)
-    torch.testing.assert_close(attn._rotate(x, start), apply_rope(x, positions, config.rope_base, pairing="half"))
+    torch.testing.assert_close(attn.rotary.rotate(x, start), apply_rope(x, positions, config.rope_base, pairing="half"))
     interleaved = apply_rope(x, positions, config.rope_base, pairing="interleaved")
-    assert (attn._rotate(x, start) - interleaved).abs().max() > 0.1, "the pairings differ: the test can tell"
+    assert (attn.rotary.rotate(x, start) - interleaved).abs().max() > 0.1, "the pairings differ: the test can tell"
 
 
 # ----------------------------------------------------------------------------------------------

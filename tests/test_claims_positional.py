@@ -149,7 +149,7 @@ def test_the_gpt_rotates_with_a_rotary_table_in_float32_at_least():
     attn = GPT(config).blocks[0].attn
     assert isinstance(attn.rotary, RotaryTable)
     x = torch.randn(1, 4, 6, 8, generator=torch.Generator().manual_seed(0)).bfloat16()
-    got = attn._rotate(x, 2000)
+    got = attn.rotary.rotate(x, 2000)
     assert got.dtype == torch.bfloat16
     exact = apply_rope(x.double(), torch.arange(2000, 2006), config.rope_base)
     assert torch.allclose(got.double(), exact, rtol=2**-7, atol=1e-3)

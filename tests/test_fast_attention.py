@@ -24,6 +24,7 @@ from course_utils.fast_attention import (
     flash_attention,
     merge_partials,
     online_softmax,
+    saved_for_backward,
     tiled_attention,
 )
 from course_utils.masking import causal_mask
@@ -519,104 +520,113 @@ def test_attention_backward_gives_blocked_entries_and_blind_queries_no_gradient(
     assert dq[2].abs().max() == 0 and dk[4].abs().max() == 0 and dv[4].abs().max() == 0
 
 
-def test_attention_backward_errors():
-    q, k, v = QKV
-    o = torch.zeros(1, 4, 2)
-    with pytest.raises(ValueError, match=r"o must be the attention output's shape \(1, 4, 2\) and dtype torch.float32"):
-        attention_backward(q, k, v, o[:, :3], o, 0.5)
-    with pytest.raises(ValueError, match=r"do must be the attention output's shape .* got \(1, 4, 2\) torch.float64"):
-        attention_backward(q, k, v, o, o.double(), 0.5)
-    with pytest.raises(TypeError, match=r"do must be a torch.Tensor, got NoneType"):
-        attention_backward(q, k, v, o, None, 0.5)
-    with pytest.raises(ValueError, match=r"scale must be a positive finite number, got -1.0"):
-        attention_backward(q, k, v, o, o, -1.0)
-    with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\)"):
-        attention_backward(q, k, v, o, o, 0.5, torch.ones(4, 5))
-    with pytest.raises(ValueError, match=r"k and v must have the same number of positions S"):
-        attention_backward(q, k, v[:, :3], o, o, 0.5)
-
-
 # --- errors ------------------------------------------------------------------------------------------
 
 
 QKV = (torch.randn(1, 4, 3), torch.randn(1, 5, 3), torch.randn(1, 5, 2))
-
-
-BAD_ARGUMENTS = [
-    ({"q_tile": 0}, ValueError, r"q_tile must be at least 1, got 0"),
-    ({"kv_tile": 0}, ValueError, r"kv_tile must be at least 1, got 0"),
-    ({"kv_tile": -3}, ValueError, r"kv_tile must be at least 1, got -3"),
-    ({"q_tile": 2.0}, TypeError, r"q_tile must be an int, got float"),
-    ({"kv_tile": None}, TypeError, r"kv_tile must be an int, got NoneType"),
-    ({"is_causal": 1}, TypeError, r"is_causal must be True or False, got 1 \(int\)"),
-    ({"scale": 0.0}, ValueError, r"scale must be a positive finite number, got 0.0"),
+Q, K, V = QKV
+O = torch.zeros(1, 4, 2)
+BAD_ARGUMENTS = [  # the same for tiled_attention and flash_attention
+    ((), {"q_tile": 0}, ValueError, "q_tile must be at least 1, got 0"),
+    ((), {"kv_tile": 0}, ValueError, "kv_tile must be at least 1, got 0"),
+    ((), {"kv_tile": -3}, ValueError, "kv_tile must be at least 1, got -3"),
+    ((), {"q_tile": 2.0}, TypeError, "q_tile must be an int, got float"),
+    ((), {"kv_tile": None}, TypeError, "kv_tile must be an int, got NoneType"),
+    ((), {"is_causal": 1}, TypeError, "is_causal must be True or False, got 1 (int)"),
+    ((), {"scale": 0.0}, ValueError, "scale must be a positive finite number, got 0.0"),
     (
+        (),
         {"mask": torch.ones(4, 4, dtype=torch.bool)},
         ValueError,
-        r"mask of shape \(4, 4\) does not broadcast to the "
-        r"scores' shape \(1, 4, 5\)",
+        "mask of shape (4, 4) does not broadcast to the scores' shape (1, 4, 5)",
     ),
-    ({"mask": torch.ones(4, 5)}, TypeError, r"mask must be boolean \(True = may attend\), got dtype torch.float32"),
+    ((), {"mask": torch.ones(4, 5)}, TypeError, "mask must be boolean (True = may attend), got dtype torch.float32"),
+    ((Q, K[..., :2], V), {}, ValueError, "q and k must have the same last dimension D"),
+    ((Q, K, V[:, :4]), {}, ValueError, "k and v must have the same number of positions S"),
+    (([[1.0]], K, V), {}, TypeError, "q must be a torch.Tensor, got list"),
+    ((Q.double(), K, V), {}, TypeError, "q, k and v must share a dtype"),
+    (
+        (K, Q, Q),
+        {"is_causal": True},
+        ValueError,
+        "is_causal needs T <= S (the queries are the last T of the S positions), got T=5, S=4",
+    ),
+]
+SCORES, VALUES = torch.randn(3, 6), torch.randn(6, 5)
+GOOD = block_partial(torch.randn(2, 3), torch.randn(3, 4))
+
+# (call, exception type, words the message must contain): every message a learner can meet in this module
+MESSAGES = [
+    *[
+        (lambda fn=fn, a=a, kw=kw: fn(*(a or QKV), **kw), error, words)
+        for fn in (tiled_attention, flash_attention)
+        for a, kw, error, words in BAD_ARGUMENTS
+    ],
+    (
+        lambda: attention_backward(Q, K, V, O[:, :3], O, 0.5),
+        ValueError,
+        "o must be the attention output's shape (1, 4, 2) and dtype torch.float32",
+    ),
+    (lambda: attention_backward(Q, K, V, O, O.double(), 0.5), ValueError, "got (1, 4, 2) torch.float64"),
+    (lambda: attention_backward(Q, K, V, O, None, 0.5), TypeError, "do must be a torch.Tensor, got NoneType"),
+    (lambda: attention_backward(Q, K, V, O, O, -1.0), ValueError, "scale must be a positive finite number, got -1.0"),
+    (
+        lambda: attention_backward(Q, K, V, O, O, 0.5, torch.ones(4, 5)),
+        TypeError,
+        "mask must be boolean (True = may attend)",
+    ),
+    (
+        lambda: attention_backward(Q, K, V[:, :3], O, O, 0.5),
+        ValueError,
+        "k and v must have the same number of positions S",
+    ),
+    (lambda: online_softmax(torch.randn(3), 0), ValueError, "block_size must be at least 1, got 0"),
+    (lambda: online_softmax(torch.randn(3), 1.5), TypeError, "block_size must be an int, got float"),
+    (lambda: online_softmax(torch.arange(3), 2), TypeError, "x must be a floating-point tensor, got dtype torch.int64"),
+    (
+        lambda: block_partial(torch.randn(2, 3), torch.randn(4, 2)),
+        ValueError,
+        "scores (..., T, Sb) and v (..., Sb, Dv) need the same number",
+    ),
+    (lambda: block_partial(torch.randn(2, 0), torch.randn(0, 2)), ValueError, "need the same number Sb >= 1 of keys"),
+    (
+        lambda: block_partial(torch.randn(2, 3), torch.randn(3, 2).double()),
+        TypeError,
+        "scores and v must have one dtype, got torch.float32 and torch.float64",
+    ),
+    (
+        lambda: merge_partials(GOOD, torch.randn(2, 1)),
+        TypeError,
+        "b must be a Partial (m, l, o) of three tensors, got Tensor",
+    ),
+    (
+        lambda: merge_partials(Partial(GOOD.m, GOOD.l[:1], GOOD.o), GOOD),
+        ValueError,
+        "a must hold m and l of shape (..., T, 1) and o of shape",
+    ),
+    (
+        lambda: merge_partials(GOOD, block_partial(torch.randn(2, 3), torch.randn(3, 5))),
+        ValueError,
+        "a and b must be partials of the same queries",
+    ),
+    (lambda: finish(Partial(GOOD.m, GOOD.l.long(), GOOD.o)), TypeError, "p.l must be a floating-point tensor"),
+    (
+        # before, a float32 and a float64 partial merged silently into float64
+        lambda: merge_partials(
+            block_partial(SCORES[:, :3], VALUES[:3]), block_partial(SCORES[:, 3:].double(), VALUES[3:].double())
+        ),
+        TypeError,
+        "a and b must hold tensors of one dtype, got ['torch.float32', 'torch.float64']",
+    ),
+    (lambda: saved_for_backward(Q), TypeError, "fn must be a function to call, got Tensor"),
 ]
 
 
-@pytest.mark.parametrize("attend", [tiled_attention, flash_attention], ids=["tiled", "flash"])
-@pytest.mark.parametrize("kwargs, error, match", BAD_ARGUMENTS)
-def test_tiled_and_flash_attention_errors(attend, kwargs, error, match):
-    with pytest.raises(error, match=match):
-        attend(*QKV, **kwargs)
-
-
-@pytest.mark.parametrize("attend", [tiled_attention, flash_attention], ids=["tiled", "flash"])
-def test_tiled_and_flash_attention_check_q_k_v_and_causal_lengths(attend):
-    q, k, v = QKV
-    with pytest.raises(ValueError, match=r"q and k must have the same last dimension D"):
-        attend(q, k[..., :2], v)
-    with pytest.raises(ValueError, match=r"k and v must have the same number of positions S"):
-        attend(q, k, v[:, :4])
-    with pytest.raises(TypeError, match=r"q must be a torch.Tensor, got list"):
-        attend([[1.0]], k, v)
-    with pytest.raises(TypeError, match=r"q, k and v must share a dtype"):
-        attend(q.double(), k, v)
-    with pytest.raises(ValueError, match=r"is_causal needs T <= S .* got T=5, S=4"):
-        attend(k, q, q, is_causal=True)
-
-
-def test_online_softmax_errors():
-    with pytest.raises(ValueError, match=r"block_size must be at least 1, got 0"):
-        online_softmax(torch.randn(3), 0)
-    with pytest.raises(TypeError, match=r"block_size must be an int, got float"):
-        online_softmax(torch.randn(3), 1.5)
-    with pytest.raises(TypeError, match=r"x must be a floating-point tensor, got dtype torch.int64"):
-        online_softmax(torch.arange(3), 2)
-
-
-def test_partial_errors():
-    with pytest.raises(ValueError, match=r"scores \(\.\.\., T, Sb\) and v \(\.\.\., Sb, Dv\) need the same number"):
-        block_partial(torch.randn(2, 3), torch.randn(4, 2))
-    with pytest.raises(ValueError, match=r"need the same number Sb >= 1 of keys"):
-        block_partial(torch.randn(2, 0), torch.randn(0, 2))
-    good = block_partial(torch.randn(2, 3), torch.randn(3, 4))
-    with pytest.raises(TypeError, match=r"b must be a Partial \(m, l, o\) of three tensors, got Tensor"):
-        merge_partials(good, torch.randn(2, 1))
-    with pytest.raises(ValueError, match=r"a must hold m and l of shape \(\.\.\., T, 1\) and o of shape"):
-        merge_partials(Partial(good.m, good.l[:1], good.o), good)
-    other = block_partial(torch.randn(2, 3), torch.randn(3, 5))
-    with pytest.raises(ValueError, match=r"a and b must be partials of the same queries"):
-        merge_partials(good, other)
-    with pytest.raises(TypeError, match=r"p.l must be a floating-point tensor"):
-        finish(Partial(good.m, good.l.long(), good.o))
-
-
-def test_merge_refuses_partials_of_two_dtypes():
-    """Before, a float32 and a float64 partial merged silently into float64 (tiled_attention refuses mixed dtypes)."""
-    scores, v = torch.randn(3, 6), torch.randn(6, 5)
-    a = block_partial(scores[:, :3], v[:3])
-    b = block_partial(scores[:, 3:].double(), v[3:].double())
-    with pytest.raises(
-        TypeError, match=r"a and b must hold tensors of one dtype, got \['torch.float32', 'torch.float64'\]"
-    ):
-        merge_partials(a, b)
+@pytest.mark.parametrize("call, error, words", MESSAGES)
+def test_each_bad_input_gets_its_message(call, error, words):
+    with pytest.raises(error) as raised:
+        call()
+    assert words in str(raised.value)
 
 
 # --- the benchmark (benchmarks/flash_attention.py) runs, and counts what autograd keeps ----------------------
@@ -646,7 +656,6 @@ def test_the_flash_benchmark_runs_and_flash_keeps_what_the_fused_kernel_keeps():
 
 
 def test_saved_for_backward_counts_each_storage_once_and_nothing_without_autograd():
-    from course_utils.fast_attention import saved_for_backward
 
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 16, 8, generator=g, requires_grad=True) for _ in range(3))
@@ -658,5 +667,3 @@ def test_saved_for_backward_counts_each_storage_once_and_nothing_without_autogra
     with torch.no_grad():
         assert saved_for_backward(flash_attention, q, k, v) == 0
     assert saved_for_backward(tiled_attention, *(t.detach() for t in (q, k, v))) == 0
-    with pytest.raises(TypeError, match="fn must be a function to call, got Tensor"):
-        saved_for_backward(q)

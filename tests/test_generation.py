@@ -110,25 +110,6 @@ def test_low_temperature_approaches_greedy():
     assert torch.equal(tokens, logits.argmax(-1))
 
 
-def test_sampling_errors():
-    logits = torch.randn(2, 5)
-    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 0"):
-        sample_next_token(logits, top_p=0.0)
-    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 1.5"):
-        sample_next_token(logits, top_p=1.5)
-    with pytest.raises(ValueError, match=r"temperature must be > 0 \(use greedy=True"):
-        sample_next_token(logits, temperature=0.0)
-    with pytest.raises(ValueError, match="temperature must be > 0"):
-        sample_next_token(logits, temperature=-1.0)
-    assert sample_next_token(logits, temperature=0.0, greedy=True).shape == (2,)
-    with pytest.raises(ValueError, match="top_k must be at least 1, got 0"):
-        sample_next_token(logits, top_k=0)
-    with pytest.raises(TypeError, match="top_k must be an int"):
-        sample_next_token(logits, top_k=2.0)
-    with pytest.raises(ValueError, match=r"logits must be \(B, V\)"):
-        sample_next_token(torch.randn(1, 2, 5))
-
-
 # --- generation -------------------------------------------------------------------------------------
 
 
@@ -175,23 +156,6 @@ def test_stream_yields_the_same_tokens_one_by_one(model):
 def test_without_cache_generation_can_run_past_the_context(model):
     out = generate(model, torch.zeros(1, 4, dtype=torch.long), 30, greedy=True, use_cache=False)
     assert out.shape == (1, 34)
-
-
-def test_generation_errors(model):
-    idx = torch.zeros(1, 4, dtype=torch.long)
-    with pytest.raises(ValueError, match=r"exceeds the model's context_length \(24\)"):
-        generate(model, idx, 22, use_cache=True)
-    assert generate(model, idx, 21, greedy=True).shape == (1, 25)  # the last token is never fed back
-    with pytest.raises(ValueError, match="idx must have at least 2 dimensions"):
-        generate(model, torch.zeros(4), 2)
-    with pytest.raises(ValueError, match="max_new_tokens must be at least 0, got -1"):
-        generate(model, idx, -1)
-    with pytest.raises(TypeError, match="max_new_tokens must be an int, got float"):
-        generate(model, idx, 2.0)
-    with pytest.raises(TypeError, match="BigramTable has no new_cache"):
-        generate(_trap(), idx, 2)
-    with pytest.raises(TypeError, match="context_length must be an int attribute of the model, got NoneType"):
-        generate(nn.Identity(), idx, 2, use_cache=False)
 
 
 # --- running a KV cache past the context: on_full="shift" ----------------------------------------------
@@ -295,25 +259,6 @@ def test_shift_samples_with_the_same_random_stream_as_recomputing():
     assert a.shape == (3, 27) and torch.equal(a[:, :17], b[:, :17])
 
 
-def test_shift_errors(model):
-    idx = torch.zeros(1, 4, dtype=torch.long)
-    with pytest.raises(ValueError, match=r"on_full must be one of \('error', 'shift'\), got 'wrap'"):
-        generate(model, idx, 2, on_full="wrap")
-    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, 24\], got 0"):
-        generate(model, idx, 2, on_full="shift", keep_on_shift=0)
-    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, 24\], got 25"):
-        generate(model, idx, 2, on_full="shift", keep_on_shift=25)
-    with pytest.raises(TypeError, match="keep_on_shift must be an int or None, got float"):
-        generate(model, idx, 2, on_full="shift", keep_on_shift=8.0)
-    with pytest.raises(TypeError, match="keep_on_shift must be an int or None, got bool"):
-        generate(model, idx, 2, on_full="shift", keep_on_shift=True)
-    with pytest.raises(ValueError, match="keep_on_shift applies only with on_full='shift', got on_full='error'"):
-        generate(model, idx, 2, keep_on_shift=8)
-    with pytest.raises(ValueError, match=r"exceeds the model's context_length \(24\)"):
-        generate(model, idx, 30)  # the default still refuses to run the cache past the context
-    assert generate(model, idx, 30, greedy=True, on_full="shift").shape == (1, 34)
-
-
 # --- beam search ------------------------------------------------------------------------------------
 
 
@@ -376,104 +321,12 @@ def test_beam_search_with_and_without_cache_agree_and_scores_are_log_probs(model
     assert sa[0] >= _log_prob(model, generate(model, idx, 8, greedy=True)[0], 3) - 1e-5
 
 
-def test_beam_search_errors(model):
-    with pytest.raises(ValueError, match=r"beam_search takes one prompt"):
-        beam_search(model, torch.zeros(2, 3, dtype=torch.long), 2, 3)
-    with pytest.raises(ValueError, match="beam_width must be at least 1, got 0"):
-        beam_search(model, torch.zeros(1, 3, dtype=torch.long), 0, 3)
-    with pytest.raises(TypeError, match="beam_width must be an int, got bool"):
-        beam_search(model, torch.zeros(1, 3, dtype=torch.long), True, 3)
-
-
 # --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "temperature, error, match",
-    [
-        ("0.7", TypeError, r"temperature must be a number > 0 \(use greedy=True for the argmax\), got '0.7' \(str\)"),
-        (
-            None,
-            TypeError,
-            r"temperature must be a number > 0 \(use greedy=True for the argmax\), got None \(NoneType\)",
-        ),
-        (float("inf"), ValueError, r"temperature must be finite: an infinite one makes every token equally likely"),
-        (float("nan"), ValueError, r"temperature must be > 0 \(use greedy=True for the argmax\), got nan"),
-    ],
-)
-def test_sample_next_token_temperature(temperature, error, match):
-    with pytest.raises(error, match=match):
-        sample_next_token(torch.randn(2, 5), temperature=temperature)
-
-
-def test_sample_next_token_names_rows_that_cannot_be_sampled():
-    logits = torch.randn(3, 5)
-    logits[1, 2] = float("nan")
-    with pytest.raises(ValueError, match=r"logits must be numbers, got NaN in row\(s\) \[1\]"):
-        sample_next_token(logits)
-    logits[1] = float("-inf")
-    with pytest.raises(ValueError, match=r"every logit of row\(s\) \[1\] is -inf, so no token can be sampled"):
-        sample_next_token(logits)
 
 
 def _gpt():
     torch.manual_seed(0)
     return GPT(GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=1)).eval()
-
-
-def test_generate_checks_its_sampling_settings_before_running_the_model():
-    model, prompt = _gpt().for_generation(), torch.zeros(1, 3, dtype=torch.long)
-    with pytest.raises(ValueError, match=r"temperature must be > 0 \(use greedy=True for the argmax\), got -1"):
-        generate(model, prompt, 0, temperature=-1)  # no step runs, the setting is still wrong
-    with pytest.raises(TypeError, match=r"temperature must be a number > 0 .*got 'hot' \(str\)"):
-        next(generate_stream(model, prompt, 5, temperature="hot"))
-    with pytest.raises(ValueError, match=r"top_p must be in \(0, 1\], got 1.5"):
-        generate(model, prompt, 0, top_p=1.5)
-
-
-def test_generate_with_a_prompt_outside_the_vocabulary():
-    prompt = torch.tensor([[1, 2, 70]])
-    with pytest.raises(ValueError, match=r"idx must be token ids in \[0, vocab_size=11\), got 70 at position \(0, 2\)"):
-        generate(_gpt().for_generation(), prompt, 3)
-
-
-def test_generate_with_a_gpt_instead_of_its_generation_view():
-    with pytest.raises(TypeError, match=r"got a KVCache as targets .* model.for_generation\(\)"):
-        generate(_gpt(), torch.zeros(1, 3, dtype=torch.long), 3)
-
-
-def test_generate_callback_and_generator_are_checked_before_the_first_step():
-    model, prompt = _gpt().for_generation(), torch.zeros(1, 3, dtype=torch.long)
-    with pytest.raises(TypeError, match=r"callback must be a function of the new tokens \(B,\), or None, got str"):
-        generate(model, prompt, 3, callback="print")
-    with pytest.raises(
-        TypeError,
-        match=r"generator must be a torch.Generator \(torch.Generator\(\).manual_seed\(0\), "
-        r"say\) or None, got int",
-    ):
-        generate(model, prompt, 3, generator=0)
-
-
-def test_generator_and_flags_are_checked_at_the_call():
-    logits = torch.randn(2, 5)
-    with pytest.raises(TypeError, match=r"generator must be a torch.Generator .* or None, got int"):
-        sample_next_token(logits, generator=0)
-    with pytest.raises(TypeError, match=r"greedy must be True or False, got 'yes' \(str\)"):
-        sample_next_token(logits, greedy="yes")
-    model = TinyDecoder(DecoderConfig(vocab_size=5, context_length=8, embed_dim=8, num_heads=2, num_layers=1))
-    idx = torch.zeros(1, 2, dtype=torch.long)
-    with pytest.raises(TypeError, match=r"use_cache must be True or False, got 'no' \(str\)"):
-        generate(model, idx, 3, use_cache="no")
-    with pytest.raises(ValueError, match="idx is on the meta device, which holds no values"):
-        generate(model, idx.to("meta"), 3)
-
-
-def test_top_p_keep_rejects_rows_that_are_not_distributions():
-    with pytest.raises(ValueError, match=r"probs must be rows of probabilities .* row sum off from 1 by 2"):
-        top_p_keep(torch.tensor([[1.0, 2.0]]), 0.5)
-    with pytest.raises(ValueError, match=r"probs must be rows of probabilities .* got min -0.5"):
-        top_p_keep(torch.tensor([[-0.5, 1.5]]), 0.5)
-    assert top_p_keep(torch.tensor([[0.25, 0.75]]), 0.5).tolist() == [[False, True]]
 
 
 def test_generate_takes_a_numpy_int_for_max_new_tokens():
@@ -482,16 +335,6 @@ def test_generate_takes_a_numpy_int_for_max_new_tokens():
     model = TinyDecoder(DecoderConfig(vocab_size=5, context_length=8, embed_dim=8, num_heads=2, num_layers=1))
     out = generate(model, torch.zeros(1, 2, dtype=torch.long), np.int64(3), greedy=True)
     assert out.shape == (1, 5)
-
-
-def test_float_token_ids_are_a_type_error_as_in_the_models():
-    """The same wrong input gets the same error from generate as from the model's forward (#11 review)."""
-    model, idx = _gpt(), torch.zeros(1, 2)
-    for call in (lambda: generate(model, idx, 3), lambda: model(idx)):
-        with pytest.raises(TypeError, match=r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"):
-            call()
-    with pytest.raises(ValueError, match=r"idx must be \(B, T\) integer token ids, got shape \(1, 2, 3\)"):
-        generate(model, torch.zeros(1, 2, 3, dtype=torch.long), 3)
 
 
 def test_the_loop_checks_top_k_and_top_p_once_not_at_every_step(monkeypatch):
@@ -512,9 +355,173 @@ def test_the_loop_checks_top_k_and_top_p_once_not_at_every_step(monkeypatch):
     assert seen.count("top_k") == 2 and seen.count("top_p") == 2
 
 
-def test_generate_with_a_3d_float_prompt_names_the_dtype_first():
-    """generate has always checked a prompt's dtype before its number of dimensions (beyond two)."""
-    with pytest.raises(TypeError, match=r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"):
-        generate(_gpt().for_generation(), torch.zeros(1, 2, 3), 3)
-    with pytest.raises(ValueError, match=r"idx must hold at least one token \(the prompt\)"):
-        beam_search(_gpt().for_generation(), torch.zeros(1, 0, dtype=torch.long), 2, 3)
+# --- every message a learner can meet in this module, as one table ------------------------------------------
+
+torch.manual_seed(0)
+DECODER = TinyDecoder(DecoderConfig.tiny(context_length=24)).eval()
+GPT_VIEW = _gpt().for_generation()
+IDS = torch.zeros(1, 4, dtype=torch.long)
+LOGITS = torch.randn(2, 5)
+GREEDY_HINT = "(use greedy=True for the argmax)"
+NAN_ROW, DEAD_ROW = torch.randn(3, 5), torch.randn(3, 5)
+NAN_ROW[1, 2], DEAD_ROW[1] = float("nan"), float("-inf")
+
+# (call, exception type, words the message must contain)
+MESSAGES = [
+    (lambda: sample_next_token(LOGITS, top_p=0.0), ValueError, "top_p must be in (0, 1], got 0"),
+    (lambda: sample_next_token(LOGITS, top_p=1.5), ValueError, "top_p must be in (0, 1], got 1.5"),
+    (lambda: sample_next_token(LOGITS, temperature=0.0), ValueError, "temperature must be > 0 " + GREEDY_HINT),
+    (lambda: sample_next_token(LOGITS, temperature=-1.0), ValueError, "temperature must be > 0"),
+    (lambda: sample_next_token(LOGITS, top_k=0), ValueError, "top_k must be at least 1, got 0"),
+    (lambda: sample_next_token(LOGITS, top_k=2.0), TypeError, "top_k must be an int"),
+    (lambda: sample_next_token(torch.randn(1, 2, 5)), ValueError, "logits must be (B, V)"),
+    (
+        lambda: sample_next_token(LOGITS, temperature="0.7"),
+        TypeError,
+        f"temperature must be a number > 0 {GREEDY_HINT}, got '0.7' (str)",
+    ),
+    (
+        lambda: sample_next_token(LOGITS, temperature=None),
+        TypeError,
+        f"temperature must be a number > 0 {GREEDY_HINT}, got None",
+    ),
+    (
+        lambda: sample_next_token(LOGITS, temperature=math.inf),
+        ValueError,
+        "temperature must be finite: an infinite one makes every",
+    ),
+    (
+        lambda: sample_next_token(LOGITS, temperature=math.nan),
+        ValueError,
+        f"temperature must be > 0 {GREEDY_HINT}, got nan",
+    ),
+    (lambda: sample_next_token(NAN_ROW), ValueError, "logits must be numbers, got NaN in row(s) [1]"),
+    (lambda: sample_next_token(DEAD_ROW), ValueError, "every logit of row(s) [1] is -inf, so no token can be sampled"),
+    (
+        lambda: sample_next_token(LOGITS, generator=0),
+        TypeError,
+        "generator must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, got int",
+    ),
+    (lambda: sample_next_token(LOGITS, greedy="yes"), TypeError, "greedy must be True or False, got 'yes' (str)"),
+    (lambda: top_p_keep(torch.tensor([[1.0, 2.0]]), 0.5), ValueError, "probs must be rows of probabilities"),
+    (lambda: top_p_keep(torch.tensor([[1.0, 2.0]]), 0.5), ValueError, "a row sum off from 1 by 2"),
+    (lambda: top_p_keep(torch.tensor([[-0.5, 1.5]]), 0.5), ValueError, "got min -0.5"),
+    # the generation loop: the prompt, the model, the settings, all before the first step
+    (lambda: generate(DECODER, IDS, 22, use_cache=True), ValueError, "exceeds the model's context_length (24)"),
+    (lambda: generate(DECODER, IDS, 30), ValueError, "exceeds the model's context_length (24)"),
+    (lambda: generate(DECODER, torch.zeros(4), 2), ValueError, "idx must have at least 2 dimensions"),
+    (lambda: generate(DECODER, IDS, -1), ValueError, "max_new_tokens must be at least 0, got -1"),
+    (lambda: generate(DECODER, IDS, 2.0), TypeError, "max_new_tokens must be an int, got float"),
+    (lambda: generate(_trap(), IDS, 2), TypeError, "BigramTable has no new_cache"),
+    (
+        lambda: generate(nn.Identity(), IDS, 2, use_cache=False),
+        TypeError,
+        "context_length must be an int attribute of the model, got NoneType",
+    ),
+    (
+        lambda: generate(DECODER, IDS, 2, on_full="wrap"),
+        ValueError,
+        "on_full must be one of ('error', 'shift'), got 'wrap'",
+    ),
+    (
+        lambda: generate(DECODER, IDS, 2, on_full="shift", keep_on_shift=0),
+        ValueError,
+        "keep_on_shift must be in [1, 24], got 0",
+    ),
+    (
+        lambda: generate(DECODER, IDS, 2, on_full="shift", keep_on_shift=25),
+        ValueError,
+        "keep_on_shift must be in [1, 24], got 25",
+    ),
+    (
+        lambda: generate(DECODER, IDS, 2, on_full="shift", keep_on_shift=8.0),
+        TypeError,
+        "keep_on_shift must be an int or None, got float",
+    ),
+    (
+        lambda: generate(DECODER, IDS, 2, on_full="shift", keep_on_shift=True),
+        TypeError,
+        "keep_on_shift must be an int or None, got bool",
+    ),
+    (
+        lambda: generate(DECODER, IDS, 2, keep_on_shift=8),
+        ValueError,
+        "keep_on_shift applies only with on_full='shift', got on_full='error'",
+    ),
+    (lambda: generate(DECODER, IDS, 3, use_cache="no"), TypeError, "use_cache must be True or False, got 'no' (str)"),
+    (lambda: generate(DECODER, IDS.to("meta"), 3), ValueError, "idx is on the meta device, which holds no values"),
+    (lambda: generate(GPT_VIEW, IDS, 0, temperature=-1), ValueError, f"temperature must be > 0 {GREEDY_HINT}, got -1"),
+    (lambda: next(generate_stream(GPT_VIEW, IDS, 5, temperature="hot")), TypeError, "got 'hot' (str)"),
+    (lambda: generate(GPT_VIEW, IDS, 0, top_p=1.5), ValueError, "top_p must be in (0, 1], got 1.5"),
+    (
+        lambda: generate(GPT_VIEW, torch.tensor([[1, 2, 70]]), 3),
+        ValueError,
+        "idx must be token ids in [0, vocab_size=11), got 70 at position (0, 2)",
+    ),
+    (lambda: generate(_gpt(), IDS, 3), TypeError, "got a KVCache as targets"),
+    (
+        lambda: generate(GPT_VIEW, IDS, 3, callback="print"),
+        TypeError,
+        "callback must be a function of the new tokens (B,), or None, got str",
+    ),
+    (
+        lambda: generate(GPT_VIEW, IDS, 3, generator=0),
+        TypeError,
+        "generator must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, got int",
+    ),
+    (
+        lambda: generate(GPT_VIEW, torch.zeros(1, 2), 3),
+        TypeError,
+        "idx must hold integer token ids (torch.long), got dtype torch.float32",
+    ),
+    (
+        lambda: _gpt()(torch.zeros(1, 2)),
+        TypeError,
+        "idx must hold integer token ids (torch.long), got dtype torch.float32",
+    ),
+    (
+        lambda: generate(GPT_VIEW, torch.zeros(1, 2, 3, dtype=torch.long), 3),
+        ValueError,
+        "idx must be (B, T) integer token ids, got shape (1, 2, 3)",
+    ),
+    (
+        lambda: generate(GPT_VIEW, torch.zeros(1, 2, 3), 3),
+        TypeError,
+        "idx must hold integer token ids (torch.long), got dtype torch.float32",
+    ),
+    # beam search
+    (
+        lambda: beam_search(DECODER, torch.zeros(2, 3, dtype=torch.long), 2, 3),
+        ValueError,
+        "beam_search takes one prompt",
+    ),
+    (
+        lambda: beam_search(DECODER, torch.zeros(1, 3, dtype=torch.long), 0, 3),
+        ValueError,
+        "beam_width must be at least 1, got 0",
+    ),
+    (
+        lambda: beam_search(DECODER, torch.zeros(1, 3, dtype=torch.long), True, 3),
+        TypeError,
+        "beam_width must be an int, got bool",
+    ),
+    (
+        lambda: beam_search(GPT_VIEW, torch.zeros(1, 0, dtype=torch.long), 2, 3),
+        ValueError,
+        "idx must hold at least one token (the prompt)",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, words", MESSAGES)
+def test_each_bad_input_gets_its_message(call, error, words):
+    with pytest.raises(error) as raised:
+        call()
+    assert words in str(raised.value)
+
+
+def test_the_edges_of_the_refusals_still_run():
+    assert sample_next_token(LOGITS, temperature=0.0, greedy=True).shape == (2,)
+    assert generate(DECODER, IDS, 21, greedy=True).shape == (1, 25)  # the last token is never fed back
+    assert generate(DECODER, IDS, 30, greedy=True, on_full="shift").shape == (1, 34)
+    assert top_p_keep(torch.tensor([[0.25, 0.75]]), 0.5).tolist() == [[False, True]]

@@ -254,10 +254,29 @@ def test_dropout_only_in_training_mode():
     assert (model(idx)[0] - model(idx)[0]).abs().max() > 1e-3
 
 
-def test_grouped_query_blocks_use_the_variants_module():
-    model = make(num_kv_heads=2)
-    assert isinstance(model.blocks[0].attn, GroupedQueryAttention)
-    assert model.blocks[0].attn.k_proj.weight.shape == (2 * 4, 16)  # Hkv * D rows
+def test_grouped_query_is_a_setting_of_the_one_attention_layer():
+    """One attention class in the GPT: num_kv_heads sizes its packed projection, (H + 2 Hkv) D rows."""
+    from course_utils.gpt import CausalSelfAttention
+
+    for kv, rows in ((None, 3 * 16), (4, 3 * 16), (2, 16 + 2 * 2 * 4), (1, 16 + 2 * 4)):
+        attn = make(num_kv_heads=kv).blocks[0].attn
+        assert type(attn) is CausalSelfAttention and attn.qkv_proj.weight.shape == (rows, 16)
+
+
+def test_grouped_query_layer_is_the_variants_module_with_the_same_weights():
+    """The GPT's layer with Hkv < H computes what variants.GroupedQueryAttention computes (q, k, v split)."""
+    from course_utils.masking import causal_mask
+
+    torch.manual_seed(0)
+    for positions in ("learned", "rope"):
+        attn = make(num_kv_heads=2, positions=positions, bias=False, attention="course").blocks[0].attn.double()
+        gqa = GroupedQueryAttention(16, 4, 2, rope=positions == "rope").double()
+        with torch.no_grad():
+            for proj, w in zip((gqa.q_proj, gqa.k_proj, gqa.v_proj), attn.qkv_proj.weight.split([16, 8, 8])):
+                proj.weight.copy_(w)
+            gqa.out_proj.weight.copy_(attn.out_proj.weight)
+        x = torch.randn(2, 9, 16, dtype=torch.float64)
+        torch.testing.assert_close(gqa(x, causal_mask(9)), attn(x))
 
 
 @pytest.mark.parametrize("num_kv_heads", [None, 2])
@@ -361,9 +380,9 @@ def test_cached_rotary_table_equals_apply_rope(start, T):
     attn = GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn
     x = torch.randn(2, 4, T, 8)  # (B, H, T, D)
     expected = apply_rope(x, torch.arange(start, start + T), pairing="half")
-    torch.testing.assert_close(attn._rotate(x, start), expected)
+    torch.testing.assert_close(attn.rotary.rotate(x, start), expected)
     expected64 = apply_rope(x.double(), torch.arange(start, start + T), pairing="half")
-    torch.testing.assert_close(attn._rotate(x.double(), start), expected64)  # float64 stays float64
+    torch.testing.assert_close(attn.rotary.rotate(x.double(), start), expected64)  # float64 stays float64
 
 
 @pytest.mark.parametrize("rope_base", [10000.0, 500000.0])
@@ -415,7 +434,8 @@ def test_the_committed_checkpoint_was_trained_with_the_half_pairing(course_corpu
     base = info["model_config"]["rope_base"]
     for pairing, agrees in (("half", True), ("interleaved", False)):
         for block in model.blocks:  # every layer's rotation replaced by apply_rope with this pairing
-            block.attn._rotate = lambda t, s, p=pairing: apply_rope(t, torch.arange(s, s + t.shape[-2]), base, p)
+            rotate = lambda t, s, p=pairing: apply_rope(t, torch.arange(s, s + t.shape[-2]), base, p)  # noqa: E731
+            block.attn.rotary.rotate_unchecked = rotate
         swapped, swapped_loss = logits_and_loss()
         assert torch.allclose(swapped, logits, rtol=1e-4, atol=1e-4) is agrees
         assert (swapped_loss < 1.8) is agrees  # on this sample: 1.57 nats with half, 2.92 with interleaved
@@ -587,3 +607,37 @@ def test_a_layer_that_calls_the_unchecked_kernel_still_checks_the_callers_mask(a
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(weights, expected_weights)
     assert torch.all(weights.triu(diagonal=1) == 0)
+
+
+@pytest.mark.parametrize("positions", ["rope", "learned"])
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_a_forward_pass_checks_its_arguments_once(positions, num_kv_heads):
+    """Issue #25: the model checks idx once at its door; its blocks, attention, MLP and rotary table trust it.
+    Counted: every call of a check function (check_*, in any course_utils file) made by code that is not itself a
+    check, during one forward pass with every layer run."""
+    import sys
+
+    model = make(positions=positions, num_kv_heads=num_kv_heads, num_layers=3)
+    entry_checks = []
+
+    def tracer(frame, event, arg):
+        name, caller = frame.f_code.co_name, frame.f_back.f_code.co_name if frame.f_back else ""
+        if event == "call" and "course_utils" in frame.f_code.co_filename and name.startswith("check"):
+            if not caller.startswith("check"):
+                entry_checks.append(name)
+        return None
+
+    idx = ids(2, 9)
+    sys.settrace(tracer)
+    try:
+        model(idx)
+    finally:
+        sys.settrace(None)
+    assert entry_checks == ["check_ids"]
+    entry_checks.clear()
+    sys.settrace(tracer)
+    try:
+        model.blocks[0](torch.randn(2, 9, 16))  # a learner calling a block on its own: the block's door, once
+    finally:
+        sys.settrace(None)
+    assert entry_checks == ["check_layer_call"]

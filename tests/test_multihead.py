@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -217,30 +215,6 @@ def test_self_attention_is_cross_attention_with_memory_x(bias):
     assert (packed(x, memory=torch.randn(2, 5, 12)) - packed(x)).abs().max() > 1e-3
 
 
-def test_cross_attention_messages():
-    module, x = MultiHeadAttention(8, 2), torch.randn(2, 3, 8)
-    with pytest.raises(TypeError, match="memory must be a torch.Tensor, got list"):
-        module(x, memory=[[[0.0] * 8]])
-    with pytest.raises(ValueError, match=re.escape("memory must have at least 3 dimensions, got shape (5, 8)")):
-        module(x, memory=torch.randn(5, 8))
-    with pytest.raises(TypeError, match="memory must be a floating-point tensor, got dtype torch.int64"):
-        module(x, memory=torch.zeros(2, 5, 8, dtype=torch.long))
-    for shape in ((3, 5, 8), (2, 0, 8), (2, 5, 6), (1, 2, 5, 8)):  # batch, empty, kdim != embed_dim, 4-D
-        with pytest.raises(
-            ValueError,
-            match=re.escape(f"memory must have shape (B=2, S >= 1, C=8) for x of shape (2, 3, 8), got {shape}"),
-        ):
-            module(x, memory=torch.randn(shape))
-    with pytest.raises(TypeError, match="memory is float64 but the module's weights are float32"):
-        module(x, memory=torch.randn(2, 5, 8, dtype=torch.float64))
-    with pytest.raises(ValueError, match="memory is on meta but the module's weights are on cpu"):
-        module(x, memory=torch.randn(2, 5, 8, device="meta"))
-    with pytest.raises(ValueError, match=re.escape("does not broadcast to the scores' shape (2, 2, 3, 5)")):
-        module(x, causal_mask(3), memory=torch.randn(2, 5, 8))  # a (T, T) mask where (T, S) is needed
-    with pytest.raises(TypeError, match="positional argument"):
-        module(x, None, False, torch.randn(2, 5, 8))  # memory is keyword-only: it never lands in a mask slot
-
-
 def test_from_torch_gradients_match():
     torch.manual_seed(0)
     ref = nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
@@ -395,176 +369,141 @@ def test_multihead_attention_dropout_eval_is_deterministic_and_train_is_not():
 
 
 MODULE_CLASSES = [MultiHeadAttention, MultiHeadAttentionEinsum, MultiHeadAttentionWrapper]
-
-
-@pytest.mark.parametrize("cls", MODULE_CLASSES)
-@pytest.mark.parametrize(
-    "args, exc, message",
-    [
-        ((10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
-        ((8.0, 2), TypeError, "embed_dim must be an int, got float"),
-        ((8, True), TypeError, "num_heads must be an int, got bool"),
-        ((8, "2"), TypeError, "num_heads must be an int, got str"),
-        ((0, 1), ValueError, "embed_dim must be at least 1, got 0"),
-        ((8, 0), ValueError, "num_heads must be at least 1, got 0"),
-        ((8, -2), ValueError, "num_heads must be at least 1, got -2"),
-    ],
-)
-def test_constructor_messages(cls, args, exc, message):
-    with pytest.raises(exc, match=re.escape(message)):
-        cls(*args)
-
-
-def test_single_head_attention_embed_dim_messages():
-    with pytest.raises(ValueError, match="embed_dim must be at least 1, got 0"):
-        SingleHeadAttention(0, 4)
-    with pytest.raises(TypeError, match="embed_dim must be an int, got float"):
-        SingleHeadAttention(8.0, 4)
-
-
-@pytest.mark.parametrize(
-    "head_dim, exc, message",
-    [
-        (0, ValueError, "head_dim must be at least 1, got 0"),
-        (2.0, TypeError, "head_dim must be an int, got float"),
-    ],
-)
-def test_single_head_attention_head_dim_messages(head_dim, exc, message):
-    with pytest.raises(exc, match=re.escape(message)):
-        SingleHeadAttention(8, head_dim)
-
-
-@pytest.mark.parametrize("p", [1.0, -0.5])
-def test_multihead_attention_dropout_message(p):
-    with pytest.raises(ValueError, match=re.escape(f"dropout must be in [0, 1), got {p}")):
-        MultiHeadAttention(8, 2, dropout=p)
-
-
-@pytest.mark.parametrize("factory", [lambda: SingleHeadAttention(8, 4), *[lambda c=c: c(8, 2) for c in MODULE_CLASSES]])
-def test_forward_input_messages(factory):
-    module = factory()
-    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
-        module([[[0.0] * 8]])
-    with pytest.raises(ValueError, match=re.escape("x must have at least 3 dimensions, got shape (4, 8)")):
-        module(torch.zeros(4, 8))
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
-        module(torch.zeros(2, 4, 8, dtype=torch.long))
-    with pytest.raises(ValueError, match=re.escape("x must have shape (B, T, C=8), got (2, 4, 6)")):
-        module(torch.zeros(2, 4, 6))
-    with pytest.raises(ValueError, match=re.escape("x must have shape (B, T, C=8), got (1, 2, 4, 8)")):
-        module(torch.zeros(1, 2, 4, 8))
-    with pytest.raises(TypeError, match="mask must be boolean"):
-        module(torch.zeros(2, 4, 8), torch.zeros(4, 4))
-    with pytest.raises(ValueError, match="does not broadcast to the scores' shape"):
-        module(torch.zeros(2, 4, 8), torch.ones(3, 4, 4, dtype=torch.bool))
-
-
-@pytest.mark.parametrize("factory", [lambda: SingleHeadAttention(8, 4), *[lambda c=c: c(8, 2) for c in MODULE_CLASSES]])
-def test_forward_mask_on_another_device_is_named(factory):
-    """The modules check the mask at their entry, then call attention's unchecked kernel: the message stays sdpa's."""
-    mask = torch.ones(4, 4, dtype=torch.bool, device="meta")
-    with pytest.raises(ValueError, match=re.escape("q, mask must be on one device, got q on cpu, mask on meta")):
-        factory()(torch.zeros(2, 4, 8), mask)
-
-
-def test_cross_attention_checks_the_mask_against_the_memory_length():
-    attn, x, memory = MultiHeadAttention(8, 2), torch.randn(2, 3, 8), torch.randn(2, 5, 8)
-    with pytest.raises(TypeError, match="mask must be boolean"):
-        attn(x, torch.zeros(3, 5), memory=memory)
-    with pytest.raises(ValueError, match=re.escape("mask of shape (3, 3) does not broadcast to the scores' shape")):
-        attn(x, torch.ones(3, 3, dtype=torch.bool), memory=memory)
-    assert attn(x, torch.ones(3, 5, dtype=torch.bool), memory=memory).shape == (2, 3, 8)
-
-
-def test_split_and_merge_heads_messages():
-    with pytest.raises(TypeError, match="x must be a torch.Tensor, got list"):
-        split_heads([[[0.0]]], 1)
-    with pytest.raises(ValueError, match=re.escape("x must have at least 3 dimensions, got shape (4, 6)")):
-        split_heads(torch.zeros(4, 6), 2)
-    with pytest.raises(ValueError, match=re.escape("embed_dim (6) must be divisible by num_heads (4)")):
-        split_heads(torch.zeros(1, 4, 6), 4)
-    with pytest.raises(ValueError, match=re.escape("x must have at least 4 dimensions, got shape (2, 4, 6)")):
-        merge_heads(torch.zeros(2, 4, 6))
-
-
-@pytest.mark.parametrize(
-    "fn, x", [(lambda x: split_heads(x, 2), torch.zeros(1, 2, 4, 6)), (merge_heads, torch.zeros(1, 2, 3, 4, 5))]
-)
-def test_split_and_merge_heads_too_many_dims(fn, x):
-    with pytest.raises(ValueError, match=r"\((B, )?(H, )?T, (C|D)\)"):
-        fn(x)
-
-
-def test_from_torch_messages():
-    with pytest.raises(TypeError, match="from_torch takes an nn.MultiheadAttention, got Linear"):
-        MultiHeadAttention.from_torch(nn.Linear(4, 4))
-    with pytest.raises(
-        ValueError, match=re.escape("from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)")
-    ):
-        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4))
-    with pytest.raises(ValueError, match="from_torch does not support add_bias_kv or add_zero_attn"):
-        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_bias_kv=True))
-    with pytest.raises(ValueError, match="from_torch does not support add_bias_kv or add_zero_attn"):
-        MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, add_zero_attn=True))
-
-
-def test_multihead_attention_dropout_of_the_wrong_type():
-    with pytest.raises(TypeError, match=re.escape("dropout must be a number in [0, 1), got '0.1' (str)")):
-        MultiHeadAttention(8, 2, dropout="0.1")
-
-
-@pytest.mark.parametrize("cls", [MultiHeadAttentionWrapper, MultiHeadAttentionEinsum])
-def test_from_packed_takes_the_course_module(cls):
-    with pytest.raises(
+LAYERS = {
+    "SingleHeadAttention": lambda: SingleHeadAttention(8, 4),
+    **{c.__name__: lambda c=c: c(8, 2) for c in MODULE_CLASSES},
+}
+X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
+MHA = MultiHeadAttention(8, 2)
+BAD_SIZES = [
+    ((10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
+    ((8.0, 2), TypeError, "embed_dim must be an int, got float"),
+    ((8, True), TypeError, "num_heads must be an int, got bool"),
+    ((8, "2"), TypeError, "num_heads must be an int, got str"),
+    ((0, 1), ValueError, "embed_dim must be at least 1, got 0"),
+    ((8, 0), ValueError, "num_heads must be at least 1, got 0"),
+    ((8, -2), ValueError, "num_heads must be at least 1, got -2"),
+]
+BAD_INPUTS = [  # (x, mask) -> error, words: the same at every layer's door
+    (([[[0.0] * 8]], None), TypeError, "x must be a torch.Tensor, got list"),
+    ((torch.zeros(4, 8), None), ValueError, "x must have at least 3 dimensions, got shape (4, 8)"),
+    (
+        (torch.zeros(2, 4, 8, dtype=torch.long), None),
         TypeError,
-        match=r"from_packed takes a course_utils MultiHeadAttention \(convert it first "
-        r"with MultiHeadAttention.from_torch\), got MultiheadAttention",
-    ):
-        cls.from_packed(nn.MultiheadAttention(8, 2))
-    with pytest.raises(TypeError, match="from_packed takes a course_utils MultiHeadAttention, got Linear"):
-        cls.from_packed(nn.Linear(8, 8))
+        "x must be a floating-point tensor, got dtype torch.int64",
+    ),
+    ((torch.zeros(2, 4, 6), None), ValueError, "x must have shape (B, T, C=8), got (2, 4, 6)"),
+    ((torch.zeros(1, 2, 4, 8), None), ValueError, "x must have shape (B, T, C=8), got (1, 2, 4, 8)"),
+    ((torch.zeros(2, 4, 8), torch.zeros(4, 4)), TypeError, "mask must be boolean"),
+    (
+        (torch.zeros(2, 4, 8), torch.ones(3, 4, 4, dtype=torch.bool)),
+        ValueError,
+        "does not broadcast to the scores' shape",
+    ),
+    (
+        (torch.zeros(2, 4, 8), torch.ones(4, 4, dtype=torch.bool, device="meta")),
+        ValueError,
+        "q, mask must be on one device, got q on cpu, mask on meta",
+    ),
+    (
+        (X.double(), None),
+        TypeError,
+        "x is float64 but the module's weights are float32: convert one of them (module.to(torch.float64) or "
+        "x.to(torch.float32))",
+    ),
+    ((X.bfloat16(), None), TypeError, "x is bfloat16 but the module's weights are float32"),
+    ((X.to("meta"), None), ValueError, "x is on meta but the module's weights are on cpu"),
+]
+FROM_PACKED = "from_packed takes a course_utils MultiHeadAttention"
 
-
-@pytest.mark.parametrize(
-    "make",
-    [
-        lambda: MultiHeadAttention(8, 2),
-        lambda: SingleHeadAttention(8, 4),
-        lambda: MultiHeadAttentionEinsum(8, 2),
-        lambda: MultiHeadAttentionWrapper(8, 2),
+# (call, exception type, words the message must contain): every message a learner can meet in this module
+MESSAGES = [
+    *[(lambda c=c, a=a: c(*a), error, words) for c in MODULE_CLASSES for a, error, words in BAD_SIZES],
+    (lambda: SingleHeadAttention(0, 4), ValueError, "embed_dim must be at least 1, got 0"),
+    (lambda: SingleHeadAttention(8.0, 4), TypeError, "embed_dim must be an int, got float"),
+    (lambda: SingleHeadAttention(8, 0), ValueError, "head_dim must be at least 1, got 0"),
+    (lambda: SingleHeadAttention(8, 2.0), TypeError, "head_dim must be an int, got float"),
+    *[
+        (lambda p=p: MultiHeadAttention(8, 2, dropout=p), ValueError, f"dropout must be in [0, 1), got {p}")
+        for p in (1.0, -0.5)
     ],
-)
-def test_modules_name_a_dtype_or_device_that_differs_from_their_weights(make):
-    module, x = make(), torch.randn(1, 3, 8)
-    with pytest.raises(
+    (lambda: MultiHeadAttention(8, 2, dropout="0.1"), TypeError, "dropout must be a number in [0, 1), got '0.1' (str)"),
+    *[(lambda m=m, xm=xm: m()(*xm), error, words) for m in LAYERS.values() for xm, error, words in BAD_INPUTS],
+    (lambda: MHA(X, need_weights="no"), TypeError, "need_weights must be True or False, got 'no' (str)"),
+    # cross-attention: the memory and a mask against its length
+    (lambda: MHA(X, memory=[[[0.0] * 8]]), TypeError, "memory must be a torch.Tensor, got list"),
+    (lambda: MHA(X, memory=torch.randn(5, 8)), ValueError, "memory must have at least 3 dimensions, got shape (5, 8)"),
+    (lambda: MHA(X, memory=MEMORY.long()), TypeError, "memory must be a floating-point tensor, got dtype torch.int64"),
+    *[
+        (
+            lambda shape=shape: MHA(X, memory=torch.randn(shape)),
+            ValueError,
+            f"memory must have shape (B=2, S >= 1, C=8) for x of shape (2, 3, 8), got {shape}",
+        )
+        for shape in ((3, 5, 8), (2, 0, 8), (2, 5, 6), (1, 2, 5, 8))  # batch, empty, kdim != embed_dim, 4-D
+    ],
+    (lambda: MHA(X, memory=MEMORY.double()), TypeError, "memory is float64 but the module's weights are float32"),
+    (lambda: MHA(X, memory=MEMORY.to("meta")), ValueError, "memory is on meta but the module's weights are on cpu"),
+    (lambda: MHA(X, causal_mask(3), memory=MEMORY), ValueError, "does not broadcast to the scores' shape (2, 2, 3, 5)"),
+    (lambda: MHA(X, torch.zeros(3, 5), memory=MEMORY), TypeError, "mask must be boolean"),
+    (lambda: MHA(X, None, False, MEMORY), TypeError, "positional argument"),  # memory is keyword-only
+    (
+        lambda: MHA(X, MEMORY),
         TypeError,
-        match=re.escape(
-            "x is float64 but the module's weights are float32: convert one of them (module.double() or x.float())"
-        ),
-    ):
-        module(x.double())
-    with pytest.raises(TypeError, match="x is bfloat16 but the module's weights are float32"):
-        module(x.bfloat16())
-    with pytest.raises(ValueError, match="x is on meta but the module's weights are on cpu"):
-        module(x.to("meta"))
-
-
-def test_need_weights_must_be_a_bool():
-    with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no' \(str\)"):
-        MultiHeadAttention(8, 2)(torch.randn(1, 3, 8), need_weights="no")
-
-
-def test_a_memory_passed_where_the_mask_goes_is_named():
-    """nn.MultiheadAttention users write attn(x, memory): the second argument here is the mask."""
-    attn = MultiHeadAttention(8, 2)
-    x, memory = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
-    with pytest.raises(
+        "got a floating tensor of shape (2, 5, 8), which looks like a (B, S, C) memory: for cross-attention pass "
+        "it by keyword, attn(x, memory=m)",
+    ),
+    # split_heads, merge_heads
+    (lambda: split_heads([[[0.0]]], 1), TypeError, "x must be a torch.Tensor, got list"),
+    (lambda: split_heads(torch.zeros(4, 6), 2), ValueError, "x must have at least 3 dimensions, got shape (4, 6)"),
+    (lambda: split_heads(torch.zeros(1, 4, 6), 4), ValueError, "embed_dim (6) must be divisible by num_heads (4)"),
+    (lambda: split_heads(torch.zeros(1, 2, 4, 6), 2), ValueError, "split_heads takes x of shape (B, T, C), got"),
+    (lambda: merge_heads(torch.zeros(2, 4, 6)), ValueError, "x must have at least 4 dimensions, got shape (2, 4, 6)"),
+    (lambda: merge_heads(torch.zeros(1, 2, 3, 4, 5)), ValueError, "merge_heads takes x of shape (B, H, T, D), got"),
+    # copying weights between the modules
+    (
+        lambda: MultiHeadAttention.from_torch(nn.Linear(4, 4)),
         TypeError,
-        match=r"got a floating tensor of shape \(2, 5, 8\), which looks like a \(B, S, C\) "
-        r"memory: for cross-attention pass it by keyword, attn\(x, memory=m\)",
-    ):
-        attn(x, memory)
-    assert attn(x, memory=memory).shape == (2, 3, 8)
+        "from_torch takes an nn.MultiheadAttention, got Linear",
+    ),
+    (
+        lambda: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4)),
+        ValueError,
+        "from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)",
+    ),
+    *[
+        (
+            lambda kw=kw: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, **kw)),
+            ValueError,
+            "from_torch does not support add_bias_kv or add_zero_attn",
+        )
+        for kw in ({"add_bias_kv": True}, {"add_zero_attn": True})
+    ],
+    *[
+        row
+        for cls in (MultiHeadAttentionWrapper, MultiHeadAttentionEinsum)
+        for row in [
+            (
+                lambda cls=cls: cls.from_packed(nn.MultiheadAttention(8, 2)),
+                TypeError,
+                FROM_PACKED + " (convert it first with MultiHeadAttention.from_torch), got MultiheadAttention",
+            ),
+            (lambda cls=cls: cls.from_packed(nn.Linear(8, 8)), TypeError, FROM_PACKED + ", got Linear"),
+        ]
+    ],
+]
+
+
+@pytest.mark.parametrize("call, error, words", MESSAGES)
+def test_each_bad_input_gets_its_message(call, error, words):
+    with pytest.raises(error) as raised:
+        call()
+    assert words in str(raised.value)
+
+
+def test_good_masks_and_memories_pass_the_door():
+    assert MHA(X, torch.ones(3, 5, dtype=torch.bool), memory=MEMORY).shape == (2, 3, 8)
+    assert MHA(X, memory=MEMORY).shape == (2, 3, 8)
 
 
 @pytest.mark.parametrize("make", ["MultiHeadAttention", "MultiHeadAttentionEinsum"])

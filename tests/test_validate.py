@@ -5,26 +5,25 @@ and what arrived.
 """
 
 import math
-import re
 
 import numpy as np
 import pytest
 import torch
 
 from course_utils._validate import (
-    check_attention_call,
     check_bool,
     check_choice,
-    check_even_int,
     check_fraction,
     check_greater_than,
     check_int,
-    check_layer_input,
     check_nonnegative_number,
-    check_positions,
     check_positive_number,
 )
+from course_utils.generation import beam_search, generate, generate_stream
+from course_utils.gpt import GPTConfig
 from course_utils.multihead import MultiHeadAttention, SingleHeadAttention
+from course_utils.positional import LearnedPositionalEmbedding, rope_pairing_permutation
+from course_utils.variants import DecoderConfig, TinyDecoder
 
 
 def test_check_int_returns_a_plain_int():
@@ -127,140 +126,87 @@ def test_check_choice_takes_values_of_a_subtype_but_not_a_bool_for_a_number():
         check_choice("layers", True, (1, 2))
 
 
-# --- gpt, generation: the checks their modules call once at the boundary (issue #20) ---------------------
+# --- the checks the modules now write at their door, through their public functions -------------------------
+
+_MODEL = TinyDecoder(DecoderConfig(context_length=8))
+_IDS = torch.zeros(1, 4, dtype=torch.long)
+_X, _MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
 
 
-def test_check_prompt_keeps_generations_words_and_order():
-    import torch
-
-    from course_utils._validate import check_prompt as prompt
-    from course_utils._validate import check_token_ids
-
-    prompt(torch.zeros(2, 3, dtype=torch.long))
-    cases = [
-        ([[1, 2]], TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
-        (torch.zeros(4, dtype=torch.long), ValueError, r"idx must have at least 2 dimensions, got shape \(4,\)"),
-        (torch.zeros(1, 2, 3, dtype=torch.long), ValueError, r"idx must be \(B, T\) integer token ids, got shape"),
-        (torch.zeros(1, 2, 3), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"),
-        (torch.zeros(2, 0, dtype=torch.long), ValueError, r"idx must hold at least one token \(the prompt\)"),
-    ]
-    for idx, error, match in cases:
-        with pytest.raises(error, match=match):
-            prompt(idx)
-    # The models' own check of token ids has its words, and allows an empty sequence.
-    with pytest.raises(ValueError, match=r"idx must be a \(B, T\) tensor of token ids, got shape \(1, 2, 3\)"):
-        check_token_ids("idx", torch.zeros(1, 2, 3), 5)
-    check_token_ids("idx", torch.zeros(2, 0, dtype=torch.long), 5)
+def _gen(idx=_IDS, n=2, **kw):
+    return list(generate_stream(_MODEL, idx, n, **kw))
 
 
-def test_check_cache_room_says_generates_words_unless_told_otherwise():
-    import torch
-
-    from course_utils._validate import check_cache_room
-
-    idx = torch.zeros(1, 4, dtype=torch.long)
-    check_cache_room(idx, 5, 8)  # 4 + 5 - 1 = 8 fits: the last token is never fed back
-    with pytest.raises(
+DOORS = [
+    # generation: the prompt, its words and their order
+    (lambda: _gen([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
+    (lambda: _gen(torch.zeros(4, dtype=torch.long)), ValueError, r"idx must have at least 2 dimensions, got shape"),
+    (lambda: _gen(torch.zeros(1, 2, 3, dtype=torch.long)), ValueError, r"idx must be \(B, T\) integer token ids"),
+    (lambda: _gen(torch.zeros(1, 2, 3)), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype"),
+    (lambda: _gen(torch.zeros(2, 0, dtype=torch.long)), ValueError, r"idx must hold at least one token \(the prompt\)"),
+    # the room in one KV cache: generate's words, and beam_search's
+    (
+        lambda: _gen(n=6),
         ValueError,
-        match=r"^prompt \(4 tokens\) \+ max_new_tokens \(6\) - 1 exceeds the model's context_length \(8\): the KV "
+        r"^prompt \(4 tokens\) \+ max_new_tokens \(6\) - 1 exceeds the model's context_length \(8\): the KV "
         r"cache cannot hold them \(the last token is never fed back\); shorten them or pass use_cache=False, "
         r"which crops to the last context_length tokens$",
-    ):
-        check_cache_room(idx, 6, 8)
-    with pytest.raises(ValueError, match=r"context_length \(8\); pass use_cache=False to crop instead$"):
-        check_cache_room(idx, 6, 8, "; pass use_cache=False to crop instead")
+    ),
+    (
+        lambda: beam_search(_MODEL, _IDS, 2, 6),
+        ValueError,
+        r"context_length \(8\); pass use_cache=False to crop instead$",
+    ),
+    # on_full and keep_on_shift
+    (
+        lambda: _gen(keep_on_shift=4),
+        ValueError,
+        r"keep_on_shift applies only with on_full='shift', got on_full='error'",
+    ),
+    (lambda: _gen(on_full="shift", keep_on_shift=9), ValueError, r"keep_on_shift must be in \[1, 8\], got 9"),
+    (lambda: _gen(on_full="wrap"), ValueError, r"on_full must be one of \('error', 'shift'\), got 'wrap'"),
+    # a GPTConfig from a dict
+    (lambda: GPTConfig.from_dict([("embed_dim", 2)]), TypeError, r"from_dict takes a dict of GPTConfig fields"),
+    (lambda: GPTConfig.from_dict({"height": 2}), ValueError, r"unknown GPTConfig field\(s\) \['height'\]"),
+    # attention modules: a memory passed as the mask, and the mask against the scores
+    (lambda: MultiHeadAttention(8, 2)(_X, _MEMORY), TypeError, r"looks like a \(B, S, C\) memory: for cross-attention"),
+    (
+        lambda: MultiHeadAttention(8, 2)(_X, torch.ones(3, 3, dtype=torch.bool), memory=_MEMORY),
+        ValueError,
+        r"mask of shape \(3, 3\) does not broadcast to the scores' shape \(2, 2, 3, 5\)",
+    ),
+    (
+        lambda: SingleHeadAttention(8, 4)(_X, torch.ones(2, 2, 3, 3, dtype=torch.bool)),
+        ValueError,
+        r"to the scores' shape \(2, 3, 3\)",
+    ),
+    # positions
+    (
+        lambda: LearnedPositionalEmbedding(4, 8)(torch.randn(1, 5, 8)),
+        ValueError,
+        "position 4 is beyond context_length = 4",
+    ),
+    (
+        lambda: LearnedPositionalEmbedding(5, 8)(torch.randn(1, 2, 8), torch.tensor([5, 6])),
+        ValueError,
+        "position 6 is beyond context_length = 5",
+    ),
+    (lambda: rope_pairing_permutation(4.0), TypeError, "D must be an int, got float"),
+    (lambda: rope_pairing_permutation(0), ValueError, "D must be at least 2, got 0"),
+    (lambda: rope_pairing_permutation(3), ValueError, r"D must be even \(RoPE rotates pairs of channels\), got 3"),
+]
 
 
-def test_check_scores_mask_is_the_mask_check_of_scaled_dot_product_attention():
-    import torch
-
-    from course_utils._validate import check_scores_mask
-
-    q, k = torch.randn(2, 3, 4, 8), torch.randn(2, 3, 6, 8)  # (B, H, T, D), (B, H, S, D)
-    check_scores_mask(torch.ones(4, 6, dtype=torch.bool), q, k)
-    with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\), got dtype torch.float32"):
-        check_scores_mask(torch.zeros(4, 6), q, k)
-    wrong_shape = r"mask of shape \(4, 4\) does not broadcast to the scores' shape \(2, 3, 4, 6\)"
-    with pytest.raises(ValueError, match=wrong_shape):
-        check_scores_mask(torch.ones(4, 4, dtype=torch.bool), q, k)
+@pytest.mark.parametrize("call, error, match", DOORS)
+def test_each_door_refuses_with_its_words(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
 
 
-def test_check_config_dict_names_the_class():
-    import dataclasses
-
-    from course_utils._validate import check_config_dict
-
-    @dataclasses.dataclass
-    class Settings:
-        width: int = 1
-
-    check_config_dict(Settings, {"width": 2})
-    not_a_dict = r"from_dict takes a dict of Settings fields \(what to_dict returned\), got list"
-    with pytest.raises(TypeError, match=not_a_dict):
-        check_config_dict(Settings, [("width", 2)])
-    with pytest.raises(ValueError, match=r"unknown Settings field\(s\) \['height'\]"):
-        check_config_dict(Settings, {"height": 2})
-
-
-def test_check_on_full_accepts_the_policies_and_refuses_a_keep_that_does_not_fit():
-    from course_utils._validate import check_on_full
-
-    choices = ("error", "shift")
-    for on_full, keep in (("error", None), ("shift", None), ("shift", 1), ("shift", 16)):
-        check_on_full(on_full, choices, keep, 16)  # no error
-    with pytest.raises(ValueError, match=r"keep_on_shift applies only with on_full='shift', got on_full='error'"):
-        check_on_full("error", choices, 4, 16)
-    with pytest.raises(ValueError, match=r"keep_on_shift must be in \[1, 16\], got 17"):
-        check_on_full("shift", choices, 17, 16)
-    with pytest.raises(ValueError, match=r"on_full must be one of \('error', 'shift'\), got 'wrap'"):
-        check_on_full("wrap", choices, None, 16)
-
-
-# ---------------------------------------------------------------- attention, masking, multihead, block, positional
-
-
-def test_check_attention_call_names_a_memory_passed_as_the_mask_only_where_a_memory_is_taken():
-    attn, x, memory = MultiHeadAttention(8, 2), torch.randn(2, 3, 8), torch.randn(2, 5, 8)
-    with pytest.raises(TypeError, match=r"looks like a \(B, S, C\) memory: for cross-attention pass it by keyword"):
-        check_attention_call(attn, x, memory, False, takes_memory=True)
-    with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\), got dtype torch.float32"):
-        check_attention_call(attn, x, memory, False)  # a module without a memory: the mask's own message
-
-
-def test_check_attention_call_fits_the_mask_to_the_scores():
-    attn, x, memory = MultiHeadAttention(8, 2), torch.randn(2, 3, 8), torch.randn(2, 5, 8)
-    check_attention_call(attn, x, torch.ones(2, 2, 3, 5, dtype=torch.bool), False, memory)  # (B, H, T, S)
-    with pytest.raises(
-        ValueError, match=re.escape("mask of shape (3, 3) does not broadcast to the scores' shape (2, 2, 3, 5)")
-    ):
-        check_attention_call(attn, x, torch.ones(3, 3, dtype=torch.bool), False, memory)
-    head = SingleHeadAttention(8, 4)
-    check_attention_call(head, x, torch.ones(2, 3, 3, dtype=torch.bool), False, per_head=False)  # (B, T, T)
-    with pytest.raises(ValueError, match=re.escape("to the scores' shape (2, 3, 3)")):
-        check_attention_call(head, x, torch.ones(2, 2, 3, 3, dtype=torch.bool), False, per_head=False)
-
-
-def test_check_positions_defaults_to_0_to_T_minus_1_and_keeps_below_the_context_length():
-    assert torch.equal(check_positions(None, 4, torch.device("cpu")), torch.arange(4))
-    assert torch.equal(check_positions(torch.tensor([5, 6]), 2, torch.device("cpu")), torch.tensor([5, 6]))
-    with pytest.raises(ValueError, match="position 4 is beyond context_length = 4"):
-        check_positions(None, 5, torch.device("cpu"), context_length=4)
-    with pytest.raises(ValueError, match="position 6 is beyond context_length = 5"):
-        check_positions(torch.tensor([5, 6]), 2, torch.device("cpu"), context_length=5)
-
-
-def test_check_even_int_checks_the_int_before_the_pairs():
-    with pytest.raises(TypeError, match="D must be an int, got float"):
-        check_even_int("D", 4.0, "pairs")
-    with pytest.raises(ValueError, match="D must be at least 2, got 0"):
-        check_even_int("D", 0, "pairs")
-    with pytest.raises(ValueError, match=re.escape("D must be even (pairs), got 3")):
-        check_even_int("D", 3, "pairs")
-
-
-def test_check_layer_input_is_skipped_while_torch_compile_traces(monkeypatch):
-    attn = MultiHeadAttention(8, 2)
-    with pytest.raises(ValueError, match=re.escape("x must have shape (B, T, C=8), got (1, 3, 6)")):
-        check_layer_input(torch.randn(1, 3, 6), 8, attn)
-    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
-    check_layer_input(torch.randn(1, 3, 6), 8, attn)  # no attribute reads in a compiled graph
+def test_the_doors_let_good_calls_through():
+    MultiHeadAttention(8, 2)(_X, torch.ones(2, 2, 3, 5, dtype=torch.bool), memory=_MEMORY)  # (B, H, T, S)
+    SingleHeadAttention(8, 4)(_X, torch.ones(2, 3, 3, dtype=torch.bool))  # (B, T, T)
+    assert len(_gen(n=5)) == 5  # 4 + 5 - 1 = 8 fits: the last token is never fed back
+    for on_full, keep in (("shift", None), ("shift", 1), ("shift", 8)):
+        assert len(_gen(n=2, on_full=on_full, keep_on_shift=keep)) == 2
+    assert generate(_MODEL, torch.zeros(2, 3, dtype=torch.long), 1).shape == (2, 4)

@@ -320,22 +320,6 @@ def test_kv_cache_appends_and_returns_the_valid_part():
     torch.testing.assert_close(k, torch.cat([k1, k2], dim=2))
 
 
-def test_kv_cache_overflow_raises():
-    cache = KVCache(num_layers=1, capacity=4)
-    cache.update(0, torch.randn(1, 1, 3, 2), torch.randn(1, 1, 3, 2))
-    with pytest.raises(
-        ValueError, match=r"KV cache overflow: capacity \(context_length\) is 4 positions, 3 are cached and 2"
-    ):
-        cache.update(0, torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2))
-
-
-def test_kv_cache_layer_appended_twice_raises():
-    cache = KVCache(num_layers=2, capacity=8)
-    cache.update(0, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
-    with pytest.raises(RuntimeError, match="layer 0 appended twice"):
-        cache.update(0, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
-
-
 def test_kv_cache_reorder_and_reset():
     cache = KVCache(num_layers=1, capacity=4)
     k = torch.arange(2.0).view(2, 1, 1, 1)
@@ -438,58 +422,7 @@ def test_decoder_is_causal():
             torch.testing.assert_close(model(changed)[:, : t + 1], out[:, : t + 1], msg=name)
 
 
-def test_decoder_past_its_context_raises():
-    model = TinyDecoder(DecoderConfig.tiny(context_length=8))
-    with pytest.raises(ValueError, match=r"do not fit in context_length \(8\)"):
-        model(torch.zeros(1, 9, dtype=torch.long))
-    cache = model.new_cache()
-    model(torch.zeros(1, 8, dtype=torch.long), cache)
-    with pytest.raises(ValueError, match=r"8 cached \+ 1 new tokens"):
-        model(torch.zeros(1, 1, dtype=torch.long), cache)
-
-
 # --- bad input --------------------------------------------------------------------------------------
-
-
-def test_errors():
-    with pytest.raises(ValueError, match=r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
-        GroupedQueryAttention(16, 4, 3)
-    with pytest.raises(ValueError, match=r"embed_dim \(10\) must be divisible by num_heads \(4\)"):
-        GroupedQueryAttention(10, 4, 2)
-    with pytest.raises(ValueError, match="num_kv_heads must be at least 1, got 0"):
-        GroupedQueryAttention(16, 4, 0)
-    with pytest.raises(ValueError, match=r"dropout must be in \[0, 1\), got 1.0"):
-        GroupedQueryAttention(16, 4, 2, dropout=1.0)
-    with pytest.raises(TypeError, match=r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"):
-        GroupedQueryAttention(16, 4, 2, dropout="0.1")
-    with pytest.raises(ValueError, match="rope_base must be a number greater than 1, got 1.0"):
-        GroupedQueryAttention(16, 4, 2, rope=True, rope_base=1.0)
-    with pytest.raises(ValueError, match=r"num_heads \(6\) must be divisible by num_kv_heads \(4\)"):
-        repeat_kv(torch.randn(1, 4, 2, 2), 6)
-    with pytest.raises(ValueError, match="window must be at least 1, got 0"):
-        sliding_window_mask(4, 0)
-    with pytest.raises(ValueError, match="window must be at least 1, got -2"):
-        sliding_window_attention(*torch.randn(3, 1, 4, 2), window=-2)
-    with pytest.raises(TypeError, match="window must be an int"):
-        sliding_window_mask(4, 2.5)
-    with pytest.raises(ValueError, match="top_k must be at least 1, got 0"):
-        topk_attention(*torch.randn(3, 1, 4, 2), top_k=0)
-    with pytest.raises(ValueError, match=r"w must have shape \(T, S\) = \(4, 4\)"):
-        aft_full(*torch.randn(3, 1, 4, 2), w=torch.zeros(3, 3))
-    with pytest.raises(ValueError, match=r"proj_k must have shape \(R, S'\) with S' >= S = 6"):
-        linformer_attention(*torch.randn(3, 1, 6, 2), proj_k=torch.eye(4), proj_v=torch.eye(6))
-    with pytest.raises(ValueError, match=r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"):
-        DecoderConfig(num_kv_heads=3)
-    with pytest.raises(ValueError, match=r"positions must be one of \('learned', 'rope'\), got 'sinusoidal'"):
-        DecoderConfig(positions="sinusoidal")
-    with pytest.raises(ValueError, match="capacity must be at least 1"):
-        KVCache(2, 0)
-    with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got 2"):
-        KVCache(2, 4).update(2, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
-    with pytest.raises(TypeError, match="layer must be an int, got bool"):
-        KVCache(2, 4).update(True, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2))
-    with pytest.raises(TypeError, match="TinyDecoder takes a DecoderConfig"):
-        TinyDecoder({"vocab_size": 16})
 
 
 def test_aft_module_runs_causally():
@@ -501,138 +434,13 @@ def test_aft_module_runs_causally():
 # --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
 
 
-def _qkv(*shapes):
-    g = torch.Generator().manual_seed(0)
-    return [torch.randn(*s, generator=g) for s in shapes]
-
-
-def test_topk_attention_checks_shapes_and_scale():
-    q, k, v = _qkv((2, 5, 8), (2, 5, 4), (2, 5, 8))
-    with pytest.raises(
-        ValueError,
-        match=r"q and k must have the same last dimension D, got q \(2, 5, 8\) and "
-        r"k \(2, 5, 4\)",
-    ):
-        topk_attention(q, k, v, top_k=2)
-    q, k, v = _qkv((2, 5, 8), (2, 5, 8), (2, 5, 8))
-    with pytest.raises(TypeError, match=r"scale must be a positive number, got 'abc' \(str\)"):
-        topk_attention(q, k, v, 2, scale="abc")
-
-
-def test_aft_needs_q_and_v_with_the_same_channels():
-    q, k, v = _qkv((2, 5, 8), (2, 5, 8), (2, 5, 4))
-    match = r"q and v must have the same number of channels C, got q \(2, 5, 8\) and v \(2, 5, 4\)"
-    with pytest.raises(ValueError, match=match):
-        aft_full(q, k, v, torch.zeros(5, 5))
-    with pytest.raises(ValueError, match=match):
-        aft_simple(q, k, v)
-    with pytest.raises(ValueError, match=r"q and k must have the same last dimension D"):
-        aft_simple(q, v, v)
-
-
-@pytest.mark.parametrize("layer", [LinformerSelfAttention(16, 4, 8, 3), AFTFull(16, 8)], ids=["linformer", "aft"])
-def test_layers_check_their_input(layer):
-    with pytest.raises(ValueError, match=r"x must have at least 3 dimensions, got shape \(5, 16\)"):
-        layer(torch.randn(5, 16))
-    with pytest.raises(ValueError, match=r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)"):
-        layer(torch.randn(2, 5, 8))
-    with pytest.raises(TypeError, match="x must be a floating-point tensor, got dtype torch.int64"):
-        layer(torch.ones(2, 5, 16, dtype=torch.long))
-
-
-def test_kv_cache_reorder_checks_the_indices():
-    cache = KVCache(2, 8)
-    cache.update(0, torch.randn(2, 1, 3, 4), torch.randn(2, 1, 3, 4))
-    with pytest.raises(TypeError, match="indices must be a torch.Tensor, got list"):
-        cache.reorder([1, 0])
-    with pytest.raises(
-        TypeError,
-        match=r"indices must be a 1-D integer tensor of batch rows, got dtype "
-        r"torch.float32, shape \(2,\)",
-    ):
-        cache.reorder(torch.tensor([1.0, 0.0]))
-    with pytest.raises(ValueError, match=r"indices must be batch rows in \[0, 2\), got \[0, 5\]"):
-        cache.reorder(torch.tensor([0, 5]))
-    cache.reorder(torch.tensor([1, 1, 0]))  # beam search may repeat rows
-    assert cache.keys[0].shape[0] == 3
-
-
-@pytest.mark.parametrize(
-    "idx, error, match",
-    [
-        ([[1, 2, 16]], ValueError, r"idx must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 2\)"),
-        ([[1, -1, 2]], ValueError, r"idx must be token ids in \[0, vocab_size=16\), got -1 at position \(0, 1\)"),
-        ([[True, False]], TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.bool"),
-    ],
-)
-def test_tiny_decoder_token_ids_must_be_in_the_vocabulary(idx, error, match):
-    with pytest.raises(error, match=match):
-        TinyDecoder(DecoderConfig.tiny())(torch.tensor(idx))
-
-
-def test_tiny_decoder_cache_must_be_a_kv_cache():
-    with pytest.raises(TypeError, match=r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool"):
-        TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2]]), cache=True)
-
-
-def test_variant_modules_name_a_dtype_or_device_that_differs_from_their_weights():
-    for module in (GroupedQueryAttention(8, 4, 2), AFTFull(8, 4)):
-        x = torch.randn(1, 3, 8)
-        with pytest.raises(TypeError, match=r"x is float64 but the module's weights are float32"):
-            module(x.double())
-        with pytest.raises(ValueError, match="x is on meta but the module's weights are on cpu"):
-            module(x.to("meta"))
-    with pytest.raises(TypeError, match=r"need_weights must be True or False, got 'no'"):
-        GroupedQueryAttention(8, 4, 2)(torch.randn(1, 3, 8), need_weights="no")
-
-
-def test_linformer_attention_names_projections_of_another_dtype():
-    q = torch.randn(1, 6, 4)
-    proj = torch.randn(3, 6)
-    with pytest.raises(TypeError, match=r"proj_k must have the dtype of q, k and v \(torch.float32\), got torch.int64"):
-        linformer_attention(q, q, q, proj.long(), proj)
-    with pytest.raises(ValueError, match="k on cpu, proj_k on cpu, proj_v on meta"):
-        linformer_attention(q, q, q, proj, proj.to("meta"))
-
-
-def test_linformer_attention_names_projections_of_two_lengths():
-    """Before the check, the unchecked kernel failed deep in torch's bmm (a #20 review)."""
-    q = torch.randn(1, 1, 7, 4)
-    with pytest.raises(
-        ValueError, match=r"proj_k and proj_v must have the same number of rows R .*\(3, 7\) and \(4, 7\)"
-    ):
-        linformer_attention(q, q, q, torch.randn(3, 7), torch.randn(4, 7))
-
-
-def test_kv_cache_refuses_keys_and_values_of_two_dtypes_or_integers():
-    cache = KVCache(num_layers=1, capacity=4)
-    k = torch.zeros(1, 1, 2, 3)
-    with pytest.raises(TypeError, match=r"k and v must have one dtype, got torch.float32 and torch.float64"):
-        cache.update(0, k, k.double())
-    with pytest.raises(TypeError, match=r"k must be a floating-point tensor, got dtype torch.int64"):
-        cache.update(0, k.long(), k.long())
-    assert cache.length == 0
-
-
-def test_repeat_kv_with_no_kv_heads_names_num_kv_heads():
-    """x with Hkv = 0 heads: a ValueError from check_heads, not Python's integer modulo by zero (#20)."""
-    with pytest.raises(ValueError, match="num_kv_heads must be at least 1, got 0"):
-        repeat_kv(torch.randn(1, 0, 3, 4), 2)
-
-
-def test_sliding_window_attention_checks_its_scale_before_the_first_chunk():
-    q = torch.randn(1, 0, 4)  # no query, so no chunk: the scale was once checked only inside the loop
-    with pytest.raises(TypeError, match=r"scale must be a positive number, got 'abc' \(str\)"):
-        sliding_window_attention(q, q, q, window=2, scale="abc")
-
-
 def test_layers_and_chunked_functions_check_q_k_v_once_at_their_boundary(monkeypatch):
     """A layer hands its checked projections to the unchecked kernels, and a function that attends chunk by chunk
     checks q, k, v once, not once per chunk (#20)."""
-    from course_utils import _validate
+    from course_utils import variants
 
-    calls, real = [], _validate.check_qkv
-    monkeypatch.setattr(_validate, "check_qkv", lambda *a: (calls.append(1), real(*a))[1])
+    calls, real = [], variants.check_qkv
+    monkeypatch.setattr(variants, "check_qkv", lambda *a: (calls.append(1), real(*a))[1])
     x = torch.randn(2, 6, 16)
     LinformerSelfAttention(16, 4, 8, 3)(x)
     AFTFull(16, 8, local_window=2)(x, causal_mask(6))
@@ -733,44 +541,6 @@ def test_linear_attention_handles_empty_sequences_and_length_one():
         torch.testing.assert_close(fn(q, k, v), v)  # one token attends only to itself
 
 
-def test_linear_attention_names_bad_inputs():
-    q, k, v = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)
-    with pytest.raises(ValueError, match=r"q and k need the same length T, got q \(2, 4, 4\) and k \(2, 5, 4\)"):
-        linear_attention(q[:, :4], k, v)
-    with pytest.raises(ValueError, match=r"k and v must have the same number of positions S"):
-        linear_attention_recurrent(q, k, v[:, :4])
-    with pytest.raises(ValueError, match=r"q and k must have the same last dimension D"):
-        linear_attention_quadratic(q, k[..., :3], v)
-    with pytest.raises(TypeError, match=r"q, k and v must share a dtype"):
-        linear_attention(q, k, v.double())
-    with pytest.raises(TypeError, match=r"q must be a floating-point tensor, got dtype torch.int64"):
-        linear_attention(q.long(), k, v)
-
-
-def test_linear_attention_step_names_bad_inputs():
-    S, z, q_t, v_t = torch.zeros(2, 4, 3), torch.zeros(2, 4), torch.randn(2, 4), torch.randn(2, 3)
-    with pytest.raises(
-        ValueError, match=r"v_t must end in 3 \(state is \(\.\.\., D, Dv\) = \(2, 4, 3\)\), got v_t \(2, 4\)"
-    ):
-        linear_attention_step(S, z, q_t, q_t, q_t)
-    with pytest.raises(ValueError, match=r"normaliser must end in 4 .*got normaliser \(2, 3\)"):
-        linear_attention_step(S, torch.zeros(2, 3), q_t, q_t, v_t)
-    with pytest.raises(ValueError, match=r"k_t must end in 4 .*got k_t \(2, 3\)"):
-        linear_attention_step(S, z, q_t, v_t, v_t)
-    with pytest.raises(ValueError, match=r"state must have at least 2 dimensions, got shape \(4,\)"):
-        linear_attention_step(z[0], z, q_t, q_t, v_t)
-    with pytest.raises(ValueError, match=r"the leading axes of state \(2, 4, 3\), .* do not broadcast"):
-        linear_attention_step(S, z, torch.randn(3, 4), q_t, v_t)
-    with pytest.raises(TypeError, match=r"must share a dtype, got torch.float32, torch.float64"):
-        linear_attention_step(S, z.double(), q_t, q_t, v_t)
-    with pytest.raises(TypeError, match=r"q_t must be a floating-point tensor, got dtype torch.int64"):
-        linear_attention_step(S, z, q_t.long(), q_t, v_t)
-    with pytest.raises(TypeError, match=r"state must be a torch.Tensor, got list"):
-        linear_attention_step([[0.0]], z, q_t, q_t, v_t)
-    with pytest.raises(ValueError, match=r"q_t on meta"):
-        linear_attention_step(S, z, q_t.to("meta"), q_t, v_t)
-
-
 def test_the_feature_map_stays_positive_where_elu_plus_one_rounds_to_zero():
     # F.elu(x) + 1 computes exp(x) - 1 + 1, which is exactly 0 in float32 below x of about -17: a query whose
     # features are all 0 then divides 0 by 0. Review of #19: phi is computed as exp(x) there instead.
@@ -817,15 +587,278 @@ def test_an_infinite_future_key_leaves_earlier_outputs_of_every_form_finite():
         torch.testing.assert_close(out[0, :3], linear_attention(q[:, :3], k[:, :3], v[:, :3])[0])
 
 
-def test_the_step_refuses_a_state_of_no_features():
-    # D == 0 returned 0 / 0 = NaN silently, where the parallel form refuses D == 0.
-    with pytest.raises(ValueError, match=r"state must be \(\.\.\., D, Dv\) with D >= 1 .*got \(0, 2\)"):
-        linear_attention_step(torch.zeros(0, 2), torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.zeros(2))
+# --- every message a learner can meet in this module, as one table ------------------------------------------
 
 
-def test_topk_attention_names_a_mask_on_another_device():
-    """Its mask check is the one every attention shares (_validate.check_scores_mask); before, a mask elsewhere
-    failed inside torch."""
-    q = torch.randn(1, 4, 3)
-    with pytest.raises(ValueError, match="q, mask must be on one device, got q on cpu, mask on meta"):
-        topk_attention(q, q, q, top_k=2, mask=torch.ones(4, 4, dtype=torch.bool, device="meta"))
+def _cache(*appends, num_layers=1, capacity=4):
+    """A KVCache after the given appends, each (layer, shape): its state is what a row's refusal depends on."""
+    cache = KVCache(num_layers, capacity)
+    for layer, shape in appends:
+        cache.update(layer, torch.randn(shape), torch.randn(shape))
+    return cache
+
+
+def _decoder_past_its_context():
+    model = TinyDecoder(DecoderConfig.tiny(context_length=8))
+    cache = model.new_cache()
+    model(torch.zeros(1, 8, dtype=torch.long), cache)
+    return model(torch.zeros(1, 1, dtype=torch.long), cache)
+
+
+Q, K, V = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)  # linear attention: D = 4, Dv = 3
+ST, Z, Q_T, V_T = torch.zeros(2, 4, 3), torch.zeros(2, 4), torch.randn(2, 4), torch.randn(2, 3)  # one step
+Q3, Q8, V8 = torch.randn(3, 1, 4, 2), torch.randn(2, 5, 8), torch.randn(2, 5, 4)
+P6, Q6, KV = torch.randn(3, 6), torch.randn(1, 6, 4), torch.zeros(1, 1, 2, 3)
+BATCH_OF_2 = _cache((0, (2, 1, 3, 4)), capacity=8)
+LINEAR_FORMS = (linear_attention, linear_attention_recurrent, linear_attention_quadratic)
+MODULE_WEIGHTS = "but the module's weights are"
+
+# (call, exception type, words the message must contain)
+MESSAGES = [
+    (lambda: GroupedQueryAttention(16, 4, 3), ValueError, "num_heads (4) must be divisible by num_kv_heads (3)"),
+    (lambda: GroupedQueryAttention(10, 4, 2), ValueError, "embed_dim (10) must be divisible by num_heads (4)"),
+    (lambda: GroupedQueryAttention(16, 4, 0), ValueError, "num_kv_heads must be at least 1, got 0"),
+    (lambda: GroupedQueryAttention(16, 4, 2, dropout=1.0), ValueError, "dropout must be in [0, 1), got 1.0"),
+    (
+        lambda: GroupedQueryAttention(16, 4, 2, dropout="0.1"),
+        TypeError,
+        "dropout must be a number in [0, 1), got '0.1' (str)",
+    ),
+    (
+        lambda: GroupedQueryAttention(16, 4, 2, rope=True, rope_base=1.0),
+        ValueError,
+        "rope_base must be a number greater than 1, got 1.0",
+    ),
+    (
+        lambda: GroupedQueryAttention(8, 4, 2)(torch.randn(1, 3, 8), need_weights="no"),
+        TypeError,
+        "need_weights must be True or False, got 'no'",
+    ),
+    (lambda: repeat_kv(torch.randn(1, 4, 2, 2), 6), ValueError, "num_heads (6) must be divisible by num_kv_heads (4)"),
+    (lambda: repeat_kv(torch.randn(1, 0, 3, 4), 2), ValueError, "num_kv_heads must be at least 1, got 0"),
+    (lambda: sliding_window_mask(4, 0), ValueError, "window must be at least 1, got 0"),
+    (lambda: sliding_window_mask(4, 2.5), TypeError, "window must be an int"),
+    (lambda: sliding_window_attention(*Q3, window=-2), ValueError, "window must be at least 1, got -2"),
+    (
+        lambda: sliding_window_attention(*torch.zeros(3, 1, 0, 4), window=2, scale="abc"),
+        TypeError,
+        "scale must be a positive number, got 'abc' (str)",
+    ),
+    (lambda: topk_attention(*Q3, top_k=0), ValueError, "top_k must be at least 1, got 0"),
+    (
+        lambda: topk_attention(Q8, V8, Q8, top_k=2),
+        ValueError,
+        "q and k must have the same last dimension D, got q (2, 5, 8) and k (2, 5, 4)",
+    ),
+    (lambda: topk_attention(Q8, Q8, Q8, 2, scale="abc"), TypeError, "scale must be a positive number, got 'abc' (str)"),
+    (
+        lambda: topk_attention(Q[0], Q[0], Q[0], top_k=2, mask=torch.ones(5, 5, dtype=torch.bool, device="meta")),
+        ValueError,
+        "q, mask must be on one device, got q on cpu, mask on meta",
+    ),
+    (lambda: aft_full(*Q3, w=torch.zeros(3, 3)), ValueError, "w must have shape (T, S) = (4, 4)"),
+    (
+        lambda: aft_full(Q8, Q8, V8, torch.zeros(5, 5)),
+        ValueError,
+        "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)",
+    ),
+    (
+        lambda: aft_simple(Q8, Q8, V8),
+        ValueError,
+        "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)",
+    ),
+    (lambda: aft_simple(Q8, V8, V8), ValueError, "q and k must have the same last dimension D"),
+    (
+        lambda: linformer_attention(*torch.randn(3, 1, 6, 2), proj_k=torch.eye(4), proj_v=torch.eye(6)),
+        ValueError,
+        "proj_k must have shape (R, S') with S' >= S = 6",
+    ),
+    (
+        lambda: linformer_attention(Q6, Q6, Q6, P6.long(), P6),
+        TypeError,
+        "proj_k must have the dtype of q, k and v (torch.float32), got torch.int64",
+    ),
+    (
+        lambda: linformer_attention(Q6, Q6, Q6, P6, P6.to("meta")),
+        ValueError,
+        "k on cpu, proj_k on cpu, proj_v on meta",
+    ),
+    (
+        lambda: linformer_attention(*torch.randn(3, 1, 1, 7, 4), torch.randn(3, 7), torch.randn(4, 7)),
+        ValueError,
+        "proj_k and proj_v must have the same number of rows R (the projected length), got (3, 7) and (4, 7)",
+    ),
+    *[
+        row
+        for layer in (LinformerSelfAttention(16, 4, 8, 3), AFTFull(16, 8))
+        for row in [
+            (lambda m=layer: m(torch.randn(5, 16)), ValueError, "x must have at least 3 dimensions, got shape (5, 16)"),
+            (lambda m=layer: m(torch.randn(2, 5, 8)), ValueError, "x must have shape (B, T, C=16), got (2, 5, 8)"),
+            (
+                lambda m=layer: m(torch.ones(2, 5, 16, dtype=torch.long)),
+                TypeError,
+                "x must be a floating-point tensor, got dtype torch.int64",
+            ),
+        ]
+    ],
+    *[
+        row
+        for module in (GroupedQueryAttention(8, 4, 2), AFTFull(8, 4))
+        for row in [
+            (
+                lambda m=module: m(torch.randn(1, 3, 8).double()),
+                TypeError,
+                "x is float64 " + MODULE_WEIGHTS + " float32",
+            ),
+            (
+                lambda m=module: m(torch.randn(1, 3, 8).to("meta")),
+                ValueError,
+                "x is on meta " + MODULE_WEIGHTS + " on cpu",
+            ),
+        ]
+    ],
+    # the KV cache, and the decoder that uses it
+    (lambda: KVCache(2, 0), ValueError, "capacity must be at least 1"),
+    (
+        lambda: KVCache(2, 4).update(2, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2)),
+        ValueError,
+        "layer must be in [0, 1], got 2",
+    ),
+    (
+        lambda: KVCache(2, 4).update(True, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2)),
+        TypeError,
+        "layer must be an int, got bool",
+    ),
+    (
+        lambda: _cache((0, (1, 1, 3, 2))).update(0, torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2)),
+        ValueError,
+        "KV cache overflow: capacity (context_length) is 4 positions, 3 are cached and 2",
+    ),
+    (
+        lambda: _cache((0, (1, 1, 1, 2)), num_layers=2, capacity=8).update(
+            0, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2)
+        ),
+        RuntimeError,
+        "layer 0 appended twice",
+    ),
+    (
+        lambda: KVCache(1, 4).update(0, KV, KV.double()),
+        TypeError,
+        "k and v must have one dtype, got torch.float32 and torch.float64",
+    ),
+    (
+        lambda: KVCache(1, 4).update(0, KV.long(), KV.long()),
+        TypeError,
+        "k must be a floating-point tensor, got dtype torch.int64",
+    ),
+    (lambda: BATCH_OF_2.reorder([1, 0]), TypeError, "indices must be a torch.Tensor, got list"),
+    (
+        lambda: BATCH_OF_2.reorder(torch.tensor([1.0, 0.0])),
+        TypeError,
+        "indices must be a 1-D integer tensor of batch rows, got dtype torch.float32, shape (2,)",
+    ),
+    (lambda: BATCH_OF_2.reorder(torch.tensor([0, 5])), ValueError, "indices must be batch rows in [0, 2), got [0, 5]"),
+    (lambda: DecoderConfig(num_kv_heads=3), ValueError, "num_heads (4) must be divisible by num_kv_heads (3)"),
+    (
+        lambda: DecoderConfig(positions="sinusoidal"),
+        ValueError,
+        "positions must be one of ('learned', 'rope'), got 'sinusoidal'",
+    ),
+    (lambda: TinyDecoder({"vocab_size": 16}), TypeError, "TinyDecoder takes a DecoderConfig"),
+    (
+        lambda: TinyDecoder(DecoderConfig.tiny(context_length=8))(torch.zeros(1, 9, dtype=torch.long)),
+        ValueError,
+        "do not fit in context_length (8)",
+    ),
+    (_decoder_past_its_context, ValueError, "8 cached + 1 new tokens"),
+    (
+        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2, 16]])),
+        ValueError,
+        "idx must be token ids in [0, vocab_size=16), got 16 at position (0, 2)",
+    ),
+    (
+        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, -1, 2]])),
+        ValueError,
+        "idx must be token ids in [0, vocab_size=16), got -1 at position (0, 1)",
+    ),
+    (
+        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[True, False]])),
+        TypeError,
+        "idx must hold integer token ids (torch.long), got dtype torch.bool",
+    ),
+    (
+        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2]]), cache=True),
+        TypeError,
+        "cache must be a KVCache (model.new_cache()) or None, got bool",
+    ),
+    # causal linear attention, its three forms and its step
+    (
+        lambda: linear_attention(Q[:, :4], K, V),
+        ValueError,
+        "q and k need the same length T, got q (2, 4, 4) and k (2, 5, 4)",
+    ),
+    (
+        lambda: linear_attention_recurrent(Q, K, V[:, :4]),
+        ValueError,
+        "k and v must have the same number of positions S",
+    ),
+    (lambda: linear_attention_quadratic(Q, K[..., :3], V), ValueError, "q and k must have the same last dimension D"),
+    *[(lambda fn=fn: fn(Q, K, V.double()), TypeError, "q, k and v must share a dtype") for fn in LINEAR_FORMS],
+    *[
+        (lambda fn=fn: fn(Q.long(), K, V), TypeError, "q must be a floating-point tensor, got dtype torch.int64")
+        for fn in LINEAR_FORMS
+    ],
+    (
+        lambda: linear_attention_step(ST, Z, Q_T, Q_T, Q_T),
+        ValueError,
+        "v_t must end in 3 (state is (..., D, Dv) = (2, 4, 3)), got v_t (2, 4)",
+    ),
+    (lambda: linear_attention_step(ST, torch.zeros(2, 3), Q_T, Q_T, V_T), ValueError, "got normaliser (2, 3)"),
+    (lambda: linear_attention_step(ST, Z, Q_T, V_T, V_T), ValueError, "k_t must end in 4"),
+    (
+        lambda: linear_attention_step(Z[0], Z, Q_T, Q_T, V_T),
+        ValueError,
+        "state must have at least 2 dimensions, got shape (4,)",
+    ),
+    (
+        lambda: linear_attention_step(ST, Z, torch.randn(3, 4), Q_T, V_T),
+        ValueError,
+        "the leading axes of state (2, 4, 3),",
+    ),
+    (
+        lambda: linear_attention_step(ST, Z.double(), Q_T, Q_T, V_T),
+        TypeError,
+        "must share a dtype, got torch.float32, torch.float64",
+    ),
+    (
+        lambda: linear_attention_step(ST, Z, Q_T.long(), Q_T, V_T),
+        TypeError,
+        "q_t must be a floating-point tensor, got dtype torch.int64",
+    ),
+    (lambda: linear_attention_step([[0.0]], Z, Q_T, Q_T, V_T), TypeError, "state must be a torch.Tensor, got list"),
+    (lambda: linear_attention_step(ST, Z, Q_T.to("meta"), Q_T, V_T), ValueError, "q_t on meta"),
+    (
+        lambda: linear_attention_step(
+            torch.zeros(0, 2), torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.zeros(2)
+        ),
+        ValueError,
+        "state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got (0, 2)",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, error, words", MESSAGES)
+def test_each_bad_input_gets_its_message(call, error, words):
+    with pytest.raises(error) as raised:
+        call()
+    assert words in str(raised.value)
+
+
+def test_a_refused_append_leaves_the_cache_as_it_was_and_reorder_may_repeat_rows():
+    cache = KVCache(num_layers=1, capacity=4)
+    with pytest.raises(TypeError):
+        cache.update(0, KV, KV.double())
+    assert cache.length == 0
+    batch = _cache((0, (2, 1, 3, 4)), capacity=8)
+    batch.reorder(torch.tensor([1, 1, 0]))  # beam search may repeat rows
+    assert batch.keys[0].shape[0] == 3
