@@ -86,7 +86,7 @@ def test_lab_installs_the_learner_set_test_adds_the_author_set_and_a_lock_change
 def test_usage_says_what_room_package_and_check_take():
     proc = subprocess.run([sys.executable, "course.py", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0
-    assert "room DIR [--force]" in proc.stdout and "[--force]\n" in proc.stdout.split("package", 1)[1]
+    assert "room DIR [--no-solutions] [--force]" in proc.stdout and "[--force]\n" in proc.stdout.split("package", 1)[1]
     assert "check [NOTEBOOK or FOLDER ...] [--timeout SECONDS]" in proc.stdout
     assert "moved aside, whole, to backup-NAME-DATE" in proc.stdout
 
@@ -280,7 +280,7 @@ OWN_HELP = {
     "build": "course.py build",
     "reset": "course.py reset NOTEBOOK [--exercise NN.K]",
     "e2e": "any option goes to pytest",
-    "room": "course.py room DIR [--force]",
+    "room": "course.py room DIR [--no-solutions] [--force]",
     "package": "--learner OUT.zip | --instructor OUT.zip",
     "site": "course.py site OUT [--force]",
 }
