@@ -478,6 +478,11 @@ def cmd_test(extra: list[str]) -> int:
             f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} is set: the native run ignores it, "
             "the passes below force each kernel themselves"
         )
+    say(
+        "asking PyTorch which CPU kernels it uses, natively and under "
+        + " and ".join(f"ATEN_CPU_CAPABILITY={k}" for k in FORCED_KERNELS)
+        + " (one process each, at once: a few seconds)"
+    )
     capability = cpu_capabilities()
     steps, notices = test_plan(extra, capability)
     for notice in notices:

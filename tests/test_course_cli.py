@@ -1,6 +1,8 @@
 """course.py, the two README commands' entry point: usage, and reuse of an installed environment."""
 
 import importlib.util
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -391,3 +393,161 @@ def test_the_browser_tests_start_with_the_longest_notebooks():
     rest = ids[len(notebooks) :]
     files = [i.split("::")[0] for i in rest]
     assert files == sorted(files) and len(rest) > 20  # the short tests, in their files' order
+
+
+# --- the table of commands (issue #25 item 6), a closed pipe, `lab`'s options and defaults (issue #29) ----------
+
+
+def test_a_row_added_to_the_table_is_in_the_help_and_runs(monkeypatch, capsys):
+    """Adding a command is adding a row: its usage and help text appear in --help and its own --help, and it runs."""
+    course = load_course()
+    ran = []
+    row = course.Command(
+        "greet", ("greet NAME",), "say hello to NAME", installs=None, function=lambda extra: ran.append(extra) or 7
+    )
+    monkeypatch.setitem(course.COMMANDS, "greet", row)
+    assert course.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "    python3 course.py greet NAME" in out and "say hello to NAME" in out
+    assert course.main(["greet", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python3 course.py greet NAME\n\nsay hello to NAME")
+    assert course.main(["greet", "Ada"]) == 7 and ran == [["Ada"]]
+    assert course.main(["nope"]) == 2 and "greet" in capsys.readouterr().err  # the unknown-command list has it too
+
+
+def test_a_module_row_installs_its_set_and_runs_its_module_where_the_learner_is(monkeypatch, tmp_path):
+    course = load_course()
+    calls = []
+    monkeypatch.setattr(course, "ensure_installed", lambda offline=None, which="learner": calls.append(which))
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append(([str(c) for c in cmd], kw)) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert course.main(["reset", "notebooks/03_masking.ipynb"]) == 0
+    assert calls == [
+        "learner",
+        ([str(course.PY), "-m", "course_tools.reset", "notebooks/03_masking.ipynb"], {"cwd": tmp_path}),
+    ]
+    calls.clear()
+    assert course.main(["build", "03", "--no-execute"]) == 0
+    assert calls == [
+        "author",
+        ([str(course.PY), "-m", "course_tools.build", "03", "--no-execute"], {"cwd": course.ROOT}),
+    ]
+
+
+def test_each_row_names_a_tool_that_exists_and_the_learner_copy_refuses_an_instructors_command(monkeypatch, capsys):
+    course = load_course()
+    for c in course.COMMANDS.values():
+        assert c.function is not None or c.module, f"{c.name}: a row runs a function or a module"
+        if c.module:
+            assert (ROOT / (c.module[0].replace(".", "/") + ".py")).is_file(), c.name
+    monkeypatch.setattr(course, "ROOT", ROOT / "no-such-copy")
+    monkeypatch.setattr(course, "ensure_installed", lambda *a, **k: pytest.fail("installed for a refused command"))
+    assert course.main(["site", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("[course] `site` is an author's or instructor's command") and "course_tools/site.py" in err
+
+
+@pytest.mark.parametrize("args", ["--help", "room --help", "check --help"])
+def test_help_into_a_pipe_that_closes_early_ends_without_a_traceback(args):
+    """`python3 course.py --help | head -1` used to end in a BrokenPipeError traceback; run literally, in a shell."""
+    proc = subprocess.run(
+        ["bash", "-c", f"{shlex.quote(sys.executable)} course.py {args} | head -1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert len(proc.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("--ofline ROOM", "unknown option '--ofline' (did you mean --offline?"),
+        ("--port 8890", "unknown option '--port' ("),
+        ("ROOM", "unknown option 'ROOM' ("),
+        ("--offline", "--offline needs a folder or URL"),
+    ],
+)
+def test_lab_refuses_an_option_it_does_not_know_before_anything_starts(args, said, tmp_path):
+    """`course.py lab --ofline ROOM` used to start JupyterLab anyway and skip the room's data. Run literally with
+    COURSE_VENV naming a new folder: one line, exit code 1, and no venv made (nothing installed, nothing started)."""
+    import os
+
+    venv = tmp_path / "venv"
+    proc = subprocess.run(
+        ["bash", "-c", f"{shlex.quote(sys.executable)} course.py lab {args}"],
+        cwd=ROOT,
+        env={**os.environ, "COURSE_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert len(proc.stderr.splitlines()) == 1 and said in proc.stderr, proc.stderr
+    if "unknown" in said:
+        assert "after --, e.g. python3 course.py lab -- --port 8890" in proc.stderr
+    assert not venv.exists()
+
+
+def test_lab_passes_jupyters_options_after_the_double_dash_and_serves_the_course_folder(monkeypatch):
+    course = load_course()
+    calls = []
+    monkeypatch.setattr(course, "ensure_installed", lambda offline=None, which="learner": calls.append(offline))
+    monkeypatch.setattr(course, "set_lab_defaults", lambda: None)
+    monkeypatch.setattr(course, "in_venv", lambda *args: calls.append(args) or 0)
+    assert course.main(["lab", "--offline=/media/usb/room", "--", "--port", "8890", "--ofline"]) == 0
+    lab = calls[-1]
+    assert calls[0] == "/media/usb/room" and lab[:4] == ("-m", "jupyter", "lab", f"--ServerApp.root_dir={ROOT}")
+    assert lab[4] == "notebooks/00_setup_check.ipynb" and lab[5:8] == ("--port", "8890", "--ofline")  # Jupyter's
+    assert (ROOT / lab[4]).is_file() and (ROOT / "solutions").is_dir()  # both under the root JupyterLab serves
+    calls.clear()
+    assert course.main(["lab", "--", "--help"]) == 0 and calls[-1][-1] in ("--help", "--allow-root")  # Jupyter's help
+
+
+def test_lab_turns_jupyterlabs_news_pop_up_off_and_keeps_other_defaults(monkeypatch, tmp_path):
+    """The browser tests turned JupyterLab's "Would you like to get notified about official Jupyter news?" off
+    with a setting; `lab` sets the same default in the venv's overrides.json, keeping what else is there."""
+    course = load_course()
+    monkeypatch.setattr(course, "VENV", tmp_path)
+    course.set_lab_defaults()
+    path = tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    key = "@jupyterlab/apputils-extension:notification"
+    assert json.loads(path.read_text())[key] == {"fetchNews": "false", "checkForUpdates": False}
+    path.write_text(
+        json.dumps(
+            {"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}, key: {"checkForUpdates": True}}
+        )
+    )
+    course.set_lab_defaults()
+    data = json.loads(path.read_text())
+    assert data["@jupyterlab/apputils-extension:themes"] == {"theme": "JupyterLab Dark"}
+    assert data[key] == {"fetchNews": "false", "checkForUpdates": True}  # a default someone set stays theirs
+    from jupyterlab.commands import get_app_dir
+
+    if Path(sys.prefix) == Path(load_course().VENV).resolve():  # this venv is the course's: JupyterLab reads there
+        assert Path(get_app_dir()) == load_course().VENV / "share" / "jupyter" / "lab"
+
+
+def test_a_quiet_install_step_gets_a_line_saying_it_is_still_at_work(monkeypatch, capfd):
+    """After "Installing collected packages" pip says nothing for a minute or more on a first install; course.py
+    passes pip's output on and adds a line after each quiet stretch. A stand-in for pip, run for real."""
+    course = load_course()
+    monkeypatch.setattr(course, "QUIET_S", 0.5)
+    script = "import time; print('Installing collected packages: torch', flush=True); time.sleep(1.8); print('done')"
+    assert course.run([sys.executable, "-c", script], quiet_note="installing") == 0
+    out = capfd.readouterr().out
+    assert out.index("Installing collected packages: torch") < out.index("[course] still installing: ")
+    assert out.count("[course] still installing: ") >= 2 and out.rstrip().endswith("done")
+    assert course.run([sys.executable, "-c", "raise SystemExit(3)"], quiet_note="installing") == 3
+
+
+def test_test_plan_says_what_it_waits_for_while_it_asks_pytorch(monkeypatch, capsys):
+    course = load_course()
+    monkeypatch.setattr(course, "ensure_installed", lambda *a, **k: None)
+    monkeypatch.setattr(course, "cpu_capabilities", lambda: print("(probing)") or {None: "AVX2", "default": "DEFAULT"})
+    assert course.cmd_test(["--plan"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("asking PyTorch which CPU kernels it uses") < out.index("(probing)")
