@@ -4,7 +4,8 @@ Command line (``python3 course.py room`` and ``python3 course.py package`` call 
 
     python -m course_tools.room prepare DIR [--platform TAG ...] [--python-version X.Y ...] [--pip-arg ARG ...]
                                              [--author]
-    python -m course_tools.room package --learner OUT.zip      # no solutions/, no course_source/
+    python -m course_tools.room package --learner OUT.zip      # notebooks/ and solutions/, no course_source/
+    python -m course_tools.room package --learner OUT.zip --no-solutions   # for a graded session
     python -m course_tools.room package --instructor OUT.zip   # everything
     (both take --force: replace an existing DIR or OUT.zip, which is first moved aside as backup-NAME-DATE)
     python -m course_tools.room guide [--check]                 # the exercise table of docs/INSTRUCTOR_GUIDE.md
@@ -13,8 +14,8 @@ Command line (``python3 course.py room`` and ``python3 course.py package`` call 
 needs the internet: ``wheels/`` (``pip download`` of what the learner set installs, at the versions of
 lock/learner.txt, for this machine's platform and Python unless told others; ``--author`` adds the author
 set), ``datasets/`` (the corpus of notebooks 10 and 11, from ``course_tools.corpus fetch``),
-``course-learner.zip`` (the course without solutions), ``site/`` (the solved notebooks to read in a
-browser, from ``course_tools.site``) and ``README.txt`` (what to do on each laptop). Copy
+``course-learner.zip`` (the learner's course, with solutions/ unless ``--no-solutions``), ``site/`` (the
+solved notebooks to read in a browser, from ``course_tools.site``) and ``README.txt`` (what to do on each laptop). Copy
 DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each
 laptop: ``python3 course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with
 ``pip install --no-index --find-links DIR/wheels -c lock/learner.txt -e ".[lab]"``.
@@ -74,6 +75,15 @@ NEVER = re.compile(
     r"(^|/)(__pycache__|\.ipynb_checkpoints|\.hypothesis|.*\.egg-info)(/|$)|(^|/)backup-[^/]*$"
     r"|\.pyc$|\.zip$|(^|/)\.[^/]*\.tmp$"
 )  # caches, backups, zips, temporaries of atomic writes
+# What the README and notebook 00 tell a stuck learner, and what a zip made for a graded session (--no-solutions)
+# says instead, in both: `package` writes one sentence or the other, so neither promises a folder that is not there.
+SOLUTIONS_SENTENCE = (
+    "Stuck? The complete notebooks are in `solutions/`, beside `notebooks/` in JupyterLab's file browser."
+)
+GRADED_SENTENCE = "This copy of the course is for a graded session: it has no `solutions/` (your instructor has them)."
+SAYS_WHERE_SOLUTIONS_ARE = ("README.md", "notebooks/00_setup_check.ipynb")
+
+
 # Tools that build the course package from `-e .` when pip installs with --no-index (pyproject's build backend).
 BUILD_BACKEND = ("setuptools>=64",)
 
@@ -314,7 +324,7 @@ Attention, Step by Step: everything a room without internet needs
 
 wheels/              every package the course installs, at the versions of its lock/, for: {targets}
 datasets/            the data the notebooks read (copied into the course's datasets/ by --offline)
-course-learner.zip   the course without solutions, in one folder, attention-course/ (unzip it on each laptop)
+course-learner.zip   the course {solutions}, in one folder, attention-course/ (unzip it on each laptop)
 site/index.html      the course to read in any browser, before anything is installed: every solved
                      notebook with its outputs (copy site/ to a laptop or send it before the workshop)
 
@@ -363,12 +373,14 @@ def prepare(
     now: datetime | None = None,
     author: bool = False,
     roots: list | None = None,
+    solutions: bool = True,
 ) -> list[str]:
     """Fill the room folder ``out``; return one line per part made.
 
     The wheels are the learner set's (lock/learner.txt: what `lab --offline` installs); ``author`` adds the
     author set's (lock/author.txt: `test --offline`, for an instructor's machine). ``lock`` and ``roots``
-    (Requirements) replace the lock file and the declared requirements (tests).
+    (Requirements) replace the lock file and the declared requirements (tests). ``solutions=False`` leaves
+    solutions/ out of the learner zip (a graded session).
 
     ``out`` must be new, an empty folder, or a room folder made by an earlier run (which this one adds to,
     e.g. wheels for another platform), and outside the course folder. With ``force`` another existing path is
@@ -400,10 +412,12 @@ def prepare(
     notes.append(f"wheels: {len(list((out / 'wheels').iterdir()))} files in {out / 'wheels'}")
     notes.append(fetch_datasets(out, ledger) if data else "skipped datasets (--no-data)")
     if course:
+        print(f"packing {out / 'course-learner.zip'} ...", flush=True)
         ledger.free("course-learner.zip")
-        package(out / "course-learner.zip", learner=True, force=True, now=now, keep_existing=False)
+        package(out / "course-learner.zip", learner=True, force=True, now=now, keep_existing=False, solutions=solutions)
         ledger.wrote("course-learner.zip")
-        notes.append(f"course without solutions: {out / 'course-learner.zip'}")
+        notes.append(f"the learner's course, {with_solutions(solutions)}: {out / 'course-learner.zip'}")
+        print(f"building the static site in {out / 'site'} (the solved notebooks; about a minute) ...", flush=True)
         notes.append(build_room_site(out, now))
     sets = " (learner and author sets)" if author else " (learner set)"
     for t in (
@@ -413,7 +427,8 @@ def prepare(
         if t not in ledger.data["targets"]:
             ledger.data["targets"].append(t)
     ledger.free("README.txt")
-    write_atomic(out / "README.txt", ROOM_README.format(targets=", ".join(ledger.data["targets"])).encode("utf-8"))
+    readme = ROOM_README.format(targets=", ".join(ledger.data["targets"]), solutions=with_solutions(solutions))
+    write_atomic(out / "README.txt", readme.encode("utf-8"))
     ledger.wrote("README.txt")
     ledger.save()
     notes.append(f"instructions for the room: {out / 'README.txt'}")
@@ -457,11 +472,22 @@ class Packed:
     backup: Path | None = None
 
 
+def with_solutions(solutions: bool) -> str:
+    return "with solutions/" if solutions else "without solutions/ (for a graded session)"
+
+
 def package(
-    out: Path, learner: bool, force: bool = False, now: datetime | None = None, keep_existing: bool = True
+    out: Path,
+    learner: bool,
+    force: bool = False,
+    now: datetime | None = None,
+    keep_existing: bool = True,
+    solutions: bool = True,
 ) -> Packed:
-    """Zip the course: the learner build (no solutions, no sources, no authors' tools; clean copies of the
-    notebooks in .course/clean/ for `course.py reset`) or the instructor build (everything).
+    """Zip the course: the learner build (the notebooks and, unless ``solutions=False``, solutions/; no sources,
+    no authors' tools; clean copies of the notebooks in .course/clean/ for `course.py reset`) or the instructor
+    build (everything). Without solutions, the README's and notebook 00's sentence on solutions/ says there are
+    none (GRADED_SENTENCE instead of SOLUTIONS_SENTENCE).
 
     ``out`` must be a new ``.zip`` outside the course folder; with ``force`` an existing file is first moved
     aside to ``backup-NAME-DATE.zip`` and a path inside the course (never inside a folder the zip packs) is
@@ -475,7 +501,9 @@ def package(
         )
     out, replace = free_output(out, force, ZIP)
     make_output_folder(out.parent, "the zip", target=out)  # refused in one line before anything is written
-    include = COMMON if learner else COMMON + INSTRUCTOR_ONLY
+    if not learner and not solutions:
+        raise ValueError("--no-solutions is for the learner zip; the instructor zip always holds solutions/")
+    include = (COMMON + (("solutions/",) if solutions else ())) if learner else COMMON + INSTRUCTOR_ONLY
     names = [f for f in course_files() if _selected(f, include, LEARNER_EXCLUDE if learner else ())]
     names = [f for f in names if (ROOT / f).resolve() != out.resolve()]
     clean_stale_tmp(out.parent, out.name)
@@ -484,7 +512,10 @@ def package(
     backup = None
     with atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for name in names:
-            z.write(ROOT / name, f"{top}/{name}")
+            if learner and not solutions and name in SAYS_WHERE_SOLUTIONS_ARE:
+                z.writestr(f"{top}/{name}", graded(name, (ROOT / name).read_text(encoding="utf-8")))
+            else:
+                z.write(ROOT / name, f"{top}/{name}")
             written.append(name)
         if learner:
             import nbformat
@@ -495,11 +526,14 @@ def package(
 
             for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
                 name = f".course/clean/{nb.name}"
-                z.writestr(f"{top}/{name}", nbformat.writes(clean_copy(nb.name)))
+                text = nbformat.writes(clean_copy(nb.name))
+                if not solutions and f"notebooks/{nb.name}" in SAYS_WHERE_SOLUTIONS_ARE:
+                    text = graded(f"notebooks/{nb.name}", text)
+                z.writestr(f"{top}/{name}", text)
                 written.append(name)
         z.close()
         if learner:
-            leaks = learner_leaks(tmp)
+            leaks = learner_leaks(tmp, solutions_allowed=solutions)
             if leaks:  # atomic_path removes the temporary: nothing is written
                 raise RuntimeError(f"the learner build would contain solutions: {leaks}")
         if replace and keep_existing:
@@ -507,13 +541,22 @@ def package(
     return Packed(out, written, backup)
 
 
-def learner_leaks(zip_path: Path) -> list[str]:
-    """Files of a learner zip that give solutions away (should be none)."""
+def graded(name: str, text: str) -> str:
+    """``text`` of ``name`` (one of SAYS_WHERE_SOLUTIONS_ARE) for a zip without solutions/: GRADED_SENTENCE in place
+    of SOLUTIONS_SENTENCE. RuntimeError if the sentence is not there (then the zip would make a false promise)."""
+    if text.count(SOLUTIONS_SENTENCE) != 1:
+        raise RuntimeError(f"{name} should say {SOLUTIONS_SENTENCE!r} once, to be replaced in a graded zip")
+    return text.replace(SOLUTIONS_SENTENCE, GRADED_SENTENCE)
+
+
+def learner_leaks(zip_path: Path, solutions_allowed: bool = False) -> list[str]:
+    """Files of a learner zip that give solutions away: none may hold course_source/ or a `### BEGIN SOLUTION`
+    line, and solutions/ only where ``solutions_allowed``."""
     leaks = []
     with zipfile.ZipFile(zip_path) as z:
         for name in z.namelist():
             parts = name.split("/")
-            if "solutions" in parts or "course_source" in parts:
+            if ("solutions" in parts and not solutions_allowed) or "course_source" in parts:
                 leaks.append(name)
             elif "### BEGIN SOLUTION" in z.read(name).decode("utf-8", errors="replace"):
                 leaks.append(name)
@@ -647,14 +690,26 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-data", action="store_true", help="leave the datasets out")
     p.add_argument("--no-course", action="store_true", help="leave course-learner.zip and site/ out")
     p.add_argument(
+        "--no-solutions",
+        action="store_true",
+        help="leave solutions/ out of course-learner.zip, for a graded session (its README and notebook 00 say so)",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="use DIR even if it exists (it is first moved aside to backup-DIR-DATE) or lies in the course",
     )
-    k = sub.add_parser("package", help="zip the course for learners (no solutions) or instructors")
+    k = sub.add_parser(
+        "package", help="zip the course for learners (with solutions/ unless --no-solutions) or instructors"
+    )
     which = k.add_mutually_exclusive_group(required=True)
     which.add_argument("--learner", type=Path, metavar="OUT.zip")
     which.add_argument("--instructor", type=Path, metavar="OUT.zip")
+    k.add_argument(
+        "--no-solutions",
+        action="store_true",
+        help="(with --learner) leave solutions/ out, for a graded session; its README and notebook 00 say so",
+    )
     k.add_argument(
         "--force",
         action="store_true",
@@ -668,15 +723,18 @@ def main(argv: list[str] | None = None) -> int:
         return guide(args.check)
     if args.command == "package":
         try:
-            done = package(args.learner or args.instructor, learner=args.learner is not None, force=args.force)
+            done = package(
+                args.learner or args.instructor,
+                learner=args.learner is not None,
+                force=args.force,
+                solutions=not args.no_solutions,
+            )
         except ValueError as e:
             print(f"course package: {e}", file=sys.stderr)
             return 2
         if done.backup:
             print(f"the earlier {done.out.name} is kept as {done.backup}")
-        print(
-            f"wrote {done.out}: {len(done.names)} files, " + ("without solutions" if args.learner else "with solutions")
-        )
+        print(f"wrote {done.out}: {len(done.names)} files, {with_solutions(not args.no_solutions)}")
         return 0
     try:
         notes = prepare(
@@ -689,6 +747,7 @@ def main(argv: list[str] | None = None) -> int:
             course=not args.no_course,
             force=args.force,
             author=args.author,
+            solutions=not args.no_solutions,
         )
     except ValueError as e:
         print(f"course room: {e}", file=sys.stderr)

@@ -30,18 +30,22 @@ def test_instructor_guide_exercise_table_is_current():
             assert m.name.replace("|", "\\|") in text
 
 
-def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
+def test_learner_zip_has_solutions_no_sources_and_instructor_zip_has_everything(tmp_path):
+    """The learner zip used to leave solutions/ out although its README and notebook 00 sent a stuck learner
+    there (#29): it holds them now, and never course_source/ or a `### BEGIN SOLUTION` line."""
     learner, instructor = tmp_path / "learner.zip", tmp_path / "instructor.zip"
     room.package(learner, learner=True)
     room.package(instructor, learner=False)
     with zipfile.ZipFile(learner) as z:
         names = z.namelist()
         for name in names:
-            parts = name.split("/")
-            assert "solutions" not in parts and "course_source" not in parts, name
+            assert "course_source" not in name.split("/"), name
             assert "### BEGIN SOLUTION" not in z.read(name).decode("utf-8", errors="replace"), name
-        notebooks = {n.split("/")[-1] for n in names if n.startswith("attention-course/notebooks/")}
-        assert notebooks >= {p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+        for folder in ("notebooks", "solutions"):
+            shipped = {n.split("/")[-1] for n in names if n.startswith(f"attention-course/{folder}/")}
+            assert shipped >= {p.name for p in (ROOT / folder).glob("[0-9][0-9]_*.ipynb")}, folder
+        for name in room.SAYS_WHERE_SOLUTIONS_ARE:  # the sentence is the course's own, unchanged
+            assert z.read(f"attention-course/{name}") == (ROOT / name).read_bytes()
         assert {
             f"attention-course/{f}"
             for f in (
@@ -57,12 +61,48 @@ def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
         } <= set(names)
         assert not {"attention-course/course_tools/build.py", "attention-course/course_tools/room.py"} & set(names)
         assert any(n.startswith("attention-course/.course/clean/03_") for n in names)  # for `course.py reset`
-    assert room.learner_leaks(learner) == []
+    assert room.learner_leaks(learner, solutions_allowed=True) == []
+    assert room.learner_leaks(learner)  # the check sees solutions/ where they are not allowed
     with zipfile.ZipFile(instructor) as z:
         names = set(z.namelist())
     assert any(n.startswith("attention-course/solutions/") for n in names)
     assert any(n.startswith("attention-course/course_source/") for n in names)
-    assert room.learner_leaks(instructor)  # the leak check does see solutions
+    assert room.learner_leaks(instructor, solutions_allowed=True)  # the leak check does see the sources
+
+
+def test_the_readme_and_notebook_00_say_where_the_solutions_are_in_one_sentence():
+    """What a graded zip replaces must be there, word for word, once: otherwise its promise would stay."""
+    import nbformat
+
+    for name in room.SAYS_WHERE_SOLUTIONS_ARE:
+        assert (ROOT / name).read_text(encoding="utf-8").count(room.SOLUTIONS_SENTENCE) == 1, name
+    source = "\n".join(c.source for c in nbformat.read(ROOT / "notebooks" / "00_setup_check.ipynb", as_version=4).cells)
+    assert room.SOLUTIONS_SENTENCE in source  # a sentence of a cell, not split over two JSON strings
+
+
+def test_a_zip_for_a_graded_session_has_no_solutions_and_says_so_run_literally(tmp_path):
+    """`course.py package --learner OUT.zip --no-solutions`, run as an instructor types it: no solutions/, and the
+    README, notebook 00 and the clean copy `reset` puts back say there are none instead of pointing there."""
+    out = tmp_path / "graded.zip"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "package", "--learner", out.name, "--no-solutions"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].endswith("without solutions/ (for a graded session)"), proc.stdout
+    with zipfile.ZipFile(out) as z:
+        names = z.namelist()
+        assert not [n for n in names if "solutions" in n.split("/")[:-1]]
+        for name in (*room.SAYS_WHERE_SOLUTIONS_ARE, ".course/clean/00_setup_check.ipynb"):
+            text = z.read(f"attention-course/{name}").decode("utf-8")
+            assert room.SOLUTIONS_SENTENCE not in text and text.count(room.GRADED_SENTENCE) == 1, name
+    assert room.learner_leaks(out) == []
+    with pytest.raises(ValueError, match="--no-solutions is for the learner zip"):
+        room.package(tmp_path / "i.zip", learner=False, solutions=False)
+    assert not (tmp_path / "i.zip").exists()
 
 
 def tiny_package(tmp_path: Path, name: str, version: str, requires: list[str], index: Path) -> None:
@@ -361,6 +401,22 @@ def test_the_room_folder_carries_the_static_site(tmp_path, monkeypatch):
     assert any(n.startswith("skipped site/: no folder") for n in room.prepare(tmp_path / "r3", data=False))
 
 
+def test_room_no_solutions_packs_the_learner_zip_without_them_and_its_readme_says_so(tmp_path, monkeypatch, capsys):
+    """`room DIR --no-solutions` for a graded session: the zip it packs has no solutions/, README.txt says so, and
+    the slow parts at its end (packing, the site) each say what they do before they start."""
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    monkeypatch.setattr(room, "build_room_site", lambda out, now=None: "site: (left out in this test)")
+    out = tmp_path / "room"
+    assert room.main(["prepare", str(out), "--no-data", "--no-solutions"]) == 0
+    said = capsys.readouterr().out
+    assert said.index("packing ") < said.index("building the static site") < said.index("room folder ready")
+    with zipfile.ZipFile(out / "course-learner.zip") as z:
+        assert not [n for n in z.namelist() if n.startswith("attention-course/solutions/")]
+        assert room.GRADED_SENTENCE in z.read("attention-course/README.md").decode("utf-8")
+    readme = (out / "README.txt").read_text()
+    assert "course-learner.zip   the course without solutions/ (for a graded session)" in readme
+
+
 def test_room_where_no_folder_can_be_made_is_one_line_before_anything_is_downloaded(tmp_path, monkeypatch):
     """Below a file, or where the system refuses new folders (/sys, /proc on Linux): exit 2 with one line that
     says what was asked, why it cannot be written and what to do; no traceback, nothing downloaded."""
@@ -516,7 +572,7 @@ def test_the_room_readmes_instructions_run_as_printed(tmp_path, learner_zip):
     attention-course/ folder: the next line found no course.py. Its lines now run as printed, from anywhere."""
     home = tmp_path / "home"
     fake_room(home, learner_zip)
-    text = room.ROOM_README.format(targets="this platform")
+    text = room.ROOM_README.format(targets="this platform", solutions=room.with_solutions(True))
     block = text.split("On each laptop, with this folder copied to it", 1)[1].split("\n\n")[1]
     lines = [line.strip() for line in block.splitlines()]
     assert lines[0].startswith("unzip ~/room/course-learner.zip") and lines[-1].startswith("python3 course.py lab")
