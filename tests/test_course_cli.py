@@ -551,3 +551,30 @@ def test_test_plan_says_what_it_waits_for_while_it_asks_pytorch(monkeypatch, cap
     assert course.cmd_test(["--plan"]) == 0
     out = capsys.readouterr().out
     assert out.index("asking PyTorch which CPU kernels it uses") < out.index("(probing)")
+
+
+def test_contributings_commands_name_the_courses_python_and_run_as_written_outside_it():
+    """CONTRIBUTING gave `pytest ...` and `python -m course_tools.pacing`, which fail in a shell whose python is not
+    the venv's. Every command it gives now names .venv/bin/python (or course.py); one is run literally, with a PATH
+    that holds no venv."""
+    import os
+    import re
+
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    commands = re.findall(r"`((?:pytest|python3?|\.venv/bin/python) [^`]*)`", text)
+    assert len(commands) >= 5, commands
+    bare = [c for c in commands if re.match(r"(pytest|python) ", c) and not c.startswith("python3 course.py")]
+    assert bare == [], f"CONTRIBUTING gives commands that need the venv's python without naming it: {bare}"
+    pacing = next(c for c in commands if "course_tools.pacing" in c)
+    assert pacing == ".venv/bin/python -m course_tools.pacing"
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv/ in this checkout (COURSE_VENV elsewhere)")
+    proc = subprocess.run(
+        ["bash", "-c", pacing],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "00_setup_check" in proc.stdout, proc.stdout + proc.stderr
