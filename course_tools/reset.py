@@ -129,20 +129,35 @@ def resettable(path: Path, folder: Path | None = None) -> Path:
     return target
 
 
-def _write(nb: nbformat.NotebookNode, path: Path) -> None:
+def _encoded(nb: nbformat.NotebookNode) -> bytes:
     text = nbformat.writes(nb)
-    write_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
+    return (text if text.endswith("\n") else text + "\n").encode("utf-8")
+
+
+def _replace(path: Path, nb: nbformat.NotebookNode, now: datetime | None) -> Path | None:
+    """Write ``nb`` over ``path``, the learner's file first kept as a backup; return the backup. When the file
+    already holds exactly ``nb``, nothing is written and no backup is made (None): a reset that changes nothing
+    leaves no file behind."""
+    data = _encoded(nb)
+    if path.exists():
+        try:
+            same = path.read_bytes() == data or nbformat.reads(path.read_text(encoding="utf-8"), as_version=4) == nb
+        except Exception:  # not a notebook (a whole reset replaces it, keeping it as a backup)
+            same = False
+        if same:
+            return None
+    backup = keep_copy(path, now) if path.exists() else None
+    write_atomic(path, data)
+    return backup
 
 
 def reset_notebook(path: Path, now: datetime | None = None, folder: Path | None = None) -> Path | None:
     """Replace the notebook at ``path`` (one of the course's notebooks in ``folder``, default ``notebooks/``)
-    with its clean learner copy; return the backup (None if there was no file to keep)."""
+    with its clean learner copy; return the backup (None if there was no file to keep, or the file already was
+    the clean copy: then nothing is written)."""
     path = resettable(path, folder)
     clean_stale_tmp(path.parent)
-    clean = clean_copy(path.name)
-    backup = keep_copy(path, now) if path.exists() else None
-    _write(clean, path)
-    return backup
+    return _replace(path, clean_copy(path.name), now)
 
 
 def _find_cell(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode, key: str, used: set[int]) -> int | None:
@@ -165,7 +180,8 @@ def _find_cell(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode, key: str,
 def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Path | None = None) -> Path:
     """Replace only exercise ``key``'s cells of the notebook at ``path`` (one of the course's notebooks in
     ``folder``, default ``notebooks/``) with the clean learner cells (outputs cleared); every other cell stays
-    as it is. Return the backup of the learner's file."""
+    as it is. Return the backup of the learner's file (None when its cells already were the clean ones: then
+    nothing is written)."""
     path = resettable(path, folder)
     clean_stale_tmp(path.parent)
     if not path.exists():
@@ -196,13 +212,11 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
             )
         used.add(li)
         places.append((li, ci))
-    backup = keep_copy(path, now)
     for li, ci in places:
         new = nbformat.from_dict(dict(clean.cells[ci]))
         new["id"] = nb.cells[li].get("id", new.get("id"))
         nb.cells[li] = new
-    _write(nb, path)
-    return backup
+    return _replace(path, nb, now)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,19 +224,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebook", type=Path, help="the learner's notebook, e.g. notebooks/03_masking.ipynb")
     parser.add_argument("--exercise", metavar="NN.K", help="reset only this exercise (e.g. 03.2)")
     args = parser.parse_args(argv)
+    existed = args.notebook.exists()
     try:
         if args.exercise:
             backup = reset_exercise(args.notebook, args.exercise)
-            print(
-                f"exercise {args.exercise} in {args.notebook} is back to its clean learner copy; "
-                "your other cells are unchanged."
-            )
+            what = f"exercise {args.exercise} in {args.notebook}"
         else:
             backup = reset_notebook(args.notebook)
-            print(f"{args.notebook} is back to its clean learner copy.")
+            what = str(args.notebook)
     except (FileNotFoundError, KeyError, LookupError, ValueError) as e:
         print(f"cannot reset: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
+    if existed and backup is None:
+        print(f"{what} already is the clean learner copy: nothing written, no backup made.")
+        return 0
+    others = "; your other cells are unchanged" if args.exercise else ""
+    print(f"{what} is back to its clean learner copy{others}.")
     if backup:
         print(f"your previous file is kept as {backup}")
     print(

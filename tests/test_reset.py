@@ -66,6 +66,9 @@ def test_reset_whole_notebook_keeps_a_backup(tmp_path):
     assert backup.read_text(encoding="utf-8") == before
     nb = nbformat.read(path, as_version=4)
     assert [c.source for c in nb.cells] == [c.source for c in clean_copy(NAME).cells]
+    assert reset_notebook(path, now=NOW, folder=tmp_path) is None  # already clean: nothing written, no backup
+    assert len(list(tmp_path.glob("backup-*"))) == 1
+    path.write_text(before, encoding="utf-8")
     assert (
         reset_notebook(path, now=NOW, folder=tmp_path).name == "backup-03_masking-20260102-030405-2.ipynb"
     )  # never overwrites
@@ -197,3 +200,47 @@ def test_a_notebook_that_is_a_symbolic_link_is_refused_as_one(tmp_path):
         assert link.is_symlink()
     assert outside.read_bytes() == before and inside.read_text(encoding="utf-8") == "the learner's notebook 04"
     assert not list(tmp_path.rglob("backup-*"))
+
+
+def test_reset_exercise_run_twice_writes_no_backup_the_second_time(tmp_path):
+    """`reset --exercise` used to keep a backup even when nothing changed (the exercise was already clean): run
+    literally, twice; the second run says so, writes nothing, and the file's bytes stay as they were."""
+    import os
+
+    path, _ = learner_work(tmp_path)
+    course = tmp_path / "course"  # a learner's copy of the course: its clean copies in .course/clean/
+    for name in ("lock", "course_utils", "course_tools"):
+        shutil.copytree(ROOT / name, course / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("course.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, course / name)
+    (course / ".course" / "clean").mkdir(parents=True)
+    (course / ".course" / "clean" / NAME).write_text(nbformat.writes(clean_copy(NAME)), encoding="utf-8")
+    notebooks = course / "notebooks"
+    notebooks.mkdir()
+    mine = notebooks / NAME
+    mine.write_bytes(path.read_bytes())
+    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
+    if not (Path(venv) / ".course-installed").exists():
+        pytest.skip(f"{venv} is not installed (course.py would install it first)")
+    env = {**os.environ, "COURSE_VENV": venv}
+    runs = []
+    for _ in range(2):
+        runs.append(
+            subprocess.run(
+                [sys.executable, str(ROOT / "course.py"), "reset", f"notebooks/{NAME}", "--exercise", "03.1"],
+                cwd=course,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        )
+        if len(runs) == 1:
+            after_first = mine.read_bytes()
+    assert all(r.returncode == 0 for r in runs), [r.stdout + r.stderr for r in runs]
+    assert "your previous file is kept as" in runs[0].stdout
+    said = [line for line in runs[1].stdout.splitlines() if not line.startswith("[course]")]
+    assert said == [
+        f"exercise 03.1 in notebooks/{NAME} already is the clean learner copy: nothing written, no backup made."
+    ]
+    assert mine.read_bytes() == after_first and len(list(notebooks.glob("backup-*"))) == 1
