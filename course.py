@@ -359,8 +359,8 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
         # exit code 5: `-m "not browser"` or -k selected none of them
         steps.append(
             Step(
-                "every notebook in JupyterLab in a real browser (tests/e2e; skipped without Chromium), "
-                "beside the unit tests",
+                "every learner notebook run in JupyterLab in a real browser, its solution opened beside it "
+                "(tests/e2e; skipped without Chromium), beside the unit tests",
                 ["-m", "pytest", "tests/e2e", *BROWSER_WORKERS, *extra],
                 group=2,
                 ok=(0, 5),
