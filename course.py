@@ -70,7 +70,8 @@ def run(cmd: list, quiet_note: str | None = None, **kw) -> int:
                 break
             except subprocess.TimeoutExpired:
                 if time.monotonic() - last >= QUIET_S:
-                    say(f"still {quiet_note}: {time.monotonic() - t0:.0f} s so far (pip is quiet while it unpacks)")
+                    waited = time.monotonic() - t0
+                    say(f"still {quiet_note}: {waited:.0f} s so far (pip is quiet while it fetches or unpacks)")
                     last = time.monotonic()
             except KeyboardInterrupt:
                 continue

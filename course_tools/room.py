@@ -417,7 +417,7 @@ def prepare(
         package(out / "course-learner.zip", learner=True, force=True, now=now, keep_existing=False, solutions=solutions)
         ledger.wrote("course-learner.zip")
         notes.append(f"the learner's course, {with_solutions(solutions)}: {out / 'course-learner.zip'}")
-        print(f"building the static site in {out / 'site'} (the solved notebooks; about a minute) ...", flush=True)
+        print(f"building the static site in {out / 'site'} (the solved notebooks, 6 to 20 s) ...", flush=True)
         notes.append(build_room_site(out, now))
     sets = " (learner and author sets)" if author else " (learner set)"
     for t in (
