@@ -130,7 +130,9 @@ def offline_pip_args(where: str) -> list[str]:
 
 
 def take_offline(extra: list[str]) -> tuple[str | None, list[str]]:
-    """Split `--offline DIR` (or `--offline=DIR`) off the arguments."""
+    """Split `--offline DIR` (or `--offline=DIR`) off the arguments. The value is checked here, every time, before
+    anything is installed or started (not only when pip runs): an empty one, one that is an option
+    (`--offline --port 9999`), or a folder that does not exist is refused in one line."""
     rest, where = [], None
     it = iter(extra)
     for a in it:
@@ -142,6 +144,13 @@ def take_offline(extra: list[str]) -> tuple[str | None, list[str]]:
             where = a.split("=", 1)[1]
         else:
             rest.append(a)
+            continue
+        if not where or where.startswith("-"):
+            sys.exit(
+                f"[course] --offline needs a folder or URL, got {where!r}: e.g. --offline /media/usb/room "
+                "(JupyterLab's own options go after --)"
+            )
+        offline_source(where)  # a folder that is not there: refused now
     return where, rest
 
 
@@ -234,9 +243,15 @@ def set_lab_defaults() -> None:
         path.write_text(json.dumps({**current, **wanted}, indent=2) + "\n", encoding="utf-8")
 
 
-# JupyterLab serves the course folder, so that both notebooks/ and solutions/ open from its file browser, and
-# starts on notebook 00.
+# JupyterLab serves the course folder, so that notebooks/ and solutions/ (where this copy has it) open from its
+# file browser, and starts on notebook 00.
 LAB_START = "notebooks/00_setup_check.ipynb"
+# What lab's help says its file browser shows: true of this copy (a graded learner zip has no solutions/).
+LAB_BROWSER = (
+    "notebooks/ and solutions/ both open from its file browser"
+    if (ROOT / "solutions").is_dir()
+    else "notebooks/ opens from its file browser (this copy of the course has no solutions/)"
+)
 
 
 def lab_command(jupyter: list[str]) -> list[str]:
@@ -511,7 +526,9 @@ class Command(NamedTuple):
     ``installs``: the set it installs first ("learner", "author") or None. ``module``: the tool it runs in the
     venv (`python -m MODULE ARGS... EXTRA`), whose own --help adds its flags to the command's; or ``function``,
     a function of this file that takes the command's arguments and returns the exit code (then ``module`` is
-    the tool whose help it shows, if any). ``here``: paths are read from the folder the command is run in
+    the tool whose help it shows, if any). ``options=False``: the command takes no arguments (any is refused,
+    exit code 2) and its module is not asked for its help (it would run: environment.py reads no arguments).
+    ``here``: paths are read from the folder the command is run in
     (otherwise from the course folder). ``instructor``: the tool is left out of the learner zip, so the
     learner copy refuses the command in one line. ``more``: help lines on options course.py handles itself.
     """
@@ -525,6 +542,7 @@ class Command(NamedTuple):
     here: bool = False
     instructor: bool = False
     more: str = ""
+    options: bool = True
 
 
 COMMANDS = {
@@ -534,7 +552,7 @@ COMMANDS = {
             "lab",
             ("lab [--offline DIR] [-- JUPYTER OPTIONS]",),
             "install the learner set (first time only) and open the course in JupyterLab, at notebook 00; "
-            "notebooks/ and solutions/ both open from its file browser",
+            + LAB_BROWSER,
             function=cmd_lab,
             more="--offline DIR      install from a room folder (or its URL) made by `room`, with no internet\n"
             "-- OPTIONS         JupyterLab's own options, after --: e.g. `-- --port 8890 --no-browser`;\n"
@@ -570,6 +588,7 @@ COMMANDS = {
             "which only notebooks 10 and 11 need)",
             module=("course_utils.environment",),
             more="takes no options",
+            options=False,
         ),
         Command(
             "corpus",
@@ -686,7 +705,7 @@ def print_help(command: Command) -> int:
     print(command_usage(command) + "\n\n" + "\n".join(wrapped(command.does, 0)))
     if command.more:
         print("\n" + command.more)
-    module = command.module
+    module = command.module if command.options else ()
     if tool_missing(command):
         print(f"\nthis copy of the course (the learner copy) has no {module[0]}: run it in the full course")
     elif module and PY.exists():
@@ -711,6 +730,13 @@ def dispatch(command: Command, extra: list[str]) -> int:
             file=sys.stderr,
         )
         return 2
+    if not command.options and extra:
+        print(
+            f"[course] {command.name}: unknown option {extra[0]!r} ({command.name} takes no options; "
+            f"`python3 course.py {command.name} --help` says what it does)",
+            file=sys.stderr,
+        )
+        return 2
     if command.function is not None:
         return command.function(extra)
     if command.installs:
@@ -723,8 +749,12 @@ def main(argv: list[str]) -> int:
         print(usage())
         return 0 if argv else 2
     if argv[0] not in COMMANDS:
+        import difflib
+
+        near = ["--help"] if argv[0].lstrip("-") in ("help", "h") else difflib.get_close_matches(argv[0], COMMANDS, 1)
+        hint = f"did you mean {near[0]}? " if near else ""
         print(
-            f"[course] unknown command {argv[0]!r}: the commands are {', '.join(COMMANDS)}; "
+            f"[course] unknown command {argv[0]!r} ({hint}the commands are {', '.join(COMMANDS)}); "
             "`python3 course.py --help` says what each does",
             file=sys.stderr,
         )
@@ -736,21 +766,28 @@ def main(argv: list[str]) -> int:
     return dispatch(command, argv[1:])
 
 
-def quiet_broken_pipe(main_rc: Callable[[], int]) -> int:
-    """Run ``main_rc``; when the reader of stdout went away (`python3 course.py --help | head -1`), stop quietly as
-    shell tools do (exit 141, 128 + SIGPIPE), not with a BrokenPipeError traceback."""
+def quiet_broken_pipe(main_rc: Callable[[], int], help_only: bool = False) -> int:
+    """Run ``main_rc``; when the reader of stdout went away (`python3 course.py --help | head -1`), stop quietly,
+    not with a BrokenPipeError traceback: exit 0 for help (``help_only``: the reader had read what it wanted, so
+    `set -o pipefail` sees no failure), else 141 (128 + SIGPIPE) as shell tools do, since the command was cut off."""
     try:
         rc = main_rc()
         sys.stdout.flush()
         return rc
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit would fail too
-        return 141
+        return 0 if help_only else 141
+
+
+def asks_for_help(argv: list[str]) -> bool:
+    """Whether ``argv`` asks only for help (course.py's own or a command's), which main prints and runs nothing."""
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    return not argv or any(a in ("-h", "--help") for a in own)
 
 
 if __name__ == "__main__":
     try:
-        sys.exit(quiet_broken_pipe(lambda: main(sys.argv[1:])))
+        sys.exit(quiet_broken_pipe(lambda: main(sys.argv[1:]), asks_for_help(sys.argv[1:])))
     except KeyboardInterrupt:
         print("\n[course] interrupted (Ctrl+C)", flush=True)
         sys.exit(130)

@@ -343,7 +343,8 @@ def test_an_unknown_command_is_said_to_be_unknown():
         [sys.executable, "course.py", "tets", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("[course] unknown command 'tets': the commands are lab, test, check"), proc.stderr
+    said = "[course] unknown command 'tets' (did you mean test? the commands are lab, test, check"
+    assert proc.stderr.startswith(said), proc.stderr
 
 
 # --- `course.py test` on two cores: the browser tests beside the unit tests, on two workers (issue #20) ----------
@@ -498,9 +499,10 @@ def test_lab_passes_jupyters_options_after_the_double_dash_and_serves_the_course
     monkeypatch.setattr(course, "ensure_installed", lambda offline=None, which="learner": calls.append(offline))
     monkeypatch.setattr(course, "set_lab_defaults", lambda: None)
     monkeypatch.setattr(course, "in_venv", lambda *args: calls.append(args) or 0)
-    assert course.main(["lab", "--offline=/media/usb/room", "--", "--port", "8890", "--ofline"]) == 0
+    room = "http://room.local:8000/wheels/"  # a URL: a folder given must exist (checked before anything starts)
+    assert course.main(["lab", f"--offline={room}", "--", "--port", "8890", "--ofline"]) == 0
     lab = calls[-1]
-    assert calls[0] == "/media/usb/room" and lab[:4] == ("-m", "jupyter", "lab", f"--ServerApp.root_dir={ROOT}")
+    assert calls[0] == room and lab[:4] == ("-m", "jupyter", "lab", f"--ServerApp.root_dir={ROOT}")
     assert lab[4] == "notebooks/00_setup_check.ipynb" and lab[5:8] == ("--port", "8890", "--ofline")  # Jupyter's
     assert (ROOT / lab[4]).is_file() and (ROOT / "solutions").is_dir()  # both under the root JupyterLab serves
     calls.clear()
@@ -578,3 +580,85 @@ def test_contributings_commands_name_the_courses_python_and_run_as_written_outsi
         timeout=120,
     )
     assert proc.returncode == 0 and "00_setup_check" in proc.stdout, proc.stdout + proc.stderr
+
+
+def fake_installed_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A venv folder whose stamp says the learner set is installed and whose python only records that it ran:
+    what a learner's machine looks like after a first `lab`, so a command reaches what it starts."""
+    venv, ran = tmp_path / "venv", tmp_path / "python-ran"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(ran))}\n')
+    python.chmod(0o755)
+    (venv / ".course-installed").write_text(json.dumps({"learner": load_course().requirements_hash("learner")}))
+    return venv, ran
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("--offline /nonexistent", "--offline /nonexistent: no such folder"),
+        ("--offline=/nonexistent", "--offline /nonexistent: no such folder"),
+        ("--offline=", "--offline needs a folder or URL, got ''"),
+        ("--offline --port 9999", "--offline needs a folder or URL, got '--port'"),
+    ],
+)
+def test_lab_checks_its_offline_folder_even_when_the_course_is_installed(args, said, tmp_path):
+    """`lab --offline /nonexistent` with .venv installed used to start JupyterLab silently (the folder was read only
+    when pip ran), `--offline=` was taken, and `--offline --port 9999` took --port as the folder. Run literally."""
+    import os
+
+    venv, ran = fake_installed_venv(tmp_path)
+    proc = subprocess.run(
+        ["bash", "-c", f"{shlex.quote(sys.executable)} course.py lab {args}"],
+        cwd=ROOT,
+        env={**os.environ, "COURSE_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1 and said in proc.stderr, proc.stdout + proc.stderr
+    assert not ran.exists(), ran.read_text()  # nothing checked, nothing started
+
+
+@pytest.mark.parametrize("args", ["env --help", "env -h", "env --bogus", "env extra"])
+def test_env_help_prints_help_only_and_env_refuses_options(args, tmp_path):
+    """`course.py env --help` used to run the whole environment check (environment.py reads no arguments), and
+    `env --bogus` ran it too with exit 0. Run literally: help is help (exit 0), an option is refused (exit 2)."""
+    import os
+
+    venv, ran = fake_installed_venv(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "course.py", *args.split()],
+        cwd=ROOT,
+        env={**os.environ, "COURSE_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert not ran.exists(), ran.read_text()  # the check did not run
+    if "-h" in args.split() or "--help" in args.split():
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: python3 course.py env\n"), proc.stdout
+    else:
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert f"env: unknown option {args.split()[1]!r} (env takes no options" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("help", "--help"), ("chek", "check"), ("pakage", "package")])
+def test_a_mistyped_command_gets_a_did_you_mean(typed, meant):
+    proc = subprocess.run([sys.executable, "course.py", typed], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"unknown command {typed!r} (did you mean {meant}? " in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", ["--help", "lab --help", "room --help"])
+def test_help_into_head_exits_0_even_with_pipefail(args):
+    """`python3 course.py --help | head -1` exited 141 (the pipe closed early), a failure under `set -o pipefail`."""
+    proc = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {shlex.quote(sys.executable)} course.py {args} | head -1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)
