@@ -10,15 +10,15 @@ Command line (``python3 course.py room`` and ``python3 course.py package`` call 
     (both take --force: replace an existing DIR or OUT.zip, which is first moved aside as backup-NAME-DATE)
     python -m course_tools.room guide [--check]                 # the exercise table of docs/INSTRUCTOR_GUIDE.md
 
-``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room
-needs the internet: ``wheels/`` (``pip download`` of what the learner set installs, at the versions of
-lock/learner.txt, for this machine's platform and Python unless told others; ``--author`` adds the author
-set), ``datasets/`` (the corpus of notebooks 10 and 11, from ``course_tools.corpus fetch``),
-``course-learner.zip`` (the learner's course, with solutions/ unless ``--no-solutions``), ``site/`` (the
-solved notebooks to read in a browser, from ``course_tools.site``) and ``README.txt`` (what to do on each laptop). Copy
-DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each
-laptop: ``python3 course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with
-``pip install --no-index --find-links DIR/wheels -c lock/learner.txt -e ".[lab]"``.
+``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room needs the
+internet: ``wheels/`` (``pip download`` of what the learner set installs, at the versions of lock/learner.txt, for
+this machine's platform and Python unless told others; ``--author`` adds the author set), ``datasets/`` (the corpus
+of notebooks 10 and 11, from ``course_tools.corpus fetch``), ``course-learner.zip`` (the learner's course, with
+solutions/ unless ``--no-solutions``), ``site/`` (the solved notebooks to read in a browser, from
+``course_tools.site``; left out with ``--no-solutions``) and ``README.txt`` (what to do on each laptop). Copy DIR to
+each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each laptop: ``python3
+course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with ``pip install --no-index
+--find-links DIR/wheels -c lock/learner.txt -e ".[lab]"``.
 
 Nothing is lost: ``prepare`` wants a new (or empty) DIR outside the course folder, or a room folder it made
 before (it then adds to it, as for a second set of laptops; a file there that was changed since ``prepare``
@@ -325,8 +325,7 @@ Attention, Step by Step: everything a room without internet needs
 wheels/              every package the course installs, at the versions of its lock/, for: {targets}
 datasets/            the data the notebooks read (copied into the course's datasets/ by --offline)
 course-learner.zip   the course {solutions}, in one folder, attention-course/ (unzip it on each laptop)
-site/index.html      the course to read in any browser, before anything is installed: every solved
-                     notebook with its outputs (copy site/ to a laptop or send it before the workshop)
+{site}
 
 On each laptop, with this folder copied to it (e.g. from a USB stick to ~/room):
 
@@ -345,6 +344,15 @@ nothing is fetched from the internet. `python3 course.py test --offline ~/room` 
 (made with --author). A laptop whose platform or Python version is not listed above needs wheels made with
 `python3 course.py room DIR --platform TAG --python-version X.Y` (see docs/INSTRUCTOR_GUIDE.md).
 """
+
+
+ROOM_SITE = """\
+site/index.html      the course to read in any browser, before anything is installed: every solved
+                     notebook with its outputs (copy site/ to a laptop or send it before the workshop)"""
+# A room for a graded session has no site/: its pages show every solution, and the whole folder goes to laptops.
+GRADED_ROOM_SITE = """\
+(no site/)           this room is for a graded session (--no-solutions): the static site, whose pages show
+                     every solution, is left out, so the whole folder can go to each laptop"""
 
 
 ROOM_MARK = ".course-room.json"  # in a room folder: what prepare wrote there (so a later run may add to it)
@@ -380,7 +388,8 @@ def prepare(
     The wheels are the learner set's (lock/learner.txt: what `lab --offline` installs); ``author`` adds the
     author set's (lock/author.txt: `test --offline`, for an instructor's machine). ``lock`` and ``roots``
     (Requirements) replace the lock file and the declared requirements (tests). ``solutions=False`` leaves
-    solutions/ out of the learner zip (a graded session).
+    solutions/ out of the learner zip and site/ out of the folder (a graded session: the site shows every
+    solution); a folder that already holds site/ is then refused (ValueError) unless ``force`` moves it aside.
 
     ``out`` must be new, an empty folder, or a room folder made by an earlier run (which this one adds to,
     e.g. wheels for another platform), and outside the course folder. With ``force`` another existing path is
@@ -391,6 +400,11 @@ def prepare(
     for platform, version in itertools.product(platforms or [None], python_versions or [None]):
         marker_environments(platform, version)  # a tag or version it does not know: refused before anything is made
     out, replace = free_output(out, force, ROOM_FOLDER)
+    if course and not solutions and not replace and (out / "site").exists():
+        raise ValueError(
+            f"{out} holds site/ from an earlier run, whose pages show every solution: a room for a graded session "
+            "(--no-solutions) must not; give a new DIR (or --force, which moves this one aside)"
+        )
     notes = []
     if replace:
         notes.append(f"the existing {out} is kept, whole, as {move_aside(out, now)}")
@@ -417,8 +431,11 @@ def prepare(
         package(out / "course-learner.zip", learner=True, force=True, now=now, keep_existing=False, solutions=solutions)
         ledger.wrote("course-learner.zip")
         notes.append(f"the learner's course, {with_solutions(solutions)}: {out / 'course-learner.zip'}")
-        print(f"building the static site in {out / 'site'} (the solved notebooks, 6 to 20 s) ...", flush=True)
-        notes.append(build_room_site(out, now))
+        if solutions:
+            print(f"building the static site in {out / 'site'} (the solved notebooks, 6 to 20 s) ...", flush=True)
+            notes.append(build_room_site(out, now))
+        else:
+            notes.append("skipped site/ (--no-solutions: its pages show every solution)")
     sets = " (learner and author sets)" if author else " (learner set)"
     for t in (
         f"{p or 'this platform'} / Python {v or '.'.join(map(str, sys.version_info[:2]))}{sets}"
@@ -427,7 +444,11 @@ def prepare(
         if t not in ledger.data["targets"]:
             ledger.data["targets"].append(t)
     ledger.free("README.txt")
-    readme = ROOM_README.format(targets=", ".join(ledger.data["targets"]), solutions=with_solutions(solutions))
+    readme = ROOM_README.format(
+        targets=", ".join(ledger.data["targets"]),
+        solutions=with_solutions(solutions),
+        site=ROOM_SITE if solutions or not course else GRADED_ROOM_SITE,
+    )
     write_atomic(out / "README.txt", readme.encode("utf-8"))
     ledger.wrote("README.txt")
     ledger.save()
@@ -692,7 +713,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument(
         "--no-solutions",
         action="store_true",
-        help="leave solutions/ out of course-learner.zip, for a graded session (its README and notebook 00 say so)",
+        help="leave solutions/ out of course-learner.zip, and site/ (its pages show every solution) out of DIR, "
+        "for a graded session (the zip's README and notebook 00, and README.txt, say so)",
     )
     p.add_argument(
         "--force",

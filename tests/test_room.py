@@ -402,19 +402,35 @@ def test_the_room_folder_carries_the_static_site(tmp_path, monkeypatch):
 
 
 def test_room_no_solutions_packs_the_learner_zip_without_them_and_its_readme_says_so(tmp_path, monkeypatch, capsys):
-    """`room DIR --no-solutions` for a graded session: the zip it packs has no solutions/, README.txt says so, and
-    the slow parts at its end (packing, the site) each say what they do before they start."""
+    """`room DIR --no-solutions` for a graded session: the zip it packs has no solutions/, and DIR has no site/ (it
+    used to build one from every solved notebook, while README.txt said to copy the whole folder to each laptop);
+    README.txt says both. Packing says what it does before it starts."""
     monkeypatch.setattr(room, "download_wheels", fake_download)
-    monkeypatch.setattr(room, "build_room_site", lambda out, now=None: "site: (left out in this test)")
     out = tmp_path / "room"
     assert room.main(["prepare", str(out), "--no-data", "--no-solutions"]) == 0
     said = capsys.readouterr().out
-    assert said.index("packing ") < said.index("building the static site") < said.index("room folder ready")
+    assert said.index("packing ") < said.index("room folder ready") and "building the static site" not in said
+    assert "skipped site/ (--no-solutions: its pages show every solution)" in said
+    assert not (out / "site").exists()
+    leaks = [p for p in out.rglob("*") if p.is_file() and b"### BEGIN SOLUTION" in p.read_bytes()]
+    assert leaks == []
     with zipfile.ZipFile(out / "course-learner.zip") as z:
         assert not [n for n in z.namelist() if n.startswith("attention-course/solutions/")]
         assert room.GRADED_SENTENCE in z.read("attention-course/README.md").decode("utf-8")
     readme = (out / "README.txt").read_text()
     assert "course-learner.zip   the course without solutions/ (for a graded session)" in readme
+    assert "site/index.html" not in readme and "the static site, whose pages show\n" in readme
+    assert room.ROOM_SITE.splitlines()[0] not in readme
+
+
+def test_a_graded_room_refuses_a_folder_that_holds_a_site_from_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    monkeypatch.setattr(room, "build_room_site", lambda out, now=None: (out / "site").mkdir() or "site: made")
+    out = tmp_path / "room"
+    room.prepare(out, data=False, course=True)
+    assert (out / "site").is_dir()
+    with pytest.raises(ValueError, match="holds site/ from an earlier run"):
+        room.prepare(out, data=False, solutions=False)
 
 
 def test_room_where_no_folder_can_be_made_is_one_line_before_anything_is_downloaded(tmp_path, monkeypatch):
