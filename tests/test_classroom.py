@@ -94,3 +94,38 @@ def test_nbval_lax_passes_a_right_and_an_unattempted_exercise_and_fails_a_wrong_
     lines = summary.read_text(encoding="utf-8").splitlines()
     assert lines[0] == "### Exercises that failed" and len(lines) == 2, lines
     assert "Exercise 01.1 (a soft lookup for one query): failed. This looks like: raw scores, no softmax" in lines[1]
+
+
+def test_nbval_lax_over_notebooks_leaves_resets_backups_out(tmp_path):
+    """`course.py reset` keeps the learner's previous notebook (its wrong answers too) as notebooks/backup-*.ipynb;
+    the documented command and the classroom workflow used to run it, so CI kept failing. Run literally, collecting
+    only, in a course folder with a backup: the conftest.py every course copy ships leaves it out."""
+    course = tmp_path / "course"
+    (course / "notebooks").mkdir(parents=True)
+    for name in ("conftest.py", "pyproject.toml"):
+        (course / name).write_bytes((ROOT / name).read_bytes())
+    (course / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    notebook = (ROOT / "notebooks" / "00_setup_check.ipynb").read_bytes()
+    (course / "notebooks" / "00_setup_check.ipynb").write_bytes(notebook)
+    (course / "notebooks" / "backup-00_setup_check-20260101-090000.ipynb").write_bytes(notebook)
+    proc = subprocess.run(
+        ["bash", "-c", f"{NBVAL_LAX} --collect-only -q -p no:xdist"],
+        cwd=course,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "notebooks/00_setup_check.ipynb::" in proc.stdout and "backup-" not in proc.stdout, proc.stdout
+
+
+def test_the_course_gitignore_keeps_resets_backups_out_of_a_learners_commits():
+    """The learner zip ships this .gitignore: a classroom repository made from it never commits a backup."""
+    proc = subprocess.run(
+        ["git", "check-ignore", "-q", "--no-index", "notebooks/backup-01_dot_product_toy-20260101-090000.ipynb"],
+        cwd=ROOT,
+    )
+    assert proc.returncode == 0
+    from course_tools._output import COMMON
+
+    assert ".gitignore" in COMMON and "conftest.py" in COMMON  # both go into the learner zip
