@@ -4,7 +4,9 @@
 ``python3 course.py reset notebooks/03_masking.ipynb --exercise 03.2`` replaces only the cells of exercise
 03.2 (its stub and its check) and keeps every other cell as the learner left it. Either way the learner's
 file is first copied beside it, as ``notebooks/backup-03_masking-YYYYmmdd-HHMMSS.ipynb`` (a name that the
-course's own commands do not pick up as a notebook of the course).
+course's own commands do not pick up as a notebook of the course). A file that already is the clean copy, or is
+the notebook as the course shipped it (executed, outputs and all: ``.course/shipped.json`` in a zip, else git),
+is left as it is: nothing written, no backup.
 
 The clean copy is built from ``course_source/`` (``course_tools.build.make_notebook(..., learner=True)``);
 in a learner build of the course (``python3 course.py package --learner``), which has no sources, it is the
@@ -19,6 +21,8 @@ removed by the next one.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import re
 import shlex
 import subprocess
@@ -42,6 +46,8 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR, LEARNER_DIR, CLEAN_DIR = ROOT / "course_source", ROOT / "notebooks", ROOT / ".course" / "clean"
+# sha256 of each notebook of notebooks/ as the course shipped it (executed, with outputs), written by `package`
+SHIPPED = ROOT / ".course" / "shipped.json"
 _CHECK = re.compile(r"""\bcheck\(\s*["'](?P<key>\d+\.\d+)["']""")
 
 
@@ -129,6 +135,28 @@ def resettable(path: Path, folder: Path | None = None) -> Path:
     return target
 
 
+def shipped_digest(name: str) -> str | None:
+    """The sha256 of ``notebooks/<name>`` as the course shipped it (the executed notebook, outputs and all): from
+    ``.course/shipped.json`` in a zip made by `package`, else from the file committed in git; None if neither."""
+    try:
+        recorded = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        recorded = {}
+    if isinstance(recorded, dict) and isinstance(recorded.get(name), str):
+        return recorded[name]
+    proc = subprocess.run(["git", "show", f"HEAD:notebooks/{name}"], cwd=ROOT, capture_output=True)
+    return hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
+
+
+def as_shipped(path: Path) -> bool:
+    """Whether the file at ``path`` is byte for byte the course's notebook of that name as shipped: untouched, so
+    as clean as the clean copy (which is the same notebook before it was run)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == shipped_digest(path.name)
+    except OSError:
+        return False
+
+
 def _encoded(nb: nbformat.NotebookNode) -> bytes:
     text = nbformat.writes(nb)
     return (text if text.endswith("\n") else text + "\n").encode("utf-8")
@@ -136,9 +164,11 @@ def _encoded(nb: nbformat.NotebookNode) -> bytes:
 
 def _replace(path: Path, nb: nbformat.NotebookNode, now: datetime | None) -> Path | None:
     """Write ``nb`` over ``path``, the learner's file first kept as a backup; return the backup. When the file
-    already holds exactly ``nb``, nothing is written and no backup is made (None): a reset that changes nothing
-    leaves no file behind."""
+    already holds exactly ``nb``, or is the notebook as shipped (untouched, with the outputs it came with), nothing
+    is written and no backup is made (None): a reset that changes nothing leaves no file behind."""
     data = _encoded(nb)
+    if as_shipped(path):
+        return None
     if path.exists():
         try:
             same = path.read_bytes() == data or nbformat.reads(path.read_text(encoding="utf-8"), as_version=4) == nb

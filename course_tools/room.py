@@ -32,8 +32,10 @@ left by a killed run are removed by the next one.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import itertools
+import json
 import os
 import re
 import shlex
@@ -530,14 +532,19 @@ def package(
     clean_stale_tmp(out.parent, out.name)
     top = "attention-course"
     written = []
+    shipped = {}  # notebooks/NAME -> sha256 as packed: `reset` counts an untouched notebook as clean
     backup = None
     with atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for name in names:
+            data = (ROOT / name).read_bytes()
             if learner and not solutions and name in SAYS_WHERE_SOLUTIONS_ARE:
-                z.writestr(f"{top}/{name}", graded(name, (ROOT / name).read_text(encoding="utf-8")))
-            else:
-                z.write(ROOT / name, f"{top}/{name}")
+                data = graded(name, data.decode("utf-8")).encode("utf-8")
+            z.writestr(zipfile.ZipInfo.from_file(ROOT / name, f"{top}/{name}"), data, zipfile.ZIP_DEFLATED)
             written.append(name)
+            if re.fullmatch(r"notebooks/\d\d_[^/]*\.ipynb", name):
+                shipped[name.split("/", 1)[1]] = hashlib.sha256(data).hexdigest()
+        z.writestr(f"{top}/.course/shipped.json", json.dumps(shipped, indent=1, sort_keys=True) + "\n")
+        written.append(".course/shipped.json")
         if learner:
             import nbformat
 

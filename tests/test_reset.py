@@ -244,3 +244,34 @@ def test_reset_exercise_run_twice_writes_no_backup_the_second_time(tmp_path):
         f"exercise 03.1 in notebooks/{NAME} already is the clean learner copy: nothing written, no backup made."
     ]
     assert mine.read_bytes() == after_first and len(list(notebooks.glob("backup-*"))) == 1
+
+
+def test_reset_of_the_notebook_as_committed_writes_nothing_run_literally():
+    """`python3 course.py reset notebooks/01_dot_product_toy.ipynb` on the notebook as shipped (as committed, with
+    its outputs) used to keep a backup and write the unexecuted copy over it. Run literally in the course; should
+    it write anyway, the committed file is put back and the backup removed."""
+    import os
+
+    name = "01_dot_product_toy.ipynb"
+    notebook = ROOT / "notebooks" / name
+    committed = subprocess.run(["git", "show", f"HEAD:notebooks/{name}"], cwd=ROOT, capture_output=True)
+    if committed.returncode != 0 or notebook.read_bytes() != committed.stdout:
+        pytest.skip(f"notebooks/{name} is not the committed file here (not a git checkout, or changed)")
+    before = set(notebook.parent.glob("backup-*"))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "course.py", "reset", f"notebooks/{name}"],
+            cwd=ROOT,
+            env={**os.environ, "COURSE_VENV": os.environ.get("COURSE_VENV", str(ROOT / ".venv"))},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        made = set(notebook.parent.glob("backup-*")) - before
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"notebooks/{name} already is the clean learner copy: nothing written, no backup made." in proc.stdout
+        assert notebook.read_bytes() == committed.stdout and not made
+    finally:
+        notebook.write_bytes(committed.stdout)
+        for extra in set(notebook.parent.glob("backup-*")) - before:
+            extra.unlink()

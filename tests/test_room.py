@@ -588,7 +588,7 @@ def test_the_room_readmes_instructions_run_as_printed(tmp_path, learner_zip):
     attention-course/ folder: the next line found no course.py. Its lines now run as printed, from anywhere."""
     home = tmp_path / "home"
     fake_room(home, learner_zip)
-    text = room.ROOM_README.format(targets="this platform", solutions=room.with_solutions(True))
+    text = room.ROOM_README.format(targets="this platform", solutions=room.with_solutions(True), site=room.ROOM_SITE)
     block = text.split("On each laptop, with this folder copied to it", 1)[1].split("\n\n")[1]
     lines = [line.strip() for line in block.splitlines()]
     assert lines[0].startswith("unzip ~/room/course-learner.zip") and lines[-1].startswith("python3 course.py lab")
@@ -647,3 +647,30 @@ def test_the_learner_zip_holds_every_folder_a_notebook_reads(learner_zip):
     with zipfile.ZipFile(learner_zip) as z:  # what is shipped: each entry is TOP/path
         learner = {name.split("/")[1] for name in z.namelist() if name.count("/") >= 2}
     assert read <= learner, f"the learner zip lacks {sorted(read - learner)}, which notebooks read"
+
+
+def test_reset_of_an_untouched_notebook_in_the_learner_zip_writes_nothing_run_literally(tmp_path, learner_zip):
+    """`reset notebooks/01_dot_product_toy.ipynb` on the notebook as the zip ships it (executed, with outputs) used
+    to keep a backup and wipe the outputs, though the README promises nothing is written when it already is the
+    clean copy. The zip records each notebook's sha256 as packed (.course/shipped.json); run in the unzipped copy."""
+    import os
+
+    with zipfile.ZipFile(learner_zip) as z:
+        z.extractall(tmp_path)
+    course = tmp_path / "attention-course"
+    notebook = course / "notebooks" / "01_dot_product_toy.ipynb"
+    before = notebook.read_bytes()
+    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
+    if not (Path(venv) / ".course-installed").exists():
+        pytest.skip(f"{venv} is not installed (course.py would install it first)")
+    proc = subprocess.run(
+        [sys.executable, "course.py", "reset", "notebooks/01_dot_product_toy.ipynb"],
+        cwd=course,
+        env={**os.environ, "COURSE_VENV": venv},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "already is the clean learner copy: nothing written, no backup made." in proc.stdout, proc.stdout
+    assert notebook.read_bytes() == before and not list(notebook.parent.glob("backup-*"))
