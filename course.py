@@ -679,7 +679,8 @@ def usage() -> str:
     """`python3 course.py --help`: every row of COMMANDS, then the notes that hold for all of them."""
     lines = [__doc__.split("\n\n", 1)[0], ""]
     for c in COMMANDS.values():
-        forms, does = [f"    python3 course.py {form}" for form in c.forms], wrapped(c.does, 31)
+        missing = " (not in this learner copy of the course: run it in the full course)" if tool_missing(c) else ""
+        forms, does = [f"    python3 course.py {form}" for form in c.forms], wrapped(c.does + missing, 31)
         if len(forms[-1]) < 30:  # a short form: its text starts on the same line
             forms[-1], does[0] = forms[-1].ljust(31) + does[0].lstrip(), None
         lines += forms + [line for line in does if line is not None]

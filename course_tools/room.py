@@ -84,6 +84,24 @@ SOLUTIONS_SENTENCE = (
 )
 GRADED_SENTENCE = "This copy of the course is for a graded session: it has no `solutions/` (your instructor has them)."
 SAYS_WHERE_SOLUTIONS_ARE = ("README.md", "notebooks/00_setup_check.ipynb")
+# The README's other sentences about solutions/, and what a graded zip's README says instead: each must be there,
+# word for word, once (`package` refuses to pack otherwise), so that no sentence of a graded copy names a folder
+# that is not there.
+GRADED_README = (
+    (
+        "with `notebooks/` (yours to work in) and\n`solutions/` (complete notebooks) side by side.",
+        "with `notebooks/` (yours to work in;\nthis copy of the course has no `solutions/`).",
+    ),
+    ("(a file in `solutions/`, a backup, a notebook of your own)", "(a backup, a notebook of your own)"),
+    (
+        "solutions/      the same notebooks with every exercise solved\n",
+        "solutions/      (not in this copy, which is for a graded session: your instructor has them)\n",
+    ),
+)
+LEARNER_NOTE = (
+    "> **This is the learner copy of the course.** It leaves out what authors and instructors use: {absent}. Where"
+    " this README names one of them, it is in the full course (its repository), not here."
+)
 
 
 # Tools that build the course package from `-e .` when pip installs with --no-index (pyproject's build backend).
@@ -539,6 +557,8 @@ def package(
             data = (ROOT / name).read_bytes()
             if learner and not solutions and name in SAYS_WHERE_SOLUTIONS_ARE:
                 data = graded(name, data.decode("utf-8")).encode("utf-8")
+            if learner and name == "README.md":
+                data = learner_readme(data.decode("utf-8"), names, solutions).encode("utf-8")
             z.writestr(zipfile.ZipInfo.from_file(ROOT / name, f"{top}/{name}"), data, zipfile.ZIP_DEFLATED)
             written.append(name)
             if re.fullmatch(r"notebooks/\d\d_[^/]*\.ipynb", name):
@@ -567,6 +587,40 @@ def package(
         if replace and keep_existing:
             backup = move_aside(out, now)
     return Packed(out, written, backup)
+
+
+def learner_readme(text: str, packed: list[str], solutions: bool) -> str:
+    """The README as a learner zip holds it: a note after its first paragraph naming the course's folders and files
+    the zip leaves out (``packed``: the course files it holds), each link to one of them turned into plain text
+    with "(in the full course)", and, without solutions/, GRADED_README's sentences swapped (RuntimeError if one is
+    missing: the zip would make a false promise)."""
+    tops = {f.split("/")[0] + ("/" if "/" in f else "") for f in course_files()}
+    have = {f.split("/")[0] + ("/" if "/" in f else "") for f in packed}
+    absent = sorted(t for t in tops - have if not t.startswith("."))
+    if not solutions:
+        for full, instead in GRADED_README:
+            if text.count(full) != 1:
+                raise RuntimeError(f"README.md should say {full!r} once, to be replaced in a graded zip")
+            text = text.replace(full, instead)
+
+    def unlink(m: re.Match) -> str:
+        target = m.group(2).split("#")[0]
+        if (
+            "://" in target
+            or not target
+            or target in packed
+            or any(f.startswith(target.rstrip("/") + "/") for f in packed)
+        ):
+            return m.group(0)
+        return f"{m.group(1)} (in the full course)"
+
+    text = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", unlink, text)
+    if absent:
+        title, rest = text.split("\n\n", 1)
+        first, rest = rest.split("\n\n", 1)
+        note = LEARNER_NOTE.format(absent=", ".join(f"`{a}`" for a in absent))
+        text = f"{title}\n\n{first}\n\n{note}\n\n{rest}"
+    return text
 
 
 def graded(name: str, text: str) -> str:
@@ -763,7 +817,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         if done.backup:
             print(f"the earlier {done.out.name} is kept as {done.backup}")
-        print(f"wrote {done.out}: {len(done.names)} files, {with_solutions(not args.no_solutions)}")
+        print(f"wrote {done.out.resolve()}: {len(done.names)} files, {with_solutions(not args.no_solutions)}")
         return 0
     try:
         notes = prepare(

@@ -674,3 +674,75 @@ def test_reset_of_an_untouched_notebook_in_the_learner_zip_writes_nothing_run_li
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "already is the clean learner copy: nothing written, no backup made." in proc.stdout, proc.stdout
     assert notebook.read_bytes() == before and not list(notebook.parent.glob("backup-*"))
+
+
+def readme_links_missing(course: Path) -> list[str]:
+    """The README's relative links (``[text](path)``) whose file or folder the copy at ``course`` lacks."""
+    text = (course / "README.md").read_text(encoding="utf-8")
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)]
+    return [t for t in targets if t and "://" not in t and not (course / t).exists()]
+
+
+def test_the_learner_zips_readme_links_only_what_it_holds_and_names_what_it_leaves_out(tmp_path, learner_zip):
+    """The learner zip's README linked docs/INSTRUCTOR_GUIDE.md and CONTRIBUTING.md, which it lacks: links to what
+    the zip leaves out become plain text marked "(in the full course)", and a note names what is left out."""
+    full = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](docs/INSTRUCTOR_GUIDE.md)" in full and "](CONTRIBUTING.md)" in full  # what the zip lacks is linked
+    with zipfile.ZipFile(learner_zip) as z:
+        z.extractall(tmp_path)
+    course = tmp_path / "attention-course"
+    assert readme_links_missing(course) == []
+    text = (course / "README.md").read_text(encoding="utf-8")
+    assert "docs/INSTRUCTOR_GUIDE.md (in the full course)" in text and "CONTRIBUTING.md (in the full course)" in text
+    note = next(line for line in text.splitlines() if line.startswith("> **This is the learner copy"))
+    for absent in ("`CONTRIBUTING.md`", "`course_source/`", "`docs/`", "`tests/`", "`tools/`"):
+        assert absent in note and not (course / absent.strip("`")).exists(), absent
+    assert "`solutions/`" not in note and (course / "solutions").is_dir()  # this zip has them
+
+
+def test_every_sentence_of_a_graded_zip_about_solutions_is_true_run_literally(tmp_path):
+    """`package --learner X.zip --no-solutions` still told the learner, in its README and in `course.py --help` and
+    `lab --help`, that JupyterLab shows notebooks/ and solutions/ side by side and that solutions/ holds every
+    exercise solved. Packed and run literally: no such sentence is left, and each says this copy has none."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "graded.zip", "--no-solutions"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"wrote {tmp_path.resolve() / 'graded.zip'}: " in proc.stdout
+    with zipfile.ZipFile(tmp_path / "graded.zip") as z:
+        z.extractall(tmp_path)
+    course = tmp_path / "attention-course"
+    assert not (course / "solutions").exists() and readme_links_missing(course) == []
+    text = (course / "README.md").read_text(encoding="utf-8")
+    for full, instead in room.GRADED_README:
+        assert full in (ROOT / "README.md").read_text(encoding="utf-8")  # what is replaced is in the course's README
+        assert full not in text and text.count(instead) == 1
+    assert "(complete notebooks) side by side" not in text and "every exercise solved" not in text
+    note = next(line for line in text.splitlines() if line.startswith("> **This is the learner copy"))
+    assert "`solutions/`" in note
+    for args in (["--help"], ["lab", "--help"]):
+        shown = subprocess.run(
+            [sys.executable, "course.py", *args], cwd=course, capture_output=True, text=True, timeout=60
+        ).stdout
+        shown = " ".join(shown.split())  # help is wrapped to the terminal
+        assert "notebooks/ and solutions/ both open" not in shown and "has no solutions/" in shown, args
+        assert shown.count("(not in this learner copy of the course") == (4 if args == ["--help"] else 0)
+
+
+def test_package_prints_the_zip_path_resolved(tmp_path):
+    """`course.py package --learner ../x.zip` run from the course printed `wrote /x/course/../x.zip`."""
+    here = tmp_path / "course"
+    here.mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "../x.zip"],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith(f"wrote {tmp_path.resolve() / 'x.zip'}: "), proc.stdout
