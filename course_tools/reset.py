@@ -4,7 +4,9 @@
 ``python3 course.py reset notebooks/03_masking.ipynb --exercise 03.2`` replaces only the cells of exercise
 03.2 (its stub and its check) and keeps every other cell as the learner left it. Either way the learner's
 file is first copied beside it, as ``notebooks/backup-03_masking-YYYYmmdd-HHMMSS.ipynb`` (a name that the
-course's own commands do not pick up as a notebook of the course).
+course's own commands do not pick up as a notebook of the course). A file that already is the clean copy, or is
+the notebook as the course shipped it (executed, outputs and all: ``.course/shipped.json`` in a zip, else git),
+is left as it is: nothing written, no backup.
 
 The clean copy is built from ``course_source/`` (``course_tools.build.make_notebook(..., learner=True)``);
 in a learner build of the course (``python3 course.py package --learner``), which has no sources, it is the
@@ -19,6 +21,8 @@ removed by the next one.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import re
 import shlex
 import subprocess
@@ -42,6 +46,8 @@ __all__ = [
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE_DIR, LEARNER_DIR, CLEAN_DIR = ROOT / "course_source", ROOT / "notebooks", ROOT / ".course" / "clean"
+# sha256 of each notebook of notebooks/ as the course shipped it (executed, with outputs), written by `package`
+SHIPPED = ROOT / ".course" / "shipped.json"
 _CHECK = re.compile(r"""\bcheck\(\s*["'](?P<key>\d+\.\d+)["']""")
 
 
@@ -129,20 +135,59 @@ def resettable(path: Path, folder: Path | None = None) -> Path:
     return target
 
 
-def _write(nb: nbformat.NotebookNode, path: Path) -> None:
+def shipped_digest(name: str) -> str | None:
+    """The sha256 of ``notebooks/<name>`` as the course shipped it (the executed notebook, outputs and all): from
+    ``.course/shipped.json`` in a zip made by `package`, else from the file committed in git; None if neither."""
+    try:
+        recorded = json.loads(SHIPPED.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        recorded = {}
+    if isinstance(recorded, dict) and isinstance(recorded.get(name), str):
+        return recorded[name]
+    proc = subprocess.run(["git", "show", f"HEAD:notebooks/{name}"], cwd=ROOT, capture_output=True)
+    return hashlib.sha256(proc.stdout).hexdigest() if proc.returncode == 0 else None
+
+
+def as_shipped(path: Path) -> bool:
+    """Whether the file at ``path`` is byte for byte the course's notebook of that name as shipped: untouched, so
+    as clean as the clean copy (which is the same notebook before it was run)."""
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest() == shipped_digest(path.name)
+    except OSError:
+        return False
+
+
+def _encoded(nb: nbformat.NotebookNode) -> bytes:
     text = nbformat.writes(nb)
-    write_atomic(path, (text if text.endswith("\n") else text + "\n").encode("utf-8"))
+    return (text if text.endswith("\n") else text + "\n").encode("utf-8")
+
+
+def _replace(path: Path, nb: nbformat.NotebookNode, now: datetime | None) -> Path | None:
+    """Write ``nb`` over ``path``, the learner's file first kept as a backup; return the backup. When the file
+    already holds exactly ``nb``, or is the notebook as shipped (untouched, with the outputs it came with), nothing
+    is written and no backup is made (None): a reset that changes nothing leaves no file behind."""
+    data = _encoded(nb)
+    if as_shipped(path):
+        return None
+    if path.exists():
+        try:
+            same = path.read_bytes() == data or nbformat.reads(path.read_text(encoding="utf-8"), as_version=4) == nb
+        except Exception:  # not a notebook (a whole reset replaces it, keeping it as a backup)
+            same = False
+        if same:
+            return None
+    backup = keep_copy(path, now) if path.exists() else None
+    write_atomic(path, data)
+    return backup
 
 
 def reset_notebook(path: Path, now: datetime | None = None, folder: Path | None = None) -> Path | None:
     """Replace the notebook at ``path`` (one of the course's notebooks in ``folder``, default ``notebooks/``)
-    with its clean learner copy; return the backup (None if there was no file to keep)."""
+    with its clean learner copy; return the backup (None if there was no file to keep, or the file already was
+    the clean copy: then nothing is written)."""
     path = resettable(path, folder)
     clean_stale_tmp(path.parent)
-    clean = clean_copy(path.name)
-    backup = keep_copy(path, now) if path.exists() else None
-    _write(clean, path)
-    return backup
+    return _replace(path, clean_copy(path.name), now)
 
 
 def _find_cell(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode, key: str, used: set[int]) -> int | None:
@@ -165,7 +210,8 @@ def _find_cell(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode, key: str,
 def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Path | None = None) -> Path:
     """Replace only exercise ``key``'s cells of the notebook at ``path`` (one of the course's notebooks in
     ``folder``, default ``notebooks/``) with the clean learner cells (outputs cleared); every other cell stays
-    as it is. Return the backup of the learner's file."""
+    as it is. Return the backup of the learner's file (None when its cells already were the clean ones: then
+    nothing is written)."""
     path = resettable(path, folder)
     clean_stale_tmp(path.parent)
     if not path.exists():
@@ -196,13 +242,11 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
             )
         used.add(li)
         places.append((li, ci))
-    backup = keep_copy(path, now)
     for li, ci in places:
         new = nbformat.from_dict(dict(clean.cells[ci]))
         new["id"] = nb.cells[li].get("id", new.get("id"))
         nb.cells[li] = new
-    _write(nb, path)
-    return backup
+    return _replace(path, nb, now)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -210,19 +254,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("notebook", type=Path, help="the learner's notebook, e.g. notebooks/03_masking.ipynb")
     parser.add_argument("--exercise", metavar="NN.K", help="reset only this exercise (e.g. 03.2)")
     args = parser.parse_args(argv)
+    existed = args.notebook.exists()
     try:
         if args.exercise:
             backup = reset_exercise(args.notebook, args.exercise)
-            print(
-                f"exercise {args.exercise} in {args.notebook} is back to its clean learner copy; "
-                "your other cells are unchanged."
-            )
+            what = f"exercise {args.exercise} in {args.notebook}"
         else:
             backup = reset_notebook(args.notebook)
-            print(f"{args.notebook} is back to its clean learner copy.")
+            what = str(args.notebook)
     except (FileNotFoundError, KeyError, LookupError, ValueError) as e:
         print(f"cannot reset: {e.args[0] if e.args else e}", file=sys.stderr)
         return 2
+    if existed and backup is None:
+        print(f"{what} already is the clean learner copy: nothing written, no backup made.")
+        return 0
+    others = "; your other cells are unchanged" if args.exercise else ""
+    print(f"{what} is back to its clean learner copy{others}.")
     if backup:
         print(f"your previous file is kept as {backup}")
     print(

@@ -4,20 +4,21 @@ Command line (``python3 course.py room`` and ``python3 course.py package`` call 
 
     python -m course_tools.room prepare DIR [--platform TAG ...] [--python-version X.Y ...] [--pip-arg ARG ...]
                                              [--author]
-    python -m course_tools.room package --learner OUT.zip      # no solutions/, no course_source/
+    python -m course_tools.room package --learner OUT.zip      # notebooks/ and solutions/, no course_source/
+    python -m course_tools.room package --learner OUT.zip --no-solutions   # for a graded session
     python -m course_tools.room package --instructor OUT.zip   # everything
     (both take --force: replace an existing DIR or OUT.zip, which is first moved aside as backup-NAME-DATE)
     python -m course_tools.room guide [--check]                 # the exercise table of docs/INSTRUCTOR_GUIDE.md
 
-``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room
-needs the internet: ``wheels/`` (``pip download`` of what the learner set installs, at the versions of
-lock/learner.txt, for this machine's platform and Python unless told others; ``--author`` adds the author
-set), ``datasets/`` (the corpus of notebooks 10 and 11, from ``course_tools.corpus fetch``),
-``course-learner.zip`` (the course without solutions), ``site/`` (the solved notebooks to read in a
-browser, from ``course_tools.site``) and ``README.txt`` (what to do on each laptop). Copy
-DIR to each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each
-laptop: ``python3 course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with
-``pip install --no-index --find-links DIR/wheels -c lock/learner.txt -e ".[lab]"``.
+``prepare`` fills DIR with what the course needs at install and run time, so that no laptop in the room needs the
+internet: ``wheels/`` (``pip download`` of what the learner set installs, at the versions of lock/learner.txt, for
+this machine's platform and Python unless told others; ``--author`` adds the author set), ``datasets/`` (the corpus
+of notebooks 10 and 11, from ``course_tools.corpus fetch``), ``course-learner.zip`` (the learner's course, with
+solutions/ unless ``--no-solutions``), ``site/`` (the solved notebooks to read in a browser, from
+``course_tools.site``; left out with ``--no-solutions``) and ``README.txt`` (what to do on each laptop). Copy DIR to
+each machine (USB stick) or serve it from one: ``cd DIR && python3 -m http.server 8000``. On each laptop: ``python3
+course.py lab --offline DIR`` (or ``--offline http://HOST:8000/``), which installs with ``pip install --no-index
+--find-links DIR/wheels -c lock/learner.txt -e ".[lab]"``.
 
 Nothing is lost: ``prepare`` wants a new (or empty) DIR outside the course folder, or a room folder it made
 before (it then adds to it, as for a second set of laptops; a file there that was changed since ``prepare``
@@ -31,8 +32,10 @@ left by a killed run are removed by the next one.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import itertools
+import json
 import os
 import re
 import shlex
@@ -74,6 +77,33 @@ NEVER = re.compile(
     r"(^|/)(__pycache__|\.ipynb_checkpoints|\.hypothesis|.*\.egg-info)(/|$)|(^|/)backup-[^/]*$"
     r"|\.pyc$|\.zip$|(^|/)\.[^/]*\.tmp$"
 )  # caches, backups, zips, temporaries of atomic writes
+# What the README and notebook 00 tell a stuck learner, and what a zip made for a graded session (--no-solutions)
+# says instead, in both: `package` writes one sentence or the other, so neither promises a folder that is not there.
+SOLUTIONS_SENTENCE = (
+    "Stuck? The complete notebooks are in `solutions/`, beside `notebooks/` in JupyterLab's file browser."
+)
+GRADED_SENTENCE = "This copy of the course is for a graded session: it has no `solutions/` (your instructor has them)."
+SAYS_WHERE_SOLUTIONS_ARE = ("README.md", "notebooks/00_setup_check.ipynb")
+# The README's other sentences about solutions/, and what a graded zip's README says instead: each must be there,
+# word for word, once (`package` refuses to pack otherwise), so that no sentence of a graded copy names a folder
+# that is not there.
+GRADED_README = (
+    (
+        "with `notebooks/` (yours to work in) and\n`solutions/` (complete notebooks) side by side.",
+        "with `notebooks/` (yours to work in;\nthis copy of the course has no `solutions/`).",
+    ),
+    ("(a file in `solutions/`, a backup, a notebook of your own)", "(a backup, a notebook of your own)"),
+    (
+        "solutions/      the same notebooks with every exercise solved\n",
+        "solutions/      (not in this copy, which is for a graded session: your instructor has them)\n",
+    ),
+)
+LEARNER_NOTE = (
+    "> **This is the learner copy of the course.** It leaves out what authors and instructors use: {absent}. Where"
+    " this README names one of them, it is in the full course (its repository), not here."
+)
+
+
 # Tools that build the course package from `-e .` when pip installs with --no-index (pyproject's build backend).
 BUILD_BACKEND = ("setuptools>=64",)
 
@@ -314,9 +344,8 @@ Attention, Step by Step: everything a room without internet needs
 
 wheels/              every package the course installs, at the versions of its lock/, for: {targets}
 datasets/            the data the notebooks read (copied into the course's datasets/ by --offline)
-course-learner.zip   the course without solutions, in one folder, attention-course/ (unzip it on each laptop)
-site/index.html      the course to read in any browser, before anything is installed: every solved
-                     notebook with its outputs (copy site/ to a laptop or send it before the workshop)
+course-learner.zip   the course {solutions}, in one folder, attention-course/ (unzip it on each laptop)
+{site}
 
 On each laptop, with this folder copied to it (e.g. from a USB stick to ~/room):
 
@@ -335,6 +364,15 @@ nothing is fetched from the internet. `python3 course.py test --offline ~/room` 
 (made with --author). A laptop whose platform or Python version is not listed above needs wheels made with
 `python3 course.py room DIR --platform TAG --python-version X.Y` (see docs/INSTRUCTOR_GUIDE.md).
 """
+
+
+ROOM_SITE = """\
+site/index.html      the course to read in any browser, before anything is installed: every solved
+                     notebook with its outputs (copy site/ to a laptop or send it before the workshop)"""
+# A room for a graded session has no site/: its pages show every solution, and the whole folder goes to laptops.
+GRADED_ROOM_SITE = """\
+(no site/)           this room is for a graded session (--no-solutions): the static site, whose pages show
+                     every solution, is left out, so the whole folder can go to each laptop"""
 
 
 ROOM_MARK = ".course-room.json"  # in a room folder: what prepare wrote there (so a later run may add to it)
@@ -363,12 +401,15 @@ def prepare(
     now: datetime | None = None,
     author: bool = False,
     roots: list | None = None,
+    solutions: bool = True,
 ) -> list[str]:
     """Fill the room folder ``out``; return one line per part made.
 
     The wheels are the learner set's (lock/learner.txt: what `lab --offline` installs); ``author`` adds the
     author set's (lock/author.txt: `test --offline`, for an instructor's machine). ``lock`` and ``roots``
-    (Requirements) replace the lock file and the declared requirements (tests).
+    (Requirements) replace the lock file and the declared requirements (tests). ``solutions=False`` leaves
+    solutions/ out of the learner zip and site/ out of the folder (a graded session: the site shows every
+    solution); a folder that already holds site/ is then refused (ValueError) unless ``force`` moves it aside.
 
     ``out`` must be new, an empty folder, or a room folder made by an earlier run (which this one adds to,
     e.g. wheels for another platform), and outside the course folder. With ``force`` another existing path is
@@ -379,6 +420,11 @@ def prepare(
     for platform, version in itertools.product(platforms or [None], python_versions or [None]):
         marker_environments(platform, version)  # a tag or version it does not know: refused before anything is made
     out, replace = free_output(out, force, ROOM_FOLDER)
+    if course and not solutions and not replace and (out / "site").exists():
+        raise ValueError(
+            f"{out} holds site/ from an earlier run, whose pages show every solution: a room for a graded session "
+            "(--no-solutions) must not; give a new DIR (or --force, which moves this one aside)"
+        )
     notes = []
     if replace:
         notes.append(f"the existing {out} is kept, whole, as {move_aside(out, now)}")
@@ -400,11 +446,16 @@ def prepare(
     notes.append(f"wheels: {len(list((out / 'wheels').iterdir()))} files in {out / 'wheels'}")
     notes.append(fetch_datasets(out, ledger) if data else "skipped datasets (--no-data)")
     if course:
+        print(f"packing {out / 'course-learner.zip'} ...", flush=True)
         ledger.free("course-learner.zip")
-        package(out / "course-learner.zip", learner=True, force=True, now=now, keep_existing=False)
+        package(out / "course-learner.zip", learner=True, force=True, now=now, keep_existing=False, solutions=solutions)
         ledger.wrote("course-learner.zip")
-        notes.append(f"course without solutions: {out / 'course-learner.zip'}")
-        notes.append(build_room_site(out, now))
+        notes.append(f"the learner's course, {with_solutions(solutions)}: {out / 'course-learner.zip'}")
+        if solutions:
+            print(f"building the static site in {out / 'site'} (the solved notebooks, 6 to 20 s) ...", flush=True)
+            notes.append(build_room_site(out, now))
+        else:
+            notes.append("skipped site/ (--no-solutions: its pages show every solution)")
     sets = " (learner and author sets)" if author else " (learner set)"
     for t in (
         f"{p or 'this platform'} / Python {v or '.'.join(map(str, sys.version_info[:2]))}{sets}"
@@ -413,7 +464,12 @@ def prepare(
         if t not in ledger.data["targets"]:
             ledger.data["targets"].append(t)
     ledger.free("README.txt")
-    write_atomic(out / "README.txt", ROOM_README.format(targets=", ".join(ledger.data["targets"])).encode("utf-8"))
+    readme = ROOM_README.format(
+        targets=", ".join(ledger.data["targets"]),
+        solutions=with_solutions(solutions),
+        site=ROOM_SITE if solutions or not course else GRADED_ROOM_SITE,
+    )
+    write_atomic(out / "README.txt", readme.encode("utf-8"))
     ledger.wrote("README.txt")
     ledger.save()
     notes.append(f"instructions for the room: {out / 'README.txt'}")
@@ -457,11 +513,22 @@ class Packed:
     backup: Path | None = None
 
 
+def with_solutions(solutions: bool) -> str:
+    return "with solutions/" if solutions else "without solutions/ (for a graded session)"
+
+
 def package(
-    out: Path, learner: bool, force: bool = False, now: datetime | None = None, keep_existing: bool = True
+    out: Path,
+    learner: bool,
+    force: bool = False,
+    now: datetime | None = None,
+    keep_existing: bool = True,
+    solutions: bool = True,
 ) -> Packed:
-    """Zip the course: the learner build (no solutions, no sources, no authors' tools; clean copies of the
-    notebooks in .course/clean/ for `course.py reset`) or the instructor build (everything).
+    """Zip the course: the learner build (the notebooks and, unless ``solutions=False``, solutions/; no sources,
+    no authors' tools; clean copies of the notebooks in .course/clean/ for `course.py reset`) or the instructor
+    build (everything). Without solutions, the README's and notebook 00's sentence on solutions/ says there are
+    none (GRADED_SENTENCE instead of SOLUTIONS_SENTENCE).
 
     ``out`` must be a new ``.zip`` outside the course folder; with ``force`` an existing file is first moved
     aside to ``backup-NAME-DATE.zip`` and a path inside the course (never inside a folder the zip packs) is
@@ -475,17 +542,29 @@ def package(
         )
     out, replace = free_output(out, force, ZIP)
     make_output_folder(out.parent, "the zip", target=out)  # refused in one line before anything is written
-    include = COMMON if learner else COMMON + INSTRUCTOR_ONLY
+    if not learner and not solutions:
+        raise ValueError("--no-solutions is for the learner zip; the instructor zip always holds solutions/")
+    include = (COMMON + (("solutions/",) if solutions else ())) if learner else COMMON + INSTRUCTOR_ONLY
     names = [f for f in course_files() if _selected(f, include, LEARNER_EXCLUDE if learner else ())]
     names = [f for f in names if (ROOT / f).resolve() != out.resolve()]
     clean_stale_tmp(out.parent, out.name)
     top = "attention-course"
     written = []
+    shipped = {}  # notebooks/NAME -> sha256 as packed: `reset` counts an untouched notebook as clean
     backup = None
     with atomic_path(out) as tmp, zipfile.ZipFile(tmp, "w", compression=zipfile.ZIP_DEFLATED) as z:
         for name in names:
-            z.write(ROOT / name, f"{top}/{name}")
+            data = (ROOT / name).read_bytes()
+            if learner and not solutions and name in SAYS_WHERE_SOLUTIONS_ARE:
+                data = graded(name, data.decode("utf-8")).encode("utf-8")
+            if learner and name == "README.md":
+                data = learner_readme(data.decode("utf-8"), names, solutions).encode("utf-8")
+            z.writestr(zipfile.ZipInfo.from_file(ROOT / name, f"{top}/{name}"), data, zipfile.ZIP_DEFLATED)
             written.append(name)
+            if re.fullmatch(r"notebooks/\d\d_[^/]*\.ipynb", name):
+                shipped[name.split("/", 1)[1]] = hashlib.sha256(data).hexdigest()
+        z.writestr(f"{top}/.course/shipped.json", json.dumps(shipped, indent=1, sort_keys=True) + "\n")
+        written.append(".course/shipped.json")
         if learner:
             import nbformat
 
@@ -495,11 +574,14 @@ def package(
 
             for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
                 name = f".course/clean/{nb.name}"
-                z.writestr(f"{top}/{name}", nbformat.writes(clean_copy(nb.name)))
+                text = nbformat.writes(clean_copy(nb.name))
+                if not solutions and f"notebooks/{nb.name}" in SAYS_WHERE_SOLUTIONS_ARE:
+                    text = graded(f"notebooks/{nb.name}", text)
+                z.writestr(f"{top}/{name}", text)
                 written.append(name)
         z.close()
         if learner:
-            leaks = learner_leaks(tmp)
+            leaks = learner_leaks(tmp, solutions_allowed=solutions)
             if leaks:  # atomic_path removes the temporary: nothing is written
                 raise RuntimeError(f"the learner build would contain solutions: {leaks}")
         if replace and keep_existing:
@@ -507,13 +589,56 @@ def package(
     return Packed(out, written, backup)
 
 
-def learner_leaks(zip_path: Path) -> list[str]:
-    """Files of a learner zip that give solutions away (should be none)."""
+def learner_readme(text: str, packed: list[str], solutions: bool) -> str:
+    """The README as a learner zip holds it: a note after its first paragraph naming the course's folders and files
+    the zip leaves out (``packed``: the course files it holds), each link to one of them turned into plain text
+    with "(in the full course)", and, without solutions/, GRADED_README's sentences swapped (RuntimeError if one is
+    missing: the zip would make a false promise)."""
+    tops = {f.split("/")[0] + ("/" if "/" in f else "") for f in course_files()}
+    have = {f.split("/")[0] + ("/" if "/" in f else "") for f in packed}
+    absent = sorted(t for t in tops - have if not t.startswith("."))
+    if not solutions:
+        for full, instead in GRADED_README:
+            if text.count(full) != 1:
+                raise RuntimeError(f"README.md should say {full!r} once, to be replaced in a graded zip")
+            text = text.replace(full, instead)
+
+    def unlink(m: re.Match) -> str:
+        target = m.group(2).split("#")[0]
+        if (
+            "://" in target
+            or not target
+            or target in packed
+            or any(f.startswith(target.rstrip("/") + "/") for f in packed)
+        ):
+            return m.group(0)
+        return f"{m.group(1)} (in the full course)"
+
+    text = re.sub(r"\[([^\]]+)\]\(([^)\s]+)\)", unlink, text)
+    if absent:
+        title, rest = text.split("\n\n", 1)
+        first, rest = rest.split("\n\n", 1)
+        note = LEARNER_NOTE.format(absent=", ".join(f"`{a}`" for a in absent))
+        text = f"{title}\n\n{first}\n\n{note}\n\n{rest}"
+    return text
+
+
+def graded(name: str, text: str) -> str:
+    """``text`` of ``name`` (one of SAYS_WHERE_SOLUTIONS_ARE) for a zip without solutions/: GRADED_SENTENCE in place
+    of SOLUTIONS_SENTENCE. RuntimeError if the sentence is not there (then the zip would make a false promise)."""
+    if text.count(SOLUTIONS_SENTENCE) != 1:
+        raise RuntimeError(f"{name} should say {SOLUTIONS_SENTENCE!r} once, to be replaced in a graded zip")
+    return text.replace(SOLUTIONS_SENTENCE, GRADED_SENTENCE)
+
+
+def learner_leaks(zip_path: Path, solutions_allowed: bool = False) -> list[str]:
+    """Files of a learner zip that give solutions away: none may hold course_source/ or a `### BEGIN SOLUTION`
+    line, and solutions/ only where ``solutions_allowed``."""
     leaks = []
     with zipfile.ZipFile(zip_path) as z:
         for name in z.namelist():
             parts = name.split("/")
-            if "solutions" in parts or "course_source" in parts:
+            if ("solutions" in parts and not solutions_allowed) or "course_source" in parts:
                 leaks.append(name)
             elif "### BEGIN SOLUTION" in z.read(name).decode("utf-8", errors="replace"):
                 leaks.append(name)
@@ -647,14 +772,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--no-data", action="store_true", help="leave the datasets out")
     p.add_argument("--no-course", action="store_true", help="leave course-learner.zip and site/ out")
     p.add_argument(
+        "--no-solutions",
+        action="store_true",
+        help="leave solutions/ out of course-learner.zip, and site/ (its pages show every solution) out of DIR, "
+        "for a graded session (the zip's README and notebook 00, and README.txt, say so)",
+    )
+    p.add_argument(
         "--force",
         action="store_true",
         help="use DIR even if it exists (it is first moved aside to backup-DIR-DATE) or lies in the course",
     )
-    k = sub.add_parser("package", help="zip the course for learners (no solutions) or instructors")
+    k = sub.add_parser(
+        "package", help="zip the course for learners (with solutions/ unless --no-solutions) or instructors"
+    )
     which = k.add_mutually_exclusive_group(required=True)
     which.add_argument("--learner", type=Path, metavar="OUT.zip")
     which.add_argument("--instructor", type=Path, metavar="OUT.zip")
+    k.add_argument(
+        "--no-solutions",
+        action="store_true",
+        help="(with --learner) leave solutions/ out, for a graded session; its README and notebook 00 say so",
+    )
     k.add_argument(
         "--force",
         action="store_true",
@@ -668,15 +806,18 @@ def main(argv: list[str] | None = None) -> int:
         return guide(args.check)
     if args.command == "package":
         try:
-            done = package(args.learner or args.instructor, learner=args.learner is not None, force=args.force)
+            done = package(
+                args.learner or args.instructor,
+                learner=args.learner is not None,
+                force=args.force,
+                solutions=not args.no_solutions,
+            )
         except ValueError as e:
             print(f"course package: {e}", file=sys.stderr)
             return 2
         if done.backup:
             print(f"the earlier {done.out.name} is kept as {done.backup}")
-        print(
-            f"wrote {done.out}: {len(done.names)} files, " + ("without solutions" if args.learner else "with solutions")
-        )
+        print(f"wrote {done.out.resolve()}: {len(done.names)} files, {with_solutions(not args.no_solutions)}")
         return 0
     try:
         notes = prepare(
@@ -689,6 +830,7 @@ def main(argv: list[str] | None = None) -> int:
             course=not args.no_course,
             force=args.force,
             author=args.author,
+            solutions=not args.no_solutions,
         )
     except ValueError as e:
         print(f"course room: {e}", file=sys.stderr)

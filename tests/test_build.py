@@ -58,9 +58,54 @@ def test_malformed_sources_are_rejected(bad, match):
         build.make_notebook(build.parse_source(bad), learner=True)
 
 
+def out_of_sync(said: str) -> str:
+    """What the sync test says when a notebook differs from what `build` writes: both causes, each with its fix,
+    and the learner copies that hold answers (the second cause, found rather than guessed)."""
+    answered = [p for p in sorted(build.LEARNER_DIR.glob("[0-9][0-9]_*.ipynb")) if build.learner_work(p)]
+    found = (
+        "answers in: "
+        + ", ".join(f"{p.relative_to(build.ROOT)} ({', '.join(build.learner_work(p))})" for p in answered)
+        if answered
+        else "no learner copy holds answers, so it is most likely (1)"
+    )
+    return (
+        f"{said.rstrip()}\n"
+        "A committed notebook differs from what `python3 course.py build` writes. Two causes:\n"
+        "  (1) course_source/NN_topic.py changed and the notebooks were not rebuilt: `python3 course.py build NN`;\n"
+        "  (2) a notebook in notebooks/ was edited, e.g. you tried its exercises in your clone: put it back with\n"
+        "      `python3 course.py reset notebooks/NN_topic.ipynb` (your file is kept beside it as a backup) or\n"
+        f"      `git checkout -- notebooks/NN_topic.ipynb`.\n({found})"
+    )
+
+
 def test_committed_notebooks_are_in_sync_with_their_source(capsys):
     assert SOURCES, "no notebook sources found"
-    assert build.main(["--check"]) == 0, capsys.readouterr().out
+    rc = build.main(["--check"])
+    assert rc == 0, out_of_sync(capsys.readouterr().out)
+
+
+def test_the_out_of_sync_message_names_both_causes_and_the_notebook_with_answers(tmp_path, monkeypatch, capsys):
+    """A maintainer who tried an exercise in their clone was told only to rebuild from course_source/ (#29):
+    the message names both causes, each fix, and here the notebook that holds the answer."""
+    src_dir, learner_dir, solution_dir = tmp_path / "course_source", tmp_path / "notebooks", tmp_path / "solutions"
+    src_dir.mkdir()
+    (src_dir / "01_demo.py").write_text(SOURCE, encoding="utf-8")
+    for name, value in (("ROOT", tmp_path), ("SOURCE_DIR", src_dir), ("LEARNER_DIR", learner_dir)):
+        monkeypatch.setattr(build, name, value)
+    monkeypatch.setattr(build, "SOLUTION_DIR", solution_dir)
+    assert build.main(["--no-execute"]) == 0
+    learner = learner_dir / "01_demo.ipynb"
+    nb = nbformat.read(learner, as_version=4)
+    code = next(c for c in nb.cells if "check(" in c.source)
+    code.source = code.source.replace(f"    # YOUR CODE HERE\n    {build.STUB}", "    return y * 2")
+    nbformat.write(nb, learner)
+    capsys.readouterr()
+    assert build.main(["--check"]) == 1
+    said = out_of_sync(capsys.readouterr().out)
+    assert "notebooks/01_demo.ipynb differs from course_source/01_demo.py" in said
+    assert "(1) course_source/NN_topic.py changed" in said and "`python3 course.py build NN`" in said
+    assert "(2) a notebook in notebooks/ was edited" in said and "python3 course.py reset notebooks/NN_topic" in said
+    assert said.endswith("(answers in: notebooks/01_demo.ipynb (01.1))")
 
 
 @pytest.mark.parametrize("src", [s for s in SOURCES if not s.stem.startswith("00")], ids=lambda p: p.stem)

@@ -1,6 +1,8 @@
 """course.py, the two README commands' entry point: usage, and reuse of an installed environment."""
 
 import importlib.util
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -86,7 +88,7 @@ def test_lab_installs_the_learner_set_test_adds_the_author_set_and_a_lock_change
 def test_usage_says_what_room_package_and_check_take():
     proc = subprocess.run([sys.executable, "course.py", "--help"], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0
-    assert "room DIR [--force]" in proc.stdout and "[--force]\n" in proc.stdout.split("package", 1)[1]
+    assert "room DIR [--no-solutions] [--force]" in proc.stdout and "[--force]\n" in proc.stdout.split("package", 1)[1]
     assert "check [NOTEBOOK or FOLDER ...] [--timeout SECONDS]" in proc.stdout
     assert "moved aside, whole, to backup-NAME-DATE" in proc.stdout
 
@@ -280,7 +282,7 @@ OWN_HELP = {
     "build": "course.py build",
     "reset": "course.py reset NOTEBOOK [--exercise NN.K]",
     "e2e": "any option goes to pytest",
-    "room": "course.py room DIR [--force]",
+    "room": "course.py room DIR [--no-solutions] [--force]",
     "package": "--learner OUT.zip | --instructor OUT.zip",
     "site": "course.py site OUT [--force]",
 }
@@ -341,7 +343,8 @@ def test_an_unknown_command_is_said_to_be_unknown():
         [sys.executable, "course.py", "tets", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 2 and proc.stdout == ""
-    assert proc.stderr.startswith("[course] unknown command 'tets': the commands are lab, test, check"), proc.stderr
+    said = "[course] unknown command 'tets' (did you mean test? the commands are lab, test, check"
+    assert proc.stderr.startswith(said), proc.stderr
 
 
 # --- `course.py test` on two cores: the browser tests beside the unit tests, on two workers (issue #20) ----------
@@ -391,3 +394,271 @@ def test_the_browser_tests_start_with_the_longest_notebooks():
     rest = ids[len(notebooks) :]
     files = [i.split("::")[0] for i in rest]
     assert files == sorted(files) and len(rest) > 20  # the short tests, in their files' order
+
+
+# --- the table of commands (issue #25 item 6), a closed pipe, `lab`'s options and defaults (issue #29) ----------
+
+
+def test_a_row_added_to_the_table_is_in_the_help_and_runs(monkeypatch, capsys):
+    """Adding a command is adding a row: its usage and help text appear in --help and its own --help, and it runs."""
+    course = load_course()
+    ran = []
+    row = course.Command(
+        "greet", ("greet NAME",), "say hello to NAME", installs=None, function=lambda extra: ran.append(extra) or 7
+    )
+    monkeypatch.setitem(course.COMMANDS, "greet", row)
+    assert course.main(["--help"]) == 0
+    out = capsys.readouterr().out
+    assert "    python3 course.py greet NAME" in out and "say hello to NAME" in out
+    assert course.main(["greet", "--help"]) == 0
+    assert capsys.readouterr().out.startswith("usage: python3 course.py greet NAME\n\nsay hello to NAME")
+    assert course.main(["greet", "Ada"]) == 7 and ran == [["Ada"]]
+    assert course.main(["nope"]) == 2 and "greet" in capsys.readouterr().err  # the unknown-command list has it too
+
+
+def test_a_module_row_installs_its_set_and_runs_its_module_where_the_learner_is(monkeypatch, tmp_path):
+    course = load_course()
+    calls = []
+    monkeypatch.setattr(course, "ensure_installed", lambda offline=None, which="learner": calls.append(which))
+    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append(([str(c) for c in cmd], kw)) or 0)
+    monkeypatch.chdir(tmp_path)
+    assert course.main(["reset", "notebooks/03_masking.ipynb"]) == 0
+    assert calls == [
+        "learner",
+        ([str(course.PY), "-m", "course_tools.reset", "notebooks/03_masking.ipynb"], {"cwd": tmp_path}),
+    ]
+    calls.clear()
+    assert course.main(["build", "03", "--no-execute"]) == 0
+    assert calls == [
+        "author",
+        ([str(course.PY), "-m", "course_tools.build", "03", "--no-execute"], {"cwd": course.ROOT}),
+    ]
+
+
+def test_each_row_names_a_tool_that_exists_and_the_learner_copy_refuses_an_instructors_command(monkeypatch, capsys):
+    course = load_course()
+    for c in course.COMMANDS.values():
+        assert c.function is not None or c.module, f"{c.name}: a row runs a function or a module"
+        if c.module:
+            assert (ROOT / (c.module[0].replace(".", "/") + ".py")).is_file(), c.name
+    monkeypatch.setattr(course, "ROOT", ROOT / "no-such-copy")
+    monkeypatch.setattr(course, "ensure_installed", lambda *a, **k: pytest.fail("installed for a refused command"))
+    assert course.main(["site", "out"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("[course] `site` is an author's or instructor's command") and "course_tools/site.py" in err
+
+
+@pytest.mark.parametrize("args", ["--help", "room --help", "check --help"])
+def test_help_into_a_pipe_that_closes_early_ends_without_a_traceback(args):
+    """`python3 course.py --help | head -1` used to end in a BrokenPipeError traceback; run literally, in a shell."""
+    proc = subprocess.run(
+        ["bash", "-c", f"{shlex.quote(sys.executable)} course.py {args} | head -1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    assert len(proc.stdout.splitlines()) == 1
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("--ofline ROOM", "unknown option '--ofline' (did you mean --offline?"),
+        ("--port 8890", "unknown option '--port' ("),
+        ("ROOM", "unknown option 'ROOM' ("),
+        ("--offline", "--offline needs a folder or URL"),
+    ],
+)
+def test_lab_refuses_an_option_it_does_not_know_before_anything_starts(args, said, tmp_path):
+    """`course.py lab --ofline ROOM` used to start JupyterLab anyway and skip the room's data. Run literally with
+    COURSE_VENV naming a new folder: one line, exit code 1, and no venv made (nothing installed, nothing started)."""
+    import os
+
+    venv = tmp_path / "venv"
+    proc = subprocess.run(
+        ["bash", "-c", f"{shlex.quote(sys.executable)} course.py lab {args}"],
+        cwd=ROOT,
+        env={**os.environ, "COURSE_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert len(proc.stderr.splitlines()) == 1 and said in proc.stderr, proc.stderr
+    if "unknown" in said:
+        assert "after --, e.g. python3 course.py lab -- --port 8890" in proc.stderr
+    assert not venv.exists()
+
+
+def test_lab_passes_jupyters_options_after_the_double_dash_and_serves_the_course_folder(monkeypatch):
+    course = load_course()
+    calls = []
+    monkeypatch.setattr(course, "ensure_installed", lambda offline=None, which="learner": calls.append(offline))
+    monkeypatch.setattr(course, "set_lab_defaults", lambda: None)
+    monkeypatch.setattr(course, "in_venv", lambda *args: calls.append(args) or 0)
+    room = "http://room.local:8000/wheels/"  # a URL: a folder given must exist (checked before anything starts)
+    assert course.main(["lab", f"--offline={room}", "--", "--port", "8890", "--ofline"]) == 0
+    lab = calls[-1]
+    assert calls[0] == room and lab[:4] == ("-m", "jupyter", "lab", f"--ServerApp.root_dir={ROOT}")
+    assert lab[4] == "notebooks/00_setup_check.ipynb" and lab[5:8] == ("--port", "8890", "--ofline")  # Jupyter's
+    assert (ROOT / lab[4]).is_file() and (ROOT / "solutions").is_dir()  # both under the root JupyterLab serves
+    calls.clear()
+    assert course.main(["lab", "--", "--help"]) == 0 and calls[-1][-1] in ("--help", "--allow-root")  # Jupyter's help
+
+
+def test_lab_turns_jupyterlabs_news_pop_up_off_and_keeps_other_defaults(monkeypatch, tmp_path):
+    """The browser tests turned JupyterLab's "Would you like to get notified about official Jupyter news?" off
+    with a setting; `lab` sets the same default in the venv's overrides.json, keeping what else is there."""
+    course = load_course()
+    monkeypatch.setattr(course, "VENV", tmp_path)
+    course.set_lab_defaults()
+    path = tmp_path / "share" / "jupyter" / "lab" / "settings" / "overrides.json"
+    key = "@jupyterlab/apputils-extension:notification"
+    assert json.loads(path.read_text())[key] == {"fetchNews": "false", "checkForUpdates": False}
+    path.write_text(
+        json.dumps(
+            {"@jupyterlab/apputils-extension:themes": {"theme": "JupyterLab Dark"}, key: {"checkForUpdates": True}}
+        )
+    )
+    course.set_lab_defaults()
+    data = json.loads(path.read_text())
+    assert data["@jupyterlab/apputils-extension:themes"] == {"theme": "JupyterLab Dark"}
+    assert data[key] == {"fetchNews": "false", "checkForUpdates": True}  # a default someone set stays theirs
+    from jupyterlab.commands import get_app_dir
+
+    if Path(sys.prefix) == Path(load_course().VENV).resolve():  # this venv is the course's: JupyterLab reads there
+        assert Path(get_app_dir()) == load_course().VENV / "share" / "jupyter" / "lab"
+
+
+def test_a_quiet_install_step_gets_a_line_saying_it_is_still_at_work(monkeypatch, capfd):
+    """After "Installing collected packages" pip says nothing for a minute or more on a first install; course.py
+    passes pip's output on and adds a line after each quiet stretch. A stand-in for pip, run for real."""
+    course = load_course()
+    monkeypatch.setattr(course, "QUIET_S", 0.5)
+    script = "import time; print('Installing collected packages: torch', flush=True); time.sleep(1.8); print('done')"
+    assert course.run([sys.executable, "-c", script], quiet_note="installing") == 0
+    out = capfd.readouterr().out
+    assert out.index("Installing collected packages: torch") < out.index("[course] still installing: ")
+    assert out.count("[course] still installing: ") >= 2 and out.rstrip().endswith("done")
+    assert course.run([sys.executable, "-c", "raise SystemExit(3)"], quiet_note="installing") == 3
+
+
+def test_test_plan_says_what_it_waits_for_while_it_asks_pytorch(monkeypatch, capsys):
+    course = load_course()
+    monkeypatch.setattr(course, "ensure_installed", lambda *a, **k: None)
+    monkeypatch.setattr(course, "cpu_capabilities", lambda: print("(probing)") or {None: "AVX2", "default": "DEFAULT"})
+    assert course.cmd_test(["--plan"]) == 0
+    out = capsys.readouterr().out
+    assert out.index("asking PyTorch which CPU kernels it uses") < out.index("(probing)")
+
+
+def test_contributings_commands_name_the_courses_python_and_run_as_written_outside_it():
+    """CONTRIBUTING gave `pytest ...` and `python -m course_tools.pacing`, which fail in a shell whose python is not
+    the venv's. Every command it gives now names .venv/bin/python (or course.py); one is run literally, with a PATH
+    that holds no venv."""
+    import os
+    import re
+
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    commands = re.findall(r"`((?:pytest|python3?|\.venv/bin/python) [^`]*)`", text)
+    assert len(commands) >= 5, commands
+    bare = [c for c in commands if re.match(r"(pytest|python) ", c) and not c.startswith("python3 course.py")]
+    assert bare == [], f"CONTRIBUTING gives commands that need the venv's python without naming it: {bare}"
+    pacing = next(c for c in commands if "course_tools.pacing" in c)
+    assert pacing == ".venv/bin/python -m course_tools.pacing"
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv/ in this checkout (COURSE_VENV elsewhere)")
+    proc = subprocess.run(
+        ["bash", "-c", pacing],
+        cwd=ROOT,
+        env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and "00_setup_check" in proc.stdout, proc.stdout + proc.stderr
+
+
+def fake_installed_venv(tmp_path: Path) -> tuple[Path, Path]:
+    """A venv folder whose stamp says the learner set is installed and whose python only records that it ran:
+    what a learner's machine looks like after a first `lab`, so a command reaches what it starts."""
+    venv, ran = tmp_path / "venv", tmp_path / "python-ran"
+    (venv / "bin").mkdir(parents=True)
+    python = venv / "bin" / "python"
+    python.write_text(f'#!/bin/sh\necho "$@" >> {shlex.quote(str(ran))}\n')
+    python.chmod(0o755)
+    (venv / ".course-installed").write_text(json.dumps({"learner": load_course().requirements_hash("learner")}))
+    return venv, ran
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("--offline /nonexistent", "--offline /nonexistent: no such folder"),
+        ("--offline=/nonexistent", "--offline /nonexistent: no such folder"),
+        ("--offline=", "--offline needs a folder or URL, got ''"),
+        ("--offline --port 9999", "--offline needs a folder or URL, got '--port'"),
+    ],
+)
+def test_lab_checks_its_offline_folder_even_when_the_course_is_installed(args, said, tmp_path):
+    """`lab --offline /nonexistent` with .venv installed used to start JupyterLab silently (the folder was read only
+    when pip ran), `--offline=` was taken, and `--offline --port 9999` took --port as the folder. Run literally."""
+    import os
+
+    venv, ran = fake_installed_venv(tmp_path)
+    proc = subprocess.run(
+        ["bash", "-c", f"{shlex.quote(sys.executable)} course.py lab {args}"],
+        cwd=ROOT,
+        env={**os.environ, "COURSE_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert proc.returncode == 1 and said in proc.stderr, proc.stdout + proc.stderr
+    assert not ran.exists(), ran.read_text()  # nothing checked, nothing started
+
+
+@pytest.mark.parametrize("args", ["env --help", "env -h", "env --bogus", "env extra"])
+def test_env_help_prints_help_only_and_env_refuses_options(args, tmp_path):
+    """`course.py env --help` used to run the whole environment check (environment.py reads no arguments), and
+    `env --bogus` ran it too with exit 0. Run literally: help is help (exit 0), an option is refused (exit 2)."""
+    import os
+
+    venv, ran = fake_installed_venv(tmp_path)
+    proc = subprocess.run(
+        [sys.executable, "course.py", *args.split()],
+        cwd=ROOT,
+        env={**os.environ, "COURSE_VENV": str(venv)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert not ran.exists(), ran.read_text()  # the check did not run
+    if "-h" in args.split() or "--help" in args.split():
+        assert proc.returncode == 0 and proc.stdout.startswith("usage: python3 course.py env\n"), proc.stdout
+    else:
+        assert proc.returncode == 2 and proc.stdout == ""
+        assert f"env: unknown option {args.split()[1]!r} (env takes no options" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize(("typed", "meant"), [("help", "--help"), ("chek", "check"), ("pakage", "package")])
+def test_a_mistyped_command_gets_a_did_you_mean(typed, meant):
+    proc = subprocess.run([sys.executable, "course.py", typed], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and f"unknown command {typed!r} (did you mean {meant}? " in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("args", ["--help", "lab --help", "room --help"])
+def test_help_into_head_exits_0_even_with_pipefail(args):
+    """`python3 course.py --help | head -1` exited 141 (the pipe closed early), a failure under `set -o pipefail`."""
+    proc = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {shlex.quote(sys.executable)} course.py {args} | head -1"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)

@@ -66,6 +66,9 @@ def test_reset_whole_notebook_keeps_a_backup(tmp_path):
     assert backup.read_text(encoding="utf-8") == before
     nb = nbformat.read(path, as_version=4)
     assert [c.source for c in nb.cells] == [c.source for c in clean_copy(NAME).cells]
+    assert reset_notebook(path, now=NOW, folder=tmp_path) is None  # already clean: nothing written, no backup
+    assert len(list(tmp_path.glob("backup-*"))) == 1
+    path.write_text(before, encoding="utf-8")
     assert (
         reset_notebook(path, now=NOW, folder=tmp_path).name == "backup-03_masking-20260102-030405-2.ipynb"
     )  # never overwrites
@@ -197,3 +200,78 @@ def test_a_notebook_that_is_a_symbolic_link_is_refused_as_one(tmp_path):
         assert link.is_symlink()
     assert outside.read_bytes() == before and inside.read_text(encoding="utf-8") == "the learner's notebook 04"
     assert not list(tmp_path.rglob("backup-*"))
+
+
+def test_reset_exercise_run_twice_writes_no_backup_the_second_time(tmp_path):
+    """`reset --exercise` used to keep a backup even when nothing changed (the exercise was already clean): run
+    literally, twice; the second run says so, writes nothing, and the file's bytes stay as they were."""
+    import os
+
+    path, _ = learner_work(tmp_path)
+    course = tmp_path / "course"  # a learner's copy of the course: its clean copies in .course/clean/
+    for name in ("lock", "course_utils", "course_tools"):
+        shutil.copytree(ROOT / name, course / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("course.py", "pyproject.toml"):
+        shutil.copy(ROOT / name, course / name)
+    (course / ".course" / "clean").mkdir(parents=True)
+    (course / ".course" / "clean" / NAME).write_text(nbformat.writes(clean_copy(NAME)), encoding="utf-8")
+    notebooks = course / "notebooks"
+    notebooks.mkdir()
+    mine = notebooks / NAME
+    mine.write_bytes(path.read_bytes())
+    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
+    if not (Path(venv) / ".course-installed").exists():
+        pytest.skip(f"{venv} is not installed (course.py would install it first)")
+    env = {**os.environ, "COURSE_VENV": venv}
+    runs = []
+    for _ in range(2):
+        runs.append(
+            subprocess.run(
+                [sys.executable, str(ROOT / "course.py"), "reset", f"notebooks/{NAME}", "--exercise", "03.1"],
+                cwd=course,
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=300,
+            )
+        )
+        if len(runs) == 1:
+            after_first = mine.read_bytes()
+    assert all(r.returncode == 0 for r in runs), [r.stdout + r.stderr for r in runs]
+    assert "your previous file is kept as" in runs[0].stdout
+    said = [line for line in runs[1].stdout.splitlines() if not line.startswith("[course]")]
+    assert said == [
+        f"exercise 03.1 in notebooks/{NAME} already is the clean learner copy: nothing written, no backup made."
+    ]
+    assert mine.read_bytes() == after_first and len(list(notebooks.glob("backup-*"))) == 1
+
+
+def test_reset_of_the_notebook_as_committed_writes_nothing_run_literally():
+    """`python3 course.py reset notebooks/01_dot_product_toy.ipynb` on the notebook as shipped (as committed, with
+    its outputs) used to keep a backup and write the unexecuted copy over it. Run literally in the course; should
+    it write anyway, the committed file is put back and the backup removed."""
+    import os
+
+    name = "01_dot_product_toy.ipynb"
+    notebook = ROOT / "notebooks" / name
+    committed = subprocess.run(["git", "show", f"HEAD:notebooks/{name}"], cwd=ROOT, capture_output=True)
+    if committed.returncode != 0 or notebook.read_bytes() != committed.stdout:
+        pytest.skip(f"notebooks/{name} is not the committed file here (not a git checkout, or changed)")
+    before = set(notebook.parent.glob("backup-*"))
+    try:
+        proc = subprocess.run(
+            [sys.executable, "course.py", "reset", f"notebooks/{name}"],
+            cwd=ROOT,
+            env={**os.environ, "COURSE_VENV": os.environ.get("COURSE_VENV", str(ROOT / ".venv"))},
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        made = set(notebook.parent.glob("backup-*")) - before
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert f"notebooks/{name} already is the clean learner copy: nothing written, no backup made." in proc.stdout
+        assert notebook.read_bytes() == committed.stdout and not made
+    finally:
+        notebook.write_bytes(committed.stdout)
+        for extra in set(notebook.parent.glob("backup-*")) - before:
+            extra.unlink()

@@ -30,18 +30,22 @@ def test_instructor_guide_exercise_table_is_current():
             assert m.name.replace("|", "\\|") in text
 
 
-def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
+def test_learner_zip_has_solutions_no_sources_and_instructor_zip_has_everything(tmp_path):
+    """The learner zip used to leave solutions/ out although its README and notebook 00 sent a stuck learner
+    there (#29): it holds them now, and never course_source/ or a `### BEGIN SOLUTION` line."""
     learner, instructor = tmp_path / "learner.zip", tmp_path / "instructor.zip"
     room.package(learner, learner=True)
     room.package(instructor, learner=False)
     with zipfile.ZipFile(learner) as z:
         names = z.namelist()
         for name in names:
-            parts = name.split("/")
-            assert "solutions" not in parts and "course_source" not in parts, name
+            assert "course_source" not in name.split("/"), name
             assert "### BEGIN SOLUTION" not in z.read(name).decode("utf-8", errors="replace"), name
-        notebooks = {n.split("/")[-1] for n in names if n.startswith("attention-course/notebooks/")}
-        assert notebooks >= {p.name for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+        for folder in ("notebooks", "solutions"):
+            shipped = {n.split("/")[-1] for n in names if n.startswith(f"attention-course/{folder}/")}
+            assert shipped >= {p.name for p in (ROOT / folder).glob("[0-9][0-9]_*.ipynb")}, folder
+        for name in room.SAYS_WHERE_SOLUTIONS_ARE:  # the sentence is the course's own, unchanged
+            assert z.read(f"attention-course/{name}") == (ROOT / name).read_bytes()
         assert {
             f"attention-course/{f}"
             for f in (
@@ -57,12 +61,48 @@ def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
         } <= set(names)
         assert not {"attention-course/course_tools/build.py", "attention-course/course_tools/room.py"} & set(names)
         assert any(n.startswith("attention-course/.course/clean/03_") for n in names)  # for `course.py reset`
-    assert room.learner_leaks(learner) == []
+    assert room.learner_leaks(learner, solutions_allowed=True) == []
+    assert room.learner_leaks(learner)  # the check sees solutions/ where they are not allowed
     with zipfile.ZipFile(instructor) as z:
         names = set(z.namelist())
     assert any(n.startswith("attention-course/solutions/") for n in names)
     assert any(n.startswith("attention-course/course_source/") for n in names)
-    assert room.learner_leaks(instructor)  # the leak check does see solutions
+    assert room.learner_leaks(instructor, solutions_allowed=True)  # the leak check does see the sources
+
+
+def test_the_readme_and_notebook_00_say_where_the_solutions_are_in_one_sentence():
+    """What a graded zip replaces must be there, word for word, once: otherwise its promise would stay."""
+    import nbformat
+
+    for name in room.SAYS_WHERE_SOLUTIONS_ARE:
+        assert (ROOT / name).read_text(encoding="utf-8").count(room.SOLUTIONS_SENTENCE) == 1, name
+    source = "\n".join(c.source for c in nbformat.read(ROOT / "notebooks" / "00_setup_check.ipynb", as_version=4).cells)
+    assert room.SOLUTIONS_SENTENCE in source  # a sentence of a cell, not split over two JSON strings
+
+
+def test_a_zip_for_a_graded_session_has_no_solutions_and_says_so_run_literally(tmp_path):
+    """`course.py package --learner OUT.zip --no-solutions`, run as an instructor types it: no solutions/, and the
+    README, notebook 00 and the clean copy `reset` puts back say there are none instead of pointing there."""
+    out = tmp_path / "graded.zip"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "package", "--learner", out.name, "--no-solutions"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].endswith("without solutions/ (for a graded session)"), proc.stdout
+    with zipfile.ZipFile(out) as z:
+        names = z.namelist()
+        assert not [n for n in names if "solutions" in n.split("/")[:-1]]
+        for name in (*room.SAYS_WHERE_SOLUTIONS_ARE, ".course/clean/00_setup_check.ipynb"):
+            text = z.read(f"attention-course/{name}").decode("utf-8")
+            assert room.SOLUTIONS_SENTENCE not in text and text.count(room.GRADED_SENTENCE) == 1, name
+    assert room.learner_leaks(out) == []
+    with pytest.raises(ValueError, match="--no-solutions is for the learner zip"):
+        room.package(tmp_path / "i.zip", learner=False, solutions=False)
+    assert not (tmp_path / "i.zip").exists()
 
 
 def tiny_package(tmp_path: Path, name: str, version: str, requires: list[str], index: Path) -> None:
@@ -361,6 +401,38 @@ def test_the_room_folder_carries_the_static_site(tmp_path, monkeypatch):
     assert any(n.startswith("skipped site/: no folder") for n in room.prepare(tmp_path / "r3", data=False))
 
 
+def test_room_no_solutions_packs_the_learner_zip_without_them_and_its_readme_says_so(tmp_path, monkeypatch, capsys):
+    """`room DIR --no-solutions` for a graded session: the zip it packs has no solutions/, and DIR has no site/ (it
+    used to build one from every solved notebook, while README.txt said to copy the whole folder to each laptop);
+    README.txt says both. Packing says what it does before it starts."""
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    out = tmp_path / "room"
+    assert room.main(["prepare", str(out), "--no-data", "--no-solutions"]) == 0
+    said = capsys.readouterr().out
+    assert said.index("packing ") < said.index("room folder ready") and "building the static site" not in said
+    assert "skipped site/ (--no-solutions: its pages show every solution)" in said
+    assert not (out / "site").exists()
+    leaks = [p for p in out.rglob("*") if p.is_file() and b"### BEGIN SOLUTION" in p.read_bytes()]
+    assert leaks == []
+    with zipfile.ZipFile(out / "course-learner.zip") as z:
+        assert not [n for n in z.namelist() if n.startswith("attention-course/solutions/")]
+        assert room.GRADED_SENTENCE in z.read("attention-course/README.md").decode("utf-8")
+    readme = (out / "README.txt").read_text()
+    assert "course-learner.zip   the course without solutions/ (for a graded session)" in readme
+    assert "site/index.html" not in readme and "the static site, whose pages show\n" in readme
+    assert room.ROOM_SITE.splitlines()[0] not in readme
+
+
+def test_a_graded_room_refuses_a_folder_that_holds_a_site_from_before(tmp_path, monkeypatch):
+    monkeypatch.setattr(room, "download_wheels", fake_download)
+    monkeypatch.setattr(room, "build_room_site", lambda out, now=None: (out / "site").mkdir() or "site: made")
+    out = tmp_path / "room"
+    room.prepare(out, data=False, course=True)
+    assert (out / "site").is_dir()
+    with pytest.raises(ValueError, match="holds site/ from an earlier run"):
+        room.prepare(out, data=False, solutions=False)
+
+
 def test_room_where_no_folder_can_be_made_is_one_line_before_anything_is_downloaded(tmp_path, monkeypatch):
     """Below a file, or where the system refuses new folders (/sys, /proc on Linux): exit 2 with one line that
     says what was asked, why it cannot be written and what to do; no traceback, nothing downloaded."""
@@ -516,7 +588,7 @@ def test_the_room_readmes_instructions_run_as_printed(tmp_path, learner_zip):
     attention-course/ folder: the next line found no course.py. Its lines now run as printed, from anywhere."""
     home = tmp_path / "home"
     fake_room(home, learner_zip)
-    text = room.ROOM_README.format(targets="this platform")
+    text = room.ROOM_README.format(targets="this platform", solutions=room.with_solutions(True), site=room.ROOM_SITE)
     block = text.split("On each laptop, with this folder copied to it", 1)[1].split("\n\n")[1]
     lines = [line.strip() for line in block.splitlines()]
     assert lines[0].startswith("unzip ~/room/course-learner.zip") and lines[-1].startswith("python3 course.py lab")
@@ -575,3 +647,102 @@ def test_the_learner_zip_holds_every_folder_a_notebook_reads(learner_zip):
     with zipfile.ZipFile(learner_zip) as z:  # what is shipped: each entry is TOP/path
         learner = {name.split("/")[1] for name in z.namelist() if name.count("/") >= 2}
     assert read <= learner, f"the learner zip lacks {sorted(read - learner)}, which notebooks read"
+
+
+def test_reset_of_an_untouched_notebook_in_the_learner_zip_writes_nothing_run_literally(tmp_path, learner_zip):
+    """`reset notebooks/01_dot_product_toy.ipynb` on the notebook as the zip ships it (executed, with outputs) used
+    to keep a backup and wipe the outputs, though the README promises nothing is written when it already is the
+    clean copy. The zip records each notebook's sha256 as packed (.course/shipped.json); run in the unzipped copy."""
+    import os
+
+    with zipfile.ZipFile(learner_zip) as z:
+        z.extractall(tmp_path)
+    course = tmp_path / "attention-course"
+    notebook = course / "notebooks" / "01_dot_product_toy.ipynb"
+    before = notebook.read_bytes()
+    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
+    if not (Path(venv) / ".course-installed").exists():
+        pytest.skip(f"{venv} is not installed (course.py would install it first)")
+    proc = subprocess.run(
+        [sys.executable, "course.py", "reset", "notebooks/01_dot_product_toy.ipynb"],
+        cwd=course,
+        env={**os.environ, "COURSE_VENV": venv},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "already is the clean learner copy: nothing written, no backup made." in proc.stdout, proc.stdout
+    assert notebook.read_bytes() == before and not list(notebook.parent.glob("backup-*"))
+
+
+def readme_links_missing(course: Path) -> list[str]:
+    """The README's relative links (``[text](path)``) whose file or folder the copy at ``course`` lacks."""
+    text = (course / "README.md").read_text(encoding="utf-8")
+    targets = [t.split("#")[0] for t in re.findall(r"\]\(([^)\s]+)\)", text)]
+    return [t for t in targets if t and "://" not in t and not (course / t).exists()]
+
+
+def test_the_learner_zips_readme_links_only_what_it_holds_and_names_what_it_leaves_out(tmp_path, learner_zip):
+    """The learner zip's README linked docs/INSTRUCTOR_GUIDE.md and CONTRIBUTING.md, which it lacks: links to what
+    the zip leaves out become plain text marked "(in the full course)", and a note names what is left out."""
+    full = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert "](docs/INSTRUCTOR_GUIDE.md)" in full and "](CONTRIBUTING.md)" in full  # what the zip lacks is linked
+    with zipfile.ZipFile(learner_zip) as z:
+        z.extractall(tmp_path)
+    course = tmp_path / "attention-course"
+    assert readme_links_missing(course) == []
+    text = (course / "README.md").read_text(encoding="utf-8")
+    assert "docs/INSTRUCTOR_GUIDE.md (in the full course)" in text and "CONTRIBUTING.md (in the full course)" in text
+    note = next(line for line in text.splitlines() if line.startswith("> **This is the learner copy"))
+    for absent in ("`CONTRIBUTING.md`", "`course_source/`", "`docs/`", "`tests/`", "`tools/`"):
+        assert absent in note and not (course / absent.strip("`")).exists(), absent
+    assert "`solutions/`" not in note and (course / "solutions").is_dir()  # this zip has them
+
+
+def test_every_sentence_of_a_graded_zip_about_solutions_is_true_run_literally(tmp_path):
+    """`package --learner X.zip --no-solutions` still told the learner, in its README and in `course.py --help` and
+    `lab --help`, that JupyterLab shows notebooks/ and solutions/ side by side and that solutions/ holds every
+    exercise solved. Packed and run literally: no such sentence is left, and each says this copy has none."""
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "graded.zip", "--no-solutions"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert f"wrote {tmp_path.resolve() / 'graded.zip'}: " in proc.stdout
+    with zipfile.ZipFile(tmp_path / "graded.zip") as z:
+        z.extractall(tmp_path)
+    course = tmp_path / "attention-course"
+    assert not (course / "solutions").exists() and readme_links_missing(course) == []
+    text = (course / "README.md").read_text(encoding="utf-8")
+    for full, instead in room.GRADED_README:
+        assert full in (ROOT / "README.md").read_text(encoding="utf-8")  # what is replaced is in the course's README
+        assert full not in text and text.count(instead) == 1
+    assert "(complete notebooks) side by side" not in text and "every exercise solved" not in text
+    note = next(line for line in text.splitlines() if line.startswith("> **This is the learner copy"))
+    assert "`solutions/`" in note
+    for args in (["--help"], ["lab", "--help"]):
+        shown = subprocess.run(
+            [sys.executable, "course.py", *args], cwd=course, capture_output=True, text=True, timeout=60
+        ).stdout
+        shown = " ".join(shown.split())  # help is wrapped to the terminal
+        assert "notebooks/ and solutions/ both open" not in shown and "has no solutions/" in shown, args
+        assert shown.count("(not in this learner copy of the course") == (4 if args == ["--help"] else 0)
+
+
+def test_package_prints_the_zip_path_resolved(tmp_path):
+    """`course.py package --learner ../x.zip` run from the course printed `wrote /x/course/../x.zip`."""
+    here = tmp_path / "course"
+    here.mkdir()
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "../x.zip"],
+        cwd=here,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[-1].startswith(f"wrote {tmp_path.resolve() / 'x.zip'}: "), proc.stdout

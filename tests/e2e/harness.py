@@ -17,6 +17,9 @@ import nbformat
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLDERS = ("notebooks", "solutions")  # learner copies, then complete notebooks
+# In the scratch folder JupyterLab serves: the solutions as committed, outputs kept (the browser test checks that
+# they render; the copies in solutions/ there have their outputs cleared, for tests that run them).
+SAVED_SOLUTIONS = "solutions-as-saved"
 
 CHROMIUM_ARGS = [
     "--headless",
@@ -78,6 +81,9 @@ class Lab:
                     cell.outputs, cell.execution_count = [], None
             nb.metadata.pop("widgets", None)
             nbformat.write(nb, home / nb_path.parent.name / nb_path.name)
+        (home / SAVED_SOLUTIONS).mkdir()
+        for nb_path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
+            shutil.copy(nb_path, home / SAVED_SOLUTIONS / nb_path.name)
         for rel, data in {**LAB_SETTINGS, **(settings or {})}.items():
             f = home / ".lab" / "settings" / rel
             f.parent.mkdir(parents=True, exist_ok=True)
