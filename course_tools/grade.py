@@ -14,9 +14,20 @@ previous one is kept beside it as ``exercises-NAME.json.previous``.
 
 The learner's name: ``--learner NAME`` (remembered in ``reports/learner.txt`` for the next runs), else the
 remembered one, else asked once on a terminal (and remembered), else (no terminal: CI, a script) the login
-name, said so with how to set another. ``check --summary FOLDER [--out DIR]`` turns a folder of collected
-reports into one class table, ``class-summary.csv`` and ``class-summary.html`` (one self-contained page), in
-DIR (default: FOLDER itself).
+name, said so with how to set another. A name is written as people write it (``--learner "Ada Lovelace"``,
+"José", "李雷"): Unicode-normalised (NFC, spaces collapsed), shown and kept as typed, and its file named by a safe
+form of it (``exercises-Ada-Lovelace.json``, :func:`learner_file_name`). Refused: an empty name, one over 80
+characters, one with an invisible or control character (named by its code point).
+
+``check --summary FOLDER [--out DIR]`` turns a folder of collected reports into the class table, in DIR
+(default: FOLDER itself): ``class-summary.html``, one self-contained page with a compact grid (learners down,
+exercises across grouped by notebook, one coloured cell each, the named mistake on hover) and "what to
+re-teach" (for each exercise, how many learners made each named mistake, most first);
+``class-summary.csv``, the grid as text with the counts below it; and ``class-mistakes.csv``, the re-teach
+list, one row per exercise and mistake. The course version shown is the package's (a learner's edited
+notebooks make git's ``-dirty``, which says nothing). Nothing an instructor edited is lost: a table
+file changed since the run that wrote it (``.class-summary-files``, with their sha256) is first moved aside
+as ``backup-NAME-DATE``, as the site keeps its pages.
 
 A folder stands for the notebooks in it (not ``backup-*.ipynb``, not ``.ipynb_checkpoints/``). A notebook's
 exercises are those its cells check (``check("NN.K", ...)``) and, for a file named ``NN_*.ipynb``, the
@@ -36,6 +47,7 @@ from __future__ import annotations
 import argparse
 import csv
 import getpass
+import hashlib
 import html
 import io
 import json
@@ -46,6 +58,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -68,6 +81,8 @@ __all__ = [
     "verdict",
     "grade",
     "learner_problem",
+    "normalise_learner",
+    "learner_file_name",
     "read_report",
     "summarize",
     "main",
@@ -81,7 +96,8 @@ LEARNER_FILE = REPORTS / "learner.txt"  # the learner's name, remembered between
 REPORT_KIND = "attention course exercise report"  # the "kind" of a report file, so that a summary knows one
 REPORT_VERSION = 1
 SUMMARY_NAME = "class-summary"  # --summary writes class-summary.csv and class-summary.html
-MAX_NAME = 40
+MAX_NAME = 80  # characters of a learner's name, as typed
+MAX_FILE_NAME = 40  # characters of its safe form in the report's file name (learner_file_name)
 MAX_REPORT_BYTES = 5_000_000
 HEARTBEAT = 10.0  # seconds between "still running" lines while one cell runs
 _CHECK = re.compile(r"""\bcheck\(\s*["'](?P<key>\d+\.\d+)["']""")
@@ -480,19 +496,52 @@ def _check_one(path: Path, tag: str, timeout: float, exercises: dict, named: boo
 # ----------------------------------------------------------------------------------------- the learner's name
 
 
+def normalise_learner(name: str) -> str:
+    """A name as the report keeps and shows it: Unicode NFC (a decomposed "José", ``e`` and a combining accent,
+    becomes the one character a keyboard types), the white space around it removed and each run inside it one
+    space."""
+    return " ".join(unicodedata.normalize("NFC", name).split())
+
+
 def learner_problem(name: object) -> str | None:
-    """Why ``name`` cannot be a learner's name (it names the file ``exercises-NAME.json``), or None."""
-    if not isinstance(name, str) or not name:
+    """Why ``name`` (normalised: :func:`normalise_learner`) cannot be a learner's name, or None.
+
+    Any printable name is one ("Ada Lovelace", "José", "李雷"): at least one character, at most ``MAX_NAME``, none of
+    them invisible or a control character (a zero-width space, a right-to-left override, a tab). The name is
+    shown as given; its file takes a safe form of it (:func:`learner_file_name`)."""
+    if not isinstance(name, str) or not name.strip():
         return "a learner's name must not be empty"
     if len(name) > MAX_NAME:
         return f"a learner's name has at most {MAX_NAME} characters, this one has {len(name)}"
-    bad = next((c for c in name if not (c.isalnum() or c in "-_.")), None)
-    if bad is not None:
-        what = "a space" if bad == " " else f"{bad!r}"
-        return f"a learner's name is letters, digits, '-', '_' and '.' only (it names a file), not {what}"
-    if name[0] in ".-":
-        return f"a learner's name must start with a letter or a digit, not {name[0]!r}"
+    at = next((i for i, c in enumerate(name) if not c.isprintable()), None)
+    if at is not None:
+        c = name[at]
+        what = unicodedata.name(c, "a character without a name")
+        return (
+            f"a learner's name is printable characters only, and character {at + 1} is an invisible or control "
+            f"character, U+{ord(c):04X} ({what}); type the name again without it"
+        )
     return None
+
+
+def learner_file_name(name: str) -> str:
+    """The safe form of a learner's name in the file ``exercises-FORM.json``: its letters, digits and marks (of
+    any script), ``_`` and ``.`` kept, every other run of characters (a space, ``/``, an emoji) one ``-``, no
+    ``-`` or ``.`` at either end: "Ada Lovelace" -> ``Ada-Lovelace``, "../x" -> ``x``. A name with none of
+    those, or a form longer than ``MAX_FILE_NAME`` characters, gets 8 hex digits of its sha256 instead or as
+    its end, so that the file name says who it is whenever it can and never is empty.
+
+    Two names may share a form ("Ana Silva" and "Ana-Silva"): the report inside names its learner, and ``check``
+    refuses to replace another learner's report."""
+    name = normalise_learner(name)
+    kept = "".join(c if unicodedata.category(c)[0] in "LNM" or c in "_." else "-" for c in name)
+    form = re.sub(r"-{2,}", "-", kept).strip("-.")
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
+    if not form:
+        return f"learner-{digest}"
+    if len(form) > MAX_FILE_NAME:
+        return f"{form[: MAX_FILE_NAME - 9].rstrip('-.')}-{digest}"
+    return form
 
 
 def _login_name() -> str:
@@ -506,7 +555,7 @@ def _login_name() -> str:
 def _remembered() -> tuple[str | None, str | None]:
     """(the remembered name or None, a warning when the file holds something that is not a name)."""
     try:
-        name = LEARNER_FILE.read_text(encoding="utf-8").strip()
+        name = normalise_learner(LEARNER_FILE.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None, None
     except (OSError, UnicodeDecodeError) as e:
@@ -519,7 +568,7 @@ def _ask(default: str) -> str | None:
     """Ask for the name on the terminal until it is a usable one; None at end of input."""
     while True:
         try:
-            answer = input(f"Your name for the exercise report (letters, digits, - _ .) [{default}]: ").strip()
+            answer = normalise_learner(input(f"Your name for the exercise report [{default}]: "))
         except EOFError:
             return None
         answer = answer or default
@@ -541,10 +590,11 @@ def resolve_learner(given: str | None) -> tuple[str, str, bool]:
     answer, or the login name. Raises ValueError for a --learner that cannot be a name."""
     how_to = "another: --learner NAME"
     if given is not None:
-        problem = learner_problem(given)
+        name = normalise_learner(given)
+        problem = learner_problem(name)
         if problem:
-            raise ValueError(f"--learner {given!r}: {problem}, e.g. --learner ana-silva")
-        return given, f"from --learner, remembered in {LEARNER_FILE} for the next runs", True
+            raise ValueError(f'--learner {given!r}: {problem}, e.g. --learner "Ana Silva"')
+        return name, f"from --learner, remembered in {LEARNER_FILE} for the next runs", True
     name, warning = _remembered()
     if warning:
         print(f"course check: {warning}", file=sys.stderr)
@@ -646,6 +696,8 @@ def read_report(path: Path) -> dict:
         raise ValueError(f'not an exercise report (no "kind": "{REPORT_KIND}")')
     if data.get("version") != REPORT_VERSION:
         raise ValueError(f"a report of version {data.get('version')!r}; this course reads version {REPORT_VERSION}")
+    if isinstance(data.get("learner"), str):
+        data["learner"] = normalise_learner(data["learner"])
     problem = learner_problem(data.get("learner"))
     if problem:
         raise ValueError(f"its learner {data.get('learner')!r} is not a name: {problem}")
@@ -913,7 +965,9 @@ def _parser() -> argparse.ArgumentParser:
         "notebooks", nargs="*", type=Path, help="notebooks or folders of notebooks to check (default: notebooks/)"
     )
     parser.add_argument(
-        "--learner", metavar="NAME", help="your name in the report and its file name (letters, digits, - _ .)"
+        "--learner",
+        metavar="NAME",
+        help='your name as you write it, e.g. "Ada Lovelace" (its file: reports/exercises-Ada-Lovelace.json)',
     )
     parser.add_argument(
         "--json",
@@ -980,7 +1034,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"course check: {e}", file=sys.stderr)
         return 2
     if args.json is None:
-        args.json = REPORTS / f"exercises-{learner}.json"
+        args.json = REPORTS / f"exercises-{learner_file_name(learner)}.json"
         problem = _report_problem(args.json, f"the report {args.json} (the default of --json)")
     else:
         problem = _report_problem(args.json, f"--json {args.json}")
