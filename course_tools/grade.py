@@ -66,6 +66,7 @@ from pathlib import Path
 
 import nbformat
 
+from course_tools._output import Ledger
 from course_utils._files import clean_stale_tmp, probe_writable, write_atomic
 from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 from course_utils.exercises import all_exercises
@@ -85,6 +86,8 @@ __all__ = [
     "learner_file_name",
     "read_report",
     "summarize",
+    "class_table",
+    "mistake_counts",
     "main",
 ]
 
@@ -770,8 +773,8 @@ def collect_reports(folder: Path) -> tuple[list[dict], list[str]]:
 
 
 def class_table(reports: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]:
-    """(the exercises as (key, title) in course order, one dict per learner: learner, checked_at, version,
-    passed, and key -> (class, text))."""
+    """(the exercises as (key, title) in course order, one dict per learner: learner, checked_at, version (the
+    package's), version_full (with git's description), passed, and key -> (class, text))."""
     titles: dict[str, str] = {}
     for r in reports:
         for row in r["exercises"]:
@@ -781,16 +784,55 @@ def class_table(reports: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]
     for r in reports:
         latest = {row["key"]: row for row in r["exercises"]}
         cells = {k: _cell(latest.get(k)) for k in keys}
+        version = r.get("course_version")
         learners.append(
             {
                 "learner": r["learner"],
                 "checked_at": r["checked_at"],
-                "version": _version_text(r.get("course_version")),
+                "version": _package_version(version),
+                "version_full": _version_text(version),
                 "passed": sum(c[0] == "passed" for c in cells.values()),
                 "cells": cells,
             }
         )
     return [(k, titles[k]) for k in keys], learners
+
+
+def _package_version(version: object) -> str:
+    """The package's version from a report's ``course_version`` (git's ``-dirty`` says only that a learner
+    edited their notebooks, which every learner does)."""
+    return str(version["package"]) if isinstance(version, dict) and version.get("package") else ""
+
+
+UNNAMED = "(no named mistake)"  # a failure whose check matched none of the exercise's known mistakes
+
+
+def mistake_counts(exercises: list[tuple[str, str]], learners: list[dict]) -> list[dict]:
+    """What to re-teach: one entry per exercise and mistake that at least one learner made (key, title,
+    mistake, learners: their names, hint: the catalogue's hint for a known mistake, else ""), the most
+    learners first, then in course order."""
+    catalogue = all_exercises()
+    found = []
+    for order, (key, title) in enumerate(exercises):
+        made: dict[str, list[str]] = {}
+        for r in learners:
+            kind, text = r["cells"][key]
+            if kind == "failed":
+                made.setdefault(text if text != "failed" else UNNAMED, []).append(r["learner"])
+        known = {m.name: m.hint for m in catalogue[key].mistakes} if key in catalogue else {}
+        for mistake, names in made.items():
+            found.append(
+                {
+                    "key": key,
+                    "title": title,
+                    "mistake": mistake,
+                    "learners": names,
+                    "hint": known.get(mistake, ""),
+                    "order": order,
+                }
+            )
+    found.sort(key=lambda m: (-len(m["learners"]), m["order"], m["mistake"] == UNNAMED, m["mistake"]))
+    return [{k: v for k, v in m.items() if k != "order"} for m in found]
 
 
 def _many(n: int, thing: str) -> str:
@@ -814,69 +856,162 @@ def _summary_csv(exercises: list[tuple[str, str]], learners: list[dict]) -> byte
     return out.getvalue().encode("utf-8-sig")  # with a BOM, so that spreadsheets read the names as UTF-8
 
 
+def _mistakes_csv(mistakes: list[dict], learners: int) -> bytes:
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(["learners", "of", "exercise", "title", "mistake", "who", "hint"])
+    for m in mistakes:
+        w.writerow(
+            [len(m["learners"]), learners, m["key"]]
+            + [_csv_text(m[k]) for k in ("title", "mistake")]
+            + [_csv_text("; ".join(m["learners"])), _csv_text(m["hint"])]
+        )
+    return out.getvalue().encode("utf-8-sig")
+
+
 _PAGE_STYLE = """
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1d1d1f; --muted: #5c5c66; --line: #d0d0d8;
-  --passed: #d8f0de; --passed-fg: #0d5223; --failed: #fbdada; --failed-fg: #8c1111;
-  --not-attempted: #ececf0; --not-attempted-fg: #4a4a55; --not-run: #fdf0c8; --not-run-fg: #684d00;
-  --not-checked: transparent; --not-checked-fg: #8a8a95; }
+  --group: #8a8a96; --passed: #1f7a3a; --passed-fg: #ffffff; --failed: #c42b2b; --failed-fg: #ffffff;
+  --not-attempted: #e4e4ea; --not-attempted-fg: #3d3d48; --not-run: #f2c744; --not-run-fg: #3b2c00;
+  --not-checked: transparent; --not-checked-fg: #6e6e7a; --bar: #c42b2b33; }
 @media (prefers-color-scheme: dark) {
-  :root { --bg: #17181c; --fg: #e8e8ec; --muted: #a6a6b2; --line: #3c3d45;
-    --passed: #173d24; --passed-fg: #a9ecbc; --failed: #4a1c1c; --failed-fg: #ffc2c2;
-    --not-attempted: #2a2b31; --not-attempted-fg: #c4c4ce; --not-run: #42360f; --not-run-fg: #f6dc8e;
-    --not-checked-fg: #80808c; }
+  :root { --bg: #17181c; --fg: #e8e8ec; --muted: #a6a6b2; --line: #34353d; --group: #6a6a78;
+    --passed: #2e9d52; --passed-fg: #06140a; --failed: #ff7b7b; --failed-fg: #2a0505;
+    --not-attempted: #2c2d34; --not-attempted-fg: #c9c9d3; --not-run: #e0b43a; --not-run-fg: #231900;
+    --not-checked-fg: #8e8e9a; --bar: #ff7b7b40; }
 }
-body { background: var(--bg); color: var(--fg); font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
-  margin: 2rem; }
-h1 { font-size: 1.4rem; margin: 0 0 .3rem; }
-p { color: var(--muted); margin: .2rem 0 1rem; max-width: 60rem; }
+body { background: var(--bg); color: var(--fg); font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif;
+  margin: 1rem; }
+h1 { font-size: 1.3rem; margin: 0 0 .2rem; }
+h2 { font-size: 1.1rem; margin: 1.6rem 0 .3rem; }
+p { color: var(--muted); margin: .2rem 0 .8rem; max-width: 62rem; }
 .wrap { overflow-x: auto; }
 table { border-collapse: collapse; }
-th, td { border: 1px solid var(--line); padding: .3rem .55rem; text-align: left; vertical-align: top; }
-thead th { position: sticky; top: 0; background: var(--bg); font-weight: 600; }
-thead th small { display: block; font-weight: 400; color: var(--muted); max-width: 11rem; }
-tbody th { font-weight: 600; white-space: nowrap; }
-tbody th, tfoot th, thead th:first-child { position: sticky; left: 0; z-index: 1; background: var(--bg);
-  box-shadow: inset -1px 0 var(--line); }
-tfoot td, tfoot th { color: var(--muted); font-weight: 600; }
-td.meta { color: var(--muted); white-space: nowrap; }
-td.passed { background: var(--passed); color: var(--passed-fg); }
-td.failed { background: var(--failed); color: var(--failed-fg); }
-td.not-attempted { background: var(--not-attempted); color: var(--not-attempted-fg); }
-td.not-run { background: var(--not-run); color: var(--not-run-fg); }
-td.not-checked { background: var(--not-checked); color: var(--not-checked-fg); font-style: italic; }
-.legend span { display: inline-block; padding: .1rem .5rem; margin-right: .4rem; border-radius: 3px; }
+#class-summary th, #class-summary td { border: 1px solid var(--line); padding: 0; text-align: center;
+  vertical-align: middle; }
+#class-summary thead th { position: sticky; top: 0; background: var(--bg); font-weight: 600; font-size: 12px; }
+#class-summary thead tr:nth-child(2) th { top: 1.3rem; }
+#class-summary th.notebook { padding: 0 .2rem; height: 1.3rem; }
+#class-summary th.key { width: 1.25rem; min-width: 1.25rem; max-width: 1.25rem; height: 1.5rem; color: var(--muted);
+  font-weight: 500; }
+#class-summary .first { border-left: 2px solid var(--group); }
+#class-summary tbody th, #class-summary tfoot th { text-align: left; padding: 0 .4rem; white-space: nowrap;
+  max-width: 9rem; overflow: hidden; text-overflow: ellipsis; font-weight: 600; }
+#class-summary tbody th, #class-summary tfoot th, #class-summary thead th.learner { position: sticky; left: 0;
+  z-index: 2; background: var(--bg); box-shadow: inset -1px 0 var(--line); }
+#class-summary td.meta, #class-summary th.meta { color: var(--muted); white-space: nowrap; font-size: 12px;
+  padding: 0 .25rem; font-variant-numeric: tabular-nums; }
+#class-summary td.v { height: 1.5rem; font-size: 12px; font-weight: 700; cursor: default; }
+#class-summary tfoot td { color: var(--muted); font-size: 11px; font-variant-numeric: tabular-nums; }
+td.passed, .legend .passed { background: var(--passed); color: var(--passed-fg); }
+td.failed, .legend .failed { background: var(--failed); color: var(--failed-fg); }
+td.not-attempted, .legend .not-attempted { background: var(--not-attempted); color: var(--not-attempted-fg); }
+td.not-run, .legend .not-run { background: var(--not-run); color: var(--not-run-fg); }
+td.not-checked, .legend .not-checked { background: var(--not-checked); color: var(--not-checked-fg); }
+.legend span { display: inline-block; padding: .05rem .45rem; margin: 0 .3rem .2rem 0; border-radius: 3px;
+  font-size: 12px; }
+.legend .not-checked { border: 1px solid var(--line); }
+#reteach { border-collapse: collapse; }
+#reteach th, #reteach td { border-bottom: 1px solid var(--line); padding: .25rem .6rem; text-align: left;
+  vertical-align: top; }
+#reteach td.count { font-weight: 700; white-space: nowrap; font-variant-numeric: tabular-nums;
+  background: linear-gradient(to right, var(--bar) var(--share), transparent var(--share)); }
+#reteach td.who, #reteach td.hint { color: var(--muted); font-size: 13px; }
+#reteach td.hint { max-width: 30rem; }
 """
 
+_GLYPH = {"passed": "✓", "failed": "✗", "not-attempted": "·", "not-run": "!", "not-checked": ""}
+_LEGEND = (
+    ("passed", "passed"),
+    ("failed", "failed: hover for the mistake its check named"),
+    ("not-attempted", "not attempted"),
+    ("not-run", "not run: an error or the time limit stopped it"),
+    ("not-checked", "not checked: not in this learner's report"),
+)
 
-def _summary_html(exercises: list[tuple[str, str]], learners: list[dict], made: str) -> bytes:
+
+def _notebook_names() -> dict[str, str]:
+    """ "01" -> "01_dot_product_toy", from the course's notebooks (for the grid's group headings)."""
+    return {p.name[:2]: p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+
+
+def _grid(exercises: list[tuple[str, str]], learners: list[dict]) -> str:
     e = html.escape
-    head = "".join(f'<th scope="col" data-key="{e(k)}">{e(k)}<small>{e(t)}</small></th>' for k, t in exercises)
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for key, title in exercises:
+        groups.setdefault(key.split(".")[0], []).append((key, title))
+    names = _notebook_names()
+    first = {ks[0][0] for ks in groups.values()}
+    edge = {k: " first" if k in first else "" for k, _ in exercises}
+    top = "".join(
+        f'<th scope="colgroup" colspan="{len(ks)}" class="notebook first" title="{e(names.get(nb, "notebook " + nb))}"'
+        f">{e(nb)}</th>"
+        for nb, ks in groups.items()
+    )
+    keys = "".join(
+        f'<th scope="col" class="key{edge[k]}" data-key="{e(k)}" title="{e(k)} {e(t)}">{e(k.split(".", 1)[1])}</th>'
+        for k, t in exercises
+    )
     body = []
+    one_day = len({r["checked_at"][:10] for r in learners}) == 1
     for r in learners:
-        cells = "".join(
-            f'<td class="{kind}" data-key="{e(k)}" data-verdict="{kind}" title="{e(k)}: '
-            f'{e("failed: " + text if kind == "failed" and text != "failed" else text)}">{e(text)}</td>'
-            for k, _ in exercises
-            for kind, text in [r["cells"][k]]
-        )
+        cells = []
+        for k, t in exercises:
+            kind, text = r["cells"][k]
+            said = f"failed: {text}" if kind == "failed" and text != "failed" else text
+            tip = f"{r['learner']}, {k} {t}: {said}"
+            cells.append(
+                f'<td class="v {kind}{edge[k]}" data-key="{e(k)}" data-verdict="{kind}" data-text="{e(text)}" '
+                f'title="{e(tip)}" aria-label="{e(said)}">{_GLYPH[kind]}</td>'
+            )
+        when = r["checked_at"]
+        short = when[11:16] if one_day else when[5:16].replace("T", " ")  # 09:05, or 11-26 09:05
         body.append(
-            f'<tr data-learner="{e(r["learner"])}"><th scope="row">{e(r["learner"])}</th>'
-            f'<td class="meta">{e(r["checked_at"])}</td><td class="meta">{e(r["version"])}</td>'
-            f'<td class="meta">{r["passed"]} of {len(exercises)}</td>{cells}</tr>'
+            f'<tr data-learner="{e(r["learner"])}"><th scope="row" title="{e(r["learner"])}">{e(r["learner"])}</th>'
+            f'<td class="meta" title="{r["passed"]} of {len(exercises)} passed">{r["passed"]}/{len(exercises)}</td>'
+            f'<td class="meta" title="checked at {e(when)}">{e(short)}</td>'
+            f'<td class="meta" title="{e(r["version_full"] or "no version in the report")}">{e(r["version"])}</td>'
+            f"{''.join(cells)}</tr>"
         )
     passed = "".join(
-        f"<td>{sum(r['cells'][k][0] == 'passed' for r in learners)} of {len(learners)}</td>" for k, _ in exercises
+        f'<td class="{edge[k].strip()}" data-key="{e(k)}" title="{e(k)}: {n} of {len(learners)} passed">{n}</td>'
+        for k, _ in exercises
+        for n in [sum(r["cells"][k][0] == "passed" for r in learners)]
     )
-    legend = " ".join(
-        f'<span class="{c}" style="background: var(--{c}); color: var(--{c}-fg)">{t}</span>'
-        for c, t in (
-            ("passed", "passed"),
-            ("failed", "failed: the mistake the check named"),
-            ("not-attempted", "not attempted"),
-            ("not-run", "not run (an error or the time limit stopped it)"),
-            ("not-checked", "not checked (not in this learner's report)"),
-        )
+    return f"""<table id="class-summary">
+<thead><tr><th scope="col" rowspan="2" class="learner">learner</th><th scope="col" rowspan="2" class="meta"
+title="exercises passed">passed</th><th scope="col" rowspan="2" class="meta" title="checked at (UTC)">at</th>
+<th scope="col" rowspan="2" class="meta" title="the course package's version">version</th>{top}</tr>
+<tr>{keys}</tr></thead>
+<tbody>
+{chr(10).join(body)}
+</tbody>
+<tfoot><tr><th scope="row">passed</th>{'<td class="meta"></td>' * 3}{passed}</tr></tfoot>
+</table>"""
+
+
+def _reteach(mistakes: list[dict], learners: int) -> str:
+    e = html.escape
+    if not mistakes:
+        return "<p>No learner's check named a mistake: nothing to re-teach from these reports.</p>"
+    rows = "".join(
+        f'<tr data-key="{e(m["key"])}" data-mistake="{e(m["mistake"])}" data-learners="{len(m["learners"])}">'
+        f'<td class="count" style="--share: {100 * len(m["learners"]) / learners:.0f}%">'
+        f"{len(m['learners'])} of {learners}</td>"
+        f'<td class="exercise">{e(m["key"])} {e(m["title"])}</td><td class="mistake">{e(m["mistake"])}</td>'
+        f'<td class="hint">{e(m["hint"])}</td><td class="who">{e(", ".join(m["learners"]))}</td></tr>'
+        for m in mistakes
     )
+    return (
+        '<table id="reteach"><thead><tr><th scope="col">learners</th><th scope="col">exercise</th>'
+        '<th scope="col">mistake</th><th scope="col">what the check tells them</th><th scope="col">who</th></tr>'
+        f"</thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _summary_html(exercises: list[tuple[str, str]], learners: list[dict], mistakes: list[dict], made: str) -> bytes:
+    e = html.escape
+    legend = " ".join(f'<span class="{c}">{_GLYPH[c] or "&nbsp;"} {t}</span>' for c, t in _LEGEND)
     page = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -888,23 +1023,23 @@ def _summary_html(exercises: list[tuple[str, str]], learners: list[dict], made: 
 <body>
 <h1>Exercises: the class</h1>
 <p>{_many(len(learners), "learner")}, {_many(len(exercises), "exercise")}; made {e(made)} by
-<code>python3 course.py check --summary</code>. A failed exercise shows the mistake its check named (plain
-"failed" when none matched).</p>
+<code>python3 course.py check --summary</code>. One cell per learner and exercise, the exercises grouped by
+notebook; hover over a cell for the exercise and the mistake its check named.</p>
 <p class="legend">{legend}</p>
 <div class="wrap">
-<table id="class-summary">
-<thead><tr><th scope="col">learner</th><th scope="col">checked at (UTC)</th><th scope="col">course version</th>
-<th scope="col">passed</th>{head}</tr></thead>
-<tbody>
-{chr(10).join(body)}
-</tbody>
-<tfoot><tr><th scope="row">passed</th><td></td><td></td><td></td>{passed}</tr></tfoot>
-</table>
+{_grid(exercises, learners)}
 </div>
+<h2 id="what-to-reteach">What to re-teach</h2>
+<p>Each mistake a check named, with how many learners made it, most first (also in
+<code>class-mistakes.csv</code>).</p>
+{_reteach(mistakes, len(learners))}
 </body>
 </html>
 """
     return page.encode("utf-8")
+
+
+SUMMARY_LEDGER = ".class-summary-files"  # in the --out folder: the table files check wrote, with their sha256
 
 
 def summarize(folder: Path, out: Path | None = None) -> int:
@@ -931,21 +1066,30 @@ def summarize(folder: Path, out: Path | None = None) -> int:
         )
         return 2
     exercises, learners = class_table(reports)
+    mistakes = mistake_counts(exercises, learners)
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    targets = {out / f"{SUMMARY_NAME}.csv": _summary_csv(exercises, learners)}
-    targets[out / f"{SUMMARY_NAME}.html"] = _summary_html(exercises, learners, made)
+    targets = {
+        f"{SUMMARY_NAME}.csv": _summary_csv(exercises, learners),
+        f"{SUMMARY_NAME}.html": _summary_html(exercises, learners, mistakes, made),
+        "class-mistakes.csv": _mistakes_csv(mistakes, len(learners)),
+    }
     try:
-        for path, data in targets.items():
-            if path.is_symlink():
-                raise OSError(f"{path} is a symbolic link")
-            write_atomic(path, data)
+        out.mkdir(parents=True, exist_ok=True)
+        ledger = Ledger(out, SUMMARY_LEDGER, None, "the class table was written")
+        for rel, data in targets.items():
+            if (out / rel).is_symlink():
+                raise OSError(f"{out / rel} is a symbolic link")
+            ledger.write(rel, data)  # a file changed since check wrote it is first moved aside, whole
+        ledger.save()
     except OSError as e:
         print(f"course check: cannot write the class table in {out}: {e}", file=sys.stderr)
         return 2
     counted = [_many(len(learners), "learner"), _many(len(exercises), "exercise"), _many(len(reports), "report")]
     print(f"{counted[0]}, {counted[1]}, from {counted[2]} in {folder}")
-    for path in targets:
-        print(f"written: {path}")
+    for note in ledger.notes:
+        print(f"kept: {note}")
+    for rel in targets:
+        print(f"written: {out / rel}")
     return 0
 
 

@@ -575,7 +575,7 @@ def test_a_name_as_people_write_it_is_kept_as_typed_in_a_safe_file(reports_here,
     table = tmp_path / "table"
     assert grade.main(["--summary", str(reports_here), "--out", str(table)]) == 0
     page = (table / "class-summary.html").read_text(encoding="utf-8")
-    assert f'<th scope="row">{html.escape(shown)}</th>' in page
+    assert f'<th scope="row" title="{html.escape(shown)}">{html.escape(shown)}</th>' in page
 
 
 def test_two_names_with_one_file_form_do_not_replace_each_other(reports_here, tmp_path, capsys):
@@ -698,8 +698,12 @@ def test_summary_makes_one_class_table_as_csv_and_html(tmp_path, capsys):
     assert page.startswith("<!DOCTYPE html>") and "<style>" in page
     assert "http://" not in page and "https://" not in page and "<script" not in page and "<link" not in page
     assert 'data-learner="ana"' in page and "prefers-color-scheme: dark" in page
-    # with forty exercises the table scrolls sideways: the learners' names stay in view
-    assert "tbody th, tfoot th, thead th:first-child { position: sticky; left: 0;" in page
+    assert sorted(p.name for p in room.iterdir() if not p.name.startswith("exercises-")) == [
+        ".class-summary-files",
+        "class-mistakes.csv",
+        "class-summary.csv",
+        "class-summary.html",
+    ]
 
 
 def test_summary_skips_what_is_not_a_report_and_takes_a_learners_newest(tmp_path, capsys):
@@ -788,3 +792,110 @@ def test_summary_escapes_what_a_report_says(tmp_path, capsys):
     csv_text = (tmp_path / "class-summary.csv").read_text(encoding="utf-8-sig")
     assert 'failed (=HYPERLINK(""x"")' in csv_text  # inside "failed (...)": a spreadsheet shows it as text
     assert ',"\'=HYPERLINK(""http://x"")",' in csv_text and ',"=HYPERLINK' not in csv_text
+
+
+def _bo_and_friends(room: Path) -> None:
+    """Four learners: 01.2's first mistake made by three, its second by one, 03.1's first by two, a failure
+    no mistake names by one; bo's notebooks edited (git's -dirty)."""
+    from course_utils.exercises import get_exercise
+
+    second = get_exercise("01.2").mistakes[1].name
+    write_report(room, "ana", {"01.2": "failed", "03.1": "failed"}, "2026-11-26T09:00:00+00:00")
+    write_report(room, "bo", {"01.2": "failed", "03.1": "failed"}, "2026-11-26T09:01:00+00:00")
+    write_report(room, "cy", {"01.2": "failed", "03.1": "passed", "01.1": "failed"}, "2026-11-26T09:02:00+00:00")
+    write_report(room, "di", {"01.2": "failed", "03.1": "not run"}, "2026-11-26T09:03:00+00:00")
+    for name, change in (("di", ("01.2", second)), ("cy", ("01.1", None))):
+        path = room / f"exercises-{name}.json"
+        data = json.loads(path.read_text())
+        for row in data["exercises"]:
+            if row["key"] == change[0]:
+                row["mistake"] = change[1]
+        if name == "cy":
+            data["course_version"] = {"package": "0.9.1", "git": "v0.9.1-3-gabc1234-dirty"}
+        path.write_text(json.dumps(data))
+
+
+def test_summary_says_what_to_reteach_most_learners_first_in_the_html_and_a_csv(tmp_path, capsys):
+    """Issue 29 item 5: per exercise, how many learners made each named mistake, sorted."""
+    import csv
+
+    from course_tools import grade
+    from course_utils.exercises import get_exercise
+
+    _bo_and_friends(tmp_path)
+    assert grade.main(["--summary", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert f"written: {tmp_path / 'class-mistakes.csv'}" in out
+    m12, m31 = get_exercise("01.2").mistakes, get_exercise("03.1").mistakes
+    with open(tmp_path / "class-mistakes.csv", encoding="utf-8-sig", newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0] == ["learners", "of", "exercise", "title", "mistake", "who", "hint"]
+    assert [row[:3] + row[4:6] for row in table[1:]] == [
+        ["3", "4", "01.2", m12[0].name, "ana; bo; cy"],
+        ["2", "4", "03.1", m31[0].name, "ana; bo"],
+        ["1", "4", "01.1", grade.UNNAMED, "cy"],  # same count: course order
+        ["1", "4", "01.2", m12[1].name, "di"],
+    ]
+    assert table[1][6] == m12[0].hint and table[3][6] == ""
+    page = (tmp_path / "class-summary.html").read_text(encoding="utf-8")
+    reteach = page[page.index('id="reteach"') :]
+    assert reteach.index(m12[0].name) < reteach.index(m31[0].name) < reteach.index(grade.UNNAMED)
+    assert f'data-key="01.2" data-mistake="{html.escape(m12[0].name)}" data-learners="3"' in reteach
+
+
+def test_the_table_shows_the_package_version_not_gits_dirty_suffix(tmp_path, capsys):
+    """Issue 29 item 4: every learner's edited notebooks make `git describe --dirty` end in -dirty."""
+    import csv
+
+    from course_tools import grade
+
+    _bo_and_friends(tmp_path)
+    assert grade.main(["--summary", str(tmp_path)]) == 0
+    capsys.readouterr()
+    with open(tmp_path / "class-summary.csv", encoding="utf-8-sig", newline="") as f:
+        rows = {row[0]: row for row in csv.reader(f)}
+    assert rows["cy"][2] == "0.9.1" and "dirty" not in (tmp_path / "class-summary.csv").read_text()
+    page = (tmp_path / "class-summary.html").read_text(encoding="utf-8")
+    assert '<td class="meta" title="0.9.1, git v0.9.1-3-gabc1234-dirty">0.9.1</td>' in page  # git's on hover
+
+
+def test_a_rerun_of_summary_keeps_an_edited_table_aside_byte_for_byte(tmp_path, capsys):
+    """Issue 29 item 6: an instructor added a column to the CSV; `check --summary` again keeps it, as the site
+    keeps a page changed since it wrote it. Tried as a command, literally."""
+    from course_tools import grade
+
+    _bo_and_friends(tmp_path)
+    run = [sys.executable, "course.py", "check", "--summary", str(tmp_path)]
+    first = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and "kept:" not in first.stdout, first.stdout + first.stderr
+    again = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "kept:" not in again.stdout  # unchanged files: nothing to keep
+    assert not list(tmp_path.glob("backup-*"))
+    table = tmp_path / "class-summary.csv"
+    edited = b"".join(
+        line.rstrip(b"\r\n") + (b",notes\r\n" if n == 0 else b",talk to them\r\n")
+        for n, line in enumerate(table.read_bytes().splitlines(keepends=True))
+    )
+    table.write_bytes(edited)
+    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    (kept,) = tmp_path.glob("backup-class-summary-*.csv")
+    assert kept.read_bytes() == edited
+    kept_line = [line for line in proc.stdout.splitlines() if line.startswith("kept: ")]
+    assert kept_line == [f"kept: class-summary.csv was changed since the class table was written: kept as {kept.name}"]
+    assert b"talk to them" not in table.read_bytes() and table.read_bytes().startswith(b"\xef\xbb\xbflearner,")
+    (tmp_path / "class-summary.html").unlink()  # a file deleted is written again, with nothing to keep
+    assert grade.main(["--summary", str(tmp_path)]) == 0
+    assert "kept:" not in capsys.readouterr().out and len(list(tmp_path.glob("backup-*"))) == 1
+
+
+def test_a_summary_over_tables_it_did_not_write_keeps_them(tmp_path, capsys):
+    """A class-summary.csv made by hand, or by a check of before the ledger, is kept aside, not replaced."""
+    from course_tools import grade
+
+    _bo_and_friends(tmp_path)
+    (tmp_path / "class-summary.csv").write_bytes(b"my own table\n")
+    assert grade.main(["--summary", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    (kept,) = tmp_path.glob("backup-class-summary-*.csv")
+    assert kept.read_bytes() == b"my own table\n" and f"kept as {kept.name}" in out
