@@ -10,6 +10,7 @@ reports/learner.txt back as it was."""
 import html
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -899,3 +900,24 @@ def test_a_summary_over_tables_it_did_not_write_keeps_them(tmp_path, capsys):
     out = capsys.readouterr().out
     (kept,) = tmp_path.glob("backup-class-summary-*.csv")
     assert kept.read_bytes() == b"my own table\n" and f"kept as {kept.name}" in out
+
+
+def test_the_grid_groups_the_exercises_by_notebook_one_cell_each(tmp_path, capsys):
+    """Issue 29 item 4, read from the HTML (tests/e2e/test_e2e_class_report.py measures it in Chromium): one
+    heading per notebook over its own exercises, one cell per learner and exercise, its verdict as a class and
+    its exercise and mistake in the cell's title (the tooltip)."""
+    from course_tools import grade
+    from course_utils.exercises import get_exercise
+
+    _bo_and_friends(tmp_path)
+    assert grade.main(["--summary", str(tmp_path)]) == 0
+    capsys.readouterr()
+    page = (tmp_path / "class-summary.html").read_text(encoding="utf-8")
+    groups = re.findall(r'<th scope="colgroup" colspan="(\d+)" class="notebook first" title="[^"]*">(\d\d)</th>', page)
+    assert groups == [("2", "01"), ("1", "03")]  # 01.1 and 01.2 under 01, 03.1 under 03
+    cells = re.findall(r'<td class="v ([a-z-]+)(?: first)?" data-key="([\d.]+)" data-verdict="\1"', page)
+    assert len(cells) == 4 * 3  # four learners, three exercises
+    mistake = html.escape(get_exercise("01.2").mistakes[0].name)
+    title = f'title="ana, 01.2 {html.escape(get_exercise("01.2").title)}: failed: {mistake}"'
+    assert title in page
+    assert page.count('<td class="v not-checked') == 3  # ana, bo and di have no 01.1
