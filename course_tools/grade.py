@@ -31,15 +31,15 @@ as ``backup-NAME-DATE``, as the site keeps its pages.
 
 A folder stands for the notebooks in it (not ``backup-*.ipynb``, not ``.ipynb_checkpoints/``). A notebook's
 exercises are those its cells check (``check("NN.K", ...)``) and, for a file named ``NN_*.ipynb``, the
-course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted
-failed; 1 when an attempted exercise failed, a cell raised an error or ran out of time, or a notebook could
-not be read; 2 when a path does not exist, holds no notebooks, a notebook named on the command line has no
-exercises, the learner's name cannot name a file, or ``--json`` does not end in ``.json``; 130 when
-interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that finished, marked as
-interrupted, and the JSON report is left as it was. The report's path is checked before any notebook runs.
-The JSON report is written atomically, and never replaced by an empty one. ``--summary``:
-0 when the table was written (a file that is not a report is skipped, and of two reports of one learner the
-newest is taken, each said in a line), 2 when FOLDER is not a folder or holds no report.
+course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted failed;
+1 when an attempted exercise failed, a cell raised an error or ran out of time, or a notebook could not be
+read; 2 when a path does not exist, holds no notebooks, a notebook named on the command line has no exercises,
+the learner's name is refused (empty, too long, an invisible character), or ``--json`` does not end in
+``.json``; 130 when interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that finished,
+marked as interrupted, and the JSON report is left as it was. The report's path is checked before any notebook
+runs. The JSON report is written atomically, and never replaced by an empty one. ``--summary``: 0 when the
+table was written (a file that is not a report is skipped, and of two reports of one learner the newest is
+taken, each said in a line), 2 when FOLDER is not a folder or holds no report.
 """
 
 from __future__ import annotations
