@@ -66,7 +66,7 @@ from pathlib import Path
 
 import nbformat
 
-from course_tools._output import Ledger
+from course_tools._output import SOURCE_FOLDERS, Ledger, Output, in_course_sources, inside
 from course_utils._files import clean_stale_tmp, probe_writable, write_atomic
 from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 from course_utils.exercises import all_exercises
@@ -1040,6 +1040,33 @@ notebook; hover over a cell for the exercise and the mistake its check named.</p
 
 
 SUMMARY_LEDGER = ".class-summary-files"  # in the --out folder: the table files check wrote, with their sha256
+_SUMMARY_OUT = Output(  # the words of --summary's refusal (course_tools._output.in_course_sources)
+    "the class table",
+    noun="folder",
+    folders=SOURCE_FOLDERS,
+    in_folder=" (the learner zip and git carry it, and the table names every learner with their verdicts)",
+    holds_course="give {what} a {noun} outside the course (with --out), e.g. {example}",
+    link="",
+    other_folder="",
+    example="class-table",
+)
+
+
+def _summary_out_problem(out: Path, folder: Path) -> tuple[str | None, str | None]:
+    """(why the class table may not be written in ``out``, a warning when it may but lies in the course folder).
+
+    Never in the course's source folders, which ``package`` zips for learners and git carries (as ``site``
+    refuses them); elsewhere in the course (``reports/``) it is written, said with a warning."""
+    given = "--out" if out is not folder else "--summary (the table goes beside the reports without --out)"
+    refused = in_course_sources(out, _SUMMARY_OUT)
+    if refused:
+        return f"{given} {out}: {refused}", None
+    if inside(Path(out).expanduser().resolve(), ROOT):
+        return None, (
+            f"warning: {out} is inside the course folder {ROOT}: the class table names every learner with their "
+            "verdicts; keep it out of what you share (a folder outside the course, with --out, is safer)"
+        )
+    return None, None
 
 
 def summarize(folder: Path, out: Path | None = None) -> int:
@@ -1055,6 +1082,12 @@ def summarize(folder: Path, out: Path | None = None) -> int:
     if out.exists() and not out.is_dir():
         print(f"course check: --out {out}: a file, not a folder", file=sys.stderr)
         return 2
+    refused, warning = _summary_out_problem(out, folder)
+    if refused:
+        print(f"course check: {refused}", file=sys.stderr)
+        return 2
+    if warning:
+        print(f"course check: {warning}", file=sys.stderr)
     reports, notes = collect_reports(folder)
     for note in notes:
         print(f"course check: {note}", file=sys.stderr)

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from course_tools._output import PACKED_FOLDERS, Ledger, Output, free_output, make_output_folder
+from course_tools._output import SOURCE_FOLDERS, Ledger, Output, free_output, make_output_folder
 from course_tools.build import HOSTED_ID, colab_url
 from course_tools.vendor_js import KATEX, MINISEARCH, PACKAGES, VENDOR_DIR, check, check_bundle
 from course_utils._files import clean_stale_tmp, move_aside
@@ -62,9 +62,6 @@ TEMPLATES = Path(__file__).resolve().parent / "static" / "site"
 COURSE_TITLE = "Attention, Step by Step"
 SITE_MARK = ".course-site.json"  # in a site folder: what build_site wrote there, with checksums
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-# Folders of the course that hold its sources (those the zips pack, and git's and the venv's): a site is never
-# written into one of them.
-SOURCE_FOLDERS = PACKED_FOLDERS + (".git", ".venv")
 _OUTPUT = Output(  # the words of the site's refusals (course_tools._output.free_output)
     "the site",
     noun="folder",

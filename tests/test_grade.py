@@ -921,3 +921,31 @@ def test_the_grid_groups_the_exercises_by_notebook_one_cell_each(tmp_path, capsy
     title = f'title="ana, 01.2 {html.escape(get_exercise("01.2").title)}: failed: {mistake}"'
     assert title in page
     assert page.count('<td class="v not-checked') == 3  # ana, bo and di have no 01.1
+
+
+@pytest.mark.parametrize("out", ["notebooks", "course_utils/exercises", ".", ".venv"])
+def test_summary_refuses_to_write_the_class_table_into_the_courses_sources(tmp_path, out):
+    """`course.py check --summary CLASS --out notebooks`, literally: the table names every learner, and
+    `course.py package --learner` zips notebooks/ and course_utils/ for learners (as site and room refuse)."""
+    write_report(tmp_path / "class", "ana", {"01.1": "passed"}, "2026-11-26T09:00:00+00:00")
+    where = (ROOT / out).resolve()
+    before = sorted(p.name for p in where.iterdir())
+    run = [sys.executable, "course.py", "check", "--summary", str(tmp_path / "class"), "--out", out]
+    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    (said,) = [line for line in proc.stderr.splitlines() if line.startswith("course check:")]
+    what = "holds the course folder" if out == "." else f"is inside {out.split('/')[0]}/, a folder of the course"
+    assert said.startswith(f"course check: --out {out}: {where} {what}") and "outside the course" in said
+    assert "--force" not in said  # check has no such flag
+    assert sorted(p.name for p in where.iterdir()) == before
+
+
+def test_summary_elsewhere_in_the_course_is_written_with_a_warning(tmp_path, monkeypatch, capsys):
+    from course_tools import grade
+
+    write_report(tmp_path / "class", "ana", {"01.1": "passed"}, "2026-11-26T09:00:00+00:00")
+    monkeypatch.setattr(grade, "ROOT", tmp_path)  # a course folder of its own, so the course's is left alone
+    assert grade.main(["--summary", str(tmp_path / "class")]) == 0
+    err = capsys.readouterr().err
+    assert f"course check: warning: {tmp_path / 'class'} is inside the course folder {tmp_path}" in err
+    assert "names every learner" in err and (tmp_path / "class" / "class-summary.html").is_file()
