@@ -27,7 +27,11 @@ re-teach" (for each exercise, how many learners made each named mistake, most fi
 list, one row per exercise and mistake. The course version shown is the package's (a learner's edited
 notebooks make git's ``-dirty``, which says nothing). Nothing an instructor edited is lost: a table
 file changed since the run that wrote it (``.class-summary-files``, with their sha256) is first moved aside
-as ``backup-NAME-DATE``, as the site keeps its pages.
+as ``backup-NAME-DATE``, as the site keeps its pages. Reports of another course version than this course's
+(their exercise numbers may name other exercises) are said on the terminal and listed apart, never merged into
+the grid or the counts. The table is never written in the course's source folders (``notebooks/``,
+``course_utils/``, ...: the learner zip would carry every learner's name), and elsewhere in the course only with a
+warning.
 
 A folder stands for the notebooks in it (not ``backup-*.ipynb``, not ``.ipynb_checkpoints/``). A notebook's
 exercises are those its cells check (``check("NN.K", ...)``) and, for a file named ``NN_*.ipynb``, the
@@ -772,6 +776,33 @@ def collect_reports(folder: Path) -> tuple[list[dict], list[str]]:
     return reports, notes
 
 
+def this_version() -> str | None:
+    """The package version of the course that makes the summary (None when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("course_utils")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def split_versions(reports: list[dict], version: str | None) -> tuple[list[dict], list[dict], str | None]:
+    """(the reports of the course's version, those of another or of none, the version they were compared with).
+
+    An exercise's number names another exercise in another version of the course (0.0.3's 04.2 is not 0.1.0's),
+    so reports are merged only within one version: ``version`` (this course's), or when that is unknown the one
+    most reports have. The others are set apart, each said, never filed under a number that means another thing."""
+    versions = [_package_version(r.get("course_version")) for r in reports]
+    if version is None:
+        named = [v for v in versions if v]
+        version = max(dict.fromkeys(named), key=named.count) if named else None
+    if version is None:  # no version anywhere: nothing to tell apart
+        return list(reports), [], None
+    same = [r for r, v in zip(reports, versions) if v == version]
+    other = [r for r, v in zip(reports, versions) if v != version]
+    return same, other, version
+
+
 def class_table(reports: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]:
     """(the exercises as (key, title) in course order, one dict per learner: learner, checked_at, version (the
     package's), version_full (with git's description), passed, and key -> (class, text))."""
@@ -839,7 +870,14 @@ def _many(n: int, thing: str) -> str:
     return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
-def _summary_csv(exercises: list[tuple[str, str]], learners: list[dict]) -> bytes:
+def _version_said(report: dict) -> str:
+    version = _package_version(report.get("course_version"))
+    return f"course version {version}" if version else "no course version in it"
+
+
+def _summary_csv(
+    exercises: list[tuple[str, str]], learners: list[dict], apart: list[dict] = (), version: str | None = None
+) -> bytes:
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(["learner", "checked at (UTC)", "course version", "passed", *[k for k, _ in exercises]])
@@ -853,6 +891,15 @@ def _summary_csv(exercises: list[tuple[str, str]], learners: list[dict]) -> byte
             + [f"{r['passed']} of {len(exercises)}"]
             + [_csv_text(v) for v in verdicts]
         )
+    if apart:
+        w.writerow([])
+        w.writerow([f"set apart: reports of another course version than {version} (not in the grid or the counts)"])
+        w.writerow(["learner", "checked at (UTC)", "course version", "file"])
+        for r in apart:
+            w.writerow(
+                [_csv_text(r["learner"]), _csv_text(r["checked_at"])]
+                + [_csv_text(_package_version(r.get("course_version"))), _csv_text(r["file"])]
+            )
     return out.getvalue().encode("utf-8-sig")  # with a BOM, so that spreadsheets read the names as UTF-8
 
 
@@ -918,6 +965,7 @@ td.not-checked, .legend .not-checked { background: var(--not-checked); color: va
   background: linear-gradient(to right, var(--bar) var(--share), transparent var(--share)); }
 #reteach td.who, #reteach td.hint { color: var(--muted); font-size: 13px; }
 #reteach td.hint { max-width: 30rem; }
+#apart th, #apart td { border-bottom: 1px solid var(--line); padding: .25rem .6rem; text-align: left; }
 """
 
 _GLYPH = {"passed": "✓", "failed": "✗", "not-attempted": "·", "not-run": "!", "not-checked": ""}
@@ -1009,7 +1057,32 @@ def _reteach(mistakes: list[dict], learners: int) -> str:
     )
 
 
-def _summary_html(exercises: list[tuple[str, str]], learners: list[dict], mistakes: list[dict], made: str) -> bytes:
+def _apart(apart: list[dict], version: str | None) -> str:
+    e = html.escape
+    if not apart:
+        return ""
+    rows = "".join(
+        f'<tr data-learner="{e(r["learner"])}"><th scope="row">{e(r["learner"])}</th>'
+        f"<td>{e(_package_version(r.get('course_version')) or 'none')}</td><td>{e(r['checked_at'])}</td>"
+        f"<td>{e(r['file'])}</td></tr>"
+        for r in apart
+    )
+    return f"""<h2 id="another-version">Reports of another course version</h2>
+<p>Not in the grid or the counts: an exercise's number names another exercise in another version of the course
+than {e(str(version))}, the version of these reports.</p>
+<table id="apart"><thead><tr><th scope="col">learner</th><th scope="col">course version</th>
+<th scope="col">checked at (UTC)</th><th scope="col">file</th></tr></thead><tbody>{rows}</tbody></table>
+"""
+
+
+def _summary_html(
+    exercises: list[tuple[str, str]],
+    learners: list[dict],
+    mistakes: list[dict],
+    made: str,
+    apart: list[dict] = (),
+    version: str | None = None,
+) -> bytes:
     e = html.escape
     legend = " ".join(f'<span class="{c}">{_GLYPH[c] or "&nbsp;"} {t}</span>' for c, t in _LEGEND)
     page = f"""<!DOCTYPE html>
@@ -1033,7 +1106,7 @@ notebook; hover over a cell for the exercise and the mistake its check named.</p
 <p>Each mistake a check named, with how many learners made it, most first (also in
 <code>class-mistakes.csv</code>).</p>
 {_reteach(mistakes, len(learners))}
-</body>
+{_apart(apart, version)}</body>
 </html>
 """
     return page.encode("utf-8")
@@ -1098,12 +1171,27 @@ def summarize(folder: Path, out: Path | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    reports, apart, version = split_versions(reports, this_version())
+    for r in apart:
+        print(
+            f"course check: set apart {r['file']} ({r['learner']}): {_version_said(r)}, not {version} as this "
+            "course; its exercise numbers may name other exercises, so it is not in the grid or the counts "
+            "(listed apart in the table)",
+            file=sys.stderr,
+        )
+    if not reports:
+        print(
+            f"course check: --summary {folder}: no report of this course's version {version}; make the table with "
+            "the course of the reports' version",
+            file=sys.stderr,
+        )
+        return 2
     exercises, learners = class_table(reports)
     mistakes = mistake_counts(exercises, learners)
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     targets = {
-        f"{SUMMARY_NAME}.csv": _summary_csv(exercises, learners),
-        f"{SUMMARY_NAME}.html": _summary_html(exercises, learners, mistakes, made),
+        f"{SUMMARY_NAME}.csv": _summary_csv(exercises, learners, apart, version),
+        f"{SUMMARY_NAME}.html": _summary_html(exercises, learners, mistakes, made, apart, version),
         "class-mistakes.csv": _mistakes_csv(mistakes, len(learners)),
     }
     try:
@@ -1118,7 +1206,8 @@ def summarize(folder: Path, out: Path | None = None) -> int:
         print(f"course check: cannot write the class table in {out}: {e}", file=sys.stderr)
         return 2
     counted = [_many(len(learners), "learner"), _many(len(exercises), "exercise"), _many(len(reports), "report")]
-    print(f"{counted[0]}, {counted[1]}, from {counted[2]} in {folder}")
+    aside = f" (course version {version}); {_many(len(apart), 'report')} of another version set apart" if apart else ""
+    print(f"{counted[0]}, {counted[1]}, from {counted[2]} in {folder}{aside}")
     for note in ledger.notes:
         print(f"kept: {note}")
     for rel in targets:

@@ -785,10 +785,14 @@ def test_summary_escapes_what_a_report_says(tmp_path, capsys):
     path = write_report(tmp_path, "ana", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00")
     data = json.loads(path.read_text())
     data["exercises"][0].update(mistake='=HYPERLINK("x")<script>alert(1)</script>', title="<b>t</b>")
-    data["course_version"] = {"package": '=HYPERLINK("http://x")', "git": None}  # the version column is text too
     path.write_text(json.dumps(data))
+    other = write_report(tmp_path, "<i>bo</i>", {"01.1": "passed"}, "2026-11-26T09:00:00+00:00", "bo.json")
+    data = json.loads(other.read_text())
+    data["course_version"] = {"package": '=HYPERLINK("http://x")', "git": None}  # the version column is text too
+    other.write_text(json.dumps(data))  # (another version: set apart, listed below the grid)
     assert grade.main(["--summary", str(tmp_path)]) == 0
     page = (tmp_path / "class-summary.html").read_text()
+    assert "<i>" not in page and "&lt;i&gt;bo&lt;/i&gt;" in page and "=HYPERLINK(&quot;http://x&quot;)" in page
     assert "<script>" not in page and "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "<b>t</b>" not in page
     csv_text = (tmp_path / "class-summary.csv").read_text(encoding="utf-8-sig")
     assert 'failed (=HYPERLINK(""x"")' in csv_text  # inside "failed (...)": a spreadsheet shows it as text
@@ -812,7 +816,7 @@ def _bo_and_friends(room: Path) -> None:
             if row["key"] == change[0]:
                 row["mistake"] = change[1]
         if name == "cy":
-            data["course_version"] = {"package": "0.9.1", "git": "v0.9.1-3-gabc1234-dirty"}
+            data["course_version"] = {"package": data["course_version"]["package"], "git": "v0.9.1-3-gabc1234-dirty"}
         path.write_text(json.dumps(data))
 
 
@@ -855,9 +859,10 @@ def test_the_table_shows_the_package_version_not_gits_dirty_suffix(tmp_path, cap
     capsys.readouterr()
     with open(tmp_path / "class-summary.csv", encoding="utf-8-sig", newline="") as f:
         rows = {row[0]: row for row in csv.reader(f)}
-    assert rows["cy"][2] == "0.9.1" and "dirty" not in (tmp_path / "class-summary.csv").read_text()
+    version = grade.this_version()
+    assert rows["cy"][2] == version and "dirty" not in (tmp_path / "class-summary.csv").read_text()
     page = (tmp_path / "class-summary.html").read_text(encoding="utf-8")
-    assert '<td class="meta" title="0.9.1, git v0.9.1-3-gabc1234-dirty">0.9.1</td>' in page  # git's on hover
+    assert f'<td class="meta" title="{version}, git v0.9.1-3-gabc1234-dirty">{version}</td>' in page  # git's on hover
 
 
 def test_a_rerun_of_summary_keeps_an_edited_table_aside_byte_for_byte(tmp_path, capsys):
@@ -949,3 +954,41 @@ def test_summary_elsewhere_in_the_course_is_written_with_a_warning(tmp_path, mon
     err = capsys.readouterr().err
     assert f"course check: warning: {tmp_path / 'class'} is inside the course folder {tmp_path}" in err
     assert "names every learner" in err and (tmp_path / "class" / "class-summary.html").is_file()
+
+
+def test_reports_of_another_course_version_are_said_and_set_apart(tmp_path):
+    """`course.py check --summary CLASS`, literally, over a report of course version 0.0.3 (its exercise numbers
+    meant other exercises): said on the terminal, out of the grid and the counts, listed apart in the table."""
+    import csv
+
+    from course_tools import grade
+
+    version = grade.this_version()
+    write_report(tmp_path, "ana", {"01.1": "passed", "01.2": "failed"}, "2026-11-26T09:00:00+00:00")
+    old = write_report(tmp_path, "old bo", {"01.2": "failed", "03.1": "failed"}, "2026-11-26T09:01:00+00:00")
+    data = json.loads(old.read_text())
+    data["course_version"] = {"package": "0.0.3", "git": None}
+    data["exercises"].append({**data["exercises"][0], "key": "12.7", "title": "gone"})  # a key this course lacks
+    old.write_text(json.dumps(data))
+    run = [sys.executable, "course.py", "check", "--summary", str(tmp_path), "--out", str(tmp_path / "t")]
+    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (
+        f"course check: set apart {old.name} (old bo): course version 0.0.3, not {version} as this course; "
+        "its exercise numbers may name other exercises, so it is not in the grid or the counts"
+    ) in proc.stderr
+    assert f"1 learner, 2 exercises, from 1 report in {tmp_path} (course version {version}); 1 report of " in (
+        proc.stdout
+    )
+    with open(tmp_path / "t" / "class-summary.csv", encoding="utf-8-sig", newline="") as f:
+        table = list(csv.reader(f))
+    assert table[0][4:] == ["01.1", "01.2"] and table[1][0] == "ana" and table[2] == []
+    assert table[-1] == ["old bo", "2026-11-26T09:01:00Z", "0.0.3", old.name]
+    with open(tmp_path / "t" / "class-mistakes.csv", encoding="utf-8-sig", newline="") as f:
+        mistakes = list(csv.reader(f))[1:]
+    assert [(m[0], m[2], m[5]) for m in mistakes] == [("1", "01.2", "ana")]
+    page = (tmp_path / "t" / "class-summary.html").read_text(encoding="utf-8")
+    grid = page[page.index('id="class-summary"') : page.index("</table>")]
+    assert "old bo" not in grid and "12.7" not in grid and 'data-key="03.1"' not in grid
+    apart = page[page.index('id="apart"') :]
+    assert '<tr data-learner="old bo"><th scope="row">old bo</th><td>0.0.3</td>' in apart
