@@ -539,7 +539,8 @@ def learner_file_name(name: str) -> str:
     its end, so that the file name says who it is whenever it can and never is empty.
 
     Two names may share a form ("Ana Silva" and "Ana-Silva"): the report inside names its learner, and ``check``
-    refuses to replace another learner's report."""
+    never replaces another learner's report; the second learner's file ends in their name's digest instead
+    (``exercises-Ana-Silva-1a2b3c4d.json``)."""
     name = normalise_learner(name)
     kept = "".join(c if unicodedata.category(c)[0] in "LNM" or c in "_." else "-" for c in name)
     form = re.sub(r"-{2,}", "-", kept).strip("-.")
@@ -1273,6 +1274,73 @@ def _other_learner(report: Path, learner: str) -> str | None:
     return data["learner"] if data["learner"].casefold() != learner.casefold() else None
 
 
+def _report_files(learner: str) -> list[Path]:
+    """Where a learner's report goes, in order: ``reports/exercises-FORM.json``, and when another learner's name
+    has that form ("Ana Silva", "Ana-Silva"; "../x", "x"), the same with 8 hex digits of the name's sha256."""
+    form = learner_file_name(learner)
+    digest = hashlib.sha256(normalise_learner(learner).encode("utf-8")).hexdigest()[:8]
+    files = [REPORTS / f"exercises-{form}.json"]
+    if not form.endswith(digest):  # a long name's form ends in its digest already
+        files.append(REPORTS / f"exercises-{form[: MAX_FILE_NAME - 9].rstrip('-.')}-{digest}.json")
+    return files
+
+
+class _Taken(Exception):
+    """Each file a report may go to holds another learner's report (args: those learners)."""
+
+
+def _create_new(path: Path, data: bytes) -> bool:
+    """Write ``data`` as the new file ``path``, whole, only if nothing is there (False: a file is). The bytes go
+    to a temporary first, then are linked as ``path``, which fails if another run made it meanwhile; a file system
+    without hard links (FAT) gets an exclusive create instead."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here
+            try:
+                new = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(new, "wb") as f:
+                f.write(data)
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def write_own_report(files: list[Path], learner: str, data: bytes) -> tuple[Path, Path | None]:
+    """Write the report to the first of ``files`` that is not another learner's, asked again at the moment of
+    writing (another check may have written there while the notebooks ran): (the file, where the learner's
+    previous report there was kept, or None). A new file is created only if none is there, so two checks at once
+    never replace each other's report. Raises _Taken when every file is another learner's."""
+    others = []
+    for path in files:
+        for _ in range(3):  # a file made by another run between the look and the write: look again
+            if path.exists() or path.is_symlink():
+                other = _other_learner(path, learner)
+                if other:
+                    others.append(other)
+                    break
+                previous = path.with_name(path.name + ".previous")
+                write_atomic(previous, path.read_bytes())
+                write_atomic(path, data)
+                return path, previous
+            if _create_new(path, data):
+                return path, None
+        else:
+            raise OSError(f"{path} kept changing while the report was written")
+    raise _Taken(*others)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
@@ -1299,14 +1367,23 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"course check: {e}", file=sys.stderr)
         return 2
-    if args.json is None:
-        args.json = REPORTS / f"exercises-{learner_file_name(learner)}.json"
+    given_json = args.json is not None
+    if not given_json:  # the first file of the learner's own, asked again when it is written
+        files = _report_files(learner)
+        args.json = next((f for f in files if not _other_learner(f, learner)), files[-1])
         problem = _report_problem(args.json, f"the report {args.json} (the default of --json)")
+        other = None if problem else _other_learner(args.json, learner)
+        if other:
+            problem = (
+                f"the reports {' and '.join(map(str, files))} are other learners' with a name like {learner}; "
+                "tell yourself apart in your name, e.g. with your family name"
+            )
     else:
+        files = [args.json]
         problem = _report_problem(args.json, f"--json {args.json}")
-    other = None if problem else _other_learner(args.json, learner)
-    if other:
-        problem = f"--json {args.json} holds the report of {other}, not {learner}: give a file of your own"
+        other = None if problem else _other_learner(args.json, learner)
+        if other:
+            problem = f"--json {args.json} holds the report of {other}, not {learner}: give a file of your own"
     if problem:
         print(f"course check: {problem}", file=sys.stderr)
         return 2
@@ -1337,14 +1414,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print_table(rows)
     if rows:
-        previous = args.json.with_name(args.json.name + ".previous")
-        kept = ""
-        if args.json.is_file():
-            write_atomic(previous, args.json.read_bytes())
-            kept = f"; your previous report is kept as {previous}"
         report = make_report(learner, checked, rows)
-        write_atomic(args.json, (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-        print(f"written: {args.json} (learner {learner}, {time.monotonic() - total_t:.1f} s in all){kept}")
+        data = (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            written, previous = write_own_report(files[files.index(args.json) :], learner, data)
+        except _Taken as taken:  # another check wrote there while the notebooks ran
+            print(
+                f"course check: {args.json} became the report of {', '.join(taken.args)} while the notebooks ran; "
+                f"yours is not written: run the check again{' with another --json' if given_json else ''}",
+                file=sys.stderr,
+            )
+            return 2
+        except OSError as e:
+            print(f"course check: cannot write the report {args.json}: {e}", file=sys.stderr)
+            return 2
+        kept = f"; your previous report is kept as {previous}" if previous else ""
+        print(f"written: {written} (learner {learner}, {time.monotonic() - total_t:.1f} s in all){kept}")
     else:
         kept = "left as it was" if args.json.exists() else "not written"
         print(f"no exercise verdicts, so {args.json} is {kept}")

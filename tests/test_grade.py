@@ -583,13 +583,93 @@ def test_two_names_with_one_file_form_do_not_replace_each_other(reports_here, tm
     from course_tools import grade
 
     work = str(tmp_path / "work" / "mine.ipynb")
-    assert grade.main([work, "--learner", "Ana Silva"]) == 1
-    before = (reports_here / "exercises-Ana-Silva.json").read_bytes()
-    capsys.readouterr()
-    assert grade.main([work, "--learner", "Ana-Silva"]) == 2
+    for first, second in (("Ana Silva", "Ana-Silva"), ("../x", "x"), ("🦄 Uni", "Uni")):
+        assert grade.main([work, "--learner", first]) == 1
+        (mine,) = reports_here.glob("exercises-*.json")
+        before = mine.read_bytes()
+        capsys.readouterr()
+        assert grade.main([work, f"--learner={second}"]) == 1  # 01.2 failed: a report all the same
+        captured = capsys.readouterr()
+        digest = grade.hashlib.sha256(second.encode()).hexdigest()[:8]
+        theirs = reports_here / f"exercises-{grade.learner_file_name(second)}-{digest}.json"
+        assert f"written: {theirs} (learner {second}," in captured.out and "--json" not in captured.err
+        assert mine.read_bytes() == before and json.loads(theirs.read_text())["learner"] == second
+        assert grade.main([work, f"--learner={second}"]) == 1  # again: the same file, theirs kept as previous
+        assert f"written: {theirs} (learner {second}," in capsys.readouterr().out
+        assert (reports_here / (theirs.name + ".previous")).is_file() and mine.read_bytes() == before
+        for p in reports_here.glob("exercises-*"):
+            p.unlink()
+
+
+def test_check_in_the_course_gives_a_second_name_of_one_form_a_file_of_its_own(tmp_path):
+    """`course.py check --learner "Zq Ana Silva"` then `--learner "Zq-Ana-Silva"`, literally, into the course's
+    reports/ (restored after): the second was refused with a message about --json, a flag never given."""
+    path = notebook(tmp_path / "mine.ipynb", SETUP, SOLVED)
+    reports = ROOT / "reports"
+    remembered = reports / "learner.txt"
+    before = remembered.read_bytes() if remembered.is_file() else None
+    made = reports.exists()
+    try:
+        procs = [
+            subprocess.run(
+                [sys.executable, "course.py", "check", str(path), "--learner", name],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=300,
+                stdin=subprocess.DEVNULL,
+            )
+            for name in ("Zq Ana Silva", "Zq-Ana-Silva")
+        ]
+        files = sorted(reports.glob("exercises-Zq-Ana-Silva*.json"))
+        learners = [json.loads(f.read_text(encoding="utf-8"))["learner"] for f in files]
+    finally:
+        for f in reports.glob("exercises-Zq-Ana-Silva*"):
+            f.unlink()
+        if before is None:
+            remembered.unlink(missing_ok=True)
+        else:
+            remembered.write_bytes(before)
+        if not made and not any(reports.iterdir()):
+            reports.rmdir()
+    for proc in procs:
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+        assert "--json" not in proc.stdout + proc.stderr
+    digest = __import__("hashlib").sha256(b"Zq-Ana-Silva").hexdigest()[:8]
+    assert [f.name for f in files] == ["exercises-Zq-Ana-Silva-" + digest + ".json", "exercises-Zq-Ana-Silva.json"]
+    assert learners == ["Zq-Ana-Silva", "Zq Ana Silva"]
+
+
+def test_a_report_written_meanwhile_by_another_check_is_not_replaced(reports_here, tmp_path, monkeypatch, capsys):
+    """Two checks at once ("Bo Li", then "Bo-Li" 4 s later): both found exercises-Bo-Li.json free before their
+    notebooks ran; the one that ends second asks again when it writes, and takes a file of its own."""
+    from course_tools import grade
+
+    work = str(tmp_path / "work" / "mine.ipynb")
+    fake = _fake_run({"01.1": "passed"})
+
+    def meanwhile(*args, **kwargs):  # Bo Li's check ends while Bo-Li's notebooks run
+        write_report(reports_here, "Bo Li", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00", "exercises-Bo-Li.json")
+        return fake(*args, **kwargs)
+
+    monkeypatch.setattr(grade, "run_notebook", meanwhile)
+    assert grade.main([work, "--learner", "Bo-Li"]) == 0
+    out = capsys.readouterr().out
+    digest = grade.hashlib.sha256(b"Bo-Li").hexdigest()[:8]
+    assert f"written: {reports_here / f'exercises-Bo-Li-{digest}.json'} (learner Bo-Li," in out
+    assert json.loads((reports_here / "exercises-Bo-Li.json").read_text())["learner"] == "Bo Li"
+    assert not (reports_here / "exercises-Bo-Li.json.previous").exists()
+    shared = tmp_path / "shared.json"  # --json names one file: refused, the other learner's report kept
+
+    def meanwhile_json(*args, **kwargs):
+        write_report(tmp_path, "Bo Li", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00", "shared.json")
+        return fake(*args, **kwargs)
+
+    monkeypatch.setattr(grade, "run_notebook", meanwhile_json)
+    assert grade.main([work, "--learner", "Bo-Li", "--json", str(shared)]) == 2
     err = capsys.readouterr().err
-    assert "holds the report of Ana Silva, not Ana-Silva: give a file of your own" in err
-    assert (reports_here / "exercises-Ana-Silva.json").read_bytes() == before
+    assert f"course check: {shared} became the report of Bo Li while the notebooks ran; yours is not written" in err
+    assert json.loads(shared.read_text())["learner"] == "Bo Li"
 
 
 def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path):
