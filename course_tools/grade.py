@@ -510,17 +510,34 @@ def normalise_learner(name: str) -> str:
     return " ".join(unicodedata.normalize("NFC", name).split())
 
 
+_JOINERS = ("\u200c", "\u200d")  # zero-width non-joiner and joiner: part of a spelling between two characters
+
+
 def learner_problem(name: object) -> str | None:
     """Why ``name`` (normalised: :func:`normalise_learner`) cannot be a learner's name, or None.
 
-    Any printable name is one ("Ada Lovelace", "José", "李雷"): at least one character, at most ``MAX_NAME``, none of
-    them invisible or a control character (a zero-width space, a right-to-left override, a tab). The name is
-    shown as given; its file takes a safe form of it (:func:`learner_file_name`)."""
+    Any printable name is one ("Ada Lovelace", "José", "李雷", Persian "علی‌رضا", "👩‍💻 Dev"): at least one
+    character, at most ``MAX_NAME``, none of them invisible or a control character (a zero-width space, a
+    right-to-left override, a NUL), except a zero-width non-joiner or joiner (U+200C, U+200D) between two visible
+    characters, where it is part of the spelling (Persian) or of an emoji. (A tab or a newline never gets here:
+    :func:`normalise_learner` makes each run of white space one space.) The name is shown as given; its file
+    takes a safe form of it (:func:`learner_file_name`)."""
     if not isinstance(name, str) or not name.strip():
         return "a learner's name must not be empty"
     if len(name) > MAX_NAME:
         return f"a learner's name has at most {MAX_NAME} characters, this one has {len(name)}"
-    at = next((i for i, c in enumerate(name) if not c.isprintable()), None)
+
+    def visible(i: int) -> bool:
+        return 0 <= i < len(name) and name[i].isprintable() and not name[i].isspace()
+
+    at = next(
+        (
+            i
+            for i, c in enumerate(name)
+            if not c.isprintable() and not (c in _JOINERS and visible(i - 1) and visible(i + 1))
+        ),
+        None,
+    )
     if at is not None:
         c = name[at]
         what = unicodedata.name(c, "a character without a name")

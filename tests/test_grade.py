@@ -527,6 +527,9 @@ def test_on_a_terminal_the_name_is_asked_once_and_remembered(reports_here, tmp_p
         ("x" * 81, "at most 80 characters, this one has 81"),
         ("ana\u200bsilva", "character 4 is an invisible or control character, U+200B (ZERO WIDTH SPACE)"),
         ("\u202eana", "character 1 is an invisible or control character, U+202E (RIGHT-TO-LEFT OVERRIDE)"),
+        ("ana\u200c", "character 4 is an invisible or control character, U+200C (ZERO WIDTH NON-JOINER)"),
+        ("ana \u200d bo", "character 5 is an invisible or control character, U+200D (ZERO WIDTH JOINER)"),
+        ("\u200dana", "character 1 is an invisible or control character, U+200D (ZERO WIDTH JOINER)"),
         ("ana\x00", "character 4 is an invisible or control character, U+0000"),
     ],
 )
@@ -554,6 +557,8 @@ def test_a_name_that_is_empty_too_long_or_hides_a_character_is_one_line_and_exit
         ("-rf", "-rf", "rf"),
         ("O'Brien, Seán", "O'Brien, Seán", "O-Brien-Seán"),
         ("李雷", "李雷", "李雷"),
+        ("علی\u200cرضا", "علی\u200cرضا", "علی-رضا"),  # Persian: the zero-width non-joiner is part of the spelling
+        ("👩\u200d💻 Dev", "👩\u200d💻 Dev", "Dev"),  # one emoji, joined by U+200D
         ("..", "..", "learner-"),  # nothing of it can name a file: the start of its sha256 does
         ("🦊", "🦊", "learner-"),
         ("Maria Fernanda de la Cruz Rodríguez-Hernández y Gómez", None, "Maria-Fernanda-de-la-Cruz-Rodrí-"),
@@ -672,8 +677,10 @@ def test_a_report_written_meanwhile_by_another_check_is_not_replaced(reports_her
     assert json.loads(shared.read_text())["learner"] == "Bo Li"
 
 
-def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path):
-    """`python3 course.py check --learner "Ada Lovelace"`, literally, as the issue tried it (refused before)."""
+@pytest.mark.parametrize("name", ["Ada Lovelace", "علی\u200cرضا", "👩\u200d💻 Dev"])
+def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path, name):
+    """`python3 course.py check --learner "Ada Lovelace"`, literally, as the issue tried it (refused before), and
+    names spelt with a zero-width (non-)joiner (a Persian name, an emoji of two joined; refused before too)."""
     path = notebook(tmp_path / "mine.ipynb", SETUP, SOLVED)
     remembered = ROOT / "reports" / "learner.txt"  # --learner remembers the name: the course's own file is restored
     before = remembered.read_bytes() if remembered.is_file() else None
@@ -685,7 +692,7 @@ def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path):
                 "check",
                 str(path),
                 "--learner",
-                "Ada Lovelace",
+                name,
                 "--json",
                 str(tmp_path / "mine.json"),
             ],
@@ -701,9 +708,9 @@ def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path):
         else:
             remembered.write_bytes(before)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "learner: Ada Lovelace (from --learner" in proc.stdout
-    assert f"written: {tmp_path / 'mine.json'} (learner Ada Lovelace," in proc.stdout
-    assert json.loads((tmp_path / "mine.json").read_text(encoding="utf-8"))["learner"] == "Ada Lovelace"
+    assert f"learner: {name} (from --learner" in proc.stdout
+    assert f"written: {tmp_path / 'mine.json'} (learner {name}," in proc.stdout
+    assert json.loads((tmp_path / "mine.json").read_text(encoding="utf-8"))["learner"] == name
 
 
 def test_a_json_path_holding_another_learners_report_is_refused(reports_here, tmp_path, capsys):
