@@ -707,7 +707,7 @@ def read_report(path: Path) -> dict:
     if path.stat().st_size > MAX_REPORT_BYTES:
         raise ValueError(f"{path.stat().st_size} bytes, too large for an exercise report")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM, as Windows Notepad saves, is no matter
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
     except json.JSONDecodeError as e:

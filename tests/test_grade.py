@@ -1079,3 +1079,16 @@ def test_reports_of_another_course_version_are_said_and_set_apart(tmp_path):
     assert "old bo" not in grid and "12.7" not in grid and 'data-key="03.1"' not in grid
     apart = page[page.index('id="apart"') :]
     assert '<tr data-learner="old bo"><th scope="row">old bo</th><td>0.0.3</td>' in apart
+
+
+def test_a_report_saved_with_a_byte_order_mark_is_read(tmp_path):
+    """`course.py check --summary CLASS`, literally, over a report an instructor opened and saved in Windows
+    Notepad (UTF-8 with a BOM): it was skipped as "not JSON"."""
+    path = write_report(tmp_path, "José", {"01.1": "passed"}, "2026-11-26T09:00:00+00:00")
+    path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
+    run = [sys.executable, "course.py", "check", "--summary", str(tmp_path), "--out", str(tmp_path / "t")]
+    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0 and "skipped" not in proc.stderr, proc.stdout + proc.stderr
+    assert f"1 learner, 1 exercise, from 1 report in {tmp_path}" in proc.stdout
+    page = (tmp_path / "t" / "class-summary.html").read_text(encoding="utf-8")
+    assert '<tr data-learner="José">' in page
