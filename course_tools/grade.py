@@ -823,7 +823,8 @@ def split_versions(reports: list[dict], version: str | None) -> tuple[list[dict]
 
 def class_table(reports: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]:
     """(the exercises as (key, title) in course order, one dict per learner: learner, checked_at, version (the
-    package's), version_full (with git's description), passed, and key -> (class, text))."""
+    package's), version_full (with git's description), passed, checked (how many exercises their report has),
+    and key -> (class, text))."""
     titles: dict[str, str] = {}
     for r in reports:
         for row in r["exercises"]:
@@ -841,6 +842,7 @@ def class_table(reports: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]
                 "version": _package_version(version),
                 "version_full": _version_text(version),
                 "passed": sum(c[0] == "passed" for c in cells.values()),
+                "checked": sum(c[0] != "not-checked" for c in cells.values()),  # the exercises in their report
                 "cells": cells,
             }
         )
@@ -854,16 +856,19 @@ def _package_version(version: object) -> str:
 
 
 UNNAMED = "(no named mistake)"  # a failure whose check matched none of the exercise's known mistakes
+UNNAMED_HINT = "no mistake the check knows matched: their notebook shows what they wrote"
 
 
 def mistake_counts(exercises: list[tuple[str, str]], learners: list[dict]) -> list[dict]:
     """What to re-teach: one entry per exercise and mistake that at least one learner made (key, title,
-    mistake, learners: their names, hint: the catalogue's hint for a known mistake, else ""), the most
-    learners first, then in course order."""
+    mistake, learners: their names, checked: how many learners' reports have the exercise, hint: the
+    catalogue's hint for a known mistake, else ""), the named mistakes first, the most learners first, then in
+    course order; failures no known mistake names (``UNNAMED``, nothing to say about them) after all of those."""
     catalogue = all_exercises()
     found = []
     for order, (key, title) in enumerate(exercises):
         made: dict[str, list[str]] = {}
+        checked = sum(r["cells"][key][0] != "not-checked" for r in learners)
         for r in learners:
             kind, text = r["cells"][key]
             if kind == "failed":
@@ -876,11 +881,12 @@ def mistake_counts(exercises: list[tuple[str, str]], learners: list[dict]) -> li
                     "title": title,
                     "mistake": mistake,
                     "learners": names,
-                    "hint": known.get(mistake, ""),
+                    "checked": checked,
+                    "hint": UNNAMED_HINT if mistake == UNNAMED else known.get(mistake, ""),
                     "order": order,
                 }
             )
-    found.sort(key=lambda m: (-len(m["learners"]), m["order"], m["mistake"] == UNNAMED, m["mistake"]))
+    found.sort(key=lambda m: (m["mistake"] == UNNAMED, -len(m["learners"]), m["order"], m["mistake"]))
     return [{k: v for k, v in m.items() if k != "order"} for m in found]
 
 
@@ -906,7 +912,7 @@ def _summary_csv(
             verdicts.append(f"failed ({text})" if kind == "failed" and text != "failed" else text)
         w.writerow(  # every text a report brings (its course version too) is written as text, never a formula
             [_csv_text(r["learner"]), _csv_text(r["checked_at"]), _csv_text(r["version"])]
-            + [f"{r['passed']} of {len(exercises)}"]
+            + [f"{r['passed']} of {r['checked']}"]
             + [_csv_text(v) for v in verdicts]
         )
     if apart:
@@ -921,13 +927,13 @@ def _summary_csv(
     return out.getvalue().encode("utf-8-sig")  # with a BOM, so that spreadsheets read the names as UTF-8
 
 
-def _mistakes_csv(mistakes: list[dict], learners: int) -> bytes:
+def _mistakes_csv(mistakes: list[dict]) -> bytes:
     out = io.StringIO()
     w = csv.writer(out)
-    w.writerow(["learners", "of", "exercise", "title", "mistake", "who", "hint"])
+    w.writerow(["learners", "of who checked it", "exercise", "title", "mistake", "who", "hint"])
     for m in mistakes:
         w.writerow(
-            [len(m["learners"]), learners, m["key"]]
+            [len(m["learners"]), m["checked"], m["key"]]
             + [_csv_text(m[k]) for k in ("title", "mistake")]
             + [_csv_text("; ".join(m["learners"])), _csv_text(m["hint"])]
         )
@@ -1034,15 +1040,21 @@ def _grid(exercises: list[tuple[str, str]], learners: list[dict]) -> str:
         short = when[11:16] if one_day else when[5:16].replace("T", " ")  # 09:05, or 11-26 09:05
         body.append(
             f'<tr data-learner="{e(r["learner"])}"><th scope="row" title="{e(r["learner"])}">{e(r["learner"])}</th>'
-            f'<td class="meta" title="{r["passed"]} of {len(exercises)} passed">{r["passed"]}/{len(exercises)}</td>'
+            f'<td class="meta" title="{r["passed"]} passed of the {r["checked"]} exercises in their report">'
+            f"{r['passed']}/{r['checked']}</td>"
             f'<td class="meta" title="checked at {e(when)}">{e(short)}</td>'
             f'<td class="meta" title="{e(r["version_full"] or "no version in the report")}">{e(r["version"])}</td>'
             f"{''.join(cells)}</tr>"
         )
     passed = "".join(
-        f'<td class="{edge[k].strip()}" data-key="{e(k)}" title="{e(k)}: {n} of {len(learners)} passed">{n}</td>'
+        f'<td class="{edge[k].strip()}" data-key="{e(k)}" title="{e(k)}: {n} of the {m} who checked it passed">{n}</td>'
         for k, _ in exercises
-        for n in [sum(r["cells"][k][0] == "passed" for r in learners)]
+        for n, m in [
+            (
+                sum(r["cells"][k][0] == "passed" for r in learners),
+                sum(r["cells"][k][0] != "not-checked" for r in learners),
+            )
+        ]
     )
     return f"""<table id="class-summary">
 <thead><tr><th scope="col" rowspan="2" class="learner">learner</th><th scope="col" rowspan="2" class="meta"
@@ -1056,14 +1068,14 @@ title="exercises passed">passed</th><th scope="col" rowspan="2" class="meta" tit
 </table>"""
 
 
-def _reteach(mistakes: list[dict], learners: int) -> str:
+def _reteach(mistakes: list[dict]) -> str:
     e = html.escape
     if not mistakes:
         return "<p>No learner's check named a mistake: nothing to re-teach from these reports.</p>"
     rows = "".join(
         f'<tr data-key="{e(m["key"])}" data-mistake="{e(m["mistake"])}" data-learners="{len(m["learners"])}">'
-        f'<td class="count" style="--share: {100 * len(m["learners"]) / learners:.0f}%">'
-        f"{len(m['learners'])} of {learners}</td>"
+        f'<td class="count" style="--share: {100 * len(m["learners"]) / m["checked"]:.0f}%">'
+        f"{len(m['learners'])} of {m['checked']} who checked it</td>"
         f'<td class="exercise">{e(m["key"])} {e(m["title"])}</td><td class="mistake">{e(m["mistake"])}</td>'
         f'<td class="hint">{e(m["hint"])}</td><td class="who">{e(", ".join(m["learners"]))}</td></tr>'
         for m in mistakes
@@ -1121,9 +1133,9 @@ notebook; hover over a cell for the exercise and the mistake its check named.</p
 {_grid(exercises, learners)}
 </div>
 <h2 id="what-to-reteach">What to re-teach</h2>
-<p>Each mistake a check named, with how many learners made it, most first (also in
-<code>class-mistakes.csv</code>).</p>
-{_reteach(mistakes, len(learners))}
+<p>Each mistake a check named, with how many of the learners who checked the exercise made it, most first;
+then the failures no known mistake names (also in <code>class-mistakes.csv</code>).</p>
+{_reteach(mistakes)}
 {_apart(apart, version)}</body>
 </html>
 """
@@ -1210,7 +1222,7 @@ def summarize(folder: Path, out: Path | None = None) -> int:
     targets = {
         f"{SUMMARY_NAME}.csv": _summary_csv(exercises, learners, apart, version),
         f"{SUMMARY_NAME}.html": _summary_html(exercises, learners, mistakes, made, apart, version),
-        "class-mistakes.csv": _mistakes_csv(mistakes, len(learners)),
+        "class-mistakes.csv": _mistakes_csv(mistakes),
     }
     try:
         out.mkdir(parents=True, exist_ok=True)

@@ -768,14 +768,14 @@ def test_summary_makes_one_class_table_as_csv_and_html(tmp_path, capsys):
     mistake = {k: get_exercise(k).mistakes[0].name for k in ("01.2", "10.1")}
     assert table[0] == ["learner", "checked at (UTC)", "course version", "passed", "01.1", "01.2", "03.1", "10.1"]
     assert table[1][0:2] == ["ana", "2026-11-26T09:05:00Z"] and table[1][3:] == [
-        "1 of 4",
+        "1 of 3",  # passed, of the exercises in their report,
         "not run",
         "passed",
         "not checked",
         f"failed ({mistake['10.1']})",
     ]
     assert table[2][0] == "bo" and table[2][3:] == [
-        "1 of 4",
+        "1 of 3",
         "passed",
         f"failed ({mistake['01.2']})",
         "not attempted",
@@ -921,14 +921,14 @@ def test_summary_says_what_to_reteach_most_learners_first_in_the_html_and_a_csv(
     m12, m31 = get_exercise("01.2").mistakes, get_exercise("03.1").mistakes
     with open(tmp_path / "class-mistakes.csv", encoding="utf-8-sig", newline="") as f:
         table = list(csv.reader(f))
-    assert table[0] == ["learners", "of", "exercise", "title", "mistake", "who", "hint"]
+    assert table[0] == ["learners", "of who checked it", "exercise", "title", "mistake", "who", "hint"]
     assert [row[:3] + row[4:6] for row in table[1:]] == [
         ["3", "4", "01.2", m12[0].name, "ana; bo; cy"],
         ["2", "4", "03.1", m31[0].name, "ana; bo"],
-        ["1", "4", "01.1", grade.UNNAMED, "cy"],  # same count: course order
         ["1", "4", "01.2", m12[1].name, "di"],
+        ["1", "1", "01.1", grade.UNNAMED, "cy"],  # unnamed failures after the named mistakes; only cy checked 01.1
     ]
-    assert table[1][6] == m12[0].hint and table[3][6] == ""
+    assert table[1][6] == m12[0].hint and table[4][6] == grade.UNNAMED_HINT
     page = (tmp_path / "class-summary.html").read_text(encoding="utf-8")
     reteach = page[page.index('id="reteach"') :]
     assert reteach.index(m12[0].name) < reteach.index(m31[0].name) < reteach.index(grade.UNNAMED)
@@ -1092,3 +1092,32 @@ def test_a_report_saved_with_a_byte_order_mark_is_read(tmp_path):
     assert f"1 learner, 1 exercise, from 1 report in {tmp_path}" in proc.stdout
     page = (tmp_path / "t" / "class-summary.html").read_text(encoding="utf-8")
     assert '<tr data-learner="José">' in page
+
+
+def test_reteach_counts_over_who_checked_it_and_puts_unnamed_failures_last(tmp_path):
+    """`course.py check --summary CLASS`, literally: "N of M" counts the learners whose report has the exercise
+    (it counted the whole class), a learner's "passed" the exercises in their report (it counted every column),
+    and failures no known mistake names come after the named mistakes (they ranked first, with no hint)."""
+    from course_tools import grade
+    from course_utils.exercises import get_exercise
+
+    for n in range(4):  # four learners fail 01.1 with no named mistake; two of them reached 10.1, one failed it
+        path = write_report(tmp_path, f"l{n}", {"01.1": "failed", "01.2": "passed"}, "2026-11-26T09:00:00+00:00")
+        data = json.loads(path.read_text())
+        data["exercises"][0]["mistake"] = None
+        if n < 2:
+            data["exercises"].append({**data["exercises"][1], "key": "10.1", "status": "failed" if n else "passed"})
+            data["exercises"][-1]["mistake"] = get_exercise("10.1").mistakes[0].name if n else None
+        path.write_text(json.dumps(data))
+    run = [sys.executable, "course.py", "check", "--summary", str(tmp_path), "--out", str(tmp_path / "t")]
+    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    page = (tmp_path / "t" / "class-summary.html").read_text(encoding="utf-8")
+    reteach = re.findall(r'<tr data-key="([^"]+)" data-mistake="([^"]+)".*?<td class="count"[^>]*>([^<]*)</td>', page)
+    assert reteach == [
+        ("10.1", html.escape(get_exercise("10.1").mistakes[0].name), "1 of 2 who checked it"),
+        ("01.1", html.escape(grade.UNNAMED), "4 of 4 who checked it"),
+    ]
+    assert 'title="10.1: 1 of the 2 who checked it passed">1</td>' in page
+    passed = dict(re.findall(r'<tr data-learner="(l\d)">.*?<td class="meta"[^>]*>([^<]*)</td>', page))
+    assert passed == {"l0": "2/3", "l1": "1/3", "l2": "1/2", "l3": "1/2"}  # of the exercises in their report
