@@ -350,14 +350,16 @@ _PAGE_HEADING = re.compile(r'<h[1-6] id="([^"]*)"[^>]*>.*?<a class="anchor-link"
 
 def _plain_markdown(text: str) -> str:
     """Markdown as the words a reader searches for: links' text kept, their addresses, emphasis stars, code ticks
-    and math dollars dropped, TeX commands as their words ("\\log \\ell" -> "log ell", braces and wrappers such as
-    "\\text" dropped)."""
+    and math dollars dropped (with no space left before the punctuation after them), tables' rules dropped, TeX
+    commands as their words ("\\log \\ell" -> "log ell", braces and wrappers such as "\\text" dropped)."""
     text = re.sub(r"!\[[^\]]*\]\([^)]*\)", " ", text)  # images
     text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # [text](address) -> text
     text = re.sub(r"<[^>]+>", " ", text)
     text = re.sub(r"\\(?:text|operatorname|boldsymbol|mathrm|left|right)\b|\\[,;!]", "", text)  # TeX's wrappers
     text = re.sub(r"\\([A-Za-z]+)", r"\1", text)  # \log -> log, \ell -> ell
+    text = re.sub(r"(?<=[(\[])[*`$]+|[*`$]+(?=[,.;:!?)\]])", "", text)  # "`mask`," -> "mask,", not "mask ,"
     text = re.sub(r"[*`$#>|{}]+", " ", text)
+    text = re.sub(r"(?<!\S):?-{2,}:?(?!\S)", " ", text)  # a table's "|---|:--:|" rule, once its bars are gone
     return " ".join(text.split())
 
 

@@ -663,6 +663,23 @@ def test_the_search_documents_cover_every_page_and_open_their_headings(course_si
     assert found == {"08_fast_attention.html"}
     assert any("tiled_attention" in d["text"] for d in docs if d["page"] == "08_fast_attention.html")
     assert not any("$" in d["text"] or "\\boldsymbol" in d["text"] for d in docs)  # math as words, not TeX
+    assert not any(re.search(r"(?<!\S)-{3,}(?!\S)", d["text"]) for d in docs)  # no table rule left: "used by --- --"
+
+
+@pytest.mark.parametrize(
+    "markdown, words",
+    [
+        ("a `KeyError` if it does `not`, then", "a KeyError if it does not, then"),  # was "does not , then"
+        ("the mask (`True`) is **kept**.", "the mask (True) is kept."),
+        ("| meaning | used by |\n|---|:--:|\n| block | `nn.MultiheadAttention` |", "meaning used by"),
+        ("run `course.py check --learner NAME`", "run course.py check --learner NAME"),
+    ],
+)
+def test_search_words_leave_no_space_before_punctuation_or_table_rules(markdown, words):
+    """A tester's excerpts read "does , not" and "used by --- --": what removed code ticks and table bars left."""
+    got = " ".join(site_mod._plain_markdown(line) for line in markdown.splitlines())
+    assert got.startswith(words), got
+    assert "---" not in got and " ," not in got and " ." not in got
 
 
 def test_the_search_library_is_minisearch_vendored_from_npm_with_its_sha256(course_site):

@@ -274,6 +274,27 @@ def test_search_finds_logsumexp_on_notebook_08_offline(site, offline_page, scree
     _assert_offline(page)
 
 
+def test_search_says_why_a_short_or_punctuation_query_finds_nothing(site, offline_page):
+    """A tester typed one letter, "?" and "--": the results stayed empty, saying nothing. Each gets a line."""
+    page = offline_page()
+    page.goto(site.index.as_uri())
+    box = page.locator("#course-site-search")
+    for query in ("q", "?", "--", "(.)", "x."):
+        box.fill(query)
+        page.wait_for_selector(".course-site-no-results")
+        said = page.eval_on_selector_all("#course-site-results li", "ls => ls.map(l => l.textContent)")
+        assert said == ["Type at least 2 letters or digits to search."], (query, said)
+    box.fill("qk")  # two letters search as before
+    page.wait_for_selector("#course-site-results[data-count]")
+    box.fill("zqxjvw")
+    page.wait_for_selector(".course-site-no-results")
+    said = page.eval_on_selector_all("#course-site-results li", "ls => ls.map(l => l.textContent)")
+    assert said == ["Nothing found for \u201czqxjvw\u201d."], said
+    box.fill("")
+    assert page.eval_on_selector_all("#course-site-results li", "ls => ls.length") == 0
+    _assert_offline(page)
+
+
 def test_every_page_with_a_formula_typesets_it(site, offline_page):
     """Issue 29 item 8: notebooks 08 and 11 wrote their formulas as code (0 KaTeX on their pages). Every page
     whose notebook has math in its markdown shows KaTeX, and 08 and 11 are among them."""

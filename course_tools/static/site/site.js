@@ -121,23 +121,36 @@ function wireSearch() {
   var input = document.getElementById("course-site-search");
   var list = document.getElementById("course-site-results");
   if (!input || !list) { return; }
+  function say(text) {
+    var none = document.createElement("li");
+    none.className = "course-site-no-results";
+    none.textContent = text;
+    list.appendChild(none);
+  }
   function show() {
     var query = input.value.trim();
     list.innerHTML = "";
     list.removeAttribute("data-count");
-    if (query.length < 2) { return; }
-    var index = searchIndex();
-    if (index === null) {
-      list.innerHTML = "<li class=\"course-site-no-results\">Search is not available on this page.</li>";
+    if (!query) { return; }
+    // MiniSearch finds words: a query of one letter, or of punctuation only, has none to look for
+    if ((query.match(/[\p{L}\p{N}]/gu) || []).length < 2) {
+      say("Type at least 2 letters or digits to search.");
       return;
     }
-    var results = index.search(query).slice(0, 12);
+    var index = searchIndex();
+    if (index === null) {
+      say("Search is not available on this page.");
+      return;
+    }
+    var results = [];
+    try {
+      results = index.search(query).slice(0, 12);
+    } catch (e) {
+      results = [];
+    }
     list.setAttribute("data-count", String(results.length));
     if (!results.length) {
-      var none = document.createElement("li");
-      none.className = "course-site-no-results";
-      none.textContent = "Nothing found for \u201c" + query + "\u201d.";
-      list.appendChild(none);
+      say("Nothing found for \u201c" + query + "\u201d.");
       return;
     }
     for (var i = 0; i < results.length; i++) {
