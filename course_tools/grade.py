@@ -1370,9 +1370,32 @@ def write_own_report(files: list[Path], learner: str, data: bytes) -> tuple[Path
     raise _Taken(*others)
 
 
+def _dash_names(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``--learner -Ana`` as ``--learner=-Ana``: argparse takes a value that starts with "-" for a flag of its
+    own and stops ("expected one argument"), yet "-Ana" is a name. A value that is one of the flags (or an
+    abbreviation of one) is left for argparse."""
+    flags = [s for action in parser._actions for s in action.option_strings]
+
+    def is_flag(arg: str) -> bool:
+        name = arg.split("=", 1)[0]
+        return name in flags or (name.startswith("--") and len(name) > 2 and any(f.startswith(name) for f in flags))
+
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--":
+            return out + argv[i:]
+        if argv[i] == "--learner" and i + 1 < len(argv) and argv[i + 1].startswith("-") and not is_flag(argv[i + 1]):
+            out.append(f"--learner={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_dash_names(sys.argv[1:] if argv is None else list(argv), parser))
     if args.summary is not None:
         if args.notebooks or args.learner or args.json:
             print(

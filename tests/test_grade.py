@@ -677,10 +677,11 @@ def test_a_report_written_meanwhile_by_another_check_is_not_replaced(reports_her
     assert json.loads(shared.read_text())["learner"] == "Bo Li"
 
 
-@pytest.mark.parametrize("name", ["Ada Lovelace", "علی\u200cرضا", "👩\u200d💻 Dev"])
+@pytest.mark.parametrize("name", ["Ada Lovelace", "علی\u200cرضا", "👩\u200d💻 Dev", "-Ana"])
 def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path, name):
     """`python3 course.py check --learner "Ada Lovelace"`, literally, as the issue tried it (refused before), and
-    names spelt with a zero-width (non-)joiner (a Persian name, an emoji of two joined; refused before too)."""
+    names spelt with a zero-width (non-)joiner (a Persian name, an emoji of two joined; refused before too), and
+    `--learner -Ana` (argparse stopped: "expected one argument")."""
     path = notebook(tmp_path / "mine.ipynb", SETUP, SOLVED)
     remembered = ROOT / "reports" / "learner.txt"  # --learner remembers the name: the course's own file is restored
     before = remembered.read_bytes() if remembered.is_file() else None
