@@ -62,12 +62,15 @@ print(f"torch {torch.__version__}, device: {device}")
 # %% [markdown]
 # ## 1. The online softmax
 #
-# A softmax needs two numbers per row before it can give any weight: the maximum `m` (subtracted so that
-# no `exp` overflows, notebook 02) and the sum `l` of `exp(x - m)`. The weights are `exp(x - m) / l`.
+# A softmax needs two numbers per row before it can give any weight: the maximum $m = \max_j x_j$ (subtracted
+# so that no `exp` overflows, notebook 02) and the sum $\ell = \sum_j e^{x_j - m}$. The weights are
+# $p_j = e^{x_j - m} / \ell$.
 # It looks as if the whole row must be in memory to find them. It need not be (Milakov & Gimelshein 2018).
-# Read the row in blocks and keep only a running `m` and `l`. When a block brings a larger maximum
-# `m_new`, the sum so far was taken relative to the old one, so multiply it by `exp(m_old - m_new)`
-# (at most 1, it never overflows), then add the new block's `exp(x - m_new)`:
+# Read the row in blocks and keep only a running $m$ and $\ell$ (`l` in the code). When a block brings a larger
+# maximum $m_\text{new}$, the sum so far was taken relative to the old one, so multiply it by
+# $e^{m_\text{old} - m_\text{new}}$ (at most 1, it never overflows), then add the new block's terms:
+#
+# $$\ell_\text{new} = \ell_\text{old}\, e^{m_\text{old} - m_\text{new}} + \sum_{j \in \text{block}} e^{x_j - m_\text{new}}$$
 
 # %%
 x = torch.tensor([1.0, 3.0, 0.5, 2.0, 6.0, 1.0, 7.5, -1.0, 2.5, 0.0])  # one row of scores, S = 10
@@ -97,12 +100,13 @@ for block_size in (1, 7, 128, 5000):
 # ## 2. Partial results that merge exactly
 #
 # Attention does not need the weights themselves, only `weights @ v`. So next to `m` and `l`, keep
-# `o`, the sum of `exp(score - m) * v` over the keys seen so far: not yet divided by `l`. A block of
-# keys leaves such a **partial** `(m, l, o)` for every query, and two partials merge exactly:
+# $o = \sum_j e^{s_j - m} v_j$, over the keys seen so far: not yet divided by $\ell$. A block of
+# keys leaves such a **partial** $(m, \ell, o)$ for every query, and two partials merge exactly:
 #
-# `m = max(m1, m2)`, `a1 = exp(m1 - m)`, `a2 = exp(m2 - m)`, `l = a1 l1 + a2 l2`, `o = a1 o1 + a2 o2`,
+# $$m = \max(m_1, m_2), \quad a_1 = e^{m_1 - m}, \quad a_2 = e^{m_2 - m}, \quad
+# \ell = a_1 \ell_1 + a_2 \ell_2, \quad o = a_1 o_1 + a_2 o_2,$$
 #
-# and the output is `o / l`. Split the 9 keys of three queries in two blocks, merge, compare:
+# and the output is $o / \ell$. Split the 9 keys of three queries in two blocks, merge, compare:
 
 # %%
 g = torch.Generator().manual_seed(1)
@@ -117,7 +121,8 @@ print("o / l after the merge equals attention over all 9 keys, to 1e-6:",
 
 # %% [markdown]
 # One case needs care. A query whose keys in a block are all masked has scores of `-inf` there: its
-# partial is `(m, l, o) = (-inf, 0, 0)`. Merging two of those computes `exp(-inf - (-inf))`, which is NaN.
+# partial is $(m, \ell, o) = (-\infty, 0, 0)$. Merging two of those computes $e^{-\infty - (-\infty)}$, which is
+# NaN.
 # Subtracting a finite number instead of `m` for such rows (0, say) keeps them at `(-inf, 0, 0)`, and
 # their output at 0, what `F.scaled_dot_product_attention` returns for a query that may see nothing:
 
@@ -182,7 +187,7 @@ for q_tile, kv_tile in ((1, 1), (8, 16), (7, 13), (64, 64)):
 # per query for the backward pass (section 6). The
 # first FlashAttention keeps `m` and `l` per query and puts k and v in the outer loop, rewriting the output
 # once per k/v tile; FlashAttention-2 puts the queries outside, as here, and keeps one number per query,
-# the logsumexp `m + log(l)`.
+# the logsumexp $m + \log \ell$.
 # Dao et al. count Θ(T²D²/M) reads and writes of GPU memory for on-chip memory of M numbers, against
 # Θ(TD + T²) for plain attention, and show that on a GPU plain attention is limited by those reads and
 # writes of the `(T, S)` matrices, not by arithmetic, so avoiding them makes it faster *and* smaller. On a
@@ -297,17 +302,23 @@ print(f"q, k, v and the output together: {4 * 4 * 1024 * 64 * 4 / 1e6:.1f} MB")
 #
 # Autograd differentiates attention as a chain of generic operations and keeps what each needs. Written
 # out for one head, the backward pass is four matrix products and one row-wise step. With the scores
-# `S = scale · q kᵀ`, the weights `P = softmax(S)` (row by row) and the output `O = P v`, and `dO` the
-# gradient of the loss with respect to `O`:
+# $S = \text{scale} \cdot q k^\top$, the weights $P = \operatorname{softmax}(S)$ (row by row) and the output
+# $O = P v$, and $dO$ the gradient of the loss with respect to $O$:
 #
-# - `O` is linear in `v`: **`dv = Pᵀ dO`**, `(S, T) @ (T, Dv)`;
-# - and linear in `P`: **`dP = dO vᵀ`**, `(T, Dv) @ (Dv, S)`;
-# - the softmax of one row has the Jacobian `diag(p) - p pᵀ`, so **`dS = P ⊙ (dP - Δ)`** with `Δ` one
-#   number per query, `Δ_i = Σ_j P_ij dP_ij`;
-# - the scores are linear in `q` and `k`: **`dq = scale · dS k`** and **`dk = scale · dSᵀ q`**.
+# - $O$ is linear in $v$: $\boldsymbol{dv = P^\top dO}$, `(S, T) @ (T, Dv)`;
+# - and linear in $P$: $\boldsymbol{dP = dO\, v^\top}$, `(T, Dv) @ (Dv, S)`;
+# - the softmax of one row has the Jacobian $\operatorname{diag}(p) - p p^\top$, so
+#   $\boldsymbol{dS = P \odot (dP - \Delta)}$ with $\Delta$ one number per query,
+#   $\Delta_i = \sum_j P_{ij}\, dP_{ij}$;
+# - the scores are linear in $q$ and $k$: $\boldsymbol{dq = \text{scale} \cdot dS\, k}$ and
+#   $\boldsymbol{dk = \text{scale} \cdot dS^\top q}$.
 #
-# One identity makes this cheap: `Σ_j P_ij dP_ij = Σ_j P_ij (dO_i · v_j) = dO_i · O_i`, so
-# **`Δ = rowsum(dO ⊙ O)`**, computed from the output without `P`. Each step against autograd, in float64:
+# One identity makes this cheap:
+#
+# $$\sum_j P_{ij}\, dP_{ij} = \sum_j P_{ij}\, (dO_i \cdot v_j) = dO_i \cdot O_i,$$
+#
+# so $\boldsymbol{\Delta = \operatorname{rowsum}(dO \odot O)}$, computed from the output without $P$. Each step
+# against autograd, in float64:
 
 # %%
 g = torch.Generator().manual_seed(7)
@@ -355,7 +366,8 @@ print("query 2 (sees no key) gets dq = 0:", bool((grads[0][2] == 0).all()))
 # ## 6. FlashAttention's recompute: training in linear memory
 #
 # The backward pass needs `P` only tile by tile, and a tile of `P` is cheap to make again: its scores
-# `scale · q_i k_jᵀ` from the tiles of `q` and `k`, then `exp(scores - L)` with **`L = m + log(l)`**, the
+# $\text{scale} \cdot q_i k_j^\top$ from the tiles of $q$ and $k$, then $e^{\text{scores} - L}$ with
+# $\boldsymbol{L = m + \log \ell}$, the
 # logsumexp of each query's row, which the forward pass already has when it finishes. So the forward pass
 # keeps only q, k, v, the output and `L` (one number per query); the backward pass goes over the tiles
 # again, recomputes each tile's `P`, and adds its share to `dq`, `dk` and `dv` (`Δ` first, from `dO` and

@@ -146,13 +146,13 @@ model_view(maps, labels)
 #   layers have already mixed the positions before it, so labelling that column with character `j`
 #   over-reads the map. Abnar and Zuidema (2020) trace the mixing back to the input: **attention
 #   rollout** averages each layer's map over its heads, adds the identity for the residual connection
-#   (`A = (I + W) / 2`, rows still summing to 1) and multiplies the layers, `A_{L-1} ... A_1 A_0`; **attention
+#   ($A = (I + W) / 2$, rows still summing to 1) and multiplies the layers, $A_{L-1} \cdots A_1 A_0$; **attention
 #   flow** computes a maximum flow through the layers instead, at a higher cost. Both are estimates that
 #   leave out the MLPs and the values' sizes.
-# - **A weight multiplies a vector.** Query `i`'s output is `sum_j w_ij f(x_j)`, `f(x_j)` being key `j`'s
+# - **A weight multiplies a vector.** Query $i$'s output is $\sum_j w_{ij} f(x_j)$, $f(x_j)$ being key $j$'s
 #   value passed through the head's share of the output projection. A large weight on a short vector can
 #   move the output less than a small one on a long vector: Kobayashi et al. (2020) look at
-#   `||w_ij f(x_j)||` instead (exercise 11.1).
+#   $\lVert w_{ij} f(x_j) \rVert$ instead (exercise 11.1).
 # - **Attention sinks.** Xiao et al. (2023) found that in large language models many heads put much of
 #   their weight on the first token, whatever it is: softmax must put the weight somewhere, and the
 #   first token becomes a place to park it.
@@ -362,9 +362,9 @@ print("from above 3.5 to below 0.5 nats within 150 steps:", below - above <= 150
 print("first repeat never below ln V - 0.1:", min(first_curve) > math.log(IND.vocab_size) - 0.1)
 
 # %% [markdown]
-# Both losses sit at `ln V` for a while; then the second repeat's collapses within about 125 steps
+# Both losses sit at $\ln V$ for a while; then the second repeat's collapses within about 125 steps
 # (3.6 nats at step 175, 0.4 at step 300) while the first stays: a **phase change**, as Olsson et al. saw when their induction heads formed. (The
-# first ends slightly above `ln V`: where a token recurs by chance, the model bets on a repeat.) Per
+# first ends slightly above $\ln V$: where a token recurs by chance, the model bets on a repeat.) Per
 # position, on held-out sequences:
 
 # %%
@@ -385,9 +385,9 @@ print(f"first repeat {first_loss:.1f} nats, second repeat {second_loss:.1f} nats
 # %% [markdown]
 # ### Which heads? Two scores per head
 #
-# **Previous-token score**: mean weight from `i` to `i - 1`. **Induction score**: mean weight from a
-# token's second occurrence (query `i` in `N .. 2N - 1`) to the token after its first (key `i - N + 1`).
-# A perfect head scores 1; one spreading its weight evenly, `1 / (i + 1)` averaged over the queries the
+# **Previous-token score**: mean weight from $i$ to $i - 1$. **Induction score**: mean weight from a
+# token's second occurrence (query $i$ in $N, \dots, 2N - 1$) to the token after its first (key $i - N + 1$).
+# A perfect head scores 1; one spreading its weight evenly, $1 / (i + 1)$ averaged over the queries the
 # score reads.
 
 # %%
@@ -537,14 +537,15 @@ check("11.3", ablated_output)
 # ## Appendix A. Pre-norm or post-norm? Measured
 #
 # The original Transformer (Vaswani et al. 2017) puts the LayerNorm *after* the residual add,
-# **post-norm**: `x = LN(x + sublayer(x))`. GPT-2 moved it *before* the sublayer, **pre-norm**:
-# `x = x + sublayer(LN(x))`, with one more LayerNorm before the output layer. In pre-norm the residual
+# **post-norm**: $x \leftarrow \operatorname{LN}(x + \operatorname{sublayer}(x))$. GPT-2 moved it *before* the
+# sublayer, **pre-norm**: $x \leftarrow x + \operatorname{sublayer}(\operatorname{LN}(x))$, with one more LayerNorm
+# before the output layer. In pre-norm the residual
 # stream runs from the embeddings to the output as a plain sum; in post-norm every path goes through
 # every later LayerNorm. `GPTConfig(norm_position="post")` builds the post-norm model (exercise 11.4
 # writes its block), with no final LayerNorm: its last block ends in one.
 #
 # Post-norm is known to need a learning-rate **warm-up**. Xiong et al. (2020) show, at Xavier
-# initialisation (`xavier_init_`), that the gradient reaching the last layer shrinks like `1 / sqrt(L)` in
+# initialisation (`xavier_init_`), that the gradient reaching the last layer shrinks like $1 / \sqrt{L}$ in
 # pre-norm and does not in post-norm. Under plain SGD large gradients make large steps. Under Adam (and
 # AdamW, which trains this GPT) they do not: each weight's step is its gradient divided by a running
 # estimate of the gradient's own size, about the learning rate whatever the scale. Liu et al. (2020) find
@@ -570,9 +571,9 @@ for init in ("course", "xavier"):
 
 # %% [markdown]
 # With Xavier initialisation, 16 layers shrink pre-norm's last-layer gradient to about a third (the
-# theory says `1 / sqrt(8) = 0.35`) and do not shrink post-norm's, which ends several times larger. With
+# theory says $1 / \sqrt{8} = 0.35$) and do not shrink post-norm's, which ends several times larger. With
 # the course's own initialisation neither shrinks: GPT-2 scales each residual branch's output projection
-# by `1 / sqrt(2 L)`. (There, post-norm's gradients are more than ten times smaller than pre-norm's: the
+# by $1 / \sqrt{2L}$. (There, post-norm's gradients are more than ten times smaller than pre-norm's: the
 # embeddings start tiny, std 0.02, and pre-norm's LayerNorms, which divide by the size of the stream,
 # scale its gradients up; with embeddings of std 1 the two are within a factor of 2. AdamW divides that
 # scale out.)
@@ -644,18 +645,20 @@ check("11.4", post_norm_block)
 #
 # `benchmarks/train_gpu.py` reports the **model FLOPs utilisation** (MFU) of the `gpu` run: the FLOPs
 # training needs per token, times tokens per second, divided by the GPU's peak (989 TFLOP/s in bfloat16
-# on an H100 SXM). `GPT.flops_per_token` counts them as **6 N + 6 L T C**, for `L` layers:
+# on an H100 SXM). `GPT.flops_per_token` counts them, for $L$ layers, as
+#
+# $$\text{FLOPs per token} = 6N + 6LTC:$$
 #
 # - each weight meets each token once in the forward pass (a multiply and an add, 2 FLOPs) and twice in the
-#   backward pass (the gradient of its input and its own gradient): 6 FLOPs per parameter and token, 6 N
-#   for N parameters (the table of learned positions is looked up, not multiplied, and is left out);
-# - attention's two matrix products, q k^T and weights v, have no parameters. Per layer and token each
-#   costs 2 T C in the forward pass, twice that backward: 12 L T C. But under a causal mask a query has on
-#   average only half the keys, and a kernel that skips the masked blocks (flash attention) does half the
-#   work: 6 L T C.
+#   backward pass (the gradient of its input and its own gradient): 6 FLOPs per parameter and token, $6N$
+#   for $N$ parameters (the table of learned positions is looked up, not multiplied, and is left out);
+# - attention's two matrix products, $q k^\top$ and weights times $v$, have no parameters. Per layer and token
+#   each costs $2TC$ in the forward pass, twice that backward: $3 \cdot 2 \cdot 2TC \cdot L = 12LTC$. But under
+#   a causal mask a query has on average only half the keys, and a kernel that skips the masked blocks (flash
+#   attention) does half the work: $6LTC$.
 #
 # The course's own attention computes the whole square and then masks it, so a FLOP counter run on one
-# training step of it (`torch.utils.flop_counter`) finds the full 12 L T C:
+# training step of it (`torch.utils.flop_counter`) finds the full $12LTC$:
 
 # %%
 counted = GPT(dataclasses.replace(shipped.config, attention="course"))  # the shipped size; weights do not matter
@@ -674,7 +677,7 @@ print(f"flops_per_token() = 6 N + 6 L T C = {counted.flops_per_token():,.0f}:",
       counted.flops_per_token() == 6 * n_f + 6 * L_f * T_f * C_f)
 
 # %% [markdown]
-# The weights' count falls a little short of 6 N because biases and layer norms are added, not multiplied.
+# The weights' count falls a little short of $6N$ because biases and layer norms are added, not multiplied.
 # At the `gpu` size (built on the `meta` device: shapes without memory) attention is a small share:
 
 # %%
@@ -687,7 +690,7 @@ print(f"gpu size: flops_per_token() = {gpu_model.flops_per_token():,.0f}, of whi
 
 # %% [markdown]
 # **Comparing MFU figures.** PaLM's definition of MFU (Chowdhery et al. 2022, appendix B) counts attention
-# in full, 6 N + 12 L T C, and nanoGPT's `estimate_mfu` follows it. The course halves attention's share for
+# in full, $6N + 12LTC$, and nanoGPT's `estimate_mfu` follows it. The course halves attention's share for
 # the causal mask, so from the same tokens per second the course's MFU reads lower than a figure reported
 # PaLM's way, by the ratio of the two counts:
 

@@ -2,7 +2,8 @@
 would lose something, and for the ledger of what a command wrote.
 
 :func:`free_output` says, before anything is written or downloaded, whether an output path may be used: never
-one that holds the course or lies in one of its source folders, one elsewhere in the course or one that exists
+one that holds the course or lies in one of its source folders (:func:`in_course_sources`, which ``check
+--summary`` asks too), one elsewhere in the course or one that exists
 (a link among them) only with ``force``, and then what is there is first moved aside, whole. Each command keeps
 its own words in an :class:`Output`. :func:`make_output_folder` makes the folder and proves a file can be
 written in it. A :class:`Ledger` records the sha256 of each file a command wrote into its folder, so that a
@@ -42,6 +43,9 @@ COMMON = (
 )
 INSTRUCTOR_ONLY = ("solutions/", "course_source/", "tests/", "docs/", ".ci/", "tools/")
 PACKED_FOLDERS = tuple(f.rstrip("/") for f in COMMON + INSTRUCTOR_ONLY if f.endswith("/"))  # what the zips pack
+# Folders of the course that hold its sources (those the zips pack, and git's and the venv's): site and check
+# --summary never write into one of them.
+SOURCE_FOLDERS = PACKED_FOLDERS + (".git", ".venv")
 
 
 def inside(path: Path, folder: Path) -> bool:
@@ -101,6 +105,23 @@ class Output:
     mark: str | None = None  # a file marking a folder this command made: it writes into that folder again
 
 
+def in_course_sources(out: Path, rules: Output) -> str | None:
+    """Why ``out`` may never be written into, whatever the command's flags, or None: it holds the course folder
+    itself, or lies in one of ``rules.folders`` (links followed). One sentence, for the command's refusal."""
+    out = Path(out).expanduser().absolute()
+    real = out.resolve()
+    words = {"what": rules.what, "noun": rules.noun, "example": ROOT.parent / (rules.example or out.name)}
+    if inside(ROOT, real):
+        return f"{out} holds the course folder {ROOT} itself; {rules.holds_course.format(**words)}"
+    for name in rules.folders:
+        if inside(real, (ROOT / name).resolve()):
+            return (
+                f"{out} is inside {name}/, a folder of the course{rules.in_folder}; give {rules.what} a "
+                f"{rules.noun} outside the course, e.g. {words['example']}"
+            )
+    return None
+
+
 def free_output(out: Path, force: bool, rules: Output) -> tuple[Path, bool]:
     """``out`` made absolute, and whether an existing path there must be moved aside first.
 
@@ -111,17 +132,9 @@ def free_output(out: Path, force: bool, rules: Output) -> tuple[Path, bool]:
     out = Path(out).expanduser().absolute()
     real = out.resolve()
     words = {"what": rules.what, "noun": rules.noun, "example": ROOT.parent / (rules.example or out.name)}
-    if inside(ROOT, real):
-        raise ValueError(
-            f"{out} holds the course folder {ROOT} itself; {rules.holds_course.format(**words)} "
-            "(--force does not change this)"
-        )
-    for name in rules.folders:
-        if inside(real, (ROOT / name).resolve()):
-            raise ValueError(
-                f"{out} is inside {name}/, a folder of the course{rules.in_folder}; give {rules.what} a "
-                f"{rules.noun} outside the course, e.g. {words['example']} (--force does not change this)"
-            )
+    refused = in_course_sources(out, rules)
+    if refused:
+        raise ValueError(f"{refused} (--force does not change this)")
     if inside(real, ROOT) and not force:
         raise ValueError(
             f"{out} is inside the course folder {ROOT}; give {rules.what} a {rules.noun} outside it, e.g. "

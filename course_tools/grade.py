@@ -14,21 +14,36 @@ previous one is kept beside it as ``exercises-NAME.json.previous``.
 
 The learner's name: ``--learner NAME`` (remembered in ``reports/learner.txt`` for the next runs), else the
 remembered one, else asked once on a terminal (and remembered), else (no terminal: CI, a script) the login
-name, said so with how to set another. ``check --summary FOLDER [--out DIR]`` turns a folder of collected
-reports into one class table, ``class-summary.csv`` and ``class-summary.html`` (one self-contained page), in
-DIR (default: FOLDER itself).
+name, said so with how to set another. A name is written as people write it (``--learner "Ada Lovelace"``,
+"José", "李雷"): Unicode-normalised (NFC, spaces collapsed), shown and kept as typed, and its file named by a safe
+form of it (``exercises-Ada-Lovelace.json``, :func:`learner_file_name`). Refused: an empty name, one over 80
+characters, one with an invisible or control character (named by its code point).
+
+``check --summary FOLDER [--out DIR]`` turns a folder of collected reports into the class table, in DIR
+(default: FOLDER itself): ``class-summary.html``, one self-contained page with a compact grid (learners down,
+exercises across grouped by notebook, one coloured cell each, the named mistake on hover) and "what to
+re-teach" (for each exercise, how many learners made each named mistake, most first);
+``class-summary.csv``, the grid as text with the counts below it; and ``class-mistakes.csv``, the re-teach
+list, one row per exercise and mistake. The course version shown is the package's (a learner's edited
+notebooks make git's ``-dirty``, which says nothing). Nothing an instructor edited is lost: a table
+file changed since the run that wrote it (``.class-summary-files``, with their sha256) is first moved aside
+as ``backup-NAME-DATE``, as the site keeps its pages. Reports of another course version than this course's
+(their exercise numbers may name other exercises) are said on the terminal and listed apart, never merged into
+the grid or the counts. The table is never written in the course's source folders (``notebooks/``,
+``course_utils/``, ...: the learner zip would carry every learner's name), and elsewhere in the course only with a
+warning.
 
 A folder stands for the notebooks in it (not ``backup-*.ipynb``, not ``.ipynb_checkpoints/``). A notebook's
 exercises are those its cells check (``check("NN.K", ...)``) and, for a file named ``NN_*.ipynb``, the
-course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted
-failed; 1 when an attempted exercise failed, a cell raised an error or ran out of time, or a notebook could
-not be read; 2 when a path does not exist, holds no notebooks, a notebook named on the command line has no
-exercises, the learner's name cannot name a file, or ``--json`` does not end in ``.json``; 130 when
-interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that finished, marked as
-interrupted, and the JSON report is left as it was. The report's path is checked before any notebook runs.
-The JSON report is written atomically, and never replaced by an empty one. ``--summary``:
-0 when the table was written (a file that is not a report is skipped, and of two reports of one learner the
-newest is taken, each said in a line), 2 when FOLDER is not a folder or holds no report.
+course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted failed;
+1 when an attempted exercise failed, a cell raised an error or ran out of time, or a notebook could not be
+read; 2 when a path does not exist, holds no notebooks, a notebook named on the command line has no exercises,
+the learner's name is refused (empty, too long, an invisible character), or ``--json`` does not end in
+``.json``; 130 when interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that finished,
+marked as interrupted, and the JSON report is left as it was. The report's path is checked before any notebook
+runs. The JSON report is written atomically, and never replaced by an empty one. ``--summary``: 0 when the
+table was written (a file that is not a report is skipped, and of two reports of one learner the newest is
+taken, each said in a line), 2 when FOLDER is not a folder or holds no report.
 """
 
 from __future__ import annotations
@@ -36,6 +51,7 @@ from __future__ import annotations
 import argparse
 import csv
 import getpass
+import hashlib
 import html
 import io
 import json
@@ -46,6 +62,7 @@ import sys
 import tempfile
 import threading
 import time
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -53,6 +70,7 @@ from pathlib import Path
 
 import nbformat
 
+from course_tools._output import SOURCE_FOLDERS, Ledger, Output, in_course_sources, inside
 from course_utils._files import clean_stale_tmp, probe_writable, write_atomic
 from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 from course_utils.exercises import all_exercises
@@ -68,8 +86,12 @@ __all__ = [
     "verdict",
     "grade",
     "learner_problem",
+    "normalise_learner",
+    "learner_file_name",
     "read_report",
     "summarize",
+    "class_table",
+    "mistake_counts",
     "main",
 ]
 
@@ -81,7 +103,8 @@ LEARNER_FILE = REPORTS / "learner.txt"  # the learner's name, remembered between
 REPORT_KIND = "attention course exercise report"  # the "kind" of a report file, so that a summary knows one
 REPORT_VERSION = 1
 SUMMARY_NAME = "class-summary"  # --summary writes class-summary.csv and class-summary.html
-MAX_NAME = 40
+MAX_NAME = 80  # characters of a learner's name, as typed
+MAX_FILE_NAME = 40  # characters of its safe form in the report's file name (learner_file_name)
 MAX_REPORT_BYTES = 5_000_000
 HEARTBEAT = 10.0  # seconds between "still running" lines while one cell runs
 _CHECK = re.compile(r"""\bcheck\(\s*["'](?P<key>\d+\.\d+)["']""")
@@ -480,19 +503,70 @@ def _check_one(path: Path, tag: str, timeout: float, exercises: dict, named: boo
 # ----------------------------------------------------------------------------------------- the learner's name
 
 
+def normalise_learner(name: str) -> str:
+    """A name as the report keeps and shows it: Unicode NFC (a decomposed "José", ``e`` and a combining accent,
+    becomes the one character a keyboard types), the white space around it removed and each run inside it one
+    space."""
+    return " ".join(unicodedata.normalize("NFC", name).split())
+
+
+_JOINERS = ("\u200c", "\u200d")  # zero-width non-joiner and joiner: part of a spelling between two characters
+
+
 def learner_problem(name: object) -> str | None:
-    """Why ``name`` cannot be a learner's name (it names the file ``exercises-NAME.json``), or None."""
-    if not isinstance(name, str) or not name:
+    """Why ``name`` (normalised: :func:`normalise_learner`) cannot be a learner's name, or None.
+
+    Any printable name is one ("Ada Lovelace", "José", "李雷", Persian "علی‌رضا", "👩‍💻 Dev"): at least one
+    character, at most ``MAX_NAME``, none of them invisible or a control character (a zero-width space, a
+    right-to-left override, a NUL), except a zero-width non-joiner or joiner (U+200C, U+200D) between two visible
+    characters, where it is part of the spelling (Persian) or of an emoji. (A tab or a newline never gets here:
+    :func:`normalise_learner` makes each run of white space one space.) The name is shown as given; its file
+    takes a safe form of it (:func:`learner_file_name`)."""
+    if not isinstance(name, str) or not name.strip():
         return "a learner's name must not be empty"
     if len(name) > MAX_NAME:
         return f"a learner's name has at most {MAX_NAME} characters, this one has {len(name)}"
-    bad = next((c for c in name if not (c.isalnum() or c in "-_.")), None)
-    if bad is not None:
-        what = "a space" if bad == " " else f"{bad!r}"
-        return f"a learner's name is letters, digits, '-', '_' and '.' only (it names a file), not {what}"
-    if name[0] in ".-":
-        return f"a learner's name must start with a letter or a digit, not {name[0]!r}"
+
+    def visible(i: int) -> bool:
+        return 0 <= i < len(name) and name[i].isprintable() and not name[i].isspace()
+
+    at = next(
+        (
+            i
+            for i, c in enumerate(name)
+            if not c.isprintable() and not (c in _JOINERS and visible(i - 1) and visible(i + 1))
+        ),
+        None,
+    )
+    if at is not None:
+        c = name[at]
+        what = unicodedata.name(c, "a character without a name")
+        return (
+            f"a learner's name is printable characters only, and character {at + 1} is an invisible or control "
+            f"character, U+{ord(c):04X} ({what}); type the name again without it"
+        )
     return None
+
+
+def learner_file_name(name: str) -> str:
+    """The safe form of a learner's name in the file ``exercises-FORM.json``: its letters, digits and marks (of
+    any script), ``_`` and ``.`` kept, every other run of characters (a space, ``/``, an emoji) one ``-``, no
+    ``-`` or ``.`` at either end: "Ada Lovelace" -> ``Ada-Lovelace``, "../x" -> ``x``. A name with none of
+    those, or a form longer than ``MAX_FILE_NAME`` characters, gets 8 hex digits of its sha256 instead or as
+    its end, so that the file name says who it is whenever it can and never is empty.
+
+    Two names may share a form ("Ana Silva" and "Ana-Silva"): the report inside names its learner, and ``check``
+    never replaces another learner's report; the second learner's file ends in their name's digest instead
+    (``exercises-Ana-Silva-1a2b3c4d.json``)."""
+    name = normalise_learner(name)
+    kept = "".join(c if unicodedata.category(c)[0] in "LNM" or c in "_." else "-" for c in name)
+    form = re.sub(r"-{2,}", "-", kept).strip("-.")
+    digest = hashlib.sha256(name.encode("utf-8")).hexdigest()[:8]
+    if not form:
+        return f"learner-{digest}"
+    if len(form) > MAX_FILE_NAME:
+        return f"{form[: MAX_FILE_NAME - 9].rstrip('-.')}-{digest}"
+    return form
 
 
 def _login_name() -> str:
@@ -506,7 +580,7 @@ def _login_name() -> str:
 def _remembered() -> tuple[str | None, str | None]:
     """(the remembered name or None, a warning when the file holds something that is not a name)."""
     try:
-        name = LEARNER_FILE.read_text(encoding="utf-8").strip()
+        name = normalise_learner(LEARNER_FILE.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return None, None
     except (OSError, UnicodeDecodeError) as e:
@@ -519,7 +593,7 @@ def _ask(default: str) -> str | None:
     """Ask for the name on the terminal until it is a usable one; None at end of input."""
     while True:
         try:
-            answer = input(f"Your name for the exercise report (letters, digits, - _ .) [{default}]: ").strip()
+            answer = normalise_learner(input(f"Your name for the exercise report [{default}]: "))
         except EOFError:
             return None
         answer = answer or default
@@ -541,10 +615,11 @@ def resolve_learner(given: str | None) -> tuple[str, str, bool]:
     answer, or the login name. Raises ValueError for a --learner that cannot be a name."""
     how_to = "another: --learner NAME"
     if given is not None:
-        problem = learner_problem(given)
+        name = normalise_learner(given)
+        problem = learner_problem(name)
         if problem:
-            raise ValueError(f"--learner {given!r}: {problem}, e.g. --learner ana-silva")
-        return given, f"from --learner, remembered in {LEARNER_FILE} for the next runs", True
+            raise ValueError(f'--learner {given!r}: {problem}, e.g. --learner "Ana Silva"')
+        return name, f"from --learner, remembered in {LEARNER_FILE} for the next runs", True
     name, warning = _remembered()
     if warning:
         print(f"course check: {warning}", file=sys.stderr)
@@ -632,7 +707,7 @@ def read_report(path: Path) -> dict:
     if path.stat().st_size > MAX_REPORT_BYTES:
         raise ValueError(f"{path.stat().st_size} bytes, too large for an exercise report")
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        data = json.loads(path.read_bytes().decode("utf-8-sig"))  # a BOM, as Windows Notepad saves, is no matter
     except UnicodeDecodeError:
         raise ValueError("not UTF-8 text") from None
     except json.JSONDecodeError as e:
@@ -646,6 +721,8 @@ def read_report(path: Path) -> dict:
         raise ValueError(f'not an exercise report (no "kind": "{REPORT_KIND}")')
     if data.get("version") != REPORT_VERSION:
         raise ValueError(f"a report of version {data.get('version')!r}; this course reads version {REPORT_VERSION}")
+    if isinstance(data.get("learner"), str):
+        data["learner"] = normalise_learner(data["learner"])
     problem = learner_problem(data.get("learner"))
     if problem:
         raise ValueError(f"its learner {data.get('learner')!r} is not a name: {problem}")
@@ -717,9 +794,37 @@ def collect_reports(folder: Path) -> tuple[list[dict], list[str]]:
     return reports, notes
 
 
+def this_version() -> str | None:
+    """The package version of the course that makes the summary (None when it is not installed)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version("course_utils")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def split_versions(reports: list[dict], version: str | None) -> tuple[list[dict], list[dict], str | None]:
+    """(the reports of the course's version, those of another or of none, the version they were compared with).
+
+    An exercise's number names another exercise in another version of the course (0.0.3's 04.2 is not 0.1.0's),
+    so reports are merged only within one version: ``version`` (this course's), or when that is unknown the one
+    most reports have. The others are set apart, each said, never filed under a number that means another thing."""
+    versions = [_package_version(r.get("course_version")) for r in reports]
+    if version is None:
+        named = [v for v in versions if v]
+        version = max(dict.fromkeys(named), key=named.count) if named else None
+    if version is None:  # no version anywhere: nothing to tell apart
+        return list(reports), [], None
+    same = [r for r, v in zip(reports, versions) if v == version]
+    other = [r for r, v in zip(reports, versions) if v != version]
+    return same, other, version
+
+
 def class_table(reports: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]:
-    """(the exercises as (key, title) in course order, one dict per learner: learner, checked_at, version,
-    passed, and key -> (class, text))."""
+    """(the exercises as (key, title) in course order, one dict per learner: learner, checked_at, version (the
+    package's), version_full (with git's description), passed, checked (how many exercises their report has),
+    and key -> (class, text))."""
     titles: dict[str, str] = {}
     for r in reports:
         for row in r["exercises"]:
@@ -729,23 +834,74 @@ def class_table(reports: list[dict]) -> tuple[list[tuple[str, str]], list[dict]]
     for r in reports:
         latest = {row["key"]: row for row in r["exercises"]}
         cells = {k: _cell(latest.get(k)) for k in keys}
+        version = r.get("course_version")
         learners.append(
             {
                 "learner": r["learner"],
                 "checked_at": r["checked_at"],
-                "version": _version_text(r.get("course_version")),
+                "version": _package_version(version),
+                "version_full": _version_text(version),
                 "passed": sum(c[0] == "passed" for c in cells.values()),
+                "checked": sum(c[0] != "not-checked" for c in cells.values()),  # the exercises in their report
                 "cells": cells,
             }
         )
     return [(k, titles[k]) for k in keys], learners
 
 
+def _package_version(version: object) -> str:
+    """The package's version from a report's ``course_version`` (git's ``-dirty`` says only that a learner
+    edited their notebooks, which every learner does)."""
+    return str(version["package"]) if isinstance(version, dict) and version.get("package") else ""
+
+
+UNNAMED = "(no named mistake)"  # a failure whose check matched none of the exercise's known mistakes
+UNNAMED_HINT = "no mistake the check knows matched: their notebook shows what they wrote"
+
+
+def mistake_counts(exercises: list[tuple[str, str]], learners: list[dict]) -> list[dict]:
+    """What to re-teach: one entry per exercise and mistake that at least one learner made (key, title,
+    mistake, learners: their names, checked: how many learners' reports have the exercise, hint: the
+    catalogue's hint for a known mistake, else ""), the named mistakes first, the most learners first, then in
+    course order; failures no known mistake names (``UNNAMED``, nothing to say about them) after all of those."""
+    catalogue = all_exercises()
+    found = []
+    for order, (key, title) in enumerate(exercises):
+        made: dict[str, list[str]] = {}
+        checked = sum(r["cells"][key][0] != "not-checked" for r in learners)
+        for r in learners:
+            kind, text = r["cells"][key]
+            if kind == "failed":
+                made.setdefault(text if text != "failed" else UNNAMED, []).append(r["learner"])
+        known = {m.name: m.hint for m in catalogue[key].mistakes} if key in catalogue else {}
+        for mistake, names in made.items():
+            found.append(
+                {
+                    "key": key,
+                    "title": title,
+                    "mistake": mistake,
+                    "learners": names,
+                    "checked": checked,
+                    "hint": UNNAMED_HINT if mistake == UNNAMED else known.get(mistake, ""),
+                    "order": order,
+                }
+            )
+    found.sort(key=lambda m: (m["mistake"] == UNNAMED, -len(m["learners"]), m["order"], m["mistake"]))
+    return [{k: v for k, v in m.items() if k != "order"} for m in found]
+
+
 def _many(n: int, thing: str) -> str:
     return f"{n} {thing}{'' if n == 1 else 's'}"
 
 
-def _summary_csv(exercises: list[tuple[str, str]], learners: list[dict]) -> bytes:
+def _version_said(report: dict) -> str:
+    version = _package_version(report.get("course_version"))
+    return f"course version {version}" if version else "no course version in it"
+
+
+def _summary_csv(
+    exercises: list[tuple[str, str]], learners: list[dict], apart: list[dict] = (), version: str | None = None
+) -> bytes:
     out = io.StringIO()
     w = csv.writer(out)
     w.writerow(["learner", "checked at (UTC)", "course version", "passed", *[k for k, _ in exercises]])
@@ -756,75 +912,209 @@ def _summary_csv(exercises: list[tuple[str, str]], learners: list[dict]) -> byte
             verdicts.append(f"failed ({text})" if kind == "failed" and text != "failed" else text)
         w.writerow(  # every text a report brings (its course version too) is written as text, never a formula
             [_csv_text(r["learner"]), _csv_text(r["checked_at"]), _csv_text(r["version"])]
-            + [f"{r['passed']} of {len(exercises)}"]
+            + [f"{r['passed']} of {r['checked']}"]
             + [_csv_text(v) for v in verdicts]
         )
+    if apart:
+        w.writerow([])
+        w.writerow([f"set apart: reports of another course version than {version} (not in the grid or the counts)"])
+        w.writerow(["learner", "checked at (UTC)", "course version", "file"])
+        for r in apart:
+            w.writerow(
+                [_csv_text(r["learner"]), _csv_text(r["checked_at"])]
+                + [_csv_text(_package_version(r.get("course_version"))), _csv_text(r["file"])]
+            )
     return out.getvalue().encode("utf-8-sig")  # with a BOM, so that spreadsheets read the names as UTF-8
+
+
+def _mistakes_csv(mistakes: list[dict]) -> bytes:
+    out = io.StringIO()
+    w = csv.writer(out)
+    w.writerow(["learners", "of who checked it", "exercise", "title", "mistake", "who", "hint"])
+    for m in mistakes:
+        w.writerow(
+            [len(m["learners"]), m["checked"], m["key"]]
+            + [_csv_text(m[k]) for k in ("title", "mistake")]
+            + [_csv_text("; ".join(m["learners"])), _csv_text(m["hint"])]
+        )
+    return out.getvalue().encode("utf-8-sig")
 
 
 _PAGE_STYLE = """
 :root { color-scheme: light dark; --bg: #ffffff; --fg: #1d1d1f; --muted: #5c5c66; --line: #d0d0d8;
-  --passed: #d8f0de; --passed-fg: #0d5223; --failed: #fbdada; --failed-fg: #8c1111;
-  --not-attempted: #ececf0; --not-attempted-fg: #4a4a55; --not-run: #fdf0c8; --not-run-fg: #684d00;
-  --not-checked: transparent; --not-checked-fg: #8a8a95; }
+  --group: #8a8a96; --passed: #1f7a3a; --passed-fg: #ffffff; --failed: #c42b2b; --failed-fg: #ffffff;
+  --not-attempted: #e4e4ea; --not-attempted-fg: #3d3d48; --not-run: #f2c744; --not-run-fg: #3b2c00;
+  --not-checked: transparent; --not-checked-fg: #6e6e7a; --bar: #c42b2b33; }
 @media (prefers-color-scheme: dark) {
-  :root { --bg: #17181c; --fg: #e8e8ec; --muted: #a6a6b2; --line: #3c3d45;
-    --passed: #173d24; --passed-fg: #a9ecbc; --failed: #4a1c1c; --failed-fg: #ffc2c2;
-    --not-attempted: #2a2b31; --not-attempted-fg: #c4c4ce; --not-run: #42360f; --not-run-fg: #f6dc8e;
-    --not-checked-fg: #80808c; }
+  :root { --bg: #17181c; --fg: #e8e8ec; --muted: #a6a6b2; --line: #34353d; --group: #6a6a78;
+    --passed: #2e9d52; --passed-fg: #06140a; --failed: #ff7b7b; --failed-fg: #2a0505;
+    --not-attempted: #2c2d34; --not-attempted-fg: #c9c9d3; --not-run: #e0b43a; --not-run-fg: #231900;
+    --not-checked-fg: #8e8e9a; --bar: #ff7b7b40; }
 }
-body { background: var(--bg); color: var(--fg); font: 15px/1.45 system-ui, -apple-system, "Segoe UI", sans-serif;
-  margin: 2rem; }
-h1 { font-size: 1.4rem; margin: 0 0 .3rem; }
-p { color: var(--muted); margin: .2rem 0 1rem; max-width: 60rem; }
+body { background: var(--bg); color: var(--fg); font: 14px/1.4 system-ui, -apple-system, "Segoe UI", sans-serif;
+  margin: 1rem; }
+h1 { font-size: 1.3rem; margin: 0 0 .2rem; }
+h2 { font-size: 1.1rem; margin: 1.6rem 0 .3rem; }
+p { color: var(--muted); margin: .2rem 0 .8rem; max-width: 62rem; }
 .wrap { overflow-x: auto; }
 table { border-collapse: collapse; }
-th, td { border: 1px solid var(--line); padding: .3rem .55rem; text-align: left; vertical-align: top; }
-thead th { position: sticky; top: 0; background: var(--bg); font-weight: 600; }
-thead th small { display: block; font-weight: 400; color: var(--muted); max-width: 11rem; }
-tbody th { font-weight: 600; white-space: nowrap; }
-tbody th, tfoot th, thead th:first-child { position: sticky; left: 0; z-index: 1; background: var(--bg);
-  box-shadow: inset -1px 0 var(--line); }
-tfoot td, tfoot th { color: var(--muted); font-weight: 600; }
-td.meta { color: var(--muted); white-space: nowrap; }
-td.passed { background: var(--passed); color: var(--passed-fg); }
-td.failed { background: var(--failed); color: var(--failed-fg); }
-td.not-attempted { background: var(--not-attempted); color: var(--not-attempted-fg); }
-td.not-run { background: var(--not-run); color: var(--not-run-fg); }
-td.not-checked { background: var(--not-checked); color: var(--not-checked-fg); font-style: italic; }
-.legend span { display: inline-block; padding: .1rem .5rem; margin-right: .4rem; border-radius: 3px; }
+#class-summary th, #class-summary td { border: 1px solid var(--line); padding: 0; text-align: center;
+  vertical-align: middle; }
+#class-summary thead th { position: sticky; top: 0; background: var(--bg); font-weight: 600; font-size: 12px; }
+#class-summary thead tr:nth-child(2) th { top: 1.3rem; }
+#class-summary th.notebook { padding: 0 .2rem; height: 1.3rem; }
+#class-summary th.key { width: 1.25rem; min-width: 1.25rem; max-width: 1.25rem; height: 1.5rem; color: var(--muted);
+  font-weight: 500; }
+#class-summary .first { border-left: 2px solid var(--group); }
+#class-summary tbody th, #class-summary tfoot th { text-align: left; padding: 0 .4rem; white-space: nowrap;
+  max-width: 9rem; overflow: hidden; text-overflow: ellipsis; font-weight: 600; }
+#class-summary tbody th, #class-summary tfoot th, #class-summary thead th.learner { position: sticky; left: 0;
+  z-index: 2; background: var(--bg); box-shadow: inset -1px 0 var(--line); }
+#class-summary td.meta, #class-summary th.meta { color: var(--muted); white-space: nowrap; font-size: 12px;
+  padding: 0 .25rem; font-variant-numeric: tabular-nums; }
+#class-summary td.v { height: 1.5rem; font-size: 12px; font-weight: 700; cursor: default; }
+#class-summary tfoot td { color: var(--muted); font-size: 11px; font-variant-numeric: tabular-nums; }
+td.passed, .legend .passed { background: var(--passed); color: var(--passed-fg); }
+td.failed, .legend .failed { background: var(--failed); color: var(--failed-fg); }
+td.not-attempted, .legend .not-attempted { background: var(--not-attempted); color: var(--not-attempted-fg); }
+td.not-run, .legend .not-run { background: var(--not-run); color: var(--not-run-fg); }
+td.not-checked, .legend .not-checked { background: var(--not-checked); color: var(--not-checked-fg); }
+.legend span { display: inline-block; padding: .05rem .45rem; margin: 0 .3rem .2rem 0; border-radius: 3px;
+  font-size: 12px; }
+.legend .not-checked { border: 1px solid var(--line); }
+#reteach { border-collapse: collapse; }
+#reteach th, #reteach td { border-bottom: 1px solid var(--line); padding: .25rem .6rem; text-align: left;
+  vertical-align: top; }
+#reteach td.count { font-weight: 700; white-space: nowrap; font-variant-numeric: tabular-nums;
+  background: linear-gradient(to right, var(--bar) var(--share), transparent var(--share)); }
+#reteach td.who, #reteach td.hint { color: var(--muted); font-size: 13px; }
+#reteach td.hint { max-width: 30rem; }
+#apart th, #apart td { border-bottom: 1px solid var(--line); padding: .25rem .6rem; text-align: left; }
+"""
+
+_GLYPH = {"passed": "✓", "failed": "✗", "not-attempted": "·", "not-run": "!", "not-checked": ""}
+_LEGEND = (
+    ("passed", "passed"),
+    ("failed", "failed: hover for the mistake its check named"),
+    ("not-attempted", "not attempted"),
+    ("not-run", "not run: an error or the time limit stopped it"),
+    ("not-checked", "not checked: not in this learner's report"),
+)
+
+
+def _notebook_names() -> dict[str, str]:
+    """ "01" -> "01_dot_product_toy", from the course's notebooks (for the grid's group headings)."""
+    return {p.name[:2]: p.stem for p in (ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")}
+
+
+def _grid(exercises: list[tuple[str, str]], learners: list[dict]) -> str:
+    e = html.escape
+    groups: dict[str, list[tuple[str, str]]] = {}
+    for key, title in exercises:
+        groups.setdefault(key.split(".")[0], []).append((key, title))
+    names = _notebook_names()
+    first = {ks[0][0] for ks in groups.values()}
+    edge = {k: " first" if k in first else "" for k, _ in exercises}
+    top = "".join(
+        f'<th scope="colgroup" colspan="{len(ks)}" class="notebook first" title="{e(names.get(nb, "notebook " + nb))}"'
+        f">{e(nb)}</th>"
+        for nb, ks in groups.items()
+    )
+    keys = "".join(
+        f'<th scope="col" class="key{edge[k]}" data-key="{e(k)}" title="{e(k)} {e(t)}">{e(k.split(".", 1)[1])}</th>'
+        for k, t in exercises
+    )
+    body = []
+    one_day = len({r["checked_at"][:10] for r in learners}) == 1
+    for r in learners:
+        cells = []
+        for k, t in exercises:
+            kind, text = r["cells"][k]
+            said = f"failed: {text}" if kind == "failed" and text != "failed" else text
+            tip = f"{r['learner']}, {k} {t}: {said}"
+            cells.append(
+                f'<td class="v {kind}{edge[k]}" data-key="{e(k)}" data-verdict="{kind}" data-text="{e(text)}" '
+                f'title="{e(tip)}" aria-label="{e(said)}">{_GLYPH[kind]}</td>'
+            )
+        when = r["checked_at"]
+        short = when[11:16] if one_day else when[5:16].replace("T", " ")  # 09:05, or 11-26 09:05
+        body.append(
+            f'<tr data-learner="{e(r["learner"])}"><th scope="row" title="{e(r["learner"])}">{e(r["learner"])}</th>'
+            f'<td class="meta" title="{r["passed"]} passed of the {r["checked"]} exercises in their report">'
+            f"{r['passed']}/{r['checked']}</td>"
+            f'<td class="meta" title="checked at {e(when)}">{e(short)}</td>'
+            f'<td class="meta" title="{e(r["version_full"] or "no version in the report")}">{e(r["version"])}</td>'
+            f"{''.join(cells)}</tr>"
+        )
+    passed = "".join(
+        f'<td class="{edge[k].strip()}" data-key="{e(k)}" title="{e(k)}: {n} of the {m} who checked it passed">{n}</td>'
+        for k, _ in exercises
+        for n, m in [
+            (
+                sum(r["cells"][k][0] == "passed" for r in learners),
+                sum(r["cells"][k][0] != "not-checked" for r in learners),
+            )
+        ]
+    )
+    return f"""<table id="class-summary">
+<thead><tr><th scope="col" rowspan="2" class="learner">learner</th><th scope="col" rowspan="2" class="meta"
+title="exercises passed">passed</th><th scope="col" rowspan="2" class="meta" title="checked at (UTC)">at</th>
+<th scope="col" rowspan="2" class="meta" title="the course package's version">version</th>{top}</tr>
+<tr>{keys}</tr></thead>
+<tbody>
+{chr(10).join(body)}
+</tbody>
+<tfoot><tr><th scope="row">passed</th>{'<td class="meta"></td>' * 3}{passed}</tr></tfoot>
+</table>"""
+
+
+def _reteach(mistakes: list[dict]) -> str:
+    e = html.escape
+    if not mistakes:
+        return "<p>No learner's check named a mistake: nothing to re-teach from these reports.</p>"
+    rows = "".join(
+        f'<tr data-key="{e(m["key"])}" data-mistake="{e(m["mistake"])}" data-learners="{len(m["learners"])}">'
+        f'<td class="count" style="--share: {100 * len(m["learners"]) / m["checked"]:.0f}%">'
+        f"{len(m['learners'])} of {m['checked']} who checked it</td>"
+        f'<td class="exercise">{e(m["key"])} {e(m["title"])}</td><td class="mistake">{e(m["mistake"])}</td>'
+        f'<td class="hint">{e(m["hint"])}</td><td class="who">{e(", ".join(m["learners"]))}</td></tr>'
+        for m in mistakes
+    )
+    return (
+        '<table id="reteach"><thead><tr><th scope="col">learners</th><th scope="col">exercise</th>'
+        '<th scope="col">mistake</th><th scope="col">what the check tells them</th><th scope="col">who</th></tr>'
+        f"</thead><tbody>{rows}</tbody></table>"
+    )
+
+
+def _apart(apart: list[dict], version: str | None) -> str:
+    e = html.escape
+    if not apart:
+        return ""
+    rows = "".join(
+        f'<tr data-learner="{e(r["learner"])}"><th scope="row">{e(r["learner"])}</th>'
+        f"<td>{e(_package_version(r.get('course_version')) or 'none')}</td><td>{e(r['checked_at'])}</td>"
+        f"<td>{e(r['file'])}</td></tr>"
+        for r in apart
+    )
+    return f"""<h2 id="another-version">Reports of another course version</h2>
+<p>Not in the grid or the counts: an exercise's number names another exercise in another version of the course
+than {e(str(version))}, the version of these reports.</p>
+<table id="apart"><thead><tr><th scope="col">learner</th><th scope="col">course version</th>
+<th scope="col">checked at (UTC)</th><th scope="col">file</th></tr></thead><tbody>{rows}</tbody></table>
 """
 
 
-def _summary_html(exercises: list[tuple[str, str]], learners: list[dict], made: str) -> bytes:
+def _summary_html(
+    exercises: list[tuple[str, str]],
+    learners: list[dict],
+    mistakes: list[dict],
+    made: str,
+    apart: list[dict] = (),
+    version: str | None = None,
+) -> bytes:
     e = html.escape
-    head = "".join(f'<th scope="col" data-key="{e(k)}">{e(k)}<small>{e(t)}</small></th>' for k, t in exercises)
-    body = []
-    for r in learners:
-        cells = "".join(
-            f'<td class="{kind}" data-key="{e(k)}" data-verdict="{kind}" title="{e(k)}: '
-            f'{e("failed: " + text if kind == "failed" and text != "failed" else text)}">{e(text)}</td>'
-            for k, _ in exercises
-            for kind, text in [r["cells"][k]]
-        )
-        body.append(
-            f'<tr data-learner="{e(r["learner"])}"><th scope="row">{e(r["learner"])}</th>'
-            f'<td class="meta">{e(r["checked_at"])}</td><td class="meta">{e(r["version"])}</td>'
-            f'<td class="meta">{r["passed"]} of {len(exercises)}</td>{cells}</tr>'
-        )
-    passed = "".join(
-        f"<td>{sum(r['cells'][k][0] == 'passed' for r in learners)} of {len(learners)}</td>" for k, _ in exercises
-    )
-    legend = " ".join(
-        f'<span class="{c}" style="background: var(--{c}); color: var(--{c}-fg)">{t}</span>'
-        for c, t in (
-            ("passed", "passed"),
-            ("failed", "failed: the mistake the check named"),
-            ("not-attempted", "not attempted"),
-            ("not-run", "not run (an error or the time limit stopped it)"),
-            ("not-checked", "not checked (not in this learner's report)"),
-        )
-    )
+    legend = " ".join(f'<span class="{c}">{_GLYPH[c] or "&nbsp;"} {t}</span>' for c, t in _LEGEND)
     page = f"""<!DOCTYPE html>
 <html lang="en">
 <head>
@@ -836,23 +1126,50 @@ def _summary_html(exercises: list[tuple[str, str]], learners: list[dict], made: 
 <body>
 <h1>Exercises: the class</h1>
 <p>{_many(len(learners), "learner")}, {_many(len(exercises), "exercise")}; made {e(made)} by
-<code>python3 course.py check --summary</code>. A failed exercise shows the mistake its check named (plain
-"failed" when none matched).</p>
+<code>python3 course.py check --summary</code>. One cell per learner and exercise, the exercises grouped by
+notebook; hover over a cell for the exercise and the mistake its check named.</p>
 <p class="legend">{legend}</p>
 <div class="wrap">
-<table id="class-summary">
-<thead><tr><th scope="col">learner</th><th scope="col">checked at (UTC)</th><th scope="col">course version</th>
-<th scope="col">passed</th>{head}</tr></thead>
-<tbody>
-{chr(10).join(body)}
-</tbody>
-<tfoot><tr><th scope="row">passed</th><td></td><td></td><td></td>{passed}</tr></tfoot>
-</table>
+{_grid(exercises, learners)}
 </div>
-</body>
+<h2 id="what-to-reteach">What to re-teach</h2>
+<p>Each mistake a check named, with how many of the learners who checked the exercise made it, most first;
+then the failures no known mistake names (also in <code>class-mistakes.csv</code>).</p>
+{_reteach(mistakes)}
+{_apart(apart, version)}</body>
 </html>
 """
     return page.encode("utf-8")
+
+
+SUMMARY_LEDGER = ".class-summary-files"  # in the --out folder: the table files check wrote, with their sha256
+_SUMMARY_OUT = Output(  # the words of --summary's refusal (course_tools._output.in_course_sources)
+    "the class table",
+    noun="folder",
+    folders=SOURCE_FOLDERS,
+    in_folder=" (the learner zip and git carry it, and the table names every learner with their verdicts)",
+    holds_course="give {what} a {noun} outside the course (with --out), e.g. {example}",
+    link="",
+    other_folder="",
+    example="class-table",
+)
+
+
+def _summary_out_problem(out: Path, folder: Path) -> tuple[str | None, str | None]:
+    """(why the class table may not be written in ``out``, a warning when it may but lies in the course folder).
+
+    Never in the course's source folders, which ``package`` zips for learners and git carries (as ``site``
+    refuses them); elsewhere in the course (``reports/``) it is written, said with a warning."""
+    given = "--out" if out is not folder else "--summary (the table goes beside the reports without --out)"
+    refused = in_course_sources(out, _SUMMARY_OUT)
+    if refused:
+        return f"{given} {out}: {refused}", None
+    if inside(Path(out).expanduser().resolve(), ROOT):
+        return None, (
+            f"warning: {out} is inside the course folder {ROOT}: the class table names every learner with their "
+            "verdicts; keep it out of what you share (a folder outside the course, with --out, is safer)"
+        )
+    return None, None
 
 
 def summarize(folder: Path, out: Path | None = None) -> int:
@@ -868,6 +1185,12 @@ def summarize(folder: Path, out: Path | None = None) -> int:
     if out.exists() and not out.is_dir():
         print(f"course check: --out {out}: a file, not a folder", file=sys.stderr)
         return 2
+    refused, warning = _summary_out_problem(out, folder)
+    if refused:
+        print(f"course check: {refused}", file=sys.stderr)
+        return 2
+    if warning:
+        print(f"course check: {warning}", file=sys.stderr)
     reports, notes = collect_reports(folder)
     for note in notes:
         print(f"course check: {note}", file=sys.stderr)
@@ -878,22 +1201,47 @@ def summarize(folder: Path, out: Path | None = None) -> int:
             file=sys.stderr,
         )
         return 2
+    reports, apart, version = split_versions(reports, this_version())
+    for r in apart:
+        print(
+            f"course check: set apart {r['file']} ({r['learner']}): {_version_said(r)}, not {version} as this "
+            "course; its exercise numbers may name other exercises, so it is not in the grid or the counts "
+            "(listed apart in the table)",
+            file=sys.stderr,
+        )
+    if not reports:
+        print(
+            f"course check: --summary {folder}: no report of this course's version {version}; make the table with "
+            "the course of the reports' version",
+            file=sys.stderr,
+        )
+        return 2
     exercises, learners = class_table(reports)
+    mistakes = mistake_counts(exercises, learners)
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    targets = {out / f"{SUMMARY_NAME}.csv": _summary_csv(exercises, learners)}
-    targets[out / f"{SUMMARY_NAME}.html"] = _summary_html(exercises, learners, made)
+    targets = {
+        f"{SUMMARY_NAME}.csv": _summary_csv(exercises, learners, apart, version),
+        f"{SUMMARY_NAME}.html": _summary_html(exercises, learners, mistakes, made, apart, version),
+        "class-mistakes.csv": _mistakes_csv(mistakes),
+    }
     try:
-        for path, data in targets.items():
-            if path.is_symlink():
-                raise OSError(f"{path} is a symbolic link")
-            write_atomic(path, data)
+        out.mkdir(parents=True, exist_ok=True)
+        ledger = Ledger(out, SUMMARY_LEDGER, None, "the class table was written")
+        for rel, data in targets.items():
+            if (out / rel).is_symlink():
+                raise OSError(f"{out / rel} is a symbolic link")
+            ledger.write(rel, data)  # a file changed since check wrote it is first moved aside, whole
+        ledger.save()
     except OSError as e:
         print(f"course check: cannot write the class table in {out}: {e}", file=sys.stderr)
         return 2
     counted = [_many(len(learners), "learner"), _many(len(exercises), "exercise"), _many(len(reports), "report")]
-    print(f"{counted[0]}, {counted[1]}, from {counted[2]} in {folder}")
-    for path in targets:
-        print(f"written: {path}")
+    aside = f" (course version {version}); {_many(len(apart), 'report')} of another version set apart" if apart else ""
+    print(f"{counted[0]}, {counted[1]}, from {counted[2]} in {folder}{aside}")
+    for note in ledger.notes:
+        print(f"kept: {note}")
+    for rel in targets:
+        print(f"written: {out / rel}")
     return 0
 
 
@@ -913,7 +1261,9 @@ def _parser() -> argparse.ArgumentParser:
         "notebooks", nargs="*", type=Path, help="notebooks or folders of notebooks to check (default: notebooks/)"
     )
     parser.add_argument(
-        "--learner", metavar="NAME", help="your name in the report and its file name (letters, digits, - _ .)"
+        "--learner",
+        metavar="NAME",
+        help='your name as you write it, e.g. "Ada Lovelace" (its file: reports/exercises-Ada-Lovelace.json)',
     )
     parser.add_argument(
         "--json",
@@ -953,9 +1303,99 @@ def _other_learner(report: Path, learner: str) -> str | None:
     return data["learner"] if data["learner"].casefold() != learner.casefold() else None
 
 
+def _report_files(learner: str) -> list[Path]:
+    """Where a learner's report goes, in order: ``reports/exercises-FORM.json``, and when another learner's name
+    has that form ("Ana Silva", "Ana-Silva"; "../x", "x"), the same with 8 hex digits of the name's sha256."""
+    form = learner_file_name(learner)
+    digest = hashlib.sha256(normalise_learner(learner).encode("utf-8")).hexdigest()[:8]
+    files = [REPORTS / f"exercises-{form}.json"]
+    if not form.endswith(digest):  # a long name's form ends in its digest already
+        files.append(REPORTS / f"exercises-{form[: MAX_FILE_NAME - 9].rstrip('-.')}-{digest}.json")
+    return files
+
+
+class _Taken(Exception):
+    """Each file a report may go to holds another learner's report (args: those learners)."""
+
+
+def _create_new(path: Path, data: bytes) -> bool:
+    """Write ``data`` as the new file ``path``, whole, only if nothing is there (False: a file is). The bytes go
+    to a temporary first, then are linked as ``path``, which fails if another run made it meanwhile; a file system
+    without hard links (FAT) gets an exclusive create instead."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.{os.getpid()}-", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            return False
+        except OSError:  # no hard links here
+            try:
+                new = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return False
+            with os.fdopen(new, "wb") as f:
+                f.write(data)
+        return True
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def write_own_report(files: list[Path], learner: str, data: bytes) -> tuple[Path, Path | None]:
+    """Write the report to the first of ``files`` that is not another learner's, asked again at the moment of
+    writing (another check may have written there while the notebooks ran): (the file, where the learner's
+    previous report there was kept, or None). A new file is created only if none is there, so two checks at once
+    never replace each other's report. Raises _Taken when every file is another learner's."""
+    others = []
+    for path in files:
+        for _ in range(3):  # a file made by another run between the look and the write: look again
+            if path.exists() or path.is_symlink():
+                other = _other_learner(path, learner)
+                if other:
+                    others.append(other)
+                    break
+                previous = path.with_name(path.name + ".previous")
+                write_atomic(previous, path.read_bytes())
+                write_atomic(path, data)
+                return path, previous
+            if _create_new(path, data):
+                return path, None
+        else:
+            raise OSError(f"{path} kept changing while the report was written")
+    raise _Taken(*others)
+
+
+def _dash_names(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """``--learner -Ana`` as ``--learner=-Ana``: argparse takes a value that starts with "-" for a flag of its
+    own and stops ("expected one argument"), yet "-Ana" is a name. A value that is one of the flags (or an
+    abbreviation of one) is left for argparse."""
+    flags = [s for action in parser._actions for s in action.option_strings]
+
+    def is_flag(arg: str) -> bool:
+        name = arg.split("=", 1)[0]
+        return name in flags or (name.startswith("--") and len(name) > 2 and any(f.startswith(name) for f in flags))
+
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] == "--":
+            return out + argv[i:]
+        if argv[i] == "--learner" and i + 1 < len(argv) and argv[i + 1].startswith("-") and not is_flag(argv[i + 1]):
+            out.append(f"--learner={argv[i + 1]}")
+            i += 2
+            continue
+        out.append(argv[i])
+        i += 1
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(_dash_names(sys.argv[1:] if argv is None else list(argv), parser))
     if args.summary is not None:
         if args.notebooks or args.learner or args.json:
             print(
@@ -979,14 +1419,23 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"course check: {e}", file=sys.stderr)
         return 2
-    if args.json is None:
-        args.json = REPORTS / f"exercises-{learner}.json"
+    given_json = args.json is not None
+    if not given_json:  # the first file of the learner's own, asked again when it is written
+        files = _report_files(learner)
+        args.json = next((f for f in files if not _other_learner(f, learner)), files[-1])
         problem = _report_problem(args.json, f"the report {args.json} (the default of --json)")
+        other = None if problem else _other_learner(args.json, learner)
+        if other:
+            problem = (
+                f"the reports {' and '.join(map(str, files))} are other learners' with a name like {learner}; "
+                "tell yourself apart in your name, e.g. with your family name"
+            )
     else:
+        files = [args.json]
         problem = _report_problem(args.json, f"--json {args.json}")
-    other = None if problem else _other_learner(args.json, learner)
-    if other:
-        problem = f"--json {args.json} holds the report of {other}, not {learner}: give a file of your own"
+        other = None if problem else _other_learner(args.json, learner)
+        if other:
+            problem = f"--json {args.json} holds the report of {other}, not {learner}: give a file of your own"
     if problem:
         print(f"course check: {problem}", file=sys.stderr)
         return 2
@@ -1017,14 +1466,22 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     print_table(rows)
     if rows:
-        previous = args.json.with_name(args.json.name + ".previous")
-        kept = ""
-        if args.json.is_file():
-            write_atomic(previous, args.json.read_bytes())
-            kept = f"; your previous report is kept as {previous}"
         report = make_report(learner, checked, rows)
-        write_atomic(args.json, (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8"))
-        print(f"written: {args.json} (learner {learner}, {time.monotonic() - total_t:.1f} s in all){kept}")
+        data = (json.dumps(report, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+        try:
+            written, previous = write_own_report(files[files.index(args.json) :], learner, data)
+        except _Taken as taken:  # another check wrote there while the notebooks ran
+            print(
+                f"course check: {args.json} became the report of {', '.join(taken.args)} while the notebooks ran; "
+                f"yours is not written: run the check again{' with another --json' if given_json else ''}",
+                file=sys.stderr,
+            )
+            return 2
+        except OSError as e:
+            print(f"course check: cannot write the report {args.json}: {e}", file=sys.stderr)
+            return 2
+        kept = f"; your previous report is kept as {previous}" if previous else ""
+        print(f"written: {written} (learner {learner}, {time.monotonic() - total_t:.1f} s in all){kept}")
     else:
         kept = "left as it was" if args.json.exists() else "not written"
         print(f"no exercise verdicts, so {args.json} is {kept}")

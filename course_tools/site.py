@@ -41,6 +41,7 @@ import argparse
 import copy
 import html
 import json
+import os
 import re
 import sys
 import time
@@ -48,9 +49,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from course_tools._output import PACKED_FOLDERS, Ledger, Output, free_output, make_output_folder
+from course_tools._output import SOURCE_FOLDERS, Ledger, Output, free_output, make_output_folder
 from course_tools.build import HOSTED_ID, colab_url
-from course_tools.vendor_js import KATEX, PACKAGES, VENDOR_DIR, check, check_bundle
+from course_tools.vendor_js import KATEX, MINISEARCH, PACKAGES, VENDOR_DIR, check, check_bundle
 from course_utils._files import clean_stale_tmp, move_aside
 
 __all__ = ["build_site", "Site", "SOLUTIONS", "COURSE_TITLE", "main"]
@@ -61,9 +62,6 @@ TEMPLATES = Path(__file__).resolve().parent / "static" / "site"
 COURSE_TITLE = "Attention, Step by Step"
 SITE_MARK = ".course-site.json"  # in a site folder: what build_site wrote there, with checksums
 NOTEBOOK_GLOB = "[0-9][0-9]_*.ipynb"
-# Folders of the course that hold its sources (those the zips pack, and git's and the venv's): a site is never
-# written into one of them.
-SOURCE_FOLDERS = PACKED_FOLDERS + (".git", ".venv")
 _OUTPUT = Output(  # the words of the site's refusals (course_tools._output.free_output)
     "the site",
     noun="folder",
@@ -343,12 +341,85 @@ def _toc(page: str) -> str:
     return "\n".join(out)
 
 
+# ------------------------------------------------------------------------------------------------ the search
+
+SEARCH_INDEX = "assets/search-documents.js"  # the documents MiniSearch indexes in the reader's browser
+_MD_HEADING = re.compile(r"^(#{1,6})\s+(.+?)\s*#*\s*$")
+_PAGE_HEADING = re.compile(r'<h[1-6] id="([^"]*)"[^>]*>.*?<a class="anchor-link"', re.DOTALL)
+
+
+def _plain_markdown(text: str) -> str:
+    """Markdown as the words a reader searches for: links' text kept, their addresses, emphasis stars, code ticks
+    and math dollars dropped (with no space left before the punctuation after them), tables' rules dropped, TeX
+    commands as their words ("\\log \\ell" -> "log ell", braces and wrappers such as "\\text" dropped)."""
+    text = re.sub(r"!\[[^\]]*\]\([^)]*\)", " ", text)  # images
+    text = re.sub(r"\[([^\]]*)\]\([^)]*\)", r"\1", text)  # [text](address) -> text
+    text = re.sub(r"<[^>]+>", " ", text)
+    text = re.sub(r"\\(?:text|operatorname|boldsymbol|mathrm|left|right)\b|\\[,;!]", "", text)  # TeX's wrappers
+    text = re.sub(r"\\([A-Za-z]+)", r"\1", text)  # \log -> log, \ell -> ell
+    text = re.sub(r"(?<=[(\[])[*`$]+|[*`$]+(?=[,.;:!?)\]])", "", text)  # "`mask`," -> "mask,", not "mask ,"
+    text = re.sub(r"[*`$#>|{}]+", " ", text)
+    text = re.sub(r"(?<!\S):?-{2,}:?(?!\S)", " ", text)  # a table's "|---|:--:|" rule, once its bars are gone
+    return " ".join(text.split())
+
+
+def search_documents(nb, page: _Page, body: str) -> list[dict]:
+    """One document per section of a notebook's page, for the site's search: the page, the anchor of the section's
+    heading (read from the page, in order, so that a result opens the very heading), the notebook's title, the
+    heading, and the section's words (its markdown made plain, and its code, so that a function's name is found).
+    The text before the first heading is the page's own document (anchor "")."""
+    anchors = iter(html.unescape(a) for a in _PAGE_HEADING.findall(body[body.find("<main>") :]))
+    docs = [{"heading": page.title, "anchor": "", "words": []}]
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            docs[-1]["words"].append(cell.source)
+            continue
+        if cell.cell_type != "markdown":
+            continue
+        fenced = False
+        for line in cell.source.splitlines():
+            fenced = fenced != line.lstrip().startswith("```")
+            heading = None if fenced else _MD_HEADING.match(line)
+            if heading:
+                title = re.sub(r"[`*]+", "", heading.group(2)).strip()
+                docs.append({"heading": title, "anchor": next(anchors, ""), "words": []})
+            else:
+                docs[-1]["words"].append(_plain_markdown(line))
+    out = []
+    for n, d in enumerate(docs):
+        words = " ".join(" ".join(d["words"]).split())
+        if n and d["anchor"] == "":  # more headings in the notebook than on the page: keep to the page
+            d["anchor"] = docs[n - 1]["anchor"]
+        if words or n:
+            out.append(
+                {
+                    "id": f"{page.page}#{d['anchor']}",
+                    "page": page.page,
+                    "anchor": d["anchor"],
+                    "title": page.title,
+                    "heading": d["heading"],
+                    "text": words,
+                }
+            )
+    return out
+
+
+def _search_script(docs: list[dict]) -> bytes:
+    """The documents as a script that sets ``window.COURSE_SEARCH_DOCUMENTS`` (a page opened from file:// may load a
+    script, but not fetch a JSON file)."""
+    payload = json.dumps(docs, ensure_ascii=True, separators=(",", ":"))
+    return (
+        "// The site's search documents, written by course_tools/site.py; assets/site.js indexes them with "
+        f"MiniSearch.\nwindow.COURSE_SEARCH_DOCUMENTS = {payload};\n"
+    ).encode("utf-8")
+
+
 # ------------------------------------------------------------------------------------------------ the assets
 
 
 def _assets() -> dict[str, bytes]:
     """The files of ``assets/``, checked against the SOURCES.json they were vendored with."""
-    problems = check(VENDOR_DIR) + check_bundle(KATEX)
+    problems = check(VENDOR_DIR) + check_bundle(KATEX) + check_bundle(MINISEARCH)
     if problems:
         raise RuntimeError(
             "the vendored JavaScript does not match its SOURCES.json, so the site would load "
@@ -372,6 +443,8 @@ def _assets() -> dict[str, bytes]:
             f"is {KATEX.name}@{KATEX.version} vendored?"
         )
     files["assets/katex/katex.min.css"] = css.encode("utf-8")
+    files["assets/minisearch/index.js"] = (MINISEARCH.folder / "index.js").read_bytes()
+    files["assets/minisearch/LICENSE"] = (MINISEARCH.folder / "LICENSE").read_bytes()
     for name in ("site.css", "site.js"):
         files[f"assets/{name}"] = (TEMPLATES / name).read_bytes()
     files[f"assets/{DARK_THEME}"] = _dark_theme()
@@ -413,6 +486,8 @@ def build_site(
     start = time.perf_counter()
     notebooks = _notebooks(Path(SOLUTIONS if solutions is None else solutions).expanduser())
     out, replace = _free_output(out, force)
+    plain = Path(os.path.normpath(out))  # "a/b/../site" said as "a/site", unless a link made ".." mean elsewhere
+    out = plain if plain.resolve() == out.resolve() else out.resolve()
     assets = _assets()
     notes: list[str] = []
     if replace:
@@ -431,6 +506,7 @@ def build_site(
         pages.append(_Page(path.name, f"{path.stem}.html", title, title_html, when, summary))
     known = {path.stem for path, _ in read}
     exporter = _exporter()
+    documents: list[dict] = []
     for i, ((path, nb), page) in enumerate(zip(read, pages)):
         if not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
             notes.append(
@@ -444,6 +520,7 @@ def build_site(
             "course_title": COURSE_TITLE,
             "prev": pages[i - 1] if i > 0 else None,
             "next": pages[i + 1] if i + 1 < len(pages) else None,
+            "colab": colab_url(f"notebooks/{path.name}"),
         }
         body, _ = exporter.from_notebook_node(
             _for_reading(nb, path.name), resources={"metadata": {"name": page.title}, "site": site}
@@ -456,6 +533,8 @@ def build_site(
         body = _link_notebooks(body, known, page.page, notes)
         body = body.replace("<!--course-site-toc-->", _toc(body), 1)
         ledger.write(page.page, body.encode("utf-8"))
+        documents += search_documents(_for_reading(nb, path.name), page, body)
+    ledger.write(SEARCH_INDEX, _search_script(documents))
 
     env = Environment(loader=FileSystemLoader(str(TEMPLATES)), autoescape=select_autoescape(["html", "j2"]))
     from markupsafe import Markup

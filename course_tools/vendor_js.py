@@ -7,11 +7,13 @@ registry's ``dist.integrity`` (sha512), and writes the one file the views need a
 
     python -m course_tools.vendor_js            # fetch again, verify, write the files and SOURCES.json
     python -m course_tools.vendor_js --check    # offline: do the files on disk match SOURCES.json?
-    python -m course_tools.vendor_js --site [--check]   # the same for the static site's KaTeX (below)
+    python -m course_tools.vendor_js --site [--check]   # the same for the static site's KaTeX and MiniSearch
 
-The static site of ``course_tools.site`` renders the notebooks' math with KaTeX: :data:`KATEX` (a
-:class:`Bundle`, several files of one package) goes to ``course_tools/static/katex/`` with a SOURCES.json of
-its own; only what the pages use is kept (the minified script and stylesheet, auto-render, the woff2 fonts).
+The static site of ``course_tools.site`` renders the notebooks' math with KaTeX and searches its pages with
+MiniSearch, each a :class:`Bundle` (files of one package) with a SOURCES.json of its own (the tarball's
+sha512 from the registry, each file's sha256, the licence): :data:`KATEX` in ``course_tools/static/katex/``,
+only what the pages use (the minified script and stylesheet, auto-render, the woff2 fonts);
+:data:`MINISEARCH` in ``course_tools/static/minisearch/``, its browser build (UMD, ``dist/umd/index.js``).
 
 jQuery 2.0.0, the version bertviz asks the CDN for, was never published to npm; 2.2.4 is the last of the 2.x
 line and does what bertviz needs of it (selections, ``.val()``, ``.on('change')``).
@@ -45,6 +47,8 @@ __all__ = [
     "KATEX",
     "fetch_bundle",
     "check_bundle",
+    "MINISEARCH",
+    "SITE_BUNDLES",
 ]
 
 # bertviz's libraries live in the learner's package, beside attention_view, which inlines them; the site's
@@ -249,6 +253,19 @@ KATEX = Bundle(
 )
 
 
+# MiniSearch (MIT, no dependencies): the site's full-text search, indexed in the reader's browser from the
+# documents course_tools.site writes; its UMD build sets window.MiniSearch when loaded before require.js.
+MINISEARCH = Bundle(
+    "minisearch",
+    "7.2.0",
+    "dist/umd",
+    ("index.js",),
+    "LICENSE.txt",
+    Path(__file__).resolve().parent / "static" / "minisearch",
+)
+SITE_BUNDLES = (KATEX, MINISEARCH)
+
+
 def fetch_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> dict:
     """Download ``bundle``'s tarball, verify it, write its files, its licence and SOURCES.json to ``folder``.
 
@@ -318,19 +335,23 @@ def check_bundle(bundle: Bundle = KATEX, folder: Path | None = None) -> list[str
 
 
 def _main_site(check_only: bool) -> int:
-    """``--site``: fetch or check :data:`KATEX`."""
+    """``--site``: fetch or check every bundle of :data:`SITE_BUNDLES`."""
     if check_only:
-        problems = check_bundle()
-        for p in problems:
-            print(f"FAILED: {p}")
-        if not problems:
-            print(f"ok: {KATEX.name}@{KATEX.version} in {KATEX.folder} matches SOURCES.json")
-        return 1 if problems else 0
-    record = fetch_bundle()
-    print(
-        f"{record['package']}@{record['version']}: {len(record['files'])} files in {KATEX.folder} "
-        f"(tarball {record['integrity']})"
-    )
+        failed = False
+        for bundle in SITE_BUNDLES:
+            problems = check_bundle(bundle)
+            for p in problems:
+                print(f"FAILED: {p}")
+            if not problems:
+                print(f"ok: {bundle.name}@{bundle.version} in {bundle.folder} matches SOURCES.json")
+            failed = failed or bool(problems)
+        return 1 if failed else 0
+    for bundle in SITE_BUNDLES:
+        record = fetch_bundle(bundle)
+        print(
+            f"{record['package']}@{record['version']}: {len(record['files'])} files in {bundle.folder} "
+            f"(tarball {record['integrity']})"
+        )
     return 0
 
 
@@ -341,7 +362,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--site",
         action="store_true",
-        help=f"the static site's KaTeX ({KATEX.name}@{KATEX.version}, in {KATEX_DIR}) instead",
+        help="the static site's bundles instead: "
+        + ", ".join(f"{b.name}@{b.version} (in {b.folder})" for b in SITE_BUNDLES),
     )
     args = parser.parse_args(argv)
     if args.site:

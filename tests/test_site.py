@@ -308,7 +308,8 @@ def test_open_in_colab_opens_the_learner_copy_not_the_solutions(course_site):
     solved notebook the page shows (every solved notebook links to itself on Colab)."""
     for page in course_site.pages:
         links = re.findall(r'href="(https://colab\.research\.google\.com/[^"]*)"', page.read_text(encoding="utf-8"))
-        assert links == [colab_url(f"notebooks/{page.stem}.ipynb")], (page.name, links)
+        # the button at the top of the page and the link of its first cell
+        assert links == [colab_url(f"notebooks/{page.stem}.ipynb")] * 2, (page.name, links)
         assert "open this notebook in Google Colab, its exercises unsolved</a>" in page.read_text(encoding="utf-8")
     assert not any("colab" in n.lower() for n in course_site.notes)
 
@@ -417,7 +418,9 @@ def test_links_between_notebooks_point_to_their_pages(tmp_path, small_solutions)
     assert [p.name for p in site.pages] == ["01_first.html", "02_second.html"]
     first = (site.out / "01_first.html").read_text(encoding="utf-8")
     second = (site.out / "02_second.html").read_text(encoding="utf-8")
-    assert 'href="02_second.html#Part-two"' in first and ".ipynb" not in re.sub(r"<code>.*?</code>", "", first)
+    colab = r'<p class="course-site-actions">.*?</p>'  # the Colab button opens notebooks/01_first.ipynb there
+    local = re.sub(rf"<code>.*?</code>|{colab}", "", first, flags=re.DOTALL)
+    assert 'href="02_second.html#Part-two"' in first and ".ipynb" not in local
     assert 'href="01_first.html"' in second
     assert 'id="Part-two"' in second
 
@@ -630,3 +633,120 @@ def test_a_rebuild_removes_the_temporary_files_of_a_killed_build(tmp_path, small
         f.write_bytes(b"half a file")
     build_site(out, small_solutions)
     assert not any(f.exists() for f in stale)
+
+
+# ------------------------------------------------------------------------------------- search, Colab, the path
+
+
+def _search_documents(site) -> list[dict]:
+    import json
+
+    text = (site.out / site_mod.SEARCH_INDEX).read_text(encoding="utf-8")
+    assert text.count("window.COURSE_SEARCH_DOCUMENTS = ") == 1
+    return json.loads(text[text.index("= ") + 2 : text.rindex(";")])
+
+
+def test_the_search_documents_cover_every_page_and_open_their_headings(course_site):
+    """Issue 29 item 7: one document per section of every notebook, each opening a heading that is on its page;
+    the words a reader searches for are in them (a function's name from the code, "logsumexp" only on 08)."""
+    docs = _search_documents(course_site)
+    assert {d["page"] for d in docs} == {p.name for p in course_site.pages}
+    assert len({d["id"] for d in docs}) == len(docs)
+    ids = {p.name: set(_parse(p).ids) for p in course_site.pages}
+    for d in docs:
+        assert d["anchor"] == "" or d["anchor"] in ids[d["page"]], d["id"]
+        assert d["id"] == f"{d['page']}#{d['anchor']}" and d["title"] and d["heading"]
+    toc_count = {p.name: len(_parse(p).toc) for p in course_site.pages}
+    for page, n in toc_count.items():  # every heading of the contents column is a document of its own
+        assert sum(d["page"] == page and d["anchor"] != "" for d in docs) >= n, page
+    found = {d["page"] for d in docs if "logsumexp" in d["text"].lower()}
+    assert found == {"08_fast_attention.html"}
+    assert any("tiled_attention" in d["text"] for d in docs if d["page"] == "08_fast_attention.html")
+    assert not any("$" in d["text"] or "\\boldsymbol" in d["text"] for d in docs)  # math as words, not TeX
+    assert not any(re.search(r"(?<!\S)-{3,}(?!\S)", d["text"]) for d in docs)  # no table rule left: "used by --- --"
+
+
+@pytest.mark.parametrize(
+    "markdown, words",
+    [
+        ("a `KeyError` if it does `not`, then", "a KeyError if it does not, then"),  # was "does not , then"
+        ("the mask (`True`) is **kept**.", "the mask (True) is kept."),
+        ("| meaning | used by |\n|---|:--:|\n| block | `nn.MultiheadAttention` |", "meaning used by"),
+        ("run `course.py check --learner NAME`", "run course.py check --learner NAME"),
+    ],
+)
+def test_search_words_leave_no_space_before_punctuation_or_table_rules(markdown, words):
+    """A tester's excerpts read "does , not" and "used by --- --": what removed code ticks and table bars left."""
+    got = " ".join(site_mod._plain_markdown(line) for line in markdown.splitlines())
+    assert got.startswith(words), got
+    assert "---" not in got and " ," not in got and " ." not in got
+
+
+def test_the_search_library_is_minisearch_vendored_from_npm_with_its_sha256(course_site):
+    """Not a hand-written index: MiniSearch, fetched from the npm registry by vendor_js (sha512 checked), each
+    file's sha256 and the licence recorded; the site copies the checked files."""
+    import json
+
+    from course_utils._files import sha256_bytes
+
+    record = json.loads((vendor_js.MINISEARCH.folder / "SOURCES.json").read_text(encoding="utf-8"))
+    assert record["package"] == "minisearch" and record["tarball"].startswith("https://registry.npmjs.org/")
+    assert record["integrity"].startswith("sha512-") and set(record["files"]) == {"index.js"}
+    assert record["license_sha256"] == sha256_bytes((vendor_js.MINISEARCH.folder / "LICENSE").read_bytes())
+    assert vendor_js.check_bundle(vendor_js.MINISEARCH) == []
+    assert vendor_js.MINISEARCH in vendor_js.SITE_BUNDLES
+    shipped = course_site.out / "assets" / "minisearch"
+    assert (shipped / "index.js").read_bytes() == (vendor_js.MINISEARCH.folder / "index.js").read_bytes()
+    licence = (shipped / "LICENSE").read_text(encoding="utf-8")
+    assert "Permission is hereby granted, free of charge" in licence and "Luca Ongaro" in licence  # MIT
+    for page in course_site.pages:  # loaded before require.js, which would make its UMD wrapper an AMD module
+        text = page.read_text(encoding="utf-8")
+        assert text.index('src="assets/minisearch/index.js"') < text.index('src="assets/require.js"'), page.name
+        assert 'id="course-site-search"' in text
+
+
+def test_a_changed_minisearch_stops_the_build(tmp_path, monkeypatch, small_solutions):
+    copy = tmp_path / "minisearch"
+    shutil.copytree(vendor_js.MINISEARCH.folder, copy)
+    (copy / "index.js").write_text("/* changed */", encoding="utf-8")
+    monkeypatch.setattr(site_mod, "MINISEARCH", dataclasses.replace(vendor_js.MINISEARCH, folder=copy))
+    with pytest.raises(RuntimeError, match=r"index\.js \(minisearch@[\d.]+\) has sha256"):
+        build_site(tmp_path / "site", small_solutions)
+    assert not (tmp_path / "site").exists()
+
+
+def test_every_page_has_an_open_in_colab_button_to_its_learner_copy(course_site):
+    for nb_path, page in zip(NOTEBOOKS, course_site.pages):
+        text = page.read_text(encoding="utf-8")
+        button = re.search(r'<a class="course-site-colab" href="([^"]+)"', text)
+        assert button and html.unescape(button.group(1)) == colab_url(f"notebooks/{nb_path.name}"), page.name
+        assert text.index("course-site-colab") < text.index("<main>"), page.name  # above the notebook
+
+
+def test_the_command_prints_the_sites_path_normalised(tmp_path, small_solutions):
+    """Issue 29 item 15: `python3 course.py site a/b/../site` printed the path with its "..", tried literally."""
+    import subprocess
+
+    (tmp_path / "b").mkdir()
+    proc = subprocess.run(
+        [sys.executable, "course.py", "site", f"{tmp_path}/b/../site", "--solutions", str(small_solutions)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    assert re.fullmatch(
+        rf"wrote 2 notebooks and the index to {re.escape(str(tmp_path / 'site'))} in \d+ s; "
+        rf"open {re.escape(str(tmp_path / 'site' / 'index.html'))} in a browser \(no server needed\)",
+        last,
+    ), last
+    assert (tmp_path / "site" / "index.html").is_file() and not (tmp_path / "b" / "site").exists()
+
+
+def test_vendor_js_site_check_names_both_bundles(capsys):
+    """`python -m course_tools.vendor_js --site --check`, offline: KaTeX and MiniSearch each match SOURCES.json."""
+    assert vendor_js.main(["--site", "--check"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert [line.split("@")[0] for line in lines] == ["ok: katex", "ok: minisearch"], lines

@@ -232,3 +232,125 @@ def test_pages_follow_the_readers_colour_scheme(site, offline_page, screenshots,
             page.locator("[data-course-widget]").first.scroll_into_view_if_needed()
         page.screenshot(path=str(screenshots / f"site-{scheme}-{target.stem}.png"))
     _assert_offline(page)
+
+
+# ------------------------------------------------------------------------------------ search, copy, Colab, math
+
+
+def test_search_finds_logsumexp_on_notebook_08_offline(site, offline_page, screenshots):
+    """Issue 29 item 7: search from a maintained library (MiniSearch, vendored from npm with its sha256), in the
+    browser with the network blocked: "logsumexp" lands on notebook 08, at the section that says it."""
+    page = offline_page()
+    page.goto(site.index.as_uri())
+    assert page.evaluate("() => typeof MiniSearch") == "function"
+    box = page.locator("#course-site-search")
+    box.fill("logsumexp")
+    page.wait_for_selector("#course-site-results[data-count] a.course-site-result")
+    hrefs = page.eval_on_selector_all("#course-site-results a.course-site-result", "as => as.map(a => a.href)")
+    assert hrefs and all("/08_fast_attention.html#" in h for h in hrefs), hrefs
+    page.screenshot(path=str(screenshots / "site-search-index.png"))
+    box.press("Enter")
+    page.wait_for_url("**/08_fast_attention.html#*")
+    anchor = page.evaluate("() => decodeURIComponent(location.hash.slice(1))")
+    heading = page.locator(f'[id="{anchor}"]')
+    assert heading.count() == 1
+    section = page.evaluate(
+        """(id) => { const start = document.getElementById(id); let text = start.textContent, el = start;
+        const cell = el.closest('.jp-Cell'); let c = cell; for (let i = 0; i < 30 && c; i++, c = c.nextElementSibling) {
+            if (i && c.querySelector('h1, h2, h3')) break; text += c.textContent; } return text; }""",
+        anchor,
+    )
+    assert "logsumexp" in section.lower(), anchor
+    # on a notebook page, the box in the contents column finds across the course, several words at once
+    page.locator("#course-site-search").fill("causal mask")
+    page.wait_for_selector("#course-site-results[data-count] a.course-site-result")
+    pages = page.eval_on_selector_all(".course-site-result-page", "ps => ps.map(p => p.textContent)")
+    assert any(p.startswith("03") for p in pages), pages
+    page.locator("#course-site-search").fill("logsumexp")
+    page.wait_for_selector("#course-site-results a.course-site-result[href*='08_fast_attention']")
+    page.screenshot(path=str(screenshots / "site-search-08.png"))
+    page.locator("#course-site-search").fill("zqxjvw")
+    page.wait_for_selector(".course-site-no-results")
+    _assert_offline(page)
+
+
+def test_search_says_why_a_short_or_punctuation_query_finds_nothing(site, offline_page):
+    """A tester typed one letter, "?" and "--": the results stayed empty, saying nothing. Each gets a line."""
+    page = offline_page()
+    page.goto(site.index.as_uri())
+    box = page.locator("#course-site-search")
+    for query in ("q", "?", "--", "(.)", "x."):
+        box.fill(query)
+        page.wait_for_selector(".course-site-no-results")
+        said = page.eval_on_selector_all("#course-site-results li", "ls => ls.map(l => l.textContent)")
+        assert said == ["Type at least 2 letters or digits to search."], (query, said)
+    box.fill("qk")  # two letters search as before
+    page.wait_for_selector("#course-site-results[data-count]")
+    box.fill("zqxjvw")
+    page.wait_for_selector(".course-site-no-results")
+    said = page.eval_on_selector_all("#course-site-results li", "ls => ls.map(l => l.textContent)")
+    assert said == ["Nothing found for \u201czqxjvw\u201d."], said
+    box.fill("")
+    assert page.eval_on_selector_all("#course-site-results li", "ls => ls.length") == 0
+    _assert_offline(page)
+
+
+def test_every_page_with_a_formula_typesets_it(site, offline_page):
+    """Issue 29 item 8: notebooks 08 and 11 wrote their formulas as code (0 KaTeX on their pages). Every page
+    whose notebook has math in its markdown shows KaTeX, and 08 and 11 are among them."""
+    with_math = [p for p in NOTEBOOKS if _expected(p)["math"]]
+    assert {"08_fast_attention", "11_inside_the_gpt"} <= {p.stem for p in with_math}
+    page = offline_page()
+    counts = {}
+    for nb_path in with_math:
+        page.goto((site.out / f"{nb_path.stem}.html").as_uri())
+        page.wait_for_function("() => document.body.dataset.courseMath === 'rendered'")
+        counts[nb_path.stem] = page.evaluate("() => document.querySelectorAll('.jp-MarkdownCell .katex').length")
+    assert all(n > 0 for n in counts.values()), counts
+    assert counts["08_fast_attention"] >= 20 and counts["11_inside_the_gpt"] >= 10, counts
+    _assert_offline(page)
+
+
+def test_code_cells_copy_and_each_page_opens_in_colab(site, offline_page, screenshots):
+    """Issue 29 item 7: a copy button on every code cell (it copies the cell's code), and a visible "Open in
+    Colab" button at the top of every notebook page, to the learner copy."""
+    nb_path = ROOT / "solutions" / "02_scaled_attention.ipynb"
+    page = offline_page()
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    for other in NOTEBOOKS:
+        page.goto((site.out / f"{other.stem}.html").as_uri())
+        colab = page.locator("a.course-site-colab")
+        assert colab.is_visible() and colab.inner_text().strip().endswith("Open in Colab"), other.stem
+        assert colab.get_attribute("href").endswith(f"/notebooks/{other.name}"), colab.get_attribute("href")
+        box = colab.bounding_box()
+        assert box["y"] < 200 and box["width"] > 80, (other.stem, box)  # at the top, a button, not a word
+        cells = nbformat.read(other, as_version=4).cells
+        code = [c for c in cells if c.cell_type == "code" and c.source.strip()]
+        assert page.locator("button.course-site-copy").count() >= len(code) - 1, other.stem  # (hosted cell left out)
+    page.goto((site.out / f"{nb_path.stem}.html").as_uri())
+    button = page.locator("button.course-site-copy").nth(1)
+    button.scroll_into_view_if_needed()
+    expected = button.evaluate("b => b.parentElement.querySelector('pre').textContent.replace(/\\n$/, '')")
+    button.click()
+    page.wait_for_selector("button.course-site-copy[data-copied]")
+    assert button.get_attribute("data-copied") == "yes"
+    assert page.evaluate("() => navigator.clipboard.readText()") == expected
+    page.evaluate("() => window.scrollTo(0, 0)")
+    page.screenshot(path=str(screenshots / "site-colab-and-copy.png"))
+    _assert_offline(page)
+
+
+def test_in_dark_mode_a_bertviz_view_sits_on_a_panel_of_its_own_width(site, offline_page, screenshots):
+    """Issue 29 item 9: the bertviz views, drawn for a light page, sat on a white panel as wide as the page."""
+    page = offline_page()
+    page.emulate_media(color_scheme="dark")
+    page.goto((site.out / "11_inside_the_gpt.html").as_uri())
+    view = page.locator('[data-course-view="head"]').first
+    view.scroll_into_view_if_needed()
+    page.wait_for_selector('[data-course-view="head"] svg')
+    box, main = view.bounding_box(), page.locator("main").bounding_box()
+    drawn = view.evaluate("v => Math.max(...[...v.querySelectorAll('svg')].map(s => s.getBoundingClientRect().width))")
+    assert box["width"] < 0.9 * main["width"], (box, main)
+    assert box["width"] >= drawn, (box, drawn)  # the panel holds the whole picture
+    page.screenshot(path=str(screenshots / "site-dark-bertviz.png"))
+    _assert_offline(page)
