@@ -14,6 +14,7 @@ import importlib.util
 import os
 import random
 import sys
+import textwrap
 from dataclasses import dataclass
 
 from course_utils.devices import best_device, pick_device  # the setup check reports them; they live there
@@ -234,14 +235,20 @@ def hosted_widgets() -> str | None:
     return f"Colab: widget manager switched on for ipywidgets {version}"
 
 
+REPORT_WIDTH = 100  # columns of the setup report; a longer detail continues, indented, on the next line
+
+
 def print_report(reqs: list[Requirement] | None = None) -> bool:
     """Print the report as a table; True when nothing failed (LATER is not a failure)."""
     reqs = environment_report() if reqs is None else reqs
     width = max(len(r.name) for r in reqs)
+    indent = " " * (6 + width + 2)
+    # Wrapped at word boundaries: JupyterLab breaks a long output line anywhere, mid-word included.
+    wrap = textwrap.TextWrapper(width=REPORT_WIDTH, subsequent_indent=indent, break_on_hyphens=False)
     for r in reqs:
-        print(f"{r.status:<5} {r.name:<{width}}  {r.detail}")
-        if not r.ok:
-            print(f"      {'':<{width}}  {'fix: ' if r.status == 'FAIL' else ''}{r.fix}")
+        print(wrap.fill(f"{r.status:<5} {r.name:<{width}}  {r.detail}"))
+        if not r.ok and r.fix:
+            print(wrap.fill(f"{indent}{'fix: ' if r.status == 'FAIL' else ''}{r.fix}"))
     ok = all(r.ok or r.later for r in reqs)
     if not ok:
         print("Something is missing: apply the fixes above, then run this again.")

@@ -145,6 +145,18 @@ def test_print_report(capsys):
     assert "All set." in capsys.readouterr().out
 
 
+def test_print_report_wraps_long_lines_at_word_boundaries(capsys):
+    """JupyterLab breaks a long output line anywhere, mid-word included (notebook 00's LATER line did)."""
+    detail = "not fetched yet: only notebooks 10 and 11 read it, and notebook 10 fetches it when it first runs " * 2
+    fix = "or fetch it now from the course folder with: python3 course.py corpus"
+    print_report([Requirement("corpus", False, detail.strip(), fix, later=True)])
+    lines = capsys.readouterr().out.splitlines()[:-1]
+    assert len(lines) > 2 and all(len(line) <= environment.REPORT_WIDTH for line in lines)
+    assert all(line.startswith(" " * 14) for line in lines[1:])  # continuations sit under the detail column
+    words = " ".join(lines).split()
+    assert words[2:] == [*detail.split(), *fix.split()]  # no word was cut in two
+
+
 def _corpus_row(reqs):
     return next(r for r in reqs if r.name.startswith("corpus"))
 
@@ -164,7 +176,7 @@ def test_a_corpus_not_fetched_yet_is_later_not_a_failure(monkeypatch, tmp_path, 
     others = [r for r in reqs if r is not row]
     assert print_report([*others, row]) is all(r.ok for r in others)
     out = capsys.readouterr().out
-    assert "LATER corpus (notebooks 10 and 11)" in out and f"  {row.fix}" in out
+    assert "LATER corpus (notebooks 10 and 11)" in out and row.fix in " ".join(out.split())
     if all(r.ok for r in others):  # this machine has the rest: the corpus alone is no FAIL
         assert "FAIL" not in out and "Something is missing" not in out
         assert out.splitlines()[-1] == "All set for now: what says LATER is needed only later, and is not an error."
