@@ -102,11 +102,7 @@ def model_view(
 
 
 def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: str = "Attention") -> Path:
-    """Write one view, or several in one page, to a self-contained HTML file that opens offline.
-
-    Shape:
-        view: what :func:`head_view` or :func:`model_view` returned (or a list of them) -> the path written
-    """
+    """Write one view of :func:`head_view` or :func:`model_view`, or a list of them, to one offline HTML page."""
     views = [view] if isinstance(view, (HTML, str)) else list(view) if isinstance(view, Sequence) else None
     if not views or not all(isinstance(v, (HTML, str)) for v in views):
         raise TypeError(
@@ -127,11 +123,7 @@ def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: 
 
 
 def prettify_tokens(tokens: Sequence[str]) -> list[str]:
-    """Characters a reader cannot see, shown: a space as ␣, a newline as ⏎, a tab as ⇥.
-
-    Shape:
-        tokens: T strings -> T strings
-    """
+    """Characters a reader cannot see, shown: a space as ␣, a newline as ⏎, a tab as ⇥. Shape: T -> T strings."""
     if isinstance(tokens, str):
         raise TypeError("tokens must be a list of strings (one per token), got one str: pass list(text)")
     tokens = list(tokens)

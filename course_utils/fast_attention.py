@@ -1,8 +1,5 @@
 """How fast attention works (notebook 08): the online softmax, attention computed tile by tile, its backward
 pass by hand, and FlashAttention's recompute, which trains in memory linear in the sequence length.
-
-Reading order: :class:`Partial`, :func:`block_partial`, :func:`merge_partials`, :func:`finish`,
-:func:`online_softmax`, :func:`tiled_attention`, :func:`attention_backward`, :func:`flash_attention`.
 Shapes: T query length, S key length, D head_dim, Dv value width, ``...`` any leading (B, H); masks are
 boolean, True = may attend.
 """

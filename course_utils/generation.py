@@ -1,9 +1,6 @@
-"""Turning a language model's logits into text: sampling, the generation loop (with a KV cache), beam search.
-
-Reading order (notebook 09): the filters (:func:`top_k_filter`, :func:`top_p_keep`, :func:`top_p_filter`),
-:func:`sample_next_token`, the loop (:func:`generate_stream`, :func:`generate`), :func:`beam_search`.
-The model follows :mod:`course_utils.variants`' protocol: ``forward(idx, cache=None) -> logits (B, T, V)``,
-a ``context_length`` attribute and ``new_cache()``.
+"""Turning a language model's logits into text: sampling filters, the generation loop (with a KV cache), beam
+search (notebook 09). The model follows :mod:`course_utils.variants`' protocol:
+``forward(idx, cache=None) -> logits (B, T, V)``, a ``context_length`` attribute and ``new_cache()``.
 """
 
 from __future__ import annotations
