@@ -1,17 +1,9 @@
 """bertviz's head view and model view of a GPT's attention, made to work without internet (notebook 11).
 
-bertviz draws attention as lines between tokens (``head_view``: one layer, its heads in colours) or as a
-grid of small pictures (``model_view``: every layer and head). Its HTML loads require.js, d3 and jQuery from
-a CDN, which a workshop room without internet cannot reach. The functions here build bertviz's HTML, then
-make it self-contained: require.js, d3 and jQuery are inlined from ``course_utils/static/vendor/`` (fetched
-from npm by ``python -m course_tools.vendor_js``), d3 and jQuery become named AMD modules, and bertviz's
-script asks for those names instead of CDN paths. Nothing is fetched from the network.
-
-The result is a single ``text/html`` output (JupyterLab runs its scripts in a trusted notebook) and also a
-page of its own (:func:`save_html`). Several views work in one page: require.js steps aside when it is already
-loaded, and each library is defined once. The outer ``div`` carries ``data-course-view`` (``"head"`` or
-``"model"``), ``data-heads``, ``data-layers`` and ``data-tokens`` (JSON), so a browser test can check the
-picture against what was asked for.
+bertviz's HTML loads require.js, d3 and jQuery from a CDN; here they are inlined from
+``course_utils/static/vendor/`` (``python -m course_tools.vendor_js``) as named AMD modules, so a view works
+without network, several in one page, in a notebook or a page of its own (:func:`save_html`). The outer ``div``
+carries ``data-course-view``, ``data-heads``, ``data-layers`` and ``data-tokens`` (JSON) for the browser tests.
 
 Shapes: L layers, B batch (must be 1), H num_heads, T tokens.
 """
@@ -60,9 +52,7 @@ def head_view(
         attention: a list of L tensors (1, H, T, T), as ``GPT.attention_maps(idx)`` returns for one sequence
         tokens: T strings (a str is read as its characters) -> an IPython ``HTML`` object
 
-    ``layer`` picks the layer shown first (default 0), ``heads`` the heads switched on at first (default all).
-    With ``prettify``, a space shows as ␣, a newline as ⏎ and a tab as ⇥ (the course's tokens are
-    characters).
+    ``layer`` is shown first (default 0) with ``heads`` on (default all); ``prettify`` makes blanks visible.
     """
     from bertviz import head_view as bertviz_head_view
 
@@ -112,11 +102,7 @@ def model_view(
 
 
 def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: str = "Attention") -> Path:
-    """Write one view, or several in one page, to a self-contained HTML file that opens offline.
-
-    Shape:
-        view: what :func:`head_view` or :func:`model_view` returned (or a list of them) -> the path written
-    """
+    """Write one view of :func:`head_view` or :func:`model_view`, or a list of them, to one offline HTML page."""
     views = [view] if isinstance(view, (HTML, str)) else list(view) if isinstance(view, Sequence) else None
     if not views or not all(isinstance(v, (HTML, str)) for v in views):
         raise TypeError(
@@ -137,11 +123,7 @@ def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: 
 
 
 def prettify_tokens(tokens: Sequence[str]) -> list[str]:
-    """Characters a reader cannot see, shown: a space as ␣, a newline as ⏎, a tab as ⇥.
-
-    Shape:
-        tokens: T strings -> T strings
-    """
+    """Characters a reader cannot see, shown: a space as ␣, a newline as ⏎, a tab as ⇥. Shape: T -> T strings."""
     if isinstance(tokens, str):
         raise TypeError("tokens must be a list of strings (one per token), got one str: pass list(text)")
     tokens = list(tokens)
@@ -255,9 +237,8 @@ def _vendored(pkg_name: str) -> str:
 def _library_scripts() -> str:
     """require.js as a classic script, then d3 and jQuery as named AMD modules, each defined once per page.
 
-    d3's and jQuery's UMD wrappers are run with a ``module`` object of their own (and ``define`` hidden), so
-    they hand their library to that object instead of touching ``window.d3``, ``window.$`` or an AMD loader.
-    A second view in the same page finds the names already known to require.js and skips them.
+    d3's and jQuery's UMD wrappers run with a ``module`` object of their own (``define`` hidden), leaving
+    ``window`` alone; a second view in the page finds the names known to require.js and skips them.
     """
     define_once = (
         "(function () {\n"

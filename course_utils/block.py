@@ -1,10 +1,8 @@
 """The transformer block around any attention module, shared by every model in the course.
 
 Reading order: :class:`MLP`, then :class:`Block`; used in notebooks 06, 08 and 09.
-Shapes: B batch, T length, C embed_dim.
-
-``forward`` checks its input (a learner may call a block or an MLP on its own); a model that has checked its
-input once calls ``forward_unchecked``, so that a forward pass checks its arguments once, at the model's door.
+Shapes: B batch, T length, C embed_dim. ``forward`` checks its input; a model that checked it calls
+``forward_unchecked``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
 """How fast attention works (notebook 08): the online softmax, attention computed tile by tile, its backward
 pass by hand, and FlashAttention's recompute, which trains in memory linear in the sequence length.
-
-Reading order: :class:`Partial`, :func:`block_partial`, :func:`merge_partials`, :func:`finish`,
-:func:`online_softmax`, :func:`tiled_attention`, :func:`attention_backward`, :func:`flash_attention`.
 Shapes: T query length, S key length, D head_dim, Dv value width, ``...`` any leading (B, H); masks are
 boolean, True = may attend.
 """
@@ -177,12 +174,9 @@ def tiled_attention(
 ) -> torch.Tensor:
     """softmax(q k^T * scale, masked) v, one (q_tile, kv_tile) tile of scores at a time, never all (T, S).
 
-    ``mask`` is True where a query may attend. ``scale`` defaults to 1 / sqrt(D). ``is_causal`` is
-    ``causal_mask(T, S)`` (bottom-right; needs T <= S); with ``mask`` both apply. A query that may see no key
-    gets 0. ``q_tile`` queries meet ``kv_tile`` keys at a time, so the scores held at once are
-    (..., q_tile, kv_tile) instead of (..., T, S): memory saved in the forward pass only (under autograd every
-    tile is kept for the backward pass; :func:`flash_attention` keeps none). Tiles past the causal diagonal
-    are skipped.
+    ``scale`` defaults to 1 / sqrt(D); ``is_causal`` is ``causal_mask(T, S)`` (bottom-right; needs T <= S),
+    and with ``mask`` both apply. A query that may see no key gets 0. Tiles past the causal diagonal are
+    skipped; autograd keeps every tile (:func:`flash_attention` keeps none).
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
@@ -248,9 +242,8 @@ def _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[to
 def saved_for_backward(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     """Bytes autograd keeps from ``fn(*args, **kwargs)`` for the backward pass, each storage counted once.
 
-    Every tensor an operation saves for backward passes through ``torch.autograd.graph.saved_tensors_hooks``;
-    views of one storage (k's tiles, say) count once. Nothing is kept without autograd, so the answer is 0
-    under ``torch.no_grad()`` or for inputs that do not require grad. Taught in notebook 08, section 4.
+    Read through ``torch.autograd.graph.saved_tensors_hooks``; 0 under ``torch.no_grad()``.
+    Taught in notebook 08, section 4.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a function to call, got {type(fn).__name__}")
@@ -276,10 +269,8 @@ def attention_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The gradients (dq, dk, dv) of one attention call o = softmax(scale q k^T, masked) v, given do = dL/do.
 
-    The textbook formulas, all (T, S) at once, no autograd: with P the weights, dv = P^T dO; dP = dO v^T;
-    Delta = rowsum(dO * O) (equal to rowsum(P * dP)); dS = P * (dP - Delta); dq = scale dS k; dk = scale dS^T q.
-    ``o`` must be that call's output. A blocked entry has P = 0 and passes no gradient; a query that sees no
-    key gets dq = 0. Broadcast batch axes are summed back to each input's shape.
+    With P the weights: dv = P^T dO; dP = dO v^T; Delta = rowsum(dO * O); dS = P * (dP - Delta); dq = scale dS k;
+    dk = scale dS^T q. ``o`` must be that call's output; broadcast batch axes are summed back.
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), o and do (..., T, Dv), mask bool broadcastable to
     (..., T, S) -> dq, dk, dv of the shapes of q, k, v. Taught in notebook 08.
     """
@@ -325,18 +316,11 @@ def flash_attention(
 ) -> torch.Tensor:
     """:func:`tiled_attention` that also trains without the (T, S) matrix: FlashAttention-2's recompute.
 
-    The forward pass is tiled attention that keeps only q, k, v, the output and one logsumexp per query (and
-    the caller's mask, not a copy). The backward pass goes tile by tile again, recomputes each tile's weights
-    from q, k and the logsumexp, and accumulates dq, dk, dv with the formulas of :func:`attention_backward`;
-    tiles past the causal diagonal are skipped in both passes. So training holds O(T + S) numbers besides a
-    few tiles (and the mask, which is (T, S) booleans if the caller made it so: prefer ``is_causal``), where
-    autograd through :func:`tiled_attention` keeps every tile. float16 and bfloat16 inputs are computed in
-    float32 (the logsumexp kept in float32, as FlashAttention's accumulators), whatever autocast says, and the
-    output and gradients come back in the inputs' dtype. Differentiable once: a backward pass with
-    ``create_graph=True`` raises RuntimeError. The contract, arguments and errors of
-    :func:`tiled_attention`: ``mask`` True = may attend; ``is_causal`` bottom-right (needs T <= S); a query
-    that sees no key gets output 0 and gradient 0. The default tiles, 256 x 256, were the fastest measured on
-    a CPU (benchmarks/FLASH.md).
+    The forward pass keeps q, k, v, the output and one logsumexp per query; the backward pass recomputes each
+    tile's weights and applies :func:`attention_backward`'s formulas tile by tile. float16 and bfloat16 are
+    computed in float32 and returned in their dtype. Differentiable once (``create_graph=True`` raises
+    RuntimeError). Arguments and errors as :func:`tiled_attention`; the 256 x 256 tiles were the fastest
+    measured on a CPU (benchmarks/FLASH.md).
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """

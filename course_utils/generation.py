@@ -1,9 +1,6 @@
-"""Turning a language model's logits into text: sampling, the generation loop (with a KV cache), beam search.
-
-Reading order (notebook 09): the filters (:func:`top_k_filter`, :func:`top_p_keep`, :func:`top_p_filter`),
-:func:`sample_next_token`, the loop (:func:`generate_stream`, :func:`generate`), :func:`beam_search`.
-The model follows :mod:`course_utils.variants`' protocol: ``forward(idx, cache=None) -> logits (B, T, V)``,
-a ``context_length`` attribute and ``new_cache()``.
+"""Turning a language model's logits into text: sampling filters, the generation loop (with a KV cache), beam
+search (notebook 09). The model follows :mod:`course_utils.variants`' protocol:
+``forward(idx, cache=None) -> logits (B, T, V)``, a ``context_length`` attribute and ``new_cache()``.
 """
 
 from __future__ import annotations
@@ -216,14 +213,10 @@ def generate_stream(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """Generate one token at a time, yielding ``(tokens (B,), logits (B, V))`` as soon as each is chosen.
 
-    Without a cache each step recomputes the last ``context_length`` tokens. With ``use_cache`` and
-    ``on_full="error"``, ``prompt + max_new_tokens - 1`` must fit in ``context_length`` (ValueError before
-    anything runs) and every output equals recomputing. ``on_full="shift"`` starts a new cache from the last
-    ``keep_on_shift`` tokens (default ``context_length // 2``) when it is full; after a shift the outputs may
-    differ from recomputing, which always sees ``context_length`` tokens (a prompt longer than
-    ``context_length`` is cropped to its last tokens; positions restart at 0 in the new cache;
-    ``keep_on_shift=context_length`` gives recomputing's outputs). Without a cache ``on_full`` changes
-    nothing. Puts the model in eval mode.
+    Without a cache each step recomputes the last ``context_length`` tokens. With ``use_cache``,
+    ``on_full="error"`` needs ``prompt + max_new_tokens - 1 <= context_length`` (checked before anything runs);
+    ``"shift"`` starts a new cache from the last ``keep_on_shift`` tokens (default ``context_length // 2``)
+    when it is full. Puts the model in eval mode.
     Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 09;
     ``on_full="shift"`` against recomputing in notebook 10, section 7.
     """

@@ -1,10 +1,7 @@
 """A tiny GPT, assembled from the course's own pieces: the model notebook 10 trains.
 
-Reading order: :class:`GPTConfig` (with presets), :class:`CausalSelfAttention` (multi-head, or grouped-query
-with ``num_kv_heads``), :class:`MLP`, :class:`Block`, :class:`GPT`. ``attention="course"`` uses the course's
-attention (it returns the weights), ``"torch"`` PyTorch's fused kernel, ``"flash"`` the course's
-FlashAttention-style recompute (notebook 08); the three compute the same function. The model checks its input
-once, in :meth:`GPT.forward`; its layers trust it (each has a checked ``forward`` for a learner who calls it).
+Reading order: :class:`GPTConfig` (with presets), :class:`CausalSelfAttention`, :class:`MLP`, :class:`Block`,
+:class:`GPT`. The model checks its input once, in :meth:`GPT.forward`; its layers trust it.
 Shapes: B batch, T query length, S key length (T plus what a cache holds), C embed_dim, H num_heads,
 Hkv num_kv_heads, D head_dim, V vocab_size.
 """
@@ -57,11 +54,9 @@ _ATTENTION = ("course", "torch", "flash")
 class GPTConfig:
     """Everything that fixes the shape of a :class:`GPT` (training settings live in ``course_utils.train``).
 
-    ``num_kv_heads`` below ``num_heads`` gives grouped-query attention; None is one key/value head per query
-    head. ``positions``: ``"learned"`` or ``"rope"``. ``attention``: ``"course"``,
-    ``"torch"`` or ``"flash"`` (which has no attention dropout: only with ``dropout=0.0``). ``norm_position``:
-    ``"pre"`` (with a final LayerNorm) or ``"post"`` (without).
-    Taught in notebook 10.
+    ``num_kv_heads`` below ``num_heads`` gives grouped-query attention (None: as many as ``num_heads``).
+    ``attention``: the course's (it returns the weights), PyTorch's fused kernel, or the course's
+    FlashAttention (notebook 08, no dropout). Taught in notebook 10.
     """
 
     vocab_size: int = 65
@@ -156,12 +151,10 @@ def check_layer_call(layer: nn.Module, x: object, cache: object, mask: object, s
 
 
 class CausalSelfAttention(MultiHeadAttention):
-    """Causal self-attention where position t sees positions 0..t, with H query heads sharing Hkv key/value heads
-    (Hkv = H: multi-head attention; Hkv = 1: multi-query), rotary positions, a KV cache and a kernel choice.
+    """The course's :class:`~course_utils.multihead.MultiHeadAttention`, causal, with H query heads sharing Hkv
+    key/value heads (its packed ``qkv_proj`` has (H + 2 Hkv) D rows), rotary positions and a KV cache.
 
-    The course's :class:`~course_utils.multihead.MultiHeadAttention`, made causal: one packed ``qkv_proj``
-    (q, k, v in that order, (H + 2 Hkv) D rows: 3C with Hkv = H) and ``out_proj``. With a ``cache``, x holds the
-    new tokens, at positions ``start ..`` (S = cache length + T). ``mask`` replaces the causal mask.
+    With a ``cache``, x holds the new tokens, at positions ``start ..``; ``mask`` replaces the causal mask.
     Shape: x (B, T, C) -> out (B, T, C), weights (B, H, T, S) with ``need_weights``. Taught in notebook 10.
     """
 

@@ -250,11 +250,8 @@ def selected_key_ratios(
 def attention_rollout(maps: list[torch.Tensor], residual: float = 0.5) -> list[torch.Tensor]:
     """How much each input position reaches each query through layers 0 .. l, one (B, T, T) map per layer l.
 
-    Abnar and Zuidema's rollout: each layer's weights averaged over heads, mixed with the identity for the
-    residual connection, ``A_l = residual * I + (1 - residual) * mean_h(W_l)`` (rows still sum to 1), then
-    multiplied through the layers, ``R_l = A_l @ R_{l-1}`` with ``R_0 = A_0``. It is an estimate: it ignores the
-    MLPs, the values' sizes and the LayerNorms. Above layer 0 a key is already a mixture of earlier positions;
-    ``R_l[b, i, j]`` traces the mixture back to input position j.
+    ``A_l = residual * I + (1 - residual) * mean_h(W_l)``, ``R_l = A_l @ R_{l-1}`` with ``R_0 = A_0``
+    (Abnar and Zuidema's estimate: it ignores the MLPs, the values' sizes and the LayerNorms).
     Shape: maps, L x (B, H, T, T) as GPT.attention_maps returns them -> L x (B, T, T). Taught in notebook 11.
     """
     if not isinstance(maps, (list, tuple)) or not maps:

@@ -1,8 +1,7 @@
 """A tiny experiment for notebook 06: one small model per kind of positions, tested on longer sequences.
 
 The task, "last letter": sequences mix letters (tokens 0 .. num_letters - 1) and fillers; at every position
-the answer is the most recent letter at or before it. Reading order: the configuration (presets ``tiny``
-and ``full``), the data, the model, the training loop, the evaluation.
+the answer is the most recent letter at or before it.
 """
 
 from __future__ import annotations

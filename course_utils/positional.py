@@ -159,9 +159,8 @@ def apply_rope(
 ) -> torch.Tensor:
     """Rotary position embedding: rotate channel pair i of position t by the angle t * theta_i.
 
-    theta_i = base ** (-2i / D). ``positions`` default to 0 .. T-1 (a KV cache passes the new tokens' absolute
-    positions). ``pairing``:
-    ``"half"`` (i, i + D/2; the course's) or ``"interleaved"`` (2i, 2i+1; RoFormer's).
+    theta_i = base ** (-2i / D); ``positions`` default to 0 .. T-1. ``pairing``: ``"half"`` (i, i + D/2; the
+    course's) or ``"interleaved"`` (2i, 2i+1; RoFormer's).
     Shape: x (..., T, D), D even; positions (T,) integers or None -> (..., T, D). Taught in notebook 06.
     """
     check_float_tensor("x", x, min_dim=2)
@@ -181,8 +180,7 @@ class RotaryTable:
     """RoPE for a model that rotates at every layer and step: the cos and sin of its angles, made once.
 
     ``rotate(x, start)`` is ``apply_rope(x, torch.arange(start, start + T), base, pairing)`` up to rounding,
-    in x's dtype but at least float32 (bfloat16 angles are off by radians at large positions: notebook 06,
-    'Angles need float32 at least'). Shape: x (..., T, D) -> (..., T, D). Taught in notebook 06.
+    in x's dtype but at least float32. Shape: x (..., T, D) -> (..., T, D). Taught in notebook 06.
     """
 
     def __init__(self, head_dim: int, base: float = 10000.0, length: int = 0, pairing: Pairing = "half") -> None:

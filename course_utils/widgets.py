@@ -64,10 +64,8 @@ __all__ = [
 class Explorer(widgets.VBox):
     """Labelled controls above an ``Output``; every change of a control redraws the picture.
 
-    ``draw`` receives the controls' values as keyword arguments (the keys of ``controls``) and returns
-    ``(figure, caption)``. The figure is rendered to a PNG, shown in :attr:`output` and closed; the last
-    one stays in :attr:`figure` (its axes, titles and texts can be inspected), the caption in
-    :attr:`caption` and as the Output's ``text/plain``. :attr:`renders` counts the redraws.
+    ``draw(**values)`` returns ``(figure, caption)``; the figure is shown as a PNG and closed, and kept in
+    :attr:`figure` with the caption in :attr:`caption`. :attr:`renders` counts the redraws.
     """
 
     def __init__(self, controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., tuple[Figure, str]]) -> None:
@@ -157,12 +155,8 @@ def plot_lookup(
 ) -> Figure:
     """The soft lookup of one 2-D query: keys and query as arrows (left), the weights and output (right).
 
-    Shape:
-        keys: (S, 2), values: (S,); defaults: notebook 01's three keys, value 1 on the dog-like key 1
-
-    The query is ``length * (cos angle, sin angle)``; weights are ``softmax(keys @ query)`` (no scale)
-    and the output is ``weights @ values``. Keys with the largest value are drawn in orange. Used in
-    notebook 01.
+    The query is ``length * (cos angle, sin angle)``, the weights ``softmax(keys @ query)`` (no scale).
+    Shape: keys (S, 2), values (S,), by default notebook 01's. Used in notebook 01.
     """
     keys = LOOKUP_KEYS if keys is None else keys
     values = LOOKUP_VALUES if values is None else values
@@ -255,12 +249,8 @@ def _entropy_curve(scaling: str) -> tuple[float, ...]:
 def plot_entropy(head_dim: int = 64, scaling: str = "1/sqrt(D)") -> Figure:
     """Weights of random q, k for one head size and scale (left), and where they sit on the entropy curves (right).
 
-    Shape:
-        left panel: 8 queries x 32 keys of one sample; right: mean entropy (nats) over 8 samples of
-        (32, 32) weights, for every head size in ``ENTROPY_DIMS`` and every scale in ``SCALINGS``
-
-    ``q`` and ``k`` have unit-variance entries; the scores are ``q @ k.T * scale``. Uniform weights over
-    32 keys have entropy ``log 32 = 3.47`` (dotted line), one-hot weights 0. Used in notebook 02.
+    q and k have unit-variance entries; the right panel is the mean entropy (nats) over 8 samples of (32, 32)
+    weights for every size in ``ENTROPY_DIMS`` and scale in ``SCALINGS``. Used in notebook 02.
     """
     w = _random_weights(head_dim, scaling)  # (8, T, S)
     here = _mean_entropy(w)
@@ -360,13 +350,9 @@ def plot_mask(
 ) -> Figure:
     """Attention weights of a sentence under one mask: blocked cells hatched, NaN written in red.
 
-    Shape:
-        tokens: T words -> a (T, T) heatmap, queries down, keys across
-
-    ``kind`` is one of ``MASK_KINDS``; with padding, the first ``length`` words are real and the rest
-    ``<pad>`` (for left padding the pads come first). ``fill`` is what blocked scores become before a
-    bare softmax: ``"-inf"`` (a query that sees nothing gets NaN) or ``"finfo.min"`` (it gets uniform
-    weights over keys it may not see). Scores come from fixed random vectors per word. Used in notebook 03.
+    ``kind`` is one of ``MASK_KINDS``; with padding, ``length`` words are real and the rest ``<pad>``. ``fill``
+    is what blocked scores become before a bare softmax (``FILLS``). Shape: tokens T -> a (T, T) heatmap.
+    Used in notebook 03.
     """
     labels, mask, weights = _masked_weights(kind, length, fill, tokens)
     T = len(labels)
@@ -478,12 +464,8 @@ def head_explorer(
 ) -> Explorer:
     """Pick a layer, a head and the causal mask on or off; see that head's weights. Draws :func:`plot_head`.
 
-    Shape:
-        x: (T, C) or (1, T, C), tokens: T labels
-
-    ``layers`` is one ``MultiHeadAttention`` or a dict of them by name (a ``layer`` dropdown appears
-    when there are several). Without arguments: an untrained 4-head layer on random vectors for
-    ``HEAD_SENTENCE``. Controls: ``layer``, ``head`` (0 ... H - 1), ``causal``. Used in notebook 04.
+    ``layers``: one ``MultiHeadAttention`` or a dict of them by name; by default an untrained 4-head layer on
+    ``HEAD_SENTENCE``. Shape: x (T, C) or (1, T, C), tokens T labels. Used in notebook 04.
     """
     if layers is None:
         layers, x, tokens = _default_head_layer()
@@ -575,9 +557,8 @@ def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) 
 def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, what light") -> Explorer:
     """Pick a layer, a head and a prompt; see what that head of a trained GPT attends to.
 
-    Controls: ``layer`` (0 .. L - 1), ``head`` (0 .. H - 1), ``prompt`` (a text box; the change applies on
-    Enter or when the box loses focus). A prompt with characters the model never saw shows the
-    tokenizer's message instead of a picture. Draws :func:`plot_gpt_head`. Used in notebook 11.
+    A prompt with characters the model never saw shows the tokenizer's message instead of a picture.
+    Draws :func:`plot_gpt_head`. Used in notebook 11.
     """
     _gpt_weights(model, tokenizer, prompt, 0, 0)  # a bad model, tokenizer or prompt fails here, not in the widget
     layer = _slider(widgets.IntSlider, "layer", value=0, min=0, max=model.config.num_layers - 1)

@@ -85,15 +85,6 @@ def test_presets():
     assert params < 50_000, "the tiny preset must train in seconds"
 
 
-def test_preset_errors():
-    with pytest.raises(ValueError, match=r"unknown preset 'huge'; choose one of \['cpu', 'gpu', 'tiny'\]"):
-        GPTConfig.preset("huge")
-    with pytest.raises(ValueError, match=r"unknown GPTConfig field\(s\) \['n_embd'\]"):
-        GPTConfig.preset("tiny", n_embd=3)
-    with pytest.raises(ValueError, match=r"embed_dim \(30\) must be divisible by num_heads \(4\)"):
-        GPTConfig.preset("tiny", embed_dim=30)
-
-
 def test_config_round_trips_through_a_plain_dict():
     cfg = GPTConfig.preset("cpu", vocab_size=70)
     d = cfg.to_dict()
@@ -101,11 +92,6 @@ def test_config_round_trips_through_a_plain_dict():
     assert GPTConfig.from_dict(d) == cfg
     with pytest.raises(ValueError, match="unknown GPTConfig field"):
         GPTConfig.from_dict({**d, "colour": "red"})
-
-
-def test_gpt_takes_a_config():
-    with pytest.raises(TypeError, match="GPT takes a GPTConfig, got dict"):
-        GPT(TINY)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -125,16 +111,6 @@ def test_forward_shapes_and_loss(variant):
     assert abs(loss.item() - math.log(TINY["vocab_size"])) < 0.3, (
         "at initialisation every token is about equally likely"
     )
-
-
-def test_bad_inputs():
-    model = make()
-    with pytest.raises(ValueError, match=r"idx must be a \(B, T\) tensor of token ids, got shape \(2, 3, 4\)"):
-        model(torch.zeros(2, 3, 4))
-    with pytest.raises(TypeError, match=r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"):
-        model(torch.zeros(2, 3))
-    with pytest.raises(ValueError, match=r"positions 0..16 do not fit in context_length = 16"):
-        model(ids(1, 17))
 
 
 def test_weight_tying_and_parameter_count():
@@ -498,6 +474,39 @@ def _with(value, position=(1, 2)):
             r"got a KVCache as targets \(the second argument\): pass it as cache=",
         ),
         (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
+        (
+            lambda m: m(torch.zeros(2, 3, 4)),
+            ValueError,
+            r"idx must be a \(B, T\) tensor of token ids, got shape \(2, 3, 4\)",
+        ),
+        (
+            lambda m: m(torch.zeros(2, 3)),
+            TypeError,
+            r"idx must hold integer token ids \(torch.long\), got dtype torch.float32",
+        ),
+        (lambda m: m(ids(1, 17)), ValueError, r"positions 0..16 do not fit in context_length = 16"),
+        (
+            lambda m: m.num_parameters(non_embedding="yes"),
+            TypeError,
+            r"non_embedding must be True or False, got 'yes' \(str\)",
+        ),
+        (lambda m: GPT(TINY), TypeError, "GPT takes a GPTConfig, got dict"),
+        (
+            lambda m: GPTConfig.preset("huge"),
+            ValueError,
+            r"unknown preset 'huge'; choose one of \['cpu', 'gpu', 'tiny'\]",
+        ),
+        (lambda m: GPTConfig.preset("tiny", n_embd=3), ValueError, r"unknown GPTConfig field\(s\) \['n_embd'\]"),
+        (
+            lambda m: GPTConfig.preset("tiny", embed_dim=30),
+            ValueError,
+            r"embed_dim \(30\) must be divisible by num_heads \(4\)",
+        ),
+        (
+            lambda m: GPTConfig.from_dict(None),
+            TypeError,
+            r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType",
+        ),
     ],
 )
 def test_bad_arguments_say_what_was_expected(call, error, match):
@@ -548,13 +557,6 @@ def test_layers_called_on_their_own_check_x(part):
         layer(torch.randn(2, 5, 8))
 
 
-def test_config_from_dict_takes_a_dict():
-    with pytest.raises(
-        TypeError, match=r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType"
-    ):
-        GPTConfig.from_dict(None)
-
-
 def test_a_training_step_off_the_cpu_never_reads_the_ids_to_check_them():
     """Checking the ids' range reads them back from the device: a wait for the GPU at every step. On a device
     that cannot be read at all (meta), a training forward must still run, and an eval forward must say the ids
@@ -568,11 +570,6 @@ def test_a_training_step_off_the_cpu_never_reads_the_ids_to_check_them():
         model.eval()(idx)
     with pytest.raises(TypeError, match="integer token ids"):  # type and shape are still checked: no read needed
         model.train()(idx.float())
-
-
-def test_num_parameters_wants_a_bool():
-    with pytest.raises(TypeError, match=r"non_embedding must be True or False, got 'yes' \(str\)"):
-        GPT(GPTConfig(**TINY)).num_parameters(non_embedding="yes")
 
 
 @pytest.mark.parametrize(
