@@ -45,7 +45,12 @@ def test_learner_zip_has_solutions_no_sources_and_instructor_zip_has_everything(
             shipped = {n.split("/")[-1] for n in names if n.startswith(f"attention-course/{folder}/")}
             assert shipped >= {p.name for p in (ROOT / folder).glob("[0-9][0-9]_*.ipynb")}, folder
         for name in room.SAYS_WHERE_SOLUTIONS_ARE:  # the sentence is the course's own, unchanged
-            assert z.read(f"attention-course/{name}") == (ROOT / name).read_bytes()
+            text = z.read(f"attention-course/{name}").decode("utf-8")
+            assert text.count(room.SOLUTIONS_SENTENCE) == 1 and room.GRADED_SENTENCE not in text, name
+        assert (
+            z.read("attention-course/notebooks/00_setup_check.ipynb")
+            == (ROOT / "notebooks" / "00_setup_check.ipynb").read_bytes()
+        )  # (the README gains a note on what the zip leaves out: tested below)
         assert {
             f"attention-course/{f}"
             for f in (
