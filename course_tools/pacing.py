@@ -77,6 +77,7 @@ def sources() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.pacing",
+        allow_abbrev=False,
         description=f"Each notebook's prose words, code cells, exercises and stated time (prose at {READING_RATE} "
         f"words a minute plus each exercise's minutes, rounded up to 5); at most {MAX_WORDS} words and "
         f"{MAX_CODE_CELLS} code cells a notebook.",
