@@ -6,7 +6,9 @@ ordinary reading because the prose sits between code cells that a learner runs a
 holds at most ``MAX_WORDS`` words of prose and ``MAX_CODE_CELLS`` code cells, so that a class can finish it.
 
 Every place that states a time (the notebook's own "**Time**" line, the README's course map, notebook 00's
-course table and the instructor guide) gives this number; ``tests/test_pacing.py`` keeps them so.
+course table and the instructor guide) gives this number, for every notebook, 00 included; ``tests/test_pacing.py``
+keeps them so. Notebook 00 alone has no "**Time**" line: it is the setup check a learner runs before the course,
+and its course table lists the notebooks after it, so its time is stated in the README's map and the guide.
 
 Usage: ``python -m course_tools.pacing`` prints each notebook's words, code cells, exercises and time.
 """
@@ -75,6 +77,7 @@ def sources() -> list[Path]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_tools.pacing",
+        allow_abbrev=False,
         description=f"Each notebook's prose words, code cells, exercises and stated time (prose at {READING_RATE} "
         f"words a minute plus each exercise's minutes, rounded up to 5); at most {MAX_WORDS} words and "
         f"{MAX_CODE_CELLS} code cells a notebook.",

@@ -250,7 +250,9 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python3 course.py reset", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     parser.add_argument("notebook", type=Path, help="the learner's notebook, e.g. notebooks/03_masking.ipynb")
     parser.add_argument("--exercise", metavar="NN.K", help="reset only this exercise (e.g. 03.2)")
     args = parser.parse_args(argv)

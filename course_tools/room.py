@@ -142,6 +142,16 @@ def declared_requirements(extras: tuple[str, ...], pyproject: Path | None = None
     return [Requirement(t) for t in texts]
 
 
+def lock_pythons(lock: Path | None = None) -> tuple[str, str]:
+    """The Pythons the learner lock covers, (lowest, highest) X.Y, read from its header line
+    "Every package pinned, for Python 3.10-3.13 on:" (tools/lock.py writes it)."""
+    text = (lock or ROOT / SETS["learner"][0]).read_text(encoding="utf-8")
+    m = re.search(r"for Python (3\.\d+)-(3\.\d+)", text)
+    if m is None:
+        raise ValueError(f"{lock or SETS['learner'][0]} does not say which Pythons it covers ('for Python X.Y-X.Y')")
+    return m.group(1), m.group(2)
+
+
 def marker_environments(platform: str | None, python_version: str | None) -> list[dict[str, str]]:
     """The environment markers of a machine with the pip platform tag and Python X.Y (None: this machine's),
     at the first and a late patch release of that Python (a lock may fork at, say, 3.11.5).
@@ -189,8 +199,13 @@ def marker_environments(platform: str | None, python_version: str | None) -> lis
             platform_version="",
         )
     if python_version:
-        if not re.fullmatch(r"3\.\d+", python_version):
-            raise ValueError(f"--python-version wants X.Y such as 3.12, got {python_version!r}")
+        low, high = lock_pythons()
+        supported = f"the course's lock covers Python {low} to {high}"
+        if not re.fullmatch(r"\d+\.\d+", python_version):
+            raise ValueError(f"--python-version wants X.Y such as 3.12, got {python_version!r} ({supported})")
+        wanted = tuple(map(int, python_version.split(".")))
+        if not tuple(map(int, low.split("."))) <= wanted <= tuple(map(int, high.split("."))):
+            raise ValueError(f"--python-version {python_version}: {supported}; give one of those, e.g. 3.12")
         env.update(python_version=python_version, python_full_version=f"{python_version}.0")
     late = dict(env, python_full_version=f"{env['python_version']}.99")
     return [env, late] if late != env else [env]
@@ -738,9 +753,18 @@ def guide(check: bool = False) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    # prog: errors and usage name the command as it is typed (`python3 course.py room`), not room.py; abbreviated
+    # flags (--no-solution) are refused, not taken for the flag they begin
+    parser = argparse.ArgumentParser(
+        prog="python -m course_tools.room", description=__doc__.split("\n\n")[0], allow_abbrev=False
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("prepare", help="fill a folder with everything a room without internet needs")
+    p = sub.add_parser(
+        "prepare",
+        prog="python3 course.py room",
+        allow_abbrev=False,
+        help="fill a folder with everything a room without internet needs",
+    )
     p.add_argument("dir", type=Path)
     p.add_argument(
         "--platform",
@@ -783,7 +807,10 @@ def main(argv: list[str] | None = None) -> int:
         help="use DIR even if it exists (it is first moved aside to backup-DIR-DATE) or lies in the course",
     )
     k = sub.add_parser(
-        "package", help="zip the course for learners (with solutions/ unless --no-solutions) or instructors"
+        "package",
+        prog="python3 course.py package",
+        allow_abbrev=False,
+        help="zip the course for learners (with solutions/ unless --no-solutions) or instructors",
     )
     which = k.add_mutually_exclusive_group(required=True)
     which.add_argument("--learner", type=Path, metavar="OUT.zip")
@@ -799,9 +826,11 @@ def main(argv: list[str] | None = None) -> int:
         help="replace an existing OUT.zip (first moved aside to backup-NAME-DATE.zip), or write it "
         "inside the course folder",
     )
-    g = sub.add_parser("guide", help="write the exercise table into docs/INSTRUCTOR_GUIDE.md")
+    g = sub.add_parser("guide", allow_abbrev=False, help="write the exercise table into docs/INSTRUCTOR_GUIDE.md")
     g.add_argument("--check", action="store_true", help="only say whether the table is current (exit 1 if not)")
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said by the command's own parser, so the usage line is the command's
+        {"prepare": p, "package": k, "guide": g}[args.command].error(f"unrecognized arguments: {' '.join(unknown)}")
     if args.command == "guide":
         return guide(args.check)
     if args.command == "package":

@@ -662,3 +662,27 @@ def test_help_into_head_exits_0_even_with_pipefail(args):
         timeout=120,
     )
     assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)
+
+
+def test_contributings_pytest_commands_with_k_select_tests_when_pasted():
+    """CONTRIBUTING's `-k NN.k` was a placeholder that selected nothing when pasted: each `-k` command it gives,
+    run literally (collecting only), collects at least one test."""
+    import re
+
+    text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    commands = [c for c in re.findall(r"`(\.venv/bin/python -m pytest [^`]*)`", text) if " -k " in c]
+    assert commands, "CONTRIBUTING gives no pytest command with -k"
+    if not (ROOT / ".venv" / "bin" / "python").exists():
+        pytest.skip("no .venv/ in this checkout (COURSE_VENV elsewhere)")
+    for command in commands:
+        proc = subprocess.run(
+            ["bash", "-c", f"{command} --collect-only -q -p no:xdist"],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert proc.returncode == 0 and re.search(r"\b[1-9]\d*(/\d+)? tests? collected", proc.stdout), (
+            command,
+            proc.stdout[-500:],
+        )

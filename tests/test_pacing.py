@@ -44,7 +44,13 @@ def test_each_notebook_fits_a_class(name):
     assert p.code_cells <= MAX_CODE_CELLS, f"{name}: {p.code_cells} code cells, at most {MAX_CODE_CELLS}"
 
 
-@pytest.mark.parametrize("name", sorted(n for n in PACES if not n.startswith("00_")))  # 00 states no time of its own
+def test_notebook_00_is_exempt_from_the_time_line_only_and_the_rule_says_why():
+    """00 has no "**Time**" line (pacing's docstring says why); the tables state its time like any other's."""
+    assert 'Notebook 00 alone has no "**Time**" line' in pacing.__doc__
+    assert not _TIME_LINE.findall((ROOT / "course_source" / "00_setup_check.py").read_text(encoding="utf-8"))
+
+
+@pytest.mark.parametrize("name", sorted(n for n in PACES if not n.startswith("00_")))  # see the test above
 def test_each_notebook_states_the_time_of_the_rule(name):
     text = (ROOT / "course_source" / f"{name}.py").read_text(encoding="utf-8")
     found = _TIME_LINE.findall(text)
@@ -67,9 +73,11 @@ def _table_minutes(text: str, row_start: str) -> dict[str, int]:
     [("README.md", "|"), ("course_source/00_setup_check.py", "# |"), ("docs/INSTRUCTOR_GUIDE.md", "|")],
 )
 def test_every_table_of_the_course_states_the_rules_times(where, row_start):
+    """Every notebook, 00 included (the README and the guide said 2 min where the rule gives 10), except in notebook
+    00's own table, which lists the notebooks after it."""
     stated = _table_minutes((ROOT / where).read_text(encoding="utf-8"), row_start)
-    expected = {_number(n): p.minutes for n, p in PACES.items() if not n.startswith("00_")}
-    stated.pop("00", None)
+    own = where.startswith("course_source/00_")
+    expected = {_number(n): p.minutes for n, p in PACES.items() if not (own and n.startswith("00_"))}
     assert stated == expected, f"{where} states other times than the rule (python -m course_tools.pacing)"
 
 

@@ -45,7 +45,12 @@ def test_learner_zip_has_solutions_no_sources_and_instructor_zip_has_everything(
             shipped = {n.split("/")[-1] for n in names if n.startswith(f"attention-course/{folder}/")}
             assert shipped >= {p.name for p in (ROOT / folder).glob("[0-9][0-9]_*.ipynb")}, folder
         for name in room.SAYS_WHERE_SOLUTIONS_ARE:  # the sentence is the course's own, unchanged
-            assert z.read(f"attention-course/{name}") == (ROOT / name).read_bytes()
+            text = z.read(f"attention-course/{name}").decode("utf-8")
+            assert text.count(room.SOLUTIONS_SENTENCE) == 1 and room.GRADED_SENTENCE not in text, name
+        assert (
+            z.read("attention-course/notebooks/00_setup_check.ipynb")
+            == (ROOT / "notebooks" / "00_setup_check.ipynb").read_bytes()
+        )  # (the README gains a note on what the zip leaves out: tested below)
         assert {
             f"attention-course/{f}"
             for f in (
@@ -746,3 +751,38 @@ def test_package_prints_the_zip_path_resolved(tmp_path):
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1].startswith(f"wrote {tmp_path.resolve() / 'x.zip'}: "), proc.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("room DIR --no-solution", "python3 course.py room: error: unrecognized arguments: --no-solution"),
+        ("package --learner x.zip --no-solution", "python3 course.py package: error: unrecognized arguments"),
+        ("reset notebooks/03_masking.ipynb --exer 03.1", "python3 course.py reset: error: unrecognized arguments"),
+        ("room DIR --python-version 2.7", "--python-version 2.7: the course's lock covers Python 3.10 to 3.13"),
+        ("room DIR --python-version 3.99", "--python-version 3.99: the course's lock covers Python 3.10 to 3.13"),
+    ],
+)
+def test_a_command_refuses_an_abbreviated_flag_or_an_unsupported_python_naming_itself_run_literally(
+    tmp_path, args, said
+):
+    """argparse took `--no-solution` for --no-solutions (a graded room packed as asked only by luck) and its errors
+    said `usage: room.py`; `--python-version 2.7` did not name the Pythons the course supports. Run literally from a
+    new folder: exit 2, the command named as typed, nothing made."""
+    import os
+
+    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
+    if not (Path(venv) / ".course-installed").exists():
+        pytest.skip(f"{venv} is not installed (course.py would install it first)")
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "course.py"), *args.split()],
+        cwd=tmp_path,
+        env={**os.environ, "COURSE_VENV": venv},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2 and said in proc.stderr, proc.stdout + proc.stderr
+    assert "room.py" not in proc.stderr and "reset.py" not in proc.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    assert room.lock_pythons() == ("3.10", "3.13")  # the range said is the lock's own header's
