@@ -388,9 +388,9 @@ def test_an_out_folder_that_cannot_be_written_is_said_before_training(tmp_path, 
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with pytest.raises(SystemExit) as exit_info:
-        induction.main([str(blocker / "m.pt")])  # its folder would have to be a file
-    assert exit_info.value.code == 2 and "cannot be written" in capsys.readouterr().err
+    assert induction.main([str(blocker / "m.pt")]) == 2  # its folder would have to be a file
+    err = capsys.readouterr().err
+    assert "cannot be written" in err and len(err.splitlines()) == 1
 
 
 def test_key_query_ablation_needs_earlier_heads():
@@ -453,13 +453,17 @@ def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeyp
         ("", "OUT must be a file path"),
         (str(tmp_path / "file" / "m.pt"), "cannot be written"),
     ):
-        with pytest.raises(SystemExit) as exit_info:
-            induction.main([out, "--max-steps", "1"])
-        assert exit_info.value.code == 2
-        assert match in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        induction.main([str(tmp_path / "m.pt"), "--max-steps", "-1"])
-    assert "--max-steps and --seed must be at least 0, got --max-steps -1" in capsys.readouterr().err
+        assert induction.main([out, "--max-steps", "1"]) == 2  # before: argparse's usage line too
+        err = capsys.readouterr().err
+        assert match in err and len(err.splitlines()) == 1, err
+    for argv, line in (
+        (["--max-steps", "-1"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got -1"),
+        (["--max-steps", "0"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got 0"),
+        (["--seed", "-1"], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got -1"),
+        (["--seed", str(10**23)], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {10**23}"),
+    ):
+        assert induction.main([str(tmp_path / "m.pt"), *argv]) == 2  # before: 0 saved an untrained model; a traceback
+        assert capsys.readouterr().err == f"error: {line}\n"
     with pytest.raises(SystemExit) as exit_info:
         induction.main(["--help"])
     usage = capsys.readouterr().out
