@@ -1179,3 +1179,119 @@ def test_export_refuses_the_shipped_model_from_another_run(tmp_path):
         f"run is --out {tmp_path / 'x6'}, seed 1337): choose another --export, or move that file away first\n"
     )
     assert shipped.read_bytes() == before and not (tmp_path / "x6").exists()
+
+
+def _train_command(text_file, out, *flags) -> list[str]:
+    return [sys.executable, "-m", "course_utils.train", "--preset", "tiny", "--data", str(text_file), "--out",
+            str(out), "--batch-size", "4", "--quiet", *flags]  # fmt: skip
+
+
+def test_two_quick_ctrl_cs_or_a_sigterm_still_print_one_line_naming_the_checkpoint(text_file, tmp_path):
+    """Before: a second Ctrl+C 10-50 ms after the first gave a traceback, or 'before the first step' while the
+    checkpoint held step 103; SIGTERM printed nothing (killed, -15). Now one line with the step, 130 or 143."""
+    import signal
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for signals, code, how in (((signal.SIGINT, signal.SIGINT), 130, ""), ((signal.SIGTERM,), 143, " by SIGTERM")):
+        out = tmp_path / f"run{code}"
+        command = _train_command(text_file, out, "--max-steps", "100000", "--checkpoint-interval", "5")
+        with subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as p:
+            deadline = time.monotonic() + 240
+            while not (out / "checkpoint.pt").exists() and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for signum in signals:
+                p.send_signal(signum)
+                time.sleep(0.02)
+            stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == code and stdout == "" and len(stderr.splitlines()) == 1, (p.returncode, stderr)
+        found = re.fullmatch(
+            rf"stopped{how} at step (\d+); the checkpoint at (.+) holds step (\d+); resume: .+\n", stderr
+        )
+        assert found and load_checkpoint(found[2])["step"] == int(found[3]) >= 5, stderr
+
+
+@pytest.mark.parametrize("module", ["course_utils.train", "course_utils.induction"])
+def test_ctrl_c_during_start_up_prints_one_line(tmp_path, module, text_file):
+    """Before: a KeyboardInterrupt traceback from inside `import torch` (the first seconds)."""
+    import signal
+    import time
+
+    argv = [str(tmp_path / "m.pt")] if module.endswith("induction") else _train_command(text_file, tmp_path / "r")[3:]
+    with subprocess.Popen([sys.executable, "-m", module, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as p:  # fmt: skip
+        time.sleep(0.4)  # the package is imported (a few ms), torch is still loading (seconds)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=120)
+    assert (p.returncode, stdout, stderr) == (130, "", "stopped during start-up; nothing was written\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_in_the_final_evaluation_says_the_run_finished_and_resume_writes_only_the_summary(
+    text_file, tmp_path, capsys, monkeypatch
+):
+    """Before: 'before the first step or after the last: run it again with <the same command>', which was refused.
+    Now the line says the run finished, and its command writes the summary (training nothing); a --resume of a
+    finished run with its summary is refused instead of exiting 0 with tokens_per_s 0.0 written over it."""
+    import shlex
+
+    from course_utils import train as train_module
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "evaluate", stopped)  # the final full-validation pass
+    code, err, _ = cli(capsys, text_file, tmp_path)
+    monkeypatch.undo()
+    assert code == 130 and len(err) == 1, err
+    found = re.fullmatch(
+        rf"stopped after the last step: the run finished at step 3 and the checkpoint at "
+        rf"{re.escape(str(tmp_path / 'checkpoint.pt'))} holds it, but summary.json may be missing; write them \(no "
+        r"training\): (python -m course_utils\.train .+ --resume)",
+        err[0],
+    )
+    assert found and not (tmp_path / "summary.json").exists(), err
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    again = [sys.executable, *shlex.split(found[1])[1:]]
+    done = subprocess.run(again, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = (tmp_path / "summary.json").read_bytes()
+    assert json.loads(summary)["steps"] == 3 and json.loads(done.stdout)["steps_this_run"] == 0
+    for flags in ([], ["--max-steps", "3"]):  # the summary is there now: nothing left to do
+        command = _train_command(text_file, tmp_path, "--resume", *flags)
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert (
+            "is at step 3 already" in done.stderr or "finished at step 3 (its summary.json is written)" in done.stderr
+        )
+    assert (tmp_path / "summary.json").read_bytes() == summary
+
+
+def test_export_inside_out_and_out_of_range_numbers_are_refused_before_training(text_file, tmp_path):
+    """Before: --export equal to --out trained fully, then IsADirectoryError; --seed 10**23 'Overflow when
+    unpacking long long'; --max-steps 10**23 was accepted; --res was taken for --resume."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "run"
+    for flags, line in (
+        (["--export", str(out)], f"--export {out} is inside --out {out} (the run's own folder"),
+        (["--export", str(out / "m.pt")], f"--export {out / 'm.pt'} is inside --out {out} (the run's own folder"),
+        (["--seed", str(10**23)], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {10**23}"),
+        (["--seed", "-1"], "--seed must be a whole number from 0 to 2**63 - 1"),
+        (["--max-steps", str(10**23)], f"--max-steps must be at most 1,000,000,000 (a billion), got {10**23}"),
+    ):
+        done = subprocess.run(_train_command(text_file, out, *flags), cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 2 and done.stderr.startswith(f"error: {line}"), done.stderr
+        assert len(done.stderr.splitlines()) == 1 and not out.exists(), done.stderr
+    done = subprocess.run(_train_command(text_file, out, "--res"), cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "unrecognized arguments: --res" in done.stderr and not out.exists()
+
+
+def test_a_checkpoint_that_is_a_folder_is_named_as_a_folder(text_file, tmp_path, capsys):
+    """Before: 'no checkpoint at .../checkpoint.pt: train a model first', though one was there, as a folder."""
+    (tmp_path / "checkpoint.pt").mkdir()
+    line = refused(capsys, text_file, tmp_path, "--resume")
+    folder = tmp_path / "checkpoint.pt"
+    assert line == f"error: {folder} is a folder, not a checkpoint: move it away, or name the file inside it"
