@@ -49,7 +49,14 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import defer_stop_signals, model_file, stop_code, stop_signals, stopped_by_signal
+from course_utils.train import (
+    defer_stop_signals,
+    ignore_signals_until_exit,
+    model_file,
+    stop_code,
+    stop_signals,
+    stopped_by_signal,
+)
 
 __all__ = [
     "repeated_tokens",
@@ -528,8 +535,7 @@ def main(argv: list[str] | None = None) -> int:
             return _main(sys.argv[1:] if argv is None else list(argv))
         finally:
             if command:  # the line is printed: a later Ctrl+C cannot turn the exit into a traceback
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                ignore_signals_until_exit()
 
 
 def _refuse_arguments(out: Path, max_steps: int, seed: int) -> str | None:
@@ -540,7 +546,7 @@ def _refuse_arguments(out: Path, max_steps: int, seed: int) -> str | None:
         return f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}"
     if str(out) in ("", ".") or out.is_dir():
         return f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(out)!r}"
-    if out.is_file() and not os.access(out, os.W_OK):
+    if out.is_file() and not out.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
         return f"OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)"
     try:
         probe_writable(out.parent, out.name, make=True)  # what saving will need: a file beside OUT

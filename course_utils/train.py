@@ -127,7 +127,21 @@ def saved_step(checkpoint: Path) -> int | None:
 _caught: list[int | None] = [None]  # the signal that stopped the command, once one has
 
 
-def _ignore_stop_signals() -> None:
+def ignore_stop_signals() -> None:
+    """Later signals do nothing: a handler that returns, not SIG_IGN, since one already pending would then raise
+    "OSError: Signal 15 ignored due to race condition" (a SIGTERM and a SIGINT arriving together)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _ignore)
+
+
+def _ignore(signum, frame) -> None:
+    pass
+
+
+def ignore_signals_until_exit() -> None:
+    """A command's last act: SIGINT and SIGTERM ignored by the system (SIG_IGN), which, unlike a Python handler,
+    holds while the interpreter shuts down (a late Ctrl+C would otherwise kill it, -2). signal.signal runs a
+    signal already pending first, with the handler it replaces."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
 
@@ -144,7 +158,7 @@ def stop_signals(restore: bool = True):
     _caught[0] = None
 
     def stop(signum, frame):
-        _ignore_stop_signals()
+        ignore_stop_signals()
         _caught[0] = signum
         raise KeyboardInterrupt
 

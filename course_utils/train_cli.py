@@ -46,6 +46,7 @@ from course_utils.train import (
     check_can_create,
     export_model,
     first_line,
+    ignore_signals_until_exit,
     load_checkpoint,
     model_file,
     saved_settings,
@@ -307,8 +308,7 @@ def main(argv: list[str] | None = None) -> int:
             return _main(argv)
         finally:
             if command:  # the line is printed: a later Ctrl+C cannot turn the exit into a traceback
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
-                signal.signal(signal.SIGTERM, signal.SIG_IGN)
+                ignore_signals_until_exit()
 
 
 def _main(argv: list[str]) -> int:
