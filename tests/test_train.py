@@ -1295,3 +1295,28 @@ def test_a_checkpoint_that_is_a_folder_is_named_as_a_folder(text_file, tmp_path,
     line = refused(capsys, text_file, tmp_path, "--resume")
     folder = tmp_path / "checkpoint.pt"
     assert line == f"error: {folder} is a folder, not a checkpoint: move it away, or name the file inside it"
+
+
+def test_ctrl_c_while_exporting_then_the_lines_command_writes_only_the_export(text_file, tmp_path, capsys, monkeypatch):
+    """Before: 'run it again with <the same command>', refused since the folder held a run. Now the printed
+    --resume exports the finished run without training, and --resume after that is refused."""
+    import shlex
+
+    from course_utils import train_cli
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out, model = tmp_path / "run", tmp_path / "model.pt"
+    monkeypatch.setattr(train_cli, "export_model", stopped)
+    code, err, _ = cli(capsys, text_file, out, "--export", model)
+    monkeypatch.undo()
+    assert code == 130 and len(err) == 1 and not model.exists(), err
+    assert err[0].startswith(f"stopped after the last step: the run finished at step 3 and the checkpoint at {out}")
+    assert f"but summary.json and the export {model} may be missing; write them (no training): " in err[0]
+    again = shlex.split(err[0].split("(no training): ")[1])
+    summary = (out / "summary.json").read_bytes()
+    assert main(again[3:]) == 0 and load_model(model)[2]["step"] == 3
+    assert (out / "summary.json").read_bytes() == summary  # the summary is not rewritten with zeros
+    capsys.readouterr()
+    assert main(again[3:]) == 2 and "is at step 3 already, so --max-steps 3 would train" in capsys.readouterr().err
