@@ -22,7 +22,8 @@ if __name__ == "__main__":  # Ctrl+C or SIGTERM while PyTorch loads (seconds): o
         os._exit(128 + signum)
 
     for _signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(_signum, _stopped_in_start_up)
+        if signal.getsignal(_signum) is not signal.SIG_IGN:  # a job started with it ignored (cmd &) keeps it so
+            signal.signal(_signum, _stopped_in_start_up)
 
 import argparse
 import contextlib

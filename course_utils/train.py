@@ -30,7 +30,8 @@ if __name__ == "__main__":  # Ctrl+C or SIGTERM while PyTorch loads (seconds): o
         os._exit(128 + signum)
 
     for _signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(_signum, _stopped_in_start_up)
+        if signal.getsignal(_signum) is not signal.SIG_IGN:  # a job started with it ignored (cmd &) keeps it so
+            signal.signal(_signum, _stopped_in_start_up)
 
 import contextlib
 import dataclasses
@@ -131,7 +132,8 @@ def ignore_stop_signals() -> None:
     """Later signals do nothing: a handler that returns, not SIG_IGN, since one already pending would then raise
     "OSError: Signal 15 ignored due to race condition" (a SIGTERM and a SIGINT arriving together)."""
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, _ignore)
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _ignore)
 
 
 def _ignore(signum, frame) -> None:
@@ -155,6 +157,7 @@ def stop_signals(restore: bool = True):
         yield
         return
     previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: h for signum, h in previous.items() if h is not signal.SIG_IGN}  # ignored by who started us
     _caught[0] = None
 
     def stop(signum, frame):
@@ -181,7 +184,8 @@ def defer_stop_signals() -> None:
         _caught[0] = _caught[0] or signum
 
     for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, record)
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, record)
 
 
 def stop_code() -> int:
