@@ -12,12 +12,26 @@ D head_dim, L num_layers, V vocab_size.
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl+C or SIGTERM while PyTorch loads (seconds): one line, not a traceback
+    import os
+    import signal
+    import sys
+
+    def _stopped_in_start_up(signum, frame):
+        print("stopped during start-up; nothing was written", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    for _signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(_signum) is not signal.SIG_IGN:  # a job started with it ignored (cmd &) keeps it so
+            signal.signal(_signum, _stopped_in_start_up)
+
 import argparse
 import contextlib
 import dataclasses
 import os
 import platform
 import shlex
+import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -36,7 +50,14 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import model_file
+from course_utils.train import (
+    defer_stop_signals,
+    ignore_signals_until_exit,
+    model_file,
+    stop_code,
+    stop_signals,
+    stopped_by_signal,
+)
 
 __all__ = [
     "repeated_tokens",
@@ -238,7 +259,7 @@ def train_induction(
             callback({**history[-1], "seconds": time.perf_counter() - start})
 
     model.train()
-    step = 0
+    done = 0  # updates done
     try:
         for step in range(max_steps):
             if step % eval_interval == 0:  # evaluate
@@ -249,10 +270,11 @@ def train_induction(
             optimizer.zero_grad(set_to_none=True)  # backward, update
             loss.backward()
             optimizer.step()
+            done = step + 1
+        record(max_steps)  # the final evaluation: a Ctrl+C here names the last step too
     except KeyboardInterrupt as interrupt:
-        interrupt.step = step  # the updates done when Ctrl+C came, for the command's one line
+        interrupt.step = done  # the updates done when Ctrl+C came, for the command's one line
         raise
-    record(max_steps)
     return model.eval(), history
 
 
@@ -500,9 +522,41 @@ def _refuse_another_file(out: Path, config: InductionConfig, seed: int, max_step
     return None
 
 
+MAX_STEPS = 10**9  # a billion steps: years on a CPU; above it a typo, refused
+MAX_SEED = 2**63 - 1  # torch.manual_seed takes seeds in 0 .. 2**63 - 1
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT.
-    Exit codes: 0 saved; 2 refused before training (one line); 130 stopped by Ctrl+C (OUT unchanged)."""
+    Exit codes: 0 saved; 2 refused before training (one line); 130 stopped by Ctrl+C, 143 by SIGTERM (OUT as it
+    was, or saved whole if the signal came while saving)."""
+    command = argv is None
+    with stop_signals(restore=not command):
+        try:
+            return _main(sys.argv[1:] if argv is None else list(argv))
+        finally:
+            if command:  # the line is printed: a later Ctrl+C cannot turn the exit into a traceback
+                ignore_signals_until_exit()
+
+
+def _refuse_arguments(out: Path, max_steps: int, seed: int) -> str | None:
+    """Why the numbers or OUT cannot be used (one line), or None."""
+    if not 1 <= max_steps <= MAX_STEPS:
+        return f"--max-steps must be a whole number from 1 to {MAX_STEPS:,} (a billion), got {max_steps}"
+    if not 0 <= seed <= MAX_SEED:
+        return f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}"
+    if str(out) in ("", ".") or out.is_dir():
+        return f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(out)!r}"
+    if out.is_file() and not out.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
+        return f"OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)"
+    try:
+        probe_writable(out.parent, out.name, make=True)  # what saving will need: a file beside OUT
+    except OSError as e:
+        return f"OUT {str(out)!r} cannot be written: {e}"
+    return None
+
+
+def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m course_utils.induction", description=main.__doc__, allow_abbrev=False
     )
@@ -511,44 +565,43 @@ def main(argv: list[str] | None = None) -> int:
         type=Path,
         metavar="OUT",
         help="the checkpoint file to write, e.g. checkpoints/induction.pt; a file already there is replaced only if "
-        "it is this command's own run (the same --seed and --max-steps)",
+        "it is this command's own run (the same --seed and --max-steps) and writable",
     )
-    parser.add_argument("--max-steps", type=int, default=600, metavar="N", help="optimizer steps in all (default 600)")
+    parser.add_argument(
+        "--max-steps", type=int, default=600, metavar="N", help="optimizer steps in all, at least 1 (default 600)"
+    )
     parser.add_argument(
         "--seed", type=int, default=0, metavar="S", help="seed of the initial weights and every batch (default 0)"
     )
     args = parser.parse_args(argv)
-    if args.max_steps < 0 or args.seed < 0:
-        parser.error(f"--max-steps and --seed must be at least 0, got --max-steps {args.max_steps} --seed {args.seed}")
-    # OUT is checked before training, not after minutes of it: a folder, or a place no file can be written
-    if str(args.out) in ("", ".") or args.out.is_dir():
-        parser.error(f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(args.out)!r}")
-    try:
-        probe_writable(args.out.parent, args.out.name, make=True)  # what saving will need: a file beside OUT
-    except OSError as e:
-        parser.error(f"OUT {str(args.out)!r} cannot be written: {e}")
+    # the numbers and OUT are checked before training, not after minutes of it
     config = InductionConfig()
-    refused = _refuse_another_file(args.out, config, args.seed, args.max_steps)
+    refused = _refuse_arguments(args.out, args.max_steps, args.seed) or _refuse_another_file(
+        args.out, config, args.seed, args.max_steps
+    )
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
     start = time.perf_counter()
+    how = lambda: " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""  # noqa: E731
     try:
         model, history = train_induction(
             config, max_steps=args.max_steps, seed=args.seed, callback=lambda e: print(e, flush=True)
         )
     except KeyboardInterrupt as interrupt:
-        again = shlex.join(["python", "-m", "course_utils.induction", *(sys.argv[1:] if argv is None else argv)])
+        again = shlex.join(["python", "-m", "course_utils.induction", *argv])
         print(
-            f"stopped at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {args.out} is unchanged (this "
-            f"command saves only at the end, a minute or two on a CPU): {again} trains it again from the start",
+            f"stopped{how()} at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {args.out} is unchanged "
+            f"(this command saves only at the end, a minute or two on a CPU): {again} trains it again from the start",
             file=sys.stderr,
+            flush=True,
         )
-        return 130
+        return stop_code()
+    defer_stop_signals()  # trained: a signal from here on waits until OUT is saved whole
     seconds = time.perf_counter() - start
     provenance = {
-        "command": "python -m course_utils.induction " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m course_utils.induction " + " ".join(argv),
         "seed": args.seed,
         "steps": args.max_steps,  # the record's key since the shipped checkpoint: a file format does not change
         "train_s": round(seconds, 1),
@@ -559,7 +612,14 @@ def main(argv: list[str] | None = None) -> int:
         "threads": torch.get_num_threads(),
     }
     save_induction_model(args.out, model, history, provenance)
-    print(f"saved {args.out}: {provenance}")
+    print(f"saved {args.out}: {provenance}", flush=True)
+    if stopped_by_signal():
+        print(
+            f"stopped{how()} after step {args.max_steps} of {args.max_steps}, while saving: {args.out} is saved whole",
+            file=sys.stderr,
+            flush=True,
+        )
+        return stop_code()
     return 0
 
 

@@ -20,6 +20,19 @@ is the window's mean) and ``{"kind": "eval", "step", "train_loss", "val_loss"}``
 
 from __future__ import annotations
 
+if __name__ == "__main__":  # Ctrl+C or SIGTERM while PyTorch loads (seconds): one line, not a traceback
+    import os
+    import signal
+    import sys
+
+    def _stopped_in_start_up(signum, frame):
+        print("stopped during start-up; nothing was written", file=sys.stderr, flush=True)
+        os._exit(128 + signum)
+
+    for _signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(_signum) is not signal.SIG_IGN:  # a job started with it ignored (cmd &) keeps it so
+            signal.signal(_signum, _stopped_in_start_up)
+
 import contextlib
 import dataclasses
 import importlib.util
@@ -27,8 +40,10 @@ import json
 import math
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -92,8 +107,95 @@ class RunInterrupted(KeyboardInterrupt):
     def __init__(self, step: int, checkpoint: Path):
         super().__init__(f"stopped at step {step}")
         self.step, self.checkpoint, self.saved_step = step, checkpoint, None
-        with contextlib.suppress(Exception):  # none yet, or being replaced this instant: no step to name
-            self.saved_step = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["step"]
+        self.saved_step = saved_step(checkpoint)
+
+
+def saved_step(checkpoint: Path) -> int | None:
+    """The step a checkpoint on disk holds, or None if there is none (a file being renamed over the old one
+    this instant is read again: the rename is atomic, so the second read sees one whole file)."""
+    for _ in range(3):
+        try:
+            return int(torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["step"])
+        except FileNotFoundError:
+            return None
+        except Exception:  # noqa: BLE001 -- replaced while read, or damaged: try again, then name no step
+            time.sleep(0.05)
+    return None
+
+
+# --- Stopping by a signal: Ctrl+C (SIGINT) or SIGTERM, in the commands
+
+_caught: list[int | None] = [None]  # the signal that stopped the command, once one has
+
+
+def ignore_stop_signals() -> None:
+    """Later signals do nothing: a handler that returns, not SIG_IGN, since one already pending would then raise
+    "OSError: Signal 15 ignored due to race condition" (a SIGTERM and a SIGINT arriving together)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, _ignore)
+
+
+def _ignore(signum, frame) -> None:
+    pass
+
+
+def ignore_signals_until_exit() -> None:
+    """A command's last act: SIGINT and SIGTERM ignored by the system (SIG_IGN), which, unlike a Python handler,
+    holds while the interpreter shuts down (a late Ctrl+C would otherwise kill it, -2). signal.signal runs a
+    signal already pending first, with the handler it replaces."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def stop_signals(restore: bool = True):
+    """While inside, the first SIGINT or SIGTERM raises KeyboardInterrupt and every later one is ignored, so the
+    command's one line is printed whatever the user presses next (:func:`stop_code` gives its exit code). With
+    ``restore``, the caller's handlers come back on leaving; a command passes False and exits holding them."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    previous = {signum: h for signum, h in previous.items() if h is not signal.SIG_IGN}  # ignored by who started us
+    _caught[0] = None
+
+    def stop(signum, frame):
+        ignore_stop_signals()
+        _caught[0] = signum
+        raise KeyboardInterrupt
+
+    for signum in previous:
+        signal.signal(signum, stop)
+    try:
+        yield
+    finally:
+        if restore:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def defer_stop_signals() -> None:
+    """From now on a SIGINT or SIGTERM is only recorded (:func:`stop_code`): for a write that must finish whole."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def record(signum, frame):
+        _caught[0] = _caught[0] or signum
+
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, record)
+
+
+def stop_code() -> int:
+    """The exit code of a command stopped by a signal: 130 for Ctrl+C (SIGINT), 143 for SIGTERM."""
+    return 128 + (_caught[0] or signal.SIGINT)
+
+
+def stopped_by_signal() -> bool:
+    """Whether a SIGINT or SIGTERM came since :func:`stop_signals` began (one recorded while deferred included)."""
+    return _caught[0] is not None
 
 
 # --- Settings and schedule
@@ -644,10 +746,16 @@ def _resume(
             f"--resume: {path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but --data has "
             f"{text_sha256[:16]}...: pass the same file to continue that run, or choose another --out for a new one"
         )
-    if max_steps is not None and max_steps <= state["step"]:
+    step, summarised = state["step"], summary_step(out_dir) == state["step"]
+    if max_steps is not None and (max_steps < step or (max_steps == step and summarised)):
         raise RunSetupError(
-            f"--resume: {path} is at step {state['step']} already, so --max-steps {max_steps} would train nothing: "
-            f"give a --max-steps above {state['step']} to train it further"
+            f"--resume: {path} is at step {step} already, so --max-steps {max_steps} would train nothing: "
+            f"give a --max-steps above {step} to train it further"
+        )
+    if max_steps is None and step >= state["train_config"]["max_steps"] and summarised:
+        raise RunSetupError(
+            f"--resume: {path} finished at step {step} (its {SUMMARY_NAME} is written), so --resume would train "
+            f"nothing: give a --max-steps above {step} to train it further"
         )
     saved, notices = saved_settings(state), []
     for name, new in (dataclasses.asdict(asked) if asked is not None else {}).items():
@@ -660,6 +768,15 @@ def _resume(
             )
     session = {k: v for k, v in dataclasses.asdict(train_config).items() if RESUME_RULES[k][0] == SESSION}
     return saved_model, TrainConfig(**{**saved, **session}), notices
+
+
+def summary_step(out_dir: Path) -> int | None:
+    """The step ``out_dir``'s summary.json was written at, or None if it has none (a run stopped during its final
+    evaluation: a --resume then writes it, training nothing)."""
+    try:
+        return int(json.loads((Path(out_dir) / SUMMARY_NAME).read_text())["steps"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _describe_model(c: GPTConfig) -> str:
@@ -719,6 +836,8 @@ def _read(path: object, what: str, formats: tuple[str, ...], how: str) -> dict[s
     one, CheckpointError if it is damaged or holds none of ``formats``."""
     check_path("path", path)
     path = Path(path)
+    if path.is_dir():
+        raise CheckpointError(f"{path} is a folder, not a {what}: move it away, or name the file inside it")
     if not path.is_file():
         raise FileNotFoundError(f"no {what} at {path}: {how}")
     try:

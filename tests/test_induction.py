@@ -388,9 +388,9 @@ def test_an_out_folder_that_cannot_be_written_is_said_before_training(tmp_path, 
 
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    with pytest.raises(SystemExit) as exit_info:
-        induction.main([str(blocker / "m.pt")])  # its folder would have to be a file
-    assert exit_info.value.code == 2 and "cannot be written" in capsys.readouterr().err
+    assert induction.main([str(blocker / "m.pt")]) == 2  # its folder would have to be a file
+    err = capsys.readouterr().err
+    assert "cannot be written" in err and len(err.splitlines()) == 1
 
 
 def test_key_query_ablation_needs_earlier_heads():
@@ -453,13 +453,17 @@ def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeyp
         ("", "OUT must be a file path"),
         (str(tmp_path / "file" / "m.pt"), "cannot be written"),
     ):
-        with pytest.raises(SystemExit) as exit_info:
-            induction.main([out, "--max-steps", "1"])
-        assert exit_info.value.code == 2
-        assert match in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        induction.main([str(tmp_path / "m.pt"), "--max-steps", "-1"])
-    assert "--max-steps and --seed must be at least 0, got --max-steps -1" in capsys.readouterr().err
+        assert induction.main([out, "--max-steps", "1"]) == 2  # before: argparse's usage line too
+        err = capsys.readouterr().err
+        assert match in err and len(err.splitlines()) == 1, err
+    for argv, line in (
+        (["--max-steps", "-1"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got -1"),
+        (["--max-steps", "0"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got 0"),
+        (["--seed", "-1"], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got -1"),
+        (["--seed", str(10**23)], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {10**23}"),
+    ):
+        assert induction.main([str(tmp_path / "m.pt"), *argv]) == 2  # before: 0 saved an untrained model; a traceback
+        assert capsys.readouterr().err == f"error: {line}\n"
     with pytest.raises(SystemExit) as exit_info:
         induction.main(["--help"])
     usage = capsys.readouterr().out
@@ -555,3 +559,74 @@ def test_the_documented_command_may_rewrite_the_shipped_file_and_no_other_run():
     assert "another run's induction model (--seed 0 --max-steps 600)" in _refuse_another_file(
         shipped, InductionConfig(), seed=0, max_steps=300
     )
+
+
+def test_ctrl_c_in_the_final_evaluation_names_the_last_step(tmp_path, capsys, monkeypatch):
+    """Before: 'stopped at step 0 of 2' when Ctrl+C came during the evaluation after the last step."""
+    from course_utils import induction
+
+    real = induction.repeat_losses
+    calls = []
+
+    def ctrl_c_in_the_last(*args):
+        calls.append(1)
+        if len(calls) == 2:  # step 0's evaluation, then the final one
+            raise KeyboardInterrupt
+        return real(*args)
+
+    monkeypatch.setattr(induction, "repeat_losses", ctrl_c_in_the_last)
+    out = tmp_path / "m.pt"
+    assert induction.main([str(out), "--max-steps", "2"]) == 130
+    err = capsys.readouterr().err
+    assert err.startswith(f"stopped at step 2 of 2; {out} is unchanged") and len(err.splitlines()) == 1, err
+    assert not out.exists()
+
+
+def test_a_signal_while_saving_waits_until_out_is_whole(tmp_path, capsys, monkeypatch):
+    """Before: a traceback from os.fsync and exit -2, OUT possibly left as it was after a whole run. Now the save
+    finishes, OUT loads, and the one line says so with 130 (143 for SIGTERM)."""
+    import os
+
+    from course_utils import induction
+
+    real = induction.save_induction_model
+    for signum, code, how in ((signal.SIGINT, 130, ""), (signal.SIGTERM, 143, " by SIGTERM")):
+
+        def signalled_while_saving(*args, signum=signum):
+            os.kill(os.getpid(), signum)  # the handler runs at once, in the middle of the save
+            return real(*args)
+
+        monkeypatch.setattr(induction, "save_induction_model", signalled_while_saving)
+        out = tmp_path / f"m{code}.pt"
+        assert induction.main([str(out), "--max-steps", "2"]) == code
+        err = capsys.readouterr().err
+        assert err == f"stopped{how} after step 2 of 2, while saving: {out} is saved whole\n"
+        assert load_induction_model(out)[1]["provenance"]["steps"] == 2
+
+
+def test_sigterm_during_training_prints_one_line_and_exits_143(tmp_path):
+    """Before: SIGTERM printed nothing and the process died by the signal (-15)."""
+    out = tmp_path / "induction.pt"
+    command = [sys.executable, "-m", "course_utils.induction", str(out), "--max-steps", "100000"]
+    with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout.readline().startswith("{'step': 0")
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.05)
+        proc.send_signal(signal.SIGINT)  # a second signal: ignored, the one line still comes
+        _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 143 and len(stderr.splitlines()) == 1, stderr
+    assert stderr.startswith("stopped by SIGTERM at step ") and not out.exists(), stderr
+
+
+def test_a_read_only_out_of_the_same_run_is_refused_untouched(tmp_path):
+    """Before: a 444 file of the same run was replaced and became 644. Now refused (its bytes and mode kept)."""
+    out = tmp_path / "induction.pt"
+    command = [sys.executable, "-m", "course_utils.induction", str(out), "--max-steps", "1"]
+    assert subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300).returncode == 0
+    out.chmod(0o444)
+    before = out.read_bytes()
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stderr == (
+        f"error: OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)\n"
+    )
+    assert out.read_bytes() == before and out.stat().st_mode & 0o777 == 0o444

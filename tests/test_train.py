@@ -8,6 +8,7 @@ import math
 import os
 import re
 import runpy
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -539,11 +540,13 @@ def test_a_device_this_machine_lacks_is_refused(text_file, tmp_path, capsys, dev
     assert not (tmp_path / "run").exists()
 
 
-@pytest.mark.parametrize("threads", ["-1", "0"])
+@pytest.mark.parametrize("threads", ["-1", "0", "100000"])
 def test_threads_must_be_positive(text_file, tmp_path, capsys, threads):
-    """Before: -1 was a RuntimeError traceback from torch.set_num_threads; 0 was silently ignored."""
+    """Before: -1 was a RuntimeError traceback from torch.set_num_threads; 0 was silently ignored; 100000 crashed
+    PyTorch (exit 139, a segmentation fault)."""
     line = refused(capsys, text_file, tmp_path, "--threads", threads)
-    assert f"--threads must be a positive number of CPU threads, got {threads}; leave it out" in line
+    most = 4 * (os.cpu_count() or 1)
+    assert f"--threads must be a number of CPU threads from 1 to {most} (4 per CPU here), got {threads}; leave" in line
 
 
 def test_a_text_too_small_for_the_split_and_the_context_says_how_small(tmp_path, capsys):
@@ -707,13 +710,20 @@ def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
     run(text_file, tmp_path, max_steps=3)
     result = run(text_file, tmp_path, max_steps=4, resume=True, log_interval=2)  # a TrainConfig that differs
     assert result["notices"] == ["--resume: keeping the checkpoint's log_interval 1; your --log-interval 2 is ignored"]
-    result = train(
-        "tiny", text_file, tmp_path, TrainConfig.preset("tiny", **{**FAST, "max_steps": 6}), resume=True, progress=False
+    six = TrainConfig.preset("tiny", **{**FAST, "max_steps": 6})
+    with pytest.raises(RunSetupError, match=r"finished at step 4 \(its summary.json is written\), so --resume would"):
+        train("tiny", text_file, tmp_path, six, resume=True, progress=False)  # before: a no-op rewriting the summary
+    (tmp_path / "summary.json").unlink()  # as if stopped during the final evaluation: the resume only writes it
+    result = train("tiny", text_file, tmp_path, six, resume=True, progress=False)
+    assert (
+        result["steps"] == 4
+        and result["steps_this_run"] == 0
+        and result["notices"]
+        == [
+            "--resume: keeping the checkpoint's max_steps 4; your max_steps 6 is ignored (to change it, pass "
+            "max_steps=6 to train)"
+        ]
     )
-    assert result["steps"] == 4 and result["notices"] == [
-        "--resume: keeping the checkpoint's max_steps 4; your max_steps 6 is ignored (to change it, pass "
-        "max_steps=6 to train)"
-    ]
 
 
 def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file, tmp_path):
@@ -1059,8 +1069,19 @@ def test_export_refuses_another_kind_of_model_or_another_run_and_replaces_its_ow
     line = refused(capsys, other, tmp_path / "new", "--export", mine)
     assert f"--export {mine} already holds a model trained on other data (text.txt, sha256 " in line
     first = mine.read_bytes()
-    code, _, result = cli(capsys, text_file, tmp_path / "again", "--export", mine)  # the same command re-run
-    assert code == 0 and result["export"] == str(mine) and mine.read_bytes() != first
+    line = refused(capsys, text_file, tmp_path / "again", "--export", mine)  # before: replaced, another run's file
+    assert line == (
+        f"error: --export {mine} already holds the export of another run (--out {tmp_path / 'first'}, seed 1337; "
+        f"this run is --out {tmp_path / 'again'}, seed 1337): choose another --export, or move that file away first"
+    )
+    assert mine.read_bytes() == first
+    code, _, result = cli(capsys, text_file, tmp_path / "first", "--export", mine, "--resume", "--max-steps", "4",
+                          "--seed", "7")  # fmt: skip
+    assert code == 0 and mine.read_bytes() != first  # --resume keeps the run's seed (7 is ignored): the same run
+    shutil.rmtree(tmp_path / "first")
+    second = mine.read_bytes()
+    code, _, result = cli(capsys, text_file, tmp_path / "first", "--export", mine)  # the same command re-run
+    assert code == 0 and result["export"] == str(mine) and mine.read_bytes() != second
 
 
 def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_checkpoint_holds(text_file, tmp_path):
@@ -1093,7 +1114,7 @@ def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_c
         ),
         (
             "KeyboardInterrupt",
-            "stopped by Ctrl+C before the first step or after the last: run it again with python -m "
+            "stopped before the first step; nothing was trained: run it again with python -m "
             "course_utils.train --data {data} --out {out} --max-steps 3 --eval-interval 3 --batch-size 4 --quiet",
         ),
     ],
@@ -1111,16 +1132,191 @@ def test_ctrl_c_outside_a_checkpoint_says_what_is_kept(text_file, tmp_path, caps
     assert err == [line.format(data=text_file, out=tmp_path)]
 
 
+def _documented_export_command() -> list[str]:
+    """The flags of the command checkpoints/README.md gives for checkpoints/shakespeare_cpu.pt."""
+    import shlex
+
+    text = (ROOT / "checkpoints" / "README.md").read_text()
+    found = re.search(r"python -m course_utils\.train (.+?--no-progress)", text, re.S)
+    return shlex.split(found[1].replace("\\\n", " "))
+
+
 @pytest.mark.skipif(not corpus_path().exists(), reason="needs the course corpus (python -m course_tools.corpus fetch)")
 def test_the_documented_export_command_may_replace_the_shipped_model(tmp_path):
-    """checkpoints/README.md's command, re-run, may replace checkpoints/shakespeare_cpu.pt (same model, same data)."""
-    import argparse
-    import shutil
+    """checkpoints/README.md's command, re-run, may replace checkpoints/shakespeare_cpu.pt (the same run: its --out
+    and seed, the same model and data); the same command with another --out or --seed, or another preset, may not."""
+    from course_utils.train_cli import _check_export, _parser
 
-    from course_utils.train_cli import _check_export
-
+    argv = _documented_export_command()
+    assert argv[argv.index("--export") + 1] == "checkpoints/shakespeare_cpu.pt", argv
     shipped = tmp_path / "shakespeare_cpu.pt"
     shutil.copy(ROOT / "checkpoints" / "shakespeare_cpu.pt", shipped)
-    _check_export(argparse.Namespace(export=str(shipped), data=str(corpus_path())), "cpu")  # no error
+    args = _parser().parse_args(argv)
+    args.export = str(shipped)
+    _check_export(args, args.preset, TrainConfig.preset(args.preset).seed)  # no error: the run that made it
     with pytest.raises(RunSetupError, match="already holds the export of another model"):
-        _check_export(argparse.Namespace(export=str(shipped), data=str(corpus_path())), "tiny")
+        _check_export(args, "tiny", 1337)
+    with pytest.raises(RunSetupError, match=r"the export of another run \(--out runs/cpu-export, seed 1337; this run"):
+        _check_export(args, args.preset, 7)
+    args.out = "runs/x6"
+    with pytest.raises(RunSetupError, match=r"the export of another run \(--out runs/cpu-export, seed 1337; this run"):
+        _check_export(args, args.preset, 1337)
+
+
+@pytest.mark.skipif(not corpus_path().exists(), reason="needs the course corpus (python -m course_tools.corpus fetch)")
+def test_export_refuses_the_shipped_model_from_another_run(tmp_path):
+    """Before: this command (the tester's, with a copy of the shipped file) trained and replaced it, the shipped
+    export of runs/cpu-export, because only the model's shape and the data were compared."""
+    shipped = tmp_path / "shakespeare_cpu.pt"
+    shutil.copy(ROOT / "checkpoints" / "shakespeare_cpu.pt", shipped)
+    before = shipped.read_bytes()
+    command = [sys.executable, "-m", "course_utils.train", "--preset", "cpu", "--data", "datasets/shakespeare.txt",
+               "--out", str(tmp_path / "x6"), "--max-steps", "1", "--export", str(shipped)]  # fmt: skip
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr == (
+        f"error: --export {shipped} already holds the export of another run (--out runs/cpu-export, seed 1337; this "
+        f"run is --out {tmp_path / 'x6'}, seed 1337): choose another --export, or move that file away first\n"
+    )
+    assert shipped.read_bytes() == before and not (tmp_path / "x6").exists()
+
+
+def _train_command(text_file, out, *flags) -> list[str]:
+    return [sys.executable, "-m", "course_utils.train", "--preset", "tiny", "--data", str(text_file), "--out",
+            str(out), "--batch-size", "4", "--quiet", *flags]  # fmt: skip
+
+
+def test_two_quick_ctrl_cs_or_a_sigterm_still_print_one_line_naming_the_checkpoint(text_file, tmp_path):
+    """Before: a second Ctrl+C 10-50 ms after the first gave a traceback, or 'before the first step' while the
+    checkpoint held step 103; SIGTERM printed nothing (killed, -15). Now one line with the step, 130 or 143."""
+    import signal
+    import time
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    for signals, code, how in (((signal.SIGINT, signal.SIGINT), 130, ""), ((signal.SIGTERM,), 143, " by SIGTERM")):
+        out = tmp_path / f"run{code}"
+        command = _train_command(text_file, out, "--max-steps", "100000", "--checkpoint-interval", "5")
+        with subprocess.Popen(
+            command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        ) as p:
+            deadline = time.monotonic() + 240
+            while not (out / "checkpoint.pt").exists() and p.poll() is None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            for signum in signals:
+                p.send_signal(signum)
+                time.sleep(0.02)
+            stdout, stderr = p.communicate(timeout=120)
+        assert p.returncode == code and stdout == "" and len(stderr.splitlines()) == 1, (p.returncode, stderr)
+        found = re.fullmatch(
+            rf"stopped{how} at step (\d+); the checkpoint at (.+) holds step (\d+); resume: .+\n", stderr
+        )
+        assert found and load_checkpoint(found[2])["step"] == int(found[3]) >= 5, stderr
+
+
+@pytest.mark.parametrize("module", ["course_utils.train", "course_utils.induction"])
+def test_ctrl_c_during_start_up_prints_one_line(tmp_path, module, text_file):
+    """Before: a KeyboardInterrupt traceback from inside `import torch` (the first seconds)."""
+    import signal
+    import time
+
+    argv = [str(tmp_path / "m.pt")] if module.endswith("induction") else _train_command(text_file, tmp_path / "r")[3:]
+    with subprocess.Popen([sys.executable, "-m", module, *argv], cwd=ROOT, stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as p:  # fmt: skip
+        time.sleep(0.4)  # the package is imported (a few ms), torch is still loading (seconds)
+        p.send_signal(signal.SIGINT)
+        stdout, stderr = p.communicate(timeout=120)
+    assert (p.returncode, stdout, stderr) == (130, "", "stopped during start-up; nothing was written\n")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_in_the_final_evaluation_says_the_run_finished_and_resume_writes_only_the_summary(
+    text_file, tmp_path, capsys, monkeypatch
+):
+    """Before: 'before the first step or after the last: run it again with <the same command>', which was refused.
+    Now the line says the run finished, and its command writes the summary (training nothing); a --resume of a
+    finished run with its summary is refused instead of exiting 0 with tokens_per_s 0.0 written over it."""
+    import shlex
+
+    from course_utils import train as train_module
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(train_module, "evaluate", stopped)  # the final full-validation pass
+    code, err, _ = cli(capsys, text_file, tmp_path)
+    monkeypatch.undo()
+    assert code == 130 and len(err) == 1, err
+    found = re.fullmatch(
+        rf"stopped after the last step: the run finished at step 3 and the checkpoint at "
+        rf"{re.escape(str(tmp_path / 'checkpoint.pt'))} holds it, but summary.json may be missing; write them \(no "
+        r"training\): (python -m course_utils\.train .+ --resume)",
+        err[0],
+    )
+    assert found and not (tmp_path / "summary.json").exists(), err
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    again = [sys.executable, *shlex.split(found[1])[1:]]
+    done = subprocess.run(again, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    summary = (tmp_path / "summary.json").read_bytes()
+    assert json.loads(summary)["steps"] == 3 and json.loads(done.stdout)["steps_this_run"] == 0
+    for flags in ([], ["--max-steps", "3"]):  # the summary is there now: nothing left to do
+        command = _train_command(text_file, tmp_path, "--resume", *flags)
+        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert (
+            "is at step 3 already" in done.stderr or "finished at step 3 (its summary.json is written)" in done.stderr
+        )
+    assert (tmp_path / "summary.json").read_bytes() == summary
+
+
+def test_export_inside_out_and_out_of_range_numbers_are_refused_before_training(text_file, tmp_path):
+    """Before: --export equal to --out trained fully, then IsADirectoryError; --seed 10**23 'Overflow when
+    unpacking long long'; --max-steps 10**23 was accepted; --res was taken for --resume."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = tmp_path / "run"
+    for flags, line in (
+        (["--export", str(out)], f"--export {out} is inside --out {out} (the run's own folder"),
+        (["--export", str(out / "m.pt")], f"--export {out / 'm.pt'} is inside --out {out} (the run's own folder"),
+        (["--seed", str(10**23)], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {10**23}"),
+        (["--seed", "-1"], "--seed must be a whole number from 0 to 2**63 - 1"),
+        (["--max-steps", str(10**23)], f"--max-steps must be at most 1,000,000,000 (a billion), got {10**23}"),
+    ):
+        done = subprocess.run(_train_command(text_file, out, *flags), cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=300)  # fmt: skip
+        assert done.returncode == 2 and done.stderr.startswith(f"error: {line}"), done.stderr
+        assert len(done.stderr.splitlines()) == 1 and not out.exists(), done.stderr
+    done = subprocess.run(_train_command(text_file, out, "--res"), cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 2 and "unrecognized arguments: --res" in done.stderr and not out.exists()
+
+
+def test_a_checkpoint_that_is_a_folder_is_named_as_a_folder(text_file, tmp_path, capsys):
+    """Before: 'no checkpoint at .../checkpoint.pt: train a model first', though one was there, as a folder."""
+    (tmp_path / "checkpoint.pt").mkdir()
+    line = refused(capsys, text_file, tmp_path, "--resume")
+    folder = tmp_path / "checkpoint.pt"
+    assert line == f"error: {folder} is a folder, not a checkpoint: move it away, or name the file inside it"
+
+
+def test_ctrl_c_while_exporting_then_the_lines_command_writes_only_the_export(text_file, tmp_path, capsys, monkeypatch):
+    """Before: 'run it again with <the same command>', refused since the folder held a run. Now the printed
+    --resume exports the finished run without training, and --resume after that is refused."""
+    import shlex
+
+    from course_utils import train_cli
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    out, model = tmp_path / "run", tmp_path / "model.pt"
+    monkeypatch.setattr(train_cli, "export_model", stopped)
+    code, err, _ = cli(capsys, text_file, out, "--export", model)
+    monkeypatch.undo()
+    assert code == 130 and len(err) == 1 and not model.exists(), err
+    assert err[0].startswith(f"stopped after the last step: the run finished at step 3 and the checkpoint at {out}")
+    assert f"but summary.json and the export {model} may be missing; write them (no training): " in err[0]
+    again = shlex.split(err[0].split("(no training): ")[1])
+    summary = (out / "summary.json").read_bytes()
+    assert main(again[3:]) == 0 and load_model(model)[2]["step"] == 3
+    assert (out / "summary.json").read_bytes() == summary  # the summary is not rewritten with zeros
+    capsys.readouterr()
+    assert main(again[3:]) == 2 and "is at step 3 already, so --max-steps 3 would train" in capsys.readouterr().err
