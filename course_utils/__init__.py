@@ -33,7 +33,7 @@ Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
 ``attention_view``, ``inspect_gpt`` and ``induction`` (11); beside them ``block`` (the one transformer block of
 the models of 06-11), ``checkpoints`` (a run's checkpoint and the rules of ``--resume``), ``train_setup`` (what
 a run checks before its first step) and ``train_cli`` (``python -m course_utils.train``), ``plotting`` and
-``widgets`` (pictures and explorers), ``exercises`` and ``checking`` (the checks behind every exercise),
+``widgets`` (pictures and explorers), ``exercises`` (the checks behind every exercise, and their engine),
 ``devices`` (``best_device``, ``pick_device``: where tensors go) and ``environment`` (the setup check);
 ``_validate`` and ``_files`` are the one home of argument checks and atomic writes, ``_moved`` of the one-line
 errors for names that moved, ``_corpus`` makes the corpus of 10 and 11; ``static/vendor`` holds the JavaScript that

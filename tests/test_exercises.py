@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
 from course_utils.exercises import NotAttempted, all_exercises, check, get_exercise
+from course_utils.exercises._engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny checks: a second thread only waits
@@ -117,7 +117,7 @@ def test_unknown_key_lists_the_known_ones():
 
 
 def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
-    from course_utils.checking import compare_outputs
+    from course_utils.exercises._engine import compare_outputs
 
     inf, nan = float("inf"), float("nan")
     assert compare_outputs(inf, inf, 1e-6, 1e-6) is None

@@ -17,8 +17,8 @@ import pytest
 import torch
 from mutants import ROOT, SCORE_PROPERTY, compile_function, mutants, solutions
 
-from course_utils.checking import FAILED, PASSED, run_check
 from course_utils.exercises import all_exercises
+from course_utils.exercises._engine import FAILED, PASSED, run_check
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),

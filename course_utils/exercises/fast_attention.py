@@ -16,8 +16,8 @@ import math
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
 from course_utils.fast_attention import Partial, attention_backward, block_partial, merge_partials
 
 __all__ = ["EXERCISES"]

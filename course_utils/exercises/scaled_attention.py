@@ -13,8 +13,8 @@ import math
 import torch
 
 from course_utils.attention import scaled_dot_product_attention, softmax
-from course_utils.checking import Exercise, Mistake
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
 
 __all__ = ["EXERCISES"]
 

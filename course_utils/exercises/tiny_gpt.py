@@ -14,8 +14,8 @@ import math
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
 from course_utils.runs import unigram_loss
 from course_utils.train import TrainConfig, learning_rate
 
