@@ -53,9 +53,9 @@ from pathlib import Path
 
 import nbformat
 
+from course_utils._exercise_engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 from course_utils._files import clean_stale_tmp, probe_writable, write_atomic
 from course_utils.exercises import all_exercises
-from course_utils.exercises._engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 
 __all__ = [
     "DEFAULT_TIMEOUT",

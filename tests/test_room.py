@@ -49,7 +49,7 @@ def test_learner_zip_has_no_solutions_and_instructor_zip_has_them(tmp_path):
                 "requirements.txt",
                 "README.md",
                 "lock/learner.txt",
-                "course_utils/exercises/_engine.py",
+                "course_utils/_exercise_engine/__init__.py",
                 "course_tools/reset.py",
                 "course_tools/grade.py",
                 "course_tools/corpus.py",

@@ -6,9 +6,9 @@ In a notebook::
     check("03.1", my_causal_mask)
 
 Keys are ``"NN.k"``: notebook NN, exercise k. Each topic module in this package (``dot_product`` for
-notebook 01, ``masking`` for 03, ...) defines ``EXERCISES``, a tuple of :class:`Exercise`; the engine lives in
-``_engine`` (the checks and the naming of mistakes), ``_compare`` (comparing values) and ``_sandbox`` (running
-the learner's function safely), each exercise's domain in ``_domain``.
+notebook 01, ``masking`` for 03, ...) defines ``EXERCISES``, a tuple of :class:`Exercise`. The engine behind
+them is :mod:`course_utils._exercise_engine` (the checks and the naming of mistakes), with ``compare`` (comparing
+values), ``sandbox`` (running the learner's function safely) and ``domain`` (each exercise's domain as data).
 
 ``check(key, fn, hint=3)`` shows the course's own solution of the exercise after the verdict, read from
 ``solutions/`` (a room set up for a graded session may leave it out, and then says so).
@@ -27,7 +27,7 @@ import pkgutil
 from importlib import import_module
 from pathlib import Path
 
-from course_utils.exercises._engine import (
+from course_utils._exercise_engine import (
     FAILED,
     CheckResult,
     Exercise,

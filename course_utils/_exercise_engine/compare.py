@@ -1,6 +1,6 @@
 """Comparing an answer with the reference's: values, shapes, dtypes and devices, said in one sentence.
 
-Part of the exercise engine (:mod:`course_utils.exercises._engine` runs the checks, :mod:`._sandbox` runs the
+Part of the exercise engine (:mod:`course_utils._exercise_engine` runs the checks, :mod:`.sandbox` runs the
 learner's function safely). Integers and booleans are compared exactly, floats within ``atol + rtol * |expected|``
 (NaN matches NaN); each difference comes with its :class:`Kind`, and the verdict's words are chosen by it.
 """
@@ -106,6 +106,9 @@ def _index(flat: int, shape: torch.Size) -> list[int]:
     return idx[::-1]
 
 
+FLOAT64_TOLERANCE = (1e-10, 1e-9)  # (atol, rtol) at most, where a float64 result is expected and given
+
+
 def _tensor_difference(
     got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype]
 ) -> Difference | None:
@@ -114,6 +117,8 @@ def _tensor_difference(
     if got.dtype != expected.dtype and not (expected.is_floating_point() and got.dtype in accept_dtypes):
         text = f"expected dtype {dtype_name(expected.dtype)}, got {dtype_name(got.dtype)}"
         return Difference(Kind.WRONG_DTYPE, text)
+    if expected.dtype == torch.float64 and got.dtype == torch.float64:  # float64 promised: float64's precision
+        atol, rtol = min(atol, FLOAT64_TOLERANCE[0]), min(rtol, FLOAT64_TOLERANCE[1])
     return _value(_tensor_values_problem(got, expected, atol, rtol))
 
 
@@ -226,8 +231,8 @@ def _plain_problem(got: Any, expected: Any, atol: float, rtol: float) -> str | N
         return None if got == expected else f"expected {expected}, got {got}"
     if isinstance(expected, float):
         if isinstance(got, torch.Tensor) and got.dim() == 0 and got.is_floating_point():
-            if got.dtype == torch.float32:  # a float32 answer is held to float32's own precision at least
-                atol, rtol = max(atol, 1e-5), max(rtol, 1.3e-6)
+            if got.dtype == torch.float32:  # float32 rounds at ~6e-8 relative: allow that much more, no more
+                rtol = max(rtol, 1.3e-6)
             got = float(got)
         if not _is_number(got):
             what = (

@@ -1,7 +1,7 @@
 """Running the learner's function safely: fresh copies of every argument, a time limit, printing captured,
 global settings put back, and what a call changed in its arguments.
 
-Part of the exercise engine (:mod:`course_utils.exercises._engine`). The time limit uses ``signal.setitimer`` and
+Part of the exercise engine (:mod:`course_utils._exercise_engine`). The time limit uses ``signal.setitimer`` and
 so works only on POSIX systems and in the main thread (where a notebook runs its cells). On Windows, or when a
 check runs in another thread, the function runs without a limit. Even with the limit, one long torch operation
 (a huge matmul) is stopped only when it returns, as Python signals wait for it.
@@ -276,19 +276,21 @@ class Session:
     """Where the learner's function runs during one check: each call under the time limit, its printing captured,
     and the global settings it changes put back after each call (and named in the verdict)."""
 
-    def __init__(self, time_limit: float | None) -> None:
+    def __init__(self, time_limit: float | None, autograd: bool = True) -> None:
         self.time_limit = time_limit
+        self.autograd = autograd  # False: each call runs under torch.inference_mode(), where backward() cannot help
         self.printed = _Printed()
         self.settings = _global_settings()
         self.put_back: list[str] = []  # global settings the learner's function changed
 
     def call(self, fn: Callable[..., Any], case: tuple[tuple, dict]) -> Run:
         out, err = contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed)
-        with out, err, _time_limit(self.time_limit):
-            try:
+        no_grad = contextlib.nullcontext() if self.autograd else torch.inference_mode()
+        try:
+            with out, err, _time_limit(self.time_limit), no_grad:
                 return run_case(fn, case)
-            finally:
-                self.restore()
+        finally:
+            self.restore()
 
     def restore(self) -> None:
         self.put_back.extend(c for c in _restore_settings(self.settings) if c not in self.put_back)

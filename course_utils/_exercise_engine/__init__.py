@@ -1,4 +1,4 @@
-"""The machinery behind every exercise check: run the learner's function, compare, name the mistake.
+"""The exercise engine: run the learner's function, compare, name the mistake (the machinery behind every check).
 
 An :class:`Exercise` carries a reference solution, fixed input cases, a way to ``draw`` fresh cases, the edges
 of its statement's domain, and a catalogue of :class:`Mistake` s, each with a small function that makes exactly
@@ -39,6 +39,9 @@ The time limit uses ``signal.setitimer`` and so works only on POSIX systems and 
 notebook runs its cells). On Windows, or when a check runs in another thread, the function runs without a
 limit: a function that never returns then hangs the check until the kernel is interrupted. Even with the
 limit, one long torch operation (a huge matmul) is stopped only when it returns, as Python signals wait for it.
+Its parts: :mod:`.compare` (comparing values), :mod:`.sandbox` (running the learner's function safely),
+:mod:`.domain` (an exercise's domain as data); this module prepares the cases, runs them and names the mistake.
+It lives beside :mod:`course_utils.exercises` (the catalogues and ``check``), which imports it.
 ``tests/test_checking.py`` tests this machinery; ``tests/test_exercises.py`` tests each exercise's catalogue.
 """
 
@@ -57,8 +60,9 @@ from typing import Any
 
 import torch
 
-from course_utils.exercises._compare import Difference, Kind, compare, compare_outputs
-from course_utils.exercises._sandbox import (
+from course_utils._exercise_engine.compare import Difference, Kind, compare, compare_outputs
+from course_utils._exercise_engine.domain import Domain
+from course_utils._exercise_engine.sandbox import (
     PRINTED_LINES,
     PRINTED_WIDTH,
     Run,
@@ -132,6 +136,13 @@ class Exercise:
     ``"Dv == 1"``, ``"empty length"``, ...) with a predicate that takes a case's arguments like the solution
     and says whether the case holds that edge; some fixed case must hold each (tests/test_exercise_domains.py).
     A failure names the edges its case holds; a predicate that raises on a case counts as not held there.
+    ``domain`` (:class:`course_utils._exercise_engine.domain.Domain`) states the facets of the inputs the statement
+    allows (leading axes, integer dtypes, magnitudes, views); ``fixed_cases()`` adds a case built for each facet
+    value no hand-written case holds. ``autograd=False`` runs the learner's function under
+    ``torch.inference_mode()`` (an exercise that asks for the formulas, not autograd). ``results`` names the
+    returned values as the statement does (by default read from the signature's ``-> (out, weights)``), so a
+    verdict says ``weights: ...``, not ``result 1: ...``. ``core`` is False for an optional exercise; its
+    heading in the notebook says so beside its minutes (``size()``).
     """
 
     key: str
@@ -148,6 +159,18 @@ class Exercise:
     accept_dtypes: tuple[torch.dtype, ...] = ()
     minutes: int = 8
     edges: dict[str, Callable[..., bool]] = field(default_factory=dict)
+    domain: Domain = field(default_factory=Domain)
+    results: tuple[str, ...] = ()
+    autograd: bool = True
+    core: bool = True
+
+    def size(self) -> str:
+        """What the exercise's heading says of it: ``8 min, core`` or ``15 min, optional``."""
+        return f"{self.minutes} min, {'core' if self.core else 'optional'}"
+
+    def fixed_cases(self) -> list[tuple[tuple, dict]]:
+        """``cases()``, then a case built for each facet value of ``domain`` that none of them holds."""
+        return self.domain.complete(self.solution, list(self.cases()))
 
     def __post_init__(self) -> None:
         if self.inplace is not None and (isinstance(self.inplace, bool) or not isinstance(self.inplace, (int, str))):
@@ -304,13 +327,32 @@ def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: Run, ref: Run) -
             )
     difference = compare(mine.output, ref.output, ex.atol, ex.rtol, ex.accept_dtypes)
     if difference:
-        return difference
+        return _named_result(ex, difference)
     if inplace is not None:
         name, where = inplace
         difference = compare(state_of(_argument(mine, where)), state_of(_argument(ref, where)), ex.atol, ex.rtol)
         if difference:
             return difference.within(f"after your call, `{name}` (which your function should write into) is wrong: ")
     return None
+
+
+def result_names(ex: Exercise) -> tuple[str, ...]:
+    """The names of the values ``ex`` returns, as its statement names them: ``results``, else the names in its
+    signature's ``-> (out, weights)`` (empty when it returns one value or names none)."""
+    if ex.results:
+        return ex.results
+    found = re.search(r"->\s*\(([^()]*)\)", ex.signature)
+    names = tuple(part.strip() for part in found.group(1).split(",")) if found else ()
+    return names if names and all(re.fullmatch(r"[a-z_][a-z0-9_]*", n) for n in names) else ()
+
+
+def _named_result(ex: Exercise, difference: Difference) -> Difference:
+    """The difference with ``result 1: `` said as the statement names that result (``weights: ``)."""
+    names = result_names(ex)
+    found = re.match(r"result (\d+): ", difference.text)
+    if not found or int(found.group(1)) >= len(names):
+        return difference
+    return Difference(difference.kind, f"`{names[int(found.group(1))]}`: " + difference.text[found.end() :])
 
 
 def _draw_seed(seed: int | None) -> int:
@@ -344,15 +386,6 @@ def _signature_text(fn: Callable[..., Any]) -> str:
         s = {p.VAR_POSITIONAL: f"*{p.name}", p.VAR_KEYWORD: f"**{p.name}"}.get(p.kind, p.name)
         shown.append(s if p.default is p.empty else f"{s}={p.default!r}")
     return f"({', '.join(shown)})"
-
-
-def fits(ex: Exercise, fn: Any) -> bool:
-    """Whether ``fn`` can be checked against ``ex`` at all: callable, and its parameters take every fixed case's
-    arguments (nothing is run). ``check`` uses it to tell an exercise that moved to a new key from its new owner."""
-    try:
-        return _unusable(ex, fn, list(ex.cases())) is None
-    except Exception:  # looking at the learner's object failed
-        return False
 
 
 def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str | None:
@@ -405,6 +438,8 @@ def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_cas
         )
     said = f"raised {type(e).__name__}" + (f": {first}" if first else "")
     msg = f"on {case_name} your function {said}"
+    if not ex.autograd and isinstance(e, RuntimeError) and ("grad" in first or "inference" in first.lower()):
+        msg += ". The check runs your function without autograd (torch.inference_mode()), as the exercise asks"
     if isinstance(e, NotImplementedError) and first_case and not first:
         nb = notebook_of(ex.key)
         msg += (
@@ -462,7 +497,8 @@ def _edges_held(ex: Exercise, case: tuple[tuple, dict]) -> list[str]:
                 held.append(str(name))
         except Exception:
             continue
-    return held
+    views = [v for v in [*case[0], *case[1].values()] if isinstance(v, torch.Tensor) and not v.clone().is_contiguous()]
+    return held + (["a non-contiguous view"] if views and ex.domain.views else [])
 
 
 @dataclass
@@ -503,7 +539,7 @@ class _Cases:
 
 def _prepare_cases(ex: Exercise, seed: int | None) -> _Cases:
     """Phase 1: the fixed cases, and the cases drawn from ``seed`` (see :func:`_draw_seed`)."""
-    fixed = list(ex.cases())
+    fixed = ex.fixed_cases()
     s = _draw_seed(seed)
     drawn = list(ex.draw(torch.Generator().manual_seed(s))) if ex.draw is not None else []
     return _Cases(ex, fixed, drawn, s)
@@ -759,7 +795,7 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
     environment variable COURSE_CHECK_SEED, else fresh entropy); it is in ``details["seed"]``, and the kind of
     problem found (``"wrong shape"``, ``"raised"``, ...; None when passed) in ``details["problem"]``.
     """
-    session = Session(ex.time_limit)
+    session = Session(ex.time_limit, ex.autograd)
     details: dict[str, Any] = {}
     if isinstance(hint, bool) or hint not in (1, 2, 3):
         call = f'check("{ex.key}", {function_name(fn)}, hint=2)'
