@@ -1790,3 +1790,19 @@ def test_the_instructor_guide_table_lists_each_exercise_mistakes_and_what_it_enf
         assert ("writes into `cache` (checked)" in row) == (ex.inplace is not None), row
     assert "returns bool, dtype checked" in rows["03.1"] and "returns float32, dtype checked" in rows["02.1"]
     assert "returns a number" in rows["10.3"] and "int64, int64" in rows["10.1"]
+
+
+def test_a_wrong_result_is_named_as_the_statement_names_it():
+    def my_scaled_attention(q, k, v):  # right out, weights halved
+        out, weights = EXERCISES["02.2"].solution(q, k, v)
+        return out, weights * 0.5
+
+    res = run_check(EXERCISES["02.2"], my_scaled_attention, seed=0)
+    assert res.status == FAILED and "`weights`: values differ" in res.message and "result 1" not in res.message
+
+    def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
+        out, new_state, new_normaliser = EXERCISES["07.4"].solution(state, normaliser, q_t, k_t, v_t)
+        return out, new_state, new_normaliser + 1
+
+    res = run_check(EXERCISES["07.4"], my_linear_attention_step, seed=0)
+    assert "`new_normaliser`: " in res.message, res.message
