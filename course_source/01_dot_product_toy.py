@@ -441,11 +441,11 @@ print("matches course_utils")
 #
 # Write each function, then run its cell: the check tells you whether it is right, and if not,
 # which common mistake it looks like. Use `torch.softmax`; there is no scaling yet (that is
-# notebook 02). The inputs are float32 tensors, and your results are float32 too (what `@` and
-# `torch.softmax` give); leave the inputs unchanged. The checks also try fresh random inputs of
-# other sizes, so write for any sizes, not the ones you see.
+# notebook 02). Inputs and results are float32 tensors; leave the inputs unchanged. The checks also
+# try fresh inputs of other sizes.
 #
-# **Exercise 01.1: a soft lookup for one query.** `query` is (D,), `keys` is (S, D), `values` is
+# **Exercise 01.1: a soft lookup for one query.** *(8 min, core)*
+# `query` is (D,), `keys` is (S, D), `values` is
 # (S,) or (S, Dv). Return the softmax-weighted mix of the values: a number (a 0-d tensor or a Python
 # float) when `values` is (S,), or a (Dv,) vector.
 
@@ -461,7 +461,8 @@ def soft_lookup(query, keys, values):
 check("01.1", soft_lookup)
 
 # %% [markdown]
-# **Exercise 01.2: many queries, as matrices.** `q` is (T, D), `k` is (S, D), `v` is (S, Dv).
+# **Exercise 01.2: many queries, as matrices.** *(8 min, core)*
+# `q` is (T, D), `k` is (S, D), `v` is (S, Dv).
 # Return `out` of shape (T, Dv), with no Python loops.
 
 # %%
@@ -476,7 +477,8 @@ def attention_many(q, k, v):
 check("01.2", attention_many)
 
 # %% [markdown]
-# **Exercise 01.3: simple self-attention.** `x` is (T, C). Every token is its own query, key and
+# **Exercise 01.3: simple self-attention.** *(8 min, core)*
+# `x` is (T, C). Every token is its own query, key and
 # value. Return `(out, weights)` with shapes (T, C) and (T, T).
 
 # %%
@@ -490,11 +492,13 @@ def my_self_attention(x):
 check("01.3", my_self_attention)
 
 # %% [markdown]
-# **Exercise 01.4: self-attention with W_Q, W_K, W_V.** `x` is (T, C); `w_q`, `w_k`, `w_v` are
+# **Exercise 01.4: self-attention with W_Q, W_K, W_V.** *(8 min, core)*
+# `x` is (T, C); `w_q`, `w_k`, `w_v` are
 # weight matrices stored the way `nn.Linear.weight` stores them, (D, C). Project, then attend
-# (unscaled). Return `out`, (T, D).
+# (unscaled). Return `out`, (T, D). The inputs are moderate (see the comment below).
 
 # %%
+# Inputs: `x` has entries up to 10 in size.
 def qkv_attention(x, w_q, w_k, w_v):
     ### BEGIN SOLUTION
     q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T  # (T, D) each

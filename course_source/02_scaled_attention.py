@@ -652,7 +652,8 @@ print("stable_softmax, scaled_attention and grad_norms match course_utils")
 # with a hint (`check(..., hint=2)` shows the exact fix). Inputs are float32 tensors and so are the
 # results; leave the inputs unchanged. The checks also draw fresh inputs of other sizes.
 #
-# **02.1 A stable softmax.** Write `stable_softmax(x, dim=-1)` without `torch.softmax`: subtract the
+# **02.1 A stable softmax.** *(8 min, core)*
+# Write `stable_softmax(x, dim=-1)` without `torch.softmax`: subtract the
 # maximum along `dim`, exponentiate, divide by the sum along `dim`. It must work for logits around 100,
 # for rows of very different sizes, and for any `dim`. A row may hold `-inf` (a masked logit), never only `-inf`.
 
@@ -660,6 +661,7 @@ print("stable_softmax, scaled_attention and grad_norms match course_utils")
 from course_utils.exercises import NotAttempted, check
 
 
+# Inputs: `x` has entries up to 10000 in size; tensors may be non-contiguous views.
 def stable_softmax(x, dim=-1):
     ### BEGIN SOLUTION
     exps = torch.exp(x - x.amax(dim=dim, keepdim=True))
@@ -670,11 +672,13 @@ def stable_softmax(x, dim=-1):
 check("02.1", stable_softmax)
 
 # %% [markdown]
-# **02.2 Scaled dot-product attention.** Write `my_scaled_attention(q, k, v)` for `q (..., T, D)`,
+# **02.2 Scaled dot-product attention.** *(8 min, core)*
+# Write `my_scaled_attention(q, k, v)` for `q (..., T, D)`,
 # `k (..., S, D)`, `v (..., S, Dv)`, returning `(out, weights)` with `out (..., T, Dv)` and
 # `weights (..., T, S)`. Use `torch.softmax`.
 
 # %%
+# Inputs: `q`, `k`, `v` may have 0 to 3 leading axes (the `...`); tensors may be non-contiguous views.
 def my_scaled_attention(q, k, v):
     ### BEGIN SOLUTION
     D = q.shape[-1]
@@ -687,10 +691,12 @@ def my_scaled_attention(q, k, v):
 check("02.2", my_scaled_attention)
 
 # %% [markdown]
-# **02.3 One head, scaled by its head size.** Write `head_attention(x, w_q, w_k, w_v)` for
+# **02.3 One head, scaled by its head size.** *(8 min, core)*
+# Write `head_attention(x, w_q, w_k, w_v)` for
 # `x (B, T, C)` and projection matrices `w_q, w_k, w_v` of shape `(D, C)`: project `x` to `q, k, v`,
 # then self-attention with the right scale. Return `out (B, T, D)`. (Pitfall 1: most checks use `C != D`.)
 # The matrices are stored `(out, in) = (D, C)`, as in `nn.Linear` and exercise 01.4: `x @ w_q.T` projects.
+# Tokens may line up strongly, with scores far past where `exp` overflows float32: use a stable softmax.
 
 # %%
 def head_attention(x, w_q, w_k, w_v):
@@ -705,12 +711,14 @@ def head_attention(x, w_q, w_k, w_v):
 check("02.3", head_attention)
 
 # %% [markdown]
-# **02.4 Entropy of attention weights.** Write `attention_entropy(weights)`: for weights `(..., T, S)`
+# **02.4 Entropy of attention weights.** *(8 min, core)*
+# Write `attention_entropy(weights)`: for weights `(..., T, S)`
 # return the entropy of each query's weights in nats, `H = -sum_j w_j log w_j`, shape `(..., T)`.
 # Weights can be exactly 0 (a masked key, or a one-hot row), and `0 * log 0` must count as 0.
 # Hint: `torch.special.xlogy`.
 
 # %%
+# Inputs: `weights` may have 0 to 3 leading axes (the `...`); tensors may be non-contiguous views.
 def attention_entropy(weights):
     ### BEGIN SOLUTION
     return -torch.special.xlogy(weights, weights).sum(dim=-1)

@@ -572,7 +572,7 @@ print("matches course_utils (and F.scaled_dot_product_attention)")
 # Use plain tensor operations, not the `course_utils` helpers. Masks are boolean (`True` = may attend),
 # scores and weights float32; leave the inputs unchanged. The checks also draw inputs of other sizes.
 #
-# ### Exercise 03.1: a causal mask for T queries and S keys
+# ### Exercise 03.1: a causal mask for T queries and S keys (8 min, core)
 #
 # Write `my_causal_mask(T, S)`, a boolean `(T, S)` mask (`True` = may attend) for T <= S queries, the
 # **last** T of S positions (section 11). With T = S it is the ordinary causal mask.
@@ -587,13 +587,14 @@ def my_causal_mask(T, S):
 check("03.1", my_causal_mask)
 
 # %% [markdown]
-# ### Exercise 03.2: masked attention weights
+# ### Exercise 03.2: masked attention weights (8 min, core)
 #
 # Write `masked_weights(scores, mask)`: given scores `(..., T, S)` and a boolean mask that broadcasts to
 # them (`True` = may attend), return the attention weights, float32 like the scores. The masks are of
 # every kind, and no row is fully masked. Block with `-inf` (`-1e9` gives the same weights and passes too).
 
 # %%
+# Inputs: `scores` may have 0 to 3 leading axes (the `...`); tensors may be non-contiguous views.
 def masked_weights(scores, mask):
     ### BEGIN SOLUTION
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
@@ -603,12 +604,13 @@ def masked_weights(scores, mask):
 check("03.2", masked_weights)
 
 # %% [markdown]
-# ### Exercise 03.3: a padding mask from lengths
+# ### Exercise 03.3: a padding mask from lengths (8 min, core)
 #
 # Write `my_padding_mask(lengths, S)`: from a `(B,)` integer tensor `lengths`, a boolean `(B, S)` mask,
 # `True` at each sequence's real tokens (positions `0 .. length - 1`), `False` at the padding.
 
 # %%
+# Inputs: `lengths` may be int64 or int32 or uint8.
 def my_padding_mask(lengths, S):
     ### BEGIN SOLUTION
     return torch.arange(S)[None, :] < lengths[:, None]
@@ -618,7 +620,7 @@ def my_padding_mask(lengths, S):
 check("03.3", my_padding_mask)
 
 # %% [markdown]
-# ### Exercise 03.4: `nn.MultiheadAttention`'s masks as one course mask
+# ### Exercise 03.4: `nn.MultiheadAttention`'s masks as one course mask (8 min, core)
 #
 # Code written for `nn.MultiheadAttention` carries two boolean masks with `True` = **blocked**:
 # `attn_mask` `(T, S)` and `key_padding_mask` `(B, S)`. Write `from_mha_masks(attn_mask, key_padding_mask)`

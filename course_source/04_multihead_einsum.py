@@ -645,7 +645,7 @@ print("loop, batched and einsum versions match course_utils")
 # `course_utils` functions the exercise is about. Inputs and results are float32 (masks boolean); leave
 # the inputs unchanged. The checks also draw head counts such as 3 or 5, other sizes, non-causal masks.
 #
-# ### Exercise 04.1: `split_heads`
+# ### Exercise 04.1: `split_heads` (8 min, core)
 #
 # Write `my_split_heads(x, num_heads)` that turns `x` of shape (B, T, C) into (B, H, T, D) with
 # D = C / H, head `h` holding channels `h*D ... (h+1)*D - 1`.
@@ -661,7 +661,7 @@ def my_split_heads(x, num_heads):
 check("04.1", my_split_heads)
 
 # %% [markdown]
-# ### Exercise 04.2: `merge_heads`
+# ### Exercise 04.2: `merge_heads` (8 min, core)
 #
 # Write `my_merge_heads(x)` that undoes it: (B, H, T, D) -> (B, T, H * D), with the heads side by side.
 # Remember that the result of a `transpose` cannot be `view`ed.
@@ -677,7 +677,7 @@ def my_merge_heads(x):
 check("04.2", my_merge_heads)
 
 # %% [markdown]
-# ### Exercise 04.3: scores with einsum
+# ### Exercise 04.3: scores with einsum (8 min, core)
 #
 # Write `my_scores(q, k)` with one `torch.einsum`: queries (B, H, T, D), keys (B, H, S, D), scaled
 # scores (B, H, T, S), divided by the square root of the head size.
@@ -692,7 +692,7 @@ def my_scores(q, k):
 check("04.3", my_scores)
 
 # %% [markdown]
-# ### Exercise 04.4: multi-head attention from packed weights
+# ### Exercise 04.4: multi-head attention from packed weights (8 min, core)
 #
 # Write the whole forward pass of `MultiHeadAttention` as a function of its weights:
 # `qkv_weight` (3C, C) and `qkv_bias` (3C,) stacked in the order q, k, v; `out_weight` (C, C) and

@@ -567,7 +567,8 @@ print("matches course_utils")
 # Each exercise is a function, checked in its cell on fixed and freshly drawn inputs; a common mistake is
 # named. Masks are boolean, weights float32; leave the inputs (and the module) unchanged.
 #
-# **05.1 Slice `in_proj_weight`.** Write `split_in_proj(m)` that takes an `nn.MultiheadAttention` and
+# **05.1 Slice `in_proj_weight`.** *(8 min, core)*
+# Write `split_in_proj(m)` that takes an `nn.MultiheadAttention` and
 # returns its query, key and value weights `(q_weight, k_weight, v_weight)`, each `(C, C)` in
 # `nn.Linear`'s `(out, in)` layout (use `m.in_proj_weight` and `m.embed_dim`; `.detach()` is fine).
 
@@ -583,12 +584,14 @@ def split_in_proj(m):
 check("05.1", split_in_proj)
 
 # %% [markdown]
-# **05.2 A `key_padding_mask` from lengths.** Write `torch_key_padding_mask(lengths, S)` that returns
+# **05.2 A `key_padding_mask` from lengths.** *(8 min, core)*
+# Write `torch_key_padding_mask(lengths, S)` that returns
 # the `(B, S)` boolean mask `nn.MultiheadAttention` wants for sequences of the given `lengths` padded
 # to `S`: `True` where the key is padding (blocked). Try it without `padding_mask`, with
 # `torch.arange`.
 
 # %%
+# Inputs: `lengths` may be int64 or int32.
 def torch_key_padding_mask(lengths, S):
     ### BEGIN SOLUTION
     return torch.arange(S)[None, :] >= lengths[:, None]  # (1, S) vs (B, 1) -> (B, S)
@@ -598,7 +601,8 @@ def torch_key_padding_mask(lengths, S):
 check("05.2", torch_key_padding_mask)
 
 # %% [markdown]
-# **05.3 A course mask as a 3-D `attn_mask`.** Write `to_torch_attn_mask(mask, num_heads)`: `mask`
+# **05.3 A course mask as a 3-D `attn_mask`.** *(8 min, core)*
+# Write `to_torch_attn_mask(mask, num_heads)`: `mask`
 # is a course mask of shape `(B, T, S)` (`True` = may attend), one per sequence. Return the
 # `(B*H, T, S)` `attn_mask` that makes `nn.MultiheadAttention` do the same: `True` = blocked, row
 # `b*H + h` for sequence `b`, head `h`.
@@ -613,7 +617,8 @@ def to_torch_attn_mask(mask, num_heads):
 check("05.3", to_torch_attn_mask)
 
 # %% [markdown]
-# **05.4 Average the heads like `need_weights` does.** Write `average_heads(weights)` that turns our
+# **05.4 Average the heads like `need_weights` does.** *(8 min, core)*
+# Write `average_heads(weights)` that turns our
 # per-head weights `(B, H, T, S)` into what `nn.MultiheadAttention` returns by default
 # (`average_attn_weights=True`): `(B, T, S)`, each row still summing to 1.
 
@@ -627,14 +632,16 @@ def average_heads(weights):
 check("05.4", average_heads)
 
 # %% [markdown]
-# **05.5 Cross-attention from packed weights.** Write `cross_attention(x, memory, key_mask, qkv_weight,
+# **05.5 Cross-attention from packed weights.** *(8 min, optional)*
+# Write `cross_attention(x, memory, key_mask, qkv_weight,
 # qkv_bias, out_weight, out_bias, num_heads)`: the queries come from `x` `(B, T, C)`, the keys and values
 # from `memory` `(B, S, C)`, and T and S may differ. The weights are packed the way
 # `nn.MultiheadAttention` packs them: `qkv_weight` `(3C, C)` is `in_proj_weight` (q, k, v blocks of C rows,
 # each in `nn.Linear`'s `(out, in)` layout), `qkv_bias` `(3C,)`, and `out_weight` `(C, C)`, `out_bias`
 # `(C,)` make the output projection. `key_mask` is `(B, S)` in the course's convention: True = a real
 # memory token that may be attended (every memory sequence has at least one, and at least one padding slot).
-# Return `(B, T, C)`.
+# Scores may be far past where `exp` overflows float32 (notebook 02's stable softmax handles them). Return
+# `(B, T, C)`.
 
 # %%
 def cross_attention(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):

@@ -702,7 +702,7 @@ print("matches course_utils")
 # Each exercise is a function, checked in its cell, where a wrong answer's likely mistake is named. Use plain
 # PyTorch, not the `course_utils.positional` function the exercise is about.
 #
-# ### Exercise 06.1: the sinusoidal table
+# ### Exercise 06.1: the sinusoidal table (8 min, core)
 #
 # Write `my_sinusoidal_encoding(T, C)` returning the (T, C) float32 table of section 3: positions
 # t = 0 ... T - 1, PE[t, 2i] = sin(t omega_i), PE[t, 2i + 1] = cos(t omega_i), omega_i = 10000^(-2i/C).
@@ -719,7 +719,7 @@ def my_sinusoidal_encoding(T, C):
 check("06.1", my_sinusoidal_encoding)
 
 # %% [markdown]
-# ### Exercise 06.2: RoPE
+# ### Exercise 06.2: RoPE (8 min, core)
 #
 # Write `my_apply_rope(x, positions)` for `x` of shape (B, H, T, D) with D even and `positions` a 1-D
 # integer tensor of length T (the absolute position of each row, in any order, with gaps). Use the interleaved
@@ -728,6 +728,7 @@ check("06.1", my_sinusoidal_encoding)
 # check has positions up to 10^6, where float32 angles miss its tolerance.
 
 # %%
+# Inputs: `x` may be float64 (the result is then float64, to float64's precision).
 def my_apply_rope(x, positions):
     ### BEGIN SOLUTION
     D = x.shape[-1]
@@ -742,7 +743,7 @@ def my_apply_rope(x, positions):
 check("06.2", my_apply_rope)
 
 # %% [markdown]
-# ### Exercise 06.3: the causal ALiBi bias
+# ### Exercise 06.3: the causal ALiBi bias (8 min, core)
 #
 # Write `my_alibi_bias(H, T)` for H a power of two, returning the (H, T, T) float32 tensor that a causal
 # ALiBi model adds to its scaled scores: -m_h (i - j) where key j is at or before query i, and `-inf`

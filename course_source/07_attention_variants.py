@@ -540,10 +540,10 @@ print("matches course_utils (and F.scaled_dot_product_attention with enable_gqa=
 # ## Exercises
 #
 # Each exercise is a function; the cell below checks it and, if it is wrong, names the mistake it looks
-# like. Use plain tensor operations (the `course_utils` helpers would make them one-liners). Masks are
+# like. Use plain tensor operations. Masks are
 # boolean, the other results float32 like the inputs; leave the inputs unchanged.
 #
-# ### Exercise 07.1: a sliding-window mask
+# ### Exercise 07.1: a sliding-window mask (8 min, core)
 #
 # Write `my_sliding_window_mask(T, window)`: a boolean `(T, T)` mask, `True` = may attend, in which query
 # i sees keys `i - window + 1 .. i` (`window` keys, itself included, never the future; the course's
@@ -560,7 +560,7 @@ def my_sliding_window_mask(T, window):
 check("07.1", my_sliding_window_mask)
 
 # %% [markdown]
-# ### Exercise 07.2: repeat the KV heads for grouped-query attention
+# ### Exercise 07.2: repeat the KV heads for grouped-query attention (8 min, core)
 #
 # Write `my_repeat_kv(k, num_heads)`: from keys `(B, Hkv, S, D)` return `(B, H, S, D)` in which query head
 # h gets KV head `h // (H // Hkv)`, the wiring of `enable_gqa=True`.
@@ -575,7 +575,7 @@ def my_repeat_kv(k, num_heads):
 check("07.2", my_repeat_kv)
 
 # %% [markdown]
-# ### Exercise 07.3: AFT-simple
+# ### Exercise 07.3: AFT-simple (8 min, core)
 #
 # Write `my_aft_simple(q, k, v)` for q `(B, T, C)` and k, v `(B, S, C)`: for each channel c, weights over
 # the S positions from a softmax of the keys, a weighted sum of the values with them, and that mix gated
@@ -583,7 +583,7 @@ check("07.2", my_repeat_kv)
 #
 # `out[t, c] = sigmoid(q[t, c]) * sum_s softmax_s(k[:, c])[s] * v[s, c]`
 #
-# The check gives keys with logits near 100, as trained models produce, so the result must not overflow.
+# Key logits may be near 100, as in trained models, so the result must not overflow.
 
 # %%
 def my_aft_simple(q, k, v):
@@ -598,14 +598,16 @@ check("07.3", my_aft_simple)
 
 
 # %% [markdown]
-# ### Exercise 07.4: one step of linear attention
+# ### Exercise 07.4: one step of linear attention (8 min, core)
 #
 # Write `my_linear_attention_step(state, normaliser, q_t, k_t, v_t)` with `φ(x) = F.elu(x) + 1`: from the
 # state `(..., D, Dv)` and normaliser `(..., D)` of the tokens before t, and token t's `q_t`, `k_t`
-# `(..., D)` and `v_t` `(..., Dv)`, return `(out_t, new_state, new_normaliser)`: add token t (it attends to
-# itself) to the state and normaliser first, then read out_t `(..., Dv)` from them as in section 7.
+# `(..., D)` and `v_t` `(..., Dv)`, return `(out_t, new_state, new_normaliser)`, out_t `(..., Dv)` read as in
+# section 7. Yours to decide: does out_t read the state before or after token t is added?
 
 # %%
+# Inputs: `state`, `normaliser`, `q_t`, `k_t`, `v_t` may have 0 to 3 leading axes (the `...`); tensors may be
+# non-contiguous views.
 def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
     ### BEGIN SOLUTION
     phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1  # (..., D)

@@ -516,12 +516,11 @@ print("matches course_utils (and F.scaled_dot_product_attention)")
 # %% [markdown]
 # ## Exercises
 #
-# Each exercise is a function; the cell below it checks your function and, if it is wrong, names the
-# mistake it looks like. Use plain tensor operations (the `course_utils` helpers would make them
-# one-liners). Results are float32 like the inputs; leave the inputs unchanged. The checks also draw
-# fresh inputs.
+# The cell below each exercise checks your function and names the mistake it looks like. Use plain
+# tensor operations. Results are float32 like the inputs; leave the inputs unchanged. The checks also
+# draw fresh inputs.
 #
-# ### Exercise 08.1: merge two blocks of an online softmax
+# ### Exercise 08.1: merge two blocks of an online softmax (8 min, core)
 #
 # Two blocks of keys have left, for each query, the partials `(m1, l1, o1)` and `(m2, l2, o2)` of section
 # 2: `m` and `l` of shape `(..., T, 1)`, `o` of shape `(..., T, Dv)`. Write `merge_blocks(m1, l1, o1, m2,
@@ -530,6 +529,8 @@ print("matches course_utils (and F.scaled_dot_product_attention)")
 # NaN. The checks include blocks whose scores differ by more than a hundred.
 
 # %%
+# Inputs: `m1`, `l1`, `o1`, `m2`, `l2`, `o2` may have 0 to 3 leading axes (the `...`); tensors may be
+# non-contiguous views.
 def merge_blocks(m1, l1, o1, m2, l2, o2):
     ### BEGIN SOLUTION
     m = torch.maximum(m1, m2)  # (..., T, 1)
@@ -542,7 +543,7 @@ def merge_blocks(m1, l1, o1, m2, l2, o2):
 check("08.1", merge_blocks)
 
 # %% [markdown]
-# ### Exercise 08.2: the backward pass of attention
+# ### Exercise 08.2: the backward pass of attention (15 min, optional)
 #
 # Write `attention_backward(q, k, v, o, do, scale)` that returns `(dq, dk, dv)`, the gradients of one
 # attention call `o = softmax(scale · q kᵀ) v` given `do`, the gradient of the loss with respect to `o`.
@@ -550,6 +551,8 @@ check("08.1", merge_blocks)
 # axes on all. Use the formulas of section 5, not autograd.
 
 # %%
+# Inputs: `q`, `k`, `v`, `o`, `do` may have 0 to 3 leading axes (the `...`); tensors may be non-contiguous
+# views.
 def attention_backward(q, k, v, o, do, scale):
     ### BEGIN SOLUTION
     P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)  # (..., T, S)
@@ -563,16 +566,17 @@ def attention_backward(q, k, v, o, do, scale):
 check("08.2", attention_backward)
 
 # %% [markdown]
-# ### Exercise 08.3: a tile's weights recomputed from the logsumexp
+# ### Exercise 08.3: a tile's weights recomputed from the logsumexp (10 min, core)
 #
 # Write `tile_weights(q, k, lse, scale)` that returns the attention weights `P` of a tile, `(..., T, S)`,
 # recomputed from the queries `q (..., T, D)`, the keys `k (..., S, D)` of the tile and each query's
-# logsumexp over ALL its keys `lse (..., T)`, as FlashAttention's backward pass does (section 6): without a
-# softmax over the tile. The tile's keys are only some of each query's keys, so a row of `P` need not sum
+# logsumexp of its scaled scores `scale · q kᵀ` over ALL its keys, `lse (..., T)`, as FlashAttention's
+# backward pass does (section 6): without a softmax over the tile. The tile's keys are only some of each query's keys, so a row of `P` need not sum
 # to 1; every query sees them all, so its `lse` is finite and at least each of its scores in the tile. The
 # checks include scores far past where `exp` overflows float32.
 
 # %%
+# Inputs: `q`, `k`, `lse` may have 0 to 3 leading axes (the `...`); tensors may be non-contiguous views.
 def tile_weights(q, k, lse, scale):
     ### BEGIN SOLUTION
     scores = scale * q @ k.transpose(-2, -1)  # (..., T, S), as in the forward pass

@@ -337,15 +337,17 @@ print("matches course_utils")
 # one-liners). Results are float32 like the inputs; leave the inputs unchanged (except the cache buffer of
 # 09.2, which you write into). The checks also draw fresh inputs.
 #
-# ### Exercise 09.1: nucleus (top-p) sampling probabilities
+# ### Exercise 09.1: nucleus (top-p) sampling probabilities (8 min, core)
 #
 # Write `nucleus_probs(logits, temperature, top_p)`: apply the temperature, take the softmax over the last
 # axis, keep the smallest set of most likely tokens whose probabilities sum to at least `top_p`, and
 # return the renormalised distribution `(..., V)` (zeros outside the nucleus). `logits` may have any number
 # of leading axes, or none, and `-inf` for a token already removed; `0 < top_p < 1`. In the checks no
-# running sum of probabilities lands exactly on `top_p` (there float rounding would decide).
+# running sum of probabilities lands exactly on `top_p` (there float rounding would decide), and no two
+# tokens tie where the nucleus ends (there the order of a sort would).
 
 # %%
+# Inputs: `logits` may have 0 to 3 leading axes (the `...`); tensors may be non-contiguous views.
 def nucleus_probs(logits, temperature, top_p):
     ### BEGIN SOLUTION
     probs = torch.softmax(logits / temperature, dim=-1)  # (..., V)
@@ -360,7 +362,7 @@ def nucleus_probs(logits, temperature, top_p):
 check("09.1", nucleus_probs)
 
 # %% [markdown]
-# ### Exercise 09.2: append to a KV cache
+# ### Exercise 09.2: append to a KV cache (8 min, core)
 #
 # `cache` is a preallocated buffer `(B, H, capacity, D)` whose first `length` positions hold keys. Write
 # `append_kv(cache, length, new)` that writes the new keys `(B, H, T, D)` into the buffer (in place) right
@@ -369,6 +371,7 @@ check("09.1", nucleus_probs)
 # that is reused. Write only the `T` slots from `length` on; leave every other slot as it was.
 
 # %%
+# Inputs: tensors may be non-contiguous views.
 def append_kv(cache, length, new):
     ### BEGIN SOLUTION
     T = new.shape[2]
@@ -380,7 +383,7 @@ def append_kv(cache, length, new):
 check("09.2", append_kv)
 
 # %% [markdown]
-# ### Exercise 09.3: one step of beam search
+# ### Exercise 09.3: one step of beam search (10 min, optional)
 #
 # Write `beam_step(beam_scores, next_log_probs, beam_width)`: `beam_scores (K,)` are the total
 # log-probabilities of K beams, `next_log_probs (K, V)` each beam's log-probabilities for the next token

@@ -448,7 +448,7 @@ print("matches course_utils")
 # %% [markdown]
 # ## 10. Exercises
 #
-# ### Exercise 10.1: training windows
+# ### Exercise 10.1: training windows (8 min, core)
 #
 # `data` is a 1-D tensor of token ids and `starts` a tensor of `B` start positions. Return `x` and `y`,
 # each `(B, T)`: `x[b]` is the window of `T` ids at `starts[b]`, and `y[b]` the ids one position later
@@ -456,6 +456,7 @@ print("matches course_utils")
 # token ids, so they keep `data`'s integer dtype.
 
 # %%
+# Inputs: `data` may be int64 or int32.
 def make_windows(data, starts, T):
     ### BEGIN SOLUTION
     idx = starts[:, None] + torch.arange(T + 1)  # (B, T + 1)
@@ -467,7 +468,7 @@ def make_windows(data, starts, T):
 check("10.1", make_windows)
 
 # %% [markdown]
-# ### Exercise 10.2: the unigram baseline
+# ### Exercise 10.2: the unigram baseline (8 min, core)
 #
 # Write `unigram_baseline(train_ids, val_ids, vocab_size)`: count each character in `train_ids`, add one
 # to every count (so a character never seen in training keeps a small probability), normalise to
@@ -475,6 +476,7 @@ check("10.1", make_windows)
 # The ids run from 0 to `vocab_size - 1`; some characters may appear in neither text.
 
 # %%
+# Inputs: `train_ids` may be int64 or int32; `val_ids` may be int64 or int32.
 def unigram_baseline(train_ids, val_ids, vocab_size):
     ### BEGIN SOLUTION
     counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1.0  # (V,)
@@ -486,7 +488,7 @@ def unigram_baseline(train_ids, val_ids, vocab_size):
 check("10.2", unigram_baseline)
 
 # %% [markdown]
-# ### Exercise 10.3: warmup and cosine decay
+# ### Exercise 10.3: warmup and cosine decay (8 min, core)
 #
 # Write `lr_at(step, warmup_steps, max_steps, max_lr, min_lr)` (steps count from 0;
 # `0 <= warmup_steps < max_steps`):
@@ -494,7 +496,8 @@ check("10.2", unigram_baseline)
 # - while `step < warmup_steps`: rise linearly, `max_lr * (step + 1) / warmup_steps`;
 # - then follow half a cosine from `max_lr` (right after warmup) to `min_lr` (at `max_steps`):
 #   `min_lr + 0.5 * (1 + cos(pi * p)) * (max_lr - min_lr)` with `p = (step - warmup_steps) / (max_steps - warmup_steps)`;
-# - from `max_steps` on: `min_lr`.
+# - from `max_steps` on (a run longer than planned): decide what it must be. (The cosine formula, taken
+#   past `max_steps`, would climb back towards `max_lr`.)
 #
 # Return a Python float, computed in Python floats (`math.cos`): near the end of a long decay to 0 the rate
 # is tiny, and float32's rounding is then more than the 1e-5 relative the check allows.

@@ -259,10 +259,9 @@ print("matches course_utils")
 # (Exercises 11.2 and 11.3 are in section 8, 11.4 in Appendix A.)
 
 # %% [markdown]
-# ### Exercise 11.1: value-weighted attention norms
+# ### Exercise 11.1: value-weighted attention norms (8 min, core)
 #
-# Write `weighted_norms(weights, v)`: `weights` is `(B, H, T, S)` and `v` is `(B, H, S, D)`, one value
-# vector per key. Return the `(B, H, T, S)` tensor whose entry `[b, h, i, j]` is the length of the term
+# Write `weighted_norms(weights, v)`: `weights` is `(B, H, T, S)` and `v` is `(B, H, S, D)`. Return the `(B, H, T, S)` tensor whose entry `[b, h, i, j]` is the length of the term
 # key `j` adds to query `i`'s output, `||weights[b, h, i, j] * v[b, h, j]||` (section 4), without a
 # Python loop. Here `v` plays section 4's `f(x_j)`.
 
@@ -496,13 +495,14 @@ torch.testing.assert_close(by_hand_prev, previous_token_score(maps_ind[0]))
 print("matches course_utils")
 
 # %% [markdown]
-# ### Exercise 11.2: the induction score
+# ### Exercise 11.2: the induction score (8 min, core)
 #
 # Write `my_induction_score(weights, seq_len)`: `weights` is `(B, H, 2N, 2N)` for `N = seq_len` tokens
 # repeated twice. Return each head's induction score, `(H,)`, averaged over the batch and the second
 # repeat's queries, without a loop.
 
 # %%
+# Inputs: `weights` may be float64 (the result is then float64, to float64's precision).
 def my_induction_score(weights, seq_len):
     ### BEGIN SOLUTION
     N = seq_len
@@ -514,13 +514,15 @@ def my_induction_score(weights, seq_len):
 check("11.2", my_induction_score)
 
 # %% [markdown]
-# ### Exercise 11.3: one head ablated
+# ### Exercise 11.3: one head ablated (8 min, core)
 #
 # Write `ablated_output(heads_out, out_weight, out_bias, head)`: zero head `head` of `heads_out`
-# `(B, H, T, D)`, merge the heads to `(B, T, C)`, `C = H * D`, and apply the output projection (weight
-# `(C, C)`, bias `(C,)`), as `ablate_heads` does. Leave `heads_out` unchanged.
+# `(B, H, T, D)`, merge the heads to `(B, T, C)`, `C = H * D`, and project:
+# `merged @ out_weight.T + out_bias` (`nn.Linear`'s layout), as `ablate_heads` does. Leave `heads_out` unchanged.
 
 # %%
+# Inputs: `heads_out`, `out_weight`, `out_bias` may be float64 (the result is then float64, to float64's
+# precision).
 def ablated_output(heads_out, out_weight, out_bias, head):
     ### BEGIN SOLUTION
     B, H, T, D = heads_out.shape
@@ -623,12 +625,12 @@ plt.show()
 # CPU. At another learning rate, length or depth the two blocks may compare otherwise.
 
 # %% [markdown]
-# ### Exercise 11.4: a post-norm block
+# ### Exercise 11.4: a post-norm block (8 min, core)
 #
 # Write `post_norm_block(x, attn, mlp, ln_1, ln_2)`, the forward pass of a post-norm block (above)
 # given its four sublayers: the attention, whose residual add is followed by `ln_1`, then the MLP, whose
 # residual add is followed by `ln_2`. `x` is `(B, T, C)`; `attn` and `mlp` map `(B, T, C)` to `(B, T, C)`.
-# The check compares it with `Block` of a `GPTConfig(norm_position="post")` holding the same sublayers.
+# The check compares it with a post-norm `Block`.
 
 # %%
 def post_norm_block(x, attn, mlp, ln_1, ln_2):

@@ -1,4 +1,5 @@
-"""The checker itself (course_utils.checking), on tiny hand-made exercises independent of the course's catalogues:
+"""The exercise engine itself (course_utils._exercise_engine), on tiny hand-made exercises independent of the
+course's catalogues:
 what it compares, which cases it runs, what counts as 'not attempted', its time limit, its captured printing,
 what its messages show and hide, and its one-line verdicts for input it cannot check."""
 
@@ -12,7 +13,7 @@ import time
 import pytest
 import torch
 
-from course_utils.checking import (
+from course_utils._exercise_engine import (
     FAILED,
     NOT_ATTEMPTED,
     PASSED,
@@ -714,10 +715,11 @@ def test_wrong_parameters_say_which_were_expected():
     assert res.message.startswith("your function takes (scores), but the check calls it with 2 arguments")
 
 
-def test_hint_must_be_1_or_2():
-    for bad in (0, 3, "2", True):
+def test_hint_must_be_1_2_or_3():
+    for bad in (0, 4, "2", True):
         res = run_check(DOUBLE, _double, hint=bad)
-        assert res.status == FAILED and f"hint must be 1 (a hint) or 2 (the exact fix), got {bad!r}" in res.message
+        said = f"hint must be 1 (a hint), 2 (the exact fix) or 3 (the fix and the course's solution), got {bad!r}"
+        assert res.status == FAILED and said in res.message
 
 
 def test_an_unknown_or_misplaced_key_is_a_key_error_of_one_line():
@@ -754,7 +756,7 @@ def test_a_failed_check_carries_what_the_function_printed_and_prints_nothing(cap
 # `course.py check`) runs it. Before, a failed check printed its verdict, then raised it again in red.
 _VIEW_CELLS = [
     """import torch
-from course_utils.checking import Exercise, report, run_check
+from course_utils._exercise_engine import Exercise, report, run_check
 
 DOUBLE = Exercise(key="99.1", title="double", signature="double(x)", solution=lambda x: x * 2,
                   cases=lambda: [((torch.ones(3),), {})])""",
@@ -790,121 +792,68 @@ def test_a_failed_check_shows_its_verdict_once_in_a_notebook(tmp_path):
     seen = "\n".join(_shown(o) for o in failed)
     assert seen.count("Exercise 99.1 (double): failed.") == 1, seen
     assert seen.count("halving, I think") == 1, seen
-    assert "Traceback" not in seen and "checking.py" not in seen  # no traceback into the checking code
+    assert "Traceback" not in seen and "_exercise_engine" not in seen  # no traceback into the checking code
     said = "".join(_shown(o) for o in passed)
     assert said.count("Exercise 99.1 (double): passed.") == 1 and all(o["output_type"] == "stream" for o in passed)
 
 
-# Old keys: the renumbering of notebooks 08 to 11 moved exercises (course_utils.exercises.MOVED). Tiny fake
-# exercises and a fake table here; the real table's targets are checked at the end.
+# Old keys: a key names one exercise for good. Keys the renumbering of notebooks 08 to 11 left empty are in a plain
+# table (RETIRED), and the keys it gave to new exercises before that rule (REUSED) say what they meant, whatever the
+# function passed: nothing is guessed from the answer.
 
 
-def _add(x, y):
-    return x + y
+def test_a_retired_key_says_where_its_exercise_went_in_one_line():
+    from course_utils.exercises import RETIRED, all_exercises
 
-
-ADD = Exercise(
-    key="98.1",
-    title="add",
-    signature="add(x, y) -> x + y",
-    solution=_add,
-    cases=lambda: [((torch.ones(2), torch.ones(2)), {})],
-)
-TWICE = Exercise(  # one argument, as SQUARE takes
-    key="98.2",
-    title="twice",
-    signature="twice(t) -> 2 t",
-    solution=lambda t: t * 2,
-    cases=lambda: [((3,), {})],
-)
-
-
-@pytest.fixture
-def renumbered(monkeypatch):
-    """A course renumbered thus: 97.1 moved to 98.1 (add) and is gone; 99.1 moved to 98.1 too and now names double
-    (other parameters); 99.6 moved to 98.2 (twice) and now names square (the same number of parameters)."""
-    import course_utils.exercises as exercises
-
-    current = {"98.1": ADD, "98.2": TWICE, "99.1": DOUBLE, "99.6": SQUARE}
-    monkeypatch.setattr(exercises, "all_exercises", lambda: dict(current))
-    monkeypatch.setattr(exercises, "MOVED", {"97.1": "98.1", "99.1": "98.1", "99.6": "98.2"})
-    monkeypatch.setattr(exercises, "notebook_of", lambda key: f"notebooks/{key[:2]}_new.ipynb")
-
-
-def test_an_old_key_whose_exercise_moved_names_the_new_key_in_one_line(renumbered):
+    assert not set(RETIRED) & set(all_exercises()), "a retired key names an exercise again"
     with pytest.raises(KeyError) as info:
-        check("97.1", _add)
-    said = str(info.value)
-    assert said == (
-        "exercise 97.1 moved when the course was renumbered: it is now 98.1 (add), in notebooks/98_new.ipynb; "
-        'write check("98.1", your_function)'
+        check("09.5", _double)
+    assert str(info.value) == (
+        "no exercise 09.5 in this version of the course: the value-weighted norms are now 11.1, in notebook 11"
     )
     assert len(info.value._render_traceback_()) == 1
 
 
-MOVED_NOTE = (
-    "Your function looks written for the exercise that was {old} before the course was renumbered: it is now "
-    '{new}, in notebooks/98_new.ipynb; write check("{key}", {fn}).'
-)
+def test_the_retired_and_reused_tables_point_at_exercises_that_exist():
+    from course_utils.exercises import RETIRED, REUSED, all_exercises
 
-
-def test_a_reused_key_given_a_function_whose_parameters_fit_the_moved_exercise_names_the_new_key(renumbered, capsys):
-    def my_add(a, b):  # an older notebook's answer to the exercise that was 99.1: two parameters, double takes one
-        return a + b
-
-    with pytest.raises(ExerciseFailed) as info:
-        check("99.1", my_add)
-    said = str(info.value)
-    assert said.startswith(
-        "✗ Exercise 99.1 (double): failed. " + MOVED_NOTE.format(old="99.1", new="98.1 (add)", key="98.1", fn="my_add")
-    ), said
-    assert "(As 99.1 today: your function takes (a, b), but the check calls it with 1 argument" in said
-    assert said.count("\n") == 0 and capsys.readouterr().out == ""
-
-
-def test_a_reused_key_given_a_function_named_for_the_moved_exercise_names_the_new_key(renumbered):
-    def twice(t):  # square's arguments fit too, but this is written for twice, which moved from 99.6 to 98.2
-        return t * 3
-
-    with pytest.raises(ExerciseFailed) as info:
-        check("99.6", twice)
-    said = str(info.value)
-    assert MOVED_NOTE.format(old="99.6", new="98.2 (twice)", key="98.2", fn="twice") in said, said
-    assert "(As 99.6 today: on fixed case 1" in said
-
-
-def test_a_reused_key_given_an_answer_to_its_current_exercise_says_nothing_of_the_move(renumbered, capsys):
-    check("99.1", _double)
-    assert "renumbered" not in capsys.readouterr().out
-
-    for wrong in (lambda x: x * 3, lambda n: n + 1):  # wrong answers to double and square, fitting them
-        with pytest.raises(ExerciseFailed) as info:
-            check("99.1" if wrong(1) == 3 else "99.6", wrong)
-        assert "renumbered" not in str(info.value), str(info.value)
-
-    def unrelated(p, q, r):  # fits neither exercise: the usual verdict
-        return p
-
-    with pytest.raises(ExerciseFailed) as info:
-        check("99.1", unrelated)
-    assert "renumbered" not in str(info.value)
-
-
-def test_every_moved_exercise_is_found_at_its_new_key():
-    from course_utils.exercises import MOVED, all_exercises
-
-    assert MOVED == {
-        "08.2": "09.1",
-        "08.3": "09.2",
-        "09.1": "10.1",
-        "09.2": "10.2",
-        "09.3": "10.3",
-        "09.5": "11.1",
-        "09.4": "11.4",
-    }
     exercises = all_exercises()
-    missing = sorted(new for new in MOVED.values() if new not in exercises)
-    assert missing == [], f"MOVED points at exercises that do not exist: {missing}"
+    for said in [*RETIRED.values(), *REUSED.values()]:
+        new = re.search(r"now (\d\d\.\d)", said).group(1)
+        assert new in exercises, said
+    assert set(REUSED) <= set(exercises)
+
+
+def test_a_reused_key_says_what_it_meant_before_on_a_failure_only(capsys):
+    def nucleus(logits, temperature, top_p):  # an older notebook's answer to what 08.2 was
+        return logits
+
+    with pytest.raises(ExerciseFailed) as info:
+        check("08.2", nucleus)
+    said = str(info.value)
+    assert said.endswith("(Before the course was renumbered, 08.2 was nucleus (top-p) sampling, now 09.1.)"), said
+    assert "your function takes (logits, temperature, top_p)" in said  # the plain verdict, nothing guessed
+
+
+def test_hint_3_shows_the_courses_own_solution_after_the_verdict(capsys):
+    def soft_lookup(query, keys, values):
+        return values.mean(0)  # wrong: uniform weights
+
+    with pytest.raises(ExerciseFailed) as info:
+        check("01.1", soft_lookup, hint=2)
+    assert 'check("01.1", soft_lookup, hint=3) shows the course\'s own solution' in str(info.value)
+    with pytest.raises(ExerciseFailed) as info:
+        check("01.1", soft_lookup, hint=3)
+    said = str(info.value)
+    assert "The course's solution (solutions/01_dot_product_toy.ipynb):" in said
+    assert "def soft_lookup(query, keys, values):" in said and "NotAttempted" not in said
+
+
+def test_hint_3_says_so_when_the_solutions_are_left_out(monkeypatch, tmp_path):
+    import course_utils.exercises as exercises
+
+    monkeypatch.setattr(exercises, "__file__", str(tmp_path / "course_utils" / "exercises" / "__init__.py"))
+    assert "The course's solutions are not in this copy" in exercises.solution_source("01.1")
 
 
 def test_report_appends_the_contracted_fields(tmp_path, monkeypatch):

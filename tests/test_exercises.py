@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from course_utils.checking import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
+from course_utils._exercise_engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
 from course_utils.exercises import NotAttempted, all_exercises, check, get_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -117,7 +117,7 @@ def test_unknown_key_lists_the_known_ones():
 
 
 def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
-    from course_utils.checking import compare_outputs
+    from course_utils._exercise_engine import compare_outputs
 
     inf, nan = float("inf"), float("nan")
     assert compare_outputs(inf, inf, 1e-6, 1e-6) is None
@@ -186,7 +186,7 @@ def test_every_mistake_runs_on_every_drawn_case(key):
     fns = [ex.solution]
     for m in ex.mistakes:
         try:
-            for args, kwargs in ex.cases():
+            for args, kwargs in ex.fixed_cases():
                 m.fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
         except Exception:
             continue
@@ -217,7 +217,7 @@ def test_the_drawn_cases_go_beyond_the_fixed_sizes(key):
     hard-coded bound) must fail: in every size the fixed cases vary, the draws of 20 seeds reach past the
     largest fixed one."""
     ex = EXERCISES[key]
-    fixed = [_sizes(*c) for c in ex.cases()]
+    fixed = [_sizes(*c) for c in ex.fixed_cases()]
     drawn = [_sizes(*c) for seed in range(20) for c in ex.draw(torch.Generator().manual_seed(seed))]
     for size in {k for f in fixed for k in f}:
         seen = [f[size] for f in fixed if size in f]
@@ -314,7 +314,7 @@ def test_09_2_checks_the_buffer_it_asks_to_write_into():
 def test_a_lookup_table_of_the_fixed_answers_fails(key):
     """A pasted table of the fixed cases' answers passes those cases and nothing else."""
     ex = EXERCISES[key]
-    table = [(_case_text(ex, [c]), ex.solution(*copy.deepcopy(c[0]), **copy.deepcopy(c[1]))) for c in ex.cases()]
+    table = [(_case_text(ex, [c]), ex.solution(*copy.deepcopy(c[0]), **copy.deepcopy(c[1]))) for c in ex.fixed_cases()]
 
     def lookup(*args, **kwargs):
         seen = _case_text(ex, [(args, kwargs)])
@@ -1310,7 +1310,7 @@ def test_08_to_11_answers_wrong_only_at_an_edge_fail_on_the_fixed_cases_alone(ke
     assert edge in ex.edges
     res = run_check(_fixed_only(ex), fn)
     assert res.status == FAILED and "fixed case" in res.message, res.message
-    for args, kwargs in ex.cases():
+    for args, kwargs in ex.fixed_cases():
         if not ex.edges[edge](*args, **kwargs):  # right on every fixed case without the edge
             out = fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
             torch.testing.assert_close(out, ex.solution(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
@@ -1727,8 +1727,6 @@ RIGHT = {
     "07.4": [_step_einsum, _step_matmul_piecewise_phi],
     "08.1": [_merge_logaddexp, _merge_branches, _merge_where_isinf],
     "08.2": [
-        _bw_autograd,
-        _bw_sdpa_backward,
         _bw_einsum,
         _bw_einsum_delta_from_p,
         _bw_jacobian,
@@ -1747,6 +1745,24 @@ RIGHT = {
     "11.2": [_score_loop, _score_diagonal],
     "11.3": [_ablated_per_head_sum, _ablated_einsum],
 }
+
+
+@pytest.mark.parametrize("fn", [_bw_autograd, _bw_sdpa_backward], ids=lambda f: f.__name__)
+def test_08_2_runs_the_answer_where_autograd_cannot_help(fn):
+    """08.2 asks for the formulas, not autograd: an answer that calls backward() or autograd.grad fails, saying why."""
+    res = run_check(EXERCISES["08.2"], fn, seed=0)
+    assert res.status == FAILED and "without autograd (torch.inference_mode())" in res.message, res.message
+    assert "set_grad_enabled" not in res.message  # the check's own mode is not blamed on the learner
+
+
+def test_08_2_names_the_transpose_shorthand_that_breaks_on_leading_axes():
+    def attention_backward(q, k, v, o, do, scale):  # section 5's demo, copied: .T
+        P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)
+        dS = P * (do @ v.transpose(-2, -1) - (do * o).sum(dim=-1, keepdim=True))
+        return scale * dS @ k, scale * dS.T @ q, P.T @ do
+
+    res = run_check(EXERCISES["08.2"], attention_backward, seed=0)
+    assert res.status == FAILED and res.mistake == ".T where the matrices have leading axes", res.message
 
 
 def test_every_exercise_has_a_right_answer_written_differently():
@@ -1774,3 +1790,19 @@ def test_the_instructor_guide_table_lists_each_exercise_mistakes_and_what_it_enf
         assert ("writes into `cache` (checked)" in row) == (ex.inplace is not None), row
     assert "returns bool, dtype checked" in rows["03.1"] and "returns float32, dtype checked" in rows["02.1"]
     assert "returns a number" in rows["10.3"] and "int64, int64" in rows["10.1"]
+
+
+def test_a_wrong_result_is_named_as_the_statement_names_it():
+    def my_scaled_attention(q, k, v):  # right out, weights halved
+        out, weights = EXERCISES["02.2"].solution(q, k, v)
+        return out, weights * 0.5
+
+    res = run_check(EXERCISES["02.2"], my_scaled_attention, seed=0)
+    assert res.status == FAILED and "`weights`: values differ" in res.message and "result 1" not in res.message
+
+    def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
+        out, new_state, new_normaliser = EXERCISES["07.4"].solution(state, normaliser, q_t, k_t, v_t)
+        return out, new_state, new_normaliser + 1
+
+    res = run_check(EXERCISES["07.4"], my_linear_attention_step, seed=0)
+    assert "`new_normaliser`: " in res.message, res.message

@@ -6,50 +6,52 @@ In a notebook::
     check("03.1", my_causal_mask)
 
 Keys are ``"NN.k"``: notebook NN, exercise k. Each topic module in this package (``dot_product`` for
-notebook 01, ``masking`` for 03, ...) defines ``EXERCISES``, a tuple of
-:class:`course_utils.checking.Exercise`; the machinery lives in :mod:`course_utils.checking`.
+notebook 01, ``masking`` for 03, ...) defines ``EXERCISES``, a tuple of :class:`Exercise`. The engine behind
+them is :mod:`course_utils._exercise_engine` (the checks and the naming of mistakes), with ``compare`` (comparing
+values), ``sandbox`` (running the learner's function safely) and ``domain`` (each exercise's domain as data).
 
-When the course split its second half into notebooks 08 to 11, exercises moved to new keys: ``MOVED`` maps each
-old key to its new one. A learner's older notebook that checks an old key is told the new one in one line; some
-old keys now name another exercise (08.2, 08.3, 09.1, 09.2, 09.3), and a function that fits the exercise which
-moved away, not the one there now, gets a verdict that names the new key too.
+``check(key, fn, hint=3)`` shows the course's own solution of the exercise after the verdict, read from
+``solutions/`` (a room set up for a graded session may leave it out, and then says so).
+
+A key names one exercise for good. Keys that the renumbering of notebooks 08 to 11 left without an exercise are
+in ``RETIRED``, with where that exercise went; ``check`` says so in one line. Five keys were given to new
+exercises before this rule (``REUSED``): a failed check of one of them says in one plain sentence what the key
+meant before, whatever the function passed.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import inspect
+import json
 import pkgutil
 from importlib import import_module
+from pathlib import Path
 
-import torch
-
-from course_utils.checking import (
+from course_utils._exercise_engine import (
     FAILED,
     CheckResult,
     Exercise,
     NotAttempted,
     UnknownExercise,
-    fits,
-    function_name,
-    notebook_of,
     report,
     run_check,
 )
 
-__all__ = ["check", "NotAttempted", "all_exercises", "get_exercise", "topics", "MOVED"]
+__all__ = ["check", "NotAttempted", "all_exercises", "get_exercise", "topics", "RETIRED", "REUSED", "solution_source"]
 
-# Old key -> new key, for the exercises the course's renumbering moved (notebook 08's decoding became
-# notebook 09, the tiny GPT 10, and its inside 11). 08.1 kept its key. 08.2, 08.3, 09.1, 09.2 and 09.3 now name
-# other exercises.
-MOVED = {
-    "08.2": "09.1",  # nucleus (top-p) filtering
-    "08.3": "09.2",  # KV-cache append
-    "09.1": "10.1",  # training windows
-    "09.2": "10.2",  # unigram baseline
-    "09.3": "10.3",  # warm-up and cosine schedule
-    "09.5": "11.1",  # value-weighted norms
-    "09.4": "11.4",  # post-norm block
+# Keys that name no exercise any more, with where their exercise went. A key is never given to another exercise.
+RETIRED = {
+    "09.4": "the post-norm block is now 11.4, in notebook 11",
+    "09.5": "the value-weighted norms are now 11.1, in notebook 11",
+}
+# Keys that the renumbering of notebooks 08 to 11 gave to new exercises (before the rule above), with what they
+# meant before: a failed check of one says so, whatever the function passed.
+REUSED = {
+    "08.2": "nucleus (top-p) sampling, now 09.1",
+    "08.3": "the KV-cache append, now 09.2",
+    "09.1": "the training windows, now 10.1",
+    "09.2": "the unigram baseline, now 10.2",
+    "09.3": "the warm-up and cosine schedule, now 10.3",
 }
 
 
@@ -77,58 +79,44 @@ def get_exercise(key: str) -> Exercise:
             f'an exercise key is a string such as "03.1", got {type(key).__name__} {key!r:.60}; '
             f'write check("NN.K", your_function)'
         )
+    if key in RETIRED:
+        raise UnknownExercise(f"no exercise {key} in this version of the course: {RETIRED[key]}")
     if key not in exercises:
-        if key in MOVED:
-            raise UnknownExercise(
-                f"exercise {key} moved when the course was renumbered: {_moved(key, exercises, 'your_function')}"
-            )
         raise UnknownExercise(f"no exercise {key!r}; known exercises: {', '.join(exercises)}")
     return exercises[key]
-
-
-def _moved(old: str, exercises: dict[str, Exercise], fn_name: str) -> str:
-    """Where the exercise that had key ``old`` is now: its new key and title, its notebook, the call to write."""
-    new = MOVED[old]
-    title = f" ({exercises[new].title})" if new in exercises else ""
-    return f'it is now {new}{title}, in {notebook_of(new)}; write check("{new}", {fn_name})'
-
-
-def _resemblance(ex: Exercise, fn: object) -> int:
-    """How much ``fn`` looks written for ``ex``: its name is the exercise's function name (2), plus one for each
-    of its parameters named as the solution's are."""
-    name = ex.signature.split("(", 1)[0].strip()
-    try:
-        body = fn.forward if isinstance(fn, torch.nn.Module) else fn
-        mine = set(inspect.signature(body).parameters)
-        theirs = set(inspect.signature(ex.solution).parameters)
-    except (TypeError, ValueError):  # no signature to read
-        mine, theirs = set(), set()
-    return 2 * (function_name(fn) == name) + len(mine & theirs)
-
-
-def _answers(earlier: Exercise, current: Exercise, fn: object) -> bool:
-    """Whether ``fn`` answers ``earlier`` (the exercise that moved away) rather than ``current`` (the one there now):
-    its parameters take the earlier's arguments, and either not the current's or it looks written for the earlier."""
-    if not fits(earlier, fn):
-        return False
-    return not fits(current, fn) or _resemblance(earlier, fn) > _resemblance(current, fn)
 
 
 def check(key: str, fn: object, *, hint: int = 1) -> CheckResult:
     """Check the learner's function for exercise ``key``; print the verdict and raise ExerciseFailed if wrong.
 
-    ``hint=2`` adds the exact fix of a recognised mistake to the verdict. An unknown key raises KeyError
-    (:class:`course_utils.checking.UnknownExercise`, shown in Jupyter as one line with the known keys, or with
-    the new key of an exercise that moved: see ``MOVED``).
+    ``hint=2`` adds the exact fix of a recognised mistake to the verdict; ``hint=3`` adds the course's own
+    solution too (:func:`solution_source`). An unknown key raises KeyError (:class:`UnknownExercise`, shown in
+    Jupyter as one line with the known keys, or where a retired key's exercise went: see ``RETIRED``).
     """
     ex = get_exercise(key)
     res = run_check(ex, fn, hint=hint)
-    if res.status == FAILED and key in MOVED:  # a key that now names another exercise than it did before
-        exercises = all_exercises()
-        earlier = exercises.get(MOVED[key])
-        if earlier is not None and _answers(earlier, ex, fn):  # an older notebook's answer to the one that moved
-            said = _moved(key, exercises, function_name(fn))
-            moved = f"Your function looks written for the exercise that was {key} before the course was renumbered"
-            moved += f": {said}."
-            res = dataclasses.replace(res, message=f"{moved} (As {key} today: {res.message.rstrip('.')}.)")
+    if res.status == FAILED and key in REUSED:
+        before = f" (Before the course was renumbered, {key} was {REUSED[key]}.)"
+        res = dataclasses.replace(res, message=res.message + before)
+    if hint == 3 and res.details.get("problem") != "cannot check":
+        res = dataclasses.replace(res, solution=solution_source(key))
     return report(res)
+
+
+def solution_source(key: str) -> str:
+    """The course's own answer to exercise ``key``: the code cell of ``solutions/NN_*.ipynb`` that checks it,
+    or a sentence saying why there is none to show (the solutions left out of this copy, say for a graded room)."""
+    root = Path(__file__).resolve().parents[2] / "solutions"
+    found = sorted(root.glob(f"{key.split('.')[0]}_*.ipynb"))
+    if not found:
+        return (
+            f"The course's solutions are not in this copy (no solutions/{key.split('.')[0]}_*.ipynb): an instructor "
+            "may have left them out for a graded session."
+        )
+    call = f'check("{key}",'
+    for cell in json.loads(found[0].read_text(encoding="utf-8"))["cells"]:
+        text = "".join(cell["source"])
+        if cell["cell_type"] == "code" and call in text:
+            code = text.split(call)[0].rstrip()
+            return f"The course's solution ({found[0].parent.name}/{found[0].name}):\n{code}"
+    return f"solutions/{found[0].name} has no cell that checks {key}."

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.generation import top_p_keep
 from course_utils.variants import KVCache
@@ -47,6 +48,9 @@ def _nucleus_cases() -> list[tuple[tuple, dict]]:
         ((torch.tensor([[2.0, 1.0, 0.5, 0.0, -1.0]]), 2.0, 0.9), {}),
         ((three, 1.3, 0.97), {}),
         ((torch.tensor([150.0, 149.0, 0.0, -3.0]), 0.5, 0.6), {}),  # one row (V,): logits past exp's overflow
+        # a high temperature over logits 120 apart: softmax(logits) underflows to 0 where softmax(logits / T) does
+        # not, so tempering the probabilities afterwards (softmax(logits) ** (1 / T)) is wrong here
+        ((torch.tensor([[0.0, -120.0, -130.0, -5.0]]), 100.0, 0.99), {}),
     ]
 
 
@@ -225,6 +229,8 @@ def _beam_cases() -> list[tuple[tuple, dict]]:
         ((torch.tensor([-3.2, -1.1, -2.0, -4.4]), logp(4, 3), 1), {}),  # beam_width == 1
         ((torch.tensor([-1.5, -2.3]), logp(2, 3), 6), {}),  # beam_width == K * V: every extension, sorted
         ((torch.tensor([-2.2, -0.4, -1.3, -3.0, -0.9]), logp(5, 2), 7), {}),  # K > V == 2, K < beam_width < K * V
+        # a long sequence's totals: exp(-150) underflows float32 to 0, so totals as products of probabilities fail
+        ((torch.tensor([-150.0, -161.0, -155.5]), logp(3, 4), 3), {}),
     ]
 
 
@@ -290,6 +296,7 @@ def _beam_worst_first(beam_scores, next_log_probs, beam_width):
 EXERCISES = (
     Exercise(
         key="09.1",
+        domain=Domain(leading={"logits": 1}, views=True),
         title="nucleus (top-p) sampling probabilities",
         signature="nucleus_probs(logits, temperature, top_p) -> probs (..., V)",
         solution=_nucleus_solution,
@@ -298,10 +305,13 @@ EXERCISES = (
         edges={
             "one row (V,), no leading axis": lambda logits, t, p: logits.dim() == 1,
             "one leading axis": lambda logits, t, p: logits.dim() == 2,
-            "two leading axes": lambda logits, t, p: logits.dim() == 3,
+            "two leading axes or more": lambda logits, t, p: logits.dim() >= 3,
             "temperature 1": lambda logits, t, p: t == 1.0,
             "temperature below 1": lambda logits, t, p: t < 1.0,
             "temperature above 1": lambda logits, t, p: t > 1.0,
+            "a temperature that keeps a token softmax(logits) underflows to 0": lambda logits, t, p: bool(
+                ((torch.softmax(logits, dim=-1) == 0) & (_nucleus_solution(logits, t, p) > 1e-3)).any()
+            ),
             "a token already removed (-inf)": lambda logits, t, p: bool((logits == float("-inf")).any()),
             "logits past exp's float32 overflow": lambda logits, t, p: bool((logits / t > 89).any()),
             "a row whose top token alone reaches top_p": lambda logits, t, p: bool(
@@ -367,6 +377,7 @@ EXERCISES = (
     ),
     Exercise(
         key="09.2",
+        domain=Domain(views=True),
         title="append to a KV cache",
         signature="append_kv(cache, length, new) -> (B, H, length + T, D), writing into cache in place",
         solution=_append_solution,
@@ -432,6 +443,7 @@ EXERCISES = (
     ),
     Exercise(
         key="09.3",
+        core=False,
         title="one step of beam search",
         signature=(
             "beam_step(beam_scores, next_log_probs, beam_width) -> (scores, beams, tokens): beam_scores (K,), "
@@ -444,6 +456,7 @@ EXERCISES = (
         minutes=10,
         edges={
             "K == 1": lambda b, lp, w: lp.shape[0] == 1,
+            "totals below -104, where exp underflows float32 to 0": lambda b, lp, w: bool((b < -104).all()),
             "V > K": lambda b, lp, w: lp.shape[1] > lp.shape[0],
             "K > V": lambda b, lp, w: lp.shape[0] > lp.shape[1],
             "beam_width == 1": lambda b, lp, w: w == 1,

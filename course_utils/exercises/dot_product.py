@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import torch
 
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.attention import attention_matmul, simple_self_attention
-from course_utils.checking import Exercise, Mistake
 from course_utils.exercises._draws import randint, randn
 
 __all__ = ["EXERCISES"]
@@ -234,6 +235,10 @@ def _qkv_cases() -> list[tuple[tuple, dict]]:
     cases = []
     for T, C, D in ((4, 3, 3), (5, 2, 2), (3, 4, 4), (4, 3, 5), (5, 6, 2), (1, 4, 3), (3, 4, 1)):
         cases.append(((randn(g, T, C), randn(g, D, C), randn(g, D, C), randn(g, D, C)), {}))
+    # the top of the stated range (entries up to 10) with small weights: scores stay moderate (below 60)
+    x = torch.tensor([[9.0, -4.0], [1.0, 6.0], [-7.0, 2.0]])  # (3, 2)
+    w_q, w_k = torch.tensor([[0.3, 0.1], [-0.2, 0.3]]), torch.tensor([[0.2, -0.1], [0.1, 0.3]])
+    cases.append(((x, w_q, w_k, randn(g, 2, 2)), {}))
     return cases
 
 
@@ -411,6 +416,7 @@ EXERCISES = (
     ),
     Exercise(
         key="01.4",
+        domain=Domain(magnitude={"x": 10.0}),
         title="self-attention with W_Q, W_K, W_V",
         signature="qkv_attention(x, w_q, w_k, w_v) -> out",
         solution=_qkv_solution,

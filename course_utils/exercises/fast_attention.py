@@ -16,7 +16,8 @@ import math
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.fast_attention import Partial, attention_backward, block_partial, merge_partials
 
@@ -179,6 +180,12 @@ def _backward_from(q, k, v, o, do, scale, P, delta_of=None, dq_scale=None):
     return c * dS @ k, c * dS.transpose(-2, -1) @ q, dv
 
 
+def _bw_dot_t(q, k, v, o, do, scale):
+    P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)  # (..., T, S)
+    dS = P * (do @ v.transpose(-2, -1) - (do * o).sum(dim=-1, keepdim=True))
+    return scale * dS @ k, scale * dS.T @ q, P.T @ do  # .T reverses every axis once there are leading ones
+
+
 def _bw_no_delta(q, k, v, o, do, scale):
     return _backward_from(q, k, v, o, do, scale, _weights(q, k, scale), lambda P, dP: 0.0)  # dS = P * dP
 
@@ -302,6 +309,10 @@ def _tw_lse_along_keys(q, k, lse, scale):
     return torch.exp(_tile_scores(q, k, scale) - lse.unsqueeze(-2))  # (..., 1, T) meets the keys' axis
 
 
+def _tw_lse_scaled(q, k, lse, scale):
+    return torch.exp(scale * (q @ k.transpose(-2, -1) - lse.unsqueeze(-1)))  # L as if over the unscaled scores
+
+
 def _tw_no_scale(q, k, lse, scale):
     return torch.exp(q @ k.transpose(-2, -1) - lse.unsqueeze(-1))
 
@@ -318,6 +329,7 @@ def _tw_exp_ratio(q, k, lse, scale):
 EXERCISES = (
     Exercise(
         key="08.1",
+        domain=Domain(leading={"m1": 2, "l1": 2, "o1": 2, "m2": 2, "l2": 2, "o2": 2}, views=True),
         title="merge two blocks of an online softmax",
         signature="merge_blocks(m1, l1, o1, m2, l2, o2) -> (m, l, o): m, l (..., T, 1), o (..., T, Dv)",
         solution=_merge_solution,
@@ -401,6 +413,8 @@ EXERCISES = (
     ),
     Exercise(
         key="08.2",
+        core=False,
+        domain=Domain(leading={"q": 2, "k": 2, "v": 2, "o": 2, "do": 2}, views=True),
         title="the backward pass of attention",
         signature=(
             "attention_backward(q, k, v, o, do, scale) -> (dq, dk, dv): q (..., T, D), k (..., S, D), "
@@ -426,6 +440,7 @@ EXERCISES = (
             ),
         },
         minutes=15,
+        autograd=False,  # the statement asks for the formulas: backward() cannot help here
         atol=1e-4,  # where the weights saturate (or S == 1) dS is ~0, and Δ's float32 rounding is all that is left
         mistakes=(
             Mistake(
@@ -508,10 +523,18 @@ EXERCISES = (
                 _bw_unstable_weights,
                 fix="P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)",
             ),
+            Mistake(
+                ".T where the matrices have leading axes",
+                "Section 5's demo has no leading axes, where the transpose shorthand swaps the last two axes; on a "
+                "(..., T, S) tensor it reverses every axis. Swap only the last two.",
+                _bw_dot_t,
+                fix="P.transpose(-2, -1) (or P.mT) wherever the demo writes P.T; the same for dS",
+            ),
         ),
     ),
     Exercise(
         key="08.3",
+        domain=Domain(leading={"q": 2, "k": 2, "lse": 1}, views=True),
         title="a tile's weights recomputed from the logsumexp",
         signature="tile_weights(q, k, lse, scale) -> P (..., T, S): q (..., T, D), k (..., S, D), lse (..., T)",
         solution=_tile_weights_solution,
@@ -560,6 +583,13 @@ EXERCISES = (
                 "scaled the same way before L is subtracted.",
                 _tw_no_scale,
                 fix="scores = scale * q @ k.transpose(-2, -1)",
+            ),
+            Mistake(
+                "L taken as the logsumexp of the unscaled scores",
+                "L is the logsumexp of the scaled scores, scale times q k, as the forward pass computed it: "
+                "scale the scores, then subtract L as it is. Scaling L too treats it as the unscaled scores' own.",
+                _tw_lse_scaled,
+                fix="P = torch.exp(scale * q @ k.transpose(-2, -1) - lse.unsqueeze(-1)): L is not scaled again",
             ),
             Mistake(
                 "the tile's maximum subtracted instead of the logsumexp",

@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.induction import induction_score
 from course_utils.multihead import merge_heads
@@ -99,6 +100,16 @@ def _score_sum_over_queries(weights, seq_len):
     return weights[..., i, i - N + 1].sum(dim=-1).mean(dim=0)  # grows with N
 
 
+def _score_whole_block(weights, seq_len):
+    N = seq_len
+    return weights[..., N:, 1 : N + 1].mean(dim=(0, -2, -1))  # every weight of the block, not its diagonal
+
+
+def _score_diagonal_one_extra(weights, seq_len):
+    N = seq_len
+    return weights.diagonal(offset=1 - N, dim1=-2, dim2=-1).mean(dim=(0, -1))  # from query N - 1: N + 1 entries
+
+
 # --- 11.3 one head ablated ---------------------------------------------------------------------------------
 
 
@@ -146,6 +157,12 @@ def _project(heads_out, out_weight, out_bias):
     return heads_out.transpose(1, 2).reshape(B, T, H * D) @ out_weight.T + out_bias
 
 
+def _ablated_untransposed(heads_out, out_weight, out_bias, head):
+    keep = torch.ones(heads_out.shape[1], dtype=heads_out.dtype)
+    keep[head] = 0.0
+    return merge_heads(heads_out * keep[:, None, None]) @ out_weight + out_bias  # W, not W.T
+
+
 def _ablated_after_projection(heads_out, out_weight, out_bias, head):
     D = heads_out.shape[-1]
     out = _project(heads_out, out_weight, out_bias).clone()
@@ -190,6 +207,7 @@ def _ablated_bias_zeroed_too(heads_out, out_weight, out_bias, head):
 EXERCISES = (
     Exercise(
         key="11.2",
+        domain=Domain(float64=("weights",)),
         title="the induction score of an attention pattern",
         signature="induction_score(weights, seq_len) -> (H,): weights (B, H, 2N, 2N) on a sequence of N tokens "
         "repeated twice; each head's mean weight from a token's second occurrence to the token after its first",
@@ -251,10 +269,26 @@ EXERCISES = (
                 _score_sum_over_queries,
                 fix=".mean(dim=(0, -1)), not .sum(dim=-1)",
             ),
+            Mistake(
+                "the whole block averaged, not its diagonal",
+                "The block of the second repeat's queries against the keys one after the first copy holds N "
+                "times N weights, but only one per query is the induction weight: the one to the key right after "
+                "that query's own earlier copy, on the block's diagonal.",
+                _score_whole_block,
+                fix="weights[..., N:, 1 : N + 1].diagonal(dim1=-2, dim2=-1).mean(dim=(0, -1))",
+            ),
+            Mistake(
+                "the diagonal taken whole (one entry too many)",
+                "The diagonal one below the copy's offset starts at query N - 1, which is still in the first "
+                "repeat: it holds N + 1 entries, and only the last N are queries of the second repeat.",
+                _score_diagonal_one_extra,
+                fix="weights.diagonal(offset=1 - N, dim1=-2, dim2=-1)[..., 1:].mean(dim=(0, -1))",
+            ),
         ),
     ),
     Exercise(
         key="11.3",
+        domain=Domain(float64=("heads_out", "out_weight", "out_bias")),
         title="one head ablated",
         signature="ablated_output(heads_out, out_weight, out_bias, head) -> (B, T, C): heads_out (B, H, T, D), "
         "head `head` zeroed, the heads merged to (B, T, C = H * D), then the output projection",
@@ -272,6 +306,13 @@ EXERCISES = (
             "float64": lambda h, w, b, head: h.dtype == torch.float64,
         },
         mistakes=(
+            Mistake(
+                "out_weight used untransposed",
+                "out_weight is stored as nn.Linear stores its weight, (out, in) = (C, C), and nn.Linear multiplies "
+                "by its transpose. A square matrix fits either way round, so the shapes cannot tell you.",
+                _ablated_untransposed,
+                fix="F.linear(merged, out_weight, out_bias), i.e. merged @ out_weight.T + out_bias",
+            ),
             Mistake(
                 "zeroed after the output projection",
                 "The output projection mixes every head into every channel, so after it no channel belongs "

@@ -12,7 +12,7 @@ import math
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
 from course_utils.exercises._draws import randint
 from course_utils.gpt import MLP, Block, CausalSelfAttention, GPTConfig
 from course_utils.inspect_gpt import weighted_value_norms

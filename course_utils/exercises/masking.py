@@ -11,7 +11,8 @@ import math
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.masking import causal_mask, combine_masks, convert_mask, mask_scores, padding_mask
 
@@ -87,6 +88,7 @@ def _weights_cases() -> list[tuple[tuple, dict]]:
             {},
         ),
         ((2.0 * torch.randn(3, 1, generator=g), torch.ones(3, 1, dtype=torch.bool)), {}),  # one key (S == 1)
+        ((2.0 * torch.randn(2, 4, 4, generator=g), causal), {}),  # a (T, S) mask beside (B, T, S) scores
     ]
 
 
@@ -277,6 +279,7 @@ EXERCISES = (
     ),
     Exercise(
         key="03.2",
+        domain=Domain(leading={"scores": 2}, views=True),
         title="masked attention weights",
         signature="masked_weights(scores, mask) -> weights (..., T, S)",
         solution=_weights_solution,
@@ -288,6 +291,7 @@ EXERCISES = (
             "two leading axes": lambda scores, mask: scores.dim() == 4,
             "a mask of the scores' own shape": lambda scores, mask: mask.shape == scores.shape,
             "a mask that broadcasts (fewer axes, or axes of size 1)": lambda scores, mask: mask.shape != scores.shape,
+            "a (T, S) mask beside (B, T, S) scores": lambda scores, mask: mask.dim() == 2 and scores.dim() == 3,
             "T != S": lambda scores, mask: scores.shape[-2] != scores.shape[-1],
             "T == 1": lambda scores, mask: scores.shape[-2] == 1,
             "S == 1": lambda scores, mask: scores.shape[-1] == 1,
@@ -341,6 +345,7 @@ EXERCISES = (
     ),
     Exercise(
         key="03.3",
+        domain=Domain(ints={"lengths": (torch.int64, torch.int32, torch.uint8)}),
         title="padding mask from lengths",
         signature="my_padding_mask(lengths, S) -> bool (B, S), True = real token",
         solution=_padding_solution,

@@ -13,7 +13,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
 from course_utils.exercises._draws import randint, randn
 from course_utils.masking import causal_mask, padding_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -229,6 +229,10 @@ def _mha_cases() -> list[tuple[tuple, dict]]:
         2,
     )
     cases.append((args, {}))
+    # a mask for each head but not for each sequence (H, T, T): it broadcasts over the batch
+    per_head_only = torch.rand(3, 4, 4, generator=g) < 0.5
+    per_head_only[..., 0] = True
+    cases.append((_random_mha(g, 2, 4, 6, 3), {"mask": per_head_only}))
     return cases
 
 
@@ -450,6 +454,9 @@ EXERCISES = (
             ),
             "a mask for each head (B, H, T, T)": lambda *a, mask=None: (
                 mask is not None and mask.dim() == 4 and mask.shape[1] > 1
+            ),
+            "a mask for each head, shared by the batch (H, T, T)": lambda *a, mask=None: (
+                mask is not None and mask.dim() == 3
             ),
             "H == 1": lambda x, *a, mask=None: a[-1] == 1,
             "D == 1 (H == C)": lambda x, *a, mask=None: a[-1] == x.shape[-1],

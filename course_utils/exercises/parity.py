@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint, randn
 from course_utils.masking import causal_mask, convert_mask, padding_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -242,6 +243,13 @@ def _cross_args(g: torch.Generator, B: int, T: int, S: int, H: int, D: int, leng
     )
 
 
+def _one_head_scores(x, memory, w, b):
+    """The scaled scores of a one-head cross-attention: (B, T, S)."""
+    C = x.shape[-1]
+    q, k = x @ w[:C].T + b[:C], memory @ w[C : 2 * C].T + b[C : 2 * C]
+    return q @ k.transpose(-2, -1) / math.sqrt(C)
+
+
 def _cross_cases() -> list[tuple[tuple, dict]]:
     # Every memory sequence has real tokens AND padding, so an inverted mask still leaves keys to attend
     # (finite, not NaN or zeros); T == S first (keys taken from x then run, and give wrong numbers), then
@@ -252,6 +260,7 @@ def _cross_cases() -> list[tuple[tuple, dict]]:
         (_cross_args(g, 2, 3, 6, 3, 4, [5, 2], 0.5), {}),
         (_cross_args(g, 1, 5, 3, 4, 2, [2], 0.5), {}),
         (_cross_args(g, 2, 1, 5, 1, 3, [4, 1], 0.5), {}),  # T == 1, one head, a memory of one real token
+        (_cross_args(g, 1, 2, 3, 1, 4, [2], 8.0), {}),  # large weights: scaled scores past exp's overflow
     ]
 
 
@@ -354,6 +363,7 @@ EXERCISES = (
     ),
     Exercise(
         key="05.2",
+        domain=Domain(ints={"lengths": (torch.int64, torch.int32)}),
         title="key_padding_mask from lengths",
         signature="torch_key_padding_mask(lengths, S) -> (B, S) bool, True = padding",
         solution=_torch_key_padding_mask,
@@ -473,6 +483,7 @@ EXERCISES = (
     ),
     Exercise(
         key="05.5",
+        core=False,
         title="cross-attention from packed weights",
         signature="cross_attention(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads) "
         "-> (B, T, C)",
@@ -486,6 +497,9 @@ EXERCISES = (
             "T == 1": lambda x, *_: x.shape[1] == 1,
             "a memory of one real token": lambda x, memory, key_mask, *_: bool((key_mask.sum(dim=-1) == 1).any()),
             "one head": lambda *a: a[-1] == 1,
+            "a scaled score past exp's float32 overflow": lambda x, memory, key_mask, w, b, *a: bool(
+                a[-1] == 1 and (_one_head_scores(x, memory, w, b) > 88).any()
+            ),
         },
         atol=1e-4,
         mistakes=(

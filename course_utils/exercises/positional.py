@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.masking import causal_mask, convert_mask
 from course_utils.positional import alibi_bias, apply_rope, sinusoidal_encoding
@@ -87,7 +88,8 @@ def _alibi_solution(H, T):
 
 
 def _alibi_cases():
-    return [((8, 5), {}), ((4, 3), {}), ((2, 4), {}), ((1, 3), {}), ((16, 1), {})]
+    # 16 heads over 3 tokens: slopes that are not whole powers of 2 (2^-0.5, 2^-1.5, ...) show in the biases
+    return [((8, 5), {}), ((4, 3), {}), ((2, 4), {}), ((1, 3), {}), ((16, 1), {}), ((16, 3), {})]
 
 
 def _alibi_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
@@ -153,6 +155,7 @@ EXERCISES = (
     ),
     Exercise(
         key="06.2",
+        domain=Domain(float64=("x",)),
         title="apply_rope (interleaved pairs)",
         signature="my_apply_rope(x, positions) -> (B, H, T, D), x's dtype",
         solution=lambda x, positions: apply_rope(x, positions, pairing="interleaved"),
@@ -207,6 +210,7 @@ EXERCISES = (
             "one head": lambda H, T: H == 1,
             "T == 1": lambda H, T: T == 1,
             "H > 8": lambda H, T: H > 8,
+            "H > 8 over more than one token": lambda H, T: H > 8 and T > 1,
         },
         mistakes=(
             Mistake(

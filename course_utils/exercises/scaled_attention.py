@@ -12,8 +12,9 @@ import math
 
 import torch
 
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.attention import scaled_dot_product_attention, softmax
-from course_utils.checking import Exercise, Mistake
 from course_utils.exercises._draws import randint
 
 __all__ = ["EXERCISES"]
@@ -206,6 +207,11 @@ def _head_cases() -> list[tuple[tuple, dict]]:
         x = torch.randn(B, T, C, generator=g)
         w_q, w_k, w_v = (torch.randn(D, C, generator=g) / math.sqrt(C) for _ in range(3))  # (D, C) each
         cases.append(((x, w_q, w_k, w_v), {}))
+    # tokens that line up with each other: a scaled score of about 283, past exp's float32 overflow (notebook 02
+    # taught the stable softmax, so exp(scores) / its sum is wrong here)
+    x = torch.tensor([[[20.0, 0.0, 1.0], [0.0, 20.0, 1.0], [-20.0, 0.0, 1.0]]])  # (1, 3, 3)
+    w = torch.tensor([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])  # (D, C) = (2, 3)
+    cases.append(((x, w, w.clone(), torch.randn(2, 3, generator=g)), {}))
     return cases
 
 
@@ -246,6 +252,12 @@ def _head_swapped(x, w_q, w_k, w_v):
     return _head_with(x, w_q, w_k, w_v, w_q.shape[0] ** -0.5, swap=True)
 
 
+def _head_unstable(x, w_q, w_k, w_v):
+    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
+    exps = torch.exp(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]))  # overflows past a score of 88
+    return exps / exps.sum(dim=-1, keepdim=True) @ v
+
+
 def _head_untransposed(x, w_q, w_k, w_v):
     # the (in, out) habit: with these (D, C) weights and C != D the product cannot be formed (a shape error)
     q, k, v = x @ w_q, x @ w_k, x @ w_v
@@ -266,14 +278,17 @@ def _entropy_cases() -> list[tuple[tuple, dict]]:
     w3 = softmax(torch.randn(2, 2, 5, 6, generator=g))  # (B, H, T, S)
     w4 = softmax(torch.randn(1, 5, generator=g))  # one query (T == 1)
     w5 = torch.ones(2, 3, 1)  # one key (S == 1): every weight is 1, every entropy 0
-    return [((w1,), {}), ((w2,), {}), ((w3,), {}), ((w4,), {}), ((w5,), {})]
+    w6 = softmax(torch.randn(2, 2000, generator=g) * 0.1)  # long rows of weights near 1/2000: log(w + eps) is off
+    return [((w1,), {}), ((w2,), {}), ((w3,), {}), ((w4,), {}), ((w5,), {}), ((w6,), {})]
 
 
 def _entropy_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
     cases = []
-    for _ in range(4):
+    for i in range(4):
         batch = [randint(g, 1, 4) for _ in range(randint(g, 0, 3))]
         T, S = randint(g, 1, 49), randint(g, 2, 65)
+        if i == 3:  # a long row, beyond the fixed case's 2,000 keys
+            T, S = randint(g, 1, 4), randint(g, 2001, 4097)
         scores = 3 * torch.randn(*batch, T, S, generator=g)
         blocked = torch.rand(*batch, T, S, generator=g) < 0.3
         blocked[..., 0] = False  # every row keeps a key
@@ -300,6 +315,7 @@ def _entropy_log2(weights):
 EXERCISES = (
     Exercise(
         key="02.1",
+        domain=Domain(magnitude={"x": 1e4}, views=True),
         title="a numerically stable softmax",
         signature="stable_softmax(x, dim=-1) -> weights, same shape as x",
         solution=softmax,
@@ -356,6 +372,7 @@ EXERCISES = (
     ),
     Exercise(
         key="02.2",
+        domain=Domain(leading={"q": 2, "k": 2, "v": 2}, views=True),
         title="scaled dot-product attention",
         signature="my_scaled_attention(q, k, v) -> (out, weights)",
         solution=_sdpa_solution,
@@ -420,6 +437,9 @@ EXERCISES = (
             "B > 1": lambda x, w_q, w_k, w_v: x.shape[0] > 1,
             "T == 1": lambda x, w_q, w_k, w_v: x.shape[1] == 1,
             "D == 1": lambda x, w_q, w_k, w_v: w_q.shape[0] == 1,
+            "a scaled score past exp's float32 overflow": lambda x, w_q, w_k, w_v: bool(
+                ((x @ w_q.T) @ (x @ w_k.T).transpose(-2, -1) / math.sqrt(w_q.shape[0]) > 88).any()
+            ),
         },
         mistakes=(
             Mistake(
@@ -464,10 +484,19 @@ EXERCISES = (
                 _head_untransposed,
                 fix="q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T",
             ),
+            Mistake(
+                "the softmax without subtracting the maximum",
+                "Tokens that line up give scores past 88, where exp overflows float32 to infinity, and "
+                "infinity over infinity is not a number. Exercise 02.1's softmax subtracts each row's maximum "
+                "first (the weights are the same): use it, or PyTorch's own softmax.",
+                _head_unstable,
+                fix="weights = torch.softmax(scores, dim=-1), or exercise 02.1's stable_softmax(scores)",
+            ),
         ),
     ),
     Exercise(
         key="02.4",
+        domain=Domain(leading={"weights": 2}, views=True),
         title="entropy of attention weights",
         signature="attention_entropy(weights) -> entropy per query, in nats, shape weights.shape[:-1]",
         solution=_entropy_solution,
@@ -481,6 +510,7 @@ EXERCISES = (
             "S == 1": lambda weights: weights.shape[-1] == 1,
             "weights exactly 0": lambda weights: bool((weights == 0).any()),
             "a one-hot row": lambda weights: bool((weights == 1).any()),
+            "rows of 1,000 keys or more (every weight below 1e-3)": lambda weights: weights.shape[-1] >= 1000,
         },
         mistakes=(
             Mistake(

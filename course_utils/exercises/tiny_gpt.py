@@ -14,7 +14,8 @@ import math
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.runs import unigram_loss
 from course_utils.train import TrainConfig, learning_rate
@@ -205,6 +206,7 @@ def _lr_linear(step, warmup_steps, max_steps, max_lr, min_lr):
 EXERCISES = (
     Exercise(
         key="10.1",
+        domain=Domain(ints={"data": (torch.int64, torch.int32)}),
         title="training windows",
         signature="make_windows(data, starts, T) -> (x, y), each (B, T) of data's dtype: "
         "y is x shifted one token ahead",
@@ -251,6 +253,7 @@ EXERCISES = (
     ),
     Exercise(
         key="10.2",
+        domain=Domain(ints={"train_ids": (torch.int64, torch.int32), "val_ids": (torch.int64, torch.int32)}),
         title="the unigram baseline",
         signature="unigram_baseline(train_ids, val_ids, vocab_size) -> float, nats per character",
         solution=_unigram_solution,

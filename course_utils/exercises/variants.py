@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.variants import aft_simple, elu_feature_map, linear_attention_step, repeat_kv, sliding_window_mask
 
@@ -201,6 +202,8 @@ def _step_cases() -> list[tuple[tuple, dict]]:
         _step_case(g, (2,), 2, 6, seen=40, scale=2.0),  # a long past: the state is large
         _step_case(g, (3,), 1, 2, seen=2),  # D == 1
         _step_case(g, (2,), 3, 2, seen=1, shift=-2.0),  # small features: phi(q_t) . z_t far below 1
+        # keys and query near -10: phi(q_t) . z_t about 1e-8, where an eps added to the denominator takes over
+        _step_case(g, (2,), 3, 2, seen=2, scale=0.1, shift=-10.0),
     ]
 
 
@@ -377,6 +380,8 @@ EXERCISES = (
     ),
     Exercise(
         key="07.4",
+        domain=Domain(leading={"state": 2, "normaliser": 1, "q_t": 1, "k_t": 1, "v_t": 1}, views=True),
+        results=("out_t", "new_state", "new_normaliser"),
         title="the recurrent step of causal linear attention",
         signature="my_linear_attention_step(state, normaliser, q_t, k_t, v_t) -> (out_t (..., Dv), state "
         "(..., D, Dv), normaliser (..., D))",
@@ -394,6 +399,9 @@ EXERCISES = (
                 ((elu_feature_map(q_t) * (normaliser + elu_feature_map(k_t))).sum(-1) < 1).all()
             ),
             "a long past (normaliser above 40)": lambda state, normaliser, *_: bool((normaliser > 40).any()),
+            "phi(q_t) . z_t below 1e-6 (an eps in the denominator would take over)": lambda s, z, q_t, k_t, *_: bool(
+                ((elu_feature_map(q_t) * (z + elu_feature_map(k_t))).sum(-1) < 1e-6).all()
+            ),
         },
         mistakes=(
             Mistake(

@@ -1,4 +1,4 @@
-"""The machinery behind every exercise check: run the learner's function, compare, name the mistake.
+"""The exercise engine: run the learner's function, compare, name the mistake (the machinery behind every check).
 
 An :class:`Exercise` carries a reference solution, fixed input cases, a way to ``draw`` fresh cases, the edges
 of its statement's domain, and a catalogue of :class:`Mistake` s, each with a small function that makes exactly
@@ -24,7 +24,8 @@ type; where the function raised, the cases compared are those up to the first it
 them (it is then run on the later fixed cases too). An error worded otherwise than the mistake's (einsum's
 where the mistake's matmul raises, for the same slip) counts only when the two also give the same wrong answer
 on one of those cases; the same error word for word (type and message, numbers included) needs no more. The
-name comes with its conceptual ``hint``, the exact ``fix`` only with ``hint=2``. A function that answers every
+name comes with its conceptual ``hint``, the exact ``fix`` only with ``hint=2`` (``hint=3`` also shows the course's
+solution, :func:`course_utils.exercises.check`). A function that answers every
 fixed case right and fails only on a drawn one is shown that case, with its seed, and no mistake is named
 (every catalogued mistake fails some fixed case, so none does what it does there). Without a name, the verdict
 says what differs on which case: the statement's edges the case holds (``Exercise.edges``), then its inputs'
@@ -38,31 +39,41 @@ The time limit uses ``signal.setitimer`` and so works only on POSIX systems and 
 notebook runs its cells). On Windows, or when a check runs in another thread, the function runs without a
 limit: a function that never returns then hangs the check until the kernel is interrupted. Even with the
 limit, one long torch operation (a huge matmul) is stopped only when it returns, as Python signals wait for it.
+Its parts: :mod:`.compare` (comparing values), :mod:`.sandbox` (running the learner's function safely),
+:mod:`.domain` (an exercise's domain as data); this module prepares the cases, runs them and names the mistake.
+It lives beside :mod:`course_utils.exercises` (the catalogues and ``check``), which imports it.
 ``tests/test_checking.py`` tests this machinery; ``tests/test_exercises.py`` tests each exercise's catalogue.
 """
 
 from __future__ import annotations
 
-import contextlib
-import copy
-import enum
+import dataclasses
 import inspect
-import io
 import json
-import math
-import numbers
 import os
 import random
 import re
-import signal
-import threading
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from course_utils._exercise_engine.compare import Difference, Kind, compare, compare_outputs
+from course_utils._exercise_engine.domain import Domain
+from course_utils._exercise_engine.sandbox import (
+    PRINTED_LINES,
+    PRINTED_WIDTH,
+    Run,
+    Session,
+    TimeLimit,
+    clone,
+    first_change,
+    run_case,
+    state_of,
+    text_of,
+)
 
 __all__ = [
     "NotAttempted",
@@ -72,18 +83,18 @@ __all__ = [
     "ExerciseFailed",
     "UnknownExercise",
     "run_check",
-    "fits",
     "report",
     "function_name",
     "notebook_of",
     "compare_outputs",
     "describe_case",
+    "PRINTED_LINES",
+    "PRINTED_WIDTH",
 ]
 
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 REPORT_ENV = "COURSE_EXERCISE_REPORT"  # set by `python3 course.py check`; each check appends a JSON line
 SEED_ENV = "COURSE_CHECK_SEED"  # an integer pins the seed of the drawn cases (to reproduce a verdict)
-PRINTED_LINES, PRINTED_WIDTH = 5, 200  # the learner's printing kept and shown with the verdict
 _MISSING_FORWARD = 'missing the required "forward" function'  # torch's message for a Module without forward
 
 
@@ -125,6 +136,13 @@ class Exercise:
     ``"Dv == 1"``, ``"empty length"``, ...) with a predicate that takes a case's arguments like the solution
     and says whether the case holds that edge; some fixed case must hold each (tests/test_exercise_domains.py).
     A failure names the edges its case holds; a predicate that raises on a case counts as not held there.
+    ``domain`` (:class:`course_utils._exercise_engine.domain.Domain`) states the facets of the inputs the statement
+    allows (leading axes, integer dtypes, magnitudes, views); ``fixed_cases()`` adds a case built for each facet
+    value no hand-written case holds. ``autograd=False`` runs the learner's function under
+    ``torch.inference_mode()`` (an exercise that asks for the formulas, not autograd). ``results`` names the
+    returned values as the statement does (by default read from the signature's ``-> (out, weights)``), so a
+    verdict says ``weights: ...``, not ``result 1: ...``. ``core`` is False for an optional exercise; its
+    heading in the notebook says so beside its minutes (``size()``).
     """
 
     key: str
@@ -141,6 +159,18 @@ class Exercise:
     accept_dtypes: tuple[torch.dtype, ...] = ()
     minutes: int = 8
     edges: dict[str, Callable[..., bool]] = field(default_factory=dict)
+    domain: Domain = field(default_factory=Domain)
+    results: tuple[str, ...] = ()
+    autograd: bool = True
+    core: bool = True
+
+    def size(self) -> str:
+        """What the exercise's heading says of it: ``8 min, core`` or ``15 min, optional``."""
+        return f"{self.minutes} min, {'core' if self.core else 'optional'}"
+
+    def fixed_cases(self) -> list[tuple[tuple, dict]]:
+        """``cases()``, then a case built for each facet value of ``domain`` that none of them holds."""
+        return self.domain.complete(self.solution, list(self.cases()))
 
     def __post_init__(self) -> None:
         if self.inplace is not None and (isinstance(self.inplace, bool) or not isinstance(self.inplace, (int, str))):
@@ -166,6 +196,7 @@ class CheckResult:
     details: dict = field(default_factory=dict)
     printed: tuple[str, ...] = ()  # the first lines the learner's function printed during the check
     printed_more: int = 0  # how many more lines it printed
+    solution: str = ""  # the course's own solution, shown after the verdict when asked for with hint=3
 
     def _ipython_display_(self) -> None:
         """Show nothing when a check is the last line of a cell: the verdict line is already printed."""
@@ -177,14 +208,15 @@ class CheckResult:
     def text(self) -> str:
         """The verdict line, then the first lines the learner's function printed during the check."""
         if not self.printed:
-            return self.line()
+            return "\n".join([self.line(), self.solution] if self.solution else [self.line()])
         total = len(self.printed) + self.printed_more
         head = (
             f"  your function printed {total} lines during the check; the first {len(self.printed)}:"
             if self.printed_more
             else "  your function printed during the check:"
         )
-        return "\n".join([self.line(), head, *(f"  | {ln}" for ln in self.printed)])
+        shown = [self.line(), head, *(f"  | {ln}" for ln in self.printed)]
+        return "\n".join([*shown, self.solution] if self.solution else shown)
 
 
 class ExerciseFailed(AssertionError):
@@ -208,119 +240,6 @@ class UnknownExercise(KeyError):
 
     def _render_traceback_(self) -> list[str]:
         return [f"\x1b[31mKeyError: {self.args[0]}\x1b[0m"]
-
-
-# ------------------------------------------------------------------------------------------ copies and states
-
-
-def _clone(x: Any) -> Any:
-    """A deep copy of an argument: tensors, modules and generators copied, containers rebuilt."""
-    if isinstance(x, torch.Tensor):
-        return x.detach().clone().requires_grad_(x.requires_grad) if x.is_leaf else x.detach().clone()
-    if isinstance(x, torch.nn.Module):
-        return copy.deepcopy(x)
-    if isinstance(x, torch.Generator):
-        g = torch.Generator(device=x.device)
-        g.set_state(x.get_state())
-        return g
-    if isinstance(x, (list, tuple)):
-        items = [_clone(i) for i in x]
-        return type(x)(*items) if hasattr(x, "_fields") else type(x)(items)
-    if isinstance(x, dict):
-        return {k: _clone(v) for k, v in x.items()}
-    return x
-
-
-def _state(x: Any) -> Any:
-    """What an argument holds, as plain tensors and containers (a module as its state_dict)."""
-    if isinstance(x, torch.Tensor):
-        return x.detach()
-    if isinstance(x, torch.nn.Module):
-        return _module_state(x)
-    if isinstance(x, torch.Generator):
-        return "a generator"  # drawing from a generator argument is what it is for: not an in-place change
-    if isinstance(x, (list, tuple)):
-        return [_state(i) for i in x]
-    if isinstance(x, dict):
-        return {k: _state(v) for k, v in x.items()}
-    return x
-
-
-class _Attributes(dict):
-    """A module's state, by attribute path: a change is named ``m.out_proj.weight``, not ``m['...']``."""
-
-
-_PLAIN = (bool, int, float, str, type(None))
-_HOOKS = (
-    "_forward_hooks",
-    "_forward_pre_hooks",
-    "_backward_hooks",
-    "_backward_pre_hooks",
-    "_state_dict_hooks",
-    "_load_state_dict_pre_hooks",
-)
-
-
-def _module_state(m: torch.nn.Module) -> _Attributes:
-    """Everything a function could change in a module: each parameter's and buffer's values, dtype, device and
-    requires_grad; each submodule's training flag, plain attributes (bool, int, float, str, None, tuples of
-    them) and number of hooks."""
-    state = _Attributes()
-    for name, t in [*m.named_parameters(), *m.named_buffers()]:
-        state[name] = t.detach()
-        state[f"{name}.requires_grad"] = t.requires_grad
-    for prefix, sub in m.named_modules():
-        at = f"{prefix}." if prefix else ""
-        state[f"{at}training"] = sub.training
-        for key, value in vars(sub).items():
-            if key.startswith("_"):
-                continue
-            if isinstance(value, _PLAIN) or (isinstance(value, tuple) and all(isinstance(v, _PLAIN) for v in value)):
-                state[f"{at}{key}"] = value
-        state[f"{at}hooks"] = sum(len(getattr(sub, h, None) or ()) for h in _HOOKS)
-    return state
-
-
-def _first_change(before: Any, after: Any, name: str) -> str | None:
-    """The name of the first part of an argument that differs (exactly, NaN = NaN) after the call, or None."""
-    if isinstance(before, torch.Tensor):
-        if (
-            not isinstance(after, torch.Tensor)
-            or after.shape != before.shape
-            or after.dtype != before.dtype
-            or after.device != before.device
-        ):
-            return name
-        a, b = before.cpu(), after.detach().cpu()
-        same = a == b
-        if a.is_floating_point() or a.is_complex():
-            same = same | (a.isnan() & b.isnan())
-        return None if bool(same.all()) else name
-    if isinstance(before, (list, tuple)):
-        if not isinstance(after, (list, tuple)) or len(after) != len(before):
-            return name
-        return next(
-            (c for i, (x, y) in enumerate(zip(before, after)) if (c := _first_change(x, y, f"{name}[{i}]"))), None
-        )
-    if isinstance(before, _Attributes):
-        if not isinstance(after, dict):
-            return name
-        for k in before:
-            if k not in after:
-                return f"{name}.{k}"
-            if _first_change(before[k], after[k], f"{name}.{k}"):
-                plain = isinstance(before[k], _PLAIN)
-                return f"{name}.{k}" + (f" ({before[k]!r} -> {after[k]!r})" if plain else "")
-        extra = sorted(set(after) - set(before))
-        return f"{name}.{extra[0]}" if extra else None
-    if isinstance(before, dict):
-        if not isinstance(after, dict) or set(after) != set(before):
-            return name
-        return next((c for k in before if (c := _first_change(before[k], after[k], f"{name}[{k!r}]"))), None)
-    try:
-        return None if bool(before == after) else name
-    except Exception:  # an object that cannot say whether it equals its copy: nothing to compare
-        return None
 
 
 # ------------------------------------------------------------------------------------------ describing cases
@@ -363,338 +282,6 @@ def describe_case(solution: Callable[..., Any], args: tuple, kwargs: dict) -> st
     return ", ".join(parts)
 
 
-# ------------------------------------------------------------------------------------------ kinds of problem
-
-
-class _Kind(enum.Enum):
-    """What went wrong in a check: each phase says it in one of these, and the verdict is chosen by it (never by
-    matching a message's words)."""
-
-    CANNOT_CHECK = "cannot check"  # hint not 1 or 2, or something that cannot be run as the exercise's function
-    NOT_ATTEMPTED = "not attempted"  # NotAttempted on the first case: the untouched stub
-    OLD_IMPORT = "old import cell"  # the new stub under an import cell that predates NotAttempted
-    TOO_SLOW = "too slow"  # a case ran past the time limit
-    GAVE_UP = "gave up"  # NotAttempted after answering a case
-    RAISED = "raised"  # any other exception
-    CHANGED_INPUT = "changed an input"  # an argument (other than the inplace one) changed in place
-    WRONG_DTYPE = "wrong dtype"
-    WRONG_SHAPE = "wrong shape"
-    WRONG_VALUE = "wrong value"  # values, a device, a type, a count of results: any other difference
-
-
-@dataclass(frozen=True)
-class _Difference:
-    """One difference between an answer and the expected one: its kind and the sentence that says it."""
-
-    kind: _Kind
-    text: str
-
-    def within(self, prefix: str) -> _Difference:
-        """The same difference, said of a part of the answer (``result 1: ...``)."""
-        return _Difference(self.kind, f"{prefix}{self.text}")
-
-
-def _value(text: str | None) -> _Difference | None:
-    return None if text is None else _Difference(_Kind.WRONG_VALUE, text)
-
-
-# ------------------------------------------------------------------------------------------ comparing
-
-
-def _fmt(x: float, digits: int) -> str:
-    return f"{x:.{digits}g}"
-
-
-def _distinct_digits(a: float, b: float, least: int) -> int:
-    """The fewest significant digits (at least ``least``) at which ``a`` and ``b`` print differently."""
-    for d in range(least, 18):
-        if _fmt(a, d) != _fmt(b, d):
-            return d
-    return 17
-
-
-def _scalar_problem(g: float, e: float, atol: float, rtol: float) -> str | None:
-    """None when the number ``g`` is close enough to ``e``; otherwise how far off it is.
-
-    The expected number is never printed to many digits: when a few digits do not tell the two apart,
-    the learner's value is shown with enough digits, with how far off it is.
-    """
-    if g == e or (math.isnan(g) and math.isnan(e)):  # equal infinities, or NaN for NaN
-        return None
-    if not (math.isfinite(g) and math.isfinite(e)):  # the tolerance below would accept anything
-        return f"expected {_fmt(e, 3)}, got {_fmt(g, 3)}"
-    err = abs(g - e)
-    if err <= atol + rtol * abs(e):
-        return None
-    rel = f"relative error {err / abs(e):.1e}, " if e != 0 else ""
-    allowed = f"the check allows {atol:g} + {rtol:g} * |expected|"
-    digits = _distinct_digits(g, e, 2)
-    if digits <= 3:
-        return f"expected about {_fmt(e, digits)}, got {_fmt(g, digits)} ({rel}{allowed})"
-    way = "too high" if g > e else "too low"
-    return f"your value {_fmt(g, digits)} is {err:.2g} {way} ({rel}{allowed})"
-
-
-def _dtype_name(d: torch.dtype) -> str:
-    return str(d).removeprefix("torch.")
-
-
-def _is_number(x: Any) -> bool:
-    return isinstance(x, numbers.Real) and not isinstance(x, bool)
-
-
-def _index(flat: int, shape: torch.Size) -> list[int]:
-    idx = []
-    for n in reversed(shape):
-        idx.append(flat % n)
-        flat //= n
-    return idx[::-1]
-
-
-def _tensor_difference(
-    got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype]
-) -> _Difference | None:
-    if got.shape != expected.shape:
-        return _Difference(_Kind.WRONG_SHAPE, f"expected shape {tuple(expected.shape)}, got {tuple(got.shape)}")
-    if got.dtype != expected.dtype and not (expected.is_floating_point() and got.dtype in accept_dtypes):
-        text = f"expected dtype {_dtype_name(expected.dtype)}, got {_dtype_name(got.dtype)}"
-        return _Difference(_Kind.WRONG_DTYPE, text)
-    return _value(_tensor_values_problem(got, expected, atol, rtol))
-
-
-def _tensor_values_problem(got: torch.Tensor, expected: torch.Tensor, atol: float, rtol: float) -> str | None:
-    """What differs between two tensors of one shape and comparable dtypes: the device, else the values."""
-    if got.device != expected.device:
-        return f"expected a tensor on {expected.device}, got one on {got.device}"
-    g, e = got.detach().cpu(), expected.detach().cpu()
-    if g.is_sparse or e.is_sparse:
-        g, e = g.to_dense(), e.to_dense()
-    if not (e.is_floating_point() or e.is_complex()):  # integers and booleans: exactly
-        wrong = g != e
-        n = int(wrong.sum())
-        if n == 0:
-            return None
-        if e.dim() == 0:
-            return f"expected {e.item()!r}, got {g.item()!r}"
-        first = int(wrong.flatten().nonzero()[0])
-        at = _index(first, e.shape)
-        return (
-            f"{n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} tensor differ; "
-            f"the first at {at}: "
-            f"expected {e.flatten()[first].item()!r}, got {g.flatten()[first].item()!r}"
-        )
-    if e.dim() == 0 and not e.is_complex():
-        return _scalar_problem(float(g), float(e), atol, rtol)
-    g64 = g.to(torch.complex128 if e.is_complex() else torch.float64)
-    e64 = e.to(g64.dtype)
-    both_nan = g64.isnan() & e64.isnan()
-    same = (g64 == e64) | both_nan  # equal infinities count as equal
-    finite = g64.isfinite() & e64.isfinite()
-    diff = torch.where(finite, (g64 - e64).abs(), torch.full_like(g64.real if g64.is_complex() else g64, math.inf))
-    allowed = torch.where(finite, atol + rtol * e64.abs(), torch.zeros_like(diff))
-    bad = ~same & (diff > allowed)  # a NaN or an infinity where the other has neither is always bad
-    excess = torch.where(bad, diff - allowed, torch.full_like(diff, -math.inf))
-    n = int(bad.sum())
-    if n == 0:
-        return None
-    worst = int(excess.flatten().argmax())
-    at = _index(worst, e.shape)
-    ev, gv = e64.flatten()[worst].item(), g64.flatten()[worst].item()
-    if isinstance(ev, complex) or isinstance(gv, complex):
-        shown = f"expected {ev}, got {gv}"
-    else:
-        d = _distinct_digits(gv, ev, 4) if math.isfinite(gv) and math.isfinite(ev) else 4
-        shown = f"expected {_fmt(ev, d)}, got {_fmt(gv, d)}"
-    return (
-        f"values differ at {n} of the {e.numel()} entries of the {_dtype_name(e.dtype)} {tuple(e.shape)} tensor "
-        f"(the check allows {atol:g} + {rtol:g} * |expected|); "
-        f"the worst at {at}: {shown}"
-    )
-
-
-def compare_outputs(
-    got: Any, expected: Any, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype] = ()
-) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise one sentence on the first difference.
-
-    Tensors must match in shape, dtype (or one of ``accept_dtypes`` for a floating result), device and value:
-    integers and booleans exactly, floating values within ``atol + rtol * |expected|`` (NaN matches NaN).
-    Where a number is expected (a Python float, or a 0-d floating tensor), a Python number or a 0-d floating
-    tensor is accepted; a float32 one within at least float32's own tolerance.
-    """
-    difference = _compare(got, expected, atol, rtol, accept_dtypes)
-    return None if difference is None else difference.text
-
-
-def _compare(
-    got: Any, expected: Any, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype] = ()
-) -> _Difference | None:
-    """:func:`compare_outputs`'s first difference, with its kind (a shape, a dtype, or anything else)."""
-    if isinstance(expected, torch.Tensor):
-        if not isinstance(got, torch.Tensor):
-            if expected.dim() == 0 and expected.is_floating_point() and _is_number(got):
-                return _value(_scalar_problem(float(got), float(expected), atol, rtol))
-            return _value(
-                f"expected a tensor ({_dtype_name(expected.dtype)} {tuple(expected.shape)}), got {type(got).__name__}"
-            )
-        return _tensor_difference(got, expected, atol, rtol, accept_dtypes)
-    if isinstance(expected, (tuple, list)):
-        if not isinstance(got, (tuple, list)) or len(got) != len(expected):
-            n = len(got) if isinstance(got, (tuple, list)) else 1
-            return _value(f"expected {len(expected)} results, got {n}")
-        for i, (g, e) in enumerate(zip(got, expected)):
-            difference = _compare(g, e, atol, rtol, accept_dtypes)
-            if difference:
-                return difference.within(f"result {i}: ")
-        return None
-    if isinstance(expected, dict):
-        if not isinstance(got, dict) or set(got) != set(expected):
-            return _value(
-                f"expected a dict with keys {sorted(map(str, expected))}, got {type(got).__name__}"
-                + (f" with keys {sorted(map(str, got))}" if isinstance(got, dict) else "")
-            )
-        for k in expected:
-            difference = _compare(got[k], expected[k], atol, rtol, accept_dtypes)
-            if difference:
-                return difference.within(f"[{k!r}]: ")
-        return None
-    return _value(_plain_problem(got, expected, atol, rtol))
-
-
-def _plain_problem(got: Any, expected: Any, atol: float, rtol: float) -> str | None:
-    """What differs where a plain value is expected: True or False, a number, an integer, anything else."""
-    if isinstance(expected, bool):
-        if isinstance(got, torch.Tensor) and got.dim() == 0 and got.dtype == torch.bool:
-            got = bool(got)
-        if not isinstance(got, bool):
-            return f"expected True or False, got {type(got).__name__}"
-        return None if got == expected else f"expected {expected}, got {got}"
-    if isinstance(expected, float):
-        if isinstance(got, torch.Tensor) and got.dim() == 0 and got.is_floating_point():
-            if got.dtype == torch.float32:  # a float32 answer is held to float32's own precision at least
-                atol, rtol = max(atol, 1e-5), max(rtol, 1.3e-6)
-            got = float(got)
-        if not _is_number(got):
-            what = (
-                f"a {_dtype_name(got.dtype)} tensor of shape {tuple(got.shape)}"
-                if isinstance(got, torch.Tensor)
-                else type(got).__name__
-            )
-            return f"expected a number (a Python float or a 0-d floating tensor), got {what}"
-        try:
-            value = float(got)
-        except (OverflowError, ValueError, TypeError):
-            return f"expected a number near {_fmt(expected, 3)}, got one too large for a float ({str(got)[:20]}...)"
-        return _scalar_problem(value, expected, atol, rtol)
-    if isinstance(expected, int):
-        if isinstance(got, torch.Tensor) and got.dim() == 0 and not got.is_floating_point() and got.dtype != torch.bool:
-            got = int(got)
-        if not isinstance(got, numbers.Integral) or isinstance(got, bool):
-            return f"expected an integer, got {type(got).__name__} {got!r}"[:200]
-        return None if got == expected else f"expected {expected}, got {got}"
-    try:
-        same = bool(got == expected)
-    except Exception:
-        same = False
-    return None if same else f"expected {expected!r}, got {got!r}"[:300]
-
-
-# ------------------------------------------------------------------------------------------ running
-
-
-class _TimeLimit(BaseException):
-    """Raised in the learner's function when its time is up (a BaseException, so `except Exception` lets it by)."""
-
-
-class _Printed(io.TextIOBase):
-    """A stream that keeps the first few lines written to it (each cut to a width) and counts the rest."""
-
-    def __init__(self, lines: int = PRINTED_LINES, width: int = PRINTED_WIDTH) -> None:
-        super().__init__()
-        self.lines, self.width = lines, width
-        self.kept: list[str] = []
-        self.more = 0
-        self._current = ""
-        self._started = False  # a line is under way (even an empty one)
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, s: str) -> int:
-        if not isinstance(s, str):
-            raise TypeError(f"write() argument must be str, not {type(s).__name__}")
-        parts = s.split("\n")
-        for i, part in enumerate(parts):
-            if part or i < len(parts) - 1:
-                self._started = True
-            if len(self._current) <= self.width:
-                self._current += part[: self.width + 1 - len(self._current)]
-            if i < len(parts) - 1:
-                self._end_line()
-        return len(s)
-
-    def _end_line(self) -> None:
-        line = self._current if len(self._current) <= self.width else self._current[: self.width] + " ..."
-        if len(self.kept) < self.lines:
-            self.kept.append(line)
-        else:
-            self.more += 1
-        self._current, self._started = "", False
-
-    def finish(self) -> tuple[tuple[str, ...], int]:
-        if self._started:
-            self._end_line()
-        return tuple(self.kept), self.more
-
-
-def _can_time() -> bool:
-    """Whether a time limit can be set: POSIX, the main thread, and no SIGALRM handler set outside Python."""
-    return (
-        hasattr(signal, "setitimer")
-        and threading.current_thread() is threading.main_thread()
-        and signal.getsignal(signal.SIGALRM) is not None
-    )
-
-
-@contextlib.contextmanager
-def _time_limit(seconds: float | None) -> Iterator[None]:
-    """Raise _TimeLimit in the block after ``seconds`` (POSIX main thread only; elsewhere no limit).
-
-    A timer that was already running (pytest-timeout's, say) is put back afterwards with its remaining time.
-    """
-    if seconds is None or not _can_time():
-        yield
-        return
-
-    def on_alarm(signum: int, frame: Any) -> None:
-        raise _TimeLimit
-
-    old_handler = signal.signal(signal.SIGALRM, on_alarm)
-    start = time.monotonic()
-    old_delay, old_interval = signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old_handler)
-        if old_delay > 0:
-            signal.setitimer(signal.ITIMER_REAL, max(old_delay - (time.monotonic() - start), 1e-6), old_interval)
-
-
-@dataclass
-class _Run:
-    """What one function did on one case: its output and its arguments after the call."""
-
-    output: Any
-    args: tuple
-    kwargs: dict
-
-
-def _run(fn: Callable[..., Any], case: tuple[tuple, dict]) -> _Run:
-    args, kwargs = _clone(case[0]), _clone(case[1])
-    return _Run(fn(*args, **kwargs), args, kwargs)
-
-
 def _resolve_inplace(ex: Exercise, args: tuple, kwargs: dict) -> tuple[str, int | str] | None:
     """The inplace argument of this case as (its name, its position in args or its key in kwargs)."""
     if ex.inplace is None:
@@ -711,18 +298,18 @@ def _resolve_inplace(ex: Exercise, args: tuple, kwargs: dict) -> tuple[str, int 
     return (ex.inplace, pos) if pos is not None and pos < len(args) else None
 
 
-def _argument(run: _Run, where: int | str) -> Any:
+def _argument(run: Run, where: int | str) -> Any:
     return run.args[where] if isinstance(where, int) else run.kwargs[where]
 
 
-def _same_run(a: _Run, b: _Run, ex: Exercise) -> bool:
+def _same_run(a: Run, b: Run, ex: Exercise) -> bool:
     """Whether two runs gave the same output and left the arguments in the same state (within tolerance)."""
-    if _compare(a.output, b.output, ex.atol, ex.rtol, ex.accept_dtypes) is not None:
+    if compare(a.output, b.output, ex.atol, ex.rtol, ex.accept_dtypes) is not None:
         return False
-    return _compare(_state([a.args, a.kwargs]), _state([b.args, b.kwargs]), ex.atol, ex.rtol) is None
+    return compare(state_of([a.args, a.kwargs]), state_of([b.args, b.kwargs]), ex.atol, ex.rtol) is None
 
 
-def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: _Run, ref: _Run) -> _Difference | None:
+def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: Run, ref: Run) -> Difference | None:
     """What is wrong with the learner's run of one case (an input changed in place first), or None."""
     args, kwargs = case
     inplace = _resolve_inplace(ex, args, kwargs)
@@ -731,22 +318,41 @@ def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: _Run, ref: _Run)
     ):
         if inplace is not None and name == inplace[0]:
             continue
-        changed = _first_change(_state(before), _state(after), name)
+        changed = first_change(state_of(before), state_of(after), name)
         if changed:
-            return _Difference(
-                _Kind.CHANGED_INPUT,
+            return Difference(
+                Kind.CHANGED_INPUT,
                 f"your function changed its input `{changed}` in place. Leave the inputs as they are: "
                 "work on new tensors (`x = x / t`, not `x /= t`; `masked_fill`, not `masked_fill_`)",
             )
-    difference = _compare(mine.output, ref.output, ex.atol, ex.rtol, ex.accept_dtypes)
+    difference = compare(mine.output, ref.output, ex.atol, ex.rtol, ex.accept_dtypes)
     if difference:
-        return difference
+        return _named_result(ex, difference)
     if inplace is not None:
         name, where = inplace
-        difference = _compare(_state(_argument(mine, where)), _state(_argument(ref, where)), ex.atol, ex.rtol)
+        difference = compare(state_of(_argument(mine, where)), state_of(_argument(ref, where)), ex.atol, ex.rtol)
         if difference:
             return difference.within(f"after your call, `{name}` (which your function should write into) is wrong: ")
     return None
+
+
+def result_names(ex: Exercise) -> tuple[str, ...]:
+    """The names of the values ``ex`` returns, as its statement names them: ``results``, else the names in its
+    signature's ``-> (out, weights)`` (empty when it returns one value or names none)."""
+    if ex.results:
+        return ex.results
+    found = re.search(r"->\s*\(([^()]*)\)", ex.signature)
+    names = tuple(part.strip() for part in found.group(1).split(",")) if found else ()
+    return names if names and all(re.fullmatch(r"[a-z_][a-z0-9_]*", n) for n in names) else ()
+
+
+def _named_result(ex: Exercise, difference: Difference) -> Difference:
+    """The difference with ``result 1: `` said as the statement names that result (``weights: ``)."""
+    names = result_names(ex)
+    found = re.match(r"result (\d+): ", difference.text)
+    if not found or int(found.group(1)) >= len(names):
+        return difference
+    return Difference(difference.kind, f"`{names[int(found.group(1))]}`: " + difference.text[found.end() :])
 
 
 def _draw_seed(seed: int | None) -> int:
@@ -780,15 +386,6 @@ def _signature_text(fn: Callable[..., Any]) -> str:
         s = {p.VAR_POSITIONAL: f"*{p.name}", p.VAR_KEYWORD: f"**{p.name}"}.get(p.kind, p.name)
         shown.append(s if p.default is p.empty else f"{s}={p.default!r}")
     return f"({', '.join(shown)})"
-
-
-def fits(ex: Exercise, fn: Any) -> bool:
-    """Whether ``fn`` can be checked against ``ex`` at all: callable, and its parameters take every fixed case's
-    arguments (nothing is run). ``check`` uses it to tell an exercise that moved to a new key from its new owner."""
-    try:
-        return _unusable(ex, fn, list(ex.cases())) is None
-    except Exception:  # looking at the learner's object failed
-        return False
 
 
 def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str | None:
@@ -832,22 +429,17 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
     return None
 
 
-def _text(e: BaseException) -> str:
-    try:
-        return str(e)
-    except Exception:  # an exception whose own __str__ fails
-        return ""
-
-
 def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_case: bool) -> str:
-    first = _text(e).splitlines()[0] if _text(e).strip() else ""
-    if isinstance(e, NotImplementedError) and _MISSING_FORWARD in _text(e):
+    first = text_of(e).splitlines()[0] if text_of(e).strip() else ""
+    if isinstance(e, NotImplementedError) and _MISSING_FORWARD in text_of(e):
         return (
             f"on {case_name} your module has no `forward` method (torch: {first}). Check its spelling and "
             "indentation: `def forward(self, ...)` inside the class"
         )
     said = f"raised {type(e).__name__}" + (f": {first}" if first else "")
     msg = f"on {case_name} your function {said}"
+    if not ex.autograd and isinstance(e, RuntimeError) and ("grad" in first or "inference" in first.lower()):
+        msg += ". The check runs your function without autograd (torch.inference_mode()), as the exercise asks"
     if isinstance(e, NotImplementedError) and first_case and not first:
         nb = notebook_of(ex.key)
         msg += (
@@ -868,7 +460,7 @@ def _same_failure(a: BaseException, b: BaseException) -> bool:
     """
 
     def gist(e: BaseException) -> str:
-        return re.sub(r"0x[0-9a-fA-F]+", "0x", _text(e)).strip()
+        return re.sub(r"0x[0-9a-fA-F]+", "0x", text_of(e)).strip()
 
     return type(a) is type(b) and gist(a) == gist(b)
 
@@ -883,23 +475,6 @@ def notebook_of(key: str) -> str:
 def _is_old_import(e: BaseException) -> bool:
     """The new stub in a notebook whose import cell predates NotAttempted."""
     return isinstance(e, NameError) and getattr(e, "name", None) == NotAttempted.__name__
-
-
-def _global_settings() -> tuple[torch.dtype, bool]:
-    return torch.get_default_dtype(), torch.is_grad_enabled()
-
-
-def _restore_settings(saved: tuple[torch.dtype, bool]) -> list[str]:
-    """Put back the default dtype and grad mode if the learner's function changed them; say which it changed."""
-    dtype, grad = saved
-    changed = []
-    if torch.get_default_dtype() != dtype:
-        changed.append(f"torch.set_default_dtype({torch.get_default_dtype()})")
-        torch.set_default_dtype(dtype)
-    if torch.is_grad_enabled() != grad:
-        changed.append(f"torch.set_grad_enabled({torch.is_grad_enabled()})")
-        torch.set_grad_enabled(grad)
-    return changed
 
 
 # ------------------------------------------------------------------------------------------ phase 1: the cases
@@ -918,11 +493,12 @@ def _edges_held(ex: Exercise, case: tuple[tuple, dict]) -> list[str]:
     held = []
     for name, holds in edges:
         try:
-            if bool(holds(*_clone(case[0]), **_clone(case[1]))):
+            if bool(holds(*clone(case[0]), **clone(case[1]))):
                 held.append(str(name))
         except Exception:
             continue
-    return held
+    views = [v for v in [*case[0], *case[1].values()] if isinstance(v, torch.Tensor) and not v.clone().is_contiguous()]
+    return held + (["a non-contiguous view"] if views and ex.domain.views else [])
 
 
 @dataclass
@@ -933,16 +509,16 @@ class _Cases:
     fixed: list[tuple[tuple, dict]]
     drawn: list[tuple[tuple, dict]]
     seed: int
-    _solved: dict[int, _Run] = field(default_factory=dict)
+    _solved: dict[int, Run] = field(default_factory=dict)
 
     @property
     def all(self) -> list[tuple[tuple, dict]]:
         return self.fixed + self.drawn
 
-    def solution(self, i: int) -> _Run:
+    def solution(self, i: int) -> Run:
         """The reference solution's run of case ``i`` (run once, on its own copy of the arguments)."""
         if i not in self._solved:
-            self._solved[i] = _run(self.ex.solution, self.all[i])
+            self._solved[i] = run_case(self.ex.solution, self.all[i])
         return self._solved[i]
 
     def is_fixed(self, i: int) -> bool:
@@ -963,7 +539,7 @@ class _Cases:
 
 def _prepare_cases(ex: Exercise, seed: int | None) -> _Cases:
     """Phase 1: the fixed cases, and the cases drawn from ``seed`` (see :func:`_draw_seed`)."""
-    fixed = list(ex.cases())
+    fixed = ex.fixed_cases()
     s = _draw_seed(seed)
     drawn = list(ex.draw(torch.Generator().manual_seed(s))) if ex.draw is not None else []
     return _Cases(ex, fixed, drawn, s)
@@ -973,32 +549,7 @@ def _why_unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) ->
     try:
         return _unusable(ex, fn, cases)
     except Exception as e:  # looking at the learner's object failed (a property that raises, say)
-        return f"the check could not look at what you passed: {type(e).__name__}: {_text(e)[:200]}"
-
-
-# ------------------------------------------------------------------------------------------ phase 2: running it
-
-
-class _Session:
-    """Where the learner's function runs during one check: each call under the time limit, its printing captured,
-    and the global settings it changes put back after each call (and named in the verdict)."""
-
-    def __init__(self, time_limit: float | None) -> None:
-        self.time_limit = time_limit
-        self.printed = _Printed()
-        self.settings = _global_settings()
-        self.put_back: list[str] = []  # global settings the learner's function changed
-
-    def call(self, fn: Callable[..., Any], case: tuple[tuple, dict]) -> _Run:
-        out, err = contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed)
-        with out, err, _time_limit(self.time_limit):
-            try:
-                return _run(fn, case)
-            finally:
-                self.restore()
-
-    def restore(self) -> None:
-        self.put_back.extend(c for c in _restore_settings(self.settings) if c not in self.put_back)
+        return f"the check could not look at what you passed: {type(e).__name__}: {text_of(e)[:200]}"
 
 
 @dataclass
@@ -1006,24 +557,24 @@ class _Attempt:
     """What the learner's function did on the cases, in order: the runs it answered, then what stopped it (on case
     ``len(runs)``): ``TOO_SLOW``, ``NOT_ATTEMPTED``, ``GAVE_UP``, ``OLD_IMPORT`` or ``RAISED``; None if nothing."""
 
-    runs: list[_Run]
-    stop: _Kind | None = None
+    runs: list[Run]
+    stop: Kind | None = None
     error: BaseException | None = None
 
 
-def _run_learner(fn: Any, cases: Sequence[tuple[tuple, dict]], session: _Session) -> _Attempt:
+def _run_learner(fn: Any, cases: Sequence[tuple[tuple, dict]], session: Session) -> _Attempt:
     """Phase 2: run the learner's function on each case in order, until the end or the first case it does not
     answer."""
-    runs: list[_Run] = []
+    runs: list[Run] = []
     for i, case in enumerate(cases):
         try:
             runs.append(session.call(fn, case))
-        except _TimeLimit:
-            return _Attempt(runs, _Kind.TOO_SLOW)
+        except TimeLimit:
+            return _Attempt(runs, Kind.TOO_SLOW)
         except NotAttempted as e:
-            return _Attempt(runs, _Kind.NOT_ATTEMPTED if i == 0 else _Kind.GAVE_UP, e)
+            return _Attempt(runs, Kind.NOT_ATTEMPTED if i == 0 else Kind.GAVE_UP, e)
         except (Exception, SystemExit) as e:  # the learner's code failing is a verdict, not a crash of the check
-            return _Attempt(runs, _Kind.OLD_IMPORT if i == 0 and _is_old_import(e) else _Kind.RAISED, e)
+            return _Attempt(runs, Kind.OLD_IMPORT if i == 0 and _is_old_import(e) else Kind.RAISED, e)
     return _Attempt(runs)
 
 
@@ -1035,25 +586,25 @@ class _Outcome:
     """What a function did on one case: answered (``run``), raised (``error``), or neither (stopped by the time
     limit before it could say)."""
 
-    run: _Run | None = None
+    run: Run | None = None
     error: BaseException | None = None
 
 
 def _outcome(fn: Callable[..., Any], case: tuple[tuple, dict]) -> _Outcome:
     try:
-        return _Outcome(run=_run(fn, case))
+        return _Outcome(run=run_case(fn, case))
     except Exception as e:
         return _Outcome(error=e)
 
 
-def _learner_outcomes(fn: Any, cases: Sequence[tuple[tuple, dict]], session: _Session) -> list[_Outcome]:
+def _learner_outcomes(fn: Any, cases: Sequence[tuple[tuple, dict]], session: Session) -> list[_Outcome]:
     """The learner's function's outcome on each of ``cases``, run as in phase 2 (the first case past the time
     limit, and every one after it, count as neither answered nor raised)."""
     outcomes = []
     for case in cases:
         try:
             outcomes.append(_Outcome(run=session.call(fn, case)))
-        except _TimeLimit:
+        except TimeLimit:
             break
         except (Exception, SystemExit) as e:
             outcomes.append(_Outcome(error=e))
@@ -1068,7 +619,7 @@ def _alike(a: _Outcome, b: _Outcome, ex: Exercise) -> bool:
     return a.error is not None and b.error is not None and type(a.error) is type(b.error)
 
 
-def _agree(mine: Sequence[_Outcome], theirs: Sequence[_Outcome], ref: Sequence[_Run], ex: Exercise) -> bool:
+def _agree(mine: Sequence[_Outcome], theirs: Sequence[_Outcome], ref: Sequence[Run], ex: Exercise) -> bool:
     """Whether the learner's outcomes on some fixed cases are the mistake's (``ref``: the solution's runs on them).
 
     On every one of the cases both answer alike or both raise, with exceptions of one type. Where the wording of
@@ -1088,7 +639,7 @@ def _agree(mine: Sequence[_Outcome], theirs: Sequence[_Outcome], ref: Sequence[_
 
 
 def _mistake_on_fixed_cases(
-    ex: Exercise, fn: Any, cases: _Cases, attempt: _Attempt, session: _Session
+    ex: Exercise, fn: Any, cases: _Cases, attempt: _Attempt, session: Session
 ) -> Mistake | None:
     """The first catalogued mistake that did on the fixed cases what the learner's function did (:func:`_agree`).
 
@@ -1115,7 +666,7 @@ def _mistake_on_fixed_cases(
     return None
 
 
-def _first_difference(ex: Exercise, cases: _Cases, runs: Sequence[_Run]) -> tuple[int, _Difference] | None:
+def _first_difference(ex: Exercise, cases: _Cases, runs: Sequence[Run]) -> tuple[int, Difference] | None:
     """The first case the learner's function answered differently from the solution, and what differs."""
     for i, (case, mine) in enumerate(zip(cases.all, runs)):
         difference = _case_problem(ex, case, mine, cases.solution(i))
@@ -1125,16 +676,16 @@ def _first_difference(ex: Exercise, cases: _Cases, runs: Sequence[_Run]) -> tupl
 
 
 _TAILS = {  # what a difference's verdict adds when no catalogued mistake is named
-    _Kind.CHANGED_INPUT: ".",
-    _Kind.WRONG_DTYPE: (
+    Kind.CHANGED_INPUT: ".",
+    Kind.WRONG_DTYPE: (
         ". The exercise states the dtype it wants: look for a step that changes it (a .double() or .long(), "
         "a tensor made from Python numbers without a dtype, arithmetic with a float64 tensor)."
     ),
-    _Kind.WRONG_SHAPE: (
+    Kind.WRONG_SHAPE: (
         ". Compare your result's shape with the one the exercise states: which axis did a sum, a "
         "transpose or a matrix product remove, add or swap?"
     ),
-    _Kind.WRONG_VALUE: (
+    Kind.WRONG_VALUE: (
         ". It matches none of the common mistakes this check knows; compare your steps with the text above."
     ),
 }
@@ -1148,13 +699,13 @@ _DRAWN_TAIL = (  # a wrong value on a drawn case, after every fixed case was ans
 class _Verdict:
     """What phase 3 concludes: the kind of problem (None: passed), the message, the mistake named if any."""
 
-    kind: _Kind | None
+    kind: Kind | None
     message: str
     mistake: Mistake | None = None
 
 
-def _named(ex: Exercise, fn: Any, kind: _Kind, m: Mistake, hint: int, crash: str | None) -> _Verdict:
-    if hint == 2:
+def _named(ex: Exercise, fn: Any, kind: Kind, m: Mistake, hint: int, crash: str | None) -> _Verdict:
+    if hint >= 2:
         fix = f" The fix: {m.fix}" if m.fix else " (This check has no exact fix written for it.)"
     else:
         fix = f' (for the exact fix: check("{ex.key}", {function_name(fn)}, hint=2))' if m.fix else ""
@@ -1162,7 +713,7 @@ def _named(ex: Exercise, fn: Any, kind: _Kind, m: Mistake, hint: int, crash: str
     return _Verdict(kind, f"This looks like: {m.name}. {m.hint}{fix}{said}", m)
 
 
-def _explain(ex: Exercise, fn: Any, cases: _Cases, attempt: _Attempt, session: _Session, hint: int) -> _Verdict:
+def _explain(ex: Exercise, fn: Any, cases: _Cases, attempt: _Attempt, session: Session, hint: int) -> _Verdict:
     """Phase 3: the verdict on what the learner's function did.
 
     A catalogued mistake is named only when the function fails a fixed case (a wrong answer, or an exception),
@@ -1174,23 +725,23 @@ def _explain(ex: Exercise, fn: Any, cases: _Cases, attempt: _Attempt, session: _
     if stopped is not None:
         return stopped
     at = len(attempt.runs)  # the case it raised on, if it did
-    crash = _exception_message(attempt.error, ex, cases.name(at), at == 0) if attempt.stop is _Kind.RAISED else None
+    crash = _exception_message(attempt.error, ex, cases.name(at), at == 0) if attempt.stop is Kind.RAISED else None
     raised_on_fixed = crash is not None and cases.is_fixed(at)
     first = _first_difference(ex, cases, attempt.runs)
     if raised_on_fixed or (first is not None and cases.is_fixed(first[0])):
         m = _mistake_on_fixed_cases(ex, fn, cases, attempt, session)
         if m is not None:
-            kind = _Kind.RAISED if raised_on_fixed else first[1].kind
+            kind = Kind.RAISED if raised_on_fixed else first[1].kind
             return _named(ex, fn, kind, m, hint, crash if raised_on_fixed else None)
     if raised_on_fixed or (first is None and crash is not None):
-        return _Verdict(_Kind.RAISED, crash)
+        return _Verdict(Kind.RAISED, crash)
     if first is None:
         return _Verdict(None, "Well done.")
     i, difference = first
     tail = _TAILS[difference.kind]
-    if difference.kind is _Kind.WRONG_VALUE and not cases.is_fixed(i):
+    if difference.kind is Kind.WRONG_VALUE and not cases.is_fixed(i):
         tail = _DRAWN_TAIL
-    if hint == 2:
+    if hint >= 2:
         tail += " (No exact fix to show: this check does not recognise the mistake.)"
     return _Verdict(difference.kind, f"on {cases.name(i)}: {difference.text}{tail}")
 
@@ -1198,25 +749,25 @@ def _explain(ex: Exercise, fn: Any, cases: _Cases, attempt: _Attempt, session: _
 def _stopped(ex: Exercise, cases: _Cases, attempt: _Attempt) -> _Verdict | None:
     """The verdict when the function stopped the check before answering (other than by raising), else None."""
     at = len(attempt.runs)
-    if attempt.stop is _Kind.TOO_SLOW:
+    if attempt.stop is Kind.TOO_SLOW:
         return _Verdict(
-            _Kind.TOO_SLOW,
+            Kind.TOO_SLOW,
             f"your function took longer than {ex.time_limit:g} s on {cases.name(at)}, so the check stopped it: "
             "look for a loop that never ends, or work that grows faster than the input",
         )
-    if attempt.stop is _Kind.NOT_ATTEMPTED:
-        return _Verdict(_Kind.NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again.")
-    if attempt.stop is _Kind.OLD_IMPORT:
+    if attempt.stop is Kind.NOT_ATTEMPTED:
+        return _Verdict(Kind.NOT_ATTEMPTED, f"Write {ex.signature}, then run this cell again.")
+    if attempt.stop is Kind.OLD_IMPORT:
         return _Verdict(
-            _Kind.OLD_IMPORT,
+            Kind.OLD_IMPORT,
             f"Write {ex.signature}, then run this cell again. (This notebook's import cell predates NotAttempted: "
             "make it `from course_utils.exercises import NotAttempted, check`.)",
         )
-    if attempt.stop is _Kind.GAVE_UP:
-        said = _text(attempt.error)
+    if attempt.stop is Kind.GAVE_UP:
+        said = text_of(attempt.error)
         said = f": {said.splitlines()[0]}" if said.strip() else ""
         return _Verdict(
-            _Kind.GAVE_UP,
+            Kind.GAVE_UP,
             f"on {cases.name(at)} your function raised NotAttempted{said}, after answering the cases before it: "
             "it must answer every case",
         )
@@ -1244,22 +795,28 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
     environment variable COURSE_CHECK_SEED, else fresh entropy); it is in ``details["seed"]``, and the kind of
     problem found (``"wrong shape"``, ``"raised"``, ...; None when passed) in ``details["problem"]``.
     """
-    session = _Session(ex.time_limit)
+    session = Session(ex.time_limit, ex.autograd)
     details: dict[str, Any] = {}
-    if isinstance(hint, bool) or hint not in (1, 2):
+    if isinstance(hint, bool) or hint not in (1, 2, 3):
         call = f'check("{ex.key}", {function_name(fn)}, hint=2)'
-        said = f"hint must be 1 (a hint) or 2 (the exact fix), got {hint!r}: {call}"
-        return _result(ex, _Verdict(_Kind.CANNOT_CHECK, said), session, details)
+        said = (
+            f"hint must be 1 (a hint), 2 (the exact fix) or 3 (the fix and the course's solution), got {hint!r}: {call}"
+        )
+        return _result(ex, _Verdict(Kind.CANNOT_CHECK, said), session, details)
     cases = _prepare_cases(ex, seed)
     details.update(seed=cases.seed, cases=len(cases.fixed), drawn=len(cases.drawn))
     unusable = _why_unusable(ex, fn, cases.all)
     if unusable:
-        return _result(ex, _Verdict(_Kind.CANNOT_CHECK, unusable), session, details)
+        return _result(ex, _Verdict(Kind.CANNOT_CHECK, unusable), session, details)
     attempt = _run_learner(fn, cases.all, session)
-    return _result(ex, _explain(ex, fn, cases, attempt, session, hint), session, details)
+    verdict = _explain(ex, fn, cases, attempt, session, hint)
+    if hint == 2 and verdict.kind not in (None, Kind.NOT_ATTEMPTED, Kind.OLD_IMPORT):  # the last hint: say what is next
+        after = f' (Still stuck? check("{ex.key}", {function_name(fn)}, hint=3) shows the course\'s own solution.)'
+        verdict = dataclasses.replace(verdict, message=verdict.message.rstrip() + after)
+    return _result(ex, verdict, session, details)
 
 
-def _result(ex: Exercise, verdict: _Verdict, session: _Session, details: dict[str, Any]) -> CheckResult:
+def _result(ex: Exercise, verdict: _Verdict, session: Session, details: dict[str, Any]) -> CheckResult:
     """The verdict as the learner sees it, with the printing it captured and the settings it put back."""
     lines, more = session.printed.finish()
     session.restore()
@@ -1271,7 +828,7 @@ def _result(ex: Exercise, verdict: _Verdict, session: _Session, details: dict[st
         )
     if verdict.kind is None:
         status = PASSED
-    elif verdict.kind in (_Kind.NOT_ATTEMPTED, _Kind.OLD_IMPORT):
+    elif verdict.kind in (Kind.NOT_ATTEMPTED, Kind.OLD_IMPORT):
         status = NOT_ATTEMPTED
     else:
         status = FAILED
