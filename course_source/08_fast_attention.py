@@ -181,10 +181,9 @@ for q_tile, kv_tile in ((1, 1), (8, 16), (7, 13), (64, 64)):
 # Tiles of 7 and 13 do not divide 50: the last tile is shorter. This is the algorithm of
 # **FlashAttention** (Dao et al. 2022) and, earlier, of Rabe & Staats (2021), who showed that attention
 # needs far less memory than its `(T, S)` matrix. FlashAttention runs it as one fused GPU kernel: the
-# `(T, S)` scores and weights are never written out, only tiles of them in fast on-chip memory. As in the
-# loops above, a tile of queries is loaded there once and every tile of k and v streams past it (read again for each
-# query tile); only the output goes back to the large, slow GPU memory, with a number or two
-# per query for the backward pass (section 6). The
+# `(T, S)` scores and weights are never written out, only tiles of them in fast on-chip memory. A tile of
+# queries is loaded there once and every tile of k and v streams past it; only the output goes back to the
+# large, slow GPU memory, with a number or two per query for the backward pass (section 6). The
 # first FlashAttention keeps `m` and `l` per query and puts k and v in the outer loop, rewriting the output
 # once per k/v tile; FlashAttention-2 puts the queries outside, as here, and keeps one number per query,
 # the logsumexp $m + \log \ell$.
@@ -479,13 +478,13 @@ for method in methods:
 # AFT-simple `(T, C)`.
 #
 # **Time.** The load averages above were read just before the run: the 1-minute average was about 0.5, so
-# little else ran in the minute before, while the 5- and 15-minute ones (about 2 and 3.4) still remember earlier work;
+# little else ran in the minute before, while the 5- and 15-minute ones (about 2 and 3.4) remember earlier work;
 # the benchmark's two threads bring the 1-minute average to about 2. The tiled loop is *slower* than the
 # fused kernel, about 4 to 6 times from 256 tokens up: it does the arithmetic one small tile at a time from
 # Python, where the fused kernels run the same algorithm compiled. From 512 tokens up it is still faster
 # than naive attention, which computes the whole `(T, T)` matrix, masked half included, where the tiled
 # loop skips the future tiles. Top-k saves memory, not time: it computes the scores twice and sorts them.
-# Linformer and AFT-simple are the cheapest, at the price of being different models, and not causal.
+# Linformer and AFT-simple are the cheapest, being different models, and not causal.
 #
 # A small version runs live (its timings depend on your machine, so nbval ignores them):
 
@@ -593,7 +592,7 @@ check("08.3", tile_weights)
 #   when the maximum grows; with the unnormalised output `o`, two blocks' partials `(m, l, o)` merge
 #   exactly, and a query that saw no key stays `(-inf, 0, 0)`, output 0.
 # - Tiled attention merges one `(q_tile, kv_tile)` tile at a time: exact, the same O(T × S × D) work, and at
-#   inference O(tile) memory for the scores instead of O(T × S). In plain PyTorch on a CPU it is slower
+#   inference O(tile) memory for the scores instead of O(T × S). On a CPU it is slower
 #   than the fused kernel, but its memory stays flat where naive attention's grows as T².
 # - Under autograd every tile is kept for the backward pass, O(T × S) as in plain attention (at T = 1024,
 #   55 MB against 20 MB without a mask, 33 MB against 38 MB with a causal one). By hand: `dv = Pᵀ dO`, `dP = dO vᵀ`,
@@ -602,8 +601,7 @@ check("08.3", tile_weights)
 #   weights: exact gradients, memory linear in T (with `is_causal`, not a `(T, S)` mask), the scores computed
 #   twice.
 #
-# Next, notebook 09 turns to the other half of fast inference: generating text with a KV cache, sampling
-# and beam search.
+# Next, notebook 09: generating text with a KV cache, sampling and beam search.
 #
 # ## Further reading
 #
