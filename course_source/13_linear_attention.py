@@ -401,13 +401,15 @@ print("matches course_utils")
 # and may be non-contiguous views; results are float32; leave the inputs unchanged. The state is
 # `(..., D, Dv)`, keys on its rows.
 #
-# ### Exercise 13.1: one step of gated linear attention
+# ### Exercise 13.1: one step of gated linear attention (8 min, core)
 #
 # Write `my_gla_step(state, q_t, k_t, v_t, gate_t)`: from the state `(..., D, Dv)` left by the tokens before
 # t, token t's `q_t`, `k_t` `(..., D)`, `v_t` `(..., Dv)` and its gate `gate_t` `(...)` in (0, 1], return
 # `(out_t, new_state)`: the state after token t, and `out_t` `(..., Dv)` read from it, as in section 3.
 
 # %%
+# Inputs: `state`, `q_t`, `k_t`, `v_t`, `gate_t` may have 0 to 3 leading axes (the `...`); tensors may be
+# non-contiguous views.
 def my_gla_step(state, q_t, k_t, v_t, gate_t):
     ### BEGIN SOLUTION
     new_state = gate_t[..., None, None] * state + k_t[..., :, None] * v_t[..., None, :]  # (..., D, Dv)
@@ -419,12 +421,14 @@ def my_gla_step(state, q_t, k_t, v_t, gate_t):
 check("13.1", my_gla_step)
 
 # %% [markdown]
-# ### Exercise 13.2: one step of the delta rule
+# ### Exercise 13.2: one step of the delta rule (8 min, core)
 #
 # Write `my_delta_step(state, q_t, k_t, v_t, beta_t)`: the same, with the delta rule's write of section 4
 # (no gate) and `beta_t` `(...)` in [0, 1]. Keys need not have unit length.
 
 # %%
+# Inputs: `state`, `q_t`, `k_t`, `v_t`, `beta_t` may have 0 to 3 leading axes (the `...`); tensors may be
+# non-contiguous views.
 def my_delta_step(state, q_t, k_t, v_t, beta_t):
     ### BEGIN SOLUTION
     stored = (k_t[..., None, :] @ state)[..., 0, :]  # (..., Dv): what the memory holds under k_t before the write
@@ -437,7 +441,7 @@ def my_delta_step(state, q_t, k_t, v_t, beta_t):
 check("13.2", my_delta_step)
 
 # %% [markdown]
-# ### Exercise 13.3: one chunk of the chunkwise form
+# ### Exercise 13.3: one chunk of the chunkwise form (12 min, core)
 #
 # Write `my_chunk(state, q, k, v, gate)`: from the state `(..., D, Dv)` left by the chunks before, a chunk's
 # `q`, `k` `(..., C, D)`, `v` `(..., C, Dv)` and gates `(..., C)` in [0.5, 1] (`C` at most 64, so the
@@ -445,6 +449,8 @@ check("13.2", my_delta_step)
 # `out` `(..., C, Dv)` and the state the chunk hands on, as in section 5.
 
 # %%
+# Inputs: `state`, `q`, `k`, `v`, `gate` may have 0 to 3 leading axes (the `...`); tensors may be non-contiguous
+# views.
 def my_chunk(state, q, k, v, gate):
     ### BEGIN SOLUTION
     C = q.shape[-2]
