@@ -59,23 +59,27 @@ def _check_qkv(q: object, k: object, v: object, min_dim: int = 2) -> None:
         )
 
 
-def _check_rate(name: str, x: object, shape: torch.Size, like: torch.Tensor, low_open: bool) -> torch.Tensor:
-    """A gate in (0, 1] or a beta in [0, 1]: a number, or a tensor of ``shape`` like ``like``; as a tensor."""
-    if isinstance(x, numbers.Real) and not isinstance(x, bool):
-        x = torch.full(shape, float(x), dtype=like.dtype, device=like.device)
-    elif not isinstance(x, torch.Tensor) or x.dtype != like.dtype or x.device != like.device:
+def _check_rate(name: str, x: object, shape: torch.Size, like: torch.Tensor, low_open: bool) -> None:
+    """Raise unless ``x`` (a gate, low_open: in (0, 1]; a beta: in [0, 1]) is a number, or a tensor of ``shape``
+    with ``like``'s dtype and device."""
+    is_tensor = isinstance(x, torch.Tensor) and x.dtype == like.dtype and x.device == like.device
+    if isinstance(x, bool) or not (isinstance(x, numbers.Real) or is_tensor):
         raise TypeError(f"{name} must be a number or a {like.dtype} tensor on {like.device}, got {_kind(x)}")
-    if x.shape != shape:
+    if is_tensor and x.shape != shape:
         raise ValueError(f"{name} must have shape {tuple(shape)} (one per token), got {tuple(x.shape)}")
-    bad = (x <= 0) | (x > 1) if low_open else (x < 0) | (x > 1)
-    if bool(bad.any()) or bool(x.isnan().any()):
+    t = torch.as_tensor(x, dtype=torch.float64)
+    if not bool((((t > 0) if low_open else (t >= 0)) & (t <= 1)).all()):  # NaN fails both comparisons
         rng = "(0, 1]" if low_open else "[0, 1]"
-        raise ValueError(f"{name} must be in {rng}, got values from {x.min().item():g} to {x.max().item():g}")
-    return x
+        raise ValueError(f"{name} must be in {rng}, got values from {t.min().item():g} to {t.max().item():g}")
 
 
 def _kind(x: object) -> str:
     return f"{x.dtype} tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _per_token(x: float | torch.Tensor, like: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A gate or a beta as a tensor of ``shape``: a number is the same for every token (a view, no copy)."""
+    return torch.as_tensor(x, dtype=like.dtype, device=like.device).expand(shape)
 
 
 def _check_state(state: object, q: torch.Tensor, v: torch.Tensor, lead: torch.Size) -> None:
@@ -105,7 +109,8 @@ def gated_linear_attention_step(
     """
     _check_qkv(q_t, k_t, v_t, min_dim=1)
     _check_state(state, q_t, v_t, q_t.shape[:-1])
-    gate_t = _check_rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
+    _check_rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
+    gate_t = _per_token(gate_t, q_t, q_t.shape[:-1])
     state = gate_t[..., None, None] * state + k_t[..., :, None] * v_t[..., None, :]  # (..., D, Dv)
     return torch.einsum("...d,...de->...e", q_t, state), state  # (..., Dv), (..., D, Dv)
 
@@ -120,7 +125,8 @@ def gated_linear_attention_recurrent(
     Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    gate = _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
     state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
     outs = []
     for t in range(q.shape[-2]):
@@ -161,7 +167,8 @@ def gated_linear_attention(
     Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv). Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    gate = _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
     scores = (q @ k.transpose(-2, -1)) * _decay_mask(gate.log().cumsum(dim=-1))  # (..., T, T)
     return scores @ v  # (..., T, Dv)
 
@@ -175,7 +182,8 @@ def gated_linear_attention_prefix_states(
     Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv). Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    gate = _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
     states = k[..., :, :, None] * v[..., :, None, :]  # (..., T, D, Dv): token t's write alone
     carry = gate  # (..., T): the decay from the start of each partial sum to t
     T, shift = q.shape[-2], 1
@@ -209,8 +217,10 @@ def delta_rule_step(
     """
     _check_qkv(q_t, k_t, v_t, min_dim=1)
     _check_state(state, q_t, v_t, q_t.shape[:-1])
-    gate_t = _check_rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
-    beta_t = _check_rate("beta_t", beta_t, q_t.shape[:-1], q_t, low_open=False)
+    _check_rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
+    gate_t = _per_token(gate_t, q_t, q_t.shape[:-1])
+    _check_rate("beta_t", beta_t, q_t.shape[:-1], q_t, low_open=False)
+    beta_t = _per_token(beta_t, q_t, q_t.shape[:-1])
     state = _delta_update(state, k_t, v_t, beta_t, gate_t)
     return torch.einsum("...d,...de->...e", q_t, state), state  # (..., Dv), (..., D, Dv)
 
@@ -236,8 +246,10 @@ def delta_rule_recurrent(
     Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    gate = _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
-    beta = _check_rate("beta", beta, q.shape[:-1], q, low_open=False)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
+    _check_rate("beta", beta, q.shape[:-1], q, low_open=False)
+    beta = _per_token(beta, q, q.shape[:-1])
     state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
     outs = []
     for t in range(q.shape[-2]):
@@ -264,7 +276,8 @@ def gated_linear_attention_chunk(
     """
     _check_qkv(q, k, v)
     _check_state(state, q, v, q.shape[:-2])
-    gate = _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
     return _chunk(state, q, k, v, gate.log().cumsum(dim=-1))
 
 
@@ -290,7 +303,8 @@ def gated_linear_attention_chunkwise(
     Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    gate = _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
     C = check_int("chunk_size", chunk_size, minimum=1)
     state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
     outs = []
