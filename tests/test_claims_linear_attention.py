@@ -204,3 +204,17 @@ def test_chunkwise_is_at_least_5x_faster_than_the_recurrent_loop_at_T_2048():
     loop = best(lambda: gated_linear_attention_recurrent(q, k, v, gate))
     chunked = best(lambda: gated_linear_attention_chunkwise(q, k, v, gate, chunk_size=64))
     assert loop > 5 * chunked, (loop, chunked)
+
+
+def test_products_of_gates_underflow_for_long_spans_where_the_log_cumsum_does_not():
+    """Section 3: 'computed as products of gates, the entries underflow for long spans; the cumulative sum of
+    log alpha gives each entry as one difference and one exp'."""
+    T = 200
+    gate = torch.full((T,), 0.5)  # float32: 0.5 ** 200 is below the smallest subnormal
+    b = gate.cumprod(dim=-1)
+    by_products = torch.where(torch.ones(T, T, dtype=torch.bool).tril(), b[:, None] / b[None, :], 0.0)
+    assert bool(by_products.isnan().any())  # 0 / 0 where both products underflowed
+    M = decay_mask(gate)
+    assert bool(M.isfinite().all()) and bool((M.diagonal() == 1).all())
+    # float32 log-cumsums near -100 cost about 1e-6 relative: the differences are right to that, not exact
+    assert M[150, 149].item() == pytest.approx(0.5, rel=1e-5) and M[199, 190].item() == pytest.approx(0.5**9, rel=1e-5)
