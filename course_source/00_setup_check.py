@@ -98,6 +98,7 @@ _ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSl
 # | [09 Decoding](09_decoding.ipynb) | KV cache, sampling, beam search | 40 min |
 # | [10 A tiny GPT](10_tiny_gpt.ipynb) | train one, resume it, sample from it | 45 min + training |
 # | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, sinks and norms, induction heads; pre-norm vs post-norm | 60 min |
+# | [13 Linear attention as a memory](13_linear_attention.ipynb) | the state's capacity, decay and gates, the delta rule, the chunkwise form | 50 min |
 #
 # No install at all? Each notebook also opens on a hosted service such as Google Colab, from the link in
 # its first cell; its first code cell then installs the course there (and does nothing on your machine).

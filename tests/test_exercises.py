@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from exercise_answers_linear_attention import RIGHT as RIGHT_13
+from exercise_answers_linear_attention import WRONG as WRONG_13
 
 from course_utils._exercise_engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
 from course_utils.exercises import NotAttempted, all_exercises, check, get_exercise
@@ -1240,6 +1242,7 @@ WRONG = {
     "11.1": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
     "11.2": [_score_both_repeats, _score_key_and_query_swapped],
     "11.3": [_ablated_in_place, _ablated_mean_instead_of_zero],
+    **WRONG_13,
 }
 
 
@@ -1744,6 +1747,7 @@ RIGHT = {
     "11.1": [_weighted_norms_terms, _weighted_norms_einsum],
     "11.2": [_score_loop, _score_diagonal],
     "11.3": [_ablated_per_head_sum, _ablated_einsum],
+    **RIGHT_13,
 }
 
 

@@ -1,0 +1,328 @@
+"""Linear attention as a memory: a (D, Dv) state written with keys and values, read with queries; decay, gates,
+the delta rule, and the chunkwise-parallel form real kernels use.
+
+Reading order (notebook 13): the state written and read (:func:`gated_linear_attention_step`,
+:func:`gated_linear_attention_recurrent`), its masked quadratic form (:func:`decay_mask`,
+:func:`gated_linear_attention`), all prefix states at once (:func:`gated_linear_attention_prefix_states`), the
+delta rule (:func:`delta_rule_step`, :func:`delta_rule_recurrent`), and the chunkwise form
+(:func:`gated_linear_attention_chunk`, :func:`gated_linear_attention_chunkwise`).
+
+These are the forms without a normaliser, as RetNet, gated linear attention, Mamba-2 and (Gated) DeltaNet use
+them (they normalise the output with a layer norm instead); notebook 07's normalised linear attention is in
+:mod:`course_utils.variants`. The feature map, when one is used (phi = elu + 1,
+:func:`course_utils.variants.elu_feature_map`), is applied to q and k by the caller.
+
+One recurrence underlies every form here: with a gate alpha_t in (0, 1] (1: no forgetting; a float gamma: the
+fixed decay of RetNet), S_t = alpha_t S_{t-1} + k_t v_t^T and out_t = S_t^T q_t, from S_0 = 0.
+Shapes: T sequence length, D the width of q and k, Dv of v, C a chunk's length; ``...`` any leading axes, the
+same for every argument. A gate is a number or a tensor (..., T) (one per token).
+"""
+
+from __future__ import annotations
+
+import numbers
+
+import torch
+
+from course_utils._validate import check_float_tensor, check_int, check_same_device
+
+__all__ = [
+    "gated_linear_attention_step",
+    "gated_linear_attention_recurrent",
+    "decay_mask",
+    "gated_linear_attention",
+    "gated_linear_attention_prefix_states",
+    "delta_rule_step",
+    "delta_rule_recurrent",
+    "gated_linear_attention_chunk",
+    "gated_linear_attention_chunkwise",
+    "chunkwise_cost",
+]
+
+
+# ----------------------------------------------------------------------------------------------
+# Checks at the door: the tensors' shapes, and a gate or a beta in its range
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_qkv(q: object, k: object, v: object, min_dim: int = 2) -> None:
+    """q, k (..., [T,] D) and v (..., [T,] Dv): floating, one dtype and device, one leading shape, D >= 1."""
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        check_float_tensor(name, x, min_dim=min_dim)
+    if not (q.dtype == k.dtype == v.dtype):
+        raise TypeError(f"q, k and v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    check_same_device(q=q, k=k, v=v)
+    if q.shape != k.shape or q.shape[:-1] != v.shape[:-1] or q.shape[-1] == 0:
+        raise ValueError(
+            f"q and k must have one shape (..., T, D) with D >= 1 and v (..., T, Dv) the same leading axes, "
+            f"got q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}"
+        )
+
+
+def _check_rate(name: str, x: object, shape: torch.Size, like: torch.Tensor, low_open: bool) -> None:
+    """Raise unless ``x`` (a gate, low_open: in (0, 1]; a beta: in [0, 1]) is a number, or a tensor of ``shape``
+    with ``like``'s dtype and device."""
+    is_tensor = isinstance(x, torch.Tensor) and x.dtype == like.dtype and x.device == like.device
+    if isinstance(x, bool) or not (isinstance(x, numbers.Real) or is_tensor):
+        raise TypeError(f"{name} must be a number or a {like.dtype} tensor on {like.device}, got {_kind(x)}")
+    if is_tensor and x.shape != shape:
+        raise ValueError(f"{name} must have shape {tuple(shape)} (one per token), got {tuple(x.shape)}")
+    t = torch.as_tensor(x, dtype=torch.float64)
+    if not bool((((t > 0) if low_open else (t >= 0)) & (t <= 1)).all()):  # NaN fails both comparisons
+        rng = "(0, 1]" if low_open else "[0, 1]"
+        raise ValueError(f"{name} must be in {rng}, got values from {t.min().item():g} to {t.max().item():g}")
+
+
+def _kind(x: object) -> str:
+    return f"{x.dtype} tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+
+
+def _per_token(x: float | torch.Tensor, like: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """A gate or a beta as a tensor of ``shape``: a number is the same for every token (a view, no copy)."""
+    return torch.as_tensor(x, dtype=like.dtype, device=like.device).expand(shape)
+
+
+def _check_state(state: object, q: torch.Tensor, v: torch.Tensor, lead: torch.Size) -> None:
+    """state (..., D, Dv) of q's dtype and device, for q (..., [C,] D) and v (..., [C,] Dv) with ``lead`` = ``...``."""
+    check_float_tensor("state", state, min_dim=2)
+    want = (*lead, q.shape[-1], v.shape[-1])
+    if state.dtype != q.dtype or state.device != q.device or tuple(state.shape) != want:
+        raise ValueError(
+            f"state must be (..., D, Dv) = {want} ({q.dtype} on {q.device}) for q {tuple(q.shape)} and "
+            f"v {tuple(v.shape)}, got {tuple(state.shape)} ({state.dtype} on {state.device})"
+        )
+
+
+# ----------------------------------------------------------------------------------------------
+# 1. The state as a memory: write k_t v_t^T, forget by alpha_t, read with q_t
+# ----------------------------------------------------------------------------------------------
+
+
+def gated_linear_attention_step(
+    state: torch.Tensor, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor, gate_t: float | torch.Tensor = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token: forget, then write, then read. S_t = alpha_t S_{t-1} + k_t v_t^T; out_t = S_t^T q_t.
+
+    Returns ``(out_t, S_t)`` as new tensors. ``gate_t`` is alpha_t in (0, 1]: a number or a tensor (...).
+    Shape: state (..., D, Dv), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv), state (..., D, Dv).
+    Taught in notebook 13.
+    """
+    _check_qkv(q_t, k_t, v_t, min_dim=1)
+    _check_state(state, q_t, v_t, q_t.shape[:-1])
+    _check_rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
+    gate_t = _per_token(gate_t, q_t, q_t.shape[:-1])
+    state = gate_t[..., None, None] * state + k_t[..., :, None] * v_t[..., None, :]  # (..., D, Dv)
+    return torch.einsum("...d,...de->...e", q_t, state), state  # (..., Dv), (..., D, Dv)
+
+
+def gated_linear_attention_recurrent(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: float | torch.Tensor = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The recurrence token by token, from a zero state: the reference every other form equals.
+
+    Returns ``(out, S_T)``: the outputs and the final state (zeros when T == 0).
+    Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv), state (..., D, Dv).
+    Taught in notebook 13.
+    """
+    _check_qkv(q, k, v)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
+    state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
+    outs = []
+    for t in range(q.shape[-2]):
+        state = gate[..., t, None, None] * state + k[..., t, :, None] * v[..., t, None, :]  # (..., D, Dv)
+        outs.append(torch.einsum("...d,...de->...e", q[..., t, :], state))  # (..., Dv)
+    return (torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)), state  # (..., T, Dv)
+
+
+# ----------------------------------------------------------------------------------------------
+# 2. The masked quadratic form: a decay matrix where softmax attention has its causal mask
+# ----------------------------------------------------------------------------------------------
+
+
+def decay_mask(gate: torch.Tensor) -> torch.Tensor:
+    """M[i, j] = alpha_{j+1} ... alpha_i for j <= i (1 on the diagonal), 0 above it: how much of token j is left
+    at step i. Computed from cumulative sums of log alpha, so it is one subtraction and one exp per entry.
+
+    Shape: gate (..., T) in (0, 1] -> (..., T, T). Taught in notebook 13.
+    """
+    check_float_tensor("gate", gate)
+    _check_rate("gate", gate, gate.shape, gate, low_open=True)
+    return _decay_mask(gate.log().cumsum(dim=-1))
+
+
+def _decay_mask(log_cum: torch.Tensor) -> torch.Tensor:
+    T = log_cum.shape[-1]
+    diff = log_cum[..., :, None] - log_cum[..., None, :]  # (..., T, T): sum of log alpha over j < m <= i
+    future = torch.ones(T, T, dtype=torch.bool, device=log_cum.device).triu(1)  # (T, T): j > i
+    return diff.masked_fill(future, float("-inf")).exp()  # exp(-inf) = 0: the future, never an inf times 0
+
+
+def gated_linear_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: float | torch.Tensor = 1.0
+) -> torch.Tensor:
+    """The masked quadratic form: out = ((q k^T) * M) v with M = :func:`decay_mask` (the causal mask when every
+    alpha is 1). O(T^2 (D + Dv)) time, a (T, T) matrix; equal to :func:`gated_linear_attention_recurrent`.
+
+    Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv). Taught in notebook 13.
+    """
+    _check_qkv(q, k, v)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
+    scores = (q @ k.transpose(-2, -1)) * _decay_mask(gate.log().cumsum(dim=-1))  # (..., T, T)
+    return scores @ v  # (..., T, Dv)
+
+
+def gated_linear_attention_prefix_states(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: float | torch.Tensor = 1.0
+) -> torch.Tensor:
+    """Every prefix state S_1 .. S_T at once, by a parallel scan (log2 T doubling steps), then each read.
+
+    The parallel form of notebook 07 with a gate: (T, D, Dv) numbers held at once, O(T log T D Dv) work.
+    Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv). Taught in notebook 13.
+    """
+    _check_qkv(q, k, v)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
+    states = k[..., :, :, None] * v[..., :, None, :]  # (..., T, D, Dv): token t's write alone
+    carry = gate  # (..., T): the decay from the start of each partial sum to t
+    T, shift = q.shape[-2], 1
+    while shift < T:  # after this step, states[t] holds tokens t - 2 shift + 1 .. t
+        older = carry[..., shift:, None, None] * states[..., :-shift, :, :]  # (..., T - shift, D, Dv)
+        states = torch.cat([states[..., :shift, :, :], states[..., shift:, :, :] + older], dim=-3)
+        carry = torch.cat([carry[..., :shift], carry[..., shift:] * carry[..., :-shift]], dim=-1)
+        shift *= 2
+    return torch.einsum("...td,...tde->...te", q, states)  # (..., T, Dv)
+
+
+# ----------------------------------------------------------------------------------------------
+# 3. The delta rule (DeltaNet) and its gated form (Gated DeltaNet): overwrite, not add
+# ----------------------------------------------------------------------------------------------
+
+
+def delta_rule_step(
+    state: torch.Tensor,
+    q_t: torch.Tensor,
+    k_t: torch.Tensor,
+    v_t: torch.Tensor,
+    beta_t: float | torch.Tensor,
+    gate_t: float | torch.Tensor = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One token of the gated delta rule: decay, then move the value stored under k_t towards v_t, then read.
+
+    S' = alpha_t S_{t-1}; S_t = S' + beta_t k_t (v_t - S'^T k_t)^T; out_t = S_t^T q_t. With a unit-norm k_t and
+    beta_t = 1, S_t^T k_t = v_t exactly: the old value under k_t is replaced. Returns ``(out_t, S_t)``.
+    Shape: state (..., D, Dv), q_t, k_t (..., D), v_t (..., Dv), beta_t, gate_t (...) or numbers ->
+    out_t (..., Dv), state (..., D, Dv). Taught in notebook 13.
+    """
+    _check_qkv(q_t, k_t, v_t, min_dim=1)
+    _check_state(state, q_t, v_t, q_t.shape[:-1])
+    _check_rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
+    gate_t = _per_token(gate_t, q_t, q_t.shape[:-1])
+    _check_rate("beta_t", beta_t, q_t.shape[:-1], q_t, low_open=False)
+    beta_t = _per_token(beta_t, q_t, q_t.shape[:-1])
+    state = _delta_update(state, k_t, v_t, beta_t, gate_t)
+    return torch.einsum("...d,...de->...e", q_t, state), state  # (..., Dv), (..., D, Dv)
+
+
+def _delta_update(state, k_t, v_t, beta_t, gate_t):
+    state = gate_t[..., None, None] * state  # (..., D, Dv): forget first
+    stored = torch.einsum("...d,...de->...e", k_t, state)  # (..., Dv): what the memory holds under k_t now
+    return state + beta_t[..., None, None] * k_t[..., :, None] * (v_t - stored)[..., None, :]  # (..., D, Dv)
+
+
+def delta_rule_recurrent(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    beta: float | torch.Tensor,
+    gate: float | torch.Tensor = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The (gated) delta rule token by token from a zero state: :func:`delta_rule_step` over t.
+
+    Returns ``(out, S_T)``. The reference form; the chunkwise form real kernels use (the WY representation,
+    Yang et al. 2024) is cited, not built, in notebook 13.
+    Shape: q, k (..., T, D), v (..., T, Dv), beta, gate (..., T) or numbers -> out (..., T, Dv), state (..., D, Dv).
+    Taught in notebook 13.
+    """
+    _check_qkv(q, k, v)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
+    _check_rate("beta", beta, q.shape[:-1], q, low_open=False)
+    beta = _per_token(beta, q, q.shape[:-1])
+    state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
+    outs = []
+    for t in range(q.shape[-2]):
+        state = _delta_update(state, k[..., t, :], v[..., t, :], beta[..., t], gate[..., t])
+        outs.append(torch.einsum("...d,...de->...e", q[..., t, :], state))  # (..., Dv)
+    return (torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)), state
+
+
+# ----------------------------------------------------------------------------------------------
+# 4. The chunkwise-parallel form: the quadratic form inside a chunk, the state across chunks
+# ----------------------------------------------------------------------------------------------
+
+
+def gated_linear_attention_chunk(
+    state: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: float | torch.Tensor = 1.0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One chunk of C tokens given the state S_0 left by the chunks before it.
+
+    With b_i = alpha_1 ... alpha_i (the decay from the chunk's start to its token i) and M its
+    :func:`decay_mask`: out = b * (q S_0) + ((q k^T) * M) v (the past, then the chunk itself) and the state
+    handed on S_C = b_C S_0 + sum_j (b_C / b_j) k_j v_j^T. Returns ``(out, S_C)``.
+    Shape: state (..., D, Dv), q, k (..., C, D), v (..., C, Dv), gate (..., C) or a number ->
+    out (..., C, Dv), state (..., D, Dv). Taught in notebook 13.
+    """
+    _check_qkv(q, k, v)
+    _check_state(state, q, v, q.shape[:-2])
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
+    return _chunk(state, q, k, v, gate.log().cumsum(dim=-1))
+
+
+def _chunk(state, q, k, v, log_b):
+    inter = log_b.exp()[..., :, None] * (q @ state)  # (..., C, Dv): the past, decayed to each token
+    intra = ((q @ k.transpose(-2, -1)) * _decay_mask(log_b)) @ v  # (..., C, C) @ (..., C, Dv): the chunk itself
+    if log_b.shape[-1] == 0:
+        return inter + intra, state
+    to_end = (log_b[..., -1:] - log_b).exp()  # (..., C): b_C / b_j, what is left of token j at the chunk's end
+    state = log_b[..., -1, None, None].exp() * state + (k * to_end[..., None]).transpose(-2, -1) @ v  # (..., D, Dv)
+    return inter + intra, state
+
+
+def gated_linear_attention_chunkwise(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, gate: float | torch.Tensor = 1.0, chunk_size: int = 64
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Gated linear attention chunk by chunk (:func:`gated_linear_attention_chunk`), the state carried across.
+
+    Equal to :func:`gated_linear_attention_recurrent`, the last chunk shorter when ``chunk_size`` does not divide
+    T. Cost: about T C (D + Dv) + 2 T D Dv multiply-adds (:func:`chunkwise_cost`), T / C sequential steps, one
+    (C, C) matrix and one state in memory at a time. Returns ``(out, S_T)``.
+    Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv), state (..., D, Dv).
+    Taught in notebook 13.
+    """
+    _check_qkv(q, k, v)
+    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
+    gate = _per_token(gate, q, q.shape[:-1])
+    C = check_int("chunk_size", chunk_size, minimum=1)
+    state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
+    outs = []
+    for s in range(0, q.shape[-2], C):
+        part = slice(s, s + C)
+        out, state = _chunk(state, q[..., part, :], k[..., part, :], v[..., part, :], gate[..., part].log().cumsum(-1))
+        outs.append(out)  # (..., C, Dv)
+    return (torch.cat(outs, dim=-2) if outs else v.new_zeros(v.shape)), state  # (..., T, Dv)
+
+
+def chunkwise_cost(T: int, D: int, Dv: int, chunk_size: int) -> dict[str, int]:
+    """Multiply-adds of each form for one sequence (one head), counting the matrix products only.
+
+    recurrent: T writes and T reads of a (D, Dv) state, 2 T D Dv, in T sequential steps; quadratic: q k^T and its
+    product with v, T^2 (D + Dv); chunkwise: the same inside each chunk, T C (D + Dv), plus each token's read of
+    the carried state and its write into the next, 2 T D Dv, in T / C sequential steps.
+    Taught in notebook 13.
+    """
+    T = check_int("T", T, minimum=0)
+    D, Dv, C = (check_int(n, x) for n, x in (("D", D), ("Dv", Dv), ("chunk_size", chunk_size)))
+    return {"recurrent": 2 * T * D * Dv, "quadratic": T * T * (D + Dv), "chunkwise": T * C * (D + Dv) + 2 * T * D * Dv}

@@ -1,0 +1,168 @@
+"""Answers to exercises 13.1-13.3 written independently of the course's own: right ones in other styles, wrong ones
+learners write, and common mistakes written another way (each with the name the check must give it).
+
+``tests/test_exercises.py`` adds ``RIGHT`` and ``WRONG`` to its tables; ``tests/test_exercises_linear_attention.py``
+runs ``NAMED``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+# --- right answers, written differently ---------------------------------------------------------------------
+
+
+def _gla_einsum(state, q_t, k_t, v_t, gate_t):
+    new_state = torch.einsum("...,...de->...de", gate_t, state) + torch.einsum("...d,...e->...de", k_t, v_t)
+    return torch.einsum("...d,...de->...e", q_t, new_state), new_state
+
+
+def _gla_unsqueeze(state, q_t, k_t, v_t, gate_t):
+    decayed = state * gate_t.unsqueeze(-1).unsqueeze(-1)
+    new_state = decayed + k_t.unsqueeze(-1) @ v_t.unsqueeze(-2)  # (..., D, 1) @ (..., 1, Dv)
+    return (new_state * q_t.unsqueeze(-1)).sum(dim=-2), new_state
+
+
+def _delta_einsum(state, q_t, k_t, v_t, beta_t):
+    stored = torch.einsum("...d,...de->...e", k_t, state)
+    new_state = state + torch.einsum("...,...d,...e->...de", beta_t, k_t, v_t - stored)
+    return torch.einsum("...d,...de->...e", q_t, new_state), new_state
+
+
+def _delta_projection(state, q_t, k_t, v_t, beta_t):
+    # S_t = (I - beta k k^T) S + beta k v^T: the form Gated DeltaNet's paper writes
+    D = k_t.shape[-1]
+    eye = torch.eye(D, dtype=state.dtype)
+    kk = k_t.unsqueeze(-1) @ k_t.unsqueeze(-2)  # (..., D, D)
+    b = beta_t[..., None, None]
+    new_state = (eye - b * kk) @ state + b * (k_t.unsqueeze(-1) @ v_t.unsqueeze(-2))
+    return (q_t.unsqueeze(-2) @ new_state).squeeze(-2), new_state
+
+
+def _chunk_token_loop(state, q, k, v, gate):
+    # the chunk computed as the recurrence, token by token: the same numbers in another order
+    outs, S = [], state
+    for i in range(q.shape[-2]):
+        S = gate[..., i, None, None] * S + k[..., i, :, None] * v[..., i, None, :]
+        outs.append((q[..., i, None, :] @ S)[..., 0, :])
+    return torch.stack(outs, dim=-2), S
+
+
+def _chunk_log_space(state, q, k, v, gate):
+    C = q.shape[-2]
+    log_b = torch.log(gate).cumsum(-1)
+    future = torch.triu(torch.ones(C, C, dtype=torch.bool), diagonal=1)
+    M = (log_b.unsqueeze(-1) - log_b.unsqueeze(-2)).masked_fill(future, float("-inf")).exp()
+    out = torch.exp(log_b).unsqueeze(-1) * torch.matmul(q, state) + torch.matmul(q @ k.mT * M, v)
+    w = torch.exp(log_b[..., -1:] - log_b)
+    return out, torch.exp(log_b[..., -1:]).unsqueeze(-1) * state + torch.einsum("...cd,...c,...ce->...de", k, w, v)
+
+
+RIGHT = {
+    "13.1": [_gla_einsum, _gla_unsqueeze],
+    "13.2": [_delta_einsum, _delta_projection],
+    "13.3": [_chunk_token_loop, _chunk_log_space],
+}
+
+
+# --- wrong answers learners write ---------------------------------------------------------------------------
+
+
+def _gla_bmm_one_leading_axis(state, q_t, k_t, v_t, gate_t):
+    new_state = gate_t[:, None, None] * state + torch.bmm(k_t[:, :, None], v_t[:, None, :])  # exactly (B, ...)
+    return torch.bmm(q_t[:, None, :], new_state)[:, 0, :], new_state
+
+
+def _gla_in_place(state, q_t, k_t, v_t, gate_t):
+    state.mul_(gate_t[..., None, None]).add_(k_t[..., :, None] * v_t[..., None, :])  # writes into the argument
+    return (q_t[..., None, :] @ state)[..., 0, :], state
+
+
+def _gla_view_flatten(state, q_t, k_t, v_t, gate_t):
+    D, Dv = state.shape[-2:]
+    flat = state.view(-1, D, Dv)  # breaks on a non-contiguous state
+    new = gate_t.reshape(-1, 1, 1) * flat + (k_t.reshape(-1, D, 1) * v_t.reshape(-1, 1, Dv))
+    new_state = new.view(state.shape)
+    return (q_t[..., None, :] @ new_state)[..., 0, :], new_state
+
+
+def _delta_normalised_keys(state, q_t, k_t, v_t, beta_t):
+    k_t = torch.nn.functional.normalize(k_t, dim=-1)  # the statement does not ask for unit keys
+    stored = (k_t[..., None, :] @ state)[..., 0, :]
+    new_state = state + beta_t[..., None, None] * k_t[..., :, None] * (v_t - stored)[..., None, :]
+    return (q_t[..., None, :] @ new_state)[..., 0, :], new_state
+
+
+def _delta_scalar_beta(state, q_t, k_t, v_t, beta_t):
+    b = beta_t.reshape(-1)[0]  # one beta for every leading index
+    stored = (k_t[..., None, :] @ state)[..., 0, :]
+    new_state = state + b * k_t[..., :, None] * (v_t - stored)[..., None, :]
+    return (q_t[..., None, :] @ new_state)[..., 0, :], new_state
+
+
+def _chunk_unmasked(state, q, k, v, gate):
+    b = gate.cumprod(-1)
+    M = b[..., :, None] / b[..., None, :]  # the future left in: b_i / b_j above the diagonal too
+    out = b[..., :, None] * (q @ state) + ((q @ k.mT) * M) @ v
+    return out, b[..., -1, None, None] * state + (k * (b[..., -1:] / b)[..., None]).mT @ v
+
+
+def _chunk_mask_transposed(state, q, k, v, gate):
+    C = q.shape[-2]
+    b = gate.cumprod(-1)
+    M = torch.tril(b[..., None, :] / b[..., :, None].expand(*b.shape, C))  # b_j / b_i: the decay upside down
+    out = b[..., :, None] * (q @ state) + ((q @ k.mT) * M) @ v
+    return out, b[..., -1, None, None] * state + (k * (b[..., -1:] / b)[..., None]).mT @ v
+
+
+def _chunk_size_from_axis_1(state, q, k, v, gate):
+    C = q.shape[1]  # the chunk's length read from a fixed axis, right only with one leading axis
+    b = gate.cumprod(-1)
+    M = torch.where(torch.ones(C, C, dtype=torch.bool).tril(), b[..., :, None] / b[..., None, :], 0.0)
+    out = b[..., :, None] * (q @ state) + ((q @ k.mT) * M) @ v
+    return out, b[..., -1, None, None] * state + (k * (b[..., -1:] / b)[..., None]).mT @ v
+
+
+WRONG = {
+    "13.1": [_gla_bmm_one_leading_axis, _gla_in_place, _gla_view_flatten],
+    "13.2": [_delta_normalised_keys, _delta_scalar_beta],
+    "13.3": [_chunk_unmasked, _chunk_mask_transposed, _chunk_size_from_axis_1],
+}
+
+
+# --- catalogued mistakes written another way: (key, answer, the name the check must give) -----------------------
+
+
+def _gla_decay_after_einsum(state, q_t, k_t, v_t, gate_t):
+    new_state = torch.einsum("...,...de->...de", gate_t, state + torch.einsum("...d,...e->...de", k_t, v_t))
+    return torch.einsum("...d,...de->...e", q_t, new_state), new_state
+
+
+def _gla_gate_on_write_unsqueeze(state, q_t, k_t, v_t, gate_t):
+    new_state = state + (gate_t.unsqueeze(-1) * k_t).unsqueeze(-1) @ v_t.unsqueeze(-2)
+    return (new_state * q_t.unsqueeze(-1)).sum(-2), new_state
+
+
+def _delta_after_write_einsum(state, q_t, k_t, v_t, beta_t):
+    written = state + torch.einsum("...,...d,...e->...de", beta_t, k_t, v_t)
+    stored = torch.einsum("...d,...de->...e", k_t, written)
+    new_state = written - torch.einsum("...,...d,...e->...de", beta_t, k_t, stored)
+    return torch.einsum("...d,...de->...e", q_t, new_state), new_state
+
+
+def _chunk_twice_token_loop(state, q, k, v, gate):
+    S = state
+    for i in range(q.shape[-2]):  # the state handed on, by the recurrence
+        S = gate[..., i, None, None] * S + k[..., i, :, None] * v[..., i, None, :]
+    b = gate.cumprod(-1)
+    C = q.shape[-2]
+    M = torch.where(torch.ones(C, C, dtype=torch.bool).tril(), b[..., :, None] / b[..., None, :], 0.0)
+    return q @ S + ((q @ k.mT) * M) @ v, S  # ... then read for the past: the chunk counted twice
+
+
+NAMED = [
+    ("13.1", _gla_decay_after_einsum, "decay applied after the update"),
+    ("13.1", _gla_gate_on_write_unsqueeze, "the gate on the wrong side"),
+    ("13.2", _delta_after_write_einsum, "the delta computed from the updated state"),
+    ("13.3", _chunk_twice_token_loop, "the chunk's own tokens counted twice"),
+]

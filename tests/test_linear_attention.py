@@ -1,0 +1,340 @@
+"""course_utils.linear_attention: every form equal to a direct Python loop over the recurrence, gradients too."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from course_utils.linear_attention import (
+    chunkwise_cost,
+    decay_mask,
+    delta_rule_recurrent,
+    delta_rule_step,
+    gated_linear_attention,
+    gated_linear_attention_chunk,
+    gated_linear_attention_chunkwise,
+    gated_linear_attention_prefix_states,
+    gated_linear_attention_recurrent,
+    gated_linear_attention_step,
+)
+
+F64 = {"atol": 1e-12, "rtol": 0.0}
+
+
+def _inputs(seed, lead, T, D, Dv, dtype=torch.float64, low=0.3):
+    g = torch.Generator().manual_seed(seed)
+    q, k = (torch.randn(*lead, T, D, generator=g, dtype=dtype) for _ in range(2))
+    v = torch.randn(*lead, T, Dv, generator=g, dtype=dtype)
+    gate = low + (1 - low) * torch.rand(*lead, T, generator=g, dtype=dtype)  # in [low, 1)
+    beta = torch.rand(*lead, T, generator=g, dtype=dtype)
+    return q, k, v, gate, beta
+
+
+def _loop(q, k, v, gate, beta=None):
+    """The recurrence written out element by element over every leading index: no batched op to share a slip."""
+    lead, T, D, Dv = q.shape[:-2], q.shape[-2], q.shape[-1], v.shape[-1]
+    out = torch.zeros(*lead, T, Dv, dtype=q.dtype)
+    final = torch.zeros(*lead, D, Dv, dtype=q.dtype)
+    for i in itertools.product(*(range(n) for n in lead)):
+        S = [[0.0] * Dv for _ in range(D)]
+        for t in range(T):
+            a = float(gate[i + (t,)])
+            S = [[a * S[d][e] for e in range(Dv)] for d in range(D)]
+            kt, vt, qt = k[i + (t,)].tolist(), v[i + (t,)].tolist(), q[i + (t,)].tolist()
+            if beta is None:
+                write = vt
+                b = 1.0
+            else:
+                stored = [sum(kt[d] * S[d][e] for d in range(D)) for e in range(Dv)]
+                write = [vt[e] - stored[e] for e in range(Dv)]
+                b = float(beta[i + (t,)])
+            S = [[S[d][e] + b * kt[d] * write[e] for e in range(Dv)] for d in range(D)]
+            for e in range(Dv):
+                out[i + (t, e)] = sum(qt[d] * S[d][e] for d in range(D))
+        final[i] = torch.tensor(S, dtype=q.dtype)
+    return out, final
+
+
+shapes = st.tuples(
+    st.lists(st.integers(1, 3), min_size=0, max_size=3).map(tuple),  # 0 to 3 leading axes
+    st.integers(1, 9),  # T
+    st.integers(1, 4),  # D
+    st.integers(1, 4),  # Dv
+    st.integers(0, 2**16),  # seed
+)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes, st.integers(1, 10))
+def test_every_gated_form_equals_the_direct_loop_in_float64(shape, chunk_size):
+    lead, T, D, Dv, seed = shape
+    q, k, v, gate, _ = _inputs(seed, lead, T, D, Dv)
+    out, final = _loop(q, k, v, gate)
+    rec, rec_state = gated_linear_attention_recurrent(q, k, v, gate)
+    torch.testing.assert_close(rec, out, **F64)
+    torch.testing.assert_close(rec_state, final, **F64)
+    torch.testing.assert_close(gated_linear_attention(q, k, v, gate), out, **F64)
+    torch.testing.assert_close(gated_linear_attention_prefix_states(q, k, v, gate), out, **F64)
+    chunked, chunk_state = gated_linear_attention_chunkwise(q, k, v, gate, chunk_size=chunk_size)
+    torch.testing.assert_close(chunked, out, **F64)
+    torch.testing.assert_close(chunk_state, final, **F64)
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes)
+def test_the_delta_rule_equals_the_direct_loop_in_float64(shape):
+    lead, T, D, Dv, seed = shape
+    q, k, v, gate, beta = _inputs(seed, lead, T, D, Dv)
+    for g in (gate, 1.0):
+        out, final = _loop(q, k, v, gate if g is gate else torch.ones_like(gate), beta)
+        got, state = delta_rule_recurrent(q, k, v, beta, g)
+        torch.testing.assert_close(got, out, **F64)
+        torch.testing.assert_close(state, final, **F64)
+
+
+@pytest.mark.parametrize("T, chunk_size", [(1, 1), (1, 4), (12, 4), (13, 4), (13, 5), (13, 13), (13, 20), (64, 7)])
+def test_chunkwise_equals_the_recurrence_whether_or_not_the_chunk_divides_T(T, chunk_size):
+    q, k, v, gate, _ = _inputs(T * 100 + chunk_size, (2, 3), T, 8, 5)
+    ref, ref_state = gated_linear_attention_recurrent(q, k, v, gate)
+    out, state = gated_linear_attention_chunkwise(q, k, v, gate, chunk_size=chunk_size)
+    torch.testing.assert_close(out, ref, **F64)
+    torch.testing.assert_close(state, ref_state, **F64)
+
+
+def test_float32_forms_agree_to_the_stated_1e_5():
+    q, k, v, gate, _ = _inputs(3, (2, 4), 200, 16, 16, dtype=torch.float32, low=0.9)
+    ref, _ = gated_linear_attention_recurrent(q, k, v, gate)
+    for out in (
+        gated_linear_attention(q, k, v, gate),
+        gated_linear_attention_chunkwise(q, k, v, gate, chunk_size=32)[0],
+        gated_linear_attention_prefix_states(q, k, v, gate),
+    ):
+        torch.testing.assert_close(out, ref, atol=1e-4, rtol=1e-5)
+
+
+def test_a_number_gate_is_a_fixed_decay_and_one_is_plain_linear_attention():
+    q, k, v, gate, _ = _inputs(4, (2,), 10, 3, 2)
+    torch.testing.assert_close(
+        gated_linear_attention(q, k, v, 0.8), gated_linear_attention(q, k, v, torch.full_like(gate, 0.8)), **F64
+    )
+    plain = (q @ k.transpose(-2, -1) * torch.ones(10, 10, dtype=torch.bool).tril()) @ v
+    torch.testing.assert_close(gated_linear_attention(q, k, v), plain, **F64)
+
+
+def test_the_decay_mask_is_the_product_of_the_gates_between_j_and_i():
+    gate = torch.tensor([0.5, 0.25, 0.8, 1.0], dtype=torch.float64)
+    M = decay_mask(gate)
+    expected = torch.zeros(4, 4, dtype=torch.float64)
+    for i in range(4):
+        for j in range(i + 1):
+            expected[i, j] = torch.prod(gate[j + 1 : i + 1])
+    torch.testing.assert_close(M, expected, **F64)
+
+
+def test_steps_equal_the_recurrence_one_token_at_a_time():
+    q, k, v, gate, beta = _inputs(5, (3,), 6, 4, 3)
+    state_g = state_d = torch.zeros(3, 4, 3, dtype=torch.float64)
+    outs_g, outs_d = [], []
+    for t in range(6):
+        o, state_g = gated_linear_attention_step(state_g, q[:, t], k[:, t], v[:, t], gate[:, t])
+        outs_g.append(o)
+        o, state_d = delta_rule_step(state_d, q[:, t], k[:, t], v[:, t], beta[:, t], gate[:, t])
+        outs_d.append(o)
+    torch.testing.assert_close(torch.stack(outs_g, 1), gated_linear_attention_recurrent(q, k, v, gate)[0], **F64)
+    torch.testing.assert_close(torch.stack(outs_d, 1), delta_rule_recurrent(q, k, v, beta, gate)[0], **F64)
+
+
+def test_one_chunk_hands_on_the_state_the_recurrence_reaches():
+    q, k, v, gate, _ = _inputs(6, (2,), 10, 4, 3)
+    _, S4 = gated_linear_attention_recurrent(q[:, :4], k[:, :4], v[:, :4], gate[:, :4])
+    out, S10 = gated_linear_attention_chunk(S4, q[:, 4:], k[:, 4:], v[:, 4:], gate[:, 4:])
+    ref, ref_state = gated_linear_attention_recurrent(q, k, v, gate)
+    torch.testing.assert_close(out, ref[:, 4:], **F64)
+    torch.testing.assert_close(S10, ref_state, **F64)
+
+
+def test_the_delta_rule_with_beta_one_and_a_unit_key_replaces_the_stored_value():
+    g = torch.Generator().manual_seed(7)
+    D, Dv = 8, 4
+    key = torch.nn.functional.normalize(torch.randn(D, generator=g, dtype=torch.float64), dim=0)
+    old, new = torch.randn(2, Dv, generator=g, dtype=torch.float64)
+    _, S = delta_rule_step(torch.zeros(D, Dv, dtype=torch.float64), key, key, old, 1.0)
+    read, S = delta_rule_step(S, key, key, new, 1.0)
+    torch.testing.assert_close(read, new, **F64)
+    added, _ = gated_linear_attention_step(torch.outer(key, old), key, key, new)  # adding: old + new comes back
+    torch.testing.assert_close(added, old + new, **F64)
+
+
+def test_empty_sequences_give_empty_outputs_and_zero_states():
+    q, k, v, gate, beta = _inputs(8, (2,), 0, 3, 2)
+    for out, state in (
+        gated_linear_attention_recurrent(q, k, v, gate),
+        gated_linear_attention_chunkwise(q, k, v, gate, chunk_size=4),
+        delta_rule_recurrent(q, k, v, beta),
+    ):
+        assert out.shape == (2, 0, 2) and state.shape == (2, 3, 2) and not state.any()
+
+
+@pytest.mark.parametrize(
+    "fn, make",
+    [
+        (gated_linear_attention, lambda q, k, v, a, b: (q, k, v, a)),
+        (gated_linear_attention_prefix_states, lambda q, k, v, a, b: (q, k, v, a)),
+        (lambda *x: gated_linear_attention_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, a)),
+        (lambda *x: gated_linear_attention_chunkwise(*x, chunk_size=2)[0], lambda q, k, v, a, b: (q, k, v, a)),
+        (lambda *x: delta_rule_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, b, a)),
+    ],
+    ids=["quadratic", "prefix_states", "recurrent", "chunkwise", "delta_rule"],
+)
+def test_gradients_match_finite_differences(fn, make):
+    q, k, v, gate, beta = _inputs(9, (2,), 5, 3, 2, low=0.5)
+    beta = 0.2 + 0.6 * beta  # inside (0, 1), so a finite difference never leaves the domain
+    args = tuple(x.requires_grad_() for x in make(q, k, v, gate, beta))
+    assert torch.autograd.gradcheck(fn, args)
+
+
+def test_chunkwise_gradients_equal_the_recurrences():
+    q, k, v, gate, _ = _inputs(10, (2,), 11, 4, 3)
+    grads = []
+    for form in (gated_linear_attention_recurrent, lambda *x: gated_linear_attention_chunkwise(*x, chunk_size=4)):
+        xs = [x.clone().requires_grad_() for x in (q, k, v, gate)]
+        out, state = form(*xs)
+        (out.square().sum() + state.sum()).backward()
+        grads.append([x.grad for x in xs])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b, **F64)
+
+
+def test_chunkwise_cost_counts_the_matrix_products():
+    cost = chunkwise_cost(T=1024, D=64, Dv=64, chunk_size=64)
+    assert cost == {
+        "recurrent": 2 * 1024 * 64 * 64,
+        "quadratic": 1024**2 * 128,
+        "chunkwise": 1024 * 64 * 128 + 2 * 1024 * 64 * 64,
+    }
+    assert chunkwise_cost(T=1024, D=64, Dv=64, chunk_size=1024)["chunkwise"] > cost["quadratic"]
+
+
+def _t(*shape, dtype=torch.float64):
+    return torch.zeros(*shape, dtype=dtype)
+
+
+_Q, _K, _V = _t(2, 4, 3), _t(2, 4, 3), _t(2, 4, 2)
+_GATE = torch.full((2, 4), 0.5, dtype=torch.float64)
+_S = _t(2, 3, 2)
+
+
+BAD_INPUTS = [
+    (
+        "quadratic q a list",
+        lambda: gated_linear_attention([1.0], _K, _V),
+        TypeError,
+        r"q must be a torch.Tensor, got list",
+    ),
+    ("integer k", lambda: gated_linear_attention(_Q, _K.long(), _V), TypeError, r"k must be a floating-point tensor"),
+    ("k 1-D", lambda: gated_linear_attention(_Q, _t(3), _V), ValueError, r"k must have at least 2 dimensions"),
+    ("mixed dtypes", lambda: gated_linear_attention(_Q, _K, _V.float()), TypeError, r"q, k and v must share a dtype"),
+    (
+        "k of another length",
+        lambda: gated_linear_attention(_Q, _t(2, 5, 3), _V),
+        ValueError,
+        r"q and k must have one shape",
+    ),
+    ("v of another length", lambda: gated_linear_attention(_Q, _K, _t(2, 5, 2)), ValueError, r"v \(2, 5, 2\)"),
+    ("D == 0", lambda: gated_linear_attention(_t(2, 4, 0), _t(2, 4, 0), _V), ValueError, r"with D >= 1"),
+    (
+        "gate above 1",
+        lambda: gated_linear_attention(_Q, _K, _V, 1.5),
+        ValueError,
+        r"gate must be in \(0, 1\], got values from 1.5",
+    ),
+    ("gate 0", lambda: gated_linear_attention_recurrent(_Q, _K, _V, 0.0), ValueError, r"gate must be in \(0, 1\]"),
+    (
+        "gate NaN",
+        lambda: gated_linear_attention_chunkwise(_Q, _K, _V, _GATE * float("nan")),
+        ValueError,
+        r"gate must be in",
+    ),
+    (
+        "gate shape",
+        lambda: gated_linear_attention(_Q, _K, _V, _GATE[:, :3]),
+        ValueError,
+        r"gate must have shape \(2, 4\) \(one per token\), got \(2, 3\)",
+    ),
+    (
+        "gate float32",
+        lambda: gated_linear_attention(_Q, _K, _V, _GATE.float()),
+        TypeError,
+        r"gate must be a number or a torch.float64 tensor",
+    ),
+    ("gate a string", lambda: gated_linear_attention_prefix_states(_Q, _K, _V, "0.5"), TypeError, r"got str"),
+    ("gate a bool", lambda: gated_linear_attention(_Q, _K, _V, True), TypeError, r"gate must be a number .*got bool"),
+    ("beta negative", lambda: delta_rule_recurrent(_Q, _K, _V, -0.1), ValueError, r"beta must be in \[0, 1\]"),
+    (
+        "beta missing",
+        lambda: delta_rule_recurrent(_Q, _K, _V, None),
+        TypeError,
+        r"beta must be a number .*got NoneType",
+    ),
+    (
+        "chunk_size 0",
+        lambda: gated_linear_attention_chunkwise(_Q, _K, _V, chunk_size=0),
+        ValueError,
+        r"chunk_size must be at least 1, got 0",
+    ),
+    (
+        "chunk_size float",
+        lambda: gated_linear_attention_chunkwise(_Q, _K, _V, chunk_size=2.0),
+        TypeError,
+        r"chunk_size must be an int, got float",
+    ),
+    (
+        "step state wrong shape",
+        lambda: gated_linear_attention_step(_t(2, 2, 2), _Q[:, 0], _K[:, 0], _V[:, 0]),
+        ValueError,
+        r"state must be \(\.\.\., D, Dv\) = \(2, 3, 2\)",
+    ),
+    (
+        "step state float32",
+        lambda: delta_rule_step(_S.float(), _Q[:, 0], _K[:, 0], _V[:, 0], 1.0),
+        ValueError,
+        r"state must be .*got \(2, 3, 2\) \(torch.float32",
+    ),
+    (
+        "step gate_t above 1",
+        lambda: gated_linear_attention_step(_S, _Q[:, 0], _K[:, 0], _V[:, 0], 2.0),
+        ValueError,
+        r"gate_t must be in \(0, 1\]",
+    ),
+    (
+        "step beta_t shape",
+        lambda: delta_rule_step(_S, _Q[:, 0], _K[:, 0], _V[:, 0], _GATE),
+        ValueError,
+        r"beta_t must have shape \(2,\)",
+    ),
+    (
+        "chunk state a list",
+        lambda: gated_linear_attention_chunk([0.0], _Q, _K, _V),
+        TypeError,
+        r"state must be a torch.Tensor",
+    ),
+    (
+        "decay_mask of ints",
+        lambda: decay_mask(torch.ones(3, dtype=torch.long)),
+        TypeError,
+        r"gate must be a floating-point",
+    ),
+    ("decay_mask gate 0", lambda: decay_mask(torch.zeros(3)), ValueError, r"gate must be in \(0, 1\]"),
+    ("cost T negative", lambda: chunkwise_cost(-1, 4, 4, 2), ValueError, r"T must be at least 0, got -1"),
+    ("cost D float", lambda: chunkwise_cost(8, 4.0, 4, 2), TypeError, r"D must be an int, got float"),
+]
+
+
+@pytest.mark.parametrize("call, error, message", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS])
+def test_bad_input_is_refused_with_a_clear_message(call, error, message):
+    with pytest.raises(error, match=message):
+        call()
