@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from course_utils.checking import Exercise, Mistake
+from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.linear_attention import delta_rule_step, gated_linear_attention_chunk, gated_linear_attention_step
 
@@ -268,6 +269,8 @@ EXERCISES = (
         cases=_gla_cases,
         draw=_gla_draw,
         minutes=8,
+        domain=Domain(leading={"state": 2, "q_t": 1, "k_t": 1, "v_t": 1, "gate_t": 0}, views=True),
+        results=("out_t", "new_state"),
         edges={
             "the first token (state zero)": _zero_state,
             "no leading axes": _lead(0),
@@ -317,6 +320,8 @@ EXERCISES = (
         cases=_delta_cases,
         draw=_delta_draw,
         minutes=8,
+        domain=Domain(leading={"state": 2, "q_t": 1, "k_t": 1, "v_t": 1, "beta_t": 0}, views=True),
+        results=("out_t", "new_state"),
         edges={
             "the first token (state zero)": _zero_state,
             "no leading axes": _lead(0),
@@ -375,6 +380,8 @@ EXERCISES = (
         cases=_chunk_cases,
         draw=_chunk_draw,
         minutes=12,
+        domain=Domain(leading={"state": 2, "q": 2, "k": 2, "v": 2, "gate": 1}, views=True),
+        results=("out", "new_state"),
         edges={
             "the first chunk (state zero)": _zero_state,
             "no leading axes": _lead(0),
