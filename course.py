@@ -334,6 +334,9 @@ def cpu_capabilities(kernels=(None, *FORCED_KERNELS)) -> dict[str | None, str]:
 BROWSER_WORKERS = ["-n", "auto", "--maxprocesses=2", "--dist", "load", "--maxschedchunk=1"]
 
 
+SWEEP_SEEDS = 200  # issue #30: at least 200 seeds, with no verdict changing
+
+
 def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list[Step], list[str]]:
     """The steps of `course.py test` and one-line notices for the passes left out.
 
@@ -378,6 +381,19 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
                 "every learner notebook run in JupyterLab in a real browser, its solution opened beside it "
                 "(tests/e2e; skipped without Chromium), beside the unit tests",
                 ["-m", "pytest", "tests/e2e", *BROWSER_WORKERS, *extra],
+                group=2,
+                ok=(0, 5),
+            )
+        )
+    if (ROOT / "tests" / "test_exercise_domains.py").is_file():
+        # Issue #30: a verdict must not depend on the draw. Every catalogued mistake, right answer and edge-only
+        # wrapper is checked on SWEEP_SEEDS seeds; it runs beside the unit and browser tests, which mostly wait.
+        steps.append(
+            Step(
+                f"the exercise checks' seed sweep: every named mistake, right answer and edge-only wrong answer "
+                f"gives the same verdict on {SWEEP_SEEDS} seeds (tests/test_exercise_domains.py, marked slow)",
+                ["-m", "pytest", "tests/test_exercise_domains.py", "-m", "slow", "-q", *extra],
+                env={"COURSE_SEED_SWEEP": "1", "COURSE_SEED_SWEEP_SEEDS": str(SWEEP_SEEDS)},
                 group=2,
                 ok=(0, 5),
             )
