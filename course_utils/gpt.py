@@ -142,10 +142,17 @@ def check_layer_call(layer: nn.Module, x: object, cache: object, mask: object, s
     check_embedded("x", x, layer.embed_dim, layer)
     if cache is not None and not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
-    check_int("start", start, minimum=0)
+    if cache is not None and layer.layer_idx >= cache.num_layers:
+        raise ValueError(
+            f"the cache has {cache.num_layers} layer(s), this is layer {layer.layer_idx}: "
+            "use the model's new_cache() (one slot per layer)"
+        )
+    held = 0 if cache is None else cache.filled(layer.layer_idx)
+    if start is not None and check_int("start", start, minimum=0) != held and cache is not None:
+        raise ValueError(f"start must be the position the cache holds for this layer ({held}), got {start}")
     if mask is not None:
         B, T, _ = x.shape
-        S = T + (0 if cache is None else cache.length)
+        S = T + held
         check_bool_mask(mask, (B, layer.num_heads, T, S))
         check_same_device(q=x, mask=mask)
 
@@ -175,10 +182,11 @@ class CausalSelfAttention(MultiHeadAttention):
         cache: KVCache | None = None,
         need_weights: bool = False,
         mask: torch.Tensor | None = None,
-        start: int = 0,
+        start: int | None = None,
     ):
         check_layer_call(self, x, cache, mask, start)
         check_bool("need_weights", need_weights)
+        start = (0 if cache is None else cache.filled(self.layer_idx)) if start is None else start
         return self.forward_unchecked(x, cache, need_weights, mask, start)
 
     def forward_unchecked(
@@ -251,9 +259,10 @@ class Block(shared.Block):
         self.layer_idx = layer_idx
 
     def forward(
-        self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None, start: int = 0
+        self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None, start: int | None = None
     ) -> torch.Tensor:
         check_layer_call(self.attn, x, cache, mask, start)
+        start = (0 if cache is None else cache.filled(self.layer_idx)) if start is None else start
         return self.forward_unchecked(x, cache, mask, start)
 
     def forward_unchecked(
@@ -267,7 +276,7 @@ class Block(shared.Block):
         x: torch.Tensor,
         cache: KVCache | None = None,
         mask: torch.Tensor | None = None,
-        start: int = 0,
+        start: int | None = None,
         need_weights: bool = False,
     ):
         """The attention branch alone, through the layer's checked forward: (B, T, C) -> (B, T, C), and
@@ -383,6 +392,10 @@ class GPT(nn.Module):
             )
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
+        if cache is not None and cache.num_layers != self.config.num_layers:
+            raise ValueError(
+                f"the cache has {cache.num_layers} layer(s), the model {self.config.num_layers}: use model.new_cache()"
+            )
         start = 0 if cache is None else cache.length  # idx's first position, read before any layer appends
         self.check_ids(idx, start)
         if targets is not None and not torch.compiler.is_compiling():

@@ -10,7 +10,7 @@ import torch
 
 from course_utils.generation import generate
 from course_utils.gpt import GPT, PRESETS, GPTConfig
-from course_utils.variants import GroupedQueryAttention
+from course_utils.variants import GroupedQueryAttention, KVCache
 
 TINY = dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2)
 
@@ -335,6 +335,19 @@ def test_cached_forward_in_chunks_equals_one_full_forward(variant):
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("part", ["attn", "block"])
+@pytest.mark.parametrize("variant", ["rope", "grouped-query, rope"])
+def test_a_layer_called_with_a_cache_and_no_start_continues_from_what_the_cache_holds(variant, part):
+    block = make(**VARIANTS[variant]).blocks[0]
+    layer = block if part == "block" else block.attn
+    x = torch.randn(2, 6, TINY["embed_dim"], generator=torch.Generator().manual_seed(3))
+    cache = KVCache(1, TINY["context_length"])  # the layer is layer 0: one slot
+    parts = [layer(x[:, :2], cache=cache), layer(x[:, 2:5], cache=cache), layer(x[:, 5:], cache=cache)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"start must be the position the cache holds for this layer \(6\), got 0"):
+        layer(x[:, :1], cache=cache, start=0)
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_cached_generation_equals_recomputing_the_prefix(variant):
     model = make(**VARIANTS[variant]).for_generation()
@@ -498,6 +511,11 @@ def _with(value, position=(1, 2)):
             r"got a KVCache as targets \(the second argument\): pass it as cache=",
         ),
         (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
+        (
+            lambda m: m(ids(2, 5), cache=KVCache(1, 16)),
+            ValueError,
+            r"the cache has 1 layer\(s\), the model 2: use model.new_cache\(\)",
+        ),
     ],
 )
 def test_bad_arguments_say_what_was_expected(call, error, match):
