@@ -75,10 +75,12 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
-            check_int(name, getattr(self, name))
+            self._store(name, check_int(name, getattr(self, name)))  # int, not np.int64: weights_only checkpoints
         check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
-        check_fraction("dropout", self.dropout)
+        self._store("num_kv_heads", None if self.num_kv_heads is None else int(self.num_kv_heads))
+        self._store("dropout", check_fraction("dropout", self.dropout))
         check_bool("bias", self.bias)
+        self._store("bias", bool(self.bias))  # bool, not np.bool_
         check_choice("positions", self.positions, _POSITIONS)
         check_choice("attention", self.attention, _ATTENTION)
         if self.attention == "flash" and self.dropout > 0:
@@ -88,12 +90,17 @@ class GPTConfig:
             )
         why = " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)"
         check_choice("norm_position", self.norm_position, shared.NORM_POSITIONS, why)
-        check_greater_than("rope_base", self.rope_base, 1)  # checked for every model: checkpoints store it
+        self._store("rope_base", check_greater_than("rope_base", self.rope_base, 1))  # checkpoints store it
+        for name in ("positions", "attention", "norm_position"):
+            self._store(name, str(getattr(self, name)))  # str, not np.str_
         if self.positions == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"rotary positions need an even head_dim, got {self.head_dim} "
                 f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
             )
+
+    def _store(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)  # the dataclass is frozen
 
     @property
     def head_dim(self) -> int:

@@ -70,6 +70,17 @@ def test_config_rejects_bad_values(overrides, error, match):
         GPTConfig(**{**TINY, **overrides})
 
 
+def test_numpy_numbers_in_the_config_are_stored_as_python_ones_so_checkpoints_load_with_weights_only(tmp_path):
+    import numpy as np
+
+    numpy_fields = dict(num_heads=np.int64(4), num_kv_heads=np.int64(2), dropout=np.float64(0.1), bias=np.bool_(False))
+    cfg = GPTConfig(**{**TINY, **numpy_fields})
+    torch.save(cfg.to_dict(), tmp_path / "config.pt")
+    loaded = torch.load(tmp_path / "config.pt", weights_only=True)
+    assert GPTConfig.from_dict(loaded) == cfg
+    assert [type(loaded[k]) for k in ("num_heads", "num_kv_heads", "dropout", "bias")] == [int, int, float, bool]
+
+
 def test_config_is_frozen():
     with pytest.raises(dataclasses.FrozenInstanceError):
         GPTConfig().embed_dim = 3
