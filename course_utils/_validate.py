@@ -164,6 +164,8 @@ def check_token_ids(
         raise ValueError(f"{name} must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
     if not is_integer_tensor(idx):
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}")
+    if idx.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must hold int64 or int32 token ids (what nn.Embedding takes), got dtype {idx.dtype}")
     if idx.numel() == 0 or not values:
         return
     if idx.device.type == "meta":

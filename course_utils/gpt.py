@@ -367,6 +367,8 @@ class GPT(nn.Module):
         if not torch.compiler.is_compiling():
             check_token_ids("idx", idx, self.config.vocab_size, values=self._reads(idx))
         T = idx.shape[1]
+        if T == 0:
+            raise ValueError(f"idx must hold at least one token, got shape {tuple(idx.shape)}")
         if start + T > self.config.context_length:
             raise ValueError(
                 f"positions {start}..{start + T - 1} do not fit in context_length = {self.config.context_length}; "
@@ -418,7 +420,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())  # mean over B * T tokens
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten().long())  # mean over B * T tokens
         return logits, loss
 
     @torch.no_grad()

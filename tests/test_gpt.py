@@ -522,6 +522,13 @@ def _with(value, position=(1, 2)):
             r"got a KVCache as targets \(the second argument\): pass it as cache=",
         ),
         (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
+        (lambda m: m(ids(1, 0), ids(1, 0)), ValueError, r"idx must hold at least one token, got shape \(1, 0\)"),
+        (
+            lambda m: m(ids(2, 5).to(torch.uint8)),
+            TypeError,
+            r"idx must hold int64 or int32 token ids \(what nn.Embedding takes\), got dtype torch.uint8",
+        ),
+        (lambda m: m(ids(2, 5), ids(2, 5).to(torch.int16)), TypeError, "targets must hold int64 or int32 token ids"),
         (
             lambda m: m(ids(2, 5), cache=KVCache(1, 16)),
             ValueError,
@@ -532,6 +539,13 @@ def _with(value, position=(1, 2)):
 def test_bad_arguments_say_what_was_expected(call, error, match):
     with pytest.raises(error, match=match):
         call(make())
+
+
+def test_int32_ids_and_targets_give_the_logits_and_loss_of_int64_ones():
+    model, idx, targets = make(), ids(2, 5), ids(2, 5, seed=2)
+    logits, loss = model(idx, targets)
+    logits32, loss32 = model(idx.int(), targets.int())
+    torch.testing.assert_close((logits32, loss32), (logits, loss))
 
 
 def test_targets_of_minus_100_are_ignored_as_in_cross_entropy():
