@@ -14,9 +14,11 @@ import torch
 from course_utils._validate import (
     check_bool_mask,
     check_choice,
+    check_float_tensor,
     check_int,
     check_last_positions,
     check_number,
+    check_same_device,
     check_tensor,
     is_integer_tensor,
 )
@@ -60,13 +62,19 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | No
 
     Shape: scores (..., T, S), mask bool broadcastable to it -> (..., T, S). Taught in notebook 03.
     """
-    check_tensor("scores", scores, min_dim=2)
+    check_float_tensor("scores", scores, min_dim=2)
     check_bool_mask(mask, scores.shape)
+    check_same_device(scores=scores, mask=mask)
     fill = float("-inf") if fill_value is None else check_number("fill_value", fill_value, "a number or None")
     if not (fill == float("-inf") or (math.isfinite(fill) and fill < 0)):
         raise ValueError(
             f"fill_value must be -inf or a finite negative number (blocked keys need a score far below the others "
             f"so the softmax gives them ~0 weight; NaN or +inf would poison the row), got {fill}"
+        )
+    if fill < torch.finfo(scores.dtype).min and fill != float("-inf"):
+        raise ValueError(
+            f"fill_value {fill} is below the lowest {scores.dtype} ({torch.finfo(scores.dtype).min}): "
+            "use -inf or a number that dtype holds"
         )
     return scores.masked_fill(~mask, fill)
 
@@ -110,6 +118,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     except RuntimeError:
         shapes = ", ".join(str(tuple(m.shape)) for m in present)
         raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None
+    check_same_device(**{f"mask {i}": m for i, m in enumerate(present)})
     out = present[0]
     for m in present[1:]:
         out = out & m

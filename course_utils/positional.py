@@ -19,6 +19,7 @@ from course_utils._validate import (
     check_int,
     check_last_positions,
     check_positions,
+    check_same_device,
 )
 from course_utils.attention import attend
 from course_utils.multihead import MultiHeadAttention, check_attention_call, merge_heads, split_heads
@@ -130,6 +131,7 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
     """
     for name, t in (("x1", x1), ("x2", x2), ("angle", angle)):
         check_float_tensor(name, t, min_dim=0)
+    check_same_device(x1=x1, x2=x2, angle=angle)
     try:
         torch.broadcast_shapes(x1.shape, x2.shape, angle.shape)
     except RuntimeError:

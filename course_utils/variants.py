@@ -325,6 +325,7 @@ def aft_full(
         raise ValueError(f"w must have shape (T, S) = ({T}, {S}), got {tuple(w.shape)}")
     if mask is not None:
         check_bool_mask(mask, (T, S))
+    check_same_device(q=q, w=w, mask=mask)
     return _aft_full(q, k, v, w, mask)
 
 
@@ -588,6 +589,11 @@ class DecoderConfig:
         if self.window is not None:
             check_int("window", self.window)
         check_choice("positions", self.positions, ("learned", "rope"))
+        if self.positions == "rope" and (self.embed_dim // self.num_heads) % 2 != 0:
+            raise ValueError(
+                f"rotary positions need an even head_dim, got {self.embed_dim // self.num_heads} "
+                f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
+            )
 
     @classmethod
     def tiny(cls, **overrides) -> DecoderConfig:

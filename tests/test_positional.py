@@ -395,6 +395,11 @@ X = torch.randn(2, 4, 8)
 # (call, exception type, words the message must contain)
 MESSAGES = [
     (
+        lambda: rotate_pair(torch.randn(3), torch.randn(3, device="meta"), torch.randn(3)),
+        ValueError,
+        "x1, x2, angle must be on one device, got x1 on cpu, x2 on meta, angle on cpu",
+    ),
+    (
         lambda: PE(torch.randn(1, 9, 4)),
         ValueError,
         "position 8 is beyond context_length = 8: a learned position embedding only has rows for positions 0 .. 7",

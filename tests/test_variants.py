@@ -771,6 +771,22 @@ MESSAGES = [
         ValueError,
         "k, v must be on one device, got k on cpu, v on meta",
     ),
+    (
+        lambda: DecoderConfig(embed_dim=12, num_heads=4, num_kv_heads=2, positions="rope"),
+        ValueError,
+        "rotary positions need an even head_dim, got 3 (embed_dim 12 / num_heads 4)",
+    ),
+    (
+        lambda: aft_full(
+            torch.randn(2, 3, 4),
+            torch.randn(2, 5, 4),
+            torch.randn(2, 5, 4),
+            torch.randn(3, 5),
+            mask=torch.ones(3, 5, dtype=torch.bool, device="meta"),
+        ),
+        ValueError,
+        "q, w, mask must be on one device, got q on cpu, w on cpu, mask on meta",
+    ),
     (lambda: KVCache(1, 4).filled(5), ValueError, "layer must be in [0, 0], got 5"),
     (lambda: KVCache(2, 4).filled(-1), ValueError, "layer must be in [0, 1], got -1"),
     (lambda: topk_attention(Q8, Q8, Q8, 2, causal="no"), TypeError, "causal must be True or False, got 'no' (str)"),
