@@ -12,9 +12,11 @@ from typing import Literal, get_args
 import torch
 
 from course_utils._validate import (
+    MAX_POSITIONS,
     check_bool_mask,
     check_choice,
     check_float_tensor,
+    check_holds_values,
     check_int,
     check_last_positions,
     check_number,
@@ -84,7 +86,8 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
 
     Shape: lengths (B,) -> (B, S); use ``m[:, None, None, :]`` for (B, H, T, S) scores. Taught in notebook 03.
     """
-    check_int("S", S, minimum=0)
+    if check_int("S", S, minimum=0) > MAX_POSITIONS:
+        raise ValueError(f"S must be at most {MAX_POSITIONS} (the mask holds B * S entries), got {S}")
     try:
         lengths = torch.as_tensor(lengths)  # a list of ints too
     except (TypeError, RuntimeError, ValueError):
@@ -95,6 +98,7 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
         raise TypeError(
             f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}"
         )
+    check_holds_values("lengths", lengths)
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
         raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
     positions = torch.arange(S, device=lengths.device)  # (S,)
@@ -146,6 +150,8 @@ def convert_mask(
         raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
     if src == "additive" and not mask.is_floating_point():
         raise TypeError(f"an 'additive' mask must be floating point, got dtype {mask.dtype}")
+    if src == "additive":
+        check_holds_values("mask", mask)
     if src == "additive" and not bool(((mask == 0) | (mask == float("-inf"))).all()):
         raise ValueError(
             "an 'additive' mask may only hold 0 (may attend) and -inf (blocked); this one holds other values, "
