@@ -164,6 +164,8 @@ def check_token_ids(
         raise ValueError(f"{name} must be a (B, T) tensor of token ids, got shape {tuple(idx.shape)}")
     if not is_integer_tensor(idx):
         raise TypeError(f"{name} must hold integer token ids (torch.long), got dtype {idx.dtype}")
+    if idx.dtype not in (torch.int64, torch.int32):
+        raise TypeError(f"{name} must hold int64 or int32 token ids (what nn.Embedding takes), got dtype {idx.dtype}")
     if idx.numel() == 0 or not values:
         return
     if idx.device.type == "meta":
@@ -321,6 +323,17 @@ def check_last_positions(T: int, S: int, who: str) -> None:
         raise ValueError(f"{who} needs T <= S (the queries are the last T of the S positions), got T={T}, S={S}")
 
 
+MAX_POSITIONS = 2**24  # the most positions a table or mask is built for: beyond it the allocation fails, not the idea
+
+
+def check_holds_values(name: str, t: torch.Tensor) -> None:
+    """Raise unless ``t`` is on a device that holds values (not meta): for a check that has to read it."""
+    if t.device.type == "meta":
+        raise ValueError(
+            f"{name} is on the meta device, which holds no values to check: put it on a real device (cpu, cuda, mps)"
+        )
+
+
 def check_positions(positions: object, T: int) -> None:
     """Raise unless ``positions`` is a (T,) integer tensor of positions >= 0."""
     if not isinstance(positions, torch.Tensor):
@@ -331,5 +344,6 @@ def check_positions(positions: object, T: int) -> None:
         raise ValueError(
             f"positions must have shape (T,) = ({T},), one per position of x, got {tuple(positions.shape)}"
         )
+    check_holds_values("positions", positions)
     if positions.numel() and int(positions.min()) < 0:
         raise ValueError(f"positions must be >= 0, got a minimum of {int(positions.min())}")

@@ -48,7 +48,9 @@ def attention_loops(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: fl
             f"{tuple(q.shape)}, {tuple(k.shape)} and {tuple(v.shape)}"
         )
     T, S = q.shape[0], k.shape[0]
-    out = torch.zeros(T, v.shape[1], dtype=v.dtype)
+    if S == 0:
+        raise ValueError(f"attention_loops needs at least one key (S >= 1), got k of shape {tuple(k.shape)}")
+    out = v.new_zeros(T, v.shape[1])  # on v's device, in its dtype
     for i in range(T):
         scores = torch.stack([torch.dot(q[i], k[j]) * scale for j in range(S)])  # (S,)
         exps = torch.exp(scores - scores.max())  # (S,)
@@ -99,6 +101,8 @@ def softmax(x: torch.Tensor, dim: int = -1) -> torch.Tensor:
     """
     check_float_tensor("x", x)
     check_dim("x", x, dim)
+    if x.shape[dim] == 0:  # nothing to normalise: an empty result, as torch.softmax gives
+        return x.clone()
     shift = x.amax(dim=dim, keepdim=True).detach()
     exps = torch.exp(x - shift)
     return exps / exps.sum(dim=dim, keepdim=True)
@@ -157,6 +161,8 @@ def attend(
     scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
     if bias is not None:
         scores = scores + bias  # (..., T, S): a bias changes scores, a mask removes keys
+        finite = scores != float("-inf")  # a -inf bias blocks keys, as in F.sdpa's float mask: a row it
+        mask = finite if mask is None else mask & finite  # blocks entirely gets 0 below, not NaN
     if mask is not None:
         scores = scores.masked_fill(~mask, float("-inf"))  # blocked keys get -inf before the softmax
         sees_nothing = ~mask.any(dim=-1, keepdim=True)  # (..., T, 1): rows with every key blocked

@@ -79,6 +79,8 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:
         check_embedded("x", x, self.ln_1.normalized_shape[0], self)
+        if kwargs.get("need_weights", False) is not False:
+            raise TypeError("a block returns x only: for the attention weights call block.attend(x, need_weights=True)")
         return self.forward_unchecked(x, *args, **kwargs)
 
     def forward_unchecked(self, x: torch.Tensor, *args, **kwargs) -> torch.Tensor:

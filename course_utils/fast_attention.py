@@ -71,6 +71,13 @@ def block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
         )
     if scores.dtype != v.dtype:
         raise TypeError(f"scores and v must have one dtype, got {scores.dtype} and {v.dtype}")
+    check_same_device(scores=scores, v=v)
+    try:
+        torch.broadcast_shapes(scores.shape[:-2], v.shape[:-2])
+    except RuntimeError:
+        raise ValueError(
+            f"the batch dimensions of scores {tuple(scores.shape)} and v {tuple(v.shape)} do not broadcast"
+        ) from None
     return _block_partial(scores, v)
 
 
@@ -98,6 +105,7 @@ def merge_partials(a: Partial, b: Partial) -> Partial:
             f"a and b must hold tensors of one dtype, got {sorted(str(d) for d in dtypes)} "
             "(torch would silently promote the merged partial)"
         )
+    check_same_device(a=a[0], b=b[0])
     return _merge(Partial(*a), Partial(*b))  # a plain tuple (m, l, o) is welcome too
 
 

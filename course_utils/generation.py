@@ -143,6 +143,8 @@ def _sample(
 ) -> torch.Tensor:
     """:func:`sample_next_token` without its checks (the loop checks its settings once)."""
     if greedy:
+        if logits.isnan().any():  # argmax would return a NaN's index as the largest
+            _refuse_nan(logits)
         return logits.argmax(dim=-1)  # (B,)
     logits = logits / temperature  # (B, V)
     if top_k is not None:
@@ -154,11 +156,7 @@ def _sample(
         return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)
     except RuntimeError:  # find out why only when it failed: valid logits pay nothing
         if logits.isnan().any():
-            rows = logits.isnan().any(dim=-1).nonzero().flatten().tolist()
-            raise ValueError(
-                f"logits must be numbers, got NaN in row(s) {rows[:10]}: the model's output is "
-                "broken (a diverged training run, or a fully masked row upstream)"
-            ) from None
+            _refuse_nan(logits)
         dead_rows = (logits == float("-inf")).all(dim=-1).nonzero().flatten().tolist()
         if dead_rows:
             raise ValueError(
@@ -166,8 +164,19 @@ def _sample(
                 "logits (or a mask applied to them) rule out the whole vocabulary"
             ) from None
         if (logits == float("inf")).any():
-            raise ValueError("logits must be finite or -inf, got +inf: softmax of +inf is NaN") from None
+            raise ValueError(
+                f"logits / temperature must be finite or -inf, got +inf (temperature={temperature}; too small a "
+                "temperature overflows finite logits): softmax of +inf is NaN"
+            ) from None
         raise
+
+
+def _refuse_nan(logits: torch.Tensor) -> None:
+    rows = logits.isnan().any(dim=-1).nonzero().flatten().tolist()
+    raise ValueError(
+        f"logits must be numbers, got NaN in row(s) {rows[:10]}: the model's output is "
+        "broken (a diverged training run, or a fully masked row upstream)"
+    ) from None
 
 
 OnFull = Literal["error", "shift"]

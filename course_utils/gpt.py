@@ -75,10 +75,12 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
-            check_int(name, getattr(self, name))
+            self._store(name, check_int(name, getattr(self, name)))  # int, not np.int64: weights_only checkpoints
         check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
-        check_fraction("dropout", self.dropout)
+        self._store("num_kv_heads", None if self.num_kv_heads is None else int(self.num_kv_heads))
+        self._store("dropout", check_fraction("dropout", self.dropout))
         check_bool("bias", self.bias)
+        self._store("bias", bool(self.bias))  # bool, not np.bool_
         check_choice("positions", self.positions, _POSITIONS)
         check_choice("attention", self.attention, _ATTENTION)
         if self.attention == "flash" and self.dropout > 0:
@@ -88,12 +90,17 @@ class GPTConfig:
             )
         why = " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)"
         check_choice("norm_position", self.norm_position, shared.NORM_POSITIONS, why)
-        check_greater_than("rope_base", self.rope_base, 1)  # checked for every model: checkpoints store it
+        self._store("rope_base", check_greater_than("rope_base", self.rope_base, 1))  # checkpoints store it
+        for name in ("positions", "attention", "norm_position"):
+            self._store(name, str(getattr(self, name)))  # str, not np.str_
         if self.positions == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"rotary positions need an even head_dim, got {self.head_dim} "
                 f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
             )
+
+    def _store(self, name: str, value: object) -> None:
+        object.__setattr__(self, name, value)  # the dataclass is frozen
 
     @property
     def head_dim(self) -> int:
@@ -142,10 +149,17 @@ def check_layer_call(layer: nn.Module, x: object, cache: object, mask: object, s
     check_embedded("x", x, layer.embed_dim, layer)
     if cache is not None and not isinstance(cache, KVCache):
         raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
-    check_int("start", start, minimum=0)
+    if cache is not None and layer.layer_idx >= cache.num_layers:
+        raise ValueError(
+            f"the cache has {cache.num_layers} layer(s), this is layer {layer.layer_idx}: "
+            "use the model's new_cache() (one slot per layer)"
+        )
+    held = 0 if cache is None else cache.filled(layer.layer_idx)
+    if start is not None and check_int("start", start, minimum=0) != held and cache is not None:
+        raise ValueError(f"start must be the position the cache holds for this layer ({held}), got {start}")
     if mask is not None:
         B, T, _ = x.shape
-        S = T + (0 if cache is None else cache.length)
+        S = T + held
         check_bool_mask(mask, (B, layer.num_heads, T, S))
         check_same_device(q=x, mask=mask)
 
@@ -175,10 +189,11 @@ class CausalSelfAttention(MultiHeadAttention):
         cache: KVCache | None = None,
         need_weights: bool = False,
         mask: torch.Tensor | None = None,
-        start: int = 0,
+        start: int | None = None,
     ):
         check_layer_call(self, x, cache, mask, start)
         check_bool("need_weights", need_weights)
+        start = (0 if cache is None else cache.filled(self.layer_idx)) if start is None else start
         return self.forward_unchecked(x, cache, need_weights, mask, start)
 
     def forward_unchecked(
@@ -251,9 +266,10 @@ class Block(shared.Block):
         self.layer_idx = layer_idx
 
     def forward(
-        self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None, start: int = 0
+        self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None, start: int | None = None
     ) -> torch.Tensor:
         check_layer_call(self.attn, x, cache, mask, start)
+        start = (0 if cache is None else cache.filled(self.layer_idx)) if start is None else start
         return self.forward_unchecked(x, cache, mask, start)
 
     def forward_unchecked(
@@ -267,7 +283,7 @@ class Block(shared.Block):
         x: torch.Tensor,
         cache: KVCache | None = None,
         mask: torch.Tensor | None = None,
-        start: int = 0,
+        start: int | None = None,
         need_weights: bool = False,
     ):
         """The attention branch alone, through the layer's checked forward: (B, T, C) -> (B, T, C), and
@@ -351,6 +367,8 @@ class GPT(nn.Module):
         if not torch.compiler.is_compiling():
             check_token_ids("idx", idx, self.config.vocab_size, values=self._reads(idx))
         T = idx.shape[1]
+        if T == 0:
+            raise ValueError(f"idx must hold at least one token, got shape {tuple(idx.shape)}")
         if start + T > self.config.context_length:
             raise ValueError(
                 f"positions {start}..{start + T - 1} do not fit in context_length = {self.config.context_length}; "
@@ -383,6 +401,10 @@ class GPT(nn.Module):
             )
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
+        if cache is not None and cache.num_layers != self.config.num_layers:
+            raise ValueError(
+                f"the cache has {cache.num_layers} layer(s), the model {self.config.num_layers}: use model.new_cache()"
+            )
         start = 0 if cache is None else cache.length  # idx's first position, read before any layer appends
         self.check_ids(idx, start)
         if targets is not None and not torch.compiler.is_compiling():
@@ -398,7 +420,7 @@ class GPT(nn.Module):
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
         loss = None
         if targets is not None:
-            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten())  # mean over B * T tokens
+            loss = F.cross_entropy(logits.flatten(0, 1).float(), targets.flatten().long())  # mean over B * T tokens
         return logits, loss
 
     @torch.no_grad()

@@ -12,11 +12,15 @@ from typing import Literal, get_args
 import torch
 
 from course_utils._validate import (
+    MAX_POSITIONS,
     check_bool_mask,
     check_choice,
+    check_float_tensor,
+    check_holds_values,
     check_int,
     check_last_positions,
     check_number,
+    check_same_device,
     check_tensor,
     is_integer_tensor,
 )
@@ -60,13 +64,19 @@ def mask_scores(scores: torch.Tensor, mask: torch.Tensor, fill_value: float | No
 
     Shape: scores (..., T, S), mask bool broadcastable to it -> (..., T, S). Taught in notebook 03.
     """
-    check_tensor("scores", scores, min_dim=2)
+    check_float_tensor("scores", scores, min_dim=2)
     check_bool_mask(mask, scores.shape)
+    check_same_device(scores=scores, mask=mask)
     fill = float("-inf") if fill_value is None else check_number("fill_value", fill_value, "a number or None")
     if not (fill == float("-inf") or (math.isfinite(fill) and fill < 0)):
         raise ValueError(
             f"fill_value must be -inf or a finite negative number (blocked keys need a score far below the others "
             f"so the softmax gives them ~0 weight; NaN or +inf would poison the row), got {fill}"
+        )
+    if fill < torch.finfo(scores.dtype).min and fill != float("-inf"):
+        raise ValueError(
+            f"fill_value {fill} is below the lowest {scores.dtype} ({torch.finfo(scores.dtype).min}): "
+            "use -inf or a number that dtype holds"
         )
     return scores.masked_fill(~mask, fill)
 
@@ -76,7 +86,8 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
 
     Shape: lengths (B,) -> (B, S); use ``m[:, None, None, :]`` for (B, H, T, S) scores. Taught in notebook 03.
     """
-    check_int("S", S, minimum=0)
+    if check_int("S", S, minimum=0) > MAX_POSITIONS:
+        raise ValueError(f"S must be at most {MAX_POSITIONS} (the mask holds B * S entries), got {S}")
     try:
         lengths = torch.as_tensor(lengths)  # a list of ints too
     except (TypeError, RuntimeError, ValueError):
@@ -87,6 +98,7 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
         raise TypeError(
             f"lengths must be a 1-D integer tensor or list, got dtype {lengths.dtype}, shape {tuple(lengths.shape)}"
         )
+    check_holds_values("lengths", lengths)
     if lengths.numel() and (int(lengths.min()) < 0 or int(lengths.max()) > S):
         raise ValueError(f"every length must be in [0, S={S}], got {lengths.tolist()}")
     positions = torch.arange(S, device=lengths.device)  # (S,)
@@ -110,6 +122,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
     except RuntimeError:
         shapes = ", ".join(str(tuple(m.shape)) for m in present)
         raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None
+    check_same_device(**{f"mask {i}": m for i, m in enumerate(present)})
     out = present[0]
     for m in present[1:]:
         out = out & m
@@ -137,6 +150,8 @@ def convert_mask(
         raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
     if src == "additive" and not mask.is_floating_point():
         raise TypeError(f"an 'additive' mask must be floating point, got dtype {mask.dtype}")
+    if src == "additive":
+        check_holds_values("mask", mask)
     if src == "additive" and not bool(((mask == 0) | (mask == float("-inf"))).all()):
         raise ValueError(
             "an 'additive' mask may only hold 0 (may attend) and -inf (blocked); this one holds other values, "

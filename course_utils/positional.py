@@ -13,12 +13,14 @@ import torch
 from torch import nn
 
 from course_utils._validate import (
+    MAX_POSITIONS,
     check_choice,
     check_float_tensor,
     check_greater_than,
     check_int,
     check_last_positions,
     check_positions,
+    check_same_device,
 )
 from course_utils.attention import attend
 from course_utils.multihead import MultiHeadAttention, check_attention_call, merge_heads, split_heads
@@ -73,10 +75,11 @@ class LearnedPositionalEmbedding(nn.Module):
         T = x.shape[-2]
         if positions is not None:
             check_positions(positions, T)
-        positions = torch.arange(T, device=x.device) if positions is None else positions.to(x.device)  # (T,)
-        if positions.numel() and int(positions.max()) >= self.context_length:
+        last = T - 1 if positions is None or not positions.numel() else int(positions.max())  # x may be on meta
+        positions = torch.arange(T, device=x.device) if positions is None else positions.to(x.device, torch.long)
+        if last >= self.context_length:
             raise ValueError(
-                f"position {int(positions.max())} is beyond context_length = {self.context_length}: a learned "
+                f"position {last} is beyond context_length = {self.context_length}: a learned "
                 f"position embedding only has rows for positions 0 .. {self.context_length - 1}"
             )
         return x + self.embedding(positions)  # (B, T, C) + (T, C) -> (B, T, C)
@@ -130,6 +133,7 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
     """
     for name, t in (("x1", x1), ("x2", x2), ("angle", angle)):
         check_float_tensor(name, t, min_dim=0)
+    check_same_device(x1=x1, x2=x2, angle=angle)
     try:
         torch.broadcast_shapes(x1.shape, x2.shape, angle.shape)
     except RuntimeError:
@@ -166,6 +170,8 @@ def apply_rope(
     check_float_tensor("x", x, min_dim=2)
     check_choice("pairing", pairing, _PAIRINGS)
     check_even("the last dimension D of x", x.shape[-1], "RoPE rotates pairs of channels")
+    if x.shape[-1] == 0:
+        raise ValueError(f"the last dimension D of x (head_dim) must be at least 2, got shape {tuple(x.shape)}")
     T, D = x.shape[-2:]
     if positions is not None:
         check_positions(positions, T)
@@ -214,7 +220,8 @@ class RotaryTable:
         check_float_tensor("x", x, min_dim=2)
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x must end in head_dim = {self.head_dim} channels, got shape {tuple(x.shape)}")
-        check_int("start", start, minimum=0)
+        if check_int("start", start, minimum=0) > MAX_POSITIONS:  # the table holds start + T rows
+            raise ValueError(f"start must be at most {MAX_POSITIONS} (the table holds start + T rows), got {start}")
         return self.rotate_unchecked(x, start)
 
     def rotate_unchecked(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:

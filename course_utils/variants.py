@@ -30,6 +30,7 @@ from course_utils._validate import (
     check_greater_than,
     check_heads,
     check_int,
+    check_last_positions,
     check_qkv,
     check_same_device,
     check_scores_mask,
@@ -216,6 +217,8 @@ def sliding_window_attention(
             f"got {q.shape[-2]}, {k.shape[-2]}, {v.shape[-2]}"
         )
     T = q.shape[-2]
+    if T == 0:  # no query: an empty output, as F.scaled_dot_product_attention gives
+        return v.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
     outs = []
     for i0 in range(0, T, chunk_size):
         i1 = min(i0 + chunk_size, T)
@@ -322,6 +325,7 @@ def aft_full(
         raise ValueError(f"w must have shape (T, S) = ({T}, {S}), got {tuple(w.shape)}")
     if mask is not None:
         check_bool_mask(mask, (T, S))
+    check_same_device(q=q, w=w, mask=mask)
     return _aft_full(q, k, v, w, mask)
 
 
@@ -432,9 +436,14 @@ def topk_attention(
     check_qkv(q, k, v, scale)
     check_int("top_k", top_k)
     check_int("chunk_size", chunk_size)
+    check_bool("causal", causal)
     if mask is not None:
         check_scores_mask(mask, q, k)
     T, S, D = q.shape[-2], k.shape[-2], q.shape[-1]
+    if causal:
+        check_last_positions(T, S, "causal")
+    if T == 0:  # no query: an empty output, as F.scaled_dot_product_attention gives
+        return v.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     kk = min(top_k, S)
     outs = []
@@ -483,7 +492,7 @@ class KVCache:
 
     def filled(self, layer: int) -> int:
         """Positions ``layer`` holds: ``length``, or one step more while a step's layers append in turn."""
-        return self._lengths[layer]
+        return self._lengths[check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
@@ -497,6 +506,13 @@ class KVCache:
         check_float_tensor("k", k)
         if v.dtype != k.dtype:
             raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
+        check_same_device(k=k, v=v)
+        held = self.keys[layer]
+        if held is not None and (held.dtype != k.dtype or held.device != k.device):
+            raise TypeError(
+                f"layer {layer} caches {held.dtype} on {held.device}, got new keys of {k.dtype} on {k.device}: "
+                "start a new cache after changing the model's dtype or device"
+            )
         B, Hkv, T, D = k.shape
         start = self._lengths[layer]
         if start > self.length:
@@ -573,6 +589,11 @@ class DecoderConfig:
         if self.window is not None:
             check_int("window", self.window)
         check_choice("positions", self.positions, ("learned", "rope"))
+        if self.positions == "rope" and (self.embed_dim // self.num_heads) % 2 != 0:
+            raise ValueError(
+                f"rotary positions need an even head_dim, got {self.embed_dim // self.num_heads} "
+                f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
+            )
 
     @classmethod
     def tiny(cls, **overrides) -> DecoderConfig:

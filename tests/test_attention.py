@@ -308,6 +308,11 @@ ONE_DEVICE = "must be on one device, got q on cpu"
 
 # (call, exception type, words the message must contain): every message a learner can meet in this module
 MESSAGES = [
+    (
+        lambda: attention_loops(torch.randn(3, 4), torch.randn(0, 4), torch.randn(0, 4)),
+        ValueError,
+        "attention_loops needs at least one key (S >= 1), got k of shape (0, 4)",
+    ),
     *[
         (lambda fn=fn, qkv=qkv: fn(*qkv), error, words)
         for fn in (attention_matmul, attention_loops, lambda q, k, v: SDPA(q, k, v))
@@ -447,6 +452,24 @@ def test_additive_bias_matches_float_attn_mask_of_pytorch():
     ref = F.scaled_dot_product_attention(q, k, v, attn_mask=additive)
     keep = mask.any(-1)  # PyTorch's additive path gives NaN on fully masked rows; ours gives 0
     torch.testing.assert_close(out[..., keep, :], ref[..., keep, :])
+
+
+def test_a_bias_row_of_minus_inf_gives_zero_like_pytorchs_float_mask():
+    torch.manual_seed(0)
+    q, k, v = torch.randn(2, 3, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 4)
+    bias = torch.randn(3, 5)
+    bias[1] = float("-inf")  # query 1 may see no key
+    out, weights = scaled_dot_product_attention(q, k, v, bias=bias)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=bias))
+    assert (out[:, 1] == 0).all() and (weights[:, 1] == 0).all()
+    mask = torch.ones(3, 5, dtype=torch.bool)  # with a mask too, the -inf row still gives 0
+    torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask, bias=bias)[0], out)
+
+
+def test_softmax_over_an_empty_axis_and_attention_loops_output_on_the_inputs_device():
+    torch.testing.assert_close(softmax(torch.zeros(2, 0)), torch.softmax(torch.zeros(2, 0), dim=-1))
+    q, k, v = (torch.randn(n, 4, device="meta") for n in (3, 5, 5))
+    assert attention_loops(q, k, v).device.type == "meta"
 
 
 def test_bias_errors():

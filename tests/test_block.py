@@ -68,3 +68,9 @@ def test_mlp_shapes_and_ratio():
 def test_bad_arguments(call, error, match):
     with pytest.raises(error, match=match):
         call()
+
+
+def test_a_block_called_for_weights_says_to_use_attend():
+    block = Block(8, MultiHeadAttention(8, 2))
+    with pytest.raises(TypeError, match=r"for the attention weights call block.attend\(x, need_weights=True\)"):
+        block(torch.randn(1, 3, 8), need_weights=True)

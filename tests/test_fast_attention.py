@@ -557,6 +557,24 @@ GOOD = block_partial(torch.randn(2, 3), torch.randn(3, 4))
 
 # (call, exception type, words the message must contain): every message a learner can meet in this module
 MESSAGES = [
+    (
+        lambda: block_partial(torch.randn(2, 2, 3), torch.randn(3, 3, 4)),
+        ValueError,
+        "the batch dimensions of scores (2, 2, 3) and v (3, 3, 4) do not broadcast",
+    ),
+    (
+        lambda: block_partial(torch.randn(2, 3), torch.randn(3, 4, device="meta")),
+        ValueError,
+        "scores, v must be on one device, got scores on cpu, v on meta",
+    ),
+    (
+        lambda: merge_partials(
+            block_partial(torch.randn(2, 3), torch.randn(3, 4)),
+            Partial(*(t.to("meta") for t in block_partial(torch.randn(2, 3), torch.randn(3, 4)))),
+        ),
+        ValueError,
+        "a, b must be on one device, got a on cpu, b on meta",
+    ),
     *[
         (lambda fn=fn, a=a, kw=kw: fn(*(a or QKV), **kw), error, words)
         for fn in (tiled_attention, flash_attention)

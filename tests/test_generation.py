@@ -368,6 +368,16 @@ NAN_ROW[1, 2], DEAD_ROW[1] = float("nan"), float("-inf")
 
 # (call, exception type, words the message must contain)
 MESSAGES = [
+    (
+        lambda: sample_next_token(torch.tensor([[0.0, math.nan]]), greedy=True),
+        ValueError,
+        "logits must be numbers, got NaN in row(s) [0]",
+    ),
+    (
+        lambda: sample_next_token(LOGITS, temperature=1e-40),
+        ValueError,
+        "got +inf (temperature=1e-40; too small a temperature overflows finite logits)",
+    ),
     (lambda: sample_next_token(LOGITS, top_p=0.0), ValueError, "top_p must be in (0, 1], got 0"),
     (lambda: sample_next_token(LOGITS, top_p=1.5), ValueError, "top_p must be in (0, 1], got 1.5"),
     (lambda: sample_next_token(LOGITS, temperature=0.0), ValueError, "temperature must be > 0 " + GREEDY_HINT),

@@ -10,7 +10,7 @@ import torch
 
 from course_utils.generation import generate
 from course_utils.gpt import GPT, PRESETS, GPTConfig
-from course_utils.variants import GroupedQueryAttention
+from course_utils.variants import GroupedQueryAttention, KVCache
 
 TINY = dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2)
 
@@ -68,6 +68,17 @@ VARIANTS = {
 def test_config_rejects_bad_values(overrides, error, match):
     with pytest.raises(error, match=match):
         GPTConfig(**{**TINY, **overrides})
+
+
+def test_numpy_numbers_in_the_config_are_stored_as_python_ones_so_checkpoints_load_with_weights_only(tmp_path):
+    import numpy as np
+
+    numpy_fields = dict(num_heads=np.int64(4), num_kv_heads=np.int64(2), dropout=np.float64(0.1), bias=np.bool_(False))
+    cfg = GPTConfig(**{**TINY, **numpy_fields})
+    torch.save(cfg.to_dict(), tmp_path / "config.pt")
+    loaded = torch.load(tmp_path / "config.pt", weights_only=True)
+    assert GPTConfig.from_dict(loaded) == cfg
+    assert [type(loaded[k]) for k in ("num_heads", "num_kv_heads", "dropout", "bias")] == [int, int, float, bool]
 
 
 def test_config_is_frozen():
@@ -311,6 +322,19 @@ def test_cached_forward_in_chunks_equals_one_full_forward(variant):
     torch.testing.assert_close(torch.cat(parts, dim=1), full, atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("part", ["attn", "block"])
+@pytest.mark.parametrize("variant", ["rope", "grouped-query, rope"])
+def test_a_layer_called_with_a_cache_and_no_start_continues_from_what_the_cache_holds(variant, part):
+    block = make(**VARIANTS[variant]).blocks[0]
+    layer = block if part == "block" else block.attn
+    x = torch.randn(2, 6, TINY["embed_dim"], generator=torch.Generator().manual_seed(3))
+    cache = KVCache(1, TINY["context_length"])  # the layer is layer 0: one slot
+    parts = [layer(x[:, :2], cache=cache), layer(x[:, 2:5], cache=cache), layer(x[:, 5:], cache=cache)]
+    torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), atol=1e-5, rtol=1e-5)
+    with pytest.raises(ValueError, match=r"start must be the position the cache holds for this layer \(6\), got 0"):
+        layer(x[:, :1], cache=cache, start=0)
+
+
 @pytest.mark.parametrize("variant", list(VARIANTS))
 def test_cached_generation_equals_recomputing_the_prefix(variant):
     model = make(**VARIANTS[variant]).for_generation()
@@ -507,11 +531,30 @@ def _with(value, position=(1, 2)):
             TypeError,
             r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType",
         ),
+        (lambda m: m(ids(1, 0), ids(1, 0)), ValueError, r"idx must hold at least one token, got shape \(1, 0\)"),
+        (
+            lambda m: m(ids(2, 5).to(torch.uint8)),
+            TypeError,
+            r"idx must hold int64 or int32 token ids \(what nn.Embedding takes\), got dtype torch.uint8",
+        ),
+        (lambda m: m(ids(2, 5), ids(2, 5).to(torch.int16)), TypeError, "targets must hold int64 or int32 token ids"),
+        (
+            lambda m: m(ids(2, 5), cache=KVCache(1, 16)),
+            ValueError,
+            r"the cache has 1 layer\(s\), the model 2: use model.new_cache\(\)",
+        ),
     ],
 )
 def test_bad_arguments_say_what_was_expected(call, error, match):
     with pytest.raises(error, match=match):
         call(make())
+
+
+def test_int32_ids_and_targets_give_the_logits_and_loss_of_int64_ones():
+    model, idx, targets = make(), ids(2, 5), ids(2, 5, seed=2)
+    logits, loss = model(idx, targets)
+    logits32, loss32 = model(idx.int(), targets.int())
+    torch.testing.assert_close((logits32, loss32), (logits, loss))
 
 
 def test_targets_of_minus_100_are_ignored_as_in_cross_entropy():

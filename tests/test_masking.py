@@ -185,6 +185,41 @@ BIAS_NOT_MASK = "so it is a bias, not a mask"
 
 # (call, exception type, words the message must contain): every message a learner can meet in this module
 MESSAGES = [
+    (
+        lambda: padding_mask(torch.tensor([1, 2], device="meta"), 4),
+        ValueError,
+        "lengths is on the meta device, which holds no values to check",
+    ),
+    (
+        lambda: convert_mask(torch.zeros(3, device="meta"), "additive", "allow"),
+        ValueError,
+        "mask is on the meta device, which holds no values to check",
+    ),
+    (
+        lambda: padding_mask([1, 2], 2**62),
+        ValueError,
+        "S must be at most 16777216 (the mask holds B * S entries), got 4611686018427387904",
+    ),
+    (
+        lambda: mask_scores(torch.ones(3, 5, dtype=torch.long), causal_mask(3, 5)),
+        TypeError,
+        "scores must be a floating-point tensor, got dtype torch.int64",
+    ),
+    (
+        lambda: mask_scores(torch.ones(3, 5, dtype=torch.float16), causal_mask(3, 5), fill_value=-1e5),
+        ValueError,
+        "fill_value -100000.0 is below the lowest torch.float16 (-65504.0)",
+    ),
+    (
+        lambda: mask_scores(torch.ones(3, 5), causal_mask(3, 5, device="meta")),
+        ValueError,
+        "scores, mask must be on one device, got scores on cpu, mask on meta",
+    ),
+    (
+        lambda: combine_masks(torch.ones(3, dtype=torch.bool, device="meta"), torch.ones(3, dtype=torch.bool)),
+        ValueError,
+        "mask 0, mask 1 must be on one device, got mask 0 on meta, mask 1 on cpu",
+    ),
     *[
         (lambda args=args: causal_mask(*args), error, words)
         for args, error, words in [

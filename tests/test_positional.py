@@ -395,6 +395,26 @@ X = torch.randn(2, 4, 8)
 # (call, exception type, words the message must contain)
 MESSAGES = [
     (
+        lambda: apply_rope(torch.randn(2, 3, 4), positions=torch.arange(3, device="meta")),
+        ValueError,
+        "positions is on the meta device, which holds no values to check",
+    ),
+    (
+        lambda: RotaryTable(8).rotate(torch.randn(1, 2, 8), start=10**12),
+        ValueError,
+        "start must be at most 16777216 (the table holds start + T rows), got 1000000000000",
+    ),
+    (
+        lambda: apply_rope(torch.randn(2, 3, 0)),
+        ValueError,
+        "the last dimension D of x (head_dim) must be at least 2, got shape (2, 3, 0)",
+    ),
+    (
+        lambda: rotate_pair(torch.randn(3), torch.randn(3, device="meta"), torch.randn(3)),
+        ValueError,
+        "x1, x2, angle must be on one device, got x1 on cpu, x2 on meta, angle on cpu",
+    ),
+    (
         lambda: PE(torch.randn(1, 9, 4)),
         ValueError,
         "position 8 is beyond context_length = 8: a learned position embedding only has rows for positions 0 .. 7",
@@ -499,6 +519,13 @@ MESSAGES = [
         ]
     ],
 ]
+
+
+def test_learned_positions_take_any_integer_positions_and_run_on_meta():
+    torch.manual_seed(0)
+    emb, x = LearnedPositionalEmbedding(6, 8), torch.randn(1, 3, 8)
+    torch.testing.assert_close(emb(x, positions=torch.arange(3, dtype=torch.uint8)), emb(x))
+    assert emb.to("meta")(x.to("meta")).shape == (1, 3, 8)
 
 
 @pytest.mark.parametrize("call, error, words", MESSAGES)

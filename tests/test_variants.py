@@ -298,6 +298,16 @@ def test_chunked_topk_equals_the_full_reference(T, top_k, chunk, causal):
     )
 
 
+@pytest.mark.parametrize("kernel", ["topk", "sliding"])
+def test_no_query_gives_an_empty_output_as_torch_does(kernel):
+    q, kv = torch.randn(2, 0, 4), torch.randn(2, 5, 4)
+    if kernel == "topk":
+        out = topk_attention(q, kv, kv, 2)
+    else:
+        out, kv = sliding_window_attention(q, q, q, 2), q
+    torch.testing.assert_close(out, torch.nn.functional.scaled_dot_product_attention(q, kv, kv))
+
+
 def test_topk_with_k_at_least_S_is_ordinary_attention():
     torch.manual_seed(9)
     q, k, v = torch.randn(1, 3, 10, 4), torch.randn(1, 3, 12, 4), torch.randn(1, 3, 12, 4)
@@ -750,6 +760,40 @@ MESSAGES = [
         lambda: KVCache(1, 4).update(0, KV.long(), KV.long()),
         TypeError,
         "k must be a floating-point tensor, got dtype torch.int64",
+    ),
+    (
+        lambda: _cache((0, KV.shape)).update(0, KV.double(), KV.double()),
+        TypeError,
+        "layer 0 caches torch.float32 on cpu, got new keys of torch.float64 on cpu",
+    ),
+    (
+        lambda: KVCache(1, 4).update(0, KV, KV.to("meta")),
+        ValueError,
+        "k, v must be on one device, got k on cpu, v on meta",
+    ),
+    (
+        lambda: DecoderConfig(embed_dim=12, num_heads=4, num_kv_heads=2, positions="rope"),
+        ValueError,
+        "rotary positions need an even head_dim, got 3 (embed_dim 12 / num_heads 4)",
+    ),
+    (
+        lambda: aft_full(
+            torch.randn(2, 3, 4),
+            torch.randn(2, 5, 4),
+            torch.randn(2, 5, 4),
+            torch.randn(3, 5),
+            mask=torch.ones(3, 5, dtype=torch.bool, device="meta"),
+        ),
+        ValueError,
+        "q, w, mask must be on one device, got q on cpu, w on cpu, mask on meta",
+    ),
+    (lambda: KVCache(1, 4).filled(5), ValueError, "layer must be in [0, 0], got 5"),
+    (lambda: KVCache(2, 4).filled(-1), ValueError, "layer must be in [0, 1], got -1"),
+    (lambda: topk_attention(Q8, Q8, Q8, 2, causal="no"), TypeError, "causal must be True or False, got 'no' (str)"),
+    (
+        lambda: topk_attention(Q8, Q8[:, :3], Q8[:, :3], 2, causal=True),
+        ValueError,
+        "causal needs T <= S (the queries are the last T of the S positions), got T=5, S=3",
     ),
     (lambda: BATCH_OF_2.reorder([1, 0]), TypeError, "indices must be a torch.Tensor, got list"),
     (
