@@ -74,8 +74,8 @@ print(f"torch {torch.__version__}, device: {device}")
 #
 # Token by token, from zeros, that is a **recurrence**: add the token, `S_t = S_{t-1} + φ(k_t) v_tᵀ` and
 # `z_t = z_{t-1} + φ(k_t)`, then read with the query: an RNN whose hidden state is a matrix.
-# `linear_attention_step` is one step (Exercise 13.4). Run over the sequence, it gives what the `(T, T)` form
-# of notebook 03, with these weights, gives, the sums taken in another order:
+# `linear_attention_step` is one step (Exercise 13.4). Run over the sequence, it agrees with the `(T, T)` form
+# (notebook 03's masked attention with these weights); only the order of the sums differs:
 
 # %%
 g_la = torch.Generator().manual_seed(5)
