@@ -21,12 +21,12 @@
 #   do to shorter inputs, and the attention-free transformer (AFT), written so that large logits cannot
 #   overflow;
 # - chunked top-k attention, whose peak memory is O(chunk × T) instead of O(T²);
-# - linear attention, whose causal form runs as a recurrence with a state of constant size.
+# - linear attention in brief: a state of constant size in place of a growing cache (notebook 13 builds it).
 #
 # **Prerequisites**: notebooks 02 (scaled attention), 03 (masking) and 04 (multi-head attention).
 # Notebook 06 (positions) helps for the RoPE remark.
 #
-# **Time**: about 60 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
+# **Time**: about 50 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
 #
 # **Shapes**: `B` batch, `T` query length, `S` key length, `C` embed_dim, `H` num_heads, `Hkv`
 # num_kv_heads, `D` head_dim. Masks are boolean, `True` = may attend.
@@ -47,15 +47,10 @@ from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.variants import (
     GroupedQueryAttention,
-    KVCache,
     aft_full,
     aft_local_bias,
     aft_simple,
     kv_cache_bytes,
-    linear_attention,
-    linear_attention_quadratic,
-    linear_attention_recurrent,
-    linear_attention_step,
     linformer_attention,
     repeat_kv,
     sliding_window_attention,
@@ -217,11 +212,14 @@ print("a window >= T is the causal mask:", torch.equal(sliding_window_mask(8, 8)
 # Papers and implementations count windows differently, so check which count a number is before copying it:
 #
 # - **Mistral 7B** (Jiang et al. 2023) writes W as a *distance*: position i attends to `i - W .. i`, W + 1
-#   keys, `window = W + 1` here. Its code keeps W keys: the paper's rolling-buffer cache has W slots (the
-#   query and the W - 1 positions before it), and the reference implementation (xformers' local mask) and
-#   Hugging Face's eager path attend to exactly those: W = 4096 runs as `window = 4096`. FlashAttention's
-#   `window_size=(left, 0)` means keys `i - left .. i`, `window = left + 1`: Mistral's 4096 keys are
-#   `(4095, 0)` there. Libraries have disagreed by this one key (Hugging Face transformers issues #29623, #39408).
+#   keys, `window = W + 1` here. Its code disagrees with itself. The paper's rolling-buffer cache has W slots
+#   (the query and the W - 1 positions before it), so a decoding step sees W keys, and xformers' local mask
+#   and Hugging Face's eager path keep those W: W = 4096 runs as `window = 4096`. But the prefill mask of
+#   Mistral's one-file reference code, `triu(tril(ones), diagonal=-W)`, keeps `i - W .. i`: W + 1 keys, as
+#   the text says, so a prompt read at once and the same tokens decoded one at a time differ by the oldest
+#   key. FlashAttention's `window_size=(left, 0)` means keys `i - left .. i`, `window = left + 1`: Mistral's
+#   4096 keys are `(4095, 0)` there. Libraries have disagreed by this one key (Hugging Face transformers
+#   issues #29623, #39408).
 # - **Longformer** (Beltagy et al. 2020), as an encoder, looks *both ways* (about w / 2 positions on each
 #   side, future included: not causal) and gives a few positions *global* attention, to and from every
 #   token. Its character-level language models use causal windows instead, dilated in higher layers.
@@ -231,7 +229,7 @@ W = 2  # Mistral's W
 paper_text = (i - j >= 0) & (i - j <= W)  # (T, T): keys i - W .. i, W + 1 of them
 paper_code = (i - j >= 0) & (i - j < W)  # (T, T): W keys, the query's own included
 print("the text's W = 2 is window = 3:", torch.equal(paper_text, sliding_window_mask(8, W + 1)),
-      "| the code's W = 2 is window = 2:", torch.equal(paper_code, sliding_window_mask(8, W)))
+      "| the cache's W = 2 is window = 2:", torch.equal(paper_code, sliding_window_mask(8, W)))
 slots = [None] * W  # a rolling-buffer cache of W slots: position p is written to slot p % W
 for p in range(8):
     slots[p % W] = p
@@ -240,6 +238,8 @@ print("after position 7 the buffer holds positions", sorted(slots), "= the keys 
 left = W - 1  # FlashAttention's window_size=(left, 0): keys i - left .. i
 flash = (i - j >= 0) & (i - j <= left)  # (T, T)
 print("window_size=(1, 0) is window = 2:", torch.equal(flash, sliding_window_mask(8, left + 1)))
+prefill = torch.triu(torch.ones(8, 8).tril(), diagonal=-W).bool()  # (T, T): the reference code's prefill mask
+print("the reference prefill mask with W = 2 is window = 3:", torch.equal(prefill, sliding_window_mask(8, W + 1)))
 w = 4  # Longformer's window: w / 2 on each side
 longformer = (i - j).abs() <= w // 2
 longformer[:, 0] = longformer[0, :] = True  # position 0 as a global token: it sees and is seen by all
@@ -266,7 +266,7 @@ print("largest scores block with chunk 16:", (16, 16 + 7 - 1), "instead of", tup
 # **The receptive field grows with depth.** After one layer, output t has seen inputs `t - window + 1 ..
 # t`. A second layer mixes outputs that each saw a window, so it reaches back `2 (window - 1)` positions,
 # and L layers reach `L (window - 1)`. With Mistral's 32 layers, the last layer can in principle draw on
-# 32 × 4095 = 131,040 earlier positions with the code's `window = 4096` (32 × 4096 = 131,072 with the
+# 32 × 4095 = 131,040 earlier positions with the cache's `window = 4096` (32 × 4096 = 131,072 with the
 # text's 4097): either way the "131K tokens" of the paper. Which inputs reach output 23 after L layers is
 # a product of the mask with itself, L times:
 
@@ -307,8 +307,9 @@ print("identity projections, agree with full attention to 1e-6:",
 
 # %% [markdown]
 # The paper's theorem (its Theorem 2) uses **random** Gaussian projections: by the Johnson-Lindenstrauss
-# lemma, R of order `D log D / ε²` rows, whatever the length, keep each output row within ε of full
-# attention's with high probability. Trained models learn E and F. With random ones and R = 32 the scores
+# lemma, R of order `D log D / ε²` rows, whatever the length, keep each output row, with high probability,
+# within `ε ‖p‖ ‖V‖` of full attention's, where p is that row's softmax weights. The bound is relative:
+# ε times the norms, so an output row with large values may stray further than ε. Trained models learn E and F. With random ones and R = 32 the scores
 # are `(256, 32)`. But every summary row mixes *all* positions, the future included, so Linformer is not
 # causal: changing the last token changes the first output. It fits encoders, not the decoders of
 # notebooks 09 and 10.
@@ -427,97 +428,16 @@ print(f"share of the full softmax weight on the kept 4 keys, mean over queries: 
 # %% [markdown]
 # Notebook 08 measures the time and memory of every method here against sequence length.
 #
-# ## 7. Linear attention and its recurrent form
+# ## 7. Linear attention, in brief
 #
-# Softmax attention weights key j by `exp(q_t · k_j / sqrt(D))`. Linear attention (Katharopoulos et al.
-# 2020) replaces that with a product of features, `φ(q_t) · φ(k_j)`, with `φ(x) = elu(x) + 1`, positive
-# everywhere, so every weight is positive and a row still normalises to 1. Written directly it is the
-# attention of notebook 03 with another score and a `(T, T)` matrix:
-
-# %%
-def phi(x):
-    return F.elu(x) + 1  # x + 1 above 0, exp(x) below: > 0 (in float32 it rounds to 0 below about -17)
-
-
-g = torch.Generator().manual_seed(5)
-T_la, D_la, Dv_la = 12, 8, 6
-q, k = torch.randn(2, T_la, D_la, generator=g), torch.randn(2, T_la, D_la, generator=g)  # (B, T, D)
-v = torch.randn(2, T_la, Dv_la, generator=g)  # (B, T, Dv): the values may have another width
-scores = (phi(q) @ phi(k).transpose(-2, -1)) * causal_mask(T_la)  # (B, T, T): phi(q_t) . phi(k_j), 0 if j > t
-direct = (scores / scores.sum(-1, keepdim=True)) @ v  # (B, T, T) @ (B, T, Dv) -> (B, T, Dv)
-print("direct", tuple(direct.shape))
-
-# %% [markdown]
-# The trick is **associativity**: `(φ(q_t) · φ(k_j)) v_j = φ(q_t)ᵀ (φ(k_j) v_jᵀ)`. Summing over the keys
-# j <= t, the query comes out of the sum:
-#
-# `out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t`, with `S_t = Σ_{j<=t} φ(k_j) v_jᵀ` (D × Dv), `z_t = Σ_{j<=t} φ(k_j)` (D).
-#
-# S_t and z_t are **prefix sums**, so every position's are one `cumsum` away: no `(T, T)` matrix, but a
-# `(T, D, Dv)` one, larger whenever `D × Dv > T` (practical kernels work in chunks and keep the state only
-# at chunk boundaries). Softmax has no such exact form with finitely many features (Performer's random
-# features approximate it).
-
-# %%
-outer = phi(k)[..., :, None] * v[..., None, :]  # (B, T, D, 1) * (B, T, 1, Dv) -> (B, T, D, Dv)
-S_all, z_all = outer.cumsum(dim=1), phi(k).cumsum(dim=1)  # (B, T, D, Dv), (B, T, D): sums over j <= t
-parallel = torch.einsum("btd,btde->bte", phi(q), S_all) / (phi(q) * z_all).sum(-1, keepdim=True)  # (B, T, Dv)
-print("prefix sums vs direct, agree to 1e-6:", (parallel - direct).abs().max().item() < 1e-6)
-
-# %% [markdown]
-# Read S_t and z_t one token at a time and it is a **recurrence**: add the new token to the state, then
-# read the state with the query,
-#
-# `S_t = S_{t-1} + φ(k_t) v_tᵀ`, `z_t = z_{t-1} + φ(k_t)`, `out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t`,
-#
-# starting from zeros: an RNN whose hidden state is a D × Dv matrix. `linear_attention_step` is one step
-# (Exercise 07.4). The sums run in another order, so the forms agree to rounding:
-
-# %%
-state, z = torch.zeros(2, D_la, Dv_la), torch.zeros(2, D_la)  # (B, D, Dv), (B, D): nothing seen yet
-outs = []
-for t in range(T_la):
-    out_t, state, z = linear_attention_step(state, z, q[:, t], k[:, t], v[:, t])  # (B, Dv)
-    outs.append(out_t)
-recurrent = torch.stack(outs, dim=1)  # (B, T, Dv)
-print("recurrent vs parallel, float32, agree to 1e-6:", (recurrent - parallel).abs().max().item() < 1e-6)
-q64, k64, v64 = q.double(), k.double(), v.double()
-gap64 = (linear_attention_recurrent(q64, k64, v64) - linear_attention(q64, k64, v64)).abs().max().item()
-print("recurrent vs parallel, float64, agree to 1e-12:", gap64 < 1e-12)
-print("state", tuple(state.shape), "and normaliser", tuple(z.shape), f"after {T_la} tokens")
-
-# %% [markdown]
-# **A state of constant size.** To generate token t, softmax attention reads a KV cache of t keys and
-# values (notebook 09's `KVCache`); linear attention reads its state, the same D × Dv numbers at every
-# step. Measured on one layer of 4 heads, `D = Dv = 16`, float32:
-
-# %%
-heads, D_m, steps = 4, 16, 256
-cache = KVCache(num_layers=1, capacity=steps)  # allocates its capacity at once; each step reads the filled part
-state, z = torch.zeros(1, heads, D_m, D_m), torch.zeros(1, heads, D_m)  # (B, H, D, Dv), (B, H, D)
-cache_bytes, state_bytes = [], []
-for _ in range(steps):
-    q_t, k_t, v_t = (torch.randn(1, heads, 1, D_m, generator=g) for _ in range(3))  # (B, H, 1, D): one token
-    keys, values = cache.update(0, k_t, v_t)  # (B, H, tokens so far, D): what softmax attention reads now
-    cache_bytes.append(keys.nbytes + values.nbytes)
-    _, state, z = linear_attention_step(state, z, q_t[:, :, 0], k_t[:, :, 0], v_t[:, :, 0])
-    state_bytes.append(state.nbytes + z.nbytes)
-print(f"after {steps} tokens: KV cache {cache_bytes[-1]:,} bytes, state {state_bytes[-1]:,} bytes "
-      f"(after 1 token: {cache_bytes[0]:,} and {state_bytes[0]:,})")
-print("the state is smaller from token", next(t + 1 for t in range(steps) if cache_bytes[t] > state_bytes[t]))
-
-# %%
-fig, ax = plt.subplots(figsize=(6, 3))
-ax.plot(range(1, steps + 1), [b / 1024 for b in cache_bytes], label="KV cache (softmax attention)")
-ax.plot(range(1, steps + 1), [b / 1024 for b in state_bytes], label="state + normaliser (linear attention)")
-ax.set_xlabel("tokens generated")
-ax.set_ylabel("KiB read per step (one layer)")
-ax.legend()
-plt.show()
-
-# %% [markdown]
-# The price is in what the model can do. A sum of D × Dv numbers cannot hold every earlier key and value
-# apart the way a cache does, and the weights are not softmax's, so a model must be trained with them.
+# Softmax gives key j the weight `exp(q_t · k_j / √D)`, normalised over the row. Linear attention
+# (Katharopoulos et al. 2020) gives it `φ(q_t) · φ(k_j)` instead, with a positive feature map, `φ = elu + 1`,
+# normalised the same way. A dot product of features can be regrouped, so the query leaves the sum over keys:
+# `out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t`, with `S_t = Σ_{j<=t} φ(k_j) v_jᵀ` and `z_t = Σ_{j<=t} φ(k_j)`. Both
+# are running sums, so generating keeps a state of fixed size, `D × Dv` numbers (and D more) a head, where
+# softmax attention's KV cache grows by a key and a value every token. Notebook 13 takes it from there: the
+# recurrent step (its Exercise 13.4), the state against the cache, what a fixed state can remember, and the
+# descendants that forget and correct.
 #
 # ## 8. Check against `course_utils`
 #
@@ -529,11 +449,9 @@ torch.testing.assert_close(k_heads.repeat_interleave(2, dim=1), repeat_kv(k_head
 torch.testing.assert_close(ours, theirs)
 torch.testing.assert_close(paper_text, sliding_window_mask(8, W + 1))
 torch.testing.assert_close(paper_code, sliding_window_mask(8, W))
+torch.testing.assert_close(prefill, sliding_window_mask(8, W + 1))
 torch.testing.assert_close(sliced, padded)
 torch.testing.assert_close(chunked, ref_topk)
-torch.testing.assert_close(direct, linear_attention_quadratic(q, k, v))
-torch.testing.assert_close(parallel, linear_attention(q, k, v))
-torch.testing.assert_close(recurrent, linear_attention_recurrent(q, k, v))
 print("matches course_utils (and F.scaled_dot_product_attention with enable_gqa=True)")
 
 # %% [markdown]
@@ -598,41 +516,17 @@ check("07.3", my_aft_simple)
 
 
 # %% [markdown]
-# ### Exercise 07.4: one step of linear attention (8 min, core)
-#
-# Write `my_linear_attention_step(state, normaliser, q_t, k_t, v_t)` with `φ(x) = F.elu(x) + 1`: from the
-# state `(..., D, Dv)` and normaliser `(..., D)` of the tokens before t, and token t's `q_t`, `k_t`
-# `(..., D)` and `v_t` `(..., Dv)`, return `(out_t, new_state, new_normaliser)`, out_t `(..., Dv)` read as in
-# section 7. Yours to decide: does out_t read the state before or after token t is added?
-
-# %%
-# Inputs: `state`, `normaliser`, `q_t`, `k_t`, `v_t` may have 0 to 3 leading axes (the `...`); tensors may be
-# non-contiguous views.
-def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
-    ### BEGIN SOLUTION
-    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1  # (..., D)
-    state = state + phi_k[..., :, None] * v_t[..., None, :]  # (..., D, Dv): token t joins first
-    normaliser = normaliser + phi_k  # (..., D)
-    out = (phi_q[..., :, None] * state).sum(dim=-2) / (phi_q * normaliser).sum(dim=-1, keepdim=True)  # (..., Dv)
-    return out, state, normaliser
-    ### END SOLUTION
-
-
-check("07.4", my_linear_attention_step)
-
-# %% [markdown]
 # ## Summary
 #
 # - The KV cache holds `2 × layers × Hkv × D` numbers per token (512 KiB in float16 for a 7B-sized MHA
 #   model, 16 KiB with MQA). Every decoding step reads all of it: once the cache outweighs the weights,
 #   decoding is bound by that read, so fewer KV heads make it faster. `GroupedQueryAttention` covers MHA,
 #   GQA and MQA; query head h reads KV head `h // (H / Hkv)`.
-# - Sliding windows: `0 <= i - j < window`. Mistral's text gives W + 1 keys, its code W, FlashAttention's
-#   `(left, 0)` left + 1. L layers reach back `L (window - 1)` positions.
+# - Sliding windows: `0 <= i - j < window`. Mistral's text gives W + 1 keys, its rolling cache W and its
+#   reference prefill mask W + 1; FlashAttention's `(left, 0)` left + 1. L layers reach back `L (window - 1)` positions.
 # - Linformer: `(T, R)` scores, not causal. AFT: a per-channel softmax over `k + w`, which cannot overflow.
 #   Chunked top-k: O(chunk × S) memory, still O(T × S) time.
-# - Linear attention: `φ(q) · φ(k)` instead of `exp(q · k)`; by associativity, prefix sums of `φ(k) vᵀ`, or
-#   a recurrence with a D × Dv state that stays the same size while a KV cache grows.
+# - Linear attention: `φ(q) · φ(k)` instead of `exp(q · k)`, a state of constant size; notebook 13.
 #
 # Next, notebook 08 computes exact attention tile by tile (the idea behind FlashAttention) and measures all
 # of these methods against sequence length; notebook 09 generates text with a KV cache, sampling and beam

@@ -1,9 +1,10 @@
 # %% [markdown]
 # # 13 After softmax: linear attention as a memory, and how to make it forget and correct
 #
-# Notebook 07 ended with linear attention: replace `exp(q · k)` by a product of features and causal
+# Notebook 07 closed with linear attention in brief: replace `exp(q · k)` by a product of features and causal
 # attention becomes a recurrence with a `D × Dv` state, the same size at every step, where softmax attention
-# keeps a KV cache that grows with every token. This notebook takes that state seriously as a **memory**:
+# keeps a KV cache that grows with every token. This notebook starts there, with the recurrence step by step and
+# its state measured against the cache, then takes that state seriously as a **memory**:
 # keys write values into it, queries read them out. Measured as a memory it has a capacity, and several recent
 # models mix softmax layers with recurrent layers that repair it: **decay and gates** let the state forget
 # (RetNet, gated linear attention, Mamba-2), and the **delta rule** lets it overwrite (DeltaNet, Gated
@@ -11,6 +12,8 @@
 #
 # **What you will learn**
 #
+# - linear attention's recurrent step, with its normaliser, and its state of constant size against a growing
+#   KV cache;
 # - the state as an associative memory, and its capacity, measured: retrieval error against the number of
 #   stored pairs per key dimension, beside softmax attention's cache;
 # - forgetting with a fixed decay and a data-dependent gate, and the masked quadratic form where a decay
@@ -18,9 +21,10 @@
 # - the delta rule, which corrects the value stored under a key instead of adding to it;
 # - the chunkwise-parallel form: the quadratic form inside a chunk, the state across chunks, and its cost.
 #
-# **Prerequisites**: notebooks 03 (masking) and 07 (section 7, linear attention).
+# **Prerequisites**: notebooks 03 (masking) and 07 (the KV cache of section 1, linear attention in brief in
+# section 7).
 #
-# **Time**: about 50 minutes. **Runs on**: CPU (the whole notebook takes a few seconds).
+# **Time**: about 60 minutes. **Runs on**: CPU (the whole notebook takes a few seconds).
 #
 # **Shapes**: `B` batch, `H` num_heads, `T` sequence length, `D` the width of queries and keys, `Dv` of the
 # values, `C` a chunk's length, `n` stored pairs. The state `S` is `(D, Dv)`: rows indexed by key features.
@@ -47,7 +51,13 @@ from course_utils.linear_attention import (
     gated_linear_attention_recurrent,
     gated_linear_attention_step,
 )
-from course_utils.variants import elu_feature_map
+from course_utils.variants import (
+    KVCache,
+    elu_feature_map,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
+    linear_attention_step,
+)
 
 device = setup_notebook(seed=0)
 print(f"torch {torch.__version__}, device: {device}")
@@ -55,9 +65,67 @@ print(f"torch {torch.__version__}, device: {device}")
 # %% [markdown]
 # ## 1. The state: write with keys, read with queries
 #
-# In notebook 07, `S_t = Σ_{j<=t} φ(k_j) v_jᵀ` and the output divided `φ(q_t)ᵀ S_t` by a normaliser. The
-# models of this notebook drop the normaliser (they put a normalisation layer after the output instead) and
-# write the state as a recurrence, from `S_0 = 0`:
+# Softmax attention weighs key j by `exp(q_t · k_j / √D)`. Linear attention (Katharopoulos et al. 2020) weighs
+# it by a product of features, `φ(q_t) · φ(k_j)` with `φ(x) = elu(x) + 1`, positive everywhere, and divides by
+# the row's sum as softmax does. Since `(φ(q_t) · φ(k_j)) v_j = φ(q_t)ᵀ (φ(k_j) v_jᵀ)`, the query comes out of
+# the sum over the keys `j <= t`:
+#
+# `out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t`, with `S_t = Σ_{j<=t} φ(k_j) v_jᵀ` (D × Dv) and `z_t = Σ_{j<=t} φ(k_j)` (D).
+#
+# Token by token, from zeros, that is a **recurrence**: add the token, `S_t = S_{t-1} + φ(k_t) v_tᵀ` and
+# `z_t = z_{t-1} + φ(k_t)`, then read with the query: an RNN whose hidden state is a matrix.
+# `linear_attention_step` is one step (Exercise 13.4). Run over the sequence, it agrees with the `(T, T)` form
+# (notebook 03's masked attention with these weights); only the order of the sums differs:
+
+# %%
+g_la = torch.Generator().manual_seed(5)
+q_la, k_la = (torch.randn(2, 12, 8, generator=g_la, dtype=torch.float64) for _ in range(2))  # (B, T, D)
+v_la = torch.randn(2, 12, 6, generator=g_la, dtype=torch.float64)  # (B, T, Dv): the values may have another width
+S_la, z_la = torch.zeros(2, 8, 6, dtype=torch.float64), torch.zeros(2, 8, dtype=torch.float64)  # (B, D, Dv), (B, D)
+outs_la = []
+for t in range(12):
+    out_t, S_la, z_la = linear_attention_step(S_la, z_la, q_la[:, t], k_la[:, t], v_la[:, t])  # (B, Dv)
+    outs_la.append(out_t)
+recurrent_la = torch.stack(outs_la, dim=1)  # (B, T, Dv)
+gap = (recurrent_la - linear_attention_quadratic(q_la, k_la, v_la)).abs().max().item()
+print("recurrent steps vs the (T, T) form, float64, agree to 1e-12:", gap < 1e-12)
+print("state", tuple(S_la.shape), "and normaliser", tuple(z_la.shape), "after 12 tokens")
+
+# %% [markdown]
+# **A state of constant size.** To generate token t, softmax attention reads a KV cache of t keys and values
+# (notebook 09's `KVCache`); linear attention reads its state, the same `D × Dv` numbers at every step.
+# Measured on one layer of 4 heads, `D = Dv = 16`, float32:
+
+# %%
+heads, D_m, steps = 4, 16, 256
+cache = KVCache(num_layers=1, capacity=steps)  # allocates its capacity at once; each step reads the filled part
+S_m, z_m = torch.zeros(1, heads, D_m, D_m), torch.zeros(1, heads, D_m)  # (B, H, D, Dv), (B, H, D)
+cache_bytes, state_bytes = [], []
+for _ in range(steps):
+    q_t, k_t, v_t = (torch.randn(1, heads, 1, D_m, generator=g_la) for _ in range(3))  # (B, H, 1, D): one token
+    keys, values = cache.update(0, k_t, v_t)  # (B, H, tokens so far, D): what softmax attention reads now
+    cache_bytes.append(keys.nbytes + values.nbytes)
+    _, S_m, z_m = linear_attention_step(S_m, z_m, q_t[:, :, 0], k_t[:, :, 0], v_t[:, :, 0])
+    state_bytes.append(S_m.nbytes + z_m.nbytes)
+print(f"after {steps} tokens: KV cache {cache_bytes[-1]:,} bytes, state {state_bytes[-1]:,} bytes "
+      f"(after 1 token: {cache_bytes[0]:,} and {state_bytes[0]:,})")
+print("the state is smaller from token", next(t + 1 for t in range(steps) if cache_bytes[t] > state_bytes[t]))
+
+# %%
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.plot(range(1, steps + 1), [b / 1024 for b in cache_bytes], label="KV cache (softmax attention)")
+ax.plot(range(1, steps + 1), [b / 1024 for b in state_bytes], label="state + normaliser (linear attention)")
+ax.set_xlabel("tokens generated")
+ax.set_ylabel("KiB read per step (one layer)")
+ax.legend()
+plt.show()
+
+# %% [markdown]
+# The price: a sum of `D × Dv` numbers cannot hold every earlier key and value apart the way a cache does
+# (section 2 measures how far), and the weights are not softmax's, so a model must be trained with them.
+#
+# The models of this notebook drop the normaliser (they put a normalisation layer after the output instead)
+# and write the state as a recurrence, from `S_0 = 0`:
 #
 # `S_t = S_{t-1} + k_t v_tᵀ` (write), `out_t = S_tᵀ q_t` (read).
 #
@@ -158,7 +226,7 @@ ax.legend()
 plt.show()
 
 # %% [markdown]
-# So the sentence of notebook 07, "a sum of D × Dv numbers cannot hold every earlier key and value apart",
+# So the sentence of section 1, "a sum of D × Dv numbers cannot hold every earlier key and value apart",
 # has a number on it: with random keys, plain linear attention's error reaches 0.5 at `n ≈ D / 4` pairs and
 # 1 (the size of the values themselves) at `n ≈ D`, while the cache retrieves exactly at every `n`. Two ways
 # out follow: **forget** old pairs, so that fewer compete, and **write better**, closer to the best state.
@@ -294,8 +362,8 @@ for n, err, d in zip(ns, curves, delta_curve):
 # ## 5. The chunkwise-parallel form
 #
 # The recurrence takes `T` sequential steps, each a small product: a GPU sits idle. The masked quadratic form
-# is one big product, but it costs `T² (D + Dv)` and a `(T, T)` matrix. The parallel form of notebook 07
-# holds all `T` prefix states, `T × D × Dv` numbers. Real kernels cut the sequence into chunks of `C`
+# is one big product, but it costs `T² (D + Dv)` and a `(T, T)` matrix. All `T` prefix states at once (a
+# `cumsum` of the writes) are `T × D × Dv` numbers. Real kernels cut the sequence into chunks of `C`
 # tokens and use both forms: the quadratic form **inside** a chunk, the state **across** chunks.
 #
 # For one chunk, starting from the state `S_0` left by the chunks before, let `b_i = α_1 ⋯ α_i` (the gates
@@ -391,6 +459,7 @@ _, S_4 = gated_linear_attention_recurrent(q[:, :4], k[:, :4], v[:, :4], gate[:, 
 torch.testing.assert_close(chunkwise(q, k, v, gate, 4)[0][:, 4:8],
                            gated_linear_attention_chunk(S_4, q[:, 4:8], k[:, 4:8], v[:, 4:8], gate[:, 4:8])[0],
                            atol=1e-5, rtol=1e-5)
+torch.testing.assert_close(recurrent_la, linear_attention_recurrent(q_la, k_la, v_la))
 print("matches course_utils")
 
 # %% [markdown]
@@ -467,8 +536,34 @@ def my_chunk(state, q, k, v, gate):
 check("13.3", my_chunk)
 
 # %% [markdown]
+# ### Exercise 13.4: one step of linear attention (8 min, core)
+#
+# Write `my_linear_attention_step(state, normaliser, q_t, k_t, v_t)` with `φ(x) = F.elu(x) + 1`: from the
+# state `(..., D, Dv)` and normaliser `(..., D)` of the tokens before t, and token t's `q_t`, `k_t`
+# `(..., D)` and `v_t` `(..., Dv)`, return `(out_t, new_state, new_normaliser)`, out_t `(..., Dv)` read as in
+# section 1. Yours to decide: does out_t read the state before or after token t is added?
+
+# %%
+# Inputs: `state`, `normaliser`, `q_t`, `k_t`, `v_t` may have 0 to 3 leading axes (the `...`); tensors may be
+# non-contiguous views.
+def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
+    ### BEGIN SOLUTION
+    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1  # (..., D)
+    state = state + phi_k[..., :, None] * v_t[..., None, :]  # (..., D, Dv): token t joins first
+    normaliser = normaliser + phi_k  # (..., D)
+    out = (phi_q[..., :, None] * state).sum(dim=-2) / (phi_q * normaliser).sum(dim=-1, keepdim=True)  # (..., Dv)
+    return out, state, normaliser
+    ### END SOLUTION
+
+
+check("13.4", my_linear_attention_step)
+
+# %% [markdown]
 # ## Summary
 #
+# - Linear attention, `φ(q) · φ(k)` in place of `exp(q · k)`, runs as a recurrence: `S_t = S_{t-1} + φ(k_t)
+#   v_tᵀ`, `z_t = z_{t-1} + φ(k_t)`, `out_t = φ(q_t)ᵀ S_t / φ(q_t)ᵀ z_t`, a state that stays the same size
+#   while a KV cache grows.
 # - Linear attention's state is an associative memory: `Sᵀ k_i` returns `v_i` plus crosstalk from every
 #   other pair. With random keys the error grows as `√((n − 1) / D)`; past `n = D` no `(D, Dv)` state holds
 #   every pair, while softmax attention's cache retrieves exactly at any `n`, at the price of growing.

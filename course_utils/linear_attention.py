@@ -8,8 +8,8 @@ delta rule (:func:`delta_rule_step`, :func:`delta_rule_recurrent`), and the chun
 (:func:`gated_linear_attention_chunk`, :func:`gated_linear_attention_chunkwise`).
 
 These are the forms without a normaliser, as RetNet, gated linear attention, Mamba-2 and (Gated) DeltaNet use
-them (they normalise the output with a layer norm instead); notebook 07's normalised linear attention is in
-:mod:`course_utils.variants`. The feature map, when one is used (phi = elu + 1,
+them (they normalise the output with a layer norm instead); the normalised linear attention of notebook 13's
+section 1 is in :mod:`course_utils.variants`. The feature map, when one is used (phi = elu + 1,
 :func:`course_utils.variants.elu_feature_map`), is applied to q and k by the caller.
 
 One recurrence underlies every form here: with a gate alpha_t in (0, 1] (1: no forgetting; a float gamma: the
@@ -178,7 +178,7 @@ def gated_linear_attention_prefix_states(
 ) -> torch.Tensor:
     """Every prefix state S_1 .. S_T at once, by a parallel scan (log2 T doubling steps), then each read.
 
-    The parallel form of notebook 07 with a gate: (T, D, Dv) numbers held at once, O(T log T D Dv) work.
+    The parallel form of prefix sums with a gate: (T, D, Dv) numbers held at once, O(T log T D Dv) work.
     Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv). Taught in notebook 13.
     """
     _check_qkv(q, k, v)

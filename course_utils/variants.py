@@ -1,7 +1,8 @@
 """Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
 
 Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
-the :class:`KVCache` and :class:`TinyDecoder` (09); causal linear attention and its recurrent form (07).
+the :class:`KVCache` and :class:`TinyDecoder` (09); causal linear attention and its recurrent form (in brief in
+07, step by step in 13).
 Shapes: B batch, T query length, S key length, C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim (Dv of
 the values where it differs), V vocab_size; masks are True = may attend.
 
@@ -664,7 +665,7 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
 
     Written as x + 1 for x > 0 and exp(x) otherwise: ``F.elu(x) + 1`` rounds exp(x) - 1 + 1 to 0 for x below
     about -17 (float32), and a query whose features are all 0 divides 0 by 0.
-    Shape: x (..., D) -> (..., D). Taught in notebook 07.
+    Shape: x (..., D) -> (..., D). Taught in notebook 13 (section 1).
     """
     check_float_tensor("x", x)
     return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0)))  # the clamp keeps exp's unused branch finite
@@ -674,7 +675,7 @@ def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch
     """Causal linear attention in parallel: prefix sums of phi(k_j) v_j^T and phi(k_j) over j <= t.
 
     out_t = phi(q_t)^T S_t / phi(q_t)^T z_t, phi = :func:`elu_feature_map`; memory O(T * D * Dv).
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
     """
     check_causal_linear(q, k, v)
     fq, fk = elu_feature_map(q), elu_feature_map(k)  # (..., T, D)
@@ -713,7 +714,7 @@ def linear_attention_step(
     """One token of causal linear attention as a recurrence: add token t to the state, then read it.
 
     S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t), out_t = phi(q_t)^T S_t / phi(q_t)^T z_t; start
-    from zeros. Returns ``(out_t, S_t, z_t)``. Taught in notebook 07.
+    from zeros. Returns ``(out_t, S_t, z_t)``. Taught in notebook 13 (section 1).
     Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv), S_t, z_t.
     """
     named = {"state": state, "normaliser": normaliser, "q_t": q_t, "k_t": k_t, "v_t": v_t}
@@ -744,7 +745,7 @@ def linear_attention_step(
 def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal linear attention one token at a time, carrying only a (D, Dv) state and a (D,) normaliser.
 
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
     """
     check_causal_linear(q, k, v)
     lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
@@ -761,7 +762,7 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
 def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Causal linear attention computed directly: weights phi(q_t) . phi(k_j) for j <= t, row-normalised.
 
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 07.
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
     """
     check_causal_linear(q, k, v)
     T = q.shape[-2]

@@ -1,4 +1,4 @@
-"""Answers to exercises 13.1-13.3 written independently of the course's own: right ones in other styles, wrong ones
+"""Answers to exercises 13.1-13.4 written independently of the course's own: right ones in other styles, wrong ones
 learners write, and common mistakes written another way (each with the name the check must give it).
 
 ``tests/test_exercises.py`` adds ``RIGHT`` and ``WRONG`` to its tables; ``tests/test_exercises_linear_attention.py``
@@ -58,10 +58,33 @@ def _chunk_log_space(state, q, k, v, gate):
     return out, torch.exp(log_b[..., -1:]).unsqueeze(-1) * state + torch.einsum("...cd,...c,...ce->...de", k, w, v)
 
 
+def _step_einsum(state, normaliser, q_t, k_t, v_t):
+    phi_q, phi_k = torch.nn.functional.elu(q_t) + 1, torch.nn.functional.elu(k_t) + 1
+    state = state + torch.einsum("...d,...e->...de", phi_k, v_t)
+    normaliser = normaliser + phi_k
+    return (
+        torch.einsum("...d,...de->...e", phi_q, state) / torch.einsum("...d,...d->...", phi_q, normaliser)[..., None],
+        state,
+        normaliser,
+    )
+
+
+def _step_matmul_piecewise_phi(state, normaliser, q_t, k_t, v_t):
+    def phi(x):
+        return torch.where(x > 0, x + 1, torch.exp(x))  # elu(x) + 1 written out
+
+    phi_q, phi_k = phi(q_t), phi(k_t)
+    new_state = state + phi_k.unsqueeze(-1) @ v_t.unsqueeze(-2)  # (..., D, 1) @ (..., 1, Dv)
+    new_z = normaliser + phi_k
+    num = (phi_q.unsqueeze(-2) @ new_state).squeeze(-2)  # (..., 1, D) @ (..., D, Dv)
+    return num / (phi_q.unsqueeze(-2) @ new_z.unsqueeze(-1)).squeeze(-1), new_state, new_z
+
+
 RIGHT = {
     "13.1": [_gla_einsum, _gla_unsqueeze],
     "13.2": [_delta_einsum, _delta_projection],
     "13.3": [_chunk_token_loop, _chunk_log_space],
+    "13.4": [_step_einsum, _step_matmul_piecewise_phi],
 }
 
 
@@ -123,10 +146,41 @@ def _chunk_size_from_axis_1(state, q, k, v, gate):
     return out, b[..., -1, None, None] * state + (k * (b[..., -1:] / b)[..., None]).mT @ v
 
 
+def _step_in_place(state, normaliser, q_t, k_t, v_t):
+    phi_k, phi_q = torch.nn.functional.elu(k_t) + 1, torch.nn.functional.elu(q_t) + 1
+    state += phi_k[..., :, None] * v_t[..., None, :]  # writes into the caller's state
+    normaliser += phi_k
+    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * normaliser).sum(-1, keepdim=True), state, normaliser
+
+
+def _step_normaliser_of_raw_keys(state, normaliser, q_t, k_t, v_t):
+    phi_k, phi_q = torch.nn.functional.elu(k_t) + 1, torch.nn.functional.elu(q_t) + 1
+    state = state + phi_k[..., :, None] * v_t[..., None, :]
+    normaliser = normaliser + k_t  # the keys without the feature map
+    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * normaliser).sum(-1, keepdim=True), state, normaliser
+
+
+def _step_output_only(state, normaliser, q_t, k_t, v_t):
+    phi_k, phi_q = torch.nn.functional.elu(k_t) + 1, torch.nn.functional.elu(q_t) + 1
+    state = state + phi_k[..., :, None] * v_t[..., None, :]
+    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * (normaliser + phi_k)).sum(-1, keepdim=True)
+
+
+def _step_denominator_clamped_at_1(state, normaliser, q_t, k_t, v_t):
+    """A guard against a zero denominator that clamps at 1: wrong wherever phi(q_t) . z_t < 1 (a review found it)."""
+    phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
+    fk, fq = phi(k_t), phi(q_t)
+    state = state + fk[..., :, None] * v_t[..., None, :]
+    normaliser = normaliser + fk
+    out = (fq[..., :, None] * state).sum(-2) / (fq * normaliser).sum(-1, keepdim=True).clamp(min=1)
+    return out, state, normaliser
+
+
 WRONG = {
     "13.1": [_gla_bmm_one_leading_axis, _gla_in_place, _gla_view_flatten],
     "13.2": [_delta_normalised_keys, _delta_scalar_beta],
     "13.3": [_chunk_unmasked, _chunk_mask_transposed, _chunk_size_from_axis_1],
+    "13.4": [_step_in_place, _step_normaliser_of_raw_keys, _step_output_only, _step_denominator_clamped_at_1],
 }
 
 

@@ -814,6 +814,16 @@ def test_a_retired_key_says_where_its_exercise_went_in_one_line():
     assert len(info.value._render_traceback_()) == 1
 
 
+def test_07_4_says_in_one_line_that_it_moved_to_notebook_13_as_13_4():
+    with pytest.raises(KeyError) as info:
+        check("07.4", _double)
+    assert str(info.value) == (
+        "no exercise 07.4 in this version of the course: the recurrent step of linear attention is now 13.4, "
+        "in notebook 13"
+    )
+    assert len(info.value._render_traceback_()) == 1
+
+
 def test_the_retired_and_reused_tables_point_at_exercises_that_exist():
     from course_utils.exercises import RETIRED, REUSED, all_exercises
 

@@ -13,7 +13,11 @@ import time
 import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import seeds
 
+from course_utils.attention import scaled_dot_product_attention
 from course_utils.linear_attention import (
     chunkwise_cost,
     decay_mask,
@@ -22,6 +26,14 @@ from course_utils.linear_attention import (
     gated_linear_attention,
     gated_linear_attention_chunkwise,
     gated_linear_attention_recurrent,
+)
+from course_utils.masking import causal_mask
+from course_utils.variants import (
+    KVCache,
+    linear_attention,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
+    linear_attention_step,
 )
 
 D, DV = 32, 32
@@ -218,3 +230,76 @@ def test_products_of_gates_underflow_for_long_spans_where_the_log_cumsum_does_no
     assert bool(M.isfinite().all()) and bool((M.diagonal() == 1).all())
     # float32 log-cumsums near -100 cost about 1e-6 relative: the differences are right to that, not exact
     assert M[150, 149].item() == pytest.approx(0.5, rel=1e-5) and M[199, 190].item() == pytest.approx(0.5**9, rel=1e-5)
+
+
+# --- section 1: linear attention's recurrent step and its state (moved from notebook 07) -------------------------
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    seed=seeds,
+    lead=st.lists(st.integers(1, 3), max_size=2).map(tuple),
+    T=st.integers(1, 64),
+    D=st.integers(1, 16),
+    Dv=st.integers(1, 16),
+)
+def test_13_linear_attention_forms_agree_to_the_stated_tolerances(seed, lead, T, D, Dv):
+    """'Run over the sequence, it gives what the (T, T) form ... gives': the recurrence, the prefix sums and the
+    (T, T) form agree over drawn shapes (D != Dv, leading axes, T = 1), to 1e-12 in float64 and 1e-6 in float32"""
+    g = torch.Generator().manual_seed(seed)
+    q64, k64 = (torch.randn(*lead, T, D, generator=g, dtype=torch.float64) for _ in range(2))
+    v64 = torch.randn(*lead, T, Dv, generator=g, dtype=torch.float64)
+    for dtype, tol in ((torch.float32, 1e-6), (torch.float64, 1e-12)):
+        q, k, v = q64.to(dtype), k64.to(dtype), v64.to(dtype)
+        parallel = linear_attention(q, k, v)
+        for other in (linear_attention_recurrent(q, k, v), linear_attention_quadratic(q, k, v)):
+            torch.testing.assert_close(other, parallel, atol=tol, rtol=tol)
+
+
+def test_13_the_notebooks_recurrent_steps_agree_with_the_t_by_t_form_to_1e_12():
+    """The notebook's own example (seed 5, float64, B = 2, T = 12, D = 8, Dv = 6): 'recurrent steps vs the (T, T)
+    form, float64, agree to 1e-12: True'; the weights phi(q_t) . phi(k_j) positive, each row summing to 1"""
+    g = torch.Generator().manual_seed(5)
+    q, k = (torch.randn(2, 12, 8, generator=g, dtype=torch.float64) for _ in range(2))
+    v = torch.randn(2, 12, 6, generator=g, dtype=torch.float64)
+    state, z = torch.zeros(2, 8, 6, dtype=torch.float64), torch.zeros(2, 8, dtype=torch.float64)
+    outs = []
+    for t in range(12):
+        out_t, state, z = linear_attention_step(state, z, q[:, t], k[:, t], v[:, t])
+        outs.append(out_t)
+    assert (torch.stack(outs, dim=1) - linear_attention_quadratic(q, k, v)).abs().max() < 1e-12
+    phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
+    scores = (phi(q) @ phi(k).transpose(-2, -1)) * causal_mask(12)
+    weights = scores / scores.sum(-1, keepdim=True)
+    assert (weights[scores > 0] > 0).all() and torch.allclose(weights.sum(-1), torch.ones(2, 12, dtype=torch.float64))
+    assert (state.shape, z.shape) == ((2, 8, 6), (2, 8))
+
+
+def test_13_linear_attention_weights_are_not_softmaxs():
+    """'the weights are not softmax's, so a model must be trained with them'"""
+    g = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 12, 8, generator=g) for _ in range(3))
+    softmax, _ = scaled_dot_product_attention(q, k, v, causal_mask(12))
+    assert (linear_attention(q, k, v) - softmax).abs().max() > 0.1
+
+
+def test_13_the_state_stays_4352_bytes_while_the_kv_cache_grows():
+    """'after 256 tokens: KV cache 131,072 bytes, state 4,352 bytes (after 1 token: 512 and 4,352)'; 'the state is
+    smaller from token 9'; one layer of 4 heads, D = Dv = 16, float32, each step reading what the cache returns"""
+    heads, D, steps = 4, 16, 256
+    g = torch.Generator().manual_seed(0)
+    cache = KVCache(num_layers=1, capacity=steps)
+    state, z = torch.zeros(1, heads, D, D), torch.zeros(1, heads, D)
+    cache_bytes, state_bytes = [], []
+    for t in range(steps):
+        q_t, k_t, v_t = (torch.randn(1, heads, 1, D, generator=g) for _ in range(3))
+        keys, values = cache.update(0, k_t, v_t)
+        assert keys.shape == (1, heads, t + 1, D)  # 'every decoding step reads all of it'
+        cache_bytes.append(keys.nbytes + values.nbytes)
+        _, state, z = linear_attention_step(state, z, q_t[:, :, 0], k_t[:, :, 0], v_t[:, :, 0])
+        state_bytes.append(state.nbytes + z.nbytes)
+    assert cache_bytes == [2 * heads * (t + 1) * D * 4 for t in range(steps)]  # grows by 512 bytes a token
+    assert set(state_bytes) == {4352}
+    assert (cache_bytes[0], cache_bytes[-1]) == (512, 131_072)
+    assert next(t + 1 for t in range(steps) if cache_bytes[t] > state_bytes[t]) == 9
+    assert cache.memory_bytes() == 131_072  # 'allocates its capacity at once'

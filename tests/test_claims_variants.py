@@ -26,14 +26,9 @@ from course_utils.gpt import GPT, GPTConfig
 from course_utils.masking import causal_mask
 from course_utils.variants import (
     DecoderConfig,
-    KVCache,
     TinyDecoder,
     aft_full,
     kv_cache_bytes,
-    linear_attention,
-    linear_attention_quadratic,
-    linear_attention_recurrent,
-    linear_attention_step,
     linformer_attention,
     sliding_window_attention,
     sliding_window_mask,
@@ -96,7 +91,7 @@ def test_07_layers_reach_back_layers_times_window_minus_1(window, layers):
 
 
 def test_07_mistral_7b_reaches_131040_or_131072_positions_back():
-    """'32 x 4095 = 131,040 earlier positions with the code's window = 4096 (32 x 4096 = 131,072 with the text's
+    """'32 x 4095 = 131,040 earlier positions with the cache's window = 4096 (32 x 4096 = 131,072 with the text's
     4097): either way the "131K tokens" of the paper'"""
     assert 32 * (4096 - 1) == 131_040 and 32 * (4097 - 1) == 131_072
     assert round(131_040 / 1000) == round(131_072 / 1000) == 131
@@ -115,6 +110,22 @@ def test_07_a_rolling_buffer_of_w_slots_holds_the_keys_of_window_w(W):
         assert len(held) == min(p + 1, W)
     if W == 2:
         assert held == [T - 2, T - 1]
+
+
+@pytest.mark.parametrize("W", [1, 2, 3, 7, 16])
+def test_07_mistrals_reference_prefill_mask_keeps_w_plus_1_keys_where_its_rolling_cache_keeps_w(W):
+    """'the prefill mask of Mistral's one-file reference code, triu(tril(ones), diagonal=-W), keeps i - W .. i: W + 1
+    keys ... so a prompt read at once and the same tokens decoded one at a time differ by the oldest key'"""
+    T = W + 6
+    prefill = torch.triu(torch.ones(T, T).tril(), diagonal=-W).bool()
+    assert torch.equal(prefill, sliding_window_mask(T, W + 1))
+    assert prefill[-1].sum() == W + 1
+    slots = [None] * W  # the rolling-buffer cache: position p goes to slot p % W
+    for p in range(T):
+        slots[p % W] = p
+    assert sorted(slots) == sliding_window_mask(T, W)[-1].nonzero().flatten().tolist()  # decoding: W keys
+    oldest = prefill[-1].nonzero().flatten().tolist()
+    assert set(oldest) - set(slots) == {T - 1 - W}  # the one key prefill sees and decoding does not
 
 
 @pytest.mark.parametrize("left", [0, 1, 4, 9])
@@ -197,78 +208,6 @@ def test_07_two_flops_per_parameter_plus_attention_is_what_a_decoding_step_compu
         assert abs(counter.get_total_flops() - flops) / flops < 0.02, (kv, counter.get_total_flops(), flops)
         assert cache.length == cfg.context_length
         assert cache.memory_bytes() == 2 * kv_cache_bytes(6, kv, 64, num_tokens=256)
-
-
-# --- notebook 07: linear attention -----------------------------------------------------------------------
-
-
-@settings(max_examples=40, deadline=None)
-@given(
-    seed=seeds,
-    lead=st.lists(st.integers(1, 3), max_size=2).map(tuple),
-    T=st.integers(1, 64),
-    D=st.integers(1, 16),
-    Dv=st.integers(1, 16),
-)
-def test_07_linear_attention_forms_agree_to_the_stated_tolerances(seed, lead, T, D, Dv):
-    """'recurrent vs parallel, float32, agree to 1e-6', 'float64, agree to 1e-12', 'prefix sums vs direct, agree to
-    1e-6', over drawn shapes (D != Dv, leading axes): each form against the others, in both dtypes"""
-    g = torch.Generator().manual_seed(seed)
-    q64, k64 = (torch.randn(*lead, T, D, generator=g, dtype=torch.float64) for _ in range(2))
-    v64 = torch.randn(*lead, T, Dv, generator=g, dtype=torch.float64)
-    for dtype, tol in ((torch.float32, 1e-6), (torch.float64, 1e-12)):
-        q, k, v = q64.to(dtype), k64.to(dtype), v64.to(dtype)
-        parallel = linear_attention(q, k, v)
-        for other in (linear_attention_recurrent(q, k, v), linear_attention_quadratic(q, k, v)):
-            torch.testing.assert_close(other, parallel, atol=tol, rtol=tol)
-
-
-def test_07_the_notebooks_linear_attention_example_agrees_to_its_printed_tolerances():
-    """The notebook's own example (seed 5, B = 2, T = 12, D = 8, Dv = 6): its inline forms print True."""
-    g = torch.Generator().manual_seed(5)
-    q, k = torch.randn(2, 12, 8, generator=g), torch.randn(2, 12, 8, generator=g)
-    v = torch.randn(2, 12, 6, generator=g)
-    phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
-    scores = (phi(q) @ phi(k).transpose(-2, -1)) * causal_mask(12)
-    weights = scores / scores.sum(-1, keepdim=True)
-    assert (weights[scores > 0] > 0).all() and torch.allclose(weights.sum(-1), torch.ones(2, 12))  # positive, rows 1
-    direct = weights @ v
-    S_all = (phi(k)[..., :, None] * v[..., None, :]).cumsum(dim=1)
-    parallel = torch.einsum("btd,btde->bte", phi(q), S_all) / (phi(q) * phi(k).cumsum(dim=1)).sum(-1, keepdim=True)
-    assert (parallel - direct).abs().max() < 1e-6
-    assert (linear_attention_recurrent(q, k, v) - parallel).abs().max() < 1e-6
-    q, k, v = q.double(), k.double(), v.double()
-    assert (linear_attention_recurrent(q, k, v) - linear_attention(q, k, v)).abs().max() < 1e-12
-
-
-def test_07_linear_attention_weights_are_not_softmaxs():
-    """'the weights are not softmax's, so a model must be trained with them'"""
-    g = torch.Generator().manual_seed(5)
-    q, k, v = (torch.randn(2, 12, 8, generator=g) for _ in range(3))
-    softmax, _ = scaled_dot_product_attention(q, k, v, causal_mask(12))
-    assert (linear_attention(q, k, v) - softmax).abs().max() > 0.1
-
-
-def test_07_the_state_stays_4352_bytes_while_the_kv_cache_grows():
-    """'after 256 tokens: KV cache 131,072 bytes, state 4,352 bytes (after 1 token: 512 and 4,352)'; 'the state is
-    smaller from token 9'; one layer of 4 heads, D = Dv = 16, float32, each step reading what the cache returns"""
-    heads, D, steps = 4, 16, 256
-    g = torch.Generator().manual_seed(0)
-    cache = KVCache(num_layers=1, capacity=steps)
-    state, z = torch.zeros(1, heads, D, D), torch.zeros(1, heads, D)
-    cache_bytes, state_bytes = [], []
-    for t in range(steps):
-        q_t, k_t, v_t = (torch.randn(1, heads, 1, D, generator=g) for _ in range(3))
-        keys, values = cache.update(0, k_t, v_t)
-        assert keys.shape == (1, heads, t + 1, D)  # 'every decoding step reads all of it'
-        cache_bytes.append(keys.nbytes + values.nbytes)
-        _, state, z = linear_attention_step(state, z, q_t[:, :, 0], k_t[:, :, 0], v_t[:, :, 0])
-        state_bytes.append(state.nbytes + z.nbytes)
-    assert cache_bytes == [2 * heads * (t + 1) * D * 4 for t in range(steps)]  # grows by 512 bytes a token
-    assert set(state_bytes) == {4352}
-    assert (cache_bytes[0], cache_bytes[-1]) == (512, 131_072)
-    assert next(t + 1 for t in range(steps) if cache_bytes[t] > state_bytes[t]) == 9
-    assert cache.memory_bytes() == 131_072  # 'allocates its capacity at once'
 
 
 @settings(max_examples=40, deadline=None)

@@ -301,11 +301,11 @@ HOLES = [
     ("05.2", _key_padding_int64_only),
     ("05.5", _cross_unstable),
     ("06.3", _alibi_integer_slopes),
-    ("07.4", _step_eps),
     ("09.1", _nucleus_tempered_after),
     ("09.2", _append_view),
     ("09.3", _beam_in_probabilities),
     ("10.3", _lr_float32_rounded),
+    ("13.4", _step_eps),
 ]
 
 

@@ -665,26 +665,6 @@ def _cross_sdpa_causal(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, ou
     return F.linear(out.transpose(1, 2).reshape(B, T, C), out_weight, out_bias)
 
 
-def _step_in_place(state, normaliser, q_t, k_t, v_t):
-    phi_k, phi_q = F.elu(k_t) + 1, F.elu(q_t) + 1
-    state += phi_k[..., :, None] * v_t[..., None, :]  # writes into the caller's state
-    normaliser += phi_k
-    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * normaliser).sum(-1, keepdim=True), state, normaliser
-
-
-def _step_normaliser_of_raw_keys(state, normaliser, q_t, k_t, v_t):
-    phi_k, phi_q = F.elu(k_t) + 1, F.elu(q_t) + 1
-    state = state + phi_k[..., :, None] * v_t[..., None, :]
-    normaliser = normaliser + k_t  # the keys without the feature map
-    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * normaliser).sum(-1, keepdim=True), state, normaliser
-
-
-def _step_output_only(state, normaliser, q_t, k_t, v_t):
-    phi_k, phi_q = F.elu(k_t) + 1, F.elu(q_t) + 1
-    state = state + phi_k[..., :, None] * v_t[..., None, :]
-    return (phi_q[..., :, None] * state).sum(-2) / (phi_q * (normaliser + phi_k)).sum(-1, keepdim=True)
-
-
 def _score_both_repeats(weights, seq_len):
     i = torch.arange(1, 2 * seq_len)
     j = torch.where(i >= seq_len, i - seq_len + 1, i - 1)  # the first repeat scored as a previous-token head
@@ -1176,16 +1156,6 @@ def test_answers_wrong_only_at_an_edge_fail_on_a_fixed_case_that_holds_it(key, f
     assert res.status == FAILED and "fixed case" in res.message and case in res.message, res.message
 
 
-def _step_denominator_clamped_at_1(state, normaliser, q_t, k_t, v_t):
-    """A guard against a zero denominator that clamps at 1: wrong wherever phi(q_t) . z_t < 1 (a review found it)."""
-    phi = lambda x: torch.nn.functional.elu(x) + 1  # noqa: E731
-    fk, fq = phi(k_t), phi(q_t)
-    state = state + fk[..., :, None] * v_t[..., None, :]
-    normaliser = normaliser + fk
-    out = (fq[..., :, None] * state).sum(-2) / (fq * normaliser).sum(-1, keepdim=True).clamp(min=1)
-    return out, state, normaliser
-
-
 WRONG = {
     "01.1": [_lookup_exp_minus_min, _lookup_squeeze],
     "01.2": [_many_exp_minus_mean],
@@ -1210,7 +1180,6 @@ WRONG = {
     "06.2": [_rope_writes_back, _rope_first_plus_arange, _rope_float32_angles],
     "06.3": [_alibi_float64],
     "07.3": [_aft_logits_up_to_88],
-    "07.4": [_step_in_place, _step_normaliser_of_raw_keys, _step_output_only, _step_denominator_clamped_at_1],
     "08.1": [_merge_assumes_second_higher, _merge_normalised, _merge_guard_each, _merge_where_upside_down],
     "08.2": [
         _bw_einsum_p_untransposed,
@@ -1649,28 +1618,6 @@ def _weighted_norms_einsum(weights, v):
     return weights * torch.einsum("bhsd,bhsd->bhs", v, v).sqrt()[:, :, None, :]
 
 
-def _step_einsum(state, normaliser, q_t, k_t, v_t):
-    phi_q, phi_k = F.elu(q_t) + 1, F.elu(k_t) + 1
-    state = state + torch.einsum("...d,...e->...de", phi_k, v_t)
-    normaliser = normaliser + phi_k
-    return (
-        torch.einsum("...d,...de->...e", phi_q, state) / torch.einsum("...d,...d->...", phi_q, normaliser)[..., None],
-        state,
-        normaliser,
-    )
-
-
-def _step_matmul_piecewise_phi(state, normaliser, q_t, k_t, v_t):
-    def phi(x):
-        return torch.where(x > 0, x + 1, torch.exp(x))  # elu(x) + 1 written out
-
-    phi_q, phi_k = phi(q_t), phi(k_t)
-    new_state = state + phi_k.unsqueeze(-1) @ v_t.unsqueeze(-2)  # (..., D, 1) @ (..., 1, Dv)
-    new_z = normaliser + phi_k
-    num = (phi_q.unsqueeze(-2) @ new_state).squeeze(-2)  # (..., 1, D) @ (..., D, Dv)
-    return num / (phi_q.unsqueeze(-2) @ new_z.unsqueeze(-1)).squeeze(-1), new_state, new_z
-
-
 def _score_loop(weights, seq_len):
     total = torch.zeros(weights.shape[1], dtype=weights.dtype)
     for i in range(seq_len, 2 * seq_len):
@@ -1727,7 +1674,6 @@ RIGHT = {
     "07.1": [_window_tril_triu],
     "07.2": [_repeat_expand],
     "07.3": [_aft_max_subtracted, _aft_einsum],
-    "07.4": [_step_einsum, _step_matmul_piecewise_phi],
     "08.1": [_merge_logaddexp, _merge_branches, _merge_where_isinf],
     "08.2": [
         _bw_einsum,
@@ -1805,8 +1751,8 @@ def test_a_wrong_result_is_named_as_the_statement_names_it():
     assert res.status == FAILED and "`weights`: values differ" in res.message and "result 1" not in res.message
 
     def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
-        out, new_state, new_normaliser = EXERCISES["07.4"].solution(state, normaliser, q_t, k_t, v_t)
+        out, new_state, new_normaliser = EXERCISES["13.4"].solution(state, normaliser, q_t, k_t, v_t)
         return out, new_state, new_normaliser + 1
 
-    res = run_check(EXERCISES["07.4"], my_linear_attention_step, seed=0)
+    res = run_check(EXERCISES["13.4"], my_linear_attention_step, seed=0)
     assert "`new_normaliser`: " in res.message, res.message

@@ -156,7 +156,6 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
             "a key logit above 88",
         )
     ],
-    "07.4": [("return out, state, normaliser", "return out.squeeze(-1), state, normaliser", "Dv == 1")],
     "08.1": [
         (
             "a1, a2 = torch.exp(m1 - m_safe), torch.exp(m2 - m_safe)",
@@ -201,6 +200,7 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
             "T == 1",
         )
     ],
+    "13.4": [("return out, state, normaliser", "return out.squeeze(-1), state, normaliser", "Dv == 1")],
 }
 
 

@@ -13,8 +13,9 @@ values), ``sandbox`` (running the learner's function safely) and ``domain`` (eac
 ``check(key, fn, hint=3)`` shows the course's own solution of the exercise after the verdict, read from
 ``solutions/`` (a room set up for a graded session may leave it out, and then says so).
 
-A key names one exercise for good. Keys that the renumbering of notebooks 08 to 11 left without an exercise are
-in ``RETIRED``, with where that exercise went; ``check`` says so in one line. Five keys were given to new
+A key names one exercise for good. Keys left without an exercise (by the renumbering of notebooks 08 to 11, or an
+exercise moved to another notebook with the section that teaches it) are in ``RETIRED``, with where that exercise
+went; ``check`` says so in one line. Five keys were given to new
 exercises before this rule (``REUSED``): a failed check of one of them says in one plain sentence what the key
 meant before, whatever the function passed.
 """
@@ -43,6 +44,7 @@ __all__ = ["check", "NotAttempted", "all_exercises", "get_exercise", "topics", "
 RETIRED = {
     "09.4": "the post-norm block is now 11.4, in notebook 11",
     "09.5": "the value-weighted norms are now 11.1, in notebook 11",
+    "07.4": "the recurrent step of linear attention is now 13.4, in notebook 13",
 }
 # Keys that the renumbering of notebooks 08 to 11 gave to new exercises (before the rule above), with what they
 # meant before: a failed check of one says so, whatever the function passed.

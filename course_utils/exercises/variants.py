@@ -1,12 +1,10 @@
-"""Exercises of notebook 07 (attention variants): a sliding-window mask, KV heads for GQA, AFT-simple, and
-the recurrent step of causal linear attention.
+"""Exercises of notebook 07 (attention variants): a sliding-window mask, KV heads for GQA and AFT-simple.
 
 Each reference solution is built from :mod:`course_utils.variants`; each mistake is one that learners (and
 published code) really make: a window one key too wide or not causal, ``repeat`` where ``repeat_interleave``
 belongs, AFT's softmax over the wrong axis, without its sigmoid gate, or written as ``exp(k) / sum exp(k)``,
-which overflows; linear attention without its normaliser, reading the state before the token joins it, or
-with the feature map on the values or off the query. (Notebook 07's old exercises on nucleus sampling and
-the KV cache are 09.1 and 09.2.)
+which overflows. (Notebook 07's old exercises on nucleus sampling and the KV cache are 09.1 and 09.2; its
+recurrent step of linear attention is 13.4.)
 """
 
 from __future__ import annotations
@@ -14,9 +12,8 @@ from __future__ import annotations
 import torch
 
 from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
-from course_utils.variants import aft_simple, elu_feature_map, linear_attention_step, repeat_kv, sliding_window_mask
+from course_utils.variants import aft_simple, repeat_kv, sliding_window_mask
 
 __all__ = ["EXERCISES"]
 
@@ -169,82 +166,6 @@ def _aft_plain_average(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> tor
     return torch.sigmoid(q) * v.mean(dim=-2, keepdim=True)  # every position weighted alike: k never used
 
 
-# --- 07.4 the recurrent step of causal linear attention ---------------------------------------------
-
-
-def _step_solution(state, normaliser, q_t, k_t, v_t):
-    return linear_attention_step(state, normaliser, q_t, k_t, v_t)  # out (..., Dv), state, normaliser
-
-
-def _step_case(
-    g: torch.Generator, lead: tuple[int, ...], D: int, Dv: int, seen: int, scale: float = 1.0, shift: float = 0.0
-):
-    """A step after ``seen`` earlier tokens: the state and normaliser those tokens leave, then token t.
-
-    ``shift`` moves the keys and the query down: their features phi are then small, and so is phi(q_t) . z_t.
-    """
-    k_past = scale * torch.randn(*lead, seen, D, generator=g) + shift  # (..., seen, D)
-    v_past = scale * torch.randn(*lead, seen, Dv, generator=g)  # (..., seen, Dv)
-    fk = elu_feature_map(k_past)
-    state = fk.transpose(-2, -1) @ v_past  # (..., D, Dv): sum of phi(k_j) v_j^T; zeros when seen == 0
-    normaliser = fk.sum(dim=-2)  # (..., D)
-    q_t, k_t = (scale * torch.randn(*lead, D, generator=g) + shift for _ in range(2))  # (..., D)
-    v_t = scale * torch.randn(*lead, Dv, generator=g)  # (..., Dv)
-    return (state, normaliser, q_t, k_t, v_t), {}
-
-
-def _step_cases() -> list[tuple[tuple, dict]]:
-    g = torch.Generator().manual_seed(74)
-    return [
-        _step_case(g, (1,), 4, 3, seen=0),  # the first token (T == 1): state and normaliser are zeros
-        _step_case(g, (2, 3), 5, 1, seen=6),  # Dv == 1, leading axes (B, H)
-        _step_case(g, (), 3, 3, seen=4),  # no leading axes, D == Dv
-        _step_case(g, (2,), 2, 6, seen=40, scale=2.0),  # a long past: the state is large
-        _step_case(g, (3,), 1, 2, seen=2),  # D == 1
-        _step_case(g, (2,), 3, 2, seen=1, shift=-2.0),  # small features: phi(q_t) . z_t far below 1
-        # keys and query near -10: phi(q_t) . z_t about 1e-8, where an eps added to the denominator takes over
-        _step_case(g, (2,), 3, 2, seen=2, scale=0.1, shift=-10.0),
-    ]
-
-
-def _step_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    cases = []
-    for _ in range(4):
-        lead = tuple(randint(g, 1, 5) for _ in range(randint(g, 0, 3)))  # 0, 1 or 2 leading axes
-        cases.append(_step_case(g, lead, randint(g, 1, 33), randint(g, 1, 33), seen=randint(g, 0, 100)))
-    return cases
-
-
-def _phi(x: torch.Tensor) -> torch.Tensor:
-    return torch.nn.functional.elu(x) + 1
-
-
-def _step_no_normaliser(state, normaliser, q_t, k_t, v_t):
-    state = state + _phi(k_t)[..., :, None] * v_t[..., None, :]
-    out = (_phi(q_t)[..., :, None] * state).sum(dim=-2)  # never divided by phi(q) . z
-    return out, state, normaliser + _phi(k_t)
-
-
-def _step_read_before_update(state, normaliser, q_t, k_t, v_t):
-    fq = _phi(q_t)
-    out = (fq[..., :, None] * state).sum(dim=-2) / (fq * normaliser).sum(dim=-1, keepdim=True)  # without token t
-    return out, state + _phi(k_t)[..., :, None] * v_t[..., None, :], normaliser + _phi(k_t)
-
-
-def _step_phi_on_values(state, normaliser, q_t, k_t, v_t):
-    state = state + _phi(k_t)[..., :, None] * _phi(v_t)[..., None, :]  # the values mapped too
-    normaliser = normaliser + _phi(k_t)
-    out = (_phi(q_t)[..., :, None] * state).sum(dim=-2) / (_phi(q_t) * normaliser).sum(dim=-1, keepdim=True)
-    return out, state, normaliser
-
-
-def _step_raw_query(state, normaliser, q_t, k_t, v_t):
-    state = state + _phi(k_t)[..., :, None] * v_t[..., None, :]
-    normaliser = normaliser + _phi(k_t)
-    out = (q_t[..., :, None] * state).sum(dim=-2) / (q_t * normaliser).sum(dim=-1, keepdim=True)  # q without phi
-    return out, state, normaliser
-
-
 EXERCISES = (
     Exercise(
         key="07.1",
@@ -375,62 +296,6 @@ EXERCISES = (
                 "the positions, not a uniform average.",
                 _aft_plain_average,
                 fix="mixed = (torch.softmax(k, dim=-2) * v).sum(dim=-2, keepdim=True)",
-            ),
-        ),
-    ),
-    Exercise(
-        key="07.4",
-        domain=Domain(leading={"state": 2, "normaliser": 1, "q_t": 1, "k_t": 1, "v_t": 1}, views=True),
-        results=("out_t", "new_state", "new_normaliser"),
-        title="the recurrent step of causal linear attention",
-        signature="my_linear_attention_step(state, normaliser, q_t, k_t, v_t) -> (out_t (..., Dv), state "
-        "(..., D, Dv), normaliser (..., D))",
-        solution=_step_solution,
-        cases=_step_cases,
-        draw=_step_draw,
-        edges={
-            "the first token (state and normaliser zero)": lambda state, *_: not bool(state.any()),
-            "no leading axes": lambda state, normaliser, *_: normaliser.dim() == 1,
-            "two leading axes": lambda state, normaliser, *_: normaliser.dim() == 3,
-            "D != Dv": lambda state, *_: state.shape[-2] != state.shape[-1],
-            "Dv == 1": lambda state, *_: state.shape[-1] == 1,
-            "D == 1": lambda state, *_: state.shape[-2] == 1,
-            "phi(q_t) . z_t below 1 (small features)": lambda state, normaliser, q_t, k_t, *_: bool(
-                ((elu_feature_map(q_t) * (normaliser + elu_feature_map(k_t))).sum(-1) < 1).all()
-            ),
-            "a long past (normaliser above 40)": lambda state, normaliser, *_: bool((normaliser > 40).any()),
-            "phi(q_t) . z_t below 1e-6 (an eps in the denominator would take over)": lambda s, z, q_t, k_t, *_: bool(
-                ((elu_feature_map(q_t) * (z + elu_feature_map(k_t))).sum(-1) < 1e-6).all()
-            ),
-        },
-        mistakes=(
-            Mistake(
-                "normaliser forgotten",
-                "phi(q_t) . S_t is a weighted sum of the values whose weights phi(q_t) . phi(k_j) do not sum "
-                "to 1; dividing by the same weights summed, phi(q_t) . z_t, makes it a weighted average.",
-                _step_no_normaliser,
-                fix="out = (phi_q[..., :, None] * state).sum(dim=-2) / (phi_q * normaliser).sum(dim=-1, keepdim=True)",
-            ),
-            Mistake(
-                "state read before token t is added",
-                "In causal attention token t attends to itself: the state it reads must already hold its own "
-                "key and value. Reading first leaves it out (and the first token divides 0 by 0).",
-                _step_read_before_update,
-                fix="update state and normaliser with phi(k_t) and v_t first, then compute out from the new ones",
-            ),
-            Mistake(
-                "feature map applied to the values",
-                "The feature map replaces the exponential of the scores, so it acts on queries and keys only; "
-                "the values are averaged as they are.",
-                _step_phi_on_values,
-                fix="state + phi_k[..., :, None] * v_t[..., None, :] (v_t itself, not F.elu(v_t) + 1)",
-            ),
-            Mistake(
-                "feature map missing on the query",
-                "Both sides of the score phi(q) . phi(k) go through the feature map; with the raw query the "
-                "weights can be negative and the denominator can cross 0.",
-                _step_raw_query,
-                fix="phi_q = F.elu(q_t) + 1, used in the numerator and the denominator",
             ),
         ),
     ),
