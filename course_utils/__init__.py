@@ -35,9 +35,9 @@ Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
 ``torchrun`` set-up; ``train`` holds the loop, the checkpoint and the rules of ``--resume``), ``plotting`` and
 ``widgets`` (pictures and explorers), ``exercises`` (the checks behind every exercise) and ``_exercise_engine``
 (their engine), ``devices`` (``best_device``, ``pick_device``: where tensors go) and ``environment`` (the setup
-check); ``_validate`` and ``_files`` are the one home of argument checks and atomic writes, ``_corpus`` makes the
-corpus of 10 and 11; ``static/vendor`` holds the JavaScript that ``attention_view`` inlines, so that bertviz's views
-work offline.
+check); ``_validate`` and ``_files`` are the one home of argument checks and atomic writes, ``_start`` quiets a
+stop signal while a training command loads, ``_corpus`` makes the corpus of 10 and 11; ``static/vendor`` holds the
+JavaScript that ``attention_view`` inlines, so that bertviz's views work offline.
 
 The course's tooling (building the notebooks, grading, resets, workshop rooms, the static site, vendoring,
 making the corpus) is the package ``course_tools`` beside this one: a learner never needs to import it.

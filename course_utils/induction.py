@@ -13,17 +13,9 @@ D head_dim, L num_layers, V vocab_size.
 from __future__ import annotations
 
 if __name__ == "__main__":  # Ctrl+C or SIGTERM while PyTorch loads (seconds): one line, not a traceback
-    import os
-    import signal
-    import sys
+    from course_utils._start import quiet_start_up
 
-    def _stopped_in_start_up(signum, frame):
-        print("stopped during start-up; nothing was written", file=sys.stderr, flush=True)
-        os._exit(128 + signum)
-
-    for _signum in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(_signum) is not signal.SIG_IGN:  # a job started with it ignored (cmd &) keeps it so
-            signal.signal(_signum, _stopped_in_start_up)
+    quiet_start_up()
 
 import argparse
 import contextlib
