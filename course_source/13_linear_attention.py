@@ -208,7 +208,10 @@ def capacity(ns, D, Dv, draws=5):
 ns = [4, 8, 16, 24, 32, 48, 64, 96, 128]
 curves = capacity(ns, D_mem, Dv_mem)
 Q_orth = torch.linalg.qr(torch.randn(D_mem, D_mem, generator=g, dtype=torch.float64)).Q  # (D, D) orthonormal
-orth = [relative_error(Q_orth[:n] @ (Q_orth[:n].T @ V), V) for n in (8, 32) for V in [random_pairs(n, D_mem, Dv_mem, 0)[1]]]
+orth = []
+for n in (8, 32):
+    V = random_pairs(n, D_mem, Dv_mem, 0)[1]
+    orth.append(relative_error(Q_orth[:n] @ (Q_orth[:n].T @ V), V))
 print("orthonormal keys, n = 8 and n = D = 32, error below 1e-12:", all(e < 1e-12 for e in orth))
 for n, err in zip(ns, curves):
     print(f"n/D = {n / D_mem:5.3f}: additive {err['additive']:.2f} (sqrt((n-1)/D) = {((n - 1) / D_mem) ** 0.5:.2f}), "
@@ -348,7 +351,8 @@ def delta_capacity(ns, D, Dv, draws=5):
 
 delta_curve = delta_capacity(ns, D_mem, Dv_mem)
 for n, err, d in zip(ns, curves, delta_curve):
-    print(f"n/D = {n / D_mem:5.3f}: additive {err['additive']:.2f}, delta rule {d:.2f}, best state {err['best state']:.2f}")
+    best = err["best state"]
+    print(f"n/D = {n / D_mem:5.3f}: additive {err['additive']:.2f}, delta rule {d:.2f}, best state {best:.2f}")
 
 # %% [markdown]
 # The delta rule's error is a fifth to a quarter below the additive one at every `n` up to `D`, but far from the best
