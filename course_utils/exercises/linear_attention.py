@@ -462,6 +462,10 @@ EXERCISES = (
         minutes=12,
         domain=Domain(leading={"state": 2, "q": 2, "k": 2, "v": 2, "gate": 1}, views=True),
         results=("out", "new_state"),
+        # float32 over a chunk of up to 60 tokens: a right answer in another order of sums (a token loop, log
+        # space) differs from the reference by a few 1e-5, relative, near a cancellation; float64 stays at 1e-9.
+        atol=1e-4,
+        rtol=1e-3,
         edges={
             "the first chunk (state zero)": _zero_state,
             "no leading axes": _lead(0),
