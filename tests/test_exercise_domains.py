@@ -245,6 +245,22 @@ def _append_view(cache, length, new):
     return cache[:, :, : length + T]
 
 
+def _weights_merged_view(scores, mask):
+    """Merges the leading axes with .view: breaks on non-contiguous scores with two leading axes (a tester's)."""
+    T, S = scores.shape[-2:]
+    blocked = ~mask.expand_as(scores).reshape(-1, T, S)
+    return torch.softmax(scores.view(-1, T, S).masked_fill(blocked, float("-inf")), -1).view(scores.shape)
+
+
+def _append_through_reshape(cache, length, new):
+    """Writes through .reshape, which copies a non-contiguous buffer: the caller's cache is never written."""
+    B, H, capacity, D = cache.shape
+    T = new.shape[2]
+    flat = cache.reshape(B * H, capacity, D)
+    flat[:, length : length + T] = new.reshape(B * H, T, D)
+    return flat[:, : length + T].reshape(B, H, length + T, D)
+
+
 def _nucleus_tempered_after(logits, temperature, top_p):
     probs = torch.softmax(logits, dim=-1) ** (1 / temperature)  # underflowed tokens stay 0
     probs = probs / probs.sum(dim=-1, keepdim=True)
@@ -303,6 +319,8 @@ HOLES = [
     ("06.3", _alibi_integer_slopes),
     ("09.1", _nucleus_tempered_after),
     ("09.2", _append_view),
+    ("03.2", _weights_merged_view),
+    ("09.2", _append_through_reshape),
     ("09.3", _beam_in_probabilities),
     ("10.3", _lr_float32_rounded),
     ("13.4", _step_eps),

@@ -147,6 +147,9 @@ def _append_cases() -> list[tuple[tuple, dict]]:
         ((_buffer(g, 1, 3, 8, 2, 3, 2), 3, torch.randn(1, 3, 2, 2, generator=g)), {}),  # 2 stale slots after 3
         ((_buffer(g, 2, 2, 9, 1, 1, 5), 1, torch.randn(2, 2, 2, 1, generator=g)), {}),  # stale keys after the new
         ((_buffer(g, 1, 2, 7, 3, 4, 3), 4, torch.randn(1, 2, 3, 3, generator=g)), {}),  # filled to the last slot
+        # a non-contiguous buffer and new keys with H > 1: a write through .reshape lands in a copy, not in the
+        # caller's cache, and new.view(...) breaks
+        ((_buffer(g, 3, 2, 8, 4, 3, 1).transpose(0, 1), 3, torch.randn(2, 3, 4, 2, generator=g).mT), {}),
     ]
 
 

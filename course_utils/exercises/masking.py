@@ -89,6 +89,14 @@ def _weights_cases() -> list[tuple[tuple, dict]]:
         ),
         ((2.0 * torch.randn(3, 1, generator=g), torch.ones(3, 1, dtype=torch.bool)), {}),  # one key (S == 1)
         ((2.0 * torch.randn(2, 4, 4, generator=g), causal), {}),  # a (T, S) mask beside (B, T, S) scores
+        # non-contiguous (B, H, T, S) scores with two leading axes: a .view(-1, T, S) that merges them breaks
+        (
+            (
+                2.0 * torch.randn(2, 2, 4, 5, generator=g).transpose(0, 1),
+                padding_mask([5, 2], 5)[:, None, None, :].expand(2, 2, 1, 5),
+            ),
+            {},
+        ),
     ]
 
 
