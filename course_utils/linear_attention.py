@@ -24,7 +24,7 @@ import numbers
 
 import torch
 
-from course_utils._validate import check_float_tensor, check_int, check_same_device
+from course_utils._validate import check_float_tensor, check_holds_values, check_int, check_same_device
 
 __all__ = [
     "gated_linear_attention_step",
@@ -67,10 +67,17 @@ def _check_rate(name: str, x: object, shape: torch.Size, like: torch.Tensor, low
         raise TypeError(f"{name} must be a number or a {like.dtype} tensor on {like.device}, got {_kind(x)}")
     if is_tensor and x.shape != shape:
         raise ValueError(f"{name} must have shape {tuple(shape)} (one per token), got {tuple(x.shape)}")
+    if is_tensor:
+        check_holds_values(name, x)
     t = torch.as_tensor(x, dtype=torch.float64)
     if not bool((((t > 0) if low_open else (t >= 0)) & (t <= 1)).all()):  # NaN fails both comparisons
         rng = "(0, 1]" if low_open else "[0, 1]"
         raise ValueError(f"{name} must be in {rng}, got values from {t.min().item():g} to {t.max().item():g}")
+    if low_open and not is_tensor and float(torch.as_tensor(x, dtype=like.dtype)) == 0:  # a tensor is checked as is
+        raise ValueError(
+            f"{name} = {x:g} is 0 in {like.dtype}, the dtype it is used in (log 0 = -inf would give NaN): "
+            f"use a gate that {like.dtype} can hold, at least {torch.finfo(like.dtype).smallest_normal:g}"
+        )
 
 
 def _kind(x: object) -> str:
@@ -319,10 +326,12 @@ def chunkwise_cost(T: int, D: int, Dv: int, chunk_size: int) -> dict[str, int]:
     """Multiply-adds of each form for one sequence (one head), counting the matrix products only.
 
     recurrent: T writes and T reads of a (D, Dv) state, 2 T D Dv, in T sequential steps; quadratic: q k^T and its
-    product with v, T^2 (D + Dv); chunkwise: the same inside each chunk, T C (D + Dv), plus each token's read of
-    the carried state and its write into the next, 2 T D Dv, in T / C sequential steps.
-    Taught in notebook 13.
+    product with v, T^2 (D + Dv); chunkwise: the same inside each chunk, C_i^2 (D + Dv) for a chunk of C_i tokens
+    (T C (D + Dv) in all when C divides T; the last chunk is shorter when it does not, and C > T is one chunk of
+    T), plus each token's read of the carried state and its write into the next, 2 T D Dv, in ceil(T / C)
+    sequential steps. Taught in notebook 13.
     """
     T = check_int("T", T, minimum=0)
     D, Dv, C = (check_int(n, x) for n, x in (("D", D), ("Dv", Dv), ("chunk_size", chunk_size)))
-    return {"recurrent": 2 * T * D * Dv, "quadratic": T * T * (D + Dv), "chunkwise": T * C * (D + Dv) + 2 * T * D * Dv}
+    inside = (T // C) * C * C + (T % C) ** 2  # sum of C_i^2 over the chunks: full ones, then the shorter last one
+    return {"recurrent": 2 * T * D * Dv, "quadratic": T * T * (D + Dv), "chunkwise": inside * (D + Dv) + 2 * T * D * Dv}
