@@ -13,7 +13,9 @@ section 1 is in :mod:`course_utils.variants`. The feature map, when one is used 
 :func:`course_utils.variants.elu_feature_map`), is applied to q and k by the caller.
 
 One recurrence underlies every form here: with a gate alpha_t in (0, 1] (1: no forgetting; a float gamma: the
-fixed decay of RetNet), S_t = alpha_t S_{t-1} + k_t v_t^T and out_t = S_t^T q_t, from S_0 = 0.
+fixed decay of RetNet), S_t = alpha_t S_{t-1} + k_t v_t^T and out_t = S_t^T q_t, from S_0 = 0. One number per
+token is Mamba-2's scalar gate; gated linear attention (Yang et al. 2023) gates each key feature apart, a vector
+alpha_t in (0, 1)^D and S_t = diag(alpha_t) S_{t-1} + k_t v_t^T, which is not built here.
 Shapes: T sequence length, D the width of q and k, Dv of v, C a chunk's length; ``...`` any leading axes, the
 same for every argument. A gate is a number or a tensor (..., T) (one per token).
 """
