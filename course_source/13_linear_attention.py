@@ -415,7 +415,7 @@ print("T = 1, C = 4: equal to 1e-12:", (one - rec[:, :1]).abs().max().item() < 1
 # %% [markdown]
 # **The cost.** Counting the matrix products for one head: the recurrence does `2 T D Dv` multiply-adds
 # in `T` sequential steps; the quadratic form `T² (D + Dv)`; the chunkwise form `T C (D + Dv)` inside the
-# chunks plus `2 T D Dv` for reading and writing the state, in `T / C` sequential steps, with one `(C, C)`
+# chunks (when `C` divides `T`; a shorter last chunk costs less) plus `2 T D Dv` for reading and writing the state, in `T / C` sequential steps, with one `(C, C)`
 # matrix and one state in memory at a time. With `C` about `D`, it does about twice the recurrence's work,
 # in big products, and `C` times fewer sequential steps:
 
