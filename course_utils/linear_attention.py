@@ -17,7 +17,9 @@ fixed decay of RetNet), S_t = alpha_t S_{t-1} + k_t v_t^T and out_t = S_t^T q_t,
 token is Mamba-2's scalar gate; gated linear attention (Yang et al. 2023) gates each key feature apart, a vector
 alpha_t in (0, 1)^D and S_t = diag(alpha_t) S_{t-1} + k_t v_t^T, which is not built here.
 Shapes: T sequence length, D the width of q and k, Dv of v, C a chunk's length; ``...`` any leading axes, the
-same for every argument. A gate is a number or a tensor (..., T) (one per token).
+same for every argument. A gate is a number or a tensor (..., T) (one per token). Gates and betas are checked
+for their range (NaN included); q, k and v are not scanned for NaN, as in :mod:`course_utils.attention`: a NaN
+there comes out as NaN in the outputs that read it.
 """
 
 from __future__ import annotations
@@ -220,7 +222,10 @@ def delta_rule_step(
     """One token of the gated delta rule: decay, then move the value stored under k_t towards v_t, then read.
 
     S' = alpha_t S_{t-1}; S_t = S' + beta_t k_t (v_t - S'^T k_t)^T; out_t = S_t^T q_t. With a unit-norm k_t and
-    beta_t = 1, S_t^T k_t = v_t exactly: the old value under k_t is replaced. Returns ``(out_t, S_t)``.
+    beta_t = 1, S_t^T k_t = v_t exactly: the old value under k_t is replaced. The step multiplies the state by
+    I - beta_t k_t k_t^T, whose eigenvalue along k_t is 1 - beta_t ||k_t||^2: the state grows without bound once
+    beta_t ||k_t||^2 > 2, which is why DeltaNet L2-normalises its keys (keys are used as given here).
+    Returns ``(out_t, S_t)``.
     Shape: state (..., D, Dv), q_t, k_t (..., D), v_t (..., Dv), beta_t, gate_t (...) or numbers ->
     out_t (..., Dv), state (..., D, Dv). Taught in notebook 13.
     """
