@@ -231,7 +231,9 @@ plt.show()
 # %% [markdown]
 # So the sentence of section 1, "a sum of D × Dv numbers cannot hold every earlier key and value apart",
 # has a number on it: with random keys, plain linear attention's error reaches 0.5 at `n ≈ D / 4` pairs and
-# 1 (the size of the values themselves) at `n ≈ D`, while the cache retrieves exactly at every `n`. Two ways
+# 1 (the size of the values themselves) at `n ≈ D`, while the cache retrieves exactly at every `n` measured,
+# because its softmax is sharp enough: with the usual `1/√D` in place of the ×100, these nearly orthogonal
+# keys give an almost flat softmax and an error above 0.7 at every `n`, 0.99 at `n = 128`. Two ways
 # out follow: **forget** old pairs, so that fewer compete, and **write better**, closer to the best state.
 #
 # ## 3. Forgetting: a fixed decay and a data-dependent gate
@@ -242,9 +244,12 @@ plt.show()
 #
 # A pair written `a` steps ago is read back `γ^a` times as strong. Make the number depend on the token,
 # `α_t`, computed from the input by the model (a sigmoid of a projection, say), and the model chooses when to
-# forget: gated linear attention (Yang et al. 2023), and Mamba-2's scalar gate (Dao and Gu 2024):
+# forget. One number per token (per head) is Mamba-2's scalar gate (Dao and Gu 2024), the form built here:
 #
 # `S_t = α_t S_{t-1} + k_t v_tᵀ`, `out_t = S_tᵀ q_t`.
+#
+# Gated linear attention (Yang et al. 2023) gates finer: its `α_t` is a vector in (0, 1)^D, one number per
+# key feature, and `S_t = diag(α_t) S_{t-1} + k_t v_tᵀ` forgets each row of the state at its own rate.
 
 # %%
 gate = torch.sigmoid(torch.randn(B, T, generator=g) + 2.0)  # (B, T): alpha_t in (0, 1), mostly near 0.9
@@ -274,6 +279,11 @@ print("gated loop vs masked quadratic form, float32, agree to 1e-5:",
       torch.allclose(gated, gated_quadratic, atol=1e-5, rtol=1e-5))
 
 # %% [markdown]
+# The cumulative sum has a price in float32: its rounding error grows with `|Σ log α|` times the machine
+# epsilon, so over a whole long sequence the differences lose digits (with gates of 0.5 and `T = 2048`, about
+# 30 times the error of the same sum taken per chunk of 64). That is one more reason real kernels take the
+# cumulative sum inside each chunk (section 5).
+#
 # The order matters: the gate acts on the old state and the new pair is written whole, so `M[i, i] = 1`.
 # In float64 the two forms agree to rounding, here with RetNet's fixed decay `γ = 0.9` as well:
 
@@ -355,11 +365,14 @@ for n, err, d in zip(ns, curves, delta_curve):
     print(f"n/D = {n / D_mem:5.3f}: additive {err['additive']:.2f}, delta rule {d:.2f}, best state {best:.2f}")
 
 # %% [markdown]
-# The delta rule's error is a fifth to a quarter below the additive one at every `n` up to `D`, but far from the best
+# The delta rule's error is a fifth to nearly a third below the additive one at every `n` up to `D`, but far from the best
 # state's zero: one pass over the pairs, each corrected once, is not a least-squares solve. Past `n = D` nothing linear can hold every pair.
 #
 # The delta rule's own parallel form is harder than the gated one: `S_{t-1}` enters the write, so the
-# state is a product of the matrices `I − β_t k_t k_tᵀ`. Yang et al. (2024, "Parallelizing Linear
+# state is a product of the matrices `I − β_t k_t k_tᵀ`. Each has eigenvalue 1 on the directions orthogonal to
+# `k_t` and `1 − β_t ‖k_t‖²` along it, so the state stays bounded only while `β_t ‖k_t‖² <= 2`: with keys ten
+# times longer and `β = 1` it blows up. DeltaNet and Gated DeltaNet L2-normalise their keys, so that with
+# `β_t` in [0, 1] every eigenvalue is in [0, 1] and each step only shrinks the old state. Yang et al. (2024, "Parallelizing Linear
 # Transformers with the Delta Rule") compute it chunk by chunk with a compact form of that product (the WY
 # representation); `course_utils` keeps the recurrence as the reference.
 #
@@ -406,7 +419,7 @@ print("T = 1, C = 4: equal to 1e-12:", (one - rec[:, :1]).abs().max().item() < 1
 # %% [markdown]
 # **The cost.** Counting the matrix products for one head: the recurrence does `2 T D Dv` multiply-adds
 # in `T` sequential steps; the quadratic form `T² (D + Dv)`; the chunkwise form `T C (D + Dv)` inside the
-# chunks plus `2 T D Dv` for reading and writing the state, in `T / C` sequential steps, with one `(C, C)`
+# chunks (when `C` divides `T`; a shorter last chunk costs less) plus `2 T D Dv` for reading and writing the state, in `T / C` sequential steps, with one `(C, C)`
 # matrix and one state in memory at a time. With `C` about `D`, it does about twice the recurrence's work,
 # in big products, and `C` times fewer sequential steps:
 
@@ -570,7 +583,8 @@ check("13.4", my_linear_attention_step)
 #   while a KV cache grows.
 # - Linear attention's state is an associative memory: `Sᵀ k_i` returns `v_i` plus crosstalk from every
 #   other pair. With random keys the error grows as `√((n − 1) / D)`; past `n = D` no `(D, Dv)` state holds
-#   every pair, while softmax attention's cache retrieves exactly at any `n`, at the price of growing.
+#   every pair, while softmax attention's cache, with a sharp enough softmax (scores ×100 here), retrieves
+#   exactly at every `n` measured, at the price of growing.
 # - A decay or a data-dependent gate forgets: `S_t = α_t S_{t-1} + k_t v_tᵀ`. Its quadratic form is
 #   `((q kᵀ) ⊙ M) v` with the decay matrix `M[i, j] = α_{j+1} ⋯ α_i`, computed from cumulative sums of
 #   `log α`.
@@ -587,7 +601,8 @@ check("13.4", my_linear_attention_step)
 # - Sun et al., [Retentive Network](https://arxiv.org/abs/2307.08621) (2023): a fixed decay, and its
 #   recurrent, parallel and chunkwise forms.
 # - Yang et al., [Gated Linear Attention Transformers with Hardware-Efficient
-#   Training](https://arxiv.org/abs/2312.06635) (2023): data-dependent gates and the chunkwise form.
+#   Training](https://arxiv.org/abs/2312.06635) (2023): a data-dependent gate per key feature, and the chunkwise
+#   form.
 # - Dao and Gu, [Transformers are SSMs](https://arxiv.org/abs/2405.21060) (2024): Mamba-2's scalar gate and
 #   the masked quadratic form ("structured state space duality").
 # - Yang et al., [Parallelizing Linear Transformers with the Delta Rule over Sequence

@@ -13,9 +13,13 @@ section 1 is in :mod:`course_utils.variants`. The feature map, when one is used 
 :func:`course_utils.variants.elu_feature_map`), is applied to q and k by the caller.
 
 One recurrence underlies every form here: with a gate alpha_t in (0, 1] (1: no forgetting; a float gamma: the
-fixed decay of RetNet), S_t = alpha_t S_{t-1} + k_t v_t^T and out_t = S_t^T q_t, from S_0 = 0.
+fixed decay of RetNet), S_t = alpha_t S_{t-1} + k_t v_t^T and out_t = S_t^T q_t, from S_0 = 0. One number per
+token is Mamba-2's scalar gate; gated linear attention (Yang et al. 2023) gates each key feature apart, a vector
+alpha_t in (0, 1)^D and S_t = diag(alpha_t) S_{t-1} + k_t v_t^T, which is not built here.
 Shapes: T sequence length, D the width of q and k, Dv of v, C a chunk's length; ``...`` any leading axes, the
-same for every argument. A gate is a number or a tensor (..., T) (one per token).
+same for every argument. A gate is a number or a tensor (..., T) (one per token). Gates and betas are checked
+for their range (NaN included); q, k and v are not scanned for NaN, as in :mod:`course_utils.attention`: a NaN
+there comes out as NaN in the outputs that read it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import numbers
 
 import torch
 
-from course_utils._validate import check_float_tensor, check_int, check_same_device
+from course_utils._validate import check_float_tensor, check_holds_values, check_int, check_same_device
 
 __all__ = [
     "gated_linear_attention_step",
@@ -67,10 +71,17 @@ def _check_rate(name: str, x: object, shape: torch.Size, like: torch.Tensor, low
         raise TypeError(f"{name} must be a number or a {like.dtype} tensor on {like.device}, got {_kind(x)}")
     if is_tensor and x.shape != shape:
         raise ValueError(f"{name} must have shape {tuple(shape)} (one per token), got {tuple(x.shape)}")
+    if is_tensor:
+        check_holds_values(name, x)
     t = torch.as_tensor(x, dtype=torch.float64)
     if not bool((((t > 0) if low_open else (t >= 0)) & (t <= 1)).all()):  # NaN fails both comparisons
         rng = "(0, 1]" if low_open else "[0, 1]"
         raise ValueError(f"{name} must be in {rng}, got values from {t.min().item():g} to {t.max().item():g}")
+    if low_open and not is_tensor and float(torch.as_tensor(x, dtype=like.dtype)) == 0:  # a tensor is checked as is
+        raise ValueError(
+            f"{name} = {x:g} is 0 in {like.dtype}, the dtype it is used in (log 0 = -inf would give NaN): "
+            f"use a gate that {like.dtype} can hold, at least {torch.finfo(like.dtype).smallest_normal:g}"
+        )
 
 
 def _kind(x: object) -> str:
@@ -211,7 +222,10 @@ def delta_rule_step(
     """One token of the gated delta rule: decay, then move the value stored under k_t towards v_t, then read.
 
     S' = alpha_t S_{t-1}; S_t = S' + beta_t k_t (v_t - S'^T k_t)^T; out_t = S_t^T q_t. With a unit-norm k_t and
-    beta_t = 1, S_t^T k_t = v_t exactly: the old value under k_t is replaced. Returns ``(out_t, S_t)``.
+    beta_t = 1, S_t^T k_t = v_t exactly: the old value under k_t is replaced. The step multiplies the state by
+    I - beta_t k_t k_t^T, whose eigenvalue along k_t is 1 - beta_t ||k_t||^2: the state grows without bound once
+    beta_t ||k_t||^2 > 2, which is why DeltaNet L2-normalises its keys (keys are used as given here).
+    Returns ``(out_t, S_t)``.
     Shape: state (..., D, Dv), q_t, k_t (..., D), v_t (..., Dv), beta_t, gate_t (...) or numbers ->
     out_t (..., Dv), state (..., D, Dv). Taught in notebook 13.
     """
@@ -319,10 +333,12 @@ def chunkwise_cost(T: int, D: int, Dv: int, chunk_size: int) -> dict[str, int]:
     """Multiply-adds of each form for one sequence (one head), counting the matrix products only.
 
     recurrent: T writes and T reads of a (D, Dv) state, 2 T D Dv, in T sequential steps; quadratic: q k^T and its
-    product with v, T^2 (D + Dv); chunkwise: the same inside each chunk, T C (D + Dv), plus each token's read of
-    the carried state and its write into the next, 2 T D Dv, in T / C sequential steps.
-    Taught in notebook 13.
+    product with v, T^2 (D + Dv); chunkwise: the same inside each chunk, C_i^2 (D + Dv) for a chunk of C_i tokens
+    (T C (D + Dv) in all when C divides T; the last chunk is shorter when it does not, and C > T is one chunk of
+    T), plus each token's read of the carried state and its write into the next, 2 T D Dv, in ceil(T / C)
+    sequential steps. Taught in notebook 13.
     """
     T = check_int("T", T, minimum=0)
     D, Dv, C = (check_int(n, x) for n, x in (("D", D), ("Dv", Dv), ("chunk_size", chunk_size)))
-    return {"recurrent": 2 * T * D * Dv, "quadratic": T * T * (D + Dv), "chunkwise": T * C * (D + Dv) + 2 * T * D * Dv}
+    inside = (T // C) * C * C + (T % C) ** 2  # sum of C_i^2 over the chunks: full ones, then the shorter last one
+    return {"recurrent": 2 * T * D * Dv, "quadratic": T * T * (D + Dv), "chunkwise": inside * (D + Dv) + 2 * T * D * Dv}

@@ -43,6 +43,22 @@ EDGE_MUTANTS = [
         "stored = (k_t[..., None, :] @ state).squeeze()",
         "Dv == 1",
     ),
+    # gates near 0: a guard against log 0 that clamps the gate, right wherever every gate is above 0.02
+    (
+        "13.1",
+        "new_state = gate_t[..., None, None] * state",
+        "new_state = gate_t.clamp(min=0.02)[..., None, None] * state",
+        "gates near 0 (every gate below 1e-3)",
+    ),
+    # D == 1: a squeeze of the key or query's last axis, a no-op for every D but 1
+    ("13.1", "k_t[..., :, None] * v_t[..., None, :]", "k_t.squeeze(-1)[..., :, None] * v_t[..., None, :]", "D == 1"),
+    (
+        "13.2",
+        "beta_t[..., None, None] * k_t[..., :, None]",
+        "beta_t[..., None, None] * k_t.squeeze(-1)[..., :, None]",
+        "D == 1",
+    ),
+    ("13.3", "(q @ state)", "(q.squeeze(-1) @ state)", "D == 1"),
 ]
 
 

@@ -219,6 +219,16 @@ def test_chunkwise_cost_counts_the_matrix_products():
     assert chunkwise_cost(T=1024, D=64, Dv=64, chunk_size=1024)["chunkwise"] > cost["quadratic"]
 
 
+@pytest.mark.parametrize("T, C", [(10, 4), (10, 64), (10, 10), (10, 1), (1, 4), (0, 3), (100, 7)])
+def test_chunkwise_cost_sums_over_the_actual_chunk_lengths(T, C):
+    """The last chunk is shorter when C does not divide T, and C > T is one chunk of T tokens."""
+    D, Dv = 4, 6
+    lengths = [min(C, T - s) for s in range(0, T, C)]  # the chunks gated_linear_attention_chunkwise cuts
+    assert sum(lengths) == T
+    direct = sum(n * n * D + n * n * Dv + n * D * Dv + n * D * Dv for n in lengths)  # q k^T, (.) v, q S, k^T v
+    assert chunkwise_cost(T, D, Dv, C)["chunkwise"] == direct
+
+
 def _t(*shape, dtype=torch.float64):
     return torch.zeros(*shape, dtype=dtype)
 
@@ -329,6 +339,33 @@ BAD_INPUTS = [
         r"gate must be a floating-point",
     ),
     ("decay_mask gate 0", lambda: decay_mask(torch.zeros(3)), ValueError, r"gate must be in \(0, 1\]"),
+    *(
+        (
+            f"{fn.__name__} float32 gate 1e-50 (0 in float32)",
+            lambda fn=fn: fn(
+                *((_S.float(),) if fn is gated_linear_attention_chunk else ()),
+                _Q.float(),
+                _K.float(),
+                _V.float(),
+                1e-50,
+            ),
+            ValueError,
+            r"gate = 1e-50 is 0 in torch.float32",
+        )
+        for fn in (gated_linear_attention, gated_linear_attention_chunkwise, gated_linear_attention_chunk)
+    ),
+    ("decay_mask on meta", lambda: decay_mask(torch.rand(5, device="meta")), ValueError, r"gate is on the meta device"),
+    *(
+        (
+            f"{fn.__name__} meta inputs, tensor gate",
+            lambda fn=fn: fn(
+                *(x.to("meta") for x in (_Q, _K, _V)), *((1.0,) if fn is delta_rule_recurrent else ()), _GATE.to("meta")
+            ),
+            ValueError,
+            r"is on the meta device",
+        )
+        for fn in (gated_linear_attention_recurrent, delta_rule_recurrent)
+    ),
     ("cost T negative", lambda: chunkwise_cost(-1, 4, 4, 2), ValueError, r"T must be at least 0, got -1"),
     ("cost D float", lambda: chunkwise_cost(8, 4.0, 4, 2), TypeError, r"D must be an int, got float"),
 ]

@@ -74,8 +74,10 @@ def _gla_cases() -> list[tuple[tuple, dict]]:
         (_case(g, (2, 3), 5, 2, None, seen=6), {}),  # two leading axes
         (_case(g, (2, 1, 2), 3, 1, None, seen=3), {}),  # three leading axes, Dv == 1
         (_case(g, (3,), 4, 2, None, seen=5, low=1.0), {}),  # every gate 1: nothing forgotten
-        (_case(g, (4,), 2, 5, None, seen=8, low=0.001, high=0.04), {}),  # gates near 0: the past almost gone
+        (_case(g, (4,), 2, 5, None, seen=8, low=0.001, high=0.04), {}),  # small gates: most of the past gone
         (_views(_case(g, (2, 3), 4, 3, None, seen=5)), {}),  # non-contiguous views, as a transpose returns
+        (_case(g, (2,), 3, 2, None, seen=6, low=1e-6, high=1e-4), {}),  # gates near 0 (a clamp at 0.02 shows)
+        (_case(g, (2,), 1, 3, None, seen=4), {}),  # D == 1
     ]
 
 
@@ -132,6 +134,7 @@ def _delta_cases() -> list[tuple[tuple, dict]]:
         (_delta_case(g, (3,), 4, 2, seen=5, beta=1.0, unit=True), {}),  # beta 1, unit keys: an exact overwrite
         (_delta_case(g, (3,), 4, 2, seen=5, beta=0.0), {}),  # beta 0: nothing written
         (_views(_delta_case(g, (2, 3), 4, 3, seen=5)), {}),  # non-contiguous views
+        (_delta_case(g, (2,), 1, 3, seen=4), {}),  # D == 1
     ]
 
 
@@ -200,6 +203,7 @@ def _chunk_cases() -> list[tuple[tuple, dict]]:
         (_chunk_case(g, (2,), 4, 2, 7, seen=5, low=1.0), {}),  # every gate 1
         (_chunk_case(g, (2,), 3, 4, 32, seen=9), {}),  # a long chunk: b_C down to 0.5^32
         (_views(_chunk_case(g, (2, 3), 4, 3, 5, seen=5)), {}),  # non-contiguous views
+        (_chunk_case(g, (2,), 1, 3, 4, seen=5), {}),  # D == 1
     ]
 
 
@@ -359,7 +363,8 @@ EXERCISES = (
             "D == Dv": lambda state, *_: state.shape[-2] == state.shape[-1],
             "Dv == 1": lambda state, *_: state.shape[-1] == 1,
             _GATE_ONE: lambda *a: bool((a[4] == 1).all()),
-            "a gate below 0.05": lambda *a: bool((a[4] < 0.05).any()),
+            "gates near 0 (every gate below 1e-3)": lambda *a: bool((a[4] < 1e-3).all()),
+            "D == 1": lambda state, *_: state.shape[-2] == 1,
             "non-contiguous views": _holds_views,
         },
         mistakes=(
@@ -408,6 +413,7 @@ EXERCISES = (
             "two leading axes": _lead(2),
             "three leading axes": _lead(3),
             "Dv == 1": lambda state, *_: state.shape[-1] == 1,
+            "D == 1": lambda state, *_: state.shape[-2] == 1,
             "beta 1 and unit keys (an exact overwrite)": lambda *a: bool(
                 (a[4] == 1).all() and torch.allclose(a[2].norm(dim=-1), torch.ones(()))
             ),
@@ -473,6 +479,7 @@ EXERCISES = (
             "three leading axes": _lead(3),
             "Dv == 1": lambda state, *_: state.shape[-1] == 1,
             "C == 1": lambda state, q, *_: q.shape[-2] == 1,
+            "D == 1": lambda state, *_: state.shape[-2] == 1,
             "a long chunk (C >= 32)": lambda state, q, *_: q.shape[-2] >= 32,
             _GATE_ONE: lambda *a: bool((a[4] == 1).all()),
             "non-contiguous views": _holds_views,
