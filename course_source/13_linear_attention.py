@@ -558,7 +558,7 @@ check("13.3", my_chunk)
 # Write `my_linear_attention_step(state, normaliser, q_t, k_t, v_t)` with `φ(x) = F.elu(x) + 1`: from the
 # state `(..., D, Dv)` and normaliser `(..., D)` of the tokens before t, and token t's `q_t`, `k_t`
 # `(..., D)` and `v_t` `(..., Dv)`, return `(out_t, new_state, new_normaliser)`, out_t `(..., Dv)` read as in
-# section 1. Yours to decide: does out_t read the state before or after token t is added?
+# section 1. Work out which (the check enforces it): does out_t read the state before or after token t is added?
 
 # %%
 # Inputs: `state`, `normaliser`, `q_t`, `k_t`, `v_t` may have 0 to 3 leading axes (the `...`); tensors may be
