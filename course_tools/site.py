@@ -45,6 +45,7 @@ import os
 import re
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -472,13 +473,18 @@ def _dark_theme() -> bytes:
 
 
 def build_site(
-    out: str | Path, solutions: str | Path | None = None, *, force: bool = False, now: datetime | None = None
+    out: str | Path,
+    solutions: str | Path | None = None,
+    *,
+    force: bool = False,
+    now: datetime | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> Site:
     """Render every solved notebook in ``solutions`` (default: the course's) into the folder ``out``.
 
     Returns a :class:`Site` (the pages in course order, notes such as files kept aside, the seconds taken).
     See the module's docstring for what ``out`` may be and what ``force`` does; nothing is written when it is
-    refused, or when there is no solved notebook.
+    refused, or when there is no solved notebook. ``progress``, when given, is called with a line before each page.
     """
     import nbformat
     from jinja2 import Environment, FileSystemLoader, select_autoescape
@@ -508,6 +514,8 @@ def build_site(
     exporter = _exporter()
     documents: list[dict] = []
     for i, ((path, nb), page) in enumerate(zip(read, pages)):
+        if progress is not None:  # a page takes a second or two: ten notebooks would be 6-20 s of silence
+            progress(f"page {i + 1} of {len(read)}: {page.page}")
         if not any(c.get("outputs") for c in nb.cells if c.cell_type == "code"):
             notes.append(
                 f"{path.name} has no saved outputs: its page shows the code only "
@@ -569,7 +577,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        site = build_site(args.out, args.solutions, force=args.force)
+        site = build_site(args.out, args.solutions, force=args.force, progress=lambda line: print(line, flush=True))
     except (ValueError, FileNotFoundError) as e:
         print(f"course site: {e}", file=sys.stderr)
         return 2

@@ -743,6 +743,9 @@ def test_the_command_prints_the_sites_path_normalised(tmp_path, small_solutions)
         last,
     ), last
     assert (tmp_path / "site" / "index.html").is_file() and not (tmp_path / "b" / "site").exists()
+    # issue 29 item 15: a page takes a second or two, so each one is announced before it is rendered
+    pages = [line for line in proc.stdout.splitlines() if line.startswith("page ")]
+    assert pages == ["page 1 of 2: 01_first.html", "page 2 of 2: 02_second.html"], proc.stdout
 
 
 def test_vendor_js_site_check_names_both_bundles(capsys):
