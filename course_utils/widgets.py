@@ -200,8 +200,8 @@ def lookup_explorer(keys: torch.Tensor | None = None, values: torch.Tensor | Non
     values = LOOKUP_VALUES if values is None else values
     _lookup(0.0, 1.0, keys, values)  # bad keys or values fail here, not inside the widget
     controls = {
-        "angle_deg": _slider(widgets.FloatSlider, "angle", value=45, min=0, max=360, step=5),
-        "length": _slider(widgets.FloatSlider, "length", value=1.0, min=0.0, max=8.0, step=0.5),
+        "angle_deg": _slider(widgets.FloatSlider, description="angle", value=45, min=0, max=360, step=5),
+        "length": _slider(widgets.FloatSlider, description="length", value=1.0, min=0.0, max=8.0, step=0.5),
     }
 
     def draw(angle_deg: float, length: float) -> tuple[Figure, str]:
@@ -378,7 +378,7 @@ def mask_explorer(tokens: Sequence[str] = MASK_SENTENCE) -> Explorer:
     T = len(tokens)
     _masked_weights("none", T, "-inf", tokens)  # bad tokens fail here, not inside the widget
     kind = widgets.Dropdown(options=list(MASK_KINDS), value="causal + left padding", description="mask", style=_STYLE)
-    length = _slider(widgets.IntSlider, "length", value=min(5, T), min=0, max=T)
+    length = _slider(widgets.IntSlider, description="length", value=min(5, T), min=0, max=T)
     fill = widgets.ToggleButtons(options=list(FILLS), value="-inf", description="fill", style=_STYLE)
 
     def draw(kind: str, length: int, fill: str) -> tuple[Figure, str]:
@@ -491,7 +491,7 @@ def head_explorer(
         style=_STYLE,
         layout=widgets.Layout(display="flex" if len(names) > 1 else "none"),
     )
-    head = _slider(widgets.IntSlider, "head", value=0, min=0, max=layers[names[0]].num_heads - 1)
+    head = _slider(widgets.IntSlider, description="head", value=0, min=0, max=layers[names[0]].num_heads - 1)
     causal = widgets.Checkbox(value=True, description="causal", style=_STYLE)
 
     def fit_heads(change: dict) -> None:
@@ -561,9 +561,10 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
     Draws :func:`plot_gpt_head`. Used in notebook 11.
     """
     _gpt_weights(model, tokenizer, prompt, 0, 0)  # a bad model, tokenizer or prompt fails here, not in the widget
-    layer = _slider(widgets.IntSlider, "layer", value=0, min=0, max=model.config.num_layers - 1)
-    head = _slider(widgets.IntSlider, "head", value=0, min=0, max=model.config.num_heads - 1)
-    text = _slider(widgets.Text, "prompt", value=prompt, layout=widgets.Layout(width="95%"))  # applies on Enter
+    layer = _slider(widgets.IntSlider, description="layer", value=0, min=0, max=model.config.num_layers - 1)
+    head = _slider(widgets.IntSlider, description="head", value=0, min=0, max=model.config.num_heads - 1)
+    # the prompt applies on Enter (continuous_update=False)
+    text = _slider(widgets.Text, description="prompt", value=prompt, layout=widgets.Layout(width="95%"))
 
     def draw(layer: int, head: int, prompt: str) -> tuple[Figure, str]:
         w, shown = _gpt_weights(model, tokenizer, prompt, layer, head)
