@@ -66,7 +66,6 @@ END_TABLE = "<!-- END exercise table -->"
 
 # the rest of course_tools/ runs on a learner's machine (check, reset, the corpus fetch); the site needs solutions/
 LEARNER_EXCLUDE = (  # authors' and instructors' tools, and the site's templates and KaTeX
-    "course_tools/_output.py",
     "course_tools/build.py",
     "course_tools/room.py",
     "course_tools/site.py",

@@ -181,7 +181,7 @@ def test_plan_passes_extra_pytest_options_to_every_pytest_step():
     course = load_course()
     steps, _ = course.test_plan(["-k", "03_masking"], AVX512_MACHINE)
     pytest_steps = [s for s in steps if "pytest" in s.args]
-    assert len(pytest_steps) == 4 and all(s.args[-2:] == ["-k", "03_masking"] for s in pytest_steps)
+    assert len(pytest_steps) == 5 and all(s.args[-2:] == ["-k", "03_masking"] for s in pytest_steps)
 
 
 def test_plan_leaves_out_avx2_with_a_notice_where_the_cpu_lacks_it():
