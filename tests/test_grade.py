@@ -307,7 +307,8 @@ def test_a_long_cell_says_it_is_still_running(tmp_path):
     assert [r["status"] for r in run.records] == ["passed"]
     quiet = []
     run_notebook(path, progress=quiet.append)  # the default: one line every 10 s, so none for a 3 s cell
-    assert not [s for s in quiet if "still running" in s] and len(quiet) == 1
+    # (the import cell may pass 10 s on a loaded machine: only the 3 s cell is asked about)
+    assert not [s for s in quiet if "cell 3 (" in s] and quiet[-1] == said[-1]
 
 
 def test_ctrl_c_prints_what_finished_shuts_the_kernel_down_and_keeps_the_report(tmp_path):

@@ -535,7 +535,8 @@ def test_ctrl_c_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         first = proc.stdout.readline()  # the record at step 0: training has begun
         assert first.startswith("{'step': 0"), first + proc.stderr.read()
-        time.sleep(0.5)
+        second = proc.stdout.readline()  # the record at step 25: steps have been taken, however loaded the machine
+        assert second.startswith("{'step': 25"), second + proc.stderr.read()
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130 and len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
