@@ -6,6 +6,8 @@ greedy at width 1 and better than greedy where it matters, and every error messa
 from __future__ import annotations
 
 import math
+import runpy
+from pathlib import Path
 
 import pytest
 import torch
@@ -535,3 +537,46 @@ def test_the_edges_of_the_refusals_still_run():
     assert generate(DECODER, IDS, 21, greedy=True).shape == (1, 25)  # the last token is never fed back
     assert generate(DECODER, IDS, 30, greedy=True, on_full="shift").shape == (1, 34)
     assert top_p_keep(torch.tensor([[0.25, 0.75]]), 0.5).tolist() == [[False, True]]
+
+
+# --- benchmarks/GENERATION.md: the work of each method, in token-passes -------------------------------
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCHMARK = runpy.run_path(str(ROOT / "benchmarks" / "generation_speed.py"), run_name="generation_speed")
+
+
+def _calls(model: nn.Module, prompt: int, new: int, **kwargs) -> list[int]:
+    """Tokens fed to the whole model in each of its calls while ``generate`` runs."""
+    fed: list[int] = []
+    hook = model.register_forward_pre_hook(lambda module, args: fed.append(args[0].shape[1]))
+    try:
+        generate(model, torch.zeros(1, prompt, dtype=torch.long), new, greedy=True, **kwargs)
+    finally:
+        hook.remove()
+    return fed
+
+
+@pytest.mark.parametrize("prompt, new, keep", [(4, 40, 8), (3, 60, 5), (16, 20, 8), (1, 17, 16)])
+def test_the_benchmarks_token_passes_are_what_the_model_is_fed(prompt, new, keep):
+    _, model = SHIFT_MODELS[2]  # the course's GPT, context_length 16
+    counted = BENCHMARK["token_passes"](prompt, new, 16, keep)
+    recompute = _calls(model, prompt, new, use_cache=False)
+    cached = _calls(model, prompt, new, on_full="shift", keep_on_shift=keep)
+    assert len(recompute) == len(cached) == new  # one call per new token, either way
+    assert sum(recompute) == counted["recompute"]
+    assert sum(cached) == counted["kv_cache"]
+    assert cached[1:].count(keep) == counted["shifts"] and set(cached[1:]) <= {1, keep}
+
+
+def test_generation_md_states_the_benchmarks_counts():
+    """'recompute 96,122; the cache 757 (4 + 497 single tokens + 2 shifts of 128 ...)', '127x fewer token-passes'"""
+    prompt, new, context_length, keep = 4, 500, 256, 128
+    counted = BENCHMARK["token_passes"](prompt, new, context_length, keep)
+    singles = new - 1 - counted["shifts"]  # the first call runs the prompt; each later one a token or a shift
+    assert counted["kv_cache"] == prompt + singles + counted["shifts"] * keep
+    text = " ".join((ROOT / "benchmarks" / "GENERATION.md").read_text().split())
+    assert (
+        f"recompute {counted['recompute']:,}; the cache {counted['kv_cache']} ({prompt} + {singles} single tokens "
+        f"+ {counted['shifts']} shifts of {keep}: {new} calls, one per new token)"
+    ) in text
+    assert f"The cache makes {counted['ratio']:.0f}x fewer token-passes." in text
