@@ -193,7 +193,7 @@ plt.show()
 # Now drag the sliders (the widget needs a running kernel; the picture updates when you let go).
 # Things to try: point the query straight at key 1 (about 84 degrees); at 45 degrees all three scores
 # are equal (each key's two coordinates add up to 1), so every key gets weight 1/3, whatever the length;
-# point it away from every key (225 degrees); lengthen it to make the lookup harder; shorten it to 0 and
+# point it away from every key (225 degrees); lengthen it to make the lookup sharper; shorten it to 0 and
 # every key gets weight 1/3 again. Equal scores always give equal weights, because adding the same number
 # `c` to every score changes no weight: $e^{s_j + c} / \sum_{j'} e^{s_{j'} + c} = e^{s_j} / \sum_{j'} e^{s_{j'}}$.
 # This is the softmax's **shift invariance**; notebook 02 puts it to work.
@@ -514,7 +514,7 @@ check("01.4", qkv_attention)
 #
 # - Attention is a **soft lookup**: scores $= q \cdot k_j$, weights $=$ softmax(scores), out $= \sum_j$ weights$_j\, v_j$.
 # - Unlike a `dict` or an `argmax`, every value contributes, and the output is differentiable in the
-#   query, the keys and the values. Longer queries (larger scores) make the lookup harder.
+#   query, the keys and the values. Longer queries (larger scores) make the lookup sharper.
 # - For many queries it is two matrix products: `softmax(q @ k.T, dim=-1) @ v`, the softmax along
 #   the keys so each query's weights sum to 1.
 # - Self-attention with no weights, `softmax(x @ x.T) @ x`, has symmetric scores, and with

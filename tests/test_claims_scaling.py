@@ -109,6 +109,19 @@ def test_equal_scores_give_equal_weights_the_45_degree_and_halfway_queries():
         torch.testing.assert_close(torch.softmax(TOY_KEYS @ halfway + c, dim=-1), torch.full((3,), 1 / 3))
 
 
+@settings(deadline=None, max_examples=30)
+@given(angle=st.floats(0.0, 360.0))
+def test_a_longer_query_makes_the_lookup_sharper_unless_the_scores_tie(angle):
+    """'lengthen it to make the lookup sharper'; 'Longer queries (larger scores) make the lookup sharper'"""
+    direction = torch.tensor([math.cos(math.radians(angle)), math.sin(math.radians(angle))], dtype=torch.float64)
+    lengths = torch.linspace(0.1, 8.0, 40, dtype=torch.float64)
+    weights = torch.stack([torch.softmax(TOY_KEYS.double() @ (n * direction), dim=-1) for n in lengths])  # (40, 3)
+    top, entropy = weights.max(dim=-1).values, _entropy(weights)
+    assert (top.diff() >= -1e-12).all() and (entropy.diff() <= 1e-12).all()  # never flatter as the query grows
+    tied = torch.allclose(weights[-1], torch.full((3,), 1 / 3, dtype=torch.float64))
+    assert tied or (top[-1] > top[0] and entropy[-1] < entropy[0])  # and strictly sharper unless all tie
+
+
 def test_the_layout_exercises_state_is_the_one_their_cases_use():
     """01.4 and 02.3 store weights as nn.Linear does, (out, in) = (D, C): x @ w.T projects."""
     exercises = all_exercises()
@@ -133,6 +146,18 @@ def test_scaled_score_variance_is_var_q_times_var_k_for_every_head_dim(var_q, va
         assert scaled == pytest.approx(var_q * var_k, rel=0.08), (D, scaled)
         unscaled = (q * k).sum(-1).var().item()
         assert unscaled == pytest.approx(D * var_q * var_k, rel=0.08), (D, unscaled)
+
+
+def test_a_fresh_layernorm_hands_each_token_mean_0_and_variance_1():
+    """'what a LayerNorm hands to attention at initialisation: it rescales each token's vector to mean 0 and
+    variance 1, then applies a learned gain and bias that start at 1 and 0' (notebook 02; 06's gloss too)"""
+    torch.manual_seed(0)
+    ln = nn.LayerNorm(64)
+    x = 5 * torch.randn(3, 7, 64, dtype=torch.float64) + 2  # (B, T, C), far from mean 0 and variance 1
+    y = ln.double()(x)
+    assert torch.equal(ln.weight, torch.ones(64, dtype=torch.float64)) and not ln.bias.any()
+    torch.testing.assert_close(y.mean(-1), torch.zeros(3, 7, dtype=torch.float64), atol=1e-12, rtol=0)
+    torch.testing.assert_close(y.var(-1, correction=0), torch.ones(3, 7, dtype=torch.float64), atol=1e-4, rtol=0)
 
 
 def test_nn_linear_default_init_gives_a_third_of_the_input_variance_and_scores_near_one_ninth():
