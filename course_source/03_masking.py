@@ -678,6 +678,9 @@ check("03.4", from_mha_masks)
 #   [`nn.MultiheadAttention`](https://pytorch.org/docs/stable/generated/torch.nn.MultiheadAttention.html)
 #   (`True` = not allowed to attend).
 # - Press et al., [Train Short, Test Long: Attention with Linear Biases (ALiBi)](https://arxiv.org/abs/2108.12409)
-#   (2021): an additive bias on the scores, the case `convert_mask` refuses.
-# - Srivastava et al., [Dropout](https://jmlr.org/papers/v15/srivastava14a.html) (2014): why survivors are
-#   rescaled.
+#   (ICLR 2022; arXiv 2021): an additive bias on the scores, the case `convert_mask` refuses.
+# - Srivastava et al., [Dropout](https://jmlr.org/papers/v15/srivastava14a.html) (2014): units are dropped
+#   while training and, at test time, a unit's outgoing weights are multiplied by its probability of being
+#   kept, so what it passes on equals its expected output in training. Dividing the survivors by that
+#   probability while training instead, `1 / (1 - p)` as `F.dropout` does, is the equivalent "inverted"
+#   form: evaluation then needs no change.
