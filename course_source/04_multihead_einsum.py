@@ -209,8 +209,9 @@ torch.testing.assert_close(wrapper(x), out_loop)
 print("matches MultiHeadAttentionWrapper")
 
 # %% [markdown]
-# The loop is clear, but it launches `3 * H` small matrix products one after another, each too small to
-# keep a GPU (or a many-core CPU) busy. Next, the same work in a few big products.
+# The loop is clear, but it launches `5 * H + 1` small matrix products one after another (for each head
+# three projections, the scores and the weighted sum; then the output projection: 16 for H = 3), each too
+# small to keep a GPU (or a many-core CPU) busy. Next, the same work in four big products, whatever H.
 #
 # ## 4. All heads at once
 #
@@ -415,8 +416,8 @@ plt.show()
 
 # %% [markdown]
 # Head 0 puts almost all its weight one step to the left (the first token can only look at itself).
-# Head 1 lets the second and third "the" spread their weight over every earlier "the", and every other
-# word look at itself. The numbers behind the picture:
+# Head 1 lets the second and third "the" spread their weight over every "the" up to and including itself,
+# and every other word look at itself. The numbers behind the picture:
 
 # %%
 print(f"{'keys:':18s}", " ".join(f"{w:>5s}" for w in sentence))

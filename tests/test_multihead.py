@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import ast
+import math
+from pathlib import Path
+
 import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from strategies import DTYPES, dtypes, seeds, tol
 from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask, combine_masks, convert_mask, padding_mask
@@ -19,6 +24,8 @@ from course_utils.multihead import (
     merge_heads,
     split_heads,
 )
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def randomize_biases(module: nn.Module) -> None:
@@ -517,3 +524,49 @@ def test_a_numpy_head_count_works_with_a_mask(make):
     layer = getattr(MH, make)(8, np.int64(2))
     out = layer(torch.randn(2, 5, 8), causal_mask(5))
     assert out.shape == (2, 5, 8)
+
+
+# ---------------------------------------------------------------- notebook 04: how many matrix products
+
+
+class _CountProducts(TorchDispatchMode):
+    """Counts the matrix-product kernels launched (mm, bmm and their fused-bias forms) while it is active."""
+
+    PRODUCTS = frozenset({"mm", "bmm", "addmm", "baddbmm"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.products = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.products += func.overloadpacket.__name__ in self.PRODUCTS
+        return func(*args, **(kwargs or {}))
+
+
+def _notebook_04_function(name: str):
+    """A function of notebook 04 as its source defines it (the notebook's own loop, not a copy)."""
+    tree = ast.parse((ROOT / "course_source" / "04_multihead_einsum.py").read_text())
+    node = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == name)
+    namespace = {"math": math, "torch": torch}
+    exec(compile(ast.Module([node], type_ignores=[]), "04_multihead_einsum.py", "exec"), namespace)
+    return namespace[name]
+
+
+@pytest.mark.parametrize("H", [1, 2, 3, 4, 6])
+def test_notebook_04_the_loop_over_heads_launches_5h_plus_1_products_the_packed_module_4(H):
+    """'it launches `5 * H + 1` small matrix products ... 16 for H = 3'; 'the same work in four big products,
+    whatever H'"""
+    C, D = 12, 12 // H
+    g = torch.Generator().manual_seed(H)
+    x = torch.randn(2, 5, C, generator=g)
+    heads_w = [[torch.randn(D, C, generator=g) for _ in range(3)] for _ in range(H)]
+    counted = {}
+    for name, run in [
+        ("notebook loop", lambda: _notebook_04_function("mha_loop")(x, heads_w, torch.randn(C, C, generator=g))),
+        ("wrapper", lambda: MultiHeadAttentionWrapper(C, H)(x)),
+        ("packed", lambda: MultiHeadAttention(C, H)(x)),
+    ]:
+        with torch.no_grad(), _CountProducts() as count:
+            run()
+        counted[name] = count.products
+    assert counted == {"notebook loop": 5 * H + 1, "wrapper": 5 * H + 1, "packed": 4}
