@@ -259,14 +259,16 @@ print("3-D attn_mask", tuple(attn_mask_3d.shape), "matches")
 # %% [markdown]
 # ## 6. `batch_first=False` is the default
 #
-# For historical reasons (the original Transformer code was sequence-first), `nn.MultiheadAttention`
-# defaults to `batch_first=False` and then wants **`(T, B, C)`**: time first. Ours always takes
-# `(B, T, C)`. `from_torch` copies the weights regardless; you transpose the input and the output.
+# `nn.MultiheadAttention` defaults to `batch_first=False` and then wants **`(T, B, C)`**: time first.
+# The default follows PyTorch's own recurrent modules (`nn.RNN`, `nn.LSTM`, `nn.GRU` are time-first by
+# default too) and fairseq's attention, written for `T x B x C`; it is not the original Transformer's
+# layout (tensor2tensor's attention takes `[batch, length, channels]`). Ours always takes `(B, T, C)`.
+# `from_torch` copies the weights regardless; you transpose the input and the output.
 
 # %%
 torch.manual_seed(1)
 seq_first = nn.MultiheadAttention(C, H)  # batch_first=False, the default
-print("batch_first:", seq_first.batch_first)
+print("batch_first:", seq_first.batch_first, "| nn.LSTM's default:", nn.LSTM(C, C).batch_first)
 ours_sf = MultiHeadAttention.from_torch(seq_first)
 x_tbc = x.transpose(0, 1)  # (B, T, C) -> (T, B, C)
 out_t, weights_t = seq_first(x_tbc, x_tbc, x_tbc)  # out: (T, B, C), weights: (B, T, S)
