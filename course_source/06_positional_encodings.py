@@ -10,8 +10,8 @@
 # - why attention without positions is *permutation-equivariant*, and how a causal mask leaks position;
 # - learned embeddings (GPT-2) and their limit: no position beyond the trained context;
 # - the sinusoidal table (the original Transformer), in which a shift by k positions is a rotation;
-# - RoPE (Llama, Mistral, Qwen): rotating pairs of channels of q and k so that scores depend only on
-#   i - j; its direction, its two pairings, and rotating cached keys;
+# - RoPE (Llama, Mistral, Qwen): rotating pairs of channels of q and k so that scores depend on the
+#   positions only through i - j; its direction, its two pairings, and rotating cached keys;
 # - ALiBi (BLOOM, MPT): a distance penalty with one slope per head;
 # - how each scheme changes one step of `MultiHeadAttention`, and what the experiment shows.
 #
@@ -234,10 +234,10 @@ print("M_3 is a rotation (M M^T = I):", torch.allclose(M @ M.T, torch.eye(32), a
 # ## 4. Rotary position embeddings (RoPE)
 #
 # RoPE (Su et al., 2021) rotates the queries and keys themselves, *after* the projections. Cut the D
-# channels into D/2 pairs, each a point in the plane, and rotate pair i of the vector at position t by
-# the angle t * theta_i, theta_i = 10000^(-2i/D). Rotating q by a and k by b turns their dot product into
-# q^T R(a)^T R(b) k = q^T R(b - a) k: with a = i theta and b = j theta, the score depends on the
-# positions only through **i - j**. One pair by hand:
+# channels into D/2 pairs, each a point in the plane, and rotate pair p of the vector at position t by
+# the angle t * theta_p, theta_p = 10000^(-2p/D). Rotating q by a and k by b turns their dot product into
+# q^T R(a)^T R(b) k = q^T R(b - a) k: with a query at position i and a key at j (a = i theta_p,
+# b = j theta_p), the score depends on the positions only through **i - j**. One pair by hand:
 
 # %%
 def rotate(v, angle):
@@ -405,7 +405,7 @@ print("RoPE layer: shuffled outputs == outputs shuffled:",
 # %% [markdown]
 # ## 5. ALiBi: a distance penalty on the scores
 #
-# ALiBi (Press et al., 2022) is simpler still: no embedding, no rotation, just a penalty proportional to
+# ALiBi (Press et al., ICLR 2022) is simpler still: no embedding, no rotation, just a penalty proportional to
 # the distance between query and key,
 #
 # $$\text{scores}_{h,i,j} = \frac{q_i \cdot k_j}{\sqrt{D}} - m_h\,(i - j),$$
@@ -590,7 +590,9 @@ _ = interact(_explore,
 # The same tiny model (one pre-norm block, 4 heads, C = 32) is trained once per scheme on sequences of
 # length 16, same data, same steps, then tested on lengths 8 to 128. Accuracy counts only the fillers,
 # where the model must look back. Model and loop: `course_utils/length_generalisation.py`; its learned
-# table has 128 rows, of which only the first 16 are trained.
+# table has 128 rows, of which only the first 16 are trained. (A *pre-norm block*, built in notebook 10:
+# `x + attention(LayerNorm(x))`, then `x + MLP(LayerNorm(x))`; LayerNorm rescales each token's vector to
+# mean 0, variance 1.)
 
 # %%
 from course_utils.length_generalisation import (
@@ -652,6 +654,9 @@ for positions in POSITIONS:
     ax.plot(config.eval_lengths, accuracies, marker="o", label=positions)
 ax.axvline(config.train_length, color="grey", ls="--", lw=1)
 ax.text(config.train_length, 0.05, " trained length", color="grey")
+ax.axhline(1 / config.num_letters, color="grey", ls=":", lw=1)  # a uniform guess among the letters
+ax.text(config.eval_lengths[-1], 1 / config.num_letters + 0.02, f"chance (1/{config.num_letters})",
+        color="grey", ha="right")
 ax.set_xscale("log", base=2)
 ax.set_xlabel("test sequence length")
 ax.set_ylabel("accuracy at fillers")
@@ -770,9 +775,9 @@ check("06.3", my_alibi_bias)
 # - **Learned**: a trained row per position; none past the trained context.
 # - **Sinusoidal**: (sin, cos) pairs at frequencies 10000^(-2i/C); a shift by k is a rotation M_k
 #   that does not depend on t.
-# - **RoPE** rotates pair i of q and k by t * theta_i, so scores depend only on i - j. q and k must turn
-#   alike; the two pairings differ by a channel permutation (the course uses half). Rotate cached keys at
-#   their absolute positions, with angles in float32 at least.
+# - **RoPE** rotates pair p of q and k at position t by t * theta_p, so a score depends on the positions
+#   i and j only through i - j. q and k must turn alike; the two pairings differ by a channel permutation
+#   (the course uses half). Rotate cached keys at their absolute positions, with angles in float32 at least.
 # - **ALiBi** adds -m_h (i - j) to the scores: no parameters, no length limit, a preference for recent
 #   tokens.
 # - In the experiment (one seed, one small task, trained at length 16), learned and sinusoidal positions
@@ -789,7 +794,7 @@ check("06.3", my_alibi_bias)
 #   https://arxiv.org/abs/2104.09864, and the EleutherAI blog post "Rotary Embeddings: A Relative
 #   Revolution": https://blog.eleuther.ai/rotary-embeddings/
 # - Press, Smith, Lewis, "Train Short, Test Long: Attention with Linear Biases Enables Input Length
-#   Extrapolation" (ICLR 2022): https://arxiv.org/abs/2108.12409 (reference code:
+#   Extrapolation" (ICLR 2022; arXiv 2021): https://arxiv.org/abs/2108.12409 (reference code:
 #   https://github.com/ofirpress/attention_with_linear_biases)
 # - Haviv, Ram, Press, Izsak, Levy, "Transformer Language Models without Positional Encodings Still Learn
 #   Positional Information" (Findings of EMNLP 2022): https://arxiv.org/abs/2203.16634
