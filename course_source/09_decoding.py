@@ -57,6 +57,7 @@ print(f"torch {torch.__version__}, device: {device}")
 #
 # `TinyDecoder` is a small model that follows it: embeddings, pre-norm blocks of notebook 07's
 # `GroupedQueryAttention` (optionally with a sliding window or RoPE) and an MLP, and an LM head.
+# (Pre-norm, built in notebook 10: `x + attention(LayerNorm(x))`, then `x + MLP(LayerNorm(x))`.)
 # Untrained, but that is all the cache needs.
 
 # %%
@@ -115,12 +116,13 @@ except ValueError as e:
 # N³/3 pairs. With a cache, step n feeds one token: one token-pass, but its query still attends over all
 # n cached keys, n pairs. In all: N token-passes and about N²/2 pairs. So the cache removes **one factor
 # of N** from each: projections and MLP go from O(N² C²) to O(N C²), attention from O(N³ C) to O(N² C).
-# It does not make generation linear: each cached step still grows with the context. Counted with hooks
-# on the first attention layer (`mask` is `(T, S)` there: T × S pairs per head):
+# It does not make generation linear: each cached step still grows with the context. Counted with hooks:
+# token-passes on the whole model (each token fed goes through every layer), pairs on its first attention
+# layer (`mask` is `(T, S)` there: T × S pairs for each head):
 
 # %%
 def count_work(model, N, use_cache):
-    """Tokens fed to the model and (query, key) pairs one head of its first layer scores, generating N tokens."""
+    """Tokens fed to the whole model and (query, key) pairs one head of its first layer scores, for N tokens."""
     work = {"token-passes": 0, "score pairs": 0}
 
     def count_tokens(module, args):
@@ -152,10 +154,11 @@ for use_cache, works in counts.items():
 # %%
 fig, ax = plt.subplots(figsize=(5.5, 3.4))
 for (use_cache, works), style, marker in zip(counts.items(), ("-", "--"), ("o", "x")):
-    for what, color in (("token-passes", "tab:blue"), ("score pairs", "tab:orange")):
+    for what, of, color in (("token-passes", "whole model", "tab:blue"),
+                            ("score pairs", "one head, one layer", "tab:orange")):
         ax.plot(lengths, [w[what] for w in works], style, color=color, marker=marker, markersize=8,
-                label=f"{what}, {'cache' if use_cache else 'no cache'}")
-ax.set(xscale="log", yscale="log", xlabel="tokens generated N", ylabel="count (one head, one layer)",
+                label=f"{what} ({of}), {'cache' if use_cache else 'no cache'}")
+ax.set(xscale="log", yscale="log", xlabel="tokens generated N", ylabel="count",
        title="work of a generation: the cache removes one factor of N")
 ax.minorticks_off()
 ax.set_xticks(lengths, [str(N) for N in lengths])
@@ -276,9 +279,9 @@ for bad in ({"top_p": 0.0}, {"temperature": 0.0}, {"top_k": 0}):
 # token** (every beam gets exactly `max_new_tokens` new tokens) and **no length penalty**. Real decoders
 # stop a beam at its end-of-sequence token, and then compare finished beams of different lengths; since
 # every token adds a negative log-probability, raw sums favour short beams, so they divide by a length
-# penalty (Wu et al. 2016). With equal lengths, as here, neither question arises. A tiny model where that matters: after token 0, token
-# 1 looks better (0.6 vs 0.4), but after 1 everything is uncertain (0.25 each), while after 2 the model
-# is sure (0.9 for token 3).
+# penalty (Wu et al. 2016). With equal lengths, as here, neither question arises. A tiny model where
+# that matters: after token 0, token 1 looks better (0.6 vs 0.4), but after 1 everything is uncertain
+# (0.25 each), while after 2 the model is sure (0.9 for token 3).
 
 # %%
 class BigramTable(nn.Module):
