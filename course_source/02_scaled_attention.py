@@ -114,8 +114,8 @@ plt.show()
 # `Var(x) = 1`, the scaled scores have variance about `1/9`. GPT-2, nanoGPT and the course's GPT
 # (`course_utils.gpt`) draw weights from `N(0, 0.02^2)`: `Var(q) = C * 0.02^2 * Var(x)`, 0.15 for
 # `C = 384`, and scaled scores of variance about `0.15^2 = 0.02`. Measured on unit-variance tokens (what a
-# LayerNorm hands to attention at initialisation: it rescales each token's vector to mean 0 and variance 1,
-# then applies a learned gain and bias that start at 1 and 0; notebook 10 puts it in the model):
+# LayerNorm hands to attention at initialisation: each token's vector rescaled to mean 0 and variance 1,
+# then a learned gain and bias that start at 1 and 0; notebook 10 builds it):
 
 # %%
 g = torch.Generator().manual_seed(9)

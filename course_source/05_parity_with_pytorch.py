@@ -259,10 +259,9 @@ print("3-D attn_mask", tuple(attn_mask_3d.shape), "matches")
 # %% [markdown]
 # ## 6. `batch_first=False` is the default
 #
-# `nn.MultiheadAttention` defaults to `batch_first=False` and then wants **`(T, B, C)`**: time first.
-# The default follows PyTorch's own recurrent modules (`nn.RNN`, `nn.LSTM`, `nn.GRU` are time-first by
-# default too) and fairseq's attention, written for `T x B x C`; it is not the original Transformer's
-# layout (tensor2tensor's attention takes `[batch, length, channels]`). Ours always takes `(B, T, C)`.
+# `nn.MultiheadAttention` defaults to `batch_first=False` and then wants **`(T, B, C)`**: time first,
+# like PyTorch's recurrent modules (`nn.RNN`, `nn.LSTM`, `nn.GRU`) and fairseq's attention (`T x B x C`);
+# the original Transformer's code (tensor2tensor) was batch-major. Ours always takes `(B, T, C)`.
 # `from_torch` copies the weights regardless; you transpose the input and the output.
 
 # %%

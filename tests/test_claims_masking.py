@@ -316,8 +316,8 @@ def test_nn_multihead_attention_starts_its_biases_at_zero():
 
 @pytest.mark.parametrize("make", [nn.RNN, nn.LSTM, nn.GRU])
 def test_notebook_05_section_6_multihead_attention_is_time_first_by_default_like_torchs_recurrent_modules(make):
-    """'The default follows PyTorch's own recurrent modules (`nn.RNN`, `nn.LSTM`, `nn.GRU` are time-first by
-    default too)': both read (T, B, C) unless batch_first=True."""
+    """'time first, like PyTorch's recurrent modules (`nn.RNN`, `nn.LSTM`, `nn.GRU`)': all read (T, B, C) unless
+    batch_first=True."""
     assert nn.MultiheadAttention(8, 2).batch_first is False and make(8, 8).batch_first is False
 
 

@@ -149,8 +149,8 @@ def test_scaled_score_variance_is_var_q_times_var_k_for_every_head_dim(var_q, va
 
 
 def test_a_fresh_layernorm_hands_each_token_mean_0_and_variance_1():
-    """'what a LayerNorm hands to attention at initialisation: it rescales each token's vector to mean 0 and
-    variance 1, then applies a learned gain and bias that start at 1 and 0' (notebook 02; 06's gloss too)"""
+    """'what a LayerNorm hands to attention at initialisation: each token's vector rescaled to mean 0 and
+    variance 1, then a learned gain and bias that start at 1 and 0' (notebook 02; 06's gloss too)"""
     torch.manual_seed(0)
     ln = nn.LayerNorm(64)
     x = 5 * torch.randn(3, 7, 64, dtype=torch.float64) + 2  # (B, T, C), far from mean 0 and variance 1
