@@ -367,13 +367,14 @@ print("query 2 (sees no key) gets dq = 0:", bool((grads[0][2] == 0).all()))
 #
 # The backward pass needs `P` only tile by tile, and a tile of `P` is cheap to make again: its scores
 # $\text{scale} \cdot q_i k_j^\top$ from the tiles of $q$ and $k$, then $e^{\text{scores} - L}$ with
-# $\boldsymbol{L = m + \log \ell}$, the logsumexp of each query's row, known when the forward pass ends.
+# $\boldsymbol{L = m + \log \ell}$, each query's logsumexp, known when the forward pass ends.
 # Recomputing instead of storing, and `Δ` from `dO ⊙ O`, are FlashAttention's (Dao et al. 2022, section 3.1
-# and appendix B); it kept `m` and `ℓ`. FlashAttention-2 (Dao 2023) keeps `L` alone, puts the key tiles in
-# the backward's outer loop and splits the work across thread blocks by tile.
-# `course_utils.fast_attention.flash_attention` is a `torch.autograd.Function` with the contract such
-# Functions and their public test suites share: `ctx.save_for_backward` holds exactly q, k, v, the output
-# and `L` of shape `(..., T)`, read as `out.grad_fn.saved_tensors`:
+# and appendix B); it kept `m` and `ℓ`. FlashAttention-2 (Dao 2023) keeps `L` alone, puts the queries outside
+# in the forward (section 3) and splits the work across thread blocks along the sequence.
+# `course_utils.fast_attention.flash_attention` (its backward loops query tiles outside: the same sums) is a
+# `torch.autograd.Function` with the contract such Functions and their public test suites share:
+# `ctx.save_for_backward` holds exactly q, k, v, the output and `L` of shape `(..., T)`, read as
+# `out.grad_fn.saved_tensors`:
 
 # %%
 g = torch.Generator().manual_seed(8)
@@ -391,7 +392,7 @@ print("L equals logsumexp of the visible scores to 1e-12:",
 # The backward loop, in FlashAttention-2's order: `Δ` once, before the loop; the key tiles outside, so each
 # tile's `dk` and `dv` are summed over the query tiles and written once (on a GPU they stay on chip); `dq`
 # collects a share from every key tile; each tile's `P` recomputed from `q`, `k` and `L`, with no softmax; and
-# the tiles past the causal diagonal skipped, as the forward pass skipped them. For one head:
+# the tiles past the causal diagonal skipped. For one head:
 
 # %%
 def flash_backward_loops(q, k, v, out, d_out, lse, q_tile, kv_tile, causal=False):

@@ -1,13 +1,17 @@
-"""Exercises of notebook 08 (fast attention): merging two online-softmax blocks, attention's backward pass, and a
-tile's weights recomputed from the logsumexp as FlashAttention's backward pass does.
+"""Exercises of notebook 08 (fast attention): merging two online-softmax blocks, attention's backward pass, a
+tile's weights recomputed from the logsumexp as FlashAttention's backward pass does, and that tiled backward pass
+in FlashAttention-2's order.
 
-The reference solutions are built from :mod:`course_utils.fast_attention`; each mistake is one that learners
+The reference solutions are built from :mod:`course_utils.fast_attention` (08.4's is autograd in float64); each
+mistake is one that learners
 (and published code) really make: partial sums merged without rescaling, or rescaled upside down (a block that saw
 no key guarded, or not), the last block's maximum kept instead of the larger one, NaN for a query that has seen no
 key yet; in the backward pass, the softmax's correction Δ forgotten, computed without the weights, along the wrong
 axis or without its axis, a product not transposed, the scale missing, doubled or assumed, the weights recomputed
 unstably; for a tile, a softmax over the tile alone, the logsumexp broadcast along the keys, the scale missing, the
-tile's maximum subtracted instead, exp(L) divided out (inf / inf in float32).
+tile's maximum subtracted instead, exp(L) divided out (inf / inf in float32); in the tiled backward, Δ left out or
+taken from the tile, the weights not normalised by L, dq overwritten by each key tile, the scale missing or doubled,
+causal tiles skipped one too early, a diagonal tile left unmasked, the causal mask aligned top-left.
 """
 
 from __future__ import annotations
