@@ -963,7 +963,7 @@ table { border-collapse: collapse; }
 #class-summary thead th { position: sticky; top: 0; background: var(--bg); font-weight: 600; font-size: 12px; }
 #class-summary thead tr:nth-child(2) th { top: 1.3rem; }
 #class-summary th.notebook { padding: 0 .2rem; height: 1.3rem; }
-#class-summary th.key { width: 1.25rem; min-width: 1.25rem; max-width: 1.25rem; height: 1.5rem; color: var(--muted);
+#class-summary th.key { width: 1.15rem; min-width: 1.15rem; max-width: 1.15rem; height: 1.5rem; color: var(--muted);
   font-weight: 500; }
 #class-summary .first { border-left: 2px solid var(--group); }
 #class-summary tbody th, #class-summary tfoot th { text-align: left; padding: 0 .4rem; white-space: nowrap;

@@ -7,6 +7,7 @@ boolean, True = may attend.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
@@ -324,8 +325,9 @@ def flash_attention(
 ) -> torch.Tensor:
     """:func:`tiled_attention` that also trains without the (T, S) matrix: FlashAttention-2's recompute.
 
-    The forward pass keeps q, k, v, the output and one logsumexp per query; the backward pass recomputes each
-    tile's weights and applies :func:`attention_backward`'s formulas tile by tile. float16 and bfloat16 are
+    The forward pass saves exactly q, k, v, the output and the logsumexp L (..., T) with ``ctx.save_for_backward``
+    (FlashAttention-2's contract, read as ``out.grad_fn.saved_tensors``); the backward pass recomputes each
+    tile's weights from L and applies :func:`attention_backward`'s formulas tile by tile. float16 and bfloat16 are
     computed in float32 and returned in their dtype. Differentiable once (``create_graph=True`` raises
     RuntimeError). Arguments and errors as :func:`tiled_attention`; the 256 x 256 tiles were the fastest
     measured on a CPU (benchmarks/FLASH.md).
@@ -337,6 +339,28 @@ def flash_attention(
     return _FlashAttention.apply(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
 
 
+def _refuse_create_graph(backward: Callable[..., Any]) -> Callable[..., Any]:
+    """``backward`` that raises under ``create_graph=True``, before ``once_differentiable`` is reached.
+
+    once_differentiable alone is silently wrong there: it hangs its error node off detached copies of the
+    gradients, so (a) with a gradient that needs no graph (loss = out.sum()) it adds no error node at all, and
+    (b) ``autograd.grad(grad, w)`` prunes the node whenever w also reaches the loss another way. Either way the
+    second derivative comes back without flash's part and no error (tests/test_fast_attention.py shows both).
+    """
+
+    @functools.wraps(backward)
+    def guarded(ctx, *grads):
+        if torch.is_grad_enabled():  # autograd runs a backward pass in grad mode only for create_graph=True
+            raise RuntimeError(
+                "flash_attention is differentiable once: its backward pass is not itself differentiable, got a "
+                "backward pass with create_graph=True; use course_utils.attention.scaled_dot_product_attention "
+                "for second derivatives"
+            )
+        return backward(ctx, *grads)
+
+    return guarded
+
+
 class _FlashAttention(torch.autograd.Function):
     """flash_attention's kernel: arguments already checked."""
 
@@ -344,25 +368,20 @@ class _FlashAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, mask, is_causal, scale, q_tile, kv_tile):
         with _no_autocast(q.device):  # autograd is off in here
             out, lse = _tiled_forward(*_widened(q, k, v), mask, is_causal, scale, q_tile, kv_tile)
-        out = out.to(q.dtype)  # (..., T, Dv); lse (..., T, 1) stays float32 (or float64)
-        ctx.save_for_backward(q, k, v, out, lse, mask)  # nothing (T, S)-sized; the mask is the caller's own
-        ctx.settings = (is_causal, scale, q_tile, kv_tile)
+        out = out.to(q.dtype)  # (..., T, Dv); lse stays float32 (or float64)
+        # The standard contract of a FlashAttention-2 Function: exactly q, k, v, the output and the logsumexp
+        # (..., T), nothing None. The mask, if any, is the caller's own tensor and needs no gradient: kept on ctx.
+        ctx.save_for_backward(q, k, v, out, lse.squeeze(-1))
+        ctx.mask, ctx.settings = mask, (is_causal, scale, q_tile, kv_tile)
         return out
 
     @staticmethod
+    @_refuse_create_graph
+    @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
-        # Not torch.autograd.function.once_differentiable: its error node hangs off fake leaves, so
-        # autograd.grad(grad, w) prunes it whenever w also reaches the loss another way, and the second
-        # derivative comes back silently without flash's part. Refuse create_graph=True here instead.
-        if torch.is_grad_enabled():
-            raise RuntimeError(
-                "flash_attention is differentiable once: its backward pass is not itself differentiable, got a "
-                "backward pass with create_graph=True; use course_utils.attention.scaled_dot_product_attention "
-                "for second derivatives"
-            )
-        q, k, v, out, lse, mask = ctx.saved_tensors
+        q, k, v, out, lse = ctx.saved_tensors
         with _no_autocast(q.device):
-            grads = _tiled_backward(*_widened(q, k, v, out, dout), lse, mask, *ctx.settings)
+            grads = _tiled_backward(*_widened(q, k, v, out, dout), lse.unsqueeze(-1), ctx.mask, *ctx.settings)
         dq, dk, dv = (g.to(q.dtype) for g in grads)
         return dq, dk, dv, None, None, None, None, None  # no gradient for the mask and the settings
 

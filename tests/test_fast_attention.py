@@ -396,6 +396,58 @@ def test_flash_attention_refuses_a_second_derivative_rather_than_give_a_wrong_on
     assert once.shape == w.shape and torch.isfinite(once).all()
 
 
+def test_flash_attention_refuses_a_second_derivative_where_once_differentiable_alone_would_be_silently_wrong():
+    """Why the refusal stays beside once_differentiable: with loss = out.sum() the gradient reaching flash needs
+    no graph, so once_differentiable adds no error node, and the second derivative would silently lack flash's
+    part. A plain cube marked once_differentiable shows what flash would give without the refusal."""
+
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x**3
+
+        @staticmethod
+        @torch.autograd.function.once_differentiable
+        def backward(ctx, grad):
+            (x,) = ctx.saved_tensors
+            return 3 * x**2 * grad
+
+    w = torch.tensor(2.0, dtype=torch.float64, requires_grad=True)
+    (grad,) = torch.autograd.grad(Cube.apply(w) + w**2, w, create_graph=True)
+    (second,) = torch.autograd.grad(grad, w)
+    assert second.item() == 2.0  # d2/dw2 (w^3 + w^2) = 6 w + 2 = 14: once_differentiable lost the 12, silently
+    g = torch.Generator().manual_seed(9)
+    x, wf = torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(4, 4, generator=g, dtype=torch.float64)
+    k, v = torch.randn(5, 4, generator=g, dtype=torch.float64), torch.randn(5, 2, generator=g, dtype=torch.float64)
+    wf.requires_grad_(True)
+    with pytest.raises(RuntimeError, match=r"flash_attention is differentiable once: .* create_graph=True"):
+        torch.autograd.grad(flash_attention(x @ wf, k, v).sum() + wf.pow(2).sum(), wf, create_graph=True)
+
+
+@pytest.mark.parametrize("is_causal, masked", [(False, False), (True, False), (False, True)])
+def test_flash_attention_saves_exactly_q_k_v_out_and_the_logsumexp_for_backward(is_causal, masked):
+    """The contract FlashAttention-2 Functions and course test suites read off out.grad_fn.saved_tensors: q, k, v,
+    the output and L = logsumexp of each query's scaled, visible scores, shaped (..., T), nothing None."""
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(2, 3, 7, 4, generator=g, dtype=torch.float64, requires_grad=True)  # (B, H, T, D)
+    k = torch.randn(2, 3, 9, 4, generator=g, dtype=torch.float64, requires_grad=True)  # S = 9 != T
+    v = torch.randn(2, 3, 9, 5, generator=g, dtype=torch.float64, requires_grad=True)
+    mask = torch.rand(2, 1, 7, 9, generator=g) < 0.7 if masked else None
+    out = flash_attention(q, k, v, mask=mask, is_causal=is_causal, q_tile=3, kv_tile=4)
+    saved = out.grad_fn.saved_tensors
+    assert len(saved) == 5 and all(isinstance(t, torch.Tensor) for t in saved)
+    for mine, theirs in zip(saved[:4], (q, k, v, out)):
+        assert mine is theirs or mine.equal(theirs)
+    scores = q @ k.transpose(-2, -1) / 2.0  # (B, H, T, S); scale 1/sqrt(4)
+    visible = torch.ones(7, 9, dtype=torch.bool) if mask is None else mask
+    if is_causal:
+        visible = visible & causal_mask(7, 9)
+    lse = torch.logsumexp(scores.masked_fill(~visible, float("-inf")), dim=-1)  # (B, H, T)
+    assert saved[4].shape == (2, 3, 7)
+    torch.testing.assert_close(saved[4], lse.detach(), rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_flash_attention_computes_half_precision_in_float32_like_flashattention(dtype):
     """bfloat16 and float16 in, the same dtype out, but summed over the tiles in float32: each output and

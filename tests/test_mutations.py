@@ -42,6 +42,16 @@ EQUIVALENT: dict[tuple[str, str], str] = {
         "theta = 10000.0 ** (-torch.arange(0, D - 1, 2, dtype=torch.float64) / D)",
     ): "D is even (RoPE rotates pairs), so arange(0, D - 1, 2) and arange(0, D, 2) are the same D / 2 numbers",
     (
+        "08.4",
+        "for j0 in range(0, S + 1, kv_tile):",
+    ): "the extra pass comes only when kv_tile divides S, at j0 = S, where the key tile is empty: its products are "
+    "(..., Tq, 0) and (..., 0, D) tensors, which add zeros to dq and assign nothing to dk and dv",
+    (
+        "08.4",
+        "for i0 in range(0, T + 1, q_tile):",
+    ): "the extra pass comes only when q_tile divides T, at i0 = T, where the query tile is empty: it adds an "
+    "empty (..., 0, Sk) product to dk_t and dv_t and writes nothing to dq",
+    (
         "09.1",
         "kept = probs * (2 * keep)",
     ): "the kept probabilities are divided by their own sum on the next line, so a factor of 2 (exact in "

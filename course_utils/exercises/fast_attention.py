@@ -1,13 +1,17 @@
-"""Exercises of notebook 08 (fast attention): merging two online-softmax blocks, attention's backward pass, and a
-tile's weights recomputed from the logsumexp as FlashAttention's backward pass does.
+"""Exercises of notebook 08 (fast attention): merging two online-softmax blocks, attention's backward pass, a
+tile's weights recomputed from the logsumexp as FlashAttention's backward pass does, and that tiled backward pass
+in FlashAttention-2's order.
 
-The reference solutions are built from :mod:`course_utils.fast_attention`; each mistake is one that learners
+The reference solutions are built from :mod:`course_utils.fast_attention` (08.4's is autograd in float64); each
+mistake is one that learners
 (and published code) really make: partial sums merged without rescaling, or rescaled upside down (a block that saw
 no key guarded, or not), the last block's maximum kept instead of the larger one, NaN for a query that has seen no
 key yet; in the backward pass, the softmax's correction Δ forgotten, computed without the weights, along the wrong
 axis or without its axis, a product not transposed, the scale missing, doubled or assumed, the weights recomputed
 unstably; for a tile, a softmax over the tile alone, the logsumexp broadcast along the keys, the scale missing, the
-tile's maximum subtracted instead, exp(L) divided out (inf / inf in float32).
+tile's maximum subtracted instead, exp(L) divided out (inf / inf in float32); in the tiled backward, Δ left out or
+taken from the tile, the weights not normalised by L, dq overwritten by each key tile, the scale missing or doubled,
+causal tiles skipped one too early, a diagonal tile left unmasked, the causal mask aligned top-left.
 """
 
 from __future__ import annotations
@@ -15,11 +19,13 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 
 from course_utils._exercise_engine import Exercise, Mistake
 from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.fast_attention import Partial, attention_backward, block_partial, merge_partials
+from course_utils.masking import causal_mask
 
 __all__ = ["EXERCISES"]
 
@@ -326,6 +332,133 @@ def _tw_exp_ratio(q, k, lse, scale):
     return torch.exp(_tile_scores(q, k, scale)) / torch.exp(lse).unsqueeze(-1)  # inf / inf, 0 / 0 at the extremes
 
 
+# --- 08.4 the tiled backward pass, in FlashAttention-2's order --------------------------------------
+
+
+def _visible_keys(T: int, S: int, is_causal: bool) -> torch.Tensor | None:
+    return causal_mask(T, S) if is_causal else None  # (T, S) bottom-right, as is_causal reads it, or None
+
+
+def _flash_backward_solution(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    out: torch.Tensor,
+    dout: torch.Tensor,
+    lse: torch.Tensor,
+    scale: float,
+    q_tile: int,
+    kv_tile: int,
+    is_causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Autograd through plain attention, in float64, returned in q's dtype: the tiling changes nothing. Run in a
+    graph of its own, as the check may call it under inference mode."""
+    with torch.inference_mode(False), torch.enable_grad():
+        leaves = [x.detach().to(torch.float64, copy=True).requires_grad_() for x in (q, k, v)]  # not inference tensors
+        mask = _visible_keys(q.shape[-2], k.shape[-2], is_causal)
+        o = F.scaled_dot_product_attention(*leaves, attn_mask=mask, scale=scale)  # (..., T, Dv)
+        grads = torch.autograd.grad(o, leaves, dout.detach().to(torch.float64, copy=True))
+    return tuple(g.to(q.dtype) for g in grads)  # dq (..., T, D), dk (..., S, D), dv (..., S, Dv)
+
+
+def _flash_case(
+    g: torch.Generator,
+    batch: list[int],
+    T: int,
+    S: int,
+    D: int,
+    Dv: int,
+    tiles: tuple[int, int],
+    is_causal: bool,
+    scale: float | None = None,
+    dtype: torch.dtype = torch.float64,
+) -> tuple[tuple, dict]:
+    """Random q, k, v and dout, with out and lse (..., T) those of the forward pass, in ``dtype``."""
+    q, k = (
+        torch.randn(*batch, T, D, generator=g, dtype=torch.float64),
+        torch.randn(*batch, S, D, generator=g, dtype=torch.float64),
+    )
+    v, dout = (
+        torch.randn(*batch, S, Dv, generator=g, dtype=torch.float64),
+        torch.randn(*batch, T, Dv, generator=g, dtype=torch.float64),
+    )
+    scale = 1 / math.sqrt(D) if scale is None else scale
+    scores = scale * q @ k.transpose(-2, -1)  # (..., T, S)
+    visible = _visible_keys(T, S, is_causal)
+    if visible is not None:
+        scores = scores.masked_fill(~visible, NEG_INF)
+    out = torch.softmax(scores, dim=-1) @ v  # (..., T, Dv)
+    lse = torch.logsumexp(scores, dim=-1)  # (..., T)
+    return tuple(x.to(dtype) for x in (q, k, v, out, dout, lse)) + (scale, *tiles, is_causal), {}
+
+
+def _flash_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(28)
+    return [
+        _flash_case(g, [], 8, 8, 4, 3, (4, 4), False),  # T == S, tiles that divide it
+        _flash_case(g, [], 8, 8, 4, 3, (4, 3), True),  # causal; a key tile starting at a query tile's last row
+        _flash_case(g, [2], 7, 11, 5, 2, (3, 4), True),  # T != S causal (offset 4), neither tile divides its length
+        _flash_case(g, [2], 9, 6, 3, 4, (4, 2), False, scale=0.7),  # T > S, a scale other than 1/sqrt(D)
+        _flash_case(g, [2, 3], 5, 6, 4, 3, (8, 8), True),  # one tile each way, (B, H) leading axes
+        _flash_case(g, [2], 6, 7, 2, 3, (2, 3), True, dtype=torch.float32),  # float32; S = 7 leaves a 1-key tile
+        _flash_case(g, [3], 1, 5, 3, 2, (1, 2), True),  # one query: it sees every key
+    ]
+
+
+def _flash_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(4):
+        batch = [randint(g, 1, 5) for _ in range(randint(g, 0, 3))]  # up to two leading axes (B, H)
+        is_causal = bool(randint(g, 0, 2))
+        T = randint(g, 1, 17)
+        S = randint(g, T if is_causal else 1, 21)  # is_causal needs T <= S
+        tiles = (randint(g, 1, 13), randint(g, 1, 13))  # one tile only, at times
+        scale = None if randint(g, 0, 2) else float(torch.empty(()).uniform_(0.1, 1.0, generator=g))
+        dtype = torch.float64 if randint(g, 0, 3) else torch.float32
+        cases.append(_flash_case(g, batch, T, S, randint(g, 1, 9), randint(g, 1, 9), tiles, is_causal, scale, dtype))
+    return cases
+
+
+def _flash_loop(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal, slip=""):
+    """The tiled backward pass with one named slip (the mistakes below); "" is the right answer."""
+    T, S = q.shape[-2], k.shape[-2]
+    offset = 0 if slip == "top-left" else S - T  # query i sits at position offset + i
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    delta = (dout * out).sum(dim=-1, keepdim=True)  # (..., T, 1)
+    dq_scale = {"no scale": 1.0, "scale twice": scale * scale}.get(slip, scale)
+    for j0 in range(0, S, kv_tile):
+        k_t, v_t = k[..., j0 : j0 + kv_tile, :], v[..., j0 : j0 + kv_tile, :]  # (..., Sk, D), (..., Sk, Dv)
+        for i0 in range(0, T, q_tile):
+            last_query = offset + i0 + (0 if slip == "skip early" else q_tile - 1)
+            if is_causal and j0 > last_query:
+                continue
+            q_t, do_t = q[..., i0 : i0 + q_tile, :], dout[..., i0 : i0 + q_tile, :]  # (..., Tq, D), (..., Tq, Dv)
+            s = scale * q_t @ k_t.transpose(-2, -1)  # (..., Tq, Sk)
+            if is_causal and slip != "unmasked":
+                rows = torch.arange(i0, i0 + s.shape[-2])[:, None] + offset  # (Tq, 1)
+                s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, NEG_INF)
+            p = torch.exp(s if slip == "no lse" else s - lse[..., i0 : i0 + q_tile, None])  # (..., Tq, Sk)
+            dp = do_t @ v_t.transpose(-2, -1)  # (..., Tq, Sk)
+            d = {"no delta": 0.0, "tile delta": (p * dp).sum(dim=-1, keepdim=True)}.get(
+                slip, delta[..., i0 : i0 + q_tile, :]
+            )
+            ds = p * (dp - d)  # (..., Tq, Sk)
+            dv[..., j0 : j0 + kv_tile, :] += p.transpose(-2, -1) @ do_t
+            dk[..., j0 : j0 + kv_tile, :] += dq_scale * ds.transpose(-2, -1) @ q_t
+            if slip == "dq overwritten":
+                dq[..., i0 : i0 + q_tile, :] = dq_scale * ds @ k_t
+            else:
+                dq[..., i0 : i0 + q_tile, :] += dq_scale * ds @ k_t
+    return dq, dk, dv
+
+
+def _slip(name: str):
+    def wrong(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+        return _flash_loop(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal, slip=name)
+
+    return wrong
+
+
 EXERCISES = (
     Exercise(
         key="08.1",
@@ -606,6 +739,115 @@ EXERCISES = (
                 "infinity, or zero over zero, is not a number. Subtract first, then take one exponential.",
                 _tw_exp_ratio,
                 fix="P = torch.exp(scores - lse.unsqueeze(-1))",
+            ),
+        ),
+    ),
+    Exercise(
+        key="08.4",
+        core=False,
+        domain=Domain(
+            leading={"q": 2, "k": 2, "v": 2, "out": 2, "dout": 2, "lse": 1},
+            views=True,
+            float64=("q", "k", "v", "out", "dout", "lse"),
+        ),
+        title="the tiled backward pass, in FlashAttention-2's order",
+        signature=(
+            "flash_backward(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal) -> (dq, dk, dv): "
+            "q (..., T, D), k (..., S, D), v (..., S, Dv), out and dout (..., T, Dv), lse (..., T); dq, dk, dv "
+            "the shapes of q, k, v"
+        ),
+        solution=_flash_backward_solution,
+        cases=_flash_cases,
+        draw=_flash_draw,
+        minutes=20,
+        autograd=False,  # the statement asks for the tiled loop: autograd cannot help here
+        atol=1e-4,  # float32 cases: the tiled sums round differently from autograd's (float64 ones: 1e-10)
+        edges={
+            "T == S": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: q.shape[-2] == k.shape[-2],
+            "T < S": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: q.shape[-2] < k.shape[-2],
+            "T > S": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: q.shape[-2] > k.shape[-2],
+            "T == 1": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: q.shape[-2] == 1,
+            "T not a multiple of q_tile": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: (
+                q.shape[-2] % q_tile != 0
+            ),
+            "S not a multiple of kv_tile": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: (
+                k.shape[-2] % kv_tile != 0
+            ),
+            "one tile (q_tile >= T and kv_tile >= S)": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, c: (
+                q_tile >= q.shape[-2] and kv_tile >= k.shape[-2]
+            ),
+            "q_tile != kv_tile": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: q_tile != kv_tile,
+            "causal": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: is_causal,
+            "causal with T < S": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: (
+                is_causal and q.shape[-2] < k.shape[-2]
+            ),
+            "not causal": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: not is_causal,
+            "a scale other than 1/sqrt(D)": lambda q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal: (
+                not math.isclose(scale, q.shape[-1] ** -0.5)
+            ),
+        },
+        mistakes=(
+            Mistake(
+                "Δ left out",
+                "The softmax couples the weights of a row, so its backward pass subtracts one number per query, "
+                "Δ = rowsum(dO ⊙ O), from dP before multiplying by P.",
+                _slip("no delta"),
+                fix="delta = (dout * out).sum(dim=-1, keepdim=True) once, then ds = p * (dp - delta[rows])",
+            ),
+            Mistake(
+                "Δ taken from the tile",
+                "Δ sums P ⊙ dP over ALL of a query's keys; one tile holds only some of them. That whole-row sum "
+                "equals rowsum(dO ⊙ O), which needs no tile: compute it once, before the loop.",
+                _slip("tile delta"),
+                fix="delta = (dout * out).sum(dim=-1, keepdim=True) before the loop, not (p * dp).sum(-1) per tile",
+            ),
+            Mistake(
+                "weights not normalised by the logsumexp",
+                "exp(scores) alone is not a weight: the forward pass divided by the row's sum of exponentials, "
+                "and L = lse is its logarithm. Subtract it before the exponential.",
+                _slip("no lse"),
+                fix="p = torch.exp(s - lse[..., rows, None])",
+            ),
+            Mistake(
+                "dq overwritten instead of accumulated",
+                "Each query's dq gets a share from every tile of keys, and the key tiles are the outer loop: add "
+                "each tile's share to dq, do not replace what the earlier key tiles left there.",
+                _slip("dq overwritten"),
+                fix="dq[..., rows, :] += scale * ds @ k_t",
+            ),
+            Mistake(
+                "scale missing from dq and dk",
+                "The scores are scale times q kᵀ, so their gradient reaches q and k multiplied by that scale.",
+                _slip("no scale"),
+                fix="dq += scale * ds @ k_t; dk_t += scale * ds.transpose(-2, -1) @ q_t",
+            ),
+            Mistake(
+                "scale applied twice",
+                "The scale enters the scores once, so dq and dk carry it once.",
+                _slip("scale twice"),
+                fix="dq += scale * ds @ k_t, with ds = p * (dp - delta) unscaled",
+            ),
+            Mistake(
+                "causal skipping one tile too early",
+                "A tile of keys may be skipped only when it lies after the LAST query of the query tile; judged "
+                "from the first query, the tile on the diagonal is skipped though its later queries see some of "
+                "its keys.",
+                _slip("skip early"),
+                fix="skip when j0 > S - T + i0 + q_tile - 1 (the last query's position)",
+            ),
+            Mistake(
+                "a tile on the diagonal left unmasked",
+                "Skipping the tiles after the diagonal is not enough: a tile the diagonal crosses holds keys after "
+                "some of its queries, and those must be masked with -inf before the exponential, as in the forward.",
+                _slip("unmasked"),
+                fix="s.masked_fill(key positions > query positions, float('-inf')) in the tiles that are computed",
+            ),
+            Mistake(
+                "the causal mask aligned top-left",
+                "With T < S the queries are the LAST T positions (causal_mask(T, S), bottom-right): query i sits at "
+                "S - T + i and sees the keys up to it, not up to i.",
+                _slip("top-left"),
+                fix="query positions torch.arange(i0, i0 + Tq) + S - T",
             ),
         ),
     ),
