@@ -106,7 +106,7 @@ def _check_split_ids(train_ids: object, val_ids: object, vocab_size: int, at_lea
                 if isinstance(ids, torch.Tensor)
                 else type(ids).__name__
             )
-            what = "a non-empty 1-D tensor" if at_least == 1 else f"a 1-D tensor of {at_least} or more"
+            what = "a non-empty 1-D tensor of" if at_least == 1 else f"a 1-D tensor of {at_least} or more"
             raise ValueError(f"{name} must be {what} integer ids, got {got}")
         if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
             raise ValueError(f"{name} holds ids outside 0 .. {vocab_size - 1} (vocab_size = {vocab_size})")
