@@ -228,7 +228,7 @@ def generate_stream(
     ``"shift"`` starts a new cache from the last ``keep_on_shift`` tokens (default ``context_length // 2``)
     when it is full. Puts the model in eval mode.
     Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 09;
-    ``on_full="shift"`` against recomputing in notebook 10, section 7.
+    ``on_full="shift"`` against recomputing in notebook 10, section 9.
     """
     context_length = check_generation(model, idx, max_new_tokens, use_cache)
     check_sampling(temperature, top_k, top_p, greedy, generator)

@@ -276,8 +276,9 @@ def _forward_cases() -> list[tuple[tuple, dict]]:
 
 
 def _forward_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
-    cases = []
-    for _ in range(3):
+    H, context = randint(g, 1, 5), randint(g, 9, 21)  # longer and wider than any fixed case
+    cases = [_forward_case(g, randint(g, 4, 7), context, context, H * randint(g, 1, 7), H, randint(g, 1, 4))]
+    for _ in range(2):
         H, context = randint(g, 1, 5), randint(g, 1, 20)
         cases.append(
             _forward_case(g, randint(g, 1, 4), randint(g, 1, context + 1), context, H * randint(g, 1, 7), H,
@@ -509,6 +510,7 @@ EXERCISES = (
     Exercise(
         key="10.4",
         title="the GPT's forward pass",
+        minutes=12,
         signature="gpt_forward(model, idx) -> logits (B, T, V): embeddings and positions, pre-norm blocks with a "
         "causal mask, the final LayerNorm, the tied head",
         solution=_forward_solution,
