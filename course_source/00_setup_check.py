@@ -96,7 +96,7 @@ _ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSl
 # | [07 Attention variants](07_attention_variants.ipynb) | grouped-query heads, local windows, Linformer, AFT, top-k; linear attention in brief | 50 min |
 # | [08 Fast attention](08_fast_attention.ipynb) | online softmax and tiled attention; attention's backward pass and FlashAttention's tiled backward | 80 min |
 # | [09 Decoding](09_decoding.ipynb) | KV cache, sampling, beam search | 40 min |
-# | [10 A tiny GPT](10_tiny_gpt.ipynb) | train one, resume it, sample from it | 45 min + training |
+# | [10 A tiny GPT](10_tiny_gpt.ipynb) | build one by hand, train it, resume it, decode it | 65 min + training |
 # | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, sinks and norms, induction heads; pre-norm vs post-norm | 60 min |
 # | [13 Linear attention as a memory](13_linear_attention.ipynb) | linear attention as a recurrence, the state's capacity, decay and gates, the delta rule, the chunkwise form | 60 min |
 #

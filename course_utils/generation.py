@@ -30,6 +30,7 @@ __all__ = [
     "generate_stream",
     "generate",
     "beam_search",
+    "distinct_ngrams",
 ]
 
 
@@ -227,7 +228,7 @@ def generate_stream(
     ``"shift"`` starts a new cache from the last ``keep_on_shift`` tokens (default ``context_length // 2``)
     when it is full. Puts the model in eval mode.
     Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 09;
-    ``on_full="shift"`` against recomputing in notebook 10, section 7.
+    ``on_full="shift"`` against recomputing in notebook 10, section 9.
     """
     context_length = check_generation(model, idx, max_new_tokens, use_cache)
     check_sampling(temperature, top_k, top_p, greedy, generator)
@@ -352,3 +353,17 @@ def beam_search(
             cache.reorder(beam)  # each new beam carries the keys and values of the beam it extends
         step_input = token[:, None]  # (W, 1)
     return seqs, scores
+
+
+def distinct_ngrams(text: str, n: int = 4) -> float:
+    """The share of a text's n-grams (runs of ``n`` characters) that are distinct: 1.0 when none repeats, near 0
+    for a text that loops. A repetition score for decoded text (Li et al. 2016 count words; here characters).
+    Taught in notebook 10.
+    """
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str (decode the ids first), got {type(text).__name__}")
+    check_int("n", n)
+    if len(text) < n:
+        raise ValueError(f"text must hold at least n = {n} characters to have an n-gram, got {len(text)}")
+    grams = [text[i : i + n] for i in range(len(text) - n + 1)]
+    return len(set(grams)) / len(grams)

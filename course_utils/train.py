@@ -70,10 +70,10 @@ from course_utils.data import (
 from course_utils.devices import pick_device
 from course_utils.gpt import GPT, PRESETS, GPTConfig
 
-__all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluate", "train", "NonFiniteLossError",
-           "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint", "load_checkpoint", "export_model",
-           "load_model", "RESUME_RULES", "check_out_dir", "check_can_create", "compile_available",
-           "fused_adamw_available"]  # fmt: skip
+__all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluate", "loss_by_position", "train",
+           "NonFiniteLossError", "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint",
+           "load_checkpoint", "export_model", "load_model", "RESUME_RULES", "check_out_dir", "check_can_create",
+           "compile_available", "fused_adamw_available"]  # fmt: skip
 
 CHECKPOINT_NAME, SUMMARY_NAME = "checkpoint.pt", "summary.json"
 FORMAT = "course_utils.train/1"  # a training checkpoint (unchanged since the first)
@@ -301,6 +301,28 @@ def evaluate(
             logits, _ = model(x)  # (B, T, V)
         total += nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
         count += y.numel()
+    model.train(was_training)
+    return total / count
+
+
+@torch.no_grad()
+def loss_by_position(
+    model: nn.Module, data: torch.Tensor, context_length: int, batch_size: int = 64, device: torch.device | str = "cpu"
+) -> torch.Tensor:
+    """The mean next-token loss at each position of a window, over the consecutive windows :func:`evaluate`
+    walks (full windows only): entry t is the loss of predicting the character after t + 1 characters of context.
+    Its mean is :func:`evaluate`'s loss without the short last window. Shape: -> (T,) float64. Taught in notebook 10.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"model must be a torch.nn.Module (a GPT), got {type(model).__name__}")
+    check_int("context_length", context_length)
+    was_training, total, count = model.training, torch.zeros(context_length, dtype=torch.float64), 0
+    model.eval()
+    for x, y in iter_eval_batches(data, batch_size, context_length, device=device):
+        logits, _ = model(x)  # (B, T, V)
+        losses = nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, T)
+        total += losses.double().sum(dim=0).cpu()  # (T,)
+        count += y.shape[0]
     model.train(was_training)
     return total / count
 

@@ -552,3 +552,78 @@ def test_the_courses_mfu_reads_5_percent_below_palms_at_the_gpu_size():
     palm = 6 * n + 12 * c.num_layers * c.context_length * c.embed_dim
     ratio = model.flops_per_token() / palm
     assert f"{ratio:.2f}" == "0.95" and f"{1 - ratio:.0%}" == "5%"
+
+
+# --- Notebook 10, section 4: the GPT built by hand from the course's parts ---------------------------------------
+
+
+def _hand_built_classes() -> dict:
+    """The code cells of notebook 10's source that define MLP, Block and HandGPT, run with the notebook's imports."""
+    from course_tools.build import parse_source
+
+    cells = parse_source((ROOT / "course_source" / "10_tiny_gpt.py").read_text(encoding="utf-8"))
+    wanted = [
+        c["source"]
+        for c in cells
+        if c["cell_type"] == "code" and ("class Block(" in c["source"] or "class HandGPT(" in c["source"])
+    ]
+    assert len(wanted) == 2, "notebook 10 should define MLP and Block in one cell, HandGPT in the next"
+    namespace: dict = {}
+    exec(
+        "import torch\nimport torch.nn.functional as F\nfrom torch import nn\n"
+        "from course_utils.masking import causal_mask\nfrom course_utils.multihead import MultiHeadAttention\n"
+        "from course_utils.positional import LearnedPositionalEmbedding\n" + "\n".join(wanted),
+        namespace,
+    )
+    return namespace
+
+
+@pytest.mark.parametrize(
+    "V,T,C,H,L,attention",
+    [(11, 8, 16, 4, 2, "torch"), (7, 5, 12, 3, 1, "course"), (83, 32, 32, 4, 2, "torch"), (5, 4, 6, 1, 3, "course")],
+)
+def test_the_hand_built_gpt_of_notebook_10_equals_course_utils_gpt_under_one_state_dict(V, T, C, H, L, attention):
+    HandGPT = _hand_built_classes()["HandGPT"]
+    torch.manual_seed(V + L)
+    reference = GPT(
+        GPTConfig(vocab_size=V, context_length=T, embed_dim=C, num_heads=H, num_layers=L, attention=attention)
+    ).eval()
+    with torch.no_grad():  # every parameter away from its initial value (biases and LayerNorms included)
+        for p in reference.parameters():
+            p.add_(0.3 * torch.randn_like(p))
+    hand = HandGPT(V, T, C, H, L).eval()
+    hand.load_state_dict(reference.state_dict())  # strict: the same names and shapes
+    idx = torch.randint(0, V, (3, T))
+    targets = torch.randint(0, V, (3, T))
+    with torch.no_grad():
+        want, want_loss = reference(idx, targets)
+        got, got_loss = hand(idx, targets)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(got_loss, want_loss, atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(hand(idx[:, :1])[0], reference(idx[:, :1])[0], atol=1e-5, rtol=1e-5)
+    assert hand.lm_head.weight is hand.tok_emb.weight  # tied, as the GPT's
+    assert sum(p.numel() for p in hand.parameters()) == reference.num_parameters()
+
+
+def test_the_hand_built_gpt_is_causal_and_its_switches_remove_parts():
+    HandGPT = _hand_built_classes()["HandGPT"]
+    torch.manual_seed(0)
+    hand = HandGPT(9, 6, 8, 2, 2).eval()
+    idx = torch.randint(0, 9, (1, 6))
+    changed = idx.clone()
+    changed[0, 4] = (idx[0, 4] + 1) % 9
+    with torch.no_grad():
+        torch.testing.assert_close(hand(changed)[0][:, :4], hand(idx)[0][:, :4])  # a later token changes nothing
+    bare = HandGPT(9, 6, 8, 2, 2, mlp=False, residual=False, tied=False, positions=False)
+    assert bare.pos_emb is None and all(b.mlp is None for b in bare.blocks)
+    assert bare.lm_head.weight is not bare.tok_emb.weight
+    assert isinstance(bare.ln_f, torch.nn.Identity)
+
+
+def test_a_hand_built_gpt_of_another_mlp_width_does_not_load_the_gpts_state_dict():
+    ns = _hand_built_classes()
+    reference = GPT(GPTConfig(vocab_size=7, context_length=4, embed_dim=8, num_heads=2, num_layers=1))
+    hand = ns["HandGPT"](7, 4, 8, 2, 1)
+    hand.blocks[0].mlp.fc_in = torch.nn.Linear(8, 16)  # 2C where the GPT has 4C
+    with pytest.raises(RuntimeError, match="size mismatch"):
+        hand.load_state_dict(reference.state_dict())

@@ -15,6 +15,7 @@ from torch import nn
 
 from course_utils.generation import (
     beam_search,
+    distinct_ngrams,
     generate,
     generate_stream,
     sample_next_token,
@@ -580,3 +581,24 @@ def test_generation_md_states_the_benchmarks_counts():
         f"+ {counted['shifts']} shifts of {keep}: {new} calls, one per new token)"
     ) in text
     assert f"The cache makes {counted['ratio']:.0f}x fewer token-passes." in text
+
+
+def test_distinct_ngrams_counts_the_share_of_n_grams_seen_once_or_more():
+    assert distinct_ngrams("abcdef", 3) == 1.0  # abc bcd cde def: none repeats
+    assert distinct_ngrams("abababab", 2) == pytest.approx(2 / 7)  # ab, ba among 7 bigrams
+    assert distinct_ngrams("aaaa", 4) == 1.0  # one 4-gram
+    assert distinct_ngrams("the the the the ", 4) < distinct_ngrams("the cat sat on a", 4)
+
+
+@pytest.mark.parametrize(
+    "text, n, error, match",
+    [
+        (torch.tensor([1, 2, 3]), 2, TypeError, "text must be a str .* got Tensor"),
+        ("abc", 0, ValueError, "n"),
+        ("abc", 4, ValueError, "at least n = 4 characters .* got 3"),
+        ("abc", 2.0, TypeError, "n must be an int"),
+    ],
+)
+def test_distinct_ngrams_rejects_bad_input(text, n, error, match):
+    with pytest.raises(error, match=match):
+        distinct_ngrams(text, n)

@@ -7,7 +7,15 @@ import math
 import pytest
 import torch
 
-from course_utils.runs import EXPECTATIONS, RUN_SIZES, SIZE_ENV, check_expectations, choose_size, unigram_loss
+from course_utils.runs import (
+    EXPECTATIONS,
+    RUN_SIZES,
+    SIZE_ENV,
+    bigram_loss,
+    check_expectations,
+    choose_size,
+    unigram_loss,
+)
 
 
 def test_choose_size_follows_the_switch_then_the_device():
@@ -53,6 +61,40 @@ def test_unigram_loss_is_the_cross_entropy_of_smoothed_frequencies():
 def test_unigram_loss_rejects_bad_input(train, val, V, match):
     with pytest.raises(ValueError, match=match):
         unigram_loss(train, val, V)
+
+
+def test_bigram_loss_is_the_cross_entropy_of_smoothed_pair_counts():
+    train = torch.tensor([0, 1, 0, 1, 1])  # pairs 0->1 twice, 1->0 once, 1->1 once
+    val = torch.tensor([0, 1, 1, 0, 0])  # pairs 0->1, 1->1, 1->0, 0->0
+    # add-one rows: from 0: counts (0, 2) + 1 -> (1, 3) / 4; from 1: counts (1, 1) + 1 -> (2, 2) / 4
+    expected = -(math.log(3 / 4) + math.log(2 / 4) + math.log(2 / 4) + math.log(1 / 4)) / 4
+    assert bigram_loss(train, val, 2) == pytest.approx(expected)
+    assert bigram_loss(train.int(), val.int(), 2) == pytest.approx(expected)
+
+
+def test_bigram_beats_the_unigram_on_text_with_structure():
+    torch.manual_seed(0)
+    ids = torch.arange(5).repeat(400)  # 0 1 2 3 4 0 1 ...: each character fixes the next
+    ids[torch.randint(0, len(ids), (100,))] = torch.randint(0, 5, (100,))
+    assert bigram_loss(ids, ids, 5) < 0.5 * unigram_loss(ids, ids, 5)
+
+
+@pytest.mark.parametrize(
+    "train, val, V, match",
+    [
+        (torch.tensor([0.0, 1.0]), torch.tensor([0, 1]), 2, "train_ids must be a 1-D tensor of 2 or more integer ids"),
+        (
+            torch.tensor([0, 1]),
+            torch.tensor([0]),
+            2,
+            r"val_ids must be a 1-D tensor of 2 or more integer ids, .*\(1,\)",
+        ),
+        (torch.tensor([0, 5]), torch.tensor([0, 1]), 3, r"train_ids holds ids outside 0 .. 2 \(vocab_size = 3\)"),
+    ],
+)
+def test_bigram_loss_rejects_bad_input(train, val, V, match):
+    with pytest.raises(ValueError, match=match):
+        bigram_loss(train, val, V)
 
 
 def _result(val_loss, train_s, steps=100, steps_this_run=None):

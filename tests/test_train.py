@@ -39,6 +39,7 @@ from course_utils.train import (
     learning_rate,
     load_checkpoint,
     load_model,
+    loss_by_position,
     train,
 )
 from course_utils.train_cli import main
@@ -1320,3 +1321,24 @@ def test_ctrl_c_while_exporting_then_the_lines_command_writes_only_the_export(te
     assert (out / "summary.json").read_bytes() == summary  # the summary is not rewritten with zeros
     capsys.readouterr()
     assert main(again[3:]) == 2 and "is at step 3 already, so --max-steps 3 would train" in capsys.readouterr().err
+
+
+def test_loss_by_position_is_the_per_position_mean_whose_mean_is_evaluates_loss():
+    torch.manual_seed(0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=7, context_length=8))
+    data = torch.randint(0, 7, (8 * 20 + 1,))  # 20 full windows, nothing left over
+    by_position = loss_by_position(model, data, 8, batch_size=6)
+    assert by_position.shape == (8,) and by_position.dtype == torch.float64
+    torch.testing.assert_close(by_position.mean().item(), evaluate(model, data, 8), rtol=1e-6, atol=1e-6)
+    x, y = data[:-1].view(20, 8), data[1:].view(20, 8)  # the windows by hand
+    with torch.no_grad():
+        logits = model(x)[0]  # (20, 8, 7)
+    by_hand = torch.nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none").mean(dim=0)  # (8,)
+    torch.testing.assert_close(by_position.float(), by_hand, rtol=1e-5, atol=1e-5)
+
+
+def test_loss_by_position_rejects_bad_input():
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
+        loss_by_position("model", torch.arange(10), 4)
+    with pytest.raises(ValueError, match="context_length"):
+        loss_by_position(torch.nn.Linear(2, 2), torch.arange(10), 0)

@@ -1,11 +1,12 @@
 """Exercises of notebook 10 (the tiny GPT): cut training windows, score the unigram baseline, schedule the
-learning rate.
+learning rate, run the GPT's forward pass from its parts.
 
 Each reference solution is built from :mod:`course_utils.runs` and :mod:`course_utils.train`; each mistake is
 one that shows up in real code: targets that are not shifted (or shifted the wrong way), windows one token short,
 frequencies counted on the data being scored, bits instead of nats, a warmup that starts at a learning rate of
-zero, a cosine that decays to zero or runs past the end. Notebook 11's exercises are in
-:mod:`course_utils.exercises.inspect_gpt`.
+zero, a cosine that decays to zero or runs past the end; a forward pass with post-norm blocks, the residual
+around the normalised stream, ReLU for GELU, no causal mask, no final LayerNorm or no positions.
+Notebook 11's exercises are in :mod:`course_utils.exercises.inspect_gpt`.
 """
 
 from __future__ import annotations
@@ -13,10 +14,16 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from course_utils._exercise_engine import Exercise, Mistake
 from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.masking import causal_mask
+from course_utils.multihead import MultiHeadAttention
+from course_utils.positional import LearnedPositionalEmbedding
 from course_utils.runs import unigram_loss
 from course_utils.train import TrainConfig, learning_rate
 
@@ -203,6 +210,142 @@ def _lr_linear(step, warmup_steps, max_steps, max_lr, min_lr):
     return max_lr - progress * (max_lr - min_lr)
 
 
+# --- 10.4 the GPT's forward pass from its parts -----------------------------------------------------
+
+
+def _parts_model(g: torch.Generator, V: int, T: int, C: int, H: int, L: int) -> nn.Module:
+    """A GPT's parts, named as :class:`course_utils.gpt.GPT` names them, with no forward of their own (calling the
+    model or a block raises), every parameter drawn from ``g``: the attention is notebook 04's, which is causal
+    only when given the mask. Weights large enough that each part changes the logits visibly, LayerNorm gains and
+    biases away from 1 and 0, and the head tied to the token embedding."""
+    model = nn.Module()
+    model.tok_emb = nn.Embedding(V, C)
+    model.pos_emb = LearnedPositionalEmbedding(T, C)
+    model.blocks = nn.ModuleList()
+    for _ in range(L):
+        block = nn.Module()
+        block.ln_1, block.attn, block.ln_2 = nn.LayerNorm(C), MultiHeadAttention(C, H), nn.LayerNorm(C)
+        block.mlp = nn.Module()
+        block.mlp.fc_in, block.mlp.fc_out = nn.Linear(C, 4 * C), nn.Linear(4 * C, C)
+        model.blocks.append(block)
+    model.ln_f = nn.LayerNorm(C)
+    model.lm_head = nn.Linear(C, V, bias=False)
+    model.lm_head.weight = model.tok_emb.weight  # tied, as in the GPT
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "ln_" in name:
+                p.copy_((1.0 if name.endswith("weight") else 0.0) + 0.4 * torch.randn(p.shape, generator=g))
+            elif p.dim() > 1:
+                p.copy_(torch.randn(p.shape, generator=g) / math.sqrt(p.shape[-1]))
+            else:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return model
+
+
+def _forward_solution(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
+    """The course's GPT (learned positions, the course's attention) loaded with the parts' state dict."""
+    C, T = model.tok_emb.embedding_dim, model.pos_emb.context_length
+    config = GPTConfig(
+        vocab_size=model.tok_emb.num_embeddings,
+        context_length=T,
+        embed_dim=C,
+        num_heads=model.blocks[0].attn.num_heads,
+        num_layers=len(model.blocks),
+        attention="course",
+    )
+    gpt = GPT(config).to(model.tok_emb.weight.dtype)
+    gpt.load_state_dict(model.state_dict())  # strict: every name and shape must match
+    gpt.eval()
+    return gpt(idx)[0]  # (B, T, V)
+
+
+def _forward_case(g: torch.Generator, B: int, T: int, context: int, C: int, H: int, L: int) -> tuple[tuple, dict]:
+    V = 11
+    model = _parts_model(g, V, context, C, H, L)
+    return (model, torch.randint(0, V, (B, T), generator=g)), {}
+
+
+def _forward_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(104)
+    return [
+        _forward_case(g, 2, 6, 8, 8, 2, 2),
+        _forward_case(g, 1, 8, 8, 12, 3, 1),  # a full window, one block
+        _forward_case(g, 3, 5, 7, 16, 4, 3),
+        _forward_case(g, 2, 1, 4, 6, 1, 2),  # one token, one head
+    ]
+
+
+def _forward_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    H, context = randint(g, 1, 5), randint(g, 9, 21)  # longer and wider than any fixed case
+    cases = [_forward_case(g, randint(g, 4, 7), context, context, H * randint(g, 1, 7), H, randint(g, 1, 4))]
+    for _ in range(2):
+        H, context = randint(g, 1, 5), randint(g, 1, 20)
+        cases.append(
+            _forward_case(g, randint(g, 1, 4), randint(g, 1, context + 1), context, H * randint(g, 1, 7), H,
+                          randint(g, 1, 4))
+        )  # fmt: skip
+    return cases
+
+
+def _mlp(block: nn.Module, h: torch.Tensor, act=F.gelu) -> torch.Tensor:
+    return block.mlp.fc_out(act(block.mlp.fc_in(h)))  # (B, T, C) -> (B, T, 4C) -> (B, T, C)
+
+
+def _forward_with(model, idx, step, positions=True, final_norm=True, mask=True):
+    T = idx.shape[1]
+    x = model.tok_emb(idx) + (model.pos_emb.embedding.weight[:T] if positions else 0.0)  # (B, T, C)
+    m = causal_mask(T) if mask else None
+    for block in model.blocks:
+        x = step(block, x, m)  # (B, T, C)
+    return model.lm_head(model.ln_f(x) if final_norm else x)  # (B, T, V)
+
+
+def _pre_norm(block, x, m, act=F.gelu):
+    x = x + block.attn(block.ln_1(x), m)
+    return x + _mlp(block, block.ln_2(x), act)
+
+
+def _forward_post_norm(model, idx):
+    def step(block, x, m):  # the original Transformer's order: normalise the sum
+        x = block.ln_1(x + block.attn(x, m))
+        return block.ln_2(x + _mlp(block, x))
+
+    return _forward_with(model, idx, step)
+
+
+def _forward_residual_of_the_norm(model, idx):
+    def step(block, x, m):
+        h = block.ln_1(x)
+        x = h + block.attn(h, m)  # the normalised stream added back, not the stream itself
+        h = block.ln_2(x)
+        return h + _mlp(block, h)
+
+    return _forward_with(model, idx, step)
+
+
+def _forward_relu(model, idx):
+    return _forward_with(model, idx, lambda block, x, m: _pre_norm(block, x, m, act=F.relu))
+
+
+def _forward_no_mask(model, idx):
+    return _forward_with(model, idx, _pre_norm, mask=False)
+
+
+def _forward_no_final_norm(model, idx):
+    return _forward_with(model, idx, _pre_norm, final_norm=False)
+
+
+def _forward_no_positions(model, idx):
+    return _forward_with(model, idx, _pre_norm, positions=False)
+
+
+def _forward_mlp_reads_block_input(model, idx):
+    def step(block, x, m):  # both branches read the block's input (a "parallel" block)
+        return x + block.attn(block.ln_1(x), m) + _mlp(block, block.ln_2(x))
+
+    return _forward_with(model, idx, step)
+
+
 EXERCISES = (
     Exercise(
         key="10.1",
@@ -363,5 +506,75 @@ EXERCISES = (
         # decay to 0 the rate is the difference of two numbers near 1 (1 + cos(pi * p), cos near -1), and float32's
         # rounding of cos (6e-8) is then 1e-4 of the rate or more. The statement asks for Python floats.
         rtol=1e-5,
+    ),
+    Exercise(
+        key="10.4",
+        title="the GPT's forward pass",
+        minutes=12,
+        signature="gpt_forward(model, idx) -> logits (B, T, V): embeddings and positions, pre-norm blocks with a "
+        "causal mask, the final LayerNorm, the tied head",
+        solution=_forward_solution,
+        cases=_forward_cases,
+        draw=_forward_draw,
+        edges={
+            "B == 1": lambda model, idx: idx.shape[0] == 1,
+            "T == 1": lambda model, idx: idx.shape[1] == 1,
+            "a full window (T == context_length)": lambda model, idx: idx.shape[1] == model.pos_emb.context_length,
+            "one block": lambda model, idx: len(model.blocks) == 1,
+            "one head": lambda model, idx: model.blocks[0].attn.num_heads == 1,
+        },
+        mistakes=(
+            Mistake(
+                "post-norm where pre-norm was asked",
+                "The GPT normalises a copy of the stream BEFORE each sublayer and adds the sublayer's output "
+                "to the stream as it was; normalising the sum is the original Transformer's post-norm.",
+                _forward_post_norm,
+                fix="x = x + block.attn(block.ln_1(x), mask); x = x + mlp(block.ln_2(x))",
+            ),
+            Mistake(
+                "the residual around the normalised stream",
+                "The residual adds the sublayer's output to the stream x itself, not to its normalised copy: "
+                "the LayerNorm sits on the branch only, and the stream runs from the embeddings to ln_f as a "
+                "plain sum.",
+                _forward_residual_of_the_norm,
+                fix="x = x + block.attn(block.ln_1(x), mask), not h = block.ln_1(x); x = h + block.attn(h, mask)",
+            ),
+            Mistake(
+                "ReLU where the MLP uses GELU",
+                "The MLP between fc_in and fc_out uses GELU, as GPT-2 does; ReLU cuts every negative value to 0.",
+                _forward_relu,
+                fix="block.mlp.fc_out(F.gelu(block.mlp.fc_in(h)))",
+            ),
+            Mistake(
+                "the causal mask missing",
+                "Notebook 04's attention lets every position see every other unless it is given a mask: "
+                "without the causal mask each position reads the characters it must predict.",
+                _forward_no_mask,
+                fix="block.attn(block.ln_1(x), causal_mask(T))",
+            ),
+            Mistake(
+                "no final LayerNorm",
+                "A pre-norm stream is a plain sum that no block normalises at the end: normalise it once more "
+                "before the head.",
+                _forward_no_final_norm,
+                fix="return model.lm_head(model.ln_f(x))",
+            ),
+            Mistake(
+                "no positions",
+                "Without the position table the model sees a bag of characters: add row t of the learned "
+                "positions to the token embedding at position t.",
+                _forward_no_positions,
+                fix="x = model.tok_emb(idx) + model.pos_emb.embedding.weight[:T]",
+            ),
+            Mistake(
+                "the MLP reads the block's input",
+                "The two sublayers run one after the other: the MLP reads the stream after the attention's "
+                "output was added to it.",
+                _forward_mlp_reads_block_input,
+                fix="x = x + block.attn(block.ln_1(x), mask) first, then x = x + mlp(block.ln_2(x))",
+            ),
+        ),
+        atol=1e-5,
+        rtol=1e-4,
     ),
 )
