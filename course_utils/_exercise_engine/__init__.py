@@ -31,6 +31,12 @@ fixed case right and fails only on a drawn one is shown that case, with its seed
 says what differs on which case: the statement's edges the case holds (``Exercise.edges``), then its inputs'
 shapes and dtypes, as in ``fixed case 3 (T != S, Dv == 1; q float32 (4, 8), ...)``.
 
+The two parts of a check can also run apart: :func:`check_fixed` (the fixed cases alone, which alone name a
+mistake) and :func:`check_drawn` (the draws of one seed alone); :class:`References` computes the reference side
+(the fixed cases, the solution's and the mistakes' runs of them, a seed's draws and the solution's runs of those)
+once for many checks of one exercise. The seed sweep (``tests/test_exercise_domains.py``) uses them so that each
+answer's fixed cases run once and each seed's draws once for all answers; a learner's ``check`` does not.
+
 Statuses: ``"passed"``, ``"failed"`` (with the reason, and the mistake's name when one matches), and
 ``"not attempted"``: the function raised :class:`NotAttempted`, as the learner copy's untouched stub does,
 before answering any case. Any other exception, ``NotImplementedError`` included, is a failure.
