@@ -912,7 +912,8 @@ def check_fixed(ex: Exercise, fn: Any, *, hint: int = 1, references: References 
     """:func:`run_check` on the fixed cases alone (no draws).
 
     A function that fails a fixed case gets this verdict (status and mistake named) from the whole check too,
-    on every seed: a mistake is named by the fixed cases alone, and they run first.
+    on every seed (a mistake is named by the fixed cases alone, and they run first), unless a drawn case stops it
+    first (the time limit, or NotAttempted raised there): the seed sweep tries the whole check on a few seeds.
     """
     return _checked(ex, fn, hint, 0, ("fixed",), references)
 
