@@ -336,6 +336,17 @@ BROWSER_WORKERS = ["-n", "auto", "--maxprocesses=2", "--dist", "load", "--maxsch
 
 SWEEP_SEEDS = 200  # issue #30: at least 200 seeds, with no verdict changing
 
+# One PyTorch thread in each process of the unit tests and the seed sweep, unless OMP_NUM_THREADS is set: they
+# run side by side (and beside the browser tests), so every core is already busy, and tiny tensors gain nothing
+# from a second thread. With PyTorch's default (a thread per core) its threads wait for each other spinning on a
+# loaded machine: measured on 2 cores under load 5-7 (2026-11-29), the seed sweep of four exercises took 519 s
+# wall with 2 threads and 50 s with 1. Notebook kernels set their own one thread (setup_notebook).
+
+
+def one_thread() -> dict[str, str]:
+    """The environment for one PyTorch thread per process: OMP_NUM_THREADS=1, unless it is set already."""
+    return {} if os.environ.get("OMP_NUM_THREADS") else {"OMP_NUM_THREADS": "1"}
+
 
 def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list[Step], list[str]]:
     """The steps of `course.py test` and one-line notices for the passes left out.
@@ -369,6 +380,7 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
             f"unit tests (notebooks in sync with course_source/ among them) and nbval on every notebook "
             f"(learner copies and solutions) with this CPU's own kernels ({native}), on every core",
             ["-m", "pytest", *test, "--ignore=tests/e2e", *nbval, *workers, *extra],
+            env=one_thread(),
             group=2,
         ),
     ]
@@ -393,7 +405,7 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
                 f"the exercise checks' seed sweep: every named mistake, right answer and edge-only wrong answer "
                 f"gives the same verdict on {SWEEP_SEEDS} seeds (tests/test_exercise_domains.py, marked slow)",
                 ["-m", "pytest", "tests/test_exercise_domains.py", "-m", "slow", "-q", *extra],
-                env={"COURSE_SEED_SWEEP": "1", "COURSE_SEED_SWEEP_SEEDS": str(SWEEP_SEEDS)},
+                env={"COURSE_SEED_SWEEP": "1", "COURSE_SEED_SWEEP_SEEDS": str(SWEEP_SEEDS), **one_thread()},
                 group=2,
                 ok=(0, 5),
             )

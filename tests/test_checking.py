@@ -25,10 +25,14 @@ from course_utils._exercise_engine import (
     ExerciseFailed,
     Mistake,
     NotAttempted,
+    References,
+    check_drawn,
+    check_fixed,
     compare_outputs,
     report,
     run_check,
 )
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises import check
 
 # ------------------------------------------------------------------------------------------ tiny exercises
@@ -1295,3 +1299,79 @@ def test_a_case_that_holds_no_edge_is_named_as_before():
 def test_a_verdict_records_the_kind_of_problem_it_found(fn, problem):
     res = run_check(DOUBLE, fn)
     assert res.details.get("problem") == problem, res.message
+
+
+# ---------------------------------------------------------------------------------- the fixed cases and the draws apart
+# check_fixed and check_drawn run one part of a check each, and References share the solution's and the mistakes'
+# runs between checks (the seed sweep of tests/test_exercise_domains.py): each verdict is the one without them.
+
+
+def _verdict(res):
+    return res.status, res.mistake, res.message
+
+
+@pytest.mark.parametrize("key", ["02.2", "03.2", "09.2", "11.4"])
+def test_each_part_of_a_check_gives_with_references_the_verdict_it_gives_without(key):
+    from course_utils.exercises import all_exercises
+
+    ex = all_exercises()[key]
+    refs = References(ex)
+    fixed_only, drawn_only = dataclasses.replace(ex, draw=None), dataclasses.replace(ex, cases=list, domain=Domain())
+    answers = [ex.solution, *(m.fn for m in ex.mistakes), lambda *a, **k: ex.solution(*a, **k)]
+    for seed in (3, 4):  # a second seed: the references' draws are those of the seed asked for
+        for fn in answers:
+            assert _verdict(check_fixed(ex, fn, references=refs)) == _verdict(run_check(fixed_only, fn))
+            assert _verdict(check_fixed(ex, fn)) == _verdict(run_check(fixed_only, fn))
+            want = _verdict(run_check(drawn_only, fn, seed=seed))
+            assert _verdict(check_drawn(ex, fn, seed, references=refs)) == want
+            assert _verdict(check_drawn(ex, fn, seed)) == want
+            want = _verdict(run_check(ex, fn, seed=seed))
+            assert _verdict(run_check(ex, fn, seed=seed, references=refs)) == want
+    assert refs.deterministic
+
+
+def test_a_check_of_one_part_runs_only_that_part():
+    assert check_fixed(DOUBLE, _double).details["drawn"] == 0
+    res = check_drawn(WEIGHTED, _weighted, 7)
+    assert (res.details["cases"], res.details["seed"]) == (0, 7) and res.details["drawn"] > 0
+    res = check_drawn(WEIGHTED, lambda w, v: w @ v if w.shape[0] < 4 else w @ v + 1, 7)
+    assert res.status == FAILED and res.message.startswith("on drawn case 1 (seed 7; "), res.message
+
+
+def test_references_run_afresh_a_solution_that_answers_a_case_two_ways():
+    calls = []
+
+    def drifting(x):  # a reference that is not deterministic: its second run of a case differs
+        calls.append(1)
+        return x * 2 + len(calls)
+
+    ex = dataclasses.replace(DOUBLE, solution=drifting, mistakes=())
+    refs = References(ex)
+    check_fixed(ex, _double, references=refs)
+    assert not refs.deterministic
+    before = len(calls)
+    check_fixed(ex, _double, references=refs)
+    assert len(calls) == before + len(refs.fixed)  # run again for the second check, not taken from the first
+
+
+def test_a_mistake_that_answers_two_ways_is_run_afresh():
+    calls = []
+
+    def drifting(x):
+        calls.append(1)
+        return x / 2 + len(calls)
+
+    ex = dataclasses.replace(DOUBLE, mistakes=(dataclasses.replace(HALVED, fn=drifting),))
+    refs = References(ex)
+    check_fixed(ex, lambda x: x / 2, references=refs)
+    before = len(calls)
+    check_fixed(ex, lambda x: x / 2, references=refs)
+    assert len(calls) == before + len(refs.fixed)
+    kept = References(DOUBLE)
+    check_fixed(DOUBLE, lambda x: x / 2, references=kept)
+    assert kept._mistakes[id(HALVED)] is not None  # a deterministic mistake is kept
+
+
+def test_references_of_another_exercise_are_refused():
+    with pytest.raises(ValueError, match="references are of exercise 99.1, but the check is of exercise 99.2"):
+        run_check(IDS, _ids, references=References(DOUBLE))

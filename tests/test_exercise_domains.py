@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils._exercise_engine import FAILED, PASSED, run_check
-from course_utils._exercise_engine.domain import Domain, bind
+from course_utils._exercise_engine import FAILED, PASSED, References, check_drawn, check_fixed, run_check
+from course_utils._exercise_engine.domain import bind
 from course_utils.exercises import all_exercises
 
 EXERCISES = all_exercises()
@@ -353,23 +353,37 @@ def test_the_same_verdict_on_every_seed(key):
     verdict (status and the mistake named) on every seed.
 
     An answer that fails a fixed case is judged on the fixed cases alone (the engine names a mistake by them, and
-    the first difference it reports is the first fixed case that differs), so its verdict is checked in full on a
-    few seeds; an answer right on every fixed case is then judged by the draws alone, run on every seed.
+    the first difference it reports is the first fixed case that differs): its verdict on the fixed cases is run
+    once, and the whole check must give the same on a few seeds. An answer right on every fixed case is judged by
+    the draws alone: the whole check on seed 0 must give its verdict on seed 0's draws, and the draws of every
+    seed the same. The fixed cases run once per answer and each seed's draws, and the solution's and mistakes'
+    runs, are made once for all answers (:class:`References`, which re-runs them where they are not deterministic).
     """
     ex = EXERCISES[key]
     answers = [("solution", ex.solution)] + [(m.name, m.fn) for m in ex.mistakes]
     answers += [(n, w) for n, w, _ in _wrappers(ex)] + [(f.__name__, f) for k, f in HOLES if k == key]
-    drawn_only = dataclasses.replace(ex, cases=lambda: [], domain=Domain())
+    refs = References(ex)
     changed = []
+    on_draws = []  # (name, answer, its verdict on seed 0's draws) of the answers right on every fixed case
+
+    def differs(name, want, said, res, seed):
+        if (res.status, res.mistake) == (want.status, want.mistake):
+            return False
+        changed.append(f"{name}: {said} {want.status}/{want.mistake}, seed {seed} {res.status}/{res.mistake}")
+        return True
+
     for name, fn in answers:
-        on_fixed = run_check(dataclasses.replace(ex, draw=None), fn)
-        first = run_check(ex, fn, seed=0)
-        target, seeds = (ex, range(1, 4)) if on_fixed.status == FAILED else (drawn_only, range(SWEEP_SEEDS))
-        if target is drawn_only:
-            first = run_check(drawn_only, fn, seed=0)
-        for seed in seeds:
-            res = run_check(target, fn, seed=seed)
-            if (res.status, res.mistake) != (first.status, first.mistake):
-                changed.append(f"{name}: seed 0 {first.status}/{first.mistake}, seed {seed} {res.status}/{res.mistake}")
-                break
+        on_fixed = check_fixed(ex, fn, references=refs)
+        if on_fixed.status == FAILED:
+            for seed in range(4):
+                if differs(name, on_fixed, "fixed cases", run_check(ex, fn, seed=seed, references=refs), seed):
+                    break
+        else:
+            first = check_drawn(ex, fn, 0, references=refs)
+            if not differs(name, first, "seed 0's draws", run_check(ex, fn, seed=0, references=refs), 0):
+                on_draws.append((name, fn, first))
+    for seed in range(1, SWEEP_SEEDS):
+        for i, (name, fn, first) in enumerate(on_draws):
+            if fn is not None and differs(name, first, "seed 0", check_drawn(ex, fn, seed, references=refs), seed):
+                on_draws[i] = (name, None, first)  # one change is enough to say
     assert not changed, f"{key}: verdicts that depend on the seed: {changed}"

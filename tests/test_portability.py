@@ -177,6 +177,20 @@ def test_plan_runs_the_learner_notebooks_under_both_forced_kernels_besides_the_n
     assert forced["default"].env.get("MKL_CBWR") == "COMPATIBLE"  # matrix products off Intel's fast path too
 
 
+def test_plan_runs_the_unit_tests_and_the_seed_sweep_with_one_pytorch_thread_unless_told(monkeypatch):
+    """Side by side on a loaded 2-core machine, PyTorch's default thread per core spins waiting for the others."""
+    course = load_course()
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    steps, _ = course.test_plan([], AVX512_MACHINE)
+    unit = next(s for s in steps if "--ignore=tests/e2e" in s.args)
+    sweep = next(s for s in steps if "tests/test_exercise_domains.py" in s.args)
+    assert unit.env.get("OMP_NUM_THREADS") == sweep.env.get("OMP_NUM_THREADS") == "1"
+    assert sweep.env["COURSE_SEED_SWEEP"] == "1"
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # the caller's own setting is kept (inherited, not overridden)
+    steps, _ = course.test_plan([], AVX512_MACHINE)
+    assert not any("OMP_NUM_THREADS" in s.env for s in steps)
+
+
 def test_plan_passes_extra_pytest_options_to_every_pytest_step():
     course = load_course()
     steps, _ = course.test_plan(["-k", "03_masking"], AVX512_MACHINE)

@@ -31,6 +31,12 @@ fixed case right and fails only on a drawn one is shown that case, with its seed
 says what differs on which case: the statement's edges the case holds (``Exercise.edges``), then its inputs'
 shapes and dtypes, as in ``fixed case 3 (T != S, Dv == 1; q float32 (4, 8), ...)``.
 
+The two parts of a check can also run apart: :func:`check_fixed` (the fixed cases alone, which alone name a
+mistake) and :func:`check_drawn` (the draws of one seed alone); :class:`References` computes the reference side
+(the fixed cases, the solution's and the mistakes' runs of them, a seed's draws and the solution's runs of those)
+once for many checks of one exercise. The seed sweep (``tests/test_exercise_domains.py``) uses them so that each
+answer's fixed cases run once and each seed's draws once for all answers; a learner's ``check`` does not.
+
 Statuses: ``"passed"``, ``"failed"`` (with the reason, and the mistake's name when one matches), and
 ``"not attempted"``: the function raised :class:`NotAttempted`, as the learner copy's untouched stub does,
 before answering any case. Any other exception, ``NotImplementedError`` included, is a failure.
@@ -83,6 +89,9 @@ __all__ = [
     "ExerciseFailed",
     "UnknownExercise",
     "run_check",
+    "check_fixed",
+    "check_drawn",
+    "References",
     "report",
     "function_name",
     "notebook_of",
@@ -509,6 +518,7 @@ class _Cases:
     fixed: list[tuple[tuple, dict]]
     drawn: list[tuple[tuple, dict]]
     seed: int
+    references: References | None = None  # runs of the solution and the mistakes shared with other checks
     _solved: dict[int, Run] = field(default_factory=dict)
 
     @property
@@ -518,8 +528,19 @@ class _Cases:
     def solution(self, i: int) -> Run:
         """The reference solution's run of case ``i`` (run once, on its own copy of the arguments)."""
         if i not in self._solved:
-            self._solved[i] = run_case(self.ex.solution, self.all[i])
+            if self.references is None:
+                self._solved[i] = run_case(self.ex.solution, self.all[i])
+            elif self.is_fixed(i):
+                self._solved[i] = self.references.fixed_run(i)
+            else:
+                self._solved[i] = self.references.drawn_run(self.seed, i - len(self.fixed))
         return self._solved[i]
+
+    def mistake(self, m: Mistake) -> list[_Outcome]:
+        """What catalogued mistake ``m`` does on each fixed case."""
+        if self.references is not None and self.fixed is self.references.fixed:
+            return self.references.mistake_outcomes(m)
+        return [_outcome(m.fn, case) for case in self.fixed]
 
     def is_fixed(self, i: int) -> bool:
         return i < len(self.fixed)
@@ -537,12 +558,109 @@ class _Cases:
         return f"{head} ({'; '.join(p for p in parts if p)})"
 
 
-def _prepare_cases(ex: Exercise, seed: int | None) -> _Cases:
-    """Phase 1: the fixed cases, and the cases drawn from ``seed`` (see :func:`_draw_seed`)."""
-    fixed = ex.fixed_cases()
+def _draw(ex: Exercise, seed: int) -> list[tuple[tuple, dict]]:
+    return list(ex.draw(torch.Generator().manual_seed(seed))) if ex.draw is not None else []
+
+
+def _prepare_cases(
+    ex: Exercise, seed: int | None, parts: tuple[str, ...] = ("fixed", "drawn"), references: References | None = None
+) -> _Cases:
+    """Phase 1: the fixed cases, and the cases drawn from ``seed`` (see :func:`_draw_seed`); only the ``parts``
+    asked for, taken from ``references`` where given."""
     s = _draw_seed(seed)
-    drawn = list(ex.draw(torch.Generator().manual_seed(s))) if ex.draw is not None else []
-    return _Cases(ex, fixed, drawn, s)
+    if references is None:
+        fixed = ex.fixed_cases() if "fixed" in parts else []
+        drawn = _draw(ex, s) if "drawn" in parts else []
+    else:
+        fixed = references.fixed if "fixed" in parts else []
+        drawn = references.drawn(s) if "drawn" in parts else []
+    return _Cases(ex, fixed, drawn, s, references)
+
+
+class References:
+    """The reference side of many checks of one exercise, computed once and shared (the seed sweep,
+    ``tests/test_exercise_domains.py``): the fixed cases, the solution's run of each, what each catalogued mistake
+    does on them, and the cases drawn from the latest seed asked for with the solution's run of each.
+
+    A check given ``references=`` runs only the learner's function afresh; its verdict is the one it would get
+    without them, as long as the solution and the mistakes answer the same case the same way every time. That is
+    tried, not assumed: the first time a case's reference run is made (the fixed cases, and every drawn case of
+    the first seed), it is made twice and the two compared; where they differ the exercise's reference is marked
+    not deterministic and is run afresh for every check from then on (a mistake likewise, on the fixed cases).
+    Only one seed's draws are kept: run the checks of one seed together, then the next.
+    """
+
+    def __init__(self, ex: Exercise) -> None:
+        self.ex = ex
+        self.fixed = ex.fixed_cases()
+        self.deterministic = True  # whether the solution answered each case it was tried on twice alike
+        self._fixed_runs: dict[int, Run] = {}
+        self._mistakes: dict[int, list[_Outcome] | None] = {}  # by id(mistake); None: not deterministic
+        self._seed: int | None = None
+        self._drawn: list[tuple[tuple, dict]] = []
+        self._drawn_runs: dict[int, Run] = {}
+        self._tried_seed: int | None = None  # the seed whose draws were run twice
+
+    def _reference(self, case: tuple[tuple, dict], try_twice: bool) -> Run:
+        if not self.deterministic:
+            return run_case(self.ex.solution, case)
+        run = run_case(self.ex.solution, case)
+        if try_twice and not _identical(run, run_case(self.ex.solution, case), self.ex):
+            self.deterministic = False
+        return run
+
+    def fixed_run(self, i: int) -> Run:
+        """The solution's run of fixed case ``i``."""
+        if not self.deterministic:
+            return run_case(self.ex.solution, self.fixed[i])
+        if i not in self._fixed_runs:
+            self._fixed_runs[i] = self._reference(self.fixed[i], try_twice=True)
+        return self._fixed_runs[i]
+
+    def drawn(self, seed: int) -> list[tuple[tuple, dict]]:
+        """The cases drawn from ``seed`` (drawn once while it is the latest seed asked for)."""
+        if seed != self._seed:
+            self._seed, self._drawn, self._drawn_runs = seed, _draw(self.ex, seed), {}
+            if self._tried_seed is None:
+                self._tried_seed = seed
+        return self._drawn
+
+    def drawn_run(self, seed: int, j: int) -> Run:
+        """The solution's run of drawn case ``j`` of ``seed``."""
+        cases = self.drawn(seed)
+        if not self.deterministic:
+            return run_case(self.ex.solution, cases[j])
+        if j not in self._drawn_runs:
+            self._drawn_runs[j] = self._reference(cases[j], try_twice=seed == self._tried_seed)
+        return self._drawn_runs[j]
+
+    def mistake_outcomes(self, m: Mistake) -> list[_Outcome]:
+        """What mistake ``m`` does on each fixed case (made twice the first time, and kept if the two agree)."""
+        if id(m) not in self._mistakes:
+            first = [_outcome(m.fn, case) for case in self.fixed]
+            again = [_outcome(m.fn, case) for case in self.fixed]
+            same = all(_same_outcome(a, b, self.ex) for a, b in zip(first, again))
+            self._mistakes[id(m)] = first if same else None
+            return first
+        kept = self._mistakes[id(m)]
+        return kept if kept is not None else [_outcome(m.fn, case) for case in self.fixed]
+
+
+def _identical(a: Run, b: Run, ex: Exercise) -> bool:
+    """Two runs of one function on one case alike (output and arguments after the call, within tolerance)."""
+    try:
+        return _same_run(a, b, ex)
+    except Exception:  # outputs that cannot be compared: not known to be alike
+        return False
+
+
+def _same_outcome(a: _Outcome, b: _Outcome, ex: Exercise) -> bool:
+    """Two outcomes of one function on one case alike: the same answer, or the same failure word for word."""
+    if a.run is not None and b.run is not None:
+        return _identical(a.run, b.run, ex)
+    if a.error is not None and b.error is not None:
+        return _same_failure(a.error, b.error)
+    return False
 
 
 def _why_unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str | None:
@@ -654,7 +772,7 @@ def _mistake_on_fixed_cases(
     known = len(mine)  # the cases compared first: every fixed case, or those up to the first it raised on
     ref = [cases.solution(i) for i in range(n)]
     for m in ex.mistakes:
-        theirs = [_outcome(m.fn, case) for case in cases.fixed]
+        theirs = cases.mistake(m)
         if _agree(mine[:known], theirs[:known], ref[:known], ex):
             return m
         if known == n or not all(_alike(a, b, ex) for a, b in zip(mine[:known], theirs)):
@@ -777,23 +895,65 @@ def _stopped(ex: Exercise, cases: _Cases, attempt: _Attempt) -> _Verdict | None:
 # ------------------------------------------------------------------------------------------ the check
 
 
-def run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) -> CheckResult:
+def run_check(
+    ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None, references: References | None = None
+) -> CheckResult:
     """Check ``fn`` against ``ex`` and return the verdict; prints nothing and raises nothing about ``fn``.
 
     The caller's random state is the same afterwards (cases that seed torch's global generator do not move
     the notebook's), and global settings the learner's function changes (default dtype, grad mode) are put
-    back after each call, with a note in the verdict.
+    back after each call, with a note in the verdict. ``references`` (:class:`References` of ``ex``) shares the
+    solution's and the mistakes' runs between many checks; the verdict is the same without it.
     """
+    return _checked(ex, fn, hint, seed, ("fixed", "drawn"), references)
+
+
+def check_fixed(ex: Exercise, fn: Any, *, hint: int = 1, references: References | None = None) -> CheckResult:
+    """:func:`run_check` on the fixed cases alone (no draws).
+
+    A function that fails a fixed case gets this verdict (status and mistake named) from the whole check too,
+    on every seed (a mistake is named by the fixed cases alone, and they run first), unless a drawn case stops it
+    first (the time limit, or NotAttempted raised there): the seed sweep tries the whole check on a few seeds.
+    """
+    return _checked(ex, fn, hint, 0, ("fixed",), references)
+
+
+def check_drawn(
+    ex: Exercise, fn: Any, seed: int, *, hint: int = 1, references: References | None = None
+) -> CheckResult:
+    """:func:`run_check` on the cases drawn from ``seed`` alone (no fixed cases).
+
+    A function that answers every fixed case right gets this verdict's status from the whole check with ``seed``
+    (no mistake is named on a drawn case). With ``references``, the draws of a seed and the solution's runs of
+    them are made once for all the functions checked on that seed.
+    """
+    return _checked(ex, fn, hint, seed, ("drawn",), references)
+
+
+def _checked(
+    ex: Exercise, fn: Any, hint: int, seed: int | None, parts: tuple[str, ...], references: References | None
+) -> CheckResult:
+    if references is not None and references.ex is not ex:
+        raise ValueError(f"references are of exercise {references.ex.key}, but the check is of exercise {ex.key}")
     with torch.random.fork_rng(devices=[]):
-        return _run_check(ex, fn, hint=hint, seed=seed)
+        return _run_check(ex, fn, hint=hint, seed=seed, parts=parts, references=references)
 
 
-def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None) -> CheckResult:
+def _run_check(
+    ex: Exercise,
+    fn: Any,
+    *,
+    hint: int = 1,
+    seed: int | None = None,
+    parts: tuple[str, ...] = ("fixed", "drawn"),
+    references: References | None = None,
+) -> CheckResult:
     """Check ``fn`` against ``ex`` in three phases: prepare the cases, run the function, explain what it did.
 
     ``hint=2`` adds the exact fix of a recognised mistake. ``seed`` seeds the drawn cases (default: the
     environment variable COURSE_CHECK_SEED, else fresh entropy); it is in ``details["seed"]``, and the kind of
-    problem found (``"wrong shape"``, ``"raised"``, ...; None when passed) in ``details["problem"]``.
+    problem found (``"wrong shape"``, ``"raised"``, ...; None when passed) in ``details["problem"]``. ``parts``
+    says which cases run (the fixed, the drawn, or both in that order).
     """
     session = Session(ex.time_limit, ex.autograd)
     details: dict[str, Any] = {}
@@ -803,7 +963,7 @@ def _run_check(ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None)
             f"hint must be 1 (a hint), 2 (the exact fix) or 3 (the fix and the course's solution), got {hint!r}: {call}"
         )
         return _result(ex, _Verdict(Kind.CANNOT_CHECK, said), session, details)
-    cases = _prepare_cases(ex, seed)
+    cases = _prepare_cases(ex, seed, parts, references)
     details.update(seed=cases.seed, cases=len(cases.fixed), drawn=len(cases.drawn))
     unusable = _why_unusable(ex, fn, cases.all)
     if unusable:
