@@ -18,7 +18,7 @@ all_ok = print_report()
 # %% [markdown]
 # ## Your device
 #
-# Notebooks 01 to 09 and 11 run on any laptop CPU in seconds to minutes. Notebook 10 trains a tiny GPT: on a
+# Notebooks 01 to 09 and 11 to 13 run on any laptop CPU in seconds to minutes. Notebook 10 trains a tiny GPT: on a
 # CPU it trains a smaller model, on a GPU (CUDA, or Apple's MPS) the full one. The cell below runs one
 # matrix product on the device the course will use.
 

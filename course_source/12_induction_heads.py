@@ -16,7 +16,7 @@
 #
 # **Prerequisites:** notebooks 04 (heads) and 11 (attention maps and what they do not show).
 #
-# **Time:** about 55 minutes. **Runs on:** a CPU. The two-layer model is loaded from the course's checkpoint
+# **Time:** about 45 minutes. **Runs on:** a CPU. The two-layer model is loaded from the course's checkpoint
 # (made by a stated command, 23 s to 2 minutes to retrain); the one-layer control trains here in under a minute.
 #
 # **Shapes**: `B` batch, `N` tokens per repeat, `T = 2N` positions, `C` embed_dim, `H` num_heads, `D` head_dim,
