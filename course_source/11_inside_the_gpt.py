@@ -338,7 +338,7 @@ for init in ("course", "xavier"):
 
 # %% [markdown]
 # With Xavier initialisation, 16 layers shrink pre-norm's last-layer gradient to about a quarter (the ratio
-# above) and do not shrink post-norm's, which ends several times larger. Xiong et al.'s Theorem 1 bounds the
+# above; with another seed for the weights and the batch, about 0.4) and do not shrink post-norm's, which ends several times larger. Xiong et al.'s Theorem 1 bounds the
 # pre-norm gradient by a quantity that scales like $1 / \sqrt{L}$: from 2 to 16 layers that scaling is
 # $1 / \sqrt{8} = 0.35$. It is the bound's scaling, not a prediction of the measured ratio, which may sit below it. With
 # the course's own initialisation neither shrinks: GPT-2 scales each residual branch's output projection
