@@ -18,7 +18,7 @@ all_ok = print_report()
 # %% [markdown]
 # ## Your device
 #
-# Notebooks 01 to 09 and 11 run on any laptop CPU in seconds to minutes. Notebook 10 trains a tiny GPT: on a
+# Notebooks 01 to 09 and 11 to 13 run on any laptop CPU in seconds to minutes. Notebook 10 trains a tiny GPT: on a
 # CPU it trains a smaller model, on a GPU (CUDA, or Apple's MPS) the full one. The cell below runs one
 # matrix product on the device the course will use.
 
@@ -97,7 +97,8 @@ _ = widgets.interact(lambda n: print(f"{n} squared is {n * n}"), n=widgets.IntSl
 # | [08 Fast attention](08_fast_attention.ipynb) | online softmax and tiled attention; attention's backward pass and FlashAttention's tiled backward | 80 min |
 # | [09 Decoding](09_decoding.ipynb) | KV cache, sampling, beam search | 40 min |
 # | [10 A tiny GPT](10_tiny_gpt.ipynb) | build one by hand, train it, resume it, decode it | 65 min + training |
-# | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, sinks and norms, induction heads; pre-norm vs post-norm | 60 min |
+# | [11 Inside the trained GPT](11_inside_the_gpt.ipynb) | attention maps and their limits, bertviz, rollout, sinks and norms; pre-norm vs post-norm, the FLOP count | 45 min |
+# | [12 Induction heads](12_induction_heads.ipynb) | how a model learns to copy: the heads' maps and scores, the phase change, the circuit measured, a one-layer control, five seeds | 45 min |
 # | [13 Linear attention as a memory](13_linear_attention.ipynb) | linear attention as a recurrence, the state's capacity, decay and gates, the delta rule, the chunkwise form | 60 min |
 #
 # No install at all? Each notebook also opens on a hosted service such as Google Colab, from the link in

@@ -30,7 +30,7 @@ Einsum letters are the same in lower case, with i, j for query and key positions
 Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
 ``multihead`` (04-05, cross-attention in 05), ``positional`` and ``length_generalisation`` (06),
 ``variants`` (07), ``fast_attention`` (08), ``generation`` (09), ``data``, ``gpt``, ``train``, ``runs`` (10),
-``attention_view``, ``inspect_gpt`` and ``induction`` (11), ``linear_attention`` (13); beside them ``block``
+``attention_view`` and ``inspect_gpt`` (11), ``induction`` (12), ``linear_attention`` (13); beside them ``block``
 (the one transformer block of the models of 06-11), ``train_cli`` (``python -m course_utils.train`` and its
 ``torchrun`` set-up; ``train`` holds the loop, the checkpoint and the rules of ``--resume``), ``plotting`` and
 ``widgets`` (pictures and explorers), ``exercises`` (the checks behind every exercise) and ``_exercise_engine``

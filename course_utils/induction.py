@@ -6,7 +6,7 @@ Reading order: the data (:func:`repeated_tokens`), the model (:class:`InductionC
 :func:`head_scores`), head ablation (:func:`ablate_heads`, :func:`ablation_losses`), which input of a later head an
 earlier head feeds (:func:`key_query_ablation`), and the checkpoint on disk. The scores and the
 ablation work on any model whose attention layers are the course's ``MultiHeadAttention`` (the tiny GPT too).
-Taught in notebook 11. Shapes: B batch, N tokens per repeat, T = 2N positions, C embed_dim, H num_heads,
+Taught in notebook 12. Shapes: B batch, N tokens per repeat, T = 2N positions, C embed_dim, H num_heads,
 D head_dim, L num_layers, V vocab_size.
 """
 
@@ -62,9 +62,14 @@ __all__ = [
     "head_scores",
     "attention_layers",
     "ablate_heads",
+    "heads_above",
     "ablation_losses",
     "residual_stream",
     "key_query_ablation",
+    "ov_circuit",
+    "copying_score",
+    "head_logits",
+    "direct_logit_effect",
     "save_induction_model",
     "load_induction_model",
 ]
@@ -83,7 +88,7 @@ def repeated_tokens(
     The first repeat cannot be predicted (every token is a fresh draw); the second can, by looking back.
     With ``min_len``, row r repeats a stretch of its own random length n_r in ``min_len`` .. N instead, as many
     times as fits in 2N positions: the distance back to the earlier copy then differs from row to row, so no
-    head can find it by position alone. Shape: -> (B, 2N), torch.long. Taught in notebook 11.
+    head can find it by position alone. Shape: -> (B, 2N), torch.long. Taught in notebook 12.
     """
     B, N, V = check_int("batch_size", batch_size), check_int("seq_len", seq_len), check_int("vocab_size", vocab_size)
     if not isinstance(generator, torch.Generator):
@@ -109,7 +114,7 @@ def repeated_tokens(
 class InductionConfig:
     """The shape of an :class:`AttentionOnlyTransformer` and of its data (sequences of ``seq_len``, twice).
 
-    Taught in notebook 11.
+    Taught in notebook 12.
     """
 
     vocab_size: int = 64
@@ -134,7 +139,7 @@ class AttentionOnlyTransformer(nn.Module):
     Each layer adds ``attn(LayerNorm(x))`` to the residual stream (the course's ``MultiHeadAttention``); a
     final LayerNorm and an unembedding read the logits. Without MLPs everything the model computes is done
     by attention heads, which makes each head's job visible.
-    Shape: idx (B, T) -> logits (B, T, V), T <= 2N. Taught in notebook 11.
+    Shape: idx (B, T) -> logits (B, T, V), T <= 2N. Taught in notebook 12.
     """
 
     def __init__(self, config: InductionConfig) -> None:
@@ -188,7 +193,7 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple
 
     First repeat: predicting tokens 1 .. N-1 (token 0 has nothing before it). Second repeat: tokens N+1 .. 2N-1,
     each of which follows a token seen before (token N, the first of the second repeat, is left out of both).
-    Shape: tokens (B, 2N) -> two floats. Taught in notebook 11.
+    Shape: tokens (B, 2N) -> two floats. Taught in notebook 12.
     """
     check_token_ids("tokens", tokens, 0, values=False)  # the model checks the ids' range
     N = check_int("seq_len", seq_len, minimum=2)
@@ -220,10 +225,12 @@ def train_induction(
     N // 2 .. N) with AdamW; the same seed gives the same run on one CPU.
 
     ``seed`` fixes the initial weights and every batch; the caller's random state is left as it was.
-    Every ``eval_interval`` steps (and at 0 and ``max_steps``) both repeat losses are measured on one held-out batch
-    of 256 sequences and recorded; ``callback(event)`` gets each record with the seconds so far.
+    Every ``eval_interval`` steps (and at 0 and ``max_steps``) both repeat losses and every head's two scores
+    (:func:`head_scores`) are measured on one held-out batch of 256 sequences and recorded, so the losses and the
+    heads share one time axis; ``callback(event)`` gets each record with the seconds so far.
     ``model`` continues training a model instead of starting a fresh one (its data are drawn from ``seed``).
-    Returns the model (in eval mode) and the records ``{"step", "first", "second"}``. Taught in notebook 11.
+    Returns the model (in eval mode) and the records ``{"step", "first", "second", "prev", "ind"}`` ("prev" and
+    "ind": the (L, H) scores as nested lists). Taught in notebook 12.
     """
     check_int("max_steps", max_steps, minimum=0)
     check_int("eval_interval", eval_interval)
@@ -246,7 +253,8 @@ def train_induction(
 
     def record(step: int) -> None:
         first, second = repeat_losses(model, held_out, config.seq_len)
-        history.append({"step": step, "first": first, "second": second})
+        prev, ind = head_scores(model, held_out, config.seq_len)  # (L, H) each, on the same batch
+        history.append({"step": step, "first": first, "second": second, "prev": prev.tolist(), "ind": ind.tolist()})
         if callback is not None:
             callback({**history[-1], "seconds": time.perf_counter() - start})
 
@@ -296,7 +304,7 @@ def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     """Each head's mean weight from position i to i - 1, over i = 1 .. T-1 and the batch.
 
     1 for a head that always reads the token before; a causal head spreading its weight evenly scores
-    mean(1 / (i + 1)). Shape: weights (B, H, T, T), T >= 2 -> (H,). Taught in notebook 11.
+    mean(1 / (i + 1)). Shape: weights (B, H, T, T), T >= 2 -> (H,). Taught in notebook 12.
     """
     _check_weights(weights)
     if weights.shape[-1] < 2:
@@ -309,7 +317,7 @@ def induction_score(weights: torch.Tensor, seq_len: int) -> torch.Tensor:
 
     On a sequence repeated twice (T = 2N), query i = N .. 2N-1 holds the token of position i - N; the token
     after that one sits at i - N + 1. Averaged over those N queries and the batch.
-    Shape: weights (B, H, 2N, 2N) -> (H,). Taught in notebook 11.
+    Shape: weights (B, H, 2N, 2N) -> (H,). Taught in notebook 12.
     """
     _check_weights(weights)
     N = check_int("seq_len", seq_len)
@@ -323,7 +331,7 @@ def head_scores(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[t
     """Previous-token and induction scores of every head, from ``model.attention_maps(tokens)``.
 
     Works for :class:`AttentionOnlyTransformer` and the tiny GPT. Shape: tokens (B, 2N) -> two (L, H).
-    Taught in notebook 11.
+    Taught in notebook 12.
     """
     _check_two_repeats(tokens, seq_len)
     was_training = model.training
@@ -354,7 +362,7 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> Iterator
 
     A head's output, its D channels of the merged (B, T, C) tensor, is zeroed just before ``out_proj``; every
     other head, and the output projection's bias, is untouched. The hooks are removed on leaving the block.
-    Taught in notebook 11.
+    Taught in notebook 12.
     """
     layers = attention_layers(model)
     heads = list(heads)
@@ -385,9 +393,23 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> Iterator
             hook.remove()
 
 
+def heads_above(scores: torch.Tensor, threshold: float) -> list[tuple[int, int]]:
+    """Every (layer, head) whose score is above ``threshold``, in order: the set of heads that share one job.
+
+    A job may be split between two heads (a previous-token job at 0.48 and 0.45, say): ablating the top head
+    alone leaves the other to do it, so ablate the whole set. Shape: scores (L, H) -> list of pairs.
+    Taught in notebook 12.
+    """
+    check_tensor("scores", scores, min_dim=2)
+    if scores.dim() != 2 or not scores.is_floating_point():
+        raise ValueError(f"scores must be a floating-point (L, H) tensor, got {scores.dtype} {tuple(scores.shape)}")
+    check_positive_number("threshold", threshold)
+    return [(int(layer), int(head)) for layer, head in (scores > threshold).nonzero().tolist()]
+
+
 def ablation_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> torch.Tensor:
     """The second-repeat loss with each head ablated alone: entry (l, h) is :func:`repeat_losses`' second
-    value inside ``ablate_heads(model, [(l, h)])``. Shape: tokens (B, 2N) -> (L, H). Taught in notebook 11.
+    value inside ``ablate_heads(model, [(l, h)])``. Shape: tokens (B, 2N) -> (L, H). Taught in notebook 12.
     """
     layers = attention_layers(model)
     out = torch.zeros(len(layers), max(a.num_heads for a in layers))  # (L, H)
@@ -401,7 +423,7 @@ def ablation_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tor
 def residual_stream(model: AttentionOnlyTransformer, tokens: torch.Tensor, layer: int) -> torch.Tensor:
     """The residual stream that attention layer ``layer`` reads (before its LayerNorm); ablations in force apply.
 
-    Shape: tokens (B, T) -> (B, T, C). Taught in notebook 11.
+    Shape: tokens (B, T) -> (B, T, C). Taught in notebook 12.
     """
     check_int("layer", layer, minimum=0, maximum=model.config.num_layers - 1)
     check_token_ids("tokens", tokens, model.config.vocab_size)
@@ -420,7 +442,7 @@ def key_query_ablation(
     for its queries only, or not at all: which input of the later head the earlier heads feed.
 
     The keys (or queries) are computed from the residual stream with ``heads`` ablated, the rest from the intact
-    stream. Returns ``{"intact", "keys", "queries"}``, each (H,). Shape: tokens (B, 2N). Taught in notebook 11.
+    stream. Returns ``{"intact", "keys", "queries"}``, each (H,). Shape: tokens (B, 2N). Taught in notebook 12.
     """
     _check_two_repeats(tokens, seq_len)
     heads = list(heads)
@@ -442,6 +464,100 @@ def key_query_ablation(
         _, weights = scaled_dot_product_attention(qq, kk, kk, mask)  # (B, H, T, T); the values do not matter
         scores[name] = induction_score(weights, seq_len)  # (H,)
     return scores
+
+
+# ----------------------------------------------------------------------------------------------
+# What a head writes: its OV circuit, and its direct effect on the logits
+# ----------------------------------------------------------------------------------------------
+
+
+def _check_head(model: object, layer: object, head: object) -> tuple[int, int]:
+    if not isinstance(model, AttentionOnlyTransformer):
+        raise TypeError(f"model must be an AttentionOnlyTransformer, got {type(model).__name__}")
+    layer = check_int("layer", layer, minimum=0, maximum=model.config.num_layers - 1)
+    return layer, check_int("head", head, minimum=0, maximum=model.config.num_heads - 1)
+
+
+@torch.no_grad()
+def ov_circuit(model: AttentionOnlyTransformer, layer: int, head: int) -> torch.Tensor:
+    """The (V, V) map from a token a head attends to, to the logits it writes: W_E W_V^T W_O^T W_U^T.
+
+    Row ``s`` holds the logits that head (``layer``, ``head``) adds when it reads token ``s`` straight from the
+    embedding, the path Elhage et al. (2021) call the OV circuit. The LayerNorms are taken as their linear part
+    (centring and the learned scale; their division by the stream's size, a positive number per position, and
+    every bias are left out). Computed in float64. Shape: -> (V, V). Taught in notebook 12.
+    """
+    layer, head = _check_head(model, layer, head)
+    C, D = model.config.embed_dim, model.config.embed_dim // model.config.num_heads
+    centre = torch.eye(C, dtype=torch.float64) - 1.0 / C  # (C, C): x - mean(x)
+    attn = model.attns[layer]
+    w_v = attn.qkv_proj.weight[2 * C + head * D : 2 * C + (head + 1) * D].double()  # (D, C): this head's values
+    w_o = attn.out_proj.weight[:, head * D : (head + 1) * D].double()  # (C, D): its share of the output projection
+    w_e = model.tok_emb.weight.double() @ centre * model.norms[layer].weight.double()  # (V, C) into the head
+    w_u = model.lm_head.weight.double() @ (centre * model.ln_f.weight.double()[:, None]).T  # (V, C) out of ln_f
+    return w_e @ w_v.T @ w_o.T @ w_u.T  # (V, C) (C, D) (D, C) (C, V) -> (V, V)
+
+
+def copying_score(circuit: torch.Tensor) -> float:
+    """Elhage et al.'s (2021) copying score of an OV circuit: sum(eigenvalues) / sum(|eigenvalues|), in -1 .. 1.
+
+    Near 1: the map sends a token mostly to itself (positive eigenvalues: it copies); near -1, it suppresses the
+    token it reads; near 0, neither. Shape: circuit (V, V) -> a float. Taught in notebook 12.
+    """
+    check_tensor("circuit", circuit, min_dim=2)
+    if circuit.dim() != 2 or circuit.shape[0] != circuit.shape[1] or not circuit.is_floating_point():
+        raise ValueError(f"circuit must be a square floating-point (V, V) matrix, got {tuple(circuit.shape)}")
+    eig = torch.linalg.eigvals(circuit.double())  # (V,) complex
+    return (eig.sum().real / eig.abs().sum()).item()
+
+
+@torch.no_grad()
+def head_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor, layer: int) -> torch.Tensor:
+    """What each head of ``layer`` adds to the logits directly, through the final LayerNorm and the unembedding.
+
+    The final LayerNorm is linear once its division by the stream's size is frozen at the value the whole stream
+    gives it, so the logits are a sum: the rest of the stream's share plus one term per head, which this returns.
+    Shape: tokens (B, T) -> (B, H, T, V). Taught in notebook 12.
+    """
+    layer, _ = _check_head(model, layer, 0)
+    check_token_ids("tokens", tokens, model.config.vocab_size)
+    attn, ln_f = model.attns[layer], model.ln_f
+    seen: dict[str, torch.Tensor] = {}
+    hooks = [
+        attn.out_proj.register_forward_pre_hook(lambda m, args: seen.__setitem__("merged", args[0])),
+        ln_f.register_forward_pre_hook(lambda m, args: seen.__setitem__("final", args[0])),
+    ]
+    try:
+        model(tokens)
+    finally:
+        for hook in hooks:
+            hook.remove()
+    B, T, C = seen["merged"].shape
+    H = attn.num_heads
+    per_head = seen["merged"].view(B, T, H, C // H).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
+    w_o = attn.out_proj.weight.view(C, H, C // H).permute(1, 2, 0)  # (C, C) -> (H, D, C)
+    written = per_head @ w_o[None]  # (B, H, T, D) @ (1, H, D, C) -> (B, H, T, C)
+    final = seen["final"]  # (B, T, C)
+    scale = (final.var(dim=-1, unbiased=False, keepdim=True) + ln_f.eps).rsqrt()  # (B, T, 1), frozen
+    normed = (written - written.mean(dim=-1, keepdim=True)) * scale[:, None] * ln_f.weight  # (B, H, T, C)
+    return model.lm_head(normed)  # (B, H, T, V)
+
+
+def direct_logit_effect(
+    model: AttentionOnlyTransformer, tokens: torch.Tensor, seq_len: int, layer: int
+) -> torch.Tensor:
+    """How much each head of ``layer`` raises the logit of the token that comes next, on the second repeat.
+
+    From :func:`head_logits`: at each query of the second repeat (positions N .. 2N-2, each followed by a token
+    seen before), the head's logit for the true next token minus its mean logit over the vocabulary, averaged over
+    the queries and the batch. Positive: the head pushes the copied token up. Shape: tokens (B, 2N) -> (H,).
+    Taught in notebook 12.
+    """
+    N = _check_two_repeats(tokens, seq_len)
+    logits = head_logits(model, tokens, layer)[:, :, N : 2 * N - 1]  # (B, H, N - 1, V)
+    target = tokens[:, None, N + 1 :, None].expand(-1, logits.shape[1], -1, -1)  # (B, H, N - 1, 1)
+    lift = logits.gather(-1, target)[..., 0] - logits.mean(dim=-1)  # (B, H, N - 1)
+    return lift.mean(dim=(0, -1))  # (H,)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -467,7 +583,7 @@ def save_induction_model(
 
 
 def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransformer, dict]:
-    """The model (eval mode) and the rest of what :func:`save_induction_model` wrote. Taught in notebook 11.
+    """The model (eval mode) and the rest of what :func:`save_induction_model` wrote. Taught in notebook 12.
 
     A missing file raises FileNotFoundError; a file that is damaged, cut short or of another kind, ValueError.
     """

@@ -5,7 +5,8 @@ deterministic and returns a matplotlib ``Figure``: the static picture nbval chec
 (``lookup_explorer`` ...) is an :class:`Explorer`: labelled controls above an ``Output`` that shows the plot
 function's picture for the controls' values. It renders the PNG itself, so it can be driven from plain
 Python: ``ex = mask_explorer(); ex.control("mask").value = "causal"; ex.caption``.
-Used in notebooks 01 (lookup), 02 (entropy), 03 (mask), 04 (head) and 11 (a trained GPT's heads).
+Used in notebooks 01 (lookup), 02 (entropy), 03 (mask), 04 (head), 11 (a trained GPT's heads) and 12 (the induction
+model's heads on a repeated sequence).
 """
 
 from __future__ import annotations
@@ -55,6 +56,8 @@ __all__ = [
     "head_explorer",
     "plot_gpt_head",
     "gpt_attention_explorer",
+    "plot_induction_head",
+    "induction_explorer",
 ]
 
 
@@ -575,3 +578,74 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
         return plot_gpt_head(model, tokenizer, prompt, layer, head), caption
 
     return Explorer({"layer": layer, "head": head, "prompt": text}, draw)
+
+
+# --- Notebook 12: the heads of the induction model on one repeated sequence ----------------------------------
+
+
+def _induction_weights(model, tokens: torch.Tensor, layer: int, head: int) -> torch.Tensor:
+    """The (T, T) weights of one head on the first row of ``tokens`` (a sequence repeated twice)."""
+    if not hasattr(model, "config") or not callable(getattr(model, "attention_maps", None)):
+        raise TypeError(
+            f"model must have config and attention_maps (an AttentionOnlyTransformer), got {type(model).__name__}"
+        )
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] % 2:
+        raise ValueError("tokens must be a (B, 2N) tensor of token ids: a sequence of N tokens, then the same N again")
+    L, H = model.config.num_layers, model.config.num_heads
+    for name, i, n in (("layer", layer, L), ("head", head, H)):
+        check_int(name, i, minimum=0, maximum=n - 1, expected=f"an int in [0, {n - 1}]")
+    was_training = model.training
+    model.eval()
+    maps = model.attention_maps(tokens[:1])  # L x (1, H, T, T)
+    model.train(was_training)
+    return maps[layer][0, head].float().cpu()
+
+
+def plot_induction_head(model, tokens: torch.Tensor, layer: int = 0, head: int = 0, ax=None) -> Figure:
+    """One head's weights on a sequence of N tokens repeated twice, with the two diagonals that name a head's job:
+    the previous token (key i - 1) and the induction stripe (key i - N + 1, for the queries of the second repeat).
+
+    Shape:
+        tokens: (B, 2N) token ids; the first row is drawn -> a (2N, 2N) heatmap
+
+    Used in notebook 12.
+    """
+    w = _induction_weights(model, tokens, layer, head)
+    T = w.shape[-1]
+    N = T // 2
+    if ax is None:
+        fig, ax = plt.subplots(figsize=(4.2, 3.8))
+    else:
+        fig = ax.figure
+    im = ax.imshow(w.numpy(), vmin=0, vmax=1, cmap="viridis")
+    i = list(range(1, T))
+    ax.plot([q - 1 for q in i], i, ls="none", marker="_", color="tab:orange", ms=4, label="previous token (i - 1)")
+    i = list(range(N, T))
+    ax.plot([q - N + 1 for q in i], i, ls="none", marker="|", color="tab:red", ms=4, label="induction (i - N + 1)")
+    ax.axhline(N - 0.5, color="white", lw=0.5, ls=":")
+    ax.set_title(f"layer {layer}, head {head}", fontsize=9)
+    ax.set_xlabel("key position")
+    ax.set_ylabel("query position")
+    fig.colorbar(im, ax=ax, shrink=0.8)
+    fig.tight_layout()
+    return fig
+
+
+def induction_explorer(model, tokens: torch.Tensor) -> Explorer:
+    """Pick a layer and a head of the induction model; see its weights on one repeated sequence, with its scores.
+
+    Draws :func:`plot_induction_head`. Used in notebook 12.
+    """
+    _induction_weights(model, tokens, 0, 0)  # a bad model or tokens fails here, not in the widget
+    layer = _slider(widgets.IntSlider, description="layer", value=0, min=0, max=model.config.num_layers - 1)
+    head = _slider(widgets.IntSlider, description="head", value=0, min=0, max=model.config.num_heads - 1)
+    N = tokens.shape[1] // 2
+
+    def draw(layer: int, head: int) -> tuple[Figure, str]:
+        w = _induction_weights(model, tokens, layer, head)
+        prev = w.diagonal(offset=-1).mean().item()
+        ind = w[torch.arange(N, 2 * N), torch.arange(1, N + 1)].mean().item()
+        caption = f"layer {layer}, head {head}: previous-token score {prev:.2f}, induction score {ind:.2f}"
+        return plot_induction_head(model, tokens, layer, head), caption
+
+    return Explorer({"layer": layer, "head": head}, draw)

@@ -178,11 +178,12 @@ def _last_layer_ratio(train_ids, vocab_size, norm, init, seed) -> tuple[float, f
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_with_xavier_init_depth_shrinks_pre_norms_last_gradient_and_not_post_norms(corpus, seed):
-    """'16 layers shrink pre-norm's last-layer gradient to about a third (1 / sqrt(8) = 0.35) and do not
-    shrink post-norm's, which ends several times larger.' (Xiong et al. 2020, Theorem 1.)"""
+    """'16 layers shrink pre-norm's last-layer gradient to about a quarter (the ratio above; with another seed for
+    the weights and the batch, about 0.4) and do not shrink post-norm's, which ends several times larger'; the bound's
+    scaling is 1 / sqrt(8) = 0.35 (Xiong et al. 2020, Theorem 1), not a prediction of the ratio."""
     tokenizer, train_ids, _ = corpus
     two, pre_sixteen = _last_layer_ratio(train_ids, tokenizer.vocab_size, "pre", "xavier", seed)
-    assert 0.2 < pre_sixteen / two < 0.5
+    assert (0.22 < pre_sixteen / two < 0.3) if seed == 0 else (0.35 < pre_sixteen / two < 0.45)
     two, post_sixteen = _last_layer_ratio(train_ids, tokenizer.vocab_size, "post", "xavier", seed)
     assert post_sixteen / two > 1.0
     assert post_sixteen > 2.5 * pre_sixteen
@@ -370,14 +371,16 @@ def test_no_head_of_the_shipped_model_is_an_attention_sink(looked):
 
 
 def test_weights_and_weighted_norms_mostly_agree_but_not_everywhere(looked):
-    """'The two pictures mostly agree, but not everywhere: in up to a sixth of the rows the brightest key is
-    not the one that moves the output most.' (The notebook prints each layer's mean over heads.)"""
+    """'The two pictures mostly agree, but not everywhere: in about a seventh of the rows the brightest key is
+    not the one that moves the output most.' (The notebook prints each layer's mean over heads; the largest is
+    about a seventh, 14%.)"""
     _, _, _, pairs = looked
+    shares = []
     for w, f in pairs:
         norms = weighted_value_norms(w, f)
         assert rank_correlation(w, norms).mean() > 0.9
-        differs = top_key_disagreement(w, norms).mean()
-        assert 0.01 < differs < 1 / 6
+        shares.append(top_key_disagreement(w, norms).mean().item())
+    assert min(shares) > 0.01 and 1 / 8 < max(shares) < 1 / 6.5, shares
 
 
 def test_several_heads_overstate_what_they_take_from_spaces(looked):

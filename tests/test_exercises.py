@@ -1156,6 +1156,65 @@ def test_answers_wrong_only_at_an_edge_fail_on_a_fixed_case_that_holds_it(key, f
     assert res.status == FAILED and "fixed case" in res.message and case in res.message, res.message
 
 
+def _prev_heads_loop(weights, threshold):  # a loop over heads and queries, written out
+    B, H, T, _ = weights.shape
+    out = []
+    for h in range(H):
+        total = sum(weights[:, h, i, i - 1].sum() for i in range(1, T))
+        out.append(bool(total / (B * (T - 1)) > threshold))
+    return torch.tensor(out)
+
+
+def _prev_heads_gather(weights, threshold):
+    i = torch.arange(1, weights.shape[-1])
+    return weights[:, :, i, i - 1].mean(dim=(0, 2)) > threshold
+
+
+def _prev_heads_max_over_queries(weights, threshold):  # the strongest query, not the mean
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).amax(dim=(0, -1)) > threshold
+
+
+def _prev_heads_half_threshold(weights, threshold):  # a head "above" once past half the threshold
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1)) > threshold / 2
+
+
+def _rollout_loop(weights):  # every entry summed by hand, layer by layer
+    L, B, H, T, _ = weights.shape
+    out = None
+    for layer in range(L):
+        a = torch.zeros(B, T, T, dtype=weights.dtype)
+        for h in range(H):
+            a = a + weights[layer, :, h] / H
+        a = 0.5 * a + 0.5 * torch.eye(T, dtype=weights.dtype)
+        out = a if out is None else torch.einsum("bij,bjk->bik", a, out)
+    return out
+
+
+def _rollout_reduce(weights):
+    import functools
+
+    eye = torch.eye(weights.shape[-1], dtype=weights.dtype)
+    layers = [(eye + w.mean(dim=1)) / 2 for w in weights]
+    return functools.reduce(lambda acc, a: a @ acc, layers[1:], layers[0])
+
+
+def _rollout_first_layer_left_out(weights):  # the product from layer 1 up
+    eye = torch.eye(weights.shape[-1], dtype=weights.dtype)
+    out = eye.expand(weights.shape[1], -1, -1)
+    for w in weights[1:]:
+        out = (eye + w.mean(dim=1)) / 2 @ out
+    return out
+
+
+def _rollout_sum_over_heads(weights):  # heads summed, not averaged
+    eye = torch.eye(weights.shape[-1], dtype=weights.dtype)
+    out = None
+    for w in weights:
+        a = (eye + w.sum(dim=1)) / 2
+        out = a if out is None else a @ out
+    return out
+
+
 WRONG = {
     "01.1": [_lookup_exp_minus_min, _lookup_squeeze],
     "01.2": [_many_exp_minus_mean],
@@ -1209,8 +1268,10 @@ WRONG = {
     "10.2": [_unigram_vocab_from_largest_id],
     "11.4": [_post_norm_sandwich],
     "11.1": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
-    "11.2": [_score_both_repeats, _score_key_and_query_swapped],
-    "11.3": [_ablated_in_place, _ablated_mean_instead_of_zero],
+    "12.1": [_score_both_repeats, _score_key_and_query_swapped],
+    "12.2": [_ablated_in_place, _ablated_mean_instead_of_zero],
+    "12.3": [_prev_heads_max_over_queries, _prev_heads_half_threshold],
+    "11.5": [_rollout_first_layer_left_out, _rollout_sum_over_heads],
     **WRONG_13,
 }
 
@@ -1691,8 +1752,10 @@ RIGHT = {
     "10.3": [_lr_branches],
     "11.4": [_post_norm_functional],
     "11.1": [_weighted_norms_terms, _weighted_norms_einsum],
-    "11.2": [_score_loop, _score_diagonal],
-    "11.3": [_ablated_per_head_sum, _ablated_einsum],
+    "12.1": [_score_loop, _score_diagonal],
+    "12.2": [_ablated_per_head_sum, _ablated_einsum],
+    "12.3": [_prev_heads_loop, _prev_heads_gather],
+    "11.5": [_rollout_loop, _rollout_reduce],
     **RIGHT_13,
 }
 

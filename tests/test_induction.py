@@ -24,10 +24,15 @@ from course_utils.induction import (
     ablate_heads,
     ablation_losses,
     attention_layers,
+    copying_score,
+    direct_logit_effect,
+    head_logits,
     head_scores,
+    heads_above,
     induction_score,
     key_query_ablation,
     load_induction_model,
+    ov_circuit,
     previous_token_score,
     repeat_losses,
     repeated_tokens,
@@ -631,3 +636,116 @@ def test_a_read_only_out_of_the_same_run_is_refused_untouched(tmp_path):
         f"error: OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)\n"
     )
     assert out.read_bytes() == before and out.stat().st_mode & 0o777 == 0o444
+
+
+# ---------------------------------------------------------------------------------------------- notebook 12's additions
+
+
+def test_training_records_every_heads_scores_beside_the_losses():
+    model, history = train_induction(SMALL, max_steps=4, batch_size=4, eval_interval=2, seed=3)
+    held_out = repeated_tokens(256, SMALL.seq_len, SMALL.vocab_size, torch.Generator().manual_seed(3))
+    prev, ind = head_scores(model, held_out, SMALL.seq_len)
+    last = history[-1]
+    assert set(last) == {"step", "first", "second", "prev", "ind"}
+    assert all(len(h["prev"]) == SMALL.num_layers and len(h["prev"][0]) == SMALL.num_heads for h in history)
+    torch.testing.assert_close(torch.tensor(last["prev"]), prev)  # the record is the trained model's
+    torch.testing.assert_close(torch.tensor(last["ind"]), ind)
+
+
+def test_heads_above_lists_every_head_past_the_threshold_in_order():
+    scores = torch.tensor([[0.49, 0.10, 0.45, 0.30], [0.0, 0.8, 0.2, 0.31]])
+    assert heads_above(scores, 0.3) == [(0, 0), (0, 2), (1, 1), (1, 3)]  # 0.30 is not above 0.3
+    assert heads_above(scores, 0.9) == []
+    with pytest.raises(ValueError, match=r"scores must have at least 2 dimensions, got shape \(4,\)"):
+        heads_above(scores[0], 0.3)
+    with pytest.raises(ValueError, match=r"scores must be a floating-point \(L, H\) tensor, got torch.int64 \(2, 4\)"):
+        heads_above(scores.long(), 0.3)
+    with pytest.raises(ValueError, match="threshold must be a positive finite number, got -1"):
+        heads_above(scores, -1)
+
+
+def test_ablating_the_set_silences_every_head_in_it():
+    model = _model()
+    tokens = repeated_tokens(3, SMALL.seq_len, SMALL.vocab_size, torch.Generator().manual_seed(0))
+    pairs = heads_above(torch.tensor([[0.5, 0.4, 0.0], [0.0, 0.0, 0.0]]), 0.3)
+    with ablate_heads(model, pairs):
+        both = model(tokens)
+    with ablate_heads(model, [(0, 0)]), ablate_heads(model, [(0, 1)]):
+        one_after_the_other = model(tokens)
+    torch.testing.assert_close(both, one_after_the_other)
+
+
+def test_ov_circuit_is_the_product_of_the_heads_matrices():
+    model = _model()
+    C, H = SMALL.embed_dim, SMALL.num_heads
+    D = C // H
+    layer, head = 1, 2
+    attn = model.attns[layer]
+    centre = torch.eye(C, dtype=torch.float64) - 1.0 / C
+    expected = torch.zeros(SMALL.vocab_size, SMALL.vocab_size, dtype=torch.float64)
+    for s in range(SMALL.vocab_size):  # token by token: embed, LayerNorm's linear part, value, output, unembed
+        x = (model.tok_emb.weight[s].double() @ centre) * model.norms[layer].weight.double()
+        v = attn.qkv_proj.weight[2 * C + head * D : 2 * C + (head + 1) * D].double() @ x
+        o = attn.out_proj.weight[:, head * D : (head + 1) * D].double() @ v
+        expected[s] = model.lm_head.weight.double() @ ((o @ centre) * model.ln_f.weight.double())
+    torch.testing.assert_close(ov_circuit(model, layer, head), expected)
+
+
+def test_copying_score_of_known_matrices():
+    assert copying_score(torch.eye(5)) == pytest.approx(1.0)
+    assert copying_score(-2 * torch.eye(5)) == pytest.approx(-1.0)
+    q = torch.linalg.qr(torch.randn(6, 6, generator=torch.Generator().manual_seed(0)))[0]
+    mixed = q @ torch.diag(torch.tensor([3.0, 1.0, -1.0, -1.0, 0.0, 0.0])) @ q.T  # eigenvalues 3, 1, -1, -1, 0, 0
+    assert copying_score(mixed) == pytest.approx(2 / 6, abs=1e-5)
+    rotation = torch.tensor([[0.0, -1.0], [1.0, 0.0]])  # eigenvalues +-i: neither copies nor suppresses
+    assert copying_score(rotation) == pytest.approx(0.0, abs=1e-6)
+    with pytest.raises(ValueError, match=r"circuit must be a square floating-point \(V, V\) matrix, got \(2, 3\)"):
+        copying_score(torch.ones(2, 3))
+
+
+def test_head_logits_sum_back_to_the_models_logits():
+    model = _model()
+    tokens = repeated_tokens(2, SMALL.seq_len, SMALL.vocab_size, torch.Generator().manual_seed(1))
+    T = tokens.shape[1]
+    x = residual_stream(model, tokens, 1) + model.attns[1].out_proj.bias  # everything but layer 1's heads
+    final = residual_stream(model, tokens, 1) + model.attns[1](
+        model.norms[1](residual_stream(model, tokens, 1)), torch.ones(T, T, dtype=torch.bool).tril()
+    )
+    scale = (final.var(-1, unbiased=False, keepdim=True) + model.ln_f.eps).rsqrt()
+    rest = model.lm_head((x - x.mean(-1, keepdim=True)) * scale * model.ln_f.weight + model.ln_f.bias)
+    with torch.no_grad():
+        torch.testing.assert_close(rest + head_logits(model, tokens, 1).sum(1), model(tokens), atol=1e-5, rtol=1e-5)
+    assert head_logits(model, tokens, 0).shape == (2, SMALL.num_heads, T, SMALL.vocab_size)
+
+
+def test_direct_logit_effect_reads_the_true_next_token_on_the_second_repeat():
+    model = _model()
+    N = SMALL.seq_len
+    tokens = repeated_tokens(3, N, SMALL.vocab_size, torch.Generator().manual_seed(2))
+    logits = head_logits(model, tokens, 1)  # (B, H, 2N, V)
+    by_hand = torch.zeros(SMALL.num_heads)
+    for b in range(3):
+        for i in range(N, 2 * N - 1):
+            by_hand += (logits[b, :, i, tokens[b, i + 1]] - logits[b, :, i].mean(-1)) / (3 * (N - 1))
+    torch.testing.assert_close(direct_logit_effect(model, tokens, N, 1), by_hand)
+    with pytest.raises(TypeError, match="model must be an AttentionOnlyTransformer, got GPT"):
+        direct_logit_effect(
+            GPT(GPTConfig(vocab_size=11, context_length=10, embed_dim=12, num_heads=3, num_layers=1)), tokens, N, 0
+        )
+    with pytest.raises(ValueError, match="layer must be"):
+        ov_circuit(model, 2, 0)
+
+
+def test_the_induction_explorer_draws_each_head_with_its_scores():
+    from course_utils.widgets import induction_explorer, plot_induction_head
+
+    model = _model()
+    tokens = repeated_tokens(2, SMALL.seq_len, SMALL.vocab_size, torch.Generator().manual_seed(0))
+    ex = induction_explorer(model, tokens)
+    ex.control("layer").value, ex.control("head").value = 1, 2
+    w = model.attention_maps(tokens[:1])[1][0, 2]
+    prev = w.diagonal(offset=-1).mean().item()
+    assert ex.caption.startswith(f"layer 1, head 2: previous-token score {prev:.2f}") and ex.renders == 3
+    assert plot_induction_head(model, tokens, 0, 1).axes[0].get_title() == "layer 0, head 1"
+    with pytest.raises(ValueError, match=r"tokens must be a \(B, 2N\) tensor"):
+        induction_explorer(model, tokens[:, :-1])

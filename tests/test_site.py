@@ -241,6 +241,7 @@ def test_the_labels_read_from_the_explorers_code_are_those_of_the_widgets_they_m
     import torch
 
     from course_utils import widgets
+    from course_utils.induction import AttentionOnlyTransformer, InductionConfig
     from course_utils.multihead import MultiHeadAttention
 
     torch.manual_seed(0)
@@ -250,6 +251,10 @@ def test_the_labels_read_from_the_explorers_code_are_those_of_the_widgets_they_m
         "entropy_explorer": widgets.entropy_explorer(),
         "mask_explorer": widgets.mask_explorer(),
         "head_explorer": widgets.head_explorer(layers, torch.randn(1, 4, 8), list("abcd")),
+        "induction_explorer": widgets.induction_explorer(
+            AttentionOnlyTransformer(InductionConfig(vocab_size=7, seq_len=3, embed_dim=8, num_heads=2)),
+            torch.tensor([[1, 2, 3, 1, 2, 3]]),
+        ),
     }
     read = site_mod.explorer_controls()
     assert set(made) < set(read) and "gpt_attention_explorer" in read

@@ -45,6 +45,8 @@ RETIRED = {
     "09.4": "the post-norm block is now 11.4, in notebook 11",
     "09.5": "the value-weighted norms are now 11.1, in notebook 11",
     "07.4": "the recurrent step of linear attention is now 13.4, in notebook 13",
+    "11.2": "the induction score is now 12.1, in notebook 12 (induction heads moved there from notebook 11)",
+    "11.3": "one head ablated is now 12.2, in notebook 12 (induction heads moved there from notebook 11)",
 }
 # Keys that the renumbering of notebooks 08 to 11 gave to new exercises (before the rule above), with what they
 # meant before: a failed check of one says so, whatever the function passed.

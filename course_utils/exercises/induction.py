@@ -1,10 +1,14 @@
-"""Exercises of notebook 11 on induction heads: the induction score of an attention pattern, and one head ablated.
+"""Exercises of notebook 12 on induction heads: the induction score of an attention pattern, one head ablated, and
+the previous-token heads found from their maps (the set above a threshold, since two heads may share the job).
 
 Each reference solution is built from :mod:`course_utils.induction` and :mod:`course_utils.multihead`; each
 mistake is one that shows up in real code: the target position off by one either way, the queries of the first
 repeat scored, the mean taken over the heads instead of the batch or over everything, a sum for a mean; a head
 zeroed after the output projection, a position zeroed instead of a head, the heads merged without moving the head
-axis, only the ablated head kept, the bias forgotten.
+axis, only the ablated head kept, the bias forgotten; the diagonal of the token itself or of the next one, only the
+top head kept, the first query counted, a score at the threshold counted as above it.
+
+These were 11.2 and 11.3 until the section moved to notebook 12 (``RETIRED`` says so for the old keys).
 """
 
 from __future__ import annotations
@@ -15,13 +19,13 @@ import torch.nn.functional as F
 from course_utils._exercise_engine import Exercise, Mistake
 from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
-from course_utils.induction import induction_score
+from course_utils.induction import induction_score, previous_token_score
 from course_utils.multihead import merge_heads
 
 __all__ = ["EXERCISES"]
 
 
-# --- 11.2 the induction score of an attention pattern -------------------------------------------------------
+# --- 12.1 the induction score of an attention pattern -------------------------------------------------------
 
 
 def _score_solution(weights: torch.Tensor, seq_len: int) -> torch.Tensor:
@@ -110,7 +114,7 @@ def _score_diagonal_one_extra(weights, seq_len):
     return weights.diagonal(offset=1 - N, dim1=-2, dim2=-1).mean(dim=(0, -1))  # from query N - 1: N + 1 entries
 
 
-# --- 11.3 one head ablated ---------------------------------------------------------------------------------
+# --- 12.2 one head ablated ---------------------------------------------------------------------------------
 
 
 def _ablated_solution(
@@ -204,9 +208,95 @@ def _ablated_bias_zeroed_too(heads_out, out_weight, out_bias, head):
     return _project(kept, out_weight, bias)
 
 
+# --- 12.3 the previous-token heads, found from their maps -----------------------------------------------------
+
+
+def _prev_heads_solution(weights: torch.Tensor, threshold: float) -> torch.Tensor:
+    return previous_token_score(weights) > threshold  # (H,) bool
+
+
+def _planted(g: torch.Generator, B: int, H: int, T: int, strengths: list[float], causal: bool = True) -> torch.Tensor:
+    """Random attention weights (B, H, T, T) whose head h puts ``strengths[h]`` of every row i >= 1 on key i - 1
+    and spreads the rest at random (a causal spread puts nothing above the diagonal)."""
+    scores = torch.randn(B, H, T, T, generator=g)
+    if causal:
+        scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    rest = scores.softmax(dim=-1)  # (B, H, T, T)
+    prev = torch.zeros(T, T)
+    prev[torch.arange(1, T), torch.arange(T - 1)] = 1.0  # (T, T): the key just before each query
+    s = torch.tensor(strengths)[None, :, None, None]  # (1, H, 1, 1)
+    w = s * prev + (1 - s) * rest
+    w[..., 0, :] = rest[..., 0, :]  # query 0 has no previous token
+    return w
+
+
+def _prev_heads_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(13)
+    tie = torch.zeros(1, 4, 3, 3)
+    tie[..., 0, 0] = 1.0
+    for h, p in enumerate((0.5, 0.75, 0.25, 0.5)):  # previous-token weight p, the rest (1 - p) on the query itself
+        for i in (1, 2):
+            tie[0, h, i, i - 1], tie[0, h, i, i] = p, 1.0 - p
+    two = torch.zeros(3, 1, 2, 2)
+    two[..., 0, 0] = 1.0
+    two[..., 1, :] = torch.tensor([0.6, 0.4])  # T = 2: one previous-token weight per sequence
+    return [
+        ((_planted(g, 2, 3, 6, [0.6, 0.05, 0.55]), 0.3), {}),  # two heads share the job; B != H
+        ((_planted(g, 1, 2, 5, [0.1, 0.7], causal=False), 0.4), {}),  # keys after the query too
+        ((two, 0.5), {}),  # T = 2: score 0.6 over the one query that has a previous token
+        ((tie, 0.5), {}),  # heads 0 and 3 score exactly 0.5: not above the threshold
+        ((_planted(g, 2, 2, 4, [0.0, 0.0]), 0.9), {}),  # no previous-token head at all
+    ]
+
+
+def _prev_heads_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    cases = []
+    for _ in range(3):
+        B, H, T = randint(g, 4, 7), randint(g, 5, 9), randint(g, 7, 40)
+        strengths = (torch.rand(H, generator=g) * (torch.rand(H, generator=g) < 0.5)).tolist()  # some heads 0
+        threshold = 0.2 + 0.4 * torch.rand(1, generator=g).item()
+        cases.append(((_planted(g, B, H, T, strengths, causal=bool(randint(g, 0, 2))), threshold), {}))
+    return cases
+
+
+def _prev_heads_itself(weights, threshold):
+    return weights.diagonal(dim1=-2, dim2=-1).mean(dim=(0, -1)) > threshold  # each token reading itself
+
+
+def _prev_heads_next(weights, threshold):
+    return weights.diagonal(offset=1, dim1=-2, dim2=-1).mean(dim=(0, -1)) > threshold  # the key after, not before
+
+
+def _prev_heads_top_only(weights, threshold):
+    score = weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1))  # (H,)
+    found = torch.zeros_like(score, dtype=torch.bool)
+    found[score.argmax()] = bool(score.max() > threshold)  # one head, even where two share the job
+    return found
+
+
+def _prev_heads_first_query_counted(weights, threshold):
+    T = weights.shape[-1]
+    i = torch.arange(T)
+    return (
+        weights[..., i, (i - 1) % T].mean(dim=(0, -1)) > threshold
+    )  # query 0 reads key -1, the last: 0 in a causal map
+
+
+def _prev_heads_at_or_above(weights, threshold):
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1)) >= threshold
+
+
+def _prev_heads_over_heads(weights, threshold):
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, -1)) > threshold  # (B,): the batch kept
+
+
+def _prev_heads_scores(weights, threshold):
+    return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1))  # the scores, not the verdict
+
+
 EXERCISES = (
     Exercise(
-        key="11.2",
+        key="12.1",
         domain=Domain(float64=("weights",)),
         title="the induction score of an attention pattern",
         signature="induction_score(weights, seq_len) -> (H,): weights (B, H, 2N, 2N) on a sequence of N tokens "
@@ -287,7 +377,7 @@ EXERCISES = (
         ),
     ),
     Exercise(
-        key="11.3",
+        key="12.2",
         domain=Domain(float64=("heads_out", "out_weight", "out_bias")),
         title="one head ablated",
         signature="ablated_output(heads_out, out_weight, out_bias, head) -> (B, T, C): heads_out (B, H, T, D), "
@@ -350,6 +440,78 @@ EXERCISES = (
                 "The bias is added after the heads are mixed: it belongs to no head, so it stays whole.",
                 _ablated_bias_zeroed_too,
                 fix="merged @ out_weight.T + out_bias, with the whole bias",
+            ),
+        ),
+    ),
+    Exercise(
+        key="12.3",
+        domain=Domain(views=True),
+        title="the previous-token heads, found from their maps",
+        signature="previous_token_heads(weights, threshold) -> (H,) bool: weights (B, H, T, T), T >= 2; True where "
+        "the head's previous-token score (its mean weight from query i to key i - 1, over i = 1 .. T-1 and the "
+        "batch) is above threshold",
+        solution=_prev_heads_solution,
+        cases=_prev_heads_cases,
+        draw=_prev_heads_draw,
+        edges={
+            "T == 2 (one query with a previous token)": lambda w, t: w.shape[-1] == 2,
+            "B == 1": lambda w, t: w.shape[0] == 1,
+            "H == 1": lambda w, t: w.shape[1] == 1,
+            "B != H": lambda w, t: w.shape[0] != w.shape[1],
+            "causal weights": lambda w, t: bool((w.triu(1) == 0).all()),
+            "weights on keys after the query": lambda w, t: bool((w.triu(1) > 0).any()),
+            "two heads above the threshold (a shared job)": lambda w, t: int(_prev_heads_solution(w, t).sum()) >= 2,
+            "no head above the threshold": lambda w, t: not bool(_prev_heads_solution(w, t).any()),
+            "a score exactly at the threshold": lambda w, t: bool((previous_token_score(w) == t).any()),
+        },
+        mistakes=(
+            Mistake(
+                "the main diagonal: each token reading itself",
+                "A previous-token head at query i reads key i - 1: the diagonal just below the main one.",
+                _prev_heads_itself,
+                fix="weights.diagonal(offset=-1, dim1=-2, dim2=-1)",
+            ),
+            Mistake(
+                "the next token, not the previous one",
+                "Rows are queries and columns keys: key i - 1 is one column to the LEFT of the main diagonal, "
+                "below it, where a causal map has its weights.",
+                _prev_heads_next,
+                fix="offset=-1, not offset=1",
+            ),
+            Mistake(
+                "only the top head",
+                "Two heads can share the previous-token job; the answer is every head above the threshold, "
+                "not the best one.",
+                _prev_heads_top_only,
+                fix="return score > threshold, one verdict per head",
+            ),
+            Mistake(
+                "the first query counted",
+                "Query 0 has no previous token: average over queries 1 .. T-1 only, or a head that always reads "
+                "the previous token scores (T - 1) / T instead of 1.",
+                _prev_heads_first_query_counted,
+                fix="weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1))",
+            ),
+            Mistake(
+                "at the threshold counted as above it",
+                "The statement asks for a score above the threshold: a head scoring exactly the threshold is "
+                "not a previous-token head.",
+                _prev_heads_at_or_above,
+                fix="score > threshold, not >=",
+            ),
+            Mistake(
+                "averaged over the heads, not the batch",
+                "The answer has one verdict per head: average over the sequences of the batch and the queries, "
+                "and keep the head axis.",
+                _prev_heads_over_heads,
+                fix=".mean(dim=(0, -1))",
+            ),
+            Mistake(
+                "the scores returned, not the verdict",
+                "The scores are the first step; the answer is a boolean per head, whether its score is above "
+                "the threshold.",
+                _prev_heads_scores,
+                fix="return score > threshold",
             ),
         ),
     ),

@@ -1,9 +1,11 @@
-"""Exercises of notebook 11 (inside the trained GPT): weigh attention by what it moves, write a post-norm block.
+"""Exercises of notebook 11 (inside the trained GPT): weigh attention by what it moves, write a post-norm block,
+roll attention out through the layers.
 
 Each reference solution is built from :mod:`course_utils.inspect_gpt` and :mod:`course_utils.gpt`; each mistake
 is one that shows up in real code: a value's norm taken over the wrong axis or of the wrong key, squared, or
 broadcast against the weights without an axis for the queries; a block normalised in pre-norm order or on its
-branch only, a residual left out, the LayerNorms swapped.
+branch only, a residual left out, the LayerNorms swapped; a rollout multiplied in the wrong order, without the
+residual's identity or its halving, of the last layer only, or of heads fused by their maximum or rolled out apart.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import math
 import torch
 
 from course_utils._exercise_engine import Exercise, Mistake
+from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
 from course_utils.gpt import MLP, Block, CausalSelfAttention, GPTConfig
-from course_utils.inspect_gpt import weighted_value_norms
+from course_utils.inspect_gpt import attention_rollout, weighted_value_norms
 
 __all__ = ["EXERCISES"]
 
@@ -168,6 +171,87 @@ def _post_norm_norms_swapped(x, attn, mlp, ln_1, ln_2):
     return ln_1(h + mlp(h))
 
 
+# --- 11.5 attention rollout ----------------------------------------------------------------------------------
+
+
+def _rollout_solution(weights: torch.Tensor) -> torch.Tensor:
+    return attention_rollout(list(weights))[-1]  # L x (B, H, T, T) -> (B, T, T), through every layer
+
+
+def _maps(g: torch.Generator, L: int, B: int, H: int, T: int, dtype=torch.float32) -> torch.Tensor:
+    """Random causal attention weights (L, B, H, T, T), rows summing to 1."""
+    scores = torch.randn(L, B, H, T, T, generator=g, dtype=dtype) * 2
+    scores = scores.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf"))
+    return scores.softmax(dim=-1)
+
+
+def _rollout_cases() -> list[tuple[tuple, dict]]:
+    g = torch.Generator().manual_seed(15)
+    return [
+        ((_maps(g, 3, 2, 4, 5),), {}),  # three layers: the order of the product matters
+        ((_maps(g, 2, 1, 1, 6),), {}),  # one head, one sequence
+        ((_maps(g, 1, 3, 2, 4, torch.float64),), {}),  # one layer: no product at all
+        ((_maps(g, 2, 2, 3, 2),), {}),  # T = 2, the shortest a map may be
+    ]
+
+
+def _rollout_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
+    return [
+        ((_maps(g, randint(g, 4, 7), randint(g, 4, 6), randint(g, 5, 8), randint(g, 7, 30)),), {}) for _ in range(3)
+    ]
+
+
+def _averaged(weights):
+    eye = torch.eye(weights.shape[-1], dtype=weights.dtype)
+    return [(eye + w.mean(dim=1)) / 2 for w in weights]  # L x (B, T, T)
+
+
+def _rollout_wrong_order(weights):
+    out = None
+    for a in _averaged(weights):
+        out = a if out is None else out @ a  # A_0 A_1 ...: the first layer applied last
+    return out
+
+
+def _rollout_no_residual(weights):
+    out = None
+    for w in weights:
+        a = w.mean(dim=1)  # the residual connection left out
+        out = a if out is None else a @ out
+    return out
+
+
+def _rollout_not_halved(weights):
+    eye = torch.eye(weights.shape[-1], dtype=weights.dtype)
+    out = None
+    for w in weights:
+        a = eye + w.mean(dim=1)  # rows now sum to 2
+        out = a if out is None else a @ out
+    return out
+
+
+def _rollout_last_layer_only(weights):
+    return _averaged(weights)[-1]  # one layer's map with the residual, not the product
+
+
+def _rollout_max_over_heads(weights):
+    eye = torch.eye(weights.shape[-1], dtype=weights.dtype)
+    out = None
+    for w in weights:
+        a = (eye + w.amax(dim=1)) / 2  # the heads fused by their maximum
+        out = a if out is None else a @ out
+    return out
+
+
+def _rollout_heads_rolled_apart(weights):
+    eye = torch.eye(weights.shape[-1], dtype=weights.dtype)
+    out = None
+    for w in weights:
+        a = (eye + w) / 2  # (B, H, T, T): each head rolled out through the same head of every layer
+        out = a if out is None else a @ out
+    return out.mean(dim=1)
+
+
 EXERCISES = (
     Exercise(
         key="11.1",
@@ -284,6 +368,68 @@ EXERCISES = (
                 "the attention, the second the MLP.",
                 _post_norm_norms_swapped,
                 fix="h = ln_1(x + attn(x)); return ln_2(h + mlp(h))",
+            ),
+        ),
+    ),
+    Exercise(
+        key="11.5",
+        domain=Domain(float64=("weights",)),
+        title="attention rollout",
+        signature="rollout(weights) -> (B, T, T): weights (L, B, H, T, T), layer l's maps at weights[l]; "
+        "A_l = (I + mean over heads of weights[l]) / 2, and the rollout is A_{L-1} ... A_1 A_0; T >= 2",
+        solution=_rollout_solution,
+        cases=_rollout_cases,
+        draw=_rollout_draw,
+        edges={
+            "L == 1 (one layer)": lambda w: w.shape[0] == 1,
+            "L >= 3": lambda w: w.shape[0] >= 3,
+            "H == 1": lambda w: w.shape[2] == 1,
+            "B == 1": lambda w: w.shape[1] == 1,
+            "T == 2 (the shortest map)": lambda w: w.shape[-1] == 2,
+            "float64 weights": lambda w: w.dtype == torch.float64,
+        },
+        mistakes=(
+            Mistake(
+                "multiplied in the wrong order",
+                "Layer 0 acts first, so its matrix sits on the right: each new layer multiplies the rollout so far "
+                "from the left.",
+                _rollout_wrong_order,
+                fix="out = a if out is None else a @ out",
+            ),
+            Mistake(
+                "the residual connection left out",
+                "Each layer adds its attention's output to the stream it read: half of what a position carries "
+                "is itself. That is the identity in (I + W) / 2.",
+                _rollout_no_residual,
+                fix="a = (eye + w.mean(dim=1)) / 2",
+            ),
+            Mistake(
+                "the identity added but not halved",
+                "I + W has rows summing to 2, and the product's rows to 2 ** L; halve it so every row stays a "
+                "distribution.",
+                _rollout_not_halved,
+                fix="a = (eye + w.mean(dim=1)) / 2",
+            ),
+            Mistake(
+                "the last layer only",
+                "The rollout traces the last layer back to the input through every layer below it: a product of "
+                "all L matrices.",
+                _rollout_last_layer_only,
+                fix="multiply every layer's (I + W) / 2, layer 0 on the right",
+            ),
+            Mistake(
+                "the heads fused by their maximum",
+                "The statement averages each layer's heads (the heads' outputs are summed into one stream); a "
+                "maximum over heads is another variant, and its rows no longer sum to 1.",
+                _rollout_max_over_heads,
+                fix="w.mean(dim=1)",
+            ),
+            Mistake(
+                "each head rolled out on its own",
+                "Heads of layer l + 1 read the whole stream, every head of layer l mixed: average the heads "
+                "first, then multiply the layers.",
+                _rollout_heads_rolled_apart,
+                fix="a = (eye + w.mean(dim=1)) / 2, then the product",
             ),
         ),
     ),
