@@ -554,7 +554,7 @@ print("matches course_utils (and F.scaled_dot_product_attention)")
 # ## Exercises
 #
 # The cell below each exercise checks your function and names the mistake it looks like. Use plain
-# tensor operations. Results are float32 like the inputs; leave the inputs unchanged. The checks also
+# tensor operations. Results keep the inputs' dtype; leave the inputs unchanged. The checks also
 # draw fresh inputs.
 #
 # ### Exercise 08.1: merge two blocks of an online softmax (8 min, core)
@@ -627,10 +627,11 @@ check("08.3", tile_weights)
 # ### Exercise 08.4: the tiled backward pass, in FlashAttention-2's order (20 min, optional)
 #
 # Write `flash_backward(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)` that returns `(dq, dk,
-# dv)` as section 6's loop does, for any leading axes: key tiles outside, `Δ` once, each tile's weights from
-# `lse` (`L`, shape `(..., T)`), tiles past the causal diagonal skipped. Shapes: q `(..., T, D)`, k `(..., S,
-# D)`, v `(..., S, Dv)`, out and dout `(..., T, Dv)`. With `is_causal` (then T <= S), query i sits at
-# position S - T + i (`causal_mask(T, S)`). Checked against autograd, float64 to 1e-10.
+# dv)` as section 6's loop does: key tiles outside, `Δ` once, each tile's weights from `lse` (`L`), tiles
+# past the causal diagonal skipped; no autograd, no `(T, S)` matrix (the check sees only values). Shapes:
+# q `(..., T, D)`, k `(..., S, D)`, v `(..., S, Dv)`, out, dout `(..., T, Dv)`, lse `(..., T)`. With
+# `is_causal` (then T <= S), query i sits at S - T + i (`causal_mask(T, S)`). Checked in float64 to
+# 1e-10.
 
 # %%
 # Inputs: `q`, `k`, `v`, `out`, `dout`, `lse` may have 0 to 3 leading axes (the `...`); `q`, `k`, `v`, `out`,

@@ -373,6 +373,7 @@ class _FlashAttention(torch.autograd.Function):
         # (..., T), nothing None. The mask, if any, is the caller's own tensor and needs no gradient: kept on ctx.
         ctx.save_for_backward(q, k, v, out, lse.squeeze(-1))
         ctx.mask, ctx.settings = mask, (is_causal, scale, q_tile, kv_tile)
+        ctx.mask_version = None if mask is None else mask._version  # autograd's own guard, for the tensor on ctx
         return out
 
     @staticmethod
@@ -380,6 +381,12 @@ class _FlashAttention(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, dout):
         q, k, v, out, lse = ctx.saved_tensors
+        if ctx.mask is not None and ctx.mask._version != ctx.mask_version:
+            raise RuntimeError(
+                "flash_attention's mask was changed in place after the forward pass (version "
+                f"{ctx.mask_version} -> {ctx.mask._version}); the backward pass needs the mask the forward pass "
+                "used: change a copy (mask.clone()), or run the forward pass again"
+            )
         with _no_autocast(q.device):
             grads = _tiled_backward(*_widened(q, k, v, out, dout), lse.unsqueeze(-1), ctx.mask, *ctx.settings)
         dq, dk, dv = (g.to(q.dtype) for g in grads)

@@ -952,6 +952,35 @@ def test_08_3_mistakes_written_another_way_are_named_on_every_seed(fn, name):
         assert res.mistake == name, f"seed {seed}: {res.message}"
 
 
+def _fb_diagonal_masked(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """08.4 written with the query tiles outside and einsum, its causal mask one key short: `>=` where the forward
+    masked `>`, so each query loses its own key (a slip a learner makes, and the mutation suite's `>` -> `>=`)."""
+    T, S = q.shape[-2], k.shape[-2]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    delta = torch.einsum("...td,...td->...t", dout, out)  # (..., T)
+    for i0 in range(0, T, q_tile):
+        for j0 in range(0, S, kv_tile):
+            if is_causal and j0 > S - T + min(i0 + q_tile, T) - 1:
+                break
+            rows, cols = slice(i0, i0 + q_tile), slice(j0, j0 + kv_tile)
+            s = scale * torch.einsum("...td,...sd->...ts", q[..., rows, :], k[..., cols, :])
+            if is_causal:
+                pos = torch.arange(i0, i0 + s.shape[-2]).unsqueeze(-1) + S - T
+                s = torch.where(torch.arange(j0, j0 + s.shape[-1]) >= pos, float("-inf"), s)
+            p = (s - lse[..., rows].unsqueeze(-1)).exp()
+            ds = p * (torch.einsum("...tv,...sv->...ts", dout[..., rows, :], v[..., cols, :]) - delta[..., rows, None])
+            dv[..., cols, :] += torch.einsum("...ts,...tv->...sv", p, dout[..., rows, :])
+            dk[..., cols, :] += scale * torch.einsum("...ts,...td->...sd", ds, q[..., rows, :])
+            dq[..., rows, :] += scale * torch.einsum("...ts,...sd->...td", ds, k[..., cols, :])
+    return dq, dk, dv
+
+
+def test_08_4_the_diagonal_masked_too_is_named_on_every_seed():
+    for seed in range(5):
+        res = run_check(EXERCISES["08.4"], _fb_diagonal_masked, seed=seed)
+        assert res.mistake == "the diagonal masked too", f"seed {seed}: {res.message}"
+
+
 def test_08_3_fixed_cases_hold_every_edge_of_the_statement():
     """The statement allows any T, S, D, leading axes and scale, with the tile a part of each query's keys: each edge
     is among the fixed cases, T == S first (lse on the wrong axis is then named by its values), every tile a strict

@@ -448,6 +448,25 @@ def test_flash_attention_saves_exactly_q_k_v_out_and_the_logsumexp_for_backward(
     torch.testing.assert_close(saved[4], lse.detach(), rtol=0, atol=1e-12)
 
 
+def test_flash_attention_refuses_a_backward_after_its_mask_changed_in_place():
+    """The mask rides on ctx, outside save_for_backward, so autograd's version counter no longer guards it: the
+    Function checks the version itself, as autograd does for a saved tensor, instead of computing the gradients
+    of a mask the forward pass never saw (they came back silently wrong)."""
+    g = torch.Generator().manual_seed(13)
+    q, k, v = (torch.randn(n, 4, generator=g, dtype=torch.float64, requires_grad=True) for n in (5, 7, 7))
+    mask = torch.ones(5, 7, dtype=torch.bool)
+    out = flash_attention(q, k, v, mask=mask, q_tile=2, kv_tile=2)
+    mask[:, 3:] = False  # after the forward pass, before the backward pass
+    with pytest.raises(RuntimeError, match=r"flash_attention's mask was changed in place after the forward pass"):
+        out.sum().backward()
+    unchanged = torch.ones(5, 7, dtype=torch.bool)
+    out = flash_attention(q, k, v, mask=unchanged, q_tile=2, kv_tile=2)
+    (dq,) = torch.autograd.grad(out.sum(), q)  # an untouched mask still trains
+    q2 = q.detach().clone().requires_grad_()
+    (ref,) = torch.autograd.grad(F.scaled_dot_product_attention(q2, k, v).sum(), q2)
+    torch.testing.assert_close(dq, ref, rtol=0, atol=1e-12)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_flash_attention_computes_half_precision_in_float32_like_flashattention(dtype):
     """bfloat16 and float16 in, the same dtype out, but summed over the tiles in float32: each output and

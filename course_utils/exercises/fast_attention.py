@@ -11,7 +11,8 @@ axis or without its axis, a product not transposed, the scale missing, doubled o
 unstably; for a tile, a softmax over the tile alone, the logsumexp broadcast along the keys, the scale missing, the
 tile's maximum subtracted instead, exp(L) divided out (inf / inf in float32); in the tiled backward, Δ left out or
 taken from the tile, the weights not normalised by L, dq overwritten by each key tile, the scale missing or doubled,
-causal tiles skipped one too early, a diagonal tile left unmasked, the causal mask aligned top-left.
+causal tiles skipped one too early, a diagonal tile left unmasked, the diagonal itself masked, the causal
+mask aligned top-left.
 """
 
 from __future__ import annotations
@@ -436,7 +437,8 @@ def _flash_loop(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal, slip
             s = scale * q_t @ k_t.transpose(-2, -1)  # (..., Tq, Sk)
             if is_causal and slip != "unmasked":
                 rows = torch.arange(i0, i0 + s.shape[-2])[:, None] + offset  # (Tq, 1)
-                s = s.masked_fill(torch.arange(j0, j0 + s.shape[-1]) > rows, NEG_INF)
+                cols = torch.arange(j0, j0 + s.shape[-1])  # (Sk,) key positions
+                s = s.masked_fill(cols >= rows if slip == "diagonal masked" else cols > rows, NEG_INF)
             p = torch.exp(s if slip == "no lse" else s - lse[..., i0 : i0 + q_tile, None])  # (..., Tq, Sk)
             dp = do_t @ v_t.transpose(-2, -1)  # (..., Tq, Sk)
             d = {"no delta": 0.0, "tile delta": (p * dp).sum(dim=-1, keepdim=True)}.get(
@@ -841,6 +843,13 @@ EXERCISES = (
                 "some of its queries, and those must be masked with -inf before the exponential, as in the forward.",
                 _slip("unmasked"),
                 fix="s.masked_fill(key positions > query positions, float('-inf')) in the tiles that are computed",
+            ),
+            Mistake(
+                "the diagonal masked too",
+                "A query sees the keys up to AND including its own position: mask the keys after it, not the key "
+                "at it. Masking that one too leaves each query's own key out of P (and the first query with none).",
+                _slip("diagonal masked"),
+                fix="s.masked_fill(key positions > query positions, float('-inf')), strictly greater",
             ),
             Mistake(
                 "the causal mask aligned top-left",
