@@ -628,7 +628,7 @@ check("08.3", tile_weights)
 #
 # Write `flash_backward(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)` that returns `(dq, dk,
 # dv)` as section 6's loop does: key tiles outside, `Δ` once, each tile's weights from `lse` (`L`), tiles
-# past the causal diagonal skipped; no autograd, no `(T, S)` matrix (the check sees only values). Shapes:
+# past the causal diagonal skipped; no autograd, no `(T, S)` matrix (the check refuses it). Shapes:
 # q `(..., T, D)`, k `(..., S, D)`, v `(..., S, Dv)`, out, dout `(..., T, Dv)`, lse `(..., T)`. With
 # `is_causal` (then T <= S), query i sits at S - T + i (`causal_mask(T, S)`). Checked in float64 to
 # 1e-10.

@@ -981,6 +981,73 @@ def test_08_4_the_diagonal_masked_too_is_named_on_every_seed():
         assert res.mistake == "the diagonal masked too", f"seed {seed}: {res.message}"
 
 
+def test_08_4_the_reference_is_the_tiled_loop_and_equals_autograd_to_1e_10():
+    """The check's reference is the tiled loop (so it passes the limit on the largest tensor); that loop equals
+    autograd through plain attention on every fixed case and 20 seeds of drawn ones: to 1e-10 on float64 cases; on
+    float32 ones to 1e-6, since the loop reads out and lse rounded to float32 and autograd recomputes them."""
+    from course_utils.exercises.fast_attention import _flash_backward_autograd
+
+    ex = EXERCISES["08.4"]
+    cases = list(ex.fixed_cases()) + [c for seed in range(20) for c in ex.draw(torch.Generator().manual_seed(seed))]
+    for args, kwargs in cases:
+        wide = tuple(a.to(torch.float64) if torch.is_tensor(a) else a for a in args)
+        tol = 1e-10 if args[0].dtype == torch.float64 else 1e-6
+        for mine, ref in zip(ex.solution(*wide, **kwargs), _flash_backward_autograd(*wide, **kwargs), strict=True):
+            torch.testing.assert_close(mine, ref, atol=tol, rtol=0)
+
+
+def _fb_whole_matrix(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """The backward pass's formulas on the whole (T, S) matrix at once: right values, no tiles."""
+    T, S = q.shape[-2], k.shape[-2]
+    s = scale * q @ k.mT
+    if is_causal:
+        s = s.masked_fill(torch.ones(T, S, dtype=torch.bool).tril(S - T).logical_not(), float("-inf"))
+    p = torch.exp(s - lse[..., None])
+    ds = p * (dout @ v.mT - (dout * out).sum(-1, keepdim=True))
+    return scale * ds @ k, scale * ds.mT @ q, p.mT @ dout
+
+
+def _fb_autograd(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """Autograd let back in with inference_mode(False): right values, the whole matrix built by the forward."""
+    with torch.inference_mode(False), torch.enable_grad():
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).tril(k.shape[-2] - q.shape[-2])
+        o = torch.nn.functional.scaled_dot_product_attention(
+            *leaves, attn_mask=mask if is_causal else None, scale=scale
+        )
+        return torch.autograd.grad(o, leaves, dout.clone())
+
+
+def _fb_row_strips(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """One query tile against every key at once (strips of q_tile rows): never the whole matrix, so allowed."""
+    T, S = q.shape[-2], k.shape[-2]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    delta = (dout * out).sum(-1, keepdim=True)
+    for i0 in range(0, T, q_tile):
+        rows = slice(i0, i0 + q_tile)
+        s = scale * q[..., rows, :] @ k.mT  # (..., Tq, S)
+        if is_causal:
+            pos = torch.arange(i0, min(i0 + q_tile, T))[:, None] + S - T
+            s = s.masked_fill(torch.arange(S) > pos, float("-inf"))
+        p = torch.exp(s - lse[..., rows, None])
+        ds = p * (dout[..., rows, :] @ v.mT - delta[..., rows, :])
+        dq[..., rows, :] = scale * ds @ k
+        dk += scale * ds.mT @ q[..., rows, :]
+        dv += p.mT @ dout[..., rows, :]
+    return dq, dk, dv
+
+
+@pytest.mark.parametrize("fn", [_fb_whole_matrix, _fb_autograd], ids=lambda f: f.__name__)
+def test_08_4_an_answer_that_builds_the_whole_score_matrix_is_refused_by_name(fn):
+    """Right values without tiles: the statement asks for the tiled loop, and the check now sees it (it used to
+    compare values only, and both passed)."""
+    res = run_check(EXERCISES["08.4"], fn, seed=0)
+    assert res.status == FAILED and "fixed case 1 " in res.message, res.message
+    assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
+    assert "the whole (..., T, S) score matrix, which the tiled backward never builds" in res.message
+    assert run_check(EXERCISES["08.4"], _fb_row_strips, seed=0).status == PASSED
+
+
 def test_08_3_fixed_cases_hold_every_edge_of_the_statement():
     """The statement allows any T, S, D, leading axes and scale, with the tile a part of each query's keys: each edge
     is among the fixed cases, T == S first (lse on the wrong axis is then named by its values), every tile a strict

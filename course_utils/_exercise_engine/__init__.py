@@ -74,6 +74,7 @@ from course_utils._exercise_engine.sandbox import (
     Run,
     Session,
     TimeLimit,
+    TooLarge,
     clone,
     first_change,
     run_case,
@@ -148,7 +149,10 @@ class Exercise:
     ``domain`` (:class:`course_utils._exercise_engine.domain.Domain`) states the facets of the inputs the statement
     allows (leading axes, integer dtypes, magnitudes, views); ``fixed_cases()`` adds a case built for each facet
     value no hand-written case holds. ``autograd=False`` runs the learner's function under
-    ``torch.inference_mode()`` (an exercise that asks for the formulas, not autograd). ``results`` names the
+    ``torch.inference_mode()`` (an exercise that asks for the formulas, not autograd). ``largest`` takes a case's
+    arguments like the solution and returns the most elements one tensor computed in the learner's function may
+    hold (an exercise that asks for tiles: never the whole score matrix); ``largest_why`` says so in the verdict
+    of a function that computes a larger one. ``results`` names the
     returned values as the statement does (by default read from the signature's ``-> (out, weights)``), so a
     verdict says ``weights: ...``, not ``result 1: ...``. ``core`` is False for an optional exercise; its
     heading in the notebook says so beside its minutes (``size()``).
@@ -171,6 +175,8 @@ class Exercise:
     domain: Domain = field(default_factory=Domain)
     results: tuple[str, ...] = ()
     autograd: bool = True
+    largest: Callable[..., int] | None = None
+    largest_why: str = ""
     core: bool = True
 
     def size(self) -> str:
@@ -445,6 +451,8 @@ def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_cas
             f"on {case_name} your module has no `forward` method (torch: {first}). Check its spelling and "
             "indentation: `def forward(self, ...)` inside the class"
         )
+    if isinstance(e, TooLarge):
+        return f"on {case_name} your function computed {first}: {ex.largest_why}"
     said = f"raised {type(e).__name__}" + (f": {first}" if first else "")
     msg = f"on {case_name} your function {said}"
     if not ex.autograd and isinstance(e, RuntimeError) and ("grad" in first or "inference" in first.lower()):
@@ -689,6 +697,8 @@ def _run_learner(fn: Any, cases: Sequence[tuple[tuple, dict]], session: Session)
             runs.append(session.call(fn, case))
         except TimeLimit:
             return _Attempt(runs, Kind.TOO_SLOW)
+        except TooLarge as e:
+            return _Attempt(runs, Kind.RAISED, e)
         except NotAttempted as e:
             return _Attempt(runs, Kind.NOT_ATTEMPTED if i == 0 else Kind.GAVE_UP, e)
         except (Exception, SystemExit) as e:  # the learner's code failing is a verdict, not a crash of the check
@@ -724,7 +734,7 @@ def _learner_outcomes(fn: Any, cases: Sequence[tuple[tuple, dict]], session: Ses
             outcomes.append(_Outcome(run=session.call(fn, case)))
         except TimeLimit:
             break
-        except (Exception, SystemExit) as e:
+        except (Exception, SystemExit, TooLarge) as e:
             outcomes.append(_Outcome(error=e))
     return outcomes + [_Outcome()] * (len(cases) - len(outcomes))
 
@@ -955,7 +965,7 @@ def _run_check(
     problem found (``"wrong shape"``, ``"raised"``, ...; None when passed) in ``details["problem"]``. ``parts``
     says which cases run (the fixed, the drawn, or both in that order).
     """
-    session = Session(ex.time_limit, ex.autograd)
+    session = Session(ex.time_limit, ex.autograd, ex.largest)
     details: dict[str, Any] = {}
     if isinstance(hint, bool) or hint not in (1, 2, 3):
         call = f'check("{ex.key}", {function_name(fn)}, hint=2)'

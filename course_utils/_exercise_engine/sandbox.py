@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import io
+import math
 import signal
 import threading
 import time
@@ -20,6 +21,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_flatten
 
 __all__ = [
     "PRINTED_LINES",
@@ -156,6 +159,30 @@ class TimeLimit(BaseException):
     """Raised in the learner's function when its time is up (a BaseException, so `except Exception` lets it by)."""
 
 
+class TooLarge(BaseException):
+    """Raised in the learner's function when it computes a tensor larger than its exercise allows (``largest``):
+    a BaseException, so `except Exception` lets it by."""
+
+    def __init__(self, shape: tuple[int, ...], limit: int) -> None:
+        super().__init__(f"a tensor of shape {tuple(shape)} ({math.prod(shape):,} elements; at most {limit:,})")
+        self.shape, self.limit = tuple(shape), limit
+
+
+class _SizeLimit(TorchDispatchMode):
+    """Every operation's results checked against ``limit`` elements, as the operation returns them."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        result = func(*args, **(kwargs or {}))
+        for t in tree_flatten(result)[0]:
+            if isinstance(t, torch.Tensor) and t.numel() > self.limit:
+                raise TooLarge(t.shape, self.limit)
+        return result
+
+
 class _Printed(io.TextIOBase):
     """A stream that keeps the first few lines written to it (each cut to a width) and counts the rest."""
 
@@ -276,9 +303,12 @@ class Session:
     """Where the learner's function runs during one check: each call under the time limit, its printing captured,
     and the global settings it changes put back after each call (and named in the verdict)."""
 
-    def __init__(self, time_limit: float | None, autograd: bool = True) -> None:
+    def __init__(
+        self, time_limit: float | None, autograd: bool = True, largest: Callable[..., int] | None = None
+    ) -> None:
         self.time_limit = time_limit
         self.autograd = autograd  # False: each call runs under torch.inference_mode(), where backward() cannot help
+        self.largest = largest  # the most elements one tensor may hold, from a case's arguments (None: no limit)
         self.printed = _Printed()
         self.settings = _global_settings()
         self.put_back: list[str] = []  # global settings the learner's function changed
@@ -286,8 +316,9 @@ class Session:
     def call(self, fn: Callable[..., Any], case: tuple[tuple, dict]) -> Run:
         out, err = contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed)
         no_grad = contextlib.nullcontext() if self.autograd else torch.inference_mode()
+        size = contextlib.nullcontext() if self.largest is None else _SizeLimit(self.largest(*case[0], **case[1]))
         try:
-            with out, err, _time_limit(self.time_limit), no_grad:
+            with out, err, _time_limit(self.time_limit), no_grad, size:
                 return run_case(fn, case)
         finally:
             self.restore()
