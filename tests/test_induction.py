@@ -747,8 +747,13 @@ def test_the_induction_explorer_draws_each_head_with_its_scores():
     prev = w.diagonal(offset=-1).mean().item()
     assert ex.caption.startswith(f"layer 1, head 2: previous-token score {prev:.2f}") and ex.renders == 3
     assert plot_induction_head(model, tokens, 0, 1).axes[0].get_title() == "layer 0, head 1"
-    with pytest.raises(ValueError, match=r"tokens must be a \(B, 2N\) tensor"):
+    with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape \(2, 9\)"):
         induction_explorer(model, tokens[:, :-1])
+    for empty in (tokens[:0], tokens[:, :0]):  # no sequence to draw: an IndexError from inside before
+        with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape"):
+            plot_induction_head(model, empty, 0, 0)
+        with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape"):
+            induction_explorer(model, empty)
 
 
 # --- hostile inputs to the scores' helpers: a clear error, never a silent nan or an empty answer ---------------
