@@ -296,6 +296,8 @@ def _check_weights(weights: object) -> None:
         raise ValueError(f"weights must have shape (B, H, T, T), got {tuple(weights.shape)}")
     if not weights.is_floating_point():
         raise TypeError(f"weights must be a floating-point tensor, got dtype {weights.dtype}")
+    if weights.shape[0] == 0 or weights.shape[1] == 0:  # a mean over no sequence or no head: nan, or nothing
+        raise ValueError(f"weights must hold at least one sequence and one head, got shape {tuple(weights.shape)}")
 
 
 def _check_two_repeats(tokens: object, seq_len: object) -> int:

@@ -790,3 +790,11 @@ def test_direct_logit_effect_needs_a_query_with_a_copied_next_token():
     tokens = repeated_tokens(2, 1, SMALL.vocab_size, torch.Generator().manual_seed(3))  # (2, 2): N = 1
     with pytest.raises(ValueError, match="seq_len must be at least 2"):
         direct_logit_effect(model, tokens, 1, 1)  # no query of the second repeat is followed by a token
+
+
+def test_the_scores_refuse_an_empty_batch_rather_than_return_nan():
+    for shape in ((0, 2, 6, 6), (3, 0, 6, 6)):
+        with pytest.raises(ValueError, match=r"weights must hold at least one sequence and one head, got shape"):
+            previous_token_score(torch.ones(shape))
+        with pytest.raises(ValueError, match=r"weights must hold at least one sequence and one head, got shape"):
+            induction_score(torch.ones(shape), 3)
