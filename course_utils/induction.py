@@ -37,7 +37,14 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._files import atomic_path, probe_writable
-from course_utils._validate import check_heads, check_int, check_positive_number, check_tensor, check_token_ids
+from course_utils._validate import (
+    check_fraction,
+    check_heads,
+    check_int,
+    check_positive_number,
+    check_tensor,
+    check_token_ids,
+)
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
@@ -289,6 +296,8 @@ def _check_weights(weights: object) -> None:
         raise ValueError(f"weights must have shape (B, H, T, T), got {tuple(weights.shape)}")
     if not weights.is_floating_point():
         raise TypeError(f"weights must be a floating-point tensor, got dtype {weights.dtype}")
+    if weights.shape[0] == 0 or weights.shape[1] == 0:  # a mean over no sequence or no head: nan, or nothing
+        raise ValueError(f"weights must hold at least one sequence and one head, got shape {tuple(weights.shape)}")
 
 
 def _check_two_repeats(tokens: object, seq_len: object) -> int:
@@ -397,13 +406,22 @@ def heads_above(scores: torch.Tensor, threshold: float) -> list[tuple[int, int]]
     """Every (layer, head) whose score is above ``threshold``, in order: the set of heads that share one job.
 
     A job may be split between two heads (a previous-token job at 0.48 and 0.45, say): ablating the top head
-    alone leaves the other to do it, so ablate the whole set. Shape: scores (L, H) -> list of pairs.
+    alone leaves the other to do it, so ablate the whole set. ``scores`` are shares of attention weight, in [0, 1]
+    (previous-token or induction scores), and ``threshold`` is in [0, 1). Shape: scores (L, H) -> list of pairs.
     Taught in notebook 12.
     """
     check_tensor("scores", scores, min_dim=2)
     if scores.dim() != 2 or not scores.is_floating_point():
         raise ValueError(f"scores must be a floating-point (L, H) tensor, got {scores.dtype} {tuple(scores.shape)}")
-    check_positive_number("threshold", threshold)
+    if scores.numel() == 0:
+        raise ValueError(f"scores must not be empty, got shape {tuple(scores.shape)}")
+    outside = ~((scores >= 0) & (scores <= 1))  # NaN is outside too: it is above no threshold, silently
+    if outside.any():
+        raise ValueError(
+            f"scores must be in [0, 1] (a share of attention weight), got {scores[outside][0].item():g} "
+            f"at {tuple(outside.nonzero()[0].tolist())}"
+        )
+    check_fraction("threshold", threshold)  # [0, 1): no score is above 1
     return [(int(layer), int(head)) for layer, head in (scores > threshold).nonzero().tolist()]
 
 
@@ -507,8 +525,15 @@ def copying_score(circuit: torch.Tensor) -> float:
     check_tensor("circuit", circuit, min_dim=2)
     if circuit.dim() != 2 or circuit.shape[0] != circuit.shape[1] or not circuit.is_floating_point():
         raise ValueError(f"circuit must be a square floating-point (V, V) matrix, got {tuple(circuit.shape)}")
+    if circuit.numel() == 0:
+        raise ValueError(f"circuit must not be empty, got shape {tuple(circuit.shape)}")
+    if not torch.isfinite(circuit).all():  # LAPACK would abort the process on a NaN, not raise
+        raise ValueError(f"circuit must hold finite numbers, got {circuit[~torch.isfinite(circuit)][0].item()}")
     eig = torch.linalg.eigvals(circuit.double())  # (V,) complex
-    return (eig.sum().real / eig.abs().sum()).item()
+    total = eig.abs().sum()
+    if total == 0:
+        raise ValueError("circuit's eigenvalues are all 0: its copying score is undefined (0 / 0)")
+    return (eig.sum().real / total).item()
 
 
 @torch.no_grad()
@@ -554,6 +579,8 @@ def direct_logit_effect(
     Taught in notebook 12.
     """
     N = _check_two_repeats(tokens, seq_len)
+    if N < 2:  # with N = 1 no query of the second repeat is followed by a token: a mean over nothing
+        raise ValueError(f"seq_len must be at least 2 (a query of the second repeat with a next token), got {N}")
     logits = head_logits(model, tokens, layer)[:, :, N : 2 * N - 1]  # (B, H, N - 1, V)
     target = tokens[:, None, N + 1 :, None].expand(-1, logits.shape[1], -1, -1)  # (B, H, N - 1, 1)
     lift = logits.gather(-1, target)[..., 0] - logits.mean(dim=-1)  # (B, H, N - 1)

@@ -589,8 +589,12 @@ def _induction_weights(model, tokens: torch.Tensor, layer: int, head: int) -> to
         raise TypeError(
             f"model must have config and attention_maps (an AttentionOnlyTransformer), got {type(model).__name__}"
         )
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] % 2:
-        raise ValueError("tokens must be a (B, 2N) tensor of token ids: a sequence of N tokens, then the same N again")
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] % 2 or 0 in tokens.shape:
+        got = f"shape {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(
+            "tokens must be a non-empty (B, 2N) tensor of token ids: a sequence of N tokens, then the same N again; "
+            f"got {got}"
+        )
     L, H = model.config.num_layers, model.config.num_heads
     for name, i, n in (("layer", layer, L), ("head", head, H)):
         check_int(name, i, minimum=0, maximum=n - 1, expected=f"an int in [0, {n - 1}]")

@@ -1274,6 +1274,14 @@ def _prev_heads_half_threshold(weights, threshold):  # a head "above" once past 
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1)) > threshold / 2
 
 
+def _prev_heads_any_sequence(weights, threshold):  # a head "above" if one sequence of the batch is
+    return (weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=-1) > threshold).any(dim=0)
+
+
+def _prev_heads_first_sequence(weights, threshold):  # the batch's first sequence taken for the whole batch
+    return weights[0].diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=-1) > threshold
+
+
 def _rollout_loop(weights):  # every entry summed by hand, layer by layer
     L, B, H, T, _ = weights.shape
     out = None
@@ -1366,7 +1374,12 @@ WRONG = {
     "11.1": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
     "12.1": [_score_both_repeats, _score_key_and_query_swapped],
     "12.2": [_ablated_in_place, _ablated_mean_instead_of_zero],
-    "12.3": [_prev_heads_max_over_queries, _prev_heads_half_threshold],
+    "12.3": [
+        _prev_heads_max_over_queries,
+        _prev_heads_half_threshold,
+        _prev_heads_any_sequence,
+        _prev_heads_first_sequence,
+    ],
     "11.5": [_rollout_first_layer_left_out, _rollout_sum_over_heads],
     **WRONG_13,
 }

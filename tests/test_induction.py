@@ -660,7 +660,7 @@ def test_heads_above_lists_every_head_past_the_threshold_in_order():
         heads_above(scores[0], 0.3)
     with pytest.raises(ValueError, match=r"scores must be a floating-point \(L, H\) tensor, got torch.int64 \(2, 4\)"):
         heads_above(scores.long(), 0.3)
-    with pytest.raises(ValueError, match="threshold must be a positive finite number, got -1"):
+    with pytest.raises(ValueError, match=r"threshold must be in \[0, 1\), got -1"):
         heads_above(scores, -1)
 
 
@@ -747,5 +747,54 @@ def test_the_induction_explorer_draws_each_head_with_its_scores():
     prev = w.diagonal(offset=-1).mean().item()
     assert ex.caption.startswith(f"layer 1, head 2: previous-token score {prev:.2f}") and ex.renders == 3
     assert plot_induction_head(model, tokens, 0, 1).axes[0].get_title() == "layer 0, head 1"
-    with pytest.raises(ValueError, match=r"tokens must be a \(B, 2N\) tensor"):
+    with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape \(2, 9\)"):
         induction_explorer(model, tokens[:, :-1])
+    for empty in (tokens[:0], tokens[:, :0]):  # no sequence to draw: an IndexError from inside before
+        with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape"):
+            plot_induction_head(model, empty, 0, 0)
+        with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape"):
+            induction_explorer(model, empty)
+
+
+# --- hostile inputs to the scores' helpers: a clear error, never a silent nan or an empty answer ---------------
+
+
+def test_heads_above_takes_a_threshold_in_0_1_and_refuses_scores_it_cannot_judge():
+    scores = torch.tensor([[0.49, 0.10, 0.45, 0.30], [0.0, 0.8, 0.2, 0.31]])
+    assert heads_above(scores, 0) == [(0, 0), (0, 1), (0, 2), (0, 3), (1, 1), (1, 2), (1, 3)]  # every head above 0
+    with pytest.raises(ValueError, match=r"threshold must be in \[0, 1\), got 1.5"):
+        heads_above(scores, 1.5)  # no score in [0, 1] is above it: the answer would always be empty
+    with pytest.raises(ValueError, match=r"threshold must be in \[0, 1\), got 40"):
+        heads_above(scores, 40)  # a percentage
+    with pytest.raises(ValueError, match=r"scores must be in \[0, 1\] \(a share of attention weight\), got nan"):
+        heads_above(torch.tensor([[0.5, float("nan")]]), 0.3)
+    with pytest.raises(ValueError, match=r"scores must be in \[0, 1\] \(a share of attention weight\), got 2.5"):
+        heads_above(torch.tensor([[0.5, 2.5]]), 0.3)  # ablation losses in nats, say
+    with pytest.raises(ValueError, match=r"scores must not be empty, got shape \(0, 4\)"):
+        heads_above(torch.zeros(0, 4), 0.3)
+
+
+def test_copying_score_refuses_a_circuit_it_cannot_score():
+    with pytest.raises(ValueError, match="circuit must hold finite numbers, got nan"):
+        copying_score(torch.full((3, 3), float("nan")))
+    with pytest.raises(ValueError, match="circuit must hold finite numbers, got inf"):
+        copying_score(torch.eye(3) * float("inf"))
+    with pytest.raises(ValueError, match=r"circuit must not be empty, got shape \(0, 0\)"):
+        copying_score(torch.zeros(0, 0))
+    with pytest.raises(ValueError, match="circuit's eigenvalues are all 0: its copying score is undefined"):
+        copying_score(torch.zeros(4, 4))
+
+
+def test_direct_logit_effect_needs_a_query_with_a_copied_next_token():
+    model = _model()
+    tokens = repeated_tokens(2, 1, SMALL.vocab_size, torch.Generator().manual_seed(3))  # (2, 2): N = 1
+    with pytest.raises(ValueError, match="seq_len must be at least 2"):
+        direct_logit_effect(model, tokens, 1, 1)  # no query of the second repeat is followed by a token
+
+
+def test_the_scores_refuse_an_empty_batch_rather_than_return_nan():
+    for shape in ((0, 2, 6, 6), (3, 0, 6, 6)):
+        with pytest.raises(ValueError, match=r"weights must hold at least one sequence and one head, got shape"):
+            previous_token_score(torch.ones(shape))
+        with pytest.raises(ValueError, match=r"weights must hold at least one sequence and one head, got shape"):
+            induction_score(torch.ones(shape), 3)

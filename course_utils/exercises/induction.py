@@ -240,12 +240,21 @@ def _prev_heads_cases() -> list[tuple[tuple, dict]]:
     two = torch.zeros(3, 1, 2, 2)
     two[..., 0, 0] = 1.0
     two[..., 1, :] = torch.tensor([0.6, 0.4])  # T = 2: one previous-token weight per sequence
+    # The sequences of a batch differ: head 0 scores 0.9 and 0.5 (mean 0.7, above 0.6), head 1 0.7 and 0.25
+    # (mean 0.475, below): a verdict per sequence, then all() or any() over the batch, gets one of them wrong.
+    uneven = torch.zeros(2, 2, 5, 5)
+    uneven[..., 0, 0] = 1.0
+    for b, strengths in enumerate(((0.9, 0.7), (0.5, 0.25))):
+        for h, p in enumerate(strengths):  # previous-token weight p, the rest (1 - p) on the query itself
+            for i in range(1, 5):
+                uneven[b, h, i, i - 1], uneven[b, h, i, i] = p, 1.0 - p
     return [
         ((_planted(g, 2, 3, 6, [0.6, 0.05, 0.55]), 0.3), {}),  # two heads share the job; B != H
         ((_planted(g, 1, 2, 5, [0.1, 0.7], causal=False), 0.4), {}),  # keys after the query too
         ((two, 0.5), {}),  # T = 2: score 0.6 over the one query that has a previous token
         ((tie, 0.5), {}),  # heads 0 and 3 score exactly 0.5: not above the threshold
         ((_planted(g, 2, 2, 4, [0.0, 0.0]), 0.9), {}),  # no previous-token head at all
+        ((uneven, 0.6), {}),  # the batch's sequences disagree: the verdict is on the mean over the batch
     ]
 
 
@@ -288,6 +297,11 @@ def _prev_heads_at_or_above(weights, threshold):
 
 def _prev_heads_over_heads(weights, threshold):
     return weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(1, -1)) > threshold  # (B,): the batch kept
+
+
+def _prev_heads_every_sequence(weights, threshold):
+    per_sequence = weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=-1)  # (B, H): one score per sequence
+    return (per_sequence > threshold).all(dim=0)  # a head must pass in every sequence, not on the mean
 
 
 def _prev_heads_scores(weights, threshold):
@@ -505,6 +519,13 @@ EXERCISES = (
                 "and keep the head axis.",
                 _prev_heads_over_heads,
                 fix=".mean(dim=(0, -1))",
+            ),
+            Mistake(
+                "a verdict per sequence, not on the batch's mean",
+                "The score is one mean over the batch and the queries: a head whose weight is high in some "
+                "sequences and low in others is judged on that mean, not on whether every sequence passes.",
+                _prev_heads_every_sequence,
+                fix="weights.diagonal(offset=-1, dim1=-2, dim2=-1).mean(dim=(0, -1)) > threshold",
             ),
             Mistake(
                 "the scores returned, not the verdict",
