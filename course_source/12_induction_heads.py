@@ -139,9 +139,10 @@ for name, changes in (("second-repeat loss falls", falls), ("an induction score 
 # %% [markdown]
 # Both losses sit near $\ln V$ for a while; then, within about 125 steps, the second repeat's collapses while the
 # first stays (it even ends slightly above $\ln V$: where a token recurs by chance, the model bets on a repeat).
-# The loss falls fastest in the same 25 steps in which the heads form: the induction scores jump from the level
-# of a head that spreads its weight evenly (about 0.03) to about 0.5, and the previous-token score climbs from
-# about 0.07. This is Olsson et al.'s co-occurrence argument in small: the **phase change** in the loss and the
+# The loss falls fastest in the same 25 steps in which the heads form (175 to 200): the layer-1 induction scores,
+# which start at the level of a head that spreads its weight evenly (about 0.03) and have crept up to about 0.1-0.2,
+# jump to about 0.5, and the top previous-token score (about 0.07 at the start) climbs fastest too, from about 0.2
+# to 0.3. This is Olsson et al.'s co-occurrence argument in small: the **phase change** in the loss and the
 # heads forming are one event. Co-occurrence is not yet cause; the ablations of sections 5 and 7 test that.
 #
 # ## 3. Patterns you can see
