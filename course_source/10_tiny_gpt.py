@@ -62,7 +62,15 @@ from course_utils.runs import (
     run_folder,
     unigram_loss,
 )
-from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, loss_by_position, train
+from course_utils.train import (
+    TrainConfig,
+    evaluate,
+    finished_run,
+    learning_rate,
+    load_model,
+    loss_by_position,
+    train,
+)
 
 SIZE = choose_size(best_device())
 RUN = RUN_SIZES[SIZE]
@@ -358,10 +366,14 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 run_dir = run_folder(SIZE)  # runs/10_<size>/ in the course folder
-live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
-result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
+result = finished_run(run_dir)  # a finished run is loaded (its summary), not trained again
+if result is None:
+    live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
+    result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
+else:
+    print(f"{run_dir} holds a finished run: loaded, not trained again")
 print(f"validation loss {result['val_loss']:.3f} after {result['steps']} steps "
-      f"({result['steps_this_run']} in this session, {result['train_s']:.0f} s, "
+      f"({result['steps_this_run']} in its last session, {result['train_s']:.0f} s, "
       f"{result['tokens_per_s']:,.0f} tokens/s on {result['device']})")
 
 # %% [markdown]
