@@ -146,7 +146,8 @@ def bigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int)
 
     A table of pair counts from the training ids, one added to every pair (add-one smoothing, as
     :func:`unigram_loss`), each row normalised: ``p(next | previous)``. It scores the M - 1 pairs of ``val_ids``.
-    The best any model that reads one character of context can do on average. Taught in notebook 10.
+    An estimate of the best a model that reads only the previous character can do (a model that learns
+    ``p(next | previous)`` better than add-one counts can beat it a little). Taught in notebook 10.
     """
     _check_split_ids(train_ids, val_ids, vocab_size, at_least=2)
     V = vocab_size

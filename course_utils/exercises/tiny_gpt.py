@@ -602,8 +602,8 @@ EXERCISES = (
             ),
             Mistake(
                 "no positions",
-                "Without the position table the model sees a bag of characters: add row t of the learned "
-                "positions to the token embedding at position t.",
+                "Without the position table the order of the characters reaches the model only through the "
+                "causal mask: add row t of the learned positions to the token embedding at position t.",
                 _forward_no_positions,
                 fix="x = model.tok_emb(idx) + model.pos_emb.embedding.weight[:T]",
             ),
