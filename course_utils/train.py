@@ -316,6 +316,12 @@ def loss_by_position(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a GPT), got {type(model).__name__}")
     check_int("context_length", context_length)
+    longest = getattr(getattr(model, "config", None), "context_length", None)
+    if isinstance(longest, int) and context_length > longest:
+        raise ValueError(
+            f"context_length {context_length} is longer than the model's context ({longest}): windows of at most "
+            f"{longest} characters, e.g. model.config.context_length"
+        )
     was_training, total, count = model.training, torch.zeros(context_length, dtype=torch.float64), 0
     model.eval()
     for x, y in iter_eval_batches(data, batch_size, context_length, device=device):

@@ -1376,3 +1376,6 @@ def test_loss_by_position_rejects_bad_input():
         loss_by_position("model", torch.arange(10), 4)
     with pytest.raises(ValueError, match="context_length"):
         loss_by_position(torch.nn.Linear(2, 2), torch.arange(10), 0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=7, context_length=8))  # was the GPT's advice to crop the input
+    with pytest.raises(ValueError, match=r"context_length 16 is longer than the model's context \(8\)"):
+        loss_by_position(model, torch.randint(0, 7, (100,)), 16)
