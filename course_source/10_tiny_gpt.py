@@ -332,7 +332,8 @@ plt.show()
 # the stream instead of replacing it, the character itself is kept, and the loss falls well below the
 # bigram. **Tying** is not a gain here: it saves `V x C = 2,656` of about 30,000 parameters, and at 300
 # steps the tied model is no better; it pays where `V x C` is a large share of the model (GPT-2's
-# 50,257-token vocabulary). Without **positions** the model sees a bag of characters and does worse.
+# 50,257-token vocabulary). Without **positions** order reaches the model only through the causal mask
+# (each position averages over a prefix of its own length), and it does worse.
 # The runs are short, to keep CI fast: longer runs lower every rung.
 #
 # ## 6. Training
