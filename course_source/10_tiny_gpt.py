@@ -62,7 +62,15 @@ from course_utils.runs import (
     run_folder,
     unigram_loss,
 )
-from course_utils.train import TrainConfig, evaluate, learning_rate, load_model, loss_by_position, train
+from course_utils.train import (
+    TrainConfig,
+    evaluate,
+    finished_run,
+    learning_rate,
+    load_model,
+    loss_by_position,
+    train,
+)
 
 SIZE = choose_size(best_device())
 RUN = RUN_SIZES[SIZE]
@@ -324,7 +332,8 @@ plt.show()
 # the stream instead of replacing it, the character itself is kept, and the loss falls well below the
 # bigram. **Tying** is not a gain here: it saves `V x C = 2,656` of about 30,000 parameters, and at 300
 # steps the tied model is no better; it pays where `V x C` is a large share of the model (GPT-2's
-# 50,257-token vocabulary). Without **positions** the model sees a bag of characters and does worse.
+# 50,257-token vocabulary). Without **positions** order reaches the model only through the causal mask
+# (each position averages over a prefix of its own length), and it does worse.
 # The runs are short, to keep CI fast: longer runs lower every rung.
 #
 # ## 6. Training
@@ -358,10 +367,14 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 run_dir = run_folder(SIZE)  # runs/10_<size>/ in the course folder
-live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
-result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
+result = finished_run(run_dir)  # a finished run is loaded (its summary), not trained again
+if result is None:
+    live = LiveLossPlot(cfg.max_steps, baselines={"unigram": baseline, "uniform": uniform})
+    result = train(config, corpus_path(), run_dir, cfg, device=device, resume=True, progress=True, callback=live)
+else:
+    print(f"{run_dir} holds a finished run: loaded, not trained again")
 print(f"validation loss {result['val_loss']:.3f} after {result['steps']} steps "
-      f"({result['steps_this_run']} in this session, {result['train_s']:.0f} s, "
+      f"({result['steps_this_run']} in its last session, {result['train_s']:.0f} s, "
       f"{result['tokens_per_s']:,.0f} tokens/s on {result['device']})")
 
 # %% [markdown]

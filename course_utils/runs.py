@@ -19,6 +19,7 @@ from pathlib import Path
 import torch
 
 from course_utils._files import course_folder
+from course_utils._validate import check_int
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
@@ -98,9 +99,18 @@ def run_folder(size: str, environ: dict[str, str] | None = None) -> Path:
 
 
 def _check_split_ids(train_ids: object, val_ids: object, vocab_size: int, at_least: int = 1) -> None:
-    """ValueError unless both are 1-D integer tensors of at least ``at_least`` ids in 0 .. vocab_size - 1."""
+    """ValueError unless both are 1-D integer tensors of at least ``at_least`` ids in 0 .. vocab_size - 1 (bool and
+    complex are not ids); TypeError unless ``vocab_size`` is an int, ValueError below 1."""
+    check_int("vocab_size", vocab_size)
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
-        if not isinstance(ids, torch.Tensor) or ids.dim() != 1 or ids.is_floating_point() or ids.numel() < at_least:
+        if (
+            not isinstance(ids, torch.Tensor)
+            or ids.dim() != 1
+            or ids.is_floating_point()
+            or ids.is_complex()
+            or ids.dtype == torch.bool
+            or ids.numel() < at_least
+        ):
             got = (
                 f"{type(ids).__name__} {tuple(ids.shape)} {ids.dtype}"
                 if isinstance(ids, torch.Tensor)
@@ -136,7 +146,8 @@ def bigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int)
 
     A table of pair counts from the training ids, one added to every pair (add-one smoothing, as
     :func:`unigram_loss`), each row normalised: ``p(next | previous)``. It scores the M - 1 pairs of ``val_ids``.
-    The best any model that reads one character of context can do on average. Taught in notebook 10.
+    An estimate of the best a model that reads only the previous character can do (a model that learns
+    ``p(next | previous)`` better than add-one counts can beat it a little). Taught in notebook 10.
     """
     _check_split_ids(train_ids, val_ids, vocab_size, at_least=2)
     V = vocab_size

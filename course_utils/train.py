@@ -72,8 +72,8 @@ from course_utils.gpt import GPT, PRESETS, GPTConfig
 
 __all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluate", "loss_by_position", "train",
            "NonFiniteLossError", "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint",
-           "load_checkpoint", "export_model", "load_model", "RESUME_RULES", "check_out_dir", "check_can_create",
-           "compile_available", "fused_adamw_available"]  # fmt: skip
+           "load_checkpoint", "export_model", "load_model", "finished_run", "RESUME_RULES", "check_out_dir",
+           "check_can_create", "compile_available", "fused_adamw_available"]  # fmt: skip
 
 CHECKPOINT_NAME, SUMMARY_NAME = "checkpoint.pt", "summary.json"
 FORMAT = "course_utils.train/1"  # a training checkpoint (unchanged since the first)
@@ -316,6 +316,12 @@ def loss_by_position(
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a GPT), got {type(model).__name__}")
     check_int("context_length", context_length)
+    longest = getattr(getattr(model, "config", None), "context_length", None)
+    if isinstance(longest, int) and context_length > longest:
+        raise ValueError(
+            f"context_length {context_length} is longer than the model's context ({longest}): windows of at most "
+            f"{longest} characters, e.g. model.config.context_length"
+        )
     was_training, total, count = model.training, torch.zeros(context_length, dtype=torch.float64), 0
     model.eval()
     for x, y in iter_eval_batches(data, batch_size, context_length, device=device):
@@ -791,6 +797,21 @@ def summary_step(out_dir: Path) -> int | None:
         return int(json.loads((Path(out_dir) / SUMMARY_NAME).read_text())["steps"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
+
+
+def finished_run(out_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """The summary (:func:`train`'s result, read from summary.json) of the finished run in ``out_dir``, or None when
+    there is none to load: no checkpoint, or one a ``resume=True`` would still train (stopped before its last step,
+    or during its final evaluation). The same test :func:`train` makes before it refuses to resume a finished run,
+    so a notebook's training cell, run again, loads the run instead of raising RunSetupError."""
+    out_dir = Path(out_dir)
+    step = summary_step(out_dir)
+    if step is None or not (out_dir / CHECKPOINT_NAME).is_file():
+        return None
+    state = load_checkpoint(out_dir / CHECKPOINT_NAME)
+    if state["step"] != step or step < state["train_config"]["max_steps"]:
+        return None
+    return json.loads((out_dir / SUMMARY_NAME).read_text())
 
 
 def _describe_model(c: GPTConfig) -> str:

@@ -630,3 +630,21 @@ def test_a_hand_built_gpt_of_another_mlp_width_does_not_load_the_gpts_state_dict
     hand.blocks[0].mlp.fc_in = torch.nn.Linear(8, 16)  # 2C where the GPT has 4C
     with pytest.raises(RuntimeError, match="size mismatch"):
         hand.load_state_dict(reference.state_dict())
+
+
+def test_without_positions_order_reaches_the_model_only_through_the_causal_mask():
+    """Notebook 10 section 5: the model without positions is not a bag of characters. With no mask, permuting the
+    characters before the last leaves the last position's logits as they were (a bag); with the causal mask each
+    earlier position averages over a prefix of its own length, and two blocks read the order from that."""
+    from course_utils.exercises.tiny_gpt import _forward_with, _parts_model, _pre_norm
+
+    model = _parts_model(torch.Generator().manual_seed(0), 11, 8, 16, 2, 2)
+    idx = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    swapped = torch.tensor([[3, 1, 2, 6, 4, 5, 7, 8]])  # the same characters before the last, in another order
+    with torch.no_grad():
+        bag, bag_swapped = (
+            _forward_with(model, i, _pre_norm, positions=False, mask=False)[0, -1] for i in (idx, swapped)
+        )
+        causal, causal_swapped = (_forward_with(model, i, _pre_norm, positions=False)[0, -1] for i in (idx, swapped))
+    torch.testing.assert_close(bag_swapped, bag)
+    assert (causal_swapped - causal).abs().max() > 1e-2

@@ -97,6 +97,22 @@ def test_bigram_loss_rejects_bad_input(train, val, V, match):
         bigram_loss(train, val, V)
 
 
+@pytest.mark.parametrize("loss", [unigram_loss, bigram_loss])
+@pytest.mark.parametrize(
+    "ids, V, error, match",
+    [
+        (torch.tensor([0, 1, 1]), 2.0, TypeError, "vocab_size must be an int, got float"),  # was bincount's TypeError
+        (torch.tensor([0, 1, 1]), True, TypeError, "vocab_size must be an int, got bool"),  # was taken as 1
+        (torch.tensor([0, 1, 1]), 0, ValueError, "vocab_size must be at least 1, got 0"),  # was 'outside 0 .. -1'
+        (torch.tensor([True, False, True]), 2, ValueError, r"train_ids must be .* integer ids, got .*torch.bool"),
+        (torch.tensor([0j, 1j, 1j]), 2, ValueError, r"train_ids must be .* integer ids, got .*torch.complex64"),
+    ],
+)
+def test_the_baselines_name_a_bad_vocab_size_and_ids_that_are_not_integers(loss, ids, V, error, match):
+    with pytest.raises(error, match=match):
+        loss(ids, torch.tensor([0, 1, 1]), V)
+
+
 def _result(val_loss, train_s, steps=100, steps_this_run=None):
     return {
         "val_loss": val_loss,

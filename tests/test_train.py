@@ -36,6 +36,7 @@ from course_utils.train import (
     check_out_dir,
     evaluate,
     export_model,
+    finished_run,
     learning_rate,
     load_checkpoint,
     load_model,
@@ -727,6 +728,39 @@ def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
     )
 
 
+def test_finished_run_loads_only_a_run_that_resume_would_refuse(text_file, tmp_path):
+    assert finished_run(tmp_path / "none") is None  # no folder
+    with pytest.raises(ZeroDivisionError):
+        run(text_file, tmp_path / "cut", max_steps=3, checkpoint_interval=1,
+            callback=lambda e: e["kind"] == "train" and e["step"] == 2 and 1 / 0)  # fmt: skip
+    assert finished_run(tmp_path / "cut") is None  # stopped before its last step: a resume trains it
+    done = run(text_file, tmp_path / "done", max_steps=3)
+    loaded = finished_run(tmp_path / "done")
+    assert loaded == json.loads(json.dumps(done))  # the result train returned, as summary.json holds it
+    (tmp_path / "done" / "summary.json").unlink()  # as if stopped during the final evaluation
+    assert finished_run(tmp_path / "done") is None
+
+
+def test_notebook_10s_training_cell_run_again_loads_the_finished_run(text_file, tmp_path):
+    """A learner who runs notebook 10 again from the top (or nbval running the learner copy and the solution in
+    one process, one COURSE_RUNS_DIR) reaches the training cell with the run already finished: it must load."""
+    from course_tools.build import parse_source
+
+    cells = parse_source((ROOT / "course_source" / "10_tiny_gpt.py").read_text(encoding="utf-8"))
+    (cell,) = [c["source"] for c in cells if c["cell_type"] == "code" and "result = " in c["source"]
+               and "train(config" in c["source"]]  # fmt: skip
+    cfg = TrainConfig.preset("tiny", **{**FAST, "max_steps": 3})
+    names = dict(
+        SIZE="ci", cfg=cfg, config="tiny", device="cpu", baseline=3.0, uniform=4.0, train=train,
+        finished_run=finished_run, corpus_path=lambda: text_file, run_folder=lambda size: tmp_path / f"10_{size}",
+        LiveLossPlot=lambda *args, **kwargs: None,
+    )  # fmt: skip
+    first, again = dict(names), dict(names)
+    exec(cell, first)
+    exec(cell, again)  # before: RunSetupError, "finished at step 3 (its summary.json is written)"
+    assert first["result"]["steps_this_run"] == 3 and again["result"]["val_loss"] == first["result"]["val_loss"]
+
+
 def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file, tmp_path):
     """norm_position travels in the checkpoint: a resume continues the post-norm model, exactly, and a
     pre-norm config is refused with a message that tells the two apart."""
@@ -1342,3 +1376,6 @@ def test_loss_by_position_rejects_bad_input():
         loss_by_position("model", torch.arange(10), 4)
     with pytest.raises(ValueError, match="context_length"):
         loss_by_position(torch.nn.Linear(2, 2), torch.arange(10), 0)
+    model = GPT(GPTConfig.preset("tiny", vocab_size=7, context_length=8))  # was the GPT's advice to crop the input
+    with pytest.raises(ValueError, match=r"context_length 16 is longer than the model's context \(8\)"):
+        loss_by_position(model, torch.randint(0, 7, (100,)), 16)

@@ -331,6 +331,24 @@ def _forward_no_mask(model, idx):
     return _forward_with(model, idx, _pre_norm, mask=False)
 
 
+def _forward_mask_inverted(model, idx):
+    def step(block, x, m):  # PyTorch's convention (True = blocked) given to notebook 04's (True = may attend)
+        return _pre_norm(block, x, ~m)
+
+    return _forward_with(model, idx, step)
+
+
+def _forward_probabilities(model, idx):
+    return _forward_with(model, idx, _pre_norm).softmax(dim=-1)  # (B, T, V) probabilities, not logits
+
+
+def _forward_tanh_gelu(model, idx):
+    def tanh_gelu(h):  # GPT-2's code: 0.5 h (1 + tanh(sqrt(2 / pi) (h + 0.044715 h^3)))
+        return F.gelu(h, approximate="tanh")
+
+    return _forward_with(model, idx, lambda block, x, m: _pre_norm(block, x, m, act=tanh_gelu))
+
+
 def _forward_no_final_norm(model, idx):
     return _forward_with(model, idx, _pre_norm, final_norm=False)
 
@@ -541,7 +559,8 @@ EXERCISES = (
             ),
             Mistake(
                 "ReLU where the MLP uses GELU",
-                "The MLP between fc_in and fc_out uses GELU, as GPT-2 does; ReLU cuts every negative value to 0.",
+                "The MLP between fc_in and fc_out uses GELU, as GPT-2 does (its exact form here); ReLU cuts every "
+                "negative value to 0.",
                 _forward_relu,
                 fix="block.mlp.fc_out(F.gelu(block.mlp.fc_in(h)))",
             ),
@@ -553,6 +572,28 @@ EXERCISES = (
                 fix="block.attn(block.ln_1(x), causal_mask(T))",
             ),
             Mistake(
+                "the mask's meaning inverted",
+                "Notebook 04's attention reads True as MAY attend (notebook 03's causal mask, the lower triangle); "
+                "PyTorch's attn_mask of booleans reads True as blocked. Flipped, each position sees only the "
+                "characters after it.",
+                _forward_mask_inverted,
+                fix="block.attn(block.ln_1(x), causal_mask(T)) with causal_mask from course_utils.masking",
+            ),
+            Mistake(
+                "probabilities where logits were asked",
+                "Return the head's raw scores (logits), as the GPT does: the loss and the sampler apply the "
+                "softmax themselves.",
+                _forward_probabilities,
+                fix="return model.lm_head(model.ln_f(x)) with no softmax after it",
+            ),
+            Mistake(
+                "GELU's tanh approximation",
+                "The course's GPT uses the exact GELU (x times the normal CDF at x); GPT-2's code used the tanh "
+                "approximation, which differs by up to about 3e-4 here, more than the check allows.",
+                _forward_tanh_gelu,
+                fix="F.gelu(block.mlp.fc_in(h)) with the default approximate='none'",
+            ),
+            Mistake(
                 "no final LayerNorm",
                 "A pre-norm stream is a plain sum that no block normalises at the end: normalise it once more "
                 "before the head.",
@@ -561,8 +602,8 @@ EXERCISES = (
             ),
             Mistake(
                 "no positions",
-                "Without the position table the model sees a bag of characters: add row t of the learned "
-                "positions to the token embedding at position t.",
+                "Without the position table the order of the characters reaches the model only through the "
+                "causal mask: add row t of the learned positions to the token embedding at position t.",
                 _forward_no_positions,
                 fix="x = model.tok_emb(idx) + model.pos_emb.embedding.weight[:T]",
             ),
