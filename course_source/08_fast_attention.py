@@ -510,9 +510,9 @@ for T_f in (1024, 8192):
           f" of sdpa's memory, in x{flash_t['cpu_s_vs_sdpa']:.1f} its time; tiled peaks at"
           f" x{tiled_t['peak_mb_vs_sdpa']:.0f}")
 for method in ("flash", "sdpa", "plain"):
-    print(f"{method:>5}, per doubling of T: kept x", [round(by_f[method, 2 * t]["saved_mb"] / by_f[method, t]["saved_mb"], 2)
-                                                for t in (1024, 2048, 4096)],
-          "peak x", [round(by_f[method, 2 * t]["peak_mb"] / by_f[method, t]["peak_mb"], 2) for t in (1024, 2048, 4096)])
+    growth = {key: [round(by_f[method, 2 * t][key] / by_f[method, t][key], 2) for t in (1024, 2048, 4096)]
+              for key in ("saved_mb", "peak_mb")}
+    print(f"{method:>5}, per doubling of T: kept x", growth["saved_mb"], "peak x", growth["peak_mb"])
 
 # %% [markdown]
 # What flash and PyTorch's fused kernel keep doubles with each doubling of T: slope 1 on the log-log axes,

@@ -122,7 +122,8 @@ ax1.set_ylabel("loss (nats)")
 ax1.legend(fontsize=8)
 ax2.plot(steps, best_prev, color="tab:orange", label="layer 0: best previous-token score")
 for h in range(IND.num_heads):
-    ax2.plot(steps, ind_curves[:, h], color="tab:red", lw=1, alpha=0.7, label="layer 1: induction scores" if h == 0 else None)
+    label = "layer 1: induction scores" if h == 0 else None
+    ax2.plot(steps, ind_curves[:, h], color="tab:red", lw=1, alpha=0.7, label=label)
 ax2.set_xlabel("training step")
 ax2.set_ylabel("score")
 ax2.legend(fontsize=8)
@@ -278,7 +279,8 @@ for layer in range(IND.num_layers):
 with ablate_heads(ind_model, [(1, h) for h in range(IND.num_heads)]):
     all_layer_1 = repeat_losses(ind_model, ind_tokens, IND.seq_len)[1]
 others = [table[0, h].item() for h in range(IND.num_heads) if h != prev_head]
-print("previous-token head off: back within 10% of the first repeat:", table[prev_layer, prev_head].item() > 0.9 * first_loss)
+print("previous-token head off: back within 10% of the first repeat:",
+      table[prev_layer, prev_head].item() > 0.9 * first_loss)
 print("any other layer-0 head off: still below 0.5:", max(others) < 0.5)
 print("one layer-1 head off: worse, but below 1:", bool((table[1] > second_loss).all() and (table[1] < 1).all()))
 print("all four layer-1 heads off: back above 90% of the first repeat:", all_layer_1 > 0.9 * first_loss)
@@ -341,7 +343,8 @@ print(f"\n{'seed':>4} {'wall, CPU s':>11} {'drop':>8} {'layer-0 heads above the 
       f"{'top off':>7} {'set off':>7}")
 for r in seeds["runs"]:
     heads = ", ".join(f"head {h} ({r['prev'][0][h]:.2f})" for _, h in r["prev_heads"])
-    print(f"{r['seed']:>4} {r['train_s']:>5.0f} {r['cpu_s']:>5.0f} {r['last_step_above_3.5']:>4}-{r['first_step_below_0.5']:<3} "
+    drop = f"{r['last_step_above_3.5']:>4}-{r['first_step_below_0.5']:<3}"
+    print(f"{r['seed']:>4} {r['train_s']:>5.0f} {r['cpu_s']:>5.0f} {drop} "
           f"{heads:<46} {len(r['ind_heads']):>7} {r['second_top_prev_off']:>7.1f} {r['second_prev_set_off']:>7.1f}")
 
 # %% [markdown]
@@ -403,7 +406,8 @@ x = x + ind_model.attns[0](ind_model.norms[0](x), torch.ones(T_ind, T_ind, dtype
 rest = x + ind_model.attns[1].out_proj.bias  # (8, 2N, C): everything but layer 1's heads
 final = x + ind_model.attns[1](ind_model.norms[1](x), torch.ones(T_ind, T_ind, dtype=torch.bool).tril())
 scale = (final.var(-1, unbiased=False, keepdim=True) + ind_model.ln_f.eps).rsqrt()  # (8, 2N, 1)
-rest_logits = ind_model.lm_head((rest - rest.mean(-1, keepdim=True)) * scale * ind_model.ln_f.weight + ind_model.ln_f.bias)
+rest_normed = (rest - rest.mean(-1, keepdim=True)) * scale  # the final LayerNorm, with the whole stream's scale
+rest_logits = ind_model.lm_head(rest_normed * ind_model.ln_f.weight + ind_model.ln_f.bias)
 torch.testing.assert_close(rest_logits + head_logits(ind_model, ind_tokens[:8], 1).sum(1), ind_model(ind_tokens[:8]),
                            atol=1e-4, rtol=1e-4)
 print("matches course_utils")
