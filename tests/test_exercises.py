@@ -1816,6 +1816,20 @@ def _ablated_einsum(heads_out, out_weight, out_bias, head):
     return torch.einsum("bhtd,chd,h->btc", heads_out, w, keep) + out_bias
 
 
+def _gpt_forward_by_hand(model, idx):
+    """10.4 written without the parts' LayerNorm and GELU modules: F.layer_norm with their own weights, GELU from
+    erf, a mask from tril, the head as F.linear with the token table, the positions indexed by arange."""
+    B, T = idx.shape
+    x = model.tok_emb.weight[idx] + model.pos_emb.embedding.weight[torch.arange(T)]  # (B, T, C)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()  # True = may attend
+    norm = lambda ln, h: torch.nn.functional.layer_norm(h, ln.normalized_shape, ln.weight, ln.bias, ln.eps)  # noqa: E731
+    for block in model.blocks:
+        x = x + block.attn(norm(block.ln_1, x), mask)
+        h = block.mlp.fc_in(norm(block.ln_2, x))
+        x = x + block.mlp.fc_out(0.5 * h * (1 + torch.erf(h / math.sqrt(2))))
+    return torch.nn.functional.linear(norm(model.ln_f, x), model.tok_emb.weight)  # (B, T, V)
+
+
 RIGHT = {
     "01.1": [_lookup_python_number, _lookup_loop],
     "01.2": [_many_einsum],
@@ -1854,6 +1868,8 @@ RIGHT = {
     ],
     "09.1": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
     "08.3": [_tw_einsum, _tw_key_by_key, _tw_float64],
+    "08.4": [_fb_row_strips],
+    "10.4": [_gpt_forward_by_hand],
     "09.2": [_append_copy],
     "09.3": [_beam_sorted, _beam_python, _beam_unravel],
     "10.1": [_windows_unfold],
