@@ -1048,6 +1048,31 @@ def test_08_4_an_answer_that_builds_the_whole_score_matrix_is_refused_by_name(fn
     assert run_check(EXERCISES["08.4"], _fb_row_strips, seed=0).status == PASSED
 
 
+def _fb_whole_matrix_caught(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """The whole matrix tried first, the limit's exception caught by a bare `except BaseException`, the row strips
+    returned instead: the whole matrix was still built."""
+    try:
+        return _fb_whole_matrix(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)
+    except BaseException:
+        return _fb_row_strips(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)
+
+
+def _fb_whole_matrix_caught_none(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    try:
+        return _fb_whole_matrix(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)
+    except BaseException:
+        return None
+
+
+@pytest.mark.parametrize("fn", [_fb_whole_matrix_caught, _fb_whole_matrix_caught_none], ids=lambda f: f.__name__)
+def test_08_4_the_whole_matrix_is_refused_even_when_the_function_catches_the_limit(fn):
+    """Catching the limit's exception does not unmake the tensor that tripped it: the verdict is the limit's, not a
+    pass (a fallback) or a wrong-result message (a None)."""
+    res = run_check(EXERCISES["08.4"], fn, seed=0)
+    assert res.status == FAILED, res.message
+    assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
+
+
 def test_08_3_fixed_cases_hold_every_edge_of_the_statement():
     """The statement allows any T, S, D, leading axes and scale, with the tile a part of each query's keys: each edge
     is among the fixed cases, T == S first (lse on the wrong axis is then named by its values), every tile a strict
