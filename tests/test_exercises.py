@@ -1040,9 +1040,10 @@ def _fb_row_strips(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
 @pytest.mark.parametrize("fn", [_fb_whole_matrix, _fb_autograd], ids=lambda f: f.__name__)
 def test_08_4_an_answer_that_builds_the_whole_score_matrix_is_refused_by_name(fn):
     """Right values without tiles: the statement asks for the tiled loop, and the check now sees it (it used to
-    compare values only, and both passed)."""
+    compare values only, and both passed). Fixed case 1's tiles times D equal T * S, so the limit allows the whole
+    matrix there (a tile's broadcast product is as large); fixed case 2 refuses it."""
     res = run_check(EXERCISES["08.4"], fn, seed=0)
-    assert res.status == FAILED and "fixed case 1 " in res.message, res.message
+    assert res.status == FAILED and "fixed case 2 " in res.message, res.message
     assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
     assert "the whole (..., T, S) score matrix, which the tiled backward never builds" in res.message
     assert run_check(EXERCISES["08.4"], _fb_row_strips, seed=0).status == PASSED
@@ -1071,6 +1072,37 @@ def test_08_4_the_whole_matrix_is_refused_even_when_the_function_catches_the_lim
     res = run_check(EXERCISES["08.4"], fn, seed=0)
     assert res.status == FAILED, res.message
     assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
+
+
+def _fb_tiles_by_broadcasting(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """Right and tiled: each tile's scores and dP as a broadcast product summed over the feature axis (a
+    (..., Tq, Sk, D) tensor, a tile's scores times D), not a matrix product."""
+    T, S = q.shape[-2], k.shape[-2]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    delta = (dout * out).sum(-1, keepdim=True)
+    for i0 in range(0, T, q_tile):
+        for j0 in range(0, S, kv_tile):
+            r, c = slice(i0, i0 + q_tile), slice(j0, j0 + kv_tile)
+            s = scale * (q[..., r, None, :] * k[..., None, c, :]).sum(-1)  # (..., Tq, Sk)
+            if is_causal:
+                pos = torch.arange(i0, min(i0 + q_tile, T))[:, None] + S - T
+                s = s.masked_fill(torch.arange(j0, min(j0 + kv_tile, S)) > pos, float("-inf"))
+            p = torch.exp(s - lse[..., r, None])
+            dp = (dout[..., r, None, :] * v[..., None, c, :]).sum(-1)  # (..., Tq, Sk)
+            ds = p * (dp - delta[..., r, :])
+            dq[..., r, :] += scale * ds @ k[..., c, :]
+            dk[..., c, :] += scale * ds.mT @ q[..., r, :]
+            dv[..., c, :] += p.mT @ dout[..., r, :]
+    return dq, dk, dv
+
+
+def test_08_4_a_tiled_answer_that_broadcasts_within_a_tile_passes():
+    """The limit allows a tile's scores times the feature width, so a right tiled answer is not refused for its
+    spelling of a tile's product; the whole matrix is still refused (on fixed case 2, whose tiles times D are under
+    T * S, as are those of fixed cases 3, 4 and 6)."""
+    for seed in range(3):
+        res = run_check(EXERCISES["08.4"], _fb_tiles_by_broadcasting, seed=seed)
+        assert res.status == PASSED, f"seed {seed}: {res.message}"
 
 
 def test_08_3_fixed_cases_hold_every_edge_of_the_statement():

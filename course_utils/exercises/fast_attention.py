@@ -430,11 +430,15 @@ def _flash_draw(g: torch.Generator) -> list[tuple[tuple, dict]]:
 
 def _largest_tile_work(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal) -> int:
     """The most elements one tensor of a tiled backward may hold: any of its inputs or outputs (with the leading
-    axes broadcast), a tile's scores, a strip of them; one element fewer than the whole (..., T, S) matrix."""
+    axes broadcast), a tile's scores times the feature width (a tile's product spelt as a broadcast product summed
+    over D or Dv, ``(q_t[..., :, None, :] * k_t[..., None, :, :]).sum(-1)``, is a tiled answer too), a strip of
+    scores; one element fewer than the whole (..., T, S) matrix. The fixed cases whose tiles times the width are
+    under T * S (2, 3, 4 and 6) refuse the whole matrix."""
     T, S = q.shape[-2], k.shape[-2]
     lead = math.prod(torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]))
     widths = (q.shape[-1], v.shape[-1], 1)
-    return max(lead * max(T, S) * max(widths), lead * min(q_tile, T) * min(kv_tile, S), lead * T * S - 1)
+    tile = min(q_tile, T) * min(kv_tile, S)
+    return max(lead * max(T, S) * max(widths), lead * tile * max(widths), lead * T * S - 1)
 
 
 def _flash_loop(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal, slip=""):
