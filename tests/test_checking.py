@@ -1375,3 +1375,32 @@ def test_a_mistake_that_answers_two_ways_is_run_afresh():
 def test_references_of_another_exercise_are_refused():
     with pytest.raises(ValueError, match="references are of exercise 99.1, but the check is of exercise 99.2"):
         run_check(IDS, _ids, references=References(DOUBLE))
+
+
+def _seeding_cases():
+    torch.manual_seed(0)  # cases built with torch's global generator, as 05.1's modules are
+    return [((torch.randn(3),), {}), ((torch.randn(4, 8),), {})]
+
+
+def _drawing_from_the_global_generator(g):
+    torch.rand(())  # a draw that also moves torch's global generator
+    return [((torch.randn(5, generator=g),), {})]
+
+
+def test_a_learner_that_reads_the_global_generator_gets_the_same_verdict_with_references_as_without():
+    """The cases (fixed and drawn) and the reference runs are made apart from the global generator the learner's
+    function reads: without references they were made inside each check (and cases that seed it, as 05.1's do, fixed
+    what the learner drew), with references once before, so a learner using torch.rand was told two things."""
+    ex = dataclasses.replace(DOUBLE, cases=_seeding_cases, draw=_drawing_from_the_global_generator)
+    refs = References(ex)
+
+    def noisy(x):
+        return x * 2 + torch.rand(x.shape)  # wrong by a random amount, named in the verdict
+
+    for seed in (1, 2):
+        torch.manual_seed(123)
+        without = _verdict(run_check(ex, noisy, seed=seed))
+        torch.manual_seed(123)
+        assert _verdict(run_check(ex, noisy, seed=seed, references=refs)) == without
+        torch.manual_seed(123)
+        assert _verdict(check_drawn(ex, noisy, seed, references=refs)) == _verdict(check_drawn(ex, noisy, seed))
