@@ -756,6 +756,14 @@ def _bw_sdpa_backward(q, k, v, o, do, scale):
     return q.grad, k.grad, v.grad
 
 
+def _bw_autograd_let_back_in(q, k, v, o, do, scale):
+    """Autograd with inference mode left (inference_mode(False)) and copies that are not inference tensors."""
+    with torch.inference_mode(False), torch.enable_grad():
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = F.scaled_dot_product_attention(*leaves, scale=scale)
+        return torch.autograd.grad(out, leaves, do.clone())
+
+
 def _bw_jacobian(q, k, v, o, do, scale):
     P = torch.softmax(scale * q @ k.mT, dim=-1)  # (..., T, S)
     jac = torch.diag_embed(P) - P[..., :, None] * P[..., None, :]  # (..., T, S, S): each row's softmax Jacobian
@@ -1037,7 +1045,16 @@ def _fb_row_strips(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
     return dq, dk, dv
 
 
-@pytest.mark.parametrize("fn", [_fb_whole_matrix, _fb_autograd], ids=lambda f: f.__name__)
+def test_08_4_autograd_let_back_in_is_refused_as_autograd():
+    """Autograd with inference mode left: the first tensor saved for backward stops it, on fixed case 1 (before the
+    whole matrix, which fixed case 2 refuses, is reached)."""
+    res = run_check(EXERCISES["08.4"], _fb_autograd, seed=0)
+    assert res.status == FAILED and "fixed case 1 " in res.message, res.message
+    assert "autograd recorded a graph inside your function" in res.message, res.message
+    assert "without autograd (torch.inference_mode())" in res.message, res.message
+
+
+@pytest.mark.parametrize("fn", [_fb_whole_matrix], ids=lambda f: f.__name__)
 def test_08_4_an_answer_that_builds_the_whole_score_matrix_is_refused_by_name(fn):
     """Right values without tiles: the statement asks for the tiled loop, and the check now sees it (it used to
     compare values only, and both passed). Fixed case 1's tiles times D equal T * S, so the limit allows the whole
@@ -1926,7 +1943,7 @@ RIGHT = {
 }
 
 
-@pytest.mark.parametrize("fn", [_bw_autograd, _bw_sdpa_backward], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [_bw_autograd, _bw_sdpa_backward, _bw_autograd_let_back_in], ids=lambda f: f.__name__)
 def test_08_2_runs_the_answer_where_autograd_cannot_help(fn):
     """08.2 asks for the formulas, not autograd: an answer that calls backward() or autograd.grad fails, saying why."""
     res = run_check(EXERCISES["08.2"], fn, seed=0)

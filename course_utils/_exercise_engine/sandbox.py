@@ -189,6 +189,21 @@ class _SizeLimit(TorchDispatchMode):
         return result
 
 
+def _refuse_to_save(t: torch.Tensor) -> Any:
+    raise RuntimeError(
+        "autograd recorded a graph inside your function (torch.inference_mode(False) or torch.enable_grad() with "
+        "tensors that require grad)"
+    )
+
+
+@contextlib.contextmanager
+def _without_autograd() -> Iterator[None]:
+    """``torch.inference_mode()``, and no graph recorded even where the function leaves it (``inference_mode(False)``
+    with copies that require grad): the first tensor an operation saves for backward raises."""
+    with torch.inference_mode(), torch.autograd.graph.saved_tensors_hooks(_refuse_to_save, lambda t: t):
+        yield
+
+
 class _Printed(io.TextIOBase):
     """A stream that keeps the first few lines written to it (each cut to a width) and counts the rest."""
 
@@ -321,7 +336,7 @@ class Session:
 
     def call(self, fn: Callable[..., Any], case: tuple[tuple, dict]) -> Run:
         out, err = contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed)
-        no_grad = contextlib.nullcontext() if self.autograd else torch.inference_mode()
+        no_grad = contextlib.nullcontext() if self.autograd else _without_autograd()
         limit = None if self.largest is None else _SizeLimit(self.largest(*case[0], **case[1]))
         try:
             with out, err, _time_limit(self.time_limit), no_grad, limit or contextlib.nullcontext():
