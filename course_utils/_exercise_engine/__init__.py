@@ -149,13 +149,13 @@ class Exercise:
     ``domain`` (:class:`course_utils._exercise_engine.domain.Domain`) states the facets of the inputs the statement
     allows (leading axes, integer dtypes, magnitudes, views); ``fixed_cases()`` adds a case built for each facet
     value no hand-written case holds. ``autograd=False`` runs the learner's function under
-    ``torch.inference_mode()`` (an exercise that asks for the formulas, not autograd). ``largest`` takes a case's
-    arguments like the solution and returns the most elements one tensor computed in the learner's function may
-    hold (an exercise that asks for tiles: never the whole score matrix); ``largest_why`` says so in the verdict
-    of a function that computes a larger one. ``results`` names the
-    returned values as the statement does (by default read from the signature's ``-> (out, weights)``), so a
-    verdict says ``weights: ...``, not ``result 1: ...``. ``core`` is False for an optional exercise; its
-    heading in the notebook says so beside its minutes (``size()``).
+    ``torch.inference_mode()`` (an exercise that asks for the formulas, not autograd; a graph recorded where the
+    function leaves that mode raises at its first saved tensor). ``largest`` takes a case's arguments like the
+    solution and returns the most elements one tensor computed in the learner's function may hold (an exercise that
+    asks for tiles: never the whole score matrix); ``largest_why`` says so in the verdict of a function that computes
+    a larger one. ``results`` names the returned values as the statement does (by default read from the signature's
+    ``-> (out, weights)``), so a verdict says ``weights: ...``, not ``result 1: ...``. ``core`` is False for an
+    optional exercise; its heading in the notebook says so beside its minutes (``size()``).
     """
 
     key: str
