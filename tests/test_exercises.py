@@ -1062,7 +1062,7 @@ def test_08_4_an_answer_that_builds_the_whole_score_matrix_is_refused_by_name(fn
     res = run_check(EXERCISES["08.4"], fn, seed=0)
     assert res.status == FAILED and "fixed case 2 " in res.message, res.message
     assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
-    assert "the whole (..., T, S) score matrix, which the tiled backward never builds" in res.message
+    assert "the whole (..., T, S) score matrix, which the tiled backward never needs" in res.message
     assert run_check(EXERCISES["08.4"], _fb_row_strips, seed=0).status == PASSED
 
 
@@ -1120,6 +1120,39 @@ def test_08_4_a_tiled_answer_that_broadcasts_within_a_tile_passes():
     for seed in range(3):
         res = run_check(EXERCISES["08.4"], _fb_tiles_by_broadcasting, seed=seed)
         assert res.status == PASSED, f"seed {seed}: {res.message}"
+
+
+def _fb_shares_stacked(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """Tiled, but every key tile's share of dq kept, then stacked and summed: (n_kv_tiles, ..., T, D), more than the
+    whole score matrix once D exceeds kv_tile."""
+    T, S = q.shape[-2], k.shape[-2]
+    delta = (dout * out).sum(-1, keepdim=True)
+    dq_shares, dk, dv = [], torch.zeros_like(k), torch.zeros_like(v)
+    for j0 in range(0, S, kv_tile):
+        c = slice(j0, j0 + kv_tile)
+        share = torch.zeros_like(q)
+        for i0 in range(0, T, q_tile):
+            r = slice(i0, i0 + q_tile)
+            s = scale * q[..., r, :] @ k[..., c, :].mT
+            if is_causal:
+                pos = torch.arange(i0, min(i0 + q_tile, T))[:, None] + S - T
+                s = torch.where(torch.arange(j0, min(j0 + kv_tile, S)) > pos, float("-inf"), s)
+            p = torch.exp(s - lse[..., r, None])
+            ds = p * (dout[..., r, :] @ v[..., c, :].mT - delta[..., r, :])
+            share[..., r, :] += scale * ds @ k[..., c, :]
+            dk[..., c, :] += scale * ds.mT @ q[..., r, :]
+            dv[..., c, :] += p.mT @ dout[..., r, :]
+        dq_shares.append(share)
+    return torch.stack(dq_shares).sum(0), dk, dv
+
+
+def test_08_4_the_limit_says_what_else_builds_as_much_as_the_whole_matrix():
+    """A tensor over the limit need not be the score matrix: the verdict says 'at least as many elements', and names
+    the tiles' shares kept and stacked beside the whole mask and autograd."""
+    res = run_check(EXERCISES["08.4"], _fb_shares_stacked, seed=0)
+    assert res.status == FAILED, res.message
+    assert "a tensor of shape (3, 8, 4) (96 elements; at most 63): at least as many elements as" in res.message
+    assert "every tile's share kept and stacked" in res.message, res.message
 
 
 def test_08_3_fixed_cases_hold_every_edge_of_the_statement():

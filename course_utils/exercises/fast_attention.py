@@ -786,9 +786,10 @@ EXERCISES = (
         autograd=False,  # the statement asks for the tiled loop: autograd cannot help here
         largest=_largest_tile_work,  # nor may the whole (T, S) matrix appear
         largest_why=(
-            "as many elements as the whole (..., T, S) score matrix, which the tiled backward never builds. "
-            "Compute each tile's scores, weights and mask inside the loop over tiles (a mask for the whole "
-            "matrix, or autograd on it, builds it too)"
+            "at least as many elements as the whole (..., T, S) score matrix, which the tiled backward never needs. "
+            "Compute each tile's scores, weights and mask inside the loop over tiles and add each tile's share "
+            "into dq, dk and dv as you go (a mask for the whole matrix, autograd on it, or every tile's share kept "
+            "and stacked builds as much)"
         ),
         atol=1e-4,  # float32 cases: the tiled sums round differently from autograd's (float64 ones: 1e-10)
         edges={
