@@ -1375,3 +1375,53 @@ def test_a_mistake_that_answers_two_ways_is_run_afresh():
 def test_references_of_another_exercise_are_refused():
     with pytest.raises(ValueError, match="references are of exercise 99.1, but the check is of exercise 99.2"):
         run_check(IDS, _ids, references=References(DOUBLE))
+
+
+def _seeding_cases():
+    torch.manual_seed(0)  # cases built with torch's global generator, as 05.1's modules are
+    return [((torch.randn(3),), {}), ((torch.randn(4, 8),), {})]
+
+
+def _drawing_from_the_global_generator(g):
+    torch.rand(())  # a draw that also moves torch's global generator
+    return [((torch.randn(5, generator=g),), {})]
+
+
+def test_a_learner_that_reads_the_global_generator_gets_the_same_verdict_with_references_as_without():
+    """The cases (fixed and drawn) and the reference runs are made apart from the global generator the learner's
+    function reads: without references they were made inside each check (and cases that seed it, as 05.1's do, fixed
+    what the learner drew), with references once before, so a learner using torch.rand was told two things."""
+    ex = dataclasses.replace(DOUBLE, cases=_seeding_cases, draw=_drawing_from_the_global_generator)
+    refs = References(ex)
+
+    def noisy(x):
+        return x * 2 + torch.rand(x.shape)  # wrong by a random amount, named in the verdict
+
+    for seed in (1, 2):
+        torch.manual_seed(123)
+        without = _verdict(run_check(ex, noisy, seed=seed))
+        torch.manual_seed(123)
+        assert _verdict(run_check(ex, noisy, seed=seed, references=refs)) == without
+        torch.manual_seed(123)
+        assert _verdict(check_drawn(ex, noisy, seed, references=refs)) == _verdict(check_drawn(ex, noisy, seed))
+
+
+def test_references_keep_a_solution_run_only_when_its_second_run_is_identical_not_merely_close():
+    """A reference whose two runs differ within the tolerance is not deterministic either: kept, its first run
+    would judge an answer near the tolerance's edge otherwise than a fresh run does."""
+    calls = []
+
+    def first_run_apart(x):  # its first run 4e-6 above twice x, every later one 4e-6 below
+        calls.append(1)
+        return x * 2 + (4e-6 if len(calls) == 1 else -4e-6)
+
+    ex = dataclasses.replace(DOUBLE, solution=first_run_apart, cases=lambda: [((torch.zeros(3),), {})], mistakes=())
+    refs = References(ex)
+
+    def low(x):
+        return x * 2 - 8e-6  # 4e-6 from a later run (within 1e-5), 1.2e-5 from the first (past it)
+
+    check_fixed(ex, low, references=refs)  # the first check runs the reference twice, and judges by the first run
+    assert not refs.deterministic
+    with_refs = check_fixed(ex, low, references=refs)  # later ones by a fresh run, as a check without references
+    assert _verdict(with_refs) == _verdict(check_fixed(ex, low)) == (PASSED, None, "Well done.")

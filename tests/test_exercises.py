@@ -756,6 +756,14 @@ def _bw_sdpa_backward(q, k, v, o, do, scale):
     return q.grad, k.grad, v.grad
 
 
+def _bw_autograd_let_back_in(q, k, v, o, do, scale):
+    """Autograd with inference mode left (inference_mode(False)) and copies that are not inference tensors."""
+    with torch.inference_mode(False), torch.enable_grad():
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        out = F.scaled_dot_product_attention(*leaves, scale=scale)
+        return torch.autograd.grad(out, leaves, do.clone())
+
+
 def _bw_jacobian(q, k, v, o, do, scale):
     P = torch.softmax(scale * q @ k.mT, dim=-1)  # (..., T, S)
     jac = torch.diag_embed(P) - P[..., :, None] * P[..., None, :]  # (..., T, S, S): each row's softmax Jacobian
@@ -1037,15 +1045,114 @@ def _fb_row_strips(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
     return dq, dk, dv
 
 
-@pytest.mark.parametrize("fn", [_fb_whole_matrix, _fb_autograd], ids=lambda f: f.__name__)
+def test_08_4_autograd_let_back_in_is_refused_as_autograd():
+    """Autograd with inference mode left: the first tensor saved for backward stops it, on fixed case 1 (before the
+    whole matrix, which fixed case 2 refuses, is reached)."""
+    res = run_check(EXERCISES["08.4"], _fb_autograd, seed=0)
+    assert res.status == FAILED and "fixed case 1 " in res.message, res.message
+    assert "autograd recorded a graph inside your function" in res.message, res.message
+    assert "without autograd (torch.inference_mode())" in res.message, res.message
+
+
+@pytest.mark.parametrize("fn", [_fb_whole_matrix], ids=lambda f: f.__name__)
 def test_08_4_an_answer_that_builds_the_whole_score_matrix_is_refused_by_name(fn):
     """Right values without tiles: the statement asks for the tiled loop, and the check now sees it (it used to
-    compare values only, and both passed)."""
+    compare values only, and both passed). Fixed case 1's tiles times D equal T * S, so the limit allows the whole
+    matrix there (a tile's broadcast product is as large); fixed case 2 refuses it."""
     res = run_check(EXERCISES["08.4"], fn, seed=0)
-    assert res.status == FAILED and "fixed case 1 " in res.message, res.message
+    assert res.status == FAILED and "fixed case 2 " in res.message, res.message
     assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
-    assert "the whole (..., T, S) score matrix, which the tiled backward never builds" in res.message
+    assert "the whole (..., T, S) score matrix, which the tiled backward never needs" in res.message
     assert run_check(EXERCISES["08.4"], _fb_row_strips, seed=0).status == PASSED
+
+
+def _fb_whole_matrix_caught(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """The whole matrix tried first, the limit's exception caught by a bare `except BaseException`, the row strips
+    returned instead: the whole matrix was still built."""
+    try:
+        return _fb_whole_matrix(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)
+    except BaseException:
+        return _fb_row_strips(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)
+
+
+def _fb_whole_matrix_caught_none(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    try:
+        return _fb_whole_matrix(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)
+    except BaseException:
+        return None
+
+
+@pytest.mark.parametrize("fn", [_fb_whole_matrix_caught, _fb_whole_matrix_caught_none], ids=lambda f: f.__name__)
+def test_08_4_the_whole_matrix_is_refused_even_when_the_function_catches_the_limit(fn):
+    """Catching the limit's exception does not unmake the tensor that tripped it: the verdict is the limit's, not a
+    pass (a fallback) or a wrong-result message (a None)."""
+    res = run_check(EXERCISES["08.4"], fn, seed=0)
+    assert res.status == FAILED, res.message
+    assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
+
+
+def _fb_tiles_by_broadcasting(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """Right and tiled: each tile's scores and dP as a broadcast product summed over the feature axis (a
+    (..., Tq, Sk, D) tensor, a tile's scores times D), not a matrix product."""
+    T, S = q.shape[-2], k.shape[-2]
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    delta = (dout * out).sum(-1, keepdim=True)
+    for i0 in range(0, T, q_tile):
+        for j0 in range(0, S, kv_tile):
+            r, c = slice(i0, i0 + q_tile), slice(j0, j0 + kv_tile)
+            s = scale * (q[..., r, None, :] * k[..., None, c, :]).sum(-1)  # (..., Tq, Sk)
+            if is_causal:
+                pos = torch.arange(i0, min(i0 + q_tile, T))[:, None] + S - T
+                s = s.masked_fill(torch.arange(j0, min(j0 + kv_tile, S)) > pos, float("-inf"))
+            p = torch.exp(s - lse[..., r, None])
+            dp = (dout[..., r, None, :] * v[..., None, c, :]).sum(-1)  # (..., Tq, Sk)
+            ds = p * (dp - delta[..., r, :])
+            dq[..., r, :] += scale * ds @ k[..., c, :]
+            dk[..., c, :] += scale * ds.mT @ q[..., r, :]
+            dv[..., c, :] += p.mT @ dout[..., r, :]
+    return dq, dk, dv
+
+
+def test_08_4_a_tiled_answer_that_broadcasts_within_a_tile_passes():
+    """The limit allows a tile's scores times the feature width, so a right tiled answer is not refused for its
+    spelling of a tile's product; the whole matrix is still refused (on fixed case 2, whose tiles times D are under
+    T * S, as are those of fixed cases 3, 4 and 6)."""
+    for seed in range(3):
+        res = run_check(EXERCISES["08.4"], _fb_tiles_by_broadcasting, seed=seed)
+        assert res.status == PASSED, f"seed {seed}: {res.message}"
+
+
+def _fb_shares_stacked(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+    """Tiled, but every key tile's share of dq kept, then stacked and summed: (n_kv_tiles, ..., T, D), more than the
+    whole score matrix once D exceeds kv_tile."""
+    T, S = q.shape[-2], k.shape[-2]
+    delta = (dout * out).sum(-1, keepdim=True)
+    dq_shares, dk, dv = [], torch.zeros_like(k), torch.zeros_like(v)
+    for j0 in range(0, S, kv_tile):
+        c = slice(j0, j0 + kv_tile)
+        share = torch.zeros_like(q)
+        for i0 in range(0, T, q_tile):
+            r = slice(i0, i0 + q_tile)
+            s = scale * q[..., r, :] @ k[..., c, :].mT
+            if is_causal:
+                pos = torch.arange(i0, min(i0 + q_tile, T))[:, None] + S - T
+                s = torch.where(torch.arange(j0, min(j0 + kv_tile, S)) > pos, float("-inf"), s)
+            p = torch.exp(s - lse[..., r, None])
+            ds = p * (dout[..., r, :] @ v[..., c, :].mT - delta[..., r, :])
+            share[..., r, :] += scale * ds @ k[..., c, :]
+            dk[..., c, :] += scale * ds.mT @ q[..., r, :]
+            dv[..., c, :] += p.mT @ dout[..., r, :]
+        dq_shares.append(share)
+    return torch.stack(dq_shares).sum(0), dk, dv
+
+
+def test_08_4_the_limit_says_what_else_builds_as_much_as_the_whole_matrix():
+    """A tensor over the limit need not be the score matrix: the verdict says 'at least as many elements', and names
+    the tiles' shares kept and stacked beside the whole mask and autograd."""
+    res = run_check(EXERCISES["08.4"], _fb_shares_stacked, seed=0)
+    assert res.status == FAILED, res.message
+    assert "a tensor of shape (3, 8, 4) (96 elements; at most 63): at least as many elements as" in res.message
+    assert "every tile's share kept and stacked" in res.message, res.message
 
 
 def test_08_3_fixed_cases_hold_every_edge_of_the_statement():
@@ -1885,7 +1992,7 @@ RIGHT = {
 }
 
 
-@pytest.mark.parametrize("fn", [_bw_autograd, _bw_sdpa_backward], ids=lambda f: f.__name__)
+@pytest.mark.parametrize("fn", [_bw_autograd, _bw_sdpa_backward, _bw_autograd_let_back_in], ids=lambda f: f.__name__)
 def test_08_2_runs_the_answer_where_autograd_cannot_help(fn):
     """08.2 asks for the formulas, not autograd: an answer that calls backward() or autograd.grad fails, saying why."""
     res = run_check(EXERCISES["08.2"], fn, seed=0)

@@ -149,13 +149,13 @@ class Exercise:
     ``domain`` (:class:`course_utils._exercise_engine.domain.Domain`) states the facets of the inputs the statement
     allows (leading axes, integer dtypes, magnitudes, views); ``fixed_cases()`` adds a case built for each facet
     value no hand-written case holds. ``autograd=False`` runs the learner's function under
-    ``torch.inference_mode()`` (an exercise that asks for the formulas, not autograd). ``largest`` takes a case's
-    arguments like the solution and returns the most elements one tensor computed in the learner's function may
-    hold (an exercise that asks for tiles: never the whole score matrix); ``largest_why`` says so in the verdict
-    of a function that computes a larger one. ``results`` names the
-    returned values as the statement does (by default read from the signature's ``-> (out, weights)``), so a
-    verdict says ``weights: ...``, not ``result 1: ...``. ``core`` is False for an optional exercise; its
-    heading in the notebook says so beside its minutes (``size()``).
+    ``torch.inference_mode()`` (an exercise that asks for the formulas, not autograd; a graph recorded where the
+    function leaves that mode raises at its first saved tensor). ``largest`` takes a case's arguments like the
+    solution and returns the most elements one tensor computed in the learner's function may hold (an exercise that
+    asks for tiles: never the whole score matrix); ``largest_why`` says so in the verdict of a function that computes
+    a larger one. ``results`` names the returned values as the statement does (by default read from the signature's
+    ``-> (out, weights)``), so a verdict says ``weights: ...``, not ``result 1: ...``. ``core`` is False for an
+    optional exercise; its heading in the notebook says so beside its minutes (``size()``).
     """
 
     key: str
@@ -534,21 +534,24 @@ class _Cases:
         return self.fixed + self.drawn
 
     def solution(self, i: int) -> Run:
-        """The reference solution's run of case ``i`` (run once, on its own copy of the arguments)."""
+        """The reference solution's run of case ``i`` (run once, on its own copy of the arguments), apart from
+        torch's global generator (:func:`_apart`)."""
         if i not in self._solved:
-            if self.references is None:
-                self._solved[i] = run_case(self.ex.solution, self.all[i])
-            elif self.is_fixed(i):
-                self._solved[i] = self.references.fixed_run(i)
-            else:
-                self._solved[i] = self.references.drawn_run(self.seed, i - len(self.fixed))
+            with _apart():
+                if self.references is None:
+                    self._solved[i] = run_case(self.ex.solution, self.all[i])
+                elif self.is_fixed(i):
+                    self._solved[i] = self.references.fixed_run(i)
+                else:
+                    self._solved[i] = self.references.drawn_run(self.seed, i - len(self.fixed))
         return self._solved[i]
 
     def mistake(self, m: Mistake) -> list[_Outcome]:
-        """What catalogued mistake ``m`` does on each fixed case."""
-        if self.references is not None and self.fixed is self.references.fixed:
-            return self.references.mistake_outcomes(m)
-        return [_outcome(m.fn, case) for case in self.fixed]
+        """What catalogued mistake ``m`` does on each fixed case (apart from torch's global generator)."""
+        with _apart():
+            if self.references is not None and self.fixed is self.references.fixed:
+                return self.references.mistake_outcomes(m)
+            return [_outcome(m.fn, case) for case in self.fixed]
 
     def is_fixed(self, i: int) -> bool:
         return i < len(self.fixed)
@@ -566,8 +569,16 @@ class _Cases:
         return f"{head} ({'; '.join(p for p in parts if p)})"
 
 
+def _apart() -> Any:
+    """A block whose use of torch's global generator is undone after it: making the cases and the reference side's
+    runs. What the learner's function draws from it is then the same with :class:`References` (made once, outside
+    the check) as without (made inside each check, where cases that seed it, as 05.1's do, would fix its draws)."""
+    return torch.random.fork_rng(devices=[])
+
+
 def _draw(ex: Exercise, seed: int) -> list[tuple[tuple, dict]]:
-    return list(ex.draw(torch.Generator().manual_seed(seed))) if ex.draw is not None else []
+    with _apart():
+        return list(ex.draw(torch.Generator().manual_seed(seed))) if ex.draw is not None else []
 
 
 def _prepare_cases(
@@ -577,7 +588,8 @@ def _prepare_cases(
     asked for, taken from ``references`` where given."""
     s = _draw_seed(seed)
     if references is None:
-        fixed = ex.fixed_cases() if "fixed" in parts else []
+        with _apart():
+            fixed = ex.fixed_cases() if "fixed" in parts else []
         drawn = _draw(ex, s) if "drawn" in parts else []
     else:
         fixed = references.fixed if "fixed" in parts else []
@@ -600,7 +612,8 @@ class References:
 
     def __init__(self, ex: Exercise) -> None:
         self.ex = ex
-        self.fixed = ex.fixed_cases()
+        with _apart():
+            self.fixed = ex.fixed_cases()
         self.deterministic = True  # whether the solution answered each case it was tried on twice alike
         self._fixed_runs: dict[int, Run] = {}
         self._mistakes: dict[int, list[_Outcome] | None] = {}  # by id(mistake); None: not deterministic
@@ -655,9 +668,13 @@ class References:
 
 
 def _identical(a: Run, b: Run, ex: Exercise) -> bool:
-    """Two runs of one function on one case alike (output and arguments after the call, within tolerance)."""
+    """Two runs of one function on one case identical (output and arguments after the call, exactly; NaN = NaN).
+
+    Not merely within the exercise's tolerance: a run kept in place of fresh ones must judge every answer as they
+    would, and one near the tolerance's edge is judged otherwise by two runs that differ within it."""
     try:
-        return _same_run(a, b, ex)
+        pairs = ((a.output, b.output), (a.args, b.args), (a.kwargs, b.kwargs))
+        return all(first_change(state_of(x), state_of(y), "") is None for x, y in pairs)
     except Exception:  # outputs that cannot be compared: not known to be alike
         return False
 

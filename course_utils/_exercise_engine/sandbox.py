@@ -169,18 +169,39 @@ class TooLarge(BaseException):
 
 
 class _SizeLimit(TorchDispatchMode):
-    """Every operation's results checked against ``limit`` elements, as the operation returns them."""
+    """Every operation's results checked against ``limit`` elements, as the operation returns them. The first
+    tensor over the limit is kept in ``tripped``: a function that catches the exception (``except BaseException``)
+    has still built that tensor, and :meth:`Session.call` raises it again after the call."""
 
     def __init__(self, limit: int) -> None:
         super().__init__()
         self.limit = limit
+        self.tripped: TooLarge | None = None
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         result = func(*args, **(kwargs or {}))
         for t in tree_flatten(result)[0]:
             if isinstance(t, torch.Tensor) and t.numel() > self.limit:
-                raise TooLarge(t.shape, self.limit)
+                too_large = TooLarge(t.shape, self.limit)
+                if self.tripped is None:
+                    self.tripped = too_large
+                raise too_large
         return result
+
+
+def _refuse_to_save(t: torch.Tensor) -> Any:
+    raise RuntimeError(
+        "autograd recorded a graph inside your function (torch.inference_mode(False) or torch.enable_grad() with "
+        "tensors that require grad)"
+    )
+
+
+@contextlib.contextmanager
+def _without_autograd() -> Iterator[None]:
+    """``torch.inference_mode()``, and no graph recorded even where the function leaves it (``inference_mode(False)``
+    with copies that require grad): the first tensor an operation saves for backward raises."""
+    with torch.inference_mode(), torch.autograd.graph.saved_tensors_hooks(_refuse_to_save, lambda t: t):
+        yield
 
 
 class _Printed(io.TextIOBase):
@@ -315,13 +336,20 @@ class Session:
 
     def call(self, fn: Callable[..., Any], case: tuple[tuple, dict]) -> Run:
         out, err = contextlib.redirect_stdout(self.printed), contextlib.redirect_stderr(self.printed)
-        no_grad = contextlib.nullcontext() if self.autograd else torch.inference_mode()
-        size = contextlib.nullcontext() if self.largest is None else _SizeLimit(self.largest(*case[0], **case[1]))
+        no_grad = contextlib.nullcontext() if self.autograd else _without_autograd()
+        limit = None if self.largest is None else _SizeLimit(self.largest(*case[0], **case[1]))
         try:
-            with out, err, _time_limit(self.time_limit), no_grad, size:
-                return run_case(fn, case)
+            with out, err, _time_limit(self.time_limit), no_grad, limit or contextlib.nullcontext():
+                run = run_case(fn, case)
+        except BaseException as e:
+            if limit is not None and limit.tripped is not None and e is not limit.tripped:
+                raise limit.tripped from e  # caught inside, then something else went wrong: the limit is the cause
+            raise
         finally:
             self.restore()
+        if limit is not None and limit.tripped is not None:  # the function caught the limit's exception and went on
+            raise limit.tripped
+        return run
 
     def restore(self) -> None:
         self.put_back.extend(c for c in _restore_settings(self.settings) if c not in self.put_back)
