@@ -458,7 +458,7 @@ assert result["val_loss"] < baseline < untrained_loss, "trained beats unigram be
 # The mean over a window hides what context buys. `loss_by_position` splits it: the loss at position
 # `t` of the windows `evaluate` walks, predicted from `t + 1` characters. At position 0 the model reads
 # one character, as the bigram table does; the loss falls over the next few characters, then flattens
-# (this small model uses little more context than that; the larger sizes keep falling for longer). The
+# (this small model uses little more context than that). The
 # mean over a window counts the first, poorly informed positions too, so it is above what the model
 # reaches with context, the figure that matters when it reads a long text.
 
