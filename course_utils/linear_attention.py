@@ -1,25 +1,11 @@
-"""Linear attention as a memory: a (D, Dv) state written with keys and values, read with queries; decay, gates,
-the delta rule, and the chunkwise-parallel form real kernels use.
+"""Linear attention as a memory (notebook 13): a (D, Dv) state written with keys and values, read with queries;
+decay, gates, the delta rule, and the chunkwise-parallel form. The forms without a normaliser (RetNet, gated linear
+attention, Mamba-2, DeltaNet); the normalised one and the feature map are in :mod:`course_utils.variants`.
 
-Reading order (notebook 13): the state written and read (:func:`gated_linear_attention_step`,
-:func:`gated_linear_attention_recurrent`), its masked quadratic form (:func:`decay_mask`,
-:func:`gated_linear_attention`), all prefix states at once (:func:`gated_linear_attention_prefix_states`), the
-delta rule (:func:`delta_rule_step`, :func:`delta_rule_recurrent`), and the chunkwise form
-(:func:`gated_linear_attention_chunk`, :func:`gated_linear_attention_chunkwise`).
-
-These are the forms without a normaliser, as RetNet, gated linear attention, Mamba-2 and (Gated) DeltaNet use
-them (they normalise the output with a layer norm instead); the normalised linear attention of notebook 13's
-section 1 is in :mod:`course_utils.variants`. The feature map, when one is used (phi = elu + 1,
-:func:`course_utils.variants.elu_feature_map`), is applied to q and k by the caller.
-
-One recurrence underlies every form here: with a gate alpha_t in (0, 1] (1: no forgetting; a float gamma: the
-fixed decay of RetNet), S_t = alpha_t S_{t-1} + k_t v_t^T and out_t = S_t^T q_t, from S_0 = 0. One number per
-token is Mamba-2's scalar gate; gated linear attention (Yang et al. 2023) gates each key feature apart, a vector
-alpha_t in (0, 1)^D and S_t = diag(alpha_t) S_{t-1} + k_t v_t^T, which is not built here.
-Shapes: T sequence length, D the width of q and k, Dv of v, C a chunk's length; ``...`` any leading axes, the
-same for every argument. A gate is a number or a tensor (..., T) (one per token). Gates and betas are checked
-for their range (NaN included); q, k and v are not scanned for NaN, as in :mod:`course_utils.attention`: a NaN
-there comes out as NaN in the outputs that read it.
+The recurrence every form computes: S_t = alpha_t S_{t-1} + k_t v_t^T, out_t = S_t^T q_t, from S_0 = 0, with a gate
+alpha_t in (0, 1] (1: no forgetting). Shapes: T sequence length, D the width of q and k, Dv of v, C a chunk's length,
+``...`` any leading axes, the same for every argument. A gate is a number or a tensor (..., T). Gates and betas are
+checked for their range (NaN included); q, k and v are not scanned for NaN.
 """
 
 from __future__ import annotations
@@ -44,9 +30,7 @@ __all__ = [
 ]
 
 
-# ----------------------------------------------------------------------------------------------
-# Checks at the door: the tensors' shapes, and a gate or a beta in its range
-# ----------------------------------------------------------------------------------------------
+# --- Checks at the door: the tensors' shapes, and a gate or a beta in its range -----------------------------
 
 
 def _check_qkv(q: object, k: object, v: object, min_dim: int = 2) -> None:
@@ -63,12 +47,13 @@ def _check_qkv(q: object, k: object, v: object, min_dim: int = 2) -> None:
         )
 
 
-def _check_rate(name: str, x: object, shape: torch.Size, like: torch.Tensor, low_open: bool) -> None:
-    """Raise unless ``x`` (a gate, low_open: in (0, 1]; a beta: in [0, 1]) is a number, or a tensor of ``shape``
-    with ``like``'s dtype and device."""
+def _rate(name: str, x: object, shape: torch.Size, like: torch.Tensor, low_open: bool) -> torch.Tensor:
+    """``x`` (a gate, low_open: in (0, 1]; a beta: in [0, 1]) as a tensor of ``shape``, once it is checked to be a
+    number, or a tensor of ``shape`` with ``like``'s dtype and device. A number is the same for every token."""
     is_tensor = isinstance(x, torch.Tensor) and x.dtype == like.dtype and x.device == like.device
     if isinstance(x, bool) or not (isinstance(x, numbers.Real) or is_tensor):
-        raise TypeError(f"{name} must be a number or a {like.dtype} tensor on {like.device}, got {_kind(x)}")
+        got = f"{x.dtype} tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
+        raise TypeError(f"{name} must be a number or a {like.dtype} tensor on {like.device}, got {got}")
     if is_tensor and x.shape != shape:
         raise ValueError(f"{name} must have shape {tuple(shape)} (one per token), got {tuple(x.shape)}")
     if is_tensor:
@@ -82,15 +67,7 @@ def _check_rate(name: str, x: object, shape: torch.Size, like: torch.Tensor, low
             f"{name} = {x:g} is 0 in {like.dtype}, the dtype it is used in (log 0 = -inf would give NaN): "
             f"use a gate that {like.dtype} can hold, at least {torch.finfo(like.dtype).smallest_normal:g}"
         )
-
-
-def _kind(x: object) -> str:
-    return f"{x.dtype} tensor on {x.device}" if isinstance(x, torch.Tensor) else type(x).__name__
-
-
-def _per_token(x: float | torch.Tensor, like: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """A gate or a beta as a tensor of ``shape``: a number is the same for every token (a view, no copy)."""
-    return torch.as_tensor(x, dtype=like.dtype, device=like.device).expand(shape)
+    return torch.as_tensor(x, dtype=like.dtype, device=like.device).expand(shape)  # a view, no copy
 
 
 def _check_state(state: object, q: torch.Tensor, v: torch.Tensor, lead: torch.Size) -> None:
@@ -104,9 +81,7 @@ def _check_state(state: object, q: torch.Tensor, v: torch.Tensor, lead: torch.Si
         )
 
 
-# ----------------------------------------------------------------------------------------------
-# 1. The state as a memory: write k_t v_t^T, forget by alpha_t, read with q_t
-# ----------------------------------------------------------------------------------------------
+# --- 1. The state as a memory: write k_t v_t^T, forget by alpha_t, read with q_t ----------------------------
 
 
 def gated_linear_attention_step(
@@ -120,8 +95,7 @@ def gated_linear_attention_step(
     """
     _check_qkv(q_t, k_t, v_t, min_dim=1)
     _check_state(state, q_t, v_t, q_t.shape[:-1])
-    _check_rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
-    gate_t = _per_token(gate_t, q_t, q_t.shape[:-1])
+    gate_t = _rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
     state = gate_t[..., None, None] * state + k_t[..., :, None] * v_t[..., None, :]  # (..., D, Dv)
     return torch.einsum("...d,...de->...e", q_t, state), state  # (..., Dv), (..., D, Dv)
 
@@ -136,8 +110,7 @@ def gated_linear_attention_recurrent(
     Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
-    gate = _per_token(gate, q, q.shape[:-1])
+    gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
     state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
     outs = []
     for t in range(q.shape[-2]):
@@ -146,19 +119,17 @@ def gated_linear_attention_recurrent(
     return (torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)), state  # (..., T, Dv)
 
 
-# ----------------------------------------------------------------------------------------------
-# 2. The masked quadratic form: a decay matrix where softmax attention has its causal mask
-# ----------------------------------------------------------------------------------------------
+# --- 2. The masked quadratic form: a decay matrix where softmax attention has its causal mask ---------------
 
 
 def decay_mask(gate: torch.Tensor) -> torch.Tensor:
     """M[i, j] = alpha_{j+1} ... alpha_i for j <= i (1 on the diagonal), 0 above it: how much of token j is left
-    at step i. Computed from cumulative sums of log alpha, so it is one subtraction and one exp per entry.
+    at step i.
 
     Shape: gate (..., T) in (0, 1] -> (..., T, T). Taught in notebook 13.
     """
     check_float_tensor("gate", gate)
-    _check_rate("gate", gate, gate.shape, gate, low_open=True)
+    _rate("gate", gate, gate.shape, gate, low_open=True)
     return _decay_mask(gate.log().cumsum(dim=-1))
 
 
@@ -178,8 +149,7 @@ def gated_linear_attention(
     Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv). Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
-    gate = _per_token(gate, q, q.shape[:-1])
+    gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
     scores = (q @ k.transpose(-2, -1)) * _decay_mask(gate.log().cumsum(dim=-1))  # (..., T, T)
     return scores @ v  # (..., T, Dv)
 
@@ -189,12 +159,10 @@ def gated_linear_attention_prefix_states(
 ) -> torch.Tensor:
     """Every prefix state S_1 .. S_T at once, by a parallel scan (log2 T doubling steps), then each read.
 
-    The parallel form of prefix sums with a gate: (T, D, Dv) numbers held at once, O(T log T D Dv) work.
     Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv). Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
-    gate = _per_token(gate, q, q.shape[:-1])
+    gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
     states = k[..., :, :, None] * v[..., :, None, :]  # (..., T, D, Dv): token t's write alone
     carry = gate  # (..., T): the decay from the start of each partial sum to t
     T, shift = q.shape[-2], 1
@@ -206,9 +174,7 @@ def gated_linear_attention_prefix_states(
     return torch.einsum("...td,...tde->...te", q, states)  # (..., T, Dv)
 
 
-# ----------------------------------------------------------------------------------------------
-# 3. The delta rule (DeltaNet) and its gated form (Gated DeltaNet): overwrite, not add
-# ----------------------------------------------------------------------------------------------
+# --- 3. The delta rule (DeltaNet) and its gated form (Gated DeltaNet): overwrite, not add -------------------
 
 
 def delta_rule_step(
@@ -221,20 +187,15 @@ def delta_rule_step(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token of the gated delta rule: decay, then move the value stored under k_t towards v_t, then read.
 
-    S' = alpha_t S_{t-1}; S_t = S' + beta_t k_t (v_t - S'^T k_t)^T; out_t = S_t^T q_t. With a unit-norm k_t and
-    beta_t = 1, S_t^T k_t = v_t exactly: the old value under k_t is replaced. The step multiplies the state by
-    I - beta_t k_t k_t^T, whose eigenvalue along k_t is 1 - beta_t ||k_t||^2: the state grows without bound once
-    beta_t ||k_t||^2 > 2, which is why DeltaNet L2-normalises its keys (keys are used as given here).
-    Returns ``(out_t, S_t)``.
+    S' = alpha_t S_{t-1}; S_t = S' + beta_t k_t (v_t - S'^T k_t)^T; out_t = S_t^T q_t. Keys are used as given
+    (DeltaNet L2-normalises them). Returns ``(out_t, S_t)``.
     Shape: state (..., D, Dv), q_t, k_t (..., D), v_t (..., Dv), beta_t, gate_t (...) or numbers ->
     out_t (..., Dv), state (..., D, Dv). Taught in notebook 13.
     """
     _check_qkv(q_t, k_t, v_t, min_dim=1)
     _check_state(state, q_t, v_t, q_t.shape[:-1])
-    _check_rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
-    gate_t = _per_token(gate_t, q_t, q_t.shape[:-1])
-    _check_rate("beta_t", beta_t, q_t.shape[:-1], q_t, low_open=False)
-    beta_t = _per_token(beta_t, q_t, q_t.shape[:-1])
+    gate_t = _rate("gate_t", gate_t, q_t.shape[:-1], q_t, low_open=True)
+    beta_t = _rate("beta_t", beta_t, q_t.shape[:-1], q_t, low_open=False)
     state = _delta_update(state, k_t, v_t, beta_t, gate_t)
     return torch.einsum("...d,...de->...e", q_t, state), state  # (..., Dv), (..., D, Dv)
 
@@ -254,16 +215,13 @@ def delta_rule_recurrent(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """The (gated) delta rule token by token from a zero state: :func:`delta_rule_step` over t.
 
-    Returns ``(out, S_T)``. The reference form; the chunkwise form real kernels use (the WY representation,
-    Yang et al. 2024) is cited, not built, in notebook 13.
+    Returns ``(out, S_T)``.
     Shape: q, k (..., T, D), v (..., T, Dv), beta, gate (..., T) or numbers -> out (..., T, Dv), state (..., D, Dv).
     Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
-    gate = _per_token(gate, q, q.shape[:-1])
-    _check_rate("beta", beta, q.shape[:-1], q, low_open=False)
-    beta = _per_token(beta, q, q.shape[:-1])
+    gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
+    beta = _rate("beta", beta, q.shape[:-1], q, low_open=False)
     state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
     outs = []
     for t in range(q.shape[-2]):
@@ -272,9 +230,7 @@ def delta_rule_recurrent(
     return (torch.stack(outs, dim=-2) if outs else v.new_zeros(v.shape)), state
 
 
-# ----------------------------------------------------------------------------------------------
-# 4. The chunkwise-parallel form: the quadratic form inside a chunk, the state across chunks
-# ----------------------------------------------------------------------------------------------
+# --- 4. The chunkwise-parallel form: the quadratic form inside a chunk, the state across chunks -------------
 
 
 def gated_linear_attention_chunk(
@@ -283,15 +239,14 @@ def gated_linear_attention_chunk(
     """One chunk of C tokens given the state S_0 left by the chunks before it.
 
     With b_i = alpha_1 ... alpha_i (the decay from the chunk's start to its token i) and M its
-    :func:`decay_mask`: out = b * (q S_0) + ((q k^T) * M) v (the past, then the chunk itself) and the state
-    handed on S_C = b_C S_0 + sum_j (b_C / b_j) k_j v_j^T. Returns ``(out, S_C)``.
+    :func:`decay_mask`: out = b * (q S_0) + ((q k^T) * M) v and S_C = b_C S_0 + sum_j (b_C / b_j) k_j v_j^T.
+    Returns ``(out, S_C)``.
     Shape: state (..., D, Dv), q, k (..., C, D), v (..., C, Dv), gate (..., C) or a number ->
     out (..., C, Dv), state (..., D, Dv). Taught in notebook 13.
     """
     _check_qkv(q, k, v)
     _check_state(state, q, v, q.shape[:-2])
-    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
-    gate = _per_token(gate, q, q.shape[:-1])
+    gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
     return _chunk(state, q, k, v, gate.log().cumsum(dim=-1))
 
 
@@ -310,15 +265,13 @@ def gated_linear_attention_chunkwise(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Gated linear attention chunk by chunk (:func:`gated_linear_attention_chunk`), the state carried across.
 
-    Equal to :func:`gated_linear_attention_recurrent`, the last chunk shorter when ``chunk_size`` does not divide
-    T. Cost: about T C (D + Dv) + 2 T D Dv multiply-adds (:func:`chunkwise_cost`), T / C sequential steps, one
-    (C, C) matrix and one state in memory at a time. Returns ``(out, S_T)``.
+    Equal to :func:`gated_linear_attention_recurrent`; the last chunk is shorter when ``chunk_size`` does not
+    divide T. Returns ``(out, S_T)``.
     Shape: q, k (..., T, D), v (..., T, Dv), gate (..., T) or a number -> out (..., T, Dv), state (..., D, Dv).
     Taught in notebook 13.
     """
     _check_qkv(q, k, v)
-    _check_rate("gate", gate, q.shape[:-1], q, low_open=True)
-    gate = _per_token(gate, q, q.shape[:-1])
+    gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
     C = check_int("chunk_size", chunk_size, minimum=1)
     state = q.new_zeros(*q.shape[:-2], q.shape[-1], v.shape[-1])  # (..., D, Dv)
     outs = []
@@ -332,11 +285,8 @@ def gated_linear_attention_chunkwise(
 def chunkwise_cost(T: int, D: int, Dv: int, chunk_size: int) -> dict[str, int]:
     """Multiply-adds of each form for one sequence (one head), counting the matrix products only.
 
-    recurrent: T writes and T reads of a (D, Dv) state, 2 T D Dv, in T sequential steps; quadratic: q k^T and its
-    product with v, T^2 (D + Dv); chunkwise: the same inside each chunk, C_i^2 (D + Dv) for a chunk of C_i tokens
-    (T C (D + Dv) in all when C divides T; the last chunk is shorter when it does not, and C > T is one chunk of
-    T), plus each token's read of the carried state and its write into the next, 2 T D Dv, in ceil(T / C)
-    sequential steps. Taught in notebook 13.
+    recurrent 2 T D Dv; quadratic T^2 (D + Dv); chunkwise C_i^2 (D + Dv) per chunk of C_i tokens plus 2 T D Dv.
+    Taught in notebook 13.
     """
     T = check_int("T", T, minimum=0)
     D, Dv, C = (check_int(n, x) for n, x in (("D", D), ("Dv", Dv), ("chunk_size", chunk_size)))

@@ -1,12 +1,9 @@
-"""Interactive explorers: a pure plotting function for each picture, and a widget that drives it.
+"""Interactive explorers (notebooks 01-04, 11, 12): a plot function per picture, and a widget that drives it.
 
-A **plot function** (``plot_lookup``, ``plot_entropy``, ``plot_mask``, ``plot_head``, ``plot_gpt_head``) is
-deterministic and returns a matplotlib ``Figure``: the static picture nbval checks. An **explorer**
-(``lookup_explorer`` ...) is an :class:`Explorer`: labelled controls above an ``Output`` that shows the plot
-function's picture for the controls' values. It renders the PNG itself, so it can be driven from plain
-Python: ``ex = mask_explorer(); ex.control("mask").value = "causal"; ex.caption``.
-Used in notebooks 01 (lookup), 02 (entropy), 03 (mask), 04 (head), 11 (a trained GPT's heads) and 12 (the induction
-model's heads on a repeated sequence).
+A **plot function** (``plot_lookup`` ...) is deterministic and returns a matplotlib ``Figure``, the static picture
+nbval checks. An **explorer** (``lookup_explorer`` ...) is an :class:`Explorer`: labelled controls above an
+``Output`` that shows the plot function's picture for the controls' values, so it can be driven from plain Python:
+``ex = mask_explorer(); ex.control("mask").value = "causal"; ex.caption``.
 """
 
 from __future__ import annotations
@@ -51,7 +48,6 @@ __all__ = [
     "MASK_SENTENCE",
     "plot_mask",
     "mask_explorer",
-    "HEAD_SENTENCE",
     "plot_head",
     "head_explorer",
     "plot_gpt_head",
@@ -309,13 +305,11 @@ MASK_SENTENCE = ("the", "cat", "sat", "on", "the", "mat", "and", "slept")
 _PAD = "<pad>"
 
 
-def _masked_weights(kind: str, length: int, fill: str, tokens: Sequence[str], seed: int = 0):
+def _masked_weights(kind: str, length: int, fill: str, tokens: Sequence[str] = MASK_SENTENCE, seed: int = 0):
     """Labels, mask (T, T) and bare-softmax weights (T, T) of one mask kind on a padded sentence."""
     check_choice("kind", kind, list(MASK_KINDS))
     check_choice("fill", fill, list(FILLS))
     T = len(tokens)
-    if T < 1:
-        raise ValueError("tokens must hold at least one token")
     check_int("length (the number of real tokens)", length, minimum=0, maximum=T)
     real, pads = list(tokens[:length]), [_PAD] * (T - length)
     padded = "padding" in kind
@@ -348,16 +342,15 @@ def plot_mask(
     kind: str = "causal",
     length: int = 5,
     fill: str = "-inf",
-    tokens: Sequence[str] = MASK_SENTENCE,
     ax: plt.Axes | None = None,
 ) -> Figure:
     """Attention weights of a sentence under one mask: blocked cells hatched, NaN written in red.
 
     ``kind`` is one of ``MASK_KINDS``; with padding, ``length`` words are real and the rest ``<pad>``. ``fill``
-    is what blocked scores become before a bare softmax (``FILLS``). Shape: tokens T -> a (T, T) heatmap.
-    Used in notebook 03.
+    is what blocked scores become before a bare softmax (``FILLS``). Shape: -> a (T, T) heatmap of
+    ``MASK_SENTENCE``. Used in notebook 03.
     """
-    labels, mask, weights = _masked_weights(kind, length, fill, tokens)
+    labels, mask, weights = _masked_weights(kind, length, fill)
     T = len(labels)
     if ax is None:
         _, ax = plt.subplots(figsize=(0.5 * T + 1.8, 0.45 * T + 1.5))
@@ -372,23 +365,22 @@ def plot_mask(
     return ax.figure
 
 
-def mask_explorer(tokens: Sequence[str] = MASK_SENTENCE) -> Explorer:
+def mask_explorer() -> Explorer:
     """Switch between masks and fills on one sentence and see the weights. Draws :func:`plot_mask`.
 
     Controls: ``mask`` (``MASK_KINDS``), ``length`` (real tokens, 0 ... T; only used with padding),
     ``fill`` (``-inf`` or ``finfo.min``). Used in notebook 03.
     """
-    T = len(tokens)
-    _masked_weights("none", T, "-inf", tokens)  # bad tokens fail here, not inside the widget
+    T = len(MASK_SENTENCE)
     kind = widgets.Dropdown(options=list(MASK_KINDS), value="causal + left padding", description="mask", style=_STYLE)
     length = _slider(widgets.IntSlider, description="length", value=min(5, T), min=0, max=T)
     fill = widgets.ToggleButtons(options=list(FILLS), value="-inf", description="fill", style=_STYLE)
 
     def draw(kind: str, length: int, fill: str) -> tuple[Figure, str]:
-        labels, mask, weights = _masked_weights(kind, length, fill, tokens)
+        labels, mask, weights = _masked_weights(kind, length, fill)
         n_nan = int(weights.isnan().any(dim=-1).sum())
         caption = f"mask {kind}, length {length}, fill {fill}: {n_nan} NaN rows, {int(mask.sum())} visible pairs"
-        return plot_mask(kind, length, fill, tokens), caption
+        return plot_mask(kind, length, fill), caption
 
     def enable_length(change: dict) -> None:
         length.disabled = "padding" not in change["new"]
@@ -399,8 +391,6 @@ def mask_explorer(tokens: Sequence[str] = MASK_SENTENCE) -> Explorer:
 
 
 # --- Notebook 04: one head of a multi-head layer ------------------------------------------------------------
-
-HEAD_SENTENCE = ("the", "dog", "saw", "the", "cat", "and", "the", "bird")
 
 
 def _head_weights(
@@ -429,19 +419,14 @@ def plot_head(
     tokens: Sequence[str],
     head: int = 0,
     causal: bool = True,
-    ax: plt.Axes | None = None,
 ) -> Figure:
     """The attention weights of one head of ``layer`` on one sequence, with or without the causal mask.
 
-    Shape:
-        x: (T, C) or (1, T, C), tokens: T labels -> a (T, T) heatmap
-
-    Used in notebook 04.
+    Shape: x (T, C) or (1, T, C), tokens T labels -> a (T, T) heatmap. Used in notebook 04.
     """
     check_bool("causal", causal)
     weights = _head_weights(layer, x, head, causal, tokens)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 1.8, 0.45 * len(tokens) + 1.2))
+    _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 1.8, 0.45 * len(tokens) + 1.2))
     T = weights.shape[0]
     mask = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
     plot_weights(weights, list(tokens), list(tokens), ax=ax, mask=mask)
@@ -452,33 +437,15 @@ def plot_head(
     return ax.figure
 
 
-def _default_head_layer() -> tuple[dict[str, MultiHeadAttention], torch.Tensor, tuple[str, ...]]:
-    with torch.random.fork_rng(devices=[]):  # seeded, without touching the caller's random state
-        torch.manual_seed(0)
-        layer = MultiHeadAttention(16, 4)
-        x = torch.randn(1, len(HEAD_SENTENCE), 16)  # (1, T, C)
-    return {"untrained (4 heads)": layer}, x, HEAD_SENTENCE
-
-
-def head_explorer(
-    layers: MultiHeadAttention | Mapping[str, MultiHeadAttention] | None = None,
-    x: torch.Tensor | None = None,
-    tokens: Sequence[str] | None = None,
-) -> Explorer:
+def head_explorer(layers: Mapping[str, MultiHeadAttention], x: torch.Tensor, tokens: Sequence[str]) -> Explorer:
     """Pick a layer, a head and the causal mask on or off; see that head's weights. Draws :func:`plot_head`.
 
-    ``layers``: one ``MultiHeadAttention`` or a dict of them by name; by default an untrained 4-head layer on
-    ``HEAD_SENTENCE``. Shape: x (T, C) or (1, T, C), tokens T labels. Used in notebook 04.
+    ``layers``: ``MultiHeadAttention`` layers by name. Shape: x (T, C) or (1, T, C), tokens T labels.
+    Used in notebook 04.
     """
-    if layers is None:
-        layers, x, tokens = _default_head_layer()
-    elif x is None or tokens is None:
-        raise ValueError("pass x and tokens together with layers")
-    if isinstance(layers, MultiHeadAttention):
-        layers = {"layer": layers}
     if not isinstance(layers, Mapping):
         raise TypeError(
-            f"layers must be a MultiHeadAttention or a dict of them by name, e.g. {{'trained': layer}}, "
+            f"layers must be a dict of MultiHeadAttention layers by name, e.g. {{'trained': layer}}, "
             f"got {type(layers).__name__}"
         )
     layers = dict(layers)
@@ -516,35 +483,39 @@ def head_explorer(
 # --- Notebook 11: the heads of a trained GPT ----------------------------------------------------------------
 
 
+def _check_model(model: object, what: str) -> None:
+    if not hasattr(model, "config") or not callable(getattr(model, "attention_maps", None)):
+        raise TypeError(f"model must {what}, got {type(model).__name__}")
+
+
+def _one_head(model, idx: torch.Tensor, layer: int, head: int) -> torch.Tensor:
+    """The (T, T) weights of head ``head`` of layer ``layer`` on the first row of ``idx``, in eval mode."""
+    L, H = model.config.num_layers, model.config.num_heads
+    for name, i, n in (("layer", layer, L), ("head", head, H)):
+        check_int(name, i, minimum=0, maximum=n - 1, expected=f"an int in [0, {n - 1}]")
+    was_training = model.training
+    model.eval()
+    maps = model.attention_maps(idx[:1])  # L x (1, H, T, T)
+    model.train(was_training)
+    return maps[layer][0, head].float().cpu()
+
+
 def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[torch.Tensor, str]:
     """The (T, T) weights of one head of one layer on ``prompt`` (its last context_length characters)."""
-    if not hasattr(model, "config") or not callable(getattr(model, "attention_maps", None)):
-        raise TypeError(
-            f"model must be a course_utils.gpt.GPT (with config and attention_maps), got {type(model).__name__}"
-        )
+    _check_model(model, "be a course_utils.gpt.GPT (with config and attention_maps)")
     if not callable(getattr(tokenizer, "encode", None)):
         raise TypeError(f"tokenizer must have an encode(text) method (a CharTokenizer), got {type(tokenizer).__name__}")
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("type a prompt of at least one character")
-    L, H = model.config.num_layers, model.config.num_heads
-    for name, i, n in (("layer", layer, L), ("head", head, H)):
-        check_int(name, i, minimum=0, maximum=n - 1, expected=f"an int in [0, {n - 1}]")
     text = prompt[-model.config.context_length :]
     idx = tokenizer.encode(text)[None].to(next(model.parameters()).device)  # (1, T); ValueError if unknown chars
-    was_training = model.training
-    model.eval()
-    maps = model.attention_maps(idx)  # num_layers x (1, H, T, T)
-    model.train(was_training)
-    return maps[layer][0, head].float().cpu(), text
+    return _one_head(model, idx, layer, head), text
 
 
 def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) -> Figure:
-    """The attention weights of one head of a trained :class:`~course_utils.gpt.GPT` on a prompt.
+    """The attention weights of one head of a trained GPT on a prompt (its last context_length characters).
 
-    Shape:
-        prompt: T characters (the last context_length are used) -> a (T, T) heatmap
-
-    Used in notebook 11.
+    Shape: prompt T characters -> a (T, T) heatmap. Used in notebook 11.
     """
     w, text = _gpt_weights(model, tokenizer, prompt, layer, head)
     labels = char_labels(text)
@@ -585,34 +556,20 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
 
 def _induction_weights(model, tokens: torch.Tensor, layer: int, head: int) -> torch.Tensor:
     """The (T, T) weights of one head on the first row of ``tokens`` (a sequence repeated twice)."""
-    if not hasattr(model, "config") or not callable(getattr(model, "attention_maps", None)):
-        raise TypeError(
-            f"model must have config and attention_maps (an AttentionOnlyTransformer), got {type(model).__name__}"
-        )
+    _check_model(model, "have config and attention_maps (an AttentionOnlyTransformer)")
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] % 2 or 0 in tokens.shape:
         got = f"shape {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         raise ValueError(
             "tokens must be a non-empty (B, 2N) tensor of token ids: a sequence of N tokens, then the same N again; "
             f"got {got}"
         )
-    L, H = model.config.num_layers, model.config.num_heads
-    for name, i, n in (("layer", layer, L), ("head", head, H)):
-        check_int(name, i, minimum=0, maximum=n - 1, expected=f"an int in [0, {n - 1}]")
-    was_training = model.training
-    model.eval()
-    maps = model.attention_maps(tokens[:1])  # L x (1, H, T, T)
-    model.train(was_training)
-    return maps[layer][0, head].float().cpu()
+    return _one_head(model, tokens, layer, head)
 
 
 def plot_induction_head(model, tokens: torch.Tensor, layer: int = 0, head: int = 0, ax=None) -> Figure:
     """One head's weights on a sequence of N tokens repeated twice, with the two diagonals that name a head's job:
     the previous token (key i - 1) and the induction stripe (key i - N + 1, for the queries of the second repeat).
-
-    Shape:
-        tokens: (B, 2N) token ids; the first row is drawn -> a (2N, 2N) heatmap
-
-    Used in notebook 12.
+    Shape: tokens (B, 2N) token ids; the first row is drawn -> a (2N, 2N) heatmap. Used in notebook 12.
     """
     w = _induction_weights(model, tokens, layer, head)
     T = w.shape[-1]

@@ -4,7 +4,6 @@ The making of the corpus (download, verify, clean) is course_utils._corpus and i
 course_tools.corpus, both tested in tests/test_corpus.py. Everything here runs offline.
 """
 
-import json
 import re
 from pathlib import Path
 
@@ -174,25 +173,6 @@ def test_tokenizer_bad_vocabularies_and_ids():
         tok.decode([0, 2, -1])
     with pytest.raises(ValueError, match=r"decode takes a 1-D sequence of ids, got shape \(1, 2\)"):
         tok.decode(torch.zeros(1, 2, dtype=torch.long))
-
-
-def test_tokenizer_save_and_load(tmp_path):
-    tok = CharTokenizer.from_text('héllo\n"world"')
-    path = tmp_path / "tok.json"
-    tok.save(path)
-    assert json.loads(path.read_text())["chars"] == list(tok.chars)
-    again = CharTokenizer.load(path)
-    assert again.chars == tok.chars and again.stoi == tok.stoi
-    assert list(tmp_path.iterdir()) == [path]  # no temporary file left beside it
-
-
-def test_tokenizer_load_rejects_other_files(tmp_path):
-    (tmp_path / "x.json").write_text("{not json")
-    with pytest.raises(ValueError, match="x.json is not a tokenizer JSON file"):
-        CharTokenizer.load(tmp_path / "x.json")
-    (tmp_path / "y.json").write_text('{"chars": ["a"]}')
-    with pytest.raises(ValueError, match="y.json is not a tokenizer file written by CharTokenizer.save"):
-        CharTokenizer.load(tmp_path / "y.json")
 
 
 # --------------------------------------------------------------------------------------------------
