@@ -71,12 +71,15 @@ def plot_weights(
         raise ValueError(
             f"plot_weights takes one (T, S) matrix, got shape {tuple(w.shape)}; use plot_heads for (H, T, S)"
         )
-    if mask is not None:
-        return _plot_masked(w, mask, query_labels, key_labels, ax, title, vmax, colorbar)
     T, S = w.shape
+    if mask is not None and (not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != w.shape):
+        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
+        raise ValueError(f"mask must be a boolean tensor of the weights' shape {tuple(w.shape)}, got {got}")
     for name, labels, n in (("query_labels", query_labels, T), ("key_labels", key_labels, S)):
         if labels is not None and len(labels) != n:
             raise ValueError(f"{name} has {len(labels)} entries, the weights have {n}")
+    nan = w.isnan()
+    w = torch.nan_to_num(w, nan=0.0)  # the colour scale needs finite numbers
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * S + 1.8, 0.4 * T + 1.2))
     top = check_positive_number("vmax", vmax) if vmax is not None else _largest(w)
@@ -89,47 +92,24 @@ def plot_weights(
     ax.set_ylabel("query")
     if title:
         ax.set_title(title)
-    if annotate if annotate is not None else (T * S <= 100):
-        for i in range(T):
-            for j in range(S):
-                _write(ax, i, j, float(w[i, j]), top)
+    if mask is None and not (annotate if annotate is not None else T * S <= 100):
+        return ax
+    peak = top if mask is None else float(w.max())
+    for i in range(T):
+        for j in range(S):
+            v = float(w[i, j])
+            if mask is not None and not mask[i, j]:
+                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", lw=0, edgecolor="0.7"))
+            if nan[i, j]:
+                ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
+            elif mask is None or mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
+                _write(ax, i, j, v, peak)
     return ax
 
 
 def _write(ax: plt.Axes, i: int, j: int, v: float, top: float) -> None:
     """Write weight ``v`` in cell (i, j), white on the darkest colours."""
     ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * top else "black")
-
-
-def _plot_masked(
-    w: torch.Tensor,
-    mask: torch.Tensor,
-    query_labels: Sequence[str] | None,
-    key_labels: Sequence[str] | None,
-    ax: plt.Axes | None,
-    title: str | None,
-    vmax: float | None,
-    colorbar: bool,
-) -> plt.Axes:
-    """:func:`plot_weights` with ``mask``: blocked cells hatched, NaN written in red, blocked zeros left blank."""
-    if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool or mask.shape != w.shape:
-        got = f"{mask.dtype} {tuple(mask.shape)}" if isinstance(mask, torch.Tensor) else type(mask).__name__
-        raise ValueError(f"mask must be a boolean tensor of the weights' shape {tuple(w.shape)}, got {got}")
-    nan = w.isnan()
-    shown = torch.nan_to_num(w, nan=0.0)  # the colour scale needs finite numbers
-    ax = plot_weights(shown, query_labels, key_labels, ax=ax, title=title, annotate=False, vmax=vmax, colorbar=colorbar)
-    peak = float(shown.max())
-    T, S = w.shape
-    for i in range(T):
-        for j in range(S):
-            if not mask[i, j]:
-                ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", lw=0, edgecolor="0.7"))
-            v = float(shown[i, j])
-            if nan[i, j]:
-                ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
-            elif mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
-                _write(ax, i, j, v, peak)
-    return ax
 
 
 def shared_colorbar(axes: Sequence[plt.Axes], label: str = "weight") -> Colorbar:
@@ -152,23 +132,16 @@ def plot_heads(
     weights: torch.Tensor,
     labels: Sequence[str] | None = None,
     title: str | None = None,
-    max_cols: int = 4,
-    vmax: float | None = 1.0,
 ) -> plt.Figure:
-    """One heatmap per head, side by side, all on one colour scale with one colourbar.
+    """One heatmap per head, four to a row, all on one colour scale (0 to 1) with one colourbar.
 
-    Shape:
-        weights: (H, T, S); labels label both queries and keys when T == S
-
-    Every panel runs from 0 to ``vmax`` (None: the largest weight of all the heads).
+    Shape: weights (H, T, S); labels label both queries and keys when T == S.
     """
     w = _as_2d(weights, "weights")
     if w.dim() != 3:
         raise ValueError(f"plot_heads takes (H, T, S) weights, got shape {tuple(w.shape)}")
-    check_int("max_cols", max_cols)
-    top = check_positive_number("vmax", vmax) if vmax is not None else _largest(w)  # one scale for all the panels
     H, T, S = w.shape
-    cols = min(H, max_cols)
+    cols = min(H, 4)
     rows = (H + cols - 1) // cols
     fig, axes = plt.subplots(
         rows, cols, figsize=(2.6 * cols + 0.8, 2.4 * rows + 0.4), squeeze=False, layout="constrained"
@@ -185,7 +158,6 @@ def plot_heads(
             ax=ax,
             title=f"head {h}",
             annotate=False,
-            vmax=top,
             colorbar=False,
         )
     shared_colorbar([axes[h // cols][h % cols] for h in range(H)])
@@ -209,19 +181,14 @@ def char_labels(text: str) -> list[str]:
 def plot_attention_maps(
     maps: Sequence[torch.Tensor],
     labels: Sequence[str],
-    layers: Sequence[int] | None = None,
-    cell: float = 2.2,
-    max_ticks: int | None = None,
-    fontsize: float = 7.0,
 ) -> Figure:
     """A grid of heatmaps: one row per layer, one column per head, for one sequence, with one colourbar.
 
     Shape:
         maps: a list over layers of (1, H, T, T) or (H, T, T) weights (``GPT.attention_maps``); labels: T
 
-    Every panel runs from 0 to 1. Only the bottom row labels keys and the left column queries, at most
-    ``max_ticks`` positions (evenly spaced, the last always; by default as many as fit a panel ``cell`` inches
-    wide at ``fontsize``). Used in notebook 11.
+    Every panel runs from 0 to 1. Only the bottom row labels keys and the left column queries, at evenly spaced
+    positions that fit a panel (the last always). Used in notebook 11.
     """
     if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence):
         raise TypeError(
@@ -231,10 +198,6 @@ def plot_attention_maps(
         raise ValueError("maps must be a non-empty list of per-layer weights, as GPT.attention_maps returns")
     if not isinstance(labels, (Sequence, str)):
         raise TypeError(f"labels must be a list of T strings (char_labels(text), say), got {type(labels).__name__}")
-    check_positive_number("cell", cell)
-    check_positive_number("fontsize", fontsize)
-    if max_ticks is not None:
-        check_int("max_ticks", max_ticks)
     ws = []
     for i, m in enumerate(maps):
         w = _as_2d(m, f"maps[{i}]")
@@ -248,22 +211,17 @@ def plot_attention_maps(
     H, T, _ = ws[0].shape
     if len(labels) != T:
         raise ValueError(f"labels has {len(labels)} entries, the weights have {T} positions")
-    rows = list(range(len(ws))) if layers is None else list(layers)
-    for r in rows:
-        check_int("layer", r, minimum=0)
-        if not 0 <= r < len(ws):
-            raise ValueError(f"layer {r} does not exist: the model has layers 0 .. {len(ws) - 1}")
-    fits = max(2, int(cell * 72 / (1.5 * fontsize)))  # labels about 1.5 font sizes apart on a panel
-    step = math.ceil(T / (max_ticks if max_ticks is not None else fits))
+    cell, fontsize, L = 2.2, 7.0, len(ws)  # inches per panel; labels about 1.5 font sizes apart on a panel
+    step = math.ceil(T / int(cell * 72 / (1.5 * fontsize)))
     ticks = list(range(T - 1, -1, -step))[::-1]  # evenly spaced, ending at the last position
     shown = [str(labels[t]) for t in ticks]
-    fig = Figure(figsize=(cell * H + 0.9, cell * len(rows) + 0.5), layout="constrained")
-    axes = fig.subplots(len(rows), H, squeeze=False)
-    for i, r in enumerate(rows):
+    fig = Figure(figsize=(cell * H + 0.9, cell * L + 0.5), layout="constrained")
+    axes = fig.subplots(L, H, squeeze=False)
+    for r in range(L):
         for h in range(H):
-            ax = axes[i][h]
+            ax = axes[r][h]
             image = ax.imshow(ws[r][h].numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
-            ax.set_xticks(ticks, labels=shown if i == len(rows) - 1 else [], fontsize=fontsize, rotation=0)
+            ax.set_xticks(ticks, labels=shown if r == L - 1 else [], fontsize=fontsize, rotation=0)
             ax.set_yticks(ticks, labels=shown if h == 0 else [], fontsize=fontsize)
             ax.set_title(f"layer {r}, head {h}", fontsize=fontsize + 1)
     fig.colorbar(image, ax=axes.ravel().tolist(), label="weight", shrink=0.8)
@@ -320,8 +278,7 @@ def plot_loss_curve(
 class LiveLossPlot:
     """A loss curve that redraws itself while a model trains: ``train(..., callback=LiveLossPlot(...))``.
 
-    In a notebook it redraws in place every ``every`` logged intervals and at each evaluation; ``history`` and
-    ``evals`` start from a resumed run's.
+    In a notebook it redraws in place every ``every`` logged intervals and at each evaluation.
     """
 
     def __init__(
@@ -329,8 +286,6 @@ class LiveLossPlot:
         total_steps: int,
         baselines: Mapping[str, float] | None = None,
         every: int = 5,
-        history: Sequence[float] = (),
-        evals: Sequence[Sequence[float]] = (),
     ) -> None:
         check_int("every", every)
         check_int("total_steps", total_steps, minimum=0)
@@ -338,8 +293,7 @@ class LiveLossPlot:
         self.baselines = dict(baselines or {})
         self.every = every
         self.points: list[tuple[int, float]] = []  # (step, mean loss over the logged interval)
-        self.history = list(history)
-        self.evals = [list(r) for r in evals]
+        self.evals: list[list[float]] = []
         self.updates = 0
         self._handle = None
 
@@ -354,8 +308,8 @@ class LiveLossPlot:
 
     def figure(self) -> Figure:
         """The picture so far: the logged interval means stand in for per-step losses while training runs."""
-        history = list(self.history)
-        last = len(history)
+        history: list[float] = []
+        last = 0
         for step, loss in self.points:  # fill each logged interval with its mean, up to the step it ends at
             history.extend([loss] * max(0, step - last))
             last = max(last, step)

@@ -103,12 +103,11 @@ def test_plot_heads_side_by_side_share_one_colour_scale():
     """Panels compared side by side: the same colour is the same weight in every head (issue #13)."""
     w = torch.stack([_weights(3, 3), torch.full((3, 3), 1 / 3)])  # a peaked head and a uniform one
     w[0, 0] = torch.tensor([0.9, 0.05, 0.05])
-    for vmax, expected in ((1.0, 1.0), (None, 0.9)):  # [0, 1] by default; None: the largest weight of all heads
-        fig = plot_heads(w, vmax=vmax)
-        assert [ax.get_images()[0].get_clim() for ax in _panels(fig)] == [(0.0, pytest.approx(expected))] * 2
-        (bar,) = _colorbars(fig)  # one colourbar for the grid, on the panels' scale
-        assert bar.get_ylim() == (0.0, pytest.approx(expected)) and bar.get_ylabel() == "weight"
-        plt.close(fig)
+    fig = plot_heads(w)
+    assert [ax.get_images()[0].get_clim() for ax in _panels(fig)] == [(0.0, 1.0)] * 2  # weights on [0, 1]
+    (bar,) = _colorbars(fig)  # one colourbar for the grid, on the panels' scale
+    assert bar.get_ylim() == (0.0, 1.0) and bar.get_ylabel() == "weight"
+    plt.close(fig)
 
 
 def test_plot_heads_labels_only_the_matching_axis():
@@ -116,12 +115,6 @@ def test_plot_heads_labels_only_the_matching_axis():
     ax = fig.axes[0]
     assert _labels(ax.get_yticklabels()) == ["p", "q"]
     assert _labels(ax.get_xticklabels()) == ["0", "1", "2", "3"]
-
-
-def test_plot_heads_max_cols():
-    fig = plot_heads(_weights(5, 2, 2), max_cols=2)
-    assert len(_panels(fig)) == 6 and sum(ax.axison for ax in _panels(fig)) == 5
-    assert len(_colorbars(fig)) == 1
 
 
 def test_every_weight_heatmap_has_a_colourbar_on_its_scale():
@@ -187,7 +180,6 @@ def test_plot_attention_maps_draws_one_panel_per_layer_and_head():
     torch.testing.assert_close(torch.tensor(shown.data), maps[1][0, 1])
     assert [t.get_text() for t in fig.axes[3].get_xticklabels()] == list("hello")  # the bottom row labels keys
     assert [t.get_text() for t in fig.axes[0].get_yticklabels()] == list("hello")  # the left column, queries
-    assert len(_panels(plot_attention_maps(maps, list("hello"), layers=[1]))) == 3
 
 
 def test_the_twelve_panel_grid_has_one_colourbar_and_legible_ticks():
@@ -207,8 +199,6 @@ def test_the_twelve_panel_grid_has_one_colourbar_and_legible_ticks():
     bottom_left = _panels(fig)[6]
     ticks = [int(t) for t in bottom_left.get_xticks()]
     assert _labels(bottom_left.get_xticklabels()) == [char_labels(text)[t] for t in ticks]
-    few = plot_attention_maps(_maps(L=1, H=2, T=42), char_labels(text), max_ticks=6)
-    assert len(few.axes[0].get_xticks()) <= 6
 
 
 @pytest.mark.parametrize(
@@ -218,7 +208,6 @@ def test_the_twelve_panel_grid_has_one_colourbar_and_legible_ticks():
         ([torch.rand(2, 3, 5, 5)], "abcde", {}, r"maps\[0\] holds a batch of 2 sequences"),
         ([torch.rand(3, 5, 4)], "abcde", {}, r"maps\[0\] must be \(1, H, T, T\) or \(H, T, T\), got shape \(3, 5, 4\)"),
         ([torch.rand(1, 3, 5, 5)], "abc", {}, "labels has 3 entries, the weights have 5 positions"),
-        ([torch.rand(1, 3, 5, 5)], "abcde", {"layers": [2]}, r"layer 2 does not exist: the model has layers 0 .. 0"),
     ],
 )
 def test_plot_attention_maps_rejects_bad_input(maps, labels, kwargs, match):
@@ -284,7 +273,7 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
         ),
         (lambda: plot_weights(_weights(2, 2), vmax=0), ValueError, "vmax must be a positive finite number, got 0.0"),
         (
-            lambda: plot_heads(_weights(2, 2, 2), vmax="max"),
+            lambda: plot_weights(_weights(2, 2), vmax="max"),
             TypeError,
             r"vmax must be a positive number, got 'max' \(str\)",
         ),
@@ -303,13 +292,7 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
             ValueError,
             r"mask must be a boolean tensor of the weights' shape \(2, 2\), got torch.float32 \(2, 2\)",
         ),
-        (lambda: plot_heads(torch.rand(2, 3, 3), max_cols=0), ValueError, "max_cols must be at least 1, got 0"),
         (lambda: char_labels(["a"]), TypeError, "text must be a str, got list"),
-        (
-            lambda: plot_attention_maps(_maps(L=1, H=2, T=4), list("abcd"), max_ticks=0),
-            ValueError,
-            "max_ticks must be at least 1, got 0",
-        ),
         (
             lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], None),
             TypeError,
@@ -319,16 +302,6 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
             lambda: plot_attention_maps(None, list("abc")),
             TypeError,
             "maps must be a list of per-layer weights, as GPT.attention_maps returns, got NoneType",
-        ),
-        (
-            lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], list("abc"), cell=-1),
-            ValueError,
-            "cell must be a positive finite number, got -1.0",
-        ),
-        (
-            lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], list("abc"), layers=[0.5]),
-            TypeError,
-            "layer must be an int, got float",
         ),
         (lambda: plot_loss_curve(None), TypeError, "history must be a list of losses, one per step, got NoneType"),
         (
