@@ -44,8 +44,8 @@ NEG_INF = float("-inf")
 class Partial(NamedTuple):
     """What attention over some of the keys leaves behind, enough to merge exactly with the rest.
 
-    Shape: m (..., T, 1) largest score so far (-inf: none visible yet); l (..., T, 1) sum of exp(score - m);
-    o (..., T, Dv) sum of exp(score - m) * v, not yet divided by l. Taught in notebook 08.
+    Shape: m (..., T, 1) largest score (-inf: none visible); l (..., T, 1) sum of exp(score - m);
+    o (..., T, Dv) sum of exp(score - m) * v. Taught in notebook 08.
     """
 
     m: torch.Tensor
@@ -184,8 +184,7 @@ def tiled_attention(
     """softmax(q k^T * scale, masked) v, one (q_tile, kv_tile) tile of scores at a time, never all (T, S).
 
     ``scale`` defaults to 1 / sqrt(D); ``is_causal`` is ``causal_mask(T, S)`` (bottom-right; needs T <= S),
-    and with ``mask`` both apply. A query that may see no key gets 0. Tiles past the causal diagonal are
-    skipped; autograd keeps every tile (:func:`flash_attention` keeps none).
+    and with ``mask`` both apply. A query that may see no key gets 0.
     Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
     -> out (..., T, Dv). Taught in notebook 08.
     """
@@ -251,8 +250,7 @@ def _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[to
 def saved_for_backward(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> int:
     """Bytes autograd keeps from ``fn(*args, **kwargs)`` for the backward pass, each storage counted once.
 
-    Read through ``torch.autograd.graph.saved_tensors_hooks``; 0 under ``torch.no_grad()``.
-    Taught in notebook 08, section 4.
+    0 under ``torch.no_grad()``. Taught in notebook 08.
     """
     if not callable(fn):
         raise TypeError(f"fn must be a function to call, got {type(fn).__name__}")
@@ -325,14 +323,10 @@ def flash_attention(
 ) -> torch.Tensor:
     """:func:`tiled_attention` that also trains without the (T, S) matrix: FlashAttention-2's recompute.
 
-    The forward pass saves exactly q, k, v, the output and the logsumexp L (..., T) with ``ctx.save_for_backward``
-    (FlashAttention-2's contract, read as ``out.grad_fn.saved_tensors``); the backward pass recomputes each
-    tile's weights from L and applies :func:`attention_backward`'s formulas tile by tile. float16 and bfloat16 are
-    computed in float32 and returned in their dtype. Differentiable once (``create_graph=True`` raises
-    RuntimeError). Arguments and errors as :func:`tiled_attention`; the 256 x 256 tiles were the fastest
-    measured on a CPU (benchmarks/FLASH.md).
-    Shape: q (..., T, D), k (..., S, D), v (..., S, Dv), mask bool broadcastable to (..., T, S)
-    -> out (..., T, Dv). Taught in notebook 08.
+    Saves exactly q, k, v, the output and the logsumexp (..., T) for the backward pass, which recomputes each
+    tile's weights. float16 and bfloat16 are computed in float32. Differentiable once (``create_graph=True``
+    raises RuntimeError). Arguments and errors as :func:`tiled_attention`; 256 x 256 tiles were the fastest on a
+    CPU (benchmarks/FLASH.md). Shapes as :func:`tiled_attention`. Taught in notebook 08.
     """
     check_tiled_args(q, k, v, mask, is_causal, scale, q_tile, kv_tile)
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
@@ -340,13 +334,8 @@ def flash_attention(
 
 
 def _refuse_create_graph(backward: Callable[..., Any]) -> Callable[..., Any]:
-    """``backward`` that raises under ``create_graph=True``, before ``once_differentiable`` is reached.
-
-    once_differentiable alone is silently wrong there: it hangs its error node off detached copies of the
-    gradients, so (a) with a gradient that needs no graph (loss = out.sum()) it adds no error node at all, and
-    (b) ``autograd.grad(grad, w)`` prunes the node whenever w also reaches the loss another way. Either way the
-    second derivative comes back without flash's part and no error (tests/test_fast_attention.py shows both).
-    """
+    """``backward`` that raises under ``create_graph=True``: ``once_differentiable`` alone can let a second
+    derivative come back silently without flash's part (tests/test_fast_attention.py shows how)."""
 
     @functools.wraps(backward)
     def guarded(ctx, *grads):
@@ -369,8 +358,7 @@ class _FlashAttention(torch.autograd.Function):
         with _no_autocast(q.device):  # autograd is off in here
             out, lse = _tiled_forward(*_widened(q, k, v), mask, is_causal, scale, q_tile, kv_tile)
         out = out.to(q.dtype)  # (..., T, Dv); lse stays float32 (or float64)
-        # The standard contract of a FlashAttention-2 Function: exactly q, k, v, the output and the logsumexp
-        # (..., T), nothing None. The mask, if any, is the caller's own tensor and needs no gradient: kept on ctx.
+        # FlashAttention-2's contract: exactly q, k, v, the output and the logsumexp; the mask is kept on ctx
         ctx.save_for_backward(q, k, v, out, lse.squeeze(-1))
         ctx.mask, ctx.settings = mask, (is_causal, scale, q_tile, kv_tile)
         ctx.mask_version = None if mask is None else mask._version  # autograd's own guard, for the tensor on ctx

@@ -1,13 +1,9 @@
-"""Induction heads: a two-layer attention-only transformer learns to continue a repeated sequence.
+"""Induction heads (notebook 12): a two-layer attention-only transformer learns to continue a repeated sequence.
 
-Reading order: the data (:func:`repeated_tokens`), the model (:class:`InductionConfig`,
-:class:`AttentionOnlyTransformer`), its training (:func:`train_induction`), the loss on each repeat
-(:func:`repeat_losses`), the per-head scores (:func:`previous_token_score`, :func:`induction_score`,
-:func:`head_scores`), head ablation (:func:`ablate_heads`, :func:`ablation_losses`), which input of a later head an
-earlier head feeds (:func:`key_query_ablation`), and the checkpoint on disk. The scores and the
-ablation work on any model whose attention layers are the course's ``MultiHeadAttention`` (the tiny GPT too).
-Taught in notebook 12. Shapes: B batch, N tokens per repeat, T = 2N positions, C embed_dim, H num_heads,
-D head_dim, L num_layers, V vocab_size.
+The data, the model and its training; the loss on each repeat; per-head scores, ablation and circuits, which work
+on any model whose attention layers are the course's ``MultiHeadAttention`` (the tiny GPT too); the checkpoint.
+Shapes: B batch, N tokens per repeat, T = 2N positions, C embed_dim, H num_heads, D head_dim, L num_layers,
+V vocab_size.
 """
 
 from __future__ import annotations
@@ -90,10 +86,8 @@ def repeated_tokens(
 ) -> torch.Tensor:
     """``batch_size`` rows of ``seq_len`` uniformly random token ids, each row followed by itself.
 
-    The first repeat cannot be predicted (every token is a fresh draw); the second can, by looking back.
     With ``min_len``, row r repeats a stretch of its own random length n_r in ``min_len`` .. N instead, as many
-    times as fits in 2N positions: the distance back to the earlier copy then differs from row to row, so no
-    head can find it by position alone. Shape: -> (B, 2N), torch.long. Taught in notebook 12.
+    times as fits in 2N positions. Shape: -> (B, 2N), torch.long. Taught in notebook 12.
     """
     B, N, V = check_int("batch_size", batch_size), check_int("seq_len", seq_len), check_int("vocab_size", vocab_size)
     if not isinstance(generator, torch.Generator):
@@ -137,11 +131,8 @@ class InductionConfig:
 
 
 class AttentionOnlyTransformer(nn.Module):
-    """Token and learned position embeddings, ``num_layers`` pre-norm causal attention layers, no MLP.
-
-    Each layer adds ``attn(LayerNorm(x))`` to the residual stream (the course's ``MultiHeadAttention``); a
-    final LayerNorm and an unembedding read the logits. Without MLPs everything the model computes is done
-    by attention heads, which makes each head's job visible.
+    """Token and learned position embeddings, ``num_layers`` pre-norm causal attention layers (each adds
+    ``attn(LayerNorm(x))`` to the stream), no MLP; a final LayerNorm and an unembedding.
     Shape: idx (B, T) -> logits (B, T, V), T <= 2N. Taught in notebook 12.
     """
 
@@ -183,27 +174,18 @@ class AttentionOnlyTransformer(nn.Module):
 # --- Training, and the loss on each repeat ------------------------------------------------------------------
 
 
-def _logits(model: nn.Module, idx: torch.Tensor) -> torch.Tensor:
-    """Logits (B, T, V) from this module's model or the tiny GPT (whose forward returns (logits, loss))."""
-    out = model(idx)
-    return out[0] if isinstance(out, tuple) else out
-
-
 def repeat_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[float, float]:
     """Mean cross-entropy (nats) on the first repeat and on the second, in eval mode, without gradients.
 
-    First repeat: predicting tokens 1 .. N-1 (token 0 has nothing before it). Second repeat: tokens N+1 .. 2N-1,
-    each of which follows a token seen before (token N, the first of the second repeat, is left out of both).
+    First repeat: targets 1 .. N-1; second repeat: targets N+1 .. 2N-1 (token N is left out of both).
     Shape: tokens (B, 2N) -> two floats. Taught in notebook 12.
     """
-    check_token_ids("tokens", tokens, 0, values=False)  # the model checks the ids' range
-    N = check_int("seq_len", seq_len, minimum=2)
-    if tokens.shape[1] != 2 * N:
-        raise ValueError(f"tokens must have 2 * seq_len = {2 * N} positions (two repeats), got {tuple(tokens.shape)}")
+    N = _check_two_repeats(tokens, seq_len, minimum=2)
     was_training = model.training
     model.eval()
     with torch.no_grad():
-        logits = _logits(model, tokens)  # (B, 2N, V)
+        logits = model(tokens)  # (B, 2N, V); the tiny GPT returns (logits, loss)
+        logits = logits[0] if isinstance(logits, tuple) else logits
         per_token = F.cross_entropy(
             logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none"
         )  # (B, 2N-1)
@@ -222,16 +204,13 @@ def train_induction(
     callback: Callable[[dict[str, Any]], None] | None = None,
     model: AttentionOnlyTransformer | None = None,
 ) -> tuple[AttentionOnlyTransformer, list[dict[str, float]]]:
-    """Train on fresh batches of :func:`repeated_tokens` (each row with its own period, ``min_len`` .. N; None:
-    N // 2 .. N) with AdamW; the same seed gives the same run on one CPU.
+    """Train with AdamW on fresh batches of :func:`repeated_tokens` (periods ``min_len`` .. N; None: N // 2 .. N).
 
-    ``seed`` fixes the initial weights and every batch; the caller's random state is left as it was.
-    Every ``eval_interval`` steps (and at 0 and ``max_steps``) both repeat losses and every head's two scores
-    (:func:`head_scores`) are measured on one held-out batch of 256 sequences and recorded, so the losses and the
-    heads share one time axis; ``callback(event)`` gets each record with the seconds so far.
-    ``model`` continues training a model instead of starting a fresh one (its data are drawn from ``seed``).
-    Returns the model (in eval mode) and the records ``{"step", "first", "second", "prev", "ind"}`` ("prev" and
-    "ind": the (L, H) scores as nested lists). Taught in notebook 12.
+    ``seed`` fixes the initial weights and every batch (the caller's random state is left alone); ``model``
+    continues training one. Every ``eval_interval`` steps, and at 0 and ``max_steps``, the repeat losses and
+    :func:`head_scores` on one held-out batch of 256 are recorded, and passed to ``callback`` with the seconds so
+    far. Returns the model (eval mode) and the records ``{"step", "first", "second", "prev", "ind"}`` (the scores
+    as nested lists). Taught in notebook 12.
     """
     check_int("max_steps", max_steps, minimum=0)
     check_int("eval_interval", eval_interval)
@@ -292,10 +271,10 @@ def _check_weights(weights: object) -> None:
         raise ValueError(f"weights must hold at least one sequence and one head, got shape {tuple(weights.shape)}")
 
 
-def _check_two_repeats(tokens: object, seq_len: object) -> int:
+def _check_two_repeats(tokens: object, seq_len: object, minimum: int = 1) -> int:
     """seq_len as an int, once tokens is known to be (B, 2 * seq_len) token ids (their range: the model's)."""
     check_token_ids("tokens", tokens, 0, values=False)
-    N = check_int("seq_len", seq_len)
+    N = check_int("seq_len", seq_len, minimum=minimum)
     if tokens.shape[1] != 2 * N:
         raise ValueError(f"tokens must have 2 * seq_len = {2 * N} positions (two repeats), got {tuple(tokens.shape)}")
     return N
@@ -304,8 +283,7 @@ def _check_two_repeats(tokens: object, seq_len: object) -> int:
 def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
     """Each head's mean weight from position i to i - 1, over i = 1 .. T-1 and the batch.
 
-    1 for a head that always reads the token before; a causal head spreading its weight evenly scores
-    mean(1 / (i + 1)). Shape: weights (B, H, T, T), T >= 2 -> (H,). Taught in notebook 12.
+    Shape: weights (B, H, T, T), T >= 2 -> (H,). Taught in notebook 12.
     """
     _check_weights(weights)
     if weights.shape[-1] < 2:
@@ -316,8 +294,7 @@ def previous_token_score(weights: torch.Tensor) -> torch.Tensor:
 def induction_score(weights: torch.Tensor, seq_len: int) -> torch.Tensor:
     """Each head's mean weight from a token's second occurrence to the token after its first occurrence.
 
-    On a sequence repeated twice (T = 2N), query i = N .. 2N-1 holds the token of position i - N; the token
-    after that one sits at i - N + 1. Averaged over those N queries and the batch.
+    Query i = N .. 2N-1 to key i - N + 1, averaged over those N queries and the batch.
     Shape: weights (B, H, 2N, 2N) -> (H,). Taught in notebook 12.
     """
     _check_weights(weights)
@@ -359,9 +336,8 @@ def attention_layers(model: nn.Module) -> list[MultiHeadAttention]:
 def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> Iterator[nn.Module]:
     """Inside the ``with`` block, heads (layer, head) add nothing to the residual stream.
 
-    A head's output, its D channels of the merged (B, T, C) tensor, is zeroed just before ``out_proj``; every
-    other head, and the output projection's bias, is untouched. The hooks are removed on leaving the block.
-    Taught in notebook 12.
+    A head's D channels of the merged (B, T, C) tensor are zeroed just before ``out_proj``; the hooks are removed
+    on leaving the block. Taught in notebook 12.
     """
     layers = attention_layers(model)
     heads = list(heads)
@@ -395,10 +371,8 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> Iterator
 def heads_above(scores: torch.Tensor, threshold: float) -> list[tuple[int, int]]:
     """Every (layer, head) whose score is above ``threshold``, in order: the set of heads that share one job.
 
-    A job may be split between two heads (a previous-token job at 0.48 and 0.45, say): ablating the top head
-    alone leaves the other to do it, so ablate the whole set. ``scores`` are shares of attention weight, in [0, 1]
-    (previous-token or induction scores), and ``threshold`` is in [0, 1). Shape: scores (L, H) -> list of pairs.
-    Taught in notebook 12.
+    ``scores`` are shares of attention weight, in [0, 1], and ``threshold`` is in [0, 1).
+    Shape: scores (L, H) -> list of pairs. Taught in notebook 12.
     """
     check_tensor("scores", scores, min_dim=2)
     if scores.dim() != 2 or not scores.is_floating_point():
@@ -449,8 +423,7 @@ def key_query_ablation(
     """Induction scores of layer ``layer``'s heads when ``heads`` (earlier layers) are ablated for its keys only,
     for its queries only, or not at all: which input of the later head the earlier heads feed.
 
-    The keys (or queries) are computed from the residual stream with ``heads`` ablated, the rest from the intact
-    stream. Returns ``{"intact", "keys", "queries"}``, each (H,). Shape: tokens (B, 2N). Taught in notebook 12.
+    Returns ``{"intact", "keys", "queries"}``, each (H,). Shape: tokens (B, 2N). Taught in notebook 12.
     """
     _check_two_repeats(tokens, seq_len)
     heads = list(heads)
@@ -488,10 +461,9 @@ def _check_head(model: object, layer: object, head: object) -> tuple[int, int]:
 def ov_circuit(model: AttentionOnlyTransformer, layer: int, head: int) -> torch.Tensor:
     """The (V, V) map from a token a head attends to, to the logits it writes: W_E W_V^T W_O^T W_U^T.
 
-    Row ``s`` holds the logits that head (``layer``, ``head``) adds when it reads token ``s`` straight from the
-    embedding, the path Elhage et al. (2021) call the OV circuit. The LayerNorms are taken as their linear part
-    (centring and the learned scale; their division by the stream's size, a positive number per position, and
-    every bias are left out). Computed in float64. Shape: -> (V, V). Taught in notebook 12.
+    Row ``s`` holds the logits head (``layer``, ``head``) adds when it reads token ``s`` straight from the embedding.
+    The LayerNorms are taken as their linear part (centring and scale; no division, no bias). Computed in float64.
+    Shape: -> (V, V). Taught in notebook 12.
     """
     layer, head = _check_head(model, layer, head)
     C, D = model.config.embed_dim, model.config.embed_dim // model.config.num_heads
@@ -507,8 +479,8 @@ def ov_circuit(model: AttentionOnlyTransformer, layer: int, head: int) -> torch.
 def copying_score(circuit: torch.Tensor) -> float:
     """Elhage et al.'s (2021) copying score of an OV circuit: sum(eigenvalues) / sum(|eigenvalues|), in -1 .. 1.
 
-    Near 1: the map sends a token mostly to itself (positive eigenvalues: it copies); near -1, it suppresses the
-    token it reads; near 0, neither. Shape: circuit (V, V) -> a float. Taught in notebook 12.
+    Near 1: the map copies the token it reads; near -1, it suppresses it. Shape: circuit (V, V) -> a float.
+    Taught in notebook 12.
     """
     check_tensor("circuit", circuit, min_dim=2)
     if circuit.dim() != 2 or circuit.shape[0] != circuit.shape[1] or not circuit.is_floating_point():
@@ -528,9 +500,8 @@ def copying_score(circuit: torch.Tensor) -> float:
 def head_logits(model: AttentionOnlyTransformer, tokens: torch.Tensor, layer: int) -> torch.Tensor:
     """What each head of ``layer`` adds to the logits directly, through the final LayerNorm and the unembedding.
 
-    The final LayerNorm is linear once its division by the stream's size is frozen at the value the whole stream
-    gives it, so the logits are a sum: the rest of the stream's share plus one term per head, which this returns.
-    Shape: tokens (B, T) -> (B, H, T, V). Taught in notebook 12.
+    The final LayerNorm's division is frozen at the whole stream's value, so the logits are a sum with one term
+    per head, which this returns. Shape: tokens (B, T) -> (B, H, T, V). Taught in notebook 12.
     """
     layer, _ = _check_head(model, layer, 0)
     check_token_ids("tokens", tokens, model.config.vocab_size)
@@ -561,10 +532,8 @@ def direct_logit_effect(
 ) -> torch.Tensor:
     """How much each head of ``layer`` raises the logit of the token that comes next, on the second repeat.
 
-    From :func:`head_logits`: at each query of the second repeat (positions N .. 2N-2, each followed by a token
-    seen before), the head's logit for the true next token minus its mean logit over the vocabulary, averaged over
-    the queries and the batch. Positive: the head pushes the copied token up. Shape: tokens (B, 2N) -> (H,).
-    Taught in notebook 12.
+    From :func:`head_logits` at the queries N .. 2N-2: the logit of the true next token minus the mean logit,
+    averaged over the queries and the batch. Shape: tokens (B, 2N) -> (H,). Taught in notebook 12.
     """
     N = _check_two_repeats(tokens, seq_len)
     if N < 2:  # with N = 1 no query of the second repeat is followed by a token: a mean over nothing
