@@ -1,13 +1,8 @@
 """Writing files so that nothing a learner made is ever half-written or lost: the one home for atomic writes.
 
-Every command of the course that writes a file (checkpoints, the corpus, reports, notebooks, zips) writes it
-through :func:`atomic_path` or :func:`write_atomic`: into a temporary file beside the target, flushed to disk,
-then renamed over the target. A reader sees the old file or the whole new one, never half of it. Temporary
-files are named ``.NAME.<pid>-<random>.tmp`` so two writers never share one, and :func:`clean_stale_tmp`
-removes those left behind by a process that was killed. What a command would replace is first kept beside it
-under a ``backup-`` name (:func:`backup_path`, :func:`move_aside`, :func:`keep_copy`): nothing is deleted.
-The digests that tell whether a file is still what was written (:func:`sha256_bytes`, :func:`sha256_file`) live
-here too, beside the writes they check.
+Every file the course writes goes through :func:`atomic_path` or :func:`write_atomic` (a temporary file
+``.NAME.<pid>-<random>.tmp`` beside the target, flushed, then renamed over it); what a command would replace is
+first kept beside it under a ``backup-`` name. The sha256 digests that check a file live here too.
 """
 
 from __future__ import annotations
@@ -40,13 +35,9 @@ HOME_ENV = "COURSE_HOME"  # where datasets/ and runs/ go for a package installed
 
 
 def course_folder(package_dir: str | os.PathLike | None = None) -> Path:
-    """The folder whose ``datasets/`` and ``runs/`` the package reads and writes.
-
-    The course folder the package sits in (a clone or the learner zip, installed editable as ``course.py`` and
-    the hosted setup cell install it: it holds ``course.py``); for a package installed elsewhere (a wheel in
-    site-packages, where a ``datasets/`` folder would become an importable package and outlive an uninstall),
-    ``COURSE_HOME`` if set, else ``~/attention-step-by-step``.
-    """
+    """The folder whose ``datasets/`` and ``runs/`` the package reads and writes: the course folder it sits in
+    (the one holding ``course.py``); for a package installed elsewhere, ``COURSE_HOME`` if set, else
+    ``~/attention-step-by-step``."""
     here = Path(package_dir) if package_dir is not None else Path(__file__).resolve().parent
     if (here.parent / "course.py").is_file():
         return here.parent
@@ -86,11 +77,8 @@ def atomic_path(path: str | os.PathLike, mode: int = 0o644) -> Iterator[Path]:
 
 
 def probe_writable(folder: str | os.PathLike, name: str = "probe", make: bool = False) -> None:
-    """Raise OSError unless a new file can be written in ``folder`` (made first, with its parents, if ``make``).
-
-    Commands call it before long work (a download, a whole check run) so that a folder they could not write in
-    is said at once. The probe is an atomic write's temporary for ``name``, removed at once.
-    """
+    """Raise OSError unless a new file can be written in ``folder`` (made first, with its parents, if ``make``):
+    an atomic write's temporary for ``name``, removed at once. Commands call it before long work."""
     folder = Path(folder)
     if make:
         folder.mkdir(parents=True, exist_ok=True)
@@ -118,18 +106,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 def clean_stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[Path]:
-    """Remove temporary files in ``folder`` left by writers that no longer run; return what was removed.
-
-    Only files made by :func:`atomic_path` (``.NAME.<pid>-*.tmp``, for ``name`` when given) whose process is
-    gone are removed, so a run writing into the same folder right now keeps its file. With ``name``, the
-    ``NAME.<pid>-<thread>.tmp`` files of the course's earlier checkpoint writer are cleaned the same way.
-    """
+    """Remove the temporary files of :func:`atomic_path` (``.NAME.<pid>-*.tmp``, for ``name`` when given) in
+    ``folder`` whose process is gone, so a run writing there right now keeps its file; return what was removed."""
     folder = Path(folder)
     if not folder.is_dir():
         return []
     removed = []
-    patterns = [f".{name}.*{TMP_SUFFIX}", f"{name}.*{TMP_SUFFIX}"] if name else [f".*{TMP_SUFFIX}"]
-    for tmp in sorted({p for pattern in patterns for p in folder.glob(pattern)}):
+    for tmp in sorted(folder.glob(f".{name}.*{TMP_SUFFIX}" if name else f".*{TMP_SUFFIX}")):
         middle = tmp.name[: -len(TMP_SUFFIX)].rsplit(".", 1)[-1]  # "<pid>-<random>"
         pid_text = middle.split("-", 1)[0]
         if not pid_text.isdigit() or _pid_alive(int(pid_text)):
@@ -141,12 +124,8 @@ def clean_stale_tmp(folder: str | os.PathLike, name: str | None = None) -> list[
 
 
 def backup_path(path: str | os.PathLike, now: datetime | None = None) -> Path:
-    """A free name beside ``path`` to keep it under: ``backup-STEM-YYYYmmdd-HHMMSS[-N]SUFFIX``.
-
-    ``notebooks/03_masking.ipynb`` -> ``notebooks/backup-03_masking-20260102-030405.ipynb``; ``-2``, ``-3``, ...
-    are added when that name is taken, so an earlier backup is never replaced. The course's commands ignore
-    ``backup-*`` names.
-    """
+    """A free name beside ``path`` to keep it under: ``backup-STEM-YYYYmmdd-HHMMSS[-N]SUFFIX`` (``-2``, ``-3``, ...
+    when that name is taken, so an earlier backup is never replaced)."""
     path = Path(path)
     stamp = (now or datetime.now()).strftime("%Y%m%d-%H%M%S")
     stem, suffix = (path.stem, path.suffix) if path.suffix and not path.is_dir() else (path.name, "")
@@ -160,10 +139,7 @@ def backup_path(path: str | os.PathLike, now: datetime | None = None) -> Path:
 
 def move_aside(path: str | os.PathLike, now: datetime | None = None) -> Path:
     """Rename ``path`` (a file or a whole folder) to :func:`backup_path` beside it and return the new name.
-
-    Nothing is copied or deleted: the same bytes stay on disk under the new name. Raises FileNotFoundError
-    when ``path`` does not exist.
-    """
+    Raises FileNotFoundError when ``path`` does not exist."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         raise FileNotFoundError(f"cannot keep {path} aside: it does not exist")

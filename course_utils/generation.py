@@ -1,6 +1,5 @@
-"""Turning a language model's logits into text: sampling filters, the generation loop (with a KV cache), beam
-search (notebook 09). The model follows :mod:`course_utils.variants`' protocol:
-``forward(idx, cache=None) -> logits (B, T, V)``, a ``context_length`` attribute and ``new_cache()``.
+"""Turning a language model's logits into text (notebook 09): sampling filters, the generation loop (with a KV
+cache), beam search. The model: ``forward(idx, cache=None) -> logits (B, T, V)``, ``context_length``, ``new_cache()``.
 """
 
 from __future__ import annotations
@@ -225,10 +224,8 @@ def generate_stream(
 
     Without a cache each step recomputes the last ``context_length`` tokens. With ``use_cache``,
     ``on_full="error"`` needs ``prompt + max_new_tokens - 1 <= context_length`` (checked before anything runs);
-    ``"shift"`` starts a new cache from the last ``keep_on_shift`` tokens (default ``context_length // 2``)
-    when it is full. Puts the model in eval mode.
-    Shape: idx (B, T) -> ``max_new_tokens`` pairs of tokens (B,) int64, logits (B, V). Taught in notebook 09;
-    ``on_full="shift"`` against recomputing in notebook 10, section 9.
+    ``"shift"`` starts a new cache from the last ``keep_on_shift`` tokens (default ``context_length // 2``).
+    Puts the model in eval mode. Shape: idx (B, T) -> pairs of tokens (B,) int64, logits (B, V). Notebooks 09, 10.
     """
     context_length = check_generation(model, idx, max_new_tokens, use_cache)
     check_sampling(temperature, top_k, top_p, greedy, generator)
@@ -357,9 +354,7 @@ def beam_search(
 
 def distinct_ngrams(text: str, n: int = 4) -> float:
     """The share of a text's n-grams (runs of ``n`` characters) that are distinct: 1.0 when none repeats, near 0
-    for a text that loops. A repetition score for decoded text (Li et al. 2016 count words; here characters).
-    Taught in notebook 10.
-    """
+    for a text that loops. Taught in notebook 10."""
     if not isinstance(text, str):
         raise TypeError(f"text must be a str (decode the ids first), got {type(text).__name__}")
     check_int("n", n)

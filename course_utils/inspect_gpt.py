@@ -40,10 +40,8 @@ def _check_gpt(model: object) -> GPT:
 def layer_grad_norms(
     model: GPT, idx: torch.Tensor, targets: torch.Tensor, parameter: str = "mlp.fc_out.weight"
 ) -> torch.Tensor:
-    """The norm of the loss's gradient with respect to one ``parameter`` of every block, first block first.
-
-    Uses ``torch.autograd.grad`` in the model's current mode: ``.grad`` and the weights are left alone.
-    Shape: idx, targets (B, T) -> (L,) float32 on the CPU. Taught in notebook 11.
+    """The norm of the loss's gradient with respect to one ``parameter`` of every block, first block first
+    (``.grad`` is left alone). Shape: idx, targets (B, T) -> (L,) float32 on the CPU. Taught in notebook 11.
     """
     model = _check_gpt(model)
     if not isinstance(parameter, str):
@@ -60,10 +58,8 @@ def layer_grad_norms(
 
 @torch.no_grad()
 def xavier_init_(model: GPT) -> GPT:
-    """Re-initialise ``model`` in place as Xiong et al. (2020) analyse it, and return it.
-
-    Linear weights Xavier-uniform, biases 0, embeddings N(0, 1/C), LayerNorms at gain 1 and bias 0.
-    Taught in notebook 11.
+    """Re-initialise ``model`` in place as Xiong et al. (2020) analyse it, and return it: linear weights
+    Xavier-uniform, biases 0, embeddings N(0, 1/C), LayerNorms at gain 1 and bias 0. Taught in notebook 11.
     """
     model = _check_gpt(model)
     C = model.config.embed_dim
@@ -130,10 +126,8 @@ def uniform_first_key_share(T: int) -> float:
 
 @torch.no_grad()
 def attention_and_values(model: GPT, idx: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Every layer's attention weights and each head's values f_h(x_j) as they reach the residual stream.
-
-    ``values[b, h, j]`` is ``W_O[:, h D:(h + 1) D] v_j`` (the output bias left out). Runs in the model's
-    current mode; models with grouped-query attention are refused.
+    """Every layer's attention weights and each head's values ``W_O[:, h D:(h + 1) D] v_j`` (no bias) as they reach
+    the residual stream; grouped-query attention is refused.
     Shape: idx (B, T) -> L pairs (weights (B, H, T, T), values (B, H, T, C)). Taught in notebook 11.
     """
     model = _check_gpt(model)
@@ -211,11 +205,9 @@ def rank_correlation(weights: torch.Tensor, norms: torch.Tensor) -> torch.Tensor
 def selected_key_ratios(
     weights: torch.Tensor, values: torch.Tensor, selected: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Weight drawn by the ``selected`` keys and their value lengths, each over the other keys', per head.
-
-    A key's weight is averaged over the queries that can see it.
-    Shape: weights (B, H, T, T), values (B, H, T, E), selected (B, T) bool -> two (H,) ratios.
-    Taught in notebook 11.
+    """Weight drawn by the ``selected`` keys (averaged over the queries that see them) and their value lengths,
+    each over the other keys', per head.
+    Shape: weights (B, H, T, T), values (B, H, T, E), selected (B, T) bool -> two (H,) ratios. Taught in notebook 11.
     """
     w = _check_weights("weights", weights)
     B, H, T, _ = w.shape
@@ -250,8 +242,7 @@ def selected_key_ratios(
 def attention_rollout(maps: list[torch.Tensor], residual: float = 0.5) -> list[torch.Tensor]:
     """How much each input position reaches each query through layers 0 .. l, one (B, T, T) map per layer l.
 
-    ``A_l = residual * I + (1 - residual) * mean_h(W_l)``, ``R_l = A_l @ R_{l-1}`` with ``R_0 = A_0``
-    (Abnar and Zuidema's estimate: it ignores the MLPs, the values' sizes and the LayerNorms).
+    ``A_l = residual * I + (1 - residual) * mean_h(W_l)``, ``R_l = A_l @ R_{l-1}`` with ``R_0 = A_0``.
     Shape: maps, L x (B, H, T, T) as GPT.attention_maps returns them -> L x (B, T, T). Taught in notebook 11.
     """
     if not isinstance(maps, (list, tuple)) or not maps:

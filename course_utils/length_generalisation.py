@@ -7,7 +7,7 @@ the answer is the most recent letter at or before it.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -46,11 +46,7 @@ POSITIONS = ("none", "learned", "sinusoidal", "rope", "alibi")  # the values of 
 
 @dataclass(frozen=True)
 class LengthGenConfig:
-    """Everything the experiment depends on: ``tiny()`` takes seconds on a CPU, ``full()`` is the real run.
-
-    The training names are :class:`~course_utils.train.TrainConfig`'s: ``max_steps`` AdamW steps of
-    ``batch_size`` sequences at ``learning_rate``; ``eval_batch_size`` sequences per evaluation.
-    """
+    """Everything the experiment depends on: ``tiny()`` takes seconds on a CPU, ``full()`` is the real run."""
 
     num_letters: int = 8
     num_fillers: int = 8
@@ -67,9 +63,8 @@ class LengthGenConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for name in ("num_letters", "num_fillers", "num_layers", "train_length", "max_steps", "batch_size"):
+        for name in "num_letters num_fillers num_layers train_length max_steps batch_size eval_batch_size".split():
             check_int(name, getattr(self, name))
-        check_int("eval_batch_size", self.eval_batch_size)
         check_fraction("letter_prob", self.letter_prob, zero_allowed=False)
         check_positive_number("learning_rate", self.learning_rate)
         check_int("seed", self.seed, minimum=0)
@@ -104,9 +99,6 @@ class LengthGenConfig:
     def full(cls) -> LengthGenConfig:
         """A wider model, longer run and longer test sequences (a minute or two each on a CPU)."""
         return cls(embed_dim=64, num_layers=2, max_steps=1500, batch_size=64, eval_lengths=(8, 16, 32, 64, 128, 256))
-
-    def with_(self, **changes) -> LengthGenConfig:
-        return replace(self, **changes)
 
 
 def make_batch(
@@ -197,17 +189,13 @@ def train_model(
 
 
 @torch.no_grad()
-def evaluate(
-    model: TinyPositionalModel, T: int, batch_size: int | None = None, seed: int = 1234
-) -> tuple[float, float]:
-    """Loss and accuracy on fresh sequences of length T, counted at the fillers (letters need no position)."""
+def evaluate(model: TinyPositionalModel, T: int) -> tuple[float, float]:
+    """Loss and accuracy on ``config.eval_batch_size`` fresh sequences of length T (the same ones for every model),
+    counted at the fillers (letters need no position)."""
     if not isinstance(model, TinyPositionalModel):
         raise TypeError(f"model must be a TinyPositionalModel (from train_model), got {type(model).__name__}")
     config = model.config
-    check_int("T", T)
-    batch_size = config.eval_batch_size if batch_size is None else check_int("batch_size", batch_size)
-    g = torch.Generator().manual_seed(seed)
-    tokens, targets = make_batch(config, batch_size, T, g)
+    tokens, targets = make_batch(config, config.eval_batch_size, T, torch.Generator().manual_seed(1234))
     logits = model(tokens)  # (B, T, num_letters)
     filler = tokens >= config.num_letters  # (B, T)
     loss = F.cross_entropy(logits[filler], targets[filler]).item()

@@ -10,6 +10,7 @@ true, a test here fails and the prose must change with it.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import math
 
@@ -265,7 +266,7 @@ def test_a_causal_uniform_head_reads_its_position_off_a_start_token():
 def test_one_causal_layer_sees_the_earlier_tokens_as_a_set_two_see_their_order(num_layers, sees_order):
     """The experiment's model without positions: swapping two earlier tokens leaves the output at t unchanged
     with one causal layer, and changes it with two (the causal mask leaks position to the second layer)."""
-    config = LengthGenConfig.tiny().with_(num_layers=num_layers)
+    config = dataclasses.replace(LengthGenConfig.tiny(), num_layers=num_layers)
     torch.manual_seed(0)
     model = TinyPositionalModel(config, "none").double().eval()
     tokens = torch.tensor([[0, 9, 3, 12, 5, 10, 2]])  # letters and fillers, all different

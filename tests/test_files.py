@@ -96,16 +96,6 @@ def test_keep_copy_copies_and_leaves_the_original(tmp_path):
         keep_copy(tmp_path, NOW)
 
 
-def test_clean_stale_tmp_also_removes_the_earlier_checkpoint_writers_files(tmp_path):
-    dead = 2**22 + 54321
-    legacy = tmp_path / f"checkpoint.pt.{dead}-140001.tmp"  # how train.py named them before atomic_path
-    live = tmp_path / f"checkpoint.pt.{os.getpid()}-140001.tmp"
-    for p in (legacy, live):
-        p.write_bytes(b"x")
-    assert clean_stale_tmp(tmp_path, "checkpoint.pt") == [legacy]
-    assert [p.name for p in tmp_path.iterdir()] == [live.name]
-
-
 def test_probe_writable_makes_the_folder_leaves_nothing_and_raises_where_nothing_can_be_written(tmp_path):
     from course_utils._files import probe_writable
 
