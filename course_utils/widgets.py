@@ -87,14 +87,10 @@ class Explorer(widgets.VBox):
         labels = [c.description for c in self.controls.values()]
         raise KeyError(f"no control labelled {description!r}; the labels are {labels}")
 
-    def values(self) -> dict[str, object]:
-        """The controls' current values, by parameter name."""
-        return {name: c.value for name, c in self.controls.items()}
-
     def update(self) -> None:
         """Redraw the picture for the current values (called on every change)."""
         try:
-            fig, caption = self._draw(**self.values())
+            fig, caption = self._draw(**{name: c.value for name, c in self.controls.items()})
         except (ValueError, TypeError) as e:  # show the message, keep the widget alive
             self.caption = f"{type(e).__name__}: {e}"
             self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": self.caption + "\n"},)
