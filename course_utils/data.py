@@ -73,8 +73,12 @@ def load_text(path: str | os.PathLike) -> str:
     if path.is_dir():
         raise ValueError(f"{path} is a folder, expected a UTF-8 text file")
     raw = path.read_bytes()
-    if is_course_corpus(path):
-        _check_corpus_digest(path, sha256_bytes(raw))
+    if is_course_corpus(path) and (digest := sha256_bytes(raw)) != CORPUS_SHA256:
+        raise ChecksumError(
+            f"{path} is named like the course corpus but its sha256 is {digest[:16]}..., expected "
+            f"{CORPUS_SHA256[:16]}...: the file was changed or is damaged. Run `python -m course_tools.corpus fetch "
+            "--force` to fetch it again; to train on your own text, give the file another name"
+        )
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as err:
@@ -104,15 +108,6 @@ def is_course_corpus(path: str | os.PathLike) -> bool:
         return default.exists() and path.exists() and os.path.samefile(path, default)
     except OSError:
         return False
-
-
-def _check_corpus_digest(path: Path, digest: str) -> None:
-    if digest != CORPUS_SHA256:
-        raise ChecksumError(
-            f"{path} is named like the course corpus but its sha256 is {digest[:16]}..., expected "
-            f"{CORPUS_SHA256[:16]}...: the file was changed or is damaged. Run `python -m course_tools.corpus fetch "
-            "--force` to fetch it again; to train on your own text, give the file another name"
-        )
 
 
 def check_text_size(
@@ -248,8 +243,6 @@ class CharTokenizer:
 
     def decode(self, ids: Iterable[int] | torch.Tensor) -> str:
         """Token ids (a list or a 1-D tensor) -> text."""
-        import numbers
-
         import torch
 
         if isinstance(ids, (str, bytes)) or not isinstance(ids, (torch.Tensor, Iterable)):
