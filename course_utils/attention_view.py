@@ -44,10 +44,8 @@ def head_view(
 ) -> HTML:
     """bertviz's head view (one layer at a time, each head a colour), working offline (notebook 11).
 
-    Shape:
-        attention: a list of L tensors (1, H, T, T), as ``GPT.attention_maps(idx)`` returns for one sequence
-        tokens: T strings (a str is read as its characters) -> an IPython ``HTML`` object
-
+    Shape: attention, a list of L tensors (1, H, T, T) as ``GPT.attention_maps(idx)`` returns for one sequence;
+    tokens, T strings (a str is read as its characters) -> an IPython ``HTML`` object.
     ``layer`` is shown first (default 0) with ``heads`` on (default all); ``prettify`` makes blanks visible
     (:func:`~course_utils.plotting.char_labels`).
     """
@@ -74,11 +72,7 @@ def model_view(
 ) -> HTML:
     """bertviz's model view (a small picture per layer and head; click one to enlarge), offline (notebook 11).
 
-    Shape:
-        attention: a list of L tensors (1, H, T, T), as ``GPT.attention_maps(idx)`` returns for one sequence
-        tokens: T strings (a str is read as its characters) -> an IPython ``HTML`` object
-
-    ``include_layers`` picks the layers drawn (default all); ``prettify`` as in :func:`head_view`.
+    Shapes and ``prettify`` as :func:`head_view`; ``include_layers`` picks the layers drawn (default all).
     """
     from bertviz import model_view as bertviz_model_view
 

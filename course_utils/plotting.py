@@ -56,10 +56,7 @@ def plot_weights(
     mask: torch.Tensor | None = None,
     colorbar: bool = True,
 ) -> plt.Axes:
-    """Heatmap of one attention matrix, with a colourbar: rows are queries, columns are keys.
-
-    Shape:
-        weights: (T, S)
+    """Heatmap of one attention matrix (T, S), with a colourbar: rows are queries, columns are keys.
 
     The colour scale runs from 0 to ``vmax`` (1: weights are probabilities; None: this matrix's largest).
     Values are written in the cells when the matrix is small (``annotate=None`` decides by size). With a
@@ -178,15 +175,10 @@ def char_labels(text: str) -> list[str]:
     return [_VISIBLE.get(c, c) for c in text]
 
 
-def plot_attention_maps(
-    maps: Sequence[torch.Tensor],
-    labels: Sequence[str],
-) -> Figure:
+def plot_attention_maps(maps: Sequence[torch.Tensor], labels: Sequence[str]) -> Figure:
     """A grid of heatmaps: one row per layer, one column per head, for one sequence, with one colourbar.
 
-    Shape:
-        maps: a list over layers of (1, H, T, T) or (H, T, T) weights (``GPT.attention_maps``); labels: T
-
+    Shape: maps, a list over layers of (1, H, T, T) or (H, T, T) weights (``GPT.attention_maps``); labels T.
     Every panel runs from 0 to 1. Only the bottom row labels keys and the left column queries, at evenly spaced
     positions that fit a panel (the last always). Used in notebook 11.
     """
