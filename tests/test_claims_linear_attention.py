@@ -321,8 +321,9 @@ def test_the_full_sequence_log_cumsum_loses_float32_accuracy_that_the_chunkwise_
 
 
 def test_course_utils_quadratic_form_keeps_float32_accuracy_over_the_whole_sequence():
-    """course_utils' decay_mask sums log alpha over each entry's own segment (no difference of two long sums), so
-    its whole-sequence quadratic form is as accurate as the chunkwise one where section 3's difference is not."""
+    """Section 3: '`course_utils` sums each entry's own segment instead': its decay_mask sums log alpha over each
+    entry's own segment (no difference of two long sums), so its whole-sequence quadratic form is as accurate as the
+    chunkwise one where section 3's difference is not."""
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(1, 2048, 16, generator=g, dtype=torch.float64) for _ in range(3))
     ref = gated_linear_attention_recurrent(q, k, v, 0.5)[0]
