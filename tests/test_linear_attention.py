@@ -424,3 +424,33 @@ def test_tiny_gates_get_the_recurrences_gate_gradient(dtype, rtol):
     assert want.abs().max() > 0.1
     for name, form in _forms_with_gradients(4).items():
         torch.testing.assert_close(_grads(form, q, k, v, gate)[3], want, atol=1e-6, rtol=rtol, msg=name)
+
+
+F32 = {"atol": 1e-5, "rtol": 1e-4}  # float32 against the float64 loop: the stated float32 tolerance
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes, st.integers(1, 10))
+def test_every_form_in_float32_is_within_the_stated_tolerance_of_the_float64_loop(shape, chunk_size):
+    """Each form run in float32 (T = 1 and chunk sizes that do not divide T included) stays within 1e-5 + 1e-4 x
+    |expected| of the float64 direct loop; the delta rule with unit keys, as DeltaNet uses it (beta ||k||^2 <= 1)."""
+    lead, T, D, Dv, seed = shape
+    q, k, v, gate, beta = _inputs(seed, lead, T, D, Dv)
+    out, final = _loop(q, k, v, gate)
+    q32, k32, v32, gate32 = (x.float() for x in (q, k, v, gate))
+    rec, rec_state = gated_linear_attention_recurrent(q32, k32, v32, gate32)
+    chunked, chunk_state = gated_linear_attention_chunkwise(q32, k32, v32, gate32, chunk_size=chunk_size)
+    for got in (
+        rec,
+        gated_linear_attention(q32, k32, v32, gate32),
+        gated_linear_attention_prefix_states(q32, k32, v32, gate32),
+        chunked,
+    ):
+        torch.testing.assert_close(got.double(), out, **F32)
+    for state in (rec_state, chunk_state):
+        torch.testing.assert_close(state.double(), final, **F32)
+    k = torch.nn.functional.normalize(k, dim=-1)
+    out, final = _loop(q, k, v, gate, beta)
+    got, state = delta_rule_recurrent(q32, k.float(), v32, beta.float(), gate32)
+    torch.testing.assert_close(got.double(), out, **F32)
+    torch.testing.assert_close(state.double(), final, **F32)
