@@ -282,7 +282,7 @@ print("gated loop vs masked quadratic form, float32, agree to 1e-5:",
 # The cumulative sum has a price in float32: its rounding error grows with `|Σ log α|` times the machine
 # epsilon, so over a whole long sequence the differences lose digits (with gates of 0.5 and `T = 2048`, about
 # 30 times the error of the same sum taken per chunk of 64). That is one more reason real kernels take the
-# cumulative sum inside each chunk (section 5).
+# cumulative sum inside each chunk (section 5); `course_utils` sums each entry's own segment instead.
 #
 # The order matters: the gate acts on the old state and the new pair is written whole, so `M[i, i] = 1`.
 # In float64 the two forms agree to rounding, here with RetNet's fixed decay `γ = 0.9` as well:

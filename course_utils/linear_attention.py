@@ -124,20 +124,25 @@ def gated_linear_attention_recurrent(
 
 def decay_mask(gate: torch.Tensor) -> torch.Tensor:
     """M[i, j] = alpha_{j+1} ... alpha_i for j <= i (1 on the diagonal), 0 above it: how much of token j is left
-    at step i.
+    at step i. Each entry is the exp of its own sum of log alpha over j < m <= i (a cumulative sum down a masked
+    (T, T) matrix), not a difference of two whole-sequence cumulative sums: a difference loses float32 digits over
+    long sequences, and its gradient cancels an O(1) term against itself before dividing by alpha, which left
+    small gates with a wrong gradient (every gate 1e-40: none).
 
     Shape: gate (..., T) in (0, 1] -> (..., T, T). Taught in notebook 13.
     """
     check_float_tensor("gate", gate)
     _rate("gate", gate, gate.shape, gate, low_open=True)
-    return _decay_mask(gate.log().cumsum(dim=-1))
+    return _decay_mask(gate.log())
 
 
-def _decay_mask(log_cum: torch.Tensor) -> torch.Tensor:
-    T = log_cum.shape[-1]
-    diff = log_cum[..., :, None] - log_cum[..., None, :]  # (..., T, T): sum of log alpha over j < m <= i
-    future = torch.ones(T, T, dtype=torch.bool, device=log_cum.device).triu(1)  # (T, T): j > i
-    return diff.masked_fill(future, float("-inf")).exp()  # exp(-inf) = 0: the future, never an inf times 0
+def _decay_mask(log_gate: torch.Tensor) -> torch.Tensor:
+    T = log_gate.shape[-1]
+    after = torch.ones(T, T, dtype=torch.bool, device=log_gate.device).tril(-1)  # (T, T): [m, j] with m > j
+    terms = log_gate[..., :, None].expand(*log_gate.shape, T).masked_fill(~after, 0.0)  # (..., T, T): log alpha_m
+    segment = terms.cumsum(dim=-2)  # (..., T, T): [i, j] = sum of log alpha_m over j < m <= i (0 for j >= i)
+    future = torch.ones(T, T, dtype=torch.bool, device=log_gate.device).triu(1)  # (T, T): j > i
+    return segment.masked_fill(future, float("-inf")).exp()  # exp(-inf) = 0: the future, never an inf times 0
 
 
 def gated_linear_attention(
@@ -150,7 +155,7 @@ def gated_linear_attention(
     """
     _check_qkv(q, k, v)
     gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
-    scores = (q @ k.transpose(-2, -1)) * _decay_mask(gate.log().cumsum(dim=-1))  # (..., T, T)
+    scores = (q @ k.transpose(-2, -1)) * _decay_mask(gate.log())  # (..., T, T)
     return scores @ v  # (..., T, Dv)
 
 
@@ -247,15 +252,17 @@ def gated_linear_attention_chunk(
     _check_qkv(q, k, v)
     _check_state(state, q, v, q.shape[:-2])
     gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
-    return _chunk(state, q, k, v, gate.log().cumsum(dim=-1))
+    return _chunk(state, q, k, v, gate.log())
 
 
-def _chunk(state, q, k, v, log_b):
+def _chunk(state, q, k, v, log_gate):
+    log_b = log_gate.cumsum(dim=-1)  # (..., C): log b_i
+    M = _decay_mask(log_gate)  # (..., C, C): b_i / b_j below the diagonal
     inter = log_b.exp()[..., :, None] * (q @ state)  # (..., C, Dv): the past, decayed to each token
-    intra = ((q @ k.transpose(-2, -1)) * _decay_mask(log_b)) @ v  # (..., C, C) @ (..., C, Dv): the chunk itself
+    intra = ((q @ k.transpose(-2, -1)) * M) @ v  # (..., C, C) @ (..., C, Dv): the chunk itself
     if log_b.shape[-1] == 0:
         return inter + intra, state
-    to_end = (log_b[..., -1:] - log_b).exp()  # (..., C): b_C / b_j, what is left of token j at the chunk's end
+    to_end = M[..., -1, :]  # (..., C): b_C / b_j, what is left of token j at the chunk's end
     state = log_b[..., -1, None, None].exp() * state + (k * to_end[..., None]).transpose(-2, -1) @ v  # (..., D, Dv)
     return inter + intra, state
 
@@ -277,7 +284,7 @@ def gated_linear_attention_chunkwise(
     outs = []
     for s in range(0, q.shape[-2], C):
         part = slice(s, s + C)
-        out, state = _chunk(state, q[..., part, :], k[..., part, :], v[..., part, :], gate[..., part].log().cumsum(-1))
+        out, state = _chunk(state, q[..., part, :], k[..., part, :], v[..., part, :], gate[..., part].log())
         outs.append(out)  # (..., C, Dv)
     return (torch.cat(outs, dim=-2) if outs else v.new_zeros(v.shape)), state  # (..., T, Dv)
 

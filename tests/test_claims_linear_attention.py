@@ -274,6 +274,32 @@ def test_products_of_gates_underflow_for_long_spans_where_the_log_cumsum_does_no
     assert M[150, 149].item() == pytest.approx(0.5, rel=1e-5) and M[199, 190].item() == pytest.approx(0.5**9, rel=1e-5)
 
 
+def _difference_of_cumsums(q, k, v, gate):
+    """Section 3's masked quadratic form as the notebook writes it: M from differences of one whole-sequence
+    cumulative sum of log alpha (course_utils sums each entry's own segment instead, see below)."""
+    T = gate.shape[-1]
+    log_cum = gate.log().cumsum(dim=-1)  # (B, T)
+    diff = log_cum[:, :, None] - log_cum[:, None, :]  # (B, T, T)
+    M = diff.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), float("-inf")).exp()
+    return ((q @ k.transpose(-2, -1)) * M) @ v
+
+
+def _chunkwise_by_differences(q, k, v, gate, C):
+    """Section 5's chunkwise form as the notebook writes it: each chunk's M and hand-over from differences of the
+    chunk's own cumulative sum of log alpha."""
+    S = q.new_zeros(q.shape[0], q.shape[-1], v.shape[-1])  # (B, D, Dv)
+    outs = []
+    for s in range(0, q.shape[-2], C):
+        qc, kc, vc = q[:, s : s + C], k[:, s : s + C], v[:, s : s + C]
+        log_b = gate[:, s : s + C].log().cumsum(dim=-1)  # (B, C)
+        Cc = qc.shape[1]
+        diff = log_b[:, :, None] - log_b[:, None, :]
+        Mc = diff.masked_fill(~torch.ones(Cc, Cc, dtype=torch.bool).tril(), float("-inf")).exp()
+        outs.append(log_b.exp()[:, :, None] * (qc @ S) + ((qc @ kc.transpose(-2, -1)) * Mc) @ vc)
+        S = log_b[:, -1, None, None].exp() * S + (kc * (log_b[:, -1:] - log_b).exp()[:, :, None]).transpose(-2, -1) @ vc
+    return torch.cat(outs, dim=1)
+
+
 def test_the_full_sequence_log_cumsum_loses_float32_accuracy_that_the_chunkwise_one_keeps():
     """Section 3: the float32 error of the cumulative sum grows with |sum log alpha| x epsilon; 'with gates of 0.5
     and T = 2048, about 30 times the error of the same sum taken per chunk of 64'."""
@@ -283,8 +309,8 @@ def test_the_full_sequence_log_cumsum_loses_float32_accuracy_that_the_chunkwise_
         q, k, v = (torch.randn(1, T, 16, generator=g, dtype=torch.float64) for _ in range(3))
         ref = gated_linear_attention_recurrent(q, k, v, 0.5)[0]
         q, k, v = q.float(), k.float(), v.float()
-        full = gated_linear_attention(q, k, v, 0.5).double()
-        chunked = gated_linear_attention_chunkwise(q, k, v, 0.5, chunk_size=64)[0].double()
+        full = _difference_of_cumsums(q, k, v, torch.full((1, T), 0.5)).double()  # section 3's code, whole sequence
+        chunked = _chunkwise_by_differences(q, k, v, torch.full((1, T), 0.5), 64).double()  # section 5's code
         return [(torch.linalg.norm(o - ref) / torch.linalg.norm(ref)).item() for o in (full, chunked)]
 
     for seed in range(3):
@@ -292,6 +318,25 @@ def test_the_full_sequence_log_cumsum_loses_float32_accuracy_that_the_chunkwise_
         full_short, _ = errors(256, seed)
         assert 10 * chunk_long < full_long < 100 * chunk_long, (full_long, chunk_long)
         assert full_long > 4 * full_short  # grows with the length of the sum, |sum log alpha| = T log 2
+
+
+def test_course_utils_quadratic_form_keeps_float32_accuracy_over_the_whole_sequence():
+    """Section 3: '`course_utils` sums each entry's own segment instead': its decay_mask sums log alpha over each
+    entry's own segment (no difference of two long sums), so its whole-sequence quadratic form is as accurate as the
+    chunkwise one where section 3's difference is not."""
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(1, 2048, 16, generator=g, dtype=torch.float64) for _ in range(3))
+    ref = gated_linear_attention_recurrent(q, k, v, 0.5)[0]
+    q, k, v = q.float(), k.float(), v.float()
+    errs = [
+        (torch.linalg.norm(o.double() - ref) / torch.linalg.norm(ref)).item()
+        for o in (
+            gated_linear_attention(q, k, v, 0.5),
+            gated_linear_attention_chunkwise(q, k, v, 0.5, chunk_size=64)[0],
+            _difference_of_cumsums(q, k, v, torch.full((1, 2048), 0.5)),
+        )
+    ]
+    assert errs[0] < 2 * errs[1] and 10 * errs[0] < errs[2], errs
 
 
 # --- section 1: linear attention's recurrent step and its state (moved from notebook 07) -------------------------

@@ -375,3 +375,82 @@ BAD_INPUTS = [
 def test_bad_input_is_refused_with_a_clear_message(call, error, message):
     with pytest.raises(error, match=message):
         call()
+
+
+def _forms_with_gradients(chunk_size):
+    return {
+        "quadratic": gated_linear_attention,
+        "prefix_states": gated_linear_attention_prefix_states,
+        "chunkwise": lambda *x: gated_linear_attention_chunkwise(*x, chunk_size=chunk_size)[0],
+        "chunk": lambda q, k, v, g: gated_linear_attention_chunk(
+            torch.zeros(*q.shape[:-2], q.shape[-1], v.shape[-1], dtype=q.dtype), q, k, v, g
+        )[0],
+    }
+
+
+def _grads(form, q, k, v, gate):
+    xs = [x.clone().requires_grad_() for x in (q, k, v, gate)]
+    out = form(*xs)
+    (out * torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)).sum().backward()
+    return [torch.zeros_like(x) if x.grad is None else x.grad for x in xs]  # None: unused (T = 1 reads no gate)
+
+
+@settings(max_examples=30, deadline=None)
+@given(shapes, st.integers(1, 10), st.floats(-40.0, 0.0))
+def test_every_form_has_the_recurrences_gradients_for_any_gate_size_in_float64(shape, chunk_size, log10_low):
+    """Gradients of q, k, v and the gate equal the recurrence's (itself gradchecked), with gates down to 1e-40: the
+    log-space forms once cancelled an O(1) term against itself in d log(alpha), then divided by alpha, so small
+    gates got a gradient wrong by about epsilon / alpha (all gates 1e-40: a gate gradient of 0)."""
+    lead, T, D, Dv, seed = shape
+    q, k, v, _, _ = _inputs(seed, lead, T, D, Dv)
+    g = torch.Generator().manual_seed(seed + 1)
+    gate = 10 ** (log10_low * torch.rand(*lead, T, generator=g, dtype=torch.float64))  # in [10^low, 1]
+    want = _grads(gated_linear_attention_recurrent_out, q, k, v, gate)
+    for name, form in _forms_with_gradients(chunk_size).items():
+        for x, a, b in zip("qkvg", _grads(form, q, k, v, gate), want):
+            torch.testing.assert_close(a, b, atol=1e-12, rtol=1e-9, msg=lambda m, x=x, name=name: f"{name} d{x}: {m}")
+
+
+def gated_linear_attention_recurrent_out(q, k, v, gate):
+    return gated_linear_attention_recurrent(q, k, v, gate)[0]
+
+
+@pytest.mark.parametrize("dtype, rtol", [(torch.float64, 1e-9), (torch.float32, 1e-3)])
+def test_tiny_gates_get_the_recurrences_gate_gradient(dtype, rtol):
+    """Every gate 1e-30 (1e-30 is a normal float32): d out / d alpha_t is about q_t . S_{t-1}, of order 1."""
+    q, k, v, _, _ = _inputs(11, (2,), 9, 3, 2, dtype=dtype)
+    gate = torch.full((2, 9), 1e-30, dtype=dtype)
+    want = _grads(gated_linear_attention_recurrent_out, q, k, v, gate)[3]
+    assert want.abs().max() > 0.1
+    for name, form in _forms_with_gradients(4).items():
+        torch.testing.assert_close(_grads(form, q, k, v, gate)[3], want, atol=1e-6, rtol=rtol, msg=name)
+
+
+F32 = {"atol": 1e-5, "rtol": 1e-4}  # float32 against the float64 loop: the stated float32 tolerance
+
+
+@settings(max_examples=40, deadline=None)
+@given(shapes, st.integers(1, 10))
+def test_every_form_in_float32_is_within_the_stated_tolerance_of_the_float64_loop(shape, chunk_size):
+    """Each form run in float32 (T = 1 and chunk sizes that do not divide T included) stays within 1e-5 + 1e-4 x
+    |expected| of the float64 direct loop; the delta rule with unit keys, as DeltaNet uses it (beta ||k||^2 <= 1)."""
+    lead, T, D, Dv, seed = shape
+    q, k, v, gate, beta = _inputs(seed, lead, T, D, Dv)
+    out, final = _loop(q, k, v, gate)
+    q32, k32, v32, gate32 = (x.float() for x in (q, k, v, gate))
+    rec, rec_state = gated_linear_attention_recurrent(q32, k32, v32, gate32)
+    chunked, chunk_state = gated_linear_attention_chunkwise(q32, k32, v32, gate32, chunk_size=chunk_size)
+    for got in (
+        rec,
+        gated_linear_attention(q32, k32, v32, gate32),
+        gated_linear_attention_prefix_states(q32, k32, v32, gate32),
+        chunked,
+    ):
+        torch.testing.assert_close(got.double(), out, **F32)
+    for state in (rec_state, chunk_state):
+        torch.testing.assert_close(state.double(), final, **F32)
+    k = torch.nn.functional.normalize(k, dim=-1)
+    out, final = _loop(q, k, v, gate, beta)
+    got, state = delta_rule_recurrent(q32, k.float(), v32, beta.float(), gate32)
+    torch.testing.assert_close(got.double(), out, **F32)
+    torch.testing.assert_close(state.double(), final, **F32)

@@ -105,6 +105,11 @@ def _gla_read_before_write(state, q_t, k_t, v_t, gate_t):
     return out, gate_t[..., None, None] * state + k_t[..., :, None] * v_t[..., None, :]
 
 
+def _gla_read_old_state(state, q_t, k_t, v_t, gate_t):
+    out = (q_t[..., None, :] @ state)[..., 0, :]  # the state as given: neither forgotten nor written
+    return out, gate_t[..., None, None] * state + k_t[..., :, None] * v_t[..., None, :]
+
+
 def _gla_value_key_outer(state, q_t, k_t, v_t, gate_t):
     state = gate_t[..., None, None] * state + v_t[..., :, None] * k_t[..., None, :]  # v k^T: (Dv, D), not (D, Dv)
     return (q_t[..., None, :] @ state)[..., 0, :], state
@@ -228,6 +233,13 @@ def _chunk_own_tokens_twice(state, q, k, v, gate):
     b, M, scores = _chunk_parts(q, k, gate)
     new_state = b[..., -1, None, None] * state + (k * (b[..., -1:] / b)[..., None]).transpose(-2, -1) @ v
     out = q @ new_state + scores @ v  # the state at the chunk's end already holds the chunk's tokens
+    return out, new_state
+
+
+def _chunk_own_tokens_twice_decayed(state, q, k, v, gate):
+    b, M, scores = _chunk_parts(q, k, gate)
+    new_state = b[..., -1, None, None] * state + (k * (b[..., -1:] / b)[..., None]).transpose(-2, -1) @ v
+    out = b[..., :, None] * (q @ new_state) + scores @ v  # section 5's formula, read from the state handed on
     return out, new_state
 
 
@@ -389,6 +401,13 @@ EXERCISES = (
                 fix="compute new_state first, then out_t = (q_t[..., None, :] @ new_state)[..., 0, :]",
             ),
             Mistake(
+                "state read before the gate and the write",
+                "out_t reads the state after this step: the old state forgotten by gate_t, then token t written. "
+                "Reading the state you were given leaves out both.",
+                _gla_read_old_state,
+                fix="compute new_state first, then out_t = (q_t[..., None, :] @ new_state)[..., 0, :]",
+            ),
+            Mistake(
                 "value-key outer product (v k^T)",
                 "The state is (D, Dv): rows indexed by key features, so a query reads it as q^T S. "
                 "The write is k_t v_t^T, keys on the rows.",
@@ -491,6 +510,14 @@ EXERCISES = (
                 "masked quadratic part. The state at the chunk's end already holds them, so reading it adds "
                 "them a second time.",
                 _chunk_own_tokens_twice,
+                fix="out = b[..., :, None] * (q @ state) + ((q @ k.mT) * M) @ v with the state given, not the new one",
+            ),
+            Mistake(
+                "the chunk's own tokens counted twice (the new state read, decayed)",
+                "b_i (q S) is the past only when S is the state the chunk was given, S_0. The state the chunk "
+                "hands on already holds the chunk's own tokens, so reading it, decayed or not, adds them a second "
+                "time to the masked quadratic part.",
+                _chunk_own_tokens_twice_decayed,
                 fix="out = b[..., :, None] * (q @ state) + ((q @ k.mT) * M) @ v with the state given, not the new one",
             ),
             Mistake(
