@@ -146,13 +146,13 @@ def test_an_exception_is_the_first_error_with_its_cell(tmp_path):
     assert {r["key"]: r for r in rows_in(tmp_path / "verdicts.json")}["01.1"]["status"] == "passed"
 
 
-def test_a_file_that_is_not_json_is_named_as_such(tmp_path):
+def test_a_file_that_is_not_json_is_named_as_such(tmp_path, capsys):
     path = tmp_path / "01_broken.ipynb"
     path.write_text("{ this is not a notebook", encoding="utf-8")
-    proc = check(path, "--json", tmp_path / "verdicts.json")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "not a notebook: invalid JSON (" in proc.stdout and "line 1, column 3" in proc.stdout
-    assert "Traceback" not in proc.stdout + proc.stderr and "an earlier cell" not in proc.stdout
+    code, out, err = check_here(capsys, path, "--json", tmp_path / "verdicts.json")  # no kernel: in this process
+    assert code == 1, out + err
+    assert "not a notebook: invalid JSON (" in out and "line 1, column 3" in out
+    assert "Traceback" not in out + err and "an earlier cell" not in out
 
 
 def test_a_folder_is_expanded_to_its_notebooks_without_backups_or_checkpoints(tmp_path):
