@@ -287,8 +287,10 @@ CAPABILITY_PROBE = "import torch; print(torch.backends.cpu.get_cpu_capability())
 class Step(NamedTuple):
     """One command of `course.py test`: pytest (or ruff) in the venv, with extra environment variables.
 
-    Steps that share a ``group`` number run at the same time (each notebook kernel uses one thread, so two
-    nbval passes fill two cores); ``ok`` lists the exit codes that count as success.
+    The first ``group`` (lint) runs alone, its steps at the same time. The later groups' steps start in group
+    order, at most :data:`AT_ONCE` at a time: group 2's at once, and each step of group 3 as soon as any earlier
+    step ends (each notebook kernel uses one thread, so the passes fill the cores a finished step leaves idle).
+    ``ok`` lists the exit codes that count as success.
     """
 
     title: str
@@ -443,12 +445,25 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
     return steps, notices
 
 
+# The long steps of `course.py test` running at once (unit tests, browser, seed sweep); a later step (the passes
+# under other CPU kernels) takes the place of the first that ends. A full run on 2 cores (2026-11-29) with the
+# passes started after all three: unit 1,090 s, then the passes 195 s and 138 s, one core idle for a minute.
+AT_ONCE = 3
+
+
 def run_steps(steps: list[Step]) -> int:
-    """Run the steps group by group (a group's steps at the same time), print each one's wall time, and
-    stop after the first group with a failure. Returns 0 or the first failing exit code."""
+    """Run the first group (lint), its steps at the same time; if it passed, the other steps in group order,
+    at most AT_ONCE at a time, each starting when a slot is free (:func:`run_together`). Print each one's wall
+    time. After a failure no further step starts. Returns 0 or the first failing exit code."""
     times: list[tuple[str, float, int]] = []
-    for group in sorted({s.group for s in steps}):
-        members = [s for s in steps if s.group == group]
+    first = min((s.group for s in steps), default=0)
+    stages = [
+        [s for s in steps if s.group == first],
+        sorted((s for s in steps if s.group != first), key=lambda s: s.group),
+    ]
+    for members, at_once in zip(stages, (len(stages[0]), AT_ONCE)):
+        if not members:
+            continue
         if len(members) == 1:
             step = members[0]
             say(step.title)
@@ -458,7 +473,7 @@ def run_steps(steps: list[Step]) -> int:
             rc = subprocess.call(cmd, cwd=ROOT, env=step_env(step))
             results = [(step, rc, time.monotonic() - t0)]
         else:
-            results = run_together(members)
+            results = run_together(members, at_once)
         failed = 0
         for step, rc, seconds in results:
             times.append((step.title, seconds, rc))
@@ -478,20 +493,29 @@ def step_env(step: Step) -> dict[str, str]:
     return {**env, **step.env}
 
 
-def run_together(steps: list[Step]) -> list[tuple[Step, int, float]]:
-    """Start every step at once; show each one's output, whole, when it ends (so lines never interleave)."""
+def run_together(steps: list[Step], at_once: int | None = None) -> list[tuple[Step, int, float]]:
+    """Run the steps in their order, at most ``at_once`` at a time (default: all at once): each waiting step
+    starts as soon as a running one ends, unless a step has failed (then no more start). Show each one's output,
+    whole, when it ends (so lines never interleave). Returns (step, exit code, seconds) of the steps started."""
     import tempfile
 
-    running = []
-    for step in steps:
-        say(f"{step.title} (started now, output shown when it ends)")
-        log = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
-        cmd = [str(c) for c in (PY, *step.args)]
-        say("$ " + shown(cmd, step.env))
-        proc = subprocess.Popen(cmd, cwd=ROOT, env=step_env(step), stdout=log, stderr=subprocess.STDOUT)
-        running.append((step, proc, log, time.monotonic()))
+    at_once = len(steps) if at_once is None else at_once
+    waiting, running = list(steps), []
     results: dict[int, tuple[Step, int, float]] = {}
-    while len(results) < len(running):
+    while waiting or len(results) < len(running):
+        failed = any(rc not in step.ok for step, rc, _ in results.values())
+        while waiting and not failed and len(running) - len(results) < at_once:
+            step = waiting.pop(0)
+            say(f"{step.title} (started now, output shown when it ends)")
+            log = tempfile.TemporaryFile("w+", encoding="utf-8", errors="replace")
+            cmd = [str(c) for c in (PY, *step.args)]
+            say("$ " + shown(cmd, step.env))
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=step_env(step), stdout=log, stderr=subprocess.STDOUT)
+            running.append((step, proc, log, time.monotonic()))
+        if failed and waiting:
+            for step in waiting:
+                say(f"not started (a step failed): {step.title}")
+            waiting = []
         for i, (step, proc, log, t0) in enumerate(running):
             if i not in results and proc.poll() is not None:
                 results[i] = (step, proc.returncode, time.monotonic() - t0)
@@ -532,6 +556,10 @@ def cmd_test(extra: list[str]) -> int:
     for notice in notices:
         say(notice)
     if plan_only:
+        print(
+            f"group 1 runs first; then the other groups' steps in order, at most {AT_ONCE} at a time: each step "
+            "of a later group starts as soon as an earlier step ends"
+        )
         for step in sorted(steps, key=lambda s: s.group):
             print(f"group {step.group}: {shown(['python', *step.args], step.env)}\n    {step.title}")
         return 0

@@ -369,6 +369,36 @@ def test_the_browser_tests_run_beside_the_unit_tests_on_two_workers_one_test_at_
     assert later and all("ATEN_CPU_CAPABILITY" in s.env for s in later)  # only the forced-kernel passes wait
 
 
+def test_a_later_steps_start_takes_the_place_of_the_first_step_that_ends(tmp_path, capsys):
+    """The passes under other CPU kernels (group 3) used to wait for all of group 2 while a core sat idle; now each
+    starts as soon as any running step ends, at most AT_ONCE at a time, and none starts after a failure."""
+    course = load_course()
+
+    def step(name, seconds, rc=0, group=2):
+        code = (
+            f"import pathlib, sys, time; d = pathlib.Path({str(tmp_path)!r}); "
+            f"(d / '{name}.start').write_text(str(time.time())); time.sleep({seconds}); "
+            f"(d / '{name}.end').write_text(str(time.time())); sys.exit({rc})"
+        )
+        return course.Step(name, ["-c", code], group=group)
+
+    def at(name, what):
+        return float((tmp_path / f"{name}.{what}").read_text())
+
+    long, short, later = step("long", 3.0), step("short", 0.2), step("later", 0.2, group=3)
+    results = course.run_together([long, short, later], at_once=2)
+    assert [(s.title, rc) for s, rc, _ in results] == [("long", 0), ("short", 0), ("later", 0)]
+    assert at("short", "end") <= at("later", "start") < at("long", "end")  # short's slot, while long still ran
+    assert at("later", "start") >= at("long", "start")
+    capsys.readouterr()
+    failing, running, waiting = step("failing", 0.1, rc=1), step("running", 1.0), step("waiting", 0.1, group=3)
+    results = course.run_together([failing, running, waiting], at_once=2)
+    assert [(s.title, rc) for s, rc, _ in results] == [("failing", 1), ("running", 0)]  # running ends, as before
+    assert not (tmp_path / "waiting.start").exists()
+    assert "not started (a step failed): waiting" in capsys.readouterr().out
+    assert course.AT_ONCE == len([s for s in course.test_plan([], {None: "AVX512"})[0] if s.group == 2])
+
+
 def test_the_e2e_command_runs_on_the_same_workers_and_takes_n_0(monkeypatch):
     course = load_course()
     monkeypatch.setattr(course, "ensure_installed", lambda *a, **kw: None)

@@ -45,6 +45,20 @@ def check(*args, timeout=300) -> subprocess.CompletedProcess:
     )
 
 
+def check_here(capsys, *args) -> tuple[int, str, str]:
+    """`check ARGS` run in this process (grade.main with argv, no interpreter and torch to start): its exit code
+    (argparse's too), standard output and standard error. For refusals, where the literal command is not the
+    point; each documented command keeps a test that runs it literally (``check``, ``course.py check``)."""
+    from course_tools import grade
+
+    try:
+        code = grade.main([str(a) for a in args])
+    except SystemExit as stop:
+        code = stop.code
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 def rows_in(report: Path) -> list[dict]:
     """The rows of a report, after checking that it is one."""
     from course_tools.grade import read_report
@@ -132,13 +146,13 @@ def test_an_exception_is_the_first_error_with_its_cell(tmp_path):
     assert {r["key"]: r for r in rows_in(tmp_path / "verdicts.json")}["01.1"]["status"] == "passed"
 
 
-def test_a_file_that_is_not_json_is_named_as_such(tmp_path):
+def test_a_file_that_is_not_json_is_named_as_such(tmp_path, capsys):
     path = tmp_path / "01_broken.ipynb"
     path.write_text("{ this is not a notebook", encoding="utf-8")
-    proc = check(path, "--json", tmp_path / "verdicts.json")
-    assert proc.returncode == 1, proc.stdout + proc.stderr
-    assert "not a notebook: invalid JSON (" in proc.stdout and "line 1, column 3" in proc.stdout
-    assert "Traceback" not in proc.stdout + proc.stderr and "an earlier cell" not in proc.stdout
+    code, out, err = check_here(capsys, path, "--json", tmp_path / "verdicts.json")  # no kernel: in this process
+    assert code == 1, out + err
+    assert "not a notebook: invalid JSON (" in out and "line 1, column 3" in out
+    assert "Traceback" not in out + err and "an earlier cell" not in out
 
 
 def test_a_folder_is_expanded_to_its_notebooks_without_backups_or_checkpoints(tmp_path):
@@ -171,21 +185,21 @@ def test_a_notebook_without_exercises_fails_and_keeps_the_earlier_report(tmp_pat
     assert not stale.exists()  # the killed run's temporary is cleaned by the next run
 
 
-def test_missing_paths_and_bad_time_limits_are_one_line_errors(tmp_path):
-    proc = check(tmp_path / "nope.ipynb", timeout=120)
+def test_missing_paths_and_bad_time_limits_are_one_line_errors(tmp_path, capsys):
+    proc = check(tmp_path / "nope.ipynb", timeout=120)  # the command itself, once
     assert (
         proc.returncode == 2
         and proc.stderr.strip() == f"course check: {tmp_path / 'nope.ipynb'}: no such file or folder"
     )
-    proc = check(tmp_path, timeout=120)
-    assert proc.returncode == 2 and "this folder has no notebooks" in proc.stderr
-    proc = check(tmp_path, "--timeout", "-1", timeout=120)
-    assert proc.returncode == 2 and "expected a positive number of seconds such as 120, got '-1'" in proc.stderr
-    assert "Traceback" not in proc.stderr
+    code, _, err = check_here(capsys, tmp_path)
+    assert code == 2 and "this folder has no notebooks" in err
+    code, _, err = check_here(capsys, tmp_path, "--timeout", "-1")
+    assert code == 2 and "expected a positive number of seconds such as 120, got '-1'" in err
+    assert "Traceback" not in err
     notebook(tmp_path / "01_mine.ipynb", SETUP, SOLVED)
-    proc = check(tmp_path / "01_mine.ipynb", "--json", tmp_path, timeout=120)
-    assert proc.returncode == 2 and "this is a folder; give a file name such as" in proc.stderr, proc.stderr
-    assert "running" not in proc.stdout  # refused before any notebook ran
+    code, out, err = check_here(capsys, tmp_path / "01_mine.ipynb", "--json", tmp_path)
+    assert code == 2 and "this is a folder; give a file name such as" in err, err
+    assert "running" not in out  # refused before any notebook ran
 
 
 def test_a_report_that_cannot_be_written_is_refused_before_any_notebook_runs(tmp_path, monkeypatch, capsys):
@@ -196,14 +210,14 @@ def test_a_report_that_cannot_be_written_is_refused_before_any_notebook_runs(tmp
     path = notebook(tmp_path / "01_mine.ipynb", SETUP, SOLVED)
     file = tmp_path / "notes.txt"
     file.write_text("mine")
-    proc = check(path, "--json", file / "ex.json", timeout=120)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert proc.stderr.strip() == (
+    code, out, err = check_here(capsys, path, "--json", file / "ex.json")
+    assert code == 2, out + err
+    assert err.strip() == (
         f"course check: --json {file / 'ex.json'}: cannot write the report there: {file} "
         "is a file, not a folder; give --json a file in a folder you can write to, "
         f"e.g. --json {Path.home() / 'exercises.json'}"
     )
-    assert "running" not in proc.stdout and "Traceback" not in proc.stderr
+    assert "running" not in out and "Traceback" not in err
     locked = tmp_path / "read-only-course"
     locked.mkdir()
     locked.chmod(0o555)
@@ -607,26 +621,22 @@ def test_two_names_with_one_file_form_do_not_replace_each_other(reports_here, tm
             p.unlink()
 
 
-def test_check_in_the_course_gives_a_second_name_of_one_form_a_file_of_its_own(tmp_path):
-    """`course.py check --learner "Zq Ana Silva"` then `--learner "Zq-Ana-Silva"`, literally, into the course's
-    reports/ (restored after): the second was refused with a message about --json, a flag never given."""
+def test_check_in_the_course_gives_a_second_name_of_one_form_a_file_of_its_own(tmp_path, monkeypatch, capsys):
+    """`check --learner "Zq Ana Silva"` then `--learner "Zq-Ana-Silva"` into the course's own reports/ (the
+    default; restored after): the second was refused with a message about --json, a flag never given. Run in this
+    process with the notebook run stood in (the literal command is the tests on names above and on Ctrl+C)."""
+    from course_tools import grade
+
+    monkeypatch.setattr(grade, "run_notebook", _fake_run({"01.1": "passed"}))
+    monkeypatch.setattr(grade, "_interactive", lambda: False)
     path = notebook(tmp_path / "mine.ipynb", SETUP, SOLVED)
     reports = ROOT / "reports"
+    assert grade.REPORTS == reports  # the course's own folder, as the command writes it
     remembered = reports / "learner.txt"
     before = remembered.read_bytes() if remembered.is_file() else None
     made = reports.exists()
     try:
-        procs = [
-            subprocess.run(
-                [sys.executable, "course.py", "check", str(path), "--learner", name],
-                cwd=ROOT,
-                capture_output=True,
-                text=True,
-                timeout=300,
-                stdin=subprocess.DEVNULL,
-            )
-            for name in ("Zq Ana Silva", "Zq-Ana-Silva")
-        ]
+        procs = [check_here(capsys, path, "--learner", name) for name in ("Zq Ana Silva", "Zq-Ana-Silva")]
         files = sorted(reports.glob("exercises-Zq-Ana-Silva*.json"))
         learners = [json.loads(f.read_text(encoding="utf-8"))["learner"] for f in files]
     finally:
@@ -638,9 +648,9 @@ def test_check_in_the_course_gives_a_second_name_of_one_form_a_file_of_its_own(t
             remembered.write_bytes(before)
         if not made and not any(reports.iterdir()):
             reports.rmdir()
-    for proc in procs:
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        assert "--json" not in proc.stdout + proc.stderr
+    for code, out, err in procs:
+        assert code == 0, out + err
+        assert "--json" not in out + err
     digest = __import__("hashlib").sha256(b"Zq-Ana-Silva").hexdigest()[:8]
     assert [f.name for f in files] == ["exercises-Zq-Ana-Silva-" + digest + ".json", "exercises-Zq-Ana-Silva.json"]
     assert learners == ["Zq-Ana-Silva", "Zq Ana Silva"]
@@ -678,11 +688,11 @@ def test_a_report_written_meanwhile_by_another_check_is_not_replaced(reports_her
     assert json.loads(shared.read_text())["learner"] == "Bo Li"
 
 
-@pytest.mark.parametrize("name", ["Ada Lovelace", "علی\u200cرضا", "👩\u200d💻 Dev", "-Ana"])
+@pytest.mark.parametrize("name", ["Ada Lovelace", "👩\u200d💻 Dev"])
 def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path, name):
-    """`python3 course.py check --learner "Ada Lovelace"`, literally, as the issue tried it (refused before), and
-    names spelt with a zero-width (non-)joiner (a Persian name, an emoji of two joined; refused before too), and
-    `--learner -Ana` (argparse stopped: "expected one argument")."""
+    """`python3 course.py check --learner "Ada Lovelace"`, literally, as the issue tried it (refused before), and an
+    emoji of two joined by a zero-width joiner (refused before too), through a real command line (the spelt-with
+    names and `--learner -Ana` are run in this process: the next test)."""
     path = notebook(tmp_path / "mine.ipynb", SETUP, SOLVED)
     remembered = ROOT / "reports" / "learner.txt"  # --learner remembers the name: the course's own file is restored
     before = remembered.read_bytes() if remembered.is_file() else None
@@ -713,6 +723,23 @@ def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path, name):
     assert f"learner: {name} (from --learner" in proc.stdout
     assert f"written: {tmp_path / 'mine.json'} (learner {name}," in proc.stdout
     assert json.loads((tmp_path / "mine.json").read_text(encoding="utf-8"))["learner"] == name
+
+
+@pytest.mark.parametrize("name", ["علی\u200cرضا", "-Ana"])
+def test_check_takes_a_name_spelt_with_a_joiner_or_a_leading_dash_as_a_separate_argument(
+    reports_here, tmp_path, capsys, name
+):
+    """`--learner NAME` as two arguments: a Persian name spelt with a zero-width non-joiner (refused before), and
+    `--learner -Ana` (argparse stopped: "expected one argument"). The parser is grade.main's, so this runs in this
+    process; the command line itself is the test above."""
+    from course_tools import grade
+
+    report = tmp_path / "m.json"
+    assert grade.main([str(tmp_path / "work" / "mine.ipynb"), "--learner", name, "--json", str(report)]) == 1
+    out = capsys.readouterr().out
+    assert f"learner: {name} (from --learner" in out
+    assert f"written: {report} (learner {name}," in out
+    assert json.loads(report.read_text(encoding="utf-8"))["learner"] == name
 
 
 def test_a_json_path_holding_another_learners_report_is_refused(reports_here, tmp_path, capsys):
@@ -963,8 +990,8 @@ def test_a_rerun_of_summary_keeps_an_edited_table_aside_byte_for_byte(tmp_path, 
     run = [sys.executable, "course.py", "check", "--summary", str(tmp_path)]
     first = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert first.returncode == 0 and "kept:" not in first.stdout, first.stdout + first.stderr
-    again = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert again.returncode == 0 and "kept:" not in again.stdout  # unchanged files: nothing to keep
+    code, out, _ = check_here(capsys, "--summary", tmp_path)  # the reruns in this process: the same main
+    assert code == 0 and "kept:" not in out  # unchanged files: nothing to keep
     assert not list(tmp_path.glob("backup-*"))
     table = tmp_path / "class-summary.csv"
     edited = b"".join(
@@ -972,11 +999,11 @@ def test_a_rerun_of_summary_keeps_an_edited_table_aside_byte_for_byte(tmp_path, 
         for n, line in enumerate(table.read_bytes().splitlines(keepends=True))
     )
     table.write_bytes(edited)
-    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    code, out, err = check_here(capsys, "--summary", tmp_path)
+    assert code == 0, out + err
     (kept,) = tmp_path.glob("backup-class-summary-*.csv")
     assert kept.read_bytes() == edited
-    kept_line = [line for line in proc.stdout.splitlines() if line.startswith("kept: ")]
+    kept_line = [line for line in out.splitlines() if line.startswith("kept: ")]
     assert kept_line == [f"kept: class-summary.csv was changed since the class table was written: kept as {kept.name}"]
     assert b"talk to them" not in table.read_bytes() and table.read_bytes().startswith(b"\xef\xbb\xbflearner,")
     (tmp_path / "class-summary.html").unlink()  # a file deleted is written again, with nothing to keep
@@ -1018,16 +1045,22 @@ def test_the_grid_groups_the_exercises_by_notebook_one_cell_each(tmp_path, capsy
 
 
 @pytest.mark.parametrize("out", ["notebooks", "course_utils/exercises", ".", ".venv"])
-def test_summary_refuses_to_write_the_class_table_into_the_courses_sources(tmp_path, out):
+def test_summary_refuses_to_write_the_class_table_into_the_courses_sources(tmp_path, monkeypatch, capsys, out):
     """`course.py check --summary CLASS --out notebooks`, literally: the table names every learner, and
-    `course.py package --learner` zips notebooks/ and course_utils/ for learners (as site and room refuse)."""
+    `course.py package --learner` zips notebooks/ and course_utils/ for learners (as site and room refuse). The
+    other folders are refused by the same code, run in this process from the course folder."""
     write_report(tmp_path / "class", "ana", {"01.1": "passed"}, "2026-11-26T09:00:00+00:00")
     where = (ROOT / out).resolve()
     before = sorted(p.name for p in where.iterdir())
-    run = [sys.executable, "course.py", "check", "--summary", str(tmp_path / "class"), "--out", out]
-    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    (said,) = [line for line in proc.stderr.splitlines() if line.startswith("course check:")]
+    if out == "notebooks":
+        run = [sys.executable, "course.py", "check", "--summary", str(tmp_path / "class"), "--out", out]
+        proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
+    else:
+        monkeypatch.chdir(ROOT)
+        code, stdout, stderr = check_here(capsys, "--summary", tmp_path / "class", "--out", out)
+    assert code == 2, stdout + stderr
+    (said,) = [line for line in stderr.splitlines() if line.startswith("course check:")]
     what = "holds the course folder" if out == "." else f"is inside {out.split('/')[0]}/, a folder of the course"
     assert said.startswith(f"course check: --out {out}: {where} {what}") and "outside the course" in said
     assert "--force" not in said  # check has no such flag
@@ -1083,21 +1116,20 @@ def test_reports_of_another_course_version_are_said_and_set_apart(tmp_path):
     assert '<tr data-learner="old bo"><th scope="row">old bo</th><td>0.0.3</td>' in apart
 
 
-def test_a_report_saved_with_a_byte_order_mark_is_read(tmp_path):
-    """`course.py check --summary CLASS`, literally, over a report an instructor opened and saved in Windows
-    Notepad (UTF-8 with a BOM): it was skipped as "not JSON"."""
+def test_a_report_saved_with_a_byte_order_mark_is_read(tmp_path, capsys):
+    """`check --summary CLASS` over a report an instructor opened and saved in Windows Notepad (UTF-8 with a
+    BOM): it was skipped as "not JSON". (In this process: the command itself is run by the tests around it.)"""
     path = write_report(tmp_path, "José", {"01.1": "passed"}, "2026-11-26T09:00:00+00:00")
     path.write_bytes(b"\xef\xbb\xbf" + path.read_bytes())
-    run = [sys.executable, "course.py", "check", "--summary", str(tmp_path), "--out", str(tmp_path / "t")]
-    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0 and "skipped" not in proc.stderr, proc.stdout + proc.stderr
-    assert f"1 learner, 1 exercise, from 1 report in {tmp_path}" in proc.stdout
+    code, out, err = check_here(capsys, "--summary", tmp_path, "--out", tmp_path / "t")
+    assert code == 0 and "skipped" not in err, out + err
+    assert f"1 learner, 1 exercise, from 1 report in {tmp_path}" in out
     page = (tmp_path / "t" / "class-summary.html").read_text(encoding="utf-8")
     assert '<tr data-learner="José">' in page
 
 
-def test_reteach_counts_over_who_checked_it_and_puts_unnamed_failures_last(tmp_path):
-    """`course.py check --summary CLASS`, literally: "N of M" counts the learners whose report has the exercise
+def test_reteach_counts_over_who_checked_it_and_puts_unnamed_failures_last(tmp_path, capsys):
+    """`check --summary CLASS` (in this process): "N of M" counts the learners whose report has the exercise
     (it counted the whole class), a learner's "passed" the exercises in their report (it counted every column),
     and failures no known mistake names come after the named mistakes (they ranked first, with no hint)."""
     from course_tools import grade
@@ -1111,9 +1143,8 @@ def test_reteach_counts_over_who_checked_it_and_puts_unnamed_failures_last(tmp_p
             data["exercises"].append({**data["exercises"][1], "key": "10.1", "status": "failed" if n else "passed"})
             data["exercises"][-1]["mistake"] = get_exercise("10.1").mistakes[0].name if n else None
         path.write_text(json.dumps(data))
-    run = [sys.executable, "course.py", "check", "--summary", str(tmp_path), "--out", str(tmp_path / "t")]
-    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    code, out, err = check_here(capsys, "--summary", tmp_path, "--out", tmp_path / "t")
+    assert code == 0, out + err
     page = (tmp_path / "t" / "class-summary.html").read_text(encoding="utf-8")
     reteach = re.findall(r'<tr data-key="([^"]+)" data-mistake="([^"]+)".*?<td class="count"[^>]*>([^<]*)</td>', page)
     assert reteach == [

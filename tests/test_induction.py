@@ -552,8 +552,11 @@ def test_ctrl_c_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
         stderr,
     )
     assert found and int(found[1]) > 0 and not out.exists(), stderr
-    done = subprocess.run([sys.executable, *shlex.split(again)[1:-1], "3"], cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 0 and load_induction_model(out)[1]["provenance"]["steps"] == 3, done.stderr[-2000:]
+    from course_utils import induction  # the line's command, with 3 steps, run in this process (its arguments)
+
+    assert shlex.split(again)[:3] == ["python", "-m", "course_utils.induction"]
+    assert induction.main([*shlex.split(again)[3:-1], "3"]) == 0
+    assert load_induction_model(out)[1]["provenance"]["steps"] == 3
 
 
 def test_the_documented_command_may_rewrite_the_shipped_file_and_no_other_run():
@@ -624,15 +627,17 @@ def test_sigterm_during_training_prints_one_line_and_exits_143(tmp_path):
     assert stderr.startswith("stopped by SIGTERM at step ") and not out.exists(), stderr
 
 
-def test_a_read_only_out_of_the_same_run_is_refused_untouched(tmp_path):
+def test_a_read_only_out_of_the_same_run_is_refused_untouched(tmp_path, capsys):
     """Before: a 444 file of the same run was replaced and became 644. Now refused (its bytes and mode kept)."""
+    from course_utils import induction
+
     out = tmp_path / "induction.pt"
-    command = [sys.executable, "-m", "course_utils.induction", str(out), "--max-steps", "1"]
-    assert subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300).returncode == 0
+    assert induction.main([str(out), "--max-steps", "1"]) == 0
     out.chmod(0o444)
     before = out.read_bytes()
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and done.stderr == (
+    capsys.readouterr()
+    assert induction.main([str(out), "--max-steps", "1"]) == 2
+    assert capsys.readouterr().err == (
         f"error: OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)\n"
     )
     assert out.read_bytes() == before and out.stat().st_mode & 0o777 == 0o444
