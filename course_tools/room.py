@@ -96,6 +96,10 @@ GRADED_README = (
         "solutions/      the same notebooks with every exercise solved\n",
         "solutions/      (not in this copy, which is for a graded session: your instructor has them)\n",
     ),
+    (
+        "`hint=3` also shows the course's own solution)",
+        "`hint=3` shows no solution in this copy, which has no `solutions/`)",
+    ),
 )
 LEARNER_NOTE = (
     "> **This is the learner copy of the course.** It leaves out what authors and instructors use: {absent}. Where"

@@ -1,5 +1,6 @@
 """The notebooks come from one source: learner copies hold stubs, solutions hold answers, both in sync."""
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -62,12 +63,16 @@ def out_of_sync(said: str) -> str:
     """What the sync test says when a notebook differs from what `build` writes: both causes, each with its fix,
     and the learner copies that hold answers (the second cause, found rather than guessed)."""
     answered = [p for p in sorted(build.LEARNER_DIR.glob("[0-9][0-9]_*.ipynb")) if build.learner_work(p)]
-    found = (
-        "answers in: "
-        + ", ".join(f"{p.relative_to(build.ROOT)} ({', '.join(build.learner_work(p))})" for p in answered)
-        if answered
-        else "no learner copy holds answers, so it is most likely (1)"
-    )
+    differ = set(re.findall(r"^\s*(\S+) differs from ", said, re.MULTILINE))
+    edited = sorted(n for n in differ if n.startswith("notebooks/") and "solutions/" + n.split("/", 1)[1] not in differ)
+    if answered:
+        found = "answers in: " + ", ".join(
+            f"{p.relative_to(build.ROOT)} ({', '.join(build.learner_work(p))})" for p in answered
+        )
+    elif edited:  # a changed source changes the solution too: a learner copy that alone differs was edited
+        found = f"{', '.join(edited)}: only the learner copy differs, its solution matches, so it is most likely (2)"
+    else:
+        found = "no learner copy holds answers, so it is most likely (1)"
     return (
         f"{said.rstrip()}\n"
         "A committed notebook differs from what `python3 course.py build` writes. Two causes:\n"
@@ -106,6 +111,35 @@ def test_the_out_of_sync_message_names_both_causes_and_the_notebook_with_answers
     assert "(1) course_source/NN_topic.py changed" in said and "`python3 course.py build NN`" in said
     assert "(2) a notebook in notebooks/ was edited" in said and "python3 course.py reset notebooks/NN_topic" in said
     assert said.endswith("(answers in: notebooks/01_demo.ipynb (01.1))")
+
+
+def test_a_learner_copy_edited_without_removing_its_stub_is_blamed_as_edited(tmp_path, monkeypatch, capsys):
+    """An answer written above the stub line (or any other edit of notebooks/) holds no 'answer' by the stub test,
+    and the message concluded 'most likely (1)', a changed source; the solution matching its source says (2)."""
+    src_dir, learner_dir, solution_dir = tmp_path / "course_source", tmp_path / "notebooks", tmp_path / "solutions"
+    src_dir.mkdir()
+    (src_dir / "01_demo.py").write_text(SOURCE, encoding="utf-8")
+    for name, value in (("ROOT", tmp_path), ("SOURCE_DIR", src_dir), ("LEARNER_DIR", learner_dir)):
+        monkeypatch.setattr(build, name, value)
+    monkeypatch.setattr(build, "SOLUTION_DIR", solution_dir)
+    assert build.main(["--no-execute"]) == 0
+    learner = learner_dir / "01_demo.ipynb"
+    nb = nbformat.read(learner, as_version=4)
+    code = next(c for c in nb.cells if "check(" in c.source)
+    code.source = code.source.replace(f"    {build.STUB}", f"    return y * 2\n    {build.STUB}")
+    nbformat.write(nb, learner)
+    assert build.learner_work(learner) == []  # the stub is still there
+    capsys.readouterr()
+    assert build.main(["--check"]) == 1
+    said = out_of_sync(capsys.readouterr().out)
+    assert "most likely (1)" not in said, said
+    assert said.endswith(
+        "(notebooks/01_demo.ipynb: only the learner copy differs, its solution matches, so it is most likely (2))"
+    )
+    (src_dir / "01_demo.py").write_text(SOURCE.replace("y * 2", "y * 3"), encoding="utf-8")  # a source change
+    assert build.main(["--check"]) == 1
+    said = out_of_sync(capsys.readouterr().out)
+    assert "solutions/01_demo.ipynb differs" in said and said.endswith("so it is most likely (1))"), said
 
 
 @pytest.mark.parametrize("src", [s for s in SOURCES if not s.stem.startswith("00")], ids=lambda p: p.stem)

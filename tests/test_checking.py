@@ -870,6 +870,21 @@ def test_hint_3_says_so_when_the_solutions_are_left_out(monkeypatch, tmp_path):
     assert "The course's solutions are not in this copy" in exercises.solution_source("01.1")
 
 
+def test_hint_2_promises_no_solution_where_the_solutions_are_left_out(monkeypatch, tmp_path):
+    """A graded copy (no solutions/) ended hint=2's verdict with 'Still stuck? ... hint=3 shows the course's own
+    solution', which there only says the solutions are left out; hint=2 is the last hint there."""
+    import course_utils.exercises as exercises
+
+    def soft_lookup(query, keys, values):
+        return (keys @ query) @ values  # wrong: raw scores, no softmax
+
+    monkeypatch.setattr(exercises, "__file__", str(tmp_path / "course_utils" / "exercises" / "__init__.py"))
+    with pytest.raises(ExerciseFailed) as info:
+        check("01.1", soft_lookup, hint=2)
+    said = str(info.value)
+    assert "The fix:" in said and "hint=3" not in said and "solution" not in said, said
+
+
 def test_report_appends_the_contracted_fields(tmp_path, monkeypatch):
     path = tmp_path / "report.jsonl"
     monkeypatch.setenv(REPORT_ENV, str(path))

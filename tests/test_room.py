@@ -727,6 +727,7 @@ def test_every_sentence_of_a_graded_zip_about_solutions_is_true_run_literally(tm
         assert full in (ROOT / "README.md").read_text(encoding="utf-8")  # what is replaced is in the course's README
         assert full not in text and text.count(instead) == 1
     assert "(complete notebooks) side by side" not in text and "every exercise solved" not in text
+    assert "own solution" not in text  # hint=3 has none to show here
     note = next(line for line in text.splitlines() if line.startswith("> **This is the learner copy"))
     assert "`solutions/`" in note
     for args in (["--help"], ["lab", "--help"]):

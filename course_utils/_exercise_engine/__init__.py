@@ -53,7 +53,6 @@ It lives beside :mod:`course_utils.exercises` (the catalogues and ``check``), wh
 
 from __future__ import annotations
 
-import dataclasses
 import inspect
 import json
 import os
@@ -997,9 +996,6 @@ def _run_check(
         return _result(ex, _Verdict(Kind.CANNOT_CHECK, unusable), session, details)
     attempt = _run_learner(fn, cases.all, session)
     verdict = _explain(ex, fn, cases, attempt, session, hint)
-    if hint == 2 and verdict.kind not in (None, Kind.NOT_ATTEMPTED, Kind.OLD_IMPORT):  # the last hint: say what is next
-        after = f' (Still stuck? check("{ex.key}", {function_name(fn)}, hint=3) shows the course\'s own solution.)'
-        verdict = dataclasses.replace(verdict, message=verdict.message.rstrip() + after)
     return _result(ex, verdict, session, details)
 
 

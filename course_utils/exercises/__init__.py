@@ -34,6 +34,7 @@ from course_utils._exercise_engine import (
     Exercise,
     NotAttempted,
     UnknownExercise,
+    function_name,
     report,
     run_check,
 )
@@ -99,6 +100,10 @@ def check(key: str, fn: object, *, hint: int = 1) -> CheckResult:
     """
     ex = get_exercise(key)
     res = run_check(ex, fn, hint=hint)
+    stuck = res.status == FAILED and res.details.get("problem") != "cannot check"
+    if hint == 2 and stuck and _solution_notebooks(key):  # the last hint says what is next, where this copy has it
+        after = f' (Still stuck? check("{key}", {function_name(fn)}, hint=3) shows the course\'s own solution.)'
+        res = dataclasses.replace(res, message=res.message.rstrip() + after)
     if res.status == FAILED and key in REUSED:
         before = f" (Before the course was renumbered, {key} was {REUSED[key]}.)"
         res = dataclasses.replace(res, message=res.message + before)
@@ -107,11 +112,16 @@ def check(key: str, fn: object, *, hint: int = 1) -> CheckResult:
     return report(res)
 
 
+def _solution_notebooks(key: str) -> list[Path]:
+    """The notebook of ``solutions/`` that solves exercise ``key``, in a list; empty in a copy without them."""
+    root = Path(__file__).resolve().parents[2] / "solutions"
+    return sorted(root.glob(f"{key.split('.')[0]}_*.ipynb"))
+
+
 def solution_source(key: str) -> str:
     """The course's own answer to exercise ``key``: the code cell of ``solutions/NN_*.ipynb`` that checks it,
     or a sentence saying why there is none to show (the solutions left out of this copy, say for a graded room)."""
-    root = Path(__file__).resolve().parents[2] / "solutions"
-    found = sorted(root.glob(f"{key.split('.')[0]}_*.ipynb"))
+    found = _solution_notebooks(key)
     if not found:
         return (
             f"The course's solutions are not in this copy (no solutions/{key.split('.')[0]}_*.ipynb): an instructor "
