@@ -617,6 +617,16 @@ MAX_STEPS = 10**9  # a billion steps: years on a CPU; above it a typo, refused
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes seeds in 0 .. 2**63 - 1
 
 
+def _progress(event: dict[str, Any], max_steps: int) -> str:
+    """One line per record: the losses on each repeat and the best previous-token and induction scores."""
+    prev, ind = max(max(row) for row in event["prev"]), max(max(row) for row in event["ind"])
+    return (
+        f"step {event['step']} of {max_steps}: loss {event['first']:.2f} on the first repeat, "
+        f"{event['second']:.2f} on the second; best previous-token score {prev:.2f}, best induction score "
+        f"{ind:.2f} ({event['seconds']:.0f} s)"
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT.
     Exit codes: 0 saved; 2 refused before training (one line); 130 stopped by Ctrl+C, 143 by SIGTERM (OUT as it
@@ -678,7 +688,10 @@ def _main(argv: list[str]) -> int:
     how = lambda: " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""  # noqa: E731
     try:
         model, history = train_induction(
-            config, max_steps=args.max_steps, seed=args.seed, callback=lambda e: print(e, flush=True)
+            config,
+            max_steps=args.max_steps,
+            seed=args.seed,
+            callback=lambda e: print(_progress(e, args.max_steps), flush=True),
         )
     except KeyboardInterrupt as interrupt:
         again = shlex.join(["python", "-m", "course_utils.induction", *argv])
@@ -703,7 +716,7 @@ def _main(argv: list[str]) -> int:
         "threads": torch.get_num_threads(),
     }
     save_induction_model(args.out, model, history, provenance)
-    print(f"saved {args.out}: {provenance}", flush=True)
+    print(f"saved {args.out}: {args.max_steps} steps, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
     if stopped_by_signal():
         print(
             f"stopped{how()} after step {args.max_steps} of {args.max_steps}, while saving: {args.out} is saved whole",

@@ -539,9 +539,9 @@ def test_ctrl_c_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
     command = [sys.executable, "-m", "course_utils.induction", str(out), "--max-steps", "100000"]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
         first = proc.stdout.readline()  # the record at step 0: training has begun
-        assert first.startswith("{'step': 0"), first + proc.stderr.read()
+        assert first.startswith("step 0 of 100000: loss "), first + proc.stderr.read()
         second = proc.stdout.readline()  # the record at step 25: steps have been taken, however loaded the machine
-        assert second.startswith("{'step': 25"), second + proc.stderr.read()
+        assert second.startswith("step 25 of 100000: loss "), second + proc.stderr.read()
         proc.send_signal(signal.SIGINT)
         _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 130 and len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
@@ -618,7 +618,7 @@ def test_sigterm_during_training_prints_one_line_and_exits_143(tmp_path):
     out = tmp_path / "induction.pt"
     command = [sys.executable, "-m", "course_utils.induction", str(out), "--max-steps", "100000"]
     with subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as proc:
-        assert proc.stdout.readline().startswith("{'step': 0")
+        assert proc.stdout.readline().startswith("step 0 of 100000: loss ")
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.05)
         proc.send_signal(signal.SIGINT)  # a second signal: ignored, the one line still comes
