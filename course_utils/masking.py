@@ -13,6 +13,7 @@ import torch
 
 from course_utils._validate import (
     MAX_POSITIONS,
+    broadcast_shapes,
     check_bool_mask,
     check_choice,
     check_float_tensor,
@@ -118,7 +119,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
             got = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
             raise TypeError(f"combine_masks takes boolean masks (True = may attend); mask {i} is {got}")
     try:
-        torch.broadcast_shapes(*(m.shape for m in present))
+        broadcast_shapes(*(m.shape for m in present))
     except RuntimeError:
         shapes = ", ".join(str(tuple(m.shape)) for m in present)
         raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from course_utils._validate import (
+    broadcast_shapes,
     check_bool,
     check_bool_mask,
     check_choice,
@@ -255,7 +256,7 @@ def sliding_window_attention(
         )
     T = q.shape[-2]
     if T == 0:  # no query: an empty output, as F.scaled_dot_product_attention gives
-        return v.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
+        return v.new_zeros(*broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
     outs = []
     for i0 in range(0, T, chunk_size):
         i1 = min(i0 + chunk_size, T)
@@ -480,7 +481,7 @@ def topk_attention(
     if causal:
         check_last_positions(T, S, "causal")
     if T == 0:  # no query: an empty output, as F.scaled_dot_product_attention gives
-        return v.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
+        return v.new_zeros(*broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     kk = min(top_k, S)
     outs = []
@@ -771,7 +772,7 @@ def linear_attention_step(
                 f"{name} must end in {n} (state is (..., D, Dv) = {tuple(state.shape)}), got {name} {tuple(t.shape)}"
             )
     try:
-        torch.broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for t in (normaliser, q_t, k_t, v_t)))
+        broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for t in (normaliser, q_t, k_t, v_t)))
     except RuntimeError:
         shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in named.items())
         raise ValueError(f"the leading axes of {shapes} do not broadcast") from None
@@ -784,7 +785,7 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
     """
     check_causal_linear(q, k, v)
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     D, Dv = k.shape[-1], v.shape[-1]
     state = q.new_zeros(*lead, D, Dv)  # (..., D, Dv)
     normaliser = q.new_zeros(*lead, D)  # (..., D)
