@@ -90,6 +90,11 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     return x.repeat_interleave(num_heads // x.shape[1], dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
 
 
+def _triangle(T: int, S: int, device: torch.device) -> torch.Tensor:
+    """:func:`~course_utils.masking.causal_mask` (T, S) without its checks, for a layer that checked its input."""
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
+
+
 class GroupedQueryAttention(MultiHeadAttention):
     """Self-attention with H query heads sharing Hkv key/value heads: the attention layer of every decoder here.
 
@@ -176,7 +181,7 @@ class GroupedQueryAttention(MultiHeadAttention):
             start = 0 if cache is None else cache._lengths[layer]
             q, k = self.rotary.rotate_unchecked(q, start), self.rotary.rotate_unchecked(k, start)
         if cache is not None:
-            k, v = cache.update(layer, k, v)  # (B, Hkv, S, D): earlier keys and values, then these
+            k, v = cache._append(layer, k, v)  # (B, Hkv, S, D): earlier keys and values, then these
         if Hkv != H:  # query head h reads KV head h // (H // Hkv)
             k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # (B, H, S, D)
         S = k.shape[-2]
@@ -184,12 +189,12 @@ class GroupedQueryAttention(MultiHeadAttention):
         p = self.dropout if self.training else 0.0
         weights = None
         if need_weights or self.attention == "course":
-            mask = causal_mask(T, S, device=x.device) if causal else mask  # (T, S), bottom-right aligned
+            mask = _triangle(T, S, x.device) if causal else mask  # (T, S), bottom-right aligned
             out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
         elif self.attention == "flash":  # no dropout_p: the constructor refuses dropout with it
             out = flash_attention(q, k, v, mask, is_causal=causal)  # (B, H, T, D); causal is bottom-right
         elif causal and T != S:  # is_causal aligns the triangle top-left, wrong when T < S: pass it explicitly
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=causal_mask(T, S, device=x.device), dropout_p=p)
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=_triangle(T, S, x.device), dropout_p=p)
         else:  # PyTorch's fused kernel builds the triangle itself
             out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
         out = out.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
@@ -545,6 +550,10 @@ class KVCache:
         if v.dtype != k.dtype:
             raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
         check_same_device(k=k, v=v)
+        return self._append(layer, k, v)
+
+    def _append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`update` for a layer that made k and v itself: only what the cache's state can refuse."""
         held = self.keys[layer]
         if held is not None and (held.dtype != k.dtype or held.device != k.device):
             raise TypeError(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import pytest
@@ -623,6 +624,42 @@ def test_a_layer_that_calls_the_unchecked_kernel_still_checks_the_callers_mask(a
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(weights, expected_weights)
     assert torch.all(weights.triu(diagonal=1) == 0)
+
+
+def _validate_calls(fn) -> int:
+    """How many calls of course_utils._validate's functions (nested ones included) running ``fn()`` makes."""
+    import sys
+
+    calls = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith("_validate.py"):
+            calls.append(frame.f_code.co_name)
+        return None
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return len(calls)
+
+
+@pytest.mark.parametrize("attention", ["torch", "course"])
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_a_rope_forward_runs_the_same_checks_with_one_layer_or_four(attention, num_kv_heads):
+    """Issue #25: a GPT forward with RoPE checks its input once, at the model's door: every call of a _validate
+    primitive counted, the count is the same for 1 and 4 layers, in a training forward and in the decoding steps
+    with a KV cache (a prompt, one token, then two: the causal mask of T < S is built, unchecked, in the layer)."""
+    counts = {}
+    for num_layers in (1, 4):
+        model = make(positions="rope", num_kv_heads=num_kv_heads, attention=attention, num_layers=num_layers)
+        idx = ids(2, 9)
+        cache = model.new_cache()
+        steps = [(idx, idx, None), (idx[:, :5], None, cache), (idx[:, 5:6], None, cache), (idx[:, 6:8], None, cache)]
+        counts[num_layers] = [_validate_calls(functools.partial(model, *step)) for step in steps]
+    assert counts[1] == counts[4], counts
+    assert all(n > 0 for n in counts[1])  # the door itself is counted: the tracer sees _validate's calls
 
 
 @pytest.mark.parametrize("positions", ["rope", "learned"])
