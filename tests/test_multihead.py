@@ -281,8 +281,27 @@ def test_padding_mask_per_module_shapes():
     ref = packed(x, pad[:, None, None, :])  # (B, 1, 1, S) broadcasts to (B, H, T, S)
     torch.testing.assert_close(MultiHeadAttentionEinsum.from_packed(packed)(x, pad[:, None, None, :]), ref)
     torch.testing.assert_close(MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, None, :]), ref)
-    with pytest.raises(ValueError, match="does not broadcast"):  # (B, 1, S) would put the batch on the heads
+    with pytest.raises(ValueError, match="ambiguous"):  # (B, 1, S) would put the batch on the heads
         MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, :])
+
+
+@pytest.mark.parametrize("module", ["packed", "wrapper", "einsum"])
+def test_a_3d_mask_is_refused_even_where_b_equals_h(module):
+    """Issue #25: with B == H a (B, 1, S) padding mask broadcast silently onto the heads (notebook 04, Pitfall 4);
+    every 3-D mask with a first axis above 1 is now refused against (B, H, T, S) scores, and its 4-D forms run."""
+    packed = make_packed()  # H = 2
+    layer = {
+        "packed": packed,
+        "wrapper": MultiHeadAttentionWrapper.from_packed(packed),
+        "einsum": MultiHeadAttentionEinsum.from_packed(packed),
+    }[module]
+    x = torch.randn(2, 4, 8)  # B = 2 = H
+    pad = padding_mask([4, 2], 4)  # (B, S)
+    for mask in (pad[:, None, :], causal_mask(4).expand(2, 4, 4)):
+        with pytest.raises(ValueError, match=r"mask of shape \(2, (1|4), 4\) is ambiguous .* mask\[:, None\]"):
+            layer(x, mask)
+    torch.testing.assert_close(layer(x, pad[:, None, None, :]), packed(x, pad[:, None, None, :]))
+    torch.testing.assert_close(layer(x, causal_mask(4)[None]), packed(x, causal_mask(4)))  # (1, T, S): one for all
 
 
 def test_wrapper_takes_the_same_mask_as_multihead_attention():
@@ -403,7 +422,7 @@ BAD_INPUTS = [  # (x, mask) -> error, words: the same at every layer's door
     ((torch.zeros(1, 2, 4, 8), None), ValueError, "x must have shape (B, T, C=8), got (1, 2, 4, 8)"),
     ((torch.zeros(2, 4, 8), torch.zeros(4, 4)), TypeError, "mask must be boolean"),
     (
-        (torch.zeros(2, 4, 8), torch.ones(3, 4, 4, dtype=torch.bool)),
+        (torch.zeros(2, 4, 8), torch.ones(3, 1, 4, 4, dtype=torch.bool)),
         ValueError,
         "does not broadcast to the scores' shape",
     ),
