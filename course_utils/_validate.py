@@ -294,9 +294,9 @@ def check_scores_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> None:
     check_same_device(q=q, mask=mask)
 
 
-def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = None) -> int:
-    """The head dimension ``embed_dim // num_heads``, after checking that the counts are positive ints, that
-    ``num_heads`` divides ``embed_dim`` and (when given) ``num_kv_heads`` divides ``num_heads``.
+def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = None) -> None:
+    """Raise unless the counts are positive ints, ``num_heads`` divides ``embed_dim`` and (when given)
+    ``num_kv_heads`` divides ``num_heads``.
 
     The one home of the head-count checks.
     """
@@ -308,7 +308,6 @@ def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = Non
         check_int("num_kv_heads", num_kv_heads, expected="a positive int or None")
         if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads})")
-    return embed_dim // num_heads
 
 
 def from_preset(cls: type, presets: dict, name: str, overrides: dict):

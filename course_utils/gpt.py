@@ -68,10 +68,12 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
-            self._store(name, check_int(name, getattr(self, name)))  # int, not np.int64: weights_only checkpoints
+            check_int(name, getattr(self, name))
+            self._store(name, int(getattr(self, name)))  # int, not np.int64: weights_only checkpoints
         check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
         self._store("num_kv_heads", None if self.num_kv_heads is None else int(self.num_kv_heads))
-        self._store("dropout", check_fraction("dropout", self.dropout))
+        check_fraction("dropout", self.dropout)
+        self._store("dropout", float(self.dropout))
         check_bool("bias", self.bias)
         self._store("bias", bool(self.bias))  # bool, not np.bool_
         check_choice("positions", self.positions, _POSITIONS)
@@ -83,7 +85,8 @@ class GPTConfig:
             )
         why = " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)"
         check_choice("norm_position", self.norm_position, shared.NORM_POSITIONS, why)
-        self._store("rope_base", check_greater_than("rope_base", self.rope_base, 1))  # checkpoints store it
+        check_greater_than("rope_base", self.rope_base, 1)
+        self._store("rope_base", float(self.rope_base))  # checkpoints store it
         for name in ("positions", "attention", "norm_position"):
             self._store(name, str(getattr(self, name)))  # str, not np.str_
         if self.positions == "rope" and self.head_dim % 2 != 0:
@@ -235,7 +238,9 @@ class GPT(nn.Module):
         Derived and counted in notebook 11, Appendix B.
         """
         c = self.config
-        T = c.context_length if T is None else check_int("T", T)
+        if T is not None:
+            check_int("T", T)
+        T = c.context_length if T is None else int(T)  # the default: a full context
         n = self.num_parameters() - (self.pos_emb.embedding.weight.numel() if self.pos_emb is not None else 0)
         return 6.0 * n + 6.0 * c.num_layers * T * c.embed_dim
 

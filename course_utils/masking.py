@@ -90,7 +90,8 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
 
     Shape: lengths (B,) -> (B, S); use ``m[:, None, None, :]`` for (B, H, T, S) scores. Taught in notebook 03.
     """
-    if check_int("S", S, minimum=0) > MAX_POSITIONS:
+    check_int("S", S, minimum=0)
+    if S > MAX_POSITIONS:
         raise ValueError(f"S must be at most {MAX_POSITIONS} (the mask holds B * S entries), got {S}")
     try:
         lengths = torch.as_tensor(lengths)  # a list of ints too

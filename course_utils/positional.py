@@ -221,7 +221,8 @@ class RotaryTable:
         check_float_tensor("x", x, min_dim=2)
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x must end in head_dim = {self.head_dim} channels, got shape {tuple(x.shape)}")
-        if check_int("start", start, minimum=0) > MAX_POSITIONS:  # the table holds start + T rows
+        check_int("start", start, minimum=0)
+        if start > MAX_POSITIONS:  # the table holds start + T rows
             raise ValueError(f"start must be at most {MAX_POSITIONS} (the table holds start + T rows), got {start}")
         return self.rotate_unchecked(x, start)
 

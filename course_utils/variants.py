@@ -522,8 +522,9 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
-        self.num_layers = check_int("num_layers", num_layers)
-        self.capacity = check_int("capacity", capacity)
+        check_int("num_layers", num_layers)
+        check_int("capacity", capacity)
+        self.num_layers, self.capacity = int(num_layers), int(capacity)
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self._lengths = [0] * num_layers
@@ -535,7 +536,8 @@ class KVCache:
 
     def filled(self, layer: int) -> int:
         """Positions ``layer`` holds: ``length``, or one step more while a step's layers append in turn."""
-        return self._lengths[check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)]
+        check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)
+        return self._lengths[layer]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
