@@ -5,7 +5,6 @@ and what arrived.
 """
 
 import math
-
 import subprocess
 import sys
 
