@@ -601,9 +601,8 @@ except ValueError as e:
 # padding key. With the wrong one, sequences 1 and 2 put weight on their padding, because their head 0
 # reads the mask of sequence 0, which has none; and sequence 0, which has no padding at all, loses keys 3
 # and 4 in head 1 and keys 2 to 4 in head 2, so its output changes too. PyTorch raises no error and no
-# NaN says so. The shape alone cannot tell a (B, T, S) mask from an (H, T, S) one, so the course's
-# modules refuse every 3-D mask with a first axis above 1 against (B, H, T, S) scores, and say which
-# 4-D form to write. Add the new axes before the last one, and with heads, two of them: `m[:, None, None, :]`.
+# NaN says so. When B == H the shape alone cannot tell a (B, T, S) mask from an (H, T, S) one, so the
+# course's modules refuse a 3-D mask there, and say which 4-D form to write. Add the new axes before the last one, and with heads, two of them: `m[:, None, None, :]`.
 #
 # ## 8. Closing check against `course_utils`
 #

@@ -278,11 +278,12 @@ def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "ma
             f"{name} must be boolean (True = may attend), got dtype {mask.dtype}; "
             "convert an additive float mask with course_utils.masking.convert_mask"
         )
-    if mask.dim() == 3 and len(target_shape) == 4 and mask.shape[0] != 1:  # (B, T, S) or (H, T, S)? Refused
-        raise ValueError(
+    if mask.dim() == 3 and len(target_shape) == 4 and mask.shape[0] == target_shape[0] == target_shape[1] > 1:
+        raise ValueError(  # (B, T, S) or (H, T, S)? With B == H the shape cannot say
             f"{name} of shape {tuple(mask.shape)} is ambiguous against scores (B, H, T, S) = {tuple(target_shape)}: "
-            f"broadcasting reads a 3-D mask as (H, T, S), so a (B, T, S) mask would land on the heads. Give it 4 "
-            f"axes: {name}[:, None] for one mask per sequence (B, 1, T, S), {name}[None] for one per head (1, H, T, S)"
+            f"with B == H broadcasting reads a 3-D mask as (H, T, S), so a (B, T, S) mask would land on the heads. "
+            f"Give it 4 axes: {name}[:, None] for one mask per sequence (B, 1, T, S), {name}[None] for one per head "
+            "(1, H, T, S)"
         )
     check_broadcasts(name, mask, target_shape)
 

@@ -3,8 +3,8 @@
 One convention: boolean, ``True`` = may attend, as ``F.scaled_dot_product_attention`` reads it;
 :func:`convert_mask` is the one place that translates to ``nn.MultiheadAttention``'s and additive masks.
 A mask lines up with the scores from the right, as broadcasting does: (T, S), (B, 1, T, S), (1, H, T, S),
-(B, 1, 1, S) for padding. Against multi-head scores (B, H, T, S) a 3-D mask with a first axis above 1 is
-refused: it would be read as (H, T, S) even where (B, T, S) was meant and B == H (notebook 04, Pitfall 4).
+(B, 1, 1, S) for padding; a 3-D mask is (H, T, S), one per head. Against multi-head scores (B, H, T, S) with
+B == H a 3-D mask is refused: (B, T, S) and (H, T, S) have one shape there (notebook 04, Pitfall 4).
 """
 
 from __future__ import annotations

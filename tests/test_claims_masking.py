@@ -387,7 +387,7 @@ def _weights_under(m: MultiHeadAttention, x: torch.Tensor, keys: torch.Tensor) -
 def test_notebook_04_pitfall_4_the_wrong_layout_changes_every_sequence_and_the_course_refuses_it():
     """Notebook 04's example: lengths 5, 3, 2 through three heads. 'sequences 1 and 2 put weight on their
     padding ... sequence 0, which has no padding at all, loses keys 3 and 4 in head 1 and keys 2 to 4 in head 2,
-    so its output changes too'; 'PyTorch raises no error'; 'the course's modules refuse every 3-D mask'."""
+    so its output changes too'; 'PyTorch raises no error'; with B == H 'the course's modules refuse a 3-D mask'."""
     torch.manual_seed(0)
     T, C = 5, 12
     m = MultiHeadAttention(C, 3)
@@ -402,6 +402,7 @@ def test_notebook_04_pitfall_4_the_wrong_layout_changes_every_sequence_and_the_c
     assert on_padding[0] == 0 and (on_padding[1:] > 0).all()
     assert (wrong[0, 1, :, 3:] == 0).all() and (wrong[0, 2, :, 2:] == 0).all() and (wrong[0, 0] > 0).all()
     assert all(not torch.allclose(r, w, atol=1e-4) for r, w in zip(right_out, wrong_out))
-    for n in (3, 2):  # B == H and B != H: one message, which names the 4-D forms
-        with pytest.raises(ValueError, match=rf"mask of shape \({n}, 1, 5\) is ambiguous .* mask\[:, None\]"):
-            m(x[:n], pad[:n, None, :])
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 5\) is ambiguous .* mask\[:, None\]"):
+        m(x, pad[:, None, :])  # B == H: refused, with the 4-D forms named
+    with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast to the scores' shape"):
+        m(x[:2], pad[:2, None, :])  # B = 2, H = 3: it does not broadcast

@@ -281,14 +281,15 @@ def test_padding_mask_per_module_shapes():
     ref = packed(x, pad[:, None, None, :])  # (B, 1, 1, S) broadcasts to (B, H, T, S)
     torch.testing.assert_close(MultiHeadAttentionEinsum.from_packed(packed)(x, pad[:, None, None, :]), ref)
     torch.testing.assert_close(MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, None, :]), ref)
-    with pytest.raises(ValueError, match="ambiguous"):  # (B, 1, S) would put the batch on the heads
+    with pytest.raises(ValueError, match="does not broadcast"):  # (B, 1, S) would put the batch on the heads
         MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, :])
 
 
 @pytest.mark.parametrize("module", ["packed", "wrapper", "einsum"])
 def test_a_3d_mask_is_refused_even_where_b_equals_h(module):
     """Issue #25: with B == H a (B, 1, S) padding mask broadcast silently onto the heads (notebook 04, Pitfall 4);
-    every 3-D mask with a first axis above 1 is now refused against (B, H, T, S) scores, and its 4-D forms run."""
+    a 3-D mask is now refused against (B, H, T, S) scores with B == H, and its 4-D forms run; with B != H an
+    (H, T, S) mask is one per head, as broadcasting reads it."""
     packed = make_packed()  # H = 2
     layer = {
         "packed": packed,
@@ -302,6 +303,10 @@ def test_a_3d_mask_is_refused_even_where_b_equals_h(module):
             layer(x, mask)
     torch.testing.assert_close(layer(x, pad[:, None, None, :]), packed(x, pad[:, None, None, :]))
     torch.testing.assert_close(layer(x, causal_mask(4)[None]), packed(x, causal_mask(4)))  # (1, T, S): one for all
+    per_head = torch.rand(2, 4, 4, generator=torch.Generator().manual_seed(0)) < 0.5  # (H, T, S), H = 2
+    per_head[..., 0] = True
+    x3 = torch.randn(3, 4, 8)  # B = 3 != H
+    torch.testing.assert_close(layer(x3, per_head), packed(x3, per_head[None]))
 
 
 def test_wrapper_takes_the_same_mask_as_multihead_attention():
