@@ -580,26 +580,29 @@ mha_pad = MultiHeadAttention(C, 3)  # H = 3 heads
 lengths_pad = torch.tensor([5, 3, 2])  # B = 3 sequences, padded to S = T = 5
 x_pad = torch.randn(3, T, C, generator=torch.Generator().manual_seed(7))  # (B, T, C)
 pad = torch.arange(T)[None, :] < lengths_pad[:, None]  # (B, S), True for real keys
+q_p, k_p, v_p = (split_heads(t, 3) for t in mha_pad.qkv_proj(x_pad).chunk(3, dim=-1))  # (B, H, T, D) each
+scores_p = q_p @ k_p.transpose(-2, -1) / math.sqrt(mha_pad.head_dim)  # (B, H, T, S)
 for name, m in [("m[:, None, None, :]", pad[:, None, None, :]), ("m[:, None, :]", pad[:, None, :])]:
-    out_pad, w_pad = mha_pad(x_pad, m, need_weights=True)  # (B, T, C), (B, H, T, S)
+    w_pad = torch.softmax(scores_p.masked_fill(~m, float("-inf")), dim=-1)  # m broadcast as PyTorch reads it
     on_padding = (w_pad * ~pad[:, None, None, :]).sum(dim=(1, 2, 3))  # (B,): weight on each sequence's padding
     print(f"{name:20s} mask {str(tuple(m.shape)):13s} weight on padding keys, per sequence:",
           [round(w, 2) for w in on_padding.tolist()])
-right_out = mha_pad(x_pad, pad[:, None, None, :])
-wrong_out = mha_pad(x_pad, pad[:, None, :])
-print("outputs agree to 1e-4, per sequence:",
+right_out = F.scaled_dot_product_attention(q_p, k_p, v_p, attn_mask=pad[:, None, None, :])  # (B, H, T, D)
+wrong_out = F.scaled_dot_product_attention(q_p, k_p, v_p, attn_mask=pad[:, None, :])  # runs all the same
+print("F.scaled_dot_product_attention, outputs agree to 1e-4, per sequence:",
       [torch.allclose(r, w, atol=1e-4) for r, w in zip(right_out, wrong_out)])
 try:
-    mha(x, pad[:2, None, :])  # B = 2 sequences, H = 3 heads
+    mha_pad(x_pad, pad[:, None, :])
 except ValueError as e:
-    print("B = 2, H = 3:", e)
+    print("MultiHeadAttention:", e)
 
 # %% [markdown]
 # (The weights are summed over the heads and the queries.) With the right layout no weight reaches a
 # padding key. With the wrong one, sequences 1 and 2 put weight on their padding, because their head 0
 # reads the mask of sequence 0, which has none; and sequence 0, which has no padding at all, loses keys 3
-# and 4 in head 1 and keys 2 to 4 in head 2, so its output changes too. No error and no NaN says so. Add
-# the new axes before the last one, and with heads, two of them: `m[:, None, None, :]`.
+# and 4 in head 1 and keys 2 to 4 in head 2, so its output changes too. PyTorch raises no error and no
+# NaN says so. When B == H the shape alone cannot tell a (B, T, S) mask from an (H, T, S) one, so the
+# course's modules refuse a 3-D mask there, and say which 4-D form to write. Add the new axes before the last one, and with heads, two of them: `m[:, None, None, :]`.
 #
 # ## 8. Closing check against `course_utils`
 #

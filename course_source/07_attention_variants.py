@@ -152,20 +152,21 @@ print("repeat_interleave vs enable_gqa, agree to 1e-6:", (ours - theirs).abs().m
 print("repeat            vs enable_gqa, max abs diff:", round((alternated - theirs).abs().max().item(), 2))
 
 # %% [markdown]
-# `GroupedQueryAttention(embed_dim, num_heads, num_kv_heads)` is the module: `q_proj` maps C -> C as
-# usual, but `k_proj` and `v_proj` map C -> `Hkv * D`, so they are smaller too.
+# `GroupedQueryAttention(embed_dim, num_heads, num_kv_heads)` is the module, and notebook 10's GPT uses it
+# too. Its packed `qkv_proj` holds C rows for q as usual, but only `Hkv * D` rows each for k and v, so
+# it is smaller too (`num_kv_heads` left out is `num_heads`: multi-head attention).
 
 # %%
 C = 32
 for kv in (4, 2, 1):
     layer = GroupedQueryAttention(C, num_heads=4, num_kv_heads=kv)
     n_params = sum(p.numel() for p in layer.parameters())
-    print(f"num_kv_heads={kv}: k_proj {tuple(layer.k_proj.weight.shape)}, parameters {n_params}")
+    print(f"num_kv_heads={kv}: qkv_proj {tuple(layer.qkv_proj.weight.shape)}, parameters {n_params}")
 
 # %% [markdown]
 # **Two claims to check.** With `num_kv_heads == num_heads` it is ordinary multi-head attention: copy
-# the weights of notebook 04's `MultiHeadAttention` (its packed `qkv_proj` splits into q, k and v) and
-# compare outputs and weights.
+# the weights of notebook 04's `MultiHeadAttention` (the same packed `qkv_proj`) and compare outputs
+# and weights.
 
 # %%
 torch.manual_seed(0)
@@ -185,8 +186,9 @@ print("GQA with num_kv_heads == num_heads is MHA:", tuple(out_gqa.shape), tuple(
 # %%
 mqa = GroupedQueryAttention(C, 4, 1)
 Bx, Tx, _ = x.shape
-q_m = mqa.q_proj(x).view(Bx, Tx, 4, 8).transpose(1, 2)  # (B, H, T, D)
-k_m, v_m = mqa.k_proj(x)[:, None], mqa.v_proj(x)[:, None]  # (B, 1, T, D): broadcast over the 4 heads
+q_m, k_m, v_m = mqa.qkv_proj(x).split([C, 8, 8], dim=-1)  # (B, T, C), (B, T, D), (B, T, D)
+q_m = q_m.view(Bx, Tx, 4, 8).transpose(1, 2)  # (B, H, T, D)
+k_m, v_m = k_m[:, None], v_m[:, None]  # (B, 1, T, D): broadcast over the 4 heads
 ref, _ = scaled_dot_product_attention(q_m, k_m, v_m, causal_mask(Tx))
 ref = mqa.out_proj(ref.transpose(1, 2).reshape(Bx, Tx, C))
 torch.testing.assert_close(mqa(x, causal_mask(Tx)), ref)

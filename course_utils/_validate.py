@@ -8,6 +8,21 @@ import numbers
 import torch
 
 
+def broadcast_shapes(*shapes: tuple[int, ...] | torch.Size) -> torch.Size:
+    """What ``torch.broadcast_shapes`` returns, and RuntimeError where it raises, without the sympy import (about
+    1.3 s) that torch's makes on its first call: every checked call goes through here."""
+    out: list[int] = []
+    for shape in shapes:
+        shape = tuple(shape)
+        out = [1] * (len(shape) - len(out)) + out  # align the trailing axes
+        for i, n in enumerate(shape, start=len(out) - len(shape)):
+            if out[i] == 1:
+                out[i] = n
+            elif n not in (1, out[i]):
+                raise RuntimeError(f"shapes {[tuple(s) for s in shapes]} do not broadcast")
+    return torch.Size(out)
+
+
 def _describe(x: object) -> str:
     """``'abc' (str)``: the value and its type, for a message about a wrong argument."""
     text = repr(x)
@@ -221,7 +236,7 @@ def check_qkv(q: object, k: object, v: object, scale: object = None) -> None:
             f"k and v must have the same number of positions S, got k {tuple(k.shape)} and v {tuple(v.shape)}"
         )
     try:
-        torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+        broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     except RuntimeError:
         raise ValueError(
             f"the batch dimensions of q {tuple(q.shape)}, k {tuple(k.shape)} and v {tuple(v.shape)} do not broadcast"
@@ -245,7 +260,7 @@ def check_embedded(name: str, x: object, embed_dim: int, module: torch.nn.Module
 def check_broadcasts(name: str, x: torch.Tensor, target_shape: tuple[int, ...]) -> None:
     """Raise ValueError unless ``x`` (a mask, a bias) broadcasts to the scores' shape ``target_shape``."""
     try:
-        shape = torch.broadcast_shapes(x.shape, target_shape)
+        shape = broadcast_shapes(x.shape, target_shape)
     except RuntimeError:
         shape = None
     if shape != torch.Size(target_shape):
@@ -263,19 +278,26 @@ def check_bool_mask(mask: object, target_shape: tuple[int, ...], name: str = "ma
             f"{name} must be boolean (True = may attend), got dtype {mask.dtype}; "
             "convert an additive float mask with course_utils.masking.convert_mask"
         )
+    if mask.dim() == 3 and len(target_shape) == 4 and mask.shape[0] == target_shape[0] == target_shape[1] > 1:
+        raise ValueError(  # (B, T, S) or (H, T, S)? With B == H the shape cannot say
+            f"{name} of shape {tuple(mask.shape)} is ambiguous against scores (B, H, T, S) = {tuple(target_shape)}: "
+            f"with B == H broadcasting reads a 3-D mask as (H, T, S), so a (B, T, S) mask would land on the heads. "
+            f"Give it 4 axes: {name}[:, None] for one mask per sequence (B, 1, T, S), {name}[None] for one per head "
+            "(1, H, T, S)"
+        )
     check_broadcasts(name, mask, target_shape)
 
 
 def check_scores_mask(mask: object, q: torch.Tensor, k: torch.Tensor) -> None:
     """Raise unless ``mask`` is a boolean tensor that broadcasts to the scores of q (..., T, D) and k (..., S, D),
     (..., T, S), on q's device: the mask check of every attention that takes a caller's mask."""
-    check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
+    check_bool_mask(mask, (*broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2]))
     check_same_device(q=q, mask=mask)
 
 
-def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = None) -> int:
-    """The head dimension ``embed_dim // num_heads``, after checking that the counts are positive ints, that
-    ``num_heads`` divides ``embed_dim`` and (when given) ``num_kv_heads`` divides ``num_heads``.
+def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = None) -> None:
+    """Raise unless the counts are positive ints, ``num_heads`` divides ``embed_dim`` and (when given)
+    ``num_kv_heads`` divides ``num_heads``.
 
     The one home of the head-count checks.
     """
@@ -287,7 +309,6 @@ def check_heads(embed_dim: object, num_heads: object, num_kv_heads: object = Non
         check_int("num_kv_heads", num_kv_heads, expected="a positive int or None")
         if num_heads % num_kv_heads != 0:
             raise ValueError(f"num_heads ({num_heads}) must be divisible by num_kv_heads ({num_kv_heads})")
-    return embed_dim // num_heads
 
 
 def from_preset(cls: type, presets: dict, name: str, overrides: dict):

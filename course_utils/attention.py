@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from course_utils._validate import (
+    broadcast_shapes,
     check_bool_mask,
     check_broadcasts,
     check_dim,
@@ -128,7 +129,7 @@ def scaled_dot_product_attention(
     """
     check_qkv(q, k, v, scale)
     check_fraction("dropout_p", dropout_p)
-    scores_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])  # (..., T, S)
+    scores_shape = (*broadcast_shapes(q.shape[:-2], k.shape[:-2]), q.shape[-2], k.shape[-2])  # (..., T, S)
     if bias is not None:
         check_tensor("bias", bias, min_dim=0)
         if not bias.is_floating_point():
@@ -193,7 +194,7 @@ def attention_grad_norms(
     check_same_device(q=q, grad_out=grad_out)
     if grad_out.dtype != q.dtype:
         raise TypeError(f"grad_out must have the dtype of q, k and v ({q.dtype}), got {grad_out.dtype}")
-    out_shape = (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), q.shape[-2], v.shape[-1])
+    out_shape = (*broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), q.shape[-2], v.shape[-1])
     if tuple(grad_out.shape) != out_shape:
         raise ValueError(
             f"grad_out must have the shape of the attention output {out_shape}, got {tuple(grad_out.shape)}"

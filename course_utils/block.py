@@ -46,7 +46,7 @@ class MLP(nn.Module):
 
 class Block(nn.Module):
     """A transformer block around ``attn``: pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)) (the default),
-    or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)).
+    or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)). ``dropout`` acts on both branches' outputs.
 
     ``block(x, *args, **kwargs)`` passes everything after ``x`` to ``attn``, which returns (B, T, C).
     Shape: x (B, T, C) -> (B, T, C). Taught in notebook 10.
@@ -72,6 +72,7 @@ class Block(nn.Module):
         self.attn = attn
         self.ln_2 = nn.LayerNorm(embed_dim, bias=bias)
         self.mlp = MLP(embed_dim, mlp_ratio, bias=bias, dropout=dropout)
+        self.resid_dropout = nn.Dropout(dropout)  # on the attention branch; the MLP drops its own output
 
     def attend(self, x: torch.Tensor, *args, **kwargs):
         """The attention branch alone, attn(ln_1(x)) (post-norm: attn(x)), and whatever else attn returns."""
@@ -88,6 +89,7 @@ class Block(nn.Module):
 
     def add_branches(self, x: torch.Tensor, a: torch.Tensor) -> torch.Tensor:
         """The rest of the block, given its attention branch ``a = self.attend(x)``: (B, T, C)."""
+        a = self.resid_dropout(a)  # (B, T, C)
         if self.norm_position == "pre":
             x = x + a  # (B, T, C)
             return x + self.mlp.forward_unchecked(self.ln_2(x))  # (B, T, C)

@@ -15,6 +15,7 @@ from typing import Any, NamedTuple
 import torch
 
 from course_utils._validate import (
+    broadcast_shapes,
     check_bool,
     check_bool_mask,
     check_float_tensor,
@@ -74,7 +75,7 @@ def block_partial(scores: torch.Tensor, v: torch.Tensor) -> Partial:
         raise TypeError(f"scores and v must have one dtype, got {scores.dtype} and {v.dtype}")
     check_same_device(scores=scores, v=v)
     try:
-        torch.broadcast_shapes(scores.shape[:-2], v.shape[:-2])
+        broadcast_shapes(scores.shape[:-2], v.shape[:-2])
     except RuntimeError:
         raise ValueError(
             f"the batch dimensions of scores {tuple(scores.shape)} and v {tuple(v.shape)} do not broadcast"
@@ -201,7 +202,7 @@ def check_tiled_args(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> None:
     check_int("kv_tile", kv_tile)
     T, S = q.shape[-2], k.shape[-2]
     if mask is not None:
-        check_bool_mask(mask, (*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), T, S))
+        check_bool_mask(mask, (*broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), T, S))
         check_same_device(q=q, mask=mask)
     if is_causal:
         check_last_positions(T, S, "is_causal")
@@ -224,7 +225,7 @@ def _visible(
 def _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[torch.Tensor, torch.Tensor]:
     """out (..., T, Dv) and each query's logsumexp of its visible scores (..., T, 1), -inf if it sees none."""
     T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     offset = S - T  # query i sits at absolute position offset + i
     out = q.new_empty(*batch, T, Dv)  # (..., T, Dv), filled one query tile at a time
     lse = q.new_empty(*batch, T, 1)  # (..., T, 1)
@@ -284,7 +285,7 @@ def attention_backward(
     check_qkv(q, k, v)
     check_positive_number("scale", scale)
     T, S, Dv = q.shape[-2], k.shape[-2], v.shape[-1]
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     for name, x in (("o", o), ("do", do)):
         check_tensor(name, x, min_dim=2)
         if x.dtype != q.dtype or x.shape != (*batch, T, Dv):
@@ -396,7 +397,7 @@ def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
 def _tiled_backward(q, k, v, out, dout, lse, mask, is_causal, scale, q_tile, kv_tile):
     """dq, dk, dv (the shapes of q, k, v) one tile at a time, each tile's weights recomputed from the logsumexp."""
     T, S, D, Dv = q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]
-    batch = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    batch = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     offset = S - T
     delta = (dout * out).sum(dim=-1, keepdim=True)  # (..., T, 1): rowsum(dO * O), which is rowsum(P * dP)
     lse = lse.masked_fill(lse == NEG_INF, float("inf"))  # a query that saw no key: exp(-inf - inf) = 0 weights

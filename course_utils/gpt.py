@@ -1,7 +1,8 @@
 """A tiny GPT, assembled from the course's own pieces: the model notebook 10 trains.
 
-Reading order: :class:`GPTConfig` (with presets), :class:`CausalSelfAttention`, :class:`MLP`, :class:`Block`,
-:class:`GPT`. The model checks its input once, in :meth:`GPT.forward`; its layers trust it.
+Reading order: :class:`GPTConfig` (with presets), :class:`MLP`, :class:`Block` (around notebook 07's
+:class:`~course_utils.variants.GroupedQueryAttention`), :class:`GPT`. The model checks its input once, in
+:meth:`GPT.forward`; its layers trust it.
 Shapes: B batch, T query length, S key length (T plus what a cache holds), C embed_dim, H num_heads,
 Hkv num_kv_heads, D head_dim, V vocab_size.
 """
@@ -20,31 +21,23 @@ from torch import nn
 from course_utils import block as shared  # the one Block and MLP of the course's models
 from course_utils._validate import (
     check_bool,
-    check_bool_mask,
     check_choice,
-    check_embedded,
     check_fraction,
     check_greater_than,
     check_heads,
     check_int,
-    check_same_device,
     check_token_ids,
     from_preset,
 )
-from course_utils.attention import attend  # the unchecked kernel: the model checks its input at its door
-from course_utils.fast_attention import flash_attention
-from course_utils.masking import causal_mask
-from course_utils.multihead import MultiHeadAttention
-from course_utils.positional import LearnedPositionalEmbedding, RotaryTable
-from course_utils.variants import KVCache
+from course_utils.positional import LearnedPositionalEmbedding
+from course_utils.variants import ATTENTION_KERNELS, GroupedQueryAttention, KVCache
 
-__all__ = ["GPTConfig", "PRESETS", "CausalSelfAttention", "MLP", "Block", "GPT"]
+__all__ = ["GPTConfig", "PRESETS", "MLP", "Block", "GPT"]
 
 Positions = Literal["learned", "rope"]
 AttentionImpl = Literal["course", "torch", "flash"]
 NormPosition = Literal["pre", "post"]
 _POSITIONS = ("learned", "rope")
-_ATTENTION = ("course", "torch", "flash")
 
 
 # --- Configuration ------------------------------------------------------------------------------------------
@@ -75,14 +68,16 @@ class GPTConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
-            self._store(name, check_int(name, getattr(self, name)))  # int, not np.int64: weights_only checkpoints
+            check_int(name, getattr(self, name))
+            self._store(name, int(getattr(self, name)))  # int, not np.int64: weights_only checkpoints
         check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
         self._store("num_kv_heads", None if self.num_kv_heads is None else int(self.num_kv_heads))
-        self._store("dropout", check_fraction("dropout", self.dropout))
+        check_fraction("dropout", self.dropout)
+        self._store("dropout", float(self.dropout))
         check_bool("bias", self.bias)
         self._store("bias", bool(self.bias))  # bool, not np.bool_
         check_choice("positions", self.positions, _POSITIONS)
-        check_choice("attention", self.attention, _ATTENTION)
+        check_choice("attention", self.attention, ATTENTION_KERNELS)
         if self.attention == "flash" and self.dropout > 0:
             raise ValueError(
                 f"attention='flash' has no dropout on the attention weights, got dropout={self.dropout}: "
@@ -90,7 +85,8 @@ class GPTConfig:
             )
         why = " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)"
         check_choice("norm_position", self.norm_position, shared.NORM_POSITIONS, why)
-        self._store("rope_base", check_greater_than("rope_base", self.rope_base, 1))  # checkpoints store it
+        check_greater_than("rope_base", self.rope_base, 1)
+        self._store("rope_base", float(self.rope_base))  # checkpoints store it
         for name in ("positions", "attention", "norm_position"):
             self._store(name, str(getattr(self, name)))  # str, not np.str_
         if self.positions == "rope" and self.head_dim % 2 != 0:
@@ -142,100 +138,6 @@ PRESETS: dict[str, GPTConfig] = {
 # --- The model ----------------------------------------------------------------------------------------------
 
 
-def check_layer_call(layer: nn.Module, x: object, cache: object, mask: object, start: object) -> None:
-    """The door of a GPT layer called on its own (the model calls ``forward_unchecked``): x (B, T, C) of the
-    layer's width, dtype and device, ``cache`` None or a KVCache, ``start`` an int >= 0, ``mask`` None or a
-    boolean mask on x's device that broadcasts to the scores (B, H, T, S), S = what the cache holds + T."""
-    check_embedded("x", x, layer.embed_dim, layer)
-    if cache is not None and not isinstance(cache, KVCache):
-        raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
-    if cache is not None and layer.layer_idx >= cache.num_layers:
-        raise ValueError(
-            f"the cache has {cache.num_layers} layer(s), this is layer {layer.layer_idx}: "
-            "use the model's new_cache() (one slot per layer)"
-        )
-    held = 0 if cache is None else cache.filled(layer.layer_idx)
-    if start is not None and check_int("start", start, minimum=0) != held and cache is not None:
-        raise ValueError(f"start must be the position the cache holds for this layer ({held}), got {start}")
-    if mask is not None:
-        B, T, _ = x.shape
-        S = T + held
-        check_bool_mask(mask, (B, layer.num_heads, T, S))
-        check_same_device(q=x, mask=mask)
-
-
-class CausalSelfAttention(MultiHeadAttention):
-    """The course's :class:`~course_utils.multihead.MultiHeadAttention`, causal, with H query heads sharing Hkv
-    key/value heads (its packed ``qkv_proj`` has (H + 2 Hkv) D rows), rotary positions and a KV cache.
-
-    With a ``cache``, x holds the new tokens, at positions ``start ..``; ``mask`` replaces the causal mask.
-    Shape: x (B, T, C) -> out (B, T, C), weights (B, H, T, S) with ``need_weights``. Taught in notebook 10.
-    """
-
-    def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
-        super().__init__(config.embed_dim, config.num_heads, bias=config.bias, dropout=config.dropout)
-        H, D = self.num_heads, self.head_dim
-        self.num_kv_heads = H if config.num_kv_heads is None else config.num_kv_heads
-        if self.num_kv_heads != H:  # grouped-query: fewer key and value rows in the packed projection
-            self.qkv_proj = nn.Linear(self.embed_dim, (H + 2 * self.num_kv_heads) * D, bias=config.bias)
-        self.layer_idx, self.attention = layer_idx, config.attention
-        self.resid_dropout = nn.Dropout(config.dropout)
-        rope = config.positions == "rope"
-        self.rotary = RotaryTable(D, config.rope_base, config.context_length) if rope else None
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        cache: KVCache | None = None,
-        need_weights: bool = False,
-        mask: torch.Tensor | None = None,
-        start: int | None = None,
-    ):
-        check_layer_call(self, x, cache, mask, start)
-        check_bool("need_weights", need_weights)
-        start = (0 if cache is None else cache.filled(self.layer_idx)) if start is None else start
-        return self.forward_unchecked(x, cache, need_weights, mask, start)
-
-    def forward_unchecked(
-        self,
-        x: torch.Tensor,
-        cache: KVCache | None = None,
-        need_weights: bool = False,
-        mask: torch.Tensor | None = None,
-        start: int = 0,
-    ):
-        B, T, C = x.shape
-        H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
-        q, k, v = self.qkv_proj(x).split([H * D, Hkv * D, Hkv * D], dim=-1)  # (B, T, C) -> (B, T, (H + 2Hkv) D)
-        q = q.view(B, T, H, D).transpose(1, 2)  # (B, T, H * D) -> (B, H, T, D)
-        k = k.view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
-        v = v.view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
-        if self.rotary is not None:  # start: absolute position of the first new token (cache.length)
-            q, k = self.rotary.rotate_unchecked(q, start), self.rotary.rotate_unchecked(k, start)
-        if cache is not None:
-            k, v = cache.update(self.layer_idx, k, v)  # (B, Hkv, S, D): earlier keys and values, then these
-        if Hkv != H:  # query head h reads KV head h // (H // Hkv)
-            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # (B, H, S, D)
-        S = k.shape[-2]
-        p = self.dropout if self.training else 0.0
-        weights = None
-        if need_weights or self.attention == "course":
-            mask = causal_mask(T, S, device=x.device) if mask is None else mask  # (T, S), bottom-right aligned
-            out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
-        elif self.attention == "flash":  # no dropout_p: the config refuses dropout with it
-            out = flash_attention(q, k, v, mask, is_causal=mask is None)  # (B, H, T, D); causal is bottom-right
-        elif mask is None and T == S:  # the usual training case: the fused kernel builds the triangle itself
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p, is_causal=True)  # (B, H, T, D)
-        elif mask is None and T == 1:  # one new token after a cache: it may attend to every key, no mask
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=p)  # (B, H, 1, D)
-        else:  # is_causal aligns the triangle top-left, which is wrong when T < S: pass it explicitly
-            mask = causal_mask(T, S, device=x.device) if mask is None else mask
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, T, D)
-        out = out.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
-        out = self.resid_dropout(self.out_proj(out))  # (B, T, C)
-        return (out, weights) if need_weights else out
-
-
 class MLP(shared.MLP):
     """:class:`course_utils.block.MLP` sized by a :class:`GPTConfig`: C -> mlp_ratio * C -> GELU -> C.
 
@@ -247,49 +149,35 @@ class MLP(shared.MLP):
 
 
 class Block(shared.Block):
-    """:class:`course_utils.block.Block` around the GPT's :class:`CausalSelfAttention`.
+    """:class:`course_utils.block.Block` around :class:`~course_utils.variants.GroupedQueryAttention`, causal,
+    sized by a :class:`GPTConfig`; layer ``layer_idx`` of the model (its slot in a KV cache).
 
     Pre-norm x + attn(ln_1(x)), then x + mlp(ln_2(x)); or post-norm ln_1(x + attn(x)), then ln_2(x + mlp(x)).
-    Shape: x (B, T, C) -> (B, T, C); ``block(x, cache=None, mask=None, start=0)``. Taught in notebook 10.
+    Shape: x (B, T, C) -> (B, T, C); ``block(x, mask=None, cache=None)``. Taught in notebook 10.
     """
 
     def __init__(self, config: GPTConfig, layer_idx: int = 0) -> None:
-        attn = CausalSelfAttention(config, layer_idx)
-        super().__init__(
-            config.embed_dim,
-            attn,
-            config.mlp_ratio,
-            bias=config.bias,
-            dropout=config.dropout,
-            norm_position=config.norm_position,
-        )
+        C, rope = config.embed_dim, config.positions == "rope"
+        attn = GroupedQueryAttention(
+            C, config.num_heads, config.num_kv_heads, config.bias, rope, config.rope_base, config.dropout, True,
+            config.attention,
+        )  # fmt: skip
+        super().__init__(C, attn, config.mlp_ratio, config.bias, config.dropout, config.norm_position)
         self.layer_idx = layer_idx
 
-    def forward(
-        self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None, start: int | None = None
-    ) -> torch.Tensor:
-        check_layer_call(self.attn, x, cache, mask, start)
-        start = (0 if cache is None else cache.filled(self.layer_idx)) if start is None else start
-        return self.forward_unchecked(x, cache, mask, start)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None):
+        self.attn.check_call(x, mask, cache, self.layer_idx, False)
+        return self.forward_unchecked(x, mask, cache)
 
-    def forward_unchecked(
-        self, x: torch.Tensor, cache: KVCache | None = None, mask: torch.Tensor | None = None, start: int = 0
-    ) -> torch.Tensor:
+    def forward_unchecked(self, x: torch.Tensor, mask: torch.Tensor | None = None, cache: KVCache | None = None):
         h = self.ln_1(x) if self.norm_position == "pre" else x
-        return self.add_branches(x, self.attn.forward_unchecked(h, cache, False, mask, start))  # (B, T, C)
+        return self.add_branches(x, self.attn.forward_unchecked(h, mask, cache, self.layer_idx))  # (B, T, C)
 
-    def attend(
-        self,
-        x: torch.Tensor,
-        cache: KVCache | None = None,
-        mask: torch.Tensor | None = None,
-        start: int | None = None,
-        need_weights: bool = False,
-    ):
-        """The attention branch alone, through the layer's checked forward: (B, T, C) -> (B, T, C), and
-        weights (B, H, T, S) with ``need_weights``."""
+    def attend(self, x: torch.Tensor, mask=None, cache: KVCache | None = None, need_weights: bool = False):
+        """The attention branch alone, checked: (B, T, C) -> (B, T, C), and weights (B, H, T, S) with
+        ``need_weights``."""
         h = self.ln_1(x) if self.norm_position == "pre" else x
-        return self.attn(h, cache, need_weights, mask, start)
+        return self.attn(h, mask, cache, self.layer_idx, need_weights)
 
 
 class GPT(nn.Module):
@@ -350,7 +238,9 @@ class GPT(nn.Module):
         Derived and counted in notebook 11, Appendix B.
         """
         c = self.config
-        T = c.context_length if T is None else check_int("T", T)
+        if T is not None:
+            check_int("T", T)
+        T = c.context_length if T is None else int(T)  # the default: a full context
         n = self.num_parameters() - (self.pos_emb.embedding.weight.numel() if self.pos_emb is not None else 0)
         return 6.0 * n + 6.0 * c.num_layers * T * c.embed_dim
 
@@ -416,7 +306,7 @@ class GPT(nn.Module):
                 )
         x = self._embed(idx, start)  # (B, T, C)
         for block in self.blocks:
-            x = block.forward_unchecked(x, cache, start=start)  # (B, T, C): the layers trust the checks above
+            x = block.forward_unchecked(x, None, cache)  # (B, T, C): the layers trust the checks above
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
         loss = None
         if targets is not None:

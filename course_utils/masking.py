@@ -2,6 +2,9 @@
 
 One convention: boolean, ``True`` = may attend, as ``F.scaled_dot_product_attention`` reads it;
 :func:`convert_mask` is the one place that translates to ``nn.MultiheadAttention``'s and additive masks.
+A mask lines up with the scores from the right, as broadcasting does: (T, S), (B, 1, T, S), (1, H, T, S),
+(B, 1, 1, S) for padding; a 3-D mask is (H, T, S), one per head. Against multi-head scores (B, H, T, S) with
+B == H a 3-D mask is refused: (B, T, S) and (H, T, S) have one shape there (notebook 04, Pitfall 4).
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import torch
 
 from course_utils._validate import (
     MAX_POSITIONS,
+    broadcast_shapes,
     check_bool_mask,
     check_choice,
     check_float_tensor,
@@ -86,7 +90,8 @@ def padding_mask(lengths: torch.Tensor | list[int], S: int) -> torch.Tensor:
 
     Shape: lengths (B,) -> (B, S); use ``m[:, None, None, :]`` for (B, H, T, S) scores. Taught in notebook 03.
     """
-    if check_int("S", S, minimum=0) > MAX_POSITIONS:
+    check_int("S", S, minimum=0)
+    if S > MAX_POSITIONS:
         raise ValueError(f"S must be at most {MAX_POSITIONS} (the mask holds B * S entries), got {S}")
     try:
         lengths = torch.as_tensor(lengths)  # a list of ints too
@@ -118,7 +123,7 @@ def combine_masks(*masks: torch.Tensor | None) -> torch.Tensor | None:
             got = m.dtype if isinstance(m, torch.Tensor) else type(m).__name__
             raise TypeError(f"combine_masks takes boolean masks (True = may attend); mask {i} is {got}")
     try:
-        torch.broadcast_shapes(*(m.shape for m in present))
+        broadcast_shapes(*(m.shape for m in present))
     except RuntimeError:
         shapes = ", ".join(str(tuple(m.shape)) for m in present)
         raise ValueError(f"masks of shapes {shapes} do not broadcast together") from None

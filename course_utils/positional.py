@@ -14,6 +14,7 @@ from torch import nn
 
 from course_utils._validate import (
     MAX_POSITIONS,
+    broadcast_shapes,
     check_choice,
     check_float_tensor,
     check_greater_than,
@@ -135,7 +136,7 @@ def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tupl
         check_float_tensor(name, t, min_dim=0)
     check_same_device(x1=x1, x2=x2, angle=angle)
     try:
-        torch.broadcast_shapes(x1.shape, x2.shape, angle.shape)
+        broadcast_shapes(x1.shape, x2.shape, angle.shape)
     except RuntimeError:
         raise ValueError(
             f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} do not broadcast together"
@@ -220,7 +221,8 @@ class RotaryTable:
         check_float_tensor("x", x, min_dim=2)
         if x.shape[-1] != self.head_dim:
             raise ValueError(f"x must end in head_dim = {self.head_dim} channels, got shape {tuple(x.shape)}")
-        if check_int("start", start, minimum=0) > MAX_POSITIONS:  # the table holds start + T rows
+        check_int("start", start, minimum=0)
+        if start > MAX_POSITIONS:  # the table holds start + T rows
             raise ValueError(f"start must be at most {MAX_POSITIONS} (the table holds start + T rows), got {start}")
         return self.rotate_unchecked(x, start)
 

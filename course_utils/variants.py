@@ -19,15 +19,16 @@ from dataclasses import dataclass
 from typing import Literal
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from course_utils._validate import (
+    broadcast_shapes,
     check_bool,
     check_bool_mask,
     check_choice,
     check_embedded,
     check_float_tensor,
-    check_fraction,
     check_greater_than,
     check_heads,
     check_int,
@@ -39,10 +40,12 @@ from course_utils._validate import (
     check_token_ids,
     is_integer_tensor,
 )
-from course_utils.attention import attend, scaled_dot_product_attention
+from course_utils.attention import attend
 from course_utils.block import Block
+from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask, combine_masks
 from course_utils.multihead import MultiHeadAttention, merge_heads
+from course_utils.positional import RotaryTable
 
 __all__ = [
     "repeat_kv",
@@ -68,6 +71,9 @@ __all__ = [
 ]
 
 
+ATTENTION_KERNELS = ("course", "torch", "flash")
+
+
 # --- 1. Grouped-query attention (Ainslie et al. 2023); multi-query attention (Shazeer 2019) -----------------
 
 
@@ -84,42 +90,53 @@ def repeat_kv(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     return x.repeat_interleave(num_heads // x.shape[1], dim=1)  # (B, Hkv, S, D) -> (B, H, S, D)
 
 
-class GroupedQueryAttention(nn.Module):
-    """Self-attention with H query heads sharing Hkv <= H key/value heads (Hkv == H: MHA; Hkv == 1: MQA).
+def _triangle(T: int, S: int, device: torch.device) -> torch.Tensor:
+    """:func:`~course_utils.masking.causal_mask` (T, S) without its checks, for a layer that checked its input."""
+    return torch.ones(T, S, dtype=torch.bool, device=device).tril(diagonal=S - T)
 
-    With a :class:`KVCache`, ``x`` holds only the new tokens; ``rope=True`` rotates q and k at their absolute
-    positions. Shape: x (B, T, C), mask bool broadcastable to (B, H, T, S) -> out (B, T, C), and weights
-    (B, H, T, S) (after dropout) with ``need_weights``. Taught in notebook 07.
+
+class GroupedQueryAttention(MultiHeadAttention):
+    """Self-attention with H query heads sharing Hkv key/value heads: the attention layer of every decoder here.
+
+    Hkv = ``num_kv_heads`` (None: H, multi-head attention; 1: multi-query) sizes the packed ``qkv_proj``,
+    (H + 2 Hkv) D rows, q then k then v. ``rope=True`` rotates q and k at their absolute positions; with a
+    :class:`KVCache`, ``x`` holds only the new tokens and ``layer`` picks the cache's slot. ``causal=True``: with
+    no ``mask``, query i sees keys up to its own position. ``attention``: the course's kernel (it returns the
+    weights), PyTorch's fused one, or the course's FlashAttention (notebook 08, no dropout).
+    Shape: x (B, T, C), mask bool broadcastable to (B, H, T, S) -> out (B, T, C), and weights (B, H, T, S)
+    (after dropout) with ``need_weights``. Taught in notebook 07; the GPT's layer in notebook 10.
     """
 
     def __init__(
         self,
         embed_dim: int,
         num_heads: int,
-        num_kv_heads: int,
+        num_kv_heads: int | None = None,
         bias: bool = False,
         rope: bool = False,
         rope_base: float = 10000.0,
         dropout: float = 0.0,
+        causal: bool = False,
+        attention: str = "course",
     ) -> None:
-        super().__init__()
-        check_bool("bias", bias)
-        check_bool("rope", rope)
+        num_kv_heads = num_heads if num_kv_heads is None else num_kv_heads  # the default: multi-head attention
+        for name, flag in (("bias", bias), ("rope", rope), ("causal", causal)):
+            check_bool(name, flag)
         check_greater_than("rope_base", rope_base, 1)
-        check_fraction("dropout", dropout)
+        check_choice("attention", attention, ATTENTION_KERNELS)
         for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
-            check_int(name, n)  # all three before the divisions, and num_kv_heads "an int" (None is no count here)
+            check_int(name, n)  # all three before the divisions
         check_heads(embed_dim, num_heads, num_kv_heads)
-        self.head_dim = embed_dim // num_heads
-        if rope and self.head_dim % 2:
-            raise ValueError(f"rope=True needs an even head_dim, got {self.head_dim}")
-        self.embed_dim, self.num_heads, self.num_kv_heads = embed_dim, num_heads, num_kv_heads
-        self.rope, self.rope_base, self.dropout = rope, float(rope_base), float(dropout)
-        kv_dim = num_kv_heads * self.head_dim
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, kv_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        if rope and (embed_dim // num_heads) % 2:
+            raise ValueError(f"rope=True needs an even head_dim, got {embed_dim // num_heads}")
+        if attention == "flash" and dropout:
+            raise ValueError(f"attention='flash' has no dropout on the attention weights, got dropout={dropout}")
+        super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
+        H, D = num_heads, self.head_dim
+        self.num_kv_heads, self.causal, self.attention = int(num_kv_heads), causal, attention
+        if num_kv_heads != H:  # fewer key and value rows in the packed projection
+            self.qkv_proj = nn.Linear(embed_dim, (H + 2 * num_kv_heads) * D, bias=bias)
+        self.rotary = RotaryTable(D, rope_base) if rope else None
 
     def forward(
         self,
@@ -129,44 +146,69 @@ class GroupedQueryAttention(nn.Module):
         layer: int = 0,
         need_weights: bool = False,
     ):
+        self.check_call(x, mask, cache, layer, need_weights)
+        return self.forward_unchecked(x, mask, cache, layer, need_weights)
+
+    def check_call(self, x: object, mask: object, cache: object, layer: object, need_weights: object) -> None:
+        """The layer's door: x (B, T, C) like its weights, ``cache`` None or a KVCache with slot ``layer``,
+        ``mask`` None or boolean on x's device, broadcasting to (B, H, T, S), S = what the slot holds + T."""
         check_embedded("x", x, self.embed_dim, self)
         check_bool("need_weights", need_weights)
         if cache is not None and not isinstance(cache, KVCache):
             raise TypeError(f"cache must be a KVCache or None, got {type(cache).__name__}")
+        held = 0 if cache is None else cache.filled(layer)  # filled checks that the cache has slot ``layer``
+        if mask is not None:
+            B, T, _ = x.shape
+            check_bool_mask(mask, (B, self.num_heads, T, held + T))
+            check_same_device(x=x, mask=mask)
+
+    def forward_unchecked(
+        self,
+        x: torch.Tensor,
+        mask: torch.Tensor | None = None,
+        cache: KVCache | None = None,
+        layer: int = 0,
+        need_weights: bool = False,
+    ):
+        """:meth:`forward` for a model that checked its input at its door."""
         B, T, C = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
-        q = self.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, T, C) -> (B, H, T, D)
-        k = self.k_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
-        v = self.v_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
-        if self.rope:
-            from course_utils.positional import apply_rope
-
-            start = 0 if cache is None else cache.length
-            positions = torch.arange(start, start + T, device=x.device)  # (T,) absolute positions
-            q, k = (apply_rope(t, positions, self.rope_base, pairing="half") for t in (q, k))  # as gpt.py
+        q, k, v = self.qkv_proj(x).split([H * D, Hkv * D, Hkv * D], dim=-1)  # (B, T, C) -> (B, T, (H + 2Hkv) D)
+        q = q.view(B, T, H, D).transpose(1, 2)  # (B, T, H * D) -> (B, H, T, D)
+        k = k.view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
+        v = v.view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
+        if self.rotary is not None:  # the new tokens sit at positions start .. start + T - 1
+            start = 0 if cache is None else cache._lengths[layer]
+            q, k = self.rotary.rotate_unchecked(q, start), self.rotary.rotate_unchecked(k, start)
         if cache is not None:
-            k, v = cache.update(layer, k, v)  # (B, Hkv, S, D): everything cached so far, new tokens last
-        k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # -> (B, H, S, D)
+            k, v = cache._append(layer, k, v)  # (B, Hkv, S, D): earlier keys and values, then these
+        if Hkv != H:  # query head h reads KV head h // (H // Hkv)
+            k, v = k.repeat_interleave(H // Hkv, dim=1), v.repeat_interleave(H // Hkv, dim=1)  # (B, H, S, D)
+        S = k.shape[-2]
+        causal = mask is None and self.causal and T > 1  # no mask given: query i sees the last T of S keys to its own
         p = self.dropout if self.training else 0.0
-        # not attend: the caller's mask, and keys from a cache filled in another dtype or device, are unchecked
-        out, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
-        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
+        weights = None
+        if need_weights or self.attention == "course":
+            mask = _triangle(T, S, x.device) if causal else mask  # (T, S), bottom-right aligned
+            out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
+        elif self.attention == "flash":  # no dropout_p: the constructor refuses dropout with it
+            out = flash_attention(q, k, v, mask, is_causal=causal)  # (B, H, T, D); causal is bottom-right
+        elif causal and T != S:  # is_causal aligns the triangle top-left, wrong when T < S: pass it explicitly
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=_triangle(T, S, x.device), dropout_p=p)
+        else:  # PyTorch's fused kernel builds the triangle itself
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p, is_causal=causal)
+        out = out.transpose(1, 2).reshape(B, T, C)  # (B, H, T, D) -> (B, T, H, D) -> (B, T, C)
+        out = self.out_proj(out)  # (B, T, C)
         return (out, weights) if need_weights else out
 
     @classmethod
     def from_multihead(cls, mha: MultiHeadAttention) -> GroupedQueryAttention:
-        """The same function as a ``MultiHeadAttention``: its packed qkv_proj split in three."""
+        """The same function as a ``MultiHeadAttention``: one packed qkv_proj, so the weights copy straight."""
         if not isinstance(mha, MultiHeadAttention):
             raise TypeError(f"from_multihead takes a course_utils MultiHeadAttention, got {type(mha).__name__}")
         bias = mha.qkv_proj.bias is not None
-        new = cls(mha.embed_dim, mha.num_heads, mha.num_heads, bias=bias, dropout=mha.dropout).to(mha.qkv_proj.weight)
-        with torch.no_grad():
-            for proj, w in zip((new.q_proj, new.k_proj, new.v_proj), mha.qkv_proj.weight.chunk(3, dim=0)):
-                proj.weight.copy_(w)  # (3C, C) -> 3 x (C, C), q, k, v in that order
-            if bias:
-                for proj, b in zip((new.q_proj, new.k_proj, new.v_proj), mha.qkv_proj.bias.chunk(3)):
-                    proj.bias.copy_(b)
-            new.out_proj.load_state_dict(mha.out_proj.state_dict())
+        new = cls(mha.embed_dim, mha.num_heads, bias=bias, dropout=mha.dropout).to(mha.qkv_proj.weight)
+        new.load_state_dict(mha.state_dict())  # qkv_proj (3C, C) and out_proj: the same names and shapes
         return new
 
 
@@ -219,7 +261,7 @@ def sliding_window_attention(
         )
     T = q.shape[-2]
     if T == 0:  # no query: an empty output, as F.scaled_dot_product_attention gives
-        return v.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
+        return v.new_zeros(*broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
     outs = []
     for i0 in range(0, T, chunk_size):
         i1 = min(i0 + chunk_size, T)
@@ -444,7 +486,7 @@ def topk_attention(
     if causal:
         check_last_positions(T, S, "causal")
     if T == 0:  # no query: an empty output, as F.scaled_dot_product_attention gives
-        return v.new_zeros(*torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
+        return v.new_zeros(*broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2]), 0, v.shape[-1])
     scale = 1.0 / math.sqrt(D) if scale is None else scale
     kk = min(top_k, S)
     outs = []
@@ -480,8 +522,9 @@ class KVCache:
     """
 
     def __init__(self, num_layers: int, capacity: int) -> None:
-        self.num_layers = check_int("num_layers", num_layers)
-        self.capacity = check_int("capacity", capacity)
+        check_int("num_layers", num_layers)
+        check_int("capacity", capacity)
+        self.num_layers, self.capacity = int(num_layers), int(capacity)
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
         self._lengths = [0] * num_layers
@@ -493,7 +536,8 @@ class KVCache:
 
     def filled(self, layer: int) -> int:
         """Positions ``layer`` holds: ``length``, or one step more while a step's layers append in turn."""
-        return self._lengths[check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)]
+        check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)
+        return self._lengths[layer]
 
     def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
@@ -508,6 +552,10 @@ class KVCache:
         if v.dtype != k.dtype:
             raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
         check_same_device(k=k, v=v)
+        return self._append(layer, k, v)
+
+    def _append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`update` for a layer that made k and v itself: only what the cache's state can refuse."""
         held = self.keys[layer]
         if held is not None and (held.dtype != k.dtype or held.device != k.device):
             raise TypeError(
@@ -735,7 +783,7 @@ def linear_attention_step(
                 f"{name} must end in {n} (state is (..., D, Dv) = {tuple(state.shape)}), got {name} {tuple(t.shape)}"
             )
     try:
-        torch.broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for t in (normaliser, q_t, k_t, v_t)))
+        broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for t in (normaliser, q_t, k_t, v_t)))
     except RuntimeError:
         shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in named.items())
         raise ValueError(f"the leading axes of {shapes} do not broadcast") from None
@@ -748,7 +796,7 @@ def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
     Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
     """
     check_causal_linear(q, k, v)
-    lead = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
     D, Dv = k.shape[-1], v.shape[-1]
     state = q.new_zeros(*lead, D, Dv)  # (..., D, Dv)
     normaliser = q.new_zeros(*lead, D)  # (..., D)

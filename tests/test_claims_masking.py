@@ -6,6 +6,7 @@ of nn.MultiheadAttention, for instance), a test here fails and the prose must ch
 
 from __future__ import annotations
 
+import math
 import re
 from pathlib import Path
 from unittest import mock
@@ -21,7 +22,7 @@ from torch.nn.attention.bias import causal_lower_right, causal_upper_left
 
 from course_utils.data import get_batch
 from course_utils.masking import causal_mask, convert_mask, padding_mask
-from course_utils.multihead import MultiHeadAttention
+from course_utils.multihead import MultiHeadAttention, split_heads
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -362,11 +363,20 @@ def test_a_padding_mask_missing_an_axis_hands_sequence_bs_padding_to_head_b(H, T
     lengths[0] = T  # sequence 0 has no padding, as in the notebook
     pad = padding_mask(lengths, T)  # (B, S)
     _, right = m(x, pad[:, None, None, :], need_weights=True)
-    _, wrong = m(x, pad[:, None, :], need_weights=True)
+    wrong = _broadcast_weights(m, x, pad[:, None, :])  # as PyTorch reads it: the course's modules refuse it
     assert (right * ~pad[:, None, None, :]).sum() == 0
     for b in range(B):
         for h in range(H):
             torch.testing.assert_close(wrong[b, h], _weights_under(m, x, pad[h])[b, h])
+    with pytest.raises(ValueError, match=r"mask of shape \(\d+, 1, \d+\) is ambiguous"):
+        m(x, pad[:, None, :])
+
+
+def _broadcast_weights(m: MultiHeadAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The weights of m's heads (B, H, T, S) with ``mask`` broadcast against the scores as PyTorch broadcasts it."""
+    q, k, _ = (split_heads(t, m.num_heads) for t in m.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, D)
+    scores = q @ k.transpose(-2, -1) / math.sqrt(m.head_dim)  # (B, H, T, S)
+    return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
 
 
 def _weights_under(m: MultiHeadAttention, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -374,21 +384,25 @@ def _weights_under(m: MultiHeadAttention, x: torch.Tensor, keys: torch.Tensor) -
     return m(x, keys[None, None, None, :], need_weights=True)[1]
 
 
-def test_notebook_04_pitfall_4_the_wrong_layout_changes_every_sequence_and_b_not_h_is_an_error():
+def test_notebook_04_pitfall_4_the_wrong_layout_changes_every_sequence_and_the_course_refuses_it():
     """Notebook 04's example: lengths 5, 3, 2 through three heads. 'sequences 1 and 2 put weight on their
     padding ... sequence 0, which has no padding at all, loses keys 3 and 4 in head 1 and keys 2 to 4 in head 2,
-    so its output changes too'; with B = 2 and H = 3 'that is an error'."""
+    so its output changes too'; 'PyTorch raises no error'; with B == H 'the course's modules refuse a 3-D mask'."""
     torch.manual_seed(0)
     T, C = 5, 12
     m = MultiHeadAttention(C, 3)
     x = torch.randn(3, T, C, generator=torch.Generator().manual_seed(7))
     pad = padding_mask([5, 3, 2], T)
-    right_out, right = m(x, pad[:, None, None, :], need_weights=True)
-    wrong_out, wrong = m(x, pad[:, None, :], need_weights=True)
+    q, k, v = (split_heads(t, 3) for t in m.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, D)
+    right_out = F.scaled_dot_product_attention(q, k, v, attn_mask=pad[:, None, None, :])
+    wrong_out = F.scaled_dot_product_attention(q, k, v, attn_mask=pad[:, None, :])  # runs: no error from PyTorch
+    right, wrong = _broadcast_weights(m, x, pad[:, None, None, :]), _broadcast_weights(m, x, pad[:, None, :])
     on_padding = (wrong * ~pad[:, None, None, :]).sum(dim=(1, 2, 3))
     assert (right * ~pad[:, None, None, :]).sum() == 0
     assert on_padding[0] == 0 and (on_padding[1:] > 0).all()
     assert (wrong[0, 1, :, 3:] == 0).all() and (wrong[0, 2, :, 2:] == 0).all() and (wrong[0, 0] > 0).all()
     assert all(not torch.allclose(r, w, atol=1e-4) for r, w in zip(right_out, wrong_out))
+    with pytest.raises(ValueError, match=r"mask of shape \(3, 1, 5\) is ambiguous .* mask\[:, None\]"):
+        m(x, pad[:, None, :])  # B == H: refused, with the 4-D forms named
     with pytest.raises(ValueError, match=r"mask of shape \(2, 1, 5\) does not broadcast to the scores' shape"):
-        MultiHeadAttention(C, 3)(x[:2], pad[:2, None, :])
+        m(x[:2], pad[:2, None, :])  # B = 2, H = 3: it does not broadcast

@@ -84,9 +84,10 @@ def test_gqa_rope_is_the_half_pairing():
     torch.manual_seed(0)
     gqa = GroupedQueryAttention(16, 4, 2, rope=True).double()
     x = randn(1, 2, 5, 16)
-    q = gqa.q_proj(x).view(2, 5, 4, 4).transpose(1, 2)  # (B, H, T, D)
-    k = gqa.k_proj(x).view(2, 5, 2, 4).transpose(1, 2)  # (B, Hkv, T, D)
-    v = gqa.v_proj(x).view(2, 5, 2, 4).transpose(1, 2)
+    q, k, v = gqa.qkv_proj(x).split([16, 8, 8], dim=-1)  # the packed rows: q, then k, then v
+    q = q.view(2, 5, 4, 4).transpose(1, 2)  # (B, H, T, D)
+    k = k.view(2, 5, 2, 4).transpose(1, 2)  # (B, Hkv, T, D)
+    v = v.view(2, 5, 2, 4).transpose(1, 2)
     q, k = apply_rope(q, pairing="half"), apply_rope(k, pairing="half")
     k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
     out, _ = scaled_dot_product_attention(q, k, v, causal_mask(5))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 
 import pytest
@@ -243,25 +244,21 @@ def test_dropout_only_in_training_mode():
 
 def test_grouped_query_is_a_setting_of_the_one_attention_layer():
     """One attention class in the GPT: num_kv_heads sizes its packed projection, (H + 2 Hkv) D rows."""
-    from course_utils.gpt import CausalSelfAttention
-
     for kv, rows in ((None, 3 * 16), (4, 3 * 16), (2, 16 + 2 * 2 * 4), (1, 16 + 2 * 4)):
         attn = make(num_kv_heads=kv).blocks[0].attn
-        assert type(attn) is CausalSelfAttention and attn.qkv_proj.weight.shape == (rows, 16)
+        assert type(attn) is GroupedQueryAttention and attn.qkv_proj.weight.shape == (rows, 16)
 
 
-def test_grouped_query_layer_is_the_variants_module_with_the_same_weights():
-    """The GPT's layer with Hkv < H computes what variants.GroupedQueryAttention computes (q, k, v split)."""
+def test_the_gpt_layer_is_notebook_07s_module_with_the_causal_mask_built_in():
+    """The GPT's layer (causal=True, no mask) computes what notebook 07's GroupedQueryAttention computes with
+    causal_mask(T) passed in, from the same weights, with and without RoPE."""
     from course_utils.masking import causal_mask
 
     torch.manual_seed(0)
     for positions in ("learned", "rope"):
         attn = make(num_kv_heads=2, positions=positions, bias=False, attention="course").blocks[0].attn.double()
         gqa = GroupedQueryAttention(16, 4, 2, rope=positions == "rope").double()
-        with torch.no_grad():
-            for proj, w in zip((gqa.q_proj, gqa.k_proj, gqa.v_proj), attn.qkv_proj.weight.split([16, 8, 8])):
-                proj.weight.copy_(w)
-            gqa.out_proj.weight.copy_(attn.out_proj.weight)
+        gqa.load_state_dict(attn.state_dict())
         x = torch.randn(2, 9, 16, dtype=torch.float64)
         torch.testing.assert_close(gqa(x, causal_mask(9)), attn(x))
 
@@ -299,7 +296,8 @@ def test_attention_dropout_acts_in_training_mode_only_on_both_attention_paths(nu
     kept = w_train != 0
     assert ((w > 0) & ~kept).sum() > 0.3 * (w > 0).sum()  # about half the visible weights dropped
     torch.testing.assert_close(w_train[kept], (w / 0.5)[kept])  # the others scaled by 1 / (1 - p)
-    assert 0.3 < (out_train == 0).float().mean() < 0.7  # the output dropout: about half the entries zero
+    dropped = block.resid_dropout(out_train)  # the branch's output dropout is the block's, GPT-2's resid_pdrop
+    assert 0.3 < (dropped == 0).float().mean() < 0.7  # about half the entries zero
     assert not torch.allclose(block.attend(x), block.attend(x))
 
 
@@ -324,15 +322,13 @@ def test_cached_forward_in_chunks_equals_one_full_forward(variant):
 
 @pytest.mark.parametrize("part", ["attn", "block"])
 @pytest.mark.parametrize("variant", ["rope", "grouped-query, rope"])
-def test_a_layer_called_with_a_cache_and_no_start_continues_from_what_the_cache_holds(variant, part):
+def test_a_layer_called_with_a_cache_continues_from_what_the_cache_holds(variant, part):
     block = make(**VARIANTS[variant]).blocks[0]
     layer = block if part == "block" else block.attn
     x = torch.randn(2, 6, TINY["embed_dim"], generator=torch.Generator().manual_seed(3))
     cache = KVCache(1, TINY["context_length"])  # the layer is layer 0: one slot
     parts = [layer(x[:, :2], cache=cache), layer(x[:, 2:5], cache=cache), layer(x[:, 5:], cache=cache)]
     torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), atol=1e-5, rtol=1e-5)
-    with pytest.raises(ValueError, match=r"start must be the position the cache holds for this layer \(6\), got 0"):
-        layer(x[:, :1], cache=cache, start=0)
 
 
 @pytest.mark.parametrize("variant", list(VARIANTS))
@@ -383,25 +379,6 @@ def test_cached_rotary_table_equals_apply_rope(start, T):
     torch.testing.assert_close(attn.rotary.rotate(x, start), expected)
     expected64 = apply_rope(x.double(), torch.arange(start, start + T), pairing="half")
     torch.testing.assert_close(attn.rotary.rotate(x.double(), start), expected64)  # float64 stays float64
-
-
-@pytest.mark.parametrize("rope_base", [10000.0, 500000.0])
-def test_grouped_query_blocks_rotate_like_the_causal_attention_blocks(rope_base):
-    """One RoPE pairing and base in the GPT: its GQA blocks (rope=True) and its MHA blocks rotate q and k alike."""
-    from course_utils.masking import causal_mask
-
-    torch.manual_seed(0)
-    config = GPTConfig(**{**TINY, "positions": "rope", "attention": "course", "bias": False, "rope_base": rope_base})
-    mha = GPT(config).blocks[0].attn.double()
-    gqa = GroupedQueryAttention(
-        config.embed_dim, config.num_heads, config.num_heads, rope=True, rope_base=rope_base
-    ).double()
-    with torch.no_grad():
-        for proj, w in zip((gqa.q_proj, gqa.k_proj, gqa.v_proj), mha.qkv_proj.weight.chunk(3, dim=0)):
-            proj.weight.copy_(w)
-        gqa.out_proj.weight.copy_(mha.out_proj.weight)
-    x = torch.randn(2, 9, config.embed_dim, dtype=torch.float64)
-    torch.testing.assert_close(gqa(x, causal_mask(9)), mha(x))
 
 
 def test_the_committed_checkpoint_was_trained_with_the_half_pairing(course_corpus):
@@ -632,7 +609,7 @@ def test_a_choice_of_the_wrong_type_is_a_type_error(field):
 
 @pytest.mark.parametrize("attention", ["course", "torch"])
 def test_a_layer_that_calls_the_unchecked_kernel_still_checks_the_callers_mask(attention):
-    """CausalSelfAttention calls attention's unchecked kernel after its own checks (#20): a mask the caller
+    """The GPT's attention layer calls attention's unchecked kernel after its own checks (#20): a mask the caller
     passes is checked as scaled_dot_product_attention checked it, and a good one gives the causal result."""
     from course_utils.masking import causal_mask
 
@@ -647,6 +624,42 @@ def test_a_layer_that_calls_the_unchecked_kernel_still_checks_the_callers_mask(a
     torch.testing.assert_close(out, expected)
     torch.testing.assert_close(weights, expected_weights)
     assert torch.all(weights.triu(diagonal=1) == 0)
+
+
+def _validate_calls(fn) -> int:
+    """How many calls of course_utils._validate's functions (nested ones included) running ``fn()`` makes."""
+    import sys
+
+    calls = []
+
+    def tracer(frame, event, arg):
+        if event == "call" and frame.f_code.co_filename.endswith("_validate.py"):
+            calls.append(frame.f_code.co_name)
+        return None
+
+    sys.settrace(tracer)
+    try:
+        fn()
+    finally:
+        sys.settrace(None)
+    return len(calls)
+
+
+@pytest.mark.parametrize("attention", ["torch", "course"])
+@pytest.mark.parametrize("num_kv_heads", [None, 2])
+def test_a_rope_forward_runs_the_same_checks_with_one_layer_or_four(attention, num_kv_heads):
+    """Issue #25: a GPT forward with RoPE checks its input once, at the model's door: every call of a _validate
+    primitive counted, the count is the same for 1 and 4 layers, in a training forward and in the decoding steps
+    with a KV cache (a prompt, one token, then two: the causal mask of T < S is built, unchecked, in the layer)."""
+    counts = {}
+    for num_layers in (1, 4):
+        model = make(positions="rope", num_kv_heads=num_kv_heads, attention=attention, num_layers=num_layers)
+        idx = ids(2, 9)
+        cache = model.new_cache()
+        steps = [(idx, idx, None), (idx[:, :5], None, cache), (idx[:, 5:6], None, cache), (idx[:, 6:8], None, cache)]
+        counts[num_layers] = [_validate_calls(functools.partial(model, *step)) for step in steps]
+    assert counts[1] == counts[4], counts
+    assert all(n > 0 for n in counts[1])  # the door itself is counted: the tracer sees _validate's calls
 
 
 @pytest.mark.parametrize("positions", ["rope", "learned"])
@@ -680,4 +693,4 @@ def test_a_forward_pass_checks_its_arguments_once(positions, num_kv_heads):
         model.blocks[0](torch.randn(2, 9, 16))  # a learner calling a block on its own: the block's door, once
     finally:
         sys.settrace(None)
-    assert entry_checks == ["check_layer_call"]
+    assert entry_checks == ["check_call"]

@@ -285,6 +285,30 @@ def test_padding_mask_per_module_shapes():
         MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, :])
 
 
+@pytest.mark.parametrize("module", ["packed", "wrapper", "einsum"])
+def test_a_3d_mask_is_refused_even_where_b_equals_h(module):
+    """Issue #25: with B == H a (B, 1, S) padding mask broadcast silently onto the heads (notebook 04, Pitfall 4);
+    a 3-D mask is now refused against (B, H, T, S) scores with B == H, and its 4-D forms run; with B != H an
+    (H, T, S) mask is one per head, as broadcasting reads it."""
+    packed = make_packed()  # H = 2
+    layer = {
+        "packed": packed,
+        "wrapper": MultiHeadAttentionWrapper.from_packed(packed),
+        "einsum": MultiHeadAttentionEinsum.from_packed(packed),
+    }[module]
+    x = torch.randn(2, 4, 8)  # B = 2 = H
+    pad = padding_mask([4, 2], 4)  # (B, S)
+    for mask in (pad[:, None, :], causal_mask(4).expand(2, 4, 4)):
+        with pytest.raises(ValueError, match=r"mask of shape \(2, (1|4), 4\) is ambiguous .* mask\[:, None\]"):
+            layer(x, mask)
+    torch.testing.assert_close(layer(x, pad[:, None, None, :]), packed(x, pad[:, None, None, :]))
+    torch.testing.assert_close(layer(x, causal_mask(4)[None]), packed(x, causal_mask(4)))  # (1, T, S): one for all
+    per_head = torch.rand(2, 4, 4, generator=torch.Generator().manual_seed(0)) < 0.5  # (H, T, S), H = 2
+    per_head[..., 0] = True
+    x3 = torch.randn(3, 4, 8)  # B = 3 != H
+    torch.testing.assert_close(layer(x3, per_head), packed(x3, per_head[None]))
+
+
 def test_wrapper_takes_the_same_mask_as_multihead_attention():
     packed = make_packed()
     x = torch.randn(3, 4, 8)
@@ -403,7 +427,7 @@ BAD_INPUTS = [  # (x, mask) -> error, words: the same at every layer's door
     ((torch.zeros(1, 2, 4, 8), None), ValueError, "x must have shape (B, T, C=8), got (1, 2, 4, 8)"),
     ((torch.zeros(2, 4, 8), torch.zeros(4, 4)), TypeError, "mask must be boolean"),
     (
-        (torch.zeros(2, 4, 8), torch.ones(3, 4, 4, dtype=torch.bool)),
+        (torch.zeros(2, 4, 8), torch.ones(3, 1, 4, 4, dtype=torch.bool)),
         ValueError,
         "does not broadcast to the scores' shape",
     ),

@@ -506,9 +506,9 @@ MESSAGES = [
         for row in [
             (lambda m=module: m(X, torch.zeros(4, 4)), TypeError, "mask must be boolean"),
             (
-                lambda m=module: m(X, torch.ones(3, 4, 4, dtype=torch.bool)),
+                lambda m=module: m(X, torch.ones(3, 1, 4, 4, dtype=torch.bool)),
                 ValueError,
-                "mask of shape (3, 4, 4) does not broadcast to the scores' shape",
+                "mask of shape (3, 1, 4, 4) does not broadcast to the scores' shape",
             ),
             (
                 lambda m=module: m(X, torch.ones(4, 4, dtype=torch.bool, device="meta")),

@@ -5,12 +5,17 @@ and what arrived.
 """
 
 import math
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 
 from course_utils._validate import (
+    broadcast_shapes,
     check_bool,
     check_choice,
     check_fraction,
@@ -24,6 +29,32 @@ from course_utils.gpt import GPTConfig
 from course_utils.multihead import MultiHeadAttention, SingleHeadAttention
 from course_utils.positional import LearnedPositionalEmbedding, rope_pairing_permutation
 from course_utils.variants import DecoderConfig, TinyDecoder
+
+
+@given(shapes=st.lists(st.lists(st.integers(0, 3), max_size=4), max_size=4))
+def test_broadcast_shapes_agrees_with_torch(shapes):
+    """The course's broadcast_shapes returns what torch.broadcast_shapes returns, and raises where it raises."""
+    try:
+        expected = torch.broadcast_shapes(*shapes)
+    except RuntimeError:
+        with pytest.raises(RuntimeError, match="do not broadcast"):
+            broadcast_shapes(*shapes)
+    else:
+        assert broadcast_shapes(*shapes) == expected and isinstance(broadcast_shapes(*shapes), torch.Size)
+
+
+def test_a_checked_call_does_not_import_sympy():
+    """torch.broadcast_shapes imports sympy on its first call (about 1.3 s); the checks use their own."""
+    code = (
+        "import sys, torch\n"
+        "from course_utils.attention import scaled_dot_product_attention\n"
+        "from course_utils.masking import causal_mask\n"
+        "q = torch.randn(2, 1, 3, 4)\n"
+        "scaled_dot_product_attention(q, q, q, causal_mask(3))\n"
+        "print('sympy' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
 
 
 def test_check_int_returns_a_plain_int():

@@ -112,12 +112,19 @@ def test_gqa_dropout_drops_attention_weights_in_training_mode_only():
     assert not torch.allclose(out_train, out)
 
 
+def _qkv(gqa: GroupedQueryAttention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q (B, T, H D), k and v (B, T, Hkv D): the packed projection's rows, q then k then v."""
+    H, Hkv, D = gqa.num_heads, gqa.num_kv_heads, gqa.head_dim
+    return gqa.qkv_proj(x).split([H * D, Hkv * D, Hkv * D], dim=-1)
+
+
 def _mqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """Multi-query attention written out: every query head uses the one shared k and v."""
     B, T, C = x.shape
     H, D = gqa.num_heads, gqa.head_dim
-    q = gqa.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-    k, v = gqa.k_proj(x)[:, None], gqa.v_proj(x)[:, None]  # (B, 1, T, D): broadcast over heads
+    q, k, v = _qkv(gqa, x)
+    q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k, v = k[:, None], v[:, None]  # (B, 1, T, D): broadcast over heads
     out, _ = scaled_dot_product_attention(q, k, v, mask)
     return gqa.out_proj(out.transpose(1, 2).reshape(B, T, C))
 
@@ -125,7 +132,7 @@ def _mqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, mask: torch.Tens
 def test_gqa_with_one_kv_head_is_multi_query_attention():
     torch.manual_seed(1)
     gqa = GroupedQueryAttention(12, 3, 1)
-    assert gqa.k_proj.weight.shape == (4, 12)  # one head of D = 4
+    assert gqa.qkv_proj.weight.shape == (12 + 2 * 4, 12)  # q, then one k and one v head of D = 4
     x = torch.randn(2, 5, 12)
     torch.testing.assert_close(gqa(x, causal_mask(5)), _mqa_reference(gqa, x, causal_mask(5)))
 
@@ -136,9 +143,10 @@ def test_gqa_module_matches_torch_enable_gqa(Hkv):
     gqa = GroupedQueryAttention(16, 4, Hkv, bias=True)
     x = torch.randn(2, 6, 16)
     B, T, C = x.shape
-    q = gqa.q_proj(x).view(B, T, 4, 4).transpose(1, 2)
-    k = gqa.k_proj(x).view(B, T, Hkv, 4).transpose(1, 2)
-    v = gqa.v_proj(x).view(B, T, Hkv, 4).transpose(1, 2)
+    q, k, v = _qkv(gqa, x)
+    q = q.view(B, T, 4, 4).transpose(1, 2)
+    k = k.view(B, T, Hkv, 4).transpose(1, 2)
+    v = v.view(B, T, Hkv, 4).transpose(1, 2)
     ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
     ref = gqa.out_proj(ref.transpose(1, 2).reshape(B, T, C))
     torch.testing.assert_close(gqa(x, causal_mask(T)), ref)
@@ -364,8 +372,7 @@ def test_gqa_rope_rotates_with_the_course_pairing(pairing, agrees):
     rotary = RotaryMultiHeadAttention(16, 4, bias=False, pairing=pairing).double()
     gqa = GroupedQueryAttention(16, 4, 4, rope=True).double()
     with torch.no_grad():
-        for proj, w in zip((gqa.q_proj, gqa.k_proj, gqa.v_proj), rotary.qkv_proj.weight.chunk(3, dim=0)):
-            proj.weight.copy_(w)
+        gqa.qkv_proj.weight.copy_(rotary.qkv_proj.weight)  # one packed layout: q, k, v in that order
         gqa.out_proj.weight.copy_(rotary.out_proj.weight)
     x = torch.randn(2, 7, 16, dtype=torch.float64)
     same = torch.allclose(gqa(x, causal_mask(7)), rotary(x, causal_mask(7)), rtol=1e-9, atol=1e-12)
@@ -378,9 +385,10 @@ def _rope_gqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, base: float
 
     B, T, C = x.shape
     H, Hkv, D = gqa.num_heads, gqa.num_kv_heads, gqa.head_dim
-    q = gqa.q_proj(x).view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-    k = gqa.k_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
-    v = gqa.v_proj(x).view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+    q, k, v = _qkv(gqa, x)
+    q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
+    k = k.view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
+    v = v.view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
     q, k = apply_rope(q, base=base), apply_rope(k, base=base)
     out, _ = scaled_dot_product_attention(q, repeat_kv(k, H), repeat_kv(v, H), causal_mask(T))
     return gqa.out_proj(out.transpose(1, 2).reshape(B, T, C))

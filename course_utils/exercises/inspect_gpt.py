@@ -17,8 +17,9 @@ import torch
 from course_utils._exercise_engine import Exercise, Mistake
 from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
-from course_utils.gpt import MLP, Block, CausalSelfAttention, GPTConfig
+from course_utils.gpt import MLP, Block, GPTConfig
 from course_utils.inspect_gpt import attention_rollout, weighted_value_norms
+from course_utils.variants import GroupedQueryAttention
 
 __all__ = ["EXERCISES"]
 
@@ -112,7 +113,8 @@ def _sublayers(g: torch.Generator, C: int, H: int, T: int) -> tuple[torch.nn.Mod
     Large enough weights that each branch changes x visibly, and LayerNorm gains and biases away from 1 and 0,
     so that using one LayerNorm for the other, or leaving one out, changes the result."""
     config = GPTConfig(vocab_size=2, context_length=T, embed_dim=C, num_heads=H, num_layers=1)
-    mods = (CausalSelfAttention(config), MLP(config), torch.nn.LayerNorm(C), torch.nn.LayerNorm(C))
+    attn = GroupedQueryAttention(C, H, bias=True, causal=True)  # the GPT's layer, as GPTConfig's defaults make it
+    mods = (attn, MLP(config), torch.nn.LayerNorm(C), torch.nn.LayerNorm(C))
     with torch.no_grad():
         for m in mods[:2]:
             for p in m.parameters():
