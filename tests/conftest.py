@@ -66,3 +66,17 @@ def pytest_terminal_summary(terminalreporter):
     terminalreporter.write_sep("-", "mutation score of the exercise checks")
     for line in summary_lines(_MUTATION_SCORES):
         terminalreporter.write_line(line)
+
+
+@pytest.fixture(autouse=True)
+def _signal_handlers_restored():
+    """A command's main() run in-process (course_utils.train, course_utils.induction, course_tools.grade) leaves
+    SIGINT and SIGTERM as a command leaves them at its exit: recorded or ignored. Ignored (SIG_IGN) is inherited by
+    every process a later test starts, whose Ctrl+C then does nothing; so each test gets back the handlers it found."""
+    import signal
+
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    yield
+    for signum, handler in before.items():
+        if handler is not None:
+            signal.signal(signum, handler)
