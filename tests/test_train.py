@@ -985,14 +985,14 @@ def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_f
     if Path("/proc/self").is_dir():
         line = refused(capsys, text_file, Path("/proc/run"))
         assert line.startswith("error: --out /proc/run"), line
-    real_mkdtemp = tempfile.mkdtemp
+    real_mkstemp = tempfile.mkstemp
 
     def full_disk(*args, **kwargs):
         if Path(kwargs.get("dir", "")) == tmp_path:
             raise OSError(28, "No space left on device")
-        return real_mkdtemp(*args, **kwargs)
+        return real_mkstemp(*args, **kwargs)
 
-    monkeypatch.setattr(tempfile, "mkdtemp", full_disk)
+    monkeypatch.setattr(tempfile, "mkstemp", full_disk)  # the probe: a file made and removed at once
     line = refused(capsys, text_file, tmp_path / "run")
     assert line == (
         f"error: --out {tmp_path / 'run'} cannot be written here (No space left on device): choose a folder you "
