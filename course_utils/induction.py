@@ -45,10 +45,10 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import (
+from course_utils.train import model_file
+from course_utils.train_cli import (
     defer_stop_signals,
     ignore_signals_until_exit,
-    model_file,
     stop_code,
     stop_signals,
     stopped_by_signal,

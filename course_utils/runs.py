@@ -1,12 +1,7 @@
-"""Notebook 10's training runs: how big a run is on each machine, what it should reach, and a baseline to beat.
+"""Notebook 10's training runs: how big a run is on each machine, the baselines to beat, what a run should reach.
 
-Reading order: the run sizes (:data:`RUN_SIZES`, :func:`choose_size`), the simplest model worth beating
-(:func:`unigram_loss`: predict every character by its frequency), and the written expectations per size and
-device (:data:`EXPECTATIONS`, :func:`check_expectations`), which the notebook checks against what happened.
-
-One switch sizes notebook 10: ``COURSE_GPT_SIZE`` (``ci``, ``cpu`` or ``gpu``). Unset, it is ``gpu`` on a
-CUDA machine and ``cpu`` elsewhere (Apple's MPS included). ``python3 course.py test`` sets ``ci``, so CI runs
-the whole notebook on a CPU in a minute or two.
+One switch sizes notebook 10: ``COURSE_GPT_SIZE`` (``ci``, ``cpu`` or ``gpu``); unset, ``gpu`` on a CUDA machine and
+``cpu`` elsewhere. ``python3 course.py test`` sets ``ci``: CI runs the notebook on a CPU in a minute or two.
 """
 
 from __future__ import annotations
@@ -54,33 +49,18 @@ RUN_SIZES: dict[str, RunSize] = {
 
 
 def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
-    """``COURSE_GPT_SIZE`` if set (any case), else ``gpu`` on CUDA and ``cpu`` anywhere else.
-
-    ValueError for an unknown size, and for the variable's old name ``COURSE_08_SIZE`` (named in the message).
-    """
+    """``COURSE_GPT_SIZE`` if set (any case), else ``gpu`` on CUDA and ``cpu`` anywhere else; ValueError for an
+    unknown size, and for the switch's name while the tiny GPT was notebook 08, ``COURSE_08_SIZE``."""
     env = os.environ if environ is None else environ
-    size = env.get(SIZE_ENV, "").strip().lower()
-    if not size:
-        _refuse_the_old_name(env)
-        return "gpu" if str(device).startswith("cuda") else "cpu"
-    if size not in RUN_SIZES:
+    size, old = env.get(SIZE_ENV, "").strip().lower(), env.get("COURSE_08_SIZE", "").strip()
+    if not size and old:
+        instead = f"={old.lower()} instead" if old.lower() in RUN_SIZES else (
+            f" to one of {sorted(RUN_SIZES)} instead ({old!r} is not a run size)")  # fmt: skip
+        raise ValueError(f"COURSE_08_SIZE was renamed {SIZE_ENV} (the tiny GPT, notebook 08 then, is notebook 10 "
+                         f"now); set {SIZE_ENV}{instead}")  # fmt: skip
+    if size and size not in RUN_SIZES:
         raise ValueError(f"{SIZE_ENV}={env[SIZE_ENV].strip()!r} is not a run size; choose one of {sorted(RUN_SIZES)}")
-    return size
-
-
-def _refuse_the_old_name(env: dict[str, str]) -> None:
-    """ValueError naming ``COURSE_GPT_SIZE`` if ``COURSE_08_SIZE`` is set: the switch's name while the tiny GPT was
-    notebook 08, read by no one now."""
-    old = env.get("COURSE_08_SIZE", "").strip()
-    if old:
-        instead = (
-            f"set {SIZE_ENV}={old.lower()} instead"
-            if old.lower() in RUN_SIZES
-            else f"set {SIZE_ENV} to one of {sorted(RUN_SIZES)} instead ({old!r} is not a run size)"
-        )
-        raise ValueError(
-            f"COURSE_08_SIZE was renamed {SIZE_ENV} (the tiny GPT, notebook 08 then, is notebook 10 now); {instead}"
-        )
+    return size or ("gpu" if str(device).startswith("cuda") else "cpu")
 
 
 def runs_dir(environ: dict[str, str] | None = None) -> Path:
@@ -99,23 +79,13 @@ def run_folder(size: str, environ: dict[str, str] | None = None) -> Path:
 
 
 def _check_split_ids(train_ids: object, val_ids: object, vocab_size: int, at_least: int = 1) -> None:
-    """ValueError unless both are 1-D integer tensors of at least ``at_least`` ids in 0 .. vocab_size - 1 (bool and
-    complex are not ids); TypeError unless ``vocab_size`` is an int, ValueError below 1."""
+    """ValueError unless both are 1-D integer tensors (not bool or complex) of ``at_least`` ids in 0 .. V - 1."""
     check_int("vocab_size", vocab_size)
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
-        if (
-            not isinstance(ids, torch.Tensor)
-            or ids.dim() != 1
-            or ids.is_floating_point()
-            or ids.is_complex()
-            or ids.dtype == torch.bool
-            or ids.numel() < at_least
-        ):
-            got = (
-                f"{type(ids).__name__} {tuple(ids.shape)} {ids.dtype}"
-                if isinstance(ids, torch.Tensor)
-                else type(ids).__name__
-            )
+        if not (isinstance(ids, torch.Tensor) and ids.dim() == 1 and ids.numel() >= at_least and not
+                (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)):  # fmt: skip
+            got = f"{type(ids).__name__} {tuple(ids.shape)} {ids.dtype}" if isinstance(ids, torch.Tensor) else (
+                type(ids).__name__)  # fmt: skip
             what = "a non-empty 1-D tensor of" if at_least == 1 else f"a 1-D tensor of {at_least} or more"
             raise ValueError(f"{name} must be {what} integer ids, got {got}")
         if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
@@ -123,14 +93,11 @@ def _check_split_ids(train_ids: object, val_ids: object, vocab_size: int, at_lea
 
 
 def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:
-    """Cross-entropy (nats per character) on ``val_ids`` of predicting each character by its training frequency.
+    """Cross-entropy (nats per character) on ``val_ids`` of predicting each character by its training frequency,
+    counts smoothed by adding one: the best a model that ignores the context can do. Taught in notebook 10.
 
     Shape:
         train_ids: (N,), val_ids: (M,) integer ids in 0 .. vocab_size - 1 -> a float
-
-    Counts get add-one (Laplace) smoothing, so a character that never occurs in training still has a small
-    probability and the loss stays finite. A model that ignores the context cannot do better on average;
-    anything trained worse than this has learned nothing. Taught in notebook 10 (exercise 10.2).
     """
     _check_split_ids(train_ids, val_ids, vocab_size)
     counts = torch.bincount(train_ids, minlength=vocab_size).double() + 1.0  # (V,)
@@ -139,15 +106,12 @@ def unigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int
 
 
 def bigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int) -> float:
-    """Cross-entropy (nats per character) on ``val_ids`` of predicting each character from the one before it.
+    """Cross-entropy on the M - 1 pairs of ``val_ids`` of predicting each character from the one before it, by the
+    training pair counts plus one, each row normalised: about the best a model that reads only the previous
+    character can do. Taught in notebook 10.
 
     Shape:
         train_ids: (N,), val_ids: (M,) integer ids in 0 .. vocab_size - 1, N and M at least 2 -> a float
-
-    A table of pair counts from the training ids, one added to every pair (add-one smoothing, as
-    :func:`unigram_loss`), each row normalised: ``p(next | previous)``. It scores the M - 1 pairs of ``val_ids``.
-    An estimate of the best a model that reads only the previous character can do (a model that learns
-    ``p(next | previous)`` better than add-one counts can beat it a little). Taught in notebook 10.
     """
     _check_split_ids(train_ids, val_ids, vocab_size, at_least=2)
     V = vocab_size

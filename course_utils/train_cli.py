@@ -1,20 +1,19 @@
-"""The command line of :func:`course_utils.train.train`, and the ``torchrun`` set-up: ``python -m course_utils.train``.
-
-Prints one JSON line at the end (the run's figures); progress and messages go to stderr::
+"""Train the tiny GPT of notebook 10 from the command line (course_utils.train.train), alone or under torchrun:
 
     python -m course_utils.train --preset tiny --data datasets/shakespeare.txt --out runs/tiny
     python -m course_utils.train --preset gpu --data ... --out runs/gpu --resume     # continue a run
     torchrun --nproc_per_node=2 -m course_utils.train --preset gpu --data ... --out runs/ddp   # several GPUs
 
-Exit codes: 0 done; 2 the run could not start (a problem found before the first step, in one line with its fix);
-1 it failed while training (a NaN or infinite loss; the last good checkpoint is kept); 130 stopped by Ctrl+C (one
-line: the step, the checkpoint, the command that resumes it). What ``--resume`` keeps, refuses and takes from the
-flags is :data:`course_utils.train.RESUME_RULES`.
+One JSON line at the end (the run's figures); messages go to stderr. Exit codes: 0 done; 2 the run could not start
+(each problem in one line with its fix: --out, --device, --threads, the data, a resume that does not match); 1 it
+failed while training (NaN); 130 stopped by Ctrl+C, 143 by SIGTERM (one line: the step, the checkpoint, the command
+that continues it). ``python -m course_utils.induction`` stops the same way.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -23,6 +22,7 @@ import platform
 import shlex
 import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -33,10 +33,8 @@ from course_utils.data import ChecksumError, load_text, sha256_file
 from course_utils.gpt import PRESETS, GPTConfig
 from course_utils.train import (
     CHECKPOINT_NAME,
-    KEEP,
+    FLAGS,
     MODEL_FORMAT,
-    RESUME_RULES,
-    SESSION,
     SUMMARY_NAME,
     CheckpointError,
     NonFiniteLossError,
@@ -45,18 +43,16 @@ from course_utils.train import (
     TrainConfig,
     check_can_create,
     export_model,
+    finished_run,
     first_line,
-    ignore_signals_until_exit,
     load_checkpoint,
     model_file,
     saved_settings,
-    stop_code,
-    stop_signals,
-    summary_step,
     train,
 )
 
-__all__ = ["main", "join_processes"]
+__all__ = ["main", "join_processes", "stop_signals", "defer_stop_signals", "ignore_signals_until_exit", "stop_code",
+           "stopped_by_signal"]  # fmt: skip
 
 PROG = "python -m course_utils.train"
 MAX_STEPS = 10**9  # a billion steps: years on any machine; above it a typo, refused
@@ -65,13 +61,8 @@ MAX_THREADS = 4 * (os.cpu_count() or 1)  # more threads than that only slow a ru
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG,
-        allow_abbrev=False,  # --res is not --resume: a flag is spelt out
-        description="Train the tiny GPT of notebook 10: one readable loop for the notebook and for the command line.",
-        epilog="Exit codes: 0 done; 2 the run could not start (each problem in one line with its fix: --out, "
-        "--device, --threads, the data, a resume that does not match); 1 it failed while training (NaN); "
-        "130 stopped by Ctrl+C (the line says how to resume).",
+    p = argparse.ArgumentParser(  # allow_abbrev: --res is not --resume, a flag is spelt out
+        prog=PROG, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False
     )
     p.add_argument("--preset", choices=sorted(PRESETS), help="model and training preset (default: tiny; with "
                    "--resume, the checkpoint's)")  # fmt: skip
@@ -117,188 +108,6 @@ def join_processes() -> torch.device | None:
     return device
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
-    """RunSetupError for a count or a time that cannot be (argparse only checks that it is a number)."""
-    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
-        raise RunSetupError(
-            f"--threads must be a number of CPU threads from 1 to {MAX_THREADS} (4 per CPU here), got "
-            f"{args.threads}; leave it out for PyTorch's default ({torch.get_num_threads()} here)"
-        )
-    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
-        raise RunSetupError(f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {args.seed}")
-    if args.max_steps is not None and args.max_steps > MAX_STEPS:
-        raise RunSetupError(f"--max-steps must be at most {MAX_STEPS:,} (a billion), got {args.max_steps}")
-    for name in ("max_steps", "batch_size", "eval_interval", "log_interval", "checkpoint_interval"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
-            raise RunSetupError(f"--{name.replace('_', '-')} must be a positive whole number, got {value}")
-    if args.learning_rate is not None and not args.learning_rate > 0:
-        raise RunSetupError(f"--learning-rate must be a positive number, got {args.learning_rate}")
-
-
-def _check_export(args: argparse.Namespace, model_config: GPTConfig | str, seed: int) -> None:
-    """RunSetupError unless ``--export`` can be written: a folder, a path in ``--out``, a place that cannot be
-    written, or a file that holds something else (another kind of model, another run's export: another model, other
-    data, another --out or seed) is refused before training, naming what is there; this run's earlier export (the
-    same command re-run) may be replaced."""
-    dest, out = Path(args.export), Path(args.out)
-    if dest.is_dir():
-        raise RunSetupError(f"--export {dest} is a folder, expected a file name such as model.pt")
-    if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
-        raise RunSetupError(
-            f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "
-            "summary.json): give --export a file outside it, such as checkpoints/model.pt"
-        )
-    check_can_create(dest, "--export")
-    if not dest.exists():
-        return
-    state, kind = model_file(dest)
-    fix = "choose another --export, or move that file away first"
-    if state is None or state["format"] != MODEL_FORMAT:
-        raise RunSetupError(f"--export {dest} already holds {kind}, not this run's export: {fix}")
-    config = model_config if isinstance(model_config, GPTConfig) else GPTConfig.preset(model_config)
-    saved = GPTConfig.from_dict(state["model_config"])
-    data = state.get("provenance", {}).get("data", {})
-    if dataclasses.replace(config, vocab_size=saved.vocab_size) != saved:
-        raise RunSetupError(f"--export {dest} already holds the export of another model ({saved.num_layers} layers, "
-                            f"{saved.embed_dim} wide, context {saved.context_length}): {fix}")  # fmt: skip
-    if data.get("sha256") not in (None, sha256_file(args.data)):
-        raise RunSetupError(
-            f"--export {dest} already holds a model trained on other data ({data.get('file')}, sha256 "
-            f"{data['sha256'][:16]}...): {fix}"
-        )
-    made_by = _export_run(state.get("provenance", {}))
-    if made_by is not None and not _same_run(made_by, args.out, seed):
-        raise RunSetupError(
-            f"--export {dest} already holds the export of another run (--out {made_by[0]}, seed {made_by[1]}; "
-            f"this run is --out {args.out}, seed {seed}): {fix}"
-        )
-
-
-def _export_run(provenance: dict[str, Any]) -> tuple[str, int] | None:
-    """The run an export came from, (its --out, its seed), as recorded (an export before the record: read from its
-    command), or None if neither says."""
-    if "run" in provenance:
-        return provenance["run"]["out"], provenance["run"]["seed"]
-    words = shlex.split(provenance.get("command", ""))[len(PROG.split()) :]
-    try:
-        known, _ = _parser().parse_known_args(words)
-    except SystemExit:  # a command this parser cannot read: no run to compare
-        return None
-    if known.out is None:
-        return None
-    return known.out, known.seed if known.seed is not None else TrainConfig.preset(known.preset or "tiny").seed
-
-
-def _same_run(made_by: tuple[str, int], out: str, seed: int) -> bool:
-    """Whether ``made_by`` (--out and seed) is this run: the same seed and the same folder (as written, or the same
-    folder from here)."""
-    there, here = Path(made_by[0]), Path(out)
-    same_folder = os.path.normpath(there) == os.path.normpath(here) or there.resolve() == here.resolve()
-    return same_folder and made_by[1] == seed
-
-
-def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
-    """The model and the settings to pass to train: the preset's with the flags given, or, resuming a checkpoint,
-    the checkpoint's with the flags given (so train's notices name exactly the flags it ignores)."""
-    flags = [name for name, (rule, flag) in RESUME_RULES.items() if rule in (KEEP, SESSION) and flag]
-    overrides = {name: getattr(args, name) for name in flags if getattr(args, name) is not None}
-    ckpt = Path(args.out) / CHECKPOINT_NAME
-    if args.resume and ckpt.is_file() and not Path(args.out).is_file():
-        state = load_checkpoint(ckpt)
-        model_config = args.preset or GPTConfig.from_dict(state["model_config"])
-        return model_config, dataclasses.replace(TrainConfig(**saved_settings(state)), **overrides)
-    preset = args.preset or "tiny"
-    return preset, TrainConfig.preset(preset, **overrides)
-
-
-def _saved_seed(args: argparse.Namespace) -> int:
-    """The seed of the run checkpointed in --out (read only when resuming one)."""
-    return load_checkpoint(Path(args.out) / CHECKPOINT_NAME)["train_config"]["seed"]
-
-
-def _provenance(argv: list[str], result: dict[str, Any], data: str, out: str) -> dict[str, Any]:
-    """Where a model came from: the command, the run (its --out and seed: another run's export is not replaced),
-    the machine, the date, the data and the figures it reached."""
-    device = result["device"]
-    if device.startswith("cuda"):
-        device += f" ({torch.cuda.get_device_name(torch.device(device))})"
-    return {
-        "command": f"{PROG} " + " ".join(argv),
-        "run": {"out": out, "seed": result["train_config"]["seed"]},
-        "device": device,
-        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
-        "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "data": {"file": Path(data).name, "sha256": sha256_file(data), "characters": len(load_text(data))},
-        **{k: result[k] for k in ("val_loss", "train_loss", "steps", "tokens_per_s", "train_s", "wall_s", "params")},
-    }
-
-
-def _again(argv: list[str], resume: bool) -> str:
-    """The command to run next: this one, with --resume if ``resume`` (under torchrun, in words)."""
-    extra = ["--resume"] if resume and "--resume" not in argv else []
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun's own flags are not ours to know
-        return f"your torchrun command with {' '.join([*argv, *extra])}"
-    return shlex.join([*PROG.split(), *argv, *extra])
-
-
-def _stopped(err: RunInterrupted, argv: list[str], how: str) -> str:
-    """The one line Ctrl+C prints: where the run stopped, what is on disk, and the command that continues it."""
-    again = _again(argv, resume=True)
-    if err.saved_step is None:
-        return (
-            f"stopped{how} at step {err.step}; no checkpoint was saved yet, so nothing is kept: {again} starts it over"
-        )
-    return (
-        f"stopped{how} at step {err.step}; the checkpoint at {err.checkpoint} holds step {err.saved_step}; resume: "
-        f"{again}"
-    )
-
-
-def _stopped_outside(args: argparse.Namespace, argv: list[str], how: str) -> str:
-    """The one line for a stop outside the loop: before the first step (while setting up) or after the last (the
-    final evaluation, the summary, the export), read from what the checkpoint on disk holds."""
-    checkpoint = Path(args.out) / CHECKPOINT_NAME
-    try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
-        step, last = int(state["step"]), int(args.max_steps or state["train_config"]["max_steps"])
-    except Exception:  # noqa: BLE001 -- none, or not readable: nothing of this run is kept there
-        return f"stopped{how} before the first step; nothing was trained: run it again with {_again(argv, False)}"
-    if step < last:
-        return (
-            f"stopped{how} before the first step of this session; the checkpoint at {checkpoint} holds step {step}; "
-            f"resume: {_again(argv, True)}"
-        )
-    what = f"{SUMMARY_NAME}" + (f" and the export {args.export}" if args.export else "")
-    return (
-        f"stopped{how} after the last step: the run finished at step {step} and the checkpoint at {checkpoint} holds "
-        f"it, but {what} may be missing; write them (no training): {_again(argv, True)}"
-    )
-
-
-def _finished(args: argparse.Namespace) -> dict[str, Any] | None:
-    """With --resume and --export, a run that finished and wrote its summary but not its export (stopped while
-    exporting): its summary, so that only the export is written. None otherwise (train decides)."""
-    checkpoint = Path(args.out) / CHECKPOINT_NAME
-    if not (args.resume and args.export and checkpoint.is_file()):
-        return None
-    state = load_checkpoint(checkpoint)
-    step = state["step"]
-    if (
-        args.max_steps not in (None, step)
-        or step < state["train_config"]["max_steps"]
-        or summary_step(args.out) != step
-    ):
-        return None
-    there, _ = model_file(args.export) if Path(args.export).is_file() else (None, "")
-    if there is not None and there.get("step") == step:
-        return None  # exported already: train refuses a resume that would do nothing
-    return json.loads((Path(args.out) / SUMMARY_NAME).read_text())
-
-
 def main(argv: list[str] | None = None) -> int:
     """Run ``python -m course_utils.train`` with ``argv`` (default: ``sys.argv[1:]``, the command: then Ctrl+C and
     SIGTERM stay handled until the process exits); return its exit code."""
@@ -313,39 +122,25 @@ def main(argv: list[str] | None = None) -> int:
 
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    how = ""
     try:
         _check_numbers(args)
         if args.threads:
             torch.set_num_threads(args.threads)
-        model_config, train_config = _configs(args)
-        if args.export:  # a resumed run keeps its own seed, whatever --seed says
-            resuming = args.resume and (Path(args.out) / CHECKPOINT_NAME).is_file()
-            seed = _saved_seed(args) if resuming else train_config.seed
+        model_config, train_config, seed = _configs(args)
+        if args.export:
             _check_export(args, model_config, seed)
         device = join_processes() or args.device
         result = _finished(args)
         if result is None:
-            result = train(
-                model_config,
-                args.data,
-                args.out,
-                train_config,
-                device=device,
-                resume=args.resume,
-                max_steps=args.max_steps,
-                max_seconds=args.max_seconds,
-                progress=args.progress,
-                verbose=not args.quiet,
-            )
+            result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
+                           max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
+                           verbose=not args.quiet)  # fmt: skip
         if result and args.export:  # process 0 only
             export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data, args.out))
             result["export"] = str(args.export)
     except KeyboardInterrupt as err:  # Ctrl+C or SIGTERM: later ones are ignored until the line is out
-        how = " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""
-        line = _stopped(err, argv, how) if isinstance(err, RunInterrupted) else _stopped_outside(args, argv, how)
         if int(os.environ.get("RANK", "0")) == 0:  # one line, from process 0
-            print(line, file=sys.stderr, flush=True)
+            print(_stopped(err, args, argv), file=sys.stderr, flush=True)
         return stop_code()
     except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
         print(f"error: {err}", file=sys.stderr)
@@ -359,6 +154,204 @@ def _main(argv: list[str]) -> int:
     if result:  # process 0 only
         print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
     return 0
+
+
+# --- Before the first step: the numbers, the settings, the export
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    """RunSetupError for a thread count, seed or step count out of range (argparse checks only that each is a
+    number; TrainConfig and train refuse counts below 1)."""
+    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+        raise RunSetupError(f"--threads must be a number of CPU threads from 1 to {MAX_THREADS} (4 per CPU here), got "
+                            f"{args.threads}; leave it out for PyTorch's default ({torch.get_num_threads()} "
+                            "here)")  # fmt: skip
+    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
+        raise RunSetupError(f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {args.seed}")
+    if args.max_steps is not None and args.max_steps > MAX_STEPS:
+        raise RunSetupError(f"--max-steps must be at most {MAX_STEPS:,} (a billion), got {args.max_steps}")
+
+
+def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig, int]:
+    """The model and the settings to pass to train, and the run's seed: the preset's with the flags given, or,
+    resuming, the checkpoint's with the flags given (train's notices then name exactly the flags it ignores)."""
+    overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
+    if args.resume and (Path(args.out) / CHECKPOINT_NAME).is_file():
+        state = load_checkpoint(Path(args.out) / CHECKPOINT_NAME)
+        saved = TrainConfig(**saved_settings(state))  # a resumed run keeps its own seed, whatever --seed says
+        model_config = args.preset or GPTConfig.from_dict(state["model_config"])
+        return model_config, dataclasses.replace(saved, **overrides), saved.seed
+    train_config = TrainConfig.preset(args.preset or "tiny", **overrides)
+    return args.preset or "tiny", train_config, train_config.seed
+
+
+def _check_export(args: argparse.Namespace, model_config: GPTConfig | str, seed: int) -> None:
+    """RunSetupError unless ``--export`` can be written: a folder, a path in ``--out``, a place that cannot be
+    written, or a file holding anything but this run's earlier export (the same model, data, --out and seed)."""
+    dest, out = Path(args.export), Path(args.out)
+    if dest.is_dir():
+        raise RunSetupError(f"--export {dest} is a folder, expected a file name such as model.pt")
+    if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
+        raise RunSetupError(f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "
+                            "summary.json): give --export a file outside it, such as checkpoints/model.pt")  # fmt: skip
+    check_can_create(dest, "--export")
+    if not dest.exists():
+        return
+    state, kind = model_file(dest)
+    fix = "choose another --export, or move that file away first"
+    if state is None or state["format"] != MODEL_FORMAT:
+        raise RunSetupError(f"--export {dest} already holds {kind}, not this run's export: {fix}")
+    config = model_config if isinstance(model_config, GPTConfig) else GPTConfig.preset(model_config)
+    saved, provenance = GPTConfig.from_dict(state["model_config"]), state.get("provenance", {})
+    data = provenance.get("data", {})
+    if dataclasses.replace(config, vocab_size=saved.vocab_size) != saved:
+        raise RunSetupError(f"--export {dest} already holds the export of another model ({saved.num_layers} layers, "
+                            f"{saved.embed_dim} wide, context {saved.context_length}): {fix}")  # fmt: skip
+    if data.get("sha256") not in (None, sha256_file(args.data)):
+        raise RunSetupError(f"--export {dest} already holds a model trained on other data ({data.get('file')}, sha256 "
+                            f"{data['sha256'][:16]}...): {fix}")  # fmt: skip
+    there, there_seed = _export_run(provenance) or (args.out, seed)
+    same_folder = os.path.normpath(there) == os.path.normpath(out) or Path(there).resolve() == out.resolve()
+    if not (same_folder and there_seed == seed):
+        raise RunSetupError(f"--export {dest} already holds the export of another run (--out {there}, seed "
+                            f"{there_seed}; this run is --out {args.out}, seed {seed}): {fix}")  # fmt: skip
+
+
+def _export_run(provenance: dict[str, Any]) -> tuple[str, int] | None:
+    """The --out and seed of the run an export came from, as recorded, or read from its command (the shipped model
+    was exported before the record), or None if neither says."""
+    if "run" in provenance:
+        return provenance["run"]["out"], provenance["run"]["seed"]
+    try:
+        known, _ = _parser().parse_known_args(shlex.split(provenance.get("command", ""))[len(PROG.split()) :])
+    except SystemExit:  # a command this parser cannot read: no run to compare
+        return None
+    seed = known.seed if known.seed is not None else TrainConfig.preset(known.preset or "tiny").seed
+    return (known.out, seed) if known.out is not None else None
+
+
+def _finished(args: argparse.Namespace) -> dict[str, Any] | None:
+    """With --resume and --export, the summary of a finished run stopped while exporting (so that only the export is
+    written); None otherwise (train decides)."""
+    result = finished_run(args.out) if args.resume and args.export else None
+    if result is None or args.max_steps not in (None, result["steps"]):
+        return None
+    there, _ = model_file(args.export) if Path(args.export).is_file() else (None, "")
+    return None if there is not None and there.get("step") == result["steps"] else result  # exported: train refuses
+
+
+# --- After: the provenance of an export, and the one line Ctrl+C prints
+
+
+def _provenance(argv: list[str], result: dict[str, Any], data: str, out: str) -> dict[str, Any]:
+    """Where a model came from: the command, the run, the machine, the date, the data and the figures it reached."""
+    device = result["device"]
+    if device.startswith("cuda"):
+        device += f" ({torch.cuda.get_device_name(torch.device(device))})"
+    return {
+        "command": f"{PROG} " + " ".join(argv),
+        "run": {"out": out, "seed": result["train_config"]["seed"]},  # another run's export is not replaced
+        "device": device,
+        "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpus": os.cpu_count(),
+        "threads": torch.get_num_threads(),
+        "data": {"file": Path(data).name, "sha256": sha256_file(data), "characters": len(load_text(data))},
+        **{k: result[k] for k in ("val_loss", "train_loss", "steps", "tokens_per_s", "train_s", "wall_s", "params")},
+    }
+
+
+def _stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[str]) -> str:
+    """Where the run stopped, what the checkpoint on disk holds, and the command that continues it."""
+    how = " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""
+
+    def again(resume: bool) -> str:  # this command, with --resume (under torchrun, in words: its flags are not ours)
+        words = [*argv, *(["--resume"] if resume and "--resume" not in argv else [])]
+        return f"your torchrun command with {' '.join(words)}" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else (
+            shlex.join([*PROG.split(), *words]))  # fmt: skip
+
+    if isinstance(err, RunInterrupted):  # inside the loop
+        if err.saved_step is None:
+            return (f"stopped{how} at step {err.step}; no checkpoint was saved yet, so nothing is kept: {again(True)} "
+                    "starts it over")  # fmt: skip
+        return (f"stopped{how} at step {err.step}; the checkpoint at {err.checkpoint} holds step {err.saved_step}; "
+                f"resume: {again(True)}")  # fmt: skip
+    checkpoint = Path(args.out) / CHECKPOINT_NAME  # before the first step (setting up) or after the last
+    try:
+        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
+        step, last = int(state["step"]), int(args.max_steps or state["train_config"]["max_steps"])
+    except Exception:  # noqa: BLE001 -- none, or not readable: nothing of this run is kept there
+        return f"stopped{how} before the first step; nothing was trained: run it again with {again(False)}"
+    if step < last:
+        return (f"stopped{how} before the first step of this session; the checkpoint at {checkpoint} holds step "
+                f"{step}; resume: {again(True)}")  # fmt: skip
+    what = SUMMARY_NAME + (f" and the export {args.export}" if args.export else "")
+    return (f"stopped{how} after the last step: the run finished at step {step} and the checkpoint at {checkpoint} "
+            f"holds it, but {what} may be missing; write them (no training): {again(True)}")  # fmt: skip
+
+
+# --- Stopping by a signal, for this command and python -m course_utils.induction
+
+_caught: list[int | None] = [None]  # the signal that stopped the command, once one has
+
+
+def _handle(handler: Any) -> None:
+    """``handler`` for SIGINT and SIGTERM, except where whoever started us ignores one (``cmd &``)."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def stop_signals(restore: bool = True):
+    """While inside, the first SIGINT or SIGTERM raises KeyboardInterrupt and later ones are ignored, so the
+    command's one line is printed whatever is pressed next; with ``restore``, the caller's handlers come back."""
+    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
+        yield
+        return
+    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    _caught[0] = None
+
+    def stop(signum, frame):
+        _handle(lambda signum, frame: None)  # not SIG_IGN: one pending would raise "Signal ignored due to race"
+        _caught[0] = signum
+        raise KeyboardInterrupt
+
+    _handle(stop)
+    try:
+        yield
+    finally:
+        if restore:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+
+def defer_stop_signals() -> None:
+    """From now on a SIGINT or SIGTERM is only recorded (:func:`stopped_by_signal`): for a write that must finish."""
+
+    def record(signum, frame):
+        _caught[0] = _caught[0] or signum
+
+    if threading.current_thread() is threading.main_thread():
+        _handle(record)
+
+
+def ignore_signals_until_exit() -> None:
+    """A command's last act: SIGINT and SIGTERM ignored by the system (SIG_IGN), which, unlike a Python handler, holds
+    while the interpreter shuts down; a signal already pending runs first, with the handler it replaces."""
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def stop_code() -> int:
+    """The exit code of a command stopped by a signal: 130 for Ctrl+C (SIGINT), 143 for SIGTERM."""
+    return 128 + (_caught[0] or signal.SIGINT)
+
+
+def stopped_by_signal() -> bool:
+    """Whether a SIGINT or SIGTERM came since :func:`stop_signals` began (one recorded while deferred included)."""
+    return _caught[0] is not None
 
 
 if __name__ == "__main__":

@@ -781,32 +781,38 @@ def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file,
         train("tiny", text_file, tmp_path / "whole", settings, progress=False, resume=True)
 
 
-def test_python_api_checks_its_arguments_at_the_call(tmp_path, text_file):
-    train_config = TrainConfig.preset("tiny")
-    with pytest.raises(ValueError, match="step must be at least 0, got -1"):
-        learning_rate(-1, train_config)
-    with pytest.raises(TypeError, match="step must be an int, got str"):
-        learning_rate("5", train_config)
-    with pytest.raises(TypeError, match="train_config must be a TrainConfig .* got NoneType"):
-        learning_rate(5, None)
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module .* got NoneType"):
-        evaluate(None, torch.zeros(20, dtype=torch.long), 8)
-    with pytest.raises(FileNotFoundError, match=f"no checkpoint at {re.escape(str(tmp_path / 'none.pt'))}: train"):
-        load_checkpoint(tmp_path / "none.pt")
-    with pytest.raises(FileNotFoundError, match="no checkpoint at .*none.pt"):
-        export_model(tmp_path / "none.pt", tmp_path / "m.pt", {})
-    with pytest.raises(FileNotFoundError, match="no model file at .*none.pt: export one"):
-        load_model(tmp_path / "none.pt")
-    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
-        load_model(None)
-    with pytest.raises(TypeError, match="out_dir must be a str or os.PathLike, got NoneType"):
-        check_out_dir(None)
-    for blank in ("", "  "):  # `--out "$RUN"` with RUN unset trained and wrote into the current folder
-        with pytest.raises(ValueError, match=r"--out is empty \('\s*'\), expected a folder for checkpoint.pt"):
-            check_out_dir(blank)
+API_REFUSALS = [  # (the call, given tmp_path; the exception; what its message must say, {tmp} for tmp_path)
+    (lambda tmp: learning_rate(-1, TrainConfig.preset("tiny")), ValueError, "step must be at least 0, got -1"),
+    (lambda tmp: learning_rate("5", TrainConfig.preset("tiny")), TypeError, "step must be an int, got str"),
+    (lambda tmp: learning_rate(5, None), TypeError, "train_config must be a TrainConfig .* got NoneType"),
+    (lambda tmp: evaluate(None, torch.zeros(20, dtype=torch.long), 8), TypeError,
+     "model must be a torch.nn.Module .* got NoneType"),
+    (lambda tmp: loss_by_position("model", torch.arange(10), 4), TypeError, "model must be a torch.nn.Module"),
+    (lambda tmp: loss_by_position(torch.nn.Linear(2, 2), torch.arange(10), 0), ValueError, "context_length"),
+    (lambda tmp: loss_by_position(GPT(GPTConfig.preset("tiny", vocab_size=7, context_length=8)),
+                                  torch.randint(0, 7, (100,)), 16),
+     ValueError, r"context_length 16 is longer than the model's context \(8\)"),  # was the GPT's: crop the input
+    (lambda tmp: load_checkpoint(tmp / "none.pt"), FileNotFoundError, "no checkpoint at {tmp}/none.pt: train"),
+    (lambda tmp: export_model(tmp / "none.pt", tmp / "m.pt", {}), FileNotFoundError, "no checkpoint at .*none.pt"),
+    (lambda tmp: load_model(tmp / "none.pt"), FileNotFoundError, "no model file at .*none.pt: export one"),
+    (lambda tmp: load_model(None), TypeError, "path must be a str or os.PathLike, got NoneType"),
+    (lambda tmp: check_out_dir(None), TypeError, "out_dir must be a str or os.PathLike, got NoneType"),
+    # `--out "$RUN"` with RUN unset trained and wrote into the current folder
+    (lambda tmp: check_out_dir(""), ValueError, r"--out is empty \(''\), expected a folder for checkpoint.pt"),
+    (lambda tmp: check_out_dir("  "), ValueError, r"--out is empty \('  '\), expected a folder for checkpoint.pt"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, error, match", API_REFUSALS)
+def test_python_api_checks_its_arguments_at_the_call(tmp_path, call, error, match):
+    with pytest.raises(error, match=match.format(tmp=re.escape(str(tmp_path)))):
+        call(tmp_path)
+
+
+def test_a_callback_that_is_no_function_is_refused_before_any_work(tmp_path, text_file):
     with pytest.raises(TypeError, match="callback must be a function taking one event dict, or None, got int"):
         run(text_file, tmp_path / "run", callback=5)
-    assert not (tmp_path / "run").exists()  # refused before any work
+    assert not (tmp_path / "run").exists()
 
 
 def test_load_model_names_a_bad_device_string(tmp_path, text_file):
@@ -985,14 +991,14 @@ def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_f
     if Path("/proc/self").is_dir():
         line = refused(capsys, text_file, Path("/proc/run"))
         assert line.startswith("error: --out /proc/run"), line
-    real_mkdtemp = tempfile.mkdtemp
+    real_mkstemp = tempfile.mkstemp
 
     def full_disk(*args, **kwargs):
         if Path(kwargs.get("dir", "")) == tmp_path:
             raise OSError(28, "No space left on device")
-        return real_mkdtemp(*args, **kwargs)
+        return real_mkstemp(*args, **kwargs)
 
-    monkeypatch.setattr(tempfile, "mkdtemp", full_disk)
+    monkeypatch.setattr(tempfile, "mkstemp", full_disk)  # the probe: a file made and removed at once
     line = refused(capsys, text_file, tmp_path / "run")
     assert line == (
         f"error: --out {tmp_path / 'run'} cannot be written here (No space left on device): choose a folder you "
@@ -1369,13 +1375,3 @@ def test_loss_by_position_is_the_per_position_mean_whose_mean_is_evaluates_loss(
         logits = model(x)[0]  # (20, 8, 7)
     by_hand = torch.nn.functional.cross_entropy(logits.transpose(1, 2), y, reduction="none").mean(dim=0)  # (8,)
     torch.testing.assert_close(by_position.float(), by_hand, rtol=1e-5, atol=1e-5)
-
-
-def test_loss_by_position_rejects_bad_input():
-    with pytest.raises(TypeError, match="model must be a torch.nn.Module"):
-        loss_by_position("model", torch.arange(10), 4)
-    with pytest.raises(ValueError, match="context_length"):
-        loss_by_position(torch.nn.Linear(2, 2), torch.arange(10), 0)
-    model = GPT(GPTConfig.preset("tiny", vocab_size=7, context_length=8))  # was the GPT's advice to crop the input
-    with pytest.raises(ValueError, match=r"context_length 16 is longer than the model's context \(8\)"):
-        loss_by_position(model, torch.randint(0, 7, (100,)), 16)
