@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from exercise_answers_linear_attention import RIGHT as RIGHT_13
 from exercise_answers_linear_attention import WRONG as WRONG_13
 
-from course_utils._exercise_engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
+from course_utils.exercises._engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
 from course_utils.exercises import NotAttempted, all_exercises, check, get_exercise
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -119,7 +119,7 @@ def test_unknown_key_lists_the_known_ones():
 
 
 def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
-    from course_utils._exercise_engine import compare_outputs
+    from course_utils.exercises._engine import compare_outputs
 
     inf, nan = float("inf"), float("nan")
     assert compare_outputs(inf, inf, 1e-6, 1e-6) is None

@@ -9,7 +9,7 @@ import pytest
 from exercise_answers_linear_attention import NAMED
 from mutants import ROOT, compile_function, solutions
 
-from course_utils._exercise_engine import FAILED, PASSED, run_check
+from course_utils.exercises._engine import FAILED, PASSED, run_check
 from course_utils.exercises import all_exercises
 
 EXERCISES = all_exercises()

@@ -58,7 +58,7 @@ def test_learner_zip_has_solutions_no_sources_and_instructor_zip_has_everything(
                 "requirements.txt",
                 "README.md",
                 "lock/learner.txt",
-                "course_utils/_exercise_engine/__init__.py",
+                "course_utils/exercises/_engine/__init__.py",
                 "course_tools/reset.py",
                 "course_tools/grade.py",
                 "course_tools/corpus.py",

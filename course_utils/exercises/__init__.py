@@ -7,7 +7,7 @@ In a notebook::
 
 Keys are ``"NN.k"``: notebook NN, exercise k. Each topic module in this package (``dot_product`` for
 notebook 01, ``masking`` for 03, ...) defines ``EXERCISES``, a tuple of :class:`Exercise`. The engine behind
-them is :mod:`course_utils._exercise_engine` (the checks and the naming of mistakes), with ``compare`` (comparing
+them is :mod:`course_utils.exercises._engine` (the checks and the naming of mistakes), with ``compare`` (comparing
 values), ``sandbox`` (running the learner's function safely) and ``domain`` (each exercise's domain as data).
 
 ``check(key, fn, hint=3)`` shows the course's own solution of the exercise after the verdict, read from
@@ -28,7 +28,7 @@ import pkgutil
 from importlib import import_module
 from pathlib import Path
 
-from course_utils._exercise_engine import (
+from course_utils.exercises._engine import (
     FAILED,
     CheckResult,
     Exercise,

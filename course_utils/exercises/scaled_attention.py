@@ -12,8 +12,8 @@ import math
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.exercises._draws import randint
 

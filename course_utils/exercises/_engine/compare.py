@@ -1,8 +1,8 @@
 """Comparing an answer with the reference's: values, shapes, dtypes and devices, said in one sentence.
 
-Part of the exercise engine (:mod:`course_utils._exercise_engine` runs the checks, :mod:`.sandbox` runs the
-learner's function safely). Integers and booleans are compared exactly, floats within ``atol + rtol * |expected|``
-(NaN matches NaN); each difference comes with its :class:`Kind`, and the verdict's words are chosen by it.
+Part of the exercise engine (:mod:`course_utils.exercises._engine`). Integers and booleans are compared exactly,
+floats within ``atol + rtol * |expected|`` (NaN matches NaN); each difference comes with its :class:`Kind`, and
+the verdict's words are chosen by it.
 """
 
 from __future__ import annotations
