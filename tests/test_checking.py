@@ -13,6 +13,7 @@ import time
 import pytest
 import torch
 
+from course_utils.exercises import check
 from course_utils.exercises._engine import (
     FAILED,
     NOT_ATTEMPTED,
@@ -28,12 +29,11 @@ from course_utils.exercises._engine import (
     References,
     check_drawn,
     check_fixed,
-    compare_outputs,
+    compare,
     report,
     run_check,
 )
 from course_utils.exercises._engine.domain import Domain
-from course_utils.exercises import check
 
 # ------------------------------------------------------------------------------------------ tiny exercises
 
@@ -667,11 +667,11 @@ def test_a_failing_case_names_its_inputs_shapes_and_dtypes():
     assert "on fixed case 1 (scores float32 (2, 3, 5), mask bool (2, 1, 5)):" in res.message
 
 
-def test_compare_outputs_never_casts_and_checks_the_device():
+def test_compare_never_casts_and_checks_the_device():
     x = torch.arange(4)
-    assert compare_outputs(x.float(), x, 0.0, 0.0) == "expected dtype int64, got float32"
-    assert compare_outputs(x.to("meta"), x, 0.0, 0.0) == "expected a tensor on cpu, got one on meta"
-    assert compare_outputs(x.double(), x.float(), 0.0, 0.0, accept_dtypes=(torch.float64,)) is None
+    assert compare(x.float(), x, 0.0, 0.0).text == "expected dtype int64, got float32"
+    assert compare(x.to("meta"), x, 0.0, 0.0).text == "expected a tensor on cpu, got one on meta"
+    assert compare(x.double(), x.float(), 0.0, 0.0, accept_dtypes=(torch.float64,)) is None
 
 
 # ------------------------------------------------------------------------------------------ bad input to the checker

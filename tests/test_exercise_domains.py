@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from course_utils.exercises import all_exercises
 from course_utils.exercises._engine import FAILED, PASSED, References, check_drawn, check_fixed, run_check
 from course_utils.exercises._engine.domain import bind
-from course_utils.exercises import all_exercises
 
 EXERCISES = all_exercises()
 ROOT = Path(__file__).resolve().parent.parent

@@ -59,6 +59,8 @@ def test_learner_zip_has_solutions_no_sources_and_instructor_zip_has_everything(
                 "README.md",
                 "lock/learner.txt",
                 "course_utils/exercises/_engine/__init__.py",
+                "course_utils/exercises/_engine/mistakes.py",
+                "course_utils/exercises/_engine/sandbox.py",
                 "course_tools/reset.py",
                 "course_tools/grade.py",
                 "course_tools/corpus.py",

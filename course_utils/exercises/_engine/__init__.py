@@ -41,20 +41,17 @@ Statuses: ``"passed"``, ``"failed"`` (with the reason, and the mistake's name wh
 ``"not attempted"``: the function raised :class:`NotAttempted`, as the learner copy's untouched stub does,
 before answering any case. Any other exception, ``NotImplementedError`` included, is a failure.
 
-The time limit uses ``signal.setitimer`` and so works only on POSIX systems and in the main thread (where a
-notebook runs its cells). On Windows, or when a check runs in another thread, the function runs without a
-limit: a function that never returns then hangs the check until the kernel is interrupted. Even with the
-limit, one long torch operation (a huge matmul) is stopped only when it returns, as Python signals wait for it.
 Its parts, each importing only those before it: :mod:`.compare` (comparing values), :mod:`.domain` (an exercise's
 domain as data), :mod:`.exercise` (:class:`Exercise`, :class:`Mistake`, the verdict :class:`CheckResult` and
-:func:`report`), :mod:`.sandbox` (running the learner's function safely: phase 2), :mod:`.cases` (phase 1),
-:mod:`.mistakes` (phase 3: the verdict, and naming the mistake) and :mod:`.core` (a check put together).
+:func:`report`), :mod:`.sandbox` (running the learner's function safely, phase 2, and where its time limit works),
+:mod:`.cases` (phase 1), :mod:`.mistakes` (phase 3: the verdict, and naming the mistake) and :mod:`.core` (a check
+put together).
 :mod:`course_utils.exercises` (the catalogues and ``check``) imports this package, never the other way round.
 ``tests/test_checking.py`` tests this machinery; ``tests/test_exercises.py`` tests each exercise's catalogue.
 """
 
 from course_utils.exercises._engine.cases import References
-from course_utils.exercises._engine.compare import compare_outputs
+from course_utils.exercises._engine.compare import compare
 from course_utils.exercises._engine.core import check_drawn, check_fixed, run_check
 from course_utils.exercises._engine.exercise import (
     FAILED,
@@ -89,7 +86,7 @@ __all__ = [
     "check_drawn",
     "References",
     "report",
-    "compare_outputs",
+    "compare",
     "PRINTED_LINES",
     "PRINTED_WIDTH",
 ]

@@ -22,8 +22,6 @@ from course_utils.exercises._engine.compare import dtype_name
 from course_utils.exercises._engine.exercise import SEED_ENV, Exercise, Mistake
 from course_utils.exercises._engine.sandbox import Outcome, Run, clone, identical, outcome, run_case
 
-__all__ = ["Cases", "References", "prepare_cases", "describe_case", "named_arguments", "parameter_names"]
-
 
 def parameter_names(fn: Callable[..., Any]) -> list[str] | None:
     try:

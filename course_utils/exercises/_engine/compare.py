@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["Kind", "Difference", "compare", "compare_outputs", "fmt", "dtype_name"]
-
 # ------------------------------------------------------------------------------------------ kinds of problem
 
 
@@ -172,24 +170,16 @@ def _tensor_values_problem(got: torch.Tensor, expected: torch.Tensor, atol: floa
     )
 
 
-def compare_outputs(
+def compare(
     got: Any, expected: Any, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype] = ()
-) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise one sentence on the first difference.
+) -> Difference | None:
+    """None when ``got`` matches ``expected``; otherwise the first difference: its kind, and one sentence.
 
     Tensors must match in shape, dtype (or one of ``accept_dtypes`` for a floating result), device and value:
     integers and booleans exactly, floating values within ``atol + rtol * |expected|`` (NaN matches NaN).
     Where a number is expected (a Python float, or a 0-d floating tensor), a Python number or a 0-d floating
     tensor is accepted; a float32 one within at least float32's own tolerance.
     """
-    difference = compare(got, expected, atol, rtol, accept_dtypes)
-    return None if difference is None else difference.text
-
-
-def compare(
-    got: Any, expected: Any, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype] = ()
-) -> Difference | None:
-    """:func:`compare_outputs`'s first difference, with its kind (a shape, a dtype, or anything else)."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             if expected.dim() == 0 and expected.is_floating_point() and _is_number(got):

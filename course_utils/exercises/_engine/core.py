@@ -19,8 +19,6 @@ from course_utils.exercises._engine.exercise import FAILED, NOT_ATTEMPTED, PASSE
 from course_utils.exercises._engine.mistakes import Verdict, explain, function_name
 from course_utils.exercises._engine.sandbox import Session, run_learner, text_of
 
-__all__ = ["run_check", "check_fixed", "check_drawn"]
-
 
 def run_check(
     ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None, references: References | None = None
@@ -79,7 +77,10 @@ def _judge(
             return _result(ex, Verdict(Kind.CANNOT_CHECK, said), session, details)
         cases = prepare_cases(ex, seed, parts, references)
         details.update(seed=cases.seed, cases=len(cases.fixed), drawn=len(cases.drawn))
-        unusable = _why_unusable(ex, fn, cases.all)
+        try:
+            unusable = _unusable(ex, fn, cases.all)
+        except Exception as e:  # looking at the learner's object failed (a property that raises, say)
+            unusable = f"the check could not look at what you passed: {type(e).__name__}: {text_of(e)[:200]}"
         if unusable:
             return _result(ex, Verdict(Kind.CANNOT_CHECK, unusable), session, details)
         attempt = run_learner(fn, cases.all, session)
@@ -166,10 +167,3 @@ def _unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str
                 f"expected parameters {_signature_text(ex.solution)}"
             )
     return None
-
-
-def _why_unusable(ex: Exercise, fn: Any, cases: Sequence[tuple[tuple, dict]]) -> str | None:
-    try:
-        return _unusable(ex, fn, cases)
-    except Exception as e:  # looking at the learner's object failed (a property that raises, say)
-        return f"the check could not look at what you passed: {type(e).__name__}: {text_of(e)[:200]}"

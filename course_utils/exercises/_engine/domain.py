@@ -31,8 +31,6 @@ import torch
 
 from course_utils.exercises._engine.compare import dtype_name
 
-__all__ = ["Domain", "bind", "non_contiguous"]
-
 _NEW_AXES = (2, 2, 2)  # the sizes of leading axes a built case adds (none 1: a squeeze is not what it tests)
 
 

@@ -16,21 +16,6 @@ import torch
 
 from course_utils.exercises._engine.domain import Domain
 
-__all__ = [
-    "PASSED",
-    "FAILED",
-    "NOT_ATTEMPTED",
-    "REPORT_ENV",
-    "SEED_ENV",
-    "NotAttempted",
-    "Mistake",
-    "Exercise",
-    "CheckResult",
-    "ExerciseFailed",
-    "UnknownExercise",
-    "report",
-]
-
 PASSED, FAILED, NOT_ATTEMPTED = "passed", "failed", "not attempted"
 REPORT_ENV = "COURSE_EXERCISE_REPORT"  # set by `python3 course.py check`; each check appends a JSON line
 SEED_ENV = "COURSE_CHECK_SEED"  # an integer pins the seed of the drawn cases (to reproduce a verdict)

@@ -1,7 +1,7 @@
 """Phase 3 of a check: the verdict on what the learner's function did, and the name of its mistake.
 
 A catalogued mistake is named only when the function fails a fixed case, and is chosen on the fixed cases alone
-(:func:`mistake_on_fixed_cases`); without a name, the verdict says what differs on which case (:data:`_TAILS`).
+(:func:`_mistake_on_fixed_cases`); without a name, the verdict says what differs on which case (:data:`_TAILS`).
 
 Part of the exercise engine (:mod:`course_utils.exercises._engine`).
 """
@@ -29,8 +29,6 @@ from course_utils.exercises._engine.sandbox import (
     state_of,
     text_of,
 )
-
-__all__ = ["Verdict", "explain", "function_name", "result_names"]
 
 _MISSING_FORWARD = 'missing the required "forward" function'  # torch's message for a Module without forward
 

@@ -4,8 +4,9 @@ one case (:class:`Outcome`), and whether two such are the same failure.
 
 Part of the exercise engine (:mod:`course_utils.exercises._engine`). The time limit uses ``signal.setitimer`` and
 so works only on POSIX systems and in the main thread (where a notebook runs its cells). On Windows, or when a
-check runs in another thread, the function runs without a limit. Even with the limit, one long torch operation
-(a huge matmul) is stopped only when it returns, as Python signals wait for it.
+check runs in another thread, the function runs without a limit: a function that never returns then hangs the
+check until the kernel is interrupted. Even with the limit, one long torch operation (a huge matmul) is stopped
+only when it returns, as Python signals wait for it.
 """
 
 from __future__ import annotations
@@ -28,27 +29,6 @@ from torch.utils._pytree import tree_flatten
 
 from course_utils.exercises._engine.compare import Kind
 from course_utils.exercises._engine.exercise import NotAttempted
-
-__all__ = [
-    "PRINTED_LINES",
-    "PRINTED_WIDTH",
-    "Attempt",
-    "Outcome",
-    "Run",
-    "Session",
-    "TimeLimit",
-    "TooLarge",
-    "clone",
-    "first_change",
-    "identical",
-    "learner_outcomes",
-    "outcome",
-    "run_case",
-    "run_learner",
-    "same_failure",
-    "state_of",
-    "text_of",
-]
 
 PRINTED_LINES, PRINTED_WIDTH = 5, 200  # the learner's printing kept and shown with the verdict
 
@@ -313,10 +293,6 @@ def text_of(e: BaseException) -> str:
         return ""
 
 
-def _global_settings() -> tuple[torch.dtype, bool]:
-    return torch.get_default_dtype(), torch.is_grad_enabled()
-
-
 def _restore_settings(saved: tuple[torch.dtype, bool]) -> list[str]:
     """Put back the default dtype and grad mode if the learner's function changed them; say which it changed."""
     dtype, grad = saved
@@ -344,7 +320,7 @@ class Session:
         self.autograd = autograd  # False: each call runs under torch.inference_mode(), where backward() cannot help
         self.largest = largest  # the most elements one tensor may hold, from a case's arguments (None: no limit)
         self.printed = _Printed()
-        self.settings = _global_settings()
+        self.settings = torch.get_default_dtype(), torch.is_grad_enabled()
         self.put_back: list[str] = []  # global settings the learner's function changed
 
     def call(self, fn: Callable[..., Any], case: tuple[tuple, dict]) -> Run:
