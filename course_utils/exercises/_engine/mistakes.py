@@ -30,7 +30,63 @@ from course_utils.exercises._engine.sandbox import (
     text_of,
 )
 
-_MISSING_FORWARD = 'missing the required "forward" function'  # torch's message for a Module without forward
+# ------------------------------------------------------------------------------------------ naming the mistake
+
+
+def _alike(a: Outcome, b: Outcome, ex: Exercise) -> bool:
+    """One case's two outcomes agree: both answered the same (output, and arguments after the call), or both
+    raised an exception of one type (the wording is weighed by :func:`_agree`)."""
+    if a.run is not None and b.run is not None:
+        return _same_run(a.run, b.run, ex)
+    return a.error is not None and b.error is not None and type(a.error) is type(b.error)
+
+
+def _agree(mine: Sequence[Outcome], theirs: Sequence[Outcome], ref: Sequence[Run], ex: Exercise) -> bool:
+    """Whether the learner's outcomes on some fixed cases are the mistake's (``ref``: the solution's runs on them).
+
+    On every one of the cases both answer alike or both raise, with exceptions of one type. Where the wording of
+    some pair differs (einsum's error where the mistake's matmul raises, for the same slip), the two must also give
+    the same wrong answer on one of the cases: raising where a mistake raises is not, alone, evidence of that
+    mistake (an answer that raises everywhere, or is right wherever it does not raise, is not named by an error's
+    type). The same failure on every raising case (type and message, numbers included) needs no more.
+    """
+    if len(mine) != len(theirs) or not all(_alike(a, b, ex) for a, b in zip(mine, theirs)):
+        return False
+    raised = [(a.error, b.error) for a, b in zip(mine, theirs) if a.error is not None and b.error is not None]
+    if all(same_failure(x, y) for x, y in raised):
+        return True
+    return any(
+        b.run is not None and not _same_run(b.run, r, ex) for a, b, r in zip(mine, theirs, ref) if a.run is not None
+    )
+
+
+def _mistake_on_fixed_cases(ex: Exercise, fn: Any, cases: Cases, attempt: Attempt, session: Session) -> Mistake | None:
+    """The first catalogued mistake that did on the fixed cases what the learner's function did (:func:`_agree`).
+
+    Where the function raised on a fixed case, the two are compared on the fixed cases up to that one; failing
+    that, on all of them (the function is then run on the later fixed cases too, but only for a mistake that
+    raised where it did). Drawn cases never enter, so the same answer is given the same name on every run.
+    """
+    n = len(cases.fixed)
+    mine = [Outcome(run=r) for r in attempt.runs[:n]]
+    if len(mine) < n:  # it raised on fixed case len(mine)
+        mine.append(Outcome(error=attempt.error))
+    known = len(mine)  # the cases compared first: every fixed case, or those up to the first it raised on
+    ref = [cases.solution(i) for i in range(n)]
+    for m in ex.mistakes:
+        theirs = cases.mistake(m)
+        if _agree(mine[:known], theirs[:known], ref[:known], ex):
+            return m
+        if known == n or not all(_alike(a, b, ex) for a, b in zip(mine[:known], theirs)):
+            continue
+        if len(mine) < n:  # see what the function does on the fixed cases after the one it raised on
+            mine += learner_outcomes(fn, cases.fixed[len(mine) :], session)
+        if _agree(mine, theirs, ref, ex):
+            return m
+    return None
+
+
+# ------------------------------------------------------------------------------------------ what differs
 
 
 def _resolve_inplace(ex: Exercise, args: tuple, kwargs: dict) -> tuple[str, int | str] | None:
@@ -87,6 +143,15 @@ def _case_problem(ex: Exercise, case: tuple[tuple, dict], mine: Run, ref: Run) -
     return None
 
 
+def _first_difference(ex: Exercise, cases: Cases, runs: Sequence[Run]) -> tuple[int, Difference] | None:
+    """The first case the learner's function answered differently from the solution, and what differs."""
+    for i, (case, mine) in enumerate(zip(cases.all, runs)):
+        difference = _case_problem(ex, case, mine, cases.solution(i))
+        if difference is not None:
+            return i, difference
+    return None
+
+
 def result_names(ex: Exercise) -> tuple[str, ...]:
     """The names of the values ``ex`` returns, as its statement names them: ``results``, else the names in its
     signature's ``-> (out, weights)`` (empty when it returns one value or names none)."""
@@ -106,105 +171,7 @@ def _named_result(ex: Exercise, difference: Difference) -> Difference:
     return Difference(difference.kind, f"`{names[int(found.group(1))]}`: " + difference.text[found.end() :])
 
 
-def function_name(fn: Any) -> str:
-    """The name to write in a suggested call: the function's own, else ``your_function`` (a lambda, an object)."""
-    try:
-        name = getattr(fn, "__name__", "")
-    except Exception:
-        name = ""
-    return name if isinstance(name, str) and name.isidentifier() else "your_function"
-
-
-def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_case: bool) -> str:
-    first = text_of(e).splitlines()[0] if text_of(e).strip() else ""
-    if isinstance(e, NotImplementedError) and _MISSING_FORWARD in text_of(e):
-        return (
-            f"on {case_name} your module has no `forward` method (torch: {first}). Check its spelling and "
-            "indentation: `def forward(self, ...)` inside the class"
-        )
-    if isinstance(e, TooLarge):
-        return f"on {case_name} your function computed {first}: {ex.largest_why}"
-    said = f"raised {type(e).__name__}" + (f": {first}" if first else "")
-    msg = f"on {case_name} your function {said}"
-    if not ex.autograd and isinstance(e, RuntimeError) and ("grad" in first or "inference" in first.lower()):
-        msg += ". The check runs your function without autograd (torch.inference_mode()), as the exercise asks"
-    if isinstance(e, NotImplementedError) and first_case and not first:
-        nb = notebook_of(ex.key)
-        msg += (
-            f". If this is the untouched stub of an older copy of the notebook, run "
-            f"`python3 course.py reset {nb} --exercise {ex.key}` for the current one (your other cells "
-            "are kept, and a backup is made)"
-        )
-    return msg
-
-
-def notebook_of(key: str) -> str:
-    """The learner notebook of exercise ``key``, as a path from the course folder (``notebooks/03_masking.ipynb``)."""
-    folder = Path(__file__).resolve().parents[3] / "notebooks"  # the course folder's
-    found = sorted(folder.glob(f"{key.split('.')[0]}_*.ipynb"))
-    return f"notebooks/{found[0].name}" if found else f"notebooks/{key.split('.')[0]}_*.ipynb"
-
-
-def _alike(a: Outcome, b: Outcome, ex: Exercise) -> bool:
-    """One case's two outcomes agree: both answered the same (output, and arguments after the call), or both
-    raised an exception of one type (the wording is weighed by :func:`_agree`)."""
-    if a.run is not None and b.run is not None:
-        return _same_run(a.run, b.run, ex)
-    return a.error is not None and b.error is not None and type(a.error) is type(b.error)
-
-
-def _agree(mine: Sequence[Outcome], theirs: Sequence[Outcome], ref: Sequence[Run], ex: Exercise) -> bool:
-    """Whether the learner's outcomes on some fixed cases are the mistake's (``ref``: the solution's runs on them).
-
-    On every one of the cases both answer alike or both raise, with exceptions of one type. Where the wording of
-    some pair differs (einsum's error where the mistake's matmul raises, for the same slip), the two must also give
-    the same wrong answer on one of the cases: raising where a mistake raises is not, alone, evidence of that
-    mistake (an answer that raises everywhere, or is right wherever it does not raise, is not named by an error's
-    type). The same failure on every raising case (type and message, numbers included) needs no more.
-    """
-    if len(mine) != len(theirs) or not all(_alike(a, b, ex) for a, b in zip(mine, theirs)):
-        return False
-    raised = [(a.error, b.error) for a, b in zip(mine, theirs) if a.error is not None and b.error is not None]
-    if all(same_failure(x, y) for x, y in raised):
-        return True
-    return any(
-        b.run is not None and not _same_run(b.run, r, ex) for a, b, r in zip(mine, theirs, ref) if a.run is not None
-    )
-
-
-def _mistake_on_fixed_cases(ex: Exercise, fn: Any, cases: Cases, attempt: Attempt, session: Session) -> Mistake | None:
-    """The first catalogued mistake that did on the fixed cases what the learner's function did (:func:`_agree`).
-
-    Where the function raised on a fixed case, the two are compared on the fixed cases up to that one; failing
-    that, on all of them (the function is then run on the later fixed cases too, but only for a mistake that
-    raised where it did). Drawn cases never enter, so the same answer is given the same name on every run.
-    """
-    n = len(cases.fixed)
-    mine = [Outcome(run=r) for r in attempt.runs[:n]]
-    if len(mine) < n:  # it raised on fixed case len(mine)
-        mine.append(Outcome(error=attempt.error))
-    known = len(mine)  # the cases compared first: every fixed case, or those up to the first it raised on
-    ref = [cases.solution(i) for i in range(n)]
-    for m in ex.mistakes:
-        theirs = cases.mistake(m)
-        if _agree(mine[:known], theirs[:known], ref[:known], ex):
-            return m
-        if known == n or not all(_alike(a, b, ex) for a, b in zip(mine[:known], theirs)):
-            continue
-        if len(mine) < n:  # see what the function does on the fixed cases after the one it raised on
-            mine += learner_outcomes(fn, cases.fixed[len(mine) :], session)
-        if _agree(mine, theirs, ref, ex):
-            return m
-    return None
-
-
-def _first_difference(ex: Exercise, cases: Cases, runs: Sequence[Run]) -> tuple[int, Difference] | None:
-    """The first case the learner's function answered differently from the solution, and what differs."""
-    for i, (case, mine) in enumerate(zip(cases.all, runs)):
-        difference = _case_problem(ex, case, mine, cases.solution(i))
-        if difference is not None:
-            return i, difference
-    return None
+# ------------------------------------------------------------------------------------------ the verdict
 
 
 _TAILS = {  # what a difference's verdict adds when no catalogued mistake is named
@@ -221,10 +188,15 @@ _TAILS = {  # what a difference's verdict adds when no catalogued mistake is nam
         ". It matches none of the common mistakes this check knows; compare your steps with the text above."
     ),
 }
+
+
 _DRAWN_TAIL = (  # a wrong value on a drawn case, after every fixed case was answered right
     ". Your function answers every fixed case right and this drawn one wrong, so no common mistake is named: "
     "look for what it assumes of its input (a size, a range of values, a number of axes) that this one breaks."
 )
+
+
+_MISSING_FORWARD = 'missing the required "forward" function'  # torch's message for a Module without forward
 
 
 @dataclass(frozen=True)
@@ -234,15 +206,6 @@ class Verdict:
     kind: Kind | None
     message: str
     mistake: Mistake | None = None
-
-
-def _named(ex: Exercise, fn: Any, kind: Kind, m: Mistake, hint: int, crash: str | None) -> Verdict:
-    if hint >= 2:
-        fix = f" The fix: {m.fix}" if m.fix else " (This check has no exact fix written for it.)"
-    else:
-        fix = f' (for the exact fix: check("{ex.key}", {function_name(fn)}, hint=2))' if m.fix else ""
-    said = f" ({crash[0].lower()}{crash[1:]})" if crash else ""
-    return Verdict(kind, f"This looks like: {m.name}. {m.hint}{fix}{said}", m)
 
 
 def explain(ex: Exercise, fn: Any, cases: Cases, attempt: Attempt, session: Session, hint: int) -> Verdict:
@@ -304,3 +267,51 @@ def _stopped(ex: Exercise, cases: Cases, attempt: Attempt) -> Verdict | None:
             "it must answer every case",
         )
     return None
+
+
+def _named(ex: Exercise, fn: Any, kind: Kind, m: Mistake, hint: int, crash: str | None) -> Verdict:
+    if hint >= 2:
+        fix = f" The fix: {m.fix}" if m.fix else " (This check has no exact fix written for it.)"
+    else:
+        fix = f' (for the exact fix: check("{ex.key}", {function_name(fn)}, hint=2))' if m.fix else ""
+    said = f" ({crash[0].lower()}{crash[1:]})" if crash else ""
+    return Verdict(kind, f"This looks like: {m.name}. {m.hint}{fix}{said}", m)
+
+
+def _exception_message(e: BaseException, ex: Exercise, case_name: str, first_case: bool) -> str:
+    first = text_of(e).splitlines()[0] if text_of(e).strip() else ""
+    if isinstance(e, NotImplementedError) and _MISSING_FORWARD in text_of(e):
+        return (
+            f"on {case_name} your module has no `forward` method (torch: {first}). Check its spelling and "
+            "indentation: `def forward(self, ...)` inside the class"
+        )
+    if isinstance(e, TooLarge):
+        return f"on {case_name} your function computed {first}: {ex.largest_why}"
+    said = f"raised {type(e).__name__}" + (f": {first}" if first else "")
+    msg = f"on {case_name} your function {said}"
+    if not ex.autograd and isinstance(e, RuntimeError) and ("grad" in first or "inference" in first.lower()):
+        msg += ". The check runs your function without autograd (torch.inference_mode()), as the exercise asks"
+    if isinstance(e, NotImplementedError) and first_case and not first:
+        nb = notebook_of(ex.key)
+        msg += (
+            f". If this is the untouched stub of an older copy of the notebook, run "
+            f"`python3 course.py reset {nb} --exercise {ex.key}` for the current one (your other cells "
+            "are kept, and a backup is made)"
+        )
+    return msg
+
+
+def notebook_of(key: str) -> str:
+    """The learner notebook of exercise ``key``, as a path from the course folder (``notebooks/03_masking.ipynb``)."""
+    folder = Path(__file__).resolve().parents[3] / "notebooks"  # the course folder's
+    found = sorted(folder.glob(f"{key.split('.')[0]}_*.ipynb"))
+    return f"notebooks/{found[0].name}" if found else f"notebooks/{key.split('.')[0]}_*.ipynb"
+
+
+def function_name(fn: Any) -> str:
+    """The name to write in a suggested call: the function's own, else ``your_function`` (a lambda, an object)."""
+    try:
+        name = getattr(fn, "__name__", "")
+    except Exception:
+        name = ""
+    return name if isinstance(name, str) and name.isidentifier() else "your_function"
