@@ -23,7 +23,7 @@ class Kind(enum.Enum):
     """What went wrong in a check: each phase says it in one of these, and the verdict is chosen by it (never by
     matching a message's words)."""
 
-    CANNOT_CHECK = "cannot check"  # hint not 1 or 2, or something that cannot be run as the exercise's function
+    CANNOT_CHECK = "cannot check"  # hint not 1, 2 or 3, or something that cannot be run as the exercise's function
     NOT_ATTEMPTED = "not attempted"  # NotAttempted on the first case: the untouched stub
     OLD_IMPORT = "old import cell"  # the new stub under an import cell that predates NotAttempted
     TOO_SLOW = "too slow"  # a case ran past the time limit

@@ -135,15 +135,15 @@ class CheckResult:
 
     def text(self) -> str:
         """The verdict line, then the first lines the learner's function printed during the check."""
-        if not self.printed:
-            return "\n".join([self.line(), self.solution] if self.solution else [self.line()])
-        total = len(self.printed) + self.printed_more
-        head = (
-            f"  your function printed {total} lines during the check; the first {len(self.printed)}:"
-            if self.printed_more
-            else "  your function printed during the check:"
-        )
-        shown = [self.line(), head, *(f"  | {ln}" for ln in self.printed)]
+        shown = [self.line()]
+        if self.printed:
+            total = len(self.printed) + self.printed_more
+            shown.append(
+                f"  your function printed {total} lines during the check; the first {len(self.printed)}:"
+                if self.printed_more
+                else "  your function printed during the check:"
+            )
+            shown += [f"  | {ln}" for ln in self.printed]
         return "\n".join([*shown, self.solution] if self.solution else shown)
 
 
@@ -180,20 +180,9 @@ def report(res: CheckResult) -> CheckResult:
         print(res.text())
     path = os.environ.get(REPORT_ENV)
     if path:
+        line = {k: getattr(res, k) for k in ("key", "title", "status", "mistake", "message")}
         with open(path, "a", encoding="utf-8") as f:
-            f.write(
-                json.dumps(
-                    {
-                        "key": res.key,
-                        "title": res.title,
-                        "status": res.status,
-                        "mistake": res.mistake,
-                        "message": res.message,
-                        "seed": res.details.get("seed"),
-                    }
-                )
-                + "\n"
-            )
+            f.write(json.dumps({**line, "seed": res.details.get("seed")}) + "\n")
     if res.status == FAILED:
         raise ExerciseFailed(res.text())
     return res

@@ -162,7 +162,7 @@ class TooLarge(BaseException):
 
 
 class _SizeLimit(TorchDispatchMode):
-    """Every operation's results checked against ``limit`` elements, as the operation returns them. The first
+    """Every operation's results measured against ``limit`` elements, as the operation returns them. The first
     tensor over the limit is kept in ``tripped``: a function that catches the exception (``except BaseException``)
     has still built that tensor, and :meth:`Session.call` raises it again after the call."""
 
