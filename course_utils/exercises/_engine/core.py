@@ -85,11 +85,7 @@ def _judge(
             return _result(ex, Verdict(Kind.CANNOT_CHECK, unusable), session, details)
         attempt = run_learner(fn, cases.all, session)
         verdict = explain(ex, fn, cases, attempt, session, hint)
-        if hint == 2 and verdict.kind not in (
-            None,
-            Kind.NOT_ATTEMPTED,
-            Kind.OLD_IMPORT,
-        ):  # the last hint: say what is next
+        if hint == 2 and verdict.kind not in (None, Kind.NOT_ATTEMPTED, Kind.OLD_IMPORT):  # the last hint: what next
             after = f' (Still stuck? check("{ex.key}", {function_name(fn)}, hint=3) shows the course\'s own solution.)'
             verdict = dataclasses.replace(verdict, message=verdict.message.rstrip() + after)
         return _result(ex, verdict, session, details)
