@@ -71,9 +71,9 @@ from pathlib import Path
 import nbformat
 
 from course_tools._output import SOURCE_FOLDERS, Ledger, Output, in_course_sources, inside
-from course_utils._exercise_engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 from course_utils._files import clean_stale_tmp, probe_writable, write_atomic
 from course_utils.exercises import all_exercises
+from course_utils.exercises._engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV
 
 __all__ = [
     "DEFAULT_TIMEOUT",

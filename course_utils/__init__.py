@@ -33,7 +33,7 @@ Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
 ``attention_view`` and ``inspect_gpt`` (11), ``induction`` (12), ``linear_attention`` (13); beside them ``block``
 (the one transformer block of the models of 06-11), ``train_cli`` (``python -m course_utils.train`` and its
 ``torchrun`` set-up; ``train`` holds the loop, the checkpoint and the rules of ``--resume``), ``plotting`` and
-``widgets`` (pictures and explorers), ``exercises`` (the checks behind every exercise) and ``_exercise_engine``
+``widgets`` (pictures and explorers), ``exercises`` (the checks behind every exercise) and ``exercises._engine``
 (their engine), ``devices`` (``best_device``, ``pick_device``: where tensors go) and ``environment`` (the setup
 check); ``_validate`` and ``_files`` are the one home of argument checks and atomic writes, ``_start`` quiets a
 stop signal while a training command loads, ``_corpus`` makes the corpus of 10 and 11; ``static/vendor`` holds the

@@ -190,7 +190,7 @@ def _corpus_requirement() -> Requirement:
 
 def _settings_requirement() -> Requirement:
     """The course's environment variables that are set, checked now rather than when a notebook reads them."""
-    from course_utils._exercise_engine import SEED_ENV
+    from course_utils.exercises._engine import SEED_ENV
     from course_utils.runs import choose_size
 
     problems = []

@@ -1,4 +1,4 @@
-"""The exercise engine itself (course_utils._exercise_engine), on tiny hand-made exercises independent of the
+"""The exercise engine itself (course_utils.exercises._engine), on tiny hand-made exercises independent of the
 course's catalogues:
 what it compares, which cases it runs, what counts as 'not attempted', its time limit, its captured printing,
 what its messages show and hide, and its one-line verdicts for input it cannot check."""
@@ -13,7 +13,8 @@ import time
 import pytest
 import torch
 
-from course_utils._exercise_engine import (
+from course_utils.exercises import check
+from course_utils.exercises._engine import (
     FAILED,
     NOT_ATTEMPTED,
     PASSED,
@@ -28,12 +29,11 @@ from course_utils._exercise_engine import (
     References,
     check_drawn,
     check_fixed,
-    compare_outputs,
+    compare,
     report,
     run_check,
 )
-from course_utils._exercise_engine.domain import Domain
-from course_utils.exercises import check
+from course_utils.exercises._engine.domain import Domain
 
 # ------------------------------------------------------------------------------------------ tiny exercises
 
@@ -446,6 +446,8 @@ def test_not_implemented_error_is_a_failure_with_a_way_out_for_old_stubs():
     assert res.status == FAILED
     assert "on fixed case 1 (x float32 (3,)) your function raised NotImplementedError" in res.message
     assert "untouched stub of an older copy" in res.message and "--exercise 99.1" in res.message
+    res = run_check(dataclasses.replace(DOUBLE, key="03.9"), old_stub)  # a notebook that exists: named by its file
+    assert "`python3 course.py reset notebooks/03_masking.ipynb --exercise 03.9`" in res.message
 
     def partial(x):
         if x.dim() > 1:
@@ -665,11 +667,11 @@ def test_a_failing_case_names_its_inputs_shapes_and_dtypes():
     assert "on fixed case 1 (scores float32 (2, 3, 5), mask bool (2, 1, 5)):" in res.message
 
 
-def test_compare_outputs_never_casts_and_checks_the_device():
+def test_compare_never_casts_and_checks_the_device():
     x = torch.arange(4)
-    assert compare_outputs(x.float(), x, 0.0, 0.0) == "expected dtype int64, got float32"
-    assert compare_outputs(x.to("meta"), x, 0.0, 0.0) == "expected a tensor on cpu, got one on meta"
-    assert compare_outputs(x.double(), x.float(), 0.0, 0.0, accept_dtypes=(torch.float64,)) is None
+    assert compare(x.float(), x, 0.0, 0.0).text == "expected dtype int64, got float32"
+    assert compare(x.to("meta"), x, 0.0, 0.0).text == "expected a tensor on cpu, got one on meta"
+    assert compare(x.double(), x.float(), 0.0, 0.0, accept_dtypes=(torch.float64,)) is None
 
 
 # ------------------------------------------------------------------------------------------ bad input to the checker
@@ -760,7 +762,7 @@ def test_a_failed_check_carries_what_the_function_printed_and_prints_nothing(cap
 # `course.py check`) runs it. Before, a failed check printed its verdict, then raised it again in red.
 _VIEW_CELLS = [
     """import torch
-from course_utils._exercise_engine import Exercise, report, run_check
+from course_utils.exercises._engine import Exercise, report, run_check
 
 DOUBLE = Exercise(key="99.1", title="double", signature="double(x)", solution=lambda x: x * 2,
                   cases=lambda: [((torch.ones(3),), {})])""",
@@ -796,7 +798,7 @@ def test_a_failed_check_shows_its_verdict_once_in_a_notebook(tmp_path):
     seen = "\n".join(_shown(o) for o in failed)
     assert seen.count("Exercise 99.1 (double): failed.") == 1, seen
     assert seen.count("halving, I think") == 1, seen
-    assert "Traceback" not in seen and "_exercise_engine" not in seen  # no traceback into the checking code
+    assert "Traceback" not in seen and "_engine" not in seen  # no traceback into the checking code
     said = "".join(_shown(o) for o in passed)
     assert said.count("Exercise 99.1 (double): passed.") == 1 and all(o["output_type"] == "stream" for o in passed)
 

@@ -1,6 +1,6 @@
 """Every exercise's domain is data (issue #30), and its fixed cases hold every value of every facet of it.
 
-An Exercise states the inputs its statement allows once: ``domain`` (:mod:`course_utils._exercise_engine.domain`:
+An Exercise states the inputs its statement allows once: ``domain`` (:mod:`course_utils.exercises._engine.domain`:
 leading axes, integer dtypes, magnitudes, views) and ``edges`` (sizes that may be 1 or differ, ties, empty sequences).
 A wrong answer that is wrong only at an edge must fail on a fixed case, so the verdict a notebook prints does not
 depend on the draw; one wrong only outside the domain must pass. The generic wrappers below prove it for every
@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from course_utils._exercise_engine import FAILED, PASSED, References, check_drawn, check_fixed, run_check
-from course_utils._exercise_engine.domain import bind
 from course_utils.exercises import all_exercises
+from course_utils.exercises._engine import FAILED, PASSED, References, check_drawn, check_fixed, run_check
+from course_utils.exercises._engine.domain import bind
 
 EXERCISES = all_exercises()
 ROOT = Path(__file__).resolve().parent.parent

@@ -16,8 +16,8 @@ import torch.nn.functional as F
 from exercise_answers_linear_attention import RIGHT as RIGHT_13
 from exercise_answers_linear_attention import WRONG as WRONG_13
 
-from course_utils._exercise_engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
 from course_utils.exercises import NotAttempted, all_exercises, check, get_exercise
+from course_utils.exercises._engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny checks: a second thread only waits
@@ -119,15 +119,15 @@ def test_unknown_key_lists_the_known_ones():
 
 
 def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
-    from course_utils._exercise_engine import compare_outputs
+    from course_utils.exercises._engine import compare
 
     inf, nan = float("inf"), float("nan")
-    assert compare_outputs(inf, inf, 1e-6, 1e-6) is None
-    assert compare_outputs(nan, nan, 1e-6, 1e-6) is None
-    assert compare_outputs(inf, 1.0, 1e-6, 1e-6) == "expected 1, got inf"
-    assert compare_outputs(1.0, inf, 1e-6, 1e-6) == "expected inf, got 1"
-    assert compare_outputs(-inf, inf, 1e-6, 1e-6) == "expected inf, got -inf"
-    assert compare_outputs(1.0 + 1e-9, 1.0, 1e-6, 1e-6) is None
+    assert compare(inf, inf, 1e-6, 1e-6) is None
+    assert compare(nan, nan, 1e-6, 1e-6) is None
+    assert compare(inf, 1.0, 1e-6, 1e-6).text == "expected 1, got inf"
+    assert compare(1.0, inf, 1e-6, 1e-6).text == "expected inf, got 1"
+    assert compare(-inf, inf, 1e-6, 1e-6).text == "expected inf, got -inf"
+    assert compare(1.0 + 1e-9, 1.0, 1e-6, 1e-6) is None
 
 
 # ------------------------------------------------------------------------------------------ issue #10

@@ -9,8 +9,8 @@ import pytest
 from exercise_answers_linear_attention import NAMED
 from mutants import ROOT, compile_function, solutions
 
-from course_utils._exercise_engine import FAILED, PASSED, run_check
 from course_utils.exercises import all_exercises
+from course_utils.exercises._engine import FAILED, PASSED, run_check
 
 EXERCISES = all_exercises()
 

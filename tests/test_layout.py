@@ -55,7 +55,11 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     """Each module of ``packages`` (folders under ``root``) -> every module name it imports, anywhere in its code.
 
     ``import a.b`` and ``from a.b import c`` name ``a``, ``a.b`` and ``a.b.c`` (Python runs each package on the
-    way); relative imports are resolved. Names outside ``packages`` (torch, ipywidgets) are kept too.
+    way); relative imports are resolved. Names outside ``packages`` (torch, ipywidgets) are kept too. The packages
+    a module is inside (``a`` and ``a.b`` for ``a.b.m``) are already in ``sys.modules`` before its first line runs,
+    so passing through them on the way to a sibling (``import a.b.n`` in ``a.b.m``) imports nothing: they are left
+    out. Naming one of them itself (``from a.b import f``, ``import a.b``) reads what its ``__init__`` defines,
+    and counts.
     """
     files = {}
     for package in packages:
@@ -65,7 +69,7 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
     graph = {}
     for name, path in files.items():
         here = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]  # the package it is in
-        named = set()
+        named = set()  # what the imports name themselves
         tree = ast.parse(path.read_text(encoding="utf-8"))
         tree.body = [n for n in tree.body if not _main_guard(n)]  # runs as the module __main__, never on import
         for node in ast.walk(tree):
@@ -80,7 +84,9 @@ def import_graph(root: Path, packages: tuple[str, ...]) -> dict[str, set[str]]:
         for full in named:
             parts = full.split(".")
             imported.update(".".join(parts[:i]) for i in range(1, len(parts) + 1))
-        graph[name] = {m for m in imported if m != name and (m in files or m.split(".")[0] not in packages)}
+        dotted = name.split(".")
+        inside = {".".join(dotted[:i]) for i in range(1, len(dotted))} - named  # its packages, only passed through
+        graph[name] = {m for m in imported - inside if m != name and (m in files or m.split(".")[0] not in packages)}
     return graph
 
 
@@ -151,7 +157,7 @@ def test_the_graph_finds_a_circle_however_it_is_hidden(tmp_path):
     (pkg / "sub" / "c.py").write_text("import pkg.a\n")
     (pkg / "d.py").write_text("from pkg import a\n")  # imports into the circle, is not in it
     graph = import_graph(tmp_path, ("pkg",))
-    assert graph["pkg.a"] == {"os", "pkg", "pkg.b"} and graph["pkg.sub"] == {"pkg", "pkg.sub.c"}
+    assert graph["pkg.a"] == {"os", "pkg.b"} and graph["pkg.sub"] == {"pkg.sub.c"}  # pkg: only passed through
     assert circles(graph) == [["pkg.a", "pkg.b", "pkg.sub", "pkg.sub.c"]]
     assert reached(graph, "pkg.d") >= {"os", "pkg.sub.c"}
     (pkg / "sub" / "c.py").write_text("import os\n")
@@ -159,6 +165,24 @@ def test_the_graph_finds_a_circle_however_it_is_hidden(tmp_path):
     (pkg / "e.py").write_text('import os\n\nif __name__ == "__main__":\n    from pkg.d import f\n')  # a script's
     (pkg / "d.py").write_text("from pkg import e\n")  # hand-over, run only as __main__: not a circle
     assert import_graph(tmp_path, ("pkg",))["pkg.e"] == {"os"} and circles(import_graph(tmp_path, ("pkg",))) == []
+
+
+def test_a_package_and_the_modules_inside_it(tmp_path):
+    """A package whose ``__init__`` imports its own private engine (``exercises`` and ``exercises._engine``): the
+    engine passing through its package to a sibling is no circle; the engine reading a name of the package is."""
+    eng = tmp_path / "pkg" / "ex" / "_engine"
+    eng.mkdir(parents=True)
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "ex" / "__init__.py").write_text("from pkg.ex._engine import run\n")
+    (eng / "__init__.py").write_text("from pkg.ex._engine.core import run\n")
+    (eng / "compare.py").write_text("import os\n")
+    (eng / "core.py").write_text("from .compare import os\n\ndef run():\n    import pkg.ex._engine.compare\n")
+    graph = import_graph(tmp_path, ("pkg",))
+    assert graph["pkg.ex._engine.core"] == {"pkg.ex._engine.compare"} and circles(graph) == []
+    (eng / "compare.py").write_text("from pkg.ex import RETIRED\n")  # a name of the package's __init__
+    assert circles(import_graph(tmp_path, ("pkg",))) == [
+        ["pkg.ex", "pkg.ex._engine", "pkg.ex._engine.compare", "pkg.ex._engine.core"]
+    ]
 
 
 def test_no_two_modules_import_each_other(graph):

@@ -17,9 +17,9 @@ import pytest
 import torch
 from mutants import ROOT, SCORE_PROPERTY, compile_function, mutants, solutions
 
-from course_utils._exercise_engine import FAILED, PASSED, run_check
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises import all_exercises
+from course_utils.exercises._engine import FAILED, PASSED, run_check
+from course_utils.exercises._engine.domain import Domain
 
 pytestmark = [
     pytest.mark.usefixtures("one_thread"),

@@ -7,8 +7,9 @@ In a notebook::
 
 Keys are ``"NN.k"``: notebook NN, exercise k. Each topic module in this package (``dot_product`` for
 notebook 01, ``masking`` for 03, ...) defines ``EXERCISES``, a tuple of :class:`Exercise`. The engine behind
-them is :mod:`course_utils._exercise_engine` (the checks and the naming of mistakes), with ``compare`` (comparing
-values), ``sandbox`` (running the learner's function safely) and ``domain`` (each exercise's domain as data).
+them is the private package ``_engine`` beside them: ``compare`` (comparing values), ``sandbox`` (running the
+learner's function safely), ``mistakes`` (naming the mistake, and the verdict), ``domain`` (each exercise's domain
+as data), ``core`` (a check put together).
 
 ``check(key, fn, hint=3)`` shows the course's own solution of the exercise after the verdict, read from
 ``solutions/`` (a room set up for a graded session may leave it out, and then says so).
@@ -28,7 +29,7 @@ import pkgutil
 from importlib import import_module
 from pathlib import Path
 
-from course_utils._exercise_engine import (
+from course_utils.exercises._engine import (
     FAILED,
     CheckResult,
     Exercise,

@@ -1,7 +1,7 @@
 """The random draws of the exercises' checks, in one place.
 
 Every check draws its extra cases from a ``torch.Generator`` seeded afresh for each run (see
-:class:`course_utils._exercise_engine.Exercise`), so the same seed gives the same cases. Every topic module draws its
+:class:`course_utils.exercises._engine.Exercise`), so the same seed gives the same cases. Every topic module draws its
 integers with :func:`randint`; :func:`randn` is the short form of ``torch.randn(*shape, generator=g)`` that some
 use. Changing either changes every fixed case and seed, so keep them as they are.
 """

@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 from course_utils.generation import top_p_keep
 from course_utils.variants import KVCache
 

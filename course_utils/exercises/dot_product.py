@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.attention import attention_matmul, simple_self_attention
 from course_utils.exercises._draws import randint, randn
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 
 __all__ = ["EXERCISES"]
 

@@ -22,9 +22,9 @@ import math
 import torch
 import torch.nn.functional as F
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 from course_utils.fast_attention import Partial, attention_backward, block_partial, merge_partials
 from course_utils.masking import causal_mask
 

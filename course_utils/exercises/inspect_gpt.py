@@ -14,9 +14,9 @@ import math
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 from course_utils.gpt import MLP, Block, GPTConfig
 from course_utils.inspect_gpt import attention_rollout, weighted_value_norms
 from course_utils.variants import GroupedQueryAttention

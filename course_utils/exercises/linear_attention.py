@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 from course_utils.linear_attention import delta_rule_step, gated_linear_attention_chunk, gated_linear_attention_step
 from course_utils.variants import elu_feature_map, linear_attention_step
 

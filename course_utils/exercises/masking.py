@@ -11,9 +11,9 @@ import math
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 from course_utils.masking import causal_mask, combine_masks, convert_mask, mask_scores, padding_mask
 
 __all__ = ["EXERCISES"]

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint, randn
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 from course_utils.masking import causal_mask, convert_mask, padding_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads, split_heads
 

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 from course_utils.masking import causal_mask, convert_mask
 from course_utils.positional import alibi_bias, apply_rope, sinusoidal_encoding
 

@@ -12,10 +12,10 @@ import math
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
-from course_utils._exercise_engine.domain import Domain
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
+from course_utils.exercises._engine.domain import Domain
 
 __all__ = ["EXERCISES"]
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from course_utils._exercise_engine import Exercise, Mistake
 from course_utils.exercises._draws import randint
+from course_utils.exercises._engine import Exercise, Mistake
 from course_utils.variants import aft_simple, repeat_kv, sliding_window_mask
 
 __all__ = ["EXERCISES"]

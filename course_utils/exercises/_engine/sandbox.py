@@ -1,10 +1,12 @@
-"""Running the learner's function safely: fresh copies of every argument, a time limit, printing captured,
-global settings put back, and what a call changed in its arguments.
+"""Running the learner's function safely (phase 2 of a check): fresh copies of every argument, a time limit,
+printing captured, global settings put back, and what a call changed in its arguments; what a function did on
+one case (:class:`Outcome`), and whether two such are the same failure.
 
-Part of the exercise engine (:mod:`course_utils._exercise_engine`). The time limit uses ``signal.setitimer`` and
+Part of the exercise engine (:mod:`course_utils.exercises._engine`). The time limit uses ``signal.setitimer`` and
 so works only on POSIX systems and in the main thread (where a notebook runs its cells). On Windows, or when a
-check runs in another thread, the function runs without a limit. Even with the limit, one long torch operation
-(a huge matmul) is stopped only when it returns, as Python signals wait for it.
+check runs in another thread, the function runs without a limit: a function that never returns then hangs the
+check until the kernel is interrupted. Even with the limit, one long torch operation (a huge matmul) is stopped
+only when it returns, as Python signals wait for it.
 """
 
 from __future__ import annotations
@@ -13,10 +15,11 @@ import contextlib
 import copy
 import io
 import math
+import re
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -24,18 +27,8 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-__all__ = [
-    "PRINTED_LINES",
-    "PRINTED_WIDTH",
-    "Run",
-    "Session",
-    "TimeLimit",
-    "clone",
-    "first_change",
-    "run_case",
-    "state_of",
-    "text_of",
-]
+from course_utils.exercises._engine.compare import Kind
+from course_utils.exercises._engine.exercise import NotAttempted
 
 PRINTED_LINES, PRINTED_WIDTH = 5, 200  # the learner's printing kept and shown with the verdict
 
@@ -169,7 +162,7 @@ class TooLarge(BaseException):
 
 
 class _SizeLimit(TorchDispatchMode):
-    """Every operation's results checked against ``limit`` elements, as the operation returns them. The first
+    """Every operation's results measured against ``limit`` elements, as the operation returns them. The first
     tensor over the limit is kept in ``tripped``: a function that catches the exception (``except BaseException``)
     has still built that tensor, and :meth:`Session.call` raises it again after the call."""
 
@@ -300,10 +293,6 @@ def text_of(e: BaseException) -> str:
         return ""
 
 
-def _global_settings() -> tuple[torch.dtype, bool]:
-    return torch.get_default_dtype(), torch.is_grad_enabled()
-
-
 def _restore_settings(saved: tuple[torch.dtype, bool]) -> list[str]:
     """Put back the default dtype and grad mode if the learner's function changed them; say which it changed."""
     dtype, grad = saved
@@ -331,7 +320,7 @@ class Session:
         self.autograd = autograd  # False: each call runs under torch.inference_mode(), where backward() cannot help
         self.largest = largest  # the most elements one tensor may hold, from a case's arguments (None: no limit)
         self.printed = _Printed()
-        self.settings = _global_settings()
+        self.settings = torch.get_default_dtype(), torch.is_grad_enabled()
         self.put_back: list[str] = []  # global settings the learner's function changed
 
     def call(self, fn: Callable[..., Any], case: tuple[tuple, dict]) -> Run:
@@ -353,3 +342,103 @@ class Session:
 
     def restore(self) -> None:
         self.put_back.extend(c for c in _restore_settings(self.settings) if c not in self.put_back)
+
+
+def _is_old_import(e: BaseException) -> bool:
+    """The new stub in a notebook whose import cell predates NotAttempted."""
+    return isinstance(e, NameError) and getattr(e, "name", None) == NotAttempted.__name__
+
+
+@dataclass
+class Attempt:
+    """What the learner's function did on the cases, in order: the runs it answered, then what stopped it (on case
+    ``len(runs)``): ``TOO_SLOW``, ``NOT_ATTEMPTED``, ``GAVE_UP``, ``OLD_IMPORT`` or ``RAISED``; None if nothing."""
+
+    runs: list[Run]
+    stop: Kind | None = None
+    error: BaseException | None = None
+
+
+def run_learner(fn: Any, cases: Sequence[tuple[tuple, dict]], session: Session) -> Attempt:
+    """Phase 2: run the learner's function on each case in order, until the end or the first case it does not
+    answer."""
+    runs: list[Run] = []
+    for i, case in enumerate(cases):
+        try:
+            runs.append(session.call(fn, case))
+        except TimeLimit:
+            return Attempt(runs, Kind.TOO_SLOW)
+        except TooLarge as e:
+            return Attempt(runs, Kind.RAISED, e)
+        except NotAttempted as e:
+            return Attempt(runs, Kind.NOT_ATTEMPTED if i == 0 else Kind.GAVE_UP, e)
+        except (Exception, SystemExit) as e:  # the learner's code failing is a verdict, not a crash of the check
+            return Attempt(runs, Kind.OLD_IMPORT if i == 0 and _is_old_import(e) else Kind.RAISED, e)
+    return Attempt(runs)
+
+
+# ------------------------------------------------------------------------------------------ outcomes
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a function did on one case: answered (``run``), raised (``error``), or neither (stopped by the time
+    limit before it could say)."""
+
+    run: Run | None = None
+    error: BaseException | None = None
+
+    def same_as(self, other: Outcome) -> bool:
+        """The same outcome of one function on one case twice: an identical answer, or the same failure."""
+        if self.run is not None and other.run is not None:
+            return identical(self.run, other.run)
+        return self.error is not None and other.error is not None and same_failure(self.error, other.error)
+
+
+def outcome(fn: Callable[..., Any], case: tuple[tuple, dict]) -> Outcome:
+    """What ``fn`` (the solution, or a catalogued mistake) does on ``case``, outside the sandbox."""
+    try:
+        return Outcome(run=run_case(fn, case))
+    except Exception as e:
+        return Outcome(error=e)
+
+
+def learner_outcomes(fn: Any, cases: Sequence[tuple[tuple, dict]], session: Session) -> list[Outcome]:
+    """The learner's function's outcome on each of ``cases``, run as in phase 2 (the first case past the time
+    limit, and every one after it, count as neither answered nor raised)."""
+    outcomes = []
+    for case in cases:
+        try:
+            outcomes.append(Outcome(run=session.call(fn, case)))
+        except TimeLimit:
+            break
+        except (Exception, SystemExit, TooLarge) as e:
+            outcomes.append(Outcome(error=e))
+    return outcomes + [Outcome()] * (len(cases) - len(outcomes))
+
+
+def identical(a: Run, b: Run) -> bool:
+    """Two runs of one function on one case identical (output and arguments after the call, exactly; NaN = NaN).
+
+    Not merely within the exercise's tolerance: a run kept in place of fresh ones must judge every answer as they
+    would, and one near the tolerance's edge is judged otherwise by two runs that differ within it."""
+    try:
+        pairs = ((a.output, b.output), (a.args, b.args), (a.kwargs, b.kwargs))
+        return all(first_change(state_of(x), state_of(y), "") is None for x, y in pairs)
+    except Exception:  # outputs that cannot be compared: not known to be alike
+        return False
+
+
+def same_failure(a: BaseException, b: BaseException) -> bool:
+    """Whether two exceptions are the same failure: one type and one message, numbers (shapes) included.
+
+    Both ran on the same case, so the same mistake fails with the same sizes. Setting the numbers aside
+    would let any broadcasting error stand for any other ("size of tensor a (6) must match ... (3)" for
+    "... (6) must match ... (4)"), and name a catalogued mistake the learner did not make. Only memory
+    addresses (``0x7f...``), which differ from run to run, are set aside.
+    """
+
+    def gist(e: BaseException) -> str:
+        return re.sub(r"0x[0-9a-fA-F]+", "0x", text_of(e)).strip()
+
+    return type(a) is type(b) and gist(a) == gist(b)

@@ -1,8 +1,8 @@
 """Comparing an answer with the reference's: values, shapes, dtypes and devices, said in one sentence.
 
-Part of the exercise engine (:mod:`course_utils._exercise_engine` runs the checks, :mod:`.sandbox` runs the
-learner's function safely). Integers and booleans are compared exactly, floats within ``atol + rtol * |expected|``
-(NaN matches NaN); each difference comes with its :class:`Kind`, and the verdict's words are chosen by it.
+Part of the exercise engine (:mod:`course_utils.exercises._engine`). Integers and booleans are compared exactly,
+floats within ``atol + rtol * |expected|`` (NaN matches NaN); each difference comes with its :class:`Kind`, and
+the verdict's words are chosen by it.
 """
 
 from __future__ import annotations
@@ -16,8 +16,6 @@ from typing import Any
 
 import torch
 
-__all__ = ["Kind", "Difference", "compare", "compare_outputs", "fmt", "dtype_name"]
-
 # ------------------------------------------------------------------------------------------ kinds of problem
 
 
@@ -25,7 +23,7 @@ class Kind(enum.Enum):
     """What went wrong in a check: each phase says it in one of these, and the verdict is chosen by it (never by
     matching a message's words)."""
 
-    CANNOT_CHECK = "cannot check"  # hint not 1 or 2, or something that cannot be run as the exercise's function
+    CANNOT_CHECK = "cannot check"  # hint not 1, 2 or 3, or something that cannot be run as the exercise's function
     NOT_ATTEMPTED = "not attempted"  # NotAttempted on the first case: the untouched stub
     OLD_IMPORT = "old import cell"  # the new stub under an import cell that predates NotAttempted
     TOO_SLOW = "too slow"  # a case ran past the time limit
@@ -172,24 +170,16 @@ def _tensor_values_problem(got: torch.Tensor, expected: torch.Tensor, atol: floa
     )
 
 
-def compare_outputs(
+def compare(
     got: Any, expected: Any, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype] = ()
-) -> str | None:
-    """None when ``got`` matches ``expected``; otherwise one sentence on the first difference.
+) -> Difference | None:
+    """None when ``got`` matches ``expected``; otherwise the first difference: its kind, and one sentence.
 
     Tensors must match in shape, dtype (or one of ``accept_dtypes`` for a floating result), device and value:
     integers and booleans exactly, floating values within ``atol + rtol * |expected|`` (NaN matches NaN).
     Where a number is expected (a Python float, or a 0-d floating tensor), a Python number or a 0-d floating
     tensor is accepted; a float32 one within at least float32's own tolerance.
     """
-    difference = compare(got, expected, atol, rtol, accept_dtypes)
-    return None if difference is None else difference.text
-
-
-def compare(
-    got: Any, expected: Any, atol: float, rtol: float, accept_dtypes: Sequence[torch.dtype] = ()
-) -> Difference | None:
-    """:func:`compare_outputs`'s first difference, with its kind (a shape, a dtype, or anything else)."""
     if isinstance(expected, torch.Tensor):
         if not isinstance(got, torch.Tensor):
             if expected.dim() == 0 and expected.is_floating_point() and _is_number(got):

@@ -9,7 +9,7 @@ A :class:`Domain` says, once, the facets of the inputs a statement allows:
   stable form is taught (past exp's float32 overflow at 88), or moderate where it is not;
 - ``views``: whether tensor arguments may be non-contiguous views (as ``split_heads`` returns);
 - ``float64``: the float arguments that may be float64 (all together), the answer then computed and returned in
-  float64: a float64 result is compared at float64's precision (``_compare.FLOAT64_TOLERANCE``).
+  float64: a float64 result is compared at float64's precision (``compare.FLOAT64_TOLERANCE``).
 
 Sizes that may be 1 or differ, ties and empty sequences stay the exercise's named ``edges`` (a predicate each).
 
@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Domain", "bind", "non_contiguous"]
+from course_utils.exercises._engine.compare import dtype_name
 
 _NEW_AXES = (2, 2, 2)  # the sizes of leading axes a built case adds (none 1: a squeeze is not what it tests)
 
@@ -46,10 +46,6 @@ def non_contiguous(x: torch.Tensor) -> torch.Tensor:
     ``.view``, as with the keys ``split_heads`` returns."""
     order = list(reversed(range(x.dim())))
     return x.permute(order).contiguous().permute(order).requires_grad_(x.requires_grad)
-
-
-def _dtype(d: torch.dtype) -> str:
-    return str(d).removeprefix("torch.")
 
 
 def _spread(a: dict[str, Any]) -> int:
@@ -85,7 +81,7 @@ class Domain:
                 out[f"{n} leading axes"] = lambda a, n=n: self._leading_count(a) == n
         for name, dtypes in self.ints.items():
             for d in dtypes:
-                out[f"{name} {_dtype(d)}"] = lambda a, name=name, d=d: getattr(a.get(name), "dtype", None) == d
+                out[f"{name} {dtype_name(d)}"] = lambda a, name=name, d=d: getattr(a.get(name), "dtype", None) == d
         for name, m in self.magnitude.items():
             out[f"{name} near its largest size ({m:g})"] = lambda a, name=name, m=m: _largest(a[name]) >= m / 2
         if self.float64:
@@ -172,7 +168,7 @@ class Domain:
             names = ", ".join(f"`{n}`" for n in self.leading)
             parts.append(f"{names} may have 0 to {self.max_leading} leading axes (the `...`)")
         for name, dtypes in self.ints.items():
-            parts.append(f"`{name}` may be {' or '.join(_dtype(d) for d in dtypes)}")
+            parts.append(f"`{name}` may be {' or '.join(dtype_name(d) for d in dtypes)}")
         for name, m in self.magnitude.items():
             parts.append(f"`{name}` has entries up to {m:g} in size")
         if self.float64:
