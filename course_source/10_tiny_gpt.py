@@ -282,7 +282,7 @@ print(tokenizer.decode(before[0]))
 # %% [markdown]
 # ## 5. What each part is worth
 #
-# Add the parts one at a time, train each model the same way (300 steps of AdamW at a constant `3e-3`,
+# Add the parts one at a time, train each model the same way (200 steps of AdamW at a constant `3e-3`,
 # the same batches of 32 windows, the `ci` size: 2 layers, 32 wide, context 32), and score it on the same
 # first 50,000 validation characters. The bigram table is the rung below them all.
 
@@ -290,7 +290,7 @@ print(tokenizer.decode(before[0]))
 T_ci, val_50k = tiny.context_length, val_ids[:50_000]
 
 
-def train_rung(steps=300, **parts):
+def train_rung(steps=200, **parts):
     torch.manual_seed(0)
     m = HandGPT(V, T_ci, tiny.embed_dim, tiny.num_heads, tiny.num_layers, **parts)
     opt = torch.optim.AdamW(m.parameters(), lr=3e-3, weight_decay=0.0)
@@ -319,7 +319,7 @@ fig, ax = plt.subplots(figsize=(6, 2.4))
 ax.barh(list(rungs)[::-1], list(rungs.values())[::-1])
 ax.axvline(unigram_loss(train_ids, val_50k, V), color="gray", linestyle="--", label="unigram")
 ax.set_xlim(2.0, 3.6)
-ax.set_xlabel("validation loss (nats), 300 steps")
+ax.set_xlabel("validation loss (nats), 200 steps")
 ax.legend()
 fig.tight_layout()
 plt.show()
@@ -328,9 +328,9 @@ plt.show()
 # Attention alone, with nothing added back, is *worse* than the bigram table: a position's own character
 # reaches the output only through an average over the characters before it, and each layer replaces the
 # stream, so the last character, the bigram's whole information, is blurred. An MLP on top does not fix
-# that (a deeper stack with no residual trains slowly in 300 steps). **Residuals** do: each part adds to
-# the stream instead of replacing it, the character itself is kept, and the loss falls well below the
-# bigram. **Tying** is not a gain here: it saves `V x C = 2,656` of about 30,000 parameters, and at 300
+# that (a deeper stack with no residual trains slowly in 200 steps). **Residuals** do: each part adds to
+# the stream instead of replacing it, the character itself is kept, and the loss falls below the
+# bigram. **Tying** is not a gain here: it saves `V x C = 2,656` of about 30,000 parameters, and at 200
 # steps the tied model is no better; it pays where `V x C` is a large share of the model (GPT-2's
 # 50,257-token vocabulary). Without **positions** order reaches the model only through the causal mask
 # (each position averages over a prefix of its own length), and it does worse.
@@ -403,9 +403,10 @@ print(message)
 # %% [markdown]
 # ### Interrupted? Nothing is lost
 #
-# A demonstration on a small run in a scratch folder: train 60 steps in one go; then train again, but
-# "pull the plug" at step 45 (a callback raises, as a kernel interrupt would); the last checkpoint is from
-# step 40. Resume, and the loss of every step equals the uninterrupted run's, bit for bit: the checkpoint
+# A demonstration on a small run in a scratch folder, on the first 200,000 characters of the text (so that
+# its final evaluation is quick): train 20 steps in one go; then train again, but
+# "pull the plug" at step 15 (a callback raises, as a kernel interrupt would); the last checkpoint is from
+# step 10. Resume, and the loss of every step equals the uninterrupted run's, bit for bit: the checkpoint
 # holds the model, the optimizer, the step and every random generator. That is on a CPU. On a GPU a
 # resumed run takes the same steps but agrees only up to rounding: some kernels do not add in a fixed order
 # (atomic adds in attention's backward, the all-reduce across GPUs, what `torch.compile` picks), so two
@@ -424,15 +425,17 @@ def pull_the_plug_at(step):
 
 
 scratch = Path(tempfile.mkdtemp(prefix="course-10-"))
-small = TrainConfig.preset("tiny", max_steps=60, batch_size=8, log_interval=1, eval_interval=60,
-                           checkpoint_interval=20)
-whole = train("tiny", corpus_path(), scratch / "whole", small, device="cpu")
+excerpt = scratch / "excerpt.txt"
+excerpt.write_text(text[:200_000], encoding="utf-8")
+small = TrainConfig.preset("tiny", max_steps=20, batch_size=8, log_interval=1, eval_interval=20,
+                           checkpoint_interval=10)
+whole = train("tiny", excerpt, scratch / "whole", small, device="cpu")
 try:
-    train("tiny", corpus_path(), scratch / "split", small, device="cpu", callback=pull_the_plug_at(45))
+    train("tiny", excerpt, scratch / "split", small, device="cpu", callback=pull_the_plug_at(15))
 except PulledThePlug as stop:
     print(stop)
-resumed = train("tiny", corpus_path(), scratch / "split", small, device="cpu", resume=True)
-print(f"resumed run trained steps {60 - resumed['steps_this_run'] + 1}..60")
+resumed = train("tiny", excerpt, scratch / "split", small, device="cpu", resume=True)
+print(f"resumed run trained steps {20 - resumed['steps_this_run'] + 1}..20")
 print("every step's loss identical to the uninterrupted run:", resumed["history"] == whole["history"])
 assert resumed["history"] == whole["history"]
 shutil.rmtree(scratch)
