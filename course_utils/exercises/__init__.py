@@ -35,10 +35,10 @@ from course_utils.exercises._engine import (
     Exercise,
     NotAttempted,
     UnknownExercise,
-    function_name,
     report,
     run_check,
 )
+from course_utils.exercises._engine.mistakes import function_name
 
 __all__ = ["check", "NotAttempted", "all_exercises", "get_exercise", "topics", "RETIRED", "REUSED", "solution_source"]
 
