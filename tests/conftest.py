@@ -80,3 +80,13 @@ def _signal_handlers_restored():
     for signum, handler in before.items():
         if handler is not None:
             signal.signal(signum, handler)
+
+
+def pytest_configure(config):
+    """A suite started in the background of a shell without job control (``course.py test &``, ``nohup``) inherits
+    SIGINT ignored, and so would every command a test starts; the tests that press Ctrl+C in one would then wait
+    on a process that cannot be interrupted. Python's own handler here makes each child start with the default."""
+    import signal
+
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
