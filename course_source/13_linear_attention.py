@@ -314,8 +314,8 @@ old, new = torch.randn(2, Dv_d, generator=g, dtype=torch.float64)  # (Dv,) each
 S_add = torch.outer(key, old) + torch.outer(key, new)  # (D, Dv): two additive writes under one key
 S_delta = torch.outer(key, old)  # (D, Dv): the first write
 S_delta = S_delta + 1.0 * torch.outer(key, new - S_delta.T @ key)  # beta = 1: write the difference
-print("additive read returns old + new (1e-12):", torch.allclose(S_add.T @ key, old + new, atol=1e-12))
-print("delta-rule read returns new (1e-12):", torch.allclose(S_delta.T @ key, new, atol=1e-12))
+print("additive read returns old + new, to twelve decimals:", torch.allclose(S_add.T @ key, old + new, atol=1e-12))
+print("delta-rule read returns new, to twelve decimals:", torch.allclose(S_delta.T @ key, new, atol=1e-12))
 
 # %% [markdown]
 # **The overwrite experiment.** Write `n = 16` random pairs into a `D = 32` state, then write the same 16 keys
