@@ -133,6 +133,10 @@ def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
 # ------------------------------------------------------------------------------------------ issue #10
 
 SEEDS = range(20)  # the drawn cases change with the seed; the verdicts must not
+# The seed sweep (tests/test_exercise_domains.py, 200 seeds, a step of its own in `course.py test`) holds every
+# catalogued mistake's verdict and message and the solution's verdict on every seed; here, a few seeds, so that a
+# run of the unit tests alone still sees a verdict or a message that moves with the seed.
+FEW_SEEDS = range(3)
 
 
 def _fixed_only(ex):
@@ -168,7 +172,7 @@ def test_the_solution_passes_and_each_mistake_is_named_on_many_seeds(key):
     """The same verdict on every run (#21): each catalogued mistake gets its name, in the same words, on every seed."""
     ex = EXERCISES[key]
     said = {m.name: set() for m in ex.mistakes}
-    for seed in SEEDS:
+    for seed in FEW_SEEDS:
         res = run_check(ex, ex.solution, seed=seed)
         assert res.status == PASSED, f"seed {seed}: {res.message}"
         for m in ex.mistakes:

@@ -163,7 +163,8 @@ def test_plan_runs_the_learner_notebooks_under_both_forced_kernels_besides_the_n
     steps, notices = course.test_plan([], AVX512_MACHINE)
     assert notices == []
     native = [s for s in steps if "--nbval" in s.args and "ATEN_CPU_CAPABILITY" not in s.env]
-    assert len(native) == 1 and {"tests", "notebooks", "solutions"} <= set(native[0].args)
+    # the learner copies run under the forced kernels, against outputs built natively: not a third time natively
+    assert len(native) == 1 and {"tests", "solutions"} <= set(native[0].args) and "notebooks" not in native[0].args
     assert "--dist" in native[0].args and "loadfile" in native[0].args  # a notebook's cells stay in order
     browser = [s for s in steps if "tests/e2e" in s.args and "--ignore=tests/e2e" not in s.args]
     assert len(browser) == 1 and "--ignore=tests/e2e" in native[0].args  # the browser tests run once, alone
@@ -175,6 +176,17 @@ def test_plan_runs_the_learner_notebooks_under_both_forced_kernels_besides_the_n
         assert step.ok == (0, 5) and kernel in step.title
     assert forced["default"].group == forced["avx2"].group != native[0].group  # the two run side by side
     assert forced["default"].env.get("MKL_CBWR") == "COMPATIBLE"  # matrix products off Intel's fast path too
+
+
+def test_plan_runs_the_learner_notebooks_natively_where_no_forced_pass_runs_them():
+    course = load_course()
+    plain = {None: "DEFAULT", "default": "DEFAULT", "avx2": "DEFAULT"}  # a CPU without avx2: the default is native
+    steps, notices = course.test_plan([], plain)
+    assert forced_passes(steps) == {} and len(notices) == 2, notices
+    native = next(s for s in steps if "--nbval" in s.args)
+    assert {"tests", "notebooks", "solutions"} <= set(native.args) and "learner copies" in native.title
+    steps, _ = course.test_plan([], AVX512_MACHINE)
+    assert "learner copies" not in next(s for s in steps if "--nbval" in s.args).title
 
 
 def test_plan_runs_the_unit_tests_and_the_seed_sweep_with_one_pytorch_thread_unless_told(monkeypatch):
