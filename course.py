@@ -390,8 +390,9 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
                 Step(
                     f"nbval on the learner notebooks under PyTorch's {kernel} CPU kernels "
                     f"({' '.join(f'{k}={v}' for k, v in env.items())}): printed outputs must not depend on the CPU",
-                    # exit code 5: options in `extra` (-k ...) selected no notebook
-                    ["-m", "pytest", "notebooks", *nbval, *extra],
+                    # exit code 5: options in `extra` (-k ...) selected no notebook. On every core, a notebook to a
+                    # worker: the pass that ends last would otherwise leave the other core idle
+                    ["-m", "pytest", "notebooks", *nbval, *workers, *extra],
                     env=env,
                     group=3,
                     ok=(0, 5),
