@@ -296,8 +296,8 @@ def induction_score(weights: torch.Tensor, seq_len: int) -> torch.Tensor:
     N = check_int("seq_len", seq_len)
     if weights.shape[-1] != 2 * N:
         raise ValueError(f"weights must cover 2 * seq_len = {2 * N} positions, got shape {tuple(weights.shape)}")
-    i = torch.arange(N, 2 * N, device=weights.device)  # (N,): queries of the second repeat
-    return weights[..., i, i - N + 1].mean(dim=(0, -1))  # (B, H, N) -> (H,)
+    stripe = weights.diagonal(offset=1 - N, dim1=-2, dim2=-1)[..., 1:]  # (B, H, N): query i, key i - N + 1, i >= N
+    return stripe.mean(dim=(0, -1))  # (B, H, N) -> (H,)
 
 
 def head_scores(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -535,8 +535,7 @@ PROG = "python -m course_utils.induction"
 def save_induction_model(
     path: str | os.PathLike, model: AttentionOnlyTransformer, history: list[dict], provenance: dict
 ) -> None:
-    """Write the weights, configuration, loss history and provenance (atomically), loadable with
-    ``weights_only=True``."""
+    """Write the weights, configuration, loss history and provenance, loadable with ``weights_only=True``."""
     save_checkpoint(
         path,
         {
