@@ -393,7 +393,7 @@ def residual_stream(model: AttentionOnlyTransformer, tokens: torch.Tensor, layer
 
     Shape: tokens (B, T) -> (B, T, C). Taught in notebook 12.
     """
-    check_int("layer", layer, minimum=0, maximum=model.config.num_layers - 1)
+    layer, _ = _check_head(model, layer, 0)
     check_token_ids("tokens", tokens, model.config.vocab_size)
     return model._layers(tokens, layer)[0]  # (B, T, C)
 

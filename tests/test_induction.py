@@ -403,6 +403,8 @@ def test_key_query_ablation_needs_earlier_heads():
         key_query_ablation(_model(), repeated_tokens(1, 5, 11, torch.Generator()), 5, [(1, 0)], layer=1)
     with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got 2"):
         residual_stream(_model(), repeated_tokens(1, 5, 11, torch.Generator()), 2)
+    with pytest.raises(TypeError, match="model must be an AttentionOnlyTransformer, got GPT"):  # AttributeError before
+        residual_stream(GPT(GPTConfig.preset("tiny", vocab_size=11)), repeated_tokens(1, 5, 11, torch.Generator()), 0)
 
 
 def test_loading_a_foreign_file_says_so(tmp_path):
@@ -419,6 +421,9 @@ def test_loading_a_foreign_file_says_so(tmp_path):
 def test_repeated_tokens_names_a_generator_that_is_not_one():
     with pytest.raises(TypeError, match=r"generator must be a torch.Generator .*got int"):
         repeated_tokens(1, 5, 11, 0)  # a seed where the generator goes: torch's own message named randint()
+    torch.manual_seed(3)
+    drawn = repeated_tokens(2, 5, 11, None)  # None: torch's global generator, as check_generator's message says
+    torch.testing.assert_close(drawn, repeated_tokens(2, 5, 11, torch.Generator().manual_seed(3)))
 
 
 def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
