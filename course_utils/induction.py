@@ -32,9 +32,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._files import atomic_path, probe_writable
+from course_utils._files import probe_writable
 from course_utils._validate import (
+    check_float_tensor,
     check_fraction,
+    check_generator,
     check_heads,
     check_int,
     check_positive_number,
@@ -45,8 +47,10 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import model_file
+from course_utils.train import model_file, save_checkpoint
 from course_utils.train_cli import (
+    MAX_SEED,
+    MAX_STEPS,
     defer_stop_signals,
     ignore_signals_until_exit,
     stop_code,
@@ -82,7 +86,7 @@ __all__ = [
 
 
 def repeated_tokens(
-    batch_size: int, seq_len: int, vocab_size: int, generator: torch.Generator, min_len: int | None = None
+    batch_size: int, seq_len: int, vocab_size: int, generator: torch.Generator | None, min_len: int | None = None
 ) -> torch.Tensor:
     """``batch_size`` rows of ``seq_len`` uniformly random token ids, each row followed by itself.
 
@@ -90,11 +94,7 @@ def repeated_tokens(
     times as fits in 2N positions. Shape: -> (B, 2N), torch.long. Taught in notebook 12.
     """
     B, N, V = check_int("batch_size", batch_size), check_int("seq_len", seq_len), check_int("vocab_size", vocab_size)
-    if not isinstance(generator, torch.Generator):
-        raise TypeError(
-            f"generator must be a torch.Generator such as torch.Generator().manual_seed(0), "
-            f"got {type(generator).__name__}"
-        )
+    check_generator("generator", generator)
     if min_len is None:
         first = torch.randint(0, V, (B, N), generator=generator)  # (B, N)
         return torch.cat([first, first], dim=1)  # (B, N) -> (B, 2N)
@@ -151,10 +151,7 @@ class AttentionOnlyTransformer(nn.Module):
 
     def forward(self, idx: torch.Tensor, need_weights: bool = False):
         """Logits (B, T, V); with ``need_weights`` also each layer's attention weights, L x (B, H, T, T)."""
-        check_token_ids("idx", idx, self.config.vocab_size)
-        T = idx.shape[1]
-        if T > self.config.context_length:
-            raise ValueError(f"idx has {T} positions, more than context_length = {self.config.context_length}")
+        check_token_ids("idx", idx, self.config.vocab_size)  # the position embedding refuses T > 2N
         x, maps = self._layers(idx, self.config.num_layers)  # (B, T, C), L x (B, H, T, T)
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
         return (logits, maps) if need_weights else logits
@@ -207,15 +204,13 @@ def train_induction(
     eval_interval: int = 25,
     min_len: int | None = None,
     callback: Callable[[dict[str, Any]], None] | None = None,
-    model: AttentionOnlyTransformer | None = None,
 ) -> tuple[AttentionOnlyTransformer, list[dict[str, float]]]:
     """Train with AdamW on fresh batches of :func:`repeated_tokens` (periods ``min_len`` .. N; None: N // 2 .. N).
 
-    ``seed`` fixes the initial weights and every batch (the caller's random state is left alone); ``model``
-    continues training one. Every ``eval_interval`` steps, and at 0 and ``max_steps``, the repeat losses and
-    :func:`head_scores` on one held-out batch of 256 are recorded, and passed to ``callback`` with the seconds so
-    far. Returns the model (eval mode) and the records ``{"step", "first", "second", "prev", "ind"}`` (the scores
-    as nested lists). Taught in notebook 12.
+    ``seed`` fixes the initial weights and every batch (the caller's random state is left alone). Every
+    ``eval_interval`` steps, and at 0 and ``max_steps``, the repeat losses and :func:`head_scores` on one held-out
+    batch of 256 are recorded, and passed to ``callback`` with the seconds so far. Returns the model (eval mode) and
+    the records ``{"step", "first", "second", "prev", "ind"}`` (the scores as nested lists). Taught in notebook 12.
     """
     check_int("max_steps", max_steps, minimum=0)
     check_int("eval_interval", eval_interval)
@@ -225,10 +220,7 @@ def train_induction(
         raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        if model is None:
-            model = AttentionOnlyTransformer(config)
-        elif not isinstance(model, AttentionOnlyTransformer) or model.config != config:
-            raise ValueError("model must be an AttentionOnlyTransformer built from the same config")
+        model = AttentionOnlyTransformer(config)
     min_len = max(1, config.seq_len // 2) if min_len is None else check_int("min_len", min_len, maximum=config.seq_len)
     gen = torch.Generator().manual_seed(seed)
     held_out = repeated_tokens(256, config.seq_len, config.vocab_size, gen)  # (256, 2N)
@@ -267,11 +259,9 @@ def train_induction(
 
 
 def _check_weights(weights: object) -> None:
-    check_tensor("weights", weights, min_dim=4)
+    check_float_tensor("weights", weights, min_dim=4)
     if weights.dim() != 4 or weights.shape[-1] != weights.shape[-2]:
         raise ValueError(f"weights must have shape (B, H, T, T), got {tuple(weights.shape)}")
-    if not weights.is_floating_point():
-        raise TypeError(f"weights must be a floating-point tensor, got dtype {weights.dtype}")
     if weights.shape[0] == 0 or weights.shape[1] == 0:  # a mean over no sequence or no head: nan, or nothing
         raise ValueError(f"weights must hold at least one sequence and one head, got shape {tuple(weights.shape)}")
 
@@ -306,8 +296,8 @@ def induction_score(weights: torch.Tensor, seq_len: int) -> torch.Tensor:
     N = check_int("seq_len", seq_len)
     if weights.shape[-1] != 2 * N:
         raise ValueError(f"weights must cover 2 * seq_len = {2 * N} positions, got shape {tuple(weights.shape)}")
-    i = torch.arange(N, 2 * N, device=weights.device)  # (N,): queries of the second repeat
-    return weights[..., i, i - N + 1].mean(dim=(0, -1))  # (B, H, N) -> (H,)
+    stripe = weights.diagonal(offset=1 - N, dim1=-2, dim2=-1)[..., 1:]  # (B, H, N): query i, key i - N + 1, i >= N
+    return stripe.mean(dim=(0, -1))  # (B, H, N) -> (H,)
 
 
 def head_scores(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -345,27 +335,18 @@ def ablate_heads(model: nn.Module, heads: Iterable[tuple[int, int]]) -> Iterator
     on leaving the block. Taught in notebook 12.
     """
     layers = attention_layers(model)
-    heads = list(heads)
-    by_layer: dict[int, list[int]] = {}
+    silent = [torch.zeros(attn.num_heads, attn.head_dim, dtype=torch.bool) for attn in layers]  # L x (H, D)
     for pair in heads:
         if not (isinstance(pair, tuple) and len(pair) == 2):
             raise TypeError(f"heads must be (layer, head) pairs, got {pair!r}")
         layer = check_int("layer", pair[0], minimum=0, maximum=len(layers) - 1)
-        head = check_int("head", pair[1], minimum=0, maximum=layers[layer].num_heads - 1)
-        by_layer.setdefault(layer, []).append(head)
-    hooks = []
-    for layer, off in by_layer.items():
-        attn = layers[layer]
-        D = attn.head_dim
+        silent[layer][check_int("head", pair[1], minimum=0, maximum=layers[layer].num_heads - 1)] = True
 
-        def zero_heads(module: nn.Module, args: tuple, off=off, D=D) -> tuple:
-            (merged,) = args  # (B, T, C): head h in channels h*D .. (h+1)*D - 1
-            silent = torch.zeros(merged.shape[-1], dtype=torch.bool, device=merged.device)  # (C,)
-            for h in off:
-                silent[h * D : (h + 1) * D] = True
-            return (merged.masked_fill(silent, 0.0),)  # (B, T, C); set, not multiplied: inf * 0 would be NaN
+    def zero_heads(off: torch.Tensor) -> Callable:  # off (C,): head h is channels h*D .. (h+1)*D - 1 of merged
+        # merged (B, T, C) is set to 0 there, not multiplied by 0: inf * 0 would be NaN
+        return lambda module, args: (args[0].masked_fill(off.to(args[0].device), 0.0),)
 
-        hooks.append(attn.out_proj.register_forward_pre_hook(zero_heads))
+    hooks = [attn.out_proj.register_forward_pre_hook(zero_heads(off.flatten())) for attn, off in zip(layers, silent)]
     try:
         yield model
     finally:
@@ -412,7 +393,7 @@ def residual_stream(model: AttentionOnlyTransformer, tokens: torch.Tensor, layer
 
     Shape: tokens (B, T) -> (B, T, C). Taught in notebook 12.
     """
-    check_int("layer", layer, minimum=0, maximum=model.config.num_layers - 1)
+    layer, _ = _check_head(model, layer, 0)
     check_token_ids("tokens", tokens, model.config.vocab_size)
     return model._layers(tokens, layer)[0]  # (B, T, C)
 
@@ -548,21 +529,23 @@ def direct_logit_effect(
 # --- A trained model on disk (checkpoints/induction.pt), and the command that makes it ----------------------
 
 _FORMAT = "course-induction-1"
+PROG = "python -m course_utils.induction"
 
 
 def save_induction_model(
     path: str | os.PathLike, model: AttentionOnlyTransformer, history: list[dict], provenance: dict
 ) -> None:
     """Write the weights, configuration, loss history and provenance, loadable with ``weights_only=True``."""
-    state = {
-        "format": _FORMAT,
-        "config": dataclasses.asdict(model.config),
-        "model": model.state_dict(),
-        "history": history,
-        "provenance": provenance,
-    }
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    save_checkpoint(
+        path,
+        {
+            "format": _FORMAT,
+            "config": dataclasses.asdict(model.config),
+            "model": model.state_dict(),
+            "history": history,
+            "provenance": provenance,
+        },
+    )
 
 
 def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransformer, dict]:
@@ -570,22 +553,12 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
 
     A missing file raises FileNotFoundError; a file that is damaged, cut short or of another kind, ValueError.
     """
-    path = Path(path)
-    if not path.is_file():
+    if not Path(path).is_file():
         raise FileNotFoundError(f"no checkpoint file at {path} (expected a file written by save_induction_model)")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as e:  # a truncated zip, a text file, a pickle of arbitrary objects: all unreadable here
-        first = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""
-        raise ValueError(
-            f"{path} is not a readable checkpoint (damaged, cut short, or not a torch.save file): "
-            f"{type(e).__name__}: {first}"
-        ) from e
-    if not isinstance(state, dict) or state.get("format") != _FORMAT:
-        found = state.get("format") if isinstance(state, dict) else type(state).__name__
-        raise ValueError(
-            f"{path} is not a model written by save_induction_model: expected format {_FORMAT!r}, got {found!r}"
-        )
+    state, kind = model_file(path)
+    if state is None or state["format"] != _FORMAT:
+        why = f"it holds {kind}" if state else "damaged, cut short, or not a model of this course"
+        raise ValueError(f"{path} is not a model written by save_induction_model ({_FORMAT}): {why}")
     try:
         model = AttentionOnlyTransformer(InductionConfig(**state["config"]))
         model.load_state_dict(state["model"])
@@ -595,26 +568,33 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
     return model.eval(), state
 
 
-def _refuse_another_file(out: Path, config: InductionConfig, seed: int, max_steps: int) -> str | None:
-    """Why an existing ``out`` must not be replaced (another kind of model, another file, another run's induction
-    model), or None: nothing there, or this command's own earlier run (the same seed, steps and config)."""
-    if not out.exists():
-        return None
-    state, kind = model_file(out)
-    fix = "choose another OUT, or move that file away first"
-    if state is None or state["format"] != _FORMAT:
-        return f"OUT {out} already holds {kind}: {fix}"
-    prov = state.get("provenance", {})
-    if (prov.get("seed"), prov.get("steps"), state.get("config")) != (seed, max_steps, dataclasses.asdict(config)):
-        return (
-            f"OUT {out} already holds another run's induction model (--seed {prov.get('seed')} --max-steps "
-            f"{prov.get('steps')}), not --seed {seed} --max-steps {max_steps}: {fix}"
-        )
+def _refusal(out: Path, config: InductionConfig, seed: int, max_steps: int) -> str | None:
+    """Why the numbers or OUT cannot be used (one line), or None. A file at OUT is replaced only if it is this
+    command's own earlier run (the same seed, steps and config) and writable."""
+    if not 1 <= max_steps <= MAX_STEPS:
+        return f"--max-steps must be a whole number from 1 to {MAX_STEPS:,} (a billion), got {max_steps}"
+    if not 0 <= seed <= MAX_SEED:
+        return f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}"
+    if str(out) in ("", ".") or out.is_dir():
+        return f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(out)!r}"
+    if out.exists():
+        state, kind = model_file(out)
+        fix = "choose another OUT, or move that file away first"
+        if state is None or state["format"] != _FORMAT:
+            return f"OUT {out} already holds {kind}: {fix}"
+        prov = state.get("provenance", {})
+        if (prov.get("seed"), prov.get("steps"), state.get("config")) != (seed, max_steps, dataclasses.asdict(config)):
+            return (
+                f"OUT {out} already holds another run's induction model (--seed {prov.get('seed')} --max-steps "
+                f"{prov.get('steps')}), not --seed {seed} --max-steps {max_steps}: {fix}"
+            )
+        if not out.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
+            return f"OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)"
+    try:
+        probe_writable(out.parent, out.name, make=True)  # what saving will need: a file beside OUT
+    except OSError as e:
+        return f"OUT {str(out)!r} cannot be written: {e}"
     return None
-
-
-MAX_STEPS = 10**9  # a billion steps: years on a CPU; above it a typo, refused
-MAX_SEED = 2**63 - 1  # torch.manual_seed takes seeds in 0 .. 2**63 - 1
 
 
 def _progress(event: dict[str, Any], max_steps: int) -> str:
@@ -625,6 +605,13 @@ def _progress(event: dict[str, Any], max_steps: int) -> str:
         f"{event['second']:.2f} on the second; best previous-token score {prev:.2f}, best induction score "
         f"{ind:.2f} ({event['seconds']:.0f} s)"
     )
+
+
+def _stopped(what: str) -> int:
+    """Print the one line of a command stopped by Ctrl+C or SIGTERM; return its exit code (130, or 143)."""
+    how = " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""
+    print(f"stopped{how} {what}", file=sys.stderr, flush=True)
+    return stop_code()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -640,27 +627,8 @@ def main(argv: list[str] | None = None) -> int:
                 ignore_signals_until_exit()
 
 
-def _refuse_arguments(out: Path, max_steps: int, seed: int) -> str | None:
-    """Why the numbers or OUT cannot be used (one line), or None."""
-    if not 1 <= max_steps <= MAX_STEPS:
-        return f"--max-steps must be a whole number from 1 to {MAX_STEPS:,} (a billion), got {max_steps}"
-    if not 0 <= seed <= MAX_SEED:
-        return f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}"
-    if str(out) in ("", ".") or out.is_dir():
-        return f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(out)!r}"
-    if out.is_file() and not out.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
-        return f"OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)"
-    try:
-        probe_writable(out.parent, out.name, make=True)  # what saving will need: a file beside OUT
-    except OSError as e:
-        return f"OUT {str(out)!r} cannot be written: {e}"
-    return None
-
-
 def _main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m course_utils.induction", description=main.__doc__, allow_abbrev=False
-    )
+    parser = argparse.ArgumentParser(prog=PROG, description=main.__doc__, allow_abbrev=False)
     parser.add_argument(
         "out",
         type=Path,
@@ -675,17 +643,13 @@ def _main(argv: list[str]) -> int:
         "--seed", type=int, default=0, metavar="S", help="seed of the initial weights and every batch (default 0)"
     )
     args = parser.parse_args(argv)
-    # the numbers and OUT are checked before training, not after minutes of it
     config = InductionConfig()
-    refused = _refuse_arguments(args.out, args.max_steps, args.seed) or _refuse_another_file(
-        args.out, config, args.seed, args.max_steps
-    )
+    refused = _refusal(args.out, config, args.seed, args.max_steps)  # before training, not after minutes of it
     if refused:
         print(f"error: {refused}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
     start = time.perf_counter()
-    how = lambda: " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""  # noqa: E731
     try:
         model, history = train_induction(
             config,
@@ -694,18 +658,15 @@ def _main(argv: list[str]) -> int:
             callback=lambda e: print(_progress(e, args.max_steps), flush=True),
         )
     except KeyboardInterrupt as interrupt:
-        again = shlex.join(["python", "-m", "course_utils.induction", *argv])
-        print(
-            f"stopped{how()} at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {args.out} is unchanged "
-            f"(this command saves only at the end, a minute or two on a CPU): {again} trains it again from the start",
-            file=sys.stderr,
-            flush=True,
+        return _stopped(
+            f"at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {args.out} is unchanged (this command saves "
+            f"only at the end, a minute or two on a CPU): {shlex.join([*PROG.split(), *argv])} trains it again from "
+            "the start"
         )
-        return stop_code()
     defer_stop_signals()  # trained: a signal from here on waits until OUT is saved whole
     seconds = time.perf_counter() - start
     provenance = {
-        "command": "python -m course_utils.induction " + " ".join(argv),
+        "command": f"{PROG} " + " ".join(argv),
         "seed": args.seed,
         "steps": args.max_steps,  # the record's key since the shipped checkpoint: a file format does not change
         "train_s": round(seconds, 1),
@@ -718,12 +679,7 @@ def _main(argv: list[str]) -> int:
     save_induction_model(args.out, model, history, provenance)
     print(f"saved {args.out}: {args.max_steps} steps, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
     if stopped_by_signal():
-        print(
-            f"stopped{how()} after step {args.max_steps} of {args.max_steps}, while saving: {args.out} is saved whole",
-            file=sys.stderr,
-            flush=True,
-        )
-        return stop_code()
+        return _stopped(f"after step {args.max_steps} of {args.max_steps}, while saving: {args.out} is saved whole")
     return 0
 
 

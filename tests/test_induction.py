@@ -344,7 +344,7 @@ def test_bad_inputs():
     model = _model()
     with pytest.raises(TypeError, match="takes an InductionConfig, got dict"):
         AttentionOnlyTransformer({})
-    with pytest.raises(ValueError, match="idx has 11 positions, more than context_length = 10"):
+    with pytest.raises(ValueError, match="position 10 is beyond context_length = 10"):
         model(torch.zeros(1, 11, dtype=torch.long))
     with pytest.raises(TypeError, match="integer token ids"):
         model(torch.zeros(1, 4))
@@ -403,12 +403,16 @@ def test_key_query_ablation_needs_earlier_heads():
         key_query_ablation(_model(), repeated_tokens(1, 5, 11, torch.Generator()), 5, [(1, 0)], layer=1)
     with pytest.raises(ValueError, match=r"layer must be in \[0, 1\], got 2"):
         residual_stream(_model(), repeated_tokens(1, 5, 11, torch.Generator()), 2)
+    with pytest.raises(TypeError, match="model must be an AttentionOnlyTransformer, got GPT"):  # AttributeError before
+        residual_stream(GPT(GPTConfig.preset("tiny", vocab_size=11)), repeated_tokens(1, 5, 11, torch.Generator()), 0)
 
 
 def test_loading_a_foreign_file_says_so(tmp_path):
     torch.save({"format": "other"}, tmp_path / "x.pt")
     with pytest.raises(ValueError, match="not a model written by save_induction_model"):
         load_induction_model(tmp_path / "x.pt")
+    with pytest.raises(ValueError, match=r"shakespeare_cpu.pt is not a model written by .*: it holds a GPT exported"):
+        load_induction_model(ROOT / "checkpoints" / "shakespeare_cpu.pt")
 
 
 # ---------------------------------------------------------------------------------------------- review of #19
@@ -417,6 +421,9 @@ def test_loading_a_foreign_file_says_so(tmp_path):
 def test_repeated_tokens_names_a_generator_that_is_not_one():
     with pytest.raises(TypeError, match=r"generator must be a torch.Generator .*got int"):
         repeated_tokens(1, 5, 11, 0)  # a seed where the generator goes: torch's own message named randint()
+    torch.manual_seed(3)
+    drawn = repeated_tokens(2, 5, 11, None)  # None: torch's global generator, as check_generator's message says
+    torch.testing.assert_close(drawn, repeated_tokens(2, 5, 11, torch.Generator().manual_seed(3)))
 
 
 def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
@@ -426,7 +433,7 @@ def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
     (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])  # a download cut short
     (tmp_path / "text.pt").write_text("not a checkpoint")
     for name in ("cut.pt", "text.pt"):
-        with pytest.raises(ValueError, match=rf"{name} is not a readable checkpoint \(damaged, cut short"):
+        with pytest.raises(ValueError, match=rf"{name} is not a model written by .*: damaged, cut short"):
             load_induction_model(tmp_path / name)
     state = torch.load(good, weights_only=True)
     del state["model"]["lm_head.weight"]
@@ -439,7 +446,7 @@ def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
     with pytest.raises(ValueError, match=r"config.pt is a damaged course-induction-1 checkpoint: TypeError: .*'mlp'"):
         load_induction_model(tmp_path / "config.pt")
     torch.save(_model().state_dict(), tmp_path / "bare.pt")
-    with pytest.raises(ValueError, match=r"expected format 'course-induction-1', got None"):
+    with pytest.raises(ValueError, match=r"not a model written by save_induction_model \(course-induction-1\): dam"):
         load_induction_model(tmp_path / "bare.pt")
     with pytest.raises(FileNotFoundError, match=r"no checkpoint file at .*missing.pt"):
         load_induction_model(tmp_path / "missing.pt")
@@ -561,11 +568,11 @@ def test_ctrl_c_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
 
 def test_the_documented_command_may_rewrite_the_shipped_file_and_no_other_run():
     """checkpoints/README.md's command, re-run, replaces checkpoints/induction.pt: it holds that same run."""
-    from course_utils.induction import _refuse_another_file
+    from course_utils.induction import _refusal
 
     shipped = ROOT / "checkpoints" / "induction.pt"
-    assert _refuse_another_file(shipped, InductionConfig(), seed=0, max_steps=600) is None
-    assert "another run's induction model (--seed 0 --max-steps 600)" in _refuse_another_file(
+    assert _refusal(shipped, InductionConfig(), seed=0, max_steps=600) is None
+    assert "another run's induction model (--seed 0 --max-steps 600)" in _refusal(
         shipped, InductionConfig(), seed=0, max_steps=300
     )
 
