@@ -1,8 +1,8 @@
 """Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
 
 Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
-the :class:`KVCache` and :class:`TinyDecoder` (09); causal linear attention and its recurrent form (in brief in
-07, step by step in 13).
+the :class:`KVCache` (09; :class:`~course_utils.gpt.GPT` is the model that uses it); causal linear attention and
+its recurrent form (in brief in 07, step by step in 13).
 Shapes: B batch, T query length, S key length, C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim (Dv of
 the values where it differs), V vocab_size; masks are True = may attend.
 
@@ -15,8 +15,6 @@ The cache protocol, which :mod:`course_utils.generation` relies on: a model has 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -37,11 +35,9 @@ from course_utils._validate import (
     check_same_device,
     check_scores_mask,
     check_tensor,
-    check_token_ids,
     is_integer_tensor,
 )
 from course_utils.attention import attend
-from course_utils.block import Block
 from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask, combine_masks
 from course_utils.multihead import MultiHeadAttention, merge_heads
@@ -61,8 +57,6 @@ __all__ = [
     "AFTFull",
     "topk_attention",
     "KVCache",
-    "DecoderConfig",
-    "TinyDecoder",
     "elu_feature_map",
     "linear_attention",
     "linear_attention_step",
@@ -510,7 +504,7 @@ def topk_attention(
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
 
-# --- 5. The KV cache, and a tiny decoder-only language model that follows the protocol ----------------------
+# --- 5. The KV cache ----------------------------------------------------------------------------------------
 
 
 class KVCache:
@@ -616,93 +610,6 @@ class KVCache:
 
     def __repr__(self) -> str:
         return f"KVCache(num_layers={self.num_layers}, capacity={self.capacity}, length={self.length})"
-
-
-@dataclass(frozen=True)
-class DecoderConfig:
-    """Sizes of a :class:`TinyDecoder`; ``window=None``: full causal; ``positions``: "learned" or "rope"."""
-
-    vocab_size: int = 16
-    context_length: int = 32
-    embed_dim: int = 32
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    num_layers: int = 2
-    window: int | None = None
-    positions: Literal["learned", "rope"] = "learned"
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
-            check_int(name, getattr(self, name))
-        check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
-        if self.window is not None:
-            check_int("window", self.window)
-        check_choice("positions", self.positions, ("learned", "rope"))
-        if self.positions == "rope" and (self.embed_dim // self.num_heads) % 2 != 0:
-            raise ValueError(
-                f"rotary positions need an even head_dim, got {self.embed_dim // self.num_heads} "
-                f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
-            )
-
-    @classmethod
-    def tiny(cls, **overrides) -> DecoderConfig:
-        """A model small enough for tests and CPU notebooks (about 20k parameters)."""
-        return cls(**overrides)
-
-
-class TinyDecoder(nn.Module):
-    """A small decoder-only language model of grouped-query blocks that follows this module's cache protocol.
-
-    Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 09.
-    """
-
-    def __init__(self, config: DecoderConfig) -> None:
-        super().__init__()
-        if not isinstance(config, DecoderConfig):
-            raise TypeError(f"TinyDecoder takes a DecoderConfig, got {type(config).__name__}")
-        self.config = config
-        self.context_length = config.context_length
-        self.tok_emb = nn.Embedding(config.vocab_size, config.embed_dim)
-        learned = config.positions == "learned"
-        self.pos_emb = nn.Embedding(config.context_length, config.embed_dim) if learned else None
-        self.blocks = nn.ModuleList(  # pre-norm blocks around grouped-query attention
-            Block(
-                config.embed_dim,
-                GroupedQueryAttention(
-                    config.embed_dim, config.num_heads, config.num_kv_heads, rope=config.positions == "rope"
-                ),
-            )
-            for _ in range(config.num_layers)
-        )
-        self.ln_f = nn.LayerNorm(config.embed_dim)
-        self.lm_head = nn.Linear(config.embed_dim, config.vocab_size)
-
-    def new_cache(self) -> KVCache:
-        """An empty cache for this model: one slot per layer, capacity ``context_length``."""
-        return KVCache(self.config.num_layers, self.config.context_length)
-
-    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        check_token_ids("idx", idx, self.config.vocab_size)
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
-        B, T = idx.shape
-        start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
-        S = start + T
-        if S > self.context_length:
-            raise ValueError(
-                f"positions up to {S - 1} do not fit in context_length ({self.context_length}): "
-                f"{start} cached + {T} new tokens"
-            )
-        x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(start, S, device=idx.device))  # (T, C) broadcasts over B
-        if self.config.window is None:
-            mask = causal_mask(T, S, device=idx.device)  # (T, S), bottom-right aligned
-        else:
-            mask = sliding_window_mask(T, self.config.window, S, device=idx.device)
-        for i, block in enumerate(self.blocks):
-            x = block(x, mask, cache=cache, layer=i)  # (B, T, C)
-        return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
 
 
 # --- 6. Causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct O(T^2) forms ----

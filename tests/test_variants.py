@@ -1,4 +1,4 @@
-"""Attention variants (notebook 07) and the KV cache with its tiny decoder (notebook 09): each one against
+"""Attention variants (notebook 07) and the KV cache (notebook 09): each one against
 the plain masked reference or PyTorch, plus the equivalence matrix (GQA with H KV heads is MHA, with 1 it is
 MQA; a window >= T is causal attention; cached decoding equals the full forward pass) and every error
 message. The claims the notebooks' prose makes are pinned in test_claims_variants.py."""
@@ -19,11 +19,9 @@ from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.variants import (
     AFTFull,
-    DecoderConfig,
     GroupedQueryAttention,
     KVCache,
     LinformerSelfAttention,
-    TinyDecoder,
     aft_full,
     aft_local_bias,
     aft_simple,
@@ -323,7 +321,7 @@ def test_topk_with_k_at_least_S_is_ordinary_attention():
     torch.testing.assert_close(topk_attention(q, k, v, 12, causal_mask(10, 12), chunk_size=3), ref)
 
 
-# --- KV cache and the tiny decoder ------------------------------------------------------------------
+# --- KV cache --------------------------------------------------------------------------------------
 
 
 def test_kv_cache_appends_and_returns_the_valid_part():
@@ -404,40 +402,6 @@ def test_gqa_rope_rotates_with_its_rope_base(base):
     torch.testing.assert_close(out, _rope_gqa_reference(gqa, x, base))
     if base != 10000.0:
         assert not torch.allclose(out, _rope_gqa_reference(gqa, x, 10000.0), rtol=1e-6, atol=1e-6)
-
-
-CONFIGS = {
-    "MHA": DecoderConfig.tiny(num_kv_heads=4),
-    "GQA": DecoderConfig.tiny(num_kv_heads=2),
-    "MQA": DecoderConfig.tiny(num_kv_heads=1),
-    "sliding window": DecoderConfig.tiny(window=3),
-    "RoPE + GQA": DecoderConfig.tiny(positions="rope"),
-    "RoPE + window": DecoderConfig.tiny(positions="rope", window=4, num_kv_heads=1),
-}
-
-
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_decoder_with_cache_equals_the_full_forward(name):
-    torch.manual_seed(11)
-    model = TinyDecoder(CONFIGS[name]).eval()
-    idx = torch.randint(0, 16, (2, 12))
-    full = model(idx)  # (B, T, V)
-    cache = model.new_cache()
-    steps = [model(idx[:, :5], cache)] + [model(idx[:, t : t + 1], cache) for t in range(5, 12)]
-    assert cache.length == 12
-    torch.testing.assert_close(torch.cat(steps, dim=1), full)
-
-
-def test_decoder_is_causal():
-    torch.manual_seed(12)
-    for name, cfg in CONFIGS.items():
-        model = TinyDecoder(cfg).eval()
-        idx = torch.randint(0, 16, (1, 10))
-        out = model(idx)
-        for t in range(9):
-            changed = idx.clone()
-            changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % 16
-            torch.testing.assert_close(model(changed)[:, : t + 1], out[:, : t + 1], msg=name)
 
 
 # --- bad input --------------------------------------------------------------------------------------
@@ -616,13 +580,6 @@ def _cache(*appends, num_layers=1, capacity=4):
     return cache
 
 
-def _decoder_past_its_context():
-    model = TinyDecoder(DecoderConfig.tiny(context_length=8))
-    cache = model.new_cache()
-    model(torch.zeros(1, 8, dtype=torch.long), cache)
-    return model(torch.zeros(1, 1, dtype=torch.long), cache)
-
-
 Q, K, V = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)  # linear attention: D = 4, Dv = 3
 ST, Z, Q_T, V_T = torch.zeros(2, 4, 3), torch.zeros(2, 4), torch.randn(2, 4), torch.randn(2, 3)  # one step
 Q3, Q8, V8 = torch.randn(3, 1, 4, 2), torch.randn(2, 5, 8), torch.randn(2, 5, 4)
@@ -780,11 +737,6 @@ MESSAGES = [
         "k, v must be on one device, got k on cpu, v on meta",
     ),
     (
-        lambda: DecoderConfig(embed_dim=12, num_heads=4, num_kv_heads=2, positions="rope"),
-        ValueError,
-        "rotary positions need an even head_dim, got 3 (embed_dim 12 / num_heads 4)",
-    ),
-    (
         lambda: aft_full(
             torch.randn(2, 3, 4),
             torch.randn(2, 5, 4),
@@ -810,39 +762,6 @@ MESSAGES = [
         "indices must be a 1-D integer tensor of batch rows, got dtype torch.float32, shape (2,)",
     ),
     (lambda: BATCH_OF_2.reorder(torch.tensor([0, 5])), ValueError, "indices must be batch rows in [0, 2), got [0, 5]"),
-    (lambda: DecoderConfig(num_kv_heads=3), ValueError, "num_heads (4) must be divisible by num_kv_heads (3)"),
-    (
-        lambda: DecoderConfig(positions="sinusoidal"),
-        ValueError,
-        "positions must be one of ('learned', 'rope'), got 'sinusoidal'",
-    ),
-    (lambda: TinyDecoder({"vocab_size": 16}), TypeError, "TinyDecoder takes a DecoderConfig"),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny(context_length=8))(torch.zeros(1, 9, dtype=torch.long)),
-        ValueError,
-        "do not fit in context_length (8)",
-    ),
-    (_decoder_past_its_context, ValueError, "8 cached + 1 new tokens"),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2, 16]])),
-        ValueError,
-        "idx must be token ids in [0, vocab_size=16), got 16 at position (0, 2)",
-    ),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, -1, 2]])),
-        ValueError,
-        "idx must be token ids in [0, vocab_size=16), got -1 at position (0, 1)",
-    ),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[True, False]])),
-        TypeError,
-        "idx must hold integer token ids (torch.long), got dtype torch.bool",
-    ),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2]]), cache=True),
-        TypeError,
-        "cache must be a KVCache (model.new_cache()) or None, got bool",
-    ),
     # causal linear attention, its three forms and its step
     (
         lambda: linear_attention(Q[:, :4], K, V),
