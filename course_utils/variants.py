@@ -1,8 +1,8 @@
 """Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
 
 Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
-the :class:`KVCache` (09; :class:`~course_utils.gpt.GPT` is the model that uses it); causal linear attention and
-its recurrent form (in brief in 07, step by step in 13).
+the :class:`KVCache` (09; :class:`~course_utils.gpt.GPT` is the model that uses it). Causal linear attention,
+in brief in notebook 07, is in :mod:`course_utils.linear_attention` with its gated forms (notebook 13).
 Shapes: B batch, T query length, S key length, C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim (Dv of
 the values where it differs), V vocab_size; masks are True = may attend.
 
@@ -57,11 +57,6 @@ __all__ = [
     "AFTFull",
     "topk_attention",
     "KVCache",
-    "elu_feature_map",
-    "linear_attention",
-    "linear_attention_step",
-    "linear_attention_recurrent",
-    "linear_attention_quadratic",
 ]
 
 
@@ -610,119 +605,3 @@ class KVCache:
 
     def __repr__(self) -> str:
         return f"KVCache(num_layers={self.num_layers}, capacity={self.capacity}, length={self.length})"
-
-
-# --- 6. Causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct O(T^2) forms ----
-
-
-def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """The feature map phi(x) = elu(x) + 1 of linear attention: positive everywhere, so every weight is.
-
-    Written as x + 1 for x > 0 and exp(x) otherwise: ``F.elu(x) + 1`` rounds exp(x) - 1 + 1 to 0 for x below
-    about -17 (float32), and a query whose features are all 0 divides 0 by 0.
-    Shape: x (..., D) -> (..., D). Taught in notebook 13 (section 1).
-    """
-    check_float_tensor("x", x)
-    return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0)))  # the clamp keeps exp's unused branch finite
-
-
-def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal linear attention in parallel: prefix sums of phi(k_j) v_j^T and phi(k_j) over j <= t.
-
-    out_t = phi(q_t)^T S_t / phi(q_t)^T z_t, phi = :func:`elu_feature_map`; memory O(T * D * Dv).
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
-    """
-    check_causal_linear(q, k, v)
-    fq, fk = elu_feature_map(q), elu_feature_map(k)  # (..., T, D)
-    states = (fk[..., :, :, None] * v[..., :, None, :]).cumsum(dim=-3)  # (..., T, D, 1) * (..., T, 1, Dv) -> S_t
-    normalisers = fk.cumsum(dim=-2)  # (..., T, D): z_t
-    num = torch.einsum("...td,...tde->...te", fq, states)  # (..., T, Dv)
-    den = (fq * normalisers).sum(dim=-1, keepdim=True)  # (..., T, 1)
-    return num / den
-
-
-def check_causal_linear(q: object, k: object, v: object) -> None:
-    """Raise unless q, k, v fit with q and k of one length T: the door of the three forms below."""
-    check_qkv(q, k, v)
-    if q.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"causal linear attention is self-attention: q and k need the same length T, "
-            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-
-
-def _linear_step(
-    state: torch.Tensor, normaliser: torch.Tensor, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    fk = elu_feature_map(k_t)  # (..., D)
-    state = state + fk[..., :, None] * v_t[..., None, :]  # (..., D, Dv): add token t first, it sees itself
-    normaliser = normaliser + fk  # (..., D)
-    fq = elu_feature_map(q_t)  # (..., D)
-    num = (fq[..., None, :] @ state)[..., 0, :]  # (..., 1, D) @ (..., D, Dv) -> (..., Dv)
-    den = (fq * normaliser).sum(dim=-1, keepdim=True)  # (..., 1)
-    return num / den, state, normaliser
-
-
-def linear_attention_step(
-    state: torch.Tensor, normaliser: torch.Tensor, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One token of causal linear attention as a recurrence: add token t to the state, then read it.
-
-    S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t), out_t = phi(q_t)^T S_t / phi(q_t)^T z_t; start
-    from zeros. Returns ``(out_t, S_t, z_t)``. Taught in notebook 13 (section 1).
-    Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv), S_t, z_t.
-    """
-    named = {"state": state, "normaliser": normaliser, "q_t": q_t, "k_t": k_t, "v_t": v_t}
-    for name, t in named.items():
-        check_float_tensor(name, t, min_dim=2 if name == "state" else 1)
-    if len({t.dtype for t in named.values()}) > 1:
-        dtypes = ", ".join(str(t.dtype) for t in named.values())
-        raise TypeError(f"state, normaliser, q_t, k_t and v_t must share a dtype, got {dtypes}")
-    check_same_device(**named)
-    D, Dv = state.shape[-2:]
-    if D == 0:
-        raise ValueError(
-            f"state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got {tuple(state.shape)}"
-        )
-    for name, t, n in (("normaliser", normaliser, D), ("q_t", q_t, D), ("k_t", k_t, D), ("v_t", v_t, Dv)):
-        if t.shape[-1] != n:
-            raise ValueError(
-                f"{name} must end in {n} (state is (..., D, Dv) = {tuple(state.shape)}), got {name} {tuple(t.shape)}"
-            )
-    try:
-        broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for t in (normaliser, q_t, k_t, v_t)))
-    except RuntimeError:
-        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in named.items())
-        raise ValueError(f"the leading axes of {shapes} do not broadcast") from None
-    return _linear_step(state, normaliser, q_t, k_t, v_t)
-
-
-def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal linear attention one token at a time, carrying only a (D, Dv) state and a (D,) normaliser.
-
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
-    """
-    check_causal_linear(q, k, v)
-    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    D, Dv = k.shape[-1], v.shape[-1]
-    state = q.new_zeros(*lead, D, Dv)  # (..., D, Dv)
-    normaliser = q.new_zeros(*lead, D)  # (..., D)
-    outs = []
-    for t in range(q.shape[-2]):
-        out, state, normaliser = _linear_step(state, normaliser, q[..., t, :], k[..., t, :], v[..., t, :])
-        outs.append(out)  # (..., Dv)
-    return torch.stack(outs, dim=-2) if outs else q.new_zeros(*lead, 0, Dv)  # (..., T, Dv)
-
-
-def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal linear attention computed directly: weights phi(q_t) . phi(k_j) for j <= t, row-normalised.
-
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
-    """
-    check_causal_linear(q, k, v)
-    T = q.shape[-2]
-    scores = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)  # (..., T, T), all positive
-    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T): True above the diagonal
-    scores = scores.masked_fill(future, 0.0)  # the future counts 0 (set, not multiplied: inf * 0 would be NaN)
-    weights = scores / scores.sum(dim=-1, keepdim=True)  # (..., T, T): rows sum to 1
-    return weights @ v  # (..., T, Dv)

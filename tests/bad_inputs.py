@@ -61,6 +61,7 @@ def _entries():
     from course_utils import fast_attention as FA
     from course_utils import generation as G
     from course_utils import gpt as GP
+    from course_utils import linear_attention as LA
     from course_utils import masking as M
     from course_utils import multihead as MH
     from course_utils import positional as P
@@ -211,13 +212,13 @@ def _entries():
         return cache.reorder(indices)
 
     yield "KVCache.reorder", cache_reorder, (torch.tensor([1, 0]),), {}
-    yield "elu_feature_map", VA.elu_feature_map, (x,), {}
+    yield "elu_feature_map", LA.elu_feature_map, (x,), {}
     qq6 = torch.randn(2, 5, 6)
-    for fn in (VA.linear_attention, VA.linear_attention_recurrent, VA.linear_attention_quadratic):
+    for fn in (LA.linear_attention, LA.linear_attention_recurrent, LA.linear_attention_quadratic):
         yield fn.__name__, fn, (c, c, qq6), {}
     yield (
         "linear_attention_step",
-        VA.linear_attention_step,
+        LA.linear_attention_step,
         (
             torch.zeros(2, 4, 6),
             torch.zeros(2, 4),

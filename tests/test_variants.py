@@ -15,6 +15,13 @@ from hypothesis import strategies as st
 from test_leakage import assert_no_leakage
 
 from course_utils.attention import scaled_dot_product_attention
+from course_utils.linear_attention import (
+    elu_feature_map,
+    linear_attention,
+    linear_attention_quadratic,
+    linear_attention_recurrent,
+    linear_attention_step,
+)
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.variants import (
@@ -25,12 +32,7 @@ from course_utils.variants import (
     aft_full,
     aft_local_bias,
     aft_simple,
-    elu_feature_map,
     kv_cache_bytes,
-    linear_attention,
-    linear_attention_quadratic,
-    linear_attention_recurrent,
-    linear_attention_step,
     linformer_attention,
     repeat_kv,
     sliding_window_attention,
@@ -763,17 +765,13 @@ MESSAGES = [
     ),
     (lambda: BATCH_OF_2.reorder(torch.tensor([0, 5])), ValueError, "indices must be batch rows in [0, 2), got [0, 5]"),
     # causal linear attention, its three forms and its step
+    (lambda: linear_attention(Q[:, :4], K, V), ValueError, "got q (2, 4, 4), k (2, 5, 4), v (2, 5, 3)"),
+    (lambda: linear_attention_recurrent(Q, K, V[:, :4]), ValueError, "got q (2, 5, 4), k (2, 5, 4), v (2, 4, 3)"),
     (
-        lambda: linear_attention(Q[:, :4], K, V),
+        lambda: linear_attention_quadratic(Q, K[..., :3], V),
         ValueError,
-        "q and k need the same length T, got q (2, 4, 4) and k (2, 5, 4)",
+        "q and k must have one shape (..., T, D) with D >= 1 and v (..., T, Dv) the same leading axes",
     ),
-    (
-        lambda: linear_attention_recurrent(Q, K, V[:, :4]),
-        ValueError,
-        "k and v must have the same number of positions S",
-    ),
-    (lambda: linear_attention_quadratic(Q, K[..., :3], V), ValueError, "q and k must have the same last dimension D"),
     *[(lambda fn=fn: fn(Q, K, V.double()), TypeError, "q, k and v must share a dtype") for fn in LINEAR_FORMS],
     *[
         (lambda fn=fn: fn(Q.long(), K, V), TypeError, "q must be a floating-point tensor, got dtype torch.int64")
