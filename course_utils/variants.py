@@ -486,9 +486,8 @@ def topk_attention(
         m = mask
         if mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1:
             m = mask[..., i0:i1, :]  # (..., Tc, S): this chunk's rows of the mask
-        if causal:
-            rows = torch.arange(i0, i1, device=q.device)[:, None] + (S - T)  # (Tc, 1) absolute positions
-            m = combine_masks(m, torch.arange(S, device=q.device)[None, :] <= rows)  # (..., Tc, S)
+        if causal:  # rows i0 .. i1 - 1 of causal_mask(T, S)
+            m = combine_masks(m, torch.ones(i1 - i0, S, dtype=torch.bool, device=q.device).tril(S - T + i0))
         if m is not None:
             scores = scores.masked_fill(~m, float("-inf"))
         idx = scores.topk(kk, dim=-1).indices  # (..., Tc, k)
