@@ -15,7 +15,7 @@
 # - beam search, and when it beats greedy decoding.
 #
 # **Prerequisites**: notebooks 03 (masking: `causal_mask(T, S)` for a cache) and 07 (grouped-query
-# attention and the KV cache's size, sliding windows), whose `TinyDecoder` generates here.
+# attention and the KV cache's size, sliding windows); notebook 10's `GPT`, untrained and tiny, generates here.
 #
 # **Time**: about 40 minutes. **Runs on**: CPU (the whole notebook takes well under a minute).
 #
@@ -26,6 +26,7 @@
 # NBVAL_IGNORE_OUTPUT
 import math
 import time
+from dataclasses import replace
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -35,7 +36,8 @@ from torch import nn
 from course_utils.environment import setup_notebook
 from course_utils.exercises import NotAttempted, check
 from course_utils.generation import beam_search, generate, sample_next_token, top_k_filter, top_p_keep
-from course_utils.variants import DecoderConfig, KVCache, TinyDecoder
+from course_utils.gpt import GPT, GPTConfig
+from course_utils.variants import KVCache
 
 device = setup_notebook(seed=0)
 print(f"torch {torch.__version__}, device: {device}")
@@ -48,22 +50,23 @@ print(f"torch {torch.__version__}, device: {device}")
 # goes through the model; each attention layer appends the new key and value to the cache and attends
 # over everything cached, with the bottom-right causal mask `causal_mask(T, S)` of notebook 03.
 #
-# `course_utils.variants` defines the protocol (in its docstring) that notebook 10's GPT follows too:
+# `course_utils.variants` defines the protocol (in its docstring) that `course_utils.generation` relies on:
 #
 # - `forward(idx, cache=None) -> logits (B, T, V)`; with a cache, `idx` holds only the **new** tokens,
 #   at absolute positions `cache.length ..` (learned position embeddings and RoPE both need that offset);
 # - attention layer i calls `k, v = cache.update(i, k_new, v_new)`: append, get everything back;
 # - `new_cache()` returns a `KVCache` whose capacity is the context length; overflowing it is an error.
 #
-# `TinyDecoder` is a small model that follows it: embeddings, pre-norm blocks of notebook 07's
-# `GroupedQueryAttention` (optionally with a sliding window or RoPE) and an MLP, and an LM head.
-# (Pre-norm, built in notebook 10: `x + attention(LayerNorm(x))`, then `x + MLP(LayerNorm(x))`.)
-# Untrained, but that is all the cache needs.
+# The model is notebook 10's `GPT`, built here tiny and untrained (that is all the cache needs): embeddings,
+# pre-norm blocks of notebook 07's `GroupedQueryAttention` (optionally with a sliding window or RoPE) and an
+# MLP, and an LM head. (Pre-norm, built in notebook 10: `x + attention(LayerNorm(x))`, then
+# `x + MLP(LayerNorm(x))`.) Its own `forward` also takes targets and returns `(logits, loss)`;
+# `for_generation()` is the same model behind the protocol above.
 
 # %%
 torch.manual_seed(0)
-cfg = DecoderConfig(vocab_size=16, context_length=32, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=2)
-model = TinyDecoder(cfg).eval()
+cfg = GPTConfig(vocab_size=16, context_length=32, embed_dim=32, num_heads=4, num_kv_heads=2, num_layers=2)
+model = GPT(cfg).eval().for_generation()
 idx = torch.randint(0, 16, (2, 12))  # (B, T)
 full_logits = model(idx)  # (B, T, V): the whole sequence at once
 cache = model.new_cache()
@@ -85,7 +88,7 @@ prompt = torch.randint(0, 16, (2, 4), generator=torch.Generator().manual_seed(5)
 for name, overrides in [("MHA", {"num_kv_heads": 4}), ("GQA", {}), ("MQA", {"num_kv_heads": 1}),
                         ("window 4", {"window": 4}), ("RoPE", {"positions": "rope"})]:
     torch.manual_seed(0)
-    m = TinyDecoder(DecoderConfig(**overrides)).eval()
+    m = GPT(replace(cfg, **overrides)).eval().for_generation()
     fast, fast_logits = generate(m, prompt, 20, temperature=0.8, top_k=8, use_cache=True,
                                  generator=torch.Generator().manual_seed(1), return_logits=True)
     slow, slow_logits = generate(m, prompt, 20, temperature=0.8, top_k=8, use_cache=False,
@@ -116,33 +119,31 @@ except ValueError as e:
 # N³/3 pairs. With a cache, step n feeds one token: one token-pass, but its query still attends over all
 # n cached keys, n pairs. In all: N token-passes and about N²/2 pairs. So the cache removes **one factor
 # of N** from each: projections and MLP go from O(N² C²) to O(N C²), attention from O(N³ C) to O(N² C).
-# It does not make generation linear: each cached step still grows with the context. Counted with hooks:
-# token-passes on the whole model (each token fed goes through every layer), pairs on its first attention
-# layer (`mask` is `(T, S)` there: T × S pairs for each head):
+# It does not make generation linear: each cached step still grows with the context. Counted with a hook on
+# the model's calls: token-passes (each token fed goes through every layer) and the pairs one head of one
+# layer scores (the T tokens fed, as queries, against S = what the cache holds + T keys):
 
 # %%
 def count_work(model, N, use_cache):
-    """Tokens fed to the whole model and (query, key) pairs one head of its first layer scores, for N tokens."""
+    """Tokens fed to the model and (query, key) pairs one head of one layer scores, for N tokens."""
     work = {"token-passes": 0, "score pairs": 0}
 
-    def count_tokens(module, args):
-        work["token-passes"] += args[0].shape[1]  # idx (B, T): T tokens go through every layer
+    def count(module, args):
+        idx, cache = args[0], (args[1] if len(args) > 1 else None)  # generate calls model(idx[, cache])
+        T = idx.shape[1]
+        work["token-passes"] += T
+        work["score pairs"] += T * (T + (0 if cache is None else cache.length))  # (T, S) scores
 
-    def count_pairs(module, args):
-        work["score pairs"] += args[1].shape[-2] * args[1].shape[-1]  # mask (T, S)
-
-    hooks = [model.register_forward_pre_hook(count_tokens),
-             model.blocks[0].attn.register_forward_pre_hook(count_pairs)]
+    hook = model.register_forward_pre_hook(count)
     try:
         generate(model, torch.zeros(1, 1, dtype=torch.long), N, greedy=True, use_cache=use_cache)
     finally:
-        for h in hooks:
-            h.remove()
+        hook.remove()
     return work
 
 
 torch.manual_seed(0)
-counter = TinyDecoder(DecoderConfig(context_length=256)).eval()
+counter = GPT(replace(cfg, context_length=256)).eval().for_generation()
 lengths = (16, 32, 64, 128)
 counts = {c: [count_work(counter, N, c) for N in lengths] for c in (False, True)}
 for use_cache, works in counts.items():
@@ -177,8 +178,8 @@ plt.show()
 # %%
 # NBVAL_IGNORE_OUTPUT
 torch.manual_seed(0)
-bigger = TinyDecoder(DecoderConfig(vocab_size=64, context_length=256, embed_dim=64, num_heads=8,
-                                   num_kv_heads=2, num_layers=4)).eval()
+bigger = GPT(GPTConfig(vocab_size=64, context_length=256, embed_dim=64, num_heads=8, num_kv_heads=2,
+                       num_layers=4)).eval().for_generation()
 start = torch.zeros(1, 8, dtype=torch.long)
 for use_cache in (False, True):
     t0 = time.perf_counter()

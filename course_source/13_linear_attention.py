@@ -44,20 +44,18 @@ from course_utils.linear_attention import (
     decay_mask,
     delta_rule_recurrent,
     delta_rule_step,
+    elu_feature_map,
     gated_linear_attention,
     gated_linear_attention_chunk,
     gated_linear_attention_chunkwise,
     gated_linear_attention_prefix_states,
     gated_linear_attention_recurrent,
     gated_linear_attention_step,
-)
-from course_utils.variants import (
-    KVCache,
-    elu_feature_map,
     linear_attention_quadratic,
     linear_attention_recurrent,
     linear_attention_step,
 )
+from course_utils.variants import KVCache
 
 device = setup_notebook(seed=0)
 print(f"torch {torch.__version__}, device: {device}")

@@ -30,7 +30,7 @@ from course_utils._validate import (
     from_preset,
 )
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.variants import ATTENTION_KERNELS, GroupedQueryAttention, KVCache
+from course_utils.variants import ATTENTION_KERNELS, GroupedQueryAttention, KVCache, sliding_window_mask
 
 __all__ = ["GPTConfig", "PRESETS", "MLP", "Block", "GPT"]
 
@@ -47,7 +47,8 @@ _POSITIONS = ("learned", "rope")
 class GPTConfig:
     """Everything that fixes the shape of a :class:`GPT` (training settings live in ``course_utils.train``).
 
-    ``num_kv_heads`` below ``num_heads`` gives grouped-query attention (None: as many as ``num_heads``).
+    ``num_kv_heads`` below ``num_heads`` gives grouped-query attention (None: as many as ``num_heads``);
+    ``window`` (None: full causal) lets each token see only its last ``window`` positions (notebook 07).
     ``attention``: the course's (it returns the weights), PyTorch's fused kernel, or the course's
     FlashAttention (notebook 08, no dropout). Taught in notebook 10.
     """
@@ -58,6 +59,7 @@ class GPTConfig:
     num_heads: int = 6
     num_layers: int = 6
     num_kv_heads: int | None = None
+    window: int | None = None
     mlp_ratio: int = 4
     dropout: float = 0.0
     bias: bool = True
@@ -72,6 +74,7 @@ class GPTConfig:
             self._store(name, int(getattr(self, name)))  # int, not np.int64: weights_only checkpoints
         check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
         self._store("num_kv_heads", None if self.num_kv_heads is None else int(self.num_kv_heads))
+        self._store("window", None if self.window is None else check_int("window", self.window))
         check_fraction("dropout", self.dropout)
         self._store("dropout", float(self.dropout))
         check_bool("bias", self.bias)
@@ -275,6 +278,11 @@ class GPT(nn.Module):
             x = x + self.pos_emb.embedding.weight[start : start + T]  # (B, T, C) + (T, C)
         return self.drop(x)
 
+    def _window_mask(self, T: int, start: int, device: torch.device) -> torch.Tensor | None:
+        """None (each layer's own causal triangle), or with a ``window`` the (T, S) mask of positions start .."""
+        w = self.config.window
+        return None if w is None else sliding_window_mask(T, w, start + T, device=device)
+
     def new_cache(self) -> KVCache:
         """An empty KV cache for this model: one slot per layer, room for ``context_length`` positions."""
         return KVCache(self.config.num_layers, self.config.context_length)
@@ -305,8 +313,9 @@ class GPT(nn.Module):
                     f"position), got {tuple(targets.shape)}"
                 )
         x = self._embed(idx, start)  # (B, T, C)
+        mask = self._window_mask(idx.shape[1], start, idx.device)
         for block in self.blocks:
-            x = block.forward_unchecked(x, None, cache)  # (B, T, C): the layers trust the checks above
+            x = block.forward_unchecked(x, mask, cache)  # (B, T, C): the layers trust the checks above
         logits = self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
         loss = None
         if targets is not None:
@@ -321,9 +330,10 @@ class GPT(nn.Module):
         """
         self.check_ids(idx)
         x = self._embed(idx, 0)  # (B, T, C)
+        mask = self._window_mask(idx.shape[1], 0, idx.device)
         maps = []
         for block in self.blocks:
-            a, weights = block.attend(x, need_weights=True)  # (B, T, C), (B, H, T, T)
+            a, weights = block.attend(x, mask, need_weights=True)  # (B, T, C), (B, H, T, T)
             x = block.add_branches(x, a)  # (B, T, C)
             maps.append(weights)
         return maps

@@ -1,6 +1,7 @@
 """Linear attention as a memory (notebook 13): a (D, Dv) state written with keys and values, read with queries;
 decay, gates, the delta rule, and the chunkwise-parallel form. The forms without a normaliser (RetNet, gated linear
-attention, Mamba-2, DeltaNet); the normalised one and the feature map are in :mod:`course_utils.variants`.
+attention, Mamba-2, DeltaNet); last, the normalised causal linear attention of Katharopoulos et al. (notebooks 07 and
+13 section 1): the same forms with every gate 1, read through a feature map phi, the normaliser a last value column.
 
 The recurrence every form computes: S_t = alpha_t S_{t-1} + k_t v_t^T, out_t = S_t^T q_t, from S_0 = 0, with a gate
 alpha_t in (0, 1] (1: no forgetting). Shapes: T sequence length, D the width of q and k, Dv of v, C a chunk's length,
@@ -14,7 +15,13 @@ import numbers
 
 import torch
 
-from course_utils._validate import check_float_tensor, check_holds_values, check_int, check_same_device
+from course_utils._validate import (
+    broadcast_shapes,
+    check_float_tensor,
+    check_holds_values,
+    check_int,
+    check_same_device,
+)
 
 __all__ = [
     "gated_linear_attention_step",
@@ -27,6 +34,11 @@ __all__ = [
     "gated_linear_attention_chunk",
     "gated_linear_attention_chunkwise",
     "chunkwise_cost",
+    "elu_feature_map",
+    "linear_attention",
+    "linear_attention_recurrent",
+    "linear_attention_quadratic",
+    "linear_attention_step",
 ]
 
 
@@ -155,7 +167,7 @@ def gated_linear_attention(
     """
     _check_qkv(q, k, v)
     gate = _rate("gate", gate, q.shape[:-1], q, low_open=True)
-    scores = (q @ k.transpose(-2, -1)) * _decay_mask(gate.log())  # (..., T, T)
+    scores = (q @ k.transpose(-2, -1)).tril() * _decay_mask(gate.log())  # (..., T, T); tril: never inf * 0
     return scores @ v  # (..., T, Dv)
 
 
@@ -299,3 +311,95 @@ def chunkwise_cost(T: int, D: int, Dv: int, chunk_size: int) -> dict[str, int]:
     D, Dv, C = (check_int(n, x) for n, x in (("D", D), ("Dv", Dv), ("chunk_size", chunk_size)))
     inside = (T // C) * C * C + (T % C) ** 2  # sum of C_i^2 over the chunks: full ones, then the shorter last one
     return {"recurrent": 2 * T * D * Dv, "quadratic": T * T * (D + Dv), "chunkwise": inside * (D + Dv) + 2 * T * D * Dv}
+
+
+# --- 5. Causal linear attention (Katharopoulos et al. 2020): every gate 1, phi(q) and phi(k), normalised -------
+
+
+def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
+    """The feature map phi(x) = elu(x) + 1 of linear attention: positive everywhere, so every weight is.
+
+    Written as x + 1 for x > 0 and exp(x) otherwise: ``F.elu(x) + 1`` rounds exp(x) - 1 + 1 to 0 for x below
+    about -17 (float32), and a query whose features are all 0 divides 0 by 0.
+    Shape: x (..., D) -> (..., D). Taught in notebook 13 (section 1).
+    """
+    check_float_tensor("x", x)
+    return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0)))  # the clamp keeps exp's unused branch finite
+
+
+def _normalised(form, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """out_t = phi(q_t)^T S_t / phi(q_t)^T z_t: ``form`` (gate 1) on phi(q), phi(k) and [v, 1], whose last column
+    sums phi(k_j) over j <= t into z_t. The leading axes broadcast. Shape: q, k (..., T, D), v (..., T, Dv) -> out
+    (..., T, Dv)."""
+    if all(isinstance(x, torch.Tensor) and x.dim() >= 2 for x in (q, k, v)):  # else _check_qkv names what arrived
+        try:
+            lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
+            q, k, v = (x.expand(*lead, *x.shape[-2:]) for x in (q, k, v))  # views, no copy
+        except RuntimeError:
+            pass  # _check_qkv names the three shapes
+    _check_qkv(q, k, v)
+    out = form(elu_feature_map(q), elu_feature_map(k), torch.cat([v, v.new_ones(*v.shape[:-1], 1)], dim=-1))
+    out = out[0] if isinstance(out, tuple) else out  # (..., T, Dv + 1)
+    return out[..., :-1] / out[..., -1:]
+
+
+def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention in parallel: every prefix state at once (:func:`gated_linear_attention_prefix_states`).
+
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
+    """
+    return _normalised(gated_linear_attention_prefix_states, q, k, v)
+
+
+def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention one token at a time (:func:`gated_linear_attention_recurrent`), a (D, Dv + 1) state.
+
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
+    """
+    return _normalised(gated_linear_attention_recurrent, q, k, v)
+
+
+def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """Causal linear attention directly: weights phi(q_t) . phi(k_j) for j <= t, each row divided by its sum.
+
+    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
+    """
+    return _normalised(gated_linear_attention, q, k, v)
+
+
+def linear_attention_step(
+    state: torch.Tensor, normaliser: torch.Tensor, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One token of causal linear attention as a recurrence: add token t to the state, then read it.
+
+    S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t), out_t = phi(q_t)^T S_t / phi(q_t)^T z_t; start
+    from zeros. Returns ``(out_t, S_t, z_t)``; the leading axes broadcast. Taught in notebook 13 (section 1).
+    Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv), S_t, z_t.
+    """
+    named = {"state": state, "normaliser": normaliser, "q_t": q_t, "k_t": k_t, "v_t": v_t}
+    for name, t in named.items():
+        check_float_tensor(name, t, min_dim=2 if name == "state" else 1)
+    if len({t.dtype for t in named.values()}) > 1:
+        dtypes = ", ".join(str(t.dtype) for t in named.values())
+        raise TypeError(f"state, normaliser, q_t, k_t and v_t must share a dtype, got {dtypes}")
+    check_same_device(**named)
+    D, Dv = state.shape[-2:]
+    if D == 0:
+        raise ValueError(
+            f"state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got {tuple(state.shape)}"
+        )
+    for name, t, n in (("normaliser", normaliser, D), ("q_t", q_t, D), ("k_t", k_t, D), ("v_t", v_t, Dv)):
+        if t.shape[-1] != n:
+            raise ValueError(
+                f"{name} must end in {n} (state is (..., D, Dv) = {tuple(state.shape)}), got {name} {tuple(t.shape)}"
+            )
+    try:
+        lead = broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for t in (normaliser, q_t, k_t, v_t)))
+    except RuntimeError:
+        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in named.items())
+        raise ValueError(f"the leading axes of {shapes} do not broadcast") from None
+    memory = torch.cat([state.expand(*lead, D, Dv), normaliser[..., None].expand(*lead, D, 1)], dim=-1)  # z: a column
+    q_t, k_t = (elu_feature_map(t).expand(*lead, D) for t in (q_t, k_t))  # (..., D)
+    v_t = torch.cat([v_t.expand(*lead, Dv), v_t.new_ones(*lead, 1)], dim=-1)  # (..., Dv + 1)
+    out, memory = gated_linear_attention_step(memory, q_t, k_t, v_t)  # (..., Dv + 1), (..., D, Dv + 1)
+    return out[..., :-1] / out[..., -1:], memory[..., :-1], memory[..., -1]

@@ -1,8 +1,8 @@
 """Attention variants: fewer KV heads, local windows, low-rank and attention-free mixing, a KV cache.
 
 Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
-the :class:`KVCache` and :class:`TinyDecoder` (09); causal linear attention and its recurrent form (in brief in
-07, step by step in 13).
+the :class:`KVCache` (09; :class:`~course_utils.gpt.GPT` is the model that uses it). Causal linear attention,
+in brief in notebook 07, is in :mod:`course_utils.linear_attention` with its gated forms (notebook 13).
 Shapes: B batch, T query length, S key length, C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim (Dv of
 the values where it differs), V vocab_size; masks are True = may attend.
 
@@ -15,8 +15,6 @@ The cache protocol, which :mod:`course_utils.generation` relies on: a model has 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 import torch.nn.functional as F
@@ -37,11 +35,9 @@ from course_utils._validate import (
     check_same_device,
     check_scores_mask,
     check_tensor,
-    check_token_ids,
     is_integer_tensor,
 )
 from course_utils.attention import attend
-from course_utils.block import Block
 from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask, combine_masks
 from course_utils.multihead import MultiHeadAttention, merge_heads
@@ -61,13 +57,6 @@ __all__ = [
     "AFTFull",
     "topk_attention",
     "KVCache",
-    "DecoderConfig",
-    "TinyDecoder",
-    "elu_feature_map",
-    "linear_attention",
-    "linear_attention_step",
-    "linear_attention_recurrent",
-    "linear_attention_quadratic",
 ]
 
 
@@ -497,9 +486,8 @@ def topk_attention(
         m = mask
         if mask is not None and mask.dim() >= 2 and mask.shape[-2] > 1:
             m = mask[..., i0:i1, :]  # (..., Tc, S): this chunk's rows of the mask
-        if causal:
-            rows = torch.arange(i0, i1, device=q.device)[:, None] + (S - T)  # (Tc, 1) absolute positions
-            m = combine_masks(m, torch.arange(S, device=q.device)[None, :] <= rows)  # (..., Tc, S)
+        if causal:  # rows i0 .. i1 - 1 of causal_mask(T, S)
+            m = combine_masks(m, torch.ones(i1 - i0, S, dtype=torch.bool, device=q.device).tril(S - T + i0))
         if m is not None:
             scores = scores.masked_fill(~m, float("-inf"))
         idx = scores.topk(kk, dim=-1).indices  # (..., Tc, k)
@@ -510,7 +498,7 @@ def topk_attention(
     return torch.cat(outs, dim=-2)  # (..., T, D)
 
 
-# --- 5. The KV cache, and a tiny decoder-only language model that follows the protocol ----------------------
+# --- 5. The KV cache ----------------------------------------------------------------------------------------
 
 
 class KVCache:
@@ -616,206 +604,3 @@ class KVCache:
 
     def __repr__(self) -> str:
         return f"KVCache(num_layers={self.num_layers}, capacity={self.capacity}, length={self.length})"
-
-
-@dataclass(frozen=True)
-class DecoderConfig:
-    """Sizes of a :class:`TinyDecoder`; ``window=None``: full causal; ``positions``: "learned" or "rope"."""
-
-    vocab_size: int = 16
-    context_length: int = 32
-    embed_dim: int = 32
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    num_layers: int = 2
-    window: int | None = None
-    positions: Literal["learned", "rope"] = "learned"
-
-    def __post_init__(self) -> None:
-        for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_kv_heads", "num_layers"):
-            check_int(name, getattr(self, name))
-        check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
-        if self.window is not None:
-            check_int("window", self.window)
-        check_choice("positions", self.positions, ("learned", "rope"))
-        if self.positions == "rope" and (self.embed_dim // self.num_heads) % 2 != 0:
-            raise ValueError(
-                f"rotary positions need an even head_dim, got {self.embed_dim // self.num_heads} "
-                f"(embed_dim {self.embed_dim} / num_heads {self.num_heads})"
-            )
-
-    @classmethod
-    def tiny(cls, **overrides) -> DecoderConfig:
-        """A model small enough for tests and CPU notebooks (about 20k parameters)."""
-        return cls(**overrides)
-
-
-class TinyDecoder(nn.Module):
-    """A small decoder-only language model of grouped-query blocks that follows this module's cache protocol.
-
-    Shape: idx (B, T) -> logits (B, T, V). Taught in notebook 09.
-    """
-
-    def __init__(self, config: DecoderConfig) -> None:
-        super().__init__()
-        if not isinstance(config, DecoderConfig):
-            raise TypeError(f"TinyDecoder takes a DecoderConfig, got {type(config).__name__}")
-        self.config = config
-        self.context_length = config.context_length
-        self.tok_emb = nn.Embedding(config.vocab_size, config.embed_dim)
-        learned = config.positions == "learned"
-        self.pos_emb = nn.Embedding(config.context_length, config.embed_dim) if learned else None
-        self.blocks = nn.ModuleList(  # pre-norm blocks around grouped-query attention
-            Block(
-                config.embed_dim,
-                GroupedQueryAttention(
-                    config.embed_dim, config.num_heads, config.num_kv_heads, rope=config.positions == "rope"
-                ),
-            )
-            for _ in range(config.num_layers)
-        )
-        self.ln_f = nn.LayerNorm(config.embed_dim)
-        self.lm_head = nn.Linear(config.embed_dim, config.vocab_size)
-
-    def new_cache(self) -> KVCache:
-        """An empty cache for this model: one slot per layer, capacity ``context_length``."""
-        return KVCache(self.config.num_layers, self.config.context_length)
-
-    def forward(self, idx: torch.Tensor, cache: KVCache | None = None) -> torch.Tensor:
-        check_token_ids("idx", idx, self.config.vocab_size)
-        if cache is not None and not isinstance(cache, KVCache):
-            raise TypeError(f"cache must be a KVCache (model.new_cache()) or None, got {type(cache).__name__}")
-        B, T = idx.shape
-        start = 0 if cache is None else cache.length  # absolute position of idx[:, 0]
-        S = start + T
-        if S > self.context_length:
-            raise ValueError(
-                f"positions up to {S - 1} do not fit in context_length ({self.context_length}): "
-                f"{start} cached + {T} new tokens"
-            )
-        x = self.tok_emb(idx)  # (B, T) -> (B, T, C)
-        if self.pos_emb is not None:
-            x = x + self.pos_emb(torch.arange(start, S, device=idx.device))  # (T, C) broadcasts over B
-        if self.config.window is None:
-            mask = causal_mask(T, S, device=idx.device)  # (T, S), bottom-right aligned
-        else:
-            mask = sliding_window_mask(T, self.config.window, S, device=idx.device)
-        for i, block in enumerate(self.blocks):
-            x = block(x, mask, cache=cache, layer=i)  # (B, T, C)
-        return self.lm_head(self.ln_f(x))  # (B, T, C) -> (B, T, V)
-
-
-# --- 6. Causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct O(T^2) forms ----
-
-
-def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
-    """The feature map phi(x) = elu(x) + 1 of linear attention: positive everywhere, so every weight is.
-
-    Written as x + 1 for x > 0 and exp(x) otherwise: ``F.elu(x) + 1`` rounds exp(x) - 1 + 1 to 0 for x below
-    about -17 (float32), and a query whose features are all 0 divides 0 by 0.
-    Shape: x (..., D) -> (..., D). Taught in notebook 13 (section 1).
-    """
-    check_float_tensor("x", x)
-    return torch.where(x > 0, x + 1.0, torch.exp(x.clamp(max=0)))  # the clamp keeps exp's unused branch finite
-
-
-def linear_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal linear attention in parallel: prefix sums of phi(k_j) v_j^T and phi(k_j) over j <= t.
-
-    out_t = phi(q_t)^T S_t / phi(q_t)^T z_t, phi = :func:`elu_feature_map`; memory O(T * D * Dv).
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
-    """
-    check_causal_linear(q, k, v)
-    fq, fk = elu_feature_map(q), elu_feature_map(k)  # (..., T, D)
-    states = (fk[..., :, :, None] * v[..., :, None, :]).cumsum(dim=-3)  # (..., T, D, 1) * (..., T, 1, Dv) -> S_t
-    normalisers = fk.cumsum(dim=-2)  # (..., T, D): z_t
-    num = torch.einsum("...td,...tde->...te", fq, states)  # (..., T, Dv)
-    den = (fq * normalisers).sum(dim=-1, keepdim=True)  # (..., T, 1)
-    return num / den
-
-
-def check_causal_linear(q: object, k: object, v: object) -> None:
-    """Raise unless q, k, v fit with q and k of one length T: the door of the three forms below."""
-    check_qkv(q, k, v)
-    if q.shape[-2] != k.shape[-2]:
-        raise ValueError(
-            f"causal linear attention is self-attention: q and k need the same length T, "
-            f"got q {tuple(q.shape)} and k {tuple(k.shape)}"
-        )
-
-
-def _linear_step(
-    state: torch.Tensor, normaliser: torch.Tensor, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    fk = elu_feature_map(k_t)  # (..., D)
-    state = state + fk[..., :, None] * v_t[..., None, :]  # (..., D, Dv): add token t first, it sees itself
-    normaliser = normaliser + fk  # (..., D)
-    fq = elu_feature_map(q_t)  # (..., D)
-    num = (fq[..., None, :] @ state)[..., 0, :]  # (..., 1, D) @ (..., D, Dv) -> (..., Dv)
-    den = (fq * normaliser).sum(dim=-1, keepdim=True)  # (..., 1)
-    return num / den, state, normaliser
-
-
-def linear_attention_step(
-    state: torch.Tensor, normaliser: torch.Tensor, q_t: torch.Tensor, k_t: torch.Tensor, v_t: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """One token of causal linear attention as a recurrence: add token t to the state, then read it.
-
-    S_t = S_{t-1} + phi(k_t) v_t^T, z_t = z_{t-1} + phi(k_t), out_t = phi(q_t)^T S_t / phi(q_t)^T z_t; start
-    from zeros. Returns ``(out_t, S_t, z_t)``. Taught in notebook 13 (section 1).
-    Shape: state (..., D, Dv), normaliser (..., D), q_t, k_t (..., D), v_t (..., Dv) -> out_t (..., Dv), S_t, z_t.
-    """
-    named = {"state": state, "normaliser": normaliser, "q_t": q_t, "k_t": k_t, "v_t": v_t}
-    for name, t in named.items():
-        check_float_tensor(name, t, min_dim=2 if name == "state" else 1)
-    if len({t.dtype for t in named.values()}) > 1:
-        dtypes = ", ".join(str(t.dtype) for t in named.values())
-        raise TypeError(f"state, normaliser, q_t, k_t and v_t must share a dtype, got {dtypes}")
-    check_same_device(**named)
-    D, Dv = state.shape[-2:]
-    if D == 0:
-        raise ValueError(
-            f"state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got {tuple(state.shape)}"
-        )
-    for name, t, n in (("normaliser", normaliser, D), ("q_t", q_t, D), ("k_t", k_t, D), ("v_t", v_t, Dv)):
-        if t.shape[-1] != n:
-            raise ValueError(
-                f"{name} must end in {n} (state is (..., D, Dv) = {tuple(state.shape)}), got {name} {tuple(t.shape)}"
-            )
-    try:
-        broadcast_shapes(state.shape[:-2], *(t.shape[:-1] for t in (normaliser, q_t, k_t, v_t)))
-    except RuntimeError:
-        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in named.items())
-        raise ValueError(f"the leading axes of {shapes} do not broadcast") from None
-    return _linear_step(state, normaliser, q_t, k_t, v_t)
-
-
-def linear_attention_recurrent(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal linear attention one token at a time, carrying only a (D, Dv) state and a (D,) normaliser.
-
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
-    """
-    check_causal_linear(q, k, v)
-    lead = broadcast_shapes(q.shape[:-2], k.shape[:-2], v.shape[:-2])
-    D, Dv = k.shape[-1], v.shape[-1]
-    state = q.new_zeros(*lead, D, Dv)  # (..., D, Dv)
-    normaliser = q.new_zeros(*lead, D)  # (..., D)
-    outs = []
-    for t in range(q.shape[-2]):
-        out, state, normaliser = _linear_step(state, normaliser, q[..., t, :], k[..., t, :], v[..., t, :])
-        outs.append(out)  # (..., Dv)
-    return torch.stack(outs, dim=-2) if outs else q.new_zeros(*lead, 0, Dv)  # (..., T, Dv)
-
-
-def linear_attention_quadratic(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
-    """Causal linear attention computed directly: weights phi(q_t) . phi(k_j) for j <= t, row-normalised.
-
-    Shape: q, k (..., T, D), v (..., T, Dv) -> out (..., T, Dv). Taught in notebook 13 (section 1).
-    """
-    check_causal_linear(q, k, v)
-    T = q.shape[-2]
-    scores = elu_feature_map(q) @ elu_feature_map(k).transpose(-2, -1)  # (..., T, T), all positive
-    future = torch.ones(T, T, dtype=torch.bool, device=q.device).triu(1)  # (T, T): True above the diagonal
-    scores = scores.masked_fill(future, 0.0)  # the future counts 0 (set, not multiplied: inf * 0 would be NaN)
-    weights = scores / scores.sum(dim=-1, keepdim=True)  # (..., T, T): rows sum to 1
-    return weights @ v  # (..., T, Dv)

@@ -61,6 +61,7 @@ def _entries():
     from course_utils import fast_attention as FA
     from course_utils import generation as G
     from course_utils import gpt as GP
+    from course_utils import linear_attention as LA
     from course_utils import masking as M
     from course_utils import multihead as MH
     from course_utils import positional as P
@@ -211,31 +212,13 @@ def _entries():
         return cache.reorder(indices)
 
     yield "KVCache.reorder", cache_reorder, (torch.tensor([1, 0]),), {}
-    yield (
-        "DecoderConfig",
-        VA.DecoderConfig,
-        (),
-        {
-            "vocab_size": 16,
-            "context_length": 8,
-            "embed_dim": 16,
-            "num_heads": 4,
-            "num_kv_heads": 2,
-            "num_layers": 1,
-            "window": 3,
-            "positions": "rope",
-        },
-    )
-    yield "TinyDecoder", VA.TinyDecoder, (VA.DecoderConfig(),), {}
-    dec = VA.TinyDecoder(VA.DecoderConfig(context_length=8))
-    yield "TinyDecoder.forward", dec, (torch.tensor([[1, 2, 3]]),), {"cache": dec.new_cache()}
-    yield "elu_feature_map", VA.elu_feature_map, (x,), {}
+    yield "elu_feature_map", LA.elu_feature_map, (x,), {}
     qq6 = torch.randn(2, 5, 6)
-    for fn in (VA.linear_attention, VA.linear_attention_recurrent, VA.linear_attention_quadratic):
+    for fn in (LA.linear_attention, LA.linear_attention_recurrent, LA.linear_attention_quadratic):
         yield fn.__name__, fn, (c, c, qq6), {}
     yield (
         "linear_attention_step",
-        VA.linear_attention_step,
+        LA.linear_attention_step,
         (
             torch.zeros(2, 4, 6),
             torch.zeros(2, 4),
@@ -272,7 +255,9 @@ def _entries():
             "generator": _gen(),
         },
     )
-    model = VA.TinyDecoder(VA.DecoderConfig(context_length=8))
+    model = GP.GPT(
+        GP.GPTConfig(vocab_size=16, context_length=8, embed_dim=16, num_heads=4, num_layers=1)
+    ).for_generation()
     prompt = torch.tensor([[1, 2, 3]])
     settings = {"temperature": 0.8, "top_k": 3, "top_p": 0.9, "greedy": False, "use_cache": True}
 
@@ -315,6 +300,7 @@ def _entries():
         {
             **cfg,
             "num_kv_heads": 2,
+            "window": 3,
             "mlp_ratio": 2,
             "dropout": 0.1,
             "bias": True,
@@ -327,7 +313,12 @@ def _entries():
     yield "GPTConfig.preset", GP.GPTConfig.preset, ("tiny",), {"dropout": 0.1}
     yield "GPTConfig.from_dict", GP.GPTConfig.from_dict, (GP.GPTConfig(**cfg).to_dict(),), {}
     yield "GPT", GP.GPT, (GP.GPTConfig(**cfg),), {}
-    for name, extra in (("learned", {}), ("rope", {"positions": "rope"}), ("gqa", {"num_kv_heads": 2})):
+    for name, extra in (
+        ("learned", {}),
+        ("rope", {"positions": "rope"}),
+        ("gqa", {"num_kv_heads": 2}),
+        ("window", {"window": 2}),
+    ):
         gpt = GP.GPT(GP.GPTConfig(**cfg, **extra))
         ids = torch.tensor([[1, 2, 3]])
         yield f"GPT.forward[{name}]", gpt, (ids,), {"targets": ids}

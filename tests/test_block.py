@@ -8,7 +8,7 @@ from course_utils.gpt import GPT, GPTConfig
 from course_utils.length_generalisation import LengthGenConfig, TinyPositionalModel
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
-from course_utils.variants import DecoderConfig, GroupedQueryAttention, TinyDecoder
+from course_utils.variants import GroupedQueryAttention
 
 
 def test_pre_norm_block_by_hand():
@@ -30,14 +30,13 @@ def test_post_norm_block_by_hand():
 def test_every_model_uses_the_one_block_with_the_same_parameter_names():
     models = [
         GPT(GPTConfig.preset("tiny")),
-        TinyDecoder(DecoderConfig()),
         TinyPositionalModel(LengthGenConfig.tiny(), "rope"),
     ]
     for model in models:
         assert all(isinstance(b, Block) and isinstance(b.mlp, MLP) for b in model.blocks)
         names = {name.split(".")[0] for name in model.blocks[0].state_dict()}
         assert names == {"ln_1", "attn", "ln_2", "mlp"}, type(model).__name__
-    assert isinstance(models[1].blocks[0].attn, GroupedQueryAttention)
+    assert isinstance(models[0].blocks[0].attn, GroupedQueryAttention)
 
 
 def test_mlp_shapes_and_ratio():

@@ -26,15 +26,13 @@ from course_utils.linear_attention import (
     gated_linear_attention,
     gated_linear_attention_chunkwise,
     gated_linear_attention_recurrent,
-)
-from course_utils.masking import causal_mask
-from course_utils.variants import (
-    KVCache,
     linear_attention,
     linear_attention_quadratic,
     linear_attention_recurrent,
     linear_attention_step,
 )
+from course_utils.masking import causal_mask
+from course_utils.variants import KVCache
 
 D, DV = 32, 32
 SEEDS = range(100, 140)

@@ -25,8 +25,6 @@ from course_utils.generation import beam_search, generate
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.masking import causal_mask
 from course_utils.variants import (
-    DecoderConfig,
-    TinyDecoder,
     aft_full,
     kv_cache_bytes,
     linformer_attention,
@@ -309,7 +307,7 @@ def test_08_tiled_memory_for_8192_tokens():
 # --- notebook 09: what the KV cache saves ---------------------------------------------------------
 
 
-def _work(model: TinyDecoder, N: int, use_cache: bool) -> tuple[int, int, list[int]]:
+def _work(model: torch.nn.Module, N: int, use_cache: bool) -> tuple[int, int, list[int]]:
     """Tokens fed to the model, (query, key) pairs its first attention layer scores, and the pairs per step."""
     fed, pairs = [], []
     original = model.forward
@@ -331,7 +329,7 @@ def _work(model: TinyDecoder, N: int, use_cache: bool) -> tuple[int, int, list[i
 @pytest.fixture(scope="module")
 def decoder():
     torch.manual_seed(0)
-    return TinyDecoder(DecoderConfig(context_length=300)).eval()
+    return GPT(GPTConfig.preset("tiny", vocab_size=16, num_kv_heads=2, context_length=300)).eval().for_generation()
 
 
 @pytest.mark.parametrize("N", [1, 2, 7, 40, 128])
@@ -356,21 +354,18 @@ def test_08_the_cache_removes_one_factor_of_n_not_two(decoder):
     assert exponent[False][1] == pytest.approx(3.0, abs=0.05) and exponent[True][1] == pytest.approx(2.0, abs=0.05)
 
 
-def test_08_the_notebooks_hook_counts_what_the_model_computes(decoder):
-    """The notebook counts with pre-hooks on the model and its first attention layer: the same numbers."""
-    work = {"tokens": 0, "pairs": 0}
-    hooks = [
-        decoder.register_forward_pre_hook(lambda m, a: work.__setitem__("tokens", work["tokens"] + a[0].shape[1])),
-        decoder.blocks[0].attn.register_forward_pre_hook(
-            lambda m, a: work.__setitem__("pairs", work["pairs"] + a[1].shape[-2] * a[1].shape[-1])
-        ),
-    ]
-    try:
-        generate(decoder, torch.zeros(1, 1, dtype=torch.long), 20, greedy=True, use_cache=True)
-    finally:
-        for h in hooks:
-            h.remove()
-    assert (work["tokens"], work["pairs"]) == _work(decoder, 20, use_cache=True)[:2]
+@pytest.mark.parametrize("use_cache", [False, True])
+def test_08_the_notebooks_count_is_what_the_attention_kernel_computes(decoder, use_cache, monkeypatch):
+    """The notebook counts (T, S) pairs from the calls to the model; the kernel each layer runs sees the same."""
+    seen, real = [], torch.nn.functional.scaled_dot_product_attention
+
+    def kernel(q, k, v, **kwargs):
+        seen.append(q.shape[-2] * k.shape[-2])  # (B, H, T, D), (B, H, S, D): T * S pairs per head
+        return real(q, k, v, **kwargs)
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", kernel)
+    _, pairs, _ = _work(decoder, 20, use_cache=use_cache)
+    assert pairs == sum(seen) // decoder.gpt.config.num_layers > 0
 
 
 def test_08_beam_search_has_no_end_token_and_no_length_penalty(decoder):

@@ -24,7 +24,6 @@ from course_utils.generation import (
     top_p_keep,
 )
 from course_utils.gpt import GPT, GPTConfig
-from course_utils.variants import DecoderConfig, TinyDecoder
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py: tiny models, one CPU thread
 
@@ -113,26 +112,31 @@ def test_low_temperature_approaches_greedy():
     assert torch.equal(tokens, logits.argmax(-1))
 
 
+def _decoder(**overrides) -> nn.Module:
+    """Notebook 09's model: a tiny GPT (16 tokens, grouped-query) behind the generation protocol."""
+    return GPT(GPTConfig.preset("tiny", **{"vocab_size": 16, "num_kv_heads": 2, **overrides})).for_generation()
+
+
 # --- generation -------------------------------------------------------------------------------------
 
 
 @pytest.fixture
 def model():
     torch.manual_seed(0)
-    return TinyDecoder(DecoderConfig.tiny(context_length=24)).eval()
+    return _decoder(context_length=24).eval()
 
 
 @pytest.mark.parametrize(
     "cfg",
     [
-        DecoderConfig.tiny(context_length=24),
-        DecoderConfig.tiny(context_length=24, num_kv_heads=1, window=4),
-        DecoderConfig.tiny(context_length=24, positions="rope"),
+        dict(context_length=24),
+        dict(context_length=24, num_kv_heads=1, window=4),
+        dict(context_length=24, positions="rope"),
     ],
 )
 def test_cached_generation_equals_recomputing_the_prefix(cfg):
     torch.manual_seed(0)
-    model = TinyDecoder(cfg)
+    model = _decoder(**cfg)
     idx = torch.randint(0, 16, (3, 5))
     for kwargs in ({"greedy": True}, {"temperature": 0.9, "top_k": 6, "top_p": 0.9}):
         a, la = generate(
@@ -165,11 +169,11 @@ def test_without_cache_generation_can_run_past_the_context(model):
 
 
 def _shift_models() -> list[tuple[str, nn.Module]]:
-    """Models with context_length 16: the course's TinyDecoder and GPT, learned and rotary positions."""
+    """Models with context_length 16: the course's GPT, learned and rotary positions, with and without GQA."""
     models = []
     for name, make in [
-        ("decoder-learned", lambda: TinyDecoder(DecoderConfig.tiny(context_length=16))),
-        ("decoder-rope", lambda: TinyDecoder(DecoderConfig.tiny(context_length=16, positions="rope"))),
+        ("gqa-learned", lambda: _decoder(context_length=16)),
+        ("gqa-rope", lambda: _decoder(context_length=16, positions="rope")),
         ("gpt-learned", lambda: GPT(GPTConfig.preset("tiny", context_length=16)).for_generation()),
         ("gpt-rope", lambda: GPT(GPTConfig.preset("tiny", context_length=16, positions="rope")).for_generation()),
     ]:
@@ -335,7 +339,7 @@ def _gpt():
 def test_generate_takes_a_numpy_int_for_max_new_tokens():
     import numpy as np
 
-    model = TinyDecoder(DecoderConfig(vocab_size=5, context_length=8, embed_dim=8, num_heads=2, num_layers=1))
+    model = GPT(GPTConfig(vocab_size=5, context_length=8, embed_dim=8, num_heads=2, num_layers=1)).for_generation()
     out = generate(model, torch.zeros(1, 2, dtype=torch.long), np.int64(3), greedy=True)
     assert out.shape == (1, 5)
 
@@ -361,7 +365,7 @@ def test_the_loop_checks_top_k_and_top_p_once_not_at_every_step(monkeypatch):
 # --- every message a learner can meet in this module, as one table ------------------------------------------
 
 torch.manual_seed(0)
-DECODER = TinyDecoder(DecoderConfig.tiny(context_length=24)).eval()
+DECODER = _decoder(context_length=24).eval()
 GPT_VIEW = _gpt().for_generation()
 IDS = torch.zeros(1, 4, dtype=torch.long)
 LOGITS = torch.randn(2, 5)

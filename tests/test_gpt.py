@@ -33,6 +33,8 @@ VARIANTS = {
     "grouped-query, learned": dict(positions="learned", num_kv_heads=1),
     "post-norm, rope": dict(positions="rope", norm_position="post"),
     "post-norm, grouped-query": dict(positions="learned", num_kv_heads=2, norm_position="post"),
+    "sliding window": dict(window=3),
+    "sliding window, rope, multi-query": dict(positions="rope", window=4, num_kv_heads=1),
 }
 
 
@@ -58,6 +60,8 @@ VARIANTS = {
         (dict(num_kv_heads=0), ValueError, "num_kv_heads must be at least 1, got 0"),
         (dict(num_kv_heads="2"), TypeError, "num_kv_heads must be a positive int or None, got str"),
         (dict(num_kv_heads=True), TypeError, "num_kv_heads must be a positive int or None, got bool"),
+        (dict(window=0), ValueError, "window must be at least 1, got 0"),
+        (dict(window=2.5), TypeError, "window must be an int, got float"),
         (
             dict(embed_dim=12, num_heads=4, positions="rope"),
             ValueError,
@@ -219,6 +223,19 @@ def test_attention_maps(variant):
         assert weights.shape == (2, TINY["num_heads"], 9, 9)
         torch.testing.assert_close(weights.sum(-1), torch.ones(2, TINY["num_heads"], 9))
         assert torch.count_nonzero(weights.triu(diagonal=1)) == 0, "no weight on the future"
+
+
+def test_a_window_hides_every_position_more_than_window_minus_1_back():
+    """One layer with window 3: position t sees t - 2 .. t, so changing token 0 moves positions 0-2 only."""
+    model = make(window=3, num_layers=1)
+    idx = ids(1, 8)
+    changed = idx.clone()
+    changed[0, 0] = (idx[0, 0] + 1) % TINY["vocab_size"]
+    logits, changed_logits = model(idx)[0], model(changed)[0]
+    assert (changed_logits[:, :3] - logits[:, :3]).abs().amax(-1).min() > 1e-4
+    torch.testing.assert_close(changed_logits[:, 3:], logits[:, 3:], atol=0, rtol=0)
+    weights = model.attention_maps(idx)[0]  # (1, H, T, T)
+    assert torch.count_nonzero(weights.tril(diagonal=-3)) == 0, "no weight beyond the window"
 
 
 def test_attention_maps_are_the_weights_the_model_uses():

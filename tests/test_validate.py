@@ -25,10 +25,9 @@ from course_utils._validate import (
     check_positive_number,
 )
 from course_utils.generation import beam_search, generate, generate_stream
-from course_utils.gpt import GPTConfig
+from course_utils.gpt import GPT, GPTConfig
 from course_utils.multihead import MultiHeadAttention, SingleHeadAttention
 from course_utils.positional import LearnedPositionalEmbedding, rope_pairing_permutation
-from course_utils.variants import DecoderConfig, TinyDecoder
 
 
 @given(shapes=st.lists(st.lists(st.integers(0, 3), max_size=4), max_size=4))
@@ -159,7 +158,7 @@ def test_check_choice_takes_values_of_a_subtype_but_not_a_bool_for_a_number():
 
 # --- the checks the modules now write at their door, through their public functions -------------------------
 
-_MODEL = TinyDecoder(DecoderConfig(context_length=8))
+_MODEL = GPT(GPTConfig.preset("tiny", vocab_size=16, context_length=8)).for_generation()
 _IDS = torch.zeros(1, 4, dtype=torch.long)
 _X, _MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
 

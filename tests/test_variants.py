@@ -1,6 +1,6 @@
-"""Attention variants (notebook 07) and the KV cache with its tiny decoder (notebook 09): each one against
+"""Attention variants (notebook 07) and the KV cache (notebook 09): each one against
 the plain masked reference or PyTorch, plus the equivalence matrix (GQA with H KV heads is MHA, with 1 it is
-MQA; a window >= T is causal attention; cached decoding equals the full forward pass) and every error
+MQA; a window >= T is causal attention) and every error
 message. The claims the notebooks' prose makes are pinned in test_claims_variants.py."""
 
 from __future__ import annotations
@@ -19,20 +19,13 @@ from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.variants import (
     AFTFull,
-    DecoderConfig,
     GroupedQueryAttention,
     KVCache,
     LinformerSelfAttention,
-    TinyDecoder,
     aft_full,
     aft_local_bias,
     aft_simple,
-    elu_feature_map,
     kv_cache_bytes,
-    linear_attention,
-    linear_attention_quadratic,
-    linear_attention_recurrent,
-    linear_attention_step,
     linformer_attention,
     repeat_kv,
     sliding_window_attention,
@@ -323,7 +316,7 @@ def test_topk_with_k_at_least_S_is_ordinary_attention():
     torch.testing.assert_close(topk_attention(q, k, v, 12, causal_mask(10, 12), chunk_size=3), ref)
 
 
-# --- KV cache and the tiny decoder ------------------------------------------------------------------
+# --- KV cache --------------------------------------------------------------------------------------
 
 
 def test_kv_cache_appends_and_returns_the_valid_part():
@@ -406,40 +399,6 @@ def test_gqa_rope_rotates_with_its_rope_base(base):
         assert not torch.allclose(out, _rope_gqa_reference(gqa, x, 10000.0), rtol=1e-6, atol=1e-6)
 
 
-CONFIGS = {
-    "MHA": DecoderConfig.tiny(num_kv_heads=4),
-    "GQA": DecoderConfig.tiny(num_kv_heads=2),
-    "MQA": DecoderConfig.tiny(num_kv_heads=1),
-    "sliding window": DecoderConfig.tiny(window=3),
-    "RoPE + GQA": DecoderConfig.tiny(positions="rope"),
-    "RoPE + window": DecoderConfig.tiny(positions="rope", window=4, num_kv_heads=1),
-}
-
-
-@pytest.mark.parametrize("name", list(CONFIGS))
-def test_decoder_with_cache_equals_the_full_forward(name):
-    torch.manual_seed(11)
-    model = TinyDecoder(CONFIGS[name]).eval()
-    idx = torch.randint(0, 16, (2, 12))
-    full = model(idx)  # (B, T, V)
-    cache = model.new_cache()
-    steps = [model(idx[:, :5], cache)] + [model(idx[:, t : t + 1], cache) for t in range(5, 12)]
-    assert cache.length == 12
-    torch.testing.assert_close(torch.cat(steps, dim=1), full)
-
-
-def test_decoder_is_causal():
-    torch.manual_seed(12)
-    for name, cfg in CONFIGS.items():
-        model = TinyDecoder(cfg).eval()
-        idx = torch.randint(0, 16, (1, 10))
-        out = model(idx)
-        for t in range(9):
-            changed = idx.clone()
-            changed[:, t + 1 :] = (changed[:, t + 1 :] + 1) % 16
-            torch.testing.assert_close(model(changed)[:, : t + 1], out[:, : t + 1], msg=name)
-
-
 # --- bad input --------------------------------------------------------------------------------------
 
 
@@ -470,141 +429,6 @@ def test_layers_and_chunked_functions_check_q_k_v_once_at_their_boundary(monkeyp
     assert len(calls) == 3
 
 
-# --- causal linear attention (Katharopoulos et al. 2020): parallel, recurrent and direct forms ----------------
-
-
-def _linear_inputs(seed: int, lead: tuple[int, ...], T: int, D: int, Dv: int, dtype: torch.dtype):
-    g = torch.Generator().manual_seed(seed)
-    q, k = (torch.randn(*lead, T, D, generator=g, dtype=dtype) for _ in range(2))  # (..., T, D)
-    return q, k, torch.randn(*lead, T, Dv, generator=g, dtype=dtype)  # v (..., T, Dv)
-
-
-LINEAR_TOL = {torch.float32: 1e-6, torch.float64: 1e-12}  # the tolerances notebook 07 states
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 2**31 - 1),
-    lead=st.lists(st.integers(1, 3), max_size=2).map(tuple),
-    T=st.integers(1, 48),
-    D=st.integers(1, 12),
-    Dv=st.integers(1, 12),
-    dtype=st.sampled_from((torch.float32, torch.float64)),
-)
-def test_linear_attention_parallel_recurrent_and_direct_forms_agree(seed, lead, T, D, Dv, dtype):
-    q, k, v = _linear_inputs(seed, lead, T, D, Dv, dtype)
-    parallel = linear_attention(q, k, v)
-    assert parallel.shape == (*lead, T, Dv) and parallel.dtype == dtype
-    t = LINEAR_TOL[dtype]
-    torch.testing.assert_close(linear_attention_recurrent(q, k, v), parallel, atol=t, rtol=t)
-    torch.testing.assert_close(linear_attention_quadratic(q, k, v), parallel, atol=t, rtol=t)
-
-
-def test_linear_attention_is_attention_with_exp_replaced_by_the_feature_map():
-    """Written out for one query with loops: out_t = sum_{j<=t} phi(q_t).phi(k_j) v_j / sum_{j<=t} phi(q_t).phi(k_j)."""
-    q, k, v = _linear_inputs(3, (), 7, 3, 5, torch.float64)
-    phi = lambda x: torch.where(x > 0, x + 1, torch.exp(x))  # noqa: E731  elu(x) + 1, piece by piece
-    expected = torch.zeros(7, 5, dtype=torch.float64)
-    for t in range(7):
-        w = torch.stack([phi(q[t]) @ phi(k[j]) for j in range(t + 1)])  # (t + 1,) positive weights
-        expected[t] = (w[:, None] * v[: t + 1]).sum(0) / w.sum()
-    torch.testing.assert_close(linear_attention(q, k, v), expected)
-    torch.testing.assert_close(elu_feature_map(q), phi(q))
-    assert (elu_feature_map(torch.linspace(-10, 10, 101)) > 0).all()
-
-
-def test_linear_attention_is_causal_and_not_softmax_attention():
-    q, k, v = _linear_inputs(5, (2,), 9, 4, 4, torch.float64)
-    out = linear_attention(q, k, v)
-    k2, v2 = k.clone(), v.clone()
-    k2[:, 6:] += 1.0
-    v2[:, 6:] -= 2.0
-    torch.testing.assert_close(linear_attention(q, k2, v2)[:, :6], out[:, :6])  # changing t >= 6 leaves 0..5
-    softmax, _ = scaled_dot_product_attention(q, k, v, causal_mask(9))
-    assert (out - softmax).abs().max() > 0.05
-
-
-def test_linear_attention_step_carries_the_state_of_the_parallel_form():
-    """Stepping through the tokens gives the parallel form's outputs and its last prefix state."""
-    q, k, v = _linear_inputs(11, (2, 3), 6, 4, 2, torch.float64)
-    state, normaliser = torch.zeros(2, 3, 4, 2, dtype=torch.float64), torch.zeros(2, 3, 4, dtype=torch.float64)
-    for t in range(6):
-        before = state.clone(), normaliser.clone()
-        out, state2, normaliser2 = linear_attention_step(state, normaliser, q[..., t, :], k[..., t, :], v[..., t, :])
-        torch.testing.assert_close((state, normaliser), before, rtol=0, atol=0)  # inputs unchanged
-        torch.testing.assert_close(out, linear_attention(q, k, v)[..., t, :])
-        state, normaliser = state2, normaliser2
-    fk = elu_feature_map(k)
-    torch.testing.assert_close(state, fk.transpose(-2, -1) @ v)  # sum_j phi(k_j) v_j^T, (D, Dv)
-    torch.testing.assert_close(normaliser, fk.sum(-2))
-    assert state.shape == (2, 3, 4, 2) and normaliser.shape == (2, 3, 4)
-
-
-def test_linear_attention_step_broadcasts_a_shared_state_over_leading_axes():
-    state, z = torch.rand(4, 3) + 0.1, torch.rand(4) + 0.1  # one state shared by a batch of 5 queries
-    q_t, k_t, v_t = torch.randn(5, 4), torch.randn(5, 4), torch.randn(5, 3)
-    out, new_state, new_z = linear_attention_step(state, z, q_t, k_t, v_t)
-    assert out.shape == (5, 3) and new_state.shape == (5, 4, 3) and new_z.shape == (5, 4)
-    for b in range(5):
-        o, s, n = linear_attention_step(state, z, q_t[b], k_t[b], v_t[b])
-        torch.testing.assert_close((o, s, n), (out[b], new_state[b], new_z[b]))
-
-
-def test_linear_attention_handles_empty_sequences_and_length_one():
-    q, k, v = torch.zeros(2, 0, 3), torch.zeros(2, 0, 3), torch.zeros(2, 0, 5)
-    for fn in (linear_attention, linear_attention_recurrent, linear_attention_quadratic):
-        assert fn(q, k, v).shape == (2, 0, 5)
-    q, k, v = _linear_inputs(0, (2,), 1, 3, 5, torch.float32)
-    for fn in (linear_attention, linear_attention_recurrent, linear_attention_quadratic):
-        torch.testing.assert_close(fn(q, k, v), v)  # one token attends only to itself
-
-
-def test_the_feature_map_stays_positive_where_elu_plus_one_rounds_to_zero():
-    # F.elu(x) + 1 computes exp(x) - 1 + 1, which is exactly 0 in float32 below x of about -17: a query whose
-    # features are all 0 then divides 0 by 0. Review of #19: phi is computed as exp(x) there instead.
-    x = torch.tensor([-80.0, -40.0, -20.0, -1.0, 0.0, 3.0])
-    assert (F.elu(x) + 1)[:3].eq(0).all()  # the rounding this test guards against is real
-    assert (elu_feature_map(x) > 0).all()
-    x64 = x.double()
-    torch.testing.assert_close(elu_feature_map(x64), torch.where(x64 > 0, x64 + 1, x64.exp()), rtol=0, atol=0)
-    q, k, v = (
-        torch.full((1, 3, 2), -20.0),
-        torch.full((1, 3, 2), -20.0),
-        _linear_inputs(0, (1,), 3, 2, 2, torch.float32)[2],
-    )
-    expected = v.cumsum(dim=1) / torch.arange(1, 4).reshape(1, 3, 1)  # equal weights: the running mean
-    for fn in (linear_attention, linear_attention_recurrent, linear_attention_quadratic):
-        torch.testing.assert_close(fn(q, k, v), expected)
-
-
-def test_the_feature_map_has_elus_gradient_and_names_integer_input():
-    x = torch.tensor([-30.0, -2.0, 0.0, 2.0, 100.0], dtype=torch.float64, requires_grad=True)
-    elu_feature_map(x).sum().backward()  # no NaN from exp's unused branch at x = 100
-    torch.testing.assert_close(x.grad, torch.tensor([math.exp(-30.0), math.exp(-2.0), 1.0, 1.0, 1.0]).double())
-    assert torch.autograd.gradcheck(elu_feature_map, (torch.randn(20, dtype=torch.float64, requires_grad=True),))
-    with pytest.raises(TypeError, match=r"x must be a floating-point tensor, got dtype torch.int64"):
-        elu_feature_map(torch.arange(3))
-
-
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_the_direct_form_keeps_half_precision_dtypes(dtype):
-    # It multiplied by a float32 (T, T) mask, so bfloat16 scores became float32 and `@ v` failed.
-    q, k, v = (t.to(dtype) for t in _linear_inputs(2, (2,), 6, 3, 4, torch.float32))
-    out = linear_attention_quadratic(q, k, v)
-    assert out.dtype == dtype
-    torch.testing.assert_close(out, linear_attention(q, k, v), atol=0.05, rtol=0.05)
-
-
-def test_an_infinite_future_key_leaves_earlier_outputs_of_every_form_finite():
-    # The direct form multiplied the scores by a 0/1 mask: inf * 0 = NaN leaked a future key into the past.
-    q, k, v = _linear_inputs(4, (1,), 5, 3, 2, torch.float32)
-    k[0, 3, 0] = float("inf")
-    for fn in (linear_attention, linear_attention_recurrent, linear_attention_quadratic):
-        out = fn(q, k, v)
-        assert torch.isfinite(out[0, :3]).all(), fn.__name__
-        torch.testing.assert_close(out[0, :3], linear_attention(q[:, :3], k[:, :3], v[:, :3])[0])
-
-
 # --- every message a learner can meet in this module, as one table ------------------------------------------
 
 
@@ -616,19 +440,10 @@ def _cache(*appends, num_layers=1, capacity=4):
     return cache
 
 
-def _decoder_past_its_context():
-    model = TinyDecoder(DecoderConfig.tiny(context_length=8))
-    cache = model.new_cache()
-    model(torch.zeros(1, 8, dtype=torch.long), cache)
-    return model(torch.zeros(1, 1, dtype=torch.long), cache)
-
-
-Q, K, V = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)  # linear attention: D = 4, Dv = 3
-ST, Z, Q_T, V_T = torch.zeros(2, 4, 3), torch.zeros(2, 4), torch.randn(2, 4), torch.randn(2, 3)  # one step
+Q = torch.randn(2, 5, 4)
 Q3, Q8, V8 = torch.randn(3, 1, 4, 2), torch.randn(2, 5, 8), torch.randn(2, 5, 4)
 P6, Q6, KV = torch.randn(3, 6), torch.randn(1, 6, 4), torch.zeros(1, 1, 2, 3)
 BATCH_OF_2 = _cache((0, (2, 1, 3, 4)), capacity=8)
-LINEAR_FORMS = (linear_attention, linear_attention_recurrent, linear_attention_quadratic)
 MODULE_WEIGHTS = "but the module's weights are"
 
 # (call, exception type, words the message must contain)
@@ -780,11 +595,6 @@ MESSAGES = [
         "k, v must be on one device, got k on cpu, v on meta",
     ),
     (
-        lambda: DecoderConfig(embed_dim=12, num_heads=4, num_kv_heads=2, positions="rope"),
-        ValueError,
-        "rotary positions need an even head_dim, got 3 (embed_dim 12 / num_heads 4)",
-    ),
-    (
         lambda: aft_full(
             torch.randn(2, 3, 4),
             torch.randn(2, 5, 4),
@@ -810,92 +620,6 @@ MESSAGES = [
         "indices must be a 1-D integer tensor of batch rows, got dtype torch.float32, shape (2,)",
     ),
     (lambda: BATCH_OF_2.reorder(torch.tensor([0, 5])), ValueError, "indices must be batch rows in [0, 2), got [0, 5]"),
-    (lambda: DecoderConfig(num_kv_heads=3), ValueError, "num_heads (4) must be divisible by num_kv_heads (3)"),
-    (
-        lambda: DecoderConfig(positions="sinusoidal"),
-        ValueError,
-        "positions must be one of ('learned', 'rope'), got 'sinusoidal'",
-    ),
-    (lambda: TinyDecoder({"vocab_size": 16}), TypeError, "TinyDecoder takes a DecoderConfig"),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny(context_length=8))(torch.zeros(1, 9, dtype=torch.long)),
-        ValueError,
-        "do not fit in context_length (8)",
-    ),
-    (_decoder_past_its_context, ValueError, "8 cached + 1 new tokens"),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2, 16]])),
-        ValueError,
-        "idx must be token ids in [0, vocab_size=16), got 16 at position (0, 2)",
-    ),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, -1, 2]])),
-        ValueError,
-        "idx must be token ids in [0, vocab_size=16), got -1 at position (0, 1)",
-    ),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[True, False]])),
-        TypeError,
-        "idx must hold integer token ids (torch.long), got dtype torch.bool",
-    ),
-    (
-        lambda: TinyDecoder(DecoderConfig.tiny())(torch.tensor([[1, 2]]), cache=True),
-        TypeError,
-        "cache must be a KVCache (model.new_cache()) or None, got bool",
-    ),
-    # causal linear attention, its three forms and its step
-    (
-        lambda: linear_attention(Q[:, :4], K, V),
-        ValueError,
-        "q and k need the same length T, got q (2, 4, 4) and k (2, 5, 4)",
-    ),
-    (
-        lambda: linear_attention_recurrent(Q, K, V[:, :4]),
-        ValueError,
-        "k and v must have the same number of positions S",
-    ),
-    (lambda: linear_attention_quadratic(Q, K[..., :3], V), ValueError, "q and k must have the same last dimension D"),
-    *[(lambda fn=fn: fn(Q, K, V.double()), TypeError, "q, k and v must share a dtype") for fn in LINEAR_FORMS],
-    *[
-        (lambda fn=fn: fn(Q.long(), K, V), TypeError, "q must be a floating-point tensor, got dtype torch.int64")
-        for fn in LINEAR_FORMS
-    ],
-    (
-        lambda: linear_attention_step(ST, Z, Q_T, Q_T, Q_T),
-        ValueError,
-        "v_t must end in 3 (state is (..., D, Dv) = (2, 4, 3)), got v_t (2, 4)",
-    ),
-    (lambda: linear_attention_step(ST, torch.zeros(2, 3), Q_T, Q_T, V_T), ValueError, "got normaliser (2, 3)"),
-    (lambda: linear_attention_step(ST, Z, Q_T, V_T, V_T), ValueError, "k_t must end in 4"),
-    (
-        lambda: linear_attention_step(Z[0], Z, Q_T, Q_T, V_T),
-        ValueError,
-        "state must have at least 2 dimensions, got shape (4,)",
-    ),
-    (
-        lambda: linear_attention_step(ST, Z, torch.randn(3, 4), Q_T, V_T),
-        ValueError,
-        "the leading axes of state (2, 4, 3),",
-    ),
-    (
-        lambda: linear_attention_step(ST, Z.double(), Q_T, Q_T, V_T),
-        TypeError,
-        "must share a dtype, got torch.float32, torch.float64",
-    ),
-    (
-        lambda: linear_attention_step(ST, Z, Q_T.long(), Q_T, V_T),
-        TypeError,
-        "q_t must be a floating-point tensor, got dtype torch.int64",
-    ),
-    (lambda: linear_attention_step([[0.0]], Z, Q_T, Q_T, V_T), TypeError, "state must be a torch.Tensor, got list"),
-    (lambda: linear_attention_step(ST, Z, Q_T.to("meta"), Q_T, V_T), ValueError, "q_t on meta"),
-    (
-        lambda: linear_attention_step(
-            torch.zeros(0, 2), torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.zeros(2)
-        ),
-        ValueError,
-        "state must be (..., D, Dv) with D >= 1 (phi(q_t) . z_t is 0 / 0 without), got (0, 2)",
-    ),
 ]
 
 

@@ -6,7 +6,7 @@ Each reference solution is built from :mod:`course_utils.linear_attention`; each
 the decay applied after the update (the new token forgets itself), the gate on the wrong side (on the new write,
 not the old state), the delta computed from the already updated state, the chunk's own tokens counted twice (read
 from the state the chunk hands on, then added again by the quadratic part), and the state read before the write;
-for 13.4 (built from :mod:`course_utils.variants`), linear attention without its normaliser, reading the state
+for 13.4, linear attention without its normaliser, reading the state
 before the token joins it, or with the feature map on the values or off the query.
 """
 
@@ -17,8 +17,13 @@ import torch
 from course_utils.exercises._draws import randint
 from course_utils.exercises._engine import Exercise, Mistake
 from course_utils.exercises._engine.domain import Domain
-from course_utils.linear_attention import delta_rule_step, gated_linear_attention_chunk, gated_linear_attention_step
-from course_utils.variants import elu_feature_map, linear_attention_step
+from course_utils.linear_attention import (
+    delta_rule_step,
+    elu_feature_map,
+    gated_linear_attention_chunk,
+    gated_linear_attention_step,
+    linear_attention_step,
+)
 
 __all__ = ["EXERCISES"]
 
