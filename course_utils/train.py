@@ -120,12 +120,9 @@ class TrainConfig:
             check_int(name, getattr(self, name))
         check_int("warmup_steps", self.warmup_steps, minimum=0)
         check_positive_number("learning_rate", self.learning_rate)
-        if (
-            not 0
-            <= check_number("min_lr", self.min_lr, f"a number in [0, learning_rate = {self.learning_rate}]")
-            <= (self.learning_rate)
-        ):
-            raise ValueError(f"min_lr must be in [0, learning_rate = {self.learning_rate}], got {self.min_lr!r}")
+        interval = f"[0, learning_rate = {self.learning_rate}]"
+        if not 0 <= check_number("min_lr", self.min_lr, f"a number in {interval}") <= self.learning_rate:
+            raise ValueError(f"min_lr must be in {interval}, got {self.min_lr!r}")
         check_nonnegative_number("weight_decay", self.weight_decay)
         check_fraction("beta1", self.beta1)
         check_fraction("beta2", self.beta2)
@@ -173,47 +170,42 @@ def learning_rate(step: int, train_config: TrainConfig) -> float:
 # --- Evaluation
 
 
-def _check_model(model: object) -> None:
+@torch.no_grad()
+def _window_losses(model: nn.Module, data: torch.Tensor, context_length: int, batch_size: int, device, autocast,
+                   drop_last: bool) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Over ``data``'s consecutive windows: the summed loss at each position, and how many windows reach it."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a GPT), got {type(model).__name__}")
-
-
-@torch.no_grad()
-def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: int = 64,
-             device: torch.device | str = "cpu", autocast: Any = contextlib.nullcontext) -> float:  # fmt: skip
-    """The mean next-token loss over every target of ``data`` (consecutive windows, each target once, the short
-    last one included). Shape: data (N,) token ids. Taught in notebook 10."""
-    _check_model(model)
-    was_training, total, count = model.training, 0.0, 0
-    model.eval()
-    for x, y in iter_eval_batches(data, batch_size, context_length, device=device, drop_last=False):
-        with autocast():
-            logits, _ = model(x)  # (B, T, V)
-        total += nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-        count += y.numel()
-    model.train(was_training)
-    return total / count
-
-
-@torch.no_grad()
-def loss_by_position(model: nn.Module, data: torch.Tensor, context_length: int, batch_size: int = 64,
-                     device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
-    """The mean loss at each position of a window, over :func:`evaluate`'s full windows: entry t predicts the
-    character after t + 1 characters of context. Shape: data (N,) -> (T,) float64. Taught in notebook 10."""
-    _check_model(model)
     check_int("context_length", context_length)
     longest = getattr(getattr(model, "config", None), "context_length", None)
     if isinstance(longest, int) and context_length > longest:
         raise ValueError(f"context_length {context_length} is longer than the model's context ({longest}): windows "
                          f"of at most {longest} characters, e.g. model.config.context_length")  # fmt: skip
-    was_training, total, count = model.training, torch.zeros(context_length, dtype=torch.float64), 0
+    (total, count), was_training = torch.zeros(2, context_length, dtype=torch.float64), model.training  # (T,) each
     model.eval()
-    for x, y in iter_eval_batches(data, batch_size, context_length, device=device):
-        logits, _ = model(x)  # (B, T, V)
-        losses = nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, T)
-        total += losses.double().sum(dim=0).cpu()  # (T,)
-        count += y.shape[0]
+    for x, y in iter_eval_batches(data, batch_size, context_length, device=device, drop_last=drop_last):
+        with autocast():
+            logits, _ = model(x)  # (B, t, V), t = T but for a short last window
+        losses = nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, t)
+        total[: y.shape[1]] += losses.double().sum(dim=0).cpu()  # (t,)
+        count[: y.shape[1]] += y.shape[0]
     model.train(was_training)
+    return total, count
+
+
+def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: int = 64,
+             device: torch.device | str = "cpu", autocast: Any = contextlib.nullcontext) -> float:  # fmt: skip
+    """The mean next-token loss over every target of ``data`` (consecutive windows, each target once, the short
+    last one included). Shape: data (N,) token ids. Taught in notebook 10."""
+    total, count = _window_losses(model, data, context_length, batch_size, device, autocast, drop_last=False)
+    return (total.sum() / count.sum()).item()
+
+
+def loss_by_position(model: nn.Module, data: torch.Tensor, context_length: int, batch_size: int = 64,
+                     device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
+    """The mean loss at each position of a window, over :func:`evaluate`'s full windows: entry t predicts the
+    character after t + 1 characters of context. Shape: data (N,) -> (T,) float64. Taught in notebook 10."""
+    total, count = _window_losses(model, data, context_length, batch_size, device, contextlib.nullcontext, True)
     return total / count
 
 
@@ -498,7 +490,6 @@ class _Run:
                 "evals": self.evals,
                 "text_sha256": self.text_sha256,
             }
-            self.out_dir.mkdir(parents=True, exist_ok=True)
             save_checkpoint(self.out_dir / CHECKPOINT_NAME, state)
 
     def add(self, loss: torch.Tensor) -> None:
@@ -620,7 +611,8 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read a checkpoint written by :func:`train`; CheckpointError if it is damaged or of another kind."""
-    return _read(path, "checkpoint", (FORMAT,), "train a model first (python -m course_utils.train ...)")
+    return _read(path, "checkpoint", (FORMAT,), "train a model first (python -m course_utils.train ...)",
+                 "Delete it to start again, or restore an intact copy.")  # fmt: skip
 
 
 def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provenance: dict[str, Any]) -> Path:
@@ -638,7 +630,8 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[GPT, CharTokenizer, dict]:
     """A trained :class:`GPT` in eval mode, its tokenizer, and the file's other contents (provenance, history), from
     an exported model or a checkpoint; CheckpointError if it is damaged or of another kind. Taught in notebook 10."""
-    state = _read(path, "model file", (MODEL_FORMAT, FORMAT), "export one with export_model(checkpoint, dest, ...)")
+    state = _read(path, "model file", (MODEL_FORMAT, FORMAT), "export one with export_model(checkpoint, dest, ...)",
+                  "Fetch or export it again.")  # fmt: skip
     device = pick_device(device)
     model = GPT(GPTConfig.from_dict(state["model_config"]))
     model.load_state_dict(state["model"])
@@ -646,9 +639,9 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
     return model.to(device).eval(), CharTokenizer(state["tokenizer"]), info
 
 
-def _read(path: object, what: str, formats: tuple[str, ...], how: str) -> dict[str, Any]:
-    """The dict saved at ``path``: FileNotFoundError saying ``how`` to make one, CheckpointError if it is damaged
-    or holds none of ``formats``."""
+def _read(path: object, what: str, formats: tuple[str, ...], how: str, fix: str) -> dict[str, Any]:
+    """The dict saved at ``path``: FileNotFoundError saying ``how`` to make one, CheckpointError (with ``fix``) if
+    it is damaged, or holds none of ``formats``."""
     check_path("path", path)
     path = Path(path)
     if path.is_dir():
@@ -658,16 +651,10 @@ def _read(path: object, what: str, formats: tuple[str, ...], how: str) -> dict[s
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, bad pickle, foreign objects: all mean "cannot trust this file"
-        fix = (
-            "Delete it to start again, or restore an intact copy."
-            if what == "checkpoint"
-            else "Fetch or export it again."
-        )
         raise CheckpointError(f"cannot read {what} {path}: it is truncated or corrupt ({type(err).__name__}: "
                               f"{first_line(err)}). {fix}") from err  # fmt: skip
     if not isinstance(state, dict) or state.get("format") not in formats:
-        raise CheckpointError(f"{path} is not a {'checkpoint' if what == 'checkpoint' else 'model'} written by "
-                              "course_utils.train")  # fmt: skip
+        raise CheckpointError(f"{path} is not a {what.removesuffix(' file')} written by course_utils.train")
     return state
 
 

@@ -113,47 +113,41 @@ def main(argv: list[str] | None = None) -> int:
     SIGTERM stay handled until the process exits); return its exit code."""
     command, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     with stop_signals(restore=not command):
+        args = _parser().parse_args(argv)
         try:
-            return _main(argv)
+            _check_numbers(args)
+            if args.threads:
+                torch.set_num_threads(args.threads)
+            model_config, train_config, seed = _configs(args)
+            if args.export:
+                _check_export(args, model_config, seed)
+            device = join_processes() or args.device
+            result = _finished(args)
+            if result is None:
+                result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
+                               max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
+                               verbose=not args.quiet)  # fmt: skip
+            if result and args.export:  # process 0 only
+                export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data, args.out))
+                result["export"] = str(args.export)
+            if result:  # process 0 only
+                print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
+            return 0
+        except KeyboardInterrupt as err:  # Ctrl+C or SIGTERM: later ones are ignored until the line is out
+            if int(os.environ.get("RANK", "0")) == 0:  # one line, from process 0
+                print(_stopped(err, args, argv), file=sys.stderr, flush=True)
+            return stop_code()
+        except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
+            print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
+            return 2
         finally:
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
             if command:  # the line is printed: a later Ctrl+C cannot turn the exit into a traceback
                 ignore_signals_until_exit()
-
-
-def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        _check_numbers(args)
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        model_config, train_config, seed = _configs(args)
-        if args.export:
-            _check_export(args, model_config, seed)
-        device = join_processes() or args.device
-        result = _finished(args)
-        if result is None:
-            result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
-                           max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
-                           verbose=not args.quiet)  # fmt: skip
-        if result and args.export:  # process 0 only
-            export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data, args.out))
-            result["export"] = str(args.export)
-    except KeyboardInterrupt as err:  # Ctrl+C or SIGTERM: later ones are ignored until the line is out
-        if int(os.environ.get("RANK", "0")) == 0:  # one line, from process 0
-            print(_stopped(err, args, argv), file=sys.stderr, flush=True)
-        return stop_code()
-    except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
-        print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
-        return 2
-    finally:
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    if result:  # process 0 only
-        print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
-    return 0
 
 
 # --- Before the first step: the numbers, the settings, the export
