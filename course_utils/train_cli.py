@@ -204,24 +204,11 @@ def _check_export(args: argparse.Namespace, model_config: GPTConfig | str, seed:
     if data.get("sha256") not in (None, sha256_file(args.data)):
         raise RunSetupError(f"--export {dest} already holds a model trained on other data ({data.get('file')}, sha256 "
                             f"{data['sha256'][:16]}...): {fix}")  # fmt: skip
-    there, there_seed = _export_run(provenance) or (args.out, seed)
+    there, there_seed = provenance.get("run", {}).get("out", args.out), provenance.get("run", {}).get("seed", seed)
     same_folder = os.path.normpath(there) == os.path.normpath(out) or Path(there).resolve() == out.resolve()
     if not (same_folder and there_seed == seed):
         raise RunSetupError(f"--export {dest} already holds the export of another run (--out {there}, seed "
                             f"{there_seed}; this run is --out {args.out}, seed {seed}): {fix}")  # fmt: skip
-
-
-def _export_run(provenance: dict[str, Any]) -> tuple[str, int] | None:
-    """The --out and seed of the run an export came from, as recorded, or read from its command (the shipped model
-    was exported before the record), or None if neither says."""
-    if "run" in provenance:
-        return provenance["run"]["out"], provenance["run"]["seed"]
-    try:
-        known, _ = _parser().parse_known_args(shlex.split(provenance.get("command", ""))[len(PROG.split()) :])
-    except SystemExit:  # a command this parser cannot read: no run to compare
-        return None
-    seed = known.seed if known.seed is not None else TrainConfig.preset(known.preset or "tiny").seed
-    return (known.out, seed) if known.out is not None else None
 
 
 def _finished(args: argparse.Namespace) -> dict[str, Any] | None:
