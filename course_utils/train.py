@@ -209,19 +209,6 @@ def loss_by_position(model: nn.Module, data: torch.Tensor, context_length: int, 
     return total / count
 
 
-@torch.no_grad()
-def _estimate(run: _Run, data: torch.Tensor, seed: int) -> float:
-    """Mean loss over ``eval_batches`` random batches, drawn with their own generator: the same ones every time."""
-    run.model.eval()
-    g, losses = torch.Generator().manual_seed(seed), []
-    for _ in range(run.train_config.eval_batches):
-        x, y = get_batch(data, run.train_config.batch_size, run.model_config.context_length, g, device=run.device)
-        with run.autocast():
-            losses.append(run.model(x, y)[1].float())
-    run.model.train()
-    return torch.stack(losses).mean().item()
-
-
 # --- The loop
 
 
@@ -255,7 +242,11 @@ def train(
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
     run = _Run(model_config, data_path, out_dir, train_config, device, resume, max_steps, max_seconds, verbose)
-    train_config, model, optimizer, bar = run.train_config, run.model, run.optimizer, _progress_bar(progress, run)
+    train_config, model, optimizer, bar = run.train_config, run.model, run.optimizer, None
+    if (sys.stderr.isatty() if progress is None else progress) and run.rank == 0:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=train_config.max_steps, initial=run.step, unit="step", dynamic_ncols=True)
     start_step, stop_reason = run.step, "max_steps"
     try:
         for step in range(start_step + 1, train_config.max_steps + 1):  # step: this update's number, from 1
@@ -308,30 +299,36 @@ def train(
     return _summary(run, start_step, stop_reason, wall_start)
 
 
-def _progress_bar(progress: bool | None, run: _Run) -> Any:
-    if not ((sys.stderr.isatty() if progress is None else progress) and run.rank == 0):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=run.train_config.max_steps, initial=run.step, unit="step", dynamic_ncols=True)
-
-
+@torch.no_grad()
 def _evaluate_splits(run: _Run) -> dict[str, Any]:
-    """Estimate the loss on both splits, record and print it; the "eval" event."""
-    seed = run.train_config.seed
-    train_loss, val_loss = _estimate(run, run.train_data, seed + 1), _estimate(run, run.val_data, seed + 2)
+    """The mean loss on each split over ``eval_batches`` random batches, drawn with the split's own generator (the
+    same batches every time): recorded, printed, and returned as the "eval" event."""
+    run.model.eval()
+    means = []
+    for offset, data in ((1, run.train_data), (2, run.val_data)):
+        g, losses = torch.Generator().manual_seed(run.train_config.seed + offset), []
+        for _ in range(run.train_config.eval_batches):
+            x, y = get_batch(data, run.train_config.batch_size, run.model_config.context_length, g, device=run.device)
+            with run.autocast():
+                losses.append(run.model(x, y)[1].float())
+        means.append(torch.stack(losses).mean().item())
+    run.model.train()
+    train_loss, val_loss = means
     run.evals.append([run.step, train_loss, val_loss])
     run.say(f"step {run.step}: train {train_loss:.4f}, val {val_loss:.4f}")
     return {"kind": "eval", "step": run.step, "train_loss": train_loss, "val_loss": val_loss}
 
 
 def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) -> dict[str, Any]:
-    """The run's figures (process 0 evaluates the whole validation split), also written to summary.json."""
+    """The run's figures, also written to summary.json: process 0 evaluates the whole validation split, and takes the
+    training loss of the evaluation at the last step."""
     result: dict[str, Any] = {}
     if run.rank == 0:
         T, model, eval_start = run.model_config.context_length, run.model, time.perf_counter()
         val_loss = evaluate(model, run.val_data, T, max(run.train_config.batch_size, 64), run.device, run.autocast)
-        train_loss = _estimate(run, run.train_data, run.train_config.seed + 1)
+        if not run.evals or run.evals[-1][0] != run.step:  # stopped off an evaluation step (max_seconds)
+            _evaluate_splits(run)
+        train_loss = run.evals[-1][1]
         final_eval_s = time.perf_counter() - eval_start
         steps_run, train_s, tokens_per_step = run.step - start_step, run.train_s, run.train_config.batch_size * T
         after_first_s = train_s - run.first_step_s
@@ -694,20 +691,16 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise RunSetupError(f"--out {out_dir} is a file, {where}: choose another --out, or move the file away")
-    try:  # the permission bits can say yes where the system says no (root under /proc, a full or read-only disk)
-        probe_writable(check_can_create(out_dir, "--out"))
-    except OSError as e:
-        raise RunSetupError(f"--out {out_dir} cannot be written here ({e.strerror or e}): choose a folder you can "
-                            "write to, such as runs/NAME in the course folder") from None  # fmt: skip
+    check_can_create(out_dir, "--out")
     if not resume and (out_dir / CHECKPOINT_NAME).exists():
         raise RunSetupError(f"--out {out_dir} already holds a run ({CHECKPOINT_NAME}): add --resume to continue it, "
                             "or choose another --out for a new run (delete the folder to start it over)")  # fmt: skip
     return out_dir
 
 
-def check_can_create(path: Path, flag: str) -> Path:
-    """The nearest existing folder or file at or above ``path``; RunSetupError unless ``path`` can be created or
-    replaced there by this process."""
+def check_can_create(path: Path, flag: str) -> None:
+    """RunSetupError unless this process can create or replace ``path`` (named ``flag`` in the message): the nearest
+    existing folder at or above it is tried with a file made and removed at once."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -716,10 +709,13 @@ def check_can_create(path: Path, flag: str) -> Path:
             f"{flag} {path} cannot be created: {existing} is a file, not a folder; choose another {flag}"
         )
     folder = existing if existing.is_dir() else existing.parent
-    if not os.access(folder, os.W_OK | os.X_OK):  # also False on a read-only file system, even for root
-        raise RunSetupError(f"{flag} {path}: {folder} is not writable here; choose a folder you can write to, such as "
-                            "runs/NAME in the course folder")  # fmt: skip
-    return existing
+    try:  # os.access is False on a read-only file system, even for root; the probe finds a full disk, or /proc
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise OSError(f"{folder} is not writable")
+        probe_writable(folder)
+    except OSError as e:
+        raise RunSetupError(f"{flag} {path} cannot be written here ({e.strerror or e}): choose a folder you can "
+                            "write to, such as runs/NAME in the course folder") from None  # fmt: skip
 
 
 def compile_available(device: torch.device) -> tuple[bool, str]:
