@@ -28,7 +28,6 @@ RUNS_ENV = "COURSE_RUNS_DIR"
 class RunSize:
     """A model and its training settings, for one kind of machine."""
 
-    name: str
     model_config: GPTConfig
     train_config: TrainConfig
     about: str
@@ -36,12 +35,12 @@ class RunSize:
 
 # fmt: off
 RUN_SIZES: dict[str, RunSize] = {
-    "ci": RunSize("ci", GPTConfig.preset("tiny"),
+    "ci": RunSize(GPTConfig.preset("tiny"),
                   TrainConfig.preset("tiny", batch_size=32, max_steps=1000, eval_interval=250, checkpoint_interval=250),
                   "2 layers, 32 wide, context 32: seconds on any CPU (CI and quick looks)"),
-    "cpu": RunSize("cpu", GPTConfig.preset("cpu"), TrainConfig.preset("cpu"),
+    "cpu": RunSize(GPTConfig.preset("cpu"), TrainConfig.preset("cpu"),
                    "3 layers, 96 wide, context 64, rotary positions: a few minutes on a laptop CPU"),
-    "gpu": RunSize("gpu", GPTConfig.preset("gpu"), TrainConfig.preset("gpu"),
+    "gpu": RunSize(GPTConfig.preset("gpu"), TrainConfig.preset("gpu"),
                    "nanoGPT's baby Shakespeare model, 6 layers, 384 wide, context 256: minutes on one GPU"),
 }
 # fmt: on

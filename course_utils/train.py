@@ -377,13 +377,11 @@ class _Run:
     line (``window``: its losses, on the device until it closes; ``train_s`` excludes evaluation and saving)."""
 
     def __init__(self, model_config, data_path, out_dir, train_config, device, resume, max_steps, max_seconds, verbose):
-        asked = train_config
-        if isinstance(model_config, str):
-            train_config = TrainConfig.preset(model_config) if train_config is None else train_config
-            model_config = GPTConfig.preset(model_config)
+        asked, preset = train_config, model_config if isinstance(model_config, str) else None
+        model_config = GPTConfig.preset(preset) if preset is not None else model_config
         if not isinstance(model_config, GPTConfig):
             raise TypeError(f"model_config must be a GPTConfig or a preset name, got {type(model_config).__name__}")
-        train_config = train_config or TrainConfig()
+        train_config = train_config or (TrainConfig.preset(preset) if preset is not None else TrainConfig())
         if max_steps is not None:
             check_int("max_steps", max_steps)
         dist_on = dist.is_available() and dist.is_initialized()

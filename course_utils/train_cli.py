@@ -204,7 +204,8 @@ def _check_export(args: argparse.Namespace, model_config: GPTConfig | str, seed:
     if data.get("sha256") not in (None, sha256_file(args.data)):
         raise RunSetupError(f"--export {dest} already holds a model trained on other data ({data.get('file')}, sha256 "
                             f"{data['sha256'][:16]}...): {fix}")  # fmt: skip
-    there, there_seed = provenance.get("run", {}).get("out", args.out), provenance.get("run", {}).get("seed", seed)
+    run = provenance.get("run", {"out": args.out, "seed": seed})  # none recorded: not another run's
+    there, there_seed = run["out"], run["seed"]
     same_folder = os.path.normpath(there) == os.path.normpath(out) or Path(there).resolve() == out.resolve()
     if not (same_folder and there_seed == seed):
         raise RunSetupError(f"--export {dest} already holds the export of another run (--out {there}, seed "

@@ -29,8 +29,7 @@ def test_choose_size_follows_the_switch_then_the_device():
 
 
 def test_every_size_has_matching_model_and_training():
-    for name, size in RUN_SIZES.items():
-        assert size.name == name
+    for size in RUN_SIZES.values():
         assert size.train_config.batch_size >= 1 and size.model_config.context_length >= 8
     assert RUN_SIZES["gpu"].model_config.num_layers == 6 and RUN_SIZES["gpu"].model_config.embed_dim == 384
 
