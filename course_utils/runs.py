@@ -6,7 +6,6 @@ One switch sizes notebook 10: ``COURSE_GPT_SIZE`` (``ci``, ``cpu`` or ``gpu``); 
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +13,7 @@ from pathlib import Path
 import torch
 
 from course_utils._files import course_folder
-from course_utils._validate import check_int
+from course_utils._validate import check_int, is_integer_tensor
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
@@ -29,7 +28,6 @@ RUNS_ENV = "COURSE_RUNS_DIR"
 class RunSize:
     """A model and its training settings, for one kind of machine."""
 
-    name: str
     model_config: GPTConfig
     train_config: TrainConfig
     about: str
@@ -37,12 +35,12 @@ class RunSize:
 
 # fmt: off
 RUN_SIZES: dict[str, RunSize] = {
-    "ci": RunSize("ci", GPTConfig.preset("tiny"),
+    "ci": RunSize(GPTConfig.preset("tiny"),
                   TrainConfig.preset("tiny", batch_size=32, max_steps=1000, eval_interval=250, checkpoint_interval=250),
                   "2 layers, 32 wide, context 32: seconds on any CPU (CI and quick looks)"),
-    "cpu": RunSize("cpu", GPTConfig.preset("cpu"), TrainConfig.preset("cpu"),
+    "cpu": RunSize(GPTConfig.preset("cpu"), TrainConfig.preset("cpu"),
                    "3 layers, 96 wide, context 64, rotary positions: a few minutes on a laptop CPU"),
-    "gpu": RunSize("gpu", GPTConfig.preset("gpu"), TrainConfig.preset("gpu"),
+    "gpu": RunSize(GPTConfig.preset("gpu"), TrainConfig.preset("gpu"),
                    "nanoGPT's baby Shakespeare model, 6 layers, 384 wide, context 256: minutes on one GPU"),
 }
 # fmt: on
@@ -50,14 +48,9 @@ RUN_SIZES: dict[str, RunSize] = {
 
 def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
     """``COURSE_GPT_SIZE`` if set (any case), else ``gpu`` on CUDA and ``cpu`` anywhere else; ValueError for an
-    unknown size, and for the switch's name while the tiny GPT was notebook 08, ``COURSE_08_SIZE``."""
+    unknown size."""
     env = os.environ if environ is None else environ
-    size, old = env.get(SIZE_ENV, "").strip().lower(), env.get("COURSE_08_SIZE", "").strip()
-    if not size and old:
-        instead = f"={old.lower()} instead" if old.lower() in RUN_SIZES else (
-            f" to one of {sorted(RUN_SIZES)} instead ({old!r} is not a run size)")  # fmt: skip
-        raise ValueError(f"COURSE_08_SIZE was renamed {SIZE_ENV} (the tiny GPT, notebook 08 then, is notebook 10 "
-                         f"now); set {SIZE_ENV}{instead}")  # fmt: skip
+    size = env.get(SIZE_ENV, "").strip().lower()
     if size and size not in RUN_SIZES:
         raise ValueError(f"{SIZE_ENV}={env[SIZE_ENV].strip()!r} is not a run size; choose one of {sorted(RUN_SIZES)}")
     return size or ("gpu" if str(device).startswith("cuda") else "cpu")
@@ -82,12 +75,11 @@ def _check_split_ids(train_ids: object, val_ids: object, vocab_size: int, at_lea
     """ValueError unless both are 1-D integer tensors (not bool or complex) of ``at_least`` ids in 0 .. V - 1."""
     check_int("vocab_size", vocab_size)
     for name, ids in (("train_ids", train_ids), ("val_ids", val_ids)):
-        if not (isinstance(ids, torch.Tensor) and ids.dim() == 1 and ids.numel() >= at_least and not
-                (ids.is_floating_point() or ids.is_complex() or ids.dtype == torch.bool)):  # fmt: skip
-            got = f"{type(ids).__name__} {tuple(ids.shape)} {ids.dtype}" if isinstance(ids, torch.Tensor) else (
-                type(ids).__name__)  # fmt: skip
+        tensor = isinstance(ids, torch.Tensor)
+        if not (tensor and ids.dim() == 1 and ids.numel() >= at_least and is_integer_tensor(ids)):
+            got = f" {tuple(ids.shape)} {ids.dtype}" if tensor else ""
             what = "a non-empty 1-D tensor of" if at_least == 1 else f"a 1-D tensor of {at_least} or more"
-            raise ValueError(f"{name} must be {what} integer ids, got {got}")
+            raise ValueError(f"{name} must be {what} integer ids, got {type(ids).__name__}{got}")
         if int(ids.min()) < 0 or int(ids.max()) >= vocab_size:
             raise ValueError(f"{name} holds ids outside 0 .. {vocab_size - 1} (vocab_size = {vocab_size})")
 
@@ -163,47 +155,46 @@ def check_expectations(result: dict, size: str, device: str | None = None) -> tu
     Returns ``(within, message)``: a friendly message saying what was expected, what happened, and, when a
     figure falls outside its range, the likely reasons. ``device`` defaults to the run's own.
     """
+    if missing := [key for key in ("val_loss", "train_s", "steps") if key not in result]:
+        raise ValueError(f"result lacks {missing[0]!r}: pass the dict that course_utils.train.train returned")
     device_type = str(device or result.get("device", "cpu")).split(":")[0]
-    for key in ("val_loss", "train_s", "steps"):
-        if key not in result:
-            raise ValueError(f"result lacks {key!r}: pass the dict that course_utils.train.train returned")
-    expected = EXPECTATIONS.get((size, device_type))
-    loss, secs = result["val_loss"], result["train_s"]
+    loss, secs, steps, expected = (
+        result["val_loss"],
+        result["train_s"],
+        result["steps"],
+        EXPECTATIONS.get((size, device_type)),
+    )
     if expected is None:
         known = ", ".join(f"{s} on {d}" for s, d in EXPECTATIONS)
         return True, (
-            f"val_loss {loss:.2f} after {result['steps']} steps in {secs:.0f} s on {device_type}. "
+            f"val_loss {loss:.2f} after {steps} steps in {secs:.0f} s on {device_type}. "
             f"No written expectation for size {size!r} on {device_type} (there are: {known})."
         )
-    lo, hi = expected.val_loss
-    tlo, thi = expected.seconds
+    (lo, hi), (tlo, thi) = expected.val_loss, expected.seconds
+    loss_ok, time_ok, resumed = lo <= loss <= hi, tlo <= secs <= thi, result.get("steps_this_run", steps) < steps
     lines = [
         f"Size {size!r} on {device_type}: expected val_loss {lo:.2f} to {hi:.2f} and {tlo:.0f} to {thi:.0f} s "
-        f"of training ({expected.source})."
+        f"of training ({expected.source}).",
+        f"{'✓' if loss_ok else '!'} val_loss {loss:.2f} after {steps} steps",
     ]
-    loss_ok, time_ok = lo <= loss <= hi, tlo <= secs <= thi
-    resumed = result.get("steps_this_run", result["steps"]) < result["steps"]
-    lines.append(f"{'✓' if loss_ok else '!'} val_loss {loss:.2f} after {result['steps']} steps")
-    if not loss_ok:
-        if not math.isfinite(loss) or loss > hi:
-            lines.append(
-                "  Higher than expected. Was the run cut short (max_seconds, an interrupt: re-run the "
-                "cell to resume), trained on other text (another --data file), or with other settings?"
-            )
-        else:
-            lines.append("  Lower than expected: a longer run or other data? Nothing is wrong with a better model.")
+    if loss < lo:
+        lines.append("  Lower than expected: a longer run or other data? Nothing is wrong with a better model.")
+    elif not loss_ok:  # above the range, or not a number
+        lines.append(
+            "  Higher than expected. Was the run cut short (max_seconds, an interrupt: re-run the cell to resume), "
+            "trained on other text (another --data file), or with other settings?"
+        )
     if resumed:
         lines.append(
-            f"· {result['steps_this_run']} of the {result['steps']} steps ran now; the rest came from "
-            "the checkpoint, so the time below covers only this session."
+            f"· {result['steps_this_run']} of the {steps} steps ran now; the rest came from the checkpoint, so the "
+            "time below covers only this session."
         )
     lines.append(f"{'✓' if time_ok or resumed else '!'} {secs:.0f} s of training")
-    if not time_ok and not resumed:
-        if secs > thi:
-            lines.append(
-                "  Slower than expected: is the machine busy with other work, on battery saving, or "
-                "running fewer threads (torch.get_num_threads())? The result is still valid."
-            )
-        else:
-            lines.append("  Faster than expected: a quicker machine. Enjoy.")
+    if secs > thi and not resumed:
+        lines.append(
+            "  Slower than expected: is the machine busy with other work, on battery saving, or running fewer "
+            "threads (torch.get_num_threads())? The result is still valid."
+        )
+    elif secs < tlo and not resumed:
+        lines.append("  Faster than expected: a quicker machine. Enjoy.")
     return loss_ok and (time_ok or resumed), "\n".join(lines)

@@ -120,12 +120,9 @@ class TrainConfig:
             check_int(name, getattr(self, name))
         check_int("warmup_steps", self.warmup_steps, minimum=0)
         check_positive_number("learning_rate", self.learning_rate)
-        if (
-            not 0
-            <= check_number("min_lr", self.min_lr, f"a number in [0, learning_rate = {self.learning_rate}]")
-            <= (self.learning_rate)
-        ):
-            raise ValueError(f"min_lr must be in [0, learning_rate = {self.learning_rate}], got {self.min_lr!r}")
+        interval = f"[0, learning_rate = {self.learning_rate}]"
+        if not 0 <= check_number("min_lr", self.min_lr, f"a number in {interval}") <= self.learning_rate:
+            raise ValueError(f"min_lr must be in {interval}, got {self.min_lr!r}")
         check_nonnegative_number("weight_decay", self.weight_decay)
         check_fraction("beta1", self.beta1)
         check_fraction("beta2", self.beta2)
@@ -173,61 +170,43 @@ def learning_rate(step: int, train_config: TrainConfig) -> float:
 # --- Evaluation
 
 
-def _check_model(model: object) -> None:
+@torch.no_grad()
+def _window_losses(model: nn.Module, data: torch.Tensor, context_length: int, batch_size: int, device, autocast,
+                   drop_last: bool) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """Over ``data``'s consecutive windows: the summed loss at each position, and how many windows reach it."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be a torch.nn.Module (a GPT), got {type(model).__name__}")
-
-
-@torch.no_grad()
-def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: int = 64,
-             device: torch.device | str = "cpu", autocast: Any = contextlib.nullcontext) -> float:  # fmt: skip
-    """The mean next-token loss over every target of ``data`` (consecutive windows, each target once, the short
-    last one included). Shape: data (N,) token ids. Taught in notebook 10."""
-    _check_model(model)
-    was_training, total, count = model.training, 0.0, 0
-    model.eval()
-    for x, y in iter_eval_batches(data, batch_size, context_length, device=device, drop_last=False):
-        with autocast():
-            logits, _ = model(x)  # (B, T, V)
-        total += nn.functional.cross_entropy(logits.flatten(0, 1).float(), y.flatten(), reduction="sum").item()
-        count += y.numel()
-    model.train(was_training)
-    return total / count
-
-
-@torch.no_grad()
-def loss_by_position(model: nn.Module, data: torch.Tensor, context_length: int, batch_size: int = 64,
-                     device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
-    """The mean loss at each position of a window, over :func:`evaluate`'s full windows: entry t predicts the
-    character after t + 1 characters of context. Shape: data (N,) -> (T,) float64. Taught in notebook 10."""
-    _check_model(model)
     check_int("context_length", context_length)
     longest = getattr(getattr(model, "config", None), "context_length", None)
     if isinstance(longest, int) and context_length > longest:
         raise ValueError(f"context_length {context_length} is longer than the model's context ({longest}): windows "
                          f"of at most {longest} characters, e.g. model.config.context_length")  # fmt: skip
-    was_training, total, count = model.training, torch.zeros(context_length, dtype=torch.float64), 0
+    (total, count), was_training = torch.zeros(2, context_length, dtype=torch.float64), model.training  # (T,) each
     model.eval()
-    for x, y in iter_eval_batches(data, batch_size, context_length, device=device):
-        logits, _ = model(x)  # (B, T, V)
-        losses = nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, T)
-        total += losses.double().sum(dim=0).cpu()  # (T,)
-        count += y.shape[0]
+    for x, y in iter_eval_batches(data, batch_size, context_length, device=device, drop_last=drop_last):
+        with autocast():
+            logits, _ = model(x)  # (B, t, V), t = T but for a short last window
+        losses = nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, t)
+        total[: y.shape[1]] += losses.double().sum(dim=0).cpu()  # (t,)
+        count[: y.shape[1]] += y.shape[0]
     model.train(was_training)
+    return total, count
+
+
+def evaluate(model: GPT, data: torch.Tensor, context_length: int, batch_size: int = 64,
+             device: torch.device | str = "cpu", autocast: Any = contextlib.nullcontext) -> float:  # fmt: skip
+    """The mean next-token loss over every target of ``data`` (consecutive windows, each target once, the short
+    last one included). Shape: data (N,) token ids. Taught in notebook 10."""
+    total, count = _window_losses(model, data, context_length, batch_size, device, autocast, drop_last=False)
+    return (total.sum() / count.sum()).item()
+
+
+def loss_by_position(model: nn.Module, data: torch.Tensor, context_length: int, batch_size: int = 64,
+                     device: torch.device | str = "cpu") -> torch.Tensor:  # fmt: skip
+    """The mean loss at each position of a window, over :func:`evaluate`'s full windows: entry t predicts the
+    character after t + 1 characters of context. Shape: data (N,) -> (T,) float64. Taught in notebook 10."""
+    total, count = _window_losses(model, data, context_length, batch_size, device, contextlib.nullcontext, True)
     return total / count
-
-
-@torch.no_grad()
-def _estimate(run: _Run, data: torch.Tensor, seed: int) -> float:
-    """Mean loss over ``eval_batches`` random batches, drawn with their own generator: the same ones every time."""
-    run.model.eval()
-    g, losses = torch.Generator().manual_seed(seed), []
-    for _ in range(run.train_config.eval_batches):
-        x, y = get_batch(data, run.train_config.batch_size, run.model_config.context_length, g, device=run.device)
-        with run.autocast():
-            losses.append(run.model(x, y)[1].float())
-    run.model.train()
-    return torch.stack(losses).mean().item()
 
 
 # --- The loop
@@ -263,7 +242,11 @@ def train(
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
     run = _Run(model_config, data_path, out_dir, train_config, device, resume, max_steps, max_seconds, verbose)
-    train_config, model, optimizer, bar = run.train_config, run.model, run.optimizer, _progress_bar(progress, run)
+    train_config, model, optimizer, bar = run.train_config, run.model, run.optimizer, None
+    if (sys.stderr.isatty() if progress is None else progress) and run.rank == 0:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=train_config.max_steps, initial=run.step, unit="step", dynamic_ncols=True)
     start_step, stop_reason = run.step, "max_steps"
     try:
         for step in range(start_step + 1, train_config.max_steps + 1):  # step: this update's number, from 1
@@ -316,30 +299,36 @@ def train(
     return _summary(run, start_step, stop_reason, wall_start)
 
 
-def _progress_bar(progress: bool | None, run: _Run) -> Any:
-    if not ((sys.stderr.isatty() if progress is None else progress) and run.rank == 0):
-        return None
-    from tqdm.auto import tqdm
-
-    return tqdm(total=run.train_config.max_steps, initial=run.step, unit="step", dynamic_ncols=True)
-
-
+@torch.no_grad()
 def _evaluate_splits(run: _Run) -> dict[str, Any]:
-    """Estimate the loss on both splits, record and print it; the "eval" event."""
-    seed = run.train_config.seed
-    train_loss, val_loss = _estimate(run, run.train_data, seed + 1), _estimate(run, run.val_data, seed + 2)
+    """The mean loss on each split over ``eval_batches`` random batches, drawn with the split's own generator (the
+    same batches every time): recorded, printed, and returned as the "eval" event."""
+    run.model.eval()
+    means = []
+    for offset, data in ((1, run.train_data), (2, run.val_data)):
+        g, losses = torch.Generator().manual_seed(run.train_config.seed + offset), []
+        for _ in range(run.train_config.eval_batches):
+            x, y = get_batch(data, run.train_config.batch_size, run.model_config.context_length, g, device=run.device)
+            with run.autocast():
+                losses.append(run.model(x, y)[1].float())
+        means.append(torch.stack(losses).mean().item())
+    run.model.train()
+    train_loss, val_loss = means
     run.evals.append([run.step, train_loss, val_loss])
     run.say(f"step {run.step}: train {train_loss:.4f}, val {val_loss:.4f}")
     return {"kind": "eval", "step": run.step, "train_loss": train_loss, "val_loss": val_loss}
 
 
 def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) -> dict[str, Any]:
-    """The run's figures (process 0 evaluates the whole validation split), also written to summary.json."""
+    """The run's figures, also written to summary.json: process 0 evaluates the whole validation split, and takes the
+    training loss of the evaluation at the last step."""
     result: dict[str, Any] = {}
     if run.rank == 0:
         T, model, eval_start = run.model_config.context_length, run.model, time.perf_counter()
         val_loss = evaluate(model, run.val_data, T, max(run.train_config.batch_size, 64), run.device, run.autocast)
-        train_loss = _estimate(run, run.train_data, run.train_config.seed + 1)
+        if not run.evals or run.evals[-1][0] != run.step:  # stopped off an evaluation step (max_seconds)
+            _evaluate_splits(run)
+        train_loss = run.evals[-1][1]
         final_eval_s = time.perf_counter() - eval_start
         steps_run, train_s, tokens_per_step = run.step - start_step, run.train_s, run.train_config.batch_size * T
         after_first_s = train_s - run.first_step_s
@@ -388,13 +377,11 @@ class _Run:
     line (``window``: its losses, on the device until it closes; ``train_s`` excludes evaluation and saving)."""
 
     def __init__(self, model_config, data_path, out_dir, train_config, device, resume, max_steps, max_seconds, verbose):
-        asked = train_config
-        if isinstance(model_config, str):
-            train_config = TrainConfig.preset(model_config) if train_config is None else train_config
-            model_config = GPTConfig.preset(model_config)
+        asked, preset = train_config, model_config if isinstance(model_config, str) else None
+        model_config = GPTConfig.preset(preset) if preset is not None else model_config
         if not isinstance(model_config, GPTConfig):
             raise TypeError(f"model_config must be a GPTConfig or a preset name, got {type(model_config).__name__}")
-        train_config = train_config or TrainConfig()
+        train_config = train_config or (TrainConfig.preset(preset) if preset is not None else TrainConfig())
         if max_steps is not None:
             check_int("max_steps", max_steps)
         dist_on = dist.is_available() and dist.is_initialized()
@@ -498,7 +485,6 @@ class _Run:
                 "evals": self.evals,
                 "text_sha256": self.text_sha256,
             }
-            self.out_dir.mkdir(parents=True, exist_ok=True)
             save_checkpoint(self.out_dir / CHECKPOINT_NAME, state)
 
     def add(self, loss: torch.Tensor) -> None:
@@ -620,7 +606,8 @@ def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
     """Read a checkpoint written by :func:`train`; CheckpointError if it is damaged or of another kind."""
-    return _read(path, "checkpoint", (FORMAT,), "train a model first (python -m course_utils.train ...)")
+    return _read(path, "checkpoint", (FORMAT,), "train a model first (python -m course_utils.train ...)",
+                 "Delete it to start again, or restore an intact copy.")  # fmt: skip
 
 
 def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provenance: dict[str, Any]) -> Path:
@@ -638,7 +625,8 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
 def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> tuple[GPT, CharTokenizer, dict]:
     """A trained :class:`GPT` in eval mode, its tokenizer, and the file's other contents (provenance, history), from
     an exported model or a checkpoint; CheckpointError if it is damaged or of another kind. Taught in notebook 10."""
-    state = _read(path, "model file", (MODEL_FORMAT, FORMAT), "export one with export_model(checkpoint, dest, ...)")
+    state = _read(path, "model file", (MODEL_FORMAT, FORMAT), "export one with export_model(checkpoint, dest, ...)",
+                  "Fetch or export it again.")  # fmt: skip
     device = pick_device(device)
     model = GPT(GPTConfig.from_dict(state["model_config"]))
     model.load_state_dict(state["model"])
@@ -646,9 +634,9 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
     return model.to(device).eval(), CharTokenizer(state["tokenizer"]), info
 
 
-def _read(path: object, what: str, formats: tuple[str, ...], how: str) -> dict[str, Any]:
-    """The dict saved at ``path``: FileNotFoundError saying ``how`` to make one, CheckpointError if it is damaged
-    or holds none of ``formats``."""
+def _read(path: object, what: str, formats: tuple[str, ...], how: str, fix: str) -> dict[str, Any]:
+    """The dict saved at ``path``: FileNotFoundError saying ``how`` to make one, CheckpointError (with ``fix``) if
+    it is damaged, or holds none of ``formats``."""
     check_path("path", path)
     path = Path(path)
     if path.is_dir():
@@ -658,16 +646,10 @@ def _read(path: object, what: str, formats: tuple[str, ...], how: str) -> dict[s
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, bad pickle, foreign objects: all mean "cannot trust this file"
-        fix = (
-            "Delete it to start again, or restore an intact copy."
-            if what == "checkpoint"
-            else "Fetch or export it again."
-        )
         raise CheckpointError(f"cannot read {what} {path}: it is truncated or corrupt ({type(err).__name__}: "
                               f"{first_line(err)}). {fix}") from err  # fmt: skip
     if not isinstance(state, dict) or state.get("format") not in formats:
-        raise CheckpointError(f"{path} is not a {'checkpoint' if what == 'checkpoint' else 'model'} written by "
-                              "course_utils.train")  # fmt: skip
+        raise CheckpointError(f"{path} is not a {what.removesuffix(' file')} written by course_utils.train")
     return state
 
 
@@ -707,20 +689,16 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise RunSetupError(f"--out {out_dir} is a file, {where}: choose another --out, or move the file away")
-    try:  # the permission bits can say yes where the system says no (root under /proc, a full or read-only disk)
-        probe_writable(check_can_create(out_dir, "--out"))
-    except OSError as e:
-        raise RunSetupError(f"--out {out_dir} cannot be written here ({e.strerror or e}): choose a folder you can "
-                            "write to, such as runs/NAME in the course folder") from None  # fmt: skip
+    check_can_create(out_dir, "--out")
     if not resume and (out_dir / CHECKPOINT_NAME).exists():
         raise RunSetupError(f"--out {out_dir} already holds a run ({CHECKPOINT_NAME}): add --resume to continue it, "
                             "or choose another --out for a new run (delete the folder to start it over)")  # fmt: skip
     return out_dir
 
 
-def check_can_create(path: Path, flag: str) -> Path:
-    """The nearest existing folder or file at or above ``path``; RunSetupError unless ``path`` can be created or
-    replaced there by this process."""
+def check_can_create(path: Path, flag: str) -> None:
+    """RunSetupError unless this process can create or replace ``path`` (named ``flag`` in the message): the nearest
+    existing folder at or above it is tried with a file made and removed at once."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -729,10 +707,13 @@ def check_can_create(path: Path, flag: str) -> Path:
             f"{flag} {path} cannot be created: {existing} is a file, not a folder; choose another {flag}"
         )
     folder = existing if existing.is_dir() else existing.parent
-    if not os.access(folder, os.W_OK | os.X_OK):  # also False on a read-only file system, even for root
-        raise RunSetupError(f"{flag} {path}: {folder} is not writable here; choose a folder you can write to, such as "
-                            "runs/NAME in the course folder")  # fmt: skip
-    return existing
+    try:  # os.access is False on a read-only file system, even for root; the probe finds a full disk, or /proc
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise OSError(f"{folder} is not writable")
+        probe_writable(folder)
+    except OSError as e:
+        raise RunSetupError(f"{flag} {path} cannot be written here ({e.strerror or e}): choose a folder you can "
+                            "write to, such as runs/NAME in the course folder") from None  # fmt: skip
 
 
 def compile_available(device: torch.device) -> tuple[bool, str]:

@@ -113,47 +113,41 @@ def main(argv: list[str] | None = None) -> int:
     SIGTERM stay handled until the process exits); return its exit code."""
     command, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
     with stop_signals(restore=not command):
+        args = _parser().parse_args(argv)
         try:
-            return _main(argv)
+            _check_numbers(args)
+            if args.threads:
+                torch.set_num_threads(args.threads)
+            model_config, train_config, seed = _configs(args)
+            if args.export:
+                _check_export(args, model_config, seed)
+            device = join_processes() or args.device
+            result = _finished(args)
+            if result is None:
+                result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
+                               max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
+                               verbose=not args.quiet)  # fmt: skip
+            if result and args.export:  # process 0 only
+                export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data, args.out))
+                result["export"] = str(args.export)
+            if result:  # process 0 only
+                print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
+            return 0
+        except KeyboardInterrupt as err:  # Ctrl+C or SIGTERM: later ones are ignored until the line is out
+            if int(os.environ.get("RANK", "0")) == 0:  # one line, from process 0
+                print(_stopped(err, args, argv), file=sys.stderr, flush=True)
+            return stop_code()
+        except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
+            print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
+            return 2
         finally:
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
             if command:  # the line is printed: a later Ctrl+C cannot turn the exit into a traceback
                 ignore_signals_until_exit()
-
-
-def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        _check_numbers(args)
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        model_config, train_config, seed = _configs(args)
-        if args.export:
-            _check_export(args, model_config, seed)
-        device = join_processes() or args.device
-        result = _finished(args)
-        if result is None:
-            result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
-                           max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
-                           verbose=not args.quiet)  # fmt: skip
-        if result and args.export:  # process 0 only
-            export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data, args.out))
-            result["export"] = str(args.export)
-    except KeyboardInterrupt as err:  # Ctrl+C or SIGTERM: later ones are ignored until the line is out
-        if int(os.environ.get("RANK", "0")) == 0:  # one line, from process 0
-            print(_stopped(err, args, argv), file=sys.stderr, flush=True)
-        return stop_code()
-    except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
-        print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
-        return 2
-    finally:
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-    if result:  # process 0 only
-        print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
-    return 0
 
 
 # --- Before the first step: the numbers, the settings, the export
@@ -210,24 +204,12 @@ def _check_export(args: argparse.Namespace, model_config: GPTConfig | str, seed:
     if data.get("sha256") not in (None, sha256_file(args.data)):
         raise RunSetupError(f"--export {dest} already holds a model trained on other data ({data.get('file')}, sha256 "
                             f"{data['sha256'][:16]}...): {fix}")  # fmt: skip
-    there, there_seed = _export_run(provenance) or (args.out, seed)
+    run = provenance.get("run", {"out": args.out, "seed": seed})  # none recorded: not another run's
+    there, there_seed = run["out"], run["seed"]
     same_folder = os.path.normpath(there) == os.path.normpath(out) or Path(there).resolve() == out.resolve()
     if not (same_folder and there_seed == seed):
         raise RunSetupError(f"--export {dest} already holds the export of another run (--out {there}, seed "
                             f"{there_seed}; this run is --out {args.out}, seed {seed}): {fix}")  # fmt: skip
-
-
-def _export_run(provenance: dict[str, Any]) -> tuple[str, int] | None:
-    """The --out and seed of the run an export came from, as recorded, or read from its command (the shipped model
-    was exported before the record), or None if neither says."""
-    if "run" in provenance:
-        return provenance["run"]["out"], provenance["run"]["seed"]
-    try:
-        known, _ = _parser().parse_known_args(shlex.split(provenance.get("command", ""))[len(PROG.split()) :])
-    except SystemExit:  # a command this parser cannot read: no run to compare
-        return None
-    seed = known.seed if known.seed is not None else TrainConfig.preset(known.preset or "tiny").seed
-    return (known.out, seed) if known.out is not None else None
 
 
 def _finished(args: argparse.Namespace) -> dict[str, Any] | None:

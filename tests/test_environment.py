@@ -339,7 +339,6 @@ def test_a_hosted_service_brings_its_own_front_end(monkeypatch):
             "COURSE_GPT_SIZE='huge' is not a run size; choose one of ['ci', 'cpu', 'gpu']",
         ),
         ({"COURSE_CHECK_SEED": "abc"}, False, "COURSE_CHECK_SEED must be an integer seed, got 'abc'"),
-        ({"COURSE_08_SIZE": "cpu"}, False, "COURSE_08_SIZE was renamed COURSE_GPT_SIZE"),
     ],
 )
 def test_the_report_checks_the_course_settings_that_are_set(monkeypatch, variables, ok, detail):

@@ -29,8 +29,7 @@ def test_choose_size_follows_the_switch_then_the_device():
 
 
 def test_every_size_has_matching_model_and_training():
-    for name, size in RUN_SIZES.items():
-        assert size.name == name
+    for size in RUN_SIZES.values():
         assert size.train_config.batch_size >= 1 and size.model_config.context_length >= 8
     assert RUN_SIZES["gpu"].model_config.num_layers == 6 and RUN_SIZES["gpu"].model_config.embed_dim == 384
 
@@ -170,22 +169,6 @@ def test_each_test_process_trains_notebook_10_into_a_fresh_folder():
 
     assert os.environ.get("COURSE_RUNS_DIR_OWNER") == str(os.getpid())
     assert str(runs_dir()).startswith(tempfile.gettempdir())
-
-
-def test_the_old_name_of_the_size_switch_says_its_new_name():
-    with pytest.raises(
-        ValueError, match=r"COURSE_08_SIZE was renamed COURSE_GPT_SIZE .* set COURSE_GPT_SIZE=ci instead"
-    ):
-        choose_size("cpu", {"COURSE_08_SIZE": "ci"})
-    assert choose_size("cpu", {"COURSE_08_SIZE": "ci", "COURSE_GPT_SIZE": "gpu"}) == "gpu"
-
-
-def test_the_old_name_with_a_value_that_is_no_size_does_not_suggest_it():
-    """Before, COURSE_08_SIZE=bogus said "set COURSE_GPT_SIZE=bogus instead", which then failed too."""
-    with pytest.raises(ValueError, match=r"set COURSE_GPT_SIZE to one of \['ci', 'cpu', 'gpu'\] instead \('bogus' is"):
-        choose_size("cpu", {"COURSE_08_SIZE": "bogus"})
-    with pytest.raises(ValueError, match=r"set COURSE_GPT_SIZE=ci instead"):
-        choose_size("cpu", {"COURSE_08_SIZE": " CI "})
 
 
 def test_the_size_switch_ignores_case_and_names_what_arrived():

@@ -508,7 +508,9 @@ def test_out_that_cannot_be_written_is_refused_before_training(text_file, tmp_pa
     real_access = os.access
     monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real_access(p, mode, **kw))
     line = refused(capsys, text_file, locked / "run")
-    assert f"{locked} is not writable here; choose a folder you can write to" in line
+    assert (
+        f"{locked / 'run'} cannot be written here ({locked} is not writable): choose a folder you can write to" in line
+    )
     assert not (locked / "run").exists()
 
 
