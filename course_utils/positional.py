@@ -23,8 +23,7 @@ from course_utils._validate import (
     check_positions,
     check_same_device,
 )
-from course_utils.attention import attend
-from course_utils.multihead import MultiHeadAttention, check_attention_call, merge_heads, split_heads
+from course_utils.multihead import MultiHeadAttention, check_attention_call, split_heads
 
 __all__ = [
     "LearnedPositionalEmbedding",
@@ -317,10 +316,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         q = apply_rope(q, positions, self.base, self.pairing)  # (B, H, T, D): the one new step ...
         k = apply_rope(k, positions, self.base, self.pairing)  # ... for queries and keys, not values
-        p = self.dropout if self.training else 0.0
-        out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
-        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
-        return (out, weights) if need_weights else out
+        return self._attend_heads(q, k, v, mask, need_weights)  # (B, T, C)
 
 
 class ALiBiMultiHeadAttention(MultiHeadAttention):
@@ -332,11 +328,7 @@ class ALiBiMultiHeadAttention(MultiHeadAttention):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
         check_attention_call(self, x, mask, need_weights)
-        T = x.shape[1]
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
-        bias = alibi_bias(self.num_heads, T).to(x)  # (H, T, T): the one new step
-        p = self.dropout if self.training else 0.0
-        out, weights = attend(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D)
-        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
-        return (out, weights) if need_weights else out
+        bias = alibi_bias(self.num_heads, x.shape[1]).to(x)  # (H, T, T): the one new step
+        return self._attend_heads(q, k, v, mask, need_weights, bias=bias)  # (B, T, C)
