@@ -139,9 +139,8 @@ class MultiHeadAttentionWrapper(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
         check_heads(embed_dim, num_heads)
-        head_dim = embed_dim // num_heads
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
-        self.heads = nn.ModuleList(SingleHeadAttention(embed_dim, head_dim, bias) for _ in range(num_heads))
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.heads = nn.ModuleList(SingleHeadAttention(embed_dim, self.head_dim, bias) for _ in range(num_heads))
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
@@ -180,9 +179,8 @@ class MultiHeadAttentionEinsum(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
         check_heads(embed_dim, num_heads)
-        head_dim = embed_dim // num_heads
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
-        H, D, C = num_heads, head_dim, embed_dim
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        H, D, C = num_heads, self.head_dim, embed_dim
         bound = C**-0.5  # the same uniform init nn.Linear(C, D) uses
         self.w_q, self.w_k, self.w_v = (nn.Parameter(torch.empty(H, D, C).uniform_(-bound, bound)) for _ in range(3))
         if bias:
