@@ -40,11 +40,8 @@ def check_int(
         return int(n)
     if minimum is not None and maximum is not None:
         raise ValueError(f"{name} must be in [{minimum}, {maximum}], got {n}")
-    raise ValueError(
-        f"{name} must be at least {minimum}, got {n}"
-        if maximum is None or n <= maximum
-        else f"{name} must be at most {maximum}, got {n}"
-    )
+    bound = f"at least {minimum}" if maximum is None else f"at most {maximum}"
+    raise ValueError(f"{name} must be {bound}, got {n}")
 
 
 def check_choice(name: str, value: object, choices: tuple | list, why: str = "") -> None:

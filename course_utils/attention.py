@@ -13,7 +13,6 @@ import torch.nn.functional as F
 
 from course_utils._validate import (
     broadcast_shapes,
-    check_bool_mask,
     check_broadcasts,
     check_dim,
     check_float_tensor,
@@ -21,6 +20,7 @@ from course_utils._validate import (
     check_positive_number,
     check_qkv,
     check_same_device,
+    check_scores_mask,
     check_tensor,
 )
 
@@ -139,8 +139,7 @@ def scaled_dot_product_attention(
         check_broadcasts("bias", bias, scores_shape)
         check_same_device(q=q, bias=bias)
     if mask is not None:
-        check_bool_mask(mask, scores_shape)
-        check_same_device(q=q, mask=mask)
+        check_scores_mask(mask, q, k)
     return attend(q, k, v, mask, dropout_p, scale, bias)
 
 

@@ -164,14 +164,6 @@ def online_softmax(x: torch.Tensor, block_size: int) -> torch.Tensor:
     return torch.exp(x - _safe_max(m)) / l  # (..., S): 0 / 0 = NaN for an all -inf row, as torch.softmax
 
 
-def _tile(mask: torch.Tensor, rows: slice, cols: slice) -> torch.Tensor:
-    if mask.dim() >= 2 and mask.shape[-2] != 1:
-        mask = mask[..., rows, :]
-    if mask.dim() >= 1 and mask.shape[-1] != 1:
-        mask = mask[..., cols]
-    return mask
-
-
 def tiled_attention(
     q: torch.Tensor,
     k: torch.Tensor,
@@ -216,8 +208,9 @@ def _visible(
     if is_causal and j1 - 1 > offset + i0:  # this tile crosses the diagonal of the first query row
         rows = torch.arange(offset + i0, offset + i1, device=device)[:, None]  # (Tq, 1) absolute positions
         visible = torch.arange(j0, j1, device=device)[None, :] <= rows  # (Tq, Sk)
-    if mask is not None:
-        m_t = _tile(mask, slice(i0, i1), slice(j0, j1))  # broadcastable to (..., Tq, Sk)
+    if mask is not None:  # its tile, broadcastable to (..., Tq, Sk); an axis of size 1 broadcasts whole
+        m_t = mask[..., i0:i1, :] if mask.dim() >= 2 and mask.shape[-2] != 1 else mask
+        m_t = m_t[..., j0:j1] if m_t.dim() >= 1 and m_t.shape[-1] != 1 else m_t
         visible = m_t if visible is None else visible & m_t
     return visible
 

@@ -151,23 +151,20 @@ def convert_mask(
     check_tensor("mask", mask, min_dim=0)
     if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
         raise TypeError(f"dtype must be a floating-point torch.dtype (an additive mask holds -inf), got {dtype!r}")
-    if src != "additive" and mask.dtype != torch.bool:
-        raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
-    if src == "additive" and not mask.is_floating_point():
-        raise TypeError(f"an 'additive' mask must be floating point, got dtype {mask.dtype}")
     if src == "additive":
+        if not mask.is_floating_point():
+            raise TypeError(f"an 'additive' mask must be floating point, got dtype {mask.dtype}")
         check_holds_values("mask", mask)
-    if src == "additive" and not bool(((mask == 0) | (mask == float("-inf"))).all()):
-        raise ValueError(
-            "an 'additive' mask may only hold 0 (may attend) and -inf (blocked); this one holds other values, "
-            "so it is a bias, not a mask"
-        )
-    if src == "additive":
+        if not bool(((mask == 0) | (mask == float("-inf"))).all()):
+            raise ValueError(
+                "an 'additive' mask may only hold 0 (may attend) and -inf (blocked); this one holds other values, "
+                "so it is a bias, not a mask"
+            )
         allow = mask == 0
-    elif src == "block":
-        allow = ~mask
+    elif mask.dtype != torch.bool:
+        raise TypeError(f"a {src!r} mask must be boolean, got dtype {mask.dtype}")
     else:
-        allow = mask
+        allow = ~mask if src == "block" else mask
     if dst == "allow":
         return allow
     if dst == "block":

@@ -89,6 +89,15 @@ def _returned(out: torch.Tensor, weights: torch.Tensor, need_weights: bool):
     return (out, weights) if need_weights else out
 
 
+def _like_packed(cls: type, packed: object) -> tuple[nn.Module, bool]:
+    """A new ``cls`` the size, dtype and device of ``packed`` (a :class:`MultiHeadAttention`), and its ``bias``."""
+    if not isinstance(packed, MultiHeadAttention):
+        hint = " (convert it first with MultiHeadAttention.from_torch)" * isinstance(packed, nn.MultiheadAttention)
+        raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
+    bias = packed.qkv_proj.bias is not None
+    return cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight), bias
+
+
 class SingleHeadAttention(nn.Module):
     """One attention head with its own query, key and value projections C -> D.
 
@@ -130,9 +139,8 @@ class MultiHeadAttentionWrapper(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
         check_heads(embed_dim, num_heads)
-        head_dim = embed_dim // num_heads
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
-        self.heads = nn.ModuleList(SingleHeadAttention(embed_dim, head_dim, bias) for _ in range(num_heads))
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        self.heads = nn.ModuleList(SingleHeadAttention(embed_dim, self.head_dim, bias) for _ in range(num_heads))
         self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
@@ -148,11 +156,7 @@ class MultiHeadAttentionWrapper(nn.Module):
     @classmethod
     def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionWrapper:
         """The same function as ``packed``, its q, k, v rows cut into one head each."""
-        if not isinstance(packed, MultiHeadAttention):
-            hint = " (convert it first with MultiHeadAttention.from_torch)" * isinstance(packed, nn.MultiheadAttention)
-            raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
-        bias = packed.qkv_proj.bias is not None
-        new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
+        new, bias = _like_packed(cls, packed)
         C, D = packed.embed_dim, packed.head_dim
         with torch.no_grad():
             for h, head in enumerate(new.heads):
@@ -175,9 +179,8 @@ class MultiHeadAttentionEinsum(nn.Module):
     def __init__(self, embed_dim: int, num_heads: int, bias: bool = True) -> None:
         super().__init__()
         check_heads(embed_dim, num_heads)
-        head_dim = embed_dim // num_heads
-        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, head_dim
-        H, D, C = num_heads, head_dim, embed_dim
+        self.embed_dim, self.num_heads, self.head_dim = embed_dim, num_heads, embed_dim // num_heads
+        H, D, C = num_heads, self.head_dim, embed_dim
         bound = C**-0.5  # the same uniform init nn.Linear(C, D) uses
         self.w_q, self.w_k, self.w_v = (nn.Parameter(torch.empty(H, D, C).uniform_(-bound, bound)) for _ in range(3))
         if bias:
@@ -201,11 +204,7 @@ class MultiHeadAttentionEinsum(nn.Module):
     @classmethod
     def from_packed(cls, packed: MultiHeadAttention) -> MultiHeadAttentionEinsum:
         """The same function as ``packed``: its (3C, C) weight viewed as three (H, D, C) blocks."""
-        if not isinstance(packed, MultiHeadAttention):
-            hint = " (convert it first with MultiHeadAttention.from_torch)" * isinstance(packed, nn.MultiheadAttention)
-            raise TypeError(f"from_packed takes a course_utils MultiHeadAttention{hint}, got {type(packed).__name__}")
-        bias = packed.qkv_proj.bias is not None
-        new = cls(packed.embed_dim, packed.num_heads, bias=bias).to(packed.qkv_proj.weight)
+        new, bias = _like_packed(cls, packed)
         H, D, C = packed.num_heads, packed.head_dim, packed.embed_dim
         with torch.no_grad():
             w = packed.qkv_proj.weight.view(3, H, D, C)  # (3C, C) -> (3, H, D, C)
@@ -262,8 +261,13 @@ class MultiHeadAttention(nn.Module):
             q = F.linear(x, w_q, b_q)  # (B, T, C) -> (B, T, C)
             k, v = F.linear(memory, w_kv, b_kv).chunk(2, dim=-1)  # (B, S, C) -> (B, S, 2C) -> 2 x (B, S, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T or S, C) -> (B, H, T or S, D)
+        return self._attend_heads(q, k, v, mask, need_weights)
+
+    def _attend_heads(self, q, k, v, mask=None, need_weights=False, bias=None):
+        """The rest of :meth:`forward` from the heads q (B, H, T, D), k, v (B, H, S, D) on (dropout when training):
+        attention, heads merged, ``out_proj``. The variants of notebook 06 change a step before it."""
         p = self.dropout if self.training else 0.0
-        out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, S)
+        out, weights = attend(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D), (B, H, T, S)
         return _returned(self.out_proj(merge_heads(out)), weights, need_weights)  # (B, T, C)
 
     @classmethod

@@ -23,8 +23,7 @@ from course_utils._validate import (
     check_positions,
     check_same_device,
 )
-from course_utils.attention import attend
-from course_utils.multihead import MultiHeadAttention, check_attention_call, merge_heads, split_heads
+from course_utils.multihead import MultiHeadAttention, check_attention_call, split_heads
 
 __all__ = [
     "LearnedPositionalEmbedding",
@@ -46,7 +45,7 @@ Pairing = Literal["interleaved", "half"]
 _PAIRINGS = get_args(Pairing)
 
 
-def check_even(name: str, n: int, why: str) -> None:
+def check_even(name: str, n: int, why: str = "RoPE rotates pairs of channels") -> None:
     """Raise ValueError unless ``n`` is even; ``why`` says what comes in pairs."""
     if n % 2 != 0:
         raise ValueError(f"{name} must be even ({why}), got {n}")
@@ -170,7 +169,7 @@ def apply_rope(
     """
     check_float_tensor("x", x, min_dim=2)
     check_choice("pairing", pairing, _PAIRINGS)
-    check_even("the last dimension D of x", x.shape[-1], "RoPE rotates pairs of channels")
+    check_even("the last dimension D of x", x.shape[-1])
     if x.shape[-1] == 0:
         raise ValueError(f"the last dimension D of x (head_dim) must be at least 2, got shape {tuple(x.shape)}")
     T, D = x.shape[-2:]
@@ -192,7 +191,7 @@ class RotaryTable:
 
     def __init__(self, head_dim: int, base: float = 10000.0, length: int = 0, pairing: Pairing = "half") -> None:
         check_int("head_dim", head_dim, minimum=2)
-        check_even("head_dim", head_dim, "RoPE rotates pairs of channels")
+        check_even("head_dim", head_dim)
         check_int("length", length, minimum=0)
         check_choice("pairing", pairing, _PAIRINGS)
         check_greater_than("base", base, 1)
@@ -209,8 +208,7 @@ class RotaryTable:
         key = (torch.device(device), dtype)
         table = self._tables.get(key)
         if table is None or table[0].shape[0] < n:
-            D = self.head_dim
-            theta = self.base ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)  # (D/2,), sinusoidal_frequencies
+            theta = sinusoidal_frequencies(self.head_dim, self.base)  # (D/2,) float64
             angles = torch.arange(max(n, self.length), dtype=torch.float64)[:, None] * theta[None, :]  # (N, D/2)
             table = (angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype))
             self._tables[key] = table
@@ -242,7 +240,7 @@ def rope_pairing_permutation(D: int) -> torch.Tensor:
     Shape: -> (D,) LongTensor [0, 2, ..., D-2, 1, 3, ..., D-1]. Taught in notebook 06.
     """
     check_int("D", D, minimum=2)
-    check_even("D", D, "RoPE rotates pairs of channels")
+    check_even("D", D)
     return torch.cat([torch.arange(0, D, 2), torch.arange(1, D, 2)])  # (D,)
 
 
@@ -300,7 +298,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         pairing: Pairing = "half",
     ) -> None:
         super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
-        check_even("head_dim (embed_dim / num_heads)", self.head_dim, "RoPE rotates pairs of channels")
+        check_even("head_dim (embed_dim / num_heads)", self.head_dim)
         check_choice("pairing", pairing, _PAIRINGS)
         check_greater_than("base", base, 1)
         self.base, self.pairing = float(base), pairing
@@ -317,10 +315,7 @@ class RotaryMultiHeadAttention(MultiHeadAttention):
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
         q = apply_rope(q, positions, self.base, self.pairing)  # (B, H, T, D): the one new step ...
         k = apply_rope(k, positions, self.base, self.pairing)  # ... for queries and keys, not values
-        p = self.dropout if self.training else 0.0
-        out, weights = attend(q, k, v, mask, dropout_p=p)  # (B, H, T, D), (B, H, T, T)
-        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
-        return (out, weights) if need_weights else out
+        return self._attend_heads(q, k, v, mask, need_weights)  # (B, T, C)
 
 
 class ALiBiMultiHeadAttention(MultiHeadAttention):
@@ -332,11 +327,7 @@ class ALiBiMultiHeadAttention(MultiHeadAttention):
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None, need_weights: bool = False):
         check_attention_call(self, x, mask, need_weights)
-        T = x.shape[1]
         q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
         q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
-        bias = alibi_bias(self.num_heads, T).to(x)  # (H, T, T): the one new step
-        p = self.dropout if self.training else 0.0
-        out, weights = attend(q, k, v, mask, dropout_p=p, bias=bias)  # (B, H, T, D)
-        out = self.out_proj(merge_heads(out))  # (B, H, T, D) -> (B, T, C)
-        return (out, weights) if need_weights else out
+        bias = alibi_bias(self.num_heads, x.shape[1]).to(x)  # (H, T, T): the one new step
+        return self._attend_heads(q, k, v, mask, need_weights, bias=bias)  # (B, T, C)
