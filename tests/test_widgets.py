@@ -302,11 +302,12 @@ def test_explorer_shows_errors_instead_of_raising():
     def draw(n):
         if n < 0:
             raise ValueError("n must be >= 0")
-        fig, ax = plt.subplots()
+        fig, ax = plt.subplots(label=f"n = {n}")  # the label is the caption
         ax.set_title(str(n))
-        return fig, f"n = {n}"
+        return fig
 
     ex = Explorer({"n": widgets.IntSlider(value=1, min=-2, max=2, description="n")}, draw)
+    assert ex.caption == "n = 1"
     ex.control("n").value = -1
     (item,) = ex.output.outputs
     assert item == {"output_type": "stream", "name": "stdout", "text": "ValueError: n must be >= 0\n"}
