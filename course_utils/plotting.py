@@ -40,11 +40,6 @@ def _as_2d(weights: torch.Tensor, what: str) -> torch.Tensor:
     return weights.detach().float().cpu()
 
 
-def _largest(w: torch.Tensor) -> float:
-    """The largest weight, at least 1e-9; a NaN row (fully masked) must not set the scale."""
-    return max(1e-9, float(torch.nan_to_num(w, nan=0.0).max()))
-
-
 def plot_weights(
     weights: torch.Tensor,
     query_labels: Sequence[str] | None = None,
@@ -76,10 +71,10 @@ def plot_weights(
         if labels is not None and len(labels) != n:
             raise ValueError(f"{name} has {len(labels)} entries, the weights have {n}")
     nan = w.isnan()
-    w = torch.nan_to_num(w, nan=0.0)  # the colour scale needs finite numbers
+    w = torch.nan_to_num(w, nan=0.0)  # the colour scale needs finite numbers: a NaN row (fully masked) must not set it
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * S + 1.8, 0.4 * T + 1.2))
-    top = check_positive_number("vmax", vmax) if vmax is not None else _largest(w)
+    top = check_positive_number("vmax", vmax) if vmax is not None else max(1e-9, float(w.max()))
     image = ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=top)
     if colorbar:
         ax.figure.colorbar(image, ax=ax, label="weight", fraction=0.046, pad=0.04)
@@ -100,13 +95,10 @@ def plot_weights(
             if nan[i, j]:
                 ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
             elif mask is None or mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
-                _write(ax, i, j, v, peak)
+                ax.text(
+                    j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * peak else "black"
+                )
     return ax
-
-
-def _write(ax: plt.Axes, i: int, j: int, v: float, top: float) -> None:
-    """Write weight ``v`` in cell (i, j), white on the darkest colours."""
-    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * top else "black")
 
 
 def shared_colorbar(axes: Sequence[plt.Axes], label: str = "weight") -> Colorbar:
@@ -143,8 +135,7 @@ def plot_heads(
     fig, axes = plt.subplots(
         rows, cols, figsize=(2.6 * cols + 0.8, 2.4 * rows + 0.4), squeeze=False, layout="constrained"
     )
-    for h in range(rows * cols):
-        ax = axes[h // cols][h % cols]
+    for h, ax in enumerate(axes.flat):
         if h >= H:
             ax.axis("off")
             continue
@@ -157,7 +148,7 @@ def plot_heads(
             annotate=False,
             colorbar=False,
         )
-    shared_colorbar([axes[h // cols][h % cols] for h in range(H)])
+    shared_colorbar(list(axes.flat[:H]))
     if title:
         fig.suptitle(title)
     return fig
@@ -309,11 +300,9 @@ class LiveLossPlot:
 
     def show(self) -> None:
         """Draw (the first time) or redraw in place (later); outside IPython, do nothing."""
-        try:
-            from IPython import get_ipython
-            from IPython.display import display
-        except ImportError:
-            return
+        from IPython import get_ipython
+        from IPython.display import display
+
         self.updates += 1
         if get_ipython() is None:
             return
