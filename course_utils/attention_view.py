@@ -51,16 +51,11 @@ def head_view(
     """
     from bertviz import head_view as bertviz_head_view
 
-    weights, shown = _check(attention, tokens, prettify)
-    num_layers, num_heads = weights.shape[0], weights.shape[1]
+    weights, shown = _check(attention, tokens, prettify)  # (L, H, T, T)
     if layer is not None:
-        check_int("layer", layer, minimum=0, maximum=num_layers - 1)
-    if heads is not None:
-        heads = _check_indices("heads", heads, num_heads)
-    view = bertviz_head_view(
-        list(weights.unsqueeze(1)), shown, prettify_tokens=False, layer=layer, heads=heads, html_action="return"
-    )
-    return HTML(_wrap("head", _offline(view.data), num_heads, num_layers, shown))
+        check_int("layer", layer, minimum=0, maximum=weights.shape[0] - 1)
+    heads = None if heads is None else _check_indices("heads", heads, weights.shape[1])
+    return _view("head", bertviz_head_view, weights, shown, weights.shape[0], layer=layer, heads=heads)
 
 
 def model_view(
@@ -76,20 +71,21 @@ def model_view(
     """
     from bertviz import model_view as bertviz_model_view
 
-    weights, shown = _check(attention, tokens, prettify)
-    num_layers, num_heads = weights.shape[0], weights.shape[1]
-    if include_layers is not None:
-        include_layers = _check_indices("include_layers", include_layers, num_layers)
-    view = bertviz_model_view(
-        list(weights.unsqueeze(1)),
-        shown,
-        prettify_tokens=False,
-        include_layers=include_layers,
-        display_mode="light",
-        html_action="return",
+    weights, shown = _check(attention, tokens, prettify)  # (L, H, T, T)
+    layers = None if include_layers is None else _check_indices("include_layers", include_layers, weights.shape[0])
+    shown_layers = weights.shape[0] if layers is None else len(layers)
+    return _view("model", bertviz_model_view, weights, shown, shown_layers, include_layers=layers, display_mode="light")
+
+
+def _view(kind: str, bertviz_view, weights: torch.Tensor, tokens: list[str], num_layers: int, **options) -> HTML:
+    """bertviz's view of (L, H, T, T) weights made offline, in a ``div`` that says what it shows (for the browser
+    tests): its kind, the heads, the layers drawn and the tokens."""
+    view = bertviz_view(list(weights.unsqueeze(1)), tokens, prettify_tokens=False, html_action="return", **options)
+    attrs = (
+        f'data-course-view="{kind}" data-heads="{weights.shape[1]}" data-layers="{num_layers}" '
+        f'data-tokens="{html.escape(json.dumps(tokens, ensure_ascii=False), quote=True)}"'
     )
-    shown_layers = num_layers if include_layers is None else len(include_layers)
-    return HTML(_wrap("model", _offline(view.data), num_heads, shown_layers, shown))
+    return HTML(f'<div class="course-attention-view" {attrs}>\n{_offline(view.data)}\n</div>')
 
 
 def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: str = "Attention") -> Path:
@@ -260,11 +256,3 @@ def _offline(bertviz_html: str) -> str:
     body, end, tail = script.rpartition("</script>")
     body = body.replace("</", "<\\/").replace("<!--", "<\\!--")
     return head + sep + body + end + tail
-
-
-def _wrap(kind: str, inner: str, num_heads: int, num_layers: int, tokens: list[str]) -> str:
-    attrs = (
-        f'data-course-view="{kind}" data-heads="{num_heads}" data-layers="{num_layers}" '
-        f'data-tokens="{html.escape(json.dumps(tokens, ensure_ascii=False), quote=True)}"'
-    )
-    return f'<div class="course-attention-view" {attrs}>\n{inner}\n</div>'
