@@ -19,7 +19,7 @@ from IPython.display import HTML
 
 from course_utils._files import sha256_bytes, write_atomic
 from course_utils._validate import check_int, check_path
-from course_utils.plotting import char_labels
+from course_utils.plotting import char_labels, stack_maps
 
 __all__ = ["head_view", "model_view", "save_html"]
 
@@ -116,35 +116,7 @@ def _check(
     attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, prettify: bool
 ) -> tuple[torch.Tensor, list[str]]:
     """Validate, then stack to (L, H, T, T) on the CPU as float64 rounded to 4 decimals (a smaller page)."""
-    if isinstance(attention, torch.Tensor) or not isinstance(attention, Sequence):
-        raise TypeError(
-            f"attention must be a list of tensors (1, H, T, T), one per layer, as "
-            f"GPT.attention_maps returns, got {type(attention).__name__}"
-        )
-    if len(attention) == 0:
-        raise ValueError("attention must hold at least one layer, got an empty list")
-    for i, a in enumerate(attention):
-        if not isinstance(a, torch.Tensor):
-            raise TypeError(f"attention[{i}] must be a torch.Tensor (1, H, T, T), got {type(a).__name__}")
-        if a.ndim != 4:
-            raise ValueError(f"attention[{i}] must have 4 dims (B, H, T, T), got shape {tuple(a.shape)}")
-        if a.shape[0] != 1:
-            raise ValueError(
-                f"attention[{i}] must hold one sequence (batch size 1), got batch size "
-                f"{a.shape[0]} in shape {tuple(a.shape)}; "
-                "pick one, e.g. [a[:1] for a in attention]"
-            )
-        if a.shape[2] != a.shape[3]:
-            raise ValueError(
-                f"attention[{i}] must be self-attention (T, T) in its last two dims, got shape {tuple(a.shape)}"
-            )
-        if a.shape != attention[0].shape:
-            raise ValueError(
-                f"every layer must have the same shape: attention[0] is "
-                f"{tuple(attention[0].shape)}, attention[{i}] is {tuple(a.shape)}"
-            )
-        if a.is_complex():
-            raise TypeError(f"attention[{i}] must be real, got dtype {a.dtype}")
+    weights = stack_maps(attention, "attention").double().round(decimals=4)  # L x (1, H, T, T) -> (L, H, T, T)
     if isinstance(tokens, str):
         tokens = list(tokens)
     elif not isinstance(tokens, Sequence):
@@ -152,12 +124,9 @@ def _check(
     for i, t in enumerate(tokens):
         if not isinstance(t, str):
             raise TypeError(f"tokens[{i}] must be a str, got {type(t).__name__}")
-    T = attention[0].shape[-1]
+    T = weights.shape[-1]
     if len(tokens) != T:
         raise ValueError(f"attention covers T={T} positions but {len(tokens)} tokens were given")
-    # L x (1, H, T, T) -> (L, H, T, T)
-    weights = torch.stack([a.detach().to("cpu", torch.float64)[0] for a in attention])
-    weights = weights.round(decimals=4)
     return weights, ["".join(char_labels(t)) for t in tokens] if prettify else list(tokens)
 
 
