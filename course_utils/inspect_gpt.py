@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course_utils._validate import check_floating, check_fraction, check_int, check_token_ids
+from course_utils._validate import check_float_tensor, check_floating, check_fraction, check_int, check_token_ids
 from course_utils.gpt import GPT
 from course_utils.multihead import split_heads
 
@@ -161,12 +161,8 @@ def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.T
 
     Shape: weights (..., T, S), values (..., S, E) -> (..., T, S). Exercise 11.1; taught in notebook 11.
     """
-    for name, t in (("weights", weights), ("values", values)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dims, got shape {tuple(t.shape)}")
-        check_floating(name, t)
+    check_float_tensor("weights", weights, min_dim=2)
+    check_float_tensor("values", values, min_dim=2)
     if weights.shape[:-2] != values.shape[:-2] or weights.shape[-1] != values.shape[-2]:
         raise ValueError(
             f"weights (..., T, S) and values (..., S, E) must agree on the leading dims and on S, got "

@@ -218,11 +218,11 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
             ValueError,
             r"must agree on the leading dims and on S, got \(2, 3, 4\) and \(2, 5, 6\)",
         ),
-        (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a tensor, got str"),
+        (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a torch.Tensor, got str"),
         (
             lambda: weighted_value_norms(torch.ones(3), torch.ones(3, 2)),
             ValueError,
-            "weights must have at least 2 dims",
+            "weights must have at least 2 dimensions",
         ),
         (
             lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 3)),
