@@ -14,7 +14,7 @@ from matplotlib.colorbar import Colorbar
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from course_utils._validate import check_holds_values, check_int, check_positive_number
+from course_utils._validate import check_holds_values, check_int, check_positive_number, check_tensor
 
 __all__ = [
     "plot_weights",
@@ -29,13 +29,8 @@ __all__ = [
 
 
 def _as_2d(weights: torch.Tensor, what: str) -> torch.Tensor:
-    if not isinstance(weights, torch.Tensor):
-        raise TypeError(f"{what} must be a torch.Tensor, got {type(weights).__name__}")
-    if weights.device.type == "meta":
-        raise ValueError(
-            f"{what} is on the meta device, which holds no values to plot: compute them on a real "
-            "device (cpu, cuda, mps)"
-        )
+    check_tensor(what, weights, min_dim=0)
+    check_holds_values(what, weights)
     if weights.numel() == 0:
         raise ValueError(f"{what} is empty (shape {tuple(weights.shape)}): there is nothing to plot")
     return weights.detach().float().cpu()

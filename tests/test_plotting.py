@@ -290,7 +290,7 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
         (
             lambda: plot_weights(torch.rand(2, 2, device="meta")),
             ValueError,
-            "weights is on the meta device, which holds no values to plot",
+            "weights is on the meta device, which holds no values",
         ),
         (
             lambda: plot_weights(torch.rand(2, 2), mask=torch.ones(2, 2)),
