@@ -193,7 +193,7 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
                 tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), "mlp.fc_out.bias2"
             ),
             ValueError,
-            r"parameter must be one of \[.*'mlp.fc_out.weight'\] \(a block's parameters\), got 'mlp.fc_out.bias2'",
+            r"parameter must be one of \[.*'mlp.fc_out.weight'.*\] \(a block's parameters\), got 'mlp.fc_out.bias2'",
         ),
         (
             lambda: layer_grad_norms(
