@@ -349,8 +349,7 @@ def mask_explorer() -> Explorer:
     def enable_length(change: dict) -> None:
         length.disabled = "padding" not in change["new"]
 
-    kind.observe(enable_length, names="value")
-    enable_length({"new": kind.value})
+    kind.observe(enable_length, names="value")  # the first mask pads: the length starts enabled
     return Explorer({"kind": kind, "length": length, "fill": fill}, plot_mask)
 
 
@@ -440,13 +439,10 @@ def head_explorer(layers: Mapping[str, MultiHeadAttention], x: torch.Tensor, tok
 
 # --- Notebooks 11 and 12: one head of a trained model, a GPT on a prompt or the induction model ---------------
 
-_GPT = "be a course_utils.gpt.GPT (with config and attention_maps)"
-_INDUCTION = "have config and attention_maps (an AttentionOnlyTransformer)"
 
-
-def _check_model(model: object, what: str) -> None:
+def _check_model(model: object) -> None:
     if not hasattr(model, "config") or not callable(getattr(model, "attention_maps", None)):
-        raise TypeError(f"model must {what}, got {type(model).__name__}")
+        raise TypeError(f"model must have config and attention_maps (a course model), got {type(model).__name__}")
 
 
 def _one_head(model, idx: torch.Tensor, layer: int, head: int) -> torch.Tensor:
@@ -466,7 +462,7 @@ def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) 
 
     Shape: prompt T characters -> a (T, T) heatmap. Used in notebook 11.
     """
-    _check_model(model, _GPT)
+    _check_model(model)
     if not callable(getattr(tokenizer, "encode", None)):
         raise TypeError(f"tokenizer must have an encode(text) method (a CharTokenizer), got {type(tokenizer).__name__}")
     if not isinstance(prompt, str) or not prompt:
@@ -488,7 +484,7 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
     A prompt with characters the model never saw shows the tokenizer's message instead of a picture.
     Draws :func:`plot_gpt_head`. Used in notebook 11.
     """
-    _check_model(model, _GPT)  # before the sliders read its config; the first drawing checks the rest
+    _check_model(model)  # before the sliders read its config; the first drawing checks the rest
     layer = _slider(widgets.IntSlider, description="layer", value=0, min=0, max=model.config.num_layers - 1)
     head = _slider(widgets.IntSlider, description="head", value=0, min=0, max=model.config.num_heads - 1)
     # the prompt applies on Enter (continuous_update=False)
@@ -501,7 +497,7 @@ def plot_induction_head(model, tokens: torch.Tensor, layer: int = 0, head: int =
     the previous token (key i - 1) and the induction stripe (key i - N + 1, for the queries of the second repeat).
     Shape: tokens (B, 2N) token ids; the first row is drawn -> a (2N, 2N) heatmap. Used in notebook 12.
     """
-    _check_model(model, _INDUCTION)
+    _check_model(model)
     if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] % 2 or 0 in tokens.shape:
         got = f"shape {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
         raise ValueError(
@@ -537,7 +533,7 @@ def induction_explorer(model, tokens: torch.Tensor) -> Explorer:
 
     Draws :func:`plot_induction_head`. Used in notebook 12.
     """
-    _check_model(model, _INDUCTION)  # before the sliders read its config; the first drawing checks the tokens
+    _check_model(model)  # before the sliders read its config; the first drawing checks the tokens
     layer = _slider(widgets.IntSlider, description="layer", value=0, min=0, max=model.config.num_layers - 1)
     head = _slider(widgets.IntSlider, description="head", value=0, min=0, max=model.config.num_heads - 1)
     return Explorer({"layer": layer, "head": head}, partial(plot_induction_head, model, tokens))

@@ -393,7 +393,7 @@ class _NoEncode:
         (
             lambda m, t: plot_gpt_head(MultiHeadAttention(8, 2), t, "But"),
             TypeError,
-            r"model must be a course_utils.gpt.GPT \(with config and attention_maps\), got MultiHeadAttention",
+            r"model must have config and attention_maps \(a course model\), got MultiHeadAttention",
         ),
         (
             lambda m, t: gpt_attention_explorer(m, _NoEncode(), "But"),
