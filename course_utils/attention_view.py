@@ -18,7 +18,7 @@ import torch
 from IPython.display import HTML
 
 from course_utils._files import sha256_bytes, write_atomic
-from course_utils._validate import check_int, check_path
+from course_utils._validate import check_int, check_path, check_str
 from course_utils.plotting import char_labels, stack_maps
 
 __all__ = ["head_view", "model_view", "save_html"]
@@ -122,8 +122,7 @@ def _check(
     elif not isinstance(tokens, Sequence):
         raise TypeError(f"tokens must be a list of strings (or a str of characters), got {type(tokens).__name__}")
     for i, t in enumerate(tokens):
-        if not isinstance(t, str):
-            raise TypeError(f"tokens[{i}] must be a str, got {type(t).__name__}")
+        check_str(f"tokens[{i}]", t)
     T = weights.shape[-1]
     if len(tokens) != T:
         raise ValueError(f"attention covers T={T} positions but {len(tokens)} tokens were given")

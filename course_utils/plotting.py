@@ -86,14 +86,13 @@ def plot_weights(
     for i in range(T):
         for j in range(S):
             v = float(w[i, j])
+            color = "white" if v > 0.6 * peak else "black"  # white on the darkest colours
             if mask is not None and not mask[i, j]:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", lw=0, edgecolor="0.7"))
             if nan[i, j]:
                 ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
             elif mask is None or mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
-                ax.text(
-                    j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * peak else "black"
-                )
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color=color)
     return ax
 
 

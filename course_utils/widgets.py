@@ -121,8 +121,9 @@ def _slider(kind: type, description: str, **settings) -> widgets.ValueWidget:
 
 def _heatmap(weights: torch.Tensor, labels: list[str], title: str, caption: str, ax=None, cell=0.5, **kw) -> Figure:
     """``plot_weights`` of (T, T) weights labelled both ways, on a figure of ``cell`` inches a position (or ``ax``)."""
-    if ax is None:
-        _, ax = plt.subplots(figsize=(cell * len(labels) + 1.8, 0.9 * cell * len(labels) + 1.3))
+    T = len(labels)
+    if ax is None:  # 0.3 inches more for each line of the title after the first
+        _, ax = plt.subplots(figsize=(cell * T + 1.8, 0.9 * cell * T + 1.2 + 0.3 * title.count("\n")))
     plot_weights(weights, labels, labels, ax=ax, **kw)
     ax.set_title(title, fontsize=9)
     ax.figure.tight_layout()
@@ -508,9 +509,8 @@ def plot_induction_head(model, tokens: torch.Tensor, layer: int = 0, head: int =
     T = w.shape[-1]
     N = T // 2
     if ax is None:
-        fig, ax = plt.subplots(figsize=(4.2, 3.8))
-    else:
-        fig = ax.figure
+        _, ax = plt.subplots(figsize=(4.2, 3.8))
+    fig = ax.figure
     im = ax.imshow(w.numpy(), vmin=0, vmax=1, cmap="viridis")
     i = list(range(1, T))
     ax.plot([q - 1 for q in i], i, ls="none", marker="_", color="tab:orange", ms=4, label="previous token (i - 1)")
