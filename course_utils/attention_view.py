@@ -18,8 +18,8 @@ import torch
 from IPython.display import HTML
 
 from course_utils._files import sha256_bytes, write_atomic
-from course_utils._validate import check_int, check_path
-from course_utils.plotting import char_labels
+from course_utils._validate import check_int, check_path, check_str
+from course_utils.plotting import char_labels, stack_maps
 
 __all__ = ["head_view", "model_view", "save_html"]
 
@@ -51,16 +51,11 @@ def head_view(
     """
     from bertviz import head_view as bertviz_head_view
 
-    weights, shown = _check(attention, tokens, prettify)
-    num_layers, num_heads = weights.shape[0], weights.shape[1]
+    weights, shown = _check(attention, tokens, prettify)  # (L, H, T, T)
     if layer is not None:
-        check_int("layer", layer, minimum=0, maximum=num_layers - 1)
-    if heads is not None:
-        heads = _check_indices("heads", heads, num_heads)
-    view = bertviz_head_view(
-        list(weights.unsqueeze(1)), shown, prettify_tokens=False, layer=layer, heads=heads, html_action="return"
-    )
-    return HTML(_wrap("head", _offline(view.data), num_heads, num_layers, shown))
+        check_int("layer", layer, minimum=0, maximum=weights.shape[0] - 1)
+    heads = None if heads is None else _check_indices("heads", heads, weights.shape[1])
+    return _view("head", bertviz_head_view, weights, shown, weights.shape[0], layer=layer, heads=heads)
 
 
 def model_view(
@@ -76,20 +71,21 @@ def model_view(
     """
     from bertviz import model_view as bertviz_model_view
 
-    weights, shown = _check(attention, tokens, prettify)
-    num_layers, num_heads = weights.shape[0], weights.shape[1]
-    if include_layers is not None:
-        include_layers = _check_indices("include_layers", include_layers, num_layers)
-    view = bertviz_model_view(
-        list(weights.unsqueeze(1)),
-        shown,
-        prettify_tokens=False,
-        include_layers=include_layers,
-        display_mode="light",
-        html_action="return",
+    weights, shown = _check(attention, tokens, prettify)  # (L, H, T, T)
+    layers = None if include_layers is None else _check_indices("include_layers", include_layers, weights.shape[0])
+    shown_layers = weights.shape[0] if layers is None else len(layers)
+    return _view("model", bertviz_model_view, weights, shown, shown_layers, include_layers=layers, display_mode="light")
+
+
+def _view(kind: str, bertviz_view, weights: torch.Tensor, tokens: list[str], num_layers: int, **options) -> HTML:
+    """bertviz's view of (L, H, T, T) weights made offline, in a ``div`` that says what it shows (for the browser
+    tests): its kind, the heads, the layers drawn and the tokens."""
+    view = bertviz_view(list(weights.unsqueeze(1)), tokens, prettify_tokens=False, html_action="return", **options)
+    attrs = (
+        f'data-course-view="{kind}" data-heads="{weights.shape[1]}" data-layers="{num_layers}" '
+        f'data-tokens="{html.escape(json.dumps(tokens, ensure_ascii=False), quote=True)}"'
     )
-    shown_layers = num_layers if include_layers is None else len(include_layers)
-    return HTML(_wrap("model", _offline(view.data), num_heads, shown_layers, shown))
+    return HTML(f'<div class="course-attention-view" {attrs}>\n{_offline(view.data)}\n</div>')
 
 
 def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: str = "Attention") -> Path:
@@ -120,48 +116,16 @@ def _check(
     attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, prettify: bool
 ) -> tuple[torch.Tensor, list[str]]:
     """Validate, then stack to (L, H, T, T) on the CPU as float64 rounded to 4 decimals (a smaller page)."""
-    if isinstance(attention, torch.Tensor) or not isinstance(attention, Sequence):
-        raise TypeError(
-            f"attention must be a list of tensors (1, H, T, T), one per layer, as "
-            f"GPT.attention_maps returns, got {type(attention).__name__}"
-        )
-    if len(attention) == 0:
-        raise ValueError("attention must hold at least one layer, got an empty list")
-    for i, a in enumerate(attention):
-        if not isinstance(a, torch.Tensor):
-            raise TypeError(f"attention[{i}] must be a torch.Tensor (1, H, T, T), got {type(a).__name__}")
-        if a.ndim != 4:
-            raise ValueError(f"attention[{i}] must have 4 dims (B, H, T, T), got shape {tuple(a.shape)}")
-        if a.shape[0] != 1:
-            raise ValueError(
-                f"attention[{i}] must hold one sequence (batch size 1), got batch size "
-                f"{a.shape[0]} in shape {tuple(a.shape)}; "
-                "pick one, e.g. [a[:1] for a in attention]"
-            )
-        if a.shape[2] != a.shape[3]:
-            raise ValueError(
-                f"attention[{i}] must be self-attention (T, T) in its last two dims, got shape {tuple(a.shape)}"
-            )
-        if a.shape != attention[0].shape:
-            raise ValueError(
-                f"every layer must have the same shape: attention[0] is "
-                f"{tuple(attention[0].shape)}, attention[{i}] is {tuple(a.shape)}"
-            )
-        if a.is_complex():
-            raise TypeError(f"attention[{i}] must be real, got dtype {a.dtype}")
+    weights = stack_maps(attention, "attention").double().round(decimals=4)  # L x (1, H, T, T) -> (L, H, T, T)
     if isinstance(tokens, str):
         tokens = list(tokens)
     elif not isinstance(tokens, Sequence):
         raise TypeError(f"tokens must be a list of strings (or a str of characters), got {type(tokens).__name__}")
     for i, t in enumerate(tokens):
-        if not isinstance(t, str):
-            raise TypeError(f"tokens[{i}] must be a str, got {type(t).__name__}")
-    T = attention[0].shape[-1]
+        check_str(f"tokens[{i}]", t)
+    T = weights.shape[-1]
     if len(tokens) != T:
         raise ValueError(f"attention covers T={T} positions but {len(tokens)} tokens were given")
-    # L x (1, H, T, T) -> (L, H, T, T)
-    weights = torch.stack([a.detach().to("cpu", torch.float64)[0] for a in attention])
-    weights = weights.round(decimals=4)
     return weights, ["".join(char_labels(t)) for t in tokens] if prettify else list(tokens)
 
 
@@ -260,11 +224,3 @@ def _offline(bertviz_html: str) -> str:
     body, end, tail = script.rpartition("</script>")
     body = body.replace("</", "<\\/").replace("<!--", "<\\!--")
     return head + sep + body + end + tail
-
-
-def _wrap(kind: str, inner: str, num_heads: int, num_layers: int, tokens: list[str]) -> str:
-    attrs = (
-        f'data-course-view="{kind}" data-heads="{num_heads}" data-layers="{num_layers}" '
-        f'data-tokens="{html.escape(json.dumps(tokens, ensure_ascii=False), quote=True)}"'
-    )
-    return f'<div class="course-attention-view" {attrs}>\n{inner}\n</div>'

@@ -38,16 +38,12 @@ def setup_notebook(seed: int = 0, threads: int | None = 1) -> str:
     """Seed every generator, fix the thread count (one: CPU products change in their last bits with it, and
     nbval compares printed outputs; None keeps PyTorch's) and the print and plot settings; return the device."""
     import matplotlib
+    import numpy as np  # matplotlib's own dependency: there whenever matplotlib is
     import torch
 
     random.seed(seed)
     torch.manual_seed(seed)
-    try:
-        import numpy as np
-
-        np.random.seed(seed)
-    except ImportError:
-        pass
+    np.random.seed(seed)
     if threads is not None:
         torch.set_num_threads(threads)
     torch.set_printoptions(precision=4, sci_mode=False)
@@ -69,11 +65,9 @@ def figure_scale() -> int:
 def figures_for_screens() -> str | None:
     """Draw figures on white (legible in a dark theme), at twice the pixels ("retina") unless
     ``COURSE_SMALL_FIGURES`` is set (the build's committed notebooks); return the format (None outside IPython)."""
-    try:
-        from IPython import get_ipython
-        from matplotlib_inline.backend_inline import set_matplotlib_formats
-    except ImportError:
-        return None
+    from IPython import get_ipython  # both come with ipykernel, a dependency of the course
+    from matplotlib_inline.backend_inline import set_matplotlib_formats
+
     if get_ipython() is None:
         return None
     fmt = "retina" if figure_scale() == 2 else "png"
@@ -165,20 +159,15 @@ def _corpus_requirement() -> Requirement:
     """The corpus: OK when fetched and intact, LATER when not fetched yet, FAIL when a copy is there but damaged."""
     from course_utils import data
 
-    first, *rest = CORPUS_NOTEBOOKS
-    name = f"corpus (notebook{'s' * bool(rest)} {' and '.join(CORPUS_NOTEBOOKS)})"
+    notebooks = f"notebook{'s' * (len(CORPUS_NOTEBOOKS) > 1)} {' and '.join(CORPUS_NOTEBOOKS)}"
+    name = f"corpus ({notebooks})"
     path = data.corpus_path()
     if not path.exists():
-        fetched = f"notebook {first} fetches it when it first runs (with internet)"
+        fetched = f"notebook {CORPUS_NOTEBOOKS[0]} fetches it when it first runs (with internet)"
         if hosted_service():
             return Requirement(name, False, f"not fetched yet: {fetched}", "nothing to do now", later=True)
-        return Requirement(
-            name,
-            False,
-            f"not fetched yet: only notebook{'s' * bool(rest)} {' and '.join(CORPUS_NOTEBOOKS)} read it, and {fetched}",
-            f"to fetch it now, once, with internet, run in the course folder: {CORPUS_FETCH}",
-            later=True,
-        )
+        fix = f"to fetch it now, once, with internet, run in the course folder: {CORPUS_FETCH}"
+        return Requirement(name, False, f"not fetched yet: only {notebooks} read it, and {fetched}", fix, later=True)
     try:
         data.load_corpus(download=False)  # reads the cached corpus and checks its sha256
     except ImportError:  # torch is missing, not the corpus: environment_report says so once

@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course_utils._validate import check_floating, check_fraction, check_int, check_token_ids
+from course_utils._validate import check_choice, check_float_tensor, check_fraction, check_int, check_token_ids
 from course_utils.gpt import GPT
 from course_utils.multihead import split_heads
 
@@ -44,11 +44,7 @@ def layer_grad_norms(
     (``.grad`` is left alone). Shape: idx, targets (B, T) -> (L,) float32 on the CPU. Taught in notebook 11.
     """
     model = _check_gpt(model)
-    if not isinstance(parameter, str):
-        raise TypeError(f"parameter must be a str naming a parameter of a block, got {type(parameter).__name__}")
-    names = dict(model.blocks[0].named_parameters())
-    if parameter not in names:
-        raise ValueError(f"parameter must name a parameter of a block, one of {sorted(names)}, got {parameter!r}")
+    check_choice("parameter", parameter, sorted(dict(model.blocks[0].named_parameters())), " (a block's parameters)")
     params = [dict(block.named_parameters())[parameter] for block in model.blocks]
     with torch.enable_grad():
         _, loss = model(idx, targets)
@@ -79,15 +75,12 @@ def xavier_init_(model: GPT) -> GPT:
 
 
 def _check_weights(name: str, w: object) -> torch.Tensor:
-    if not isinstance(w, torch.Tensor):
-        raise TypeError(f"{name} must be a tensor (B, H, T, T), got {type(w).__name__}")
+    check_float_tensor(name, w)
     if w.dim() != 4 or w.shape[-1] != w.shape[-2]:
         raise ValueError(
             f"{name} must be self-attention weights (B, H, T, T), as GPT.attention_maps returns "
             f"for each layer, got shape {tuple(w.shape)}"
         )
-    if not w.is_floating_point():
-        raise TypeError(f"{name} must be a floating tensor, got {w.dtype}")
     if w.shape[-1] < 2:
         raise ValueError(f"{name} must cover at least 2 positions (query 0 can only read key 0), got T = {w.shape[-1]}")
     return w
@@ -95,14 +88,12 @@ def _check_weights(name: str, w: object) -> torch.Tensor:
 
 def _check_weights_and_norms(weights: object, norms: object) -> tuple[torch.Tensor, torch.Tensor]:
     w = _check_weights("weights", weights)
-    if not isinstance(norms, torch.Tensor):
-        raise TypeError(f"norms must be a tensor of the weights' shape {tuple(w.shape)}, got {type(norms).__name__}")
+    check_float_tensor("norms", norms)
     if norms.shape != w.shape:
         raise ValueError(
             f"norms must have the weights' shape {tuple(w.shape)} (weighted_value_norms of these "
             f"weights), got {tuple(norms.shape)}"
         )
-    check_floating("norms", norms)
     return w, norms
 
 
@@ -161,12 +152,8 @@ def weighted_value_norms(weights: torch.Tensor, values: torch.Tensor) -> torch.T
 
     Shape: weights (..., T, S), values (..., S, E) -> (..., T, S). Exercise 11.1; taught in notebook 11.
     """
-    for name, t in (("weights", weights), ("values", values)):
-        if not isinstance(t, torch.Tensor):
-            raise TypeError(f"{name} must be a tensor, got {type(t).__name__}")
-        if t.dim() < 2:
-            raise ValueError(f"{name} must have at least 2 dims, got shape {tuple(t.shape)}")
-        check_floating(name, t)
+    check_float_tensor("weights", weights, min_dim=2)
+    check_float_tensor("values", values, min_dim=2)
     if weights.shape[:-2] != values.shape[:-2] or weights.shape[-1] != values.shape[-2]:
         raise ValueError(
             f"weights (..., T, S) and values (..., S, E) must agree on the leading dims and on S, got "

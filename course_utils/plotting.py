@@ -14,13 +14,14 @@ from matplotlib.colorbar import Colorbar
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from course_utils._validate import check_int, check_positive_number
+from course_utils._validate import check_holds_values, check_int, check_positive_number, check_tensor
 
 __all__ = [
     "plot_weights",
     "shared_colorbar",
     "plot_heads",
     "char_labels",
+    "stack_maps",
     "plot_attention_maps",
     "plot_loss_curve",
     "LiveLossPlot",
@@ -28,21 +29,11 @@ __all__ = [
 
 
 def _as_2d(weights: torch.Tensor, what: str) -> torch.Tensor:
-    if not isinstance(weights, torch.Tensor):
-        raise TypeError(f"{what} must be a torch.Tensor, got {type(weights).__name__}")
-    if weights.device.type == "meta":
-        raise ValueError(
-            f"{what} is on the meta device, which holds no values to plot: compute them on a real "
-            "device (cpu, cuda, mps)"
-        )
+    check_tensor(what, weights, min_dim=0)
+    check_holds_values(what, weights)
     if weights.numel() == 0:
         raise ValueError(f"{what} is empty (shape {tuple(weights.shape)}): there is nothing to plot")
     return weights.detach().float().cpu()
-
-
-def _largest(w: torch.Tensor) -> float:
-    """The largest weight, at least 1e-9; a NaN row (fully masked) must not set the scale."""
-    return max(1e-9, float(torch.nan_to_num(w, nan=0.0).max()))
 
 
 def plot_weights(
@@ -76,10 +67,10 @@ def plot_weights(
         if labels is not None and len(labels) != n:
             raise ValueError(f"{name} has {len(labels)} entries, the weights have {n}")
     nan = w.isnan()
-    w = torch.nan_to_num(w, nan=0.0)  # the colour scale needs finite numbers
+    w = torch.nan_to_num(w, nan=0.0)  # the colour scale needs finite numbers: a NaN row (fully masked) must not set it
     if ax is None:
         _, ax = plt.subplots(figsize=(0.45 * S + 1.8, 0.4 * T + 1.2))
-    top = check_positive_number("vmax", vmax) if vmax is not None else _largest(w)
+    top = check_positive_number("vmax", vmax) if vmax is not None else max(1e-9, float(w.max()))
     image = ax.imshow(w.numpy(), cmap="Blues", vmin=0.0, vmax=top)
     if colorbar:
         ax.figure.colorbar(image, ax=ax, label="weight", fraction=0.046, pad=0.04)
@@ -95,18 +86,14 @@ def plot_weights(
     for i in range(T):
         for j in range(S):
             v = float(w[i, j])
+            color = "white" if v > 0.6 * peak else "black"  # white on the darkest colours
             if mask is not None and not mask[i, j]:
                 ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="///", lw=0, edgecolor="0.7"))
             if nan[i, j]:
                 ax.text(j, i, "NaN", ha="center", va="center", fontsize=7, color="tab:red", weight="bold")
             elif mask is None or mask[i, j] or v > 0:  # a blocked cell with weight > 0 is leakage: show it
-                _write(ax, i, j, v, peak)
+                ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color=color)
     return ax
-
-
-def _write(ax: plt.Axes, i: int, j: int, v: float, top: float) -> None:
-    """Write weight ``v`` in cell (i, j), white on the darkest colours."""
-    ax.text(j, i, f"{v:.2f}", ha="center", va="center", fontsize=7, color="white" if v > 0.6 * top else "black")
 
 
 def shared_colorbar(axes: Sequence[plt.Axes], label: str = "weight") -> Colorbar:
@@ -143,8 +130,7 @@ def plot_heads(
     fig, axes = plt.subplots(
         rows, cols, figsize=(2.6 * cols + 0.8, 2.4 * rows + 0.4), squeeze=False, layout="constrained"
     )
-    for h in range(rows * cols):
-        ax = axes[h // cols][h % cols]
+    for h, ax in enumerate(axes.flat):
         if h >= H:
             ax.axis("off")
             continue
@@ -157,7 +143,7 @@ def plot_heads(
             annotate=False,
             colorbar=False,
         )
-    shared_colorbar([axes[h // cols][h % cols] for h in range(H)])
+    shared_colorbar(list(axes.flat[:H]))
     if title:
         fig.suptitle(title)
     return fig
@@ -175,35 +161,52 @@ def char_labels(text: str) -> list[str]:
     return [_VISIBLE.get(c, c) for c in text]
 
 
-def plot_attention_maps(maps: Sequence[torch.Tensor], labels: Sequence[str]) -> Figure:
-    """A grid of heatmaps: one row per layer, one column per head, for one sequence, with one colourbar.
+def stack_maps(maps: Sequence[torch.Tensor], name: str = "maps") -> torch.Tensor:
+    """Every layer's weights on one sequence, as ``GPT.attention_maps`` returns them, checked and stacked.
 
-    Shape: maps, a list over layers of (1, H, T, T) or (H, T, T) weights (``GPT.attention_maps``); labels T.
-    Every panel runs from 0 to 1. Only the bottom row labels keys and the left column queries, at evenly spaced
-    positions that fit a panel (the last always). Used in notebook 11.
+    Shape: maps, a list of L tensors (1, H, T, T) -> (L, H, T, T), detached, on the CPU. Used in notebook 11.
     """
     if isinstance(maps, torch.Tensor) or not isinstance(maps, Sequence):
         raise TypeError(
-            f"maps must be a list of per-layer weights, as GPT.attention_maps returns, got {type(maps).__name__}"
+            f"{name} must be a list of tensors (1, H, T, T), one per layer, as GPT.attention_maps returns, "
+            f"got {type(maps).__name__}"
         )
     if len(maps) == 0:
-        raise ValueError("maps must be a non-empty list of per-layer weights, as GPT.attention_maps returns")
+        raise ValueError(f"{name} must hold at least one layer, got an empty list")
+    for i, a in enumerate(maps):
+        if not isinstance(a, torch.Tensor):
+            raise TypeError(f"{name}[{i}] must be a torch.Tensor (1, H, T, T), got {type(a).__name__}")
+        check_holds_values(f"{name}[{i}]", a)
+        if a.ndim != 4 or a.shape[0] != 1 or a.shape[2] != a.shape[3] or 0 in a.shape:
+            raise ValueError(
+                f"{name}[{i}] must be the self-attention weights (1, H, T, T) of one sequence, got shape "
+                f"{tuple(a.shape)}"
+                + (f"; pick one, e.g. [a[:1] for a in {name}]" if a.ndim == 4 and a.shape[0] > 1 else "")
+            )
+        if a.shape != maps[0].shape:
+            raise ValueError(
+                f"every layer must have the same shape: {name}[0] is {tuple(maps[0].shape)}, {name}[{i}] is "
+                f"{tuple(a.shape)}"
+            )
+        if a.is_complex():
+            raise TypeError(f"{name}[{i}] must be real, got dtype {a.dtype}")
+    return torch.stack([a.detach().cpu()[0] for a in maps])  # L x (1, H, T, T) -> (L, H, T, T)
+
+
+def plot_attention_maps(maps: Sequence[torch.Tensor], labels: Sequence[str]) -> Figure:
+    """A grid of heatmaps: one row per layer, one column per head, for one sequence, with one colourbar.
+
+    Shape: maps, a list over layers of (1, H, T, T) weights (``GPT.attention_maps``); labels T.
+    Every panel runs from 0 to 1. Only the bottom row labels keys and the left column queries, at evenly spaced
+    positions that fit a panel (the last always). Used in notebook 11.
+    """
+    w = stack_maps(maps).float()  # (L, H, T, T)
     if not isinstance(labels, (Sequence, str)):
         raise TypeError(f"labels must be a list of T strings (char_labels(text), say), got {type(labels).__name__}")
-    ws = []
-    for i, m in enumerate(maps):
-        w = _as_2d(m, f"maps[{i}]")
-        if w.dim() == 4:
-            if w.shape[0] != 1:
-                raise ValueError(f"maps[{i}] holds a batch of {w.shape[0]} sequences; pass one (1, H, T, T)")
-            w = w[0]
-        if w.dim() != 3 or w.shape[-1] != w.shape[-2]:
-            raise ValueError(f"maps[{i}] must be (1, H, T, T) or (H, T, T), got shape {tuple(m.shape)}")
-        ws.append(w)
-    H, T, _ = ws[0].shape
+    L, H, T, _ = w.shape
     if len(labels) != T:
         raise ValueError(f"labels has {len(labels)} entries, the weights have {T} positions")
-    cell, fontsize, L = 2.2, 7.0, len(ws)  # inches per panel; labels about 1.5 font sizes apart on a panel
+    cell, fontsize = 2.2, 7.0  # inches per panel; labels about 1.5 font sizes apart on a panel
     step = math.ceil(T / int(cell * 72 / (1.5 * fontsize)))
     ticks = list(range(T - 1, -1, -step))[::-1]  # evenly spaced, ending at the last position
     shown = [str(labels[t]) for t in ticks]
@@ -212,7 +215,7 @@ def plot_attention_maps(maps: Sequence[torch.Tensor], labels: Sequence[str]) -> 
     for r in range(L):
         for h in range(H):
             ax = axes[r][h]
-            image = ax.imshow(ws[r][h].numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
+            image = ax.imshow(w[r, h].numpy(), cmap="Blues", vmin=0.0, vmax=1.0)
             ax.set_xticks(ticks, labels=shown if r == L - 1 else [], fontsize=fontsize, rotation=0)
             ax.set_yticks(ticks, labels=shown if h == 0 else [], fontsize=fontsize)
             ax.set_title(f"layer {r}, head {h}", fontsize=fontsize + 1)
@@ -309,11 +312,9 @@ class LiveLossPlot:
 
     def show(self) -> None:
         """Draw (the first time) or redraw in place (later); outside IPython, do nothing."""
-        try:
-            from IPython import get_ipython
-            from IPython.display import display
-        except ImportError:
-            return
+        from IPython import get_ipython
+        from IPython.display import display
+
         self.updates += 1
         if get_ipython() is None:
             return

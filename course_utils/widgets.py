@@ -3,7 +3,8 @@
 A **plot function** (``plot_lookup`` ...) is deterministic and returns a matplotlib ``Figure``, the static picture
 nbval checks. An **explorer** (``lookup_explorer`` ...) is an :class:`Explorer`: labelled controls above an
 ``Output`` that shows the plot function's picture for the controls' values, so it can be driven from plain Python:
-``ex = mask_explorer(); ex.control("mask").value = "causal"; ex.caption``.
+``ex = mask_explorer(); ex.control("mask").value = "causal"; ex.caption``. A plot function labels its figure with
+a one-line summary of what it shows (``fig.get_label()``), which the explorer shows as its caption.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import base64
 import io
 import math
 from collections.abc import Callable, Mapping, Sequence
-from functools import lru_cache
+from functools import lru_cache, partial
 
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
@@ -57,23 +58,24 @@ __all__ = [
 ]
 
 
-# --- The widget container shared by all explorers -----------------------------------------------------------
+# --- The widget container shared by all explorers, and the heatmap most of them draw -------------------------
 
 
 class Explorer(widgets.VBox):
     """Labelled controls above an ``Output``; every change of a control redraws the picture.
 
-    ``draw(**values)`` returns ``(figure, caption)``; the figure is shown as a PNG and closed, and kept in
-    :attr:`figure` with the caption in :attr:`caption`. :attr:`renders` counts the redraws.
+    ``plot(**values)`` returns a figure, shown as a PNG and closed, and kept in :attr:`figure` with its label in
+    :attr:`caption`. :attr:`renders` counts the redraws. An error of the first drawing is raised (the explorer was
+    given bad arguments); a later one is shown in place of the picture.
     """
 
-    def __init__(self, controls: Mapping[str, widgets.ValueWidget], draw: Callable[..., tuple[Figure, str]]) -> None:
+    def __init__(self, controls: Mapping[str, widgets.ValueWidget], plot: Callable[..., Figure]) -> None:
         self.controls = dict(controls)
         self.output = widgets.Output()
         self.figure: Figure | None = None
         self.caption = ""
         self.renders = 0
-        self._draw = draw
+        self._plot = plot
         super().__init__([*self.controls.values(), self.output])
         for c in self.controls.values():
             c.observe(lambda change: self.update(), names="value")
@@ -90,23 +92,23 @@ class Explorer(widgets.VBox):
     def update(self) -> None:
         """Redraw the picture for the current values (called on every change)."""
         try:
-            fig, caption = self._draw(**{name: c.value for name, c in self.controls.items()})
-        except (ValueError, TypeError) as e:  # show the message, keep the widget alive
-            self.caption = f"{type(e).__name__}: {e}"
+            fig = self._plot(**{name: c.value for name, c in self.controls.items()})
+        except (ValueError, TypeError) as e:
+            if not self.renders:  # bad arguments fail where the explorer is made, not inside the widget
+                raise
+            self.caption = f"{type(e).__name__}: {e}"  # show the message, keep the widget alive
             self.output.outputs = ({"output_type": "stream", "name": "stdout", "text": self.caption + "\n"},)
             return
         buf, scale = io.BytesIO(), figure_scale()
         # the plot functions already call tight_layout; white and sharp as the notebook's own figures are
         fig.savefig(buf, format="png", dpi=fig.dpi * scale, facecolor="white")
         plt.close(fig)  # shown once, in the Output; not again by the inline backend
-        self.figure, self.caption = fig, caption
+        self.figure, self.caption = fig, fig.get_label()
         self.renders += 1
-        png = base64.b64encode(buf.getvalue()).decode("ascii")
         width, height = (round(x * fig.dpi) for x in fig.get_size_inches())
         metadata = {"image/png": {"width": width, "height": height}} if scale > 1 else {}
-        self.output.outputs = (
-            {"output_type": "display_data", "metadata": metadata, "data": {"image/png": png, "text/plain": caption}},
-        )
+        data = {"image/png": base64.b64encode(buf.getvalue()).decode("ascii"), "text/plain": self.caption}
+        self.output.outputs = ({"output_type": "display_data", "metadata": metadata, "data": data},)
 
 
 _STYLE = {"description_width": "initial"}  # labels as wide as their text
@@ -117,29 +119,22 @@ def _slider(kind: type, description: str, **settings) -> widgets.ValueWidget:
     return kind(description=description, continuous_update=False, style=_STYLE, **settings)
 
 
+def _heatmap(weights: torch.Tensor, labels: list[str], title: str, caption: str, ax=None, cell=0.5, **kw) -> Figure:
+    """``plot_weights`` of (T, T) weights labelled both ways, on a figure of ``cell`` inches a position (or ``ax``)."""
+    T = len(labels)
+    if ax is None:  # 0.3 inches more for each line of the title after the first
+        _, ax = plt.subplots(figsize=(cell * T + 1.8, 0.9 * cell * T + 1.2 + 0.3 * title.count("\n")))
+    plot_weights(weights, labels, labels, ax=ax, **kw)
+    ax.set_title(title, fontsize=9)
+    ax.figure.tight_layout()
+    ax.figure.set_label(caption)
+    return ax.figure
+
+
 # --- Notebook 01: the soft lookup ---------------------------------------------------------------------------
 
 LOOKUP_KEYS = torch.tensor([[0.95, 0.05], [0.10, 0.90], [0.80, 0.20]])  # (S, 2): cat, dog, mostly cat
 LOOKUP_VALUES = torch.tensor([0.0, 1.0, 0.0])  # (S,): the dog entry holds 1
-
-
-def _lookup(angle_deg: float, length: float, keys: torch.Tensor, values: torch.Tensor):
-    if not isinstance(keys, torch.Tensor) or keys.dim() != 2 or keys.shape[1] != 2:
-        got = tuple(keys.shape) if isinstance(keys, torch.Tensor) else type(keys).__name__
-        raise ValueError(f"keys must be a (S, 2) tensor (2-D, to be drawn as arrows), got {got}")
-    if not isinstance(values, torch.Tensor) or values.shape != keys.shape[:1]:
-        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
-        raise ValueError(f"values must be a ({keys.shape[0]},) tensor, one number per key, got {got}")
-    check_floating("keys", keys)
-    check_floating("values", values)
-    angle_deg = check_number("angle_deg", angle_deg, "a number of degrees")
-    length = check_nonnegative_number("length", length)
-    if not math.isfinite(angle_deg):
-        raise ValueError(f"angle_deg must be a finite number of degrees, got {angle_deg}")
-    a = math.radians(angle_deg)
-    q = length * torch.tensor([[math.cos(a), math.sin(a)]], dtype=keys.dtype)  # (T=1, 2)
-    out, weights = scaled_dot_product_attention(q, keys, values[:, None], scale=1.0)  # (1, 1), (1, S)
-    return q[0], out[0, 0], weights[0]
 
 
 def plot_lookup(
@@ -155,8 +150,23 @@ def plot_lookup(
     """
     keys = LOOKUP_KEYS if keys is None else keys
     values = LOOKUP_VALUES if values is None else values
-    q, out, weights = _lookup(angle_deg, length, keys, values)
-    S = keys.shape[0]
+    if not isinstance(keys, torch.Tensor) or keys.dim() != 2 or keys.shape[1] != 2:
+        got = tuple(keys.shape) if isinstance(keys, torch.Tensor) else type(keys).__name__
+        raise ValueError(f"keys must be a (S, 2) tensor (2-D, to be drawn as arrows), got {got}")
+    if not isinstance(values, torch.Tensor) or values.shape != keys.shape[:1]:
+        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
+        raise ValueError(f"values must be a ({keys.shape[0]},) tensor, one number per key, got {got}")
+    check_floating("keys", keys)
+    check_floating("values", values)
+    angle_deg = check_number("angle_deg", angle_deg, "a number of degrees")
+    length = check_nonnegative_number("length", length)
+    if not math.isfinite(angle_deg):
+        raise ValueError(f"angle_deg must be a finite number of degrees, got {angle_deg}")
+    a = math.radians(angle_deg)
+    q = length * torch.tensor([[math.cos(a), math.sin(a)]], dtype=keys.dtype)  # (T=1, 2)
+    out, weights = scaled_dot_product_attention(q, keys, values[:, None], scale=1.0)  # (1, 1), (1, S)
+    out, weights = out.item(), weights[0].tolist()
+
     top = float(values.max())
     colors = ["tab:orange" if float(val) == top else "tab:grey" for val in values]
     offsets = [(4, -10), (4, -2), (4, 4)]  # label positions (points), so keys 0 and 2 of the toy stay apart
@@ -171,18 +181,19 @@ def plot_lookup(
             fontsize=8,
             color=colors[j],
         )
-    ax_vec.annotate("", xy=tuple(q.tolist()), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color="tab:red", lw=2))
+    ax_vec.annotate("", xy=tuple(q[0].tolist()), xytext=(0, 0), arrowprops=dict(arrowstyle="->", color="tab:red", lw=2))
     lim = max(1.2, 1.2 * length, 1.2 * float(keys.abs().max()))
     ax_vec.set(
         xlim=(-lim, lim), ylim=(-lim, lim), aspect="equal", title=f"query (red): {angle_deg:.0f} deg, length {length:g}"
     )
     ax_vec.axhline(0, color="lightgrey", lw=0.5)
     ax_vec.axvline(0, color="lightgrey", lw=0.5)
-    ax_w.bar([f"key {j}\nvalue {float(values[j]):g}" for j in range(S)], weights.tolist(), color=colors)
-    for j, w in enumerate(weights.tolist()):
+    ax_w.bar([f"key {j}\nvalue {float(v):g}" for j, v in enumerate(values)], weights, color=colors)
+    for j, w in enumerate(weights):
         ax_w.text(j, w + 0.02, f"{w:.2f}", ha="center", fontsize=8)
-    ax_w.set(ylim=(0, 1.1), ylabel="weight", title=f"out = {out.item():.3f}")
+    ax_w.set(ylim=(0, 1.1), ylabel="weight", title=f"out = {out:.3f}")
     fig.tight_layout()
+    fig.set_label(f"angle {angle_deg:g}, length {length:g}: weights {[round(w, 3) for w in weights]}, out {out:.3f}")
     return fig
 
 
@@ -191,23 +202,11 @@ def lookup_explorer(keys: torch.Tensor | None = None, values: torch.Tensor | Non
 
     Controls: ``angle`` (degrees, 0-360), ``length`` (0-8). Draws :func:`plot_lookup`. Used in notebook 01.
     """
-    keys = LOOKUP_KEYS if keys is None else keys
-    values = LOOKUP_VALUES if values is None else values
-    _lookup(0.0, 1.0, keys, values)  # bad keys or values fail here, not inside the widget
     controls = {
         "angle_deg": _slider(widgets.FloatSlider, description="angle", value=45, min=0, max=360, step=5),
         "length": _slider(widgets.FloatSlider, description="length", value=1.0, min=0.0, max=8.0, step=0.5),
     }
-
-    def draw(angle_deg: float, length: float) -> tuple[Figure, str]:
-        _, out, weights = _lookup(angle_deg, length, keys, values)
-        caption = (
-            f"angle {angle_deg:g}, length {length:g}: weights {[round(w, 3) for w in weights.tolist()]}, "
-            f"out {out.item():.3f}"
-        )
-        return plot_lookup(angle_deg, length, keys, values), caption
-
-    return Explorer(controls, draw)
+    return Explorer(controls, partial(plot_lookup, keys=keys, values=values))
 
 
 # --- Notebook 02: head size, scale and the entropy of the weights -------------------------------------------
@@ -273,6 +272,7 @@ def plot_entropy(head_dim: int = 64, scaling: str = "1/sqrt(D)") -> Figure:
     ax_h.set_ylabel("mean entropy (nats)")
     ax_h.legend(fontsize=8, loc="lower left")
     fig.tight_layout()
+    fig.set_label(f"D = {head_dim}, scale {scaling}: mean entropy {here:.3f}")
     return fig
 
 
@@ -285,12 +285,7 @@ def entropy_explorer() -> Explorer:
         "head_dim": widgets.Dropdown(options=list(ENTROPY_DIMS), value=64, description="head_dim D", style=_STYLE),
         "scaling": widgets.Dropdown(options=list(SCALINGS), value="1/sqrt(D)", description="scale", style=_STYLE),
     }
-
-    def draw(head_dim: int, scaling: str) -> tuple[Figure, str]:
-        entropy = _mean_entropy(_random_weights(head_dim, scaling))
-        return plot_entropy(head_dim, scaling), f"D = {head_dim}, scale {scaling}: mean entropy {entropy:.3f}"
-
-    return Explorer(controls, draw)
+    return Explorer(controls, plot_entropy)
 
 
 # --- Notebook 03: masks -------------------------------------------------------------------------------------
@@ -298,40 +293,6 @@ def entropy_explorer() -> Explorer:
 MASK_KINDS = ("none", "causal", "padding", "causal + padding", "causal + left padding")
 FILLS = ("-inf", "finfo.min")
 MASK_SENTENCE = ("the", "cat", "sat", "on", "the", "mat", "and", "slept")
-_PAD = "<pad>"
-
-
-def _masked_weights(kind: str, length: int, fill: str, tokens: Sequence[str] = MASK_SENTENCE, seed: int = 0):
-    """Labels, mask (T, T) and bare-softmax weights (T, T) of one mask kind on a padded sentence."""
-    check_choice("kind", kind, list(MASK_KINDS))
-    check_choice("fill", fill, list(FILLS))
-    T = len(tokens)
-    check_int("length (the number of real tokens)", length, minimum=0, maximum=T)
-    real, pads = list(tokens[:length]), [_PAD] * (T - length)
-    padded = "padding" in kind
-    labels = pads + real if kind == "causal + left padding" else real + pads if padded else list(tokens)
-
-    g = torch.Generator().manual_seed(seed)  # one random vector per distinct word: same word, same q and k
-    vocab = sorted(set(labels))
-    emb = torch.randn(len(vocab), 8, generator=g)  # (V, C)
-    W_q, W_k = (torch.randn(8, 4, generator=g) / math.sqrt(8) for _ in range(2))  # (C, D) each
-    x = emb[[vocab.index(t) for t in labels]]  # (T, C)
-    scores = (x @ W_q) @ (x @ W_k).T / math.sqrt(4)  # (T, D) @ (D, T) -> (T, T)
-
-    key_mask = padding_mask([length], T)[0]  # (S,): True at the first `length` positions
-    if kind == "causal + left padding":
-        key_mask = key_mask.flip(-1)  # real tokens at the end
-    masks = {
-        "none": [torch.ones(T, T, dtype=torch.bool)],
-        "causal": [causal_mask(T)],
-        "padding": [key_mask[None, :]],
-        "causal + padding": [causal_mask(T), key_mask[None, :]],
-        "causal + left padding": [causal_mask(T), key_mask[None, :]],
-    }[kind]
-    mask = combine_masks(*masks).expand(T, T)  # (T, S)
-    fill_value = None if fill == "-inf" else torch.finfo(scores.dtype).min
-    weights = softmax(mask_scores(scores, mask, fill_value=fill_value), dim=-1)  # (T, S); NaN if a row sees nothing
-    return labels, mask, weights
 
 
 def plot_mask(
@@ -346,19 +307,33 @@ def plot_mask(
     is what blocked scores become before a bare softmax (``FILLS``). Shape: -> a (T, T) heatmap of
     ``MASK_SENTENCE``. Used in notebook 03.
     """
-    labels, mask, weights = _masked_weights(kind, length, fill)
-    T = len(labels)
-    if ax is None:
-        _, ax = plt.subplots(figsize=(0.5 * T + 1.8, 0.45 * T + 1.5))
-    plot_weights(weights, labels, labels, ax=ax, mask=mask)
+    check_choice("kind", kind, list(MASK_KINDS))
+    check_choice("fill", fill, list(FILLS))
+    T = len(MASK_SENTENCE)
+    check_int("length (the number of real tokens)", length, minimum=0, maximum=T)
+    real, pads = list(MASK_SENTENCE[:length]), ["<pad>"] * (T - length)
+    left, padded = kind == "causal + left padding", "padding" in kind
+    labels = pads + real if left else real + pads if padded else list(MASK_SENTENCE)
+
+    g = torch.Generator().manual_seed(0)  # one random vector per distinct word: same word, same q and k
+    vocab = sorted(set(labels))
+    emb = torch.randn(len(vocab), 8, generator=g)  # (V, C)
+    W_q, W_k = (torch.randn(8, 4, generator=g) / math.sqrt(8) for _ in range(2))  # (C, D) each
+    x = emb[[vocab.index(t) for t in labels]]  # (T, C)
+    scores = (x @ W_q) @ (x @ W_k).T / math.sqrt(4)  # (T, D) @ (D, T) -> (T, T)
+
+    key_mask = padding_mask([length], T)[0]  # (S,): True at the first `length` positions
+    key_mask = key_mask.flip(-1) if left else key_mask  # left padding: the real tokens at the end
+    causal = causal_mask(T) if "causal" in kind else None
+    mask = combine_masks(torch.ones(T, T, dtype=torch.bool), causal, key_mask if padded else None)  # (T, S)
+    fill_value = None if fill == "-inf" else torch.finfo(scores.dtype).min
+    weights = softmax(mask_scores(scores, mask, fill_value=fill_value), dim=-1)  # (T, S); NaN if a row sees nothing
+
     leaks = int(((~mask) & (weights > 0)).any(dim=-1).sum())
-    nan = weights.isnan()
-    status = (
-        f"{int(nan.any(dim=-1).sum())} rows NaN" if nan.any() else f"{leaks} rows leak" if leaks else "rows sum to 1"
-    )
-    ax.set_title(f"{kind}, fill {fill}: {status}\n(hatched = blocked)", fontsize=9)
-    ax.figure.tight_layout()
-    return ax.figure
+    n_nan = int(weights.isnan().any(dim=-1).sum())
+    status = f"{n_nan} rows NaN" if n_nan else f"{leaks} rows leak" if leaks else "rows sum to 1"
+    caption = f"mask {kind}, length {length}, fill {fill}: {n_nan} NaN rows, {int(mask.sum())} visible pairs"
+    return _heatmap(weights, labels, f"{kind}, fill {fill}: {status}\n(hatched = blocked)", caption, ax, mask=mask)
 
 
 def mask_explorer() -> Explorer:
@@ -372,18 +347,11 @@ def mask_explorer() -> Explorer:
     length = _slider(widgets.IntSlider, description="length", value=min(5, T), min=0, max=T)
     fill = widgets.ToggleButtons(options=list(FILLS), value="-inf", description="fill", style=_STYLE)
 
-    def draw(kind: str, length: int, fill: str) -> tuple[Figure, str]:
-        labels, mask, weights = _masked_weights(kind, length, fill)
-        n_nan = int(weights.isnan().any(dim=-1).sum())
-        caption = f"mask {kind}, length {length}, fill {fill}: {n_nan} NaN rows, {int(mask.sum())} visible pairs"
-        return plot_mask(kind, length, fill), caption
-
     def enable_length(change: dict) -> None:
         length.disabled = "padding" not in change["new"]
 
-    kind.observe(enable_length, names="value")
-    enable_length({"new": kind.value})
-    return Explorer({"kind": kind, "length": length, "fill": fill}, draw)
+    kind.observe(enable_length, names="value")  # the first mask pads: the length starts enabled
+    return Explorer({"kind": kind, "length": length, "fill": fill}, plot_mask)
 
 
 # --- Notebook 04: one head of a multi-head layer ------------------------------------------------------------
@@ -421,16 +389,13 @@ def plot_head(
     Shape: x (T, C) or (1, T, C), tokens T labels -> a (T, T) heatmap. Used in notebook 04.
     """
     check_bool("causal", causal)
-    weights = _head_weights(layer, x, head, causal, tokens)
-    _, ax = plt.subplots(figsize=(0.5 * len(tokens) + 1.8, 0.45 * len(tokens) + 1.2))
-    T = weights.shape[0]
+    w = _head_weights(layer, x, head, causal, tokens)
+    T = w.shape[0]
     mask = causal_mask(T) if causal else torch.ones(T, T, dtype=torch.bool)
-    plot_weights(weights, list(tokens), list(tokens), ax=ax, mask=mask)
-    ax.set_title(
-        f"head {head} of {layer.num_heads}, {'causal (hatched = blocked)' if causal else 'no mask'}", fontsize=9
-    )
-    ax.figure.tight_layout()
-    return ax.figure
+    title = f"head {head} of {layer.num_heads}, {'causal (hatched = blocked)' if causal else 'no mask'}"
+    top = " ".join(f"{tokens[i]}->{tokens[j]}" for i, j in enumerate(w.argmax(dim=-1).tolist()))
+    caption = f"head {head}, {'causal' if causal else 'no mask'}: each query's top key {top}"
+    return _heatmap(w, list(tokens), title, caption, mask=mask)
 
 
 def head_explorer(layers: Mapping[str, MultiHeadAttention], x: torch.Tensor, tokens: Sequence[str]) -> Explorer:
@@ -465,23 +430,20 @@ def head_explorer(layers: Mapping[str, MultiHeadAttention], x: torch.Tensor, tok
 
     pick.observe(fit_heads, names="value")
 
-    def draw(name: str, head: int, causal: bool) -> tuple[Figure, str]:
-        w = _head_weights(layers[name], x, head, causal, tokens)
-        top = w.argmax(dim=-1).tolist()
-        caption = f"{name}, head {head}, {'causal' if causal else 'no mask'}: each query's top key " + " ".join(
-            f"{tokens[i]}->{tokens[j]}" for i, j in enumerate(top)
-        )
-        return plot_head(layers[name], x, tokens, head, causal), caption
+    def plot(name: str, head: int, causal: bool) -> Figure:
+        fig = plot_head(layers[name], x, tokens, head, causal)
+        fig.set_label(f"{name}, {fig.get_label()}")
+        return fig
 
-    return Explorer({"name": pick, "head": head, "causal": causal}, draw)
+    return Explorer({"name": pick, "head": head, "causal": causal}, plot)
 
 
-# --- Notebook 11: the heads of a trained GPT ----------------------------------------------------------------
+# --- Notebooks 11 and 12: one head of a trained model, a GPT on a prompt or the induction model ---------------
 
 
-def _check_model(model: object, what: str) -> None:
+def _check_model(model: object) -> None:
     if not hasattr(model, "config") or not callable(getattr(model, "attention_maps", None)):
-        raise TypeError(f"model must {what}, got {type(model).__name__}")
+        raise TypeError(f"model must have config and attention_maps (a course model), got {type(model).__name__}")
 
 
 def _one_head(model, idx: torch.Tensor, layer: int, head: int) -> torch.Tensor:
@@ -496,32 +458,25 @@ def _one_head(model, idx: torch.Tensor, layer: int, head: int) -> torch.Tensor:
     return maps[layer][0, head].float().cpu()
 
 
-def _gpt_weights(model, tokenizer, prompt: str, layer: int, head: int) -> tuple[torch.Tensor, str]:
-    """The (T, T) weights of one head of one layer on ``prompt`` (its last context_length characters)."""
-    _check_model(model, "be a course_utils.gpt.GPT (with config and attention_maps)")
+def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) -> Figure:
+    """The attention weights of one head of a trained GPT on a prompt (its last context_length characters).
+
+    Shape: prompt T characters -> a (T, T) heatmap. Used in notebook 11.
+    """
+    _check_model(model)
     if not callable(getattr(tokenizer, "encode", None)):
         raise TypeError(f"tokenizer must have an encode(text) method (a CharTokenizer), got {type(tokenizer).__name__}")
     if not isinstance(prompt, str) or not prompt:
         raise ValueError("type a prompt of at least one character")
     text = prompt[-model.config.context_length :]
     idx = tokenizer.encode(text)[None].to(next(model.parameters()).device)  # (1, T); ValueError if unknown chars
-    return _one_head(model, idx, layer, head), text
-
-
-def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) -> Figure:
-    """The attention weights of one head of a trained GPT on a prompt (its last context_length characters).
-
-    Shape: prompt T characters -> a (T, T) heatmap. Used in notebook 11.
-    """
-    w, text = _gpt_weights(model, tokenizer, prompt, layer, head)
+    w = _one_head(model, idx, layer, head)
     labels = char_labels(text)
-    T = len(labels)
-    fig, ax = plt.subplots(figsize=(0.28 * T + 1.6, 0.26 * T + 1.2))
-    plot_weights(
-        w, labels, labels, ax=ax, annotate=False, title=f"layer {layer}, head {head}: row = query, column = key"
-    )
-    fig.tight_layout()
-    return fig
+    T, last = len(labels), w.argmax(dim=-1).tolist()[-8:]
+    pairs = " ".join(f"{labels[i]}->{labels[j]}" for i, j in enumerate(last, start=T - len(last)))
+    name = f"layer {layer}, head {head}"
+    caption = f"{name}: the last queries' top keys {pairs}"
+    return _heatmap(w, labels, f"{name}: row = query, column = key", caption, cell=0.28, annotate=False)
 
 
 def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, what light") -> Explorer:
@@ -530,36 +485,12 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
     A prompt with characters the model never saw shows the tokenizer's message instead of a picture.
     Draws :func:`plot_gpt_head`. Used in notebook 11.
     """
-    _gpt_weights(model, tokenizer, prompt, 0, 0)  # a bad model, tokenizer or prompt fails here, not in the widget
+    _check_model(model)  # before the sliders read its config; the first drawing checks the rest
     layer = _slider(widgets.IntSlider, description="layer", value=0, min=0, max=model.config.num_layers - 1)
     head = _slider(widgets.IntSlider, description="head", value=0, min=0, max=model.config.num_heads - 1)
     # the prompt applies on Enter (continuous_update=False)
     text = _slider(widgets.Text, description="prompt", value=prompt, layout=widgets.Layout(width="95%"))
-
-    def draw(layer: int, head: int, prompt: str) -> tuple[Figure, str]:
-        w, shown = _gpt_weights(model, tokenizer, prompt, layer, head)
-        labels = char_labels(shown)
-        top = w.argmax(dim=-1).tolist()
-        pairs = " ".join(f"{labels[i]}->{labels[j]}" for i, j in enumerate(top[-8:], start=len(top) - len(top[-8:])))
-        caption = f"layer {layer}, head {head}: the last queries' top keys {pairs}"
-        return plot_gpt_head(model, tokenizer, prompt, layer, head), caption
-
-    return Explorer({"layer": layer, "head": head, "prompt": text}, draw)
-
-
-# --- Notebook 12: the heads of the induction model on one repeated sequence ----------------------------------
-
-
-def _induction_weights(model, tokens: torch.Tensor, layer: int, head: int) -> torch.Tensor:
-    """The (T, T) weights of one head on the first row of ``tokens`` (a sequence repeated twice)."""
-    _check_model(model, "have config and attention_maps (an AttentionOnlyTransformer)")
-    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] % 2 or 0 in tokens.shape:
-        got = f"shape {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
-        raise ValueError(
-            "tokens must be a non-empty (B, 2N) tensor of token ids: a sequence of N tokens, then the same N again; "
-            f"got {got}"
-        )
-    return _one_head(model, tokens, layer, head)
+    return Explorer({"layer": layer, "head": head, "prompt": text}, partial(plot_gpt_head, model, tokenizer))
 
 
 def plot_induction_head(model, tokens: torch.Tensor, layer: int = 0, head: int = 0, ax=None) -> Figure:
@@ -567,13 +498,19 @@ def plot_induction_head(model, tokens: torch.Tensor, layer: int = 0, head: int =
     the previous token (key i - 1) and the induction stripe (key i - N + 1, for the queries of the second repeat).
     Shape: tokens (B, 2N) token ids; the first row is drawn -> a (2N, 2N) heatmap. Used in notebook 12.
     """
-    w = _induction_weights(model, tokens, layer, head)
+    _check_model(model)
+    if not isinstance(tokens, torch.Tensor) or tokens.dim() != 2 or tokens.shape[1] % 2 or 0 in tokens.shape:
+        got = f"shape {tuple(tokens.shape)}" if isinstance(tokens, torch.Tensor) else type(tokens).__name__
+        raise ValueError(
+            "tokens must be a non-empty (B, 2N) tensor of token ids: a sequence of N tokens, then the same N again; "
+            f"got {got}"
+        )
+    w = _one_head(model, tokens, layer, head)  # (2N, 2N)
     T = w.shape[-1]
     N = T // 2
     if ax is None:
-        fig, ax = plt.subplots(figsize=(4.2, 3.8))
-    else:
-        fig = ax.figure
+        _, ax = plt.subplots(figsize=(4.2, 3.8))
+    fig = ax.figure
     im = ax.imshow(w.numpy(), vmin=0, vmax=1, cmap="viridis")
     i = list(range(1, T))
     ax.plot([q - 1 for q in i], i, ls="none", marker="_", color="tab:orange", ms=4, label="previous token (i - 1)")
@@ -585,6 +522,9 @@ def plot_induction_head(model, tokens: torch.Tensor, layer: int = 0, head: int =
     ax.set_ylabel("query position")
     fig.colorbar(im, ax=ax, shrink=0.8)
     fig.tight_layout()
+    prev = w.diagonal(offset=-1).mean().item()
+    ind = w[torch.arange(N, 2 * N), torch.arange(1, N + 1)].mean().item()
+    fig.set_label(f"layer {layer}, head {head}: previous-token score {prev:.2f}, induction score {ind:.2f}")
     return fig
 
 
@@ -593,16 +533,7 @@ def induction_explorer(model, tokens: torch.Tensor) -> Explorer:
 
     Draws :func:`plot_induction_head`. Used in notebook 12.
     """
-    _induction_weights(model, tokens, 0, 0)  # a bad model or tokens fails here, not in the widget
+    _check_model(model)  # before the sliders read its config; the first drawing checks the tokens
     layer = _slider(widgets.IntSlider, description="layer", value=0, min=0, max=model.config.num_layers - 1)
     head = _slider(widgets.IntSlider, description="head", value=0, min=0, max=model.config.num_heads - 1)
-    N = tokens.shape[1] // 2
-
-    def draw(layer: int, head: int) -> tuple[Figure, str]:
-        w = _induction_weights(model, tokens, layer, head)
-        prev = w.diagonal(offset=-1).mean().item()
-        ind = w[torch.arange(N, 2 * N), torch.arange(1, N + 1)].mean().item()
-        caption = f"layer {layer}, head {head}: previous-token score {prev:.2f}, induction score {ind:.2f}"
-        return plot_induction_head(model, tokens, layer, head), caption
-
-    return Explorer({"layer": layer, "head": head}, draw)
+    return Explorer({"layer": layer, "head": head}, partial(plot_induction_head, model, tokens))

@@ -193,14 +193,14 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
                 tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), "mlp.fc_out.bias2"
             ),
             ValueError,
-            r"parameter must name a parameter of a block, one of",
+            r"parameter must be one of \[.*'mlp.fc_out.weight'.*\] \(a block's parameters\), got 'mlp.fc_out.bias2'",
         ),
         (
             lambda: layer_grad_norms(
                 tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), 3
             ),
             TypeError,
-            "parameter must be a str",
+            r"parameter must be one of \[.*\] \(a block's parameters\), got 3 \(int\)",
         ),
         (lambda: xavier_init_(torch.nn.Linear(2, 2)), TypeError, "model must be a course_utils.gpt.GPT, got Linear"),
         (
@@ -209,8 +209,12 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
             r"weights must be self-attention weights \(B, H, T, T\)",
         ),
         (lambda: first_key_share(torch.ones(1, 1, 1, 1)), ValueError, "at least 2 positions"),
-        (lambda: first_key_share([[1.0]]), TypeError, "weights must be a tensor"),
-        (lambda: first_key_share(torch.ones(1, 1, 2, 2, dtype=torch.long)), TypeError, "must be a floating tensor"),
+        (lambda: first_key_share([[1.0]]), TypeError, "weights must be a torch.Tensor, got list"),
+        (
+            lambda: first_key_share(torch.ones(1, 1, 2, 2, dtype=torch.long)),
+            TypeError,
+            "must be a floating-point tensor",
+        ),
         (lambda: uniform_first_key_share(1), ValueError, "T must be at least 2, got 1"),
         (lambda: uniform_first_key_share(2.0), TypeError, "T must be an int"),
         (
@@ -218,11 +222,11 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
             ValueError,
             r"must agree on the leading dims and on S, got \(2, 3, 4\) and \(2, 5, 6\)",
         ),
-        (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a tensor, got str"),
+        (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a torch.Tensor, got str"),
         (
             lambda: weighted_value_norms(torch.ones(3), torch.ones(3, 2)),
             ValueError,
-            "weights must have at least 2 dims",
+            "weights must have at least 2 dimensions",
         ),
         (
             lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 3)),
@@ -238,7 +242,7 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
         (
             lambda: rank_correlation(torch.ones(1, 1, 3, 3), [1.0]),
             TypeError,
-            "norms must be a tensor of the weights' shape",
+            "norms must be a torch.Tensor, got list",
         ),
         (
             lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 4, 6, dtype=torch.long)),

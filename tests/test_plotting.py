@@ -204,9 +204,14 @@ def test_the_twelve_panel_grid_has_one_colourbar_and_legible_ticks():
 @pytest.mark.parametrize(
     "maps, labels, kwargs, match",
     [
-        ([], "abcde", {}, "maps must be a non-empty list"),
-        ([torch.rand(2, 3, 5, 5)], "abcde", {}, r"maps\[0\] holds a batch of 2 sequences"),
-        ([torch.rand(3, 5, 4)], "abcde", {}, r"maps\[0\] must be \(1, H, T, T\) or \(H, T, T\), got shape \(3, 5, 4\)"),
+        ([], "abcde", {}, "maps must hold at least one layer, got an empty list"),
+        ([torch.rand(2, 3, 5, 5)], "abcde", {}, r"maps\[0\] .* of one sequence, got shape \(2, 3, 5, 5\); pick one"),
+        (
+            [torch.rand(3, 5, 4)],
+            "abcde",
+            {},
+            r"maps\[0\] must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(3, 5, 4\)$",
+        ),
         ([torch.rand(1, 3, 5, 5)], "abc", {}, "labels has 3 entries, the weights have 5 positions"),
     ],
 )
@@ -285,7 +290,7 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
         (
             lambda: plot_weights(torch.rand(2, 2, device="meta")),
             ValueError,
-            "weights is on the meta device, which holds no values to plot",
+            "weights is on the meta device, which holds no values",
         ),
         (
             lambda: plot_weights(torch.rand(2, 2), mask=torch.ones(2, 2)),
@@ -301,7 +306,7 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
         (
             lambda: plot_attention_maps(None, list("abc")),
             TypeError,
-            "maps must be a list of per-layer weights, as GPT.attention_maps returns, got NoneType",
+            r"maps must be a list of tensors \(1, H, T, T\), one per layer, as GPT.attention_maps returns, got None",
         ),
         (lambda: plot_loss_curve(None), TypeError, "history must be a list of losses, one per step, got NoneType"),
         (

@@ -302,11 +302,12 @@ def test_explorer_shows_errors_instead_of_raising():
     def draw(n):
         if n < 0:
             raise ValueError("n must be >= 0")
-        fig, ax = plt.subplots()
+        fig, ax = plt.subplots(label=f"n = {n}")  # the label is the caption
         ax.set_title(str(n))
-        return fig, f"n = {n}"
+        return fig
 
     ex = Explorer({"n": widgets.IntSlider(value=1, min=-2, max=2, description="n")}, draw)
+    assert ex.caption == "n = 1"
     ex.control("n").value = -1
     (item,) = ex.output.outputs
     assert item == {"output_type": "stream", "name": "stdout", "text": "ValueError: n must be >= 0\n"}
@@ -392,7 +393,7 @@ class _NoEncode:
         (
             lambda m, t: plot_gpt_head(MultiHeadAttention(8, 2), t, "But"),
             TypeError,
-            r"model must be a course_utils.gpt.GPT \(with config and attention_maps\), got MultiHeadAttention",
+            r"model must have config and attention_maps \(a course model\), got MultiHeadAttention",
         ),
         (
             lambda m, t: gpt_attention_explorer(m, _NoEncode(), "But"),
