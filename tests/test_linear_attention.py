@@ -179,17 +179,13 @@ def test_empty_sequences_give_empty_outputs_and_zero_states():
         assert out.shape == (2, 0, 2) and state.shape == (2, 3, 2) and not state.any()
 
 
-@pytest.mark.parametrize(
-    "fn, make",
-    [
-        (gated_linear_attention, lambda q, k, v, a, b: (q, k, v, a)),
-        (gated_linear_attention_prefix_states, lambda q, k, v, a, b: (q, k, v, a)),
-        (lambda *x: gated_linear_attention_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, a)),
-        (lambda *x: gated_linear_attention_chunkwise(*x, chunk_size=2)[0], lambda q, k, v, a, b: (q, k, v, a)),
-        (lambda *x: delta_rule_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, b, a)),
-    ],
-    ids=["quadratic", "prefix_states", "recurrent", "chunkwise", "delta_rule"],
-)
+@pytest.mark.parametrize("fn, make", [
+    (gated_linear_attention, lambda q, k, v, a, b: (q, k, v, a)),
+    (gated_linear_attention_prefix_states, lambda q, k, v, a, b: (q, k, v, a)),
+    (lambda *x: gated_linear_attention_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, a)),
+    (lambda *x: gated_linear_attention_chunkwise(*x, chunk_size=2)[0], lambda q, k, v, a, b: (q, k, v, a)),
+    (lambda *x: delta_rule_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, b, a)),
+], ids=["quadratic", "prefix_states", "recurrent", "chunkwise", "delta_rule"])  # fmt: skip
 def test_gradients_match_finite_differences(fn, make):
     q, k, v, gate, beta = _inputs(9, (2,), 5, 3, 2, low=0.5)
     beta = 0.2 + 0.6 * beta  # inside (0, 1), so a finite difference never leaves the domain
