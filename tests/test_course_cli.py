@@ -19,8 +19,15 @@ def load_course():
     return mod
 
 
+def run_command(cmd, cwd=ROOT, timeout=300, **kwargs) -> subprocess.CompletedProcess:
+    """Run a command as a learner would, in the course folder unless told; its output as text, its stdin closed."""
+    return subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kwargs
+    )
+
+
 def test_usage_without_a_command():
-    proc = subprocess.run([sys.executable, "course.py"], cwd=ROOT, capture_output=True, text=True)
+    proc = run_command([sys.executable, "course.py"])
     assert proc.returncode == 2
     for word in ("lab", "test", "check", "env", "corpus", "build"):
         assert f"course.py {word}" in proc.stdout
@@ -86,7 +93,7 @@ def test_lab_installs_the_learner_set_test_adds_the_author_set_and_a_lock_change
 
 
 def test_usage_says_what_room_package_and_check_take():
-    proc = subprocess.run([sys.executable, "course.py", "--help"], cwd=ROOT, capture_output=True, text=True)
+    proc = run_command([sys.executable, "course.py", "--help"])
     assert proc.returncode == 0
     assert "room DIR [--no-solutions] [--force]" in proc.stdout and "[--force]\n" in proc.stdout.split("package", 1)[1]
     assert "check [NOTEBOOK or FOLDER ...] [--timeout SECONDS]" in proc.stdout
@@ -99,23 +106,13 @@ def test_check_and_reset_read_paths_from_the_folder_they_are_run_in(tmp_path):
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell("print('my notes')")]
     nbformat.write(nb, tmp_path / "notes.ipynb")
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "course.py"), "check", "notes.ipynb", "--json", "v.json"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
+    proc = run_command(
+        [sys.executable, str(ROOT / "course.py"), "check", "notes.ipynb", "--json", "v.json"], cwd=tmp_path
     )
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "notes.ipynb: no exercises in this notebook" in proc.stdout  # found beside the learner, not in the course
     (tmp_path / "notebooks").mkdir()
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "course.py"), "reset", "notebooks/03_masking.ipynb"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_command([sys.executable, str(ROOT / "course.py"), "reset", "notebooks/03_masking.ipynb"], cwd=tmp_path)
     assert proc.returncode == 2 and "notebooks/03_masking.ipynb is not in notebooks/" in proc.stderr
     assert not (tmp_path / "notebooks" / "03_masking.ipynb").exists()
 
@@ -149,9 +146,7 @@ def course_copy(tmp_path, monkeypatch):
 def test_env_on_a_machine_without_the_corpus_says_later_not_fail(course_copy):
     """Before, `course.py lab` and `env` printed FAIL for the corpus and "Something is missing" on a fresh machine."""
     copy, env = course_copy
-    proc = subprocess.run(
-        [sys.executable, "course.py", "env"], cwd=copy, env=env, capture_output=True, text=True, timeout=300
-    )
+    proc = run_command([sys.executable, "course.py", "env"], cwd=copy, env=env)
     lines = proc.stdout.splitlines()
     corpus = [line for line in lines if "corpus (notebooks 10 and 11)" in line]
     assert len(corpus) == 1 and corpus[0].startswith("LATER ") and "not fetched yet" in corpus[0], proc.stdout
@@ -175,7 +170,7 @@ def test_the_corpus_command_the_report_gives_runs_as_written(course_copy, tmp_pa
     row = next(r for r in environment_report() if r.name.startswith("corpus"))
     assert row.fix.endswith(CORPUS_FETCH), row.fix
     copy, env = course_copy
-    proc = subprocess.run(shlex.split(CORPUS_FETCH), cwd=copy, env=env, capture_output=True, text=True, timeout=300)
+    proc = run_command(shlex.split(CORPUS_FETCH), cwd=copy, env=env)
     said = proc.stdout + proc.stderr
     assert proc.returncode == 1, said
     assert "reusing" in proc.stdout and "-m course_tools.corpus fetch" in proc.stdout, said
@@ -190,14 +185,7 @@ def test_check_help_prints_its_own_help_and_does_nothing_else(tmp_path, monkeypa
     # (test_grade's literal `--learner "Zq Ana Silva"` test writes exercises-Zq-* there meanwhile under xdist)
     ours = lambda: sorted(p for p in (ROOT / "reports").glob("exercises-*") if not p.name.startswith("exercises-Zq-"))  # noqa: E731
     before = ours() if (ROOT / "reports").is_dir() else []
-    proc = subprocess.run(
-        [sys.executable, "course.py", "check", "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = run_command([sys.executable, "course.py", "check", "--help"])
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     for flag in ("--learner NAME", "--json PATH", "--timeout SECONDS", "--summary FOLDER", "--out DIR"):
         assert flag in proc.stdout, proc.stdout
@@ -251,14 +239,8 @@ def test_the_guides_commands_for_collecting_a_rooms_reports_run_as_written(cours
         if "--summary" in line:  # a second learner's report reached the stick too
             bo = json.loads((stick / "exercises-ana.json").read_text())
             (stick / "exercises-bo.json").write_text(json.dumps({**bo, "learner": "bo", "exercises": []}))
-        proc = subprocess.run(
-            ["bash", "-c", line.replace("/media/usb/class/", f"{stick}/")],
-            cwd=copy,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=600,
-            stdin=subprocess.DEVNULL,
+        proc = run_command(
+            ["bash", "-c", line.replace("/media/usb/class/", f"{stick}/")], cwd=copy, env=env, timeout=600
         )
         said.append(proc.stdout + proc.stderr)
         assert proc.returncode == 0, f"{line}\n{said[-1]}"
@@ -303,14 +285,8 @@ def test_each_commands_help_is_its_own_and_installs_nothing(command, tmp_path):
 
     venv = tmp_path / "venv"
     for flag in ("--help", "-h"):
-        proc = subprocess.run(
-            [sys.executable, "course.py", command, flag],
-            cwd=ROOT,
-            env={**os.environ, "COURSE_VENV": str(venv)},
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
+        proc = run_command(
+            [sys.executable, "course.py", command, flag], env={**os.environ, "COURSE_VENV": str(venv)}, timeout=120
         )
         assert proc.returncode == 0 and proc.stderr == "", proc.stderr
         assert proc.stdout.startswith("usage") and f"course.py {command}" in proc.stdout, proc.stdout
@@ -328,23 +304,14 @@ def test_help_of_an_installed_course_lists_the_commands_own_flags_and_changes_no
     if not course.PY.exists():
         pytest.skip("the course's venv is not installed here")
     stamp = course.STAMP.stat().st_mtime_ns if course.STAMP.exists() else None
-    proc = subprocess.run(
-        [sys.executable, "course.py", command, "--help"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        stdin=subprocess.DEVNULL,
-    )
+    proc = run_command([sys.executable, "course.py", command, "--help"])
     assert proc.returncode == 0 and flag in proc.stdout, proc.stdout + proc.stderr
     assert "[course]" not in proc.stdout
     assert (course.STAMP.stat().st_mtime_ns if course.STAMP.exists() else None) == stamp
 
 
 def test_an_unknown_command_is_said_to_be_unknown():
-    proc = subprocess.run(
-        [sys.executable, "course.py", "tets", "--help"], cwd=ROOT, capture_output=True, text=True, timeout=60
-    )
+    proc = run_command([sys.executable, "course.py", "tets", "--help"], timeout=60)
     assert proc.returncode == 2 and proc.stdout == ""
     said = "[course] unknown command 'tets' (did you mean test? the commands are lab, test, check"
     assert proc.stderr.startswith(said), proc.stderr
@@ -411,12 +378,8 @@ def test_the_e2e_command_runs_on_the_same_workers_and_takes_n_0(monkeypatch):
 def test_the_browser_tests_start_with_the_longest_notebooks():
     """tests/e2e/conftest.py puts the notebooks first, the last (the GPT's, the longest) first, so that two
     workers end together; the other tests keep their order, and -k keeps this order among what it selects."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "tests/e2e", "--collect-only", "-q", "-p", "no:cacheprovider"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = run_command(
+        [sys.executable, "-m", "pytest", "tests/e2e", "--collect-only", "-q", "-p", "no:cacheprovider"], timeout=120
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     ids = [line for line in proc.stdout.splitlines() if "::" in line]
@@ -484,13 +447,7 @@ def test_each_row_names_a_tool_that_exists_and_the_learner_copy_refuses_an_instr
 @pytest.mark.parametrize("args", ["--help", "room --help", "check --help"])
 def test_help_into_a_pipe_that_closes_early_ends_without_a_traceback(args):
     """`python3 course.py --help | head -1` used to end in a BrokenPipeError traceback; run literally, in a shell."""
-    proc = subprocess.run(
-        ["bash", "-c", f"{shlex.quote(sys.executable)} course.py {args} | head -1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    proc = run_command(["bash", "-c", f"{shlex.quote(sys.executable)} course.py {args} | head -1"], timeout=120)
     assert proc.returncode == 0 and proc.stderr == "", proc.stderr
     assert len(proc.stdout.splitlines()) == 1
 
@@ -510,14 +467,10 @@ def test_lab_refuses_an_option_it_does_not_know_before_anything_starts(args, sai
     import os
 
     venv = tmp_path / "venv"
-    proc = subprocess.run(
+    proc = run_command(
         ["bash", "-c", f"{shlex.quote(sys.executable)} course.py lab {args}"],
-        cwd=ROOT,
         env={**os.environ, "COURSE_VENV": str(venv)},
-        capture_output=True,
-        text=True,
         timeout=60,
-        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 1 and proc.stdout == "", proc.stdout
     assert len(proc.stderr.splitlines()) == 1 and said in proc.stderr, proc.stderr
@@ -604,13 +557,8 @@ def test_contributings_commands_name_the_courses_python_and_run_as_written_outsi
     assert pacing == ".venv/bin/python -m course_tools.pacing"
     if not (ROOT / ".venv" / "bin" / "python").exists():
         pytest.skip("no .venv/ in this checkout (COURSE_VENV elsewhere)")
-    proc = subprocess.run(
-        ["bash", "-c", pacing],
-        cwd=ROOT,
-        env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = run_command(
+        ["bash", "-c", pacing], env={"PATH": "/usr/bin:/bin", "HOME": os.environ.get("HOME", "/tmp")}, timeout=120
     )
     assert proc.returncode == 0 and "00_setup_check" in proc.stdout, proc.stdout + proc.stderr
 
@@ -642,14 +590,10 @@ def test_lab_checks_its_offline_folder_even_when_the_course_is_installed(args, s
     import os
 
     venv, ran = fake_installed_venv(tmp_path)
-    proc = subprocess.run(
+    proc = run_command(
         ["bash", "-c", f"{shlex.quote(sys.executable)} course.py lab {args}"],
-        cwd=ROOT,
         env={**os.environ, "COURSE_VENV": str(venv)},
-        capture_output=True,
-        text=True,
         timeout=60,
-        stdin=subprocess.DEVNULL,
     )
     assert proc.returncode == 1 and said in proc.stderr, proc.stdout + proc.stderr
     assert not ran.exists(), ran.read_text()  # nothing checked, nothing started
@@ -662,13 +606,8 @@ def test_env_help_prints_help_only_and_env_refuses_options(args, tmp_path):
     import os
 
     venv, ran = fake_installed_venv(tmp_path)
-    proc = subprocess.run(
-        [sys.executable, "course.py", *args.split()],
-        cwd=ROOT,
-        env={**os.environ, "COURSE_VENV": str(venv)},
-        capture_output=True,
-        text=True,
-        timeout=60,
+    proc = run_command(
+        [sys.executable, "course.py", *args.split()], env={**os.environ, "COURSE_VENV": str(venv)}, timeout=60
     )
     assert not ran.exists(), ran.read_text()  # the check did not run
     if "-h" in args.split() or "--help" in args.split():
@@ -680,19 +619,15 @@ def test_env_help_prints_help_only_and_env_refuses_options(args, tmp_path):
 
 @pytest.mark.parametrize(("typed", "meant"), [("help", "--help"), ("chek", "check"), ("pakage", "package")])
 def test_a_mistyped_command_gets_a_did_you_mean(typed, meant):
-    proc = subprocess.run([sys.executable, "course.py", typed], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    proc = run_command([sys.executable, "course.py", typed], timeout=60)
     assert proc.returncode == 2 and f"unknown command {typed!r} (did you mean {meant}? " in proc.stderr, proc.stderr
 
 
 @pytest.mark.parametrize("args", ["--help", "lab --help", "room --help"])
 def test_help_into_head_exits_0_even_with_pipefail(args):
     """`python3 course.py --help | head -1` exited 141 (the pipe closed early), a failure under `set -o pipefail`."""
-    proc = subprocess.run(
-        ["bash", "-c", f"set -o pipefail; {shlex.quote(sys.executable)} course.py {args} | head -1"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = run_command(
+        ["bash", "-c", f"set -o pipefail; {shlex.quote(sys.executable)} course.py {args} | head -1"], timeout=120
     )
     assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)
 
@@ -708,13 +643,7 @@ def test_contributings_pytest_commands_with_k_select_tests_when_pasted():
     if not (ROOT / ".venv" / "bin" / "python").exists():
         pytest.skip("no .venv/ in this checkout (COURSE_VENV elsewhere)")
     for command in commands:
-        proc = subprocess.run(
-            ["bash", "-c", f"{command} --collect-only -q -p no:xdist"],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        proc = run_command(["bash", "-c", f"{command} --collect-only -q -p no:xdist"])
         assert proc.returncode == 0 and re.search(r"\b[1-9]\d*(/\d+)? tests? collected", proc.stdout), (
             command,
             proc.stdout[-500:],

@@ -37,39 +37,9 @@ def test_load_text_reads_utf8_and_normalises_line_endings(tmp_path):
     assert load_text(path) == "a\nb\ncé\n"
 
 
-def test_load_text_missing_file(tmp_path):
-    with pytest.raises(FileNotFoundError, match=r"no text file at .*nope\.txt: pass the path of an existing UTF-8"):
-        load_text(tmp_path / "nope.txt")
-
-
-def test_load_text_not_utf8(tmp_path):
-    path = tmp_path / "latin1.txt"
-    path.write_bytes("caf\u00e9 au lait".encode("latin-1"))
-    with pytest.raises(
-        ValueError, match=r"latin1\.txt is not UTF-8 text: byte 0xe9 at offset 3 .*convert the file to UTF-8"
-    ):
-        load_text(path)
-
-
-def test_load_text_folder_and_empty_file(tmp_path):
-    with pytest.raises(ValueError, match="is a folder, expected a UTF-8 text file"):
-        load_text(tmp_path)
-    (tmp_path / "empty.txt").write_bytes(b"")
-    with pytest.raises(ValueError, match="empty.txt is empty, expected some text"):
-        load_text(tmp_path / "empty.txt")
-
-
 def test_load_corpus_with_a_path_reads_that_file(tmp_path):
     (tmp_path / "mine.txt").write_text("hello\n", encoding="utf-8")
     assert load_corpus(tmp_path / "mine.txt") == "hello\n"
-
-
-def test_load_corpus_without_download_says_what_to_run(tmp_path):
-    with pytest.raises(
-        FileNotFoundError,
-        match=rf"is not there yet: run `python -m course_tools.corpus --datasets-dir {tmp_path} fetch`.*--data PATH",
-    ):
-        load_corpus(datasets_dir=tmp_path, download=False)
 
 
 def test_every_reader_of_the_course_corpus_checks_its_sha256(tmp_path, monkeypatch):
@@ -113,17 +83,6 @@ def test_min_characters_is_the_fewest_that_split_into_two_windows(context_length
     data.check_text_size(n, context_length)
 
 
-def test_check_text_size_says_how_many_characters_there_are_and_are_needed():
-    with pytest.raises(
-        ValueError,
-        match=r"notes.txt has 120 characters; training with context_length 32 needs at "
-        r"least 321 \(a window of 33 in the last 10% for validation",
-    ):
-        data.check_text_size(120, 32, source="notes.txt")
-    with pytest.raises(ValueError, match="context_length must be a positive int, got 0"):
-        data.min_characters(0)
-
-
 # --------------------------------------------------------------------------------------------------
 # CharTokenizer
 # --------------------------------------------------------------------------------------------------
@@ -141,40 +100,6 @@ def test_tokenizer_round_trip_and_sorted_vocabulary():
     assert tok.encode("").shape == (0,)
 
 
-def test_tokenizer_unknown_characters_are_named_with_positions():
-    tok = CharTokenizer.from_text("abc ")
-    with pytest.raises(
-        ValueError,
-        match=r"never seen 2 characters in this text: 'é' \(U\+00E9\) at positions 1, 4; "
-        r"'z' \(U\+007A\) at position 2\. Build the tokenizer",
-    ):
-        tok.encode("aézaé")
-
-
-def test_tokenizer_unknown_characters_message_is_bounded():
-    tok = CharTokenizer.from_text("a")
-    with pytest.raises(ValueError, match=r"at positions 0, 1, 2, 3, 4, \.\.\. \(9 in all\).*; and 2 more\. Build"):
-        tok.encode("b" * 9 + "cdefgh")
-
-
-def test_tokenizer_bad_vocabularies_and_ids():
-    with pytest.raises(ValueError, match="must be a single character"):
-        CharTokenizer(["ab", "c"])
-    with pytest.raises(ValueError, match=r"lists some characters twice: \['a'\]"):
-        CharTokenizer(["a", "b", "a"])
-    with pytest.raises(ValueError, match="the vocabulary is empty"):
-        CharTokenizer.from_text("")
-    with pytest.raises(TypeError, match="text must be a str, got bytes"):
-        CharTokenizer.from_text(b"abc")
-    tok = CharTokenizer.from_text("ab")
-    with pytest.raises(TypeError, match="text must be a str, got list"):
-        tok.encode(["a"])
-    with pytest.raises(ValueError, match=r"token ids \[2, -1\] are outside the vocabulary \(0 to 1\)"):
-        tok.decode([0, 2, -1])
-    with pytest.raises(ValueError, match=r"decode takes a 1-D sequence of ids, got shape \(1, 2\)"):
-        tok.decode(torch.zeros(1, 2, dtype=torch.long))
-
-
 # --------------------------------------------------------------------------------------------------
 # split_data
 # --------------------------------------------------------------------------------------------------
@@ -189,13 +114,6 @@ def test_split_is_first_90_percent_then_last_10_percent(n):
     text = "".join(chr(65 + i % 26) for i in range(n))
     t_train, t_val = split_data(text)
     assert t_train + t_val == text and len(t_train) == len(train)
-
-
-def test_split_errors():
-    with pytest.raises(ValueError, match=r"train_fraction must be between 0 and 1 \(exclusive\), got 1.0"):
-        split_data(torch.arange(10), 1.0)
-    with pytest.raises(ValueError, match="data of length 1 is too short to split 90% / 10%: one part would be empty"):
-        split_data(torch.arange(1))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -233,25 +151,6 @@ def test_get_batch_device_argument():
     assert x.device.type == y.device.type == "cpu"
 
 
-def test_batch_errors():
-    with pytest.raises(TypeError, match=r"data must be a \(N,\) torch.Tensor of token ids, got list"):
-        get_batch([1, 2, 3], 1, 1)
-    with pytest.raises(
-        TypeError, match=r"data must be a \(N,\) long tensor of token ids, got shape \(2, 5\) and dtype torch.int64"
-    ):
-        get_batch(torch.zeros(2, 5, dtype=torch.long), 1, 1)
-    with pytest.raises(TypeError, match="got shape \\(5,\\) and dtype torch.float32"):
-        get_batch(torch.zeros(5), 1, 1)
-    with pytest.raises(ValueError, match="batch_size must be at least 1, got 0"):
-        get_batch(torch.arange(10), 0, 4)
-    with pytest.raises(ValueError, match="context_length must be at least 1, got 0"):
-        next(iter_eval_batches(torch.arange(10), 2, 0))
-    with pytest.raises(
-        ValueError, match=r"data has 8 tokens, too few for context_length 8: a window needs context_length \+ 1 = 9"
-    ):
-        get_batch(torch.arange(8), 2, 8)
-
-
 @pytest.mark.parametrize("n, batch_size, context_length", [(101, 4, 10), (100, 3, 7), (50, 16, 5), (9, 2, 8)])
 def test_eval_batches_cover_every_target_exactly_once(n, batch_size, context_length):
     ids = torch.arange(n)
@@ -278,6 +177,83 @@ def test_eval_batches_without_drop_last_cover_every_position(n, context_length):
 
 
 # --------------------------------------------------------------------------------------------------
+# Every message a learner can meet here: (call, given tmp_path; exception; what the message must say, {tmp} = tmp_path)
+# --------------------------------------------------------------------------------------------------
+
+
+def _file(folder: Path, name: str, content: bytes) -> Path:
+    (folder / name).write_bytes(content)
+    return folder / name
+
+
+AB = CharTokenizer.from_text("ab")
+MESSAGES = [
+    (lambda tmp: load_text(tmp / "nope.txt"), FileNotFoundError,
+     r"no text file at .*nope\.txt: pass the path of an existing UTF-8"),
+    (lambda tmp: load_text(_file(tmp, "latin1.txt", "caf\u00e9 au lait".encode("latin-1"))), ValueError,
+     r"latin1\.txt is not UTF-8 text: byte 0xe9 at offset 3 .*convert the file to UTF-8"),
+    (lambda tmp: load_text(tmp), ValueError, "is a folder, expected a UTF-8 text file"),
+    (lambda tmp: load_text(_file(tmp, "empty.txt", b"")), ValueError, "empty.txt is empty, expected some text"),
+    (lambda tmp: load_text(None), TypeError, "path must be a str or os.PathLike, got NoneType"),
+    (lambda tmp: data.is_course_corpus(None), TypeError, "path must be a str or os.PathLike, got NoneType"),
+    (lambda tmp: load_corpus(datasets_dir=tmp, download=False), FileNotFoundError,
+     r"is not there yet: run `python -m course_tools.corpus --datasets-dir {tmp} fetch`.*--data PATH"),
+    # after `--datasets-dir X`, the command it suggests fetches into X too (it fetched into the default before)
+    (lambda tmp: load_corpus(datasets_dir=tmp / "my data", download=False), FileNotFoundError,
+     r"run `python -m course_tools.corpus --datasets-dir '.*my data' fetch`"),
+    (lambda tmp: data.check_text_size(120, 32, source="notes.txt"), ValueError,
+     r"notes.txt has 120 characters; training with context_length 32 needs at "
+     r"least 321 \(a window of 33 in the last 10% for validation"),
+    (lambda tmp: data.min_characters(0), ValueError, "context_length must be a positive int, got 0"),
+    (lambda tmp: corpus_info(123), TypeError, "text must be a str, got int"),
+    (lambda tmp: CharTokenizer.from_text("abc ").encode("aézaé"), ValueError,
+     r"never seen 2 characters in this text: 'é' \(U\+00E9\) at positions 1, 4; "
+     r"'z' \(U\+007A\) at position 2\. Build the tokenizer"),
+    (lambda tmp: CharTokenizer.from_text("a").encode("b" * 9 + "cdefgh"), ValueError,
+     r"at positions 0, 1, 2, 3, 4, \.\.\. \(9 in all\).*; and 2 more\. Build"),
+    (lambda tmp: CharTokenizer(["ab", "c"]), ValueError, "must be a single character"),
+    (lambda tmp: CharTokenizer(["a", "b", "a"]), ValueError, r"lists some characters twice: \['a'\]"),
+    (lambda tmp: CharTokenizer.from_text(""), ValueError, "the vocabulary is empty"),
+    (lambda tmp: CharTokenizer.from_text(b"abc"), TypeError, "text must be a str, got bytes"),
+    (lambda tmp: AB.encode(["a"]), TypeError, "text must be a str, got list"),
+    (lambda tmp: AB.decode([0, 2, -1]), ValueError, r"token ids \[2, -1\] are outside the vocabulary \(0 to 1\)"),
+    (lambda tmp: AB.decode(torch.zeros(1, 2, dtype=torch.long)), ValueError,
+     r"decode takes a 1-D sequence of ids, got shape \(1, 2\)"),
+    (lambda tmp: AB.decode("abc"), TypeError, "decode takes a list or 1-D tensor of int token ids, got str"),
+    (lambda tmp: AB.decode(torch.tensor([0.0, 1.0])), TypeError,
+     "decode takes integer token ids, got a tensor of dtype torch.float32"),
+    (lambda tmp: AB.decode([True, False]), TypeError, r"decode takes int token ids, got True \(bool\)"),
+    (lambda tmp: split_data(torch.arange(10), 1.0), ValueError,
+     r"train_fraction must be between 0 and 1 \(exclusive\), got 1.0"),
+    (lambda tmp: split_data(torch.arange(10), train_fraction="0.9"), TypeError,
+     r"train_fraction must be a number between 0 and 1 \(exclusive\), got '0.9'"),
+    (lambda tmp: split_data(torch.arange(1)), ValueError,
+     "data of length 1 is too short to split 90% / 10%: one part would be empty"),
+    (lambda tmp: get_batch([1, 2, 3], 1, 1), TypeError, r"data must be a \(N,\) torch.Tensor of token ids, got list"),
+    (lambda tmp: get_batch(torch.zeros(2, 5, dtype=torch.long), 1, 1), TypeError,
+     r"data must be a \(N,\) long tensor of token ids, got shape \(2, 5\) and dtype torch.int64"),
+    (lambda tmp: get_batch(torch.zeros(5), 1, 1), TypeError, r"got shape \(5,\) and dtype torch.float32"),
+    (lambda tmp: get_batch(torch.arange(10), 0, 4), ValueError, "batch_size must be at least 1, got 0"),
+    (lambda tmp: get_batch(torch.arange(8), 2, 8), ValueError,
+     r"data has 8 tokens, too few for context_length 8: a window needs context_length \+ 1 = 9"),
+    (lambda tmp: get_batch(torch.arange(50), 2, 8, generator=1), TypeError,
+     "generator must be a torch.Generator .* or None, got int"),
+    (lambda tmp: get_batch(torch.arange(50), 2.0, 8), TypeError, "batch_size must be an int, got float"),
+    (lambda tmp: get_batch(torch.arange(50), 2, "8"), TypeError, "context_length must be an int, got str"),
+    (lambda tmp: next(iter_eval_batches(torch.arange(10), 2, 0)), ValueError,
+     "context_length must be at least 1, got 0"),
+    (lambda tmp: list(iter_eval_batches(torch.arange(50), 2, 8, drop_last="no")), TypeError,
+     r"drop_last must be True or False, got 'no' \(str\)"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, error, match", MESSAGES, ids=[re.sub(r"\\(.)", r"\1", m)[:60] for *_, m in MESSAGES])
+def test_each_bad_input_gets_its_message(tmp_path, call, error, match):
+    with pytest.raises(error, match=match.format(tmp=re.escape(str(tmp_path)))):
+        call(tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------
 # Atomic writes (the tokenizer's save)
 # --------------------------------------------------------------------------------------------------
 
@@ -294,39 +270,6 @@ def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch):
         write_atomic(target, b"new contents")
     assert target.read_bytes() == b"old contents"  # the old file is untouched
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # and no temporary file is left
-
-
-def test_wrong_argument_types_get_a_message_not_a_python_error():
-    tok = CharTokenizer("abc")
-    with pytest.raises(TypeError, match="decode takes a list or 1-D tensor of int token ids, got str"):
-        tok.decode("abc")
-    with pytest.raises(TypeError, match="decode takes integer token ids, got a tensor of dtype torch.float32"):
-        tok.decode(torch.tensor([0.0, 1.0]))
-    with pytest.raises(TypeError, match=r"decode takes int token ids, got True \(bool\)"):
-        tok.decode([True, False])
-    with pytest.raises(TypeError, match=r"train_fraction must be a number between 0 and 1 \(exclusive\), got '0.9'"):
-        split_data(torch.arange(10), train_fraction="0.9")
-    with pytest.raises(TypeError, match="text must be a str, got int"):
-        corpus_info(123)
-    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
-        load_text(None)
-    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
-        data.is_course_corpus(None)
-
-
-def test_get_batch_checks_its_ints_and_generator():
-    ids = torch.arange(50)
-    with pytest.raises(TypeError, match="generator must be a torch.Generator .* or None, got int"):
-        get_batch(ids, 2, 8, generator=1)
-    with pytest.raises(TypeError, match="batch_size must be an int, got float"):
-        get_batch(ids, 2.0, 8)
-    with pytest.raises(TypeError, match="context_length must be an int, got str"):
-        get_batch(ids, 2, "8")
-
-
-def test_iter_eval_batches_wants_a_bool_drop_last():
-    with pytest.raises(TypeError, match=r"drop_last must be True or False, got 'no' \(str\)"):
-        list(iter_eval_batches(torch.arange(50), 2, 8, drop_last="no"))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -377,15 +320,6 @@ def test_the_gpt_notebooks_imports_keep_working(name):
     namespace: dict = {}
     exec(line, namespace)  # the notebook's own import line
     assert {"CharTokenizer", "load_corpus", "get_batch"} <= set(namespace)
-
-
-def test_the_missing_corpus_message_names_the_folder_it_was_asked_for(tmp_path):
-    """After `--datasets-dir X`, the command it suggests fetches into X too (it fetched into the default before)."""
-    folder = tmp_path / "my data"
-    with pytest.raises(
-        FileNotFoundError, match=r"run `python -m course_tools.corpus --datasets-dir '.*my data' fetch`"
-    ):
-        load_corpus(datasets_dir=folder, download=False)
 
 
 def test_a_package_installed_outside_a_course_folder_keeps_its_data_out_of_site_packages(tmp_path, monkeypatch):

@@ -328,19 +328,13 @@ def test_a_hosted_service_brings_its_own_front_end(monkeypatch):
     assert rows["nbclient (course.py check)"].ok
 
 
-@pytest.mark.parametrize(
-    "variables, ok, detail",
-    [
-        ({}, True, "defaults (no COURSE_* variable set)"),
-        ({"COURSE_GPT_SIZE": "ci", "COURSE_CHECK_SEED": "12"}, True, "COURSE_CHECK_SEED=12, COURSE_GPT_SIZE=ci"),
-        (
-            {"COURSE_GPT_SIZE": "huge"},
-            False,
-            "COURSE_GPT_SIZE='huge' is not a run size; choose one of ['ci', 'cpu', 'gpu']",
-        ),
-        ({"COURSE_CHECK_SEED": "abc"}, False, "COURSE_CHECK_SEED must be an integer seed, got 'abc'"),
-    ],
-)
+@pytest.mark.parametrize("variables, ok, detail", [
+    ({}, True, "defaults (no COURSE_* variable set)"),
+    ({"COURSE_GPT_SIZE": "ci", "COURSE_CHECK_SEED": "12"}, True, "COURSE_CHECK_SEED=12, COURSE_GPT_SIZE=ci"),
+    ({"COURSE_GPT_SIZE": "huge"}, False,
+     "COURSE_GPT_SIZE='huge' is not a run size; choose one of ['ci', 'cpu', 'gpu']"),
+    ({"COURSE_CHECK_SEED": "abc"}, False, "COURSE_CHECK_SEED must be an integer seed, got 'abc'"),
+])  # fmt: skip
 def test_the_report_checks_the_course_settings_that_are_set(monkeypatch, variables, ok, detail):
     """Before, `course.py env` said all OK with COURSE_GPT_SIZE=huge; notebook 10 failed only when it got there."""
     import os

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
+import re
 
 import pytest
 import torch
@@ -43,38 +44,6 @@ VARIANTS = {
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "overrides, error, match",
-    [
-        (dict(embed_dim=10, num_heads=3), ValueError, r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
-        (dict(num_layers=0), ValueError, "num_layers must be at least 1, got 0"),
-        (dict(vocab_size=2.5), TypeError, "vocab_size must be an int, got float"),
-        (dict(context_length=True), TypeError, "context_length must be an int, got bool"),
-        (dict(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-        (dict(dropout=-0.1), ValueError, r"dropout must be in \[0, 1\)"),
-        (dict(positions="sinusoidal"), ValueError, "positions must be one of"),
-        (dict(attention="fused"), ValueError, "attention must be one of"),
-        (dict(norm_position="sandwich"), ValueError, r"norm_position must be one of \('pre', 'post'\)"),
-        (dict(bias="yes"), TypeError, r"bias must be True or False, got 'yes' \(str\)"),
-        (dict(num_kv_heads=3), ValueError, r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"),
-        (dict(num_kv_heads=0), ValueError, "num_kv_heads must be at least 1, got 0"),
-        (dict(num_kv_heads="2"), TypeError, "num_kv_heads must be a positive int or None, got str"),
-        (dict(num_kv_heads=True), TypeError, "num_kv_heads must be a positive int or None, got bool"),
-        (dict(window=0), ValueError, "window must be at least 1, got 0"),
-        (dict(window=2.5), TypeError, "window must be an int, got float"),
-        (
-            dict(embed_dim=12, num_heads=4, positions="rope"),
-            ValueError,
-            "rotary positions need an even head_dim, got 3",
-        ),
-        (dict(positions="rope", rope_base=1.0), ValueError, "rope_base must be a number greater than 1"),
-    ],
-)
-def test_config_rejects_bad_values(overrides, error, match):
-    with pytest.raises(error, match=match):
-        GPTConfig(**{**TINY, **overrides})
-
-
 def test_numpy_numbers_in_the_config_are_stored_as_python_ones_so_checkpoints_load_with_weights_only(tmp_path):
     import numpy as np
 
@@ -106,8 +75,6 @@ def test_config_round_trips_through_a_plain_dict():
     d = cfg.to_dict()
     assert all(isinstance(v, (int, float, str, bool, type(None))) for v in d.values())
     assert GPTConfig.from_dict(d) == cfg
-    with pytest.raises(ValueError, match="unknown GPTConfig field"):
-        GPTConfig.from_dict({**d, "colour": "red"})
 
 
 # ----------------------------------------------------------------------------------------------
@@ -368,14 +335,6 @@ def test_cached_sampling_equals_recomputing_the_prefix():
     torch.testing.assert_close(out[0], out[1], atol=0, rtol=0)
 
 
-def test_the_cache_cannot_grow_past_the_context():
-    model = make()
-    cache = model.new_cache()
-    model(ids(1, 16), cache=cache)
-    with pytest.raises(ValueError, match=r"positions 16..16 do not fit in context_length = 16"):
-        model(ids(1, 1), cache=cache)
-
-
 def test_for_generation_shares_parameters():
     model = make()
     wrapped = model.for_generation()
@@ -446,100 +405,115 @@ def _with(value, position=(1, 2)):
     return idx
 
 
-@pytest.mark.parametrize(
-    "call, error, match",
-    [
-        (
-            lambda m: m(_with(70)),
-            ValueError,
-            r"idx must be token ids in \[0, vocab_size=11\), got 70 at position \(1, 2\) \(min 0, max 70\)",
-        ),
-        (
-            lambda m: m(_with(-1)),
-            ValueError,
-            r"idx must be token ids in \[0, vocab_size=11\), got -1 at position \(1, 2\)",
-        ),
-        (
-            lambda m: m(ids(2, 5) > 3),
-            TypeError,
-            r"idx must hold integer token ids \(torch.long\), got dtype torch.bool",
-        ),
-        (lambda m: m([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
-        (lambda m: m.attention_maps(_with(11)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got 11"),
-        (
-            lambda m: m(ids(2, 5), ids(2, 4)),
-            ValueError,
-            r"targets must have the shape of idx \(2, 5\) \(the next token at every position\), got \(2, 4\)",
-        ),
-        (
-            lambda m: m(ids(2, 5), _with(11)),
-            ValueError,
-            r"targets must be token ids in \[0, vocab_size=11\) \(or -100, ignored\), got 11 at position \(1, 2\)",
-        ),
-        (
-            lambda m: m(ids(2, 5), ids(2, 5).float()),
-            TypeError,
-            r"targets must hold integer token ids \(torch.long\), got dtype torch.float32",
-        ),
-        (
-            lambda m: m(ids(2, 5), cache=True),
-            TypeError,
-            r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool",
-        ),
-        (
-            lambda m: m(ids(2, 5), m.new_cache()),
-            TypeError,
-            r"got a KVCache as targets \(the second argument\): pass it as cache=",
-        ),
-        (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
-        (
-            lambda m: m(torch.zeros(2, 3, 4)),
-            ValueError,
-            r"idx must be a \(B, T\) tensor of token ids, got shape \(2, 3, 4\)",
-        ),
-        (
-            lambda m: m(torch.zeros(2, 3)),
-            TypeError,
-            r"idx must hold integer token ids \(torch.long\), got dtype torch.float32",
-        ),
-        (lambda m: m(ids(1, 17)), ValueError, r"positions 0..16 do not fit in context_length = 16"),
-        (
-            lambda m: m.num_parameters(non_embedding="yes"),
-            TypeError,
-            r"non_embedding must be True or False, got 'yes' \(str\)",
-        ),
-        (lambda m: GPT(TINY), TypeError, "GPT takes a GPTConfig, got dict"),
-        (
-            lambda m: GPTConfig.preset("huge"),
-            ValueError,
-            r"unknown preset 'huge'; choose one of \['cpu', 'gpu', 'tiny'\]",
-        ),
-        (lambda m: GPTConfig.preset("tiny", n_embd=3), ValueError, r"unknown GPTConfig field\(s\) \['n_embd'\]"),
-        (
-            lambda m: GPTConfig.preset("tiny", embed_dim=30),
-            ValueError,
-            r"embed_dim \(30\) must be divisible by num_heads \(4\)",
-        ),
-        (
-            lambda m: GPTConfig.from_dict(None),
-            TypeError,
-            r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType",
-        ),
-        (lambda m: m(ids(1, 0), ids(1, 0)), ValueError, r"idx must hold at least one token, got shape \(1, 0\)"),
-        (
-            lambda m: m(ids(2, 5).to(torch.uint8)),
-            TypeError,
-            r"idx must hold int64 or int32 token ids \(what nn.Embedding takes\), got dtype torch.uint8",
-        ),
-        (lambda m: m(ids(2, 5), ids(2, 5).to(torch.int16)), TypeError, "targets must hold int64 or int32 token ids"),
-        (
-            lambda m: m(ids(2, 5), cache=KVCache(1, 16)),
-            ValueError,
-            r"the cache has 1 layer\(s\), the model 2: use model.new_cache\(\)",
-        ),
-    ],
-)
-def test_bad_arguments_say_what_was_expected(call, error, match):
+def _config(**overrides) -> GPTConfig:
+    return GPTConfig(**{**TINY, **overrides})
+
+
+def _full_cache(model):
+    """A cache that already holds context_length positions: it cannot grow past the context."""
+    cache = model.new_cache()
+    model(ids(1, 16), cache=cache)
+    return cache
+
+
+def _layer(model, part):
+    block = model.blocks[0]
+    return {"attn": block.attn, "mlp": block.mlp, "block": block}[part]
+
+
+def _masked(attention, mask):
+    return _layer(make(attention=attention), "attn")(torch.randn(2, 5, 16), mask=mask, need_weights=True)
+
+
+MESSAGES = [  # (call, given a tiny GPT; exception; what the message must say)
+    # the configuration
+    (lambda m: _config(embed_dim=10, num_heads=3), ValueError,
+     r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
+    (lambda m: _config(num_layers=0), ValueError, "num_layers must be at least 1, got 0"),
+    (lambda m: _config(vocab_size=2.5), TypeError, "vocab_size must be an int, got float"),
+    (lambda m: _config(context_length=True), TypeError, "context_length must be an int, got bool"),
+    (lambda m: _config(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
+    (lambda m: _config(dropout=-0.1), ValueError, r"dropout must be in \[0, 1\)"),
+    (lambda m: _config(dropout="0.1"), TypeError, r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"),
+    (lambda m: _config(positions="sinusoidal"), ValueError, "positions must be one of"),
+    (lambda m: _config(attention="fused"), ValueError, "attention must be one of"),
+    (lambda m: _config(norm_position="sandwich"), ValueError, r"norm_position must be one of \('pre', 'post'\)"),
+    *[(lambda m, f=f: GPTConfig(**{f: 5}), TypeError, rf"{f} must be one of .*, got 5 \(int\)")
+      for f in ("positions", "attention", "norm_position")],  # a choice of the wrong type is a TypeError
+    (lambda m: _config(bias="yes"), TypeError, r"bias must be True or False, got 'yes' \(str\)"),
+    (lambda m: _config(num_kv_heads=3), ValueError, r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"),
+    (lambda m: _config(num_kv_heads=0), ValueError, "num_kv_heads must be at least 1, got 0"),
+    (lambda m: _config(num_kv_heads="2"), TypeError, "num_kv_heads must be a positive int or None, got str"),
+    (lambda m: _config(num_kv_heads=True), TypeError, "num_kv_heads must be a positive int or None, got bool"),
+    (lambda m: _config(window=0), ValueError, "window must be at least 1, got 0"),
+    (lambda m: _config(window=2.5), TypeError, "window must be an int, got float"),
+    (lambda m: _config(embed_dim=12, num_heads=4, positions="rope"), ValueError,
+     "rotary positions need an even head_dim, got 3"),
+    (lambda m: _config(positions="rope", rope_base=1.0), ValueError, "rope_base must be a number greater than 1"),
+    (lambda m: _config(positions="rope", rope_base="big"), TypeError,
+     r"rope_base must be a number greater than 1, got 'big' \(str\)"),
+    (lambda m: _config(positions="rope", rope_base=float("inf")), ValueError,
+     "rope_base must be a number greater than 1, got inf"),
+    # every model checks rope_base, since checkpoints store it (GPTConfig(positions='learned', rope_base='x') was saved)
+    *[(lambda m, b=b: GPTConfig(positions="learned", rope_base=b), error, r"rope_base must be a number greater than 1")
+      for b, error in (("x", TypeError), (True, TypeError), (-1.0, ValueError), (float("nan"), ValueError))],
+    (lambda m: GPTConfig.from_dict({**GPTConfig.preset("cpu", vocab_size=70).to_dict(), "colour": "red"}), ValueError,
+     "unknown GPTConfig field"),
+    # the model's forward and its methods
+    (lambda m: m(_with(70)), ValueError,
+     r"idx must be token ids in \[0, vocab_size=11\), got 70 at position \(1, 2\) \(min 0, max 70\)"),
+    (lambda m: m(_with(-1)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got -1 at position \(1, 2\)"),
+    (lambda m: m(ids(2, 5) > 3), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.bool"),
+    (lambda m: m([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
+    (lambda m: m.attention_maps(_with(11)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got 11"),
+    (lambda m: m(ids(2, 5), ids(2, 4)), ValueError,
+     r"targets must have the shape of idx \(2, 5\) \(the next token at every position\), got \(2, 4\)"),
+    (lambda m: m(ids(2, 5), _with(11)), ValueError,
+     r"targets must be token ids in \[0, vocab_size=11\) \(or -100, ignored\), got 11 at position \(1, 2\)"),
+    (lambda m: m(ids(2, 5), ids(2, 5).float()), TypeError,
+     r"targets must hold integer token ids \(torch.long\), got dtype torch.float32"),
+    (lambda m: m(ids(2, 5), cache=True), TypeError,
+     r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool"),
+    (lambda m: m(ids(2, 5), m.new_cache()), TypeError,
+     r"got a KVCache as targets \(the second argument\): pass it as cache="),
+    (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
+    (lambda m: m(torch.zeros(2, 3, 4)), ValueError,
+     r"idx must be a \(B, T\) tensor of token ids, got shape \(2, 3, 4\)"),
+    (lambda m: m(torch.zeros(2, 3)), TypeError,
+     r"idx must hold integer token ids \(torch.long\), got dtype torch.float32"),
+    (lambda m: m(ids(1, 17)), ValueError, r"positions 0..16 do not fit in context_length = 16"),
+    (lambda m: m.num_parameters(non_embedding="yes"), TypeError,
+     r"non_embedding must be True or False, got 'yes' \(str\)"),
+    (lambda m: GPT(TINY), TypeError, "GPT takes a GPTConfig, got dict"),
+    (lambda m: GPTConfig.preset("huge"), ValueError, r"unknown preset 'huge'; choose one of \['cpu', 'gpu', 'tiny'\]"),
+    (lambda m: GPTConfig.preset("tiny", n_embd=3), ValueError, r"unknown GPTConfig field\(s\) \['n_embd'\]"),
+    (lambda m: GPTConfig.preset("tiny", embed_dim=30), ValueError,
+     r"embed_dim \(30\) must be divisible by num_heads \(4\)"),
+    (lambda m: GPTConfig.from_dict(None), TypeError,
+     r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType"),
+    (lambda m: m(ids(1, 0), ids(1, 0)), ValueError, r"idx must hold at least one token, got shape \(1, 0\)"),
+    (lambda m: m(ids(2, 5).to(torch.uint8)), TypeError,
+     r"idx must hold int64 or int32 token ids \(what nn.Embedding takes\), got dtype torch.uint8"),
+    (lambda m: m(ids(2, 5), ids(2, 5).to(torch.int16)), TypeError, "targets must hold int64 or int32 token ids"),
+    (lambda m: m(ids(2, 5), cache=KVCache(1, 16)), ValueError,
+     r"the cache has 1 layer\(s\), the model 2: use model.new_cache\(\)"),
+    (lambda m: m(ids(1, 1), cache=_full_cache(m)), ValueError, r"positions 16..16 do not fit in context_length = 16"),
+    # layers called on their own check x; a layer that calls the unchecked kernel still checks the caller's mask (#20)
+    *[row for part in ("attn", "mlp", "block") for row in [
+        (lambda m, p=part: _layer(m, p)(torch.randn(5, 16)), ValueError,
+         r"x must have at least 3 dimensions, got shape \(5, 16\)"),
+        (lambda m, p=part: _layer(m, p)(torch.randn(2, 5, 8)), ValueError,
+         r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)")]],
+    *[row for a in ("course", "torch") for row in [
+        (lambda m, a=a: _masked(a, torch.zeros(5, 5)), TypeError,
+         r"mask must be boolean \(True = may attend\), got dtype torch.float32"),
+        (lambda m, a=a: _masked(a, torch.ones(5, 4, dtype=torch.bool)), ValueError,
+         r"mask of shape \(5, 4\) does not broadcast to the scores' shape")]],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, error, match", MESSAGES, ids=[re.sub(r"\\(.)", r"\1", m)[:60] for *_, m in MESSAGES])
+def test_each_bad_input_gets_its_message(call, error, match):
     with pytest.raises(error, match=match):
         call(make())
 
@@ -563,37 +537,6 @@ def test_targets_of_minus_100_are_ignored_as_in_cross_entropy():
     assert not torch.isclose(partial, full)
 
 
-@pytest.mark.parametrize(
-    "overrides, error, match",
-    [
-        (dict(dropout="0.1"), TypeError, r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"),
-        (
-            dict(positions="rope", rope_base="big"),
-            TypeError,
-            r"rope_base must be a number greater than 1, got 'big' \(str\)",
-        ),
-        (
-            dict(positions="rope", rope_base=float("inf")),
-            ValueError,
-            "rope_base must be a number greater than 1, got inf",
-        ),
-    ],
-)
-def test_config_fields_of_the_wrong_type(overrides, error, match):
-    with pytest.raises(error, match=match):
-        GPTConfig(**{**TINY, **overrides})
-
-
-@pytest.mark.parametrize("part", ["attn", "mlp", "block"])
-def test_layers_called_on_their_own_check_x(part):
-    block = make().blocks[0]
-    layer = {"attn": block.attn, "mlp": block.mlp, "block": block}[part]
-    with pytest.raises(ValueError, match=r"x must have at least 3 dimensions, got shape \(5, 16\)"):
-        layer(torch.randn(5, 16))
-    with pytest.raises(ValueError, match=r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)"):
-        layer(torch.randn(2, 5, 8))
-
-
 def test_a_training_step_off_the_cpu_never_reads_the_ids_to_check_them():
     """Checking the ids' range reads them back from the device: a wait for the GPU at every step. On a device
     that cannot be read at all (meta), a training forward must still run, and an eval forward must say the ids
@@ -609,21 +552,6 @@ def test_a_training_step_off_the_cpu_never_reads_the_ids_to_check_them():
         model.train()(idx.float())
 
 
-@pytest.mark.parametrize(
-    "rope_base, error", [("x", TypeError), (True, TypeError), (-1.0, ValueError), (float("nan"), ValueError)]
-)
-def test_rope_base_is_checked_for_every_model_since_checkpoints_store_it(rope_base, error):
-    """Before, GPTConfig(positions='learned', rope_base='x') was accepted and saved into checkpoints."""
-    with pytest.raises(error, match=r"rope_base must be a number greater than 1"):
-        GPTConfig(positions="learned", rope_base=rope_base)
-
-
-@pytest.mark.parametrize("field", ["positions", "attention", "norm_position"])
-def test_a_choice_of_the_wrong_type_is_a_type_error(field):
-    with pytest.raises(TypeError, match=rf"{field} must be one of .*, got 5 \(int\)"):
-        GPTConfig(**{field: 5})
-
-
 @pytest.mark.parametrize("attention", ["course", "torch"])
 def test_a_layer_that_calls_the_unchecked_kernel_still_checks_the_callers_mask(attention):
     """The GPT's attention layer calls attention's unchecked kernel after its own checks (#20): a mask the caller
@@ -631,11 +559,7 @@ def test_a_layer_that_calls_the_unchecked_kernel_still_checks_the_callers_mask(a
     from course_utils.masking import causal_mask
 
     layer = make(attention=attention).blocks[0].attn
-    x = torch.randn(2, 5, 16)
-    with pytest.raises(TypeError, match=r"mask must be boolean \(True = may attend\), got dtype torch.float32"):
-        layer(x, mask=torch.zeros(5, 5), need_weights=True)
-    with pytest.raises(ValueError, match=r"mask of shape \(5, 4\) does not broadcast to the scores' shape"):
-        layer(x, mask=torch.ones(5, 4, dtype=torch.bool), need_weights=True)
+    x = torch.randn(2, 5, 16)  # a bad mask: MESSAGES
     out, weights = layer(x, mask=causal_mask(5), need_weights=True)
     expected, expected_weights = layer(x, need_weights=True)
     torch.testing.assert_close(out, expected)

@@ -21,6 +21,15 @@ import nbformat
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_command(cmd, cwd=ROOT, timeout=300, **kwargs) -> subprocess.CompletedProcess:
+    """Run a command as a learner would, in the course folder unless told; its output as text, its stdin closed."""
+    return subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kwargs
+    )
+
+
 SETUP = "from course_utils.exercises import NotAttempted, check, get_exercise"
 SOLVED = 'check("01.1", get_exercise("01.1").solution)'
 
@@ -35,14 +44,7 @@ def notebook(path: Path, *sources: str) -> Path:
 
 
 def check(*args, timeout=300) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "course_tools.grade", *map(str, args)],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        stdin=subprocess.DEVNULL,
-    )
+    return run_command([sys.executable, "-m", "course_tools.grade", *map(str, args)], timeout=timeout)
 
 
 def check_here(capsys, *args) -> tuple[int, str, str]:
@@ -253,14 +255,8 @@ def test_the_kernel_gets_the_report_variable_and_runs_in_the_notebooks_folder(tm
     )
     env = dict(os.environ)
     env.pop("COURSE_EXERCISE_REPORT", None)
-    proc = subprocess.run(
-        [sys.executable, "-m", "course_tools.grade", str(path), "--json", str(tmp_path / "v.json")],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        env=env,
-        stdin=subprocess.DEVNULL,
+    proc = run_command(
+        [sys.executable, "-m", "course_tools.grade", str(path), "--json", str(tmp_path / "v.json")], env=env
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert [(r["notebook"], r["key"], r["status"]) for r in rows_in(tmp_path / "v.json")] == [
@@ -697,7 +693,7 @@ def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path, name):
     remembered = ROOT / "reports" / "learner.txt"  # --learner remembers the name: the course's own file is restored
     before = remembered.read_bytes() if remembered.is_file() else None
     try:
-        proc = subprocess.run(
+        proc = run_command(
             [
                 sys.executable,
                 "course.py",
@@ -707,12 +703,7 @@ def test_check_takes_a_name_with_a_space_from_the_command_line(tmp_path, name):
                 name,
                 "--json",
                 str(tmp_path / "mine.json"),
-            ],
-            cwd=ROOT,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            stdin=subprocess.DEVNULL,
+            ]
         )
     finally:
         if before is None:
@@ -988,7 +979,7 @@ def test_a_rerun_of_summary_keeps_an_edited_table_aside_byte_for_byte(tmp_path, 
 
     _bo_and_friends(tmp_path)
     run = [sys.executable, "course.py", "check", "--summary", str(tmp_path)]
-    first = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    first = run_command(run)
     assert first.returncode == 0 and "kept:" not in first.stdout, first.stdout + first.stderr
     code, out, _ = check_here(capsys, "--summary", tmp_path)  # the reruns in this process: the same main
     assert code == 0 and "kept:" not in out  # unchanged files: nothing to keep
@@ -1054,7 +1045,7 @@ def test_summary_refuses_to_write_the_class_table_into_the_courses_sources(tmp_p
     before = sorted(p.name for p in where.iterdir())
     if out == "notebooks":
         run = [sys.executable, "course.py", "check", "--summary", str(tmp_path / "class"), "--out", out]
-        proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        proc = run_command(run)
         code, stdout, stderr = proc.returncode, proc.stdout, proc.stderr
     else:
         monkeypatch.chdir(ROOT)
@@ -1093,7 +1084,7 @@ def test_reports_of_another_course_version_are_said_and_set_apart(tmp_path):
     data["exercises"].append({**data["exercises"][0], "key": "12.7", "title": "gone"})  # a key this course lacks
     old.write_text(json.dumps(data))
     run = [sys.executable, "course.py", "check", "--summary", str(tmp_path), "--out", str(tmp_path / "t")]
-    proc = subprocess.run(run, cwd=ROOT, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    proc = run_command(run)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (
         f"course check: set apart {old.name} (old bo): course version 0.0.3, not {version} as this course; "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import re
 
 import pytest
 import torch
@@ -57,13 +58,6 @@ def test_every_kind_of_positions_gives_logits_and_runs_beyond_the_training_lengt
     )
 
 
-def test_the_learned_table_stops_at_context_length():
-    config = LengthGenConfig.tiny()
-    model = TinyPositionalModel(config, "learned")
-    with pytest.raises(ValueError, match="beyond context_length"):
-        model(torch.zeros(1, config.context_length + 1, dtype=torch.long))
-
-
 def test_training_is_deterministic_and_learns():
     config = dataclasses.replace(LengthGenConfig.tiny(), max_steps=60, eval_lengths=(8, 24))
     m1, losses1 = train_model(config, "alibi")
@@ -83,63 +77,45 @@ def test_config_names_are_train_configs():
     assert inspect.signature(LengthGenConfig).parameters["max_steps"].default == 400  # tab completion reads this
 
 
-def test_config_errors():
-    with pytest.raises(ValueError, match=r"embed_dim \(12\) must be divisible by 2 \* num_heads \(8\)"):
-        LengthGenConfig(embed_dim=12, num_heads=4)
-    with pytest.raises(ValueError, match=r"^embed_dim \(10\) must be divisible by num_heads \(4\)$"):
-        LengthGenConfig(embed_dim=10, num_heads=4)  # _validate.check_heads, the one home of head-count checks
-    with pytest.raises(ValueError, match="letter_prob must be in"):
-        LengthGenConfig(letter_prob=1.5)
-    with pytest.raises(ValueError, match="max_steps must be at least 1, got 0"):
-        LengthGenConfig(max_steps=0)
-    with pytest.raises(ValueError, match="positions must be one of"):
-        TinyPositionalModel(LengthGenConfig.tiny(), "xpos")
+TINY = LengthGenConfig.tiny()
+MODEL = TinyPositionalModel(TINY, "none")
+MESSAGES = [  # (call; exception; what the message must say)
+    (lambda: TinyPositionalModel(TINY, "learned")(torch.zeros(1, TINY.context_length + 1, dtype=torch.long)),
+     ValueError, "beyond context_length"),  # the learned table stops at context_length
+    (lambda: LengthGenConfig(embed_dim=12, num_heads=4), ValueError,
+     r"embed_dim \(12\) must be divisible by 2 \* num_heads \(8\)"),
+    (lambda: LengthGenConfig(embed_dim=10, num_heads=4), ValueError,
+     r"^embed_dim \(10\) must be divisible by num_heads \(4\)$"),
+    (lambda: LengthGenConfig(letter_prob=1.5), ValueError, "letter_prob must be in"),
+    (lambda: LengthGenConfig(max_steps=0), ValueError, "max_steps must be at least 1, got 0"),
+    (lambda: TinyPositionalModel(TINY, "xpos"), ValueError, "positions must be one of"),
+    (lambda: LengthGenConfig(letter_prob="0.3"), TypeError,
+     r"letter_prob must be a number in \(0, 1\), got '0.3' \(str\)"),
+    (lambda: LengthGenConfig(learning_rate=-0.01), ValueError,
+     "learning_rate must be a positive finite number, got -0.01"),
+    (lambda: LengthGenConfig(learning_rate="3e-3"), TypeError,
+     r"learning_rate must be a positive number, got '3e-3' \(str\)"),
+    (lambda: LengthGenConfig(seed="0"), TypeError, "seed must be an int, got str"),
+    (lambda: LengthGenConfig(max_steps=True), TypeError, "max_steps must be an int, got bool"),
+    (lambda: LengthGenConfig(batch_size=32.0), TypeError, "batch_size must be an int, got float"),
+    (lambda: LengthGenConfig(eval_lengths=(8.5, 16)), TypeError, r"eval_lengths\[0\] must be an int, got float"),
+    (lambda: LengthGenConfig(eval_lengths=(8, 0)), ValueError, r"eval_lengths\[1\] must be at least 1, got 0"),
+    (lambda: LengthGenConfig(eval_lengths=16), TypeError, "eval_lengths must be a tuple of positive ints, got int"),
+    (lambda: TinyPositionalModel(TINY, "learned")(torch.tensor([[1, 16]])), ValueError,
+     r"tokens must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 1\)"),
+    (lambda: TinyPositionalModel(TINY, "learned")(torch.tensor([[1.0, 2.0]])), TypeError,
+     r"tokens must hold integer token ids \(torch.long\), got dtype torch.float32"),
+    (lambda: train_model({"max_steps": 1}, "rope"), TypeError,
+     r"config must be a LengthGenConfig \(LengthGenConfig.tiny\(\), say\), got dict"),
+    (lambda: evaluate(MODEL, 0), ValueError, "T must be at least 1, got 0"),
+    (lambda: make_batch(TINY, 4, 0, torch.Generator()), ValueError, "T must be at least 1, got 0"),
+    (lambda: accuracy_by_length(MODEL, 16), TypeError,
+     r"lengths must be a list of sequence lengths, e.g. \[16, 32\], got 16"),
+    (lambda: evaluate(torch.nn.Linear(2, 2), 16), TypeError, "model must be a TinyPositionalModel"),
+]  # fmt: skip
 
 
-# --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "changes, error, match",
-    [
-        (dict(letter_prob="0.3"), TypeError, r"letter_prob must be a number in \(0, 1\), got '0.3' \(str\)"),
-        (dict(learning_rate=-0.01), ValueError, "learning_rate must be a positive finite number, got -0.01"),
-        (dict(learning_rate="3e-3"), TypeError, r"learning_rate must be a positive number, got '3e-3' \(str\)"),
-        (dict(seed="0"), TypeError, "seed must be an int, got str"),
-        (dict(max_steps=True), TypeError, "max_steps must be an int, got bool"),
-        (dict(batch_size=32.0), TypeError, "batch_size must be an int, got float"),
-        (dict(eval_lengths=(8.5, 16)), TypeError, r"eval_lengths\[0\] must be an int, got float"),
-        (dict(eval_lengths=(8, 0)), ValueError, r"eval_lengths\[1\] must be at least 1, got 0"),
-        (dict(eval_lengths=16), TypeError, "eval_lengths must be a tuple of positive ints, got int"),
-    ],
-)
-def test_config_bad_fields(changes, error, match):
+@pytest.mark.parametrize("call, error, match", MESSAGES, ids=[re.sub(r"\\(.)", r"\1", m)[:60] for *_, m in MESSAGES])
+def test_each_bad_input_gets_its_message(call, error, match):
     with pytest.raises(error, match=match):
-        LengthGenConfig(**changes)
-
-
-def test_model_token_ids_must_be_in_the_vocabulary():
-    model = TinyPositionalModel(LengthGenConfig.tiny(), "learned")
-    with pytest.raises(
-        ValueError, match=r"tokens must be token ids in \[0, vocab_size=16\), got 16 at position \(0, 1\)"
-    ):
-        model(torch.tensor([[1, 16]]))
-    with pytest.raises(TypeError, match=r"tokens must hold integer token ids \(torch.long\), got dtype torch.float32"):
-        model(torch.tensor([[1.0, 2.0]]))
-
-
-def test_experiment_functions_check_their_arguments():
-    config = LengthGenConfig.tiny()
-    model = TinyPositionalModel(config, "none")
-    with pytest.raises(
-        TypeError, match=r"config must be a LengthGenConfig \(LengthGenConfig.tiny\(\), say\), got dict"
-    ):
-        train_model({"max_steps": 1}, "rope")
-    with pytest.raises(ValueError, match="T must be at least 1, got 0"):
-        evaluate(model, 0)
-    with pytest.raises(ValueError, match="T must be at least 1, got 0"):
-        make_batch(config, 4, 0, torch.Generator())
-    with pytest.raises(TypeError, match=r"lengths must be a list of sequence lengths, e.g. \[16, 32\], got 16"):
-        accuracy_by_length(model, 16)
-    with pytest.raises(TypeError, match="model must be a TinyPositionalModel"):
-        evaluate(torch.nn.Linear(2, 2), 16)
+        call()

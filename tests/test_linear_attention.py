@@ -189,17 +189,13 @@ def test_empty_sequences_give_empty_outputs_and_zero_states():
         assert out.shape == (2, 0, 2) and state.shape == (2, 3, 2) and not state.any()
 
 
-@pytest.mark.parametrize(
-    "fn, make",
-    [
-        (gated_linear_attention, lambda q, k, v, a, b: (q, k, v, a)),
-        (gated_linear_attention_prefix_states, lambda q, k, v, a, b: (q, k, v, a)),
-        (lambda *x: gated_linear_attention_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, a)),
-        (lambda *x: gated_linear_attention_chunkwise(*x, chunk_size=2)[0], lambda q, k, v, a, b: (q, k, v, a)),
-        (lambda *x: delta_rule_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, b, a)),
-    ],
-    ids=["quadratic", "prefix_states", "recurrent", "chunkwise", "delta_rule"],
-)
+@pytest.mark.parametrize("fn, make", [
+    (gated_linear_attention, lambda q, k, v, a, b: (q, k, v, a)),
+    (gated_linear_attention_prefix_states, lambda q, k, v, a, b: (q, k, v, a)),
+    (lambda *x: gated_linear_attention_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, a)),
+    (lambda *x: gated_linear_attention_chunkwise(*x, chunk_size=2)[0], lambda q, k, v, a, b: (q, k, v, a)),
+    (lambda *x: delta_rule_recurrent(*x)[0], lambda q, k, v, a, b: (q, k, v, b, a)),
+], ids=["quadratic", "prefix_states", "recurrent", "chunkwise", "delta_rule"])  # fmt: skip
 def test_gradients_match_finite_differences(fn, make):
     q, k, v, gate, beta = _inputs(9, (2,), 5, 3, 2, low=0.5)
     beta = 0.2 + 0.6 * beta  # inside (0, 1), so a finite difference never leaves the domain
@@ -249,105 +245,49 @@ _S = _t(2, 3, 2)
 
 
 BAD_INPUTS = [
-    (
-        "quadratic q a list",
-        lambda: gated_linear_attention([1.0], _K, _V),
-        TypeError,
-        r"q must be a torch.Tensor, got list",
-    ),
+    ("quadratic q a list", lambda: gated_linear_attention([1.0], _K, _V), TypeError,
+     r"q must be a torch.Tensor, got list"),
     ("integer k", lambda: gated_linear_attention(_Q, _K.long(), _V), TypeError, r"k must be a floating-point tensor"),
     ("k 1-D", lambda: gated_linear_attention(_Q, _t(3), _V), ValueError, r"k must have at least 2 dimensions"),
     ("mixed dtypes", lambda: gated_linear_attention(_Q, _K, _V.float()), TypeError, r"q, k and v must share a dtype"),
-    (
-        "k of another length",
-        lambda: gated_linear_attention(_Q, _t(2, 5, 3), _V),
-        ValueError,
-        r"q and k must have one shape",
-    ),
+    ("k of another length", lambda: gated_linear_attention(_Q, _t(2, 5, 3), _V), ValueError,
+     r"q and k must have one shape"),
     ("v of another length", lambda: gated_linear_attention(_Q, _K, _t(2, 5, 2)), ValueError, r"v \(2, 5, 2\)"),
     ("D == 0", lambda: gated_linear_attention(_t(2, 4, 0), _t(2, 4, 0), _V), ValueError, r"with D >= 1"),
-    (
-        "gate above 1",
-        lambda: gated_linear_attention(_Q, _K, _V, 1.5),
-        ValueError,
-        r"gate must be in \(0, 1\], got values from 1.5",
-    ),
+    ("gate above 1", lambda: gated_linear_attention(_Q, _K, _V, 1.5), ValueError,
+     r"gate must be in \(0, 1\], got values from 1.5"),
     ("gate 0", lambda: gated_linear_attention_recurrent(_Q, _K, _V, 0.0), ValueError, r"gate must be in \(0, 1\]"),
-    (
-        "gate NaN",
-        lambda: gated_linear_attention_chunkwise(_Q, _K, _V, _GATE * float("nan")),
-        ValueError,
-        r"gate must be in",
-    ),
-    (
-        "gate shape",
-        lambda: gated_linear_attention(_Q, _K, _V, _GATE[:, :3]),
-        ValueError,
-        r"gate must have shape \(2, 4\) \(one per token\), got \(2, 3\)",
-    ),
-    (
-        "gate float32",
-        lambda: gated_linear_attention(_Q, _K, _V, _GATE.float()),
-        TypeError,
-        r"gate must be a number or a torch.float64 tensor",
-    ),
+    ("gate NaN", lambda: gated_linear_attention_chunkwise(_Q, _K, _V, _GATE * float("nan")), ValueError,
+     r"gate must be in"),
+    ("gate shape", lambda: gated_linear_attention(_Q, _K, _V, _GATE[:, :3]), ValueError,
+     r"gate must have shape \(2, 4\) \(one per token\), got \(2, 3\)"),
+    ("gate float32", lambda: gated_linear_attention(_Q, _K, _V, _GATE.float()), TypeError,
+     r"gate must be a number or a torch.float64 tensor"),
     ("gate a string", lambda: gated_linear_attention_prefix_states(_Q, _K, _V, "0.5"), TypeError, r"got str"),
     ("gate a bool", lambda: gated_linear_attention(_Q, _K, _V, True), TypeError, r"gate must be a number .*got bool"),
     ("beta negative", lambda: delta_rule_recurrent(_Q, _K, _V, -0.1), ValueError, r"beta must be in \[0, 1\]"),
-    (
-        "beta missing",
-        lambda: delta_rule_recurrent(_Q, _K, _V, None),
-        TypeError,
-        r"beta must be a number .*got NoneType",
-    ),
-    (
-        "chunk_size 0",
-        lambda: gated_linear_attention_chunkwise(_Q, _K, _V, chunk_size=0),
-        ValueError,
-        r"chunk_size must be at least 1, got 0",
-    ),
-    (
-        "chunk_size float",
-        lambda: gated_linear_attention_chunkwise(_Q, _K, _V, chunk_size=2.0),
-        TypeError,
-        r"chunk_size must be an int, got float",
-    ),
+    ("beta missing", lambda: delta_rule_recurrent(_Q, _K, _V, None), TypeError,
+     r"beta must be a number .*got NoneType"),
+    ("chunk_size 0", lambda: gated_linear_attention_chunkwise(_Q, _K, _V, chunk_size=0), ValueError,
+     r"chunk_size must be at least 1, got 0"),
+    ("chunk_size float", lambda: gated_linear_attention_chunkwise(_Q, _K, _V, chunk_size=2.0), TypeError,
+     r"chunk_size must be an int, got float"),
     (
         "step state wrong shape",
         lambda: gated_linear_attention_step(_t(2, 2, 2), _Q[:, 0], _K[:, 0], _V[:, 0]),
         ValueError,
         r"state must be \(\.\.\., D, Dv\) = \(2, 3, 2\)",
     ),
-    (
-        "step state float32",
-        lambda: delta_rule_step(_S.float(), _Q[:, 0], _K[:, 0], _V[:, 0], 1.0),
-        ValueError,
-        r"state must be .*got \(2, 3, 2\) \(torch.float32",
-    ),
-    (
-        "step gate_t above 1",
-        lambda: gated_linear_attention_step(_S, _Q[:, 0], _K[:, 0], _V[:, 0], 2.0),
-        ValueError,
-        r"gate_t must be in \(0, 1\]",
-    ),
-    (
-        "step beta_t shape",
-        lambda: delta_rule_step(_S, _Q[:, 0], _K[:, 0], _V[:, 0], _GATE),
-        ValueError,
-        r"beta_t must have shape \(2,\)",
-    ),
-    (
-        "chunk state a list",
-        lambda: gated_linear_attention_chunk([0.0], _Q, _K, _V),
-        TypeError,
-        r"state must be a torch.Tensor",
-    ),
-    (
-        "decay_mask of ints",
-        lambda: decay_mask(torch.ones(3, dtype=torch.long)),
-        TypeError,
-        r"gate must be a floating-point",
-    ),
+    ("step state float32", lambda: delta_rule_step(_S.float(), _Q[:, 0], _K[:, 0], _V[:, 0], 1.0), ValueError,
+     r"state must be .*got \(2, 3, 2\) \(torch.float32"),
+    ("step gate_t above 1", lambda: gated_linear_attention_step(_S, _Q[:, 0], _K[:, 0], _V[:, 0], 2.0), ValueError,
+     r"gate_t must be in \(0, 1\]"),
+    ("step beta_t shape", lambda: delta_rule_step(_S, _Q[:, 0], _K[:, 0], _V[:, 0], _GATE), ValueError,
+     r"beta_t must have shape \(2,\)"),
+    ("chunk state a list", lambda: gated_linear_attention_chunk([0.0], _Q, _K, _V), TypeError,
+     r"state must be a torch.Tensor"),
+    ("decay_mask of ints", lambda: decay_mask(torch.ones(3, dtype=torch.long)), TypeError,
+     r"gate must be a floating-point"),
     ("decay_mask gate 0", lambda: decay_mask(torch.zeros(3)), ValueError, r"gate must be in \(0, 1\]"),
     *(
         (
@@ -378,7 +318,7 @@ BAD_INPUTS = [
     ),
     ("cost T negative", lambda: chunkwise_cost(-1, 4, 4, 2), ValueError, r"T must be at least 0, got -1"),
     ("cost D float", lambda: chunkwise_cost(8, 4.0, 4, 2), TypeError, r"D must be an int, got float"),
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("call, error, message", [b[1:] for b in BAD_INPUTS], ids=[b[0] for b in BAD_INPUTS])

@@ -414,37 +414,25 @@ BAD_SIZES = [
     ((0, 1), ValueError, "embed_dim must be at least 1, got 0"),
     ((8, 0), ValueError, "num_heads must be at least 1, got 0"),
     ((8, -2), ValueError, "num_heads must be at least 1, got -2"),
-]
+]  # fmt: skip
 BAD_INPUTS = [  # (x, mask) -> error, words: the same at every layer's door
     (([[[0.0] * 8]], None), TypeError, "x must be a torch.Tensor, got list"),
     ((torch.zeros(4, 8), None), ValueError, "x must have at least 3 dimensions, got shape (4, 8)"),
-    (
-        (torch.zeros(2, 4, 8, dtype=torch.long), None),
-        TypeError,
-        "x must be a floating-point tensor, got dtype torch.int64",
-    ),
+    ((torch.zeros(2, 4, 8, dtype=torch.long), None), TypeError,
+     "x must be a floating-point tensor, got dtype torch.int64"),
     ((torch.zeros(2, 4, 6), None), ValueError, "x must have shape (B, T, C=8), got (2, 4, 6)"),
     ((torch.zeros(1, 2, 4, 8), None), ValueError, "x must have shape (B, T, C=8), got (1, 2, 4, 8)"),
     ((torch.zeros(2, 4, 8), torch.zeros(4, 4)), TypeError, "mask must be boolean"),
-    (
-        (torch.zeros(2, 4, 8), torch.ones(3, 1, 4, 4, dtype=torch.bool)),
-        ValueError,
-        "does not broadcast to the scores' shape",
-    ),
-    (
-        (torch.zeros(2, 4, 8), torch.ones(4, 4, dtype=torch.bool, device="meta")),
-        ValueError,
-        "q, mask must be on one device, got q on cpu, mask on meta",
-    ),
-    (
-        (X.double(), None),
-        TypeError,
-        "x is float64 but the module's weights are float32: convert one of them (module.to(torch.float64) or "
-        "x.to(torch.float32))",
-    ),
+    ((torch.zeros(2, 4, 8), torch.ones(3, 1, 4, 4, dtype=torch.bool)), ValueError,
+     "does not broadcast to the scores' shape"),
+    ((torch.zeros(2, 4, 8), torch.ones(4, 4, dtype=torch.bool, device="meta")), ValueError,
+     "q, mask must be on one device, got q on cpu, mask on meta"),
+    ((X.double(), None), TypeError,
+     "x is float64 but the module's weights are float32: convert one of them (module.to(torch.float64) or "
+     "x.to(torch.float32))"),
     ((X.bfloat16(), None), TypeError, "x is bfloat16 but the module's weights are float32"),
     ((X.to("meta"), None), ValueError, "x is on meta but the module's weights are on cpu"),
-]
+]  # fmt: skip
 FROM_PACKED = "from_packed takes a course_utils MultiHeadAttention"
 
 # (call, exception type, words the message must contain): every message a learner can meet in this module
@@ -478,12 +466,9 @@ MESSAGES = [
     (lambda: MHA(X, causal_mask(3), memory=MEMORY), ValueError, "does not broadcast to the scores' shape (2, 2, 3, 5)"),
     (lambda: MHA(X, torch.zeros(3, 5), memory=MEMORY), TypeError, "mask must be boolean"),
     (lambda: MHA(X, None, False, MEMORY), TypeError, "positional argument"),  # memory is keyword-only
-    (
-        lambda: MHA(X, MEMORY),
-        TypeError,
-        "got a floating tensor of shape (2, 5, 8), which looks like a (B, S, C) memory: for cross-attention pass "
-        "it by keyword, attn(x, memory=m)",
-    ),
+    (lambda: MHA(X, MEMORY), TypeError,
+     "got a floating tensor of shape (2, 5, 8), which looks like a (B, S, C) memory: for cross-attention pass "
+     "it by keyword, attn(x, memory=m)"),
     # split_heads, merge_heads
     (lambda: split_heads([[[0.0]]], 1), TypeError, "x must be a torch.Tensor, got list"),
     (lambda: split_heads(torch.zeros(4, 6), 2), ValueError, "x must have at least 3 dimensions, got shape (4, 6)"),
@@ -492,16 +477,10 @@ MESSAGES = [
     (lambda: merge_heads(torch.zeros(2, 4, 6)), ValueError, "x must have at least 4 dimensions, got shape (2, 4, 6)"),
     (lambda: merge_heads(torch.zeros(1, 2, 3, 4, 5)), ValueError, "merge_heads takes x of shape (B, H, T, D), got"),
     # copying weights between the modules
-    (
-        lambda: MultiHeadAttention.from_torch(nn.Linear(4, 4)),
-        TypeError,
-        "from_torch takes an nn.MultiheadAttention, got Linear",
-    ),
-    (
-        lambda: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4)),
-        ValueError,
-        "from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)",
-    ),
+    (lambda: MultiHeadAttention.from_torch(nn.Linear(4, 4)), TypeError,
+     "from_torch takes an nn.MultiheadAttention, got Linear"),
+    (lambda: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, kdim=4, vdim=4)), ValueError,
+     "from_torch needs kdim == vdim == embed_dim (one packed in_proj_weight)"),
     *[
         (
             lambda kw=kw: MultiHeadAttention.from_torch(nn.MultiheadAttention(8, 2, **kw)),
@@ -522,7 +501,7 @@ MESSAGES = [
             (lambda cls=cls: cls.from_packed(nn.Linear(8, 8)), TypeError, FROM_PACKED + ", got Linear"),
         ]
     ],
-]
+]  # fmt: skip
 
 
 @pytest.mark.parametrize("call, error, words", MESSAGES)

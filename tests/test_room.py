@@ -17,6 +17,13 @@ from course_tools import room
 ROOT = Path(__file__).resolve().parent.parent
 
 
+def run_command(cmd, cwd=ROOT, timeout=300, **kwargs) -> subprocess.CompletedProcess:
+    """Run a command as a learner would, in the course folder unless told; its output as text, its stdin closed."""
+    return subprocess.run(
+        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kwargs
+    )
+
+
 def test_instructor_guide_exercise_table_is_current():
     text = room.GUIDE.read_text(encoding="utf-8")
     assert room.guide_with_table(text) == text, (
@@ -91,11 +98,9 @@ def test_a_zip_for_a_graded_session_has_no_solutions_and_says_so_run_literally(t
     """`course.py package --learner OUT.zip --no-solutions`, run as an instructor types it: no solutions/, and the
     README, notebook 00 and the clean copy `reset` puts back say there are none instead of pointing there."""
     out = tmp_path / "graded.zip"
-    proc = subprocess.run(
+    proc = run_command(
         [sys.executable, str(ROOT / "course.py"), "package", "--learner", out.name, "--no-solutions"],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -256,7 +261,7 @@ DEAD_PID = 2**22 + 12345  # above any pid_max default: the temporary of a run th
 
 
 def course_command(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "course.py", *args], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return run_command([sys.executable, "course.py", *args])
 
 
 def test_package_onto_a_notebook_refuses_and_leaves_it_untouched():
@@ -548,12 +553,7 @@ def test_every_tool_in_the_learner_zip_imports_only_what_the_zip_holds_and_the_r
                     part = name.split(".")[1]
                     assert part in tools or part in {"__init__"}, f"{module.name} imports {name}, not in the zip"
     for command in ("site", "room", "package", "build"):
-        done = subprocess.run(
-            [sys.executable, str(course / "course.py"), command, str(tmp_path / "out")],
-            capture_output=True,
-            text=True,
-            cwd=tmp_path,
-        )
+        done = run_command([sys.executable, str(course / "course.py"), command, str(tmp_path / "out")], cwd=tmp_path)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert f"`{command}` is an author's or instructor's command: this is the learner copy" in done.stderr
 
@@ -572,14 +572,11 @@ def run_as_printed(lines: list[str], cwd: Path, home: Path, venv: Path) -> subpr
     assert offline, lines
     script = [line.replace("course.py lab ", "course.py lab --help ") for line in lines]
     script += [f'test -d {offline[0]}/wheels || {{ echo "--offline {offline[0]} is no room folder here"; exit 3; }}']
-    return subprocess.run(
+    return run_command(
         ["bash", "-e", "-c", "\n".join(script)],
         cwd=cwd,
         env={"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": str(home), "COURSE_VENV": str(venv)},
-        capture_output=True,
-        text=True,
         timeout=120,
-        stdin=subprocess.DEVNULL,
     )
 
 
@@ -670,13 +667,10 @@ def test_reset_of_an_untouched_notebook_in_the_learner_zip_writes_nothing_run_li
     venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
     if not (Path(venv) / ".course-installed").exists():
         pytest.skip(f"{venv} is not installed (course.py would install it first)")
-    proc = subprocess.run(
+    proc = run_command(
         [sys.executable, "course.py", "reset", "notebooks/01_dot_product_toy.ipynb"],
         cwd=course,
         env={**os.environ, "COURSE_VENV": venv},
-        capture_output=True,
-        text=True,
-        timeout=300,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "already is the clean learner copy: nothing written, no backup made." in proc.stdout, proc.stdout
@@ -711,11 +705,9 @@ def test_every_sentence_of_a_graded_zip_about_solutions_is_true_run_literally(tm
     """`package --learner X.zip --no-solutions` still told the learner, in its README and in `course.py --help` and
     `lab --help`, that JupyterLab shows notebooks/ and solutions/ side by side and that solutions/ holds every
     exercise solved. Packed and run literally: no such sentence is left, and each says this copy has none."""
-    proc = subprocess.run(
+    proc = run_command(
         [sys.executable, str(ROOT / "course.py"), "package", "--learner", "graded.zip", "--no-solutions"],
         cwd=tmp_path,
-        capture_output=True,
-        text=True,
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -733,9 +725,7 @@ def test_every_sentence_of_a_graded_zip_about_solutions_is_true_run_literally(tm
     note = next(line for line in text.splitlines() if line.startswith("> **This is the learner copy"))
     assert "`solutions/`" in note
     for args in (["--help"], ["lab", "--help"]):
-        shown = subprocess.run(
-            [sys.executable, "course.py", *args], cwd=course, capture_output=True, text=True, timeout=60
-        ).stdout
+        shown = run_command([sys.executable, "course.py", *args], cwd=course, timeout=60).stdout
         shown = " ".join(shown.split())  # help is wrapped to the terminal
         assert "notebooks/ and solutions/ both open" not in shown and "has no solutions/" in shown, args
         assert shown.count("(not in this learner copy of the course") == (4 if args == ["--help"] else 0)
@@ -745,12 +735,8 @@ def test_package_prints_the_zip_path_resolved(tmp_path):
     """`course.py package --learner ../x.zip` run from the course printed `wrote /x/course/../x.zip`."""
     here = tmp_path / "course"
     here.mkdir()
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "../x.zip"],
-        cwd=here,
-        capture_output=True,
-        text=True,
-        timeout=600,
+    proc = run_command(
+        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "../x.zip"], cwd=here, timeout=600
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert proc.stdout.splitlines()[-1].startswith(f"wrote {tmp_path.resolve() / 'x.zip'}: "), proc.stdout
@@ -777,12 +763,10 @@ def test_a_command_refuses_an_abbreviated_flag_or_an_unsupported_python_naming_i
     venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
     if not (Path(venv) / ".course-installed").exists():
         pytest.skip(f"{venv} is not installed (course.py would install it first)")
-    proc = subprocess.run(
+    proc = run_command(
         [sys.executable, str(ROOT / "course.py"), *args.split()],
         cwd=tmp_path,
         env={**os.environ, "COURSE_VENV": venv},
-        capture_output=True,
-        text=True,
         timeout=120,
     )
     assert proc.returncode == 2 and said in proc.stderr, proc.stdout + proc.stderr

@@ -1,10 +1,12 @@
-"""The shared checks of course_utils._validate: one exception policy for every module.
+"""The shared checks of course_utils._validate: one exception policy for every module,
+and every message a check at a module's door gives.
 
 A bad type raises TypeError, a bad value ValueError; bool is not an int; every message says what was expected
 and what arrived.
 """
 
 import math
+import re
 import subprocess
 import sys
 
@@ -63,97 +65,21 @@ def test_check_int_returns_a_plain_int():
     assert check_int("i", 0, minimum=0, maximum=0) == 0
 
 
-@pytest.mark.parametrize(
-    "kwargs, error, match",
-    [
-        (dict(n=True), TypeError, "n must be an int, got bool"),
-        (dict(n=2.0), TypeError, "n must be an int, got float"),
-        (dict(n="2"), TypeError, "n must be an int, got str"),
-        (dict(n=None, expected="an int or None"), TypeError, "n must be an int or None, got NoneType"),
-        (dict(n=0), ValueError, "n must be at least 1, got 0"),
-        (dict(n=-1, minimum=0), ValueError, "n must be at least 0, got -1"),
-        (dict(n=4, minimum=0, maximum=3), ValueError, r"n must be in \[0, 3\], got 4"),
-        (dict(n=-1, minimum=0, maximum=3), ValueError, r"n must be in \[0, 3\], got -1"),
-        (dict(n=9, minimum=None, maximum=3), ValueError, "n must be at most 3, got 9"),
-    ],
-)
-def test_check_int_rejects(kwargs, error, match):
-    with pytest.raises(error, match=match):
-        check_int("n", **kwargs)
-
-
-def test_check_int_counts_from_one_unless_told():
-    with pytest.raises(ValueError, match="size must be at least 1, got 0"):
-        check_int("size", 0)
-    with pytest.raises(TypeError, match="size must be an int, got bool"):
-        check_int("size", False)
-    assert check_int("start", 0, minimum=0) == 0
-
-
-def test_check_choice():
-    check_choice("mode", "a", ("a", "b"))
-    check_choice("autocast", None, (None, "bf16"))
-    with pytest.raises(ValueError, match=r"mode must be one of \('a', 'b'\), got 'c'"):
-        check_choice("mode", "c", ("a", "b"))
-    with pytest.raises(TypeError, match=r"mode must be one of \['a', 'b'\] \(a or b\), got 3 \(int\)"):
-        check_choice("mode", 3, ["a", "b"], " (a or b)")  # a wrong type is a TypeError, as everywhere
-    with pytest.raises(TypeError, match=r"autocast must be one of \(None, 'bf16'\), got True \(bool\)"):
-        check_choice("autocast", True, (None, "bf16"))
-    with pytest.raises(TypeError, match=r"got True \(bool\)"):
-        check_choice("layers", True, (1, 2))  # bool is not an int here either
-    with pytest.raises(ValueError, match=r"layers must be one of \(1, 2\), got 3$"):
-        check_choice("layers", 3, (1, 2))
-
-
-def test_check_bool_names_what_it_expected():
-    assert check_bool("flag", np.bool_(True)) is True
-    with pytest.raises(TypeError, match=r"flag must be True or False, got 'no' \(str\)"):
-        check_bool("flag", "no")
-    with pytest.raises(TypeError, match=r"flag must be True, False or None, got 1 \(int\)"):
-        check_bool("flag", 1, "True, False or None")
-
-
-@pytest.mark.parametrize(
-    "check, x, error, match",
-    [
-        (check_positive_number, 0, ValueError, "s must be a positive finite number, got 0.0"),
-        (check_positive_number, "1", TypeError, r"s must be a positive number, got '1' \(str\)"),
-        (check_nonnegative_number, -0.5, ValueError, "s must be a finite number >= 0, got -0.5"),
-        (check_nonnegative_number, math.inf, ValueError, "s must be a finite number >= 0, got inf"),
-        (check_nonnegative_number, True, TypeError, r"s must be a number >= 0, got True \(bool\)"),
-        (check_fraction, 1.0, ValueError, r"s must be in \[0, 1\), got 1.0"),
-        (check_fraction, None, TypeError, r"s must be a number in \[0, 1\), got None \(NoneType\)"),
-    ],
-)
-def test_number_checks_reject(check, x, error, match):
-    with pytest.raises(error, match=match):
-        check("s", x)
-
-
-def test_check_greater_than():
-    assert check_greater_than("base", 10000, 1) == 10000.0
-    with pytest.raises(ValueError, match="base must be a number greater than 1, got 1"):
-        check_greater_than("base", 1, 1)
-    with pytest.raises(ValueError, match="base must be a number greater than 1, got inf"):
-        check_greater_than("base", math.inf, 1)
-    with pytest.raises(TypeError, match=r"base must be a number greater than 1, got 'big' \(str\)"):
-        check_greater_than("base", "big", 1)
-    assert check_nonnegative_number("x", 0) == 0.0
-
-
-def test_check_choice_takes_values_of_a_subtype_but_not_a_bool_for_a_number():
+def test_check_int_counts_from_one_unless_told_and_choices_take_a_subtype():
     """Equal values of a str subclass (numpy's str_, a StrEnum member) are valid choices (second review)."""
     import enum
-
-    import numpy as np
 
     class Kind(str, enum.Enum):
         ROPE = "rope"
 
+    assert check_int("start", 0, minimum=0) == 0
+    check_choice("mode", "a", ("a", "b"))
+    check_choice("autocast", None, (None, "bf16"))
     for value in (np.str_("rope"), Kind.ROPE, "rope"):
         check_choice("positions", value, ("learned", "rope"))
-    with pytest.raises(TypeError, match=r"got True \(bool\)"):
-        check_choice("layers", True, (1, 2))
+    assert check_bool("flag", np.bool_(True)) is True
+    assert check_greater_than("base", 10000, 1) == 10000.0
+    assert check_nonnegative_number("x", 0) == 0.0
 
 
 # --- the checks the modules now write at their door, through their public functions -------------------------
@@ -167,7 +93,40 @@ def _gen(idx=_IDS, n=2, **kw):
     return list(generate_stream(_MODEL, idx, n, **kw))
 
 
-DOORS = [
+MESSAGES = [  # (call; exception; what the message must say)
+    # the shared checks: bool is not an int, a wrong type is a TypeError, a bad value a ValueError
+    (lambda: check_int("n", True), TypeError, "n must be an int, got bool"),
+    (lambda: check_int("n", 2.0), TypeError, "n must be an int, got float"),
+    (lambda: check_int("n", "2"), TypeError, "n must be an int, got str"),
+    (lambda: check_int("n", None, expected="an int or None"), TypeError, "n must be an int or None, got NoneType"),
+    (lambda: check_int("n", 0), ValueError, "n must be at least 1, got 0"),
+    (lambda: check_int("n", -1, minimum=0), ValueError, "n must be at least 0, got -1"),
+    (lambda: check_int("n", 4, minimum=0, maximum=3), ValueError, r"n must be in \[0, 3\], got 4"),
+    (lambda: check_int("n", -1, minimum=0, maximum=3), ValueError, r"n must be in \[0, 3\], got -1"),
+    (lambda: check_int("n", 9, minimum=None, maximum=3), ValueError, "n must be at most 3, got 9"),
+    (lambda: check_int("size", 0), ValueError, "size must be at least 1, got 0"),
+    (lambda: check_int("size", False), TypeError, "size must be an int, got bool"),
+    (lambda: check_choice("mode", "c", ("a", "b")), ValueError, r"mode must be one of \('a', 'b'\), got 'c'"),
+    (lambda: check_choice("mode", 3, ["a", "b"], " (a or b)"), TypeError,
+     r"mode must be one of \['a', 'b'\] \(a or b\), got 3 \(int\)"),
+    (lambda: check_choice("autocast", True, (None, "bf16")), TypeError,
+     r"autocast must be one of \(None, 'bf16'\), got True \(bool\)"),
+    (lambda: check_choice("layers", True, (1, 2)), TypeError, r"got True \(bool\)"),  # bool is not an int here
+    (lambda: check_choice("layers", 3, (1, 2)), ValueError, r"layers must be one of \(1, 2\), got 3$"),
+    (lambda: check_bool("flag", "no"), TypeError, r"flag must be True or False, got 'no' \(str\)"),
+    (lambda: check_bool("flag", 1, "True, False or None"), TypeError,
+     r"flag must be True, False or None, got 1 \(int\)"),
+    (lambda: check_positive_number("s", 0), ValueError, "s must be a positive finite number, got 0.0"),
+    (lambda: check_positive_number("s", "1"), TypeError, r"s must be a positive number, got '1' \(str\)"),
+    (lambda: check_nonnegative_number("s", -0.5), ValueError, "s must be a finite number >= 0, got -0.5"),
+    (lambda: check_nonnegative_number("s", math.inf), ValueError, "s must be a finite number >= 0, got inf"),
+    (lambda: check_nonnegative_number("s", True), TypeError, r"s must be a number >= 0, got True \(bool\)"),
+    (lambda: check_fraction("s", 1.0), ValueError, r"s must be in \[0, 1\), got 1.0"),
+    (lambda: check_fraction("s", None), TypeError, r"s must be a number in \[0, 1\), got None \(NoneType\)"),
+    (lambda: check_greater_than("base", 1, 1), ValueError, "base must be a number greater than 1, got 1"),
+    (lambda: check_greater_than("base", math.inf, 1), ValueError, "base must be a number greater than 1, got inf"),
+    (lambda: check_greater_than("base", "big", 1), TypeError,
+     r"base must be a number greater than 1, got 'big' \(str\)"),
     # generation: the prompt, its words and their order
     (lambda: _gen([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
     (lambda: _gen(torch.zeros(4, dtype=torch.long)), ValueError, r"idx must have at least 2 dimensions, got shape"),
@@ -175,24 +134,15 @@ DOORS = [
     (lambda: _gen(torch.zeros(1, 2, 3)), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype"),
     (lambda: _gen(torch.zeros(2, 0, dtype=torch.long)), ValueError, r"idx must hold at least one token \(the prompt\)"),
     # the room in one KV cache: generate's words, and beam_search's
-    (
-        lambda: _gen(n=6),
-        ValueError,
-        r"^prompt \(4 tokens\) \+ max_new_tokens \(6\) - 1 exceeds the model's context_length \(8\): the KV "
-        r"cache cannot hold them \(the last token is never fed back\); shorten them or pass use_cache=False, "
-        r"which crops to the last context_length tokens$",
-    ),
-    (
-        lambda: beam_search(_MODEL, _IDS, 2, 6),
-        ValueError,
-        r"context_length \(8\); pass use_cache=False to crop instead$",
-    ),
+    (lambda: _gen(n=6), ValueError,
+     r"^prompt \(4 tokens\) \+ max_new_tokens \(6\) - 1 exceeds the model's context_length \(8\): the KV "
+     r"cache cannot hold them \(the last token is never fed back\); shorten them or pass use_cache=False, "
+     r"which crops to the last context_length tokens$"),
+    (lambda: beam_search(_MODEL, _IDS, 2, 6), ValueError,
+     r"context_length \(8\); pass use_cache=False to crop instead$"),
     # on_full and keep_on_shift
-    (
-        lambda: _gen(keep_on_shift=4),
-        ValueError,
-        r"keep_on_shift applies only with on_full='shift', got on_full='error'",
-    ),
+    (lambda: _gen(keep_on_shift=4), ValueError,
+     r"keep_on_shift applies only with on_full='shift', got on_full='error'"),
     (lambda: _gen(on_full="shift", keep_on_shift=9), ValueError, r"keep_on_shift must be in \[1, 8\], got 9"),
     (lambda: _gen(on_full="wrap"), ValueError, r"on_full must be one of \('error', 'shift'\), got 'wrap'"),
     # a GPTConfig from a dict
@@ -200,35 +150,23 @@ DOORS = [
     (lambda: GPTConfig.from_dict({"height": 2}), ValueError, r"unknown GPTConfig field\(s\) \['height'\]"),
     # attention modules: a memory passed as the mask, and the mask against the scores
     (lambda: MultiHeadAttention(8, 2)(_X, _MEMORY), TypeError, r"looks like a \(B, S, C\) memory: for cross-attention"),
-    (
-        lambda: MultiHeadAttention(8, 2)(_X, torch.ones(3, 3, dtype=torch.bool), memory=_MEMORY),
-        ValueError,
-        r"mask of shape \(3, 3\) does not broadcast to the scores' shape \(2, 2, 3, 5\)",
-    ),
-    (
-        lambda: SingleHeadAttention(8, 4)(_X, torch.ones(2, 2, 3, 3, dtype=torch.bool)),
-        ValueError,
-        r"to the scores' shape \(2, 3, 3\)",
-    ),
+    (lambda: MultiHeadAttention(8, 2)(_X, torch.ones(3, 3, dtype=torch.bool), memory=_MEMORY), ValueError,
+     r"mask of shape \(3, 3\) does not broadcast to the scores' shape \(2, 2, 3, 5\)"),
+    (lambda: SingleHeadAttention(8, 4)(_X, torch.ones(2, 2, 3, 3, dtype=torch.bool)), ValueError,
+     r"to the scores' shape \(2, 3, 3\)"),
     # positions
-    (
-        lambda: LearnedPositionalEmbedding(4, 8)(torch.randn(1, 5, 8)),
-        ValueError,
-        "position 4 is beyond context_length = 4",
-    ),
-    (
-        lambda: LearnedPositionalEmbedding(5, 8)(torch.randn(1, 2, 8), torch.tensor([5, 6])),
-        ValueError,
-        "position 6 is beyond context_length = 5",
-    ),
+    (lambda: LearnedPositionalEmbedding(4, 8)(torch.randn(1, 5, 8)), ValueError,
+     "position 4 is beyond context_length = 4"),
+    (lambda: LearnedPositionalEmbedding(5, 8)(torch.randn(1, 2, 8), torch.tensor([5, 6])), ValueError,
+     "position 6 is beyond context_length = 5"),
     (lambda: rope_pairing_permutation(4.0), TypeError, "D must be an int, got float"),
     (lambda: rope_pairing_permutation(0), ValueError, "D must be at least 2, got 0"),
     (lambda: rope_pairing_permutation(3), ValueError, r"D must be even \(RoPE rotates pairs of channels\), got 3"),
-]
+]  # fmt: skip
 
 
-@pytest.mark.parametrize("call, error, match", DOORS)
-def test_each_door_refuses_with_its_words(call, error, match):
+@pytest.mark.parametrize("call, error, match", MESSAGES, ids=[re.sub(r"\\(.)", r"\1", m)[:60] for *_, m in MESSAGES])
+def test_each_bad_input_gets_its_message(call, error, match):
     with pytest.raises(error, match=match):
         call()
 
