@@ -47,7 +47,7 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import model_file, save_checkpoint
+from course_utils.train import evaluating, model_file, save_checkpoint
 from course_utils.train_cli import (
     MAX_SEED,
     MAX_STEPS,
@@ -183,15 +183,12 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple
     Shape: tokens (B, 2N) -> two floats. Taught in notebook 12.
     """
     N = _check_two_repeats(tokens, seq_len, minimum=2)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
+    with evaluating(model):
         logits = model(tokens)  # (B, 2N, V); the tiny GPT returns (logits, loss)
         logits = logits[0] if isinstance(logits, tuple) else logits
         per_token = F.cross_entropy(
             logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none"
         )  # (B, 2N-1)
-    model.train(was_training)
     return per_token[:, : N - 1].mean().item(), per_token[:, N:].mean().item()  # targets 1..N-1, N+1..2N-1
 
 
@@ -307,10 +304,8 @@ def head_scores(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[t
     Taught in notebook 12.
     """
     _check_two_repeats(tokens, seq_len)
-    was_training = model.training
-    model.eval()
-    maps = model.attention_maps(tokens)  # L x (B, H, 2N, 2N)
-    model.train(was_training)
+    with evaluating(model):
+        maps = model.attention_maps(tokens)  # L x (B, H, 2N, 2N)
     prev = torch.stack([previous_token_score(w) for w in maps])  # (L, H)
     ind = torch.stack([induction_score(w, seq_len) for w in maps])  # (L, H)
     return prev, ind
