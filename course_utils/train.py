@@ -84,9 +84,8 @@ class RunInterrupted(KeyboardInterrupt):
 
     def __init__(self, step: int, checkpoint: Path):
         super().__init__(f"stopped at step {step}")
-        self.step, self.checkpoint, self.saved_step = step, checkpoint, None
-        with contextlib.suppress(Exception):  # none, or damaged: no step to name
-            self.saved_step = int(torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["step"])
+        state, _ = model_file(checkpoint)  # none, or damaged: no step to name
+        self.step, self.checkpoint, self.saved_step = step, checkpoint, state and int(state["step"])
 
 
 # --- Settings and schedule
@@ -669,10 +668,10 @@ KINDS = {  # the model files of this course, by their "format": what a command n
 
 
 def model_file(path: str | os.PathLike) -> tuple[dict[str, Any] | None, str]:
-    """What an existing file holds: its dict and its kind in words (:data:`KINDS`), or None and "a file that is not
-    a model of this course"."""
-    with contextlib.suppress(Exception):  # damaged, a text file, foreign objects
-        state = torch.load(path, map_location="cpu", weights_only=True)
+    """What a file holds: its dict (tensors mapped from the file, not read) and its kind in words (:data:`KINDS`), or
+    None and "a file that is not a model of this course" (none there, a damaged file, a text file, foreign objects)."""
+    with contextlib.suppress(Exception):
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         if isinstance(state, dict) and state.get("format") in KINDS:
             return state, KINDS[state["format"]]
     return None, "a file that is not a model of this course"
