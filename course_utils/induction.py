@@ -47,7 +47,7 @@ from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
 from course_utils.train import RunSetupError, evaluating, model_file, save_checkpoint
 from course_utils.train_cli import (
-    check_counts,
+    check_numbers,
     check_out_file,
     defer_stop_signals,
     report_stop,
@@ -563,7 +563,7 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
 def _check_out(out: Path, config: InductionConfig, seed: int, max_steps: int) -> None:
     """RunSetupError if the numbers or OUT cannot be used (one line). A file at OUT is replaced only if it is this
     command's own earlier run (the same seed, steps and config) and writable."""
-    check_counts(seed, max_steps)
+    check_numbers(seed, max_steps)
 
     def another(state: dict[str, Any]) -> str | None:
         prov = state.get("provenance", {})

@@ -53,7 +53,7 @@ from course_utils.train import (
     train,
 )
 
-__all__ = ["main", "join_processes", "run_command", "check_counts", "check_out_file", "report_stop", "stop_signals",
+__all__ = ["main", "join_processes", "run_command", "check_numbers", "check_out_file", "report_stop", "stop_signals",
            "defer_stop_signals", "ignore_signals_until_exit", "stop_code", "stopped_by_signal"]  # fmt: skip
 
 PROG = "python -m course_utils.train"
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
-        _check_numbers(args)
+        check_numbers(args.seed, args.max_steps, args.threads)
         if args.threads:
             torch.set_num_threads(args.threads)
         model_config, train_config, seed = _configs(args)
@@ -165,18 +165,13 @@ def run_command(main_fn: Callable[[list[str]], int], argv: list[str] | None) -> 
 # --- Before the first step: the numbers, the settings, the export
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
-    """RunSetupError for a thread count, seed or step count out of range (argparse checks only that each is a
-    number; TrainConfig and train refuse counts below 1)."""
-    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+def check_numbers(seed: int | None, max_steps: int | None, threads: int | None = None) -> None:
+    """RunSetupError for a thread count, seed or step count (None: not given) out of range, for both commands
+    (argparse checks only that each is a number)."""
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
         raise RunSetupError(f"--threads must be a number of CPU threads from 1 to {MAX_THREADS} (4 per CPU here), got "
-                            f"{args.threads}; leave it out for PyTorch's default ({torch.get_num_threads()} "
+                            f"{threads}; leave it out for PyTorch's default ({torch.get_num_threads()} "
                             "here)")  # fmt: skip
-    check_counts(args.seed, args.max_steps)
-
-
-def check_counts(seed: int | None, max_steps: int | None) -> None:
-    """RunSetupError for a ``--seed`` or ``--max-steps`` (None: not given) out of range, for both commands."""
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise RunSetupError(f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}")
     if max_steps is not None and not 1 <= max_steps <= MAX_STEPS:
