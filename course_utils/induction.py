@@ -19,7 +19,6 @@ import dataclasses
 import os
 import platform
 import shlex
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -32,7 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._files import probe_writable
 from course_utils._validate import (
     check_float_tensor,
     check_fraction,
@@ -47,14 +45,13 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import model_file, save_checkpoint
+from course_utils.train import RunSetupError, evaluating, model_file, save_checkpoint
 from course_utils.train_cli import (
-    MAX_SEED,
-    MAX_STEPS,
+    check_numbers,
+    check_out_file,
     defer_stop_signals,
-    ignore_signals_until_exit,
-    stop_code,
-    stop_signals,
+    report_stop,
+    run_command,
     stopped_by_signal,
 )
 
@@ -183,15 +180,12 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple
     Shape: tokens (B, 2N) -> two floats. Taught in notebook 12.
     """
     N = _check_two_repeats(tokens, seq_len, minimum=2)
-    was_training = model.training
-    model.eval()
-    with torch.no_grad():
+    with evaluating(model):
         logits = model(tokens)  # (B, 2N, V); the tiny GPT returns (logits, loss)
         logits = logits[0] if isinstance(logits, tuple) else logits
         per_token = F.cross_entropy(
             logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none"
         )  # (B, 2N-1)
-    model.train(was_training)
     return per_token[:, : N - 1].mean().item(), per_token[:, N:].mean().item()  # targets 1..N-1, N+1..2N-1
 
 
@@ -307,10 +301,8 @@ def head_scores(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple[t
     Taught in notebook 12.
     """
     _check_two_repeats(tokens, seq_len)
-    was_training = model.training
-    model.eval()
-    maps = model.attention_maps(tokens)  # L x (B, H, 2N, 2N)
-    model.train(was_training)
+    with evaluating(model):
+        maps = model.attention_maps(tokens)  # L x (B, H, 2N, 2N)
     prev = torch.stack([previous_token_score(w) for w in maps])  # (L, H)
     ind = torch.stack([induction_score(w, seq_len) for w in maps])  # (L, H)
     return prev, ind
@@ -568,33 +560,19 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
     return model.eval(), state
 
 
-def _refusal(out: Path, config: InductionConfig, seed: int, max_steps: int) -> str | None:
-    """Why the numbers or OUT cannot be used (one line), or None. A file at OUT is replaced only if it is this
+def _check_out(out: Path, config: InductionConfig, seed: int, max_steps: int) -> None:
+    """RunSetupError if the numbers or OUT cannot be used (one line). A file at OUT is replaced only if it is this
     command's own earlier run (the same seed, steps and config) and writable."""
-    if not 1 <= max_steps <= MAX_STEPS:
-        return f"--max-steps must be a whole number from 1 to {MAX_STEPS:,} (a billion), got {max_steps}"
-    if not 0 <= seed <= MAX_SEED:
-        return f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}"
-    if str(out) in ("", ".") or out.is_dir():
-        return f"OUT must be a file path such as checkpoints/induction.pt, got the folder {str(out)!r}"
-    if out.exists():
-        state, kind = model_file(out)
-        fix = "choose another OUT, or move that file away first"
-        if state is None or state["format"] != _FORMAT:
-            return f"OUT {out} already holds {kind}: {fix}"
+    check_numbers(seed, max_steps)
+
+    def another(state: dict[str, Any]) -> str | None:
         prov = state.get("provenance", {})
         if (prov.get("seed"), prov.get("steps"), state.get("config")) != (seed, max_steps, dataclasses.asdict(config)):
-            return (
-                f"OUT {out} already holds another run's induction model (--seed {prov.get('seed')} --max-steps "
-                f"{prov.get('steps')}), not --seed {seed} --max-steps {max_steps}: {fix}"
-            )
-        if not out.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
-            return f"OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)"
-    try:
-        probe_writable(out.parent, out.name, make=True)  # what saving will need: a file beside OUT
-    except OSError as e:
-        return f"OUT {str(out)!r} cannot be written: {e}"
-    return None
+            return (f"another run's induction model (--seed {prov.get('seed')} --max-steps {prov.get('steps')}), "
+                    f"not --seed {seed} --max-steps {max_steps}")  # fmt: skip
+        return None
+
+    check_out_file(out, "OUT", _FORMAT, "checkpoints/induction.pt", another)
 
 
 def _progress(event: dict[str, Any], max_steps: int) -> str:
@@ -607,24 +585,11 @@ def _progress(event: dict[str, Any], max_steps: int) -> str:
     )
 
 
-def _stopped(what: str) -> int:
-    """Print the one line of a command stopped by Ctrl+C or SIGTERM; return its exit code (130, or 143)."""
-    how = " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""
-    print(f"stopped{how} {what}", file=sys.stderr, flush=True)
-    return stop_code()
-
-
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT.
     Exit codes: 0 saved; 2 refused before training (one line); 130 stopped by Ctrl+C, 143 by SIGTERM (OUT as it
     was, or saved whole if the signal came while saving)."""
-    command = argv is None
-    with stop_signals(restore=not command):
-        try:
-            return _main(sys.argv[1:] if argv is None else list(argv))
-        finally:
-            if command:  # the line is printed: a later Ctrl+C cannot turn the exit into a traceback
-                ignore_signals_until_exit()
+    return run_command(_main, argv)
 
 
 def _main(argv: list[str]) -> int:
@@ -644,9 +609,10 @@ def _main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     config = InductionConfig()
-    refused = _refusal(args.out, config, args.seed, args.max_steps)  # before training, not after minutes of it
-    if refused:
-        print(f"error: {refused}", file=sys.stderr)
+    try:
+        _check_out(args.out, config, args.seed, args.max_steps)  # before training, not after minutes of it
+    except RunSetupError as err:
+        print(f"error: {err}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
     start = time.perf_counter()
@@ -658,7 +624,7 @@ def _main(argv: list[str]) -> int:
             callback=lambda e: print(_progress(e, args.max_steps), flush=True),
         )
     except KeyboardInterrupt as interrupt:
-        return _stopped(
+        return report_stop(
             f"at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {args.out} is unchanged (this command saves "
             f"only at the end, a minute or two on a CPU): {shlex.join([*PROG.split(), *argv])} trains it again from "
             "the start"
@@ -679,7 +645,7 @@ def _main(argv: list[str]) -> int:
     save_induction_model(args.out, model, history, provenance)
     print(f"saved {args.out}: {args.max_steps} steps, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
     if stopped_by_signal():
-        return _stopped(f"after step {args.max_steps} of {args.max_steps}, while saving: {args.out} is saved whole")
+        return report_stop(f"after step {args.max_steps} of {args.max_steps}, while saving: {args.out} is saved whole")
     return 0
 
 

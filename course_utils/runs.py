@@ -158,12 +158,8 @@ def check_expectations(result: dict, size: str, device: str | None = None) -> tu
     if missing := [key for key in ("val_loss", "train_s", "steps") if key not in result]:
         raise ValueError(f"result lacks {missing[0]!r}: pass the dict that course_utils.train.train returned")
     device_type = str(device or result.get("device", "cpu")).split(":")[0]
-    loss, secs, steps, expected = (
-        result["val_loss"],
-        result["train_s"],
-        result["steps"],
-        EXPECTATIONS.get((size, device_type)),
-    )
+    loss, secs, steps = result["val_loss"], result["train_s"], result["steps"]
+    expected = EXPECTATIONS.get((size, device_type))
     if expected is None:
         known = ", ".join(f"{s} on {d}" for s, d in EXPECTATIONS)
         return True, (

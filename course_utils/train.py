@@ -24,7 +24,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -57,7 +57,7 @@ from course_utils.data import (
 from course_utils.devices import pick_device
 from course_utils.gpt import GPT, PRESETS, GPTConfig
 
-__all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluate", "loss_by_position", "train",
+__all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluating", "evaluate", "loss_by_position", "train",
            "NonFiniteLossError", "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint",
            "load_checkpoint", "export_model", "load_model", "finished_run", "check_out_dir",
            "check_can_create", "compile_available", "fused_adamw_available"]  # fmt: skip
@@ -84,9 +84,8 @@ class RunInterrupted(KeyboardInterrupt):
 
     def __init__(self, step: int, checkpoint: Path):
         super().__init__(f"stopped at step {step}")
-        self.step, self.checkpoint, self.saved_step = step, checkpoint, None
-        with contextlib.suppress(Exception):  # none, or damaged: no step to name
-            self.saved_step = int(torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)["step"])
+        state, _ = model_file(checkpoint)  # none, or damaged: no step to name
+        self.step, self.checkpoint, self.saved_step = step, checkpoint, state and int(state["step"])
 
 
 # --- Settings and schedule
@@ -170,7 +169,18 @@ def learning_rate(step: int, train_config: TrainConfig) -> float:
 # --- Evaluation
 
 
-@torch.no_grad()
+@contextlib.contextmanager
+def evaluating(model: nn.Module) -> Iterator[nn.Module]:
+    """Inside: ``model`` in eval mode (no dropout) and no gradients; on leaving, back in the mode it was in."""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield model
+    finally:
+        model.train(was_training)
+
+
 def _window_losses(model: nn.Module, data: torch.Tensor, context_length: int, batch_size: int, device, autocast,
                    drop_last: bool) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
     """Over ``data``'s consecutive windows: the summed loss at each position, and how many windows reach it."""
@@ -181,15 +191,14 @@ def _window_losses(model: nn.Module, data: torch.Tensor, context_length: int, ba
     if isinstance(longest, int) and context_length > longest:
         raise ValueError(f"context_length {context_length} is longer than the model's context ({longest}): windows "
                          f"of at most {longest} characters, e.g. model.config.context_length")  # fmt: skip
-    (total, count), was_training = torch.zeros(2, context_length, dtype=torch.float64), model.training  # (T,) each
-    model.eval()
-    for x, y in iter_eval_batches(data, batch_size, context_length, device=device, drop_last=drop_last):
-        with autocast():
-            logits, _ = model(x)  # (B, t, V), t = T but for a short last window
-        losses = nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, t)
-        total[: y.shape[1]] += losses.double().sum(dim=0).cpu()  # (t,)
-        count[: y.shape[1]] += y.shape[0]
-    model.train(was_training)
+    total, count = torch.zeros(2, context_length, dtype=torch.float64)  # (T,) each
+    with evaluating(model):
+        for x, y in iter_eval_batches(data, batch_size, context_length, device=device, drop_last=drop_last):
+            with autocast():
+                logits, _ = model(x)  # (B, t, V), t = T but for a short last window
+            losses = nn.functional.cross_entropy(logits.transpose(1, 2).float(), y, reduction="none")  # (B, t)
+            total[: y.shape[1]] += losses.double().sum(dim=0).cpu()  # (t,)
+            count[: y.shape[1]] += y.shape[0]
     return total, count
 
 
@@ -299,20 +308,18 @@ def train(
     return _summary(run, start_step, stop_reason, wall_start)
 
 
-@torch.no_grad()
 def _evaluate_splits(run: _Run) -> dict[str, Any]:
     """The mean loss on each split over ``eval_batches`` random batches, drawn with the split's own generator (the
     same batches every time): recorded, printed, and returned as the "eval" event."""
-    run.model.eval()
     means = []
-    for offset, data in ((1, run.train_data), (2, run.val_data)):
-        g, losses = torch.Generator().manual_seed(run.train_config.seed + offset), []
-        for _ in range(run.train_config.eval_batches):
-            x, y = get_batch(data, run.train_config.batch_size, run.model_config.context_length, g, device=run.device)
-            with run.autocast():
-                losses.append(run.model(x, y)[1].float())
-        means.append(torch.stack(losses).mean().item())
-    run.model.train()
+    with evaluating(run.model):
+        for offset, data in ((1, run.train_data), (2, run.val_data)):
+            g, losses = torch.Generator().manual_seed(run.train_config.seed + offset), []
+            for _ in range(run.train_config.eval_batches):
+                x, y = get_batch(data, run.train_config.batch_size, run.model_config.context_length, g, run.device)
+                with run.autocast():
+                    losses.append(run.model(x, y)[1].float())
+            means.append(torch.stack(losses).mean().item())
     train_loss, val_loss = means
     run.evals.append([run.step, train_loss, val_loss])
     run.say(f"step {run.step}: train {train_loss:.4f}, val {val_loss:.4f}")
@@ -661,10 +668,10 @@ KINDS = {  # the model files of this course, by their "format": what a command n
 
 
 def model_file(path: str | os.PathLike) -> tuple[dict[str, Any] | None, str]:
-    """What an existing file holds: its dict and its kind in words (:data:`KINDS`), or None and "a file that is not
-    a model of this course"."""
-    with contextlib.suppress(Exception):  # damaged, a text file, foreign objects
-        state = torch.load(path, map_location="cpu", weights_only=True)
+    """What a file holds: its dict (tensors mapped from the file, not read) and its kind in words (:data:`KINDS`), or
+    None and "a file that is not a model of this course" (none there, a damaged file, a text file, foreign objects)."""
+    with contextlib.suppress(Exception):
+        state = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
         if isinstance(state, dict) and state.get("format") in KINDS:
             return state, KINDS[state["format"]]
     return None, "a file that is not a model of this course"

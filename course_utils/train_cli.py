@@ -23,6 +23,7 @@ import shlex
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +35,7 @@ from course_utils.gpt import PRESETS, GPTConfig
 from course_utils.train import (
     CHECKPOINT_NAME,
     FLAGS,
+    FORMAT,
     MODEL_FORMAT,
     SUMMARY_NAME,
     CheckpointError,
@@ -51,8 +53,8 @@ from course_utils.train import (
     train,
 )
 
-__all__ = ["main", "join_processes", "stop_signals", "defer_stop_signals", "ignore_signals_until_exit", "stop_code",
-           "stopped_by_signal"]  # fmt: skip
+__all__ = ["main", "join_processes", "run_command", "check_numbers", "check_out_file", "report_stop", "stop_signals",
+           "defer_stop_signals", "ignore_signals_until_exit", "stop_code", "stopped_by_signal"]  # fmt: skip
 
 PROG = "python -m course_utils.train"
 MAX_STEPS = 10**9  # a billion steps: years on any machine; above it a typo, refused
@@ -111,41 +113,51 @@ def join_processes() -> torch.device | None:
 def main(argv: list[str] | None = None) -> int:
     """Run ``python -m course_utils.train`` with ``argv`` (default: ``sys.argv[1:]``, the command: then Ctrl+C and
     SIGTERM stay handled until the process exits); return its exit code."""
-    command, argv = argv is None, sys.argv[1:] if argv is None else list(argv)
+    return run_command(_main, argv)
+
+
+def _main(argv: list[str]) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        check_numbers(args.seed, args.max_steps, args.threads)
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        model_config, train_config, seed = _configs(args)
+        if args.export:
+            _check_export(args, model_config, seed)
+        device = join_processes() or args.device
+        result = _finished(args)
+        if result is None:
+            result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
+                           max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
+                           verbose=not args.quiet)  # fmt: skip
+        if result and args.export:  # process 0 only
+            export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data, args.out))
+            result["export"] = str(args.export)
+        if result:  # process 0 only
+            print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
+        return 0
+    except KeyboardInterrupt as err:  # Ctrl+C or SIGTERM: later ones are ignored until the line is out
+        return report_stop(_where_stopped(err, args, argv))
+    except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
+        print(f"error: {err}", file=sys.stderr)
+        return 1
+    except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
+        print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
+        return 2
+    finally:
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_command(main_fn: Callable[[list[str]], int], argv: list[str] | None) -> int:
+    """``main_fn(argv)``'s exit code, inside :func:`stop_signals`; with ``argv`` None (the command itself),
+    ``sys.argv[1:]``, and Ctrl+C and SIGTERM stay ignored once it returns, until the process exits."""
+    command = argv is None
     with stop_signals(restore=not command):
-        args = _parser().parse_args(argv)
         try:
-            _check_numbers(args)
-            if args.threads:
-                torch.set_num_threads(args.threads)
-            model_config, train_config, seed = _configs(args)
-            if args.export:
-                _check_export(args, model_config, seed)
-            device = join_processes() or args.device
-            result = _finished(args)
-            if result is None:
-                result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
-                               max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
-                               verbose=not args.quiet)  # fmt: skip
-            if result and args.export:  # process 0 only
-                export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data, args.out))
-                result["export"] = str(args.export)
-            if result:  # process 0 only
-                print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
-            return 0
-        except KeyboardInterrupt as err:  # Ctrl+C or SIGTERM: later ones are ignored until the line is out
-            if int(os.environ.get("RANK", "0")) == 0:  # one line, from process 0
-                print(_stopped(err, args, argv), file=sys.stderr, flush=True)
-            return stop_code()
-        except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
-            print(f"error: {err}", file=sys.stderr)
-            return 1
-        except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
-            print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
-            return 2
+            return main_fn(sys.argv[1:] if command else list(argv))
         finally:
-            if dist.is_available() and dist.is_initialized():
-                dist.destroy_process_group()
             if command:  # the line is printed: a later Ctrl+C cannot turn the exit into a traceback
                 ignore_signals_until_exit()
 
@@ -153,17 +165,17 @@ def main(argv: list[str] | None = None) -> int:
 # --- Before the first step: the numbers, the settings, the export
 
 
-def _check_numbers(args: argparse.Namespace) -> None:
-    """RunSetupError for a thread count, seed or step count out of range (argparse checks only that each is a
-    number; TrainConfig and train refuse counts below 1)."""
-    if args.threads is not None and not 1 <= args.threads <= MAX_THREADS:
+def check_numbers(seed: int | None, max_steps: int | None, threads: int | None = None) -> None:
+    """RunSetupError for a thread count, seed or step count (None: not given) out of range, for both commands
+    (argparse checks only that each is a number)."""
+    if threads is not None and not 1 <= threads <= MAX_THREADS:
         raise RunSetupError(f"--threads must be a number of CPU threads from 1 to {MAX_THREADS} (4 per CPU here), got "
-                            f"{args.threads}; leave it out for PyTorch's default ({torch.get_num_threads()} "
+                            f"{threads}; leave it out for PyTorch's default ({torch.get_num_threads()} "
                             "here)")  # fmt: skip
-    if args.seed is not None and not 0 <= args.seed <= MAX_SEED:
-        raise RunSetupError(f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {args.seed}")
-    if args.max_steps is not None and args.max_steps > MAX_STEPS:
-        raise RunSetupError(f"--max-steps must be at most {MAX_STEPS:,} (a billion), got {args.max_steps}")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise RunSetupError(f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}")
+    if max_steps is not None and not 1 <= max_steps <= MAX_STEPS:
+        raise RunSetupError(f"--max-steps must be a whole number from 1 to {MAX_STEPS:,} (a billion), got {max_steps}")
 
 
 def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig, int]:
@@ -180,36 +192,50 @@ def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig, in
 
 
 def _check_export(args: argparse.Namespace, model_config: GPTConfig | str, seed: int) -> None:
-    """RunSetupError unless ``--export`` can be written: a folder, a path in ``--out``, a place that cannot be
-    written, or a file holding anything but this run's earlier export (the same model, data, --out and seed)."""
+    """RunSetupError unless ``--export`` can be written: a path in ``--out``, or :func:`check_out_file`'s refusals
+    (a file there must be this run's earlier export: the same model, data, --out and seed)."""
     dest, out = Path(args.export), Path(args.out)
-    if dest.is_dir():
-        raise RunSetupError(f"--export {dest} is a folder, expected a file name such as model.pt")
     if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
         raise RunSetupError(f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "
                             "summary.json): give --export a file outside it, such as checkpoints/model.pt")  # fmt: skip
-    check_can_create(dest, "--export")
-    if not dest.exists():
-        return
-    state, kind = model_file(dest)
-    fix = "choose another --export, or move that file away first"
-    if state is None or state["format"] != MODEL_FORMAT:
-        raise RunSetupError(f"--export {dest} already holds {kind}, not this run's export: {fix}")
     config = model_config if isinstance(model_config, GPTConfig) else GPTConfig.preset(model_config)
-    saved, provenance = GPTConfig.from_dict(state["model_config"]), state.get("provenance", {})
-    data = provenance.get("data", {})
-    if dataclasses.replace(config, vocab_size=saved.vocab_size) != saved:
-        raise RunSetupError(f"--export {dest} already holds the export of another model ({saved.num_layers} layers, "
-                            f"{saved.embed_dim} wide, context {saved.context_length}): {fix}")  # fmt: skip
-    if data.get("sha256") not in (None, sha256_file(args.data)):
-        raise RunSetupError(f"--export {dest} already holds a model trained on other data ({data.get('file')}, sha256 "
-                            f"{data['sha256'][:16]}...): {fix}")  # fmt: skip
-    run = provenance.get("run", {"out": args.out, "seed": seed})  # none recorded: not another run's
-    there, there_seed = run["out"], run["seed"]
-    same_folder = os.path.normpath(there) == os.path.normpath(out) or Path(there).resolve() == out.resolve()
-    if not (same_folder and there_seed == seed):
-        raise RunSetupError(f"--export {dest} already holds the export of another run (--out {there}, seed "
-                            f"{there_seed}; this run is --out {args.out}, seed {seed}): {fix}")  # fmt: skip
+
+    def another(state: dict[str, Any]) -> str | None:  # what the export there is, if not this run's
+        saved, provenance = GPTConfig.from_dict(state["model_config"]), state.get("provenance", {})
+        data, run = provenance.get("data", {}), provenance.get("run", {"out": args.out, "seed": seed})  # none: ours
+        there = run["out"]
+        if dataclasses.replace(config, vocab_size=saved.vocab_size) != saved:
+            return (f"the export of another model ({saved.num_layers} layers, {saved.embed_dim} wide, context "
+                    f"{saved.context_length})")  # fmt: skip
+        if data.get("sha256") not in (None, sha256_file(args.data)):
+            return f"a model trained on other data ({data.get('file')}, sha256 {data['sha256'][:16]}...)"
+        same_folder = os.path.normpath(there) == os.path.normpath(out) or Path(there).resolve() == out.resolve()
+        if not (same_folder and run["seed"] == seed):
+            return (f"the export of another run (--out {there}, seed {run['seed']}; this run is --out {args.out}, "
+                    f"seed {seed})")  # fmt: skip
+        return None
+
+    check_out_file(dest, "--export", MODEL_FORMAT, "model.pt", another)
+
+
+def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str,
+                   another: Callable[[dict[str, Any]], str | None]) -> None:  # fmt: skip
+    """RunSetupError unless a command may write its model file ``path`` (named ``flag``): a folder, a place that
+    cannot be written, a file of another kind than ``fmt``, one that ``another(state)`` says is not this run's (in
+    words: "the export of another run (...)"), or a read-only one are refused, each in one line with its fix."""
+    path = Path(path)
+    if path.is_dir():
+        raise RunSetupError(f"{flag} {path} is a folder, expected a file name such as {example}")
+    check_can_create(path, flag)
+    if not path.exists():
+        return
+    state, kind = model_file(path)
+    there = kind if state is None or state["format"] != fmt else another(state)
+    if there:
+        raise RunSetupError(f"{flag} {path} already holds {there}: choose another {flag}, or move that file away first")
+    if not path.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
+        raise RunSetupError(f"{flag} {str(path)!r} is read-only: it is not replaced (make it writable, or choose "
+                            f"another {flag})")  # fmt: skip
 
 
 def _finished(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -244,33 +270,30 @@ def _provenance(argv: list[str], result: dict[str, Any], data: str, out: str) ->
     }
 
 
-def _stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[str]) -> str:
+def _where_stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[str]) -> str:
     """Where the run stopped, what the checkpoint on disk holds, and the command that continues it."""
-    how = " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""
 
     def again(resume: bool) -> str:  # this command, with --resume (under torchrun, in words: its flags are not ours)
         words = [*argv, *(["--resume"] if resume and "--resume" not in argv else [])]
         return f"your torchrun command with {' '.join(words)}" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else (
             shlex.join([*PROG.split(), *words]))  # fmt: skip
 
+    checkpoint = Path(args.out) / CHECKPOINT_NAME  # RunInterrupted's too
     if isinstance(err, RunInterrupted):  # inside the loop
         if err.saved_step is None:
-            return (f"stopped{how} at step {err.step}; no checkpoint was saved yet, so nothing is kept: {again(True)} "
-                    "starts it over")  # fmt: skip
-        return (f"stopped{how} at step {err.step}; the checkpoint at {err.checkpoint} holds step {err.saved_step}; "
-                f"resume: {again(True)}")  # fmt: skip
-    checkpoint = Path(args.out) / CHECKPOINT_NAME  # before the first step (setting up) or after the last
-    try:
-        state = torch.load(checkpoint, map_location="cpu", weights_only=True, mmap=True)
-        step, last = int(state["step"]), int(args.max_steps or state["train_config"]["max_steps"])
-    except Exception:  # noqa: BLE001 -- none, or not readable: nothing of this run is kept there
-        return f"stopped{how} before the first step; nothing was trained: run it again with {again(False)}"
-    if step < last:
-        return (f"stopped{how} before the first step of this session; the checkpoint at {checkpoint} holds step "
-                f"{step}; resume: {again(True)}")  # fmt: skip
-    what = SUMMARY_NAME + (f" and the export {args.export}" if args.export else "")
-    return (f"stopped{how} after the last step: the run finished at step {step} and the checkpoint at {checkpoint} "
-            f"holds it, but {what} may be missing; write them (no training): {again(True)}")  # fmt: skip
+            return f"at step {err.step}; no checkpoint was saved yet, so nothing is kept: {again(True)} starts it over"
+        where, step = f"at step {err.step}", err.saved_step
+    else:  # before the first step (setting up) or after the last
+        state, _ = model_file(checkpoint)
+        if state is None or state["format"] != FORMAT:  # nothing of this run is kept there
+            return f"before the first step; nothing was trained: run it again with {again(False)}"
+        step, last = state["step"], args.max_steps or state["train_config"]["max_steps"]
+        if step >= last:
+            what = SUMMARY_NAME + (f" and the export {args.export}" if args.export else "")
+            return (f"after the last step: the run finished at step {step} and the checkpoint at {checkpoint} holds "
+                    f"it, but {what} may be missing; write them (no training): {again(True)}")  # fmt: skip
+        where = "before the first step of this session"
+    return f"{where}; the checkpoint at {checkpoint} holds step {step}; resume: {again(True)}"
 
 
 # --- Stopping by a signal, for this command and python -m course_utils.induction
@@ -324,6 +347,15 @@ def ignore_signals_until_exit() -> None:
     while the interpreter shuts down; a signal already pending runs first, with the handler it replaces."""
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, signal.SIG_IGN)
+
+
+def report_stop(what: str) -> int:
+    """Print a stopped command's one line (from process 0 only under torchrun): "stopped" (" by SIGTERM") ``what``;
+    return its exit code, 130 for Ctrl+C or 143 for SIGTERM."""
+    if int(os.environ.get("RANK", "0")) == 0:
+        how = " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""
+        print(f"stopped{how} {what}", file=sys.stderr, flush=True)
+    return stop_code()
 
 
 def stop_code() -> int:

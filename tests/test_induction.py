@@ -395,7 +395,8 @@ def test_an_out_folder_that_cannot_be_written_is_said_before_training(tmp_path, 
     blocker.write_text("")
     assert induction.main([str(blocker / "m.pt")]) == 2  # its folder would have to be a file
     err = capsys.readouterr().err
-    assert "cannot be written" in err and len(err.splitlines()) == 1
+    assert f"cannot be created: {blocker} is a file, not a folder; choose another OUT" in err
+    assert len(err.splitlines()) == 1
 
 
 def test_key_query_ablation_needs_earlier_heads():
@@ -461,9 +462,9 @@ def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeyp
     monkeypatch.setattr(induction, "train_induction", no_training)
     (tmp_path / "file").write_text("")
     for out, match in (
-        (str(tmp_path), "OUT must be a file path"),
-        ("", "OUT must be a file path"),
-        (str(tmp_path / "file" / "m.pt"), "cannot be written"),
+        (str(tmp_path), "is a folder, expected a file name such as checkpoints/induction.pt"),
+        ("", "is a folder, expected a file name such as checkpoints/induction.pt"),
+        (str(tmp_path / "file" / "m.pt"), "is a file, not a folder; choose another OUT"),
     ):
         assert induction.main([out, "--max-steps", "1"]) == 2  # before: argparse's usage line too
         err = capsys.readouterr().err
@@ -568,13 +569,13 @@ def test_ctrl_c_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
 
 def test_the_documented_command_may_rewrite_the_shipped_file_and_no_other_run():
     """checkpoints/README.md's command, re-run, replaces checkpoints/induction.pt: it holds that same run."""
-    from course_utils.induction import _refusal
+    from course_utils.induction import _check_out
+    from course_utils.train import RunSetupError
 
     shipped = ROOT / "checkpoints" / "induction.pt"
-    assert _refusal(shipped, InductionConfig(), seed=0, max_steps=600) is None
-    assert "another run's induction model (--seed 0 --max-steps 600)" in _refusal(
-        shipped, InductionConfig(), seed=0, max_steps=300
-    )
+    _check_out(shipped, InductionConfig(), seed=0, max_steps=600)  # no error: the run that made it
+    with pytest.raises(RunSetupError, match=r"another run's induction model \(--seed 0 --max-steps 600\)"):
+        _check_out(shipped, InductionConfig(), seed=0, max_steps=300)
 
 
 def test_ctrl_c_in_the_final_evaluation_names_the_last_step(tmp_path, capsys, monkeypatch):

@@ -1100,9 +1100,7 @@ def test_export_refuses_another_kind_of_model_or_another_run_and_replaces_its_ow
         line = refused(capsys, text_file, tmp_path / "new", "--export", there)
         assert (
             line
-            == f"error: --export {there} already holds {what}"
-            + ("" if there == shipped else ", not this run's export")
-            + ": choose another --export, or move that file away first"
+            == f"error: --export {there} already holds {what}: choose another --export, or move that file away first"
         )
         assert there.read_bytes() == before and not (tmp_path / "new").exists()
     other = tmp_path / "other.txt"
@@ -1322,7 +1320,11 @@ def test_export_inside_out_and_out_of_range_numbers_are_refused_before_training(
         (["--export", str(out / "m.pt")], f"--export {out / 'm.pt'} is inside --out {out} (the run's own folder"),
         (["--seed", str(10**23)], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {10**23}"),
         (["--seed", "-1"], "--seed must be a whole number from 0 to 2**63 - 1"),
-        (["--max-steps", str(10**23)], f"--max-steps must be at most 1,000,000,000 (a billion), got {10**23}"),
+        (
+            ["--max-steps", str(10**23)],
+            f"--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got {10**23}",
+        ),  # fmt: skip
+        (["--max-steps", "0"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got 0"),
     ):
         done = subprocess.run(_train_command(text_file, out, *flags), cwd=ROOT, env=env, capture_output=True,
                               text=True, timeout=300)  # fmt: skip
