@@ -719,8 +719,9 @@ def check_can_create(path: Path, flag: str) -> None:
             raise OSError(f"{folder} is not writable")
         probe_writable(folder)
     except OSError as e:
+        example = ", such as runs/NAME in the course folder" if flag == "--out" else ""  # --out names a run folder
         raise RunSetupError(f"{flag} {path} cannot be written here ({e.strerror or e}): choose a folder you can "
-                            "write to, such as runs/NAME in the course folder") from None  # fmt: skip
+                            f"write to{example}") from None  # fmt: skip
 
 
 def compile_available(device: torch.device) -> tuple[bool, str]:
