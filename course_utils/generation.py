@@ -18,7 +18,7 @@ from course_utils._validate import (
     check_generator,
     check_int,
     check_number,
-    is_integer_tensor,
+    check_token_ids,
 )
 
 __all__ = [
@@ -190,14 +190,7 @@ def check_generation(
     follows the protocol (with ``new_cache()`` for ``use_cache``, whose cache must hold the prompt and every new
     token but the last unless it ``shift``s); return its ``context_length``. The ids' range is the model's to
     check: it knows its vocabulary."""
-    if not isinstance(idx, torch.Tensor):
-        raise TypeError(f"idx must be a (B, T) torch.Tensor of token ids, got {type(idx).__name__}")
-    if idx.dim() < 2:
-        raise ValueError(f"idx must have at least 2 dimensions, got shape {tuple(idx.shape)}")
-    if not is_integer_tensor(idx):
-        raise TypeError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
-    if idx.dim() != 2:
-        raise ValueError(f"idx must be (B, T) integer token ids, got shape {tuple(idx.shape)}")
+    check_token_ids("idx", idx, vocab_size=0, values=False)  # the type, dtype and shape; the values are the model's
     if idx.shape[1] < 1:
         raise ValueError("idx must hold at least one token (the prompt)")
     check_int("max_new_tokens", max_new_tokens, minimum=0)
