@@ -196,6 +196,7 @@ class RotaryTable:
         check_choice("pairing", pairing, _PAIRINGS)
         check_greater_than("base", base, 1)
         self.head_dim, self.base, self.length, self.pairing = int(head_dim), float(base), int(length), pairing
+        self.theta = sinusoidal_frequencies(self.head_dim, self.base)  # (D/2,) float64, made (and checked) once
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
 
     def __repr__(self) -> str:
@@ -208,8 +209,7 @@ class RotaryTable:
         key = (torch.device(device), dtype)
         table = self._tables.get(key)
         if table is None or table[0].shape[0] < n:
-            theta = sinusoidal_frequencies(self.head_dim, self.base)  # (D/2,) float64
-            angles = torch.arange(max(n, self.length), dtype=torch.float64)[:, None] * theta[None, :]  # (N, D/2)
+            angles = torch.arange(max(n, self.length), dtype=torch.float64)[:, None] * self.theta[None, :]  # (N, D/2)
             table = (angles.cos().to(device=device, dtype=dtype), angles.sin().to(device=device, dtype=dtype))
             self._tables[key] = table
         return table[0][:n], table[1][:n]

@@ -462,7 +462,7 @@ MESSAGES = [
         "alibi_bias needs T <= S (the queries are the last T of the S positions), got T=5, S=3",
     ),
     (lambda: alibi_bias(2, 1, 0), ValueError, "S must be at least 1, got 0"),
-    (lambda: GroupedQueryAttention(6, 2, rope=True), ValueError, "rope=True needs an even head_dim, got 3"),
+    (lambda: GroupedQueryAttention(6, 2, rope=True), ValueError, f"head_dim must be even {PAIRS}, got 3"),
     (lambda: ALiBiMultiHeadAttention(10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
     *[
         row
