@@ -113,8 +113,6 @@ class GroupedQueryAttention(MultiHeadAttention):
             check_bool(name, flag)
         check_greater_than("rope_base", rope_base, 1)
         check_choice("attention", attention, ATTENTION_KERNELS)
-        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
-            check_int(name, n)  # all three before the divisions
         check_heads(embed_dim, num_heads, num_kv_heads)
         if attention == "flash" and dropout:
             raise ValueError(f"attention='flash' has no dropout on the attention weights, got dropout={dropout}")
