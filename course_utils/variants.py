@@ -251,9 +251,7 @@ def sliding_window_attention(
     for i0 in range(0, T, chunk_size):
         i1 = min(i0 + chunk_size, T)
         j0 = max(0, i0 - window + 1)  # the earliest key any query of this chunk may see
-        rows = torch.arange(i0, i1, device=q.device)[:, None]  # (Tc, 1) absolute query positions
-        cols = torch.arange(j0, i1, device=q.device)[None, :]  # (1, Sc) absolute key positions
-        local = (cols <= rows) & (rows - cols < window)  # (Tc, Sc)
+        local = sliding_window_mask(i1 - i0, window, i1 - j0, device=q.device)  # (Tc, Sc): queries i0 .. i1 - 1
         out, _ = attend(q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :], local, scale=scale)  # (..., Tc, D)
         outs.append(out)
     return torch.cat(outs, dim=-2)  # (..., T, D)
