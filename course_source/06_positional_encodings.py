@@ -324,7 +324,7 @@ print("half(x[perm]) == interleaved(x)[perm]:",
 # pairing, loaded into code using the other, run without error and produce garbage.
 #
 # **This course rotates with `"half"`** wherever a model rotates: `apply_rope`'s default, and what
-# notebook 07's `GroupedQueryAttention(rope=True)` (the GPT's attention layer in notebook 10) uses.
+# notebook 07's `GroupedQueryAttention(rope=True)`, notebook 10's GPT layer, uses.
 # It takes two slices instead of strided views, and GPT-NeoX and Hugging Face Llama checkpoints load
 # without reordering rows.
 #
@@ -383,10 +383,9 @@ for name, got in [("RotaryTable (float32 inside)", by_table), ("angles in bfloat
 # %% [markdown]
 # ### RoPE inside multi-head attention
 #
-# `GroupedQueryAttention(C, H, rope=True)` (notebook 07 shares its keys and values between heads; here every
-# head has its own, so it is `MultiHeadAttention`) adds one step and no parameters: after `split_heads`, rotate
-# the queries and the keys (not the values). Written out and checked against the module; the permutation test
-# of section 1 now fails: the layer sees order.
+# `GroupedQueryAttention(C, H, rope=True)` (notebook 07; with one key/value head per head it is
+# `MultiHeadAttention`) adds one step and no parameters: after `split_heads`, rotate the queries and the keys
+# (not the values). Written out and checked against the module; the permutation test of section 1 now fails.
 
 # %%
 torch.manual_seed(0)
