@@ -39,7 +39,6 @@ from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import (
     ALiBiMultiHeadAttention,
     LearnedPositionalEmbedding,
-    RotaryMultiHeadAttention,
     RotaryTable,
     alibi_bias,
     alibi_slopes,
@@ -48,6 +47,7 @@ from course_utils.positional import (
     sinusoidal_encoding,
     sinusoidal_shift_matrix,
 )
+from course_utils.variants import GroupedQueryAttention
 
 device = setup_notebook(seed=0)
 print("torch", torch.__version__, "| device:", device)
@@ -324,7 +324,7 @@ print("half(x[perm]) == interleaved(x)[perm]:",
 # pairing, loaded into code using the other, run without error and produce garbage.
 #
 # **This course rotates with `"half"`** wherever a model rotates: `apply_rope`'s default, and what
-# `RotaryMultiHeadAttention`, notebook 07's `GroupedQueryAttention(rope=True)` and notebook 10's GPT use.
+# notebook 07's `GroupedQueryAttention(rope=True)`, notebook 10's GPT layer, uses.
 # It takes two slices instead of strided views, and GPT-NeoX and Hugging Face Llama checkpoints load
 # without reordering rows.
 #
@@ -383,13 +383,13 @@ for name, got in [("RotaryTable (float32 inside)", by_table), ("angles in bfloat
 # %% [markdown]
 # ### RoPE inside multi-head attention
 #
-# `RotaryMultiHeadAttention` is `MultiHeadAttention` with one step added and no extra parameters: after
-# `split_heads`, rotate the queries and the keys (not the values). Written out and checked against the
-# module; the permutation test of section 1 now fails: the layer sees order.
+# `GroupedQueryAttention(C, H, rope=True)` (notebook 07; with one key/value head per head it is
+# `MultiHeadAttention`) adds one step and no parameters: after `split_heads`, rotate the queries and the keys
+# (not the values). Written out and checked against the module; the permutation test of section 1 now fails.
 
 # %%
 torch.manual_seed(0)
-rope_mha = RotaryMultiHeadAttention(C, H)
+rope_mha = GroupedQueryAttention(C, H, rope=True)  # num_kv_heads defaults to H
 x5 = embed(words)  # (1, T, C)
 T5 = x5.shape[1]
 q5, k5, v5 = (split_heads(t, H) for t in rope_mha.qkv_proj(x5).chunk(3, dim=-1))  # (1, H, T, D) each
@@ -397,7 +397,7 @@ q5, k5 = apply_rope(q5, pairing="half"), apply_rope(k5, pairing="half")  # the o
 out5, weights5 = scaled_dot_product_attention(q5, k5, v5, causal_mask(T5))
 out5 = rope_mha.out_proj(out5.transpose(1, 2).reshape(1, T5, C))
 torch.testing.assert_close(rope_mha(x5, causal_mask(T5)), out5)
-print("matches RotaryMultiHeadAttention | parameters:",
+print("matches GroupedQueryAttention(rope=True) | parameters:",
       {n: tuple(p.shape) for n, p in rope_mha.named_parameters()})
 print("RoPE layer: shuffled outputs == outputs shuffled:",
       torch.allclose(rope_mha(x[:, perm]), rope_mha(x)[:, perm], atol=1e-6))

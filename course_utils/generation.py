@@ -18,7 +18,7 @@ from course_utils._validate import (
     check_generator,
     check_int,
     check_number,
-    is_integer_tensor,
+    check_token_ids,
 )
 
 __all__ = [
@@ -183,18 +183,14 @@ OnFull = Literal["error", "shift"]
 _ON_FULL = ("error", "shift")
 
 
-def check_generation(model: nn.Module, idx: object, max_new_tokens: object, use_cache: object) -> int:
+def check_generation(
+    model: nn.Module, idx: object, max_new_tokens: object, use_cache: object, shift: bool = False
+) -> int:
     """Raise unless ``idx`` is a prompt (B, T >= 1) of integer ids, ``max_new_tokens`` an int >= 0 and ``model``
-    follows the protocol (with ``new_cache()`` for ``use_cache``); return its ``context_length``. The ids' range
-    is the model's to check: it knows its vocabulary."""
-    if not isinstance(idx, torch.Tensor):
-        raise TypeError(f"idx must be a (B, T) torch.Tensor of token ids, got {type(idx).__name__}")
-    if idx.dim() < 2:
-        raise ValueError(f"idx must have at least 2 dimensions, got shape {tuple(idx.shape)}")
-    if not is_integer_tensor(idx):
-        raise TypeError(f"idx must hold integer token ids (torch.long), got dtype {idx.dtype}")
-    if idx.dim() != 2:
-        raise ValueError(f"idx must be (B, T) integer token ids, got shape {tuple(idx.shape)}")
+    follows the protocol (with ``new_cache()`` for ``use_cache``, whose cache must hold the prompt and every new
+    token but the last unless it ``shift``s); return its ``context_length``. The ids' range is the model's to
+    check: it knows its vocabulary."""
+    check_token_ids("idx", idx, vocab_size=0, values=False)  # the type, dtype and shape; the values are the model's
     if idx.shape[1] < 1:
         raise ValueError("idx must hold at least one token (the prompt)")
     check_int("max_new_tokens", max_new_tokens, minimum=0)
@@ -202,6 +198,12 @@ def check_generation(model: nn.Module, idx: object, max_new_tokens: object, use_
     check_int("context_length", context_length, expected="an int attribute of the model")
     if check_bool("use_cache", use_cache) and not callable(getattr(model, "new_cache", None)):
         raise TypeError(f"{type(model).__name__} has no new_cache() method: pass use_cache=False")
+    if use_cache and not shift and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
+        raise ValueError(
+            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the model's "
+            f"context_length ({context_length}): the KV cache cannot hold them (the last token is never fed "
+            "back); shorten them or pass use_cache=False, which crops to the last context_length tokens"
+        )
     return context_length
 
 
@@ -227,9 +229,9 @@ def generate_stream(
     ``"shift"`` starts a new cache from the last ``keep_on_shift`` tokens (default ``context_length // 2``).
     Puts the model in eval mode. Shape: idx (B, T) -> pairs of tokens (B,) int64, logits (B, V). Notebooks 09, 10.
     """
-    context_length = check_generation(model, idx, max_new_tokens, use_cache)
-    check_sampling(temperature, top_k, top_p, greedy, generator)
     check_choice("on_full", on_full, _ON_FULL)
+    context_length = check_generation(model, idx, max_new_tokens, use_cache, shift=on_full == "shift")
+    check_sampling(temperature, top_k, top_p, greedy, generator)
     if keep_on_shift is not None and on_full != "shift":
         raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
     if keep_on_shift is not None:
@@ -237,12 +239,6 @@ def generate_stream(
     keep = None  # on_full="error": a full cache raises
     if on_full == "shift":  # a full cache starts again from the last `keep` tokens
         keep = max(1, context_length // 2) if keep_on_shift is None else int(keep_on_shift)
-    if use_cache and keep is None and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
-        raise ValueError(
-            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the model's "
-            f"context_length ({context_length}): the KV cache cannot hold them (the last token is never fed "
-            "back); shorten them or pass use_cache=False, which crops to the last context_length tokens"
-        )
     model.eval()
     cache = model.new_cache() if use_cache else None
     cached = 0  # positions held by the current cache
@@ -325,11 +321,6 @@ def beam_search(
     if idx.shape[0] != 1:
         raise ValueError(f"beam_search takes one prompt, idx of shape (1, T), got {tuple(idx.shape)}")
     check_int("beam_width", beam_width)
-    if use_cache and idx.shape[1] + max(max_new_tokens - 1, 0) > context_length:
-        raise ValueError(
-            f"prompt ({idx.shape[1]} tokens) + max_new_tokens ({max_new_tokens}) - 1 exceeds the model's "
-            f"context_length ({context_length}); pass use_cache=False to crop instead"
-        )
     model.eval()
     cache = model.new_cache() if use_cache else None
     seqs = idx  # (n, T'): n live beams, 1 at the start

@@ -27,9 +27,9 @@ from course_utils.multihead import MultiHeadAttention
 from course_utils.positional import (
     ALiBiMultiHeadAttention,
     LearnedPositionalEmbedding,
-    RotaryMultiHeadAttention,
     sinusoidal_encoding,
 )
+from course_utils.variants import GroupedQueryAttention
 
 __all__ = [
     "POSITIONS",
@@ -126,7 +126,10 @@ def _check_config(config: object) -> None:
         raise TypeError(f"config must be a LengthGenConfig (LengthGenConfig.tiny(), say), got {type(config).__name__}")
 
 
-_ATTENTION = {"rope": RotaryMultiHeadAttention, "alibi": ALiBiMultiHeadAttention}  # else MultiHeadAttention
+_ATTENTION = {  # else MultiHeadAttention; the GPT's layer with RoPE, with the bias MultiHeadAttention has
+    "rope": lambda C, H: GroupedQueryAttention(C, H, bias=True, rope=True),
+    "alibi": ALiBiMultiHeadAttention,
+}
 
 
 class TinyPositionalModel(nn.Module):

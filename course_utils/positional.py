@@ -1,7 +1,8 @@
-"""Positional encodings, in reading order: learned, sinusoidal, RoPE, ALiBi, and attention with RoPE or ALiBi.
+"""Positional encodings, in reading order: learned, sinusoidal, RoPE, ALiBi, and attention with ALiBi.
 
-Taught in notebook 06. RoPE turns counter-clockwise with the ``"half"`` pairing (i, i + D/2). Shapes:
-T positions, S key positions, C embed_dim, H num_heads, D head_dim.
+Taught in notebook 06; attention with RoPE is ``variants.GroupedQueryAttention(rope=True)``. RoPE turns
+counter-clockwise with the ``"half"`` pairing (i, i + D/2). Shapes: T positions, S key positions, C embed_dim,
+H num_heads, D head_dim.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ __all__ = [
     "rope_pairing_permutation",
     "alibi_slopes",
     "alibi_bias",
-    "RotaryMultiHeadAttention",
     "ALiBiMultiHeadAttention",
     "Pairing",
 ]
@@ -197,6 +197,7 @@ class RotaryTable:
         check_greater_than("base", base, 1)
         self.theta = sinusoidal_frequencies(head_dim, base)  # (D/2,) float64, made once: a forward checks nothing
         self.head_dim, self.base, self.length, self.pairing = int(head_dim), float(base), int(length), pairing
+        self.theta = sinusoidal_frequencies(self.head_dim, self.base)  # (D/2,) float64, made (and checked) once
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin
 
     def __repr__(self) -> str:
@@ -278,44 +279,7 @@ def alibi_bias(H: int, T: int, S: int | None = None) -> torch.Tensor:
     return alibi_slopes(H)[:, None, None] * (-distance)[None].float()  # (H, 1, 1) * (1, T, S) -> (H, T, S)
 
 
-# --- Attention modules: one step changed, everything else from MultiHeadAttention ---------------------------
-
-
-class RotaryMultiHeadAttention(MultiHeadAttention):
-    """:class:`MultiHeadAttention` with RoPE on the queries and keys of every head (not the values).
-
-    Shape: x (B, T, C), mask bool broadcastable to (B, H, T, T), positions (T,) or None -> out (B, T, C),
-    and weights (B, H, T, T) with ``need_weights``. head_dim must be even. Taught in notebook 06.
-    """
-
-    def __init__(
-        self,
-        embed_dim: int,
-        num_heads: int,
-        bias: bool = True,
-        dropout: float = 0.0,
-        base: float = 10000.0,
-        pairing: Pairing = "half",
-    ) -> None:
-        super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
-        check_even("head_dim (embed_dim / num_heads)", self.head_dim)
-        check_choice("pairing", pairing, _PAIRINGS)
-        check_greater_than("base", base, 1)
-        self.base, self.pairing = float(base), pairing
-
-    def forward(
-        self,
-        x: torch.Tensor,
-        mask: torch.Tensor | None = None,
-        need_weights: bool = False,
-        positions: torch.Tensor | None = None,
-    ):
-        check_attention_call(self, x, mask, need_weights)
-        q, k, v = self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, C) -> (B, T, 3C) -> 3 x (B, T, C)
-        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))  # (B, T, C) -> (B, H, T, D)
-        q = apply_rope(q, positions, self.base, self.pairing)  # (B, H, T, D): the one new step ...
-        k = apply_rope(k, positions, self.base, self.pairing)  # ... for queries and keys, not values
-        return self._attend_heads(q, k, v, mask, need_weights)  # (B, T, C)
+# --- Attention with ALiBi: one step changed, everything else from MultiHeadAttention -----------------------
 
 
 class ALiBiMultiHeadAttention(MultiHeadAttention):

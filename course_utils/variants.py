@@ -113,11 +113,7 @@ class GroupedQueryAttention(MultiHeadAttention):
             check_bool(name, flag)
         check_greater_than("rope_base", rope_base, 1)
         check_choice("attention", attention, ATTENTION_KERNELS)
-        for name, n in (("embed_dim", embed_dim), ("num_heads", num_heads), ("num_kv_heads", num_kv_heads)):
-            check_int(name, n)  # all three before the divisions
         check_heads(embed_dim, num_heads, num_kv_heads)
-        if rope and (embed_dim // num_heads) % 2:
-            raise ValueError(f"rope=True needs an even head_dim, got {embed_dim // num_heads}")
         if attention == "flash" and dropout:
             raise ValueError(f"attention='flash' has no dropout on the attention weights, got dropout={dropout}")
         super().__init__(embed_dim, num_heads, bias=bias, dropout=dropout)
@@ -125,7 +121,7 @@ class GroupedQueryAttention(MultiHeadAttention):
         self.num_kv_heads, self.causal, self.attention = int(num_kv_heads), causal, attention
         if num_kv_heads != H:  # fewer key and value rows in the packed projection
             self.qkv_proj = nn.Linear(embed_dim, (H + 2 * num_kv_heads) * D, bias=bias)
-        self.rotary = RotaryTable(D, rope_base) if rope else None
+        self.rotary = RotaryTable(D, rope_base) if rope else None  # refuses an odd head_dim
 
     def forward(
         self,
@@ -255,9 +251,7 @@ def sliding_window_attention(
     for i0 in range(0, T, chunk_size):
         i1 = min(i0 + chunk_size, T)
         j0 = max(0, i0 - window + 1)  # the earliest key any query of this chunk may see
-        rows = torch.arange(i0, i1, device=q.device)[:, None]  # (Tc, 1) absolute query positions
-        cols = torch.arange(j0, i1, device=q.device)[None, :]  # (1, Sc) absolute key positions
-        local = (cols <= rows) & (rows - cols < window)  # (Tc, Sc)
+        local = sliding_window_mask(i1 - i0, window, i1 - j0, device=q.device)  # (Tc, Sc): queries i0 .. i1 - 1
         out, _ = attend(q[..., i0:i1, :], k[..., j0:i1, :], v[..., j0:i1, :], local, scale=scale)  # (..., Tc, D)
         outs.append(out)
     return torch.cat(outs, dim=-2)  # (..., T, D)
@@ -544,13 +538,17 @@ class KVCache:
 
     def _append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """:meth:`update` for a layer that made k and v itself: only what the cache's state can refuse."""
-        held = self.keys[layer]
+        held, (B, Hkv, T, D) = self.keys[layer], k.shape
         if held is not None and (held.dtype != k.dtype or held.device != k.device):
             raise TypeError(
                 f"layer {layer} caches {held.dtype} on {held.device}, got new keys of {k.dtype} on {k.device}: "
                 "start a new cache after changing the model's dtype or device"
             )
-        B, Hkv, T, D = k.shape
+        if held is not None and (held.shape[:2] != (B, Hkv) or held.shape[3] != D):
+            raise ValueError(
+                f"layer {layer} caches (B, Hkv, D) = {(held.shape[0], held.shape[1], held.shape[3])}, "
+                f"got new keys of shape {tuple(k.shape)}"
+            )
         start = self._lengths[layer]
         if start > self.length:
             raise RuntimeError(
@@ -562,14 +560,8 @@ class KVCache:
                 f"KV cache overflow: capacity (context_length) is {self.capacity} positions, {start} are cached and "
                 f"{T} more were appended; start a new cache or crop the sequence"
             )
-        held = self.keys[layer]
-        if held is not None and (held.shape[:2] != (B, Hkv) or held.shape[3] != D):
-            raise ValueError(
-                f"layer {layer} caches (B, Hkv, D) = {(held.shape[0], held.shape[1], held.shape[3])}, "
-                f"got new keys of shape {tuple(k.shape)}"
-            )
         end = start + T
-        if self.keys[layer] is None:  # the first update allocates the buffers, in k's dtype and on its device
+        if held is None:  # the first update allocates the buffers, in k's dtype and on its device
             self.keys[layer] = k.new_zeros(B, Hkv, self.capacity, D)
             self.values[layer] = v.new_zeros(B, Hkv, self.capacity, D)
         buf_k, buf_v = self.keys[layer], self.values[layer]

@@ -136,17 +136,6 @@ def _entries():
     yield "rope_pairing_permutation", P.rope_pairing_permutation, (8,), {}
     yield "alibi_slopes", P.alibi_slopes, (4,), {}
     yield "alibi_bias", P.alibi_bias, (4, 3), {"S": 5}
-    yield "RotaryMultiHeadAttention", P.RotaryMultiHeadAttention, (8, 2), {"base": 100.0, "pairing": "half"}
-    yield (
-        "RotaryMultiHeadAttention.forward",
-        P.RotaryMultiHeadAttention(8, 2),
-        (x,),
-        {
-            "mask": M.causal_mask(5),
-            "need_weights": True,
-            "positions": torch.arange(5),
-        },
-    )
     yield "ALiBiMultiHeadAttention.forward", P.ALiBiMultiHeadAttention(8, 2), (x,), {"mask": M.causal_mask(5)}
     yield "repeat_kv", VA.repeat_kv, (x4,), {"num_heads": 8}
     yield (

@@ -32,7 +32,6 @@ from course_utils.length_generalisation import (
 )
 from course_utils.masking import causal_mask
 from course_utils.positional import (
-    RotaryMultiHeadAttention,
     RotaryTable,
     alibi_bias,
     apply_rope,
@@ -61,8 +60,7 @@ def diagonals_constant(scores: torch.Tensor, atol: float = 1e-4) -> bool:
 
 def test_every_rotating_model_uses_the_half_pairing_by_default():
     assert inspect.signature(apply_rope).parameters["pairing"].default == "half"
-    assert inspect.signature(RotaryMultiHeadAttention).parameters["pairing"].default == "half"
-    assert RotaryMultiHeadAttention(8, 2).pairing == "half"
+    assert GroupedQueryAttention(8, 2, rope=True).rotary.pairing == "half"
     assert GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn.rotary.pairing == "half"
 
 

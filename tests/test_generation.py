@@ -426,7 +426,11 @@ MESSAGES = [
     # the generation loop: the prompt, the model, the settings, all before the first step
     (lambda: generate(DECODER, IDS, 22, use_cache=True), ValueError, "exceeds the model's context_length (24)"),
     (lambda: generate(DECODER, IDS, 30), ValueError, "exceeds the model's context_length (24)"),
-    (lambda: generate(DECODER, torch.zeros(4), 2), ValueError, "idx must have at least 2 dimensions"),
+    (
+        lambda: generate(DECODER, torch.zeros(4), 2),
+        ValueError,
+        "idx must be a (B, T) tensor of token ids, got shape (4,)",
+    ),
     (lambda: generate(DECODER, IDS, -1), ValueError, "max_new_tokens must be at least 0, got -1"),
     (lambda: generate(DECODER, IDS, 2.0), TypeError, "max_new_tokens must be an int, got float"),
     (lambda: generate(_trap(), IDS, 2), TypeError, "BigramTable has no new_cache"),
@@ -499,12 +503,12 @@ MESSAGES = [
     (
         lambda: generate(GPT_VIEW, torch.zeros(1, 2, 3, dtype=torch.long), 3),
         ValueError,
-        "idx must be (B, T) integer token ids, got shape (1, 2, 3)",
+        "idx must be a (B, T) tensor of token ids, got shape (1, 2, 3)",
     ),
     (
         lambda: generate(GPT_VIEW, torch.zeros(1, 2, 3), 3),
-        TypeError,
-        "idx must hold integer token ids (torch.long), got dtype torch.float32",
+        ValueError,
+        "idx must be a (B, T) tensor of token ids, got shape (1, 2, 3)",
     ),
     # beam search
     (

@@ -20,7 +20,7 @@ from course_utils.multihead import (
     MultiHeadAttentionWrapper,
     SingleHeadAttention,
 )
-from course_utils.positional import ALiBiMultiHeadAttention, RotaryMultiHeadAttention
+from course_utils.positional import ALiBiMultiHeadAttention
 
 B, T, C, H = 2, 6, 8, 2
 MaskFn = Callable[[int], "torch.Tensor | None"]
@@ -114,10 +114,6 @@ FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     ),
     "GPT blocks (grouped-query, rope)": lambda mask_fn, dtype: _gpt_blocks(
         mask_fn, dtype, positions="rope", num_kv_heads=1
-    ),
-    "RotaryMultiHeadAttention": _module(lambda: RotaryMultiHeadAttention(C, H).eval()),
-    "RotaryMultiHeadAttention(pairing='interleaved')": _module(
-        lambda: RotaryMultiHeadAttention(C, H, pairing="interleaved").eval()
     ),
     "ALiBiMultiHeadAttention": _module(lambda: ALiBiMultiHeadAttention(C, H).eval()),
 }

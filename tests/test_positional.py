@@ -16,7 +16,6 @@ from course_utils.multihead import MultiHeadAttention
 from course_utils.positional import (
     ALiBiMultiHeadAttention,
     LearnedPositionalEmbedding,
-    RotaryMultiHeadAttention,
     RotaryTable,
     alibi_bias,
     alibi_slopes,
@@ -27,6 +26,7 @@ from course_utils.positional import (
     sinusoidal_frequencies,
     sinusoidal_shift_matrix,
 )
+from course_utils.variants import GroupedQueryAttention
 
 
 def randn(seed: int, *shape: int, dtype: torch.dtype = torch.float64) -> torch.Tensor:
@@ -46,7 +46,9 @@ def test_attention_without_positions_is_permutation_equivariant(B, T, H, seed):
     torch.testing.assert_close(mha(x[:, perm]), mha(x)[:, perm])
 
 
-@pytest.mark.parametrize("make", [lambda: RotaryMultiHeadAttention(8, 2), lambda: ALiBiMultiHeadAttention(8, 2)])
+@pytest.mark.parametrize(
+    "make", [lambda: GroupedQueryAttention(8, 2, rope=True), lambda: ALiBiMultiHeadAttention(8, 2)]
+)
 def test_attention_with_rope_or_alibi_is_not_permutation_equivariant(make):
     torch.manual_seed(0)
     m = make().double()
@@ -136,11 +138,11 @@ def test_apply_rope_by_hand():
 
 
 def test_the_course_rotates_with_the_half_pairing_by_default():
-    """One pairing wherever a model rotates: apply_rope, RotaryMultiHeadAttention and RotaryTable default to half."""
+    """One pairing wherever a model rotates: apply_rope, GroupedQueryAttention and RotaryTable default to half."""
     import inspect
 
     assert inspect.signature(apply_rope).parameters["pairing"].default == "half"
-    assert RotaryMultiHeadAttention(8, 2).pairing == "half"
+    assert GroupedQueryAttention(8, 2, rope=True).rotary.pairing == "half"
     assert RotaryTable(8).pairing == "half"
 
 
@@ -328,46 +330,18 @@ def test_alibi_bias_under_a_causal_mask_is_minus_slope_times_distance():
 
 def test_rotary_attention_is_multihead_attention_with_rotated_queries_and_keys():
     torch.manual_seed(0)
-    rope = RotaryMultiHeadAttention(12, 3).double()
+    rope = GroupedQueryAttention(12, 3, bias=True, rope=True).double()
     plain = MultiHeadAttention(12, 3).double()
     plain.load_state_dict(rope.state_dict())  # the same parameters: RoPE adds none
     x = randn(1, 2, 5, 12)
     mask = causal_mask(5)
     out, w = rope(x, mask, need_weights=True)
     q, k, v = (t.view(2, 5, 3, 4).transpose(1, 2) for t in rope.qkv_proj(x).chunk(3, -1))
-    q, k = apply_rope(q, pairing="half"), apply_rope(k, pairing="half")  # the module's default pairing
+    q, k = apply_rope(q, pairing="half"), apply_rope(k, pairing="half")  # the module's pairing
     o, w_ref = scaled_dot_product_attention(q, k, v, mask)
     torch.testing.assert_close(w, w_ref)
     torch.testing.assert_close(out, rope.out_proj(o.transpose(1, 2).reshape(2, 5, 12)))
     torch.testing.assert_close(out[:, :1], plain(x, mask)[:, :1])  # position 0 is not rotated, sees only itself
-
-
-def test_rotary_attention_with_positions_matches_the_tail_of_the_full_sequence():
-    """With causal masking, the last tokens' outputs need their absolute positions, not 0, 1, ..."""
-    torch.manual_seed(0)
-    rope = RotaryMultiHeadAttention(8, 2).double()
-    x = randn(2, 1, 7, 8)
-    full = rope(x, causal_mask(7))
-    q_only = rope(x, causal_mask(7), positions=torch.arange(10, 17))  # shifting all positions: same output
-    torch.testing.assert_close(q_only, full)
-
-
-def test_rotary_pairing_half_with_permuted_weights_equals_interleaved():
-    torch.manual_seed(0)
-    C, H = 12, 2
-    D = C // H
-    inter = RotaryMultiHeadAttention(C, H, pairing="interleaved").double()
-    half = RotaryMultiHeadAttention(C, H, pairing="half").double()
-    perm = rope_pairing_permutation(D)
-    rows = torch.cat(
-        [torch.cat([blk * C + h * D + perm for h in range(H)]) for blk in (0, 1)] + [torch.arange(2 * C, 3 * C)]
-    )  # permute q and k rows inside each head, keep v
-    with torch.no_grad():
-        half.qkv_proj.weight.copy_(inter.qkv_proj.weight[rows])
-        half.qkv_proj.bias.copy_(inter.qkv_proj.bias[rows])
-        half.out_proj.load_state_dict(inter.out_proj.state_dict())
-    x = randn(3, 2, 6, C)
-    torch.testing.assert_close(half(x, causal_mask(6)), inter(x, causal_mask(6)))
 
 
 def test_alibi_attention_is_multihead_attention_with_a_bias():
@@ -389,7 +363,7 @@ def test_alibi_attention_is_multihead_attention_with_a_bias():
 
 PE, TABLE, X4 = LearnedPositionalEmbedding(8, 4), RotaryTable(8), torch.randn(1, 1, 3, 4)
 PAIRS = "(RoPE rotates pairs of channels)"
-ATTENTIONS = {"rotary": RotaryMultiHeadAttention(8, 2), "alibi": ALiBiMultiHeadAttention(8, 2)}
+ATTENTIONS = {"rotary": GroupedQueryAttention(8, 2, rope=True), "alibi": ALiBiMultiHeadAttention(8, 2)}
 X = torch.randn(2, 4, 8)
 
 # (call, exception type, words the message must contain)
@@ -449,12 +423,8 @@ MESSAGES = [
     (lambda: alibi_bias(2, 5, 3), ValueError,
      "alibi_bias needs T <= S (the queries are the last T of the S positions), got T=5, S=3"),
     (lambda: alibi_bias(2, 1, 0), ValueError, "S must be at least 1, got 0"),
-    (lambda: RotaryMultiHeadAttention(6, 2), ValueError,
-     f"head_dim (embed_dim / num_heads) must be even {PAIRS}, got 3"),
+    (lambda: GroupedQueryAttention(6, 2, rope=True), ValueError, f"head_dim must be even {PAIRS}, got 3"),
     (lambda: ALiBiMultiHeadAttention(10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
-    (lambda: RotaryMultiHeadAttention(8, 2, pairing="neox"), ValueError, "pairing must be one of"),
-    (lambda: ATTENTIONS["rotary"](torch.randn(1, 4, 8), positions=torch.arange(3)), ValueError,
-     "positions must have shape (T,) = (4,), one per position of x, got (3,)"),
     *[
         row
         for module in ATTENTIONS.values()
@@ -468,7 +438,7 @@ MESSAGES = [
             (
                 lambda m=module: m(X, torch.ones(4, 4, dtype=torch.bool, device="meta")),
                 ValueError,
-                "q, mask must be on one device, got q on cpu, mask on meta",
+                "mask must be on one device, got",  # "q, mask" for ALiBi, "x, mask" for GroupedQueryAttention
             ),
             (lambda m=module: m(X.double()), TypeError, "x is float64 but the module's weights are float32"),
         ]

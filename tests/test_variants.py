@@ -358,17 +358,17 @@ def test_gqa_cached_decoding_equals_the_full_forward(Hkv, rope):
 
 @pytest.mark.parametrize("pairing, agrees", [("half", True), ("interleaved", False)])
 def test_gqa_rope_rotates_with_the_course_pairing(pairing, agrees):
-    """GQA's rope=True is RotaryMultiHeadAttention with the half pairing (gpt.py's), not the interleaved one."""
-    from course_utils.positional import RotaryMultiHeadAttention
+    """GQA's rope=True rotates with the half pairing (apply_rope's default, gpt.py's), not the interleaved one."""
+    from course_utils.positional import apply_rope
 
     torch.manual_seed(12)
-    rotary = RotaryMultiHeadAttention(16, 4, bias=False, pairing=pairing).double()
     gqa = GroupedQueryAttention(16, 4, 4, rope=True).double()
-    with torch.no_grad():
-        gqa.qkv_proj.weight.copy_(rotary.qkv_proj.weight)  # one packed layout: q, k, v in that order
-        gqa.out_proj.weight.copy_(rotary.out_proj.weight)
     x = torch.randn(2, 7, 16, dtype=torch.float64)
-    same = torch.allclose(gqa(x, causal_mask(7)), rotary(x, causal_mask(7)), rtol=1e-9, atol=1e-12)
+    q, k, v = (t.view(2, 7, 4, 4).transpose(1, 2) for t in gqa.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, D)
+    q, k = apply_rope(q, pairing=pairing), apply_rope(k, pairing=pairing)
+    out, _ = scaled_dot_product_attention(q, k, v, causal_mask(7))
+    reference = gqa.out_proj(out.transpose(1, 2).reshape(2, 7, 16))
+    same = torch.allclose(gqa(x, causal_mask(7)), reference, rtol=1e-9, atol=1e-12)
     assert same is agrees
 
 
