@@ -18,7 +18,7 @@ import torch
 from IPython.display import HTML
 
 from course_utils._files import sha256_bytes, write_atomic
-from course_utils._validate import check_int, check_path, check_str
+from course_utils._validate import check_bool, check_int, check_path, check_str
 from course_utils.plotting import char_labels, stack_maps
 
 __all__ = ["head_view", "model_view", "save_html"]
@@ -99,13 +99,16 @@ def save_html(view: HTML | str | Sequence[HTML | str], path: str | Path, title: 
     body = "\n".join(v.data if isinstance(v, HTML) else v for v in views)
     check_path("path", path)
     path = Path(path)
-    write_atomic(
-        path,
-        (
-            f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
-            f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
-        ).encode("utf-8"),
+    if path.is_dir():
+        raise ValueError(f"path {path} is a folder: give a file name, e.g. {path / 'attention.html'}")
+    page = (
+        f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+        f"<title>{html.escape(title)}</title>\n</head>\n<body>\n{body}\n</body>\n</html>\n"
     )
+    try:
+        write_atomic(path, page.encode("utf-8"))
+    except OSError as e:
+        raise OSError(f"could not write {path}: {e.strerror or e}; choose a folder you can write to") from None
     return path
 
 
@@ -116,6 +119,7 @@ def _check(
     attention: Sequence[torch.Tensor], tokens: Sequence[str] | str, prettify: bool
 ) -> tuple[torch.Tensor, list[str]]:
     """Validate, then stack to (L, H, T, T) on the CPU as float64 rounded to 4 decimals (a smaller page)."""
+    check_bool("prettify", prettify)
     weights = stack_maps(attention, "attention").double().round(decimals=4)  # L x (1, H, T, T) -> (L, H, T, T)
     if isinstance(tokens, str):
         tokens = list(tokens)

@@ -188,8 +188,10 @@ def stack_maps(maps: Sequence[torch.Tensor], name: str = "maps") -> torch.Tensor
                 f"every layer must have the same shape: {name}[0] is {tuple(maps[0].shape)}, {name}[{i}] is "
                 f"{tuple(a.shape)}"
             )
-        if a.is_complex():
-            raise TypeError(f"{name}[{i}] must be real, got dtype {a.dtype}")
+        if not a.is_floating_point():
+            raise TypeError(f"{name}[{i}] must hold weights, a floating-point tensor, got dtype {a.dtype}")
+        if not torch.isfinite(a).all():
+            raise ValueError(f"{name}[{i}] holds NaN or infinite weights: a softmax over a row with every key masked?")
     return torch.stack([a.detach().cpu()[0] for a in maps])  # L x (1, H, T, T) -> (L, H, T, T)
 
 

@@ -18,6 +18,7 @@ from functools import lru_cache, partial
 import ipywidgets as widgets
 import matplotlib.pyplot as plt
 import torch
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 from course_utils._validate import (
@@ -27,6 +28,7 @@ from course_utils._validate import (
     check_int,
     check_nonnegative_number,
     check_number,
+    check_str,
 )
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.environment import figure_scale
@@ -156,10 +158,17 @@ def plot_lookup(
     if not isinstance(values, torch.Tensor) or values.shape != keys.shape[:1]:
         got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
         raise ValueError(f"values must be a ({keys.shape[0]},) tensor, one number per key, got {got}")
+    if keys.shape[0] == 0:
+        raise ValueError("keys must hold at least one key, got shape (0, 2)")
     check_floating("keys", keys)
     check_floating("values", values)
+    for name, t in (("keys", keys), ("values", values)):
+        if not torch.isfinite(t).all():
+            raise ValueError(f"{name} must be finite numbers (to be drawn), got {t.tolist()}")
     angle_deg = check_number("angle_deg", angle_deg, "a number of degrees")
     length = check_nonnegative_number("length", length)
+    if length > 1e3:
+        raise ValueError(f"length must be at most 1,000 (the slider's scale is 0 to 8), got {length:g}")
     if not math.isfinite(angle_deg):
         raise ValueError(f"angle_deg must be a finite number of degrees, got {angle_deg}")
     a = math.radians(angle_deg)
@@ -370,6 +379,8 @@ def _head_weights(
     if x.dim() != 3 or x.shape[0] != 1:
         raise ValueError(f"x must be one sequence, (T, C) or (1, T, C), got shape {tuple(x.shape)}")
     T = x.shape[1]
+    if isinstance(tokens, str) or not isinstance(tokens, Sequence):
+        raise TypeError(f"tokens must be a list of {T} labels, one per position of x, got {type(tokens).__name__}")
     if len(tokens) != T:
         raise ValueError(f"tokens has {len(tokens)} entries, x has {T} positions")
     with torch.no_grad():
@@ -464,9 +475,10 @@ def plot_gpt_head(model, tokenizer, prompt: str, layer: int = 0, head: int = 0) 
     Shape: prompt T characters -> a (T, T) heatmap. Used in notebook 11.
     """
     _check_model(model)
-    if not callable(getattr(tokenizer, "encode", None)):
+    if isinstance(tokenizer, str) or not callable(getattr(tokenizer, "encode", None)):
         raise TypeError(f"tokenizer must have an encode(text) method (a CharTokenizer), got {type(tokenizer).__name__}")
-    if not isinstance(prompt, str) or not prompt:
+    check_str("prompt", prompt)
+    if not prompt:
         raise ValueError("type a prompt of at least one character")
     text = prompt[-model.config.context_length :]
     idx = tokenizer.encode(text)[None].to(next(model.parameters()).device)  # (1, T); ValueError if unknown chars
@@ -486,6 +498,7 @@ def gpt_attention_explorer(model, tokenizer, prompt: str = "ROMEO:\nBut soft, wh
     Draws :func:`plot_gpt_head`. Used in notebook 11.
     """
     _check_model(model)  # before the sliders read its config; the first drawing checks the rest
+    check_str("prompt", prompt)  # before the text box holds it
     layer = _slider(widgets.IntSlider, description="layer", value=0, min=0, max=model.config.num_layers - 1)
     head = _slider(widgets.IntSlider, description="head", value=0, min=0, max=model.config.num_heads - 1)
     # the prompt applies on Enter (continuous_update=False)
@@ -505,6 +518,8 @@ def plot_induction_head(model, tokens: torch.Tensor, layer: int = 0, head: int =
             "tokens must be a non-empty (B, 2N) tensor of token ids: a sequence of N tokens, then the same N again; "
             f"got {got}"
         )
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(f"ax must be a matplotlib Axes or None, got {type(ax).__name__}")
     w = _one_head(model, tokens, layer, head)  # (2N, 2N)
     T = w.shape[-1]
     N = T // 2

@@ -193,7 +193,12 @@ def test_accepts_gpu_style_input(maps):
         ([torch.rand(1, 2, 3, 3)], "abcd", ValueError, r"covers T=3 positions but 4 tokens were given"),
         ([torch.rand(1, 2, 3, 3)], ["a", 1, "c"], TypeError, r"tokens\[1\] must be a str, got int"),
         ([torch.rand(1, 2, 3, 3)], 3, TypeError, r"tokens must be a list of strings .* got int"),
-        ([torch.rand(1, 2, 3, 3, dtype=torch.complex64)], "abc", TypeError, r"must be real, got dtype torch.complex64"),
+        (
+            [torch.rand(1, 2, 3, 3, dtype=torch.complex64)],
+            "abc",
+            TypeError,
+            r"floating-point tensor, got dtype torch.complex64",
+        ),
     ],
 )
 def test_bad_input(make, attention, tokens, error, match):
@@ -211,6 +216,7 @@ def test_bad_input(make, attention, tokens, error, match):
         ({"heads": []}, ValueError, r"heads must name at least one index, got an empty list"),
         ({"heads": [1, 1]}, ValueError, r"heads must not repeat an index, got \[1, 1\]"),
         ({"heads": 1}, TypeError, r"heads must be a list of ints, got int"),
+        ({"prettify": "yes"}, TypeError, r"prettify must be True or False, got 'yes'"),
     ],
 )
 def test_head_view_bad_options(kwargs, error, match):
@@ -334,3 +340,12 @@ def test_a_changed_vendored_file_stops_the_views(monkeypatch, vendor_copy):
 def test_save_html_wants_a_path(tmp_path):
     with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
         save_html("<p>x</p>", None)
+
+
+def test_save_html_refuses_a_folder_and_names_the_file_it_could_not_write(tmp_path):
+    view = head_view(_random_maps(), "abcde")
+    with pytest.raises(ValueError, match=r"is a folder: give a file name, e.g. .*attention.html"):
+        save_html(view, tmp_path)
+    (tmp_path / "a-file").write_text("x")  # a file where the path needs a folder
+    with pytest.raises(OSError, match=r"could not write .*page.html: .*choose a folder you can write to"):
+        save_html(view, tmp_path / "a-file" / "page.html")

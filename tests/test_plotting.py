@@ -213,10 +213,12 @@ def test_the_twelve_panel_grid_has_one_colourbar_and_legible_ticks():
             r"maps\[0\] must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(3, 5, 4\)$",
         ),
         ([torch.rand(1, 3, 5, 5)], "abc", {}, "labels has 3 entries, the weights have 5 positions"),
+        ([torch.full((1, 3, 5, 5), float("nan"))], "abcde", {}, r"maps\[0\] holds NaN or infinite weights"),
+        ([torch.ones(1, 3, 5, 5, dtype=torch.long)], "abcde", {}, r"maps\[0\] must hold weights, a floating-point"),
     ],
 )
 def test_plot_attention_maps_rejects_bad_input(maps, labels, kwargs, match):
-    with pytest.raises(ValueError, match=match):
+    with pytest.raises((ValueError, TypeError), match=match):
         plot_attention_maps(maps, list(labels), **kwargs)
 
 

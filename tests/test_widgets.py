@@ -373,6 +373,10 @@ def test_gpt_attention_explorer_redraws_and_reports_bad_prompts(tiny_gpt):
             TypeError,
             "values must be a floating-point tensor, got dtype torch.int64",
         ),
+        (dict(keys=torch.zeros(0, 2), values=torch.zeros(0)), ValueError, r"keys must hold at least one key"),
+        (dict(keys=torch.full((3, 2), float("inf"))), ValueError, "keys must be finite numbers"),
+        (dict(values=torch.tensor([0.0, float("nan"), 0.0])), ValueError, "values must be finite numbers"),
+        (dict(length=1e308), ValueError, "length must be at most 1,000"),
     ],
 )
 def test_lookup_bad_arguments(kwargs, error, match):
@@ -400,6 +404,9 @@ class _NoEncode:
             TypeError,
             r"tokenizer must have an encode\(text\) method \(a CharTokenizer\), got _NoEncode",
         ),
+        (lambda m, t: gpt_attention_explorer(m, "ROMEO"), TypeError, r"tokenizer must have an encode.*got str"),
+        (lambda m, t: gpt_attention_explorer(m, t, 5), TypeError, "prompt must be a str, got int"),
+        (lambda m, t: plot_gpt_head(m, t, None), TypeError, "prompt must be a str, got NoneType"),
     ],
 )
 def test_gpt_head_bad_arguments(tiny_gpt, call, error, match):
