@@ -129,17 +129,17 @@ MESSAGES = [  # (call; exception; what the message must say)
      r"base must be a number greater than 1, got 'big' \(str\)"),
     # generation: the prompt, its words and their order
     (lambda: _gen([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
-    (lambda: _gen(torch.zeros(4, dtype=torch.long)), ValueError, r"idx must have at least 2 dimensions, got shape"),
-    (lambda: _gen(torch.zeros(1, 2, 3, dtype=torch.long)), ValueError, r"idx must be \(B, T\) integer token ids"),
-    (lambda: _gen(torch.zeros(1, 2, 3)), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype"),
+    (lambda: _gen(torch.zeros(4, dtype=torch.long)), ValueError, r"idx must be a \(B, T\) tensor .* shape \(4,\)"),
+    (lambda: _gen(torch.zeros(1, 2, 3, dtype=torch.long)), ValueError, r"of token ids, got shape \(1, 2, 3\)"),
+    (lambda: _gen(torch.zeros(1, 2)), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype"),
     (lambda: _gen(torch.zeros(2, 0, dtype=torch.long)), ValueError, r"idx must hold at least one token \(the prompt\)"),
     # the room in one KV cache: generate's words, and beam_search's
     (lambda: _gen(n=6), ValueError,
      r"^prompt \(4 tokens\) \+ max_new_tokens \(6\) - 1 exceeds the model's context_length \(8\): the KV "
      r"cache cannot hold them \(the last token is never fed back\); shorten them or pass use_cache=False, "
      r"which crops to the last context_length tokens$"),
-    (lambda: beam_search(_MODEL, _IDS, 2, 6), ValueError,
-     r"context_length \(8\); pass use_cache=False to crop instead$"),
+    (lambda: beam_search(_MODEL, _IDS, 2, 6), ValueError,  # beam_search says it in generate's words
+     r"context_length \(8\): the KV cache cannot hold them .*pass use_cache=False"),
     # on_full and keep_on_shift
     (lambda: _gen(keep_on_shift=4), ValueError,
      r"keep_on_shift applies only with on_full='shift', got on_full='error'"),
