@@ -455,7 +455,9 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
 
 # The long steps of `course.py test` running at once (unit tests, browser, seed sweep); a later step (the passes
 # under other CPU kernels) takes the place of the first that ends. A full run on 2 cores (2026-11-29) with the
-# passes started after all three: unit 1,090 s, then the passes 195 s and 138 s, one core idle for a minute.
+# passes started after all three: unit 1,090 s, then the passes 195 s and 138 s, one core idle for a minute. A
+# fresh clone on the same quiet 2-core machine (2026-11-29 20:21 UTC, `CI=true bash .ci/run`), learner copies
+# under the forced kernels only: unit 983 s, browser 462 s, sweep 781 s, passes 142 s and 111 s; 983 s in all.
 AT_ONCE = 3
 
 
