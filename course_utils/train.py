@@ -696,16 +696,16 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise RunSetupError(f"--out {out_dir} is a file, {where}: choose another --out, or move the file away")
-    check_can_create(out_dir, "--out")
+    check_can_create(out_dir, "--out", ", such as runs/NAME in the course folder")
     if not resume and (out_dir / CHECKPOINT_NAME).exists():
         raise RunSetupError(f"--out {out_dir} already holds a run ({CHECKPOINT_NAME}): add --resume to continue it, "
                             "or choose another --out for a new run (delete the folder to start it over)")  # fmt: skip
     return out_dir
 
 
-def check_can_create(path: Path, flag: str) -> None:
-    """RunSetupError unless this process can create or replace ``path`` (named ``flag`` in the message): the nearest
-    existing folder at or above it is tried with a file made and removed at once."""
+def check_can_create(path: Path, flag: str, example: str = "") -> None:
+    """RunSetupError unless this process can create or replace ``path`` (named ``flag`` in the message, with
+    ``example`` after its fix): the nearest existing folder at or above it is tried with a file made and removed."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -719,7 +719,6 @@ def check_can_create(path: Path, flag: str) -> None:
             raise OSError(f"{folder} is not writable")
         probe_writable(folder)
     except OSError as e:
-        example = ", such as runs/NAME in the course folder" if flag == "--out" else ""  # --out names a run folder
         raise RunSetupError(f"{flag} {path} cannot be written here ({e.strerror or e}): choose a folder you can "
                             f"write to{example}") from None  # fmt: skip
 
