@@ -35,7 +35,6 @@ from course_utils.positional import (
     RotaryTable,
     alibi_bias,
     apply_rope,
-    rope_pairing_permutation,
     rotate_pair,
     sinusoidal_encoding,
     sinusoidal_frequencies,
@@ -62,6 +61,7 @@ def test_every_rotating_model_uses_the_half_pairing_by_default():
     assert inspect.signature(apply_rope).parameters["pairing"].default == "half"
     assert GroupedQueryAttention(8, 2, rope=True).rotary.pairing == "half"
     assert GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn.rotary.pairing == "half"
+    assert RotaryTable(8).pairing == "half"
 
 
 @settings(deadline=None, max_examples=25)
@@ -76,31 +76,6 @@ def test_the_gpt_rotation_is_apply_rope_with_the_half_pairing(B, T, start, seed)
         not torch.allclose(attn.rotary.rotate(x, start), apply_rope(x, positions, pairing="interleaved"), atol=1e-4)
         or start + T == 1
     )  # the other pairing is another function (except at 0)
-
-
-def test_gqa_rope_is_the_half_pairing():
-    torch.manual_seed(0)
-    gqa = GroupedQueryAttention(16, 4, 2, rope=True).double()
-    x = randn(1, 2, 5, 16)
-    q, k, v = gqa.qkv_proj(x).split([16, 8, 8], dim=-1)  # the packed rows: q, then k, then v
-    q = q.view(2, 5, 4, 4).transpose(1, 2)  # (B, H, T, D)
-    k = k.view(2, 5, 2, 4).transpose(1, 2)  # (B, Hkv, T, D)
-    v = v.view(2, 5, 2, 4).transpose(1, 2)
-    q, k = apply_rope(q, pairing="half"), apply_rope(k, pairing="half")
-    k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
-    out, _ = scaled_dot_product_attention(q, k, v, causal_mask(5))
-    expected = gqa.out_proj(out.transpose(1, 2).reshape(2, 5, 16))
-    torch.testing.assert_close(gqa(x, causal_mask(5)), expected)
-
-
-@given(T=st.integers(1, 8), half_D=st.integers(1, 8), seed=seeds)
-def test_half_is_the_interleaved_rotation_under_a_fixed_channel_permutation(T, half_D, seed):
-    D = 2 * half_D
-    x = randn(seed, 2, 2, T, D)
-    perm = rope_pairing_permutation(D)
-    torch.testing.assert_close(
-        apply_rope(x[..., perm], pairing="half"), apply_rope(x, pairing="interleaved")[..., perm]
-    )
 
 
 # ------------------------------------------------------------------ angles need float32 at least (section 4)

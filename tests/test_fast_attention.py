@@ -383,23 +383,9 @@ def test_flash_attention_without_autograd_is_tiled_attention_and_grads_only_what
 def test_flash_attention_refuses_a_second_derivative_rather_than_give_a_wrong_one():
     """create_graph=True asks flash's backward to be differentiable; it is not. Before, its gradients came back
     as constants: alone they raised autograd's puzzling 'does not require grad', and when the parameter also
-    reached the loss another way, the second derivative silently left flash's part out."""
-    g = torch.Generator().manual_seed(9)
-    x, w = torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(4, 4, generator=g, dtype=torch.float64)
-    k, v = torch.randn(5, 4, generator=g, dtype=torch.float64), torch.randn(5, 2, generator=g, dtype=torch.float64)
-    w.requires_grad_(True)
-    loss = flash_attention(x @ w, k, v).pow(2).sum() + w.pow(2).sum()  # w reaches the loss twice
-    match = r"flash_attention is differentiable once: .* got a backward pass with create_graph=True"
-    with pytest.raises(RuntimeError, match=match):
-        torch.autograd.grad(loss, w, create_graph=True)
-    (once,) = torch.autograd.grad(flash_attention(x @ w, k, v).pow(2).sum(), w)  # a first derivative still works
-    assert once.shape == w.shape and torch.isfinite(once).all()
-
-
-def test_flash_attention_refuses_a_second_derivative_where_once_differentiable_alone_would_be_silently_wrong():
-    """Why the refusal stays beside once_differentiable: with loss = out.sum() the gradient reaching flash needs
-    no graph, so once_differentiable adds no error node, and the second derivative would silently lack flash's
-    part. A plain cube marked once_differentiable shows what flash would give without the refusal."""
+    reached the loss another way, the second derivative silently left flash's part out. The refusal stays beside
+    once_differentiable: with loss = out.sum() the gradient reaching flash needs no graph, so once_differentiable
+    adds no error node; a plain cube marked once_differentiable shows what flash would give without the refusal."""
 
     class Cube(torch.autograd.Function):
         @staticmethod
@@ -418,11 +404,15 @@ def test_flash_attention_refuses_a_second_derivative_where_once_differentiable_a
     (second,) = torch.autograd.grad(grad, w)
     assert second.item() == 2.0  # d2/dw2 (w^3 + w^2) = 6 w + 2 = 14: once_differentiable lost the 12, silently
     g = torch.Generator().manual_seed(9)
-    x, wf = torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(4, 4, generator=g, dtype=torch.float64)
+    x, w = torch.randn(3, 4, generator=g, dtype=torch.float64), torch.randn(4, 4, generator=g, dtype=torch.float64)
     k, v = torch.randn(5, 4, generator=g, dtype=torch.float64), torch.randn(5, 2, generator=g, dtype=torch.float64)
-    wf.requires_grad_(True)
-    with pytest.raises(RuntimeError, match=r"flash_attention is differentiable once: .* create_graph=True"):
-        torch.autograd.grad(flash_attention(x @ wf, k, v).sum() + wf.pow(2).sum(), wf, create_graph=True)
+    w.requires_grad_(True)
+    match = r"flash_attention is differentiable once: .* got a backward pass with create_graph=True"
+    for out in (flash_attention(x @ w, k, v).pow(2), flash_attention(x @ w, k, v)):  # w reaches the loss twice
+        with pytest.raises(RuntimeError, match=match):
+            torch.autograd.grad(out.sum() + w.pow(2).sum(), w, create_graph=True)
+    (once,) = torch.autograd.grad(flash_attention(x @ w, k, v).pow(2).sum(), w)  # a first derivative still works
+    assert once.shape == w.shape and torch.isfinite(once).all()
 
 
 @pytest.mark.parametrize("is_causal, masked", [(False, False), (True, False), (False, True)])
@@ -516,9 +506,13 @@ class _CountMatmuls(TorchDispatchMode):
 
 @pytest.mark.parametrize("is_causal, tiles", [(False, 4 * 4), (True, 4 + 3 + 2 + 1)])
 def test_flash_attention_skips_the_tiles_past_the_causal_diagonal_in_both_passes(is_causal, tiles):
-    """T = S = 8 in tiles of 2: 16 tiles, 10 of them on or below the diagonal; 2 products a tile forward, 5 back."""
+    """T = S = 8 in tiles of 2: 16 tiles, 10 of them on or below the diagonal (notebook 08's 'tiles computed:
+    10 of 16'); 2 products a tile forward, in tiled_attention as in flash_attention, 5 back."""
     g = torch.Generator().manual_seed(8)
     q, k, v = (torch.randn(1, 8, 4, generator=g, requires_grad=True) for _ in range(3))
+    with torch.no_grad(), _CountMatmuls() as tiled:
+        tiled_attention(q, k, v, is_causal=is_causal, q_tile=2, kv_tile=2)
+    assert tiled.calls == 2 * tiles
     with _CountMatmuls() as forward:
         out = flash_attention(q, k, v, is_causal=is_causal, q_tile=2, kv_tile=2)
     with _CountMatmuls() as backward:

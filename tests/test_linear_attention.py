@@ -106,15 +106,6 @@ def test_the_delta_rule_equals_the_direct_loop_in_float64(shape):
         torch.testing.assert_close(state, final, **F64)
 
 
-@pytest.mark.parametrize("T, chunk_size", [(1, 1), (1, 4), (12, 4), (13, 4), (13, 5), (13, 13), (13, 20), (64, 7)])
-def test_chunkwise_equals_the_recurrence_whether_or_not_the_chunk_divides_T(T, chunk_size):
-    q, k, v, gate, _ = _inputs(T * 100 + chunk_size, (2, 3), T, 8, 5)
-    ref, ref_state = gated_linear_attention_recurrent(q, k, v, gate)
-    out, state = gated_linear_attention_chunkwise(q, k, v, gate, chunk_size=chunk_size)
-    torch.testing.assert_close(out, ref, **F64)
-    torch.testing.assert_close(state, ref_state, **F64)
-
-
 def test_float32_forms_agree_to_the_stated_1e_5():
     q, k, v, gate, _ = _inputs(3, (2, 4), 200, 16, 16, dtype=torch.float32, low=0.9)
     ref, _ = gated_linear_attention_recurrent(q, k, v, gate)
@@ -413,27 +404,6 @@ def _linear_inputs(seed: int, lead: tuple[int, ...], T: int, D: int, Dv: int, dt
     g = torch.Generator().manual_seed(seed)
     q, k = (torch.randn(*lead, T, D, generator=g, dtype=dtype) for _ in range(2))  # (..., T, D)
     return q, k, torch.randn(*lead, T, Dv, generator=g, dtype=dtype)  # v (..., T, Dv)
-
-
-LINEAR_TOL = {torch.float32: 1e-6, torch.float64: 1e-12}  # the tolerances notebook 07 states
-
-
-@settings(max_examples=60, deadline=None)
-@given(
-    seed=st.integers(0, 2**31 - 1),
-    lead=st.lists(st.integers(1, 3), max_size=2).map(tuple),
-    T=st.integers(1, 48),
-    D=st.integers(1, 12),
-    Dv=st.integers(1, 12),
-    dtype=st.sampled_from((torch.float32, torch.float64)),
-)
-def test_linear_attention_parallel_recurrent_and_direct_forms_agree(seed, lead, T, D, Dv, dtype):
-    q, k, v = _linear_inputs(seed, lead, T, D, Dv, dtype)
-    parallel = linear_attention(q, k, v)
-    assert parallel.shape == (*lead, T, Dv) and parallel.dtype == dtype
-    t = LINEAR_TOL[dtype]
-    torch.testing.assert_close(linear_attention_recurrent(q, k, v), parallel, atol=t, rtol=t)
-    torch.testing.assert_close(linear_attention_quadratic(q, k, v), parallel, atol=t, rtol=t)
 
 
 def test_linear_attention_is_attention_with_exp_replaced_by_the_feature_map():

@@ -309,13 +309,6 @@ def test_a_3d_mask_is_refused_even_where_b_equals_h(module):
     torch.testing.assert_close(layer(x3, per_head), packed(x3, per_head[None]))
 
 
-def test_wrapper_takes_the_same_mask_as_multihead_attention():
-    packed = make_packed()
-    x = torch.randn(3, 4, 8)
-    mask = padding_mask([4, 2, 1], 4)[:, None, None, :]
-    torch.testing.assert_close(MultiHeadAttentionWrapper.from_packed(packed)(x, mask), packed(x, mask))
-
-
 def test_single_head_attention_is_sdpa_on_its_projections():
     torch.manual_seed(0)
     head = SingleHeadAttention(8, 3, bias=True)

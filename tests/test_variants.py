@@ -16,7 +16,7 @@ from test_leakage import assert_no_leakage
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
-from course_utils.multihead import MultiHeadAttention
+from course_utils.multihead import MultiHeadAttention, merge_heads
 from course_utils.variants import (
     AFTFull,
     GroupedQueryAttention,
@@ -105,44 +105,22 @@ def test_gqa_dropout_drops_attention_weights_in_training_mode_only():
     assert not torch.allclose(out_train, out)
 
 
-def _qkv(gqa: GroupedQueryAttention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q (B, T, H D), k and v (B, T, Hkv D): the packed projection's rows, q then k then v."""
+def _heads(gqa: GroupedQueryAttention, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q (B, H, T, D), k and v (B, Hkv, T, D): the packed projection's rows, q then k then v, cut into heads."""
+    B, T, _ = x.shape
     H, Hkv, D = gqa.num_heads, gqa.num_kv_heads, gqa.head_dim
-    return gqa.qkv_proj(x).split([H * D, Hkv * D, Hkv * D], dim=-1)
+    q, k, v = gqa.qkv_proj(x).split([H * D, Hkv * D, Hkv * D], dim=-1)  # (B, T, H D), (B, T, Hkv D) twice
+    return tuple(t.view(B, T, -1, D).transpose(1, 2) for t in (q, k, v))
 
 
-def _mqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Multi-query attention written out: every query head uses the one shared k and v."""
-    B, T, C = x.shape
-    H, D = gqa.num_heads, gqa.head_dim
-    q, k, v = _qkv(gqa, x)
-    q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-    k, v = k[:, None], v[:, None]  # (B, 1, T, D): broadcast over heads
-    out, _ = scaled_dot_product_attention(q, k, v, mask)
-    return gqa.out_proj(out.transpose(1, 2).reshape(B, T, C))
-
-
-def test_gqa_with_one_kv_head_is_multi_query_attention():
-    torch.manual_seed(1)
-    gqa = GroupedQueryAttention(12, 3, 1)
-    assert gqa.qkv_proj.weight.shape == (12 + 2 * 4, 12)  # q, then one k and one v head of D = 4
-    x = torch.randn(2, 5, 12)
-    torch.testing.assert_close(gqa(x, causal_mask(5)), _mqa_reference(gqa, x, causal_mask(5)))
-
-
-@pytest.mark.parametrize("Hkv", [1, 2, 4])
+@pytest.mark.parametrize("Hkv", [1, 2, 4])  # 1: multi-query attention
 def test_gqa_module_matches_torch_enable_gqa(Hkv):
     torch.manual_seed(2)
     gqa = GroupedQueryAttention(16, 4, Hkv, bias=True)
+    assert gqa.qkv_proj.weight.shape == (16 + 2 * Hkv * 4, 16)  # q, then Hkv k and Hkv v heads of D = 4
     x = torch.randn(2, 6, 16)
-    B, T, C = x.shape
-    q, k, v = _qkv(gqa, x)
-    q = q.view(B, T, 4, 4).transpose(1, 2)
-    k = k.view(B, T, Hkv, 4).transpose(1, 2)
-    v = v.view(B, T, Hkv, 4).transpose(1, 2)
-    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
-    ref = gqa.out_proj(ref.transpose(1, 2).reshape(B, T, C))
-    torch.testing.assert_close(gqa(x, causal_mask(T)), ref)
+    ref = F.scaled_dot_product_attention(*_heads(gqa, x), is_causal=True, enable_gqa=True)  # (B, H, T, D)
+    torch.testing.assert_close(gqa(x, causal_mask(6)), gqa.out_proj(merge_heads(ref)))
 
 
 def test_kv_cache_bytes_for_a_7b_sized_model():
@@ -356,47 +334,32 @@ def test_gqa_cached_decoding_equals_the_full_forward(Hkv, rope):
     torch.testing.assert_close(torch.cat(pieces, dim=1), full)
 
 
-@pytest.mark.parametrize("pairing, agrees", [("half", True), ("interleaved", False)])
-def test_gqa_rope_rotates_with_the_course_pairing(pairing, agrees):
-    """GQA's rope=True rotates with the half pairing (apply_rope's default, gpt.py's), not the interleaved one."""
-    from course_utils.positional import apply_rope
-
-    torch.manual_seed(12)
-    gqa = GroupedQueryAttention(16, 4, 4, rope=True).double()
-    x = torch.randn(2, 7, 16, dtype=torch.float64)
-    q, k, v = (t.view(2, 7, 4, 4).transpose(1, 2) for t in gqa.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, D)
-    q, k = apply_rope(q, pairing=pairing), apply_rope(k, pairing=pairing)
-    out, _ = scaled_dot_product_attention(q, k, v, causal_mask(7))
-    reference = gqa.out_proj(out.transpose(1, 2).reshape(2, 7, 16))
-    same = torch.allclose(gqa(x, causal_mask(7)), reference, rtol=1e-9, atol=1e-12)
-    assert same is agrees
-
-
-def _rope_gqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, base: float) -> torch.Tensor:
+def _rope_gqa_reference(gqa: GroupedQueryAttention, x: torch.Tensor, base: float, pairing: str) -> torch.Tensor:
     """Grouped-query attention written out, q and k rotated by apply_rope with frequencies base ** (-2i / D)."""
     from course_utils.positional import apply_rope
 
-    B, T, C = x.shape
-    H, Hkv, D = gqa.num_heads, gqa.num_kv_heads, gqa.head_dim
-    q, k, v = _qkv(gqa, x)
-    q = q.view(B, T, H, D).transpose(1, 2)  # (B, H, T, D)
-    k = k.view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
-    v = v.view(B, T, Hkv, D).transpose(1, 2)  # (B, Hkv, T, D)
-    q, k = apply_rope(q, base=base), apply_rope(k, base=base)
-    out, _ = scaled_dot_product_attention(q, repeat_kv(k, H), repeat_kv(v, H), causal_mask(T))
-    return gqa.out_proj(out.transpose(1, 2).reshape(B, T, C))
+    q, k, v = _heads(gqa, x)
+    q, k = apply_rope(q, base=base, pairing=pairing), apply_rope(k, base=base, pairing=pairing)
+    H = gqa.num_heads
+    out, _ = scaled_dot_product_attention(q, repeat_kv(k, H), repeat_kv(v, H), causal_mask(x.shape[1]))
+    return gqa.out_proj(merge_heads(out))
 
 
-@pytest.mark.parametrize("base", [10000.0, 500000.0, 100.0])
-def test_gqa_rope_rotates_with_its_rope_base(base):
-    """Issue #17: ``rope_base`` reaches the rotation (before, every GQA rotated with 10000 whatever it was told)."""
+@pytest.mark.parametrize(
+    "Hkv, base, pairing, agrees",
+    [(4, 10000.0, "half", True), (4, 10000.0, "interleaved", False), (2, 10000.0, "half", True)]
+    + [(2, 500000.0, "half", True), (2, 100.0, "half", True)],
+)
+def test_gqa_rope_rotates_with_the_half_pairing_and_its_rope_base(Hkv, base, pairing, agrees):
+    """GQA's rope=True rotates with the half pairing (apply_rope's default, gpt.py's), not the interleaved one, and
+    with its ``rope_base`` (issue #17: before, every GQA rotated with 10000 whatever it was told)."""
     torch.manual_seed(14)
-    gqa = GroupedQueryAttention(16, 4, 2, rope=True, rope_base=base).double()
+    gqa = GroupedQueryAttention(16, 4, Hkv, rope=True, rope_base=base).double()
     x = torch.randn(2, 12, 16, dtype=torch.float64)
     out = gqa(x, causal_mask(12))
-    torch.testing.assert_close(out, _rope_gqa_reference(gqa, x, base))
+    assert torch.allclose(out, _rope_gqa_reference(gqa, x, base, pairing), rtol=1e-9, atol=1e-12) is agrees
     if base != 10000.0:
-        assert not torch.allclose(out, _rope_gqa_reference(gqa, x, 10000.0), rtol=1e-6, atol=1e-6)
+        assert not torch.allclose(out, _rope_gqa_reference(gqa, x, 10000.0, pairing), rtol=1e-6, atol=1e-6)
 
 
 # --- bad input --------------------------------------------------------------------------------------
@@ -443,8 +406,12 @@ def _cache(*appends, num_layers=1, capacity=4):
 Q = torch.randn(2, 5, 4)
 Q3, Q8, V8 = torch.randn(3, 1, 4, 2), torch.randn(2, 5, 8), torch.randn(2, 5, 4)
 P6, Q6, KV = torch.randn(3, 6), torch.randn(1, 6, 4), torch.zeros(1, 1, 2, 3)
+K1, K2 = torch.randn(1, 1, 1, 2), torch.randn(1, 1, 2, 2)  # one new position, two
 BATCH_OF_2 = _cache((0, (2, 1, 3, 4)), capacity=8)
 MODULE_WEIGHTS = "but the module's weights are"
+MASK_3_5_META = torch.ones(3, 5, dtype=torch.bool, device="meta")
+CHANNELS = "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)"
+SCALE_ABC = "scale must be a positive number, got 'abc' (str)"
 
 # (call, exception type, words the message must contain)
 MESSAGES = [
@@ -463,7 +430,7 @@ MESSAGES = [
         "rope_base must be a number greater than 1, got 1.0",
     ),
     (
-        lambda: GroupedQueryAttention(8, 4, 2)(torch.randn(1, 3, 8), need_weights="no"),
+        lambda: GroupedQueryAttention(8, 4, 2)(Q8, need_weights="no"),
         TypeError,
         "need_weights must be True or False, got 'no'",
     ),
@@ -472,34 +439,22 @@ MESSAGES = [
     (lambda: sliding_window_mask(4, 0), ValueError, "window must be at least 1, got 0"),
     (lambda: sliding_window_mask(4, 2.5), TypeError, "window must be an int"),
     (lambda: sliding_window_attention(*Q3, window=-2), ValueError, "window must be at least 1, got -2"),
-    (
-        lambda: sliding_window_attention(*torch.zeros(3, 1, 0, 4), window=2, scale="abc"),
-        TypeError,
-        "scale must be a positive number, got 'abc' (str)",
-    ),
+    (lambda: sliding_window_attention(*torch.zeros(3, 1, 0, 4), window=2, scale="abc"), TypeError, SCALE_ABC),
     (lambda: topk_attention(*Q3, top_k=0), ValueError, "top_k must be at least 1, got 0"),
     (
         lambda: topk_attention(Q8, V8, Q8, top_k=2),
         ValueError,
         "q and k must have the same last dimension D, got q (2, 5, 8) and k (2, 5, 4)",
     ),
-    (lambda: topk_attention(Q8, Q8, Q8, 2, scale="abc"), TypeError, "scale must be a positive number, got 'abc' (str)"),
+    (lambda: topk_attention(Q8, Q8, Q8, 2, scale="abc"), TypeError, SCALE_ABC),
     (
         lambda: topk_attention(Q[0], Q[0], Q[0], top_k=2, mask=torch.ones(5, 5, dtype=torch.bool, device="meta")),
         ValueError,
         "q, mask must be on one device, got q on cpu, mask on meta",
     ),
     (lambda: aft_full(*Q3, w=torch.zeros(3, 3)), ValueError, "w must have shape (T, S) = (4, 4)"),
-    (
-        lambda: aft_full(Q8, Q8, V8, torch.zeros(5, 5)),
-        ValueError,
-        "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)",
-    ),
-    (
-        lambda: aft_simple(Q8, Q8, V8),
-        ValueError,
-        "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)",
-    ),
+    (lambda: aft_full(Q8, Q8, V8, torch.zeros(5, 5)), ValueError, CHANNELS),
+    (lambda: aft_simple(Q8, Q8, V8), ValueError, CHANNELS),
     (lambda: aft_simple(Q8, V8, V8), ValueError, "q and k must have the same last dimension D"),
     (
         lambda: linformer_attention(*torch.randn(3, 1, 6, 2), proj_k=torch.eye(4), proj_v=torch.eye(6)),
@@ -511,11 +466,7 @@ MESSAGES = [
         TypeError,
         "proj_k must have the dtype of q, k and v (torch.float32), got torch.int64",
     ),
-    (
-        lambda: linformer_attention(Q6, Q6, Q6, P6, P6.to("meta")),
-        ValueError,
-        "k on cpu, proj_k on cpu, proj_v on meta",
-    ),
+    (lambda: linformer_attention(Q6, Q6, Q6, P6, P6.to("meta")), ValueError, "k on cpu, proj_k on cpu, proj_v on meta"),
     (
         lambda: linformer_attention(*torch.randn(3, 1, 1, 7, 4), torch.randn(3, 7), torch.randn(4, 7)),
         ValueError,
@@ -528,7 +479,7 @@ MESSAGES = [
             (lambda m=layer: m(torch.randn(5, 16)), ValueError, "x must have at least 3 dimensions, got shape (5, 16)"),
             (lambda m=layer: m(torch.randn(2, 5, 8)), ValueError, "x must have shape (B, T, C=16), got (2, 5, 8)"),
             (
-                lambda m=layer: m(torch.ones(2, 5, 16, dtype=torch.long)),
+                lambda m=layer: m(torch.ones(2, 5, 16).long()),
                 TypeError,
                 "x must be a floating-point tensor, got dtype torch.int64",
             ),
@@ -538,42 +489,20 @@ MESSAGES = [
         row
         for module in (GroupedQueryAttention(8, 4, 2), AFTFull(8, 4))
         for row in [
-            (
-                lambda m=module: m(torch.randn(1, 3, 8).double()),
-                TypeError,
-                "x is float64 " + MODULE_WEIGHTS + " float32",
-            ),
-            (
-                lambda m=module: m(torch.randn(1, 3, 8).to("meta")),
-                ValueError,
-                "x is on meta " + MODULE_WEIGHTS + " on cpu",
-            ),
+            (lambda m=module: m(Q8[:1].double()), TypeError, "x is float64 " + MODULE_WEIGHTS + " float32"),
+            (lambda m=module: m(Q8[:1].to("meta")), ValueError, "x is on meta " + MODULE_WEIGHTS + " on cpu"),
         ]
     ],
     # the KV cache, and the decoder that uses it
     (lambda: KVCache(2, 0), ValueError, "capacity must be at least 1"),
+    (lambda: KVCache(2, 4).update(2, K1, K1), ValueError, "layer must be in [0, 1], got 2"),
+    (lambda: KVCache(2, 4).update(True, K1, K1), TypeError, "layer must be an int, got bool"),
     (
-        lambda: KVCache(2, 4).update(2, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2)),
-        ValueError,
-        "layer must be in [0, 1], got 2",
-    ),
-    (
-        lambda: KVCache(2, 4).update(True, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2)),
-        TypeError,
-        "layer must be an int, got bool",
-    ),
-    (
-        lambda: _cache((0, (1, 1, 3, 2))).update(0, torch.randn(1, 1, 2, 2), torch.randn(1, 1, 2, 2)),
+        lambda: _cache((0, (1, 1, 3, 2))).update(0, K2, K2),
         ValueError,
         "KV cache overflow: capacity (context_length) is 4 positions, 3 are cached and 2",
     ),
-    (
-        lambda: _cache((0, (1, 1, 1, 2)), num_layers=2, capacity=8).update(
-            0, torch.randn(1, 1, 1, 2), torch.randn(1, 1, 1, 2)
-        ),
-        RuntimeError,
-        "layer 0 appended twice",
-    ),
+    (lambda: _cache((0, K1.shape), num_layers=2, capacity=8).update(0, K1, K1), RuntimeError, "layer 0 appended twice"),
     (
         lambda: KVCache(1, 4).update(0, KV, KV.double()),
         TypeError,
@@ -595,13 +524,7 @@ MESSAGES = [
         "k, v must be on one device, got k on cpu, v on meta",
     ),
     (
-        lambda: aft_full(
-            torch.randn(2, 3, 4),
-            torch.randn(2, 5, 4),
-            torch.randn(2, 5, 4),
-            torch.randn(3, 5),
-            mask=torch.ones(3, 5, dtype=torch.bool, device="meta"),
-        ),
+        lambda: aft_full(Q8[:, :3, :4], V8, V8, torch.randn(3, 5), mask=MASK_3_5_META),
         ValueError,
         "q, w, mask must be on one device, got q on cpu, w on cpu, mask on meta",
     ),
