@@ -200,19 +200,19 @@ def check_tiled_args(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> None:
         check_last_positions(T, S, "is_causal")
 
 
-def _visible(
-    mask: torch.Tensor | None, is_causal: bool, offset: int, i0: int, i1: int, j0: int, j1: int, device
-) -> torch.Tensor | None:
-    """Which scores of the tile (queries i0:i1, keys j0:j1) a query may see: bool (..., Tq, Sk), None for all."""
+def _masked(
+    scores: torch.Tensor, mask: torch.Tensor | None, is_causal: bool, offset: int, i0: int, i1: int, j0: int, j1: int
+) -> torch.Tensor:
+    """The scores (..., Tq, Sk) of the tile (queries i0:i1, keys j0:j1), -inf where the query may not see."""
     visible = None
     if is_causal and j1 - 1 > offset + i0:  # this tile crosses the diagonal of the first query row
-        rows = torch.arange(offset + i0, offset + i1, device=device)[:, None]  # (Tq, 1) absolute positions
-        visible = torch.arange(j0, j1, device=device)[None, :] <= rows  # (Tq, Sk)
+        rows = torch.arange(offset + i0, offset + i1, device=scores.device)[:, None]  # (Tq, 1) absolute positions
+        visible = torch.arange(j0, j1, device=scores.device)[None, :] <= rows  # (Tq, Sk)
     if mask is not None:  # its tile, broadcastable to (..., Tq, Sk); an axis of size 1 broadcasts whole
         m_t = mask[..., i0:i1, :] if mask.dim() >= 2 and mask.shape[-2] != 1 else mask
         m_t = m_t[..., j0:j1] if m_t.dim() >= 1 and m_t.shape[-1] != 1 else m_t
         visible = m_t if visible is None else visible & m_t
-    return visible
+    return scores if visible is None else scores.masked_fill(~visible, NEG_INF)
 
 
 def _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[torch.Tensor, torch.Tensor]:
@@ -232,9 +232,7 @@ def _tiled_forward(q, k, v, mask, is_causal, scale, q_tile, kv_tile) -> tuple[to
         for j0 in range(0, last_key + 1, kv_tile):
             j1 = min(j0 + kv_tile, S)
             scores = q_t @ k[..., j0:j1, :].transpose(-2, -1)  # (..., Tq, D) @ (..., D, Sk) -> (..., Tq, Sk)
-            visible = _visible(mask, is_causal, offset, i0, i1, j0, j1, q.device)
-            if visible is not None:
-                scores = scores.masked_fill(~visible, NEG_INF)
+            scores = _masked(scores, mask, is_causal, offset, i0, i1, j0, j1)
             acc = _merge(acc, _block_partial(scores, v[..., j0:j1, :]))  # (..., Tq, 1), (..., Tq, Dv)
         out[..., i0:i1, :] = _finish(acc)  # (..., Tq, Dv)
         lse[..., i0:i1, :] = acc.m + torch.log(acc.l)  # (..., Tq, 1): log sum exp(scores); -inf + -inf if none
@@ -402,10 +400,7 @@ def _tiled_backward(q, k, v, out, dout, lse, mask, is_causal, scale, q_tile, kv_
         for j0 in range(0, last_key + 1, kv_tile):
             j1 = min(j0 + kv_tile, S)
             k_t, v_t = k[..., j0:j1, :], v[..., j0:j1, :]  # (..., Sk, D), (..., Sk, Dv)
-            scores = q_t @ k_t.transpose(-2, -1)  # (..., Tq, Sk), as in the forward pass
-            visible = _visible(mask, is_causal, offset, i0, i1, j0, j1, q.device)
-            if visible is not None:
-                scores = scores.masked_fill(~visible, NEG_INF)
+            scores = _masked(q_t @ k_t.transpose(-2, -1), mask, is_causal, offset, i0, i1, j0, j1)  # as forward
             weights = (scores - lse[..., i0:i1, :]).exp_()  # (..., Tq, Sk): P = exp(scores - logsumexp)
             dv[..., j0:j1, :] += weights.transpose(-2, -1) @ do_t  # (..., Sk, Tq) @ (..., Tq, Dv)
             dweights = do_t @ v_t.transpose(-2, -1)  # (..., Tq, Dv) @ (..., Dv, Sk) -> (..., Tq, Sk): dP

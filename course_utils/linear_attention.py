@@ -136,10 +136,8 @@ def gated_linear_attention_recurrent(
 
 def decay_mask(gate: torch.Tensor) -> torch.Tensor:
     """M[i, j] = alpha_{j+1} ... alpha_i for j <= i (1 on the diagonal), 0 above it: how much of token j is left
-    at step i. Each entry is the exp of its own sum of log alpha over j < m <= i (a cumulative sum down a masked
-    (T, T) matrix), not a difference of two whole-sequence cumulative sums: a difference loses float32 digits over
-    long sequences, and its gradient cancels an O(1) term against itself before dividing by alpha, which left
-    small gates with a wrong gradient (every gate 1e-40: none).
+    at step i. Each entry is the exp of its own sum of log alpha over j < m <= i, not a difference of two
+    whole-sequence cumulative sums, which loses float32 digits over long sequences and small gates' gradients.
 
     Shape: gate (..., T) in (0, 1] -> (..., T, T). Taught in notebook 13.
     """

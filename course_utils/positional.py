@@ -195,7 +195,6 @@ class RotaryTable:
         check_int("length", length, minimum=0)
         check_choice("pairing", pairing, _PAIRINGS)
         check_greater_than("base", base, 1)
-        self.theta = sinusoidal_frequencies(head_dim, base)  # (D/2,) float64, made once: a forward checks nothing
         self.head_dim, self.base, self.length, self.pairing = int(head_dim), float(base), int(length), pairing
         self.theta = sinusoidal_frequencies(self.head_dim, self.base)  # (D/2,) float64, made (and checked) once
         self._tables: dict[tuple, tuple[torch.Tensor, torch.Tensor]] = {}  # (device, dtype) -> cos, sin

@@ -158,10 +158,8 @@ class GroupedQueryAttention(MultiHeadAttention):
         """:meth:`forward` for a model that checked its input at its door."""
         B, T, C = x.shape
         H, Hkv, D = self.num_heads, self.num_kv_heads, self.head_dim
-        q, k, v = self.qkv_proj(x).split([H * D, Hkv * D, Hkv * D], dim=-1)  # (B, T, C) -> (B, T, (H + 2Hkv) D)
-        q = q.view(B, T, H, D).transpose(1, 2)  # (B, T, H * D) -> (B, H, T, D)
-        k = k.view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
-        v = v.view(B, T, Hkv, D).transpose(1, 2)  # (B, T, Hkv * D) -> (B, Hkv, T, D)
+        qkv = self.qkv_proj(x).split([H * D, Hkv * D, Hkv * D], dim=-1)  # (B, T, C) -> (B, T, (H + 2Hkv) D)
+        q, k, v = (t.view(B, T, -1, D).transpose(1, 2) for t in qkv)  # (B, H, T, D), (B, Hkv, T, D) twice
         if self.rotary is not None:  # the new tokens sit at positions start .. start + T - 1
             start = 0 if cache is None else cache._lengths[layer]
             q, k = self.rotary.rotate_unchecked(q, start), self.rotary.rotate_unchecked(k, start)
@@ -420,10 +418,9 @@ class AFTFull(nn.Module):
         if local_window is not None:
             check_int("local_window", local_window)
         self.embed_dim, self.context_length, self.local_window = embed_dim, context_length, local_window
-        self.q_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.k_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.v_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
-        self.out_proj = nn.Linear(embed_dim, embed_dim, bias=bias)
+        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
+            nn.Linear(embed_dim, embed_dim, bias=bias) for _ in range(4)
+        )
         self.w = nn.Parameter(0.1 * torch.randn(context_length, context_length))
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
