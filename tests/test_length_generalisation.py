@@ -46,16 +46,8 @@ def test_every_kind_of_positions_gives_logits_and_runs_beyond_the_training_lengt
     config = LengthGenConfig.tiny()
     torch.manual_seed(0)
     model = TinyPositionalModel(config, positions)
-    assert model(torch.zeros(2, config.train_length, dtype=torch.long)).shape == (
-        2,
-        config.train_length,
-        config.num_letters,
-    )
-    assert model(torch.zeros(1, config.context_length, dtype=torch.long)).shape == (
-        1,
-        config.context_length,
-        config.num_letters,
-    )
+    for B, T in ((2, config.train_length), (1, config.context_length)):
+        assert model(torch.zeros(B, T, dtype=torch.long)).shape == (B, T, config.num_letters)
 
 
 def test_training_is_deterministic_and_learns():
