@@ -11,20 +11,14 @@ from course_utils.multihead import MultiHeadAttention
 from course_utils.variants import GroupedQueryAttention
 
 
-def test_pre_norm_block_by_hand():
+def test_pre_norm_and_post_norm_blocks_by_hand():
     torch.manual_seed(0)
-    block = Block(16, MultiHeadAttention(16, 4)).double()
     x, mask = torch.randn(2, 5, 16, dtype=torch.float64), causal_mask(5)
-    h = x + block.attn(block.ln_1(x), mask)
-    torch.testing.assert_close(block(x, mask), h + block.mlp(block.ln_2(h)))
-
-
-def test_post_norm_block_by_hand():
-    torch.manual_seed(0)
-    block = Block(16, MultiHeadAttention(16, 4), norm_position="post").double()
-    x = torch.randn(2, 5, 16, dtype=torch.float64)
-    h = block.ln_1(x + block.attn(x))
-    torch.testing.assert_close(block(x), block.ln_2(h + block.mlp(h)))
+    pre, post = (Block(16, MultiHeadAttention(16, 4), norm_position=p).double() for p in ("pre", "post"))
+    h = x + pre.attn(pre.ln_1(x), mask)
+    torch.testing.assert_close(pre(x, mask), h + pre.mlp(pre.ln_2(h)))
+    h = post.ln_1(x + post.attn(x, mask))
+    torch.testing.assert_close(post(x, mask), post.ln_2(h + post.mlp(h)))
 
 
 def test_every_model_uses_the_one_block_with_the_same_parameter_names():

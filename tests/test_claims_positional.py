@@ -64,20 +64,6 @@ def test_every_rotating_model_uses_the_half_pairing_by_default():
     assert RotaryTable(8).pairing == "half"
 
 
-@settings(deadline=None, max_examples=25)
-@given(B=st.integers(1, 2), T=st.integers(1, 12), start=st.integers(0, 40), seed=seeds)
-def test_the_gpt_rotation_is_apply_rope_with_the_half_pairing(B, T, start, seed):
-    """gpt.py's cached rotation and positional.apply_rope(pairing="half") are one function (random input)."""
-    attn = GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn
-    x = randn(seed, B, attn.num_heads, T, attn.head_dim).float()  # (B, H, T, D)
-    positions = torch.arange(start, start + T)
-    torch.testing.assert_close(attn.rotary.rotate(x, start), apply_rope(x, positions, pairing="half"))
-    assert (
-        not torch.allclose(attn.rotary.rotate(x, start), apply_rope(x, positions, pairing="interleaved"), atol=1e-4)
-        or start + T == 1
-    )  # the other pairing is another function (except at 0)
-
-
 # ------------------------------------------------------------------ angles need float32 at least (section 4)
 
 

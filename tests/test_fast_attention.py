@@ -57,6 +57,13 @@ def _mask(kind: str, B: int, T: int, S: int, g: torch.Generator) -> torch.Tensor
     return mask
 
 
+def _combined(mask: torch.Tensor | None, is_causal: bool, T: int, S: int) -> torch.Tensor | None:
+    """The one boolean mask (..., T, S) that ``mask`` and ``is_causal`` make together, None for none."""
+    if not is_causal:
+        return mask
+    return causal_mask(T, S) if mask is None else causal_mask(T, S) & mask
+
+
 @settings(max_examples=150, deadline=None)
 @given(
     seed=seeds,
@@ -85,10 +92,7 @@ def test_tiled_attention_equals_the_reference_and_torch(
     k = torch.randn(B, H, S, D, generator=g, dtype=dtype)
     v = torch.randn(B, H, S, Dv, generator=g, dtype=dtype)
     mask = _mask(mask_kind, B, T, S, g)
-    combined = mask
-    if is_causal:
-        combined = causal_mask(T, S) if mask is None else causal_mask(T, S) & mask  # (..., T, S)
-
+    combined = _combined(mask, is_causal, T, S)  # (..., T, S)
     out = tiled_attention(q, k, v, mask, is_causal=is_causal, q_tile=q_tile, kv_tile=kv_tile)
     assert out.shape == (B, H, T, Dv) and out.dtype == dtype
     ours, _ = scaled_dot_product_attention(q, k, v, combined)
@@ -247,13 +251,6 @@ def test_merge_rescales_without_overflow():
 
 
 # --- the backward pass by hand, and flash attention -------------------------------------------------
-
-
-def _combined(mask: torch.Tensor | None, is_causal: bool, T: int, S: int) -> torch.Tensor | None:
-    """The one boolean mask (..., T, S) that ``mask`` and ``is_causal`` make together, None for none."""
-    if not is_causal:
-        return mask
-    return causal_mask(T, S) if mask is None else causal_mask(T, S) & mask
 
 
 def _draw_case(seed, dtype, B, H, T, S, D, Dv, mask_kind, broadcast_batch):

@@ -71,6 +71,7 @@ def test_padding_mask_values():
     expected = torch.tensor([[1, 1, 1, 0], [1, 0, 0, 0], [0, 0, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
     torch.testing.assert_close(mask, expected, atol=0, rtol=0)
     torch.testing.assert_close(padding_mask(torch.tensor([3, 1, 0, 4]), 4), expected, atol=0, rtol=0)
+    assert padding_mask([], 4).shape == (0, 4)  # an empty batch is still a batch
 
 
 @settings(deadline=None, max_examples=25)
@@ -84,10 +85,6 @@ def test_padding_mask_counts_real_tokens(lengths, extra):
     assert mask.sum(-1).tolist() == lengths
     # True entries come first: a prefix of real tokens, then padding.
     assert (mask[:, 1:] <= mask[:, :-1]).all()
-
-
-def test_padding_mask_empty_batch():
-    assert padding_mask([], 4).shape == (0, 4)
 
 
 def test_padding_mask_broadcasts_over_queries_in_attention():

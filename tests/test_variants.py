@@ -313,7 +313,7 @@ def test_kv_cache_reorder_and_reset():
     cache = KVCache(num_layers=1, capacity=4)
     k = torch.arange(2.0).view(2, 1, 1, 1)
     cache.update(0, k, k)
-    cache.reorder(torch.tensor([1, 1, 0]))
+    cache.reorder(torch.tensor([1, 1, 0]))  # beam search may repeat rows
     assert cache.keys[0][:, 0, 0, 0].tolist() == [1.0, 1.0, 0.0]
     cache.reset()
     assert cache.length == 0
@@ -553,11 +553,8 @@ def test_each_bad_input_gets_its_message(call, error, words):
     assert words in str(raised.value)
 
 
-def test_a_refused_append_leaves_the_cache_as_it_was_and_reorder_may_repeat_rows():
+def test_a_refused_append_leaves_the_cache_as_it_was():
     cache = KVCache(num_layers=1, capacity=4)
     with pytest.raises(TypeError):
         cache.update(0, KV, KV.double())
     assert cache.length == 0
-    batch = _cache((0, (2, 1, 3, 4)), capacity=8)
-    batch.reorder(torch.tensor([1, 1, 0]))  # beam search may repeat rows
-    assert batch.keys[0].shape[0] == 3
