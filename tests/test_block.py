@@ -15,6 +15,9 @@ def test_pre_norm_and_post_norm_blocks_by_hand():
     torch.manual_seed(0)
     x, mask = torch.randn(2, 5, 16, dtype=torch.float64), causal_mask(5)
     pre, post = (Block(16, MultiHeadAttention(16, 4), norm_position=p).double() for p in ("pre", "post"))
+    with torch.no_grad():  # fresh layer norms are all alike (weight 1, bias 0): a swapped one would pass unseen
+        for p in (*pre.parameters(), *post.parameters()):
+            p.add_(0.1 * torch.randn_like(p))
     h = x + pre.attn(pre.ln_1(x), mask)
     torch.testing.assert_close(pre(x, mask), h + pre.mlp(pre.ln_2(h)))
     h = post.ln_1(x + post.attn(x, mask))
