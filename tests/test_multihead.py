@@ -456,7 +456,8 @@ MESSAGES = [
     ],
     (lambda: MHA(X, memory=MEMORY.double()), TypeError, "memory is float64 but the module's weights are float32"),
     (lambda: MHA(X, memory=MEMORY.to("meta")), ValueError, "memory is on meta but the module's weights are on cpu"),
-    (lambda: MHA(X, causal_mask(3), memory=MEMORY), ValueError, "does not broadcast to the scores' shape (2, 2, 3, 5)"),
+    (lambda: MHA(X, causal_mask(3), memory=MEMORY), ValueError,
+     "mask of shape (3, 3) does not broadcast to the scores' shape (2, 2, 3, 5)"),
     (lambda: MHA(X, torch.zeros(3, 5), memory=MEMORY), TypeError, "mask must be boolean"),
     (lambda: MHA(X, None, False, MEMORY), TypeError, "positional argument"),  # memory is keyword-only
     (lambda: MHA(X, MEMORY), TypeError,
