@@ -922,38 +922,30 @@ def test_a_check_of_one_part_runs_only_that_part():
     assert res.status == FAILED and res.message.startswith("on drawn case 1 (seed 7; "), res.message
 
 
-def test_references_run_afresh_a_solution_that_answers_a_case_two_ways():
+@pytest.mark.parametrize("which", ["solution", "mistake"])
+def test_references_run_afresh_a_solution_or_mistake_that_answers_a_case_two_ways(which):
     calls = []
 
-    def drifting(x):  # a reference that is not deterministic: its second run of a case differs
+    def drifting(x):  # not deterministic: its second run of a case differs
         calls.append(1)
-        return x * 2 + len(calls)
+        return x * (2 if which == "solution" else 0.5) + len(calls)
 
-    ex = dataclasses.replace(DOUBLE, solution=drifting, mistakes=())
+    if which == "solution":
+        ex = dataclasses.replace(DOUBLE, solution=drifting, mistakes=())
+    else:
+        ex = dataclasses.replace(DOUBLE, mistakes=(dataclasses.replace(HALVED, fn=drifting),))
     refs = References(ex)
-    check_fixed(ex, _double, references=refs)
-    assert not refs.deterministic
+    check_fixed(ex, lambda x: x / 2, references=refs)
+    assert refs.deterministic == (which == "mistake")  # the solution's runs decide it
     before = len(calls)
-    check_fixed(ex, _double, references=refs)
+    check_fixed(ex, lambda x: x / 2, references=refs)
     assert len(calls) == before + len(refs.fixed)  # run again for the second check, not taken from the first
 
 
-def test_a_mistake_that_answers_two_ways_is_run_afresh():
-    calls = []
-
-    def drifting(x):
-        calls.append(1)
-        return x / 2 + len(calls)
-
-    ex = dataclasses.replace(DOUBLE, mistakes=(dataclasses.replace(HALVED, fn=drifting),))
-    refs = References(ex)
-    check_fixed(ex, lambda x: x / 2, references=refs)
-    before = len(calls)
-    check_fixed(ex, lambda x: x / 2, references=refs)
-    assert len(calls) == before + len(refs.fixed)
+def test_references_keep_a_deterministic_mistakes_runs():
     kept = References(DOUBLE)
     check_fixed(DOUBLE, lambda x: x / 2, references=kept)
-    assert kept._mistakes[id(HALVED)] is not None  # a deterministic mistake is kept
+    assert kept._mistakes[id(HALVED)] is not None
 
 
 def test_references_of_another_exercise_are_refused():
