@@ -248,6 +248,14 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
 }
 
 
+# The case a few of them fail on, as the verdict describes it.
+CASE_SAID = {
+    ("01.1", "Dv == 1"): "values float32 (5, 1)",
+    ("03.3", "a sequence of full length (L == S)"): "lengths int64 (4,), S=5",
+    ("03.4", "T != S"): "attn_mask bool (2, 5)",
+}
+
+
 @pytest.mark.parametrize(
     "key,line,mutant,edge",
     [(key, *m) for key, ms in EDGE_MUTANTS.items() for m in ms],
@@ -265,6 +273,7 @@ def test_edge_mutants_fail_on_the_fixed_cases_alone(key, line, mutant, edge):
     res = run_check(dataclasses.replace(ex, draw=None), fn)
     assert res.status == FAILED, f"{key}: the mutant {mutant!r} passes the fixed cases"
     assert re.search(rf"fixed case \d+ \([^;]*{re.escape(edge)}", res.message), res.message  # the case's edges named
+    assert CASE_SAID.get((key, edge), "") in res.message, res.message
     if without:  # the edge is what catches it: the mutant is right on every fixed case without the edge
         res = run_check(dataclasses.replace(ex, cases=lambda: without, draw=None, domain=Domain()), fn)
         assert res.status == PASSED, f"{key}: the mutant {mutant!r} is wrong without {edge!r} too: {res.message}"
