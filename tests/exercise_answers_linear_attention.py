@@ -1,8 +1,7 @@
 """Answers to exercises 13.1-13.4 written independently of the course's own: right ones in other styles, wrong ones
 learners write, and common mistakes written another way (each with the name the check must give it).
 
-``tests/test_exercises.py`` adds ``RIGHT`` and ``WRONG`` to its tables; ``tests/test_exercises_linear_attention.py``
-runs ``NAMED``.
+``tests/test_exercises.py`` adds ``RIGHT``, ``WRONG`` and ``NAMED`` to its tables.
 """
 
 from __future__ import annotations

@@ -58,18 +58,8 @@ AXIS_METHODS = {
     "norm",
 }
 AXIS_SWAP = {-1: -2, -2: -1, 0: 1, 1: 0, 2: 1, 3: 2}
-SWAPS = {
-    "amax": "amin",
-    "amin": "amax",
-    "max": "min",
-    "min": "max",
-    "argmax": "argmin",
-    "argmin": "argmax",
-    "sum": "mean",
-    "mean": "sum",
-    "tril": "triu",
-    "triu": "tril",
-}
+SWAPPED = [("amax", "amin"), ("max", "min"), ("argmax", "argmin"), ("sum", "mean"), ("tril", "triu")]
+SWAPS = {a: b for pair in SWAPPED for a, b in (pair, pair[::-1])}  # each name to the other of its pair
 COMPARE = {ast.Lt: (ast.LtE, ast.Gt), ast.LtE: (ast.Lt, ast.GtE), ast.Gt: (ast.GtE, ast.Lt), ast.GtE: (ast.Gt, ast.LtE)}
 INPLACE_BINOP = {ast.Add: "add_", ast.Sub: "sub_", ast.Mult: "mul_", ast.Div: "div_"}
 OFF_BY_ONE_CALLS = {"arange", "range", "tril", "triu"}

@@ -3,6 +3,7 @@ and names each catalogued mistake when given a function that makes it."""
 
 import copy
 import dataclasses
+import functools
 import inspect
 import json
 import math
@@ -13,11 +14,20 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from exercise_answers_linear_attention import NAMED as NAMED_13
 from exercise_answers_linear_attention import RIGHT as RIGHT_13
 from exercise_answers_linear_attention import WRONG as WRONG_13
 
 from course_utils.exercises import NotAttempted, all_exercises, check, get_exercise
-from course_utils.exercises._engine import FAILED, NOT_ATTEMPTED, PASSED, REPORT_ENV, ExerciseFailed, run_check
+from course_utils.exercises._engine import (
+    FAILED,
+    NOT_ATTEMPTED,
+    PASSED,
+    REPORT_ENV,
+    ExerciseFailed,
+    References,
+    run_check,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.usefixtures("one_thread")  # many tiny checks: a second thread only waits
@@ -30,26 +40,16 @@ def stub(*args, **kwargs):
     raise NotAttempted("replace this line with your code")
 
 
-@pytest.mark.parametrize("key", EXERCISES)
-def test_solution_passes(key):
-    res = run_check(EXERCISES[key], EXERCISES[key].solution)
-    assert res.status == PASSED, res.message
+def unfinished(*args, **kwargs):
+    raise NotImplementedError("the second case is still to do")
 
 
 @pytest.mark.parametrize("key", EXERCISES)
-def test_unsolved_stub_is_not_attempted(key):
+def test_only_the_unsolved_stub_is_not_attempted_and_not_implemented_is_a_failure(key):
     res = run_check(EXERCISES[key], stub)
     assert res.status == NOT_ATTEMPTED, res.message
-
-
-@pytest.mark.parametrize("key,name", MISTAKES)
-def test_each_catalogued_mistake_is_named(key, name):
-    ex = EXERCISES[key]
-    mistake = next(m for m in ex.mistakes if m.name == name)
-    res = run_check(ex, mistake.fn)
-    assert res.status == FAILED
-    assert res.mistake == name, f"diagnosed as {res.mistake!r}: {res.message}"
-    assert name in res.message and mistake.hint in res.message
+    res = run_check(EXERCISES[key], unfinished)
+    assert res.status == FAILED and "NotImplementedError: the second case is still to do" in res.message, res.message
 
 
 @pytest.mark.parametrize("key", EXERCISES)
@@ -72,32 +72,6 @@ def test_every_exercise_is_checked_in_its_notebook_source(key):
     assert re.search(rf"check\(\s*[\"']{re.escape(key)}[\"']", source.read_text()), f"{source.name} never checks {key}"
 
 
-def test_wrong_answer_that_matches_no_mistake_gets_a_generic_reason():
-    ex = get_exercise("02.1")
-
-    def garbage(*args, **kwargs):
-        out = ex.solution(*args, **kwargs)
-        return tuple(o * 0 + 7 for o in out) if isinstance(out, tuple) else out * 0 + 7
-
-    res = run_check(ex, garbage)
-    assert res.status == FAILED and res.mistake is None
-    assert "matches none of the common mistakes" in res.message
-
-
-def test_function_that_raises_is_a_failure_not_a_crash():
-    def broken(*args, **kwargs):
-        raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
-
-    res = run_check(get_exercise("01.1"), broken)
-    assert res.status == FAILED
-    assert "raised RuntimeError: mat1 and mat2 shapes cannot be multiplied" in res.message
-
-
-def test_not_a_function():
-    res = run_check(get_exercise("01.1"), 42)
-    assert res.status == FAILED and "expected a function" in res.message
-
-
 def test_check_prints_records_and_raises(tmp_path, monkeypatch, capsys):
     report = tmp_path / "report.jsonl"
     monkeypatch.setenv(REPORT_ENV, str(report))
@@ -111,11 +85,6 @@ def test_check_prints_records_and_raises(tmp_path, monkeypatch, capsys):
     rows = [json.loads(line) for line in report.read_text().splitlines()]
     assert [r["status"] for r in rows] == [PASSED, NOT_ATTEMPTED, FAILED]
     assert rows[2]["mistake"] == ex.mistakes[0].name
-
-
-def test_unknown_key_lists_the_known_ones():
-    with pytest.raises(KeyError, match="no exercise '9.9'; known exercises: 01.1"):
-        get_exercise("9.9")
 
 
 def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
@@ -132,7 +101,7 @@ def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
 
 # ------------------------------------------------------------------------------------------ issue #10
 
-SEEDS = range(20)  # the drawn cases change with the seed; the verdicts must not
+SEEDS = range(10)  # the drawn cases change with the seed; the verdicts must not
 # The seed sweep (tests/test_exercise_domains.py, 200 seeds, a step of its own in `course.py test`) holds every
 # catalogued mistake's verdict and message and the solution's verdict on every seed; here, a few seeds, so that a
 # run of the unit tests alone still sees a verdict or a message that moves with the seed.
@@ -141,6 +110,13 @@ FEW_SEEDS = range(3)
 
 def _fixed_only(ex):
     return dataclasses.replace(ex, draw=None)
+
+
+@functools.cache
+def _references(key):
+    """Exercise ``key``'s solution and mistakes run once for all the checks of many answers on many seeds here (a
+    verdict with references is the one without: tests/test_checking.py)."""
+    return References(EXERCISES[key])
 
 
 @pytest.mark.parametrize("key", EXERCISES)
@@ -173,10 +149,10 @@ def test_the_solution_passes_and_each_mistake_is_named_on_many_seeds(key):
     ex = EXERCISES[key]
     said = {m.name: set() for m in ex.mistakes}
     for seed in FEW_SEEDS:
-        res = run_check(ex, ex.solution, seed=seed)
+        res = run_check(ex, ex.solution, seed=seed, references=_references(key))
         assert res.status == PASSED, f"seed {seed}: {res.message}"
         for m in ex.mistakes:
-            res = run_check(ex, m.fn, seed=seed)
+            res = run_check(ex, m.fn, seed=seed, references=_references(key))
             assert res.mistake == m.name, f"{key}, seed {seed}: {m.name!r} diagnosed as {res.mistake!r}: {res.message}"
             said[m.name].add(res.message)
     assert all(len(messages) == 1 for messages in said.values()), said
@@ -234,39 +210,20 @@ def test_the_drawn_cases_go_beyond_the_fixed_sizes(key):
             )
 
 
-def test_the_seed_comes_from_the_environment_when_pinned(monkeypatch):
-    monkeypatch.setenv("COURSE_CHECK_SEED", "4242")
-    assert run_check(EXERCISES["02.1"], EXERCISES["02.1"].solution).details["seed"] == 4242
-
-
 @pytest.mark.parametrize("key,name", MISTAKES)
-def test_each_catalogued_mistake_is_named_on_the_fixed_cases_alone(key, name):
-    ex = _fixed_only(EXERCISES[key])
-    mistake = next(m for m in ex.mistakes if m.name == name)
-    res = run_check(ex, mistake.fn)
-    assert res.status == FAILED and res.mistake == name, f"diagnosed as {res.mistake!r}: {res.message}"
-
-
-@pytest.mark.parametrize("key,name", MISTAKES)
-def test_a_hint_never_gives_the_code_of_the_fix(key, name):
+def test_each_catalogued_mistake_is_named_on_the_fixed_cases_alone_by_a_hint_without_code(key, name):
+    """Named by the fixed cases alone, with its hint (by the whole check on a few seeds: the test of many seeds
+    above); the exact fix only with hint=2, and the hint never shows the code of the fix."""
     mistake = next(m for m in EXERCISES[key].mistakes if m.name == name)
     assert mistake.fix, f"{key} {name!r} has no exact fix for hint=2"
     assert mistake.fix not in mistake.hint
     code = re.compile(r"torch\.\w+|\.\w+\(|dim=|\[:|\[\.\.\.|\.T\b")  # torch's names, a call, an axis, a slice
     assert not code.search(mistake.hint), f"{key} {name!r}: the hint shows code: {mistake.hint}"
     res = run_check(_fixed_only(EXERCISES[key]), mistake.fn)
+    assert res.status == FAILED and res.mistake == name, f"diagnosed as {res.mistake!r}: {res.message}"
+    assert name in res.message and mistake.hint in res.message
     assert mistake.fix not in res.message and "hint=2" in res.message
     assert mistake.fix in run_check(_fixed_only(EXERCISES[key]), mistake.fn, hint=2).message
-
-
-def test_only_the_stub_is_not_attempted_and_not_implemented_is_a_failure():
-    def unfinished(*args, **kwargs):
-        raise NotImplementedError("the second case is still to do")
-
-    for key, ex in EXERCISES.items():
-        res = run_check(ex, unfinished)
-        assert res.status == FAILED, f"{key}: {res.status}"
-        assert "NotImplementedError: the second case is still to do" in res.message
 
 
 def _tensors(x):
@@ -303,17 +260,6 @@ def test_an_answer_that_changes_its_input_in_place_fails(key):
     res = run_check(EXERCISES[key], _changes_an_input(EXERCISES[key]), seed=0)
     assert res.status == FAILED
     assert "in place" in res.message, res.message
-
-
-def test_09_2_checks_the_buffer_it_asks_to_write_into():
-    ex = EXERCISES["09.2"]
-    assert ex.inplace is not None
-
-    def returns_a_copy(cache, length, new):
-        return torch.cat([cache[:, :, :length], new], dim=2)  # the right keys, but the buffer is never written
-
-    res = run_check(ex, returns_a_copy, seed=0)
-    assert res.status == FAILED and "`cache`" in res.message and "write into" in res.message, res.message
 
 
 @pytest.mark.parametrize("key", EXERCISES)
@@ -476,19 +422,6 @@ def _aft_logits_up_to_88(q, k, v):
 # written another way.
 
 
-def _kpm_triu_row(lengths, S):
-    return torch.ones(S, S, dtype=torch.bool).triu(1)[lengths - 1]  # row L - 1: True from L on; L = 0 reads row -1
-
-
-def _rope_first_plus_arange(x, positions):
-    D, T = x.shape[-1], x.shape[-2]
-    theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    angles = (positions[0] + torch.arange(T)).double()[:, None] * theta  # assumes the positions run on by one
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., 0::2], x[..., 1::2]
-    return torch.stack([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1).flatten(-2)
-
-
 def _rope_float32_angles(x, positions):
     D = x.shape[-1]
     theta = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
@@ -530,13 +463,6 @@ def _merge_normalised(m1, l1, o1, m2, l2, o2):
 # holds it), and a catalogued mistake written another way.
 
 
-def _merge_guard_each(m1, l1, o1, m2, l2, o2):
-    m = torch.maximum(m1, m2)
-    s1, s2, s = (x.masked_fill(x == -math.inf, 0.0) for x in (m1, m2, m))  # each guarded on its own
-    a1, a2 = torch.exp(s1 - s), torch.exp(s2 - s)  # an empty block beside a maximum of -119: exp(119) * 0 = NaN
-    return m, a1 * l1 + a2 * l2, a1 * o1 + a2 * o2
-
-
 def _merge_where_upside_down(m1, l1, o1, m2, l2, o2):
     m = torch.max(m1, m2)
     a1 = torch.where(torch.isinf(m1), torch.zeros_like(m1), torch.exp(m - m1))  # exp(m_new - m_old), guarded
@@ -550,18 +476,6 @@ def _nucleus_along_dim1(logits, temperature, top_p):
     keep = torch.zeros_like(sp, dtype=torch.bool).scatter(1, order, sp.cumsum(dim=1) - sp < top_p)
     kept = probs * keep
     return kept / kept.sum(dim=-1, keepdim=True)
-
-
-def _append_zeroes_the_rest(cache, length, new):
-    cache[:, :, length:] = 0.0  # the stale slots after the new keys are wiped too
-    cache[:, :, length : length + new.shape[2]] = new
-    return cache[:, :, : length + new.shape[2]]
-
-
-def _unigram_vocab_from_largest_id(train_ids, val_ids, vocab_size):
-    V = int(max(train_ids.max(), val_ids.max())) + 1  # misses the characters that are in neither text
-    counts = torch.bincount(train_ids, minlength=V).double() + 1.0
-    return float(-(counts / counts.sum()).log()[val_ids].mean())
 
 
 def _mask_as_float(T, S):
@@ -843,48 +757,24 @@ def _bw_returns_dv_first(q, k, v, o, do, scale):
     return dv, dq, dk
 
 
+def _bw_transpose_shorthand(q, k, v, o, do, scale):  # section 5's demo, copied: .T
+    P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)
+    dS = P * (do @ v.transpose(-2, -1) - (do * o).sum(dim=-1, keepdim=True))
+    return scale * dS @ k, scale * dS.T @ q, P.T @ do
+
+
 def _bw_jacobian_elementwise(q, k, v, o, do, scale):
     P, dP, _ = _bw_matmul_parts(q, k, v, o, do, scale)
     dS = P * dP - P.sum(-1, keepdim=True) * (P * dP)  # diag(p) - p p^T misread as an element-wise product
     return scale * dS @ k, scale * dS.mT @ q, P.mT @ do
 
 
-_BW_NAMED = [
-    (_bw_einsum_no_delta, "Δ forgotten"),
-    (_bw_einsum_delta_plain_sum, "Δ summed without the weights"),
-    (_bw_einsum_delta_columns, "the softmax's Jacobian taken along the queries"),
-    (_bw_einsum_delta_flat, "Δ lost its query axis"),
-    (_bw_matmul_p_untransposed, "P not transposed for dv"),
-    (_bw_matmul_dk_untransposed, "dk from dS, not its transpose"),
-    (_bw_einsum_no_scale, "scale missing from dq and dk"),
-    (_bw_scale_in_ds, "scale applied twice"),
-    (_bw_einsum_weights_unscaled, "weights recomputed without the scale"),
-    (_bw_scale_from_shape, "the scale taken as 1/sqrt(D)"),
-    (_bw_einsum_unstable, "weights recomputed without subtracting the maximum"),
-]
-
-
-@pytest.mark.parametrize("fn,name", _BW_NAMED, ids=[f.__name__ for f, _ in _BW_NAMED])
-def test_08_2_mistakes_written_another_way_are_named_on_every_seed(fn, name):
-    """Each catalogued mistake of 08.2, written in einsum or another spelling: the same name on 10 seeds."""
-    for seed in range(10):
-        res = run_check(EXERCISES["08.2"], fn, seed=seed)
-        assert res.mistake == name, f"seed {seed}: {res.message}"
-
-
 def test_08_2_fixed_cases_hold_every_edge_of_the_statement():
-    """The statement allows any T, S, D, Dv, leading axes and scale: each edge is among the fixed cases, a
-    T == S case comes first (a slip that breaks shapes only when T != S is then named by its values), o is the
-    call's own output, and one case saturates the softmax with a score past float32's exp overflow."""
+    """Beside the statement's edges (each held by a fixed case: tests/test_exercise_domains.py), a T == S case comes
+    first (a slip that breaks shapes only when T != S is then named by its values), o is the call's own output, and
+    one case saturates the softmax with a score past float32's exp overflow."""
     cases = [args for args, _ in EXERCISES["08.2"].cases()]
-    T, S, D, Dv = (lambda q, k, v, *_: (q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]))(*cases[0])
-    assert T == S
-    shapes = [(q.shape[:-2], q.shape[-2], k.shape[-2], q.shape[-1], v.shape[-1]) for q, k, v, *_ in cases]
-    assert {len(b) for b, *_ in shapes} == {0, 1, 2}
-    assert any(t != s for _, t, s, _, _ in shapes) and any(t == 1 for _, t, *_ in shapes)
-    assert any(s == 1 for _, _, s, _, _ in shapes) and any(dv == 1 for *_, dv in shapes)
-    assert any(d != dv for *_, d, dv in shapes)
-    assert any(not math.isclose(scale, q.shape[-1] ** -0.5) for q, *_, scale in cases)
+    assert cases[0][0].shape[-2] == cases[0][1].shape[-2]
     saturated = False
     for q, k, v, o, do, scale in cases:
         assert all(x.dtype == torch.float32 for x in (q, k, v, o, do))
@@ -948,49 +838,40 @@ def _tw_sigmoid(q, k, lse, scale):
     return torch.sigmoid(scale * q @ k.mT - lse[..., None])  # a logistic weight per key: not the softmax's
 
 
-_TW_NAMED = [
-    (_tw_softmax_by_hand, "a softmax over the tile"),
-    (_tw_lse_unbroadcast, "the logsumexp broadcast along the keys"),
-    (_tw_einsum_no_scale, "scale missing"),
-    (_tw_max_values, "the tile's maximum subtracted instead of the logsumexp"),
-    (_tw_exp_times_exp, "exp(L) divided out instead of L subtracted"),
-]
+def _fb_tiled(name, product, blocked):
+    """08.4's tiled loop, query tiles outside, with each tile's scores and dP made by ``product(a, b)`` ((..., Tq, D)
+    and (..., Sk, D) -> (..., Tq, Sk)) and the causal mask by ``blocked(key positions, query positions)``."""
+
+    def backward(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
+        T, S = q.shape[-2], k.shape[-2]
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        delta = (dout * out).sum(-1, keepdim=True)
+        for i0 in range(0, T, q_tile):
+            for j0 in range(0, S, kv_tile):
+                r, c = slice(i0, i0 + q_tile), slice(j0, j0 + kv_tile)
+                s = scale * product(q[..., r, :], k[..., c, :])
+                if is_causal:
+                    pos = torch.arange(i0, min(i0 + q_tile, T))[:, None] + S - T
+                    s = s.masked_fill(blocked(torch.arange(j0, min(j0 + kv_tile, S)), pos), float("-inf"))
+                p = torch.exp(s - lse[..., r, None])
+                ds = p * (product(dout[..., r, :], v[..., c, :]) - delta[..., r, :])
+                dq[..., r, :] += scale * ds @ k[..., c, :]
+                dk[..., c, :] += scale * ds.mT @ q[..., r, :]
+                dv[..., c, :] += p.mT @ dout[..., r, :]
+        return dq, dk, dv
+
+    backward.__name__ = name
+    return backward
 
 
-@pytest.mark.parametrize("fn,name", _TW_NAMED, ids=[f.__name__ for f, _ in _TW_NAMED])
-def test_08_3_mistakes_written_another_way_are_named_on_every_seed(fn, name):
-    for seed in range(10):
-        res = run_check(EXERCISES["08.3"], fn, seed=seed)
-        assert res.mistake == name, f"seed {seed}: {res.message}"
-
-
-def _fb_diagonal_masked(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
-    """08.4 written with the query tiles outside and einsum, its causal mask one key short: `>=` where the forward
-    masked `>`, so each query loses its own key (a slip a learner makes, and the mutation suite's `>` -> `>=`)."""
-    T, S = q.shape[-2], k.shape[-2]
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    delta = torch.einsum("...td,...td->...t", dout, out)  # (..., T)
-    for i0 in range(0, T, q_tile):
-        for j0 in range(0, S, kv_tile):
-            if is_causal and j0 > S - T + min(i0 + q_tile, T) - 1:
-                break
-            rows, cols = slice(i0, i0 + q_tile), slice(j0, j0 + kv_tile)
-            s = scale * torch.einsum("...td,...sd->...ts", q[..., rows, :], k[..., cols, :])
-            if is_causal:
-                pos = torch.arange(i0, i0 + s.shape[-2]).unsqueeze(-1) + S - T
-                s = torch.where(torch.arange(j0, j0 + s.shape[-1]) >= pos, float("-inf"), s)
-            p = (s - lse[..., rows].unsqueeze(-1)).exp()
-            ds = p * (torch.einsum("...tv,...sv->...ts", dout[..., rows, :], v[..., cols, :]) - delta[..., rows, None])
-            dv[..., cols, :] += torch.einsum("...ts,...tv->...sv", p, dout[..., rows, :])
-            dk[..., cols, :] += scale * torch.einsum("...ts,...td->...sd", ds, q[..., rows, :])
-            dq[..., rows, :] += scale * torch.einsum("...ts,...sd->...td", ds, k[..., cols, :])
-    return dq, dk, dv
-
-
-def test_08_4_the_diagonal_masked_too_is_named_on_every_seed():
-    for seed in range(5):
-        res = run_check(EXERCISES["08.4"], _fb_diagonal_masked, seed=seed)
-        assert res.mistake == "the diagonal masked too", f"seed {seed}: {res.message}"
+# Its causal mask one key short, in einsum: `>=` where the forward masked `>`, so each query loses its own key (a
+# slip a learner makes, and the mutation suite's `>` -> `>=`).
+_fb_diagonal_masked = _fb_tiled("_fb_diagonal_masked", lambda a, b: torch.einsum("...td,...sd->...ts", a, b), torch.ge)
+# Right and tiled: each tile's products broadcast and summed over the feature axis (a (..., Tq, Sk, D) tensor, a
+# tile's scores times D), not a matrix product: the limit allows it.
+_fb_tiles_by_broadcasting = _fb_tiled(
+    "_fb_tiles_by_broadcasting", lambda a, b: (a[..., :, None, :] * b[..., None, :, :]).sum(-1), torch.gt
+)
 
 
 def test_08_4_the_reference_is_the_tiled_loop_and_equals_autograd_to_1e_10():
@@ -1049,27 +930,6 @@ def _fb_row_strips(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
     return dq, dk, dv
 
 
-def test_08_4_autograd_let_back_in_is_refused_as_autograd():
-    """Autograd with inference mode left: the first tensor saved for backward stops it, on fixed case 1 (before the
-    whole matrix, which fixed case 2 refuses, is reached)."""
-    res = run_check(EXERCISES["08.4"], _fb_autograd, seed=0)
-    assert res.status == FAILED and "fixed case 1 " in res.message, res.message
-    assert "autograd recorded a graph inside your function" in res.message, res.message
-    assert "without autograd (torch.inference_mode())" in res.message, res.message
-
-
-@pytest.mark.parametrize("fn", [_fb_whole_matrix], ids=lambda f: f.__name__)
-def test_08_4_an_answer_that_builds_the_whole_score_matrix_is_refused_by_name(fn):
-    """Right values without tiles: the statement asks for the tiled loop, and the check now sees it (it used to
-    compare values only, and both passed). Fixed case 1's tiles times D equal T * S, so the limit allows the whole
-    matrix there (a tile's broadcast product is as large); fixed case 2 refuses it."""
-    res = run_check(EXERCISES["08.4"], fn, seed=0)
-    assert res.status == FAILED and "fixed case 2 " in res.message, res.message
-    assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
-    assert "the whole (..., T, S) score matrix, which the tiled backward never needs" in res.message
-    assert run_check(EXERCISES["08.4"], _fb_row_strips, seed=0).status == PASSED
-
-
 def _fb_whole_matrix_caught(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
     """The whole matrix tried first, the limit's exception caught by a bare `except BaseException`, the row strips
     returned instead: the whole matrix was still built."""
@@ -1084,46 +944,6 @@ def _fb_whole_matrix_caught_none(q, k, v, out, dout, lse, scale, q_tile, kv_tile
         return _fb_whole_matrix(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal)
     except BaseException:
         return None
-
-
-@pytest.mark.parametrize("fn", [_fb_whole_matrix_caught, _fb_whole_matrix_caught_none], ids=lambda f: f.__name__)
-def test_08_4_the_whole_matrix_is_refused_even_when_the_function_catches_the_limit(fn):
-    """Catching the limit's exception does not unmake the tensor that tripped it: the verdict is the limit's, not a
-    pass (a fallback) or a wrong-result message (a None)."""
-    res = run_check(EXERCISES["08.4"], fn, seed=0)
-    assert res.status == FAILED, res.message
-    assert "your function computed a tensor of shape (8, 8) (64 elements; at most 63)" in res.message, res.message
-
-
-def _fb_tiles_by_broadcasting(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
-    """Right and tiled: each tile's scores and dP as a broadcast product summed over the feature axis (a
-    (..., Tq, Sk, D) tensor, a tile's scores times D), not a matrix product."""
-    T, S = q.shape[-2], k.shape[-2]
-    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
-    delta = (dout * out).sum(-1, keepdim=True)
-    for i0 in range(0, T, q_tile):
-        for j0 in range(0, S, kv_tile):
-            r, c = slice(i0, i0 + q_tile), slice(j0, j0 + kv_tile)
-            s = scale * (q[..., r, None, :] * k[..., None, c, :]).sum(-1)  # (..., Tq, Sk)
-            if is_causal:
-                pos = torch.arange(i0, min(i0 + q_tile, T))[:, None] + S - T
-                s = s.masked_fill(torch.arange(j0, min(j0 + kv_tile, S)) > pos, float("-inf"))
-            p = torch.exp(s - lse[..., r, None])
-            dp = (dout[..., r, None, :] * v[..., None, c, :]).sum(-1)  # (..., Tq, Sk)
-            ds = p * (dp - delta[..., r, :])
-            dq[..., r, :] += scale * ds @ k[..., c, :]
-            dk[..., c, :] += scale * ds.mT @ q[..., r, :]
-            dv[..., c, :] += p.mT @ dout[..., r, :]
-    return dq, dk, dv
-
-
-def test_08_4_a_tiled_answer_that_broadcasts_within_a_tile_passes():
-    """The limit allows a tile's scores times the feature width, so a right tiled answer is not refused for its
-    spelling of a tile's product; the whole matrix is still refused (on fixed case 2, whose tiles times D are under
-    T * S, as are those of fixed cases 3, 4 and 6)."""
-    for seed in range(3):
-        res = run_check(EXERCISES["08.4"], _fb_tiles_by_broadcasting, seed=seed)
-        assert res.status == PASSED, f"seed {seed}: {res.message}"
 
 
 def _fb_shares_stacked(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causal):
@@ -1150,36 +970,21 @@ def _fb_shares_stacked(q, k, v, out, dout, lse, scale, q_tile, kv_tile, is_causa
     return torch.stack(dq_shares).sum(0), dk, dv
 
 
-def test_08_4_the_limit_says_what_else_builds_as_much_as_the_whole_matrix():
-    """A tensor over the limit need not be the score matrix: the verdict says 'at least as many elements', and names
-    the tiles' shares kept and stacked beside the whole mask and autograd."""
-    res = run_check(EXERCISES["08.4"], _fb_shares_stacked, seed=0)
-    assert res.status == FAILED, res.message
-    assert "a tensor of shape (3, 8, 4) (96 elements; at most 63): at least as many elements as" in res.message
-    assert "every tile's share kept and stacked" in res.message, res.message
-
-
 def test_08_3_fixed_cases_hold_every_edge_of_the_statement():
-    """The statement allows any T, S, D, leading axes and scale, with the tile a part of each query's keys: each edge
-    is among the fixed cases, T == S first (lse on the wrong axis is then named by its values), every tile a strict
-    subset (no row of the weights sums to 1), lse each query's logsumexp over more keys than the tile's, and one
-    case with scores past float32's exp overflow and rows whose exp(s) and exp(L) both underflow to 0."""
+    """Beside the statement's edges (each held by a fixed case: tests/test_exercise_domains.py), T == S first (lse on
+    the wrong axis is then named by its values), every tile a strict subset (no row of the weights sums to 1), lse
+    each query's logsumexp over more keys than the tile's, and rows whose exp(s) and exp(L) both underflow to 0."""
     cases = [args for args, _ in EXERCISES["08.3"].cases()]
     q, k, *_ = cases[0]
     assert q.shape[-2] == k.shape[-2] and q.dim() == 2
-    shapes = [(q.shape[:-2], q.shape[-2], k.shape[-2]) for q, k, *_ in cases]
-    assert {len(b) for b, *_ in shapes} == {0, 1, 2}
-    assert any(t != s for _, t, s in shapes) and any(t == 1 for _, t, _ in shapes) and any(s == 1 for *_, s in shapes)
-    assert any(not math.isclose(scale, q.shape[-1] ** -0.5) for q, *_, scale in cases)
-    overflow = underflow = False
+    underflow = False
     for q, k, lse, scale in cases:
         assert all(x.dtype == torch.float32 for x in (q, k, lse)) and lse.shape == q.shape[:-1]
         s = scale * q.double() @ k.double().mT
         P = torch.exp(s - lse.double()[..., None])
         assert (P.sum(-1) < 1 - 1e-3).all() and P.isfinite().all()  # other keys hold the rest of every row
-        overflow |= bool((s > 89).all(-1).any())
         underflow |= bool(((s < -105).all(-1) & (lse < -105)).any())
-    assert overflow and underflow
+    assert underflow
 
 
 def _beam_sorted(beam_scores, next_log_probs, beam_width):
@@ -1270,24 +1075,6 @@ def _beam_probabilities(beam_scores, next_log_probs, beam_width):
     return scores, flat // V, flat % V  # the right winners, but their probabilities, not log-probabilities
 
 
-_BEAM_NAMED = [
-    (_beam_sorted_no_score, "the beam's score not added"),
-    (_beam_mul, "log-probabilities multiplied"),
-    (_beam_best_token_per_beam, "one extension per beam"),
-    (_beam_divmod_swapped, "the flat index decoded the wrong way round"),
-    (_beam_divmod_by_k, "the flat index decoded with the number of beams"),
-    (_beam_threshold, "the winners in index order, not best first"),
-    (_beam_ascending, "the winners sorted worst first"),
-]
-
-
-@pytest.mark.parametrize("fn,name", _BEAM_NAMED, ids=[f.__name__ for f, _ in _BEAM_NAMED])
-def test_09_3_mistakes_written_another_way_are_named_on_every_seed(fn, name):
-    for seed in range(10):
-        res = run_check(EXERCISES["09.3"], fn, seed=seed)
-        assert res.mistake == name, f"seed {seed}: {res.message}"
-
-
 def test_09_3_one_extension_per_beam_without_an_error_gets_one_verdict_on_every_seed():
     """Sliced instead of topk, the mistake returns fewer than beam_width winners where there are fewer beams
     (K == 1 is a fixed case) instead of raising: the check cannot name it, but its verdict never changes."""
@@ -1296,15 +1083,12 @@ def test_09_3_one_extension_per_beam_without_an_error_gets_one_verdict_on_every_
 
 
 def test_09_3_fixed_cases_hold_every_edge_of_the_statement():
-    """K == 1, beam_width == 1, beam_width == K * V, K < beam_width < K * V, V != K both ways; the first case has
-    two winners from one beam, in neither index order nor its reverse; no tie among the beam_width + 1 best totals;
-    every beam score non-zero, every row a distribution."""
+    """Beside the statement's edges (each held by a fixed case: tests/test_exercise_domains.py), V >= 2; the first
+    case has two winners from one beam, in neither index order nor its reverse; no tie among the beam_width + 1 best
+    totals; every beam score non-zero, every row a distribution."""
     cases = [args for args, _ in EXERCISES["09.3"].cases()]
-    sizes = [(lp.shape[0], lp.shape[1], w) for _, lp, w in cases]
-    assert any(k == 1 for k, _, _ in sizes) and any(w == 1 for *_, w in sizes)
-    assert any(w == k * v for k, v, w in sizes) and any(k < w < k * v for k, v, w in sizes)
-    assert any(k < v for k, v, _ in sizes) and any(k > v for k, v, _ in sizes) and all(v >= 2 for _, v, _ in sizes)
     for b, lp, w in cases:
+        assert lp.shape[1] >= 2
         assert b.dtype == lp.dtype == torch.float32 and (b != 0).all()
         torch.testing.assert_close(lp.exp().sum(-1), torch.ones(len(b)))
         top = (b[:, None] + lp).flatten().sort(descending=True).values[: w + 1]
@@ -1320,23 +1104,6 @@ def test_09_3_fixed_cases_hold_every_edge_of_the_statement():
 # with einsum (named from the square first case, where it gives the catalogued spelling's values).
 
 
-def _lookup_squeeze(query, keys, values):
-    w = torch.softmax(keys @ query, dim=-1)
-    return (w[None] @ values).squeeze()  # (1, Dv) -> (Dv,), but (1, 1) -> () when Dv == 1
-
-
-def _padding_negative_slice(lengths, S):
-    m = torch.ones(len(lengths), S, dtype=torch.bool)
-    for b, L in enumerate(lengths.tolist()):
-        m[b, -(S - L) :] = False  # -(S - L) is 0 when L == S: the whole row, not none of it
-    return m
-
-
-def _mha_masks_view_square(attn_mask, key_padding_mask):
-    T = attn_mask.shape[0]
-    return (~attn_mask).view(1, 1, T, T) & ~key_padding_mask[:, None, None, :]  # assumes S == T
-
-
 def _qkv_einsum_untransposed(x, w_q, w_k, w_v):
     q, k, v = (torch.einsum("tc,cd->td", x, w) for w in (w_q, w_k, w_v))  # (T, C) @ (C, D): w read as (in, out)
     return torch.einsum("ts,sd->td", torch.einsum("td,sd->ts", q, k).softmax(dim=-1), v)
@@ -1346,21 +1113,6 @@ def _head_einsum_untransposed(x, w_q, w_k, w_v):
     q, k, v = (torch.einsum("btc,cd->btd", x, w) for w in (w_q, w_k, w_v))  # w read as (in, out)
     scores = torch.einsum("bid,bjd->bij", q, k) / math.sqrt(q.shape[-1])
     return torch.einsum("bij,bjd->bid", scores.softmax(dim=-1), v)
-
-
-EDGE_ONLY_WRONG = [
-    ("01.1", _lookup_squeeze, "values float32 (5, 1)"),
-    ("03.3", _padding_negative_slice, "lengths int64 (4,), S=5"),
-    ("03.4", _mha_masks_view_square, "attn_mask bool (2, 5)"),
-    ("05.2", _kpm_triu_row, "an empty sequence (length 0)"),
-    ("06.2", _rope_first_plus_arange, "positions not consecutive"),
-]
-
-
-@pytest.mark.parametrize("key,fn,case", EDGE_ONLY_WRONG, ids=[f.__name__ for _, f, _ in EDGE_ONLY_WRONG])
-def test_answers_wrong_only_at_an_edge_fail_on_a_fixed_case_that_holds_it(key, fn, case):
-    res = run_check(_fixed_only(EXERCISES[key]), fn)
-    assert res.status == FAILED and "fixed case" in res.message and case in res.message, res.message
 
 
 def _prev_heads_loop(weights, threshold):  # a loop over heads and queries, written out
@@ -1431,58 +1183,29 @@ def _rollout_sum_over_heads(weights):  # heads summed, not averaged
 
 
 WRONG = {
-    "01.1": [_lookup_exp_minus_min, _lookup_squeeze],
-    "01.2": [_many_exp_minus_mean],
-    "01.3": [_self_plain_exp],
-    "01.4": [_qkv_square_only, _qkv_einsum_untransposed],
-    "02.1": [_min_softmax, _mean_softmax],
+    "01.4": [_qkv_square_only],
     "03.1": [_mask_as_float, _causal_table_small],
-    "03.2": [
-        _masked_fill_in_place,
-        _causal_whenever_masked,
-        _masked_softmax_renormalised,
-        _masked_exp_allowed_max,
-        _masked_fill_minus_30,
-    ],
+    "03.2": [_masked_fill_in_place],
     "06.1": [_sinusoid_table_up_to_32],
     "07.1": [_window_up_to_12],
-    "03.3": [_padding_int, _padding_negative_slice],
-    "03.4": [_mha_masks_view_square],
-    "05.5": [_cross_mha_uninverted, _cross_sdpa_causal],
-    "05.2": [_kpm_triu_row],
-    "04.4": [_mha_is_causal_when_masked],
-    "06.2": [_rope_writes_back, _rope_first_plus_arange, _rope_float32_angles],
+    "03.3": [_padding_int],
+    "06.2": [_rope_writes_back, _rope_float32_angles],
     "06.3": [_alibi_float64],
     "07.3": [_aft_logits_up_to_88],
-    "08.1": [_merge_assumes_second_higher, _merge_normalised, _merge_guard_each, _merge_where_upside_down],
+    "08.1": [_merge_assumes_second_higher, _merge_normalised],
     "08.2": [
         _bw_einsum_p_untransposed,
         _bw_scale_only_in_dq,
         _bw_divided_by_scale,
         _bw_returns_dv_first,
         _bw_jacobian_elementwise,
-        *(fn for fn, _ in _BW_NAMED),
     ],
-    "08.3": [_tw_scale_on_lse_too, _tw_sigmoid, *(fn for fn, _ in _TW_NAMED)],
-    "02.3": [_head_over_d, _head_einsum_untransposed],
-    "09.1": [
-        _nucleus_divides_in_place,
-        _nucleus_top_forced,
-        _nucleus_no_temperature,
-        _nucleus_times_temperature,
-        _nucleus_along_dim1,
-    ],
-    "09.2": [_append_returns_cat, _append_length_from_nonzero, _append_zeroes_the_rest],
-    "09.3": [
-        _beam_best_token_per_beam_sliced,
-        _beam_float_indices,
-        _beam_probabilities,
-        *(fn for fn, _ in _BEAM_NAMED),
-    ],
+    "08.3": [_tw_scale_on_lse_too, _tw_sigmoid],
+    "09.1": [_nucleus_divides_in_place, _nucleus_along_dim1],
+    "09.3": [_beam_best_token_per_beam_sliced, _beam_float_indices, _beam_probabilities],
     "10.1": [_windows_float_ids, _windows_ids_plus],
-    "10.2": [_unigram_vocab_from_largest_id],
     "11.4": [_post_norm_sandwich],
-    "11.1": [_weighted_norms_l1, _weighted_norms_no_unsqueeze, _weighted_norms_wrong_axes],
+    "11.1": [_weighted_norms_l1],
     "12.1": [_score_both_repeats, _score_key_and_query_swapped],
     "12.2": [_ablated_in_place, _ablated_mean_instead_of_zero],
     "12.3": [
@@ -1501,72 +1224,71 @@ WRONG = {
 )
 def test_independently_written_wrong_answers_fail(key, fn):
     for seed in (0, 1):
-        res = run_check(EXERCISES[key], fn, seed=seed)
+        res = run_check(EXERCISES[key], fn, seed=seed, references=_references(key))
         assert res.status == FAILED, f"{fn.__name__} passes {key}"
 
 
-@pytest.mark.parametrize(
-    "key,fn,name",
-    [
-        ("01.1", _lookup_exp_minus_min, "softmax written by hand without subtracting the maximum"),
-        ("01.2", _many_exp_minus_mean, "softmax written by hand without subtracting the maximum"),
-        ("01.3", _self_plain_exp, "softmax written by hand without subtracting the maximum"),
-        ("02.1", _min_softmax, "subtracting the row minimum instead of the maximum"),
-        ("02.1", _mean_softmax, "subtracting the row mean instead of the maximum"),
-        ("03.2", _causal_whenever_masked, "every mask treated as causal"),
-        ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
-        ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
-        ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
-        ("05.1", _split_tensor_split_columns, "columns instead of rows"),
-        ("05.1", _split_columns_sliced, "the row offsets used on the columns"),
-        ("07.3", _aft_exp_over_sum, "exp without subtracting the maximum"),
-        ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
-        ("01.4", _qkv_einsum_untransposed, "weight used untransposed"),
-        ("02.3", _head_einsum_untransposed, "weight used untransposed"),
-        ("08.1", _merge_where_upside_down, "rescaled upside down"),
-        ("09.1", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
-        ("09.1", _nucleus_no_temperature, "temperature ignored"),
-        ("09.1", _nucleus_times_temperature, "logits multiplied by the temperature"),
-        (
-            "09.2",
-            _append_length_from_nonzero,
-            "length inferred from the buffer's non-zero slots, not the length argument",
-        ),
-        ("11.1", _weighted_norms_no_unsqueeze, "the norms broadcast against the wrong axes"),
-        ("11.1", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
-    ],
-    ids=lambda x: getattr(x, "__name__", None) if callable(x) else None,
-)
-def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, fn, name):
-    """A catalogued mistake spelled another way (einsum, slicing, a `where` guard): one verdict on every seed."""
-    said = set()
-    for seed in SEEDS:
-        res = run_check(EXERCISES[key], fn, seed=seed)
-        assert res.mistake == name, f"seed {seed}: {res.message}"
-        said.add(res.message)
-    assert len(said) == 1, said
-
-
-EDGE_ONLY_WRONG_08_TO_11 = [
-    ("08.1", _merge_guard_each, "an empty block beside one whose maximum is below -88"),
-    ("09.2", _append_zeroes_the_rest, "an earlier sequence's keys after the new ones (to be left as they are)"),
-    ("10.2", _unigram_vocab_from_largest_id, "a character in neither text (vocab_size > the largest id + 1)"),
+NAMED = [  # (exercise, a catalogued mistake written another way: einsum, slicing, a `where` guard, its name)
+    ("01.1", _lookup_exp_minus_min, "softmax written by hand without subtracting the maximum"),
+    ("01.2", _many_exp_minus_mean, "softmax written by hand without subtracting the maximum"),
+    ("01.3", _self_plain_exp, "softmax written by hand without subtracting the maximum"),
+    ("01.4", _qkv_einsum_untransposed, "weight used untransposed"),
+    ("02.1", _min_softmax, "subtracting the row minimum instead of the maximum"),
+    ("02.1", _mean_softmax, "subtracting the row mean instead of the maximum"),
+    ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
+    ("02.3", _head_einsum_untransposed, "weight used untransposed"),
+    ("03.2", _causal_whenever_masked, "every mask treated as causal"),
+    ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
+    ("05.1", _split_tensor_split_columns, "columns instead of rows"),
+    ("05.1", _split_columns_sliced, "the row offsets used on the columns"),
+    ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
+    ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
+    ("07.3", _aft_exp_over_sum, "exp without subtracting the maximum"),
+    ("08.1", _merge_where_upside_down, "rescaled upside down"),
+    ("08.2", _bw_einsum_no_delta, "Δ forgotten"),
+    ("08.2", _bw_einsum_delta_plain_sum, "Δ summed without the weights"),
+    ("08.2", _bw_einsum_delta_columns, "the softmax's Jacobian taken along the queries"),
+    ("08.2", _bw_einsum_delta_flat, "Δ lost its query axis"),
+    ("08.2", _bw_matmul_p_untransposed, "P not transposed for dv"),
+    ("08.2", _bw_matmul_dk_untransposed, "dk from dS, not its transpose"),
+    ("08.2", _bw_einsum_no_scale, "scale missing from dq and dk"),
+    ("08.2", _bw_scale_in_ds, "scale applied twice"),
+    ("08.2", _bw_einsum_weights_unscaled, "weights recomputed without the scale"),
+    ("08.2", _bw_scale_from_shape, "the scale taken as 1/sqrt(D)"),
+    ("08.2", _bw_einsum_unstable, "weights recomputed without subtracting the maximum"),
+    ("08.2", _bw_transpose_shorthand, ".T where the matrices have leading axes"),
+    ("08.3", _tw_softmax_by_hand, "a softmax over the tile"),
+    ("08.3", _tw_lse_unbroadcast, "the logsumexp broadcast along the keys"),
+    ("08.3", _tw_einsum_no_scale, "scale missing"),
+    ("08.3", _tw_max_values, "the tile's maximum subtracted instead of the logsumexp"),
+    ("08.3", _tw_exp_times_exp, "exp(L) divided out instead of L subtracted"),
+    ("08.4", _fb_diagonal_masked, "the diagonal masked too"),
+    ("09.1", _nucleus_top_forced, "the token that crosses p is dropped, and the top token kept by hand"),
+    ("09.1", _nucleus_no_temperature, "temperature ignored"),
+    ("09.1", _nucleus_times_temperature, "logits multiplied by the temperature"),
+    ("09.2", _append_length_from_nonzero, "length inferred from the buffer's non-zero slots, not the length argument"),
+    ("09.3", _beam_sorted_no_score, "the beam's score not added"),
+    ("09.3", _beam_mul, "log-probabilities multiplied"),
+    ("09.3", _beam_best_token_per_beam, "one extension per beam"),
+    ("09.3", _beam_divmod_swapped, "the flat index decoded the wrong way round"),
+    ("09.3", _beam_divmod_by_k, "the flat index decoded with the number of beams"),
+    ("09.3", _beam_threshold, "the winners in index order, not best first"),
+    ("09.3", _beam_ascending, "the winners sorted worst first"),
+    ("11.1", _weighted_norms_no_unsqueeze, "the norms broadcast against the wrong axes"),
+    ("11.1", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
+    *NAMED_13,
 ]
 
 
-@pytest.mark.parametrize(
-    "key,fn,edge", EDGE_ONLY_WRONG_08_TO_11, ids=[f.__name__ for _, f, _ in EDGE_ONLY_WRONG_08_TO_11]
-)
-def test_08_to_11_answers_wrong_only_at_an_edge_fail_on_the_fixed_cases_alone(key, fn, edge):
-    """Each is right wherever its edge is absent (so a draw alone may miss it); a fixed case holds the edge."""
-    ex = EXERCISES[key]
-    assert edge in ex.edges
-    res = run_check(_fixed_only(ex), fn)
-    assert res.status == FAILED and "fixed case" in res.message, res.message
-    for args, kwargs in ex.fixed_cases():
-        if not ex.edges[edge](*args, **kwargs):  # right on every fixed case without the edge
-            out = fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
-            torch.testing.assert_close(out, ex.solution(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
+@pytest.mark.parametrize("key,fn,name", NAMED, ids=[f"{key}-{fn.__name__}" for key, fn, _ in NAMED])
+def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, fn, name):
+    """One verdict on every seed: the mistake's name, in the same words."""
+    said = set()
+    for seed in SEEDS:
+        res = run_check(EXERCISES[key], fn, seed=seed, references=_references(key))
+        assert res.status == FAILED and res.mistake == name, f"seed {seed}: {res.message}"
+        said.add(res.message)
+    assert len(said) == 1, said
 
 
 def test_09_1_sorting_along_dim_1_is_named_by_its_values_before_it_raises():
@@ -1624,17 +1346,26 @@ def _mha_with_weights(weights_of):
     return forward
 
 
+# Answers wrong only at an edge their statement allows: masked softmax written unstably, right wherever no blocked
+# score is far above the allowed ones. (Other edge-only answers are mutants of the references: tests/test_mutations.py.)
 UNSTABLE_MASKING = [_masked_softmax_renormalised, _masked_exp_allowed_max, _masked_fill_minus_30]
+EDGE_ONLY_WRONG = [("03.2", f, "blocked scores far above the allowed ones") for f in UNSTABLE_MASKING] + [
+    ("04.4", _mha_with_weights(f), "a blocked key whose score is far above the allowed ones'") for f in UNSTABLE_MASKING
+]
 
 
-@pytest.mark.parametrize(
-    "key,fn",
-    [("03.2", f) for f in UNSTABLE_MASKING] + [("04.4", _mha_with_weights(f)) for f in UNSTABLE_MASKING],
-    ids=lambda x: getattr(x, "__name__", x),
-)
-def test_unstable_masking_fails_on_the_fixed_cases_alone(key, fn):
-    res = run_check(_fixed_only(EXERCISES[key]), fn)
+@pytest.mark.parametrize("key,fn,edge", EDGE_ONLY_WRONG, ids=[f"{k}-{f.__name__}" for k, f, _ in EDGE_ONLY_WRONG])
+def test_answers_wrong_only_at_an_edge_fail_on_a_fixed_case_that_holds_it(key, fn, edge):
+    """Each is right wherever its edge is absent (so a draw alone may miss it); a fixed case holds the edge, and the
+    failure names it."""
+    ex = EXERCISES[key]
+    res = run_check(_fixed_only(ex), fn)
     assert res.status == FAILED and "fixed case" in res.message, res.message
+    assert re.search(rf"fixed case \d+ \([^;]*{re.escape(edge)}", res.message), res.message
+    for args, kwargs in ex.fixed_cases():
+        if not ex.edges[edge](*args, **kwargs):  # right on every fixed case without the edge
+            out = fn(*copy.deepcopy(args), **copy.deepcopy(kwargs))
+            torch.testing.assert_close(out, ex.solution(*copy.deepcopy(args), **copy.deepcopy(kwargs)))
 
 
 def _lookup_python_number(query, keys, values):
@@ -1979,7 +1710,7 @@ RIGHT = {
     ],
     "09.1": [_nucleus_loop, _nucleus_hf, _nucleus_float64_before],
     "08.3": [_tw_einsum, _tw_key_by_key, _tw_float64],
-    "08.4": [_fb_row_strips],
+    "08.4": [_fb_row_strips, _fb_tiles_by_broadcasting],
     "10.4": [_gpt_forward_by_hand],
     "09.2": [_append_copy],
     "09.3": [_beam_sorted, _beam_python, _beam_unravel],
@@ -1996,22 +1727,68 @@ RIGHT = {
 }
 
 
-@pytest.mark.parametrize("fn", [_bw_autograd, _bw_sdpa_backward, _bw_autograd_let_back_in], ids=lambda f: f.__name__)
-def test_08_2_runs_the_answer_where_autograd_cannot_help(fn):
-    """08.2 asks for the formulas, not autograd: an answer that calls backward() or autograd.grad fails, saying why."""
-    res = run_check(EXERCISES["08.2"], fn, seed=0)
-    assert res.status == FAILED and "without autograd (torch.inference_mode())" in res.message, res.message
+def _raises_shapes(*args, **kwargs):
+    raise RuntimeError("mat1 and mat2 shapes cannot be multiplied")
+
+
+def _sevens(x, dim=-1):  # a wrong answer that matches no mistake
+    return x * 0 + 7
+
+
+def _attention_weights_halved(q, k, v):  # right out, weights halved
+    out, weights = EXERCISES["02.2"].solution(q, k, v)
+    return out, weights * 0.5
+
+
+def _step_normaliser_plus_one(state, normaliser, q_t, k_t, v_t):
+    out, new_state, new_normaliser = EXERCISES["13.4"].solution(state, normaliser, q_t, k_t, v_t)
+    return out, new_state, new_normaliser + 1
+
+
+AUTOGRAD = "without autograd (torch.inference_mode())"
+WHOLE_MATRIX = "your function computed a tensor of shape (8, 8) (64 elements; at most 63)"
+MESSAGES = [  # (exercise, a wrong answer, what its verdict on seed 0 says)
+    # a result is named as the statement names it
+    ("02.2", _attention_weights_halved, ["`weights`: values differ"]),
+    ("13.4", _step_normaliser_plus_one, ["`new_normaliser`: "]),
+    # 08.2 asks for the formulas, not autograd: an answer that calls backward() or autograd.grad fails, saying why
+    ("01.1", _raises_shapes, ["raised RuntimeError: mat1 and mat2 shapes cannot be multiplied"]),
+    ("02.1", _sevens, ["matches none of the common mistakes"]),
+    ("09.2", _append_returns_cat, ["`cache`", "write into"]),  # the buffer it asks to write into is checked
+    ("08.2", _bw_autograd, [AUTOGRAD]),
+    ("08.2", _bw_sdpa_backward, [AUTOGRAD]),
+    ("08.2", _bw_autograd_let_back_in, [AUTOGRAD]),
+    # 08.4 with inference mode left: the first tensor saved for backward stops it, on fixed case 1 (before the
+    # whole matrix, which fixed case 2 refuses, is reached)
+    ("08.4", _fb_autograd, ["fixed case 1 ", "autograd recorded a graph inside your function", AUTOGRAD]),
+    # right values without tiles: fixed case 1's tiles times D equal T * S, so the limit allows the whole matrix
+    # there (a tile's broadcast product is as large); fixed case 2 refuses it
+    (
+        "08.4",
+        _fb_whole_matrix,
+        ["fixed case 2 ", WHOLE_MATRIX, "the whole (..., T, S) score matrix, which the tiled backward never needs"],
+    ),
+    # catching the limit's exception does not unmake the tensor that tripped it: not a pass, nor a wrong result
+    ("08.4", _fb_whole_matrix_caught, [WHOLE_MATRIX]),
+    ("08.4", _fb_whole_matrix_caught_none, [WHOLE_MATRIX]),
+    # a tensor over the limit need not be the score matrix
+    (
+        "08.4",
+        _fb_shares_stacked,
+        [
+            "a tensor of shape (3, 8, 4) (96 elements; at most 63): at least as many elements as",
+            "every tile's share kept and stacked",
+        ],
+    ),
+]
+
+
+@pytest.mark.parametrize("key,fn,words", MESSAGES, ids=[f"{k}-{f.__name__}" for k, f, _ in MESSAGES])
+def test_a_wrong_answer_gets_the_verdict_that_says_why(key, fn, words):
+    res = run_check(EXERCISES[key], fn, seed=0)
+    assert res.status == FAILED and all(w in res.message for w in words), res.message
+    assert "result 1" not in res.message  # a result by its name, never its number
     assert "set_grad_enabled" not in res.message  # the check's own mode is not blamed on the learner
-
-
-def test_08_2_names_the_transpose_shorthand_that_breaks_on_leading_axes():
-    def attention_backward(q, k, v, o, do, scale):  # section 5's demo, copied: .T
-        P = torch.softmax(scale * q @ k.transpose(-2, -1), dim=-1)
-        dS = P * (do @ v.transpose(-2, -1) - (do * o).sum(dim=-1, keepdim=True))
-        return scale * dS @ k, scale * dS.T @ q, P.T @ do
-
-    res = run_check(EXERCISES["08.2"], attention_backward, seed=0)
-    assert res.status == FAILED and res.mistake == ".T where the matrices have leading axes", res.message
 
 
 def test_every_exercise_has_a_right_answer_written_differently():
@@ -2023,7 +1800,7 @@ def test_every_exercise_has_a_right_answer_written_differently():
 )
 def test_right_answers_written_differently_pass(key, fn):
     for seed in (0, 1, 2):
-        res = run_check(EXERCISES[key], fn, seed=seed)
+        res = run_check(EXERCISES[key], fn, seed=seed, references=_references(key))
         assert res.status == PASSED, f"{fn.__name__}, seed {seed}: {res.message}"
 
 
@@ -2039,19 +1816,3 @@ def test_the_instructor_guide_table_lists_each_exercise_mistakes_and_what_it_enf
         assert ("writes into `cache` (checked)" in row) == (ex.inplace is not None), row
     assert "returns bool, dtype checked" in rows["03.1"] and "returns float32, dtype checked" in rows["02.1"]
     assert "returns a number" in rows["10.3"] and "int64, int64" in rows["10.1"]
-
-
-def test_a_wrong_result_is_named_as_the_statement_names_it():
-    def my_scaled_attention(q, k, v):  # right out, weights halved
-        out, weights = EXERCISES["02.2"].solution(q, k, v)
-        return out, weights * 0.5
-
-    res = run_check(EXERCISES["02.2"], my_scaled_attention, seed=0)
-    assert res.status == FAILED and "`weights`: values differ" in res.message and "result 1" not in res.message
-
-    def my_linear_attention_step(state, normaliser, q_t, k_t, v_t):
-        out, new_state, new_normaliser = EXERCISES["13.4"].solution(state, normaliser, q_t, k_t, v_t)
-        return out, new_state, new_normaliser + 1
-
-    res = run_check(EXERCISES["13.4"], my_linear_attention_step, seed=0)
-    assert "`new_normaliser`: " in res.message, res.message

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from course_utils.attention import scaled_dot_product_attention
+from course_utils.fast_attention import tiled_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import (
     MultiHeadAttention,
@@ -21,6 +22,7 @@ from course_utils.multihead import (
     SingleHeadAttention,
 )
 from course_utils.positional import ALiBiMultiHeadAttention
+from course_utils.variants import AFTFull, GroupedQueryAttention, topk_attention
 
 B, T, C, H = 2, 6, 8, 2
 MaskFn = Callable[[int], "torch.Tensor | None"]
@@ -56,14 +58,14 @@ def assert_no_leakage(fn: Attention, x: torch.Tensor) -> None:
         assert grad[:, : t + 1].abs().sum() > 0, "output t should depend on tokens 0..t"
 
 
-def _functional(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
-    w_q, w_k, w_v = (torch.randn(C, C, dtype=dtype) / C**0.5 for _ in range(3))
+def _projected(attend: Callable[..., torch.Tensor]):
+    """A function of q, k, v and the mask, ``attend(q, k, v, mask)``, on random projections of x."""
 
-    def fn(x):
-        mask = mask_fn(x.shape[1])
-        return scaled_dot_product_attention(x @ w_q, x @ w_k, x @ w_v, mask)[0]
+    def factory(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
+        w_q, w_k, w_v = (torch.randn(C, C, dtype=dtype) / C**0.5 for _ in range(3))
+        return lambda x: attend(x @ w_q, x @ w_k, x @ w_v, mask_fn(x.shape[1]))
 
-    return fn
+    return factory
 
 
 def _module(make: Callable[[], torch.nn.Module], seed_each_call: bool = False):
@@ -100,7 +102,7 @@ def _gpt_blocks(mask_fn: MaskFn, dtype: torch.dtype, **overrides) -> Attention:
 
 
 FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
-    "scaled_dot_product_attention": _functional,
+    "scaled_dot_product_attention": _projected(lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask)[0]),
     "SingleHeadAttention": _module(lambda: SingleHeadAttention(C, C // H, bias=True)),
     "MultiHeadAttentionWrapper": _module(lambda: MultiHeadAttentionWrapper(C, H)),
     "MultiHeadAttentionEinsum": _module(lambda: MultiHeadAttentionEinsum(C, H)),
@@ -116,38 +118,20 @@ FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
         mask_fn, dtype, positions="rope", num_kv_heads=1
     ),
     "ALiBiMultiHeadAttention": _module(lambda: ALiBiMultiHeadAttention(C, H).eval()),
+    # notebook 07's variants: grouped-query, multi-query, chunked top-k, AFT-full and AFT-local
+    "GroupedQueryAttention(num_kv_heads=H)": _module(lambda: GroupedQueryAttention(C, H, H, bias=True)),
+    "GroupedQueryAttention(num_kv_heads=1)": _module(lambda: GroupedQueryAttention(C, H, 1)),
+    "GroupedQueryAttention(rope=True)": _module(lambda: GroupedQueryAttention(C, H, 1, rope=True)),
+    "topk_attention(top_k=3, chunk_size=2)": _projected(
+        lambda q, k, v, mask: topk_attention(q, k, v, top_k=3, mask=mask, chunk_size=2)
+    ),
+    "AFTFull": _module(lambda: AFTFull(C, context_length=T)),
+    "AFTFull(local_window=2)": _module(lambda: AFTFull(C, context_length=T, local_window=2)),
+    # notebook 08's tiled attention, with tiles that do not divide T
+    "tiled_attention(q_tile=4, kv_tile=4)": _projected(
+        lambda q, k, v, mask: tiled_attention(q, k, v, mask, q_tile=4, kv_tile=4)
+    ),
 }
-
-# Notebook 07's variants (course_utils.variants): grouped-query, multi-query, chunked top-k, AFT-full and AFT-local.
-from course_utils.variants import AFTFull, GroupedQueryAttention, topk_attention  # noqa: E402
-
-
-def _topk_functional(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
-    w_q, w_k, w_v = (torch.randn(C, C, dtype=dtype) / C**0.5 for _ in range(3))
-    return lambda x: topk_attention(x @ w_q, x @ w_k, x @ w_v, top_k=3, mask=mask_fn(x.shape[1]), chunk_size=2)
-
-
-FACTORIES.update(
-    {
-        "GroupedQueryAttention(num_kv_heads=H)": _module(lambda: GroupedQueryAttention(C, H, H, bias=True)),
-        "GroupedQueryAttention(num_kv_heads=1)": _module(lambda: GroupedQueryAttention(C, H, 1)),
-        "GroupedQueryAttention(rope=True)": _module(lambda: GroupedQueryAttention(C, H, 1, rope=True)),
-        "topk_attention(top_k=3, chunk_size=2)": _topk_functional,
-        "AFTFull": _module(lambda: AFTFull(C, context_length=T)),
-        "AFTFull(local_window=2)": _module(lambda: AFTFull(C, context_length=T, local_window=2)),
-    }
-)
-
-# Notebook 08's tiled attention (course_utils.fast_attention), with tiles that do not divide T.
-from course_utils.fast_attention import tiled_attention  # noqa: E402
-
-
-def _tiled_functional(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
-    w_q, w_k, w_v = (torch.randn(C, C, dtype=dtype) / C**0.5 for _ in range(3))
-    return lambda x: tiled_attention(x @ w_q, x @ w_k, x @ w_v, mask_fn(x.shape[1]), q_tile=4, kv_tile=4)
-
-
-FACTORIES["tiled_attention(q_tile=4, kv_tile=4)"] = _tiled_functional
 
 LEAKY_MASKS: dict[str, MaskFn] = {
     "no mask": lambda T: None,

@@ -11,6 +11,7 @@ The mutation score per exercise is printed at the end of the test run (``tests/c
 from __future__ import annotations
 
 import dataclasses
+import re
 import time
 
 import pytest
@@ -210,7 +211,48 @@ EDGE_MUTANTS: dict[str, list[tuple[str, str, str]]] = {
             "T == 1",
         )
     ],
+    "13.1": [
+        (
+            "out_t = (q_t[..., None, :] @ new_state)[..., 0, :]",
+            "out_t = (q_t[..., None, :] @ new_state).squeeze(-2).squeeze(-1)",
+            "Dv == 1",
+        ),
+        (
+            "new_state = gate_t[..., None, None] * state",
+            "new_state = gate_t.clamp(max=0.999)[..., None, None] * state",
+            "every gate 1 (nothing forgotten)",
+        ),
+        # gates near 0: a guard against log 0 that clamps the gate, right wherever every gate is above 0.02
+        (
+            "new_state = gate_t[..., None, None] * state",
+            "new_state = gate_t.clamp(min=0.02)[..., None, None] * state",
+            "gates near 0 (every gate below 1e-3)",
+        ),
+        # D == 1: a squeeze of the key or query's last axis, a no-op for every D but 1
+        ("k_t[..., :, None] * v_t[..., None, :]", "k_t.squeeze(-1)[..., :, None] * v_t[..., None, :]", "D == 1"),
+    ],
+    "13.2": [
+        (
+            "stored = (k_t[..., None, :] @ state)[..., 0, :]",
+            "stored = (k_t[..., None, :] @ state).squeeze()",
+            "Dv == 1",
+        ),
+        (
+            "beta_t[..., None, None] * k_t[..., :, None]",
+            "beta_t[..., None, None] * k_t.squeeze(-1)[..., :, None]",
+            "D == 1",
+        ),
+    ],
+    "13.3": [("(q @ state)", "(q.squeeze(-1) @ state)", "D == 1")],
     "13.4": [("return out, state, normaliser", "return out.squeeze(-1), state, normaliser", "Dv == 1")],
+}
+
+
+# The case a few of them fail on, as the verdict describes it.
+CASE_SAID = {
+    ("01.1", "Dv == 1"): "values float32 (5, 1)",
+    ("03.3", "a sequence of full length (L == S)"): "lengths int64 (4,), S=5",
+    ("03.4", "T != S"): "attn_mask bool (2, 5)",
 }
 
 
@@ -230,6 +272,8 @@ def test_edge_mutants_fail_on_the_fixed_cases_alone(key, line, mutant, edge):
     assert with_edge, f"{key}: no fixed case holds {edge!r}"
     res = run_check(dataclasses.replace(ex, draw=None), fn)
     assert res.status == FAILED, f"{key}: the mutant {mutant!r} passes the fixed cases"
+    assert re.search(rf"fixed case \d+ \([^;]*{re.escape(edge)}", res.message), res.message  # the case's edges named
+    assert CASE_SAID.get((key, edge), "") in res.message, res.message
     if without:  # the edge is what catches it: the mutant is right on every fixed case without the edge
         res = run_check(dataclasses.replace(ex, cases=lambda: without, draw=None, domain=Domain()), fn)
         assert res.status == PASSED, f"{key}: the mutant {mutant!r} is wrong without {edge!r} too: {res.message}"
