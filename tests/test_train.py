@@ -75,6 +75,12 @@ def run(text_file, out, **overrides):
     return train("tiny", text_file, out, TrainConfig.preset("tiny", **{**FAST, **overrides}), progress=False, **kwargs)
 
 
+def cli_argv(text_file, out, *flags, quiet=True) -> list[str]:
+    """The command line's arguments for a 3-step run of the tiny preset on ``text_file`` into ``out``."""
+    steps = ["--max-steps", "3", "--eval-interval", "3", "--batch-size", "4", *(["--quiet"] if quiet else [])]
+    return ["--data", str(text_file), "--out", str(out), *steps, *map(str, flags)]
+
+
 # ----------------------------------------------------------------------------------------------
 # Settings and schedule
 # ----------------------------------------------------------------------------------------------
@@ -122,9 +128,7 @@ def test_learning_rate_warms_up_then_follows_a_cosine():
     assert all(a <= b for a, b in zip(lrs[:10], lrs[1:10]))
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
     assert learning_rate(55, train_config) == pytest.approx(0.55)  # half way down the cosine: the mean of max and min
-    assert learning_rate(100, train_config) == pytest.approx(0.1) and learning_rate(500, train_config) == pytest.approx(
-        0.1
-    )
+    assert learning_rate(100, train_config) == pytest.approx(0.1) == learning_rate(500, train_config)
 
 
 def test_pick_device():
@@ -173,24 +177,7 @@ def test_val_loss_is_the_mean_over_the_whole_validation_split(text_file, tmp_pat
 
 
 def test_command_line_prints_one_json_line(text_file, tmp_path, capsys):
-    code = main(
-        [
-            "--preset",
-            "tiny",
-            "--data",
-            str(text_file),
-            "--out",
-            str(tmp_path),
-            "--max-steps",
-            "3",
-            "--eval-interval",
-            "3",
-            "--batch-size",
-            "4",
-            "--quiet",
-        ]
-    )
-    assert code == 0
+    assert main(cli_argv(text_file, tmp_path, "--preset", "tiny")) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1
     result = json.loads(lines[0])
@@ -307,44 +294,13 @@ def test_two_processes_train_like_one(text_file, tmp_path):
     summed in another order), so the losses agree to about 1e-6; 1e-4 leaves room for Adam to amplify that
     over 12 steps on another machine.
     """
-    args = [
-        "--preset",
-        "tiny",
-        "--data",
-        str(text_file),
-        "--max-steps",
-        "12",
-        "--batch-size",
-        "8",
-        "--log-interval",
-        "1",
-        "--eval-interval",
-        "12",
-        "--checkpoint-interval",
-        "6",
-        "--quiet",
-    ]
     same = dict(max_steps=12, batch_size=8, log_interval=1, eval_interval=12, checkpoint_interval=6)
     one = train("tiny", text_file, tmp_path / "one", TrainConfig.preset("tiny", **same), progress=False)
-    torchrun = Path(sys.executable).parent / "torchrun"
+    flags = [f"--{name.replace('_', '-')}={value}" for name, value in same.items()]
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=2"]
+    command = [*torchrun, "-m", "course_utils.train", "--data", str(text_file), "--out", str(tmp_path / "two"), *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run(
-        [
-            str(torchrun),
-            "--standalone",
-            "--nproc_per_node=2",
-            "-m",
-            "course_utils.train",
-            *args,
-            "--out",
-            str(tmp_path / "two"),
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        env=env,
-        timeout=300,
-    )
+    proc = subprocess.run([*command, "--quiet"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, "only process 0 prints"
@@ -376,32 +332,13 @@ def test_gpu_benchmark_exits_with_a_clear_message_without_cuda(monkeypatch, caps
 
 def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, capsys):
     dest = tmp_path / "model.pt"
-    code = main(
-        [
-            "--preset",
-            "tiny",
-            "--data",
-            str(text_file),
-            "--out",
-            str(tmp_path / "run"),
-            "--max-steps",
-            "4",
-            "--eval-interval",
-            "4",
-            "--batch-size",
-            "4",
-            "--quiet",
-            "--export",
-            str(dest),
-        ]
-    )
-    assert code == 0
+    assert main(cli_argv(text_file, tmp_path / "run", "--max-steps", 4, "--eval-interval", 4, "--export", dest)) == 0
     result = json.loads(capsys.readouterr().out.strip())
     assert result["export"] == str(dest)
     assert dest.stat().st_size < 0.5 * (tmp_path / "run" / "checkpoint.pt").stat().st_size, "no optimizer state"
     model, tokenizer, info = load_model(dest)
     prov = info["provenance"]
-    assert prov["command"].startswith("python -m course_utils.train --preset tiny")
+    assert prov["command"].startswith(f"python -m course_utils.train --data {text_file} --out")
     assert prov["device"] == "cpu" and prov["steps"] == 4 and prov["val_loss"] == result["val_loss"]
     assert prov["data"]["characters"] == len(text_file.read_text())
     assert not model.training and tokenizer.decode(tokenizer.encode("to be")) == "to be"
@@ -462,22 +399,7 @@ def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path):
 
 def cli(capsys, text_file, out, *flags):
     """Run the command line; return (exit code, stderr lines, the JSON result or None)."""
-    code = main(
-        [
-            "--data",
-            str(text_file),
-            "--out",
-            str(out),
-            "--max-steps",
-            "3",
-            "--eval-interval",
-            "3",
-            "--batch-size",
-            "4",
-            "--quiet",
-            *map(str, flags),
-        ]
-    )
+    code = main(cli_argv(text_file, out, *flags))
     captured = capsys.readouterr()
     lines = captured.out.strip().splitlines()
     return code, captured.err.strip().splitlines(), json.loads(lines[-1]) if lines else None
@@ -491,14 +413,37 @@ def refused(capsys, text_file, out, *flags) -> str:
     return err[0]
 
 
-def test_out_that_is_a_file_is_refused_before_training(text_file, tmp_path, capsys):
-    """Before: 3 steps trained, then FileExistsError from mkdir (a traceback), and the run was lost."""
+BIG = 10**23
+CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}: tmp_path, which holds notes.txt)
+    # Before: 3 steps trained, then FileExistsError from mkdir (a traceback), and the run was lost.
+    ("notes.txt", [], "--out {tmp}/notes.txt is a file, expected a folder for checkpoint.pt and summary.json: choose "
+     "another --out"),
+    ("notes.txt/run", [], "cannot be created: {tmp}/notes.txt is a file, not a folder; choose another --out"),
+    ("run", ["--export", "{tmp}/notes.txt/model.pt"], "--export {tmp}/notes.txt/model.pt cannot be created: {tmp}/"
+     "notes.txt is a file, not a folder; choose another --export"),
+    ("run", ["--export", "{tmp}"], "--export {tmp} is a folder, expected a file name such as model.pt"),
+    # Before: --export equal to --out trained fully, then IsADirectoryError.
+    ("run", ["--export", "{tmp}/run"], "--export {tmp}/run is inside --out {tmp}/run (the run's own folder"),
+    ("run", ["--export", "{tmp}/run/m.pt"], "--export {tmp}/run/m.pt is inside --out {tmp}/run (the run's own folder"),
+    # Before: --seed 10**23 'Overflow when unpacking long long'; --max-steps 10**23 was accepted.
+    ("run", ["--seed", BIG], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {BIG}"),
+    ("run", ["--seed", -1], "--seed must be a whole number from 0 to 2**63 - 1"),
+    ("run", ["--max-steps", BIG], f"--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got {BIG}"),
+    ("run", ["--max-steps", 0], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got 0"),
+] + [  # Before: -1 was a RuntimeError traceback from torch.set_num_threads; 0 was silently ignored; 100000 crashed
+    # PyTorch (exit 139, a segmentation fault).
+    ("run", ["--threads", threads], f"--threads must be a number of CPU threads from 1 to {4 * (os.cpu_count() or 1)}"
+     f" (4 per CPU here), got {threads}; leave")
+    for threads in (-1, 0, 100000)
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("out, flags, line", CLI_REFUSALS)
+def test_the_command_line_refuses_before_training_in_one_line(text_file, tmp_path, capsys, out, flags, line):
     (tmp_path / "notes.txt").write_text("mine")
-    line = refused(capsys, text_file, tmp_path / "notes.txt")
-    assert "notes.txt is a file, expected a folder for checkpoint.pt and summary.json: choose another --out" in line
-    line = refused(capsys, text_file, tmp_path / "notes.txt" / "run")
-    assert f"cannot be created: {tmp_path / 'notes.txt'} is a file, not a folder; choose another --out" in line
-    assert (tmp_path / "notes.txt").read_text() == "mine"
+    flags = [str(flag).format(tmp=tmp_path) for flag in flags]
+    assert line.format(tmp=tmp_path) in refused(capsys, text_file, tmp_path / out, *flags)
+    assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "run").exists()
 
 
 def test_out_that_cannot_be_written_is_refused_before_training(text_file, tmp_path, capsys, monkeypatch):
@@ -542,15 +487,6 @@ def test_a_device_this_machine_lacks_is_refused(text_file, tmp_path, capsys, dev
     """Before: torch's AssertionError "Torch not compiled with CUDA enabled" (or MPS's) as a traceback."""
     assert re.search(match, refused(capsys, text_file, tmp_path / "run", "--device", device))
     assert not (tmp_path / "run").exists()
-
-
-@pytest.mark.parametrize("threads", ["-1", "0", "100000"])
-def test_threads_must_be_positive(text_file, tmp_path, capsys, threads):
-    """Before: -1 was a RuntimeError traceback from torch.set_num_threads; 0 was silently ignored; 100000 crashed
-    PyTorch (exit 139, a segmentation fault)."""
-    line = refused(capsys, text_file, tmp_path, "--threads", threads)
-    most = 4 * (os.cpu_count() or 1)
-    assert f"--threads must be a number of CPU threads from 1 to {most} (4 per CPU here), got {threads}; leave" in line
 
 
 def test_a_text_too_small_for_the_split_and_the_context_says_how_small(tmp_path, capsys):
@@ -661,35 +597,12 @@ def test_the_course_corpus_is_verified_whichever_path_reads_it(text_file, tmp_pa
 
 
 def test_own_text_is_said_to_be_unverified(text_file, tmp_path, capsys):
-    code = main(
-        [
-            "--data",
-            str(text_file),
-            "--out",
-            str(tmp_path),
-            "--max-steps",
-            "2",
-            "--eval-interval",
-            "2",
-            "--batch-size",
-            "4",
-            "--no-progress",
-        ]
-    )
-    assert code == 0
+    argv = cli_argv(text_file, tmp_path, "--max-steps", 2, "--eval-interval", 2, "--no-progress", quiet=False)
+    assert main(argv) == 0
     assert (
         f"data: {text_file} is your own text (not the course corpus): used as it is, not verified against a "
         "pinned sha256"
     ) in capsys.readouterr().err
-
-
-def test_export_to_a_path_that_cannot_be_written_is_refused_before_training(text_file, tmp_path, capsys):
-    (tmp_path / "f").write_text("")
-    line = refused(capsys, text_file, tmp_path / "run", "--export", tmp_path / "f" / "model.pt")
-    assert "--export" in line and "is a file, not a folder; choose another --export" in line
-    line = refused(capsys, text_file, tmp_path / "run", "--export", tmp_path)
-    assert "is a folder, expected a file name such as model.pt" in line
-    assert not (tmp_path / "run").exists()
 
 
 @pytest.mark.parametrize(
@@ -916,33 +829,11 @@ def test_the_time_limit_stops_at_the_end_of_a_window_with_a_checkpoint_and_resum
     assert resumed["history"] == whole["history"]
 
 
-SUMMARY_KEYS = [
-    "val_loss",
-    "train_loss",
-    "steps",
-    "steps_this_run",
-    "tokens",
-    "tokens_per_s",
-    "tokens_per_s_after_first_step",
-    "train_s",
-    "first_step_s",
-    "final_eval_s",
-    "wall_s",
-    "params",
-    "flops_per_token",
-    "device",
-    "world_size",
-    "compiled",
-    "autocast",
-    "fused_adamw",
-    "notices",
-    "stopped_by",
-    "checkpoint",
-    "model_config",
-    "train_config",
-    "history",
-    "evals",
-]
+SUMMARY_KEYS = (
+    "val_loss train_loss steps steps_this_run tokens tokens_per_s tokens_per_s_after_first_step train_s first_step_s "
+    "final_eval_s wall_s params flops_per_token device world_size compiled autocast fused_adamw notices stopped_by "
+    "checkpoint model_config train_config history evals"
+).split()
 
 
 def test_the_summary_has_every_key_in_its_order_and_its_figures_add_up(text_file, tmp_path):
@@ -1012,47 +903,6 @@ def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_f
 # ----------------------------------------------------------------------------------------------
 # Commands that never hide a mistake or lose a file (issue #29: Ctrl+C, another model's file, silent no-ops)
 # ----------------------------------------------------------------------------------------------
-
-
-def _interrupt_when(proc: subprocess.Popen, ready) -> tuple[str, str]:
-    """Send Ctrl+C (SIGINT) to ``proc`` once ``ready()`` is true; return its (stdout, stderr)."""
-    import signal
-    import time
-
-    deadline = time.monotonic() + 240
-    while not ready() and proc.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert proc.poll() is None, "finished before it could be interrupted"
-    proc.send_signal(signal.SIGINT)
-    return proc.communicate(timeout=120)
-
-
-def test_ctrl_c_prints_one_line_with_the_step_the_checkpoint_and_the_command_that_resumes(text_file, tmp_path):
-    """Before: a KeyboardInterrupt traceback of 20-60 lines. Now one line, exit code 130, and the command resumes."""
-    import shlex
-
-    out = tmp_path / "run"
-    argv = ["--preset", "tiny", "--data", str(text_file), "--out", str(out), "--max-steps", "100000",
-            "--batch-size", "4", "--checkpoint-interval", "5", "--eval-interval", "100000", "--quiet"]  # fmt: skip
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    command = [sys.executable, "-m", "course_utils.train", *argv]
-    with subprocess.Popen(command, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as p:
-        stdout, stderr = _interrupt_when(p, lambda: (out / "checkpoint.pt").exists())
-    assert p.returncode == 130 and stdout == "", stderr
-    assert len(stderr.splitlines()) == 1 and "Traceback" not in stderr, stderr
-    found = re.fullmatch(r"stopped at step (\d+); the checkpoint at (.+) holds step (\d+); resume: (.+)\n", stderr)
-    assert found, stderr
-    step, path, saved, again = int(found[1]), found[2], int(found[3]), found[4]
-    assert path == str(out / "checkpoint.pt") and saved % 5 == 0 and 5 <= saved <= step
-    assert load_checkpoint(path)["step"] == saved
-    assert again == shlex.join(["python", "-m", "course_utils.train", *argv, "--resume"])
-    resumed = subprocess.run(
-        [sys.executable, *shlex.split(again)[1:], "--max-steps", str(saved + 2)],  # the printed command, run shorter
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert resumed.returncode == 0, resumed.stderr[-2000:]
-    result = json.loads(resumed.stdout.strip().splitlines()[-1])
-    assert (result["steps"], result["steps_this_run"]) == (saved + 2, 2)
 
 
 def test_resume_to_a_step_already_done_is_refused_rather_than_a_silent_no_op(text_file, tmp_path, capsys):
@@ -1205,17 +1055,17 @@ def test_the_documented_export_command_may_replace_the_shipped_model(tmp_path):
 
 
 @pytest.mark.skipif(not corpus_path().exists(), reason="needs the course corpus (python -m course_tools.corpus fetch)")
-def test_export_refuses_the_shipped_model_from_another_run(tmp_path):
+def test_export_refuses_the_shipped_model_from_another_run(tmp_path, capsys):
     """Before: this command (the tester's, with a copy of the shipped file) trained and replaced it, the shipped
     export of runs/cpu-export, because only the model's shape and the data were compared."""
     shipped = tmp_path / "shakespeare_cpu.pt"
     shutil.copy(ROOT / "checkpoints" / "shakespeare_cpu.pt", shipped)
     before = shipped.read_bytes()
-    command = [sys.executable, "-m", "course_utils.train", "--preset", "cpu", "--data", "datasets/shakespeare.txt",
-               "--out", str(tmp_path / "x6"), "--max-steps", "1", "--export", str(shipped)]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 2 and done.stdout == "", done.stderr
-    assert done.stderr == (
+    argv = ["--preset", "cpu", "--data", str(corpus_path()), "--out", str(tmp_path / "x6"), "--max-steps", "1",
+            "--export", str(shipped)]  # fmt: skip
+    assert main(argv) == 2
+    done = capsys.readouterr()
+    assert done.out == "" and done.err == (
         f"error: --export {shipped} already holds the export of another run (--out runs/cpu-export, seed 1337; this "
         f"run is --out {tmp_path / 'x6'}, seed 1337): choose another --export, or move that file away first\n"
     )
@@ -1227,9 +1077,13 @@ def _train_command(text_file, out, *flags) -> list[str]:
             str(out), "--batch-size", "4", "--quiet", *flags]  # fmt: skip
 
 
-def test_two_quick_ctrl_cs_or_a_sigterm_still_print_one_line_naming_the_checkpoint(text_file, tmp_path):
-    """Before: a second Ctrl+C 10-50 ms after the first gave a traceback, or 'before the first step' while the
-    checkpoint held step 103; SIGTERM printed nothing (killed, -15). Now one line with the step, 130 or 143."""
+def test_two_quick_ctrl_cs_or_a_sigterm_print_one_line_naming_the_checkpoint_and_the_command_that_resumes(
+    text_file, tmp_path, capsys
+):
+    """Before: a KeyboardInterrupt traceback of 20-60 lines; a second Ctrl+C 10-50 ms after the first gave a
+    traceback, or 'before the first step' while the checkpoint held step 103; SIGTERM printed nothing (killed, -15).
+    Now one line with the step and the command that resumes, exit code 130 or 143, and that command resumes."""
+    import shlex
     import signal
     import time
 
@@ -1243,15 +1097,22 @@ def test_two_quick_ctrl_cs_or_a_sigterm_still_print_one_line_naming_the_checkpoi
             deadline = time.monotonic() + 240
             while not (out / "checkpoint.pt").exists() and p.poll() is None and time.monotonic() < deadline:
                 time.sleep(0.05)
+            assert p.poll() is None, "finished before it could be interrupted"
             for signum in signals:
                 p.send_signal(signum)
                 time.sleep(0.02)
             stdout, stderr = p.communicate(timeout=120)
         assert p.returncode == code and stdout == "" and len(stderr.splitlines()) == 1, (p.returncode, stderr)
         found = re.fullmatch(
-            rf"stopped{how} at step (\d+); the checkpoint at (.+) holds step (\d+); resume: .+\n", stderr
+            rf"stopped{how} at step (\d+); the checkpoint at (.+) holds step (\d+); resume: (.+)\n", stderr
         )
-        assert found and load_checkpoint(found[2])["step"] == int(found[3]) >= 5, stderr
+        assert found and found[2] == str(out / "checkpoint.pt"), stderr
+        step, saved, again = int(found[1]), int(found[3]), found[4]
+        assert saved % 5 == 0 and 5 <= saved <= step and load_checkpoint(found[2])["step"] == saved
+        assert again == shlex.join(["python", "-m", "course_utils.train", *command[3:], "--resume"])
+    assert main([*shlex.split(again)[3:], "--max-steps", str(saved + 2)]) == 0  # the printed command, run shorter
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert (result["steps"], result["steps_this_run"]) == (saved + 2, 2)
 
 
 @pytest.mark.parametrize("module", ["course_utils.train", "course_utils.induction"])
@@ -1294,44 +1155,23 @@ def test_ctrl_c_in_the_final_evaluation_says_the_run_finished_and_resume_writes_
         err[0],
     )
     assert found and not (tmp_path / "summary.json").exists(), err
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    again = [sys.executable, *shlex.split(found[1])[1:]]
-    done = subprocess.run(again, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-    assert done.returncode == 0, done.stderr
+    assert main(shlex.split(found[1])[3:]) == 0  # the line's command (python -m course_utils.train ...)
     summary = (tmp_path / "summary.json").read_bytes()
-    assert json.loads(summary)["steps"] == 3 and json.loads(done.stdout)["steps_this_run"] == 0
-    for flags in ([], ["--max-steps", "3"]):  # the summary is there now: nothing left to do
-        command = _train_command(text_file, tmp_path, "--resume", *flags)
-        done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
-        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
-        assert (
-            "is at step 3 already" in done.stderr or "finished at step 3 (its summary.json is written)" in done.stderr
-        )
+    assert json.loads(summary)["steps"] == 3 and json.loads(capsys.readouterr().out)["steps_this_run"] == 0
+    refusals = {"finished at step 3 (its summary.json is written)": [], "is at step 3 already": ["--max-steps", "3"]}
+    for why, flags in refusals.items():  # the summary is there now: nothing left to do
+        assert main(["--data", str(text_file), "--out", str(tmp_path), "--resume", "--quiet", *flags]) == 2
+        err = capsys.readouterr().err
+        assert why in err and len(err.splitlines()) == 1, err
     assert (tmp_path / "summary.json").read_bytes() == summary
 
 
-def test_export_inside_out_and_out_of_range_numbers_are_refused_before_training(text_file, tmp_path):
-    """Before: --export equal to --out trained fully, then IsADirectoryError; --seed 10**23 'Overflow when
-    unpacking long long'; --max-steps 10**23 was accepted; --res was taken for --resume."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    out = tmp_path / "run"
-    for flags, line in (
-        (["--export", str(out)], f"--export {out} is inside --out {out} (the run's own folder"),
-        (["--export", str(out / "m.pt")], f"--export {out / 'm.pt'} is inside --out {out} (the run's own folder"),
-        (["--seed", str(10**23)], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {10**23}"),
-        (["--seed", "-1"], "--seed must be a whole number from 0 to 2**63 - 1"),
-        (
-            ["--max-steps", str(10**23)],
-            f"--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got {10**23}",
-        ),  # fmt: skip
-        (["--max-steps", "0"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got 0"),
-    ):
-        done = subprocess.run(_train_command(text_file, out, *flags), cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=300)  # fmt: skip
-        assert done.returncode == 2 and done.stderr.startswith(f"error: {line}"), done.stderr
-        assert len(done.stderr.splitlines()) == 1 and not out.exists(), done.stderr
-    done = subprocess.run(_train_command(text_file, out, "--res"), cwd=ROOT, capture_output=True, text=True)
-    assert done.returncode == 2 and "unrecognized arguments: --res" in done.stderr and not out.exists()
+def test_a_flag_is_spelt_out(text_file, tmp_path, capsys):
+    """Before: --res was taken for --resume (argparse's abbreviations)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(cli_argv(text_file, tmp_path / "run", "--res"))
+    assert exit_info.value.code == 2 and "unrecognized arguments: --res" in capsys.readouterr().err
+    assert not (tmp_path / "run").exists()
 
 
 def test_a_checkpoint_that_is_a_folder_is_named_as_a_folder(text_file, tmp_path, capsys):
