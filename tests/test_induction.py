@@ -3,6 +3,7 @@ on hand-made attention patterns, head ablation (exactly one head switched off), 
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 import shutil
@@ -17,6 +18,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from course_utils import induction
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.induction import (
     AttentionOnlyTransformer,
@@ -40,6 +42,9 @@ from course_utils.induction import (
     save_induction_model,
     train_induction,
 )
+from course_utils.train import RunSetupError
+from course_utils.train_cli import stop_code, stop_signals
+from course_utils.widgets import induction_explorer, plot_induction_head
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -327,19 +332,6 @@ def test_save_and_load_round_trip(tmp_path):
 # ---------------------------------------------------------------------------------------------- errors
 
 
-@pytest.mark.parametrize(
-    "kwargs,err,match",
-    [
-        ({"embed_dim": 10, "num_heads": 3}, ValueError, r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
-        ({"seq_len": 0}, ValueError, "seq_len must be at least 1, got 0"),
-        ({"vocab_size": 2.0}, TypeError, "vocab_size must be an int, got float"),
-    ],
-)
-def test_bad_config(kwargs, err, match):
-    with pytest.raises(err, match=match):
-        InductionConfig(**kwargs)
-
-
 def enter(context) -> None:
     with context:
         pass
@@ -350,6 +342,10 @@ def tokens(N: int = 5) -> torch.Tensor:
 
 
 REFUSALS = [  # (the call, given tmp_path; the exception; what its message must say)
+    (lambda tmp: InductionConfig(embed_dim=10, num_heads=3), ValueError,
+     r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
+    (lambda tmp: InductionConfig(seq_len=0), ValueError, "seq_len must be at least 1, got 0"),
+    (lambda tmp: InductionConfig(vocab_size=2.0), TypeError, "vocab_size must be an int, got float"),
     (lambda tmp: AttentionOnlyTransformer({}), TypeError, "takes an InductionConfig, got dict"),
     (lambda tmp: _model()(torch.zeros(1, 11, dtype=torch.long)), ValueError,
      "position 10 is beyond context_length = 10"),
@@ -417,6 +413,13 @@ REFUSALS = [  # (the call, given tmp_path; the exception; what its message must 
     (lambda tmp: copying_score(torch.zeros(0, 0)), ValueError, r"circuit must not be empty, got shape \(0, 0\)"),
     (lambda tmp: copying_score(torch.zeros(4, 4)), ValueError,
      "circuit's eigenvalues are all 0: its copying score is undefined"),
+    (lambda tmp: induction_explorer(_model(), tokens()[:, :-1]), ValueError,
+     r"tokens must be a non-empty \(B, 2N\) tensor.*got shape \(1, 9\)"),
+    # no sequence to draw: an IndexError from inside before
+    *[(lambda tmp, draw=draw, empty=empty: draw(_model(), tokens()[empty]), ValueError,
+       r"tokens must be a non-empty \(B, 2N\) tensor.*got shape")
+      for draw in (lambda m, t: plot_induction_head(m, t, 0, 0), induction_explorer)
+      for empty in (slice(0), (slice(None), slice(0)))],
     (lambda tmp: load_induction_model(tmp / "missing.pt"), FileNotFoundError, r"no checkpoint file at .*missing.pt"),
     (lambda tmp: load_induction_model(ROOT / "checkpoints" / "shakespeare_cpu.pt"), ValueError,
      r"shakespeare_cpu.pt is not a model written by .*: it holds a GPT exported"),
@@ -431,30 +434,11 @@ def test_bad_input_is_refused_with_a_message_naming_it(tmp_path, call, error, ma
 
 def test_the_command_takes_no_abbreviation_that_could_mean_the_old_flag(tmp_path, capsys):
     """--s once matched both --seed and a hidden --steps: no abbreviation is taken (allow_abbrev=False)."""
-    from course_utils import induction
-
     with pytest.raises(SystemExit) as exit_info:
         induction.main([str(tmp_path / "m.pt"), "--s", "5"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments: --s 5" in err and "--steps" not in err
-
-
-def test_an_out_folder_that_cannot_be_written_is_said_before_training(tmp_path, capsys):
-    from course_utils import induction
-
-    blocker = tmp_path / "a-file"
-    blocker.write_text("")
-    assert induction.main([str(blocker / "m.pt")]) == 2  # its folder would have to be a file
-    err = capsys.readouterr().err
-    assert f"cannot be created: {blocker} is a file, not a folder; choose another OUT" in err
-    assert len(err.splitlines()) == 1
-
-
-def test_loading_a_foreign_file_says_so(tmp_path):
-    torch.save({"format": "other"}, tmp_path / "x.pt")
-    with pytest.raises(ValueError, match="not a model written by save_induction_model"):
-        load_induction_model(tmp_path / "x.pt")
 
 
 # ---------------------------------------------------------------------------------------------- review of #19
@@ -472,7 +456,8 @@ def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
     raw = good.read_bytes()
     (tmp_path / "cut.pt").write_bytes(raw[: len(raw) // 2])  # a download cut short
     (tmp_path / "text.pt").write_text("not a checkpoint")
-    for name in ("cut.pt", "text.pt"):
+    torch.save({"format": "other"}, tmp_path / "other.pt")  # a foreign file
+    for name in ("cut.pt", "text.pt", "other.pt"):
         with pytest.raises(ValueError, match=rf"{name} is not a model written by .*: damaged, cut short"):
             load_induction_model(tmp_path / name)
     state = torch.load(good, weights_only=True)
@@ -491,8 +476,6 @@ def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
 
 
 def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeypatch):
-    from course_utils import induction
-
     def no_training(*args, **kwargs):
         raise AssertionError("trained before checking OUT")
 
@@ -501,7 +484,10 @@ def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeyp
     for out, match in (
         (str(tmp_path), "is a folder, expected a file name such as checkpoints/induction.pt"),
         ("", "is a folder, expected a file name such as checkpoints/induction.pt"),
-        (str(tmp_path / "file" / "m.pt"), "is a file, not a folder; choose another OUT"),
+        (
+            str(tmp_path / "file" / "m.pt"),
+            f"cannot be created: {tmp_path / 'file'} is a file, not a folder; choose another OUT",
+        ),
     ):
         assert induction.main([out, "--max-steps", "1"]) == 2  # before: argparse's usage line too
         err = capsys.readouterr().err
@@ -536,8 +522,6 @@ def test_an_ablated_head_is_silent_even_when_its_output_is_not_finite():
 
 def test_the_command_refuses_another_model_or_another_run_and_rewrites_its_own(tmp_path, capsys):
     """Before: OUT was replaced whatever it held (a trained GPT included), without a question or a copy."""
-    from course_utils import induction
-
     gpt = tmp_path / "gpt.pt"
     shutil.copy(ROOT / "checkpoints" / "shakespeare_cpu.pt", gpt)
     notes = tmp_path / "notes.txt"
@@ -591,27 +575,20 @@ def test_ctrl_c_or_sigterm_prints_one_line_and_the_command_that_trains_it_again(
             stderr,
         )
         assert found and int(found[1]) > 0 and not Path(again[3]).exists(), stderr
-    from course_utils import induction  # the line's command, with 3 steps, run in this process (its arguments)
-
     assert induction.main([*again[3:-1], "3"]) == 0
     assert load_induction_model(again[3])[1]["provenance"]["steps"] == 3
 
 
 def test_the_documented_command_may_rewrite_the_shipped_file_and_no_other_run():
     """checkpoints/README.md's command, re-run, replaces checkpoints/induction.pt: it holds that same run."""
-    from course_utils.induction import _check_out
-    from course_utils.train import RunSetupError
-
     shipped = ROOT / "checkpoints" / "induction.pt"
-    _check_out(shipped, InductionConfig(), seed=0, max_steps=600)  # no error: the run that made it
+    induction._check_out(shipped, InductionConfig(), seed=0, max_steps=600)  # no error: the run that made it
     with pytest.raises(RunSetupError, match=r"another run's induction model \(--seed 0 --max-steps 600\)"):
-        _check_out(shipped, InductionConfig(), seed=0, max_steps=300)
+        induction._check_out(shipped, InductionConfig(), seed=0, max_steps=300)
 
 
 def test_ctrl_c_in_the_final_evaluation_names_the_last_step(tmp_path, capsys, monkeypatch):
     """Before: 'stopped at step 0 of 2' when Ctrl+C came during the evaluation after the last step."""
-    from course_utils import induction
-
     real = induction.repeat_losses
     calls = []
 
@@ -632,9 +609,6 @@ def test_ctrl_c_in_the_final_evaluation_names_the_last_step(tmp_path, capsys, mo
 def test_a_signal_while_saving_waits_until_out_is_whole(tmp_path, capsys, monkeypatch):
     """Before: a traceback from os.fsync and exit -2, OUT possibly left as it was after a whole run. Now the save
     finishes, OUT loads, and the one line says so with 130 (143 for SIGTERM)."""
-    import os
-
-    from course_utils import induction
 
     real = induction.save_induction_model
     for signum, code, how in ((signal.SIGINT, 130, ""), (signal.SIGTERM, 143, " by SIGTERM")):
@@ -653,9 +627,6 @@ def test_a_signal_while_saving_waits_until_out_is_whole(tmp_path, capsys, monkey
 
 def test_after_a_sigterm_is_handled_a_ctrl_c_is_ignored_and_the_exit_code_stays_143():
     """The first signal names the stop; a Ctrl+C after it neither raises again nor changes the exit code."""
-    import os
-
-    from course_utils.train_cli import stop_code, stop_signals
 
     with stop_signals():
         with pytest.raises(KeyboardInterrupt):
@@ -666,8 +637,6 @@ def test_after_a_sigterm_is_handled_a_ctrl_c_is_ignored_and_the_exit_code_stays_
 
 def test_a_read_only_out_of_the_same_run_is_refused_untouched(tmp_path, capsys):
     """Before: a 444 file of the same run was replaced and became 644. Now refused (its bytes and mode kept)."""
-    from course_utils import induction
-
     out = tmp_path / "induction.pt"
     assert induction.main([str(out), "--max-steps", "1"]) == 0
     out.chmod(0o444)
@@ -766,8 +735,6 @@ def test_direct_logit_effect_reads_the_true_next_token_on_the_second_repeat():
 
 
 def test_the_induction_explorer_draws_each_head_with_its_scores():
-    from course_utils.widgets import induction_explorer, plot_induction_head
-
     model = _model()
     tokens = repeated_tokens(2, SMALL.seq_len, SMALL.vocab_size, torch.Generator().manual_seed(0))
     ex = induction_explorer(model, tokens)
@@ -776,10 +743,3 @@ def test_the_induction_explorer_draws_each_head_with_its_scores():
     prev = w.diagonal(offset=-1).mean().item()
     assert ex.caption.startswith(f"layer 1, head 2: previous-token score {prev:.2f}") and ex.renders == 3
     assert plot_induction_head(model, tokens, 0, 1).axes[0].get_title() == "layer 0, head 1"
-    with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape \(2, 9\)"):
-        induction_explorer(model, tokens[:, :-1])
-    for empty in (tokens[:0], tokens[:, :0]):  # no sequence to draw: an IndexError from inside before
-        with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape"):
-            plot_induction_head(model, empty, 0, 0)
-        with pytest.raises(ValueError, match=r"tokens must be a non-empty \(B, 2N\) tensor.*got shape"):
-            induction_explorer(model, empty)

@@ -3,20 +3,28 @@ and trains the same under torchrun with two processes."""
 
 from __future__ import annotations
 
+import ast
+import inspect
 import json
 import math
 import os
 import re
 import runpy
+import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import pytest
 import torch
 from strategies import practice_text
 
+from course_utils import train as train_module
+from course_utils import train_cli
 from course_utils.data import (
     CORPUS_SHA256,
     CharTokenizer,
@@ -31,6 +39,7 @@ from course_utils.gpt import GPT, GPTConfig
 from course_utils.train import (
     CheckpointError,
     NonFiniteLossError,
+    RunInterrupted,
     RunSetupError,
     TrainConfig,
     check_out_dir,
@@ -41,6 +50,7 @@ from course_utils.train import (
     load_checkpoint,
     load_model,
     loss_by_position,
+    save_checkpoint,
     train,
 )
 from course_utils.train_cli import main
@@ -162,8 +172,7 @@ def test_training_learns_and_reports(text_file, tmp_path):
     history = result["history"]
     assert len(history) == 30 and result["steps"] == 30
     assert sum(history[-5:]) / 5 < sum(history[:5]) / 5 - 0.5, "the loss should fall well within 30 steps"
-    for key in ("val_loss", "train_loss", "steps", "tokens_per_s", "wall_s", "params", "device"):
-        assert key in result
+    assert {"val_loss", "train_loss", "steps", "tokens_per_s", "wall_s", "params", "device"} <= set(result)
     assert result["device"] == "cpu" and result["params"] == GPT(GPTConfig(**result["model_config"])).num_parameters()
     assert [e["step"] for e in events if e["kind"] == "eval"] == [10, 20, 30]
     assert [e["step"] for e in events if e["kind"] == "train"] == list(range(1, 31))
@@ -185,9 +194,8 @@ def test_val_loss_is_the_mean_over_the_whole_validation_split(text_file, tmp_pat
             logits, _ = model(x)
             total += torch.nn.functional.cross_entropy(logits[0], y[0], reduction="sum").item()
     assert result["val_loss"] == pytest.approx(total / (len(val) - 1), rel=1e-5)
-    assert evaluate(model, val, model.config.context_length, batch_size=7) == pytest.approx(
-        result["val_loss"], rel=1e-5
-    )
+    by_evaluate = evaluate(model, val, model.config.context_length, batch_size=7)
+    assert by_evaluate == pytest.approx(result["val_loss"], rel=1e-5)
 
 
 def test_command_line_prints_one_json_line(text_file, tmp_path, capsys):
@@ -195,8 +203,7 @@ def test_command_line_prints_one_json_line(text_file, tmp_path, capsys):
     lines = capsys.readouterr().out.strip().splitlines()
     assert len(lines) == 1
     result = json.loads(lines[0])
-    for key in ("val_loss", "train_loss", "steps", "tokens_per_s", "wall_s", "params", "device"):
-        assert key in result
+    assert {"val_loss", "train_loss", "steps", "tokens_per_s", "wall_s", "params", "device"} <= set(result)
     assert result["steps"] == 3 and math.isfinite(result["val_loss"])
 
 
@@ -236,13 +243,8 @@ def test_resume_continues_exactly(text_file, tmp_path):
     assert resumed["evals"] == whole["evals"]
 
 
-def test_resume_without_a_checkpoint_starts_afresh(text_file, tmp_path):
-    result = run(text_file, tmp_path, max_steps=3, resume=True)
-    assert result["steps_this_run"] == 3
-
-
-def test_resume_can_extend_a_finished_run(text_file, tmp_path):
-    run(text_file, tmp_path, max_steps=5)
+def test_resume_starts_afresh_without_a_checkpoint_and_can_extend_a_finished_run(text_file, tmp_path):
+    assert run(text_file, tmp_path, max_steps=5, resume=True)["steps_this_run"] == 5
     result = run(text_file, tmp_path, max_steps=8, resume=True)
     assert result["steps"] == 8 and result["steps_this_run"] == 3 and len(result["history"]) == 8
 
@@ -270,24 +272,30 @@ def test_a_damaged_checkpoint_gives_a_clear_error(text_file, tmp_path, damage, c
     assert code == 2 and "truncated or corrupt" in err and len(err.strip().splitlines()) == 1
 
 
-def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(text_file, tmp_path, monkeypatch):
-    forward = GPT.forward
-    calls = {"train": 0}
+@pytest.mark.parametrize(
+    "poison, first, log_interval",
+    [(float("nan"), 8, 1), (float("inf"), 7, 4)],  # log_interval 4: step 7's loss is seen when the window 5..8 closes
+)
+def test_a_non_finite_loss_stops_the_run_names_its_step_and_keeps_the_last_good_checkpoint(
+    text_file, tmp_path, monkeypatch, poison, first, log_interval
+):
+    forward, calls = GPT.forward, {"train": 0}
 
     def poisoned(self, idx, targets=None, cache=None):
         logits, loss = forward(self, idx, targets, cache)
         if self.training:
             calls["train"] += 1
-            if calls["train"] >= 8:  # from step 8 on
-                loss = loss * float("nan")
+            if calls["train"] >= first:  # from step `first` on
+                loss = loss * poison
         return logits, loss
 
     monkeypatch.setattr(GPT, "forward", poisoned)
-    with pytest.raises(NonFiniteLossError, match="the training loss became nan at step 8; stopped"):
-        run(text_file, tmp_path)
+    with pytest.raises(NonFiniteLossError, match=f"the training loss became {poison} at step {first}; stopped"):
+        run(text_file, tmp_path, log_interval=log_interval)
     state = load_checkpoint(tmp_path / "checkpoint.pt")
-    assert state["step"] == 5 and len(state["history"]) == 5
+    assert state["step"] == 5 and len(state["history"]) == 5  # nothing saved after the last good one
     assert all(torch.isfinite(t).all() for t in state["model"].values())
+    assert not (tmp_path / "summary.json").exists()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -357,8 +365,6 @@ def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, ca
 
 def test_the_shipped_model_loads_with_its_provenance():
     """checkpoints/shakespeare_cpu.pt: made by the training command, and usable without the corpus."""
-    from course_utils.gpt import GPTConfig
-
     model, tokenizer, info = load_model(ROOT / "checkpoints" / "shakespeare_cpu.pt")
     prov = info["provenance"]
     assert prov["command"].startswith("python -m course_utils.train --preset cpu --data datasets/shakespeare.txt")
@@ -374,8 +380,6 @@ def test_the_shipped_model_loads_with_its_provenance():
 def test_two_writers_of_one_checkpoint_do_not_collide(tmp_path):
     """Two runs saving into one folder at the same moment: each rename moves its own whole file, never the other's."""
     from concurrent.futures import ThreadPoolExecutor
-
-    from course_utils.train import save_checkpoint
 
     path = tmp_path / "checkpoint.pt"
     states = [{"format": "x", "writer": torch.full((50_000,), float(i))} for i in range(2)]
@@ -413,7 +417,8 @@ def refused(capsys, text_file, out, *flags) -> str:
 
 
 BIG = 10**23
-CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}: tmp_path, which holds notes.txt)
+CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}: tmp_path, which holds notes.txt and
+    # held/checkpoint.pt/, a folder)
     # Before: 3 steps trained, then FileExistsError from mkdir (a traceback), and the run was lost.
     ("notes.txt", [], "--out {tmp}/notes.txt is a file, expected a folder for checkpoint.pt and summary.json: choose "
      "another --out"),
@@ -434,12 +439,16 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--threads", threads], f"--threads must be a number of CPU threads from 1 to {4 * (os.cpu_count() or 1)}"
      f" (4 per CPU here), got {threads}; leave")
     for threads in (-1, 0, 100000)
+] + [  # Before: 'no checkpoint at .../checkpoint.pt: train a model first', though one was there, as a folder.
+    ("held", ["--resume"], "{tmp}/held/checkpoint.pt is a folder, not a checkpoint: move it away, or name the file "
+     "inside it"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize("out, flags, line", CLI_REFUSALS)
 def test_the_command_line_refuses_before_training_in_one_line(text_file, tmp_path, capsys, out, flags, line):
     (tmp_path / "notes.txt").write_text("mine")
+    (tmp_path / "held" / "checkpoint.pt").mkdir(parents=True)
     flags = [str(flag).format(tmp=tmp_path) for flag in flags]
     assert line.format(tmp=tmp_path) in refused(capsys, text_file, tmp_path / out, *flags)
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "run").exists()
@@ -528,11 +537,8 @@ def test_resume_refuses_another_model_or_other_text(text_file, tmp_path, capsys)
     other = tmp_path / "other.txt"
     other.write_text(text_file.read_text() + "more words\n")
     line = refused(capsys, other, tmp_path, "--resume")
-    assert re.search(
-        r"was trained on a text with sha256 [0-9a-f]{16}\.\.\., but --data has [0-9a-f]{16}\.\.\.: "
-        "pass the same file",
-        line,
-    )
+    sha = r"[0-9a-f]{16}\.\.\."
+    assert re.search(rf"was trained on a text with sha256 {sha}, but --data has {sha}: pass the same file", line)
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3, "the run is untouched"
 
 
@@ -685,6 +691,8 @@ API_REFUSALS = [  # (the call, given tmp_path; the exception; what its message m
     (lambda tmp: export_model(tmp / "none.pt", tmp / "m.pt", {}), FileNotFoundError, "no checkpoint at .*none.pt"),
     (lambda tmp: load_model(tmp / "none.pt"), FileNotFoundError, "no model file at .*none.pt: export one"),
     (lambda tmp: load_model(None), TypeError, "path must be a str or os.PathLike, got NoneType"),
+    (lambda tmp: load_model(ROOT / "checkpoints" / "shakespeare_cpu.pt", device="gpu"), ValueError,
+     "device 'gpu' is not a device name: use cpu, cuda"),
     (lambda tmp: load_model(saved(tmp / "bad.pt", b"\x00" * 100)), CheckpointError, "bad.pt: it is truncated or"),
     (lambda tmp: load_model(saved(tmp / "other.pt", {"format": "something else"})), CheckpointError,
      "other.pt is not a model written by course_utils.train"),
@@ -709,32 +717,28 @@ def test_a_callback_that_is_no_function_is_refused_before_any_work(tmp_path, tex
     assert not (tmp_path / "run").exists()
 
 
-def test_load_model_names_a_bad_device_string(tmp_path, text_file):
-    run(text_file, tmp_path, max_steps=1)
-    with pytest.raises(ValueError, match="device 'gpu' is not a device name: use cpu, cuda"):
-        load_model(tmp_path / "checkpoint.pt", device="gpu")
-
-
 # ----------------------------------------------------------------------------------------------
 # The loop's windows: log lines, the finite-loss guard, the time limit, the summary (issue #11)
 # ----------------------------------------------------------------------------------------------
+
+
+def train_windows(events: list[dict], result: dict) -> list[int]:
+    """The steps of the train events, each checked to be the mean loss of its window, at its last step's rate."""
+    train_events, begin = [e for e in events if e["kind"] == "train"], 0
+    for event in train_events:
+        window = result["history"][begin : event["step"]]
+        assert event["loss"] == pytest.approx(sum(window) / len(window), rel=1e-12)
+        assert event["lr"] == learning_rate(event["step"] - 1, TrainConfig(**result["train_config"]))
+        assert event["tokens_per_s"] > 0
+        begin = event["step"]
+    return [e["step"] for e in train_events]
 
 
 def test_each_log_event_is_the_mean_of_its_window_of_steps(text_file, tmp_path):
     """log_interval 3 and checkpoint_interval 5: a window closes at every multiple of either, and at the end."""
     events = []
     result = run(text_file, tmp_path, max_steps=11, log_interval=3, checkpoint_interval=5, callback=events.append)
-    train_config = TrainConfig(**result["train_config"])
-    train_events = [e for e in events if e["kind"] == "train"]
-    assert [e["step"] for e in train_events] == [3, 5, 6, 9, 10, 11]
-    history, begin = result["history"], 0
-    assert len(history) == 11
-    for event in train_events:
-        window = history[begin : event["step"]]
-        assert event["loss"] == pytest.approx(sum(window) / len(window), rel=1e-12)
-        assert event["lr"] == learning_rate(event["step"] - 1, train_config)  # the rate of the window's last step
-        assert event["tokens_per_s"] > 0
-        begin = event["step"]
+    assert train_windows(events, result) == [3, 5, 6, 9, 10, 11] and len(result["history"]) == 11
 
 
 INTERVALS = dict(max_steps=12, eval_interval=3, log_interval=2, checkpoint_interval=4)  # none a multiple of another
@@ -761,13 +765,7 @@ def test_evaluations_off_the_log_steps_close_a_window_and_resume_exactly(text_fi
     whole = run(text_file, tmp_path / "whole", callback=events.append, **INTERVALS)
     assert [e["step"] for e in events if e["kind"] == "eval"] == [3, 6, 9, 12]
     assert whole["evals"] == [[e["step"], e["train_loss"], e["val_loss"]] for e in events if e["kind"] == "eval"]
-    train_events = [e for e in events if e["kind"] == "train"]
-    assert [e["step"] for e in train_events] == [2, 3, 4, 6, 8, 9, 10, 12]
-    begin = 0
-    for event in train_events:
-        window = whole["history"][begin : event["step"]]
-        assert event["loss"] == pytest.approx(sum(window) / len(window), rel=1e-12)
-        begin = event["step"]
+    assert train_windows(events, whole) == [2, 3, 4, 6, 8, 9, 10, 12]
     with pytest.raises(Killed):
         run(text_file, tmp_path / "split", callback=kill_at(6), **INTERVALS)
     state = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
@@ -775,26 +773,6 @@ def test_evaluations_off_the_log_steps_close_a_window_and_resume_exactly(text_fi
     resumed = run(text_file, tmp_path / "split", resume=True, **INTERVALS)
     assert resumed["history"] == whole["history"]
     assert resumed["evals"] == whole["evals"]
-
-
-def test_a_non_finite_loss_inside_a_window_names_its_own_step(text_file, tmp_path, monkeypatch):
-    """log_interval 4: an infinite loss from step 7 is seen when the window 5..8 closes, and reported at step 7."""
-    forward = GPT.forward
-    calls = {"train": 0}
-
-    def poisoned(self, idx, targets=None, cache=None):
-        logits, loss = forward(self, idx, targets, cache)
-        if self.training:
-            calls["train"] += 1
-            if calls["train"] >= 7:
-                loss = loss * float("inf")
-        return logits, loss
-
-    monkeypatch.setattr(GPT, "forward", poisoned)
-    with pytest.raises(NonFiniteLossError, match="the training loss became inf at step 7; stopped"):
-        run(text_file, tmp_path, log_interval=4)
-    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 5  # nothing saved after the last good one
-    assert not (tmp_path / "summary.json").exists()
 
 
 def test_the_time_limit_stops_at_the_end_of_a_window_with_a_checkpoint_and_resumes_exactly(text_file, tmp_path):
@@ -831,20 +809,14 @@ def test_the_summary_has_every_key_in_its_order_and_its_figures_add_up(text_file
 
 def test_the_loop_reads_top_to_bottom_in_three_labelled_phases():
     """House style (issue #11): one flat loop of about 40 lines, its phases labelled, set-up and summary beside it."""
-    import ast
-    import inspect
-
-    from course_utils import train as train_module
 
     source = inspect.getsource(train_module.train)
     loop = next(node for node in ast.walk(ast.parse(source)) if isinstance(node, ast.For))  # inside Ctrl+C's try
     lines = source.splitlines()[loop.lineno - 1 : loop.end_lineno]
     comments = [line.strip() for line in lines if line.strip().startswith("# ")]
     phases = ["# forward, backward, update", "# time and log", "# evaluate and save"]
-    assert [next(c for c in comments if c.startswith(p)) for p in phases]  # each phase is labelled ...
-    assert [min(i for i, c in enumerate(comments) if c.startswith(p)) for p in phases] == sorted(
-        min(i for i, c in enumerate(comments) if c.startswith(p)) for p in phases
-    )  # ... in this order
+    first = [min(i for i, c in enumerate(comments) if c.startswith(p)) for p in phases]  # each phase is labelled ...
+    assert first == sorted(first)  # ... in this order
     assert len(lines) <= 45
 
     def depth(node: ast.AST) -> int:
@@ -858,8 +830,6 @@ def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_f
     """As root, /proc/run passed the permission check, every step trained, and the save ended in a raw
     [Errno 2] not naming --out. The folder is now really tried (a probe written and removed) before the first step;
     a folder of the same kind that refuses new files (a full or read-only disk) says the same, and leaves nothing."""
-    import tempfile
-
     if Path("/proc/self").is_dir():
         line = refused(capsys, text_file, Path("/proc/run"))
         assert line.startswith("error: --out /proc/run"), line
@@ -927,10 +897,8 @@ def test_export_refuses_another_kind_of_model_or_another_run_and_replaces_its_ow
     ):
         before = there.read_bytes()
         line = refused(capsys, text_file, tmp_path / "new", "--export", there)
-        assert (
-            line
-            == f"error: --export {there} already holds {what}: choose another --export, or move that file away first"
-        )
+        fix = "choose another --export, or move that file away first"
+        assert line == f"error: --export {there} already holds {what}: {fix}"
         assert there.read_bytes() == before and not (tmp_path / "new").exists()
     other = tmp_path / "other.txt"
     other.write_text(text_file.read_text() + "more words\n")
@@ -955,8 +923,6 @@ def test_export_refuses_another_kind_of_model_or_another_run_and_replaces_its_ow
 
 
 def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_checkpoint_holds(text_file, tmp_path):
-    from course_utils.train import RunInterrupted
-
     def ctrl_c_at(step):
         def callback(event):
             if event["step"] == step:
@@ -977,35 +943,25 @@ def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_c
 @pytest.mark.parametrize(
     "raised, line",
     [
-        (
-            "RunInterrupted",
-            "stopped at step 2; no checkpoint was saved yet, so nothing is kept: python -m course_utils.train --data "
-            "{data} --out {out} --max-steps 3 --eval-interval 3 --batch-size 4 --quiet --resume starts it over",
-        ),
-        (
-            "KeyboardInterrupt",
-            "stopped before the first step; nothing was trained: run it again with python -m "
-            "course_utils.train --data {data} --out {out} --max-steps 3 --eval-interval 3 --batch-size 4 --quiet",
-        ),
+        ("RunInterrupted", "stopped at step 2; no checkpoint was saved yet, so nothing is kept: {command} --resume "
+         "starts it over"),
+        ("KeyboardInterrupt", "stopped before the first step; nothing was trained: run it again with {command}"),
     ],
-)
+)  # fmt: skip
 def test_ctrl_c_outside_a_checkpoint_says_what_is_kept(text_file, tmp_path, capsys, monkeypatch, raised, line):
-    from course_utils import train_cli
-    from course_utils.train import RunInterrupted
-
     def interrupted(*args, **kwargs):
         raise RunInterrupted(2, tmp_path / "checkpoint.pt") if raised == "RunInterrupted" else KeyboardInterrupt
 
     monkeypatch.setattr(train_cli, "train", interrupted)
     code, err, result = cli(capsys, text_file, tmp_path)
     assert (code, result) == (130, None)
-    assert err == [line.format(data=text_file, out=tmp_path)]
+    assert err == [
+        line.format(command=shlex.join(["python", "-m", "course_utils.train", *cli_argv(text_file, tmp_path)]))
+    ]
 
 
 def _documented_export_command() -> list[str]:
     """The flags of the command checkpoints/README.md gives for checkpoints/shakespeare_cpu.pt."""
-    import shlex
-
     text = (ROOT / "checkpoints" / "README.md").read_text()
     found = re.search(r"python -m course_utils\.train (.+?--no-progress)", text, re.S)
     return shlex.split(found[1].replace("\\\n", " "))
@@ -1062,10 +1018,6 @@ def test_two_quick_ctrl_cs_or_a_sigterm_print_one_line_naming_the_checkpoint_and
     """Before: a KeyboardInterrupt traceback of 20-60 lines; a second Ctrl+C 10-50 ms after the first gave a
     traceback, or 'before the first step' while the checkpoint held step 103; SIGTERM printed nothing (killed, -15).
     Now one line with the step and the command that resumes, exit code 130 or 143, and that command resumes."""
-    import shlex
-    import signal
-    import time
-
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     for signals, code, how in (((signal.SIGINT, signal.SIGINT), 130, ""), ((signal.SIGTERM,), 143, " by SIGTERM")):
         out = tmp_path / f"run{code}"
@@ -1097,9 +1049,6 @@ def test_two_quick_ctrl_cs_or_a_sigterm_print_one_line_naming_the_checkpoint_and
 @pytest.mark.parametrize("module", ["course_utils.train", "course_utils.induction"])
 def test_ctrl_c_during_start_up_prints_one_line(tmp_path, module, text_file):
     """Before: a KeyboardInterrupt traceback from inside `import torch` (the first seconds)."""
-    import signal
-    import time
-
     argv = [str(tmp_path / "m.pt")] if module.endswith("induction") else _train_command(text_file, tmp_path / "r")[3:]
     with subprocess.Popen([sys.executable, "-m", module, *argv], cwd=ROOT, stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True) as p:  # fmt: skip
@@ -1116,9 +1065,6 @@ def test_ctrl_c_in_the_final_evaluation_says_the_run_finished_and_resume_writes_
     """Before: 'before the first step or after the last: run it again with <the same command>', which was refused.
     Now the line says the run finished, and its command writes the summary (training nothing); a --resume of a
     finished run with its summary is refused instead of exiting 0 with tokens_per_s 0.0 written over it."""
-    import shlex
-
-    from course_utils import train as train_module
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt
@@ -1153,20 +1099,9 @@ def test_a_flag_is_spelt_out(text_file, tmp_path, capsys):
     assert not (tmp_path / "run").exists()
 
 
-def test_a_checkpoint_that_is_a_folder_is_named_as_a_folder(text_file, tmp_path, capsys):
-    """Before: 'no checkpoint at .../checkpoint.pt: train a model first', though one was there, as a folder."""
-    (tmp_path / "checkpoint.pt").mkdir()
-    line = refused(capsys, text_file, tmp_path, "--resume")
-    folder = tmp_path / "checkpoint.pt"
-    assert line == f"error: {folder} is a folder, not a checkpoint: move it away, or name the file inside it"
-
-
 def test_ctrl_c_while_exporting_then_the_lines_command_writes_only_the_export(text_file, tmp_path, capsys, monkeypatch):
     """Before: 'run it again with <the same command>', refused since the folder held a run. Now the printed
     --resume exports the finished run without training, and --resume after that is refused."""
-    import shlex
-
-    from course_utils import train_cli
 
     def stopped(*args, **kwargs):
         raise KeyboardInterrupt
