@@ -346,10 +346,10 @@ def defer_stop_signals() -> None:
 def report_stop(what: str) -> int:
     """Print a stopped command's one line (from process 0 only under torchrun): "stopped" (" by SIGTERM") ``what``;
     return its exit code, 130 for Ctrl+C or 143 for SIGTERM."""
+    code = stop_code()
     if int(os.environ.get("RANK", "0")) == 0:
-        how = " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""
-        print(f"stopped{how} {what}", file=sys.stderr, flush=True)
-    return stop_code()
+        print(f"stopped{' by SIGTERM' if code == 128 + signal.SIGTERM else ''} {what}", file=sys.stderr, flush=True)
+    return code
 
 
 def stop_code() -> int:
