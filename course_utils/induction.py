@@ -92,11 +92,11 @@ def repeated_tokens(
     """
     B, N, V = check_int("batch_size", batch_size), check_int("seq_len", seq_len), check_int("vocab_size", vocab_size)
     check_generator("generator", generator)
-    if min_len is None:
-        first = torch.randint(0, V, (B, N), generator=generator)  # (B, N)
-        return torch.cat([first, first], dim=1)  # (B, N) -> (B, 2N)
-    check_int("min_len", min_len, maximum=N)
+    if min_len is not None:
+        check_int("min_len", min_len, maximum=N)
     stretch = torch.randint(0, V, (B, N), generator=generator)  # (B, N); row r uses its first n_r tokens
+    if min_len is None:
+        return torch.cat([stretch, stretch], dim=1)  # (B, N) -> (B, 2N)
     n = torch.randint(min_len, N + 1, (B, 1), generator=generator)  # (B, 1): each row's period
     return stretch.gather(1, torch.arange(2 * N) % n)  # (B, 2N): position j holds token j mod n_r
 
@@ -107,9 +107,7 @@ def repeated_tokens(
 @dataclass(frozen=True)
 class InductionConfig:
     """The shape of an :class:`AttentionOnlyTransformer` and of its data (sequences of ``seq_len``, twice).
-
-    Taught in notebook 12.
-    """
+    Taught in notebook 12."""
 
     vocab_size: int = 64
     seq_len: int = 24
@@ -183,9 +181,7 @@ def repeat_losses(model: nn.Module, tokens: torch.Tensor, seq_len: int) -> tuple
     with evaluating(model):
         logits = model(tokens)  # (B, 2N, V); the tiny GPT returns (logits, loss)
         logits = logits[0] if isinstance(logits, tuple) else logits
-        per_token = F.cross_entropy(
-            logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none"
-        )  # (B, 2N-1)
+        per_token = F.cross_entropy(logits[:, :-1].transpose(1, 2).float(), tokens[:, 1:], reduction="none")
     return per_token[:, : N - 1].mean().item(), per_token[:, N:].mean().item()  # targets 1..N-1, N+1..2N-1
 
 

@@ -7,6 +7,7 @@ One switch sizes notebook 10: ``COURSE_GPT_SIZE`` (``ci``, ``cpu`` or ``gpu``); 
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,25 +47,23 @@ RUN_SIZES: dict[str, RunSize] = {
 # fmt: on
 
 
-def choose_size(device: str, environ: dict[str, str] | None = None) -> str:
+def choose_size(device: str, environ: Mapping[str, str] = os.environ) -> str:
     """``COURSE_GPT_SIZE`` if set (any case), else ``gpu`` on CUDA and ``cpu`` anywhere else; ValueError for an
     unknown size."""
-    env = os.environ if environ is None else environ
-    size = env.get(SIZE_ENV, "").strip().lower()
-    if size and size not in RUN_SIZES:
-        raise ValueError(f"{SIZE_ENV}={env[SIZE_ENV].strip()!r} is not a run size; choose one of {sorted(RUN_SIZES)}")
-    return size or ("gpu" if str(device).startswith("cuda") else "cpu")
+    asked = environ.get(SIZE_ENV, "").strip()
+    if asked and asked.lower() not in RUN_SIZES:
+        raise ValueError(f"{SIZE_ENV}={asked!r} is not a run size; choose one of {sorted(RUN_SIZES)}")
+    return asked.lower() or ("gpu" if str(device).startswith("cuda") else "cpu")
 
 
-def runs_dir(environ: dict[str, str] | None = None) -> Path:
+def runs_dir(environ: Mapping[str, str] = os.environ) -> Path:
     """Where notebook 10 keeps its runs: ``COURSE_RUNS_DIR`` if set (the test suite sets a fresh one, so every
     test run trains instead of resuming an earlier run), else ``runs/`` in the course folder."""
-    env = os.environ if environ is None else environ
-    where = env.get(RUNS_ENV, "").strip()
+    where = environ.get(RUNS_ENV, "").strip()
     return Path(where).expanduser() if where else course_folder() / "runs"
 
 
-def run_folder(size: str, environ: dict[str, str] | None = None) -> Path:
+def run_folder(size: str, environ: Mapping[str, str] = os.environ) -> Path:
     """The folder of notebook 10's run of ``size``: ``runs/10_<size>/`` (under :func:`runs_dir`)."""
     if size not in RUN_SIZES:
         raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")

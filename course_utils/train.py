@@ -238,12 +238,10 @@ def train(
     """Train a GPT (a config, or a preset name whose training preset is then the default) on the text at
     ``data_path``, saving checkpoints in ``out_dir``; return the run's figures (``{}`` in processes other than 0).
 
-    ``resume`` continues the run in ``out_dir``: another model or text is refused, the checkpoint's settings are
-    kept (each that differs named in a notice) but for this session's GPU switches; ``max_steps`` replaces the
-    settings' (to train a run for longer); ``max_seconds`` stops after a checkpoint; ``progress``: a tqdm bar
-    (default: when stderr is a terminal). Everything is checked before the first step (RunSetupError); Ctrl+C
-    raises :class:`RunInterrupted`. Under torchrun, join the process group first. Taught in notebook 10.
-    Shapes: each step's batch is (B, T) token ids, B = ``batch_size`` over all processes, T = ``context_length``.
+    ``resume`` continues the run in ``out_dir`` with its model, text and settings (a notice for each that differs);
+    ``max_steps`` replaces the settings'; ``max_seconds`` stops after a checkpoint; ``progress``: a tqdm bar (default:
+    when stderr is a terminal). Everything is checked before the first step (RunSetupError); Ctrl+C raises
+    :class:`RunInterrupted`. Shape: each step's batch is (B, T) token ids, B over all processes. Taught in notebook 10.
     """
     wall_start = time.perf_counter()
     if max_seconds is not None and not max_seconds > 0:
@@ -309,8 +307,7 @@ def train(
 
 
 def _evaluate_splits(run: _Run) -> dict[str, Any]:
-    """The mean loss on each split over ``eval_batches`` random batches, drawn with the split's own generator (the
-    same batches every time): recorded, printed, and returned as the "eval" event."""
+    """The mean loss on each split over ``eval_batches`` batches (the same ones every time), as an "eval" event."""
     means = []
     with evaluating(run.model):
         for offset, data in ((1, run.train_data), (2, run.val_data)):
@@ -327,8 +324,7 @@ def _evaluate_splits(run: _Run) -> dict[str, Any]:
 
 
 def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) -> dict[str, Any]:
-    """The run's figures, also written to summary.json: process 0 evaluates the whole validation split, and takes the
-    training loss of the evaluation at the last step."""
+    """The run's figures (val_loss over the whole validation split), also written to summary.json by process 0."""
     result: dict[str, Any] = {}
     if run.rank == 0:
         T, model, eval_start = run.model_config.context_length, run.model, time.perf_counter()
@@ -378,10 +374,8 @@ def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) ->
 
 
 class _Run:
-    """The settings, data, model, optimizer and random state of a run, built (or resumed from a checkpoint) and
-    checked before the first step, in the order a user meets the checks; the loop advances ``step``, ``history``
-    (every update's loss), ``evals`` ([step, train_loss, val_loss] each) and the window of steps since the last log
-    line (``window``: its losses, on the device until it closes; ``train_s`` excludes evaluation and saving)."""
+    """A run's settings, data, model, optimizer and random state, built or resumed and checked before the first
+    step; the loop advances ``step``, ``history`` (each update's loss), ``evals`` and the ``window`` of losses."""
 
     def __init__(self, model_config, data_path, out_dir, train_config, device, resume, max_steps, max_seconds, verbose):
         asked, preset = train_config, model_config if isinstance(model_config, str) else None
@@ -495,7 +489,7 @@ class _Run:
             save_checkpoint(self.out_dir / CHECKPOINT_NAME, state)
 
     def add(self, loss: torch.Tensor) -> None:
-        """Keep ``loss`` on the device until the window closes; time the first step alone (it compiles)."""
+        """Keep ``loss`` on the device until the window closes; time the first step (it compiles)."""
         self.window.append(loss.detach())
         if not self.first_step_s:
             if self.device.type == "cuda":
@@ -533,7 +527,6 @@ FLAGS = ("batch_size", "learning_rate", "eval_interval", "log_interval", "checkp
 
 
 def saved_settings(state: dict[str, Any]) -> dict[str, Any]:
-    """The run's own training settings in a checkpoint: all but this session's switches."""
     return {k: v for k, v in state["train_config"].items() if k not in SESSION}
 
 
@@ -642,8 +635,7 @@ def load_model(path: str | os.PathLike, device: str | torch.device = "cpu") -> t
 
 
 def _read(path: object, what: str, formats: tuple[str, ...], how: str, fix: str) -> dict[str, Any]:
-    """The dict saved at ``path``: FileNotFoundError saying ``how`` to make one, CheckpointError (with ``fix``) if
-    it is damaged, or holds none of ``formats``."""
+    """The dict saved at ``path``; FileNotFoundError saying ``how`` to make one, CheckpointError if it is damaged."""
     check_path("path", path)
     path = Path(path)
     if path.is_dir():
@@ -678,7 +670,6 @@ def model_file(path: str | os.PathLike) -> tuple[dict[str, Any] | None, str]:
 
 
 def first_line(err: BaseException) -> str:
-    """The first line of an error's message (some of PyTorch's run to a page)."""
     return (str(err).strip().splitlines() or [type(err).__name__])[0]
 
 
@@ -704,8 +695,7 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
 
 
 def check_can_create(path: Path, flag: str, example: str = "") -> None:
-    """RunSetupError unless this process can create or replace ``path`` (named ``flag`` in the message, with
-    ``example`` after its fix): the nearest existing folder at or above it is tried with a file made and removed."""
+    """RunSetupError unless this process can create or replace ``path``: its nearest existing folder is tried."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent

@@ -54,7 +54,7 @@ from course_utils.train import (
 )
 
 __all__ = ["main", "join_processes", "run_command", "check_numbers", "check_out_file", "report_stop", "stop_signals",
-           "defer_stop_signals", "ignore_signals_until_exit", "stop_code", "stopped_by_signal"]  # fmt: skip
+           "defer_stop_signals", "stop_code", "stopped_by_signal"]  # fmt: skip
 
 PROG = "python -m course_utils.train"
 MAX_STEPS = 10**9  # a billion steps: years on any machine; above it a typo, refused
@@ -158,8 +158,9 @@ def run_command(main_fn: Callable[[list[str]], int], argv: list[str] | None) -> 
         try:
             return main_fn(sys.argv[1:] if command else list(argv))
         finally:
-            if command:  # the line is printed: a later Ctrl+C cannot turn the exit into a traceback
-                ignore_signals_until_exit()
+            if command:  # the line is printed: SIG_IGN, unlike a Python handler, holds while the interpreter exits
+                for signum in (signal.SIGINT, signal.SIGTERM):
+                    signal.signal(signum, signal.SIG_IGN)
 
 
 # --- Before the first step: the numbers, the settings, the export
@@ -342,20 +343,13 @@ def defer_stop_signals() -> None:
         _handle(record)
 
 
-def ignore_signals_until_exit() -> None:
-    """A command's last act: SIGINT and SIGTERM ignored by the system (SIG_IGN), which, unlike a Python handler, holds
-    while the interpreter shuts down; a signal already pending runs first, with the handler it replaces."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(signum, signal.SIG_IGN)
-
-
 def report_stop(what: str) -> int:
     """Print a stopped command's one line (from process 0 only under torchrun): "stopped" (" by SIGTERM") ``what``;
     return its exit code, 130 for Ctrl+C or 143 for SIGTERM."""
+    code = stop_code()
     if int(os.environ.get("RANK", "0")) == 0:
-        how = " by SIGTERM" if stop_code() == 128 + signal.SIGTERM else ""
-        print(f"stopped{how} {what}", file=sys.stderr, flush=True)
-    return stop_code()
+        print(f"stopped{' by SIGTERM' if code == 128 + signal.SIGTERM else ''} {what}", file=sys.stderr, flush=True)
+    return code
 
 
 def stop_code() -> int:
