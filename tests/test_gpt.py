@@ -315,24 +315,18 @@ def test_a_layer_called_with_a_cache_continues_from_what_the_cache_holds(variant
     torch.testing.assert_close(torch.cat(parts, dim=1), layer(x), atol=1e-5, rtol=1e-5)
 
 
+@pytest.mark.parametrize("sampling", [{"greedy": True}, {"temperature": 0.9, "top_k": 6, "top_p": 0.9}])
 @pytest.mark.parametrize("variant", list(VARIANTS))
-def test_cached_generation_equals_recomputing_the_prefix(variant):
+def test_cached_generation_equals_recomputing_the_prefix(variant, sampling):
+    """Tokens and each step's logits, greedy or sampled from one seed, and each step's logits are the full pass's."""
     model = make(**VARIANTS[variant]).for_generation()
     prompt = ids(2, 3)
-    cached, logits_cached = generate(model, prompt, 12, greedy=True, use_cache=True, return_logits=True)
-    full, logits_full = generate(model, prompt, 12, greedy=True, use_cache=False, return_logits=True)
-    torch.testing.assert_close(cached, full, atol=0, rtol=0)
-    torch.testing.assert_close(logits_cached, logits_full, atol=1e-5, rtol=1e-5)
-    assert cached.shape == (2, 15)
-
-
-def test_cached_sampling_equals_recomputing_the_prefix():
-    model = make(positions="rope").for_generation()
-    out = [
-        generate(model, ids(1, 2), 10, temperature=1.5, use_cache=use, generator=torch.Generator().manual_seed(7))
-        for use in (True, False)
-    ]
-    torch.testing.assert_close(out[0], out[1], atol=0, rtol=0)
+    run = functools.partial(generate, model, prompt, 12, return_logits=True, **sampling)
+    cached, full = (run(use_cache=use, generator=torch.Generator().manual_seed(7)) for use in (True, False))
+    torch.testing.assert_close(cached[0], full[0], atol=0, rtol=0)
+    torch.testing.assert_close(cached[1], full[1], atol=1e-5, rtol=1e-5)
+    assert cached[0].shape == (2, 15) and cached[1].shape == (2, 12, TINY["vocab_size"])
+    torch.testing.assert_close(cached[1], model(cached[0][:, :-1])[:, 2:], atol=1e-5, rtol=1e-5)
 
 
 def test_for_generation_shares_parameters():
