@@ -11,7 +11,6 @@ import pytest
 import torch
 
 from course_utils import data
-from course_utils._files import write_atomic
 from course_utils.data import (
     CharTokenizer,
     ChecksumError,
@@ -251,25 +250,6 @@ MESSAGES = [
 def test_each_bad_input_gets_its_message(tmp_path, call, error, match):
     with pytest.raises(error, match=match.format(tmp=re.escape(str(tmp_path)))):
         call(tmp_path)
-
-
-# --------------------------------------------------------------------------------------------------
-# Atomic writes (the tokenizer's save)
-# --------------------------------------------------------------------------------------------------
-
-
-def test_write_atomic_leaves_nothing_on_failure(tmp_path, monkeypatch):
-    target = tmp_path / "out.txt"
-    target.write_bytes(b"old contents")
-
-    def broken_replace(src, dst):
-        raise OSError("disk full")
-
-    monkeypatch.setattr("os.replace", broken_replace)
-    with pytest.raises(OSError, match="disk full"):
-        write_atomic(target, b"new contents")
-    assert target.read_bytes() == b"old contents"  # the old file is untouched
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["out.txt"]  # and no temporary file is left
 
 
 # --------------------------------------------------------------------------------------------------
