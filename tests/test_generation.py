@@ -65,11 +65,6 @@ def test_top_p_kept_mass_reaches_p_and_the_set_is_minimal():
         assert (mass - smallest_kept < p).all()  # dropping the least likely kept token falls below p
 
 
-def test_top_p_batched_and_in_vocabulary_order():
-    probs = torch.tensor([[0.1, 0.6, 0.3], [0.7, 0.2, 0.1]])
-    assert top_p_keep(probs, 0.85).tolist() == [[False, True, True], [True, True, False]]
-
-
 def test_top_p_filter_sets_the_rest_to_minus_inf():
     logits = DYADIC.log()
     out = top_p_filter(logits, 0.75)

@@ -107,7 +107,6 @@ def test_plot_heads_side_by_side_share_one_colour_scale():
     assert [ax.get_images()[0].get_clim() for ax in _panels(fig)] == [(0.0, 1.0)] * 2  # weights on [0, 1]
     (bar,) = _colorbars(fig)  # one colourbar for the grid, on the panels' scale
     assert bar.get_ylim() == (0.0, 1.0) and bar.get_ylabel() == "weight"
-    plt.close(fig)
 
 
 def test_plot_heads_labels_only_the_matching_axis():
@@ -122,7 +121,6 @@ def test_every_weight_heatmap_has_a_colourbar_on_its_scale():
         ax = plot_weights(_weights(3, 4), **kwargs)
         (bar,) = _colorbars(ax.figure)
         assert bar.get_ylim() == (0.0, top) and bar.get_ylabel() == "weight"
-        plt.close(ax.figure)
     assert _colorbars(plot_weights(_weights(3, 4), colorbar=False).figure) == []
     assert (
         _colorbars(plot_weights(_weights(3, 4), mask=torch.ones(3, 4, dtype=torch.bool), colorbar=False).figure) == []
@@ -154,7 +152,6 @@ def test_plot_weights_scale_ignores_nan_rows():
     ax = plot_weights(w, vmax=None)
     image = ax.get_images()[0]
     assert image.norm.vmax == pytest.approx(0.75)  # not collapsed to 1e-9 by max(1e-9, nan)
-    plt.close(ax.figure)
 
 
 # --- notebook 11: a trained GPT -------------------------------------------------------------------------
@@ -334,7 +331,6 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
 def test_bad_arguments_say_what_was_expected(call, error, match):
     with pytest.raises(error, match=match):
         call()
-    plt.close("all")
 
 
 def test_plot_weights_with_a_mask_hatches_blocked_cells_and_writes_nan():
@@ -343,4 +339,3 @@ def test_plot_weights_with_a_mask_hatches_blocked_cells_and_writes_nan():
     ax = plot_weights(w, mask=mask)
     texts = [t.get_text() for t in ax.texts]
     assert texts == ["NaN", "NaN", "0.25", "0.75"] and len(ax.patches) == 2  # the two blocked cells
-    plt.close(ax.figure)
