@@ -145,12 +145,18 @@ def _corpus_row(reqs):
     return next(r for r in reqs if r.name.startswith("corpus"))
 
 
-def test_a_corpus_not_fetched_yet_is_later_not_a_failure(monkeypatch, tmp_path, capsys):
-    """Before, a fresh machine's `course.py lab` printed FAIL for it and "Something is missing", then started
-    JupyterLab: a newcomer read that setup had broken. Only the GPT notebooks read the corpus."""
+@pytest.fixture
+def datasets(monkeypatch, tmp_path):
+    """An empty datasets folder: no corpus fetched yet."""
     from course_utils import data
 
-    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)  # an empty datasets folder: no corpus yet
+    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)
+    return tmp_path
+
+
+def test_a_corpus_not_fetched_yet_is_later_not_a_failure(monkeypatch, datasets, capsys):
+    """Before, a fresh machine's `course.py lab` printed FAIL for it and "Something is missing", then started
+    JupyterLab: a newcomer read that setup had broken. Only the GPT notebooks read the corpus."""
     monkeypatch.setattr(environment, "hosted_service", lambda: False)
     reqs = environment_report()
     row = _corpus_row(reqs)
@@ -166,21 +172,15 @@ def test_a_corpus_not_fetched_yet_is_later_not_a_failure(monkeypatch, tmp_path, 
         assert out.splitlines()[-1] == "All set for now: what says LATER is needed only later, and is not an error."
 
 
-def test_on_a_hosted_service_the_corpus_waits_for_notebook_10(monkeypatch, tmp_path):
-    from course_utils import data
-
-    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)
+def test_on_a_hosted_service_the_corpus_waits_for_notebook_10(monkeypatch, datasets):
     monkeypatch.setattr(environment, "hosted_service", lambda: True)
     row = _corpus_row(environment_report())
     assert row.later and "notebook 10 fetches it when it first runs" in row.detail
     assert "course.py" not in row.fix  # no course folder to run it in there
 
 
-def test_a_damaged_corpus_is_a_failure_with_the_command_that_fetches_it_again(monkeypatch, tmp_path):
-    from course_utils import data
-
-    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)
-    data.corpus_path().write_text("not the corpus\n", encoding="utf-8")
+def test_a_damaged_corpus_is_a_failure_with_the_command_that_fetches_it_again(datasets):
+    (datasets / "shakespeare.txt").write_text("not the corpus\n", encoding="utf-8")
     row = _corpus_row(environment_report())
     assert row.status == "FAIL" and row.fix.endswith(f"{environment.CORPUS_FETCH} --force")
 

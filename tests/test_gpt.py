@@ -53,6 +53,7 @@ def test_numpy_numbers_in_the_config_are_stored_as_python_ones_so_checkpoints_lo
     loaded = torch.load(tmp_path / "config.pt", weights_only=True)
     assert GPTConfig.from_dict(loaded) == cfg
     assert [type(loaded[k]) for k in ("num_heads", "num_kv_heads", "dropout", "bias")] == [int, int, float, bool]
+    assert all(isinstance(v, (int, float, str, bool, type(None))) for v in loaded.values())
 
 
 def test_config_is_frozen():
@@ -66,15 +67,8 @@ def test_presets():
     assert (gpu.num_layers, gpu.num_heads, gpu.embed_dim, gpu.context_length, gpu.dropout) == (6, 6, 384, 256, 0.2)
     assert GPTConfig.preset("tiny", dropout=0.1).dropout == 0.1
     assert GPTConfig.preset("tiny") == PRESETS["tiny"]
-    params = GPT(GPTConfig.preset("tiny")).num_parameters()
-    assert params < 50_000, "the tiny preset must train in seconds"
-
-
-def test_config_round_trips_through_a_plain_dict():
-    cfg = GPTConfig.preset("cpu", vocab_size=70)
-    d = cfg.to_dict()
-    assert all(isinstance(v, (int, float, str, bool, type(None))) for v in d.values())
-    assert GPTConfig.from_dict(d) == cfg
+    assert GPT(GPTConfig.preset("tiny")).num_parameters() < 50_000, "the tiny preset must train in seconds"
+    assert 10.6e6 < GPT(gpu).num_parameters() < 10.9e6  # nanoGPT reports 10.65M without the position table
 
 
 # ----------------------------------------------------------------------------------------------
@@ -106,11 +100,6 @@ def test_weight_tying_and_parameter_count():
     C, T, V = TINY["embed_dim"], TINY["context_length"], TINY["vocab_size"]
     assert model.num_parameters(non_embedding=True) == model.num_parameters() - V * C - T * C
     assert make(positions="rope").num_parameters() == model.num_parameters() - T * C
-
-
-def test_gpu_preset_has_about_10_7_million_parameters():
-    model = GPT(GPTConfig.preset("gpu"))
-    assert 10.6e6 < model.num_parameters() < 10.9e6  # nanoGPT reports 10.65M without the position table
 
 
 def test_residual_scaled_initialisation():
