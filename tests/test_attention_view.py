@@ -85,7 +85,7 @@ def test_libraries_are_inlined_and_nothing_is_fetched(maps, make):
     assert '"course_utils/vendor/jquery-2.2.4"' in page and '"course_utils/vendor/d3-5.7.0"' in page
 
 
-def test_head_view_attributes(maps):
+def test_the_views_say_what_they_show(maps):
     view = head_view(maps, TEXT)
     assert isinstance(view, HTML)
     a = _attrs(view)
@@ -94,9 +94,6 @@ def test_head_view_attributes(maps):
     tokens = json.loads(a["data-tokens"])
     assert "".join(tokens) == "to␣be␣or⏎not␣to␣be" and len(tokens) == 18
     assert len(tokens) == maps[0].shape[-1]
-
-
-def test_model_view_attributes(maps):
     a = _attrs(model_view(maps, TEXT, include_layers=[1]))
     assert (a["data-course-view"], a["data-heads"], a["data-layers"]) == ("model", "4", "1")
     assert json.loads(a["data-tokens"])[8] == "⏎"
