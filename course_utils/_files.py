@@ -16,20 +16,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-__all__ = [
-    "course_folder",
-    "atomic_path",
-    "probe_writable",
-    "write_atomic",
-    "clean_stale_tmp",
-    "TMP_SUFFIX",
-    "backup_path",
-    "move_aside",
-    "keep_copy",
-    "sha256_bytes",
-    "sha256_file",
-]
-
 TMP_SUFFIX = ".tmp"
 HOME_ENV = "COURSE_HOME"  # where datasets/ and runs/ go for a package installed outside a course folder
 

@@ -55,11 +55,8 @@ TRAIN_FRACTION = 0.9
 def load_text(path: str | os.PathLike) -> str:
     """Read a UTF-8 text file; line endings become ``"\\n"`` and a leading byte-order mark is dropped.
 
-    The course corpus (a file named ``shakespeare.txt``, or the default ``datasets/shakespeare.txt``
-    under any name) is checked against ``CORPUS_SHA256`` on every read: ChecksumError names the expected
-    and the actual digest and how to fetch it again. Any other file is read as it is (your own text).
-    Raises FileNotFoundError for a missing file, ValueError for a folder, an empty file, or bytes
-    that are not UTF-8 (the message gives the byte offset). Notebook 10.
+    The course corpus (:func:`is_course_corpus`) is read only if it matches ``CORPUS_SHA256`` (ChecksumError
+    otherwise); any other file is read as it is (your own text). Notebook 10.
     """
     from course_utils._validate import check_path
 
@@ -93,10 +90,7 @@ def load_text(path: str | os.PathLike) -> str:
 
 
 def is_course_corpus(path: str | os.PathLike) -> bool:
-    """True for a file that claims to be the course corpus: named ``shakespeare.txt``, or the default path itself.
-
-    Such a file is only read after its sha256 matches ``CORPUS_SHA256``; any other file is a learner's own text.
-    """
+    """True for a file that claims to be the course corpus: named ``shakespeare.txt``, or the default path itself."""
     from course_utils._validate import check_path
 
     check_path("path", path)
@@ -114,10 +108,7 @@ def check_text_size(
     characters: int, context_length: int, source: str = "the text", train_fraction: float = TRAIN_FRACTION
 ) -> None:
     """ValueError unless a text of ``characters`` characters splits into training and validation parts that
-    each hold at least one window of ``context_length + 1`` characters (inputs plus the next-character target).
-
-    The message says how many characters there are, how many are needed, and what to do. Notebook 10.
-    """
+    each hold at least one window of ``context_length + 1`` characters (inputs plus the next-character target)."""
     needed = min_characters(context_length, train_fraction)
     if characters < needed:
         raise ValueError(
@@ -158,11 +149,8 @@ def load_corpus(
     datasets_dir: str | os.PathLike | None = None,
     download: bool = True,
 ) -> str:
-    """The text to train on: the file at ``path`` if given, else the verified Shakespeare corpus.
-
-    Without ``path`` the corpus is fetched first if it is not cached yet (``download=False`` turns
-    that off), and its sha256 is checked every time (a few milliseconds). Notebook 10.
-    """
+    """The text to train on: the file at ``path`` if given, else the verified Shakespeare corpus, fetched first
+    if it is not cached yet (unless ``download=False``). Notebook 10."""
     if path is not None:
         return load_text(path)
     target = corpus_path(datasets_dir)
@@ -170,7 +158,7 @@ def load_corpus(
         if not download:
             raise corpus_missing(target, datasets_dir)
         fetch_corpus(target, CORPUS_SHA256)  # download, verify, clean, write: course_utils._corpus
-    return load_text(target)  # checks the sha256 (a few milliseconds)
+    return load_text(target)
 
 
 # --- Tokenizer ----------------------------------------------------------------------------------------------
@@ -179,8 +167,7 @@ def load_corpus(
 class CharTokenizer:
     """One token per character: ``chars[i]`` has id ``i``. Build it with ``CharTokenizer.from_text``.
 
-    ``encode`` gives a ``(N,)`` long tensor, ``decode`` turns ids back into text; a character the
-    tokenizer has never seen is an error that names it and where it is. Notebook 10.
+    ``encode`` gives a ``(N,)`` long tensor, ``decode`` turns ids back into text. Notebook 10.
     """
 
     def __init__(self, chars: Sequence[str]):
@@ -267,10 +254,9 @@ class CharTokenizer:
 
 
 def split_data(data: torch.Tensor | str, train_fraction: float = TRAIN_FRACTION):
-    """First ``train_fraction`` for training, the rest for validation, in order (nanoGPT's split).
+    """``(data[:n], data[n:])`` with ``n = int(train_fraction * len(data))``: nanoGPT's split, in order.
 
-    ``n = int(train_fraction * len(data))``; returns ``(data[:n], data[n:])``. Works on text and on
-    ``(N,)`` tensors alike. Notebook 10.
+    Works on text and on ``(N,)`` tensors alike. Notebook 10.
     """
     from course_utils._validate import check_number
 
@@ -349,11 +335,9 @@ def iter_eval_batches(
 ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """The whole split in consecutive, non-overlapping windows, ``batch_size`` windows at a time.
 
-    Window ``w`` has inputs ``data[w*T : w*T + T]`` and targets ``data[w*T + 1 : w*T + T + 1]``, so the
-    targets cover positions 1, 2, ... each exactly once (position 0 has no context to predict it from).
-    The last batch may hold fewer than ``batch_size`` windows. The ``(N - 1) % T`` targets at the very end
-    that do not fill a window are left out, or with ``drop_last=False`` yielded as a last ``(1, (N - 1) % T)``
-    batch. Shape: data ``(N,)`` -> x, y ``(B, T)``. Notebook 10.
+    Window ``w``'s targets are ``data[w*T + 1 : w*T + T + 1]``: each position but 0 once. The ``(N - 1) % T``
+    targets that do not fill a window are left out, or with ``drop_last=False`` yielded as a last
+    ``(1, (N - 1) % T)`` batch. Shape: data ``(N,)`` -> x, y ``(B, T)``. Notebook 10.
     """
     import torch
 

@@ -1,8 +1,6 @@
 """Which device to compute on: the best this machine has, or the one asked for, checked before any work starts.
 
-Apart from the setup check (``environment``) so that training can pick its device without importing the setup
-check; torch is imported inside each function, so ``python -m course_utils.environment`` still reports a
-machine without torch.
+torch is imported inside each function, so that the setup check (``environment``) still reports a machine without it.
 """
 
 from __future__ import annotations
@@ -24,12 +22,8 @@ def best_device() -> str:
 
 
 def pick_device(device=None):
-    """The ``torch.device`` to train on: ``device`` if this machine and this PyTorch build have it, else an error.
-
-    ``None`` or ``"auto"`` mean :func:`best_device`. ``"cpu"``, ``"cuda"``, ``"cuda:N"`` and ``"mps"`` are checked
-    before any work starts; a device that is not there raises ValueError in one line with the fix (a CPU-only
-    PyTorch asked for ``cuda``, ``mps`` off a Mac, ``cuda:3`` on a one-GPU machine, a misspelling).
-    """
+    """The ``torch.device`` to train on: ``device`` if this machine and this PyTorch build have it, else a
+    ValueError in one line with the fix. ``None`` or ``"auto"`` mean :func:`best_device`."""
     import torch
 
     if device is None or (isinstance(device, str) and device.strip().lower() == "auto"):
@@ -70,9 +64,8 @@ def pick_device(device=None):
 
 
 def parse_device(device: object):
-    """``device`` (a str such as 'cpu', 'cuda:0', or a torch.device) as a torch.device; TypeError or ValueError
-    in one line otherwise. Only the name is checked, not whether this machine has it
-    (:func:`pick_device` does)."""
+    """``device`` (a str such as 'cpu', 'cuda:0', or a torch.device) as a torch.device; only the name is checked,
+    not whether this machine has it (:func:`pick_device` does)."""
     import torch
 
     if not isinstance(device, (str, torch.device)):

@@ -105,16 +105,9 @@ def hosted_service() -> bool:
 
 def environment_report() -> list[Requirement]:
     """One :class:`Requirement` per thing the course needs, each with its fix."""
-    reqs = []
     py = sys.version_info
-    reqs.append(
-        Requirement(
-            "Python >= 3.10",
-            py >= (3, 10),
-            f"{py.major}.{py.minor}.{py.micro}",
-            "install Python 3.10 or newer (python.org), then run `python3 course.py lab` again",
-        )
-    )
+    fix = "install Python 3.10 or newer (python.org), then run `python3 course.py lab` again"
+    reqs = [Requirement("Python >= 3.10", py >= (3, 10), f"{py.major}.{py.minor}.{py.micro}", fix)]
     reinstall = "run `python3 course.py lab` (it installs the learner set, lock/learner.txt, into .venv/)"
     try:
         import torch

@@ -53,8 +53,7 @@ def _top_k_filter(logits: torch.Tensor, top_k: int) -> torch.Tensor:
 def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     """Nucleus of each row: the fewest most likely tokens whose probabilities sum to at least ``top_p``.
 
-    Raises ValueError when the rows are not distributions. Shape: probs (..., V) -> keep bool (..., V).
-    Taught in notebook 09.
+    Shape: probs (..., V) -> keep bool (..., V). Taught in notebook 09.
     """
     check_float_tensor("probs", probs)
     check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
@@ -186,10 +185,8 @@ _ON_FULL = ("error", "shift")
 def check_generation(
     model: nn.Module, idx: object, max_new_tokens: object, use_cache: object, shift: bool = False
 ) -> int:
-    """Raise unless ``idx`` is a prompt (B, T >= 1) of integer ids, ``max_new_tokens`` an int >= 0 and ``model``
-    follows the protocol (with ``new_cache()`` for ``use_cache``, whose cache must hold the prompt and every new
-    token but the last unless it ``shift``s); return its ``context_length``. The ids' range is the model's to
-    check: it knows its vocabulary."""
+    """Raise unless ``idx`` is a prompt (B, T >= 1), ``max_new_tokens`` an int >= 0 and ``model`` follows the
+    protocol, its cache large enough unless it ``shift``s; return its ``context_length``."""
     check_token_ids("idx", idx, vocab_size=0, values=False)  # the type, dtype and shape; the values are the model's
     if idx.shape[1] < 1:
         raise ValueError("idx must hold at least one token (the prompt)")
@@ -225,9 +222,9 @@ def generate_stream(
     """Generate one token at a time, yielding ``(tokens (B,), logits (B, V))`` as soon as each is chosen.
 
     Without a cache each step recomputes the last ``context_length`` tokens. With ``use_cache``,
-    ``on_full="error"`` needs ``prompt + max_new_tokens - 1 <= context_length`` (checked before anything runs);
-    ``"shift"`` starts a new cache from the last ``keep_on_shift`` tokens (default ``context_length // 2``).
-    Puts the model in eval mode. Shape: idx (B, T) -> pairs of tokens (B,) int64, logits (B, V). Notebooks 09, 10.
+    ``on_full="error"`` needs ``prompt + max_new_tokens - 1 <= context_length``; ``"shift"`` starts a new cache
+    from the last ``keep_on_shift`` tokens (default ``context_length // 2``). Puts the model in eval mode.
+    Shape: idx (B, T) -> pairs of tokens (B,) int64, logits (B, V). Notebooks 09, 10.
     """
     check_choice("on_full", on_full, _ON_FULL)
     context_length = check_generation(model, idx, max_new_tokens, use_cache, shift=on_full == "shift")

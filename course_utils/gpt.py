@@ -69,16 +69,15 @@ class GPTConfig:
     norm_position: NormPosition = "pre"
 
     def __post_init__(self) -> None:
+        # Each field stored as the plain int, float, bool or str its check returns (not np.int64, np.bool_, ...):
+        # weights_only checkpoints load only those.
         for name in ("vocab_size", "context_length", "embed_dim", "num_heads", "num_layers", "mlp_ratio"):
-            check_int(name, getattr(self, name))
-            self._store(name, int(getattr(self, name)))  # int, not np.int64: weights_only checkpoints
+            self._store(name, check_int(name, getattr(self, name)))
         check_heads(self.embed_dim, self.num_heads, self.num_kv_heads)
         self._store("num_kv_heads", None if self.num_kv_heads is None else int(self.num_kv_heads))
         self._store("window", None if self.window is None else check_int("window", self.window))
-        check_fraction("dropout", self.dropout)
-        self._store("dropout", float(self.dropout))
-        check_bool("bias", self.bias)
-        self._store("bias", bool(self.bias))  # bool, not np.bool_
+        self._store("dropout", check_fraction("dropout", self.dropout))
+        self._store("bias", check_bool("bias", self.bias))
         check_choice("positions", self.positions, _POSITIONS)
         check_choice("attention", self.attention, ATTENTION_KERNELS)
         if self.attention == "flash" and self.dropout > 0:
@@ -88,10 +87,9 @@ class GPTConfig:
             )
         why = " (LayerNorm before each sublayer, GPT-2; or after each residual add, the original Transformer)"
         check_choice("norm_position", self.norm_position, shared.NORM_POSITIONS, why)
-        check_greater_than("rope_base", self.rope_base, 1)
-        self._store("rope_base", float(self.rope_base))  # checkpoints store it
+        self._store("rope_base", check_greater_than("rope_base", self.rope_base, 1))  # checkpoints store it
         for name in ("positions", "attention", "norm_position"):
-            self._store(name, str(getattr(self, name)))  # str, not np.str_
+            self._store(name, str(getattr(self, name)))
         if self.positions == "rope" and self.head_dim % 2 != 0:
             raise ValueError(
                 f"rotary positions need an even head_dim, got {self.head_dim} "

@@ -160,9 +160,8 @@ def plot_lookup(
         raise ValueError(f"values must be a ({keys.shape[0]},) tensor, one number per key, got {got}")
     if keys.shape[0] == 0:
         raise ValueError("keys must hold at least one key, got shape (0, 2)")
-    check_floating("keys", keys)
-    check_floating("values", values)
     for name, t in (("keys", keys), ("values", values)):
+        check_floating(name, t)
         if not torch.isfinite(t).all():
             raise ValueError(f"{name} must be finite numbers (to be drawn), got {t.tolist()}")
     angle_deg = check_number("angle_deg", angle_deg, "a number of degrees")

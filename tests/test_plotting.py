@@ -49,8 +49,8 @@ def test_plot_weights_labels_and_image():
     assert image.get_clim() == (0.0, 1.0)  # weights are probabilities: one scale for every picture
 
 
-def test_plot_weights_default_labels_are_positions():
-    ax = plot_weights(_weights(2, 5))
+def test_plot_weights_default_labels_are_positions_and_it_takes_float64_grad_tensors():
+    ax = plot_weights(_weights(2, 5).double().requires_grad_(True) * 1.0)
     assert _labels(ax.get_xticklabels()) == ["0", "1", "2", "3", "4"]
     assert _labels(ax.get_yticklabels()) == ["0", "1"]
     assert ax.get_title() == ""
@@ -70,12 +70,6 @@ def test_plot_weights_annotates_small_matrices_only():
     assert len(plot_weights(_weights(11, 11)).texts) == 0  # 121 cells: too many to read
     assert len(plot_weights(_weights(11, 11), annotate=True).texts) == 121
     assert len(plot_weights(w, annotate=False).texts) == 0
-
-
-def test_plot_weights_accepts_grad_tensors_and_float64():
-    w = _weights(2, 3).double().requires_grad_(True)
-    ax = plot_weights(w * 1.0)
-    assert len(ax.get_images()) == 1
 
 
 @pytest.mark.parametrize("H, n_axes, n_visible", [(1, 1, 1), (3, 3, 3), (4, 4, 4), (6, 8, 6)])
@@ -107,7 +101,6 @@ def test_plot_heads_side_by_side_share_one_colour_scale():
     assert [ax.get_images()[0].get_clim() for ax in _panels(fig)] == [(0.0, 1.0)] * 2  # weights on [0, 1]
     (bar,) = _colorbars(fig)  # one colourbar for the grid, on the panels' scale
     assert bar.get_ylim() == (0.0, 1.0) and bar.get_ylabel() == "weight"
-    plt.close(fig)
 
 
 def test_plot_heads_labels_only_the_matching_axis():
@@ -122,7 +115,6 @@ def test_every_weight_heatmap_has_a_colourbar_on_its_scale():
         ax = plot_weights(_weights(3, 4), **kwargs)
         (bar,) = _colorbars(ax.figure)
         assert bar.get_ylim() == (0.0, top) and bar.get_ylabel() == "weight"
-        plt.close(ax.figure)
     assert _colorbars(plot_weights(_weights(3, 4), colorbar=False).figure) == []
     assert (
         _colorbars(plot_weights(_weights(3, 4), mask=torch.ones(3, 4, dtype=torch.bool), colorbar=False).figure) == []
@@ -147,14 +139,6 @@ def test_shared_colorbar_refuses_panels_on_different_scales_or_no_panels():
         shared_colorbar(list(axes))
     with pytest.raises(TypeError, match="axes must be a non-empty list of the panels' axes, got Axes"):
         shared_colorbar(axes[0])
-
-
-def test_plot_weights_scale_ignores_nan_rows():
-    w = torch.tensor([[0.25, 0.75], [float("nan"), float("nan")]])
-    ax = plot_weights(w, vmax=None)
-    image = ax.get_images()[0]
-    assert image.norm.vmax == pytest.approx(0.75)  # not collapsed to 1e-9 by max(1e-9, nan)
-    plt.close(ax.figure)
 
 
 # --- notebook 11: a trained GPT -------------------------------------------------------------------------
@@ -334,13 +318,12 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
 def test_bad_arguments_say_what_was_expected(call, error, match):
     with pytest.raises(error, match=match):
         call()
-    plt.close("all")
 
 
 def test_plot_weights_with_a_mask_hatches_blocked_cells_and_writes_nan():
     w = torch.tensor([[float("nan"), float("nan")], [0.25, 0.75]])
     mask = torch.tensor([[False, False], [True, True]])
-    ax = plot_weights(w, mask=mask)
+    ax = plot_weights(w, mask=mask, vmax=None)
     texts = [t.get_text() for t in ax.texts]
     assert texts == ["NaN", "NaN", "0.25", "0.75"] and len(ax.patches) == 2  # the two blocked cells
-    plt.close(ax.figure)
+    assert ax.get_images()[0].norm.vmax == pytest.approx(0.75)  # the NaN row does not collapse the scale

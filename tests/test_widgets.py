@@ -11,6 +11,8 @@ import matplotlib.pyplot as plt
 import pytest
 import torch
 
+from course_utils.data import CharTokenizer
+from course_utils.gpt import GPT, GPTConfig
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention
 from course_utils.widgets import (
@@ -21,10 +23,12 @@ from course_utils.widgets import (
     SCALINGS,
     Explorer,
     entropy_explorer,
+    gpt_attention_explorer,
     head_explorer,
     lookup_explorer,
     mask_explorer,
     plot_entropy,
+    plot_gpt_head,
     plot_head,
     plot_lookup,
     plot_mask,
@@ -65,11 +69,7 @@ def test_plot_lookup_bars_are_the_softmax_of_the_scores():
     torch.testing.assert_close(heights, expected, atol=1e-6, rtol=0)
     assert ax_w.get_title() == f"out = {(expected @ values).item():.3f}"
     assert "90 deg, length 2" in ax_vec.get_title()
-
-
-def test_plot_lookup_default_table_at_45_degrees_is_uniform():
-    fig = plot_lookup(45)
-    heights = [p.get_height() for p in fig.axes[1].patches]
+    heights = [p.get_height() for p in plot_lookup(45).axes[1].patches]  # notebook 01's table at 45 degrees
     assert heights == pytest.approx([1 / 3] * 3, abs=1e-6)
 
 
@@ -82,20 +82,6 @@ def test_lookup_explorer_redraws_when_a_slider_moves():
     assert png_of(ex) != before
     assert ex.caption != caption and ex.caption.startswith("angle 90")
     assert ex.figure.axes[0].get_title().startswith("query (red): 90 deg")
-
-
-@pytest.mark.parametrize(
-    "keys, values, match",
-    [
-        (torch.ones(3, 3), torch.zeros(3), r"keys must be a \(S, 2\) tensor"),
-        (torch.ones(3, 2), torch.zeros(4), r"values must be a \(3,\) tensor"),
-    ],
-)
-def test_lookup_bad_table(keys, values, match):
-    with pytest.raises(ValueError, match=match):
-        plot_lookup(0, 1.0, keys, values)
-    with pytest.raises(ValueError, match=match):
-        lookup_explorer(keys, values)
 
 
 # ---- notebook 02: entropy ---------------------------------------------------------------------------
@@ -129,19 +115,6 @@ def test_entropy_explorer_redraws():
     assert png_of(ex) != before and "scale none" in ex.caption
     ex.control("head_dim D").value = 1024
     assert "D = 1024" in ex.caption and ex.renders == 3
-
-
-@pytest.mark.parametrize(
-    "head_dim, scaling, error, match",
-    [
-        (64, "1/C", ValueError, r"scaling must be one of \['none', '1/sqrt\(D\)', '1/D'\], got '1/C'"),
-        (0, "none", ValueError, "head_dim must be at least 1, got 0"),
-        (64.0, "1/sqrt(D)", TypeError, "head_dim must be an int, got float"),
-    ],
-)
-def test_entropy_bad_input(head_dim, scaling, error, match):
-    with pytest.raises(error, match=match):
-        plot_entropy(head_dim, scaling)
 
 
 # ---- notebook 03: masks -----------------------------------------------------------------------------
@@ -203,25 +176,6 @@ def test_mask_explorer_controls_and_redraws():
     assert ex.renders == 5
 
 
-def test_explorer_control_lookup_names_the_labels():
-    with pytest.raises(KeyError, match=r"no control labelled 'colour'; the labels are \['mask', 'length', 'fill'\]"):
-        mask_explorer().control("colour")
-
-
-@pytest.mark.parametrize(
-    "kwargs, error, match",
-    [
-        (dict(kind="triangle"), ValueError, "kind must be one of"),
-        (dict(fill="-1e9"), ValueError, r"fill must be one of \['-inf', 'finfo.min'\], got '-1e9'"),
-        (dict(length=9), ValueError, r"length \(the number of real tokens\) must be in \[0, 8\], got 9"),
-        (dict(length=2.5), TypeError, r"length \(the number of real tokens\) must be an int, got float"),
-    ],
-)
-def test_plot_mask_bad_input(kwargs, error, match):
-    with pytest.raises(error, match=match):
-        plot_mask(**kwargs)
-
-
 # ---- notebook 04: one head --------------------------------------------------------------------------
 
 
@@ -267,37 +221,6 @@ def test_head_explorer_layer_dropdown_fits_the_head_slider():
     assert ex.control("head").value == 1 and ex.caption.startswith("two, head 1")
 
 
-@pytest.mark.parametrize(
-    "call, exc, match",
-    [
-        (
-            lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxyz"), head=2),
-            ValueError,
-            r"head \(the layer has 2 heads\) must be in \[0, 1\], got 2",
-        ),
-        (
-            lambda: plot_head(small_layer(), torch.randn(1, 4, 8), list("wxy")),
-            ValueError,
-            "tokens has 3 entries, x has 4 positions",
-        ),
-        (
-            lambda: plot_head(small_layer(), torch.randn(2, 4, 8), list("wxyz")),
-            ValueError,
-            r"x must be one sequence, \(T, C\) or \(1, T, C\), got shape \(2, 4, 8\)",
-        ),
-        (
-            lambda: plot_head(torch.nn.Linear(8, 8), torch.randn(1, 4, 8), list("wxyz")),
-            TypeError,
-            "layer must be a course_utils.multihead.MultiHeadAttention, got Linear",
-        ),
-        (lambda: head_explorer({}, torch.randn(1, 4, 8), list("wxyz")), ValueError, "layers is empty"),
-    ],
-)
-def test_head_bad_input(call, exc, match):
-    with pytest.raises(exc, match=match):
-        call()
-
-
 def test_explorer_shows_errors_instead_of_raising():
     def draw(n):
         if n < 0:
@@ -317,16 +240,16 @@ def test_explorer_shows_errors_instead_of_raising():
 
 # --- notebook 11: a trained GPT's heads -----------------------------------------------------------------
 
-from course_utils.data import CharTokenizer  # noqa: E402
-from course_utils.gpt import GPT, GPTConfig  # noqa: E402
-from course_utils.widgets import gpt_attention_explorer, plot_gpt_head  # noqa: E402
+
+def _tiny_gpt():
+    torch.manual_seed(0)
+    tok = CharTokenizer.from_text("ROMEO:\nBut soft, what light abcdefghijklmnopqrstuvwxyz")
+    return GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size)).eval(), tok
 
 
 @pytest.fixture
 def tiny_gpt():
-    torch.manual_seed(0)
-    tok = CharTokenizer.from_text("ROMEO:\nBut soft, what light abcdefghijklmnopqrstuvwxyz")
-    return GPT(GPTConfig.preset("tiny", vocab_size=tok.vocab_size)).eval(), tok
+    return _tiny_gpt()
 
 
 def test_plot_gpt_head_shows_that_heads_weights(tiny_gpt):
@@ -349,75 +272,108 @@ def test_gpt_attention_explorer_redraws_and_reports_bad_prompts(tiny_gpt):
     ex.control("prompt").value = "what light"
     assert ex.renders == 3 and ex.figure.axes[0].get_title().startswith("layer 0, head 3")
     assert ex.control("layer").max == 1 and ex.control("head").max == 3
-    with pytest.raises(ValueError, match="type a prompt of at least one character"):
-        gpt_attention_explorer(model, tok, "")
 
 
-# ---- bad arguments a learner might pass (issue 9) ----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "kwargs, error, match",
-    [
-        (dict(angle_deg="45"), TypeError, r"angle_deg must be a number of degrees, got '45' \(str\)"),
-        (dict(angle_deg=float("nan")), ValueError, "angle_deg must be a finite number of degrees, got nan"),
-        (dict(length=None), TypeError, r"length must be a number >= 0, got None \(NoneType\)"),
-        (dict(length=-1.0), ValueError, "length must be a finite number >= 0, got -1"),
-        (
-            dict(keys=torch.tensor([[1, 0], [0, 1], [1, 1]])),
-            TypeError,
-            "keys must be a floating-point tensor, got dtype torch.int64",
-        ),
-        (
-            dict(values=torch.tensor([0, 1, 0])),
-            TypeError,
-            "values must be a floating-point tensor, got dtype torch.int64",
-        ),
-        (dict(keys=torch.zeros(0, 2), values=torch.zeros(0)), ValueError, r"keys must hold at least one key"),
-        (dict(keys=torch.full((3, 2), float("inf"))), ValueError, "keys must be finite numbers"),
-        (dict(values=torch.tensor([0.0, float("nan"), 0.0])), ValueError, "values must be finite numbers"),
-        (dict(length=1e308), ValueError, "length must be at most 1,000"),
-    ],
-)
-def test_lookup_bad_arguments(kwargs, error, match):
-    with pytest.raises(error, match=match):
-        plot_lookup(**kwargs)
+# ---- every message a learner can meet here (issue 9): (call, given the tiny GPT and its tokenizer; exception; words)
 
 
 class _NoEncode:
     pass
 
 
-@pytest.mark.parametrize(
-    "call, error, match",
-    [
-        (lambda m, t: plot_gpt_head(m, t, "But", layer="0"), TypeError, r"layer must be an int in \[0, 1\], got str"),
-        (lambda m, t: plot_gpt_head(m, t, "But", head=1.5), TypeError, r"head must be an int in \[0, 3\], got float"),
-        (lambda m, t: plot_gpt_head(m, t, "But", head=-1), ValueError, r"head must be in \[0, 3\], got -1"),
-        (
-            lambda m, t: plot_gpt_head(MultiHeadAttention(8, 2), t, "But"),
-            TypeError,
-            r"model must have config and attention_maps \(a course model\), got MultiHeadAttention",
-        ),
-        (
-            lambda m, t: gpt_attention_explorer(m, _NoEncode(), "But"),
-            TypeError,
-            r"tokenizer must have an encode\(text\) method \(a CharTokenizer\), got _NoEncode",
-        ),
-        (lambda m, t: gpt_attention_explorer(m, "ROMEO"), TypeError, r"tokenizer must have an encode.*got str"),
-        (lambda m, t: gpt_attention_explorer(m, t, 5), TypeError, "prompt must be a str, got int"),
-        (lambda m, t: plot_gpt_head(m, t, None), TypeError, "prompt must be a str, got NoneType"),
+X4, WXYZ = torch.randn(1, 4, 8), list("wxyz")
+MODEL, TOK = _tiny_gpt()
+MESSAGES = [
+    # notebook 01: the lookup, drawn or as an explorer
+    *[
+        row
+        for draw in (plot_lookup, lambda *a: lookup_explorer(*a[2:]))
+        for row in [
+            (lambda d=draw: d(0, 1.0, torch.ones(3, 3), torch.zeros(3)), ValueError, r"keys must be a \(S, 2\) tensor"),
+            (lambda d=draw: d(0, 1.0, torch.ones(3, 2), torch.zeros(4)), ValueError, r"values must be a \(3,\) tensor"),
+        ]
     ],
-)
-def test_gpt_head_bad_arguments(tiny_gpt, call, error, match):
-    with pytest.raises(error, match=match):
-        call(*tiny_gpt)
-
-
-def test_head_explorer_layers_must_be_a_dict():
-    layer = small_layer()
-    with pytest.raises(
+    (lambda: plot_lookup(angle_deg="45"), TypeError, r"angle_deg must be a number of degrees, got '45' \(str\)"),
+    (lambda: plot_lookup(angle_deg=math.nan), ValueError, "angle_deg must be a finite number of degrees, got nan"),
+    (lambda: plot_lookup(length=None), TypeError, r"length must be a number >= 0, got None \(NoneType\)"),
+    (lambda: plot_lookup(length=-1.0), ValueError, "length must be a finite number >= 0, got -1"),
+    (lambda: plot_lookup(length=1e308), ValueError, "length must be at most 1,000"),
+    (
+        lambda: plot_lookup(keys=torch.tensor([[1, 0], [0, 1], [1, 1]])),
         TypeError,
-        match=r"layers must be a dict of MultiHeadAttention layers by name, e.g. \{'trained': layer\}, got list",
-    ):
-        head_explorer([layer], torch.randn(1, 4, 8), list("abcd"))
+        "keys must be a floating-point tensor, got dtype torch.int64",
+    ),
+    (
+        lambda: plot_lookup(values=torch.tensor([0, 1, 0])),
+        TypeError,
+        "values must be a floating-point tensor, got dtype torch.int64",
+    ),
+    (lambda: plot_lookup(keys=torch.zeros(0, 2), values=torch.zeros(0)), ValueError, "keys must hold at least one key"),
+    (lambda: plot_lookup(keys=torch.full((3, 2), math.inf)), ValueError, "keys must be finite numbers"),
+    (lambda: plot_lookup(values=torch.tensor([0.0, math.nan, 0.0])), ValueError, "values must be finite numbers"),
+    # notebook 02: entropy
+    (
+        lambda: plot_entropy(64, "1/C"),
+        ValueError,
+        r"scaling must be one of \['none', '1/sqrt\(D\)', '1/D'\], got '1/C'",
+    ),
+    (lambda: plot_entropy(0, "none"), ValueError, "head_dim must be at least 1, got 0"),
+    (lambda: plot_entropy(64.0), TypeError, "head_dim must be an int, got float"),
+    # notebook 03: masks, and the explorer's controls
+    (lambda: plot_mask(kind="triangle"), ValueError, "kind must be one of"),
+    (lambda: plot_mask(fill="-1e9"), ValueError, r"fill must be one of \['-inf', 'finfo.min'\], got '-1e9'"),
+    (lambda: plot_mask(length=9), ValueError, r"length \(the number of real tokens\) must be in \[0, 8\], got 9"),
+    (lambda: plot_mask(length=2.5), TypeError, r"length \(the number of real tokens\) must be an int, got float"),
+    (
+        lambda: mask_explorer().control("colour"),
+        KeyError,
+        r"no control labelled 'colour'; the labels are \['mask', 'length', 'fill'\]",
+    ),
+    # notebook 04: one head
+    (
+        lambda: plot_head(MultiHeadAttention(8, 2), X4, WXYZ, head=2),
+        ValueError,
+        r"head \(the layer has 2 heads\) must be in \[0, 1\], got 2",
+    ),
+    (lambda: plot_head(MultiHeadAttention(8, 2), X4, WXYZ[:3]), ValueError, "tokens has 3 entries, x has 4 positions"),
+    (
+        lambda: plot_head(MultiHeadAttention(8, 2), torch.randn(2, 4, 8), WXYZ),
+        ValueError,
+        r"x must be one sequence, \(T, C\) or \(1, T, C\), got shape \(2, 4, 8\)",
+    ),
+    (
+        lambda: plot_head(torch.nn.Linear(8, 8), X4, WXYZ),
+        TypeError,
+        "layer must be a course_utils.multihead.MultiHeadAttention, got Linear",
+    ),
+    (lambda: head_explorer({}, X4, WXYZ), ValueError, "layers is empty"),
+    (
+        lambda: head_explorer([MultiHeadAttention(8, 2)], X4, WXYZ),
+        TypeError,
+        r"layers must be a dict of MultiHeadAttention layers by name, e.g. \{'trained': layer\}, got list",
+    ),
+    # notebook 11: a trained GPT's heads
+    (lambda: plot_gpt_head(MODEL, TOK, "But", layer="0"), TypeError, r"layer must be an int in \[0, 1\], got str"),
+    (lambda: plot_gpt_head(MODEL, TOK, "But", head=1.5), TypeError, r"head must be an int in \[0, 3\], got float"),
+    (lambda: plot_gpt_head(MODEL, TOK, "But", head=-1), ValueError, r"head must be in \[0, 3\], got -1"),
+    (
+        lambda: plot_gpt_head(MultiHeadAttention(8, 2), TOK, "But"),
+        TypeError,
+        r"model must have config and attention_maps \(a course model\), got MultiHeadAttention",
+    ),
+    (
+        lambda: gpt_attention_explorer(MODEL, _NoEncode(), "But"),
+        TypeError,
+        r"tokenizer must have an encode\(text\) method \(a CharTokenizer\), got _NoEncode",
+    ),
+    (lambda: gpt_attention_explorer(MODEL, "ROMEO"), TypeError, r"tokenizer must have an encode.*got str"),
+    (lambda: gpt_attention_explorer(MODEL, TOK, 5), TypeError, "prompt must be a str, got int"),
+    (lambda: plot_gpt_head(MODEL, TOK, None), TypeError, "prompt must be a str, got NoneType"),
+    (lambda: gpt_attention_explorer(MODEL, TOK, ""), ValueError, "type a prompt of at least one character"),
+]
+
+
+@pytest.mark.parametrize("call, error, match", MESSAGES)
+def test_each_bad_input_gets_its_message(call, error, match):
+    with pytest.raises(error, match=match):
+        call()
