@@ -199,7 +199,9 @@ def test_each_verdict_is_printed_as_soon_as_its_check_cell_has_run(graded):
     assert any(ln.startswith("renamed_copy.ipynb") and ln.endswith(f"failed ({mistake.name})") for ln in table)
 
 
-def test_a_cell_that_raises_makes_the_exit_code_1_though_every_check_passed(tmp_path, monkeypatch, capsys):
+def test_a_cell_that_raises_makes_the_exit_code_1_though_every_check_passed(
+    reports_here, tmp_path, monkeypatch, capsys
+):
     passing = _fake_run({"01.1": "passed"})
 
     def raising(*args, **kwargs):
