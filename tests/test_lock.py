@@ -33,31 +33,15 @@ ROOT = Path(__file__).resolve().parent.parent
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 SETS = {"learner": ("lab",), "author": ("lab", "author")}
 PYTHONS = ("3.10", "3.11", "3.12", "3.13")
+MARKERS = ("sys_platform", "platform_system", "platform_machine", "os_name")
 PLATFORMS = {  # the supported platforms, as environment markers see them
-    "Linux x86-64": {
-        "sys_platform": "linux",
-        "platform_system": "Linux",
-        "platform_machine": "x86_64",
-        "os_name": "posix",
-    },
-    "Linux aarch64": {
-        "sys_platform": "linux",
-        "platform_system": "Linux",
-        "platform_machine": "aarch64",
-        "os_name": "posix",
-    },
-    "macOS arm64": {
-        "sys_platform": "darwin",
-        "platform_system": "Darwin",
-        "platform_machine": "arm64",
-        "os_name": "posix",
-    },
-    "Windows x86-64": {
-        "sys_platform": "win32",
-        "platform_system": "Windows",
-        "platform_machine": "AMD64",
-        "os_name": "nt",
-    },
+    platform: dict(zip(MARKERS, values))
+    for platform, values in {
+        "Linux x86-64": ("linux", "Linux", "x86_64", "posix"),
+        "Linux aarch64": ("linux", "Linux", "aarch64", "posix"),
+        "macOS arm64": ("darwin", "Darwin", "arm64", "posix"),
+        "Windows x86-64": ("win32", "Windows", "AMD64", "nt"),
+    }.items()
 }
 FROM_PYPROJECT = "course-utils (pyproject.toml)"  # uv's name for a requirement that pyproject.toml declares
 

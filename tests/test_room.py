@@ -2,6 +2,7 @@
 
 import importlib.util
 import json
+import os
 import re
 import subprocess
 import sys
@@ -24,6 +25,46 @@ def run_command(cmd, cwd=ROOT, timeout=300, **kwargs) -> subprocess.CompletedPro
     )
 
 
+def installed_env() -> dict[str, str]:
+    """This environment, with COURSE_VENV naming the course's installed venv; skips where none is installed (a
+    copy of the course run elsewhere would install one first)."""
+    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
+    if not (Path(venv) / ".course-installed").exists():
+        pytest.skip(f"{venv} is not installed (course.py would install it first)")
+    return {**os.environ, "COURSE_VENV": venv}
+
+
+@pytest.fixture(scope="module")
+def learner_zip(tmp_path_factory):
+    out = tmp_path_factory.mktemp("zip") / "course-learner.zip"
+    room.package(out, learner=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def learner_copy(learner_zip, tmp_path_factory):
+    """The learner zip unzipped, as a learner's course folder (the tests that read it change nothing in it)."""
+    where = tmp_path_factory.mktemp("unzipped")
+    with zipfile.ZipFile(learner_zip) as z:
+        z.extractall(where)
+    return where / "attention-course"
+
+
+@pytest.fixture(scope="module")
+def graded_zip(tmp_path_factory):
+    """`course.py package --learner ../graded.zip --no-solutions`, run as an instructor types it from a folder of
+    their own: (what it printed, the zip)."""
+    here = tmp_path_factory.mktemp("graded") / "course"
+    here.mkdir()
+    proc = run_command(
+        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "../graded.zip", "--no-solutions"],
+        cwd=here,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout, here.parent / "graded.zip"
+
+
 def test_instructor_guide_exercise_table_is_current():
     text = room.GUIDE.read_text(encoding="utf-8")
     assert room.guide_with_table(text) == text, (
@@ -37,13 +78,11 @@ def test_instructor_guide_exercise_table_is_current():
             assert m.name.replace("|", "\\|") in text
 
 
-def test_learner_zip_has_solutions_no_sources_and_instructor_zip_has_everything(tmp_path):
+def test_learner_zip_has_solutions_and_no_sources(learner_zip):
     """The learner zip used to leave solutions/ out although its README and notebook 00 sent a stuck learner
-    there (#29): it holds them now, and never course_source/ or a `### BEGIN SOLUTION` line."""
-    learner, instructor = tmp_path / "learner.zip", tmp_path / "instructor.zip"
-    room.package(learner, learner=True)
-    room.package(instructor, learner=False)
-    with zipfile.ZipFile(learner) as z:
+    there (#29): it holds them now, and never course_source/ or a `### BEGIN SOLUTION` line. (The instructor zip:
+    the test of --force below.)"""
+    with zipfile.ZipFile(learner_zip) as z:
         names = z.namelist()
         for name in names:
             assert "course_source" not in name.split("/"), name
@@ -75,13 +114,8 @@ def test_learner_zip_has_solutions_no_sources_and_instructor_zip_has_everything(
         } <= set(names)
         assert not {"attention-course/course_tools/build.py", "attention-course/course_tools/room.py"} & set(names)
         assert any(n.startswith("attention-course/.course/clean/03_") for n in names)  # for `course.py reset`
-    assert room.learner_leaks(learner, solutions_allowed=True) == []
-    assert room.learner_leaks(learner)  # the check sees solutions/ where they are not allowed
-    with zipfile.ZipFile(instructor) as z:
-        names = set(z.namelist())
-    assert any(n.startswith("attention-course/solutions/") for n in names)
-    assert any(n.startswith("attention-course/course_source/") for n in names)
-    assert room.learner_leaks(instructor, solutions_allowed=True)  # the leak check does see the sources
+    assert room.learner_leaks(learner_zip, solutions_allowed=True) == []
+    assert room.learner_leaks(learner_zip)  # the check sees solutions/ where they are not allowed
 
 
 def test_the_readme_and_notebook_00_say_where_the_solutions_are_in_one_sentence():
@@ -94,17 +128,13 @@ def test_the_readme_and_notebook_00_say_where_the_solutions_are_in_one_sentence(
     assert room.SOLUTIONS_SENTENCE in source  # a sentence of a cell, not split over two JSON strings
 
 
-def test_a_zip_for_a_graded_session_has_no_solutions_and_says_so_run_literally(tmp_path):
+def test_a_zip_for_a_graded_session_has_no_solutions_and_says_so_run_literally(graded_zip, tmp_path):
     """`course.py package --learner OUT.zip --no-solutions`, run as an instructor types it: no solutions/, and the
-    README, notebook 00 and the clean copy `reset` puts back say there are none instead of pointing there."""
-    out = tmp_path / "graded.zip"
-    proc = run_command(
-        [sys.executable, str(ROOT / "course.py"), "package", "--learner", out.name, "--no-solutions"],
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-1].endswith("without solutions/ (for a graded session)"), proc.stdout
+    README, notebook 00 and the clean copy `reset` puts back say there are none instead of pointing there. The
+    path it prints is resolved (`package --learner ../x.zip` printed `wrote /x/course/../x.zip`)."""
+    said, out = graded_zip
+    assert said.splitlines()[-1].startswith(f"wrote {out.resolve()}: "), said
+    assert said.splitlines()[-1].endswith("without solutions/ (for a graded session)"), said
     with zipfile.ZipFile(out) as z:
         names = z.namelist()
         assert not [n for n in names if "solutions" in n.split("/")[:-1]]
@@ -289,6 +319,7 @@ def test_package_inside_the_course_needs_force():
 
 
 def test_package_onto_an_existing_zip_needs_force_and_keeps_a_backup(tmp_path):
+    """The instructor zip, packed over one made yesterday: it holds everything, solutions and sources."""
     out = tmp_path / "course.zip"
     out.write_bytes(b"a zip an instructor made yesterday")
     with pytest.raises(
@@ -307,6 +338,9 @@ def test_package_onto_an_existing_zip_needs_force_and_keeps_a_backup(tmp_path):
     with zipfile.ZipFile(out) as z:
         names = z.namelist()
     assert "attention-course/course.py" in names
+    assert any(n.startswith("attention-course/solutions/") for n in names)
+    assert any(n.startswith("attention-course/course_source/") for n in names)
+    assert room.learner_leaks(out, solutions_allowed=True)  # the leak check does see the sources
     assert not [n for n in names if n.endswith((".zip", ".tmp")) or "/backup-" in n]  # never itself, never others
     assert sorted(p.name for p in tmp_path.iterdir()) == ["backup-course-20260102-030405.zip", "course.zip"]
 
@@ -526,16 +560,12 @@ def test_package_where_the_zip_cannot_be_written_is_one_line_and_writes_nothing(
             room.package(Path("/sys/x.zip"), learner=True)
 
 
-def test_every_tool_in_the_learner_zip_imports_only_what_the_zip_holds_and_the_rest_is_refused(tmp_path):
+def test_every_tool_in_the_learner_zip_imports_only_what_the_zip_holds_and_the_rest_is_refused(learner_copy, tmp_path):
     """The #11 review: the learner zip shipped course_tools/site.py without the build.py and room.py it imports,
     and course.py offered site, room, package and build there, which ended in ModuleNotFoundError."""
     import ast
 
-    learner = tmp_path / "learner.zip"
-    room.package(learner, learner=True)
-    with zipfile.ZipFile(learner) as z:
-        z.extractall(tmp_path / "unzipped")
-    course = tmp_path / "unzipped" / "attention-course"
+    course = learner_copy
     tools = {p.stem for p in (course / "course_tools").glob("*.py")}
     assert {"grade", "reset", "corpus"} <= tools and not {"build", "room", "site", "vendor_js"} & tools
     for module in (course / "course_tools").glob("*.py"):
@@ -556,13 +586,6 @@ def test_every_tool_in_the_learner_zip_imports_only_what_the_zip_holds_and_the_r
         done = run_command([sys.executable, str(course / "course.py"), command, str(tmp_path / "out")], cwd=tmp_path)
         assert done.returncode == 2, (command, done.stdout, done.stderr)
         assert f"`{command}` is an author's or instructor's command: this is the learner copy" in done.stderr
-
-
-@pytest.fixture(scope="module")
-def learner_zip(tmp_path_factory):
-    out = tmp_path_factory.mktemp("zip") / "course-learner.zip"
-    room.package(out, learner=True)
-    return out
 
 
 def run_as_printed(lines: list[str], cwd: Path, home: Path, venv: Path) -> subprocess.CompletedProcess:
@@ -653,24 +676,15 @@ def test_the_learner_zip_holds_every_folder_a_notebook_reads(learner_zip):
     assert read <= learner, f"the learner zip lacks {sorted(read - learner)}, which notebooks read"
 
 
-def test_reset_of_an_untouched_notebook_in_the_learner_zip_writes_nothing_run_literally(tmp_path, learner_zip):
+def test_reset_of_an_untouched_notebook_in_the_learner_zip_writes_nothing_run_literally(learner_copy):
     """`reset notebooks/01_dot_product_toy.ipynb` on the notebook as the zip ships it (executed, with outputs) used
     to keep a backup and wipe the outputs, though the README promises nothing is written when it already is the
     clean copy. The zip records each notebook's sha256 as packed (.course/shipped.json); run in the unzipped copy."""
-    import os
-
-    with zipfile.ZipFile(learner_zip) as z:
-        z.extractall(tmp_path)
-    course = tmp_path / "attention-course"
+    course = learner_copy
     notebook = course / "notebooks" / "01_dot_product_toy.ipynb"
     before = notebook.read_bytes()
-    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
-    if not (Path(venv) / ".course-installed").exists():
-        pytest.skip(f"{venv} is not installed (course.py would install it first)")
     proc = run_command(
-        [sys.executable, "course.py", "reset", "notebooks/01_dot_product_toy.ipynb"],
-        cwd=course,
-        env={**os.environ, "COURSE_VENV": venv},
+        [sys.executable, "course.py", "reset", "notebooks/01_dot_product_toy.ipynb"], cwd=course, env=installed_env()
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "already is the clean learner copy: nothing written, no backup made." in proc.stdout, proc.stdout
@@ -684,14 +698,12 @@ def readme_links_missing(course: Path) -> list[str]:
     return [t for t in targets if t and "://" not in t and not (course / t).exists()]
 
 
-def test_the_learner_zips_readme_links_only_what_it_holds_and_names_what_it_leaves_out(tmp_path, learner_zip):
+def test_the_learner_zips_readme_links_only_what_it_holds_and_names_what_it_leaves_out(learner_copy):
     """The learner zip's README linked docs/INSTRUCTOR_GUIDE.md and CONTRIBUTING.md, which it lacks: links to what
     the zip leaves out become plain text marked "(in the full course)", and a note names what is left out."""
     full = (ROOT / "README.md").read_text(encoding="utf-8")
     assert "](docs/INSTRUCTOR_GUIDE.md)" in full and "](CONTRIBUTING.md)" in full  # what the zip lacks is linked
-    with zipfile.ZipFile(learner_zip) as z:
-        z.extractall(tmp_path)
-    course = tmp_path / "attention-course"
+    course = learner_copy
     assert readme_links_missing(course) == []
     text = (course / "README.md").read_text(encoding="utf-8")
     assert "docs/INSTRUCTOR_GUIDE.md (in the full course)" in text and "CONTRIBUTING.md (in the full course)" in text
@@ -701,18 +713,11 @@ def test_the_learner_zips_readme_links_only_what_it_holds_and_names_what_it_leav
     assert "`solutions/`" not in note and (course / "solutions").is_dir()  # this zip has them
 
 
-def test_every_sentence_of_a_graded_zip_about_solutions_is_true_run_literally(tmp_path):
+def test_every_sentence_of_a_graded_zip_about_solutions_is_true_run_literally(graded_zip, tmp_path):
     """`package --learner X.zip --no-solutions` still told the learner, in its README and in `course.py --help` and
     `lab --help`, that JupyterLab shows notebooks/ and solutions/ side by side and that solutions/ holds every
     exercise solved. Packed and run literally: no such sentence is left, and each says this copy has none."""
-    proc = run_command(
-        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "graded.zip", "--no-solutions"],
-        cwd=tmp_path,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert f"wrote {tmp_path.resolve() / 'graded.zip'}: " in proc.stdout
-    with zipfile.ZipFile(tmp_path / "graded.zip") as z:
+    with zipfile.ZipFile(graded_zip[1]) as z:
         z.extractall(tmp_path)
     course = tmp_path / "attention-course"
     assert not (course / "solutions").exists() and readme_links_missing(course) == []
@@ -731,17 +736,6 @@ def test_every_sentence_of_a_graded_zip_about_solutions_is_true_run_literally(tm
         assert shown.count("(not in this learner copy of the course") == (4 if args == ["--help"] else 0)
 
 
-def test_package_prints_the_zip_path_resolved(tmp_path):
-    """`course.py package --learner ../x.zip` run from the course printed `wrote /x/course/../x.zip`."""
-    here = tmp_path / "course"
-    here.mkdir()
-    proc = run_command(
-        [sys.executable, str(ROOT / "course.py"), "package", "--learner", "../x.zip"], cwd=here, timeout=600
-    )
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert proc.stdout.splitlines()[-1].startswith(f"wrote {tmp_path.resolve() / 'x.zip'}: "), proc.stdout
-
-
 @pytest.mark.parametrize(
     ("args", "said"),
     [
@@ -758,17 +752,7 @@ def test_a_command_refuses_an_abbreviated_flag_or_an_unsupported_python_naming_i
     """argparse took `--no-solution` for --no-solutions (a graded room packed as asked only by luck) and its errors
     said `usage: room.py`; `--python-version 2.7` did not name the Pythons the course supports. Run literally from a
     new folder: exit 2, the command named as typed, nothing made."""
-    import os
-
-    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
-    if not (Path(venv) / ".course-installed").exists():
-        pytest.skip(f"{venv} is not installed (course.py would install it first)")
-    proc = run_command(
-        [sys.executable, str(ROOT / "course.py"), *args.split()],
-        cwd=tmp_path,
-        env={**os.environ, "COURSE_VENV": venv},
-        timeout=120,
-    )
+    proc = run_command([sys.executable, str(ROOT / "course.py"), *args.split()], cwd=tmp_path, env=installed_env())
     assert proc.returncode == 2 and said in proc.stderr, proc.stdout + proc.stderr
     assert "room.py" not in proc.stderr and "reset.py" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -9,10 +9,14 @@ from __future__ import annotations
 import base64
 import dataclasses
 import html
+import json
 import re
+import shlex
 import shutil
+import subprocess
 import sys
 import zlib
+from datetime import datetime
 from html.parser import HTMLParser
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -507,8 +511,6 @@ def test_an_existing_folder_needs_force_and_is_moved_aside_whole(tmp_path, small
     with pytest.raises(ValueError, match=r"already exists \(a folder that is not a site made by this command\)"):
         build_site(out, small_solutions)
     assert (out / "notes.txt").read_text(encoding="utf-8") == "a learner's notes"
-    from datetime import datetime
-
     site = build_site(out, small_solutions, force=True, now=datetime(2026, 1, 2, 3, 4, 5))
     backup = tmp_path / "backup-out-20260102-030405"
     assert (backup / "notes.txt").read_text(encoding="utf-8") == "a learner's notes"
@@ -521,8 +523,6 @@ def test_an_existing_folder_needs_force_and_is_moved_aside_whole(tmp_path, small
 
 
 def test_an_empty_folder_and_a_site_made_before_need_no_force(tmp_path, small_solutions):
-    from datetime import datetime
-
     out = tmp_path / "site"
     out.mkdir()
     build_site(out, small_solutions)
@@ -577,9 +577,6 @@ def test_a_site_where_no_folder_can_be_made_is_one_line(tmp_path, small_solution
 def test_the_command_course_py_prints_pastes_back_whole(tmp_path):
     """`[course] $ ...` names the command as a shell reads it: a path with spaces and letters beyond ASCII is
     quoted (it broke into three arguments when pasted). An existing folder: refused before any page is made."""
-    import shlex
-    import subprocess
-
     out = tmp_path / "s12 dir" / "sité ü"
     out.mkdir(parents=True)
     (out / "notes.txt").write_text("mine", encoding="utf-8")
@@ -594,8 +591,6 @@ def test_the_command_course_py_prints_pastes_back_whole(tmp_path):
 def test_a_link_to_a_site_is_refused_as_a_link(tmp_path, small_solutions):
     """OUT a symbolic link to a site made before: refused, saying it is a link (it said "a folder that is not a
     site made by this command"); --force moves the link aside, and the site it points to is left as it is."""
-    from datetime import datetime
-
     made = build_site(tmp_path / "site", small_solutions).out
     link = tmp_path / "link"
     link.symlink_to(made)
@@ -644,8 +639,6 @@ def test_a_rebuild_removes_the_temporary_files_of_a_killed_build(tmp_path, small
 
 
 def _search_documents(site) -> list[dict]:
-    import json
-
     text = (site.out / site_mod.SEARCH_INDEX).read_text(encoding="utf-8")
     assert text.count("window.COURSE_SEARCH_DOCUMENTS = ") == 1
     return json.loads(text[text.index("= ") + 2 : text.rindex(";")])
@@ -690,8 +683,6 @@ def test_search_words_leave_no_space_before_punctuation_or_table_rules(markdown,
 def test_the_search_library_is_minisearch_vendored_from_npm_with_its_sha256(course_site):
     """Not a hand-written index: MiniSearch, fetched from the npm registry by vendor_js (sha512 checked), each
     file's sha256 and the licence recorded; the site copies the checked files."""
-    import json
-
     from course_utils._files import sha256_bytes
 
     record = json.loads((vendor_js.MINISEARCH.folder / "SOURCES.json").read_text(encoding="utf-8"))
@@ -730,8 +721,6 @@ def test_every_page_has_an_open_in_colab_button_to_its_learner_copy(course_site)
 
 def test_the_command_prints_the_sites_path_normalised(tmp_path, small_solutions):
     """Issue 29 item 15: `python3 course.py site a/b/../site` printed the path with its "..", tried literally."""
-    import subprocess
-
     (tmp_path / "b").mkdir()
     proc = subprocess.run(
         [sys.executable, "course.py", "site", f"{tmp_path}/b/../site", "--solutions", str(small_solutions)],
