@@ -648,3 +648,17 @@ def test_without_positions_order_reaches_the_model_only_through_the_causal_mask(
         causal, causal_swapped = (_forward_with(model, i, _pre_norm, positions=False)[0, -1] for i in (idx, swapped))
     torch.testing.assert_close(bag_swapped, bag)
     assert (causal_swapped - causal).abs().max() > 1e-2
+
+
+# --- Notebook 10, section 6: the ci run the notebook trains and the figures written about it ------------------------
+
+
+def test_the_written_ci_figures_name_the_ci_runs_steps():
+    """EXPECTATIONS[("ci", "cpu")] and benchmarks/TRAINING.md say what a ci run of RUN_SIZES["ci"] reached 'after N
+    steps': N is the run's own max_steps, so a change of the run cannot leave the written figures behind."""
+    from course_utils.runs import EXPECTATIONS, RUN_SIZES
+
+    steps = RUN_SIZES["ci"].train_config.max_steps
+    assert f"after {steps} steps" in EXPECTATIONS[("ci", "cpu")].source
+    training = " ".join((ROOT / "benchmarks" / "TRAINING.md").read_text(encoding="utf-8").split())
+    assert f"Its `ci` size: val_loss 2.22 after {steps} steps" in training
