@@ -166,6 +166,20 @@ class Lab:
         self._log.close()
 
 
+def save_screenshot(page, path) -> None:
+    """The whole notebook in one tall image: grow the window to the notebook's height, scroll to the top."""
+    page.keyboard.press("Escape")
+    height = page.evaluate(
+        "() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer, "
+        ".jp-Notebook')].map(e => e.scrollHeight), 900)"
+    )
+    page.set_viewport_size({"width": 1280, "height": min(int(height) + 200, 30_000)})
+    page.evaluate("() => document.querySelectorAll('.jp-WindowedPanel-outer').forEach(e => { e.scrollTop = 0; })")
+    page.wait_for_timeout(300)
+    page.screenshot(path=str(path), type="jpeg", quality=80)
+    page.set_viewport_size({"width": 1280, "height": 900})
+
+
 def local_pages(browser, allowed: tuple[str, ...], viewport: tuple[int, int] = (1280, 900), timeout_ms: int = 30_000):
     """``(make, close)``: ``make()`` opens a page, in a browser context of its own, that may load only URLs
     starting with one of ``allowed`` (e.g. ``("file:",)``); every other request is aborted and listed in

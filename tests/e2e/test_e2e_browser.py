@@ -6,6 +6,7 @@ cell ran, that no output is an error, a traceback or a warning, that each exerci
 widgets render, and that changing a control of one explorer changes the picture it shows. Its solution is opened
 beside it as committed, and must show every exercise "passed" with no error, traceback or warning among its
 outputs. A screenshot of each notebook (and of the explorer after the change) goes to reports/screenshots/.
+Notebook 01's page is then switched to JupyterLab's dark theme and its plots measured (dark_theme_checks.py).
 The JupyterLab server and the browser come from conftest.py and harness.py.
 
 The solution is not run again here: its cells are the learner copy's but for the exercises' answers, the
@@ -22,12 +23,15 @@ import time
 
 import pytest
 from bertviz_checks import assert_head_view_rendered
-from harness import ROOT, SAVED_SOLUTIONS, course_notebooks
+from dark_theme_checks import assert_plots_legible_in_the_dark_theme
+from harness import ROOT, SAVED_SOLUTIONS, course_notebooks, save_screenshot
 
 from course_utils.exercises import all_exercises
 
 pytestmark = pytest.mark.browser  # leave these out with: python3 course.py test -m "not browser"
 
+# Whose plots are also checked in JupyterLab's dark theme once its learner copy has run: 4 figures and an explorer.
+DARK_THEME_NOTEBOOK = "01_dot_product_toy"
 RUN_TIMEOUT_MS = 600_000  # per notebook; each takes well under a minute on a 2-core CPU
 
 # The prompts of code cells whose source shows; a cell whose source is collapsed (the one-line hosted-setup cell)
@@ -84,20 +88,6 @@ def wait_until_idle(page) -> None:
 
 def outputs_text(page) -> str:
     return "\n".join(page.locator(".jp-Notebook .jp-OutputArea-output").all_inner_texts())
-
-
-def save_screenshot(page, path) -> None:
-    """The whole notebook in one tall image: grow the window to the notebook's height, scroll to the top."""
-    page.keyboard.press("Escape")
-    height = page.evaluate(
-        "() => Math.max(...[...document.querySelectorAll('.jp-WindowedPanel-outer, "
-        ".jp-Notebook')].map(e => e.scrollHeight), 900)"
-    )
-    page.set_viewport_size({"width": 1280, "height": min(int(height) + 200, 30_000)})
-    page.evaluate("() => document.querySelectorAll('.jp-WindowedPanel-outer').forEach(e => { e.scrollTop = 0; })")
-    page.wait_for_timeout(300)
-    page.screenshot(path=str(path), type="jpeg", quality=80)
-    page.set_viewport_size({"width": 1280, "height": 900})
 
 
 def change_first_control(explorer, page) -> str | None:
@@ -183,6 +173,15 @@ def check_outputs(page, nb_path, shot, ran: bool = True) -> list[str]:
     return [f"{rel}: {p} (see {shot})" for p in problems]
 
 
+def check_dark_theme(page, nb_path, shot) -> list[str]:
+    """The plots stay legible and sharp once the learner switches to the dark theme (dark_theme_checks.py)."""
+    try:
+        assert_plots_legible_in_the_dark_theme(page, shot)
+    except AssertionError as err:
+        return [f"{nb_path.parent.name}/{nb_path.name} in JupyterLab Dark: {err} (see {shot})"]
+    return []
+
+
 def check_explorer(page, nb_path, shot) -> list[str]:
     """Change the first control of the first explorer; the picture it shows must change, without errors."""
     rel = f"{nb_path.parent.name}/{nb_path.name}"
@@ -256,6 +255,9 @@ def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
         if ran and makes_widgets(nb):
             problems += check_explorer(page, nb, shot)
             mark("widget")
+        if ran and stem == DARK_THEME_NOTEBOOK:
+            problems += check_dark_theme(page, nb, screenshots / f"dark-theme__{stem}.jpg")
+            mark("dark theme")
         if page.js_errors:
             problems.append(f"{nb.parent.name}/{nb.name}: errors in the page's JavaScript: {page.js_errors}")
         if page.offline_violations:

@@ -11,6 +11,8 @@ widget, the table of contents pointing at headings that exist. Screenshots go to
 
 from __future__ import annotations
 
+import os
+import pickle
 import re
 from pathlib import Path
 
@@ -29,7 +31,19 @@ MATH = re.compile(r"\$\$.+?\$\$|\$[^$\n]+\$", re.DOTALL)
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory):
-    return build_site(tmp_path_factory.mktemp("site") / "site")
+    """The site, built once per test run: under pytest-xdist (two workers in `course.py test`, each running some
+    of these tests) the first worker builds it into the run's temporary folder, the parent of every worker's own,
+    and the other reads what it built. Each worker built it before: about 10 CPU-seconds (nbconvert) each."""
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        return build_site(tmp_path_factory.mktemp("site") / "site")
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent
+    record = shared / "e2e-site.pickle"
+    with FileLock(str(shared / "e2e-site.lock")):
+        if not record.exists():
+            record.write_bytes(pickle.dumps(build_site(shared / "e2e-site")))
+        return pickle.loads(record.read_bytes())
 
 
 @pytest.fixture
