@@ -190,6 +190,13 @@ def check_generation(
     check_token_ids("idx", idx, vocab_size=0, values=False)  # the type, dtype and shape; the values are the model's
     if idx.shape[1] < 1:
         raise ValueError("idx must hold at least one token (the prompt)")
+    if idx.shape[0] < 1:
+        raise ValueError(f"idx must hold at least one prompt (B >= 1), got an empty batch of shape {tuple(idx.shape)}")
+    if callable(getattr(model, "for_generation", None)):  # one check for both paths, before any step runs
+        raise TypeError(
+            f"got a {type(model).__name__}, whose forward returns (logits, loss): pass model.for_generation(), "
+            "whose forward is (idx, cache) -> logits"
+        )
     check_int("max_new_tokens", max_new_tokens, minimum=0)
     context_length = getattr(model, "context_length", None)
     check_int("context_length", context_length, expected="an int attribute of the model")

@@ -413,7 +413,25 @@ MESSAGES = [
         ValueError,
         "idx must be token ids in [0, vocab_size=11), got 70 at position (0, 2)",
     ),
-    (lambda: generate(_gpt(), IDS, 3), TypeError, "got a KVCache as targets"),
+    *[
+        (
+            lambda c=c: generate(_gpt(), IDS, 3, use_cache=c),
+            TypeError,
+            "got a GPT, whose forward returns (logits, loss): pass model.for_generation(), whose forward is "
+            "(idx, cache) -> logits",
+        )
+        for c in (True, False)  # the same one-line fix on both paths
+    ],
+    (
+        lambda: generate(GPT_VIEW, torch.zeros(0, 3, dtype=torch.long), 4),
+        ValueError,
+        "idx must hold at least one prompt (B >= 1), got an empty batch of shape (0, 3)",
+    ),
+    (
+        lambda: next(generate_stream(GPT_VIEW, torch.zeros(0, 3, dtype=torch.long), 4, use_cache=False)),
+        ValueError,
+        "idx must hold at least one prompt (B >= 1)",
+    ),
     (
         lambda: generate(GPT_VIEW, IDS, 3, callback="print"),
         TypeError,
@@ -443,6 +461,12 @@ MESSAGES = [
         ValueError,
         "idx must hold at least one token (the prompt)",
     ),
+    (
+        lambda: beam_search(GPT_VIEW, torch.zeros(0, 3, dtype=torch.long), 2, 3),
+        ValueError,
+        "idx must hold at least one prompt (B >= 1), got an empty batch of shape (0, 3)",
+    ),
+    (lambda: beam_search(_gpt(), PROMPT, 2, 3, use_cache=False), TypeError, "pass model.for_generation()"),
     # distinct_ngrams
     (
         lambda: distinct_ngrams(torch.tensor([1, 2, 3]), 2),
