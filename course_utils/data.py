@@ -151,6 +151,9 @@ def load_corpus(
 ) -> str:
     """The text to train on: the file at ``path`` if given, else the verified Shakespeare corpus, fetched first
     if it is not cached yet (unless ``download=False``). Notebook 10."""
+    from course_utils._validate import check_bool  # imports torch: only when called
+
+    check_bool("download", download)  # before any file or network is touched: "no" is a truthy str
     if path is not None:
         return load_text(path)
     target = corpus_path(datasets_dir)

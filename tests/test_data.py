@@ -187,6 +187,9 @@ MESSAGES = [
     (lambda tmp: data.is_course_corpus(None), TypeError, "path must be a str or os.PathLike, got NoneType"),
     (lambda tmp: load_corpus(datasets_dir=tmp, download=False), FileNotFoundError,
      r"is not there yet: run `python -m course_tools.corpus --datasets-dir {tmp} fetch`.*--data PATH"),
+    # a str such as "no" is truthy: refused before any download starts (tmp holds no corpus, so one would)
+    (lambda tmp: load_corpus(datasets_dir=tmp, download="no"), TypeError,
+     r"download must be True or False, got 'no' \(str\)"),
     # after `--datasets-dir X`, the command it suggests fetches into X too (it fetched into the default before)
     (lambda tmp: load_corpus(datasets_dir=tmp / "my data", download=False), FileNotFoundError,
      r"run `python -m course_tools.corpus --datasets-dir '.*my data' fetch`"),
@@ -237,7 +240,11 @@ MESSAGES = [
 
 
 @pytest.mark.parametrize("call, error, match", MESSAGES, ids=[re.sub(r"\\(.)", r"\1", m)[:60] for *_, m in MESSAGES])
-def test_each_bad_input_gets_its_message(tmp_path, call, error, match):
+def test_each_bad_input_gets_its_message(tmp_path, monkeypatch, call, error, match):
+    def no_network(*args, **kwargs):
+        raise AssertionError("a bad input reached the download")
+
+    monkeypatch.setattr(data, "fetch_corpus", no_network)  # no row may fetch, even with its check broken
     with pytest.raises(error, match=match.format(tmp=re.escape(str(tmp_path)))):
         call(tmp_path)
 
