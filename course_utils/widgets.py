@@ -164,6 +164,8 @@ def plot_lookup(
         check_floating(name, t)
         if not torch.isfinite(t).all():
             raise ValueError(f"{name} must be finite numbers (to be drawn), got {t.tolist()}")
+    if keys.dtype != values.dtype:  # named here: the attention call below would blame q, k and v
+        raise TypeError(f"keys and values must share a dtype, got keys {keys.dtype} and values {values.dtype}")
     angle_deg = check_number("angle_deg", angle_deg, "a number of degrees")
     length = check_nonnegative_number("length", length)
     if length > 1e3:

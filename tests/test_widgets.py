@@ -291,6 +291,11 @@ MESSAGES = [
         for row in [
             (lambda d=draw: d(0, 1.0, torch.ones(3, 3), torch.zeros(3)), ValueError, r"keys must be a \(S, 2\) tensor"),
             (lambda d=draw: d(0, 1.0, torch.ones(3, 2), torch.zeros(4)), ValueError, r"values must be a \(3,\) tensor"),
+            (
+                lambda d=draw: d(0, 1.0, torch.ones(3, 2, dtype=torch.float64), torch.zeros(3)),
+                TypeError,
+                "keys and values must share a dtype, got keys torch.float64 and values torch.float32",
+            ),
         ]
     ],
     (lambda: plot_lookup(angle_deg="45"), TypeError, r"angle_deg must be a number of degrees, got '45' \(str\)"),
