@@ -36,8 +36,9 @@ warning.
 A folder stands for the notebooks in it (not ``backup-*.ipynb``, not ``.ipynb_checkpoints/``). A notebook's
 exercises are those its cells check (``check("NN.K", ...)``) and, for a file named ``NN_*.ipynb``, the
 course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted failed;
-1 when an attempted exercise failed, a cell raised an error or ran out of time, or a notebook could not be
-read; 2 when a path does not exist, holds no notebooks, a notebook named on the command line has no exercises,
+1 when an attempted exercise failed, a cell raised an error or ran out of time; 2 when a path does not exist,
+holds no notebooks, is a file that is not a notebook (its name does not end in .ipynb, or it is not notebook
+JSON: said before any kernel starts), a notebook named on the command line has no exercises,
 the learner's name is refused (empty, too long, an invisible character), or ``--json`` does not end in
 ``.json``; 130 when interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that finished,
 marked as interrupted, and the JSON report is left as it was. The report's path is checked before any notebook
@@ -117,7 +118,9 @@ _SYNTAX_WHERE = re.compile(r"\s*\((?:<[^>]*>|[^()\s]+\.py), line (\d+)\)")
 
 def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     """The notebooks the paths stand for (a folder: its ``*.ipynb``, less backups and checkpoints), and one
-    line per path that does not exist or is a folder without notebooks."""
+    line per path that does not exist, is a folder without notebooks, or is a file that is not a notebook (its
+    name does not end in .ipynb, or it does not read as one), so that ``main`` refuses them before any kernel
+    starts."""
     found, problems = [], []
     for p in paths:
         if p.is_dir():
@@ -130,6 +133,14 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
         else:
             problems.append(f"{p}: no such file or folder")
     unique = list(dict.fromkeys(q.resolve() for q in found))
+    for q in unique:
+        if q.suffix != ".ipynb":
+            problems.append(f"{q}: not a notebook (a notebook's file name ends in .ipynb); give a notebook or a folder")
+            continue
+        try:
+            _read(q)
+        except (OSError, ValueError) as e:
+            problems.append(f"{q}: {e}")
     return unique, problems
 
 
@@ -141,11 +152,11 @@ def _plain(text: str) -> str:
 
 
 def _first_line(source: str) -> str:
-    for line in source.splitlines():
-        if line.strip():
-            line = line.strip()
-            return line if len(line) <= 60 else line[:57] + "..."
-    return "(empty)"
+    """The cell's first line of code, cut to 60 characters: blank lines and comments (an nbval marker such as
+    ``# NBVAL_IGNORE_OUTPUT`` included) skipped, unless the cell holds nothing else."""
+    lines = [line.strip() for line in source.splitlines() if line.strip()]
+    line = next((line for line in lines if not line.startswith("#")), lines[0] if lines else "(empty)")
+    return line if len(line) <= 60 else line[:57] + "..."
 
 
 def _describe(nb: nbformat.NotebookNode, index: int) -> str:

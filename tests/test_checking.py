@@ -13,7 +13,7 @@ import time
 import pytest
 import torch
 
-from course_utils.exercises import check
+from course_utils.exercises import check, get_exercise
 from course_utils.exercises._engine import (
     FAILED,
     NOT_ATTEMPTED,
@@ -393,11 +393,20 @@ def test_compare_never_casts_and_checks_the_device():
 # ------------------------------------------------------------------------------------------ bad input to the checker
 
 
-def test_hint_must_be_1_2_or_3():
-    for bad in (0, 4, "2", True):
-        res = run_check(DOUBLE, _double, hint=bad)
-        said = f"hint must be 1 (a hint), 2 (the exact fix) or 3 (the fix and the course's solution), got {bad!r}"
-        assert res.status == FAILED and said in res.message
+@pytest.mark.parametrize(
+    "bad, error, got",
+    [(0, ValueError, "0"), (4, ValueError, "4"), ("2", TypeError, "'2' (str)"), (True, TypeError, "True (bool)")],
+)
+def test_a_bad_hint_is_an_error_of_the_call_not_a_failed_exercise(bad, error, got, capsys):
+    """check("01.1", fn, hint="2") reported "Exercise 01.1 ...: failed. hint must be ...": a mistake in the call
+    shown as a verdict on the function. It raises at once, as an unknown key does, and prints no verdict."""
+    allowed = "(1, 2, 3) (1: a hint, 2: the exact fix, 3: the fix and the course's solution)"
+    with pytest.raises(error) as info:
+        check("01.1", get_exercise("01.1").solution, hint=bad)
+    assert str(info.value) == f"hint must be one of {allowed}, got {got}"
+    with pytest.raises(error, match=re.escape(f"hint must be one of {allowed}, got {got}")):
+        run_check(DOUBLE, _double, hint=bad)
+    assert capsys.readouterr().out == ""
 
 
 def test_an_unknown_or_misplaced_key_is_a_key_error_of_one_line():

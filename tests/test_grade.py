@@ -232,13 +232,53 @@ def test_an_endless_loop_stops_at_the_time_limit_and_names_the_cell(tmp_path):
     assert row["status"] == "not run" and "cell 2 (`n = 0`) ran out of time" in row["message"]
 
 
-def test_a_file_that_is_not_json_is_named_as_such(tmp_path, capsys):
-    path = tmp_path / "01_broken.ipynb"
-    path.write_text("{ this is not a notebook", encoding="utf-8")
-    code, out, err = check_here(capsys, path, "--json", tmp_path / "verdicts.json")  # no kernel: in this process
-    assert code == 1, out + err
-    assert "not a notebook: invalid JSON (" in out and "line 1, column 3" in out
-    assert "Traceback" not in out + err and "an earlier cell" not in out
+@pytest.mark.parametrize(
+    "source, label",
+    [
+        ("# NBVAL_IGNORE_OUTPUT\ntrain(model)", "train(model)"),  # was `# NBVAL_IGNORE_OUTPUT` on Ctrl+C
+        ("\n  # NBVAL_SKIP\n\n# NBVAL_CHECK_OUTPUT\n    x = 1  # set x\ny = 2", "x = 1  # set x"),
+        ("# NBVAL_RAISES_EXCEPTION\n# my own note\nraise ValueError('boom')", "raise ValueError('boom')"),
+        ("while True:\n    pass", "while True:"),
+        ("# only a comment\n# and another", "# only a comment"),  # nothing else to show
+        ("\n  \n", "(empty)"),
+        ("x = '" + "a" * 70 + "'", "x = '" + "a" * 52 + "..."),
+    ],
+)
+def test_a_cell_is_labelled_by_its_first_line_of_code_not_an_nbval_marker(source, label):
+    """The one label of a cell in an error, a time limit, a "still running" line and an interruption."""
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell(source)])
+    assert grade._describe(nb, 1) == f"cell 2 (`{label}`)"
+
+
+def test_a_file_that_is_not_a_notebook_is_refused_before_any_kernel_starts(tmp_path, monkeypatch, capsys):
+    """`check README.md` printed "running ..." and exited 1 ("not a notebook: invalid JSON") where a notebook
+    without exercises exits 2: a file that is not a notebook is now one line and exit 2, before anything runs
+    (named, or in a folder beside good notebooks)."""
+    monkeypatch.setattr(grade, "run_notebook", lambda *a, **k: pytest.fail("a notebook ran"))
+    broken = tmp_path / "01_broken.ipynb"
+    broken.write_text("{ this is not a notebook", encoding="utf-8")
+    not_nb = tmp_path / "list.ipynb"
+    not_nb.write_text("[1, 2]", encoding="utf-8")
+    bad_json = "not a notebook: invalid JSON (Expecting property name enclosed in double quotes at line 1, column 3)"
+    for path, said in [
+        (ROOT / "README.md", "not a notebook (a notebook's file name ends in .ipynb); give a notebook or a folder"),
+        (broken, bad_json),
+        (not_nb, 'not a notebook: JSON without the "cells" and "nbformat" of a notebook (got list)'),
+    ]:
+        code, out, err = check_here(capsys, path, "--learner", "ana", "--json", tmp_path / "verdicts.json")
+        assert (code, out, err) == (2, "", f"course check: {path}: {said}\n")
+    notebook(tmp_path / "01_mine.ipynb", SETUP, SOLVED)
+    code, out, err = check_here(capsys, tmp_path, "--learner", "ana", "--json", tmp_path / "verdicts.json")
+    assert (
+        code == 2
+        and out == ""
+        and err.splitlines()
+        == [
+            f"course check: {broken}: {bad_json}",
+            f'course check: {not_nb}: not a notebook: JSON without the "cells" and "nbformat" of a notebook (got list)',
+        ]
+    )
+    assert not (tmp_path / "verdicts.json").exists()
 
 
 def test_a_notebook_without_exercises_fails_and_keeps_the_earlier_report(tmp_path, capsys):

@@ -97,7 +97,9 @@ def check(key: str, fn: object, *, hint: int = 1) -> CheckResult:
 
     ``hint=2`` adds the exact fix of a recognised mistake to the verdict; ``hint=3`` adds the course's own
     solution too (:func:`solution_source`). An unknown key raises KeyError (:class:`UnknownExercise`, shown in
-    Jupyter as one line with the known keys, or where a retired key's exercise went: see ``RETIRED``).
+    Jupyter as one line with the known keys, or where a retired key's exercise went: see ``RETIRED``), and a
+    ``hint`` other than 1, 2 or 3 a TypeError (not an int) or ValueError: mistakes in the call, not verdicts on
+    ``fn``. What is wrong with ``fn`` itself (not a function, wrong parameters) is its verdict, failed.
     """
     ex = get_exercise(key)
     res = run_check(ex, fn, hint=hint)

@@ -12,17 +12,19 @@ from typing import Any
 
 import torch
 
+from course_utils._validate import check_choice
 from course_utils.exercises._engine.cases import References, prepare_cases
 from course_utils.exercises._engine.compare import Kind
 from course_utils.exercises._engine.exercise import FAILED, NOT_ATTEMPTED, PASSED, CheckResult, Exercise
-from course_utils.exercises._engine.mistakes import Verdict, explain, function_name
+from course_utils.exercises._engine.mistakes import Verdict, explain
 from course_utils.exercises._engine.sandbox import Session, run_learner, text_of
 
 
 def run_check(
     ex: Exercise, fn: Any, *, hint: int = 1, seed: int | None = None, references: References | None = None
 ) -> CheckResult:
-    """Check ``fn`` against ``ex`` and return the verdict; prints nothing and raises nothing about ``fn``.
+    """Check ``fn`` against ``ex`` and return the verdict; prints nothing and raises nothing about ``fn`` (what is
+    wrong with it is the verdict), but a ``hint`` other than 1, 2 or 3 is a TypeError/ValueError of the call.
 
     The caller's random state is the same afterwards (cases that seed torch's global generator do not move
     the notebook's), and global settings the learner's function changes (default dtype, grad mode) are put
@@ -64,16 +66,12 @@ def _judge(
     (``"wrong shape"``, ``"raised"``, ...; None when passed) in ``details["problem"]``. ``parts`` says which cases
     run (the fixed, the drawn, or both in that order). The caller's random state is the same afterwards.
     """
+    check_choice("hint", hint, (1, 2, 3), " (1: a hint, 2: the exact fix, 3: the fix and the course's solution)")
     if references is not None and references.ex is not ex:
         raise ValueError(f"references are of exercise {references.ex.key}, but the check is of exercise {ex.key}")
     with torch.random.fork_rng(devices=[]):
         session = Session(ex.time_limit, ex.autograd, ex.largest)
         details: dict[str, Any] = {}
-        if isinstance(hint, bool) or hint not in (1, 2, 3):
-            call = f'check("{ex.key}", {function_name(fn)}, hint=2)'
-            said = f"hint must be 1 (a hint), 2 (the exact fix) or 3 (the fix and the course's solution), got {hint!r}"
-            said += f": {call}"
-            return _result(ex, Verdict(Kind.CANNOT_CHECK, said), session, details)
         cases = prepare_cases(ex, seed, parts, references)
         details.update(seed=cases.seed, cases=len(cases.fixed), drawn=len(cases.drawn))
         try:
