@@ -37,8 +37,9 @@ A folder stands for the notebooks in it (not ``backup-*.ipynb``, not ``.ipynb_ch
 exercises are those its cells check (``check("NN.K", ...)``) and, for a file named ``NN_*.ipynb``, the
 course's exercises of notebook NN. Exit status: 0 when every exercise ran and none that was attempted failed;
 1 when an attempted exercise failed, a cell raised an error or ran out of time; 2 when a path does not exist,
-holds no notebooks, is a file that is not a notebook (its name does not end in .ipynb, or it is not notebook
-JSON: said before any kernel starts), a notebook named on the command line has no exercises,
+holds no notebooks, is a file named on the command line that is not a notebook (its name does not end in
+.ipynb, or it is not notebook JSON: said before any kernel starts; one in a folder is reported as not read, exit
+1, and the folder's other notebooks still run), a notebook named on the command line has no exercises,
 the learner's name is refused (empty, too long, an invisible character), or ``--json`` does not end in
 ``.json``; 130 when interrupted (Ctrl+C): the kernel is shut down, the table shows the verdicts that finished,
 marked as interrupted, and the JSON report is left as it was. The report's path is checked before any notebook
@@ -120,7 +121,7 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
     """The notebooks the paths stand for (a folder: its ``*.ipynb``, less backups and checkpoints), and one
     line per path that does not exist, is a folder without notebooks, or is a file that is not a notebook (its
     name does not end in .ipynb, or it does not read as one), so that ``main`` refuses them before any kernel
-    starts."""
+    starts. A notebook in a folder that does not read is left to the run, which reports it beside the others."""
     found, problems = [], []
     for p in paths:
         if p.is_dir():
@@ -128,20 +129,17 @@ def expand(paths: list[Path]) -> tuple[list[Path], list[str]]:
             if not inside:
                 problems.append(f"{p}: this folder has no notebooks (*.ipynb)")
             found += inside
+        elif p.is_file() and p.suffix != ".ipynb":
+            problems.append(f"{p}: not a notebook (a notebook's file name ends in .ipynb); give a notebook or a folder")
         elif p.is_file():
-            found.append(p)
+            try:  # a notebook named on the command line; one in a folder that does not read is reported as it runs
+                _read(p)
+                found.append(p)
+            except (OSError, ValueError) as e:
+                problems.append(f"{p}: {e}")
         else:
             problems.append(f"{p}: no such file or folder")
-    unique = list(dict.fromkeys(q.resolve() for q in found))
-    for q in unique:
-        if q.suffix != ".ipynb":
-            problems.append(f"{q}: not a notebook (a notebook's file name ends in .ipynb); give a notebook or a folder")
-            continue
-        try:
-            _read(q)
-        except (OSError, ValueError) as e:
-            problems.append(f"{q}: {e}")
-    return unique, problems
+    return list(dict.fromkeys(q.resolve() for q in found)), problems
 
 
 # ------------------------------------------------------------------------------------------ running a notebook
