@@ -47,6 +47,7 @@ from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
 from course_utils.train import RunSetupError, evaluating, model_file, save_checkpoint
 from course_utils.train_cli import (
+    check_given,
     check_numbers,
     check_out_file,
     defer_stop_signals,
@@ -592,7 +593,6 @@ def _main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=main.__doc__, allow_abbrev=False)
     parser.add_argument(
         "out",
-        type=Path,
         metavar="OUT",
         help="the checkpoint file to write, e.g. checkpoints/induction.pt; a file already there is replaced only if "
         "it is this command's own run (the same --seed and --max-steps) and writable",
@@ -605,13 +605,15 @@ def _main(argv: list[str]) -> int:
     )
     args = parser.parse_args(argv)
     config = InductionConfig()
-    try:
-        _check_out(args.out, config, args.seed, args.max_steps)  # before training, not after minutes of it
+    try:  # before training, not after minutes of it
+        check_given("OUT", args.out, "a file name such as checkpoints/induction.pt")
+        out = Path(args.out)
+        _check_out(out, config, args.seed, args.max_steps)
     except RunSetupError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
-    start = time.perf_counter()
+    start, existed = time.perf_counter(), out.exists()
     try:
         model, history = train_induction(
             config,
@@ -620,10 +622,10 @@ def _main(argv: list[str]) -> int:
             callback=lambda e: print(_progress(e, args.max_steps), flush=True),
         )
     except KeyboardInterrupt as interrupt:
+        kept = f"{out} is unchanged" if existed else f"nothing was written to {out}"
         return report_stop(
-            f"at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {args.out} is unchanged (this command saves "
-            f"only at the end, a minute or two on a CPU): {shlex.join([*PROG.split(), *argv])} trains it again from "
-            "the start"
+            f"at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {kept} (this command saves only at the "
+            f"end, a minute or two on a CPU): {shlex.join([*PROG.split(), *argv])} trains it again from the start"
         )
     defer_stop_signals()  # trained: a signal from here on waits until OUT is saved whole
     seconds = time.perf_counter() - start
@@ -638,10 +640,10 @@ def _main(argv: list[str]) -> int:
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
     }
-    save_induction_model(args.out, model, history, provenance)
-    print(f"saved {args.out}: {args.max_steps} steps, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
+    save_induction_model(out, model, history, provenance)
+    print(f"saved {out}: {args.max_steps} steps, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
     if stopped_by_signal():
-        return report_stop(f"after step {args.max_steps} of {args.max_steps}, while saving: {args.out} is saved whole")
+        return report_stop(f"after step {args.max_steps} of {args.max_steps}, while saving: {out} is saved whole")
     return 0
 
 

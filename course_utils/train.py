@@ -300,10 +300,23 @@ def train(
                 break
     except KeyboardInterrupt:
         raise RunInterrupted(run.step, run.out_dir / CHECKPOINT_NAME) from None
+    except RuntimeError as err:  # torch.OutOfMemoryError (CUDA) is one; the CPU's allocator raises a plain one
+        if run.step > start_step or not _out_of_memory(err):
+            raise
+        raise RunSetupError(f"out of memory in the first step with batch_size {train_config.batch_size} and "
+                            f"context_length {run.model_config.context_length} ({first_line(err)}): lower "
+                            "batch_size (--batch-size on the command line), or the context_length (a --preset with a "
+                            "shorter context)") from err  # fmt: skip
     finally:
         if bar is not None:
             bar.close()
     return _summary(run, start_step, stop_reason, wall_start)
+
+
+def _out_of_memory(err: RuntimeError) -> bool:
+    """Whether ``err`` says that memory ran out: CUDA's OutOfMemoryError, or the CPU's or MPS' RuntimeError."""
+    text = str(err)
+    return isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in text or "out of memory" in text
 
 
 def _evaluate_splits(run: _Run) -> dict[str, Any]:
@@ -547,12 +560,12 @@ def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_s
                             f"--data has {text_sha256[:16]}...: pass the same file to continue that run, or "
                             f"{new_run}")  # fmt: skip
     step, summarised = state["step"], summary_step(out_dir) == state["step"]
-    further = f"give a --max-steps above {step} to train it further"
+    further = f"give a max_steps above {step} (--max-steps on the command line) to train it further"
     if max_steps is not None and (max_steps < step or (max_steps == step and summarised)):
-        raise RunSetupError(f"--resume: {path} is at step {step} already, so --max-steps {max_steps} would train "
+        raise RunSetupError(f"--resume: {path} is at step {step} already, so max_steps {max_steps} would train "
                             f"nothing: {further}")  # fmt: skip
     if max_steps is None and step >= state["train_config"]["max_steps"] and summarised:
-        raise RunSetupError(f"--resume: {path} finished at step {step} (its {SUMMARY_NAME} is written), so --resume "
+        raise RunSetupError(f"--resume: {path} finished at step {step} (its {SUMMARY_NAME} is written), so resuming "
                             f"would train nothing: {further}")  # fmt: skip
     saved, notices = saved_settings(state), []
     for name, new in dataclasses.asdict(asked).items() if asked is not None else ():

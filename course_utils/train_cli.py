@@ -5,7 +5,8 @@
     torchrun --nproc_per_node=2 -m course_utils.train --preset gpu --data ... --out runs/ddp   # several GPUs
 
 One JSON line at the end (the run's figures); messages go to stderr. Exit codes: 0 done; 2 the run could not start
-(each problem in one line with its fix: --out, --device, --threads, the data, a resume that does not match); 1 it
+(each problem in one line with its fix: --out, --device, --threads, the data, a resume that does not match, a
+first step that does not fit in memory); 1 it
 failed while training (NaN); 130 stopped by Ctrl+C, 143 by SIGTERM (one line: the step, the checkpoint, the command
 that continues it). ``python -m course_utils.induction`` stops the same way.
 """
@@ -53,8 +54,8 @@ from course_utils.train import (
     train,
 )
 
-__all__ = ["main", "join_processes", "run_command", "check_numbers", "check_out_file", "report_stop", "stop_signals",
-           "defer_stop_signals", "stop_code", "stopped_by_signal"]  # fmt: skip
+__all__ = ["main", "join_processes", "run_command", "check_numbers", "check_given", "check_out_file", "report_stop",
+           "stop_signals", "defer_stop_signals", "stop_code", "stopped_by_signal"]  # fmt: skip
 
 PROG = "python -m course_utils.train"
 MAX_STEPS = 10**9  # a billion steps: years on any machine; above it a typo, refused
@@ -119,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
 def _main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
     try:
+        check_given("--data", args.data, "a UTF-8 text file such as datasets/shakespeare.txt")
+        if args.export is not None:
+            check_given("--export", args.export, "a file name such as checkpoints/model.pt")
         check_numbers(args.seed, args.max_steps, args.threads)
         if args.threads:
             torch.set_num_threads(args.threads)
@@ -177,6 +181,13 @@ def check_numbers(seed: int | None, max_steps: int | None, threads: int | None =
         raise RunSetupError(f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}")
     if max_steps is not None and not 1 <= max_steps <= MAX_STEPS:
         raise RunSetupError(f"--max-steps must be a whole number from 1 to {MAX_STEPS:,} (a billion), got {max_steps}")
+
+
+def check_given(flag: str, path: str, expected: str) -> None:
+    """RunSetupError for an empty or blank path ``flag`` (`--data "$TEXT"` with TEXT unset), which Path would read as
+    the current folder."""
+    if not path.strip():
+        raise RunSetupError(f"{flag} is empty ({path!r}), expected {expected} (an unset shell variable?)")
 
 
 def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig, int]:

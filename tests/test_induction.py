@@ -483,7 +483,8 @@ def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeyp
     (tmp_path / "file").write_text("")
     for out, match in (
         (str(tmp_path), "is a folder, expected a file name such as checkpoints/induction.pt"),
-        ("", "is a folder, expected a file name such as checkpoints/induction.pt"),
+        # before: "OUT . is a folder"
+        ("", "OUT is empty (''), expected a file name such as checkpoints/induction.pt (an unset shell variable?)"),
         (
             str(tmp_path / "file" / "m.pt"),
             f"cannot be created: {tmp_path / 'file'} is a file, not a folder; choose another OUT",
@@ -570,7 +571,8 @@ def test_ctrl_c_or_sigterm_prints_one_line_and_the_command_that_trains_it_again(
             _, stderr = proc.communicate(timeout=120)
         assert proc.returncode == code and len(stderr.splitlines()) == 1, stderr
         found = re.fullmatch(
-            rf"stopped{how} at step (\d+) of 100000; {re.escape(again[3])} is unchanged \(this command saves only at "
+            rf"stopped{how} at step (\d+) of 100000; nothing was written to {re.escape(again[3])} \(this command saves "
+            rf"only at "
             rf"the end, a minute or two on a CPU\): {re.escape(shlex.join(again))} trains it again from the start\n",
             stderr,
         )
@@ -587,8 +589,15 @@ def test_the_documented_command_may_rewrite_the_shipped_file_and_no_other_run():
         induction._check_out(shipped, InductionConfig(), seed=0, max_steps=300)
 
 
-def test_ctrl_c_in_the_final_evaluation_names_the_last_step(tmp_path, capsys, monkeypatch):
-    """Before: 'stopped at step 0 of 2' when Ctrl+C came during the evaluation after the last step."""
+@pytest.mark.parametrize("existed", [False, True])
+def test_ctrl_c_in_the_final_evaluation_names_the_last_step(tmp_path, capsys, monkeypatch, existed):
+    """Before: 'stopped at step 0 of 2' when Ctrl+C came during the evaluation after the last step; and "OUT is
+    unchanged" when there had been no file at OUT."""
+    out = tmp_path / "m.pt"
+    if existed:  # this command's own earlier run: it may be replaced
+        assert induction.main([str(out), "--max-steps", "2"]) == 0
+        capsys.readouterr()
+    before = out.read_bytes() if existed else None
     real = induction.repeat_losses
     calls = []
 
@@ -599,11 +608,11 @@ def test_ctrl_c_in_the_final_evaluation_names_the_last_step(tmp_path, capsys, mo
         return real(*args)
 
     monkeypatch.setattr(induction, "repeat_losses", ctrl_c_in_the_last)
-    out = tmp_path / "m.pt"
     assert induction.main([str(out), "--max-steps", "2"]) == 130
     err = capsys.readouterr().err
-    assert err.startswith(f"stopped at step 2 of 2; {out} is unchanged") and len(err.splitlines()) == 1, err
-    assert not out.exists()
+    kept = f"{out} is unchanged" if existed else f"nothing was written to {out}"
+    assert err.startswith(f"stopped at step 2 of 2; {kept} (this command") and len(err.splitlines()) == 1, err
+    assert (out.read_bytes() if existed else None) == before
 
 
 def test_a_signal_while_saving_waits_until_out_is_whole(tmp_path, capsys, monkeypatch):

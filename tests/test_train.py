@@ -439,6 +439,12 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--threads", threads], f"--threads must be a number of CPU threads from 1 to {4 * (os.cpu_count() or 1)}"
      f" (4 per CPU here), got {threads}; leave")
     for threads in (-1, 0, 100000)
+] + [  # Before: --data '' was "error: . is a folder, expected a UTF-8 text file"; --export '' was ignored.
+    ("run", ["--data", ""], "--data is empty (''), expected a UTF-8 text file such as datasets/shakespeare.txt (an "
+     "unset shell variable?)"),
+    ("run", ["--data", " "], "--data is empty (' '), expected a UTF-8 text file"),
+    ("run", ["--export", ""], "--export is empty (''), expected a file name such as checkpoints/model.pt (an unset "
+     "shell variable?)"),
 ] + [  # Before: 'no checkpoint at .../checkpoint.pt: train a model first', though one was there, as a folder.
     ("held", ["--resume"], "{tmp}/held/checkpoint.pt is a folder, not a checkpoint: move it away, or name the file "
      "inside it"),
@@ -603,7 +609,7 @@ def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
     result = run(text_file, tmp_path, max_steps=4, resume=True, log_interval=2)  # a TrainConfig that differs
     assert result["notices"] == ["--resume: keeping the checkpoint's log_interval 1; your --log-interval 2 is ignored"]
     six = TrainConfig.preset("tiny", **{**FAST, "max_steps": 6})
-    with pytest.raises(RunSetupError, match=r"finished at step 4 \(its summary.json is written\), so --resume would"):
+    with pytest.raises(RunSetupError, match=r"finished at step 4 \(its summary.json is written\), so resuming would"):
         train("tiny", text_file, tmp_path, six, resume=True, progress=False)  # before: a no-op rewriting the summary
     (tmp_path / "summary.json").unlink()  # as if stopped during the final evaluation: the resume only writes it
     result = train("tiny", text_file, tmp_path, six, resume=True, progress=False)
@@ -861,12 +867,67 @@ def test_resume_to_a_step_already_done_is_refused_rather_than_a_silent_no_op(tex
     for steps in ("3", "2"):
         line = refused(capsys, text_file, tmp_path, "--resume", "--max-steps", steps)
         assert line == (
-            f"error: --resume: {tmp_path / 'checkpoint.pt'} is at step 3 already, so --max-steps {steps} would train "
-            "nothing: give a --max-steps above 3 to train it further"
+            f"error: --resume: {tmp_path / 'checkpoint.pt'} is at step 3 already, so max_steps {steps} would train "
+            "nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
         )
     assert (tmp_path / "checkpoint.pt").read_bytes() == before
     code, _, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "4")
     assert code == 0 and result["steps_this_run"] == 1
+
+
+def test_resuming_a_finished_run_names_the_keyword_and_the_flag(text_file, tmp_path, capsys):
+    """Before: train(..., resume=True) from Python said "give a --max-steps above 3", a flag a caller cannot pass."""
+    assert cli(capsys, text_file, tmp_path)[0] == 0  # 3 steps, summary.json written
+    fix = "would train nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
+    assert refused(capsys, text_file, tmp_path, "--resume").endswith(f"so max_steps 3 {fix}")  # cli_argv: --max-steps 3
+    with pytest.raises(RunSetupError, match=re.escape(f"finished at step 3 (its summary.json is written), so resuming "
+                                                      f"{fix}")):  # fmt: skip
+        train("tiny", text_file, tmp_path, resume=True, progress=False)
+
+
+OUT_OF_MEMORY = [  # what PyTorch raises when a batch does not fit: the CPU's allocator, CUDA's
+    RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to allocate 102400000000 bytes. Error code 12 "
+                 "(Cannot allocate memory)"),
+    torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 95.37 GiB. GPU 0 has a total capacity of 139 GiB"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("error", OUT_OF_MEMORY, ids=["cpu", "cuda"])
+def test_a_first_step_out_of_memory_is_one_line_naming_the_flags_to_lower(text_file, tmp_path, capsys, monkeypatch,
+                                                                          error):  # fmt: skip
+    """Before: `--batch-size 100000000` ended in a traceback (exit 1) from the first batch."""
+
+    def too_big(self):
+        raise error
+
+    monkeypatch.setattr(train_module._Run, "batch", too_big)
+    line = refused(capsys, text_file, tmp_path, "--batch-size", "100000000")
+    assert line == (
+        f"error: out of memory in the first step with batch_size 100000000 and context_length 32 ({error}): lower "
+        "batch_size (--batch-size on the command line), or the context_length (a --preset with a shorter context)"
+    )
+    assert not (tmp_path / "checkpoint.pt").exists()
+
+
+def test_out_of_memory_after_the_first_step_or_another_error_is_not_called_a_setup_problem(text_file, tmp_path,
+                                                                                           monkeypatch):  # fmt: skip
+    real, calls = train_module._Run.batch, []
+
+    def fails(error, after):
+        def batch(self):
+            calls.append(1)
+            if len(calls) > after:
+                raise error
+            return real(self)
+
+        return batch
+
+    for error, after in ((OUT_OF_MEMORY[0], 1), (RuntimeError("shape mismatch"), 0)):
+        calls.clear()
+        monkeypatch.setattr(train_module._Run, "batch", fails(error, after))
+        with pytest.raises(RuntimeError) as raised:
+            run(text_file, tmp_path / str(after))
+        assert raised.value is error
 
 
 def test_resume_with_another_attention_names_the_field(text_file, tmp_path):
@@ -1118,7 +1179,7 @@ def test_ctrl_c_while_exporting_then_the_lines_command_writes_only_the_export(te
     assert main(again[3:]) == 0 and load_model(model)[2]["step"] == 3
     assert (out / "summary.json").read_bytes() == summary  # the summary is not rewritten with zeros
     capsys.readouterr()
-    assert main(again[3:]) == 2 and "is at step 3 already, so --max-steps 3 would train" in capsys.readouterr().err
+    assert main(again[3:]) == 2 and "is at step 3 already, so max_steps 3 would train" in capsys.readouterr().err
 
 
 def test_loss_by_position_is_the_per_position_mean_whose_mean_is_evaluates_loss():
