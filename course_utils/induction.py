@@ -45,9 +45,8 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import RunSetupError, evaluating, model_file, save_checkpoint
+from course_utils.train import RunSetupError, check_given, evaluating, model_file, save_checkpoint
 from course_utils.train_cli import (
-    check_given,
     check_numbers,
     check_out_file,
     defer_stop_signals,

@@ -59,7 +59,7 @@ from course_utils.gpt import GPT, PRESETS, GPTConfig
 
 __all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluating", "evaluate", "loss_by_position", "train",
            "NonFiniteLossError", "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint",
-           "load_checkpoint", "export_model", "load_model", "finished_run", "check_out_dir",
+           "load_checkpoint", "export_model", "load_model", "finished_run", "check_given", "check_out_dir",
            "check_can_create", "compile_available", "fused_adamw_available"]  # fmt: skip
 
 CHECKPOINT_NAME, SUMMARY_NAME = "checkpoint.pt", "summary.json"
@@ -689,14 +689,19 @@ def first_line(err: BaseException) -> str:
 # --- Checked before the first step: the output folder and the GPU switches
 
 
+def check_given(flag: str, path: str, expected: str) -> None:
+    """RunSetupError for an empty or blank path ``flag`` (`--out "$RUN"` with RUN unset), which Path would read as
+    the current folder."""
+    if not path.strip():
+        raise RunSetupError(f"{flag} is empty ({path!r}), expected {expected} (an unset shell variable?)")
+
+
 def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     """``out_dir`` as a Path, or RunSetupError: it is empty, a file, under a file, cannot be written, or holds a
     checkpoint that a run without ``resume`` would overwrite."""
     check_path("out_dir", out_dir)
     where = f"expected a folder for {CHECKPOINT_NAME} and {SUMMARY_NAME}"
-    if not os.fspath(out_dir).strip():  # `--out "$RUN"` with RUN unset: Path("") is the current folder
-        raise RunSetupError(f"--out is empty ({os.fspath(out_dir)!r}), {where}, such as runs/NAME in the course "
-                            "folder (an unset shell variable?); give . for the current folder")  # fmt: skip
+    check_given("--out", os.fspath(out_dir), f"{where[9:]}, such as runs/NAME in the course folder, or . for this one")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise RunSetupError(f"--out {out_dir} is a file, {where}: choose another --out, or move the file away")

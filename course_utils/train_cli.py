@@ -45,6 +45,7 @@ from course_utils.train import (
     RunSetupError,
     TrainConfig,
     check_can_create,
+    check_given,
     export_model,
     finished_run,
     first_line,
@@ -54,7 +55,7 @@ from course_utils.train import (
     train,
 )
 
-__all__ = ["main", "join_processes", "run_command", "check_numbers", "check_given", "check_out_file", "report_stop",
+__all__ = ["main", "join_processes", "run_command", "check_numbers", "check_out_file", "report_stop",
            "stop_signals", "defer_stop_signals", "stop_code", "stopped_by_signal"]  # fmt: skip
 
 PROG = "python -m course_utils.train"
@@ -181,13 +182,6 @@ def check_numbers(seed: int | None, max_steps: int | None, threads: int | None =
         raise RunSetupError(f"--seed must be a whole number from 0 to 2**63 - 1 ({MAX_SEED}), got {seed}")
     if max_steps is not None and not 1 <= max_steps <= MAX_STEPS:
         raise RunSetupError(f"--max-steps must be a whole number from 1 to {MAX_STEPS:,} (a billion), got {max_steps}")
-
-
-def check_given(flag: str, path: str, expected: str) -> None:
-    """RunSetupError for an empty or blank path ``flag`` (`--data "$TEXT"` with TEXT unset), which Path would read as
-    the current folder."""
-    if not path.strip():
-        raise RunSetupError(f"{flag} is empty ({path!r}), expected {expected} (an unset shell variable?)")
 
 
 def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig, int]:
