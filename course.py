@@ -458,6 +458,8 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
 # passes started after all three: unit 1,090 s, then the passes 195 s and 138 s, one core idle for a minute. A
 # fresh clone on the same quiet 2-core machine (2026-11-29 20:21 UTC, `CI=true bash .ci/run`), learner copies
 # under the forced kernels only: unit 983 s, browser 462 s, sweep 781 s, passes 142 s and 111 s; 983 s in all.
+# Again at 23:10 UTC (dc79d34): unit 1,141 s, browser 489 s, sweep 972 s, passes 191 s and 128 s; the sweep and
+# the mutation test, whose code had not changed, ran 1.24x slower too, so the machine was slower that hour.
 AT_ONCE = 3
 
 
