@@ -46,14 +46,7 @@ from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
 from course_utils.train import RunSetupError, check_given, evaluating, model_file, save_checkpoint
-from course_utils.train_cli import (
-    check_numbers,
-    check_out_file,
-    defer_stop_signals,
-    report_stop,
-    run_command,
-    stopped_by_signal,
-)
+from course_utils.train_cli import StopSignals, check_numbers, check_out_file
 
 __all__ = [
     "repeated_tokens",
@@ -556,19 +549,11 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
     return model.eval(), state
 
 
-def _check_out(out: Path, config: InductionConfig, seed: int, max_steps: int) -> None:
-    """RunSetupError if the numbers or OUT cannot be used (one line). A file at OUT is replaced only if it is this
-    command's own earlier run (the same seed, steps and config) and writable."""
+def _check_out(out: Path, seed: int, max_steps: int) -> None:
+    """RunSetupError if the numbers or OUT cannot be used (one line): a file at OUT is replaced only if it is an
+    induction model and writable."""
     check_numbers(seed, max_steps)
-
-    def another(state: dict[str, Any]) -> str | None:
-        prov = state.get("provenance", {})
-        if (prov.get("seed"), prov.get("steps"), state.get("config")) != (seed, max_steps, dataclasses.asdict(config)):
-            return (f"another run's induction model (--seed {prov.get('seed')} --max-steps {prov.get('steps')}), "
-                    f"not --seed {seed} --max-steps {max_steps}")  # fmt: skip
-        return None
-
-    check_out_file(out, "OUT", _FORMAT, "checkpoints/induction.pt", another)
+    check_out_file(out, "OUT", _FORMAT, "checkpoints/induction.pt")
 
 
 def _progress(event: dict[str, Any], max_steps: int) -> str:
@@ -585,16 +570,18 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT.
     Exit codes: 0 saved; 2 refused before training (one line); 130 stopped by Ctrl+C, 143 by SIGTERM (OUT as it
     was, or saved whole if the signal came while saving)."""
-    return run_command(_main, argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with StopSignals() as stop:
+        return _main(argv, stop)
 
 
-def _main(argv: list[str]) -> int:
+def _main(argv: list[str], stop: StopSignals) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description=main.__doc__, allow_abbrev=False)
     parser.add_argument(
         "out",
         metavar="OUT",
         help="the checkpoint file to write, e.g. checkpoints/induction.pt; a file already there is replaced only if "
-        "it is this command's own run (the same --seed and --max-steps) and writable",
+        "it is an induction model and writable",
     )
     parser.add_argument(
         "--max-steps", type=int, default=600, metavar="N", help="optimizer steps in all, at least 1 (default 600)"
@@ -607,7 +594,7 @@ def _main(argv: list[str]) -> int:
     try:  # before training, not after minutes of it
         check_given("OUT", args.out, "a file name such as checkpoints/induction.pt")
         out = Path(args.out)
-        _check_out(out, config, args.seed, args.max_steps)
+        _check_out(out, args.seed, args.max_steps)
     except RunSetupError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
@@ -622,11 +609,11 @@ def _main(argv: list[str]) -> int:
         )
     except KeyboardInterrupt as interrupt:
         kept = f"{out} is unchanged" if existed else f"nothing was written to {out}"
-        return report_stop(
+        return stop.report(
             f"at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {kept} (this command saves only at the "
             f"end, a minute or two on a CPU): {shlex.join([*PROG.split(), *argv])} trains it again from the start"
         )
-    defer_stop_signals()  # trained: a signal from here on waits until OUT is saved whole
+    stop.deferred = True  # trained: a signal from here on waits until OUT is saved whole
     seconds = time.perf_counter() - start
     provenance = {
         "command": f"{PROG} " + " ".join(argv),
@@ -641,8 +628,8 @@ def _main(argv: list[str]) -> int:
     }
     save_induction_model(out, model, history, provenance)
     print(f"saved {out}: {args.max_steps} steps, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
-    if stopped_by_signal():
-        return report_stop(f"after step {args.max_steps} of {args.max_steps}, while saving: {out} is saved whole")
+    if stop.signal:
+        return stop.report(f"after step {args.max_steps} of {args.max_steps}, while saving: {out} is saved whole")
     return 0
 
 

@@ -1,11 +1,8 @@
 """Train the tiny GPT of notebook 10: the settings, the schedule, evaluation, the loop and what a checkpoint holds.
 
 The command line and the ``torchrun`` set-up are :mod:`course_utils.train_cli` (``python -m course_utils.train``).
-A run killed at any moment loses at most ``checkpoint_interval`` steps and resumes bit for bit on a CPU; a NaN or
-infinite loss stops it before anything is saved. Under ``torchrun`` every process draws the same batch and trains on
-its own rows. ``callback(event)`` gets ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` when a window of
-steps closes (a multiple of any interval, and the last step; ``loss`` is the window's mean) and ``{"kind": "eval",
-"step", "train_loss", "val_loss"}`` at each evaluation; an exception it raises stops the run as a kill would.
+A run killed at any moment loses at most ``checkpoint_interval`` steps and resumes bit for bit on a CPU. Under
+``torchrun`` every process draws the same batch and trains on its own rows.
 """
 
 from __future__ import annotations
@@ -79,8 +76,7 @@ class NonFiniteLossError(RuntimeError):
 
 
 class RunInterrupted(KeyboardInterrupt):
-    """Ctrl+C during :func:`train`: ``step`` (updates done), ``checkpoint`` (its path), ``saved_step`` (the step
-    the file holds, None if there is none)."""
+    """Ctrl+C during :func:`train` at ``step``; ``saved_step``: the step the ``checkpoint`` holds (None: none)."""
 
     def __init__(self, step: int, checkpoint: Path):
         super().__init__(f"stopped at step {step}")
@@ -93,8 +89,8 @@ class RunInterrupted(KeyboardInterrupt):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to train (the model's shape is a :class:`~course_utils.gpt.GPTConfig`); ``batch_size`` is over all
-    processes. The GPU recipe's switches (None: on for CUDA only) are how this session runs, not the run's."""
+    """How to train; ``batch_size`` is over all processes; the GPU switches (None: on for CUDA only) are this
+    session's, not the run's."""
 
     batch_size: int = 64
     max_steps: int = 5000
@@ -135,7 +131,6 @@ class TrainConfig:
 
     @classmethod
     def preset(cls, name: str, **overrides: Any) -> TrainConfig:
-        """The training settings of the model preset of the same name, with fields replaced."""
         return from_preset(cls, TRAIN_PRESETS, name, overrides)
 
 
@@ -171,7 +166,7 @@ def learning_rate(step: int, train_config: TrainConfig) -> float:
 
 @contextlib.contextmanager
 def evaluating(model: nn.Module) -> Iterator[nn.Module]:
-    """Inside: ``model`` in eval mode (no dropout) and no gradients; on leaving, back in the mode it was in."""
+    """Inside: ``model`` in eval mode and no gradients; on leaving, back in the mode it was in."""
     was_training = model.training
     model.eval()
     try:
@@ -239,9 +234,9 @@ def train(
     ``data_path``, saving checkpoints in ``out_dir``; return the run's figures (``{}`` in processes other than 0).
 
     ``resume`` continues the run in ``out_dir`` with its model, text and settings (a notice for each that differs);
-    ``max_steps`` replaces the settings'; ``max_seconds`` stops after a checkpoint; ``progress``: a tqdm bar (default:
-    when stderr is a terminal). Everything is checked before the first step (RunSetupError); Ctrl+C raises
-    :class:`RunInterrupted`. Shape: each step's batch is (B, T) token ids, B over all processes. Taught in notebook 10.
+    ``max_seconds`` stops after a checkpoint; ``progress``: a tqdm bar (default: when stderr is a terminal).
+    ``callback(event)`` gets each logged window (``"kind": "train"``) and evaluation (``"eval"``); what it raises
+    stops the run. Shape: each step's batch is (B, T) token ids, B over all processes. Taught in notebook 10.
     """
     wall_start = time.perf_counter()
     if max_seconds is not None and not max_seconds > 0:
@@ -313,8 +308,7 @@ def train(
     return _summary(run, start_step, stop_reason, wall_start)
 
 
-def _out_of_memory(err: RuntimeError) -> bool:
-    """Whether ``err`` says that memory ran out: CUDA's OutOfMemoryError, or the CPU's or MPS' RuntimeError."""
+def _out_of_memory(err: RuntimeError) -> bool:  # CUDA's OutOfMemoryError, or the CPU's or MPS' RuntimeError
     text = str(err)
     return isinstance(err, torch.OutOfMemoryError) or "can't allocate memory" in text or "out of memory" in text
 
@@ -340,12 +334,11 @@ def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) ->
     """The run's figures (val_loss over the whole validation split), also written to summary.json by process 0."""
     result: dict[str, Any] = {}
     if run.rank == 0:
-        T, model, eval_start = run.model_config.context_length, run.model, time.perf_counter()
+        T, model = run.model_config.context_length, run.model
         val_loss = evaluate(model, run.val_data, T, max(run.train_config.batch_size, 64), run.device, run.autocast)
         if not run.evals or run.evals[-1][0] != run.step:  # stopped off an evaluation step (max_seconds)
             _evaluate_splits(run)
         train_loss = run.evals[-1][1]
-        final_eval_s = time.perf_counter() - eval_start
         steps_run, train_s, tokens_per_step = run.step - start_step, run.train_s, run.train_config.batch_size * T
         after_first_s = train_s - run.first_step_s
         result = {
@@ -353,14 +346,12 @@ def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) ->
             "train_loss": train_loss,
             "steps": run.step,
             "steps_this_run": steps_run,
-            "tokens": run.step * tokens_per_step,
             "tokens_per_s": steps_run * tokens_per_step / train_s if train_s > 0 else 0.0,
             "tokens_per_s_after_first_step": (
                 (steps_run - 1) * tokens_per_step / after_first_s if steps_run > 1 and after_first_s > 0 else 0.0
             ),
             "train_s": train_s,
             "first_step_s": run.first_step_s,
-            "final_eval_s": final_eval_s,
             "wall_s": time.perf_counter() - wall_start,
             "params": model.num_parameters(),
             "flops_per_token": model.flops_per_token(),
@@ -470,7 +461,6 @@ class _Run:
         return torch.autocast(self.device.type, dtype=torch.bfloat16) if on else contextlib.nullcontext()
 
     def batch(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """Inputs and targets, (B / processes, T) each, on the device: this process' rows of one shared batch."""
         T, B = self.model_config.context_length, self.train_config.batch_size
         x, y = get_batch(self.train_data, B, T, generator=self.batch_gen)  # (B, T): the same in every process
         rows = slice(self.rank * B // self.world, (self.rank + 1) * B // self.world)
@@ -501,8 +491,7 @@ class _Run:
             }
             save_checkpoint(self.out_dir / CHECKPOINT_NAME, state)
 
-    def add(self, loss: torch.Tensor) -> None:
-        """Keep ``loss`` on the device until the window closes; time the first step (it compiles)."""
+    def add(self, loss: torch.Tensor) -> None:  # on the device until the window closes; time the first step
         self.window.append(loss.detach())
         if not self.first_step_s:
             if self.device.type == "cuda":
@@ -690,15 +679,13 @@ def first_line(err: BaseException) -> str:
 
 
 def check_given(flag: str, path: str, expected: str) -> None:
-    """RunSetupError for an empty or blank path ``flag`` (`--out "$RUN"` with RUN unset), which Path would read as
-    the current folder."""
+    """RunSetupError for an empty path ``flag`` (`--out "$RUN"` with RUN unset: Path would read the current folder)."""
     if not path.strip():
         raise RunSetupError(f"{flag} is empty ({path!r}), expected {expected} (an unset shell variable?)")
 
 
 def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
-    """``out_dir`` as a Path, or RunSetupError: it is empty, a file, under a file, cannot be written, or holds a
-    checkpoint that a run without ``resume`` would overwrite."""
+    """``out_dir`` as a Path; RunSetupError: empty, a file, under a file, not writable, or a run without ``resume``."""
     check_path("out_dir", out_dir)
     where = f"expected a folder for {CHECKPOINT_NAME} and {SUMMARY_NAME}"
     check_given("--out", os.fspath(out_dir), f"{where[9:]}, such as runs/NAME in the course folder, or . for this one")
@@ -742,7 +729,7 @@ def compile_available(device: torch.device) -> tuple[bool, str]:
 
 
 def fused_adamw_available(device: torch.device) -> bool:
-    """Whether this PyTorch build has a fused AdamW step for ``device`` (CUDA, and the CPU since torch 2.4)."""
+    """Whether this PyTorch build has a fused AdamW step for ``device`` (CUDA; the CPU since torch 2.4)."""
     p = torch.zeros(1, device=device, requires_grad=True)
     p.grad = torch.zeros(1, device=device)
     try:
@@ -753,8 +740,8 @@ def fused_adamw_available(device: torch.device) -> bool:
 
 
 def gpu_switches(train_config: TrainConfig, device: torch.device) -> tuple[dict[str, Any], list[str]]:
-    """The GPU recipe's switches this session uses on ``device`` (None: on for CUDA only), with a notice for each
-    that cannot work here; RunSetupError for a fused AdamW this build lacks."""
+    """The GPU switches this session uses on ``device``, a notice for each that cannot work here; RunSetupError for
+    a fused AdamW this build lacks."""
     on_cuda, notices = device.type == "cuda", []
     use_compile = on_cuda if train_config.compile is None else train_config.compile
     if use_compile and not (available := compile_available(device))[0]:

@@ -14,7 +14,6 @@ that continues it). ``python -m course_utils.induction`` stops the same way.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import datetime as dt
 import json
@@ -24,7 +23,6 @@ import shlex
 import signal
 import sys
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +36,6 @@ from course_utils.train import (
     FLAGS,
     FORMAT,
     MODEL_FORMAT,
-    SUMMARY_NAME,
     CheckpointError,
     NonFiniteLossError,
     RunInterrupted,
@@ -55,8 +52,7 @@ from course_utils.train import (
     train,
 )
 
-__all__ = ["main", "join_processes", "run_command", "check_numbers", "check_out_file", "report_stop",
-           "stop_signals", "defer_stop_signals", "stop_code", "stopped_by_signal"]  # fmt: skip
+__all__ = ["main", "join_processes", "check_numbers", "check_out_file", "StopSignals"]
 
 PROG = "python -m course_utils.train"
 MAX_STEPS = 10**9  # a billion steps: years on any machine; above it a typo, refused
@@ -93,8 +89,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--quiet", action="store_true", help="no messages on stderr besides errors and notices (a flag "
                    "--resume ignores, a switch that cannot work here)")  # fmt: skip
     p.add_argument("--export", metavar="PATH", help="also write the trained model (no optimizer state) with its "
-                   "provenance to PATH, outside --out; a file there must be this run's earlier export (the same "
-                   "--out, seed, model and data)")  # fmt: skip
+                   "provenance to PATH, outside --out; a file there must be an earlier export")  # fmt: skip
     return p
 
 
@@ -113,59 +108,43 @@ def join_processes() -> torch.device | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run ``python -m course_utils.train`` with ``argv`` (default: ``sys.argv[1:]``, the command: then Ctrl+C and
-    SIGTERM stay handled until the process exits); return its exit code."""
-    return run_command(_main, argv)
-
-
-def _main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
-    try:
-        check_given("--data", args.data, "a UTF-8 text file such as datasets/shakespeare.txt")
-        if args.export is not None:
-            check_given("--export", args.export, "a file name such as checkpoints/model.pt")
-        check_numbers(args.seed, args.max_steps, args.threads)
-        if args.threads:
-            torch.set_num_threads(args.threads)
-        model_config, train_config, seed = _configs(args)
-        if args.export:
-            _check_export(args, model_config, seed)
-        device = join_processes() or args.device
-        result = _finished(args)
-        if result is None:
-            result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
-                           max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
-                           verbose=not args.quiet)  # fmt: skip
-        if result and args.export:  # process 0 only
-            export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data, args.out))
-            result["export"] = str(args.export)
-        if result:  # process 0 only
-            print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
-        return 0
-    except KeyboardInterrupt as err:  # Ctrl+C or SIGTERM: later ones are ignored until the line is out
-        return report_stop(_where_stopped(err, args, argv))
-    except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
-        print(f"error: {err}", file=sys.stderr)
-        return 1
-    except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
-        print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
-        return 2
-    finally:
-        if dist.is_available() and dist.is_initialized():
-            dist.destroy_process_group()
-
-
-def run_command(main_fn: Callable[[list[str]], int], argv: list[str] | None) -> int:
-    """``main_fn(argv)``'s exit code, inside :func:`stop_signals`; with ``argv`` None (the command itself),
-    ``sys.argv[1:]``, and Ctrl+C and SIGTERM stay ignored once it returns, until the process exits."""
-    command = argv is None
-    with stop_signals(restore=not command):
+    """Run ``python -m course_utils.train`` with ``argv`` (default: ``sys.argv[1:]``); return its exit code."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    with StopSignals() as stop:
+        args = _parser().parse_args(argv)
         try:
-            return main_fn(sys.argv[1:] if command else list(argv))
+            check_given("--data", args.data, "a UTF-8 text file such as datasets/shakespeare.txt")
+            if args.export is not None:
+                check_given("--export", args.export, "a file name such as checkpoints/model.pt")
+            check_numbers(args.seed, args.max_steps, args.threads)
+            if args.threads:
+                torch.set_num_threads(args.threads)
+            model_config, train_config = _configs(args)
+            if args.export:
+                _check_export(args.export, args.out)
+            device = join_processes() or args.device
+            result = finished_run(args.out) if args.resume and args.export else None  # stopped while exporting
+            if not result or args.max_steps not in (None, result["steps"]):
+                result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
+                               max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
+                               verbose=not args.quiet)  # fmt: skip
+            if result and args.export:  # process 0 only
+                export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data))
+                result["export"] = str(args.export)
+            if result:  # process 0 only
+                print(json.dumps({k: v for k, v in result.items() if k not in ("history", "evals")}), flush=True)
+            return 0
+        except KeyboardInterrupt as err:  # Ctrl+C, or SIGTERM
+            return stop.report(_where_stopped(err, args, argv))
+        except NonFiniteLossError as err:  # the run started and failed: its last good checkpoint is kept
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+        except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
+            print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
+            return 2
         finally:
-            if command:  # the line is printed: SIG_IGN, unlike a Python handler, holds while the interpreter exits
-                for signum in (signal.SIGINT, signal.SIGTERM):
-                    signal.signal(signum, signal.SIG_IGN)
+            if dist.is_available() and dist.is_initialized():
+                dist.destroy_process_group()
 
 
 # --- Before the first step: the numbers, the settings, the export
@@ -184,51 +163,30 @@ def check_numbers(seed: int | None, max_steps: int | None, threads: int | None =
         raise RunSetupError(f"--max-steps must be a whole number from 1 to {MAX_STEPS:,} (a billion), got {max_steps}")
 
 
-def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig, int]:
-    """The model and the settings to pass to train, and the run's seed: the preset's with the flags given, or,
-    resuming, the checkpoint's with the flags given (train's notices then name exactly the flags it ignores)."""
+def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
+    """The model and the settings to pass to train: the preset's with the flags given, or, resuming, the
+    checkpoint's with the flags given (train's notices then name exactly the flags it ignores)."""
     overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
     if args.resume and (Path(args.out) / CHECKPOINT_NAME).is_file():
         state = load_checkpoint(Path(args.out) / CHECKPOINT_NAME)
-        saved = TrainConfig(**saved_settings(state))  # a resumed run keeps its own seed, whatever --seed says
+        saved = TrainConfig(**saved_settings(state))
         model_config = args.preset or GPTConfig.from_dict(state["model_config"])
-        return model_config, dataclasses.replace(saved, **overrides), saved.seed
-    train_config = TrainConfig.preset(args.preset or "tiny", **overrides)
-    return args.preset or "tiny", train_config, train_config.seed
+        return model_config, dataclasses.replace(saved, **overrides)
+    return args.preset or "tiny", TrainConfig.preset(args.preset or "tiny", **overrides)
 
 
-def _check_export(args: argparse.Namespace, model_config: GPTConfig | str, seed: int) -> None:
-    """RunSetupError unless ``--export`` can be written: a path in ``--out``, or :func:`check_out_file`'s refusals
-    (a file there must be this run's earlier export: the same model, data, --out and seed)."""
-    dest, out = Path(args.export), Path(args.out)
+def _check_export(export: str, out: str) -> None:
+    """RunSetupError unless ``--export`` can be written: a path in ``--out``, or :func:`check_out_file`'s refusals."""
+    dest, out = Path(export), Path(out)
     if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
         raise RunSetupError(f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "
                             "summary.json): give --export a file outside it, such as checkpoints/model.pt")  # fmt: skip
-    config = model_config if isinstance(model_config, GPTConfig) else GPTConfig.preset(model_config)
-
-    def another(state: dict[str, Any]) -> str | None:  # what the export there is, if not this run's
-        saved, provenance = GPTConfig.from_dict(state["model_config"]), state.get("provenance", {})
-        data, run = provenance.get("data", {}), provenance.get("run", {"out": args.out, "seed": seed})  # none: ours
-        there = run["out"]
-        if dataclasses.replace(config, vocab_size=saved.vocab_size) != saved:
-            return (f"the export of another model ({saved.num_layers} layers, {saved.embed_dim} wide, context "
-                    f"{saved.context_length})")  # fmt: skip
-        if data.get("sha256") not in (None, sha256_file(args.data)):
-            return f"a model trained on other data ({data.get('file')}, sha256 {data['sha256'][:16]}...)"
-        same_folder = os.path.normpath(there) == os.path.normpath(out) or Path(there).resolve() == out.resolve()
-        if not (same_folder and run["seed"] == seed):
-            return (f"the export of another run (--out {there}, seed {run['seed']}; this run is --out {args.out}, "
-                    f"seed {seed})")  # fmt: skip
-        return None
-
-    check_out_file(dest, "--export", MODEL_FORMAT, "model.pt", another)
+    check_out_file(dest, "--export", MODEL_FORMAT, "model.pt")
 
 
-def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str,
-                   another: Callable[[dict[str, Any]], str | None]) -> None:  # fmt: skip
+def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -> None:
     """RunSetupError unless a command may write its model file ``path`` (named ``flag``): a folder, a place that
-    cannot be written, a file of another kind than ``fmt``, one that ``another(state)`` says is not this run's (in
-    words: "the export of another run (...)"), or a read-only one are refused, each in one line with its fix."""
+    cannot be written, a file of another kind than ``fmt`` or a read-only one are refused, in one line with its fix."""
     path = Path(path)
     if path.is_dir():
         raise RunSetupError(f"{flag} {path} is a folder, expected a file name such as {example}")
@@ -236,35 +194,23 @@ def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str,
     if not path.exists():
         return
     state, kind = model_file(path)
-    there = kind if state is None or state["format"] != fmt else another(state)
-    if there:
-        raise RunSetupError(f"{flag} {path} already holds {there}: choose another {flag}, or move that file away first")
+    if state is None or state["format"] != fmt:
+        raise RunSetupError(f"{flag} {path} already holds {kind}: choose another {flag}, or move that file away first")
     if not path.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
         raise RunSetupError(f"{flag} {str(path)!r} is read-only: it is not replaced (make it writable, or choose "
                             f"another {flag})")  # fmt: skip
 
 
-def _finished(args: argparse.Namespace) -> dict[str, Any] | None:
-    """With --resume and --export, the summary of a finished run stopped while exporting (so that only the export is
-    written); None otherwise (train decides)."""
-    result = finished_run(args.out) if args.resume and args.export else None
-    if result is None or args.max_steps not in (None, result["steps"]):
-        return None
-    there, _ = model_file(args.export) if Path(args.export).is_file() else (None, "")
-    return None if there is not None and there.get("step") == result["steps"] else result  # exported: train refuses
-
-
 # --- After: the provenance of an export, and the one line Ctrl+C prints
 
 
-def _provenance(argv: list[str], result: dict[str, Any], data: str, out: str) -> dict[str, Any]:
+def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str, Any]:
     """Where a model came from: the command, the run, the machine, the date, the data and the figures it reached."""
     device = result["device"]
     if device.startswith("cuda"):
         device += f" ({torch.cuda.get_device_name(torch.device(device))})"
     return {
         "command": f"{PROG} " + " ".join(argv),
-        "run": {"out": out, "seed": result["train_config"]["seed"]},  # another run's export is not replaced
         "device": device,
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "torch": torch.__version__,
@@ -278,93 +224,48 @@ def _provenance(argv: list[str], result: dict[str, Any], data: str, out: str) ->
 
 def _where_stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[str]) -> str:
     """Where the run stopped, what the checkpoint on disk holds, and the command that continues it."""
-
-    def again(resume: bool) -> str:  # this command, with --resume (under torchrun, in words: its flags are not ours)
-        words = [*argv, *(["--resume"] if resume and "--resume" not in argv else [])]
-        return f"your torchrun command with {' '.join(words)}" if int(os.environ.get("WORLD_SIZE", "1")) > 1 else (
-            shlex.join([*PROG.split(), *words]))  # fmt: skip
-
-    checkpoint = Path(args.out) / CHECKPOINT_NAME  # RunInterrupted's too
-    if isinstance(err, RunInterrupted):  # inside the loop
-        if err.saved_step is None:
-            return f"at step {err.step}; no checkpoint was saved yet, so nothing is kept: {again(True)} starts it over"
-        where, step = f"at step {err.step}", err.saved_step
-    else:  # before the first step (setting up) or after the last
-        state, _ = model_file(checkpoint)
-        if state is None or state["format"] != FORMAT:  # nothing of this run is kept there
-            return f"before the first step; nothing was trained: run it again with {again(False)}"
-        step, last = state["step"], args.max_steps or state["train_config"]["max_steps"]
-        if step >= last:
-            what = SUMMARY_NAME + (f" and the export {args.export}" if args.export else "")
-            return (f"after the last step: the run finished at step {step} and the checkpoint at {checkpoint} holds "
-                    f"it, but {what} may be missing; write them (no training): {again(True)}")  # fmt: skip
-        where = "before the first step of this session"
-    return f"{where}; the checkpoint at {checkpoint} holds step {step}; resume: {again(True)}"
+    words = [*argv, *([] if "--resume" in argv else ["--resume"])]
+    again = shlex.join([*PROG.split(), *words])
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun's own flags are not in argv
+        again = f"your torchrun command with {' '.join(words)}"
+    checkpoint = Path(args.out) / CHECKPOINT_NAME
+    state, _ = model_file(checkpoint)
+    held = "nothing is saved yet"
+    if state is not None and state["format"] == FORMAT:
+        held = f"the checkpoint at {checkpoint} holds step {state['step']}"
+    where = f"at step {err.step}" if isinstance(err, RunInterrupted) else "before the first step or after the last"
+    return f"{where}; {held}; resume: {again}"
 
 
-# --- Stopping by a signal, for this command and python -m course_utils.induction
+class StopSignals:
+    """While inside (the main thread's): SIGTERM stops the command as Ctrl+C does, with a KeyboardInterrupt, and
+    ``signal`` records which came first; with ``deferred`` set, a signal is only recorded (a write that must finish).
+    A signal that whoever started the command ignores (``cmd &``) stays ignored."""
 
-_caught: list[int | None] = [None]  # the signal that stopped the command, once one has
+    def __enter__(self) -> StopSignals:
+        self.signal, self.deferred, self.previous = None, False, {}
+        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                if signal.getsignal(signum) is not signal.SIG_IGN:
+                    self.previous[signum] = signal.signal(signum, self._stop)
+        return self
 
+    def _stop(self, signum: int, frame: Any) -> None:
+        self.signal = self.signal or signum
+        if not self.deferred:
+            raise KeyboardInterrupt
 
-def _handle(handler: Any) -> None:
-    """``handler`` for SIGINT and SIGTERM, except where whoever started us ignores one (``cmd &``)."""
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        if signal.getsignal(signum) is not signal.SIG_IGN:
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
             signal.signal(signum, handler)
 
-
-@contextlib.contextmanager
-def stop_signals(restore: bool = True):
-    """While inside, the first SIGINT or SIGTERM raises KeyboardInterrupt and later ones are ignored, so the
-    command's one line is printed whatever is pressed next; with ``restore``, the caller's handlers come back."""
-    if threading.current_thread() is not threading.main_thread():  # signals reach the main thread only
-        yield
-        return
-    previous = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
-    _caught[0] = None
-
-    def stop(signum, frame):
-        _handle(lambda signum, frame: None)  # not SIG_IGN: one pending would raise "Signal ignored due to race"
-        _caught[0] = signum
-        raise KeyboardInterrupt
-
-    _handle(stop)
-    try:
-        yield
-    finally:
-        if restore:
-            for signum, handler in previous.items():
-                signal.signal(signum, handler)
-
-
-def defer_stop_signals() -> None:
-    """From now on a SIGINT or SIGTERM is only recorded (:func:`stopped_by_signal`): for a write that must finish."""
-
-    def record(signum, frame):
-        _caught[0] = _caught[0] or signum
-
-    if threading.current_thread() is threading.main_thread():
-        _handle(record)
-
-
-def report_stop(what: str) -> int:
-    """Print a stopped command's one line (from process 0 only under torchrun): "stopped" (" by SIGTERM") ``what``;
-    return its exit code, 130 for Ctrl+C or 143 for SIGTERM."""
-    code = stop_code()
-    if int(os.environ.get("RANK", "0")) == 0:
-        print(f"stopped{' by SIGTERM' if code == 128 + signal.SIGTERM else ''} {what}", file=sys.stderr, flush=True)
-    return code
-
-
-def stop_code() -> int:
-    """The exit code of a command stopped by a signal: 130 for Ctrl+C (SIGINT), 143 for SIGTERM."""
-    return 128 + (_caught[0] or signal.SIGINT)
-
-
-def stopped_by_signal() -> bool:
-    """Whether a SIGINT or SIGTERM came since :func:`stop_signals` began (one recorded while deferred included)."""
-    return _caught[0] is not None
+    def report(self, what: str) -> int:
+        """Print the stopped command's one line, "stopped[ by SIGTERM] ``what``" (process 0 only under torchrun);
+        return its exit code: 130 for Ctrl+C, 143 for SIGTERM."""
+        code = 128 + (self.signal or signal.SIGINT)
+        if int(os.environ.get("RANK", "0")) == 0:
+            print(f"stopped{' by SIGTERM' if code == 128 + signal.SIGTERM else ''} {what}", file=sys.stderr, flush=True)
+        return code
 
 
 if __name__ == "__main__":
