@@ -6,9 +6,8 @@
 
 One JSON line at the end (the run's figures); messages go to stderr. Exit codes: 0 done; 2 the run could not start
 (each problem in one line with its fix: --out, --device, --threads, the data, a resume that does not match, a
-first step that does not fit in memory); 1 it
-failed while training (NaN); 130 stopped by Ctrl+C, 143 by SIGTERM (one line: the step, the checkpoint, the command
-that continues it). ``python -m course_utils.induction`` stops the same way.
+first step that does not fit in memory); 1 it failed while training (NaN); 130 stopped by Ctrl+C, 143 by SIGTERM
+(one line: the step, the checkpoint, the command that continues it).
 """
 
 from __future__ import annotations
@@ -22,7 +21,6 @@ import platform
 import shlex
 import signal
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -238,16 +236,15 @@ def _where_stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[
 
 
 class StopSignals:
-    """While inside (the main thread's): SIGTERM stops the command as Ctrl+C does, with a KeyboardInterrupt, and
-    ``signal`` records which came first; with ``deferred`` set, a signal is only recorded (a write that must finish).
-    A signal that whoever started the command ignores (``cmd &``) stays ignored."""
+    """Inside (in the main thread, for ``python -m course_utils.train`` and ``.induction``): SIGTERM stops the
+    command as Ctrl+C does, with a KeyboardInterrupt, and ``signal`` records which came first; with ``deferred`` set,
+    a signal is only recorded (a write that must finish). A signal ignored by whoever started us stays ignored."""
 
     def __enter__(self) -> StopSignals:
         self.signal, self.deferred, self.previous = None, False, {}
-        if threading.current_thread() is threading.main_thread():  # signals reach the main thread only
-            for signum in (signal.SIGINT, signal.SIGTERM):
-                if signal.getsignal(signum) is not signal.SIG_IGN:
-                    self.previous[signum] = signal.signal(signum, self._stop)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            if signal.getsignal(signum) is not signal.SIG_IGN:  # cmd & ignores Ctrl+C
+                self.previous[signum] = signal.signal(signum, self._stop)
         return self
 
     def _stop(self, signum: int, frame: Any) -> None:
