@@ -89,8 +89,7 @@ class RunInterrupted(KeyboardInterrupt):
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """How to train; ``batch_size`` is over all processes; the GPU switches (None: on for CUDA only) are this
-    session's, not the run's."""
+    """How to train; ``batch_size`` is over all processes; the GPU switches (None: on CUDA only) are this session's."""
 
     batch_size: int = 64
     max_steps: int = 5000
@@ -378,8 +377,7 @@ def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) ->
 
 
 class _Run:
-    """A run's settings, data, model, optimizer and random state, built or resumed and checked before the first
-    step; the loop advances ``step``, ``history`` (each update's loss), ``evals`` and the ``window`` of losses."""
+    """A run's settings, data, model, optimizer and random state, built or resumed and checked before the first step."""
 
     def __init__(self, model_config, data_path, out_dir, train_config, device, resume, max_steps, max_seconds, verbose):
         asked, preset = train_config, model_config if isinstance(model_config, str) else None
