@@ -550,10 +550,16 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
 
 
 def _check_out(out: Path, seed: int, max_steps: int) -> None:
-    """RunSetupError if the numbers or OUT cannot be used (one line): a file at OUT is replaced only if it is an
-    induction model and writable."""
+    """RunSetupError if the numbers or OUT cannot be used (one line): a file at OUT is replaced only if it is this
+    command's own earlier run (the same seed and steps) and writable."""
     check_numbers(seed, max_steps)
-    check_out_file(out, "OUT", _FORMAT, "checkpoints/induction.pt")
+    state = check_out_file(out, "OUT", _FORMAT, "checkpoints/induction.pt")
+    prov = state.get("provenance", {}) if state else {}
+    if state and (prov.get("seed"), prov.get("steps")) != (seed, max_steps):
+        raise RunSetupError(
+            f"OUT {out} already holds another run's induction model (--seed {prov.get('seed')} --max-steps "
+            f"{prov.get('steps')}), not --seed {seed} --max-steps {max_steps}: choose another OUT, or move it away"
+        )
 
 
 def _progress(event: dict[str, Any], max_steps: int) -> str:
@@ -581,7 +587,7 @@ def _main(argv: list[str], stop: StopSignals) -> int:
         "out",
         metavar="OUT",
         help="the checkpoint file to write, e.g. checkpoints/induction.pt; a file already there is replaced only if "
-        "it is an induction model and writable",
+        "it is this command's own run (the same --seed and --max-steps) and writable",
     )
     parser.add_argument(
         "--max-steps", type=int, default=600, metavar="N", help="optimizer steps in all, at least 1 (default 600)"

@@ -182,21 +182,22 @@ def _check_export(export: str, out: str) -> None:
     check_out_file(dest, "--export", MODEL_FORMAT, "model.pt")
 
 
-def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -> None:
-    """RunSetupError unless a command may write its model file ``path`` (named ``flag``): a folder, a place that
-    cannot be written, a file of another kind than ``fmt`` or a read-only one are refused, in one line with its fix."""
+def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -> dict[str, Any] | None:
+    """The model file already at ``path`` (named ``flag``), None if none; RunSetupError, in one line with its fix, for a
+    folder, a place that cannot be written, a file of another kind than ``fmt`` or a read-only one."""
     path = Path(path)
     if path.is_dir():
         raise RunSetupError(f"{flag} {path} is a folder, expected a file name such as {example}")
     check_can_create(path, flag)
     if not path.exists():
-        return
+        return None
     state, kind = model_file(path)
     if state is None or state["format"] != fmt:
         raise RunSetupError(f"{flag} {path} already holds {kind}: choose another {flag}, or move that file away first")
     if not path.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
         raise RunSetupError(f"{flag} {str(path)!r} is read-only: it is not replaced (make it writable, or choose "
                             f"another {flag})")  # fmt: skip
+    return state
 
 
 # --- After: the provenance of an export, and the one line Ctrl+C prints

@@ -41,6 +41,7 @@ from course_utils.induction import (
     save_induction_model,
     train_induction,
 )
+from course_utils.train import RunSetupError
 from course_utils.train_cli import StopSignals
 from course_utils.widgets import induction_explorer, plot_induction_head
 
@@ -519,7 +520,7 @@ def test_an_ablated_head_is_silent_even_when_its_output_is_not_finite():
         assert torch.isfinite(model(idx)).all()
 
 
-def test_the_command_refuses_another_kind_of_file_and_rewrites_an_induction_model(tmp_path, capsys):
+def test_the_command_refuses_another_model_or_another_run_and_rewrites_its_own(tmp_path, capsys):
     """Before: OUT was replaced whatever it held (a trained GPT included), without a question or a copy."""
     gpt = tmp_path / "gpt.pt"
     shutil.copy(ROOT / "checkpoints" / "shakespeare_cpu.pt", gpt)
@@ -536,8 +537,16 @@ def test_the_command_refuses_another_kind_of_file_and_rewrites_an_induction_mode
         assert there.read_bytes() == before
     out = tmp_path / "induction.pt"
     assert induction.main([str(out), "--max-steps", "2"]) == 0
-    assert induction.main([str(out), "--max-steps", "3", "--seed", "1"]) == 0  # an induction model: replaced
-    assert load_induction_model(out)[1]["provenance"]["steps"] == 3
+    first = out.read_bytes()
+    for argv, seed, steps in ((["--max-steps", "3"], 0, 3), (["--max-steps", "2", "--seed", "1"], 1, 2)):
+        assert induction.main([str(out), *argv]) == 2
+        assert capsys.readouterr().err == (
+            f"error: OUT {out} already holds another run's induction model (--seed 0 --max-steps 2), not --seed {seed} "
+            f"--max-steps {steps}: choose another OUT, or move it away\n"
+        )
+        assert out.read_bytes() == first
+    assert induction.main([str(out), "--max-steps", "2"]) == 0  # the same command on its own file: allowed
+    assert load_induction_model(out)[1]["provenance"]["steps"] == 2
 
 
 def test_ctrl_c_or_sigterm_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
@@ -565,9 +574,12 @@ def test_ctrl_c_or_sigterm_prints_one_line_and_the_command_that_trains_it_again(
     assert load_induction_model(again[3])[1]["provenance"]["steps"] == 3
 
 
-def test_the_documented_command_may_rewrite_the_shipped_file():
-    """checkpoints/README.md's command, re-run, replaces checkpoints/induction.pt: it holds an induction model."""
-    induction._check_out(ROOT / "checkpoints" / "induction.pt", seed=0, max_steps=600)  # no error
+def test_the_documented_command_may_rewrite_the_shipped_file_and_no_other_run():
+    """checkpoints/README.md's command, re-run, replaces checkpoints/induction.pt: it holds that same run."""
+    shipped = ROOT / "checkpoints" / "induction.pt"
+    induction._check_out(shipped, seed=0, max_steps=600)  # no error: the run that made it
+    with pytest.raises(RunSetupError, match=r"another run's induction model \(--seed 0 --max-steps 600\)"):
+        induction._check_out(shipped, seed=0, max_steps=300)
 
 
 @pytest.mark.parametrize("existed", [False, True])
