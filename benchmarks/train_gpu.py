@@ -86,7 +86,9 @@ def main() -> int:
         cli += ["--no-compile"]
     result, wall, command = run_training(cli)
     flops = result["flops_per_token"]
-    rate = result["tokens_per_s_after_first_step"] or result["tokens_per_s"]
+    steps, after_first_s = result["steps_this_run"], result["train_s"] - result["first_step_s"]
+    tokens_per_step = result["train_config"]["batch_size"] * result["model_config"]["context_length"]
+    rate = (steps - 1) * tokens_per_step / after_first_s if steps > 1 and after_first_s > 0 else result["tokens_per_s"]
     mfu = flops * rate / (peak * 1e12) if peak else None
     record = {
         "benchmark": "train_gpu",

@@ -52,7 +52,7 @@ from course_utils.data import (
     split_data,
 )
 from course_utils.devices import pick_device
-from course_utils.gpt import GPT, PRESETS, GPTConfig
+from course_utils.gpt import GPT, GPTConfig
 
 __all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluating", "evaluate", "loss_by_position", "train",
            "NonFiniteLossError", "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint",
@@ -339,16 +339,12 @@ def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) ->
             _evaluate_splits(run)
         train_loss = run.evals[-1][1]
         steps_run, train_s, tokens_per_step = run.step - start_step, run.train_s, run.train_config.batch_size * T
-        after_first_s = train_s - run.first_step_s
         result = {
             "val_loss": val_loss,
             "train_loss": train_loss,
             "steps": run.step,
             "steps_this_run": steps_run,
             "tokens_per_s": steps_run * tokens_per_step / train_s if train_s > 0 else 0.0,
-            "tokens_per_s_after_first_step": (
-                (steps_run - 1) * tokens_per_step / after_first_s if steps_run > 1 and after_first_s > 0 else 0.0
-            ),
             "train_s": train_s,
             "first_step_s": run.first_step_s,
             "wall_s": time.perf_counter() - wall_start,
@@ -539,8 +535,7 @@ def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_s
               if f.name != "vocab_size" and getattr(saved_model, f.name) != getattr(model_config, f.name)]  # fmt: skip
     new_run = "choose another --out for a new one"
     if differ:
-        raise RunSetupError(f"--resume: {path} is a run of {_describe_model(saved_model)}, not "
-                            f"{_describe_model(model_config)} as asked ({'; '.join(differ)}): leave out --preset to "
+        raise RunSetupError(f"--resume: {path} is a run of another model ({'; '.join(differ)}): leave out --preset to "
                             f"continue that run, or {new_run}")  # fmt: skip
     if state.get("text_sha256", text_sha256) != text_sha256:
         raise RunSetupError(f"--resume: {path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but "
@@ -565,13 +560,6 @@ def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_s
         )
     session = {name: getattr(train_config, name) for name in SESSION}
     return saved_model, TrainConfig(**{**saved, **session}), notices
-
-
-def _describe_model(c: GPTConfig) -> str:
-    preset = next((n for n, p in PRESETS.items() if dataclasses.replace(p, vocab_size=c.vocab_size) == c), None)
-    shape = f"{c.num_layers} layers, {c.embed_dim} wide, context {c.context_length}"
-    shape += ", post-norm" if c.norm_position == "post" else ""
-    return f"the {preset!r} preset ({shape})" if preset else f"a model of {shape}"
 
 
 def summary_step(out_dir: str | os.PathLike) -> int | None:

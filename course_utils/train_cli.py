@@ -17,7 +17,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import platform
 import shlex
 import signal
 import sys
@@ -27,7 +26,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from course_utils.data import ChecksumError, load_text, sha256_file
+from course_utils.data import ChecksumError, sha256_file
 from course_utils.gpt import PRESETS, GPTConfig
 from course_utils.train import (
     CHECKPOINT_NAME,
@@ -204,7 +203,6 @@ def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -
 
 
 def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str, Any]:
-    """Where a model came from: the command, the run, the machine, the date, the data and the figures it reached."""
     device = result["device"]
     if device.startswith("cuda"):
         device += f" ({torch.cuda.get_device_name(torch.device(device))})"
@@ -213,11 +211,8 @@ def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str,
         "device": device,
         "date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
         "torch": torch.__version__,
-        "python": platform.python_version(),
-        "cpus": os.cpu_count(),
-        "threads": torch.get_num_threads(),
-        "data": {"file": Path(data).name, "sha256": sha256_file(data), "characters": len(load_text(data))},
-        **{k: result[k] for k in ("val_loss", "train_loss", "steps", "tokens_per_s", "train_s", "wall_s", "params")},
+        "data": {"file": Path(data).name, "sha256": sha256_file(data)},
+        **{k: result[k] for k in ("val_loss", "steps", "train_s")},
     }
 
 

@@ -356,7 +356,7 @@ def test_export_writes_a_small_model_with_its_provenance(text_file, tmp_path, ca
     prov = info["provenance"]
     assert prov["command"].startswith(f"python -m course_utils.train --data {text_file} --out")
     assert prov["device"] == "cpu" and prov["steps"] == 4 and prov["val_loss"] == result["val_loss"]
-    assert prov["data"]["characters"] == len(text_file.read_text())
+    assert prov["data"] == {"file": text_file.name, "sha256": sha256_file(text_file)}
     assert not model.training and tokenizer.decode(tokenizer.encode("to be")) == "to be"
     full, _, _ = load_model(tmp_path / "run" / "checkpoint.pt")  # a full checkpoint loads the same way
     x = tokenizer.encode("to be or not")[None]  # (1, T)
@@ -534,10 +534,7 @@ def test_resume_names_the_flags_it_ignores_and_obeys_max_steps(text_file, tmp_pa
 def test_resume_refuses_another_model_or_other_text(text_file, tmp_path, capsys):
     assert cli(capsys, text_file, tmp_path)[0] == 0
     line = refused(capsys, text_file, tmp_path, "--resume", "--preset", "cpu")
-    assert (
-        "is a run of the 'tiny' preset (2 layers, 32 wide, context 32), not the 'cpu' preset (3 layers, 96 wide, "
-        "context 64) as asked (context_length 32 there, 64 asked; embed_dim 32 there, 96 asked; "
-    ) in line
+    assert ("is a run of another model (context_length 32 there, 64 asked; embed_dim 32 there, 96 asked; ") in line
     assert "num_layers 2 there, 3 asked" in line
     assert line.endswith("asked): leave out --preset to continue that run, or choose another --out for a new one")
     other = tmp_path / "other.txt"
@@ -667,8 +664,7 @@ def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file,
     assert model.config.norm_position == "post" and isinstance(model.ln_f, torch.nn.Identity)
     with pytest.raises(
         RunSetupError,
-        match=r"is a run of a model of 2 layers, 32 wide, context 32, post-norm, not "
-        r"the 'tiny' preset \(2 layers, 32 wide, context 32\) as asked",
+        match=r"is a run of another model \(norm_position 'post' there, 'pre' asked\): leave out --preset",
     ):
         train("tiny", text_file, tmp_path / "whole", settings, progress=False, resume=True)
 
@@ -794,7 +790,7 @@ def test_the_time_limit_stops_at_the_end_of_a_window_with_a_checkpoint_and_resum
 
 
 SUMMARY_KEYS = (
-    "val_loss train_loss steps steps_this_run tokens_per_s tokens_per_s_after_first_step train_s first_step_s wall_s "
+    "val_loss train_loss steps steps_this_run tokens_per_s train_s first_step_s wall_s "
     "params flops_per_token device world_size compiled autocast fused_adamw notices stopped_by "
     "checkpoint model_config train_config history evals"
 ).split()
@@ -807,9 +803,6 @@ def test_the_summary_has_every_key_in_its_order_and_its_figures_add_up(text_file
     tokens_per_step = FAST["batch_size"] * result["model_config"]["context_length"]
     assert result["world_size"] == 1
     assert result["tokens_per_s"] == pytest.approx(6 * tokens_per_step / result["train_s"], rel=1e-12)
-    assert result["tokens_per_s_after_first_step"] == pytest.approx(
-        5 * tokens_per_step / (result["train_s"] - result["first_step_s"]), rel=1e-12
-    )
     assert 0 < result["first_step_s"] < result["train_s"] <= result["wall_s"]
     assert result["checkpoint"] == str(tmp_path / "checkpoint.pt")
 
@@ -935,7 +928,7 @@ def test_resume_with_another_attention_names_the_field(text_file, tmp_path):
     """Before: a message about presets that never named attention ('the tiny preset ..., not a model of ...')."""
     run(text_file, tmp_path, max_steps=2)
     other = GPTConfig.preset("tiny", attention="course")
-    with pytest.raises(RunSetupError, match=r"as asked \(attention 'torch' there, 'course' asked\): leave out"):
+    with pytest.raises(RunSetupError, match=r"another model \(attention 'torch' there, 'course' asked\): leave out"):
         train(other, text_file, tmp_path, TrainConfig.preset("tiny", **FAST), resume=True, progress=False)
     assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2
 
