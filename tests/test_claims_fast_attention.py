@@ -68,14 +68,8 @@ def test_08_the_load_averages_are_what_the_prose_says():
 def test_08_delta_from_the_output_equals_rowsum_of_p_times_dp():
     """'Σ_j P_ij dP_ij = dO_i · O_i, so Δ = rowsum(dO ⊙ O), computed from the output without P'"""
     g = torch.Generator().manual_seed(7)
-    q, k = (
-        torch.randn(3, 5, 4, generator=g, dtype=torch.float64),
-        torch.randn(3, 7, 4, generator=g, dtype=torch.float64),
-    )
-    v, d_out = (
-        torch.randn(3, 7, 2, generator=g, dtype=torch.float64),
-        torch.randn(3, 5, 2, generator=g, dtype=torch.float64),
-    )
+    shapes = [(3, 5, 4), (3, 7, 4), (3, 7, 2), (3, 5, 2)]
+    q, k, v, d_out = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in shapes)
     P = torch.softmax(q @ k.transpose(-2, -1) / 2, dim=-1)
     out = P @ v
     torch.testing.assert_close((d_out * out).sum(-1), (P * (d_out @ v.transpose(-2, -1))).sum(-1), rtol=0, atol=1e-12)
@@ -96,17 +90,6 @@ def test_08_the_flash_run_says_where_when_and_how(flash_run):
         meta["device"].startswith("cpu") and meta["date"] and meta["command"].endswith("benchmarks/flash_attention.py")
     )
     assert {r["T"] for r in flash_run[0]["results"]} == {1024, 2048, 4096, 8192}
-
-
-def test_08_flash_and_the_fused_kernel_grow_linearly_plain_and_tiled_quadratically(flash_run):
-    """What flash and the fused kernel keep doubles per doubling of T (slope 1), plain's and tiled's about
-    quadruples (slope 2); the peaks follow, within 0.2 (the exact figures: the test below)."""
-    _, by = flash_run
-    for method, lo, hi in (("flash", 1.7, 2.3), ("sdpa", 1.7, 2.3), ("plain", 3.5, 4.5), ("tiled", 3.5, 4.5)):
-        growth = by[(method, 8192)]["saved_mb"] / by[(method, 4096)]["saved_mb"]
-        assert lo <= growth <= hi, (method, growth)
-        peak = by[(method, 8192)]["peak_mb"] / by[(method, 4096)]["peak_mb"]
-        assert lo - 0.2 <= peak <= hi + 0.2, (method, peak)
 
 
 def test_08_flash_keeps_what_the_fused_kernel_keeps_in_about_one_and_a_half_times_its_time(flash_run):
@@ -138,14 +121,19 @@ def test_08_the_backward_does_five_tile_products_to_the_forwards_two_so_2_5_time
 
 def test_08_flash_keeps_twice_as_much_per_doubling_and_its_peak_grows_toward_that(flash_run):
     """'What flash and PyTorch's fused kernel keep doubles with each doubling of T ... Their measured peaks grow
-    by less than that (x1.47, x1.66, x1.73 for flash) ... the slope tends to 1. Plain attention's grows about 4x'"""
+    by less than that (x1.47, x1.66, x1.73 for flash) ... the slope tends to 1. Plain attention's grows about 4x';
+    what plain and tiled keep quadruples (slope 2), and their peaks follow."""
     _, by = flash_run
-    lengths = (1024, 2048, 4096)
+
+    def growth(method: str, key: str) -> list[float]:
+        return [by[(method, 2 * t)][key] / by[(method, t)][key] for t in (1024, 2048, 4096)]
+
     for method in ("flash", "sdpa"):
-        kept = [by[(method, 2 * t)]["saved_mb"] / by[(method, t)]["saved_mb"] for t in lengths]
-        assert all(abs(x - 2) < 0.01 for x in kept), (method, kept)
-        peak = [by[(method, 2 * t)]["peak_mb"] / by[(method, t)]["peak_mb"] for t in lengths]
+        assert all(abs(x - 2) < 0.01 for x in growth(method, "saved_mb")), method
+        peak = growth(method, "peak_mb")
         assert all(1 < x < 2 for x in peak) and peak == sorted(peak), (method, peak)
-    flash_peak = [round(by[("flash", 2 * t)]["peak_mb"] / by[("flash", t)]["peak_mb"], 2) for t in lengths]
-    assert flash_peak == [1.47, 1.66, 1.73]
-    assert all(3.5 < by[("plain", 2 * t)]["peak_mb"] / by[("plain", t)]["peak_mb"] < 4.5 for t in lengths)
+    assert [round(x, 2) for x in growth("flash", "peak_mb")] == [1.47, 1.66, 1.73] and min(
+        growth("sdpa", "peak_mb")
+    ) > 1.5
+    for method in ("plain", "tiled"):
+        assert all(3.5 < x < 4.5 for x in growth(method, "saved_mb") + growth(method, "peak_mb")), method

@@ -38,22 +38,23 @@ SAVED = ROOT / "benchmarks" / "results" / "attention_cost_cpu.json"
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-class _Shapes(TorchDispatchMode):
-    """Records the number of elements and the op of every tensor an operation produces."""
+class _Largest(TorchDispatchMode):
+    """Records the number of elements of the largest tensor any operation produces."""
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.outputs: list[tuple[str, int]] = []
+    largest = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         for t in out if isinstance(out, (tuple, list)) else (out,):
             if isinstance(t, torch.Tensor):
-                self.outputs.append((str(func.overloadpacket.__name__), t.numel()))
+                self.largest = max(self.largest, t.numel())
         return out
 
-    def largest(self) -> int:
-        return max(n for _, n in self.outputs)
+
+def _largest_tensor(attend, *qkv) -> int:
+    with _Largest() as probe:
+        attend(*qkv)
+    return probe.largest
 
 
 # --- notebook 07 ------------------------------------------------------------------------------------
@@ -128,12 +129,11 @@ def test_07_mistrals_reference_prefill_mask_keeps_w_plus_1_keys_where_its_rollin
 
 # --- notebook 07: memory bandwidth of decoding -------------------------------------------------------
 
-GPU_KV_HEADS = {"MHA (6)": 6, "GQA (2)": 2, "MQA (1)": 1}
-# the notebook's table: cache MiB, attention FLOPs per byte, and FLOPs per byte at batch 1, 64 and 512
+# the notebook's table: KV heads, cache MiB, attention FLOPs per byte, and FLOPs per byte at batch 1, 64 and 512
 GPU_TABLE = {
-    "MHA (6)": (2.25, 1.0, (1.0, 8.9, 10.0)),
-    "GQA (2)": (0.75, 3.0, (1.1, 19.8, 26.1)),
-    "MQA (1)": (0.38, 6.0, (1.1, 30.6, 48.8)),
+    "MHA (6)": (6, 2.25, 1.0, (1.0, 8.9, 10.0)),
+    "GQA (2)": (2, 0.75, 3.0, (1.1, 19.8, 26.1)),
+    "MQA (1)": (1, 0.38, 6.0, (1.1, 30.6, 48.8)),
 }
 
 
@@ -147,14 +147,14 @@ def _decode_step(cfg: GPTConfig, batch: int) -> tuple[float, float]:
     return batch * (2 * n_params + attn), 2 * n_params + batch * cache
 
 
-@pytest.mark.parametrize("name", GPU_KV_HEADS)
+@pytest.mark.parametrize("name", GPU_TABLE)
 def test_07_decoding_intensity_of_the_gpu_gpt(name):
     """The notebook's table for the gpu preset: cache per sequence, attention's H / Hkv FLOPs per byte (float16)
     whatever the batch, and the whole step's FLOPs per byte at batch 1, 64 and 512."""
-    cfg = GPTConfig.preset("gpu", num_kv_heads=GPU_KV_HEADS[name])
+    Hkv, mib, attention, per_batch = GPU_TABLE[name]
+    cfg = GPTConfig.preset("gpu", num_kv_heads=Hkv)
     assert (cfg.num_layers, cfg.num_heads, cfg.embed_dim // cfg.num_heads, cfg.context_length) == (6, 6, 64, 256)
-    mib, attention, per_batch = GPU_TABLE[name]
-    H, Hkv, D, S, L = 6, GPU_KV_HEADS[name], 64, 256, 6
+    H, D, S, L = 6, 64, 256, 6
     cache = kv_cache_bytes(L, Hkv, D, num_tokens=S)
     assert round(cache / 2**20, 2) == mib
     for context in (1, 17, 256):  # 'whatever the batch and the context'
@@ -203,12 +203,8 @@ def test_07_linformer_slicing_its_projections_is_zero_padding_the_sequence(seed,
     """'A shorter input uses the first S columns of E and F, which is exactly zero-padding it to L'"""
     g = torch.Generator().manual_seed(seed)
     L = S + extra
-    q = torch.randn(2, T, 8, generator=g, dtype=torch.float64)
-    k, v = (
-        torch.randn(2, S, 8, generator=g, dtype=torch.float64),
-        torch.randn(2, S, 5, generator=g, dtype=torch.float64),
-    )
-    E, F_ = torch.randn(R, L, generator=g, dtype=torch.float64), torch.randn(R, L, generator=g, dtype=torch.float64)
+    shapes = [(2, T, 8), (2, S, 8), (2, S, 5), (R, L), (R, L)]
+    q, k, v, E, F_ = (torch.randn(*shape, generator=g, dtype=torch.float64) for shape in shapes)
     sliced = linformer_attention(q, k, v, E, F_)
     k_pad = torch.cat([k, torch.zeros(2, extra, 8, dtype=torch.float64)], dim=1)  # (B, L, D)
     v_pad = torch.cat([v, torch.zeros(2, extra, 5, dtype=torch.float64)], dim=1)
@@ -239,40 +235,27 @@ def test_07_factorised_aft_overflows_near_logits_of_100_and_the_softmax_form_doe
     assert torch.isfinite(aft_full(q, k, v, w_bias, causal_mask(6))).all()
 
 
-def test_07_chunked_sliding_window_never_builds_the_t_by_t_scores():
-    """'its scores are (chunk, chunk + window - 1), whatever T is'"""
-    q, k, v = (torch.randn(1, 2, 200, 8) for _ in range(3))
-    with _Shapes() as shapes:
-        sliding_window_attention(q, k, v, window=7, chunk_size=16)
-    assert shapes.largest() <= max(2 * 16 * (16 + 7 - 1), q.numel())
-    assert shapes.largest() < 2 * 200 * 200
+# (T, S, attention on (B, H, D) = (1, 2, 8), the most elements its largest block may hold): 07 'its scores are
+# (chunk, chunk + window - 1), whatever T is'; 07 'peak memory O(chunk x S) instead of O(T x S)'; 08 'the scores in
+# memory are never more than (q_tile, kv_tile), whatever T and S are'
+NEVER_BUILT = {
+    "07 sliding window": (200, 200, lambda *qkv: sliding_window_attention(*qkv, window=7, chunk_size=16), 16 * 22),
+    "07 top-k": (128, 128, lambda *qkv: topk_attention(*qkv, top_k=4, chunk_size=16, causal=True), 16 * 128),
+    "08 tiled": (96, 160, lambda *qkv: tiled_attention(*qkv, q_tile=16, kv_tile=16), 16 * 16),
+    "08 tiled, causal": (96, 160, lambda *qkv: tiled_attention(*qkv, is_causal=True, q_tile=16, kv_tile=16), 16 * 16),
+}
 
 
-def test_07_chunked_topk_holds_chunk_by_s_not_t_by_s():
-    """'peak memory O(chunk x S) instead of O(T x S)'"""
-    T = 128
-    q, k, v = (torch.randn(1, 2, T, 8) for _ in range(3))
-    with _Shapes() as shapes:
-        topk_attention(q, k, v, top_k=4, chunk_size=16, causal=True)
-    assert shapes.largest() <= 2 * 16 * T
-    with _Shapes() as naive:
-        scaled_dot_product_attention(q, k, v, causal_mask(T))
-    assert naive.largest() >= 2 * T * T  # the probe sees the (T, T) scores when they are built
+@pytest.mark.parametrize("name", NEVER_BUILT)
+def test_07_08_chunked_and_tiled_attention_never_build_the_t_by_s_scores(name):
+    T, S, attend, block = NEVER_BUILT[name]
+    q, k, v = torch.randn(1, 2, T, 8), torch.randn(1, 2, S, 8), torch.randn(1, 2, S, 8)
+    bound = max(2 * block, q.numel(), k.numel())  # a block per head, or the inputs and the output
+    assert _largest_tensor(attend, q, k, v) <= bound < 2 * T * S // 4
+    assert _largest_tensor(scaled_dot_product_attention, q, k, v, causal_mask(T, S)) >= 2 * T * S  # the probe works
 
 
 # --- notebook 08: tiled attention ------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("is_causal", [False, True])
-def test_08_tiled_attention_never_builds_the_t_by_s_scores(is_causal):
-    """'the scores in memory are never more than (q_tile, kv_tile), whatever T and S are'"""
-    B, H, T, S, D, tile = 1, 2, 96, 160, 8, 16
-    q, k, v = torch.randn(B, H, T, D), torch.randn(B, H, S, D), torch.randn(B, H, S, D)
-    with _Shapes() as shapes:
-        tiled_attention(q, k, v, is_causal=is_causal, q_tile=tile, kv_tile=tile)
-    inputs_and_output = max(q.numel(), k.numel(), v.numel())
-    assert shapes.largest() <= max(B * H * tile * tile, inputs_and_output)
-    assert shapes.largest() < B * H * T * S // 10
 
 
 def test_08_tiled_memory_for_8192_tokens():
