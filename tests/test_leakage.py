@@ -7,6 +7,7 @@ itself catches a leak: with no mask, an inverted mask, a transposed mask or an o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pytest
@@ -110,13 +111,9 @@ FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     "MultiHeadAttention(dropout=0.3, training)": _module(
         lambda: MultiHeadAttention(C, H, dropout=0.3).train(), seed_each_call=True
     ),
-    "GPT blocks (course attention, learned positions)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype),
-    "GPT blocks (torch attention, rope)": lambda mask_fn, dtype: _gpt_blocks(
-        mask_fn, dtype, positions="rope", attention="torch"
-    ),
-    "GPT blocks (grouped-query, rope)": lambda mask_fn, dtype: _gpt_blocks(
-        mask_fn, dtype, positions="rope", num_kv_heads=1
-    ),
+    "GPT blocks (course attention, learned positions)": _gpt_blocks,
+    "GPT blocks (torch attention, rope)": functools.partial(_gpt_blocks, positions="rope", attention="torch"),
+    "GPT blocks (grouped-query, rope)": functools.partial(_gpt_blocks, positions="rope", num_kv_heads=1),
     "ALiBiMultiHeadAttention": _module(lambda: ALiBiMultiHeadAttention(C, H).eval()),
     # notebook 07's variants: grouped-query, multi-query, chunked top-k, AFT-full and AFT-local
     "GroupedQueryAttention(num_kv_heads=H)": _module(lambda: GroupedQueryAttention(C, H, H, bias=True)),
