@@ -14,7 +14,7 @@ from unittest import mock
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from strategies import dtypes, seeds, tol
 from torch import nn
@@ -156,6 +156,7 @@ PATHS = ("need_weights=True", "need_weights=False", "fast path")
     bias=st.booleans(),
     seed=seeds,
 )
+@example(B=2, T=5, half_heads=1, D=4, bias=True, seed=0)  # notebook 05's module and batch (section 4)
 def test_a_forgotten_inversion_gives_nan_or_silent_zeros_depending_on_the_path(B, T, half_heads, D, bias, seed):
     """The course's causal mask (True = may attend) handed to nn.MultiheadAttention uninverted: the last
     query's row is fully masked. Measured on the CPU: NaN on need_weights=True and on the native fast path;
@@ -194,19 +195,15 @@ def test_a_forgotten_inversion_gives_nan_or_silent_zeros_depending_on_the_path(B
 
 
 def test_notebook_05_section_4_the_three_paths_on_its_own_module():
-    """Notebook 05's module and batch (seed 0, C = 8, H = 2, B = 2, T = 5): last token NaN / zeros / NaN,
-    the other tokens equal on every path and off from the right answer by about 0.96."""
+    """Notebook 05's module and batch (seed 0, C = 8, H = 2, B = 2, T = 5; the explicit example of the test above
+    pins its last token NaN / zeros / NaN and the other tokens equal on every path): off by about 0.96."""
     torch.manual_seed(0)
     m = nn.MultiheadAttention(embed_dim=8, num_heads=2, batch_first=True).eval()
     x = torch.randn(2, 5, 8)
-    allow = causal_mask(5)
-    outs = {p: _run_path(m, x, p, attn_mask=allow) for p in PATHS}
-    right = _run_path(m, x, "fast path", attn_mask=~allow)
-    assert [outs[p][:, -1].isnan().all().item() for p in PATHS] == [True, False, True]
-    assert (outs["need_weights=False"][:, -1] == 0).all()
+    right = _run_path(m, x, "fast path", attn_mask=~causal_mask(5))
     for p in PATHS:
-        torch.testing.assert_close(outs[p][:, :-1], outs["need_weights=True"][:, :-1], atol=1e-5, rtol=1e-4)
-        assert round((outs[p][:, :-1] - right[:, :-1]).abs().max().item(), 2) == 0.96
+        wrong = _run_path(m, x, p, attn_mask=causal_mask(5))
+        assert round((wrong[:, :-1] - right[:, :-1]).abs().max().item(), 2) == 0.96
 
 
 def test_notebook_03_section_10_forgotten_inversion_weights():

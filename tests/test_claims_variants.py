@@ -292,9 +292,10 @@ def decoder():
     return GPT(GPTConfig.preset("tiny", vocab_size=16, num_kv_heads=2, context_length=300)).eval().for_generation()
 
 
-@pytest.mark.parametrize("N", [1, 2, 7, 40, 128])
+@pytest.mark.parametrize("N", [1, 2, 7, 40, 64, 128])
 def test_08_token_passes_and_score_pairs_with_and_without_the_cache(decoder, N):
-    """'About N^2/2 token-passes and N^3/3 pairs without a cache; N token-passes and about N^2/2 pairs with it'"""
+    """'About N^2/2 token-passes and N^3/3 pairs without a cache; N token-passes and about N^2/2 pairs with it': exact
+    counts, so from N = 64 to 128 'it grows as N^2 (no cache) vs N^1 (cache) in token-passes, N^3 vs N^2 in pairs'"""
     tokens, pairs, _ = _work(decoder, N, use_cache=False)
     assert tokens == N * (N + 1) // 2  # step n runs the prefix of n tokens
     assert pairs == sum(n * n for n in range(1, N + 1))
@@ -302,16 +303,6 @@ def test_08_token_passes_and_score_pairs_with_and_without_the_cache(decoder, N):
     assert tokens == N  # the prompt, then one token per step (the last token is never fed back)
     assert pairs == N * (N + 1) // 2
     assert per_step == list(range(1, N + 1))  # 'each cached step still attends over the whole context'
-
-
-def test_08_the_cache_removes_one_factor_of_n_not_two(decoder):
-    """'it grows as N^2 (no cache) vs N^1 (cache) in token-passes, N^3 vs N^2 in pairs': exponents from 64 to 128"""
-    exponent = {}
-    for use_cache in (False, True):
-        (t1, p1, _), (t2, p2, _) = _work(decoder, 64, use_cache), _work(decoder, 128, use_cache)
-        exponent[use_cache] = (math.log2(t2 / t1), math.log2(p2 / p1))
-    assert exponent[False][0] == pytest.approx(2.0, abs=0.05) and exponent[True][0] == pytest.approx(1.0, abs=0.05)
-    assert exponent[False][1] == pytest.approx(3.0, abs=0.05) and exponent[True][1] == pytest.approx(2.0, abs=0.05)
 
 
 @pytest.mark.parametrize("use_cache", [False, True])
