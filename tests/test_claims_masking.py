@@ -364,7 +364,7 @@ def test_a_padding_mask_missing_an_axis_hands_sequence_bs_padding_to_head_b(H, T
     assert (right * ~pad[:, None, None, :]).sum() == 0
     for b in range(B):
         for h in range(H):
-            torch.testing.assert_close(wrong[b, h], _weights_under(m, x, pad[h])[b, h])
+            torch.testing.assert_close(wrong[b, h], m(x, pad[h][None, None, None, :], need_weights=True)[1][b, h])
     with pytest.raises(ValueError, match=r"mask of shape \(\d+, 1, \d+\) is ambiguous"):
         m(x, pad[:, None, :])
 
@@ -374,11 +374,6 @@ def _broadcast_weights(m: MultiHeadAttention, x: torch.Tensor, mask: torch.Tenso
     q, k, _ = (split_heads(t, m.num_heads) for t in m.qkv_proj(x).chunk(3, dim=-1))  # (B, H, T, D)
     scores = q @ k.transpose(-2, -1) / math.sqrt(m.head_dim)  # (B, H, T, S)
     return torch.softmax(scores.masked_fill(~mask, float("-inf")), dim=-1)
-
-
-def _weights_under(m: MultiHeadAttention, x: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
-    """The weights of every sequence of x when all of them use the key mask ``keys`` (S,)."""
-    return m(x, keys[None, None, None, :], need_weights=True)[1]
 
 
 def test_notebook_04_pitfall_4_the_wrong_layout_changes_every_sequence_and_the_course_refuses_it():

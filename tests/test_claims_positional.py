@@ -127,16 +127,8 @@ def test_rope_turns_counter_clockwise_with_the_codes_sign_convention():
     x4 = torch.tensor([[0.3, -0.7, 1.1, 0.4]]).double()  # half pairing: pairs (0, 2) and (1, 3)
     t = torch.tensor([5])
     a = 5 * sinusoidal_frequencies(4)  # (2,)
-    expected = torch.tensor(
-        [
-            [
-                0.3 * math.cos(a[0]) - 1.1 * math.sin(a[0]),
-                -0.7 * math.cos(a[1]) - 0.4 * math.sin(a[1]),
-                0.3 * math.sin(a[0]) + 1.1 * math.cos(a[0]),
-                -0.7 * math.sin(a[1]) + 0.4 * math.cos(a[1]),
-            ]
-        ]
-    )
+    x1, x2 = x4[0, :2], x4[0, 2:]
+    expected = torch.cat([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()])[None]
     torch.testing.assert_close(apply_rope(x4, t), expected.double())
     quarter = rotate_pair(torch.tensor(1.0), torch.tensor(0.0), torch.tensor(math.pi / 2))
     torch.testing.assert_close(torch.stack(quarter), torch.tensor([0.0, 1.0]))
