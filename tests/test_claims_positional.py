@@ -222,29 +222,18 @@ def test_one_causal_layer_sees_the_earlier_tokens_as_a_set_two_see_their_order(n
 # ------------------------------------------------------------------ the explorer (section 6)
 
 
-def test_sinusoidal_table_added_to_q_and_k_is_relative_only_without_the_cross_terms():
-    """(q + PE[i]) . (k + PE[j]): PE[i] . PE[j] depends on i - j only; q . PE[j] + PE[i] . k does not."""
-    T, C = 24, 16
-    g = torch.Generator().manual_seed(0)
-    qv, kv = torch.randn(C, generator=g), torch.randn(C, generator=g)
-    pe = sinusoidal_encoding(T, C)
-    scores = (qv + pe) @ (kv + pe).T  # (T, T): the explorer's sinusoidal panel
-    cross = qv @ pe.T + (pe @ kv)[:, None]  # q . PE[j] along a row, PE[i] . k down a column
-    assert not diagonals_constant(scores)
-    assert diagonals_constant(scores - cross)
-    assert diagonals_constant(pe @ pe.T)
-
-
 def test_explorer_panels_on_one_scale_learned_noise_is_the_largest_and_rope_is_relative():
+    """The panels of one q and one k. The sinusoidal one, (q + PE[i]) . (k + PE[j]): PE[i] . PE[j] depends on i - j
+    only; q . PE[j] + PE[i] . k does not."""
     T, C = 24, 16
     g = torch.Generator().manual_seed(0)
     qv, kv = torch.randn(C, generator=g), torch.randn(C, generator=g)
     qs, ks = qv.expand(T, C), kv.expand(T, C)
-    table = torch.randn(T, C, generator=g)
+    table, pe = torch.randn(T, C, generator=g), sinusoidal_encoding(T, C)
     panels = {
         "none": qs @ ks.T,
         "learned": (qs + table) @ (ks + table).T,
-        "sinusoidal": (qs + sinusoidal_encoding(T, C)) @ (ks + sinusoidal_encoding(T, C)).T,
+        "sinusoidal": (qs + pe) @ (ks + pe).T,
         "rope": apply_rope(qs[None], pairing="interleaved")[0] @ apply_rope(ks[None], pairing="interleaved")[0].T,
         "alibi": qs @ ks.T + alibi_bias(8, T)[0],  # slope 1/2
     }
@@ -255,6 +244,9 @@ def test_explorer_panels_on_one_scale_learned_noise_is_the_largest_and_rope_is_r
     )
     assert diagonals_constant(panels["rope"]) and diagonals_constant(panels["alibi"])
     torch.testing.assert_close(panels["alibi"][-1, 0] - panels["alibi"][-1, -1], torch.tensor(-11.5))  # -(T-1)/2
+    cross = qv @ pe.T + (pe @ kv)[:, None]  # q . PE[j] along a row, PE[i] . k down a column
+    assert not diagonals_constant(panels["sinusoidal"])
+    assert diagonals_constant(panels["sinusoidal"] - cross) and diagonals_constant(pe @ pe.T)
 
 
 # ----------------------------------------------------------- the experiment (section 7): what the prose reads off
