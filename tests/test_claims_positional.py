@@ -68,17 +68,14 @@ def test_every_rotating_model_uses_the_half_pairing_by_default():
 # ------------------------------------------------------------------ angles need float32 at least (section 4)
 
 
-def _angles(t: int, D: int, dtype: torch.dtype) -> torch.Tensor:
-    theta = sinusoidal_frequencies(D)  # (D/2,) float64
-    return torch.tensor(float(t), dtype=dtype) * theta.to(dtype)  # (D/2,) in dtype
-
-
 def test_angles_at_position_2000_lose_whole_radians_in_bfloat16_and_not_in_float32():
     """'An angle computed in bfloat16 can be off by whole radians' (4.2 printed); float32 below 1e-4 radian."""
     exact = 2000 * sinusoidal_frequencies(64)
     torch.testing.assert_close(exact, 2000 * 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64))
-    bf16 = (_angles(2000, 64, torch.bfloat16).double() - exact).abs().max().item()
-    f32 = (_angles(2000, 64, torch.float32).double() - exact).abs().max().item()
+    bf16, f32 = (  # the angles made in that dtype: position times frequency
+        ((torch.tensor(2000.0, dtype=dtype) * sinusoidal_frequencies(64).to(dtype)).double() - exact).abs().max().item()
+        for dtype in (torch.bfloat16, torch.float32)
+    )
     assert round(bf16, 1) == 4.2
     assert f32 < 1e-4
     assert torch.finfo(torch.bfloat16).eps * 1024 == 8  # 'between 1024 and 2048 its steps are 8 apart'
