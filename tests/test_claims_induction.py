@@ -105,6 +105,7 @@ def test_scores_find_one_previous_token_head_and_induction_heads_in_layer_1(ship
     assert prev[PREV_HEAD].item() > 0.4 and prev[PREV_HEAD].item() > 5 * uniform_prev
     assert (ind[1] > 0.5).all() and (ind[1] > 10 * uniform_ind).all()  # every layer-1 head
     assert (ind[0] < 0.1).all() and (prev[1] < 0.1).all()  # and the layers do not swap jobs
+    assert heads_above(prev[:1], 0.3) == [PREV_HEAD]  # the set above the threshold is the one head here
 
 
 def test_the_layer_0_head_feeds_the_layer_1_heads_through_their_keys(shipped):
@@ -230,13 +231,6 @@ def test_the_induction_heads_raise_the_copied_tokens_logit(shipped):
     assert (kept < 0.4).all() and round(kept.max().item(), 2) == 0.35
     source = (ROOT / "course_source" / "12_induction_heads.py").read_text()
     assert "lift falls below 40% of what it was (to 35% for the head that keeps the most)" in source
-
-
-def test_the_set_above_the_threshold_is_the_one_head_here(shipped):
-    model, _, tokens = shipped
-    N = model.config.seq_len
-    prev, _ = head_scores(model, tokens, N)
-    assert heads_above(prev[:1], 0.3) == [PREV_HEAD]
 
 
 def test_one_layer_cannot_copy_but_learns_the_bag_of_seen_tokens():

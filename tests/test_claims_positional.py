@@ -60,24 +60,22 @@ def diagonals_constant(scores: torch.Tensor, atol: float = 1e-4) -> bool:
 def test_every_rotating_model_uses_the_half_pairing_by_default():
     assert inspect.signature(apply_rope).parameters["pairing"].default == "half"
     assert GroupedQueryAttention(8, 2, rope=True).rotary.pairing == "half"
-    assert GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn.rotary.pairing == "half"
+    gpt_rotary = GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn.rotary
+    assert isinstance(gpt_rotary, RotaryTable) and gpt_rotary.pairing == "half"  # 'keeps ... ready in a RotaryTable'
     assert RotaryTable(8).pairing == "half"
 
 
 # ------------------------------------------------------------------ angles need float32 at least (section 4)
 
 
-def _angles(t: int, D: int, dtype: torch.dtype) -> torch.Tensor:
-    theta = sinusoidal_frequencies(D)  # (D/2,) float64
-    return torch.tensor(float(t), dtype=dtype) * theta.to(dtype)  # (D/2,) in dtype
-
-
 def test_angles_at_position_2000_lose_whole_radians_in_bfloat16_and_not_in_float32():
     """'An angle computed in bfloat16 can be off by whole radians' (4.2 printed); float32 below 1e-4 radian."""
     exact = 2000 * sinusoidal_frequencies(64)
     torch.testing.assert_close(exact, 2000 * 10000.0 ** (-torch.arange(0, 64, 2, dtype=torch.float64) / 64))
-    bf16 = (_angles(2000, 64, torch.bfloat16).double() - exact).abs().max().item()
-    f32 = (_angles(2000, 64, torch.float32).double() - exact).abs().max().item()
+    bf16, f32 = (  # the angles made in that dtype: position times frequency
+        ((torch.tensor(2000.0, dtype=dtype) * sinusoidal_frequencies(64).to(dtype)).double() - exact).abs().max().item()
+        for dtype in (torch.bfloat16, torch.float32)
+    )
     assert round(bf16, 1) == 4.2
     assert f32 < 1e-4
     assert torch.finfo(torch.bfloat16).eps * 1024 == 8  # 'between 1024 and 2048 its steps are 8 apart'
@@ -104,18 +102,6 @@ def test_rotary_table_rotates_bfloat16_in_float32_to_bfloat16s_rounding(start, p
         assert not torch.allclose(by_bf16.double(), exact, rtol=2**-7, atol=1e-3)
 
 
-def test_the_gpt_rotates_with_a_rotary_table_in_float32_at_least():
-    """'Notebook 10's GPT keeps the cos and sin of every position ready in a `RotaryTable`'."""
-    config = GPTConfig(vocab_size=7, context_length=16, embed_dim=32, num_heads=4, num_layers=1, positions="rope")
-    attn = GPT(config).blocks[0].attn
-    assert isinstance(attn.rotary, RotaryTable)
-    x = torch.randn(1, 4, 6, 8, generator=torch.Generator().manual_seed(0)).bfloat16()
-    got = attn.rotary.rotate(x, 2000)
-    assert got.dtype == torch.bfloat16
-    exact = apply_rope(x.double(), torch.arange(2000, 2006), config.rope_base)
-    assert torch.allclose(got.double(), exact, rtol=2**-7, atol=1e-3)
-
-
 # ------------------------------------------------------------------ which way RoPE turns
 
 
@@ -138,16 +124,8 @@ def test_rope_turns_counter_clockwise_with_the_codes_sign_convention():
     x4 = torch.tensor([[0.3, -0.7, 1.1, 0.4]]).double()  # half pairing: pairs (0, 2) and (1, 3)
     t = torch.tensor([5])
     a = 5 * sinusoidal_frequencies(4)  # (2,)
-    expected = torch.tensor(
-        [
-            [
-                0.3 * math.cos(a[0]) - 1.1 * math.sin(a[0]),
-                -0.7 * math.cos(a[1]) - 0.4 * math.sin(a[1]),
-                0.3 * math.sin(a[0]) + 1.1 * math.cos(a[0]),
-                -0.7 * math.sin(a[1]) + 0.4 * math.cos(a[1]),
-            ]
-        ]
-    )
+    x1, x2 = x4[0, :2], x4[0, 2:]
+    expected = torch.cat([x1 * a.cos() - x2 * a.sin(), x1 * a.sin() + x2 * a.cos()])[None]
     torch.testing.assert_close(apply_rope(x4, t), expected.double())
     quarter = rotate_pair(torch.tensor(1.0), torch.tensor(0.0), torch.tensor(math.pi / 2))
     torch.testing.assert_close(torch.stack(quarter), torch.tensor([0.0, 1.0]))
@@ -241,29 +219,18 @@ def test_one_causal_layer_sees_the_earlier_tokens_as_a_set_two_see_their_order(n
 # ------------------------------------------------------------------ the explorer (section 6)
 
 
-def test_sinusoidal_table_added_to_q_and_k_is_relative_only_without_the_cross_terms():
-    """(q + PE[i]) . (k + PE[j]): PE[i] . PE[j] depends on i - j only; q . PE[j] + PE[i] . k does not."""
-    T, C = 24, 16
-    g = torch.Generator().manual_seed(0)
-    qv, kv = torch.randn(C, generator=g), torch.randn(C, generator=g)
-    pe = sinusoidal_encoding(T, C)
-    scores = (qv + pe) @ (kv + pe).T  # (T, T): the explorer's sinusoidal panel
-    cross = qv @ pe.T + (pe @ kv)[:, None]  # q . PE[j] along a row, PE[i] . k down a column
-    assert not diagonals_constant(scores)
-    assert diagonals_constant(scores - cross)
-    assert diagonals_constant(pe @ pe.T)
-
-
 def test_explorer_panels_on_one_scale_learned_noise_is_the_largest_and_rope_is_relative():
+    """The panels of one q and one k. The sinusoidal one, (q + PE[i]) . (k + PE[j]): PE[i] . PE[j] depends on i - j
+    only; q . PE[j] + PE[i] . k does not."""
     T, C = 24, 16
     g = torch.Generator().manual_seed(0)
     qv, kv = torch.randn(C, generator=g), torch.randn(C, generator=g)
     qs, ks = qv.expand(T, C), kv.expand(T, C)
-    table = torch.randn(T, C, generator=g)
+    table, pe = torch.randn(T, C, generator=g), sinusoidal_encoding(T, C)
     panels = {
         "none": qs @ ks.T,
         "learned": (qs + table) @ (ks + table).T,
-        "sinusoidal": (qs + sinusoidal_encoding(T, C)) @ (ks + sinusoidal_encoding(T, C)).T,
+        "sinusoidal": (qs + pe) @ (ks + pe).T,
         "rope": apply_rope(qs[None], pairing="interleaved")[0] @ apply_rope(ks[None], pairing="interleaved")[0].T,
         "alibi": qs @ ks.T + alibi_bias(8, T)[0],  # slope 1/2
     }
@@ -274,6 +241,9 @@ def test_explorer_panels_on_one_scale_learned_noise_is_the_largest_and_rope_is_r
     )
     assert diagonals_constant(panels["rope"]) and diagonals_constant(panels["alibi"])
     torch.testing.assert_close(panels["alibi"][-1, 0] - panels["alibi"][-1, -1], torch.tensor(-11.5))  # -(T-1)/2
+    cross = qv @ pe.T + (pe @ kv)[:, None]  # q . PE[j] along a row, PE[i] . k down a column
+    assert not diagonals_constant(panels["sinusoidal"])
+    assert diagonals_constant(panels["sinusoidal"] - cross) and diagonals_constant(pe @ pe.T)
 
 
 # ----------------------------------------------------------- the experiment (section 7): what the prose reads off

@@ -7,6 +7,7 @@ itself catches a leak: with no mask, an inverted mask, a transposed mask or an o
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import pytest
@@ -59,11 +60,11 @@ def assert_no_leakage(fn: Attention, x: torch.Tensor) -> None:
 
 
 def _projected(attend: Callable[..., torch.Tensor]):
-    """A function of q, k, v and the mask, ``attend(q, k, v, mask)``, on random projections of x."""
+    """A function of q, k, v and the mask, ``attend(q, k, v, mask=mask)``, on random projections of x."""
 
     def factory(mask_fn: MaskFn, dtype: torch.dtype) -> Attention:
         w_q, w_k, w_v = (torch.randn(C, C, dtype=dtype) / C**0.5 for _ in range(3))
-        return lambda x: attend(x @ w_q, x @ w_k, x @ w_v, mask_fn(x.shape[1]))
+        return lambda x: attend(x @ w_q, x @ w_k, x @ w_v, mask=mask_fn(x.shape[1]))
 
     return factory
 
@@ -110,27 +111,19 @@ FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     "MultiHeadAttention(dropout=0.3, training)": _module(
         lambda: MultiHeadAttention(C, H, dropout=0.3).train(), seed_each_call=True
     ),
-    "GPT blocks (course attention, learned positions)": lambda mask_fn, dtype: _gpt_blocks(mask_fn, dtype),
-    "GPT blocks (torch attention, rope)": lambda mask_fn, dtype: _gpt_blocks(
-        mask_fn, dtype, positions="rope", attention="torch"
-    ),
-    "GPT blocks (grouped-query, rope)": lambda mask_fn, dtype: _gpt_blocks(
-        mask_fn, dtype, positions="rope", num_kv_heads=1
-    ),
+    "GPT blocks (course attention, learned positions)": _gpt_blocks,
+    "GPT blocks (torch attention, rope)": functools.partial(_gpt_blocks, positions="rope", attention="torch"),
+    "GPT blocks (grouped-query, rope)": functools.partial(_gpt_blocks, positions="rope", num_kv_heads=1),
     "ALiBiMultiHeadAttention": _module(lambda: ALiBiMultiHeadAttention(C, H).eval()),
     # notebook 07's variants: grouped-query, multi-query, chunked top-k, AFT-full and AFT-local
     "GroupedQueryAttention(num_kv_heads=H)": _module(lambda: GroupedQueryAttention(C, H, H, bias=True)),
     "GroupedQueryAttention(num_kv_heads=1)": _module(lambda: GroupedQueryAttention(C, H, 1)),
     "GroupedQueryAttention(rope=True)": _module(lambda: GroupedQueryAttention(C, H, 1, rope=True)),
-    "topk_attention(top_k=3, chunk_size=2)": _projected(
-        lambda q, k, v, mask: topk_attention(q, k, v, top_k=3, mask=mask, chunk_size=2)
-    ),
+    "topk_attention(top_k=3, chunk_size=2)": _projected(functools.partial(topk_attention, top_k=3, chunk_size=2)),
     "AFTFull": _module(lambda: AFTFull(C, context_length=T)),
     "AFTFull(local_window=2)": _module(lambda: AFTFull(C, context_length=T, local_window=2)),
     # notebook 08's tiled attention, with tiles that do not divide T
-    "tiled_attention(q_tile=4, kv_tile=4)": _projected(
-        lambda q, k, v, mask: tiled_attention(q, k, v, mask, q_tile=4, kv_tile=4)
-    ),
+    "tiled_attention(q_tile=4, kv_tile=4)": _projected(functools.partial(tiled_attention, q_tile=4, kv_tile=4)),
 }
 
 LEAKY_MASKS: dict[str, MaskFn] = {
