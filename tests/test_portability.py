@@ -15,7 +15,6 @@ import platform
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -281,16 +280,25 @@ def _step(course, title, code, group, ok=(0,)):
     return course.Step(title, ["-c", code], group=group, ok=ok)
 
 
-def test_steps_of_one_group_run_at_the_same_time_and_a_failure_fails_the_run(monkeypatch, capsys):
+def meet(mine: Path, theirs: Path) -> str:
+    """A step's code that leaves ``mine`` and waits (at most 60 s) for ``theirs``: two such steps both end only
+    when they run side by side, whatever the machine's load (no timing threshold)."""
+    return (
+        f"import pathlib, sys, time; pathlib.Path({str(mine)!r}).touch(); t = time.monotonic()\n"
+        f"while not pathlib.Path({str(theirs)!r}).exists():\n"
+        "    time.sleep(0.05)\n"
+        "    if time.monotonic() - t > 60: sys.exit('alone')\n"
+        "print('me' + 't')"
+    )
+
+
+def test_steps_of_one_group_run_at_the_same_time_and_a_failure_fails_the_run(monkeypatch, capsys, tmp_path):
     course = load_course()
     monkeypatch.setattr(course, "PY", Path(sys.executable))
-    sleep = "import time; time.sleep(1.0); print('sl' + 'ept')"
-    t0 = time.monotonic()
-    rc = course.run_steps([_step(course, "first", sleep, 1), _step(course, "second", sleep, 1)])
-    elapsed = time.monotonic() - t0
+    a, b = tmp_path / "a", tmp_path / "b"
+    rc = course.run_steps([_step(course, "first", meet(a, b), 1), _step(course, "second", meet(b, a), 1)])
     out = capsys.readouterr().out
-    assert rc == 0 and out.count("slept") == 2
-    assert elapsed < 1.9, f"two 1 s steps of one group took {elapsed:.1f} s: they did not run side by side"
+    assert rc == 0 and out.count("met") == 2, out  # one after the other, the first would wait for the second alone
     assert "wall time per step" in out and "ok in" in out
 
     rc = course.run_steps(
