@@ -367,7 +367,7 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
     workers = ["-n", "auto", "--maxprocesses=4", "--dist", "loadfile"]
     native = capability.get(None) or "unknown"
     notices: list[str] = []
-    forced: list[Step] = []
+    kernels: list[str] = []
     if not (ROOT / "notebooks").is_dir():
         notices.append("no notebooks/ folder: the passes under other CPU kernels are left out")
     for kernel in FORCED_KERNELS if (ROOT / "notebooks").is_dir() else ():
@@ -385,24 +385,38 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
         elif got and got == native:
             notices.append(f"the {kernel} CPU kernels are this CPU's own: the native run covers them")
         else:
-            env = {"ATEN_CPU_CAPABILITY": kernel, **EXTRA_ENV.get(kernel, {})}
-            forced.append(
-                Step(
-                    f"nbval on the learner notebooks under PyTorch's {kernel} CPU kernels "
-                    f"({' '.join(f'{k}={v}' for k, v in env.items())}): printed outputs must not depend on the CPU",
-                    # exit code 5: options in `extra` (-k ...) selected no notebook. On every core, a notebook to a
-                    # worker: the pass that ends last would otherwise leave the other core idle
-                    ["-m", "pytest", "notebooks", *nbval, *workers, *extra],
-                    env=env,
-                    group=3,
-                    ok=(0, 5),
-                )
+            kernels.append(kernel)
+    # Each notebook folder runs once under nbval, strict, against the outputs committed (built natively): the
+    # learner copies under the first forced kernels, the solutions under the next; what no forced pass takes runs
+    # natively with the unit tests. A solution's cells are its learner copy's but for the answers, so every shared
+    # cell is compared under both forced kernels, and a copy that changed on this CPU fails there too. (Before, the
+    # solutions also ran natively and the learner copies under both kernels: one execution of each notebook more.)
+    # A learner build has no solutions/: its notebooks run under each forced kernel.
+    folders = [d for d in ("notebooks", "solutions") if (ROOT / d).is_dir()]
+    forced: list[Step] = []
+    for i, kernel in enumerate(kernels):
+        folder = folders[i] if i < len(folders) else "notebooks"
+        env = {"ATEN_CPU_CAPABILITY": kernel, **EXTRA_ENV.get(kernel, {})}
+        forced.append(
+            Step(
+                f"nbval on the {'learner notebooks' if folder == 'notebooks' else 'solutions'} under PyTorch's "
+                f"{kernel} CPU kernels ({' '.join(f'{k}={v}' for k, v in env.items())}): printed outputs must not "
+                "depend on the CPU",
+                # exit code 5: options in `extra` (-k ...) selected no notebook. On every core, a notebook to a
+                # worker: the pass that ends last would otherwise leave the other core idle
+                ["-m", "pytest", folder, *nbval, *workers, *extra],
+                env=env,
+                group=3,
+                ok=(0, 5),
             )
-    # The learner copies run natively only where no forced pass runs them: a forced pass compares every output with
-    # the committed one, built natively, so a learner output that changed on this CPU fails there too; the solutions
-    # (the learner copies' cells but for the answers) still run natively. One execution of each notebook fewer.
-    if forced:
-        test = [d for d in test if d != "notebooks"]
+        )
+    test = [d for d in test if d not in {step.args[2] for step in forced}]
+    natively = tuple(d for d in test if d != "tests")
+    what = {
+        ("notebooks", "solutions"): "every notebook (learner copies and solutions)",
+        ("solutions",): "every solution",
+        ("notebooks",): "every learner notebook",
+    }.get(natively)
     steps = [
         Step(
             "lint (ruff, including B015: comparisons whose result is thrown away, and lines over 120 characters)",
@@ -416,10 +430,10 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
             group=1,
         ),
         Step(
-            f"unit tests (notebooks in sync with course_source/ among them) and nbval on every "
-            f"{'solution' if forced else 'notebook (learner copies and solutions)'} with this CPU's own kernels "
-            f"({native}), on every core",
-            ["-m", "pytest", *test, "--ignore=tests/e2e", *nbval, *workers, *extra],
+            "unit tests (notebooks in sync with course_source/ among them)"
+            + (f" and nbval on {what} with this CPU's own kernels ({native})" if what else "")
+            + ", on every core",
+            ["-m", "pytest", *test, "--ignore=tests/e2e", *(nbval if what else ()), *workers, *extra],
             env=one_thread(),
             group=2,
         ),

@@ -15,7 +15,6 @@ import platform
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -158,37 +157,59 @@ def forced_passes(steps):
     return {s.env.get("ATEN_CPU_CAPABILITY"): s for s in steps if "ATEN_CPU_CAPABILITY" in s.env}
 
 
-def test_plan_runs_the_learner_notebooks_under_both_forced_kernels_besides_the_native_run():
+def test_plan_runs_each_notebook_folder_once_under_nbval_the_learner_copies_and_the_solutions_each_forced():
     course = load_course()
     steps, notices = course.test_plan([], AVX512_MACHINE)
     assert notices == []
-    native = [s for s in steps if "--nbval" in s.args and "ATEN_CPU_CAPABILITY" not in s.env]
-    # the learner copies run under the forced kernels, against outputs built natively: not a third time natively
-    assert len(native) == 1 and {"tests", "solutions"} <= set(native[0].args) and "notebooks" not in native[0].args
-    assert "--dist" in native[0].args and "loadfile" in native[0].args  # a notebook's cells stay in order
+    unit = next(s for s in steps if "--ignore=tests/e2e" in s.args)
+    # every notebook runs once under nbval: the learner copies under one forced kernel, the solutions the other
+    assert "tests" in unit.args and not {"notebooks", "solutions", "--nbval"} & set(unit.args), unit.args
+    assert "nbval" not in unit.title
     browser = [s for s in steps if "tests/e2e" in s.args and "--ignore=tests/e2e" not in s.args]
-    assert len(browser) == 1 and "--ignore=tests/e2e" in native[0].args  # the browser tests run once, alone
+    assert len(browser) == 1  # the browser tests run once, alone
     forced = forced_passes(steps)
-    assert set(forced) == {"default", "avx2"}
+    assert {k: s.args[2] for k, s in forced.items()} == {"default": "notebooks", "avx2": "solutions"}
     for kernel, step in forced.items():
-        assert step.args[:3] == ["-m", "pytest", "notebooks"], step.args
+        assert step.args[:2] == ["-m", "pytest"] and "--dist" in step.args and "loadfile" in step.args
         assert "--nbval" in step.args and "--nbval-lax" not in step.args  # strict: any difference fails
         assert step.ok == (0, 5) and kernel in step.title
-    assert forced["default"].group == forced["avx2"].group != native[0].group  # the two run side by side
+    assert "learner notebooks" in forced["default"].title and "solutions" in forced["avx2"].title
+    assert forced["default"].group == forced["avx2"].group != unit.group  # the two run side by side
     assert forced["default"].env.get("MKL_CBWR") == "COMPATIBLE"  # matrix products off Intel's fast path too
 
 
-def test_plan_runs_the_learner_notebooks_natively_where_no_forced_pass_runs_them():
+@pytest.mark.parametrize(
+    "capability, forced, natively",
+    [
+        # a CPU without avx2: the default kernels are its own, so no forced pass; both folders natively
+        ({None: "DEFAULT", "default": "DEFAULT", "avx2": "DEFAULT"}, {}, ("notebooks", "solutions")),
+        # an AVX2 CPU: one forced pass (default) takes the learner copies; the solutions run natively
+        ({None: "AVX2", "default": "DEFAULT", "avx2": "AVX2"}, {"default": "notebooks"}, ("solutions",)),
+    ],
+)
+def test_plan_runs_natively_each_notebook_folder_no_forced_pass_takes(capability, forced, natively):
     course = load_course()
-    plain = {None: "DEFAULT", "default": "DEFAULT", "avx2": "DEFAULT"}  # a CPU without avx2: the default is native
-    steps, notices = course.test_plan([], plain)  # PyTorch ignores avx2 on a CPU without it, reporting what it uses
-    assert forced_passes(steps) == {} and len(notices) == 2, notices
-    assert any("avx2" in n and "does not have them" in n for n in notices)
-    assert any("default" in n and "native run" in n for n in notices)
-    native = next(s for s in steps if "--nbval" in s.args)
-    assert {"tests", "notebooks", "solutions"} <= set(native.args) and "learner copies" in native.title
+    steps, notices = course.test_plan([], capability)
+    assert {k: s.args[2] for k, s in forced_passes(steps).items()} == forced
+    unit = next(s for s in steps if "--ignore=tests/e2e" in s.args)
+    assert set(natively) <= set(unit.args) and "--nbval" in unit.args
+    assert {"notebooks", "solutions"} - set(natively) - set(forced.values()) == set()
+    assert ("learner copies" in unit.title) == (natively == ("notebooks", "solutions"))
+    if not forced:
+        assert len(notices) == 2, notices
+        assert any("avx2" in n and "does not have them" in n for n in notices)
+        assert any("default" in n and "native run" in n for n in notices)
+
+
+def test_plan_runs_the_learner_copies_under_every_forced_kernel_in_a_learner_build(tmp_path, monkeypatch):
+    """A learner's zip has notebooks/ but no solutions/: its notebooks run under each forced kernel."""
+    course = load_course()
+    (tmp_path / "notebooks").mkdir()
+    (tmp_path / "tests").mkdir()
+    monkeypatch.setattr(course, "ROOT", tmp_path)
     steps, _ = course.test_plan([], AVX512_MACHINE)
-    assert "learner copies" not in next(s for s in steps if "--nbval" in s.args).title
+    assert {k: s.args[2] for k, s in forced_passes(steps).items()} == {"default": "notebooks", "avx2": "notebooks"}
+    assert "--nbval" not in next(s for s in steps if "--ignore=tests/e2e" in s.args).args
 
 
 def test_plan_runs_the_unit_tests_and_the_seed_sweep_with_one_pytorch_thread_unless_told(monkeypatch):
@@ -241,7 +262,7 @@ def test_dry_run_on_this_machine_lists_every_pass_the_cpu_can_run():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
     assert "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE python -m pytest notebooks --nbval" in out
-    avx2_pass = "ATEN_CPU_CAPABILITY=avx2 python -m pytest notebooks --nbval" in out
+    avx2_pass = "ATEN_CPU_CAPABILITY=avx2 python -m pytest solutions --nbval" in out
     if not avx2_pass:
         assert "the avx2 CPU kernels" in out, out  # the one-line notice that says why
     flags = cpu_flags()
@@ -259,16 +280,25 @@ def _step(course, title, code, group, ok=(0,)):
     return course.Step(title, ["-c", code], group=group, ok=ok)
 
 
-def test_steps_of_one_group_run_at_the_same_time_and_a_failure_fails_the_run(monkeypatch, capsys):
+def meet(mine: Path, theirs: Path) -> str:
+    """A step's code that leaves ``mine`` and waits (at most 60 s) for ``theirs``: two such steps both end only
+    when they run side by side, whatever the machine's load (no timing threshold)."""
+    return (
+        f"import pathlib, sys, time; pathlib.Path({str(mine)!r}).touch(); t = time.monotonic()\n"
+        f"while not pathlib.Path({str(theirs)!r}).exists():\n"
+        "    time.sleep(0.05)\n"
+        "    if time.monotonic() - t > 60: sys.exit('alone')\n"
+        "print('me' + 't')"
+    )
+
+
+def test_steps_of_one_group_run_at_the_same_time_and_a_failure_fails_the_run(monkeypatch, capsys, tmp_path):
     course = load_course()
     monkeypatch.setattr(course, "PY", Path(sys.executable))
-    sleep = "import time; time.sleep(1.0); print('sl' + 'ept')"
-    t0 = time.monotonic()
-    rc = course.run_steps([_step(course, "first", sleep, 1), _step(course, "second", sleep, 1)])
-    elapsed = time.monotonic() - t0
+    a, b = tmp_path / "a", tmp_path / "b"
+    rc = course.run_steps([_step(course, "first", meet(a, b), 1), _step(course, "second", meet(b, a), 1)])
     out = capsys.readouterr().out
-    assert rc == 0 and out.count("slept") == 2
-    assert elapsed < 1.9, f"two 1 s steps of one group took {elapsed:.1f} s: they did not run side by side"
+    assert rc == 0 and out.count("met") == 2, out  # one after the other, the first would wait for the second alone
     assert "wall time per step" in out and "ok in" in out
 
     rc = course.run_steps(
