@@ -84,10 +84,6 @@ def test_the_statement_sentence_is_generated_from_the_domain():
 # ------------------------------------------------------------------------------------------ generic wrappers
 
 
-def _tensors(ex, args, kwargs):
-    return [v for v in bind(ex.solution, args, kwargs).values() if isinstance(v, torch.Tensor)]
-
-
 def _spoil(out):
     """The answer spoiled: NaN in every float tensor; raises where there is none to spoil."""
     if isinstance(out, torch.Tensor) and out.is_floating_point():
