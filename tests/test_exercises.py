@@ -24,6 +24,7 @@ from course_utils.exercises._engine import (
     NOT_ATTEMPTED,
     PASSED,
     REPORT_ENV,
+    SEED_ENV,
     ExerciseFailed,
     References,
     run_check,
@@ -72,6 +73,7 @@ def test_every_notebook_has_three_exercises():
 def test_check_prints_records_and_raises(tmp_path, monkeypatch, capsys):
     report = tmp_path / "report.jsonl"
     monkeypatch.setenv(REPORT_ENV, str(report))
+    monkeypatch.setenv(SEED_ENV, "5")
     ex = get_exercise("03.1")
     assert check("03.1", ex.solution).status == PASSED
     assert check("03.2", stub).status == NOT_ATTEMPTED
@@ -81,7 +83,8 @@ def test_check_prints_records_and_raises(tmp_path, monkeypatch, capsys):
     assert "03.1" in printed and "passed" in printed and "not attempted" in printed
     rows = [json.loads(line) for line in report.read_text().splitlines()]
     assert [r["status"] for r in rows] == [PASSED, NOT_ATTEMPTED, FAILED]
-    assert rows[2]["mistake"] == ex.mistakes[0].name
+    assert rows[2]["mistake"] == ex.mistakes[0].name and rows[2]["seed"] == 5 and rows[2]["key"] == "03.1"
+    assert all({"key", "title", "status", "mistake", "message"} <= set(r) for r in rows)  # the contracted fields
 
 
 def test_numbers_compare_infinities_and_nans_as_equal_to_themselves():
