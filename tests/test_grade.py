@@ -678,11 +678,14 @@ def test_a_report_written_meanwhile_by_another_check_is_not_replaced(reports_her
     work = str(tmp_path / "work" / "mine.ipynb")
     fake = _fake_run({"01.1": "passed"})
 
-    def meanwhile(*args, **kwargs):  # Bo Li's check ends while Bo-Li's notebooks run
-        write_report(reports_here, "Bo Li", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00", "exercises-Bo-Li.json")
-        return fake(*args, **kwargs)
+    def meanwhile(report):  # Bo Li's check writes ``report`` while Bo-Li's notebooks run
+        def run(*args, **kwargs):
+            write_report(report.parent, "Bo Li", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00", report.name)
+            return fake(*args, **kwargs)
 
-    monkeypatch.setattr(grade, "run_notebook", meanwhile)
+        return run
+
+    monkeypatch.setattr(grade, "run_notebook", meanwhile(reports_here / "exercises-Bo-Li.json"))
     assert grade.main([work, "--learner", "Bo-Li"]) == 0
     out = capsys.readouterr().out
     digest = grade.hashlib.sha256(b"Bo-Li").hexdigest()[:8]
@@ -690,12 +693,7 @@ def test_a_report_written_meanwhile_by_another_check_is_not_replaced(reports_her
     assert json.loads((reports_here / "exercises-Bo-Li.json").read_text())["learner"] == "Bo Li"
     assert not (reports_here / "exercises-Bo-Li.json.previous").exists()
     shared = tmp_path / "shared.json"  # --json names one file: refused, the other learner's report kept
-
-    def meanwhile_json(*args, **kwargs):
-        write_report(tmp_path, "Bo Li", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00", "shared.json")
-        return fake(*args, **kwargs)
-
-    monkeypatch.setattr(grade, "run_notebook", meanwhile_json)
+    monkeypatch.setattr(grade, "run_notebook", meanwhile(shared))
     assert grade.main([work, "--learner", "Bo-Li", "--json", str(shared)]) == 2
     err = capsys.readouterr().err
     assert f"course check: {shared} became the report of Bo Li while the notebooks ran; yours is not written" in err
@@ -790,6 +788,8 @@ def test_summary_makes_one_class_table_as_csv_and_html(tmp_path, capsys):
 
 
 def test_summary_skips_what_is_not_a_report_and_takes_a_learners_newest(tmp_path, capsys):
+    """Each skipped file is said: a link to nothing or a folder named like a report was skipped without a word, so
+    the instructor did not learn that a learner's report was missing."""
     room = tmp_path / "class"
     write_report(room, "ana", {"01.1": "failed"}, "2026-11-26T09:00:00+00:00", name="ana-morning.json")
     write_report(room, "Ana", {"01.1": "passed"}, "2026-11-26T11:00:00+00:00", name="exercises-Ana.json")
@@ -802,6 +802,9 @@ def test_summary_skips_what_is_not_a_report_and_takes_a_learners_newest(tmp_path
         json.dumps({**json.loads((room / "exercises-bo.json").read_text()), "exercises": [{"key": "x"}]})
     )
     (room / "photo.jpg").write_bytes(b"\xff\xd8")  # not *.json: not looked at
+    (room / "exercises-cy.json").symlink_to(room / "gone.json")
+    (room / "exercises-di.json").mkdir()
+    (room / "loop.json").symlink_to(room / "loop.json")
     assert grade.main(["--summary", str(room), "--out", str(tmp_path / "table")]) == 0
     err = capsys.readouterr().err.splitlines()
     assert err == [
@@ -809,6 +812,9 @@ def test_summary_skips_what_is_not_a_report_and_takes_a_learners_newest(tmp_path
         "known status",
         "course check: skipped binary.json: not UTF-8 text",
         "course check: skipped broken.json: not JSON (Expecting property name enclosed in double quotes at line 1)",
+        "course check: skipped exercises-cy.json: a link to nothing",
+        "course check: skipped exercises-di.json: not a file",
+        "course check: skipped loop.json: a link to nothing",
         'course check: skipped notes.json: not an exercise report (no "kind": "attention course exercise report")',
         "course check: skipped old.json: a report of an older `check`, without the learner's name: ask them to "
         "run `python3 course.py check --learner NAME` again",
@@ -818,21 +824,6 @@ def test_summary_skips_what_is_not_a_report_and_takes_a_learners_newest(tmp_path
     text = (tmp_path / "table" / "class-summary.csv").read_text(encoding="utf-8-sig").splitlines()
     assert [line.split(",")[0] for line in text] == ["learner", "Ana", "bo"]
     assert text[1].endswith(",passed") and not (room / "class-summary.csv").exists()
-
-
-def test_summary_says_which_json_entries_are_not_files(tmp_path, capsys):
-    """A report copied as a link that no longer points anywhere, or a folder named like a report, was skipped
-    without a word, so the instructor did not learn that a learner's report was missing."""
-    write_report(tmp_path, "ana", {"01.1": "passed"}, "2026-11-26T09:00:00+00:00")
-    (tmp_path / "exercises-bo.json").symlink_to(tmp_path / "gone.json")
-    (tmp_path / "exercises-cy.json").mkdir()
-    (tmp_path / "loop.json").symlink_to(tmp_path / "loop.json")
-    assert grade.main(["--summary", str(tmp_path)]) == 0
-    assert capsys.readouterr().err.splitlines() == [
-        "course check: skipped exercises-bo.json: a link to nothing",
-        "course check: skipped exercises-cy.json: not a file",
-        "course check: skipped loop.json: a link to nothing",
-    ]
 
 
 def test_summary_escapes_what_a_report_says(tmp_path, capsys):
