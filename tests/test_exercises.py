@@ -49,7 +49,8 @@ def unfinished(*args, **kwargs):
 def test_the_solution_passes_the_stub_is_not_attempted_and_not_implemented_is_a_failure(key):
     """Each catalogued mistake's name on the fixed cases: below; the same verdict and message on every seed, and the
     solution's: the seed sweep (tests/test_exercise_domains.py, a step of its own in `course.py test`)."""
-    assert run_check(EXERCISES[key], EXERCISES[key].solution, seed=0, references=_references(key)).status == PASSED
+    res = run_check(EXERCISES[key], EXERCISES[key].solution, seed=0, references=_references(key))
+    assert res.status == PASSED, res.message
     res = run_check(EXERCISES[key], stub)
     assert res.status == NOT_ATTEMPTED, res.message
     res = run_check(EXERCISES[key], unfinished)
