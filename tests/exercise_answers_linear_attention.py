@@ -218,18 +218,10 @@ def _gla_read_first(state, q_t, k_t, v_t, gate_t):
     return out_t, gate_t.unsqueeze(-1).unsqueeze(-1) * state + torch.einsum("...d,...e->...de", k_t, v_t)
 
 
-def _chunk_twice_section_formula(state, q, k, v, gate):
-    b = gate.cumprod(-1)
-    M = torch.tril(b.unsqueeze(-1) / b.unsqueeze(-2))
-    new_state = b[..., -1:, None] * state + (k * (b[..., -1:] / b).unsqueeze(-1)).transpose(-1, -2) @ v
-    return b.unsqueeze(-1) * (q @ new_state) + ((q @ k.transpose(-1, -2)) * M) @ v, new_state  # the new state read
-
-
 NAMED = [
     ("13.1", _gla_decay_after_einsum, "decay applied after the update"),
     ("13.1", _gla_gate_on_write_unsqueeze, "the gate on the wrong side"),
     ("13.2", _delta_after_write_einsum, "the delta computed from the updated state"),
     ("13.3", _chunk_twice_token_loop, "the chunk's own tokens counted twice"),
     ("13.1", _gla_read_first, "state read before the gate and the write"),
-    ("13.3", _chunk_twice_section_formula, "the chunk's own tokens counted twice (the new state read, decayed)"),
 ]

@@ -25,7 +25,7 @@ from __future__ import annotations
 import ast
 import copy
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,13 +224,7 @@ def _sites(fn: ast.FunctionDef, returns_tensors: bool) -> list[tuple[str, ast.AS
                     and node.args[0].id in params
                 ):  # torch.f(param, ...) -> param.f_(...)
                     add(
-                        "in-place",
-                        node,
-                        lambda n: ast.Call(
-                            ast.Attribute(copy.deepcopy(n.args[0]), f"{_call_name(n)}_", ast.Load()),
-                            [copy.deepcopy(a) for a in n.args[1:]],
-                            [copy.deepcopy(k) for k in n.keywords],
-                        ),
+                        "in-place", node, lambda n: _method_call(n.args[0], f"{_call_name(n)}_", n.args[1:], n.keywords)
                     )
         elif isinstance(node, ast.Attribute) and node.attr in ("T", "mT"):
             add("transpose", node, lambda n: copy.deepcopy(n.value))
@@ -253,15 +247,7 @@ def _sites(fn: ast.FunctionDef, returns_tensors: bool) -> list[tuple[str, ast.AS
                     lambda n: ast.BinOp(copy.deepcopy(n.right), type(n.op)(), copy.deepcopy(n.left)),
                 )
             if type(node.op) in INPLACE_BINOP and isinstance(node.left, ast.Name) and node.left.id in params:
-                add(
-                    "in-place",
-                    node,
-                    lambda n: ast.Call(
-                        ast.Attribute(copy.deepcopy(n.left), INPLACE_BINOP[type(n.op)], ast.Load()),
-                        [copy.deepcopy(n.right)],
-                        [],
-                    ),
-                )
+                add("in-place", node, lambda n: _method_call(n.left, INPLACE_BINOP[type(n.op)], [n.right]))
         elif isinstance(node, ast.Subscript):
             for part in node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]:
                 if isinstance(part, ast.Slice):
@@ -281,11 +267,7 @@ def _sites(fn: ast.FunctionDef, returns_tensors: bool) -> list[tuple[str, ast.AS
         elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Invert):
             add("polarity", node, lambda n: copy.deepcopy(n.operand))
             if isinstance(node.operand, ast.Name) and node.operand.id in params:  # ~mask -> mask.bitwise_not_()
-                add(
-                    "in-place",
-                    node,
-                    lambda n: ast.Call(ast.Attribute(copy.deepcopy(n.operand), "bitwise_not_", ast.Load()), [], []),
-                )
+                add("in-place", node, lambda n: _method_call(n.operand, "bitwise_not_"))
         elif isinstance(node, ast.Return) and node.value is not None and returns_tensors:
             add(
                 "dtype",
@@ -293,6 +275,17 @@ def _sites(fn: ast.FunctionDef, returns_tensors: bool) -> list[tuple[str, ast.AS
                 lambda n: ast.Return(ast.Call(ast.Name(DTYPE_HELPER, ast.Load()), [copy.deepcopy(n.value)], [])),
             )
     return sites
+
+
+def _method_call(
+    receiver: ast.AST, name: str, args: Iterable[ast.AST] = (), keywords: Iterable[ast.keyword] = ()
+) -> ast.Call:
+    """``receiver.name(*args, **keywords)``, built of copies of the nodes given."""
+    return ast.Call(
+        ast.Attribute(copy.deepcopy(receiver), name, ast.Load()),
+        [copy.deepcopy(a) for a in args],
+        [copy.deepcopy(k) for k in keywords],
+    )
 
 
 def _with_keyword(call: ast.Call, i: int, value: ast.AST) -> ast.Call:

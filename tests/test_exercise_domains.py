@@ -84,10 +84,6 @@ def test_the_statement_sentence_is_generated_from_the_domain():
 # ------------------------------------------------------------------------------------------ generic wrappers
 
 
-def _tensors(ex, args, kwargs):
-    return [v for v in bind(ex.solution, args, kwargs).values() if isinstance(v, torch.Tensor)]
-
-
 def _spoil(out):
     """The answer spoiled: NaN in every float tensor; raises where there is none to spoil."""
     if isinstance(out, torch.Tensor) and out.is_floating_point():
@@ -200,16 +196,6 @@ def test_generic_edge_only_answers_fail_where_the_domain_allows_their_facet_and_
 # each must now fail on every seed, on a fixed case (so no verdict depends on the draw).
 
 
-def _unstable_softmax(scores):
-    exps = torch.exp(scores)  # the classic form: overflows past 88
-    return exps / exps.sum(dim=-1, keepdim=True)
-
-
-def _head_unstable(x, w_q, w_k, w_v):
-    q, k, v = x @ w_q.T, x @ w_k.T, x @ w_v.T
-    return _unstable_softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5) @ v
-
-
 def _cross_unstable(x, memory, key_mask, qkv_weight, qkv_bias, out_weight, out_bias, num_heads):
     B, T, C = x.shape
     S, H = memory.shape[1], num_heads
@@ -310,7 +296,6 @@ def _einsum_two_leading(q, k, v):
 
 HOLES = [
     ("02.2", _einsum_two_leading),
-    ("02.3", _head_unstable),
     ("02.4", _entropy_eps),
     ("03.2", _masked_unsqueeze_1),
     ("03.3", _padding_minus_one),
@@ -329,11 +314,9 @@ HOLES = [
 
 @pytest.mark.parametrize("key,fn", HOLES, ids=[f"{k}-{f.__name__}" for k, f in HOLES])
 def test_each_named_hole_fails_on_a_fixed_case_on_every_seed(key, fn):
-    ex = EXERCISES[key]
-    fixed_only = run_check(dataclasses.replace(ex, draw=None), fn)
+    """Every check runs the fixed cases, whatever its seed (the whole check on seeds 0-3: the seed sweep below)."""
+    fixed_only = run_check(dataclasses.replace(EXERCISES[key], draw=None), fn)
     assert fixed_only.status == FAILED, f"{key}: {fn.__name__} passes the fixed cases"
-    for seed in range(3):
-        assert run_check(ex, fn, seed=seed).status == FAILED, f"{key}: {fn.__name__} passes with seed {seed}"
 
 
 # ------------------------------------------------------------------------------------------ the seed sweep
