@@ -221,9 +221,9 @@ def test_an_endless_loop_stops_at_the_time_limit_and_names_the_cell(tmp_path):
     # the loop comes first: importing torch may itself take a few seconds on a busy machine
     path = notebook(tmp_path / "01_loop.ipynb", "n = 0\nwhile True:\n    n += 1", SETUP, SOLVED)
     out_json = tmp_path / "verdicts.json"
-    start = time.monotonic()
-    proc = check(path, "--timeout", "2", "--json", out_json, timeout=120)
-    assert time.monotonic() - start < 60, "the time limit per cell was not applied"
+    # without the limit the loop never ends, and check() fails at its own timeout: no wall-time threshold, which
+    # flaked under a load of 19 on two cores (80 s)
+    proc = check(path, "--timeout", "2", "--json", out_json, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "01_loop.ipynb: finished in" in proc.stdout
     assert "cell 2 (`n = 0`) ran out of time: still running after 2 s" in proc.stdout
