@@ -185,31 +185,6 @@ def test_the_twelve_panel_grid_has_one_colourbar_and_legible_ticks():
     assert _labels(bottom_left.get_xticklabels()) == [char_labels(text)[t] for t in ticks]
 
 
-def test_plot_attention_maps_refuses_integer_maps():
-    with pytest.raises(TypeError, match=r"maps\[0\] must hold weights, a floating-point tensor, got dtype torch.int64"):
-        plot_attention_maps([torch.ones(1, 3, 5, 5, dtype=torch.long)], list("abcde"))
-
-
-@pytest.mark.parametrize(
-    "maps, labels, kwargs, match",
-    [
-        ([], "abcde", {}, "maps must hold at least one layer, got an empty list"),
-        ([torch.rand(2, 3, 5, 5)], "abcde", {}, r"maps\[0\] .* of one sequence, got shape \(2, 3, 5, 5\); pick one"),
-        (
-            [torch.rand(3, 5, 4)],
-            "abcde",
-            {},
-            r"maps\[0\] must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(3, 5, 4\)$",
-        ),
-        ([torch.rand(1, 3, 5, 5)], "abc", {}, "labels has 3 entries, the weights have 5 positions"),
-        ([torch.full((1, 3, 5, 5), float("nan"))], "abcde", {}, r"maps\[0\] holds NaN or infinite weights"),
-    ],
-)
-def test_plot_attention_maps_rejects_bad_input(maps, labels, kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        plot_attention_maps(maps, list(labels), **kwargs)
-
-
 def test_plot_loss_curve_shows_history_evals_and_baselines():
     fig = plot_loss_curve(
         [4.0, 3.0, 2.0, 1.0], [[2, 3.1, 3.2], [4, 1.1, 1.3]], {"unigram": 3.3}, total_steps=10, smooth=2
@@ -313,9 +288,35 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
         (lambda: LiveLossPlot("100"), TypeError, "total_steps must be an int, got str"),
         (lambda: LiveLossPlot(10, every=0), ValueError, "every must be at least 1, got 0"),
         (lambda: LiveLossPlot(10, every=True), TypeError, "every must be an int, got bool"),
+        (
+            lambda: plot_attention_maps([torch.ones(1, 3, 5, 5, dtype=torch.long)], list("abcde")),
+            TypeError,
+            r"maps\[0\] must hold weights, a floating-point tensor, got dtype torch.int64",
+        ),
+        (lambda: plot_attention_maps([], list("abcde")), ValueError, "maps must hold at least one layer, got an empty"),
+        (
+            lambda: plot_attention_maps([torch.rand(2, 3, 5, 5)], list("abcde")),
+            ValueError,
+            r"maps\[0\] .* of one sequence, got shape \(2, 3, 5, 5\); pick one",
+        ),
+        (
+            lambda: plot_attention_maps([torch.rand(3, 5, 4)], list("abcde")),
+            ValueError,
+            r"maps\[0\] must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(3, 5, 4\)$",
+        ),
+        (
+            lambda: plot_attention_maps([torch.rand(1, 3, 5, 5)], list("abc")),
+            ValueError,
+            "labels has 3 entries, the weights have 5 positions",
+        ),
+        (
+            lambda: plot_attention_maps([torch.full((1, 3, 5, 5), float("nan"))], list("abcde")),
+            ValueError,
+            r"maps\[0\] holds NaN or infinite weights",
+        ),
     ],
 )
-def test_bad_arguments_say_what_was_expected(call, error, match):
+def test_each_bad_input_gets_its_message(call, error, match):
     with pytest.raises(error, match=match):
         call()
 
