@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import refusals_test
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.linear_attention import (
@@ -495,7 +496,4 @@ MESSAGES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("call, error, match", MESSAGES)
-def test_each_bad_input_gets_its_message(call, error, match):
-    with pytest.raises(error, match=match):
-        call()
+test_each_bad_input_gets_its_message = refusals_test(MESSAGES, regex=True)

@@ -10,9 +10,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import DTYPES, dtypes, seeds, tol
+from strategies import DTYPES, CountProducts, dtypes, refusals_test, seeds, tol
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask, combine_masks, convert_mask, padding_mask
@@ -232,17 +231,6 @@ def test_from_packed_agrees_with_multihead_attention(cls, bias, dtype, use_mask)
     torch.testing.assert_close(other(x, mask), out, atol=0, rtol=0)  # need_weights only changes what is returned
 
 
-def test_padding_mask_per_module_shapes():
-    packed = make_packed()
-    x = torch.randn(3, 4, 8)
-    pad = padding_mask([4, 2, 1], 4)
-    ref = packed(x, pad[:, None, None, :])  # (B, 1, 1, S) broadcasts to (B, H, T, S)
-    torch.testing.assert_close(MultiHeadAttentionEinsum.from_packed(packed)(x, pad[:, None, None, :]), ref)
-    torch.testing.assert_close(MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, None, :]), ref)
-    with pytest.raises(ValueError, match="does not broadcast"):  # (B, 1, S) would put the batch on the heads
-        MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, :])
-
-
 @pytest.mark.parametrize("module", ["packed", "wrapper", "einsum"])
 def test_a_3d_mask_is_refused_even_where_b_equals_h(module):
     """Issue #25: with B == H a (B, 1, S) padding mask broadcast silently onto the heads (notebook 04, Pitfall 4);
@@ -351,10 +339,6 @@ def test_multihead_attention_dropout_eval_is_deterministic_and_train_is_not():
 
 
 MODULE_CLASSES = [MultiHeadAttention, MultiHeadAttentionEinsum, MultiHeadAttentionWrapper]
-LAYERS = {
-    "SingleHeadAttention": lambda: SingleHeadAttention(8, 4),
-    **{c.__name__: lambda c=c: c(8, 2) for c in MODULE_CLASSES},
-}
 X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
 MHA = MultiHeadAttention(8, 2)
 BAD_SIZES = [
@@ -398,7 +382,7 @@ MESSAGES = [
         for p in (1.0, -0.5)
     ],
     (lambda: MultiHeadAttention(8, 2, dropout="0.1"), TypeError, "dropout must be a number in [0, 1), got '0.1' (str)"),
-    *[(lambda m=m, xm=xm: m()(*xm), error, words) for m in LAYERS.values() for xm, error, words in BAD_INPUTS],
+    *[(lambda m=m, xm=xm: m()(*xm), error, words) for m in FACTORIES.values() for xm, error, words in BAD_INPUTS],
     (lambda: MHA(X, need_weights="no"), TypeError, "need_weights must be True or False, got 'no' (str)"),
     # cross-attention: the memory and a mask against its length
     (lambda: MHA(X, memory=[[[0.0] * 8]]), TypeError, "memory must be a torch.Tensor, got list"),
@@ -456,11 +440,7 @@ MESSAGES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("call, error, words", MESSAGES)
-def test_each_bad_input_gets_its_message(call, error, words):
-    with pytest.raises(error) as raised:
-        call()
-    assert words in str(raised.value)
+test_each_bad_input_gets_its_message = refusals_test(MESSAGES)
 
 
 def test_good_masks_and_memories_pass_the_door():
@@ -482,20 +462,6 @@ def test_a_numpy_head_count_works_with_a_mask(make):
 
 
 # ---------------------------------------------------------------- notebook 04: how many matrix products
-
-
-class _CountProducts(TorchDispatchMode):
-    """Counts the matrix-product kernels launched (mm, bmm and their fused-bias forms) while it is active."""
-
-    PRODUCTS = frozenset({"mm", "bmm", "addmm", "baddbmm"})
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.products = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.products += func.overloadpacket.__name__ in self.PRODUCTS
-        return func(*args, **(kwargs or {}))
 
 
 def _notebook_04_function(name: str):
@@ -521,7 +487,7 @@ def test_notebook_04_the_loop_over_heads_launches_5h_plus_1_products_the_packed_
         ("wrapper", lambda: MultiHeadAttentionWrapper(C, H)(x)),
         ("packed", lambda: MultiHeadAttention(C, H)(x)),
     ]:
-        with torch.no_grad(), _CountProducts() as count:
+        with torch.no_grad(), CountProducts() as count:
             run()
         counted[name] = count.products
     assert counted == {"notebook loop": 5 * H + 1, "wrapper": 5 * H + 1, "packed": 4}
