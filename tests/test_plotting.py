@@ -293,7 +293,11 @@ MESSAGES = [
         TypeError,
         r"maps\[0\] must hold weights, a floating-point tensor, got dtype torch.int64",
     ),
-    (lambda: plot_attention_maps([], list("abcde")), ValueError, "maps must hold at least one layer, got an empty"),
+    (
+        lambda: plot_attention_maps([], list("abcde")),
+        ValueError,
+        "maps must hold at least one layer, got an empty list",
+    ),
     (
         lambda: plot_attention_maps([torch.rand(2, 3, 5, 5)], list("abcde")),
         ValueError,
