@@ -1,9 +1,13 @@
-"""What the tests share: hypothesis strategies for seeds and dtypes, the tolerance per dtype, and a practice text."""
+"""What the tests share: hypothesis strategies for seeds and dtypes, the tolerance per dtype, a practice text, the test
+that runs a module's table of messages, and a counter of matrix products."""
 
 import random
+import re
 
+import pytest
 import torch
 from hypothesis import strategies as st
+from torch.utils._python_dispatch import TorchDispatchMode
 
 DTYPES = (torch.float32, torch.float64)
 seeds = st.integers(min_value=0, max_value=2**31 - 1)
@@ -25,3 +29,31 @@ def practice_text(lines: int) -> str:
         )
         + "\n"
     )
+
+
+def refusals_test(table: list, regex: bool = False, ids=None):
+    """The test of a module's message table: each row (call, exception type, what the message must say) raises that
+    exception, and its message contains the words (or, with ``regex``, matches the pattern)."""
+
+    @pytest.mark.parametrize("call, error, words", table, ids=ids)
+    def test_each_bad_input_gets_its_message(call, error, words):
+        with pytest.raises(error) as raised:
+            call()
+        assert re.search(words, str(raised.value)) if regex else words in str(raised.value), str(raised.value)
+
+    return test_each_bad_input_gets_its_message
+
+
+class CountProducts(TorchDispatchMode):
+    """Counts the matrix-product kernels (mm, bmm and their fused-bias forms) that reach ATen while it is active:
+    below autograd, so a backward pass's products count too."""
+
+    PRODUCTS = frozenset({"mm", "bmm", "addmm", "baddbmm"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.products = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.products += func.overloadpacket.__name__ in self.PRODUCTS
+        return func(*args, **(kwargs or {}))

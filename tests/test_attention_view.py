@@ -144,63 +144,44 @@ def test_accepts_gpu_style_input(maps):
     assert _attrs(head_view(att, TEXT))["data-heads"] == "4"
 
 
+def test_save_html(tmp_path, maps):
+    h, m = head_view(maps, TEXT), model_view(maps, TEXT)
+    one = save_html(h, tmp_path / "one.html")
+    assert one.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
+    assert h.data in one.read_text(encoding="utf-8")
+    both = save_html([h, m], tmp_path / "both.html").read_text(encoding="utf-8")
+    assert both.count('data-course-view="') == 2 and '<meta charset="utf-8">' in both
+
+
 # ----------------------------------------------------------------------------------------------
-# Bad input
+# Bad input: (call, given tmp_path holding a file "a-file"; exception; a pattern the message must match)
 # ----------------------------------------------------------------------------------------------
 
-
-@pytest.mark.parametrize("make", [head_view, model_view], ids=["head", "model"])
-@pytest.mark.parametrize(
-    "attention, tokens, error, match",
-    [
-        ([], "abc", ValueError, r"at least one layer, got an empty list"),
-        (torch.rand(1, 2, 3, 3), "abc", TypeError, r"attention must be a list of tensors .* got Tensor"),
-        ([torch.rand(1, 2, 3, 3), [[0.5]]], "abc", TypeError, r"attention\[1\] must be a torch.Tensor .* got list"),
-        (
-            [torch.rand(2, 3, 3)],
-            "abc",
-            ValueError,
-            r"attention\[0\] must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(2, 3, 3\)$",
-        ),
-        (
-            [torch.rand(2, 2, 3, 3)],
-            "abc",
-            ValueError,
-            r"got shape \(2, 2, 3, 3\); pick one, e.g. \[a\[:1\] for a in attention\]",
-        ),
-        (
-            [torch.rand(1, 2, 3, 4)],
-            "abc",
-            ValueError,
-            r"must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(1, 2, 3, 4\)$",
-        ),
-        (
-            [torch.rand(1, 2, 3, 3), torch.rand(1, 3, 3, 3)],
-            "abc",
-            ValueError,
-            r"same shape: attention\[0\] is \(1, 2, 3, 3\), attention\[1\] is \(1, 3, 3, 3\)",
-        ),
-        ([torch.rand(1, 2, 0, 0)], "", ValueError, r"of one sequence, got shape \(1, 2, 0, 0\)$"),
-        ([torch.rand(1, 2, 3, 3, device="meta")], "abc", ValueError, r"attention\[0\] is on the meta device"),
-        ([torch.rand(1, 2, 3, 3)], "abcd", ValueError, r"covers T=3 positions but 4 tokens were given"),
-        ([torch.rand(1, 2, 3, 3)], ["a", 1, "c"], TypeError, r"tokens\[1\] must be a str, got int"),
-        ([torch.rand(1, 2, 3, 3)], 3, TypeError, r"tokens must be a list of strings .* got int"),
-        (
-            [torch.rand(1, 2, 3, 3, dtype=torch.complex64)],
-            "abc",
-            TypeError,
-            r"floating-point tensor, got dtype torch.complex64",
-        ),
-    ],
-)
-def test_bad_input(make, attention, tokens, error, match):
-    with pytest.raises(error, match=match):
-        make(attention, tokens)
-
-
-@pytest.mark.parametrize(
-    "make, kwargs, error, match",
-    [
+BAD_MAPS = [  # (attention, tokens) -> the same refusal from head_view and model_view
+    ([], "abc", ValueError, r"at least one layer, got an empty list"),
+    (torch.rand(1, 2, 3, 3), "abc", TypeError, r"attention must be a list of tensors .* got Tensor"),
+    ([torch.rand(1, 2, 3, 3), [[0.5]]], "abc", TypeError, r"attention\[1\] must be a torch.Tensor .* got list"),
+    ([torch.rand(2, 3, 3)], "abc", ValueError,
+     r"attention\[0\] must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(2, 3, 3\)$"),
+    ([torch.rand(2, 2, 3, 3)], "abc", ValueError,
+     r"got shape \(2, 2, 3, 3\); pick one, e.g. \[a\[:1\] for a in attention\]"),
+    ([torch.rand(1, 2, 3, 4)], "abc", ValueError,
+     r"must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(1, 2, 3, 4\)$"),
+    ([torch.rand(1, 2, 3, 3), torch.rand(1, 3, 3, 3)], "abc", ValueError,
+     r"same shape: attention\[0\] is \(1, 2, 3, 3\), attention\[1\] is \(1, 3, 3, 3\)"),
+    ([torch.rand(1, 2, 0, 0)], "", ValueError, r"of one sequence, got shape \(1, 2, 0, 0\)$"),
+    ([torch.rand(1, 2, 3, 3, device="meta")], "abc", ValueError, r"attention\[0\] is on the meta device"),
+    ([torch.rand(1, 2, 3, 3)], "abcd", ValueError, r"covers T=3 positions but 4 tokens were given"),
+    ([torch.rand(1, 2, 3, 3)], ["a", 1, "c"], TypeError, r"tokens\[1\] must be a str, got int"),
+    ([torch.rand(1, 2, 3, 3)], 3, TypeError, r"tokens must be a list of strings .* got int"),
+    ([torch.rand(1, 2, 3, 3, dtype=torch.complex64)], "abc", TypeError,
+     r"floating-point tensor, got dtype torch.complex64"),
+]  # fmt: skip
+MESSAGES = [
+    *[(lambda tmp, m=make, a=a, t=t: m(a, t), error, match)
+      for make in (head_view, model_view) for a, t, error, match in BAD_MAPS],
+    *[(lambda tmp, m=make, kw=kw: m(_random_maps(), "abcde", **kw), error, match)
+      for make, kw, error, match in [
         (head_view, {"layer": 2}, ValueError, r"layer must be in \[0, 1\], got 2"),
         (head_view, {"layer": -1}, ValueError, r"layer must be in \[0, 1\], got -1"),
         (head_view, {"layer": 1.0}, TypeError, r"layer must be an int, got float"),
@@ -213,37 +194,36 @@ def test_bad_input(make, attention, tokens, error, match):
         (model_view, {"include_layers": []}, ValueError, r"include_layers must name at least one index"),
         (model_view, {"include_layers": "01"}, TypeError, r"include_layers must be a list of ints, got str"),
         (model_view, {"include_layers": [True]}, TypeError, r"include_layers\[0\] must be an int, got bool"),
-    ],
-)
-def test_bad_options(make, kwargs, error, match):
-    with pytest.raises(error, match=match):
-        make(_random_maps(), "abcde", **kwargs)
-
-
-def test_save_html(tmp_path, maps):
-    h, m = head_view(maps, TEXT), model_view(maps, TEXT)
-    one = save_html(h, tmp_path / "one.html")
-    assert one.read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
-    assert h.data in one.read_text(encoding="utf-8")
-    both = save_html([h, m], tmp_path / "both.html").read_text(encoding="utf-8")
-    assert both.count('data-course-view="') == 2 and '<meta charset="utf-8">' in both
-
-
-@pytest.mark.parametrize(
-    "view, path, error, match",
-    [
+    ]],
+    *[(lambda tmp, v=view, p=path: save_html(v, None if p is None else tmp / p), error, match)
+      for view, path, error, match in [
         (3, "x.html", TypeError, r"view must be what head_view or model_view returned .* got int"),
         ([], "x.html", TypeError, r"non-empty list of them, got list"),
         ([HTML("<p>x</p>"), 1], "x.html", TypeError, r"got list of \['HTML', 'int'\]"),
         ("<p>x</p>", None, TypeError, "path must be a str or os.PathLike, got NoneType"),
         ("<p>x</p>", "", ValueError, r"is a folder: give a file name, e.g. .*attention.html"),
         ("<p>x</p>", "a-file/page.html", OSError, r"could not write .*page.html: .*choose a folder you can write to"),
-    ],
-)
-def test_save_html_bad_input(tmp_path, view, path, error, match):
+    ]],
+    (lambda tmp: vendor_js._verify_integrity(b"some bytes!", _sha512(b"some bytes"), "x@1"), ValueError,
+     r"x@1: tarball sha512 is .*, the registry says"),
+    (lambda tmp: vendor_js._verify_integrity(b"some bytes", "sha1-abc", "x@1"), ValueError,
+     r"expected a sha512 integrity from the registry, got 'sha1-abc'"),
+]  # fmt: skip
+
+
+def _sha512(data: bytes) -> str:
+    """The integrity string npm's registry gives for these bytes."""
+    import base64
+    import hashlib
+
+    return "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
+
+
+@pytest.mark.parametrize("call, error, match", MESSAGES)
+def test_each_bad_input_gets_its_message(tmp_path, call, error, match):
     (tmp_path / "a-file").write_text("x")  # a file where a path needs a folder
     with pytest.raises(error, match=match):
-        save_html(view, None if path is None else tmp_path / path)
+        call(tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -301,17 +281,8 @@ def test_vendor_check_detects_missing_files(vendor_copy, monkeypatch):
     assert "SOURCES.json is missing" in vendor_js.check(vendor_copy)[0]
 
 
-def test_vendor_integrity_check():
-    data = b"some bytes"
-    import base64
-    import hashlib
-
-    good = "sha512-" + base64.b64encode(hashlib.sha512(data).digest()).decode()
-    vendor_js._verify_integrity(data, good, "x@1")
-    with pytest.raises(ValueError, match=r"x@1: tarball sha512 is .*, the registry says"):
-        vendor_js._verify_integrity(data + b"!", good, "x@1")
-    with pytest.raises(ValueError, match=r"expected a sha512 integrity from the registry, got 'sha1-abc'"):
-        vendor_js._verify_integrity(data, "sha1-abc", "x@1")
+def test_vendor_integrity_check_passes_the_registrys_sha512():
+    vendor_js._verify_integrity(b"some bytes", _sha512(b"some bytes"), "x@1")  # the refusals: MESSAGES
 
 
 def test_a_changed_vendored_file_stops_the_views(monkeypatch, vendor_copy):

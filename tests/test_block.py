@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+from strategies import refusals_test
 
 from course_utils.block import MLP, Block
 from course_utils.gpt import GPT, GPTConfig
@@ -42,28 +43,24 @@ def test_mlp_shapes_and_ratio():
     assert mlp(torch.randn(2, 3, 8)).shape == (2, 3, 8)
 
 
-@pytest.mark.parametrize(
-    "call, error, match",
-    [
-        (lambda: Block(16, torch.ones(3)), TypeError, "attn must be an nn.Module"),
-        (
-            lambda: Block(16, MultiHeadAttention(16, 4), norm_position="sandwich"),
-            ValueError,
-            r"norm_position must be one of \('pre', 'post'\), got 'sandwich'",
-        ),
-        (lambda: Block(0, MultiHeadAttention(16, 4)), ValueError, "embed_dim must be at least 1, got 0"),
-        (lambda: MLP(8, mlp_ratio=2.0), TypeError, "mlp_ratio must be an int, got float"),
-        (lambda: MLP(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-        (
-            lambda: Block(16, MultiHeadAttention(16, 4))(torch.randn(2, 5, 8)),
-            ValueError,
-            r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)",
-        ),
-    ],
-)
-def test_bad_arguments(call, error, match):
-    with pytest.raises(error, match=match):
-        call()
+# (call, exception type, a pattern the message must match)
+MESSAGES = [
+    (lambda: Block(16, torch.ones(3)), TypeError, "attn must be an nn.Module"),
+    (
+        lambda: Block(16, MultiHeadAttention(16, 4), norm_position="sandwich"),
+        ValueError,
+        r"norm_position must be one of \('pre', 'post'\), got 'sandwich'",
+    ),
+    (lambda: Block(0, MultiHeadAttention(16, 4)), ValueError, "embed_dim must be at least 1, got 0"),
+    (lambda: MLP(8, mlp_ratio=2.0), TypeError, "mlp_ratio must be an int, got float"),
+    (lambda: MLP(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
+    (
+        lambda: Block(16, MultiHeadAttention(16, 4))(torch.randn(2, 5, 8)),
+        ValueError,
+        r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)",
+    ),
+]
+test_each_bad_input_gets_its_message = refusals_test(MESSAGES, regex=True)
 
 
 def test_a_block_called_for_weights_says_to_use_attend():

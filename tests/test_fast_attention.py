@@ -12,8 +12,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import dtypes, seeds, tol
-from torch.utils._python_dispatch import TorchDispatchMode
+from strategies import CountProducts, dtypes, refusals_test, seeds, tol
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.fast_attention import (
@@ -64,10 +63,17 @@ def _combined(mask: torch.Tensor | None, is_causal: bool, T: int, S: int) -> tor
     return causal_mask(T, S) if mask is None else causal_mask(T, S) & mask
 
 
-@settings(max_examples=150, deadline=None)
-@given(
-    seed=seeds,
-    dtype=dtypes,
+def _draw_case(seed, dtype, B, H, T, S, D, Dv, mask_kind, broadcast_batch, requires_grad=True):
+    """q (B, H, T, D), k, v, a mask and dout; with ``broadcast_batch`` q is (B, 1, T, D) and k, v (1, H, S, .)."""
+    g = torch.Generator().manual_seed(seed)
+    q_batch, kv_batch = ((B, 1), (1, H)) if broadcast_batch else ((B, H), (B, H))
+    q = torch.randn(*q_batch, T, D, generator=g, dtype=dtype, requires_grad=requires_grad)
+    k = torch.randn(*kv_batch, S, D, generator=g, dtype=dtype, requires_grad=requires_grad)
+    v = torch.randn(*kv_batch, S, Dv, generator=g, dtype=dtype, requires_grad=requires_grad)
+    return q, k, v, _mask(mask_kind, B, T, S, g), torch.randn(B, H, T, Dv, generator=g, dtype=dtype)
+
+
+CASE = dict(  # tiles that divide T and S or not (1 .. 48 against lengths 1 .. 70), Dv != D, any mask
     B=st.integers(1, 3),
     H=st.integers(1, 3),
     T=st.integers(1, 40),
@@ -78,20 +84,19 @@ def _combined(mask: torch.Tensor | None, is_causal: bool, T: int, S: int) -> tor
     kv_tile=st.integers(1, 48),
     is_causal=st.booleans(),
     mask_kind=st.sampled_from(MASK_KINDS),
-    fewer_keys=st.booleans(),
 )
+
+
+@settings(max_examples=150, deadline=None)
+@given(seed=seeds, dtype=dtypes, fewer_keys=st.booleans(), **CASE)
 def test_tiled_attention_equals_the_reference_and_torch(
     seed, dtype, B, H, T, extra_keys, D, Dv, q_tile, kv_tile, is_causal, mask_kind, fewer_keys
 ):
-    """Tile sizes that divide T and S or not (1 .. 48 against lengths 1 .. 70), T != S both ways, any mask."""
+    """T != S both ways."""
     S = T + extra_keys
     if fewer_keys and not is_causal:  # T > S: more queries than keys (cross-attention)
         T, S = S, T
-    g = torch.Generator().manual_seed(seed)
-    q = torch.randn(B, H, T, D, generator=g, dtype=dtype)
-    k = torch.randn(B, H, S, D, generator=g, dtype=dtype)
-    v = torch.randn(B, H, S, Dv, generator=g, dtype=dtype)
-    mask = _mask(mask_kind, B, T, S, g)
+    q, k, v, mask, _ = _draw_case(seed, dtype, B, H, T, S, D, Dv, mask_kind, False, requires_grad=False)
     combined = _combined(mask, is_causal, T, S)  # (..., T, S)
     out = tiled_attention(q, k, v, mask, is_causal=is_causal, q_tile=q_tile, kv_tile=kv_tile)
     assert out.shape == (B, H, T, Dv) and out.dtype == dtype
@@ -253,36 +258,12 @@ def test_merge_rescales_without_overflow():
 # --- the backward pass by hand, and flash attention -------------------------------------------------
 
 
-def _draw_case(seed, dtype, B, H, T, S, D, Dv, mask_kind, broadcast_batch):
-    """q (B, H, T, D), k, v and a mask; with ``broadcast_batch`` q is (B, 1, T, D) and k, v (1, H, S, .)."""
-    g = torch.Generator().manual_seed(seed)
-    q_batch, kv_batch = ((B, 1), (1, H)) if broadcast_batch else ((B, H), (B, H))
-    q = torch.randn(*q_batch, T, D, generator=g, dtype=dtype, requires_grad=True)
-    k = torch.randn(*kv_batch, S, D, generator=g, dtype=dtype, requires_grad=True)
-    v = torch.randn(*kv_batch, S, Dv, generator=g, dtype=dtype, requires_grad=True)
-    return q, k, v, _mask(mask_kind, B, T, S, g), torch.randn(B, H, T, Dv, generator=g, dtype=dtype)
-
-
 def _out_and_grads(out: torch.Tensor, inputs, dout: torch.Tensor):
     return (out, *torch.autograd.grad(out, inputs, dout))
 
 
 @settings(max_examples=120, deadline=None)
-@given(
-    seed=seeds,
-    B=st.integers(1, 3),
-    H=st.integers(1, 3),
-    T=st.integers(1, 40),
-    extra_keys=st.integers(0, 30),
-    D=st.integers(1, 16),
-    Dv=st.integers(1, 12),
-    q_tile=st.integers(1, 48),
-    kv_tile=st.integers(1, 48),
-    is_causal=st.booleans(),
-    mask_kind=st.sampled_from(MASK_KINDS),
-    fewer_keys=st.booleans(),
-    broadcast_batch=st.booleans(),
-)
+@given(seed=seeds, fewer_keys=st.booleans(), broadcast_batch=st.booleans(), **CASE)
 def test_flash_attention_output_and_gradients_equal_autograd_through_plain_attention_in_float64(
     seed, B, H, T, extra_keys, D, Dv, q_tile, kv_tile, is_causal, mask_kind, fewer_keys, broadcast_batch
 ):
@@ -299,19 +280,7 @@ def test_flash_attention_output_and_gradients_equal_autograd_through_plain_atten
 
 
 @settings(max_examples=60, deadline=None)
-@given(
-    seed=seeds,
-    B=st.integers(1, 3),
-    H=st.integers(1, 3),
-    T=st.integers(1, 40),
-    extra_keys=st.integers(0, 30),
-    D=st.integers(1, 16),
-    Dv=st.integers(1, 12),
-    q_tile=st.integers(1, 48),
-    kv_tile=st.integers(1, 48),
-    is_causal=st.booleans(),
-    mask_kind=st.sampled_from(MASK_KINDS),
-)
+@given(seed=seeds, **CASE)
 def test_flash_attention_output_and_gradients_equal_torch_sdpa_in_float32(
     seed, B, H, T, extra_keys, D, Dv, q_tile, kv_tile, is_causal, mask_kind
 ):
@@ -489,32 +458,20 @@ def test_flash_attention_under_autocast_keeps_its_own_precision():
         torch.testing.assert_close(got, want, atol=0, rtol=0)
 
 
-class _CountMatmuls(TorchDispatchMode):
-    """Counts the matrix products that reach ATen (below autograd, so the backward pass's too)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls += func in (torch.ops.aten.mm.default, torch.ops.aten.bmm.default)
-        return func(*args, **(kwargs or {}))
-
-
 @pytest.mark.parametrize("is_causal, tiles", [(False, 4 * 4), (True, 4 + 3 + 2 + 1)])
 def test_flash_attention_skips_the_tiles_past_the_causal_diagonal_in_both_passes(is_causal, tiles):
     """T = S = 8 in tiles of 2: 16 tiles, 10 of them on or below the diagonal (notebook 08's 'tiles computed:
     10 of 16'); 2 products a tile forward, in tiled_attention as in flash_attention, 5 back."""
     g = torch.Generator().manual_seed(8)
     q, k, v = (torch.randn(1, 8, 4, generator=g, requires_grad=True) for _ in range(3))
-    with torch.no_grad(), _CountMatmuls() as tiled:
+    with torch.no_grad(), CountProducts() as tiled:
         tiled_attention(q, k, v, is_causal=is_causal, q_tile=2, kv_tile=2)
-    assert tiled.calls == 2 * tiles
-    with _CountMatmuls() as forward:
+    assert tiled.products == 2 * tiles
+    with CountProducts() as forward:
         out = flash_attention(q, k, v, is_causal=is_causal, q_tile=2, kv_tile=2)
-    with _CountMatmuls() as backward:
+    with CountProducts() as backward:
         out.sum().backward()
-    assert (forward.calls, backward.calls) == (2 * tiles, 5 * tiles)
+    assert (forward.products, backward.products) == (2 * tiles, 5 * tiles)
 
 
 def _saved_bytes(fn) -> tuple[int, int]:
@@ -664,11 +621,7 @@ MESSAGES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("call, error, words", MESSAGES)
-def test_each_bad_input_gets_its_message(call, error, words):
-    with pytest.raises(error) as raised:
-        call()
-    assert words in str(raised.value)
+test_each_bad_input_gets_its_message = refusals_test(MESSAGES)
 
 
 # --- the benchmark (benchmarks/flash_attention.py) runs, and counts what autograd keeps ----------------------

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 import torch
+from strategies import refusals_test
+from test_gpt import make as tiny_gpt  # the tiny GPT of test_gpt.py: 11 tokens, heads of 4
 from torch import nn
 
 from course_utils.generation import (
@@ -285,15 +287,10 @@ def test_beam_search_with_and_without_cache_agree_and_scores_are_log_probs(model
 # --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
 
 
-def _gpt():
-    torch.manual_seed(0)
-    return GPT(GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=1)).eval()
-
-
 def test_generate_takes_a_numpy_int_for_max_new_tokens():
     import numpy as np
 
-    out = generate(_gpt().for_generation(), torch.zeros(1, 2, dtype=torch.long), np.int64(3), greedy=True)
+    out = generate(GPT_VIEW, torch.zeros(1, 2, dtype=torch.long), np.int64(3), greedy=True)
     assert out.shape == (1, 5)
 
 
@@ -306,7 +303,7 @@ def test_the_loop_checks_top_k_and_top_p_once_not_at_every_step(monkeypatch):
         for name in ("check_int", "check_fraction"):
             real = getattr(module, name)
             monkeypatch.setattr(module, name, lambda n, *a, _real=real, **k: (seen.append(n), _real(n, *a, **k))[1])
-    model, prompt = _gpt().for_generation(), torch.zeros(1, 3, dtype=torch.long)
+    model, prompt = GPT_VIEW, torch.zeros(1, 3, dtype=torch.long)
     out = generate(model, prompt, 6, top_k=3, top_p=0.9, generator=torch.Generator().manual_seed(0))
     assert out.shape == (1, 9)
     assert seen.count("top_k") == 1 and seen.count("top_p") == 1, seen
@@ -319,12 +316,16 @@ def test_the_loop_checks_top_k_and_top_p_once_not_at_every_step(monkeypatch):
 
 torch.manual_seed(0)
 DECODER = _decoder(context_length=24).eval()
-GPT_VIEW = _gpt().for_generation()
+ONE_LAYER = tiny_gpt(num_layers=1)
+GPT_VIEW = ONE_LAYER.for_generation()
 IDS, PROMPT = torch.zeros(1, 4, dtype=torch.long), torch.zeros(1, 3, dtype=torch.long)
 LOGITS = torch.randn(2, 5)
 GREEDY_HINT = "(use greedy=True for the argmax)"
 NAN_ROW, DEAD_ROW = torch.randn(3, 5), torch.randn(3, 5)
 NAN_ROW[1, 2], DEAD_ROW[1] = float("nan"), float("-inf")
+NO_PROMPT = torch.zeros(0, 3, dtype=torch.long)  # a batch of no prompts
+EMPTY_BATCH = "idx must hold at least one prompt (B >= 1), got an empty batch of shape (0, 3)"
+GENERATOR = "generator must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, got int"
 
 # (call, exception type, words the message must contain)
 MESSAGES = [
@@ -356,11 +357,7 @@ MESSAGES = [
     (lambda: sample_next_token(torch.randn(1, 2, 5)), ValueError, "logits must be (B, V)"),
     (lambda: sample_next_token(NAN_ROW), ValueError, "logits must be numbers, got NaN in row(s) [1]"),
     (lambda: sample_next_token(DEAD_ROW), ValueError, "every logit of row(s) [1] is -inf, so no token can be sampled"),
-    (
-        lambda: sample_next_token(LOGITS, generator=0),
-        TypeError,
-        "generator must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, got int",
-    ),
+    (lambda: sample_next_token(LOGITS, generator=0), TypeError, GENERATOR),
     (lambda: sample_next_token(LOGITS, greedy="yes"), TypeError, "greedy must be True or False, got 'yes' (str)"),
     (lambda: top_p_keep(torch.tensor([[1.0, 2.0]]), 0.5), ValueError, "probs must be rows of probabilities"),
     (lambda: top_p_keep(torch.tensor([[1.0, 2.0]]), 0.5), ValueError, "a row sum off from 1 by 2"),
@@ -415,33 +412,21 @@ MESSAGES = [
     ),
     *[
         (
-            lambda c=c: generate(_gpt(), IDS, 3, use_cache=c),
+            lambda c=c: generate(ONE_LAYER, IDS, 3, use_cache=c),
             TypeError,
             "got a GPT, whose forward returns (logits, loss): pass model.for_generation(), whose forward is "
             "(idx, cache) -> logits",
         )
         for c in (True, False)  # the same one-line fix on both paths
     ],
-    (
-        lambda: generate(GPT_VIEW, torch.zeros(0, 3, dtype=torch.long), 4),
-        ValueError,
-        "idx must hold at least one prompt (B >= 1), got an empty batch of shape (0, 3)",
-    ),
-    (
-        lambda: next(generate_stream(GPT_VIEW, torch.zeros(0, 3, dtype=torch.long), 4, use_cache=False)),
-        ValueError,
-        "idx must hold at least one prompt (B >= 1)",
-    ),
+    (lambda: generate(GPT_VIEW, NO_PROMPT, 4), ValueError, EMPTY_BATCH),
+    (lambda: next(generate_stream(GPT_VIEW, NO_PROMPT, 4, use_cache=False)), ValueError, EMPTY_BATCH),
     (
         lambda: generate(GPT_VIEW, IDS, 3, callback="print"),
         TypeError,
         "callback must be a function of the new tokens (B,), or None, got str",
     ),
-    (
-        lambda: generate(GPT_VIEW, IDS, 3, generator=0),
-        TypeError,
-        "generator must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, got int",
-    ),
+    (lambda: generate(GPT_VIEW, IDS, 3, generator=0), TypeError, GENERATOR),
     (
         lambda: generate(GPT_VIEW, torch.zeros(1, 2), 3),
         TypeError,
@@ -461,12 +446,8 @@ MESSAGES = [
         ValueError,
         "idx must hold at least one token (the prompt)",
     ),
-    (
-        lambda: beam_search(GPT_VIEW, torch.zeros(0, 3, dtype=torch.long), 2, 3),
-        ValueError,
-        "idx must hold at least one prompt (B >= 1), got an empty batch of shape (0, 3)",
-    ),
-    (lambda: beam_search(_gpt(), PROMPT, 2, 3, use_cache=False), TypeError, "pass model.for_generation()"),
+    (lambda: beam_search(GPT_VIEW, NO_PROMPT, 2, 3), ValueError, EMPTY_BATCH),
+    (lambda: beam_search(ONE_LAYER, PROMPT, 2, 3, use_cache=False), TypeError, "pass model.for_generation()"),
     # distinct_ngrams
     (
         lambda: distinct_ngrams(torch.tensor([1, 2, 3]), 2),
@@ -479,11 +460,7 @@ MESSAGES = [
 ]
 
 
-@pytest.mark.parametrize("call, error, words", MESSAGES)
-def test_each_bad_input_gets_its_message(call, error, words):
-    with pytest.raises(error) as raised:
-        call()
-    assert words in str(raised.value)
+test_each_bad_input_gets_its_message = refusals_test(MESSAGES)
 
 
 def test_the_edges_of_the_refusals_still_run():

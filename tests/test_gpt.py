@@ -326,20 +326,6 @@ def test_for_generation_shares_parameters():
     torch.testing.assert_close(wrapped(ids(1, 4)), model(ids(1, 4))[0])
 
 
-@pytest.mark.parametrize("start, T", [(0, 7), (5, 3), (0, 1), (30, 2)])
-def test_cached_rotary_table_equals_apply_rope(start, T):
-    """The model's rotation (a cached cos/sin table) is apply_rope with the half pairing, at absolute positions."""
-    from course_utils.positional import apply_rope
-
-    torch.manual_seed(0)
-    attn = GPT(GPTConfig.preset("tiny", positions="rope")).blocks[0].attn
-    x = torch.randn(2, 4, T, 8)  # (B, H, T, D)
-    expected = apply_rope(x, torch.arange(start, start + T), pairing="half")
-    torch.testing.assert_close(attn.rotary.rotate(x, start), expected)
-    expected64 = apply_rope(x.double(), torch.arange(start, start + T), pairing="half")
-    torch.testing.assert_close(attn.rotary.rotate(x.double(), start), expected64)  # float64 stays float64
-
-
 def test_the_committed_checkpoint_was_trained_with_the_half_pairing(course_corpus):
     """checkpoints/shakespeare_cpu.pt loads, and its logits are those of apply_rope(pairing="half") in every layer.
 

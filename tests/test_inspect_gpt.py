@@ -11,9 +11,9 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from strategies import seeds
+from strategies import refusals_test, seeds
+from test_gpt import make as tiny  # the tiny GPT of test_gpt.py: 11 tokens, 2 layers of 4 heads
 
-from course_utils.gpt import GPT, GPTConfig
 from course_utils.inspect_gpt import (
     attention_and_values,
     attention_rollout,
@@ -35,13 +35,6 @@ def causal_weights(B: int, H: int, T: int, seed: int) -> torch.Tensor:
     g = torch.Generator().manual_seed(seed)
     scores = torch.randn(B, H, T, T, generator=g) * 2
     return torch.softmax(scores.masked_fill(~causal_mask(T), -math.inf), dim=-1)  # (B, H, T, T)
-
-
-def tiny(seed: int = 0, **overrides) -> GPT:
-    torch.manual_seed(seed)
-    return GPT(
-        GPTConfig(**{**dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2), **overrides})
-    ).eval()
 
 
 @given(
@@ -185,98 +178,87 @@ def test_attention_rollout_of_layer_0_is_the_mixed_map_and_residual_1_is_the_ide
 
 
 IDS, W3 = torch.zeros(1, 4, dtype=torch.long), torch.ones(1, 1, 3, 3)  # token ids (B, T); weights (B, H, T, T)
+W234, V3, MARKED = torch.ones(2, 3, 4), torch.ones(1, 1, 3, 2), torch.ones(1, 3, dtype=torch.bool)  # V3: W3's values
 
 
-@pytest.mark.parametrize(
-    "call, error, match",
-    [
-        (lambda: layer_grad_norms("model", None, None), TypeError, "model must be a course_utils.gpt.GPT, got str"),
-        (
-            lambda: layer_grad_norms(tiny(), IDS, IDS, "mlp.fc_out.bias2"),
-            ValueError,
-            r"parameter must be one of \[.*'mlp.fc_out.weight'.*\] \(a block's parameters\), got 'mlp.fc_out.bias2'",
-        ),
-        (
-            lambda: layer_grad_norms(tiny(), IDS, IDS, 3),
-            TypeError,
-            r"parameter must be one of \[.*\] \(a block's parameters\), got 3 \(int\)",
-        ),
-        (lambda: xavier_init_(torch.nn.Linear(2, 2)), TypeError, "model must be a course_utils.gpt.GPT, got Linear"),
-        (
-            lambda: first_key_share(torch.ones(2, 3, 4)),
-            ValueError,
-            r"weights must be self-attention weights \(B, H, T, T\)",
-        ),
-        (lambda: first_key_share(torch.ones(1, 1, 1, 1)), ValueError, "at least 2 positions"),
-        (lambda: first_key_share([[1.0]]), TypeError, "weights must be a torch.Tensor, got list"),
-        (
-            lambda: first_key_share(torch.ones(1, 1, 2, 2, dtype=torch.long)),
-            TypeError,
-            "must be a floating-point tensor",
-        ),
-        (lambda: uniform_first_key_share(1), ValueError, "T must be at least 2, got 1"),
-        (lambda: uniform_first_key_share(2.0), TypeError, "T must be an int"),
-        (
-            lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 5, 6)),
-            ValueError,
-            r"must agree on the leading dims and on S, got \(2, 3, 4\) and \(2, 5, 6\)",
-        ),
-        (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a torch.Tensor, got str"),
-        (
-            lambda: weighted_value_norms(torch.ones(3), torch.ones(3, 2)),
-            ValueError,
-            "weights must have at least 2 dimensions",
-        ),
-        (
-            lambda: top_key_disagreement(W3, torch.ones(1, 2, 3, 3)),
-            ValueError,
-            r"norms must have the weights' shape \(1, 1, 3, 3\) \(weighted_value_norms of these weights\), "
-            r"got \(1, 2, 3, 3\)",
-        ),
-        (
-            lambda: top_key_disagreement(W3, torch.ones(1, 3)),
-            ValueError,
-            r"norms must have the weights' shape \(1, 1, 3, 3\)",
-        ),  # was: "norms must be self-attention weights"
-        (lambda: rank_correlation(W3, [1.0]), TypeError, "norms must be a torch.Tensor, got list"),
-        (
-            lambda: weighted_value_norms(torch.ones(2, 3, 4), torch.ones(2, 4, 6, dtype=torch.long)),
-            TypeError,
-            "values must be a floating-point tensor, got dtype torch.int64",
-        ),  # was torch's linalg.vector_norm message
-        (lambda: rank_correlation(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)), ValueError, "needs T >= 3"),
-        (
-            lambda: selected_key_ratios(W3, torch.ones(1, 1, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
-            ValueError,
-            "selected must mark some keys and leave others unmarked",
-        ),
-        (
-            lambda: selected_key_ratios(W3, torch.ones(1, 1, 3, 2), torch.ones(1, 3)),
-            ValueError,
-            r"selected must be a bool tensor \(B, T\) = \(1, 3\)",
-        ),
-        (
-            lambda: selected_key_ratios(W3, torch.ones(1, 2, 3, 2), torch.ones(1, 3, dtype=torch.bool)),
-            ValueError,
-            r"values must be \(B, H, T, E\) = \(1, 1, 3, E\)",
-        ),
-        (
-            lambda: attention_and_values(tiny(num_kv_heads=2), IDS),
-            ValueError,
-            "this model uses grouped-query attention",
-        ),
-        (lambda: attention_and_values(tiny(), torch.full((1, 4), 11)), ValueError, "idx"),
-        (lambda: attention_rollout([]), TypeError, "maps must be a non-empty list of .* got an empty list"),
-        (lambda: attention_rollout(W3), TypeError, "maps must be a non-empty list .* got Tensor"),
-        (
-            lambda: attention_rollout([W3, torch.ones(1, 1, 4, 4)]),
-            ValueError,
-            r"every layer's weights must share B and T: maps\[0\] is \(1, 1, 3, 3\), maps\[1\] is \(1, 1, 4, 4\)",
-        ),
-        (lambda: attention_rollout([torch.ones(1, 3, 3)]), ValueError, r"maps\[0\] must be self-attention weights"),
-        (lambda: attention_rollout([W3], residual=1.5), ValueError, r"residual must be in \[0, 1\]"),
-    ],
-)
-def test_bad_arguments_say_what_was_expected(call, error, match):
-    with pytest.raises(error, match=match):
-        call()
+# (call, exception type, a pattern the message must match)
+MESSAGES = [
+    (lambda: layer_grad_norms("model", None, None), TypeError, "model must be a course_utils.gpt.GPT, got str"),
+    (
+        lambda: layer_grad_norms(tiny(), IDS, IDS, "mlp.fc_out.bias2"),
+        ValueError,
+        r"parameter must be one of \[.*'mlp.fc_out.weight'.*\] \(a block's parameters\), got 'mlp.fc_out.bias2'",
+    ),
+    (
+        lambda: layer_grad_norms(tiny(), IDS, IDS, 3),
+        TypeError,
+        r"parameter must be one of \[.*\] \(a block's parameters\), got 3 \(int\)",
+    ),
+    (lambda: xavier_init_(torch.nn.Linear(2, 2)), TypeError, "model must be a course_utils.gpt.GPT, got Linear"),
+    (lambda: first_key_share(W234), ValueError, r"weights must be self-attention weights \(B, H, T, T\)"),
+    (lambda: first_key_share(torch.ones(1, 1, 1, 1)), ValueError, "at least 2 positions"),
+    (lambda: first_key_share([[1.0]]), TypeError, "weights must be a torch.Tensor, got list"),
+    (
+        lambda: first_key_share(torch.ones(1, 1, 2, 2, dtype=torch.long)),
+        TypeError,
+        "must be a floating-point tensor",
+    ),
+    (lambda: uniform_first_key_share(1), ValueError, "T must be at least 2, got 1"),
+    (lambda: uniform_first_key_share(2.0), TypeError, "T must be an int"),
+    (
+        lambda: weighted_value_norms(W234, torch.ones(2, 5, 6)),
+        ValueError,
+        r"must agree on the leading dims and on S, got \(2, 3, 4\) and \(2, 5, 6\)",
+    ),
+    (lambda: weighted_value_norms("w", torch.ones(2, 2)), TypeError, "weights must be a torch.Tensor, got str"),
+    (
+        lambda: weighted_value_norms(torch.ones(3), torch.ones(3, 2)),
+        ValueError,
+        "weights must have at least 2 dimensions",
+    ),
+    (
+        lambda: top_key_disagreement(W3, torch.ones(1, 2, 3, 3)),
+        ValueError,
+        r"norms must have the weights' shape \(1, 1, 3, 3\) \(weighted_value_norms of these weights\), "
+        r"got \(1, 2, 3, 3\)",
+    ),
+    (
+        lambda: top_key_disagreement(W3, torch.ones(1, 3)),
+        ValueError,
+        r"norms must have the weights' shape \(1, 1, 3, 3\)",
+    ),  # was: "norms must be self-attention weights"
+    (lambda: rank_correlation(W3, [1.0]), TypeError, "norms must be a torch.Tensor, got list"),
+    (
+        lambda: weighted_value_norms(W234, torch.ones(2, 4, 6, dtype=torch.long)),
+        TypeError,
+        "values must be a floating-point tensor, got dtype torch.int64",
+    ),  # was torch's linalg.vector_norm message
+    (lambda: rank_correlation(torch.ones(1, 1, 2, 2), torch.ones(1, 1, 2, 2)), ValueError, "needs T >= 3"),
+    (lambda: selected_key_ratios(W3, V3, MARKED), ValueError, "selected must mark some keys and leave others unmarked"),
+    (
+        lambda: selected_key_ratios(W3, V3, torch.ones(1, 3)),
+        ValueError,
+        r"selected must be a bool tensor \(B, T\) = \(1, 3\)",
+    ),
+    (
+        lambda: selected_key_ratios(W3, V3[:, [0, 0]], MARKED),
+        ValueError,
+        r"values must be \(B, H, T, E\) = \(1, 1, 3, E\)",
+    ),
+    (
+        lambda: attention_and_values(tiny(num_kv_heads=2), IDS),
+        ValueError,
+        "this model uses grouped-query attention",
+    ),
+    (lambda: attention_and_values(tiny(), torch.full((1, 4), 11)), ValueError, "idx"),
+    (lambda: attention_rollout([]), TypeError, "maps must be a non-empty list of .* got an empty list"),
+    (lambda: attention_rollout(W3), TypeError, "maps must be a non-empty list .* got Tensor"),
+    (
+        lambda: attention_rollout([W3, torch.ones(1, 1, 4, 4)]),
+        ValueError,
+        r"every layer's weights must share B and T: maps\[0\] is \(1, 1, 3, 3\), maps\[1\] is \(1, 1, 4, 4\)",
+    ),
+    (lambda: attention_rollout([torch.ones(1, 3, 3)]), ValueError, r"maps\[0\] must be self-attention weights"),
+    (lambda: attention_rollout([W3], residual=1.5), ValueError, r"residual must be in \[0, 1\]"),
+]
+test_each_bad_input_gets_its_message = refusals_test(MESSAGES, regex=True)

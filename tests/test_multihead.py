@@ -10,9 +10,8 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from strategies import DTYPES, dtypes, seeds, tol
+from strategies import DTYPES, CountProducts, dtypes, refusals_test, seeds, tol
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask, combine_masks, convert_mask, padding_mask
@@ -64,97 +63,48 @@ def test_merge_heads_works_on_non_contiguous_input():
 
 
 @st.composite
-def mha_setups(draw):
+def mha_setups(draw, cross: bool = False):
+    """Self-attention, or cross-attention (``cross``): T queries from x, S keys and values from a memory of another
+    length (T != S allowed). Every query keeps at least one key: no row is fully masked."""
     B, T, H, D = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 3)), draw(st.integers(1, 4))
-    lengths = [draw(st.integers(1, T)) for _ in range(B)]  # >= 1 real token: no fully masked row
-    return dict(
-        B=B,
-        T=T,
-        H=H,
-        D=D,
-        lengths=lengths,
-        bias=draw(st.booleans()),
-        batch_first=draw(st.booleans()),
-        masks=draw(st.sampled_from(["none", "causal", "padding", "both"])),
-        dtype=draw(dtypes),
-        seed=draw(seeds),
-    )
-
-
-def torch_and_ours(s):
-    torch.manual_seed(s["seed"])
-    C = s["H"] * s["D"]
-    ref = nn.MultiheadAttention(C, s["H"], bias=s["bias"], batch_first=s["batch_first"], dtype=s["dtype"]).eval()
-    randomize_biases(ref)
-    ours = MultiHeadAttention.from_torch(ref)
-    x = torch.randn(s["B"], s["T"], C, dtype=s["dtype"])
-    return ref, ours, x
-
-
-def masks_for(s):
-    """The same masks in both conventions: ours (True = may attend, (B, H, T, S)) and nn.MultiheadAttention's."""
-    causal = causal_mask(s["T"]) if s["masks"] in ("causal", "both") else None
-    pad = padding_mask(s["lengths"], s["T"]) if s["masks"] in ("padding", "both") else None
-    ours = combine_masks(causal, None if pad is None else pad[:, None, None, :])
-    torch_kwargs = dict(
-        attn_mask=None if causal is None else convert_mask(causal, "allow", "block"),
-        key_padding_mask=None if pad is None else convert_mask(pad, "allow", "block"),
-    )
-    return ours, torch_kwargs
-
-
-def run_torch(ref, x, torch_kwargs, **kwargs):
-    xt = x if ref.batch_first else x.transpose(0, 1)  # (B, T, C) or (T, B, C)
-    out, weights = ref(xt, xt, xt, **torch_kwargs, **kwargs)
-    return (out if ref.batch_first else out.transpose(0, 1)), weights
-
-
-@settings(deadline=None, max_examples=40)
-@given(s=mha_setups())
-def test_from_torch_matches_nn_multihead_attention(s):
-    ref, ours, x = torch_and_ours(s)
-    assert not ours.training and ours.qkv_proj.weight.dtype == s["dtype"]
-    mask, torch_kwargs = masks_for(s)
-    out, weights = ours(x, mask, need_weights=True)
-    H, B, T = s["H"], s["B"], s["T"]
-    assert out.shape == x.shape and weights.shape == (B, H, T, T)
-    ref_out, ref_avg = run_torch(ref, x, torch_kwargs, need_weights=True, average_attn_weights=True)
-    torch.testing.assert_close(out, ref_out, **tol(s["dtype"]))
-    torch.testing.assert_close(weights.mean(dim=1), ref_avg, **tol(s["dtype"]))
-    _, ref_heads = run_torch(ref, x, torch_kwargs, need_weights=True, average_attn_weights=False)
-    torch.testing.assert_close(weights, ref_heads, **tol(s["dtype"]))
-    ref_out_fast, _ = run_torch(ref, x, torch_kwargs, need_weights=False)
-    torch.testing.assert_close(ours(x, mask), ref_out_fast, **tol(s["dtype"]))
-    # Rows of the weights sum to 1 (no row is fully masked here).
-    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T, dtype=s["dtype"]), **tol(s["dtype"]))
-
-
-@st.composite
-def cross_setups(draw):
-    """Cross-attention: T queries from x, S keys and values from a memory of another length (T != S allowed)."""
-    B, T, S = draw(st.integers(1, 3)), draw(st.integers(1, 5)), draw(st.integers(1, 6))
-    H, D = draw(st.integers(1, 3)), draw(st.integers(1, 4))
-    lengths = [draw(st.integers(1, S)) for _ in range(B)]  # key 0 is always real ...
+    S = draw(st.integers(1, 6)) if cross else T
     return dict(
         B=B,
         T=T,
         S=S,
         H=H,
         D=D,
-        lengths=lengths,
+        lengths=[draw(st.integers(1, S)) for _ in range(B)],  # >= 1 real token: key 0 is always real
         bias=draw(st.booleans()),
         batch_first=draw(st.booleans()),
         masks=draw(st.sampled_from(["none", "attn", "padding", "both"])),
         dtype=draw(dtypes),
         seed=draw(seeds),
+        cross=cross,
     )
 
 
-def cross_masks_for(s):
-    """A (T, S) attn mask and a (B, S) key padding mask in both conventions; no row is fully masked."""
-    g = torch.Generator().manual_seed(s["seed"])
-    attn = torch.rand(s["T"], s["S"], generator=g) < 0.6
-    attn[:, 0] = True  # ... and every query may attend key 0, so no row is fully masked
+def torch_and_ours(s):
+    """nn.MultiheadAttention (random biases), ours copied from it, x (B, T, C) and the memory (B, S, C) or None."""
+    torch.manual_seed(s["seed"])
+    C = s["H"] * s["D"]
+    ref = nn.MultiheadAttention(C, s["H"], bias=s["bias"], batch_first=s["batch_first"], dtype=s["dtype"]).eval()
+    randomize_biases(ref)
+    ours = MultiHeadAttention.from_torch(ref)
+    x = torch.randn(s["B"], s["T"], C, dtype=s["dtype"])
+    memory = torch.randn(s["B"], s["S"], C, dtype=s["dtype"]) if s["cross"] else None
+    return ref, ours, x, memory
+
+
+def masks_for(s):
+    """The same masks in both conventions: ours (True = may attend, (B, H, T, S)) and nn.MultiheadAttention's.
+
+    The attn mask is causal for self-attention; for cross-attention a random (T, S) one where key 0 stays visible."""
+    if s["cross"]:
+        attn = torch.rand(s["T"], s["S"], generator=torch.Generator().manual_seed(s["seed"])) < 0.6
+        attn[:, 0] = True
+    else:
+        attn = causal_mask(s["T"])
     attn = attn if s["masks"] in ("attn", "both") else None
     pad = padding_mask(s["lengths"], s["S"]) if s["masks"] in ("padding", "both") else None
     ours = combine_masks(attn, None if pad is None else pad[:, None, None, :])
@@ -165,49 +115,70 @@ def cross_masks_for(s):
     return ours, torch_kwargs
 
 
+def run_torch(ref, x, memory, torch_kwargs, **kwargs):
+    kv = x if memory is None else memory
+    q, kv = (x, kv) if ref.batch_first else (x.transpose(0, 1), kv.transpose(0, 1))  # (B, T, C) or (T, B, C)
+    out, weights = ref(q, kv, kv, **torch_kwargs, **kwargs)
+    return (out if ref.batch_first else out.transpose(0, 1)), weights
+
+
 @settings(deadline=None, max_examples=40)
-@given(s=cross_setups())
+@given(s=mha_setups())
+def test_from_torch_matches_nn_multihead_attention(s):
+    ref, ours, x, _ = torch_and_ours(s)
+    assert not ours.training and ours.qkv_proj.weight.dtype == s["dtype"]
+    _matches_nn_multihead_attention(s, ref, ours, x, None)
+
+
+@settings(deadline=None, max_examples=40)
+@given(s=mha_setups(cross=True))
 def test_cross_attention_matches_nn_multihead_attention_fed_from_two_sources(s):
-    torch.manual_seed(s["seed"])
-    C, B, T, S, H = s["H"] * s["D"], s["B"], s["T"], s["S"], s["H"]
-    ref = nn.MultiheadAttention(C, H, bias=s["bias"], batch_first=s["batch_first"], dtype=s["dtype"]).eval()
-    randomize_biases(ref)
-    ours = MultiHeadAttention.from_torch(ref)
-    x = torch.randn(B, T, C, dtype=s["dtype"])  # the queries' sequence
-    memory = torch.randn(B, S, C, dtype=s["dtype"])  # another sequence: keys and values
-    mask, torch_kwargs = cross_masks_for(s)
+    _matches_nn_multihead_attention(s, *torch_and_ours(s))
+
+
+def _matches_nn_multihead_attention(s, ref, ours, x, memory):
+    """Output, per-head and averaged weights, the output without weights; rows of the weights sum to 1."""
+    mask, torch_kwargs = masks_for(s)
     out, weights = ours(x, mask, need_weights=True, memory=memory)
-    assert out.shape == (B, T, C) and weights.shape == (B, H, T, S)
-
-    def run(**kwargs):
-        q, kv = (x, memory) if ref.batch_first else (x.transpose(0, 1), memory.transpose(0, 1))
-        o, w = ref(q, kv, kv, **torch_kwargs, **kwargs)
-        return (o if ref.batch_first else o.transpose(0, 1)), w
-
-    ref_out, ref_heads = run(need_weights=True, average_attn_weights=False)
-    torch.testing.assert_close(out, ref_out, **tol(s["dtype"]))
-    torch.testing.assert_close(weights, ref_heads, **tol(s["dtype"]))
-    torch.testing.assert_close(weights.mean(dim=1), run(need_weights=True)[1], **tol(s["dtype"]))
-    torch.testing.assert_close(ours(x, mask, memory=memory), run(need_weights=False)[0], **tol(s["dtype"]))
-    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T, dtype=s["dtype"]), **tol(s["dtype"]))
+    B, H, T, S, tol_ = s["B"], s["H"], s["T"], s["S"], tol(s["dtype"])
+    assert out.shape == x.shape and weights.shape == (B, H, T, S)
+    ref_out, ref_avg = run_torch(ref, x, memory, torch_kwargs, need_weights=True, average_attn_weights=True)
+    torch.testing.assert_close(out, ref_out, **tol_)
+    torch.testing.assert_close(weights.mean(dim=1), ref_avg, **tol_)
+    _, ref_heads = run_torch(ref, x, memory, torch_kwargs, need_weights=True, average_attn_weights=False)
+    torch.testing.assert_close(weights, ref_heads, **tol_)
+    ref_out_fast, _ = run_torch(ref, x, memory, torch_kwargs, need_weights=False)
+    torch.testing.assert_close(ours(x, mask, memory=memory), ref_out_fast, **tol_)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(B, H, T, dtype=s["dtype"]), **tol_)
 
 
-def test_cross_attention_gradients_match():
+@pytest.mark.parametrize("cross", [False, True])
+def test_gradients_match_nn_multihead_attention(cross):
     torch.manual_seed(0)
     ref = nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
     randomize_biases(ref)
     ours = MultiHeadAttention.from_torch(ref)
-    x = torch.randn(2, 3, 8, dtype=torch.float64, requires_grad=True)
-    memory = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
-    pad = padding_mask([5, 2], 5)
+    x = torch.randn(2, 3 if cross else 5, 8, dtype=torch.float64, requires_grad=True)
+    memory = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True) if cross else None
+    mask = padding_mask([5, 2], 5)[:, None, None, :] if cross else causal_mask(5)
+    inputs = (x, memory) if cross else (x,)
     g_ours = torch.autograd.grad(
-        ours(x, pad[:, None, None, :], memory=memory).square().sum(),
-        (x, memory, ours.qkv_proj.weight, ours.qkv_proj.bias),
+        ours(x, mask, memory=memory).square().sum(),
+        (*inputs, ours.qkv_proj.weight, ours.qkv_proj.bias, ours.out_proj.bias),
     )
-    out_ref, _ = ref(x, memory, memory, key_padding_mask=~pad, need_weights=False)
-    g_ref = torch.autograd.grad(out_ref.square().sum(), (x, memory, ref.in_proj_weight, ref.in_proj_bias))
-    for a, b in zip(g_ours, g_ref):
+    kv = memory if cross else x
+    out_ref, _ = ref(x, kv, kv, **_torch_masks(mask, cross), need_weights=False)
+    g_ref = torch.autograd.grad(
+        out_ref.square().sum(), (*inputs, ref.in_proj_weight, ref.in_proj_bias, ref.out_proj.bias)
+    )
+    for a, b in zip(g_ours, g_ref, strict=True):
         torch.testing.assert_close(a, b)
+
+
+def _torch_masks(mask, cross):
+    if cross:
+        return {"key_padding_mask": ~mask[:, 0, 0]}
+    return {"attn_mask": convert_mask(mask, "allow", "block")}
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -220,20 +191,6 @@ def test_self_attention_is_cross_attention_with_memory_x(bias):
     torch.testing.assert_close(weights_m, weights)
     # the memory, not x, feeds the keys and values: another memory changes the output
     assert (packed(x, memory=torch.randn(2, 5, 12)) - packed(x)).abs().max() > 1e-3
-
-
-def test_from_torch_gradients_match():
-    torch.manual_seed(0)
-    ref = nn.MultiheadAttention(8, 2, batch_first=True, dtype=torch.float64)
-    randomize_biases(ref)
-    ours = MultiHeadAttention.from_torch(ref)
-    x = torch.randn(2, 5, 8, dtype=torch.float64, requires_grad=True)
-    mask = causal_mask(5)
-    g_ours = torch.autograd.grad(ours(x, mask).square().sum(), (x, ours.qkv_proj.weight, ours.out_proj.bias))
-    out_ref, _ = ref(x, x, x, attn_mask=convert_mask(mask, "allow", "block"), need_weights=False)
-    g_ref = torch.autograd.grad(out_ref.square().sum(), (x, ref.in_proj_weight, ref.out_proj.bias))
-    for a, b in zip(g_ours, g_ref):
-        torch.testing.assert_close(a, b)
 
 
 def test_from_torch_copies_mode_dropout_and_bias_flag():
@@ -272,17 +229,6 @@ def test_from_packed_agrees_with_multihead_attention(cls, bias, dtype, use_mask)
     torch.testing.assert_close(out, ref_out, **tol(dtype))
     torch.testing.assert_close(weights, ref_weights, **tol(dtype))
     torch.testing.assert_close(other(x, mask), out, atol=0, rtol=0)  # need_weights only changes what is returned
-
-
-def test_padding_mask_per_module_shapes():
-    packed = make_packed()
-    x = torch.randn(3, 4, 8)
-    pad = padding_mask([4, 2, 1], 4)
-    ref = packed(x, pad[:, None, None, :])  # (B, 1, 1, S) broadcasts to (B, H, T, S)
-    torch.testing.assert_close(MultiHeadAttentionEinsum.from_packed(packed)(x, pad[:, None, None, :]), ref)
-    torch.testing.assert_close(MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, None, :]), ref)
-    with pytest.raises(ValueError, match="does not broadcast"):  # (B, 1, S) would put the batch on the heads
-        MultiHeadAttentionWrapper.from_packed(packed)(x, pad[:, None, :])
 
 
 @pytest.mark.parametrize("module", ["packed", "wrapper", "einsum"])
@@ -393,10 +339,6 @@ def test_multihead_attention_dropout_eval_is_deterministic_and_train_is_not():
 
 
 MODULE_CLASSES = [MultiHeadAttention, MultiHeadAttentionEinsum, MultiHeadAttentionWrapper]
-LAYERS = {
-    "SingleHeadAttention": lambda: SingleHeadAttention(8, 4),
-    **{c.__name__: lambda c=c: c(8, 2) for c in MODULE_CLASSES},
-}
 X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
 MHA = MultiHeadAttention(8, 2)
 BAD_SIZES = [
@@ -440,7 +382,7 @@ MESSAGES = [
         for p in (1.0, -0.5)
     ],
     (lambda: MultiHeadAttention(8, 2, dropout="0.1"), TypeError, "dropout must be a number in [0, 1), got '0.1' (str)"),
-    *[(lambda m=m, xm=xm: m()(*xm), error, words) for m in LAYERS.values() for xm, error, words in BAD_INPUTS],
+    *[(lambda m=m, xm=xm: m()(*xm), error, words) for m in FACTORIES.values() for xm, error, words in BAD_INPUTS],
     (lambda: MHA(X, need_weights="no"), TypeError, "need_weights must be True or False, got 'no' (str)"),
     # cross-attention: the memory and a mask against its length
     (lambda: MHA(X, memory=[[[0.0] * 8]]), TypeError, "memory must be a torch.Tensor, got list"),
@@ -498,11 +440,7 @@ MESSAGES = [
 ]  # fmt: skip
 
 
-@pytest.mark.parametrize("call, error, words", MESSAGES)
-def test_each_bad_input_gets_its_message(call, error, words):
-    with pytest.raises(error) as raised:
-        call()
-    assert words in str(raised.value)
+test_each_bad_input_gets_its_message = refusals_test(MESSAGES)
 
 
 def test_good_masks_and_memories_pass_the_door():
@@ -524,20 +462,6 @@ def test_a_numpy_head_count_works_with_a_mask(make):
 
 
 # ---------------------------------------------------------------- notebook 04: how many matrix products
-
-
-class _CountProducts(TorchDispatchMode):
-    """Counts the matrix-product kernels launched (mm, bmm and their fused-bias forms) while it is active."""
-
-    PRODUCTS = frozenset({"mm", "bmm", "addmm", "baddbmm"})
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.products = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.products += func.overloadpacket.__name__ in self.PRODUCTS
-        return func(*args, **(kwargs or {}))
 
 
 def _notebook_04_function(name: str):
@@ -563,7 +487,7 @@ def test_notebook_04_the_loop_over_heads_launches_5h_plus_1_products_the_packed_
         ("wrapper", lambda: MultiHeadAttentionWrapper(C, H)(x)),
         ("packed", lambda: MultiHeadAttention(C, H)(x)),
     ]:
-        with torch.no_grad(), _CountProducts() as count:
+        with torch.no_grad(), CountProducts() as count:
             run()
         counted[name] = count.products
     assert counted == {"notebook loop": 5 * H + 1, "wrapper": 5 * H + 1, "packed": 4}

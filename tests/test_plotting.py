@@ -9,6 +9,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import pytest
 import torch
+from strategies import refusals_test
 
 from course_utils.plotting import plot_heads, plot_weights, shared_colorbar
 
@@ -185,31 +186,6 @@ def test_the_twelve_panel_grid_has_one_colourbar_and_legible_ticks():
     assert _labels(bottom_left.get_xticklabels()) == [char_labels(text)[t] for t in ticks]
 
 
-def test_plot_attention_maps_refuses_integer_maps():
-    with pytest.raises(TypeError, match=r"maps\[0\] must hold weights, a floating-point tensor, got dtype torch.int64"):
-        plot_attention_maps([torch.ones(1, 3, 5, 5, dtype=torch.long)], list("abcde"))
-
-
-@pytest.mark.parametrize(
-    "maps, labels, kwargs, match",
-    [
-        ([], "abcde", {}, "maps must hold at least one layer, got an empty list"),
-        ([torch.rand(2, 3, 5, 5)], "abcde", {}, r"maps\[0\] .* of one sequence, got shape \(2, 3, 5, 5\); pick one"),
-        (
-            [torch.rand(3, 5, 4)],
-            "abcde",
-            {},
-            r"maps\[0\] must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(3, 5, 4\)$",
-        ),
-        ([torch.rand(1, 3, 5, 5)], "abc", {}, "labels has 3 entries, the weights have 5 positions"),
-        ([torch.full((1, 3, 5, 5), float("nan"))], "abcde", {}, r"maps\[0\] holds NaN or infinite weights"),
-    ],
-)
-def test_plot_attention_maps_rejects_bad_input(maps, labels, kwargs, match):
-    with pytest.raises(ValueError, match=match):
-        plot_attention_maps(maps, list(labels), **kwargs)
-
-
 def test_plot_loss_curve_shows_history_evals_and_baselines():
     fig = plot_loss_curve(
         [4.0, 3.0, 2.0, 1.0], [[2, 3.1, 3.2], [4, 1.1, 1.3]], {"unigram": 3.3}, total_steps=10, smooth=2
@@ -239,85 +215,111 @@ def test_live_loss_plot_collects_events_and_fills_intervals():
 # --- bad arguments a learner might pass (issue 9) -------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "call, error, match",
-    [
-        (lambda: plot_weights([[0.5, 0.5]]), TypeError, "weights must be a torch.Tensor, got list"),
-        (lambda: plot_heads(_weights(2, 2, 2).numpy()), TypeError, "weights must be a torch.Tensor, got ndarray"),
-        (
-            lambda: plot_weights(_weights(2, 3, 4)),
-            ValueError,
-            r"plot_weights takes one \(T, S\) matrix, got shape \(2, 3, 4\); use plot_heads for \(H, T, S\)",
-        ),
-        (lambda: plot_weights(_weights(4)), ValueError, r"plot_weights takes one \(T, S\) matrix, got shape \(4,\)"),
-        (
-            lambda: plot_weights(_weights(3, 4), query_labels=["a", "b"]),
-            ValueError,
-            "query_labels has 2 entries, the weights have 3",
-        ),
-        (
-            lambda: plot_weights(_weights(3, 4), key_labels=list("abcde")),
-            ValueError,
-            "key_labels has 5 entries, the weights have 4",
-        ),
-        (lambda: plot_heads(_weights(3, 4)), ValueError, r"plot_heads takes \(H, T, S\) weights, got shape \(3, 4\)"),
-        (
-            lambda: plot_heads(_weights(1, 2, 3, 4)),
-            ValueError,
-            r"plot_heads takes \(H, T, S\) weights, got shape \(1, 2, 3, 4\)",
-        ),
-        (lambda: plot_weights(_weights(2, 2), vmax=0), ValueError, "vmax must be a positive finite number, got 0.0"),
-        (
-            lambda: plot_weights(_weights(2, 2), vmax="max"),
-            TypeError,
-            r"vmax must be a positive number, got 'max' \(str\)",
-        ),
-        (
-            lambda: plot_weights(torch.rand(0, 0)),
-            ValueError,
-            r"weights is empty \(shape \(0, 0\)\): there is nothing to plot",
-        ),
-        (
-            lambda: plot_weights(torch.rand(2, 2, device="meta")),
-            ValueError,
-            "weights is on the meta device, which holds no values",
-        ),
-        (
-            lambda: plot_weights(torch.rand(2, 2), mask=torch.ones(2, 2)),
-            ValueError,
-            r"mask must be a boolean tensor of the weights' shape \(2, 2\), got torch.float32 \(2, 2\)",
-        ),
-        (lambda: char_labels(["a"]), TypeError, "text must be a str, got list"),
-        (
-            lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], None),
-            TypeError,
-            r"labels must be a list of T strings \(char_labels\(text\), say\), got NoneType",
-        ),
-        (
-            lambda: plot_attention_maps(None, list("abc")),
-            TypeError,
-            r"maps must be a list of tensors \(1, H, T, T\), one per layer, as GPT.attention_maps returns, got None",
-        ),
-        (lambda: plot_loss_curve(None), TypeError, "history must be a list of losses, one per step, got NoneType"),
-        (
-            lambda: plot_loss_curve([1.0, 2.0], evals=[(1, 2.0)]),
-            ValueError,
-            r"evals must hold rows \(step, train_loss, val_loss\), got \(1, 2.0\) at index 0",
-        ),
-        (
-            lambda: plot_loss_curve([1.0, 2.0], baselines=[2.0]),
-            TypeError,
-            r"baselines must be a dict of name -> loss, e.g. \{'unigram': 3.3\}, got list",
-        ),
-        (lambda: plot_loss_curve([1.0, 2.0], smooth=0), ValueError, "smooth must be at least 1, got 0"),
-        (lambda: LiveLossPlot("100"), TypeError, "total_steps must be an int, got str"),
-        (lambda: LiveLossPlot(10, every=0), ValueError, "every must be at least 1, got 0"),
-        (lambda: LiveLossPlot(10, every=True), TypeError, "every must be an int, got bool"),
-    ],
-)
-def test_bad_arguments_say_what_was_expected(call, error, match):
-    with pytest.raises(error, match=match):
-        call()
+# (call, exception type, a pattern the message must match)
+MESSAGES = [
+    (lambda: plot_weights([[0.5, 0.5]]), TypeError, "weights must be a torch.Tensor, got list"),
+    (lambda: plot_heads(_weights(2, 2, 2).numpy()), TypeError, "weights must be a torch.Tensor, got ndarray"),
+    (
+        lambda: plot_weights(_weights(2, 3, 4)),
+        ValueError,
+        r"plot_weights takes one \(T, S\) matrix, got shape \(2, 3, 4\); use plot_heads for \(H, T, S\)",
+    ),
+    (lambda: plot_weights(_weights(4)), ValueError, r"plot_weights takes one \(T, S\) matrix, got shape \(4,\)"),
+    (
+        lambda: plot_weights(_weights(3, 4), query_labels=["a", "b"]),
+        ValueError,
+        "query_labels has 2 entries, the weights have 3",
+    ),
+    (
+        lambda: plot_weights(_weights(3, 4), key_labels=list("abcde")),
+        ValueError,
+        "key_labels has 5 entries, the weights have 4",
+    ),
+    (lambda: plot_heads(_weights(3, 4)), ValueError, r"plot_heads takes \(H, T, S\) weights, got shape \(3, 4\)"),
+    (
+        lambda: plot_heads(_weights(1, 2, 3, 4)),
+        ValueError,
+        r"plot_heads takes \(H, T, S\) weights, got shape \(1, 2, 3, 4\)",
+    ),
+    (lambda: plot_weights(_weights(2, 2), vmax=0), ValueError, "vmax must be a positive finite number, got 0.0"),
+    (
+        lambda: plot_weights(_weights(2, 2), vmax="max"),
+        TypeError,
+        r"vmax must be a positive number, got 'max' \(str\)",
+    ),
+    (
+        lambda: plot_weights(torch.rand(0, 0)),
+        ValueError,
+        r"weights is empty \(shape \(0, 0\)\): there is nothing to plot",
+    ),
+    (
+        lambda: plot_weights(torch.rand(2, 2, device="meta")),
+        ValueError,
+        "weights is on the meta device, which holds no values",
+    ),
+    (
+        lambda: plot_weights(torch.rand(2, 2), mask=torch.ones(2, 2)),
+        ValueError,
+        r"mask must be a boolean tensor of the weights' shape \(2, 2\), got torch.float32 \(2, 2\)",
+    ),
+    (lambda: char_labels(["a"]), TypeError, "text must be a str, got list"),
+    (
+        lambda: plot_attention_maps([torch.rand(1, 2, 3, 3)], None),
+        TypeError,
+        r"labels must be a list of T strings \(char_labels\(text\), say\), got NoneType",
+    ),
+    (
+        lambda: plot_attention_maps(None, list("abc")),
+        TypeError,
+        r"maps must be a list of tensors \(1, H, T, T\), one per layer, as GPT.attention_maps returns, got None",
+    ),
+    (lambda: plot_loss_curve(None), TypeError, "history must be a list of losses, one per step, got NoneType"),
+    (
+        lambda: plot_loss_curve([1.0, 2.0], evals=[(1, 2.0)]),
+        ValueError,
+        r"evals must hold rows \(step, train_loss, val_loss\), got \(1, 2.0\) at index 0",
+    ),
+    (
+        lambda: plot_loss_curve([1.0, 2.0], baselines=[2.0]),
+        TypeError,
+        r"baselines must be a dict of name -> loss, e.g. \{'unigram': 3.3\}, got list",
+    ),
+    (lambda: plot_loss_curve([1.0, 2.0], smooth=0), ValueError, "smooth must be at least 1, got 0"),
+    (lambda: LiveLossPlot("100"), TypeError, "total_steps must be an int, got str"),
+    (lambda: LiveLossPlot(10, every=0), ValueError, "every must be at least 1, got 0"),
+    (lambda: LiveLossPlot(10, every=True), TypeError, "every must be an int, got bool"),
+    (
+        lambda: plot_attention_maps([torch.ones(1, 3, 5, 5, dtype=torch.long)], list("abcde")),
+        TypeError,
+        r"maps\[0\] must hold weights, a floating-point tensor, got dtype torch.int64",
+    ),
+    (
+        lambda: plot_attention_maps([], list("abcde")),
+        ValueError,
+        "maps must hold at least one layer, got an empty list",
+    ),
+    (
+        lambda: plot_attention_maps([torch.rand(2, 3, 5, 5)], list("abcde")),
+        ValueError,
+        r"maps\[0\] .* of one sequence, got shape \(2, 3, 5, 5\); pick one",
+    ),
+    (
+        lambda: plot_attention_maps([torch.rand(3, 5, 4)], list("abcde")),
+        ValueError,
+        r"maps\[0\] must be the self-attention weights \(1, H, T, T\) of one sequence, got shape \(3, 5, 4\)$",
+    ),
+    (
+        lambda: plot_attention_maps([torch.rand(1, 3, 5, 5)], list("abc")),
+        ValueError,
+        "labels has 3 entries, the weights have 5 positions",
+    ),
+    (
+        lambda: plot_attention_maps([torch.full((1, 3, 5, 5), float("nan"))], list("abcde")),
+        ValueError,
+        r"maps\[0\] holds NaN or infinite weights",
+    ),
+]
+test_each_bad_input_gets_its_message = refusals_test(MESSAGES, regex=True)
 
 
 def test_plot_weights_with_a_mask_hatches_blocked_cells_and_writes_nan():
