@@ -576,9 +576,8 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT.
     Exit codes: 0 saved; 2 refused before training (one line); 130 stopped by Ctrl+C, 143 by SIGTERM (OUT as it
     was, or saved whole if the signal came while saving)."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    with StopSignals() as stop:
-        return _main(argv, stop)
+    with StopSignals(restore=argv is not None) as stop:
+        return _main(sys.argv[1:] if argv is None else list(argv), stop)
 
 
 def _main(argv: list[str], stop: StopSignals) -> int:

@@ -151,6 +151,8 @@ EXPECTATIONS: dict[tuple[str, str], Expectation] = {
 def check_expectations(result: dict, size: str, device: str | None = None) -> tuple[bool, str]:
     """Compare a finished run (the dict :func:`course_utils.train.train` returns, on ``device``, by default its own)
     with :data:`EXPECTATIONS`: ``(within, message)``, the message saying what was expected and what happened."""
+    if size not in RUN_SIZES:  # a typo would otherwise find no expectation and pass
+        raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")
     if missing := [key for key in ("val_loss", "train_s", "steps") if key not in result]:
         raise ValueError(f"result lacks {missing[0]!r}: pass the dict that course_utils.train.train returned")
     device_type = str(device or result.get("device", "cpu")).split(":")[0]

@@ -601,10 +601,14 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provenance: dict[str, Any]) -> Path:
     """Write to ``dest`` (atomically) what a learner needs of a checkpoint: weights, config, tokenizer, history and
     ``provenance``, not the optimizer and random states (two thirds of it). Read it with :func:`load_model`."""
-    state = load_checkpoint(checkpoint)
+    state, dest = load_checkpoint(checkpoint), Path(dest)
+    if dest.is_dir():
+        raise CheckpointError(f"{dest} is a folder: name the file to write, such as {dest / 'model.pt'}")
+    there, kind = model_file(dest) if dest.exists() else ({"format": MODEL_FORMAT}, "")
+    if there is None or there["format"] != MODEL_FORMAT:  # a run's checkpoint, say: kept
+        raise CheckpointError(f"{dest} already holds {kind}: export_model replaces only an exported model")
     slim = {k: state[k] for k in ("model", "model_config", "tokenizer", "history", "evals", "step")}
     slim.update(format=MODEL_FORMAT, provenance=json.loads(json.dumps(provenance)))  # plain data only
-    dest = Path(dest)
     clean_stale_tmp(dest.parent, dest.name)  # a killed export's temporary file
     save_checkpoint(dest, slim)
     return dest

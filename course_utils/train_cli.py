@@ -106,8 +106,8 @@ def join_processes() -> torch.device | None:
 
 def main(argv: list[str] | None = None) -> int:
     """Run ``python -m course_utils.train`` with ``argv`` (default: ``sys.argv[1:]``); return its exit code."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    with StopSignals() as stop:
+    with StopSignals(restore=argv is not None) as stop:
+        argv = sys.argv[1:] if argv is None else list(argv)
         args = _parser().parse_args(argv)
         try:
             check_given("--data", args.data, "a UTF-8 text file such as datasets/shakespeare.txt")
@@ -178,7 +178,11 @@ def _check_export(export: str, out: str) -> None:
     if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
         raise RunSetupError(f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "
                             "summary.json): give --export a file outside it, such as checkpoints/model.pt")  # fmt: skip
-    check_out_file(dest, "--export", MODEL_FORMAT, "model.pt")
+    there = check_out_file(dest, "--export", MODEL_FORMAT, "model.pt")
+    if there is not None and int(os.environ.get("RANK", "0")) == 0:  # said before training: Ctrl+C keeps it
+        made_by = there.get("provenance", {}).get("command", "no command recorded")
+        print(f"--export {dest} holds a model of {there['step']} steps ({made_by}): this run will replace it",
+              file=sys.stderr, flush=True)  # fmt: skip
 
 
 def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -> dict[str, Any] | None:
@@ -233,8 +237,13 @@ def _where_stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[
 
 class StopSignals:
     """Inside (in the main thread, for ``python -m course_utils.train`` and ``.induction``): SIGTERM stops the
-    command as Ctrl+C does, with a KeyboardInterrupt, and ``signal`` records which came first; with ``deferred`` set,
-    a signal is only recorded (a write that must finish). A signal ignored by whoever started us stays ignored."""
+    command as Ctrl+C does, with a KeyboardInterrupt, and ``signal`` records which came first; later ones are
+    ignored, so the one line names the first; with ``deferred`` set, a signal is only recorded (a write that must
+    finish). A signal ignored by whoever started us stays ignored. ``restore=False`` (the command itself, which
+    exits next): on leaving, the signals are ignored instead of handed back to start-up's handler."""
+
+    def __init__(self, restore: bool = True) -> None:
+        self.restore = restore
 
     def __enter__(self) -> StopSignals:
         self.signal, self.deferred, self.previous = None, False, {}
@@ -244,13 +253,14 @@ class StopSignals:
         return self
 
     def _stop(self, signum: int, frame: Any) -> None:
-        self.signal = self.signal or signum
-        if not self.deferred:
-            raise KeyboardInterrupt
+        if self.signal is None:  # a second signal while the first is handled changes nothing
+            self.signal = signum
+            if not self.deferred:
+                raise KeyboardInterrupt
 
     def __exit__(self, *exc: object) -> None:
-        for signum, handler in self.previous.items():
-            signal.signal(signum, handler)
+        for signum, handler in self.previous.items():  # SIG_IGN, unlike a handler, holds while Python exits
+            signal.signal(signum, handler if self.restore else signal.SIG_IGN)
 
     def report(self, what: str) -> int:
         """Print the stopped command's one line, "stopped[ by SIGTERM] ``what``" (process 0 only under torchrun);

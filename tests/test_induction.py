@@ -637,6 +637,21 @@ def test_sigterm_stops_as_ctrl_c_does_and_names_itself_and_the_handlers_come_bac
     assert {signum: signal.getsignal(signum) for signum in before} == before
 
 
+def test_a_second_signal_changes_nothing_and_the_command_leaves_them_ignored():
+    """Before, Ctrl+C then SIGTERM 50 ms apart gave a traceback, or a second line, exit 143 and the wrong step."""
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with StopSignals(restore=False) as stop:
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGTERM)  # while the first is reported: nothing raised
+            assert stop.signal == signal.SIGINT and stop.report("at step 3") == 130
+        assert all(signal.getsignal(signum) == signal.SIG_IGN for signum in before)  # until Python exits
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
+
+
 def test_a_read_only_out_of_the_same_run_is_refused_untouched(tmp_path, capsys):
     """Before: a 444 file of the same run was replaced and became 644. Now refused (its bytes and mode kept)."""
     out = tmp_path / "induction.pt"

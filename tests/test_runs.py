@@ -120,6 +120,8 @@ def test_check_expectations_without_a_written_range_says_so():
     assert ok and "no written expectation for 'gpu' on mps" in msg
     with pytest.raises(ValueError, match="result lacks 'train_s'"):
         check_expectations({"val_loss": 1.0, "steps": 1}, "ci")
+    with pytest.raises(ValueError, match=r"size must be one of \['ci', 'cpu', 'gpu'\], got 'CPU'"):
+        check_expectations(_result(2.0, 10.0), "CPU")  # before: a typo found no range and passed
 
 
 def test_every_expectation_says_where_it_comes_from():

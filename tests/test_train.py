@@ -954,8 +954,26 @@ def test_export_refuses_another_kind_of_model_and_replaces_an_export(text_file, 
         assert there.read_bytes() == before and not (tmp_path / "new").exists()
     shipped = tmp_path / "shakespeare_cpu.pt"
     shipped.write_bytes((ROOT / "checkpoints" / "shakespeare_cpu.pt").read_bytes())  # an export: replaced
-    code, _, result = cli(capsys, text_file, tmp_path / "first", "--export", shipped)
+    code, err, result = cli(capsys, text_file, tmp_path / "first", "--export", shipped)
     assert code == 0 and result["export"] == str(shipped) and load_model(shipped)[0].config.num_layers == 2
+    said = [line for line in err if line.startswith(f"--export {shipped} holds a model of 1000 steps (python -m ")]
+    assert len(said) == 1 and said[0].endswith("): this run will replace it"), err  # before training, not silently
+
+
+def test_export_model_from_python_keeps_what_is_not_an_export(text_file, tmp_path, capsys):
+    """Before, export_model(checkpoint, checkpoint, ...) replaced the run's own checkpoint (its resume was lost), and a
+    folder gave an IsADirectoryError naming a temporary file."""
+    assert cli(capsys, text_file, tmp_path / "run")[0] == 0
+    checkpoint = tmp_path / "run" / "checkpoint.pt"
+    before = checkpoint.read_bytes()
+    with pytest.raises(CheckpointError, match=r"already holds a training checkpoint .*replaces only an exported model"):
+        export_model(checkpoint, checkpoint, {})
+    with pytest.raises(CheckpointError, match=r"is a folder: name the file to write, such as .*model\.pt"):
+        export_model(checkpoint, tmp_path, {})
+    assert checkpoint.read_bytes() == before
+    export_model(checkpoint, tmp_path / "model.pt", {})
+    export_model(checkpoint, tmp_path / "model.pt", {"again": True})  # an export is replaced
+    assert load_model(tmp_path / "model.pt")[2]["provenance"] == {"again": True}
 
 
 def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_checkpoint_holds(text_file, tmp_path):
