@@ -15,14 +15,12 @@ from torch import nn
 
 from course_utils._validate import (
     MAX_POSITIONS,
-    broadcast_shapes,
     check_choice,
     check_float_tensor,
     check_greater_than,
     check_int,
     check_last_positions,
     check_positions,
-    check_same_device,
 )
 from course_utils.multihead import MultiHeadAttention, check_attention_call, split_heads
 
@@ -31,7 +29,6 @@ __all__ = [
     "sinusoidal_frequencies",
     "sinusoidal_encoding",
     "sinusoidal_shift_matrix",
-    "rotate_pair",
     "apply_rope",
     "RotaryTable",
     "rope_pairing_permutation",
@@ -124,24 +121,6 @@ def sinusoidal_shift_matrix(k: int, C: int, base: float = 10000.0) -> torch.Tens
 
 
 # --- Rotary position embeddings (RoPE, Su et al. 2021) ------------------------------------------------------
-
-
-def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Rotate the 2-D points (x1, x2) counter-clockwise by ``angle`` radians.
-
-    Shape: x1, x2, angle broadcastable -> two tensors of the broadcast shape. Taught in notebook 06.
-    """
-    for name, t in (("x1", x1), ("x2", x2), ("angle", angle)):
-        check_float_tensor(name, t, min_dim=0)
-    check_same_device(x1=x1, x2=x2, angle=angle)
-    try:
-        broadcast_shapes(x1.shape, x2.shape, angle.shape)
-    except RuntimeError:
-        raise ValueError(
-            f"x1 {tuple(x1.shape)}, x2 {tuple(x2.shape)} and angle {tuple(angle.shape)} do not broadcast together"
-        ) from None
-    cos, sin = torch.cos(angle), torch.sin(angle)
-    return x1 * cos - x2 * sin, x1 * sin + x2 * cos
 
 
 def _rotate_channels(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairing: str) -> torch.Tensor:

@@ -54,7 +54,6 @@ __all__ = [
     "aft_full",
     "aft_local_bias",
     "aft_simple",
-    "AFTFull",
     "topk_attention",
     "KVCache",
 ]
@@ -350,13 +349,6 @@ def aft_full(
     if mask is not None:
         check_bool_mask(mask, (T, S))
     check_same_device(q=q, w=w, mask=mask)
-    return _aft_full(q, k, v, w, mask)
-
-
-def _aft_full(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, w: torch.Tensor, mask: torch.Tensor | None
-) -> torch.Tensor:
-    """:func:`aft_full` without its checks, for a layer that checked its input."""
     logits = k[..., None, :, :] + w[:, :, None]  # (B, 1, S, C) + (T, S, 1) -> (B, T, S, C)
     if mask is not None:
         m = mask[..., None]  # (T, S, 1): the same for every channel
@@ -401,40 +393,6 @@ def aft_simple(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tenso
     weights = torch.softmax(k, dim=-2)  # (B, S, C): over positions, not channels
     mixed = (weights * v).sum(dim=-2, keepdim=True)  # (B, 1, C)
     return torch.sigmoid(q) * mixed  # (B, T, C)
-
-
-class AFTFull(nn.Module):
-    """An AFT-full (AFT-local with ``local_window``) layer: projections, learned w (L, L), output projection.
-
-    Shape: x (B, T, C), T <= context_length, mask bool broadcastable to (T, T) -> out (B, T, C). Notebook 07.
-    """
-
-    def __init__(
-        self, embed_dim: int, context_length: int, local_window: int | None = None, bias: bool = False
-    ) -> None:
-        super().__init__()
-        check_int("embed_dim", embed_dim)
-        check_int("context_length", context_length)
-        if local_window is not None:
-            check_int("local_window", local_window)
-        self.embed_dim, self.context_length, self.local_window = embed_dim, context_length, local_window
-        self.q_proj, self.k_proj, self.v_proj, self.out_proj = (
-            nn.Linear(embed_dim, embed_dim, bias=bias) for _ in range(4)
-        )
-        self.w = nn.Parameter(0.1 * torch.randn(context_length, context_length))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
-        check_embedded("x", x, self.embed_dim, self)
-        T = x.shape[1]
-        if T > self.context_length:
-            raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
-        if mask is not None:
-            check_bool_mask(mask, (T, T))
-        w = self.w[:T, :T]  # (T, T)
-        if self.local_window is not None:
-            w = aft_local_bias(w, self.local_window)
-        out = _aft_full(self.q_proj(x), self.k_proj(x), self.v_proj(x), w, mask)  # (B, T, C)
-        return self.out_proj(out)
 
 
 # --- 4. Chunked top-k (sparse) attention --------------------------------------------------------------------

@@ -129,7 +129,6 @@ def _entries():
     yield "sinusoidal_frequencies", P.sinusoidal_frequencies, (8,), {"base": 100.0}
     yield "sinusoidal_encoding", P.sinusoidal_encoding, (5, 8), {"base": 100.0}
     yield "sinusoidal_shift_matrix", P.sinusoidal_shift_matrix, (2, 8), {"base": 100.0}
-    yield "rotate_pair", P.rotate_pair, (torch.randn(3), torch.randn(3), torch.randn(3)), {}
     yield "apply_rope", P.apply_rope, (x,), {"positions": torch.arange(5), "base": 100.0, "pairing": "half"}
     yield "RotaryTable", P.RotaryTable, (8,), {"base": 100.0, "length": 4, "pairing": "half"}
     yield "RotaryTable.rotate", P.RotaryTable(8).rotate, (x,), {"start": 1}
@@ -172,8 +171,6 @@ def _entries():
     yield "aft_full", VA.aft_full, (torch.randn(2, 3, 4), c, c, torch.randn(3, 5)), {"mask": mask}
     yield "aft_local_bias", VA.aft_local_bias, (torch.randn(3, 5), 2), {}
     yield "aft_simple", VA.aft_simple, (torch.randn(2, 3, 4), c, c), {}
-    yield "AFTFull", VA.AFTFull, (8, 6), {"local_window": 2}
-    yield "AFTFull.forward", VA.AFTFull(8, 6, local_window=2), (x,), {"mask": M.causal_mask(5)}
     yield (
         "topk_attention",
         VA.topk_attention,

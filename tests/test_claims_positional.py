@@ -35,7 +35,6 @@ from course_utils.positional import (
     RotaryTable,
     alibi_bias,
     apply_rope,
-    rotate_pair,
     sinusoidal_encoding,
     sinusoidal_frequencies,
 )
@@ -103,6 +102,11 @@ def test_rotary_table_rotates_bfloat16_in_float32_to_bfloat16s_rounding(start, p
 
 
 # ------------------------------------------------------------------ which way RoPE turns
+
+
+def rotate_pair(x1: torch.Tensor, x2: torch.Tensor, angle: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The notebook's rotation of the points (x1, x2) by ``angle``: counter-clockwise for a positive angle."""
+    return x1 * angle.cos() - x2 * angle.sin(), x1 * angle.sin() + x2 * angle.cos()
 
 
 def _rope_with_sign(x: torch.Tensor, positions: torch.Tensor, sign: float) -> torch.Tensor:

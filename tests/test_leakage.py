@@ -23,7 +23,7 @@ from course_utils.multihead import (
     SingleHeadAttention,
 )
 from course_utils.positional import ALiBiMultiHeadAttention
-from course_utils.variants import AFTFull, GroupedQueryAttention, topk_attention
+from course_utils.variants import GroupedQueryAttention, aft_full, aft_local_bias, topk_attention
 
 B, T, C, H = 2, 6, 8, 2
 MaskFn = Callable[[int], "torch.Tensor | None"]
@@ -102,6 +102,11 @@ def _gpt_blocks(mask_fn: MaskFn, dtype: torch.dtype, **overrides) -> Attention:
     return fn
 
 
+def _aft_w(q: torch.Tensor) -> torch.Tensor:
+    """AFT's position biases w (T, T) for q (B, T, C): the same on every call."""
+    return torch.randn(q.shape[1], q.shape[1], generator=torch.Generator().manual_seed(0)).to(q.dtype)
+
+
 FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     "scaled_dot_product_attention": _projected(lambda q, k, v, mask: scaled_dot_product_attention(q, k, v, mask)[0]),
     "SingleHeadAttention": _module(lambda: SingleHeadAttention(C, C // H, bias=True)),
@@ -120,8 +125,10 @@ FACTORIES: dict[str, Callable[[MaskFn, torch.dtype], Attention]] = {
     "GroupedQueryAttention(num_kv_heads=1)": _module(lambda: GroupedQueryAttention(C, H, 1)),
     "GroupedQueryAttention(rope=True)": _module(lambda: GroupedQueryAttention(C, H, 1, rope=True)),
     "topk_attention(top_k=3, chunk_size=2)": _projected(functools.partial(topk_attention, top_k=3, chunk_size=2)),
-    "AFTFull": _module(lambda: AFTFull(C, context_length=T)),
-    "AFTFull(local_window=2)": _module(lambda: AFTFull(C, context_length=T, local_window=2)),
+    "aft_full": _projected(lambda q, k, v, mask: aft_full(q, k, v, _aft_w(q), mask)),
+    "aft_full, AFT-local's biases (window 2)": _projected(
+        lambda q, k, v, mask: aft_full(q, k, v, aft_local_bias(_aft_w(q), 2), mask)
+    ),
     # notebook 08's tiled attention, with tiles that do not divide T
     "tiled_attention(q_tile=4, kv_tile=4)": _projected(functools.partial(tiled_attention, q_tile=4, kv_tile=4)),
 }

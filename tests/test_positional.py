@@ -21,7 +21,6 @@ from course_utils.positional import (
     alibi_slopes,
     apply_rope,
     rope_pairing_permutation,
-    rotate_pair,
     sinusoidal_encoding,
     sinusoidal_frequencies,
     sinusoidal_shift_matrix,
@@ -108,11 +107,6 @@ def test_a_fixed_offset_is_a_linear_map(k, half_C):
 
 
 # ---------------------------------------------------------------- RoPE
-
-
-def test_rotate_pair_by_hand():
-    x1, x2 = rotate_pair(torch.tensor(1.0), torch.tensor(0.0), torch.tensor(math.pi / 2))
-    torch.testing.assert_close(torch.stack([x1, x2]), torch.tensor([0.0, 1.0]))  # counter-clockwise
 
 
 def test_apply_rope_by_hand():
@@ -331,8 +325,6 @@ MESSAGES = [
      "start must be at most 16777216 (the table holds start + T rows), got 1000000000000"),
     (lambda: apply_rope(torch.randn(2, 3, 0)), ValueError,
      "the last dimension D of x (head_dim) must be at least 2, got shape (2, 3, 0)"),
-    (lambda: rotate_pair(torch.randn(3), torch.randn(3, device="meta"), torch.randn(3)), ValueError,
-     "x1, x2, angle must be on one device, got x1 on cpu, x2 on meta, angle on cpu"),
     (lambda: PE(torch.randn(1, 9, 4)), ValueError,
      "position 8 is beyond context_length = 8: a learned position embedding only has rows for positions 0 .. 7"),
     (lambda: PE(torch.randn(1, 2, 4), torch.tensor([10, 11])), ValueError, "position 11 is beyond context_length = 8"),
@@ -369,12 +361,6 @@ MESSAGES = [
     (lambda: TABLE.rotate([[0.0] * 8]), TypeError, "x must be a torch.Tensor, got list"),
     (lambda: TABLE.rotate(torch.randn(1, 3, 8), -2), ValueError, "start must be at least 0, got -2"),
     (lambda: TABLE.rotate(torch.randn(1, 3, 8), 1.0), TypeError, "start must be an int, got float"),
-    (lambda: rotate_pair([1.0], [2.0], torch.tensor(0.5)), TypeError, "x1 must be a torch.Tensor, got list"),
-    (lambda: rotate_pair(torch.ones(2), torch.ones(2), 0.5), TypeError, "angle must be a torch.Tensor, got float"),
-    (lambda: rotate_pair(torch.ones(2), torch.ones(2, dtype=torch.long), torch.tensor(0.5)), TypeError,
-     "x2 must be a floating-point tensor, got dtype torch.int64"),
-    (lambda: rotate_pair(torch.ones(2), torch.ones(3), torch.tensor(0.5)), ValueError,
-     "x1 (2,), x2 (3,) and angle () do not broadcast together"),
     (lambda: alibi_slopes(0), ValueError, "H must be at least 1, got 0"),
     (lambda: alibi_slopes(8.0), TypeError, "H must be an int, got float"),
     (lambda: alibi_bias(2, 5, 3), ValueError,

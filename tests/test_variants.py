@@ -19,7 +19,6 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, merge_heads
 from course_utils.variants import (
-    AFTFull,
     GroupedQueryAttention,
     KVCache,
     LinformerSelfAttention,
@@ -340,12 +339,6 @@ def test_gqa_rope_rotates_with_the_half_pairing_and_its_rope_base(Hkv, base, pai
 # --- bad input --------------------------------------------------------------------------------------
 
 
-def test_aft_module_runs_causally():
-    torch.manual_seed(13)
-    layer = AFTFull(8, context_length=6, local_window=2)
-    assert_no_leakage(lambda x: layer(x, causal_mask(x.shape[1])), torch.randn(2, 6, 8))
-
-
 # --- bad arguments a learner might pass (issue 9) ----------------------------------------------------
 
 
@@ -358,7 +351,6 @@ def test_layers_and_chunked_functions_check_q_k_v_once_at_their_boundary(monkeyp
     monkeypatch.setattr(variants, "check_qkv", lambda *a: (calls.append(1), real(*a))[1])
     x = torch.randn(2, 6, 16)
     LinformerSelfAttention(16, 4, 8, 3)(x)
-    AFTFull(16, 8, local_window=2)(x, causal_mask(6))
     assert calls == []
     q = torch.randn(1, 2, 9, 4)
     sliding_window_attention(q, q, q, window=3, chunk_size=2)
@@ -449,7 +441,7 @@ MESSAGES = [
     ),
     *[
         row
-        for layer in (LinformerSelfAttention(16, 4, 8, 3), AFTFull(16, 8))
+        for layer in (LinformerSelfAttention(16, 4, 8, 3),)
         for row in [
             (lambda m=layer: m(torch.randn(5, 16)), ValueError, "x must have at least 3 dimensions, got shape (5, 16)"),
             (lambda m=layer: m(torch.randn(2, 5, 8)), ValueError, "x must have shape (B, T, C=16), got (2, 5, 8)"),
@@ -462,7 +454,7 @@ MESSAGES = [
     ],
     *[
         row
-        for module in (GroupedQueryAttention(8, 4, 2), AFTFull(8, 4))
+        for module in (GroupedQueryAttention(8, 4, 2),)
         for row in [
             (lambda m=module: m(Q8[:1].double()), TypeError, "x is float64 " + MODULE_WEIGHTS + " float32"),
             (lambda m=module: m(Q8[:1].to("meta")), ValueError, "x is on meta " + MODULE_WEIGHTS + " on cpu"),
