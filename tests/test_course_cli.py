@@ -7,27 +7,11 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_course():
-    spec = importlib.util.spec_from_file_location("course", ROOT / "course.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def run_command(cmd, cwd=ROOT, timeout=300, **kwargs) -> subprocess.CompletedProcess:
-    """Run a command as a learner would, in the course folder unless told; its output as text, its stdin closed."""
-    return subprocess.run(
-        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kwargs
-    )
+from course_command import ROOT, fake_venv_course, load_course, run_command
 
 
 def test_usage_without_a_command():
@@ -38,15 +22,7 @@ def test_usage_without_a_command():
 
 
 def test_second_run_reuses_the_environment(tmp_path, monkeypatch, capsys):
-    course = load_course()
-    fake_python = tmp_path / "bin" / "python"
-    fake_python.parent.mkdir()
-    fake_python.touch()
-    monkeypatch.setattr(course, "PY", fake_python)
-    monkeypatch.setattr(course, "VENV", tmp_path)
-    monkeypatch.setattr(course, "STAMP", tmp_path / ".course-installed")
-    calls = []
-    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append(cmd) or 0)
+    course, calls = fake_venv_course(tmp_path, monkeypatch)
     course.ensure_installed()
     assert len(calls) == 1 and "install" in calls[0]  # first run installs
     course.ensure_installed()
@@ -60,20 +36,12 @@ def test_second_run_reuses_the_environment(tmp_path, monkeypatch, capsys):
 def test_lab_installs_the_learner_set_test_adds_the_author_set_and_a_lock_change_installs_again(
     tmp_path, monkeypatch, capsys
 ):
-    course = load_course()
-    fake_python = tmp_path / "venv" / "bin" / "python"
-    fake_python.parent.mkdir(parents=True)
-    fake_python.touch()
-    monkeypatch.setattr(course, "PY", fake_python)
-    monkeypatch.setattr(course, "VENV", tmp_path / "venv")
-    monkeypatch.setattr(course, "STAMP", tmp_path / "venv" / ".course-installed")
+    course, calls = fake_venv_course(tmp_path / "venv", monkeypatch)
     root = tmp_path / "course"  # a copy of what the stamp depends on, so that the lock can change
     (root / "lock").mkdir(parents=True)
     for name in ("pyproject.toml", "lock/learner.txt", "lock/author.txt"):
         (root / name).write_bytes((ROOT / name).read_bytes())
     monkeypatch.setattr(course, "ROOT", root)
-    calls = []
-    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append([str(c) for c in cmd]) or 0)
     course.ensure_installed()  # lab, check, env, reset, room, package
     assert calls[-1][-4:] == ["-c", "lock/learner.txt", "-e", ".[lab]"] and "lock/author.txt" not in calls[-1]
     course.ensure_installed(which="author")  # test, build, e2e: the venv lab made gets the author set
