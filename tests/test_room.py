@@ -518,9 +518,12 @@ REFUSED = [
     ("package --instructor {tmp}/i.zip --no-solutions", r"^course package: --no-solutions is for the learner zip"),
     (
         "package --learner {file}/x.zip",
-        r"^course package: cannot write the zip to {file}/x\.zip: {file} is a file, not",
+        r"^course package: cannot write the zip to {file}/x\.zip: {file} is a file, not a folder",
     ),
-    ("package --learner /sys/x.zip", r"^course package: cannot write the zip to /sys/x\.zip: the system .* in /sys \("),
+    (
+        "package --learner /sys/x.zip",
+        r"^course package: cannot write the zip to /sys/x\.zip: the system .* in /sys \(.*\); give the zip a path",
+    ),
     ("package --learner x.zip --no-solution", r"^usage: python3 course.py package.*unrecognized arguments"),
     ("room {root}/room-test-folder", r"^course room: .*is inside the course folder .* or add --force"),
     ("room {root}/notebooks/room --force", r"is inside notebooks/, a folder of the course .* \(--force does not"),
@@ -530,8 +533,14 @@ REFUSED = [
         r"^course room: cannot write the room folder to {file}/room: {file} is a file, not a folder; give the room "
         r"folder a path in a folder you can write to, e\.g\. {home}/room\n$",
     ),
-    ("room /sys/room", r"^course room: cannot write the room folder to /sys/room: the system .* in /sys \(.*\); give"),
-    ("room /proc/room", r"^course room: cannot write the room folder to /proc/room: the system .* in /proc \("),
+    *(
+        (
+            f"room {system}/room",
+            rf"^course room: cannot write the room folder to {system}/room: the system .* in {system} \(.*\); give "
+            r"the room folder a path in a folder you can",
+        )
+        for system in ("/sys", "/proc")
+    ),
     ("room {tmp}/room --platform bogus_tag", r"unknown platform tag 'bogus_tag': expected one such as"),
     ("room {tmp}/empty --platform win_amd64 --platform bogus_tag", r"unknown platform tag 'bogus_tag'"),
     ("room {tmp}/room --python-version 3", r"--python-version wants X\.Y such as 3\.12, got '3'"),
