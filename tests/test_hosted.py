@@ -17,7 +17,6 @@ import re
 import shutil
 import subprocess
 import sys
-import venv
 from pathlib import Path
 
 import nbformat
@@ -91,63 +90,62 @@ def _run_cell(cwd: Path, **env_vars: str) -> subprocess.CompletedProcess:
     )
 
 
-def test_in_a_course_folder_with_the_wrong_kernel_the_cell_installs_nothing_and_names_the_kernel(tmp_path):
-    """Before, a kernel without the course (system Python) cloned a second course into notebooks/ and
-    pip-installed it, unlocked, into that Python."""
+def wrong_kernel(tmp_path: Path) -> Path:
+    """A course folder whose kernel is not the course's (system Python): the cell runs in a learner's own folder
+    inside its notebooks/. Before, it cloned a second course there and pip-installed it, unlocked."""
     (tmp_path / "course.py").write_text("# the course's entry point\n")
-    (tmp_path / "notebooks").mkdir()
-    done = _run_cell(tmp_path / "notebooks", COURSE_REPO_URL=str(ROOT))
-    assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.strip() == (
-        f"this kernel ({sys.executable}) cannot import the course of {tmp_path}: pick the "
-        "kernel of its .venv, or start JupyterLab there with `python3 course.py lab`; "
-        "nothing was installed"
-    )
-    assert sorted(p.name for p in tmp_path.rglob("*")) == ["course.py", "notebooks"]
-    deeper = tmp_path / "notebooks" / "my copies" / "week 1"  # a learner's own folders inside the course
-    deeper.mkdir(parents=True)
-    done = _run_cell(deeper, COURSE_REPO_URL=str(ROOT))
-    assert done.returncode == 1 and f"cannot import the course of {tmp_path}:" in done.stderr, done.stderr
-    assert not list(deeper.iterdir())
+    (tmp_path / "notebooks" / "my copies" / "week 1").mkdir(parents=True)
+    return tmp_path / "notebooks" / "my copies" / "week 1"
 
 
-def test_a_repository_that_cannot_be_cloned_is_one_line(tmp_path):
-    missing = tmp_path / "no-such-repository"
-    done = _run_cell(tmp_path, COURSE_REPO_URL=str(missing))
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"could not download the course from {missing}: fatal:"), lines
-    assert not (tmp_path / "attention-step-by-step").exists()
+def half_a_clone(tmp_path: Path) -> Path:
+    """A folder left by a killed clone (only .git): before, every later run failed in pip until removed by hand."""
+    (tmp_path / "attention-step-by-step" / ".git").mkdir(parents=True)
+    (tmp_path / "attention-step-by-step" / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    return tmp_path
 
 
-def test_without_git_the_cell_says_so(tmp_path):
-    (tmp_path / "bin").mkdir()
-    done = _run_cell(tmp_path, COURSE_REPO_URL=str(ROOT), PATH=str(tmp_path / "bin"))
-    assert done.returncode == 1
-    assert done.stderr.strip() == "could not download the course: git: No such file or directory", done.stderr
+def broken_copy(tmp_path: Path) -> Path:
+    (tmp_path / "attention-step-by-step").mkdir()
+    (tmp_path / "attention-step-by-step" / "pyproject.toml").write_text("this is [not toml\n")
+    return tmp_path
 
 
-def test_a_clone_cut_short_is_moved_aside_and_never_deleted(tmp_path):
-    """Before, a folder left by a killed clone (only .git) made every later run fail in pip until removed by hand."""
-    partial = tmp_path / "attention-step-by-step"
-    (partial / ".git").mkdir(parents=True)
-    (partial / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
-    done = _run_cell(tmp_path, COURSE_REPO_URL=str(tmp_path / "offline"))
+# The cell where something is off, in a Python that cannot import the course: (where it runs, COURSE_REPO_URL and
+# PATH, the one line it says); it exits 1 and installs nothing. {tmp} is the folder, {root} this repository.
+CELL_REFUSED = [
+    (
+        wrong_kernel,
+        {"COURSE_REPO_URL": "{root}"},
+        r"^this kernel \({python}\) cannot import the course of {tmp}: pick the kernel of its \.venv, or start "
+        r"JupyterLab there with `python3 course\.py lab`; nothing was installed$",
+    ),
+    (Path, {"COURSE_REPO_URL": "{tmp}/none"}, r"^could not download the course from {tmp}/none: fatal:"),
+    (Path, {"COURSE_REPO_URL": "{root}", "PATH": "{tmp}"}, "^could not download the course: git: No such file or"),
+    (half_a_clone, {"COURSE_REPO_URL": "{tmp}/none"}, r"^could not download the course from {tmp}/none: fatal:"),
+    (
+        broken_copy,
+        {"COURSE_REPO_URL": "https://example.invalid/other"},
+        r"^could not install the course from the copy already in {tmp}/attention-step-by-step: ",
+    ),
+]
+
+
+@pytest.mark.parametrize(("setup", "env", "said"), CELL_REFUSED)
+def test_the_setup_cell_says_what_is_off_in_one_line_and_loses_nothing(setup, env, said, tmp_path):
+    cwd = setup(tmp_path)
+    before = {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")}
+    where = {"root": ROOT, "tmp": tmp_path, "python": sys.executable}
+    done = _run_cell(cwd, **{k: v.format(**where) for k, v in env.items()})
+    assert done.returncode == 1 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+    assert re.search(said.format(**{k: re.escape(str(v)) for k, v in where.items()}), done.stderr.strip()), done.stderr
     aside = [p for p in tmp_path.iterdir() if p.name.startswith("attention-step-by-step-incomplete-")]
-    assert len(aside) == 1 and (aside[0] / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
-    assert done.stdout.strip() == f"moved an incomplete earlier download aside to {aside[0]}"
-    assert done.stderr.strip().startswith(f"could not download the course from {tmp_path / 'offline'}: fatal:")
-
-
-def test_an_install_that_fails_names_the_copy_it_used(tmp_path):
-    home = tmp_path / "attention-step-by-step"
-    home.mkdir()
-    (home / "pyproject.toml").write_text("this is [not toml\n")
-    done = _run_cell(tmp_path, COURSE_REPO_URL="https://example.invalid/other")
-    lines = done.stderr.strip().splitlines()
-    assert done.returncode == 1 and len(lines) == 1, done.stderr
-    assert lines[0].startswith(f"could not install the course from the copy already in {home}: "), lines
-    assert (home / "pyproject.toml").read_text() == "this is [not toml\n"
+    if setup is half_a_clone:  # moved aside whole, never deleted, and said so
+        assert len(aside) == 1 and (aside[0] / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n"
+        assert done.stdout.strip() == f"moved an incomplete earlier download aside to {aside[0]}"
+    else:
+        assert aside == [] and done.stdout == ""
+        assert {p: p.read_bytes() if p.is_file() else None for p in tmp_path.rglob("*")} == before
 
 
 # --- the simulated hosted runtime ----------------------------------------------------------------------------
@@ -182,20 +180,11 @@ def hosted(tmp_path_factory):
         built.unlink()
     env_dir = base / "runtime"
     offline = ["--no-index", "--find-links", str(wheels)]
+    # the runtime's own torch, made fast: uv (in the author set) unpacks torch in a few CPU-seconds where pip takes 25
     uv = shutil.which("uv", path=str(Path(sys.executable).parent)) or shutil.which("uv")
-    if uv:  # the runtime's own torch, made fast: uv unpacks torch in a few CPU-seconds where pip takes about 25
-        subprocess.run([uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(env_dir)], check=True)
-        py = _python(env_dir)
-        subprocess.run(
-            [uv, "pip", "install", "--quiet", "--python", str(py), *offline, torch_pin, "ipykernel"], check=True
-        )
-    else:
-        venv.EnvBuilder(with_pip=True).create(env_dir)
-        py = _python(env_dir)
-        subprocess.run(
-            [py, "-m", "pip", "install", "--quiet", "--disable-pip-version-check", *offline, torch_pin, "ipykernel"],
-            check=True,
-        )
+    subprocess.run([uv, "venv", "--quiet", "--seed", "--python", sys.executable, str(env_dir)], check=True)
+    py = _python(env_dir)
+    subprocess.run([uv, "pip", "install", "--quiet", "--python", str(py), *offline, torch_pin, "ipykernel"], check=True)
     assert subprocess.run([py, "-m", "pip", "--version"], capture_output=True).returncode == 0, "no pip in the runtime"
     kernels = base / "kernels"
     subprocess.run(

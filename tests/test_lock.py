@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from course_command import load_course
 from packaging.markers import default_environment
 from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
@@ -179,9 +180,7 @@ def test_torch_has_one_version_everywhere_and_the_header_says_it(which):
 def test_requirements_txt_course_py_and_the_lock_tool_name_the_same_sets():
     lines = [ln for ln in (ROOT / "requirements.txt").read_text().splitlines() if ln and not ln.startswith("#")]
     assert lines == ["-c lock/learner.txt", "-e .[lab]"]
-    spec = importlib.util.spec_from_file_location("course", ROOT / "course.py")
-    course = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(course)
+    course = load_course()
     assert {k: (v[0], tuple(v[1].split(","))) for k, v in course.SETS.items()} == {
         k: (f"lock/{k}.txt", v) for k, v in SETS.items()
     }

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import nbformat
 import pytest
+from course_command import installed_env, run_command
 
 from course_tools import reset
 from course_tools.build import STUB
@@ -94,13 +95,7 @@ def test_reset_command(tmp_path, monkeypatch, capsys):
 def test_reset_refuses_an_instructors_solution_and_leaves_it_unchanged():
     solution = ROOT / "solutions" / NAME
     before = solution.read_bytes()
-    proc = subprocess.run(
-        [sys.executable, "course.py", "reset", f"solutions/{NAME}"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = run_command([sys.executable, "course.py", "reset", f"solutions/{NAME}"])
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert (
         "cannot reset: solutions/03_masking.ipynb is not in notebooks/; solutions/ holds the instructor's "
@@ -205,8 +200,6 @@ def test_a_notebook_that_is_a_symbolic_link_is_refused_as_one(tmp_path):
 def test_reset_exercise_run_twice_writes_no_backup_the_second_time(tmp_path):
     """`reset --exercise` used to keep a backup even when nothing changed (the exercise was already clean): run
     literally, twice; the second run says so, writes nothing, and the file's bytes stay as they were."""
-    import os
-
     path, _ = learner_work(tmp_path)
     course = tmp_path / "course"  # a learner's copy of the course: its clean copies in .course/clean/
     for name in ("lock", "course_utils", "course_tools"):
@@ -219,20 +212,14 @@ def test_reset_exercise_run_twice_writes_no_backup_the_second_time(tmp_path):
     notebooks.mkdir()
     mine = notebooks / NAME
     mine.write_bytes(path.read_bytes())
-    venv = os.environ.get("COURSE_VENV", str(ROOT / ".venv"))
-    if not (Path(venv) / ".course-installed").exists():
-        pytest.skip(f"{venv} is not installed (course.py would install it first)")
-    env = {**os.environ, "COURSE_VENV": venv}
+    env = installed_env()
     runs = []
     for _ in range(2):
         runs.append(
-            subprocess.run(
+            run_command(
                 [sys.executable, str(ROOT / "course.py"), "reset", f"notebooks/{NAME}", "--exercise", "03.1"],
                 cwd=course,
                 env=env,
-                capture_output=True,
-                text=True,
-                timeout=300,
             )
         )
         if len(runs) == 1:
@@ -259,13 +246,9 @@ def test_reset_of_the_notebook_as_committed_writes_nothing_run_literally():
         pytest.skip(f"notebooks/{name} is not the committed file here (not a git checkout, or changed)")
     before = set(notebook.parent.glob("backup-*"))
     try:
-        proc = subprocess.run(
+        proc = run_command(
             [sys.executable, "course.py", "reset", f"notebooks/{name}"],
-            cwd=ROOT,
             env={**os.environ, "COURSE_VENV": os.environ.get("COURSE_VENV", str(ROOT / ".venv"))},
-            capture_output=True,
-            text=True,
-            timeout=300,
         )
         made = set(notebook.parent.glob("backup-*")) - before
         assert proc.returncode == 0, proc.stdout + proc.stderr
