@@ -159,17 +159,16 @@ def test_post_norm_has_no_final_layernorm_and_two_fewer_vectors():
 # ----------------------------------------------------------------------------------------------
 
 
+CELL = dict(context_length=32, embed_dim=32, num_heads=4)  # Appendix A's cell (with batch 8)
+
+
 def _last_layer_ratio(train_ids, vocab_size, norm, init, seed) -> tuple[float, float]:
     """The last block's MLP gradient norm at 2 layers and at 16 layers, as the notebook measures it."""
     x, y = get_batch(train_ids, batch_size=8, context_length=32, generator=torch.Generator().manual_seed(seed))
     last = []
     for L in (2, 16):
         torch.manual_seed(seed)
-        model = GPT(
-            GPTConfig(
-                vocab_size=vocab_size, context_length=32, embed_dim=32, num_heads=4, num_layers=L, norm_position=norm
-            )
-        )
+        model = GPT(GPTConfig(vocab_size=vocab_size, num_layers=L, norm_position=norm, **CELL))
         if init == "xavier":
             xavier_init_(model)
         last.append(layer_grad_norms(model, x, y)[-1].item())
@@ -209,16 +208,7 @@ def test_the_gap_in_gradient_size_comes_from_the_tiny_embeddings(corpus):
         last = {}
         for norm in ("pre", "post"):
             torch.manual_seed(0)
-            model = GPT(
-                GPTConfig(
-                    vocab_size=tokenizer.vocab_size,
-                    context_length=32,
-                    embed_dim=32,
-                    num_heads=4,
-                    num_layers=2,
-                    norm_position=norm,
-                )
-            )
+            model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, num_layers=2, norm_position=norm, **CELL))
             with torch.no_grad():
                 model.tok_emb.weight.normal_(0.0, std)
                 model.pos_emb.embedding.weight.normal_(0.0, std)
@@ -260,7 +250,9 @@ def bench():
     return meta, runs, losses
 
 
-def test_the_benchmark_record_says_how_and_where_it_was_made(bench):
+def test_the_benchmark_record_says_how_and_where_it_was_made_and_its_limits_are_as_stated(bench):
+    """'One learning rate (1e-2, decaying to 1e-3), one model (6 layers, 48 wide), 150 steps with the warm-up
+    taking half of them, gradients clipped to norm 1, three seeds, on a CPU.'"""
     meta, runs, _ = bench
     for key in ("command", "date", "device", "torch", "load_average_1_5_15", "unigram_val_loss", "data"):
         assert meta[key], key
@@ -268,19 +260,12 @@ def test_the_benchmark_record_says_how_and_where_it_was_made(bench):
     assert (
         meta["model"]["num_layers"] == 6 and meta["model"]["embed_dim"] == 48 and meta["model"]["context_length"] == 32
     )
-    assert meta["steps"] == 150 and meta["batch_size"] == 16 and meta["learning_rate"] == 1e-2
+    assert meta["steps"] == 150 and meta["batch_size"] == 16
+    assert meta["learning_rate"] == 1e-2 and meta["min_lr"] == 1e-3
     assert meta["warmup_steps"] == [0, 75] and meta["seeds"] == [1, 2, 3]
+    assert {r["norm_position"] for r in runs} == {"pre", "post"}
     assert len(runs) == 12 and all(len(r["history"]) == meta["steps"] for r in runs)
     assert all(math.isfinite(r["val_loss"]) for r in runs)
-
-
-def test_the_benchmarks_limits_are_as_stated(bench):
-    """'One learning rate (1e-2, decaying to 1e-3), one model (6 layers, 48 wide), 150 steps with the warm-up
-    taking half of them, gradients clipped to norm 1, three seeds, on a CPU.'"""
-    meta, runs, _ = bench
-    assert meta["learning_rate"] == 1e-2 and meta["min_lr"] == 1e-3
-    assert {r["norm_position"] for r in runs} == {"pre", "post"} and meta["model"]["num_layers"] == 6
-    assert meta["warmup_steps"][1] * 2 == meta["steps"] == 150 and len(meta["seeds"]) == 3
     assert meta["device"].startswith("cpu") and "gradient clipping at 1" in meta["trainer"]
     source = (ROOT / "benchmarks" / "norm_position.py").read_text()
     assert "grad_clip" not in source and TrainConfig.__dataclass_fields__["grad_clip"].default == 1.0  # the default
@@ -537,20 +522,13 @@ def test_the_notebooks_flop_count_is_on_the_shipped_models_size(shipped):
     assert model.config == dataclasses.replace(GPTConfig.preset("cpu"), vocab_size=model.config.vocab_size)
 
 
-def test_at_the_gpu_size_attention_is_5_percent_of_flops_per_token():
-    """'At the gpu size ... attention is a small share' (5% printed)."""
+def test_at_the_gpu_size_attention_is_5_percent_and_the_courses_mfu_reads_5_percent_below_palms():
+    """'At the gpu size ... attention is a small share' (5% printed); 'PaLM's definition of MFU counts attention in
+    full, 6 N + 12 L T C ... the course's MFU reads lower ... by the ratio of the two counts' (0.95, 5% lower)."""
     with torch.device("meta"):
         model = GPT(GPTConfig.preset("gpu"))
     c = model.config
     assert round(6 * c.num_layers * c.context_length * c.embed_dim / model.flops_per_token(), 2) == 0.05
-
-
-def test_the_courses_mfu_reads_5_percent_below_palms_at_the_gpu_size():
-    """'PaLM's definition of MFU counts attention in full, 6 N + 12 L T C ... the course's MFU reads lower ...
-    by the ratio of the two counts' (0.95, 5% lower, printed at the gpu size)."""
-    with torch.device("meta"):
-        model = GPT(GPTConfig.preset("gpu"))
-    c = model.config
     n = model.num_parameters() - model.pos_emb.embedding.weight.numel()  # learned positions: left out
     palm = 6 * n + 12 * c.num_layers * c.context_length * c.embed_dim
     ratio = model.flops_per_token() / palm

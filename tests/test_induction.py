@@ -83,9 +83,12 @@ def test_periods_vary_from_row_to_row():
     assert len(set(first_period)) > 5
 
 
-def test_the_same_generator_state_draws_the_same_tokens():
+def test_the_same_generator_state_draws_the_same_tokens_and_none_is_the_global_one():
     a, b = (repeated_tokens(3, 7, 20, torch.Generator().manual_seed(5), min_len=2) for _ in range(2))
     torch.testing.assert_close(a, b)
+    torch.manual_seed(3)
+    drawn = repeated_tokens(2, 5, 11, None)  # None: torch's global generator, as check_generator's message says
+    torch.testing.assert_close(drawn, repeated_tokens(2, 5, 11, torch.Generator().manual_seed(3)))
 
 
 # ---------------------------------------------------------------------------------------------- the model
@@ -128,24 +131,19 @@ def _one_hot_rows(T: int, target: list[int]) -> torch.Tensor:
     return w
 
 
-def test_a_perfect_previous_token_head_scores_1():
-    T = 9
-    w = _one_hot_rows(T, [0] + list(range(T - 1)))  # row i reads i - 1 (row 0 reads itself)
-    torch.testing.assert_close(previous_token_score(w), torch.tensor([1.0]))
+INDUCTION = [0] * 6 + list(range(1, 7))  # N = 6: the second repeat reads the token after the first copy
+PATTERNS = [  # (the score, row i's one key, the score it must give, to within)
+    (previous_token_score, [0] + list(range(8)), 1.0, 0),  # row i reads i - 1 (row 0 reads itself)
+    (lambda w: induction_score(w, 6), INDUCTION, 1.0, 0),
+    (previous_token_score, INDUCTION, 0.0, 0.2),  # an induction head is not a previous-token head
+    (lambda w: induction_score(w, 6), [0] * 6 + list(range(6)), 0.0, 0),  # off by one: the copy itself
+]
 
 
-def test_a_perfect_induction_head_scores_1_and_its_previous_token_score_is_low():
-    N = 6
-    target = [0] * N + [i - N + 1 for i in range(N, 2 * N)]  # second repeat: the token after the first copy
-    w = _one_hot_rows(2 * N, target)
-    torch.testing.assert_close(induction_score(w, N), torch.tensor([1.0]))
-    assert previous_token_score(w).item() < 0.2
-
-
-def test_a_head_reading_the_same_token_before_is_not_an_induction_head():
-    N = 6
-    w = _one_hot_rows(2 * N, [0] * N + [i - N for i in range(N, 2 * N)])  # off by one: the copy itself
-    torch.testing.assert_close(induction_score(w, N), torch.tensor([0.0]))
+@pytest.mark.parametrize("score, target, expected, atol", PATTERNS)
+def test_hand_made_patterns_score_as_they_should(score, target, expected, atol):
+    w = _one_hot_rows(len(target), target)
+    torch.testing.assert_close(score(w), torch.tensor([expected]), atol=atol or 1e-6, rtol=0)
 
 
 @pytest.mark.parametrize("N", [1, 2, 5, 24])
@@ -443,12 +441,6 @@ def test_the_command_takes_no_abbreviation_that_could_mean_the_old_flag(tmp_path
 # ---------------------------------------------------------------------------------------------- review of #19
 
 
-def test_repeated_tokens_draws_from_the_global_generator_given_none():
-    torch.manual_seed(3)
-    drawn = repeated_tokens(2, 5, 11, None)  # None: torch's global generator, as check_generator's message says
-    torch.testing.assert_close(drawn, repeated_tokens(2, 5, 11, torch.Generator().manual_seed(3)))
-
-
 def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
     good = tmp_path / "good.pt"
     save_induction_model(good, _model(), [], {})
@@ -474,37 +466,42 @@ def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
         load_induction_model(tmp_path / "bare.pt")
 
 
-def test_the_command_refuses_a_bad_out_before_training(tmp_path, capsys, monkeypatch):
+COMMAND_REFUSALS = [  # (OUT, given tmp_path, which holds the file "file"; more flags; the one line)
+    ("{tmp}", [], "OUT {tmp} is a folder, expected a file name such as checkpoints/induction.pt"),
+    # before: "OUT . is a folder"
+    ("", [], "OUT is empty (''), expected a file name such as checkpoints/induction.pt (an unset shell variable?)"),
+    ("{tmp}/file/m.pt", [], "cannot be created: {tmp}/file is a file, not a folder; choose another OUT"),
+    # before: 0 saved an untrained model; a traceback
+    ("{tmp}/m.pt", ["--max-steps", "-1"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), "
+     "got -1"),
+    ("{tmp}/m.pt", ["--max-steps", "0"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), "
+     "got 0"),
+    ("{tmp}/m.pt", ["--seed", "-1"], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got -1"),
+    ("{tmp}/m.pt", ["--seed", str(10**23)], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got "
+     f"{10**23}"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("out, flags, line", COMMAND_REFUSALS)
+def test_the_command_refuses_a_bad_out_or_number_before_training_in_one_line(tmp_path, capsys, monkeypatch, out,
+                                                                              flags, line):  # fmt: skip
     def no_training(*args, **kwargs):
         raise AssertionError("trained before checking OUT")
 
     monkeypatch.setattr(induction, "train_induction", no_training)
     (tmp_path / "file").write_text("")
-    for out, match in (
-        (str(tmp_path), "is a folder, expected a file name such as checkpoints/induction.pt"),
-        # before: "OUT . is a folder"
-        ("", "OUT is empty (''), expected a file name such as checkpoints/induction.pt (an unset shell variable?)"),
-        (
-            str(tmp_path / "file" / "m.pt"),
-            f"cannot be created: {tmp_path / 'file'} is a file, not a folder; choose another OUT",
-        ),
-    ):
-        assert induction.main([out, "--max-steps", "1"]) == 2  # before: argparse's usage line too
-        err = capsys.readouterr().err
-        assert match in err and len(err.splitlines()) == 1, err
-    for argv, line in (
-        (["--max-steps", "-1"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got -1"),
-        (["--max-steps", "0"], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got 0"),
-        (["--seed", "-1"], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got -1"),
-        (["--seed", str(10**23)], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {10**23}"),
-    ):
-        assert induction.main([str(tmp_path / "m.pt"), *argv]) == 2  # before: 0 saved an untrained model; a traceback
-        assert capsys.readouterr().err == f"error: {line}\n"
+    argv = [out.format(tmp=tmp_path), "--max-steps", "1", *flags]
+    assert induction.main(argv) == 2  # before: argparse's usage line too
+    err = capsys.readouterr().err
+    assert line.format(tmp=tmp_path) in err and err.startswith("error: ") and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "m.pt").exists()
+
+
+def test_the_commands_help_names_its_flags(capsys):
     with pytest.raises(SystemExit) as exit_info:
         induction.main(["--help"])
     usage = capsys.readouterr().out
     assert exit_info.value.code == 0 and "OUT" in usage and "--max-steps N" in usage and "--steps" not in usage
-    assert not (tmp_path / "m.pt").exists()
 
 
 def test_an_ablated_head_is_silent_even_when_its_output_is_not_finite():
@@ -627,7 +624,8 @@ def test_a_signal_while_saving_waits_until_out_is_whole(tmp_path, capsys, monkey
         assert load_induction_model(out)[1]["provenance"]["steps"] == 2
 
 
-def test_sigterm_stops_as_ctrl_c_does_and_names_itself_and_the_handlers_come_back(capsys):
+def test_sigterm_stops_as_ctrl_c_does_a_second_signal_changes_nothing_and_the_handlers_come_back(capsys):
+    """Before, Ctrl+C then SIGTERM 50 ms apart gave a traceback, or a second line, exit 143 and the wrong step."""
     before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     with StopSignals() as stop:
         with pytest.raises(KeyboardInterrupt):
@@ -635,11 +633,6 @@ def test_sigterm_stops_as_ctrl_c_does_and_names_itself_and_the_handlers_come_bac
         assert stop.report("at step 3") == 143
     assert capsys.readouterr().err == "stopped by SIGTERM at step 3\n"
     assert {signum: signal.getsignal(signum) for signum in before} == before
-
-
-def test_a_second_signal_changes_nothing_and_the_command_leaves_them_ignored():
-    """Before, Ctrl+C then SIGTERM 50 ms apart gave a traceback, or a second line, exit 143 and the wrong step."""
-    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
     try:
         with StopSignals(restore=False) as stop:
             with pytest.raises(KeyboardInterrupt):

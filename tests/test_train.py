@@ -96,52 +96,8 @@ def cli_argv(text_file, out, *flags, quiet=True) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    "overrides, error, match",
-    [
-        (dict(batch_size=0), ValueError, "batch_size must be at least 1, got 0"),
-        (dict(max_steps=2.5), TypeError, "max_steps must be an int, got float"),
-        (dict(eval_interval=True), TypeError, "eval_interval must be an int, got bool"),
-        (dict(warmup_steps=-1), ValueError, "warmup_steps must be at least 0, got -1"),
-        (dict(learning_rate=0.0), ValueError, "learning_rate must be a positive finite number, got 0.0"),
-        (dict(learning_rate="3e-3"), TypeError, r"learning_rate must be a positive number, got '3e-3' \(str\)"),
-        (dict(min_lr=1.0), ValueError, r"min_lr must be in \[0, learning_rate = 0.003\]"),
-        (dict(min_lr=None), TypeError, r"min_lr must be a number in \[0, learning_rate = 0.003\], got None"),
-        (dict(beta2=1.0), ValueError, r"beta2 must be in \[0, 1\)"),
-        (dict(weight_decay=-0.1), ValueError, "weight_decay must be a finite number >= 0, got -0.1"),
-        (dict(grad_clip=0.0), ValueError, "grad_clip must be positive"),
-        (dict(grad_clip="1"), TypeError, r"grad_clip must be a positive number, got '1' \(str\)"),
-        (dict(seed="x"), TypeError, "seed must be an int, got str"),
-        (
-            dict(compile="yes"),
-            TypeError,
-            r"compile must be True, False or None \(on for CUDA only\), got 'yes' \(str\)",
-        ),
-        (
-            dict(fused_adamw=1),
-            TypeError,
-            r"fused_adamw must be True, False or None \(on for CUDA only\), got 1 \(int\)",
-        ),
-        (
-            dict(autocast="fp16"),
-            ValueError,
-            r"autocast must be one of \(None, 'bf16', 'off'\) \(bf16 on CUDA only\), got 'fp16'",
-        ),
-        (dict(lr=1.0), ValueError, r"unknown TrainConfig field\(s\) \['lr'\]"),
-    ],
-)
-def test_train_config_rejects_bad_values(overrides, error, match):
-    with pytest.raises(error, match=match):
-        TrainConfig.preset("tiny", **overrides)
-
-
-def test_train_config_accepts_infinite_grad_clip():
+def test_train_config_presets_and_an_infinite_grad_clip():
     assert TrainConfig.preset("tiny", grad_clip=math.inf).grad_clip == math.inf  # clipping off
-
-
-def test_train_config_presets():
-    with pytest.raises(ValueError, match="unknown preset 'big'"):
-        TrainConfig.preset("big")
     assert TrainConfig.preset("gpu").batch_size == 64
 
 
@@ -198,21 +154,6 @@ def test_val_loss_is_the_mean_over_the_whole_validation_split(text_file, tmp_pat
     assert by_evaluate == pytest.approx(result["val_loss"], rel=1e-5)
 
 
-def test_command_line_prints_one_json_line(text_file, tmp_path, capsys):
-    assert main(cli_argv(text_file, tmp_path, "--preset", "tiny")) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 1
-    result = json.loads(lines[0])
-    assert {"val_loss", "train_loss", "steps", "tokens_per_s", "wall_s", "params", "device"} <= set(result)
-    assert result["steps"] == 3 and math.isfinite(result["val_loss"])
-
-
-def test_command_line_reports_a_missing_file(tmp_path, capsys):
-    """Found before the first step: exit code 2 (1 is for a run that failed while training)."""
-    assert main(["--data", str(tmp_path / "nope.txt"), "--out", str(tmp_path)]) == 2
-    assert "no text file at" in capsys.readouterr().err
-
-
 # ----------------------------------------------------------------------------------------------
 # Checkpoints and resuming
 # ----------------------------------------------------------------------------------------------
@@ -228,19 +169,6 @@ def kill_at(step):
             raise Killed(step)
 
     return callback
-
-
-def test_resume_continues_exactly(text_file, tmp_path):
-    """20 steps in one go == killed at step 13 (last checkpoint: step 10) and resumed: the same losses, exactly."""
-    whole = run(text_file, tmp_path / "whole")
-    with pytest.raises(Killed):
-        run(text_file, tmp_path / "split", callback=kill_at(13))
-    assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 10  # lost 3 steps, at most 5
-    resumed = run(text_file, tmp_path / "split", resume=True)
-    assert resumed["steps_this_run"] == 10
-    assert resumed["history"] == whole["history"]
-    assert resumed["val_loss"] == whole["val_loss"]
-    assert resumed["evals"] == whole["evals"]
 
 
 def test_resume_starts_afresh_without_a_checkpoint_and_can_extend_a_finished_run(text_file, tmp_path):
@@ -439,6 +367,8 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--threads", threads], f"--threads must be a number of CPU threads from 1 to {4 * (os.cpu_count() or 1)}"
      f" (4 per CPU here), got {threads}; leave")
     for threads in (-1, 0, 100000)
+] + [  # Found before the first step: exit code 2 (1 is for a run that failed while training)
+    ("run", ["--data", "{tmp}/nope.txt"], "no text file at {tmp}/nope.txt"),
 ] + [  # Before: --data '' was "error: . is a folder, expected a UTF-8 text file"; --export '' was ignored.
     ("run", ["--data", ""], "--data is empty (''), expected a UTF-8 text file such as datasets/shakespeare.txt (an "
      "unset shell variable?)"),
@@ -678,9 +608,34 @@ def saved(path: Path, state: object) -> Path:
     return path
 
 
+def tiny(**overrides) -> TrainConfig:
+    return TrainConfig.preset("tiny", **overrides)
+
+
 API_REFUSALS = [  # (the call, given tmp_path; the exception; what its message must say, {tmp} for tmp_path)
-    (lambda tmp: learning_rate(-1, TrainConfig.preset("tiny")), ValueError, "step must be at least 0, got -1"),
-    (lambda tmp: learning_rate("5", TrainConfig.preset("tiny")), TypeError, "step must be an int, got str"),
+    (lambda tmp: tiny(batch_size=0), ValueError, "batch_size must be at least 1, got 0"),
+    (lambda tmp: tiny(max_steps=2.5), TypeError, "max_steps must be an int, got float"),
+    (lambda tmp: tiny(eval_interval=True), TypeError, "eval_interval must be an int, got bool"),
+    (lambda tmp: tiny(warmup_steps=-1), ValueError, "warmup_steps must be at least 0, got -1"),
+    (lambda tmp: tiny(learning_rate=0.0), ValueError, "learning_rate must be a positive finite number, got 0.0"),
+    (lambda tmp: tiny(learning_rate="3e-3"), TypeError, r"learning_rate must be a positive number, got '3e-3' \(str\)"),
+    (lambda tmp: tiny(min_lr=1.0), ValueError, r"min_lr must be in \[0, learning_rate = 0.003\]"),
+    (lambda tmp: tiny(min_lr=None), TypeError, r"min_lr must be a number in \[0, learning_rate = 0.003\], got None"),
+    (lambda tmp: tiny(beta2=1.0), ValueError, r"beta2 must be in \[0, 1\)"),
+    (lambda tmp: tiny(weight_decay=-0.1), ValueError, "weight_decay must be a finite number >= 0, got -0.1"),
+    (lambda tmp: tiny(grad_clip=0.0), ValueError, "grad_clip must be positive"),
+    (lambda tmp: tiny(grad_clip="1"), TypeError, r"grad_clip must be a positive number, got '1' \(str\)"),
+    (lambda tmp: tiny(seed="x"), TypeError, "seed must be an int, got str"),
+    (lambda tmp: tiny(compile="yes"), TypeError,
+     r"compile must be True, False or None \(on for CUDA only\), got 'yes' \(str\)"),
+    (lambda tmp: tiny(fused_adamw=1), TypeError,
+     r"fused_adamw must be True, False or None \(on for CUDA only\), got 1 \(int\)"),
+    (lambda tmp: tiny(autocast="fp16"), ValueError,
+     r"autocast must be one of \(None, 'bf16', 'off'\) \(bf16 on CUDA only\), got 'fp16'"),
+    (lambda tmp: tiny(lr=1.0), ValueError, r"unknown TrainConfig field\(s\) \['lr'\]"),
+    (lambda tmp: TrainConfig.preset("big"), ValueError, "unknown preset 'big'"),
+    (lambda tmp: learning_rate(-1, tiny()), ValueError, "step must be at least 0, got -1"),
+    (lambda tmp: learning_rate("5", tiny()), TypeError, "step must be an int, got str"),
     (lambda tmp: learning_rate(5, None), TypeError, "train_config must be a TrainConfig .* got NoneType"),
     (lambda tmp: evaluate(None, torch.zeros(20, dtype=torch.long), 8), TypeError,
      "model must be a torch.nn.Module .* got NoneType"),
@@ -774,8 +729,10 @@ def test_evaluations_off_the_log_steps_close_a_window_and_resume_exactly(text_fi
     state = load_checkpoint(tmp_path / "split" / "checkpoint.pt")
     assert state["step"] == 4 and [e[0] for e in state["evals"]] == [3]
     resumed = run(text_file, tmp_path / "split", resume=True, **INTERVALS)
+    assert resumed["steps_this_run"] == 8
     assert resumed["history"] == whole["history"]
     assert resumed["evals"] == whole["evals"]
+    assert resumed["val_loss"] == whole["val_loss"]
 
 
 def test_the_time_limit_stops_at_the_end_of_a_window_with_a_checkpoint_and_resumes_exactly(text_file, tmp_path):
@@ -864,19 +821,13 @@ def test_resume_to_a_step_already_done_is_refused_rather_than_a_silent_no_op(tex
             f"error: --resume: {tmp_path / 'checkpoint.pt'} is at step 3 already, so max_steps {steps} would train "
             "nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
         )
+    fix = "would train nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
+    with pytest.raises(RunSetupError, match=re.escape(f"finished at step 3 (its summary.json is written), so resuming "
+                                                      f"{fix}")):  # fmt: skip
+        train("tiny", text_file, tmp_path, resume=True, progress=False)  # before: a flag a caller cannot pass
     assert (tmp_path / "checkpoint.pt").read_bytes() == before
     code, _, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "4")
     assert code == 0 and result["steps_this_run"] == 1
-
-
-def test_resuming_a_finished_run_names_the_keyword_and_the_flag(text_file, tmp_path, capsys):
-    """Before: train(..., resume=True) from Python said "give a --max-steps above 3", a flag a caller cannot pass."""
-    assert cli(capsys, text_file, tmp_path)[0] == 0  # 3 steps, summary.json written
-    fix = "would train nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
-    assert refused(capsys, text_file, tmp_path, "--resume").endswith(f"so max_steps 3 {fix}")  # cli_argv: --max-steps 3
-    with pytest.raises(RunSetupError, match=re.escape(f"finished at step 3 (its summary.json is written), so resuming "
-                                                      f"{fix}")):  # fmt: skip
-        train("tiny", text_file, tmp_path, resume=True, progress=False)
 
 
 OUT_OF_MEMORY = [  # what PyTorch raises when a batch does not fit: the CPU's allocator, CUDA's
@@ -1108,11 +1059,9 @@ def test_ctrl_c_in_the_final_evaluation_says_the_run_finished_and_resume_writes_
     assert main(shlex.split(found[1])[3:]) == 0  # the line's command (python -m course_utils.train ...)
     summary = (tmp_path / "summary.json").read_bytes()
     assert json.loads(summary)["steps"] == 3 and json.loads(capsys.readouterr().out)["steps_this_run"] == 0
-    refusals = {"finished at step 3 (its summary.json is written)": [], "is at step 3 already": ["--max-steps", "3"]}
-    for why, flags in refusals.items():  # the summary is there now: nothing left to do
-        assert main(["--data", str(text_file), "--out", str(tmp_path), "--resume", "--quiet", *flags]) == 2
-        err = capsys.readouterr().err
-        assert why in err and len(err.splitlines()) == 1, err
+    assert main(["--data", str(text_file), "--out", str(tmp_path), "--resume", "--quiet"]) == 2  # nothing left to do
+    err = capsys.readouterr().err
+    assert "finished at step 3 (its summary.json is written)" in err and len(err.splitlines()) == 1, err
     assert (tmp_path / "summary.json").read_bytes() == summary
 
 
