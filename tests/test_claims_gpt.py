@@ -41,6 +41,7 @@ CHECKPOINT = ROOT / "checkpoints" / "shakespeare_cpu.pt"
 BENCHMARK = ROOT / "benchmarks" / "results" / "norm_position_cpu.json"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+SMALL = dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4)  # a GPT small enough to compare by hand
 
 
 @pytest.fixture(scope="module")
@@ -109,9 +110,7 @@ def _pre_norm_by_hand(model: GPT, idx: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("overrides", [dict(), dict(positions="rope"), dict(attention="course")])
 def test_the_default_is_the_pre_norm_model_bit_for_bit(overrides):
     torch.manual_seed(0)
-    model = GPT(
-        GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=3, **overrides)
-    ).eval()
+    model = GPT(GPTConfig(**SMALL, num_layers=3, **overrides)).eval()
     idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(1))
     with torch.no_grad():
         assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
@@ -127,8 +126,7 @@ def test_the_committed_checkpoint_gives_its_pre_norm_logits_bit_for_bit(corpus, 
 
 def test_a_post_norm_block_normalises_after_each_residual_add():
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2, norm_position="post")
-    block = Block(config)
+    block = Block(GPTConfig(**SMALL, num_layers=2, norm_position="post"))
     with torch.no_grad():
         for ln in (block.ln_1, block.ln_2):  # gains and biases that make each LayerNorm count
             ln.weight.uniform_(0.5, 1.5)
@@ -140,8 +138,7 @@ def test_a_post_norm_block_normalises_after_each_residual_add():
 
 def test_post_norm_has_no_final_layernorm_and_two_fewer_vectors():
     """'It has no final LayerNorm: its last block already ends in one.'"""
-    kw = dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2)
-    pre, post = GPT(GPTConfig(**kw)), GPT(GPTConfig(**kw, norm_position="post"))
+    pre, post = GPT(GPTConfig(**SMALL, num_layers=2)), GPT(GPTConfig(**SMALL, num_layers=2, norm_position="post"))
     assert isinstance(post.ln_f, torch.nn.Identity) and isinstance(pre.ln_f, torch.nn.LayerNorm)
     assert pre.num_parameters() - post.num_parameters() == 2 * 16  # ln_f's gain and bias
     idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -218,7 +215,7 @@ def test_the_gap_in_gradient_size_comes_from_the_tiny_embeddings(corpus):
 
 def test_layer_grad_norms_touch_neither_weights_nor_grads():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=3))
+    model = GPT(GPTConfig(**SMALL, num_layers=3))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(0))
     norms = layer_grad_norms(model, idx, idx)

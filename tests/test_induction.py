@@ -16,6 +16,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import one_cpu_thread
 
 from course_utils import induction
 from course_utils.gpt import GPT, GPTConfig
@@ -164,7 +165,7 @@ def test_scores_average_over_batch_and_keep_heads_apart():
     torch.testing.assert_close(induction_score(w, N), torch.tensor([0.5, 0.0]))  # (B=2, H=2) -> (H,)
 
 
-def test_head_scores_works_on_the_tiny_gpt_too():
+def test_head_scores_and_ablation_work_on_the_tiny_gpt_too():
     torch.manual_seed(0)
     gpt = GPT(GPTConfig.preset("tiny", vocab_size=11)).eval()
     idx = repeated_tokens(2, 8, 11, torch.Generator().manual_seed(0))
@@ -172,6 +173,10 @@ def test_head_scores_works_on_the_tiny_gpt_too():
     assert prev.shape == ind.shape == (2, 4)
     maps = gpt.attention_maps(idx)
     torch.testing.assert_close(ind[1], induction_score(maps[1], 8))
+    plain = gpt(idx)[0]
+    with ablate_heads(gpt, [(1, 3)]):
+        assert not torch.allclose(gpt(idx)[0], plain)
+    torch.testing.assert_close(gpt(idx)[0], plain)
 
 
 # ---------------------------------------------------------------------------------------------- losses
@@ -258,17 +263,6 @@ def test_ablation_losses_table_matches_one_ablation_at_a_time():
         assert table[1, 2].item() == pytest.approx(repeat_losses(model, idx, 5)[1], rel=1e-6)
 
 
-def test_ablation_works_on_the_tiny_gpt():
-    torch.manual_seed(0)
-    gpt = GPT(GPTConfig.preset("tiny", vocab_size=11)).eval()
-    idx = repeated_tokens(1, 8, 11, torch.Generator().manual_seed(0))
-    plain = gpt(idx)[0]
-    with ablate_heads(gpt, [(1, 3)]):
-        changed = gpt(idx)[0]
-    assert not torch.allclose(plain, changed)
-    torch.testing.assert_close(gpt(idx)[0], plain)
-
-
 def test_residual_stream_is_what_each_layer_reads():
     model = _model()
     idx = repeated_tokens(2, 5, 11, torch.Generator().manual_seed(6))
@@ -298,26 +292,33 @@ def test_key_query_ablation_intact_scores_are_the_models_and_nothing_ablated_cha
 # ---------------------------------------------------------------------------------------------- training
 
 
-def test_training_is_seeded_and_reports_progress():
+TRAINING = dict(max_steps=6, batch_size=4, eval_interval=3, seed=1)
+
+
+@pytest.fixture(scope="module")
+def trained():
+    """SMALL trained for 6 steps (records at 0, 3 and 6), and the events its callback received."""
     events = []
-    a, hist_a = train_induction(SMALL, max_steps=6, batch_size=4, eval_interval=3, seed=1, callback=events.append)
-    b, hist_b = train_induction(SMALL, max_steps=6, batch_size=4, eval_interval=3, seed=1)
+    with one_cpu_thread():
+        model, history = train_induction(SMALL, **TRAINING, callback=events.append)
+    return model, history, events
+
+
+def test_training_is_seeded_reports_progress_and_leaves_the_global_random_state_alone(trained):
+    a, hist_a, events = trained
+    torch.manual_seed(123)
+    expected = torch.rand(3)
+    torch.manual_seed(123)
+    b, hist_b = train_induction(SMALL, **TRAINING)
+    torch.testing.assert_close(torch.rand(3), expected)
     assert [h["step"] for h in hist_a] == [0, 3, 6] and [e["step"] for e in events] == [0, 3, 6]
     assert hist_a == hist_b
     assert all(torch.equal(p, q) for p, q in zip(a.state_dict().values(), b.state_dict().values()))
     assert not a.training
 
 
-def test_training_leaves_the_global_random_state_alone():
-    torch.manual_seed(123)
-    expected = torch.rand(3)
-    torch.manual_seed(123)
-    train_induction(SMALL, max_steps=1, batch_size=2)
-    torch.testing.assert_close(torch.rand(3), expected)
-
-
-def test_save_and_load_round_trip(tmp_path):
-    model, history = train_induction(SMALL, max_steps=2, batch_size=2, eval_interval=1)
+def test_save_and_load_round_trip(tmp_path, trained):
+    model, history, _ = trained
     path = tmp_path / "m.pt"
     save_induction_model(path, model, history, {"seed": 0})
     loaded, state = load_induction_model(path)
@@ -662,9 +663,9 @@ def test_a_read_only_out_of_the_same_run_is_refused_untouched(tmp_path, capsys):
 # ---------------------------------------------------------------------------------------------- notebook 12's additions
 
 
-def test_training_records_every_heads_scores_beside_the_losses():
-    model, history = train_induction(SMALL, max_steps=4, batch_size=4, eval_interval=2, seed=3)
-    held_out = repeated_tokens(256, SMALL.seq_len, SMALL.vocab_size, torch.Generator().manual_seed(3))
+def test_training_records_every_heads_scores_beside_the_losses(trained):
+    model, history, _ = trained
+    held_out = repeated_tokens(256, SMALL.seq_len, SMALL.vocab_size, torch.Generator().manual_seed(1))  # seed 1
     prev, ind = head_scores(model, held_out, SMALL.seq_len)
     last = history[-1]
     assert set(last) == {"step", "first", "second", "prev", "ind"}

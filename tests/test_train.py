@@ -163,18 +163,18 @@ class Killed(Exception):
     pass
 
 
-def kill_at(step):
+def kill_at(step, error=Killed):
+    """A callback that raises ``error`` at the train event of ``step`` (a kill, or Ctrl+C)."""
+
     def callback(event):
         if event["kind"] == "train" and event["step"] == step:
-            raise Killed(step)
+            raise error
 
     return callback
 
 
-def test_resume_starts_afresh_without_a_checkpoint_and_can_extend_a_finished_run(text_file, tmp_path):
-    assert run(text_file, tmp_path, max_steps=5, resume=True)["steps_this_run"] == 5
-    result = run(text_file, tmp_path, max_steps=8, resume=True)
-    assert result["steps"] == 8 and result["steps_this_run"] == 3 and len(result["history"]) == 8
+def ctrl_c(*args, **kwargs):
+    raise KeyboardInterrupt
 
 
 def test_checkpoint_holds_only_plain_data(text_file, tmp_path):
@@ -375,6 +375,12 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--data", " "], "--data is empty (' '), expected a UTF-8 text file"),
     ("run", ["--export", ""], "--export is empty (''), expected a file name such as checkpoints/model.pt (an unset "
      "shell variable?)"),
+] + [  # Before: torch's AssertionError "Torch not compiled with CUDA enabled" (or MPS's) as a traceback.
+    pytest.param("run", ["--device", "cuda"], "was built without CUDA; use --device cpu or auto",
+                 marks=pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch")),
+    pytest.param("run", ["--device", "mps"], "device 'mps' (Apple's GPU) is not available here: ",
+                 marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS")),
+    ("run", ["--device", "gpu"], "device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
 ] + [  # Before: 'no checkpoint at .../checkpoint.pt: train a model first', though one was there, as a folder.
     ("held", ["--resume"], "{tmp}/held/checkpoint.pt is a folder, not a checkpoint: move it away, or name the file "
      "inside it"),
@@ -409,28 +415,6 @@ def test_a_run_without_resume_never_overwrites_a_run(text_file, tmp_path, capsys
     line = refused(capsys, text_file, tmp_path)
     assert "already holds a run (checkpoint.pt): add --resume to continue it, or choose another --out" in line
     assert (tmp_path / "checkpoint.pt").read_bytes() == before
-
-
-@pytest.mark.parametrize(
-    "device, match",
-    [
-        pytest.param(
-            "cuda",
-            r"this PyTorch \(.*\) was built without CUDA; use --device cpu or auto",
-            marks=pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch"),
-        ),
-        pytest.param(
-            "mps",
-            r"device 'mps' \(Apple's GPU\) is not available here: .*; use --device cpu or auto",
-            marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS"),
-        ),
-        ("gpu", "device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
-    ],
-)
-def test_a_device_this_machine_lacks_is_refused(text_file, tmp_path, capsys, device, match):
-    """Before: torch's AssertionError "Torch not compiled with CUDA enabled" (or MPS's) as a traceback."""
-    assert re.search(match, refused(capsys, text_file, tmp_path / "run", "--device", device))
-    assert not (tmp_path / "run").exists()
 
 
 def test_a_text_too_small_for_the_split_and_the_context_says_how_small(tmp_path, capsys):
@@ -531,9 +515,10 @@ def test_own_text_is_said_to_be_unverified(text_file, tmp_path, capsys):
     ) in capsys.readouterr().err
 
 
-def test_resume_from_python_names_the_settings_it_keeps(text_file, tmp_path):
-    run(text_file, tmp_path, max_steps=3)
+def test_resume_from_python_starts_afresh_extends_a_finished_run_and_names_the_settings_it_keeps(text_file, tmp_path):
+    assert run(text_file, tmp_path, max_steps=3, resume=True)["steps_this_run"] == 3  # no checkpoint: from step 0
     result = run(text_file, tmp_path, max_steps=4, resume=True, log_interval=2)  # a TrainConfig that differs
+    assert result["steps"] == 4 and result["steps_this_run"] == 1 and len(result["history"]) == 4
     assert result["notices"] == ["--resume: keeping the checkpoint's log_interval 1; your --log-interval 2 is ignored"]
     six = TrainConfig.preset("tiny", **{**FAST, "max_steps": 6})
     with pytest.raises(RunSetupError, match=r"finished at step 4 \(its summary.json is written\), so resuming would"):
@@ -928,19 +913,12 @@ def test_export_model_from_python_keeps_what_is_not_an_export(text_file, tmp_pat
 
 
 def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_checkpoint_holds(text_file, tmp_path):
-    def ctrl_c_at(step):
-        def callback(event):
-            if event["step"] == step:
-                raise KeyboardInterrupt
-
-        return callback
-
     with pytest.raises(RunInterrupted) as stopped:  # a KeyboardInterrupt: a notebook's cell stops as it always did
-        run(text_file, tmp_path, callback=ctrl_c_at(2))
+        run(text_file, tmp_path, callback=kill_at(2, KeyboardInterrupt))
     assert isinstance(stopped.value, KeyboardInterrupt)
     assert (stopped.value.step, stopped.value.saved_step) == (2, None)  # checkpoint_interval 5: nothing saved yet
     with pytest.raises(RunInterrupted) as stopped:
-        run(text_file, tmp_path, resume=True, callback=ctrl_c_at(7))
+        run(text_file, tmp_path, resume=True, callback=kill_at(7, KeyboardInterrupt))
     assert (stopped.value.step, stopped.value.saved_step) == (7, 5)
     assert stopped.value.checkpoint == tmp_path / "checkpoint.pt"
 
@@ -965,19 +943,14 @@ def test_ctrl_c_outside_a_checkpoint_says_what_is_kept(text_file, tmp_path, caps
     ]
 
 
-def _documented_export_command() -> list[str]:
-    """The flags of the command checkpoints/README.md gives for checkpoints/shakespeare_cpu.pt."""
-    text = (ROOT / "checkpoints" / "README.md").read_text()
-    found = re.search(r"python -m course_utils\.train (.+?--no-progress)", text, re.S)
-    return shlex.split(found[1].replace("\\\n", " "))
-
-
 @pytest.mark.skipif(not corpus_path().exists(), reason="needs the course corpus (python -m course_tools.corpus fetch)")
 def test_the_documented_export_command_may_replace_the_shipped_model(tmp_path):
     """checkpoints/README.md's command, re-run, may replace checkpoints/shakespeare_cpu.pt (an export)."""
     from course_utils.train_cli import _check_export
 
-    argv = _documented_export_command()
+    text = (ROOT / "checkpoints" / "README.md").read_text()
+    found = re.search(r"python -m course_utils\.train (.+?--no-progress)", text, re.S)
+    argv = shlex.split(found[1].replace("\\\n", " "))
     assert argv[argv.index("--export") + 1] == "checkpoints/shakespeare_cpu.pt", argv
     shipped = tmp_path / "shakespeare_cpu.pt"
     shutil.copy(ROOT / "checkpoints" / "shakespeare_cpu.pt", shipped)
@@ -1042,10 +1015,7 @@ def test_ctrl_c_in_the_final_evaluation_says_the_run_finished_and_resume_writes_
     (training nothing); a --resume of a finished run with its summary is refused instead of exiting 0 with
     tokens_per_s 0.0 written over it."""
 
-    def stopped(*args, **kwargs):
-        raise KeyboardInterrupt
-
-    monkeypatch.setattr(train_module, "evaluate", stopped)  # the final full-validation pass
+    monkeypatch.setattr(train_module, "evaluate", ctrl_c)  # the final full-validation pass
     code, err, _ = cli(capsys, text_file, tmp_path)
     monkeypatch.undo()
     assert code == 130 and len(err) == 1, err
@@ -1077,11 +1047,8 @@ def test_ctrl_c_while_exporting_then_the_lines_command_writes_only_the_export(te
     """Before: 'run it again with <the same command>', refused since the folder held a run. Now the printed
     --resume exports the finished run without training (again each time it is run)."""
 
-    def stopped(*args, **kwargs):
-        raise KeyboardInterrupt
-
     out, model = tmp_path / "run", tmp_path / "model.pt"
-    monkeypatch.setattr(train_cli, "export_model", stopped)
+    monkeypatch.setattr(train_cli, "export_model", ctrl_c)
     code, err, _ = cli(capsys, text_file, out, "--export", model)
     monkeypatch.undo()
     assert code == 130 and len(err) == 1 and not model.exists(), err
