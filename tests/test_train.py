@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -27,7 +28,6 @@ from course_utils import train as train_module
 from course_utils import train_cli
 from course_utils.data import (
     CORPUS_SHA256,
-    CharTokenizer,
     corpus_path,
     iter_eval_batches,
     min_characters,
@@ -138,11 +138,7 @@ def test_training_learns_and_reports(text_file, tmp_path):
 
 def test_val_loss_is_the_mean_over_the_whole_validation_split(text_file, tmp_path):
     result = run(text_file, tmp_path, max_steps=5)
-    state = load_checkpoint(tmp_path / "checkpoint.pt")
-    model = GPT(GPTConfig.from_dict(state["model_config"]))
-    model.load_state_dict(state["model"])
-    model.eval()
-    tokenizer = CharTokenizer(state["tokenizer"])
+    model, tokenizer, _ = load_model(tmp_path / "checkpoint.pt")
     _, val = split_data(tokenizer.encode(text_file.read_text()))
     total = 0.0
     with torch.no_grad():  # every target once, window by window, the slow way
@@ -396,27 +392,6 @@ def test_the_command_line_refuses_before_training_in_one_line(text_file, tmp_pat
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "run").exists()
 
 
-def test_out_that_cannot_be_written_is_refused_before_training(text_file, tmp_path, capsys, monkeypatch):
-    """Tests run as root, who may write anywhere: a read-only folder is simulated where the check asks for it."""
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real_access(p, mode, **kw))
-    line = refused(capsys, text_file, locked / "run")
-    assert (
-        f"{locked / 'run'} cannot be written here ({locked} is not writable): choose a folder you can write to" in line
-    )
-    assert not (locked / "run").exists()
-
-
-def test_a_run_without_resume_never_overwrites_a_run(text_file, tmp_path, capsys):
-    assert cli(capsys, text_file, tmp_path)[0] == 0
-    before = (tmp_path / "checkpoint.pt").read_bytes()
-    line = refused(capsys, text_file, tmp_path)
-    assert "already holds a run (checkpoint.pt): add --resume to continue it, or choose another --out" in line
-    assert (tmp_path / "checkpoint.pt").read_bytes() == before
-
-
 def test_a_text_too_small_for_the_split_and_the_context_says_how_small(tmp_path, capsys):
     """Before: a ValueError from get_batch about tokens, or a split error, depending on the size."""
     small = tmp_path / "small.txt"
@@ -443,20 +418,6 @@ def test_resume_names_the_flags_it_ignores_and_obeys_max_steps(text_file, tmp_pa
     assert result["train_config"]["batch_size"] == 4 and result["train_config"]["learning_rate"] == 0.003
     code, err, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "6")
     assert code == 0 and err == [] and result["steps"] == 6, "no flag that differs, no notice"
-
-
-def test_resume_refuses_another_model_or_other_text(text_file, tmp_path, capsys):
-    assert cli(capsys, text_file, tmp_path)[0] == 0
-    line = refused(capsys, text_file, tmp_path, "--resume", "--preset", "cpu")
-    assert ("is a run of another model (context_length 32 there, 64 asked; embed_dim 32 there, 96 asked; ") in line
-    assert "num_layers 2 there, 3 asked" in line
-    assert line.endswith("asked): leave out --preset to continue that run, or choose another --out for a new one")
-    other = tmp_path / "other.txt"
-    other.write_text(text_file.read_text() + "more words\n")
-    line = refused(capsys, other, tmp_path, "--resume")
-    sha = r"[0-9a-f]{16}\.\.\."
-    assert re.search(rf"was trained on a text with sha256 {sha}, but --data has {sha}: pass the same file", line)
-    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 3, "the run is untouched"
 
 
 def _save_killed_midway(folder: Path) -> int:
@@ -582,6 +543,10 @@ def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file,
         match=r"is a run of another model \(norm_position 'post' there, 'pre' asked\): leave out --preset",
     ):
         train("tiny", text_file, tmp_path / "whole", settings, progress=False, resume=True)
+    # before: a message about presets that never named attention ('the tiny preset ..., not a model of ...')
+    with pytest.raises(RunSetupError, match=r"another model \(attention 'torch' there, 'course' asked\): leave out"):
+        train(replace(post, attention="course"), text_file, tmp_path / "whole", settings, progress=False, resume=True)
+    assert load_checkpoint(tmp_path / "whole" / "checkpoint.pt")["step"] == 6
 
 
 def saved(path: Path, state: object) -> Path:
@@ -771,7 +736,17 @@ def test_the_loop_reads_top_to_bottom_in_three_labelled_phases():
 def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_file, tmp_path, capsys, monkeypatch):
     """As root, /proc/run passed the permission check, every step trained, and the save ended in a raw
     [Errno 2] not naming --out. The folder is now really tried (a probe written and removed) before the first step;
-    a folder of the same kind that refuses new files (a full or read-only disk) says the same, and leaves nothing."""
+    a folder of the same kind that refuses new files (a full or read-only disk) says the same, and leaves nothing.
+    Tests run as root, who may write anywhere: a read-only folder is simulated where the check asks for it."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real_access(p, mode, **kw))
+    line = refused(capsys, text_file, locked / "run")
+    assert (
+        f"{locked / 'run'} cannot be written here ({locked} is not writable): choose a folder you can write to" in line
+    )
+    locked.rmdir()
     if Path("/proc/self").is_dir():
         line = refused(capsys, text_file, Path("/proc/run"))
         assert line.startswith("error: --out /proc/run"), line
@@ -796,17 +771,27 @@ def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_f
 # ----------------------------------------------------------------------------------------------
 
 
-def test_resume_to_a_step_already_done_is_refused_rather_than_a_silent_no_op(text_file, tmp_path, capsys):
+def test_a_finished_run_is_refused_without_resume_with_another_model_or_text_or_a_step_already_done(
+    text_file, tmp_path, capsys
+):
     """Before: `--resume --max-steps N` at or below the saved step exited 0 having trained nothing."""
     assert cli(capsys, text_file, tmp_path)[0] == 0  # 3 steps
     before = (tmp_path / "checkpoint.pt").read_bytes()
+    line = refused(capsys, text_file, tmp_path)
+    assert "already holds a run (checkpoint.pt): add --resume to continue it, or choose another --out" in line
+    line = refused(capsys, text_file, tmp_path, "--resume", "--preset", "cpu")
+    assert ("is a run of another model (context_length 32 there, 64 asked; embed_dim 32 there, 96 asked; ") in line
+    assert "num_layers 2 there, 3 asked" in line
+    assert line.endswith("asked): leave out --preset to continue that run, or choose another --out for a new one")
+    other = tmp_path / "other.txt"
+    other.write_text(text_file.read_text() + "more words\n")
+    line = refused(capsys, other, tmp_path, "--resume")
+    sha = r"[0-9a-f]{16}\.\.\."
+    assert re.search(rf"was trained on a text with sha256 {sha}, but --data has {sha}: pass the same file", line)
+    fix = "would train nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
     for steps in ("3", "2"):
         line = refused(capsys, text_file, tmp_path, "--resume", "--max-steps", steps)
-        assert line == (
-            f"error: --resume: {tmp_path / 'checkpoint.pt'} is at step 3 already, so max_steps {steps} would train "
-            "nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
-        )
-    fix = "would train nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
+        assert line == f"error: --resume: {tmp_path / 'checkpoint.pt'} is at step 3 already, so max_steps {steps} {fix}"
     with pytest.raises(RunSetupError, match=re.escape(f"finished at step 3 (its summary.json is written), so resuming "
                                                       f"{fix}")):  # fmt: skip
         train("tiny", text_file, tmp_path, resume=True, progress=False)  # before: a flag a caller cannot pass
@@ -858,15 +843,6 @@ def test_out_of_memory_after_the_first_step_or_another_error_is_not_called_a_set
         with pytest.raises(RuntimeError) as raised:
             run(text_file, tmp_path / str(after))
         assert raised.value is error
-
-
-def test_resume_with_another_attention_names_the_field(text_file, tmp_path):
-    """Before: a message about presets that never named attention ('the tiny preset ..., not a model of ...')."""
-    run(text_file, tmp_path, max_steps=2)
-    other = GPTConfig.preset("tiny", attention="course")
-    with pytest.raises(RunSetupError, match=r"another model \(attention 'torch' there, 'course' asked\): leave out"):
-        train(other, text_file, tmp_path, TrainConfig.preset("tiny", **FAST), resume=True, progress=False)
-    assert load_checkpoint(tmp_path / "checkpoint.pt")["step"] == 2
 
 
 def test_export_refuses_another_kind_of_model_and_replaces_an_export(text_file, tmp_path, capsys):
