@@ -91,11 +91,14 @@ def test_norm_position_defaults_to_pre_and_refuses_other_values():
 
 def test_the_committed_checkpoint_is_pre_norm_and_scores_as_before(corpus, shipped):
     """Its validation loss on the first 20,000 validation characters, measured before norm_position existed
-    (commit 5572c6c): 1.788559."""
+    (commit 5572c6c): 1.788559; its logits are the pre-norm model's, bit for bit."""
     model, _, info = shipped
     _, _, val_ids = corpus
     assert "norm_position" not in info["model_config"] and model.config.norm_position == "pre"
     assert abs(evaluate(model, val_ids[:20_000], model.config.context_length) - 1.788559) < 1e-4
+    idx = val_ids[: 4 * 64].view(4, 64)
+    with torch.no_grad():
+        assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
 
 
 def _pre_norm_by_hand(model: GPT, idx: torch.Tensor) -> torch.Tensor:
@@ -112,14 +115,6 @@ def test_the_default_is_the_pre_norm_model_bit_for_bit(overrides):
     torch.manual_seed(0)
     model = GPT(GPTConfig(**SMALL, num_layers=3, **overrides)).eval()
     idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
-
-
-def test_the_committed_checkpoint_gives_its_pre_norm_logits_bit_for_bit(corpus, shipped):
-    model, _, _ = shipped
-    _, _, val_ids = corpus
-    idx = val_ids[: 4 * 64].view(4, 64)
     with torch.no_grad():
         assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
 
@@ -434,7 +429,8 @@ def _shift_against_recompute(model, prompt, n_new, **shift_options):
 
 def test_notebook_10_shift_agrees_while_the_text_fits_then_differs_and_equals_the_window(shipped):
     """'new characters 0 to fit - 1 agree to 1e-4'; 'character fit, the first after the shift, differs by more
-    than 0.1'; 'its logits equal the forward pass over the last T / 2 characters, to 1e-5'."""
+    than 0.1'; 'its logits equal the forward pass over the last T / 2 characters, to 1e-5'; 'keep_on_shift=T
+    re-prefills the whole window at every step: the same as recomputing'."""
     model, tokenizer, _ = shipped
     T = model.config.context_length
     prompt = tokenizer.encode("ROMEO:\n")[None]
@@ -447,6 +443,9 @@ def test_notebook_10_shift_agrees_while_the_text_fits_then_differs_and_equals_th
     with torch.no_grad():
         window_logits = gen(shifted[:, P + fit - keep : P + fit])[:, -1]
     assert torch.allclose(shifted_logits[:, fit], window_logits, atol=1e-5)
+    _, shifted, _, recomputed, gap = _shift_against_recompute(model, prompt, fit + 5, keep_on_shift=T)
+    assert torch.equal(shifted, recomputed)
+    assert (gap < 1e-4).all()
 
 
 @pytest.mark.parametrize("positions", ["learned", "rope"])
@@ -470,17 +469,6 @@ def test_after_a_shift_a_token_sees_between_keep_and_context_length_tokens(posit
             torch.testing.assert_close(logits[:, i], gen(seq[:, start:end])[:, -1], atol=1e-5, rtol=1e-4)
     after = seen[seen.index(keep) :]
     assert min(after) == keep and max(after) == T
-
-
-def test_keep_on_shift_equal_to_the_context_is_recomputing(shipped):
-    """'keep_on_shift=T re-prefills the whole window at every step: the same as recomputing'."""
-    model, tokenizer, _ = shipped
-    T = model.config.context_length
-    prompt = tokenizer.encode("ROMEO:\n")[None]
-    n_new = T - prompt.shape[1] + 6
-    _, shifted, _, recomputed, gap = _shift_against_recompute(model, prompt, n_new, keep_on_shift=T)
-    assert torch.equal(shifted, recomputed)
-    assert (gap < 1e-4).all()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -596,15 +584,12 @@ def test_the_hand_built_gpt_is_causal_and_its_switches_remove_parts():
     assert bare.pos_emb is None and all(b.mlp is None for b in bare.blocks)
     assert bare.lm_head.weight is not bare.tok_emb.weight
     assert isinstance(bare.ln_f, torch.nn.Identity)
-
-
-def test_a_hand_built_gpt_of_another_mlp_width_does_not_load_the_gpts_state_dict():
-    ns = _hand_built_classes()
-    reference = GPT(GPTConfig(vocab_size=7, context_length=4, embed_dim=8, num_heads=2, num_layers=1))
-    hand = ns["HandGPT"](7, 4, 8, 2, 1)
-    hand.blocks[0].mlp.fc_in = torch.nn.Linear(8, 16)  # 2C where the GPT has 4C
+    hand = HandGPT(7, 4, 8, 2, 1)  # of another MLP width (2C where the GPT has 4C): the GPT's weights do not load
+    hand.blocks[0].mlp.fc_in = torch.nn.Linear(8, 16)
     with pytest.raises(RuntimeError, match="size mismatch"):
-        hand.load_state_dict(reference.state_dict())
+        hand.load_state_dict(
+            GPT(GPTConfig(vocab_size=7, context_length=4, embed_dim=8, num_heads=2, num_layers=1)).state_dict()
+        )
 
 
 def test_without_positions_order_reaches_the_model_only_through_the_causal_mask():

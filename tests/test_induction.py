@@ -187,15 +187,10 @@ def test_repeat_losses_split_the_positions_as_documented():
     idx = repeated_tokens(3, 5, 11, torch.Generator().manual_seed(2))
     logits = model(idx)
     per = torch.nn.functional.cross_entropy(logits[:, :-1].transpose(1, 2), idx[:, 1:], reduction="none")
-    first, second = repeat_losses(model, idx, 5)
+    first, second = repeat_losses(model.train(), idx, 5)
+    assert model.training, "the mode is left as it was"
     assert first == pytest.approx(per[:, :4].mean().item(), rel=1e-5)  # targets 1 .. 4
     assert second == pytest.approx(per[:, 5:].mean().item(), rel=1e-5)  # targets 6 .. 9
-
-
-def test_repeat_losses_leave_the_mode_as_it_was():
-    model = _model().train()
-    repeat_losses(model, repeated_tokens(1, 5, 11, torch.Generator().manual_seed(0)), 5)
-    assert model.training
 
 
 # ---------------------------------------------------------------------------------------------- ablation
@@ -545,6 +540,14 @@ def test_the_command_refuses_another_model_or_another_run_and_rewrites_its_own(t
         assert out.read_bytes() == first
     assert induction.main([str(out), "--max-steps", "2"]) == 0  # the same command on its own file: allowed
     assert load_induction_model(out)[1]["provenance"]["steps"] == 2
+    out.chmod(0o444)  # before: a 444 file of the same run was replaced and became 644; now refused, bytes and mode kept
+    before = out.read_bytes()
+    capsys.readouterr()
+    assert induction.main([str(out), "--max-steps", "2"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)\n"
+    )
+    assert out.read_bytes() == before and out.stat().st_mode & 0o777 == 0o444
 
 
 def test_ctrl_c_or_sigterm_prints_one_line_and_the_command_that_trains_it_again(tmp_path):
@@ -644,20 +647,6 @@ def test_sigterm_stops_as_ctrl_c_does_a_second_signal_changes_nothing_and_the_ha
     finally:
         for signum, handler in before.items():
             signal.signal(signum, handler)
-
-
-def test_a_read_only_out_of_the_same_run_is_refused_untouched(tmp_path, capsys):
-    """Before: a 444 file of the same run was replaced and became 644. Now refused (its bytes and mode kept)."""
-    out = tmp_path / "induction.pt"
-    assert induction.main([str(out), "--max-steps", "1"]) == 0
-    out.chmod(0o444)
-    before = out.read_bytes()
-    capsys.readouterr()
-    assert induction.main([str(out), "--max-steps", "1"]) == 2
-    assert capsys.readouterr().err == (
-        f"error: OUT {str(out)!r} is read-only: it is not replaced (make it writable, or choose another OUT)\n"
-    )
-    assert out.read_bytes() == before and out.stat().st_mode & 0o777 == 0o444
 
 
 # ---------------------------------------------------------------------------------------------- notebook 12's additions

@@ -190,11 +190,9 @@ def test_bf16_autocast_on_the_cpu_agrees_with_float32_to_one_bf16_rounding(text_
 
 
 @pytest.mark.compile
-def test_compile_on_the_cpu_matches_eager(text_file, tmp_path, same_dropout_when_compiled):
-    """Inductor on the CPU (C++ kernels) for the tiny preset, three steps."""
-    quick = {**QUICK, "max_steps": 3, "eval_interval": 3, "checkpoint_interval": 3}
-    plain = run(text_file, tmp_path / "plain", **quick)
-    compiled = run(text_file, tmp_path / "compiled", **quick, compile=True)
+def test_compile_on_the_cpu_matches_eager(text_file, tmp_path, same_dropout_when_compiled, plain):
+    """Inductor on the CPU (C++ kernels) for the tiny preset."""
+    compiled = run(text_file, tmp_path / "compiled", **QUICK, compile=True)
     assert compiled["compiled"] is True and compiled["notices"] == []
     assert max_abs_diff(compiled["history"], plain["history"]) <= FLOAT32_ATOL
     assert compiled["val_loss"] == pytest.approx(plain["val_loss"], abs=FLOAT32_ATOL)  # eval runs the eager model
