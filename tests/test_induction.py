@@ -95,7 +95,7 @@ def test_the_same_generator_state_draws_the_same_tokens_and_none_is_the_global_o
 # ---------------------------------------------------------------------------------------------- the model
 
 
-def test_model_shapes_and_weights():
+def test_model_shapes_weights_causality_and_only_attention():
     model = _model()
     idx = repeated_tokens(2, 5, 11, torch.Generator().manual_seed(0))  # (2, 10)
     logits, maps = model(idx, need_weights=True)
@@ -106,18 +106,9 @@ def test_model_shapes_and_weights():
         assert (m.triu(1) == 0).all()
     torch.testing.assert_close(model(idx), logits)
     assert all(torch.equal(a, b) for a, b in zip(model.attention_maps(idx), maps))
-
-
-def test_model_is_causal():
-    model = _model()
-    idx = repeated_tokens(1, 5, 11, torch.Generator().manual_seed(0))
     changed = idx.clone()
     changed[0, 6] = (changed[0, 6] + 1) % 11
-    torch.testing.assert_close(model(idx)[:, :6], model(changed)[:, :6])
-
-
-def test_model_has_no_mlp_only_attention():
-    model = _model()
+    torch.testing.assert_close(model(idx)[:, :6], model(changed)[:, :6])  # causal
     kinds = {type(m).__name__ for m in model.modules()}
     assert "MLP" not in kinds and len(attention_layers(model)) == SMALL.num_layers
 
@@ -425,13 +416,17 @@ def test_bad_input_is_refused_with_a_message_naming_it(tmp_path, call, error, ma
         call(tmp_path)
 
 
-def test_the_command_takes_no_abbreviation_that_could_mean_the_old_flag(tmp_path, capsys):
+def test_the_command_takes_no_abbreviation_and_its_help_names_no_old_flag(tmp_path, capsys):
     """--s once matched both --seed and a hidden --steps: no abbreviation is taken (allow_abbrev=False)."""
     with pytest.raises(SystemExit) as exit_info:
         induction.main([str(tmp_path / "m.pt"), "--s", "5"])
     assert exit_info.value.code == 2
     err = capsys.readouterr().err
     assert "unrecognized arguments: --s 5" in err and "--steps" not in err
+    with pytest.raises(SystemExit) as exit_info:
+        induction.main(["--help"])
+    usage = capsys.readouterr().out
+    assert exit_info.value.code == 0 and "OUT" in usage and "--max-steps N" in usage and "--steps" not in usage
 
 
 # ---------------------------------------------------------------------------------------------- review of #19
@@ -491,13 +486,6 @@ def test_the_command_refuses_a_bad_out_or_number_before_training_in_one_line(tmp
     err = capsys.readouterr().err
     assert line.format(tmp=tmp_path) in err and err.startswith("error: ") and len(err.splitlines()) == 1, err
     assert not (tmp_path / "m.pt").exists()
-
-
-def test_the_commands_help_names_its_flags(capsys):
-    with pytest.raises(SystemExit) as exit_info:
-        induction.main(["--help"])
-    usage = capsys.readouterr().out
-    assert exit_info.value.code == 0 and "OUT" in usage and "--max-steps N" in usage and "--steps" not in usage
 
 
 def test_an_ablated_head_is_silent_even_when_its_output_is_not_finite():

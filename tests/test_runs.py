@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 
 import pytest
 import torch
@@ -16,6 +18,7 @@ from course_utils.runs import (
     check_expectations,
     choose_size,
     run_folder,
+    runs_dir,
     unigram_loss,
 )
 
@@ -24,6 +27,7 @@ def test_choose_size_follows_the_switch_then_the_device():
     assert choose_size("cuda", {}) == "gpu" and choose_size("cuda:1", {}) == "gpu"
     assert choose_size("cpu", {}) == "cpu" and choose_size("mps", {}) == "cpu"
     assert choose_size("cuda", {SIZE_ENV: "ci"}) == "ci"
+    assert choose_size("cpu", {SIZE_ENV: "CI"}) == "ci" and choose_size("cuda", {SIZE_ENV: " Cpu "}) == "cpu"
 
 
 def test_every_size_has_matching_model_and_training():
@@ -134,28 +138,13 @@ def test_every_expectation_says_where_it_comes_from():
         assert exp.val_loss[0] < exp.val_loss[1] and exp.seconds[0] < exp.seconds[1]
 
 
-def test_runs_dir_follows_the_environment(tmp_path):
-    from course_utils.runs import runs_dir
-
-    assert runs_dir({"COURSE_RUNS_DIR": str(tmp_path)}) == tmp_path
-    assert runs_dir({}).name == "runs" and (runs_dir({}).parent / "course_utils").is_dir()
-
-
-def test_each_test_process_trains_notebook_10_into_a_fresh_folder():
+def test_runs_dir_follows_the_environment_and_each_test_process_trains_notebook_10_into_a_fresh_folder(tmp_path):
     """Under pytest (and each xdist worker) notebook 10's runs go to a temporary folder of this process,
     so no earlier or concurrent run in runs/ is resumed in its place."""
-    import os
-    import tempfile
-
-    from course_utils.runs import runs_dir
-
+    assert runs_dir({"COURSE_RUNS_DIR": str(tmp_path)}) == tmp_path
+    assert runs_dir({}).name == "runs" and (runs_dir({}).parent / "course_utils").is_dir()
     assert os.environ.get("COURSE_RUNS_DIR_OWNER") == str(os.getpid())
     assert str(runs_dir()).startswith(tempfile.gettempdir())
-
-
-def test_the_size_switch_ignores_case_and_names_what_arrived():
-    assert choose_size("cpu", {"COURSE_GPT_SIZE": "CI"}) == "ci"
-    assert choose_size("cuda", {"COURSE_GPT_SIZE": " Cpu "}) == "cpu"
 
 
 def test_run_dir_is_named_after_notebook_10_and_leaves_other_folders_alone(tmp_path):

@@ -136,8 +136,14 @@ def test_training_learns_and_reports(text_file, tmp_path):
     assert not list(tmp_path.glob("*.tmp")), "no temporary file left behind"
 
 
-def test_val_loss_is_the_mean_over_the_whole_validation_split(text_file, tmp_path):
+def test_val_loss_is_the_mean_over_the_whole_validation_split_and_the_checkpoint_holds_plain_data(text_file, tmp_path):
     result = run(text_file, tmp_path, max_steps=5)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    assert state["step"] == 5
+    assert isinstance(state["model_config"], dict) and isinstance(state["train_config"], dict)
+    assert set(state["rng"]) >= {"torch", "batch", "cuda"}
+    assert "".join(state["tokenizer"]) == "".join(sorted(set(text_file.read_text())))
+    assert "state" in state["optimizer"] and "tok_emb.weight" in state["model"]
     model, tokenizer, _ = load_model(tmp_path / "checkpoint.pt")
     _, val = split_data(tokenizer.encode(text_file.read_text()))
     total = 0.0
@@ -171,16 +177,6 @@ def kill_at(step, error=Killed):
 
 def ctrl_c(*args, **kwargs):
     raise KeyboardInterrupt
-
-
-def test_checkpoint_holds_only_plain_data(text_file, tmp_path):
-    run(text_file, tmp_path, max_steps=5)
-    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
-    assert state["step"] == 5
-    assert isinstance(state["model_config"], dict) and isinstance(state["train_config"], dict)
-    assert set(state["rng"]) >= {"torch", "batch", "cuda"}
-    assert "".join(state["tokenizer"]) == "".join(sorted(set(text_file.read_text())))
-    assert "state" in state["optimizer"] and "tok_emb.weight" in state["model"]
 
 
 @pytest.mark.parametrize("damage", ["truncate", "garbage"])
@@ -845,7 +841,9 @@ def test_out_of_memory_after_the_first_step_or_another_error_is_not_called_a_set
         assert raised.value is error
 
 
-def test_export_refuses_another_kind_of_model_and_replaces_an_export(text_file, tmp_path, capsys):
+def test_export_from_the_command_or_python_refuses_another_kind_of_model_and_replaces_an_export(
+    text_file, tmp_path, capsys
+):
     """Before: --export replaced whatever the file held (an induction model included) without a word."""
     from course_utils.induction import InductionConfig, save_induction_model, train_induction
 
@@ -870,12 +868,8 @@ def test_export_refuses_another_kind_of_model_and_replaces_an_export(text_file, 
     assert code == 0 and result["export"] == str(shipped) and load_model(shipped)[0].config.num_layers == 2
     said = [line for line in err if line.startswith(f"--export {shipped} holds a model of 1000 steps (python -m ")]
     assert len(said) == 1 and said[0].endswith("): this run will replace it"), err  # before training, not silently
-
-
-def test_export_model_from_python_keeps_what_is_not_an_export(text_file, tmp_path, capsys):
-    """Before, export_model(checkpoint, checkpoint, ...) replaced the run's own checkpoint (its resume was lost), and a
-    folder gave an IsADirectoryError naming a temporary file."""
-    assert cli(capsys, text_file, tmp_path / "run")[0] == 0
+    # from Python: before, export_model(checkpoint, checkpoint, ...) replaced the run's own checkpoint (its resume was
+    # lost), and a folder gave an IsADirectoryError naming a temporary file
     checkpoint = tmp_path / "run" / "checkpoint.pt"
     before = checkpoint.read_bytes()
     with pytest.raises(CheckpointError, match=r"already holds a training checkpoint .*replaces only an exported model"):
