@@ -368,7 +368,8 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--export", ""], "--export is empty (''), expected a file name such as checkpoints/model.pt (an unset "
      "shell variable?)"),
 ] + [  # Before: torch's AssertionError "Torch not compiled with CUDA enabled" (or MPS's) as a traceback.
-    pytest.param("run", ["--device", "cuda"], "was built without CUDA; use --device cpu or auto",
+    pytest.param("run", ["--device", "cuda"],
+                 f"this PyTorch ({torch.__version__}) was built without CUDA; use --device cpu or auto",
                  marks=pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch")),
     pytest.param("run", ["--device", "mps"], "device 'mps' (Apple's GPU) is not available here: ",
                  marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS")),
