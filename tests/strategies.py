@@ -1,8 +1,9 @@
 """What the tests share: hypothesis strategies for seeds and dtypes, the tolerance per dtype, a practice text, the test
-that runs a module's table of messages, and a counter of matrix products."""
+that runs a module's table of messages, a counter of matrix products, and one CPU thread for a module's fixture."""
 
 import random
 import re
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -57,3 +58,14 @@ class CountProducts(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         self.products += func.overloadpacket.__name__ in self.PRODUCTS
         return func(*args, **(kwargs or {}))
+
+
+@contextmanager
+def one_cpu_thread():
+    """conftest's ``one_thread`` for a module-scoped fixture (set up before any test's function-scoped fixtures)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)

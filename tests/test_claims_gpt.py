@@ -41,6 +41,7 @@ CHECKPOINT = ROOT / "checkpoints" / "shakespeare_cpu.pt"
 BENCHMARK = ROOT / "benchmarks" / "results" / "norm_position_cpu.json"
 
 pytestmark = pytest.mark.usefixtures("one_thread")
+SMALL = dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4)  # a GPT small enough to compare by hand
 
 
 @pytest.fixture(scope="module")
@@ -90,11 +91,14 @@ def test_norm_position_defaults_to_pre_and_refuses_other_values():
 
 def test_the_committed_checkpoint_is_pre_norm_and_scores_as_before(corpus, shipped):
     """Its validation loss on the first 20,000 validation characters, measured before norm_position existed
-    (commit 5572c6c): 1.788559."""
+    (commit 5572c6c): 1.788559; its logits are the pre-norm model's, bit for bit."""
     model, _, info = shipped
     _, _, val_ids = corpus
     assert "norm_position" not in info["model_config"] and model.config.norm_position == "pre"
     assert abs(evaluate(model, val_ids[:20_000], model.config.context_length) - 1.788559) < 1e-4
+    idx = val_ids[: 4 * 64].view(4, 64)
+    with torch.no_grad():
+        assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
 
 
 def _pre_norm_by_hand(model: GPT, idx: torch.Tensor) -> torch.Tensor:
@@ -109,26 +113,15 @@ def _pre_norm_by_hand(model: GPT, idx: torch.Tensor) -> torch.Tensor:
 @pytest.mark.parametrize("overrides", [dict(), dict(positions="rope"), dict(attention="course")])
 def test_the_default_is_the_pre_norm_model_bit_for_bit(overrides):
     torch.manual_seed(0)
-    model = GPT(
-        GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=3, **overrides)
-    ).eval()
+    model = GPT(GPTConfig(**SMALL, num_layers=3, **overrides)).eval()
     idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(1))
-    with torch.no_grad():
-        assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
-
-
-def test_the_committed_checkpoint_gives_its_pre_norm_logits_bit_for_bit(corpus, shipped):
-    model, _, _ = shipped
-    _, _, val_ids = corpus
-    idx = val_ids[: 4 * 64].view(4, 64)
     with torch.no_grad():
         assert torch.equal(model(idx)[0], _pre_norm_by_hand(model, idx))
 
 
 def test_a_post_norm_block_normalises_after_each_residual_add():
     torch.manual_seed(0)
-    config = GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2, norm_position="post")
-    block = Block(config)
+    block = Block(GPTConfig(**SMALL, num_layers=2, norm_position="post"))
     with torch.no_grad():
         for ln in (block.ln_1, block.ln_2):  # gains and biases that make each LayerNorm count
             ln.weight.uniform_(0.5, 1.5)
@@ -140,8 +133,7 @@ def test_a_post_norm_block_normalises_after_each_residual_add():
 
 def test_post_norm_has_no_final_layernorm_and_two_fewer_vectors():
     """'It has no final LayerNorm: its last block already ends in one.'"""
-    kw = dict(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=2)
-    pre, post = GPT(GPTConfig(**kw)), GPT(GPTConfig(**kw, norm_position="post"))
+    pre, post = GPT(GPTConfig(**SMALL, num_layers=2)), GPT(GPTConfig(**SMALL, num_layers=2, norm_position="post"))
     assert isinstance(post.ln_f, torch.nn.Identity) and isinstance(pre.ln_f, torch.nn.LayerNorm)
     assert pre.num_parameters() - post.num_parameters() == 2 * 16  # ln_f's gain and bias
     idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(0))
@@ -159,17 +151,16 @@ def test_post_norm_has_no_final_layernorm_and_two_fewer_vectors():
 # ----------------------------------------------------------------------------------------------
 
 
+CELL = dict(context_length=32, embed_dim=32, num_heads=4)  # Appendix A's cell (with batch 8)
+
+
 def _last_layer_ratio(train_ids, vocab_size, norm, init, seed) -> tuple[float, float]:
     """The last block's MLP gradient norm at 2 layers and at 16 layers, as the notebook measures it."""
     x, y = get_batch(train_ids, batch_size=8, context_length=32, generator=torch.Generator().manual_seed(seed))
     last = []
     for L in (2, 16):
         torch.manual_seed(seed)
-        model = GPT(
-            GPTConfig(
-                vocab_size=vocab_size, context_length=32, embed_dim=32, num_heads=4, num_layers=L, norm_position=norm
-            )
-        )
+        model = GPT(GPTConfig(vocab_size=vocab_size, num_layers=L, norm_position=norm, **CELL))
         if init == "xavier":
             xavier_init_(model)
         last.append(layer_grad_norms(model, x, y)[-1].item())
@@ -177,23 +168,19 @@ def _last_layer_ratio(train_ids, vocab_size, norm, init, seed) -> tuple[float, f
 
 
 @pytest.mark.parametrize("seed", [0, 1])
-def test_with_xavier_init_depth_shrinks_pre_norms_last_gradient_and_not_post_norms(corpus, seed):
+def test_with_xavier_init_depth_shrinks_pre_norms_last_gradient_and_not_post_norms_with_the_courses_neither(
+    corpus, seed
+):
     """'16 layers shrink pre-norm's last-layer gradient to about a quarter (the ratio above; with another seed for
     the weights and the batch, about 0.4) and do not shrink post-norm's, which ends several times larger'; the bound's
-    scaling is 1 / sqrt(8) = 0.35 (Xiong et al. 2020, Theorem 1), not a prediction of the ratio."""
+    scaling is 1 / sqrt(8) = 0.35 (Xiong et al. 2020, Theorem 1), not a prediction of the ratio. 'With the course's
+    own initialisation neither shrinks', and 'post-norm's gradients are more than ten times smaller than pre-norm's'."""
     tokenizer, train_ids, _ = corpus
     two, pre_sixteen = _last_layer_ratio(train_ids, tokenizer.vocab_size, "pre", "xavier", seed)
     assert (0.22 < pre_sixteen / two < 0.3) if seed == 0 else (0.35 < pre_sixteen / two < 0.45)
     two, post_sixteen = _last_layer_ratio(train_ids, tokenizer.vocab_size, "post", "xavier", seed)
     assert post_sixteen / two > 1.0
     assert post_sixteen > 2.5 * pre_sixteen
-
-
-@pytest.mark.parametrize("seed", [0, 1])
-def test_with_the_courses_init_depth_shrinks_neither(corpus, seed):
-    """'With the course's own initialisation neither shrinks', and 'post-norm's gradients are more than ten
-    times smaller than pre-norm's'."""
-    tokenizer, train_ids, _ = corpus
     pre = _last_layer_ratio(train_ids, tokenizer.vocab_size, "pre", "course", seed)
     post = _last_layer_ratio(train_ids, tokenizer.vocab_size, "post", "course", seed)
     for two, sixteen in (pre, post):
@@ -209,16 +196,7 @@ def test_the_gap_in_gradient_size_comes_from_the_tiny_embeddings(corpus):
         last = {}
         for norm in ("pre", "post"):
             torch.manual_seed(0)
-            model = GPT(
-                GPTConfig(
-                    vocab_size=tokenizer.vocab_size,
-                    context_length=32,
-                    embed_dim=32,
-                    num_heads=4,
-                    num_layers=2,
-                    norm_position=norm,
-                )
-            )
+            model = GPT(GPTConfig(vocab_size=tokenizer.vocab_size, num_layers=2, norm_position=norm, **CELL))
             with torch.no_grad():
                 model.tok_emb.weight.normal_(0.0, std)
                 model.pos_emb.embedding.weight.normal_(0.0, std)
@@ -228,7 +206,7 @@ def test_the_gap_in_gradient_size_comes_from_the_tiny_embeddings(corpus):
 
 def test_layer_grad_norms_touch_neither_weights_nor_grads():
     torch.manual_seed(0)
-    model = GPT(GPTConfig(vocab_size=11, context_length=16, embed_dim=16, num_heads=4, num_layers=3))
+    model = GPT(GPTConfig(**SMALL, num_layers=3))
     before = {k: v.clone() for k, v in model.state_dict().items()}
     idx = torch.randint(11, (2, 16), generator=torch.Generator().manual_seed(0))
     norms = layer_grad_norms(model, idx, idx)
@@ -260,7 +238,9 @@ def bench():
     return meta, runs, losses
 
 
-def test_the_benchmark_record_says_how_and_where_it_was_made(bench):
+def test_the_benchmark_record_says_how_and_where_it_was_made_and_its_limits_are_as_stated(bench):
+    """'One learning rate (1e-2, decaying to 1e-3), one model (6 layers, 48 wide), 150 steps with the warm-up
+    taking half of them, gradients clipped to norm 1, three seeds, on a CPU.'"""
     meta, runs, _ = bench
     for key in ("command", "date", "device", "torch", "load_average_1_5_15", "unigram_val_loss", "data"):
         assert meta[key], key
@@ -268,19 +248,12 @@ def test_the_benchmark_record_says_how_and_where_it_was_made(bench):
     assert (
         meta["model"]["num_layers"] == 6 and meta["model"]["embed_dim"] == 48 and meta["model"]["context_length"] == 32
     )
-    assert meta["steps"] == 150 and meta["batch_size"] == 16 and meta["learning_rate"] == 1e-2
+    assert meta["steps"] == 150 and meta["batch_size"] == 16
+    assert meta["learning_rate"] == 1e-2 and meta["min_lr"] == 1e-3
     assert meta["warmup_steps"] == [0, 75] and meta["seeds"] == [1, 2, 3]
+    assert {r["norm_position"] for r in runs} == {"pre", "post"}
     assert len(runs) == 12 and all(len(r["history"]) == meta["steps"] for r in runs)
     assert all(math.isfinite(r["val_loss"]) for r in runs)
-
-
-def test_the_benchmarks_limits_are_as_stated(bench):
-    """'One learning rate (1e-2, decaying to 1e-3), one model (6 layers, 48 wide), 150 steps with the warm-up
-    taking half of them, gradients clipped to norm 1, three seeds, on a CPU.'"""
-    meta, runs, _ = bench
-    assert meta["learning_rate"] == 1e-2 and meta["min_lr"] == 1e-3
-    assert {r["norm_position"] for r in runs} == {"pre", "post"} and meta["model"]["num_layers"] == 6
-    assert meta["warmup_steps"][1] * 2 == meta["steps"] == 150 and len(meta["seeds"]) == 3
     assert meta["device"].startswith("cpu") and "gradient clipping at 1" in meta["trainer"]
     source = (ROOT / "benchmarks" / "norm_position.py").read_text()
     assert "grad_clip" not in source and TrainConfig.__dataclass_fields__["grad_clip"].default == 1.0  # the default
@@ -452,7 +425,8 @@ def _shift_against_recompute(model, prompt, n_new, **shift_options):
 
 def test_notebook_10_shift_agrees_while_the_text_fits_then_differs_and_equals_the_window(shipped):
     """'new characters 0 to fit - 1 agree to 1e-4'; 'character fit, the first after the shift, differs by more
-    than 0.1'; 'its logits equal the forward pass over the last T / 2 characters, to 1e-5'."""
+    than 0.1'; 'its logits equal the forward pass over the last T / 2 characters, to 1e-5'; 'keep_on_shift=T
+    re-prefills the whole window at every step: the same as recomputing'."""
     model, tokenizer, _ = shipped
     T = model.config.context_length
     prompt = tokenizer.encode("ROMEO:\n")[None]
@@ -465,6 +439,9 @@ def test_notebook_10_shift_agrees_while_the_text_fits_then_differs_and_equals_th
     with torch.no_grad():
         window_logits = gen(shifted[:, P + fit - keep : P + fit])[:, -1]
     assert torch.allclose(shifted_logits[:, fit], window_logits, atol=1e-5)
+    _, shifted, _, recomputed, gap = _shift_against_recompute(model, prompt, fit + 5, keep_on_shift=T)
+    assert torch.equal(shifted, recomputed)
+    assert (gap < 1e-4).all()
 
 
 @pytest.mark.parametrize("positions", ["learned", "rope"])
@@ -488,17 +465,6 @@ def test_after_a_shift_a_token_sees_between_keep_and_context_length_tokens(posit
             torch.testing.assert_close(logits[:, i], gen(seq[:, start:end])[:, -1], atol=1e-5, rtol=1e-4)
     after = seen[seen.index(keep) :]
     assert min(after) == keep and max(after) == T
-
-
-def test_keep_on_shift_equal_to_the_context_is_recomputing(shipped):
-    """'keep_on_shift=T re-prefills the whole window at every step: the same as recomputing'."""
-    model, tokenizer, _ = shipped
-    T = model.config.context_length
-    prompt = tokenizer.encode("ROMEO:\n")[None]
-    n_new = T - prompt.shape[1] + 6
-    _, shifted, _, recomputed, gap = _shift_against_recompute(model, prompt, n_new, keep_on_shift=T)
-    assert torch.equal(shifted, recomputed)
-    assert (gap < 1e-4).all()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -537,20 +503,13 @@ def test_the_notebooks_flop_count_is_on_the_shipped_models_size(shipped):
     assert model.config == dataclasses.replace(GPTConfig.preset("cpu"), vocab_size=model.config.vocab_size)
 
 
-def test_at_the_gpu_size_attention_is_5_percent_of_flops_per_token():
-    """'At the gpu size ... attention is a small share' (5% printed)."""
+def test_at_the_gpu_size_attention_is_5_percent_and_the_courses_mfu_reads_5_percent_below_palms():
+    """'At the gpu size ... attention is a small share' (5% printed); 'PaLM's definition of MFU counts attention in
+    full, 6 N + 12 L T C ... the course's MFU reads lower ... by the ratio of the two counts' (0.95, 5% lower)."""
     with torch.device("meta"):
         model = GPT(GPTConfig.preset("gpu"))
     c = model.config
     assert round(6 * c.num_layers * c.context_length * c.embed_dim / model.flops_per_token(), 2) == 0.05
-
-
-def test_the_courses_mfu_reads_5_percent_below_palms_at_the_gpu_size():
-    """'PaLM's definition of MFU counts attention in full, 6 N + 12 L T C ... the course's MFU reads lower ...
-    by the ratio of the two counts' (0.95, 5% lower, printed at the gpu size)."""
-    with torch.device("meta"):
-        model = GPT(GPTConfig.preset("gpu"))
-    c = model.config
     n = model.num_parameters() - model.pos_emb.embedding.weight.numel()  # learned positions: left out
     palm = 6 * n + 12 * c.num_layers * c.context_length * c.embed_dim
     ratio = model.flops_per_token() / palm
@@ -621,15 +580,12 @@ def test_the_hand_built_gpt_is_causal_and_its_switches_remove_parts():
     assert bare.pos_emb is None and all(b.mlp is None for b in bare.blocks)
     assert bare.lm_head.weight is not bare.tok_emb.weight
     assert isinstance(bare.ln_f, torch.nn.Identity)
-
-
-def test_a_hand_built_gpt_of_another_mlp_width_does_not_load_the_gpts_state_dict():
-    ns = _hand_built_classes()
-    reference = GPT(GPTConfig(vocab_size=7, context_length=4, embed_dim=8, num_heads=2, num_layers=1))
-    hand = ns["HandGPT"](7, 4, 8, 2, 1)
-    hand.blocks[0].mlp.fc_in = torch.nn.Linear(8, 16)  # 2C where the GPT has 4C
+    hand = HandGPT(7, 4, 8, 2, 1)  # of another MLP width (2C where the GPT has 4C): the GPT's weights do not load
+    hand.blocks[0].mlp.fc_in = torch.nn.Linear(8, 16)
     with pytest.raises(RuntimeError, match="size mismatch"):
-        hand.load_state_dict(reference.state_dict())
+        hand.load_state_dict(
+            GPT(GPTConfig(vocab_size=7, context_length=4, embed_dim=8, num_heads=2, num_layers=1)).state_dict()
+        )
 
 
 def test_without_positions_order_reaches_the_model_only_through_the_causal_mask():

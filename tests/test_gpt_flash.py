@@ -64,10 +64,10 @@ def test_checkpoints_keep_the_flash_choice_and_old_ones_without_it_load(tmp_path
     train(GPTConfig.preset("tiny", attention="flash"), data, tmp_path / "run", settings)
     checkpoint = tmp_path / "run" / "checkpoint.pt"
     train(GPTConfig.preset("tiny", attention="flash"), data, tmp_path / "run", settings, resume=True, max_steps=3)
-    assert torch.load(checkpoint, map_location="cpu", weights_only=True)["step"] == 3  # the flash run resumed
+    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    assert state["step"] == 3  # the flash run resumed
     model, _, _ = load_model(checkpoint)
     assert model.config.attention == "flash"
-    state = torch.load(checkpoint, map_location="cpu", weights_only=True)
     del state["model_config"]["attention"]  # a checkpoint written before the field existed
     torch.save(state, tmp_path / "old.pt")
     old, _, _ = load_model(tmp_path / "old.pt")

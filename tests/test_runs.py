@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import math
+import os
+import tempfile
 
 import pytest
 import torch
+from strategies import refusals_test
 
 from course_utils.runs import (
     EXPECTATIONS,
@@ -14,6 +17,8 @@ from course_utils.runs import (
     bigram_loss,
     check_expectations,
     choose_size,
+    run_folder,
+    runs_dir,
     unigram_loss,
 )
 
@@ -22,6 +27,7 @@ def test_choose_size_follows_the_switch_then_the_device():
     assert choose_size("cuda", {}) == "gpu" and choose_size("cuda:1", {}) == "gpu"
     assert choose_size("cpu", {}) == "cpu" and choose_size("mps", {}) == "cpu"
     assert choose_size("cuda", {SIZE_ENV: "ci"}) == "ci"
+    assert choose_size("cpu", {SIZE_ENV: "CI"}) == "ci" and choose_size("cuda", {SIZE_ENV: " Cpu "}) == "cpu"
 
 
 def test_every_size_has_matching_model_and_training():
@@ -60,37 +66,42 @@ def test_bigram_beats_the_unigram_on_text_with_structure():
     assert bigram_loss(ids, ids, 5) < 0.5 * unigram_loss(ids, ids, 5)
 
 
-BASELINE_REFUSALS = [  # (the baseline, train_ids, val_ids, vocab_size, what the message must say)
-    (unigram_loss, torch.tensor([0.0, 1.0]), [0], 2, "train_ids must be a 1-D tensor of 1 or more integer ids"),
-    (unigram_loss, torch.tensor([0, 1]), [[0]], 2, "val_ids must be a 1-D tensor of 1 or more"),
-    (unigram_loss, torch.tensor([0, 5]), [0], 3, r"train_ids holds ids outside 0 .. 2 \(vocab_size = 3\)"),
-    (unigram_loss, [0, 1], [0], 2, "got list"),
-    (bigram_loss, torch.tensor([0.0, 1.0]), [0, 1], 2, "train_ids must be a 1-D tensor of 2 or more integer ids"),
-    (bigram_loss, torch.tensor([0, 1]), [0], 2, r"val_ids must be a 1-D tensor of 2 or more integer ids, .*\(1,\)"),
-    (bigram_loss, torch.tensor([0, 5]), [0, 1], 3, r"train_ids holds ids outside 0 .. 2 \(vocab_size = 3\)"),
-]
+def ids(*values) -> torch.Tensor:
+    return torch.tensor(values)
 
 
-@pytest.mark.parametrize("loss, train, val, V, match", BASELINE_REFUSALS)
-def test_the_baselines_reject_bad_ids(loss, train, val, V, match):
-    with pytest.raises(ValueError, match=match):
-        loss(train, torch.tensor(val), V)
-
-
-@pytest.mark.parametrize("loss", [unigram_loss, bigram_loss])
-@pytest.mark.parametrize(
-    "ids, V, error, match",
-    [
-        (torch.tensor([0, 1, 1]), 2.0, TypeError, "vocab_size must be an int, got float"),  # was bincount's TypeError
-        (torch.tensor([0, 1, 1]), True, TypeError, "vocab_size must be an int, got bool"),  # was taken as 1
-        (torch.tensor([0, 1, 1]), 0, ValueError, "vocab_size must be at least 1, got 0"),  # was 'outside 0 .. -1'
-        (torch.tensor([True, False, True]), 2, ValueError, r"train_ids must be .* integer ids, got .*torch.bool"),
-        (torch.tensor([0j, 1j, 1j]), 2, ValueError, r"train_ids must be .* integer ids, got .*torch.complex64"),
-    ],
-)
-def test_the_baselines_name_a_bad_vocab_size_and_ids_that_are_not_integers(loss, ids, V, error, match):
-    with pytest.raises(error, match=match):
-        loss(ids, torch.tensor([0, 1, 1]), V)
+REFUSALS = [  # (the call, the exception, what its message must match)
+    (lambda: unigram_loss(ids(0.0, 1.0), ids(0), 2), ValueError,
+     "train_ids must be a 1-D tensor of 1 or more integer ids"),
+    (lambda: unigram_loss(ids(0, 1), ids([0]), 2), ValueError, "val_ids must be a 1-D tensor of 1 or more"),
+    (lambda: unigram_loss(ids(0, 5), ids(0), 3), ValueError, r"train_ids holds ids outside 0 .. 2 \(vocab_size = 3\)"),
+    (lambda: unigram_loss([0, 1], ids(0), 2), ValueError, "got list"),
+    (lambda: bigram_loss(ids(0.0, 1.0), ids(0, 1), 2), ValueError,
+     "train_ids must be a 1-D tensor of 2 or more integer ids"),
+    (lambda: bigram_loss(ids(0, 1), ids(0), 2), ValueError,
+     r"val_ids must be a 1-D tensor of 2 or more integer ids, .*\(1,\)"),
+    (lambda: bigram_loss(ids(0, 5), ids(0, 1), 3), ValueError,
+     r"train_ids holds ids outside 0 .. 2 \(vocab_size = 3\)"),
+] + [
+    (lambda loss=loss, train=train, V=V: loss(train, ids(0, 1, 1), V), error, words)
+    for loss in (unigram_loss, bigram_loss)
+    for train, V, error, words in [
+        (ids(0, 1, 1), 2.0, TypeError, "vocab_size must be an int, got float"),  # was bincount's TypeError
+        (ids(0, 1, 1), True, TypeError, "vocab_size must be an int, got bool"),  # was taken as 1
+        (ids(0, 1, 1), 0, ValueError, "vocab_size must be at least 1, got 0"),  # was 'outside 0 .. -1'
+        (ids(True, False, True), 2, ValueError, r"train_ids must be .* integer ids, got .*torch.bool"),
+        (ids(0j, 1j, 1j), 2, ValueError, r"train_ids must be .* integer ids, got .*torch.complex64"),
+    ]
+] + [
+    (lambda: check_expectations({"val_loss": 1.0, "steps": 1}, "ci"), ValueError, "result lacks 'train_s'"),
+    # before: a typo found no range and passed
+    (lambda: check_expectations(_result(2.0, 10.0), "CPU"), ValueError,
+     r"size must be one of \['ci', 'cpu', 'gpu'\], got 'CPU'"),
+    (lambda: choose_size("cpu", {"COURSE_GPT_SIZE": "Huge"}), ValueError,
+     r"COURSE_GPT_SIZE='Huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"),
+    (lambda: run_folder("big", {}), ValueError, r"size must be one of \['ci', 'cpu', 'gpu'\], got 'big'"),
+]  # fmt: skip
+test_each_bad_input_gets_its_message = refusals_test(REFUSALS, regex=True)
 
 
 def _result(val_loss, train_s, steps=100, steps_this_run=None):
@@ -118,10 +129,6 @@ def test_check_expectations_within_and_outside(val_loss, train_s, steps_this_run
 def test_check_expectations_without_a_written_range_says_so():
     ok, msg = check_expectations({**_result(2.0, 10.0), "device": "mps"}, "gpu")
     assert ok and "no written expectation for 'gpu' on mps" in msg
-    with pytest.raises(ValueError, match="result lacks 'train_s'"):
-        check_expectations({"val_loss": 1.0, "steps": 1}, "ci")
-    with pytest.raises(ValueError, match=r"size must be one of \['ci', 'cpu', 'gpu'\], got 'CPU'"):
-        check_expectations(_result(2.0, 10.0), "CPU")  # before: a typo found no range and passed
 
 
 def test_every_expectation_says_where_it_comes_from():
@@ -131,39 +138,17 @@ def test_every_expectation_says_where_it_comes_from():
         assert exp.val_loss[0] < exp.val_loss[1] and exp.seconds[0] < exp.seconds[1]
 
 
-def test_runs_dir_follows_the_environment(tmp_path):
-    from course_utils.runs import runs_dir
-
-    assert runs_dir({"COURSE_RUNS_DIR": str(tmp_path)}) == tmp_path
-    assert runs_dir({}).name == "runs" and (runs_dir({}).parent / "course_utils").is_dir()
-
-
-def test_each_test_process_trains_notebook_10_into_a_fresh_folder():
+def test_runs_dir_follows_the_environment_and_each_test_process_trains_notebook_10_into_a_fresh_folder(tmp_path):
     """Under pytest (and each xdist worker) notebook 10's runs go to a temporary folder of this process,
     so no earlier or concurrent run in runs/ is resumed in its place."""
-    import os
-    import tempfile
-
-    from course_utils.runs import runs_dir
-
+    assert runs_dir({"COURSE_RUNS_DIR": str(tmp_path)}) == tmp_path
+    assert runs_dir({}).name == "runs" and (runs_dir({}).parent / "course_utils").is_dir()
     assert os.environ.get("COURSE_RUNS_DIR_OWNER") == str(os.getpid())
     assert str(runs_dir()).startswith(tempfile.gettempdir())
 
 
-def test_the_size_switch_ignores_case_and_names_what_arrived():
-    assert choose_size("cpu", {"COURSE_GPT_SIZE": "CI"}) == "ci"
-    assert choose_size("cuda", {"COURSE_GPT_SIZE": " Cpu "}) == "cpu"
-    message = r"COURSE_GPT_SIZE='Huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"
-    with pytest.raises(ValueError, match=message):
-        choose_size("cpu", {"COURSE_GPT_SIZE": "Huge"})
-
-
 def test_run_dir_is_named_after_notebook_10_and_leaves_other_folders_alone(tmp_path):
-    from course_utils.runs import run_folder
-
     env = {"COURSE_RUNS_DIR": str(tmp_path)}
     (tmp_path / "09_cpu").mkdir()  # a folder of an older version of the course is not moved or read
     assert run_folder("cpu", env) == tmp_path / "10_cpu" and not (tmp_path / "10_cpu").exists()
     assert (tmp_path / "09_cpu").is_dir()
-    with pytest.raises(ValueError, match=r"size must be one of \['ci', 'cpu', 'gpu'\], got 'big'"):
-        run_folder("big", env)

@@ -11,11 +11,12 @@ run at all. The two tests that compile (about 20-40 s together on 2 cores with a
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
 import torch
-from strategies import practice_text
+from strategies import one_cpu_thread, practice_text
 
 from course_utils import train as train_module
 from course_utils.train import (
@@ -73,6 +74,13 @@ def max_rel_diff(a, b) -> float:
     return max(abs(x - y) / abs(x) for x, y in zip(a, b, strict=True))
 
 
+@pytest.fixture(scope="module")
+def plain(text_file, tmp_path_factory):
+    """The plain path (eager, float32, for-each AdamW) on QUICK: what each switch is compared with."""
+    with one_cpu_thread():
+        return run(text_file, tmp_path_factory.mktemp("plain"), **QUICK)
+
+
 @pytest.fixture
 def same_dropout_when_compiled():
     """Inductor draws its own random numbers for dropout (the gpu preset has 0.2); with ``fallback_random`` it
@@ -86,12 +94,6 @@ def same_dropout_when_compiled():
 # ----------------------------------------------------------------------------------------------
 # Which switches a session uses
 # ----------------------------------------------------------------------------------------------
-
-
-def test_the_cpu_default_is_the_plain_path(text_file, tmp_path):
-    result = run(text_file, tmp_path, **{**QUICK, "max_steps": 1})
-    assert (result["compiled"], result["autocast"], result["fused_adamw"]) == (False, "off", False)
-    assert result["notices"] == []
 
 
 def test_cuda_defaults_keep_the_recipe_and_compile_only_with_triton(monkeypatch):
@@ -144,28 +146,8 @@ def test_a_resumed_run_takes_the_switches_of_this_session(text_file, tmp_path):
 
 
 def test_the_command_line_switches(text_file, tmp_path, capsys):
-    code = main(
-        [
-            "--data",
-            str(text_file),
-            "--out",
-            str(tmp_path),
-            "--max-steps",
-            "2",
-            "--eval-interval",
-            "2",
-            "--batch-size",
-            "4",
-            "--quiet",
-            "--no-compile",
-            "--autocast",
-            "bf16",
-            "--fused-adamw",
-        ]
-    )
-    assert code == 0
-    import json
-
+    flags = "--max-steps 2 --eval-interval 2 --batch-size 4 --quiet --no-compile --autocast bf16 --fused-adamw"
+    assert main(["--data", str(text_file), "--out", str(tmp_path), *flags.split()]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["compiled"], result["autocast"], result["fused_adamw"]) == (False, "bf16", True)
 
@@ -175,7 +157,12 @@ def test_the_command_line_switches(text_file, tmp_path, capsys):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_fused_adamw_on_the_cpu_matches_the_for_each_step(text_file, tmp_path, monkeypatch):
+def test_the_cpu_default_is_the_plain_path(plain):
+    assert (plain["compiled"], plain["autocast"], plain["fused_adamw"]) == (False, "off", False)
+    assert plain["notices"] == []
+
+
+def test_fused_adamw_on_the_cpu_matches_the_for_each_step(text_file, tmp_path, monkeypatch, plain):
     assert fused_adamw_available(torch.device("cpu")), "torch >= 2.4 has a fused AdamW for the CPU"
     made = []
     real_adamw = torch.optim.AdamW
@@ -186,17 +173,15 @@ def test_fused_adamw_on_the_cpu_matches_the_for_each_step(text_file, tmp_path, m
         return real_adamw(params, **kw)
 
     monkeypatch.setattr(torch.optim, "AdamW", spy)
-    plain = run(text_file, tmp_path / "plain", **QUICK)
     fused = run(text_file, tmp_path / "fused", **QUICK, fused_adamw=True)
-    assert made == [None, True], "the run really used the fused step"
+    assert made == [True], "the run really used the fused step"
     assert fused["fused_adamw"] is True
     assert max_abs_diff(fused["history"], plain["history"]) <= FLOAT32_ATOL
     other = run(text_file, tmp_path / "other", **{**QUICK, "learning_rate": 1.1e-2})
     assert max_abs_diff(other["history"], plain["history"]) > 10 * FLOAT32_ATOL, "the tolerance tells steps apart"
 
 
-def test_bf16_autocast_on_the_cpu_agrees_with_float32_to_one_bf16_rounding(text_file, tmp_path):
-    plain = run(text_file, tmp_path / "plain", **QUICK)
+def test_bf16_autocast_on_the_cpu_agrees_with_float32_to_one_bf16_rounding(text_file, tmp_path, plain):
     bf16 = run(text_file, tmp_path / "bf16", **QUICK, autocast="bf16")
     assert bf16["autocast"] == "bf16"
     assert bf16["history"] != plain["history"], "autocast really ran in bfloat16 (float32 would be identical)"
@@ -205,11 +190,9 @@ def test_bf16_autocast_on_the_cpu_agrees_with_float32_to_one_bf16_rounding(text_
 
 
 @pytest.mark.compile
-def test_compile_on_the_cpu_matches_eager(text_file, tmp_path, same_dropout_when_compiled):
-    """Inductor on the CPU (C++ kernels) for the tiny preset, three steps."""
-    quick = {**QUICK, "max_steps": 3, "eval_interval": 3, "checkpoint_interval": 3}
-    plain = run(text_file, tmp_path / "plain", **quick)
-    compiled = run(text_file, tmp_path / "compiled", **quick, compile=True)
+def test_compile_on_the_cpu_matches_eager(text_file, tmp_path, same_dropout_when_compiled, plain):
+    """Inductor on the CPU (C++ kernels) for the tiny preset."""
+    compiled = run(text_file, tmp_path / "compiled", **QUICK, compile=True)
     assert compiled["compiled"] is True and compiled["notices"] == []
     assert max_abs_diff(compiled["history"], plain["history"]) <= FLOAT32_ATOL
     assert compiled["val_loss"] == pytest.approx(plain["val_loss"], abs=FLOAT32_ATOL)  # eval runs the eager model
