@@ -541,10 +541,6 @@ class KVCache:
                 self.keys[i] = self.keys[i].index_select(0, indices.to(self.keys[i].device))
                 self.values[i] = self.values[i].index_select(0, indices.to(self.values[i].device))
 
-    def reset(self) -> None:
-        """Forget every position (keeps the buffers)."""
-        self._lengths = [0] * self.num_layers
-
     def memory_bytes(self) -> int:
         """Bytes held by the allocated buffers (the full capacity, not just ``length``)."""
         return sum(t.numel() * t.element_size() for t in self.keys + self.values if t is not None)
