@@ -1,7 +1,6 @@
 """How fast attention works (notebook 08): the online softmax, attention computed tile by tile, its backward
 pass by hand, and FlashAttention's recompute, which trains in memory linear in the sequence length.
-Shapes: T query length, S key length, D head_dim, Dv value width, ``...`` any leading (B, H); masks are
-boolean, True = may attend.
+Shapes: Dv is the values' width, ``...`` any leading (B, H); masks are boolean, True = may attend.
 """
 
 from __future__ import annotations

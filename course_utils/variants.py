@@ -3,8 +3,7 @@
 Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
 the :class:`KVCache` (09; :class:`~course_utils.gpt.GPT` is the model that uses it). Causal linear attention,
 in brief in notebook 07, is in :mod:`course_utils.linear_attention` with its gated forms (notebook 13).
-Shapes: B batch, T query length, S key length, C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim (Dv of
-the values where it differs), V vocab_size; masks are True = may attend.
+Shapes: Hkv is num_kv_heads, Dv the values' width where it differs from D; masks are True = may attend.
 
 The cache protocol, which :mod:`course_utils.generation` relies on: a model has ``context_length``,
 ``new_cache() -> KVCache`` and ``forward(idx (B, T), cache=None) -> logits (B, T, V)``. With a cache,
