@@ -197,9 +197,6 @@ class CharTokenizer:
     def vocab_size(self) -> int:
         return len(self.chars)
 
-    def __len__(self) -> int:
-        return len(self.chars)
-
     def __repr__(self) -> str:
         return f"CharTokenizer(vocab_size={self.vocab_size})"
 
