@@ -27,17 +27,14 @@ H num_heads   D head_dim   V vocab_size
 Einsum letters are the same in lower case, with i, j for query and key positions:
 ``torch.einsum("bhid,bhjd->bhij", q, k)``.
 
-Modules, in reading order: ``attention`` (notebooks 01-02), ``masking`` (03),
-``multihead`` (04-05, cross-attention in 05), ``positional`` and ``length_generalisation`` (06),
-``variants`` (07), ``fast_attention`` (08), ``generation`` (09), ``data``, ``gpt``, ``train``, ``runs`` (10),
-``attention_view`` and ``inspect_gpt`` (11), ``induction`` (12), ``linear_attention`` (13); beside them ``block``
-(the one transformer block of the models of 06-11), ``train_cli`` (``python -m course_utils.train`` and its
-``torchrun`` set-up; ``train`` holds the loop, the checkpoint and the rules of ``--resume``), ``plotting`` and
-``widgets`` (pictures and explorers), ``exercises`` (the checks behind every exercise) and ``exercises._engine``
-(their engine), ``devices`` (``best_device``, ``pick_device``: where tensors go) and ``environment`` (the setup
-check); ``_validate`` and ``_files`` are the one home of argument checks and atomic writes, ``_start`` quiets a
-stop signal while a training command loads, ``_corpus`` makes the corpus of 10 and 11; ``static/vendor`` holds the
-JavaScript that ``attention_view`` inlines, so that bertviz's views work offline.
+Modules, in reading order (README's notebook table says which notebook uses each): ``attention``, ``masking``,
+``multihead``, ``positional``, ``length_generalisation``, ``variants``, ``fast_attention``, ``generation``, ``data``,
+``gpt``, ``train``, ``runs``, ``attention_view``, ``inspect_gpt``, ``induction``, ``linear_attention``; beside them
+``block`` (the transformer block of 06-11), ``train_cli`` (``python -m course_utils.train`` and ``torchrun``),
+``plotting`` and ``widgets`` (pictures and explorers), ``exercises`` and ``exercises._engine`` (every exercise's
+checks), ``devices`` (where tensors go), ``environment`` (the setup check), ``_validate`` and ``_files`` (argument
+checks, atomic writes), ``_start`` (quiet start of a training command), ``_corpus`` (makes the corpus of 10 and 11);
+``static/vendor`` holds the JavaScript that ``attention_view`` inlines, so that bertviz's views work offline.
 
 The course's tooling (building the notebooks, grading, resets, workshop rooms, the static site, vendoring,
 making the corpus) is the package ``course_tools`` beside this one: a learner never needs to import it.

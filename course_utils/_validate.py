@@ -208,12 +208,6 @@ def check_tensor(name: str, x: object, min_dim: int = 1) -> None:
         raise ValueError(f"{name} must have at least {min_dim} dimensions, got shape {tuple(x.shape)}")
 
 
-def check_floating(name: str, x: torch.Tensor) -> None:
-    """Raise TypeError if ``x`` is not a floating-point tensor."""
-    if not x.is_floating_point():
-        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
-
-
 def check_qkv(q: object, k: object, v: object, scale: object = None) -> None:
     """Raise unless q (..., T, D), k (..., S, D), v (..., S, Dv) are floating tensors of one dtype and device
     whose shapes fit, with D > 0, and ``scale`` is None (1 / sqrt(D)) or a positive number."""
@@ -326,8 +320,8 @@ def from_preset(cls: type, presets: dict, name: str, overrides: dict):
 def check_float_tensor(name: str, x: object, min_dim: int = 1) -> None:
     """Raise unless ``x`` is a floating-point tensor with at least ``min_dim`` dimensions."""
     if not (isinstance(x, torch.Tensor) and x.is_floating_point() and x.dim() >= min_dim):
-        check_tensor(name, x, min_dim)
-        check_floating(name, x)
+        check_tensor(name, x, min_dim)  # a tensor of enough dimensions: its dtype is what is wrong
+        raise TypeError(f"{name} must be a floating-point tensor, got dtype {x.dtype}")
 
 
 def is_integer_tensor(x: torch.Tensor) -> bool:

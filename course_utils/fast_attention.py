@@ -1,7 +1,6 @@
 """How fast attention works (notebook 08): the online softmax, attention computed tile by tile, its backward
 pass by hand, and FlashAttention's recompute, which trains in memory linear in the sequence length.
-Shapes: T query length, S key length, D head_dim, Dv value width, ``...`` any leading (B, H); masks are
-boolean, True = may attend.
+Shapes: Dv is the values' width, ``...`` any leading (B, H); masks are boolean, True = may attend.
 """
 
 from __future__ import annotations
@@ -26,6 +25,7 @@ from course_utils._validate import (
     check_same_device,
     check_tensor,
 )
+from course_utils.attention import attend
 
 __all__ = [
     "Partial",
@@ -288,12 +288,7 @@ def attention_backward(
     if mask is not None:
         check_bool_mask(mask, (*batch, T, S))
         check_same_device(q=q, mask=mask)
-    scores = q @ k.transpose(-2, -1) * scale  # (..., T, D) @ (..., D, S) -> (..., T, S)
-    if mask is not None:
-        scores = scores.masked_fill(~mask, NEG_INF)  # (..., T, S)
-    weights = torch.softmax(scores, dim=-1)  # (..., T, S): P, NaN in a row that sees no key ...
-    if mask is not None:
-        weights = weights.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)  # ... whose weights are 0
+    _, weights = attend(q, k, v, mask, scale=scale)  # (..., T, S): P, recomputed; 0 in a row that sees no key
     dv = weights.transpose(-2, -1) @ do  # (..., S, T) @ (..., T, Dv) -> (..., S, Dv)
     dweights = do @ v.transpose(-2, -1)  # (..., T, Dv) @ (..., Dv, S) -> (..., T, S): dP
     delta = (do * o).sum(dim=-1, keepdim=True)  # (..., T, 1): Delta = rowsum(dO * O)

@@ -24,7 +24,6 @@ from course_utils._validate import (
 __all__ = [
     "top_k_filter",
     "top_p_keep",
-    "top_p_filter",
     "sample_next_token",
     "generate_stream",
     "generate",
@@ -63,7 +62,7 @@ def top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
         if not (low >= 0 and total_error <= (1e-3 if probs.element_size() >= 4 else 2e-2)):  # NaN fails both
             raise ValueError(
                 f"probs must be rows of probabilities (each >= 0, each row summing to 1; pass "
-                f"torch.softmax(logits, dim=-1), or use top_p_filter on logits), got min {low:.4g} "
+                f"torch.softmax(logits, dim=-1), or sample_next_token(logits, top_p=p)), got min {low:.4g} "
                 f"and a row sum off from 1 by {total_error:.4g}"
             )
     return _top_p_keep(probs, top_p)
@@ -77,22 +76,6 @@ def _top_p_keep(probs: torch.Tensor, top_p: float) -> torch.Tensor:
     before = sorted_probs.cumsum(dim=-1) - sorted_probs  # (..., V): mass of the tokens strictly before
     keep_sorted = before < top_p  # (..., V), always True for the first token
     return torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)  # back to vocabulary order
-
-
-def top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """Set the logits outside each row's nucleus (:func:`top_p_keep` of their softmax) to -inf.
-
-    Shape: logits (..., V) -> (..., V). Taught in notebook 09.
-    """
-    check_float_tensor("logits", logits)
-    check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
-    return _top_p_filter(logits, top_p)
-
-
-def _top_p_filter(logits: torch.Tensor, top_p: float) -> torch.Tensor:
-    """:func:`top_p_filter` without its checks."""
-    keep = _top_p_keep(torch.softmax(logits.float(), dim=-1), top_p)
-    return logits.masked_fill(~keep, float("-inf"))
 
 
 def sample_next_token(
@@ -148,8 +131,8 @@ def _sample(
     logits = logits / temperature  # (B, V)
     if top_k is not None:
         logits = _top_k_filter(logits, top_k)
-    if top_p is not None:
-        logits = _top_p_filter(logits, top_p)
+    if top_p is not None:  # the nucleus of the filtered softmax; the rest -inf
+        logits = logits.masked_fill(~_top_p_keep(torch.softmax(logits.float(), dim=-1), top_p), float("-inf"))
     probs = torch.softmax(logits.float(), dim=-1)  # (B, V), renormalised over the kept tokens
     try:
         return torch.multinomial(probs, num_samples=1, generator=generator).squeeze(-1)  # (B,)

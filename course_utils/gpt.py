@@ -2,9 +2,7 @@
 
 Reading order: :class:`GPTConfig` (with presets), :class:`MLP`, :class:`Block` (around notebook 07's
 :class:`~course_utils.variants.GroupedQueryAttention`), :class:`GPT`. The model checks its input once, in
-:meth:`GPT.forward`; its layers trust it.
-Shapes: B batch, T query length, S key length (T plus what a cache holds), C embed_dim, H num_heads,
-Hkv num_kv_heads, D head_dim, V vocab_size.
+:meth:`GPT.forward`; its layers trust it. Shapes: S counts what a cache holds too, Hkv is num_kv_heads.
 """
 
 from __future__ import annotations

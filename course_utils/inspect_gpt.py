@@ -1,8 +1,7 @@
 """Looking inside the tiny GPT, in reading order: gradients at initialisation, sinks, weights against values,
 attention rolled out through the layers.
 
-Taught in notebook 11. Shapes: B batch, H num_heads, T query length, S key length, C embed_dim, D head_dim,
-L num_layers.
+Taught in notebook 11. Shapes: L is num_layers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """Positional encodings, in reading order: learned, sinusoidal, RoPE, ALiBi, and attention with ALiBi.
 
 Taught in notebook 06; attention with RoPE is ``variants.GroupedQueryAttention(rope=True)``. RoPE turns
-counter-clockwise with the ``"half"`` pairing (i, i + D/2). Shapes: T positions, S key positions, C embed_dim,
-H num_heads, D head_dim.
+counter-clockwise with the ``"half"`` pairing (i, i + D/2).
 """
 
 from __future__ import annotations

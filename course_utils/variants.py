@@ -3,8 +3,7 @@
 Reading order: grouped-query attention, sliding windows, Linformer and AFT, chunked top-k (notebook 07);
 the :class:`KVCache` (09; :class:`~course_utils.gpt.GPT` is the model that uses it). Causal linear attention,
 in brief in notebook 07, is in :mod:`course_utils.linear_attention` with its gated forms (notebook 13).
-Shapes: B batch, T query length, S key length, C embed_dim, H num_heads, Hkv num_kv_heads, D head_dim (Dv of
-the values where it differs), V vocab_size; masks are True = may attend.
+Shapes: Hkv is num_kv_heads, Dv the values' width where it differs from D; masks are True = may attend.
 
 The cache protocol, which :mod:`course_utils.generation` relies on: a model has ``context_length``,
 ``new_cache() -> KVCache`` and ``forward(idx (B, T), cache=None) -> logits (B, T, V)``. With a cache,
@@ -290,15 +289,8 @@ def linformer_attention(
     return _linformer_attention(q, k, v, proj_k, proj_v, scale)
 
 
-def _linformer_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    proj_k: torch.Tensor,
-    proj_v: torch.Tensor,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """:func:`linformer_attention` without its checks, for a layer that checked its input."""
+def _linformer_attention(q, k, v, proj_k, proj_v, scale=None) -> torch.Tensor:
+    """:func:`linformer_attention` without its checks (types and shapes as there), for a layer that checked x."""
     S = k.shape[-2]
     k_low = proj_k[:, :S] @ k  # (R, S) @ (..., S, D) -> (..., R, D)
     v_low = proj_v[:, :S] @ v  # (R, S) @ (..., S, D) -> (..., R, D)
@@ -540,10 +532,6 @@ class KVCache:
             if self.keys[i] is not None:
                 self.keys[i] = self.keys[i].index_select(0, indices.to(self.keys[i].device))
                 self.values[i] = self.values[i].index_select(0, indices.to(self.values[i].device))
-
-    def reset(self) -> None:
-        """Forget every position (keeps the buffers)."""
-        self._lengths = [0] * self.num_layers
 
     def memory_bytes(self) -> int:
         """Bytes held by the allocated buffers (the full capacity, not just ``length``)."""

@@ -24,7 +24,7 @@ from matplotlib.figure import Figure
 from course_utils._validate import (
     check_bool,
     check_choice,
-    check_floating,
+    check_float_tensor,
     check_int,
     check_nonnegative_number,
     check_number,
@@ -161,7 +161,7 @@ def plot_lookup(
     if keys.shape[0] == 0:
         raise ValueError("keys must hold at least one key, got shape (0, 2)")
     for name, t in (("keys", keys), ("values", values)):
-        check_floating(name, t)
+        check_float_tensor(name, t)
         if not torch.isfinite(t).all():
             raise ValueError(f"{name} must be finite numbers (to be drawn), got {t.tolist()}")
     if keys.dtype != values.dtype:  # named here: the attention call below would blame q, k and v

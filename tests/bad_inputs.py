@@ -228,7 +228,6 @@ def _entries():
     logits = torch.randn(2, 7)
     yield "top_k_filter", G.top_k_filter, (logits, 3), {}
     yield "top_p_keep", G.top_p_keep, (torch.softmax(logits, -1), 0.9), {}
-    yield "top_p_filter", G.top_p_filter, (logits, 0.9), {}
     yield (
         "sample_next_token",
         G.sample_next_token,

@@ -22,7 +22,6 @@ from course_utils.generation import (
     generate_stream,
     sample_next_token,
     top_k_filter,
-    top_p_filter,
     top_p_keep,
 )
 from course_utils.gpt import GPT, GPTConfig
@@ -67,10 +66,9 @@ def test_top_p_kept_mass_reaches_p_and_the_set_is_minimal():
         assert (mass - smallest_kept < p).all()  # dropping the least likely kept token falls below p
 
 
-def test_top_p_filter_sets_the_rest_to_minus_inf():
-    logits = DYADIC.log()
-    out = top_p_filter(logits, 0.75)
-    assert torch.isinf(out[[0, 2, 4]]).all() and torch.equal(out[[1, 3]], logits[[1, 3]])
+def test_sampling_with_top_p_draws_only_from_the_nucleus():
+    drawn = sample_next_token(DYADIC.log().expand(2000, -1), top_p=0.75, generator=torch.Generator().manual_seed(0))
+    assert set(drawn.tolist()) == {1, 3}
 
 
 def test_top_k_filter():
@@ -308,7 +306,7 @@ def test_the_loop_checks_top_k_and_top_p_once_not_at_every_step(monkeypatch):
     assert out.shape == (1, 9)
     assert seen.count("top_k") == 1 and seen.count("top_p") == 1, seen
     top_k_filter(torch.randn(2, 5), 2)  # the public filters still check their arguments themselves
-    top_p_filter(torch.randn(2, 5), 0.5)
+    top_p_keep(torch.softmax(torch.randn(2, 5), dim=-1), 0.5)
     assert seen.count("top_k") == 2 and seen.count("top_p") == 2
 
 
