@@ -289,8 +289,15 @@ def linformer_attention(
     return _linformer_attention(q, k, v, proj_k, proj_v, scale)
 
 
-def _linformer_attention(q, k, v, proj_k, proj_v, scale=None) -> torch.Tensor:
-    """:func:`linformer_attention` without its checks (types and shapes as there), for a layer that checked x."""
+def _linformer_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    proj_k: torch.Tensor,
+    proj_v: torch.Tensor,
+    scale: float | None = None,
+) -> torch.Tensor:
+    """:func:`linformer_attention` without its checks, for a layer that checked its input."""
     S = k.shape[-2]
     k_low = proj_k[:, :S] @ k  # (R, S) @ (..., S, D) -> (..., R, D)
     v_low = proj_v[:, :S] @ v  # (R, S) @ (..., S, D) -> (..., R, D)
