@@ -60,7 +60,7 @@ def find_chromium() -> str | None:
     return None
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -90,7 +90,7 @@ class Lab:
             f.write_text(json.dumps(data), encoding="utf-8")
         self.log_path = home / ".lab" / "server.log"
         for attempt in range(3):  # a port found free can be taken before the server binds it (tests run side by side)
-            if self._start(_free_port()) or attempt == 2:
+            if self._start(free_port()) or attempt == 2:
                 break
         if self.proc.poll() is not None:
             raise RuntimeError("JupyterLab did not start:\n" + self.log_path.read_text()[-3000:])
@@ -180,11 +180,15 @@ def save_screenshot(page, path) -> None:
     page.set_viewport_size({"width": 1280, "height": 900})
 
 
+# What a page of the test's JupyterLab (any port on this machine) may load.
+LOCALHOST = ("http://127.0.0.1:", "http://localhost:")
+
+
 def local_pages(browser, allowed: tuple[str, ...], viewport: tuple[int, int] = (1280, 900), timeout_ms: int = 30_000):
-    """``(make, close)``: ``make()`` opens a page, in a browser context of its own, that may load only URLs
-    starting with one of ``allowed`` (e.g. ``("file:",)``); every other request is aborted and listed in
-    ``page.network``. ``page.js_errors`` collects uncaught JavaScript errors and ``page.websockets`` the
-    sockets opened. ``close()`` closes every context made."""
+    """``(make, close)``: ``make()`` opens a page, in a browser context of its own (JupyterLab pages sharing one
+    storage race for window names), that may load only URLs starting with one of ``allowed`` (e.g.
+    ``("file:",)``); every other request is aborted and listed in ``page.network``. ``page.js_errors`` collects
+    uncaught JavaScript errors and ``page.websockets`` the sockets opened. ``close()`` closes every context made."""
     contexts = []
 
     def make():
@@ -212,3 +216,10 @@ def local_pages(browser, allowed: tuple[str, ...], viewport: tuple[int, int] = (
             context.close()
 
     return make, close
+
+
+def assert_offline(page) -> None:
+    """A page of ``local_pages`` asked for nothing outside what it may load, opened no socket, threw no error."""
+    assert page.network == [], f"the page tried to reach the network: {page.network}"
+    assert page.websockets == [], page.websockets
+    assert page.js_errors == [], page.js_errors

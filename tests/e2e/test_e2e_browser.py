@@ -66,13 +66,8 @@ def notebook_stems() -> list[str]:
     return sorted({p.stem for p in course_notebooks()})
 
 
-def open_notebook(page, lab, rel: str) -> None:
-    page.goto(lab.url(rel))
-
-
-def wait_until_ready(page) -> None:
-    page.wait_for_selector(".jp-Notebook .jp-CodeCell")
-    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')")  # kernel started and connected
+def rel(nb_path) -> str:
+    return f"{nb_path.parent.name}/{nb_path.name}"
 
 
 def click_run_all(page) -> None:
@@ -132,20 +127,19 @@ def shows_head_view(nb_path) -> bool:
     return 'data-course-view=\\"head\\"' in nb_path.read_text(encoding="utf-8")
 
 
-def check_head_view(page, nb_path, shot) -> list[str]:
-    """bertviz's head view drew its SVG, offline, with the heads and tokens it was given."""
+def failure(say: str, shot, check, *args) -> list[str]:
+    """No problem when ``check(*args)`` passes (bertviz_checks.py, dark_theme_checks.py); else ``say`` and why."""
     try:
-        views = assert_head_view_rendered(page)
+        check(*args)
     except AssertionError as err:
-        return [f"{nb_path.parent.name}/{nb_path.name}: the bertviz head view did not render: {err} (see {shot})"]
-    print(f"{nb_path.parent.name}/{nb_path.name}: {len(views)} head view(s) rendered offline")
+        return [f"{say}: {err} (see {shot})"]
     return []
 
 
 def check_outputs(page, nb_path, shot, ran: bool = True) -> list[str]:
     """Everything wrong with a notebook's page, one sentence each: an executed one (``ran``), or one opened with
     its committed outputs (a solution), whose widgets have no kernel behind them and are not judged here."""
-    rel, problems = f"{nb_path.parent.name}/{nb_path.name}", []
+    problems = []
     prompts = page.evaluate(f"() => {CODE_PROMPTS}.map(e => e.textContent.trim())")
     not_run = [i for i, p in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", p)]
     if not_run and ran:
@@ -170,32 +164,23 @@ def check_outputs(page, nb_path, shot, ran: bool = True) -> list[str]:
     missing = [k for k in keys if not re.search(rf"Exercise {re.escape(k)} \([^\n]*\): {verdict}\.", text)]
     if missing:
         problems.append(f"exercises {missing} do not show '{verdict}'")
-    return [f"{rel}: {p} (see {shot})" for p in problems]
-
-
-def check_dark_theme(page, nb_path, shot) -> list[str]:
-    """The plots stay legible and sharp once the learner switches to the dark theme (dark_theme_checks.py)."""
-    try:
-        assert_plots_legible_in_the_dark_theme(page, shot)
-    except AssertionError as err:
-        return [f"{nb_path.parent.name}/{nb_path.name} in JupyterLab Dark: {err} (see {shot})"]
-    return []
+    return [f"{rel(nb_path)}: {p} (see {shot})" for p in problems]
 
 
 def check_explorer(page, nb_path, shot) -> list[str]:
     """Change the first control of the first explorer; the picture it shows must change, without errors."""
-    rel = f"{nb_path.parent.name}/{nb_path.name}"
+    where = rel(nb_path)
     if page.locator(".jp-OutputArea-output .jupyter-widgets").count() == 0:
-        return [f"{rel}: the notebook makes widgets but none rendered (see {shot})"]
+        return [f"{where}: the notebook makes widgets but none rendered (see {shot})"]
     explorers = page.locator(EXPLORER)
     if explorers.count() == 0:
-        return [f"{rel}: no explorer (controls above an Output) rendered (see {shot})"]
+        return [f"{where}: no explorer (controls above an Output) rendered (see {shot})"]
     explorer = explorers.first
     explorer.scroll_into_view_if_needed()
     before = explorer.evaluate(EXPLORER_SHOWS)
     action = change_first_control(explorer, page)
     if action is None:
-        return [f"{rel}: the first explorer has no slider, dropdown, toggle or checkbox"]
+        return [f"{where}: the first explorer has no slider, dropdown, toggle or checkbox"]
     try:
         page.wait_for_function(
             f"([before]) => ({EXPLORER_SHOWS})(document.querySelector({EXPLORER!r})) !== before",
@@ -203,15 +188,15 @@ def check_explorer(page, nb_path, shot) -> list[str]:
             timeout=30_000,
         )
     except Exception:
-        return [f"{rel}: {action}, but the explorer's picture did not change (see {shot})"]
+        return [f"{where}: {action}, but the explorer's picture did not change (see {shot})"]
     wait_until_idle(page)
     after = shot.with_name(shot.stem + "__widget.png")
     explorer.screenshot(path=str(after))
     problems = []
     if page.locator(ERROR_OUTPUTS).count():
-        problems.append(f"{rel}: error output after {action} (see {after})")
+        problems.append(f"{where}: error output after {action} (see {after})")
     if BAD_TEXT.search(outputs_text(page)):
-        problems.append(f"{rel}: a widget failed after {action} (see {after})")
+        problems.append(f"{where}: a widget failed after {action} (see {after})")
     return problems
 
 
@@ -227,15 +212,14 @@ def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
 
     problems = []
     pages = {}
-    if learner.exists():
-        pages[learner] = new_page()
-        open_notebook(pages[learner], lab, f"notebooks/{learner.name}")
-    if solution.exists():  # opened beside the run, as committed: its verdicts must show "passed"
-        saved = new_page()
-        open_notebook(saved, lab, f"{SAVED_SOLUTIONS}/{solution.name}")
-        pages[solution] = saved
+    # the solution is opened beside the run, as committed: its verdicts must show "passed"
+    for nb, served in ((learner, "notebooks"), (solution, SAVED_SOLUTIONS)):
+        if nb.exists():
+            pages[nb] = new_page()
+            pages[nb].goto(lab.url(f"{served}/{nb.name}"))
     for page in pages.values():
-        wait_until_ready(page)
+        page.wait_for_selector(".jp-Notebook .jp-CodeCell")
+        page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')")  # kernel started and connected
     mark("ready")
     if learner in pages:
         click_run_all(pages[learner])
@@ -249,22 +233,22 @@ def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
         mark("shot")
         problems += check_outputs(page, nb, shot, ran=ran)
         mark("checked")
-        if ran and shows_head_view(nb):
-            problems += check_head_view(page, nb, shot)
+        if ran and shows_head_view(nb):  # bertviz drew its SVG, offline, with the heads and tokens it was given
+            said = f"{rel(nb)}: the bertviz head view did not render"
+            problems += failure(said, shot, assert_head_view_rendered, page)
             mark("bertviz")
         if ran and makes_widgets(nb):
             problems += check_explorer(page, nb, shot)
             mark("widget")
         if ran and stem == DARK_THEME_NOTEBOOK:
-            problems += check_dark_theme(page, nb, screenshots / f"dark-theme__{stem}.jpg")
+            dark = screenshots / f"dark-theme__{stem}.jpg"
+            said = f"{rel(nb)} in JupyterLab Dark"
+            problems += failure(said, dark, assert_plots_legible_in_the_dark_theme, page, dark)
             mark("dark theme")
         if page.js_errors:
-            problems.append(f"{nb.parent.name}/{nb.name}: errors in the page's JavaScript: {page.js_errors}")
-        if page.offline_violations:
-            problems.append(
-                f"{nb.parent.name}/{nb.name}: the page tried to reach the network "
-                f"(blocked): {sorted(set(page.offline_violations))}"
-            )
+            problems.append(f"{rel(nb)}: errors in the page's JavaScript: {page.js_errors}")
+        if page.network:
+            problems.append(f"{rel(nb)}: the page tried to reach the network (blocked): {sorted(set(page.network))}")
     print(
         f"{stem}: the learner copy run and its solution opened in the browser in {time.monotonic() - start:.1f} s "
         f"({', '.join(marks)})"
