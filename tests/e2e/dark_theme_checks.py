@@ -5,9 +5,8 @@ the browser: the theme is switched with Settings -> Theme -> JupyterLab Dark, as
 the page shows is screenshotted and measured: the page around it is dark, the plot's own background is opaque
 white, and it holds dark strokes (axes, ticks, labels); its image has twice the pixels of its size on the page.
 The notebook's explorer (a widget that redraws its plot) is held to the same. The theme is a user setting of the
-test's JupyterLab, shared by the pages that come after: it is switched back to JupyterLab Light at the end.
-Before, this started a JupyterLab of its own in the dark theme and ran notebook 01's solution again (its
-plots are the learner copy's: 4 figures and 1 explorer in both), about a tenth of the browser tests' CPU time.
+test's JupyterLab, shared by the pages that come after: it is switched back to JupyterLab Light at the end
+(a JupyterLab of its own in the dark theme, running notebook 01 again, cost a tenth of the browser tests' CPU).
 """
 
 from __future__ import annotations

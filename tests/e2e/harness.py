@@ -69,8 +69,7 @@ def free_port() -> int:
 class Lab:
     """A JupyterLab server on 127.0.0.1 serving a scratch copy of the course's notebooks."""
 
-    def __init__(self, home: Path, settings: dict | None = None):
-        """``settings``: JupyterLab settings added to LAB_SETTINGS (e.g. the dark theme), by settings file."""
+    def __init__(self, home: Path):
         self.home, self.token = home, os.urandom(16).hex()
         for folder in FOLDERS:
             (home / folder).mkdir(parents=True)
@@ -84,7 +83,7 @@ class Lab:
         (home / SAVED_SOLUTIONS).mkdir()
         for nb_path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
             shutil.copy(nb_path, home / SAVED_SOLUTIONS / nb_path.name)
-        for rel, data in {**LAB_SETTINGS, **(settings or {})}.items():
+        for rel, data in LAB_SETTINGS.items():
             f = home / ".lab" / "settings" / rel
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(data), encoding="utf-8")

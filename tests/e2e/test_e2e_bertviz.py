@@ -96,7 +96,8 @@ def test_views_share_one_page(offline_page, maps, tmp_path):
 
 
 def test_check_fails_when_nothing_draws(offline_page, maps, tmp_path):
-    """bertviz's own HTML fetches require.js from a CDN: offline it draws nothing, and both checks see it."""
+    """bertviz's own HTML fetches require.js from a CDN: offline it draws nothing, and both checks see it (the
+    page's recorder of requests, conftest's offline_page, is the one every file: page of the e2e tests uses)."""
     from bertviz import head_view as bertviz_head_view
 
     online = bertviz_head_view(maps, list(TEXT), html_action="return").data
@@ -106,3 +107,5 @@ def test_check_fails_when_nothing_draws(offline_page, maps, tmp_path):
     with pytest.raises(AssertionError, match=r"head views not drawn within 3 s: found 1"):
         assert_head_view_rendered(page, timeout_ms=3_000)
     assert any("cdnjs.cloudflare.com" in url for url in page.network), page.network
+    with pytest.raises(AssertionError, match="tried to reach the network"):
+        assert_offline(page)

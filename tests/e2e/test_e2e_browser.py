@@ -7,7 +7,6 @@ widgets render, and that changing a control of one explorer changes the picture 
 beside it as committed, and must show every exercise "passed" with no error, traceback or warning among its
 outputs. A screenshot of each notebook (and of the explorer after the change) goes to reports/screenshots/.
 Notebook 01's page is then switched to JupyterLab's dark theme and its plots measured (dark_theme_checks.py).
-The JupyterLab server and the browser come from conftest.py and harness.py.
 
 The solution is not run again here: its cells are the learner copy's but for the exercises' answers, the
 learner copy's run covers the browser's part (widgets, explorers, bertviz views), and nbval runs every solution
@@ -62,19 +61,8 @@ EXPLORER_SHOWS = """e => { const o = e.querySelector('.widget-output');
     return o.innerText + [...o.querySelectorAll('img')].map(i => i.src).join('|'); }"""
 
 
-def notebook_stems() -> list[str]:
-    return sorted({p.stem for p in course_notebooks()})
-
-
 def rel(nb_path) -> str:
     return f"{nb_path.parent.name}/{nb_path.name}"
-
-
-def click_run_all(page) -> None:
-    """Run -> Run All Cells from the menu bar, as a learner would."""
-    page.get_by_role("menuitem", name="Run", exact=True).click()
-    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-    page.wait_for_function(RUN_STARTED)
 
 
 def wait_until_idle(page) -> None:
@@ -200,7 +188,7 @@ def check_explorer(page, nb_path, shot) -> list[str]:
     return problems
 
 
-@pytest.mark.parametrize("stem", notebook_stems())
+@pytest.mark.parametrize("stem", sorted({p.stem for p in course_notebooks()}))
 def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
     learner = ROOT / "notebooks" / f"{stem}.ipynb"
     solution = ROOT / "solutions" / f"{stem}.ipynb"
@@ -221,8 +209,10 @@ def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
         page.wait_for_selector(".jp-Notebook .jp-CodeCell")
         page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')")  # kernel started and connected
     mark("ready")
-    if learner in pages:
-        click_run_all(pages[learner])
+    if learner in pages:  # Run -> Run All Cells from the menu bar, as a learner would
+        pages[learner].get_by_role("menuitem", name="Run", exact=True).click()
+        pages[learner].get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        pages[learner].wait_for_function(RUN_STARTED)
     for nb, page in pages.items():
         ran = nb == learner
         if ran:

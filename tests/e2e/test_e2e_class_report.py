@@ -14,10 +14,11 @@ background dark in dark mode. Screenshots go to ``reports/screenshots/class-summ
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import local_pages
+from harness import assert_offline, local_pages
 from test_grade import write_report  # the one way the tests write a learner's report
 
 from course_tools import grade
@@ -27,6 +28,7 @@ pytestmark = pytest.mark.browser
 
 LEARNERS = ["Ada Lovelace", "bo", "Chidi Okonkwo", "José Núñez", "李雷", "Marie-Ève Tremblay", "sam", "Yusuf"]
 STATUSES = ["passed"] * 5 + ["failed"] * 2 + ["not attempted", "not run"]
+KEYS = sorted(all_exercises(), key=lambda k: tuple(map(int, k.split("."))))  # every exercise, in course order
 
 
 def _class() -> dict[str, dict[str, str]]:
@@ -34,10 +36,9 @@ def _class() -> dict[str, dict[str, str]]:
         are "not checked"), and three learners make 01.2's first mistake, two 02.1's (other exercises fail more often:
     the draw of seed 29 gives one failed by more than three)."""
     rng = random.Random(29)
-    keys = sorted(all_exercises(), key=lambda k: tuple(map(int, k.split("."))))
     out = {}
     for n, learner in enumerate(LEARNERS):
-        mine = {k: rng.choice(STATUSES) for k in keys if n < len(LEARNERS) - 1 or k < "08"}
+        mine = {k: rng.choice(STATUSES) for k in KEYS if n < len(LEARNERS) - 1 or k < "08"}
         mine["01.2"] = "failed" if n < 3 else "passed"
         mine["02.1"] = "failed" if n in (3, 4) else "passed"
         out[learner] = mine
@@ -107,13 +108,13 @@ def class_folder(tmp_path) -> Path:
 
 
 def _expected_reteach() -> list[tuple[str, str, int]]:
-    counts: dict[tuple[str, str], int] = {}
-    for statuses in CLASS.values():
-        for key, status in statuses.items():
-            if status == "failed":
-                name = get_exercise(key).mistakes[0].name
-                counts[(key, name)] = counts.get((key, name), 0) + 1
-    order = sorted(counts.items(), key=lambda kv: (-kv[1], tuple(map(int, kv[0][0].split(".")))))
+    counts = Counter(
+        (key, get_exercise(key).mistakes[0].name)
+        for statuses in CLASS.values()
+        for key, status in statuses.items()
+        if status == "failed"
+    )
+    order = sorted(counts.items(), key=lambda kv: (-kv[1], KEYS.index(kv[0][0])))
     return [(key, name, n) for (key, name), n in order]
 
 
@@ -125,15 +126,12 @@ def test_the_class_grid_reads_offline_in_light_and_dark(browser, class_folder, s
         page = make()
         page.goto((class_folder / "class-summary.html").as_uri())
         got = page.evaluate(READ_GRID)
-        keys = sorted(all_exercises(), key=lambda k: tuple(map(int, k.split("."))))
-        assert got["keys"] == keys  # every exercise of the course, in course order
-        by_notebook = {}
-        for k in keys:
-            by_notebook[k[:2]] = by_notebook.get(k[:2], 0) + 1
+        assert got["keys"] == KEYS
+        by_notebook = Counter(k[:2] for k in KEYS)  # in the order first seen: course order
         assert got["groups"] == [[nb, n] for nb, n in by_notebook.items()]  # one heading per notebook, over its own
         assert got["learners"] == sorted(LEARNERS, key=str.casefold)
         for learner, statuses in CLASS.items():
-            for key in keys:
+            for key in KEYS:
                 verdict, tip = got["rows"][learner][key]
                 status = statuses.get(key, "not checked")
                 assert verdict == status.replace(" ", "-"), (learner, key)
@@ -171,7 +169,6 @@ def test_the_class_grid_reads_offline_in_light_and_dark(browser, class_folder, s
         page.locator(".wrap").evaluate("el => el.scrollLeft = el.scrollWidth")
         name_box = page.locator("#class-summary tbody th").first.bounding_box()
         assert 0 <= name_box["x"] < 30, name_box
-        assert page.network == [], f"the page tried to reach the network: {page.network}"
-        assert page.js_errors == [] and page.websockets == []
+        assert_offline(page)
     finally:
         close()
