@@ -179,6 +179,22 @@ def save_screenshot(page, path) -> None:
     page.set_viewport_size({"width": 1280, "height": 900})
 
 
+def with_wcag(body: str) -> str:
+    """A function for page.evaluate whose ``body`` may use WCAG 2's relative luminance (lum) and contrast ratio
+    (ratio, and contrast of an element's text), read from colours as Chromium drew them; an element's background
+    is the first opaque one among it and its ancestors."""
+    return "() => {" + WCAG_JS + body + "}"
+
+
+WCAG_JS = """
+    const rgba = s => { const m = s.match(/[\\d.]+/g).map(Number); return m.length === 3 ? [...m, 1] : m; };
+    const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+        return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+    const background = el => { for (; el; el = el.parentElement) {
+        const c = rgba(getComputedStyle(el).backgroundColor); if (c[3] > 0) return c; } return [255, 255, 255, 1]; };
+    const ratio = (a, b) => (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const contrast = el => ratio(lum(rgba(getComputedStyle(el).color)), lum(background(el)));"""
+
 # What a page of the test's JupyterLab (any port on this machine) may load.
 LOCALHOST = ("http://127.0.0.1:", "http://localhost:")
 

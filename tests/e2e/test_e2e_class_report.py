@@ -18,7 +18,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import assert_offline, local_pages
+from harness import assert_offline, local_pages, with_wcag
 from test_grade import write_report  # the one way the tests write a learner's report
 
 from course_tools import grade
@@ -71,31 +71,14 @@ GEOMETRY = """() => {
                 .reduce((s, th) => s + th.getBoundingClientRect().width, 0)};
 }"""
 
-COLOURS = """() => {
-    const rgb = s => s.match(/[\\d.]+/g).slice(0, 3).map(Number);
-    const out = {page: [rgb(getComputedStyle(document.body).backgroundColor),
-                        rgb(getComputedStyle(document.body).color)]};
+# The page's text contrast and luminance; each verdict's cell: its text's contrast, its colour's against the page.
+COLOURS = with_wcag("""
+    const page = lum(background(document.body)), out = {page: [contrast(document.body), page]};
     for (const v of ['passed', 'failed', 'not-attempted', 'not-run']) {
         const td = document.querySelector(`td[data-verdict="${v}"]`);
-        const bg = getComputedStyle(td).backgroundColor;
-        out[v] = [bg.startsWith('rgba(0, 0, 0, 0)') ? out.page[0] : rgb(bg), rgb(getComputedStyle(td).color)];
+        out[v] = [contrast(td), ratio(lum(background(td)), page)];
     }
-    return out;
-}"""
-
-
-def _luminance(rgb) -> float:
-    def channel(c):
-        c = c / 255
-        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (channel(c) for c in rgb)
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-
-def _contrast(a, b) -> float:
-    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
+    return out;""")
 
 
 @pytest.fixture
@@ -157,12 +140,12 @@ def test_the_class_grid_reads_offline_in_light_and_dark(browser, class_folder, s
         for scheme in ("light", "dark"):
             page.emulate_media(color_scheme=scheme)
             colours = page.evaluate(COLOURS)
-            background = _luminance(colours["page"][0])
+            background = colours["page"][1]
             assert (background > 0.8) if scheme == "light" else (background < 0.05), (scheme, colours["page"])
-            for verdict, (bg, fg) in colours.items():
-                assert _contrast(bg, fg) >= 4.5, f"{scheme}: {verdict} text {fg} on {bg} is hard to read"
+            for verdict, (text, _) in colours.items():
+                assert text >= 4.5, f"{scheme}: {verdict} text has a contrast of {text:.2f}: hard to read"
             for verdict in ("passed", "failed", "not-run"):  # a coloured cell stands out from the page
-                assert _contrast(colours[verdict][0], colours["page"][0]) >= 1.5, (scheme, verdict, colours)
+                assert colours[verdict][1] >= 1.5, (scheme, verdict, colours)
             page.screenshot(path=str(screenshots / f"class-summary-{scheme}.png"), full_page=True)
         # narrower than the grid: it scrolls sideways and the names stay in view
         page.set_viewport_size({"width": 700, "height": 800})

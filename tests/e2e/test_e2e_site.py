@@ -19,7 +19,7 @@ from pathlib import Path
 import nbformat
 import pytest
 from bertviz_checks import assert_head_view_rendered
-from harness import ROOT, assert_offline
+from harness import ROOT, assert_offline, with_wcag
 
 from course_tools.site import build_site
 
@@ -162,14 +162,7 @@ def test_index_lists_every_notebook_and_the_pages_chain_in_order(site, offline_p
 
 
 # What a reader sees in each colour scheme: every colour pair below is read from the page as Chromium drew it.
-READ_COLOURS = """() => {
-    const rgba = s => { const m = s.match(/[\\d.]+/g).map(Number); return m.length === 3 ? [...m, 1] : m; };
-    const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
-        return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
-    const background = el => { for (; el; el = el.parentElement) {
-        const c = rgba(getComputedStyle(el).backgroundColor); if (c[3] > 0) return c; } return [255, 255, 255, 1]; };
-    const contrast = el => { const a = lum(rgba(getComputedStyle(el).color)), b = lum(background(el));
-        return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); };
+READ_COLOURS = with_wcag("""
     const worst = sel => { const els = [...document.querySelectorAll(sel)].filter(e => e.textContent.trim());
         return els.length ? Math.min(...els.map(contrast)) : null; };
     return {
@@ -184,7 +177,7 @@ READ_COLOURS = """() => {
         math: worst('.jp-RenderedMarkdown .katex'),
         figures: [...document.querySelectorAll('.jp-OutputArea-output img')].map(i => lum(background(i))),
     };
-}"""
+""")
 
 
 def _showcase() -> Path:
