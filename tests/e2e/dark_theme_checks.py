@@ -1,12 +1,9 @@
 """A notebook's plots in JupyterLab's dark theme: axes and labels stay visible, and the pictures are sharp.
 
 test_e2e_browser.py runs these checks on notebook 01 (DARK_THEME_NOTEBOOK there) once its learner copy has run in
-the browser: the theme is switched with Settings -> Theme -> JupyterLab Dark, as a learner would, and each plot
-the page shows is screenshotted and measured: the page around it is dark, the plot's own background is opaque
-white, and it holds dark strokes (axes, ticks, labels); its image has twice the pixels of its size on the page.
-The notebook's explorer (a widget that redraws its plot) is held to the same. The theme is a user setting of the
-test's JupyterLab, shared by the pages that come after: it is switched back to JupyterLab Light at the end
-(a JupyterLab of its own in the dark theme, running notebook 01 again, cost a tenth of the browser tests' CPU).
+the browser (a JupyterLab of its own in the dark theme, running notebook 01 again, cost a tenth of the browser
+tests' CPU). The theme is a user setting of the test's JupyterLab, shared by the pages that come after: it is
+switched back to JupyterLab Light at the end.
 """
 
 from __future__ import annotations

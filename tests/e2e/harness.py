@@ -66,6 +66,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def jupyter_env(folder: Path) -> dict[str, str]:
+    """The environment with Jupyter's configuration, runtime files and IPython's profile under ``folder``: none of
+    the user's own settings applies."""
+    return dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(folder / "config"),
+        JUPYTER_RUNTIME_DIR=str(folder / "runtime"),
+        IPYTHONDIR=str(folder / "ipython"),
+        JUPYTER_PLATFORM_DIRS="1",
+    )
+
+
 class Lab:
     """A JupyterLab server on 127.0.0.1 serving a scratch copy of the course's notebooks."""
 
@@ -99,13 +111,7 @@ class Lab:
         another); True otherwise, also when the server stopped for another reason (``__init__`` then says why)."""
         home = self.home
         self.port, self.base = port, f"http://127.0.0.1:{port}"
-        env = dict(
-            os.environ,
-            JUPYTER_CONFIG_DIR=str(home / ".lab" / "config"),
-            JUPYTER_RUNTIME_DIR=str(home / ".lab" / "runtime"),
-            IPYTHONDIR=str(home / ".lab" / "ipython"),
-            JUPYTER_PLATFORM_DIRS="1",
-        )
+        env = jupyter_env(home / ".lab")
         cmd = [
             sys.executable,
             "-m",

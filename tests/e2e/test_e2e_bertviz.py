@@ -1,9 +1,8 @@
 """The offline attention views of course_utils.attention_view, opened in headless Chromium with no network.
 
-Each page is a file written by ``attention_view.save_html`` for a tiny untrained GPT. The browser may load
-``file:`` URLs and nothing else: every other request is recorded and aborted, and each test asserts that the
-list is empty (a view that reached for a CDN would also fail to draw). The checks on the drawing come from
-bertviz_checks.py, which the JupyterLab test of notebook 11 uses as well. The browser is conftest.py's.
+Each page is a file written by ``attention_view.save_html`` for a tiny untrained GPT, opened by conftest's
+offline_page (a view that reached for a CDN would also fail to draw). The checks on the drawing come from
+bertviz_checks.py, which the JupyterLab test of notebook 11 uses as well.
 """
 
 from __future__ import annotations

@@ -2,13 +2,9 @@
 
 A class of eight learners over every exercise of the course (and a file that is not a report) is written to a
 folder, the summary is made from it as the instructor makes it, and its HTML page is opened with every request
-other than ``file:`` aborted. The page must ask for nothing else (no CDN, no font, no script) and be a compact grid
-(issue 29 item 4): learners down, the exercises across grouped by notebook, every column in view
-on a 1280-pixel screen, one coloured cell per verdict with the exercise and the named mistake on hover, the
-learner's name still in view when the grid scrolls sideways. Below it, "what to re-teach" (item 5): each named
-mistake with how many learners made it, most first. Both colour schemes stay legible: each verdict's glyph
-against its colour at a contrast of 4.5:1 or more, the cells' colours told apart from the page, the page's
-background dark in dark mode. Screenshots go to ``reports/screenshots/class-summary-*.png``.
+other than ``file:`` aborted (no CDN, no font, no script). The page is a compact grid (issue 29 item 4) above
+"what to re-teach" (item 5), legible in both colour schemes. Screenshots go to
+``reports/screenshots/class-summary-*.png``.
 """
 
 from __future__ import annotations

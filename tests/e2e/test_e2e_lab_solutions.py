@@ -16,7 +16,7 @@ import time
 import urllib.request
 
 import pytest
-from harness import LOCALHOST, ROOT, free_port, local_pages
+from harness import LOCALHOST, ROOT, free_port, jupyter_env, local_pages
 
 pytestmark = pytest.mark.browser
 
@@ -38,14 +38,10 @@ def lab_as_started(tmp_path, chromium_path):
     tracker.parent.mkdir(parents=True)
     tracker.write_text('{"windowingMode": "none"}', encoding="utf-8")
     env = {
-        **os.environ,
+        **jupyter_env(jupyter),
         "BROWSER": f"{record} %s",
-        "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
-        "JUPYTER_RUNTIME_DIR": str(jupyter / "runtime"),
         "JUPYTERLAB_SETTINGS_DIR": str(jupyter / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(jupyter / "workspaces"),
-        "IPYTHONDIR": str(jupyter / "ipython"),
-        "JUPYTER_PLATFORM_DIRS": "1",
     }
     command = [
         "python3",  # as the README says, whichever Python 3.10+ is on PATH: course.py runs Jupyter from .venv/
