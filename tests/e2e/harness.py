@@ -53,11 +53,8 @@ def find_chromium() -> str | None:
     named = os.environ.get("COURSE_CHROMIUM")
     if named:
         return named if Path(named).exists() else None
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    return next(filter(None, map(shutil.which, names)), None)  # the first on PATH
 
 
 def free_port() -> int:
@@ -83,18 +80,17 @@ class Lab:
 
     def __init__(self, home: Path):
         self.home, self.token = home, os.urandom(16).hex()
-        for folder in FOLDERS:
+        for folder in (*FOLDERS, SAVED_SOLUTIONS):
             (home / folder).mkdir(parents=True)
         for nb_path in course_notebooks():  # outputs cleared: everything the page shows comes from this run
+            if nb_path.parent.name == "solutions":
+                shutil.copy(nb_path, home / SAVED_SOLUTIONS / nb_path.name)
             nb = nbformat.read(nb_path, as_version=4)
             for cell in nb.cells:
                 if cell.cell_type == "code":
                     cell.outputs, cell.execution_count = [], None
             nb.metadata.pop("widgets", None)
             nbformat.write(nb, home / nb_path.parent.name / nb_path.name)
-        (home / SAVED_SOLUTIONS).mkdir()
-        for nb_path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
-            shutil.copy(nb_path, home / SAVED_SOLUTIONS / nb_path.name)
         for rel, data in LAB_SETTINGS.items():
             f = home / ".lab" / "settings" / rel
             f.parent.mkdir(parents=True, exist_ok=True)

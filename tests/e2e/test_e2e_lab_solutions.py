@@ -103,8 +103,7 @@ def test_lab_opens_notebook_00_without_the_news_question_and_a_solution_opens_fr
         page.wait_for_timeout(3000)  # JupyterLab asks about news a moment after it has restored its layout
         assert page.get_by_text("official Jupyter news").count() == 0, "JupyterLab asked about Jupyter's news"
         # the file browser: up to the course folder, into solutions/, open a solution as a learner would
-        browser_panel = page.locator(".jp-FileBrowser")
-        if not browser_panel.is_visible():
+        if not page.locator(".jp-FileBrowser").is_visible():
             page.get_by_role("tab", name="File Browser").click()
         page.locator(".jp-FileBrowser .jp-BreadCrumbs-home").click()
         items = page.locator(".jp-FileBrowser .jp-DirListing-item")
