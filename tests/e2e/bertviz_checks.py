@@ -29,19 +29,14 @@ _READ_HEAD_VIEWS = """sel => [...document.querySelectorAll(sel)].map(v => {
         layer_options: v.querySelectorAll('select#layer option').length,
     };
 })"""
-_ALL_DRAWN = """([sel, count]) => { const views = [...document.querySelectorAll(sel)];
-    return views.length >= Math.max(count, 1) && views.every(v => { const svg = v.querySelector('svg');
-        return svg && svg.querySelectorAll(':scope > g:not([id]) > rect').length > 0; }); }"""
+_ALL_DRAWN = f"""([sel, count]) => {{ const views = ({_READ_HEAD_VIEWS})(sel);
+    return views.length >= Math.max(count, 1) && views.every(v => v.head_boxes > 0); }}"""
 
 
 def assert_head_view_rendered(page, timeout_ms: float = 30_000, count: int | None = None) -> list[dict]:
-    """Assert that every head view on ``page`` draws as many heads and tokens as its data-* attributes say.
-
-    Waits (up to ``timeout_ms``) until the page has at least ``count`` (default 1)
-    ``[data-course-view="head"]`` elements and each holds bertviz's SVG, then checks each: one colour box per
-    head, the tokens in order on both sides, one layer option per layer. With ``count``, the page must have
-    exactly that many head views. Returns one record per view (what was asked for and what was drawn).
-    """
+    """Assert that every head view on ``page`` draws as many heads, tokens and layers as its data-* attributes say,
+    once at least ``count`` (default 1) views hold bertviz's SVG (waiting up to ``timeout_ms``). With ``count``,
+    the page must have exactly that many. Returns one record per view (what was asked for and what was drawn)."""
     try:
         page.wait_for_function(_ALL_DRAWN, arg=[HEAD_VIEWS, count or 1], timeout=timeout_ms)
     except Exception as e:  # Playwright's TimeoutError: say what the page shows instead

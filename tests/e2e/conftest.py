@@ -13,10 +13,9 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import urlparse
 
 import pytest
-from harness import CHROMIUM_ARGS, ROOT, Lab, find_chromium
+from harness import CHROMIUM_ARGS, LOCALHOST, ROOT, Lab, find_chromium, local_pages
 
 SCREENSHOTS = Path(os.environ.get("COURSE_SCREENSHOTS", ROOT / "reports" / "screenshots"))
 
@@ -84,37 +83,20 @@ def pytest_collection_modifyitems(config, items):
 
 @pytest.fixture
 def new_page(browser, lab):
-    """Make pages that may talk to the test's JupyterLab and nothing else.
-
-    Each page has its own browser context (JupyterLab pages sharing one storage race for window names),
-    ``offline_violations`` (every request to another host; each was aborted) and ``js_errors`` (every
-    uncaught error in the page's JavaScript). Kernels are shut down when the test ends."""
-    contexts = []
-
-    def make():
-        context = browser.new_context(viewport={"width": 1280, "height": 900})
-        contexts.append(context)
-        violations: list[str] = []
-
-        def only_localhost(route):
-            if urlparse(route.request.url).hostname in ("127.0.0.1", "localhost"):
-                route.continue_()
-            else:
-                violations.append(route.request.url)
-                route.abort()
-
-        context.route("**/*", only_localhost)
-        p = context.new_page()
-        p.set_default_timeout(90_000)
-        p.offline_violations = violations
-        p.js_errors = []
-        p.on("pageerror", lambda e: p.js_errors.append(str(e)))
-        return p
-
+    """Make pages that may talk to the test's JupyterLab and nothing else (harness.local_pages); kernels are shut
+    down when the test ends."""
+    make, close = local_pages(browser, LOCALHOST, timeout_ms=90_000)
     yield make
-    for context in contexts:
-        context.close()
+    close()
     lab.shutdown_kernels()
+
+
+@pytest.fixture
+def offline_page(browser):
+    """Make pages that may load file: and data: URLs only (harness.local_pages)."""
+    make, close = local_pages(browser, ("file:", "data:"))
+    yield make
+    close()
 
 
 @pytest.fixture(scope="session")

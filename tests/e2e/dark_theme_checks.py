@@ -1,13 +1,9 @@
 """A notebook's plots in JupyterLab's dark theme: axes and labels stay visible, and the pictures are sharp.
 
 test_e2e_browser.py runs these checks on notebook 01 (DARK_THEME_NOTEBOOK there) once its learner copy has run in
-the browser: the theme is switched with Settings -> Theme -> JupyterLab Dark, as a learner would, and each plot
-the page shows is screenshotted and measured: the page around it is dark, the plot's own background is opaque
-white, and it holds dark strokes (axes, ticks, labels); its image has twice the pixels of its size on the page.
-The notebook's explorer (a widget that redraws its plot) is held to the same. The theme is a user setting of the
-test's JupyterLab, shared by the pages that come after: it is switched back to JupyterLab Light at the end.
-Before, this started a JupyterLab of its own in the dark theme and ran notebook 01's solution again (its
-plots are the learner copy's: 4 figures and 1 explorer in both), about a tenth of the browser tests' CPU time.
+the browser (a JupyterLab of its own in the dark theme, running notebook 01 again, cost a tenth of the browser
+tests' CPU). The theme is a user setting of the test's JupyterLab, shared by the pages that come after: it is
+switched back to JupyterLab Light at the end.
 """
 
 from __future__ import annotations
@@ -21,9 +17,9 @@ IMAGES = ".jp-OutputArea-output img"  # plots, and the pictures inside the explo
 THEME_IS_LIGHT = "() => document.body.dataset.jpThemeLight"
 
 
-def _luminance(rgb) -> float:
-    r, g, b = rgb[:3]
-    return (0.2126 * r + 0.7152 * g + 0.0722 * b) / 255
+def _luminance(rgb):
+    """Luminance (0-1, not gamma-corrected) of one colour or of every pixel of an image array."""
+    return np.asarray(rgb, dtype=float)[..., :3] @ np.array([0.2126, 0.7152, 0.0722]) / 255
 
 
 def choose_theme(page, theme: str) -> None:
@@ -59,8 +55,7 @@ def assert_plots_legible_in_the_dark_theme(page, shot) -> None:
             w, h = pic.size
             corners = [pic.getpixel(p) for p in ((1, 1), (w - 2, 1), (1, h - 2), (w - 2, h - 2))]
             assert all(_luminance(c) > 0.9 for c in corners), f"plot {i}: its background is not white: {corners}"
-            pixels = np.asarray(pic, dtype=float) / 255
-            dark = int(((pixels @ np.array([0.2126, 0.7152, 0.0722])) < 0.3).sum())
+            dark = int((_luminance(pic) < 0.3).sum())
             assert dark > 0.002 * w * h, f"plot {i}: almost no dark strokes ({dark} of {w * h} pixels): axes unseen"
     finally:
         choose_theme(page, "JupyterLab Light")

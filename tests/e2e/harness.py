@@ -53,44 +53,51 @@ def find_chromium() -> str | None:
     named = os.environ.get("COURSE_CHROMIUM")
     if named:
         return named if Path(named).exists() else None
-    for name in ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable"):
-        found = shutil.which(name)
-        if found:
-            return found
-    return None
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    return next(filter(None, map(shutil.which, names)), None)  # the first on PATH
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def jupyter_env(folder: Path) -> dict[str, str]:
+    """The environment with Jupyter's configuration, runtime files and IPython's profile under ``folder``: none of
+    the user's own settings applies."""
+    return dict(
+        os.environ,
+        JUPYTER_CONFIG_DIR=str(folder / "config"),
+        JUPYTER_RUNTIME_DIR=str(folder / "runtime"),
+        IPYTHONDIR=str(folder / "ipython"),
+        JUPYTER_PLATFORM_DIRS="1",
+    )
+
+
 class Lab:
     """A JupyterLab server on 127.0.0.1 serving a scratch copy of the course's notebooks."""
 
-    def __init__(self, home: Path, settings: dict | None = None):
-        """``settings``: JupyterLab settings added to LAB_SETTINGS (e.g. the dark theme), by settings file."""
+    def __init__(self, home: Path):
         self.home, self.token = home, os.urandom(16).hex()
-        for folder in FOLDERS:
+        for folder in (*FOLDERS, SAVED_SOLUTIONS):
             (home / folder).mkdir(parents=True)
         for nb_path in course_notebooks():  # outputs cleared: everything the page shows comes from this run
+            if nb_path.parent.name == "solutions":
+                shutil.copy(nb_path, home / SAVED_SOLUTIONS / nb_path.name)
             nb = nbformat.read(nb_path, as_version=4)
             for cell in nb.cells:
                 if cell.cell_type == "code":
                     cell.outputs, cell.execution_count = [], None
             nb.metadata.pop("widgets", None)
             nbformat.write(nb, home / nb_path.parent.name / nb_path.name)
-        (home / SAVED_SOLUTIONS).mkdir()
-        for nb_path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
-            shutil.copy(nb_path, home / SAVED_SOLUTIONS / nb_path.name)
-        for rel, data in {**LAB_SETTINGS, **(settings or {})}.items():
+        for rel, data in LAB_SETTINGS.items():
             f = home / ".lab" / "settings" / rel
             f.parent.mkdir(parents=True, exist_ok=True)
             f.write_text(json.dumps(data), encoding="utf-8")
         self.log_path = home / ".lab" / "server.log"
         for attempt in range(3):  # a port found free can be taken before the server binds it (tests run side by side)
-            if self._start(_free_port()) or attempt == 2:
+            if self._start(free_port()) or attempt == 2:
                 break
         if self.proc.poll() is not None:
             raise RuntimeError("JupyterLab did not start:\n" + self.log_path.read_text()[-3000:])
@@ -100,13 +107,7 @@ class Lab:
         another); True otherwise, also when the server stopped for another reason (``__init__`` then says why)."""
         home = self.home
         self.port, self.base = port, f"http://127.0.0.1:{port}"
-        env = dict(
-            os.environ,
-            JUPYTER_CONFIG_DIR=str(home / ".lab" / "config"),
-            JUPYTER_RUNTIME_DIR=str(home / ".lab" / "runtime"),
-            IPYTHONDIR=str(home / ".lab" / "ipython"),
-            JUPYTER_PLATFORM_DIRS="1",
-        )
+        env = jupyter_env(home / ".lab")
         cmd = [
             sys.executable,
             "-m",
@@ -180,11 +181,31 @@ def save_screenshot(page, path) -> None:
     page.set_viewport_size({"width": 1280, "height": 900})
 
 
+def with_wcag(body: str) -> str:
+    """A function for page.evaluate whose ``body`` may use WCAG 2's relative luminance (lum) and contrast ratio
+    (ratio, and contrast of an element's text), read from colours as Chromium drew them; an element's background
+    is the first opaque one among it and its ancestors."""
+    return "() => {" + WCAG_JS + body + "}"
+
+
+WCAG_JS = """
+    const rgba = s => { const m = s.match(/[\\d.]+/g).map(Number); return m.length === 3 ? [...m, 1] : m; };
+    const lum = c => { const f = v => { v /= 255; return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+        return 0.2126 * f(c[0]) + 0.7152 * f(c[1]) + 0.0722 * f(c[2]); };
+    const background = el => { for (; el; el = el.parentElement) {
+        const c = rgba(getComputedStyle(el).backgroundColor); if (c[3] > 0) return c; } return [255, 255, 255, 1]; };
+    const ratio = (a, b) => (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05);
+    const contrast = el => ratio(lum(rgba(getComputedStyle(el).color)), lum(background(el)));"""
+
+# What a page of the test's JupyterLab (any port on this machine) may load.
+LOCALHOST = ("http://127.0.0.1:", "http://localhost:")
+
+
 def local_pages(browser, allowed: tuple[str, ...], viewport: tuple[int, int] = (1280, 900), timeout_ms: int = 30_000):
-    """``(make, close)``: ``make()`` opens a page, in a browser context of its own, that may load only URLs
-    starting with one of ``allowed`` (e.g. ``("file:",)``); every other request is aborted and listed in
-    ``page.network``. ``page.js_errors`` collects uncaught JavaScript errors and ``page.websockets`` the
-    sockets opened. ``close()`` closes every context made."""
+    """``(make, close)``: ``make()`` opens a page, in a browser context of its own (JupyterLab pages sharing one
+    storage race for window names), that may load only URLs starting with one of ``allowed`` (e.g.
+    ``("file:",)``); every other request is aborted and listed in ``page.network``. ``page.js_errors`` collects
+    uncaught JavaScript errors and ``page.websockets`` the sockets opened. ``close()`` closes every context made."""
     contexts = []
 
     def make():
@@ -212,3 +233,10 @@ def local_pages(browser, allowed: tuple[str, ...], viewport: tuple[int, int] = (
             context.close()
 
     return make, close
+
+
+def assert_offline(page) -> None:
+    """A page of ``local_pages`` asked for nothing outside what it may load, opened no socket, threw no error."""
+    assert page.network == [], f"the page tried to reach the network: {page.network}"
+    assert page.websockets == [], page.websockets
+    assert page.js_errors == [], page.js_errors

@@ -1,13 +1,9 @@
 """Every notebook of the course, opened in JupyterLab in a real browser, run top to bottom, offline.
 
-For each notebook (found on disk: a new one needs no change here), its learner copy is opened in its own page
-and kernel: Run -> Run All Cells from the menu bar, wait for the kernel to go idle, then assert that every code
-cell ran, that no output is an error, a traceback or a warning, that each exercise shows "not attempted", that
-widgets render, and that changing a control of one explorer changes the picture it shows. Its solution is opened
-beside it as committed, and must show every exercise "passed" with no error, traceback or warning among its
-outputs. A screenshot of each notebook (and of the explorer after the change) goes to reports/screenshots/.
-Notebook 01's page is then switched to JupyterLab's dark theme and its plots measured (dark_theme_checks.py).
-The JupyterLab server and the browser come from conftest.py and harness.py.
+For each notebook (found on disk: a new one needs no change here), its learner copy is run in its own page and
+kernel with Run -> Run All Cells, as a learner would, and its page checked (check_outputs, check_explorer, the
+bertviz views); its solution is opened beside it as committed, and must show every exercise "passed". Screenshots
+go to reports/screenshots/. Notebook 01's plots are then measured in the dark theme (dark_theme_checks.py).
 
 The solution is not run again here: its cells are the learner copy's but for the exercises' answers, the
 learner copy's run covers the browser's part (widgets, explorers, bertviz views), and nbval runs every solution
@@ -62,24 +58,8 @@ EXPLORER_SHOWS = """e => { const o = e.querySelector('.widget-output');
     return o.innerText + [...o.querySelectorAll('img')].map(i => i.src).join('|'); }"""
 
 
-def notebook_stems() -> list[str]:
-    return sorted({p.stem for p in course_notebooks()})
-
-
-def open_notebook(page, lab, rel: str) -> None:
-    page.goto(lab.url(rel))
-
-
-def wait_until_ready(page) -> None:
-    page.wait_for_selector(".jp-Notebook .jp-CodeCell")
-    page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')")  # kernel started and connected
-
-
-def click_run_all(page) -> None:
-    """Run -> Run All Cells from the menu bar, as a learner would."""
-    page.get_by_role("menuitem", name="Run", exact=True).click()
-    page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
-    page.wait_for_function(RUN_STARTED)
+def rel(nb_path) -> str:
+    return f"{nb_path.parent.name}/{nb_path.name}"
 
 
 def wait_until_idle(page) -> None:
@@ -132,20 +112,19 @@ def shows_head_view(nb_path) -> bool:
     return 'data-course-view=\\"head\\"' in nb_path.read_text(encoding="utf-8")
 
 
-def check_head_view(page, nb_path, shot) -> list[str]:
-    """bertviz's head view drew its SVG, offline, with the heads and tokens it was given."""
+def failure(say: str, shot, check, *args) -> list[str]:
+    """No problem when ``check(*args)`` passes (bertviz_checks.py, dark_theme_checks.py); else ``say`` and why."""
     try:
-        views = assert_head_view_rendered(page)
+        check(*args)
     except AssertionError as err:
-        return [f"{nb_path.parent.name}/{nb_path.name}: the bertviz head view did not render: {err} (see {shot})"]
-    print(f"{nb_path.parent.name}/{nb_path.name}: {len(views)} head view(s) rendered offline")
+        return [f"{say}: {err} (see {shot})"]
     return []
 
 
 def check_outputs(page, nb_path, shot, ran: bool = True) -> list[str]:
     """Everything wrong with a notebook's page, one sentence each: an executed one (``ran``), or one opened with
     its committed outputs (a solution), whose widgets have no kernel behind them and are not judged here."""
-    rel, problems = f"{nb_path.parent.name}/{nb_path.name}", []
+    problems = []
     prompts = page.evaluate(f"() => {CODE_PROMPTS}.map(e => e.textContent.trim())")
     not_run = [i for i, p in enumerate(prompts) if not re.fullmatch(r"\[\d+\]:", p)]
     if not_run and ran:
@@ -170,32 +149,21 @@ def check_outputs(page, nb_path, shot, ran: bool = True) -> list[str]:
     missing = [k for k in keys if not re.search(rf"Exercise {re.escape(k)} \([^\n]*\): {verdict}\.", text)]
     if missing:
         problems.append(f"exercises {missing} do not show '{verdict}'")
-    return [f"{rel}: {p} (see {shot})" for p in problems]
-
-
-def check_dark_theme(page, nb_path, shot) -> list[str]:
-    """The plots stay legible and sharp once the learner switches to the dark theme (dark_theme_checks.py)."""
-    try:
-        assert_plots_legible_in_the_dark_theme(page, shot)
-    except AssertionError as err:
-        return [f"{nb_path.parent.name}/{nb_path.name} in JupyterLab Dark: {err} (see {shot})"]
-    return []
+    return [f"{rel(nb_path)}: {p} (see {shot})" for p in problems]
 
 
 def check_explorer(page, nb_path, shot) -> list[str]:
     """Change the first control of the first explorer; the picture it shows must change, without errors."""
-    rel = f"{nb_path.parent.name}/{nb_path.name}"
-    if page.locator(".jp-OutputArea-output .jupyter-widgets").count() == 0:
-        return [f"{rel}: the notebook makes widgets but none rendered (see {shot})"]
+    where = rel(nb_path)
     explorers = page.locator(EXPLORER)
     if explorers.count() == 0:
-        return [f"{rel}: no explorer (controls above an Output) rendered (see {shot})"]
+        return [f"{where}: the notebook makes an explorer but none (controls above an Output) rendered (see {shot})"]
     explorer = explorers.first
     explorer.scroll_into_view_if_needed()
     before = explorer.evaluate(EXPLORER_SHOWS)
     action = change_first_control(explorer, page)
     if action is None:
-        return [f"{rel}: the first explorer has no slider, dropdown, toggle or checkbox"]
+        return [f"{where}: the first explorer has no slider, dropdown, toggle or checkbox"]
     try:
         page.wait_for_function(
             f"([before]) => ({EXPLORER_SHOWS})(document.querySelector({EXPLORER!r})) !== before",
@@ -203,70 +171,56 @@ def check_explorer(page, nb_path, shot) -> list[str]:
             timeout=30_000,
         )
     except Exception:
-        return [f"{rel}: {action}, but the explorer's picture did not change (see {shot})"]
+        return [f"{where}: {action}, but the explorer's picture did not change (see {shot})"]
     wait_until_idle(page)
     after = shot.with_name(shot.stem + "__widget.png")
     explorer.screenshot(path=str(after))
     problems = []
     if page.locator(ERROR_OUTPUTS).count():
-        problems.append(f"{rel}: error output after {action} (see {after})")
+        problems.append(f"{where}: error output after {action} (see {after})")
     if BAD_TEXT.search(outputs_text(page)):
-        problems.append(f"{rel}: a widget failed after {action} (see {after})")
+        problems.append(f"{where}: a widget failed after {action} (see {after})")
     return problems
 
 
-@pytest.mark.parametrize("stem", notebook_stems())
+@pytest.mark.parametrize("stem", sorted({p.stem for p in course_notebooks()}))
 def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
     learner = ROOT / "notebooks" / f"{stem}.ipynb"
     solution = ROOT / "solutions" / f"{stem}.ipynb"
     start = time.monotonic()
-    marks = []
-
-    def mark(what):
-        marks.append(f"{what} {time.monotonic() - start:.1f}")
-
     problems = []
     pages = {}
-    if learner.exists():
-        pages[learner] = new_page()
-        open_notebook(pages[learner], lab, f"notebooks/{learner.name}")
-    if solution.exists():  # opened beside the run, as committed: its verdicts must show "passed"
-        saved = new_page()
-        open_notebook(saved, lab, f"{SAVED_SOLUTIONS}/{solution.name}")
-        pages[solution] = saved
+    # the solution is opened beside the run, as committed: its verdicts must show "passed"
+    for nb, served in ((learner, "notebooks"), (solution, SAVED_SOLUTIONS)):
+        if nb.exists():
+            pages[nb] = new_page()
+            pages[nb].goto(lab.url(f"{served}/{nb.name}"))
     for page in pages.values():
-        wait_until_ready(page)
-    mark("ready")
-    if learner in pages:
-        click_run_all(pages[learner])
+        page.wait_for_selector(".jp-Notebook .jp-CodeCell")
+        page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')")  # kernel started and connected
+    if learner in pages:  # Run -> Run All Cells from the menu bar, as a learner would
+        pages[learner].get_by_role("menuitem", name="Run", exact=True).click()
+        pages[learner].get_by_role("menuitem", name="Run All Cells", exact=True).click()
+        pages[learner].wait_for_function(RUN_STARTED)
     for nb, page in pages.items():
         ran = nb == learner
         if ran:
             wait_until_idle(page)
-            mark("ran")
         shot = screenshots / f"{nb.parent.name}__{nb.stem}.jpg"
         save_screenshot(page, shot)
-        mark("shot")
         problems += check_outputs(page, nb, shot, ran=ran)
-        mark("checked")
-        if ran and shows_head_view(nb):
-            problems += check_head_view(page, nb, shot)
-            mark("bertviz")
+        if ran and shows_head_view(nb):  # bertviz drew its SVG, offline, with the heads and tokens it was given
+            said = f"{rel(nb)}: the bertviz head view did not render"
+            problems += failure(said, shot, assert_head_view_rendered, page)
         if ran and makes_widgets(nb):
             problems += check_explorer(page, nb, shot)
-            mark("widget")
         if ran and stem == DARK_THEME_NOTEBOOK:
-            problems += check_dark_theme(page, nb, screenshots / f"dark-theme__{stem}.jpg")
-            mark("dark theme")
+            dark = screenshots / f"dark-theme__{stem}.jpg"
+            said = f"{rel(nb)} in JupyterLab Dark"
+            problems += failure(said, dark, assert_plots_legible_in_the_dark_theme, page, dark)
         if page.js_errors:
-            problems.append(f"{nb.parent.name}/{nb.name}: errors in the page's JavaScript: {page.js_errors}")
-        if page.offline_violations:
-            problems.append(
-                f"{nb.parent.name}/{nb.name}: the page tried to reach the network "
-                f"(blocked): {sorted(set(page.offline_violations))}"
-            )
-    print(
-        f"{stem}: the learner copy run and its solution opened in the browser in {time.monotonic() - start:.1f} s "
-        f"({', '.join(marks)})"
-    )
+            problems.append(f"{rel(nb)}: errors in the page's JavaScript: {page.js_errors}")
+        if page.network:
+            problems.append(f"{rel(nb)}: the page tried to reach the network (blocked): {sorted(set(page.network))}")
+    print(f"{stem}: the learner copy run and its solution opened in the browser in {time.monotonic() - start:.1f} s")
     assert not problems, "\n\n".join(problems)

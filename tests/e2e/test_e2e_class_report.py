@@ -2,22 +2,19 @@
 
 A class of eight learners over every exercise of the course (and a file that is not a report) is written to a
 folder, the summary is made from it as the instructor makes it, and its HTML page is opened with every request
-other than ``file:`` aborted. The page must ask for nothing else (no CDN, no font, no script) and be a compact grid
-(issue 29 item 4): learners down, the exercises across grouped by notebook, every column in view
-on a 1280-pixel screen, one coloured cell per verdict with the exercise and the named mistake on hover, the
-learner's name still in view when the grid scrolls sideways. Below it, "what to re-teach" (item 5): each named
-mistake with how many learners made it, most first. Both colour schemes stay legible: each verdict's glyph
-against its colour at a contrast of 4.5:1 or more, the cells' colours told apart from the page, the page's
-background dark in dark mode. Screenshots go to ``reports/screenshots/class-summary-*.png``.
+other than ``file:`` aborted (no CDN, no font, no script). The page is a compact grid (issue 29 item 4) above
+"what to re-teach" (item 5), legible in both colour schemes. Screenshots go to
+``reports/screenshots/class-summary-*.png``.
 """
 
 from __future__ import annotations
 
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
-from harness import local_pages
+from harness import assert_offline, local_pages, with_wcag
 from test_grade import write_report  # the one way the tests write a learner's report
 
 from course_tools import grade
@@ -27,6 +24,7 @@ pytestmark = pytest.mark.browser
 
 LEARNERS = ["Ada Lovelace", "bo", "Chidi Okonkwo", "José Núñez", "李雷", "Marie-Ève Tremblay", "sam", "Yusuf"]
 STATUSES = ["passed"] * 5 + ["failed"] * 2 + ["not attempted", "not run"]
+KEYS = sorted(all_exercises(), key=lambda k: tuple(map(int, k.split("."))))  # every exercise, in course order
 
 
 def _class() -> dict[str, dict[str, str]]:
@@ -34,10 +32,9 @@ def _class() -> dict[str, dict[str, str]]:
         are "not checked"), and three learners make 01.2's first mistake, two 02.1's (other exercises fail more often:
     the draw of seed 29 gives one failed by more than three)."""
     rng = random.Random(29)
-    keys = sorted(all_exercises(), key=lambda k: tuple(map(int, k.split("."))))
     out = {}
     for n, learner in enumerate(LEARNERS):
-        mine = {k: rng.choice(STATUSES) for k in keys if n < len(LEARNERS) - 1 or k < "08"}
+        mine = {k: rng.choice(STATUSES) for k in KEYS if n < len(LEARNERS) - 1 or k < "08"}
         mine["01.2"] = "failed" if n < 3 else "passed"
         mine["02.1"] = "failed" if n in (3, 4) else "passed"
         out[learner] = mine
@@ -70,31 +67,14 @@ GEOMETRY = """() => {
                 .reduce((s, th) => s + th.getBoundingClientRect().width, 0)};
 }"""
 
-COLOURS = """() => {
-    const rgb = s => s.match(/[\\d.]+/g).slice(0, 3).map(Number);
-    const out = {page: [rgb(getComputedStyle(document.body).backgroundColor),
-                        rgb(getComputedStyle(document.body).color)]};
+# The page's text contrast and luminance; each verdict's cell: its text's contrast, its colour's against the page.
+COLOURS = with_wcag("""
+    const page = lum(background(document.body)), out = {page: [contrast(document.body), page]};
     for (const v of ['passed', 'failed', 'not-attempted', 'not-run']) {
         const td = document.querySelector(`td[data-verdict="${v}"]`);
-        const bg = getComputedStyle(td).backgroundColor;
-        out[v] = [bg.startsWith('rgba(0, 0, 0, 0)') ? out.page[0] : rgb(bg), rgb(getComputedStyle(td).color)];
+        out[v] = [contrast(td), ratio(lum(background(td)), page)];
     }
-    return out;
-}"""
-
-
-def _luminance(rgb) -> float:
-    def channel(c):
-        c = c / 255
-        return c / 12.92 if c <= 0.03928 else ((c + 0.055) / 1.055) ** 2.4
-
-    r, g, b = (channel(c) for c in rgb)
-    return 0.2126 * r + 0.7152 * g + 0.0722 * b
-
-
-def _contrast(a, b) -> float:
-    hi, lo = sorted((_luminance(a), _luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
+    return out;""")
 
 
 @pytest.fixture
@@ -107,13 +87,13 @@ def class_folder(tmp_path) -> Path:
 
 
 def _expected_reteach() -> list[tuple[str, str, int]]:
-    counts: dict[tuple[str, str], int] = {}
-    for statuses in CLASS.values():
-        for key, status in statuses.items():
-            if status == "failed":
-                name = get_exercise(key).mistakes[0].name
-                counts[(key, name)] = counts.get((key, name), 0) + 1
-    order = sorted(counts.items(), key=lambda kv: (-kv[1], tuple(map(int, kv[0][0].split(".")))))
+    counts = Counter(
+        (key, get_exercise(key).mistakes[0].name)
+        for statuses in CLASS.values()
+        for key, status in statuses.items()
+        if status == "failed"
+    )
+    order = sorted(counts.items(), key=lambda kv: (-kv[1], KEYS.index(kv[0][0])))
     return [(key, name, n) for (key, name), n in order]
 
 
@@ -125,15 +105,12 @@ def test_the_class_grid_reads_offline_in_light_and_dark(browser, class_folder, s
         page = make()
         page.goto((class_folder / "class-summary.html").as_uri())
         got = page.evaluate(READ_GRID)
-        keys = sorted(all_exercises(), key=lambda k: tuple(map(int, k.split("."))))
-        assert got["keys"] == keys  # every exercise of the course, in course order
-        by_notebook = {}
-        for k in keys:
-            by_notebook[k[:2]] = by_notebook.get(k[:2], 0) + 1
+        assert got["keys"] == KEYS
+        by_notebook = Counter(k[:2] for k in KEYS)  # in the order first seen: course order
         assert got["groups"] == [[nb, n] for nb, n in by_notebook.items()]  # one heading per notebook, over its own
         assert got["learners"] == sorted(LEARNERS, key=str.casefold)
         for learner, statuses in CLASS.items():
-            for key in keys:
+            for key in KEYS:
                 verdict, tip = got["rows"][learner][key]
                 status = statuses.get(key, "not checked")
                 assert verdict == status.replace(" ", "-"), (learner, key)
@@ -159,19 +136,18 @@ def test_the_class_grid_reads_offline_in_light_and_dark(browser, class_folder, s
         for scheme in ("light", "dark"):
             page.emulate_media(color_scheme=scheme)
             colours = page.evaluate(COLOURS)
-            background = _luminance(colours["page"][0])
+            background = colours["page"][1]
             assert (background > 0.8) if scheme == "light" else (background < 0.05), (scheme, colours["page"])
-            for verdict, (bg, fg) in colours.items():
-                assert _contrast(bg, fg) >= 4.5, f"{scheme}: {verdict} text {fg} on {bg} is hard to read"
+            for verdict, (text, _) in colours.items():
+                assert text >= 4.5, f"{scheme}: {verdict} text has a contrast of {text:.2f}: hard to read"
             for verdict in ("passed", "failed", "not-run"):  # a coloured cell stands out from the page
-                assert _contrast(colours[verdict][0], colours["page"][0]) >= 1.5, (scheme, verdict, colours)
+                assert colours[verdict][1] >= 1.5, (scheme, verdict, colours)
             page.screenshot(path=str(screenshots / f"class-summary-{scheme}.png"), full_page=True)
         # narrower than the grid: it scrolls sideways and the names stay in view
         page.set_viewport_size({"width": 700, "height": 800})
         page.locator(".wrap").evaluate("el => el.scrollLeft = el.scrollWidth")
         name_box = page.locator("#class-summary tbody th").first.bounding_box()
         assert 0 <= name_box["x"] < 30, name_box
-        assert page.network == [], f"the page tried to reach the network: {page.network}"
-        assert page.js_errors == [] and page.websockets == []
+        assert_offline(page)
     finally:
         close()

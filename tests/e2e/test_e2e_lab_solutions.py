@@ -11,30 +11,22 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
-from urllib.parse import urlparse
 
 import pytest
-from harness import ROOT
+from harness import LOCALHOST, ROOT, free_port, jupyter_env, local_pages
 
 pytestmark = pytest.mark.browser
 
 SOLUTION = "03_masking.ipynb"
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def lab_as_started(tmp_path, chromium_path):
     """(the address `course.py lab` opened in the browser, the server's base URL): the command run literally."""
-    port, token = _free_port(), os.urandom(16).hex()
+    port, token = free_port(), os.urandom(16).hex()
     opened = tmp_path / "opened.txt"
     record = tmp_path / "browser.sh"  # what $BROWSER runs: it notes the address instead of opening a window
     record.write_text(f'#!/bin/sh\necho "$1" > {opened}\n', encoding="utf-8")
@@ -46,14 +38,10 @@ def lab_as_started(tmp_path, chromium_path):
     tracker.parent.mkdir(parents=True)
     tracker.write_text('{"windowingMode": "none"}', encoding="utf-8")
     env = {
-        **os.environ,
+        **jupyter_env(jupyter),
         "BROWSER": f"{record} %s",
-        "JUPYTER_CONFIG_DIR": str(jupyter / "config"),
-        "JUPYTER_RUNTIME_DIR": str(jupyter / "runtime"),
         "JUPYTERLAB_SETTINGS_DIR": str(jupyter / "settings"),
         "JUPYTERLAB_WORKSPACES_DIR": str(jupyter / "workspaces"),
-        "IPYTHONDIR": str(jupyter / "ipython"),
-        "JUPYTER_PLATFORM_DIRS": "1",
     }
     command = [
         "python3",  # as the README says, whichever Python 3.10+ is on PATH: course.py runs Jupyter from .venv/
@@ -86,9 +74,8 @@ def lab_as_started(tmp_path, chromium_path):
         yield opened.read_text().strip(), f"http://127.0.0.1:{port}", token, tmp_path / "lab.log"
     finally:
         try:
-            base = f"http://127.0.0.1:{port}"
             req = urllib.request.Request(
-                base + "/api/shutdown", method="POST", headers={"Authorization": f"token {token}"}
+                f"http://127.0.0.1:{port}/api/shutdown", method="POST", headers={"Authorization": f"token {token}"}
             )
             urllib.request.urlopen(req, timeout=10).close()
             proc.wait(timeout=30)
@@ -104,20 +91,8 @@ def test_lab_opens_notebook_00_without_the_news_question_and_a_solution_opens_fr
     address, base, token, log = lab_as_started
     said = log.read_text(encoding="utf-8")
     assert "[course] starting JupyterLab on the course folder at notebook 00 (solutions/ is beside notebooks/)" in said
-    context = browser.new_context(viewport={"width": 1280, "height": 900})
-    blocked: list[str] = []
-
-    def only_here(route):
-        url = route.request.url
-        if url.startswith("file:") or urlparse(url).hostname in ("127.0.0.1", "localhost"):
-            route.continue_()
-        else:
-            blocked.append(url)
-            route.abort()
-
-    context.route("**/*", only_here)
-    page = context.new_page()
-    page.set_default_timeout(90_000)
+    make, close = local_pages(browser, ("file:", *LOCALHOST), timeout_ms=90_000)
+    page = make()
     shot = screenshots / "lab__solution_opened.jpg"
     try:
         page.goto(address)  # the page `lab` opened (a file that forwards to JupyterLab with the token)
@@ -128,8 +103,7 @@ def test_lab_opens_notebook_00_without_the_news_question_and_a_solution_opens_fr
         page.wait_for_timeout(3000)  # JupyterLab asks about news a moment after it has restored its layout
         assert page.get_by_text("official Jupyter news").count() == 0, "JupyterLab asked about Jupyter's news"
         # the file browser: up to the course folder, into solutions/, open a solution as a learner would
-        browser_panel = page.locator(".jp-FileBrowser")
-        if not browser_panel.is_visible():
+        if not page.locator(".jp-FileBrowser").is_visible():
             page.get_by_role("tab", name="File Browser").click()
         page.locator(".jp-FileBrowser .jp-BreadCrumbs-home").click()
         items = page.locator(".jp-FileBrowser .jp-DirListing-item")
@@ -145,7 +119,7 @@ def test_lab_opens_notebook_00_without_the_news_question_and_a_solution_opens_fr
             ".some(e => /Exercise 03\\.1 \\(.*\\): passed\\./.test(e.innerText))"
         )
         assert "YOUR CODE HERE" not in solution.inner_text()
-        assert blocked == [], f"the page tried to reach the network (blocked): {sorted(set(blocked))}"
+        assert page.network == [], f"the page tried to reach the network (blocked): {sorted(set(page.network))}"
     finally:
         page.screenshot(path=str(shot), type="jpeg", quality=80)
-        context.close()
+        close()
