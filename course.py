@@ -474,6 +474,9 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
 # under the forced kernels only: unit 983 s, browser 462 s, sweep 781 s, passes 142 s and 111 s; 983 s in all.
 # Again at 23:10 UTC (dc79d34): unit 1,141 s, browser 489 s, sweep 972 s, passes 191 s and 128 s; the sweep and
 # the mutation test, whose code had not changed, ran 1.24x slower too, so the machine was slower that hour.
+# 2026-11-30, the same machine within the hour: 7e79c78 took 858 s (unit 857, browser 413, sweep 723, passes 132
+# and 94); edd94c9, each notebook folder once under nbval, took 718 s (unit 717, browser 376, sweep 652, learner
+# copies under default 119, solutions under avx2 89), both cores 95% busy throughout.
 AT_ONCE = 3
 
 
