@@ -587,10 +587,11 @@ def cmd_test(extra: list[str]) -> int:
     if plan_only:
         print(
             f"group 1 runs first; then the other groups' steps in order, at most {AT_ONCE} at a time: each step "
-            "of a later group starts as soon as an earlier step ends"
+            "of a later group starts as soon as an earlier step ends (each line runs as it is from the course folder)"
         )
+        py = os.path.relpath(PY, ROOT) if PY.is_relative_to(ROOT) else PY  # the venv's python, not the shell's
         for step in sorted(steps, key=lambda s: s.group):
-            print(f"group {step.group}: {shown(['python', *step.args], step.env)}\n    {step.title}")
+            print(f"group {step.group}: {shown([py, *step.args], step.env)}\n    {step.title}")
         return 0
     t0 = time.monotonic()
     rc = run_steps(steps)

@@ -342,7 +342,7 @@ def aft_full(
     """
     check_aft_qkv(q, k, v)
     T, S = q.shape[-2], k.shape[-2]
-    check_tensor("w", w, min_dim=2)
+    check_float_tensor("w", w, min_dim=2)
     if tuple(w.shape) != (T, S):
         raise ValueError(f"w must have shape (T, S) = ({T}, {S}), got {tuple(w.shape)}")
     if mask is not None:
@@ -366,7 +366,7 @@ def aft_local_bias(w: torch.Tensor, window: int) -> torch.Tensor:
 
     Shape: w (T, S) -> (T, S). Taught in notebook 07.
     """
-    check_tensor("w", w, min_dim=2)
+    check_float_tensor("w", w, min_dim=2)
     check_int("window", window)
     T, S = w.shape[-2:]
     i = torch.arange(T, device=w.device)[:, None] + (S - T)  # (T, 1) absolute query positions

@@ -246,8 +246,14 @@ def test_dry_run_on_this_machine_lists_every_pass_the_cpu_can_run():
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     out = proc.stdout
-    assert "ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE python -m pytest notebooks --nbval" in out
-    avx2_pass = "ATEN_CPU_CAPABILITY=avx2 python -m pytest solutions --nbval" in out
+    # the venv's python, pasted from the course folder (before: `python`, the shell's, which has no nbval or torch)
+    (py,) = set(re.findall(r"ATEN_CPU_CAPABILITY=default MKL_CBWR=COMPATIBLE (\S+) -m pytest notebooks --nbval", out))
+    assert (ROOT / py).resolve() == (ROOT / ".venv" / "bin" / "python").resolve() or Path(py).is_absolute(), py
+    assert (ROOT / py).is_file() and f"{py} -m ruff check" in out, out
+    lint = next(line.split(": ", 1)[1] for line in out.splitlines() if f"{py} -m ruff check" in line)
+    pasted = subprocess.run(lint, shell=True, cwd=ROOT, capture_output=True, text=True, timeout=300)  # as printed
+    assert pasted.returncode == 0, pasted.stdout + pasted.stderr
+    avx2_pass = f"ATEN_CPU_CAPABILITY=avx2 {py} -m pytest solutions --nbval" in out
     if not avx2_pass:
         assert "the avx2 CPU kernels" in out, out  # the one-line notice that says why
     flags = cpu_flags()

@@ -418,6 +418,16 @@ MESSAGES = [
         "q, mask must be on one device, got q on cpu, mask on meta",
     ),
     (lambda: aft_full(*Q3, w=torch.zeros(3, 3)), ValueError, "w must have shape (T, S) = (4, 4)"),
+    (
+        lambda: aft_full(*Q3, w=torch.zeros(4, 4, dtype=torch.cfloat)),
+        TypeError,  # was torch's softmax error
+        "w must be a floating-point tensor, got dtype torch.complex64",
+    ),
+    (
+        lambda: aft_local_bias(torch.ones(4, 4, dtype=torch.bool), 2),
+        TypeError,  # was a bool "bias"
+        "w must be a floating-point tensor, got dtype torch.bool",
+    ),
     (lambda: aft_full(Q8, Q8, V8, torch.zeros(5, 5)), ValueError, CHANNELS),
     (lambda: aft_simple(Q8, Q8, V8), ValueError, CHANNELS),
     (lambda: aft_simple(Q8, V8, V8), ValueError, "q and k must have the same last dimension D"),
