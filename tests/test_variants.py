@@ -374,6 +374,7 @@ P6, Q6, KV = torch.randn(3, 6), torch.randn(1, 6, 4), torch.zeros(1, 1, 2, 3)
 K1, K2 = torch.randn(1, 1, 1, 2), torch.randn(1, 1, 2, 2)  # one new position, two
 BATCH_OF_2 = _cache((0, (2, 1, 3, 4)), capacity=8)
 MODULE_WEIGHTS = "but the module's weights are"
+LINFORMER, GQA = LinformerSelfAttention(16, 4, 8, 3), GroupedQueryAttention(8, 4, 2)
 MASK_3_5_META = torch.ones(3, 5, dtype=torch.bool, device="meta")
 CHANNELS = "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)"
 SCALE_ABC = "scale must be a positive number, got 'abc' (str)"
@@ -447,27 +448,16 @@ MESSAGES = [
         ValueError,
         "proj_k and proj_v must have the same number of rows R (the projected length), got (3, 7) and (4, 7)",
     ),
-    *[
-        row
-        for layer in (LinformerSelfAttention(16, 4, 8, 3),)
-        for row in [
-            (lambda m=layer: m(torch.randn(5, 16)), ValueError, "x must have at least 3 dimensions, got shape (5, 16)"),
-            (lambda m=layer: m(torch.randn(2, 5, 8)), ValueError, "x must have shape (B, T, C=16), got (2, 5, 8)"),
-            (
-                lambda m=layer: m(torch.ones(2, 5, 16).long()),
-                TypeError,
-                "x must be a floating-point tensor, got dtype torch.int64",
-            ),
-        ]
-    ],
-    *[
-        row
-        for module in (GroupedQueryAttention(8, 4, 2),)
-        for row in [
-            (lambda m=module: m(Q8[:1].double()), TypeError, "x is float64 " + MODULE_WEIGHTS + " float32"),
-            (lambda m=module: m(Q8[:1].to("meta")), ValueError, "x is on meta " + MODULE_WEIGHTS + " on cpu"),
-        ]
-    ],
+    # the layers' input: the wrong rank, width or dtype; then one the module's weights do not match
+    (lambda: LINFORMER(torch.randn(5, 16)), ValueError, "x must have at least 3 dimensions, got shape (5, 16)"),
+    (lambda: LINFORMER(torch.randn(2, 5, 8)), ValueError, "x must have shape (B, T, C=16), got (2, 5, 8)"),
+    (
+        lambda: LINFORMER(torch.ones(2, 5, 16).long()),
+        TypeError,
+        "x must be a floating-point tensor, got dtype torch.int64",
+    ),
+    (lambda: GQA(Q8[:1].double()), TypeError, "x is float64 " + MODULE_WEIGHTS + " float32"),
+    (lambda: GQA(Q8[:1].to("meta")), ValueError, "x is on meta " + MODULE_WEIGHTS + " on cpu"),
     # the KV cache, and the decoder that uses it
     (lambda: KVCache(2, 0), ValueError, "capacity must be at least 1"),
     (lambda: KVCache(2, 4).update(2, K1, K1), ValueError, "layer must be in [0, 1], got 2"),
