@@ -234,8 +234,9 @@ def train(
 
     ``resume`` continues the run in ``out_dir`` with its model, text and settings (a notice for each that differs);
     ``max_seconds`` stops after a checkpoint; ``progress``: a tqdm bar (default: when stderr is a terminal).
-    ``callback(event)`` gets each logged window (``"kind": "train"``) and evaluation (``"eval"``); what it raises
-    stops the run. Shape: each step's batch is (B, T) token ids, B over all processes. Taught in notebook 10.
+    ``callback(event)`` gets ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` when a logged window closes
+    (``loss``: its mean) and ``{"kind": "eval", "step", "train_loss", "val_loss"}`` at each evaluation; what it
+    raises stops the run. Shape: each step's batch is (B, T) token ids, B over all processes. Taught in notebook 10.
     """
     wall_start = time.perf_counter()
     if max_seconds is not None and not max_seconds > 0:
@@ -677,11 +678,13 @@ def check_given(flag: str, path: str, expected: str) -> None:
 def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
     """``out_dir`` as a Path; RunSetupError: empty, a file, under a file, not writable, or a run without ``resume``."""
     check_path("out_dir", out_dir)
-    where = f"expected a folder for {CHECKPOINT_NAME} and {SUMMARY_NAME}"
-    check_given("--out", os.fspath(out_dir), f"{where[9:]}, such as runs/NAME in the course folder, or . for this one")
+    folder = f"a folder for {CHECKPOINT_NAME} and {SUMMARY_NAME}"
+    check_given("--out", os.fspath(out_dir), f"{folder}, such as runs/NAME in the course folder, or . for this one")
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
-        raise RunSetupError(f"--out {out_dir} is a file, {where}: choose another --out, or move the file away")
+        raise RunSetupError(
+            f"--out {out_dir} is a file, expected {folder}: choose another --out, or move the file away"
+        )
     check_can_create(out_dir, "--out", ", such as runs/NAME in the course folder")
     if not resume and (out_dir / CHECKPOINT_NAME).exists():
         raise RunSetupError(f"--out {out_dir} already holds a run ({CHECKPOINT_NAME}): add --resume to continue it, "
