@@ -342,7 +342,10 @@ def test_the_same_verdict_on_every_seed(key):
     seed the same. The fixed cases run once per answer and each seed's draws, and the solution's and mistakes'
     runs, are made once for all answers (:class:`References`, which re-runs them where they are not deterministic).
     """
-    ex = EXERCISES[key]
+    # No time limit: it is wall time, and this test shares two cores with the unit and browser tests. In CI
+    # (2026-11-30) a right answer to 10.4 failed on seed 83 with no mistake named, once; it passes on that seed
+    # here under every kernel, and being stopped by the clock is how the same function gets two verdicts.
+    ex = dataclasses.replace(EXERCISES[key], time_limit=None)
     answers = [("solution", ex.solution)] + [(m.name, m.fn) for m in ex.mistakes]
     answers += [(n, w) for n, w, _ in _wrappers(ex)] + [(f.__name__, f) for k, f in HOLES if k == key]
     refs = References(ex)
@@ -352,7 +355,9 @@ def test_the_same_verdict_on_every_seed(key):
     def differs(name, want, said, res, seed):
         if (res.status, res.mistake) == (want.status, want.mistake):
             return False
-        changed.append(f"{name}: {said} {want.status}/{want.mistake}, seed {seed} {res.status}/{res.mistake}")
+        changed.append(
+            f"{name}: {said} {want.status}/{want.mistake}, seed {seed} {res.status}/{res.mistake} ({res.message})"
+        )
         return True
 
     catalogued = {m.name for m in ex.mistakes}
