@@ -104,6 +104,7 @@ def _wrap(ex, misbehaves):
         out = ex.solution(*args, **kwargs)
         return _spoil(out) if misbehaves(a) else out
 
+    answer.misbehaves = misbehaves  # the seed sweep runs it only on the seeds that draw such a case
     return answer
 
 
@@ -175,6 +176,8 @@ def _float32_inside(ex):
         if not wide:
             return out
         return tuple(map(up, out)) if isinstance(out, tuple) else up(out)
+
+    answer.misbehaves = lambda a: any(isinstance(v, torch.Tensor) and v.dtype == torch.float64 for v in a.values())
 
     return answer
 
@@ -328,6 +331,18 @@ SWEEP = os.environ.get("COURSE_SEED_SWEEP") == "1"
 SWEEP_SEEDS = int(os.environ.get("COURSE_SEED_SWEEP_SEEDS", "200"))
 
 
+def _as_the_solution(ex, fn, refs, seed) -> bool:
+    """Whether generic wrapper ``fn`` answers every case drawn from ``seed`` as the solution does: none holds the
+    facet it misbehaves on. Its verdict on those draws is then the solution's, checked on the same seed."""
+    misbehaves = getattr(fn, "misbehaves", None)
+    if misbehaves is None:  # a catalogued mistake, a named hole or the solution itself: always run
+        return False
+    try:
+        return not any(misbehaves(bind(ex.solution, *case)) for case in refs.drawn(seed))
+    except Exception:  # it would raise inside the wrapper too: run it
+        return False
+
+
 @pytest.mark.slow
 @pytest.mark.skipif(not SWEEP, reason="the seed sweep runs with COURSE_SEED_SWEEP=1 (CI, beside the browser tests)")
 @pytest.mark.parametrize("key", KEYS)
@@ -376,8 +391,11 @@ def test_the_same_verdict_on_every_seed(key):
             first = check_drawn(ex, fn, 0, references=refs)
             if not differs(name, first, "seed 0's draws", run_check(ex, fn, seed=0, references=refs), 0):
                 on_draws.append((name, fn, first))
+    solution_said = next(((r.status, r.mistake) for name, _, r in on_draws if name == "solution"), None)
     for seed in range(1, SWEEP_SEEDS):
         for i, (name, fn, first) in enumerate(on_draws):
-            if fn is not None and differs(name, first, "seed 0", check_drawn(ex, fn, seed, references=refs), seed):
+            if fn is None or ((first.status, first.mistake) == solution_said and _as_the_solution(ex, fn, refs, seed)):
+                continue  # said already; or a wrapper that answers every case of this seed as the solution does
+            if differs(name, first, "seed 0", check_drawn(ex, fn, seed, references=refs), seed):
                 on_draws[i] = (name, None, first)  # one change is enough to say
     assert not changed, f"{key}: verdicts that depend on the seed: {changed}"
