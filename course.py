@@ -17,7 +17,7 @@ import time
 import urllib.parse
 import venv
 from pathlib import Path
-from typing import Callable, NamedTuple
+from typing import Callable, Literal, NamedTuple
 
 ROOT = Path(__file__).resolve().parent
 VENV = Path(os.environ.get("COURSE_VENV", ROOT / ".venv"))
@@ -485,8 +485,8 @@ AT_ONCE = 3
 def run_steps(steps: list[Step]) -> int:
     """Run the first group (lint), its steps at the same time; if it passed, the other steps in group order,
     at most AT_ONCE at a time, each starting when a slot is free (:func:`run_together`). Print each one's wall
-    time. After a failure no further step starts. Returns 0 or the first failing exit code."""
-    times: list[tuple[str, float, int]] = []
+    time and CPU time. After a failure no further step starts. Returns 0 or the first failing exit code."""
+    times: list[tuple[str, float, float | None, int]] = []
     first = min((s.group for s in steps), default=0)
     stages = [
         [s for s in steps if s.group == first],
@@ -501,13 +501,14 @@ def run_steps(steps: list[Step]) -> int:
             t0 = time.monotonic()
             cmd = [str(c) for c in (PY, *step.args)]
             say("$ " + shown(cmd, step.env))
-            rc = subprocess.call(cmd, cwd=ROOT, env=step_env(step))
-            results = [(step, rc, time.monotonic() - t0)]
+            proc = subprocess.Popen(cmd, cwd=ROOT, env=step_env(step))
+            cpu = ended(proc, wait=True)
+            results = [(step, proc.returncode, time.monotonic() - t0, cpu)]
         else:
             results = run_together(members, at_once)
         failed = 0
-        for step, rc, seconds in results:
-            times.append((step.title, seconds, rc))
+        for step, rc, seconds, cpu in results:
+            times.append((step.title, seconds, cpu, rc))
             say(f"{'ok' if rc in step.ok else f'FAILED (exit code {rc})'} in {seconds:.0f} s: {step.title}")
             if rc not in step.ok and not failed:
                 failed = rc
@@ -524,17 +525,18 @@ def step_env(step: Step) -> dict[str, str]:
     return {**env, **step.env}
 
 
-def run_together(steps: list[Step], at_once: int | None = None) -> list[tuple[Step, int, float]]:
+def run_together(steps: list[Step], at_once: int | None = None) -> list[tuple[Step, int, float, float | None]]:
     """Run the steps in their order, at most ``at_once`` at a time (default: all at once): each waiting step
     starts as soon as a running one ends, unless a step has failed (then no more start). Show each one's output,
-    whole, when it ends (so lines never interleave). Returns (step, exit code, seconds) of the steps started."""
+    whole, when it ends (so lines never interleave). Returns (step, exit code, seconds, CPU-seconds or None) of the
+    steps started (:func:`ended`)."""
     import tempfile
 
     at_once = len(steps) if at_once is None else at_once
     waiting, running = list(steps), []
-    results: dict[int, tuple[Step, int, float]] = {}
+    results: dict[int, tuple[Step, int, float, float | None]] = {}
     while waiting or len(results) < len(running):
-        failed = any(rc not in step.ok for step, rc, _ in results.values())
+        failed = any(rc not in step.ok for step, rc, *_ in results.values())
         while waiting and not failed and len(running) - len(results) < at_once:
             step = waiting.pop(0)
             say(f"{step.title} (started now, output shown when it ends)")
@@ -548,8 +550,8 @@ def run_together(steps: list[Step], at_once: int | None = None) -> list[tuple[St
                 say(f"not started (a step failed): {step.title}")
             waiting = []
         for i, (step, proc, log, t0) in enumerate(running):
-            if i not in results and proc.poll() is not None:
-                results[i] = (step, proc.returncode, time.monotonic() - t0)
+            if i not in results and (cpu := ended(proc)) is not False:
+                results[i] = (step, proc.returncode, time.monotonic() - t0, cpu)
                 log.seek(0)
                 say(f"output of: {step.title}")
                 sys.stdout.write(log.read())
@@ -559,10 +561,29 @@ def run_together(steps: list[Step], at_once: int | None = None) -> list[tuple[St
     return [results[i] for i in range(len(running))]
 
 
-def print_times(times: list[tuple[str, float, int]]) -> None:
-    say("wall time per step:")
-    for title, seconds, rc in times:
-        print(f"    {seconds:6.0f} s  {'ok    ' if rc in (0, 5) else 'FAILED'}  {title[:90]}", flush=True)
+def ended(proc: subprocess.Popen, wait: bool = False) -> float | None | Literal[False]:
+    """False while ``proc`` runs (``wait``: wait for it); once it has ended, its returncode is set and this is the
+    CPU-seconds (user and system) it used with the processes it waited for (its pytest workers and their
+    kernels), or None where the system does not say (no ``os.wait4``: Windows)."""
+    if not hasattr(os, "wait4"):
+        if wait:
+            proc.wait()
+        return None if proc.poll() is not None else False
+    pid, status, usage = os.wait4(proc.pid, 0 if wait else os.WNOHANG)
+    if pid == 0:
+        return False
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    return usage.ru_utime + usage.ru_stime
+
+
+def print_times(times: list[tuple[str, float, float | None, int]]) -> None:
+    """Each step's wall time and CPU time: with both cores busy, the CPU-seconds say where the time goes."""
+    say("wall time and CPU time per step:")
+    for title, seconds, cpu, rc in times:
+        used = "     -" if cpu is None else f"{cpu:6.0f}"
+        print(f"    {seconds:6.0f} s {used} CPU-s  {'ok    ' if rc in (0, 5) else 'FAILED'}  {title[:80]}", flush=True)
+    if all(cpu is not None for _, _, cpu, _ in times):
+        say(f"{sum(cpu for _, _, cpu, _ in times):.0f} CPU-s in all")
 
 
 def cmd_test(extra: list[str]) -> int:

@@ -295,13 +295,13 @@ def test_a_later_steps_start_takes_the_place_of_the_first_step_that_ends(tmp_pat
 
     long, short, later = step("long", 3.0), step("short", 0.2), step("later", 0.2, group=3)
     results = course.run_together([long, short, later], at_once=2)
-    assert [(s.title, rc) for s, rc, _ in results] == [("long", 0), ("short", 0), ("later", 0)]
+    assert [(s.title, rc) for s, rc, *_ in results] == [("long", 0), ("short", 0), ("later", 0)]
     assert at("short", "end") <= at("later", "start") < at("long", "end")  # short's slot, while long still ran
     assert at("later", "start") >= at("long", "start")
     capsys.readouterr()
     failing, running, waiting = step("failing", 0.1, rc=1), step("running", 1.0), step("waiting", 0.1, group=3)
     results = course.run_together([failing, running, waiting], at_once=2)
-    assert [(s.title, rc) for s, rc, _ in results] == [("failing", 1), ("running", 0)]  # running ends, as before
+    assert [(s.title, rc) for s, rc, *_ in results] == [("failing", 1), ("running", 0)]  # running ends, as before
     assert not (tmp_path / "waiting.start").exists()
     assert "not started (a step failed): waiting" in capsys.readouterr().out
     assert course.AT_ONCE == len([s for s in course.test_plan([], {None: "AVX512"})[0] if s.group == 2])

@@ -10,6 +10,7 @@ under the forced kernels (``ATEN_CPU_CAPABILITY``) to catch the rest.
 from __future__ import annotations
 
 import ast
+import os
 import platform
 import re
 import subprocess
@@ -290,7 +291,7 @@ def test_steps_of_one_group_run_at_the_same_time_and_a_failure_fails_the_run(mon
     rc = course.run_steps([_step(course, "first", meet(a, b), 1), _step(course, "second", meet(b, a), 1)])
     out = capsys.readouterr().out
     assert rc == 0 and out.count("met") == 2, out  # one after the other, the first would wait for the second alone
-    assert "wall time per step" in out and "ok in" in out
+    assert "wall time and CPU time per step" in out and "ok in" in out and "CPU-s in all" in out
 
     rc = course.run_steps(
         [
@@ -304,3 +305,19 @@ def test_steps_of_one_group_run_at_the_same_time_and_a_failure_fails_the_run(mon
     # `course.py test -k something` can select no notebook for the forced passes: pytest says 5, not 0
     assert course.run_steps([_step(course, "nothing selected", "import sys; sys.exit(5)", 1, ok=(0, 5))]) == 0
     assert course.run_steps([_step(course, "nothing selected", "import sys; sys.exit(5)", 1)]) == 5
+
+
+def test_each_steps_cpu_seconds_count_the_processes_it_started(monkeypatch):
+    """The CPU column of `course.py test`: a step's own work and its children's (pytest's workers and their kernels),
+    not its wall time (a step that sleeps uses almost none)."""
+    course = load_course()
+    monkeypatch.setattr(course, "PY", Path(sys.executable))
+    burn = "sum(range(4 * 10**7))"  # about a CPU-second, however loaded the machine
+    child = f"import subprocess, sys; subprocess.run([sys.executable, '-c', {burn!r}], check=True)"
+    steps = [_step(course, "sleeps", "import time; time.sleep(1)", 2), _step(course, "its child works", child, 2)]
+    (_, _, slept, idle), (_, rc, _, busy) = course.run_together(steps)
+    assert rc == 0 and slept >= 1
+    if not hasattr(os, "wait4"):  # Windows: not known, and said so
+        assert idle is None and busy is None
+        return
+    assert idle < 0.5 < busy, (idle, busy)
