@@ -586,10 +586,16 @@ def print_times(times: list[tuple[str, float, float | None, int]]) -> None:
         say(f"{sum(cpu for _, _, cpu, _ in times):.0f} CPU-s in all")
 
 
+# pytest's options that take the next argument as their value: one left last would take nothing in every step
+PYTEST_VALUE_OPTIONS = ("-k", "-m", "-n", "-p", "-c", "-o", "--maxfail", "--deselect", "--ignore", "--durations")
+
+
 def cmd_test(extra: list[str]) -> int:
     offline, extra = take_offline(extra)
     plan_only = "--plan" in extra
     extra = [a for a in extra if a != "--plan"]
+    if extra and extra[-1] in PYTEST_VALUE_OPTIONS:  # before anything is installed or run
+        sys.exit(f"[course] {extra[-1]} needs a value, e.g. python3 course.py test -k masking (pytest's options)")
     ensure_installed(offline, "author")
     if offline:
         copy_room_datasets(offline)

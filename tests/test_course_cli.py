@@ -572,3 +572,14 @@ def test_contributings_pytest_commands_with_k_select_tests_when_pasted():
             command,
             proc.stdout[-500:],
         )
+
+
+@pytest.mark.parametrize("argv", [["-k"], ["-m", "slow", "-k", "--plan"], ["--offline", ".", "-n"]])
+def test_a_pytest_option_left_without_its_value_is_refused_before_anything_runs(argv, monkeypatch):
+    course = load_course()
+    monkeypatch.setattr(course, "ensure_installed", lambda *a, **kw: pytest.fail("installed before refusing"))
+    monkeypatch.setattr(course, "offline_source", lambda where: where)
+    with pytest.raises(SystemExit) as stop:
+        course.cmd_test(argv)
+    option = [a for a in argv if a != "--plan"][-1]
+    assert str(stop.value).startswith(f"[course] {option} needs a value, e.g. python3 course.py test -k masking")
