@@ -91,18 +91,22 @@ def sample_next_token(
     Shape: logits (B, V) -> tokens (B,) int64. Taught in notebook 09.
     """
     check_float_tensor("logits", logits, min_dim=2)
-    if logits.dim() != 2:
-        raise ValueError(f"logits must be (B, V), got {tuple(logits.shape)}")
-    check_sampling(temperature, top_k, top_p, greedy, generator)
+    if logits.dim() != 2 or logits.shape[1] == 0:
+        raise ValueError(f"logits must be (B, V) with V >= 1 tokens, got {tuple(logits.shape)}")
+    temperature, top_p = check_sampling(temperature, top_k, top_p, greedy, generator)
     return _sample(logits, temperature, top_k, top_p, greedy, generator)
 
 
-def check_sampling(temperature: object, top_k: object, top_p: object, greedy: object, generator: object) -> None:
-    """The settings of :func:`sample_next_token`, checked once: by it, or before a generation loop."""
+def check_sampling(
+    temperature: object, top_k: object, top_p: object, greedy: object, generator: object
+) -> tuple[float, float | None]:
+    """The settings of :func:`sample_next_token`, checked once: by it, or before a generation loop. Returns the
+    temperature and top_p as floats (a Fraction or a NumPy number would otherwise reach torch)."""
     if top_k is not None:
         check_int("top_k", top_k, expected="an int or None")
     if top_p is not None:
-        check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
+        top_p = check_fraction("top_p", top_p, one_allowed=True, zero_allowed=False)
+    t = 1.0  # unused by the argmax
     if not check_bool("greedy", greedy):
         t = check_number("temperature", temperature, "a number > 0 (use greedy=True for the argmax)")
         if not t > 0:
@@ -113,6 +117,7 @@ def check_sampling(temperature: object, top_k: object, top_p: object, greedy: ob
                 "(sample uniformly instead), got inf"
             )
     check_generator("generator", generator)
+    return t, top_p
 
 
 def _sample(
@@ -218,7 +223,7 @@ def generate_stream(
     """
     check_choice("on_full", on_full, _ON_FULL)
     context_length = check_generation(model, idx, max_new_tokens, use_cache, shift=on_full == "shift")
-    check_sampling(temperature, top_k, top_p, greedy, generator)
+    temperature, top_p = check_sampling(temperature, top_k, top_p, greedy, generator)
     if keep_on_shift is not None and on_full != "shift":
         raise ValueError(f"keep_on_shift applies only with on_full='shift', got on_full={on_full!r}")
     if keep_on_shift is not None:

@@ -7,8 +7,11 @@ from __future__ import annotations
 
 import math
 import runpy
+from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from strategies import refusals_test
@@ -292,6 +295,24 @@ def test_generate_takes_a_numpy_int_for_max_new_tokens():
     assert out.shape == (1, 5)
 
 
+@pytest.mark.parametrize("kind", [Fraction, lambda x: np.float32(x), Decimal], ids=["Fraction", "numpy", "Decimal"])
+def test_a_temperature_and_top_p_of_another_number_type_sample_as_floats_or_are_refused(kind):
+    """A Fraction or a NumPy float is a real number: it samples as the float would (before, it passed the check and
+    failed inside torch). A Decimal is not a Real number in Python: refused in one line."""
+    logits = torch.randn(4, 7, generator=torch.Generator().manual_seed(1))
+    t, p = (Decimal("0.5"), Decimal("0.75")) if kind is Decimal else (kind(0.5), kind(0.75))  # exact in binary
+    setting = {"temperature": t, "top_p": p}
+    if kind is Decimal:
+        with pytest.raises(TypeError, match="must be a number"):
+            sample_next_token(logits, **setting)
+        return
+    for call in (
+        lambda **kw: sample_next_token(logits, generator=torch.Generator().manual_seed(0), **kw),
+        lambda **kw: generate(GPT_VIEW, PROMPT, 4, generator=torch.Generator().manual_seed(0), **kw),
+    ):
+        torch.testing.assert_close(call(**setting), call(temperature=0.5, top_p=0.75), rtol=0, atol=0)
+
+
 def test_the_loop_checks_top_k_and_top_p_once_not_at_every_step(monkeypatch):
     """generate checks its sampling settings at the entry; the steps call the unchecked filters (#20)."""
     from course_utils import _validate, generation
@@ -353,6 +374,7 @@ MESSAGES = [
     (lambda: sample_next_token(LOGITS, top_k=0), ValueError, "top_k must be at least 1, got 0"),
     (lambda: sample_next_token(LOGITS, top_k=2.0), TypeError, "top_k must be an int"),
     (lambda: sample_next_token(torch.randn(1, 2, 5)), ValueError, "logits must be (B, V)"),
+    (lambda: sample_next_token(torch.randn(2, 0)), ValueError, "with V >= 1 tokens, got (2, 0)"),
     (lambda: sample_next_token(NAN_ROW), ValueError, "logits must be numbers, got NaN in row(s) [1]"),
     (lambda: sample_next_token(DEAD_ROW), ValueError, "every logit of row(s) [1] is -inf, so no token can be sampled"),
     (lambda: sample_next_token(LOGITS, generator=0), TypeError, GENERATOR),
