@@ -441,6 +441,22 @@ def _masked_exp_allowed_max(scores, mask):
     return e / e.sum(dim=-1, keepdim=True)
 
 
+def _lr_cosine_to_zero_floored(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    return max_lr * (1 + math.cos(math.pi * (step - warmup_steps) / (max_steps - warmup_steps))) / 2
+
+
+def _merge_then_divide(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    safe = torch.where(m == -math.inf, torch.zeros_like(m), m)
+    a1, a2 = torch.exp(m1 - safe), torch.exp(m2 - safe)
+    l = a1 * l1 + a2 * l2  # noqa: E741 (the statement's name)
+    return m, l, (a1 * o1 + a2 * o2) / l  # the output so far, where the partial keeps the sum
+
+
 def _masked_fill_minus_30(scores, mask):
     return torch.softmax(scores.masked_fill(~mask, -30.0), dim=-1)
 
@@ -1075,11 +1091,14 @@ NAMED = [  # (exercise, a catalogued mistake written another way: einsum, slicin
     ("01.4", _qkv_einsum_untransposed, "weight used untransposed"),
     ("02.3", _head_over_d, "scaling by 1/D instead of 1/sqrt(D)"),
     ("02.3", _head_einsum_untransposed, "weight used untransposed"),
+    ("03.2", _masked_softmax_renormalised, "blocked keys removed after the exponential, then renormalised"),
+    ("03.2", _masked_exp_allowed_max, "blocked keys removed after the exponential, then renormalised"),
     ("04.4", _mha_is_causal_when_masked, "every mask treated as causal"),
     ("05.1", _split_tensor_split_columns, "columns instead of rows"),
     ("05.5", _cross_mha_uninverted, "mask polarity inverted"),
     ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
     ("07.3", _aft_exp_over_sum, "exp without subtracting the maximum"),
+    ("08.1", _merge_then_divide, "o divided by l"),
     ("08.2", _bw_einsum_no_delta, "Δ forgotten"),
     ("08.2", _bw_einsum_delta_plain_sum, "Δ summed without the weights"),
     ("08.2", _bw_einsum_delta_columns, "the softmax's Jacobian taken along the queries"),
@@ -1097,6 +1116,7 @@ NAMED = [  # (exercise, a catalogued mistake written another way: einsum, slicin
     ("08.3", _tw_max_values, "the tile's maximum subtracted instead of the logsumexp"),
     ("08.3", _tw_exp_times_exp, "exp(L) divided out instead of L subtracted"),
     ("08.4", _fb_diagonal_masked, "the diagonal masked too"),
+    ("10.3", _lr_cosine_to_zero_floored, "the cosine ends at 0, then the rate jumps to min_lr"),
     ("11.1", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
     *NAMED_13,
 ]
@@ -1154,7 +1174,7 @@ def test_10_3_float32_is_not_accurate_enough_at_the_end_of_a_long_decay():
 # Answers wrong only at an edge their statement allows: masked softmax written unstably, right wherever no blocked
 # score is far above the allowed ones. (Other edge-only answers are mutants of the references: tests/test_mutations.py.)
 UNSTABLE_MASKING = [_masked_softmax_renormalised, _masked_exp_allowed_max, _masked_fill_minus_30]
-EDGE_ONLY_WRONG = [("03.2", f, "blocked scores far above the allowed ones") for f in UNSTABLE_MASKING] + [
+EDGE_ONLY_WRONG = [("03.2", _masked_fill_minus_30, "blocked scores far above the allowed ones")] + [
     ("04.4", _mha_with_weights(f), "a blocked key whose score is far above the allowed ones'") for f in UNSTABLE_MASKING
 ]
 

@@ -124,6 +124,11 @@ def _weights_after_softmax(scores: torch.Tensor, mask: torch.Tensor) -> torch.Te
     return torch.softmax(scores, dim=-1) * mask
 
 
+def _weights_renormalised(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    w = torch.softmax(scores, dim=-1) * mask  # equal in exact arithmetic; in floats the kept weights may underflow
+    return w / w.sum(dim=-1, keepdim=True)
+
+
 def _weights_multiply(scores: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return torch.softmax(scores * mask, dim=-1)  # same as filling with 0: exp(0) = 1 still counts
 
@@ -320,6 +325,15 @@ EXERCISES = (
                 "Zeroing weights after the softmax leaves rows that no longer sum to 1, because the "
                 "blocked keys were still counted in the normaliser. Block the scores, then normalise.",
                 _weights_after_softmax,
+                fix="torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)",
+            ),
+            Mistake(
+                "blocked keys removed after the exponential, then renormalised",
+                "In exact arithmetic this is the same, but not in floats where a blocked score is far above the "
+                "allowed ones: the allowed keys' weights underflow to 0 (and 0 / 0 is NaN), or the blocked key's "
+                "exponential overflows (and inf * 0 is NaN). Block the scores before the softmax, so that the "
+                "blocked keys never enter it.",
+                _weights_renormalised,
                 fix="torch.softmax(scores.masked_fill(~mask, float('-inf')), dim=-1)",
             ),
             Mistake(

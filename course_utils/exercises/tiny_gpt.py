@@ -189,6 +189,12 @@ def _lr_decays_to_zero(step, warmup_steps, max_steps, max_lr, min_lr):
     return 0.5 * (1.0 + math.cos(math.pi * progress)) * max_lr
 
 
+def _lr_to_zero_then_floor(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step >= max_steps:
+        return min_lr  # the floor, as the statement says; but the cosine before it ends at 0
+    return _lr_decays_to_zero(step, warmup_steps, max_steps, max_lr, min_lr)
+
+
 def _lr_cosine_from_step_zero(step, warmup_steps, max_steps, max_lr, min_lr):
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
@@ -497,6 +503,13 @@ EXERCISES = (
                 "decays to zero instead of min_lr",
                 "The cosine ends at min_lr, not at 0.",
                 _lr_decays_to_zero,
+                fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)",
+            ),
+            Mistake(
+                "the cosine ends at 0, then the rate jumps to min_lr",
+                "The floor after max_steps is right, but the cosine before it must end at min_lr too: "
+                "it runs from max_lr down to min_lr, not to 0.",
+                _lr_to_zero_then_floor,
                 fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)",
             ),
             Mistake(
