@@ -122,6 +122,8 @@ def test_a_zip_for_a_graded_session_has_no_solutions_and_says_so_run_literally(g
         for name in (*room.SAYS_WHERE_SOLUTIONS_ARE, ".course/clean/00_setup_check.ipynb"):
             text = z.read(f"attention-course/{name}").decode("utf-8")
             assert room.SOLUTIONS_SENTENCE not in text and text.count(room.GRADED_SENTENCE) == 1, name
+        # the instructor guide warns that the checks' references are still there, as code
+        assert "def _weights_solution" in z.read("attention-course/course_utils/exercises/masking.py").decode()
     assert room.learner_leaks(out) == []
 
 
