@@ -318,7 +318,8 @@ def elu_feature_map(x: torch.Tensor) -> torch.Tensor:
     """The feature map phi(x) = elu(x) + 1 of linear attention: positive everywhere, so every weight is.
 
     Written as x + 1 for x > 0 and exp(x) otherwise: ``F.elu(x) + 1`` rounds exp(x) - 1 + 1 to 0 for x below
-    about -17 (float32), and a query whose features are all 0 divides 0 by 0.
+    about -17 (float32), and a query whose features are all 0 divides 0 by 0. exp(x) itself reaches 0 below
+    about -103 in float32 (-745 in float64): a query that negative in every feature is still 0 / 0.
     Shape: x (..., D) -> (..., D). Taught in notebook 13 (section 1).
     """
     check_float_tensor("x", x)

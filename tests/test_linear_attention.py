@@ -295,6 +295,9 @@ def test_linear_attention_is_attention_with_exp_replaced_by_the_feature_map():
     torch.testing.assert_close(linear_attention(q, k, v), expected)
     torch.testing.assert_close(elu_feature_map(q), phi(q))
     assert (elu_feature_map(torch.linspace(-10, 10, 101)) > 0).all()
+    for dtype, low in ((torch.float32, -103.0), (torch.float64, -745.0)):  # positive down to the docstring's bound
+        phi_x = elu_feature_map(torch.tensor([-17.5, low, low - 1.0], dtype=dtype))
+        assert phi_x[0] > 0 and phi_x[1] > 0 and phi_x[2] == 0, (dtype, phi_x)
 
 
 def test_linear_attention_is_causal_and_not_softmax_attention():
