@@ -210,7 +210,8 @@ def _find_cell(nb: nbformat.NotebookNode, cell: nbformat.NotebookNode, key: str,
 def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Path | None = None) -> Path:
     """Replace only exercise ``key``'s cells of the notebook at ``path`` (one of the course's notebooks in
     ``folder``, default ``notebooks/``) with the clean learner cells (outputs cleared); every other cell stays
-    as it is. Return the backup of the learner's file (None when its cells already were the clean ones: then
+    as it is. Return the backup of the learner's file (None when its cells already read as the clean ones, outputs
+    aside, as in an untouched notebook where neither git nor ``.course/shipped.json`` says how it shipped: then
     nothing is written)."""
     path = resettable(path, folder)
     clean_stale_tmp(path.parent)
@@ -242,6 +243,8 @@ def reset_exercise(path: Path, key: str, now: datetime | None = None, folder: Pa
             )
         used.add(li)
         places.append((li, ci))
+    if all(nb.cells[li].source == clean.cells[ci].source for li, ci in places):
+        return None  # its cells already read as the clean ones: their outputs alone are not worth a backup
     for li, ci in places:
         new = nbformat.from_dict(dict(clean.cells[ci]))
         new["id"] = nb.cells[li].get("id", new.get("id"))

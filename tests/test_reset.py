@@ -233,6 +233,22 @@ def test_reset_exercise_run_twice_writes_no_backup_the_second_time(tmp_path):
     assert mine.read_bytes() == after_first and len(list(notebooks.glob("backup-*"))) == 1
 
 
+def test_reset_exercise_of_an_untouched_notebook_writes_nothing_where_nothing_says_how_it_shipped(
+    tmp_path, monkeypatch
+):
+    """A copy without git or .course/shipped.json (GitHub's "Download ZIP"): the exercise's cells read as the clean
+    ones, only their outputs differ, so no backup is made and the file stays as it was."""
+    monkeypatch.setattr(reset, "shipped_digest", lambda name: None)
+    mine = tmp_path / NAME
+    shutil.copy(ROOT / "notebooks" / NAME, mine)
+    before = mine.read_bytes()
+    assert reset.reset_exercise(mine, "03.2", NOW, folder=tmp_path) is None
+    assert mine.read_bytes() == before and not list(tmp_path.glob("backup-*"))
+    (tmp_path / "worked").mkdir()
+    path, _ = learner_work(tmp_path / "worked")  # an attempted exercise is still reset, with a backup
+    assert reset.reset_exercise(path, "03.2", NOW, folder=path.parent) is not None
+
+
 def test_reset_of_the_notebook_as_committed_writes_nothing_run_literally():
     """`python3 course.py reset notebooks/01_dot_product_toy.ipynb` on the notebook as shipped (as committed, with
     its outputs) used to keep a backup and write the unexecuted copy over it. Run literally in the course; should
