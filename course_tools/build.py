@@ -272,10 +272,27 @@ def execute(nb: nbformat.NotebookNode, cwd: Path, timeout: int = 900) -> nbforma
                 else:
                     os.environ[name] = value
     nb.metadata.pop("widgets", None)  # widget state is large and changes every run
+    places = {str(ROOT): "<the course folder>", runs: "<a temporary folder>"}  # the build machine's, not the learner's
     for cell in nb.cells:
         if cell.cell_type == "code":
-            cell.outputs = _merge_streams(cell.outputs)
+            cell.outputs = [_without(places, out) for out in _merge_streams(cell.outputs)]
     return nb
+
+
+def _without(places: dict[str, str], out: dict) -> dict:
+    """One output with the build machine's folders (notebook 00's report names them) said in words."""
+
+    def said(text: str) -> str:
+        for where, words in places.items():
+            text = text.replace(where, words)
+        return text
+
+    if isinstance(out.get("text"), str):
+        out["text"] = said(out["text"])
+    for kind, value in out.get("data", {}).items():
+        if kind.startswith("text/") and isinstance(value, str):
+            out["data"][kind] = said(value)
+    return out
 
 
 def _merge_streams(outputs: list) -> list:

@@ -174,6 +174,15 @@ def test_streamed_text_is_stored_as_one_output():
     assert [(o["name"], o["text"]) for o in merged] == [("stdout", "abc"), ("stderr", "!"), ("stdout", "d")]
 
 
+def test_no_committed_output_names_the_build_machines_folders():
+    """Notebook 00's report named the author's course folder and the build's temporary runs folder; a learner read
+    them as their own. The build says them in words."""
+    texts = {p: p.read_text(encoding="utf-8") for d in ("notebooks", "solutions") for p in (ROOT / d).glob("*.ipynb")}
+    named = [p.name for p, text in texts.items() if str(ROOT) in text or "course-build-runs-" in text]
+    assert not named, named
+    assert "importable from <the course folder>" in texts[ROOT / "notebooks" / "00_setup_check.ipynb"]
+
+
 def test_rebuild_keeps_a_learner_notebook_with_answers_aside(demo, capsys):
     """`course.py build` on a tree where a learner answered an exercise: the answers survive in a backup."""
     learner = demo[1]
