@@ -532,7 +532,7 @@ def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_s
                             f"--data has {text_sha256[:16]}...: pass the same file to continue that run, or "
                             f"{new_run}")  # fmt: skip
     step, last = state["step"], state["train_config"]["max_steps"] if max_steps is None else max_steps
-    if last < step or (last == step and summary_step(out_dir) == step):  # no summary yet: resuming writes it
+    if last < step or (last == step and (read_summary(out_dir) or {}).get("steps") == step):  # none: resume writes it
         raise RunSetupError(f"--resume: {path} is at step {step} and max_steps is {last}, so resuming would train "
                             f"nothing: give a max_steps above {step} (--max-steps on the command line)")  # fmt: skip
     saved, ignored = saved_settings(state), []
@@ -546,25 +546,22 @@ def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_s
     return saved_model, TrainConfig(**{**saved, **session}), notices
 
 
-def summary_step(out_dir: str | os.PathLike) -> int | None:
-    """The step ``out_dir``'s summary.json was written at, or None if it has none (stopped in its final evaluation)."""
+def read_summary(out_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """``out_dir``'s summary.json, or None if it has none (a run stopped before or in its final evaluation)."""
     try:
-        return int(json.loads((Path(out_dir) / SUMMARY_NAME).read_text())["steps"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return dict(json.loads((Path(out_dir) / SUMMARY_NAME).read_text()))
+    except (OSError, ValueError, TypeError):
         return None
 
 
 def finished_run(out_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The summary of the finished run in ``out_dir`` (:func:`train`'s result), or None if a ``resume=True`` would
     still train it (or there is none): a notebook's training cell, run again, loads the run. Notebook 10."""
-    out_dir = Path(out_dir)
-    step = summary_step(out_dir)
-    if step is None or not (out_dir / CHECKPOINT_NAME).is_file():
+    out_dir, summary = Path(out_dir), read_summary(out_dir)
+    if summary is None or not (out_dir / CHECKPOINT_NAME).is_file():
         return None
     state = load_checkpoint(out_dir / CHECKPOINT_NAME)
-    if state["step"] != step or step < state["train_config"]["max_steps"]:
-        return None
-    return json.loads((out_dir / SUMMARY_NAME).read_text())
+    return summary if summary.get("steps") == state["step"] >= state["train_config"]["max_steps"] else None
 
 
 # --- The checkpoint file, and the model file a learner loads

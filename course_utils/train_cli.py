@@ -109,13 +109,11 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         try:
             check_given("--data", args.data, "a UTF-8 text file such as datasets/shakespeare.txt")
-            if args.export is not None:
-                check_given("--export", args.export, "a file name such as checkpoints/model.pt")
             check_numbers(args.seed, args.max_steps, args.threads)
             if args.threads:
                 torch.set_num_threads(args.threads)
             model_config, train_config = _configs(args)
-            if args.export:
+            if args.export is not None:
                 _check_export(args.export, args.out)
             device = join_processes() or args.device
             result = finished_run(args.out) if args.resume and args.export else None  # stopped while exporting
@@ -170,7 +168,8 @@ def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
 
 
 def _check_export(export: str, out: str) -> None:
-    """RunSetupError unless ``--export`` can be written: a path in ``--out``, or :func:`check_out_file`'s refusals."""
+    """RunSetupError unless ``--export`` can be written: empty, inside ``--out``, or check_out_file's refusals."""
+    check_given("--export", export, "a file name such as checkpoints/model.pt")
     dest, out = Path(export), Path(out)
     if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
         raise RunSetupError(f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "
