@@ -859,6 +859,8 @@ def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_c
         run(text_file, tmp_path, resume=True, callback=kill_at(7, KeyboardInterrupt))
     assert (stopped.value.step, stopped.value.saved_step) == (7, 5)
     assert stopped.value.checkpoint == tmp_path / "checkpoint.pt"
+    ended = run(text_file, tmp_path, resume=True, max_steps=5)  # the run ends at its checkpoint, not an eval step
+    assert ended["steps_this_run"] == 0 and [e[0] for e in ended["evals"]] == [5], "evaluated at step 5 to end it"
 
 
 @pytest.mark.parametrize(
