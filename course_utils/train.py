@@ -335,11 +335,10 @@ def _summary(run: _Run, start_step: int, wall_start: float) -> dict[str, Any]:
         val_loss = evaluate(model, run.val_data, T, max(run.train_config.batch_size, 64), run.device, run.autocast)
         if not run.evals or run.evals[-1][0] != run.step:  # resumed with max_steps at a checkpoint's step
             _evaluate_splits(run)
-        train_loss = run.evals[-1][1]
         steps_run, train_s, tokens_per_step = run.step - start_step, run.train_s, run.train_config.batch_size * T
         result = {
             "val_loss": val_loss,
-            "train_loss": train_loss,
+            "train_loss": run.evals[-1][1],  # the last evaluation's
             "steps": run.step,
             "steps_this_run": steps_run,
             "tokens_per_s": steps_run * tokens_per_step / train_s if train_s > 0 else 0.0,
