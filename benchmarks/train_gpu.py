@@ -78,7 +78,6 @@ def main() -> int:
         "--device",
         "cuda",
         "--no-progress",
-        "--quiet",
     ]
     if args.max_steps:
         cli += ["--max-steps", str(args.max_steps)]

@@ -18,7 +18,7 @@ from course_utils._validate import check_int, is_integer_tensor
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
-__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "runs_dir", "run_folder", "unigram_loss",
+__all__ = ["SIZE_ENV", "RUNS_ENV", "RunSize", "RUN_SIZES", "choose_size", "run_folder", "unigram_loss",
            "bigram_loss", "Expectation", "EXPECTATIONS", "check_expectations"]  # fmt: skip
 
 SIZE_ENV = "COURSE_GPT_SIZE"
@@ -57,18 +57,13 @@ def choose_size(device: str, environ: Mapping[str, str] = os.environ) -> str:
     return asked.lower() or ("gpu" if str(device).startswith("cuda") else "cpu")
 
 
-def runs_dir(environ: Mapping[str, str] = os.environ) -> Path:
-    """Where notebook 10 keeps its runs: ``COURSE_RUNS_DIR`` if set (the test suite sets a fresh one, so every
-    test run trains instead of resuming an earlier run), else ``runs/`` in the course folder."""
-    where = environ.get(RUNS_ENV, "").strip()
-    return Path(where).expanduser() if where else course_folder() / "runs"
-
-
 def run_folder(size: str, environ: Mapping[str, str] = os.environ) -> Path:
-    """The folder of notebook 10's run of ``size``: ``runs/10_<size>/`` (under :func:`runs_dir`)."""
+    """The folder of notebook 10's run of ``size``: ``10_<size>/`` under ``COURSE_RUNS_DIR`` if set (the test suite
+    sets a fresh one, so every test run trains instead of resuming an earlier run), else in the course's ``runs/``."""
     if size not in RUN_SIZES:
         raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")
-    return runs_dir(environ) / f"10_{size}"
+    where = environ.get(RUNS_ENV, "").strip()
+    return (Path(where).expanduser() if where else course_folder() / "runs") / f"10_{size}"
 
 
 def _check_split_ids(train_ids: object, val_ids: object, vocab_size: int, at_least: int) -> None:

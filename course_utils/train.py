@@ -18,7 +18,6 @@ import importlib.util
 import json
 import math
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,7 +29,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from course_utils._files import atomic_path, clean_stale_tmp, probe_writable, sha256_bytes, write_atomic
+from course_utils._files import atomic_path, clean_stale_tmp, sha256_bytes, write_atomic
 from course_utils._validate import (
     check_bool,
     check_choice,
@@ -46,7 +45,6 @@ from course_utils.data import (
     CharTokenizer,
     check_text_size,
     get_batch,
-    is_course_corpus,
     iter_eval_batches,
     load_text,
     split_data,
@@ -57,7 +55,7 @@ from course_utils.gpt import GPT, GPTConfig
 __all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluating", "evaluate", "loss_by_position", "train",
            "NonFiniteLossError", "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint",
            "load_checkpoint", "export_model", "load_model", "finished_run", "check_given", "check_out_dir",
-           "check_can_create", "compile_available", "fused_adamw_available"]  # fmt: skip
+           "check_can_create"]  # fmt: skip
 
 CHECKPOINT_NAME, SUMMARY_NAME = "checkpoint.pt", "summary.json"
 FORMAT, MODEL_FORMAT = "course_utils.train/1", "course_utils.model/1"  # a checkpoint; an exported model
@@ -224,32 +222,28 @@ def train(
     device: str | torch.device | None = None,
     resume: bool = False,
     max_steps: int | None = None,
-    max_seconds: float | None = None,
     progress: bool | None = None,
-    verbose: bool = False,
     callback: Callable[[dict[str, Any]], None] | None = None,
 ) -> dict[str, Any]:
     """Train a GPT (a config, or a preset name whose training preset is then the default) on the text at
     ``data_path``, saving checkpoints in ``out_dir``; return the run's figures (``{}`` in processes other than 0).
 
-    ``resume`` continues the run in ``out_dir`` with its model, text and settings (a notice for each that differs);
-    ``max_seconds`` stops after a checkpoint; ``progress``: a tqdm bar (default: when stderr is a terminal).
+    ``resume`` continues the run in ``out_dir`` with its model, text and settings (a notice names what it ignores);
+    ``progress``: a tqdm bar and a line per evaluation (default: when stderr is a terminal).
     ``callback(event)`` gets ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` when a logged window closes
     (``loss``: its mean) and ``{"kind": "eval", "step", "train_loss", "val_loss"}`` at each evaluation; what it
     raises stops the run. Shape: each step's batch is (B, T) token ids, B over all processes. Taught in notebook 10.
     """
     wall_start = time.perf_counter()
-    if max_seconds is not None and not max_seconds > 0:
-        raise RunSetupError(f"--max-seconds must be a positive number of seconds, got {max_seconds!r}")
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
-    run = _Run(model_config, data_path, out_dir, train_config, device, resume, max_steps, max_seconds, verbose)
+    run = _Run(model_config, data_path, out_dir, train_config, device, resume, max_steps)
     train_config, model, optimizer, bar = run.train_config, run.model, run.optimizer, None
     if (sys.stderr.isatty() if progress is None else progress) and run.rank == 0:
         from tqdm.auto import tqdm
 
         bar = tqdm(total=train_config.max_steps, initial=run.step, unit="step", dynamic_ncols=True)
-    start_step, stop_reason = run.step, "max_steps"
+    start_step = run.step
     try:
         for step in range(start_step + 1, train_config.max_steps + 1):  # step: this update's number, from 1
             # forward, backward, update
@@ -271,8 +265,8 @@ def train(
             if not (step % train_config.log_interval == 0 or evaluate_now or save_now):
                 continue
 
-            # time and log: one synchronisation per window, for the losses and the "out of time" flag
-            losses, out_of_time, tokens_per_s = run.close_window()  # the losses averaged over processes
+            # time and log: one synchronisation per window, for its losses
+            losses, tokens_per_s = run.close_window()  # the losses averaged over processes
             mean_loss = sum(losses) / len(losses)
             if bar is not None:
                 bar.update(len(losses))
@@ -282,7 +276,9 @@ def train(
             # evaluate and save (process 0; the others wait at the barrier)
             if run.rank == 0 and evaluate_now:
                 events.append(_evaluate_splits(run))
-            if save_now or out_of_time:
+                if bar is not None:
+                    bar.write(f"step {step}: train {run.evals[-1][1]:.4f}, val {run.evals[-1][2]:.4f}", file=bar.fp)
+            if save_now:
                 run.save()
             if callback is not None and run.rank == 0:  # after the checkpoint: a callback that raises is a kill
                 for event in events:
@@ -290,22 +286,24 @@ def train(
             if run.world > 1:
                 dist.barrier()
             run.window_start = time.perf_counter()  # evaluation and saving are not training time
-            if out_of_time:
-                stop_reason = "max_seconds"
-                break
     except KeyboardInterrupt:
         raise RunInterrupted(run.step, run.out_dir / CHECKPOINT_NAME) from None
-    except RuntimeError as err:  # torch.OutOfMemoryError (CUDA) is one; the CPU's allocator raises a plain one
-        if run.step > start_step or not _out_of_memory(err):
+    except RuntimeError as err:  # in the first step: out of memory, or torch.compile failing (no C++ compiler, say)
+        if run.step > start_step:
             raise
-        raise RunSetupError(f"out of memory in the first step with batch_size {train_config.batch_size} and "
-                            f"context_length {run.model_config.context_length} ({first_line(err)}): lower "
-                            "batch_size (--batch-size on the command line), or the context_length (a --preset with a "
-                            "shorter context)") from err  # fmt: skip
+        if _out_of_memory(err):
+            raise RunSetupError(f"out of memory in the first step with batch_size {train_config.batch_size} and "
+                                f"context_length {run.model_config.context_length} ({first_line(err)}): lower "
+                                "batch_size (--batch-size on the command line), or the context_length (a --preset "
+                                "with a shorter context)") from err  # fmt: skip
+        if run.switches["compile"] and isinstance(err, torch._dynamo.exc.BackendCompilerFailed):
+            raise RunSetupError(f"torch.compile failed in the first step ({first_line(err.inner_exception)}): "
+                                "train without it: --no-compile (compile=False)") from err  # fmt: skip
+        raise
     finally:
         if bar is not None:
             bar.close()
-    return _summary(run, start_step, stop_reason, wall_start)
+    return _summary(run, start_step, wall_start)
 
 
 def _out_of_memory(err: RuntimeError) -> bool:  # CUDA's OutOfMemoryError, or the CPU's or MPS' RuntimeError
@@ -326,23 +324,21 @@ def _evaluate_splits(run: _Run) -> dict[str, Any]:
             means.append(torch.stack(losses).mean().item())
     train_loss, val_loss = means
     run.evals.append([run.step, train_loss, val_loss])
-    run.say(f"step {run.step}: train {train_loss:.4f}, val {val_loss:.4f}")
     return {"kind": "eval", "step": run.step, "train_loss": train_loss, "val_loss": val_loss}
 
 
-def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) -> dict[str, Any]:
+def _summary(run: _Run, start_step: int, wall_start: float) -> dict[str, Any]:
     """The run's figures (val_loss over the whole validation split), also written to summary.json by process 0."""
     result: dict[str, Any] = {}
     if run.rank == 0:
         T, model = run.model_config.context_length, run.model
         val_loss = evaluate(model, run.val_data, T, max(run.train_config.batch_size, 64), run.device, run.autocast)
-        if not run.evals or run.evals[-1][0] != run.step:  # stopped off an evaluation step (max_seconds)
+        if not run.evals or run.evals[-1][0] != run.step:  # resumed with max_steps at a checkpoint's step
             _evaluate_splits(run)
-        train_loss = run.evals[-1][1]
         steps_run, train_s, tokens_per_step = run.step - start_step, run.train_s, run.train_config.batch_size * T
         result = {
             "val_loss": val_loss,
-            "train_loss": train_loss,
+            "train_loss": run.evals[-1][1],  # the last evaluation's
             "steps": run.step,
             "steps_this_run": steps_run,
             "tokens_per_s": steps_run * tokens_per_step / train_s if train_s > 0 else 0.0,
@@ -357,7 +353,6 @@ def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) ->
             "autocast": run.switches["autocast"],
             "fused_adamw": run.switches["fused_adamw"],
             "notices": run.notices,
-            "stopped_by": stop_reason,
             "checkpoint": str(run.out_dir / CHECKPOINT_NAME),
             "model_config": run.model_config.to_dict(),
             "train_config": dataclasses.asdict(run.train_config),
@@ -376,7 +371,7 @@ def _summary(run: _Run, start_step: int, stop_reason: str, wall_start: float) ->
 class _Run:
     """A run's settings, data, model, optimizer and random state, built or resumed and checked before the first step."""
 
-    def __init__(self, model_config, data_path, out_dir, train_config, device, resume, max_steps, max_seconds, verbose):
+    def __init__(self, model_config, data_path, out_dir, train_config, device, resume, max_steps):
         asked, preset = train_config, model_config if isinstance(model_config, str) else None
         model_config = GPTConfig.preset(preset) if preset is not None else model_config
         if not isinstance(model_config, GPTConfig):
@@ -387,22 +382,15 @@ class _Run:
         dist_on = dist.is_available() and dist.is_initialized()
         self.rank, self.world = (dist.get_rank(), dist.get_world_size()) if dist_on else (0, 1)  # process 0 reports
         self.device = device = pick_device(device)  # ValueError with the fix for a device this machine lacks
-        verbose = check_bool("verbose", verbose) and self.rank == 0
-        self.say = (lambda msg: print(msg, file=sys.stderr, flush=True)) if verbose else (lambda msg: None)
         self.out_dir = out_dir = check_out_dir(out_dir, check_bool("resume", resume))
-        if self.rank == 0 and (removed := clean_stale_tmp(out_dir)):
-            self.say(f"removed {len(removed)} temporary file(s) left in {out_dir} by a save that was killed")
+        if self.rank == 0:
+            clean_stale_tmp(out_dir)  # a killed save's temporary files
         text = load_text(data_path)  # checks the course corpus' sha256
-        self.say(f"data: {data_path} is the course corpus, sha256 verified" if is_course_corpus(data_path) else
-                 f"data: {data_path} is your own text (not the course corpus): used as it is, not verified against "
-                 "a pinned sha256")  # fmt: skip
         self.text_sha256, state, self.notices = sha256_bytes(text.encode("utf-8")), None, []  # another text: refused
         if resume and (out_dir / CHECKPOINT_NAME).exists():
             state = load_checkpoint(out_dir / CHECKPOINT_NAME)
             model_config, train_config, self.notices = _resume(state, out_dir, model_config, train_config, asked,
                                                                max_steps, self.text_sha256)  # fmt: skip
-        elif resume:
-            self.say(f"no checkpoint at {out_dir / CHECKPOINT_NAME}: starting from scratch")
         if max_steps is not None:
             train_config = dataclasses.replace(train_config, max_steps=max_steps)
         if train_config.batch_size % self.world:
@@ -412,9 +400,8 @@ class _Run:
         self.tokenizer = CharTokenizer(state["tokenizer"]) if state else CharTokenizer.from_text(text)
         self.train_data, self.val_data = split_data(self.tokenizer.encode(text))  # (N_train,), (N_val,) token ids
         self.model_config = model_config = dataclasses.replace(model_config, vocab_size=self.tokenizer.vocab_size)
-        self.train_config, (self.switches, notices) = train_config, gpu_switches(train_config, device)
-        self.notices += notices
-        for notice in self.notices if self.rank == 0 else []:  # what differs from what was asked: even when quiet
+        self.train_config, self.switches = train_config, gpu_switches(train_config, device)
+        for notice in self.notices if self.rank == 0 else []:  # the flags --resume ignores
             print(notice, file=sys.stderr, flush=True)
 
         torch.manual_seed(train_config.seed)  # the same initial weights in every process
@@ -425,7 +412,11 @@ class _Run:
         groups = [{"params": decay, "weight_decay": train_config.weight_decay},
                   {"params": [p for p in params if all(p is not d for d in decay)], "weight_decay": 0.0}]  # fmt: skip
         fused, betas = {"fused": True} if self.switches["fused_adamw"] else {}, (train_config.beta1, train_config.beta2)
-        self.optimizer = torch.optim.AdamW(groups, lr=train_config.learning_rate, betas=betas, **fused)
+        try:
+            self.optimizer = torch.optim.AdamW(groups, lr=train_config.learning_rate, betas=betas, **fused)
+        except RuntimeError as err:  # fused=True on a device this build has no fused step for
+            raise RunSetupError(f"fused AdamW is not available for {device} in torch {torch.__version__} "
+                                f"({first_line(err)}): leave out --fused-adamw") from err  # fmt: skip
         self.batch_gen = torch.Generator().manual_seed(train_config.seed)  # the same batches in every process
         self.step, self.history, self.evals = 0, [], []
         if state is not None:  # continue where the checkpoint left off, every random generator included
@@ -437,7 +428,6 @@ class _Run:
             if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
                 torch.cuda.set_rng_state_all(rng["cuda"])
             self.step, self.history, self.evals = state["step"], list(state["history"]), list(state["evals"])
-            self.say(f"resumed from {out_dir / CHECKPOINT_NAME} at step {self.step}")
         if self.rank > 0:  # dropout differs between processes, as between rows of a batch (a checkpoint has rank 0's)
             torch.manual_seed(train_config.seed + 1_000_003 * self.rank + self.step)
         if self.switches["compile"]:
@@ -448,7 +438,7 @@ class _Run:
             self.fwd = DistributedDataParallel(self.fwd, device_ids=[device.index] if device.type == "cuda" else None)
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        self.max_seconds, self.window, self.train_s, self.first_step_s = max_seconds, [], 0.0, 0.0
+        self.window, self.train_s, self.first_step_s = [], 0.0, 0.0
         self.window_start = self.loop_start = time.perf_counter()
 
     def autocast(self) -> Any:
@@ -493,16 +483,14 @@ class _Run:
                 torch.cuda.synchronize(self.device)
             self.first_step_s = time.perf_counter() - self.loop_start
 
-    def close_window(self) -> tuple[list[float], bool, float]:
-        """The window's losses (averaged over processes, and added to ``history``), whether any process ran past
-        ``max_seconds``, and its tokens per second; NonFiniteLossError for a NaN or infinite loss, naming its step."""
-        out_of_time = self.max_seconds is not None and time.perf_counter() - self.loop_start >= self.max_seconds
-        flags = torch.stack([*(p.float() for p in self.window), torch.tensor(float(out_of_time), device=self.device)])
+    def close_window(self) -> tuple[list[float], float]:
+        """The window's losses (averaged over processes, and added to ``history``) and its tokens per second;
+        NonFiniteLossError for a NaN or infinite loss, naming its step."""
+        window = torch.stack([p.float() for p in self.window])
         if self.world > 1:
-            dist.all_reduce(flags, op=dist.ReduceOp.SUM)
-            flags[:-1] /= self.world  # the losses' mean; the flag stays a count of processes out of time
-        *losses, out_of_time = flags.tolist()
-        self.window = []
+            dist.all_reduce(window, op=dist.ReduceOp.SUM)
+            window /= self.world
+        losses, self.window = window.tolist(), []
         for step, loss in enumerate(losses, start=self.step - len(losses) + 1):
             if not math.isfinite(loss):  # before anything is saved
                 raise NonFiniteLossError(
@@ -514,7 +502,7 @@ class _Run:
         elapsed = time.perf_counter() - self.window_start
         self.train_s += elapsed
         tokens_per_s = len(losses) * self.train_config.batch_size * self.model_config.context_length / elapsed
-        return losses, out_of_time > 0, tokens_per_s
+        return losses, tokens_per_s
 
 
 # --- Resume: the checkpoint's model, text and settings, with this session's GPU switches
@@ -528,8 +516,8 @@ def saved_settings(state: dict[str, Any]) -> dict[str, Any]:
 
 
 def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_sha256) -> tuple:
-    """The checkpoint's model and settings with this session's switches, and a notice per setting ``asked`` that
-    differs (max_steps is the argument's when given); RunSetupError for another model or text, or nothing to do."""
+    """The checkpoint's model and settings with this session's switches, and a notice naming each setting ``asked``
+    that differs (max_steps is the argument's when given); RunSetupError for another model or text, or nothing to do."""
     path, saved_model = out_dir / CHECKPOINT_NAME, GPTConfig.from_dict(state["model_config"])
     differ = [f"{f.name} {getattr(saved_model, f.name)!r} there, {getattr(model_config, f.name)!r} asked"
               for f in dataclasses.fields(GPTConfig)
@@ -542,46 +530,37 @@ def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_s
         raise RunSetupError(f"--resume: {path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but "
                             f"--data has {text_sha256[:16]}...: pass the same file to continue that run, or "
                             f"{new_run}")  # fmt: skip
-    step, summarised = state["step"], summary_step(out_dir) == state["step"]
-    further = f"give a max_steps above {step} (--max-steps on the command line) to train it further"
-    if max_steps is not None and (max_steps < step or (max_steps == step and summarised)):
-        raise RunSetupError(f"--resume: {path} is at step {step} already, so max_steps {max_steps} would train "
-                            f"nothing: {further}")  # fmt: skip
-    if max_steps is None and step >= state["train_config"]["max_steps"] and summarised:
-        raise RunSetupError(f"--resume: {path} finished at step {step} (its {SUMMARY_NAME} is written), so resuming "
-                            f"would train nothing: {further}")  # fmt: skip
-    saved, notices = saved_settings(state), []
+    step, last = state["step"], state["train_config"]["max_steps"] if max_steps is None else max_steps
+    if last < step or (last == step and (read_summary(out_dir) or {}).get("steps") == step):  # none: resume writes it
+        raise RunSetupError(f"--resume: {path} is at step {step} and max_steps is {last}, so resuming would train "
+                            f"nothing: give a max_steps above {step} (--max-steps on the command line)")  # fmt: skip
+    saved, ignored = saved_settings(state), []
     for name, new in dataclasses.asdict(asked).items() if asked is not None else ():
-        if name in SESSION or (name == "max_steps" and max_steps is not None) or saved.get(name) == new:
+        if name in SESSION or saved.get(name) == new or (name == "max_steps" and max_steps is not None):
             continue
         flag = "--" + name.replace("_", "-") if name in FLAGS else name
-        how = f" (to change it, pass max_steps={new} to train)" if name == "max_steps" else ""
-        notices.append(
-            f"--resume: keeping the checkpoint's {name} {saved.get(name)}; your {flag} {new} is ignored{how}"
-        )
+        ignored.append(f"{flag} {new} (checkpoint: {saved.get(name)})")
+    notices = [f"--resume: keeping the checkpoint's settings; ignored: {', '.join(ignored)}"] if ignored else []
     session = {name: getattr(train_config, name) for name in SESSION}
     return saved_model, TrainConfig(**{**saved, **session}), notices
 
 
-def summary_step(out_dir: str | os.PathLike) -> int | None:
-    """The step ``out_dir``'s summary.json was written at, or None if it has none (stopped in its final evaluation)."""
+def read_summary(out_dir: str | os.PathLike) -> dict[str, Any] | None:
+    """``out_dir``'s summary.json, or None if it has none (a run stopped before or in its final evaluation)."""
     try:
-        return int(json.loads((Path(out_dir) / SUMMARY_NAME).read_text())["steps"])
-    except (OSError, ValueError, KeyError, TypeError):
+        return dict(json.loads((Path(out_dir) / SUMMARY_NAME).read_text()))
+    except (OSError, ValueError, TypeError):
         return None
 
 
 def finished_run(out_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The summary of the finished run in ``out_dir`` (:func:`train`'s result), or None if a ``resume=True`` would
     still train it (or there is none): a notebook's training cell, run again, loads the run. Notebook 10."""
-    out_dir = Path(out_dir)
-    step = summary_step(out_dir)
-    if step is None or not (out_dir / CHECKPOINT_NAME).is_file():
+    out_dir, summary = Path(out_dir), read_summary(out_dir)
+    if summary is None or not (out_dir / CHECKPOINT_NAME).is_file():
         return None
     state = load_checkpoint(out_dir / CHECKPOINT_NAME)
-    if state["step"] != step or step < state["train_config"]["max_steps"]:
-        return None
-    return json.loads((out_dir / SUMMARY_NAME).read_text())
+    return summary if summary.get("steps") == state["step"] >= state["train_config"]["max_steps"] else None
 
 
 # --- The checkpoint file, and the model file a learner loads
@@ -693,7 +672,7 @@ def check_out_dir(out_dir: str | os.PathLike, resume: bool = False) -> Path:
 
 
 def check_can_create(path: Path, flag: str, example: str = "") -> None:
-    """RunSetupError unless this process can create or replace ``path``: its nearest existing folder is tried."""
+    """RunSetupError unless this process may create or replace ``path``: its nearest existing folder is asked."""
     existing = path
     while not existing.exists() and existing != existing.parent:
         existing = existing.parent
@@ -702,50 +681,19 @@ def check_can_create(path: Path, flag: str, example: str = "") -> None:
             f"{flag} {path} cannot be created: {existing} is a file, not a folder; choose another {flag}"
         )
     folder = existing if existing.is_dir() else existing.parent
-    try:  # os.access is False on a read-only file system, even for root; the probe finds a full disk, or /proc
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise OSError(f"{folder} is not writable")
-        probe_writable(folder)
-    except OSError as e:
-        raise RunSetupError(f"{flag} {path} cannot be written here ({e.strerror or e}): choose a folder you can "
-                            f"write to{example}") from None  # fmt: skip
+    if not os.access(folder, os.W_OK | os.X_OK):  # False on a read-only file system, even for root
+        raise RunSetupError(f"{flag} {path} cannot be written here ({folder} is not writable): choose a folder you can "
+                            f"write to{example}")  # fmt: skip
 
 
-def compile_available(device: torch.device) -> tuple[bool, str]:
-    """Whether ``torch.compile`` can work on ``device`` here, and if not, why."""
-    if device.type == "cuda" and importlib.util.find_spec("triton") is None:
-        return False, "Triton is not installed (PyPI has no Triton for Windows)"
-    compilers = (os.environ.get("CXX", ""), "g++", "clang++", "c++", "cl")
-    if device.type == "cpu" and not any(name and shutil.which(name) for name in compilers):
-        return False, "inductor needs a C++ compiler for the CPU, and none was found (install g++ or clang++)"
-    return True, ""
-
-
-def fused_adamw_available(device: torch.device) -> bool:
-    """Whether this PyTorch build has a fused AdamW step for ``device`` (CUDA; the CPU since torch 2.4)."""
-    p = torch.zeros(1, device=device, requires_grad=True)
-    p.grad = torch.zeros(1, device=device)
-    try:
-        torch.optim.AdamW([p], fused=True).step()
-    except (RuntimeError, ValueError):
-        return False
-    return True
-
-
-def gpu_switches(train_config: TrainConfig, device: torch.device) -> tuple[dict[str, Any], list[str]]:
-    """The GPU switches this session uses on ``device``, a notice for each that cannot work here; RunSetupError for
-    a fused AdamW this build lacks."""
-    on_cuda, notices = device.type == "cuda", []
-    use_compile = on_cuda if train_config.compile is None else train_config.compile
-    if use_compile and not (available := compile_available(device))[0]:
-        use_compile = False
-        notices.append(f"torch.compile is off: {available[1]}; training in eager mode (slower, same results)")
-    fused = on_cuda if train_config.fused_adamw is None else train_config.fused_adamw
-    if fused and not fused_adamw_available(device):
-        raise RunSetupError(f"fused AdamW is not available for {device} in torch {torch.__version__}: leave out "
-                            "--fused-adamw (or set fused_adamw=False)")  # fmt: skip
-    autocast = train_config.autocast or ("bf16" if on_cuda else "off")
-    return {"compile": use_compile, "autocast": autocast, "fused_adamw": fused}, notices
+def gpu_switches(train_config: TrainConfig, device: torch.device) -> dict[str, Any]:
+    """The GPU switches this session uses: each as asked, else on for CUDA only (compile only where Triton is)."""
+    cuda, triton = device.type == "cuda", importlib.util.find_spec("triton") is not None
+    return {
+        "compile": cuda and triton if train_config.compile is None else train_config.compile,
+        "autocast": train_config.autocast or ("bf16" if cuda else "off"),
+        "fused_adamw": cuda if train_config.fused_adamw is None else train_config.fused_adamw,
+    }
 
 
 if __name__ == "__main__":  # python -m course_utils.train (and torchrun -m ...): the command line's own module

@@ -6,8 +6,8 @@
 
 One JSON line at the end (the run's figures); messages go to stderr. Exit codes: 0 done; 2 the run could not start
 (each problem in one line with its fix: --out, --device, --threads, the data, a resume that does not match, a
-first step that does not fit in memory); 1 it failed while training (NaN); 130 stopped by Ctrl+C, 143 by SIGTERM
-(one line: the step, the checkpoint, the command that continues it).
+first step that does not fit in memory or does not compile); 1 it failed while training (NaN); 130 stopped by
+Ctrl+C, 143 by SIGTERM (one line: the step, the checkpoint, the command that continues it).
 """
 
 from __future__ import annotations
@@ -68,7 +68,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="folder for checkpoint.pt and summary.json")
     p.add_argument("--max-steps", type=int, help=f"optimizer steps in all, 1 to {MAX_STEPS:,} (the cosine schedule "
                    "ends there)")  # fmt: skip
-    p.add_argument("--max-seconds", type=float, help="stop after this much training time (after a checkpoint)")
     p.add_argument("--device", help="cuda, cuda:1, mps, cpu or auto (default: auto, the best available)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists, with its "
                    "model, data and settings: another --preset or --data is refused, a setting flag that differs is "
@@ -82,9 +81,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--fused-adamw", action=on_off, help="AdamW's fused step (default: on CUDA only; the CPU has one)")
     p.add_argument("--threads", type=int, help=f"CPU threads for PyTorch (torch.set_num_threads), 1 to {MAX_THREADS} "
                    "here (4 per CPU)")  # fmt: skip
-    p.add_argument("--progress", action=on_off, help="show a progress bar (default: when stderr is a terminal)")
-    p.add_argument("--quiet", action="store_true", help="no messages on stderr besides errors and notices (a flag "
-                   "--resume ignores, a switch that cannot work here)")  # fmt: skip
+    p.add_argument("--progress", action=on_off, help="show a progress bar and a line per evaluation (default: when "
+                   "stderr is a terminal)")  # fmt: skip
     p.add_argument("--export", metavar="PATH", help="also write the trained model (no optimizer state) with its "
                    "provenance to PATH, outside --out; a file there must be an earlier export")  # fmt: skip
     return p
@@ -111,20 +109,17 @@ def main(argv: list[str] | None = None) -> int:
         args = _parser().parse_args(argv)
         try:
             check_given("--data", args.data, "a UTF-8 text file such as datasets/shakespeare.txt")
-            if args.export is not None:
-                check_given("--export", args.export, "a file name such as checkpoints/model.pt")
             check_numbers(args.seed, args.max_steps, args.threads)
             if args.threads:
                 torch.set_num_threads(args.threads)
             model_config, train_config = _configs(args)
-            if args.export:
+            if args.export is not None:
                 _check_export(args.export, args.out)
             device = join_processes() or args.device
             result = finished_run(args.out) if args.resume and args.export else None  # stopped while exporting
             if not result or args.max_steps not in (None, result["steps"]):
                 result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
-                               max_steps=args.max_steps, max_seconds=args.max_seconds, progress=args.progress,
-                               verbose=not args.quiet)  # fmt: skip
+                               max_steps=args.max_steps, progress=args.progress)  # fmt: skip
             if result and args.export:  # process 0 only
                 export_model(result["checkpoint"], args.export, _provenance(argv, result, args.data))
                 result["export"] = str(args.export)
@@ -173,7 +168,8 @@ def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
 
 
 def _check_export(export: str, out: str) -> None:
-    """RunSetupError unless ``--export`` can be written: a path in ``--out``, or :func:`check_out_file`'s refusals."""
+    """RunSetupError unless ``--export`` can be written: empty, inside ``--out``, or check_out_file's refusals."""
+    check_given("--export", export, "a file name such as checkpoints/model.pt")
     dest, out = Path(export), Path(out)
     if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
         raise RunSetupError(f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "

@@ -18,7 +18,6 @@ from course_utils.runs import (
     check_expectations,
     choose_size,
     run_folder,
-    runs_dir,
     unigram_loss,
 )
 
@@ -138,13 +137,14 @@ def test_every_expectation_says_where_it_comes_from():
         assert exp.val_loss[0] < exp.val_loss[1] and exp.seconds[0] < exp.seconds[1]
 
 
-def test_runs_dir_follows_the_environment_and_each_test_process_trains_notebook_10_into_a_fresh_folder(tmp_path):
+def test_run_folder_follows_the_environment_and_each_test_process_trains_notebook_10_into_a_fresh_folder(tmp_path):
     """Under pytest (and each xdist worker) notebook 10's runs go to a temporary folder of this process,
     so no earlier or concurrent run in runs/ is resumed in its place."""
-    assert runs_dir({"COURSE_RUNS_DIR": str(tmp_path)}) == tmp_path
-    assert runs_dir({}).name == "runs" and (runs_dir({}).parent / "course_utils").is_dir()
+    assert run_folder("ci", {"COURSE_RUNS_DIR": str(tmp_path)}).parent == tmp_path
+    runs = run_folder("ci", {}).parent
+    assert runs.name == "runs" and (runs.parent / "course_utils").is_dir()
     assert os.environ.get("COURSE_RUNS_DIR_OWNER") == str(os.getpid())
-    assert str(runs_dir()).startswith(tempfile.gettempdir())
+    assert str(run_folder("ci")).startswith(tempfile.gettempdir())
 
 
 def test_run_dir_is_named_after_notebook_10_and_leaves_other_folders_alone(tmp_path):

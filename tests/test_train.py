@@ -15,7 +15,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -81,13 +80,13 @@ def text_file(tmp_path_factory) -> Path:
 
 
 def run(text_file, out, **overrides):
-    kwargs = {k: overrides.pop(k) for k in ("resume", "callback", "max_seconds", "max_steps") if k in overrides}
+    kwargs = {k: overrides.pop(k) for k in ("resume", "callback", "max_steps") if k in overrides}
     return train("tiny", text_file, out, TrainConfig.preset("tiny", **{**FAST, **overrides}), progress=False, **kwargs)
 
 
-def cli_argv(text_file, out, *flags, quiet=True) -> list[str]:
+def cli_argv(text_file, out, *flags) -> list[str]:
     """The command line's arguments for a 3-step run of the tiny preset on ``text_file`` into ``out``."""
-    steps = ["--max-steps", "3", "--eval-interval", "3", "--batch-size", "4", *(["--quiet"] if quiet else [])]
+    steps = ["--max-steps", "3", "--eval-interval", "3", "--batch-size", "4"]
     return ["--data", str(text_file), "--out", str(out), *steps, *map(str, flags)]
 
 
@@ -187,7 +186,7 @@ def test_a_damaged_checkpoint_gives_a_clear_error(text_file, tmp_path, damage, c
     path.write_bytes(data[: len(data) // 2] if damage == "truncate" else b"not a checkpoint" * 10)
     with pytest.raises(CheckpointError, match="truncated or corrupt"):
         run(text_file, tmp_path, resume=True)
-    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--resume", "--quiet"])
+    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--resume"])
     err = capsys.readouterr().err
     assert code == 2 and "truncated or corrupt" in err and len(err.strip().splitlines()) == 1
 
@@ -236,7 +235,7 @@ def test_two_processes_train_like_one(text_file, tmp_path):
     torchrun = [str(Path(sys.executable).parent / "torchrun"), "--standalone", "--nproc_per_node=2"]
     command = [*torchrun, "-m", "course_utils.train", "--data", str(text_file), "--out", str(tmp_path / "two"), *flags]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.run([*command, "--quiet"], capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
+    proc = subprocess.run(command, capture_output=True, text=True, cwd=ROOT, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
     assert len(lines) == 1, "only process 0 prints"
@@ -337,12 +336,14 @@ def refused(capsys, text_file, out, *flags) -> str:
 
 
 BIG = 10**23
-CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}: tmp_path, which holds notes.txt and
-    # held/checkpoint.pt/, a folder)
+CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}: tmp_path, which holds notes.txt,
+    # held/checkpoint.pt/, a folder, and locked/, a folder this process may not write to)
     # Before: 3 steps trained, then FileExistsError from mkdir (a traceback), and the run was lost.
     ("notes.txt", [], "--out {tmp}/notes.txt is a file, expected a folder for checkpoint.pt and summary.json: choose "
      "another --out"),
     ("notes.txt/run", [], "cannot be created: {tmp}/notes.txt is a file, not a folder; choose another --out"),
+    ("locked/run", [], "--out {tmp}/locked/run cannot be written here ({tmp}/locked is not writable): choose a folder "
+     "you can write to, such as runs/NAME in the course folder"),
     ("run", ["--export", "{tmp}/notes.txt/model.pt"], "--export {tmp}/notes.txt/model.pt cannot be created: {tmp}/"
      "notes.txt is a file, not a folder; choose another --export"),
     ("run", ["--export", "{tmp}"], "--export {tmp} is a folder, expected a file name such as model.pt"),
@@ -381,9 +382,13 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
 
 
 @pytest.mark.parametrize("out, flags, line", CLI_REFUSALS)
-def test_the_command_line_refuses_before_training_in_one_line(text_file, tmp_path, capsys, out, flags, line):
+def test_the_command_line_refuses_before_training_in_one_line(text_file, tmp_path, capsys, monkeypatch, out, flags,
+                                                              line):  # fmt: skip
     (tmp_path / "notes.txt").write_text("mine")
     (tmp_path / "held" / "checkpoint.pt").mkdir(parents=True)
+    (tmp_path / "locked").mkdir()  # tests run as root, who may write anywhere: os.access says no for this one
+    real_access = os.access
+    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != tmp_path / "locked" and real_access(p, mode))
     flags = [str(flag).format(tmp=tmp_path) for flag in flags]
     assert line.format(tmp=tmp_path) in refused(capsys, text_file, tmp_path / out, *flags)
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "run").exists()
@@ -408,8 +413,8 @@ def test_resume_names_the_flags_it_ignores_and_obeys_max_steps(text_file, tmp_pa
     code, err, result = cli(capsys, text_file, tmp_path, *flags)
     assert code == 0 and result["steps"] == 5
     assert err == [
-        "--resume: keeping the checkpoint's batch_size 4; your --batch-size 64 is ignored",
-        "--resume: keeping the checkpoint's learning_rate 0.003; your --learning-rate 0.5 is ignored",
+        "--resume: keeping the checkpoint's settings; ignored: --batch-size 64 (checkpoint: 4), --learning-rate 0.5 "
+        "(checkpoint: 0.003)"
     ]
     assert result["notices"] == err
     assert result["train_config"]["batch_size"] == 4 and result["train_config"]["learning_rate"] == 0.003
@@ -464,30 +469,20 @@ def test_the_course_corpus_is_verified_whichever_path_reads_it(text_file, tmp_pa
     assert not (tmp_path / "run").exists()
 
 
-def test_own_text_is_said_to_be_unverified(text_file, tmp_path, capsys):
-    argv = cli_argv(text_file, tmp_path, "--max-steps", 2, "--eval-interval", 2, "--no-progress", quiet=False)
-    assert main(argv) == 0
-    assert (
-        f"data: {text_file} is your own text (not the course corpus): used as it is, not verified against a "
-        "pinned sha256"
-    ) in capsys.readouterr().err
-
-
 def test_resume_from_python_starts_afresh_extends_a_finished_run_and_names_the_settings_it_keeps(text_file, tmp_path):
     assert run(text_file, tmp_path, max_steps=3, resume=True)["steps_this_run"] == 3  # no checkpoint: from step 0
     result = run(text_file, tmp_path, max_steps=4, resume=True, log_interval=2)  # a TrainConfig that differs
     assert result["steps"] == 4 and result["steps_this_run"] == 1 and len(result["history"]) == 4
-    assert result["notices"] == ["--resume: keeping the checkpoint's log_interval 1; your --log-interval 2 is ignored"]
+    assert result["notices"] == [
+        "--resume: keeping the checkpoint's settings; ignored: --log-interval 2 (checkpoint: 1)"
+    ]
     six = TrainConfig.preset("tiny", **{**FAST, "max_steps": 6})
-    with pytest.raises(RunSetupError, match=r"finished at step 4 \(its summary.json is written\), so resuming would"):
+    with pytest.raises(RunSetupError, match=r"is at step 4 and max_steps is 4, so resuming would train nothing"):
         train("tiny", text_file, tmp_path, six, resume=True, progress=False)  # before: a no-op rewriting the summary
     (tmp_path / "summary.json").unlink()  # as if stopped during the final evaluation: the resume only writes it
     result = train("tiny", text_file, tmp_path, six, resume=True, progress=False)
     assert (result["steps"], result["steps_this_run"]) == (4, 0)
-    assert result["notices"] == [
-        "--resume: keeping the checkpoint's max_steps 4; your max_steps 6 is ignored (to change it, pass "
-        "max_steps=6 to train)"
-    ]
+    assert result["notices"] == ["--resume: keeping the checkpoint's settings; ignored: max_steps 6 (checkpoint: 4)"]
 
 
 def test_finished_run_loads_only_a_run_that_resume_would_refuse(text_file, tmp_path):
@@ -653,10 +648,10 @@ def test_every_multiple_of_eval_interval_is_evaluated_whatever_the_other_interva
     """Issue #17: eval 3, log 2, checkpoint 4 evaluated only at 6 and 12, the eval steps that were also log or
     checkpoint steps. Now 3, 6, 9 and 12: in the printed lines, the summary and the checkpoint."""
     flags = [f"--{name.replace('_', '-')}={value}" for name, value in INTERVALS.items()]
-    code = main(["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--batch-size=8", *flags])
-    assert code == 0
-    err = capsys.readouterr().err
-    assert re.findall(r"^step (\d+): train \d+\.\d{4}, val \d+\.\d{4}$", err, flags=re.M) == ["3", "6", "9", "12"]
+    argv = ["--preset", "tiny", "--data", str(text_file), "--out", str(tmp_path), "--batch-size=8", "--progress"]
+    assert main([*argv, *flags]) == 0
+    err = capsys.readouterr().err  # the bar's redraws, and a line per evaluation written through it
+    assert re.findall(r"\rstep (\d+): train \d+\.\d{4}, val \d+\.\d{4}\n", err) == ["3", "6", "9", "12"]
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [e[0] for e in summary["evals"]] == [3, 6, 9, 12]
     assert all(math.isfinite(loss) for e in summary["evals"] for loss in e[1:])
@@ -682,20 +677,9 @@ def test_evaluations_off_the_log_steps_close_a_window_and_resume_exactly(text_fi
     assert resumed["val_loss"] == whole["val_loss"]
 
 
-def test_the_time_limit_stops_at_the_end_of_a_window_with_a_checkpoint_and_resumes_exactly(text_file, tmp_path):
-    """max_seconds (here: at once) ends the run when the first window closes (step 3, not a checkpoint step)."""
-    whole = run(text_file, tmp_path / "whole", log_interval=3)
-    stopped = run(text_file, tmp_path / "split", log_interval=3, max_seconds=1e-9)
-    assert (stopped["steps"], stopped["stopped_by"]) == (3, "max_seconds")
-    assert load_checkpoint(tmp_path / "split" / "checkpoint.pt")["step"] == 3
-    resumed = run(text_file, tmp_path / "split", log_interval=3, resume=True)
-    assert (resumed["steps_this_run"], resumed["stopped_by"]) == (17, "max_steps")
-    assert resumed["history"] == whole["history"]
-
-
 SUMMARY_KEYS = (
     "val_loss train_loss steps steps_this_run tokens_per_s train_s first_step_s wall_s "
-    "params flops_per_token device world_size compiled autocast fused_adamw notices stopped_by "
+    "params flops_per_token device world_size compiled autocast fused_adamw notices "
     "checkpoint model_config train_config history evals"
 ).split()
 
@@ -730,71 +714,54 @@ def test_the_loop_reads_top_to_bottom_in_three_labelled_phases():
     assert depth(loop) <= 2, "no block nested deeper than two levels inside the loop"
 
 
-def test_out_where_the_system_refuses_a_folder_is_refused_before_training(text_file, tmp_path, capsys, monkeypatch):
-    """As root, /proc/run passed the permission check, every step trained, and the save ended in a raw
-    [Errno 2] not naming --out. The folder is now really tried (a probe written and removed) before the first step;
-    a folder of the same kind that refuses new files (a full or read-only disk) says the same, and leaves nothing.
-    Tests run as root, who may write anywhere: a read-only folder is simulated where the check asks for it."""
-    locked = tmp_path / "locked"
-    locked.mkdir()
-    real_access = os.access
-    monkeypatch.setattr(os, "access", lambda p, mode, **kw: Path(p) != locked and real_access(p, mode, **kw))
-    line = refused(capsys, text_file, locked / "run")
-    assert (
-        f"{locked / 'run'} cannot be written here ({locked} is not writable): choose a folder you can write to" in line
-    )
-    locked.rmdir()
-    if Path("/proc/self").is_dir():
-        line = refused(capsys, text_file, Path("/proc/run"))
-        assert line.startswith("error: --out /proc/run"), line
-    real_mkstemp = tempfile.mkstemp
-
-    def full_disk(*args, **kwargs):
-        if Path(kwargs.get("dir", "")) == tmp_path:
-            raise OSError(28, "No space left on device")
-        return real_mkstemp(*args, **kwargs)
-
-    monkeypatch.setattr(tempfile, "mkstemp", full_disk)  # the probe: a file made and removed at once
-    line = refused(capsys, text_file, tmp_path / "run")
-    assert line == (
-        f"error: --out {tmp_path / 'run'} cannot be written here (No space left on device): choose a folder you "
-        "can write to, such as runs/NAME in the course folder"
-    )
-    assert list(tmp_path.iterdir()) == []  # nothing made
-
-
 # ----------------------------------------------------------------------------------------------
 # Commands that never hide a mistake or lose a file (issue #29: Ctrl+C, another model's file, silent no-ops)
 # ----------------------------------------------------------------------------------------------
 
 
+@pytest.fixture(scope="module")
+def finished(text_file, tmp_path_factory) -> Path:
+    """A finished run of 3 steps (its summary written), which each refusal below leaves as it is."""
+    out = tmp_path_factory.mktemp("finished")
+    assert main(cli_argv(text_file, out)) == 0
+    return out
+
+
+NOTHING = (
+    "error: --resume: {out}/checkpoint.pt is at step 3 and max_steps is {steps}, so resuming would train nothing: "
+    "give a max_steps above 3 (--max-steps on the command line)"
+)
+RESUME_REFUSALS = [  # (flags, the one line; {out}: the finished run, {other}: another text, {sha}: the sha256 of each)
+    ([], "error: --out {out} already holds a run (checkpoint.pt): add --resume to continue it, or choose another --out "
+     "for a new run (delete the folder to start it over)"),
+    (["--resume", "--preset", "cpu"], "error: --resume: {out}/checkpoint.pt is a run of another model (context_length "
+     "32 there, 64 asked; embed_dim 32 there, 96 asked; num_layers 2 there, 3 asked; positions 'learned' there, "
+     "'rope' asked): leave out --preset to continue that run, or choose another --out for a new one"),
+    (["--resume", "--data", "{other}"], "error: --resume: {out}/checkpoint.pt was trained on a text with sha256 "
+     "{sha}..., but --data has {other_sha}...: pass the same file to continue that run, or choose another --out for a "
+     "new one"),
+    # before: `--resume --max-steps N` at or below the saved step exited 0 having trained nothing
+    (["--resume", "--max-steps", "3"], NOTHING.replace("{steps}", "3")),
+    (["--resume", "--max-steps", "2"], NOTHING.replace("{steps}", "2")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("flags, line", RESUME_REFUSALS)
 def test_a_finished_run_is_refused_without_resume_with_another_model_or_text_or_a_step_already_done(
-    text_file, tmp_path, capsys
+    text_file, finished, tmp_path, capsys, flags, line
 ):
-    """Before: `--resume --max-steps N` at or below the saved step exited 0 having trained nothing."""
-    assert cli(capsys, text_file, tmp_path)[0] == 0  # 3 steps
-    before = (tmp_path / "checkpoint.pt").read_bytes()
-    line = refused(capsys, text_file, tmp_path)
-    assert "already holds a run (checkpoint.pt): add --resume to continue it, or choose another --out" in line
-    line = refused(capsys, text_file, tmp_path, "--resume", "--preset", "cpu")
-    assert ("is a run of another model (context_length 32 there, 64 asked; embed_dim 32 there, 96 asked; ") in line
-    assert "num_layers 2 there, 3 asked" in line
-    assert line.endswith("asked): leave out --preset to continue that run, or choose another --out for a new one")
     other = tmp_path / "other.txt"
     other.write_text(text_file.read_text() + "more words\n")
-    line = refused(capsys, other, tmp_path, "--resume")
-    sha = r"[0-9a-f]{16}\.\.\."
-    assert re.search(rf"was trained on a text with sha256 {sha}, but --data has {sha}: pass the same file", line)
-    fix = "would train nothing: give a max_steps above 3 (--max-steps on the command line) to train it further"
-    for steps in ("3", "2"):
-        line = refused(capsys, text_file, tmp_path, "--resume", "--max-steps", steps)
-        assert line == f"error: --resume: {tmp_path / 'checkpoint.pt'} is at step 3 already, so max_steps {steps} {fix}"
-    with pytest.raises(RunSetupError, match=re.escape(f"finished at step 3 (its summary.json is written), so resuming "
-                                                      f"{fix}")):  # fmt: skip
-        train("tiny", text_file, tmp_path, resume=True, progress=False)  # before: a flag a caller cannot pass
-    assert (tmp_path / "checkpoint.pt").read_bytes() == before
-    code, _, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "4")
-    assert code == 0 and result["steps_this_run"] == 1
+    before = (finished / "checkpoint.pt").read_bytes()
+    flags = [flag.format(other=other) for flag in flags]
+    shas = {"sha": sha256_file(text_file)[:16], "other_sha": sha256_file(other)[:16]}
+    assert refused(capsys, text_file, finished, *flags) == line.format(out=finished, **shas)
+    assert (finished / "checkpoint.pt").read_bytes() == before
+
+
+def test_resuming_a_finished_run_from_python_is_refused(text_file, finished):
+    with pytest.raises(RunSetupError, match=re.escape(NOTHING.format(out=finished, steps=3).removeprefix("error: "))):
+        train("tiny", text_file, finished, resume=True, progress=False)  # before: a flag a caller cannot pass
 
 
 OUT_OF_MEMORY = [  # what PyTorch raises when a batch does not fit: the CPU's allocator, CUDA's
@@ -892,6 +859,8 @@ def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_c
         run(text_file, tmp_path, resume=True, callback=kill_at(7, KeyboardInterrupt))
     assert (stopped.value.step, stopped.value.saved_step) == (7, 5)
     assert stopped.value.checkpoint == tmp_path / "checkpoint.pt"
+    ended = run(text_file, tmp_path, resume=True, max_steps=5)  # the run ends at its checkpoint, not an eval step
+    assert ended["steps_this_run"] == 0 and [e[0] for e in ended["evals"]] == [5], "evaluated at step 5 to end it"
 
 
 @pytest.mark.parametrize(
@@ -930,7 +899,7 @@ def test_the_documented_export_command_may_replace_the_shipped_model(tmp_path):
 
 def _train_command(text_file, out, *flags) -> list[str]:
     return [sys.executable, "-m", "course_utils.train", "--preset", "tiny", "--data", str(text_file), "--out",
-            str(out), "--batch-size", "4", "--quiet", *flags]  # fmt: skip
+            str(out), "--batch-size", "4", *flags]  # fmt: skip
 
 
 def test_ctrl_c_or_sigterm_prints_one_line_naming_the_checkpoint_and_the_command_that_resumes(
@@ -1000,9 +969,9 @@ def test_ctrl_c_in_the_final_evaluation_says_the_run_finished_and_resume_writes_
     assert main(shlex.split(found[1])[3:]) == 0  # the line's command (python -m course_utils.train ...)
     summary = (tmp_path / "summary.json").read_bytes()
     assert json.loads(summary)["steps"] == 3 and json.loads(capsys.readouterr().out)["steps_this_run"] == 0
-    assert main(["--data", str(text_file), "--out", str(tmp_path), "--resume", "--quiet"]) == 2  # nothing left to do
+    assert main(["--data", str(text_file), "--out", str(tmp_path), "--resume"]) == 2  # nothing left to do
     err = capsys.readouterr().err
-    assert "finished at step 3 (its summary.json is written)" in err and len(err.splitlines()) == 1, err
+    assert "is at step 3 and max_steps is 3, so resuming would train nothing" in err and len(err.splitlines()) == 1
     assert (tmp_path / "summary.json").read_bytes() == summary
 
 

@@ -18,15 +18,7 @@ import pytest
 import torch
 from strategies import one_cpu_thread, practice_text
 
-from course_utils import train as train_module
-from course_utils.train import (
-    RunSetupError,
-    TrainConfig,
-    compile_available,
-    fused_adamw_available,
-    gpu_switches,
-    train,
-)
+from course_utils.train import TrainConfig, gpu_switches, train
 from course_utils.train_cli import main
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # tests/conftest.py
@@ -96,44 +88,54 @@ def same_dropout_when_compiled():
 # ----------------------------------------------------------------------------------------------
 
 
-def test_cuda_defaults_keep_the_recipe_and_compile_only_with_triton(monkeypatch):
+@pytest.mark.parametrize("triton", [None, object()], ids=["without Triton", "with Triton"])
+def test_cuda_defaults_keep_the_recipe_and_compile_only_with_triton(monkeypatch, triton):
     """On CUDA, by default: bf16 autocast and fused AdamW; torch.compile only if Triton is importable (Windows has
-    none on PyPI), otherwise a one-line notice. Decided without touching a GPU (fused AdamW is not asked for)."""
-    cuda = torch.device("cuda")
-    train_config = TrainConfig.preset("gpu", fused_adamw=False)  # checking fused AdamW would need a real GPU
-    real_find_spec = importlib.util.find_spec
+    none on PyPI). Decided without touching a GPU; a switch asked for is used as asked."""
+    cuda, real_find_spec = torch.device("cuda"), importlib.util.find_spec
     monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: None if name == "triton" else real_find_spec(name, *a)
+        importlib.util, "find_spec", lambda name, *a: triton if name == "triton" else real_find_spec(name, *a)
     )
-    assert compile_available(cuda) == (False, "Triton is not installed (PyPI has no Triton for Windows)")
-    switches, notices = gpu_switches(train_config, cuda)
-    assert (switches["compile"], switches["autocast"], switches["fused_adamw"]) == (False, "bf16", False)
-    assert notices == [
-        "torch.compile is off: Triton is not installed (PyPI has no Triton for Windows); training in "
-        "eager mode (slower, same results)"
-    ]
-    monkeypatch.setattr(
-        importlib.util, "find_spec", lambda name, *a: object() if name == "triton" else real_find_spec(name, *a)
-    )
-    switches, notices = gpu_switches(train_config, cuda)
-    assert switches["compile"] and switches["autocast"] == "bf16" and notices == []
+    switches = gpu_switches(TrainConfig.preset("gpu"), cuda)
+    assert switches == {"compile": triton is not None, "autocast": "bf16", "fused_adamw": True}
+    asked = TrainConfig.preset("gpu", compile=True, autocast="off", fused_adamw=False)
+    assert gpu_switches(asked, cuda) == {"compile": True, "autocast": "off", "fused_adamw": False}
 
 
-def test_compile_where_it_cannot_work_falls_back_to_eager_with_a_notice(text_file, tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(train_module, "compile_available", lambda device: (False, "no compiler here"))
-    result = run(text_file, tmp_path, **{**QUICK, "max_steps": 1}, compile=True)
-    notice = "torch.compile is off: no compiler here; training in eager mode (slower, same results)"
-    assert result["compiled"] is False and result["notices"] == [notice]
-    assert capsys.readouterr().err.strip() == notice, "shown even though verbose is off"
+def no_compiler(graph, example_inputs):
+    """A torch.compile backend that fails as inductor does without a C++ compiler (dynamo wraps what it raises)."""
+    raise RuntimeError("No working C++ compiler found in torch._inductor.config.cpp.cxx: (None, '')")
 
 
-def test_fused_adamw_where_the_build_has_none_is_refused_before_training(text_file, tmp_path, monkeypatch):
-    monkeypatch.setattr(train_module, "fused_adamw_available", lambda device: False)
-    with pytest.raises(
-        RunSetupError, match=r"fused AdamW is not available for cpu in torch .*: leave out --fused-adamw"
-    ):
-        run(text_file, tmp_path / "run", **QUICK, fused_adamw=True)
-    assert not (tmp_path / "run" / "checkpoint.pt").exists()
+def adamw_without_fused(params, **kwargs):  # as torch.optim.AdamW(fused=True) on a device with no fused step
+    if kwargs.get("fused"):
+        raise RuntimeError("`fused=True` requires all the params to be floating point Tensors of supported devices")
+    return REAL_ADAMW(params, **kwargs)
+
+
+REAL_ADAMW, REAL_COMPILE = torch.optim.AdamW, torch.compile
+SWITCH_REFUSALS = [  # (the switch asked for, what breaks it, what the one line says)
+    ("--compile", (torch, "compile", lambda model: REAL_COMPILE(model, backend=no_compiler)),
+     "error: torch.compile failed in the first step (No working C++ compiler found in torch._inductor.config.cpp.cxx: "
+     "(None, '')): train without it: --no-compile (compile=False)"),
+    ("--fused-adamw", (torch.optim, "AdamW", adamw_without_fused),
+     f"error: fused AdamW is not available for cpu in torch {torch.__version__} (`fused=True` requires all the params "
+     "to be floating point Tensors of supported devices): leave out --fused-adamw"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("switch, breaks, line", SWITCH_REFUSALS)
+def test_a_switch_that_cannot_work_here_is_one_line_with_its_fix(text_file, tmp_path, monkeypatch, capsys, switch,
+                                                                  breaks, line):  # fmt: skip
+    """Found where torch raises it (AdamW's constructor, compiling the first step), not probed for in advance."""
+    monkeypatch.setattr(*breaks)
+    argv = ["--data", str(text_file), "--out", str(tmp_path), "--max-steps", "2", "--batch-size", "4", switch]
+    try:
+        assert main(argv) == 2
+    finally:
+        torch._dynamo.reset()  # forget the failed compilation
+    assert capsys.readouterr().err.strip().splitlines() == [line]
+    assert not (tmp_path / "checkpoint.pt").exists()
 
 
 def test_a_resumed_run_takes_the_switches_of_this_session(text_file, tmp_path):
@@ -146,7 +148,7 @@ def test_a_resumed_run_takes_the_switches_of_this_session(text_file, tmp_path):
 
 
 def test_the_command_line_switches(text_file, tmp_path, capsys):
-    flags = "--max-steps 2 --eval-interval 2 --batch-size 4 --quiet --no-compile --autocast bf16 --fused-adamw"
+    flags = "--max-steps 2 --eval-interval 2 --batch-size 4 --no-compile --autocast bf16 --fused-adamw"
     assert main(["--data", str(text_file), "--out", str(tmp_path), *flags.split()]) == 0
     result = json.loads(capsys.readouterr().out)
     assert (result["compiled"], result["autocast"], result["fused_adamw"]) == (False, "bf16", True)
@@ -163,14 +165,11 @@ def test_the_cpu_default_is_the_plain_path(plain):
 
 
 def test_fused_adamw_on_the_cpu_matches_the_for_each_step(text_file, tmp_path, monkeypatch, plain):
-    assert fused_adamw_available(torch.device("cpu")), "torch >= 2.4 has a fused AdamW for the CPU"
     made = []
-    real_adamw = torch.optim.AdamW
 
     def spy(params, **kw):
-        if isinstance(params[0], dict):  # the training run's optimizer (parameter groups), not a probe
-            made.append(kw.get("fused"))
-        return real_adamw(params, **kw)
+        made.append(kw.get("fused"))
+        return REAL_ADAMW(params, **kw)
 
     monkeypatch.setattr(torch.optim, "AdamW", spy)
     fused = run(text_file, tmp_path / "fused", **QUICK, fused_adamw=True)
