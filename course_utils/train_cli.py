@@ -174,7 +174,7 @@ def _check_export(export: str, out: str) -> None:
     if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
         raise RunSetupError(f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "
                             "summary.json): give --export a file outside it, such as checkpoints/model.pt")  # fmt: skip
-    there = check_out_file(dest, "--export", MODEL_FORMAT, "model.pt")
+    there = check_out_file(export, "--export", MODEL_FORMAT, "model.pt")  # the string: "new/" ends in a slash
     if there is not None and int(os.environ.get("RANK", "0")) == 0:  # said before training: Ctrl+C keeps it
         made_by = there.get("provenance", {}).get("command", "no command recorded")
         print(f"--export {dest} holds a model of {there['step']} steps ({made_by}): this run will replace it",
@@ -184,9 +184,9 @@ def _check_export(export: str, out: str) -> None:
 def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -> dict[str, Any] | None:
     """The model file already at ``path`` (named ``flag``), None if none; RunSetupError, in one line with its fix, for a
     folder, a place that cannot be written, a file of another kind than ``fmt`` or a read-only one."""
+    if os.fspath(path).endswith(("/", os.sep)) or Path(path).is_dir():  # "new/" names a folder, there or not yet
+        raise RunSetupError(f"{flag} {os.fspath(path)} is a folder, expected a file name such as {example}")
     path = Path(path)
-    if path.is_dir():
-        raise RunSetupError(f"{flag} {path} is a folder, expected a file name such as {example}")
     check_can_create(path, flag)
     if not path.exists():
         return None

@@ -347,6 +347,8 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--export", "{tmp}/notes.txt/model.pt"], "--export {tmp}/notes.txt/model.pt cannot be created: {tmp}/"
      "notes.txt is a file, not a folder; choose another --export"),
     ("run", ["--export", "{tmp}"], "--export {tmp} is a folder, expected a file name such as model.pt"),
+    # Before: --export new/ wrote a file named new.
+    ("run", ["--export", "{tmp}/new/"], "--export {tmp}/new/ is a folder, expected a file name such as model.pt"),
     # Before: --export equal to --out trained fully, then IsADirectoryError.
     ("run", ["--export", "{tmp}/run"], "--export {tmp}/run is inside --out {tmp}/run (the run's own folder"),
     ("run", ["--export", "{tmp}/run/m.pt"], "--export {tmp}/run/m.pt is inside --out {tmp}/run (the run's own folder"),
