@@ -549,7 +549,7 @@ def load_induction_model(path: str | os.PathLike) -> tuple[AttentionOnlyTransfor
     return model.eval(), state
 
 
-def _check_out(out: Path, seed: int, max_steps: int) -> None:
+def _check_out(out: str, seed: int, max_steps: int) -> None:
     """RunSetupError if the numbers or OUT cannot be used (one line): a file at OUT is replaced only if it is this
     command's own earlier run (the same seed and steps) and writable."""
     check_numbers(seed, max_steps)
@@ -598,8 +598,8 @@ def _main(argv: list[str], stop: StopSignals) -> int:
     config = InductionConfig()
     try:  # before training, not after minutes of it
         check_given("OUT", args.out, "a file name such as checkpoints/induction.pt")
+        _check_out(args.out, args.seed, args.max_steps)  # the string: "new/" names a folder
         out = Path(args.out)
-        _check_out(out, args.seed, args.max_steps)
     except RunSetupError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

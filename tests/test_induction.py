@@ -459,6 +459,7 @@ def test_loading_a_damaged_checkpoint_says_what_is_wrong(tmp_path):
 
 COMMAND_REFUSALS = [  # (OUT, given tmp_path, which holds the file "file"; more flags; the one line)
     ("{tmp}", [], "OUT {tmp} is a folder, expected a file name such as checkpoints/induction.pt"),
+    ("{tmp}/new/", [], "OUT {tmp}/new/ is a folder, expected a file name such as checkpoints/induction.pt"),
     # before: "OUT . is a folder"
     ("", [], "OUT is empty (''), expected a file name such as checkpoints/induction.pt (an unset shell variable?)"),
     ("{tmp}/file/m.pt", [], "cannot be created: {tmp}/file is a file, not a folder; choose another OUT"),
