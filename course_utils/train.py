@@ -376,6 +376,9 @@ class _Run:
         model_config = GPTConfig.preset(preset) if preset is not None else model_config
         if not isinstance(model_config, GPTConfig):
             raise TypeError(f"model_config must be a GPTConfig or a preset name, got {type(model_config).__name__}")
+        if train_config is not None and not isinstance(train_config, TrainConfig):
+            raise TypeError(f"train_config must be a TrainConfig (TrainConfig.preset('tiny', batch_size=8), say) or "
+                            f"None, got {type(train_config).__name__}")  # fmt: skip
         train_config = train_config or (TrainConfig.preset(preset) if preset is not None else TrainConfig())
         if max_steps is not None:
             check_int("max_steps", max_steps)

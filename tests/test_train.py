@@ -581,6 +581,9 @@ API_REFUSALS = [  # (the call, given tmp_path; the exception; what its message m
     (lambda tmp: learning_rate(-1, tiny()), ValueError, "step must be at least 0, got -1"),
     (lambda tmp: learning_rate("5", tiny()), TypeError, "step must be an int, got str"),
     (lambda tmp: learning_rate(5, None), TypeError, "train_config must be a TrainConfig .* got NoneType"),
+    # Before: train() with a dict of settings raised dataclasses' TypeError from inside
+    (lambda tmp: train("tiny", tmp / "t.txt", tmp / "run", {"batch_size": 8}), TypeError,
+     r"train_config must be a TrainConfig \(TrainConfig.preset\('tiny', batch_size=8\), say\) or None, got dict"),
     (lambda tmp: evaluate(None, torch.zeros(20, dtype=torch.long), 8), TypeError,
      "model must be a torch.nn.Module .* got NoneType"),
     (lambda tmp: loss_by_position("model", torch.arange(10), 4), TypeError, "model must be a torch.nn.Module"),
