@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from pathlib import Path
 
+import nbformat
 import pytest
 import torch
 
@@ -235,17 +237,18 @@ def test_the_induction_heads_raise_the_copied_tokens_logit(shipped):
 
 def test_one_layer_cannot_copy_but_learns_the_bag_of_seen_tokens():
     """'One layer, 300 steps: the second repeat falls from ln V towards a guess spread over the distinct tokens seen
-    (3.0 nats), above 2.5 nats, with no induction head (every score below 0.2); two layers are at 0.4 by then.'"""
-    config = InductionConfig(num_layers=1)
-    model, _ = train_induction(config, max_steps=300, seed=0, eval_interval=300)
-    N, V = config.seq_len, config.vocab_size
-    tokens = repeated_tokens(256, N, V, torch.Generator().manual_seed(EVAL_SEED))
-    _, second = repeat_losses(model, tokens, N)
-    _, ind = head_scores(model, tokens, N)
-    bag = sum(math.log(len(set(row[: i + 1].tolist()))) for row in tokens for i in range(N, 2 * N - 1))
-    bag /= len(tokens) * (N - 1)
-    assert 2.9 < bag < 3.1
-    assert 2.5 < second < math.log(V) - 0.5 and (ind < 0.2).all()
+    (3.0 nats), above 2.5 nats, with no induction head (every score below 0.2); two layers are at 0.4 by then.'
+    Read from section 8's printed lines in the committed notebook, which nbval compares with a fresh run of the same
+    training (learner copy and solution, under two CPU kernels): it is not trained a third time here."""
+    nb = nbformat.read(ROOT / "notebooks" / "12_induction_heads.ipynb", as_version=4)
+    cell = next(c for c in nb.cells if c.cell_type == "code" and "one_first, one_second = " in c.source)
+    text = "".join(o.text for o in cell.outputs if o.output_type == "stream")
+    numbers = re.search(r"second repeat ([\d.]+) nats \(two layers at step 300: ([\d.]+)\); ln V = ([\d.]+)", text)
+    second, two_layers, ln_v = map(float, numbers.groups())
+    bag = float(re.search(r"seen so far: ([\d.]+) nats", text).group(1))
+    assert ln_v == round(math.log(InductionConfig().vocab_size), 1) and 2.9 < bag < 3.1 and two_layers <= 0.5
+    assert 2.5 < second < ln_v - 0.5
+    assert "no induction head (every score below 0.2): True" in text and "above 2.5 nats: True" in text
 
 
 def test_the_five_seed_table_is_a_run_of_this_code_and_says_what_the_notebook_says(shipped):
