@@ -1,9 +1,10 @@
 """Every notebook of the course, opened in JupyterLab in a real browser, run top to bottom, offline.
 
-For each notebook (found on disk: a new one needs no change here), its learner copy is run in its own page and
+For each notebook (found on disk: a new one needs no change here), its learner copy is run in its own
 kernel with Run -> Run All Cells, as a learner would, and its page checked (check_outputs, check_explorer, the
-bertviz views); its solution is then opened as committed in the same JupyterLab page (a second page loaded a second
-JupyterLab: 11-13 CPU-seconds against 4), and must show every exercise "passed". Screenshots
+bertviz views); its solution is then opened as committed in the same JupyterLab page (a page of its own loaded a
+second JupyterLab: 11-13 CPU-seconds against 4), and must show every exercise "passed". Each worker opens every
+notebook in one JupyterLab page (conftest's lab_page). Screenshots
 go to reports/screenshots/. Notebook 01's plots are then measured in the dark theme (dark_theme_checks.py).
 
 The solution is not run again here: its cells are the learner copy's but for the exercises' answers, the
@@ -185,12 +186,12 @@ def check_explorer(page, nb_path, shot) -> list[str]:
 
 
 @pytest.mark.parametrize("stem", sorted({p.stem for p in course_notebooks()}))
-def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
+def test_notebook_runs_in_jupyterlab(stem, lab, jupyterlab_page, screenshots):
     learner = ROOT / "notebooks" / f"{stem}.ipynb"
     solution = ROOT / "solutions" / f"{stem}.ipynb"
     start = time.monotonic()
     problems = []
-    page = new_page()
+    page = jupyterlab_page
     # the learner copy is run, then its solution opened as committed in the same JupyterLab page: its verdicts
     # must show "passed"
     for nb, served in ((learner, "notebooks"), (solution, SAVED_SOLUTIONS)):
