@@ -81,13 +81,23 @@ def pytest_collection_modifyitems(config, items):
         items[:] = notebooks + [i for i in items if id(i) not in chosen]
 
 
-@pytest.fixture
-def new_page(browser, lab):
-    """Make pages that may talk to the test's JupyterLab and nothing else (harness.local_pages); kernels are shut
-    down when the test ends."""
+@pytest.fixture(scope="session")
+def lab_page(browser, lab):
+    """One page of the test's JupyterLab for every notebook a worker opens (Lab.open_in_the_same_page), that may
+    talk to it and nothing else (harness.local_pages): a page of its own per notebook loaded a JupyterLab each,
+    7.5-9.5 CPU-seconds before the notebook showed."""
     make, close = local_pages(browser, LOCALHOST, timeout_ms=90_000)
-    yield make
+    yield make()
     close()
+
+
+@pytest.fixture
+def jupyterlab_page(lab_page, lab):
+    """The worker's JupyterLab page, with no JavaScript error or blocked request from an earlier test; kernels are
+    shut down when the test ends."""
+    lab_page.js_errors.clear()
+    lab_page.network.clear()
+    yield lab_page
     lab.shutdown_kernels()
 
 

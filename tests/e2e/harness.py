@@ -123,6 +123,7 @@ class Lab:
             f"--LabApp.workspaces_dir={home / '.lab' / 'workspaces'}",
             "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
             "--LabApp.news_url=None",
+            "--LabApp.expose_app_in_browser=True",  # window.jupyterapp, for open_in_the_same_page
             "--ServerApp.shutdown_no_activity_timeout=900",
         ]  # gone by itself if the test run was killed
         if hasattr(os, "geteuid") and os.geteuid() == 0:
@@ -153,6 +154,15 @@ class Lab:
         """The notebook opened alone, in a workspace of its own (pages side by side do not share a layout)."""
         workspace = "".join(c if c.isalnum() else "-" for c in rel)
         return f"{self.base}/lab/workspaces/{workspace}/tree/{rel}?reset&token={self.token}"
+
+    def open_in_the_same_page(self, page, rel: str) -> None:
+        """Open the notebook ``rel`` in the JupyterLab ``page`` shows, in place of what it shows (closed unsaved).
+        Opening a solution in a page of its own loaded a second JupyterLab: 11-13 CPU-seconds in all, this 4."""
+        page.evaluate(
+            """async rel => { [...jupyterapp.shell.widgets('main')].forEach(w => w.dispose());
+            await jupyterapp.commands.execute('docmanager:open', {path: rel, factory: 'Notebook'}); }""",
+            rel,
+        )
 
     def shutdown_kernels(self) -> None:
         for s in self.api("GET", "/api/sessions") or []:

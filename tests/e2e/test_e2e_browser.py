@@ -1,8 +1,10 @@
 """Every notebook of the course, opened in JupyterLab in a real browser, run top to bottom, offline.
 
-For each notebook (found on disk: a new one needs no change here), its learner copy is run in its own page and
+For each notebook (found on disk: a new one needs no change here), its learner copy is run in its own
 kernel with Run -> Run All Cells, as a learner would, and its page checked (check_outputs, check_explorer, the
-bertviz views); its solution is opened beside it as committed, and must show every exercise "passed". Screenshots
+bertviz views); its solution is then opened as committed in the same JupyterLab page (a page of its own loaded a
+second JupyterLab: 11-13 CPU-seconds against 4), and must show every exercise "passed". Each worker opens every
+notebook in one JupyterLab page (conftest's lab_page). Screenshots
 go to reports/screenshots/. Notebook 01's plots are then measured in the dark theme (dark_theme_checks.py).
 
 The solution is not run again here: its cells are the learner copy's but for the exercises' answers, the
@@ -184,27 +186,28 @@ def check_explorer(page, nb_path, shot) -> list[str]:
 
 
 @pytest.mark.parametrize("stem", sorted({p.stem for p in course_notebooks()}))
-def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
+def test_notebook_runs_in_jupyterlab(stem, lab, jupyterlab_page, screenshots):
     learner = ROOT / "notebooks" / f"{stem}.ipynb"
     solution = ROOT / "solutions" / f"{stem}.ipynb"
     start = time.monotonic()
     problems = []
-    pages = {}
-    # the solution is opened beside the run, as committed: its verdicts must show "passed"
+    page = jupyterlab_page
+    # the learner copy is run, then its solution opened as committed in the same JupyterLab page: its verdicts
+    # must show "passed"
     for nb, served in ((learner, "notebooks"), (solution, SAVED_SOLUTIONS)):
-        if nb.exists():
-            pages[nb] = new_page()
-            pages[nb].goto(lab.url(f"{served}/{nb.name}"))
-    for page in pages.values():
+        if not nb.exists():
+            continue
+        ran = nb == learner
+        if page.url == "about:blank":
+            page.goto(lab.url(f"{served}/{nb.name}"))
+        else:
+            lab.open_in_the_same_page(page, f"{served}/{nb.name}")
         page.wait_for_selector(".jp-Notebook .jp-CodeCell")
         page.wait_for_selector(".jp-StatusBar-TextItem:has-text('| Idle')")  # kernel started and connected
-    if learner in pages:  # Run -> Run All Cells from the menu bar, as a learner would
-        pages[learner].get_by_role("menuitem", name="Run", exact=True).click()
-        pages[learner].get_by_role("menuitem", name="Run All Cells", exact=True).click()
-        pages[learner].wait_for_function(RUN_STARTED)
-    for nb, page in pages.items():
-        ran = nb == learner
-        if ran:
+        if ran:  # Run -> Run All Cells from the menu bar, as a learner would
+            page.get_by_role("menuitem", name="Run", exact=True).click()
+            page.get_by_role("menuitem", name="Run All Cells", exact=True).click()
+            page.wait_for_function(RUN_STARTED)
             wait_until_idle(page)
         shot = screenshots / f"{nb.parent.name}__{nb.stem}.jpg"
         save_screenshot(page, shot)
@@ -222,5 +225,7 @@ def test_notebook_runs_in_jupyterlab(stem, lab, new_page, screenshots):
             problems.append(f"{rel(nb)}: errors in the page's JavaScript: {page.js_errors}")
         if page.network:
             problems.append(f"{rel(nb)}: the page tried to reach the network (blocked): {sorted(set(page.network))}")
+        page.js_errors.clear()  # said: the solution's own come next
+        page.network.clear()
     print(f"{stem}: the learner copy run and its solution opened in the browser in {time.monotonic() - start:.1f} s")
     assert not problems, "\n\n".join(problems)
