@@ -444,7 +444,7 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
         # exit code 5: `-m "not browser"` or -k selected none of them
         steps.append(
             Step(
-                "every learner notebook run in JupyterLab in a real browser, its solution opened beside it "
+                "every learner notebook run in JupyterLab in a real browser, then its solution opened in the same page "
                 "(tests/e2e; skipped without Chromium), beside the unit tests",
                 ["-m", "pytest", "tests/e2e", *BROWSER_WORKERS, *extra],
                 group=2,
