@@ -454,11 +454,15 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
     if (ROOT / "tests" / "test_exercise_domains.py").is_file():
         # Issue #30: a verdict must not depend on the draw. Every catalogued mistake, right answer and edge-only
         # wrapper is checked on SWEEP_SEEDS seeds; it runs beside the unit and browser tests, which mostly wait.
+        # pytest keeps the last -m: a learner's -m "not browser" joins the sweep's own marker instead of replacing it
+        asked = [extra[i + 1] for i, a in enumerate(extra[:-1]) if a == "-m"]
+        rest = [a for i, a in enumerate(extra) if a != "-m" and (i == 0 or extra[i - 1] != "-m")]
+        marker = f"slow and ({asked[-1]})" if asked else "slow"
         steps.append(
             Step(
                 f"the exercise checks' seed sweep: every named mistake, right answer and edge-only wrong answer "
                 f"gives the same verdict on {SWEEP_SEEDS} seeds (tests/test_exercise_domains.py, marked slow)",
-                ["-m", "pytest", "tests/test_exercise_domains.py", "-m", "slow", "-q", *extra],
+                ["-m", "pytest", "tests/test_exercise_domains.py", "-m", marker, "-q", *rest],
                 env={"COURSE_SEED_SWEEP": "1", "COURSE_SEED_SWEEP_SEEDS": str(SWEEP_SEEDS), **one_thread()},
                 group=2,
                 ok=(0, 5),
@@ -586,8 +590,11 @@ def print_times(times: list[tuple[str, float, float | None, int]]) -> None:
         say(f"{sum(cpu for _, _, cpu, _ in times):.0f} CPU-s in all")
 
 
-# pytest's options that take the next argument as their value: one left last would take nothing in every step
-PYTEST_VALUE_OPTIONS = ("-k", "-m", "-n", "-p", "-c", "-o", "--maxfail", "--deselect", "--ignore", "--durations")
+# pytest's options that take the next argument as their value (one left last would take nothing in every step),
+# each with an example of its value
+PYTEST_VALUE_OPTIONS = {"-k": "masking", "-m": "'not browser'", "-n": "0", "-p": "no:randomly", "-c": "pyproject.toml",
+                        "-o": "console_output_style=classic", "--maxfail": "1", "--deselect": "tests/test_build.py",
+                        "--ignore": "tests/e2e", "--durations": "10"}  # fmt: skip
 
 
 def cmd_test(extra: list[str]) -> int:
@@ -595,7 +602,10 @@ def cmd_test(extra: list[str]) -> int:
     plan_only = "--plan" in extra
     extra = [a for a in extra if a != "--plan"]
     if extra and extra[-1] in PYTEST_VALUE_OPTIONS:  # before anything is installed or run
-        sys.exit(f"[course] {extra[-1]} needs a value, e.g. python3 course.py test -k masking (pytest's options)")
+        option = extra[-1]
+        sys.exit(
+            f"[course] {option} needs a value, e.g. python3 course.py test {option} {PYTEST_VALUE_OPTIONS[option]}"
+        )
     ensure_installed(offline, "author")
     if offline:
         copy_room_datasets(offline)

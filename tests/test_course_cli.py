@@ -582,4 +582,18 @@ def test_a_pytest_option_left_without_its_value_is_refused_before_anything_runs(
     with pytest.raises(SystemExit) as stop:
         course.cmd_test(argv)
     option = [a for a in argv if a != "--plan"][-1]
-    assert str(stop.value).startswith(f"[course] {option} needs a value, e.g. python3 course.py test -k masking")
+    example = course.PYTEST_VALUE_OPTIONS[option]
+    assert str(stop.value) == f"[course] {option} needs a value, e.g. python3 course.py test {option} {example}"
+
+
+@pytest.mark.parametrize(
+    ("extra", "marker"), [([], "slow"), (["-m", "not browser", "-k", "03"], "slow and (not browser)")]
+)
+def test_a_marker_the_user_gives_joins_the_seed_sweeps_own(extra, marker):
+    """pytest keeps the last -m: `course.py test -m "not browser"` (the README's) gave the sweep `-m slow -m 'not
+    browser'`, which ran 255 unit tests a second time there, and -m "not slow" would have dropped the sweep."""
+    sweep = next(
+        s for s in load_course().test_plan(extra, {None: "AVX512"})[0] if "tests/test_exercise_domains.py" in s.args
+    )
+    assert sweep.args.count("-m") == 2 and sweep.args[sweep.args.index("-m", 2) + 1] == marker  # "-m pytest" first
+    assert sweep.args[-2:] == (["-k", "03"] if extra else ["slow", "-q"])
