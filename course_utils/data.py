@@ -66,6 +66,8 @@ def load_text(path: str | os.PathLike) -> str:
         )
     if path.is_dir():
         raise ValueError(f"{path} is a folder, expected a UTF-8 text file")
+    if not path.is_file():  # /dev/urandom never ends (it filled the memory), a named pipe waits for a writer
+        raise ValueError(f"{path} is not a regular file (a device or a pipe), expected a UTF-8 text file")
     raw = path.read_bytes()
     if is_course_corpus(path) and (digest := sha256_bytes(raw)) != CORPUS_SHA256:
         raise ChecksumError(

@@ -182,6 +182,8 @@ MESSAGES = [
     (lambda tmp: load_text(_file(tmp, "latin1.txt", "caf\u00e9 au lait".encode("latin-1"))), ValueError,
      r"latin1\.txt is not UTF-8 text: byte 0xe9 at offset 3 .*convert the file to UTF-8"),
     (lambda tmp: load_text(tmp), ValueError, "is a folder, expected a UTF-8 text file"),
+    # Before: /dev/urandom was read until the machine ran out of memory
+    (lambda tmp: load_text("/dev/urandom"), ValueError, r"/dev/urandom is not a regular file \(a device or a pipe\)"),
     (lambda tmp: load_text(_file(tmp, "empty.txt", b"")), ValueError, "empty.txt is empty, expected some text"),
     (lambda tmp: load_text(None), TypeError, "path must be a str or os.PathLike, got NoneType"),
     (lambda tmp: data.is_course_corpus(None), TypeError, "path must be a str or os.PathLike, got NoneType"),
