@@ -303,7 +303,27 @@ def train(
     finally:
         if bar is not None:
             bar.close()
+        if run.lock is not None:
+            run.lock.close()
     return _summary(run, start_step, wall_start)
+
+
+def _hold(out_dir: Path) -> Any:
+    """``out_dir``/.lock, open and locked while this run trains (POSIX; None on Windows): a second run into the
+    same --out is refused before its first step. Before, both trained and the last to save kept only its own."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    out_dir.mkdir(parents=True, exist_ok=True)
+    lock = open(out_dir / ".lock", "a")  # noqa: SIM115 (held open until train() ends)
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        lock.close()
+        raise RunSetupError(f"--out {out_dir} is in use by another run (a command or a notebook training there): "
+                            "wait for it to end, or choose another --out") from None  # fmt: skip
+    return lock
 
 
 def _out_of_memory(err: RuntimeError) -> bool:  # CUDA's OutOfMemoryError, or the CPU's or MPS' RuntimeError
@@ -442,6 +462,7 @@ class _Run:
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         self.window, self.train_s, self.first_step_s = [], 0.0, 0.0
+        self.lock = _hold(out_dir) if self.rank == 0 else None  # last: released in train()'s finally
         self.window_start = self.loop_start = time.perf_counter()
 
     def autocast(self) -> Any:

@@ -453,7 +453,7 @@ def test_a_killed_save_leaves_a_temporary_file_that_the_next_run_removes(text_fi
             assert writing.read_bytes() == b"being written", "a live writer's file is kept"
         finally:
             live.kill()
-    assert sorted(p.name for p in out.iterdir()) == sorted(["checkpoint.pt", "summary.json", writing.name])
+    assert sorted(p.name for p in out.iterdir()) == sorted([".lock", "checkpoint.pt", "summary.json", writing.name])
 
 
 def test_the_course_corpus_is_verified_whichever_path_reads_it(text_file, tmp_path, capsys):
@@ -620,6 +620,21 @@ def test_a_callback_that_is_no_function_is_refused_before_any_work(tmp_path, tex
     with pytest.raises(TypeError, match="callback must be a function taking one event dict, or None, got int"):
         run(text_file, tmp_path / "run", callback=5)
     assert not (tmp_path / "run").exists()
+
+
+@pytest.mark.skipif(os.name == "nt", reason="the lock is POSIX's flock")
+def test_a_second_run_into_an_out_in_use_is_refused_before_its_first_step(tmp_path, text_file):
+    """Before, two runs into one --out both trained and the last to save kept only its own checkpoint."""
+    import fcntl
+
+    (tmp_path / "run").mkdir()
+    with open(tmp_path / "run" / ".lock", "a") as other:  # what a run training there holds
+        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        with pytest.raises(RunSetupError, match=r"--out .*run is in use by another run \(a command or a notebook"):
+            run(text_file, tmp_path / "run")
+        assert sorted(p.name for p in (tmp_path / "run").iterdir()) == [".lock"]  # nothing trained or saved
+    run(text_file, tmp_path / "run")  # once it has ended; and the lock is let go at the end, a second run resumes
+    assert run(text_file, tmp_path / "run", resume=True, max_steps=FAST["max_steps"] + 1)["steps"]
 
 
 # ----------------------------------------------------------------------------------------------
