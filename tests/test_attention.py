@@ -262,6 +262,7 @@ X = torch.randn(2, 5, 4)
 SDPA = scaled_dot_product_attention
 NORMS = attention_grad_norms
 BAD_SCALES = [
+    ("abc", TypeError, "scale must be a positive number, got 'abc' (str)"),
     (torch.tensor(0.5), TypeError, "scale must be a positive number, got tensor(0.5000) (Tensor)"),
     (float("inf"), ValueError, "scale must be a positive finite number, got inf"),
 ]  # fmt: skip
@@ -302,11 +303,13 @@ MESSAGES = [
         (lambda p=p: SDPA(Q, K, V, dropout_p=p), ValueError, f"dropout_p must be in [0, 1), got {p}")
         for p in (-0.1, 1.0)
     ],
+    (lambda: SDPA(Q, K, V, dropout_p="0.1"), TypeError, "dropout_p must be a number in [0, 1), got '0.1' (str)"),
     *[
         row
         for fn in (softmax, softmax_naive)
         for row in [
             (lambda fn=fn: fn(X[0], dim=3), ValueError, "dim must be in [-2, 1] for x of shape (5, 4), got 3"),
+            (lambda fn=fn: fn(X[0], dim="-1"), TypeError, "dim must be an int, got '-1' (str)"),
         ]
     ],
     (lambda: simple_self_attention(torch.zeros(3)), ValueError, "x must have at least 2 dimensions, got shape (3,)"),

@@ -47,6 +47,11 @@ def test_mlp_shapes_and_ratio():
 # of its battery (a wrong type, a zero, a negative, ...), not repeated here
 MESSAGES = [
     (lambda: Block(16, torch.ones(3)), TypeError, "attn must be an nn.Module"),
+    (
+        lambda: Block(16, MultiHeadAttention(16, 4), norm_position="sandwich"),
+        ValueError,
+        r"norm_position must be one of \('pre', 'post'\), got 'sandwich'",
+    ),
     (lambda: MLP(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
     (
         lambda: Block(16, MultiHeadAttention(16, 4))(torch.randn(2, 5, 8)),

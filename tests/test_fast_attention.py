@@ -546,6 +546,8 @@ QKV = (torch.randn(1, 4, 3), torch.randn(1, 5, 3), torch.randn(1, 5, 2))
 Q, K, V = QKV
 O = torch.zeros(1, 4, 2)
 BAD_ARGUMENTS = [  # the same for tiled_attention and flash_attention
+    ((), {"kv_tile": -3}, ValueError, "kv_tile must be at least 1, got -3"),
+    ((), {"is_causal": 1}, TypeError, "is_causal must be True or False, got 1 (int)"),
     ((), {"mask": torch.ones(4, 4, dtype=torch.bool)}, ValueError,
      "mask of shape (4, 4) does not broadcast to the scores' shape (1, 4, 5)"),
     ((Q, K[..., :2], V), {}, ValueError, "q and k must have the same last dimension D"),

@@ -191,6 +191,8 @@ MESSAGES = [
      "scores must have at least 2 dimensions, got shape (3,)"),
     (lambda: mask_scores(torch.zeros(2, 3), torch.ones(3, 2, dtype=torch.bool)), ValueError,
      "mask of shape (3, 2) does not broadcast to the scores' shape (2, 3)"),
+    (lambda: mask_scores(torch.randn(3, 3), OK, fill_value="x"), TypeError,
+     "fill_value must be a number or None, got 'x' (str)"),
     *[
         (
             lambda fill=fill: mask_scores(torch.randn(3, 3), OK, fill_value=fill),
@@ -215,6 +217,8 @@ MESSAGES = [
     ],
     (lambda: combine_masks(OK, torch.ones(2, 4, dtype=torch.bool)), ValueError,
      "masks of shapes (3, 3), (2, 4) do not broadcast together"),
+    (lambda: convert_mask(ALLOW, "keep", "block"), ValueError,
+     "src must be one of ('allow', 'block', 'additive'), got 'keep'"),
     (lambda: convert_mask(ALLOW, "allow", "Allow"), ValueError,
      "dst must be one of ('allow', 'block', 'additive'), got 'Allow'"),
     (lambda: convert_mask(torch.zeros(2, 2, dtype=torch.long), "block", "allow"), TypeError,

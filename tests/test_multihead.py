@@ -343,6 +343,7 @@ X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
 MHA = MultiHeadAttention(8, 2)
 BAD_SIZES = [
     ((10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
+    ((8, -2), ValueError, "num_heads must be at least 1, got -2"),
 ]  # fmt: skip
 BAD_INPUTS = [  # (x, mask) -> error, words: the same at every layer's door
     ((torch.zeros(4, 8), None), ValueError, "x must have at least 3 dimensions, got shape (4, 8)"),
@@ -366,6 +367,7 @@ MESSAGES = [
         (lambda p=p: MultiHeadAttention(8, 2, dropout=p), ValueError, f"dropout must be in [0, 1), got {p}")
         for p in (1.0, -0.5)
     ],
+    (lambda: MultiHeadAttention(8, 2, dropout="0.1"), TypeError, "dropout must be a number in [0, 1), got '0.1' (str)"),
     *[(lambda m=m, xm=xm: m()(*xm), error, words) for m in FACTORIES.values() for xm, error, words in BAD_INPUTS],
     (lambda: MHA(X, need_weights="no"), TypeError, "need_weights must be True or False, got 'no' (str)"),
     # cross-attention: the memory and a mask against its length

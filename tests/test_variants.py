@@ -386,18 +386,30 @@ MESSAGES = [
     (lambda: GroupedQueryAttention(10, 4, 2), ValueError, "embed_dim (10) must be divisible by num_heads (4)"),
     (lambda: GroupedQueryAttention(16, 4, 2, dropout=1.0), ValueError, "dropout must be in [0, 1), got 1.0"),
     (
+        lambda: GroupedQueryAttention(16, 4, 2, dropout="0.1"),
+        TypeError,
+        "dropout must be a number in [0, 1), got '0.1' (str)",
+    ),
+    (
         lambda: GroupedQueryAttention(16, 4, 2, rope=True, rope_base=1.0),
         ValueError,
         "rope_base must be a number greater than 1, got 1.0",
     ),
+    (
+        lambda: GroupedQueryAttention(8, 4, 2)(Q8, need_weights="no"),
+        TypeError,
+        "need_weights must be True or False, got 'no'",
+    ),
     (lambda: repeat_kv(torch.randn(1, 4, 2, 2), 6), ValueError, "num_heads (6) must be divisible by num_kv_heads (4)"),
     (lambda: repeat_kv(torch.randn(1, 0, 3, 4), 2), ValueError, "num_kv_heads must be at least 1, got 0"),
+    (lambda: sliding_window_attention(*Q3, window=-2), ValueError, "window must be at least 1, got -2"),
     (lambda: sliding_window_attention(*torch.zeros(3, 1, 0, 4), window=2, scale="abc"), TypeError, SCALE_ABC),
     (
         lambda: topk_attention(Q8, V8, Q8, top_k=2),
         ValueError,
         "q and k must have the same last dimension D, got q (2, 5, 8) and k (2, 5, 4)",
     ),
+    (lambda: topk_attention(Q8, Q8, Q8, 2, scale="abc"), TypeError, SCALE_ABC),
     (
         lambda: topk_attention(Q[0], Q[0], Q[0], top_k=2, mask=torch.ones(5, 5, dtype=torch.bool, device="meta")),
         ValueError,
@@ -474,6 +486,7 @@ MESSAGES = [
     ),
     (lambda: KVCache(1, 4).filled(5), ValueError, "layer must be in [0, 0], got 5"),
     (lambda: KVCache(2, 4).filled(-1), ValueError, "layer must be in [0, 1], got -1"),
+    (lambda: topk_attention(Q8, Q8, Q8, 2, causal="no"), TypeError, "causal must be True or False, got 'no' (str)"),
     (
         lambda: topk_attention(Q8, Q8[:, :3], Q8[:, :3], 2, causal=True),
         ValueError,
