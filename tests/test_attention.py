@@ -274,9 +274,7 @@ BAD_QKV = [  # (q, k, v) -> error, words: the same for each function that takes 
 ]  # fmt: skip
 ONE_DEVICE = "must be on one device, got q on cpu"
 
-# (call, exception type, words the message must contain): the messages a learner can meet in this module that
-# tests/bad_inputs.json does not pin already (its battery records each public entry's message, word for word, for a
-# wrong type, a zero, a negative, a NaN, an integer or float64 tensor, a float mask, and so on)
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: attention_loops(torch.randn(3, 4), torch.randn(0, 4), torch.randn(0, 4)), ValueError,
      "attention_loops needs at least one key (S >= 1), got k of shape (0, 4)"),

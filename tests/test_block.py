@@ -43,8 +43,7 @@ def test_mlp_shapes_and_ratio():
     assert mlp(torch.randn(2, 3, 8)).shape == (2, 3, 8)
 
 
-# (call, exception type, a pattern the message must match); tests/bad_inputs.json pins, word for word, the messages
-# of its battery (a wrong type, a zero, a negative, ...), not repeated here
+# (call, exception type, a pattern the message must match): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: Block(16, torch.ones(3)), TypeError, "attn must be an nn.Module"),
     (

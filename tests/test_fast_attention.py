@@ -558,9 +558,7 @@ BAD_ARGUMENTS = [  # the same for tiled_attention and flash_attention
 SCORES, VALUES = torch.randn(3, 6), torch.randn(6, 5)
 GOOD = block_partial(torch.randn(2, 3), torch.randn(3, 4))
 
-# (call, exception type, words the message must contain): the messages a learner can meet in this module that
-# tests/bad_inputs.json does not pin already (its battery records each public entry's message, word for word, for a
-# wrong type, a zero, a negative, a float mask, a dtype mixed, and so on)
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: block_partial(torch.randn(2, 2, 3), torch.randn(3, 3, 4)), ValueError,
      "the batch dimensions of scores (2, 2, 3) and v (3, 3, 4) do not broadcast"),

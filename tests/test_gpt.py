@@ -394,8 +394,7 @@ def _masked(attention, mask):
     return _layer(make(attention=attention), "attn")(torch.randn(2, 5, 16), mask=mask, need_weights=True)
 
 
-# (call, given a tiny GPT; exception; what the message must say); tests/bad_inputs.json pins, word for word, the
-# messages of its battery (a field or argument of the wrong type, a zero, a list, ...), which are not repeated here
+# (call, given a tiny GPT; exception; what the message must say): those tests/bad_inputs.json does not pin already
 MESSAGES = [
     # the configuration
     (lambda m: _config(embed_dim=10, num_heads=3), ValueError,

@@ -401,9 +401,7 @@ Q, K, V = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)  # D 
 ST, Z, Q_T, V_T = torch.zeros(2, 4, 3), torch.zeros(2, 4), torch.randn(2, 4), torch.randn(2, 3)  # one step
 LINEAR_FORMS = (linear_attention, linear_attention_recurrent, linear_attention_quadratic)
 
-# (call, exception type, a pattern the message must match): the messages a learner can meet in this module that
-# tests/bad_inputs.json does not pin already (its battery records each public entry's message, word for word, for a
-# wrong type, a zero, a negative, an integer or float64 tensor, a list, and so on)
+# (call, exception type, a pattern the message must match): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: gated_linear_attention([1.0], _K, _V), TypeError,
      r"q must be a torch.Tensor, got list"),

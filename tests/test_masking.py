@@ -159,9 +159,7 @@ ALLOW = torch.ones(2, 2, dtype=torch.bool)
 OK = torch.ones(3, 3, dtype=torch.bool)
 BIAS_NOT_MASK = "so it is a bias, not a mask"
 
-# (call, exception type, words the message must contain): the messages a learner can meet in this module that
-# tests/bad_inputs.json does not pin already (its battery records each public entry's message, word for word, for a
-# wrong type, a zero, a negative, a NaN, an integer or float tensor, a list, and so on)
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: padding_mask(torch.tensor([1, 2], device="meta"), 4), ValueError,
      "lengths is on the meta device, which holds no values to check"),

@@ -358,9 +358,7 @@ BAD_INPUTS = [  # (x, mask) -> error, words: the same at every layer's door
 ]  # fmt: skip
 FROM_PACKED = "from_packed takes a course_utils MultiHeadAttention"
 
-# (call, exception type, words the message must contain): the messages a learner can meet in this module that
-# tests/bad_inputs.json does not pin already (its battery records each public entry's message, word for word, for a
-# wrong type, a zero, an integer or float64 tensor, a float mask, and so on)
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     *[(lambda c=c, a=a: c(*a), error, words) for c in MODULE_CLASSES for a, error, words in BAD_SIZES],
     *[

@@ -317,8 +317,7 @@ PAIRS = "(RoPE rotates pairs of channels)"
 ATTENTIONS = {"rotary": GroupedQueryAttention(8, 2, rope=True), "alibi": ALiBiMultiHeadAttention(8, 2)}
 X = torch.randn(2, 4, 8)
 
-# (call, exception type, words the message must contain); tests/bad_inputs.json pins, word for word, the messages
-# of its battery (a wrong type, a zero, a negative, an integer or float tensor, a list, ...), which are not repeated
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: apply_rope(torch.randn(2, 3, 4), positions=torch.arange(3, device="meta")), ValueError,
      "positions is on the meta device, which holds no values to check"),

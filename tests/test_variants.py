@@ -379,8 +379,7 @@ MASK_3_5_META = torch.ones(3, 5, dtype=torch.bool, device="meta")
 CHANNELS = "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)"
 SCALE_ABC = "scale must be a positive number, got 'abc' (str)"
 
-# (call, exception type, words the message must contain); tests/bad_inputs.json pins, word for word, the messages
-# of its battery (a wrong type, a zero, a negative, an integer or float64 tensor, a list, ...), not repeated here
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: GroupedQueryAttention(16, 4, 3), ValueError, "num_heads (4) must be divisible by num_kv_heads (3)"),
     (lambda: GroupedQueryAttention(10, 4, 2), ValueError, "embed_dim (10) must be divisible by num_heads (4)"),
