@@ -400,11 +400,7 @@ MESSAGES = [
     (lambda m: _config(embed_dim=10, num_heads=3), ValueError,
      r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
     (lambda m: _config(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-    (lambda m: _config(dropout=-0.1), ValueError, r"dropout must be in \[0, 1\)"),
     (lambda m: _config(dropout="0.1"), TypeError, r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"),
-    (lambda m: _config(positions="sinusoidal"), ValueError, "positions must be one of"),
-    (lambda m: _config(attention="fused"), ValueError, "attention must be one of"),
-    (lambda m: _config(norm_position="sandwich"), ValueError, r"norm_position must be one of \('pre', 'post'\)"),
     *[(lambda m, f=f: GPTConfig(**{f: 5}), TypeError, rf"{f} must be one of .*, got 5 \(int\)")
       for f in ("positions", "attention", "norm_position")],  # a choice of the wrong type is a TypeError
     (lambda m: _config(bias="yes"), TypeError, r"bias must be True or False, got 'yes' \(str\)"),
