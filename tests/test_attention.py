@@ -264,24 +264,17 @@ NORMS = attention_grad_norms
 BAD_SCALES = [
     ("abc", TypeError, "scale must be a positive number, got 'abc' (str)"),
     (torch.tensor(0.5), TypeError, "scale must be a positive number, got tensor(0.5000) (Tensor)"),
-    (True, TypeError, "scale must be a positive number, got True (bool)"),
-    (-1.0, ValueError, "scale must be a positive finite number, got -1.0"),
-    (0, ValueError, "scale must be a positive finite number, got 0.0"),
-    (float("nan"), ValueError, "scale must be a positive finite number, got nan"),
     (float("inf"), ValueError, "scale must be a positive finite number, got inf"),
 ]  # fmt: skip
 BAD_QKV = [  # (q, k, v) -> error, words: the same for each function that takes q, k, v
-    ((Q, [[0.0] * 4] * 5, V), TypeError, "k must be a torch.Tensor, got list"),
     ((Q, K, torch.zeros(5)), ValueError, "v must have at least 2 dimensions, got shape (5,)"),
-    ((Q.long(), K, V), TypeError, "q must be a floating-point tensor, got dtype torch.int64"),
-    ((Q, K.double(), V), TypeError, "q, k and v must share a dtype, got torch.float32, torch.float64, torch.float32"),
     ((Q, torch.zeros(5, 3), V), ValueError, "q and k must have the same last dimension D, got q (3, 4) and k (5, 3)"),
     ((Q, K, torch.zeros(6, 2)), ValueError,
      "k and v must have the same number of positions S, got k (5, 4) and v (6, 2)"),
 ]  # fmt: skip
 ONE_DEVICE = "must be on one device, got q on cpu"
 
-# (call, exception type, words the message must contain): every message a learner can meet in this module
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: attention_loops(torch.randn(3, 4), torch.randn(0, 4), torch.randn(0, 4)), ValueError,
      "attention_loops needs at least one key (S >= 1), got k of shape (0, 4)"),
@@ -295,36 +288,24 @@ MESSAGES = [
         for fn in (attention_loops, attention_matmul, SDPA)
         for scale, error, words in BAD_SCALES
     ],
-    (lambda: attention_matmul(Q, K, V, scale=None), TypeError, "scale must be a positive number, got None (NoneType)"),
     (lambda: attention_matmul(*_qkv((2, 3, 4), (3, 5, 4), (3, 5, 2))), ValueError,
      "the batch dimensions of q (2, 3, 4), k (3, 5, 4) and v (3, 5, 2) do not broadcast"),
     (lambda: SDPA(*_qkv((2, 3, 4), (3, 5, 4), (3, 5, 2))), ValueError, "do not broadcast"),
     (lambda: attention_loops(QB, KB, VB), ValueError,
      "attention_loops works on one sequence: q must be (T, D), k (S, D) and v (S, Dv), got (2, 3, 4)"),
-    (lambda: SDPA(QB, KB, VB, mask=[[True] * 5] * 3), TypeError,
-     "mask must be a boolean torch.Tensor (True = may attend), got list"),
-    (lambda: SDPA(QB, KB, VB, mask=torch.zeros(3, 5)), TypeError,
-     "mask must be boolean (True = may attend), got dtype torch.float32; "
-     "convert an additive float mask with course_utils.masking.convert_mask"),
     (lambda: SDPA(QB, KB, VB, mask=torch.ones(3, 4, dtype=torch.bool)), ValueError,
      "mask of shape (3, 4) does not broadcast to the scores' shape (2, 3, 5)"),
     (lambda: SDPA(QB, KB, VB, mask=torch.ones(4, 3, 5, dtype=torch.bool)), ValueError,
      "mask of shape (4, 3, 5) does not broadcast to the scores' shape (2, 3, 5)"),
     *[
         (lambda p=p: SDPA(Q, K, V, dropout_p=p), ValueError, f"dropout_p must be in [0, 1), got {p}")
-        for p in (-0.1, 1.0, 1.5)
+        for p in (-0.1, 1.0)
     ],
     (lambda: SDPA(Q, K, V, dropout_p="0.1"), TypeError, "dropout_p must be a number in [0, 1), got '0.1' (str)"),
     *[
         row
         for fn in (softmax, softmax_naive)
         for row in [
-            (lambda fn=fn: fn([1.0, 2.0]), TypeError, "x must be a torch.Tensor, got list"),
-            (
-                lambda fn=fn: fn(torch.tensor([1, 2])),
-                TypeError,
-                "x must be a floating-point tensor, got dtype torch.int64",
-            ),
             (lambda fn=fn: fn(X[0], dim=3), ValueError, "dim must be in [-2, 1] for x of shape (5, 4), got 3"),
             (lambda fn=fn: fn(X[0], dim="-1"), TypeError, "dim must be an int, got '-1' (str)"),
         ]
@@ -332,12 +313,8 @@ MESSAGES = [
     (lambda: simple_self_attention(torch.zeros(3)), ValueError, "x must have at least 2 dimensions, got shape (3,)"),
     (lambda: simple_self_attention(torch.zeros(2, 3, dtype=torch.int32)), TypeError,
      "x must be a floating-point tensor, got dtype torch.int32"),
-    (lambda: SDPA(X, X, X, bias=torch.zeros(5, 5, dtype=torch.long)), TypeError,
-     "bias must be a floating-point tensor"),
     (lambda: SDPA(X, X, X, bias=torch.zeros(4, 5)), ValueError,
      "bias of shape (4, 5) does not broadcast to the scores' shape (2, 5, 5)"),
-    (lambda: SDPA(X, X, X, bias=torch.zeros(5, 5, dtype=torch.float64)), TypeError,
-     "bias must have the dtype of q, k and v (torch.float32), got torch.float64"),
     (lambda: SDPA(X, X.to("meta"), X), ValueError, "q, k, v must be on one device, got q on cpu, k on meta, v on cpu"),
     (lambda: SDPA(X, X, X.to("meta")), ValueError, "v on meta"),
     (lambda: SDPA(X, X, X, mask=torch.ones(5, 5, dtype=torch.bool, device="meta")), ValueError,
@@ -347,14 +324,7 @@ MESSAGES = [
      "head dimension D >= 1 (the scale is 1 / sqrt(D)), got q (2, 3, 0)"),
     (lambda: NORMS(Q, K, V, torch.randn(3, 4)), ValueError,
      "grad_out must have the shape of the attention output (3, 2)"),
-    (lambda: NORMS(Q, K, V, [[0.0, 0.0]] * 3), TypeError, "grad_out must be a torch.Tensor, got list"),
-    (lambda: NORMS(Q, K, V, torch.zeros(3, 2).long()), TypeError,
-     "grad_out must be a floating-point tensor, got dtype"),
-    (lambda: NORMS(Q, K, V, torch.zeros(3, 2).double()), TypeError,
-     "grad_out must have the dtype of q, k and v (torch.float32), got torch.float64"),
     (lambda: NORMS(Q, K, V, torch.zeros(3, 2, device="meta")), ValueError, "q, grad_out " + ONE_DEVICE),
-    (lambda: NORMS(Q, K, V, torch.zeros(3, 2), scale=0), ValueError, "scale must be a positive finite number, got 0.0"),
-    (lambda: NORMS(Q, K, V[:4], torch.zeros(3, 2)), ValueError, "k and v must have the same number of positions S"),
 ]  # fmt: skip
 
 

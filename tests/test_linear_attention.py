@@ -401,7 +401,7 @@ Q, K, V = torch.randn(2, 5, 4), torch.randn(2, 5, 4), torch.randn(2, 5, 3)  # D 
 ST, Z, Q_T, V_T = torch.zeros(2, 4, 3), torch.zeros(2, 4), torch.randn(2, 4), torch.randn(2, 3)  # one step
 LINEAR_FORMS = (linear_attention, linear_attention_recurrent, linear_attention_quadratic)
 
-# (call, exception type, a pattern the message must match): every message a learner can meet in this module
+# (call, exception type, a pattern the message must match): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: gated_linear_attention([1.0], _K, _V), TypeError,
      r"q must be a torch.Tensor, got list"),
@@ -470,29 +470,19 @@ MESSAGES = [
     ),
     (lambda: chunkwise_cost(-1, 4, 4, 2), ValueError, r"T must be at least 0, got -1"),
     (lambda: chunkwise_cost(8, 4.0, 4, 2), TypeError, r"D must be an int, got float"),
-    (lambda: elu_feature_map(torch.arange(3)), TypeError, r"x must be a floating-point tensor, got dtype torch.int64"),
     # causal linear attention
     (lambda: linear_attention(Q[:, :4], K, V), ValueError, r"got q \(2, 4, 4\), k \(2, 5, 4\), v \(2, 5, 3\)"),
     (lambda: linear_attention_recurrent(Q, K, V[:, :4]), ValueError,
      r"got q \(2, 5, 4\), k \(2, 5, 4\), v \(2, 4, 3\)"),
     (lambda: linear_attention_quadratic(Q, K[..., :3], V), ValueError,
      r"q and k must have one shape \(\.\.\., T, D\) with D >= 1 and v \(\.\.\., T, Dv\) the same leading axes"),
-    *[(lambda fn=fn: fn(Q, K, V.double()), TypeError, "q, k and v must share a dtype") for fn in LINEAR_FORMS],
-    *[(lambda fn=fn: fn(Q.long(), K, V), TypeError, "q must be a floating-point tensor, got dtype torch.int64")
-      for fn in LINEAR_FORMS],
     (lambda: linear_attention_step(ST, Z, Q_T, Q_T, Q_T), ValueError,
      r"v_t must end in 3 \(state is \(\.\.\., D, Dv\) = \(2, 4, 3\)\), got v_t \(2, 4\)"),
     (lambda: linear_attention_step(ST, torch.zeros(2, 3), Q_T, Q_T, V_T), ValueError, r"got normaliser \(2, 3\)"),
-    (lambda: linear_attention_step(ST, Z, Q_T, V_T, V_T), ValueError, "k_t must end in 4"),
     (lambda: linear_attention_step(Z[0], Z, Q_T, Q_T, V_T), ValueError,
      r"state must have at least 2 dimensions, got shape \(4,\)"),
     (lambda: linear_attention_step(ST, Z, torch.randn(3, 4), Q_T, V_T), ValueError,
      r"the leading axes of state \(2, 4, 3\),"),
-    (lambda: linear_attention_step(ST, Z.double(), Q_T, Q_T, V_T), TypeError,
-     "must share a dtype, got torch.float32, torch.float64"),
-    (lambda: linear_attention_step(ST, Z, Q_T.long(), Q_T, V_T), TypeError,
-     "q_t must be a floating-point tensor, got dtype torch.int64"),
-    (lambda: linear_attention_step([[0.0]], Z, Q_T, Q_T, V_T), TypeError, "state must be a torch.Tensor, got list"),
     (lambda: linear_attention_step(ST, Z, Q_T.to("meta"), Q_T, V_T), ValueError, "q_t on meta"),
     (lambda: linear_attention_step(torch.zeros(0, 2), torch.zeros(0), torch.zeros(0), torch.zeros(0), torch.zeros(2)),
      ValueError, r"state must be \(\.\.\., D, Dv\) with D >= 1 \(phi\(q_t\) \. z_t is 0 / 0 without\), got \(0, 2\)"),

@@ -159,7 +159,7 @@ ALLOW = torch.ones(2, 2, dtype=torch.bool)
 OK = torch.ones(3, 3, dtype=torch.bool)
 BIAS_NOT_MASK = "so it is a bias, not a mask"
 
-# (call, exception type, words the message must contain): every message a learner can meet in this module
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: padding_mask(torch.tensor([1, 2], device="meta"), 4), ValueError,
      "lengths is on the meta device, which holds no values to check"),
@@ -167,8 +167,6 @@ MESSAGES = [
      "mask is on the meta device, which holds no values to check"),
     (lambda: padding_mask([1, 2], 2**62), ValueError,
      "S must be at most 16777216 (the mask holds B * S entries), got 4611686018427387904"),
-    (lambda: mask_scores(torch.ones(3, 5, dtype=torch.long), causal_mask(3, 5)), TypeError,
-     "scores must be a floating-point tensor, got dtype torch.int64"),
     (lambda: mask_scores(torch.ones(3, 5, dtype=torch.float16), causal_mask(3, 5), fill_value=-1e5), ValueError,
      "fill_value -100000.0 is below the lowest torch.float16 (-65504.0)"),
     (lambda: mask_scores(torch.ones(3, 5), causal_mask(3, 5, device="meta")), ValueError,
@@ -178,11 +176,6 @@ MESSAGES = [
     *[
         (lambda args=args: causal_mask(*args), error, words)
         for args, error, words in [
-            ((2.0,), TypeError, "T must be an int, got float"),
-            ((True,), TypeError, "T must be an int, got bool"),
-            ((2, 3.0), TypeError, "S must be an int, got float"),
-            ((0,), ValueError, "T must be at least 1, got 0"),
-            ((1, 0), ValueError, "S must be at least 1, got 0"),
             (
                 (4, 3),
                 ValueError,
@@ -192,11 +185,8 @@ MESSAGES = [
         ]
     ],
     (lambda: causal_mask(4, device="gpu"), ValueError, "device 'gpu' is not a device name"),
-    (lambda: mask_scores([[0.0]], torch.ones(1, 1, dtype=torch.bool)), TypeError,
-     "scores must be a torch.Tensor, got list"),
     (lambda: mask_scores(torch.zeros(3), torch.ones(3, dtype=torch.bool)), ValueError,
      "scores must have at least 2 dimensions, got shape (3,)"),
-    (lambda: mask_scores(torch.zeros(2, 3), torch.ones(2, 3)), TypeError, "mask must be boolean"),
     (lambda: mask_scores(torch.zeros(2, 3), torch.ones(3, 2, dtype=torch.bool)), ValueError,
      "mask of shape (3, 2) does not broadcast to the scores' shape (2, 3)"),
     (lambda: mask_scores(torch.randn(3, 3), OK, fill_value="x"), TypeError,
@@ -207,7 +197,7 @@ MESSAGES = [
             ValueError,
             "fill_value must be -inf or a finite negative number",
         )
-        for fill in (float("nan"), float("inf"), 0.0, 3.0)
+        for fill in (float("inf"), 3.0)  # NaN and 0: tests/bad_inputs.json
     ],
     *[
         (lambda lengths=lengths: padding_mask(lengths, 4), error, words)
@@ -221,28 +211,16 @@ MESSAGES = [
             ([[1, 2]], TypeError, "got dtype torch.int64, shape (1, 2)"),
             ([1, 5], ValueError, "every length must be in [0, S=4], got [1, 5]"),
             ([-1, 2], ValueError, "every length must be in [0, S=4], got [-1, 2]"),
-            (None, TypeError, "lengths must be a 1-D integer tensor or list, got NoneType"),
         ]
     ],
-    (lambda: padding_mask([2], "5"), TypeError, "S must be an int, got str"),
-    (lambda: padding_mask([2], 4.5), TypeError, "S must be an int, got float"),
-    (lambda: padding_mask([0], -1), ValueError, "S must be at least 0, got -1"),
-    (lambda: combine_masks(OK, torch.ones(3, 3)), TypeError,
-     "combine_masks takes boolean masks (True = may attend); mask 1 is torch.float32"),
-    (lambda: combine_masks([[True]], OK), TypeError, "mask 0 is list"),
     (lambda: combine_masks(OK, torch.ones(2, 4, dtype=torch.bool)), ValueError,
      "masks of shapes (3, 3), (2, 4) do not broadcast together"),
     (lambda: convert_mask(ALLOW, "keep", "block"), ValueError,
      "src must be one of ('allow', 'block', 'additive'), got 'keep'"),
     (lambda: convert_mask(ALLOW, "allow", "Allow"), ValueError,
      "dst must be one of ('allow', 'block', 'additive'), got 'Allow'"),
-    (lambda: convert_mask([[True]], "allow", "block"), TypeError, "mask must be a torch.Tensor, got list"),
-    (lambda: convert_mask(torch.zeros(2, 2), "allow", "block"), TypeError,
-     "a 'allow' mask must be boolean, got dtype torch.float32"),
     (lambda: convert_mask(torch.zeros(2, 2, dtype=torch.long), "block", "allow"), TypeError,
      "a 'block' mask must be boolean, got dtype torch.int64"),
-    (lambda: convert_mask(ALLOW, "additive", "allow"), TypeError,
-     "an 'additive' mask must be floating point, got dtype torch.bool"),
     (lambda: convert_mask(OK, "allow", "additive", dtype=torch.long), TypeError,
      "dtype must be a floating-point torch.dtype (an additive mask holds -inf), got torch.int64"),
     *[

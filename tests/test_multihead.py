@@ -343,40 +343,24 @@ X, MEMORY = torch.randn(2, 3, 8), torch.randn(2, 5, 8)
 MHA = MultiHeadAttention(8, 2)
 BAD_SIZES = [
     ((10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
-    ((8.0, 2), TypeError, "embed_dim must be an int, got float"),
-    ((8, True), TypeError, "num_heads must be an int, got bool"),
-    ((8, "2"), TypeError, "num_heads must be an int, got str"),
-    ((0, 1), ValueError, "embed_dim must be at least 1, got 0"),
-    ((8, 0), ValueError, "num_heads must be at least 1, got 0"),
     ((8, -2), ValueError, "num_heads must be at least 1, got -2"),
 ]  # fmt: skip
 BAD_INPUTS = [  # (x, mask) -> error, words: the same at every layer's door
-    (([[[0.0] * 8]], None), TypeError, "x must be a torch.Tensor, got list"),
     ((torch.zeros(4, 8), None), ValueError, "x must have at least 3 dimensions, got shape (4, 8)"),
-    ((torch.zeros(2, 4, 8, dtype=torch.long), None), TypeError,
-     "x must be a floating-point tensor, got dtype torch.int64"),
     ((torch.zeros(2, 4, 6), None), ValueError, "x must have shape (B, T, C=8), got (2, 4, 6)"),
     ((torch.zeros(1, 2, 4, 8), None), ValueError, "x must have shape (B, T, C=8), got (1, 2, 4, 8)"),
-    ((torch.zeros(2, 4, 8), torch.zeros(4, 4)), TypeError, "mask must be boolean"),
     ((torch.zeros(2, 4, 8), torch.ones(3, 1, 4, 4, dtype=torch.bool)), ValueError,
      "does not broadcast to the scores' shape"),
     ((torch.zeros(2, 4, 8), torch.ones(4, 4, dtype=torch.bool, device="meta")), ValueError,
      "q, mask must be on one device, got q on cpu, mask on meta"),
-    ((X.double(), None), TypeError,
-     "x is float64 but the module's weights are float32: convert one of them (module.to(torch.float64) or "
-     "x.to(torch.float32))"),
     ((X.bfloat16(), None), TypeError, "x is bfloat16 but the module's weights are float32"),
     ((X.to("meta"), None), ValueError, "x is on meta but the module's weights are on cpu"),
 ]  # fmt: skip
 FROM_PACKED = "from_packed takes a course_utils MultiHeadAttention"
 
-# (call, exception type, words the message must contain): every message a learner can meet in this module
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     *[(lambda c=c, a=a: c(*a), error, words) for c in MODULE_CLASSES for a, error, words in BAD_SIZES],
-    (lambda: SingleHeadAttention(0, 4), ValueError, "embed_dim must be at least 1, got 0"),
-    (lambda: SingleHeadAttention(8.0, 4), TypeError, "embed_dim must be an int, got float"),
-    (lambda: SingleHeadAttention(8, 0), ValueError, "head_dim must be at least 1, got 0"),
-    (lambda: SingleHeadAttention(8, 2.0), TypeError, "head_dim must be an int, got float"),
     *[
         (lambda p=p: MultiHeadAttention(8, 2, dropout=p), ValueError, f"dropout must be in [0, 1), got {p}")
         for p in (1.0, -0.5)
@@ -406,12 +390,9 @@ MESSAGES = [
      "got a floating tensor of shape (2, 5, 8), which looks like a (B, S, C) memory: for cross-attention pass "
      "it by keyword, attn(x, memory=m)"),
     # split_heads, merge_heads
-    (lambda: split_heads([[[0.0]]], 1), TypeError, "x must be a torch.Tensor, got list"),
     (lambda: split_heads(torch.zeros(4, 6), 2), ValueError, "x must have at least 3 dimensions, got shape (4, 6)"),
     (lambda: split_heads(torch.zeros(1, 4, 6), 4), ValueError, "embed_dim (6) must be divisible by num_heads (4)"),
-    (lambda: split_heads(torch.zeros(1, 2, 4, 6), 2), ValueError, "split_heads takes x of shape (B, T, C), got"),
     (lambda: merge_heads(torch.zeros(2, 4, 6)), ValueError, "x must have at least 4 dimensions, got shape (2, 4, 6)"),
-    (lambda: merge_heads(torch.zeros(1, 2, 3, 4, 5)), ValueError, "merge_heads takes x of shape (B, H, T, D), got"),
     # copying weights between the modules
     (lambda: MultiHeadAttention.from_torch(nn.Linear(4, 4)), TypeError,
      "from_torch takes an nn.MultiheadAttention, got Linear"),

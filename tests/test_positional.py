@@ -317,7 +317,7 @@ PAIRS = "(RoPE rotates pairs of channels)"
 ATTENTIONS = {"rotary": GroupedQueryAttention(8, 2, rope=True), "alibi": ALiBiMultiHeadAttention(8, 2)}
 X = torch.randn(2, 4, 8)
 
-# (call, exception type, words the message must contain)
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: apply_rope(torch.randn(2, 3, 4), positions=torch.arange(3, device="meta")), ValueError,
      "positions is on the meta device, which holds no values to check"),
@@ -328,31 +328,21 @@ MESSAGES = [
     (lambda: PE(torch.randn(1, 9, 4)), ValueError,
      "position 8 is beyond context_length = 8: a learned position embedding only has rows for positions 0 .. 7"),
     (lambda: PE(torch.randn(1, 2, 4), torch.tensor([10, 11])), ValueError, "position 11 is beyond context_length = 8"),
-    (lambda: LearnedPositionalEmbedding(0, 4), ValueError, "context_length must be at least 1, got 0"),
-    (lambda: LearnedPositionalEmbedding(4, 4.0), TypeError, "embed_dim must be an int, got float"),
     (lambda: PE(torch.randn(1, 3, 5)), ValueError, "x must end in embed_dim = 4 channels, got shape (1, 3, 5)"),
     (lambda: PE(torch.ones(1, 3, 4, dtype=torch.long)), TypeError,
      "x must be a floating-point tensor, got dtype torch.int64"),
     (lambda: sinusoidal_encoding(4, 5), ValueError, "C must be even (the channels come in (sin, cos) pairs), got 5"),
-    (lambda: sinusoidal_encoding(0, 4), ValueError, "T must be at least 1, got 0"),
     (lambda: sinusoidal_encoding(4, 4, base=0.5), ValueError, "base must be a number greater than 1, got 0.5"),
     (lambda: sinusoidal_encoding(8, 16, base="abc"), TypeError,
      "base must be a number greater than 1, got 'abc' (str)"),
     (lambda: sinusoidal_encoding(8, 16, base=math.inf), ValueError, "base must be a number greater than 1, got inf"),
-    (lambda: sinusoidal_shift_matrix(1.5, 4), TypeError, "k must be an int"),
     (lambda: apply_rope(torch.randn(1, 1, 3, 5)), ValueError, f"the last dimension D of x must be even {PAIRS}, got 5"),
     (lambda: apply_rope(X4, torch.arange(4)), ValueError,
      "positions must have shape (T,) = (3,), one per position of x, got (4,)"),
-    (lambda: apply_rope(X4, torch.arange(3.0)), TypeError,
-     "positions must be an integer tensor (absolute positions), got dtype torch.float32"),
-    (lambda: apply_rope(X4, [0, 1, 2]), TypeError, "positions must be a 1-D integer torch.Tensor, got list"),
     (lambda: apply_rope(X4, torch.tensor([-1, 0, 1])), ValueError, "positions must be >= 0, got a minimum of -1"),
     (lambda: apply_rope(X4, pairing="neox"), ValueError, "pairing must be one of ('interleaved', 'half'), got 'neox'"),
-    (lambda: apply_rope(X4.long()), TypeError, "x must be a floating-point tensor"),
     (lambda: rope_pairing_permutation(3), ValueError, f"D must be even {PAIRS}, got 3"),
     (lambda: RotaryTable(5), ValueError, f"head_dim must be even {PAIRS}, got 5"),
-    (lambda: RotaryTable(8.0), TypeError, "head_dim must be an int, got float"),
-    (lambda: RotaryTable(8, length=-1), ValueError, "length must be at least 0, got -1"),
     (lambda: RotaryTable(8, base=1.0), ValueError, "base must be a number greater than 1, got 1.0"),
     (lambda: RotaryTable(8, pairing="neox"), ValueError, "pairing must be one of ('interleaved', 'half'), got 'neox'"),
     (lambda: TABLE.rotate(torch.randn(1, 3, 6)), ValueError,
@@ -361,11 +351,8 @@ MESSAGES = [
     (lambda: TABLE.rotate([[0.0] * 8]), TypeError, "x must be a torch.Tensor, got list"),
     (lambda: TABLE.rotate(torch.randn(1, 3, 8), -2), ValueError, "start must be at least 0, got -2"),
     (lambda: TABLE.rotate(torch.randn(1, 3, 8), 1.0), TypeError, "start must be an int, got float"),
-    (lambda: alibi_slopes(0), ValueError, "H must be at least 1, got 0"),
-    (lambda: alibi_slopes(8.0), TypeError, "H must be an int, got float"),
     (lambda: alibi_bias(2, 5, 3), ValueError,
      "alibi_bias needs T <= S (the queries are the last T of the S positions), got T=5, S=3"),
-    (lambda: alibi_bias(2, 1, 0), ValueError, "S must be at least 1, got 0"),
     (lambda: GroupedQueryAttention(6, 2, rope=True), ValueError, f"head_dim must be even {PAIRS}, got 3"),
     (lambda: ALiBiMultiHeadAttention(10, 3), ValueError, "embed_dim (10) must be divisible by num_heads (3)"),
     *[

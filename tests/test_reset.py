@@ -75,13 +75,6 @@ def test_reset_whole_notebook_keeps_a_backup(tmp_path):
     )  # never overwrites
 
 
-def test_reset_names_the_notebooks_exercises_when_the_key_is_wrong(tmp_path):
-    path, _ = learner_work(tmp_path)
-    with pytest.raises(KeyError, match="03_masking.ipynb has no exercise 04.1; its exercises are: 03.1"):
-        reset_exercise(path, "04.1", folder=tmp_path)
-    assert not list(tmp_path.glob("backup-*"))  # nothing written when nothing was reset
-
-
 def test_reset_command(tmp_path, monkeypatch, capsys):
     path, where = learner_work(tmp_path)
     monkeypatch.setattr(reset, "LEARNER_DIR", tmp_path)  # the learner's notebooks/ folder, here a copy
@@ -106,26 +99,29 @@ def test_reset_refuses_an_instructors_solution_and_leaves_it_unchanged():
     assert not list(solution.parent.glob("backup-*"))
 
 
-def test_reset_refuses_paths_outside_notebooks_and_files_that_are_not_course_notebooks(tmp_path):
+# What reset refuses, given a learner's 03_masking.ipynb in a folder that is not notebooks/ (learner_work): (the call,
+# given that path; the exception; what its message must say). Nothing is written, nothing is backed up.
+RESET_REFUSED = [
+    (lambda path: reset_exercise(path, "04.1", folder=path.parent), KeyError,
+     "03_masking.ipynb has no exercise 04.1; its exercises are: 03.1"),
+    (lambda path: reset_notebook(path), ValueError,
+     r"03_masking.ipynb is not in notebooks/\. reset puts back only the course's own notebooks in notebooks/ "
+     r"\(00_setup_check.ipynb, "),
+    (lambda path: reset_exercise(path, "03.1"), ValueError, "is not in notebooks/"),
+    *[(lambda path, name=name: reset_notebook(path.parent / name, folder=path.parent), ValueError, what)
+      for name, what in (("backup-03_masking-20260102-030405.ipynb", "is a backup, which reset never changes"),
+                         ("my_notes.ipynb", "is not a notebook of the course"),
+                         ("03_masking.py", "is not a notebook of the course"))],
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("call, error, said", RESET_REFUSED)
+def test_what_reset_refuses_is_said_and_nothing_is_written(call, error, said, tmp_path):
     path, _ = learner_work(tmp_path)
-    before = path.read_bytes()
-    with pytest.raises(
-        ValueError,
-        match=r"03_masking.ipynb is not in notebooks/\. reset puts back only the "
-        r"course's own notebooks in notebooks/ \(00_setup_check.ipynb, ",
-    ):
-        reset_notebook(path)
-    with pytest.raises(ValueError, match="is not in notebooks/"):
-        reset_exercise(path, "03.1")
-    assert path.read_bytes() == before and not list(tmp_path.glob("backup-*"))
-    for name, what in (
-        ("backup-03_masking-20260102-030405.ipynb", "is a backup, which reset never changes"),
-        ("my_notes.ipynb", "is not a notebook of the course"),
-        ("03_masking.py", "is not a notebook of the course"),
-    ):
-        with pytest.raises(ValueError, match=what):
-            reset_notebook(tmp_path / name, folder=tmp_path)
-        assert not (tmp_path / name).exists()
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    with pytest.raises(error, match=said):
+        call(path)
+    assert {p: p.read_bytes() for p in tmp_path.iterdir()} == before
     assert "03_masking.ipynb" in course_notebooks() and "00_setup_check.ipynb" in course_notebooks()
 
 

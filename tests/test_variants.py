@@ -379,11 +379,10 @@ MASK_3_5_META = torch.ones(3, 5, dtype=torch.bool, device="meta")
 CHANNELS = "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)"
 SCALE_ABC = "scale must be a positive number, got 'abc' (str)"
 
-# (call, exception type, words the message must contain)
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (lambda: GroupedQueryAttention(16, 4, 3), ValueError, "num_heads (4) must be divisible by num_kv_heads (3)"),
     (lambda: GroupedQueryAttention(10, 4, 2), ValueError, "embed_dim (10) must be divisible by num_heads (4)"),
-    (lambda: GroupedQueryAttention(16, 4, 0), ValueError, "num_kv_heads must be at least 1, got 0"),
     (lambda: GroupedQueryAttention(16, 4, 2, dropout=1.0), ValueError, "dropout must be in [0, 1), got 1.0"),
     (
         lambda: GroupedQueryAttention(16, 4, 2, dropout="0.1"),
@@ -402,11 +401,8 @@ MESSAGES = [
     ),
     (lambda: repeat_kv(torch.randn(1, 4, 2, 2), 6), ValueError, "num_heads (6) must be divisible by num_kv_heads (4)"),
     (lambda: repeat_kv(torch.randn(1, 0, 3, 4), 2), ValueError, "num_kv_heads must be at least 1, got 0"),
-    (lambda: sliding_window_mask(4, 0), ValueError, "window must be at least 1, got 0"),
-    (lambda: sliding_window_mask(4, 2.5), TypeError, "window must be an int"),
     (lambda: sliding_window_attention(*Q3, window=-2), ValueError, "window must be at least 1, got -2"),
     (lambda: sliding_window_attention(*torch.zeros(3, 1, 0, 4), window=2, scale="abc"), TypeError, SCALE_ABC),
-    (lambda: topk_attention(*Q3, top_k=0), ValueError, "top_k must be at least 1, got 0"),
     (
         lambda: topk_attention(Q8, V8, Q8, top_k=2),
         ValueError,
@@ -431,16 +427,10 @@ MESSAGES = [
     ),
     (lambda: aft_full(Q8, Q8, V8, torch.zeros(5, 5)), ValueError, CHANNELS),
     (lambda: aft_simple(Q8, Q8, V8), ValueError, CHANNELS),
-    (lambda: aft_simple(Q8, V8, V8), ValueError, "q and k must have the same last dimension D"),
     (
         lambda: linformer_attention(*torch.randn(3, 1, 6, 2), proj_k=torch.eye(4), proj_v=torch.eye(6)),
         ValueError,
         "proj_k must have shape (R, S') with S' >= S = 6",
-    ),
-    (
-        lambda: linformer_attention(Q6, Q6, Q6, P6.long(), P6),
-        TypeError,
-        "proj_k must have the dtype of q, k and v (torch.float32), got torch.int64",
     ),
     (lambda: linformer_attention(Q6, Q6, Q6, P6, P6.to("meta")), ValueError, "k on cpu, proj_k on cpu, proj_v on meta"),
     (
@@ -459,7 +449,6 @@ MESSAGES = [
     (lambda: GQA(Q8[:1].double()), TypeError, "x is float64 " + MODULE_WEIGHTS + " float32"),
     (lambda: GQA(Q8[:1].to("meta")), ValueError, "x is on meta " + MODULE_WEIGHTS + " on cpu"),
     # the KV cache, and the decoder that uses it
-    (lambda: KVCache(2, 0), ValueError, "capacity must be at least 1"),
     (lambda: KVCache(2, 4).update(2, K1, K1), ValueError, "layer must be in [0, 1], got 2"),
     (lambda: KVCache(2, 4).update(True, K1, K1), TypeError, "layer must be an int, got bool"),
     (
