@@ -641,8 +641,11 @@ def _read(path: object, what: str, formats: tuple[str, ...], how: str, fix: str)
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as err:  # truncated zip, bad pickle, foreign objects: all mean "cannot trust this file"
-        raise CheckpointError(f"cannot read {what} {path}: it is truncated or corrupt ({type(err).__name__}: "
-                              f"{first_line(err)}). {fix}") from err  # fmt: skip
+        with open(path, "rb") as f:
+            began = f.read(4) == b"PK\x03\x04"  # torch.save writes a zip archive
+        why = f"it is truncated or corrupt ({type(err).__name__}: {first_line(err)})" if began else (
+            "it is not a file that torch.save writes (a text file, say)")  # fmt: skip
+        raise CheckpointError(f"cannot read {what} {path}: {why}. {fix}") from err
     if not isinstance(state, dict) or state.get("format") not in formats:
         raise CheckpointError(f"{path} is not a {what.removesuffix(' file')} written by course_utils.train")
     return state
