@@ -557,7 +557,9 @@ def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_s
     step, last = state["step"], state["train_config"]["max_steps"] if max_steps is None else max_steps
     if last < step or (last == step and (read_summary(out_dir) or {}).get("steps") == step):  # none: resume writes it
         raise RunSetupError(f"--resume: {path} is at step {step} and max_steps is {last}, so resuming would train "
-                            f"nothing: give a max_steps above {step} (--max-steps on the command line)")  # fmt: skip
+                            f"nothing: give a max_steps above {step} (--max-steps on the command line; "
+                            "train(..., max_steps=N) from Python, where a resumed run keeps its train_config)"
+                            )  # fmt: skip
     saved, ignored = saved_settings(state), []
     for name, new in dataclasses.asdict(asked).items() if asked is not None else ():
         if name in SESSION or saved.get(name) == new or (name == "max_steps" and max_steps is not None):

@@ -750,7 +750,8 @@ def finished(text_file, tmp_path_factory) -> Path:
 
 NOTHING = (
     "error: --resume: {out}/checkpoint.pt is at step 3 and max_steps is {steps}, so resuming would train nothing: "
-    "give a max_steps above 3 (--max-steps on the command line)"
+    "give a max_steps above 3 (--max-steps on the command line; train(..., max_steps=N) from Python, where a resumed "
+    "run keeps its train_config)"
 )
 RESUME_REFUSALS = [  # (flags, the one line; {out}: the finished run, {other}: another text, {sha}: the sha256 of each)
     ([], "error: --out {out} already holds a run (checkpoint.pt): add --resume to continue it, or choose another --out "
