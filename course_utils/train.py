@@ -237,6 +237,8 @@ def train(
     wall_start = time.perf_counter()
     if callback is not None and not callable(callback):
         raise TypeError(f"callback must be a function taking one event dict, or None, got {type(callback).__name__}")
+    if progress is not None:  # "no" would be true
+        check_bool("progress", progress, "True, False or None (a bar when stderr is a terminal)")
     run = _Run(model_config, data_path, out_dir, train_config, device, resume, max_steps)
     train_config, model, optimizer, bar = run.train_config, run.model, run.optimizer, None
     if (sys.stderr.isatty() if progress is None else progress) and run.rank == 0:
@@ -582,6 +584,7 @@ def read_summary(out_dir: str | os.PathLike) -> dict[str, Any] | None:
 def finished_run(out_dir: str | os.PathLike) -> dict[str, Any] | None:
     """The summary of the finished run in ``out_dir`` (:func:`train`'s result), or None if a ``resume=True`` would
     still train it (or there is none): a notebook's training cell, run again, loads the run. Notebook 10."""
+    check_path("out_dir", out_dir)
     out_dir, summary = Path(out_dir), read_summary(out_dir)
     if summary is None or not (out_dir / CHECKPOINT_NAME).is_file():
         return None
@@ -610,11 +613,19 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
     state, dest = load_checkpoint(checkpoint), Path(dest)
     if dest.is_dir():
         raise CheckpointError(f"{dest} is a folder: name the file to write, such as {dest / 'model.pt'}")
+    check_can_create(dest, "dest")  # under a file, or not writable
+    if not isinstance(provenance, dict):
+        raise TypeError(f"provenance must be a dict (what made the model: the command, the date, ...), got "
+                        f"{type(provenance).__name__}")  # fmt: skip
+    try:
+        provenance = json.loads(json.dumps(provenance))  # plain data only
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"provenance must hold plain data (str, numbers, lists, dicts), got {first_line(err)}") from err
     there, kind = model_file(dest) if dest.exists() else ({"format": MODEL_FORMAT}, "")
     if there is None or there["format"] != MODEL_FORMAT:  # a run's checkpoint, say: kept
         raise CheckpointError(f"{dest} already holds {kind}: export_model replaces only an exported model")
     slim = {k: state[k] for k in ("model", "model_config", "tokenizer", "history", "evals", "step")}
-    slim.update(format=MODEL_FORMAT, provenance=json.loads(json.dumps(provenance)))  # plain data only
+    slim.update(format=MODEL_FORMAT, provenance=provenance)
     clean_stale_tmp(dest.parent, dest.name)  # a killed export's temporary file
     save_checkpoint(dest, slim)
     return dest

@@ -544,6 +544,11 @@ def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file,
     assert load_checkpoint(tmp_path / "whole" / "checkpoint.pt")["step"] == 6
 
 
+def a_checkpoint(tmp: Path) -> Path:
+    """What load_checkpoint accepts, enough for export_model's refusals."""
+    return saved(tmp / "c.pt", {"format": "course_utils.train/1"})
+
+
 def saved(path: Path, state: object) -> Path:
     """``path``, holding ``state`` (bytes as they are, anything else with torch.save)."""
     if isinstance(state, bytes):
@@ -582,6 +587,14 @@ API_REFUSALS = [  # (the call, given tmp_path; the exception; what its message m
     (lambda tmp: learning_rate(-1, tiny()), ValueError, "step must be at least 0, got -1"),
     (lambda tmp: learning_rate("5", tiny()), TypeError, "step must be an int, got str"),
     (lambda tmp: learning_rate(5, None), TypeError, "train_config must be a TrainConfig .* got NoneType"),
+    (lambda tmp: train("tiny", tmp / "t.txt", tmp / "run", progress="no"), TypeError,
+     r"progress must be True, False or None \(a bar when stderr is a terminal\), got 'no'"),
+    (lambda tmp: finished_run(None), TypeError, "out_dir must be a str or os.PathLike, got NoneType"),
+    (lambda tmp: export_model(a_checkpoint(tmp), tmp / "m.pt", {"seen": {1, 2}}), TypeError,
+     "provenance must hold plain data .*, got Object of type set is not JSON serializable"),
+    (lambda tmp: export_model(a_checkpoint(tmp), tmp / "m.pt", "me"), TypeError, "provenance must be a dict"),
+    (lambda tmp: export_model(a_checkpoint(tmp), saved(tmp / "t.txt", b"x") / "m.pt", {}), RunSetupError,
+     "dest .*t.txt/m.pt cannot be created: .*t.txt is a file, not a folder"),
     # Before: train() with a dict of settings raised dataclasses' TypeError from inside
     (lambda tmp: train("tiny", tmp / "t.txt", tmp / "run", {"batch_size": 8}), TypeError,
      r"train_config must be a TrainConfig \(TrainConfig.preset\('tiny', batch_size=8\), say\) or None, got dict"),
