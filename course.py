@@ -472,17 +472,13 @@ def test_plan(extra: list[str], capability: dict[str | None, str]) -> tuple[list
 
 
 # The long steps of `course.py test` running at once (unit tests, browser, seed sweep); a later step (the passes
-# under other CPU kernels) takes the place of the first that ends. A full run on 2 cores (2026-11-29) with the
-# passes started after all three: unit 1,090 s, then the passes 195 s and 138 s, one core idle for a minute. A
-# fresh clone on the same quiet 2-core machine (2026-11-29 20:21 UTC, `CI=true bash .ci/run`), learner copies
-# under the forced kernels only: unit 983 s, browser 462 s, sweep 781 s, passes 142 s and 111 s; 983 s in all.
-# Again at 23:10 UTC (dc79d34): unit 1,141 s, browser 489 s, sweep 972 s, passes 191 s and 128 s; the sweep and
-# the mutation test, whose code had not changed, ran 1.24x slower too, so the machine was slower that hour.
-# 2026-11-30, the same machine within the hour: 7e79c78 took 858 s (unit 857, browser 413, sweep 723, passes 132
-# and 94); edd94c9, each notebook folder once under nbval, took 718 s (unit 717, browser 376, sweep 652, learner
-# copies under default 119, solutions under avx2 89), both cores 95% busy throughout.
-# An hour later, 32afc57 (the same work) took 987 s (unit 986, browser 419, sweep 914, passes 166 and 153): the
-# machine was slower (the mutation test's own line 51.5 s against 40.9 s), so 900 s is met only in a quick hour.
+# under other CPU kernels) takes the place of the first that ends, so both cores stay busy (with the passes started
+# after all three, one core sat idle for a minute). Fresh clones on one quiet 2-core machine within the hour
+# (2026-11-30, `CI=true bash .ci/run`; wall s / CPU-s per step): 261dd9d took 549 s: unit 548/403, browser 275/223,
+# sweep 279/62, learner copies under default 169/144, solutions under avx2 162/112 (943 CPU-s). 7ab326d, before
+# the sweep ran its wrappers only where they misbehave and the browser kept one JupyterLab page, took 713 s (unit
+# 712, browser 379, sweep 639, passes 115 and 86). The machine's speed varies by the hour: the same work took 718 s
+# and 987 s an hour apart earlier that day, and CI's own machine 1,253-1,406 s for code like 7ab326d.
 AT_ONCE = 3
 
 
