@@ -240,6 +240,15 @@ def train(
     if progress is not None:  # "no" would be true
         check_bool("progress", progress, "True, False or None (a bar when stderr is a terminal)")
     run = _Run(model_config, data_path, out_dir, train_config, device, resume, max_steps)
+    try:
+        return _loop(run, progress, callback, wall_start)
+    finally:  # the summary written too: a second run into this --out may start now
+        if run.lock is not None:
+            run.lock.close()
+
+
+def _loop(run: _Run, progress: bool | None, callback: Callable | None, wall_start: float) -> dict[str, Any]:
+    """:func:`train`'s loop, then its summary."""
     train_config, model, optimizer, bar = run.train_config, run.model, run.optimizer, None
     if (sys.stderr.isatty() if progress is None else progress) and run.rank == 0:
         from tqdm.auto import tqdm
@@ -305,8 +314,6 @@ def train(
     finally:
         if bar is not None:
             bar.close()
-        if run.lock is not None:
-            run.lock.close()
     return _summary(run, start_step, wall_start)
 
 
@@ -464,7 +471,7 @@ class _Run:
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
         self.window, self.train_s, self.first_step_s = [], 0.0, 0.0
-        self.lock = _hold(out_dir) if self.rank == 0 else None  # last: released in train()'s finally
+        self.lock = _hold(out_dir) if self.rank == 0 else None  # last: released by train() after the summary
         self.window_start = self.loop_start = time.perf_counter()
 
     def autocast(self) -> Any:
