@@ -33,8 +33,8 @@ Modules, in reading order (README's notebook table says which notebook uses each
 ``block`` (the transformer block of 06-11), ``train_cli`` (``python -m course_utils.train`` and ``torchrun``),
 ``plotting`` and ``widgets`` (pictures and explorers), ``exercises`` and ``exercises._engine`` (every exercise's
 checks), ``devices`` (where tensors go), ``environment`` (the setup check), ``_validate`` and ``_files`` (argument
-checks, atomic writes), ``_start`` (quiet start of a training command), ``_corpus`` (makes the corpus of 10 and 11);
-``static/vendor`` holds the JavaScript that ``attention_view`` inlines, so that bertviz's views work offline.
+checks, atomic writes), ``_start`` (how a training command stops, in one line), ``_corpus`` (makes the corpus of 10
+and 11); ``static/vendor`` holds the JavaScript that ``attention_view`` inlines, so that bertviz's views work offline.
 
 The course's tooling (building the notebooks, grading, resets, workshop rooms, the static site, vendoring,
 making the corpus) is the package ``course_tools`` beside this one: a learner never needs to import it.

@@ -31,6 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from course_utils._start import StopSignals
 from course_utils._validate import (
     check_float_tensor,
     check_fraction,
@@ -45,8 +46,8 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import RunSetupError, check_given, evaluating, model_file, save_checkpoint
-from course_utils.train_cli import StopSignals, check_numbers, check_out_file
+from course_utils.train import RunSetupError, check_given, check_out_file, evaluating, model_file, save_checkpoint
+from course_utils.train_cli import check_numbers
 
 __all__ = [
     "repeated_tokens",

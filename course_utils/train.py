@@ -55,7 +55,7 @@ from course_utils.gpt import GPT, GPTConfig
 __all__ = ["TrainConfig", "TRAIN_PRESETS", "learning_rate", "evaluating", "evaluate", "loss_by_position", "train",
            "NonFiniteLossError", "RunSetupError", "RunInterrupted", "CheckpointError", "save_checkpoint",
            "load_checkpoint", "export_model", "load_model", "finished_run", "check_given", "check_out_dir",
-           "check_can_create"]  # fmt: skip
+           "check_can_create", "check_out_file"]  # fmt: skip
 
 CHECKPOINT_NAME, SUMMARY_NAME = "checkpoint.pt", "summary.json"
 FORMAT, MODEL_FORMAT = "course_utils.train/1", "course_utils.model/1"  # a checkpoint; an exported model
@@ -269,7 +269,7 @@ def _loop(run: _Run, progress: bool | None, callback: Callable | None, wall_star
             optimizer.step()
             optimizer.zero_grad(set_to_none=True)
             run.step = step
-            run.add(loss)  # stays on the device until the window closes
+            run.window.append(loss.detach())  # stays on the device until the window closes
             last = step == train_config.max_steps
             evaluate_now = step % train_config.eval_interval == 0 or last
             save_now = step % train_config.checkpoint_interval == 0 or last
@@ -372,7 +372,6 @@ def _summary(run: _Run, start_step: int, wall_start: float) -> dict[str, Any]:
             "steps_this_run": steps_run,
             "tokens_per_s": steps_run * tokens_per_step / train_s if train_s > 0 else 0.0,
             "train_s": train_s,
-            "first_step_s": run.first_step_s,
             "wall_s": time.perf_counter() - wall_start,
             "params": model.num_parameters(),
             "flops_per_token": model.flops_per_token(),
@@ -470,9 +469,9 @@ class _Run:
             self.fwd = DistributedDataParallel(self.fwd, device_ids=[device.index] if device.type == "cuda" else None)
         if device.type == "cuda":
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
-        self.window, self.train_s, self.first_step_s = [], 0.0, 0.0
+        self.window, self.train_s = [], 0.0
         self.lock = _hold(out_dir) if self.rank == 0 else None  # last: released by train() after the summary
-        self.window_start = self.loop_start = time.perf_counter()
+        self.window_start = time.perf_counter()
 
     def autocast(self) -> Any:
         on = self.switches["autocast"] == "bf16"
@@ -508,13 +507,6 @@ class _Run:
                 "text_sha256": self.text_sha256,
             }
             save_checkpoint(self.out_dir / CHECKPOINT_NAME, state)
-
-    def add(self, loss: torch.Tensor) -> None:  # on the device until the window closes; time the first step
-        self.window.append(loss.detach())
-        if not self.first_step_s:
-            if self.device.type == "cuda":
-                torch.cuda.synchronize(self.device)
-            self.first_step_s = time.perf_counter() - self.loop_start
 
     def close_window(self) -> tuple[list[float], float]:
         """The window's losses (averaged over processes, and added to ``history``) and its tokens per second;
@@ -617,10 +609,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provenance: dict[str, Any]) -> Path:
     """Write to ``dest`` (atomically) what a learner needs of a checkpoint: weights, config, tokenizer, history and
     ``provenance``, not the optimizer and random states (two thirds of it). Read it with :func:`load_model`."""
-    state, dest = load_checkpoint(checkpoint), Path(dest)
-    if dest.is_dir():
-        raise CheckpointError(f"{dest} is a folder: name the file to write, such as {dest / 'model.pt'}")
-    check_can_create(dest, "dest")  # under a file, or not writable
+    state = load_checkpoint(checkpoint)
+    check_out_file(dest, "dest", MODEL_FORMAT, "model.pt")  # a folder, a place not writable, another kind of file
     if not isinstance(provenance, dict):
         raise TypeError(f"provenance must be a dict (what made the model: the command, the date, ...), got "
                         f"{type(provenance).__name__}")  # fmt: skip
@@ -628,11 +618,9 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
         provenance = json.loads(json.dumps(provenance))  # plain data only
     except (TypeError, ValueError) as err:
         raise TypeError(f"provenance must hold plain data (str, numbers, lists, dicts), got {first_line(err)}") from err
-    there, kind = model_file(dest) if dest.exists() else ({"format": MODEL_FORMAT}, "")
-    if there is None or there["format"] != MODEL_FORMAT:  # a run's checkpoint, say: kept
-        raise CheckpointError(f"{dest} already holds {kind}: export_model replaces only an exported model")
     slim = {k: state[k] for k in ("model", "model_config", "tokenizer", "history", "evals", "step")}
     slim.update(format=MODEL_FORMAT, provenance=provenance)
+    dest = Path(dest)
     clean_stale_tmp(dest.parent, dest.name)  # a killed export's temporary file
     save_checkpoint(dest, slim)
     return dest
@@ -731,6 +719,25 @@ def check_can_create(path: Path, flag: str, example: str = "") -> None:
     if not os.access(folder, os.W_OK | os.X_OK):  # False on a read-only file system, even for root
         raise RunSetupError(f"{flag} {path} cannot be written here ({folder} is not writable): choose a folder you can "
                             f"write to{example}")  # fmt: skip
+
+
+def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -> dict[str, Any] | None:
+    """The model file already at ``path`` (named ``flag``), None if none; RunSetupError, in one line with its fix, for a
+    folder, a place that cannot be written, a file of another kind than ``fmt`` or a read-only one."""
+    check_path(flag, path)
+    if os.fspath(path).endswith(("/", os.sep)) or Path(path).is_dir():  # "new/" names a folder, there or not yet
+        raise RunSetupError(f"{flag} {os.fspath(path)} is a folder, expected a file name such as {example}")
+    path = Path(path)
+    check_can_create(path, flag)
+    if not path.exists():
+        return None
+    state, kind = model_file(path)
+    if state is None or state["format"] != fmt:
+        raise RunSetupError(f"{flag} {path} already holds {kind}: choose another {flag}, or move that file away first")
+    if not path.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
+        raise RunSetupError(f"{flag} {str(path)!r} is read-only: it is not replaced (make it writable, or choose "
+                            f"another {flag})")  # fmt: skip
+    return state
 
 
 def gpu_switches(train_config: TrainConfig, device: torch.device) -> dict[str, Any]:

@@ -18,7 +18,6 @@ import datetime as dt
 import json
 import os
 import shlex
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from course_utils._start import StopSignals
 from course_utils.data import ChecksumError, sha256_file
 from course_utils.gpt import PRESETS, GPTConfig
 from course_utils.train import (
@@ -38,8 +38,8 @@ from course_utils.train import (
     RunInterrupted,
     RunSetupError,
     TrainConfig,
-    check_can_create,
     check_given,
+    check_out_file,
     export_model,
     finished_run,
     first_line,
@@ -49,7 +49,7 @@ from course_utils.train import (
     train,
 )
 
-__all__ = ["main", "join_processes", "check_numbers", "check_out_file", "StopSignals"]
+__all__ = ["main", "join_processes", "check_numbers"]
 
 PROG = "python -m course_utils.train"
 MAX_STEPS = 10**9  # a billion steps: years on any machine; above it a typo, refused
@@ -181,24 +181,6 @@ def _check_export(export: str, out: str) -> None:
               file=sys.stderr, flush=True)  # fmt: skip
 
 
-def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -> dict[str, Any] | None:
-    """The model file already at ``path`` (named ``flag``), None if none; RunSetupError, in one line with its fix, for a
-    folder, a place that cannot be written, a file of another kind than ``fmt`` or a read-only one."""
-    if os.fspath(path).endswith(("/", os.sep)) or Path(path).is_dir():  # "new/" names a folder, there or not yet
-        raise RunSetupError(f"{flag} {os.fspath(path)} is a folder, expected a file name such as {example}")
-    path = Path(path)
-    check_can_create(path, flag)
-    if not path.exists():
-        return None
-    state, kind = model_file(path)
-    if state is None or state["format"] != fmt:
-        raise RunSetupError(f"{flag} {path} already holds {kind}: choose another {flag}, or move that file away first")
-    if not path.stat().st_mode & 0o222:  # the mode, not os.access: root may write anyway
-        raise RunSetupError(f"{flag} {str(path)!r} is read-only: it is not replaced (make it writable, or choose "
-                            f"another {flag})")  # fmt: skip
-    return state
-
-
 # --- After: the provenance of an export, and the one line Ctrl+C prints
 
 
@@ -229,42 +211,6 @@ def _where_stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[
         held = f"the checkpoint at {checkpoint} holds step {state['step']}"
     where = f"at step {err.step}" if isinstance(err, RunInterrupted) else "before the first step or after the last"
     return f"{where}; {held}; resume: {again}"
-
-
-class StopSignals:
-    """Inside (in the main thread, for ``python -m course_utils.train`` and ``.induction``): SIGTERM stops the
-    command as Ctrl+C does, with a KeyboardInterrupt, and ``signal`` records which came first; later ones are
-    ignored, so the one line names the first; with ``deferred`` set, a signal is only recorded (a write that must
-    finish). A signal ignored by whoever started us stays ignored. ``restore=False`` (the command itself, which
-    exits next): on leaving, the signals are ignored instead of handed back to start-up's handler."""
-
-    def __init__(self, restore: bool = True) -> None:
-        self.restore = restore
-
-    def __enter__(self) -> StopSignals:
-        self.signal, self.deferred, self.previous = None, False, {}
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            if signal.getsignal(signum) is not signal.SIG_IGN:  # cmd & ignores Ctrl+C
-                self.previous[signum] = signal.signal(signum, self._stop)
-        return self
-
-    def _stop(self, signum: int, frame: Any) -> None:
-        if self.signal is None:  # a second signal while the first is handled changes nothing
-            self.signal = signum
-            if not self.deferred:
-                raise KeyboardInterrupt
-
-    def __exit__(self, *exc: object) -> None:
-        for signum, handler in self.previous.items():  # SIG_IGN, unlike a handler, holds while Python exits
-            signal.signal(signum, handler if self.restore else signal.SIG_IGN)
-
-    def report(self, what: str) -> int:
-        """Print the stopped command's one line, "stopped[ by SIGTERM] ``what``" (process 0 only under torchrun);
-        return its exit code: 130 for Ctrl+C, 143 for SIGTERM."""
-        code = 128 + (self.signal or signal.SIGINT)
-        if int(os.environ.get("RANK", "0")) == 0:
-            print(f"stopped{' by SIGTERM' if code == 128 + signal.SIGTERM else ''} {what}", file=sys.stderr, flush=True)
-        return code
 
 
 if __name__ == "__main__":

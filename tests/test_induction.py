@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from strategies import one_cpu_thread
 
 from course_utils import induction
+from course_utils._start import StopSignals
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.induction import (
     AttentionOnlyTransformer,
@@ -43,7 +44,6 @@ from course_utils.induction import (
     train_induction,
 )
 from course_utils.train import RunSetupError
-from course_utils.train_cli import StopSignals
 from course_utils.widgets import induction_explorer, plot_induction_head
 
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -593,6 +593,7 @@ API_REFUSALS = [  # (the call, given tmp_path; the exception; what its message m
     (lambda tmp: export_model(a_checkpoint(tmp), tmp / "m.pt", {"seen": {1, 2}}), TypeError,
      "provenance must hold plain data .*, got Object of type set is not JSON serializable"),
     (lambda tmp: export_model(a_checkpoint(tmp), tmp / "m.pt", "me"), TypeError, "provenance must be a dict"),
+    (lambda tmp: export_model(a_checkpoint(tmp), None, {}), TypeError, "dest must be a str or os.PathLike, got None"),
     (lambda tmp: export_model(a_checkpoint(tmp), saved(tmp / "t.txt", b"x") / "m.pt", {}), RunSetupError,
      "dest .*t.txt/m.pt cannot be created: .*t.txt is a file, not a folder"),
     # Before: train() with a dict of settings raised dataclasses' TypeError from inside
@@ -712,7 +713,7 @@ def test_evaluations_off_the_log_steps_close_a_window_and_resume_exactly(text_fi
 
 
 SUMMARY_KEYS = (
-    "val_loss train_loss steps steps_this_run tokens_per_s train_s first_step_s wall_s "
+    "val_loss train_loss steps steps_this_run tokens_per_s train_s wall_s "
     "params flops_per_token device world_size compiled autocast fused_adamw notices "
     "checkpoint model_config train_config history evals"
 ).split()
@@ -725,7 +726,7 @@ def test_the_summary_has_every_key_in_its_order_and_its_figures_add_up(text_file
     tokens_per_step = FAST["batch_size"] * result["model_config"]["context_length"]
     assert result["world_size"] == 1
     assert result["tokens_per_s"] == pytest.approx(6 * tokens_per_step / result["train_s"], rel=1e-12)
-    assert 0 < result["first_step_s"] < result["train_s"] <= result["wall_s"]
+    assert 0 < result["train_s"] <= result["wall_s"]
     assert result["checkpoint"] == str(tmp_path / "checkpoint.pt")
 
 
@@ -875,14 +876,17 @@ def test_export_from_the_command_or_python_refuses_another_kind_of_model_and_rep
     # lost), and a folder gave an IsADirectoryError naming a temporary file
     checkpoint = tmp_path / "run" / "checkpoint.pt"
     before = checkpoint.read_bytes()
-    with pytest.raises(CheckpointError, match=r"already holds a training checkpoint .*replaces only an exported model"):
+    with pytest.raises(RunSetupError, match=r"dest .* already holds a training checkpoint .*: choose another dest"):
         export_model(checkpoint, checkpoint, {})
-    with pytest.raises(CheckpointError, match=r"is a folder: name the file to write, such as .*model\.pt"):
+    with pytest.raises(RunSetupError, match=r"dest .* is a folder, expected a file name such as model\.pt"):
         export_model(checkpoint, tmp_path, {})
     assert checkpoint.read_bytes() == before
     export_model(checkpoint, tmp_path / "model.pt", {})
     export_model(checkpoint, tmp_path / "model.pt", {"again": True})  # an export is replaced
     assert load_model(tmp_path / "model.pt")[2]["provenance"] == {"again": True}
+    (tmp_path / "model.pt").chmod(0o444)  # a file its owner protected is not replaced, from Python as on the command line
+    with pytest.raises(RunSetupError, match=r"dest .*model\.pt' is read-only: it is not replaced"):
+        export_model(checkpoint, tmp_path / "model.pt", {"third": True})
 
 
 def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_checkpoint_holds(text_file, tmp_path):
