@@ -386,11 +386,9 @@ display(fig)
 assert result["history"][-1] < result["history"][0], "the training loss falls"
 
 # %% [markdown]
-# **What you should see.** The validation loss each size should reach, with where the figure comes from,
-# and a check of your run's loss against its size's range (a note, not an error, when it falls outside).
-# How long a run takes is in each size's description, not checked: machines differ too much. The `gpu`
-# line is an estimate from nanoGPT's own figure, on its own data (tiny Shakespeare, 65 characters), not a
-# loss on this corpus:
+# **What you should see.** Each size's loss range and its source, then a check of your run's loss (a note,
+# not an error, when outside; the time is in each size's description). The `gpu` line is an estimate from
+# nanoGPT's own figure, on its own data (tiny Shakespeare, 65 characters), not a loss on this corpus:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
