@@ -54,7 +54,6 @@ from course_utils.multihead import MultiHeadAttention
 from course_utils.plotting import LiveLossPlot, char_labels, plot_loss_curve
 from course_utils.positional import LearnedPositionalEmbedding
 from course_utils.runs import (
-    EXPECTATIONS,
     RUN_SIZES,
     bigram_loss,
     check_expectations,
@@ -387,15 +386,15 @@ display(fig)
 assert result["history"][-1] < result["history"][0], "the training loss falls"
 
 # %% [markdown]
-# **What you should see.** The written expectations for each size and device, and a check of your run
-# against them (a note, not an error, when a figure falls outside). The `gpu` line is an estimate from
+# **What you should see.** Each size's loss range and its source, then a check of your run's loss (a note,
+# not an error, when outside; the time is in each size's description). The `gpu` line is an estimate from
 # nanoGPT's own figure, on its own data (tiny Shakespeare, 65 characters), not a loss on this corpus:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-for (size, dev), exp in EXPECTATIONS.items():
-    print(f"{size:>4} on {dev:<4}: val_loss {exp.val_loss[0]:.2f}-{exp.val_loss[1]:.2f}, "
-          f"{exp.seconds[0]:.0f}-{exp.seconds[1]:.0f} s of training ({exp.source})")
+for name, size in RUN_SIZES.items():
+    low, high = size.expected_val_loss
+    print(f"{name:>4}: val_loss {low:.2f}-{high:.2f} ({size.source})")
 print()
 within, message = check_expectations(result, SIZE)
 print(message)

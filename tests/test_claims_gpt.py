@@ -610,11 +610,11 @@ def test_without_positions_order_reaches_the_model_only_through_the_causal_mask(
 
 
 def test_the_written_ci_figures_name_the_ci_runs_steps():
-    """EXPECTATIONS[("ci", "cpu")] and benchmarks/TRAINING.md say what a ci run of RUN_SIZES["ci"] reached 'after N
+    """RUN_SIZES["ci"].source and benchmarks/TRAINING.md say what a ci run of RUN_SIZES["ci"] reached 'after N
     steps': N is the run's own max_steps, so a change of the run cannot leave the written figures behind."""
-    from course_utils.runs import EXPECTATIONS, RUN_SIZES
+    from course_utils.runs import RUN_SIZES
 
     steps = RUN_SIZES["ci"].train_config.max_steps
-    assert f"after {steps} steps" in EXPECTATIONS[("ci", "cpu")].source
+    assert f"after {steps} steps" in RUN_SIZES["ci"].source
     training = " ".join((ROOT / "benchmarks" / "TRAINING.md").read_text(encoding="utf-8").split())
     assert f"Its `ci` size: val_loss 2.22 after {steps} steps" in training

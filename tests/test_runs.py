@@ -1,4 +1,4 @@
-"""Notebook 10's run sizes, unigram baseline and written expectations."""
+"""Notebook 10's run sizes, the loss each should reach, and the unigram and bigram baselines."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ import torch
 from strategies import refusals_test
 
 from course_utils.runs import (
-    EXPECTATIONS,
     RUN_SIZES,
     SIZE_ENV,
     bigram_loss,
@@ -92,9 +91,9 @@ REFUSALS = [  # (the call, the exception, what its message must match)
         (ids(0j, 1j, 1j), 2, ValueError, r"train_ids must be .* integer ids, got .*torch.complex64"),
     ]
 ] + [
-    (lambda: check_expectations({"val_loss": 1.0, "steps": 1}, "ci"), ValueError, "result lacks 'train_s'"),
-    # before: a typo found no range and passed
-    (lambda: check_expectations(_result(2.0, 10.0), "CPU"), ValueError,
+    (lambda: check_expectations({"steps": 1}, "ci"), ValueError, "result lacks 'val_loss'"),
+    (lambda: check_expectations({"val_loss": 1.0}, "ci"), ValueError, "result lacks 'steps'"),
+    (lambda: check_expectations({"val_loss": 2.0, "steps": 1}, "CPU"), ValueError,
      r"size must be one of \['ci', 'cpu', 'gpu'\], got 'CPU'"),
     (lambda: choose_size("cpu", {"COURSE_GPT_SIZE": "Huge"}), ValueError,
      r"COURSE_GPT_SIZE='Huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"),
@@ -103,38 +102,28 @@ REFUSALS = [  # (the call, the exception, what its message must match)
 test_each_bad_input_gets_its_message = refusals_test(REFUSALS, regex=True)
 
 
-def _result(val_loss, train_s, steps=100, steps_this_run=None):
-    this_run = steps if steps_this_run is None else steps_this_run
-    return dict(val_loss=val_loss, train_s=train_s, steps=steps, device="cpu", steps_this_run=this_run)
-
-
-EXP = EXPECTATIONS[("ci", "cpu")]
-MID, SECS = sum(EXP.val_loss) / 2, sum(EXP.seconds) / 2
-WITHIN_OR_NOT = [  # (val_loss, train_s, steps_this_run, within, what the message says)
-    (MID, SECS, 100, True, "✓ val_loss"),
-    (EXP.val_loss[1] + 0.5, SECS, 100, False, "! outside the range: val_loss"),
-    (float("nan"), SECS, 100, False, "! outside the range: val_loss nan"),
-    (MID, EXP.seconds[1] * 3, 100, False, f"! outside the range: {EXP.seconds[1] * 3:.0f} s of training"),
-    (MID, 0.01, 0, True, "· 0 of the 100 steps ran now"),  # a resumed, finished run is not "too fast"
+LOW, HIGH = RUN_SIZES["ci"].expected_val_loss
+WITHIN_OR_NOT = [  # (val_loss, within, what the message says)
+    ((LOW + HIGH) / 2, True, "✓ val_loss"),
+    (HIGH + 0.5, False, f"! outside the range: val_loss {HIGH + 0.5:.2f} after 100 steps"),
+    (LOW - 0.5, False, f"! outside the range: val_loss {LOW - 0.5:.2f} after 100 steps"),
+    (float("nan"), False, "! outside the range: val_loss nan"),
 ]
 
 
-@pytest.mark.parametrize("val_loss, train_s, steps_this_run, within, words", WITHIN_OR_NOT)
-def test_check_expectations_within_and_outside(val_loss, train_s, steps_this_run, within, words):
-    ok, msg = check_expectations(_result(val_loss, train_s, steps_this_run=steps_this_run), "ci")
-    assert ok == within and words in msg and "expected val_loss" in msg
+@pytest.mark.parametrize("val_loss, within, words", WITHIN_OR_NOT)
+def test_check_expectations_within_and_outside(val_loss, within, words):
+    ok, msg = check_expectations({"val_loss": val_loss, "steps": 100}, "ci")
+    assert ok == within and words in msg
+    assert f"expected val_loss {LOW:.2f} to {HIGH:.2f} ({RUN_SIZES['ci'].source})" in msg
 
 
-def test_check_expectations_without_a_written_range_says_so():
-    ok, msg = check_expectations({**_result(2.0, 10.0), "device": "mps"}, "gpu")
-    assert ok and "no written expectation for 'gpu' on mps" in msg
-
-
-def test_every_expectation_says_where_it_comes_from():
-    for (size, device), exp in EXPECTATIONS.items():
-        assert size in RUN_SIZES and device in ("cpu", "mps", "cuda")
-        assert exp.source.startswith(("measured", "estimate")), exp.source
-        assert exp.val_loss[0] < exp.val_loss[1] and exp.seconds[0] < exp.seconds[1]
+def test_every_size_says_what_loss_it_should_reach_and_where_the_figure_comes_from():
+    for size in RUN_SIZES.values():
+        assert size.source.startswith(("measured", "estimate")), size.source
+        assert 0 < size.expected_val_loss[0] < size.expected_val_loss[1]
+    gpu = RUN_SIZES["gpu"].source
+    assert "nanoGPT's figure" in gpu and "not yet measured on this corpus" in gpu
 
 
 def test_run_folder_follows_the_environment_and_each_test_process_trains_notebook_10_into_a_fresh_folder(tmp_path):
