@@ -133,7 +133,7 @@ def _sample(
         if logits.isnan().any():  # argmax would return a NaN's index as the largest
             _refuse_nan(logits)
         return logits.argmax(dim=-1)  # (B,)
-    logits = logits / temperature  # (B, V)
+    given, logits = logits, logits / temperature  # (B, V)
     if top_k is not None:
         logits = _top_k_filter(logits, top_k)
     if top_p is not None:  # the nucleus of the filtered softmax; the rest -inf
@@ -150,6 +150,8 @@ def _sample(
                 f"every logit of row(s) {dead_rows[:10]} is -inf, so no token can be sampled: the "
                 "logits (or a mask applied to them) rule out the whole vocabulary"
             ) from None
+        if (given == float("inf")).any():  # before the temperature: not its fault
+            raise ValueError("logits must be finite or -inf, got +inf in the logits given: softmax of +inf is NaN")
         if (logits == float("inf")).any():
             raise ValueError(
                 f"logits / temperature must be finite or -inf, got +inf (temperature={temperature}; too small a "

@@ -633,7 +633,8 @@ def _main(argv: list[str], stop: StopSignals) -> int:
         "threads": torch.get_num_threads(),
     }
     save_induction_model(out, model, history, provenance)
-    print(f"saved {out}: {args.max_steps} steps, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
+    steps = f"{args.max_steps} step{'s' if args.max_steps != 1 else ''}"
+    print(f"saved {out}: {steps}, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
     if stop.signal:
         return stop.report(f"after step {args.max_steps} of {args.max_steps}, while saving: {out} is saved whole")
     return 0

@@ -350,6 +350,11 @@ MESSAGES = [
         ValueError,
         "got +inf (temperature=1e-40; too small a temperature overflows finite logits)",
     ),
+    (  # before: a +inf in the model's own logits was blamed on temperature=1.0
+        lambda: sample_next_token(torch.tensor([[0.0, math.inf]])),
+        ValueError,
+        "logits must be finite or -inf, got +inf in the logits given",
+    ),
     (lambda: sample_next_token(LOGITS, top_p=0.0), ValueError, "top_p must be in (0, 1], got 0"),
     (lambda: sample_next_token(LOGITS, top_p=1.5), ValueError, "top_p must be in (0, 1], got 1.5"),
     *[

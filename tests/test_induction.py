@@ -518,6 +518,8 @@ def test_the_command_refuses_another_model_or_another_run_and_rewrites_its_own(t
         assert err == f"error: OUT {there} already holds {what}: choose another OUT, or move that file away first\n"
         assert there.read_bytes() == before
     out = tmp_path / "induction.pt"
+    assert induction.main([str(tmp_path / "one.pt"), "--max-steps", "1"]) == 0
+    assert "one.pt: 1 step, seed 0" in capsys.readouterr().out  # before: "1 steps"
     assert induction.main([str(out), "--max-steps", "2"]) == 0
     first = out.read_bytes()
     for argv, seed, steps in ((["--max-steps", "3"], 0, 3), (["--max-steps", "2", "--seed", "1"], 1, 2)):
