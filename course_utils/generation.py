@@ -151,7 +151,7 @@ def _sample(
                 "logits (or a mask applied to them) rule out the whole vocabulary"
             ) from None
         if (given == float("inf")).any():  # before the temperature: not its fault
-            raise ValueError("logits must be finite or -inf, got +inf in the logits given: softmax of +inf is NaN")
+            raise ValueError("logits must be finite or -inf, got +inf in the logits given") from None
         if (logits == float("inf")).any():
             raise ValueError(
                 f"logits / temperature must be finite or -inf, got +inf (temperature={temperature}; too small a "

@@ -884,7 +884,7 @@ def test_export_from_the_command_or_python_refuses_another_kind_of_model_and_rep
     export_model(checkpoint, tmp_path / "model.pt", {})
     export_model(checkpoint, tmp_path / "model.pt", {"again": True})  # an export is replaced
     assert load_model(tmp_path / "model.pt")[2]["provenance"] == {"again": True}
-    (tmp_path / "model.pt").chmod(0o444)  # a file its owner protected is not replaced, from Python as on the command line
+    (tmp_path / "model.pt").chmod(0o444)  # its owner protected it: not replaced, from Python as from the command
     with pytest.raises(RunSetupError, match=r"dest .*model\.pt' is read-only: it is not replaced"):
         export_model(checkpoint, tmp_path / "model.pt", {"third": True})
 
