@@ -74,7 +74,7 @@ def _parser() -> argparse.ArgumentParser:
                    "ignored with a notice, --max-steps is obeyed")  # fmt: skip
     for flag, kind in (("--seed", int), ("--batch-size", int), ("--learning-rate", float), ("--eval-interval", int),
                        ("--log-interval", int), ("--checkpoint-interval", int)):  # fmt: skip
-        p.add_argument(flag, type=kind)
+        p.add_argument(flag, type=kind, help="the peak; the cosine ends at a tenth of it" if "rate" in flag else None)
     on_off = argparse.BooleanOptionalAction
     p.add_argument("--compile", action=on_off, help="torch.compile the model (default: on CUDA with Triton only)")
     p.add_argument("--autocast", choices=["bf16", "off"], help="bfloat16 autocast (default: bf16 on CUDA only)")
@@ -132,7 +132,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {err}", file=sys.stderr)
             return 1
         except (RunSetupError, CheckpointError, ChecksumError, FileNotFoundError, ValueError, TypeError) as err:
-            print(f"error: {first_line(err)}", file=sys.stderr)  # found before the first step
+            line, name = first_line(err), first_line(err).split(" ", 1)[0]  # found before the first step
+            flag = "--" + name.replace("_", "-") if name in FLAGS else name  # a setting is named by its flag
+            print(f"error: {flag}{line[len(name) :]}", file=sys.stderr)
             return 2
         finally:
             if dist.is_available() and dist.is_initialized():
@@ -159,6 +161,8 @@ def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
     """The model and the settings to pass to train: the preset's with the flags given, or, resuming, the
     checkpoint's with the flags given (train's notices then name exactly the flags it ignores)."""
     overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
+    if "learning_rate" in overrides:  # min_lr follows, as in every preset (before: a lower rate was refused)
+        overrides["min_lr"] = overrides["learning_rate"] / 10
     if args.resume and (Path(args.out) / CHECKPOINT_NAME).is_file():
         state = load_checkpoint(Path(args.out) / CHECKPOINT_NAME)
         saved = TrainConfig(**saved_settings(state))

@@ -358,6 +358,9 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--seed", -1], "--seed must be a whole number from 0 to 2**63 - 1"),
     ("run", ["--max-steps", BIG], f"--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got {BIG}"),
     ("run", ["--max-steps", 0], "--max-steps must be a whole number from 1 to 1,000,000,000 (a billion), got 0"),
+    # Before: "eval_interval must be ...", the Python name of the flag the learner typed.
+    ("run", ["--eval-interval", 0], "error: --eval-interval must be at least 1, got 0"),
+    ("run", ["--batch-size", -2], "error: --batch-size must be at least 1, got -2"),
 ] + [  # Before: -1 was a RuntimeError traceback from torch.set_num_threads; 0 was silently ignored; 100000 crashed
     # PyTorch (exit 139, a segmentation fault).
     ("run", ["--threads", threads], f"--threads must be a number of CPU threads from 1 to {4 * (os.cpu_count() or 1)}"
@@ -397,6 +400,13 @@ def test_the_command_line_refuses_before_training_in_one_line(text_file, tmp_pat
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "run").exists()
 
 
+def test_a_lower_learning_rate_takes_min_lr_down_with_it(text_file, tmp_path, capsys):
+    """Before: --learning-rate 1e-4 on the tiny preset (min_lr 3e-4) was refused over min_lr, which has no flag."""
+    code, err, result = cli(capsys, text_file, tmp_path / "run", "--learning-rate", "1e-4")
+    assert code == 0, err
+    assert result["train_config"]["learning_rate"] == 1e-4 and result["train_config"]["min_lr"] == pytest.approx(1e-5)
+
+
 def test_a_text_too_small_for_the_split_and_the_context_says_how_small(tmp_path, capsys):
     """Before: a ValueError from get_batch about tokens, or a split error, depending on the size."""
     small = tmp_path / "small.txt"
@@ -417,7 +427,7 @@ def test_resume_names_the_flags_it_ignores_and_obeys_max_steps(text_file, tmp_pa
     assert code == 0 and result["steps"] == 5
     assert err == [
         "--resume: keeping the checkpoint's settings; ignored: --batch-size 64 (checkpoint: 4), --learning-rate 0.5 "
-        "(checkpoint: 0.003)"
+        "(checkpoint: 0.003), min_lr 0.05 (checkpoint: 0.0003)"  # min_lr follows --learning-rate (a tenth)
     ]
     assert result["notices"] == err
     assert result["train_config"]["batch_size"] == 4 and result["train_config"]["learning_rate"] == 0.003
