@@ -457,6 +457,30 @@ def _merge_then_divide(m1, l1, o1, m2, l2, o2):
     return m, l, (a1 * o1 + a2 * o2) / l  # the output so far, where the partial keeps the sum
 
 
+def _merge_then_divide_where_nonzero(m1, l1, o1, m2, l2, o2):
+    m = torch.maximum(m1, m2)
+    safe = m.masked_fill(m == -math.inf, 0.0)
+    l = torch.exp(m1 - safe) * l1 + torch.exp(m2 - safe) * l2  # noqa: E741 (the statement's name)
+    o = torch.exp(m1 - safe) * o1 + torch.exp(m2 - safe) * o2
+    return m, l, torch.where(l > 0, o / l, torch.zeros_like(o))  # an empty row kept at 0, and still o / l
+
+
+def _lr_floored_cosine_to_zero(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, max_steps - warmup_steps))
+    return max(min_lr, max_lr * 0.5 * (1 + math.cos(math.pi * progress)))
+
+
+def _lr_float32_cosine(step, warmup_steps, max_steps, max_lr, min_lr):
+    if step < warmup_steps:
+        return max_lr * (step + 1) / warmup_steps
+    if step >= max_steps:
+        return min_lr
+    progress = (step - warmup_steps) / (max_steps - warmup_steps)
+    return min_lr + 0.5 * (1 + torch.cos(torch.tensor(math.pi * progress))) * (max_lr - min_lr)  # float32
+
+
 def _masked_fill_minus_30(scores, mask):
     return torch.softmax(scores.masked_fill(~mask, -30.0), dim=-1)
 
@@ -1099,6 +1123,7 @@ NAMED = [  # (exercise, a catalogued mistake written another way: einsum, slicin
     ("05.5", _cross_sdpa_causal, "a top-left causal triangle across the two sequences"),
     ("07.3", _aft_exp_over_sum, "exp without subtracting the maximum"),
     ("08.1", _merge_then_divide, "o divided by l"),
+    ("08.1", _merge_then_divide_where_nonzero, "o divided by l, guarded against 0 / 0"),
     ("08.2", _bw_einsum_no_delta, "Δ forgotten"),
     ("08.2", _bw_einsum_delta_plain_sum, "Δ summed without the weights"),
     ("08.2", _bw_einsum_delta_columns, "the softmax's Jacobian taken along the queries"),
@@ -1117,9 +1142,18 @@ NAMED = [  # (exercise, a catalogued mistake written another way: einsum, slicin
     ("08.3", _tw_exp_times_exp, "exp(L) divided out instead of L subtracted"),
     ("08.4", _fb_diagonal_masked, "the diagonal masked too"),
     ("10.3", _lr_cosine_to_zero_floored, "the cosine ends at 0, then the rate jumps to min_lr"),
+    ("10.3", _lr_floored_cosine_to_zero, "the cosine runs to 0 and is cut off at min_lr"),
     ("11.1", _weighted_norms_wrong_axes, "the norms broadcast against the wrong axes"),
     *NAMED_13,
 ]
+
+
+def test_a_right_formula_in_float32_is_told_to_compute_in_python_floats():
+    """Before: 10.3 in float32 (torch.cos on a tensor) got the generic 'matches none of the common mistakes'."""
+    res = run_check(EXERCISES["10.3"], _lr_float32_cosine, seed=0)
+    assert res.status == FAILED and res.mistake is None
+    assert "Your answer is a float32 tensor, which keeps about 7 significant digits" in res.message, res.message
+    assert "matches none of the common mistakes" not in res.message
 
 
 @pytest.mark.parametrize("key,fn,name", NAMED, ids=[f"{key}-{fn.__name__}" for key, fn, _ in NAMED])

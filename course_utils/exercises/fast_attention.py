@@ -133,6 +133,11 @@ def _merge_normalised(m1, l1, o1, m2, l2, o2):
     return m, l, o / l  # the attention output of the keys so far, not the partial's unnormalised sum
 
 
+def _merge_normalised_guarded(m1, l1, o1, m2, l2, o2):
+    m, l, o = _merge_solution(m1, l1, o1, m2, l2, o2)
+    return m, l, o / l.clamp_min(torch.finfo(l.dtype).tiny)  # the same slip, with 0/0 kept at 0 for empty rows
+
+
 # --- 08.2 the backward pass of attention ------------------------------------------------------------
 
 
@@ -570,12 +575,18 @@ EXERCISES = (
                 _merge_unguarded,
                 fix="m_safe = m.masked_fill(m == float('-inf'), 0.0), then exp(m1 - m_safe) and exp(m2 - m_safe)",
             ),
-            Mistake(
-                "o divided by l",
-                "A partial keeps o unnormalised, the weighted sum of v with weights exp(s - m), so that the next "
-                "block can still be merged into it; only the last step, after every block, divides by l.",
-                _merge_normalised,
-                fix="return m, l, a1 * o1 + a2 * o2 (no division by l)",
+            *(
+                Mistake(
+                    name,
+                    "A partial keeps o unnormalised, the weighted sum of v with weights exp(s - m), so that the next "
+                    "block can still be merged into it; only the last step, after every block, divides by l.",
+                    wrong,
+                    fix="return m, l, a1 * o1 + a2 * o2 (no division by l)",
+                )
+                for name, wrong in (
+                    ("o divided by l", _merge_normalised),
+                    ("o divided by l, guarded against 0 / 0", _merge_normalised_guarded),
+                )
             ),
         ),
     ),

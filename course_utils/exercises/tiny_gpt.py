@@ -195,6 +195,10 @@ def _lr_to_zero_then_floor(step, warmup_steps, max_steps, max_lr, min_lr):
     return _lr_decays_to_zero(step, warmup_steps, max_steps, max_lr, min_lr)
 
 
+def _lr_to_zero_cut_at_floor(step, warmup_steps, max_steps, max_lr, min_lr):
+    return max(min_lr, _lr_decays_to_zero(step, warmup_steps, max_steps, max_lr, min_lr))  # cut, not shifted
+
+
 def _lr_cosine_from_step_zero(step, warmup_steps, max_steps, max_lr, min_lr):
     if step < warmup_steps:
         return max_lr * (step + 1) / warmup_steps
@@ -510,6 +514,14 @@ EXERCISES = (
                 "The floor after max_steps is right, but the cosine before it must end at min_lr too: "
                 "it runs from max_lr down to min_lr, not to 0.",
                 _lr_to_zero_then_floor,
+                fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)",
+            ),
+            Mistake(
+                "the cosine runs to 0 and is cut off at min_lr",
+                "max(min_lr, ...) stops the rate falling below min_lr, but the curve above it is still the cosine "
+                "to 0: lower everywhere, and flat once it reaches min_lr. The cosine itself runs from max_lr to "
+                "min_lr.",
+                _lr_to_zero_cut_at_floor,
                 fix="min_lr + 0.5 * (1 + math.cos(math.pi * p)) * (max_lr - min_lr)",
             ),
             Mistake(

@@ -8,11 +8,14 @@ Part of the exercise engine (:mod:`course_utils.exercises._engine`).
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+import torch
 
 from course_utils.exercises._engine.cases import Cases, named_arguments, parameter_names
 from course_utils.exercises._engine.compare import Difference, Kind, compare
@@ -196,6 +199,22 @@ _DRAWN_TAIL = (  # a wrong value on a drawn case, after every fixed case was ans
 )
 
 
+def _rounded_short(mine: Any, expected: Any) -> str | None:
+    """The verdict's tail when ``mine`` is one float32, float16 or bfloat16 value where a Python float or float64 was
+    expected, within a hundredth of it (the right formula, rounded too early); None otherwise."""
+    digits = {torch.float32: 7, torch.float16: 3, torch.bfloat16: 2}
+    if not (isinstance(mine, torch.Tensor) and mine.numel() == 1 and mine.dtype in digits):
+        return None
+    if not isinstance(expected, float) and not (isinstance(expected, torch.Tensor) and expected.dtype == torch.float64):
+        return None
+    want, got = float(expected), float(mine)
+    if not (math.isfinite(got) and abs(got - want) <= 1e-2 * abs(want)):
+        return None
+    return (f". Your answer is a {str(mine.dtype).removeprefix('torch.')} tensor, which keeps about "
+            f"{digits[mine.dtype]} significant digits, and this case needs more (a difference of two nearly equal "
+            "numbers loses most of them): compute in Python floats (math.cos, say) or float64.")  # fmt: skip
+
+
 _MISSING_FORWARD = 'missing the required "forward" function'  # torch's message for a Module without forward
 
 
@@ -236,6 +255,8 @@ def explain(ex: Exercise, fn: Any, cases: Cases, attempt: Attempt, session: Sess
     tail = _TAILS[difference.kind]
     if difference.kind is Kind.WRONG_VALUE and not cases.is_fixed(i):
         tail = _DRAWN_TAIL
+    if difference.kind is Kind.WRONG_VALUE:
+        tail = _rounded_short(attempt.runs[i].output, cases.solution(i).output) or tail
     if hint >= 2:
         tail += " (No exact fix to show: this check does not recognise the mistake.)"
     return Verdict(difference.kind, f"on {cases.name(i)}: {difference.text}{tail}")
