@@ -201,14 +201,14 @@ _DRAWN_TAIL = (  # a wrong value on a drawn case, after every fixed case was ans
 
 def _rounded_short(mine: Any, expected: Any) -> str | None:
     """The verdict's tail when ``mine`` is one float32, float16 or bfloat16 value where a Python float or float64 was
-    expected, within a hundredth of it (the right formula, rounded too early); None otherwise."""
+    expected, within a thousandth of it (the right formula, rounded too early); None otherwise."""
     digits = {torch.float32: 7, torch.float16: 3, torch.bfloat16: 2}
     if not (isinstance(mine, torch.Tensor) and mine.numel() == 1 and mine.dtype in digits):
         return None
     if not isinstance(expected, float) and not (isinstance(expected, torch.Tensor) and expected.dtype == torch.float64):
         return None
     want, got = float(expected), float(mine)
-    if not (math.isfinite(got) and abs(got - want) <= 1e-2 * abs(want)):
+    if not (math.isfinite(got) and abs(got - want) <= 1e-3 * abs(want)):
         return None
     return (f". Your answer is a {str(mine.dtype).removeprefix('torch.')} tensor, which keeps about "
             f"{digits[mine.dtype]} significant digits, and this case needs more (a difference of two nearly equal "
