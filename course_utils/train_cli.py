@@ -203,18 +203,18 @@ def _provenance(argv: list[str], result: dict[str, Any], data: str) -> dict[str,
 
 
 def _where_stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[str]) -> str:
-    """Where the run stopped, what the checkpoint on disk holds, and the command that continues it."""
-    words = [*argv, *([] if "--resume" in argv else ["--resume"])]
+    """Where the run stopped, what the checkpoint on disk holds, and the command that continues it (or, with
+    nothing saved, starts it again)."""
+    checkpoint = Path(args.out) / CHECKPOINT_NAME
+    state, _ = model_file(checkpoint)
+    saved = state is not None and state["format"] == FORMAT
+    words = [*argv, *([] if "--resume" in argv or not saved else ["--resume"])]
     again = shlex.join([*PROG.split(), *words])
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun's own flags are not in argv
         again = f"your torchrun command with {' '.join(words)}"
-    checkpoint = Path(args.out) / CHECKPOINT_NAME
-    state, _ = model_file(checkpoint)
-    held = "nothing is saved yet"
-    if state is not None and state["format"] == FORMAT:
-        held = f"the checkpoint at {checkpoint} holds step {state['step']}"
+    held = f"the checkpoint at {checkpoint} holds step {state['step']}; resume" if saved else ""
     where = f"at step {err.step}" if isinstance(err, RunInterrupted) else "before the first step or after the last"
-    return f"{where}; {held}; resume: {again}"
+    return f"{where}; {held or 'nothing is saved yet; start again'}: {again}"
 
 
 if __name__ == "__main__":

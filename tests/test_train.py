@@ -915,9 +915,10 @@ def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_c
 @pytest.mark.parametrize(
     "raised, line",
     [
-        ("RunInterrupted", "stopped at step 2; nothing is saved yet; resume: {command} --resume"),
-        ("KeyboardInterrupt", "stopped before the first step or after the last; nothing is saved yet; resume: "
-         "{command} --resume"),
+        # before: "resume: ... --resume", with nothing to resume
+        ("RunInterrupted", "stopped at step 2; nothing is saved yet; start again: {command}"),
+        ("KeyboardInterrupt", "stopped before the first step or after the last; nothing is saved yet; start again: "
+         "{command}"),
     ],
 )  # fmt: skip
 def test_ctrl_c_outside_a_checkpoint_says_what_is_kept(text_file, tmp_path, capsys, monkeypatch, raised, line):
