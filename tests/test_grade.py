@@ -250,6 +250,19 @@ def test_a_cell_is_labelled_by_its_first_line_of_code_not_an_nbval_marker(source
     assert grade._describe(nb, 1) == f"cell 2 (`{label}`)"
 
 
+def test_the_rows_are_in_course_order_when_a_check_cell_was_deleted():
+    """Before: 03.3's check cell deleted, its 'not run' row came after 03.4's verdict."""
+    from course_utils.exercises import all_exercises
+
+    exercises = all_exercises()
+    ours = [k for k in exercises if k.startswith("03.")]
+    run = grade.NotebookRun(Path("03_masking.ipynb"), keys=[k for k in ours if k != "03.3"])
+    run.records = [{"key": k, "title": exercises[k].title, "status": "passed", "mistake": None, "message": ""}
+                   for k in run.keys]  # fmt: skip
+    rows = grade.rows_for(run, exercises)
+    assert [r["key"] for r in rows] == ours and rows[2]["status"] == "not run", rows
+
+
 def test_a_missing_path_is_one_line_and_exit_2(tmp_path):
     proc = check(tmp_path / "nope.ipynb", timeout=120)  # the command itself, once; the other refusals: the table
     assert (
