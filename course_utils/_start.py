@@ -9,9 +9,10 @@ imported.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import sys
-from typing import Any
+from typing import Any, NoReturn
 
 
 def quiet_start_up() -> None:
@@ -24,6 +25,28 @@ def quiet_start_up() -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         if signal.getsignal(signum) is not signal.SIG_IGN:  # a job started with it ignored (cmd &) keeps it so
             signal.signal(signum, stopped)
+
+
+def pasteable(module: str, argv: list[str]) -> str:
+    """``python -m module argv`` as this user can paste it here: this interpreter (``.venv/bin/python`` from the
+    course folder), not a ``python`` that may lack torch or not exist."""
+    exe = sys.executable or "python"
+    try:
+        near = os.path.relpath(exe)
+    except ValueError:  # another drive (Windows)
+        near = exe
+    return shlex.join([exe if near.startswith("..") else near, "-m", module, *argv])
+
+
+def exit_now(code: int) -> NoReturn:
+    """Exit with ``code``; after a stop (128 + the signal) through os._exit, since CPython under ``-m`` turns
+    sys.exit's code into death by SIGINT once a KeyboardInterrupt has passed through exec (dataclasses, while torch
+    imports), even a caught one."""
+    if code >= 128:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    sys.exit(code)
 
 
 class StopSignals:

@@ -18,7 +18,6 @@ import contextlib
 import dataclasses
 import os
 import platform
-import shlex
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -31,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from course_utils._start import StopSignals
+from course_utils._start import StopSignals, exit_now, pasteable
 from course_utils._validate import (
     check_float_tensor,
     check_fraction,
@@ -46,7 +45,14 @@ from course_utils.attention import scaled_dot_product_attention
 from course_utils.masking import causal_mask
 from course_utils.multihead import MultiHeadAttention, split_heads
 from course_utils.positional import LearnedPositionalEmbedding
-from course_utils.train import RunSetupError, check_given, check_out_file, evaluating, model_file, save_checkpoint
+from course_utils.train import (
+    CheckpointError,
+    RunSetupError,
+    check_out_file,
+    evaluating,
+    model_file,
+    save_checkpoint,
+)
 from course_utils.train_cli import check_numbers
 
 __all__ = [
@@ -575,8 +581,8 @@ def _progress(event: dict[str, Any], max_steps: int) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m course_utils.induction OUT [--max-steps N] [--seed S]``: train with the defaults, save to OUT.
-    Exit codes: 0 saved; 2 refused before training (one line); 130 stopped by Ctrl+C, 143 by SIGTERM (OUT as it
-    was, or saved whole if the signal came while saving)."""
+    Exit codes: 0 saved; 2 refused before training (one line); 1 OUT could not be written (a full disk); 130
+    stopped by Ctrl+C, 143 by SIGTERM (OUT as it was, or saved whole if the signal came while saving)."""
     with StopSignals(restore=argv is not None) as stop:
         return _main(sys.argv[1:] if argv is None else list(argv), stop)
 
@@ -598,12 +604,13 @@ def _main(argv: list[str], stop: StopSignals) -> int:
     args = parser.parse_args(argv)
     config = InductionConfig()
     try:  # before training, not after minutes of it
-        check_given("OUT", args.out, "a file name such as checkpoints/induction.pt")
         _check_out(args.out, args.seed, args.max_steps)  # the string: "new/" names a folder
         out = Path(args.out)
     except RunSetupError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # while OUT was read (a slow disk): before, a traceback
+        return stop.report(f"before training; nothing was written to {args.out}")
     torch.set_num_threads(1)  # one thread: the run the README records, repeatable on one machine
     start, existed = time.perf_counter(), out.exists()
     try:
@@ -615,9 +622,10 @@ def _main(argv: list[str], stop: StopSignals) -> int:
         )
     except KeyboardInterrupt as interrupt:
         kept = f"{out} is unchanged" if existed else f"nothing was written to {out}"
+        again = pasteable("course_utils.induction", argv)  # the interpreter that ran: `python` may lack torch
         return stop.report(
             f"at step {getattr(interrupt, 'step', 0)} of {args.max_steps}; {kept} (this command saves only at the "
-            f"end, a minute or two on a CPU): {shlex.join([*PROG.split(), *argv])} trains it again from the start"
+            f"end, a minute or two on a CPU): {again} trains it again from the start"
         )
     stop.deferred = True  # trained: a signal from here on waits until OUT is saved whole
     seconds = time.perf_counter() - start
@@ -632,7 +640,11 @@ def _main(argv: list[str], stop: StopSignals) -> int:
         "machine": platform.machine(),
         "threads": torch.get_num_threads(),
     }
-    save_induction_model(out, model, history, provenance)
+    try:
+        save_induction_model(out, model, history, provenance)
+    except CheckpointError as err:  # a full disk: before, torch's traceback
+        print(f"error: {err}", file=sys.stderr)
+        return 1
     steps = f"{args.max_steps} step{'s' if args.max_steps != 1 else ''}"
     print(f"saved {out}: {steps}, seed {args.seed}, trained in {seconds:.0f} s", flush=True)
     if stop.signal:
@@ -641,4 +653,4 @@ def _main(argv: list[str], stop: StopSignals) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_now(main())

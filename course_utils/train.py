@@ -1,8 +1,9 @@
 """Train the tiny GPT of notebook 10: the settings, the schedule, evaluation, the loop and what a checkpoint holds.
 
 The command line and the ``torchrun`` set-up are :mod:`course_utils.train_cli` (``python -m course_utils.train``).
-A run killed at any moment loses at most ``checkpoint_interval`` steps and resumes bit for bit on a CPU. Under
-``torchrun`` every process draws the same batch and trains on its own rows.
+A run killed at any moment loses at most ``checkpoint_interval`` steps and resumes bit for bit on a CPU (on the same
+CPU kernels: AVX-512, AVX2 and plain ones round differently). Under ``torchrun`` every process draws the same batch
+and trains on its own rows.
 """
 
 from __future__ import annotations
@@ -422,6 +423,8 @@ class _Run:
             state = load_checkpoint(out_dir / CHECKPOINT_NAME)
             model_config, train_config, self.notices = _resume(state, out_dir, model_config, train_config, asked,
                                                                max_steps, self.text_sha256)  # fmt: skip
+        elif resume:  # a mistyped --out would otherwise start a new run unsaid
+            self.notices = [f"--resume: no checkpoint in {out_dir}, so a new run starts there"]
         if max_steps is not None:
             train_config = dataclasses.replace(train_config, max_steps=max_steps)
         if train_config.batch_size % self.world:
@@ -518,10 +521,12 @@ class _Run:
         losses, self.window = window.tolist(), []
         for step, loss in enumerate(losses, start=self.step - len(losses) + 1):
             if not math.isfinite(loss):  # before anything is saved
-                raise NonFiniteLossError(
-                    f"the training loss became {loss} at step {step}; stopped. The last good checkpoint is "
-                    f"{self.out_dir / CHECKPOINT_NAME} (nothing was saved after it). Lower the learning rate or "
-                    "raise warmup_steps, then --resume."
+                saved, _ = model_file(self.out_dir / CHECKPOINT_NAME)
+                kept = f"{self.out_dir / CHECKPOINT_NAME} holds step {saved['step']}" if saved else "nothing is saved"
+                raise NonFiniteLossError(  # before: "then --resume", which keeps the run's learning rate
+                    f"the training loss became {loss} at step {step}; stopped ({kept}). Lower the learning rate "
+                    "(--learning-rate, or learning_rate in the TrainConfig) or raise warmup_steps, and train again "
+                    "into another --out: --resume keeps a run's settings"
                 )
         self.history.extend(losses)
         elapsed = time.perf_counter() - self.window_start
@@ -540,10 +545,10 @@ def saved_settings(state: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in state["train_config"].items() if k not in SESSION}
 
 
-def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_sha256) -> tuple:
-    """The checkpoint's model and settings with this session's switches, and a notice naming each setting ``asked``
-    that differs (max_steps is the argument's when given); RunSetupError for another model or text, or nothing to do."""
-    path, saved_model = out_dir / CHECKPOINT_NAME, GPTConfig.from_dict(state["model_config"])
+def same_run(state: dict[str, Any], path: Path, model_config: GPTConfig, text_sha256: str) -> GPTConfig:
+    """The model of the checkpoint ``state`` read from ``path``; RunSetupError if ``model_config`` or the text is
+    another (what --resume refuses)."""
+    saved_model = GPTConfig.from_dict(state["model_config"])
     differ = [f"{f.name} {getattr(saved_model, f.name)!r} there, {getattr(model_config, f.name)!r} asked"
               for f in dataclasses.fields(GPTConfig)
               if f.name != "vocab_size" and getattr(saved_model, f.name) != getattr(model_config, f.name)]  # fmt: skip
@@ -555,6 +560,14 @@ def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_s
         raise RunSetupError(f"--resume: {path} was trained on a text with sha256 {state['text_sha256'][:16]}..., but "
                             f"--data has {text_sha256[:16]}...: pass the same file to continue that run, or "
                             f"{new_run}")  # fmt: skip
+    return saved_model
+
+
+def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_sha256) -> tuple:
+    """The checkpoint's model and settings with this session's switches, and a notice naming each setting ``asked``
+    that differs (max_steps is the argument's when given); RunSetupError for another model or text, or nothing to do."""
+    path = out_dir / CHECKPOINT_NAME
+    saved_model = same_run(state, path, model_config, text_sha256)
     step, last = state["step"], state["train_config"]["max_steps"] if max_steps is None else max_steps
     if last < step or (last == step and (read_summary(out_dir) or {}).get("steps") == step):  # none: resume writes it
         raise RunSetupError(f"--resume: {path} is at step {step} and max_steps is {last}, so resuming would train "
@@ -595,9 +608,14 @@ def finished_run(out_dir: str | os.PathLike) -> dict[str, Any] | None:
 
 
 def save_checkpoint(path: str | os.PathLike, state: dict[str, Any]) -> None:
-    """Write ``state`` to ``path`` atomically: readers see the old file or the new one, never half."""
-    with atomic_path(path) as tmp:
-        torch.save(state, tmp)
+    """Write ``state`` to ``path`` atomically: readers see the old file or the new one, never half; CheckpointError
+    in one line if it cannot be written (a full disk: torch says "unexpected pos")."""
+    try:
+        with atomic_path(path) as tmp:
+            torch.save(state, tmp)
+    except (OSError, RuntimeError) as err:
+        raise CheckpointError(f"could not write {path} ({first_line(err)}): is its disk full? The file there before "
+                              "is kept; free some space, or choose another folder") from err  # fmt: skip
 
 
 def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
@@ -616,7 +634,7 @@ def export_model(checkpoint: str | os.PathLike, dest: str | os.PathLike, provena
                         f"{type(provenance).__name__}")  # fmt: skip
     try:
         provenance = json.loads(json.dumps(provenance))  # plain data only
-    except (TypeError, ValueError) as err:
+    except (TypeError, ValueError, RecursionError) as err:
         raise TypeError(f"provenance must hold plain data (str, numbers, lists, dicts), got {first_line(err)}") from err
     slim = {k: state[k] for k in ("model", "model_config", "tokenizer", "history", "evals", "step")}
     slim.update(format=MODEL_FORMAT, provenance=provenance)
@@ -655,7 +673,9 @@ def _read(path: object, what: str, formats: tuple[str, ...], how: str, fix: str)
             "it is not a file that torch.save writes (a text file, say)")  # fmt: skip
         raise CheckpointError(f"cannot read {what} {path}: {why}. {fix}") from err
     if not isinstance(state, dict) or state.get("format") not in formats:
-        raise CheckpointError(f"{path} is not a {what.removesuffix(' file')} written by course_utils.train")
+        held = KINDS.get(state.get("format")) if isinstance(state, dict) else None  # an export as a checkpoint, say
+        mine = f"a {what.removesuffix(' file')} written by course_utils.train"
+        raise CheckpointError(f"{path} holds {held}, not {mine}" if held else f"{path} is not {mine}")
     return state
 
 
@@ -725,6 +745,7 @@ def check_out_file(path: str | os.PathLike, flag: str, fmt: str, example: str) -
     """The model file already at ``path`` (named ``flag``), None if none; RunSetupError, in one line with its fix, for a
     folder, a place that cannot be written, a file of another kind than ``fmt`` or a read-only one."""
     check_path(flag, path)
+    check_given(flag, os.fspath(path), f"a file name such as {example}")
     if os.fspath(path).endswith(("/", os.sep)) or Path(path).is_dir():  # "new/" names a folder, there or not yet
         raise RunSetupError(f"{flag} {os.fspath(path)} is a folder, expected a file name such as {example}")
     path = Path(path)
@@ -751,6 +772,7 @@ def gpu_switches(train_config: TrainConfig, device: torch.device) -> dict[str, A
 
 
 if __name__ == "__main__":  # python -m course_utils.train (and torchrun -m ...): the command line's own module
+    from course_utils._start import exit_now
     from course_utils.train_cli import main
 
-    sys.exit(main())
+    exit_now(main())

@@ -17,7 +17,6 @@ import dataclasses
 import datetime as dt
 import json
 import os
-import shlex
 import sys
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from course_utils._start import StopSignals
-from course_utils.data import ChecksumError, sha256_file
+from course_utils._files import sha256_bytes
+from course_utils._start import StopSignals, exit_now, pasteable
+from course_utils.data import ChecksumError, load_text, sha256_file
 from course_utils.gpt import PRESETS, GPTConfig
 from course_utils.train import (
     CHECKPOINT_NAME,
@@ -45,6 +45,7 @@ from course_utils.train import (
     first_line,
     load_checkpoint,
     model_file,
+    same_run,
     saved_settings,
     train,
 )
@@ -116,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.export is not None:
                 _check_export(args.export, args.out)
             device = join_processes() or args.device
-            result = finished_run(args.out) if args.resume and args.export else None  # stopped while exporting
+            result = _finished(args, model_config) if args.resume and args.export else None  # stopped exporting
             if not result or args.max_steps not in (None, result["steps"]):
                 result = train(model_config, args.data, args.out, train_config, device=device, resume=args.resume,
                                max_steps=args.max_steps, progress=args.progress)  # fmt: skip
@@ -171,14 +172,27 @@ def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
     return args.preset or "tiny", TrainConfig.preset(args.preset or "tiny", **overrides)
 
 
+def _finished(args: argparse.Namespace, model_config: GPTConfig | str) -> dict[str, Any] | None:
+    """The finished run in ``--out`` (None: none) to export without training again, after a stop during --export;
+    RunSetupError, as --resume says it, for another --preset or --data."""
+    result = finished_run(args.out)
+    if result is not None:
+        model_config = GPTConfig.preset(model_config) if isinstance(model_config, str) else model_config
+        text_sha256 = sha256_bytes(load_text(args.data).encode("utf-8"))  # what train() records
+        same_run(load_checkpoint(result["checkpoint"]), Path(result["checkpoint"]), model_config, text_sha256)
+    return result
+
+
 def _check_export(export: str, out: str) -> None:
-    """RunSetupError unless ``--export`` can be written: empty, inside ``--out``, or check_out_file's refusals."""
-    check_given("--export", export, "a file name such as checkpoints/model.pt")
-    dest, out = Path(export), Path(out)
-    if dest.resolve() == out.resolve() or out.resolve() in dest.resolve().parents:
-        raise RunSetupError(f"--export {dest} is inside --out {out} (the run's own folder, for {CHECKPOINT_NAME} and "
-                            "summary.json): give --export a file outside it, such as checkpoints/model.pt")  # fmt: skip
+    """RunSetupError unless ``--export`` can be written: check_out_file's refusals, or a place inside ``--out`` (or
+    around it); the notice that an earlier export will be replaced."""
     there = check_out_file(export, "--export", MODEL_FORMAT, "model.pt")  # the string: "new/" ends in a slash
+    dest, run = Path(export), Path(out)
+    if dest.resolve() == run.resolve() or run.resolve() in dest.resolve().parents:
+        raise RunSetupError(f"--export {dest} is inside --out {run} (the run's own folder, for {CHECKPOINT_NAME} and "
+                            "summary.json): give --export a file outside it")  # fmt: skip
+    if dest.resolve() in run.resolve().parents:  # before: trained, then "dest ... is a folder"
+        raise RunSetupError(f"--out {run} is inside --export {dest}: --export names a file outside the run's folder")
     if there is not None and int(os.environ.get("RANK", "0")) == 0:  # said before training: Ctrl+C keeps it
         made_by = there.get("provenance", {}).get("command", "no command recorded")
         print(f"--export {dest} holds a model of {there['step']} steps ({made_by}): this run will replace it",
@@ -209,7 +223,7 @@ def _where_stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[
     state, _ = model_file(checkpoint)
     saved = state is not None and state["format"] == FORMAT
     words = [*argv, *([] if "--resume" in argv or not saved else ["--resume"])]
-    again = shlex.join([*PROG.split(), *words])
+    again = pasteable("course_utils.train", words)  # the interpreter that ran: `python` may lack torch
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:  # torchrun's own flags are not in argv
         again = f"your torchrun command with {' '.join(words)}"
     held = f"the checkpoint at {checkpoint} holds step {state['step']}; resume" if saved else ""
@@ -218,4 +232,4 @@ def _where_stopped(err: KeyboardInterrupt, args: argparse.Namespace, argv: list[
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

@@ -3,9 +3,9 @@ on hand-made attention patterns, head ablation (exactly one head switched off), 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-import shlex
 import shutil
 import signal
 import subprocess
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from strategies import one_cpu_thread
 
 from course_utils import induction
-from course_utils._start import StopSignals
+from course_utils._start import StopSignals, pasteable
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.induction import (
     AttentionOnlyTransformer,
@@ -43,7 +43,7 @@ from course_utils.induction import (
     save_induction_model,
     train_induction,
 )
-from course_utils.train import RunSetupError
+from course_utils.train import CheckpointError, RunSetupError
 from course_utils.widgets import induction_explorer, plot_induction_head
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -489,6 +489,39 @@ def test_the_command_refuses_a_bad_out_or_number_before_training_in_one_line(tmp
     assert not (tmp_path / "m.pt").exists()
 
 
+@pytest.mark.parametrize(
+    "step, raised, code, line",
+    [  # before: a traceback for each
+        ("_check_out", KeyboardInterrupt, 130, "stopped before training; nothing was written to {out}"),
+        ("save_induction_model", CheckpointError("could not write {out} (no space left): is its disk full?"), 1,
+         "error: could not write {out} (no space left): is its disk full?"),
+    ],
+)  # fmt: skip
+def test_a_stop_while_out_is_read_or_a_failed_save_is_one_line(tmp_path, capsys, monkeypatch, step, raised, code,
+                                                              line):  # fmt: skip
+    out = tmp_path / "m.pt"
+
+    def fail(*args, **kwargs):
+        raise type(raised)(str(raised).format(out=out)) if isinstance(raised, Exception) else raised
+
+    monkeypatch.setattr(induction, step, fail)
+    assert induction.main([str(out), "--max-steps", "1"]) == code
+    assert capsys.readouterr().err == line.format(out=out) + "\n"
+
+
+def test_exit_now_keeps_its_code_after_a_caught_keyboard_interrupt_under_dash_m(tmp_path):
+    """CPython under -m turns sys.exit(143) into death by SIGINT once a KeyboardInterrupt passed through exec, even
+    a caught one (dataclasses exec while torch imports): a stop's 130 or 143 then read as -2 (found by a tester)."""
+    (tmp_path / "stopped.py").write_text(
+        "from course_utils._start import exit_now\n"
+        "try:\n    exec('raise KeyboardInterrupt')\nexcept KeyboardInterrupt:\n    pass\n"
+        "exit_now(143)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    done = subprocess.run([sys.executable, "-m", "stopped"], cwd=tmp_path, env=env, capture_output=True, timeout=60)
+    assert done.returncode == 143, done.stderr
+
+
 def test_an_ablated_head_is_silent_even_when_its_output_is_not_finite():
     # The head was multiplied by 0, and inf * 0 = NaN: a diverged head, ablated, still poisoned the model.
     model = _model()
@@ -545,6 +578,8 @@ def test_ctrl_c_or_sigterm_prints_one_line_and_the_command_that_trains_it_again(
     """Before: a KeyboardInterrupt traceback; SIGTERM printed nothing and the process died by the signal (-15). Now
     one line (the step, OUT unchanged, the command), exit code 130 or 143."""
     again = ["python", "-m", "course_utils.induction", str(tmp_path / "induction.pt"), "--max-steps", "100000"]
+    with contextlib.chdir(ROOT):  # this interpreter, as the user can paste it where the command ran (not `python`)
+        printed = pasteable("course_utils.induction", again[3:])
     for signum, code, how in ((signal.SIGINT, 130, ""), (signal.SIGTERM, 143, " by SIGTERM")):
         with subprocess.Popen([sys.executable, *again[1:]], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True) as proc:  # fmt: skip
@@ -558,7 +593,7 @@ def test_ctrl_c_or_sigterm_prints_one_line_and_the_command_that_trains_it_again(
         found = re.fullmatch(
             rf"stopped{how} at step (\d+) of 100000; nothing was written to {re.escape(again[3])} \(this command saves "
             rf"only at "
-            rf"the end, a minute or two on a CPU\): {re.escape(shlex.join(again))} trains it again from the start\n",
+            rf"the end, a minute or two on a CPU\): {re.escape(printed)} trains it again from the start\n",
             stderr,
         )
         assert found and int(found[1]) > 0 and not Path(again[3]).exists(), stderr

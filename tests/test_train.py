@@ -4,6 +4,8 @@ and trains the same under torchrun with two processes."""
 from __future__ import annotations
 
 import ast
+import contextlib
+import functools
 import inspect
 import json
 import math
@@ -25,6 +27,7 @@ from strategies import practice_text
 
 from course_utils import train as train_module
 from course_utils import train_cli
+from course_utils._start import pasteable
 from course_utils.data import (
     CORPUS_SHA256,
     corpus_path,
@@ -210,8 +213,16 @@ def test_a_non_finite_loss_stops_the_run_names_its_step_and_keeps_the_last_good_
         return logits, loss
 
     monkeypatch.setattr(GPT, "forward", poisoned)
-    with pytest.raises(NonFiniteLossError, match=f"the training loss became {poison} at step {first}; stopped"):
+    with pytest.raises(NonFiniteLossError) as stopped:
         run(text_file, tmp_path, log_interval=log_interval)
+    # before: "then --resume", which keeps the run's learning rate and diverged again
+    assert str(stopped.value) == (
+        f"the training loss became {poison} at step {first}; stopped ({tmp_path / 'checkpoint.pt'} holds step 5). "
+        "Lower the learning rate (--learning-rate, or learning_rate in the TrainConfig) or raise warmup_steps, and "
+        "train again into another --out: --resume keeps a run's settings"
+    )
+    with pytest.raises(NonFiniteLossError, match=r"stopped \(nothing is saved\)"):  # before: 'the last good checkpoint'
+        run(text_file, tmp_path / "fresh", log_interval=1, checkpoint_interval=100)
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["step"] == 5 and len(state["history"]) == 5  # nothing saved after the last good one
     assert all(torch.isfinite(t).all() for t in state["model"].values())
@@ -353,6 +364,11 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     # Before: --export equal to --out trained fully, then IsADirectoryError.
     ("run", ["--export", "{tmp}/run"], "--export {tmp}/run is inside --out {tmp}/run (the run's own folder"),
     ("run", ["--export", "{tmp}/run/m.pt"], "--export {tmp}/run/m.pt is inside --out {tmp}/run (the run's own folder"),
+    # Before: trained, then "dest ... is a folder" (training had made the export's path a folder).
+    ("run/x", ["--export", "{tmp}/run"], "--out {tmp}/run/x is inside --export {tmp}/run: --export names a file"),
+    # Before: "give --export a file outside it, such as checkpoints/model.pt", the path just refused.
+    ("", ["--export", "{tmp}/checkpoints/model.pt"], "(the run's own folder, for checkpoint.pt and summary.json): "
+     "give --export a file outside it"),
     # Before: --seed 10**23 'Overflow when unpacking long long'; --max-steps 10**23 was accepted.
     ("run", ["--seed", BIG], f"--seed must be a whole number from 0 to 2**63 - 1 ({2**63 - 1}), got {BIG}"),
     ("run", ["--seed", -1], "--seed must be a whole number from 0 to 2**63 - 1"),
@@ -372,8 +388,8 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--data", ""], "--data is empty (''), expected a UTF-8 text file such as datasets/shakespeare.txt (an "
      "unset shell variable?)"),
     ("run", ["--data", " "], "--data is empty (' '), expected a UTF-8 text file"),
-    ("run", ["--export", ""], "--export is empty (''), expected a file name such as checkpoints/model.pt (an unset "
-     "shell variable?)"),
+    ("run", ["--export", ""], "--export is empty (''), expected a file name such as model.pt (an unset shell "
+     "variable?)"),
 ] + [  # Before: torch's AssertionError "Torch not compiled with CUDA enabled" (or MPS's) as a traceback.
     pytest.param("run", ["--device", "cuda"],
                  f"this PyTorch ({torch.__version__}) was built without CUDA; use --device cpu or auto",
@@ -398,6 +414,41 @@ def test_the_command_line_refuses_before_training_in_one_line(text_file, tmp_pat
     flags = [str(flag).format(tmp=tmp_path) for flag in flags]
     assert line.format(tmp=tmp_path) in refused(capsys, text_file, tmp_path / out, *flags)
     assert (tmp_path / "notes.txt").read_text() == "mine" and not (tmp_path / "run").exists()
+
+
+def test_resume_into_a_folder_without_a_checkpoint_says_it_starts_a_new_run(text_file, tmp_path, capsys):
+    """Before: a mistyped --out with --resume started a new run unsaid."""
+    code, err, result = cli(capsys, text_file, tmp_path / "typo", "--resume")
+    assert code == 0 and err == [f"--resume: no checkpoint in {tmp_path / 'typo'}, so a new run starts there"]
+    assert result["notices"] == err
+
+
+def test_a_save_that_fails_is_one_line_and_keeps_the_file_before(tmp_path, monkeypatch):
+    """Before: a full disk gave torch's two-part traceback ending 'unexpected pos 22976 vs 22864'."""
+    (tmp_path / "c.pt").write_bytes(b"the earlier one")
+
+    def full_disk(state, f):
+        open(f, "wb").write(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 22976 vs 22864")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(CheckpointError, match=r"could not write .*c\.pt \(\[enforce fail .*\): is its disk full\?"):
+        save_checkpoint(tmp_path / "c.pt", {})
+    assert [p.name for p in tmp_path.iterdir()] == ["c.pt"] and (tmp_path / "c.pt").read_bytes() == b"the earlier one"
+
+
+def test_a_finished_run_is_exported_only_for_its_own_preset_and_text(text_file, tmp_path, capsys):
+    """--resume --export of a finished run exports without training (a stop during --export); before, it skipped
+    --resume's checks and recorded the other --data in the provenance."""
+    assert cli(capsys, text_file, tmp_path / "run")[0] == 0
+    other = tmp_path / "other.txt"
+    other.write_text(text_file.read_text()[::-1])
+    for flags, words in ((["--data", str(other)], "was trained on a text with sha256"),
+                         (["--preset", "cpu"], "is a run of another model")):  # fmt: skip
+        line = refused(capsys, text_file, tmp_path / "run", "--resume", "--export", tmp_path / "m.pt", *flags)
+        assert words in line and not (tmp_path / "m.pt").exists(), line
+    code, err, result = cli(capsys, text_file, tmp_path / "run", "--resume", "--export", tmp_path / "m.pt")
+    assert code == 0 and result["steps_this_run"] == 3 and load_model(tmp_path / "m.pt")[2]["provenance"]
 
 
 def test_a_lower_learning_rate_takes_min_lr_down_with_it(text_file, tmp_path, capsys):
@@ -554,6 +605,9 @@ def test_a_post_norm_run_trains_resumes_and_refuses_a_pre_norm_resume(text_file,
     assert load_checkpoint(tmp_path / "whole" / "checkpoint.pt")["step"] == 6
 
 
+DEEP = functools.reduce(lambda inner, _: {"x": inner}, range(3000), {})  # deeper than json goes
+
+
 def a_checkpoint(tmp: Path) -> Path:
     """What load_checkpoint accepts, enough for export_model's refusals."""
     return saved(tmp / "c.pt", {"format": "course_utils.train/1"})
@@ -604,6 +658,13 @@ API_REFUSALS = [  # (the call, given tmp_path; the exception; what its message m
      "provenance must hold plain data .*, got Object of type set is not JSON serializable"),
     (lambda tmp: export_model(a_checkpoint(tmp), tmp / "m.pt", "me"), TypeError, "provenance must be a dict"),
     (lambda tmp: export_model(a_checkpoint(tmp), None, {}), TypeError, "dest must be a str or os.PathLike, got None"),
+    # Before: "e.pt is not a checkpoint written by course_utils.train", though that module wrote it.
+    (lambda tmp: load_checkpoint(saved(tmp / "e.pt", {"format": "course_utils.model/1"})), CheckpointError,
+     r"e\.pt holds a GPT exported by python -m course_utils\.train --export, not a checkpoint written by"),
+    # Before: " " wrote a file named ' '; "" said "dest  is a folder"; a deep provenance raised RecursionError.
+    (lambda tmp: export_model(a_checkpoint(tmp), " ", {}), RunSetupError, r"dest is empty \(' '\), expected a file"),
+    (lambda tmp: export_model(a_checkpoint(tmp), "", {}), RunSetupError, r"dest is empty \(''\), expected a file"),
+    (lambda tmp: export_model(a_checkpoint(tmp), tmp / "m.pt", DEEP), TypeError, "provenance must hold plain data"),
     (lambda tmp: export_model(a_checkpoint(tmp), saved(tmp / "t.txt", b"x") / "m.pt", {}), RunSetupError,
      "dest .*t.txt/m.pt cannot be created: .*t.txt is a file, not a folder"),
     # Before: train() with a dict of settings raised dataclasses' TypeError from inside
@@ -928,9 +989,7 @@ def test_ctrl_c_outside_a_checkpoint_says_what_is_kept(text_file, tmp_path, caps
     monkeypatch.setattr(train_cli, "train", interrupted)
     code, err, result = cli(capsys, text_file, tmp_path)
     assert (code, result) == (130, None)
-    assert err == [
-        line.format(command=shlex.join(["python", "-m", "course_utils.train", *cli_argv(text_file, tmp_path)]))
-    ]
+    assert err == [line.format(command=pasteable("course_utils.train", cli_argv(text_file, tmp_path)))]
 
 
 @pytest.mark.skipif(not corpus_path().exists(), reason="needs the course corpus (python -m course_tools.corpus fetch)")
@@ -979,9 +1038,13 @@ def test_ctrl_c_or_sigterm_prints_one_line_naming_the_checkpoint_and_the_command
         assert found and found[2] == str(out / "checkpoint.pt"), stderr
         step, saved, again = int(found[1]), int(found[3]), found[4]
         assert saved % 5 == 0 and 5 <= saved <= step and load_checkpoint(found[2])["step"] == saved
-        assert again == shlex.join(["python", "-m", "course_utils.train", *command[3:], "--resume"])
-    assert main([*shlex.split(again)[3:], "--max-steps", str(saved + 2)]) == 0  # the printed command, run shorter
-    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        with contextlib.chdir(ROOT):  # where the command ran: its interpreter as the user can paste it there
+            assert again == pasteable("course_utils.train", [*command[3:], "--resume"])
+    # the printed command, pasted where it ran (before: `python -m ...`, which may lack torch), run shorter
+    pasted = subprocess.run([*shlex.split(again), "--max-steps", str(saved + 2)], cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=240)  # fmt: skip
+    assert pasted.returncode == 0, pasted.stderr
+    result = json.loads(pasted.stdout.strip().splitlines()[-1])
     assert (result["steps"], result["steps_this_run"]) == (saved + 2, 2)
 
 
@@ -1012,11 +1075,11 @@ def test_ctrl_c_in_the_final_evaluation_says_the_run_finished_and_resume_writes_
     found = re.fullmatch(
         rf"stopped before the first step or after the last; the checkpoint at "
         rf"{re.escape(str(tmp_path / 'checkpoint.pt'))} holds step 3; resume: "
-        r"(python -m course_utils\.train .+ --resume)",
+        rf"({re.escape(pasteable('course_utils.train', []))} .+ --resume)",
         err[0],
     )
     assert found and not (tmp_path / "summary.json").exists(), err
-    assert main(shlex.split(found[1])[3:]) == 0  # the line's command (python -m course_utils.train ...)
+    assert main(shlex.split(found[1])[3:]) == 0  # the line's command (.venv/bin/python -m course_utils.train ...)
     summary = (tmp_path / "summary.json").read_bytes()
     assert json.loads(summary)["steps"] == 3 and json.loads(capsys.readouterr().out)["steps_this_run"] == 0
     assert main(["--data", str(text_file), "--out", str(tmp_path), "--resume"]) == 2  # nothing left to do
