@@ -133,7 +133,7 @@ def check_expectations(result: Mapping, size: str) -> tuple[bool, str]:
     if not isinstance(result, Mapping):
         why = ": None means the run has not finished (finished_run returns None then)" if result is None else ""
         raise TypeError(f"result must be the dict that course_utils.train.train returns, got {_describe(result)}{why}")
-    if missing := [key for key in ("val_loss", "steps") if key not in result]:
+    if missing := [name for name in ("val_loss", "steps") if name not in result]:
         raise ValueError(f"result lacks {missing[0]!r}: pass the dict that course_utils.train.train returned")
     loss = result["val_loss"]
     if isinstance(loss, torch.Tensor) and loss.dim() == 0:
