@@ -6,6 +6,7 @@ One switch sizes notebook 10: ``COURSE_GPT_SIZE`` (``ci``, ``cpu`` or ``gpu``); 
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 import torch
 
 from course_utils._files import course_folder
-from course_utils._validate import check_int, is_integer_tensor
+from course_utils._validate import _describe, check_int, check_number, check_str, is_integer_tensor
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
@@ -122,17 +123,27 @@ def bigram_loss(train_ids: torch.Tensor, val_ids: torch.Tensor, vocab_size: int)
     return float(-log_probs[val_ids[:-1].long(), val_ids[1:].long()].mean())
 
 
-def check_expectations(result: dict, size: str) -> tuple[bool, str]:
-    """Compare the validation loss of a finished run of ``size`` (the dict :func:`course_utils.train.train`
-    returns) with the size's range: ``(within, message)``, the message saying what was expected and what happened."""
-    if size not in RUN_SIZES:
-        raise ValueError(f"size must be one of {sorted(RUN_SIZES)}, got {size!r}")
-    if missing := [key for key in ("val_loss", "steps") if key not in result]:
+def check_expectations(result: Mapping, size: str) -> tuple[bool, str]:
+    """Compare the validation loss of a finished run of ``size`` (any case; the dict :func:`course_utils.train.train`
+    returns) with the size's range: ``(within, message)``, the message saying what was expected and what happened.
+    The loss is judged as printed, to 2 decimals; NaN or infinity is outside, with the likely cause."""
+    check_str("size", size, f"a str, one of {sorted(RUN_SIZES)}")
+    if (key := size.strip().lower()) not in RUN_SIZES:
+        raise ValueError(f"size must be one of {sorted(RUN_SIZES)} (any case), got {size!r}")
+    if not isinstance(result, Mapping):
+        why = ": None means the run has not finished (finished_run returns None then)" if result is None else ""
+        raise TypeError(f"result must be the dict that course_utils.train.train returns, got {_describe(result)}{why}")
+    if missing := [name for name in ("val_loss", "steps") if name not in result]:
         raise ValueError(f"result lacks {missing[0]!r}: pass the dict that course_utils.train.train returned")
-    run, loss = RUN_SIZES[size], result["val_loss"]
+    loss = result["val_loss"]
+    if isinstance(loss, torch.Tensor) and loss.dim() == 0:
+        loss = loss.item()  # a float, so that within is a bool, not a tensor
+    loss = check_number("result['val_loss']", loss)
+    run, shown = RUN_SIZES[key], round(loss, 2)  # judged as printed: 1.9999 shows as 2.00 and is within 2.00 to 2.45
     lo, hi = run.expected_val_loss
-    within = lo <= loss <= hi  # False for a NaN loss
+    within = lo <= shown <= hi  # False for NaN and infinities
+    diverged = "" if math.isfinite(loss) else " (the run diverged: lower the learning rate)"
     return within, (
-        f"Size {size!r}: expected val_loss {lo:.2f} to {hi:.2f} ({run.source}).\n"
-        f"{'✓' if within else '! outside the range:'} val_loss {loss:.2f} after {result['steps']} steps"
+        f"Size {key!r}: expected val_loss {lo:.2f} to {hi:.2f} ({run.source}).\n"
+        f"{'✓' if within else '! outside the range:'} val_loss {loss:.2f} after {result['steps']} steps{diverged}"
     )

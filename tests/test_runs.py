@@ -93,8 +93,20 @@ REFUSALS = [  # (the call, the exception, what its message must match)
 ] + [
     (lambda: check_expectations({"steps": 1}, "ci"), ValueError, "result lacks 'val_loss'"),
     (lambda: check_expectations({"val_loss": 1.0}, "ci"), ValueError, "result lacks 'steps'"),
-    (lambda: check_expectations({"val_loss": 2.0, "steps": 1}, "CPU"), ValueError,
-     r"size must be one of \['ci', 'cpu', 'gpu'\], got 'CPU'"),
+    (lambda: check_expectations({"val_loss": 2.0, "steps": 1}, "Huge"), ValueError,
+     r"size must be one of \['ci', 'cpu', 'gpu'\] \(any case\), got 'Huge'"),
+    (lambda: check_expectations({"val_loss": 2.0, "steps": 1}, ["ci"]), TypeError,
+     r"size must be a str, one of \['ci', 'cpu', 'gpu'\], got list"),  # was 'unhashable type'
+    (lambda: check_expectations(None, "ci"), TypeError,  # what finished_run returns for an unfinished run
+     r"result must be the dict that course_utils.train.train returns, got None .*: None means the run has not fin"),
+    (lambda: check_expectations('{"val_loss": 2.2, "steps": 1}', "ci"), TypeError,
+     r"result must be the dict .* returns, got '\{\"val_loss\": 2.2, \"steps\": 1\}' \(str\)"),
+    (lambda: check_expectations({"val_loss": "2.2", "steps": 1}, "ci"), TypeError,
+     r"result\['val_loss'\] must be a number, got '2.2' \(str\)"),  # was '<=' not supported
+    (lambda: check_expectations({"val_loss": None, "steps": 1}, "ci"), TypeError,
+     r"result\['val_loss'\] must be a number, got None \(NoneType\)"),
+    (lambda: check_expectations({"val_loss": torch.ones(2), "steps": 1}, "ci"), TypeError,
+     r"result\['val_loss'\] must be a number, got tensor\(\[1., 1.\]\) \(Tensor\)"),
     (lambda: choose_size("cpu", {"COURSE_GPT_SIZE": "Huge"}), ValueError,
      r"COURSE_GPT_SIZE='Huge' is not a run size; choose one of \['ci', 'cpu', 'gpu'\]"),
     (lambda: run_folder("big", {}), ValueError, r"size must be one of \['ci', 'cpu', 'gpu'\], got 'big'"),
@@ -107,14 +119,24 @@ WITHIN_OR_NOT = [  # (val_loss, within, what the message says)
     ((LOW + HIGH) / 2, True, "✓ val_loss"),
     (HIGH + 0.5, False, f"! outside the range: val_loss {HIGH + 0.5:.2f} after 100 steps"),
     (LOW - 0.5, False, f"! outside the range: val_loss {LOW - 0.5:.2f} after 100 steps"),
-    (float("nan"), False, "! outside the range: val_loss nan"),
+    # judged as printed, to 2 decimals: the verdict never contradicts the number shown
+    (LOW - 0.0001, True, f"✓ val_loss {LOW:.2f} after"),
+    (HIGH + 0.004, True, f"✓ val_loss {HIGH:.2f} after"),
+    (LOW - 0.006, False, f"! outside the range: val_loss {LOW - 0.01:.2f} after"),
+    (HIGH + 0.006, False, f"! outside the range: val_loss {HIGH + 0.01:.2f} after"),
+    (torch.tensor(2.2), True, "✓ val_loss 2.20 after"),  # a 0-d tensor: within is still a bool
+] + [
+    (bad, False, f"! outside the range: val_loss {bad} after 100 steps (the run diverged: lower the learning rate)")
+    for bad in (float("nan"), float("inf"), float("-inf"))
 ]
 
 
 @pytest.mark.parametrize("val_loss, within, words", WITHIN_OR_NOT)
-def test_check_expectations_within_and_outside(val_loss, within, words):
-    ok, msg = check_expectations({"val_loss": val_loss, "steps": 100}, "ci")
-    assert ok == within and words in msg
+@pytest.mark.parametrize("size", ["ci", "CI", " Ci "])  # any case, as choose_size takes COURSE_GPT_SIZE
+def test_check_expectations_within_and_outside(val_loss, within, words, size):
+    ok, msg = check_expectations({"val_loss": val_loss, "steps": 100}, size)
+    assert ok is within and words in msg, msg
+    assert msg.startswith("Size 'ci': ")
     assert f"expected val_loss {LOW:.2f} to {HIGH:.2f} ({RUN_SIZES['ci'].source})" in msg
 
 
