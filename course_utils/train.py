@@ -229,7 +229,9 @@ def train(
     """Train a GPT (a config, or a preset name whose training preset is then the default) on the text at
     ``data_path``, saving checkpoints in ``out_dir``; return the run's figures (``{}`` in processes other than 0).
 
-    ``resume`` continues the run in ``out_dir`` with its model, text and settings (a notice names what it ignores);
+    ``resume`` continues the run in ``out_dir`` with its model and text, and ``train_config`` from its saved step (the
+    run's own settings continue it bit for bit; a lower learning rate after a NaN, say, applies from there), or,
+    without one, the checkpoint's;
     ``progress``: a tqdm bar and a line per evaluation (default: when stderr is a terminal).
     ``callback(event)`` gets ``{"kind": "train", "step", "loss", "lr", "tokens_per_s"}`` when a logged window closes
     (``loss``: its mean) and ``{"kind": "eval", "step", "train_loss", "val_loss"}`` at each evaluation; what it
@@ -421,12 +423,16 @@ class _Run:
         self.text_sha256, state, self.notices = sha256_bytes(text.encode("utf-8")), None, []  # another text: refused
         if resume and (out_dir / CHECKPOINT_NAME).exists():
             state = load_checkpoint(out_dir / CHECKPOINT_NAME)
-            model_config, train_config, self.notices = _resume(state, out_dir, model_config, train_config, asked,
-                                                               max_steps, self.text_sha256)  # fmt: skip
+            model_config = same_run(state, out_dir / CHECKPOINT_NAME, model_config, self.text_sha256)
+            if asked is None:  # the checkpoint's settings, with this session's GPU switches
+                session = {name: getattr(train_config, name) for name in SESSION}
+                train_config = TrainConfig(**{**saved_settings(state), **session})
         elif resume:  # a mistyped --out would otherwise start a new run unsaid
             self.notices = [f"--resume: no checkpoint in {out_dir}, so a new run starts there"]
         if max_steps is not None:
             train_config = dataclasses.replace(train_config, max_steps=max_steps)
+        if state is not None:
+            _refuse_nothing_to_train(state, out_dir, train_config.max_steps)
         if train_config.batch_size % self.world:
             raise RunSetupError(f"batch_size ({train_config.batch_size}) must be divisible by the number of "
                                 f"processes ({self.world})")  # fmt: skip
@@ -523,10 +529,10 @@ class _Run:
             if not math.isfinite(loss):  # before anything is saved
                 saved, _ = model_file(self.out_dir / CHECKPOINT_NAME)
                 kept = f"{self.out_dir / CHECKPOINT_NAME} holds step {saved['step']}" if saved else "nothing is saved"
-                raise NonFiniteLossError(  # before: "then --resume", which keeps the run's learning rate
+                raise NonFiniteLossError(
                     f"the training loss became {loss} at step {step}; stopped ({kept}). Lower the learning rate "
-                    "(--learning-rate, or learning_rate in the TrainConfig) or raise warmup_steps, and train again "
-                    "into another --out: --resume keeps a run's settings"
+                    "or raise warmup_steps, and resume: --resume --learning-rate N on the command line, "
+                    "train(..., train_config, resume=True) from Python"
                 )
         self.history.extend(losses)
         elapsed = time.perf_counter() - self.window_start
@@ -535,10 +541,9 @@ class _Run:
         return losses, tokens_per_s
 
 
-# --- Resume: the checkpoint's model, text and settings, with this session's GPU switches
+# --- Resume: the checkpoint's model and text, with the settings given or else its own
 
 SESSION = ("compile", "autocast", "fused_adamw")  # how this machine runs, not what the run is: the caller's
-FLAGS = ("batch_size", "learning_rate", "eval_interval", "log_interval", "checkpoint_interval", "seed", *SESSION)
 
 
 def saved_settings(state: dict[str, Any]) -> dict[str, Any]:
@@ -563,26 +568,14 @@ def same_run(state: dict[str, Any], path: Path, model_config: GPTConfig, text_sh
     return saved_model
 
 
-def _resume(state, out_dir, model_config, train_config, asked, max_steps, text_sha256) -> tuple:
-    """The checkpoint's model and settings with this session's switches, and a notice naming each setting ``asked``
-    that differs (max_steps is the argument's when given); RunSetupError for another model or text, or nothing to do."""
-    path = out_dir / CHECKPOINT_NAME
-    saved_model = same_run(state, path, model_config, text_sha256)
-    step, last = state["step"], state["train_config"]["max_steps"] if max_steps is None else max_steps
-    if last < step or (last == step and (read_summary(out_dir) or {}).get("steps") == step):  # none: resume writes it
-        raise RunSetupError(f"--resume: {path} is at step {step} and max_steps is {last}, so resuming would train "
-                            f"nothing: give a max_steps above {step} (--max-steps on the command line; "
-                            "train(..., max_steps=N) from Python, where a resumed run keeps its train_config)"
-                            )  # fmt: skip
-    saved, ignored = saved_settings(state), []
-    for name, new in dataclasses.asdict(asked).items() if asked is not None else ():
-        if name in SESSION or saved.get(name) == new or (name == "max_steps" and max_steps is not None):
-            continue
-        flag = "--" + name.replace("_", "-") if name in FLAGS else name
-        ignored.append(f"{flag} {new} (checkpoint: {saved.get(name)})")
-    notices = [f"--resume: keeping the checkpoint's settings; ignored: {', '.join(ignored)}"] if ignored else []
-    session = {name: getattr(train_config, name) for name in SESSION}
-    return saved_model, TrainConfig(**{**saved, **session}), notices
+def _refuse_nothing_to_train(state: dict[str, Any], out_dir: Path, last: int) -> None:
+    """RunSetupError if resuming the checkpoint ``state`` to step ``last`` would train nothing (a finished run, or
+    ``last`` below its step); ``last`` equal to its step is let through when the summary is missing (written then)."""
+    step = state["step"]
+    if last < step or (last == step and (read_summary(out_dir) or {}).get("steps") == step):
+        raise RunSetupError(f"--resume: {out_dir / CHECKPOINT_NAME} is at step {step} and max_steps is {last}, so "
+                            f"resuming would train nothing: give a max_steps above {step} (--max-steps on the "
+                            "command line, max_steps=N in train() from Python)")  # fmt: skip
 
 
 def read_summary(out_dir: str | os.PathLike) -> dict[str, Any] | None:

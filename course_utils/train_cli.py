@@ -30,9 +30,9 @@ from course_utils.data import ChecksumError, load_text, sha256_file
 from course_utils.gpt import PRESETS, GPTConfig
 from course_utils.train import (
     CHECKPOINT_NAME,
-    FLAGS,
     FORMAT,
     MODEL_FORMAT,
+    SESSION,
     CheckpointError,
     NonFiniteLossError,
     RunInterrupted,
@@ -53,6 +53,7 @@ from course_utils.train import (
 __all__ = ["main", "join_processes", "check_numbers"]
 
 PROG = "python -m course_utils.train"
+FLAGS = ("batch_size", "learning_rate", "eval_interval", "log_interval", "checkpoint_interval", "seed", *SESSION)
 MAX_STEPS = 10**9  # a billion steps: years on any machine; above it a typo, refused
 MAX_SEED = 2**63 - 1  # torch.manual_seed takes seeds in 0 .. 2**63 - 1
 MAX_THREADS = 4 * (os.cpu_count() or 1)  # more threads than that only slow a run down (and 100000 crash PyTorch)
@@ -71,8 +72,8 @@ def _parser() -> argparse.ArgumentParser:
                    "ends there)")  # fmt: skip
     p.add_argument("--device", help="cuda, cuda:1, mps, cpu or auto (default: auto, the best available)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists, with its "
-                   "model, data and settings: another --preset or --data is refused, a setting flag that differs is "
-                   "ignored with a notice, --max-steps is obeyed")  # fmt: skip
+                   "model, data and settings: another --preset or --data is refused; a setting flag given applies "
+                   "from the saved step (a lower --learning-rate after a NaN, say)")  # fmt: skip
     for flag, kind in (("--seed", int), ("--batch-size", int), ("--learning-rate", float), ("--eval-interval", int),
                        ("--log-interval", int), ("--checkpoint-interval", int)):  # fmt: skip
         p.add_argument(flag, type=kind, help="the peak; the cosine ends at a tenth of it" if "rate" in flag else None)
@@ -160,7 +161,7 @@ def check_numbers(seed: int | None, max_steps: int | None, threads: int | None =
 
 def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
     """The model and the settings to pass to train: the preset's with the flags given, or, resuming, the
-    checkpoint's with the flags given (train's notices then name exactly the flags it ignores)."""
+    checkpoint's with the flags given, which apply from its step."""
     overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
     if "learning_rate" in overrides:  # min_lr follows, as in every preset (before: a lower rate was refused)
         overrides["min_lr"] = overrides["learning_rate"] / 10

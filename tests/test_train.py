@@ -215,11 +215,10 @@ def test_a_non_finite_loss_stops_the_run_names_its_step_and_keeps_the_last_good_
     monkeypatch.setattr(GPT, "forward", poisoned)
     with pytest.raises(NonFiniteLossError) as stopped:
         run(text_file, tmp_path, log_interval=log_interval)
-    # before: "then --resume", which keeps the run's learning rate and diverged again
     assert str(stopped.value) == (
         f"the training loss became {poison} at step {first}; stopped ({tmp_path / 'checkpoint.pt'} holds step 5). "
-        "Lower the learning rate (--learning-rate, or learning_rate in the TrainConfig) or raise warmup_steps, and "
-        "train again into another --out: --resume keeps a run's settings"
+        "Lower the learning rate or raise warmup_steps, and resume: --resume --learning-rate N on the command line, "
+        "train(..., train_config, resume=True) from Python"
     )
     with pytest.raises(NonFiniteLossError, match=r"stopped \(nothing is saved\)"):  # before: 'the last good checkpoint'
         run(text_file, tmp_path / "fresh", log_interval=1, checkpoint_interval=100)
@@ -470,20 +469,38 @@ def test_a_text_too_small_for_the_split_and_the_context_says_how_small(tmp_path,
     assert cli(capsys, small, tmp_path / "run", "--batch-size", "2")[0] == 0
 
 
-def test_resume_names_the_flags_it_ignores_and_obeys_max_steps(text_file, tmp_path, capsys):
-    """Before: --batch-size and --learning-rate were silently dropped on --resume."""
+def test_resume_applies_the_flags_given_from_the_saved_step(text_file, tmp_path, capsys):
+    """Before: the flags given with --resume were ignored with a notice, so a run that diverged could not go on
+    with a lower learning rate; and before that, silently dropped."""
     assert cli(capsys, text_file, tmp_path)[0] == 0
-    flags = "--resume --max-steps 5 --batch-size 64 --learning-rate 0.5 --seed 1337".split()
+    flags = "--resume --max-steps 5 --batch-size 8 --learning-rate 0.5".split()
     code, err, result = cli(capsys, text_file, tmp_path, *flags)
-    assert code == 0 and result["steps"] == 5
-    assert err == [
-        "--resume: keeping the checkpoint's settings; ignored: --batch-size 64 (checkpoint: 4), --learning-rate 0.5 "
-        "(checkpoint: 0.003), min_lr 0.05 (checkpoint: 0.0003)"  # min_lr follows --learning-rate (a tenth)
-    ]
-    assert result["notices"] == err
-    assert result["train_config"]["batch_size"] == 4 and result["train_config"]["learning_rate"] == 0.003
-    code, err, result = cli(capsys, text_file, tmp_path, "--resume", "--max-steps", "6")
-    assert code == 0 and err == [] and result["steps"] == 6, "no flag that differs, no notice"
+    assert code == 0 and err == [] and result["steps"] == 5 and result["steps_this_run"] == 2
+    assert (result["train_config"]["batch_size"], result["train_config"]["learning_rate"]) == (8, 0.5)
+    assert result["train_config"]["min_lr"] == pytest.approx(0.05)  # min_lr follows --learning-rate (a tenth)
+    assert main(["--data", str(text_file), "--out", str(tmp_path), "--resume", "--max-steps", "6"]) == 0
+    result = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert result["train_config"]["batch_size"] == 8, "no setting flag: the checkpoint's settings go on"
+
+
+def test_after_a_nan_the_run_resumes_with_a_lower_learning_rate(text_file, tmp_path, monkeypatch):
+    """The NaN stop's advice, followed: resume from the last good checkpoint with a lower learning rate (the tester
+    found it a dead end when --resume kept the learning rate the run diverged with)."""
+    forward = GPT.forward
+
+    def diverging(self, idx, targets=None, cache=None):  # a learning rate that blows up from step 6
+        logits, loss = forward(self, idx, targets, cache)
+        return logits, loss * float("nan") if self.training and train_module._nan_from_here else loss
+
+    monkeypatch.setattr(GPT, "forward", diverging)
+    monkeypatch.setattr(train_module, "_nan_from_here", False, raising=False)
+    run(text_file, tmp_path, max_steps=5)
+    monkeypatch.setattr(train_module, "_nan_from_here", True, raising=False)
+    with pytest.raises(NonFiniteLossError, match="and resume: --resume --learning-rate N on the command line"):
+        run(text_file, tmp_path, resume=True, max_steps=8)
+    monkeypatch.setattr(train_module, "_nan_from_here", False, raising=False)
+    result = run(text_file, tmp_path, resume=True, max_steps=8, learning_rate=1e-4, min_lr=1e-5)
+    assert (result["steps"], result["steps_this_run"], result["train_config"]["learning_rate"]) == (8, 3, 1e-4)
 
 
 def _save_killed_midway(folder: Path) -> int:
@@ -535,18 +552,17 @@ def test_the_course_corpus_is_verified_whichever_path_reads_it(text_file, tmp_pa
 
 def test_resume_from_python_starts_afresh_extends_a_finished_run_and_names_the_settings_it_keeps(text_file, tmp_path):
     assert run(text_file, tmp_path, max_steps=3, resume=True)["steps_this_run"] == 3  # no checkpoint: from step 0
-    result = run(text_file, tmp_path, max_steps=4, resume=True, log_interval=2)  # a TrainConfig that differs
+    result = run(text_file, tmp_path, max_steps=4, resume=True, log_interval=2)  # another TrainConfig: it applies
     assert result["steps"] == 4 and result["steps_this_run"] == 1 and len(result["history"]) == 4
-    assert result["notices"] == [
-        "--resume: keeping the checkpoint's settings; ignored: --log-interval 2 (checkpoint: 1)"
-    ]
+    assert result["train_config"]["log_interval"] == 2 and result["notices"] == []
     six = TrainConfig.preset("tiny", **{**FAST, "max_steps": 6})
-    with pytest.raises(RunSetupError, match=r"is at step 4 and max_steps is 4, so resuming would train nothing"):
+    result = train("tiny", text_file, tmp_path, six, resume=True, progress=False)  # its max_steps too
+    assert (result["steps"], result["steps_this_run"]) == (6, 2)
+    with pytest.raises(RunSetupError, match=r"is at step 6 and max_steps is 6, so resuming would train nothing"):
         train("tiny", text_file, tmp_path, six, resume=True, progress=False)  # before: a no-op rewriting the summary
     (tmp_path / "summary.json").unlink()  # as if stopped during the final evaluation: the resume only writes it
-    result = train("tiny", text_file, tmp_path, six, resume=True, progress=False)
-    assert (result["steps"], result["steps_this_run"]) == (4, 0)
-    assert result["notices"] == ["--resume: keeping the checkpoint's settings; ignored: max_steps 6 (checkpoint: 4)"]
+    result = train("tiny", text_file, tmp_path, resume=True, progress=False)  # no TrainConfig: the checkpoint's
+    assert (result["steps"], result["steps_this_run"]) == (6, 0)
 
 
 def test_finished_run_loads_only_a_run_that_resume_would_refuse(text_file, tmp_path):
@@ -835,8 +851,7 @@ def finished(text_file, tmp_path_factory) -> Path:
 
 NOTHING = (
     "error: --resume: {out}/checkpoint.pt is at step 3 and max_steps is {steps}, so resuming would train nothing: "
-    "give a max_steps above 3 (--max-steps on the command line; train(..., max_steps=N) from Python, where a resumed "
-    "run keeps its train_config)"
+    "give a max_steps above 3 (--max-steps on the command line, max_steps=N in train() from Python)"
 )
 RESUME_REFUSALS = [  # (flags, the one line; {out}: the finished run, {other}: another text, {sha}: the sha256 of each)
     ([], "error: --out {out} already holds a run (checkpoint.pt): add --resume to continue it, or choose another --out "
