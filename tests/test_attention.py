@@ -165,7 +165,6 @@ def test_unscaled_scores_saturate_the_softmax_scaled_do_not():
 # ---------------------------------------------------------------- scaled_dot_product_attention
 
 
-@settings(deadline=None, max_examples=40)
 @given(inputs=attention_inputs(masked=False), use_scale=st.booleans())
 def test_sdpa_matches_pytorch_without_mask(inputs, use_scale):
     q, k, v, _ = inputs
@@ -177,7 +176,6 @@ def test_sdpa_matches_pytorch_without_mask(inputs, use_scale):
     torch.testing.assert_close(weights, reference_weights(q, k, scale=scale), **tol(q.dtype))
 
 
-@settings(deadline=None, max_examples=40)
 @given(inputs=attention_inputs(masked=True), use_scale=st.booleans())
 def test_sdpa_matches_pytorch_with_bool_mask(inputs, use_scale):
     q, k, v, mask = inputs
@@ -371,7 +369,6 @@ def _autograd_norms(q, k, v, grad_out, scale):
     return grad_q.norm(dim=-1), grad_k.norm(dim=-1)
 
 
-@settings(deadline=None, max_examples=40)
 @given(inputs=attention_inputs(masked=False), scale=st.sampled_from([None, 1.0, 0.3, 4.0]), seed=seeds)
 def test_attention_grad_norms_match_autograd_through_pytorch_attention(inputs, scale, seed):
     q, k, v, _ = inputs  # batch dims that broadcast, T != S, any D and Dv

@@ -50,7 +50,6 @@ def _padded_targets_and_logits(B, S, V, lengths, seed, pad_id=0):
     return real, targets, logits
 
 
-@settings(deadline=None, max_examples=40)
 @given(batch=padded_batches())
 def test_ignore_index_loss_is_the_mean_over_real_tokens_only(batch):
     B, S, V, lengths, seed = batch
@@ -239,7 +238,6 @@ def test_cross_attention_never_takes_the_fast_path_so_a_forgotten_inversion_give
 # ------------------------------------------------------------------ 03: PyTorch's names for the two alignments
 
 
-@settings(deadline=None, max_examples=40)
 @given(
     B=st.integers(1, 3),
     H=st.integers(1, 3),

@@ -336,9 +336,8 @@ NAN_ROW, DEAD_ROW = torch.randn(3, 5), torch.randn(3, 5)
 NAN_ROW[1, 2], DEAD_ROW[1] = float("nan"), float("-inf")
 NO_PROMPT = torch.zeros(0, 3, dtype=torch.long)  # a batch of no prompts
 EMPTY_BATCH = "idx must hold at least one prompt (B >= 1), got an empty batch of shape (0, 3)"
-GENERATOR = "generator must be a torch.Generator (torch.Generator().manual_seed(0), say) or None, got int"
 
-# (call, exception type, words the message must contain)
+# (call, exception type, words the message must contain): the messages tests/bad_inputs.json does not pin already
 MESSAGES = [
     (
         lambda: sample_next_token(torch.tensor([[0.0, math.nan]]), greedy=True),
@@ -355,26 +354,19 @@ MESSAGES = [
         ValueError,
         "logits must be finite or -inf, got +inf in the logits given",
     ),
-    (lambda: sample_next_token(LOGITS, top_p=0.0), ValueError, "top_p must be in (0, 1], got 0"),
-    (lambda: sample_next_token(LOGITS, top_p=1.5), ValueError, "top_p must be in (0, 1], got 1.5"),
     *[
         (lambda t=t: sample_next_token(LOGITS, temperature=t), error, f"temperature must be {words}")
         for t, error, words in [
             (0.0, ValueError, f"> 0 {GREEDY_HINT}, got 0.0"),
             (-1.0, ValueError, f"> 0 {GREEDY_HINT}, got -1.0"),
-            (math.nan, ValueError, f"> 0 {GREEDY_HINT}, got nan"),
             ("0.7", TypeError, f"a number > 0 {GREEDY_HINT}, got '0.7' (str)"),
-            (None, TypeError, f"a number > 0 {GREEDY_HINT}, got None"),
             (math.inf, ValueError, "finite: an infinite one makes every token equally likely"),
         ]
     ],
-    (lambda: sample_next_token(LOGITS, top_k=0), ValueError, "top_k must be at least 1, got 0"),
-    (lambda: sample_next_token(LOGITS, top_k=2.0), TypeError, "top_k must be an int"),
     (lambda: sample_next_token(torch.randn(1, 2, 5)), ValueError, "logits must be (B, V)"),
     (lambda: sample_next_token(torch.randn(2, 0)), ValueError, "with V >= 1 tokens, got (2, 0)"),
     (lambda: sample_next_token(NAN_ROW), ValueError, "logits must be numbers, got NaN in row(s) [1]"),
     (lambda: sample_next_token(DEAD_ROW), ValueError, "every logit of row(s) [1] is -inf, so no token can be sampled"),
-    (lambda: sample_next_token(LOGITS, generator=0), TypeError, GENERATOR),
     (lambda: sample_next_token(LOGITS, greedy="yes"), TypeError, "greedy must be True or False, got 'yes' (str)"),
     (lambda: top_p_keep(torch.tensor([[1.0, 2.0]]), 0.5), ValueError, "probs must be rows of probabilities"),
     (lambda: top_p_keep(torch.tensor([[1.0, 2.0]]), 0.5), ValueError, "a row sum off from 1 by 2"),
@@ -386,8 +378,6 @@ MESSAGES = [
         ValueError,
         "idx must be a (B, T) tensor of token ids, got shape (4,)",
     ),
-    (lambda: generate(DECODER, IDS, -1), ValueError, "max_new_tokens must be at least 0, got -1"),
-    (lambda: generate(DECODER, IDS, 2.0), TypeError, "max_new_tokens must be an int, got float"),
     (lambda: generate(_trap(), IDS, 2), TypeError, "BigramTable has no new_cache"),
     (
         lambda: generate(nn.Identity(), IDS, 2, use_cache=False),
@@ -439,12 +429,6 @@ MESSAGES = [
     (lambda: generate(GPT_VIEW, NO_PROMPT, 4), ValueError, EMPTY_BATCH),
     (lambda: next(generate_stream(GPT_VIEW, NO_PROMPT, 4, use_cache=False)), ValueError, EMPTY_BATCH),
     (
-        lambda: generate(GPT_VIEW, IDS, 3, callback="print"),
-        TypeError,
-        "callback must be a function of the new tokens (B,), or None, got str",
-    ),
-    (lambda: generate(GPT_VIEW, IDS, 3, generator=0), TypeError, GENERATOR),
-    (
         lambda: generate(GPT_VIEW, torch.zeros(1, 2), 3),
         TypeError,
         "idx must hold integer token ids (torch.long), got dtype torch.float32",
@@ -455,9 +439,6 @@ MESSAGES = [
         "idx must be a (B, T) tensor of token ids, got shape (1, 2, 3)",
     ),
     # beam search
-    (lambda: beam_search(DECODER, PROMPT.expand(2, 3), 2, 3), ValueError, "beam_search takes one prompt"),
-    (lambda: beam_search(DECODER, PROMPT, 0, 3), ValueError, "beam_width must be at least 1, got 0"),
-    (lambda: beam_search(DECODER, PROMPT, True, 3), TypeError, "beam_width must be an int, got bool"),
     (
         lambda: beam_search(GPT_VIEW, torch.zeros(1, 0, dtype=torch.long), 2, 3),
         ValueError,

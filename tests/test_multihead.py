@@ -122,7 +122,6 @@ def run_torch(ref, x, memory, torch_kwargs, **kwargs):
     return (out if ref.batch_first else out.transpose(0, 1)), weights
 
 
-@settings(deadline=None, max_examples=40)
 @given(s=mha_setups())
 def test_from_torch_matches_nn_multihead_attention(s):
     ref, ours, x, _ = torch_and_ours(s)
@@ -130,7 +129,6 @@ def test_from_torch_matches_nn_multihead_attention(s):
     _matches_nn_multihead_attention(s, ref, ours, x, None)
 
 
-@settings(deadline=None, max_examples=40)
 @given(s=mha_setups(cross=True))
 def test_cross_attention_matches_nn_multihead_attention_fed_from_two_sources(s):
     _matches_nn_multihead_attention(s, *torch_and_ours(s))
@@ -369,9 +367,7 @@ MESSAGES = [
     *[(lambda m=m, xm=xm: m()(*xm), error, words) for m in FACTORIES.values() for xm, error, words in BAD_INPUTS],
     (lambda: MHA(X, need_weights="no"), TypeError, "need_weights must be True or False, got 'no' (str)"),
     # cross-attention: the memory and a mask against its length
-    (lambda: MHA(X, memory=[[[0.0] * 8]]), TypeError, "memory must be a torch.Tensor, got list"),
     (lambda: MHA(X, memory=torch.randn(5, 8)), ValueError, "memory must have at least 3 dimensions, got shape (5, 8)"),
-    (lambda: MHA(X, memory=MEMORY.long()), TypeError, "memory must be a floating-point tensor, got dtype torch.int64"),
     *[
         (
             lambda shape=shape: MHA(X, memory=torch.randn(shape)),
@@ -380,11 +376,9 @@ MESSAGES = [
         )
         for shape in ((3, 5, 8), (2, 0, 8), (2, 5, 6), (1, 2, 5, 8))  # batch, empty, kdim != embed_dim, 4-D
     ],
-    (lambda: MHA(X, memory=MEMORY.double()), TypeError, "memory is float64 but the module's weights are float32"),
     (lambda: MHA(X, memory=MEMORY.to("meta")), ValueError, "memory is on meta but the module's weights are on cpu"),
     (lambda: MHA(X, causal_mask(3), memory=MEMORY), ValueError,
      "mask of shape (3, 3) does not broadcast to the scores' shape (2, 2, 3, 5)"),
-    (lambda: MHA(X, torch.zeros(3, 5), memory=MEMORY), TypeError, "mask must be boolean"),
     (lambda: MHA(X, None, False, MEMORY), TypeError, "positional argument"),  # memory is keyword-only
     (lambda: MHA(X, MEMORY), TypeError,
      "got a floating tensor of shape (2, 5, 8), which looks like a (B, S, C) memory: for cross-attention pass "

@@ -329,8 +329,6 @@ MESSAGES = [
      "position 8 is beyond context_length = 8: a learned position embedding only has rows for positions 0 .. 7"),
     (lambda: PE(torch.randn(1, 2, 4), torch.tensor([10, 11])), ValueError, "position 11 is beyond context_length = 8"),
     (lambda: PE(torch.randn(1, 3, 5)), ValueError, "x must end in embed_dim = 4 channels, got shape (1, 3, 5)"),
-    (lambda: PE(torch.ones(1, 3, 4, dtype=torch.long)), TypeError,
-     "x must be a floating-point tensor, got dtype torch.int64"),
     (lambda: sinusoidal_encoding(4, 5), ValueError, "C must be even (the channels come in (sin, cos) pairs), got 5"),
     (lambda: sinusoidal_encoding(4, 4, base=0.5), ValueError, "base must be a number greater than 1, got 0.5"),
     (lambda: sinusoidal_encoding(8, 16, base="abc"), TypeError,
@@ -347,10 +345,7 @@ MESSAGES = [
     (lambda: RotaryTable(8, pairing="neox"), ValueError, "pairing must be one of ('interleaved', 'half'), got 'neox'"),
     (lambda: TABLE.rotate(torch.randn(1, 3, 6)), ValueError,
      "x must end in head_dim = 8 channels, got shape (1, 3, 6)"),
-    (lambda: TABLE.rotate(torch.ones(1, 3, 8, dtype=torch.long)), TypeError, "x must be a floating-point tensor"),
-    (lambda: TABLE.rotate([[0.0] * 8]), TypeError, "x must be a torch.Tensor, got list"),
     (lambda: TABLE.rotate(torch.randn(1, 3, 8), -2), ValueError, "start must be at least 0, got -2"),
-    (lambda: TABLE.rotate(torch.randn(1, 3, 8), 1.0), TypeError, "start must be an int, got float"),
     (lambda: alibi_bias(2, 5, 3), ValueError,
      "alibi_bias needs T <= S (the queries are the last T of the S positions), got T=5, S=3"),
     (lambda: GroupedQueryAttention(6, 2, rope=True), ValueError, f"head_dim must be even {PAIRS}, got 3"),
@@ -359,7 +354,6 @@ MESSAGES = [
         row
         for module in ATTENTIONS.values()
         for row in [
-            (lambda m=module: m(X, torch.zeros(4, 4)), TypeError, "mask must be boolean"),
             (
                 lambda m=module: m(X, torch.ones(3, 1, 4, 4, dtype=torch.bool)),
                 ValueError,
@@ -370,7 +364,6 @@ MESSAGES = [
                 ValueError,
                 "mask must be on one device, got",  # "q, mask" for ALiBi, "x, mask" for GroupedQueryAttention
             ),
-            (lambda m=module: m(X.double()), TypeError, "x is float64 but the module's weights are float32"),
         ]
     ],
 ]  # fmt: skip

@@ -77,6 +77,12 @@ def course_site(tmp_path_factory):
     return build_site(tmp_path_factory.mktemp("site") / "site")
 
 
+@pytest.fixture(scope="module")
+def pages(course_site):
+    """Each notebook's page of the course's site and its HTML, in course order."""
+    return {page: page.read_text(encoding="utf-8") for page in course_site.pages}
+
+
 # ------------------------------------------------------------------------------------------ the course's site
 
 
@@ -140,10 +146,9 @@ def test_every_local_link_and_anchor_resolves(course_site):
                 assert unquote(url.fragment) in parsed[target.name].ids, f"{page.name}: {value}: no such anchor"
 
 
-def test_each_page_has_a_table_of_contents_of_its_headings(course_site):
-    for page in course_site.pages:
+def test_each_page_has_a_table_of_contents_of_its_headings(pages):
+    for page, text in pages.items():
         p = _parse(page)
-        text = page.read_text(encoding="utf-8")
         h2 = re.findall(r'<h2 id="([^"]+)">.*?<a class="anchor-link"', text)
         assert p.toc, f"{page.name} has no table of contents"
         assert [unquote(t[1:]) for t in p.toc if t[1:] in h2] == h2, f"{page.name}: the contents miss a heading"
@@ -151,21 +156,19 @@ def test_each_page_has_a_table_of_contents_of_its_headings(course_site):
         assert len(set(h2)) == len(h2), f"{page.name}: two headings share an anchor"
 
 
-def test_pages_chain_previous_and_next_in_course_order(course_site):
-    names = [p.name for p in course_site.pages]
-    for i, page in enumerate(course_site.pages):
-        text = page.read_text(encoding="utf-8")
+def test_pages_chain_previous_and_next_in_course_order(pages):
+    names = [p.name for p in pages]
+    for i, (page, text) in enumerate(pages.items()):
         prev = re.findall(r'class="course-site-prev" href="([^"]+)"', text)
         nxt = re.findall(r'class="course-site-next" href="([^"]+)"', text)
         assert set(prev) == ({names[i - 1]} if i > 0 else set()), page.name
         assert set(nxt) == ({names[i + 1]} if i + 1 < len(names) else set()), page.name
 
 
-def test_outputs_images_widgets_and_bertviz_views_are_on_the_pages(course_site):
-    for nb_path, page in zip(NOTEBOOKS, course_site.pages):
+def test_outputs_images_widgets_and_bertviz_views_are_on_the_pages(pages):
+    for nb_path, (page, text) in zip(NOTEBOOKS, pages.items(), strict=True):
         nb = nbformat.read(nb_path, as_version=4)
         data = [o.get("data", {}) for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-        text = page.read_text(encoding="utf-8")
         pngs = sum("image/png" in d for d in data)
         assert text.count('src="data:image/png;base64,') >= pngs, page.name
         widgets = sum("application/vnd.jupyter.widget-view+json" in d for d in data)
@@ -177,11 +180,10 @@ def test_outputs_images_widgets_and_bertviz_views_are_on_the_pages(course_site):
         assert "assets/katex/katex.min.js" in text and "assets/require.js" in text
 
 
-def test_the_hosted_setup_cell_is_not_on_the_pages(course_site):
+def test_the_hosted_setup_cell_is_not_on_the_pages(pages):
     """It sets the course up on a hosted notebook service; a reader of the site has nothing to set up."""
     code = build.hosted_cells("notebooks/01_dot_product_toy.ipynb")[1].source
-    for page in course_site.pages:
-        text = page.read_text(encoding="utf-8")
+    for page, text in pages.items():
         assert "_set_up_hosted_course" not in text and build.HOSTED_ID not in text, page.name
         assert html.escape(code.splitlines()[0][len("#@title ") :]) not in text, page.name
 
@@ -205,7 +207,7 @@ def _called_explorers(source: str, explorers: dict) -> list[str]:
     return [name for name in re.findall(r"\b(\w+_explorer)\(", source) if name in explorers]
 
 
-def test_every_widget_note_names_every_control(course_site):
+def test_every_widget_note_names_every_control(pages):
     """Before, a note named only the controls the widget's saved text showed before it was cut at 110 characters:
     01 said "angle" without "length", 02 lacked "scale", 03 "length" and "fill"."""
     explorers = site_mod.explorer_controls()
@@ -213,9 +215,8 @@ def test_every_widget_note_names_every_control(course_site):
     assert explorers["entropy_explorer"] == ["head_dim D", "scale"]
     assert explorers["mask_explorer"] == ["mask", "length", "fill"]
     seen = 0
-    for nb_path, page in zip(NOTEBOOKS, course_site.pages):
+    for nb_path, (page, text) in zip(NOTEBOOKS, pages.items(), strict=True):
         nb = nbformat.read(nb_path, as_version=4)
-        text = page.read_text(encoding="utf-8")
         for cell in nb.cells:
             if cell.cell_type != "code":
                 continue
@@ -272,13 +273,12 @@ def test_an_interact_cell_has_all_its_controls_named(tmp_path, small_solutions):
     assert "to move the controls (n, mask)" in page  # a cell whose code says nothing: the saved text's labels
 
 
-def test_pages_follow_the_readers_colour_scheme(course_site):
+def test_pages_follow_the_readers_colour_scheme(course_site, pages):
     """A browser set to dark gets JupyterLab's dark theme and the site's dark colours (tests/e2e/test_e2e_site.py
     looks at the colours in Chromium); figures keep a light panel."""
     dark = course_site.out / "assets" / site_mod.DARK_THEME
     assert "--jp-layout-color0: #111" in dark.read_text(encoding="utf-8")
-    for page in course_site.pages:
-        text = page.read_text(encoding="utf-8")
+    for page, text in pages.items():
         links = [
             dict(re.findall(r'(\w+)="([^"]*)"', tag)) for tag in re.findall(r"<link [^>]*>", text) if "dark" in tag
         ]
@@ -297,11 +297,10 @@ def test_pages_follow_the_readers_colour_scheme(course_site):
     )
 
 
-def test_open_in_colab_opens_the_learner_copy_not_the_solutions(course_site):
+def test_open_in_colab_opens_the_learner_copy_not_the_solutions(course_site, pages):
     """A learner reading the site before a workshop follows a page's Colab link to the exercises, not to the
     solved notebook the page shows (every solved notebook links to itself on Colab)."""
-    for page in course_site.pages:
-        text = page.read_text(encoding="utf-8")
+    for page, text in pages.items():
         links = re.findall(r'href="(https://colab\.research\.google\.com/[^"]*)"', text)
         # the button at the top of the page, above the notebook, and the link of its first cell
         assert links == [colab_url(f"notebooks/{page.stem}.ipynb")] * 2, (page.name, links)
@@ -310,15 +309,14 @@ def test_open_in_colab_opens_the_learner_copy_not_the_solutions(course_site):
     assert not any("colab" in n.lower() for n in course_site.notes)
 
 
-def test_the_markdown_math_is_left_for_katex(course_site):
+def test_the_markdown_math_is_left_for_katex(pages):
     """nbconvert keeps ``$...$`` as text; KaTeX typesets it in the browser (the e2e test sees it typeset)."""
     with_math = 0
-    for nb_path, page in zip(NOTEBOOKS, course_site.pages):
+    for nb_path, (page, text) in zip(NOTEBOOKS, pages.items(), strict=True):
         markdown = "\n".join(c.source for c in nbformat.read(nb_path, as_version=4).cells if c.cell_type == "markdown")
         found = re.findall(r"\$\$.+?\$\$|\$[^$\n`]+\$", markdown, flags=re.DOTALL)
         if found:
             with_math += 1
-            text = page.read_text(encoding="utf-8")
             missing = [m for m in found if html.escape(m, quote=False) not in text]
             assert missing == [], f"{page.name}: math not kept as written: {missing[:3]}"
     assert with_math >= 1, "no notebook has $...$ math: this test checks nothing"
@@ -666,7 +664,7 @@ def test_search_words_leave_no_space_before_punctuation_or_table_rules(markdown,
     assert "---" not in got and " ," not in got and " ." not in got
 
 
-def test_the_search_library_is_minisearch_vendored_from_npm_with_its_sha256(course_site):
+def test_the_search_library_is_minisearch_vendored_from_npm_with_its_sha256(course_site, pages):
     """Not a hand-written index: MiniSearch, fetched from the npm registry by vendor_js (sha512 checked), each
     file's sha256 and the licence recorded; the site copies the checked files."""
     from course_utils._files import sha256_bytes
@@ -681,8 +679,7 @@ def test_the_search_library_is_minisearch_vendored_from_npm_with_its_sha256(cour
     assert (shipped / "index.js").read_bytes() == (vendor_js.MINISEARCH.folder / "index.js").read_bytes()
     licence = (shipped / "LICENSE").read_text(encoding="utf-8")
     assert "Permission is hereby granted, free of charge" in licence and "Luca Ongaro" in licence  # MIT
-    for page in course_site.pages:  # loaded before require.js, which would make its UMD wrapper an AMD module
-        text = page.read_text(encoding="utf-8")
+    for page, text in pages.items():  # loaded before require.js, which would make its UMD wrapper an AMD module
         assert text.index('src="assets/minisearch/index.js"') < text.index('src="assets/require.js"'), page.name
         assert 'id="course-site-search"' in text
 
