@@ -472,15 +472,6 @@ def _lr_floored_cosine_to_zero(step, warmup_steps, max_steps, max_lr, min_lr):
     return max(min_lr, max_lr * 0.5 * (1 + math.cos(math.pi * progress)))
 
 
-def _lr_float32_cosine(step, warmup_steps, max_steps, max_lr, min_lr):
-    if step < warmup_steps:
-        return max_lr * (step + 1) / warmup_steps
-    if step >= max_steps:
-        return min_lr
-    progress = (step - warmup_steps) / (max_steps - warmup_steps)
-    return min_lr + 0.5 * (1 + torch.cos(torch.tensor(math.pi * progress))) * (max_lr - min_lr)  # float32
-
-
 def _masked_fill_minus_30(scores, mask):
     return torch.softmax(scores.masked_fill(~mask, -30.0), dim=-1)
 
@@ -1148,14 +1139,6 @@ NAMED = [  # (exercise, a catalogued mistake written another way: einsum, slicin
 ]
 
 
-def test_a_right_formula_in_float32_is_told_to_compute_in_python_floats():
-    """Before: 10.3 in float32 (torch.cos on a tensor) got the generic 'matches none of the common mistakes'."""
-    res = run_check(EXERCISES["10.3"], _lr_float32_cosine, seed=0)
-    assert res.status == FAILED and res.mistake is None
-    assert "Your answer is a float32 tensor, which keeps about 7 significant digits" in res.message, res.message
-    assert "matches none of the common mistakes" not in res.message
-
-
 @pytest.mark.parametrize("key,fn,name", NAMED, ids=[f"{key}-{fn.__name__}" for key, fn, _ in NAMED])
 def test_independently_written_common_mistakes_are_named_whatever_the_seed(key, fn, name):
     """One verdict on every seed: the mistake's name, in the same words."""
@@ -1200,6 +1183,9 @@ def test_10_3_float32_is_not_accurate_enough_at_the_end_of_a_long_decay():
     assert abs(_lr_float32(*case) - exact) / exact > 5e-5
     res = run_check(_fixed_only(ex), _lr_float32)
     assert res.status == FAILED and "step=299, warmup_steps=0, max_steps=300" in res.message, res.message
+    # returned as a float32 tensor, it is told so (before: "matches none of the common mistakes")
+    res = run_check(_fixed_only(ex), lambda *case: torch.tensor(_lr_float32(*case), dtype=torch.float32))
+    assert "Your answer is a float32 tensor, which keeps about 7 significant digits" in res.message, res.message
     source = next(ROOT.glob("course_source/10_*.py")).read_text(encoding="utf-8")
     assert "float32's rounding is then more than the 1e-5 relative" in source
     assert ex.rtol == 1e-5
