@@ -36,7 +36,6 @@ from course_utils.data import (
     sha256_file,
     split_data,
 )
-from course_utils.devices import pick_device
 from course_utils.gpt import GPT, GPTConfig
 from course_utils.train import (
     CheckpointError,
@@ -111,12 +110,6 @@ def test_learning_rate_warms_up_then_follows_a_cosine():
     assert all(a >= b for a, b in zip(lrs[10:], lrs[11:]))
     assert learning_rate(55, train_config) == pytest.approx(0.55)  # half way down the cosine: the mean of max and min
     assert learning_rate(100, train_config) == pytest.approx(0.1) == learning_rate(500, train_config)
-
-
-def test_pick_device():
-    assert pick_device("cpu") == torch.device("cpu")
-    if not torch.cuda.is_available():
-        assert pick_device() in (torch.device("cpu"), torch.device("mps"))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -392,12 +385,8 @@ CLI_REFUSALS = [  # (--out under tmp, more flags, what the one line says; {tmp}:
     ("run", ["--data", " "], "--data is empty (' '), expected a UTF-8 text file"),
     ("run", ["--export", ""], "--export is empty (''), expected a file name such as model.pt (an unset shell "
      "variable?)"),
-] + [  # Before: torch's AssertionError "Torch not compiled with CUDA enabled" (or MPS's) as a traceback.
-    pytest.param("run", ["--device", "cuda"],
-                 f"this PyTorch ({torch.__version__}) was built without CUDA; use --device cpu or auto",
-                 marks=pytest.mark.skipif(torch.version.cuda is not None, reason="a CUDA build of torch")),
-    pytest.param("run", ["--device", "mps"], "device 'mps' (Apple's GPU) is not available here: ",
-                 marks=pytest.mark.skipif(torch.backends.mps.is_available(), reason="this machine has MPS")),
+] + [  # Before: torch's AssertionError "Torch not compiled with CUDA enabled" as a traceback. One line for any
+    # device pick_device refuses (its messages, cuda and mps included: tests/test_environment.py)
     ("run", ["--device", "gpu"], "device 'gpu' is not a device name: use cpu, cuda, cuda:N, mps or auto"),
 ] + [  # Before: 'no checkpoint at .../checkpoint.pt: train a model first', though one was there, as a folder.
     ("held", ["--resume"], "{tmp}/held/checkpoint.pt is a folder, not a checkpoint: move it away, or name the file "
