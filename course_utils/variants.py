@@ -479,12 +479,11 @@ class KVCache:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
         check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)
         for name, t in (("k", k), ("v", v)):
-            check_tensor(name, t, min_dim=4)
+            check_float_tensor(name, t, min_dim=4)
             if t.dim() != 4:
                 raise ValueError(f"{name} must have shape (B, Hkv, T, D), got {tuple(t.shape)}")
         if k.shape != v.shape:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-        check_float_tensor("k", k)
         if v.dtype != k.dtype:
             raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
         check_same_device(k=k, v=v)
