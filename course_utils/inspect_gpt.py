@@ -194,9 +194,9 @@ def selected_key_ratios(
     """
     w = _check_weights("weights", weights)
     B, H, T, _ = w.shape
-    if not isinstance(values, torch.Tensor) or values.dim() != 4 or values.shape[:3] != (B, H, T):
-        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
-        raise ValueError(f"values must be (B, H, T, E) = ({B}, {H}, {T}, E) to go with weights, got {got}")
+    check_float_tensor("values", values)
+    if values.dim() != 4 or values.shape[:3] != (B, H, T):
+        raise ValueError(f"values must be (B, H, T, E) = ({B}, {H}, {T}, E) as in weights, got {tuple(values.shape)}")
     check_tensor("selected", selected)
     if selected.dtype != torch.bool or selected.shape != (B, T):
         got = f"{tuple(selected.shape)} {selected.dtype}"

@@ -236,6 +236,11 @@ MESSAGES = [
         r"values must be \(B, H, T, E\) = \(1, 1, 3, E\)",
     ),
     (
+        lambda: selected_key_ratios(W3, V3.long(), MARKED),
+        TypeError,
+        "values must be a floating-point tensor, got dtype torch.int64",
+    ),  # was torch's linalg.vector_norm message
+    (
         lambda: attention_and_values(tiny(num_kv_heads=2), IDS),
         ValueError,
         "this model uses grouped-query attention",
