@@ -202,8 +202,7 @@ def kv_cache_bytes(
     bytes_per_element: int = 2,
 ) -> int:
     """Bytes a KV cache needs: 2 (keys and values) times every argument's product. Taught in notebook 07."""
-    sizes = dict(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, num_tokens=num_tokens)
-    for name, n in {**sizes, "batch_size": batch_size, "bytes_per_element": bytes_per_element}.items():
+    for name, n in locals().items():  # every argument, by its name: each a positive int
         check_int(name, n)
     return 2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
 
