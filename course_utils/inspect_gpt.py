@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from course_utils._validate import check_choice, check_float_tensor, check_fraction, check_int, check_token_ids
+from course_utils._validate import check_float_tensor, check_fraction, check_int, check_tensor, check_token_ids
 from course_utils.gpt import GPT
 from course_utils.multihead import split_heads
 
@@ -36,15 +36,12 @@ def _check_gpt(model: object) -> GPT:
 # --- Gradients per layer at initialisation ------------------------------------------------------------------
 
 
-def layer_grad_norms(
-    model: GPT, idx: torch.Tensor, targets: torch.Tensor, parameter: str = "mlp.fc_out.weight"
-) -> torch.Tensor:
-    """The norm of the loss's gradient with respect to one ``parameter`` of every block, first block first
+def layer_grad_norms(model: GPT, idx: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The norm of the loss's gradient with respect to each block's ``mlp.fc_out.weight``, first block first
     (``.grad`` is left alone). Shape: idx, targets (B, T) -> (L,) float32 on the CPU. Taught in notebook 11.
     """
     model = _check_gpt(model)
-    check_choice("parameter", parameter, sorted(dict(model.blocks[0].named_parameters())), " (a block's parameters)")
-    params = [dict(block.named_parameters())[parameter] for block in model.blocks]
+    params = [block.mlp.fc_out.weight for block in model.blocks]
     with torch.enable_grad():
         _, loss = model(idx, targets)
         grads = torch.autograd.grad(loss, params)
@@ -197,15 +194,12 @@ def selected_key_ratios(
     """
     w = _check_weights("weights", weights)
     B, H, T, _ = w.shape
-    if not isinstance(values, torch.Tensor) or values.dim() != 4 or values.shape[:3] != (B, H, T):
-        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
-        raise ValueError(f"values must be (B, H, T, E) = ({B}, {H}, {T}, E) to go with weights, got {got}")
-    if not isinstance(selected, torch.Tensor) or selected.dtype != torch.bool or selected.shape != (B, T):
-        got = (
-            f"{tuple(selected.shape)} {selected.dtype}"
-            if isinstance(selected, torch.Tensor)
-            else type(selected).__name__
-        )
+    check_float_tensor("values", values)
+    if values.dim() != 4 or values.shape[:3] != (B, H, T):
+        raise ValueError(f"values must be (B, H, T, E) = ({B}, {H}, {T}, E) as in weights, got {tuple(values.shape)}")
+    check_tensor("selected", selected)
+    if selected.dtype != torch.bool or selected.shape != (B, T):
+        got = f"{tuple(selected.shape)} {selected.dtype}"
         raise ValueError(f"selected must be a bool tensor (B, T) = ({B}, {T}), got {got}")
     if bool(selected.all()) or not bool(selected.any()):
         raise ValueError("selected must mark some keys and leave others unmarked: a ratio needs both")

@@ -14,7 +14,7 @@ from matplotlib.colorbar import Colorbar
 from matplotlib.figure import Figure
 from matplotlib.patches import Rectangle
 
-from course_utils._validate import check_holds_values, check_int, check_positive_number, check_tensor
+from course_utils._validate import check_holds_values, check_int, check_positive_number, check_str, check_tensor
 
 __all__ = [
     "plot_weights",
@@ -156,8 +156,7 @@ _VISIBLE = {" ": "␣", "\n": "⏎", "\t": "⇥"}
 
 def char_labels(text: str) -> list[str]:
     """One label per character, with blanks made visible: a space is '␣', a newline '⏎', a tab '⇥'."""
-    if not isinstance(text, str):
-        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    check_str("text", text)
     return [_VISIBLE.get(c, c) for c in text]
 
 

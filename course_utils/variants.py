@@ -202,8 +202,7 @@ def kv_cache_bytes(
     bytes_per_element: int = 2,
 ) -> int:
     """Bytes a KV cache needs: 2 (keys and values) times every argument's product. Taught in notebook 07."""
-    sizes = dict(num_layers=num_layers, num_kv_heads=num_kv_heads, head_dim=head_dim, num_tokens=num_tokens)
-    for name, n in {**sizes, "batch_size": batch_size, "bytes_per_element": bytes_per_element}.items():
+    for name, n in locals().items():  # every argument, by its name: each a positive int
         check_int(name, n)
     return 2 * num_layers * num_kv_heads * head_dim * num_tokens * batch_size * bytes_per_element
 
@@ -479,12 +478,11 @@ class KVCache:
         """Append k, v (B, Hkv, T, D) to ``layer``; return all its keys and values (B, Hkv, S, D)."""
         check_int("layer", layer, minimum=0, maximum=self.num_layers - 1)
         for name, t in (("k", k), ("v", v)):
-            check_tensor(name, t, min_dim=4)
+            check_float_tensor(name, t, min_dim=4)
             if t.dim() != 4:
                 raise ValueError(f"{name} must have shape (B, Hkv, T, D), got {tuple(t.shape)}")
         if k.shape != v.shape:
             raise ValueError(f"k and v must have the same shape, got {tuple(k.shape)} and {tuple(v.shape)}")
-        check_float_tensor("k", k)
         if v.dtype != k.dtype:
             raise TypeError(f"k and v must have one dtype, got {k.dtype} and {v.dtype}")
         check_same_device(k=k, v=v)

@@ -29,6 +29,7 @@ from course_utils._validate import (
     check_nonnegative_number,
     check_number,
     check_str,
+    check_tensor,
 )
 from course_utils.attention import scaled_dot_product_attention, softmax
 from course_utils.environment import figure_scale
@@ -152,16 +153,13 @@ def plot_lookup(
     """
     keys = LOOKUP_KEYS if keys is None else keys
     values = LOOKUP_VALUES if values is None else values
-    if not isinstance(keys, torch.Tensor) or keys.dim() != 2 or keys.shape[1] != 2:
-        got = tuple(keys.shape) if isinstance(keys, torch.Tensor) else type(keys).__name__
-        raise ValueError(f"keys must be a (S, 2) tensor (2-D, to be drawn as arrows), got {got}")
-    if not isinstance(values, torch.Tensor) or values.shape != keys.shape[:1]:
-        got = tuple(values.shape) if isinstance(values, torch.Tensor) else type(values).__name__
-        raise ValueError(f"values must be a ({keys.shape[0]},) tensor, one number per key, got {got}")
-    if keys.shape[0] == 0:
-        raise ValueError("keys must hold at least one key, got shape (0, 2)")
+    check_float_tensor("keys", keys, min_dim=0)
+    check_float_tensor("values", values, min_dim=0)
+    if keys.dim() != 2 or keys.shape[1] != 2 or keys.shape[0] == 0:
+        raise ValueError(f"keys must be a (S, 2) tensor, S >= 1 (2-D, to be drawn as arrows), got {tuple(keys.shape)}")
+    if values.shape != keys.shape[:1]:
+        raise ValueError(f"values must be a ({keys.shape[0]},) tensor, one number per key, got {tuple(values.shape)}")
     for name, t in (("keys", keys), ("values", values)):
-        check_float_tensor(name, t)
         if not torch.isfinite(t).all():
             raise ValueError(f"{name} must be finite numbers (to be drawn), got {t.tolist()}")
     if keys.dtype != values.dtype:  # named here: the attention call below would blame q, k and v
@@ -373,8 +371,7 @@ def _head_weights(
     if not isinstance(layer, MultiHeadAttention):
         raise TypeError(f"layer must be a course_utils.multihead.MultiHeadAttention, got {type(layer).__name__}")
     check_int(f"head (the layer has {layer.num_heads} heads)", head, minimum=0, maximum=layer.num_heads - 1)
-    if not isinstance(x, torch.Tensor):
-        raise TypeError(f"x must be a torch.Tensor, got {type(x).__name__}")
+    check_tensor("x", x, min_dim=0)
     if x.dim() == 2:
         x = x[None]  # (T, C) -> (1, T, C)
     if x.dim() != 3 or x.shape[0] != 1:

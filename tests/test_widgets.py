@@ -309,7 +309,7 @@ MESSAGES = [
         TypeError,
         "values must be a floating-point tensor, got dtype torch.int64",
     ),
-    (lambda: plot_lookup(keys=torch.zeros(0, 2), values=torch.zeros(0)), ValueError, "keys must hold at least one key"),
+    (lambda: plot_lookup(keys=torch.zeros(0, 2), values=torch.zeros(0)), ValueError, r"S >= 1 .*, got \(0, 2\)"),
     (lambda: plot_lookup(keys=torch.full((3, 2), math.inf)), ValueError, "keys must be finite numbers"),
     (lambda: plot_lookup(values=torch.tensor([0.0, math.nan, 0.0])), ValueError, "values must be finite numbers"),
     # notebook 02: entropy
