@@ -328,7 +328,7 @@ print(f"change of output 0 after changing key {T_lin - 1}: {change:.4f} (0 for a
 
 # %% [markdown]
 # **E and F are tied to a maximum length.** They are `(R, L)` for the longest sequence L the model takes
-# (`LinformerSelfAttention`'s `context_length`). A shorter input of S positions uses their first S columns
+# (its context length). A shorter input of S positions uses their first S columns
 # (`linformer_attention` slices `E[:, :S]` without a word): exactly what zero-padding the sequence to L
 # gives, since zero rows of k and v add nothing to `E @ k`.
 

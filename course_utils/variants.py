@@ -39,7 +39,7 @@ from course_utils._validate import (
 from course_utils.attention import attend
 from course_utils.fast_attention import flash_attention
 from course_utils.masking import causal_mask, combine_masks
-from course_utils.multihead import MultiHeadAttention, merge_heads
+from course_utils.multihead import MultiHeadAttention
 from course_utils.positional import RotaryTable
 
 __all__ = [
@@ -49,7 +49,6 @@ __all__ = [
     "sliding_window_mask",
     "sliding_window_attention",
     "linformer_attention",
-    "LinformerSelfAttention",
     "aft_full",
     "aft_local_bias",
     "aft_simple",
@@ -285,50 +284,10 @@ def linformer_attention(
             f"{tuple(proj_k.shape)} and {tuple(proj_v.shape)}"
         )
     check_same_device(k=k, proj_k=proj_k, proj_v=proj_v)
-    return _linformer_attention(q, k, v, proj_k, proj_v, scale)
-
-
-def _linformer_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    proj_k: torch.Tensor,
-    proj_v: torch.Tensor,
-    scale: float | None = None,
-) -> torch.Tensor:
-    """:func:`linformer_attention` without its checks, for a layer that checked its input."""
-    S = k.shape[-2]
     k_low = proj_k[:, :S] @ k  # (R, S) @ (..., S, D) -> (..., R, D)
     v_low = proj_v[:, :S] @ v  # (R, S) @ (..., S, D) -> (..., R, D)
     out, _ = attend(q, k_low, v_low, scale=scale)  # (..., T, D)
     return out
-
-
-class LinformerSelfAttention(nn.Module):
-    """Multi-head Linformer self-attention with learned (R, context_length) projections shared by the heads.
-
-    Shape: x (B, T, C), T <= context_length -> out (B, T, C). Taught in notebook 07; not causal.
-    """
-
-    def __init__(self, embed_dim: int, num_heads: int, context_length: int, proj_dim: int, bias: bool = False) -> None:
-        super().__init__()
-        check_int("context_length", context_length)
-        check_int("proj_dim", proj_dim)
-        self.mha = MultiHeadAttention(embed_dim, num_heads, bias=bias)
-        self.context_length, self.proj_dim = context_length, proj_dim
-        self.proj_k = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
-        self.proj_v = nn.Parameter(torch.randn(proj_dim, context_length) / math.sqrt(proj_dim))
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_embedded("x", x, self.mha.embed_dim, self)
-        B, T, C = x.shape
-        if T > self.context_length:
-            raise ValueError(f"sequence length T ({T}) exceeds context_length ({self.context_length})")
-        H = self.mha.num_heads
-        q, k, v = self.mha.qkv_proj(x).chunk(3, dim=-1)  # 3 x (B, T, C)
-        q, k, v = (t.view(B, T, H, C // H).transpose(1, 2) for t in (q, k, v))  # (B, H, T, D)
-        out = _linformer_attention(q, k, v, self.proj_k, self.proj_v)  # (B, H, T, D)
-        return self.mha.out_proj(merge_heads(out))  # (B, T, C)
 
 
 def aft_full(

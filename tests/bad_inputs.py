@@ -165,8 +165,6 @@ def _entries():
     qq = torch.randn(2, 5, 4)
     yield "sliding_window_attention", VA.sliding_window_attention, (qq, qq, qq, 2), {"chunk_size": 2, "scale": 0.5}
     yield "linformer_attention", VA.linformer_attention, (q, k, v, torch.randn(2, 6), torch.randn(2, 6)), {"scale": 0.5}
-    yield "LinformerSelfAttention", VA.LinformerSelfAttention, (8, 2, 6, 3), {}
-    yield "LinformerSelfAttention.forward", VA.LinformerSelfAttention(8, 2, 6, 3), (x,), {}
     c = torch.randn(2, 5, 4)
     yield "aft_full", VA.aft_full, (torch.randn(2, 3, 4), c, c, torch.randn(3, 5)), {"mask": mask}
     yield "aft_local_bias", VA.aft_local_bias, (torch.randn(3, 5), 2), {}

@@ -21,7 +21,6 @@ from course_utils.multihead import MultiHeadAttention, merge_heads
 from course_utils.variants import (
     GroupedQueryAttention,
     KVCache,
-    LinformerSelfAttention,
     aft_full,
     aft_local_bias,
     aft_simple,
@@ -151,15 +150,6 @@ def test_linformer_with_identity_projections_is_plain_attention():
     q, k, v = torch.randn(2, 6, 4), torch.randn(2, 6, 4), torch.randn(2, 6, 4)
     eye = torch.eye(6)
     torch.testing.assert_close(linformer_attention(q, k, v, eye, eye), scaled_dot_product_attention(q, k, v)[0])
-
-
-def test_linformer_module_shapes_and_shorter_sequences():
-    torch.manual_seed(5)
-    layer = LinformerSelfAttention(16, 4, context_length=32, proj_dim=8)
-    assert layer(torch.randn(2, 32, 16)).shape == (2, 32, 16)
-    assert layer(torch.randn(2, 10, 16)).shape == (2, 10, 16)
-    with pytest.raises(ValueError, match=r"T \(33\) exceeds context_length \(32\)"):
-        layer(torch.randn(1, 33, 16))
 
 
 def _aft_reference(q, k, v, w, mask=None):
@@ -348,7 +338,7 @@ def test_layers_and_chunked_functions_check_q_k_v_once_at_their_boundary(monkeyp
     calls, real = [], variants.check_qkv
     monkeypatch.setattr(variants, "check_qkv", lambda *a: (calls.append(1), real(*a))[1])
     x = torch.randn(2, 6, 16)
-    LinformerSelfAttention(16, 4, 8, 3)(x)
+    GroupedQueryAttention(16, 4, 2)(x)
     assert calls == []
     q = torch.randn(1, 2, 9, 4)
     sliding_window_attention(q, q, q, window=3, chunk_size=2)
@@ -374,7 +364,7 @@ P6, Q6, KV = torch.randn(3, 6), torch.randn(1, 6, 4), torch.zeros(1, 1, 2, 3)
 K1, K2 = torch.randn(1, 1, 1, 2), torch.randn(1, 1, 2, 2)  # one new position, two
 BATCH_OF_2 = _cache((0, (2, 1, 3, 4)), capacity=8)
 MODULE_WEIGHTS = "but the module's weights are"
-LINFORMER, GQA = LinformerSelfAttention(16, 4, 8, 3), GroupedQueryAttention(8, 4, 2)
+GQA = GroupedQueryAttention(8, 4, 2)
 MASK_3_5_META = torch.ones(3, 5, dtype=torch.bool, device="meta")
 CHANNELS = "q and v must have the same number of channels C, got q (2, 5, 8) and v (2, 5, 4)"
 SCALE_ABC = "scale must be a positive number, got 'abc' (str)"
@@ -439,13 +429,9 @@ MESSAGES = [
         "proj_k and proj_v must have the same number of rows R (the projected length), got (3, 7) and (4, 7)",
     ),
     # the layers' input: the wrong rank, width or dtype; then one the module's weights do not match
-    (lambda: LINFORMER(torch.randn(5, 16)), ValueError, "x must have at least 3 dimensions, got shape (5, 16)"),
-    (lambda: LINFORMER(torch.randn(2, 5, 8)), ValueError, "x must have shape (B, T, C=16), got (2, 5, 8)"),
-    (
-        lambda: LINFORMER(torch.ones(2, 5, 16).long()),
-        TypeError,
-        "x must be a floating-point tensor, got dtype torch.int64",
-    ),
+    (lambda: GQA(torch.randn(5, 8)), ValueError, "x must have at least 3 dimensions, got shape (5, 8)"),
+    (lambda: GQA(torch.randn(2, 5, 16)), ValueError, "x must have shape (B, T, C=8), got (2, 5, 16)"),
+    (lambda: GQA(torch.ones(2, 5, 8).long()), TypeError, "x must be a floating-point tensor, got dtype torch.int64"),
     (lambda: GQA(Q8[:1].double()), TypeError, "x is float64 " + MODULE_WEIGHTS + " float32"),
     (lambda: GQA(Q8[:1].to("meta")), ValueError, "x is on meta " + MODULE_WEIGHTS + " on cpu"),
     # the KV cache, and the decoder that uses it
