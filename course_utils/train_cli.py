@@ -6,8 +6,9 @@
 
 One JSON line at the end (the run's figures); messages go to stderr. Exit codes: 0 done; 2 the run could not start
 (each problem in one line with its fix: --out, --device, --threads, the data, a resume that does not match, a
-first step that does not fit in memory or does not compile); 1 it failed while training (NaN); 130 stopped by
-Ctrl+C, 143 by SIGTERM (one line: the step, the checkpoint, the command that continues it).
+first step that does not fit in memory or does not compile), or a checkpoint could not be written (a full disk:
+the one before is kept); 1 it failed while training (NaN); 130 stopped by Ctrl+C, 143 by SIGTERM (one line: the
+step, the checkpoint, the command that continues it).
 """
 
 from __future__ import annotations
