@@ -78,9 +78,10 @@ class RunInterrupted(KeyboardInterrupt):
     """Ctrl+C during :func:`train` at ``step``; ``saved_step``: the step the ``checkpoint`` holds (None: none)."""
 
     def __init__(self, step: int, checkpoint: Path):
-        super().__init__(f"stopped at step {step}")
         state, _ = model_file(checkpoint)  # none, or damaged: no step to name
         self.step, self.checkpoint, self.saved_step = step, checkpoint, state and int(state["step"])
+        kept = f"{checkpoint} holds step {self.saved_step}: resume=True goes on" if state else "nothing is saved"
+        super().__init__(f"stopped at step {step}; {kept}")
 
 
 # --- Settings and schedule
@@ -115,7 +116,8 @@ class TrainConfig:
         check_positive_number("learning_rate", self.learning_rate)
         interval = f"[0, learning_rate = {self.learning_rate}]"
         if not 0 <= check_number("min_lr", self.min_lr, f"a number in {interval}") <= self.learning_rate:
-            raise ValueError(f"min_lr must be in {interval}, got {self.min_lr!r}")
+            raise ValueError(f"min_lr must be in {interval}, got {self.min_lr!r}: lower it with learning_rate (the "
+                             "presets' is a tenth of it)")  # fmt: skip
         check_nonnegative_number("weight_decay", self.weight_decay)
         check_fraction("beta1", self.beta1)
         check_fraction("beta2", self.beta2)
@@ -424,6 +426,10 @@ class _Run:
         if resume and (out_dir / CHECKPOINT_NAME).exists():
             state = load_checkpoint(out_dir / CHECKPOINT_NAME)
             model_config = same_run(state, out_dir / CHECKPOINT_NAME, model_config, self.text_sha256)
+            if asked is not None and asked.seed != state["train_config"]["seed"]:  # its random state is saved
+                raise RunSetupError(f"--resume: the run's seed is {state['train_config']['seed']}, and it goes on "
+                                    "from the random state its checkpoint holds: leave out --seed (the seed of the "
+                                    "TrainConfig, from Python), or choose another --out for a new run")  # fmt: skip
             if asked is None:  # the checkpoint's settings, with this session's GPU switches
                 session = {name: getattr(train_config, name) for name in SESSION}
                 train_config = TrainConfig(**{**saved_settings(state), **session})
@@ -528,12 +534,15 @@ class _Run:
         for step, loss in enumerate(losses, start=self.step - len(losses) + 1):
             if not math.isfinite(loss):  # before anything is saved
                 saved, _ = model_file(self.out_dir / CHECKPOINT_NAME)
-                kept = f"{self.out_dir / CHECKPOINT_NAME} holds step {saved['step']}" if saved else "nothing is saved"
-                raise NonFiniteLossError(
-                    f"the training loss became {loss} at step {step}; stopped ({kept}). Lower the learning rate "
-                    "or raise warmup_steps, and resume: --resume --learning-rate N on the command line, "
-                    "train(..., train_config, resume=True) from Python"
-                )
+                lower = "a lower learning rate (--learning-rate N; learning_rate and min_lr in a TrainConfig)"
+                if saved is None:
+                    fix = f"nothing is saved: train again with {lower}"
+                elif saved["history"][-1] > saved["history"][0]:  # it had diverged before it was saved
+                    fix = f"its checkpoint's loss had risen to {saved['history'][-1]:.3g}: start again with {lower} in "
+                    fix += "another --out"
+                else:
+                    fix = f"{self.out_dir / CHECKPOINT_NAME} holds step {saved['step']}: resume it with {lower}"
+                raise NonFiniteLossError(f"the training loss became {loss} at step {step}; stopped: {fix}")
         self.history.extend(losses)
         elapsed = time.perf_counter() - self.window_start
         self.train_s += elapsed

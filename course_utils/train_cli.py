@@ -73,8 +73,8 @@ def _parser() -> argparse.ArgumentParser:
                    "ends there)")  # fmt: skip
     p.add_argument("--device", help="cuda, cuda:1, mps, cpu or auto (default: auto, the best available)")
     p.add_argument("--resume", action="store_true", help="continue from OUT/checkpoint.pt if it exists, with its "
-                   "model, data and settings: another --preset or --data is refused; a setting flag given applies "
-                   "from the saved step (a lower --learning-rate after a NaN, say)")  # fmt: skip
+                   "model, data and settings: another --preset, --data or --seed is refused; a setting flag given "
+                   "applies from the saved step (a lower --learning-rate after a NaN, say)")  # fmt: skip
     for flag, kind in (("--seed", int), ("--batch-size", int), ("--learning-rate", float), ("--eval-interval", int),
                        ("--log-interval", int), ("--checkpoint-interval", int)):  # fmt: skip
         p.add_argument(flag, type=kind, help="the peak; the cosine ends at a tenth of it" if "rate" in flag else None)
@@ -164,14 +164,14 @@ def _configs(args: argparse.Namespace) -> tuple[GPTConfig | str, TrainConfig]:
     """The model and the settings to pass to train: the preset's with the flags given, or, resuming, the
     checkpoint's with the flags given, which apply from its step."""
     overrides = {name: getattr(args, name) for name in FLAGS if getattr(args, name) is not None}
-    if "learning_rate" in overrides:  # min_lr follows, as in every preset (before: a lower rate was refused)
-        overrides["min_lr"] = overrides["learning_rate"] / 10
+    model_config, base = args.preset or "tiny", TrainConfig.preset(args.preset or "tiny")
     if args.resume and (Path(args.out) / CHECKPOINT_NAME).is_file():
         state = load_checkpoint(Path(args.out) / CHECKPOINT_NAME)
-        saved = TrainConfig(**saved_settings(state))
         model_config = args.preset or GPTConfig.from_dict(state["model_config"])
-        return model_config, dataclasses.replace(saved, **overrides)
-    return args.preset or "tiny", TrainConfig.preset(args.preset or "tiny", **overrides)
+        base = TrainConfig(**saved_settings(state))
+    if overrides.get("learning_rate", base.learning_rate) != base.learning_rate:  # min_lr follows, a tenth as in
+        overrides["min_lr"] = overrides["learning_rate"] / 10  # every preset (before: a lower rate was refused)
+    return model_config, dataclasses.replace(base, **overrides)
 
 
 def _finished(args: argparse.Namespace, model_config: GPTConfig | str) -> dict[str, Any] | None:

@@ -208,12 +208,12 @@ def test_a_non_finite_loss_stops_the_run_names_its_step_and_keeps_the_last_good_
     monkeypatch.setattr(GPT, "forward", poisoned)
     with pytest.raises(NonFiniteLossError) as stopped:
         run(text_file, tmp_path, log_interval=log_interval)
-    assert str(stopped.value) == (
-        f"the training loss became {poison} at step {first}; stopped ({tmp_path / 'checkpoint.pt'} holds step 5). "
-        "Lower the learning rate or raise warmup_steps, and resume: --resume --learning-rate N on the command line, "
-        "train(..., train_config, resume=True) from Python"
+    lower = "a lower learning rate (--learning-rate N; learning_rate and min_lr in a TrainConfig)"
+    assert str(stopped.value) == (  # before: "then --resume", which kept the rate the run diverged with
+        f"the training loss became {poison} at step {first}; stopped: {tmp_path / 'checkpoint.pt'} holds step 5: "
+        f"resume it with {lower}"
     )
-    with pytest.raises(NonFiniteLossError, match=r"stopped \(nothing is saved\)"):  # before: 'the last good checkpoint'
+    with pytest.raises(NonFiniteLossError, match=f"stopped: nothing is saved: train again with {re.escape(lower)}"):
         run(text_file, tmp_path / "fresh", log_interval=1, checkpoint_interval=100)
     state = load_checkpoint(tmp_path / "checkpoint.pt")
     assert state["step"] == 5 and len(state["history"]) == 5  # nothing saved after the last good one
@@ -222,6 +222,21 @@ def test_a_non_finite_loss_stops_the_run_names_its_step_and_keeps_the_last_good_
     monkeypatch.undo()  # the advice followed: resume from step 5 with a lower learning rate (before: a dead end,
     result = run(text_file, tmp_path, resume=True, learning_rate=1e-4, min_lr=1e-5)  # --resume kept the old rate)
     assert (result["steps_this_run"], result["train_config"]["learning_rate"]) == (FAST["max_steps"] - 5, 1e-4)
+
+
+def test_a_nan_after_a_checkpoint_that_had_already_diverged_says_start_again(text_file, tmp_path, monkeypatch):
+    """Before: "resume with a lower rate", from a checkpoint whose loss had already climbed a thousandfold."""
+    forward, calls = GPT.forward, []
+
+    def climbing(self, idx, targets=None, cache=None):  # finite and rising from step 2, NaN from step 8
+        logits, loss = forward(self, idx, targets, cache)
+        calls.extend([1] if self.training else [])
+        factor = math.nan if len(calls) >= 8 else 10.0 ** min(len(calls) - 1, 3)
+        return logits, loss * factor if self.training else loss
+
+    monkeypatch.setattr(GPT, "forward", climbing)
+    with pytest.raises(NonFiniteLossError, match=r"loss had risen to .*: start again with .* in another --out"):
+        run(text_file, tmp_path)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -826,6 +841,10 @@ RESUME_REFUSALS = [  # (flags, the one line; {out}: the finished run, {other}: a
     # before: `--resume --max-steps N` at or below the saved step exited 0 having trained nothing
     (["--resume", "--max-steps", "3"], NOTHING.replace("{steps}", "3")),
     (["--resume", "--max-steps", "2"], NOTHING.replace("{steps}", "2")),
+    # Before: applied, so only the evaluation batches changed and the curve jumped at the resume
+    (["--resume", "--max-steps", "9", "--seed", "7"], "error: --resume: the run's seed is 1337, and it goes on from "
+     "the random state its checkpoint holds: leave out --seed (the seed of the TrainConfig, from Python), or choose "
+     "another --out for a new run"),
 ]  # fmt: skip
 
 
@@ -944,6 +963,7 @@ def test_ctrl_c_in_python_is_a_keyboard_interrupt_naming_the_step_and_what_the_c
     with pytest.raises(RunInterrupted) as stopped:
         run(text_file, tmp_path, resume=True, callback=kill_at(7, KeyboardInterrupt))
     assert (stopped.value.step, stopped.value.saved_step) == (7, 5)
+    assert str(stopped.value) == f"stopped at step 7; {tmp_path / 'checkpoint.pt'} holds step 5: resume=True goes on"
     assert stopped.value.checkpoint == tmp_path / "checkpoint.pt"
     ended = run(text_file, tmp_path, resume=True, max_steps=5)  # the run ends at its checkpoint, not an eval step
     assert ended["steps_this_run"] == 0 and [e[0] for e in ended["evals"]] == [5], "evaluated at step 5 to end it"
