@@ -361,11 +361,10 @@ def run_notebook(
 def _own_keys(run: NotebookRun, exercises: dict) -> list[str]:
     """The notebook's exercises in course order: those its cells check, and the course's exercises of its number
     (NN_*) whether checked or not (before: a check cell the learner deleted put its row after the next ones)."""
-    keys = [k for k in run.keys if k in exercises]
+    keys = {k for k in run.keys if k in exercises} | {r["key"] for r in run.records if r.get("key") in exercises}
     number = re.match(r"(\d\d)_", run.path.name)
     if number:
-        keys += [k for k in exercises if k.split(".")[0] == number.group(1) and k not in keys]
-    keys += [r["key"] for r in run.records if r.get("key") in exercises and r["key"] not in keys]
+        keys |= {k for k in exercises if k.split(".")[0] == number.group(1)}
     return sorted(keys, key=_key_order)
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from course_utils._files import course_folder
-from course_utils._validate import _describe, check_int, check_number, check_str, is_integer_tensor
+from course_utils._validate import check_int, check_number, check_str, is_integer_tensor
 from course_utils.gpt import GPTConfig
 from course_utils.train import TrainConfig
 
@@ -132,7 +132,8 @@ def check_expectations(result: Mapping, size: str) -> tuple[bool, str]:
         raise ValueError(f"size must be one of {sorted(RUN_SIZES)} (any case), got {size!r}")
     if not isinstance(result, Mapping):
         why = ": None means the run has not finished (finished_run returns None then)" if result is None else ""
-        raise TypeError(f"result must be the dict that course_utils.train.train returns, got {_describe(result)}{why}")
+        got = type(result).__name__
+        raise TypeError(f"result must be the dict that course_utils.train.train returns, got {got}{why}")
     if missing := [name for name in ("val_loss", "steps") if name not in result]:
         raise ValueError(f"result lacks {missing[0]!r}: pass the dict that course_utils.train.train returned")
     loss = result["val_loss"]

@@ -426,13 +426,13 @@ class _Run:
         if resume and (out_dir / CHECKPOINT_NAME).exists():
             state = load_checkpoint(out_dir / CHECKPOINT_NAME)
             model_config = same_run(state, out_dir / CHECKPOINT_NAME, model_config, self.text_sha256)
-            if asked is not None and asked.seed != state["train_config"]["seed"]:  # its random state is saved
-                raise RunSetupError(f"--resume: the run's seed is {state['train_config']['seed']}, and it goes on "
-                                    "from the random state its checkpoint holds: leave out --seed (the seed of the "
-                                    "TrainConfig, from Python), or choose another --out for a new run")  # fmt: skip
             if asked is None:  # the checkpoint's settings, with this session's GPU switches
                 session = {name: getattr(train_config, name) for name in SESSION}
                 train_config = TrainConfig(**{**saved_settings(state), **session})
+            elif asked.seed != state["train_config"]["seed"]:  # the run goes on from its saved random state
+                raise RunSetupError(f"--resume: the run's seed is {state['train_config']['seed']}, and it goes on "
+                                    "from the random state its checkpoint holds: leave out --seed (the seed of the "
+                                    "TrainConfig, from Python), or choose another --out for a new run")  # fmt: skip
         elif resume:  # a mistyped --out would otherwise start a new run unsaid
             self.notices = [f"--resume: no checkpoint in {out_dir}, so a new run starts there"]
         if max_steps is not None:
@@ -447,7 +447,7 @@ class _Run:
         self.train_data, self.val_data = split_data(self.tokenizer.encode(text))  # (N_train,), (N_val,) token ids
         self.model_config = model_config = dataclasses.replace(model_config, vocab_size=self.tokenizer.vocab_size)
         self.train_config, self.switches = train_config, gpu_switches(train_config, device)
-        for notice in self.notices if self.rank == 0 else []:  # the flags --resume ignores
+        for notice in self.notices if self.rank == 0 else []:  # a --resume with no checkpoint to resume
             print(notice, file=sys.stderr, flush=True)
 
         torch.manual_seed(train_config.seed)  # the same initial weights in every process

@@ -189,15 +189,16 @@ def _check_export(export: str, out: str) -> None:
     """RunSetupError unless ``--export`` can be written: check_out_file's refusals, or a place inside ``--out`` (or
     around it); the notice that an earlier export will be replaced."""
     there = check_out_file(export, "--export", MODEL_FORMAT, "model.pt")  # the string: "new/" ends in a slash
-    dest, run = Path(export), Path(out)
-    if dest.resolve() == run.resolve() or run.resolve() in dest.resolve().parents:
-        raise RunSetupError(f"--export {dest} is inside --out {run} (the run's own folder, for {CHECKPOINT_NAME} and "
-                            "summary.json): give --export a file outside it")  # fmt: skip
-    if dest.resolve() in run.resolve().parents:  # before: trained, then "dest ... is a folder"
-        raise RunSetupError(f"--out {run} is inside --export {dest}: --export names a file outside the run's folder")
+    dest, run = Path(export).resolve(), Path(out).resolve()
+    if dest == run or run in dest.parents:
+        raise RunSetupError(f"--export {Path(export)} is inside --out {Path(out)} (the run's own folder, for "
+                            f"{CHECKPOINT_NAME} and summary.json): give --export a file outside it")  # fmt: skip
+    if dest in run.parents:  # before: trained, then "dest ... is a folder"
+        raise RunSetupError(f"--out {Path(out)} is inside --export {Path(export)}: --export names a file outside the "
+                            "run's folder")  # fmt: skip
     if there is not None and int(os.environ.get("RANK", "0")) == 0:  # said before training: Ctrl+C keeps it
         made_by = there.get("provenance", {}).get("command", "no command recorded")
-        print(f"--export {dest} holds a model of {there['step']} steps ({made_by}): this run will replace it",
+        print(f"--export {Path(export)} holds a model of {there['step']} steps ({made_by}): this run will replace it",
               file=sys.stderr, flush=True)  # fmt: skip
 
 

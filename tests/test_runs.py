@@ -98,9 +98,9 @@ REFUSALS = [  # (the call, the exception, what its message must match)
     (lambda: check_expectations({"val_loss": 2.0, "steps": 1}, ["ci"]), TypeError,
      r"size must be a str, one of \['ci', 'cpu', 'gpu'\], got list"),  # was 'unhashable type'
     (lambda: check_expectations(None, "ci"), TypeError,  # what finished_run returns for an unfinished run
-     r"result must be the dict that course_utils.train.train returns, got None .*: None means the run has not fin"),
+     r"result must be the dict that course_utils.train.train returns, got NoneType: None means the run has not fin"),
     (lambda: check_expectations('{"val_loss": 2.2, "steps": 1}', "ci"), TypeError,
-     r"result must be the dict .* returns, got '\{\"val_loss\": 2.2, \"steps\": 1\}' \(str\)"),
+     r"result must be the dict .* returns, got str$"),
     (lambda: check_expectations({"val_loss": "2.2", "steps": 1}, "ci"), TypeError,
      r"result\['val_loss'\] must be a number, got '2.2' \(str\)"),  # was '<=' not supported
     (lambda: check_expectations({"val_loss": None, "steps": 1}, "ci"), TypeError,
